@@ -1,0 +1,1 @@
+//! The `slo-controller-config` ConfigMap.

@@ -1,0 +1,1 @@
+//! Label/annotation keys, QoS and priority classes, resource names.

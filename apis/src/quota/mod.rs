@@ -1,0 +1,1 @@
+pub mod v1alpha1;

@@ -1,0 +1,1 @@
+//! RuntimeHookService (package runtime.v1alpha1).
