@@ -4,9 +4,17 @@
 
 use schemars::{Schema, SchemaGenerator, json_schema};
 
-/// An object the API server stores as-is (`x-kubernetes-preserve-unknown-fields`),
-/// used where upstream embeds large Kubernetes types (pod templates, patches)
-/// without a schema.
+/// Any JSON value the API server stores as-is: `x-kubernetes-preserve-unknown-fields`
+/// with no type, as upstream's `+kubebuilder:pruning:PreserveUnknownFields` +
+/// `+kubebuilder:validation:Schemaless` fields (pod templates, patches).
+pub fn preserve_unknown_fields(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// An object whose members the API server stores as-is (`type: object` +
+/// `x-kubernetes-preserve-unknown-fields`), as upstream's free-form extension maps.
 pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
