@@ -1,0 +1,196 @@
+//! Logging setup shared by the binaries: `tracing` events to stderr, as text or
+//! JSON, filtered by `--log-level` (or the klog-style `--v`) and `RUST_LOG`.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{Directive, LevelFilter};
+
+/// Environment variable whose directives refine the level flag.
+pub const RUST_LOG_ENV: &str = "RUST_LOG";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// Maps klog verbosity (as in upstream manifests, e.g. `--v=4`) onto a level.
+    pub fn from_klog_verbosity(verbosity: u8) -> Self {
+        match verbosity {
+            0..=2 => LogLevel::Info,
+            3..=5 => LogLevel::Debug,
+            _ => LogLevel::Trace,
+        }
+    }
+
+    fn filter(self) -> LevelFilter {
+        match self {
+            LogLevel::Error => LevelFilter::ERROR,
+            LogLevel::Warn => LevelFilter::WARN,
+            LogLevel::Info => LevelFilter::INFO,
+            LogLevel::Debug => LevelFilter::DEBUG,
+            LogLevel::Trace => LevelFilter::TRACE,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Logging flags every binary flattens into its own flag struct.
+#[derive(Debug, Clone, PartialEq, Eq, Default, clap::Args)]
+pub struct LogArgs {
+    /// Minimum level of log events [default: info]; RUST_LOG directives, when set, refine it.
+    #[arg(long = "log-level", value_enum, value_name = "LEVEL")]
+    pub log_level: Option<LogLevel>,
+
+    /// Log line format.
+    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    pub log_format: LogFormat,
+
+    /// klog verbosity kept for upstream manifests (0-2 info, 3-5 debug, 6+ trace); --log-level wins.
+    #[arg(long = "v", short = 'v', value_name = "N")]
+    pub klog_verbosity: Option<u8>,
+
+    /// Accepted for upstream manifests; logs always go to stderr.
+    #[arg(
+        long = "logtostderr",
+        hide = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub logtostderr: Option<bool>,
+}
+
+impl LogArgs {
+    /// The level in effect: `--log-level`, else `--v`, else info.
+    pub fn effective_level(&self) -> LogLevel {
+        self.log_level
+            .or(self.klog_verbosity.map(LogLevel::from_klog_verbosity))
+            .unwrap_or(LogLevel::Info)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    #[error("invalid {RUST_LOG_ENV} value {value:?}: {reason}")]
+    InvalidFilter { value: String, reason: String },
+}
+
+/// Whether [`init_logging`] installed the subscriber or found one already in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogInit {
+    Installed,
+    AlreadyInitialized,
+}
+
+/// Builds the event filter: the level is the default, `RUST_LOG` directives override per target.
+pub fn build_filter(level: LogLevel, rust_log: Option<&str>) -> Result<EnvFilter, LoggingError> {
+    let builder = EnvFilter::builder().with_default_directive(Directive::from(level.filter()));
+    match rust_log.map(str::trim).filter(|value| !value.is_empty()) {
+        None => Ok(builder.parse_lossy("")),
+        Some(value) => builder
+            .parse(value)
+            .map_err(|err| LoggingError::InvalidFilter {
+                value: value.to_string(),
+                reason: err.to_string(),
+            }),
+    }
+}
+
+/// Installs the global subscriber. Safe to call more than once: later calls change nothing.
+pub fn init_logging(args: &LogArgs) -> Result<LogInit, LoggingError> {
+    let rust_log = std::env::var(RUST_LOG_ENV).ok();
+    let filter = build_filter(args.effective_level(), rust_log.as_deref())?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match args.log_format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init()
+            .is_ok(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init().is_ok(),
+    };
+    Ok(if installed {
+        LogInit::Installed
+    } else {
+        LogInit::AlreadyInitialized
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        log: LogArgs,
+    }
+
+    fn parse(args: &[&str]) -> LogArgs {
+        Cli::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+            .unwrap()
+            .log
+    }
+
+    #[test]
+    fn level_defaults_to_info_and_flag_wins_over_klog_verbosity() {
+        assert_eq!(parse(&[]).effective_level(), LogLevel::Info);
+        assert_eq!(parse(&["--v=4"]).effective_level(), LogLevel::Debug);
+        assert_eq!(parse(&["-v", "0"]).effective_level(), LogLevel::Info);
+        assert_eq!(parse(&["--v", "9"]).effective_level(), LogLevel::Trace);
+        assert_eq!(
+            parse(&["--v=4", "--log-level", "warn"]).effective_level(),
+            LogLevel::Warn
+        );
+    }
+
+    #[test]
+    fn upstream_logtostderr_flag_is_accepted() {
+        assert_eq!(parse(&["--logtostderr=true"]).logtostderr, Some(true));
+        assert_eq!(parse(&["--logtostderr"]).logtostderr, Some(true));
+    }
+
+    #[test]
+    fn format_flag_parses() {
+        assert_eq!(parse(&[]).log_format, LogFormat::Text);
+        assert_eq!(parse(&["--log-format", "json"]).log_format, LogFormat::Json);
+        assert!(Cli::try_parse_from(["test", "--log-format", "xml"]).is_err());
+    }
+
+    #[test]
+    fn rust_log_refines_and_bad_rust_log_is_an_error() {
+        let filter = build_filter(LogLevel::Info, Some("kube=debug")).unwrap();
+        assert_eq!(filter.max_level_hint(), Some(LevelFilter::DEBUG));
+        let filter = build_filter(LogLevel::Warn, None).unwrap();
+        assert_eq!(filter.max_level_hint(), Some(LevelFilter::WARN));
+        let err = build_filter(LogLevel::Info, Some("kube=loud")).unwrap_err();
+        assert!(err.to_string().contains("RUST_LOG"), "{err}");
+    }
+
+    #[test]
+    fn init_is_idempotent() {
+        let args = LogArgs::default();
+        let first = init_logging(&args).unwrap();
+        let second = init_logging(&args).unwrap();
+        assert_eq!(second, LogInit::AlreadyInitialized);
+        // The first call may also find a subscriber if another test installed one.
+        assert!(matches!(
+            first,
+            LogInit::Installed | LogInit::AlreadyInitialized
+        ));
+    }
+}

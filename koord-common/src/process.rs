@@ -1,0 +1,155 @@
+//! The pieces every binary wires the same way: identity, registries, shutdown,
+//! the health/metrics server and the "needs a cluster" start-up check.
+
+use std::time::{Duration, SystemTime};
+
+use crate::cluster::{ClusterError, ClusterOptions, ConnectedCluster};
+use crate::health::{HealthRegistry, StatusCheck};
+use crate::metrics::{MetricsRegistry, register_process_metrics};
+use crate::server::{ListenerSpec, RunningServer, ServerError, ServerState, start_server};
+use crate::shutdown::{Shutdown, ShutdownReason};
+
+/// Reason reported by readiness checks for parts that later work will provide.
+pub const NOT_IMPLEMENTED: &str = "not implemented in this build";
+
+/// How long open HTTP connections may linger once shutdown starts.
+pub const SERVER_DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// A binary's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Component {
+    /// Binary name, e.g. `koord-manager`.
+    pub name: &'static str,
+    /// Metric namespace, e.g. `koord_manager` or `koordlet`.
+    pub metric_prefix: &'static str,
+}
+
+/// Registries and the shutdown token, created once per process.
+#[derive(Clone)]
+pub struct ComponentContext {
+    pub component: Component,
+    pub health: HealthRegistry,
+    pub metrics: MetricsRegistry,
+    pub shutdown: Shutdown,
+    pub started_at: SystemTime,
+}
+
+impl ComponentContext {
+    /// Creates the registries and records the process start-time and build-info metrics.
+    pub fn new(component: Component) -> Self {
+        let started_at = SystemTime::now();
+        let metrics = MetricsRegistry::new(component.metric_prefix);
+        register_process_metrics(&metrics, started_at, crate::cli::version());
+        Self {
+            component,
+            health: HealthRegistry::new(),
+            metrics,
+            shutdown: Shutdown::new(),
+            started_at,
+        }
+    }
+
+    pub fn server_state(&self) -> ServerState {
+        ServerState {
+            health: self.health.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    pub async fn start_server(
+        &self,
+        specs: Vec<ListenerSpec>,
+    ) -> Result<RunningServer, ServerError> {
+        start_server(&self.server_state(), specs, &self.shutdown).await
+    }
+
+    /// Registers a readiness check that fails with [`NOT_IMPLEMENTED`].
+    pub fn mark_not_implemented(&self, check_name: &str) -> StatusCheck {
+        self.health
+            .readiness_status(check_name, Err(NOT_IMPLEMENTED.to_string()))
+    }
+
+    /// Waits for shutdown, lets the server drain, and returns why the process stops.
+    pub async fn wait_for_shutdown(&self, server: Option<RunningServer>) -> ShutdownReason {
+        let reason = self.shutdown.wait().await;
+        tracing::info!(component = self.component.name, %reason, "stopping: {reason}");
+        if let Some(server) = server
+            && let Err(err) = server.wait(SERVER_DRAIN_GRACE).await
+        {
+            tracing::warn!(error = %err, "health/metrics server did not stop cleanly");
+        }
+        reason
+    }
+}
+
+/// A cluster is required but could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}; {component} needs a cluster")]
+pub struct NeedsClusterError {
+    pub component: &'static str,
+    #[source]
+    pub source: ClusterError,
+}
+
+/// Connects to the API server, keeping a `cluster` readiness check up to date.
+/// Returns `Ok(None)` when shutdown fires first.
+pub async fn connect_required_cluster(
+    context: &ComponentContext,
+    options: &ClusterOptions,
+) -> Result<Option<ConnectedCluster>, NeedsClusterError> {
+    let readiness = context.health.readiness_status(
+        "cluster",
+        Err("connecting to the Kubernetes API server".into()),
+    );
+    tracing::info!(timeout = ?options.timeout, "connecting to the Kubernetes API server");
+    let connected = tokio::select! {
+        result = crate::cluster::connect(options) => result,
+        _ = context.shutdown.wait() => return Ok(None),
+    };
+    match connected {
+        Ok(cluster) => {
+            readiness.set_passing();
+            tracing::info!(
+                api_server = %cluster.api_server,
+                server_version = %cluster.server_version,
+                origin = %cluster.origin,
+                "connected to the Kubernetes API server at {} ({})",
+                cluster.api_server,
+                cluster.server_version,
+            );
+            Ok(Some(cluster))
+        }
+        Err(source) => {
+            readiness.set_failing(source.to_string());
+            Err(NeedsClusterError {
+                component: context.component.name,
+                source,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Probe;
+
+    #[tokio::test]
+    async fn context_starts_alive_and_not_implemented_blocks_readiness() {
+        let context = ComponentContext::new(Component {
+            name: "koord-test",
+            metric_prefix: "koord_test",
+        });
+        assert!(context.health.evaluate(Probe::Liveness).await.is_healthy());
+        context.mark_not_implemented("controllers");
+        let report = context.health.evaluate(Probe::Readiness).await;
+        assert!(
+            report
+                .render(false)
+                .contains("[-]controllers failed: not implemented in this build")
+        );
+        let body = context.metrics.encode().unwrap();
+        assert!(body.contains("koord_test_build_info"), "{body}");
+        assert!(body.contains("process_start_time_seconds"), "{body}");
+    }
+}

@@ -1,0 +1,483 @@
+//! Helpers for tests of the binaries (enabled by the `testing` feature): plain
+//! HTTP/1.1 requests, a fake API server answering `GET /version`, kubeconfig
+//! files in throwaway directories, and a child-process wrapper that collects
+//! output lines. Test code only; failures surface as `io::Error` or `None`.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A parsed HTTP response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+fn request_bytes(addr: SocketAddr, path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+        .into_bytes()
+}
+
+/// Parses a complete HTTP/1.1 response (content-length, chunked or read-to-close body).
+pub fn parse_response(raw: &[u8]) -> io::Result<HttpResponse> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| invalid("no header end"))?;
+    let head = std::str::from_utf8(&raw[..head_end]).map_err(|_| invalid("non-UTF-8 header"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or_else(|| invalid("empty response"))?;
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| invalid("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let rest = &raw[head_end + 4..];
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    let body_bytes = if chunked {
+        decode_chunked(rest).ok_or_else(|| invalid("bad chunked body"))?
+    } else {
+        rest.to_vec()
+    };
+    let body = String::from_utf8(body_bytes).map_err(|_| invalid("non-UTF-8 body"))?;
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn decode_chunked(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&data[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(data.get(..size)?);
+        data = data.get(size + 2..)?;
+    }
+}
+
+/// `GET path` over a fresh tokio connection (readiness-based I/O, so no extra tokio features).
+pub async fn http_get(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = request_bytes(addr, path);
+    let mut written = 0;
+    while written < request.len() {
+        stream.writable().await?;
+        match stream.try_write(&request[written..]) {
+            Ok(n) => written += n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Err(err),
+        }
+    }
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        stream.readable().await?;
+        match stream.try_read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buffer[..n]),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Err(err),
+        }
+    }
+    parse_response(&raw)
+}
+
+/// `GET path` over a fresh blocking connection, bounded by `timeout`.
+pub fn http_get_blocking(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(&request_bytes(addr, path))?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+/// A loopback address nothing listens on (bound, then released).
+pub fn closed_local_addr() -> io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    listener.local_addr()
+}
+
+/// A plain-HTTP stand-in for kube-apiserver that answers `GET /version`.
+pub struct FakeApiServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    requests: Arc<Mutex<Vec<String>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+/// The body a real API server returns for `GET /version`.
+pub const FAKE_VERSION_BODY: &str = r#"{"major":"1","minor":"35","gitVersion":"v1.35.0-fake","gitCommit":"0000000","gitTreeState":"clean","buildDate":"2026-01-01T00:00:00Z","goVersion":"go1.25","compiler":"gc","platform":"linux/amd64"}"#;
+
+impl FakeApiServer {
+    pub fn start() -> io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let thread = thread::spawn({
+            let stop = Arc::clone(&stop);
+            let requests = Arc::clone(&requests);
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let requests = Arc::clone(&requests);
+                            thread::spawn(move || serve_fake_api_connection(stream, &requests));
+                        }
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                            thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            addr,
+            stop,
+            requests,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Request lines seen so far, e.g. `GET /version HTTP/1.1`.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve_fake_api_connection(stream: TcpStream, requests: &Mutex<Vec<String>>) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let Ok(reader_stream) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(reader_stream);
+    let mut writer = stream;
+    // Serve keep-alive requests until the client closes.
+    loop {
+        let mut request_line = String::new();
+        match reader.read_line(&mut request_line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let mut content_length = 0usize;
+        let mut close_after = false;
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if line == "\r\n" || line == "\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                let (name, value) = (name.trim(), value.trim());
+                if name.eq_ignore_ascii_case("content-length") {
+                    content_length = value.parse().unwrap_or(0);
+                } else if name.eq_ignore_ascii_case("connection")
+                    && value.eq_ignore_ascii_case("close")
+                {
+                    close_after = true;
+                }
+            }
+        }
+        if content_length > 0 {
+            let mut discard = vec![0u8; content_length];
+            if reader.read_exact(&mut discard).is_err() {
+                return;
+            }
+        }
+        let request_line = request_line.trim().to_string();
+        if let Ok(mut seen) = requests.lock() {
+            seen.push(request_line.clone());
+        }
+        let path = request_line.split_whitespace().nth(1).unwrap_or("");
+        let (status, body) = if path == "/version" || path.starts_with("/version?") {
+            ("200 OK", FAKE_VERSION_BODY.to_string())
+        } else {
+            (
+                "404 Not Found",
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#.to_string(),
+            )
+        };
+        let response = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if writer.write_all(response.as_bytes()).is_err() || close_after {
+            return;
+        }
+    }
+}
+
+/// A directory removed on drop.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(label: &str) -> io::Result<Self> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let unique = format!(
+            "koord-test-{label}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(unique);
+        std::fs::create_dir_all(&path)?;
+        Ok(Self { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Writes a one-cluster kubeconfig pointing at `server` and returns its path.
+pub fn write_kubeconfig(dir: &Path, server: &str) -> io::Result<PathBuf> {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n\
+         contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+         current-context: test\nusers:\n- name: test\n  user:\n    token: test-token\n"
+    );
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+#[derive(Default)]
+struct Output {
+    lines: Vec<String>,
+    closed_streams: u8,
+}
+
+/// A spawned binary whose stdout and stderr lines are collected; killed on drop.
+pub struct TestProcess {
+    child: Child,
+    output: Arc<(Mutex<Output>, Condvar)>,
+    status: Option<ExitStatus>,
+}
+
+impl TestProcess {
+    /// Spawns `command` with piped output (stdin closed).
+    pub fn spawn(mut command: Command) -> io::Result<Self> {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn()?;
+        let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
+        if let Some(stdout) = child.stdout.take() {
+            collect_lines(stdout, Arc::clone(&output));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            collect_lines(stderr, Arc::clone(&output));
+        }
+        Ok(Self {
+            child,
+            output,
+            status: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything printed so far, one line per entry.
+    pub fn output(&self) -> String {
+        let (lock, _) = &*self.output;
+        lock.lock().map(|o| o.lines.join("\n")).unwrap_or_default()
+    }
+
+    /// Waits for a line containing `needle`; returns that line.
+    pub fn wait_for_line(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        let (lock, changed) = &*self.output;
+        let mut output = lock.lock().ok()?;
+        loop {
+            if let Some(line) = output.lines.iter().find(|line| line.contains(needle)) {
+                return Some(line.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline || output.closed_streams >= 2 {
+                return None;
+            }
+            output = changed.wait_timeout(output, deadline - now).ok()?.0;
+        }
+    }
+
+    /// Waits for a `serving <what> on <addr>` line and parses the address.
+    pub fn wait_for_serving_addr(&self, what: &str, timeout: Duration) -> Option<SocketAddr> {
+        let marker = format!("serving {what} on ");
+        let line = self.wait_for_line(&marker, timeout)?;
+        let rest = &line[line.find(&marker)? + marker.len()..];
+        let addr = rest
+            .split(|c: char| c.is_whitespace() || c == '"' || c == ',')
+            .next()?;
+        addr.parse().ok()
+    }
+
+    /// Sends a signal by name (e.g. `TERM`) with the system `kill` command.
+    pub fn signal(&self, name: &str) -> io::Result<()> {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "kill -{name} {} failed: {status}",
+                self.pid()
+            )))
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_some() {
+            return Ok(self.status);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                self.status = Some(status);
+                // Let the reader threads drain what the process printed last.
+                let _ = self.wait_for_line("\u{0}never\u{0}", Duration::from_secs(2));
+                return Ok(Some(status));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for TestProcess {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn collect_lines(stream: impl Read + Send + 'static, output: Arc<(Mutex<Output>, Condvar)>) {
+    thread::spawn(move || {
+        let reader = BufReader::new(stream);
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            let (lock, changed) = &*output;
+            if let Ok(mut output) = lock.lock() {
+                output.lines.push(line);
+            }
+            changed.notify_all();
+        }
+        let (lock, changed) = &*output;
+        if let Ok(mut output) = lock.lock() {
+            output.closed_streams += 1;
+        }
+        changed.notify_all();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_content_length_and_chunked_responses() {
+        let plain =
+            parse_response(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\nno")
+                .unwrap();
+        assert_eq!((plain.status, plain.body.as_str()), (503, "no"));
+        let chunked =
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+                .unwrap();
+        assert_eq!(chunked.body, "abcde");
+        assert_eq!(chunked.header("transfer-encoding"), Some("chunked"));
+        assert!(parse_response(b"garbage").is_err());
+    }
+
+    #[test]
+    fn fake_api_server_answers_version() {
+        let server = FakeApiServer::start().unwrap();
+        let response =
+            http_get_blocking(server.addr(), "/version", Duration::from_secs(5)).unwrap();
+        assert_eq!(response.status, 200);
+        assert!(response.body.contains("\"gitVersion\":\"v1.35.0-fake\""));
+        let missing = http_get_blocking(server.addr(), "/api", Duration::from_secs(5)).unwrap();
+        assert_eq!(missing.status, 404);
+        assert_eq!(
+            server.requests(),
+            ["GET /version HTTP/1.1", "GET /api HTTP/1.1"]
+        );
+    }
+}
