@@ -2,7 +2,10 @@
 //! scalar parsing, and serde helpers that reproduce Go `encoding/json`
 //! behaviour (`null` for nil maps and slices, `omitempty`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
@@ -180,6 +183,19 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Deserializes an optional string enum where Go's zero value `""` means unset.
+pub(crate) fn empty_as_none<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: Display,
+{
+    match Option::<Cow<'de, str>>::deserialize(deserializer)?.as_deref() {
+        None | Some("") => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 pub(crate) fn is_zero_i32(value: &i32) -> bool {

@@ -17,18 +17,28 @@ mod macros;
 
 pub mod annotations;
 pub mod constants;
+pub mod deprecated;
+pub mod device_share;
 pub mod duration;
 pub mod error;
+pub mod numa_aware;
+pub mod operating_pod;
 pub mod priority;
 pub mod qos;
 pub mod quantity;
+pub mod reservation;
 pub mod resource;
 
 pub use annotations::*;
 pub use constants::*;
+pub use deprecated::*;
+pub use device_share::*;
 pub use duration::*;
 pub use error::*;
+pub use numa_aware::*;
+pub use operating_pod::*;
 pub use priority::*;
 pub use qos::*;
 pub use quantity::*;
+pub use reservation::*;
 pub use resource::*;
