@@ -1,6 +1,21 @@
+//! `scheduling.koordinator.sh/v1alpha1`: Reservation, Device, PodMigrationJob.
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+mod reservation;
+
+pub use reservation::*;
+
+/// The API group of this module.
+pub const GROUP: &str = "scheduling.koordinator.sh";
+/// The API version of this module.
+pub const VERSION: &str = "v1alpha1";
 
 /// The CRDs of this group version, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    Vec::new()
+    let mut crds = vec![Reservation::crd()];
+    crds.iter_mut()
+        .for_each(crate::schema::controller_gen_style);
+    crds
 }
