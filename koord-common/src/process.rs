@@ -1,6 +1,7 @@
 //! The pieces every binary wires the same way: identity, registries, shutdown,
 //! the health/metrics server and the "needs a cluster" start-up check.
 
+use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use crate::cluster::{ClusterError, ClusterOptions, ConnectedCluster};
@@ -72,7 +73,7 @@ impl ComponentContext {
     /// Waits for shutdown, lets the server drain, and returns why the process stops.
     pub async fn wait_for_shutdown(&self, server: Option<RunningServer>) -> ShutdownReason {
         let reason = self.shutdown.wait().await;
-        tracing::info!(component = self.component.name, %reason, "stopping: {reason}");
+        tracing::debug!(component = self.component.name, %reason, "draining before exit");
         if let Some(server) = server
             && let Err(err) = server.wait(SERVER_DRAIN_GRACE).await
         {
@@ -125,6 +126,55 @@ pub async fn connect_required_cluster(
                 component: context.component.name,
                 source,
             })
+        }
+    }
+}
+
+/// Logs how the process ends and maps it to an exit status: 0 for a signal or
+/// requested stop, 1 for a failure.
+pub fn exit_code(component: &Component, outcome: anyhow::Result<ShutdownReason>) -> ExitCode {
+    match outcome {
+        Ok(reason) if !reason.is_failure() => {
+            tracing::info!(component = component.name, %reason, "{} stopped: {reason}", component.name);
+            ExitCode::SUCCESS
+        }
+        Ok(reason) => {
+            tracing::error!(component = component.name, %reason, "{} stopped: {reason}", component.name);
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            // Our error messages already embed their causes; print each cause once.
+            let message = crate::cluster::error_chain(err.as_ref());
+            tracing::error!(
+                component = component.name,
+                "{} cannot run: {message}",
+                component.name
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Installs logging for a binary; on a bad `RUST_LOG` prints why to stderr and
+/// returns the exit status to use.
+pub fn init_process_logging(
+    component: &Component,
+    args: &crate::logging::LogArgs,
+) -> Result<(), ExitCode> {
+    match crate::logging::init_logging(args) {
+        Ok(_) => {
+            tracing::info!(
+                component = component.name,
+                version = crate::cli::version(),
+                "starting {} {}",
+                component.name,
+                crate::cli::version()
+            );
+            Ok(())
+        }
+        Err(err) => {
+            eprintln!("{}: {err}", component.name);
+            Err(ExitCode::from(2))
         }
     }
 }
