@@ -202,10 +202,6 @@ pub(crate) fn is_zero_i32(value: &i32) -> bool {
     *value == 0
 }
 
-pub(crate) fn is_zero_i64(value: &i64) -> bool {
-    *value == 0
-}
-
 pub(crate) fn is_false(value: &bool) -> bool {
     !*value
 }

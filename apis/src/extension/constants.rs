@@ -1,9 +1,14 @@
 //! Domain prefixes and the general pod keys (upstream `constants.go`), plus
 //! keys upstream defines outside `apis/extension` that other components
-//! share.
+//! share, and readers for the oom-score-adj annotations.
 //!
 //! Note the trailing slash: [`DOMAIN_PREFIX`] and [`RESOURCE_DOMAIN_PREFIX`]
 //! end with `/`, the other domain constants do not.
+
+use std::collections::BTreeMap;
+
+use super::annotations::{StringMap, parse_go_decimal_i64, parse_json_annotation_non_empty};
+use super::error::ExtensionError;
 
 /// `koordinator.sh/`
 pub const DOMAIN_PREFIX: &str = "koordinator.sh/";
@@ -60,6 +65,62 @@ string_enum! {
         P95 = "p95",
         P90 = "p90",
         P50 = "p50",
+    }
+}
+
+/// Lowest and highest `oom_score_adj` the kernel accepts.
+pub const OOM_SCORE_ADJ_RANGE: std::ops::RangeInclusive<i64> = -1000..=1000;
+
+/// The pod-level `oom_score_adj`; absent or empty → `Ok(None)`.
+pub fn get_pod_oom_score_adj(annotations: &StringMap) -> Result<Option<i64>, ExtensionError> {
+    let key = ANNOTATION_OOM_SCORE_ADJ;
+    match annotations.get(key).filter(|text| !text.is_empty()) {
+        None => Ok(None),
+        Some(text) => {
+            let value = parse_go_decimal_i64(text)
+                .map_err(|reason| ExtensionError::invalid_value(key, text, reason))?;
+            check_oom_score_adj(key, text, value).map(Some)
+        }
+    }
+}
+
+/// The per-container `oom_score_adj` map; absent or empty → `Ok(None)`.
+pub fn get_pod_oom_score_adj_spec(
+    annotations: &StringMap,
+) -> Result<Option<BTreeMap<String, i64>>, ExtensionError> {
+    let key = ANNOTATION_OOM_SCORE_ADJ_SPEC;
+    let spec: Option<BTreeMap<String, i64>> = parse_json_annotation_non_empty(annotations, key)?;
+    if let (Some(spec), Some(text)) = (&spec, annotations.get(key)) {
+        for value in spec.values() {
+            check_oom_score_adj(key, text, *value)?;
+        }
+    }
+    Ok(spec)
+}
+
+/// The `oom_score_adj` koordlet applies to a container: its entry in the
+/// per-container spec, else the pod-level value, else `None` (leave as is).
+pub fn oom_score_adj_for_container(
+    annotations: &StringMap,
+    container_name: &str,
+) -> Result<Option<i64>, ExtensionError> {
+    if let Some(value) =
+        get_pod_oom_score_adj_spec(annotations)?.and_then(|spec| spec.get(container_name).copied())
+    {
+        return Ok(Some(value));
+    }
+    get_pod_oom_score_adj(annotations)
+}
+
+fn check_oom_score_adj(key: &str, text: &str, value: i64) -> Result<i64, ExtensionError> {
+    if OOM_SCORE_ADJ_RANGE.contains(&value) {
+        Ok(value)
+    } else {
+        Err(ExtensionError::invalid_value(
+            key,
+            text,
+            format!("oom_score_adj {value} is outside [-1000, 1000]"),
+        ))
     }
 }
 

@@ -154,7 +154,11 @@ pub struct DeviceHint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// Allocate VFs from PFs whose VFs match.
-    #[serde(rename = "vfSelector", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "vfSelector",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub vf_selector: Option<LabelSelector>,
     #[serde(
         rename = "allocateStrategy",
@@ -228,7 +232,11 @@ pub struct GPUPartitionSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub allocate_policy: Option<GPUPartitionAllocatePolicy>,
-    #[serde(rename = "ringBusBandwidth", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ringBusBandwidth",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ring_bus_bandwidth: Option<Quantity>,
 }
 
@@ -259,9 +267,17 @@ pub struct GPUPartition {
         skip_serializing_if = "Option::is_none"
     )]
     pub gpu_link_type: Option<GPULinkType>,
-    #[serde(rename = "ringBusBandwidth", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ringBusBandwidth",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ring_bus_bandwidth: Option<Quantity>,
-    #[serde(rename = "allocationScore", default, skip_serializing_if = "is_zero_i32")]
+    #[serde(
+        rename = "allocationScore",
+        default,
+        skip_serializing_if = "is_zero_i32"
+    )]
     pub allocation_score: i32,
 }
 
@@ -321,7 +337,11 @@ pub fn set_device_joint_allocate(
     annotations: &mut StringMap,
     joint_allocate: &DeviceJointAllocate,
 ) -> Result<(), ExtensionError> {
-    set_json_annotation(annotations, ANNOTATION_DEVICE_JOINT_ALLOCATE, joint_allocate)
+    set_json_annotation(
+        annotations,
+        ANNOTATION_DEVICE_JOINT_ALLOCATE,
+        joint_allocate,
+    )
 }
 
 /// The pod's GPU partition request; an unset allocate policy reads as

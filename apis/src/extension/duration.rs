@@ -119,8 +119,8 @@ impl GoDuration {
                 fraction_value = fraction_value * 10 + u128::from(digit - b'0');
                 scale *= 10;
             }
-            let fraction_nanos = u64::try_from(fraction_value * u128::from(unit) / scale)
-                .map_err(|_| overflow())?;
+            let fraction_nanos =
+                u64::try_from(fraction_value * u128::from(unit) / scale).map_err(|_| overflow())?;
             value = value.checked_add(fraction_nanos).ok_or_else(overflow)?;
             total = total.checked_add(value).ok_or_else(overflow)?;
             rest = tail;
@@ -242,7 +242,16 @@ mod tests {
     #[test]
     fn rejects_what_go_rejects() {
         for text in [
-            "", "-", "10", "1x", "s", ".s", "1h-1m", "2562047h47m16.854775808s", "1 s", "1.2.3s",
+            "",
+            "-",
+            "10",
+            "1x",
+            "s",
+            ".s",
+            "1h-1m",
+            "2562047h47m16.854775808s",
+            "1 s",
+            "1.2.3s",
         ] {
             assert!(GoDuration::parse(text).is_err(), "{text:?} should fail");
         }

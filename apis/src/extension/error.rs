@@ -20,6 +20,10 @@ pub enum ExtensionError {
         value: String,
         reason: String,
     },
+    /// A key another key depends on is absent (e.g. a gang without
+    /// `min-available`).
+    #[error("{key}: required but absent")]
+    Missing { key: String },
     /// The value could not be encoded to JSON (e.g. a map with non-string keys).
     #[error("{key}: cannot encode value as JSON: {source}")]
     Encode {
@@ -35,6 +39,7 @@ impl ExtensionError {
         match self {
             ExtensionError::MalformedJson { key, .. }
             | ExtensionError::InvalidValue { key, .. }
+            | ExtensionError::Missing { key }
             | ExtensionError::Encode { key, .. } => key,
         }
     }

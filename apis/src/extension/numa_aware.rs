@@ -6,8 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::annotations::{
-    StringMap, empty_as_none, is_false, null_as_default, parse_json_annotation,
-    set_json_annotation,
+    StringMap, empty_as_none, is_false, null_as_default, parse_json_annotation, set_json_annotation,
 };
 use super::error::ExtensionError;
 use super::resource::ResourceList;
@@ -256,7 +255,11 @@ pub struct KubeletCPUManagerPolicy {
         skip_serializing_if = "std::collections::BTreeMap::is_empty"
     )]
     pub options: std::collections::BTreeMap<String, String>,
-    #[serde(rename = "reservedCPUs", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "reservedCPUs",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub reserved_cpus: String,
 }
 
@@ -365,7 +368,9 @@ pub fn node_cpu_bind_policy(
     node_labels: &StringMap,
     kubelet_policy: Option<&KubeletCPUManagerPolicy>,
 ) -> NodeCPUBindPolicy {
-    let label = node_labels.get(LABEL_NODE_CPU_BIND_POLICY).map(String::as_str);
+    let label = node_labels
+        .get(LABEL_NODE_CPU_BIND_POLICY)
+        .map(String::as_str);
     let kubelet_full_pcpus_only = kubelet_policy.is_some_and(|policy| {
         policy.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
             && policy
@@ -394,7 +399,10 @@ pub fn node_numa_topology_policy(labels: &StringMap) -> Result<NUMATopologyPolic
 }
 
 pub fn set_node_numa_topology_policy(labels: &mut StringMap, policy: NUMATopologyPolicy) {
-    labels.insert(LABEL_NUMA_TOPOLOGY_POLICY.to_owned(), policy.as_str().to_owned());
+    labels.insert(
+        LABEL_NUMA_TOPOLOGY_POLICY.to_owned(),
+        policy.as_str().to_owned(),
+    );
 }
 
 /// The node's NUMA allocate strategy label, if it names a known strategy

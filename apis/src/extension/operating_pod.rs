@@ -3,9 +3,7 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::annotations::{
-    StringMap, parse_json_annotation_non_empty, set_json_annotation,
-};
+use super::annotations::{StringMap, parse_json_annotation_non_empty, set_json_annotation};
 use super::error::ExtensionError;
 use crate::scheduling::v1alpha1::ReservationOwner;
 

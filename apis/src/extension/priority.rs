@@ -60,7 +60,11 @@ impl PriorityClass {
             PriorityClass::Free,
         ]
         .into_iter()
-        .find(|class| class.value_range().is_some_and(|band| band.contains(&priority)))
+        .find(|class| {
+            class
+                .value_range()
+                .is_some_and(|band| band.contains(&priority))
+        })
         .unwrap_or(DEFAULT_PRIORITY_CLASS)
     }
 

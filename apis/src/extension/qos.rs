@@ -180,7 +180,10 @@ mod tests {
     #[test]
     fn json_uses_upstream_strings() {
         assert_eq!(serde_json::to_string(&QoSClass::LSR).unwrap(), r#""LSR""#);
-        assert_eq!(serde_json::from_str::<QoSClass>(r#""BE""#).unwrap(), QoSClass::BE);
+        assert_eq!(
+            serde_json::from_str::<QoSClass>(r#""BE""#).unwrap(),
+            QoSClass::BE
+        );
         assert!(serde_json::from_str::<QoSClass>(r#""XX""#).is_err());
     }
 }

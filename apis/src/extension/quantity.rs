@@ -78,7 +78,10 @@ impl QuantityValue {
                 .ok_or_else(too_large)?;
             mantissa.checked_mul(factor).ok_or_else(too_large)?
         } else {
-            match u32::try_from(-ten_power).ok().and_then(|p| 10i128.checked_pow(p)) {
+            match u32::try_from(-ten_power)
+                .ok()
+                .and_then(|p| 10i128.checked_pow(p))
+            {
                 // Sub-nano precision rounds up to the next nano unit.
                 Some(divisor) => ceil_div(mantissa, divisor),
                 None => i128::from(mantissa > 0),
@@ -190,7 +193,8 @@ impl PartialEq<i64> for QuantityValue {
 
 impl PartialOrd<i64> for QuantityValue {
     fn partial_cmp(&self, other: &i64) -> Option<Ordering> {
-        self.nanos.partial_cmp(&(i128::from(*other) * NANOS_PER_UNIT))
+        self.nanos
+            .partial_cmp(&(i128::from(*other) * NANOS_PER_UNIT))
     }
 }
 
@@ -288,14 +292,19 @@ mod tests {
 
     #[test]
     fn rejects_malformed_quantities() {
-        for text in ["", "abc", ".", "1..0", "1.0.0", "1 Gi", "1Gb", "1e", "1ee3", "--1", "1e99999"] {
+        for text in [
+            "", "abc", ".", "1..0", "1.0.0", "1 Gi", "1Gb", "1e", "1ee3", "--1", "1e99999",
+        ] {
             assert!(QuantityValue::parse(text).is_err(), "{text:?} should fail");
         }
     }
 
     #[test]
     fn equal_values_in_different_units_compare_equal() {
-        assert_eq!(QuantityValue::parse("1Gi"), QuantityValue::parse("1073741824"));
+        assert_eq!(
+            QuantityValue::parse("1Gi"),
+            QuantityValue::parse("1073741824")
+        );
         assert_eq!(QuantityValue::parse("1000m"), QuantityValue::parse("1"));
         assert!(QuantityValue::parse("1001m").unwrap() > QuantityValue::parse("1").unwrap());
     }

@@ -194,7 +194,11 @@ pub fn set_reservation_restricted_options(
     annotations: &mut StringMap,
     options: &ReservationRestrictedOptions,
 ) -> Result<(), ExtensionError> {
-    set_json_annotation(annotations, ANNOTATION_RESERVATION_RESTRICTED_OPTIONS, options)
+    set_json_annotation(
+        annotations,
+        ANNOTATION_RESERVATION_RESTRICTED_OPTIONS,
+        options,
+    )
 }
 
 /// Absent or empty → `Ok(None)`.

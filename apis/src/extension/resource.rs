@@ -149,7 +149,9 @@ pub fn get_pod_replace_resources_config(annotations: &StringMap) -> ReplaceResou
         if to.is_empty() {
             config.erase_names.push(from.to_owned());
         } else {
-            config.replace_mappings.insert(from.to_owned(), to.to_owned());
+            config
+                .replace_mappings
+                .insert(from.to_owned(), to.to_owned());
         }
     }
     config
