@@ -1,1 +1,306 @@
+//! koord-runtime-proxy: sits between the kubelet and the container runtime on
+//! the CRI socket and calls hook servers around lifecycle calls. This build
+//! provides the process shell only: flags, health/metrics serving and a check
+//! of the backend runtime socket. It does not listen on the CRI endpoint yet.
 
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Parser;
+use koord_common::health::{CheckFuture, HealthCheck};
+use koord_common::process::{Component, ComponentContext};
+use koord_common::{Endpoints, ListenerSpec, LogArgs, ServeAt, ShutdownReason};
+
+pub const COMPONENT: Component = Component {
+    name: "koord-runtime-proxy",
+    metric_prefix: "koord_runtime_proxy",
+};
+
+pub const DEFAULT_RUNTIME_PROXY_ENDPOINT: &str = "/var/run/koord-runtimeproxy/runtimeproxy.sock";
+pub const DEFAULT_CONTAINERD_ENDPOINT: &str = "/var/run/containerd/containerd.sock";
+pub const DEFAULT_HOOK_SERVER_KEY: &str = "runtimeproxy.koordinator.sh/skip-hookserver";
+pub const DEFAULT_HOOK_SERVER_VAL: &str = "true";
+/// Upstream reads hook-server registrations from this directory (it has no flag for it).
+pub const DEFAULT_HOOK_SERVER_CONFIG_DIR: &str = "/etc/runtime/hookserver.d";
+/// Upstream serves no metrics here; this port sits next to koordlet's 9316/9317, on
+/// loopback because the proxy runs on the host, outside any pod network.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9318";
+
+/// Readiness check that stays failing until CRI proxying exists.
+pub const CRI_PROXY_CHECK: &str = "cri-proxy";
+/// Readiness check that the backend runtime socket accepts connections.
+pub const BACKEND_CHECK: &str = "backend";
+
+/// The container engine behind the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendRuntimeMode {
+    #[value(name = "Containerd")]
+    Containerd,
+    #[value(name = "Docker")]
+    Docker,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("CRI endpoint is empty")]
+    Empty,
+    #[error("CRI endpoint {0:?} is not supported; use a unix socket path or unix:///path")]
+    UnsupportedScheme(String),
+    #[error("CRI endpoint {0:?} must be an absolute socket path")]
+    NotAbsolute(String),
+}
+
+/// A CRI endpoint: a unix socket, written as a path or `unix:///path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriEndpoint(PathBuf);
+
+impl CriEndpoint {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for CriEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.display())
+    }
+}
+
+impl FromStr for CriEndpoint {
+    type Err = EndpointError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let text = input.trim();
+        if text.is_empty() {
+            return Err(EndpointError::Empty);
+        }
+        let path = match text.split_once("://") {
+            Some(("unix", path)) => path,
+            Some(_) => return Err(EndpointError::UnsupportedScheme(text.to_string())),
+            None => text,
+        };
+        if !path.starts_with('/') {
+            return Err(EndpointError::NotAbsolute(text.to_string()));
+        }
+        Ok(Self(PathBuf::from(path)))
+    }
+}
+
+/// Command-line flags; upstream names and defaults from `cmd/koord-runtime-proxy`,
+/// plus the serving address, image endpoint and hook config directory (no upstream flag).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "koord-runtime-proxy", version = koord_common::cli::version(), about = "Koordinator runtime proxy (CRI)")]
+pub struct RuntimeProxyArgs {
+    /// Unix socket the proxy serves CRI on (the kubelet's --container-runtime-endpoint).
+    #[arg(long = "koord-runtimeproxy-endpoint", default_value = DEFAULT_RUNTIME_PROXY_ENDPOINT, value_name = "PATH")]
+    pub runtime_proxy_endpoint: CriEndpoint,
+
+    /// The backend runtime's CRI RuntimeService socket.
+    #[arg(long = "remote-runtime-service-endpoint", default_value = DEFAULT_CONTAINERD_ENDPOINT, value_name = "PATH")]
+    pub remote_runtime_service_endpoint: CriEndpoint,
+
+    /// The backend's CRI ImageService socket, when it differs from the runtime service socket.
+    #[arg(long = "remote-image-service-endpoint", value_name = "PATH")]
+    pub remote_image_service_endpoint: Option<CriEndpoint>,
+
+    /// Backend container engine.
+    #[arg(
+        long = "backend-runtime-mode",
+        value_enum,
+        ignore_case = true,
+        default_value = "Containerd",
+        value_name = "MODE"
+    )]
+    pub backend_runtime_mode: BackendRuntimeMode,
+
+    /// Sandbox label key marking pods whose CRI calls skip the hook servers (e.g. koordlet itself).
+    #[arg(long = "runtime-hook-server-key", default_value = DEFAULT_HOOK_SERVER_KEY, value_name = "KEY")]
+    pub runtime_hook_server_key: String,
+
+    /// Label value that goes with --runtime-hook-server-key.
+    #[arg(long = "runtime-hook-server-val", default_value = DEFAULT_HOOK_SERVER_VAL, value_name = "VALUE")]
+    pub runtime_hook_server_val: String,
+
+    /// Directory of hook-server registration files (*.json).
+    #[arg(long = "hook-server-config-dir", default_value = DEFAULT_HOOK_SERVER_CONFIG_DIR, value_name = "DIR")]
+    pub hook_server_config_dir: PathBuf,
+
+    /// Address of the /healthz, /readyz and /metrics server ("0" disables it).
+    #[arg(long = "metrics-addr", default_value = DEFAULT_METRICS_ADDR, value_name = "ADDR")]
+    pub metrics_addr: ServeAt,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeProxyError {
+    #[error("backend runtime mode Docker is not supported by this build; only Containerd (CRI) is")]
+    DockerUnsupported,
+}
+
+/// Checks that the backend runtime socket exists and accepts a connection.
+pub struct BackendSocketCheck {
+    endpoint: CriEndpoint,
+    connect_timeout: Duration,
+}
+
+impl BackendSocketCheck {
+    pub fn new(endpoint: CriEndpoint) -> Self {
+        Self {
+            endpoint,
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+
+    pub async fn probe(&self) -> Result<(), String> {
+        let path = self.endpoint.path();
+        if !path.exists() {
+            return Err(format!("runtime socket {} does not exist", path.display()));
+        }
+        match tokio::time::timeout(self.connect_timeout, tokio::net::UnixStream::connect(path))
+            .await
+        {
+            Ok(Ok(_stream)) => Ok(()),
+            Ok(Err(err)) => Err(format!(
+                "cannot connect to runtime socket {}: {err}",
+                path.display()
+            )),
+            Err(_) => Err(format!(
+                "runtime socket {} did not accept a connection within {:?}",
+                path.display(),
+                self.connect_timeout
+            )),
+        }
+    }
+}
+
+impl HealthCheck for BackendSocketCheck {
+    fn check(&self) -> CheckFuture<'_> {
+        Box::pin(self.probe())
+    }
+}
+
+/// Runs until a signal or a failure; `Err` means start-up failed.
+pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
+    if args.backend_runtime_mode == BackendRuntimeMode::Docker {
+        return Err(RuntimeProxyError::DockerUnsupported.into());
+    }
+    let context = ComponentContext::new(COMPONENT);
+    koord_common::spawn_signal_handler(context.shutdown.clone())?;
+    context.mark_not_implemented(CRI_PROXY_CHECK);
+    context.health.add_readiness_check(
+        BACKEND_CHECK,
+        BackendSocketCheck::new(args.remote_runtime_service_endpoint.clone()),
+    );
+
+    let server = match args.metrics_addr.addr() {
+        Some(addr) => Some(
+            context
+                .start_server(vec![ListenerSpec::new(addr, Endpoints::ALL)])
+                .await?,
+        ),
+        None => None,
+    };
+
+    tracing::warn!(
+        endpoint = %args.runtime_proxy_endpoint,
+        backend = %args.remote_runtime_service_endpoint,
+        "CRI proxying is not implemented in this build yet: not listening on {}; \
+         the kubelet must keep talking to {} directly",
+        args.runtime_proxy_endpoint,
+        args.remote_runtime_service_endpoint,
+    );
+    Ok(context.wait_for_shutdown(server).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_upstream() {
+        let args = RuntimeProxyArgs::try_parse_from(["koord-runtime-proxy"]).unwrap();
+        assert_eq!(
+            args.runtime_proxy_endpoint.path(),
+            Path::new(DEFAULT_RUNTIME_PROXY_ENDPOINT)
+        );
+        assert_eq!(
+            args.remote_runtime_service_endpoint.path(),
+            Path::new(DEFAULT_CONTAINERD_ENDPOINT)
+        );
+        assert_eq!(args.backend_runtime_mode, BackendRuntimeMode::Containerd);
+        assert_eq!(
+            args.runtime_hook_server_key,
+            "runtimeproxy.koordinator.sh/skip-hookserver"
+        );
+        assert_eq!(args.runtime_hook_server_val, "true");
+        assert_eq!(
+            args.hook_server_config_dir,
+            Path::new("/etc/runtime/hookserver.d")
+        );
+        assert_eq!(args.remote_image_service_endpoint, None);
+        assert_eq!(args.metrics_addr.to_string(), "127.0.0.1:9318");
+    }
+
+    #[test]
+    fn backend_mode_accepts_upstream_spelling() {
+        for (flag, mode) in [
+            ("Docker", BackendRuntimeMode::Docker),
+            ("docker", BackendRuntimeMode::Docker),
+            ("Containerd", BackendRuntimeMode::Containerd),
+        ] {
+            let args =
+                RuntimeProxyArgs::try_parse_from(["p", "--backend-runtime-mode", flag]).unwrap();
+            assert_eq!(args.backend_runtime_mode, mode);
+        }
+        assert!(RuntimeProxyArgs::try_parse_from(["p", "--backend-runtime-mode", "crio"]).is_err());
+    }
+
+    #[test]
+    fn endpoints_accept_paths_and_unix_urls() {
+        assert_eq!(
+            "/run/containerd.sock"
+                .parse::<CriEndpoint>()
+                .unwrap()
+                .path(),
+            Path::new("/run/containerd.sock")
+        );
+        assert_eq!(
+            "unix:///run/containerd.sock"
+                .parse::<CriEndpoint>()
+                .unwrap()
+                .path(),
+            Path::new("/run/containerd.sock")
+        );
+        assert_eq!("".parse::<CriEndpoint>(), Err(EndpointError::Empty));
+        assert!(matches!(
+            "tcp://1.2.3.4:1".parse::<CriEndpoint>(),
+            Err(EndpointError::UnsupportedScheme(_))
+        ));
+        assert!(matches!(
+            "run/x.sock".parse::<CriEndpoint>(),
+            Err(EndpointError::NotAbsolute(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn backend_check_reports_missing_and_live_sockets() {
+        let dir = std::env::temp_dir().join(format!("koord-rp-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("containerd.sock");
+        let endpoint: CriEndpoint = socket.to_str().unwrap().parse().unwrap();
+        let check = BackendSocketCheck::new(endpoint.clone());
+        let missing = check.probe().await.unwrap_err();
+        assert!(missing.contains("does not exist"), "{missing}");
+
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        assert_eq!(check.probe().await, Ok(()));
+        drop(listener);
+        // The file stays behind but nobody accepts any more.
+        let refused = check.probe().await.unwrap_err();
+        assert!(refused.contains("cannot connect"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
