@@ -121,7 +121,8 @@ pub fn remove_nullable(
 }
 
 /// Makes a kube-derive CRD look like controller-gen's: root `apiVersion`,
-/// `kind` and `metadata` properties, and no `nullable` markers.
+/// `kind` and `metadata` properties, no root `title`, and no `nullable`
+/// markers.
 pub fn controller_gen_style(
     crd: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 ) {
@@ -132,6 +133,7 @@ pub fn controller_gen_style(
             .as_mut()
             .and_then(|schema| schema.open_api_v3_schema.as_mut())
         {
+            root.title = None;
             remove_nullable(root);
         }
     }
@@ -195,4 +197,54 @@ pub fn label_selector(generator: &mut SchemaGenerator) -> Schema {
         }
     }
     schema
+}
+
+/// A list of `metav1.Condition` with the validations the upstream schema
+/// carries for it (lengths, patterns, status enum).
+pub fn metav1_conditions(generator: &mut SchemaGenerator) -> Schema {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    let mut condition = generator.subschema_for::<Condition>();
+    let rules = [
+        ("message", serde_json::json!({"maxLength": 32768})),
+        ("observedGeneration", serde_json::json!({"minimum": 0})),
+        (
+            "reason",
+            serde_json::json!({
+                "maxLength": 1024,
+                "minLength": 1,
+                "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+            }),
+        ),
+        (
+            "status",
+            serde_json::json!({"enum": ["True", "False", "Unknown"]}),
+        ),
+        (
+            "type",
+            serde_json::json!({
+                "maxLength": 316,
+                "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+            }),
+        ),
+    ];
+    if let Some(properties) = condition
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for (name, rule) in rules {
+            if let (Some(property), Some(rule)) = (
+                properties
+                    .get_mut(name)
+                    .and_then(serde_json::Value::as_object_mut),
+                rule.as_object(),
+            ) {
+                property.extend(rule.clone());
+            }
+        }
+    }
+    json_schema!({
+        "type": "array",
+        "items": condition,
+    })
 }

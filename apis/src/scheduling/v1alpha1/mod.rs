@@ -3,8 +3,12 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+mod device;
+mod pod_migration_job;
 mod reservation;
 
+pub use device::*;
+pub use pod_migration_job::*;
 pub use reservation::*;
 
 /// The API group of this module.
@@ -14,8 +18,7 @@ pub const VERSION: &str = "v1alpha1";
 
 /// The CRDs of this group version, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![Reservation::crd()];
-    crds.iter_mut()
-        .for_each(crate::schema::controller_gen_style);
-    crds
+    let mut reservation = Reservation::crd();
+    crate::schema::controller_gen_style(&mut reservation);
+    vec![reservation, Device::crd(), pod_migration_job_crd()]
 }
