@@ -42,6 +42,14 @@ macro_rules! string_enum {
             }
         }
 
+        impl $crate::slo::StringEnum for $name {
+            const KNOWN_VALUES: &'static [&'static str] = $name::KNOWN_VALUES;
+
+            fn as_str(&self) -> &str {
+                $name::as_str(self)
+            }
+        }
+
         impl From<&str> for $name {
             fn from(value: &str) -> Self {
                 match value {
@@ -104,3 +112,18 @@ macro_rules! string_enum {
 }
 
 pub(crate) use string_enum;
+
+/// What every enum declared with `string_enum!` offers, for code that checks
+/// values generically (e.g. configuration validation).
+pub trait StringEnum {
+    /// Every value upstream defines.
+    const KNOWN_VALUES: &'static [&'static str];
+
+    /// The wire value.
+    fn as_str(&self) -> &str;
+
+    /// False for a value upstream does not define.
+    fn is_known(&self) -> bool {
+        Self::KNOWN_VALUES.contains(&self.as_str())
+    }
+}
