@@ -34,7 +34,10 @@ fn inventory_dir() -> PathBuf {
 fn load_inventory(file: &str) -> Inventory {
     let text = std::fs::read_to_string(inventory_dir().join(file)).unwrap();
     let mut inventory = Inventory::default();
-    for line in text.lines().filter(|line| !line.starts_with('#') && !line.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+    {
         let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
         match key {
             "name" => inventory.name = rest.to_string(),
@@ -44,12 +47,19 @@ fn load_inventory(file: &str) -> Inventory {
             }
             "column" => {
                 let (version, column) = rest.split_once(' ').unwrap();
-                inventory.columns.entry(version.into()).or_default().insert(column.into());
+                inventory
+                    .columns
+                    .entry(version.into())
+                    .or_default()
+                    .insert(column.into());
             }
             "path" => {
                 let mut parts = rest.splitn(3, ' ');
-                let (version, path, kind) =
-                    (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+                let (version, path, kind) = (
+                    parts.next().unwrap(),
+                    parts.next().unwrap(),
+                    parts.next().unwrap(),
+                );
                 inventory
                     .paths
                     .entry(version.into())
@@ -69,7 +79,11 @@ fn type_of(schema: &Value) -> String {
     if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
         return "int-or-string".into();
     }
-    let mut kind = schema.get("type").and_then(Value::as_str).unwrap_or("any").to_string();
+    let mut kind = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("any")
+        .to_string();
     if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
         kind.push_str("(preserve-unknown)");
     }
@@ -77,7 +91,14 @@ fn type_of(schema: &Value) -> String {
 }
 
 fn walk(schema: &Value, path: &str, out: &mut BTreeMap<String, String>) {
-    out.insert(if path.is_empty() { ".".into() } else { path.into() }, type_of(schema));
+    out.insert(
+        if path.is_empty() {
+            ".".into()
+        } else {
+            path.into()
+        },
+        type_of(schema),
+    );
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         for (name, child) in properties {
             walk(child, &format!("{path}.{name}"), out);
@@ -86,14 +107,19 @@ fn walk(schema: &Value, path: &str, out: &mut BTreeMap<String, String>) {
     if let Some(items) = schema.get("items").filter(|items| items.is_object()) {
         walk(items, &format!("{path}[]"), out);
     }
-    if let Some(values) = schema.get("additionalProperties").filter(|values| values.is_object()) {
+    if let Some(values) = schema
+        .get("additionalProperties")
+        .filter(|values| values.is_object())
+    {
         walk(values, &format!("{path}{{}}"), out);
     }
 }
 
 /// Facts about our generated CRD, in the inventory's vocabulary.
 fn ours(name: &str) -> Option<Inventory> {
-    let crd = apis::crds::all().into_iter().find(|crd| crd.metadata.name.as_deref() == Some(name))?;
+    let crd = apis::crds::all()
+        .into_iter()
+        .find(|crd| crd.metadata.name.as_deref() == Some(name))?;
     let spec = &crd.spec;
     let mut short_names = spec.names.short_names.clone().unwrap_or_default();
     short_names.sort();
@@ -114,17 +140,26 @@ fn ours(name: &str) -> Option<Inventory> {
         }
     }
     for version in &spec.versions {
-        let status = version.subresources.as_ref().is_some_and(|sub| sub.status.is_some());
+        let status = version
+            .subresources
+            .as_ref()
+            .is_some_and(|sub| sub.status.is_some());
         inventory.versions.insert(
             version.name.clone(),
-            format!("served={} storage={} status={}", version.served, version.storage, status),
+            format!(
+                "served={} storage={} status={}",
+                version.served, version.storage, status
+            ),
         );
         for column in version.additional_printer_columns.iter().flatten() {
             inventory
                 .columns
                 .entry(version.name.clone())
                 .or_default()
-                .insert(format!("{} {} {}", column.name, column.type_, column.json_path));
+                .insert(format!(
+                    "{} {} {}",
+                    column.name, column.type_, column.json_path
+                ));
         }
         let schema = version
             .schema
@@ -169,10 +204,14 @@ fn differences(upstream: &Inventory, ours: &Inventory) -> Vec<(String, String)> 
         for (path, kind) in upstream.paths.get(version).unwrap_or(&no_paths) {
             match our_paths.get(path) {
                 Some(mine) if mine == kind => {}
-                Some(mine) => {
-                    found.push((path.clone(), format!("{version}: upstream {kind}, ours {mine}")))
-                }
-                None => found.push((path.clone(), format!("{version}: missing (upstream {kind})"))),
+                Some(mine) => found.push((
+                    path.clone(),
+                    format!("{version}: upstream {kind}, ours {mine}"),
+                )),
+                None => found.push((
+                    path.clone(),
+                    format!("{version}: missing (upstream {kind})"),
+                )),
             }
         }
     }
@@ -191,7 +230,11 @@ fn check(file: &str) {
     let found = differences(&upstream, &ours);
     let unexpected: Vec<_> = found
         .iter()
-        .filter(|(path, _)| !allowed.iter().any(|(_, allowed_path, _)| allowed_path == path))
+        .filter(|(path, _)| {
+            !allowed
+                .iter()
+                .any(|(_, allowed_path, _)| allowed_path == path)
+        })
         .map(|(path, what)| format!("  {path}: {what}"))
         .collect();
     let stale: Vec<_> = allowed

@@ -45,10 +45,24 @@ fn every_crd_is_structural_and_named_consistently() {
         let expected = format!("{}.{}", spec.names.plural, spec.group);
         assert_eq!(crd.metadata.name.as_deref(), Some(expected.as_str()));
         assert!(names.insert(expected.clone()), "duplicate CRD {expected}");
-        assert_eq!(spec.versions.iter().filter(|version| version.storage).count(), 1, "{expected}");
+        assert_eq!(
+            spec.versions
+                .iter()
+                .filter(|version| version.storage)
+                .count(),
+            1,
+            "{expected}"
+        );
         for version in &spec.versions {
-            let schema = version.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
-            assert!(schema.is_some(), "{expected} {} has no schema", version.name);
+            let schema = version
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref());
+            assert!(
+                schema.is_some(),
+                "{expected} {} has no schema",
+                version.name
+            );
         }
     }
 }

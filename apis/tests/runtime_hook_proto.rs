@@ -10,9 +10,8 @@ use apis::runtime::v1alpha1::runtime_hook_service_server::{
     RuntimeHookService, RuntimeHookServiceServer,
 };
 use apis::runtime::v1alpha1::{
-    ContainerMetadata, ContainerResourceHookRequest, ContainerResourceHookResponse,
-    HugepageLimit, LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse,
-    PodSandboxMetadata,
+    ContainerMetadata, ContainerResourceHookRequest, ContainerResourceHookResponse, HugepageLimit,
+    LinuxContainerResources, PodSandboxHookRequest, PodSandboxHookResponse, PodSandboxMetadata,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -28,16 +27,68 @@ const LEN: u8 = 2;
 #[test]
 fn linux_container_resources_field_numbers() {
     let checks: Vec<(LinuxContainerResources, u8, u8)> = vec![
-        (LinuxContainerResources { cpu_period: 1, ..Default::default() }, 1, VARINT),
-        (LinuxContainerResources { cpu_quota: 1, ..Default::default() }, 2, VARINT),
-        (LinuxContainerResources { cpu_shares: 1, ..Default::default() }, 3, VARINT),
-        (LinuxContainerResources { memory_limit_in_bytes: 1, ..Default::default() }, 4, VARINT),
-        (LinuxContainerResources { oom_score_adj: 1, ..Default::default() }, 5, VARINT),
-        (LinuxContainerResources { cpuset_cpus: "0".into(), ..Default::default() }, 6, LEN),
-        (LinuxContainerResources { cpuset_mems: "0".into(), ..Default::default() }, 7, LEN),
         (
             LinuxContainerResources {
-                hugepage_limits: vec![HugepageLimit { page_size: "2MB".into(), limit: 1 }],
+                cpu_period: 1,
+                ..Default::default()
+            },
+            1,
+            VARINT,
+        ),
+        (
+            LinuxContainerResources {
+                cpu_quota: 1,
+                ..Default::default()
+            },
+            2,
+            VARINT,
+        ),
+        (
+            LinuxContainerResources {
+                cpu_shares: 1,
+                ..Default::default()
+            },
+            3,
+            VARINT,
+        ),
+        (
+            LinuxContainerResources {
+                memory_limit_in_bytes: 1,
+                ..Default::default()
+            },
+            4,
+            VARINT,
+        ),
+        (
+            LinuxContainerResources {
+                oom_score_adj: 1,
+                ..Default::default()
+            },
+            5,
+            VARINT,
+        ),
+        (
+            LinuxContainerResources {
+                cpuset_cpus: "0".into(),
+                ..Default::default()
+            },
+            6,
+            LEN,
+        ),
+        (
+            LinuxContainerResources {
+                cpuset_mems: "0".into(),
+                ..Default::default()
+            },
+            7,
+            LEN,
+        ),
+        (
+            LinuxContainerResources {
+                hugepage_limits: vec![HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 1,
+                }],
                 ..Default::default()
             },
             8,
@@ -52,14 +103,21 @@ fn linux_container_resources_field_numbers() {
             LEN,
         ),
         (
-            LinuxContainerResources { memory_swap_limit_in_bytes: 1, ..Default::default() },
+            LinuxContainerResources {
+                memory_swap_limit_in_bytes: 1,
+                ..Default::default()
+            },
             10,
             VARINT,
         ),
     ];
     for (message, number, wire_type) in checks {
         let bytes = message.encode_to_vec();
-        assert_eq!(bytes[0], tag(number, wire_type), "field {number} of {message:?}");
+        assert_eq!(
+            bytes[0],
+            tag(number, wire_type),
+            "field {number} of {message:?}"
+        );
     }
 }
 
@@ -90,9 +148,15 @@ fn hook_message_field_numbers() {
         ..Default::default()
     };
     assert_eq!(sandbox_response.encode_to_vec()[0], tag(3, LEN));
-    let meta = PodSandboxMetadata { attempt: 3, ..Default::default() };
+    let meta = PodSandboxMetadata {
+        attempt: 3,
+        ..Default::default()
+    };
     assert_eq!(meta.encode_to_vec(), vec![tag(4, VARINT), 3]);
-    let container_meta = ContainerMetadata { id: "c".into(), ..Default::default() };
+    let container_meta = ContainerMetadata {
+        id: "c".into(),
+        ..Default::default()
+    };
     assert_eq!(container_meta.encode_to_vec(), vec![tag(3, LEN), 1, b'c']);
 }
 
@@ -122,7 +186,10 @@ fn echo_container(request: ContainerResourceHookRequest) -> ContainerResourceHoo
     let mut annotations = request.container_annotations;
     annotations.insert(
         "echo/container".into(),
-        request.container_meta.map(|meta| meta.name).unwrap_or_default(),
+        request
+            .container_meta
+            .map(|meta| meta.name)
+            .unwrap_or_default(),
     );
     ContainerResourceHookResponse {
         container_annotations: annotations,
@@ -177,7 +244,9 @@ impl RuntimeHookService for EchoHooks {
         &self,
         _request: Request<ContainerResourceHookRequest>,
     ) -> Result<Response<ContainerResourceHookResponse>, Status> {
-        Err(Status::failed_precondition("post-stop refused by test server"))
+        Err(Status::failed_precondition(
+            "post-stop refused by test server",
+        ))
     }
     async fn pre_update_container_resources_hook(
         &self,
@@ -198,7 +267,9 @@ async fn grpc_round_trip_over_loopback() {
             .serve_with_incoming(incoming),
     );
 
-    let mut client = RuntimeHookServiceClient::connect(format!("http://{address}")).await.unwrap();
+    let mut client = RuntimeHookServiceClient::connect(format!("http://{address}"))
+        .await
+        .unwrap();
 
     let resources = LinuxContainerResources {
         cpu_period: 100_000,
@@ -226,12 +297,19 @@ async fn grpc_round_trip_over_loopback() {
         ..Default::default()
     };
 
-    let response = client.pre_create_container_hook(request.clone()).await.unwrap().into_inner();
+    let response = client
+        .pre_create_container_hook(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(response.container_resources, Some(resources));
     assert_eq!(response.pod_cgroup_parent, "/kubepods/burstable/poduid-1");
     assert_eq!(response.container_envs, request.container_envs);
     assert_eq!(
-        response.container_annotations.get("echo/container").map(String::as_str),
+        response
+            .container_annotations
+            .get("echo/container")
+            .map(String::as_str),
         Some("nginx")
     );
 
@@ -240,8 +318,11 @@ async fn grpc_round_trip_over_loopback() {
         cgroup_parent: "/kubepods/besteffort".into(),
         ..Default::default()
     };
-    let sandbox_response =
-        client.pre_run_pod_sandbox_hook(sandbox.clone()).await.unwrap().into_inner();
+    let sandbox_response = client
+        .pre_run_pod_sandbox_hook(sandbox.clone())
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(sandbox_response.labels, sandbox.labels);
     assert_eq!(sandbox_response.cgroup_parent, "/kubepods/besteffort");
 

@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
 /// Documents upstream publishes that are not valid against upstream's own
@@ -126,7 +126,11 @@ fn upstream_samples_deserialize() {
 
     let (mut passed, mut failures, mut tolerated) = (0, Vec::new(), 0);
     for file in &files {
-        let shown = file.strip_prefix(&root).unwrap_or(file).display().to_string();
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         for source in yaml_sources(file) {
             for document in serde_yaml::Deserializer::from_str(&source) {
                 // Docs hold fragments and templates that are not YAML; those are not manifests.
@@ -161,6 +165,9 @@ fn upstream_samples_deserialize() {
         failures.len()
     );
     assert!(passed > 0, "no manifests of our kinds found under {root}");
-    assert!(failures.is_empty(), "upstream manifests we cannot read:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "upstream manifests we cannot read:\n{}",
+        failures.join("\n")
+    );
 }
-
