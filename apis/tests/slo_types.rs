@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use apis::scheduling::v1alpha1::DeviceType;
 use apis::slo::v1alpha1::*;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -156,13 +157,17 @@ fn full_nodemetric_round_trips_field_for_field() {
     let node = status.node_metric.as_ref().unwrap();
     assert_eq!(node.node_usage.resources["cpu"], Quantity("7250m".into()));
     let gpu = &node.node_usage.devices[0];
-    assert_eq!(gpu.device_type, Some(DeviceType::Gpu));
-    assert_eq!(gpu.uuid, "GPU-8c7f2b1e-5d4a-4c3b-9e2f-1a0b9c8d7e6f");
+    assert_eq!(gpu.type_, Some(DeviceType::Gpu));
+    assert_eq!(
+        gpu.uuid.as_deref(),
+        Some("GPU-8c7f2b1e-5d4a-4c3b-9e2f-1a0b9c8d7e6f")
+    );
     assert_eq!(gpu.module_id, Some(1));
     assert!(gpu.health);
     assert_eq!(gpu.topology.as_ref().unwrap().pcie_id, "pci0000:3a");
-    assert_eq!(gpu.vf_groups[0].vfs[1].bus_id, "0000:3b:00.2");
-    assert_eq!(gpu.conditions[0].type_, "Healthy");
+    let vfs = gpu.vf_groups.as_ref().unwrap()[0].vfs.as_ref().unwrap();
+    assert_eq!(vfs[1].bus_id.as_deref(), Some("0000:3b:00.2"));
+    assert_eq!(gpu.conditions.as_ref().unwrap()[0].type_, "Healthy");
     assert_eq!(
         node.aggregated_node_usages[0].usage["p90"].resources["cpu"],
         Quantity("8".into())
