@@ -13,6 +13,9 @@ use crate::shutdown::{Shutdown, ShutdownReason};
 /// Reason reported by readiness checks for parts that later work will provide.
 pub const NOT_IMPLEMENTED: &str = "not implemented in this build";
 
+/// Name of the readiness check that tracks the API server connection.
+pub const CLUSTER_CHECK: &str = "cluster";
+
 /// How long open HTTP connections may linger once shutdown starts.
 pub const SERVER_DRAIN_GRACE: Duration = Duration::from_secs(5);
 
@@ -64,6 +67,15 @@ impl ComponentContext {
         start_server(&self.server_state(), specs, &self.shutdown).await
     }
 
+    /// Registers the `cluster` readiness check, failing until [`connect_required_cluster`]
+    /// succeeds. Call it before starting the server so no probe sees the process without it.
+    pub fn register_cluster_check(&self) -> StatusCheck {
+        self.health.readiness_status(
+            CLUSTER_CHECK,
+            Err("not connected to the Kubernetes API server yet".into()),
+        )
+    }
+
     /// Registers a readiness check that fails with [`NOT_IMPLEMENTED`].
     pub fn mark_not_implemented(&self, check_name: &str) -> StatusCheck {
         self.health
@@ -92,16 +104,14 @@ pub struct NeedsClusterError {
     pub source: ClusterError,
 }
 
-/// Connects to the API server, keeping a `cluster` readiness check up to date.
-/// Returns `Ok(None)` when shutdown fires first.
+/// Connects to the API server, updating the check from
+/// [`ComponentContext::register_cluster_check`]. Returns `Ok(None)` when shutdown fires first.
 pub async fn connect_required_cluster(
     context: &ComponentContext,
     options: &ClusterOptions,
+    readiness: &StatusCheck,
 ) -> Result<Option<ConnectedCluster>, NeedsClusterError> {
-    let readiness = context.health.readiness_status(
-        "cluster",
-        Err("connecting to the Kubernetes API server".into()),
-    );
+    readiness.set_failing("connecting to the Kubernetes API server");
     tracing::info!(timeout = ?options.timeout, "connecting to the Kubernetes API server");
     let connected = tokio::select! {
         result = crate::cluster::connect(options) => result,

@@ -56,6 +56,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
     context.mark_not_implemented(CONTROLLERS_CHECK);
+    let cluster_check = context.register_cluster_check();
 
     let listeners = args.listeners();
     let server = if listeners.is_empty() {
@@ -64,7 +65,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
         Some(context.start_server(listeners).await?)
     };
 
-    match connect_required_cluster(&context, &args.cluster.options()).await {
+    match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(_cluster)) => {
             tracing::warn!(
                 "the koord-manager controllers and webhooks are not implemented in this build yet; \

@@ -133,7 +133,18 @@ fn sigint_during_a_slow_connect_exits_zero() {
         .unwrap();
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert!(
-        readyz.body.contains("[-]cluster failed: connecting"),
+        readyz.body.contains("[-]cluster failed: "),
+        "{}",
+        readyz.body
+    );
+    process
+        .wait_for_line("connecting to the Kubernetes API server", WAIT)
+        .unwrap();
+    let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
+    assert!(
+        readyz
+            .body
+            .contains("[-]cluster failed: connecting to the Kubernetes API server"),
         "{}",
         readyz.body
     );

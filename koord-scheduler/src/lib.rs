@@ -54,6 +54,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
     context.mark_not_implemented(SCHEDULER_CHECK);
+    let cluster_check = context.register_cluster_check();
 
     let listeners = args.listeners();
     let server = if listeners.is_empty() {
@@ -63,7 +64,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
         Some(context.start_server(listeners).await?)
     };
 
-    match connect_required_cluster(&context, &args.cluster.options()).await {
+    match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(_cluster)) => {
             tracing::warn!(
                 "koord-scheduler scheduling is not implemented in this build yet; \

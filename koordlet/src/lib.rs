@@ -95,12 +95,13 @@ pub async fn run(
     register_start_time(&context.metrics, &node_name, context.started_at);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
     context.mark_not_implemented(DAEMON_CHECK);
+    let cluster_check = context.register_cluster_check();
 
     let server = context
         .start_server(vec![ListenerSpec::new(args.addr, Endpoints::ALL)])
         .await?;
 
-    match connect_required_cluster(&context, &args.cluster.options()).await {
+    match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(_cluster)) => {
             tracing::warn!(
                 "the koordlet modules (states informer, metrics advisor, QoS manager, runtime hooks) \
