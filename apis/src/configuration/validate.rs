@@ -345,18 +345,24 @@ impl<'a> Checker<'a> {
     }
 
     /// `upper` must exceed `lower` when both are set; `lower` alone is refused.
+    /// Messages name the sibling field by its own name.
     fn ordered(
         &mut self,
         (upper_field, upper): (&str, Option<i64>),
         (lower_field, lower): (&str, Option<i64>),
     ) {
+        let last = |field: &str| field.rsplit('.').next().unwrap_or(field).to_owned();
         match (upper, lower) {
-            (Some(upper), Some(lower)) if upper <= lower => self.fail(
-                upper_field,
-                format!("must be greater than {lower_field} ({lower}), got {upper}"),
-            ),
+            (Some(upper), Some(lower)) if upper <= lower => {
+                let message = format!(
+                    "must be greater than {} ({lower}), got {upper}",
+                    last(lower_field)
+                );
+                self.fail(upper_field, message);
+            }
             (None, Some(_)) => {
-                self.fail(lower_field, format!("is set but {upper_field} is not"));
+                let message = format!("is set but {} is not", last(upper_field));
+                self.fail(lower_field, message);
             }
             _ => {}
         }
