@@ -117,6 +117,8 @@ fn full_nodeslo_round_trips_field_for_field() {
     assert_eq!(slo.spec.host_applications.len(), 2);
     let nginx = &slo.spec.host_applications[0];
     assert_eq!(nginx.qos, "LS");
+    assert_eq!(nginx.qos_class(), apis::extension::QoSClass::LS);
+    assert_eq!(nginx.priority_class(), apis::extension::PriorityClass::Prod);
     let path = nginx.cgroup_path.as_ref().unwrap();
     assert_eq!(path.base, Some(CgroupBaseType::CgroupRoot));
     assert_eq!(path.parent_dir, "host-latency-sensitive/");
@@ -185,6 +187,14 @@ fn full_nodemetric_round_trips_field_for_field() {
 
     assert_eq!(status.pods_metric[1].namespace, "analytics");
     assert_eq!(status.pods_metric[1].qos, "BE");
+    assert_eq!(
+        status.pods_metric[1].qos_class(),
+        apis::extension::QoSClass::BE
+    );
+    assert_eq!(
+        status.pods_metric[1].priority_class(),
+        apis::extension::PriorityClass::Batch
+    );
     assert_eq!(
         status.pods_metric[1].extensions.as_ref().unwrap().object["cpu-throttled-ratio"],
         json!(0.12)

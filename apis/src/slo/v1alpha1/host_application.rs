@@ -4,6 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::extension::{PriorityClass, QoSClass};
 use crate::slo::string_enum;
 
 /// One out-of-band application and how koordlet should treat it.
@@ -25,6 +26,18 @@ pub struct HostApplicationSpec {
     pub cgroup_path: Option<CgroupPath>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<HostApplicationStrategy>,
+}
+
+impl HostApplicationSpec {
+    /// The QoS class; [`QoSClass::None`] when empty or unknown.
+    pub fn qos_class(&self) -> QoSClass {
+        QoSClass::from_name(&self.qos)
+    }
+
+    /// The priority class; [`PriorityClass::None`] when empty or unknown.
+    pub fn priority_class(&self) -> PriorityClass {
+        PriorityClass::from_name(&self.priority)
+    }
 }
 
 /// Per-application strategy; upstream defines no fields yet.

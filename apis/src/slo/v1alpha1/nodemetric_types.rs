@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::resources::ResourceMap;
 use super::slo_extension::ExtensionsMap;
+use crate::extension::{PriorityClass, QoSClass};
 use crate::slo::string_enum;
 
 string_enum! {
@@ -89,6 +90,18 @@ pub struct PodMetricInfo {
     /// Third-party extensions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extensions: Option<ExtensionsMap>,
+}
+
+impl PodMetricInfo {
+    /// The QoS class; [`QoSClass::None`] when empty or unknown.
+    pub fn qos_class(&self) -> QoSClass {
+        QoSClass::from_name(&self.qos)
+    }
+
+    /// The priority class; [`PriorityClass::None`] when empty or unknown.
+    pub fn priority_class(&self) -> PriorityClass {
+        PriorityClass::from_name(&self.priority)
+    }
 }
 
 /// Usage of one out-of-band application (upstream `HostApplicationMetricInfo`).
