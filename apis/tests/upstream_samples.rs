@@ -48,6 +48,12 @@ const KNOWN_INVALID: &[(&str, &str, &str, &str)] = &[
         "the system-config JSON misses a comma; upstream's parser rejects it too",
     ),
     (
+        "20231208-support-netqos.md",
+        "ConfigMap",
+        "resource-qos-config: trailing comma",
+        "the resource-qos-config JSON has a trailing comma; upstream's parser rejects it too",
+    ),
+    (
         "20240201-enbale-reservation-preempt.md",
         "Reservation",
         "missing field `spec`",
