@@ -563,7 +563,7 @@ fn pod_migration_job_phases_and_modes() {
     assert_eq!(job.phase(), PodMigrationJobPhase::Aborted);
     assert!(job.is_finished());
     assert_eq!(
-        PodMigrationJobConditionType::ReservationPodBoundReservation.as_str(),
+        PodMigrationJobConditionType::PodBoundReservation.as_str(),
         "PodBoundReservation"
     );
 }

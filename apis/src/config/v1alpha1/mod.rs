@@ -12,7 +12,8 @@ pub const GROUP: &str = "config.koordinator.sh";
 /// The API version of this module.
 pub const VERSION: &str = "v1alpha1";
 
-/// The CRDs of this group version, in a stable order.
+/// The CRDs of this group version, as they are installed (kube-derive's
+/// output restyled like controller-gen's; see `crate::schema::controller_gen_style`).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let mut profile = ClusterColocationProfile::crd();
     crate::schema::controller_gen_style(&mut profile);

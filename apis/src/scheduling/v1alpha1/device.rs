@@ -149,7 +149,7 @@ pub struct DeviceInfo {
     /// SR-IOV virtual function groups.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "vfGroups")]
     pub vf_groups: Option<Vec<VirtualFunctionGroup>>,
-    /// Device conditions (see [`DeviceConditionType`]).
+    /// Device conditions, e.g. type `Healthy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::metav1_conditions")]
     pub conditions: Option<Vec<Condition>>,

@@ -16,7 +16,10 @@ pub const GROUP: &str = "scheduling.koordinator.sh";
 /// The API version of this module.
 pub const VERSION: &str = "v1alpha1";
 
-/// The CRDs of this group version, in a stable order.
+/// The CRDs of this group version, in a stable order, as they are installed.
+/// Prefer these to `Reservation::crd()` / `PodMigrationJob::crd()`, which are
+/// kube-derive's raw output (no root `apiVersion`/`kind`/`metadata`
+/// properties, `nullable` markers on every optional field).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let mut reservation = Reservation::crd();
     crate::schema::controller_gen_style(&mut reservation);

@@ -195,7 +195,7 @@ wire_enum! {
         Preemption = "Preemption",
         Eviction = "Eviction",
         PodScheduled = "PodScheduled",
-        ReservationPodBoundReservation = "PodBoundReservation",
+        PodBoundReservation = "PodBoundReservation",
         BoundPodReady = "BoundPodReady",
         ReservationBound = "ReservationBound",
     }
