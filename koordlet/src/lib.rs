@@ -3,6 +3,13 @@
 //! the states informer, metrics advisor, QoS manager and runtime hooks arrive
 //! with their own changes.
 
+pub mod capabilities;
+pub mod metriccache;
+pub mod metricsadvisor;
+pub mod resourceexecutor;
+pub mod statesinformer;
+pub mod system;
+
 use std::ffi::OsString;
 use std::time::SystemTime;
 
@@ -34,6 +41,9 @@ pub struct KoordletArgs {
 
     #[command(flatten)]
     pub cluster: ClusterArgs,
+
+    #[command(flatten)]
+    pub system: system::SystemArgs,
 
     #[command(flatten)]
     pub log: LogArgs,

@@ -1,0 +1,1 @@
+//! Node capability detection: what this kernel can actually enforce.

@@ -1,0 +1,1 @@
+//! In-memory metric cache: bounded ring buffers with windowed aggregation.

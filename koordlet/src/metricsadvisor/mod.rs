@@ -1,0 +1,1 @@
+//! Collectors: node, pod and container usage read from /proc and cgroups.

@@ -1,0 +1,1 @@
+//! The agent's view of its node: pods, Node, NodeSLO, NodeMetric, Device.

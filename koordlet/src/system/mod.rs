@@ -1,0 +1,52 @@
+//! Where koordlet finds the host's kernel interfaces. Every root is
+//! configurable (upstream's flag names) so tests can point them at a
+//! generated tree, and a containerised koordlet at the host's mounts.
+
+use std::path::{Path, PathBuf};
+
+/// Host filesystem roots, as upstream's `-cgroup-root-dir`, `-proc-root-dir`,
+/// `-sys-root-dir` and `-sys-fs-root-dir` flags.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct SystemArgs {
+    /// Root of the cgroup hierarchies (v1: one directory per controller below it).
+    #[arg(long = "cgroup-root-dir", default_value = "/sys/fs/cgroup/", value_name = "DIR")]
+    pub cgroup_root_dir: PathBuf,
+    /// The host's /proc.
+    #[arg(long = "proc-root-dir", default_value = "/proc/", value_name = "DIR")]
+    pub proc_root_dir: PathBuf,
+    /// The host's /sys (CPU topology, NUMA nodes).
+    #[arg(long = "sys-root-dir", default_value = "/sys/", value_name = "DIR")]
+    pub sys_root_dir: PathBuf,
+    /// The host's /sys/fs (resctrl lives at `<dir>/resctrl`).
+    #[arg(long = "sys-fs-root-dir", default_value = "/sys/fs/", value_name = "DIR")]
+    pub sys_fs_root_dir: PathBuf,
+}
+
+impl Default for SystemArgs {
+    fn default() -> Self {
+        Self {
+            cgroup_root_dir: "/sys/fs/cgroup/".into(),
+            proc_root_dir: "/proc/".into(),
+            sys_root_dir: "/sys/".into(),
+            sys_fs_root_dir: "/sys/fs/".into(),
+        }
+    }
+}
+
+impl SystemArgs {
+    /// All roots below one directory, for tests over a generated tree:
+    /// `<base>/sys/fs/cgroup`, `<base>/proc`, `<base>/sys`, `<base>/sys/fs`.
+    pub fn under(base: &Path) -> Self {
+        Self {
+            cgroup_root_dir: base.join("sys/fs/cgroup"),
+            proc_root_dir: base.join("proc"),
+            sys_root_dir: base.join("sys"),
+            sys_fs_root_dir: base.join("sys/fs"),
+        }
+    }
+
+    /// `<sys-fs-root>/resctrl`.
+    pub fn resctrl_root(&self) -> PathBuf {
+        self.sys_fs_root_dir.join("resctrl")
+    }
+}
