@@ -16,3 +16,4 @@ pub mod scheduling_sigs;
 pub mod schema;
 pub mod slo;
 pub mod topology;
+pub mod wire_enum;

@@ -787,8 +787,11 @@ fn pod_group_crd_matches_upstream() {
 
 #[test]
 fn closed_enums_list_exactly_upstreams_values() {
-    assert_eq!(ReservationAllocatePolicy::VALUES, ["Aligned", "Restricted"]);
-    assert_eq!(PreAllocationMode::VALUES, ["Default", "Cluster"]);
+    assert_eq!(
+        ReservationAllocatePolicy::KNOWN_VALUES,
+        ["Aligned", "Restricted"]
+    );
+    assert_eq!(PreAllocationMode::KNOWN_VALUES, ["Default", "Cluster"]);
     assert_eq!(
         ReservationPhase::KNOWN_VALUES,
         ["Pending", "Available", "Succeeded", "Waiting", "Failed"]

@@ -11,7 +11,8 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::scheduling::hand_built::CrdDescription;
-use crate::scheduling::{hand_built_resource, wire_enum};
+use crate::scheduling::hand_built_resource;
+use crate::wire_enum::wire_enum;
 
 /// Device's CRD names. Upstream has a `status` field but no status
 /// subresource, which kube-derive cannot express, so the root is hand-built.

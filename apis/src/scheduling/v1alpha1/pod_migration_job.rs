@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ReservationTemplateSpec;
 use crate::extension::GoDuration;
-use crate::scheduling::wire_enum;
+use crate::wire_enum::wire_enum;
 
 /// Which pod to migrate and how.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::extension::GoDuration;
-use crate::scheduling::wire_enum;
+use crate::wire_enum::wire_enum;
 
 /// The TTL upstream's schema defaults to.
 pub const DEFAULT_RESERVATION_TTL: &str = "24h";

@@ -10,7 +10,8 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::scheduling::hand_built::{CrdDescription, null_as_default};
-use crate::scheduling::{hand_built_resource, wire_enum};
+use crate::scheduling::hand_built_resource;
+use crate::wire_enum::wire_enum;
 
 /// NodeResourceTopology's CRD names (v1alpha1). kube-derive needs a `spec`,
 /// so the root is hand-built.
