@@ -2,6 +2,10 @@
 //! configurable (upstream's flag names) so tests can point them at a
 //! generated tree, and a containerised koordlet at the host's mounts.
 
+pub mod cgroup;
+pub mod cgroupfs;
+pub mod units;
+
 use std::path::{Path, PathBuf};
 
 /// Host filesystem roots, as upstream's `-cgroup-root-dir`, `-proc-root-dir`,
@@ -9,7 +13,11 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct SystemArgs {
     /// Root of the cgroup hierarchies (v1: one directory per controller below it).
-    #[arg(long = "cgroup-root-dir", default_value = "/sys/fs/cgroup/", value_name = "DIR")]
+    #[arg(
+        long = "cgroup-root-dir",
+        default_value = "/sys/fs/cgroup/",
+        value_name = "DIR"
+    )]
     pub cgroup_root_dir: PathBuf,
     /// The host's /proc.
     #[arg(long = "proc-root-dir", default_value = "/proc/", value_name = "DIR")]
@@ -18,7 +26,11 @@ pub struct SystemArgs {
     #[arg(long = "sys-root-dir", default_value = "/sys/", value_name = "DIR")]
     pub sys_root_dir: PathBuf,
     /// The host's /sys/fs (resctrl lives at `<dir>/resctrl`).
-    #[arg(long = "sys-fs-root-dir", default_value = "/sys/fs/", value_name = "DIR")]
+    #[arg(
+        long = "sys-fs-root-dir",
+        default_value = "/sys/fs/",
+        value_name = "DIR"
+    )]
     pub sys_fs_root_dir: PathBuf,
 }
 

@@ -1,0 +1,1101 @@
+//! The cgroup layout of a Kubernetes node, without I/O: where the kubepods
+//! root, the QoS tiers, pods and containers live for each cgroup driver, which
+//! file holds a resource in cgroup v1 and v2, and how values convert between
+//! the two. Reading and writing happen in [`super::cgroupfs`].
+//!
+//! Values are expressed in cgroup v1 terms (as upstream koordlet does):
+//! `cpu.shares`, a CFS quota with `-1` for unlimited, `memory.limit_in_bytes`.
+//! [`CgroupResource::encode`] turns them into the file content of the running
+//! version (`cpu.weight`, `cpu.max`, `memory.max`, ...), and
+//! [`CgroupResource::decode`] turns file content back into v1 terms.
+//!
+//! ```
+//! use koordlet::system::cgroup::*;
+//! let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Systemd, "/sys/fs/cgroup");
+//! let dir = layout
+//!     .container_dir(QosTier::Burstable, "1234-ab", "containerd://c0ffee")
+//!     .unwrap();
+//! assert_eq!(
+//!     dir.to_str().unwrap(),
+//!     "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_ab.slice/cri-containerd-c0ffee.scope"
+//! );
+//! let file = layout.file_path(&dir, CgroupResource::CpuCfsQuota).unwrap();
+//! assert!(file.starts_with("/sys/fs/cgroup/cpu/kubepods.slice"));
+//! assert!(file.ends_with("cpu.cfs_quota_us"));
+//! ```
+
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+
+use super::units::{CpuSet, CpuSetParseError, DEFAULT_CFS_PERIOD_US, MIN_CFS_QUOTA_US};
+
+/// The cgroup hierarchy flavour the node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupVersion {
+    /// One hierarchy per controller (`<root>/<controller>/<path>`).
+    V1,
+    /// The unified hierarchy (`<root>/<path>`).
+    V2,
+}
+
+impl fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+        })
+    }
+}
+
+/// How the kubelet names cgroups (its `cgroupDriver` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    /// Plain directories: `kubepods/burstable/pod<uid>/<container id>`.
+    Cgroupfs,
+    /// systemd slices and scopes: `kubepods.slice/kubepods-burstable.slice/...`.
+    Systemd,
+}
+
+impl CgroupDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cgroupfs => "cgroupfs",
+            Self::Systemd => "systemd",
+        }
+    }
+
+    /// The kubepods root directory name of this driver.
+    pub fn kubepods_dir_name(self) -> &'static str {
+        match self {
+            Self::Cgroupfs => "kubepods",
+            Self::Systemd => "kubepods.slice",
+        }
+    }
+}
+
+impl fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CgroupDriver {
+    type Err = CgroupPathError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cgroupfs" => Ok(Self::Cgroupfs),
+            "systemd" => Ok(Self::Systemd),
+            other => Err(CgroupPathError::UnknownDriver(other.to_string())),
+        }
+    }
+}
+
+/// A Kubernetes pod QoS class, which decides the tier a pod's cgroup sits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum QosTier {
+    /// Directly under the kubepods root.
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl QosTier {
+    pub const ALL: [QosTier; 3] = [Self::Guaranteed, Self::Burstable, Self::BestEffort];
+
+    /// From a pod's `status.qosClass` (`Guaranteed`, `Burstable`, `BestEffort`);
+    /// the lowercase directory spellings are accepted too.
+    pub fn from_kubernetes_qos_class(class: &str) -> Result<Self, CgroupPathError> {
+        match class {
+            "Guaranteed" | "guaranteed" => Ok(Self::Guaranteed),
+            "Burstable" | "burstable" => Ok(Self::Burstable),
+            "BestEffort" | "besteffort" => Ok(Self::BestEffort),
+            other => Err(CgroupPathError::UnknownQosClass(other.to_string())),
+        }
+    }
+
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Guaranteed => "Guaranteed",
+            Self::Burstable => "Burstable",
+            Self::BestEffort => "BestEffort",
+        }
+    }
+
+    /// The tier's directory-name fragment (`burstable`, `besteffort`); none
+    /// for guaranteed pods, which sit directly under kubepods.
+    fn dir_fragment(self) -> Option<&'static str> {
+        match self {
+            Self::Guaranteed => None,
+            Self::Burstable => Some("burstable"),
+            Self::BestEffort => Some("besteffort"),
+        }
+    }
+}
+
+impl FromStr for QosTier {
+    type Err = CgroupPathError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::from_kubernetes_qos_class(s)
+    }
+}
+
+impl fmt::Display for QosTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A container runtime, as named in a container status' `containerID` prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerRuntime {
+    Containerd,
+    Docker,
+    #[serde(rename = "cri-o")]
+    CriO,
+    Pouch,
+}
+
+impl ContainerRuntime {
+    /// The `<prefix>://` of container IDs.
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            Self::Containerd => "containerd",
+            Self::Docker => "docker",
+            Self::CriO => "cri-o",
+            Self::Pouch => "pouch",
+        }
+    }
+
+    /// The systemd scope name prefix the runtime gives container cgroups.
+    fn systemd_scope_prefix(self) -> &'static str {
+        match self {
+            Self::Containerd => "cri-containerd-",
+            Self::Docker => "docker-",
+            Self::CriO => "crio-",
+            Self::Pouch => "pouch-",
+        }
+    }
+
+    const ALL: [ContainerRuntime; 4] = [Self::Containerd, Self::Docker, Self::CriO, Self::Pouch];
+}
+
+/// A container ID with its optional runtime prefix (`containerd://abc`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ContainerId {
+    pub runtime: Option<ContainerRuntime>,
+    pub id: String,
+}
+
+impl ContainerId {
+    /// Accepts `<runtime>://<id>` or a bare `<id>`; rejects unknown runtimes
+    /// and ids that could escape a directory.
+    pub fn parse(text: &str) -> Result<Self, CgroupPathError> {
+        let (runtime, id) = match text.split_once("://") {
+            Some((prefix, id)) => {
+                let runtime = ContainerRuntime::ALL
+                    .into_iter()
+                    .find(|r| r.id_prefix() == prefix)
+                    .ok_or_else(|| CgroupPathError::UnknownRuntime(text.to_string()))?;
+                (Some(runtime), id)
+            }
+            None => (None, text),
+        };
+        if !is_safe_name(id) {
+            return Err(CgroupPathError::InvalidContainerId(text.to_string()));
+        }
+        Ok(Self {
+            runtime,
+            id: id.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.runtime {
+            Some(runtime) => write!(f, "{}://{}", runtime.id_prefix(), self.id),
+            None => f.write_str(&self.id),
+        }
+    }
+}
+
+/// Names that are safe as one path component: not empty, no separator, no
+/// `..`, no NUL or whitespace.
+fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && !name.contains("..")
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '\0' || c.is_whitespace())
+}
+
+/// Invalid identifiers or directories given to the layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupPathError {
+    #[error("invalid pod UID {0:?}: it must be non-empty and contain no '/', '..' or whitespace")]
+    InvalidPodUid(String),
+    #[error(
+        "invalid container ID {0:?}: it must be non-empty and contain no '/', '..' or whitespace"
+    )]
+    InvalidContainerId(String),
+    #[error(
+        "container ID {0:?} has an unknown runtime prefix (expected containerd://, docker://, cri-o:// or pouch://)"
+    )]
+    UnknownRuntime(String),
+    #[error("unknown Kubernetes QoS class {0:?} (expected Guaranteed, Burstable or BestEffort)")]
+    UnknownQosClass(String),
+    #[error("unknown cgroup driver {0:?} (expected cgroupfs or systemd)")]
+    UnknownDriver(String),
+    #[error("cgroup directory {0:?} must stay below the cgroup root (no '..' components)")]
+    InvalidRelativeDir(PathBuf),
+    #[error("unknown cgroup resource {0:?}")]
+    UnknownResource(String),
+}
+
+/// A cgroup v1 controller (one hierarchy each in v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Controller {
+    Cpu,
+    Cpuacct,
+    Cpuset,
+    Memory,
+    Blkio,
+    Pids,
+}
+
+impl Controller {
+    pub const ALL: [Controller; 6] = [
+        Self::Cpu,
+        Self::Cpuacct,
+        Self::Cpuset,
+        Self::Memory,
+        Self::Blkio,
+        Self::Pids,
+    ];
+
+    /// The v1 mount directory name below the cgroup root.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Cpuacct => "cpuacct",
+            Self::Cpuset => "cpuset",
+            Self::Memory => "memory",
+            Self::Blkio => "blkio",
+            Self::Pids => "pids",
+        }
+    }
+}
+
+impl fmt::Display for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a node's cgroups are, and how the kubelet names them.
+///
+/// Methods ending in `_dir` return directories RELATIVE to the hierarchy root
+/// (the same relative path in every v1 controller); [`CgroupLayout::file_path`]
+/// and [`CgroupLayout::controller_path`] make absolute paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLayout {
+    pub version: CgroupVersion,
+    pub driver: CgroupDriver,
+    /// The cgroup root (`--cgroup-root-dir`, e.g. `/sys/fs/cgroup`).
+    pub root: PathBuf,
+    /// On v1 hosts with a cgroup2 mount beside the controllers (hybrid, e.g.
+    /// `/sys/fs/cgroup/unified`), the per-cgroup PSI files live there under
+    /// the same relative path. Without it, v1 PSI is looked up in the cpuacct
+    /// hierarchy (where upstream's kernels put it). Ignored on v2.
+    pub unified_root: Option<PathBuf>,
+    /// The runtime assumed for bare container IDs under the systemd driver
+    /// (upstream's `-default-runtime-type`, containerd).
+    pub default_runtime: ContainerRuntime,
+}
+
+impl CgroupLayout {
+    pub fn new(version: CgroupVersion, driver: CgroupDriver, root: impl Into<PathBuf>) -> Self {
+        Self {
+            version,
+            driver,
+            root: root.into(),
+            unified_root: None,
+            default_runtime: ContainerRuntime::Containerd,
+        }
+    }
+
+    /// Sets the cgroup2 mount used for PSI on v1 hosts.
+    pub fn with_unified_root(mut self, unified_root: impl Into<PathBuf>) -> Self {
+        self.unified_root = Some(unified_root.into());
+        self
+    }
+
+    /// `kubepods` or `kubepods.slice`.
+    pub fn kubepods_dir(&self) -> PathBuf {
+        PathBuf::from(self.driver.kubepods_dir_name())
+    }
+
+    /// The tier's directory; guaranteed pods share the kubepods root.
+    pub fn qos_dir(&self, tier: QosTier) -> PathBuf {
+        let kubepods = self.kubepods_dir();
+        match (self.driver, tier.dir_fragment()) {
+            (_, None) => kubepods,
+            (CgroupDriver::Cgroupfs, Some(fragment)) => kubepods.join(fragment),
+            (CgroupDriver::Systemd, Some(fragment)) => {
+                kubepods.join(format!("kubepods-{fragment}.slice"))
+            }
+        }
+    }
+
+    /// The pod's directory: `pod<uid>` (cgroupfs) or
+    /// `kubepods[-<tier>]-pod<uid with '_' for '-'>.slice` (systemd).
+    pub fn pod_dir(&self, tier: QosTier, pod_uid: &str) -> Result<PathBuf, CgroupPathError> {
+        if !is_safe_name(pod_uid) {
+            return Err(CgroupPathError::InvalidPodUid(pod_uid.to_string()));
+        }
+        let name = match self.driver {
+            CgroupDriver::Cgroupfs => format!("pod{pod_uid}"),
+            CgroupDriver::Systemd => {
+                let escaped = pod_uid.replace('-', "_");
+                match tier.dir_fragment() {
+                    None => format!("kubepods-pod{escaped}.slice"),
+                    Some(fragment) => format!("kubepods-{fragment}-pod{escaped}.slice"),
+                }
+            }
+        };
+        Ok(self.qos_dir(tier).join(name))
+    }
+
+    /// The container's directory. `container_id` may carry a runtime prefix
+    /// (`containerd://`, `docker://`, `cri-o://`, `pouch://`); under systemd a
+    /// bare ID is taken to belong to [`CgroupLayout::default_runtime`].
+    pub fn container_dir(
+        &self,
+        tier: QosTier,
+        pod_uid: &str,
+        container_id: &str,
+    ) -> Result<PathBuf, CgroupPathError> {
+        let container = ContainerId::parse(container_id)?;
+        let pod_dir = self.pod_dir(tier, pod_uid)?;
+        Ok(pod_dir.join(self.container_dir_name(&container)))
+    }
+
+    /// The last path component of a container's cgroup.
+    pub fn container_dir_name(&self, container: &ContainerId) -> String {
+        match self.driver {
+            CgroupDriver::Cgroupfs => container.id.clone(),
+            CgroupDriver::Systemd => {
+                let runtime = container.runtime.unwrap_or(self.default_runtime);
+                format!("{}{}.scope", runtime.systemd_scope_prefix(), container.id)
+            }
+        }
+    }
+
+    /// The pod UID encoded in a pod directory name, if it is one
+    /// (systemd names get their '_' turned back into '-').
+    pub fn pod_uid_from_dir_name(&self, name: &str) -> Option<String> {
+        let uid = match self.driver {
+            CgroupDriver::Cgroupfs => name.strip_prefix("pod")?.to_string(),
+            CgroupDriver::Systemd => {
+                let inner = name.strip_suffix(".slice")?;
+                let escaped = [
+                    "kubepods-burstable-pod",
+                    "kubepods-besteffort-pod",
+                    "kubepods-pod",
+                ]
+                .into_iter()
+                .find_map(|prefix| inner.strip_prefix(prefix))?;
+                escaped.replace('_', "-")
+            }
+        };
+        is_safe_name(&uid).then_some(uid)
+    }
+
+    /// The container ID (and, for systemd scopes, the runtime) encoded in a
+    /// container directory name.
+    pub fn container_id_from_dir_name(&self, name: &str) -> Option<ContainerId> {
+        let container = match self.driver {
+            CgroupDriver::Cgroupfs => ContainerId {
+                runtime: None,
+                id: name.to_string(),
+            },
+            CgroupDriver::Systemd => {
+                let inner = name.strip_suffix(".scope")?;
+                ContainerRuntime::ALL.into_iter().find_map(|runtime| {
+                    inner
+                        .strip_prefix(runtime.systemd_scope_prefix())
+                        .map(|id| ContainerId {
+                            runtime: Some(runtime),
+                            id: id.to_string(),
+                        })
+                })?
+            }
+        };
+        is_safe_name(&container.id).then_some(container)
+    }
+
+    /// The absolute directory of `relative_dir` in one controller's hierarchy
+    /// (v1: `<root>/<controller>/<dir>`; v2: `<root>/<dir>`). Use it to create
+    /// cgroups or attach tasks in each v1 hierarchy.
+    pub fn controller_path(
+        &self,
+        relative_dir: impl AsRef<Path>,
+        controller: Controller,
+    ) -> Result<PathBuf, CgroupPathError> {
+        let relative = normalize_relative_dir(relative_dir.as_ref())?;
+        Ok(match self.version {
+            CgroupVersion::V1 => self.root.join(controller.as_str()).join(relative),
+            CgroupVersion::V2 => self.root.join(relative),
+        })
+    }
+
+    /// The absolute path of `resource`'s file for the cgroup at `relative_dir`.
+    /// A leading `/` on the directory is ignored; `..` is rejected.
+    pub fn file_path(
+        &self,
+        relative_dir: impl AsRef<Path>,
+        resource: CgroupResource,
+    ) -> Result<PathBuf, CgroupPathError> {
+        let relative = normalize_relative_dir(relative_dir.as_ref())?;
+        let path = match self.version {
+            CgroupVersion::V2 => self.root.join(relative).join(resource.v2_file_name()),
+            CgroupVersion::V1 => match (&self.unified_root, resource.is_pressure()) {
+                (Some(unified), true) => unified.join(relative).join(resource.v1_file_name()),
+                _ => self
+                    .root
+                    .join(resource.v1_controller().as_str())
+                    .join(relative)
+                    .join(resource.v1_file_name()),
+            },
+        };
+        Ok(path)
+    }
+}
+
+/// Strips a leading `/` and `.` components; rejects `..` and prefixes.
+fn normalize_relative_dir(dir: &Path) -> Result<PathBuf, CgroupPathError> {
+    let mut relative = PathBuf::new();
+    for component in dir.components() {
+        match component {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(part) => relative.push(part),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(CgroupPathError::InvalidRelativeDir(dir.to_path_buf()));
+            }
+        }
+    }
+    Ok(relative)
+}
+
+/// Maps Kubernetes' cpu.shares range [2, 262144] linearly onto cpu.weight
+/// [1, 10000], as the kubelet (and upstream koordlet) do.
+pub fn cpu_shares_to_weight(shares: i64) -> i64 {
+    let shares = shares.clamp(MIN_CPU_SHARES, MAX_CPU_SHARES);
+    1 + ((shares - MIN_CPU_SHARES) * (MAX_CPU_WEIGHT - 1)) / (MAX_CPU_SHARES - MIN_CPU_SHARES)
+}
+
+/// The inverse of [`cpu_shares_to_weight`] (lossy: weights are coarser).
+pub fn cpu_weight_to_shares(weight: i64) -> i64 {
+    let weight = weight.clamp(MIN_CPU_WEIGHT, MAX_CPU_WEIGHT);
+    MIN_CPU_SHARES + ((weight - 1) * (MAX_CPU_SHARES - MIN_CPU_SHARES)) / (MAX_CPU_WEIGHT - 1)
+}
+
+pub const MIN_CPU_SHARES: i64 = 2;
+pub const MAX_CPU_SHARES: i64 = 262_144;
+pub const MIN_CPU_WEIGHT: i64 = 1;
+pub const MAX_CPU_WEIGHT: i64 = 10_000;
+
+/// The two halves of cgroup v2 `cpu.max` (`"<quota|max> <period>"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuMax {
+    /// `None` is unlimited (`max`).
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+}
+
+impl CpuMax {
+    pub fn parse(content: &str) -> Result<Self, CgroupValueError> {
+        let malformed = || CgroupValueError::Malformed {
+            content: content.trim().to_string(),
+            expected: "\"<quota|max> <period>\"",
+        };
+        let mut fields = content.split_whitespace();
+        let (Some(quota), Some(period), None) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(malformed());
+        };
+        let quota_us = match quota {
+            "max" => None,
+            q => Some(q.parse::<u64>().map_err(|_| malformed())?),
+        };
+        let period_us = period.parse::<u64>().map_err(|_| malformed())?;
+        Ok(Self {
+            quota_us,
+            period_us,
+        })
+    }
+}
+
+impl fmt::Display for CpuMax {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.quota_us {
+            Some(quota) => write!(f, "{quota} {}", self.period_us),
+            None => write!(f, "max {}", self.period_us),
+        }
+    }
+}
+
+/// A value of a cgroup resource, in v1 terms.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CgroupValue {
+    Int(i64),
+    /// No limit: `-1` in v1 quota/limit files, `max` in v2 and `pids.max`.
+    Unlimited,
+    CpuSet(CpuSet),
+    /// Anything without structure koordlet interprets (stat files, PSI, blkio
+    /// throttle lines `"<major>:<minor> <value>"`).
+    Text(String),
+}
+
+impl CgroupValue {
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Self::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn as_cpuset(&self) -> Option<&CpuSet> {
+        match self {
+            Self::CpuSet(set) => Some(set),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CgroupValue {
+    /// The v1 spelling (`-1` for unlimited).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Int(v) => write!(f, "{v}"),
+            Self::Unlimited => f.write_str("-1"),
+            Self::CpuSet(set) => write!(f, "{set}"),
+            Self::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl From<CpuSet> for CgroupValue {
+    fn from(set: CpuSet) -> Self {
+        Self::CpuSet(set)
+    }
+}
+
+impl From<super::units::CfsQuota> for CgroupValue {
+    fn from(quota: super::units::CfsQuota) -> Self {
+        match quota {
+            super::units::CfsQuota::Unlimited => Self::Unlimited,
+            super::units::CfsQuota::Micros(v) => Self::Int(v.min(i64::MAX as u64) as i64),
+        }
+    }
+}
+
+/// A value that does not fit a resource, or file content that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupValueError {
+    #[error("{resource} is read-only")]
+    ReadOnly { resource: CgroupResource },
+    #[error("{value} is outside the range {min}..={max} of {resource}")]
+    OutOfRange {
+        resource: CgroupResource,
+        value: i64,
+        min: i64,
+        max: i64,
+    },
+    #[error("{resource} cannot be unlimited")]
+    UnlimitedNotAllowed { resource: CgroupResource },
+    #[error("{resource} expects {expected}, got {value:?}")]
+    WrongKind {
+        resource: CgroupResource,
+        expected: &'static str,
+        value: String,
+    },
+    #[error("malformed content {content:?}: expected {expected}")]
+    Malformed {
+        content: String,
+        expected: &'static str,
+    },
+    #[error("field {key:?} is missing")]
+    MissingField { key: String },
+    #[error(transparent)]
+    CpuSet(#[from] CpuSetParseError),
+}
+
+/// What a resource's file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// An integer in `min..=max`; `unlimited` says whether no-limit is valid.
+    Int { min: i64, max: i64, unlimited: bool },
+    /// A cpu/memory-node list.
+    CpuList,
+    /// `"<major>:<minor> <value>"` (blkio throttle files).
+    DeviceLimit,
+    /// Free-form, read-only (stat and pressure files).
+    Text,
+}
+
+/// How [`crate::resourceexecutor`] orders writes of a resource across a
+/// parent and its children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HierarchyOrder {
+    /// Children must stay subsets of their parent (cpuset lists).
+    SetInclusion,
+    /// Larger values are looser; unlimited is the loosest (CFS quota, memory protection).
+    Numeric,
+}
+
+macro_rules! cgroup_resources {
+    ($( $(#[$doc:meta])* $variant:ident => $v1_controller:ident, $v1_file:literal, $v2_file:literal; )*) => {
+        /// A cgroup file koordlet reads or writes, named after its v1 file.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum CgroupResource {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl CgroupResource {
+            pub const ALL: &'static [CgroupResource] = &[$(Self::$variant),*];
+
+            /// The controller holding the file in v1.
+            pub fn v1_controller(self) -> Controller {
+                match self { $(Self::$variant => Controller::$v1_controller,)* }
+            }
+
+            /// The v1 file name; also the resource's name (upstream's resource type).
+            pub fn v1_file_name(self) -> &'static str {
+                match self { $(Self::$variant => $v1_file,)* }
+            }
+
+            /// The v2 file name holding this resource.
+            pub fn v2_file_name(self) -> &'static str {
+                match self { $(Self::$variant => $v2_file,)* }
+            }
+        }
+    };
+}
+
+cgroup_resources! {
+    /// `cpu.shares` (v2 `cpu.weight`, converted).
+    CpuShares => Cpu, "cpu.shares", "cpu.weight";
+    /// `cpu.cfs_quota_us` (v2: first field of `cpu.max`); unlimited is -1 / max.
+    CpuCfsQuota => Cpu, "cpu.cfs_quota_us", "cpu.max";
+    /// `cpu.cfs_period_us` (v2: second field of `cpu.max`).
+    CpuCfsPeriod => Cpu, "cpu.cfs_period_us", "cpu.max";
+    /// `cpu.cfs_burst_us` (v2 `cpu.max.burst`).
+    CpuBurst => Cpu, "cpu.cfs_burst_us", "cpu.max.burst";
+    CpuIdle => Cpu, "cpu.idle", "cpu.idle";
+    /// Anolis group identity.
+    CpuBvtWarpNs => Cpu, "cpu.bvt_warp_ns", "cpu.bvt_warp_ns";
+    CpuStat => Cpu, "cpu.stat", "cpu.stat";
+    /// Cumulative CPU time in nanoseconds (v2: `usage_usec` of `cpu.stat` × 1000).
+    CpuacctUsage => Cpuacct, "cpuacct.usage", "cpu.stat";
+    CpuacctStat => Cpuacct, "cpuacct.stat", "cpu.stat";
+    CpusetCpus => Cpuset, "cpuset.cpus", "cpuset.cpus";
+    CpusetMems => Cpuset, "cpuset.mems", "cpuset.mems";
+    CpusetCpusEffective => Cpuset, "cpuset.effective_cpus", "cpuset.cpus.effective";
+    CpusetMemsEffective => Cpuset, "cpuset.effective_mems", "cpuset.mems.effective";
+    /// `memory.limit_in_bytes` (v2 `memory.max`); unlimited is -1 / max.
+    MemoryLimit => Memory, "memory.limit_in_bytes", "memory.max";
+    /// `memory.usage_in_bytes` (v2 `memory.current`).
+    MemoryUsage => Memory, "memory.usage_in_bytes", "memory.current";
+    MemoryStat => Memory, "memory.stat", "memory.stat";
+    MemoryNumaStat => Memory, "memory.numa_stat", "memory.numa_stat";
+    /// v2, or Anolis v1.
+    MemoryMin => Memory, "memory.min", "memory.min";
+    MemoryLow => Memory, "memory.low", "memory.low";
+    MemoryHigh => Memory, "memory.high", "memory.high";
+    MemoryWmarkRatio => Memory, "memory.wmark_ratio", "memory.wmark_ratio";
+    MemoryWmarkScaleFactor => Memory, "memory.wmark_scale_factor", "memory.wmark_scale_factor";
+    MemoryWmarkMinAdj => Memory, "memory.wmark_min_adj", "memory.wmark_min_adj";
+    MemoryPriority => Memory, "memory.priority", "memory.priority";
+    MemoryUsePriorityOom => Memory, "memory.use_priority_oom", "memory.use_priority_oom";
+    MemoryOomGroup => Memory, "memory.oom.group", "memory.oom.group";
+    PidsMax => Pids, "pids.max", "pids.max";
+    PidsCurrent => Pids, "pids.current", "pids.current";
+    /// Process IDs of the cgroup (v1: in the cpu hierarchy); writing one moves the process.
+    CgroupProcs => Cpu, "cgroup.procs", "cgroup.procs";
+    /// Thread IDs (v1 `tasks`, v2 `cgroup.threads`).
+    Tasks => Cpu, "tasks", "cgroup.threads";
+    /// `"<major>:<minor> <bytes/s>"`; v2 `io.max` key `rbps`.
+    BlkioThrottleReadBps => Blkio, "blkio.throttle.read_bps_device", "io.max";
+    BlkioThrottleWriteBps => Blkio, "blkio.throttle.write_bps_device", "io.max";
+    BlkioThrottleReadIops => Blkio, "blkio.throttle.read_iops_device", "io.max";
+    BlkioThrottleWriteIops => Blkio, "blkio.throttle.write_iops_device", "io.max";
+    /// PSI; on v1 see [`CgroupLayout::unified_root`].
+    CpuPressure => Cpuacct, "cpu.pressure", "cpu.pressure";
+    MemoryPressure => Cpuacct, "memory.pressure", "memory.pressure";
+    IoPressure => Cpuacct, "io.pressure", "io.pressure";
+}
+
+const I64_MAX: i64 = i64::MAX;
+
+impl CgroupResource {
+    /// The resource's name (its v1 file name).
+    pub fn name(self) -> &'static str {
+        self.v1_file_name()
+    }
+
+    pub fn is_pressure(self) -> bool {
+        matches!(
+            self,
+            Self::CpuPressure | Self::MemoryPressure | Self::IoPressure
+        )
+    }
+
+    /// What the file holds and which values are valid (upstream's validators).
+    pub fn value_kind(self) -> ValueKind {
+        let int = |min, max, unlimited| ValueKind::Int {
+            min,
+            max,
+            unlimited,
+        };
+        match self {
+            Self::CpuShares => int(MIN_CPU_SHARES, MAX_CPU_SHARES, false),
+            Self::CpuCfsQuota => int(MIN_CFS_QUOTA_US as i64, I64_MAX, true),
+            Self::CpuCfsPeriod => int(1_000, 1_000_000, false),
+            Self::CpuBurst => int(0, 100 * 10 * DEFAULT_CFS_PERIOD_US as i64, false),
+            Self::CpuIdle | Self::MemoryUsePriorityOom | Self::MemoryOomGroup => int(0, 1, false),
+            Self::CpuBvtWarpNs => int(-1, 2, false),
+            Self::CpuacctUsage | Self::MemoryUsage | Self::PidsCurrent => int(0, I64_MAX, false),
+            Self::CpusetCpus
+            | Self::CpusetMems
+            | Self::CpusetCpusEffective
+            | Self::CpusetMemsEffective => ValueKind::CpuList,
+            Self::MemoryLimit | Self::MemoryMin | Self::MemoryLow | Self::MemoryHigh => {
+                int(0, I64_MAX, true)
+            }
+            Self::MemoryWmarkRatio => int(0, 100, false),
+            Self::MemoryWmarkScaleFactor => int(1, 1000, false),
+            Self::MemoryWmarkMinAdj => int(-25, 50, false),
+            Self::MemoryPriority => int(0, 12, false),
+            Self::PidsMax => int(0, I64_MAX, true),
+            Self::CgroupProcs | Self::Tasks => int(1, I64_MAX, false),
+            Self::BlkioThrottleReadBps
+            | Self::BlkioThrottleWriteBps
+            | Self::BlkioThrottleReadIops
+            | Self::BlkioThrottleWriteIops => ValueKind::DeviceLimit,
+            Self::CpuStat
+            | Self::CpuacctStat
+            | Self::MemoryStat
+            | Self::MemoryNumaStat
+            | Self::CpuPressure
+            | Self::MemoryPressure
+            | Self::IoPressure => ValueKind::Text,
+        }
+    }
+
+    /// Whether koordlet may write the file.
+    pub fn is_writable(self) -> bool {
+        !matches!(
+            self,
+            Self::CpuStat
+                | Self::CpuacctUsage
+                | Self::CpuacctStat
+                | Self::CpusetCpusEffective
+                | Self::CpusetMemsEffective
+                | Self::MemoryUsage
+                | Self::MemoryStat
+                | Self::MemoryNumaStat
+                | Self::PidsCurrent
+                | Self::CpuPressure
+                | Self::MemoryPressure
+                | Self::IoPressure
+        )
+    }
+
+    /// Whether a repeated write of the same value can be skipped: false for
+    /// files where a write is an action (moving a process), not a setting.
+    pub fn is_cacheable(self) -> bool {
+        !matches!(self, Self::CgroupProcs | Self::Tasks)
+    }
+
+    /// How writes are ordered across a parent and its children, if at all.
+    pub fn hierarchy_order(self) -> Option<HierarchyOrder> {
+        match self {
+            Self::CpusetCpus | Self::CpusetMems => Some(HierarchyOrder::SetInclusion),
+            Self::CpuCfsQuota | Self::MemoryMin | Self::MemoryLow | Self::MemoryHigh => {
+                Some(HierarchyOrder::Numeric)
+            }
+            _ => None,
+        }
+    }
+
+    /// Parses a value written in v1 terms (`"-1"`, `"max"`, `"0-3"`, ...) and
+    /// validates it for this resource.
+    pub fn parse_value(self, text: &str) -> Result<CgroupValue, CgroupValueError> {
+        let text = text.trim();
+        let value = match self.value_kind() {
+            ValueKind::Int { .. } => match text {
+                "max" | "-1" => CgroupValue::Unlimited,
+                _ => CgroupValue::Int(text.parse::<i64>().map_err(|_| {
+                    CgroupValueError::WrongKind {
+                        resource: self,
+                        expected: "an integer",
+                        value: text.to_string(),
+                    }
+                })?),
+            },
+            ValueKind::CpuList => CgroupValue::CpuSet(text.parse()?),
+            ValueKind::DeviceLimit | ValueKind::Text => CgroupValue::Text(text.to_string()),
+        };
+        // -1 is a real value only for group identity.
+        let value = match (self, value) {
+            (Self::CpuBvtWarpNs, CgroupValue::Unlimited) if text == "-1" => CgroupValue::Int(-1),
+            (_, value) => value,
+        };
+        self.validate(value)
+    }
+
+    /// Checks a value for writing and normalises it (`Int(-1)` becomes
+    /// `Unlimited` where no-limit is valid).
+    pub fn validate(self, value: CgroupValue) -> Result<CgroupValue, CgroupValueError> {
+        if !self.is_writable() {
+            return Err(CgroupValueError::ReadOnly { resource: self });
+        }
+        let wrong_kind = |expected, value: &CgroupValue| CgroupValueError::WrongKind {
+            resource: self,
+            expected,
+            value: value.to_string(),
+        };
+        match (self.value_kind(), value) {
+            (ValueKind::Int { unlimited, .. }, CgroupValue::Int(-1)) if unlimited => {
+                Ok(CgroupValue::Unlimited)
+            }
+            (ValueKind::Int { min, max, .. }, CgroupValue::Int(v)) => {
+                if (min..=max).contains(&v) {
+                    Ok(CgroupValue::Int(v))
+                } else {
+                    Err(CgroupValueError::OutOfRange {
+                        resource: self,
+                        value: v,
+                        min,
+                        max,
+                    })
+                }
+            }
+            (ValueKind::Int { unlimited, .. }, CgroupValue::Unlimited) => {
+                if unlimited {
+                    Ok(CgroupValue::Unlimited)
+                } else {
+                    Err(CgroupValueError::UnlimitedNotAllowed { resource: self })
+                }
+            }
+            (ValueKind::Int { .. }, other) => Err(wrong_kind("an integer", &other)),
+            (ValueKind::CpuList, CgroupValue::CpuSet(set)) => Ok(CgroupValue::CpuSet(set)),
+            (ValueKind::CpuList, CgroupValue::Text(text)) => Ok(CgroupValue::CpuSet(text.parse()?)),
+            (ValueKind::CpuList, other) => Err(wrong_kind("a cpu list", &other)),
+            (ValueKind::DeviceLimit, CgroupValue::Text(text)) => {
+                parse_device_limit(&text).map_err(|_| {
+                    wrong_kind(
+                        "\"<major>:<minor> <value>\"",
+                        &CgroupValue::Text(text.clone()),
+                    )
+                })?;
+                Ok(CgroupValue::Text(text.trim().to_string()))
+            }
+            (ValueKind::DeviceLimit, other) => {
+                Err(wrong_kind("\"<major>:<minor> <value>\"", &other))
+            }
+            (ValueKind::Text, _) => Err(CgroupValueError::ReadOnly { resource: self }),
+        }
+    }
+
+    /// The file content to write for `value` (validated first). On v2,
+    /// `cpu.max` holds quota and period together: `current` is the file's
+    /// present content, whose other half is kept (the default period, or
+    /// `max`, when absent).
+    pub fn encode(
+        self,
+        version: CgroupVersion,
+        value: &CgroupValue,
+        current: Option<&str>,
+    ) -> Result<String, CgroupValueError> {
+        let value = self.validate(value.clone())?;
+        if version == CgroupVersion::V1 {
+            return Ok(match (self, &value) {
+                // pids.max (and the Anolis memory knobs) spell no-limit "max" even on v1.
+                (
+                    Self::PidsMax | Self::MemoryMin | Self::MemoryLow | Self::MemoryHigh,
+                    CgroupValue::Unlimited,
+                ) => "max".to_string(),
+                _ => value.to_string(),
+            });
+        }
+        let current_cpu_max = || current.map(CpuMax::parse).transpose();
+        Ok(match (self, &value) {
+            (Self::CpuShares, CgroupValue::Int(shares)) => {
+                cpu_shares_to_weight(*shares).to_string()
+            }
+            (Self::CpuCfsQuota, quota) => {
+                let period_us = current_cpu_max()?.map_or(DEFAULT_CFS_PERIOD_US, |m| m.period_us);
+                let quota_us = match quota {
+                    CgroupValue::Int(v) => Some(*v as u64),
+                    _ => None,
+                };
+                CpuMax {
+                    quota_us,
+                    period_us,
+                }
+                .to_string()
+            }
+            (Self::CpuCfsPeriod, CgroupValue::Int(period)) => {
+                let quota_us = current_cpu_max()?.and_then(|m| m.quota_us);
+                CpuMax {
+                    quota_us,
+                    period_us: *period as u64,
+                }
+                .to_string()
+            }
+            (
+                Self::BlkioThrottleReadBps
+                | Self::BlkioThrottleWriteBps
+                | Self::BlkioThrottleReadIops
+                | Self::BlkioThrottleWriteIops,
+                CgroupValue::Text(text),
+            ) => {
+                let (device, limit) = parse_device_limit(text)?;
+                let key = self.io_max_key().unwrap_or("rbps");
+                // v1 uses 0 to remove a limit; v2 spells it max.
+                if limit == 0 {
+                    format!("{device} {key}=max")
+                } else {
+                    format!("{device} {key}={limit}")
+                }
+            }
+            (_, CgroupValue::Unlimited) => "max".to_string(),
+            (_, value) => value.to_string(),
+        })
+    }
+
+    /// Parses file content of `version` into a v1-terms value. Stat and
+    /// pressure files come back as trimmed text.
+    pub fn decode(
+        self,
+        version: CgroupVersion,
+        content: &str,
+    ) -> Result<CgroupValue, CgroupValueError> {
+        let trimmed = content.trim();
+        let parse_int = |text: &str| {
+            text.parse::<i64>()
+                .map_err(|_| CgroupValueError::Malformed {
+                    content: trimmed.to_string(),
+                    expected: "an integer",
+                })
+        };
+        match (version, self) {
+            (CgroupVersion::V2, Self::CpuShares) => {
+                Ok(CgroupValue::Int(cpu_weight_to_shares(parse_int(trimmed)?)))
+            }
+            (CgroupVersion::V2, Self::CpuCfsQuota) => Ok(match CpuMax::parse(trimmed)?.quota_us {
+                Some(quota) => CgroupValue::Int(quota.min(i64::MAX as u64) as i64),
+                None => CgroupValue::Unlimited,
+            }),
+            (CgroupVersion::V2, Self::CpuCfsPeriod) => Ok(CgroupValue::Int(
+                CpuMax::parse(trimmed)?.period_us.min(i64::MAX as u64) as i64,
+            )),
+            (CgroupVersion::V2, Self::CpuacctUsage) => {
+                let usage_usec = stat_field(trimmed, "usage_usec")?;
+                Ok(CgroupValue::Int(usage_usec.saturating_mul(1000)))
+            }
+            _ => match self.value_kind() {
+                ValueKind::Int { unlimited, .. } => match trimmed {
+                    "max" => Ok(CgroupValue::Unlimited),
+                    "-1" if unlimited => Ok(CgroupValue::Unlimited),
+                    text => Ok(CgroupValue::Int(parse_int(text)?)),
+                },
+                ValueKind::CpuList => Ok(CgroupValue::CpuSet(trimmed.parse()?)),
+                ValueKind::DeviceLimit | ValueKind::Text => {
+                    Ok(CgroupValue::Text(trimmed.to_string()))
+                }
+            },
+        }
+    }
+
+    fn io_max_key(self) -> Option<&'static str> {
+        match self {
+            Self::BlkioThrottleReadBps => Some("rbps"),
+            Self::BlkioThrottleWriteBps => Some("wbps"),
+            Self::BlkioThrottleReadIops => Some("riops"),
+            Self::BlkioThrottleWriteIops => Some("wiops"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CgroupResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CgroupResource {
+    type Err = CgroupPathError;
+
+    /// From the v1 file name (upstream's resource type names).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| CgroupPathError::UnknownResource(s.to_string()))
+    }
+}
+
+impl serde::Serialize for CgroupResource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// `"<major>:<minor> <value>"` → (`"<major>:<minor>"`, value).
+fn parse_device_limit(text: &str) -> Result<(String, u64), CgroupValueError> {
+    let malformed = || CgroupValueError::Malformed {
+        content: text.trim().to_string(),
+        expected: "\"<major>:<minor> <value>\"",
+    };
+    let mut fields = text.split_whitespace();
+    let (Some(device), Some(limit), None) = (fields.next(), fields.next(), fields.next()) else {
+        return Err(malformed());
+    };
+    let (major, minor) = device.split_once(':').ok_or_else(malformed)?;
+    major.parse::<u32>().map_err(|_| malformed())?;
+    minor.parse::<u32>().map_err(|_| malformed())?;
+    let limit = limit.parse::<u64>().map_err(|_| malformed())?;
+    Ok((device.to_string(), limit))
+}
+
+/// One integer field of a flat-keyed stat file (`cpu.stat`, `memory.stat`).
+pub fn stat_field(content: &str, key: &str) -> Result<i64, CgroupValueError> {
+    for line in content.lines() {
+        let mut fields = line.split_whitespace();
+        if fields.next() == Some(key) {
+            return fields
+                .next()
+                .and_then(|v| v.parse::<i64>().ok())
+                .ok_or_else(|| CgroupValueError::Malformed {
+                    content: line.to_string(),
+                    expected: "\"<key> <integer>\"",
+                });
+        }
+    }
+    Err(CgroupValueError::MissingField {
+        key: key.to_string(),
+    })
+}
