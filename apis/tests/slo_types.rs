@@ -307,7 +307,7 @@ fn enum_values_unknown_to_us_are_kept_verbatim() {
     .unwrap();
     assert_eq!(
         strategy.cpu_suppress_policy,
-        Some(CPUSuppressPolicy::Unknown("cpuQuotaV2".into()))
+        Some(CPUSuppressPolicy::Other("cpuQuotaV2".into()))
     );
     assert!(!strategy.cpu_suppress_policy.as_ref().unwrap().is_known());
     assert_eq!(

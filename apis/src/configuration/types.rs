@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
-use crate::slo::string_enum;
 use crate::slo::v1alpha1::{
     AggregatePolicy, CPUBurstStrategy, HostApplicationSpec, NodeMemoryCollectPolicy,
     ResourceQOSStrategy, ResourceThresholdStrategy, SystemStrategy,
 };
+use crate::wire_enum::wire_enum;
 
 /// Identifies a node-level entry and the nodes it applies to (upstream
 /// `NodeCfgProfile`).
@@ -33,23 +33,23 @@ pub struct NodeCfgProfile {
 // colocation-config
 // ---------------------------------------------------------------------------
 
-string_enum! {
+wire_enum! {
     /// How batch (or mid) allocatable is derived from the higher-priority pods.
-    pub enum CalculatePolicy {
+    pub enum CalculatePolicy open {
         /// From their usage: unused requests are over-committed (the default).
-        Usage => "usage",
+        Usage = "usage",
         /// From their requests: nothing is over-committed.
-        Request => "request",
+        Request = "request",
         /// From max(usage, request) per pod.
-        MaxUsageRequest => "maxUsageRequest",
+        MaxUsageRequest = "maxUsageRequest",
     }
 }
 
-string_enum! {
+wire_enum! {
     /// How mid-tier resources are computed.
-    pub enum MidReclaimMode {
+    pub enum MidReclaimMode open {
         /// A fixed share of the node (`midStatic*ReservedPercent`).
-        Static => "static",
+        Static = "static",
     }
 }
 

@@ -32,11 +32,11 @@ use super::{
     RESOURCE_THRESHOLD_CONFIG_KEY, SYSTEM_CONFIG_KEY,
 };
 use crate::extension::{GoDuration, PriorityClass, QoSClass, QuantityValue};
-use crate::slo::StringEnum;
 use crate::slo::v1alpha1::{
     CPUBurstStrategy, HostApplicationSpec, IOCfg, ResourceQOS, ResourceQOSStrategy,
     ResourceThresholdStrategy, SystemStrategy,
 };
+use crate::wire_enum::WireEnum;
 
 /// Valid range of a CPU normalization ratio.
 pub const CPU_NORMALIZATION_RATIO_RANGE: std::ops::RangeInclusive<f64> = 1.0..=5.0;
@@ -328,7 +328,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn known<E: StringEnum>(&mut self, field: &str, value: Option<&E>) {
+    fn known<E: WireEnum>(&mut self, field: &str, value: Option<&E>) {
         if let Some(value) = value
             && !value.is_known()
         {

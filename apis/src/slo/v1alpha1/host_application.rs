@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::extension::{PriorityClass, QoSClass};
-use crate::slo::string_enum;
+use crate::wire_enum::wire_enum;
 
 /// One out-of-band application and how koordlet should treat it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -56,16 +56,16 @@ pub struct CgroupPath {
     pub relative_path: String,
 }
 
-string_enum! {
+wire_enum! {
     /// The cgroup directory a [`CgroupPath`] is relative to.
-    pub enum CgroupBaseType {
+    pub enum CgroupBaseType open {
         /// The cgroupfs root of each subsystem.
-        CgroupRoot => "CgroupRoot",
+        CgroupRoot = "CgroupRoot",
         /// The kubepods cgroup.
-        Kubepods => "Kubepods",
+        Kubepods = "Kubepods",
         /// The kubepods burstable cgroup.
-        KubepodsBurstable => "KubepodsBurstable",
+        KubepodsBurstable = "KubepodsBurstable",
         /// The kubepods besteffort cgroup.
-        KubepodsBesteffort => "KubepodsBesteffort",
+        KubepodsBesteffort = "KubepodsBesteffort",
     }
 }

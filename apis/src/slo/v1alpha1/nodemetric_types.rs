@@ -11,17 +11,17 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::resources::ResourceMap;
 use super::slo_extension::ExtensionsMap;
 use crate::extension::{PriorityClass, QoSClass};
-use crate::slo::string_enum;
+use crate::wire_enum::wire_enum;
 
-string_enum! {
+wire_enum! {
     /// How node memory usage is computed.
-    @closed pub enum NodeMemoryCollectPolicy {
+    pub enum NodeMemoryCollectPolicy open listed {
         /// Usage excluding the page cache (the default).
-        UsageWithoutPageCache => "usageWithoutPageCache",
+        UsageWithoutPageCache = "usageWithoutPageCache",
         /// Usage including the active (hot) page cache.
-        UsageWithHotPageCache => "usageWithHotPageCache",
+        UsageWithHotPageCache = "usageWithHotPageCache",
         /// Usage including the whole page cache.
-        UsageWithPageCache => "usageWithPageCache",
+        UsageWithPageCache = "usageWithPageCache",
     }
 }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::host_application::HostApplicationSpec;
 use super::resources::quantity_schema;
 use super::slo_extension::ExtensionsMap;
-use crate::slo::string_enum;
+use crate::wire_enum::wire_enum;
 
 // ---------------------------------------------------------------------------
 // CPU QoS
@@ -40,23 +40,23 @@ pub struct CPUQOS {
     pub core_expeller: Option<bool>,
 }
 
-string_enum! {
+wire_enum! {
     /// Mechanism that enforces CPU QoS.
-    pub enum CPUQOSPolicy {
+    pub enum CPUQOSPolicy open {
         /// Alibaba Cloud Linux group identity.
-        GroupIdentity => "groupIdentity",
+        GroupIdentity = "groupIdentity",
         /// Linux core scheduling plus cgroup idle.
-        CoreSched => "coreSched",
+        CoreSched = "coreSched",
     }
 }
 
-string_enum! {
+wire_enum! {
     /// Mechanism that enforces network QoS.
-    pub enum NETQOSPolicy {
+    pub enum NETQOSPolicy open {
         /// Linux traffic control.
-        Tc => "tc",
+        Tc = "tc",
         /// The terway-qos agent.
-        TerwayQos => "terway-qos",
+        TerwayQos = "terway-qos",
     }
 }
 
@@ -130,15 +130,15 @@ pub struct MemoryQOS {
     pub page_cache_reclaim_sync: Option<bool>,
 }
 
-string_enum! {
+wire_enum! {
     /// Memory QoS plan a pod asks for in its `koordinator.sh/memoryQOS` annotation.
-    pub enum PodMemoryQOSPolicy {
+    pub enum PodMemoryQOSPolicy open {
         /// Inherit the node-level configuration (also what an empty value means).
-        Default => "default",
+        Default = "default",
         /// Disable memory QoS for the pod.
-        None => "none",
+        None = "none",
         /// Use the recommended configuration.
-        Auto => "auto",
+        Auto = "auto",
     }
 }
 
@@ -167,15 +167,15 @@ pub struct MemoryQOSCfg {
 // Block IO QoS
 // ---------------------------------------------------------------------------
 
-string_enum! {
+wire_enum! {
     /// What a [`BlockCfg`] names.
-    pub enum BlockType {
+    pub enum BlockType open {
         /// A block device such as `/dev/sdb` (root class blk-iocost only).
-        Device => "device",
+        Device = "device",
         /// An LVM volume group.
-        VolumeGroup => "volumegroup",
+        VolumeGroup = "volumegroup",
         /// A pod volume.
-        PodVolume => "podvolume",
+        PodVolume = "podvolume",
     }
 }
 
@@ -449,23 +449,23 @@ pub struct ResourceQOSStrategy {
 // Resource thresholds (suppress and evict)
 // ---------------------------------------------------------------------------
 
-string_enum! {
+wire_enum! {
     /// How BE pods are held back when the node is busy.
-    pub enum CPUSuppressPolicy {
+    pub enum CPUSuppressPolicy open {
         /// Shrink the BE cpuset.
-        CPUSet => "cpuset",
+        CPUSet = "cpuset",
         /// Lower the BE CFS quota.
-        CfsQuota => "cfsQuota",
+        CfsQuota = "cfsQuota",
     }
 }
 
-string_enum! {
+wire_enum! {
     /// What the BE CPU satisfaction used by CPU eviction is measured against.
-    pub enum CPUEvictPolicy {
+    pub enum CPUEvictPolicy open {
         /// The CPU BE pods can really use.
-        EvictByRealLimit => "evictByRealLimit",
+        EvictByRealLimit = "evictByRealLimit",
         /// The BE allocatable CPU.
-        EvictByAllocatable => "evictByAllocatable",
+        EvictByAllocatable = "evictByAllocatable",
     }
 }
 
@@ -557,17 +557,17 @@ pub struct ResourceThresholdStrategy {
 // CPU burst
 // ---------------------------------------------------------------------------
 
-string_enum! {
+wire_enum! {
     /// Which CPU burst mechanisms are used.
-    pub enum CPUBurstPolicy {
+    pub enum CPUBurstPolicy open {
         /// No burst.
-        None => "none",
+        None = "none",
         /// Kernel CPU burst (`cpu.cfs_burst_us` / `cpu.max.burst`) only.
-        CPUBurstOnly => "cpuBurstOnly",
+        CPUBurstOnly = "cpuBurstOnly",
         /// Raise the CFS quota of throttled pods only.
-        CFSQuotaBurstOnly => "cfsQuotaBurstOnly",
+        CFSQuotaBurstOnly = "cfsQuotaBurstOnly",
         /// Both.
-        Auto => "auto",
+        Auto = "auto",
     }
 }
 
