@@ -1099,3 +1099,651 @@ pub fn stat_field(content: &str, key: &str) -> Result<i64, CgroupValueError> {
         key: key.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "6f1c-22ab";
+
+    fn layout(version: CgroupVersion, driver: CgroupDriver) -> CgroupLayout {
+        CgroupLayout::new(version, driver, "/cg")
+    }
+
+    #[test]
+    fn directories_for_both_drivers_and_all_tiers() {
+        use CgroupDriver::*;
+        use QosTier::*;
+        // (driver, tier, qos dir, pod dir, container dir for containerd://abc)
+        let table = [
+            (
+                Cgroupfs,
+                Guaranteed,
+                "kubepods",
+                "kubepods/pod6f1c-22ab",
+                "kubepods/pod6f1c-22ab/abc",
+            ),
+            (
+                Cgroupfs,
+                Burstable,
+                "kubepods/burstable",
+                "kubepods/burstable/pod6f1c-22ab",
+                "kubepods/burstable/pod6f1c-22ab/abc",
+            ),
+            (
+                Cgroupfs,
+                BestEffort,
+                "kubepods/besteffort",
+                "kubepods/besteffort/pod6f1c-22ab",
+                "kubepods/besteffort/pod6f1c-22ab/abc",
+            ),
+            (
+                Systemd,
+                Guaranteed,
+                "kubepods.slice",
+                "kubepods.slice/kubepods-pod6f1c_22ab.slice",
+                "kubepods.slice/kubepods-pod6f1c_22ab.slice/cri-containerd-abc.scope",
+            ),
+            (
+                Systemd,
+                Burstable,
+                "kubepods.slice/kubepods-burstable.slice",
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1c_22ab.slice",
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1c_22ab.slice/cri-containerd-abc.scope",
+            ),
+            (
+                Systemd,
+                BestEffort,
+                "kubepods.slice/kubepods-besteffort.slice",
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod6f1c_22ab.slice",
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod6f1c_22ab.slice/cri-containerd-abc.scope",
+            ),
+        ];
+        for version in [CgroupVersion::V1, CgroupVersion::V2] {
+            for (driver, tier, qos, pod, container) in table {
+                let layout = layout(version, driver);
+                let kubepods = if driver == Cgroupfs {
+                    "kubepods"
+                } else {
+                    "kubepods.slice"
+                };
+                assert_eq!(layout.kubepods_dir(), Path::new(kubepods));
+                assert_eq!(layout.qos_dir(tier), Path::new(qos), "{driver} {tier}");
+                assert_eq!(layout.pod_dir(tier, UID).unwrap(), Path::new(pod));
+                assert_eq!(
+                    layout.container_dir(tier, UID, "containerd://abc").unwrap(),
+                    Path::new(container)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn container_directory_names_per_runtime() {
+        let systemd = layout(CgroupVersion::V1, CgroupDriver::Systemd);
+        let cgroupfs = layout(CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        let cases = [
+            ("containerd://abc", "cri-containerd-abc.scope"),
+            ("docker://abc", "docker-abc.scope"),
+            ("cri-o://abc", "crio-abc.scope"),
+            ("pouch://abc", "pouch-abc.scope"),
+            ("abc", "cri-containerd-abc.scope"),
+        ];
+        for (id, scope) in cases {
+            let dir = systemd.container_dir(QosTier::BestEffort, UID, id).unwrap();
+            assert_eq!(dir.file_name().unwrap(), scope, "{id}");
+            let dir = cgroupfs
+                .container_dir(QosTier::BestEffort, UID, id)
+                .unwrap();
+            assert_eq!(dir.file_name().unwrap(), "abc", "{id}");
+        }
+        let mut docker_default = systemd.clone();
+        docker_default.default_runtime = ContainerRuntime::Docker;
+        let dir = docker_default
+            .container_dir(QosTier::Guaranteed, UID, "abc")
+            .unwrap();
+        assert_eq!(dir.file_name().unwrap(), "docker-abc.scope");
+    }
+
+    #[test]
+    fn unsafe_identifiers_are_rejected() {
+        let layout = layout(CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        for uid in ["", "..", "a/b", "../x", "a b", "a\0b", "."] {
+            assert_eq!(
+                layout.pod_dir(QosTier::Burstable, uid),
+                Err(CgroupPathError::InvalidPodUid(uid.to_string())),
+                "{uid:?}"
+            );
+        }
+        for id in [
+            "containerd://",
+            "containerd://../x",
+            "docker://a/b",
+            "..",
+            "x y",
+        ] {
+            assert_eq!(
+                layout.container_dir(QosTier::Burstable, UID, id),
+                Err(CgroupPathError::InvalidContainerId(id.to_string())),
+                "{id:?}"
+            );
+        }
+        assert_eq!(
+            layout.container_dir(QosTier::Burstable, UID, "rkt://abc"),
+            Err(CgroupPathError::UnknownRuntime("rkt://abc".to_string()))
+        );
+        assert!(matches!(
+            layout.file_path("kubepods/../../etc", CgroupResource::CpuShares),
+            Err(CgroupPathError::InvalidRelativeDir(_))
+        ));
+    }
+
+    #[test]
+    fn directory_names_parse_back() {
+        let systemd = layout(CgroupVersion::V2, CgroupDriver::Systemd);
+        let cgroupfs = layout(CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        assert_eq!(
+            systemd.pod_uid_from_dir_name("kubepods-burstable-pod6f1c_22ab.slice"),
+            Some(UID.to_string())
+        );
+        assert_eq!(
+            systemd.pod_uid_from_dir_name("kubepods-pod6f1c_22ab.slice"),
+            Some(UID.to_string())
+        );
+        assert_eq!(
+            systemd.pod_uid_from_dir_name("kubepods-burstable.slice"),
+            None
+        );
+        assert_eq!(systemd.pod_uid_from_dir_name("system.slice"), None);
+        assert_eq!(
+            cgroupfs.pod_uid_from_dir_name("pod6f1c-22ab"),
+            Some(UID.to_string())
+        );
+        assert_eq!(cgroupfs.pod_uid_from_dir_name("burstable"), None);
+        assert_eq!(
+            systemd.container_id_from_dir_name("crio-abc.scope"),
+            Some(ContainerId {
+                runtime: Some(ContainerRuntime::CriO),
+                id: "abc".to_string()
+            })
+        );
+        assert_eq!(systemd.container_id_from_dir_name("crio-abc"), None);
+        assert_eq!(
+            cgroupfs
+                .container_id_from_dir_name("abc")
+                .map(|c| c.to_string()),
+            Some("abc".to_string())
+        );
+        assert_eq!(
+            ContainerId::parse("docker://ff").unwrap().to_string(),
+            "docker://ff"
+        );
+    }
+
+    #[test]
+    fn qos_classes_and_drivers_parse() {
+        assert_eq!(
+            QosTier::from_kubernetes_qos_class("BestEffort"),
+            Ok(QosTier::BestEffort)
+        );
+        assert_eq!("Guaranteed".parse::<QosTier>(), Ok(QosTier::Guaranteed));
+        assert_eq!("burstable".parse::<QosTier>(), Ok(QosTier::Burstable));
+        assert_eq!(
+            "LS".parse::<QosTier>(),
+            Err(CgroupPathError::UnknownQosClass("LS".to_string()))
+        );
+        assert_eq!("systemd".parse::<CgroupDriver>(), Ok(CgroupDriver::Systemd));
+        assert!("Systemd".parse::<CgroupDriver>().is_err());
+    }
+
+    #[test]
+    fn file_mapping_v1_and_v2() {
+        use CgroupResource::*;
+        let dir = "kubepods/besteffort";
+        // (resource, v1 path below /cg, v2 path below /cg)
+        let table = [
+            (
+                CpuShares,
+                "cpu/kubepods/besteffort/cpu.shares",
+                "kubepods/besteffort/cpu.weight",
+            ),
+            (
+                CpuCfsQuota,
+                "cpu/kubepods/besteffort/cpu.cfs_quota_us",
+                "kubepods/besteffort/cpu.max",
+            ),
+            (
+                CpuCfsPeriod,
+                "cpu/kubepods/besteffort/cpu.cfs_period_us",
+                "kubepods/besteffort/cpu.max",
+            ),
+            (
+                CpuBurst,
+                "cpu/kubepods/besteffort/cpu.cfs_burst_us",
+                "kubepods/besteffort/cpu.max.burst",
+            ),
+            (
+                CpuIdle,
+                "cpu/kubepods/besteffort/cpu.idle",
+                "kubepods/besteffort/cpu.idle",
+            ),
+            (
+                CpuStat,
+                "cpu/kubepods/besteffort/cpu.stat",
+                "kubepods/besteffort/cpu.stat",
+            ),
+            (
+                CpuacctUsage,
+                "cpuacct/kubepods/besteffort/cpuacct.usage",
+                "kubepods/besteffort/cpu.stat",
+            ),
+            (
+                CpusetCpus,
+                "cpuset/kubepods/besteffort/cpuset.cpus",
+                "kubepods/besteffort/cpuset.cpus",
+            ),
+            (
+                CpusetMems,
+                "cpuset/kubepods/besteffort/cpuset.mems",
+                "kubepods/besteffort/cpuset.mems",
+            ),
+            (
+                CpusetCpusEffective,
+                "cpuset/kubepods/besteffort/cpuset.effective_cpus",
+                "kubepods/besteffort/cpuset.cpus.effective",
+            ),
+            (
+                MemoryLimit,
+                "memory/kubepods/besteffort/memory.limit_in_bytes",
+                "kubepods/besteffort/memory.max",
+            ),
+            (
+                MemoryUsage,
+                "memory/kubepods/besteffort/memory.usage_in_bytes",
+                "kubepods/besteffort/memory.current",
+            ),
+            (
+                MemoryStat,
+                "memory/kubepods/besteffort/memory.stat",
+                "kubepods/besteffort/memory.stat",
+            ),
+            (
+                MemoryMin,
+                "memory/kubepods/besteffort/memory.min",
+                "kubepods/besteffort/memory.min",
+            ),
+            (
+                MemoryHigh,
+                "memory/kubepods/besteffort/memory.high",
+                "kubepods/besteffort/memory.high",
+            ),
+            (
+                PidsMax,
+                "pids/kubepods/besteffort/pids.max",
+                "kubepods/besteffort/pids.max",
+            ),
+            (
+                CgroupProcs,
+                "cpu/kubepods/besteffort/cgroup.procs",
+                "kubepods/besteffort/cgroup.procs",
+            ),
+            (
+                Tasks,
+                "cpu/kubepods/besteffort/tasks",
+                "kubepods/besteffort/cgroup.threads",
+            ),
+            (
+                BlkioThrottleReadBps,
+                "blkio/kubepods/besteffort/blkio.throttle.read_bps_device",
+                "kubepods/besteffort/io.max",
+            ),
+            (
+                CpuPressure,
+                "cpuacct/kubepods/besteffort/cpu.pressure",
+                "kubepods/besteffort/cpu.pressure",
+            ),
+            (
+                IoPressure,
+                "cpuacct/kubepods/besteffort/io.pressure",
+                "kubepods/besteffort/io.pressure",
+            ),
+        ];
+        let v1 = layout(CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        let v2 = layout(CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        for (resource, v1_path, v2_path) in table {
+            assert_eq!(
+                v1.file_path(dir, resource).unwrap(),
+                Path::new("/cg").join(v1_path),
+                "{resource}"
+            );
+            assert_eq!(
+                v2.file_path(dir, resource).unwrap(),
+                Path::new("/cg").join(v2_path),
+                "{resource}"
+            );
+        }
+        // A leading slash and "." are tolerated; the root cgroup is the empty dir.
+        assert_eq!(
+            v1.file_path("/kubepods/./besteffort", CpuShares).unwrap(),
+            Path::new("/cg/cpu/kubepods/besteffort/cpu.shares")
+        );
+        assert_eq!(
+            v2.file_path("", MemoryStat).unwrap(),
+            Path::new("/cg/memory.stat")
+        );
+        assert_eq!(
+            v1.controller_path(dir, Controller::Cpuset).unwrap(),
+            Path::new("/cg/cpuset/kubepods/besteffort")
+        );
+        assert_eq!(
+            v2.controller_path(dir, Controller::Cpuset).unwrap(),
+            Path::new("/cg/kubepods/besteffort")
+        );
+    }
+
+    #[test]
+    fn v1_pressure_files_follow_the_unified_mount_when_given() {
+        let layout =
+            layout(CgroupVersion::V1, CgroupDriver::Cgroupfs).with_unified_root("/cg/unified");
+        assert_eq!(
+            layout
+                .file_path("kubepods", CgroupResource::MemoryPressure)
+                .unwrap(),
+            Path::new("/cg/unified/kubepods/memory.pressure")
+        );
+        // Other files are unaffected.
+        assert_eq!(
+            layout
+                .file_path("kubepods", CgroupResource::CpuStat)
+                .unwrap(),
+            Path::new("/cg/cpu/kubepods/cpu.stat")
+        );
+        // v2 ignores the setting.
+        let mut v2 = layout.clone();
+        v2.version = CgroupVersion::V2;
+        assert_eq!(
+            v2.file_path("kubepods", CgroupResource::CpuPressure)
+                .unwrap(),
+            Path::new("/cg/kubepods/cpu.pressure")
+        );
+    }
+
+    #[test]
+    fn resource_names_round_trip() {
+        for resource in CgroupResource::ALL {
+            assert_eq!(resource.name().parse::<CgroupResource>(), Ok(*resource));
+        }
+        assert!("cpu.weight".parse::<CgroupResource>().is_err());
+        assert_eq!(
+            serde_json::to_string(&CgroupResource::CpuCfsQuota).unwrap(),
+            "\"cpu.cfs_quota_us\""
+        );
+    }
+
+    #[test]
+    fn shares_weight_conversion_matches_kubernetes() {
+        // Reference points of the kubelet's linear mapping.
+        let table = [
+            (2, 1),
+            (1024, 39),
+            (512, 20),
+            (102, 4),
+            (262_144, 10_000),
+            (1, 1),
+            (1_000_000, 10_000),
+        ];
+        for (shares, weight) in table {
+            assert_eq!(cpu_shares_to_weight(shares), weight, "shares {shares}");
+        }
+        let back = [(1, 2), (39, 998), (10_000, 262_144), (0, 2)];
+        for (weight, shares) in back {
+            assert_eq!(cpu_weight_to_shares(weight), shares, "weight {weight}");
+        }
+    }
+
+    #[test]
+    fn v1_encoding() {
+        use CgroupResource::*;
+        let v1 = CgroupVersion::V1;
+        let cases = [
+            (CpuCfsQuota, CgroupValue::Int(20_000), "20000"),
+            (CpuCfsQuota, CgroupValue::Unlimited, "-1"),
+            (CpuCfsQuota, CgroupValue::Int(-1), "-1"),
+            (CpuShares, CgroupValue::Int(1024), "1024"),
+            (MemoryLimit, CgroupValue::Unlimited, "-1"),
+            (PidsMax, CgroupValue::Unlimited, "max"),
+            (MemoryHigh, CgroupValue::Unlimited, "max"),
+            (CpuBvtWarpNs, CgroupValue::Int(-1), "-1"),
+            (
+                CpusetCpus,
+                CgroupValue::CpuSet("3,0-1".parse().unwrap()),
+                "0-1,3",
+            ),
+            (
+                BlkioThrottleReadBps,
+                CgroupValue::Text("8:0 1048576".to_string()),
+                "8:0 1048576",
+            ),
+        ];
+        for (resource, value, expected) in cases {
+            assert_eq!(
+                resource.encode(v1, &value, None).unwrap(),
+                expected,
+                "{resource}"
+            );
+        }
+    }
+
+    #[test]
+    fn v2_encoding() {
+        use CgroupResource::*;
+        let v2 = CgroupVersion::V2;
+        let cases: [(CgroupResource, CgroupValue, Option<&str>, &str); 12] = [
+            (CpuShares, CgroupValue::Int(1024), None, "39"),
+            (CpuCfsQuota, CgroupValue::Int(20_000), None, "20000 100000"),
+            (
+                CpuCfsQuota,
+                CgroupValue::Int(20_000),
+                Some("max 50000\n"),
+                "20000 50000",
+            ),
+            (
+                CpuCfsQuota,
+                CgroupValue::Int(-1),
+                Some("20000 100000"),
+                "max 100000",
+            ),
+            (CpuCfsQuota, CgroupValue::Unlimited, None, "max 100000"),
+            (
+                CpuCfsPeriod,
+                CgroupValue::Int(50_000),
+                Some("20000 100000"),
+                "20000 50000",
+            ),
+            (
+                CpuCfsPeriod,
+                CgroupValue::Int(50_000),
+                Some("max 100000"),
+                "max 50000",
+            ),
+            (MemoryLimit, CgroupValue::Unlimited, None, "max"),
+            (MemoryLimit, CgroupValue::Int(1 << 30), None, "1073741824"),
+            (CpuBurst, CgroupValue::Int(5000), None, "5000"),
+            (
+                BlkioThrottleWriteIops,
+                CgroupValue::Text("253:1 300".to_string()),
+                None,
+                "253:1 wiops=300",
+            ),
+            (
+                BlkioThrottleReadBps,
+                CgroupValue::Text("253:1 0".to_string()),
+                None,
+                "253:1 rbps=max",
+            ),
+        ];
+        for (resource, value, current, expected) in cases {
+            assert_eq!(
+                resource.encode(v2, &value, current).unwrap(),
+                expected,
+                "{resource} {value} over {current:?}"
+            );
+        }
+        // A malformed present cpu.max is an error, not a guess.
+        assert!(matches!(
+            CpuCfsQuota.encode(v2, &CgroupValue::Int(20_000), Some("garbage")),
+            Err(CgroupValueError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_values_are_rejected() {
+        use CgroupResource::*;
+        let v1 = CgroupVersion::V1;
+        let rejected = [
+            (CpuShares, CgroupValue::Int(1)),
+            (CpuShares, CgroupValue::Int(262_145)),
+            (CpuShares, CgroupValue::Unlimited),
+            (CpuCfsQuota, CgroupValue::Int(999)),
+            (CpuCfsQuota, CgroupValue::Int(-2)),
+            (CpuCfsPeriod, CgroupValue::Int(999)),
+            (CpuIdle, CgroupValue::Int(2)),
+            (CpuBvtWarpNs, CgroupValue::Int(3)),
+            (MemoryWmarkMinAdj, CgroupValue::Int(-26)),
+            (CpusetCpus, CgroupValue::Int(3)),
+            (CpusetCpus, CgroupValue::Text("0-".to_string())),
+            (CgroupProcs, CgroupValue::Int(0)),
+            (BlkioThrottleReadBps, CgroupValue::Text("8:0".to_string())),
+            (BlkioThrottleReadBps, CgroupValue::Text("sda 5".to_string())),
+            (CpuStat, CgroupValue::Text("x".to_string())),
+            (MemoryUsage, CgroupValue::Int(5)),
+            (CpuacctUsage, CgroupValue::Int(5)),
+        ];
+        for (resource, value) in rejected {
+            assert!(
+                resource.encode(v1, &value, None).is_err(),
+                "{resource} accepted {value:?}"
+            );
+        }
+        assert_eq!(
+            CpuShares.validate(CgroupValue::Int(1)),
+            Err(CgroupValueError::OutOfRange {
+                resource: CpuShares,
+                value: 1,
+                min: 2,
+                max: 262_144
+            })
+        );
+    }
+
+    #[test]
+    fn parse_value_from_v1_text() {
+        use CgroupResource::*;
+        assert_eq!(CpuCfsQuota.parse_value("-1"), Ok(CgroupValue::Unlimited));
+        assert_eq!(CpuCfsQuota.parse_value("max"), Ok(CgroupValue::Unlimited));
+        assert_eq!(
+            CpuCfsQuota.parse_value(" 20000\n"),
+            Ok(CgroupValue::Int(20_000))
+        );
+        assert_eq!(CpuBvtWarpNs.parse_value("-1"), Ok(CgroupValue::Int(-1)));
+        assert!(CpuShares.parse_value("-1").is_err());
+        assert!(CpuShares.parse_value("ten").is_err());
+        assert_eq!(
+            CpusetMems.parse_value("0"),
+            Ok(CgroupValue::CpuSet("0".parse().unwrap()))
+        );
+    }
+
+    #[test]
+    fn decoding_file_content() {
+        use CgroupResource::*;
+        let (v1, v2) = (CgroupVersion::V1, CgroupVersion::V2);
+        assert_eq!(CpuCfsQuota.decode(v1, "-1\n"), Ok(CgroupValue::Unlimited));
+        assert_eq!(
+            CpuCfsQuota.decode(v1, "20000\n"),
+            Ok(CgroupValue::Int(20_000))
+        );
+        assert_eq!(
+            CpuCfsQuota.decode(v2, "max 100000\n"),
+            Ok(CgroupValue::Unlimited)
+        );
+        assert_eq!(
+            CpuCfsQuota.decode(v2, "20000 100000\n"),
+            Ok(CgroupValue::Int(20_000))
+        );
+        assert_eq!(
+            CpuCfsPeriod.decode(v2, "20000 50000\n"),
+            Ok(CgroupValue::Int(50_000))
+        );
+        assert_eq!(
+            CpuShares.decode(v2, "10000\n"),
+            Ok(CgroupValue::Int(262_144))
+        );
+        assert_eq!(MemoryLimit.decode(v2, "max\n"), Ok(CgroupValue::Unlimited));
+        assert_eq!(
+            MemoryLimit.decode(v1, "9223372036854771712\n"),
+            Ok(CgroupValue::Int(9_223_372_036_854_771_712))
+        );
+        assert_eq!(PidsMax.decode(v1, "max\n"), Ok(CgroupValue::Unlimited));
+        assert_eq!(
+            CpuacctUsage.decode(v2, "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n"),
+            Ok(CgroupValue::Int(1_500_000))
+        );
+        assert_eq!(
+            CpuacctUsage.decode(v1, "123456789\n"),
+            Ok(CgroupValue::Int(123_456_789))
+        );
+        assert_eq!(
+            CpusetCpus.decode(v1, "0-1\n"),
+            Ok(CgroupValue::CpuSet("0,1".parse().unwrap()))
+        );
+        assert_eq!(
+            CpuPressure.decode(v1, "some avg10=0.00\n"),
+            Ok(CgroupValue::Text("some avg10=0.00".to_string()))
+        );
+        // Malformed content is a typed error.
+        for (resource, version, content) in [
+            (CpuCfsQuota, v2, "20000"),
+            (CpuCfsQuota, v2, "20000 100000 1"),
+            (CpuCfsQuota, v2, "x 100000"),
+            (CpuCfsPeriod, v2, "max y"),
+            (CpuCfsQuota, v1, "twenty"),
+            (CpuShares, v2, ""),
+            (CpuacctUsage, v2, "user_usec 5\n"),
+            (CpuacctUsage, v2, "usage_usec x\n"),
+            (CpusetCpus, v1, "0-a"),
+        ] {
+            assert!(
+                resource.decode(version, content).is_err(),
+                "{resource} {version} {content:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn stat_fields() {
+        let stat = "nr_periods 10\nnr_throttled 2\nthrottled_time 300\n";
+        assert_eq!(stat_field(stat, "nr_throttled"), Ok(2));
+        assert_eq!(
+            stat_field(stat, "usage_usec"),
+            Err(CgroupValueError::MissingField {
+                key: "usage_usec".to_string()
+            })
+        );
+        assert!(stat_field("nr_periods x", "nr_periods").is_err());
+    }
+
+    #[test]
+    fn hierarchy_order_classification() {
+        use CgroupResource::*;
+        assert_eq!(
+            CpusetCpus.hierarchy_order(),
+            Some(HierarchyOrder::SetInclusion)
+        );
+        assert_eq!(CpuCfsQuota.hierarchy_order(), Some(HierarchyOrder::Numeric));
+        assert_eq!(CpuShares.hierarchy_order(), None);
+        assert!(!CgroupProcs.is_cacheable());
+        assert!(CpuShares.is_cacheable());
+        assert!(!CpuStat.is_writable());
+    }
+}
