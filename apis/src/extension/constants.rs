@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use super::annotations::{StringMap, parse_go_decimal_i64, parse_json_annotation_non_empty};
 use super::error::ExtensionError;
+use crate::wire_enum::wire_enum;
 
 /// `koordinator.sh/`
 pub const DOMAIN_PREFIX: &str = "koordinator.sh/";
@@ -57,9 +58,9 @@ pub const LABEL_BINDING_ADMISSION_BYPASS: &str = "koordinator.sh/binding-admissi
 /// (upstream `cmd/koord-runtime-proxy/options`).
 pub const ANNOTATION_SKIP_HOOK_SERVER: &str = "runtimeproxy.koordinator.sh/skip-hookserver";
 
-string_enum! {
+wire_enum! {
     /// Statistic used to aggregate node usage over a window.
-    pub enum AggregationType {
+    pub enum AggregationType closed {
         Avg = "avg",
         P99 = "p99",
         P95 = "p95",

@@ -7,6 +7,7 @@ use super::annotations::{
 use super::duration::GoDuration;
 use super::error::ExtensionError;
 use super::network_topology::{NetworkTopologySpec, get_network_topology_spec};
+use crate::wire_enum::wire_enum;
 
 pub const ANNOTATION_GANG_PREFIX: &str = "gang.scheduling.koordinator.sh";
 /// The gang's name.
@@ -51,10 +52,10 @@ pub const DEPRECATED_ANNOTATION_BIND_GANG_MEMBER_COUNT: &str =
 pub const ANNOTATION_BIND_GANG_MEMBER_COUNT: &str =
     "internal.scheduling.koordinator.sh/bind-gang-member-count";
 
-string_enum! {
+wire_enum! {
     /// What happens to the gang when one member fails to schedule.
     #[derive(Default)]
-    pub enum GangMode {
+    pub enum GangMode closed {
         /// Reject the whole gang (default).
         #[default]
         Strict = "Strict",
@@ -63,10 +64,10 @@ string_enum! {
     }
 }
 
-string_enum! {
+wire_enum! {
     /// Which members count toward min-available.
     #[derive(Default)]
-    pub enum GangMatchPolicy {
+    pub enum GangMatchPolicy closed {
         OnlyWaiting = "only-waiting",
         WaitingAndRunning = "waiting-and-running",
         /// Once satisfied, the gang stays satisfied (upstream's documented default).

@@ -13,6 +13,7 @@ use super::annotations::{
 };
 use super::error::ExtensionError;
 use super::resource::ResourceList;
+use crate::wire_enum::wire_enum;
 
 /// Pod annotation: the devices the scheduler allocated ([`DeviceAllocations`]).
 pub const ANNOTATION_DEVICE_ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
@@ -138,8 +139,8 @@ pub struct DeviceJointAllocate {
     pub required_scope: Option<DeviceJointAllocateScope>,
 }
 
-string_enum! {
-    pub enum DeviceJointAllocateScope {
+wire_enum! {
+    pub enum DeviceJointAllocateScope closed {
         SamePCIe = "SamePCIe",
     }
 }
@@ -183,8 +184,8 @@ pub struct DeviceHint {
     pub exclusive_policy: Option<DeviceExclusivePolicy>,
 }
 
-string_enum! {
-    pub enum DeviceAllocateStrategy {
+wire_enum! {
+    pub enum DeviceAllocateStrategy closed {
         /// The hint applies to every device of the type.
         ApplyForAll = "ApplyForAll",
         /// The request is a device count.
@@ -192,8 +193,8 @@ string_enum! {
     }
 }
 
-string_enum! {
-    pub enum DeviceTopologyScope {
+wire_enum! {
+    pub enum DeviceTopologyScope closed {
         Device = "Device",
         PCIe = "PCIe",
         NUMANode = "NUMANode",
@@ -213,8 +214,8 @@ impl DeviceTopologyScope {
     }
 }
 
-string_enum! {
-    pub enum DeviceExclusivePolicy {
+wire_enum! {
+    pub enum DeviceExclusivePolicy closed {
         /// No other pod on the same device.
         DeviceLevel = "DeviceLevel",
         /// No other pod on the same PCIe switch.
@@ -240,8 +241,8 @@ pub struct GPUPartitionSpec {
     pub ring_bus_bandwidth: Option<Quantity>,
 }
 
-string_enum! {
-    pub enum GPUPartitionAllocatePolicy {
+wire_enum! {
+    pub enum GPUPartitionAllocatePolicy closed {
         /// Only partitions with the best allocation score.
         Restricted = "Restricted",
         /// Prefer partitions with a better allocation score.
@@ -249,8 +250,8 @@ string_enum! {
     }
 }
 
-string_enum! {
-    pub enum GPULinkType {
+wire_enum! {
+    pub enum GPULinkType closed {
         NVLink = "NVLink",
     }
 }
@@ -284,16 +285,16 @@ pub struct GPUPartition {
 /// Value of `scheduling.koordinator.sh/gpu-partitions`: GPU count → partitions.
 pub type GPUPartitionTable = BTreeMap<i32, Vec<GPUPartition>>;
 
-string_enum! {
+wire_enum! {
     /// Whether the partitions on the Device are binding.
-    pub enum GPUPartitionPolicy {
+    pub enum GPUPartitionPolicy closed {
         Honor = "Honor",
         Prefer = "Prefer",
     }
 }
 
-string_enum! {
-    pub enum GPUIsolationProvider {
+wire_enum! {
+    pub enum GPUIsolationProvider closed {
         HAMiCore = "HAMi-core",
     }
 }

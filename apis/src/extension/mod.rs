@@ -12,9 +12,6 @@
 //! malformed, and never panics. Where upstream returns an empty struct for an
 //! absent key, callers use `unwrap_or_default()`.
 
-#[macro_use]
-mod macros;
-
 pub mod annotations;
 pub mod cluster_colocation_profile;
 pub mod constants;

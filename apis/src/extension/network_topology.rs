@@ -9,6 +9,7 @@ use super::annotations::{
     parse_json_annotation_non_empty, set_json_annotation,
 };
 use super::error::ExtensionError;
+use crate::wire_enum::wire_enum;
 
 /// Pod annotation: the pod's index in its gang (e.g. its PyTorch rank).
 pub const ANNOTATION_GANG_POD_NETWORK_TOPOLOGY_INDEX: &str =
@@ -48,9 +49,9 @@ pub struct NetworkTopologyGatherRule {
     pub pod_count_multiple: i32,
 }
 
-string_enum! {
+wire_enum! {
     #[derive(Default)]
-    pub enum NetworkTopologyGatherStrategy {
+    pub enum NetworkTopologyGatherStrategy closed {
         #[default]
         MustGather = "MustGather",
         PreferGather = "PreferGather",

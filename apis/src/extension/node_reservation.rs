@@ -9,6 +9,7 @@ use super::annotations::{
 use super::error::ExtensionError;
 use super::quantity::QuantityValue;
 use super::resource::{RESOURCE_CPU, ResourceList};
+use crate::wire_enum::wire_enum;
 
 /// Node annotation: [`NodeReservation`].
 pub const ANNOTATION_NODE_RESERVATION: &str = "node.koordinator.sh/reservation";
@@ -41,8 +42,8 @@ pub struct NodeReservation {
     pub apply_policy: Option<NodeReservationApplyPolicy>,
 }
 
-string_enum! {
-    pub enum NodeReservationApplyPolicy {
+wire_enum! {
+    pub enum NodeReservationApplyPolicy closed {
         /// Deduct from schedulable resources and reserve the CPUs (default).
         Default = "Default",
         /// Only keep the CPUs out of cpuset allocation; kubelet's own

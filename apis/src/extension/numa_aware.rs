@@ -10,6 +10,7 @@ use super::annotations::{
 };
 use super::error::ExtensionError;
 use super::resource::ResourceList;
+use crate::wire_enum::wire_enum;
 
 /// Pod annotation: the pod's NUMA policy ([`NUMATopologySpec`]).
 pub const ANNOTATION_NUMA_TOPOLOGY_SPEC: &str = "scheduling.koordinator.sh/numa-topology-spec";
@@ -116,9 +117,9 @@ pub struct NUMANodeResource {
     pub resources: ResourceList,
 }
 
-string_enum! {
+wire_enum! {
     /// How a pod's CPUs are picked.
-    pub enum CPUBindPolicy {
+    pub enum CPUBindPolicy closed {
         /// The scheduler's configured default.
         Default = "Default",
         /// Pack onto as few physical cores as possible.
@@ -130,9 +131,9 @@ string_enum! {
     }
 }
 
-string_enum! {
+wire_enum! {
     /// What a pod's CPUs must not share with other exclusive pods.
-    pub enum CPUExclusivePolicy {
+    pub enum CPUExclusivePolicy closed {
         None = "None",
         /// Physical cores.
         PCPULevel = "PCPULevel",
@@ -141,9 +142,9 @@ string_enum! {
     }
 }
 
-string_enum! {
+wire_enum! {
     /// Node-enforced bind policy (label `node.koordinator.sh/cpu-bind-policy`).
-    pub enum NodeCPUBindPolicy {
+    pub enum NodeCPUBindPolicy closed {
         None = "None",
         /// Whole physical cores only (kubelet's `full-pcpus-only`).
         FullPCPUsOnly = "FullPCPUsOnly",
@@ -151,9 +152,9 @@ string_enum! {
     }
 }
 
-string_enum! {
+wire_enum! {
     /// Which NUMA node to take from first.
-    pub enum NUMAAllocateStrategy {
+    pub enum NUMAAllocateStrategy closed {
         /// The node with the least free resources.
         MostAllocated = "MostAllocated",
         /// The node with the most free resources.
@@ -163,26 +164,26 @@ string_enum! {
     }
 }
 
-string_enum! {
-    pub enum NumaTopologyExclusive {
+wire_enum! {
+    pub enum NumaTopologyExclusive closed {
         Preferred = "Preferred",
         Required = "Required",
     }
 }
 
-string_enum! {
+wire_enum! {
     /// How a NUMA node is currently used.
-    pub enum NumaNodeStatus {
+    pub enum NumaNodeStatus closed {
         Idle = "idle",
         Shared = "shared",
         Single = "single",
     }
 }
 
-string_enum! {
+wire_enum! {
     /// NUMA alignment policy, as kubelet's topology manager names them.
     #[derive(Default)]
-    pub enum NUMATopologyPolicy {
+    pub enum NUMATopologyPolicy closed {
         #[default]
         None = "",
         BestEffort = "BestEffort",

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use super::annotations::{StringMap, parse_json_annotation_non_empty, set_json_annotation};
 use super::error::ExtensionError;
 use crate::scheduling::v1alpha1::ReservationOwner;
+use crate::wire_enum::wire_enum;
 
 /// Pod label: [`PodOperatingMode`].
 pub const LABEL_POD_OPERATING_MODE: &str = "scheduling.koordinator.sh/operating-mode";
@@ -15,8 +16,8 @@ pub const ANNOTATION_RESERVATION_OWNERS: &str = "scheduling.koordinator.sh/reser
 pub const ANNOTATION_RESERVATION_CURRENT_OWNER: &str =
     "scheduling.koordinator.sh/reservation-current-owner";
 
-string_enum! {
-    pub enum PodOperatingMode {
+wire_enum! {
+    pub enum PodOperatingMode closed {
         /// An ordinary pod, run by kubelet once bound.
         Runnable = "Runnable",
         /// A scheduling and reservation unit, never run.

@@ -1,6 +1,7 @@
 //! Koordinator preemption overrides on pods.
 
 use super::annotations::StringMap;
+use crate::wire_enum::wire_enum;
 
 /// Pod label: the pod's preemption policy when the PreemptionPolicyTransformer
 /// feature is on.
@@ -8,9 +9,9 @@ pub const LABEL_POD_PREEMPTION_POLICY: &str = "scheduling.koordinator.sh/preempt
 /// Pod label: `true` keeps the pod from being a victim of reservation preemption.
 pub const LABEL_DISABLE_PREEMPTIBLE: &str = "scheduling.koordinator.sh/disable-preemptible";
 
-string_enum! {
+wire_enum! {
     /// Kubernetes `PreemptionPolicy` values.
-    pub enum PreemptionPolicy {
+    pub enum PreemptionPolicy closed {
         PreemptLowerPriority = "PreemptLowerPriority",
         Never = "Never",
     }

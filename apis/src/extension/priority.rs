@@ -9,12 +9,13 @@ use super::annotations::{StringMap, labels_of, parse_go_auto_base_i32};
 use super::constants::{LABEL_POD_PRIORITY, LABEL_POD_PRIORITY_CLASS};
 use super::error::ExtensionError;
 use super::qos::{QoSClass, qos_class_of_pod};
+use crate::wire_enum::wire_enum;
 
-string_enum! {
+wire_enum! {
     /// Koordinator priority class. The names are also the names of the
     /// Kubernetes PriorityClass objects the Helm chart installs.
     #[derive(Default)]
-    pub enum PriorityClass {
+    pub enum PriorityClass closed {
         Prod = "koord-prod",
         Mid = "koord-mid",
         Batch = "koord-batch",

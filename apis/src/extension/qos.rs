@@ -8,12 +8,13 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use super::annotations::{StringMap, labels_of};
 use super::constants::LABEL_POD_QOS;
 use super::quantity::QuantityValue;
+use crate::wire_enum::wire_enum;
 
-string_enum! {
+wire_enum! {
     /// Koordinator QoS class (label `koordinator.sh/qosClass`).
     #[allow(clippy::upper_case_acronyms)]
     #[derive(Default)]
-    pub enum QoSClass {
+    pub enum QoSClass closed {
         /// Latency-sensitive, exclusive cores.
         LSE = "LSE",
         /// Latency-sensitive, reserved cores.
@@ -40,9 +41,9 @@ impl QoSClass {
 /// The Koordinator class given to Kubernetes Guaranteed pods without a label.
 pub const QOS_CLASS_FOR_GUARANTEED: QoSClass = QoSClass::LSR;
 
-string_enum! {
+wire_enum! {
     /// Kubernetes pod QoS class (`status.qosClass`).
-    pub enum KubeQoSClass {
+    pub enum KubeQoSClass closed {
         Guaranteed = "Guaranteed",
         Burstable = "Burstable",
         BestEffort = "BestEffort",
