@@ -9,6 +9,7 @@ pub mod config;
 pub mod configuration;
 pub mod crds;
 pub mod extension;
+pub mod hand_built;
 pub mod quota;
 pub mod runtime;
 pub mod scheduling;

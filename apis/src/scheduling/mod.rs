@@ -1,6 +1,4 @@
-//! `scheduling.koordinator.sh` types, plus hand-built custom resources, which
-//! the other scheduling-side API groups share.
-pub mod hand_built;
-pub mod v1alpha1;
+//! The `scheduling.koordinator.sh` API group: Reservation, Device,
+//! PodMigrationJob.
 
-pub(crate) use hand_built::hand_built_resource;
+pub mod v1alpha1;

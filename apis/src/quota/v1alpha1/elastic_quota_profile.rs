@@ -3,14 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::core::Resource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use schemars::JsonSchema;
-use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use crate::scheduling::hand_built::CrdDescription;
-use crate::scheduling::hand_built_resource;
+use crate::hand_built::{CrdDescription, hand_built_resource};
 
 /// ElasticQuotaProfile's CRD names. Upstream has an (empty) `status` field
 /// but no status subresource, so the root is hand-built.
@@ -25,70 +22,13 @@ pub const ELASTIC_QUOTA_PROFILE_CRD: CrdDescription = CrdDescription {
     annotations: &[],
 };
 
-/// A profile that keeps one ElasticQuota sized to a set of nodes.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::scheduling::hand_built::without_property_defaults)]
-pub struct ElasticQuotaProfile {
-    #[serde(default)]
-    #[schemars(skip)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: ElasticQuotaProfileSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ElasticQuotaProfileStatus>,
-}
-
-hand_built_resource!(ElasticQuotaProfile, ELASTIC_QUOTA_PROFILE_CRD, Namespaced);
-
-impl ElasticQuotaProfile {
-    /// A profile named `name` (set the namespace on `metadata`).
-    pub fn new(name: &str, spec: ElasticQuotaProfileSpec) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            spec,
-            status: None,
-        }
-    }
-}
-
-impl Serialize for ElasticQuotaProfile {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut state = serializer.serialize_struct(
-            "ElasticQuotaProfile",
-            4 + usize::from(self.status.is_some()),
-        )?;
-        state.serialize_field("apiVersion", &Self::api_version(&()))?;
-        state.serialize_field("kind", &Self::kind(&()))?;
-        state.serialize_field("metadata", &self.metadata)?;
-        state.serialize_field("spec", &self.spec)?;
-        if let Some(status) = &self.status {
-            state.serialize_field("status", status)?;
-        }
-        state.end()
-    }
-}
-
-impl kube::core::object::HasSpec for ElasticQuotaProfile {
-    type Spec = ElasticQuotaProfileSpec;
-    fn spec(&self) -> &ElasticQuotaProfileSpec {
-        &self.spec
-    }
-    fn spec_mut(&mut self) -> &mut ElasticQuotaProfileSpec {
-        &mut self.spec
-    }
-}
-
-impl kube::core::object::HasStatus for ElasticQuotaProfile {
-    type Status = ElasticQuotaProfileStatus;
-    fn status(&self) -> Option<&ElasticQuotaProfileStatus> {
-        self.status.as_ref()
-    }
-    fn status_mut(&mut self) -> &mut Option<ElasticQuotaProfileStatus> {
-        &mut self.status
+hand_built_resource! {
+    /// A profile that keeps one ElasticQuota sized to a set of nodes.
+    pub struct ElasticQuotaProfile {
+        crd: ELASTIC_QUOTA_PROFILE_CRD,
+        scope: Namespaced,
+        spec: ElasticQuotaProfileSpec,
+        status: ElasticQuotaProfileStatus,
     }
 }
 

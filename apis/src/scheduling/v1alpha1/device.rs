@@ -4,14 +4,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
-use kube::core::Resource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
-use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use crate::scheduling::hand_built::CrdDescription;
-use crate::scheduling::hand_built_resource;
+use crate::hand_built::{CrdDescription, hand_built_resource};
 use crate::wire_enum::wire_enum;
 
 /// Device's CRD names. Upstream has a `status` field but no status
@@ -27,68 +24,13 @@ pub const DEVICE_CRD: CrdDescription = CrdDescription {
     annotations: &[],
 };
 
-/// The devices of a node and their current allocations.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::scheduling::hand_built::without_property_defaults)]
-pub struct Device {
-    #[serde(default)]
-    #[schemars(skip)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: DeviceSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<DeviceStatus>,
-}
-
-hand_built_resource!(Device, DEVICE_CRD, Cluster);
-
-impl Device {
-    /// A Device object for node `name`.
-    pub fn new(name: &str, spec: DeviceSpec) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            spec,
-            status: None,
-        }
-    }
-}
-
-impl Serialize for Device {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut state =
-            serializer.serialize_struct("Device", 4 + usize::from(self.status.is_some()))?;
-        state.serialize_field("apiVersion", &Self::api_version(&()))?;
-        state.serialize_field("kind", &Self::kind(&()))?;
-        state.serialize_field("metadata", &self.metadata)?;
-        state.serialize_field("spec", &self.spec)?;
-        if let Some(status) = &self.status {
-            state.serialize_field("status", status)?;
-        }
-        state.end()
-    }
-}
-
-impl kube::core::object::HasSpec for Device {
-    type Spec = DeviceSpec;
-    fn spec(&self) -> &DeviceSpec {
-        &self.spec
-    }
-    fn spec_mut(&mut self) -> &mut DeviceSpec {
-        &mut self.spec
-    }
-}
-
-impl kube::core::object::HasStatus for Device {
-    type Status = DeviceStatus;
-    fn status(&self) -> Option<&DeviceStatus> {
-        self.status.as_ref()
-    }
-    fn status_mut(&mut self) -> &mut Option<DeviceStatus> {
-        &mut self.status
+hand_built_resource! {
+    /// The devices of a node and their current allocations.
+    pub struct Device {
+        crd: DEVICE_CRD,
+        scope: Cluster,
+        spec: DeviceSpec,
+        status: DeviceStatus,
     }
 }
 

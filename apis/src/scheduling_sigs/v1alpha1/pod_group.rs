@@ -5,14 +5,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::core::Resource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
-use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use crate::scheduling::hand_built::CrdDescription;
-use crate::scheduling::hand_built_resource;
+use crate::hand_built::{CrdDescription, hand_built_resource};
 use crate::wire_enum::wire_enum;
 
 /// PodGroup's CRD names. Upstream has a `status` field but no status
@@ -28,75 +25,22 @@ pub const POD_GROUP_CRD: CrdDescription = CrdDescription {
     annotations: &[(super::API_APPROVED_ANNOTATION, super::API_APPROVED_URL)],
 };
 
-/// A gang of pods.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::scheduling::hand_built::without_property_defaults)]
-pub struct PodGroup {
-    #[serde(default)]
-    #[schemars(skip)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: PodGroupSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<PodGroupStatus>,
+hand_built_resource! {
+    /// A gang of pods.
+    pub struct PodGroup {
+        crd: POD_GROUP_CRD,
+        scope: Namespaced,
+        spec: PodGroupSpec,
+        status: PodGroupStatus,
+    }
 }
 
-hand_built_resource!(PodGroup, POD_GROUP_CRD, Namespaced);
-
 impl PodGroup {
-    /// A PodGroup named `name` (set the namespace on `metadata`).
-    pub fn new(name: &str, spec: PodGroupSpec) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            spec,
-            status: None,
-        }
-    }
-
     /// The phase; a group without one has not been seen by the scheduler.
     pub fn phase(&self) -> Option<&PodGroupPhase> {
         self.status
             .as_ref()
             .and_then(|status| status.phase.as_ref())
-    }
-}
-
-impl Serialize for PodGroup {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut state =
-            serializer.serialize_struct("PodGroup", 4 + usize::from(self.status.is_some()))?;
-        state.serialize_field("apiVersion", &Self::api_version(&()))?;
-        state.serialize_field("kind", &Self::kind(&()))?;
-        state.serialize_field("metadata", &self.metadata)?;
-        state.serialize_field("spec", &self.spec)?;
-        if let Some(status) = &self.status {
-            state.serialize_field("status", status)?;
-        }
-        state.end()
-    }
-}
-
-impl kube::core::object::HasSpec for PodGroup {
-    type Spec = PodGroupSpec;
-    fn spec(&self) -> &PodGroupSpec {
-        &self.spec
-    }
-    fn spec_mut(&mut self) -> &mut PodGroupSpec {
-        &mut self.spec
-    }
-}
-
-impl kube::core::object::HasStatus for PodGroup {
-    type Status = PodGroupStatus;
-    fn status(&self) -> Option<&PodGroupStatus> {
-        self.status.as_ref()
-    }
-    fn status_mut(&mut self) -> &mut Option<PodGroupStatus> {
-        &mut self.status
     }
 }
 

@@ -3,14 +3,10 @@
 //! the fields sit at the object's top level.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::Resource;
 use schemars::JsonSchema;
-use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use crate::scheduling::hand_built::{CrdDescription, null_as_default};
-use crate::scheduling::hand_built_resource;
+use crate::hand_built::{CrdDescription, hand_built_resource, null_as_default};
 use crate::wire_enum::wire_enum;
 
 /// NodeResourceTopology's CRD names (v1alpha1). kube-derive needs a `spec`,
@@ -26,47 +22,20 @@ pub const NODE_RESOURCE_TOPOLOGY_CRD: CrdDescription = CrdDescription {
     annotations: &[(super::API_APPROVED_ANNOTATION, super::API_APPROVED_URL)],
 };
 
-/// A node's resource topology; named after the node.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::scheduling::hand_built::without_property_defaults)]
-#[schemars(extend("required" = ["topologyPolicies", "zones"]))]
-pub struct NodeResourceTopology {
-    #[serde(default)]
-    #[schemars(skip)]
-    pub metadata: ObjectMeta,
-    /// The kubelet topology-manager policies in force.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub topology_policies: Vec<TopologyManagerPolicy>,
-    /// The node's zones.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub zones: Vec<Zone>,
-}
-
-hand_built_resource!(NodeResourceTopology, NODE_RESOURCE_TOPOLOGY_CRD, Cluster);
-
-impl NodeResourceTopology {
-    /// An object for node `name`.
-    pub fn new(name: &str) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            ..Default::default()
+hand_built_resource! {
+    /// A node's resource topology; named after the node.
+    #[schemars(extend("required" = ["topologyPolicies", "zones"]))]
+    pub struct NodeResourceTopology {
+        crd: NODE_RESOURCE_TOPOLOGY_CRD,
+        scope: Cluster,
+        fields: {
+            /// The kubelet topology-manager policies in force.
+            #[serde(default, deserialize_with = "null_as_default")]
+            "topologyPolicies" => pub topology_policies: Vec<TopologyManagerPolicy>,
+            /// The node's zones.
+            #[serde(default, deserialize_with = "null_as_default")]
+            "zones" => pub zones: Vec<Zone>,
         }
-    }
-}
-
-impl Serialize for NodeResourceTopology {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut state = serializer.serialize_struct("NodeResourceTopology", 5)?;
-        state.serialize_field("apiVersion", &Self::api_version(&()))?;
-        state.serialize_field("kind", &Self::kind(&()))?;
-        state.serialize_field("metadata", &self.metadata)?;
-        state.serialize_field("topologyPolicies", &self.topology_policies)?;
-        state.serialize_field("zones", &self.zones)?;
-        state.end()
     }
 }
 

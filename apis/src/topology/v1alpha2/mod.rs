@@ -3,15 +3,8 @@
 //! zones are as in v1alpha1. Its CRD version is emitted together with
 //! v1alpha1's by `topology::v1alpha1::crds()`.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::Resource;
-use schemars::JsonSchema;
-use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize, Serializer};
-
 pub use super::v1alpha1::{AttributeInfo, CostInfo, ResourceInfo, TopologyManagerPolicy, Zone};
-use crate::scheduling::hand_built::{CrdDescription, null_as_default};
-use crate::scheduling::hand_built_resource;
+use crate::hand_built::{CrdDescription, hand_built_resource, null_as_default};
 
 /// The API group of this module.
 pub const GROUP: &str = super::v1alpha1::GROUP;
@@ -24,56 +17,22 @@ pub const NODE_RESOURCE_TOPOLOGY_CRD: CrdDescription = CrdDescription {
     ..super::v1alpha1::NODE_RESOURCE_TOPOLOGY_CRD
 };
 
-/// A node's resource topology; named after the node.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::scheduling::hand_built::without_property_defaults)]
-#[schemars(extend("required" = ["zones"]))]
-pub struct NodeResourceTopology {
-    #[serde(default)]
-    #[schemars(skip)]
-    pub metadata: ObjectMeta,
-    /// Deprecated upstream in favour of `attributes`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topology_policies: Option<Vec<TopologyManagerPolicy>>,
-    /// The node's zones.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub zones: Vec<Zone>,
-    /// Node-level attributes (e.g. the topology-manager policy and scope).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attributes: Option<Vec<AttributeInfo>>,
-}
-
-hand_built_resource!(NodeResourceTopology, NODE_RESOURCE_TOPOLOGY_CRD, Cluster);
-
-impl NodeResourceTopology {
-    /// An object for node `name`.
-    pub fn new(name: &str) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            ..Default::default()
+hand_built_resource! {
+    /// A node's resource topology; named after the node.
+    #[schemars(extend("required" = ["zones"]))]
+    pub struct NodeResourceTopology {
+        crd: NODE_RESOURCE_TOPOLOGY_CRD,
+        scope: Cluster,
+        fields: {
+            /// Deprecated upstream in favour of `attributes`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            "topologyPolicies" => pub topology_policies: Option<Vec<TopologyManagerPolicy>>,
+            /// The node's zones.
+            #[serde(default, deserialize_with = "null_as_default")]
+            "zones" => pub zones: Vec<Zone>,
+            /// Node-level attributes (e.g. the topology-manager policy and scope).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            "attributes" => pub attributes: Option<Vec<AttributeInfo>>,
         }
-    }
-}
-
-impl Serialize for NodeResourceTopology {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let optional =
-            usize::from(self.topology_policies.is_some()) + usize::from(self.attributes.is_some());
-        let mut state = serializer.serialize_struct("NodeResourceTopology", 4 + optional)?;
-        state.serialize_field("apiVersion", &Self::api_version(&()))?;
-        state.serialize_field("kind", &Self::kind(&()))?;
-        state.serialize_field("metadata", &self.metadata)?;
-        if let Some(policies) = &self.topology_policies {
-            state.serialize_field("topologyPolicies", policies)?;
-        }
-        state.serialize_field("zones", &self.zones)?;
-        if let Some(attributes) = &self.attributes {
-            state.serialize_field("attributes", attributes)?;
-        }
-        state.end()
     }
 }
