@@ -71,11 +71,15 @@ pub fn read_file(path: &Path) -> Result<String, CgroupIoError> {
 }
 
 /// Writes `content` in a single `write(2)`, as cgroup files require (no
-/// truncation games, no appended newline).
+/// appended newline). `O_TRUNC`, which cgroupfs ignores as the shell's `>`
+/// does, keeps plain files of generated test trees exact.
 pub fn write_file(path: &Path, content: &str) -> Result<(), CgroupIoError> {
     use std::io::Write;
     let write = || -> io::Result<()> {
-        let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)?;
         file.write_all(content.as_bytes())
     };
     write().map_err(|source| CgroupIoError::Write {
