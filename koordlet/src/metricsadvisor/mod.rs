@@ -1,1 +1,146 @@
-//! Collectors: node, pod and container usage read from /proc and cgroups.
+//! The metrics advisor: collectors that read node, pod and container usage
+//! from /proc and cgroupfs and write it to the [`crate::metriccache`].
+//!
+//! - [`NodeResourceCollector`]: node CPU (`/proc/stat`) and memory (`/proc/meminfo`).
+//! - [`PodResourceCollector`]: per pod and container CPU, memory (upstream's
+//!   anon + unevictable, and cadvisor's working set) and CFS throttling.
+//! - [`PsiCollector`]: pressure stall information of the node and of each
+//!   pod and container cgroup, where the kernel provides it.
+//! - [`CpuTopologyCollector`]: the CPU topology snapshot.
+//! - [`derive_node_aggregates`]: BE usage (sum over BE pods) and system usage
+//!   (node − Σ pods, floored at 0), computed from one round's samples.
+//!
+//! Every parser is pure ([`parse`]); collectors take the time as an argument
+//! and keep the previous counter per entity to turn counters into rates.
+//! [`MetricsAdvisor::run`] drives them on a blocking thread each interval.
+
+mod advisor;
+mod derived;
+mod node;
+pub mod parse;
+mod pods;
+mod prom;
+mod psi;
+mod rate;
+mod topology;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use apis::extension::{PriorityClass, QoSClass};
+
+use crate::metriccache::Sample;
+use crate::system::cgroup::{CgroupPathError, QosTier};
+
+pub use advisor::{CollectorArgs, MetricsAdvisor};
+pub use derived::derive_node_aggregates;
+pub use node::NodeResourceCollector;
+pub use parse::ParseError;
+pub use pods::PodResourceCollector;
+pub use prom::{AdvisorMetrics, PsiOwner, PsiRecorder};
+pub use psi::{PsiByResource, PsiCollector, node_psi_available, psi_samples};
+pub use rate::Previous;
+pub use topology::{CpuInfo, CpuTopology, CpuTopologyCollector, read_cpu_topology};
+
+/// What the collectors need to know about a pod on this node. The states
+/// informer builds it from the kubelet's pod list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodMeta {
+    /// `metadata.uid`; keys the pod's series in the metric cache.
+    pub uid: Arc<str>,
+    pub namespace: String,
+    pub name: String,
+    /// Koordinator QoS class (label, else derived from the Kubernetes class).
+    pub qos: QoSClass,
+    /// Kubernetes QoS class: decides the tier directory of the pod's cgroup.
+    pub kube_qos: QosTier,
+    pub priority: PriorityClass,
+    pub containers: Vec<ContainerMeta>,
+}
+
+/// One container of a [`PodMeta`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerMeta {
+    pub name: String,
+    /// `containerID` from the pod status (`containerd://<hex>`); `None`
+    /// until the runtime has started the container.
+    pub id: Option<Arc<str>>,
+}
+
+/// The pods of this node at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodsSnapshot {
+    pub pods: Vec<PodMeta>,
+}
+
+impl PodsSnapshot {
+    pub fn new(pods: Vec<PodMeta>) -> Self {
+        Self { pods }
+    }
+
+    pub fn pod(&self, uid: &str) -> Option<&PodMeta> {
+        self.pods.iter().find(|pod| &*pod.uid == uid)
+    }
+}
+
+/// A source of samples, called once per collection round.
+///
+/// `collect` does blocking file I/O; the advisor calls it on a blocking
+/// thread. Failures are logged by the collector (missing cgroups at debug
+/// level) and the affected samples left out: one pod's trouble must not
+/// cost the others their samples.
+pub trait Collector: Send {
+    fn name(&self) -> &'static str;
+
+    fn collect(&mut self, now: SystemTime, pods: &PodsSnapshot) -> Vec<Sample>;
+}
+
+/// A failed read of a kernel file.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: ParseError,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Path(#[from] CgroupPathError),
+}
+
+impl CollectError {
+    /// The file or its cgroup does not exist (e.g. the pod just went away).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CollectError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+/// Reads a whole (small) kernel file.
+pub(crate) fn read_text(path: &Path) -> Result<String, CollectError> {
+    std::fs::read_to_string(path).map_err(|source| CollectError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads and parses a kernel file, attaching the path to parse errors.
+pub(crate) fn read_parsed<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, ParseError>,
+) -> Result<T, CollectError> {
+    let content = read_text(path)?;
+    parse(&content).map_err(|source| CollectError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
