@@ -396,3 +396,60 @@ pub fn without_property_defaults(schema: &mut schemars::Schema) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use kube::core::object::{HasSpec, HasStatus};
+
+    use crate::scheduling::v1alpha1::{Device, DeviceSpec, DeviceStatus};
+    use crate::scheduling_sigs::v1alpha1::{ElasticQuota, ElasticQuotaSpec};
+    use crate::topology::{v1alpha1, v1alpha2};
+
+    #[test]
+    fn spec_roots_write_type_meta_first_and_status_only_when_set() {
+        let mut device = Device::new("node-1", DeviceSpec::default());
+        assert_eq!(
+            serde_json::to_string(&device).unwrap(),
+            r#"{"apiVersion":"scheduling.koordinator.sh/v1alpha1","kind":"Device","metadata":{"name":"node-1"},"spec":{}}"#
+        );
+        *device.status_mut() = Some(DeviceStatus::default());
+        device.spec_mut().devices = Some(Vec::new());
+        assert_eq!(
+            serde_json::to_string(&device).unwrap(),
+            r#"{"apiVersion":"scheduling.koordinator.sh/v1alpha1","kind":"Device","metadata":{"name":"node-1"},"spec":{"devices":[]},"status":{}}"#
+        );
+        assert_eq!(device.spec().devices, Some(Vec::new()));
+        assert_eq!(device.status(), Some(&DeviceStatus::default()));
+
+        let quota = ElasticQuota::new("team-a", ElasticQuotaSpec::default());
+        assert_eq!(
+            serde_yaml::to_string(&quota).unwrap(),
+            "apiVersion: scheduling.sigs.k8s.io/v1alpha1\nkind: ElasticQuota\nmetadata:\n  name: team-a\nspec: {}\n"
+        );
+    }
+
+    #[test]
+    fn top_level_roots_always_write_lists_and_omit_absent_options() {
+        assert_eq!(
+            serde_json::to_string(&v1alpha1::NodeResourceTopology::new("n")).unwrap(),
+            r#"{"apiVersion":"topology.node.k8s.io/v1alpha1","kind":"NodeResourceTopology","metadata":{"name":"n"},"topologyPolicies":[],"zones":[]}"#
+        );
+        let mut topology = v1alpha2::NodeResourceTopology::new("n");
+        assert_eq!(
+            serde_json::to_string(&topology).unwrap(),
+            r#"{"apiVersion":"topology.node.k8s.io/v1alpha2","kind":"NodeResourceTopology","metadata":{"name":"n"},"zones":[]}"#
+        );
+        topology.attributes = Some(Vec::new());
+        topology.topology_policies = Some(vec![v1alpha2::TopologyManagerPolicy::None]);
+        assert_eq!(
+            serde_json::to_string(&topology).unwrap(),
+            r#"{"apiVersion":"topology.node.k8s.io/v1alpha2","kind":"NodeResourceTopology","metadata":{"name":"n"},"topologyPolicies":["None"],"zones":[],"attributes":[]}"#
+        );
+        let decoded: v1alpha2::NodeResourceTopology =
+            serde_json::from_str(r#"{"zones":null,"topologyPolicies":null}"#).unwrap();
+        assert_eq!(decoded.zones, Vec::new());
+        assert_eq!(decoded.topology_policies, None);
+    }
+}

@@ -255,3 +255,115 @@ macro_rules! wire_enum {
 }
 
 pub(crate) use wire_enum;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::WireEnum;
+    use crate::extension::UnknownValueError;
+
+    wire_enum! {
+        /// Test enum: any value decodes.
+        pub enum Lenient open {
+            First = "first",
+            Second = "Second",
+        }
+    }
+
+    wire_enum! {
+        /// Test enum: any value decodes, the schema lists the known ones.
+        pub enum LenientListed open listed {
+            Only = "only",
+        }
+    }
+
+    wire_enum! {
+        /// Test enum: unknown values are errors.
+        pub enum Strict closed {
+            Yes = "yes",
+            No = "No",
+        }
+    }
+
+    fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+        serde_json::to_value(schemars::SchemaGenerator::default().subschema_for::<T>()).unwrap()
+    }
+
+    #[test]
+    fn open_enums_keep_unknown_values_verbatim() {
+        let decoded: Vec<Lenient> = serde_json::from_str(r#"["first","Second","third"]"#).unwrap();
+        assert_eq!(
+            decoded,
+            [
+                Lenient::First,
+                Lenient::Second,
+                Lenient::Other("third".to_owned())
+            ]
+        );
+        assert_eq!(
+            serde_json::to_string(&decoded).unwrap(),
+            r#"["first","Second","third"]"#
+        );
+        assert!(decoded[0].is_known());
+        assert!(!decoded[2].is_known());
+        assert!(!WireEnum::is_known(&decoded[2]));
+        assert_eq!(
+            "third".parse::<Lenient>(),
+            Ok(Lenient::Other("third".into()))
+        );
+        assert_eq!(Lenient::from(String::from("first")), Lenient::First);
+        assert_eq!(String::from(Lenient::Other("x".into())), "x");
+        assert_eq!(Lenient::Second.to_string(), "Second");
+        assert_eq!(Lenient::KNOWN_VALUES, ["first", "Second"]);
+        // Matching is exact, as in Go.
+        assert_eq!(Lenient::from("second"), Lenient::Other("second".into()));
+    }
+
+    #[test]
+    fn closed_enums_reject_unknown_values_with_a_typed_error() {
+        assert_eq!("No".parse::<Strict>(), Ok(Strict::No));
+        assert_eq!(
+            "maybe".parse::<Strict>(),
+            Err(UnknownValueError {
+                kind: "Strict",
+                value: "maybe".into(),
+                allowed: &["yes", "No"],
+            })
+        );
+        let error = serde_json::from_str::<Strict>(r#""no""#).unwrap_err();
+        assert!(error.to_string().contains("\"no\""), "{error}");
+        assert_eq!(
+            serde_json::from_str::<Strict>(r#""yes""#).unwrap(),
+            Strict::Yes
+        );
+        assert_eq!(serde_json::to_string(&Strict::No).unwrap(), r#""No""#);
+        assert_eq!(Strict::ALL, [Strict::Yes, Strict::No]);
+        assert_eq!(Strict::KNOWN_VALUES, ["yes", "No"]);
+        assert_eq!(<Strict as WireEnum>::as_str(&Strict::Yes), "yes");
+        assert!(WireEnum::is_known(&Strict::No));
+        assert_eq!(String::from(Strict::Yes), "yes");
+        const NAME: &str = Strict::No.as_str();
+        assert_eq!(NAME, "No");
+    }
+
+    #[test]
+    fn schemas_are_inline_strings_listing_values_unless_open() {
+        assert_eq!(
+            schema_of::<Lenient>(),
+            serde_json::json!({"type": "string"})
+        );
+        assert_eq!(
+            schema_of::<LenientListed>(),
+            serde_json::json!({"type": "string", "enum": ["only"]})
+        );
+        assert_eq!(
+            schema_of::<Strict>(),
+            serde_json::json!({"type": "string", "enum": ["yes", "No"]})
+        );
+        assert_eq!(
+            serde_json::from_str::<LenientListed>(r#""other""#).unwrap(),
+            LenientListed::Other("other".into())
+        );
+    }
+}
