@@ -1,0 +1,1081 @@
+//! NodeMetric reporting: node, system, host-application and per-pod usage
+//! aggregated over the collect policy's windows, as upstream's NodeMetric
+//! informer reports it.
+//!
+//! [`build_node_metric_status`] is the pure core: collect policy, metric
+//! queries ([`UsageQuery`]), pods and the current time in; the status out.
+//! [`NodeMetricReporter`] is the shell that runs it at the report interval
+//! and writes the result to the API server (status subresource) or a file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use apis::extension::{
+    AggregationType, GoDuration, QuantityValue, priority_class_of_pod, qos_class_of_pod,
+};
+use apis::slo::v1alpha1::{
+    AggregatePolicy, AggregatedUsage, HostApplicationMetricInfo, HostApplicationSpec,
+    NodeMemoryCollectPolicy, NodeMetric, NodeMetricCollectPolicy, NodeMetricInfo, NodeMetricSpec,
+    NodeMetricStatus, PodMetricInfo, ResourceList, ResourceMap,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use koord_common::Shutdown;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::StatesInformer;
+use super::metrics::StatesMetrics;
+
+/// Upstream's default and smallest aggregation window of `nodeUsage`.
+pub const DEFAULT_AGGREGATE_DURATION: Duration = Duration::from_secs(300);
+pub const MIN_AGGREGATE_DURATION: Duration = Duration::from_secs(60);
+/// Upstream's default and smallest report interval.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+pub const MIN_REPORT_INTERVAL: Duration = Duration::from_secs(30);
+/// Upstream's default windows of the aggregated usages.
+pub const DEFAULT_AGGREGATE_WINDOWS: [Duration; 3] = [
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(10 * 60),
+    Duration::from_secs(30 * 60),
+];
+/// A window's aggregates are reported only once samples cover at least this
+/// share of it, so a fresh koordlet does not publish a p99 of ten samples as
+/// a 30-minute figure.
+pub const COLD_START_COVERAGE: f64 = 0.5;
+
+/// The collect policy with upstream's defaults and floors applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectPolicy {
+    pub aggregate_duration: Duration,
+    pub report_interval: Duration,
+    pub aggregate_windows: Vec<Duration>,
+    pub memory_policy: NodeMemoryCollectPolicy,
+}
+
+impl Default for CollectPolicy {
+    fn default() -> Self {
+        Self {
+            aggregate_duration: DEFAULT_AGGREGATE_DURATION,
+            report_interval: DEFAULT_REPORT_INTERVAL,
+            aggregate_windows: DEFAULT_AGGREGATE_WINDOWS.to_vec(),
+            memory_policy: NodeMemoryCollectPolicy::UsageWithoutPageCache,
+        }
+    }
+}
+
+fn seconds_at_least(value: Option<i64>, default: Duration, floor: Duration) -> Duration {
+    match value {
+        None => default,
+        Some(seconds) => Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).max(floor),
+    }
+}
+
+impl CollectPolicy {
+    /// Resolves the spec's policy over the defaults. Window durations that do
+    /// not parse (or are not positive) are dropped; their texts are returned
+    /// so the caller can log them.
+    pub fn from_spec(spec: Option<&NodeMetricSpec>) -> (Self, Vec<String>) {
+        let defaults = Self::default();
+        let Some(policy) = spec.and_then(|spec| spec.collect_policy.as_ref()) else {
+            return (defaults, Vec::new());
+        };
+        let mut rejected = Vec::new();
+        let aggregate_windows = match &policy.node_aggregate_policy {
+            Some(aggregate) if !aggregate.durations.is_empty() => aggregate
+                .durations
+                .iter()
+                .filter_map(|text| {
+                    let window = GoDuration::parse(text)
+                        .ok()
+                        .and_then(GoDuration::to_std)
+                        .filter(|window| !window.is_zero());
+                    if window.is_none() {
+                        rejected.push(text.clone());
+                    }
+                    window
+                })
+                .collect(),
+            _ => defaults.aggregate_windows.clone(),
+        };
+        let resolved = Self {
+            aggregate_duration: seconds_at_least(
+                policy.aggregate_duration_seconds,
+                DEFAULT_AGGREGATE_DURATION,
+                MIN_AGGREGATE_DURATION,
+            ),
+            report_interval: seconds_at_least(
+                policy.report_interval_seconds,
+                DEFAULT_REPORT_INTERVAL,
+                MIN_REPORT_INTERVAL,
+            ),
+            aggregate_windows,
+            memory_policy: policy
+                .node_memory_collect_policy
+                .clone()
+                .unwrap_or(NodeMemoryCollectPolicy::UsageWithoutPageCache),
+        };
+        (resolved, rejected)
+    }
+
+    /// Upstream's default spec, written with the status in standalone mode.
+    pub fn default_spec() -> NodeMetricSpec {
+        NodeMetricSpec {
+            collect_policy: Some(NodeMetricCollectPolicy {
+                aggregate_duration_seconds: Some(DEFAULT_AGGREGATE_DURATION.as_secs() as i64),
+                report_interval_seconds: Some(DEFAULT_REPORT_INTERVAL.as_secs() as i64),
+                node_aggregate_policy: Some(AggregatePolicy {
+                    durations: DEFAULT_AGGREGATE_WINDOWS
+                        .iter()
+                        .map(|window| GoDuration::from_std(*window).to_string())
+                        .collect(),
+                }),
+                node_memory_collect_policy: Some(NodeMemoryCollectPolicy::UsageWithoutPageCache),
+            }),
+        }
+    }
+}
+
+/// A series the reporter reads from the metric cache. CPU is in cores,
+/// memory in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageSeries<'a> {
+    NodeCpu,
+    NodeMemory(&'a NodeMemoryCollectPolicy),
+    /// Node usage outside pods and host applications (kernel, daemons).
+    SystemCpu,
+    SystemMemory,
+    PodCpu {
+        uid: &'a str,
+    },
+    PodMemory {
+        uid: &'a str,
+        policy: &'a NodeMemoryCollectPolicy,
+    },
+    HostAppCpu {
+        name: &'a str,
+    },
+    HostAppMemory {
+        name: &'a str,
+        policy: &'a NodeMemoryCollectPolicy,
+    },
+}
+
+/// The statistic computed over a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UsageStatistic {
+    Avg,
+    P50,
+    P90,
+    P95,
+    P99,
+}
+
+impl UsageStatistic {
+    /// The order upstream fills the aggregated usage map in.
+    pub const AGGREGATED: [UsageStatistic; 5] = [
+        UsageStatistic::Avg,
+        UsageStatistic::P50,
+        UsageStatistic::P90,
+        UsageStatistic::P95,
+        UsageStatistic::P99,
+    ];
+
+    /// The key in `AggregatedUsage.usage`.
+    pub fn aggregation_type(self) -> AggregationType {
+        match self {
+            UsageStatistic::Avg => AggregationType::Avg,
+            UsageStatistic::P50 => AggregationType::P50,
+            UsageStatistic::P90 => AggregationType::P90,
+            UsageStatistic::P95 => AggregationType::P95,
+            UsageStatistic::P99 => AggregationType::P99,
+        }
+    }
+}
+
+/// One aggregate over a window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowValue {
+    pub value: f64,
+    /// Time between the first and last sample used.
+    pub sample_span: Duration,
+}
+
+/// Aggregated reads of the metric cache; `None` when the series has no
+/// sample in `[start, end]` (or the cache does not keep that series).
+pub trait UsageQuery {
+    fn query(
+        &self,
+        series: UsageSeries<'_>,
+        start: SystemTime,
+        end: SystemTime,
+        statistic: UsageStatistic,
+    ) -> Option<WindowValue>;
+}
+
+/// Everything the status is computed from.
+pub struct ReportInputs<'a> {
+    pub policy: &'a CollectPolicy,
+    pub usage: &'a dyn UsageQuery,
+    pub pods: &'a [Pod],
+    /// From the NodeSLO; their usage is reported when the cache has it.
+    pub host_applications: &'a [HostApplicationSpec],
+    pub now: SystemTime,
+}
+
+/// CPU in cores and memory in bytes, as Kubernetes quantities (upstream
+/// truncates to whole milli-cores and bytes).
+pub fn cpu_memory_resources(cpu_cores: f64, memory_bytes: f64) -> ResourceList {
+    let milli_cores = (cpu_cores * 1000.0) as i64;
+    let bytes = memory_bytes as i64;
+    BTreeMap::from([
+        (
+            "cpu".to_string(),
+            Quantity(QuantityValue::from_milli(milli_cores).to_decimal_si()),
+        ),
+        (
+            "memory".to_string(),
+            Quantity(QuantityValue::from_units(bytes).to_binary_si()),
+        ),
+    ])
+}
+
+fn is_cold(start: SystemTime, end: SystemTime, span: Duration) -> bool {
+    let target = end.duration_since(start).unwrap_or_default();
+    span.as_secs_f64() < target.as_secs_f64() * COLD_START_COVERAGE
+}
+
+/// CPU and memory of one subject over a window; empty when either is
+/// missing, or (with `cold_start_filter`) when the samples cover too little
+/// of the window.
+fn pair(
+    usage: &dyn UsageQuery,
+    cpu: UsageSeries<'_>,
+    memory: UsageSeries<'_>,
+    start: SystemTime,
+    end: SystemTime,
+    statistic: UsageStatistic,
+    cold_start_filter: bool,
+) -> ResourceMap {
+    let (Some(cpu), Some(memory)) = (
+        usage.query(cpu, start, end, statistic),
+        usage.query(memory, start, end, statistic),
+    ) else {
+        return ResourceMap::default();
+    };
+    if cold_start_filter && is_cold(start, end, cpu.sample_span) {
+        return ResourceMap::default();
+    }
+    ResourceMap {
+        resources: cpu_memory_resources(cpu.value, memory.value),
+        devices: Vec::new(),
+    }
+}
+
+fn aggregated(
+    inputs: &ReportInputs<'_>,
+    cpu: UsageSeries<'_>,
+    memory: UsageSeries<'_>,
+) -> Vec<AggregatedUsage> {
+    let end = inputs.now;
+    inputs
+        .policy
+        .aggregate_windows
+        .iter()
+        .map(|window| {
+            let start = end.checked_sub(*window).unwrap_or(SystemTime::UNIX_EPOCH);
+            let usage = UsageStatistic::AGGREGATED
+                .iter()
+                .map(|statistic| {
+                    (
+                        statistic.aggregation_type().as_str().to_string(),
+                        pair(inputs.usage, cpu, memory, start, end, *statistic, true),
+                    )
+                })
+                .collect();
+            AggregatedUsage {
+                usage,
+                duration: Some(GoDuration::from_std(*window).to_string()),
+            }
+        })
+        .collect()
+}
+
+/// Builds the NodeMetric status (pure).
+pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
+    let end = inputs.now;
+    let start = end
+        .checked_sub(inputs.policy.aggregate_duration)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let memory_policy = &inputs.policy.memory_policy;
+    let avg = UsageStatistic::Avg;
+    let node_cpu = UsageSeries::NodeCpu;
+    let node_memory = UsageSeries::NodeMemory(memory_policy);
+    let system_cpu = UsageSeries::SystemCpu;
+    let system_memory = UsageSeries::SystemMemory;
+
+    let node_metric = NodeMetricInfo {
+        node_usage: pair(inputs.usage, node_cpu, node_memory, start, end, avg, false),
+        aggregated_node_usages: aggregated(inputs, node_cpu, node_memory),
+        system_usage: pair(
+            inputs.usage,
+            system_cpu,
+            system_memory,
+            start,
+            end,
+            avg,
+            false,
+        ),
+        aggregated_system_usages: aggregated(inputs, system_cpu, system_memory),
+        numa_usages: Vec::new(),
+    };
+
+    let mut pods_metric: Vec<PodMetricInfo> = inputs
+        .pods
+        .iter()
+        .filter_map(|pod| {
+            let uid = pod.metadata.uid.as_deref()?;
+            let pod_usage = pair(
+                inputs.usage,
+                UsageSeries::PodCpu { uid },
+                UsageSeries::PodMemory {
+                    uid,
+                    policy: memory_policy,
+                },
+                start,
+                end,
+                avg,
+                false,
+            );
+            // Upstream leaves out pods the cache has no samples of.
+            if pod_usage.is_empty() {
+                return None;
+            }
+            Some(PodMetricInfo {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod_usage,
+                priority: priority_class_of_pod(pod).as_str().to_string(),
+                qos: qos_class_of_pod(pod).as_str().to_string(),
+                extensions: None,
+            })
+        })
+        .collect();
+    pods_metric.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+
+    let mut host_application_metric: Vec<HostApplicationMetricInfo> = inputs
+        .host_applications
+        .iter()
+        .filter_map(|app| {
+            let name = app.name.as_str();
+            let usage = pair(
+                inputs.usage,
+                UsageSeries::HostAppCpu { name },
+                UsageSeries::HostAppMemory {
+                    name,
+                    policy: memory_policy,
+                },
+                start,
+                end,
+                avg,
+                false,
+            );
+            (!usage.is_empty()).then(|| HostApplicationMetricInfo {
+                name: app.name.clone(),
+                usage,
+                priority: app.priority.clone(),
+                qos: app.qos.clone(),
+            })
+        })
+        .collect();
+    host_application_metric.sort_by(|a, b| a.name.cmp(&b.name));
+
+    NodeMetricStatus {
+        update_time: k8s_openapi::jiff::Timestamp::try_from(inputs.now)
+            .ok()
+            .map(Time),
+        node_metric: Some(node_metric),
+        pods_metric,
+        host_application_metric,
+        prod_reclaimable_metric: None,
+        prod_peak_metric: None,
+    }
+}
+
+/// A JSON merge patch that replaces the whole status: fields the new status
+/// leaves out are sent as `null` so stale values do not survive the merge.
+pub fn status_merge_patch(
+    status: &NodeMetricStatus,
+) -> Result<serde_json::Value, serde_json::Error> {
+    const STATUS_KEYS: [&str; 6] = [
+        "updateTime",
+        "nodeMetric",
+        "podsMetric",
+        "hostApplicationMetric",
+        "prodReclaimableMetric",
+        "prodPeakMetric",
+    ];
+    const NODE_METRIC_KEYS: [&str; 5] = [
+        "nodeUsage",
+        "aggregatedNodeUsages",
+        "systemUsage",
+        "aggregatedSystemUsages",
+        "numaUsages",
+    ];
+    let mut value = serde_json::to_value(status)?;
+    if let Some(object) = value.as_object_mut() {
+        for key in STATUS_KEYS {
+            object.entry(key).or_insert(serde_json::Value::Null);
+        }
+        if let Some(node_metric) = object.get_mut("nodeMetric").and_then(|v| v.as_object_mut()) {
+            for key in NODE_METRIC_KEYS {
+                node_metric.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    Ok(serde_json::json!({ "status": value }))
+}
+
+/// Where reports go.
+#[derive(Clone)]
+pub enum ReportSink {
+    /// The NodeMetric's status subresource (cluster mode).
+    ApiServer(kube::Client),
+    /// A file holding the whole NodeMetric (standalone mode).
+    File(PathBuf),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("NodeMetric {0} does not exist yet (koord-manager creates it); skipping this report")]
+    NoNodeMetric(String),
+    #[error("cannot encode NodeMetric {name}: {reason}")]
+    Encode { name: String, reason: String },
+    #[error("cannot update the status of NodeMetric {name}: {source}")]
+    Patch {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot write the NodeMetric to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the NodeMetric writer stopped unexpectedly: {0}")]
+    WriteTask(String),
+}
+
+/// The NodeMetric object written in standalone mode.
+pub fn standalone_node_metric(
+    node_name: &str,
+    spec: NodeMetricSpec,
+    status: NodeMetricStatus,
+) -> NodeMetric {
+    let mut object = NodeMetric::new(node_name, spec);
+    object.status = Some(status);
+    object
+}
+
+/// Serialises as YAML for `.yaml`/`.yml` paths, JSON otherwise.
+pub fn encode_for_path(path: &Path, object: &NodeMetric) -> Result<String, String> {
+    let yaml = path
+        .extension()
+        .and_then(|ext| ext.to_str())
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml"));
+    if yaml {
+        serde_yaml::to_string(object).map_err(|err| err.to_string())
+    } else {
+        serde_json::to_string_pretty(object)
+            .map(|text| text + "\n")
+            .map_err(|err| err.to_string())
+    }
+}
+
+/// Replaces `path` atomically (write a sibling, then rename) so readers
+/// never see half a file.
+pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
+    let file_name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "node-metric".to_string());
+    let temporary = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    std::fs::write(&temporary, contents)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
+}
+
+/// Runs the report loop.
+pub struct NodeMetricReporter {
+    states: StatesInformer,
+    usage: Arc<dyn UsageQuery + Send + Sync>,
+    sink: ReportSink,
+    interval_override: Option<Duration>,
+    metrics: Option<StatesMetrics>,
+}
+
+impl NodeMetricReporter {
+    pub fn new(
+        states: StatesInformer,
+        usage: Arc<dyn UsageQuery + Send + Sync>,
+        sink: ReportSink,
+    ) -> Self {
+        Self {
+            states,
+            usage,
+            sink,
+            interval_override: None,
+            metrics: None,
+        }
+    }
+
+    /// Reports at this interval regardless of the collect policy.
+    pub fn with_interval_override(mut self, interval: Option<Duration>) -> Self {
+        self.interval_override = interval;
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: StatesMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The NodeMetric spec in force: the watched object's, else the default.
+    fn spec(&self) -> Option<NodeMetricSpec> {
+        self.states.node_metric().map(|object| object.spec.clone())
+    }
+
+    /// The policy in force and the report interval it implies.
+    pub fn policy(&self) -> CollectPolicy {
+        let (mut policy, rejected) = CollectPolicy::from_spec(self.spec().as_ref());
+        if !rejected.is_empty() {
+            tracing::warn!(
+                ?rejected,
+                "ignoring NodeMetric aggregate durations that do not parse"
+            );
+        }
+        if let Some(interval) = self.interval_override {
+            policy.report_interval = interval;
+        }
+        policy
+    }
+
+    /// The status for `now` from the current states and metric cache.
+    pub fn build_status(&self, policy: &CollectPolicy, now: SystemTime) -> NodeMetricStatus {
+        let pods = self.states.pods();
+        let node_slo = self.states.node_slo();
+        let host_applications = node_slo
+            .as_ref()
+            .map(|slo| slo.spec.host_applications.as_slice())
+            .unwrap_or_default();
+        build_node_metric_status(&ReportInputs {
+            policy,
+            usage: self.usage.as_ref(),
+            pods: pods.as_ref().map(|s| s.pods.as_slice()).unwrap_or_default(),
+            host_applications,
+            now,
+        })
+    }
+
+    /// Builds and writes one report.
+    pub async fn report_once(&self) -> Result<NodeMetricStatus, ReportError> {
+        let policy = self.policy();
+        let status = self.build_status(&policy, SystemTime::now());
+        if let Some(metrics) = &self.metrics {
+            metrics.set_reported_usage(
+                usage_of(status.node_metric.as_ref().map(|m| &m.node_usage)),
+                usage_of(status.node_metric.as_ref().map(|m| &m.system_usage)),
+            );
+        }
+        let name = self.states.node_name().to_string();
+        let result = match &self.sink {
+            ReportSink::ApiServer(client) => {
+                if self.states.node_metric().is_none() {
+                    Err(ReportError::NoNodeMetric(name))
+                } else {
+                    self.patch_status(client, &name, &status).await
+                }
+            }
+            ReportSink::File(path) => {
+                let spec = self.spec().unwrap_or_else(CollectPolicy::default_spec);
+                let object = standalone_node_metric(&name, spec, status.clone());
+                let contents = encode_for_path(path, &object)
+                    .map_err(|reason| ReportError::Encode { name, reason })?;
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || {
+                    write_atomically(&path, &contents)
+                        .map_err(|source| ReportError::Write { path, source })
+                })
+                .await
+                .map_err(|err| ReportError::WriteTask(err.to_string()))?
+            }
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics.count_node_metric_report(if result.is_ok() {
+                "succeeded"
+            } else {
+                "failed"
+            });
+        }
+        result.map(|()| status)
+    }
+
+    async fn patch_status(
+        &self,
+        client: &kube::Client,
+        name: &str,
+        status: &NodeMetricStatus,
+    ) -> Result<(), ReportError> {
+        let patch = status_merge_patch(status).map_err(|err| ReportError::Encode {
+            name: name.to_string(),
+            reason: err.to_string(),
+        })?;
+        Api::<NodeMetric>::all(client.clone())
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| ReportError::Patch {
+                name: name.to_string(),
+                source,
+            })
+    }
+
+    /// Reports every interval (re-read from the spec after each report, as
+    /// upstream does) until shutdown.
+    pub async fn run(self, shutdown: Shutdown) {
+        let mut interval = self.policy().report_interval;
+        tracing::info!(?interval, sink = self.sink_name(), "reporting NodeMetric");
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            match self.report_once().await {
+                Ok(status) => tracing::debug!(
+                    pods = status.pods_metric.len(),
+                    "NodeMetric status reported"
+                ),
+                Err(err @ ReportError::NoNodeMetric(_)) => tracing::warn!("{err}"),
+                Err(err) => tracing::warn!(error = %err, "NodeMetric report failed"),
+            }
+            interval = self.policy().report_interval;
+        }
+    }
+
+    fn sink_name(&self) -> String {
+        match &self.sink {
+            ReportSink::ApiServer(_) => "apiserver".to_string(),
+            ReportSink::File(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// (cores, bytes) of a reported resource map.
+fn usage_of(map: Option<&ResourceMap>) -> Option<(f64, f64)> {
+    let resources = &map?.resources;
+    let cpu = QuantityValue::of(resources.get("cpu")?).ok()?;
+    let memory = QuantityValue::of(resources.get("memory")?).ok()?;
+    Some((cpu.milli_value() as f64 / 1000.0, memory.value() as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A fake cache holding raw samples per series; aggregates are computed
+    /// here by hand-checked rules (mean; nearest-rank percentiles).
+    #[derive(Default)]
+    struct Samples {
+        series: HashMap<String, Vec<(SystemTime, f64)>>,
+    }
+
+    fn key(series: UsageSeries<'_>) -> String {
+        match series {
+            UsageSeries::NodeCpu => "node/cpu".into(),
+            UsageSeries::NodeMemory(_) => "node/memory".into(),
+            UsageSeries::SystemCpu => "system/cpu".into(),
+            UsageSeries::SystemMemory => "system/memory".into(),
+            UsageSeries::PodCpu { uid } => format!("pod/{uid}/cpu"),
+            UsageSeries::PodMemory { uid, .. } => format!("pod/{uid}/memory"),
+            UsageSeries::HostAppCpu { name } => format!("app/{name}/cpu"),
+            UsageSeries::HostAppMemory { name, .. } => format!("app/{name}/memory"),
+        }
+    }
+
+    impl Samples {
+        fn add(&mut self, series: &str, at: SystemTime, values: &[f64], step: Duration) {
+            let samples = self.series.entry(series.to_string()).or_default();
+            for (index, value) in values.iter().enumerate() {
+                samples.push((at + step * index as u32, *value));
+            }
+        }
+    }
+
+    impl UsageQuery for Samples {
+        fn query(
+            &self,
+            series: UsageSeries<'_>,
+            start: SystemTime,
+            end: SystemTime,
+            statistic: UsageStatistic,
+        ) -> Option<WindowValue> {
+            let mut in_window: Vec<(SystemTime, f64)> = self
+                .series
+                .get(&key(series))?
+                .iter()
+                .copied()
+                .filter(|(at, _)| *at >= start && *at <= end)
+                .collect();
+            if in_window.is_empty() {
+                return None;
+            }
+            let first = in_window.first()?.0;
+            let last = in_window.last()?.0;
+            let mut values: Vec<f64> = in_window.drain(..).map(|(_, v)| v).collect();
+            let value = match statistic {
+                UsageStatistic::Avg => values.iter().sum::<f64>() / values.len() as f64,
+                other => {
+                    values.sort_by(f64::total_cmp);
+                    let p = match other {
+                        UsageStatistic::P50 => 0.50,
+                        UsageStatistic::P90 => 0.90,
+                        UsageStatistic::P95 => 0.95,
+                        _ => 0.99,
+                    };
+                    let rank = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
+                    values[rank - 1]
+                }
+            };
+            Some(WindowValue {
+                value,
+                sample_span: last.duration_since(first).unwrap_or_default(),
+            })
+        }
+    }
+
+    fn pod(namespace: &str, name: &str, uid: &str, labels: &[(&str, &str)], kube_qos: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name, "namespace": namespace, "uid": uid,
+                "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            },
+            "status": {"qosClass": kube_qos},
+        }))
+        .unwrap()
+    }
+
+    fn quantity(map: &ResourceMap, name: &str) -> String {
+        map.resources
+            .get(name)
+            .map(|q| q.0.clone())
+            .unwrap_or_default()
+    }
+
+    const T0: u64 = 1_700_000_000;
+    const GI: f64 = 1024.0 * 1024.0 * 1024.0;
+
+    #[test]
+    fn collect_policy_defaults_and_floors_follow_upstream() {
+        let (policy, rejected) = CollectPolicy::from_spec(None);
+        assert_eq!(policy, CollectPolicy::default());
+        assert!(rejected.is_empty());
+        assert_eq!(policy.aggregate_duration, Duration::from_secs(300));
+        assert_eq!(policy.report_interval, Duration::from_secs(60));
+        assert_eq!(
+            policy.aggregate_windows,
+            [300, 600, 1800].map(Duration::from_secs)
+        );
+
+        let spec: NodeMetricSpec = serde_json::from_value(serde_json::json!({
+            "metricCollectPolicy": {
+                "aggregateDurationSeconds": 10,
+                "reportIntervalSeconds": 5,
+                "nodeAggregatePolicy": {"durations": ["1m", "bogus", "0s", "1h30m"]},
+                "nodeMemoryCollectPolicy": "usageWithPageCache"
+            }
+        }))
+        .unwrap();
+        let (policy, rejected) = CollectPolicy::from_spec(Some(&spec));
+        assert_eq!(
+            policy.aggregate_duration,
+            Duration::from_secs(60),
+            "floor 60s"
+        );
+        assert_eq!(policy.report_interval, Duration::from_secs(30), "floor 30s");
+        assert_eq!(
+            policy.aggregate_windows,
+            [60, 5400].map(Duration::from_secs)
+        );
+        assert_eq!(rejected, ["bogus", "0s"]);
+        assert_eq!(
+            policy.memory_policy,
+            NodeMemoryCollectPolicy::UsageWithPageCache
+        );
+
+        let spec: NodeMetricSpec = serde_json::from_value(serde_json::json!({
+            "metricCollectPolicy": {"aggregateDurationSeconds": 900}
+        }))
+        .unwrap();
+        let (policy, _) = CollectPolicy::from_spec(Some(&spec));
+        assert_eq!(policy.aggregate_duration, Duration::from_secs(900));
+        assert_eq!(policy.report_interval, Duration::from_secs(60));
+        assert_eq!(policy.aggregate_windows.len(), 3);
+
+        let default_spec = serde_json::to_value(CollectPolicy::default_spec()).unwrap();
+        assert_eq!(
+            default_spec,
+            serde_json::json!({"metricCollectPolicy": {
+                "aggregateDurationSeconds": 300,
+                "reportIntervalSeconds": 60,
+                "nodeAggregatePolicy": {"durations": ["5m0s", "10m0s", "30m0s"]},
+                "nodeMemoryCollectPolicy": "usageWithoutPageCache"
+            }})
+        );
+    }
+
+    #[test]
+    fn quantities_are_truncated_like_upstream() {
+        let cases: &[(f64, f64, &str, &str)] = &[
+            (1.5, 1024.0, "1500m", "1Ki"),
+            (2.0, 2.0 * GI, "2", "2Gi"),
+            (0.0004, 1000.0, "0", "1k"),
+            (0.2999, 1536.5, "299m", "1536"),
+        ];
+        for (cores, bytes, cpu, memory) in cases {
+            let list = cpu_memory_resources(*cores, *bytes);
+            assert_eq!(list["cpu"].0, *cpu, "{cores}");
+            assert_eq!(list["memory"].0, *memory, "{bytes}");
+        }
+    }
+
+    /// Node samples every 10 s for 10 minutes; two pods with 60 samples in
+    /// the last 10 minutes; one pod without samples.
+    #[test]
+    fn status_has_averages_percentiles_windows_and_sorted_pods() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let step = Duration::from_secs(10);
+        // Samples at now-595 s, now-585 s, …, now-5 s.
+        let begin = now - Duration::from_secs(595);
+        let mut samples = Samples::default();
+        // Node CPU: 1..=60 cores across the last 10 minutes, memory constant 4 GiB.
+        let cpu: Vec<f64> = (1..=60).map(f64::from).collect();
+        samples.add("node/cpu", begin, &cpu, step);
+        samples.add("node/memory", begin, &[4.0 * GI; 60], step);
+        samples.add("system/cpu", begin, &[0.25; 60], step);
+        samples.add("system/memory", begin, &[GI; 60], step);
+        samples.add("pod/uid-b/cpu", begin, &[0.5; 60], step);
+        samples.add(
+            "pod/uid-b/memory",
+            begin,
+            &[512.0 * 1024.0 * 1024.0; 60],
+            step,
+        );
+        samples.add("pod/uid-a/cpu", begin, &[1.0, 2.0].repeat(30), step);
+        samples.add("pod/uid-a/memory", begin, &[GI; 60], step);
+
+        let pods = vec![
+            pod("prod", "web", "uid-b", &[], "Guaranteed"),
+            pod(
+                "batch",
+                "job",
+                "uid-a",
+                &[
+                    ("koordinator.sh/qosClass", "BE"),
+                    ("koordinator.sh/priority-class", "koord-batch"),
+                ],
+                "BestEffort",
+            ),
+            pod("prod", "no-samples", "uid-c", &[], "Burstable"),
+        ];
+        let policy = CollectPolicy::default();
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &policy,
+            usage: &samples,
+            pods: &pods,
+            host_applications: &[],
+            now,
+        });
+
+        assert_eq!(
+            serde_json::to_value(&status.update_time).unwrap(),
+            serde_json::json!("2023-11-14T22:13:20Z")
+        );
+        let node = status.node_metric.as_ref().unwrap();
+        // nodeUsage averages the last 300 s: samples 31..=60 → mean 45.5 cores.
+        assert_eq!(quantity(&node.node_usage, "cpu"), "45500m");
+        assert_eq!(quantity(&node.node_usage, "memory"), "4Gi");
+        assert_eq!(quantity(&node.system_usage, "cpu"), "250m");
+        assert_eq!(quantity(&node.system_usage, "memory"), "1Gi");
+
+        // Windows 5m and 10m have enough coverage; 30m does not (590 s of samples < 900 s).
+        assert_eq!(node.aggregated_node_usages.len(), 3);
+        let five = &node.aggregated_node_usages[0];
+        assert_eq!(five.duration.as_deref(), Some("5m0s"));
+        // 5m window [now-300, now]: samples 31..=60 → 30 values.
+        // p50 = 15th value = 45, p90 = 27th = 57, p95 = ceil(28.5)=29th = 59, p99 = 30th = 60.
+        let cpu_of = |usage: &AggregatedUsage, key: &str| quantity(&usage.usage[key], "cpu");
+        assert_eq!(cpu_of(five, "avg"), "45500m");
+        assert_eq!(cpu_of(five, "p50"), "45");
+        assert_eq!(cpu_of(five, "p90"), "57");
+        assert_eq!(cpu_of(five, "p95"), "59");
+        assert_eq!(cpu_of(five, "p99"), "60");
+        let ten = &node.aggregated_node_usages[1];
+        assert_eq!(ten.duration.as_deref(), Some("10m0s"));
+        // All 60 samples: avg 30.5, p50 = 30th = 30, p90 = 54th = 54, p95 = 57th = 57, p99 = 60th = 60.
+        assert_eq!(cpu_of(ten, "avg"), "30500m");
+        assert_eq!(cpu_of(ten, "p50"), "30");
+        assert_eq!(cpu_of(ten, "p90"), "54");
+        assert_eq!(cpu_of(ten, "p95"), "57");
+        assert_eq!(cpu_of(ten, "p99"), "60");
+        let thirty = &node.aggregated_node_usages[2];
+        assert_eq!(thirty.duration.as_deref(), Some("30m0s"));
+        assert_eq!(thirty.usage.len(), 5, "every key present, as upstream");
+        assert!(
+            thirty.usage.values().all(ResourceMap::is_empty),
+            "cold start"
+        );
+        assert_eq!(
+            quantity(&node.aggregated_system_usages[0].usage["p99"], "memory"),
+            "1Gi"
+        );
+
+        // Pods sorted by namespace then name; the pod without samples is left out.
+        let names: Vec<_> = status
+            .pods_metric
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect();
+        assert_eq!(names, ["batch/job", "prod/web"]);
+        let job = &status.pods_metric[0];
+        assert_eq!(
+            (job.qos.as_str(), job.priority.as_str()),
+            ("BE", "koord-batch")
+        );
+        // Last 300 s of 1,2,1,2…: 15 ones and 15 twos → 1.5 cores.
+        assert_eq!(quantity(&job.pod_usage, "cpu"), "1500m");
+        assert_eq!(quantity(&job.pod_usage, "memory"), "1Gi");
+        let web = &status.pods_metric[1];
+        assert_eq!(
+            (web.qos.as_str(), web.priority.as_str()),
+            ("LSR", "koord-prod")
+        );
+        assert_eq!(quantity(&web.pod_usage, "cpu"), "500m");
+        assert_eq!(quantity(&web.pod_usage, "memory"), "512Mi");
+        assert!(status.host_application_metric.is_empty());
+        assert_eq!(status.prod_reclaimable_metric, None);
+    }
+
+    #[test]
+    fn empty_cache_yields_an_empty_but_valid_status() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let policy = CollectPolicy {
+            aggregate_windows: vec![Duration::from_secs(60)],
+            ..CollectPolicy::default()
+        };
+        let pods = vec![pod("a", "b", "u", &[], "Burstable")];
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &policy,
+            usage: &Samples::default(),
+            pods: &pods,
+            host_applications: &[],
+            now,
+        });
+        let node = status.node_metric.unwrap();
+        assert!(node.node_usage.is_empty() && node.system_usage.is_empty());
+        assert_eq!(node.aggregated_node_usages.len(), 1);
+        assert!(status.pods_metric.is_empty());
+    }
+
+    #[test]
+    fn host_applications_are_reported_when_the_cache_has_them() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let mut samples = Samples::default();
+        let begin = now - Duration::from_secs(100);
+        samples.add("app/nginx/cpu", begin, &[0.1, 0.3], Duration::from_secs(50));
+        samples.add(
+            "app/nginx/memory",
+            begin,
+            &[1000.0, 3000.0],
+            Duration::from_secs(50),
+        );
+        let apps = vec![
+            HostApplicationSpec {
+                name: "nginx".into(),
+                priority: "koord-prod".into(),
+                qos: "LS".into(),
+                ..Default::default()
+            },
+            HostApplicationSpec {
+                name: "unknown".into(),
+                ..Default::default()
+            },
+        ];
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &CollectPolicy::default(),
+            usage: &samples,
+            pods: &[],
+            host_applications: &apps,
+            now,
+        });
+        assert_eq!(status.host_application_metric.len(), 1);
+        let app = &status.host_application_metric[0];
+        assert_eq!(app.name, "nginx");
+        assert_eq!(quantity(&app.usage, "cpu"), "200m");
+        assert_eq!(quantity(&app.usage, "memory"), "2000");
+        assert_eq!(
+            (app.priority.as_str(), app.qos.as_str()),
+            ("koord-prod", "LS")
+        );
+    }
+
+    #[test]
+    fn merge_patch_nulls_what_the_new_status_omits() {
+        let status = NodeMetricStatus {
+            node_metric: Some(NodeMetricInfo::default()),
+            ..Default::default()
+        };
+        let patch = status_merge_patch(&status).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!({"status": {
+                "updateTime": null,
+                "nodeMetric": {
+                    "nodeUsage": null, "aggregatedNodeUsages": null, "systemUsage": null,
+                    "aggregatedSystemUsages": null, "numaUsages": null
+                },
+                "podsMetric": null,
+                "hostApplicationMetric": null,
+                "prodReclaimableMetric": null,
+                "prodPeakMetric": null
+            }})
+        );
+    }
+
+    #[test]
+    fn standalone_output_is_json_or_yaml_by_extension() {
+        let status = NodeMetricStatus {
+            pods_metric: vec![PodMetricInfo {
+                name: "p".into(),
+                namespace: "n".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let object = standalone_node_metric("node-a", CollectPolicy::default_spec(), status);
+        let json = encode_for_path(Path::new("/x/nm.json"), &object).unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed["kind"], "NodeMetric");
+        assert_eq!(parsed["apiVersion"], "slo.koordinator.sh/v1alpha1");
+        assert_eq!(parsed["metadata"]["name"], "node-a");
+        assert_eq!(parsed["status"]["podsMetric"][0]["name"], "p");
+        let yaml = encode_for_path(Path::new("/x/nm.YML"), &object).unwrap();
+        assert!(yaml.contains("kind: NodeMetric"), "{yaml}");
+        let back: NodeMetric = serde_yaml::from_str(&yaml).unwrap();
+        assert_eq!(back, object);
+    }
+}
