@@ -47,6 +47,18 @@ pub struct KoordletArgs {
 
     #[command(flatten)]
     pub log: LogArgs,
+
+    /// A one-shot command instead of the daemon.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands; without one koordlet runs as the node daemon.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Print what this node's kernel supports (cgroup layout, CPU burst, PSI,
+    /// core scheduling, resctrl, topology…) and exit; needs no cluster.
+    Capabilities(capabilities::CapabilitiesArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,14 +1,40 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use koordlet::{COMPONENT, KoordletArgs, NODE_NAME_ENV, run};
+use koordlet::{COMPONENT, Command, KoordletArgs, NODE_NAME_ENV, capabilities, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = KoordletArgs::parse_from(koord_common::cli::go_style_args());
+    if let Some(Command::Capabilities(command)) = &args.command {
+        return print_capabilities(&args.system, command);
+    }
     if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
         return code;
     }
     let node_name = std::env::var_os(NODE_NAME_ENV);
     koord_common::process::exit_code(&COMPONENT, run(args, node_name).await)
+}
+
+/// `koordlet capabilities`: detect, print, exit; no node name or cluster needed.
+fn print_capabilities(
+    system: &koordlet::system::SystemArgs,
+    command: &capabilities::CapabilitiesArgs,
+) -> ExitCode {
+    let caps = capabilities::detect_with(system, &command.detect_options());
+    let printed = capabilities::render(&caps, command.output)
+        .map_err(|err| err.to_string())
+        .and_then(|text| {
+            std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(|err| err.to_string())
+        });
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("koordlet capabilities: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,173 @@
+//! Rendering for `koordlet capabilities`: an aligned table whose row names
+//! are the JSON paths, or the JSON object itself.
+
+use std::collections::BTreeSet;
+
+use super::{NodeCapabilities, OutputFormat};
+
+/// Renders in the chosen format, ending with a newline.
+pub fn render(caps: &NodeCapabilities, format: OutputFormat) -> Result<String, serde_json::Error> {
+    match format {
+        OutputFormat::Table => Ok(render_table(caps)),
+        OutputFormat::Json => render_json(caps),
+    }
+}
+
+/// The documented JSON object, pretty-printed.
+pub fn render_json(caps: &NodeCapabilities) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(caps)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// One row per capability: `CAPABILITY  VALUE  REASON`.
+pub fn render_table(caps: &NodeCapabilities) -> String {
+    let reason = |key: &str| caps.reasons.get(key).cloned().unwrap_or_default();
+    let optional = |value: Option<String>| value.unwrap_or_else(|| "-".to_string());
+    let cgroup = &caps.cgroup;
+    let memory = &caps.memory_qos;
+    // Present knobs by JSON name; the reason lists the missing files.
+    let present: Vec<&str> = [
+        ("min", memory.min),
+        ("low", memory.low),
+        ("high", memory.high),
+        ("wmarkRatio", memory.wmark_ratio),
+        ("wmarkScaleFactor", memory.wmark_scale_factor),
+        ("wmarkMinAdj", memory.wmark_min_adj),
+        ("priority", memory.priority),
+        ("usePriorityOom", memory.use_priority_oom),
+        ("oomGroup", memory.oom_group),
+    ]
+    .into_iter()
+    .filter_map(|(name, found)| found.then_some(name))
+    .collect();
+    let memory_knobs = if present.is_empty() {
+        "none".to_string()
+    } else {
+        present.join(",")
+    };
+
+    let rows: Vec<(&str, String, String)> = vec![
+        (
+            "cgroup.version",
+            cgroup.version.to_string(),
+            cgroup.version_reason.clone(),
+        ),
+        (
+            "cgroup.driver",
+            cgroup.driver.to_string(),
+            cgroup.driver_source.clone().map_or_else(
+                || reason("cgroup.driver"),
+                |source| format!("from {source}"),
+            ),
+        ),
+        (
+            "cgroup.controllers",
+            cgroup.controllers.join(","),
+            reason("cgroup.controllers"),
+        ),
+        (
+            "cgroup.v1Controllers",
+            cgroup.v1_controllers.join(","),
+            String::new(),
+        ),
+        (
+            "cgroup.v2Controllers",
+            cgroup.v2_controllers.join(","),
+            String::new(),
+        ),
+        (
+            "cgroup.unifiedMount",
+            cgroup.unified_mount.to_string(),
+            optional(cgroup.unified_mount_path.clone()),
+        ),
+        ("cpuBurst", caps.cpu_burst.to_string(), reason("cpuBurst")),
+        ("cpuIdle", caps.cpu_idle.to_string(), reason("cpuIdle")),
+        ("psi", caps.psi.to_string(), reason("psi")),
+        (
+            "psiCgroup",
+            caps.psi_cgroup.to_string(),
+            caps.psi_cgroup_source
+                .clone()
+                .map_or_else(|| reason("psiCgroup"), |source| format!("in {source}")),
+        ),
+        (
+            "coreSched",
+            caps.core_sched.to_string(),
+            reason("coreSched"),
+        ),
+        (
+            "groupIdentity",
+            caps.group_identity.to_string(),
+            reason("groupIdentity"),
+        ),
+        (
+            "resctrl.supported",
+            caps.resctrl.supported.to_string(),
+            reason("resctrl"),
+        ),
+        (
+            "resctrl.cat",
+            caps.resctrl.cat.to_string(),
+            reason("resctrl.cat"),
+        ),
+        (
+            "resctrl.mba",
+            caps.resctrl.mba.to_string(),
+            reason("resctrl.mba"),
+        ),
+        (
+            "resctrl.closids",
+            optional(caps.resctrl.closids.map(|n| n.to_string())),
+            String::new(),
+        ),
+        (
+            "resctrl.cbmMask",
+            optional(caps.resctrl.cbm_mask.clone()),
+            String::new(),
+        ),
+        ("smt", caps.smt.to_string(), reason("smt")),
+        (
+            "numaNodes",
+            caps.numa_nodes.to_string(),
+            reason("numaNodes"),
+        ),
+        ("cpus", caps.cpus.to_string(), reason("cpus")),
+        ("cpuTopology", topology_summary(caps), reason("cpuTopology")),
+        ("kernel", caps.kernel.clone(), reason("kernel")),
+        ("memoryQos", memory_knobs, reason("memoryQos")),
+    ];
+
+    let key_width = rows.iter().map(|(key, _, _)| key.len()).max().unwrap_or(0);
+    let value_width = rows
+        .iter()
+        .map(|(_, value, _)| value.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut text = format!(
+        "{:key_width$}  {:value_width$}  REASON\n",
+        "CAPABILITY", "VALUE"
+    );
+    for (key, value, reason) in rows {
+        let line = format!("{key:key_width$}  {value:value_width$}  {reason}");
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+fn topology_summary(caps: &NodeCapabilities) -> String {
+    let distinct = |ids: Vec<Option<u32>>| ids.into_iter().flatten().collect::<BTreeSet<_>>().len();
+    let topology = &caps.cpu_topology;
+    let sockets = distinct(topology.iter().map(|cpu| cpu.socket).collect());
+    let cores = topology
+        .iter()
+        .filter_map(|cpu| Some((cpu.socket?, cpu.core?)))
+        .collect::<BTreeSet<_>>()
+        .len();
+    let nodes = distinct(topology.iter().map(|cpu| cpu.node).collect());
+    format!(
+        "cpus={} sockets={sockets} cores={cores} nodes={nodes}",
+        topology.len()
+    )
+}

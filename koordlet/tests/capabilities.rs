@@ -1,0 +1,274 @@
+#![allow(clippy::unwrap_used)]
+//! `koordlet capabilities` on this machine, checked against what the test
+//! reads from /proc and /sys itself.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use koord_common::testing::TempDir;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
+
+/// The binary with no node name and no cluster configuration.
+fn capabilities(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env_remove("NODE_NAME")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let output = capabilities(args);
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn json_output() -> Value {
+    let text = stdout_of(&["capabilities", "--output", "json"]);
+    serde_json::from_str(&text).unwrap_or_else(|err| panic!("not JSON ({err}):\n{text}"))
+}
+
+/// The test's own CPU-list reader ("0-3,8").
+fn count_cpu_list(text: &str) -> usize {
+    text.trim()
+        .split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// Enabled controllers bound to a v1 hierarchy, per /proc/cgroups.
+fn v1_controllers_from_proc() -> BTreeSet<String> {
+    fs::read_to_string("/proc/cgroups")
+        .unwrap()
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            (cols.len() == 4 && cols[1] != "0" && cols[3] == "1").then(|| cols[0].to_string())
+        })
+        .collect()
+}
+
+fn strings(value: &Value) -> BTreeSet<String> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn json_matches_what_the_machine_says() {
+    let caps = json_output();
+
+    // Kernel release.
+    let osrelease = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(caps["kernel"], osrelease.trim());
+
+    // Online CPUs and NUMA nodes.
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    assert_eq!(caps["cpus"], count_cpu_list(&online));
+    assert_eq!(
+        caps["cpuTopology"].as_array().unwrap().len(),
+        count_cpu_list(&online)
+    );
+    let nodes = fs::read_dir("/sys/devices/system/node")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("node")
+                        .is_some_and(|id| id.parse::<u32>().is_ok())
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(caps["numaNodes"], nodes);
+
+    // SMT: some CPU lists more than itself as a thread sibling.
+    let smt = fs::read_dir("/sys/devices/system/cpu")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_to_string(e.path().join("topology/thread_siblings_list")).ok())
+        .any(|list| count_cpu_list(&list) > 1);
+    assert_eq!(caps["smt"], smt);
+
+    // Node PSI.
+    let psi = ["cpu", "memory", "io"].iter().all(|r| {
+        fs::read_to_string(format!("/proc/pressure/{r}")).is_ok_and(|t| t.starts_with("some "))
+    });
+    assert_eq!(caps["psi"], psi);
+
+    // resctrl.
+    let resctrl = Path::new("/sys/fs/resctrl/info").is_dir();
+    assert_eq!(caps["resctrl"]["supported"], resctrl);
+    if !resctrl {
+        assert_eq!(caps["resctrl"]["cat"], false);
+        assert_eq!(caps["resctrl"]["mba"], false);
+        assert_eq!(caps["resctrl"]["closids"], Value::Null);
+        assert!(
+            caps["reasons"]["resctrl"]
+                .as_str()
+                .unwrap()
+                .contains("/sys/fs/resctrl")
+        );
+    }
+
+    // Core scheduling, asked of the kernel directly.
+    let core_sched = rustix::thread::core_scheduling_cookie(
+        rustix::thread::gettid(),
+        rustix::thread::CoreSchedulingScope::Thread,
+    )
+    .is_ok()
+        || Path::new("/proc/sys/kernel/sched_core").exists();
+    assert_eq!(caps["coreSched"], core_sched);
+    if !core_sched {
+        assert!(caps["reasons"]["coreSched"].is_string());
+    }
+
+    // Cgroup layout.
+    let v1 = v1_controllers_from_proc();
+    let cgroup = &caps["cgroup"];
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        assert_eq!(cgroup["version"], "v2");
+    } else if v1.contains("cpu") {
+        assert_eq!(strings(&cgroup["v1Controllers"]), v1, "{cgroup}");
+        for controller in &v1 {
+            assert!(
+                strings(&cgroup["controllers"]).contains(controller),
+                "{controller}"
+            );
+        }
+        let unified = fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers").ok();
+        assert_eq!(cgroup["unifiedMount"], unified.is_some());
+        let unified_resource = unified.as_deref().is_some_and(|list| {
+            list.split_whitespace()
+                .any(|c| ["cpu", "cpuset", "memory", "io", "pids"].contains(&c))
+        });
+        let expected = if unified_resource { "hybrid" } else { "v1" };
+        assert_eq!(cgroup["version"], expected, "{cgroup}");
+
+        let cpu = Path::new("/sys/fs/cgroup/cpu");
+        assert_eq!(caps["cpuBurst"], cpu.join("cpu.cfs_burst_us").exists());
+        assert_eq!(caps["cpuIdle"], cpu.join("cpu.idle").exists());
+        assert_eq!(caps["groupIdentity"], cpu.join("cpu.bvt_warp_ns").exists());
+        let driver = if cpu.join("kubepods.slice").is_dir() {
+            "systemd"
+        } else if cpu.join("kubepods").is_dir() {
+            "cgroupfs"
+        } else {
+            "unknown"
+        };
+        assert_eq!(cgroup["driver"], driver);
+    }
+}
+
+/// The statement about this CI machine (root, cgroup v1 hierarchies
+/// at /sys/fs/cgroup/<controller>); skipped elsewhere.
+#[test]
+fn this_machine_is_reported_as_cgroup_v1_with_burst_psi_and_no_resctrl() {
+    if !Path::new("/sys/fs/cgroup/cpu/tasks").exists() {
+        println!("SKIP: not a cgroup v1 machine");
+        return;
+    }
+    let caps = json_output();
+    assert_eq!(caps["cgroup"]["version"], "v1");
+    let controllers = strings(&caps["cgroup"]["controllers"]);
+    for controller in ["cpu", "cpuset", "memory", "blkio"] {
+        assert!(
+            controllers.contains(controller),
+            "{controller} in {controllers:?}"
+        );
+    }
+    assert_eq!(
+        caps["cpuBurst"],
+        Path::new("/sys/fs/cgroup/cpu/cpu.cfs_burst_us").exists()
+    );
+    assert_eq!(caps["psi"], Path::new("/proc/pressure/cpu").exists());
+    assert_eq!(
+        caps["resctrl"]["supported"],
+        Path::new("/sys/fs/resctrl/info").exists()
+    );
+}
+
+#[test]
+fn table_states_the_same_facts() {
+    let caps = json_output();
+    let table = stdout_of(&["capabilities"]);
+    let value = |key: &str| -> String {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} row in\n{table}"))
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let plain = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for (row, json) in [
+        ("cgroup.version", &caps["cgroup"]["version"]),
+        ("cgroup.driver", &caps["cgroup"]["driver"]),
+        ("cpuBurst", &caps["cpuBurst"]),
+        ("cpuIdle", &caps["cpuIdle"]),
+        ("psi", &caps["psi"]),
+        ("coreSched", &caps["coreSched"]),
+        ("groupIdentity", &caps["groupIdentity"]),
+        ("resctrl.supported", &caps["resctrl"]["supported"]),
+        ("smt", &caps["smt"]),
+        ("numaNodes", &caps["numaNodes"]),
+        ("cpus", &caps["cpus"]),
+        ("kernel", &caps["kernel"]),
+    ] {
+        assert_eq!(value(row), plain(json), "{row}");
+    }
+    let controllers: Vec<String> = strings(&caps["cgroup"]["controllers"])
+        .into_iter()
+        .collect();
+    assert_eq!(value("cgroup.controllers"), controllers.join(","));
+    let osrelease = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(table.contains(osrelease.trim()));
+}
+
+#[test]
+fn top_level_root_flags_apply_and_go_spelling_works() {
+    let dir = TempDir::new("caps-cli").unwrap();
+    let proc_root = dir.path().join("proc");
+    fs::create_dir_all(proc_root.join("sys/kernel")).unwrap();
+    fs::write(proc_root.join("sys/kernel/osrelease"), "9.9.9-generated\n").unwrap();
+    let proc_flag = format!("-proc-root-dir={}", proc_root.display());
+    let text = stdout_of(&[&proc_flag, "capabilities", "-output=json"]);
+    let caps: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(caps["kernel"], "9.9.9-generated");
+    assert_eq!(
+        caps["psi"], false,
+        "no pressure files in the generated /proc"
+    );
+}
+
+#[test]
+fn an_unknown_output_format_is_a_usage_error() {
+    let output = capabilities(&["capabilities", "--output", "xml"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("xml"));
+}
