@@ -396,3 +396,20 @@ async fn audit_trail_is_served_as_json() {
     assert_eq!(bad.status, 400);
     server.abort();
 }
+
+#[test]
+fn host_layout_picks_up_a_hybrid_unified_mount() {
+    let temp = TempDir::new("cgroup-tree-hybrid").unwrap();
+    let args = SystemArgs::under(temp.path());
+    let plain = CgroupLayout::for_host(&args, CgroupVersion::V1, CgroupDriver::Cgroupfs);
+    assert_eq!(plain.unified_root, None);
+    let unified = args.cgroup_root_dir.join("unified");
+    std::fs::create_dir_all(&unified).unwrap();
+    std::fs::write(unified.join("cgroup.procs"), "").unwrap();
+    let hybrid = CgroupLayout::for_host(&args, CgroupVersion::V1, CgroupDriver::Cgroupfs);
+    assert_eq!(hybrid.unified_root, Some(unified));
+    assert_eq!(hybrid.root, args.cgroup_root_dir);
+    // On v2 the root itself is the unified hierarchy.
+    let v2 = CgroupLayout::for_host(&args, CgroupVersion::V2, CgroupDriver::Systemd);
+    assert_eq!(v2.unified_root, None);
+}

@@ -580,6 +580,25 @@ mod tests {
     }
 
     #[test]
+    fn escaping_directories_fail_without_touching_files() {
+        let (_temp, layout) = tree();
+        let executor = ResourceExecutor::new(layout, ExecutorConfig::default());
+        let escape = ResourceUpdate::new(
+            "kubepods/../../etc",
+            CgroupResource::CpuShares,
+            CgroupValue::Int(2),
+            "x",
+        )
+        .unwrap();
+        let report = executor.apply_blocking([escape], at(0));
+        let WriteStatus::Failed { error, os_error } = &report.writes[0].status else {
+            panic!("failure expected: {report:?}")
+        };
+        assert!(error.contains("kubepods/../../etc"), "{error}");
+        assert_eq!(*os_error, None);
+    }
+
+    #[test]
     fn malformed_present_value_is_reported_not_panicked() {
         let (temp, layout) = tree();
         let quota = temp.path().join("cpu").join(DIR).join("cpu.cfs_quota_us");

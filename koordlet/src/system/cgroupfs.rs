@@ -102,6 +102,22 @@ pub struct WriteOutcome {
 }
 
 impl CgroupLayout {
+    /// The layout under `--cgroup-root-dir`. On v1 a cgroup2 mount at
+    /// `<root>/unified` (hybrid hosts) becomes the PSI location.
+    pub fn for_host(
+        args: &super::SystemArgs,
+        version: super::cgroup::CgroupVersion,
+        driver: super::cgroup::CgroupDriver,
+    ) -> Self {
+        let layout = Self::new(version, driver, &args.cgroup_root_dir);
+        let unified = args.cgroup_root_dir.join("unified");
+        if version == super::cgroup::CgroupVersion::V1 && unified.join("cgroup.procs").is_file() {
+            layout.with_unified_root(unified)
+        } else {
+            layout
+        }
+    }
+
     /// The trimmed content of `resource`'s file.
     pub fn read_raw(
         &self,
