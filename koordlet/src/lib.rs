@@ -1,7 +1,7 @@
-//! koordlet: the node agent. This build provides the process shell only:
-//! flags, node identity, health/metrics serving and the cluster connection;
-//! the states informer, metrics advisor, QoS manager and runtime hooks arrive
-//! with their own changes.
+//! koordlet: the node agent. This build runs the states informer, the metrics
+//! advisor and the NodeMetric reporter, in cluster mode (API server and
+//! kubelet) or standalone (pods and NodeSLO from files, NodeMetric to a file);
+//! the QoS manager and runtime hooks arrive with their own changes.
 
 pub mod capabilities;
 pub mod metriccache;
@@ -11,6 +11,7 @@ pub mod statesinformer;
 pub mod system;
 
 use std::ffi::OsString;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::Parser;
@@ -19,6 +20,13 @@ use koord_common::process::{Component, ComponentContext, connect_required_cluste
 use koord_common::{ClusterArgs, Endpoints, ListenAddr, ListenerSpec, LogArgs, ShutdownReason};
 use prometheus_client::metrics::family::Family;
 
+use crate::metriccache::MetricCache;
+use crate::statesinformer::metrics::StatesMetrics;
+use crate::statesinformer::{
+    NodeMetricReporter, ReportSink, RequiredSyncs, StandaloneConfig, StandalonePods, StatesInformer,
+};
+use crate::system::cgroup::CgroupLayout;
+
 pub const COMPONENT: Component = Component {
     name: "koordlet",
     metric_prefix: "koordlet",
@@ -26,9 +34,6 @@ pub const COMPONENT: Component = Component {
 
 /// Environment variable naming this node; upstream's DaemonSet sets it from `spec.nodeName`.
 pub const NODE_NAME_ENV: &str = "NODE_NAME";
-
-/// Readiness check that stays failing until the agent's modules exist.
-pub const DAEMON_CHECK: &str = "daemon";
 
 /// Command-line flags; names and defaults follow upstream `cmd/koordlet`
 /// (Go-style single-dash spellings such as `-addr=:9316` are accepted too).
@@ -44,6 +49,12 @@ pub struct KoordletArgs {
 
     #[command(flatten)]
     pub system: system::SystemArgs,
+
+    #[command(flatten)]
+    pub states: statesinformer::StatesArgs,
+
+    #[command(flatten)]
+    pub collector: metricsadvisor::CollectorArgs,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -106,39 +117,216 @@ pub fn register_start_time(metrics: &MetricsRegistry, node_name: &str, started_a
 }
 
 /// Runs until a signal or a failure; `Err` means start-up failed.
+///
+/// Standalone mode (any of `--standalone`, `--pods-file`, `--kubelet-url`,
+/// `--node-slo-file`, `--node-metric-output`) needs no API server; cluster
+/// mode requires one and exits non-zero when it cannot be reached.
 pub async fn run(
     args: KoordletArgs,
     node_name_env: Option<OsString>,
 ) -> anyhow::Result<ShutdownReason> {
-    let node_name = node_name_from(node_name_env)?;
-    tracing::info!(node = %node_name, "koordlet runs on node {node_name}");
+    let standalone = args.states.standalone_config()?;
+    let node_name = statesinformer::resolve_node_name(
+        args.states.node_name.as_deref(),
+        node_name_env,
+        standalone.is_some(),
+        || statesinformer::read_hostname(&args.system.proc_root_dir),
+    )?;
+    let mode = if standalone.is_some() {
+        "standalone"
+    } else {
+        "cluster"
+    };
+    tracing::info!(node = %node_name, mode, "koordlet runs on node {node_name} ({mode} mode)");
 
     let context = ComponentContext::new(COMPONENT);
     register_start_time(&context.metrics, &node_name, context.started_at);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
-    context.mark_not_implemented(DAEMON_CHECK);
-    let cluster_check = context.register_cluster_check();
+
+    // Capabilities decide the cgroup layout the collectors read.
+    let system = args.system.clone();
+    let caps = tokio::task::spawn_blocking(move || capabilities::detect(&system)).await?;
+    capabilities::CapabilityMetrics::register(&context.metrics).update(&caps);
+    let layout = cgroup_layout_of(&args.system, &caps);
+    tracing::info!(version = %layout.version, driver = %layout.driver, root = %layout.root.display(), "cgroup layout");
+    let cache = Arc::new(args.collector.build_cache()?);
+
+    let required = match &standalone {
+        Some(config) => RequiredSyncs {
+            node_slo: config.node_slo_file.is_some(),
+            ..RequiredSyncs::PODS_ONLY
+        },
+        None => RequiredSyncs::CLUSTER,
+    };
+    let states = StatesInformer::new(node_name.clone(), required);
+    states.register_readiness(&context.health);
+    let states_metrics = StatesMetrics::register(&context.metrics, &node_name);
+    let cluster_check = standalone
+        .is_none()
+        .then(|| context.register_cluster_check());
 
     let server = context
         .start_server(vec![ListenerSpec::new(args.addr, Endpoints::ALL)])
         .await?;
 
-    match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
-        Ok(Some(_cluster)) => {
-            tracing::warn!(
-                "the koordlet modules (states informer, metrics advisor, QoS manager, runtime hooks) \
-                 are not implemented in this build yet; /readyz reports the {DAEMON_CHECK:?} check as failing"
-            );
-            Ok(context.wait_for_shutdown(Some(server)).await)
+    let sink = match (&standalone, &cluster_check) {
+        (Some(config), _) => {
+            start_standalone_sources(&args, config, &states, &states_metrics, &context)?;
+            config.node_metric_output.clone().map(ReportSink::File)
         }
-        Ok(None) => Ok(context.wait_for_shutdown(Some(server)).await),
-        Err(err) => {
-            context
-                .shutdown
-                .trigger(ShutdownReason::Failed(err.to_string()));
-            context.wait_for_shutdown(Some(server)).await;
-            Err(err.into())
+        (None, Some(cluster_check)) => {
+            match connect_required_cluster(&context, &args.cluster.options(), cluster_check).await {
+                Ok(Some(cluster)) => {
+                    publish_capabilities(cluster.client.clone(), node_name.clone(), &caps);
+                    statesinformer::apiserver::spawn_node_watchers(
+                        &cluster.client,
+                        &states,
+                        &context.shutdown,
+                    );
+                    tokio::spawn(statesinformer::pods::run_cluster_pods(
+                        args.states.clone(),
+                        cluster.client.clone(),
+                        states.clone(),
+                        states_metrics.clone(),
+                        context.shutdown.clone(),
+                    ));
+                    Some(ReportSink::ApiServer(cluster.client))
+                }
+                Ok(None) => return Ok(context.wait_for_shutdown(Some(server)).await),
+                Err(err) => {
+                    context
+                        .shutdown
+                        .trigger(ShutdownReason::Failed(err.to_string()));
+                    context.wait_for_shutdown(Some(server)).await;
+                    return Err(err.into());
+                }
+            }
         }
+        (None, None) => None,
+    };
+    start_node_modules(
+        &args,
+        &context,
+        &states,
+        layout,
+        cache,
+        sink,
+        states_metrics,
+    );
+    Ok(context.wait_for_shutdown(Some(server)).await)
+}
+
+/// The cgroup layout the detected capabilities describe; an undetected
+/// driver means cgroupfs (the kubelet's default), hybrid hosts count as v1.
+fn cgroup_layout_of(
+    system: &system::SystemArgs,
+    caps: &capabilities::NodeCapabilities,
+) -> CgroupLayout {
+    use crate::system::cgroup::{CgroupDriver, CgroupVersion};
+    let version = match caps.cgroup.version {
+        capabilities::CgroupVersion::V2 => CgroupVersion::V2,
+        _ => CgroupVersion::V1,
+    };
+    let driver = match caps.cgroup.driver {
+        capabilities::CgroupDriver::Systemd => CgroupDriver::Systemd,
+        _ => CgroupDriver::Cgroupfs,
+    };
+    let layout = CgroupLayout::new(version, driver, &system.cgroup_root_dir);
+    let unified = system.cgroup_root_dir.join("unified");
+    if version == CgroupVersion::V1 && caps.cgroup.unified_mount && unified.is_dir() {
+        layout.with_unified_root(unified)
+    } else {
+        layout
+    }
+}
+
+/// Publishes the capability labels and annotation on the Node, once.
+fn publish_capabilities(
+    client: kube::Client,
+    node_name: String,
+    caps: &capabilities::NodeCapabilities,
+) {
+    let patch = capabilities::node_patch(caps);
+    tokio::spawn(async move {
+        let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client);
+        let params = kube::api::PatchParams::default();
+        match nodes
+            .patch(&node_name, &params, &kube::api::Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::info!(node = %node_name, "node capabilities published"),
+            Err(err) => {
+                tracing::warn!(node = %node_name, error = %err, "cannot publish node capabilities")
+            }
+        }
+    });
+}
+
+/// Standalone pods and NodeSLO sources.
+fn start_standalone_sources(
+    args: &KoordletArgs,
+    config: &StandaloneConfig,
+    states: &StatesInformer,
+    metrics: &StatesMetrics,
+    context: &ComponentContext,
+) -> anyhow::Result<()> {
+    use crate::statesinformer::kubelet::KubeletAuth;
+    use crate::statesinformer::{KubeletClient, PodSource, PodsSyncer};
+    let source = match &config.pods {
+        StandalonePods::File(path) => PodSource::File(path.clone()),
+        StandalonePods::KubeletUrl(url) => PodSource::Kubelet(
+            KubeletClient::new(url, KubeletAuth::None, args.states.kubelet_sync_timeout)?
+                .with_metrics(metrics.clone()),
+        ),
+    };
+    let syncer = PodsSyncer::new(source, states.clone(), args.states.kubelet_sync_interval)
+        .with_metrics(metrics.clone());
+    tokio::spawn(syncer.run(context.shutdown.clone()));
+    if let Some(path) = &config.node_slo_file {
+        tokio::spawn(statesinformer::standalone::run_node_slo_file(
+            path.clone(),
+            states.clone(),
+            context.shutdown.clone(),
+        ));
+    }
+    Ok(())
+}
+
+/// The metrics advisor and, when there is somewhere to write, the NodeMetric reporter.
+fn start_node_modules(
+    args: &KoordletArgs,
+    context: &ComponentContext,
+    states: &StatesInformer,
+    layout: CgroupLayout,
+    cache: Arc<MetricCache>,
+    sink: Option<ReportSink>,
+    states_metrics: StatesMetrics,
+) {
+    let shutdown = &context.shutdown;
+    let pods = statesinformer::podmeta::spawn_advisor_pods_feed(states, shutdown.clone());
+    let advisor = metricsadvisor::MetricsAdvisor::standard(
+        &args.collector,
+        &args.system,
+        layout,
+        Arc::clone(&cache),
+        pods,
+        Some(metricsadvisor::AdvisorMetrics::register(
+            &context.metrics,
+            states.node_name(),
+        )),
+    );
+    tokio::spawn(advisor.run(args.collector.collect_res_used_interval, shutdown.clone()));
+    match sink {
+        Some(sink) if args.states.enable_node_metric_report => {
+            let reporter = NodeMetricReporter::new(states.clone(), cache, sink)
+                .with_interval_override(args.states.node_metric_report_interval)
+                .with_metrics(states_metrics);
+            tokio::spawn(reporter.run(shutdown.clone()));
+        }
+        Some(_) => {
+            tracing::info!("NodeMetric reporting is disabled (--enable-node-metric-report=false)")
+        }
+        None => tracing::info!("no --node-metric-output given; NodeMetric is not reported"),
     }
 }
 

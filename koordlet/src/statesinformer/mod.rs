@@ -460,6 +460,11 @@ impl StatesInformer {
         self.inner.pods.is_synced()
     }
 
+    /// True once the Node watcher has listed (the Node may still be absent).
+    pub fn node_synced(&self) -> bool {
+        self.inner.node.is_synced()
+    }
+
     /// The sources still waiting for their first sync, by name.
     pub fn pending_syncs(&self) -> Vec<&'static str> {
         let inner = &self.inner;

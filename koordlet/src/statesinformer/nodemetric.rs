@@ -28,6 +28,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::StatesInformer;
 use super::metrics::StatesMetrics;
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, SeriesKey};
 
 /// Upstream's default and smallest aggregation window of `nodeUsage`.
 pub const DEFAULT_AGGREGATE_DURATION: Duration = Duration::from_secs(300);
@@ -213,6 +214,46 @@ pub trait UsageQuery {
         end: SystemTime,
         statistic: UsageStatistic,
     ) -> Option<WindowValue>;
+}
+
+/// Reads the metric cache the metrics advisor fills. Memory with the hot
+/// page cache is not collected, so that policy reads the default series (as
+/// upstream does when cold-page collection is off); pods have no page-cache
+/// series, so they always report upstream's default pod memory. Host
+/// applications are not collected yet: their series are absent.
+impl UsageQuery for MetricCache {
+    fn query(
+        &self,
+        series: UsageSeries<'_>,
+        start: SystemTime,
+        end: SystemTime,
+        statistic: UsageStatistic,
+    ) -> Option<WindowValue> {
+        let key = match series {
+            UsageSeries::NodeCpu => SeriesKey::node(MetricKind::NodeCpuUsage),
+            UsageSeries::NodeMemory(NodeMemoryCollectPolicy::UsageWithPageCache) => {
+                SeriesKey::node(MetricKind::NodeMemoryUsageWithPageCache)
+            }
+            UsageSeries::NodeMemory(_) => SeriesKey::node(MetricKind::NodeMemoryUsage),
+            UsageSeries::SystemCpu => SeriesKey::node(MetricKind::SysCpuUsage),
+            UsageSeries::SystemMemory => SeriesKey::node(MetricKind::SysMemoryUsage),
+            UsageSeries::PodCpu { uid } => SeriesKey::pod(MetricKind::PodCpuUsage, uid),
+            UsageSeries::PodMemory { uid, .. } => SeriesKey::pod(MetricKind::PodMemoryUsage, uid),
+            UsageSeries::HostAppCpu { .. } | UsageSeries::HostAppMemory { .. } => return None,
+        };
+        let aggregation = match statistic {
+            UsageStatistic::Avg => Aggregation::Avg,
+            UsageStatistic::P50 => Aggregation::P50,
+            UsageStatistic::P90 => Aggregation::P90,
+            UsageStatistic::P95 => Aggregation::P95,
+            UsageStatistic::P99 => Aggregation::P99,
+        };
+        let window = MetricCache::query(self, &key, start, end);
+        Some(WindowValue {
+            value: window.value(aggregation)?,
+            sample_span: window.duration(),
+        })
+    }
 }
 
 /// Everything the status is computed from.
@@ -688,7 +729,7 @@ mod tests {
     use std::collections::HashMap;
 
     /// A fake cache holding raw samples per series; aggregates are computed
-    /// here by hand-checked rules (mean; nearest-rank percentiles).
+    /// here by hand-checked rules (mean; upstream's lower nearest rank).
     #[derive(Default)]
     struct Samples {
         series: HashMap<String, Vec<(SystemTime, f64)>>,
@@ -740,15 +781,16 @@ mod tests {
             let value = match statistic {
                 UsageStatistic::Avg => values.iter().sum::<f64>() / values.len() as f64,
                 other => {
+                    // Upstream's rule: index floor(n * p) - 1, at least 0.
                     values.sort_by(f64::total_cmp);
-                    let p = match other {
-                        UsageStatistic::P50 => 0.50,
-                        UsageStatistic::P90 => 0.90,
-                        UsageStatistic::P95 => 0.95,
-                        _ => 0.99,
+                    let permille = match other {
+                        UsageStatistic::P50 => 500,
+                        UsageStatistic::P90 => 900,
+                        UsageStatistic::P95 => 950,
+                        _ => 990,
                     };
-                    let rank = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
-                    values[rank - 1]
+                    let index = (values.len() * permille / 1000).saturating_sub(1);
+                    values[index]
                 }
             };
             Some(WindowValue {
@@ -916,22 +958,23 @@ mod tests {
         assert_eq!(node.aggregated_node_usages.len(), 3);
         let five = &node.aggregated_node_usages[0];
         assert_eq!(five.duration.as_deref(), Some("5m0s"));
-        // 5m window [now-300, now]: samples 31..=60 → 30 values.
-        // p50 = 15th value = 45, p90 = 27th = 57, p95 = ceil(28.5)=29th = 59, p99 = 30th = 60.
+        // 5m window [now-300, now]: samples 31..=60 → 30 values; index floor(30p)-1:
+        // p50 → 14 → 45, p90 → 26 → 57, p95 → 27 → 58, p99 → 28 → 59.
         let cpu_of = |usage: &AggregatedUsage, key: &str| quantity(&usage.usage[key], "cpu");
         assert_eq!(cpu_of(five, "avg"), "45500m");
         assert_eq!(cpu_of(five, "p50"), "45");
         assert_eq!(cpu_of(five, "p90"), "57");
-        assert_eq!(cpu_of(five, "p95"), "59");
-        assert_eq!(cpu_of(five, "p99"), "60");
+        assert_eq!(cpu_of(five, "p95"), "58");
+        assert_eq!(cpu_of(five, "p99"), "59");
         let ten = &node.aggregated_node_usages[1];
         assert_eq!(ten.duration.as_deref(), Some("10m0s"));
-        // All 60 samples: avg 30.5, p50 = 30th = 30, p90 = 54th = 54, p95 = 57th = 57, p99 = 60th = 60.
+        // All 60 samples: avg 30.5; p50 → index 29 → 30, p90 → 53 → 54, p95 → 56 → 57,
+        // p99 → floor(59.4)-1 = 58 → 59.
         assert_eq!(cpu_of(ten, "avg"), "30500m");
         assert_eq!(cpu_of(ten, "p50"), "30");
         assert_eq!(cpu_of(ten, "p90"), "54");
         assert_eq!(cpu_of(ten, "p95"), "57");
-        assert_eq!(cpu_of(ten, "p99"), "60");
+        assert_eq!(cpu_of(ten, "p99"), "59");
         let thirty = &node.aggregated_node_usages[2];
         assert_eq!(thirty.duration.as_deref(), Some("30m0s"));
         assert_eq!(thirty.usage.len(), 5, "every key present, as upstream");
@@ -1031,6 +1074,103 @@ mod tests {
             (app.priority.as_str(), app.qos.as_str()),
             ("koord-prod", "LS")
         );
+    }
+
+    #[test]
+    fn the_metric_cache_adapter_feeds_the_builder() {
+        use crate::metriccache::{MetricCacheConfig, Sample};
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let cache = MetricCache::new(MetricCacheConfig::default()).unwrap();
+        let mut samples = Vec::new();
+        // 120 s of 1 s samples: node CPU alternating 3 and 5 cores, pod CPU 1.25 cores.
+        for second in 0..120u32 {
+            let at = now - Duration::from_secs(119) + Duration::from_secs(u64::from(second));
+            let node_cpu = if second % 2 == 0 { 3.0 } else { 5.0 };
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::NodeCpuUsage),
+                at,
+                node_cpu,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::NodeMemoryUsage),
+                at,
+                8.0 * GI,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::NodeMemoryUsageWithPageCache),
+                at,
+                10.0 * GI,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::SysCpuUsage),
+                at,
+                0.5,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::SysMemoryUsage),
+                at,
+                GI,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"),
+                at,
+                1.25,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"),
+                at,
+                256.0 * 1024.0 * 1024.0,
+            ));
+        }
+        assert!(cache.append(&samples).rejected.is_empty());
+        let pods = vec![pod("default", "a", "uid-a", &[], "Burstable")];
+        let policy = CollectPolicy {
+            aggregate_windows: vec![Duration::from_secs(60), Duration::from_secs(600)],
+            ..CollectPolicy::default()
+        };
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &policy,
+            usage: &cache,
+            pods: &pods,
+            host_applications: &[],
+            now,
+        });
+        let node = status.node_metric.as_ref().unwrap();
+        assert_eq!(quantity(&node.node_usage, "cpu"), "4");
+        assert_eq!(quantity(&node.node_usage, "memory"), "8Gi");
+        assert_eq!(quantity(&node.system_usage, "cpu"), "500m");
+        assert_eq!(quantity(&node.system_usage, "memory"), "1Gi");
+        let minute = &node.aggregated_node_usages[0];
+        // 61 samples of 3,5,3,…,3 → p50 index 29 → 3 cores; p99 index 59 → 5 cores.
+        assert_eq!(quantity(&minute.usage["p50"], "cpu"), "3");
+        assert_eq!(quantity(&minute.usage["p99"], "cpu"), "5");
+        assert!(
+            node.aggregated_node_usages[1]
+                .usage
+                .values()
+                .all(ResourceMap::is_empty),
+            "119 s of samples is a cold 10-minute window"
+        );
+        assert_eq!(status.pods_metric.len(), 1);
+        assert_eq!(quantity(&status.pods_metric[0].pod_usage, "cpu"), "1250m");
+        assert_eq!(
+            quantity(&status.pods_metric[0].pod_usage, "memory"),
+            "256Mi"
+        );
+
+        let with_cache = CollectPolicy {
+            memory_policy: NodeMemoryCollectPolicy::UsageWithPageCache,
+            ..policy
+        };
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &with_cache,
+            usage: &cache,
+            pods: &[],
+            host_applications: &[],
+            now,
+        });
+        let node = status.node_metric.unwrap();
+        assert_eq!(quantity(&node.node_usage, "memory"), "10Gi");
     }
 
     #[test]

@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use apis::extension::{kube_qos_class_of_pod, priority_class_of_pod, qos_class_of_pod};
 use k8s_openapi::api::core::v1::Pod;
+use koord_common::Shutdown;
+use tokio::sync::watch;
 
+use super::StatesInformer;
 use crate::metricsadvisor::{ContainerMeta, PodMeta, PodsSnapshot};
 use crate::system::cgroup::QosTier;
 
@@ -107,6 +110,44 @@ pub fn advisor_snapshot_of(pods: &[Pod]) -> (PodsSnapshot, Vec<PodMetaError>) {
     (PodsSnapshot::new(metas), errors)
 }
 
+fn advisor_snapshot_logged(pods: Option<&super::PodsSnapshot>) -> PodsSnapshot {
+    let pods = pods
+        .map(|snapshot| snapshot.pods.as_slice())
+        .unwrap_or_default();
+    let (snapshot, errors) = advisor_snapshot_of(pods);
+    if let Some(first) = errors.first() {
+        tracing::warn!(
+            skipped = errors.len(),
+            first = %first,
+            "some pods cannot be measured"
+        );
+    }
+    snapshot
+}
+
+/// The metrics advisor's view of the pods, kept in step with `states` until
+/// shutdown.
+pub fn spawn_advisor_pods_feed(
+    states: &StatesInformer,
+    shutdown: Shutdown,
+) -> watch::Receiver<Arc<PodsSnapshot>> {
+    let mut updates = states.subscribe_pods();
+    let initial = advisor_snapshot_logged(updates.borrow_and_update().as_deref());
+    let (sender, receiver) = watch::channel(Arc::new(initial));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                changed = updates.changed() => if changed.is_err() { return },
+            }
+            let current = updates.borrow_and_update().clone();
+            let snapshot = advisor_snapshot_logged(current.as_deref());
+            sender.send_replace(Arc::new(snapshot));
+        }
+    });
+    receiver
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +229,32 @@ mod tests {
                 .collect();
             assert_eq!(containers, case.containers, "{}", case.name);
         }
+    }
+
+    #[tokio::test]
+    async fn the_feed_follows_the_states_pods() {
+        use crate::statesinformer::{PodsOrigin, RequiredSyncs};
+        let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
+        let shutdown = Shutdown::new();
+        let mut feed = spawn_advisor_pods_feed(&states, shutdown.clone());
+        assert!(feed.borrow().pods.is_empty());
+        states.set_pods(crate::statesinformer::PodsSnapshot {
+            pods: vec![pod(
+                serde_json::json!({"metadata": {"name": "a", "namespace": "n", "uid": "u-a"}}),
+            )],
+            origin: PodsOrigin::File,
+            synced_at: std::time::SystemTime::UNIX_EPOCH,
+        });
+        let snapshot = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            feed.wait_for(|snapshot| !snapshot.pods.is_empty()),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .clone();
+        assert_eq!(&*snapshot.pods[0].uid, "u-a");
+        shutdown.trigger(koord_common::ShutdownReason::Requested("test".into()));
     }
 
     #[test]

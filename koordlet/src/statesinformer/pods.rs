@@ -213,6 +213,74 @@ impl PodsSyncer {
     }
 }
 
+/// Cluster mode: waits for the Node (its addresses and kubelet port say
+/// where the kubelet is), then syncs pods from the kubelet, falling back to
+/// the API server's view when enabled. Without a usable kubelet address the
+/// API server watch is the only source (or, with the fallback disabled,
+/// pods never sync and readiness says why).
+pub async fn run_cluster_pods(
+    args: super::StatesArgs,
+    client: kube::Client,
+    states: StatesInformer,
+    metrics: StatesMetrics,
+    shutdown: Shutdown,
+) {
+    let mut node_updates = states.subscribe_node();
+    while !states.node_synced() {
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            changed = node_updates.changed() => if changed.is_err() { return },
+        }
+    }
+    let fallback = args
+        .pods_apiserver_fallback
+        .then(|| ApiServerPods::new(client, states.node_name(), shutdown.clone()));
+    let kubelet = match states.node() {
+        None => {
+            tracing::error!(node = %states.node_name(), "Node {} does not exist; cannot locate its kubelet", states.node_name());
+            None
+        }
+        Some(node) => KubeletClient::for_node(
+            &node,
+            &args.kubelet_preferred_address_type,
+            args.kubelet_insecure_tls,
+            args.kubelet_read_only_port,
+            Path::new(super::kubelet::SERVICE_ACCOUNT_TOKEN_FILE),
+            args.kubelet_sync_timeout,
+        )
+        .inspect_err(|err| tracing::error!(error = %err, "cannot build the kubelet client"))
+        .ok(),
+    };
+    let syncer = match (kubelet, fallback) {
+        (Some(kubelet), fallback) => {
+            let syncer = PodsSyncer::new(
+                PodSource::Kubelet(kubelet.with_metrics(metrics.clone())),
+                states,
+                args.kubelet_sync_interval,
+            );
+            match fallback {
+                Some(fallback) => syncer.with_fallback(fallback),
+                None => syncer,
+            }
+        }
+        (None, Some(fallback)) => {
+            tracing::warn!("reading this node's pods from the API server only");
+            PodsSyncer::new(
+                PodSource::ApiServer(fallback),
+                states,
+                args.kubelet_sync_interval,
+            )
+        }
+        (None, None) => {
+            tracing::error!(
+                "no kubelet to read pods from and --pods-apiserver-fallback=false; pods will not sync"
+            );
+            return;
+        }
+    };
+    syncer.with_metrics(metrics).run(shutdown).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
