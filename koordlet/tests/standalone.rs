@@ -1,0 +1,336 @@
+#![allow(clippy::unwrap_used)]
+//! The "done when" check: a standalone koordlet, given a pods file
+//! describing processes this test placed in kubelet-style cgroups, writes a
+//! NodeMetric whose pod CPU usage matches what the processes used.
+//!
+//! Needs root and the cgroup v1 cpu and cpuacct hierarchies (prints `SKIP:`
+//! otherwise). The pods get unique UIDs, so their cgroups
+//! (`kubepods/burstable/pod<uid>/<container>`) never collide with another
+//! run's; everything created is removed even when the test fails.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use apis::extension::QuantityValue;
+use koord_common::testing::{TempDir, TestProcess};
+
+const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Hierarchies the pods' cgroups are created in; the collector reads CPU from
+/// cpuacct, throttling from cpu and memory from memory.
+const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
+const TIER_DIRS: [&str; 2] = ["kubepods", "kubepods/burstable"];
+/// The CFS quota of pod B: half a core.
+const QUOTA_US: u64 = 50_000;
+const PERIOD_US: u64 = 100_000;
+
+/// One pod: its UID, its one container's ID, the busy process inside.
+struct TestPod {
+    name: &'static str,
+    uid: String,
+    container_id: String,
+}
+
+impl TestPod {
+    fn relative_dir(&self) -> PathBuf {
+        PathBuf::from(format!("kubepods/burstable/pod{}", self.uid))
+    }
+
+    fn container_dir(&self) -> PathBuf {
+        self.relative_dir().join(&self.container_id)
+    }
+
+    fn cpuacct_usage_ns(&self) -> u64 {
+        let path = Path::new(CGROUP_ROOT)
+            .join("cpuacct")
+            .join(self.relative_dir())
+            .join("cpuacct.usage");
+        fs::read_to_string(&path).unwrap().trim().parse().unwrap()
+    }
+}
+
+/// Removes what the test created, even on panic: kills the busy processes
+/// (which empties their cgroups) and removes the directories bottom-up.
+struct Cleanup {
+    processes: Vec<Child>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for process in &mut self.processes {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+        for dir in self.dirs.iter().rev() {
+            // A killed task may take a moment to leave its cgroup.
+            for _ in 0..50 {
+                if fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Why the test cannot run here, if it cannot.
+fn skip_reason() -> Option<String> {
+    for controller in CONTROLLERS {
+        let root = Path::new(CGROUP_ROOT).join(controller);
+        if !root.join("cgroup.procs").exists() {
+            return Some(format!("{} is not a cgroup v1 hierarchy", root.display()));
+        }
+    }
+    let probe = Path::new(CGROUP_ROOT)
+        .join("cpu")
+        .join(format!("koord-test-{}-probe", std::process::id()));
+    match fs::create_dir(&probe) {
+        Ok(()) => {
+            let _ = fs::remove_dir(&probe);
+            None
+        }
+        Err(err) => Some(format!(
+            "cannot create cgroups under {CGROUP_ROOT}/cpu ({err}); needs root"
+        )),
+    }
+}
+
+/// Creates `dir` below each controller, recording what was new.
+fn create_cgroup(relative: &Path, cleanup: &mut Cleanup) {
+    for controller in CONTROLLERS {
+        let dir = Path::new(CGROUP_ROOT).join(controller).join(relative);
+        if !dir.exists() {
+            fs::create_dir(&dir).unwrap_or_else(|err| panic!("mkdir {}: {err}", dir.display()));
+            cleanup.dirs.push(dir);
+        }
+    }
+}
+
+/// Starts a process spinning on one CPU and moves it into the container's
+/// cpu and cpuacct cgroups (memory is left alone: the test's own memory
+/// cgroup must keep accounting for it).
+fn start_busy_process(pod: &TestPod, cleanup: &mut Cleanup) {
+    let child = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    cleanup.processes.push(child);
+    for controller in ["cpu", "cpuacct"] {
+        let procs = Path::new(CGROUP_ROOT)
+            .join(controller)
+            .join(pod.container_dir())
+            .join("cgroup.procs");
+        fs::write(&procs, pid.to_string())
+            .unwrap_or_else(|err| panic!("attach {pid} to {}: {err}", procs.display()));
+    }
+}
+
+fn pod_json(pod: &TestPod, labels: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": "koord-test", "uid": pod.uid, "labels": labels},
+        "spec": {"containers": [{"name": "busy", "image": "busybox"}]},
+        "status": {
+            "phase": "Running",
+            "qosClass": "Burstable",
+            "containerStatuses": [{
+                "name": "busy", "containerID": format!("containerd://{}", pod.container_id),
+                "image": "busybox", "imageID": "", "ready": true, "restartCount": 0
+            }]
+        }
+    })
+}
+
+fn cores(quantity: &serde_json::Value) -> f64 {
+    let text = quantity.as_str().unwrap_or_default();
+    QuantityValue::parse(text).unwrap().milli_value() as f64 / 1000.0
+}
+
+/// Seconds since the epoch of an RFC 3339 `updateTime`.
+fn seconds_since_epoch(text: &str) -> Option<u64> {
+    let timestamp: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
+    u64::try_from(timestamp.as_second()).ok()
+}
+
+#[test]
+fn standalone_node_metric_matches_the_generated_load() {
+    if let Some(reason) = skip_reason() {
+        println!("SKIP: {reason}");
+        return;
+    }
+    let unique = format!(
+        "{}-{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let pod_a = TestPod {
+        name: "busy-full-core",
+        uid: format!("koord-test-{unique}-a"),
+        container_id: format!("koordtest{unique}a").replace('-', ""),
+    };
+    let pod_b = TestPod {
+        name: "busy-half-core",
+        uid: format!("koord-test-{unique}-b"),
+        container_id: format!("koordtest{unique}b").replace('-', ""),
+    };
+
+    let mut cleanup = Cleanup {
+        processes: Vec::new(),
+        dirs: Vec::new(),
+    };
+    for tier in TIER_DIRS {
+        create_cgroup(Path::new(tier), &mut cleanup);
+    }
+    for pod in [&pod_a, &pod_b] {
+        create_cgroup(&pod.relative_dir(), &mut cleanup);
+        create_cgroup(&pod.container_dir(), &mut cleanup);
+    }
+    let quota_dir = Path::new(CGROUP_ROOT)
+        .join("cpu")
+        .join(pod_b.container_dir());
+    fs::write(quota_dir.join("cpu.cfs_period_us"), PERIOD_US.to_string()).unwrap();
+    fs::write(quota_dir.join("cpu.cfs_quota_us"), QUOTA_US.to_string()).unwrap();
+    start_busy_process(&pod_a, &mut cleanup);
+    start_busy_process(&pod_b, &mut cleanup);
+
+    let dir = TempDir::new("standalone").unwrap();
+    let pods_file = dir.path().join("pods.json");
+    let pods = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "items": [
+            pod_json(&pod_a, serde_json::json!({})),
+            pod_json(&pod_b, serde_json::json!({"koordinator.sh/qosClass": "BE"})),
+        ]
+    });
+    fs::write(&pods_file, pods.to_string()).unwrap();
+    let output = dir.path().join("nodemetric.json");
+
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("NODE_NAME")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .args([
+            "--addr=127.0.0.1:0",
+            "--node-name=standalone-test-node",
+            "--node-metric-report-interval=3s",
+            "--collect-res-used-interval=1s",
+        ])
+        .arg("--pods-file")
+        .arg(&pods_file)
+        .arg("--node-metric-output")
+        .arg(&output);
+    let started = Instant::now();
+    let started_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let usage_at_start = [pod_a.cpuacct_usage_ns(), pod_b.cpuacct_usage_ns()];
+    let mut koordlet = TestProcess::spawn(command).unwrap();
+
+    // Wait for a report covering at least ~10 s of samples.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let report = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no NodeMetric with 10 s of samples; koordlet said:\n{}",
+            koordlet.output()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let Ok(text) = fs::read_to_string(&output) else {
+            continue;
+        };
+        let report: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|err| panic!("NodeMetric file is not JSON ({err}):\n{text}"));
+        let updated = report["status"]["updateTime"]
+            .as_str()
+            .and_then(seconds_since_epoch)
+            .unwrap_or(0);
+        let pods_reported = report["status"]["podsMetric"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if updated >= started_epoch + 11 && pods_reported == 2 {
+            break report;
+        }
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let usage_at_end = [pod_a.cpuacct_usage_ns(), pod_b.cpuacct_usage_ns()];
+    let measured: Vec<f64> = (0..2)
+        .map(|i| (usage_at_end[i] - usage_at_start[i]) as f64 / 1e9 / elapsed)
+        .collect();
+
+    assert_eq!(report["kind"], "NodeMetric");
+    assert_eq!(report["metadata"]["name"], "standalone-test-node");
+    let status = &report["status"];
+    let pods_metric = status["podsMetric"].as_array().unwrap();
+    let reported = |name: &str| {
+        pods_metric
+            .iter()
+            .find(|pod| pod["name"] == name)
+            .unwrap_or_else(|| panic!("pod {name} missing from {status}"))
+    };
+    let a = reported(pod_a.name);
+    let b = reported(pod_b.name);
+    assert_eq!(
+        (&a["qos"], &a["priority"]),
+        (&"LS".into(), &"koord-prod".into())
+    );
+    assert_eq!(
+        (&b["qos"], &b["priority"]),
+        (&"BE".into(), &"koord-batch".into())
+    );
+    let reported_cores = [
+        cores(&a["podUsage"]["resources"]["cpu"]),
+        cores(&b["podUsage"]["resources"]["cpu"]),
+    ];
+    println!(
+        "pod CPU cores: reported {reported_cores:?}, measured by the test {measured:?} over {elapsed:.1} s"
+    );
+
+    // The processes really generated load: B is capped at half a core by its quota.
+    assert!(measured[0] > 0.2, "pod A barely ran: {measured:?}");
+    assert!(measured[1] > 0.1, "pod B barely ran: {measured:?}");
+    assert!(
+        measured[1] <= QUOTA_US as f64 / PERIOD_US as f64 * 1.1,
+        "the quota caps pod B: {measured:?}"
+    );
+    for (i, pod) in [&pod_a, &pod_b].iter().enumerate() {
+        let relative_error = (reported_cores[i] - measured[i]).abs() / measured[i];
+        assert!(
+            relative_error <= 0.10,
+            "pod {}: reported {} cores, generated {} cores ({:.1}% off)",
+            pod.name,
+            reported_cores[i],
+            measured[i],
+            relative_error * 100.0
+        );
+    }
+
+    let node_cores = cores(&status["nodeMetric"]["nodeUsage"]["resources"]["cpu"]);
+    let pods_cores: f64 = reported_cores.iter().sum();
+    assert!(
+        node_cores >= pods_cores * 0.95,
+        "node usage {node_cores} < pods {pods_cores}"
+    );
+
+    koordlet.signal("TERM").unwrap();
+    let exit = koordlet
+        .wait_exit(Duration::from_secs(20))
+        .unwrap()
+        .expect("koordlet stops after SIGTERM");
+    assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
+    drop(cleanup);
+}
