@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
-//! The states informer against a fake kubelet: a real HTTP server on a
-//! loopback port serving `/pods`.
+//! The states informer against a fake kubelet (a real HTTP server on a
+//! loopback port serving `/pods`) and its cluster adapters — watchers, the
+//! pods fallback and the NodeMetric status patch — against a fake API server.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -327,4 +328,389 @@ async fn the_sync_loop_follows_the_kubelet_until_shutdown() {
         .await
         .expect("the loop stops on shutdown")
         .unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Cluster adapters against a fake API server
+// ---------------------------------------------------------------------------
+
+/// One request the fake API server saw.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    content_type: String,
+    body: String,
+}
+
+/// An API server stand-in: answers lists of the node's objects, holds watch
+/// requests open without events, and accepts NodeMetric status patches.
+struct FakeApiServer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+const NODE_NAME: &str = "node-a";
+
+fn list_body(path: &str) -> Option<serde_json::Value> {
+    let (api_version, kind, items) = match path {
+        "/api/v1/nodes" => (
+            "v1",
+            "NodeList",
+            vec![serde_json::json!({
+                "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
+                "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                           "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}
+            })],
+        ),
+        "/api/v1/pods" => (
+            "v1",
+            "PodList",
+            vec![serde_json::json!({
+                "metadata": {"name": "from-apiserver", "namespace": "default", "uid": "uid-api", "resourceVersion": "7"},
+                "spec": {"nodeName": NODE_NAME, "containers": [{"name": "app"}]},
+                "status": {"qosClass": "BestEffort"}
+            })],
+        ),
+        "/apis/slo.koordinator.sh/v1alpha1/nodeslos" => (
+            "slo.koordinator.sh/v1alpha1",
+            "NodeSLOList",
+            vec![serde_json::json!({
+                "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+                "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
+                "spec": {"hostApplications": [{"name": "nginx", "qos": "LS"}]}
+            })],
+        ),
+        "/apis/slo.koordinator.sh/v1alpha1/nodemetrics" => (
+            "slo.koordinator.sh/v1alpha1",
+            "NodeMetricList",
+            vec![serde_json::json!({
+                "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
+                "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 45}}
+            })],
+        ),
+        "/apis/scheduling.koordinator.sh/v1alpha1/devices" => {
+            ("scheduling.koordinator.sh/v1alpha1", "DeviceList", vec![])
+        }
+        _ => return None,
+    };
+    Some(serde_json::json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"resourceVersion": "7"}, "items": items
+    }))
+}
+
+fn strip_nulls(value: &mut serde_json::Value) {
+    if let Some(object) = value.as_object_mut() {
+        object.retain(|_, member| !member.is_null());
+        object.values_mut().for_each(strip_nulls);
+    } else if let Some(items) = value.as_array_mut() {
+        items.iter_mut().for_each(strip_nulls);
+    }
+}
+
+/// Reads one request: head and (Content-Length) body.
+async fn read_request(stream: &TcpStream) -> Option<(String, String)> {
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .filter_map(|line| line.split_once(':'))
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, value)| value.trim().parse().ok())
+                .unwrap_or(0);
+            if raw.len() >= end + 4 + length {
+                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).to_string();
+                return Some((head, body));
+            }
+        }
+        stream.readable().await.ok()?;
+        match stream.try_read(&mut buffer) {
+            Ok(0) => return None,
+            Ok(n) => raw.extend_from_slice(&buffer[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+async fn respond(stream: &TcpStream, code: u16, body: &str) {
+    let response = format!(
+        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    write_all(stream, response.as_bytes()).await;
+}
+
+impl FakeApiServer {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let Some((head, body)) = read_request(&stream).await else {
+                        return;
+                    };
+                    let mut words = head.split_whitespace();
+                    let method = words.next().unwrap_or("").to_string();
+                    let target = words.next().unwrap_or("").to_string();
+                    let content_type = head
+                        .lines()
+                        .filter_map(|line| line.split_once(':'))
+                        .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+                        .map(|(_, value)| value.trim().to_string())
+                        .unwrap_or_default();
+                    seen.lock().unwrap().push(Seen {
+                        method: method.clone(),
+                        target: target.clone(),
+                        content_type,
+                        body: body.clone(),
+                    });
+                    let path = target.split('?').next().unwrap_or("");
+                    let watch = target.contains("watch=true");
+                    let status_path =
+                        format!("/apis/slo.koordinator.sh/v1alpha1/nodemetrics/{NODE_NAME}/status");
+                    if method == "PATCH" && path == status_path {
+                        let mut patch: serde_json::Value =
+                            serde_json::from_str(&body).unwrap_or_default();
+                        // A merge patch deletes the keys it sets to null.
+                        strip_nulls(&mut patch);
+                        let object = serde_json::json!({
+                            "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                            "metadata": {"name": NODE_NAME, "resourceVersion": "8"},
+                            "spec": {}, "status": patch["status"],
+                        });
+                        respond(&stream, 200, &object.to_string()).await;
+                    } else if method == "GET" && watch {
+                        // An open watch with no events.
+                        write_all(
+                            &stream,
+                            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+                        )
+                        .await;
+                        tokio::time::sleep(Duration::from_secs(600)).await;
+                    } else if let Some(list) = list_body(path).filter(|_| method == "GET") {
+                        respond(&stream, 200, &list.to_string()).await;
+                    } else {
+                        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#;
+                        respond(&stream, 404, status).await;
+                    }
+                });
+            }
+        });
+        Self { addr, seen }
+    }
+
+    fn client(&self) -> kube::Client {
+        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn watchers_fill_the_node_objects_and_readiness_follows() {
+    use koordlet::statesinformer::nodemetric::{NodeMetricReporter, ReportSink};
+    let api = FakeApiServer::start().await;
+    let client = api.client();
+    let states = StatesInformer::new(NODE_NAME, RequiredSyncs::CLUSTER);
+    let shutdown = Shutdown::new();
+    koordlet::statesinformer::apiserver::spawn_node_watchers(&client, &states, &shutdown);
+    eventually("the Node, NodeSLO and NodeMetric lists", || {
+        states.pending_syncs() == ["pods"]
+    })
+    .await;
+    assert_eq!(
+        states.node().unwrap().metadata.name.as_deref(),
+        Some(NODE_NAME)
+    );
+    assert_eq!(
+        states.node_slo().unwrap().spec.host_applications[0].name,
+        "nginx"
+    );
+    assert!(states.device().is_none(), "no Device for this node");
+    let selectors: Vec<String> = api
+        .seen()
+        .iter()
+        .filter(|seen| seen.method == "GET" && !seen.target.contains("watch=true"))
+        .map(|seen| seen.target.clone())
+        .collect();
+    assert!(
+        selectors
+            .iter()
+            .all(|target| target.contains(&format!("fieldSelector=metadata.name%3D{NODE_NAME}"))),
+        "{selectors:?}"
+    );
+
+    // The watched NodeMetric's spec sets the report interval.
+    let cache = Arc::new(koordlet::metriccache::MetricCache::new(Default::default()).unwrap());
+    let reporter = NodeMetricReporter::new(states.clone(), cache, ReportSink::ApiServer(client));
+    assert_eq!(reporter.policy().report_interval, Duration::from_secs(45));
+    shutdown.trigger(ShutdownReason::Requested("test".into()));
+}
+
+#[tokio::test]
+async fn an_unreachable_kubelet_falls_back_to_the_api_server_pods() {
+    use koordlet::statesinformer::apiserver::ApiServerPods;
+    let api = FakeApiServer::start().await;
+    let states = StatesInformer::new(NODE_NAME, RequiredSyncs::PODS_ONLY);
+    let shutdown = Shutdown::new();
+    let closed = koord_common::testing::closed_local_addr().unwrap();
+    let kubelet =
+        KubeletClient::new(&format!("http://{closed}"), KubeletAuth::None, TIMEOUT).unwrap();
+    let mut syncer = PodsSyncer::new(
+        PodSource::Kubelet(kubelet),
+        states.clone(),
+        Duration::from_secs(10),
+    )
+    .with_fallback(ApiServerPods::new(
+        api.client(),
+        NODE_NAME,
+        shutdown.clone(),
+    ));
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        assert!(syncer.sync_once().await.is_err(), "the kubelet is down");
+        if states.pods().is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fallback never listed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let snapshot = states.pods().unwrap();
+    assert_eq!(snapshot.origin, PodsOrigin::ApiServer);
+    assert_eq!(snapshot.pods[0].metadata.uid.as_deref(), Some("uid-api"));
+    assert!(
+        api.seen()
+            .iter()
+            .any(|seen| seen.target.starts_with("/api/v1/pods?")
+                && seen
+                    .target
+                    .contains(&format!("fieldSelector=spec.nodeName%3D{NODE_NAME}"))),
+        "{:?}",
+        api.seen()
+    );
+    shutdown.trigger(ShutdownReason::Requested("test".into()));
+}
+
+#[tokio::test]
+async fn the_reporter_patches_the_node_metric_status() {
+    use koordlet::metriccache::{MetricCache, MetricKind, Sample, SeriesKey};
+    use koordlet::statesinformer::PodsSnapshot;
+    use koordlet::statesinformer::nodemetric::{NodeMetricReporter, ReportError, ReportSink};
+    use std::time::SystemTime;
+
+    let api = FakeApiServer::start().await;
+    let states = StatesInformer::new(NODE_NAME, RequiredSyncs::PODS_ONLY);
+    let cache = Arc::new(MetricCache::new(Default::default()).unwrap());
+    let now = SystemTime::now();
+    let mut samples = Vec::new();
+    for second in (1..=20u64).rev() {
+        let at = now - Duration::from_secs(second);
+        samples.push(Sample::new(
+            SeriesKey::node(MetricKind::NodeCpuUsage),
+            at,
+            1.5,
+        ));
+        samples.push(Sample::new(
+            SeriesKey::node(MetricKind::NodeMemoryUsage),
+            at,
+            2048.0,
+        ));
+        samples.push(Sample::new(
+            SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"),
+            at,
+            0.25,
+        ));
+        samples.push(Sample::new(
+            SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"),
+            at,
+            1024.0,
+        ));
+    }
+    cache.append(&samples);
+    states.set_pods(PodsSnapshot {
+        pods: vec![
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "a", "namespace": "default", "uid": "uid-a"},
+                "status": {"qosClass": "Burstable"}
+            }))
+            .unwrap(),
+        ],
+        origin: PodsOrigin::File,
+        synced_at: now,
+    });
+    let reporter =
+        NodeMetricReporter::new(states.clone(), cache, ReportSink::ApiServer(api.client()));
+
+    // koord-manager has not created the NodeMetric yet: nothing is written.
+    let err = reporter.report_once().await.unwrap_err();
+    assert!(matches!(err, ReportError::NoNodeMetric(_)), "{err}");
+    assert!(api.seen().iter().all(|seen| seen.method != "PATCH"));
+
+    states.set_node_metric(Some(apis::slo::v1alpha1::NodeMetric::new(
+        NODE_NAME,
+        Default::default(),
+    )));
+    reporter.report_once().await.unwrap();
+    let patch = api
+        .seen()
+        .into_iter()
+        .find(|seen| seen.method == "PATCH")
+        .expect("a status patch");
+    assert!(
+        patch.target.starts_with(&format!(
+            "/apis/slo.koordinator.sh/v1alpha1/nodemetrics/{NODE_NAME}/status"
+        )),
+        "{}",
+        patch.target
+    );
+    assert_eq!(patch.content_type, "application/merge-patch+json");
+    let body: serde_json::Value = serde_json::from_str(&patch.body).unwrap();
+    let status = &body["status"];
+    assert_eq!(
+        status["nodeMetric"]["nodeUsage"]["resources"],
+        serde_json::json!({"cpu": "1500m", "memory": "2Ki"})
+    );
+    assert_eq!(status["podsMetric"][0]["name"], "a");
+    assert_eq!(
+        status["podsMetric"][0]["podUsage"]["resources"],
+        serde_json::json!({"cpu": "250m", "memory": "1Ki"})
+    );
+    assert_eq!(status["podsMetric"][0]["qos"], "LS");
+    assert_eq!(
+        status.get("prodReclaimableMetric"),
+        Some(&serde_json::Value::Null),
+        "omitted fields are cleared explicitly: {status}"
+    );
+    assert!(status["updateTime"].is_string(), "{status}");
 }

@@ -313,12 +313,14 @@ impl RequiredSyncs {
         node_metric: false,
         device: false,
     };
-    /// Cluster mode waits for every watcher, as upstream does.
+    /// Cluster mode waits for the Node, NodeSLO and NodeMetric watchers, as
+    /// upstream's informers do. The Device watch is not a gate (upstream
+    /// only writes Devices, and clusters without device plugins may lack it).
     pub const CLUSTER: RequiredSyncs = RequiredSyncs {
         node: true,
         node_slo: true,
         node_metric: true,
-        device: true,
+        device: false,
     };
 }
 
@@ -620,7 +622,7 @@ mod tests {
         let report = health.evaluate(Probe::Readiness).await;
         assert!(
             report.render(false).contains(
-                "[-]states failed: waiting for the first sync of pods, Node, NodeSLO, NodeMetric, Device"
+                "[-]states failed: waiting for the first sync of pods, Node, NodeSLO, NodeMetric\n"
             ),
             "{}",
             report.render(false)
@@ -628,7 +630,6 @@ mod tests {
         states.set_node(None);
         states.set_node_slo(None);
         states.set_node_metric(None);
-        states.set_device(None);
         assert!(!health.evaluate(Probe::Readiness).await.is_healthy());
         states.record_pods_error();
         assert!(!health.evaluate(Probe::Readiness).await.is_healthy());
@@ -645,6 +646,14 @@ mod tests {
     #[test]
     fn standalone_readiness_needs_pods_only() {
         let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
+        assert_eq!(states.pending_syncs(), ["pods"]);
+        let with_device = RequiredSyncs {
+            device: true,
+            ..RequiredSyncs::PODS_ONLY
+        };
+        let states = StatesInformer::new("node-a", with_device);
+        assert_eq!(states.pending_syncs(), ["pods", "Device"]);
+        states.set_device(None);
         assert_eq!(states.pending_syncs(), ["pods"]);
     }
 }
