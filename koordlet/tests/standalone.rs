@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use apis::extension::QuantityValue;
-use koord_common::testing::{TempDir, TestProcess};
+use koord_common::testing::{TempDir, TestProcess, http_get_blocking};
 
 const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -333,4 +333,135 @@ fn standalone_node_metric_matches_the_generated_load() {
         .expect("koordlet stops after SIGTERM");
     assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
     drop(cleanup);
+}
+
+/// The standalone shell without cgroups (runs without root): no cluster
+/// needed, readiness follows the first good pods file, the NodeSLO file is
+/// loaded, the NodeMetric is written as YAML, SIGTERM exits 0.
+#[test]
+fn standalone_mode_needs_no_cluster_and_gates_readiness_on_the_pods_file() {
+    let dir = TempDir::new("standalone-shell").unwrap();
+    let pods_file = dir.path().join("pods.yaml");
+    fs::write(&pods_file, "{ this is not yaml").unwrap();
+    let slo_file = dir.path().join("nodeslo.yaml");
+    fs::write(
+        &slo_file,
+        "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nspec:\n  hostApplications:\n  - name: nginx\n",
+    )
+    .unwrap();
+    let output = dir.path().join("nodemetric.yaml");
+    let mut command = Command::new(BIN);
+    command
+        .env("NODE_NAME", "shell-node")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .args(["--addr=127.0.0.1:0", "--node-metric-report-interval=1s"])
+        .arg("--pods-file")
+        .arg(&pods_file)
+        .arg("--node-slo-file")
+        .arg(&slo_file)
+        .arg("--node-metric-output")
+        .arg(&output);
+    let mut koordlet = TestProcess::spawn(command).unwrap();
+    let wait = Duration::from_secs(20);
+    let http = Duration::from_secs(5);
+    let addr = koordlet
+        .wait_for_serving_addr("health and metrics", wait)
+        .unwrap_or_else(|| panic!("no serving line:\n{}", koordlet.output()));
+    koordlet
+        .wait_for_line("keeping the last pods", wait)
+        .unwrap_or_else(|| panic!("the bad pods file was not reported:\n{}", koordlet.output()));
+    let readyz = http_get_blocking(addr, "/readyz", http).unwrap();
+    assert_eq!(readyz.status, 503, "{}", readyz.body);
+    assert!(
+        readyz
+            .body
+            .contains("[-]states failed: waiting for the first sync of pods"),
+        "{}",
+        readyz.body
+    );
+    assert!(
+        !readyz.body.contains("cluster"),
+        "no cluster check in standalone mode"
+    );
+    assert!(
+        !koordlet.output().contains("Kubernetes API server"),
+        "{}",
+        koordlet.output()
+    );
+
+    fs::write(
+        &pods_file,
+        "- metadata: {name: web, namespace: default, uid: shell-uid-1}\n  status: {qosClass: Burstable}\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + wait;
+    loop {
+        let readyz = http_get_blocking(addr, "/readyz", http).unwrap();
+        if readyz.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ready after the pods file was fixed: {}\n{}",
+            readyz.body,
+            koordlet.output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let metrics = http_get_blocking(addr, "/metrics", http).unwrap();
+    assert!(
+        metrics
+            .body
+            .contains("koordlet_pods_sync_errors_total{source=\"file\"}"),
+        "{}",
+        metrics.body
+    );
+
+    let deadline = Instant::now() + wait;
+    let report = loop {
+        if let Ok(text) = fs::read_to_string(&output)
+            && let Ok(report) = serde_yaml::from_str::<serde_json::Value>(&text)
+            && report["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"].is_string()
+        {
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no NodeMetric with node usage written:\n{}",
+            koordlet.output()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(report["kind"], "NodeMetric");
+    assert_eq!(report["metadata"]["name"], "shell-node");
+    assert_eq!(
+        report["spec"]["metricCollectPolicy"]["reportIntervalSeconds"],
+        60
+    );
+
+    koordlet.signal("TERM").unwrap();
+    let exit = koordlet.wait_exit(wait).unwrap().expect("stops on SIGTERM");
+    assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
+}
+
+#[test]
+fn standalone_flags_are_validated_before_anything_starts() {
+    let output = Command::new(BIN)
+        .env_remove("NODE_NAME")
+        .args(["--addr=127.0.0.1:0", "--standalone"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("standalone mode needs a pods source"),
+        "{stderr}"
+    );
+    let output = Command::new(BIN)
+        .args(["--pods-file", "/tmp/a", "--kubelet-url", "http://b"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
 }
