@@ -171,7 +171,15 @@ pub async fn run(
 
     let sink = match (&standalone, &cluster_check) {
         (Some(config), _) => {
-            start_standalone_sources(&args, config, &states, &states_metrics, &context)?;
+            if let Err(err) =
+                start_standalone_sources(&args, config, &states, &states_metrics, &context)
+            {
+                context
+                    .shutdown
+                    .trigger(ShutdownReason::Failed(err.to_string()));
+                context.wait_for_shutdown(Some(server)).await;
+                return Err(err);
+            }
             config.node_metric_output.clone().map(ReportSink::File)
         }
         (None, Some(cluster_check)) => {
