@@ -285,7 +285,13 @@ fn busy_container_is_measured_at_about_one_core_with_memory() {
     println!("container memory usage {usage} B, working set {working_set} B");
     assert!(working_set > 0.0, "working set {working_set}");
     assert!(usage >= (HELD_BYTES / 2) as f64, "memory usage {usage}");
-    assert!(find(&pod_samples, MetricKind::PodMemoryUsage, &pod).unwrap() >= usage);
+    // The pod and container files are read moments apart while the child may
+    // still be touching pages, so allow a little slack in "pod includes container".
+    let pod_usage = find(&pod_samples, MetricKind::PodMemoryUsage, &pod).unwrap();
+    assert!(
+        pod_usage >= usage * 0.95,
+        "pod memory {pod_usage} < container memory {usage}"
+    );
     // Throttling ratio exists (no quota set, so nothing is throttled).
     assert_eq!(
         find(&pod_samples, MetricKind::ContainerCpuThrottled, &container),
