@@ -12,7 +12,7 @@ pub mod system;
 
 use std::ffi::OsString;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 use koord_common::metrics::{FloatGauge, MetricsRegistry, unix_seconds};
@@ -21,6 +21,7 @@ use koord_common::{ClusterArgs, Endpoints, ListenAddr, ListenerSpec, LogArgs, Sh
 use prometheus_client::metrics::family::Family;
 
 use crate::metriccache::MetricCache;
+use crate::resourceexecutor::{ExecutorConfig, ResourceExecutor};
 use crate::statesinformer::metrics::StatesMetrics;
 use crate::statesinformer::{
     NodeMetricReporter, ReportSink, RequiredSyncs, StandaloneConfig, StandalonePods, StatesInformer,
@@ -40,9 +41,19 @@ pub const NODE_NAME_ENV: &str = "NODE_NAME";
 #[derive(Debug, Clone, Parser)]
 #[command(name = "koordlet", version = koord_common::cli::version(), about = "Koordinator node agent")]
 pub struct KoordletArgs {
-    /// Address of the koordlet HTTP server (/metrics, /healthz, /readyz).
+    /// Address of the koordlet HTTP server (/metrics, /healthz, /readyz and
+    /// the resource executor's audit trail at /resource-executor/writes).
     #[arg(long = "addr", default_value = ":9316", value_name = "ADDR")]
     pub addr: ListenAddr,
+
+    /// Seconds a written cgroup value is trusted before the resource
+    /// executor writes it again even when unchanged.
+    #[arg(
+        long = "resource-force-update-seconds",
+        default_value_t = 60,
+        value_name = "SECONDS"
+    )]
+    pub resource_force_update_seconds: u64,
 
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -150,6 +161,8 @@ pub async fn run(
     let layout = cgroup_layout_of(&args.system, &caps);
     tracing::info!(version = %layout.version, driver = %layout.driver, root = %layout.root.display(), "cgroup layout");
     let cache = Arc::new(args.collector.build_cache()?);
+    let executor = resource_executor(&args, layout.clone());
+    executor.register_metrics(&context.metrics);
 
     let required = match &standalone {
         Some(config) => RequiredSyncs {
@@ -166,7 +179,10 @@ pub async fn run(
         .then(|| context.register_cluster_check());
 
     let server = context
-        .start_server(vec![ListenerSpec::new(args.addr, Endpoints::ALL)])
+        .start_server(vec![
+            ListenerSpec::new(args.addr, Endpoints::ALL)
+                .with_routes(resourceexecutor::audit_router(executor.clone())),
+        ])
         .await?;
 
     let sink = match (&standalone, &cluster_check) {
@@ -222,6 +238,15 @@ pub async fn run(
         states_metrics,
     );
     Ok(context.wait_for_shutdown(Some(server)).await)
+}
+
+/// The daemon's one resource executor; its audit trail is served on `--addr`.
+fn resource_executor(args: &KoordletArgs, layout: CgroupLayout) -> ResourceExecutor {
+    let config = ExecutorConfig {
+        force_update_interval: Duration::from_secs(args.resource_force_update_seconds),
+        ..ExecutorConfig::default()
+    };
+    ResourceExecutor::new(layout, config)
 }
 
 /// The cgroup layout the detected capabilities describe; an undetected
@@ -358,6 +383,30 @@ mod tests {
         );
         let args = KoordletArgs::try_parse_from(argv).unwrap();
         assert_eq!(args.addr.to_string(), "127.0.0.1:9999");
+    }
+
+    #[test]
+    fn resource_force_update_seconds_defaults_to_upstream_and_reaches_the_executor() {
+        let args = KoordletArgs::try_parse_from(["koordlet"]).unwrap();
+        assert_eq!(args.resource_force_update_seconds, 60);
+        let argv = koord_common::cli::normalize_go_flag_args(
+            ["koordlet", "-resource-force-update-seconds=5"].map(OsString::from),
+        );
+        let args = KoordletArgs::try_parse_from(argv).unwrap();
+        let layout = CgroupLayout::new(
+            system::cgroup::CgroupVersion::V1,
+            system::cgroup::CgroupDriver::Cgroupfs,
+            "/sys/fs/cgroup",
+        );
+        let executor = resource_executor(&args, layout);
+        assert_eq!(
+            executor.config().force_update_interval,
+            Duration::from_secs(5)
+        );
+        assert!(
+            KoordletArgs::try_parse_from(["koordlet", "--resource-force-update-seconds=-1"])
+                .is_err()
+        );
     }
 
     #[test]

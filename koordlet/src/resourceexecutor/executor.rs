@@ -129,6 +129,9 @@ impl ExecutorMetrics {
     }
 }
 
+/// The `result` label values of `koordlet_resource_updates_total`.
+const UPDATE_RESULTS: [&str; 4] = ["written", "skipped_cached", "skipped_unchanged", "failed"];
+
 type CacheKey = (PathBuf, CgroupResource);
 
 struct CacheEntry {
@@ -193,9 +196,17 @@ impl ResourceExecutor {
         &self.inner.config
     }
 
-    /// Adds the executor's metrics to the component registry.
+    /// Adds the executor's metrics to the component registry. Every result
+    /// counter starts at 0 so the family is exported (and `rate()` works)
+    /// before the first write; the duration histogram appears with the first write.
     pub fn register_metrics(&self, registry: &MetricsRegistry) {
         let metrics = self.inner.metrics.clone();
+        for result in UPDATE_RESULTS {
+            metrics
+                .updates
+                .get_or_create(&vec![("type", "cgroup"), ("result", result)])
+                .inc_by(0);
+        }
         registry.register_component(|registry| {
             registry.register(
                 "resource_update_duration_milliseconds",
@@ -655,6 +666,12 @@ mod tests {
         let executor = ResourceExecutor::new(layout, ExecutorConfig::default());
         let registry = MetricsRegistry::new("koordlet");
         executor.register_metrics(&registry);
+        let before_any_write = registry.encode().unwrap();
+        for result in ["written", "skipped_cached", "skipped_unchanged", "failed"] {
+            let zero =
+                format!("koordlet_resource_updates_total{{type=\"cgroup\",result=\"{result}\"}} 0");
+            assert!(before_any_write.contains(&zero), "{before_any_write}");
+        }
         executor.apply_blocking([shares(100, "x")], at(0));
         executor.apply_blocking([shares(100, "x")], at(1));
         let body = registry.encode().unwrap();

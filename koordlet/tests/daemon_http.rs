@@ -1,0 +1,96 @@
+#![allow(clippy::unwrap_used)]
+//! The daemon's HTTP server as wired by `run()`: the real binary, standalone
+//! with an empty pods file (no root, no cluster), serves the resource
+//! executor's audit trail next to /metrics, and /metrics carries the
+//! capability and resource-update families.
+
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use koord_common::testing::{TempDir, TestProcess, http_get_blocking};
+
+const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
+const WAIT: Duration = Duration::from_secs(20);
+const HTTP: Duration = Duration::from_secs(5);
+
+#[test]
+fn standalone_daemon_serves_the_audit_trail_and_executor_metrics() {
+    let dir = TempDir::new("daemon-http").unwrap();
+    let pods_file = dir.path().join("pods.json");
+    fs::write(
+        &pods_file,
+        r#"{"apiVersion":"v1","kind":"PodList","items":[]}"#,
+    )
+    .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("NODE_NAME")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .args([
+            "--addr=127.0.0.1:0",
+            "--node-name=daemon-http-node",
+            "--collect-res-used-interval=1s",
+        ])
+        .arg("--pods-file")
+        .arg(&pods_file);
+    let mut koordlet = TestProcess::spawn(command).unwrap();
+    let addr = koordlet
+        .wait_for_serving_addr("health and metrics", WAIT)
+        .unwrap_or_else(|| panic!("no serving line:\n{}", koordlet.output()));
+
+    // Ready once the empty pods file has been read.
+    let deadline = Instant::now() + WAIT;
+    while http_get_blocking(addr, "/readyz", HTTP).unwrap().status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "never ready:\n{}",
+            koordlet.output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    for path in [
+        "/resource-executor/writes",
+        "/resource-executor/writes?limit=3",
+    ] {
+        let writes = http_get_blocking(addr, path, HTTP).unwrap();
+        assert_eq!(writes.status, 200, "{path}: {}", writes.body);
+        assert!(
+            writes
+                .header("content-type")
+                .is_some_and(|value| value.starts_with("application/json")),
+            "{path}: {:?}",
+            writes.header("content-type")
+        );
+        let body: serde_json::Value = serde_json::from_str(&writes.body)
+            .unwrap_or_else(|err| panic!("{path} is not JSON ({err}): {}", writes.body));
+        // Nothing in this build writes cgroups on its own yet: an empty array.
+        assert_eq!(body, serde_json::json!([]), "{path}");
+    }
+    let bad_limit = http_get_blocking(addr, "/resource-executor/writes?limit=many", HTTP).unwrap();
+    assert_eq!(bad_limit.status, 400, "{}", bad_limit.body);
+
+    let metrics = http_get_blocking(addr, "/metrics", HTTP).unwrap();
+    assert_eq!(metrics.status, 200);
+    // The duration histogram appears with the first write; the result
+    // counters are exported from the start.
+    for family in [
+        "# TYPE koordlet_node_capability gauge",
+        "koordlet_node_capability{capability=\"cpu_burst\"}",
+        "# TYPE koordlet_resource_updates counter",
+        "koordlet_resource_updates_total{type=\"cgroup\",result=\"written\"} 0",
+    ] {
+        assert!(
+            metrics.body.contains(family),
+            "{family} missing from /metrics:\n{}",
+            metrics.body
+        );
+    }
+
+    koordlet.signal("TERM").unwrap();
+    let exit = koordlet.wait_exit(WAIT).unwrap().expect("stops on SIGTERM");
+    assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
+}
