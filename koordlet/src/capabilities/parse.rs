@@ -202,44 +202,12 @@ pub fn parse_controller_list(text: &str) -> Result<BTreeSet<String>, ParseError>
     Ok(controllers)
 }
 
-/// Parses a kernel CPU or node list such as `0-3,8,10-11`. An empty file is an empty set.
+/// Parses a kernel CPU or node list such as `0-3,8,10-11` with the shared
+/// [`CpuSet`](crate::system::units::CpuSet) parser. An empty file is an empty set.
 pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, ParseError> {
-    const WHAT: &str = "cpu list";
-    // Far above any real machine; stops a corrupt range from allocating gigabytes.
-    const MAX_ID: u32 = 1 << 20;
-    let text = text.trim();
-    let mut ids = BTreeSet::new();
-    if text.is_empty() {
-        return Ok(ids);
-    }
-    for part in text.split(',') {
-        let part = part.trim();
-        let parse_id = |value: &str| {
-            value
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|id| *id <= MAX_ID)
-                .ok_or_else(|| ParseError::new(WHAT, format!("bad cpu id {value:?}"), text))
-        };
-        match part.split_once('-') {
-            Some((first, last)) => {
-                let (first, last) = (parse_id(first)?, parse_id(last)?);
-                if first > last {
-                    return Err(ParseError::new(
-                        WHAT,
-                        format!("reversed range {part}"),
-                        text,
-                    ));
-                }
-                ids.extend(first..=last);
-            }
-            None => {
-                ids.insert(parse_id(part)?);
-            }
-        }
-    }
-    Ok(ids)
+    text.parse::<crate::system::units::CpuSet>()
+        .map(|set| set.iter().collect())
+        .map_err(|error| ParseError::new("cpu list", error.to_string(), text.trim()))
 }
 
 /// Parses a file holding one integer (e.g. `topology/core_id`, `num_closids`).
@@ -298,49 +266,12 @@ pub fn parse_osrelease(text: &str) -> Result<KernelRelease, ParseError> {
     })
 }
 
-/// Checks a PSI file (`/proc/pressure/*`, `<cgroup>/*.pressure`): `some`
-/// (and optionally `full`) lines with `avg10=`, `avg60=`, `avg300=`, `total=`.
+/// Checks a PSI file (`/proc/pressure/*`, `<cgroup>/*.pressure`) with the
+/// collectors' parser, so detection and collection agree on what is valid.
 pub fn validate_psi(text: &str) -> Result<(), ParseError> {
-    const WHAT: &str = "PSI file";
-    let mut saw_some = false;
-    for line in text.lines().filter(|line| !line.trim().is_empty()) {
-        let mut fields = line.split_whitespace();
-        match fields.next() {
-            Some("some") => saw_some = true,
-            Some("full") => {}
-            _ => {
-                return Err(ParseError::new(
-                    WHAT,
-                    "line must start with some or full",
-                    line,
-                ));
-            }
-        }
-        let mut keys = BTreeSet::new();
-        for field in fields {
-            let Some((key, value)) = field.split_once('=') else {
-                return Err(ParseError::new(WHAT, "expected key=value", line));
-            };
-            let valid = match key {
-                "avg10" | "avg60" | "avg300" => value.parse::<f64>().is_ok_and(f64::is_finite),
-                "total" => value.parse::<u64>().is_ok(),
-                _ => true,
-            };
-            if !valid {
-                return Err(ParseError::new(WHAT, format!("bad {key} value"), line));
-            }
-            keys.insert(key);
-        }
-        for required in ["avg10", "avg60", "avg300", "total"] {
-            if !keys.contains(required) {
-                return Err(ParseError::new(WHAT, format!("missing {required}"), line));
-            }
-        }
-    }
-    if !saw_some {
-        return Err(ParseError::new(WHAT, "no some line", text));
-    }
-    Ok(())
+    crate::metricsadvisor::parse::parse_psi(text)
+        .map(|_| ())
+        .map_err(|error| ParseError::new("PSI file", error.to_string(), text))
 }
 
 /// Parses resctrl's `info/L3/cbm_mask` (hex bit mask of usable cache ways).
