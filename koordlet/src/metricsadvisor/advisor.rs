@@ -175,10 +175,28 @@ impl MetricsAdvisor {
         samples
     }
 
-    /// Collects every `interval` until `shutdown`; file reads happen on the
-    /// blocking pool, never on the async reactor. A round that overruns the
-    /// interval delays the next one instead of queueing rounds.
-    pub async fn run(mut self, interval: Duration, shutdown: Shutdown) {
+    /// Collects every `interval` until `shutdown`. Rounds run on one
+    /// dedicated thread (file reads never block the async reactor, and the
+    /// cache's buffers are always grown by the same thread, which keeps the
+    /// allocator from spreading them over several per-thread arenas). A
+    /// round that overruns the interval delays the next one instead of
+    /// queueing rounds.
+    pub async fn run(self, interval: Duration, shutdown: Shutdown) {
+        let (rounds, mut round_requests) =
+            tokio::sync::mpsc::channel::<(SystemTime, tokio::sync::oneshot::Sender<()>)>(1);
+        let mut advisor = self;
+        let spawned = std::thread::Builder::new()
+            .name("koordlet-advisor".to_string())
+            .spawn(move || {
+                while let Some((now, done)) = round_requests.blocking_recv() {
+                    advisor.collect_round(now);
+                    let _ = done.send(());
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::error!(error = %err, "cannot start the metrics advisor thread; collection stops");
+            return;
+        }
         let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -186,20 +204,20 @@ impl MetricsAdvisor {
                 _ = shutdown.wait() => break,
                 _ = ticker.tick() => {}
             }
-            let now = SystemTime::now();
-            let round = tokio::task::spawn_blocking(move || {
-                self.collect_round(now);
-                self
-            });
-            self = match round.await {
-                Ok(advisor) => advisor,
-                Err(err) => {
-                    // Collector panics are caught per collector; reaching this is a bug in the loop itself.
-                    tracing::error!(error = %err, "metrics advisor round failed; collection stops");
-                    return;
-                }
+            let (done, finished) = tokio::sync::oneshot::channel();
+            let finished = if rounds.send((SystemTime::now(), done)).await.is_ok() {
+                finished.await.is_ok()
+            } else {
+                false
             };
+            if !finished {
+                // Collector panics are caught per collector; reaching this is a bug in the loop itself.
+                tracing::error!("metrics advisor thread ended; collection stops");
+                return;
+            }
         }
+        // Dropping the sender ends the thread after its current round.
+        drop(rounds);
         tracing::info!("metrics advisor stopped");
     }
 }
@@ -362,6 +380,46 @@ mod tests {
         assert_eq!(advisor.last_gc, Some(t0));
         advisor.collect_round(t0 + Duration::from_secs(300));
         assert_eq!(advisor.last_gc, Some(t0 + Duration::from_secs(300)));
+    }
+
+    /// Records the name of the thread each round runs on.
+    struct ThreadNames(Arc<std::sync::Mutex<Vec<Option<String>>>>);
+
+    impl Collector for ThreadNames {
+        fn name(&self) -> &'static str {
+            "thread-names"
+        }
+        fn collect(&mut self, _now: SystemTime, _pods: &PodsSnapshot) -> Vec<Sample> {
+            let name = std::thread::current().name().map(str::to_string);
+            self.0.lock().unwrap().push(name);
+            Vec::new()
+        }
+    }
+
+    #[tokio::test]
+    async fn every_round_runs_on_the_one_advisor_thread() {
+        let (advisor, _sender) = advisor();
+        let names = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let advisor = advisor.with_collector(Box::new(ThreadNames(Arc::clone(&names))));
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn(advisor.run(Duration::from_millis(10), shutdown.clone()));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while names.lock().unwrap().len() < 3 {
+            assert!(tokio::time::Instant::now() < deadline, "no rounds ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.trigger(koord_common::ShutdownReason::Requested("test".into()));
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap();
+        let names = names.lock().unwrap();
+        assert!(
+            names
+                .iter()
+                .all(|name| name.as_deref() == Some("koordlet-advisor")),
+            "{names:?}"
+        );
     }
 
     #[tokio::test]

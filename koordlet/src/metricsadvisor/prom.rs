@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use koord_common::MetricsRegistry;
 use koord_common::metrics::FloatGauge;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::family::Family;
 
 use super::PodMeta;
@@ -43,13 +44,43 @@ impl PsiOwner {
     }
 }
 
+/// Labels of one PSI gauge. The owner's labels are shared by the gauges of
+/// that owner (18 per cgroup), the rest are static strings, so a node with
+/// hundreds of containers keeps thousands of series without thousands of
+/// label strings. Encoded in upstream's label order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PsiLabels {
+    /// `node`, [`container_id`, `container_name`,] `pod_uid`, `pod_name`, `pod_namespace`.
+    owner: Arc<[(&'static str, Arc<str>)]>,
+    resource: &'static str,
+    window: &'static str,
+    degree: &'static str,
+    full_supported: bool,
+}
+
+impl EncodeLabelSet for PsiLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder<'_>) -> Result<(), std::fmt::Error> {
+        self.owner.as_ref().encode(encoder)?;
+        let full_supported = if self.full_supported { "true" } else { "false" };
+        [
+            ("psi_resource_type", self.resource),
+            ("psi_precision", self.window),
+            ("psi_degree", self.degree),
+            ("cpu_full_supported", full_supported),
+        ]
+        .encode(encoder)
+    }
+}
+
+type PsiFamily = Family<PsiLabels, FloatGauge>;
+
 /// Exports PSI gauges; each round replaces the previous round's series so
 /// departed pods disappear (as upstream resets its vectors).
 #[derive(Clone, Default)]
 pub struct PsiRecorder {
-    node: String,
-    pod_psi: GaugeFamily,
-    container_psi: GaugeFamily,
+    node: Arc<str>,
+    pod_psi: PsiFamily,
+    container_psi: PsiFamily,
 }
 
 fn pair(key: &str, value: &str) -> (String, String) {
@@ -57,18 +88,24 @@ fn pair(key: &str, value: &str) -> (String, String) {
 }
 
 impl PsiRecorder {
+    fn owner_labels(&self, owner: &PsiOwner) -> Arc<[(&'static str, Arc<str>)]> {
+        let mut labels = Vec::with_capacity(6);
+        labels.push(("node", Arc::clone(&self.node)));
+        if let Some((name, id)) = &owner.container {
+            labels.push(("container_id", Arc::from(id.as_str())));
+            labels.push(("container_name", Arc::from(name.as_str())));
+        }
+        labels.push(("pod_uid", Arc::from(owner.pod_uid.as_str())));
+        labels.push(("pod_name", Arc::from(owner.pod_name.as_str())));
+        labels.push(("pod_namespace", Arc::from(owner.pod_namespace.as_str())));
+        labels.into()
+    }
+
     pub fn replace_all(&self, readings: &[(PsiOwner, PsiByResource)]) {
         self.pod_psi.clear();
         self.container_psi.clear();
         for (owner, psi) in readings {
-            let mut base = vec![pair("node", &self.node)];
-            if let Some((name, id)) = &owner.container {
-                base.push(pair("container_id", id));
-                base.push(pair("container_name", name));
-            }
-            base.push(pair("pod_uid", &owner.pod_uid));
-            base.push(pair("pod_name", &owner.pod_name));
-            base.push(pair("pod_namespace", &owner.pod_namespace));
+            let owner_labels = self.owner_labels(owner);
             let family = if owner.container.is_some() {
                 &self.container_psi
             } else {
@@ -89,11 +126,13 @@ impl PsiRecorder {
                             PsiWindow::Avg60 => line.avg60,
                             PsiWindow::Avg300 => line.avg300,
                         };
-                        let mut labels = base.clone();
-                        labels.push(pair("psi_resource_type", resource.as_str()));
-                        labels.push(pair("psi_precision", window.as_str()));
-                        labels.push(pair("psi_degree", degree.as_str()));
-                        labels.push(pair("cpu_full_supported", &full_supported.to_string()));
+                        let labels = PsiLabels {
+                            owner: Arc::clone(&owner_labels),
+                            resource: resource.as_str(),
+                            window: window.as_str(),
+                            degree: degree.as_str(),
+                            full_supported,
+                        };
                         family.get_or_create(&labels).set(value);
                     }
                 }
@@ -117,7 +156,7 @@ impl AdvisorMetrics {
         let metrics = Self {
             node: node_name.to_string(),
             psi: PsiRecorder {
-                node: node_name.to_string(),
+                node: Arc::from(node_name),
                 ..PsiRecorder::default()
             },
             ..Self::default()
