@@ -6,7 +6,9 @@
 pub mod capabilities;
 pub mod metriccache;
 pub mod metricsadvisor;
+pub mod qosmanager;
 pub mod resourceexecutor;
+pub mod runtimehooks;
 pub mod statesinformer;
 pub mod system;
 

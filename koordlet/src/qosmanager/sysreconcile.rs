@@ -1,0 +1,1 @@
+//! QoS strategy `sysreconcile`.

@@ -1,0 +1,3 @@
+//! Runtime hooks: container parameters decided at creation time.
+
+pub mod nri;

@@ -1,0 +1,1 @@
+//! NRI plugin transport for the runtime hooks.
