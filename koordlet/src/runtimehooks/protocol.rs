@@ -1,0 +1,1153 @@
+//! The transport-neutral hook API: what a runtime event looks like to a hook,
+//! what a hook may change, and the [`HookDispatcher`] that runs the enabled
+//! hooks of a stage under the configured failure policy.
+//!
+//! # For transports (RuntimeHookService server, NRI plugin, reconciler)
+//!
+//! 1. Build a [`PodContext`] (sandbox events) or a [`ContainerContext`]
+//!    (container events) from the wire message. The RuntimeHookService
+//!    messages convert with `PodContext::from(&PodSandboxHookRequest)` and
+//!    `ContainerContext::from(&ContainerResourceHookRequest)`; NRI fills the
+//!    public fields itself. Fill what the transport knows and leave the rest
+//!    empty/`None`: hooks treat missing data as "no opinion".
+//! 2. Call [`HookDispatcher::run`] with the [`HookStage`] and a
+//!    [`HookRequest`]. It runs every enabled, capability-supported hook that
+//!    listens on that stage, in name order, merging their [`Adjustment`]s.
+//! 3. `Err(HookFailure)` means a hook failed under the fail-closed policy
+//!    (`Fail`): refuse the runtime call (gRPC: return the status from
+//!    `HookFailure`; NRI: return an error). `Ok(adjustment)` may still list
+//!    fail-open failures in [`Adjustment::ignored_failures`]: proceed.
+//! 4. Apply the adjustment: [`Adjustment::resources`], [`Adjustment::env`]
+//!    and [`Adjustment::annotations`] go into the runtime's reply (proxy
+//!    response / NRI `ContainerAdjustment`/`ContainerUpdate`).
+//!    [`Adjustment::side_effects`] (cgroup files the runtime cannot set,
+//!    resctrl groups and tasks, `oom_score_adj` of started processes) are
+//!    applied by the transport with
+//!    [`crate::runtimehooks::apply::SideEffectApplier`] (through the
+//!    resource executor, off the async reactor). Container-level cgroup
+//!    writes at pre-create time target a cgroup that does not exist yet: the
+//!    applier reports them as `NotFound` and the reconciler writes them once
+//!    the container runs.
+//!
+//! `run` is synchronous, does no I/O and takes microseconds; call it directly
+//! from an async handler.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use apis::extension::{
+    ExtendedResourceSpec, PriorityClass, QoSClass, StringMap, get_extended_resource_spec,
+    priority_class_for_qos, qos_class_from_labels,
+};
+use apis::runtime::v1alpha1 as wire;
+
+use super::metrics::HookMetrics;
+use super::rules::NodeRules;
+use crate::capabilities::NodeCapabilities;
+use crate::system::cgroup::{
+    CgroupDriver, CgroupLayout, CgroupResource, CgroupValue, ContainerId, QosTier,
+};
+
+/// A point in the pod/container lifecycle where hooks run. Names are the
+/// upstream `RuntimeHookType` strings used in the registration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookStage {
+    PreRunPodSandbox,
+    PostStopPodSandbox,
+    PreCreateContainer,
+    PreStartContainer,
+    PostStartContainer,
+    PostStopContainer,
+    PreUpdateContainerResources,
+    PreRemoveRunPodSandbox,
+}
+
+impl HookStage {
+    pub const ALL: [HookStage; 8] = [
+        HookStage::PreRunPodSandbox,
+        HookStage::PostStopPodSandbox,
+        HookStage::PreCreateContainer,
+        HookStage::PreStartContainer,
+        HookStage::PostStartContainer,
+        HookStage::PostStopContainer,
+        HookStage::PreUpdateContainerResources,
+        HookStage::PreRemoveRunPodSandbox,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookStage::PreRunPodSandbox => "PreRunPodSandbox",
+            HookStage::PostStopPodSandbox => "PostStopPodSandbox",
+            HookStage::PreCreateContainer => "PreCreateContainer",
+            HookStage::PreStartContainer => "PreStartContainer",
+            HookStage::PostStartContainer => "PostStartContainer",
+            HookStage::PostStopContainer => "PostStopContainer",
+            HookStage::PreUpdateContainerResources => "PreUpdateContainerResources",
+            HookStage::PreRemoveRunPodSandbox => "PreRemoveRunPodSandbox",
+        }
+    }
+
+    /// Sandbox (pod-level) stages take a [`PodContext`]; the others a
+    /// [`ContainerContext`].
+    pub fn is_pod_level(self) -> bool {
+        matches!(
+            self,
+            HookStage::PreRunPodSandbox
+                | HookStage::PostStopPodSandbox
+                | HookStage::PreRemoveRunPodSandbox
+        )
+    }
+}
+
+impl fmt::Display for HookStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown runtime hook stage {0:?} (expected one of PreRunPodSandbox, PostStopPodSandbox, PreCreateContainer, PreStartContainer, PostStartContainer, PostStopContainer, PreUpdateContainerResources, PreRemoveRunPodSandbox)"
+)]
+pub struct UnknownStage(pub String);
+
+impl FromStr for HookStage {
+    type Err = UnknownStage;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        HookStage::ALL
+            .into_iter()
+            .find(|stage| stage.as_str() == text.trim())
+            .ok_or_else(|| UnknownStage(text.to_string()))
+    }
+}
+
+/// Upstream's failure policy names: `Fail` refuses the runtime call when a
+/// hook fails (fail-closed), `Ignore` lets it proceed (fail-open).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum FailurePolicy {
+    Fail,
+    #[default]
+    Ignore,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+impl fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown failure policy {0:?} (expected Fail or Ignore)")]
+pub struct UnknownFailurePolicy(pub String);
+
+impl FromStr for FailurePolicy {
+    type Err = UnknownFailurePolicy;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "Fail" => Ok(FailurePolicy::Fail),
+            "Ignore" => Ok(FailurePolicy::Ignore),
+            other => Err(UnknownFailurePolicy(other.to_string())),
+        }
+    }
+}
+
+impl serde::Serialize for FailurePolicy {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FailurePolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which policy applies to a failing hook at a stage: the most specific entry
+/// wins (`hook_stages` > `hooks` > `stages` > `default`). Loaded from
+/// `--runtime-hooks-failure-policy-config` (see `docs/runtimehooks.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailurePolicyConfig {
+    /// Upstream `--runtime-hooks-plugin-failure-policy` (default `Ignore`).
+    #[serde(default)]
+    pub default: FailurePolicy,
+    /// Per stage name (`PreCreateContainer: Fail`).
+    #[serde(default)]
+    pub stages: BTreeMap<String, FailurePolicy>,
+    /// Per hook name (`BatchResource: Fail`).
+    #[serde(default)]
+    pub hooks: BTreeMap<String, FailurePolicy>,
+    /// Per hook and stage, keyed `<hook>/<stage>` (`CPUSetAllocator/PreCreateContainer: Fail`).
+    #[serde(default)]
+    pub hook_stages: BTreeMap<String, FailurePolicy>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FailurePolicyConfigError {
+    #[error("failure policy config names unknown stage {0:?}")]
+    UnknownStage(String),
+    #[error("failure policy config key {0:?} is not <hook>/<stage>")]
+    MalformedHookStage(String),
+}
+
+impl FailurePolicyConfig {
+    /// A config where every hook uses `default`.
+    pub fn uniform(default: FailurePolicy) -> Self {
+        Self {
+            default,
+            ..Self::default()
+        }
+    }
+
+    pub fn policy_for(&self, hook: &str, stage: HookStage) -> FailurePolicy {
+        let key = format!("{hook}/{}", stage.as_str());
+        self.hook_stages
+            .get(&key)
+            .or_else(|| self.hooks.get(hook))
+            .or_else(|| self.stages.get(stage.as_str()))
+            .copied()
+            .unwrap_or(self.default)
+    }
+
+    /// Checks that every stage named in the config exists (hook names are
+    /// checked by the dispatcher, which knows the hooks).
+    pub fn validate(&self) -> Result<(), FailurePolicyConfigError> {
+        for stage in self.stages.keys() {
+            stage
+                .parse::<HookStage>()
+                .map_err(|_| FailurePolicyConfigError::UnknownStage(stage.clone()))?;
+        }
+        for key in self.hook_stages.keys() {
+            let (_, stage) = key
+                .split_once('/')
+                .ok_or_else(|| FailurePolicyConfigError::MalformedHookStage(key.clone()))?;
+            stage
+                .parse::<HookStage>()
+                .map_err(|_| FailurePolicyConfigError::UnknownStage(stage.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Pod identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl fmt::Display for PodMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Linux resources as the runtime would set them (v1 terms). `None` means
+/// "not specified" both in requests and in adjustments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinuxResources {
+    pub cpu_shares: Option<i64>,
+    /// CFS quota in µs; `-1` is unlimited.
+    pub cpu_quota: Option<i64>,
+    pub cpu_period: Option<i64>,
+    pub cpuset_cpus: Option<String>,
+    pub cpuset_mems: Option<String>,
+    /// Bytes; `-1` is unlimited.
+    pub memory_limit: Option<i64>,
+    pub oom_score_adj: Option<i64>,
+}
+
+impl LinuxResources {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Takes every field `other` sets.
+    pub fn merge_from(&mut self, other: &LinuxResources) {
+        fn take<T: Clone>(into: &mut Option<T>, from: &Option<T>) {
+            if from.is_some() {
+                into.clone_from(from);
+            }
+        }
+        take(&mut self.cpu_shares, &other.cpu_shares);
+        take(&mut self.cpu_quota, &other.cpu_quota);
+        take(&mut self.cpu_period, &other.cpu_period);
+        take(&mut self.cpuset_cpus, &other.cpuset_cpus);
+        take(&mut self.cpuset_mems, &other.cpuset_mems);
+        take(&mut self.memory_limit, &other.memory_limit);
+        take(&mut self.oom_score_adj, &other.oom_score_adj);
+    }
+}
+
+/// A pod as the hooks see it, at sandbox events and inside every container
+/// event.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodContext {
+    pub meta: PodMeta,
+    pub labels: StringMap,
+    pub annotations: StringMap,
+    /// The pod's cgroup parent as the runtime reports it: a path such as
+    /// `/kubepods/besteffort/pod<uid>` (cgroupfs) or a slice name such as
+    /// `kubepods-besteffort-pod<uid>.slice` (systemd). Empty when unknown.
+    pub cgroup_parent: String,
+    /// Pod-level resources (sandbox resources, or the sum the reconciler
+    /// derives from the spec).
+    pub resources: LinuxResources,
+    /// Batch/mid resources per container, from the pod spec (reconciler) or
+    /// the `node.koordinator.sh/extended-resource-spec` annotation (runtime
+    /// events). `None` when absent or malformed (logged, never fatal).
+    pub extended_resources: Option<ExtendedResourceSpec>,
+}
+
+impl PodContext {
+    /// Koordinator QoS class from the `koordinator.sh/qosClass` label
+    /// (`None` when absent or unknown).
+    pub fn qos_class(&self) -> QoSClass {
+        qos_class_from_labels(&self.labels)
+    }
+
+    pub fn priority_class(&self) -> PriorityClass {
+        priority_class_for_qos(self.qos_class())
+    }
+
+    /// The Kubernetes QoS tier, read from the cgroup parent (which the
+    /// kubelet names after it).
+    pub fn kube_qos_tier(&self) -> Option<QosTier> {
+        tier_of_cgroup_parent(&self.cgroup_parent)
+    }
+
+    /// The pod's cgroup directory relative to the hierarchy root. Uses the
+    /// cgroup parent when given (expanding systemd slice names), else the
+    /// layout's directory for the pod's UID and tier.
+    pub fn cgroup_dir(&self, layout: &CgroupLayout) -> Option<PathBuf> {
+        if !self.cgroup_parent.trim().is_empty() {
+            return cgroup_parent_dir(&self.cgroup_parent, layout.driver);
+        }
+        let tier = self.kube_qos_tier()?;
+        layout.pod_dir(tier, &self.meta.uid).ok()
+    }
+
+    /// Fills [`PodContext::extended_resources`] from the annotation; a
+    /// malformed annotation leaves it `None` and is returned for logging.
+    pub fn load_extended_resources_from_annotations(&mut self) -> Option<String> {
+        match get_extended_resource_spec(&self.annotations) {
+            Ok(spec) => {
+                self.extended_resources = spec.filter(|spec| !spec.containers.is_empty());
+                None
+            }
+            Err(error) => {
+                self.extended_resources = None;
+                Some(error.to_string())
+            }
+        }
+    }
+}
+
+/// Container identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerMeta {
+    pub name: String,
+    /// Runtime ID, with or without a `containerd://` style prefix; empty
+    /// before the runtime assigned one (e.g. proxy pre-create).
+    pub id: String,
+    pub attempt: u32,
+    /// The pod sandbox ("pause") container rather than an app container.
+    pub sandbox: bool,
+}
+
+/// A container as the hooks see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerContext {
+    pub pod: PodContext,
+    pub container: ContainerMeta,
+    pub annotations: StringMap,
+    pub env: StringMap,
+    /// Resources the runtime is about to set (or has set).
+    pub resources: LinuxResources,
+    /// The container's cgroup directory relative to the hierarchy root, when
+    /// known (NRI and the reconciler know it; the proxy path derives it).
+    pub cgroup_dir: Option<PathBuf>,
+    /// Processes of the container, when known (post-start, reconciler).
+    pub pids: Vec<u32>,
+}
+
+impl ContainerContext {
+    /// The container's cgroup directory: the explicit one, else the pod's
+    /// directory joined with the runtime's name for the container ID.
+    pub fn cgroup_dir(&self, layout: &CgroupLayout) -> Option<PathBuf> {
+        if let Some(dir) = &self.cgroup_dir {
+            return Some(dir.clone());
+        }
+        if self.container.id.is_empty() {
+            return None;
+        }
+        let id = ContainerId::parse(&self.container.id).ok()?;
+        Some(
+            self.pod
+                .cgroup_dir(layout)?
+                .join(layout.container_dir_name(&id)),
+        )
+    }
+}
+
+/// What a stage runs on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookRequest {
+    Pod(PodContext),
+    Container(ContainerContext),
+}
+
+impl HookRequest {
+    pub fn pod(&self) -> &PodContext {
+        match self {
+            HookRequest::Pod(pod) => pod,
+            HookRequest::Container(container) => &container.pod,
+        }
+    }
+}
+
+/// Something beyond the runtime's reply that a decision needs done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SideEffect {
+    /// Write `value` to `resource` of the cgroup at `dir` (relative).
+    CgroupWrite {
+        dir: PathBuf,
+        resource: CgroupResource,
+        value: CgroupValue,
+        reason: String,
+    },
+    /// Make sure the resctrl group exists with this schemata (lines like
+    /// `L3:0=ff;1=ff`); an empty schemata only creates the group.
+    ResctrlGroup {
+        group: String,
+        schemata: Vec<String>,
+    },
+    /// Move these tasks into the resctrl group.
+    ResctrlTasks { group: String, pids: Vec<u32> },
+    /// Remove the resctrl group (pod gone).
+    ResctrlRemoveGroup { group: String },
+    /// Write `/proc/<pid>/oom_score_adj`.
+    OomScoreAdj { pid: u32, value: i64 },
+}
+
+/// A hook that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hook {hook} at {stage}: {message}")]
+pub struct HookFailure {
+    pub hook: String,
+    pub stage: HookStage,
+    pub message: String,
+}
+
+/// The merged decision of the hooks that ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Adjustment {
+    pub resources: LinuxResources,
+    /// Environment variables to add or overwrite (container stages).
+    pub env: StringMap,
+    /// Annotations to add or overwrite.
+    pub annotations: StringMap,
+    pub side_effects: Vec<SideEffect>,
+    /// Failures of fail-open hooks (the call proceeds).
+    pub ignored_failures: Vec<HookFailure>,
+}
+
+impl Adjustment {
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty()
+            && self.env.is_empty()
+            && self.annotations.is_empty()
+            && self.side_effects.is_empty()
+    }
+
+    pub fn cgroup_write(
+        &mut self,
+        dir: impl Into<PathBuf>,
+        resource: CgroupResource,
+        value: CgroupValue,
+        reason: impl Into<String>,
+    ) {
+        self.side_effects.push(SideEffect::CgroupWrite {
+            dir: dir.into(),
+            resource,
+            value,
+            reason: reason.into(),
+        });
+    }
+
+    fn merge_from(&mut self, other: Adjustment) {
+        self.resources.merge_from(&other.resources);
+        self.env.extend(other.env);
+        self.annotations.extend(other.annotations);
+        self.side_effects.extend(other.side_effects);
+        self.ignored_failures.extend(other.ignored_failures);
+    }
+}
+
+/// Why a hook could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookError {
+    #[error("annotation {key} is malformed: {error}")]
+    MalformedAnnotation { key: String, error: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A node capability a hook needs; checked once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequiredCapability {
+    /// A cgroup controller (`cpu`, `cpuset`, `memory`).
+    Controller(&'static str),
+    CpuIdle,
+    GroupIdentity,
+    CoreSched,
+    Resctrl,
+}
+
+impl RequiredCapability {
+    pub fn name(self) -> String {
+        match self {
+            RequiredCapability::Controller(controller) => format!("cgroup controller {controller}"),
+            RequiredCapability::CpuIdle => "cpu.idle".to_string(),
+            RequiredCapability::GroupIdentity => "group identity (cpu.bvt_warp_ns)".to_string(),
+            RequiredCapability::CoreSched => "core scheduling".to_string(),
+            RequiredCapability::Resctrl => "resctrl".to_string(),
+        }
+    }
+
+    pub fn is_met(self, caps: &NodeCapabilities) -> bool {
+        match self {
+            RequiredCapability::Controller(controller) => {
+                caps.cgroup.controllers.iter().any(|c| c == controller)
+            }
+            RequiredCapability::CpuIdle => caps.cpu_idle,
+            RequiredCapability::GroupIdentity => caps.group_identity,
+            RequiredCapability::CoreSched => caps.core_sched,
+            RequiredCapability::Resctrl => caps.resctrl.supported,
+        }
+    }
+}
+
+/// Node-level inputs of a decision (rules and layout), shared by all hooks.
+#[derive(Debug, Clone)]
+pub struct HookEnv {
+    pub layout: CgroupLayout,
+    pub rules: Arc<NodeRules>,
+}
+
+/// One runtime hook: a pure decision per stage.
+pub trait Hook: Send + Sync {
+    /// Upstream feature-gate name (`BatchResource`, `CPUSetAllocator`, ...).
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    fn stages(&self) -> &'static [HookStage];
+    fn required_capabilities(&self) -> &'static [RequiredCapability] {
+        &[]
+    }
+    /// Decides for a pod-level stage, adding to `out`.
+    fn pod(
+        &self,
+        _stage: HookStage,
+        _pod: &PodContext,
+        _env: &HookEnv,
+        _out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+    /// Decides for a container-level stage, adding to `out`.
+    fn container(
+        &self,
+        _stage: HookStage,
+        _container: &ContainerContext,
+        _env: &HookEnv,
+        _out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+/// Whether a hook runs, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookStatus {
+    pub name: String,
+    pub enabled: bool,
+    /// `None` when supported; else the missing capabilities.
+    pub unsupported: Option<String>,
+    pub stages: Vec<String>,
+}
+
+struct HookEntry {
+    hook: Arc<dyn Hook>,
+    enabled: bool,
+    unsupported: Option<String>,
+}
+
+impl HookEntry {
+    fn active(&self) -> bool {
+        self.enabled && self.unsupported.is_none()
+    }
+}
+
+/// Runs the active hooks of a stage and applies the failure policy. Cheap to
+/// share (`Arc`); rules are swapped in by the rule updater.
+pub struct HookDispatcher {
+    hooks: Vec<HookEntry>,
+    policy: FailurePolicyConfig,
+    disabled_stages: BTreeSet<HookStage>,
+    layout: CgroupLayout,
+    rules: RwLock<Arc<NodeRules>>,
+    metrics: Option<HookMetrics>,
+}
+
+impl HookDispatcher {
+    /// `hooks` with whether each is enabled (feature gate); hooks whose
+    /// required capabilities `caps` lacks are kept but inactive, logged once
+    /// and reported by [`HookDispatcher::statuses`] and the metrics.
+    pub fn new(
+        hooks: Vec<(Arc<dyn Hook>, bool)>,
+        caps: &NodeCapabilities,
+        layout: CgroupLayout,
+        policy: FailurePolicyConfig,
+    ) -> Self {
+        let mut entries: Vec<HookEntry> = hooks
+            .into_iter()
+            .map(|(hook, enabled)| {
+                let missing: Vec<String> = hook
+                    .required_capabilities()
+                    .iter()
+                    .filter(|cap| !cap.is_met(caps))
+                    .map(|cap| cap.name())
+                    .collect();
+                let unsupported =
+                    (!missing.is_empty()).then(|| format!("missing {}", missing.join(", ")));
+                if let (true, Some(reason)) = (enabled, &unsupported) {
+                    tracing::warn!(
+                        hook = hook.name(),
+                        reason = %reason,
+                        "runtime hook {} is enabled but unsupported on this node; it changes nothing",
+                        hook.name()
+                    );
+                }
+                HookEntry {
+                    hook,
+                    enabled,
+                    unsupported,
+                }
+            })
+            .collect();
+        entries.sort_by(|a, b| a.hook.name().cmp(b.hook.name()));
+        Self {
+            hooks: entries,
+            policy,
+            disabled_stages: BTreeSet::new(),
+            layout,
+            rules: RwLock::new(Arc::new(NodeRules::default())),
+            metrics: None,
+        }
+    }
+
+    /// Stages that run no hook (upstream `--runtime-hooks-disable-stages`).
+    pub fn with_disabled_stages(mut self, stages: impl IntoIterator<Item = HookStage>) -> Self {
+        self.disabled_stages = stages.into_iter().collect();
+        self
+    }
+
+    pub fn with_metrics(self, metrics: HookMetrics) -> Self {
+        for entry in &self.hooks {
+            metrics.set_hook_state(
+                entry.hook.name(),
+                entry.enabled,
+                entry.unsupported.is_none(),
+            );
+        }
+        Self {
+            metrics: Some(metrics),
+            ..self
+        }
+    }
+
+    pub fn metrics(&self) -> Option<&HookMetrics> {
+        self.metrics.as_ref()
+    }
+
+    pub fn layout(&self) -> &CgroupLayout {
+        &self.layout
+    }
+
+    pub fn failure_policy(&self) -> &FailurePolicyConfig {
+        &self.policy
+    }
+
+    /// Hook names in the failure policy config that no hook has.
+    pub fn unknown_policy_hooks(&self) -> Vec<String> {
+        let known: BTreeSet<&str> = self.hooks.iter().map(|e| e.hook.name()).collect();
+        let mut unknown: Vec<String> = self
+            .policy
+            .hooks
+            .keys()
+            .map(String::as_str)
+            .chain(
+                self.policy
+                    .hook_stages
+                    .keys()
+                    .filter_map(|key| key.split_once('/').map(|(hook, _)| hook)),
+            )
+            .filter(|hook| !known.contains(hook))
+            .map(str::to_string)
+            .collect();
+        unknown.sort();
+        unknown.dedup();
+        unknown
+    }
+
+    pub fn set_rules(&self, rules: NodeRules) {
+        let mut slot = self.rules.write().unwrap_or_else(|p| p.into_inner());
+        *slot = Arc::new(rules);
+    }
+
+    pub fn rules(&self) -> Arc<NodeRules> {
+        Arc::clone(&self.rules.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn env(&self) -> HookEnv {
+        HookEnv {
+            layout: self.layout.clone(),
+            rules: self.rules(),
+        }
+    }
+
+    /// Stages with at least one active hook, minus disabled ones (what the
+    /// registration file advertises).
+    pub fn stages(&self) -> Vec<HookStage> {
+        HookStage::ALL
+            .into_iter()
+            .filter(|stage| !self.disabled_stages.contains(stage))
+            .filter(|stage| {
+                self.hooks
+                    .iter()
+                    .any(|e| e.active() && e.hook.stages().contains(stage))
+            })
+            .collect()
+    }
+
+    pub fn statuses(&self) -> Vec<HookStatus> {
+        self.hooks
+            .iter()
+            .map(|entry| HookStatus {
+                name: entry.hook.name().to_string(),
+                enabled: entry.enabled,
+                unsupported: entry.unsupported.clone(),
+                stages: entry
+                    .hook
+                    .stages()
+                    .iter()
+                    .map(|s| s.as_str().to_string())
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Runs every active hook of `stage` on `request`. A failing hook under
+    /// `Fail` stops the run with `Err`; under `Ignore` it is recorded in
+    /// [`Adjustment::ignored_failures`] and the others still run.
+    pub fn run(&self, stage: HookStage, request: &HookRequest) -> Result<Adjustment, HookFailure> {
+        let mut merged = Adjustment::default();
+        if self.disabled_stages.contains(&stage) {
+            return Ok(merged);
+        }
+        let env = self.env();
+        for entry in &self.hooks {
+            if !entry.active() || !entry.hook.stages().contains(&stage) {
+                continue;
+            }
+            let name = entry.hook.name();
+            let started = Instant::now();
+            let mut out = Adjustment::default();
+            let result = match request {
+                HookRequest::Pod(pod) => entry.hook.pod(stage, pod, &env, &mut out),
+                HookRequest::Container(container) => {
+                    entry.hook.container(stage, container, &env, &mut out)
+                }
+            };
+            if let Some(metrics) = &self.metrics {
+                metrics.observe_call(name, stage, result.is_ok(), started.elapsed());
+            }
+            match result {
+                Ok(()) => merged.merge_from(out),
+                Err(error) => {
+                    let failure = HookFailure {
+                        hook: name.to_string(),
+                        stage,
+                        message: error.to_string(),
+                    };
+                    let pod = &request.pod().meta;
+                    match self.policy.policy_for(name, stage) {
+                        FailurePolicy::Fail => {
+                            tracing::warn!(hook = name, %stage, pod = %pod, error = %error, "runtime hook failed; refusing the call (failure policy Fail)");
+                            return Err(failure);
+                        }
+                        FailurePolicy::Ignore => {
+                            tracing::warn!(hook = name, %stage, pod = %pod, error = %error, "runtime hook failed; proceeding (failure policy Ignore)");
+                            merged.ignored_failures.push(failure);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(merged)
+    }
+}
+
+/// The Kubernetes QoS tier named by a kubelet cgroup parent.
+pub fn tier_of_cgroup_parent(cgroup_parent: &str) -> Option<QosTier> {
+    let text = cgroup_parent.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.contains("besteffort") {
+        Some(QosTier::BestEffort)
+    } else if text.contains("burstable") {
+        Some(QosTier::Burstable)
+    } else if text.contains("kubepods") {
+        Some(QosTier::Guaranteed)
+    } else {
+        None
+    }
+}
+
+/// The directory (relative to the hierarchy root) of a cgroup parent as the
+/// runtime reports it. A systemd slice name (`a-b-c.slice`) expands to its
+/// nested path (`a.slice/a-b.slice/a-b-c.slice`); `..` is rejected.
+pub fn cgroup_parent_dir(cgroup_parent: &str, driver: CgroupDriver) -> Option<PathBuf> {
+    let text = cgroup_parent.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let is_bare_slice = !text.contains('/') && text.ends_with(".slice");
+    let path = if driver == CgroupDriver::Systemd && is_bare_slice {
+        expand_slice(text)?
+    } else {
+        PathBuf::from(text)
+    };
+    let mut relative = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => relative.push(part),
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!relative.as_os_str().is_empty()).then_some(relative)
+}
+
+fn expand_slice(slice: &str) -> Option<PathBuf> {
+    let stem = slice.strip_suffix(".slice")?;
+    if stem.is_empty() || stem == "-" {
+        return Some(PathBuf::from("/"));
+    }
+    let mut path = PathBuf::new();
+    let mut prefix = String::new();
+    for part in stem.split('-') {
+        if part.is_empty() {
+            return None;
+        }
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        path.push(format!("{prefix}.slice"));
+    }
+    Some(path)
+}
+
+// ---- RuntimeHookService conversions ----
+
+fn non_zero(value: i64) -> Option<i64> {
+    (value != 0).then_some(value)
+}
+
+fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+impl From<&wire::LinuxContainerResources> for LinuxResources {
+    fn from(wire: &wire::LinuxContainerResources) -> Self {
+        LinuxResources {
+            cpu_shares: non_zero(wire.cpu_shares),
+            cpu_quota: non_zero(wire.cpu_quota),
+            cpu_period: non_zero(wire.cpu_period),
+            cpuset_cpus: non_empty(&wire.cpuset_cpus),
+            cpuset_mems: non_empty(&wire.cpuset_mems),
+            // 0 is "not set"; any negative value means unlimited.
+            memory_limit: non_zero(wire.memory_limit_in_bytes).map(|v| v.max(-1)),
+            oom_score_adj: non_zero(wire.oom_score_adj),
+        }
+    }
+}
+
+impl LinuxResources {
+    /// Overlays the set fields onto a wire message (the request's own
+    /// resources, so unset fields keep the runtime's values).
+    pub fn apply_to(&self, wire: &mut wire::LinuxContainerResources) {
+        if let Some(v) = self.cpu_shares {
+            wire.cpu_shares = v;
+        }
+        if let Some(v) = self.cpu_quota {
+            wire.cpu_quota = v;
+        }
+        if let Some(v) = self.cpu_period {
+            wire.cpu_period = v;
+        }
+        if let Some(v) = &self.cpuset_cpus {
+            wire.cpuset_cpus.clone_from(v);
+        }
+        if let Some(v) = &self.cpuset_mems {
+            wire.cpuset_mems.clone_from(v);
+        }
+        if let Some(v) = self.memory_limit {
+            wire.memory_limit_in_bytes = v;
+        }
+        if let Some(v) = self.oom_score_adj {
+            wire.oom_score_adj = v;
+        }
+    }
+}
+
+impl From<&wire::PodSandboxHookRequest> for PodContext {
+    fn from(request: &wire::PodSandboxHookRequest) -> Self {
+        let meta = request.pod_meta.clone().unwrap_or_default();
+        let mut pod = PodContext {
+            meta: PodMeta {
+                namespace: meta.namespace,
+                name: meta.name,
+                uid: meta.uid,
+            },
+            labels: request.labels.clone(),
+            annotations: request.annotations.clone(),
+            cgroup_parent: request.cgroup_parent.clone(),
+            resources: request
+                .resources
+                .as_ref()
+                .map(LinuxResources::from)
+                .unwrap_or_default(),
+            extended_resources: None,
+        };
+        if let Some(error) = pod.load_extended_resources_from_annotations() {
+            tracing::debug!(pod = %pod.meta, %error, "ignoring malformed extended-resource-spec");
+        }
+        pod
+    }
+}
+
+impl From<&wire::ContainerResourceHookRequest> for ContainerContext {
+    fn from(request: &wire::ContainerResourceHookRequest) -> Self {
+        let meta = request.pod_meta.clone().unwrap_or_default();
+        let mut pod = PodContext {
+            meta: PodMeta {
+                namespace: meta.namespace,
+                name: meta.name,
+                uid: meta.uid,
+            },
+            labels: request.pod_labels.clone(),
+            annotations: request.pod_annotations.clone(),
+            cgroup_parent: request.pod_cgroup_parent.clone(),
+            resources: request
+                .pod_resources
+                .as_ref()
+                .map(LinuxResources::from)
+                .unwrap_or_default(),
+            extended_resources: None,
+        };
+        if let Some(error) = pod.load_extended_resources_from_annotations() {
+            tracing::debug!(pod = %pod.meta, %error, "ignoring malformed extended-resource-spec");
+        }
+        let container = request.container_meta.clone().unwrap_or_default();
+        ContainerContext {
+            pod,
+            container: ContainerMeta {
+                name: container.name,
+                id: container.id,
+                attempt: container.attempt,
+                sandbox: false,
+            },
+            annotations: request.container_annotations.clone(),
+            env: request.container_envs.clone(),
+            resources: request
+                .container_resources
+                .as_ref()
+                .map(LinuxResources::from)
+                .unwrap_or_default(),
+            cgroup_dir: None,
+            pids: Vec::new(),
+        }
+    }
+}
+
+impl Adjustment {
+    /// The sandbox reply: the request's resources overlaid with the
+    /// adjustment, plus added annotations.
+    pub fn to_pod_response(
+        &self,
+        request: &wire::PodSandboxHookRequest,
+    ) -> wire::PodSandboxHookResponse {
+        let resources = (request.resources.is_some() || !self.resources.is_empty()).then(|| {
+            let mut resources = request.resources.clone().unwrap_or_default();
+            self.resources.apply_to(&mut resources);
+            resources
+        });
+        let mut annotations = request.annotations.clone();
+        annotations.extend(self.annotations.clone());
+        wire::PodSandboxHookResponse {
+            labels: request.labels.clone(),
+            annotations,
+            cgroup_parent: request.cgroup_parent.clone(),
+            resources,
+        }
+    }
+
+    /// The container reply: the request's container resources overlaid
+    /// with the adjustment, request annotations/env plus added ones.
+    pub fn to_container_response(
+        &self,
+        request: &wire::ContainerResourceHookRequest,
+    ) -> wire::ContainerResourceHookResponse {
+        let container_resources =
+            (request.container_resources.is_some() || !self.resources.is_empty()).then(|| {
+                let mut resources = request.container_resources.clone().unwrap_or_default();
+                self.resources.apply_to(&mut resources);
+                resources
+            });
+        let mut container_annotations = request.container_annotations.clone();
+        container_annotations.extend(self.annotations.clone());
+        let mut container_envs = request.container_envs.clone();
+        container_envs.extend(self.env.clone());
+        wire::ContainerResourceHookResponse {
+            container_annotations,
+            container_resources,
+            pod_cgroup_parent: request.pod_cgroup_parent.clone(),
+            container_envs,
+        }
+    }
+}
+
+/// `dir` relative to the root, for logs.
+pub fn display_dir(dir: &Path) -> String {
+    format!("/{}", dir.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_names_round_trip() {
+        for stage in HookStage::ALL {
+            assert_eq!(stage.as_str().parse::<HookStage>(), Ok(stage));
+        }
+        assert!("PreFoo".parse::<HookStage>().is_err());
+    }
+
+    #[test]
+    fn most_specific_failure_policy_wins() {
+        let config: FailurePolicyConfig = serde_json::from_str(
+            r#"{"default":"Ignore","stages":{"PreCreateContainer":"Fail"},
+                "hooks":{"GPUEnvInject":"Ignore","BatchResource":"Fail"},
+                "hookStages":{"BatchResource/PreRunPodSandbox":"Ignore"}}"#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        use FailurePolicy::*;
+        assert_eq!(
+            config.policy_for("CPUSetAllocator", HookStage::PreCreateContainer),
+            Fail
+        );
+        assert_eq!(
+            config.policy_for("CPUSetAllocator", HookStage::PreRunPodSandbox),
+            Ignore
+        );
+        assert_eq!(
+            config.policy_for("GPUEnvInject", HookStage::PreCreateContainer),
+            Ignore
+        );
+        assert_eq!(
+            config.policy_for("BatchResource", HookStage::PreCreateContainer),
+            Fail
+        );
+        assert_eq!(
+            config.policy_for("BatchResource", HookStage::PreRunPodSandbox),
+            Ignore
+        );
+        let bad: FailurePolicyConfig =
+            serde_json::from_str(r#"{"stages":{"PreFoo":"Fail"}}"#).unwrap();
+        assert!(bad.validate().is_err());
+        assert!(serde_json::from_str::<FailurePolicyConfig>(r#"{"default":"Maybe"}"#).is_err());
+    }
+
+    #[test]
+    fn systemd_slices_expand_and_escapes_are_rejected() {
+        assert_eq!(
+            cgroup_parent_dir("kubepods-besteffort-podab_cd.slice", CgroupDriver::Systemd),
+            Some(PathBuf::from(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podab_cd.slice"
+            ))
+        );
+        assert_eq!(
+            cgroup_parent_dir("/kubepods/besteffort/podx", CgroupDriver::Cgroupfs),
+            Some(PathBuf::from("kubepods/besteffort/podx"))
+        );
+        assert_eq!(
+            cgroup_parent_dir("/kubepods/../etc", CgroupDriver::Cgroupfs),
+            None
+        );
+        assert_eq!(cgroup_parent_dir("", CgroupDriver::Cgroupfs), None);
+        assert_eq!(
+            tier_of_cgroup_parent("/kubepods/burstable/pod1"),
+            Some(QosTier::Burstable)
+        );
+        assert_eq!(
+            tier_of_cgroup_parent("/kubepods/pod1"),
+            Some(QosTier::Guaranteed)
+        );
+    }
+
+    #[test]
+    fn wire_resources_convert_both_ways() {
+        let wire_in = wire::LinuxContainerResources {
+            cpu_shares: 512,
+            cpu_quota: 0,
+            memory_limit_in_bytes: -5,
+            cpuset_cpus: "0-1".into(),
+            ..Default::default()
+        };
+        let ours = LinuxResources::from(&wire_in);
+        assert_eq!(ours.cpu_shares, Some(512));
+        assert_eq!(ours.cpu_quota, None);
+        assert_eq!(ours.memory_limit, Some(-1));
+        assert_eq!(ours.cpuset_cpus.as_deref(), Some("0-1"));
+        let mut out = wire_in.clone();
+        LinuxResources {
+            cpu_quota: Some(-1),
+            ..Default::default()
+        }
+        .apply_to(&mut out);
+        assert_eq!(out.cpu_quota, -1);
+        assert_eq!(out.cpu_shares, 512);
+    }
+}

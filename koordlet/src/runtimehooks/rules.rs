@@ -1,0 +1,190 @@
+//! Node-level inputs of the hook decisions ("rules"), rebuilt from the
+//! states informer whenever the Node, NodeSLO or pod list changes (pure).
+
+use std::collections::BTreeMap;
+
+use apis::extension::{
+    QoSClass, get_cpu_normalization_ratio, get_resource_status, get_system_qos_resource,
+    qos_class_of_pod,
+};
+use apis::slo::v1alpha1::{CPUSuppressPolicy, NodeSLO, ResourceQOS};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::system::units::CpuSet;
+
+/// Upstream's default CFS period (µs).
+pub const DEFAULT_CFS_PERIOD_US: i64 = 100_000;
+
+/// CPU QoS of a class from the NodeSLO: group identity (bvt) value when enabled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuQosRule {
+    pub enable: bool,
+    pub group_identity: i64,
+}
+
+/// LLC/MB share of a class from the NodeSLO.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResctrlRule {
+    pub enable: bool,
+    pub cat_start_percent: i64,
+    pub cat_end_percent: i64,
+    pub mba_percent: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRules {
+    pub cfs_period_us: i64,
+    /// False when the NodeSLO suppresses BE CPU with the `cfsQuota` policy:
+    /// BE pods then run without their own quota (the BE tier's quota must
+    /// stay no smaller than its children's).
+    pub be_cfs_quota_enabled: bool,
+    /// CPUs of the LS share pool: online CPUs minus those bound to LSE/LSR
+    /// pods and exclusive SYSTEM CPUs. `None` until the pods are known.
+    pub ls_share_pool: Option<CpuSet>,
+    /// CPUs reserved for SYSTEM pods (node annotation).
+    pub system_qos_cpus: Option<CpuSet>,
+    /// Node CPU normalization ratio (annotation), when enabled and valid.
+    pub cpu_normalization_ratio: Option<f64>,
+    pub cpu_qos: BTreeMap<QoSClass, CpuQosRule>,
+    pub resctrl: BTreeMap<QoSClass, ResctrlRule>,
+}
+
+impl Default for NodeRules {
+    fn default() -> Self {
+        Self {
+            cfs_period_us: DEFAULT_CFS_PERIOD_US,
+            be_cfs_quota_enabled: true,
+            ls_share_pool: None,
+            system_qos_cpus: None,
+            cpu_normalization_ratio: None,
+            cpu_qos: BTreeMap::new(),
+            resctrl: BTreeMap::new(),
+        }
+    }
+}
+
+impl NodeRules {
+    /// Rules from what the states informer holds. `online_cpus` is the
+    /// node's CPU list (capabilities); malformed annotations are skipped
+    /// and returned as messages for logging.
+    pub fn build(
+        node: Option<&Node>,
+        node_slo: Option<&NodeSLO>,
+        pods: Option<&[Pod]>,
+        online_cpus: Option<&CpuSet>,
+    ) -> (Self, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut rules = NodeRules::default();
+        let empty = BTreeMap::new();
+        let node_annotations = node
+            .and_then(|n| n.metadata.annotations.as_ref())
+            .unwrap_or(&empty);
+
+        let mut system_exclusive = CpuSet::new();
+        match get_system_qos_resource(node_annotations) {
+            Ok(Some(system)) if !system.cpuset.is_empty() => {
+                match system.cpuset.parse::<CpuSet>() {
+                    Ok(cpus) => {
+                        if system.is_cpuset_exclusive() {
+                            system_exclusive = cpus.clone();
+                        }
+                        rules.system_qos_cpus = Some(cpus);
+                    }
+                    Err(error) => {
+                        problems.push(format!("node system-qos-resource cpuset: {error}"))
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(error) => problems.push(error.to_string()),
+        }
+
+        match get_cpu_normalization_ratio(node_annotations) {
+            Ok(Some(ratio)) if ratio.is_finite() && ratio > 0.0 => {
+                rules.cpu_normalization_ratio = Some(ratio)
+            }
+            Ok(Some(ratio)) => {
+                problems.push(format!("cpu normalization ratio {ratio} is not positive"))
+            }
+            Ok(None) => {}
+            Err(error) => problems.push(error.to_string()),
+        }
+
+        if let (Some(pods), Some(online)) = (pods, online_cpus) {
+            let mut bound = CpuSet::new();
+            for pod in pods {
+                if !matches!(qos_class_of_pod(pod), QoSClass::LSE | QoSClass::LSR) {
+                    continue;
+                }
+                let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+                match get_resource_status(annotations) {
+                    Ok(Some(status)) if !status.cpuset.is_empty() => {
+                        match status.cpuset.parse::<CpuSet>() {
+                            Ok(cpus) => bound = bound.union(&cpus),
+                            Err(error) => problems.push(format!(
+                                "pod {} resource-status cpuset: {error}",
+                                pod.metadata.name.as_deref().unwrap_or_default()
+                            )),
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(error) => problems.push(error.to_string()),
+                }
+            }
+            let pool = online.difference(&bound).difference(&system_exclusive);
+            // An empty pool would starve LS pods; keep all online CPUs instead.
+            rules.ls_share_pool = Some(if pool.is_empty() {
+                online.clone()
+            } else {
+                pool
+            });
+        }
+
+        if let Some(threshold) =
+            node_slo.and_then(|slo| slo.spec.resource_used_threshold_with_be.as_ref())
+        {
+            let suppress_by_quota = threshold.enable.unwrap_or(false)
+                && threshold.cpu_suppress_policy == Some(CPUSuppressPolicy::CfsQuota);
+            rules.be_cfs_quota_enabled = !suppress_by_quota;
+        }
+
+        if let Some(strategy) = node_slo.and_then(|slo| slo.spec.resource_qos_strategy.as_ref()) {
+            let classes: [(QoSClass, &Option<ResourceQOS>); 4] = [
+                (QoSClass::LSR, &strategy.lsr_class),
+                (QoSClass::LS, &strategy.ls_class),
+                (QoSClass::BE, &strategy.be_class),
+                (QoSClass::System, &strategy.system_class),
+            ];
+            for (class, qos) in classes {
+                let Some(qos) = qos else { continue };
+                if let Some(cpu) = &qos.cpu_qos {
+                    rules.cpu_qos.insert(
+                        class,
+                        CpuQosRule {
+                            enable: cpu.enable.unwrap_or(false),
+                            group_identity: cpu.cpu_qos.group_identity.unwrap_or(0),
+                        },
+                    );
+                }
+                if let Some(resctrl) = &qos.resctrl_qos {
+                    rules.resctrl.insert(
+                        class,
+                        ResctrlRule {
+                            enable: resctrl.enable.unwrap_or(false),
+                            cat_start_percent: resctrl
+                                .resctrl_qos
+                                .cat_range_start_percent
+                                .unwrap_or(0),
+                            cat_end_percent: resctrl
+                                .resctrl_qos
+                                .cat_range_end_percent
+                                .unwrap_or(100),
+                            mba_percent: resctrl.resctrl_qos.mba_percent.unwrap_or(100),
+                        },
+                    );
+                }
+            }
+        }
+        (rules, problems)
+    }
+}
