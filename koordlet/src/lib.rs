@@ -4,6 +4,7 @@
 //! the QoS manager and runtime hooks arrive with their own changes.
 
 pub mod capabilities;
+pub mod evictor;
 pub mod metriccache;
 pub mod metricsadvisor;
 pub mod qosmanager;
@@ -68,6 +69,9 @@ pub struct KoordletArgs {
 
     #[command(flatten)]
     pub collector: metricsadvisor::CollectorArgs,
+
+    #[command(flatten)]
+    pub evictor: evictor::EvictorArgs,
 
     #[command(flatten)]
     pub log: LogArgs,

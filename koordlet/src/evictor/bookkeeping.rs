@@ -1,0 +1,107 @@
+//! What an eviction strategy remembers between rounds: when it last
+//! evicted (cool time) and which pods it already asked to evict (their
+//! resources count as pending release until the pods are gone).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use super::EVICTED_MEMORY;
+
+#[derive(Debug, Default)]
+struct State {
+    last_eviction: Option<SystemTime>,
+    requested: BTreeMap<String, SystemTime>,
+}
+
+/// Round-to-round memory of an eviction strategy; times come from the snapshot.
+#[derive(Debug, Default)]
+pub struct EvictionMemory {
+    state: Mutex<State>,
+}
+
+impl EvictionMemory {
+    /// Starts cooling at `now` (upstream's CPU evictor cools from start-up).
+    pub fn cooling_from(now: SystemTime) -> Self {
+        Self {
+            state: Mutex::new(State {
+                last_eviction: Some(now),
+                requested: BTreeMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `Some(remaining)` while within `cool_time` of the last eviction.
+    pub fn cooling(&self, now: SystemTime, cool_time: Duration) -> Option<Duration> {
+        let last = self.lock().last_eviction?;
+        let since = now.duration_since(last).unwrap_or_default();
+        (since < cool_time).then(|| cool_time - since)
+    }
+
+    /// Pods asked to be evicted less than [`EVICTED_MEMORY`] ago and still
+    /// present (`present` holds the UIDs of the current pods).
+    pub fn pending(&self, now: SystemTime, present: &HashSet<&str>) -> HashSet<String> {
+        let mut state = self.lock();
+        state.requested.retain(|uid, at| {
+            present.contains(uid.as_str())
+                && now.duration_since(*at).unwrap_or_default() < EVICTED_MEMORY
+        });
+        state.requested.keys().cloned().collect()
+    }
+
+    /// Records new eviction requests made at `now`.
+    pub fn record(&self, now: SystemTime, uids: impl IntoIterator<Item = String>) {
+        let mut state = self.lock();
+        let mut any = false;
+        for uid in uids {
+            state.requested.insert(uid, now);
+            any = true;
+        }
+        if any {
+            state.last_eviction = Some(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cool_time_and_pending_expire() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let memory = EvictionMemory::default();
+        assert_eq!(memory.cooling(t0, Duration::from_secs(4)), None);
+        memory.record(t0, ["a".to_string()]);
+        assert_eq!(
+            memory.cooling(t0 + Duration::from_secs(1), Duration::from_secs(4)),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            memory.cooling(t0 + Duration::from_secs(4), Duration::from_secs(4)),
+            None
+        );
+        let present: HashSet<&str> = ["a", "b"].into();
+        assert!(
+            memory
+                .pending(t0 + Duration::from_secs(5), &present)
+                .contains("a")
+        );
+        // Gone from the node: no longer pending.
+        assert!(
+            memory
+                .pending(t0 + Duration::from_secs(5), &HashSet::new())
+                .is_empty()
+        );
+        memory.record(t0, ["b".to_string()]);
+        assert!(memory.pending(t0 + EVICTED_MEMORY, &present).is_empty());
+        let cooling = EvictionMemory::cooling_from(t0);
+        assert!(cooling.cooling(t0, Duration::from_secs(20)).is_some());
+    }
+}

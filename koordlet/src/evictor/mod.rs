@@ -1,0 +1,544 @@
+//! Pod eviction for the QoS strategies (memoryevict, cpuevict).
+//!
+//! - Cluster mode: a `policy/v1` Eviction through the API server, which
+//!   respects PodDisruptionBudgets (a 429 answer means "not now": the pod is
+//!   retried at a later round), then a Warning Event on the pod
+//!   (`evictPodSuccess` / `evictPodFail`, as upstream) and the reason in the
+//!   pod's `koordinator.sh/evict-reason` / `koordinator.sh/evict-trigger`
+//!   annotations (upstream's descheduler keys).
+//! - Standalone mode: SIGKILL to every process of the pod's cgroups, only
+//!   with `--evict-standalone-kill=true`; otherwise the eviction is logged.
+//! - Every mode: `--evict-dry-run` logs instead of acting, a token bucket
+//!   (`--evict-qps`, `--evict-burst`) bounds the eviction rate, and a pod
+//!   already evicted is not evicted again for two minutes (upstream's cache).
+
+mod api;
+pub mod bookkeeping;
+pub mod kill;
+pub mod ratelimit;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use koord_common::metrics::MetricsRegistry;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+pub use api::{
+    ANNOTATION_EVICT_REASON, ANNOTATION_EVICT_TRIGGER, EVENT_REASON_EVICT_FAIL,
+    EVENT_REASON_EVICT_SUCCESS, eviction_body, eviction_path,
+};
+use ratelimit::TokenBucket;
+
+/// Upstream's reason string for every koordlet eviction (metric label and
+/// Event message).
+pub const EVICTED_REASON: &str = "evicted";
+
+/// How long a pod stays "already evicted" (upstream's expiring cache).
+pub const EVICTED_MEMORY: Duration = Duration::from_secs(120);
+
+/// Eviction flags.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct EvictorArgs {
+    /// Upstream flag. Upstream kills containers through the runtime unless
+    /// it is true; here cluster mode always uses the Eviction API, so the
+    /// flag is accepted for compatibility and changes nothing.
+    #[arg(long = "only-evict-by-api", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub only_evict_by_api: bool,
+
+    /// Log the evictions the strategies decide without evicting anything.
+    #[arg(long = "evict-dry-run", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub dry_run: bool,
+
+    /// In standalone mode (no API server), evict by sending SIGKILL to the
+    /// processes of the pod's cgroups; without it evictions are only logged.
+    #[arg(long = "evict-standalone-kill", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub standalone_kill: bool,
+
+    /// Sustained evictions per second.
+    #[arg(long = "evict-qps", default_value_t = 1.0, value_name = "QPS")]
+    pub qps: f64,
+
+    /// Evictions allowed at once before the rate applies.
+    #[arg(long = "evict-burst", default_value_t = 5, value_name = "COUNT")]
+    pub burst: u32,
+}
+
+impl Default for EvictorArgs {
+    fn default() -> Self {
+        Self {
+            only_evict_by_api: false,
+            dry_run: false,
+            standalone_kill: false,
+            qps: 1.0,
+            burst: 5,
+        }
+    }
+}
+
+/// The pod to evict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One eviction a strategy asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictionRequest {
+    pub pod: PodRef,
+    /// The upstream feature that decided it (`BEMemoryEvict`, `BECPUEvict`).
+    pub trigger: String,
+    /// Why, for humans (logged, in the Event and the annotation).
+    pub message: String,
+    /// Absolute cgroup directories of the pod (for the standalone kill).
+    pub cgroup_dirs: Vec<PathBuf>,
+}
+
+impl EvictionRequest {
+    /// Upstream's wording: `trigger by koordlet feature <trigger>, kill pod: <name>`.
+    pub fn upstream_message(&self) -> String {
+        format!(
+            "trigger by koordlet feature {}, kill pod: {}",
+            self.trigger, self.pod.name
+        )
+    }
+}
+
+/// What happened to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictionOutcome {
+    /// The API server accepted the eviction.
+    Evicted,
+    /// The pod's processes were killed (standalone).
+    Killed { processes: usize },
+    /// Evicted by an earlier round and not gone yet.
+    AlreadyEvicted,
+    /// `--evict-dry-run`: only logged.
+    DryRun,
+    /// Standalone without `--evict-standalone-kill`: only logged.
+    LoggedOnly,
+    /// The rate limit is exhausted; try again later.
+    RateLimited,
+    /// The API server refused for now (429: a PodDisruptionBudget does not
+    /// allow it yet); retried at a later round.
+    Blocked { message: String },
+    /// Anything else.
+    Failed { error: String },
+}
+
+impl EvictionOutcome {
+    /// Whether the strategy may count the pod's resources as released
+    /// (dry runs count, so a dry run shows the victims a real run would pick).
+    pub fn releases(&self) -> bool {
+        matches!(
+            self,
+            Self::Evicted | Self::Killed { .. } | Self::AlreadyEvicted | Self::DryRun
+        )
+    }
+
+    /// The metric label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Evicted => "evicted",
+            Self::Killed { .. } => "killed",
+            Self::AlreadyEvicted => "already_evicted",
+            Self::DryRun => "dry_run",
+            Self::LoggedOnly => "logged_only",
+            Self::RateLimited => "rate_limited",
+            Self::Blocked { .. } => "blocked",
+            Self::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// How evictions are carried out.
+#[derive(Clone)]
+pub enum EvictionBackend {
+    /// The Eviction API of this cluster.
+    Api(kube::Client),
+    /// SIGKILL to the pod's processes (standalone, explicitly enabled).
+    Kill,
+    /// Log only (standalone without the kill flag).
+    LogOnly,
+}
+
+impl std::fmt::Debug for EvictionBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Api(_) => "Api",
+            Self::Kill => "Kill",
+            Self::LogOnly => "LogOnly",
+        })
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Upstream's eviction counters plus one per outcome.
+#[derive(Clone, Default)]
+struct EvictionMetrics {
+    /// `koordlet_pod_eviction{node,reason}`.
+    evictions: Family<Labels, Counter>,
+    /// `koordlet_pod_eviction_detail{node,pod_namespace,pod_name,reason}`.
+    details: Family<Labels, Counter>,
+    /// `koordlet_pod_eviction_requests{trigger,outcome}`.
+    requests: Family<Labels, Counter>,
+}
+
+/// Carries out evictions; cheap to clone and shared by the strategies.
+#[derive(Clone)]
+pub struct PodEvictor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: EvictionBackend,
+    node_name: String,
+    dry_run: bool,
+    limiter: Mutex<TokenBucket>,
+    evicted: Mutex<HashMap<String, Instant>>,
+    metrics: EvictionMetrics,
+}
+
+impl std::fmt::Debug for PodEvictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodEvictor")
+            .field("backend", &self.inner.backend)
+            .field("node_name", &self.inner.node_name)
+            .field("dry_run", &self.inner.dry_run)
+            .finish()
+    }
+}
+
+impl PodEvictor {
+    pub fn new(backend: EvictionBackend, node_name: impl Into<String>, args: &EvictorArgs) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                backend,
+                node_name: node_name.into(),
+                dry_run: args.dry_run,
+                limiter: Mutex::new(TokenBucket::new(args.qps, args.burst)),
+                evicted: Mutex::new(HashMap::new()),
+                metrics: EvictionMetrics::default(),
+            }),
+        }
+    }
+
+    /// The backend the flags and the mode select: the API with a client,
+    /// else the kill path only when `--evict-standalone-kill` is set.
+    pub fn for_mode(client: Option<kube::Client>, node_name: &str, args: &EvictorArgs) -> Self {
+        let backend = match client {
+            Some(client) => EvictionBackend::Api(client),
+            None if args.standalone_kill => EvictionBackend::Kill,
+            None => EvictionBackend::LogOnly,
+        };
+        Self::new(backend, node_name, args)
+    }
+
+    pub fn backend(&self) -> &EvictionBackend {
+        &self.inner.backend
+    }
+
+    pub fn is_dry_run(&self) -> bool {
+        self.inner.dry_run
+    }
+
+    /// Adds the eviction counters to the component registry.
+    pub fn register_metrics(&self, registry: &MetricsRegistry) {
+        let metrics = self.inner.metrics.clone();
+        registry.register_component(|registry| {
+            registry.register(
+                "pod_eviction",
+                "Number of eviction launched by koordlet",
+                metrics.evictions,
+            );
+            registry.register(
+                "pod_eviction_detail",
+                "evict detail launched by koordlet",
+                metrics.details,
+            );
+            registry.register(
+                "pod_eviction_requests",
+                "eviction requests from the QoS strategies by trigger and outcome",
+                metrics.requests,
+            );
+        });
+    }
+
+    /// Whether the pod was evicted less than [`EVICTED_MEMORY`] before `now`.
+    pub fn is_evicted(&self, uid: &str, now: Instant) -> bool {
+        let Ok(mut evicted) = self.inner.evicted.lock() else {
+            return false;
+        };
+        evicted.retain(|_, at| now.saturating_duration_since(*at) < EVICTED_MEMORY);
+        evicted.contains_key(uid)
+    }
+
+    fn remember(&self, uid: &str, now: Instant) {
+        if let Ok(mut evicted) = self.inner.evicted.lock() {
+            evicted.insert(uid.to_string(), now);
+        }
+    }
+
+    fn take_token(&self, now: Instant) -> bool {
+        self.inner
+            .limiter
+            .lock()
+            .map(|mut bucket| bucket.try_take(now))
+            .unwrap_or(false)
+    }
+
+    /// Evicts one pod; never panics, every outcome is logged and counted.
+    pub async fn evict(&self, request: &EvictionRequest) -> EvictionOutcome {
+        let outcome = self.evict_uncounted(request).await;
+        let node = self.inner.node_name.clone();
+        let metrics = &self.inner.metrics;
+        metrics
+            .requests
+            .get_or_create(&vec![
+                ("trigger", request.trigger.clone()),
+                ("outcome", outcome.as_str().to_string()),
+            ])
+            .inc();
+        if matches!(
+            outcome,
+            EvictionOutcome::Evicted | EvictionOutcome::Killed { .. }
+        ) {
+            metrics
+                .evictions
+                .get_or_create(&vec![
+                    ("node", node.clone()),
+                    ("reason", EVICTED_REASON.to_string()),
+                ])
+                .inc();
+            metrics
+                .details
+                .get_or_create(&vec![
+                    ("node", node),
+                    ("pod_namespace", request.pod.namespace.clone()),
+                    ("pod_name", request.pod.name.clone()),
+                    ("reason", EVICTED_REASON.to_string()),
+                ])
+                .inc();
+        }
+        outcome
+    }
+
+    async fn evict_uncounted(&self, request: &EvictionRequest) -> EvictionOutcome {
+        let pod = &request.pod;
+        let now = Instant::now();
+        if self.is_evicted(&pod.uid, now) {
+            tracing::debug!(pod = %pod, trigger = %request.trigger, "pod was evicted before and is still present");
+            return EvictionOutcome::AlreadyEvicted;
+        }
+        if !self.take_token(now) {
+            tracing::warn!(pod = %pod, trigger = %request.trigger, "eviction rate limit reached; the pod is reconsidered next round");
+            return EvictionOutcome::RateLimited;
+        }
+        if self.inner.dry_run {
+            tracing::warn!(pod = %pod, trigger = %request.trigger, message = %request.message,
+                "dry run: would evict pod {pod}");
+            self.remember(&pod.uid, now);
+            return EvictionOutcome::DryRun;
+        }
+        let outcome = match &self.inner.backend {
+            EvictionBackend::Api(client) => {
+                api::evict_through_api(client, &self.inner.node_name, request).await
+            }
+            EvictionBackend::Kill => {
+                let dirs = request.cgroup_dirs.clone();
+                match tokio::task::spawn_blocking(move || kill::kill_cgroup_trees(&dirs)).await {
+                    Ok(Ok(report)) => {
+                        for (pid, error) in &report.failed {
+                            tracing::warn!(pod = %pod, pid, error = %error, "cannot kill a process of the pod");
+                        }
+                        if report.failed.is_empty() {
+                            tracing::warn!(pod = %pod, trigger = %request.trigger, killed = report.killed.len(),
+                                message = %request.message, "killed the processes of pod {pod}");
+                            EvictionOutcome::Killed {
+                                processes: report.killed.len(),
+                            }
+                        } else {
+                            EvictionOutcome::Failed {
+                                error: format!(
+                                    "{} of the pod's processes could not be killed",
+                                    report.failed.len()
+                                ),
+                            }
+                        }
+                    }
+                    Ok(Err(err)) => EvictionOutcome::Failed {
+                        error: err.to_string(),
+                    },
+                    Err(err) => EvictionOutcome::Failed {
+                        error: format!("kill task failed: {err}"),
+                    },
+                }
+            }
+            EvictionBackend::LogOnly => {
+                tracing::warn!(pod = %pod, trigger = %request.trigger, message = %request.message,
+                    "would evict pod {pod}, but standalone eviction is disabled (--evict-standalone-kill=false)");
+                EvictionOutcome::LoggedOnly
+            }
+        };
+        match &outcome {
+            EvictionOutcome::Evicted | EvictionOutcome::Killed { .. } => {
+                self.remember(&pod.uid, now)
+            }
+            EvictionOutcome::Blocked { message } => {
+                tracing::warn!(pod = %pod, message = %message, "eviction refused for now (429, PodDisruptionBudget); retrying at a later round")
+            }
+            EvictionOutcome::Failed { error } => {
+                tracing::warn!(pod = %pod, error = %error, "eviction failed")
+            }
+            _ => {}
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        evictor: EvictorArgs,
+    }
+
+    fn request(uid: &str) -> EvictionRequest {
+        EvictionRequest {
+            pod: PodRef {
+                namespace: "ns".into(),
+                name: format!("pod-{uid}"),
+                uid: uid.into(),
+            },
+            trigger: "BEMemoryEvict".into(),
+            message: "memory over threshold".into(),
+            cgroup_dirs: vec![],
+        }
+    }
+
+    #[test]
+    fn flags_parse_go_style_and_default_safe() {
+        let defaults = Flags::try_parse_from(["koordlet"]).unwrap().evictor;
+        assert_eq!(defaults, EvictorArgs::default());
+        assert!(!defaults.dry_run && !defaults.standalone_kill && !defaults.only_evict_by_api);
+        let args = Flags::try_parse_from([
+            "koordlet",
+            "--evict-dry-run",
+            "--evict-standalone-kill=true",
+            "--only-evict-by-api=true",
+            "--evict-qps=0.5",
+            "--evict-burst=2",
+        ])
+        .unwrap()
+        .evictor;
+        assert!(args.dry_run && args.standalone_kill && args.only_evict_by_api);
+        assert_eq!((args.qps, args.burst), (0.5, 2));
+    }
+
+    #[test]
+    fn backend_follows_mode_and_flag() {
+        let off = EvictorArgs::default();
+        let on = EvictorArgs {
+            standalone_kill: true,
+            ..EvictorArgs::default()
+        };
+        assert!(matches!(
+            PodEvictor::for_mode(None, "n", &off).backend(),
+            EvictionBackend::LogOnly
+        ));
+        assert!(matches!(
+            PodEvictor::for_mode(None, "n", &on).backend(),
+            EvictionBackend::Kill
+        ));
+    }
+
+    #[tokio::test]
+    async fn log_only_dry_run_rate_limit_and_memory() {
+        let args = EvictorArgs {
+            burst: 2,
+            qps: 0.0,
+            ..EvictorArgs::default()
+        };
+        let evictor = PodEvictor::new(EvictionBackend::LogOnly, "n", &args);
+        assert_eq!(
+            evictor.evict(&request("a")).await,
+            EvictionOutcome::LoggedOnly
+        );
+        // Logged-only does not mark the pod evicted.
+        assert!(!evictor.is_evicted("a", Instant::now()));
+        assert_eq!(
+            evictor.evict(&request("b")).await,
+            EvictionOutcome::LoggedOnly
+        );
+        assert_eq!(
+            evictor.evict(&request("c")).await,
+            EvictionOutcome::RateLimited
+        );
+
+        let dry = PodEvictor::new(
+            EvictionBackend::Kill,
+            "n",
+            &EvictorArgs {
+                dry_run: true,
+                ..EvictorArgs::default()
+            },
+        );
+        assert_eq!(dry.evict(&request("a")).await, EvictionOutcome::DryRun);
+        assert!(dry.is_evicted("a", Instant::now()));
+        assert_eq!(
+            dry.evict(&request("a")).await,
+            EvictionOutcome::AlreadyEvicted
+        );
+        assert!(!dry.is_evicted("a", Instant::now() + EVICTED_MEMORY));
+        assert!(EvictionOutcome::DryRun.releases());
+        assert!(!EvictionOutcome::RateLimited.releases());
+        assert!(
+            !EvictionOutcome::Blocked {
+                message: String::new()
+            }
+            .releases()
+        );
+    }
+
+    #[tokio::test]
+    async fn counters_use_upstream_names() {
+        let registry = MetricsRegistry::new("koordlet");
+        let evictor = PodEvictor::new(EvictionBackend::Kill, "node-a", &EvictorArgs::default());
+        evictor.register_metrics(&registry);
+        // Nothing to kill: the pod's cgroups are gone, which counts as killed (0 processes).
+        assert_eq!(
+            evictor.evict(&request("a")).await,
+            EvictionOutcome::Killed { processes: 0 }
+        );
+        let body = registry.encode().unwrap();
+        assert!(
+            body.contains("koordlet_pod_eviction_total{node=\"node-a\",reason=\"evicted\"} 1"),
+            "{body}"
+        );
+        assert!(
+            body.contains("pod_namespace=\"ns\",pod_name=\"pod-a\""),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "koordlet_pod_eviction_requests_total{trigger=\"BEMemoryEvict\",outcome=\"killed\"} 1"
+            ),
+            "{body}"
+        );
+    }
+}
