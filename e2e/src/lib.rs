@@ -2,6 +2,9 @@
 //! (created by `hack/kind-e2e.sh` where Docker and kind exist). When no
 //! cluster is reachable every test says so plainly and skips.
 
+pub mod cri;
+pub mod node_runtime;
+
 use std::time::Duration;
 
 use kube::Client;

@@ -1,1 +1,793 @@
-//! QoS strategy `cpusuppress`.
+//! QoS strategy `cpusuppress`: keeps BE pods' CPU within what LS pods and
+//! the system leave free (upstream `plugins/cpusuppress`).
+//!
+//! BE budget = capacity × `cpuSuppressThresholdPercent` − non-BE pod usage −
+//! system usage (node usage not accounted to pods, at least the node's
+//! reserved CPU), floored at capacity × `cpuSuppressMinPercent` when set.
+//! - `cfsQuota` policy: `kubepods/besteffort` gets `cpu.cfs_quota_us` =
+//!   budget × period (at least 2000 µs), changes smaller than 1% of the node
+//!   are skipped and increases are limited to 10% of the node per round.
+//! - `cpuset` policy: the BE cpuset gets ⌈budget⌉ CPUs (at least 2, growing
+//!   by at most 10% of the CPUs per round), split between the LSR and shared
+//!   pools in proportion, picking whole physical cores first and never CPUs
+//!   of LSE pods, reserved CPUs or exclusive SYSTEM CPUs. Written on the BE
+//!   tier, pod and container cgroups.
+//!
+//! Disabled (or the other policy chosen): the quota returns to unlimited and
+//! the cpuset to every CPU but the exclusive ones.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use apis::configuration::defaults::default_resource_threshold_strategy;
+use apis::configuration::merge::merged;
+use apis::extension::QoSClass;
+use apis::slo::v1alpha1::{CPUSuppressPolicy, ResourceThresholdStrategy};
+
+use super::framework::{Decision, QosSnapshot, Strategy};
+use crate::metricsadvisor::{CpuInfo, CpuTopology};
+use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
+use crate::system::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
+
+pub const NAME: &str = "cpusuppress";
+
+/// The BE cpuset never shrinks below this many CPUs.
+pub const BE_MIN_CPUSET_CPUS: i64 = 2;
+/// The BE quota never drops below this (µs per period).
+pub const BE_MIN_QUOTA_US: i64 = 2000;
+/// Per round, BE may grow by at most this share of the node.
+pub const BE_MAX_INCREASE_RATIO: f64 = 0.1;
+/// Quota changes below this share of the node are not written.
+pub const QUOTA_BYPASS_DELTA_RATIO: f64 = 0.01;
+
+/// Upstream's gauge names.
+pub const GAUGE_SUPPRESS_CORES: &str = "be_suppress_cpu_cores";
+pub const GAUGE_LS_USED: &str = "be_suppress_ls_used_cpu_cores";
+pub const GAUGE_BE_USED: &str = "be_suppress_be_used_cpu_cores";
+
+const REASON: &str = "adjustBEByNodeCPUUsage";
+
+#[derive(Debug, Default, Clone)]
+pub struct CpuSuppress;
+
+/// The threshold strategy of `snapshot` over upstream's defaults.
+pub fn threshold_strategy(snapshot: &QosSnapshot) -> ResourceThresholdStrategy {
+    let defaults = default_resource_threshold_strategy();
+    match snapshot
+        .node_slo
+        .as_deref()
+        .and_then(|spec| spec.resource_used_threshold_with_be.as_ref())
+    {
+        Some(strategy) => merged(&defaults, strategy),
+        None => defaults,
+    }
+}
+
+/// The inputs and result of the BE budget formula, in milli-CPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SuppressBudget {
+    pub capacity_milli: i64,
+    pub threshold_percent: i64,
+    pub non_be_used_milli: i64,
+    pub system_used_milli: i64,
+    pub be_used_milli: i64,
+    /// The floor from `cpuSuppressMinPercent`, if set.
+    pub min_milli: Option<i64>,
+    /// What BE may use.
+    pub budget_milli: i64,
+}
+
+/// Upstream's formula. `node_used` and the pod usages are cores.
+pub fn be_budget(
+    capacity_milli: i64,
+    reserved_milli: i64,
+    threshold_percent: i64,
+    min_percent: Option<i64>,
+    node_used: f64,
+    pod_usages: impl IntoIterator<Item = (bool, f64)>,
+) -> SuppressBudget {
+    let (mut all, mut non_be, mut be) = (0.0, 0.0, 0.0);
+    for (is_be, used) in pod_usages {
+        all += used;
+        if is_be {
+            be += used;
+        } else {
+            non_be += used;
+        }
+    }
+    let system = (node_used - all)
+        .max(0.0)
+        .max(reserved_milli as f64 / 1000.0);
+    let to_milli = |cores: f64| (cores * 1000.0) as i64;
+    let mut budget = capacity_milli * threshold_percent / 100 - to_milli(non_be) - to_milli(system);
+    let min_milli = min_percent.map(|p| capacity_milli * p / 100);
+    if let Some(min) = min_milli {
+        budget = budget.max(min);
+    }
+    SuppressBudget {
+        capacity_milli,
+        threshold_percent,
+        non_be_used_milli: to_milli(non_be),
+        system_used_milli: to_milli(system),
+        be_used_milli: to_milli(be),
+        min_milli,
+        budget_milli: budget,
+    }
+}
+
+/// Upstream's CFS quota step: target, unless too close to `current` (then
+/// `None`), and grown by at most 10% of the node per round.
+pub fn next_be_quota(budget_milli: i64, current: Option<i64>, capacity_cores: i64) -> Option<i64> {
+    let period = DEFAULT_CFS_PERIOD_US as i64;
+    let target = (budget_milli * period / 1000).max(BE_MIN_QUOTA_US);
+    let current = current.unwrap_or(-1);
+    let node_quota = (capacity_cores * period) as f64;
+    let min_delta = node_quota * QUOTA_BYPASS_DELTA_RATIO;
+    if ((target - current) as f64).abs() < min_delta && target != BE_MIN_QUOTA_US {
+        return None;
+    }
+    let max_increase = node_quota * BE_MAX_INCREASE_RATIO;
+    if current != -1 && (target - current) as f64 > max_increase {
+        return Some(current + max_increase as i64);
+    }
+    Some(target)
+}
+
+/// Picks `count` CPUs of `processors`: whole cores (two sibling threads)
+/// round-robin over (NUMA node, socket) buckets, then single CPUs.
+pub fn pick_cpus(count: usize, processors: &[CpuInfo]) -> Vec<u32> {
+    if processors.len() < count || count == 0 {
+        return Vec::new();
+    }
+    let mut by_bucket: BTreeMap<(u32, u32), Vec<CpuInfo>> = BTreeMap::new();
+    for cpu in processors {
+        by_bucket
+            .entry((cpu.node, cpu.socket))
+            .or_default()
+            .push(*cpu);
+    }
+    let mut buckets: Vec<Vec<CpuInfo>> = by_bucket.into_values().collect();
+    for bucket in &mut buckets {
+        bucket.sort_by_key(|c| (c.core, c.cpu));
+    }
+    buckets.sort_by(|a, b| b.len().cmp(&a.len()).then(a[0].cpu.cmp(&b[0].cpu)));
+
+    let mut picked: Vec<u32> = Vec::with_capacity(count);
+    let mut used = std::collections::BTreeSet::new();
+    let mut need = count;
+    // Whole cores while at least two are needed.
+    'cores: loop {
+        let mut progressed = false;
+        for bucket in &buckets {
+            if need <= 1 {
+                break 'cores;
+            }
+            let pair = bucket.windows(2).find(|w| {
+                !used.contains(&w[0].cpu) && !used.contains(&w[1].cpu) && w[0].core == w[1].core
+            });
+            if let Some(pair) = pair {
+                picked.extend([pair[0].cpu, pair[1].cpu]);
+                used.extend([pair[0].cpu, pair[1].cpu]);
+                need -= 2;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    // Then single CPUs.
+    loop {
+        let mut progressed = false;
+        for bucket in &buckets {
+            if need == 0 {
+                return picked;
+            }
+            if let Some(cpu) = bucket.iter().find(|c| !used.contains(&c.cpu)) {
+                picked.push(cpu.cpu);
+                used.insert(cpu.cpu);
+                need -= 1;
+                progressed = true;
+            }
+        }
+        if !progressed || need == 0 {
+            return picked;
+        }
+    }
+}
+
+/// CPUs BE may never use: reserved, exclusive SYSTEM and LSE pods' CPUs.
+fn exclusive_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    let mut exclusive = snapshot
+        .node
+        .reserved_cpus
+        .union(&snapshot.node.system_qos_exclusive_cpus);
+    for pod in &snapshot.pods {
+        if pod.qos_label == QoSClass::LSE
+            && let Some(cpus) = &pod.allocated_cpus
+        {
+            exclusive = exclusive.union(cpus);
+        }
+    }
+    exclusive
+}
+
+/// The unsuppressed BE cpuset: every online CPU but the exclusive ones.
+pub fn full_be_cpuset(snapshot: &QosSnapshot, topology: &CpuTopology) -> CpuSet {
+    let exclusive = exclusive_cpus(snapshot);
+    let mut set = CpuSet::new();
+    for cpu in &topology.cpus {
+        if !exclusive.contains(cpu.cpu) {
+            // Ids come from the kernel's topology and are bounded there.
+            let _ = set.insert(cpu.cpu);
+        }
+    }
+    set
+}
+
+/// The suppressed BE cpuset for `budget_milli`, given the current BE cpuset size.
+pub fn suppressed_cpuset(
+    snapshot: &QosSnapshot,
+    topology: &CpuTopology,
+    budget_milli: i64,
+    current_len: usize,
+) -> CpuSet {
+    let mut pool_of: HashMap<u32, QoSClass> = HashMap::new();
+    for pod in &snapshot.pods {
+        if let Some(cpus) = &pod.allocated_cpus {
+            for cpu in cpus.iter() {
+                pool_of.insert(cpu, pod.qos_label);
+            }
+        }
+    }
+    let blocked = snapshot
+        .node
+        .reserved_cpus
+        .union(&snapshot.node.system_qos_exclusive_cpus);
+    let (mut lsr, mut shared) = (Vec::new(), Vec::new());
+    for cpu in &topology.cpus {
+        if blocked.contains(cpu.cpu) {
+            continue;
+        }
+        match pool_of.get(&cpu.cpu) {
+            Some(QoSClass::LSR) => lsr.push(*cpu),
+            Some(QoSClass::LSE) => {}
+            _ => shared.push(*cpu),
+        }
+    }
+    let wanted = ((budget_milli.max(0) + 999) / 1000).max(BE_MIN_CPUSET_CPUS) as usize;
+    let max_increase = (topology.cpus.len() as f64 * BE_MAX_INCREASE_RATIO).ceil() as usize;
+    let wanted = wanted.min(current_len + max_increase);
+    let pools = lsr.len() + shared.len();
+    let from_lsr = (wanted * lsr.len()).checked_div(pools).unwrap_or(0);
+    let mut cpus = pick_cpus(from_lsr, &lsr);
+    cpus.extend(pick_cpus(wanted - from_lsr, &shared));
+    CpuSet::from_ids(cpus).unwrap_or_default()
+}
+
+/// BE cgroups a cpuset is written to: the tier, its pods and their containers.
+fn be_cpuset_dirs(snapshot: &QosSnapshot) -> Vec<PathBuf> {
+    let mut dirs = vec![snapshot.layout.qos_dir(QosTier::BestEffort)];
+    for pod in &snapshot.pods {
+        if pod.kube_qos != QosTier::BestEffort {
+            continue;
+        }
+        dirs.push(pod.cgroup_dir.clone());
+        dirs.extend(pod.containers.iter().filter_map(|c| c.cgroup_dir.clone()));
+    }
+    dirs
+}
+
+fn write_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, set: &CpuSet, reason: &str) {
+    for dir in be_cpuset_dirs(snapshot) {
+        decision.write(
+            dir,
+            CgroupResource::CpusetCpus,
+            CgroupValue::CpuSet(set.clone()),
+            reason,
+        );
+    }
+}
+
+fn restore_quota(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
+    decision.write(
+        snapshot.layout.qos_dir(QosTier::BestEffort),
+        CgroupResource::CpuCfsQuota,
+        CgroupValue::Unlimited,
+        format!("{REASON}: restore BE cfs quota ({why})"),
+    );
+}
+
+fn restore_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
+    match snapshot.topology.as_deref() {
+        Some(topology) => {
+            let set = full_be_cpuset(snapshot, topology);
+            if set.is_empty() {
+                decision.info("no CPU is left for BE after exclusive CPUs; cpuset not restored");
+            } else {
+                write_cpuset(
+                    decision,
+                    snapshot,
+                    &set,
+                    &format!("{REASON}: restore BE cpuset ({why})"),
+                );
+            }
+        }
+        None => decision.info("no CPU topology yet; BE cpuset not restored"),
+    }
+}
+
+impl Strategy for CpuSuppress {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn interval(&self, snapshot: &QosSnapshot) -> Duration {
+        snapshot.config.cpu_suppress_interval
+    }
+
+    fn gauges(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            (GAUGE_SUPPRESS_CORES, "Number of cores suppress by koordlet"),
+            (
+                GAUGE_LS_USED,
+                "Number of cpu cores used by LS. We consider non-BE pods and podMeta-missing pods as LS.",
+            ),
+            (GAUGE_BE_USED, "Number of cpu cores used by BE."),
+        ]
+    }
+
+    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        let strategy = threshold_strategy(snapshot);
+        let policy = strategy
+            .cpu_suppress_policy
+            .clone()
+            .unwrap_or(CPUSuppressPolicy::CPUSet);
+        let mut decision = Decision::default();
+        if strategy.enable != Some(true) {
+            restore_quota(&mut decision, snapshot, "suppress disabled");
+            restore_cpuset(&mut decision, snapshot, "suppress disabled");
+            decision.skip(
+                "disabled by NodeSLO (resourceUsedThresholdWithBE.enable is not true); BE restored",
+            );
+            return decision;
+        }
+        let threshold = strategy
+            .cpu_suppress_threshold_percent
+            .unwrap_or(65)
+            .clamp(0, 100);
+        let capacity = snapshot.node.cpu_capacity_milli;
+        if capacity <= 0 {
+            decision.skip("node CPU capacity unknown");
+            return decision;
+        }
+        let node_used = match snapshot.fresh("node CPU usage", snapshot.node_usage.cpu) {
+            Ok(sample) => sample.value,
+            Err(why) => {
+                decision.skip(format!("{why}; BE left as it is"));
+                return decision;
+            }
+        };
+        let max_age = snapshot.max_metric_age();
+        let fresh_pods: Vec<(bool, f64)> = snapshot
+            .pods
+            .iter()
+            .filter_map(|pod| {
+                let sample = pod.cpu_usage?;
+                sample
+                    .is_fresh(snapshot.now, max_age)
+                    .then_some((pod.is_be(), sample.value))
+            })
+            .collect();
+        if !snapshot.pods.is_empty() && fresh_pods.is_empty() {
+            decision.skip("no fresh pod CPU usage sample; BE left as it is");
+            return decision;
+        }
+        let budget = be_budget(
+            capacity,
+            snapshot.node.cpu_reserved_milli,
+            threshold,
+            strategy.cpu_suppress_min_percent,
+            node_used,
+            fresh_pods,
+        );
+        decision.gauge(
+            GAUGE_LS_USED,
+            vec![],
+            budget.non_be_used_milli as f64 / 1000.0,
+        );
+        decision.gauge(GAUGE_BE_USED, vec![], budget.be_used_milli as f64 / 1000.0);
+        let formula = format!(
+            "BE budget {}m = capacity {}m x {}% - non-BE used {}m - system used {}m{}",
+            budget.budget_milli,
+            capacity,
+            threshold,
+            budget.non_be_used_milli,
+            budget.system_used_milli,
+            budget
+                .min_milli
+                .map(|m| format!(" (floor {m}m)"))
+                .unwrap_or_default()
+        );
+        decision.info(formula.clone());
+        let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+        if policy == CPUSuppressPolicy::CfsQuota {
+            let current = match snapshot.current(&be_dir, CgroupResource::CpuCfsQuota) {
+                Some(CgroupValue::Int(v)) => Some(v),
+                Some(CgroupValue::Unlimited) => None,
+                _ => {
+                    decision.skip(format!(
+                        "cannot read cpu.cfs_quota_us of {}",
+                        be_dir.display()
+                    ));
+                    return decision;
+                }
+            };
+            let capacity_cores = (capacity + 999) / 1000;
+            match next_be_quota(budget.budget_milli, current, capacity_cores) {
+                Some(quota) => {
+                    decision.write(
+                        &be_dir,
+                        CgroupResource::CpuCfsQuota,
+                        CgroupValue::Int(quota),
+                        format!("{REASON}: {formula}"),
+                    );
+                    decision.gauge(
+                        GAUGE_SUPPRESS_CORES,
+                        vec![("type", "cfsQuota".to_string())],
+                        quota as f64 / DEFAULT_CFS_PERIOD_US as f64,
+                    );
+                }
+                None => decision.info("BE quota change below 1% of the node; not written"),
+            }
+            restore_cpuset(&mut decision, snapshot, "policy is cfsQuota");
+        } else {
+            let Some(topology) = snapshot.topology.as_deref() else {
+                decision.skip("no CPU topology yet; BE cpuset left as it is");
+                return decision;
+            };
+            let current_len = match snapshot.current(&be_dir, CgroupResource::CpusetCpus) {
+                Some(CgroupValue::CpuSet(set)) => set.len(),
+                _ => {
+                    decision.skip(format!("cannot read cpuset.cpus of {}", be_dir.display()));
+                    return decision;
+                }
+            };
+            let set = suppressed_cpuset(snapshot, topology, budget.budget_milli, current_len);
+            if set.is_empty() {
+                decision.skip("no CPU available for BE; cpuset left as it is");
+                return decision;
+            }
+            decision.gauge(
+                GAUGE_SUPPRESS_CORES,
+                vec![("type", "cpuset".to_string())],
+                set.len() as f64,
+            );
+            write_cpuset(
+                &mut decision,
+                snapshot,
+                &set,
+                &format!("{REASON}: {formula}"),
+            );
+            restore_quota(&mut decision, snapshot, "policy is cpuset");
+        }
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use apis::slo::v1alpha1::NodeSLOSpec;
+
+    use super::*;
+    use crate::qosmanager::framework::{MapReader, MetricSample, QosContainer, QosPod};
+
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
+    /// 8 CPUs: 2 sockets × 2 cores × 2 threads (siblings are cpu n and n+4).
+    fn topology() -> CpuTopology {
+        CpuTopology {
+            cpus: (0..8)
+                .map(|cpu| CpuInfo {
+                    cpu,
+                    core: cpu % 4,
+                    socket: (cpu % 4) / 2,
+                    node: (cpu % 4) / 2,
+                })
+                .collect(),
+        }
+    }
+
+    fn pod(name: &str, qos: QoSClass, tier: QosTier, usage: Option<f64>) -> QosPod {
+        let uid = format!("uid-{name}");
+        let layout = QosSnapshot::for_test(now()).layout;
+        let dir = layout.pod_dir(tier, &uid).unwrap();
+        QosPod {
+            uid,
+            namespace: "default".into(),
+            name: name.into(),
+            qos,
+            qos_label: qos,
+            kube_qos: tier,
+            priority: apis::extension::PriorityClass::None,
+            priority_value: 0,
+            phase: "Running".into(),
+            cgroup_dir: dir.clone(),
+            containers: vec![QosContainer {
+                name: "main".into(),
+                id: Some("containerd://abc".into()),
+                cgroup_dir: Some(dir.join("abc")),
+                cpu_request_milli: None,
+                cpu_limit_milli: None,
+                memory_request_bytes: None,
+                memory_limit_bytes: None,
+                cpu_usage: None,
+                memory_usage: None,
+            }],
+            allocated_cpus: None,
+            cpu_usage: usage.map(|u| MetricSample::new(u, now())),
+            memory_usage: None,
+            kube_index: None,
+        }
+    }
+
+    fn be_dir() -> PathBuf {
+        PathBuf::from("kubepods/besteffort")
+    }
+
+    /// 8-CPU node, suppress enabled with `policy`, node at `node_used` cores,
+    /// one LS pod using `ls_used` and one BE pod using `be_used`.
+    fn snapshot(
+        policy: CPUSuppressPolicy,
+        node_used: f64,
+        ls_used: f64,
+        be_used: f64,
+    ) -> QosSnapshot {
+        let mut snapshot = QosSnapshot::for_test(now());
+        snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
+            resource_used_threshold_with_be: Some(ResourceThresholdStrategy {
+                enable: Some(true),
+                cpu_suppress_threshold_percent: Some(65),
+                cpu_suppress_policy: Some(policy),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        snapshot.node.cpu_capacity_milli = 8000;
+        snapshot.node_usage.cpu = Some(MetricSample::new(node_used, now()));
+        snapshot.topology = Some(Arc::new(topology()));
+        snapshot.pods = vec![
+            pod("ls", QoSClass::LS, QosTier::Burstable, Some(ls_used)),
+            pod("be", QoSClass::BE, QosTier::BestEffort, Some(be_used)),
+        ];
+        snapshot.reader = Arc::new(
+            MapReader::default()
+                .with(
+                    be_dir(),
+                    CgroupResource::CpuCfsQuota,
+                    CgroupValue::Unlimited,
+                )
+                .with(
+                    be_dir(),
+                    CgroupResource::CpusetCpus,
+                    CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()),
+                ),
+        );
+        snapshot
+    }
+
+    #[test]
+    fn budget_follows_upstream_formula() {
+        // 8 cores x 65% = 5200m; LS 3 cores; system = 4.5 - (3 + 1) = 0.5 core.
+        let budget = be_budget(8000, 0, 65, None, 4.5, [(false, 3.0), (true, 1.0)]);
+        assert_eq!(budget.non_be_used_milli, 3000);
+        assert_eq!(budget.system_used_milli, 500);
+        assert_eq!(budget.budget_milli, 5200 - 3000 - 500);
+        // Reserved CPU raises the system share; the min percent floors the budget.
+        let budget = be_budget(8000, 1000, 65, Some(10), 7.0, [(false, 6.0), (true, 0.5)]);
+        assert_eq!(budget.system_used_milli, 1000);
+        assert_eq!(budget.budget_milli, 800);
+    }
+
+    #[test]
+    fn cfs_quota_policy_writes_the_formula_value() {
+        let decision = CpuSuppress.decide(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
+        // Current quota is unlimited, so the target is written without step limits.
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Int(170_000)),
+            "{decision:?}"
+        );
+        // The cpuset is restored to every CPU.
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpusetCpus),
+            Some(&CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()))
+        );
+        assert!(
+            decision
+                .gauges
+                .iter()
+                .any(|g| g.name == GAUGE_SUPPRESS_CORES && (g.value - 1.7).abs() < 1e-9)
+        );
+    }
+
+    #[test]
+    fn quota_never_goes_below_minimum_and_grows_in_steps() {
+        assert_eq!(
+            next_be_quota(-3000, Some(500_000), 8),
+            Some(BE_MIN_QUOTA_US)
+        );
+        // From 100000 to 600000 on 8 cores: at most +80000 per round.
+        assert_eq!(next_be_quota(6000, Some(100_000), 8), Some(180_000));
+        // Below 1% of the node (8000 µs): not written.
+        assert_eq!(next_be_quota(1050, Some(100_000), 8), None);
+    }
+
+    #[test]
+    fn cpuset_policy_picks_whole_cores_and_restores_quota() {
+        // Budget 5200 - 3000 - 500 = 1700m -> 2 CPUs: one whole core.
+        let decision = CpuSuppress.decide(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
+        let Some(CgroupValue::CpuSet(set)) =
+            decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
+        else {
+            panic!("no cpuset write: {decision:?}");
+        };
+        assert_eq!(set.len(), 2);
+        let ids: Vec<u32> = set.iter().collect();
+        assert_eq!(ids[0] % 4, ids[1] % 4, "siblings of one core: {ids:?}");
+        // Pod and container cgroups get the same set.
+        let pod_dir = be_dir().join("poduid-be");
+        assert_eq!(
+            decision.write_for(&pod_dir, CgroupResource::CpusetCpus),
+            Some(&CgroupValue::CpuSet(set.clone()))
+        );
+        assert_eq!(
+            decision.write_for(&pod_dir.join("abc"), CgroupResource::CpusetCpus),
+            Some(&CgroupValue::CpuSet(set.clone()))
+        );
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Unlimited)
+        );
+    }
+
+    #[test]
+    fn cpuset_avoids_lse_and_reserved_cpus_and_grows_slowly() {
+        let mut snapshot = snapshot(CPUSuppressPolicy::CPUSet, 0.5, 0.0, 0.0);
+        let mut lse = pod("lse", QoSClass::LSE, QosTier::Guaranteed, Some(0.0));
+        lse.allocated_cpus = Some(CpuSet::from_ids([0, 4]).unwrap());
+        snapshot.pods.push(lse);
+        snapshot.node.reserved_cpus = CpuSet::from_ids([1]).unwrap();
+        // Current BE cpuset has 2 CPUs: at most ceil(8 x 10%) = 1 more.
+        snapshot.reader = Arc::new(MapReader::default().with(
+            be_dir(),
+            CgroupResource::CpusetCpus,
+            CgroupValue::CpuSet(CpuSet::from_ids([2, 6]).unwrap()),
+        ));
+        let decision = CpuSuppress.decide(&snapshot);
+        let Some(CgroupValue::CpuSet(set)) =
+            decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
+        else {
+            panic!("no cpuset write: {decision:?}");
+        };
+        assert_eq!(set.len(), 3, "{set}");
+        for forbidden in [0, 4, 1] {
+            assert!(!set.contains(forbidden), "{set} contains {forbidden}");
+        }
+    }
+
+    #[test]
+    fn lsr_pool_gets_its_share() {
+        let mut snapshot = snapshot(CPUSuppressPolicy::CPUSet, 0.5, 0.0, 0.0);
+        let mut lsr = pod("lsr", QoSClass::LSR, QosTier::Guaranteed, Some(0.0));
+        lsr.allocated_cpus = Some(CpuSet::from_ids([0, 4, 1, 5]).unwrap());
+        snapshot.pods.push(lsr);
+        let topology = topology();
+        // 4 CPUs wanted, pools LSR 4 / shared 4: 2 from each.
+        let set = suppressed_cpuset(&snapshot, &topology, 4000, 8);
+        let from_lsr = set.iter().filter(|c| [0, 4, 1, 5].contains(c)).count();
+        assert_eq!((set.len(), from_lsr), (4, 2), "{set}");
+    }
+
+    #[test]
+    fn disabled_restores_everything_and_says_so() {
+        let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        snapshot.node_slo = None;
+        let decision = CpuSuppress.decide(&snapshot);
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Unlimited)
+        );
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpusetCpus),
+            Some(&CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()))
+        );
+        assert!(decision.skip_reason().unwrap().contains("disabled"));
+    }
+
+    #[test]
+    fn stale_or_missing_metrics_do_nothing() {
+        let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        snapshot.node_usage.cpu = Some(MetricSample::new(4.5, now() - Duration::from_secs(120)));
+        let decision = CpuSuppress.decide(&snapshot);
+        assert!(decision.writes.is_empty());
+        assert!(
+            decision.skip_reason().unwrap().contains("stale"),
+            "{decision:?}"
+        );
+
+        snapshot.node_usage.cpu = None;
+        let decision = CpuSuppress.decide(&snapshot);
+        assert!(decision.is_skipped());
+        assert!(
+            decision
+                .skip_reason()
+                .unwrap()
+                .contains("no node CPU usage")
+        );
+
+        let mut snapshot = self::snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        for pod in &mut snapshot.pods {
+            pod.cpu_usage = None;
+        }
+        let decision = CpuSuppress.decide(&snapshot);
+        assert!(decision.is_skipped(), "{decision:?}");
+    }
+
+    #[test]
+    fn no_be_pods_still_caps_the_tier() {
+        let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 3.5, 3.0, 0.0);
+        snapshot.pods.retain(|p| !p.is_be());
+        let decision = CpuSuppress.decide(&snapshot);
+        // 5200 - 3000 - 500 = 1700m.
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Int(170_000))
+        );
+    }
+
+    #[test]
+    fn threshold_zero_and_hundred() {
+        let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        let set_threshold = |snapshot: &mut QosSnapshot, percent| {
+            let mut spec = (*snapshot.node_slo.clone().unwrap()).clone();
+            spec.resource_used_threshold_with_be
+                .as_mut()
+                .unwrap()
+                .cpu_suppress_threshold_percent = Some(percent);
+            snapshot.node_slo = Some(Arc::new(spec));
+        };
+        set_threshold(&mut snapshot, 0);
+        let decision = CpuSuppress.decide(&snapshot);
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Int(BE_MIN_QUOTA_US))
+        );
+        set_threshold(&mut snapshot, 100);
+        let decision = CpuSuppress.decide(&snapshot);
+        // 8000 - 3000 - 500 = 4500m.
+        assert_eq!(
+            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Int(450_000))
+        );
+    }
+
+    #[test]
+    fn pick_cpus_prefers_whole_cores_then_singles() {
+        let topology = topology();
+        let three = pick_cpus(3, &topology.cpus);
+        assert_eq!(three.len(), 3);
+        assert_eq!(three[0] % 4, three[1] % 4);
+        assert!(pick_cpus(9, &topology.cpus).is_empty());
+        let all = pick_cpus(8, &topology.cpus);
+        let mut sorted = all.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..8).collect::<Vec<_>>());
+    }
+}

@@ -1,1 +1,223 @@
-//! NRI plugin transport for the runtime hooks.
+//! NRI plugin transport for the runtime hooks (NRI v0.2+, containerd ≥ 1.7,
+//! CRI-O ≥ 1.26).
+//!
+//! - [`ttrpc`]: the wire codec (multiplexer frames + ttrpc messages).
+//! - [`connection`]: one connection (register, serve the Plugin service).
+//! - [`supervisor`]: the one task that owns the connection, reconnecting
+//!   with exponential backoff; a new connection is opened only after the
+//!   previous one is fully closed, so there is never more than one
+//!   (upstream koordinator#2334 could leave two after a reconnect).
+//! - [`plugin`]: NRI events → hook contexts → NRI adjustments/updates.
+//! - [`status`]: connection state, metrics and readiness.
+
+pub mod connection;
+pub mod plugin;
+pub mod proto;
+pub mod status;
+pub mod supervisor;
+pub mod ttrpc;
+
+#[cfg(test)]
+mod transport_tests;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use koord_common::cluster::parse_duration;
+
+pub use plugin::NriPlugin;
+pub use status::{NriState, NriStatus, NriStatusSnapshot};
+pub use supervisor::{Backoff, NriSupervisor};
+
+/// Upstream's default `--var-run-root-dir`, which relative socket paths are
+/// resolved against.
+pub const VAR_RUN_ROOT: &str = "/var/run/";
+
+/// NRI flags, named as upstream koordlet's.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct NriArgs {
+    /// Run the runtime hooks as an NRI plugin of the container runtime.
+    #[arg(long = "enable-nri-runtime-hook", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub enable: bool,
+
+    /// The runtime's NRI socket; a relative path is taken below /var/run/.
+    #[arg(
+        long = "runtime-hooks-nri-socket-path",
+        default_value = "nri/nri.sock",
+        value_name = "PATH"
+    )]
+    pub socket_path: PathBuf,
+
+    /// Name the plugin registers under.
+    #[arg(
+        long = "runtime-hooks-nri-plugin-name",
+        default_value = "koordlet_nri",
+        value_name = "NAME"
+    )]
+    pub plugin_name: String,
+
+    /// Plugin index (two digits); the runtime calls plugins in ascending order.
+    #[arg(
+        long = "runtime-hooks-nri-plugin-index",
+        default_value = "00",
+        value_name = "INDEX",
+        value_parser = parse_plugin_index
+    )]
+    pub plugin_index: String,
+
+    /// How long the runtime may take to acknowledge the registration.
+    #[arg(long = "runtime-hooks-nri-connect-timeout", default_value = "6s", value_parser = parse_duration, value_name = "DURATION")]
+    pub connect_timeout: Duration,
+
+    /// First reconnect delay.
+    #[arg(long = "runtime-hooks-nri-backoff-duration", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub backoff_duration: Duration,
+
+    /// Growth factor of the reconnect delay.
+    #[arg(
+        long = "runtime-hooks-nri-backoff-factor",
+        default_value_t = 2.0,
+        value_name = "FACTOR",
+        value_parser = parse_backoff_factor
+    )]
+    pub backoff_factor: f64,
+
+    /// Longest reconnect delay.
+    #[arg(long = "runtime-hooks-nri-backoff-cap", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub backoff_cap: Duration,
+}
+
+impl NriArgs {
+    /// The socket path, relative paths resolved below `/var/run/`.
+    pub fn socket(&self) -> PathBuf {
+        Path::new(VAR_RUN_ROOT).join(&self.socket_path)
+    }
+
+    pub fn backoff(&self) -> Backoff {
+        Backoff {
+            initial: self.backoff_duration,
+            factor: self.backoff_factor,
+            cap: self.backoff_cap,
+        }
+    }
+
+    pub fn registration(&self) -> connection::Registration {
+        connection::Registration {
+            plugin_name: self.plugin_name.clone(),
+            plugin_index: self.plugin_index.clone(),
+            timeout: self.connect_timeout,
+        }
+    }
+}
+
+fn parse_plugin_index(text: &str) -> Result<String, String> {
+    let valid = text.len() == 2 && text.bytes().all(|b| b.is_ascii_digit());
+    if valid {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "invalid NRI plugin index {text:?}: expected two digits such as 00"
+        ))
+    }
+}
+
+fn parse_backoff_factor(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(factor) if factor.is_finite() && factor >= 1.0 => Ok(factor),
+        _ => Err(format!(
+            "invalid backoff factor {text:?}: expected a number >= 1"
+        )),
+    }
+}
+
+/// What `koordlet capabilities` can show about NRI without the daemon: the
+/// socket's presence and whether it accepts a connection.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NriProbe {
+    pub socket: PathBuf,
+    pub socket_present: bool,
+    pub accepts_connections: bool,
+    pub detail: String,
+}
+
+/// Checks the NRI socket of `args` (connects and closes immediately; the
+/// runtime logs a short-lived connection, nothing else).
+pub fn probe_socket(args: &NriArgs) -> NriProbe {
+    let socket = args.socket();
+    if !args.enable {
+        return NriProbe {
+            socket,
+            socket_present: false,
+            accepts_connections: false,
+            detail: "disabled (--enable-nri-runtime-hook=false)".to_string(),
+        };
+    }
+    let socket_present = socket.exists();
+    let connect = std::os::unix::net::UnixStream::connect(&socket);
+    let accepts_connections = connect.is_ok();
+    let detail = match (&connect, socket_present) {
+        (Ok(_), _) => "the runtime offers NRI on this socket".to_string(),
+        (Err(_), false) => {
+            "no NRI socket: the runtime is not running, has NRI disabled, or predates NRI v0.2 (containerd < 1.7, CRI-O < 1.26)".to_string()
+        }
+        (Err(err), true) => format!("socket present but refuses connections: {err}"),
+    };
+    NriProbe {
+        socket,
+        socket_present,
+        accepts_connections,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        nri: NriArgs,
+    }
+
+    #[test]
+    fn defaults_and_flag_names_follow_upstream() {
+        let flags = Flags::try_parse_from(["koordlet"]).unwrap();
+        assert!(flags.nri.enable);
+        assert_eq!(flags.nri.socket(), PathBuf::from("/var/run/nri/nri.sock"));
+        assert_eq!(flags.nri.plugin_name, "koordlet_nri");
+        assert_eq!(flags.nri.plugin_index, "00");
+        assert_eq!(flags.nri.connect_timeout, Duration::from_secs(6));
+        assert_eq!(flags.nri.backoff().initial, Duration::from_secs(1));
+
+        let flags = Flags::try_parse_from([
+            "koordlet",
+            "--enable-nri-runtime-hook=false",
+            "--runtime-hooks-nri-socket-path=/tmp/x/nri.sock",
+            "--runtime-hooks-nri-plugin-index=42",
+        ])
+        .unwrap();
+        assert!(!flags.nri.enable);
+        assert_eq!(flags.nri.socket(), PathBuf::from("/tmp/x/nri.sock"));
+        assert_eq!(flags.nri.plugin_index, "42");
+        assert!(Flags::try_parse_from(["koordlet", "--runtime-hooks-nri-plugin-index=7"]).is_err());
+        assert!(
+            Flags::try_parse_from(["koordlet", "--runtime-hooks-nri-backoff-factor=0.5"]).is_err()
+        );
+    }
+
+    #[test]
+    fn probe_reports_a_missing_socket() {
+        let flags = Flags::try_parse_from([
+            "koordlet",
+            "--runtime-hooks-nri-socket-path=/nonexistent/koord/nri.sock",
+        ])
+        .unwrap();
+        let probe = probe_socket(&flags.nri);
+        assert!(!probe.socket_present);
+        assert!(!probe.accepts_connections);
+        assert!(probe.detail.contains("no NRI socket"), "{}", probe.detail);
+    }
+}

@@ -1,0 +1,1183 @@
+//! The QoS manager's plugin framework: strategies decide, the runner acts.
+//!
+//! # Adding a strategy
+//!
+//! 1. Implement [`Strategy`] in `qosmanager/<name>.rs`:
+//!    - [`Strategy::name`]: the upstream plugin's short name (`cpusuppress`,
+//!      `memoryevict`, ...); it labels metrics, notes and explain entries.
+//!    - [`Strategy::interval`]: how often to run, from the [`QosSnapshot`]'s
+//!      NodeSLO or [`QosManagerConfig`] (upstream's `*-interval-seconds`).
+//!    - [`Strategy::required_capabilities`]: what the kernel must offer; when
+//!      one is missing the runner does not call `decide` and records
+//!      "skipped: unsupported ..." instead.
+//!    - [`Strategy::decide`]: PURE. Read only the snapshot (NodeSLO, metrics
+//!      with sample times, pods and their cgroup dirs, topology, capabilities,
+//!      current file values through [`QosSnapshot::current`]) and return a
+//!      [`Decision`]: cgroup writes ([`ResourceUpdate`]), plain file writes
+//!      ([`FileWrite`], for /proc/sys or resctrl), evictions
+//!      ([`EvictionRequest`]) and notes ([`Note`], e.g. "skipped: node CPU
+//!      usage sample is 40s old"). Never write, sleep or read the clock: the
+//!      time is `snapshot.now`.
+//!    - optionally [`Strategy::gauges`] to export extra gauges (upstream names
+//!      such as `be_suppress_cpu_cores`) filled from [`Decision::gauges`].
+//! 2. Add it to [`standard_strategies`] (in `qosmanager/mod.rs`).
+//! 3. Unit-test `decide` on hand-built snapshots: [`QosSnapshot::for_test`]
+//!    and [`MapReader`] give a snapshot without any I/O.
+//!
+//! The runner applies writes through the shared [`ResourceExecutor`] (so
+//! hierarchical cpuset/quota ordering and the audit trail come for free),
+//! reads every managed file back first to count drift repaired, hands
+//! evictions to the configured [`Evictor`], records expected values for
+//! `GET /qos/explain`, and exports per-strategy metrics.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use apis::extension::{PriorityClass, QoSClass};
+use apis::slo::v1alpha1::NodeSLOSpec;
+use k8s_openapi::api::core::v1::Pod;
+use koord_common::MetricsRegistry;
+use koord_common::metrics::FloatGauge;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::capabilities::NodeCapabilities;
+use crate::metriccache::MetricCache;
+use crate::metricsadvisor::CpuTopology;
+use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
+use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
+use crate::system::units::CpuSet;
+
+// ---------------------------------------------------------------------------
+// Snapshot
+// ---------------------------------------------------------------------------
+
+/// One metric value and when it was sampled (so strategies can judge staleness).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricSample {
+    pub value: f64,
+    pub time: SystemTime,
+}
+
+impl MetricSample {
+    pub fn new(value: f64, time: SystemTime) -> Self {
+        Self { value, time }
+    }
+
+    /// The sample's age at `now` (zero for samples from the future).
+    pub fn age(&self, now: SystemTime) -> Duration {
+        now.duration_since(self.time).unwrap_or_default()
+    }
+
+    /// Whether the sample is no older than `max_age` at `now`.
+    pub fn is_fresh(&self, now: SystemTime, max_age: Duration) -> bool {
+        self.age(now) <= max_age
+    }
+}
+
+/// Latest node-level samples from the metric cache. `None`: never collected
+/// (or expired). CPU in cores, memory in bytes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeUsage {
+    pub cpu: Option<MetricSample>,
+    /// `MemTotal - MemAvailable`.
+    pub memory: Option<MetricSample>,
+    /// `MemTotal - MemFree`.
+    pub memory_with_page_cache: Option<MetricSample>,
+    /// Node CPU not accounted to any pod.
+    pub system_cpu: Option<MetricSample>,
+    pub system_memory: Option<MetricSample>,
+    /// Σ CPU of BE pods.
+    pub be_cpu: Option<MetricSample>,
+    /// Σ memory of BE pods.
+    pub be_memory: Option<MetricSample>,
+}
+
+/// The node's size and what is held back from pods.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeInfo {
+    /// `status.capacity.cpu` in milli-CPU (standalone: online CPUs × 1000).
+    pub cpu_capacity_milli: i64,
+    /// `status.capacity.memory` in bytes (standalone: MemTotal); 0 when unknown.
+    pub memory_capacity_bytes: i64,
+    /// CPU reserved for the system: the larger of kubelet's (capacity -
+    /// allocatable) and the `node.koordinator.sh/reservation` amount, milli-CPU.
+    pub cpu_reserved_milli: i64,
+    /// Memory reserved likewise, bytes.
+    pub memory_reserved_bytes: i64,
+    /// CPUs named in `node.koordinator.sh/reservation` (`reservedCPUs`).
+    pub reserved_cpus: CpuSet,
+    /// Exclusive SYSTEM-QoS CPUs (`node.koordinator.sh/system-qos-resource`).
+    pub system_qos_exclusive_cpus: CpuSet,
+    /// Node annotations (for strategies reading other node-level keys).
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One container of a [`QosPod`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct QosContainer {
+    pub name: String,
+    /// Runtime ID with prefix (`containerd://...`); `None` until started.
+    pub id: Option<String>,
+    /// Cgroup dir relative to the hierarchy root; `None` until started.
+    pub cgroup_dir: Option<PathBuf>,
+    /// `resources.requests.cpu` (or `kubernetes.io/batch-cpu`) in milli-CPU.
+    pub cpu_request_milli: Option<i64>,
+    /// `resources.limits.cpu` (or `kubernetes.io/batch-cpu`) in milli-CPU.
+    pub cpu_limit_milli: Option<i64>,
+    pub memory_request_bytes: Option<i64>,
+    pub memory_limit_bytes: Option<i64>,
+    pub cpu_usage: Option<MetricSample>,
+    pub memory_usage: Option<MetricSample>,
+}
+
+/// One pod as the QoS strategies see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QosPod {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// Koordinator QoS class (label, else derived from the Kubernetes class).
+    pub qos: QoSClass,
+    /// The raw `koordinator.sh/qosClass` label value (upstream's
+    /// `GetPodQoSClassRaw`), `None` when absent.
+    pub qos_label: QoSClass,
+    pub kube_qos: QosTier,
+    pub priority: PriorityClass,
+    /// `spec.priority` (defaults by priority class when absent).
+    pub priority_value: i32,
+    /// `status.phase`.
+    pub phase: String,
+    /// Pod cgroup dir relative to the hierarchy root.
+    pub cgroup_dir: PathBuf,
+    pub containers: Vec<QosContainer>,
+    /// CPUs from `scheduling.koordinator.sh/resource-status` (LSR/LSE pods).
+    pub allocated_cpus: Option<CpuSet>,
+    pub cpu_usage: Option<MetricSample>,
+    pub memory_usage: Option<MetricSample>,
+    /// Index into [`QosSnapshot::kube_pods`] for strategies needing the full object.
+    pub kube_index: Option<usize>,
+}
+
+impl QosPod {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// BE by Koordinator class, or BestEffort by Kubernetes class (upstream's
+    /// rule for "not a BE pod" is: neither).
+    pub fn is_be(&self) -> bool {
+        self.qos_label == QoSClass::BE || self.kube_qos == QosTier::BestEffort
+    }
+
+    /// Σ container CPU limits in milli-CPU; `None` when any container is unlimited.
+    pub fn cpu_limit_milli(&self) -> Option<i64> {
+        self.containers
+            .iter()
+            .map(|c| c.cpu_limit_milli)
+            .try_fold(0i64, |sum, limit| limit.map(|l| sum.saturating_add(l)))
+            .filter(|_| !self.containers.is_empty())
+    }
+
+    /// Σ container CPU requests in milli-CPU.
+    pub fn cpu_request_milli(&self) -> i64 {
+        self.containers
+            .iter()
+            .filter_map(|c| c.cpu_request_milli)
+            .sum()
+    }
+}
+
+/// Current value of a cgroup file, read on demand. The runner passes a
+/// reader over the real hierarchy; tests use [`MapReader`].
+pub trait CgroupReader: Send + Sync {
+    /// The value of `resource` for the cgroup at `dir` (relative); `None`
+    /// when the file is missing or unreadable.
+    fn read(&self, dir: &Path, resource: CgroupResource) -> Option<CgroupValue>;
+
+    /// Child cgroup directory names of `dir` (in the resource's hierarchy).
+    fn children(&self, dir: &Path, resource: CgroupResource) -> Vec<String>;
+}
+
+/// Reads through a [`CgroupLayout`].
+pub struct LayoutReader(pub CgroupLayout);
+
+impl CgroupReader for LayoutReader {
+    fn read(&self, dir: &Path, resource: CgroupResource) -> Option<CgroupValue> {
+        self.0.read_value(dir, resource).ok()
+    }
+
+    fn children(&self, dir: &Path, resource: CgroupResource) -> Vec<String> {
+        let Ok(path) = self.0.controller_path(dir, resource.v1_controller()) else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// An in-memory [`CgroupReader`] for tests.
+#[derive(Debug, Clone, Default)]
+pub struct MapReader {
+    pub values: HashMap<(PathBuf, CgroupResource), CgroupValue>,
+}
+
+impl MapReader {
+    pub fn with(
+        mut self,
+        dir: impl Into<PathBuf>,
+        resource: CgroupResource,
+        value: CgroupValue,
+    ) -> Self {
+        self.values.insert((dir.into(), resource), value);
+        self
+    }
+}
+
+impl CgroupReader for MapReader {
+    fn read(&self, dir: &Path, resource: CgroupResource) -> Option<CgroupValue> {
+        self.values.get(&(dir.to_path_buf(), resource)).cloned()
+    }
+
+    fn children(&self, dir: &Path, resource: CgroupResource) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .values
+            .keys()
+            .filter(|(path, res)| *res == resource && path.parent() == Some(dir))
+            .filter_map(|(path, _)| path.file_name()?.to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Everything a strategy may look at, gathered once per round.
+#[derive(Clone)]
+pub struct QosSnapshot {
+    /// The time of this round; use it instead of a clock.
+    pub now: SystemTime,
+    /// The node's NodeSLO spec; `None` before one was received. Strategies
+    /// merge upstream defaults (`apis::configuration::defaults`) themselves.
+    pub node_slo: Option<Arc<NodeSLOSpec>>,
+    pub node: NodeInfo,
+    pub node_usage: NodeUsage,
+    pub pods: Vec<QosPod>,
+    /// The full pod objects, indexed by [`QosPod::kube_index`].
+    pub kube_pods: Arc<Vec<Pod>>,
+    /// Online CPUs with core/socket/NUMA ids; `None` before the first read.
+    pub topology: Option<Arc<CpuTopology>>,
+    pub capabilities: Arc<NodeCapabilities>,
+    pub layout: CgroupLayout,
+    /// How often node/pod metrics are collected; a sample older than
+    /// [`QosSnapshot::max_metric_age`] is stale.
+    pub collect_interval: Duration,
+    /// For window queries (averages over a time window).
+    pub metric_cache: Option<Arc<MetricCache>>,
+    pub reader: Arc<dyn CgroupReader>,
+    pub config: QosManagerConfig,
+}
+
+impl std::fmt::Debug for QosSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QosSnapshot")
+            .field("now", &self.now)
+            .field("node", &self.node)
+            .field("node_usage", &self.node_usage)
+            .field("pods", &self.pods.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl QosSnapshot {
+    /// A snapshot with no NodeSLO, no pods, no metrics, every capability of a
+    /// cgroup v1 node with CPU burst, and an empty [`MapReader`].
+    pub fn for_test(now: SystemTime) -> Self {
+        Self {
+            now,
+            node_slo: None,
+            node: NodeInfo::default(),
+            node_usage: NodeUsage::default(),
+            pods: Vec::new(),
+            kube_pods: Arc::new(Vec::new()),
+            topology: None,
+            capabilities: Arc::new(test_capabilities()),
+            layout: CgroupLayout::new(
+                crate::system::cgroup::CgroupVersion::V1,
+                crate::system::cgroup::CgroupDriver::Cgroupfs,
+                "/sys/fs/cgroup",
+            ),
+            collect_interval: Duration::from_secs(1),
+            metric_cache: None,
+            reader: Arc::new(MapReader::default()),
+            config: QosManagerConfig::default(),
+        }
+    }
+
+    /// The current value of a file (see [`CgroupReader::read`]).
+    pub fn current(&self, dir: &Path, resource: CgroupResource) -> Option<CgroupValue> {
+        self.reader.read(dir, resource)
+    }
+
+    /// Samples older than this are stale: three collection intervals, at least 10 s.
+    pub fn max_metric_age(&self) -> Duration {
+        (self.collect_interval * 3).max(Duration::from_secs(10))
+    }
+
+    /// The sample if it exists and is fresh, else a note saying why not.
+    pub fn fresh(&self, what: &str, sample: Option<MetricSample>) -> Result<MetricSample, String> {
+        match sample {
+            None => Err(format!("no {what} sample yet")),
+            Some(sample) if !sample.is_fresh(self.now, self.max_metric_age()) => Err(format!(
+                "{what} sample is stale ({}s old, limit {}s)",
+                sample.age(self.now).as_secs(),
+                self.max_metric_age().as_secs()
+            )),
+            Some(sample) => Ok(sample),
+        }
+    }
+
+    pub fn kube_pod(&self, pod: &QosPod) -> Option<&Pod> {
+        self.kube_pods.get(pod.kube_index?)
+    }
+
+    pub fn be_pods(&self) -> impl Iterator<Item = &QosPod> {
+        self.pods.iter().filter(|pod| pod.is_be())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Decision
+// ---------------------------------------------------------------------------
+
+/// A pod to evict and why; the [`Evictor`] executes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictionRequest {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// Upstream's reason string (e.g. `evictPodByNodeMemoryUsage`).
+    pub reason: String,
+    /// Human-readable detail for the event and log.
+    pub message: String,
+    /// The deciding strategy (filled in by the runner).
+    pub strategy: &'static str,
+}
+
+impl EvictionRequest {
+    pub fn for_pod(pod: &QosPod, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            reason: reason.into(),
+            message: message.into(),
+            strategy: "",
+        }
+    }
+}
+
+/// How the runner checks a [`FileWrite`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadBack {
+    /// The trimmed file content must equal the written value.
+    #[default]
+    Exact,
+    /// The file does not read back what was written (e.g. resctrl `tasks`,
+    /// which appends): write every time, count no drift.
+    None,
+}
+
+/// A write to a non-cgroup kernel file (`/proc/sys/vm/...`, resctrl).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileWrite {
+    /// Absolute path (built from the configured roots).
+    pub path: PathBuf,
+    pub value: String,
+    pub reason: String,
+    pub read_back: ReadBack,
+}
+
+/// One gauge value a strategy reports; `name` must be one its
+/// [`Strategy::gauges`] declared. The runner adds the `node` label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaugeValue {
+    pub name: &'static str,
+    pub labels: Vec<(&'static str, String)>,
+    pub value: f64,
+}
+
+/// What a note says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoteKind {
+    /// The strategy did nothing (disabled, metrics missing, ...).
+    Skipped,
+    /// Context for the actions taken.
+    Info,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub kind: NoteKind,
+    pub text: String,
+}
+
+/// A strategy's output for one round.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    pub writes: Vec<ResourceUpdate>,
+    pub file_writes: Vec<FileWrite>,
+    pub evictions: Vec<EvictionRequest>,
+    pub notes: Vec<Note>,
+    pub gauges: Vec<GaugeValue>,
+}
+
+impl Decision {
+    /// A decision that does nothing, saying why.
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        let mut decision = Self::default();
+        decision.skip(reason);
+        decision
+    }
+
+    pub fn skip(&mut self, reason: impl Into<String>) {
+        self.notes.push(Note {
+            kind: NoteKind::Skipped,
+            text: reason.into(),
+        });
+    }
+
+    pub fn info(&mut self, text: impl Into<String>) {
+        self.notes.push(Note {
+            kind: NoteKind::Info,
+            text: text.into(),
+        });
+    }
+
+    /// Adds a cgroup write; an invalid value becomes a skip note instead.
+    pub fn write(
+        &mut self,
+        dir: impl Into<PathBuf>,
+        resource: CgroupResource,
+        value: CgroupValue,
+        reason: impl Into<String>,
+    ) {
+        let dir = dir.into();
+        let shown = value.to_string();
+        match ResourceUpdate::new(dir.clone(), resource, value, reason) {
+            Ok(update) => self.writes.push(update),
+            Err(err) => self.skip(format!(
+                "invalid value {shown} for {} of {}: {err}",
+                resource.name(),
+                dir.display()
+            )),
+        }
+    }
+
+    pub fn gauge(&mut self, name: &'static str, labels: Vec<(&'static str, String)>, value: f64) {
+        self.gauges.push(GaugeValue {
+            name,
+            labels,
+            value,
+        });
+    }
+
+    /// Whether the decision says it did nothing.
+    pub fn is_skipped(&self) -> bool {
+        self.writes.is_empty()
+            && self.file_writes.is_empty()
+            && self.evictions.is_empty()
+            && self.notes.iter().any(|n| n.kind == NoteKind::Skipped)
+    }
+
+    /// The first skip note, if any.
+    pub fn skip_reason(&self) -> Option<&str> {
+        self.notes
+            .iter()
+            .find(|n| n.kind == NoteKind::Skipped)
+            .map(|n| n.text.as_str())
+    }
+
+    /// The write planned for `resource` of `dir`, if any.
+    pub fn write_for(&self, dir: &Path, resource: CgroupResource) -> Option<&CgroupValue> {
+        self.writes
+            .iter()
+            .rev()
+            .find(|w| w.resource == resource && w.dir == dir)
+            .map(|w| &w.value)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Strategy
+// ---------------------------------------------------------------------------
+
+/// A kernel feature a strategy needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// `cpu.cfs_burst_us` / `cpu.max.burst`.
+    CpuBurst,
+    CpuIdle,
+    /// resctrl with L3 CAT or MBA.
+    Resctrl,
+    /// Node-level PSI.
+    Psi,
+    /// The cpuset controller is present.
+    Cpuset,
+    /// The blkio (v1) / io (v2) controller is present.
+    Blkio,
+}
+
+impl Capability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::CpuBurst => "cpuBurst",
+            Capability::CpuIdle => "cpuIdle",
+            Capability::Resctrl => "resctrl",
+            Capability::Psi => "psi",
+            Capability::Cpuset => "cpuset",
+            Capability::Blkio => "blkio",
+        }
+    }
+
+    /// `Ok` when present; else why not.
+    pub fn check(self, caps: &NodeCapabilities) -> Result<(), String> {
+        let present = match self {
+            Capability::CpuBurst => caps.cpu_burst,
+            Capability::CpuIdle => caps.cpu_idle,
+            Capability::Resctrl => caps.resctrl.supported,
+            Capability::Psi => caps.psi,
+            Capability::Cpuset => has_controller(caps, "cpuset"),
+            Capability::Blkio => has_controller(caps, "blkio") || has_controller(caps, "io"),
+        };
+        if present {
+            return Ok(());
+        }
+        let reason = caps
+            .reasons
+            .get(self.as_str())
+            .cloned()
+            .unwrap_or_else(|| "not detected on this node".to_string());
+        Err(format!("unsupported: {} ({reason})", self.as_str()))
+    }
+}
+
+fn has_controller(caps: &NodeCapabilities, name: &str) -> bool {
+    caps.cgroup.controllers.iter().any(|c| c == name)
+}
+
+/// Capabilities of a cgroup v1 node with every controller, CPU burst,
+/// cpu.idle and PSI, but no resctrl or core scheduling (this CI machine).
+pub fn test_capabilities() -> NodeCapabilities {
+    use crate::capabilities::{
+        CgroupCapabilities, CgroupDriver, CgroupVersion, MemoryQosCapabilities, ResctrlCapabilities,
+    };
+    let controllers: Vec<String> = ["blkio", "cpu", "cpuacct", "cpuset", "memory", "pids"]
+        .map(String::from)
+        .to_vec();
+    NodeCapabilities {
+        cgroup: CgroupCapabilities {
+            version: CgroupVersion::V1,
+            version_reason: String::new(),
+            driver: CgroupDriver::Cgroupfs,
+            driver_source: None,
+            controllers: controllers.clone(),
+            v1_controllers: controllers,
+            v2_controllers: Vec::new(),
+            unified_mount: false,
+            unified_mount_path: None,
+        },
+        cpu_burst: true,
+        cpu_idle: true,
+        psi: true,
+        psi_cgroup: false,
+        psi_cgroup_source: None,
+        core_sched: false,
+        group_identity: false,
+        resctrl: ResctrlCapabilities {
+            supported: false,
+            cat: false,
+            mba: false,
+            closids: None,
+            cbm_mask: None,
+        },
+        smt: false,
+        numa_nodes: 1,
+        cpus: 2,
+        kernel: "test".to_string(),
+        memory_qos: MemoryQosCapabilities::default(),
+        cpu_topology: Vec::new(),
+        reasons: BTreeMap::new(),
+    }
+}
+
+/// A QoS strategy. See the module documentation for how to add one.
+pub trait Strategy: Send + Sync {
+    /// Short upstream plugin name, e.g. `cpusuppress`.
+    fn name(&self) -> &'static str;
+
+    /// Time between two rounds (NodeSLO or [`QosManagerConfig`]).
+    fn interval(&self, snapshot: &QosSnapshot) -> Duration;
+
+    /// Kernel features without which `decide` is not called.
+    fn required_capabilities(&self) -> &'static [Capability] {
+        &[]
+    }
+
+    /// Extra gauges `(name without the koordlet_ prefix, help)` this
+    /// strategy reports through [`Decision::gauges`].
+    fn gauges(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    /// The pure decision for one round.
+    fn decide(&self, snapshot: &QosSnapshot) -> Decision;
+}
+
+/// Executes evictions. Part of the runner's output; the real implementation
+/// (Eviction API, standalone kill) lives in `crate::evictor`.
+pub trait Evictor: Send + Sync {
+    /// Called from the runner's blocking thread; must not block long
+    /// (hand off to an async task or queue).
+    fn evict(&self, request: EvictionRequest);
+}
+
+/// Logs evictions instead of executing them; used when no evictor is configured.
+#[derive(Debug, Default, Clone)]
+pub struct LoggingEvictor;
+
+impl Evictor for LoggingEvictor {
+    fn evict(&self, request: EvictionRequest) {
+        tracing::warn!(
+            pod = %format!("{}/{}", request.namespace, request.name),
+            uid = %request.uid,
+            reason = %request.reason,
+            strategy = request.strategy,
+            "eviction requested but no evictor is configured: {}",
+            request.message
+        );
+    }
+}
+
+/// Intervals and switches of the QoS manager (upstream `qosmanager/framework.Config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QosManagerConfig {
+    /// `-reconcile-interval-seconds` (cgreconcile, blkio, resctrl, sysreconcile).
+    pub reconcile_interval: Duration,
+    /// `-cpu-suppress-interval-seconds`.
+    pub cpu_suppress_interval: Duration,
+    /// `-cpu-evict-interval-seconds`.
+    pub cpu_evict_interval: Duration,
+    /// `-memory-evict-interval-seconds`.
+    pub memory_evict_interval: Duration,
+    /// `-memory-evict-cool-time-seconds`.
+    pub memory_evict_cool_time: Duration,
+    /// `-cpu-evict-cool-time-seconds`.
+    pub cpu_evict_cool_time: Duration,
+    /// cpuburst runs at this period (upstream: the collector interval).
+    pub cpu_burst_interval: Duration,
+}
+
+impl Default for QosManagerConfig {
+    fn default() -> Self {
+        Self {
+            reconcile_interval: Duration::from_secs(1),
+            cpu_suppress_interval: Duration::from_secs(1),
+            cpu_evict_interval: Duration::from_secs(1),
+            memory_evict_interval: Duration::from_secs(1),
+            memory_evict_cool_time: Duration::from_secs(4),
+            cpu_evict_cool_time: Duration::from_secs(20),
+            cpu_burst_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Explain registry
+// ---------------------------------------------------------------------------
+
+/// What koordlet wants in one file, and who wants it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedFile {
+    /// Absolute path.
+    pub path: String,
+    /// Cgroup dir relative to the hierarchy root (empty for plain files).
+    pub dir: String,
+    /// Cgroup file name or plain file path.
+    pub resource: String,
+    pub expected: String,
+    pub strategy: &'static str,
+    pub reason: String,
+    /// RFC 3339 time of the round that last asked for this value.
+    pub decided_at: String,
+}
+
+/// Expected values by absolute path, shared between the runner and the
+/// explain endpoint.
+#[derive(Clone, Default)]
+pub struct ManagedFiles {
+    inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
+}
+
+impl ManagedFiles {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, path: &str) -> Option<ManagedFile> {
+        self.lock().get(path).cloned()
+    }
+
+    pub fn all(&self) -> Vec<ManagedFile> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn insert(&self, file: ManagedFile) {
+        self.lock().insert(file.path.clone(), file);
+    }
+
+    /// Drops entries of a strategy whose cgroup no longer exists.
+    fn prune_missing(&self) {
+        self.lock().retain(|path, _| Path::new(path).exists());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+// ---------------------------------------------------------------------------
+
+type StrategyLabels = Vec<(&'static str, &'static str)>;
+type GaugeLabels = Vec<(String, String)>;
+
+/// Per-strategy metrics: `koordlet_qos_strategy_runs_total`,
+/// `..._actions_total`, `..._errors_total`, `..._skips_total`,
+/// `..._drifts_repaired_total` and `koordlet_qos_strategy_last_duration_seconds`,
+/// all labelled `{strategy}`; plus the strategies' own gauges.
+#[derive(Clone, Default)]
+pub struct QosMetrics {
+    runs: Family<StrategyLabels, Counter>,
+    actions: Family<StrategyLabels, Counter>,
+    errors: Family<StrategyLabels, Counter>,
+    skips: Family<StrategyLabels, Counter>,
+    drifts: Family<StrategyLabels, Counter>,
+    last_duration: Family<StrategyLabels, FloatGauge>,
+    gauges: BTreeMap<&'static str, Family<GaugeLabels, FloatGauge>>,
+    node: String,
+}
+
+impl QosMetrics {
+    /// Registers the families (and each strategy's gauges) on `registry`.
+    pub fn register(
+        registry: &MetricsRegistry,
+        node: &str,
+        strategies: &[Box<dyn Strategy>],
+    ) -> Self {
+        let mut metrics = Self {
+            node: node.to_string(),
+            ..Self::default()
+        };
+        for strategy in strategies {
+            for (name, _) in strategy.gauges() {
+                metrics.gauges.entry(name).or_default();
+            }
+            let labels = vec![("strategy", strategy.name())];
+            for family in [
+                &metrics.runs,
+                &metrics.actions,
+                &metrics.errors,
+                &metrics.skips,
+                &metrics.drifts,
+            ] {
+                family.get_or_create(&labels).inc_by(0);
+            }
+        }
+        let help: BTreeMap<&'static str, &'static str> = strategies
+            .iter()
+            .flat_map(|s| s.gauges().iter().copied())
+            .collect();
+        registry.register_component(|registry| {
+            registry.register(
+                "qos_strategy_runs",
+                "QoS strategy rounds run",
+                metrics.runs.clone(),
+            );
+            registry.register(
+                "qos_strategy_actions",
+                "cgroup/file writes performed and evictions requested by a QoS strategy",
+                metrics.actions.clone(),
+            );
+            registry.register(
+                "qos_strategy_errors",
+                "failed writes of a QoS strategy",
+                metrics.errors.clone(),
+            );
+            registry.register(
+                "qos_strategy_skips",
+                "QoS strategy rounds that did nothing (disabled, unsupported, metrics missing or stale)",
+                metrics.skips.clone(),
+            );
+            registry.register(
+                "qos_strategy_drifts_repaired",
+                "managed files found different from the expected value and rewritten",
+                metrics.drifts.clone(),
+            );
+            registry.register(
+                "qos_strategy_last_duration_seconds",
+                "duration of the last round of a QoS strategy (decide and apply)",
+                metrics.last_duration.clone(),
+            );
+            for (name, family) in &metrics.gauges {
+                let text = help.get(name).copied().unwrap_or("QoS strategy gauge");
+                registry.register(*name, text, family.clone());
+            }
+        });
+        metrics
+    }
+
+    fn labels(strategy: &'static str) -> StrategyLabels {
+        vec![("strategy", strategy)]
+    }
+
+    fn record(&self, strategy: &'static str, outcome: &RoundOutcome) {
+        let labels = Self::labels(strategy);
+        self.runs.get_or_create(&labels).inc();
+        self.actions
+            .get_or_create(&labels)
+            .inc_by(outcome.actions as u64);
+        self.errors
+            .get_or_create(&labels)
+            .inc_by(outcome.errors as u64);
+        self.drifts
+            .get_or_create(&labels)
+            .inc_by(outcome.drifts_repaired as u64);
+        if outcome.skipped {
+            self.skips.get_or_create(&labels).inc();
+        }
+        self.last_duration
+            .get_or_create(&labels)
+            .set(outcome.duration.as_secs_f64());
+    }
+
+    fn set_gauges(&self, gauges: &[GaugeValue]) {
+        for gauge in gauges {
+            let Some(family) = self.gauges.get(gauge.name) else {
+                continue;
+            };
+            let mut labels = vec![("node".to_string(), self.node.clone())];
+            labels.extend(gauge.labels.iter().map(|(k, v)| (k.to_string(), v.clone())));
+            family.get_or_create(&labels).set(gauge.value);
+        }
+    }
+
+    /// Counter values for tests: (runs, actions, errors, drifts repaired).
+    pub fn counts(&self, strategy: &'static str) -> (u64, u64, u64, u64) {
+        let labels = Self::labels(strategy);
+        (
+            self.runs.get_or_create(&labels).get(),
+            self.actions.get_or_create(&labels).get(),
+            self.errors.get_or_create(&labels).get(),
+            self.drifts.get_or_create(&labels).get(),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Runner
+// ---------------------------------------------------------------------------
+
+/// What one round of one strategy did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundOutcome {
+    /// Files written plus evictions requested.
+    pub actions: usize,
+    pub errors: usize,
+    pub drifts_repaired: usize,
+    pub skipped: bool,
+    pub duration: Duration,
+    pub notes: Vec<Note>,
+}
+
+/// Runs strategies against snapshots and applies their decisions.
+pub struct QosRunner {
+    strategies: Vec<Box<dyn Strategy>>,
+    executor: ResourceExecutor,
+    evictor: Arc<dyn Evictor>,
+    managed: ManagedFiles,
+    metrics: Option<QosMetrics>,
+    /// Last expected value we successfully wrote, per absolute path: a later
+    /// read-back that differs is drift.
+    applied: HashMap<PathBuf, String>,
+    next_due: Vec<Option<SystemTime>>,
+    last_prune: Option<SystemTime>,
+}
+
+impl QosRunner {
+    pub fn new(strategies: Vec<Box<dyn Strategy>>, executor: ResourceExecutor) -> Self {
+        let count = strategies.len();
+        Self {
+            strategies,
+            executor,
+            evictor: Arc::new(LoggingEvictor),
+            managed: ManagedFiles::default(),
+            metrics: None,
+            applied: HashMap::new(),
+            next_due: vec![None; count],
+            last_prune: None,
+        }
+    }
+
+    pub fn with_evictor(mut self, evictor: Arc<dyn Evictor>) -> Self {
+        self.evictor = evictor;
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: QosMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    pub fn strategies(&self) -> &[Box<dyn Strategy>] {
+        &self.strategies
+    }
+
+    /// The expected-value registry (for the explain endpoint).
+    pub fn managed_files(&self) -> ManagedFiles {
+        self.managed.clone()
+    }
+
+    /// Runs every strategy that is due at `snapshot.now`; returns the
+    /// outcomes by strategy name. Blocking: call from a blocking thread.
+    pub fn run_due(&mut self, snapshot: &QosSnapshot) -> Vec<(&'static str, RoundOutcome)> {
+        let mut outcomes = Vec::new();
+        for index in 0..self.strategies.len() {
+            let due = self.next_due[index].is_none_or(|due| snapshot.now >= due);
+            if !due {
+                continue;
+            }
+            let interval = self.strategies[index].interval(snapshot);
+            self.next_due[index] = Some(snapshot.now + interval);
+            let name = self.strategies[index].name();
+            let outcome = self.run_one(index, snapshot);
+            outcomes.push((name, outcome));
+        }
+        if self
+            .last_prune
+            .is_none_or(|last| snapshot.now >= last + Duration::from_secs(60))
+        {
+            self.last_prune = Some(snapshot.now);
+            self.managed.prune_missing();
+            self.applied.retain(|path, _| path.exists());
+        }
+        outcomes
+    }
+
+    /// The earliest time a strategy is due (`None`: run now).
+    pub fn next_due(&self) -> Option<SystemTime> {
+        self.next_due.iter().copied().min().flatten()
+    }
+
+    /// Runs strategy `index` now, regardless of its schedule.
+    pub fn run_one(&mut self, index: usize, snapshot: &QosSnapshot) -> RoundOutcome {
+        let started = Instant::now();
+        let strategy = &self.strategies[index];
+        let name = strategy.name();
+        let unsupported: Vec<String> = strategy
+            .required_capabilities()
+            .iter()
+            .filter_map(|cap| cap.check(&snapshot.capabilities).err())
+            .collect();
+        let decision = if unsupported.is_empty() {
+            strategy.decide(snapshot)
+        } else {
+            Decision::skipped(unsupported.join("; "))
+        };
+        let mut outcome = self.apply(name, decision, snapshot);
+        outcome.duration = started.elapsed();
+        for note in &outcome.notes {
+            match note.kind {
+                NoteKind::Skipped => tracing::debug!(strategy = name, "skipped: {}", note.text),
+                NoteKind::Info => tracing::debug!(strategy = name, "{}", note.text),
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.record(name, &outcome);
+        }
+        outcome
+    }
+
+    fn apply(
+        &mut self,
+        name: &'static str,
+        decision: Decision,
+        snapshot: &QosSnapshot,
+    ) -> RoundOutcome {
+        let mut outcome = RoundOutcome {
+            skipped: decision.is_skipped(),
+            notes: decision.notes,
+            ..RoundOutcome::default()
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics.set_gauges(&decision.gauges);
+        }
+        let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
+        let layout = self.executor.layout().clone();
+
+        // Cgroup writes: read back first; equal → nothing to do; different
+        // from a value we wrote before → drift, bypass the executor's cache.
+        let mut to_apply = Vec::new();
+        let mut drifted = Vec::new();
+        for update in crate::resourceexecutor::merge_updates(decision.writes) {
+            let Ok(path) = layout.file_path(&update.dir, update.resource) else {
+                outcome.errors += 1;
+                continue;
+            };
+            let expected = update.value.to_string();
+            self.managed.insert(ManagedFile {
+                path: path.display().to_string(),
+                dir: update.dir.display().to_string(),
+                resource: update.resource.name().to_string(),
+                expected: expected.clone(),
+                strategy: name,
+                reason: update.reason.clone(),
+                decided_at: decided_at.clone(),
+            });
+            let actual = layout.read_value(&update.dir, update.resource).ok();
+            if actual.as_ref() == Some(&update.value) {
+                self.applied.insert(path, expected);
+                continue;
+            }
+            if self.applied.get(&path) == Some(&expected) {
+                drifted.push(path.clone());
+                self.executor.forget(&update.dir);
+                tracing::info!(
+                    strategy = name,
+                    path = %path.display(),
+                    expected = %expected,
+                    actual = %actual.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+                    "drift detected; repairing"
+                );
+            }
+            to_apply.push((path, update));
+        }
+        if !to_apply.is_empty() {
+            let paths: Vec<(PathBuf, String)> = to_apply
+                .iter()
+                .map(|(path, update)| (path.clone(), update.value.to_string()))
+                .collect();
+            let report = self
+                .executor
+                .apply_blocking(to_apply.into_iter().map(|(_, u)| u), snapshot.now);
+            for write in &report.writes {
+                match &write.status {
+                    WriteStatus::Written
+                        if write.step != crate::resourceexecutor::StepKind::Loosen =>
+                    {
+                        outcome.actions += 1
+                    }
+                    WriteStatus::Failed { error, .. } => {
+                        outcome.errors += 1;
+                        tracing::warn!(strategy = name, "cgroup write failed: {error}");
+                    }
+                    _ => {}
+                }
+            }
+            for (path, expected) in paths {
+                let failed = report.writes.iter().any(|w| {
+                    matches!(w.status, WriteStatus::Failed { .. })
+                        && layout.file_path(&w.dir, w.resource).ok().as_ref() == Some(&path)
+                });
+                if failed {
+                    self.applied.remove(&path);
+                } else {
+                    if drifted.contains(&path) {
+                        outcome.drifts_repaired += 1;
+                    }
+                    self.applied.insert(path, expected);
+                }
+            }
+        }
+
+        for write in decision.file_writes {
+            self.managed.insert(ManagedFile {
+                path: write.path.display().to_string(),
+                dir: String::new(),
+                resource: write.path.display().to_string(),
+                expected: write.value.clone(),
+                strategy: name,
+                reason: write.reason.clone(),
+                decided_at: decided_at.clone(),
+            });
+            let actual = std::fs::read_to_string(&write.path)
+                .ok()
+                .map(|s| s.trim().to_string());
+            if write.read_back == ReadBack::Exact && actual.as_deref() == Some(write.value.trim()) {
+                self.applied.insert(write.path.clone(), write.value.clone());
+                continue;
+            }
+            let drift = write.read_back == ReadBack::Exact
+                && self.applied.get(&write.path) == Some(&write.value);
+            match std::fs::write(&write.path, write.value.as_bytes()) {
+                Ok(()) => {
+                    outcome.actions += 1;
+                    if drift {
+                        outcome.drifts_repaired += 1;
+                    }
+                    tracing::info!(
+                        strategy = name,
+                        path = %write.path.display(),
+                        value = %write.value,
+                        reason = %write.reason,
+                        "file written"
+                    );
+                    self.applied.insert(write.path, write.value);
+                }
+                Err(err) => {
+                    outcome.errors += 1;
+                    tracing::warn!(
+                        strategy = name,
+                        path = %write.path.display(),
+                        value = %write.value,
+                        "cannot write file: {err}"
+                    );
+                }
+            }
+        }
+
+        for mut eviction in decision.evictions {
+            eviction.strategy = name;
+            outcome.actions += 1;
+            self.evictor.evict(eviction);
+        }
+        outcome
+    }
+}
+
+/// Reads the current value of every managed file: (entry, actual or read error).
+pub fn read_actual(layout: &CgroupLayout, file: &ManagedFile) -> Result<String, String> {
+    if file.dir.is_empty() && file.resource == file.path {
+        return std::fs::read_to_string(&file.path)
+            .map(|s| s.trim().to_string())
+            .map_err(|err| format!("cannot read {}: {err}", file.path));
+    }
+    let resource: CgroupResource = CgroupResource::ALL
+        .iter()
+        .copied()
+        .find(|r| r.name() == file.resource)
+        .ok_or_else(|| format!("unknown cgroup resource {}", file.resource))?;
+    layout
+        .read_value(&file.dir, resource)
+        .map(|v| v.to_string())
+        .map_err(|err| err.to_string())
+}

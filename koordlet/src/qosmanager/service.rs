@@ -1,0 +1,486 @@
+//! The QoS manager's I/O shell: builds [`QosSnapshot`]s from the states
+//! informer and the metric cache, runs the [`QosRunner`] on a dedicated
+//! thread, and serves `GET /qos/explain`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use apis::extension::{
+    BATCH_CPU, BATCH_MEMORY, QuantityValue, get_node_reservation, get_resource_status,
+    get_system_qos_resource, pod_priority_value_with_default, qos_class_from_labels,
+};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use koord_common::Shutdown;
+
+use super::framework::{
+    CgroupReader, LayoutReader, ManagedFile, ManagedFiles, MetricSample, NodeInfo, NodeUsage,
+    QosContainer, QosManagerConfig, QosPod, QosRunner, QosSnapshot, read_actual,
+};
+use crate::capabilities::NodeCapabilities;
+use crate::metriccache::{BeLabel, MetricCache, MetricKind, SeriesKey, SeriesLabel};
+use crate::metricsadvisor::CpuTopology;
+use crate::statesinformer::StatesInformer;
+use crate::statesinformer::podmeta::pod_meta_of;
+use crate::system::cgroup::CgroupLayout;
+use crate::system::units::CpuSet;
+
+/// The explain endpoint's path.
+pub const EXPLAIN_PATH: &str = "/qos/explain";
+
+/// Where snapshots come from.
+#[derive(Clone)]
+pub struct SnapshotSource {
+    pub states: StatesInformer,
+    pub cache: Arc<MetricCache>,
+    pub capabilities: Arc<NodeCapabilities>,
+    pub layout: CgroupLayout,
+    pub collect_interval: Duration,
+    pub config: QosManagerConfig,
+    /// `<proc-root>/meminfo` supplies the memory capacity without a Node object.
+    pub proc_root: PathBuf,
+}
+
+impl SnapshotSource {
+    /// The node, pods, metrics and topology as of `now`.
+    pub fn snapshot(&self, now: SystemTime) -> QosSnapshot {
+        let topology = self.cache.cpu_topology();
+        let node = self.states.node();
+        let mem_total = read_mem_total(&self.proc_root);
+        let pods_snapshot = self.states.pods();
+        let kube_pods: Arc<Vec<Pod>> = Arc::new(
+            pods_snapshot
+                .as_ref()
+                .map(|s| s.pods.clone())
+                .unwrap_or_default(),
+        );
+        let pods = qos_pods(&kube_pods, &self.layout, &self.cache);
+        QosSnapshot {
+            now,
+            node_slo: self.states.node_slo().map(|slo| Arc::new(slo.spec.clone())),
+            node: node_info(
+                node.as_deref(),
+                topology.as_deref(),
+                self.capabilities.cpus,
+                mem_total,
+            ),
+            node_usage: node_usage(&self.cache),
+            pods,
+            kube_pods,
+            topology,
+            capabilities: self.capabilities.clone(),
+            layout: self.layout.clone(),
+            collect_interval: self.collect_interval,
+            metric_cache: Some(self.cache.clone()),
+            reader: Arc::new(LayoutReader(self.layout.clone())) as Arc<dyn CgroupReader>,
+            config: self.config.clone(),
+        }
+    }
+}
+
+fn read_mem_total(proc_root: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(proc_root.join("meminfo")).ok()?;
+    let info = crate::metricsadvisor::parse::parse_meminfo(&text).ok()?;
+    i64::try_from(info.total).ok()
+}
+
+fn latest(cache: &MetricCache, key: &SeriesKey) -> Option<MetricSample> {
+    cache
+        .latest(key)
+        .map(|(time, value)| MetricSample::new(value, time))
+}
+
+/// Latest node-level samples.
+pub fn node_usage(cache: &MetricCache) -> NodeUsage {
+    let node = |kind| latest(cache, &SeriesKey::node(kind));
+    let be = |label| {
+        latest(
+            cache,
+            &SeriesKey::node(MetricKind::NodeBe).with_label(SeriesLabel::Be(label)),
+        )
+    };
+    NodeUsage {
+        cpu: node(MetricKind::NodeCpuUsage),
+        memory: node(MetricKind::NodeMemoryUsage),
+        memory_with_page_cache: node(MetricKind::NodeMemoryUsageWithPageCache),
+        system_cpu: node(MetricKind::SysCpuUsage),
+        system_memory: node(MetricKind::SysMemoryUsage),
+        be_cpu: be(BeLabel::CpuUsage),
+        be_memory: be(BeLabel::MemoryUsage),
+    }
+}
+
+fn quantity_of(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    name: &str,
+) -> Option<QuantityValue> {
+    list?.get(name).and_then(|q| QuantityValue::of(q).ok())
+}
+
+/// CPU (milli) and memory (bytes) of a container's requests or limits;
+/// batch resources count when the native ones are absent (BE pods).
+fn container_amounts(container: &Container, limits: bool) -> (Option<i64>, Option<i64>) {
+    let resources = container.resources.as_ref();
+    let list = if limits {
+        resources.and_then(|r| r.limits.as_ref())
+    } else {
+        resources.and_then(|r| r.requests.as_ref())
+    };
+    let cpu = quantity_of(list, "cpu")
+        .map(QuantityValue::milli_value)
+        // batch-cpu is counted in milli-CPU units already.
+        .or_else(|| quantity_of(list, BATCH_CPU).map(QuantityValue::value));
+    let memory = quantity_of(list, "memory")
+        .or_else(|| quantity_of(list, BATCH_MEMORY))
+        .map(QuantityValue::value);
+    (cpu, memory)
+}
+
+/// The strategies' view of `pods` (pods without a UID or QoS class are left out).
+pub fn qos_pods(pods: &[Pod], layout: &CgroupLayout, cache: &MetricCache) -> Vec<QosPod> {
+    let mut out = Vec::with_capacity(pods.len());
+    for (index, pod) in pods.iter().enumerate() {
+        let Ok(meta) = pod_meta_of(pod) else {
+            continue;
+        };
+        let Ok(cgroup_dir) = layout.pod_dir(meta.kube_qos, &meta.uid) else {
+            continue;
+        };
+        let spec_containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or_default();
+        let containers = meta
+            .containers
+            .iter()
+            .map(|c| {
+                let spec = spec_containers.iter().find(|s| s.name == c.name);
+                let (cpu_request, memory_request) =
+                    spec.map_or((None, None), |s| container_amounts(s, false));
+                let (cpu_limit, memory_limit) =
+                    spec.map_or((None, None), |s| container_amounts(s, true));
+                let id = c.id.as_deref();
+                QosContainer {
+                    name: c.name.clone(),
+                    id: id.map(str::to_string),
+                    cgroup_dir: id
+                        .and_then(|id| layout.container_dir(meta.kube_qos, &meta.uid, id).ok()),
+                    cpu_request_milli: cpu_request,
+                    cpu_limit_milli: cpu_limit,
+                    memory_request_bytes: memory_request,
+                    memory_limit_bytes: memory_limit,
+                    cpu_usage: id.and_then(|id| {
+                        latest(
+                            cache,
+                            &SeriesKey::container(MetricKind::ContainerCpuUsage, id),
+                        )
+                    }),
+                    memory_usage: id.and_then(|id| {
+                        latest(
+                            cache,
+                            &SeriesKey::container(MetricKind::ContainerMemoryUsage, id),
+                        )
+                    }),
+                }
+            })
+            .collect();
+        let empty = BTreeMap::new();
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        let allocated_cpus = get_resource_status(annotations)
+            .ok()
+            .flatten()
+            .filter(|status| !status.cpuset.is_empty())
+            .and_then(|status| status.cpuset.parse::<CpuSet>().ok());
+        out.push(QosPod {
+            uid: meta.uid.to_string(),
+            namespace: meta.namespace,
+            name: meta.name,
+            qos: meta.qos,
+            qos_label: qos_class_from_labels(labels),
+            kube_qos: meta.kube_qos,
+            priority: meta.priority,
+            priority_value: pod_priority_value_with_default(pod),
+            phase: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+            cgroup_dir,
+            containers,
+            allocated_cpus,
+            cpu_usage: latest(cache, &SeriesKey::pod(MetricKind::PodCpuUsage, &*meta.uid)),
+            memory_usage: latest(
+                cache,
+                &SeriesKey::pod(MetricKind::PodMemoryUsage, &*meta.uid),
+            ),
+            kube_index: Some(index),
+        });
+    }
+    out
+}
+
+/// Capacity and reservations from the Node; without one (standalone),
+/// the online CPUs and MemTotal.
+pub fn node_info(
+    node: Option<&Node>,
+    topology: Option<&CpuTopology>,
+    detected_cpus: u32,
+    mem_total: Option<i64>,
+) -> NodeInfo {
+    let status = node.and_then(|n| n.status.as_ref());
+    let amount = |list: Option<
+        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                  name: &str,
+                  milli: bool| {
+        quantity_of(list, name).map(|q| if milli { q.milli_value() } else { q.value() })
+    };
+    let capacity = status.and_then(|s| s.capacity.as_ref());
+    let allocatable = status.and_then(|s| s.allocatable.as_ref());
+    let cpus = topology.map_or(detected_cpus as usize, CpuTopology::num_cpus) as i64;
+    let cpu_capacity = amount(capacity, "cpu", true).unwrap_or(cpus * 1000);
+    let memory_capacity = amount(capacity, "memory", false).or(mem_total).unwrap_or(0);
+    let kubelet_cpu_reserved = match (
+        amount(capacity, "cpu", true),
+        amount(allocatable, "cpu", true),
+    ) {
+        (Some(c), Some(a)) => (c - a).max(0),
+        _ => 0,
+    };
+    let kubelet_memory_reserved = match (
+        amount(capacity, "memory", false),
+        amount(allocatable, "memory", false),
+    ) {
+        (Some(c), Some(a)) => (c - a).max(0),
+        _ => 0,
+    };
+    let annotations: BTreeMap<String, String> = node
+        .and_then(|n| n.metadata.annotations.clone())
+        .unwrap_or_default();
+    let reservation = get_node_reservation(&annotations).ok().flatten();
+    let annotated_cpu = reservation
+        .as_ref()
+        .and_then(|r| amount(Some(&r.resources), "cpu", true))
+        .unwrap_or(0);
+    let annotated_memory = reservation
+        .as_ref()
+        .and_then(|r| amount(Some(&r.resources), "memory", false))
+        .unwrap_or(0);
+    let reserved_cpus = reservation
+        .as_ref()
+        .map(|r| r.reserved_cpus.as_str())
+        .filter(|s| !s.is_empty())
+        .and_then(|s| s.parse::<CpuSet>().ok())
+        .unwrap_or_default();
+    let system_qos_exclusive_cpus = get_system_qos_resource(&annotations)
+        .ok()
+        .flatten()
+        .filter(|r| !r.cpuset.is_empty() && r.is_cpuset_exclusive())
+        .and_then(|r| r.cpuset.parse::<CpuSet>().ok())
+        .unwrap_or_default();
+    NodeInfo {
+        cpu_capacity_milli: cpu_capacity,
+        memory_capacity_bytes: memory_capacity,
+        cpu_reserved_milli: kubelet_cpu_reserved.max(annotated_cpu),
+        memory_reserved_bytes: kubelet_memory_reserved.max(annotated_memory),
+        reserved_cpus,
+        system_qos_exclusive_cpus,
+        annotations,
+    }
+}
+
+/// Runs `runner` on a dedicated thread until `shutdown`, waking at least
+/// every `tick` to see which strategies are due.
+pub fn spawn_runner(
+    runner: QosRunner,
+    source: SnapshotSource,
+    shutdown: Shutdown,
+    tick: Duration,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runner = Arc::new(Mutex::new(runner));
+    std::thread::Builder::new()
+        .name("qos-manager".to_string())
+        .spawn(move || {
+            loop {
+                if shutdown.is_triggered() {
+                    return;
+                }
+                let now = SystemTime::now();
+                let snapshot = source.snapshot(now);
+                let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
+                runner.run_due(&snapshot);
+                let wait = runner
+                    .next_due()
+                    .and_then(|due| due.duration_since(SystemTime::now()).ok())
+                    .unwrap_or(tick)
+                    .min(tick)
+                    .max(Duration::from_millis(50));
+                drop(runner);
+                std::thread::sleep(wait);
+            }
+        })
+}
+
+/// One row of the explain output.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainEntry {
+    #[serde(flatten)]
+    pub file: ManagedFile,
+    /// The value read back now; `None` when unreadable (see `error`).
+    pub actual: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether `actual` equals `expected`.
+    pub converged: bool,
+}
+
+/// Which files to explain.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ExplainFilter {
+    #[default]
+    All,
+    /// Files under one pod's cgroup (`namespace/name`).
+    Pod(String),
+    /// Files of a QoS tier: `be` (besteffort), `burstable`, `guaranteed`/`kubepods`.
+    Tier(String),
+}
+
+/// Errors of the explain query.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExplainError {
+    #[error("pod {0} is not known to koordlet")]
+    UnknownPod(String),
+    #[error("unknown tier {0:?} (use be, burstable or guaranteed)")]
+    UnknownTier(String),
+    #[error("query must be ?pod=<namespace>/<name> or ?tier=<be|burstable|guaranteed>: {0}")]
+    BadQuery(String),
+}
+
+/// Parses `pod=ns/name` or `tier=be` (or nothing).
+pub fn parse_explain_query(query: Option<&str>) -> Result<ExplainFilter, ExplainError> {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return Ok(ExplainFilter::All);
+    };
+    let (key, value) = query
+        .split_once('=')
+        .ok_or_else(|| ExplainError::BadQuery(query.to_string()))?;
+    let value = value.replace("%2F", "/").replace("%2f", "/");
+    match key {
+        "pod" if value.contains('/') => Ok(ExplainFilter::Pod(value)),
+        "tier" => Ok(ExplainFilter::Tier(value.to_ascii_lowercase())),
+        _ => Err(ExplainError::BadQuery(query.to_string())),
+    }
+}
+
+/// The managed files matching `filter`, with their actual values.
+pub fn explain(
+    managed: &ManagedFiles,
+    layout: &CgroupLayout,
+    filter: &ExplainFilter,
+    pods: &[Pod],
+) -> Result<Vec<ExplainEntry>, ExplainError> {
+    use crate::system::cgroup::QosTier;
+    let prefix: Option<PathBuf> = match filter {
+        ExplainFilter::All => None,
+        ExplainFilter::Pod(key) => {
+            let pod = pods
+                .iter()
+                .find(|p| {
+                    format!(
+                        "{}/{}",
+                        p.metadata.namespace.as_deref().unwrap_or_default(),
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ) == *key
+                })
+                .ok_or_else(|| ExplainError::UnknownPod(key.clone()))?;
+            let meta = pod_meta_of(pod).map_err(|_| ExplainError::UnknownPod(key.clone()))?;
+            Some(
+                layout
+                    .pod_dir(meta.kube_qos, &meta.uid)
+                    .map_err(|_| ExplainError::UnknownPod(key.clone()))?,
+            )
+        }
+        ExplainFilter::Tier(tier) => Some(match tier.as_str() {
+            "be" | "besteffort" => layout.qos_dir(QosTier::BestEffort),
+            "burstable" | "ls" => layout.qos_dir(QosTier::Burstable),
+            "guaranteed" | "kubepods" => layout.qos_dir(QosTier::Guaranteed),
+            other => return Err(ExplainError::UnknownTier(other.to_string())),
+        }),
+    };
+    let mut entries = Vec::new();
+    for file in managed.all() {
+        if let Some(prefix) = &prefix {
+            if file.dir.is_empty() || !Path::new(&file.dir).starts_with(prefix) {
+                continue;
+            }
+            // The guaranteed tier is the kubepods root: leave the other tiers out.
+            if matches!(filter, ExplainFilter::Tier(t) if t == "guaranteed" || t == "kubepods") {
+                let under_other = [QosTier::Burstable, QosTier::BestEffort]
+                    .iter()
+                    .any(|t| Path::new(&file.dir).starts_with(layout.qos_dir(*t)));
+                if under_other {
+                    continue;
+                }
+            }
+        }
+        let (actual, error) = match read_actual(layout, &file) {
+            Ok(value) => (Some(value), None),
+            Err(err) => (None, Some(err)),
+        };
+        let converged = actual.as_deref() == Some(file.expected.as_str());
+        entries.push(ExplainEntry {
+            file,
+            actual,
+            error,
+            converged,
+        });
+    }
+    Ok(entries)
+}
+
+/// `GET /qos/explain[?pod=<ns>/<name>|?tier=be]`: JSON array of
+/// [`ExplainEntry`]; 400 for a bad query, 404 for an unknown pod.
+pub fn explain_router(
+    managed: ManagedFiles,
+    layout: CgroupLayout,
+    states: Option<StatesInformer>,
+) -> axum::Router {
+    use axum::extract::RawQuery;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    axum::Router::new().route(
+        EXPLAIN_PATH,
+        axum::routing::get(move |RawQuery(query): RawQuery| {
+            let managed = managed.clone();
+            let layout = layout.clone();
+            let states = states.clone();
+            async move {
+                let filter = match parse_explain_query(query.as_deref()) {
+                    Ok(filter) => filter,
+                    Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
+                };
+                let pods = states
+                    .and_then(|s| s.pods())
+                    .map(|s| s.pods.clone())
+                    .unwrap_or_default();
+                let result =
+                    tokio::task::spawn_blocking(move || explain(&managed, &layout, &filter, &pods))
+                        .await;
+                match result {
+                    Ok(Ok(entries)) => axum::Json(entries).into_response(),
+                    Ok(Err(err @ ExplainError::UnknownPod(_))) => {
+                        (StatusCode::NOT_FOUND, err.to_string()).into_response()
+                    }
+                    Ok(Err(err)) => (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
+                    Err(err) => {
+                        (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response()
+                    }
+                }
+            }
+        }),
+    )
+}

@@ -1,0 +1,148 @@
+//! The single owner of the NRI connection.
+//!
+//! One task loops: wait for the socket, connect, serve until the connection
+//! ends, back off, repeat. The connection is served inline (awaited), so a
+//! second connection can only be opened after the first one has returned,
+//! i.e. after its socket is closed and its handlers have finished.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use koord_common::Shutdown;
+use tokio::net::UnixStream;
+
+use super::connection::{ConnectionEnd, PluginService, Registration, serve_connection};
+use super::status::{NriState, NriStatus};
+
+/// Exponential reconnect delay: `initial * factor^attempt`, at most `cap`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub factor: f64,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    /// Delay before retry number `attempt` (0-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = if self.factor.is_finite() && self.factor >= 1.0 {
+            self.factor
+        } else {
+            1.0
+        };
+        let scaled = self.initial.as_secs_f64() * factor.powi(attempt.min(64) as i32);
+        let cap = self.cap.max(self.initial);
+        if !scaled.is_finite() || scaled >= cap.as_secs_f64() {
+            cap
+        } else {
+            Duration::from_secs_f64(scaled)
+        }
+    }
+}
+
+/// Runs the plugin against one socket for the life of the process.
+pub struct NriSupervisor<S: PluginService> {
+    pub socket: PathBuf,
+    pub registration: Registration,
+    pub backoff: Backoff,
+    pub service: Arc<S>,
+    pub status: NriStatus,
+}
+
+impl<S: PluginService> NriSupervisor<S> {
+    /// Loops until `shutdown` triggers; returns once the last connection is closed.
+    pub async fn run(self, shutdown: Shutdown) {
+        let mut failures: u32 = 0;
+        loop {
+            if shutdown.is_triggered() {
+                break;
+            }
+            if !self.socket.exists() {
+                self.status.set_state(NriState::WaitingForSocket {
+                    socket: self.socket.clone(),
+                });
+            } else {
+                match UnixStream::connect(&self.socket).await {
+                    Err(err) => {
+                        self.status.set_state(NriState::Disconnected {
+                            socket: self.socket.clone(),
+                            reason: format!("cannot connect: {err}"),
+                        });
+                    }
+                    Ok(stream) => {
+                        self.status.connection_opened(self.socket.clone());
+                        let registered = AtomicBool::new(false);
+                        let status = self.status.clone();
+                        let result = serve_connection(
+                            stream,
+                            &self.registration,
+                            Arc::clone(&self.service),
+                            || {
+                                registered.store(true, Ordering::SeqCst);
+                                status.registered();
+                            },
+                            async {
+                                shutdown.wait().await;
+                            },
+                        )
+                        .await;
+                        let reason = match result {
+                            Ok(ConnectionEnd::Stopped) => {
+                                self.status.set_state(NriState::Disconnected {
+                                    socket: self.socket.clone(),
+                                    reason: "koordlet is stopping".to_string(),
+                                });
+                                break;
+                            }
+                            Ok(ConnectionEnd::ClosedByRuntime) => {
+                                "the runtime closed the connection".to_string()
+                            }
+                            Err(err) => err.to_string(),
+                        };
+                        tracing::warn!(socket = %self.socket.display(), %reason, "NRI connection ended");
+                        self.status.set_state(NriState::Disconnected {
+                            socket: self.socket.clone(),
+                            reason,
+                        });
+                        // A connection that registered was healthy: start the backoff over.
+                        if registered.load(Ordering::SeqCst) {
+                            failures = 0;
+                        }
+                    }
+                }
+            }
+            let delay = self.backoff.delay(failures);
+            failures = failures.saturating_add(1);
+            tokio::select! {
+                _ = shutdown.wait() => break,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_geometrically_up_to_the_cap() {
+        let backoff = Backoff {
+            initial: Duration::from_secs(1),
+            factor: 2.0,
+            cap: Duration::from_secs(30),
+        };
+        assert_eq!(backoff.delay(0), Duration::from_secs(1));
+        assert_eq!(backoff.delay(1), Duration::from_secs(2));
+        assert_eq!(backoff.delay(4), Duration::from_secs(16));
+        assert_eq!(backoff.delay(5), Duration::from_secs(30));
+        assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(30));
+        let flat = Backoff {
+            factor: f64::NAN,
+            ..backoff
+        };
+        assert_eq!(flat.delay(10), Duration::from_secs(1));
+    }
+}

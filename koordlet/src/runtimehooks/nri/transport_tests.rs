@@ -1,0 +1,593 @@
+//! NRI transport tests: conversions, the Plugin service with a fake hook, and
+//! the supervisor against a fake runtime on a real unix socket.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+use super::connection::{PLUGIN_SERVICE, PluginService, RUNTIME_SERVICE, Registration, code};
+use super::plugin::{
+    DEFAULT_EVENTS, NriPlugin, container_adjustment, container_context, event_mask,
+    parse_plugin_config, pod_context,
+};
+use super::proto::{api, ttrpc as envelope};
+use super::status::{NriState, NriStatus};
+use super::supervisor::{Backoff, NriSupervisor};
+use super::ttrpc::{FrameDecoder, Message, MessageKind, PLUGIN_CONN, RUNTIME_CONN, encode_message};
+use crate::runtimehooks::protocol::{
+    Adjustment, ContainerContext, FailurePolicy, FailurePolicyConfig, Hook, HookDispatcher,
+    HookEnv, HookError, HookStage, PodContext,
+};
+use crate::system::SystemArgs;
+use crate::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
+
+/// Sets resources from pod labels, so tests can see them come back.
+struct LabelHook;
+
+impl Hook for LabelHook {
+    fn name(&self) -> &'static str {
+        "LabelHook"
+    }
+    fn description(&self) -> &'static str {
+        "test hook"
+    }
+    fn stages(&self) -> &'static [HookStage] {
+        &[
+            HookStage::PreRunPodSandbox,
+            HookStage::PreCreateContainer,
+            HookStage::PreUpdateContainerResources,
+        ]
+    }
+    fn pod(
+        &self,
+        _stage: HookStage,
+        pod: &PodContext,
+        _env: &HookEnv,
+        _out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        if pod.labels.contains_key("test/fail") {
+            return Err(HookError::Invalid("asked to fail".into()));
+        }
+        Ok(())
+    }
+    fn container(
+        &self,
+        _stage: HookStage,
+        container: &ContainerContext,
+        _env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        let labels = &container.pod.labels;
+        if labels.contains_key("test/fail") {
+            return Err(HookError::Invalid("asked to fail".into()));
+        }
+        if let Some(shares) = labels.get("test/shares") {
+            out.resources.cpu_shares = shares.parse().ok();
+            out.resources.cpu_quota = Some(-1);
+            out.resources.memory_limit = Some(1 << 30);
+            out.resources.cpuset_cpus = Some("0-1".into());
+            out.env
+                .insert("KOORD_TEST".into(), container.container.name.clone());
+        }
+        Ok(())
+    }
+}
+
+fn temp_dir(label: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("koord-nri-{label}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn dispatcher(policy: FailurePolicy) -> Arc<HookDispatcher> {
+    let tree = temp_dir("caps");
+    let caps = crate::capabilities::detect(&SystemArgs::under(&tree));
+    let _ = std::fs::remove_dir_all(&tree);
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
+    Arc::new(HookDispatcher::new(
+        vec![(Arc::new(LabelHook) as Arc<dyn Hook>, true)],
+        &caps,
+        layout,
+        FailurePolicyConfig::uniform(policy),
+    ))
+}
+
+fn plugin(policy: FailurePolicy) -> NriPlugin {
+    NriPlugin::new(
+        dispatcher(policy),
+        None,
+        NriStatus::new(NriState::WaitingForSocket {
+            socket: "/nonexistent".into(),
+        }),
+    )
+}
+
+fn nri_pod(id: &str, labels: &[(&str, &str)]) -> api::PodSandbox {
+    api::PodSandbox {
+        id: id.into(),
+        name: "web".into(),
+        uid: "uid-1".into(),
+        namespace: "default".into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        annotations: BTreeMap::from([(
+            "node.koordinator.sh/extended-resource-spec".to_string(),
+            r#"{"containers":{"main":{"requests":{"kubernetes.io/batch-cpu":"500"},"limits":{"kubernetes.io/batch-cpu":"1000"}}}}"#.to_string(),
+        )]),
+        linux: Some(api::LinuxPodSandbox {
+            cgroup_parent: "/kubepods/besteffort/poduid-1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn nri_container(id: &str, pod_id: &str) -> api::Container {
+    api::Container {
+        id: id.into(),
+        pod_sandbox_id: pod_id.into(),
+        name: "main".into(),
+        env: vec!["PATH=/bin".into(), "EMPTY=".into(), "garbage".into()],
+        linux: Some(api::LinuxContainer {
+            cgroups_path: format!("/kubepods/besteffort/poduid-1/{id}"),
+            resources: Some(api::LinuxResources {
+                cpu: Some(api::LinuxCpu {
+                    shares: Some(api::OptionalUInt64 { value: 2 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn nri_messages_convert_into_hook_contexts() {
+    let pod = pod_context(&nri_pod("sb1", &[("koordinator.sh/qosClass", "BE")]));
+    assert_eq!(pod.meta.uid, "uid-1");
+    assert_eq!(pod.cgroup_parent, "/kubepods/besteffort/poduid-1");
+    assert!(pod.extended_resources.is_some(), "annotation parsed");
+    let container = container_context(&pod, &nri_container("c1", "sb1"));
+    assert_eq!(container.container.id, "c1");
+    assert_eq!(container.resources.cpu_shares, Some(2));
+    assert_eq!(container.env.get("PATH").map(String::as_str), Some("/bin"));
+    assert_eq!(container.env.get("EMPTY").map(String::as_str), Some(""));
+    assert!(!container.env.contains_key("garbage"));
+    assert_eq!(
+        container.cgroup_dir,
+        Some(PathBuf::from("kubepods/besteffort/poduid-1/c1"))
+    );
+
+    let mut malformed = nri_pod("sb2", &[]);
+    malformed.annotations.insert(
+        "node.koordinator.sh/extended-resource-spec".into(),
+        "{not json".into(),
+    );
+    assert!(pod_context(&malformed).extended_resources.is_none());
+    let mut systemd = nri_container("c2", "sb1");
+    if let Some(linux) = systemd.linux.as_mut() {
+        linux.cgroups_path = "kubepods-besteffort.slice:cri-containerd:c2".into();
+    }
+    assert_eq!(container_context(&pod, &systemd).cgroup_dir, None);
+}
+
+#[test]
+fn adjustments_become_nri_adjustments_and_updates() {
+    let mut adjustment = Adjustment::default();
+    assert_eq!(
+        container_adjustment(&adjustment),
+        api::ContainerAdjustment::default()
+    );
+    assert!(super::plugin::container_update("c1", &adjustment).is_none());
+    adjustment.resources.cpu_shares = Some(512);
+    adjustment.resources.cpu_quota = Some(-1);
+    adjustment.resources.memory_limit = Some(1024);
+    let adjust = container_adjustment(&adjustment);
+    let resources = adjust.linux.unwrap().resources.unwrap();
+    let cpu = resources.cpu.unwrap();
+    assert_eq!(cpu.shares, Some(api::OptionalUInt64 { value: 512 }));
+    assert_eq!(cpu.quota, Some(api::OptionalInt64 { value: -1 }));
+    assert!(cpu.cpus.is_empty());
+    assert_eq!(
+        resources.memory.unwrap().limit,
+        Some(api::OptionalInt64 { value: 1024 })
+    );
+    let update = super::plugin::container_update("c1", &adjustment).unwrap();
+    assert_eq!(update.container_id, "c1");
+    assert!(update.ignore_failure);
+}
+
+#[test]
+fn plugin_config_selects_events() {
+    assert_eq!(parse_plugin_config("").unwrap(), None);
+    assert_eq!(
+        parse_plugin_config("events: [RunPodSandbox, create_container]").unwrap(),
+        Some(0b1001)
+    );
+    assert!(parse_plugin_config("events: [Bogus]").is_err());
+    assert!(parse_plugin_config("events: {").is_err());
+    assert_eq!(event_mask(&DEFAULT_EVENTS), 1 | 4 | 8 | 128);
+}
+
+#[test]
+fn create_container_runs_hooks_and_honours_the_failure_policy() {
+    let plugin = plugin(FailurePolicy::Ignore);
+    let request = api::CreateContainerRequest {
+        pod: Some(nri_pod("sb1", &[("test/shares", "512")])),
+        container: Some(nri_container("c1", "sb1")),
+    };
+    let response = api::CreateContainerResponse::decode(
+        plugin
+            .call("CreateContainer", &request.encode_to_vec())
+            .unwrap()
+            .as_slice(),
+    )
+    .unwrap();
+    let adjust = response.adjust.unwrap();
+    let cpu = adjust.linux.unwrap().resources.unwrap().cpu.unwrap();
+    assert_eq!(cpu.shares.unwrap().value, 512);
+    assert_eq!(cpu.cpus, "0-1");
+    assert_eq!(adjust.env[0].key, "KOORD_TEST");
+    assert_eq!(adjust.env[0].value, "main");
+
+    let failing = api::CreateContainerRequest {
+        pod: Some(nri_pod("sb1", &[("test/fail", "")])),
+        container: Some(nri_container("c1", "sb1")),
+    };
+    assert!(
+        plugin
+            .call("CreateContainer", &failing.encode_to_vec())
+            .is_ok(),
+        "fail-open"
+    );
+    let strict = self::plugin(FailurePolicy::Fail);
+    let err = strict
+        .call("CreateContainer", &failing.encode_to_vec())
+        .unwrap_err();
+    assert_eq!(err.code, code::INTERNAL);
+    assert!(err.message.contains("asked to fail"), "{}", err.message);
+
+    let err = plugin.call("CreateContainer", b"\xff\xff\xff").unwrap_err();
+    assert_eq!(err.code, code::INVALID_ARGUMENT);
+    assert_eq!(
+        plugin.call("Nope", b"").unwrap_err().code,
+        code::UNIMPLEMENTED
+    );
+    assert_eq!(plugin.status().snapshot().requests, 4);
+}
+
+#[test]
+fn synchronize_updates_existing_containers_of_known_pods() {
+    let plugin = plugin(FailurePolicy::Ignore);
+    let request = api::SynchronizeRequest {
+        pods: vec![
+            nri_pod("sb1", &[("test/shares", "300")]),
+            nri_pod("sb2", &[]),
+        ],
+        containers: vec![
+            nri_container("c1", "sb1"),
+            nri_container("c2", "sb2"),
+            nri_container("orphan", "gone"),
+        ],
+    };
+    let response = plugin.synchronize(&request);
+    assert_eq!(response.update.len(), 1, "{response:?}");
+    assert_eq!(response.update[0].container_id, "c1");
+    let resources = response.update[0]
+        .linux
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap();
+    assert_eq!(resources.cpu.as_ref().unwrap().shares.unwrap().value, 300);
+}
+
+#[test]
+fn update_container_uses_the_new_resources_and_must_succeed() {
+    let plugin = plugin(FailurePolicy::Ignore);
+    let request = api::UpdateContainerRequest {
+        pod: Some(nri_pod("sb1", &[("test/shares", "700")])),
+        container: Some(nri_container("c1", "sb1")),
+        linux_resources: None,
+    };
+    let response = plugin.update_container(&request).unwrap();
+    assert_eq!(response.update.len(), 1);
+    assert!(!response.update[0].ignore_failure);
+}
+
+// ---- fake runtime ----
+
+struct FakeRuntimeConn {
+    stream: UnixStream,
+    decoder: FrameDecoder,
+    next_stream: u32,
+}
+
+impl FakeRuntimeConn {
+    async fn next_message(&mut self) -> Option<Message> {
+        let mut buffer = [0u8; 4096];
+        loop {
+            if let Some(message) = self.decoder.next_message().unwrap() {
+                return Some(message);
+            }
+            let read = self.stream.read(&mut buffer).await.ok()?;
+            if read == 0 {
+                return None;
+            }
+            self.decoder.feed(&buffer[..read]);
+        }
+    }
+
+    /// Reads the RegisterPlugin request and acknowledges it.
+    async fn accept_registration(&mut self) -> api::RegisterPluginRequest {
+        let message = self.next_message().await.unwrap();
+        assert_eq!(
+            (message.conn, message.kind),
+            (RUNTIME_CONN, MessageKind::Request)
+        );
+        let request = envelope::Request::decode(message.payload.as_slice()).unwrap();
+        assert_eq!(request.service, RUNTIME_SERVICE);
+        assert_eq!(request.method, "RegisterPlugin");
+        let mut frame = Vec::new();
+        let reply = envelope::Response::default().encode_to_vec();
+        encode_message(
+            RUNTIME_CONN,
+            message.stream_id,
+            MessageKind::Response,
+            &reply,
+            &mut frame,
+        )
+        .unwrap();
+        self.stream.write_all(&frame).await.unwrap();
+        api::RegisterPluginRequest::decode(request.payload.as_slice()).unwrap()
+    }
+
+    /// Calls a Plugin-service method and returns the response envelope.
+    async fn call(&mut self, method: &str, payload: Vec<u8>) -> envelope::Response {
+        let stream_id = self.next_stream;
+        self.next_stream += 2;
+        let request = envelope::Request {
+            service: PLUGIN_SERVICE.into(),
+            method: method.into(),
+            payload,
+            ..Default::default()
+        };
+        let mut frame = Vec::new();
+        encode_message(
+            PLUGIN_CONN,
+            stream_id,
+            MessageKind::Request,
+            &request.encode_to_vec(),
+            &mut frame,
+        )
+        .unwrap();
+        // Send in two pieces to exercise reassembly on the plugin side.
+        let (head, rest) = frame.split_at(frame.len() / 2);
+        self.stream.write_all(head).await.unwrap();
+        self.stream.flush().await.unwrap();
+        self.stream.write_all(rest).await.unwrap();
+        let message = self.next_message().await.unwrap();
+        assert_eq!(
+            (message.conn, message.kind, message.stream_id),
+            (PLUGIN_CONN, MessageKind::Response, stream_id)
+        );
+        envelope::Response::decode(message.payload.as_slice()).unwrap()
+    }
+}
+
+async fn accept(listener: &UnixListener, within: Duration) -> Option<FakeRuntimeConn> {
+    let (stream, _) = tokio::time::timeout(within, listener.accept())
+        .await
+        .ok()?
+        .ok()?;
+    Some(FakeRuntimeConn {
+        stream,
+        decoder: FrameDecoder::new(),
+        next_stream: 1,
+    })
+}
+
+async fn wait_for(
+    status: &NriStatus,
+    done: impl Fn(&super::status::NriStatusSnapshot) -> bool,
+) -> super::status::NriStatusSnapshot {
+    for _ in 0..300 {
+        let snapshot = status.snapshot();
+        if done(&snapshot) {
+            return snapshot;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    status.snapshot()
+}
+
+fn supervisor(socket: &Path, status: NriStatus) -> NriSupervisor<NriPlugin> {
+    NriSupervisor {
+        socket: socket.to_path_buf(),
+        registration: Registration {
+            plugin_name: "koordlet_nri".into(),
+            plugin_index: "00".into(),
+            timeout: Duration::from_secs(30),
+        },
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            factor: 2.0,
+            cap: Duration::from_millis(200),
+        },
+        service: Arc::new(NriPlugin::new(
+            dispatcher(FailurePolicy::Ignore),
+            None,
+            status.clone(),
+        )),
+        status,
+    }
+}
+
+#[tokio::test]
+async fn plugin_registers_serves_and_reconnects_with_exactly_one_connection() {
+    let dir = temp_dir("runtime");
+    let socket = dir.join("nri.sock");
+    let status = NriStatus::new(NriState::WaitingForSocket {
+        socket: socket.clone(),
+    });
+    let shutdown = koord_common::Shutdown::new();
+    let task = tokio::spawn(supervisor(&socket, status.clone()).run(shutdown.clone()));
+
+    // No socket yet: the supervisor waits and says so.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(matches!(
+        status.snapshot().state,
+        NriState::WaitingForSocket { .. }
+    ));
+    let listener = UnixListener::bind(&socket).unwrap();
+
+    let mut first = accept(&listener, Duration::from_secs(30))
+        .await
+        .expect("first connection");
+    let registration = first.accept_registration().await;
+    assert_eq!(registration.plugin_name, "koordlet_nri");
+    assert_eq!(registration.plugin_idx, "00");
+    let configure = api::ConfigureRequest {
+        runtime_name: "fake".into(),
+        runtime_version: "9.9".into(),
+        ..Default::default()
+    };
+    let response = first.call("Configure", configure.encode_to_vec()).await;
+    let events = api::ConfigureResponse::decode(response.payload.as_slice())
+        .unwrap()
+        .events;
+    assert_eq!(events, event_mask(&DEFAULT_EVENTS));
+    let sync = api::SynchronizeRequest {
+        pods: vec![nri_pod("sb1", &[("test/shares", "256")])],
+        containers: vec![nri_container("c1", "sb1")],
+    };
+    let response = first.call("Synchronize", sync.encode_to_vec()).await;
+    let updates = api::SynchronizeResponse::decode(response.payload.as_slice())
+        .unwrap()
+        .update;
+    assert_eq!(updates.len(), 1);
+    let create = api::CreateContainerRequest {
+        pod: Some(nri_pod("sb1", &[("test/shares", "512")])),
+        container: Some(nri_container("c2", "sb1")),
+    };
+    let response = first.call("CreateContainer", create.encode_to_vec()).await;
+    assert!(response.status.is_none());
+    let adjust = api::CreateContainerResponse::decode(response.payload.as_slice())
+        .unwrap()
+        .adjust
+        .unwrap();
+    assert_eq!(
+        adjust
+            .linux
+            .unwrap()
+            .resources
+            .unwrap()
+            .cpu
+            .unwrap()
+            .shares
+            .unwrap()
+            .value,
+        512
+    );
+    let response = first.call("Bogus", Vec::new()).await;
+    assert_eq!(response.status.unwrap().code, code::UNIMPLEMENTED);
+
+    let snapshot = status.snapshot();
+    assert!(snapshot.is_connected(), "{:?}", snapshot.state);
+    assert_eq!(
+        snapshot.state.to_string(),
+        format!("connected to fake 9.9 on {}", socket.display())
+    );
+
+    // While the first connection lives, no second one is opened.
+    assert!(
+        accept(&listener, Duration::from_millis(600))
+            .await
+            .is_none()
+    );
+
+    // The runtime goes away (restart): exactly one new connection follows.
+    drop(first);
+    let mut second = accept(&listener, Duration::from_secs(30))
+        .await
+        .expect("reconnect");
+    second.accept_registration().await;
+    assert!(
+        accept(&listener, Duration::from_millis(600))
+            .await
+            .is_none(),
+        "a duplicate connection"
+    );
+    let snapshot = wait_for(&status, |s| s.registrations == 2).await;
+    assert_eq!(snapshot.connections, 2);
+    assert_eq!(snapshot.registrations, 2);
+
+    shutdown.trigger(koord_common::ShutdownReason::Requested("test".into()));
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
+    // The plugin closed its end.
+    assert!(second.next_message().await.is_none());
+    assert!(!status.snapshot().is_connected());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_refused_registration_is_retried() {
+    let dir = temp_dir("refuse");
+    let socket = dir.join("nri.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let status = NriStatus::new(NriState::WaitingForSocket {
+        socket: socket.clone(),
+    });
+    let shutdown = koord_common::Shutdown::new();
+    let task = tokio::spawn(supervisor(&socket, status.clone()).run(shutdown.clone()));
+
+    let mut first = accept(&listener, Duration::from_secs(30)).await.unwrap();
+    let message = first.next_message().await.unwrap();
+    let refusal = envelope::Response {
+        status: Some(envelope::Status {
+            code: 6,
+            message: "plugin already registered".into(),
+        }),
+        payload: Vec::new(),
+    };
+    let mut frame = Vec::new();
+    encode_message(
+        RUNTIME_CONN,
+        message.stream_id,
+        MessageKind::Response,
+        &refusal.encode_to_vec(),
+        &mut frame,
+    )
+    .unwrap();
+    first.stream.write_all(&frame).await.unwrap();
+    // The plugin hangs up, then tries again.
+    assert!(first.next_message().await.is_none());
+    let mut second = accept(&listener, Duration::from_secs(30)).await.unwrap();
+    second.accept_registration().await;
+    let snapshot = wait_for(&status, |s| s.registrations == 1).await;
+    assert_eq!(snapshot.connections, 2);
+    assert_eq!(snapshot.registrations, 1);
+
+    shutdown.trigger(koord_common::ShutdownReason::Requested("test".into()));
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
