@@ -1,12 +1,32 @@
-//! koord-scheduler: places pods with Koordinator policies. This build provides
-//! the process shell only: flags, health/metrics serving and the cluster
-//! connection; the scheduling framework and plugins arrive with their own changes.
+//! koord-scheduler: places pods with Koordinator policies as a Kubernetes
+//! scheduler extender (`/filter`, `/prioritize`, `/bind`), and offline
+//! through `koord-scheduler simulate`.
+//!
+//! Pure cores: [`cache`] (cluster indexes), [`framework`] (plugin pipeline),
+//! [`plugins`]; thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
+//! binder), [`simulator`] (YAML in, report out).
+
+pub mod cache;
+pub mod cluster;
+pub mod config;
+pub mod extender;
+pub mod framework;
+pub mod plugins;
+pub mod resources;
+pub mod simulator;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
 use koord_common::{ClusterArgs, Endpoints, ListenAddr, ListenerSpec, LogArgs, ShutdownReason};
+
+use crate::config::SchedulerConfiguration;
+use crate::extender::{ExtenderMetrics, ExtenderState};
+use crate::framework::{Scheduler, SharedScheduler};
 
 /// Metric names use kube-scheduler's `scheduler_` namespace, as upstream does.
 pub const COMPONENT: Component = Component {
@@ -14,7 +34,7 @@ pub const COMPONENT: Component = Component {
     metric_prefix: "scheduler",
 };
 
-/// Readiness check that stays failing until scheduling exists.
+/// Readiness check that passes once the cache has listed nodes and pods.
 pub const SCHEDULER_CHECK: &str = "scheduler";
 
 /// Upstream's default insecure serving port for /healthz and /metrics.
@@ -24,7 +44,7 @@ pub const DEFAULT_PORT: u16 = 10251;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "koord-scheduler", version = koord_common::cli::version(), about = "Koordinator scheduler")]
 pub struct SchedulerArgs {
-    /// IP address to serve plain HTTP (/healthz, /readyz, /metrics) on with --port.
+    /// IP address to serve plain HTTP (extender verbs, /healthz, /readyz, /metrics) on with --port.
     #[arg(long = "address", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED), value_name = "IP")]
     pub address: IpAddr,
 
@@ -32,11 +52,52 @@ pub struct SchedulerArgs {
     #[arg(long = "port", default_value_t = DEFAULT_PORT, value_name = "PORT")]
     pub port: u16,
 
+    /// KubeSchedulerConfiguration file (profiles, plugins, pluginConfig args).
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// How long a pod bound by the extender counts as assumed without the watch confirming it.
+    #[arg(long = "assumed-pod-ttl", default_value = "5m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub assumed_pod_ttl: Duration,
+
     #[command(flatten)]
     pub cluster: ClusterArgs,
 
     #[command(flatten)]
     pub log: LogArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Schedule pending pods of a YAML snapshot offline and print the placements.
+    Simulate(SimulateArgs),
+}
+
+/// `simulate` output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// Flags of `koord-scheduler simulate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// Multi-document YAML: Nodes, Pods, NodeMetrics, ElasticQuotas, Reservations, PodGroups, Devices, NodeResourceTopologies.
+    #[arg(long = "snapshot", value_name = "YAML")]
+    pub snapshot: PathBuf,
+    /// Extra pending pods to schedule after the snapshot's own pending pods.
+    #[arg(long = "pods", value_name = "YAML")]
+    pub pods: Option<PathBuf>,
+    #[arg(long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// The simulated time (RFC 3339); defaults to the latest NodeMetric report in the snapshot.
+    #[arg(long = "now", value_name = "TIME")]
+    pub now: Option<String>,
 }
 
 impl SchedulerArgs {
@@ -47,29 +108,117 @@ impl SchedulerArgs {
         let addr = ListenAddr::new(SocketAddr::new(self.address, self.port));
         vec![ListenerSpec::new(addr, Endpoints::ALL)]
     }
+
+    /// The configuration file, or upstream defaults without one.
+    pub fn configuration(&self) -> anyhow::Result<SchedulerConfiguration> {
+        Ok(match &self.config {
+            Some(path) => SchedulerConfiguration::load(path)?,
+            None => SchedulerConfiguration::default(),
+        })
+    }
+}
+
+/// Builds the scheduler (cache + enabled plugins) for a configuration.
+pub fn build_scheduler(
+    config: &SchedulerConfiguration,
+    assumed_pod_ttl: Duration,
+) -> anyhow::Result<Scheduler> {
+    let plugins = plugins::build_plugins(&config.profile())?;
+    Ok(Scheduler::new(plugins, assumed_pod_ttl))
+}
+
+/// `koord-scheduler simulate`: returns the text to print.
+pub fn run_simulation(args: &SchedulerArgs, simulate: &SimulateArgs) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let config = args.configuration()?;
+    let mut scheduler = build_scheduler(&config, args.assumed_pod_ttl)?;
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let snapshot = simulator::Snapshot::from_yaml(&read(&simulate.snapshot)?)
+        .with_context(|| format!("in snapshot {}", simulate.snapshot.display()))?;
+    let extra = match &simulate.pods {
+        Some(path) => simulator::Snapshot::from_yaml(&read(path)?)
+            .with_context(|| format!("in pods file {}", path.display()))?,
+        None => simulator::Snapshot::default(),
+    };
+    for kind in snapshot.skipped_kinds.iter().chain(&extra.skipped_kinds) {
+        tracing::warn!(kind = %kind, "snapshot kind not used by the scheduler; skipped");
+    }
+    let now = match &simulate.now {
+        Some(text) => {
+            let timestamp: k8s_openapi::jiff::Timestamp = text
+                .parse()
+                .with_context(|| format!("--now {text:?} is not an RFC 3339 time"))?;
+            SystemTime::from(timestamp)
+        }
+        None => snapshot.latest_report().unwrap_or_else(SystemTime::now),
+    };
+    let report = simulator::simulate(&mut scheduler, snapshot, extra, now);
+    Ok(match simulate.output {
+        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        OutputFormat::Table => simulator::render_table(&report),
+    })
 }
 
 /// Runs until a signal or a failure; `Err` means start-up failed.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
+    let config = args.configuration()?;
+    let profile = config.profile();
+    let scheduler: SharedScheduler =
+        Arc::new(RwLock::new(build_scheduler(&config, args.assumed_pod_ttl)?));
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
-    context.mark_not_implemented(SCHEDULER_CHECK);
+    let ready = context.health.readiness_status(
+        SCHEDULER_CHECK,
+        Err("waiting for the node and pod caches to sync".into()),
+    );
     let cluster_check = context.register_cluster_check();
+    let metrics = ExtenderMetrics::new(
+        profile
+            .scheduler_name
+            .as_deref()
+            .unwrap_or("koord-scheduler"),
+    );
+    metrics.register(&context.metrics);
 
-    let listeners = args.listeners();
+    // The binder needs the client, so the routes start once the cluster is reachable;
+    // until then they are absent and readiness fails.
+    let (binder_tx, binder_rx) =
+        tokio::sync::watch::channel::<Option<Arc<dyn framework::Binder>>>(None);
+    let listeners: Vec<ListenerSpec> = args
+        .listeners()
+        .into_iter()
+        .map(|spec| {
+            let state = LazyBinderState {
+                scheduler: Arc::clone(&scheduler),
+                binder: binder_rx.clone(),
+                metrics: metrics.clone(),
+            };
+            spec.with_routes(state.router())
+        })
+        .collect();
     let server = if listeners.is_empty() {
-        tracing::info!("--port=0: not serving /healthz, /readyz or /metrics");
+        tracing::info!("--port=0: not serving the extender, /healthz, /readyz or /metrics");
         None
     } else {
         Some(context.start_server(listeners).await?)
     };
 
     match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
-        Ok(Some(_cluster)) => {
-            tracing::warn!(
-                "koord-scheduler scheduling is not implemented in this build yet; \
-                 /readyz reports the {SCHEDULER_CHECK:?} check as failing"
+        Ok(Some(connected)) => {
+            let binder: Arc<dyn framework::Binder> = Arc::new(cluster::KubeBinder {
+                client: connected.client.clone(),
+            });
+            let _ = binder_tx.send(Some(binder));
+            cluster::start_watchers(&connected.client, &scheduler, ready, &context.shutdown);
+            cluster::start_housekeeping(
+                &connected.client,
+                &scheduler,
+                Duration::from_secs(1),
+                &context.shutdown,
             );
+            tracing::info!(plugins = ?scheduler.read().map(|s| s.plugin_names()).unwrap_or_default(), "serving the scheduler extender");
             Ok(context.wait_for_shutdown(server).await)
         }
         Ok(None) => Ok(context.wait_for_shutdown(server).await),
@@ -80,6 +229,41 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
             context.wait_for_shutdown(server).await;
             Err(err.into())
         }
+    }
+}
+
+/// Extender routes whose binder arrives after the cluster connection.
+struct LazyBinderState {
+    scheduler: SharedScheduler,
+    binder: tokio::sync::watch::Receiver<Option<Arc<dyn framework::Binder>>>,
+    metrics: ExtenderMetrics,
+}
+
+impl LazyBinderState {
+    fn router(self) -> axum::Router {
+        let binder: Arc<dyn framework::Binder> = Arc::new(DeferredBinder(self.binder));
+        extender::router(ExtenderState {
+            scheduler: self.scheduler,
+            binder,
+            metrics: self.metrics,
+        })
+    }
+}
+
+/// Fails binds until the cluster binder is available.
+struct DeferredBinder(tokio::sync::watch::Receiver<Option<Arc<dyn framework::Binder>>>);
+
+impl framework::Binder for DeferredBinder {
+    fn bind<'a>(&'a self, reserved: &'a framework::Reserved) -> framework::BindFuture<'a> {
+        let binder = self.0.borrow().clone();
+        Box::pin(async move {
+            match binder {
+                Some(binder) => binder.bind(reserved).await,
+                None => Err(framework::BindError(
+                    "not connected to the API server yet".into(),
+                )),
+            }
+        })
     }
 }
 

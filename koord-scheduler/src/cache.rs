@@ -1,0 +1,646 @@
+//! The cluster cache: in-memory indexes of the objects the plugins read,
+//! fed synchronously by watch events (cluster mode) or a YAML snapshot
+//! (simulator). Reads never call the API server.
+//!
+//! Pods bound by this scheduler are *assumed*: they count on their node from
+//! the moment of reservation until the watch shows them bound, and fall back
+//! to pending when that never happens before their deadline.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use apis::extension::priority::{PriorityClass, priority_class_of_pod};
+use apis::scheduling::v1alpha1::{Device, Reservation};
+use apis::scheduling_sigs::v1alpha1::{ElasticQuota, PodGroup};
+use apis::slo::v1alpha1::NodeMetric;
+use apis::topology::v1alpha1::NodeResourceTopology;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::resources::{Resources, pod_non_zero_requests, pod_requests};
+
+/// `namespace/name` for namespaced objects, `name` otherwise.
+pub fn object_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    }
+}
+
+/// A pod with the figures every plugin needs, computed once.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    pub pod: Arc<Pod>,
+    pub key: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Bound or assumed node.
+    pub node: Option<String>,
+    pub requests: Resources,
+    /// cpu/memory requests with kube-scheduler's non-zero defaults.
+    pub non_zero_requests: (i64, i64),
+    pub priority_class: PriorityClass,
+    /// Set while the pod is assumed: when the assumption lapses.
+    pub assumed_until: Option<SystemTime>,
+    /// The pod as it was before we assumed it (restored on rollback or expiry).
+    pub pre_assume: Option<Arc<Pod>>,
+}
+
+impl PodInfo {
+    pub fn new(pod: Arc<Pod>) -> Self {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty());
+        Self {
+            key: object_key(Some(&namespace), &name),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            requests: pod_requests(&pod),
+            non_zero_requests: pod_non_zero_requests(&pod),
+            priority_class: priority_class_of_pod(&pod),
+            namespace,
+            name,
+            node,
+            assumed_until: None,
+            pre_assume: None,
+            pod,
+        }
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.pod.metadata.annotations.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub fn is_assumed(&self) -> bool {
+        self.assumed_until.is_some()
+    }
+
+    /// True for DaemonSet-owned pods (LoadAware lets them through).
+    pub fn is_daemonset_pod(&self) -> bool {
+        self.pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| owner.kind == "DaemonSet")
+    }
+}
+
+fn is_terminated(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// A node with precomputed aggregates of the pods on it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub name: String,
+    /// Absent while only pods mention the node.
+    pub node: Option<Arc<Node>>,
+    pub allocatable: Resources,
+    /// Sum of requests of bound and assumed pods.
+    pub requested: Resources,
+    pub non_zero_requested: (i64, i64),
+    pub pods: HashSet<String>,
+}
+
+impl NodeInfo {
+    fn empty(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            node: None,
+            allocatable: Resources::new(),
+            requested: Resources::new(),
+            non_zero_requested: (0, 0),
+            pods: HashSet::new(),
+        }
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.node
+            .as_ref()
+            .and_then(|n| n.metadata.labels.as_ref())
+            .unwrap_or(&EMPTY)
+    }
+
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.node
+            .as_ref()
+            .and_then(|n| n.metadata.annotations.as_ref())
+            .unwrap_or(&EMPTY)
+    }
+
+    fn add_pod(&mut self, pod: &PodInfo) {
+        if self.pods.insert(pod.key.clone()) {
+            self.requested.add(&pod.requests);
+            self.non_zero_requested.0 += pod.non_zero_requests.0;
+            self.non_zero_requested.1 += pod.non_zero_requests.1;
+        }
+    }
+
+    fn remove_pod(&mut self, pod: &PodInfo) {
+        if self.pods.remove(&pod.key) {
+            self.requested.sub(&pod.requests);
+            self.non_zero_requested.0 -= pod.non_zero_requests.0;
+            self.non_zero_requested.1 -= pod.non_zero_requests.1;
+        }
+    }
+}
+
+/// Every kind the cache stores.
+#[derive(Debug, Clone)]
+pub enum Object {
+    Node(Node),
+    Pod(Pod),
+    NodeMetric(NodeMetric),
+    Reservation(Reservation),
+    ElasticQuota(ElasticQuota),
+    PodGroup(PodGroup),
+    Device(Device),
+    NodeResourceTopology(NodeResourceTopology),
+}
+
+/// The kind of an [`Object`], for events and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Node,
+    Pod,
+    NodeMetric,
+    Reservation,
+    ElasticQuota,
+    PodGroup,
+    Device,
+    NodeResourceTopology,
+}
+
+impl Object {
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            Object::Node(_) => ObjectKind::Node,
+            Object::Pod(_) => ObjectKind::Pod,
+            Object::NodeMetric(_) => ObjectKind::NodeMetric,
+            Object::Reservation(_) => ObjectKind::Reservation,
+            Object::ElasticQuota(_) => ObjectKind::ElasticQuota,
+            Object::PodGroup(_) => ObjectKind::PodGroup,
+            Object::Device(_) => ObjectKind::Device,
+            Object::NodeResourceTopology(_) => ObjectKind::NodeResourceTopology,
+        }
+    }
+
+    fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Object::Node(o) => &o.metadata,
+            Object::Pod(o) => &o.metadata,
+            Object::NodeMetric(o) => &o.metadata,
+            Object::Reservation(o) => &o.metadata,
+            Object::ElasticQuota(o) => &o.metadata,
+            Object::PodGroup(o) => &o.metadata,
+            Object::Device(o) => &o.metadata,
+            Object::NodeResourceTopology(o) => &o.metadata,
+        }
+    }
+
+    /// `namespace/name` or `name`.
+    pub fn key(&self) -> String {
+        let meta = self.metadata();
+        object_key(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or(""),
+        )
+    }
+}
+
+/// A watch event.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Upsert(Object),
+    Delete(Object),
+}
+
+/// What changed, for the plugins' own indexes.
+#[derive(Debug, Clone)]
+pub enum ClusterEvent {
+    /// A pod appeared, changed, was assumed, confirmed, rolled back or removed.
+    Pod {
+        old: Option<Arc<PodInfo>>,
+        new: Option<Arc<PodInfo>>,
+    },
+    /// Another object changed; `key` is its cache key.
+    Object { kind: ObjectKind, key: String },
+}
+
+/// Errors of cache operations started by the scheduler itself.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CacheError {
+    #[error("pod {0} is not in the scheduler cache")]
+    PodNotFound(String),
+    #[error("pod {pod} is already on node {node}")]
+    AlreadyAssigned { pod: String, node: String },
+    #[error("node {0} is not in the scheduler cache")]
+    NodeNotFound(String),
+}
+
+/// The cache itself; see the module docs.
+#[derive(Debug, Default)]
+pub struct ClusterCache {
+    nodes: HashMap<String, NodeInfo>,
+    pods: HashMap<String, Arc<PodInfo>>,
+    pod_keys_by_uid: HashMap<String, String>,
+    pub node_metrics: HashMap<String, Arc<NodeMetric>>,
+    pub reservations: BTreeMap<String, Arc<Reservation>>,
+    pub elastic_quotas: BTreeMap<String, Arc<ElasticQuota>>,
+    pub pod_groups: BTreeMap<String, Arc<PodGroup>>,
+    pub devices: BTreeMap<String, Arc<Device>>,
+    pub node_resource_topologies: BTreeMap<String, Arc<NodeResourceTopology>>,
+}
+
+impl ClusterCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.get(name).filter(|n| n.node.is_some())
+    }
+
+    /// Nodes that have a Node object, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.nodes.values().filter(|n| n.node.is_some())
+    }
+
+    /// Node names sorted, for deterministic iteration.
+    pub fn node_names_sorted(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.nodes().map(|n| n.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes().count()
+    }
+
+    pub fn pod(&self, key: &str) -> Option<&Arc<PodInfo>> {
+        self.pods.get(key)
+    }
+
+    pub fn pod_by_uid(&self, uid: &str) -> Option<&Arc<PodInfo>> {
+        self.pod_keys_by_uid.get(uid).and_then(|k| self.pods.get(k))
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.pods.values()
+    }
+
+    pub fn pods_on_node<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a Arc<PodInfo>> + 'a {
+        self.nodes
+            .get(node)
+            .into_iter()
+            .flat_map(|n| n.pods.iter())
+            .filter_map(|key| self.pods.get(key))
+    }
+
+    /// Pods without a node, sorted by key.
+    pub fn pending_pods(&self) -> Vec<Arc<PodInfo>> {
+        let mut pending: Vec<_> = self
+            .pods
+            .values()
+            .filter(|p| p.node.is_none())
+            .cloned()
+            .collect();
+        pending.sort_by(|a, b| a.key.cmp(&b.key));
+        pending
+    }
+
+    /// Applies one watch event and says what changed.
+    pub fn apply(&mut self, change: Change) -> ClusterEvent {
+        let (object, deleted) = match change {
+            Change::Upsert(object) => (object, false),
+            Change::Delete(object) => (object, true),
+        };
+        let key = object.key();
+        let kind = object.kind();
+        match object {
+            Object::Pod(pod) => {
+                if deleted || is_terminated(&pod) {
+                    self.remove_pod(&key)
+                } else {
+                    self.upsert_pod(pod)
+                }
+            }
+            Object::Node(node) => {
+                if deleted {
+                    if let Some(info) = self.nodes.get_mut(&key) {
+                        info.node = None;
+                        info.allocatable = Resources::new();
+                        if info.pods.is_empty() {
+                            self.nodes.remove(&key);
+                        }
+                    }
+                } else {
+                    let allocatable = node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.allocatable.as_ref())
+                        .map(Resources::from_list)
+                        .unwrap_or_default();
+                    let info = self
+                        .nodes
+                        .entry(key.clone())
+                        .or_insert_with(|| NodeInfo::empty(&key));
+                    info.allocatable = allocatable;
+                    info.node = Some(Arc::new(node));
+                }
+                ClusterEvent::Object { kind, key }
+            }
+            Object::NodeMetric(o) => {
+                store(&mut self.node_metrics, &key, o, deleted);
+                ClusterEvent::Object { kind, key }
+            }
+            Object::Reservation(o) => store_sorted(&mut self.reservations, kind, key, o, deleted),
+            Object::ElasticQuota(o) => {
+                store_sorted(&mut self.elastic_quotas, kind, key, o, deleted)
+            }
+            Object::PodGroup(o) => store_sorted(&mut self.pod_groups, kind, key, o, deleted),
+            Object::Device(o) => store_sorted(&mut self.devices, kind, key, o, deleted),
+            Object::NodeResourceTopology(o) => {
+                store_sorted(&mut self.node_resource_topologies, kind, key, o, deleted)
+            }
+        }
+    }
+
+    fn upsert_pod(&mut self, pod: Pod) -> ClusterEvent {
+        let mut info = PodInfo::new(Arc::new(pod));
+        let old = self.pods.get(&info.key).cloned();
+        if let Some(previous) = &old
+            && previous.is_assumed()
+        {
+            match &info.node {
+                // The watch confirms our binding: the pod is now simply bound.
+                Some(node) if Some(node) == previous.node.as_ref() => {}
+                // A stale view from before the binding: keep our assumption,
+                // but remember the newer pod for a rollback.
+                None => {
+                    let mut kept = (**previous).clone();
+                    kept.pre_assume = Some(Arc::clone(&info.pod));
+                    return self.replace_pod(old, kept);
+                }
+                // Bound elsewhere (by someone else): the watch wins.
+                Some(_) => {}
+            }
+        }
+        info.assumed_until = None;
+        info.pre_assume = None;
+        self.replace_pod(old, info)
+    }
+
+    fn replace_pod(&mut self, old: Option<Arc<PodInfo>>, new: PodInfo) -> ClusterEvent {
+        if let Some(previous) = &old {
+            self.unaccount(previous);
+        }
+        let new = Arc::new(new);
+        self.account(&new);
+        self.pods.insert(new.key.clone(), Arc::clone(&new));
+        if !new.uid.is_empty() {
+            self.pod_keys_by_uid
+                .insert(new.uid.clone(), new.key.clone());
+        }
+        ClusterEvent::Pod {
+            old,
+            new: Some(new),
+        }
+    }
+
+    fn remove_pod(&mut self, key: &str) -> ClusterEvent {
+        let old = self.pods.remove(key);
+        if let Some(previous) = &old {
+            self.unaccount(previous);
+            if self.pod_keys_by_uid.get(&previous.uid).map(String::as_str) == Some(key) {
+                self.pod_keys_by_uid.remove(&previous.uid);
+            }
+        }
+        ClusterEvent::Pod { old, new: None }
+    }
+
+    fn account(&mut self, pod: &PodInfo) {
+        if let Some(node) = &pod.node {
+            self.nodes
+                .entry(node.clone())
+                .or_insert_with(|| NodeInfo::empty(node))
+                .add_pod(pod);
+        }
+    }
+
+    fn unaccount(&mut self, pod: &PodInfo) {
+        if let Some(node) = &pod.node
+            && let Some(info) = self.nodes.get_mut(node)
+        {
+            info.remove_pod(pod);
+            if info.node.is_none() && info.pods.is_empty() {
+                self.nodes.remove(node);
+            }
+        }
+    }
+
+    /// Assumes a pending pod onto `node` with `annotations` merged in, until
+    /// the watch confirms it or `until` passes.
+    pub fn assume(
+        &mut self,
+        key: &str,
+        node: &str,
+        annotations: &BTreeMap<String, String>,
+        until: SystemTime,
+    ) -> Result<ClusterEvent, CacheError> {
+        let previous = self
+            .pods
+            .get(key)
+            .cloned()
+            .ok_or_else(|| CacheError::PodNotFound(key.to_string()))?;
+        if let Some(bound) = &previous.node {
+            return Err(CacheError::AlreadyAssigned {
+                pod: key.to_string(),
+                node: bound.clone(),
+            });
+        }
+        if self.node(node).is_none() {
+            return Err(CacheError::NodeNotFound(node.to_string()));
+        }
+        let mut pod = (*previous.pod).clone();
+        if !annotations.is_empty() {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        let mut info = PodInfo::new(Arc::new(pod));
+        info.assumed_until = Some(until);
+        info.pre_assume = Some(Arc::clone(&previous.pod));
+        Ok(self.replace_pod(Some(previous), info))
+    }
+
+    /// Undoes [`ClusterCache::assume`]: the pod is pending again. A pod that
+    /// is no longer assumed (the watch already confirmed it) is left alone.
+    pub fn forget(&mut self, key: &str) -> Option<ClusterEvent> {
+        let previous = self.pods.get(key).cloned()?;
+        let original = previous
+            .pre_assume
+            .clone()
+            .filter(|_| previous.is_assumed())?;
+        let info = PodInfo::new(original);
+        Some(self.replace_pod(Some(previous), info))
+    }
+
+    /// Reverts assumed pods whose deadline passed without confirmation.
+    pub fn expire_assumed(&mut self, now: SystemTime) -> Vec<ClusterEvent> {
+        let expired: Vec<String> = self
+            .pods
+            .values()
+            .filter(|p| p.assumed_until.is_some_and(|until| until <= now))
+            .map(|p| p.key.clone())
+            .collect();
+        expired.iter().filter_map(|key| self.forget(key)).collect()
+    }
+}
+
+fn store<T>(map: &mut HashMap<String, Arc<T>>, key: &str, object: T, deleted: bool) {
+    if deleted {
+        map.remove(key);
+    } else {
+        map.insert(key.to_string(), Arc::new(object));
+    }
+}
+
+fn store_sorted<T>(
+    map: &mut BTreeMap<String, Arc<T>>,
+    kind: ObjectKind,
+    key: String,
+    object: T,
+    deleted: bool,
+) -> ClusterEvent {
+    if deleted {
+        map.remove(&key);
+    } else {
+        map.insert(key.clone(), Arc::new(object));
+    }
+    ClusterEvent::Object { kind, key }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn node(name: &str, cpu: &str) -> Object {
+        Object::Node(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pod(name: &str, node: Option<&str>, cpu: &str) -> Object {
+        let mut spec =
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        if let Some(node) = node {
+            spec["nodeName"] = json!(node);
+        }
+        Object::Pod(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+                "spec": spec
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn bound_pods_add_to_their_node_and_deletion_removes_them() {
+        let mut cache = ClusterCache::new();
+        cache.apply(Change::Upsert(node("n1", "4")));
+        cache.apply(Change::Upsert(pod("a", Some("n1"), "1")));
+        cache.apply(Change::Upsert(pod("b", None, "1")));
+        assert_eq!(cache.node("n1").unwrap().requested.get("cpu"), 1000);
+        assert_eq!(cache.pending_pods().len(), 1);
+        cache.apply(Change::Delete(pod("a", Some("n1"), "1")));
+        assert_eq!(cache.node("n1").unwrap().requested.get("cpu"), 0);
+        assert!(cache.pod_by_uid("uid-a").is_none());
+    }
+
+    #[test]
+    fn assumed_pod_counts_until_confirmed_and_expires_if_never_confirmed() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let mut cache = ClusterCache::new();
+        cache.apply(Change::Upsert(node("n1", "4")));
+        cache.apply(Change::Upsert(pod("a", None, "1")));
+        cache.apply(Change::Upsert(pod("b", None, "2")));
+        let annotations = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        cache
+            .assume(
+                "default/a",
+                "n1",
+                &annotations,
+                t0 + Duration::from_secs(30),
+            )
+            .unwrap();
+        cache
+            .assume(
+                "default/b",
+                "n1",
+                &BTreeMap::new(),
+                t0 + Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(cache.node("n1").unwrap().requested.get("cpu"), 3000);
+        assert_eq!(cache.pod("default/a").unwrap().annotations()["k"], "v");
+        // A stale pending view of `a` does not undo the assumption.
+        cache.apply(Change::Upsert(pod("a", None, "1")));
+        assert!(cache.pod("default/a").unwrap().is_assumed());
+        // The watch confirms `a`; `b` is never confirmed.
+        cache.apply(Change::Upsert(pod("a", Some("n1"), "1")));
+        assert!(!cache.pod("default/a").unwrap().is_assumed());
+        assert!(
+            cache
+                .expire_assumed(t0 + Duration::from_secs(29))
+                .is_empty()
+        );
+        let events = cache.expire_assumed(t0 + Duration::from_secs(30));
+        assert_eq!(events.len(), 1);
+        assert_eq!(cache.node("n1").unwrap().requested.get("cpu"), 1000);
+        assert!(cache.pod("default/b").unwrap().node.is_none());
+        // Confirmed pods cannot be forgotten.
+        assert!(cache.forget("default/a").is_none());
+    }
+
+    #[test]
+    fn assume_rejects_unknown_and_bound_pods() {
+        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
+        let mut cache = ClusterCache::new();
+        cache.apply(Change::Upsert(node("n1", "4")));
+        cache.apply(Change::Upsert(pod("a", Some("n1"), "1")));
+        assert!(matches!(
+            cache.assume("default/x", "n1", &BTreeMap::new(), far),
+            Err(CacheError::PodNotFound(_))
+        ));
+        assert!(matches!(
+            cache.assume("default/a", "n1", &BTreeMap::new(), far),
+            Err(CacheError::AlreadyAssigned { .. })
+        ));
+    }
+}

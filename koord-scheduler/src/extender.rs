@@ -1,0 +1,381 @@
+//! The scheduler-extender HTTP shell: kube-scheduler's `ExtenderArgs`,
+//! `ExtenderFilterResult`, `HostPriorityList` and `ExtenderBindingArgs` /
+//! `ExtenderBindingResult` JSON (Go field names, no JSON tags upstream) on
+//! `/filter`, `/prioritize` and `/bind`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{PodInfo, object_key};
+use crate::framework::{Binder, FilterOutcome, Scheduler, SharedScheduler};
+
+/// `v1.NodeList` as sent when `nodeCacheCapable` is false.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
+    #[serde(default)]
+    pub items: Vec<Node>,
+}
+
+/// Request body of `/filter` and `/prioritize`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExtenderArgs {
+    #[serde(rename = "Pod", alias = "pod", default)]
+    pub pod: Option<Pod>,
+    #[serde(rename = "Nodes", alias = "nodes", default)]
+    pub nodes: Option<NodeList>,
+    #[serde(
+        rename = "NodeNames",
+        alias = "nodenames",
+        alias = "nodeNames",
+        default
+    )]
+    pub node_names: Option<Vec<String>>,
+}
+
+/// Response of `/filter`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExtenderFilterResult {
+    #[serde(rename = "Nodes", default)]
+    pub nodes: Option<NodeList>,
+    #[serde(rename = "NodeNames", default)]
+    pub node_names: Option<Vec<String>>,
+    #[serde(rename = "FailedNodes", default)]
+    pub failed_nodes: BTreeMap<String, String>,
+    #[serde(rename = "FailedAndUnresolvableNodes", default)]
+    pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    #[serde(rename = "Error", default)]
+    pub error: String,
+}
+
+/// One entry of the `/prioritize` response (`HostPriorityList`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPriority {
+    #[serde(rename = "Host")]
+    pub host: String,
+    #[serde(rename = "Score")]
+    pub score: i64,
+}
+
+/// Request body of `/bind`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExtenderBindingArgs {
+    #[serde(rename = "PodName", alias = "podName", default)]
+    pub pod_name: String,
+    #[serde(rename = "PodNamespace", alias = "podNamespace", default)]
+    pub pod_namespace: String,
+    #[serde(rename = "PodUID", alias = "podUID", default)]
+    pub pod_uid: String,
+    #[serde(rename = "Node", alias = "node", default)]
+    pub node: String,
+}
+
+/// Response of `/bind`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtenderBindingResult {
+    #[serde(rename = "Error", default)]
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExtensionPointLabels {
+    extension_point: String,
+    status: String,
+    profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    result: String,
+    profile: String,
+}
+
+/// kube-scheduler metric names, so its dashboards read the extender too.
+#[derive(Clone)]
+pub struct ExtenderMetrics {
+    extension_point_duration: Family<ExtensionPointLabels, Histogram>,
+    schedule_attempts: Family<AttemptLabels, Counter>,
+    profile: String,
+}
+
+impl ExtenderMetrics {
+    pub fn new(profile: &str) -> Self {
+        Self {
+            extension_point_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+            }),
+            schedule_attempts: Family::default(),
+            profile: profile.to_string(),
+        }
+    }
+
+    /// Registers `scheduler_framework_extension_point_duration_seconds` and
+    /// `scheduler_schedule_attempts_total` (the registry adds the prefix).
+    pub fn register(&self, registry: &koord_common::metrics::MetricsRegistry) {
+        registry.register_component(|r| {
+            r.register(
+                "framework_extension_point_duration_seconds",
+                "Latency of running an extension point",
+                self.extension_point_duration.clone(),
+            );
+            r.register(
+                "schedule_attempts",
+                "Number of attempts to schedule pods, by result",
+                self.schedule_attempts.clone(),
+            );
+        });
+    }
+
+    fn observe(&self, point: &str, status: &str, started: Instant) {
+        self.extension_point_duration
+            .get_or_create(&ExtensionPointLabels {
+                extension_point: point.to_string(),
+                status: status.to_string(),
+                profile: self.profile.clone(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    fn attempt(&self, result: &str) {
+        self.schedule_attempts
+            .get_or_create(&AttemptLabels {
+                result: result.to_string(),
+                profile: self.profile.clone(),
+            })
+            .inc();
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ExtenderState {
+    pub scheduler: SharedScheduler,
+    pub binder: Arc<dyn Binder>,
+    pub metrics: ExtenderMetrics,
+}
+
+fn bad_request(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
+}
+
+fn json_response<T: Serialize>(value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response(),
+    }
+}
+
+fn internal_error(message: &str) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, message.to_string()).into_response()
+}
+
+/// Parses `/filter`/`/prioritize` bodies; `Err` is the 400 message.
+pub fn parse_extender_args(body: &[u8]) -> Result<(Pod, Vec<String>, bool), String> {
+    let args: ExtenderArgs =
+        serde_json::from_slice(body).map_err(|e| format!("malformed ExtenderArgs: {e}"))?;
+    let pod = args
+        .pod
+        .ok_or_else(|| "ExtenderArgs.Pod is missing".to_string())?;
+    if let Some(names) = args.node_names {
+        return Ok((pod, names, true));
+    }
+    if let Some(nodes) = args.nodes {
+        let names = nodes
+            .items
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        return Ok((pod, names, false));
+    }
+    Err("ExtenderArgs has neither NodeNames nor Nodes".into())
+}
+
+/// The core of `/filter`, outside HTTP (also used by the benchmark).
+pub fn run_filter(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: &[String],
+    now: SystemTime,
+) -> FilterOutcome {
+    match scheduler.pre_filter(pod, now) {
+        Ok(state) => scheduler.filter(pod, Some(candidates), &state),
+        Err(rejection) => Scheduler::reject_all(candidates, &rejection),
+    }
+}
+
+/// The core of `/prioritize`: scores in 0..=10.
+pub fn run_prioritize(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: &[String],
+    now: SystemTime,
+) -> Vec<HostPriority> {
+    let scores = match scheduler.pre_filter(pod, now) {
+        Ok(state) => scheduler.score(pod, candidates, &state).extender_scores(),
+        Err(_) => candidates.iter().map(|n| (n.clone(), 0)).collect(),
+    };
+    scores
+        .into_iter()
+        .map(|(host, score)| HostPriority { host, score })
+        .collect()
+}
+
+async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let (pod, candidates, by_name) = match parse_extender_args(&body) {
+        Ok(parsed) => parsed,
+        Err(message) => return bad_request(message),
+    };
+    let nodes_in = if by_name {
+        None
+    } else {
+        serde_json::from_slice::<ExtenderArgs>(&body)
+            .ok()
+            .and_then(|a| a.nodes)
+    };
+    let pod = PodInfo::new(Arc::new(pod));
+    let outcome = {
+        let Ok(scheduler) = state.scheduler.read() else {
+            return internal_error("scheduler state lock poisoned");
+        };
+        run_filter(&scheduler, &pod, &candidates, SystemTime::now())
+    };
+    let status = if outcome.feasible.is_empty() {
+        state.metrics.attempt("unschedulable");
+        "Unschedulable"
+    } else {
+        "Success"
+    };
+    tracing::debug!(pod = %pod.key, feasible = outcome.feasible.len(), failed = outcome.failed.len() + outcome.failed_unresolvable.len(), "filter");
+    let result = ExtenderFilterResult {
+        nodes: nodes_in.map(|mut list| {
+            list.items.retain(|n| {
+                n.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|name| outcome.feasible.contains(name))
+            });
+            list
+        }),
+        node_names: by_name.then(|| outcome.feasible.clone()),
+        failed_nodes: outcome.failed,
+        failed_and_unresolvable_nodes: outcome.failed_unresolvable,
+        error: String::new(),
+    };
+    state.metrics.observe("Filter", status, started);
+    json_response(&result)
+}
+
+async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let (pod, candidates, _) = match parse_extender_args(&body) {
+        Ok(parsed) => parsed,
+        Err(message) => return bad_request(message),
+    };
+    let pod = PodInfo::new(Arc::new(pod));
+    let list = {
+        let Ok(scheduler) = state.scheduler.read() else {
+            return internal_error("scheduler state lock poisoned");
+        };
+        run_prioritize(&scheduler, &pod, &candidates, SystemTime::now())
+    };
+    state.metrics.observe("Score", "Success", started);
+    json_response(&list)
+}
+
+/// Reserves, persists through the binder, and rolls back on failure.
+pub async fn bind_pod(state: &ExtenderState, args: &ExtenderBindingArgs) -> Result<(), String> {
+    let key = object_key(Some(&args.pod_namespace), &args.pod_name);
+    let reserved = {
+        let mut scheduler = state
+            .scheduler
+            .write()
+            .map_err(|_| "scheduler state lock poisoned".to_string())?;
+        if !args.pod_uid.is_empty()
+            && let Some(pod) = scheduler.cache.pod(&key)
+            && !pod.uid.is_empty()
+            && pod.uid != args.pod_uid
+        {
+            return Err(format!(
+                "pod {key} has UID {} in the scheduler cache, not {}",
+                pod.uid, args.pod_uid
+            ));
+        }
+        scheduler
+            .reserve(&key, &args.node, SystemTime::now())
+            .map_err(|e| e.to_string())?
+    };
+    if let Err(err) = state.binder.bind(&reserved).await {
+        if let Ok(mut scheduler) = state.scheduler.write() {
+            scheduler.rollback(&reserved);
+        }
+        return Err(format!(
+            "binding pod {key} to node {} failed: {err}",
+            args.node
+        ));
+    }
+    Ok(())
+}
+
+async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let args: ExtenderBindingArgs = match serde_json::from_slice(&body) {
+        Ok(args) => args,
+        Err(err) => return bad_request(format!("malformed ExtenderBindingArgs: {err}")),
+    };
+    if args.pod_name.is_empty() || args.node.is_empty() {
+        return bad_request("ExtenderBindingArgs needs PodName and Node".into());
+    }
+    let result = match bind_pod(&state, &args).await {
+        Ok(()) => {
+            state.metrics.attempt("scheduled");
+            state.metrics.observe("Bind", "Success", started);
+            tracing::info!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, "bound");
+            ExtenderBindingResult::default()
+        }
+        Err(error) => {
+            state.metrics.attempt("error");
+            state.metrics.observe("Bind", "Error", started);
+            tracing::warn!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, %error, "bind failed, rolled back");
+            ExtenderBindingResult { error }
+        }
+    };
+    json_response(&result)
+}
+
+/// The `/filter`, `/prioritize` and `/bind` routes.
+pub fn router(state: ExtenderState) -> Router {
+    Router::new()
+        .route("/filter", post(filter))
+        .route("/prioritize", post(prioritize))
+        .route("/bind", post(bind))
+        .with_state(state)
+}

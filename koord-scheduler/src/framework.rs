@@ -1,0 +1,543 @@
+//! The plugin framework: filter → score → bind-time reservation, shared by
+//! the extender and the simulator.
+//!
+//! A plugin implements [`Plugin`] and is registered by name in
+//! [`crate::plugins::registry`]; the framework never names plugins.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::cache::{CacheError, Change, ClusterCache, ClusterEvent, NodeInfo, PodInfo};
+
+/// kube-scheduler's in-process score range.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// kube-scheduler's extender score range (`MaxExtenderPriority`).
+pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+
+/// Why a pod cannot go to a node (or anywhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    /// Preemption would not help (kube-scheduler's UnschedulableAndUnresolvable).
+    pub unresolvable: bool,
+}
+
+impl Rejection {
+    pub fn unschedulable(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            unresolvable: false,
+        }
+    }
+
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            unresolvable: true,
+        }
+    }
+}
+
+/// Per-pod scratch space, written in pre-filter and read afterwards.
+pub struct CycleState {
+    pub now: SystemTime,
+    data: HashMap<&'static str, Box<dyn Any + Send + Sync>>,
+}
+
+impl CycleState {
+    pub fn new(now: SystemTime) -> Self {
+        Self {
+            now,
+            data: HashMap::new(),
+        }
+    }
+
+    pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Box::new(value));
+    }
+
+    pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        self.data.get(key).and_then(|v| v.downcast_ref())
+    }
+}
+
+/// An object write a plugin asks the shell to make (e.g. quota status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationWrite {
+    /// API resource, e.g. `elasticquotas.scheduling.sigs.k8s.io`.
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One scheduling plugin. Every method has a neutral default, so a plugin
+/// implements only the extension points it needs.
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Keeps the plugin's own indexes current; called after every cache change.
+    fn on_event(&mut self, _event: &ClusterEvent, _cache: &ClusterCache) {}
+
+    /// Pod-level checks and per-pod precomputation; a rejection fails every node.
+    fn pre_filter(
+        &self,
+        _pod: &PodInfo,
+        _cache: &ClusterCache,
+        _state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    fn filter(
+        &self,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    /// Whether [`Plugin::score`] means anything.
+    fn scores(&self) -> bool {
+        false
+    }
+
+    /// Raw score of one feasible node.
+    fn score(
+        &self,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> i64 {
+        0
+    }
+
+    /// Maps the raw scores of all feasible nodes into 0..=100; the default
+    /// clamps (for plugins whose raw score already is in range).
+    fn normalize_scores(&self, scores: &mut [i64]) {
+        for score in scores {
+            *score = (*score).clamp(0, MAX_NODE_SCORE);
+        }
+    }
+
+    /// Allocates for the pod on the node at bind time; must be undone by
+    /// [`Plugin::unreserve`].
+    fn reserve(
+        &mut self,
+        _pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    fn unreserve(&mut self, _pod: &PodInfo, _node: &str, _cache: &ClusterCache) {}
+
+    /// Annotations to persist on the pod before the Binding is created.
+    fn pre_bind(
+        &self,
+        _pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<BTreeMap<String, String>, Rejection> {
+        Ok(BTreeMap::new())
+    }
+
+    /// Status writes that are due; the shell calls this at a bounded rate.
+    fn pending_writes(&mut self, _cache: &ClusterCache, _now: SystemTime) -> Vec<AnnotationWrite> {
+        Vec::new()
+    }
+}
+
+/// A registered plugin and where it takes part.
+pub struct PluginEntry {
+    pub plugin: Box<dyn Plugin>,
+    pub filter: bool,
+    pub score_weight: i64,
+}
+
+/// Filter result over a set of candidate nodes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FilterOutcome {
+    pub feasible: Vec<String>,
+    /// node → reason (preemption might help).
+    pub failed: BTreeMap<String, String>,
+    /// node → reason (preemption cannot help).
+    pub failed_unresolvable: BTreeMap<String, String>,
+}
+
+/// Scores for the feasible nodes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScoreOutcome {
+    /// (node, Σ weight × normalized score), in the order given.
+    pub totals: Vec<(String, i64)>,
+    /// Σ weights, i.e. the top score is `weight_sum × 100`.
+    pub weight_sum: i64,
+}
+
+impl ScoreOutcome {
+    /// Scores scaled into the extender range 0..=10 (rounded).
+    pub fn extender_scores(&self) -> Vec<(String, i64)> {
+        let top = self.weight_sum * MAX_NODE_SCORE;
+        self.totals
+            .iter()
+            .map(|(node, total)| {
+                let scaled = if top <= 0 {
+                    0
+                } else {
+                    (total * MAX_EXTENDER_PRIORITY * 2 + top) / (top * 2)
+                };
+                (node.clone(), scaled.clamp(0, MAX_EXTENDER_PRIORITY))
+            })
+            .collect()
+    }
+
+    /// The highest total; ties go to the earliest node.
+    pub fn best(&self) -> Option<&str> {
+        let mut best: Option<&(String, i64)> = None;
+        for entry in &self.totals {
+            if best.is_none_or(|b| entry.1 > b.1) {
+                best = Some(entry);
+            }
+        }
+        best.map(|(node, _)| node.as_str())
+    }
+}
+
+/// Errors of the bind-time reservation.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReserveError {
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("pod {pod} no longer fits node {node}: {reason}")]
+    NoLongerFits {
+        pod: String,
+        node: String,
+        reason: String,
+    },
+    #[error("plugin {plugin} could not reserve pod {pod} on node {node}: {reason}")]
+    Reserve {
+        plugin: &'static str,
+        pod: String,
+        node: String,
+        reason: String,
+    },
+    #[error("plugin {plugin} failed pre-bind for pod {pod}: {reason}")]
+    PreBind {
+        plugin: &'static str,
+        pod: String,
+        reason: String,
+    },
+}
+
+/// A completed reservation: what the binder must persist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    pub pod_key: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    /// All plugins' pre-bind annotations merged into one patch.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The cache and the plugins, mutated together under one lock by the shells.
+pub struct Scheduler {
+    pub cache: ClusterCache,
+    plugins: Vec<PluginEntry>,
+    /// How long a bound pod stays assumed without watch confirmation.
+    pub assume_ttl: Duration,
+}
+
+impl Scheduler {
+    pub fn new(plugins: Vec<PluginEntry>, assume_ttl: Duration) -> Self {
+        Self {
+            cache: ClusterCache::new(),
+            plugins,
+            assume_ttl,
+        }
+    }
+
+    pub fn plugin_names(&self) -> Vec<&'static str> {
+        self.plugins.iter().map(|p| p.plugin.name()).collect()
+    }
+
+    fn broadcast(&mut self, event: &ClusterEvent) {
+        for entry in &mut self.plugins {
+            entry.plugin.on_event(event, &self.cache);
+        }
+    }
+
+    /// Applies a watch event to the cache and the plugins' indexes.
+    pub fn apply(&mut self, change: Change) {
+        let event = self.cache.apply(change);
+        self.broadcast(&event);
+    }
+
+    /// Reverts assumed pods past their deadline; returns how many.
+    pub fn expire_assumed(&mut self, now: SystemTime) -> usize {
+        let events = self.cache.expire_assumed(now);
+        for event in &events {
+            self.broadcast(event);
+        }
+        events.len()
+    }
+
+    /// Runs every plugin's pre-filter.
+    pub fn pre_filter(&self, pod: &PodInfo, now: SystemTime) -> Result<CycleState, Rejection> {
+        let mut state = CycleState::new(now);
+        for entry in &self.plugins {
+            entry.plugin.pre_filter(pod, &self.cache, &mut state)?;
+        }
+        Ok(state)
+    }
+
+    /// Runs the filters on one node; the first rejection wins.
+    pub fn filter_node(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        for entry in self.plugins.iter().filter(|e| e.filter) {
+            entry.plugin.filter(pod, node, &self.cache, state)?;
+        }
+        Ok(())
+    }
+
+    /// Filters the named candidates (all nodes when `None`).
+    pub fn filter(
+        &self,
+        pod: &PodInfo,
+        candidates: Option<&[String]>,
+        state: &CycleState,
+    ) -> FilterOutcome {
+        let mut outcome = FilterOutcome::default();
+        let mut check = |name: &str| match self.cache.node(name) {
+            None => {
+                outcome.failed_unresolvable.insert(
+                    name.to_string(),
+                    "node not found in the scheduler cache".into(),
+                );
+            }
+            Some(node) => match self.filter_node(pod, node, state) {
+                Ok(()) => outcome.feasible.push(name.to_string()),
+                Err(rejection) if rejection.unresolvable => {
+                    outcome
+                        .failed_unresolvable
+                        .insert(name.to_string(), rejection.reason);
+                }
+                Err(rejection) => {
+                    outcome.failed.insert(name.to_string(), rejection.reason);
+                }
+            },
+        };
+        match candidates {
+            Some(names) => names.iter().for_each(|n| check(n)),
+            None => self.cache.node_names_sorted().iter().for_each(|n| check(n)),
+        }
+        outcome
+    }
+
+    /// Fails every candidate with the same pre-filter rejection.
+    pub fn reject_all(candidates: &[String], rejection: &Rejection) -> FilterOutcome {
+        let mut outcome = FilterOutcome::default();
+        let target = if rejection.unresolvable {
+            &mut outcome.failed_unresolvable
+        } else {
+            &mut outcome.failed
+        };
+        for name in candidates {
+            target.insert(name.clone(), rejection.reason.clone());
+        }
+        outcome
+    }
+
+    /// Scores the given nodes: per plugin raw → normalized → × weight, summed.
+    pub fn score(&self, pod: &PodInfo, nodes: &[String], state: &CycleState) -> ScoreOutcome {
+        let infos: Vec<Option<&NodeInfo>> = nodes.iter().map(|n| self.cache.node(n)).collect();
+        let mut totals = vec![0i64; nodes.len()];
+        let mut weight_sum = 0;
+        let mut raw = vec![0i64; nodes.len()];
+        for entry in self
+            .plugins
+            .iter()
+            .filter(|e| e.score_weight > 0 && e.plugin.scores())
+        {
+            weight_sum += entry.score_weight;
+            for (slot, info) in raw.iter_mut().zip(&infos) {
+                *slot = info.map_or(0, |node| entry.plugin.score(pod, node, &self.cache, state));
+            }
+            entry.plugin.normalize_scores(&mut raw);
+            for (total, score) in totals.iter_mut().zip(&raw) {
+                *total += score * entry.score_weight;
+            }
+        }
+        ScoreOutcome {
+            totals: nodes.iter().cloned().zip(totals).collect(),
+            weight_sum,
+        }
+    }
+
+    /// Bind-time reservation: re-checks the node, lets every plugin reserve,
+    /// gathers their pre-bind annotations and assumes the pod in the cache.
+    /// On any failure everything done so far is undone.
+    pub fn reserve(
+        &mut self,
+        pod_key: &str,
+        node: &str,
+        now: SystemTime,
+    ) -> Result<Reserved, ReserveError> {
+        let pod = self
+            .cache
+            .pod(pod_key)
+            .cloned()
+            .ok_or_else(|| CacheError::PodNotFound(pod_key.to_string()))?;
+        if let Some(bound) = &pod.node {
+            return Err(CacheError::AlreadyAssigned {
+                pod: pod_key.to_string(),
+                node: bound.clone(),
+            }
+            .into());
+        }
+        let no_longer_fits = |reason: String| ReserveError::NoLongerFits {
+            pod: pod_key.to_string(),
+            node: node.to_string(),
+            reason,
+        };
+        let state = self
+            .pre_filter(&pod, now)
+            .map_err(|r| no_longer_fits(r.reason))?;
+        let node_info = self
+            .cache
+            .node(node)
+            .ok_or_else(|| CacheError::NodeNotFound(node.to_string()))?;
+        self.filter_node(&pod, node_info, &state)
+            .map_err(|r| no_longer_fits(r.reason))?;
+
+        let mut reserved_count = 0;
+        let mut failure = None;
+        for entry in &mut self.plugins {
+            match entry.plugin.reserve(&pod, node, &self.cache, &state) {
+                Ok(()) => reserved_count += 1,
+                Err(rejection) => {
+                    failure = Some(ReserveError::Reserve {
+                        plugin: entry.plugin.name(),
+                        pod: pod_key.to_string(),
+                        node: node.to_string(),
+                        reason: rejection.reason,
+                    });
+                    break;
+                }
+            }
+        }
+        let mut annotations = BTreeMap::new();
+        if failure.is_none() {
+            for entry in &self.plugins {
+                match entry.plugin.pre_bind(&pod, node, &self.cache, &state) {
+                    Ok(patch) => annotations.extend(patch),
+                    Err(rejection) => {
+                        failure = Some(ReserveError::PreBind {
+                            plugin: entry.plugin.name(),
+                            pod: pod_key.to_string(),
+                            reason: rejection.reason,
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        if failure.is_none() {
+            match self
+                .cache
+                .assume(pod_key, node, &annotations, now + self.assume_ttl)
+            {
+                Ok(event) => self.broadcast(&event),
+                Err(err) => failure = Some(err.into()),
+            }
+        }
+        if let Some(err) = failure {
+            for entry in self.plugins.iter_mut().take(reserved_count).rev() {
+                entry.plugin.unreserve(&pod, node, &self.cache);
+            }
+            return Err(err);
+        }
+        Ok(Reserved {
+            pod_key: pod_key.to_string(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            node: node.to_string(),
+            annotations,
+        })
+    }
+
+    /// Undoes a reservation whose binding failed.
+    pub fn rollback(&mut self, reserved: &Reserved) {
+        let pod = self.cache.pod(&reserved.pod_key).cloned();
+        if let Some(event) = self.cache.forget(&reserved.pod_key) {
+            self.broadcast(&event);
+        }
+        if let Some(pod) = pod {
+            for entry in self.plugins.iter_mut().rev() {
+                entry.plugin.unreserve(&pod, &reserved.node, &self.cache);
+            }
+        }
+    }
+
+    /// Collects the plugins' due status writes.
+    pub fn pending_writes(&mut self, now: SystemTime) -> Vec<AnnotationWrite> {
+        let cache = &self.cache;
+        self.plugins
+            .iter_mut()
+            .flat_map(|entry| entry.plugin.pending_writes(cache, now))
+            .collect()
+    }
+}
+
+/// What a binder persists for one reservation.
+pub type BindFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BindError>> + Send + 'a>>;
+
+/// A failed pod patch or Binding.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{0}")]
+pub struct BindError(pub String);
+
+/// Persists a reservation: one pod patch with the annotations (if any), then
+/// the Binding.
+pub trait Binder: Send + Sync {
+    fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a>;
+}
+
+/// A binder that records instead of writing (simulator and tests).
+#[derive(Default)]
+pub struct RecordingBinder {
+    pub fail_with: Option<String>,
+    pub bound: std::sync::Mutex<Vec<Reserved>>,
+}
+
+impl Binder for RecordingBinder {
+    fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a> {
+        Box::pin(async move {
+            if let Some(message) = &self.fail_with {
+                return Err(BindError(message.clone()));
+            }
+            if let Ok(mut bound) = self.bound.lock() {
+                bound.push(reserved.clone());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Shared handle used by the shells.
+pub type SharedScheduler = Arc<std::sync::RwLock<Scheduler>>;

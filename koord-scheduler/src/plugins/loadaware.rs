@@ -1,0 +1,565 @@
+//! LoadAwareScheduling: keeps nodes under their usage thresholds and prefers
+//! the least loaded ones. Usage is the latest NodeMetric plus an estimate of
+//! the pods assigned since that report (and of the incoming pod).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use apis::extension::load_aware::{
+    CustomUsageThresholds, get_custom_estimated_scaling_factors,
+    get_custom_estimated_seconds_after_initialized,
+    get_custom_estimated_seconds_after_pod_scheduled, get_custom_usage_thresholds,
+};
+use apis::extension::node_resource_amplification::get_node_raw_allocatable;
+use apis::extension::priority::PriorityClass;
+use apis::extension::resource::{
+    BATCH_CPU, BATCH_MEMORY, RESOURCE_CPU, RESOURCE_MEMORY,
+    translate_resource_name_by_priority_class,
+};
+use apis::slo::v1alpha1::NodeMetric;
+
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo, object_key};
+use crate::config::{ConfigError, LoadAwareArgs, LoadAwareSchedulingArgs, parse_args};
+use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
+use crate::resources::{Resources, pod_limits};
+
+pub const NAME: &str = "LoadAwareScheduling";
+
+/// Estimate for a pod with no cpu request or limit (milli-cores).
+pub const DEFAULT_ESTIMATED_MILLI_CPU: i64 = 250;
+/// Estimate for a pod with no memory request or limit (bytes).
+pub const DEFAULT_ESTIMATED_MEMORY: i64 = 200 * 1024 * 1024;
+/// koordlet's report interval when the NodeMetric does not say.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+
+pub const REASON_NODE_METRIC_EXPIRED: &str = "node(s) nodeMetric expired";
+
+const INCOMING_ESTIMATE: &str = "LoadAwareScheduling/incoming";
+
+pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
+    let raw: LoadAwareSchedulingArgs = parse_args(NAME, args)?;
+    Ok(Box::new(LoadAware::new(raw.with_defaults()?)))
+}
+
+/// Per-node load figures, recomputed whenever the node's metric or pods change.
+#[derive(Debug, Clone, Default)]
+struct NodeLoad {
+    /// The NodeMetric had a `status.nodeMetric` section.
+    has_node_metric: bool,
+    update_time: Option<SystemTime>,
+    node_usage: Resources,
+    prod_usage: Resources,
+    /// (aggregation type, duration in seconds; 0 = the longest) → usage.
+    aggregated: HashMap<(String, u64), Resources>,
+    /// Estimates of recently assigned pods beyond their reported usage.
+    node_delta: Resources,
+    prod_delta: Resources,
+}
+
+/// See the module docs.
+pub struct LoadAware {
+    args: LoadAwareArgs,
+    loads: HashMap<String, NodeLoad>,
+}
+
+fn to_system_time(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
+    SystemTime::from(time.0)
+}
+
+fn condition_time(pod: &PodInfo, condition: &str) -> Option<SystemTime> {
+    pod.pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == condition && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(to_system_time)
+}
+
+/// True when the metric is missing its update time or older than the expiration.
+pub fn is_metric_expired(
+    update_time: Option<SystemTime>,
+    expiration_seconds: i64,
+    now: SystemTime,
+) -> bool {
+    match update_time {
+        None => true,
+        Some(updated) => {
+            expiration_seconds > 0
+                && now
+                    .duration_since(updated)
+                    .is_ok_and(|age| age >= Duration::from_secs(expiration_seconds.unsigned_abs()))
+        }
+    }
+}
+
+fn add_delta(target: &mut Resources, estimate: &Resources, usage: Option<&Resources>) {
+    for (name, estimated) in estimate.iter() {
+        let used = usage.map_or(0, |u| u.get(name));
+        if estimated > used {
+            target.add_amount(name, estimated - used);
+        }
+    }
+}
+
+impl LoadAware {
+    pub fn new(args: LoadAwareArgs) -> Self {
+        Self {
+            args,
+            loads: HashMap::new(),
+        }
+    }
+
+    /// The default estimator: max(request, limit) × factor, capped at the limit,
+    /// with fixed defaults when the pod asks for nothing.
+    pub fn estimate_pod(&self, pod: &PodInfo) -> Resources {
+        let mut factors = self.args.estimated_scaling_factors.clone();
+        if self.args.allow_customize_estimation
+            && let Ok(Some(custom)) = get_custom_estimated_scaling_factors(pod.annotations())
+        {
+            factors.extend(custom);
+        }
+        let limits = pod_limits(&pod.pod);
+        let mut estimate = Resources::new();
+        for (name, factor) in &factors {
+            // Classes without a mapping (free) estimate nothing, as upstream.
+            let real =
+                translate_resource_name_by_priority_class(pod.priority_class, name).unwrap_or("");
+            let request = pod.requests.get(real);
+            let limit = limits.get(real);
+            let quantity = request.max(limit);
+            let value = if quantity == 0 {
+                match real {
+                    RESOURCE_CPU | BATCH_CPU => DEFAULT_ESTIMATED_MILLI_CPU,
+                    RESOURCE_MEMORY | BATCH_MEMORY => DEFAULT_ESTIMATED_MEMORY,
+                    _ => 0,
+                }
+            } else {
+                let scaled = (quantity as f64 * *factor as f64 / 100.0).round() as i64;
+                if limit > 0 { scaled.min(limit) } else { scaled }
+            };
+            estimate.set(name, value);
+        }
+        estimate
+    }
+
+    /// Until when the pod's estimate is used even if its usage is reported.
+    fn estimate_deadline(
+        &self,
+        pod: &PodInfo,
+        assigned_at: Option<SystemTime>,
+    ) -> Option<SystemTime> {
+        let (mut after_scheduled, mut after_initialized) = (None, None);
+        if self.args.allow_customize_estimation {
+            after_scheduled = get_custom_estimated_seconds_after_pod_scheduled(pod.annotations())
+                .ok()
+                .flatten();
+            after_initialized = get_custom_estimated_seconds_after_initialized(pod.annotations())
+                .ok()
+                .flatten();
+        }
+        let after_scheduled = after_scheduled.or(self.args.estimated_seconds_after_pod_scheduled);
+        let after_initialized = after_initialized.or(self.args.estimated_seconds_after_initialized);
+        if let Some(seconds) = after_initialized.filter(|s| *s > 0)
+            && let Some(initialized) = condition_time(pod, "Initialized")
+        {
+            return Some(initialized + Duration::from_secs(seconds.unsigned_abs()));
+        }
+        match (after_scheduled.filter(|s| *s > 0), assigned_at) {
+            (Some(seconds), Some(at)) => Some(at + Duration::from_secs(seconds.unsigned_abs())),
+            _ => None,
+        }
+    }
+
+    fn recompute(&mut self, node: &str, cache: &ClusterCache) {
+        let Some(metric) = cache.node_metrics.get(node) else {
+            self.loads.remove(node);
+            return;
+        };
+        let load = self.compute_load(metric, node, cache);
+        self.loads.insert(node.to_string(), load);
+    }
+
+    fn compute_load(&self, metric: &NodeMetric, node: &str, cache: &ClusterCache) -> NodeLoad {
+        let status = metric.status.as_ref();
+        let info = status.and_then(|s| s.node_metric.as_ref());
+        let update_time = status
+            .and_then(|s| s.update_time.as_ref())
+            .map(to_system_time);
+        let report_interval = metric
+            .spec
+            .collect_policy
+            .as_ref()
+            .and_then(|p| p.report_interval_seconds)
+            .filter(|s| *s > 0)
+            .map_or(DEFAULT_REPORT_INTERVAL, |s| {
+                Duration::from_secs(s.unsigned_abs())
+            });
+        let mut load = NodeLoad {
+            has_node_metric: info.is_some(),
+            update_time,
+            ..NodeLoad::default()
+        };
+        if let Some(info) = info {
+            load.node_usage = Resources::from_list(&info.node_usage.resources);
+            let mut longest: HashMap<String, u64> = HashMap::new();
+            for aggregated in &info.aggregated_node_usages {
+                let seconds = aggregated
+                    .duration
+                    .as_deref()
+                    .and_then(|d| apis::extension::duration::GoDuration::parse(d).ok())
+                    .and_then(|d| d.to_std())
+                    .map_or(0, |d| d.as_secs());
+                for (kind, usage) in &aggregated.usage {
+                    if usage.resources.is_empty() {
+                        continue;
+                    }
+                    load.aggregated.insert(
+                        (kind.clone(), seconds),
+                        Resources::from_list(&usage.resources),
+                    );
+                    let entry = longest.entry(kind.clone()).or_insert(0);
+                    *entry = (*entry).max(seconds);
+                }
+            }
+            for (kind, seconds) in longest {
+                if let Some(usage) = load.aggregated.get(&(kind.clone(), seconds)).cloned() {
+                    load.aggregated.insert((kind, 0), usage);
+                }
+            }
+            if self.args.prod_usage_include_sys {
+                load.prod_usage
+                    .add(&Resources::from_list(&info.system_usage.resources));
+            }
+        }
+        let mut pod_usages: HashMap<String, (Resources, bool)> = HashMap::new();
+        for pod_metric in status.map(|s| s.pods_metric.as_slice()).unwrap_or_default() {
+            if pod_metric.pod_usage.resources.is_empty() {
+                continue;
+            }
+            let prod = PriorityClass::from_name(&pod_metric.priority) == PriorityClass::Prod;
+            pod_usages.insert(
+                object_key(Some(&pod_metric.namespace), &pod_metric.name),
+                (Resources::from_list(&pod_metric.pod_usage.resources), prod),
+            );
+        }
+        let recent_after = update_time.and_then(|t| t.checked_sub(report_interval));
+        for pod in cache.pods_on_node(node) {
+            let usage = pod_usages.get(&pod.key);
+            let prod = pod.priority_class == PriorityClass::Prod;
+            let active_prod = prod && usage.is_some_and(|(_, reported_prod)| *reported_prod);
+            if active_prod && let Some((used, _)) = usage {
+                load.prod_usage.add(used);
+            }
+            let estimate = self.estimate_pod(pod);
+            // Pods without a scheduled time were assigned by us just now.
+            let assigned_at = condition_time(pod, "PodScheduled");
+            let deadline = self.estimate_deadline(pod, assigned_at);
+            let recent = match (assigned_at, recent_after) {
+                (Some(at), Some(after)) => at > after,
+                _ => true,
+            };
+            let should =
+                usage.is_none() || recent || deadline.zip(update_time).is_some_and(|(d, u)| d > u);
+            let used = usage.map(|(u, _)| u);
+            if should {
+                add_delta(&mut load.node_delta, &estimate, used);
+            }
+            if prod {
+                if !active_prod && used.is_some() {
+                    add_delta(&mut load.prod_delta, &estimate, None);
+                } else if should {
+                    add_delta(&mut load.prod_delta, &estimate, used);
+                }
+            }
+        }
+        load
+    }
+
+    fn custom_thresholds(&self, node: &NodeInfo) -> Option<CustomUsageThresholds> {
+        let mut custom = get_custom_usage_thresholds(node.annotations())
+            .ok()
+            .flatten()?;
+        if custom
+            .aggregated_usage
+            .as_ref()
+            .is_some_and(|a| a.usage_thresholds.is_empty() || a.usage_aggregation_type.is_none())
+        {
+            custom.aggregated_usage = None;
+        }
+        if custom.usage_thresholds.is_empty()
+            && custom.prod_usage_thresholds.is_empty()
+            && custom.aggregated_usage.is_none()
+        {
+            return None;
+        }
+        Some(custom)
+    }
+
+    /// Allocatable as load-aware sees it: the raw (un-amplified) figures when present.
+    fn node_allocatable(node: &NodeInfo) -> Resources {
+        let mut allocatable = node.allocatable.clone();
+        if let Ok(Some(raw)) = get_node_raw_allocatable(node.annotations()) {
+            for (name, amount) in Resources::from_list(&raw).iter() {
+                allocatable.set(name, amount);
+            }
+        }
+        allocatable
+    }
+
+    fn incoming(&self, pod: &PodInfo, state: &CycleState) -> Resources {
+        state
+            .read::<Resources>(INCOMING_ESTIMATE)
+            .cloned()
+            .unwrap_or_else(|| self.estimate_pod(pod))
+    }
+}
+
+fn percent(used: i64, total: i64) -> i64 {
+    (used as f64 / total as f64 * 100.0).round() as i64
+}
+
+fn least_used_score(used: i64, capacity: i64) -> i64 {
+    if capacity <= 0 || used > capacity {
+        return 0;
+    }
+    (capacity - used) * MAX_NODE_SCORE / capacity
+}
+
+impl Plugin for LoadAware {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
+        match event {
+            ClusterEvent::Pod { old, new } => {
+                let old_node = old.as_ref().and_then(|p| p.node.clone());
+                let new_node = new.as_ref().and_then(|p| p.node.clone());
+                if let Some(node) = &old_node {
+                    self.recompute(node, cache);
+                }
+                if let Some(node) = new_node.filter(|n| Some(n) != old_node.as_ref()) {
+                    self.recompute(&node, cache);
+                }
+            }
+            ClusterEvent::Object {
+                kind: ObjectKind::NodeMetric,
+                key,
+            } => self.recompute(key, cache),
+            ClusterEvent::Object { .. } => {}
+        }
+    }
+
+    fn pre_filter(
+        &self,
+        pod: &PodInfo,
+        _cache: &ClusterCache,
+        state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        state.write(INCOMING_ESTIMATE, self.estimate_pod(pod));
+        Ok(())
+    }
+
+    fn filter(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        if pod.is_daemonset_pod() {
+            return Ok(());
+        }
+        let custom = self.custom_thresholds(node);
+        let (usage_thresholds, prod_thresholds, aggregated) = match &custom {
+            None => (
+                &self.args.usage_thresholds,
+                &self.args.prod_usage_thresholds,
+                self.args.aggregated.as_ref().and_then(|a| {
+                    a.usage_aggregation_type
+                        .clone()
+                        .filter(|_| !a.usage_thresholds.is_empty())
+                        .map(|kind| {
+                            let seconds = a
+                                .usage_aggregated_duration
+                                .and_then(|d| d.to_std())
+                                .map_or(0, |d| d.as_secs());
+                            (&a.usage_thresholds, kind, seconds)
+                        })
+                }),
+            ),
+            Some(custom) => (
+                if custom.usage_thresholds.is_empty() {
+                    &self.args.usage_thresholds
+                } else {
+                    &custom.usage_thresholds
+                },
+                if custom.prod_usage_thresholds.is_empty() {
+                    &self.args.prod_usage_thresholds
+                } else {
+                    &custom.prod_usage_thresholds
+                },
+                custom.aggregated_usage.as_ref().and_then(|a| {
+                    a.usage_aggregation_type.map(|kind| {
+                        let seconds = a
+                            .usage_aggregated_duration
+                            .and_then(|d| d.to_std())
+                            .map_or(0, |d| d.as_secs());
+                        (&a.usage_thresholds, kind.as_str().to_string(), seconds)
+                    })
+                }),
+            ),
+        };
+        let prod_pod = !prod_thresholds.is_empty() && pod.priority_class == PriorityClass::Prod;
+        let (thresholds, aggregation) = if prod_pod {
+            (prod_thresholds, None)
+        } else if let Some((thresholds, kind, seconds)) = aggregated {
+            (thresholds, Some((kind, seconds)))
+        } else {
+            (usage_thresholds, None)
+        };
+        if thresholds.values().all(|v| *v == 0) {
+            return Ok(());
+        }
+        // Nodes without a NodeMetric (no koordlet) are not load-aware.
+        let Some(load) = self.loads.get(&node.name) else {
+            return Ok(());
+        };
+        if self.args.filter_expired_node_metrics
+            && is_metric_expired(
+                load.update_time,
+                self.args.node_metric_expiration_seconds,
+                state.now,
+            )
+        {
+            return if self.args.enable_schedule_when_node_metrics_expired {
+                Ok(())
+            } else {
+                Err(Rejection::unschedulable(REASON_NODE_METRIC_EXPIRED))
+            };
+        }
+        if !load.has_node_metric {
+            return Ok(());
+        }
+        let mut estimated = if prod_pod {
+            let mut e = load.prod_usage.clone();
+            e.add(&load.prod_delta);
+            e
+        } else {
+            let base = match &aggregation {
+                Some((kind, seconds)) => load
+                    .aggregated
+                    .get(&(kind.clone(), *seconds))
+                    .or_else(|| (*seconds == 0).then_some(&load.node_usage)),
+                None => Some(&load.node_usage),
+            };
+            let mut e = base.cloned().unwrap_or_default();
+            e.add(&load.node_delta);
+            e
+        };
+        estimated.add(&self.incoming(pod, state));
+        let allocatable = Self::node_allocatable(node);
+        for (name, threshold) in thresholds {
+            if *threshold == 0 {
+                continue;
+            }
+            let total = allocatable.get(name);
+            if total == 0 {
+                continue;
+            }
+            if percent(estimated.get(name), total) > *threshold {
+                let reason = if aggregation.is_some() {
+                    format!("node(s) {name} aggregated usage exceed threshold")
+                } else {
+                    format!("node(s) {name} usage exceed threshold")
+                };
+                return Err(Rejection::unschedulable(reason));
+            }
+        }
+        Ok(())
+    }
+
+    fn scores(&self) -> bool {
+        !self.args.resource_weights.is_empty() || self.args.dominant_resource_weight != 0
+    }
+
+    fn score(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> i64 {
+        let Some(load) = self.loads.get(&node.name) else {
+            return 0;
+        };
+        if is_metric_expired(
+            load.update_time,
+            self.args.node_metric_expiration_seconds,
+            state.now,
+        ) || !load.has_node_metric
+        {
+            return 0;
+        }
+        let prod_pod =
+            self.args.score_according_prod_usage && pod.priority_class == PriorityClass::Prod;
+        let mut used = if prod_pod {
+            let mut e = load.prod_usage.clone();
+            e.add(&load.prod_delta);
+            e
+        } else {
+            let aggregated = self.args.aggregated.as_ref().and_then(|a| {
+                a.score_aggregation_type.clone().map(|kind| {
+                    let seconds = a
+                        .score_aggregated_duration
+                        .and_then(|d| d.to_std())
+                        .map_or(0, |d| d.as_secs());
+                    (kind, seconds)
+                })
+            });
+            let base = match &aggregated {
+                Some((kind, seconds)) => load
+                    .aggregated
+                    .get(&(kind.clone(), *seconds))
+                    .or_else(|| (*seconds == 0).then_some(&load.node_usage)),
+                None => Some(&load.node_usage),
+            };
+            let mut e = base.cloned().unwrap_or_default();
+            e.add(&load.node_delta);
+            e
+        };
+        used.add(&self.incoming(pod, state));
+        let allocatable = Self::node_allocatable(node);
+        let dominant_weight = self.args.dominant_resource_weight;
+        let (mut node_score, mut dominant_score, mut weight_sum) = (0i64, 0i64, 0i64);
+        if dominant_weight != 0 {
+            dominant_score = MAX_NODE_SCORE;
+            weight_sum = dominant_weight;
+        }
+        for (name, weight) in &self.args.resource_weights {
+            let score = least_used_score(used.get(name), allocatable.get(name));
+            node_score += score * weight;
+            weight_sum += weight;
+            dominant_score = dominant_score.min(score);
+        }
+        node_score += dominant_score * dominant_weight;
+        if weight_sum <= 0 {
+            0
+        } else {
+            node_score / weight_sum
+        }
+    }
+}
+
+/// The estimate of one pod under default args (for tools and tests).
+pub fn default_estimate(pod: &PodInfo) -> BTreeMap<String, i64> {
+    LoadAware::new(LoadAwareArgs::default())
+        .estimate_pod(pod)
+        .iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}

@@ -1,0 +1,319 @@
+//! Resource amounts as plain integers in the units upstream compares them in:
+//! milli-cores for `cpu`, whole units (bytes, counts, batch milli-cores) for
+//! everything else. The well-known names live in fixed slots so the per-node
+//! hot path never hashes or compares strings.
+
+use std::collections::BTreeMap;
+
+use apis::extension::quantity::QuantityValue;
+use apis::extension::resource::{
+    BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY, RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE,
+    RESOURCE_MEMORY,
+};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Names with a fixed slot, in slot order.
+pub const KNOWN_RESOURCES: [&str; 7] = [
+    RESOURCE_CPU,
+    RESOURCE_MEMORY,
+    RESOURCE_EPHEMERAL_STORAGE,
+    BATCH_CPU,
+    BATCH_MEMORY,
+    MID_CPU,
+    MID_MEMORY,
+];
+
+pub const SLOT_CPU: usize = 0;
+pub const SLOT_MEMORY: usize = 1;
+
+/// kube-scheduler's request assumed for a container without a cpu request (milli-cores).
+pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+/// kube-scheduler's request assumed for a container without a memory request (bytes).
+pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+
+fn slot_of(name: &str) -> Option<usize> {
+    KNOWN_RESOURCES.iter().position(|known| *known == name)
+}
+
+/// One resource amount in upstream's comparison unit (see module docs).
+pub fn quantity_amount(name: &str, quantity: &Quantity) -> Option<i64> {
+    let value = QuantityValue::of(quantity).ok()?;
+    Some(if name == RESOURCE_CPU {
+        value.milli_value()
+    } else {
+        value.value()
+    })
+}
+
+/// A sparse resource vector; absent and zero are the same.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resources {
+    known: [i64; KNOWN_RESOURCES.len()],
+    extra: Vec<(String, i64)>,
+}
+
+impl Resources {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Converts a Kubernetes resource list; malformed quantities are skipped
+    /// (the API server validates them, so this only guards hand-written input).
+    pub fn from_list(list: &BTreeMap<String, Quantity>) -> Self {
+        let mut resources = Self::new();
+        for (name, quantity) in list {
+            if let Some(amount) = quantity_amount(name, quantity) {
+                resources.set(name, amount);
+            }
+        }
+        resources
+    }
+
+    pub fn get(&self, name: &str) -> i64 {
+        match slot_of(name) {
+            Some(slot) => self.known[slot],
+            None => self
+                .extra
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, v)| *v),
+        }
+    }
+
+    pub fn slot(&self, slot: usize) -> i64 {
+        self.known[slot]
+    }
+
+    pub fn set(&mut self, name: &str, amount: i64) {
+        match slot_of(name) {
+            Some(slot) => self.known[slot] = amount,
+            None => match self.extra.iter_mut().find(|(n, _)| n == name) {
+                Some(entry) => entry.1 = amount,
+                None => self.extra.push((name.to_string(), amount)),
+            },
+        }
+    }
+
+    pub fn add_amount(&mut self, name: &str, amount: i64) {
+        let current = self.get(name);
+        self.set(name, current.saturating_add(amount));
+    }
+
+    pub fn add(&mut self, other: &Resources) {
+        for (mine, theirs) in self.known.iter_mut().zip(other.known.iter()) {
+            *mine = mine.saturating_add(*theirs);
+        }
+        for (name, amount) in &other.extra {
+            self.add_amount(name, *amount);
+        }
+    }
+
+    pub fn sub(&mut self, other: &Resources) {
+        for (mine, theirs) in self.known.iter_mut().zip(other.known.iter()) {
+            *mine = mine.saturating_sub(*theirs);
+        }
+        for (name, amount) in &other.extra {
+            self.add_amount(name, amount.saturating_neg());
+        }
+    }
+
+    /// Each entry becomes the larger of the two.
+    pub fn max_with(&mut self, other: &Resources) {
+        for (mine, theirs) in self.known.iter_mut().zip(other.known.iter()) {
+            *mine = (*mine).max(*theirs);
+        }
+        for (name, amount) in &other.extra {
+            let current = self.get(name);
+            if *amount > current {
+                self.set(name, *amount);
+            }
+        }
+    }
+
+    /// Non-zero entries, known names first.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+        KNOWN_RESOURCES
+            .iter()
+            .zip(self.known.iter())
+            .map(|(name, amount)| (*name, *amount))
+            .chain(
+                self.extra
+                    .iter()
+                    .map(|(name, amount)| (name.as_str(), *amount)),
+            )
+            .filter(|(_, amount)| *amount != 0)
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    /// Back to a Kubernetes resource list (cpu as milli-cores, others as integers).
+    pub fn to_list(&self) -> BTreeMap<String, Quantity> {
+        self.iter()
+            .map(|(name, amount)| (name.to_string(), format_amount(name, amount)))
+            .collect()
+    }
+}
+
+/// Formats an amount the way Kubernetes prints it (`500m`, `2`, `1048576`).
+pub fn format_amount(name: &str, amount: i64) -> Quantity {
+    if name == RESOURCE_CPU {
+        if amount % 1000 == 0 {
+            Quantity((amount / 1000).to_string())
+        } else {
+            Quantity(format!("{amount}m"))
+        }
+    } else {
+        Quantity(amount.to_string())
+    }
+}
+
+fn container_list(container: &Container, limits: bool) -> Resources {
+    let resources = container.resources.as_ref();
+    let list = if limits {
+        resources.and_then(|r| r.limits.as_ref())
+    } else {
+        resources.and_then(|r| r.requests.as_ref())
+    };
+    list.map(Resources::from_list).unwrap_or_default()
+}
+
+fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
+/// Pod requests (or limits) the way kube-scheduler sums them: regular and
+/// sidecar containers add up, a plain init container only raises the peak,
+/// and the overhead is added on top.
+fn pod_resources(pod: &Pod, limits: bool) -> Resources {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Resources::new();
+    };
+    let mut total = Resources::new();
+    for container in &spec.containers {
+        total.add(&container_list(container, limits));
+    }
+    let mut sidecars = Resources::new();
+    let mut init_peak = Resources::new();
+    for init in spec.init_containers.iter().flatten() {
+        let amounts = container_list(init, limits);
+        if is_sidecar(init) {
+            sidecars.add(&amounts);
+            total.add(&amounts);
+        } else {
+            let mut with_sidecars = sidecars.clone();
+            with_sidecars.add(&amounts);
+            init_peak.max_with(&with_sidecars);
+        }
+    }
+    total.max_with(&init_peak);
+    if let Some(overhead) = spec.overhead.as_ref() {
+        total.add(&Resources::from_list(overhead));
+    }
+    total
+}
+
+pub fn pod_requests(pod: &Pod) -> Resources {
+    pod_resources(pod, false)
+}
+
+pub fn pod_limits(pod: &Pod) -> Resources {
+    pod_resources(pod, true)
+}
+
+/// cpu and memory requests with kube-scheduler's non-zero defaults applied
+/// per container (used by least/most-allocated scoring).
+pub fn pod_non_zero_requests(pod: &Pod) -> (i64, i64) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return (0, 0);
+    };
+    let mut cpu = 0i64;
+    let mut memory = 0i64;
+    let non_zero = |container: &Container| {
+        let requests = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref());
+        let cpu = requests
+            .and_then(|r| r.get(RESOURCE_CPU))
+            .map_or(Some(DEFAULT_MILLI_CPU_REQUEST), |q| {
+                quantity_amount(RESOURCE_CPU, q)
+            })
+            .unwrap_or(0);
+        let memory = requests
+            .and_then(|r| r.get(RESOURCE_MEMORY))
+            .map_or(Some(DEFAULT_MEMORY_REQUEST), |q| {
+                quantity_amount(RESOURCE_MEMORY, q)
+            })
+            .unwrap_or(0);
+        (cpu, memory)
+    };
+    for container in &spec.containers {
+        let (c, m) = non_zero(container);
+        cpu += c;
+        memory += m;
+    }
+    for init in spec.init_containers.iter().flatten() {
+        let (c, m) = non_zero(init);
+        if is_sidecar(init) {
+            cpu += c;
+            memory += m;
+        } else {
+            cpu = cpu.max(c);
+            memory = memory.max(m);
+        }
+    }
+    (cpu, memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn requests_sum_containers_and_respect_init_peak_and_overhead() {
+        let p = pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                    {"name": "b", "resources": {"requests": {"cpu": "1", "kubernetes.io/batch-cpu": "2000"}}}
+                ],
+                "initContainers": [
+                    {"name": "init", "resources": {"requests": {"cpu": "4"}}}
+                ],
+                "overhead": {"cpu": "100m"}
+            }
+        }));
+        let requests = pod_requests(&p);
+        assert_eq!(requests.get("cpu"), 4100);
+        assert_eq!(requests.get("memory"), 1 << 30);
+        assert_eq!(requests.get(BATCH_CPU), 2000);
+        assert_eq!(
+            pod_non_zero_requests(&p),
+            (4000, (1 << 30) + DEFAULT_MEMORY_REQUEST)
+        );
+    }
+
+    #[test]
+    fn extra_names_add_and_format_back() {
+        let mut a = Resources::new();
+        a.set("nvidia.com/gpu", 2);
+        a.set("cpu", 1500);
+        let mut b = a.clone();
+        b.add(&a);
+        assert_eq!(b.get("nvidia.com/gpu"), 4);
+        let list = b.to_list();
+        assert_eq!(list["cpu"].0, "3");
+        assert_eq!(list["nvidia.com/gpu"].0, "4");
+        b.sub(&a);
+        assert_eq!(b, a);
+    }
+}

@@ -1,0 +1,268 @@
+//! The offline simulator: loads a YAML cluster snapshot, schedules pending
+//! pods one by one through the same filter → score → bind-time reservation
+//! code as the extender, and reports each placement.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::{Deserialize as _, Serialize};
+
+use crate::cache::{Change, Object, PodInfo};
+use crate::framework::Scheduler;
+
+/// Errors reading a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("document {index}: malformed YAML: {message}")]
+    Yaml { index: usize, message: String },
+    #[error("document {index}: malformed {kind}: {message}")]
+    Object {
+        index: usize,
+        kind: String,
+        message: String,
+    },
+}
+
+/// Objects of a snapshot, in document order; unknown kinds are reported and skipped.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub objects: Vec<Object>,
+    pub skipped_kinds: Vec<String>,
+}
+
+fn decode(
+    index: usize,
+    value: serde_yaml::Value,
+    snapshot: &mut Snapshot,
+) -> Result<(), SnapshotError> {
+    if value.is_null() {
+        return Ok(());
+    }
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default()
+        .to_string();
+    if kind == "List" || kind.ends_with("List") {
+        if let Some(items) = value.get("items").and_then(|i| i.as_sequence()) {
+            for item in items.clone() {
+                decode(index, item, snapshot)?;
+            }
+        }
+        return Ok(());
+    }
+    let fail = |message: String| SnapshotError::Object {
+        index,
+        kind: kind.clone(),
+        message,
+    };
+    macro_rules! typed {
+        ($variant:ident) => {
+            Object::$variant(serde_yaml::from_value(value).map_err(|e| fail(e.to_string()))?)
+        };
+    }
+    let object = match kind.as_str() {
+        "Node" => typed!(Node),
+        "Pod" => typed!(Pod),
+        "NodeMetric" => typed!(NodeMetric),
+        "Reservation" => typed!(Reservation),
+        "ElasticQuota" => typed!(ElasticQuota),
+        "PodGroup" => typed!(PodGroup),
+        "Device" => typed!(Device),
+        "NodeResourceTopology" => typed!(NodeResourceTopology),
+        other => {
+            snapshot.skipped_kinds.push(other.to_string());
+            return Ok(());
+        }
+    };
+    snapshot.objects.push(object);
+    Ok(())
+}
+
+impl Snapshot {
+    /// Parses multi-document YAML (a `List` document is expanded).
+    pub fn from_yaml(text: &str) -> Result<Self, SnapshotError> {
+        let mut snapshot = Snapshot::default();
+        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let value =
+                serde_yaml::Value::deserialize(document).map_err(|e| SnapshotError::Yaml {
+                    index,
+                    message: e.to_string(),
+                })?;
+            decode(index, value, &mut snapshot)?;
+        }
+        Ok(snapshot)
+    }
+
+    /// The latest NodeMetric report: the moment the snapshot describes.
+    pub fn latest_report(&self) -> Option<SystemTime> {
+        self.objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::NodeMetric(m) => m
+                    .status
+                    .as_ref()?
+                    .update_time
+                    .as_ref()
+                    .map(|t| SystemTime::from(t.0)),
+                _ => None,
+            })
+            .max()
+    }
+}
+
+/// One pod's outcome; the JSON contract documented in `docs/simulate.md`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Placement {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The chosen node, or null when none fits.
+    pub node: Option<String>,
+    /// Rejected node → reason.
+    pub reasons: BTreeMap<String, String>,
+    /// Feasible node → Σ weight × normalized plugin score.
+    pub scores: BTreeMap<String, i64>,
+    /// Annotations the bind wrote (or would write) on the pod.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SimulationReport {
+    pub placements: Vec<Placement>,
+}
+
+/// Schedules one pending pod already in the cache; `record_details` = false
+/// skips collecting per-node reasons and scores (throughput measurement).
+pub fn schedule_one(
+    scheduler: &mut Scheduler,
+    pod_key: &str,
+    now: SystemTime,
+    record_details: bool,
+) -> Placement {
+    let mut placement = Placement {
+        pod: pod_key.to_string(),
+        node: None,
+        reasons: BTreeMap::new(),
+        scores: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    };
+    let Some(pod) = scheduler.cache.pod(pod_key).cloned() else {
+        placement
+            .reasons
+            .insert(String::new(), "pod not found in the snapshot".into());
+        return placement;
+    };
+    let outcome = match scheduler.pre_filter(&pod, now) {
+        Err(rejection) => {
+            if record_details {
+                for name in scheduler.cache.node_names_sorted() {
+                    placement.reasons.insert(name, rejection.reason.clone());
+                }
+            }
+            return placement;
+        }
+        Ok(state) => {
+            let filtered = scheduler.filter(&pod, None, &state);
+            let scores = scheduler.score(&pod, &filtered.feasible, &state);
+            (filtered, scores)
+        }
+    };
+    let (filtered, scores) = outcome;
+    if record_details {
+        placement.reasons = filtered.failed;
+        placement.reasons.extend(filtered.failed_unresolvable);
+        placement.scores = scores.totals.iter().cloned().collect();
+    }
+    // Try the best node; if its reservation fails, fall back to the next best.
+    let mut ranked = scores.totals.clone();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for (node, _) in ranked {
+        match scheduler.reserve(pod_key, &node, now) {
+            Ok(reserved) => {
+                placement.node = Some(node);
+                placement.annotations = reserved.annotations;
+                return placement;
+            }
+            Err(err) => {
+                placement.scores.remove(&node);
+                placement.reasons.insert(node, err.to_string());
+            }
+        }
+    }
+    placement
+}
+
+/// Loads the snapshot (and extra pods) into `scheduler` and schedules every
+/// pending pod in document order.
+pub fn simulate(
+    scheduler: &mut Scheduler,
+    snapshot: Snapshot,
+    extra_pods: Snapshot,
+    now: SystemTime,
+) -> SimulationReport {
+    let mut order = Vec::new();
+    for object in snapshot.objects.into_iter().chain(extra_pods.objects) {
+        if let Object::Pod(pod) = &object {
+            let info = PodInfo::new(Arc::new(pod.clone()));
+            if info.node.is_none() && !order.contains(&info.key) {
+                order.push(info.key.clone());
+            }
+        }
+        scheduler.apply(Change::Upsert(object));
+    }
+    let placements = order
+        .iter()
+        .map(|key| schedule_one(scheduler, key, now, true))
+        .collect();
+    SimulationReport { placements }
+}
+
+/// The human-readable table.
+pub fn render_table(report: &SimulationReport) -> String {
+    let mut rows = vec![[
+        "POD".to_string(),
+        "NODE".to_string(),
+        "SCORE".to_string(),
+        "REJECTED".to_string(),
+        "FIRST REASON".to_string(),
+    ]];
+    for placement in &report.placements {
+        let node = placement.node.clone().unwrap_or_else(|| "<none>".into());
+        let score = placement
+            .node
+            .as_ref()
+            .and_then(|n| placement.scores.get(n))
+            .map_or("-".to_string(), |s| s.to_string());
+        let first_reason = placement
+            .reasons
+            .iter()
+            .next()
+            .map_or("-".to_string(), |(n, r)| format!("{n}: {r}"));
+        rows.push([
+            placement.pod.clone(),
+            node,
+            score,
+            placement.reasons.len().to_string(),
+            first_reason,
+        ]);
+    }
+    let mut widths = [0usize; 5];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
