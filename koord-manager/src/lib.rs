@@ -3,6 +3,9 @@
 //! health/metrics serving and the cluster connection; the controllers and
 //! webhooks arrive with their own changes.
 
+pub mod cert;
+pub mod webhook;
+
 use clap::Parser;
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
 use koord_common::{ClusterArgs, Endpoints, ListenerSpec, LogArgs, ServeAt, ShutdownReason};

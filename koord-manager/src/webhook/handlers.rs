@@ -1,0 +1,444 @@
+//! The admission handlers: decode the review, call the decision cores with
+//! cache snapshots, record metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use apis::config::v1alpha1::ClusterColocationProfile;
+use apis::extension::LABEL_QUOTA_NAME;
+use apis::scheduling_sigs::v1alpha1::ElasticQuota;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use super::cache::WebhookCaches;
+use super::configmap::{SloConfigRef, validate_configmap};
+use super::elasticquota::{fill_quota_defaults, validate_quota};
+use super::pod_mutating::{PriorityClassInfo, ProfileContext, apply_colocation_profiles};
+use super::pod_validating::{PodValidationOptions, validate_pod};
+use super::review::{AdmissionRequest, Decision, Operation, aggregate};
+
+/// Served paths, as upstream registers them.
+pub const PATH_MUTATE_POD: &str = "/mutate-pod";
+pub const PATH_VALIDATE_POD: &str = "/validate-pod";
+pub const PATH_MUTATE_ELASTIC_QUOTA: &str = "/mutate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+pub const PATH_VALIDATE_ELASTIC_QUOTA: &str =
+    "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+pub const PATH_VALIDATE_CONFIGMAP: &str = "/validate-configmap";
+
+/// Every admission path this server answers.
+pub const ADMISSION_PATHS: [&str; 5] = [
+    PATH_MUTATE_POD,
+    PATH_VALIDATE_POD,
+    PATH_MUTATE_ELASTIC_QUOTA,
+    PATH_VALIDATE_ELASTIC_QUOTA,
+    PATH_VALIDATE_CONFIGMAP,
+];
+
+/// Upstream's webhook histogram (`koord_manager_webhook_webhook_duration_milliseconds`)
+/// plus a counter of bodies that were not an AdmissionReview.
+#[derive(Clone)]
+pub struct WebhookMetrics {
+    pub duration_milliseconds: Family<Vec<(String, String)>, Histogram>,
+    pub malformed_requests: Family<Vec<(String, String)>, Counter>,
+}
+
+impl Default for WebhookMetrics {
+    fn default() -> Self {
+        WebhookMetrics {
+            duration_milliseconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 20))
+            }),
+            malformed_requests: Family::default(),
+        }
+    }
+}
+
+impl WebhookMetrics {
+    /// Registers under upstream's names (no component prefix: upstream's
+    /// subsystem `koord_manager_webhook` already carries it).
+    pub fn register(&self, registry: &koord_common::MetricsRegistry) {
+        registry.register_root(|root| {
+            root.register(
+                "koord_manager_webhook_webhook_duration_milliseconds",
+                "Time the admission webhooks took per plugin, in milliseconds",
+                self.duration_milliseconds.clone(),
+            );
+            root.register(
+                "koord_manager_webhook_malformed_requests",
+                "Admission requests whose body was not a decodable AdmissionReview",
+                self.malformed_requests.clone(),
+            );
+        });
+    }
+
+    fn observe(
+        &self,
+        path: &str,
+        operation: Operation,
+        plugin: &str,
+        decision: &Decision,
+        started: Instant,
+    ) {
+        let (webhook_type, object_type) = describe_path(path);
+        let labels = vec![
+            ("webhook_type".to_owned(), webhook_type.to_owned()),
+            ("object_type".to_owned(), object_type.to_owned()),
+            ("operation".to_owned(), operation.as_str().to_owned()),
+            ("plugin_name".to_owned(), plugin.to_owned()),
+            (
+                "status".to_owned(),
+                if decision.allowed {
+                    "allowed"
+                } else {
+                    "rejected"
+                }
+                .to_owned(),
+            ),
+        ];
+        self.duration_milliseconds
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64() * 1000.0);
+    }
+
+    pub fn count_malformed(&self, path: &str) {
+        self.malformed_requests
+            .get_or_create(&vec![("path".to_owned(), path.to_owned())])
+            .inc();
+    }
+}
+
+/// `(webhook_type, object_type)` label values of a path, as upstream names them.
+fn describe_path(path: &str) -> (&'static str, &'static str) {
+    match path {
+        PATH_MUTATE_POD => ("mutate", "pod"),
+        PATH_VALIDATE_POD => ("validate", "pod"),
+        PATH_MUTATE_ELASTIC_QUOTA => ("mutate", "elasticquota"),
+        PATH_VALIDATE_ELASTIC_QUOTA => ("validate", "elasticquota"),
+        PATH_VALIDATE_CONFIGMAP => ("validate", "configmap"),
+        _ => ("unknown", "unknown"),
+    }
+}
+
+/// Switches mirroring upstream feature gates that change admission.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AdmissionGates {
+    pub colocation_profile_skip_mutating_resources: bool,
+    pub colocation_profile_skip_validating_priority: bool,
+}
+
+/// Counts pods charged to an ElasticQuota (the API shell lists them).
+pub trait QuotaPodCounter: Send + Sync {
+    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>>;
+}
+
+/// Lists pods labelled with the quota name through the API server.
+pub struct ApiQuotaPodCounter(pub kube::Client);
+
+impl QuotaPodCounter for ApiQuotaPodCounter {
+    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>> {
+        let selector = format!("{LABEL_QUOTA_NAME}={quota}");
+        Box::pin(async move {
+            let pods: kube::Api<Pod> = kube::Api::all(self.0.clone());
+            let params = kube::api::ListParams::default().labels(&selector).limit(3);
+            pods.list_metadata(&params)
+                .await
+                .map(|list| list.items.len())
+                .map_err(|err| format!("failed list pods for quota: {err}"))
+        })
+    }
+}
+
+/// The handlers with their inputs.
+pub struct Handlers {
+    pub caches: WebhookCaches,
+    pub slo_config: SloConfigRef,
+    pub gates: AdmissionGates,
+    pub metrics: WebhookMetrics,
+    pub quota_pods: Option<Box<dyn QuotaPodCounter>>,
+    random_state: Mutex<u64>,
+    sequence: AtomicU64,
+}
+
+impl Handlers {
+    pub fn new(caches: WebhookCaches, slo_config: SloConfigRef) -> Self {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64)
+            | 1;
+        Handlers {
+            caches,
+            slo_config,
+            gates: AdmissionGates::default(),
+            metrics: WebhookMetrics::default(),
+            quota_pods: None,
+            random_state: Mutex::new(seed),
+            sequence: AtomicU64::new(0),
+        }
+    }
+
+    /// A number in `0..100` for profile probabilities (xorshift; fairness is all that matters).
+    fn roll(&self) -> i64 {
+        let mut state = self.random_state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut x = *state
+            ^ self
+                .sequence
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x2545_F491_4F6C_DD1D);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *state = x;
+        (x % 100) as i64
+    }
+
+    /// Decides one request for `path`.
+    pub async fn handle(&self, path: &str, request: &AdmissionRequest) -> Decision {
+        let started = Instant::now();
+        let (plugin, decision) = match path {
+            PATH_MUTATE_POD => ("ClusterColocationProfile", self.mutate_pod(request)),
+            PATH_VALIDATE_POD => ("ClusterColocationProfile", self.validate_pod(request)),
+            PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.mutate_quota(request)),
+            PATH_VALIDATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.validate_quota(request).await),
+            PATH_VALIDATE_CONFIGMAP => ("SLOConfig", self.validate_configmap(request)),
+            other => ("", Decision::bad_request(format!("no webhook at {other}"))),
+        };
+        self.metrics
+            .observe(path, request.operation, plugin, &decision, started);
+        if decision.allowed {
+            tracing::debug!(path, uid = %request.uid, name = %request.name, namespace = request.namespace(), operation = request.operation.as_str(), %decision, "admission decided");
+        } else {
+            tracing::info!(path, uid = %request.uid, name = %request.name, namespace = request.namespace(), operation = request.operation.as_str(), %decision, "admission denied");
+        }
+        decision
+    }
+
+    fn mutate_pod(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("pods") || request.operation != Operation::Create {
+            return Decision::allow();
+        }
+        let pod: Pod = match request.decode(false) {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return Decision::bad_request("the request has no object"),
+            Err(denied) => return denied,
+        };
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| request.namespace().to_owned());
+        let waiting: Vec<_> = self
+            .caches
+            .unsynced()
+            .into_iter()
+            .filter(|name| *name != "elasticquotas")
+            .collect();
+        if !waiting.is_empty() {
+            return Decision::internal(format!(
+                "webhook caches not synced yet: {}",
+                waiting.join(", ")
+            ));
+        }
+        let profiles_owned = self.caches.profiles.all();
+        let profiles: Vec<&ClusterColocationProfile> =
+            profiles_owned.iter().map(|p| p.as_ref()).collect();
+        if profiles.is_empty() {
+            return Decision::allow();
+        }
+        let namespace_object = self.caches.namespaces.get(&namespace);
+        let namespace_labels = namespace_object
+            .as_ref()
+            .map(|ns| ns.metadata.labels.clone().unwrap_or_default());
+        let priority_classes: BTreeMap<String, PriorityClassInfo> = self
+            .caches
+            .priority_classes
+            .all()
+            .iter()
+            .filter_map(|class| {
+                Some((
+                    class.metadata.name.clone()?,
+                    PriorityClassInfo {
+                        value: class.value,
+                        preemption_policy: class.preemption_policy.clone(),
+                    },
+                ))
+            })
+            .collect();
+        let context = ProfileContext {
+            profiles: &profiles,
+            namespace_labels: namespace_labels.as_ref(),
+            priority_classes: &priority_classes,
+            skip_mutating_resources: self.gates.colocation_profile_skip_mutating_resources,
+        };
+        let original = match serde_json::to_value(&pod) {
+            Ok(value) => value,
+            Err(err) => return Decision::internal(err.to_string()),
+        };
+        let mut mutated = pod;
+        match apply_colocation_profiles(&mut mutated, &context, &mut || self.roll()) {
+            Ok(false) => Decision::allow(),
+            Ok(true) => match serde_json::to_value(&mutated) {
+                Ok(value) => Decision::patch_between(&original, &value),
+                Err(err) => Decision::internal(err.to_string()),
+            },
+            Err(err) => Decision::internal(err.to_string()),
+        }
+    }
+
+    fn validate_pod(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("pods")
+            || !matches!(request.operation, Operation::Create | Operation::Update)
+        {
+            return Decision::allow();
+        }
+        let new_pod: Pod = match request.decode(false) {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return Decision::bad_request("the request has no object"),
+            Err(denied) => return denied,
+        };
+        let old_pod: Option<Pod> = if request.operation == Operation::Update {
+            match request.decode(true) {
+                Ok(Some(pod)) => Some(pod),
+                Ok(None) => return Decision::bad_request("the update request has no oldObject"),
+                Err(denied) => return denied,
+            }
+        } else {
+            None
+        };
+        let options = PodValidationOptions {
+            skip_validating_priority: self.gates.colocation_profile_skip_validating_priority,
+        };
+        let errors = validate_pod(request.operation, &new_pod, old_pod.as_ref(), options);
+        if errors.is_empty() {
+            Decision::allow()
+        } else {
+            Decision::bad_request(aggregate(&errors))
+        }
+    }
+
+    fn mutate_quota(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("elasticquotas") || request.operation != Operation::Create {
+            return Decision::allow();
+        }
+        let quota: ElasticQuota = match request.decode(false) {
+            Ok(Some(quota)) => quota,
+            Ok(None) => return Decision::bad_request("the request has no object"),
+            Err(denied) => return denied,
+        };
+        if !self.caches.quotas.is_synced() {
+            return Decision::internal("the ElasticQuota cache is not synced yet");
+        }
+        let existing_owned = self.caches.quotas.all();
+        let existing: Vec<&ElasticQuota> = existing_owned.iter().map(|q| q.as_ref()).collect();
+        let original = match serde_json::to_value(&quota) {
+            Ok(value) => value,
+            Err(err) => return Decision::internal(err.to_string()),
+        };
+        let mut filled = quota;
+        if let Err(reason) = fill_quota_defaults(&mut filled, &existing) {
+            return Decision::bad_request(reason);
+        }
+        match serde_json::to_value(&filled) {
+            Ok(value) => Decision::patch_between(&original, &value),
+            Err(err) => Decision::internal(err.to_string()),
+        }
+    }
+
+    async fn validate_quota(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("elasticquotas") {
+            return Decision::allow();
+        }
+        let new: Option<ElasticQuota> = match request.operation {
+            Operation::Delete => None,
+            _ => match request.decode(false) {
+                Ok(quota) => quota,
+                Err(denied) => return denied,
+            },
+        };
+        let old: Option<ElasticQuota> = match request.decode(true) {
+            Ok(quota) => quota,
+            Err(denied) => return denied,
+        };
+        let name = new
+            .as_ref()
+            .or(old.as_ref())
+            .and_then(|q| q.metadata.name.clone())
+            .unwrap_or_else(|| request.name.clone());
+        let needs_pods = match request.operation {
+            Operation::Delete => true,
+            Operation::Update => {
+                let is_parent = |q: Option<&ElasticQuota>| {
+                    q.and_then(|q| q.metadata.labels.as_ref())
+                        .is_some_and(apis::extension::is_parent_quota)
+                };
+                is_parent(new.as_ref()) && !is_parent(old.as_ref())
+            }
+            _ => false,
+        };
+        let bound_pods = match (&self.quota_pods, needs_pods) {
+            (Some(counter), true) => match counter.count(&name).await {
+                Ok(count) => Some(count),
+                Err(reason) => return Decision::internal(reason),
+            },
+            _ => None,
+        };
+        if !self.caches.quotas.is_synced() {
+            return Decision::internal("the ElasticQuota cache is not synced yet");
+        }
+        let existing_owned = self.caches.quotas.all();
+        let existing: Vec<&ElasticQuota> = existing_owned.iter().map(|q| q.as_ref()).collect();
+        match validate_quota(
+            request.operation,
+            new.as_ref(),
+            old.as_ref(),
+            &existing,
+            bound_pods,
+        ) {
+            Ok(()) => Decision::allow(),
+            Err(reason) => Decision::bad_request(reason),
+        }
+    }
+
+    fn validate_configmap(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("configmaps") {
+            return Decision::allow();
+        }
+        let decoded = if request.operation == Operation::Delete {
+            request.decode::<ConfigMap>(true)
+        } else {
+            request.decode::<ConfigMap>(false)
+        };
+        let config_map = match decoded {
+            Ok(Some(config_map)) => config_map,
+            Ok(None) => return Decision::allow(),
+            Err(denied) => return denied,
+        };
+        match validate_configmap(
+            request.operation,
+            &config_map,
+            request.namespace(),
+            &self.slo_config,
+        ) {
+            Ok(()) => Decision::allow(),
+            Err(reason) => Decision::bad_request(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rolls_stay_in_range_and_vary() {
+        let handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        let rolls: Vec<i64> = (0..200).map(|_| handlers.roll()).collect();
+        assert!(rolls.iter().all(|r| (0..100).contains(r)));
+        let distinct: std::collections::BTreeSet<_> = rolls.iter().collect();
+        assert!(distinct.len() > 20, "{distinct:?}");
+    }
+}

@@ -1,0 +1,344 @@
+//! Admission webhooks served over HTTPS on every replica (upstream
+//! `pkg/webhook`): pod mutating/validating, ElasticQuota mutating/validating
+//! and the slo-controller-config ConfigMap validating webhook.
+//!
+//! - [`review`]: AdmissionReview v1 wire types and the [`review::Decision`];
+//! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`]:
+//!   the decision cores (no I/O);
+//! - [`handlers`]: decoding, cache snapshots, metrics;
+//! - [`cache`]: the watched objects; [`server`]: the TLS listener and routes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use koord_common::{ComponentContext, Shutdown};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+
+pub mod cache;
+pub mod configmap;
+pub mod elasticquota;
+pub mod handlers;
+pub mod pod_mutating;
+pub mod pod_validating;
+pub mod review;
+pub mod server;
+
+use crate::cert::ReloadableCert;
+use crate::cert::configuration::{ConfigurationNames, Target};
+use crate::cert::controller::{DEFAULT_PROVIDED_POLL, SelfManaged, run_provided};
+use crate::cert::writer::CertStore;
+use cache::WebhookCaches;
+use configmap::SloConfigRef;
+use handlers::{ADMISSION_PATHS, ApiQuotaPodCounter, Handlers};
+
+/// Readiness check: the webhook server has a certificate and its caches are synced.
+pub const WEBHOOK_READY_CHECK: &str = "webhook-ready";
+
+/// How the serving certificate is obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CertMode {
+    /// Generate a CA and serving certificate, store them, inject the CA bundle.
+    SelfManaged,
+    /// Read `tls.crt`/`tls.key` (or `cert.pem`/`key.pem`) from the cert dir, e.g. from cert-manager.
+    Provided,
+}
+
+/// Where self-managed certificates are stored (upstream `WEBHOOK_CERT_WRITER`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CertWriter {
+    Secret,
+    Fs,
+}
+
+/// Webhook flags. Upstream reads these from environment variables only;
+/// the same variables still work, and each has a flag too.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebhookArgs {
+    /// Serve the admission webhooks (upstream feature gate `WebhookFramework`).
+    #[arg(long = "enable-webhook-server", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub enabled: bool,
+
+    /// Port of the HTTPS webhook server.
+    #[arg(long = "webhook-port", env = "WEBHOOK_PORT", default_value_t = 9876)]
+    pub port: u16,
+
+    /// Address the webhook server binds to.
+    #[arg(
+        long = "webhook-bind-address",
+        default_value = "0.0.0.0",
+        value_name = "IP"
+    )]
+    pub bind_address: IpAddr,
+
+    /// Reach the webhooks at https://HOST:PORT instead of through the Service.
+    #[arg(long = "webhook-host", env = "WEBHOOK_HOST", value_name = "HOST")]
+    pub host: Option<String>,
+
+    /// Directory of the serving certificate (written in self-managed mode, read in provided mode).
+    #[arg(
+        long = "webhook-cert-dir",
+        env = "WEBHOOK_CERT_DIR",
+        default_value = "/tmp/koordinator-webhook-certs"
+    )]
+    pub cert_dir: PathBuf,
+
+    /// self-managed: generate and rotate certificates; provided: use mounted files.
+    #[arg(
+        long = "webhook-cert-mode",
+        env = "WEBHOOK_CERT_MODE",
+        value_enum,
+        default_value = "self-managed"
+    )]
+    pub cert_mode: CertMode,
+
+    /// Self-managed storage: a Secret (default) or the cert dir (default when a host is set).
+    #[arg(long = "webhook-cert-writer", env = "WEBHOOK_CERT_WRITER", value_enum)]
+    pub cert_writer: Option<CertWriter>,
+
+    /// Namespace of the webhook Service and Secret.
+    #[arg(
+        long = "webhook-namespace",
+        env = "POD_NAMESPACE",
+        default_value = "koordinator-system"
+    )]
+    pub namespace: String,
+
+    /// Name of the webhook Service.
+    #[arg(
+        long = "webhook-service-name",
+        env = "SERVICE_NAME",
+        default_value = "koordinator-webhook-service"
+    )]
+    pub service_name: String,
+
+    /// Name of the Secret holding self-managed certificates.
+    #[arg(
+        long = "webhook-secret-name",
+        env = "SECRET_NAME",
+        default_value = "koordinator-webhook-certs"
+    )]
+    pub secret_name: String,
+
+    /// MutatingWebhookConfiguration that receives the CA bundle.
+    #[arg(long = "mutating-webhook-name", env = "MUTATING_WEBHOOK_NAME", default_value = crate::cert::configuration::DEFAULT_MUTATING_CONFIGURATION)]
+    pub mutating_configuration: String,
+
+    /// ValidatingWebhookConfiguration that receives the CA bundle.
+    #[arg(long = "validating-webhook-name", env = "VALIDATING_WEBHOOK_NAME", default_value = crate::cert::configuration::DEFAULT_VALIDATING_CONFIGURATION)]
+    pub validating_configuration: String,
+
+    /// How often self-managed certificates and configurations are re-checked.
+    #[arg(long = "webhook-cert-resync", default_value = "1m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub cert_resync: Duration,
+}
+
+impl WebhookArgs {
+    pub fn bind_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.bind_address, self.port)
+    }
+
+    /// The DNS name in the serving certificate: the host, else the Service name.
+    pub fn dns_name(&self) -> String {
+        match self.host.as_deref().filter(|h| !h.is_empty()) {
+            Some(host) => host.to_owned(),
+            None => crate::cert::service_dns_name(&self.namespace, &self.service_name),
+        }
+    }
+
+    /// Upstream's choice: `fs` when asked, or when unset and a host is given.
+    pub fn effective_writer(&self) -> CertWriter {
+        match (
+            self.cert_writer,
+            self.host.as_deref().filter(|h| !h.is_empty()),
+        ) {
+            (Some(writer), _) => writer,
+            (None, Some(_)) => CertWriter::Fs,
+            (None, None) => CertWriter::Secret,
+        }
+    }
+}
+
+/// The running webhooks.
+pub struct Webhooks {
+    pub server: server::WebhookServer,
+    pub caches: WebhookCaches,
+    pub cert: ReloadableCert,
+}
+
+fn spawn_watch<K>(client: &kube::Client, cache: Arc<cache::ObjectCache<K>>, shutdown: &Shutdown)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: kube::Api<K> = kube::Api::all(client.clone());
+    let kind = K::kind(&()).into_owned();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+        loop {
+            tokio::select! {
+                _ = stop.wait() => return,
+                event = events.next() => match event {
+                    Some(Ok(event)) => cache.apply(event),
+                    Some(Err(err)) => tracing::warn!(%kind, error = %err, "webhook cache watch failed; retrying"),
+                    None => return,
+                },
+            }
+        }
+    });
+}
+
+/// Starts the caches, the certificate loop and the HTTPS server. Every
+/// replica calls this, leader or not.
+pub async fn start(
+    context: &ComponentContext,
+    args: &WebhookArgs,
+    client: kube::Client,
+    slo_config: SloConfigRef,
+) -> Result<Webhooks, server::ServeError> {
+    let caches = WebhookCaches::default();
+    spawn_watch(&client, caches.profiles.clone(), &context.shutdown);
+    spawn_watch(&client, caches.namespaces.clone(), &context.shutdown);
+    spawn_watch(&client, caches.priority_classes.clone(), &context.shutdown);
+    spawn_watch(&client, caches.quotas.clone(), &context.shutdown);
+
+    let cert = ReloadableCert::default();
+    let cert_status = context.health.readiness_status(
+        "webhook-cert",
+        Err("no serving certificate loaded yet".into()),
+    );
+    match args.cert_mode {
+        CertMode::Provided => {
+            tokio::spawn(run_provided(
+                args.cert_dir.clone(),
+                cert.clone(),
+                cert_status,
+                context.shutdown.clone(),
+                DEFAULT_PROVIDED_POLL,
+            ));
+        }
+        CertMode::SelfManaged => {
+            let store = match args.effective_writer() {
+                CertWriter::Secret => CertStore::Secret {
+                    client: client.clone(),
+                    namespace: args.namespace.clone(),
+                    name: args.secret_name.clone(),
+                },
+                CertWriter::Fs => CertStore::Dir(args.cert_dir.clone()),
+            };
+            let target = Target {
+                namespace: args.namespace.clone(),
+                service: args.service_name.clone(),
+                host: args
+                    .host
+                    .clone()
+                    .filter(|h| !h.is_empty())
+                    .map(|h| (h, args.port)),
+            };
+            let names = ConfigurationNames {
+                mutating: args.mutating_configuration.clone(),
+                validating: args.validating_configuration.clone(),
+            };
+            let loop_ = SelfManaged {
+                store,
+                dns_name: args.dns_name(),
+                cert_dir: Some(args.cert_dir.clone()),
+                configurations: Some((client.clone(), names, target)),
+                served_paths: ADMISSION_PATHS.to_vec(),
+                resync: args.cert_resync,
+            };
+            tokio::spawn(loop_.run(cert.clone(), cert_status, context.shutdown.clone()));
+        }
+    }
+
+    let readiness_caches = caches.clone();
+    context.health.add_readiness_check(
+        WEBHOOK_READY_CHECK,
+        koord_common::health::FnCheck(move || {
+            let waiting: Vec<_> = readiness_caches
+                .unsynced()
+                .into_iter()
+                .filter(|name| *name != "elasticquotas")
+                .collect();
+            if waiting.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "webhook caches not synced yet: {}",
+                    waiting.join(", ")
+                ))
+            }
+        }),
+    );
+
+    let mut handlers = Handlers::new(caches.clone(), slo_config);
+    handlers.quota_pods = Some(Box::new(ApiQuotaPodCounter(client)));
+    handlers.metrics.register(&context.metrics);
+    let server = server::serve(
+        args.bind_addr(),
+        &cert,
+        Arc::new(handlers),
+        &context.shutdown,
+    )
+    .await?;
+    Ok(Webhooks {
+        server,
+        caches,
+        cert,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        webhook: WebhookArgs,
+    }
+
+    #[test]
+    fn defaults_follow_upstream() {
+        let flags = Flags::try_parse_from(["x"]).unwrap().webhook;
+        assert_eq!(flags.port, 9876);
+        assert_eq!(
+            flags.cert_dir,
+            PathBuf::from("/tmp/koordinator-webhook-certs")
+        );
+        assert_eq!(
+            flags.dns_name(),
+            "koordinator-webhook-service.koordinator-system.svc"
+        );
+        assert_eq!(flags.effective_writer(), CertWriter::Secret);
+        assert_eq!(flags.cert_mode, CertMode::SelfManaged);
+        assert_eq!(
+            flags.mutating_configuration,
+            "koordinator-mutating-webhook-configuration"
+        );
+    }
+
+    #[test]
+    fn a_host_switches_to_the_fs_writer_and_names_the_cert() {
+        let flags = Flags::try_parse_from([
+            "x",
+            "--webhook-host=10.0.0.5",
+            "--webhook-cert-mode=provided",
+        ])
+        .unwrap()
+        .webhook;
+        assert_eq!(flags.effective_writer(), CertWriter::Fs);
+        assert_eq!(flags.dns_name(), "10.0.0.5");
+        assert_eq!(flags.cert_mode, CertMode::Provided);
+    }
+}
