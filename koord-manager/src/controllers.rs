@@ -1,0 +1,866 @@
+//! The controllers' shell: kube-runtime reflectors keep caches of Nodes,
+//! NodeMetrics, NodeSLOs, Pods, the `slo-controller-config` ConfigMap,
+//! ElasticQuotaProfiles and ElasticQuotas; a pass runs the decision cores
+//! over the whole cache ([`plan_pass`], pure) and applies the actions.
+//!
+//! A pass runs when a cache changes (at most every [`MIN_PASS_INTERVAL`]) and
+//! every `--sync-period`, so NodeMetric staleness is noticed without events.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use apis::extension::{BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY};
+use apis::quota::v1alpha1::ElasticQuotaProfile;
+use apis::scheduling_sigs::v1alpha1::ElasticQuota;
+use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use crate::metrics::ControllerMetrics;
+use crate::quota_profile::reconcile_profile;
+use crate::slo_controller::config::{ConfigOutcome, ConfigState, node_colocation};
+use crate::slo_controller::nodemetric::{NodeMetricAction, reconcile_node_metric};
+use crate::slo_controller::noderesource::{self, MANAGED_RESOURCES, NodeInputs, SyncDecision};
+use crate::slo_controller::nodeslo::{NodeSloAction, reconcile_node_slo};
+use crate::slo_controller::pods_by_node;
+
+/// Shortest pause between two event-triggered passes.
+pub const MIN_PASS_INTERVAL: Duration = Duration::from_secs(2);
+/// Concurrent API writes during a pass.
+const WRITE_CONCURRENCY: usize = 8;
+
+/// Controller names for `--controllers`.
+pub const ALL_CONTROLLERS: [&str; 4] = ["nodeslo", "nodemetric", "noderesource", "quotaprofile"];
+
+/// Flags of the controllers and of leader election (upstream names).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerArgs {
+    /// Run the controllers only on the replica holding the Lease.
+    #[arg(
+        long = "enable-leader-election",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub enable_leader_election: bool,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(
+        long = "leader-election-namespace",
+        default_value = apis::configuration::DEFAULT_CONFIG_NAMESPACE
+    )]
+    pub leader_election_namespace: String,
+
+    /// Only `leases` is supported (upstream's default).
+    #[arg(long = "leader-elect-resource-lock", default_value = "leases", value_parser = ["leases"])]
+    pub leader_elect_resource_lock: String,
+
+    /// Namespace of the slo-controller-config ConfigMap.
+    #[arg(
+        long = "config-namespace",
+        default_value = apis::configuration::DEFAULT_CONFIG_NAMESPACE
+    )]
+    pub config_namespace: String,
+
+    /// Name of the slo-controller-config ConfigMap.
+    #[arg(
+        long = "slo-config-name",
+        default_value = apis::configuration::DEFAULT_SLO_CONTROLLER_CONFIG_NAME
+    )]
+    pub slo_config_name: String,
+
+    /// Period of full passes over every node (e.g. `60s`).
+    #[arg(long = "sync-period", default_value = "60s", value_parser = koord_common::cluster::parse_duration)]
+    pub sync_period: Duration,
+
+    /// Controllers to run: `*` for all, `name` to add, `-name` to remove
+    /// (nodeslo, nodemetric, noderesource, quotaprofile).
+    #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+}
+
+impl ControllerArgs {
+    /// Whether `name` is switched on by `--controllers`.
+    pub fn is_enabled(&self, name: &str) -> bool {
+        let mut star = false;
+        for entry in &self.controllers {
+            if entry == name {
+                return true;
+            }
+            if entry.strip_prefix('-') == Some(name) {
+                return false;
+            }
+            star |= entry == "*";
+        }
+        star
+    }
+}
+
+/// Which controllers a pass runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enabled {
+    pub node_slo: bool,
+    pub node_metric: bool,
+    pub node_resource: bool,
+    pub quota_profile: bool,
+}
+
+impl Enabled {
+    pub const ALL: Enabled = Enabled {
+        node_slo: true,
+        node_metric: true,
+        node_resource: true,
+        quota_profile: true,
+    };
+
+    pub fn from_args(args: &ControllerArgs) -> Self {
+        Enabled {
+            node_slo: args.is_enabled("nodeslo"),
+            node_metric: args.is_enabled("nodemetric"),
+            node_resource: args.is_enabled("noderesource"),
+            quota_profile: args.is_enabled("quotaprofile"),
+        }
+    }
+}
+
+/// The cached cluster state one pass reads.
+#[derive(Default)]
+pub struct ClusterView {
+    pub nodes: Vec<Arc<Node>>,
+    pub node_metrics: Vec<Arc<NodeMetric>>,
+    pub node_slos: Vec<Arc<NodeSLO>>,
+    pub pods: Vec<Arc<Pod>>,
+    pub profiles: Vec<Arc<ElasticQuotaProfile>>,
+    pub quotas: Vec<Arc<ElasticQuota>>,
+}
+
+/// One API write.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    CreateNodeSlo(Box<NodeSLO>),
+    ReplaceNodeSlo(Box<NodeSLO>),
+    DeleteNodeSlo(String),
+    CreateNodeMetric(Box<NodeMetric>),
+    ReplaceNodeMetric(Box<NodeMetric>),
+    DeleteNodeMetric(String),
+    /// JSON merge patch of `nodes/<node>/status`.
+    PatchNodeStatus {
+        node: String,
+        patch: serde_json::Value,
+        reason: String,
+    },
+    LabelProfile {
+        namespace: String,
+        name: String,
+        labels: BTreeMap<String, String>,
+    },
+    CreateQuota(Box<ElasticQuota>),
+    ReplaceQuota(Box<ElasticQuota>),
+}
+
+/// A computed amount, for the allocatable gauge.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Computed {
+    pub node: String,
+    pub resources: noderesource::ExtendedResources,
+}
+
+/// Decides every write of one pass. `last_synced` holds when each node's
+/// status was last written by this process.
+pub fn plan_pass(
+    view: &ClusterView,
+    config: &apis::configuration::SloControllerConfig,
+    enabled: Enabled,
+    last_synced: &HashMap<String, SystemTime>,
+    now: SystemTime,
+) -> (Vec<Action>, Vec<Computed>) {
+    let mut actions = Vec::new();
+    let mut computed = Vec::new();
+    let metrics: HashMap<&str, &NodeMetric> = view
+        .node_metrics
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, m.as_ref())))
+        .collect();
+    let slos: HashMap<&str, &NodeSLO> = view
+        .node_slos
+        .iter()
+        .filter_map(|s| Some((s.metadata.name.as_deref()?, s.as_ref())))
+        .collect();
+    let pods = pods_by_node(view.pods.iter().map(|p| p.as_ref()));
+    let mut node_names = HashSet::new();
+
+    for node in &view.nodes {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        node_names.insert(name);
+        let colocation = node_colocation(config, node);
+        if enabled.node_slo {
+            match reconcile_node_slo(name, Some(node), slos.get(name).copied(), config) {
+                NodeSloAction::Create(slo) => actions.push(Action::CreateNodeSlo(slo)),
+                NodeSloAction::Update(slo) => actions.push(Action::ReplaceNodeSlo(slo)),
+                NodeSloAction::Delete(_) | NodeSloAction::None => {}
+            }
+        }
+        let metric = metrics.get(name).copied();
+        if enabled.node_metric {
+            match reconcile_node_metric(name, Some(node), metric, Some(&colocation)) {
+                NodeMetricAction::Create(spec) => {
+                    let mut created = NodeMetric::new(name, spec);
+                    created.metadata.owner_references = node_owner(node).map(|o| vec![o]);
+                    actions.push(Action::CreateNodeMetric(Box::new(created)));
+                }
+                NodeMetricAction::UpdateSpec(spec) => {
+                    if let Some(existing) = metric {
+                        let mut updated = existing.clone();
+                        updated.spec = spec;
+                        actions.push(Action::ReplaceNodeMetric(Box::new(updated)));
+                    }
+                }
+                NodeMetricAction::Delete(_) | NodeMetricAction::None => {}
+            }
+        }
+        if enabled.node_resource {
+            let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
+            let resources = noderesource::calculate(
+                colocation.cluster_enabled,
+                colocation.strategy.as_ref(),
+                NodeInputs {
+                    node,
+                    node_metric: metric,
+                    pods: node_pods,
+                },
+                now,
+            );
+            let desired = resources.desired_status(node);
+            let current = node
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.clone())
+                .unwrap_or_default();
+            if let SyncDecision::Write(reason) = noderesource::sync_decision(
+                colocation.strategy.as_ref(),
+                &current,
+                &desired,
+                last_synced.get(name).copied(),
+                now,
+            ) {
+                actions.push(Action::PatchNodeStatus {
+                    node: name.to_owned(),
+                    patch: noderesource::status_patch(&desired),
+                    reason: format!("{reason}; {}", resources.reason),
+                });
+            }
+            computed.push(Computed {
+                node: name.to_owned(),
+                resources,
+            });
+        }
+    }
+    // Objects of nodes that are gone.
+    if enabled.node_slo {
+        for name in slos.keys().filter(|name| !node_names.contains(*name)) {
+            actions.push(Action::DeleteNodeSlo((*name).to_owned()));
+        }
+    }
+    if enabled.node_metric {
+        for name in metrics.keys().filter(|name| !node_names.contains(*name)) {
+            actions.push(Action::DeleteNodeMetric((*name).to_owned()));
+        }
+    }
+    if enabled.quota_profile {
+        plan_profiles(view, &mut actions);
+    }
+    (actions, computed)
+}
+
+fn plan_profiles(view: &ClusterView, actions: &mut Vec<Action>) {
+    let nodes: Vec<&Node> = view.nodes.iter().map(|n| n.as_ref()).collect();
+    for profile in &view.profiles {
+        let namespace = profile.metadata.namespace.clone().unwrap_or_default();
+        let existing = view.quotas.iter().find(|q| {
+            q.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && q.metadata.name.as_deref() == Some(profile.spec.quota_name.as_str())
+        });
+        match reconcile_profile(profile, &nodes, existing.map(|q| q.as_ref())) {
+            Ok(decided) => {
+                if let Some(tree_id) = decided.label_profile_tree_id {
+                    actions.push(Action::LabelProfile {
+                        namespace: namespace.clone(),
+                        name: profile.name_any(),
+                        labels: BTreeMap::from([(
+                            apis::extension::LABEL_QUOTA_TREE_ID.to_owned(),
+                            tree_id,
+                        )]),
+                    });
+                }
+                if let Some(quota) = decided.create {
+                    actions.push(Action::CreateQuota(Box::new(quota)));
+                }
+                if let Some(quota) = decided.update {
+                    actions.push(Action::ReplaceQuota(Box::new(quota)));
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "skipping ElasticQuotaProfile"),
+        }
+    }
+}
+
+/// The owner reference that lets the garbage collector remove a node's
+/// NodeMetric with the node.
+fn node_owner(node: &Node) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.metadata.name.clone()?,
+        uid: node.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
+/// Starts a reflector for `api`; every change wakes `notify`.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    notify: Arc<Notify>,
+    what: &'static str,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = Box::pin(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => notify.notify_one(),
+                Err(err) => tracing::warn!(resource = what, error = %err, "watch failed; retrying"),
+            }
+        }
+    });
+    reader
+}
+
+/// The caches of one controller process.
+pub struct Caches {
+    pub nodes: Store<Node>,
+    pub node_metrics: Store<NodeMetric>,
+    pub node_slos: Store<NodeSLO>,
+    pub pods: Store<Pod>,
+    pub config_maps: Store<ConfigMap>,
+    pub profiles: Store<ElasticQuotaProfile>,
+    pub quotas: Store<ElasticQuota>,
+}
+
+impl Caches {
+    pub fn start(client: &kube::Client, args: &ControllerArgs, notify: &Arc<Notify>) -> Self {
+        let all = watcher::Config::default();
+        let config_map =
+            watcher::Config::default().fields(&format!("metadata.name={}", args.slo_config_name));
+        Caches {
+            nodes: spawn_reflector(
+                Api::all(client.clone()),
+                all.clone(),
+                notify.clone(),
+                "nodes",
+            ),
+            node_metrics: spawn_reflector(
+                Api::all(client.clone()),
+                all.clone(),
+                notify.clone(),
+                "nodemetrics",
+            ),
+            node_slos: spawn_reflector(
+                Api::all(client.clone()),
+                all.clone(),
+                notify.clone(),
+                "nodeslos",
+            ),
+            pods: spawn_reflector(
+                Api::all(client.clone()),
+                all.clone(),
+                notify.clone(),
+                "pods",
+            ),
+            config_maps: spawn_reflector(
+                Api::namespaced(client.clone(), &args.config_namespace),
+                config_map,
+                notify.clone(),
+                "configmaps",
+            ),
+            profiles: spawn_reflector(
+                Api::all(client.clone()),
+                all.clone(),
+                notify.clone(),
+                "elasticquotaprofiles",
+            ),
+            quotas: spawn_reflector(
+                Api::all(client.clone()),
+                all,
+                notify.clone(),
+                "elasticquotas",
+            ),
+        }
+    }
+
+    /// Waits for the caches the SLO controllers need (the quota CRDs may be
+    /// missing from a cluster, so those are not waited for).
+    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.nodes.wait_until_ready().await?;
+        self.node_metrics.wait_until_ready().await?;
+        self.node_slos.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.config_maps.wait_until_ready().await?;
+        Ok(())
+    }
+
+    pub fn view(&self) -> ClusterView {
+        ClusterView {
+            nodes: self.nodes.state(),
+            node_metrics: self.node_metrics.state(),
+            node_slos: self.node_slos.state(),
+            pods: self.pods.state(),
+            profiles: self.profiles.state(),
+            quotas: self.quotas.state(),
+        }
+    }
+}
+
+/// Applies passes until `stop` resolves.
+pub struct Reconciler {
+    client: kube::Client,
+    args: ControllerArgs,
+    enabled: Enabled,
+    metrics: ControllerMetrics,
+    recorder: Recorder,
+    config: ConfigState,
+    rejected_version: Option<String>,
+    last_synced: HashMap<String, SystemTime>,
+    known_nodes: HashSet<String>,
+}
+
+impl Reconciler {
+    pub fn new(client: kube::Client, args: ControllerArgs, metrics: ControllerMetrics) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "koord-manager".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Reconciler {
+            enabled: Enabled::from_args(&args),
+            client,
+            args,
+            metrics,
+            recorder,
+            config: ConfigState::default(),
+            rejected_version: None,
+            last_synced: HashMap::new(),
+            known_nodes: HashSet::new(),
+        }
+    }
+
+    /// Takes the ConfigMap from the cache; a rejected version raises an event once.
+    async fn refresh_config(&mut self, caches: &Caches) {
+        let config_map = caches
+            .config_maps
+            .state()
+            .into_iter()
+            .find(|cm| cm.metadata.name.as_deref() == Some(self.args.slo_config_name.as_str()));
+        match self
+            .config
+            .offer(config_map.as_ref().and_then(|cm| cm.data.as_ref()))
+        {
+            ConfigOutcome::Applied => {
+                self.rejected_version = None;
+                tracing::info!(configmap = %self.args.slo_config_name, "slo-controller-config applied");
+            }
+            ConfigOutcome::Unchanged => self.rejected_version = None,
+            ConfigOutcome::Rejected(message) => {
+                let Some(config_map) = config_map else {
+                    return;
+                };
+                let version = config_map.resource_version();
+                if self.rejected_version == version {
+                    return;
+                }
+                self.rejected_version = version;
+                self.metrics.config_rejected(&self.args.slo_config_name);
+                tracing::warn!(
+                    configmap = %self.args.slo_config_name,
+                    error = %message,
+                    "invalid slo-controller-config; keeping the last valid configuration"
+                );
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "InvalidConfig".into(),
+                    note: Some(truncate(&message, 1000)),
+                    action: "ValidateConfig".into(),
+                    secondary: None,
+                };
+                if let Err(err) = self
+                    .recorder
+                    .publish(&event, &config_map.object_ref(&()))
+                    .await
+                {
+                    tracing::warn!(error = %err, "cannot record the invalid-config event");
+                }
+            }
+        }
+    }
+
+    /// One full pass.
+    pub async fn pass(&mut self, caches: &Caches) {
+        self.refresh_config(caches).await;
+        let view = caches.view();
+        let now = SystemTime::now();
+        let (actions, computed) = plan_pass(
+            &view,
+            self.config.current(),
+            self.enabled,
+            &self.last_synced,
+            now,
+        );
+        let current_nodes: HashSet<String> = computed.iter().map(|c| c.node.clone()).collect();
+        for gone in self.known_nodes.difference(&current_nodes) {
+            self.metrics.forget_node(gone, &MANAGED_RESOURCES);
+            self.last_synced.remove(gone);
+        }
+        for item in &computed {
+            let r = &item.resources;
+            self.metrics.allocatable(
+                &item.node,
+                BATCH_CPU,
+                "integer",
+                r.batch.milli_cpu as f64 / 1000.0,
+            );
+            self.metrics.allocatable(
+                &item.node,
+                BATCH_MEMORY,
+                "byte",
+                r.batch.memory_bytes as f64,
+            );
+            self.metrics.allocatable(
+                &item.node,
+                MID_CPU,
+                "integer",
+                r.mid.milli_cpu as f64 / 1000.0,
+            );
+            self.metrics
+                .allocatable(&item.node, MID_MEMORY, "byte", r.mid.memory_bytes as f64);
+        }
+        self.known_nodes = current_nodes;
+        if actions.is_empty() {
+            return;
+        }
+        tracing::debug!(writes = actions.len(), "applying controller pass");
+        let results: Vec<Option<(String, SystemTime)>> = futures::stream::iter(actions)
+            .map(|action| apply(&self.client, &self.metrics, action))
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        for (node, at) in results.into_iter().flatten() {
+            self.last_synced.insert(node, at);
+        }
+    }
+}
+
+fn truncate(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((index, _)) => format!("{}…", &text[..index]),
+        None => text.to_owned(),
+    }
+}
+
+fn is_status(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+/// Applies one action; a successful node status write returns its node and time.
+async fn apply(
+    client: &kube::Client,
+    metrics: &ControllerMetrics,
+    action: Action,
+) -> Option<(String, SystemTime)> {
+    let post = PostParams::default();
+    match action {
+        Action::CreateNodeSlo(slo) => {
+            let result = Api::<NodeSLO>::all(client.clone())
+                .create(&post, &slo)
+                .await;
+            record(
+                metrics.clone(),
+                Written::Slo,
+                "createNodeSLO",
+                &slo.name_any(),
+                result.map(|_| ()),
+            );
+        }
+        Action::ReplaceNodeSlo(slo) => {
+            let name = slo.name_any();
+            let result = Api::<NodeSLO>::all(client.clone())
+                .replace(&name, &post, &slo)
+                .await;
+            record(
+                metrics.clone(),
+                Written::Slo,
+                "updateNodeSLO",
+                &name,
+                result.map(|_| ()),
+            );
+        }
+        Action::DeleteNodeSlo(name) => {
+            let result = Api::<NodeSLO>::all(client.clone())
+                .delete(&name, &DeleteParams::default())
+                .await;
+            record(
+                metrics.clone(),
+                Written::Slo,
+                "deleteNodeSLO",
+                &name,
+                result.map(|_| ()),
+            );
+        }
+        Action::CreateNodeMetric(metric) => {
+            let result = Api::<NodeMetric>::all(client.clone())
+                .create(&post, &metric)
+                .await;
+            record(
+                metrics.clone(),
+                Written::Metric,
+                "createNodeMetric",
+                &metric.name_any(),
+                result.map(|_| ()),
+            );
+        }
+        Action::ReplaceNodeMetric(metric) => {
+            let name = metric.name_any();
+            let result = Api::<NodeMetric>::all(client.clone())
+                .replace(&name, &post, &metric)
+                .await;
+            record(
+                metrics.clone(),
+                Written::Metric,
+                "updateNodeMetric",
+                &name,
+                result.map(|_| ()),
+            );
+        }
+        Action::DeleteNodeMetric(name) => {
+            let result = Api::<NodeMetric>::all(client.clone())
+                .delete(&name, &DeleteParams::default())
+                .await;
+            record(
+                metrics.clone(),
+                Written::Metric,
+                "deleteNodeMetric",
+                &name,
+                result.map(|_| ()),
+            );
+        }
+        Action::PatchNodeStatus {
+            node,
+            patch,
+            reason,
+        } => {
+            tracing::info!(node = %node, %reason, "updating node extended resources");
+            let result = Api::<Node>::all(client.clone())
+                .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            let ok = result.is_ok();
+            record(
+                metrics.clone(),
+                Written::Resource,
+                "updateNodeStatus",
+                &node,
+                result.map(|_| ()),
+            );
+            if ok {
+                return Some((node, SystemTime::now()));
+            }
+        }
+        Action::LabelProfile {
+            namespace,
+            name,
+            labels,
+        } => {
+            let patch = serde_json::json!({"metadata": {"labels": labels}});
+            let result = Api::<ElasticQuotaProfile>::namespaced(client.clone(), &namespace)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            if let Err(err) = result {
+                tracing::warn!(profile = %name, error = %err, "cannot label ElasticQuotaProfile");
+            }
+        }
+        Action::CreateQuota(quota) | Action::ReplaceQuota(quota) => {
+            let namespace = quota.metadata.namespace.clone().unwrap_or_default();
+            let name = quota.name_any();
+            let api = Api::<ElasticQuota>::namespaced(client.clone(), &namespace);
+            let result = if quota.metadata.resource_version.is_some() {
+                api.replace(&name, &post, &quota).await
+            } else {
+                api.create(&post, &quota).await
+            };
+            if let Err(err) = result {
+                tracing::warn!(quota = %name, namespace = %namespace, error = %err, "cannot write ElasticQuota");
+            }
+        }
+    }
+    None
+}
+
+#[derive(Clone, Copy)]
+enum Written {
+    Slo,
+    Metric,
+    Resource,
+}
+
+fn record(
+    metrics: ControllerMetrics,
+    written: Written,
+    operation: &str,
+    name: &str,
+    result: Result<(), kube::Error>,
+) {
+    // A lost race with the cache (already created, already gone) is not a failure.
+    let ok = match &result {
+        Ok(()) => true,
+        Err(err) => is_status(err, 409) || (operation.starts_with("delete") && is_status(err, 404)),
+    };
+    if let Err(err) = &result
+        && !ok
+    {
+        tracing::warn!(object = %name, %operation, error = %err, "controller write failed");
+    }
+    match written {
+        Written::Slo => metrics.node_slo(ok, operation),
+        Written::Metric => metrics.node_metric(ok, operation),
+        Written::Resource => metrics.node_resource(ok, operation),
+    }
+}
+
+/// Runs the controllers until shutdown: with leader election, only while this
+/// replica holds the Lease; losing it stops the process (as controller-runtime
+/// does) so a fresh start rebuilds the caches.
+///
+/// `readiness` fails until this replica is either a standby (it still serves
+/// webhooks) or the leader with synced caches and a first pass done.
+pub async fn run_controllers(
+    client: kube::Client,
+    args: ControllerArgs,
+    metrics: ControllerMetrics,
+    readiness: koord_common::StatusCheck,
+    shutdown: koord_common::Shutdown,
+) {
+    use crate::leader::{DEFAULT_LEASE_NAME, LeaderElector, LeaseTiming, default_identity};
+    use koord_common::ShutdownReason;
+
+    metrics.set_leader(false);
+    if args.enable_leader_election {
+        let elector = Arc::new(LeaderElector::new(
+            client.clone(),
+            &args.leader_election_namespace,
+            DEFAULT_LEASE_NAME,
+            default_identity(),
+            LeaseTiming::default(),
+        ));
+        let timing = elector.timing();
+        tracing::info!(
+            identity = elector.identity(),
+            lease = %format!("{}/{DEFAULT_LEASE_NAME}", args.leader_election_namespace),
+            "waiting for leadership"
+        );
+        loop {
+            match elector.try_acquire_or_renew().await {
+                Ok(true) => break,
+                Ok(false) => readiness.set_passing(),
+                Err(err) => {
+                    readiness.set_failing(format!("leader election: {err}"));
+                    tracing::warn!(error = %err, "leader election attempt failed");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(timing.retry_period) => {}
+                _ = shutdown.wait() => return,
+            }
+        }
+        tracing::info!(
+            identity = elector.identity(),
+            "became the leader; starting controllers"
+        );
+        metrics.set_leader(true);
+        readiness.set_failing("leader: waiting for caches to sync");
+        let renewer = Arc::clone(&elector);
+        let (renew_shutdown, renew_metrics) = (shutdown.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let mut last_renewed = tokio::time::Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(timing.retry_period) => {}
+                    _ = renew_shutdown.wait() => return,
+                }
+                match renewer.try_acquire_or_renew().await {
+                    Ok(true) => last_renewed = tokio::time::Instant::now(),
+                    Ok(false) => {}
+                    Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+                }
+                if last_renewed.elapsed() > timing.renew_deadline {
+                    renew_metrics.set_leader(false);
+                    tracing::error!("leader election lost");
+                    renew_shutdown.trigger(ShutdownReason::Failed("leader election lost".into()));
+                    return;
+                }
+            }
+        });
+    } else {
+        metrics.set_leader(true);
+        readiness.set_failing("waiting for caches to sync");
+    }
+
+    let notify = Arc::new(Notify::new());
+    let caches = Caches::start(&client, &args, &notify);
+    tokio::select! {
+        ready = caches.wait_until_ready() => {
+            if ready.is_err() {
+                readiness.set_failing("a cache stopped before syncing");
+                return;
+            }
+        }
+        _ = shutdown.wait() => return,
+    }
+    tracing::info!("caches synced; controllers running");
+    let mut reconciler = Reconciler::new(client, args.clone(), metrics);
+    loop {
+        let started = tokio::time::Instant::now();
+        reconciler.pass(&caches).await;
+        readiness.set_passing();
+        tokio::select! {
+            _ = notify.notified() => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(started + MIN_PASS_INTERVAL) => {}
+                    _ = shutdown.wait() => return,
+                }
+            }
+            _ = tokio::time::sleep(args.sync_period) => {}
+            _ = shutdown.wait() => return,
+        }
+    }
+}

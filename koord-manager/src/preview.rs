@@ -1,0 +1,446 @@
+//! `koord-manager preview`: what the manager would write for each node of a
+//! snapshot, without a cluster, using the controllers' decision cores.
+//!
+//! The snapshot is multi-document YAML (or JSON) holding Nodes, NodeMetrics,
+//! Pods and the `slo-controller-config` ConfigMap; `List` documents (as
+//! `kubectl get -o yaml` prints) are unpacked. The JSON output is a stable
+//! contract documented in `docs/preview.md`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use apis::configuration::SloControllerConfig;
+use apis::slo::v1alpha1::NodeMetric;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::slo_controller::config::{ConfigRejected, parse_config};
+use crate::slo_controller::noderesource::MANAGED_RESOURCES;
+use crate::slo_controller::{NodePlan, plan_node, pods_by_node};
+
+/// Why a preview could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    #[error("{source_name}: document {index}: {message}")]
+    Document {
+        source_name: String,
+        index: usize,
+        message: String,
+    },
+    #[error("{source_name}: {kind} {name:?} cannot be read: {message}")]
+    Object {
+        source_name: String,
+        kind: String,
+        name: String,
+        message: String,
+    },
+    #[error("{source_name}: the ConfigMap {name:?} is rejected: {source}")]
+    Config {
+        source_name: String,
+        name: String,
+        #[source]
+        source: ConfigRejected,
+    },
+    #[error("{source_name}: no ConfigMap found")]
+    NoConfigMap { source_name: String },
+}
+
+/// The objects of a snapshot.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<Node>,
+    pub node_metrics: Vec<NodeMetric>,
+    pub pods: Vec<Pod>,
+    pub config_maps: Vec<ConfigMap>,
+}
+
+/// Just enough of an object to route it.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Option<HeaderMeta>,
+}
+
+#[derive(Deserialize)]
+struct HeaderMeta {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+impl Snapshot {
+    /// Parses YAML documents (JSON is valid YAML); `source_name` labels errors.
+    pub fn parse(text: &str, source_name: &str) -> Result<Self, PreviewError> {
+        let mut snapshot = Snapshot::default();
+        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let value =
+                serde_json::Value::deserialize(document).map_err(|err| PreviewError::Document {
+                    source_name: source_name.to_owned(),
+                    index,
+                    message: err.to_string(),
+                })?;
+            snapshot.add(value, source_name)?;
+        }
+        Ok(snapshot)
+    }
+
+    fn add(&mut self, value: Value, source_name: &str) -> Result<(), PreviewError> {
+        if value.is_null() {
+            return Ok(());
+        }
+        let header = Header::deserialize(&value).map_err(|err| PreviewError::Document {
+            source_name: source_name.to_owned(),
+            index: 0,
+            message: err.to_string(),
+        })?;
+        let name = header.metadata.and_then(|m| m.name).unwrap_or_default();
+        let fail = |err: serde_json::Error| PreviewError::Object {
+            source_name: source_name.to_owned(),
+            kind: header.kind.clone(),
+            name: name.clone(),
+            message: err.to_string(),
+        };
+        match header.kind.as_str() {
+            "Node" => self
+                .nodes
+                .push(serde_json::from_value(value).map_err(fail)?),
+            "NodeMetric" => self
+                .node_metrics
+                .push(serde_json::from_value(value).map_err(fail)?),
+            "Pod" => self.pods.push(serde_json::from_value(value).map_err(fail)?),
+            "ConfigMap" => self
+                .config_maps
+                .push(serde_json::from_value(value).map_err(fail)?),
+            kind if kind.ends_with("List") => {
+                if let Value::Object(mut map) = value
+                    && let Some(Value::Array(items)) = map.remove("items")
+                {
+                    for item in items {
+                        self.add(item, source_name)?;
+                    }
+                }
+            }
+            // Other kinds (NodeSLOs, Services, ...) are irrelevant here.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The ConfigMap called `name`, if the snapshot has it.
+    pub fn config_map(&self, name: &str) -> Option<&ConfigMap> {
+        self.config_maps
+            .iter()
+            .find(|cm| cm.metadata.name.as_deref() == Some(name))
+    }
+}
+
+/// Parses and validates a ConfigMap's data.
+pub fn config_from(
+    config_map: Option<&ConfigMap>,
+    source_name: &str,
+) -> Result<SloControllerConfig, PreviewError> {
+    parse_config(config_map.and_then(|cm| cm.data.as_ref())).map_err(|source| {
+        PreviewError::Config {
+            source_name: source_name.to_owned(),
+            name: config_map
+                .and_then(|cm| cm.metadata.name.clone())
+                .unwrap_or_default(),
+            source,
+        }
+    })
+}
+
+/// One node's line of the report (the JSON contract).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    pub name: String,
+    #[serde(rename = "nodeSLO")]
+    pub node_slo: Value,
+    /// The four managed resources; `"0"` when withdrawn.
+    pub allocatable: BTreeMap<String, String>,
+    pub degraded: bool,
+    /// Why the resources are withdrawn or some is zero; empty otherwise.
+    pub reason: String,
+}
+
+/// One field that a config change would change.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FieldChange {
+    /// Dotted path, e.g. `nodeSLO.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent`.
+    pub path: String,
+    /// Value under the snapshot's config (`null` when absent).
+    pub current: Value,
+    /// Value under the `--against` config (`null` when absent).
+    pub against: Value,
+}
+
+/// The changes on one node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeDiff {
+    pub name: String,
+    pub changes: Vec<FieldChange>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PreviewReport {
+    pub nodes: Vec<NodeReport>,
+    /// Present with `--against`: only the nodes that would change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<Vec<NodeDiff>>,
+}
+
+fn node_report(name: &str, plan: &NodePlan) -> NodeReport {
+    let allocatable = MANAGED_RESOURCES
+        .iter()
+        .map(|resource| {
+            let text = plan
+                .desired_status
+                .get(resource)
+                .and_then(|q| q.as_ref())
+                .map_or_else(|| "0".to_owned(), |q| q.0.clone());
+            ((*resource).to_owned(), text)
+        })
+        .collect::<BTreeMap<_, _>>();
+    let any_zero = allocatable.values().any(|v| v == "0");
+    let reason = if plan.resources.reset || any_zero {
+        plan.resources.reason.clone()
+    } else {
+        String::new()
+    };
+    NodeReport {
+        name: name.to_owned(),
+        node_slo: serde_json::to_value(&plan.node_slo).unwrap_or(Value::Null),
+        allocatable,
+        degraded: plan.resources.degraded,
+        reason,
+    }
+}
+
+/// Runs the controllers' cores over the snapshot.
+pub fn preview(
+    snapshot: &Snapshot,
+    config: &SloControllerConfig,
+    against: Option<&SloControllerConfig>,
+    now: SystemTime,
+) -> PreviewReport {
+    let metrics: HashMap<&str, &NodeMetric> = snapshot
+        .node_metrics
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, m)))
+        .collect();
+    let pods = pods_by_node(&snapshot.pods);
+    let mut nodes: Vec<&Node> = snapshot.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut reports = Vec::with_capacity(nodes.len());
+    let mut diffs = against.map(|_| Vec::new());
+    for node in nodes {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
+        let metric = metrics.get(name).copied();
+        let plan = plan_node(config, node, metric, node_pods, None, now);
+        let report = node_report(name, &plan);
+        if let (Some(against), Some(diffs)) = (against, diffs.as_mut()) {
+            let new_plan = plan_node(against, node, metric, node_pods, None, now);
+            let changes = diff_reports(&report, &node_report(name, &new_plan));
+            if !changes.is_empty() {
+                diffs.push(NodeDiff {
+                    name: name.to_owned(),
+                    changes,
+                });
+            }
+        }
+        reports.push(report);
+    }
+    PreviewReport {
+        nodes: reports,
+        diff: diffs,
+    }
+}
+
+fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
+    let mut fields = BTreeMap::new();
+    flatten("nodeSLO", &report.node_slo, &mut fields);
+    for (resource, value) in &report.allocatable {
+        fields.insert(
+            format!("allocatable.{resource}"),
+            Value::String(value.clone()),
+        );
+    }
+    fields.insert("degraded".into(), Value::Bool(report.degraded));
+    fields
+}
+
+fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (key, child) in map {
+                flatten(&format!("{prefix}.{key}"), child, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_owned(), other.clone());
+        }
+    }
+}
+
+/// Leaf-by-leaf differences (lists compare as a whole).
+pub fn diff_reports(current: &NodeReport, against: &NodeReport) -> Vec<FieldChange> {
+    let before = report_fields(current);
+    let after = report_fields(against);
+    let mut paths: Vec<&String> = before.keys().chain(after.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let old = before.get(path).cloned().unwrap_or(Value::Null);
+            let new = after.get(path).cloned().unwrap_or(Value::Null);
+            (old != new).then(|| FieldChange {
+                path: path.clone(),
+                current: old,
+                against: new,
+            })
+        })
+        .collect()
+}
+
+/// The human-readable form: one line per node, then the diff.
+pub fn render_text(report: &PreviewReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8}  REASON",
+        "NODE", "BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "DEGRADED"
+    );
+    for node in &report.nodes {
+        let get = |name: &str| node.allocatable.get(name).map_or("0", String::as_str);
+        let _ = writeln!(
+            out,
+            "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8}  {}",
+            node.name,
+            get(apis::extension::BATCH_CPU),
+            get(apis::extension::BATCH_MEMORY),
+            get(apis::extension::MID_CPU),
+            get(apis::extension::MID_MEMORY),
+            node.degraded,
+            node.reason
+        );
+    }
+    if let Some(diff) = &report.diff {
+        let _ = writeln!(
+            out,
+            "\n{} of {} node(s) would change:",
+            diff.len(),
+            report.nodes.len()
+        );
+        for node in diff {
+            let _ = writeln!(out, "{}:", node.name);
+            for change in &node.changes {
+                let _ = writeln!(
+                    out,
+                    "  {}: {} -> {}",
+                    change.path, change.current, change.against
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Output format of `preview`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Flags of `koord-manager preview`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PreviewArgs {
+    /// Multi-document YAML (or JSON) with Nodes, NodeMetrics, Pods and the
+    /// slo-controller-config ConfigMap.
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: std::path::PathBuf,
+
+    /// A ConfigMap YAML to compare against: adds the per-node differences.
+    #[arg(long, value_name = "FILE")]
+    pub against: Option<std::path::PathBuf>,
+
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: OutputFormat,
+
+    /// Name of the ConfigMap to take from the snapshot (upstream `--slo-config-name`).
+    #[arg(
+        long = "slo-config-name",
+        default_value = apis::configuration::DEFAULT_SLO_CONTROLLER_CONFIG_NAME
+    )]
+    pub config_name: String,
+
+    /// The time staleness of NodeMetrics is judged at (RFC 3339); default: now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub now: Option<SystemTime>,
+}
+
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    text.parse::<k8s_openapi::jiff::Timestamp>()
+        .map(SystemTime::from)
+        .map_err(|err| format!("invalid RFC 3339 time {text:?}: {err}"))
+}
+
+/// Failure of the `preview` command as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewCommandError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Preview(#[from] PreviewError),
+    #[error("cannot encode the report: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+fn read(path: &std::path::Path) -> Result<String, PreviewCommandError> {
+    std::fs::read_to_string(path).map_err(|source| PreviewCommandError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Runs `preview` and returns what to print.
+pub fn run_preview(args: &PreviewArgs) -> Result<String, PreviewCommandError> {
+    let snapshot_name = args.snapshot.display().to_string();
+    let snapshot = Snapshot::parse(&read(&args.snapshot)?, &snapshot_name)?;
+    let config = config_from(snapshot.config_map(&args.config_name), &snapshot_name)?;
+    let against = match &args.against {
+        None => None,
+        Some(path) => {
+            let name = path.display().to_string();
+            let file = Snapshot::parse(&read(path)?, &name)?;
+            let config_map = file
+                .config_map(&args.config_name)
+                .or(file.config_maps.first())
+                .ok_or(PreviewError::NoConfigMap {
+                    source_name: name.clone(),
+                })?;
+            Some(config_from(Some(config_map), &name)?)
+        }
+    };
+    let now = args.now.unwrap_or_else(SystemTime::now);
+    let report = preview(&snapshot, &config, against.as_ref(), now);
+    Ok(match args.output {
+        OutputFormat::Json => {
+            let mut text = serde_json::to_string_pretty(&report)?;
+            text.push('\n');
+            text
+        }
+        OutputFormat::Text => render_text(&report),
+    })
+}

@@ -1,0 +1,75 @@
+//! SLO controllers' decision cores (upstream `pkg/slo-controller`): the
+//! config in force, NodeSLO, NodeMetric and node resource decisions, and
+//! [`plan_node`], the per-node pass shared by the controllers and `preview`.
+
+pub mod config;
+pub mod nodemetric;
+pub mod noderesource;
+pub mod nodeslo;
+pub mod resources;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use apis::configuration::SloControllerConfig;
+use apis::slo::v1alpha1::{NodeMetric, NodeSLOSpec};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use self::config::{NodeColocation, node_colocation};
+use self::noderesource::{ExtendedResources, NodeInputs};
+
+/// Everything the manager derives for one node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePlan {
+    pub colocation: NodeColocation,
+    pub node_slo: NodeSLOSpec,
+    pub resources: ExtendedResources,
+    /// Per managed resource: the quantity for the node status, `None` to remove it.
+    pub desired_status: BTreeMap<&'static str, Option<Quantity>>,
+}
+
+/// Computes the NodeSLO spec and the extended resources of one node.
+pub fn plan_node(
+    config: &SloControllerConfig,
+    node: &Node,
+    node_metric: Option<&NodeMetric>,
+    pods: &[&Pod],
+    previous_node_slo: Option<&NodeSLOSpec>,
+    now: SystemTime,
+) -> NodePlan {
+    let colocation = node_colocation(config, node);
+    let resources = noderesource::calculate(
+        colocation.cluster_enabled,
+        colocation.strategy.as_ref(),
+        NodeInputs {
+            node,
+            node_metric,
+            pods,
+        },
+        now,
+    );
+    let desired_status = resources.desired_status(node);
+    NodePlan {
+        node_slo: nodeslo::node_slo_spec(config, node, previous_node_slo),
+        colocation,
+        resources,
+        desired_status,
+    }
+}
+
+/// Pods grouped by `spec.nodeName`; unbound pods are left out.
+pub fn pods_by_node<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> HashMap<&'a str, Vec<&'a Pod>> {
+    let mut grouped: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for pod in pods {
+        if let Some(node) = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.as_deref())
+            .filter(|name| !name.is_empty())
+        {
+            grouped.entry(node).or_default().push(pod);
+        }
+    }
+    grouped
+}

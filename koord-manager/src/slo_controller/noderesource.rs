@@ -1,0 +1,529 @@
+//! Node resource decisions (upstream `slo-controller/noderesource` with the
+//! `BatchResource` and `MidResource` plugins): how much batch and mid CPU and
+//! memory a node can lend, and whether the node status needs rewriting.
+//!
+//! Pure: the node, its NodeMetric, the pods bound to it, the node's effective
+//! colocation strategy and the current time come in; values, a reason and a
+//! status patch go out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use apis::configuration::{CalculatePolicy, ColocationStrategy, MidReclaimMode};
+use apis::configuration::{default_colocation_strategy, merged};
+use apis::extension::{
+    BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY, PriorityClass, QoSClass, QuantityValue,
+    get_cpu_normalization_ratio, priority_class_of_pod, qos_class_of_pod,
+};
+use apis::slo::v1alpha1::{
+    NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY, NodeMetric, ThirdPartyAllocations,
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::resources::{
+    CpuMem, bytes_quantity, node_capacity, node_reserved, pod_is_active, pod_key, pod_request,
+    scale, units_decimal_quantity,
+};
+
+/// The extended resources this controller owns, in output order.
+pub const MANAGED_RESOURCES: [&str; 4] = [BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY];
+
+/// Reason when colocation is switched off for the node (upstream wording).
+pub const REASON_DISABLED: &str = "node colocation is disabled in Config";
+/// Reason when the NodeMetric does not exist.
+pub const REASON_NODE_METRIC_MISSING: &str = "degraded: NodeMetric not found";
+/// Reason when the NodeMetric never reported.
+pub const REASON_NODE_METRIC_NO_UPDATE: &str = "degraded: NodeMetric has no updateTime";
+
+/// Everything the calculation reads about one node.
+#[derive(Clone, Copy)]
+pub struct NodeInputs<'a> {
+    pub node: &'a Node,
+    /// The NodeMetric named after the node, if any.
+    pub node_metric: Option<&'a NodeMetric>,
+    /// Pods whose `spec.nodeName` is this node, in any phase.
+    pub pods: &'a [&'a Pod],
+}
+
+/// Batch and mid amounts for one node and why they are what they are.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExtendedResources {
+    pub batch: CpuMem,
+    pub mid: CpuMem,
+    /// True when the resources are withdrawn from the node (colocation off
+    /// or a degraded NodeMetric): upstream removes them from the status.
+    pub reset: bool,
+    /// True when withdrawn because the NodeMetric is missing or stale.
+    pub degraded: bool,
+    /// Why the values are reset or zero; the formulas otherwise.
+    pub reason: String,
+}
+
+impl ExtendedResources {
+    fn withdrawn(degraded: bool, reason: String) -> Self {
+        ExtendedResources {
+            batch: CpuMem::ZERO,
+            mid: CpuMem::ZERO,
+            reset: true,
+            degraded,
+            reason,
+        }
+    }
+
+    /// What the node status should carry for each managed resource; `None`
+    /// removes it. Batch CPU is scaled by the node's CPU normalization ratio
+    /// (when above 1) and reduced by other schedulers' batch allocations.
+    pub fn desired_status(&self, node: &Node) -> BTreeMap<&'static str, Option<Quantity>> {
+        if self.reset {
+            return MANAGED_RESOURCES.iter().map(|name| (*name, None)).collect();
+        }
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let mut batch = self.batch;
+        if let Ok(Some(ratio)) = get_cpu_normalization_ratio(&annotations)
+            && ratio > 1.0
+        {
+            batch.milli_cpu = scale(batch.milli_cpu, ratio);
+        }
+        batch = batch
+            .minus(third_party_batch(&annotations))
+            .clamp_non_negative();
+        BTreeMap::from([
+            (BATCH_CPU, Some(units_decimal_quantity(batch.milli_cpu))),
+            (BATCH_MEMORY, Some(bytes_quantity(batch.memory_bytes))),
+            (MID_CPU, Some(units_decimal_quantity(self.mid.milli_cpu))),
+            (MID_MEMORY, Some(bytes_quantity(self.mid.memory_bytes))),
+        ])
+    }
+}
+
+fn third_party_batch(annotations: &BTreeMap<String, String>) -> CpuMem {
+    let Some(raw) = annotations.get(NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY) else {
+        return CpuMem::ZERO;
+    };
+    let Ok(allocations) = serde_json::from_str::<ThirdPartyAllocations>(raw) else {
+        return CpuMem::ZERO;
+    };
+    allocations
+        .by_priority(PriorityClass::Batch.as_str())
+        .map(|allocation| {
+            // Amounts are keyed by the batch resource names; batch-cpu counts
+            // milli-cores as whole units.
+            let value = |name: &str| {
+                allocation
+                    .resources
+                    .get(name)
+                    .and_then(|q| QuantityValue::of(q).ok())
+                    .map_or(0, QuantityValue::value)
+            };
+            CpuMem::new(value(BATCH_CPU), value(BATCH_MEMORY))
+        })
+        .fold(CpuMem::ZERO, CpuMem::plus)
+}
+
+/// The node's strategy with every field upstream dereferences filled from the
+/// defaults.
+fn complete(strategy: &ColocationStrategy) -> ColocationStrategy {
+    merged(&default_colocation_strategy(), strategy)
+}
+
+/// Whether colocation is on for this node. `strategy` is the node's merged
+/// strategy, `None` when the cluster config is invalid.
+pub fn colocation_enabled(cluster_enabled: bool, strategy: Option<&ColocationStrategy>) -> bool {
+    cluster_enabled && strategy.is_some_and(|s| s.enable == Some(true))
+}
+
+/// Why the NodeMetric cannot be trusted at `now`, if it cannot.
+pub fn degrade_reason(
+    strategy: &ColocationStrategy,
+    node_metric: Option<&NodeMetric>,
+    now: SystemTime,
+) -> Option<String> {
+    let Some(metric) = node_metric else {
+        return Some(REASON_NODE_METRIC_MISSING.to_owned());
+    };
+    let Some(update_time) = metric.status.as_ref().and_then(|s| s.update_time.as_ref()) else {
+        return Some(REASON_NODE_METRIC_NO_UPDATE.to_owned());
+    };
+    let minutes = strategy.degrade_time_minutes.unwrap_or(15).max(0);
+    let updated = SystemTime::from(update_time.0);
+    let limit = Duration::from_secs(u64::try_from(minutes).unwrap_or(0).saturating_mul(60));
+    let age = now.duration_since(updated).unwrap_or(Duration::ZERO);
+    (age > limit).then(|| {
+        format!(
+            "degraded: NodeMetric last updated {}s ago, beyond degradeTimeMinutes={minutes}",
+            age.as_secs()
+        )
+    })
+}
+
+/// Computes the node's batch and mid resources. `strategy` is the node's
+/// effective colocation strategy (`None`: the config is unusable) and
+/// `cluster_enabled` the cluster-level `enable`.
+pub fn calculate(
+    cluster_enabled: bool,
+    strategy: Option<&ColocationStrategy>,
+    inputs: NodeInputs<'_>,
+    now: SystemTime,
+) -> ExtendedResources {
+    if !colocation_enabled(cluster_enabled, strategy) {
+        return ExtendedResources::withdrawn(false, REASON_DISABLED.to_owned());
+    }
+    let strategy = complete(strategy.unwrap_or(&ColocationStrategy::default()));
+    if let Some(reason) = degrade_reason(&strategy, inputs.node_metric, now) {
+        return ExtendedResources::withdrawn(true, reason);
+    }
+    // degrade_reason returned None, so the metric exists.
+    let Some(metric) = inputs.node_metric else {
+        return ExtendedResources::withdrawn(true, REASON_NODE_METRIC_MISSING.to_owned());
+    };
+    let usage = MetricView::new(metric);
+    let (batch, batch_reason) = batch_allocatable(&strategy, inputs, &usage);
+    let (mid, mid_reason) = mid_allocatable(&strategy, inputs, &usage);
+    ExtendedResources {
+        batch,
+        mid,
+        reset: false,
+        degraded: false,
+        reason: format!("{batch_reason}; {mid_reason}"),
+    }
+}
+
+/// The parts of a NodeMetric the formulas read.
+struct MetricView<'a> {
+    pods: HashMap<String, (CpuMem, PriorityClass)>,
+    system_usage: CpuMem,
+    node_usage: Option<CpuMem>,
+    prod_reclaimable: Option<CpuMem>,
+    metric: &'a NodeMetric,
+}
+
+impl<'a> MetricView<'a> {
+    fn new(metric: &'a NodeMetric) -> Self {
+        let status = metric.status.as_ref();
+        let info = status.and_then(|s| s.node_metric.as_ref());
+        let pods = status
+            .map(|s| s.pods_metric.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|pod| {
+                (
+                    format!("{}/{}", pod.namespace, pod.name),
+                    (
+                        CpuMem::from_list(&pod.pod_usage.resources),
+                        pod.priority_class(),
+                    ),
+                )
+            })
+            .collect();
+        let node_usage = info.and_then(|i| {
+            let list = &i.node_usage.resources;
+            (list.contains_key("cpu") && list.contains_key("memory"))
+                .then(|| CpuMem::from_list(list))
+        });
+        MetricView {
+            pods,
+            system_usage: info.map_or(CpuMem::ZERO, |i| {
+                CpuMem::from_list(&i.system_usage.resources)
+            }),
+            node_usage,
+            prod_reclaimable: status
+                .and_then(|s| s.prod_reclaimable_metric.as_ref())
+                .filter(|m| !m.resource.resources.is_empty())
+                .map(|m| CpuMem::from_list(&m.resource.resources)),
+            metric,
+        }
+    }
+
+    /// Usage of host applications ranked above `band` (by default priority value).
+    fn host_apps_above(&self, band: PriorityClass) -> CpuMem {
+        let floor = band.default_value();
+        self.metric
+            .status
+            .as_ref()
+            .map(|s| s.host_application_metric.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|app| PriorityClass::from_name(&app.priority).default_value() > floor)
+            .map(|app| CpuMem::from_list(&app.usage.resources))
+            .fold(CpuMem::ZERO, CpuMem::plus)
+    }
+}
+
+fn is_low_priority(priority: PriorityClass) -> bool {
+    matches!(priority, PriorityClass::Batch | PriorityClass::Free)
+}
+
+/// Upstream's batch formula: capacity − safety margin − system (or reserved)
+/// − high-priority pods, by the configured policy per resource, optionally
+/// capped at a share of capacity.
+fn batch_allocatable(
+    strategy: &ColocationStrategy,
+    inputs: NodeInputs<'_>,
+    usage: &MetricView<'_>,
+) -> (CpuMem, String) {
+    let mut hp_request = CpuMem::ZERO;
+    let mut hp_used = CpuMem::ZERO;
+    let mut hp_max_used_request = CpuMem::ZERO;
+    let mut matched = std::collections::HashSet::new();
+    for pod in inputs.pods.iter().filter(|pod| pod_is_active(pod)) {
+        let key = pod_key(pod);
+        let metric = usage.pods.get(&key);
+        if metric.is_some() {
+            matched.insert(key);
+        }
+        if is_low_priority(priority_class_of_pod(pod)) {
+            continue;
+        }
+        let request = pod_request(pod);
+        hp_request = hp_request.plus(request);
+        match metric {
+            None => hp_used = hp_used.plus(request),
+            Some((used, _)) => {
+                // LSE pods own their cores: count the CPU request, not the usage.
+                let counted = if qos_class_of_pod(pod) == QoSClass::LSE {
+                    CpuMem::new(request.milli_cpu, used.memory_bytes)
+                } else {
+                    *used
+                };
+                hp_used = hp_used.plus(counted);
+                hp_max_used_request = hp_max_used_request.plus(request.max(*used));
+            }
+        }
+    }
+    // Metrics of pods the pod list does not know ("dangling") still use the node.
+    let dangling = usage
+        .pods
+        .iter()
+        .filter(|(key, (_, priority))| !matched.contains(*key) && !is_low_priority(*priority))
+        .map(|(_, (used, _))| *used)
+        .fold(CpuMem::ZERO, CpuMem::plus);
+    hp_used = hp_used.plus(dangling);
+    hp_max_used_request = hp_max_used_request.plus(dangling);
+
+    let capacity = node_capacity(inputs.node);
+    let margin = CpuMem::new(
+        scale(
+            capacity.milli_cpu,
+            reserve_ratio(strategy.cpu_reclaim_threshold_percent),
+        ),
+        scale(
+            capacity.memory_bytes,
+            reserve_ratio(strategy.memory_reclaim_threshold_percent),
+        ),
+    );
+    let reserved = node_reserved(inputs.node);
+    let system_used = usage
+        .system_usage
+        .plus(usage.host_apps_above(PriorityClass::Batch))
+        .max(reserved);
+    let base = capacity.minus(margin);
+    let by_usage = base.minus(system_used).minus(hp_used).clamp_non_negative();
+    let by_request = base.minus(reserved).minus(hp_request).clamp_non_negative();
+    let by_max = base
+        .minus(system_used)
+        .minus(hp_max_used_request)
+        .clamp_non_negative();
+
+    let cpu_by_max = strategy.cpu_calculate_policy == Some(CalculatePolicy::MaxUsageRequest);
+    let mut milli_cpu = if cpu_by_max {
+        by_max.milli_cpu
+    } else {
+        by_usage.milli_cpu
+    };
+    if let Some(percent) = strategy.batch_cpu_threshold_percent {
+        milli_cpu = milli_cpu.min(scale(capacity.milli_cpu, percent as f64 / 100.0));
+    }
+    let (mut memory, memory_policy) = match strategy.memory_calculate_policy {
+        Some(CalculatePolicy::Request) => (by_request.memory_bytes, "request"),
+        Some(CalculatePolicy::MaxUsageRequest) => (by_max.memory_bytes, "maxUsageRequest"),
+        _ => (by_usage.memory_bytes, "usage"),
+    };
+    if let Some(percent) = strategy.batch_memory_threshold_percent {
+        memory = memory.min(scale(capacity.memory_bytes, percent as f64 / 100.0));
+    }
+    let reason = format!(
+        "batch-cpu {milli_cpu}m by {} = capacity {}m - margin {}m - system {}m - hp {}m; \
+         batch-memory {memory} by {memory_policy}",
+        if cpu_by_max {
+            "maxUsageRequest"
+        } else {
+            "usage"
+        },
+        capacity.milli_cpu,
+        margin.milli_cpu,
+        system_used.milli_cpu,
+        if cpu_by_max {
+            hp_max_used_request.milli_cpu
+        } else {
+            hp_used.milli_cpu
+        },
+    );
+    (CpuMem::new(milli_cpu, memory), reason)
+}
+
+fn reserve_ratio(reclaim_threshold_percent: Option<i64>) -> f64 {
+    (100 - reclaim_threshold_percent.unwrap_or(100)) as f64 / 100.0
+}
+
+fn percent(value: Option<i64>) -> f64 {
+    value.unwrap_or(0) as f64 / 100.0
+}
+
+/// Upstream's mid formula: a static share of capacity, or what prod pods are
+/// predicted to leave unused plus a share of what they leave unallocated;
+/// capped at a share of capacity.
+fn mid_allocatable(
+    strategy: &ColocationStrategy,
+    inputs: NodeInputs<'_>,
+    usage: &MetricView<'_>,
+) -> (CpuMem, String) {
+    let capacity = node_capacity(inputs.node);
+    let cpu_cap = scale(
+        capacity.milli_cpu,
+        percent(strategy.mid_cpu_threshold_percent),
+    );
+    let memory_cap = scale(
+        capacity.memory_bytes,
+        percent(strategy.mid_memory_threshold_percent),
+    );
+    if strategy.mid_reclaim_mode == Some(MidReclaimMode::Static) {
+        let cpu = scale(
+            capacity.milli_cpu,
+            percent(strategy.mid_static_cpu_reserved_percent),
+        )
+        .min(cpu_cap);
+        let memory = scale(
+            capacity.memory_bytes,
+            percent(strategy.mid_static_memory_reserved_percent),
+        )
+        .min(memory_cap);
+        return (
+            CpuMem::new(cpu, memory),
+            format!("mid-cpu {cpu}m, mid-memory {memory} by static reservation"),
+        );
+    }
+    let reclaimable = usage.prod_reclaimable.unwrap_or(CpuMem::ZERO);
+    let system_used = usage
+        .system_usage
+        .plus(usage.host_apps_above(PriorityClass::Mid));
+    let reserved = node_reserved(inputs.node).max(system_used);
+    let prod_requests = inputs
+        .pods
+        .iter()
+        .filter(|pod| {
+            !matches!(
+                priority_class_of_pod(pod),
+                PriorityClass::Mid | PriorityClass::Batch | PriorityClass::Free
+            ) && pod_is_active(pod)
+        })
+        .map(|pod| pod_request(pod))
+        .fold(CpuMem::ZERO, CpuMem::plus);
+    let unallocated = capacity
+        .minus(reserved)
+        .minus(prod_requests)
+        .clamp_non_negative();
+    let unused = usage
+        .node_usage
+        .map_or(CpuMem::ZERO, |used| capacity.minus(used));
+    let unallocated_ratio = percent(strategy.mid_unallocated_percent);
+    let cpu = (reclaimable.milli_cpu.min(unused.milli_cpu).max(0)
+        + scale(unallocated.milli_cpu, unallocated_ratio))
+    .min(cpu_cap);
+    let memory = (reclaimable.memory_bytes.min(unused.memory_bytes).max(0)
+        + scale(unallocated.memory_bytes, unallocated_ratio))
+    .min(memory_cap);
+    let reason = format!(
+        "mid-cpu {cpu}m = min(min(prodReclaimable {}m, unused {}m) + unallocated {}m x {unallocated_ratio}, cap {cpu_cap}m); mid-memory {memory}",
+        reclaimable.milli_cpu, unused.milli_cpu, unallocated.milli_cpu,
+    );
+    (CpuMem::new(cpu, memory), reason)
+}
+
+/// Why a node status write is (or is not) due.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncDecision {
+    /// Nothing to write.
+    Skip,
+    /// Write, for this reason.
+    Write(String),
+}
+
+/// Upstream `IsResourceDiff`: appeared or vanished, or moved by more than
+/// `threshold` × the old value (in milli-units).
+pub fn is_resource_diff(old: Option<&Quantity>, new: Option<&Quantity>, threshold: f64) -> bool {
+    match (old, new) {
+        (None, None) => false,
+        (Some(_), None) | (None, Some(_)) => true,
+        (Some(old), Some(new)) => {
+            let old = QuantityValue::of(old).map_or(0, QuantityValue::milli_value);
+            let new = QuantityValue::of(new).map_or(0, QuantityValue::milli_value);
+            (new as f64 - old as f64).abs() > old as f64 * threshold
+        }
+    }
+}
+
+/// Whether to write `desired` over the node's current allocatable: when a
+/// resource moved beyond `resourceDiffThreshold`, or when the last write is
+/// older than `updateTimeThresholdSeconds` and anything differs at all.
+pub fn sync_decision(
+    strategy: Option<&ColocationStrategy>,
+    current_allocatable: &BTreeMap<String, Quantity>,
+    desired: &BTreeMap<&'static str, Option<Quantity>>,
+    last_synced: Option<SystemTime>,
+    now: SystemTime,
+) -> SyncDecision {
+    let strategy = complete(strategy.unwrap_or(&ColocationStrategy::default()));
+    let threshold = strategy.resource_diff_threshold.unwrap_or(0.1);
+    let mut any_change = false;
+    for (name, new) in desired {
+        let old = current_allocatable.get(*name);
+        if is_resource_diff(old, new.as_ref(), threshold) {
+            return SyncDecision::Write(format!(
+                "{name} changed beyond resourceDiffThreshold={threshold}"
+            ));
+        }
+        let same = match (old, new) {
+            (Some(old), Some(new)) => QuantityValue::of(old).ok() == QuantityValue::of(new).ok(),
+            (None, None) => true,
+            _ => false,
+        };
+        any_change |= !same;
+    }
+    if !any_change {
+        return SyncDecision::Skip;
+    }
+    let period = Duration::from_secs(
+        u64::try_from(strategy.update_time_threshold_seconds.unwrap_or(300)).unwrap_or(0),
+    );
+    let expired =
+        last_synced.is_none_or(|last| now.duration_since(last).unwrap_or_default() > period);
+    if expired {
+        SyncDecision::Write(format!(
+            "last write older than updateTimeThresholdSeconds={}",
+            period.as_secs()
+        ))
+    } else {
+        SyncDecision::Skip
+    }
+}
+
+/// The JSON merge patch for `nodes/<name>/status` that sets (or, for `None`,
+/// removes) each resource in both capacity and allocatable.
+pub fn status_patch(desired: &BTreeMap<&'static str, Option<Quantity>>) -> serde_json::Value {
+    let entries: serde_json::Map<String, serde_json::Value> = desired
+        .iter()
+        .map(|(name, quantity)| {
+            let value = quantity.as_ref().map_or(serde_json::Value::Null, |q| {
+                serde_json::Value::String(q.0.clone())
+            });
+            ((*name).to_owned(), value)
+        })
+        .collect();
+    serde_json::json!({
+        "status": {
+            "capacity": entries.clone(),
+            "allocatable": entries,
+        }
+    })
+}
