@@ -15,6 +15,7 @@
 mod api;
 pub mod bookkeeping;
 pub mod kill;
+pub mod qos;
 pub mod ratelimit;
 
 use std::collections::HashMap;
