@@ -14,6 +14,8 @@ pub mod framework;
 pub mod plugins;
 pub mod resources;
 pub mod simulator;
+#[cfg(test)]
+mod testutil;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

@@ -5,6 +5,9 @@ pub mod elasticquota;
 pub mod loadaware;
 pub mod noderesourcesfit;
 pub mod noderesourcesfitplus;
+#[cfg(test)]
+#[path = "tests.rs"]
+mod plugin_tests;
 pub mod scarceresourceavoidance;
 
 use std::collections::BTreeSet;

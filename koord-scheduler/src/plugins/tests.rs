@@ -1,0 +1,695 @@
+//! Plugin tests on hand-built snapshots, through the framework.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::framework::{ReserveError, ScoreOutcome};
+use crate::testutil::*;
+
+const GI: i64 = 1 << 30;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+// ---------- NodeResourcesFit ----------
+
+#[test]
+fn batch_resources_fit_counts_assumed_pods_and_rejects_when_full() {
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node(
+                "n1",
+                &[
+                    ("cpu", "8"),
+                    ("kubernetes.io/batch-cpu", "4000"),
+                    ("kubernetes.io/batch-memory", "8Gi"),
+                ],
+            ),
+            node("n2", &[("cpu", "8")]),
+            pod(PodSpec {
+                name: "first",
+                requests: &[
+                    ("kubernetes.io/batch-cpu", "3000"),
+                    ("kubernetes.io/batch-memory", "1Gi"),
+                ],
+                priority: Some(5500),
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "second",
+                requests: &[("kubernetes.io/batch-cpu", "2000")],
+                priority: Some(5500),
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    let outcome = filter(&s, "default/first", t0());
+    assert_eq!(outcome.feasible, vec!["n1"]);
+    assert_eq!(
+        outcome.failed["n2"],
+        "Insufficient kubernetes.io/batch-cpu, Insufficient kubernetes.io/batch-memory"
+    );
+    s.reserve("default/first", "n1", t0()).unwrap();
+    assert_eq!(
+        s.cache
+            .node("n1")
+            .unwrap()
+            .requested
+            .get("kubernetes.io/batch-cpu"),
+        3000
+    );
+    // 4000 - 3000 assumed leaves 1000 < 2000: no node fits.
+    let outcome = filter(&s, "default/second", t0());
+    assert!(outcome.feasible.is_empty());
+    assert_eq!(outcome.failed["n1"], "Insufficient kubernetes.io/batch-cpu");
+    // Binding to a node that no longer fits is refused at reservation time.
+    let err = s.reserve("default/second", "n1", t0()).unwrap_err();
+    assert!(matches!(err, ReserveError::NoLongerFits { .. }), "{err}");
+}
+
+// ---------- LoadAwareScheduling ----------
+
+fn load_aware_cluster(extra_config: &str) -> crate::framework::Scheduler {
+    let mut s = scheduler(extra_config);
+    let ten_cpus = [("cpu", "10"), ("memory", "100Gi")];
+    let recent = t0() - secs(10);
+    load(
+        &mut s,
+        vec![
+            node("busy", &ten_cpus),
+            node("idle", &ten_cpus),
+            node("stale", &ten_cpus),
+            node("no-metric", &ten_cpus),
+            node_with(
+                "custom",
+                &ten_cpus,
+                &[(
+                    "scheduling.koordinator.sh/usage-thresholds",
+                    r#"{"usageThresholds":{"cpu":35}}"#,
+                )],
+            ),
+            node_metric(
+                "busy",
+                recent,
+                &[("cpu", "6"), ("memory", "10Gi")],
+                json!([]),
+            ),
+            node_metric(
+                "idle",
+                recent,
+                &[("cpu", "3"), ("memory", "10Gi")],
+                json!([]),
+            ),
+            node_metric(
+                "stale",
+                t0() - secs(200),
+                &[("cpu", "1"), ("memory", "10Gi")],
+                json!([]),
+            ),
+            node_metric(
+                "custom",
+                recent,
+                &[("cpu", "3"), ("memory", "10Gi")],
+                json!([]),
+            ),
+            pod(PodSpec {
+                name: "incoming",
+                requests: &[("cpu", "1")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    s
+}
+
+#[test]
+fn load_aware_filters_on_estimated_usage_staleness_and_node_overrides() {
+    let s = load_aware_cluster("");
+    let outcome = filter(&s, "default/incoming", t0());
+    // busy: 6000 + round(1000 × 85%) = 6850 of 10000 → 69% > 65%.
+    assert_eq!(outcome.failed["busy"], "node(s) cpu usage exceed threshold");
+    assert_eq!(outcome.failed["stale"], "node(s) nodeMetric expired");
+    // custom: 3850 → 39% > the node's own 35%.
+    assert_eq!(
+        outcome.failed["custom"],
+        "node(s) cpu usage exceed threshold"
+    );
+    assert_eq!(outcome.feasible, vec!["idle", "no-metric"]);
+}
+
+#[test]
+fn load_aware_can_schedule_on_expired_metrics_when_configured() {
+    let s = load_aware_cluster(&only(
+        "LoadAwareScheduling",
+        "{enableScheduleWhenNodeMetricsExpired: true}",
+    ));
+    let outcome = filter(&s, "default/incoming", t0());
+    assert!(outcome.feasible.contains(&"stale".to_string()));
+    // Expired metrics score 0; a missing metric scores 0 too.
+    let scores = scores(
+        &s,
+        "default/incoming",
+        &["stale", "no-metric", "idle"],
+        t0(),
+    );
+    assert_eq!(&scores[..2], &[0, 0]);
+    assert!(scores[2] > 0);
+}
+
+#[test]
+fn load_aware_adds_pods_assigned_since_the_last_report() {
+    let mut s = load_aware_cluster("");
+    let report = t0() - secs(10);
+    load(
+        &mut s,
+        vec![
+            node("fresh", &[("cpu", "10"), ("memory", "100Gi")]),
+            node("settled", &[("cpu", "10"), ("memory", "100Gi")]),
+            node_metric("fresh", report, &[("cpu", "5")], json!([])),
+            node_metric(
+                "settled",
+                report,
+                &[("cpu", "5")],
+                json!([{"namespace": "default", "name": "old", "podUsage": {"resources": {"cpu": "500m"}}}]),
+            ),
+            // Bound after the report, no usage yet: its estimate (1700m) counts.
+            pod(PodSpec {
+                name: "new",
+                node: Some("fresh"),
+                requests: &[("cpu", "2")],
+                scheduled_at: Some(t0() - secs(5)),
+                ..PodSpec::default()
+            }),
+            // Bound long ago and reported: only the report counts.
+            pod(PodSpec {
+                name: "old",
+                node: Some("settled"),
+                requests: &[("cpu", "2")],
+                scheduled_at: Some(t0() - secs(1000)),
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    let outcome = filter(&s, "default/incoming", t0());
+    // fresh: 5000 + 1700 + 850 = 7550 → 76%; settled: 5000 + 850 → 59%.
+    assert_eq!(
+        outcome.failed["fresh"],
+        "node(s) cpu usage exceed threshold"
+    );
+    assert!(outcome.feasible.contains(&"settled".to_string()));
+}
+
+#[test]
+fn load_aware_scores_least_estimated_load_with_weights() {
+    let s = load_aware_cluster(&only(
+        "LoadAwareScheduling",
+        "{resourceWeights: {cpu: 1, memory: 1}}",
+    ));
+    let scores = scores(&s, "default/incoming", &["idle", "busy"], t0());
+    // idle: cpu (10000-3850)·100/10000 = 61; memory: 100Gi - 10Gi - 200Mi → 89; (61+89)/2 = 75.
+    // busy: cpu (10000-6850)·100/10000 = 31; memory 89; (31+89)/2 = 60.
+    assert_eq!(scores, vec![75, 60]);
+}
+
+#[test]
+fn default_estimator_uses_defaults_limits_and_priority_resources() {
+    use crate::cache::{Object, PodInfo};
+    use std::sync::Arc;
+    let info = |object: Object| match object {
+        Object::Pod(p) => PodInfo::new(Arc::new(p)),
+        _ => unreachable!(),
+    };
+    let empty = info(pod(PodSpec::default()));
+    let estimate = super::loadaware::default_estimate(&empty);
+    assert_eq!(estimate["cpu"], 250);
+    assert_eq!(estimate["memory"], 200 * 1024 * 1024);
+    let limited = info(pod(PodSpec {
+        requests: &[("cpu", "1"), ("memory", "1Gi")],
+        limits: &[("cpu", "2"), ("memory", "1Gi")],
+        ..PodSpec::default()
+    }));
+    let estimate = super::loadaware::default_estimate(&limited);
+    assert_eq!(estimate["cpu"], 1700);
+    assert_eq!(estimate["memory"], (GI as f64 * 0.7).round() as i64);
+    let batch = info(pod(PodSpec {
+        requests: &[
+            ("kubernetes.io/batch-cpu", "2000"),
+            ("kubernetes.io/batch-memory", "2Gi"),
+        ],
+        priority: Some(5500),
+        ..PodSpec::default()
+    }));
+    let estimate = super::loadaware::default_estimate(&batch);
+    assert_eq!(estimate["cpu"], 1700);
+    assert_eq!(estimate["memory"], (2.0 * GI as f64 * 0.7).round() as i64);
+}
+
+// ---------- NodeResourcesFitPlus and ScarceResourceAvoidance ----------
+
+#[test]
+fn fit_plus_scores_least_and_most_allocated_per_resource() {
+    let cluster = |config: &str| {
+        let mut s = scheduler(config);
+        load(
+            &mut s,
+            vec![
+                node("roomy", &[("cpu", "10"), ("memory", "10Gi")]),
+                node("packed", &[("cpu", "10"), ("memory", "10Gi")]),
+                pod(PodSpec {
+                    name: "a",
+                    node: Some("roomy"),
+                    requests: &[("cpu", "2")],
+                    ..PodSpec::default()
+                }),
+                pod(PodSpec {
+                    name: "b",
+                    node: Some("packed"),
+                    requests: &[("cpu", "8")],
+                    ..PodSpec::default()
+                }),
+                pod(PodSpec {
+                    name: "incoming",
+                    requests: &[("cpu", "1")],
+                    ..PodSpec::default()
+                }),
+            ],
+        );
+        s
+    };
+    let least = cluster(&only(
+        "NodeResourcesFitPlus",
+        "{resources: {cpu: {type: LeastAllocated, weight: 1}}}",
+    ));
+    assert_eq!(
+        scores(&least, "default/incoming", &["roomy", "packed"], t0()),
+        vec![70, 10]
+    );
+    let most = cluster(&only(
+        "NodeResourcesFitPlus",
+        "{resources: {cpu: {type: MostAllocated, weight: 2}}}",
+    ));
+    // MostAllocated: 30 and 90, times the profile weight 1.
+    assert_eq!(
+        scores(&most, "default/incoming", &["roomy", "packed"], t0()),
+        vec![30, 90]
+    );
+    let bad = crate::config::SchedulerConfiguration::from_yaml(&only(
+        "NodeResourcesFitPlus",
+        "{resources: {cpu: {type: Balanced, weight: 1}}}",
+    ))
+    .unwrap();
+    assert!(crate::build_scheduler(&bad, secs(1)).is_err());
+}
+
+#[test]
+fn scarce_resource_avoidance_keeps_plain_pods_off_gpu_nodes() {
+    let mut s = scheduler(&only(
+        "ScarceResourceAvoidance",
+        "{resources: [nvidia.com/gpu]}",
+    ));
+    load(
+        &mut s,
+        vec![
+            node(
+                "gpu",
+                &[
+                    ("cpu", "10"),
+                    ("memory", "10Gi"),
+                    ("nvidia.com/gpu", "4"),
+                    ("pods", "110"),
+                ],
+            ),
+            node(
+                "plain",
+                &[("cpu", "10"), ("memory", "10Gi"), ("pods", "110")],
+            ),
+            pod(PodSpec {
+                name: "cpu-only",
+                requests: &[("cpu", "1")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "gpu-user",
+                requests: &[("cpu", "1"), ("nvidia.com/gpu", "1")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    // gpu node: memory and gpu unrequested, one of two scarce → 50.
+    assert_eq!(
+        scores(&s, "default/cpu-only", &["gpu", "plain"], t0()),
+        vec![50, 100]
+    );
+    assert_eq!(
+        scores(&s, "default/gpu-user", &["gpu", "plain"], t0()),
+        vec![100, 100]
+    );
+}
+
+#[test]
+fn extender_scores_scale_to_zero_through_ten() {
+    let outcome = ScoreOutcome {
+        totals: vec![
+            ("a".into(), 200),
+            ("b".into(), 100),
+            ("c".into(), 89),
+            ("d".into(), 0),
+        ],
+        weight_sum: 2,
+    };
+    let scaled: Vec<i64> = outcome
+        .extender_scores()
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(scaled, vec![10, 5, 4, 0]);
+    assert_eq!(outcome.best(), Some("a"));
+}
+
+// ---------- ElasticQuota ----------
+
+fn quota_cluster(config: &str, team_b_used: &str) -> crate::framework::Scheduler {
+    let mut s = scheduler(config);
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("memory", "16Gi")]),
+            node("n2", &[("cpu", "4"), ("memory", "16Gi")]),
+            quota(
+                "team-a",
+                &[("cpu", "2"), ("memory", "4Gi")],
+                &[("cpu", "8"), ("memory", "16Gi")],
+                &[],
+                &[],
+            ),
+            quota(
+                "team-b",
+                &[("cpu", "2"), ("memory", "4Gi")],
+                &[("cpu", "8"), ("memory", "16Gi")],
+                &[],
+                &[],
+            ),
+            pod(PodSpec {
+                name: "a-running",
+                node: Some("n1"),
+                requests: &[("cpu", "2")],
+                labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "b-running",
+                node: Some("n2"),
+                requests: &[("cpu", team_b_used)],
+                labels: &[("quota.scheduling.koordinator.sh/name", "team-b")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "a-pending",
+                requests: &[("cpu", "3")],
+                labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    s
+}
+
+#[test]
+fn quota_runtime_grows_into_idle_sibling_share() {
+    // team-b uses only 1 of its min 2: team-a may borrow up to its request.
+    let s = quota_cluster("", "1");
+    let outcome = filter(&s, "default/a-pending", t0());
+    assert_eq!(outcome.feasible, vec!["n1", "n2"]);
+}
+
+#[test]
+fn quota_exhausted_when_sibling_claims_its_share() {
+    // 8 cpus: both request 5 > min 2 → 2 + 2 each, then 4 split evenly → runtime 4 each.
+    let s = quota_cluster("", "5");
+    let outcome = filter(&s, "default/a-pending", t0());
+    assert!(outcome.feasible.is_empty());
+    let reason = &outcome.failed["n1"];
+    assert!(
+        reason.starts_with("Insufficient quotas, quotaName: team-a, runtime: [cpu=4"),
+        "{reason}"
+    );
+    assert!(reason.contains("exceedDimensions: [cpu]"), "{reason}");
+    // Checking against max instead of runtime admits it (2 + 3 ≤ 8).
+    let s = quota_cluster(&only("ElasticQuota", "{enableRuntimeQuota: false}"), "5");
+    assert_eq!(filter(&s, "default/a-pending", t0()).feasible.len(), 2);
+}
+
+#[test]
+fn non_preemptible_pods_are_bounded_by_min() {
+    let mut s = quota_cluster("", "1");
+    load(
+        &mut s,
+        vec![pod(PodSpec {
+            name: "a-guaranteed",
+            requests: &[("cpu", "3")],
+            labels: &[
+                ("quota.scheduling.koordinator.sh/name", "team-a"),
+                ("quota.scheduling.koordinator.sh/preemptible", "false"),
+            ],
+            ..PodSpec::default()
+        })],
+    );
+    let outcome = filter(&s, "default/a-guaranteed", t0());
+    assert!(outcome.feasible.is_empty());
+    assert!(
+        outcome.failed["n1"]
+            .starts_with("Insufficient non-preemptible quotas, quotaName: team-a, min: [cpu=2"),
+        "{}",
+        outcome.failed["n1"]
+    );
+}
+
+#[test]
+fn pods_map_to_quotas_by_label_namespace_namespaces_annotation_then_default() {
+    use super::elasticquota::ElasticQuota;
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            quota("team-a", &[], &[("cpu", "8")], &[], &[]),
+            quota("web", &[], &[("cpu", "8")], &[], &[]),
+            quota(
+                "shared",
+                &[],
+                &[("cpu", "8")],
+                &[],
+                &[(
+                    "quota.scheduling.koordinator.sh/namespaces",
+                    r#"["ns-1","ns-2"]"#,
+                )],
+            ),
+            pod(PodSpec {
+                name: "labelled",
+                namespace: "web",
+                labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "by-namespace",
+                namespace: "web",
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "by-annotation",
+                namespace: "ns-2",
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "fallback",
+                namespace: "other",
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    let mut plugin = ElasticQuota::new(Default::default());
+    // The event the framework sends for a quota change rebuilds the tree from the cache.
+    let key = s.cache.elastic_quotas.keys().next().cloned().unwrap();
+    crate::framework::Plugin::on_event(
+        &mut plugin,
+        &crate::cache::ClusterEvent::Object {
+            kind: crate::cache::ObjectKind::ElasticQuota,
+            key,
+        },
+        &s.cache,
+    );
+    let quota_of = |key: &str| plugin.quota_of(s.cache.pod(key).unwrap());
+    assert_eq!(quota_of("web/labelled"), "team-a");
+    assert_eq!(quota_of("web/by-namespace"), "web");
+    assert_eq!(quota_of("ns-2/by-annotation"), "shared");
+    assert_eq!(quota_of("other/fallback"), "koordinator-default-quota");
+}
+
+#[test]
+fn quota_status_is_written_when_changed_and_at_a_bounded_rate() {
+    let mut s = quota_cluster("", "1");
+    let writes = s.pending_writes(t0());
+    assert_eq!(writes.len(), 2);
+    let team_a = writes.iter().find(|w| w.name == "team-a").unwrap();
+    assert_eq!(team_a.namespace.as_deref(), Some("quotas"));
+    // Requests 2 running + 3 pending = 5 cpus; runtime grows to 5.
+    assert_eq!(
+        team_a.annotations["quota.scheduling.koordinator.sh/request"],
+        r#"{"cpu":"5"}"#
+    );
+    assert_eq!(
+        team_a.annotations["quota.scheduling.koordinator.sh/runtime"],
+        r#"{"cpu":"5"}"#
+    );
+    // Nothing changed: nothing to write.
+    assert!(s.pending_writes(t0() + secs(2)).is_empty());
+    // A new pending pod raises team-a's request; within the interval nothing is written.
+    load(
+        &mut s,
+        vec![pod(PodSpec {
+            name: "a-more",
+            requests: &[("cpu", "1")],
+            labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+            ..PodSpec::default()
+        })],
+    );
+    assert!(
+        s.pending_writes(t0() + Duration::from_millis(2500))
+            .is_empty()
+    );
+    let later = s.pending_writes(t0() + secs(4));
+    assert_eq!(later.len(), 1, "{later:?}");
+    assert_eq!(later[0].name, "team-a");
+    assert_eq!(
+        later[0].annotations["quota.scheduling.koordinator.sh/request"],
+        r#"{"cpu":"6"}"#
+    );
+    assert!(s.pending_writes(t0() + secs(6)).is_empty());
+}
+
+// ---------- Bind-time reservation, rollback and expiry ----------
+
+fn bind_cluster() -> crate::framework::Scheduler {
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("kubernetes.io/batch-cpu", "4000")]),
+            quota(
+                "team-a",
+                &[("cpu", "1")],
+                &[("cpu", "2"), ("kubernetes.io/batch-cpu", "3000")],
+                &[],
+                &[],
+            ),
+            pod(PodSpec {
+                name: "job",
+                requests: &[("kubernetes.io/batch-cpu", "3000")],
+                priority: Some(5500),
+                labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    s
+}
+
+#[tokio::test]
+async fn failed_binding_rolls_back_node_and_quota_accounting() {
+    use crate::extender::{ExtenderBindingArgs, ExtenderMetrics, ExtenderState, bind_pod};
+    use crate::framework::RecordingBinder;
+    use std::sync::{Arc, RwLock};
+    let scheduler = Arc::new(RwLock::new(bind_cluster()));
+    let args = ExtenderBindingArgs {
+        pod_name: "job".into(),
+        pod_namespace: "default".into(),
+        pod_uid: "uid-default-job".into(),
+        node: "n1".into(),
+    };
+    let failing = ExtenderState {
+        scheduler: Arc::clone(&scheduler),
+        binder: Arc::new(RecordingBinder {
+            fail_with: Some("apiserver said no".into()),
+            ..Default::default()
+        }),
+        metrics: ExtenderMetrics::new("test"),
+    };
+    let err = bind_pod(&failing, &args).await.unwrap_err();
+    assert!(err.contains("apiserver said no"), "{err}");
+    {
+        let s = scheduler.read().unwrap();
+        assert_eq!(
+            s.cache
+                .node("n1")
+                .unwrap()
+                .requested
+                .get("kubernetes.io/batch-cpu"),
+            0
+        );
+        assert!(s.cache.pod("default/job").unwrap().node.is_none());
+        // The quota charge was undone too: the same pod is admitted again.
+        assert_eq!(filter(&s, "default/job", t0()).feasible, vec!["n1"]);
+    }
+    let recording = Arc::new(RecordingBinder::default());
+    let working = ExtenderState {
+        binder: recording.clone(),
+        ..failing
+    };
+    bind_pod(&working, &args).await.unwrap();
+    assert_eq!(recording.bound.lock().unwrap().len(), 1);
+    {
+        let s = scheduler.read().unwrap();
+        assert_eq!(
+            s.cache
+                .node("n1")
+                .unwrap()
+                .requested
+                .get("kubernetes.io/batch-cpu"),
+            3000
+        );
+        assert!(s.cache.pod("default/job").unwrap().is_assumed());
+    }
+    // A wrong UID is refused before anything is reserved.
+    let wrong = ExtenderBindingArgs {
+        pod_uid: "other".into(),
+        ..args
+    };
+    assert!(
+        bind_pod(&working, &wrong)
+            .await
+            .unwrap_err()
+            .contains("UID")
+    );
+}
+
+#[test]
+fn quota_charge_blocks_a_second_pod_until_the_assumption_expires() {
+    let mut s = bind_cluster();
+    load(
+        &mut s,
+        vec![pod(PodSpec {
+            name: "job-2",
+            requests: &[("kubernetes.io/batch-cpu", "1000")],
+            priority: Some(5500),
+            labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+            ..PodSpec::default()
+        })],
+    );
+    s.reserve("default/job", "n1", t0()).unwrap();
+    // 3000 used of max 3000 batch-cpu: quota exhausted.
+    let outcome = filter(&s, "default/job-2", t0());
+    assert!(
+        outcome.failed["n1"].starts_with("Insufficient quotas, quotaName: team-a"),
+        "{:?}",
+        outcome
+    );
+    // Never confirmed by the watch: after the TTL the pod is pending again.
+    assert_eq!(s.expire_assumed(t0() + secs(299)), 0);
+    assert_eq!(s.expire_assumed(t0() + secs(300)), 1);
+    assert!(s.cache.pod("default/job").unwrap().node.is_none());
+    assert_eq!(filter(&s, "default/job-2", t0()).feasible, vec!["n1"]);
+}

@@ -1,0 +1,184 @@
+//! Builders for hand-made snapshots in unit tests.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+
+use crate::cache::{Change, Object};
+use crate::config::SchedulerConfiguration;
+use crate::framework::Scheduler;
+
+/// A fixed "now" for tests.
+pub fn t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+pub fn rfc3339(time: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(time)
+        .unwrap()
+        .to_string()
+}
+
+fn map(pairs: &[(&str, &str)]) -> Value {
+    Value::Object(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect(),
+    )
+}
+
+pub fn node(name: &str, allocatable: &[(&str, &str)]) -> Object {
+    node_with(name, allocatable, &[])
+}
+
+pub fn node_with(name: &str, allocatable: &[(&str, &str)], annotations: &[(&str, &str)]) -> Object {
+    Object::Node(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": map(annotations)},
+            "status": {"allocatable": map(allocatable)}
+        }))
+        .unwrap(),
+    )
+}
+
+/// A pod; `spec` extras (limits, priority) go through `extra`.
+pub struct PodSpec<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub node: Option<&'a str>,
+    pub requests: &'a [(&'a str, &'a str)],
+    pub limits: &'a [(&'a str, &'a str)],
+    pub labels: &'a [(&'a str, &'a str)],
+    pub annotations: &'a [(&'a str, &'a str)],
+    pub priority: Option<i32>,
+    pub scheduled_at: Option<SystemTime>,
+}
+
+impl Default for PodSpec<'_> {
+    fn default() -> Self {
+        Self {
+            namespace: "default",
+            name: "pod",
+            node: None,
+            requests: &[],
+            limits: &[],
+            labels: &[],
+            annotations: &[],
+            priority: None,
+            scheduled_at: None,
+        }
+    }
+}
+
+pub fn pod(spec: PodSpec<'_>) -> Object {
+    let mut pod_spec = json!({
+        "containers": [{"name": "main", "resources": {"requests": map(spec.requests), "limits": map(spec.limits)}}]
+    });
+    if let Some(node) = spec.node {
+        pod_spec["nodeName"] = json!(node);
+    }
+    if let Some(priority) = spec.priority {
+        pod_spec["priority"] = json!(priority);
+    }
+    let mut value = json!({
+        "metadata": {
+            "namespace": spec.namespace,
+            "name": spec.name,
+            "uid": format!("uid-{}-{}", spec.namespace, spec.name),
+            "labels": map(spec.labels),
+            "annotations": map(spec.annotations),
+        },
+        "spec": pod_spec,
+    });
+    if let Some(at) = spec.scheduled_at {
+        value["status"] = json!({"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(at)}]});
+    }
+    Object::Pod(serde_json::from_value(value).unwrap())
+}
+
+/// A NodeMetric reported at `updated` with node usage and pod usages.
+pub fn node_metric(node: &str, updated: SystemTime, usage: &[(&str, &str)], pods: Value) -> Object {
+    Object::NodeMetric(
+        serde_json::from_value(json!({
+            "apiVersion": "slo.koordinator.sh/v1alpha1",
+            "kind": "NodeMetric",
+            "metadata": {"name": node},
+            "spec": {},
+            "status": {
+                "updateTime": rfc3339(updated),
+                "nodeMetric": {"nodeUsage": {"resources": map(usage)}},
+                "podsMetric": pods,
+            }
+        }))
+        .unwrap(),
+    )
+}
+
+pub fn quota(
+    name: &str,
+    min: &[(&str, &str)],
+    max: &[(&str, &str)],
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> Object {
+    Object::ElasticQuota(
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "ElasticQuota",
+            "metadata": {"name": name, "namespace": "quotas", "labels": map(labels), "annotations": map(annotations)},
+            "spec": {"min": map(min), "max": map(max)}
+        }))
+        .unwrap(),
+    )
+}
+
+/// A scheduler from a configuration YAML (empty → defaults).
+pub fn scheduler(config_yaml: &str) -> Scheduler {
+    let config = if config_yaml.is_empty() {
+        SchedulerConfiguration::default()
+    } else {
+        SchedulerConfiguration::from_yaml(config_yaml).unwrap()
+    };
+    crate::build_scheduler(&config, Duration::from_secs(300)).unwrap()
+}
+
+pub fn load(scheduler: &mut Scheduler, objects: Vec<Object>) {
+    for object in objects {
+        scheduler.apply(Change::Upsert(object));
+    }
+}
+
+/// Filters every node for a pending pod in the cache: (feasible, failed reasons).
+pub fn filter(
+    scheduler: &Scheduler,
+    key: &str,
+    now: SystemTime,
+) -> crate::framework::FilterOutcome {
+    let pod = scheduler.cache.pod(key).unwrap().clone();
+    match scheduler.pre_filter(&pod, now) {
+        Ok(state) => scheduler.filter(&pod, None, &state),
+        Err(rejection) => Scheduler::reject_all(&scheduler.cache.node_names_sorted(), &rejection),
+    }
+}
+
+/// Combined scores of the given nodes for a pending pod.
+pub fn scores(scheduler: &Scheduler, key: &str, nodes: &[&str], now: SystemTime) -> Vec<i64> {
+    let pod = scheduler.cache.pod(key).unwrap().clone();
+    let state = scheduler.pre_filter(&pod, now).unwrap();
+    let names: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    scheduler
+        .score(&pod, &names, &state)
+        .totals
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// Only the named plugin enabled (for scoring tests).
+pub fn only(plugin: &str, args: &str) -> String {
+    format!(
+        "profiles:\n- plugins:\n    multiPoint:\n      disabled: [{{name: '*'}}]\n      enabled: [{{name: {plugin}}}]\n  pluginConfig:\n  - name: {plugin}\n    args: {args}\n"
+    )
+}
