@@ -7,7 +7,9 @@
 //! - [`nri`]: the NRI plugin transport.
 
 pub mod apply;
+pub mod hooks;
 pub mod metrics;
 pub mod nri;
 pub mod protocol;
 pub mod rules;
+pub mod server;

@@ -407,6 +407,8 @@ impl ContainerContext {
 }
 
 /// What a stage runs on.
+// Built once per call and passed by reference: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum HookRequest {
     Pod(PodContext),
@@ -565,6 +567,17 @@ pub trait Hook: Send + Sync {
         &self,
         _stage: HookStage,
         _pod: &PodContext,
+        _env: &HookEnv,
+        _out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+    /// Decides for a Kubernetes QoS tier directory (`kubepods`,
+    /// `kubepods/burstable`, `kubepods/besteffort`); only the reconciler
+    /// asks. Adds cgroup writes to `out`.
+    fn qos_tier(
+        &self,
+        _tier: QosTier,
         _env: &HookEnv,
         _out: &mut Adjustment,
     ) -> Result<(), HookError> {
@@ -811,8 +824,83 @@ impl HookDispatcher {
                 }
             }
         }
+        // The kubelet creates the pod cgroup before the sandbox, and runtimes
+        // do not apply sandbox resources to it: write pod-level values here.
+        if stage == HookStage::PreRunPodSandbox
+            && !merged.resources.is_empty()
+            && let Some(dir) = request.pod().cgroup_dir(&self.layout)
+        {
+            let writes = resource_writes(&dir, &merged.resources, "pod resources");
+            merged.side_effects.splice(0..0, writes);
+        }
         Ok(merged)
     }
+
+    /// Runs the active hooks' QoS-tier decisions (reconciler).
+    pub fn run_qos_tier(&self, tier: QosTier) -> Adjustment {
+        let env = self.env();
+        let mut merged = Adjustment::default();
+        for entry in self.hooks.iter().filter(|e| e.active()) {
+            let mut out = Adjustment::default();
+            match entry.hook.qos_tier(tier, &env, &mut out) {
+                Ok(()) => merged.merge_from(out),
+                Err(error) => {
+                    tracing::warn!(hook = entry.hook.name(), %tier, %error, "QoS tier decision failed")
+                }
+            }
+        }
+        merged
+    }
+}
+
+/// Cgroup writes that set `resources` on the cgroup at `dir` (v1 terms;
+/// the executor translates for v2). `oom_score_adj` is per process and is
+/// not a cgroup file.
+pub fn resource_writes(dir: &Path, resources: &LinuxResources, reason: &str) -> Vec<SideEffect> {
+    let mut writes = Vec::new();
+    let mut push = |resource: CgroupResource, value: CgroupValue| {
+        writes.push(SideEffect::CgroupWrite {
+            dir: dir.to_path_buf(),
+            resource,
+            value,
+            reason: reason.to_string(),
+        })
+    };
+    if let Some(v) = resources.cpu_shares {
+        push(CgroupResource::CpuShares, CgroupValue::Int(v));
+    }
+    if let Some(v) = resources.cpu_period {
+        push(CgroupResource::CpuCfsPeriod, CgroupValue::Int(v));
+    }
+    if let Some(v) = resources.cpu_quota {
+        let value = if v < 0 {
+            CgroupValue::Unlimited
+        } else {
+            CgroupValue::Int(v)
+        };
+        push(CgroupResource::CpuCfsQuota, value);
+    }
+    if let Some(v) = resources.memory_limit {
+        let value = if v < 0 {
+            CgroupValue::Unlimited
+        } else {
+            CgroupValue::Int(v)
+        };
+        push(CgroupResource::MemoryLimit, value);
+    }
+    let cpusets = [
+        (CgroupResource::CpusetCpus, &resources.cpuset_cpus),
+        (CgroupResource::CpusetMems, &resources.cpuset_mems),
+    ];
+    for (resource, list) in cpusets {
+        // Empty means "not set"; an unparsable list is not written.
+        if let Some(text) = list.as_deref().filter(|c| !c.trim().is_empty())
+            && let Ok(value) = resource.parse_value(text)
+        {
+            push(resource, value);
+        }
+    }
+    writes
 }
 
 /// The Kubernetes QoS tier named by a kubelet cgroup parent.

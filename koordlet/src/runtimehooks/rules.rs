@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use apis::extension::{
-    QoSClass, get_cpu_normalization_ratio, get_resource_status, get_system_qos_resource,
-    qos_class_of_pod,
+    KUBELET_CPU_MANAGER_POLICY_STATIC, QoSClass, get_cpu_normalization_ratio,
+    get_kubelet_cpu_manager_policy, get_resource_status, get_system_qos_resource, qos_class_of_pod,
 };
 use apis::slo::v1alpha1::{CPUSuppressPolicy, NodeSLO, ResourceQOS};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -41,12 +41,19 @@ pub struct NodeRules {
     /// CPUs of the LS share pool: online CPUs minus those bound to LSE/LSR
     /// pods and exclusive SYSTEM CPUs. `None` until the pods are known.
     pub ls_share_pool: Option<CpuSet>,
+    /// The kubelet runs the static CPU manager policy (node annotation
+    /// `kubelet.koordinator.sh/cpu-manager-policy`): unlabelled pods keep
+    /// the kubelet's cpuset.
+    pub kubelet_static_cpu_policy: bool,
     /// CPUs reserved for SYSTEM pods (node annotation).
     pub system_qos_cpus: Option<CpuSet>,
     /// Node CPU normalization ratio (annotation), when enabled and valid.
     pub cpu_normalization_ratio: Option<f64>,
     pub cpu_qos: BTreeMap<QoSClass, CpuQosRule>,
     pub resctrl: BTreeMap<QoSClass, ResctrlRule>,
+    /// The resctrl root's CBM mask and cache ids (read at start when
+    /// resctrl is mounted).
+    pub resctrl_info: Option<super::hooks::resctrl::ResctrlNodeInfo>,
 }
 
 impl Default for NodeRules {
@@ -55,10 +62,12 @@ impl Default for NodeRules {
             cfs_period_us: DEFAULT_CFS_PERIOD_US,
             be_cfs_quota_enabled: true,
             ls_share_pool: None,
+            kubelet_static_cpu_policy: false,
             system_qos_cpus: None,
             cpu_normalization_ratio: None,
             cpu_qos: BTreeMap::new(),
             resctrl: BTreeMap::new(),
+            resctrl_info: None,
         }
     }
 }
@@ -96,6 +105,14 @@ impl NodeRules {
                 }
             }
             Ok(_) => {}
+            Err(error) => problems.push(error.to_string()),
+        }
+
+        match get_kubelet_cpu_manager_policy(node_annotations) {
+            Ok(Some(policy)) => {
+                rules.kubelet_static_cpu_policy = policy.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
+            }
+            Ok(None) => {}
             Err(error) => problems.push(error.to_string()),
         }
 

@@ -1,0 +1,2 @@
+//! RuntimeHookService round-trip benchmark (filled in by the next change).
+fn main() {}

@@ -1,0 +1,247 @@
+//! CPUSetAllocator: container cpusets.
+//!
+//! - A pod whose `scheduling.koordinator.sh/resource-status` carries a
+//!   cpuset (LSE/LSR bound by the scheduler) gets it on every container;
+//!   its pod and container CFS quota is unset (-1) so bound CPUs are not
+//!   throttled, unless `--disable-unset-cpu-quota`.
+//! - Otherwise by QoS class: SYSTEM → the node's system-QoS CPUs (when
+//!   set); LS → the LS share pool; BestEffort-tier pods (BE) → untouched,
+//!   cpusuppress owns them; other pods → the share pool, unless the kubelet
+//!   runs the static CPU manager policy (then untouched).
+//! - A malformed resource-status annotation is a hook error (the failure
+//!   policy decides; with `Ignore` the container is created unchanged).
+//!
+//! Upstream narrows NUMA-aware share-pod cpusets to the allocated NUMA
+//! nodes' pools; this build has no per-NUMA pools and uses the whole pool.
+
+use apis::extension::{
+    ANNOTATION_RESOURCE_STATUS, QoSClass, ResourceStatus, StringMap, get_resource_status,
+};
+
+use crate::runtimehooks::protocol::*;
+use crate::system::cgroup::QosTier;
+
+pub struct CpuSetAllocator {
+    pub disable_unset_cpu_quota: bool,
+}
+
+const STAGES: &[HookStage] = &[
+    HookStage::PreRunPodSandbox,
+    HookStage::PreCreateContainer,
+    HookStage::PreUpdateContainerResources,
+];
+
+/// The scheduler-assigned cpuset of a pod, if any.
+pub fn bound_cpuset(annotations: &StringMap) -> Result<Option<String>, HookError> {
+    let status: Option<ResourceStatus> =
+        get_resource_status(annotations).map_err(|error| HookError::MalformedAnnotation {
+            key: ANNOTATION_RESOURCE_STATUS.to_string(),
+            error: error.to_string(),
+        })?;
+    Ok(status
+        .map(|status| status.cpuset.trim().to_string())
+        .filter(|cpuset| !cpuset.is_empty()))
+}
+
+/// The cpuset a container should have (see the module doc); `None` leaves
+/// the runtime's value.
+pub fn container_cpuset(
+    container: &ContainerContext,
+    env: &HookEnv,
+) -> Result<Option<String>, HookError> {
+    let pod = &container.pod;
+    if let Some(cpuset) = bound_cpuset(&pod.annotations)? {
+        return Ok(Some(cpuset));
+    }
+    let rules = &env.rules;
+    let share_pool = rules.ls_share_pool.as_ref().map(|pool| pool.to_string());
+    match pod.qos_class() {
+        QoSClass::System if rules.system_qos_cpus.is_some() => {
+            Ok(rules.system_qos_cpus.as_ref().map(|cpus| cpus.to_string()))
+        }
+        QoSClass::LS => Ok(share_pool),
+        _ if pod.kube_qos_tier() == Some(QosTier::BestEffort)
+            || pod.qos_class() == QoSClass::BE =>
+        {
+            Ok(None)
+        }
+        _ if rules.kubelet_static_cpu_policy => Ok(None),
+        _ => Ok(share_pool),
+    }
+}
+
+impl Hook for CpuSetAllocator {
+    fn name(&self) -> &'static str {
+        "CPUSetAllocator"
+    }
+    fn description(&self) -> &'static str {
+        "container cpuset from the scheduler's allocation or the QoS share pool"
+    }
+    fn stages(&self) -> &'static [HookStage] {
+        STAGES
+    }
+    fn required_capabilities(&self) -> &'static [RequiredCapability] {
+        &[RequiredCapability::Controller("cpuset")]
+    }
+
+    fn pod(
+        &self,
+        _stage: HookStage,
+        pod: &PodContext,
+        _env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        if !self.disable_unset_cpu_quota && bound_cpuset(&pod.annotations)?.is_some() {
+            out.resources.cpu_quota = Some(-1);
+        }
+        Ok(())
+    }
+
+    fn container(
+        &self,
+        _stage: HookStage,
+        container: &ContainerContext,
+        env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        if let Some(cpuset) = container_cpuset(container, env)? {
+            out.resources.cpuset_cpus = Some(cpuset);
+        }
+        if !self.disable_unset_cpu_quota && bound_cpuset(&container.pod.annotations)?.is_some() {
+            out.resources.cpu_quota = Some(-1);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtimehooks::hooks::testutil::*;
+    use crate::runtimehooks::rules::NodeRules;
+    use crate::system::units::CpuSet;
+
+    const STATUS: &str = "scheduling.koordinator.sh/resource-status";
+
+    fn rules() -> NodeRules {
+        NodeRules {
+            ls_share_pool: Some("4-7".parse::<CpuSet>().unwrap()),
+            system_qos_cpus: Some("0".parse::<CpuSet>().unwrap()),
+            ..NodeRules::default()
+        }
+    }
+
+    fn decide(hook: &CpuSetAllocator, pod: PodContext, rules: NodeRules) -> Adjustment {
+        let mut out = Adjustment::default();
+        hook.container(
+            HookStage::PreCreateContainer,
+            &container(pod, "main"),
+            &env_with(rules),
+            &mut out,
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn bound_pod_gets_its_cpuset_and_no_quota() {
+        let hook = CpuSetAllocator {
+            disable_unset_cpu_quota: false,
+        };
+        let lsr = pod("LSR", "", &[(STATUS, r#"{"cpuset":"2-3"}"#)]);
+        let out = decide(&hook, lsr.clone(), rules());
+        assert_eq!(out.resources.cpuset_cpus.as_deref(), Some("2-3"));
+        assert_eq!(out.resources.cpu_quota, Some(-1));
+        let mut pod_out = Adjustment::default();
+        hook.pod(
+            HookStage::PreRunPodSandbox,
+            &lsr,
+            &env_with(rules()),
+            &mut pod_out,
+        )
+        .unwrap();
+        assert_eq!(pod_out.resources.cpu_quota, Some(-1));
+
+        let keep_quota = CpuSetAllocator {
+            disable_unset_cpu_quota: true,
+        };
+        let out = decide(&keep_quota, lsr, rules());
+        assert_eq!(out.resources.cpuset_cpus.as_deref(), Some("2-3"));
+        assert_eq!(out.resources.cpu_quota, None);
+    }
+
+    #[test]
+    fn share_pools_by_qos() {
+        let hook = CpuSetAllocator {
+            disable_unset_cpu_quota: false,
+        };
+        assert_eq!(
+            decide(&hook, pod("LS", "burstable", &[]), rules())
+                .resources
+                .cpuset_cpus
+                .as_deref(),
+            Some("4-7")
+        );
+        assert_eq!(
+            decide(&hook, pod("SYSTEM", "burstable", &[]), rules())
+                .resources
+                .cpuset_cpus
+                .as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            decide(&hook, pod("BE", "besteffort", &[]), rules())
+                .resources
+                .cpuset_cpus,
+            None
+        );
+        assert_eq!(
+            decide(&hook, pod("", "burstable", &[]), rules())
+                .resources
+                .cpuset_cpus
+                .as_deref(),
+            Some("4-7")
+        );
+        let static_policy = NodeRules {
+            kubelet_static_cpu_policy: true,
+            ..rules()
+        };
+        assert_eq!(
+            decide(&hook, pod("", "", &[]), static_policy)
+                .resources
+                .cpuset_cpus,
+            None
+        );
+        // No pool known yet: leave the runtime's value.
+        assert_eq!(
+            decide(&hook, pod("LS", "burstable", &[]), NodeRules::default())
+                .resources
+                .cpuset_cpus,
+            None
+        );
+        assert_eq!(
+            decide(&hook, pod("LS", "burstable", &[]), rules())
+                .resources
+                .cpu_quota,
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_status_is_an_error_not_a_panic() {
+        let hook = CpuSetAllocator {
+            disable_unset_cpu_quota: false,
+        };
+        let bad = pod("LSR", "", &[(STATUS, "{\"cpuset\":")]);
+        let mut out = Adjustment::default();
+        let err = hook
+            .container(
+                HookStage::PreCreateContainer,
+                &container(bad, "main"),
+                &env_with(rules()),
+                &mut out,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains(STATUS), "{err}");
+    }
+}

@@ -1,0 +1,255 @@
+//! The hooks (one file each, named after upstream's) and the registry that
+//! turns feature gates into the dispatcher's hook list.
+//!
+//! | hook | default | stages | needs |
+//! |---|---|---|---|
+//! | BatchResource | on | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpu, memory |
+//! | CPUNormalization | off | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpu |
+//! | CPUSetAllocator | on | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpuset |
+//! | CoreSched | off | PreRunPodSandbox, PreCreateContainer | core scheduling |
+//! | GPUEnvInject | off | PreCreateContainer | — |
+//! | GroupIdentity | on | PreRunPodSandbox | group identity |
+//! | OOMScoreAdj | off | PreCreateContainer, PostStartContainer | — |
+//! | Resctrl | off | PreRunPodSandbox, PostStartContainer, PreRemoveRunPodSandbox, PostStopPodSandbox | resctrl |
+
+pub mod batchresource;
+pub mod coresched;
+pub mod cpunormalization;
+pub mod cpuset;
+pub mod gpu;
+pub mod groupidentity;
+pub mod oomscoreadj;
+pub mod resctrl;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use apis::extension::{QuantityValue, ResourceList};
+
+use super::protocol::{Hook, HookError};
+
+/// Smallest and largest cpu.shares the kernel accepts.
+pub const CPU_SHARES_MIN: i64 = 2;
+pub const CPU_SHARES_MAX: i64 = 262_144;
+/// Smallest positive CFS quota (µs).
+pub const CFS_QUOTA_MIN: i64 = 1_000;
+
+/// cpu.shares for a milli-CPU request (Kubernetes' formula, clamped).
+pub fn milli_cpu_to_shares(milli_cpu: i64) -> i64 {
+    if milli_cpu <= 0 {
+        return CPU_SHARES_MIN;
+    }
+    (milli_cpu.saturating_mul(1024) / 1000).clamp(CPU_SHARES_MIN, CPU_SHARES_MAX)
+}
+
+/// CFS quota for a milli-CPU limit at `period_us`; no limit → -1.
+pub fn milli_cpu_to_quota(milli_cpu: i64, period_us: i64) -> i64 {
+    let quota = milli_cpu.saturating_mul(period_us) / 1000;
+    if quota <= 0 {
+        -1
+    } else {
+        quota.max(CFS_QUOTA_MIN)
+    }
+}
+
+/// Divides a positive quota by a normalization ratio above 1 (rounding up).
+pub fn scale_quota(quota: i64, ratio: Option<f64>) -> i64 {
+    match ratio {
+        Some(ratio) if quota > 0 && ratio > 1.0 => (quota as f64 / ratio).ceil() as i64,
+        _ => quota,
+    }
+}
+
+/// The whole-unit value of `name` in `list` (batch-cpu is counted in
+/// milli-cores, batch-memory in bytes); `Ok(None)` when absent.
+pub fn resource_value(list: &ResourceList, name: &str) -> Result<Option<i64>, HookError> {
+    match list.get(name) {
+        None => Ok(None),
+        Some(quantity) => QuantityValue::of(quantity)
+            .map(|value| Some(value.value()))
+            .map_err(|error| HookError::Invalid(format!("resource {name}: {error}"))),
+    }
+}
+
+/// Per-hook settings from flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookOptions {
+    /// Upstream `--disable-unset-cpu-quota`: keep the CFS quota of
+    /// cpuset-bound containers.
+    pub disable_unset_cpu_quota: bool,
+}
+
+/// Every hook with its upstream feature-gate default.
+pub fn all_hooks(options: &HookOptions) -> Vec<(Arc<dyn Hook>, bool)> {
+    vec![
+        (Arc::new(batchresource::BatchResource), true),
+        (Arc::new(cpunormalization::CpuNormalization), false),
+        (
+            Arc::new(cpuset::CpuSetAllocator {
+                disable_unset_cpu_quota: options.disable_unset_cpu_quota,
+            }),
+            true,
+        ),
+        (Arc::new(coresched::CoreSched), false),
+        (Arc::new(gpu::GpuEnvInject), false),
+        (Arc::new(groupidentity::GroupIdentity), true),
+        (Arc::new(oomscoreadj::OomScoreAdj), false),
+        (Arc::new(resctrl::ResctrlHook), false),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("feature gate {0:?} is not NAME=true|false")]
+pub struct FeatureGateError(pub String);
+
+/// Parses upstream's `--feature-gates` value (`A=true,B=false`). Names of
+/// gates that are not runtime hooks are kept too (other modules share it).
+pub fn parse_feature_gates(text: &str) -> Result<BTreeMap<String, bool>, FeatureGateError> {
+    let mut gates = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| FeatureGateError(item.to_string()))?;
+        let value = match value.trim().to_ascii_lowercase().as_str() {
+            "true" => true,
+            "false" => false,
+            _ => return Err(FeatureGateError(item.to_string())),
+        };
+        gates.insert(name.trim().to_string(), value);
+    }
+    Ok(gates)
+}
+
+/// Applies gate overrides to the defaults of [`all_hooks`].
+pub fn gated_hooks(
+    options: &HookOptions,
+    gates: &BTreeMap<String, bool>,
+) -> Vec<(Arc<dyn Hook>, bool)> {
+    all_hooks(options)
+        .into_iter()
+        .map(|(hook, default)| {
+            let enabled = gates.get(hook.name()).copied().unwrap_or(default);
+            (hook, enabled)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use apis::extension::{ExtendedResourceContainerSpec, ExtendedResourceSpec};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use crate::runtimehooks::protocol::*;
+    use crate::runtimehooks::rules::NodeRules;
+    use crate::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
+
+    /// Capabilities of an empty node (nothing supported), for tests to
+    /// switch on what they need.
+    pub fn bare_caps() -> crate::capabilities::NodeCapabilities {
+        let empty = std::path::Path::new("/nonexistent-koordlet-runtimehooks-test");
+        crate::capabilities::detect(&crate::system::SystemArgs::under(empty))
+    }
+
+    pub fn env_with(rules: NodeRules) -> HookEnv {
+        HookEnv {
+            layout: CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup"),
+            rules: Arc::new(rules),
+        }
+    }
+
+    pub fn pod(qos: &str, tier: &str, annotations: &[(&str, &str)]) -> PodContext {
+        let mut labels = BTreeMap::new();
+        if !qos.is_empty() {
+            labels.insert("koordinator.sh/qosClass".to_string(), qos.to_string());
+        }
+        PodContext {
+            meta: PodMeta {
+                namespace: "default".into(),
+                name: "p".into(),
+                uid: "uid-1".into(),
+            },
+            labels,
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cgroup_parent: match tier {
+                "" => "/kubepods/poduid-1".to_string(),
+                tier => format!("/kubepods/{tier}/poduid-1"),
+            },
+            ..PodContext::default()
+        }
+    }
+
+    pub fn container(pod: PodContext, name: &str) -> ContainerContext {
+        ContainerContext {
+            pod,
+            container: ContainerMeta {
+                name: name.into(),
+                id: "containerd://abc".into(),
+                ..ContainerMeta::default()
+            },
+            ..ContainerContext::default()
+        }
+    }
+
+    /// (container, batch-cpu request, batch-cpu limit, batch-memory limit)
+    pub type BatchRow<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+
+    pub fn batch_spec(containers: &[BatchRow<'_>]) -> ExtendedResourceSpec {
+        let mut spec = ExtendedResourceSpec::default();
+        for (name, cpu_request, cpu_limit, memory_limit) in containers {
+            let mut c = ExtendedResourceContainerSpec::default();
+            if let Some(v) = cpu_request {
+                c.requests
+                    .insert("kubernetes.io/batch-cpu".into(), Quantity(v.to_string()));
+            }
+            if let Some(v) = cpu_limit {
+                c.limits
+                    .insert("kubernetes.io/batch-cpu".into(), Quantity(v.to_string()));
+            }
+            if let Some(v) = memory_limit {
+                c.limits
+                    .insert("kubernetes.io/batch-memory".into(), Quantity(v.to_string()));
+            }
+            spec.containers.insert(name.to_string(), c);
+        }
+        spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_conversions_follow_kubernetes() {
+        assert_eq!(milli_cpu_to_shares(500), 512);
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(1_000_000), CPU_SHARES_MAX);
+        assert_eq!(milli_cpu_to_quota(1000, 100_000), 100_000);
+        assert_eq!(milli_cpu_to_quota(0, 100_000), -1);
+        assert_eq!(milli_cpu_to_quota(5, 100_000), 1_000);
+        assert_eq!(scale_quota(100_000, Some(1.5)), 66_667);
+        assert_eq!(scale_quota(100_000, Some(0.8)), 100_000);
+        assert_eq!(scale_quota(-1, Some(2.0)), -1);
+    }
+
+    #[test]
+    fn feature_gates_override_defaults() {
+        let gates =
+            parse_feature_gates("GPUEnvInject=true, BatchResource=false,Other=true").unwrap();
+        let hooks = gated_hooks(&HookOptions::default(), &gates);
+        let enabled = |name: &str| hooks.iter().find(|(h, _)| h.name() == name).unwrap().1;
+        assert!(enabled("GPUEnvInject"));
+        assert!(!enabled("BatchResource"));
+        assert!(enabled("CPUSetAllocator"));
+        assert!(!enabled("OOMScoreAdj"));
+        assert!(parse_feature_gates("A=yes").is_err());
+        assert!(parse_feature_gates("A").is_err());
+    }
+}

@@ -1,0 +1,381 @@
+//! Resctrl: a resctrl group `koordlet-<pod uid>` for each pod carrying the
+//! `node.koordinator.sh/resctrl` annotation, with the LLC ways and memory
+//! bandwidth it asks for; the pod's tasks are moved into it after start and
+//! by the reconciler, and groups of pods that are gone are removed
+//! (sandbox removal, and the reconciler's garbage collection).
+//!
+//! Schemata: `llc.schemata.range: [start%, end%]` becomes a contiguous mask
+//! over the root's CBM ways (`ceil(ways*start/100)` ..
+//! `ceil(ways*end/100)`), per cache id; `schemataPerCache` overrides one
+//! cache id. `mb.schemata.percent` is rounded up to a multiple of 10 (Intel
+//! MBA). Nodes without resctrl keep the hook inactive. A malformed
+//! annotation is a hook error; an invalid range leaves that resource out.
+
+use apis::extension::{ANNOTATION_RESCTRL, ResctrlConfig, get_resctrl_info};
+
+use crate::runtimehooks::protocol::*;
+
+pub struct ResctrlHook;
+
+/// Prefix of the groups koordlet owns (upstream's).
+pub const GROUP_PREFIX: &str = "koordlet-";
+
+/// What the resctrl root offers: the L3 CBM mask and the cache ids of each
+/// schemata resource (read once from the root's `schemata` and
+/// `info/L3/cbm_mask`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResctrlNodeInfo {
+    pub cbm_mask: u64,
+    pub l3_ids: Vec<u32>,
+    pub mb_ids: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resctrl {path}: {reason}")]
+pub struct ResctrlInfoError {
+    pub path: String,
+    pub reason: String,
+}
+
+impl ResctrlNodeInfo {
+    /// Parses the root `schemata` (`L3:0=7ff;1=7ff`, `MB:0=100;1=100`) and
+    /// the `cbm_mask` file content.
+    pub fn parse(schemata: &str, cbm_mask: &str) -> Result<Self, ResctrlInfoError> {
+        let cbm_mask = u64::from_str_radix(cbm_mask.trim(), 16).map_err(|_| ResctrlInfoError {
+            path: "info/L3/cbm_mask".into(),
+            reason: format!("{:?} is not a hex mask", cbm_mask.trim()),
+        })?;
+        let mut info = ResctrlNodeInfo {
+            cbm_mask,
+            ..Self::default()
+        };
+        for line in schemata.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let Some((resource, domains)) = line.split_once(':') else {
+                return Err(ResctrlInfoError {
+                    path: "schemata".into(),
+                    reason: format!("line {line:?} has no ':'"),
+                });
+            };
+            let mut ids = Vec::new();
+            for domain in domains.split(';').filter(|d| !d.trim().is_empty()) {
+                let id = domain
+                    .split_once('=')
+                    .and_then(|(id, _)| id.trim().parse::<u32>().ok())
+                    .ok_or_else(|| ResctrlInfoError {
+                        path: "schemata".into(),
+                        reason: format!("domain {domain:?} is not <id>=<value>"),
+                    })?;
+                ids.push(id);
+            }
+            match resource.trim() {
+                "L3" => info.l3_ids = ids,
+                "MB" => info.mb_ids = ids,
+                _ => {}
+            }
+        }
+        Ok(info)
+    }
+
+    /// Reads the info from a resctrl root.
+    pub fn read(root: &std::path::Path) -> Result<Self, ResctrlInfoError> {
+        let read = |relative: &str| {
+            std::fs::read_to_string(root.join(relative)).map_err(|error| ResctrlInfoError {
+                path: root.join(relative).display().to_string(),
+                reason: error.to_string(),
+            })
+        };
+        Self::parse(&read("schemata")?, &read("info/L3/cbm_mask")?)
+    }
+}
+
+/// The L3 mask for `[start%, end%)` of the ways in `cbm_mask` (hex), or
+/// `None` when the mask or the range is invalid.
+pub fn l3_mask(cbm_mask: u64, start_percent: i64, end_percent: i64) -> Option<String> {
+    // A root CBM is all ones from bit 0.
+    if cbm_mask == 0 || (cbm_mask & (cbm_mask + 1)) != 0 {
+        return None;
+    }
+    if start_percent < 0 || end_percent > 100 || end_percent <= start_percent {
+        return None;
+    }
+    let ways = u64::from(64 - cbm_mask.leading_zeros());
+    let start = (ways * start_percent as u64).div_ceil(100);
+    let end = (ways * end_percent as u64).div_ceil(100);
+    let mask = (1u64 << end) - (1u64 << start);
+    (mask != 0).then(|| format!("{mask:x}"))
+}
+
+/// Schemata lines for a pod's config on this node.
+pub fn schemata_lines(config: &ResctrlConfig, info: &ResctrlNodeInfo) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut l3: Vec<(u32, String)> = Vec::new();
+    if let [start, end] = config.llc.schemata.range[..]
+        && let Some(mask) = l3_mask(info.cbm_mask, i64::from(start), i64::from(end))
+    {
+        l3 = info.l3_ids.iter().map(|id| (*id, mask.clone())).collect();
+    }
+    for per_cache in &config.llc.schemata_per_cache {
+        if let [start, end] = per_cache.schemata.range[..]
+            && let (Ok(id), Some(mask)) = (
+                u32::try_from(per_cache.cache_id),
+                l3_mask(info.cbm_mask, i64::from(start), i64::from(end)),
+            )
+        {
+            match l3.iter_mut().find(|(existing, _)| *existing == id) {
+                Some(entry) => entry.1 = mask,
+                None => l3.push((id, mask)),
+            }
+        }
+    }
+    if !l3.is_empty() {
+        let domains: Vec<String> = l3.iter().map(|(id, mask)| format!("{id}={mask}")).collect();
+        lines.push(format!("L3:{}", domains.join(";")));
+    }
+    let round = |percent: i32| -> i64 { (i64::from(percent).clamp(1, 100) + 9) / 10 * 10 };
+    let mut mb: Vec<(u32, i64)> = Vec::new();
+    if config.mb.schemata.percent > 0 {
+        mb = info
+            .mb_ids
+            .iter()
+            .map(|id| (*id, round(config.mb.schemata.percent)))
+            .collect();
+    }
+    for per_cache in &config.mb.schemata_per_cache {
+        if let Ok(id) = u32::try_from(per_cache.cache_id)
+            && per_cache.schemata.percent > 0
+        {
+            let value = round(per_cache.schemata.percent);
+            match mb.iter_mut().find(|(existing, _)| *existing == id) {
+                Some(entry) => entry.1 = value,
+                None => mb.push((id, value)),
+            }
+        }
+    }
+    if !mb.is_empty() {
+        let domains: Vec<String> = mb.iter().map(|(id, v)| format!("{id}={v}")).collect();
+        lines.push(format!("MB:{}", domains.join(";")));
+    }
+    lines
+}
+
+/// The group of a pod.
+pub fn group_of(pod_uid: &str) -> String {
+    format!("{GROUP_PREFIX}{pod_uid}")
+}
+
+fn config_of(pod: &PodContext) -> Result<Option<ResctrlConfig>, HookError> {
+    get_resctrl_info(&pod.annotations).map_err(|error| HookError::MalformedAnnotation {
+        key: ANNOTATION_RESCTRL.to_string(),
+        error: error.to_string(),
+    })
+}
+
+/// The group-creation effect for a pod, if it asks for one.
+pub fn pod_group(pod: &PodContext, env: &HookEnv) -> Result<Option<SideEffect>, HookError> {
+    if pod.meta.uid.is_empty() {
+        return Ok(None);
+    }
+    let Some(config) = config_of(pod)? else {
+        return Ok(None);
+    };
+    let schemata = env
+        .rules
+        .resctrl_info
+        .as_ref()
+        .map(|info| schemata_lines(&config, info))
+        .unwrap_or_default();
+    Ok(Some(SideEffect::ResctrlGroup {
+        group: group_of(&pod.meta.uid),
+        schemata,
+    }))
+}
+
+/// Groups under the root that belong to no pod in `live_uids` (GC).
+pub fn stale_groups<'a>(
+    existing: impl IntoIterator<Item = &'a str>,
+    live_uids: &[&str],
+) -> Vec<SideEffect> {
+    existing
+        .into_iter()
+        .filter_map(|name| name.strip_prefix(GROUP_PREFIX).map(|uid| (name, uid)))
+        .filter(|(_, uid)| !live_uids.contains(uid))
+        .map(|(name, _)| SideEffect::ResctrlRemoveGroup {
+            group: name.to_string(),
+        })
+        .collect()
+}
+
+impl Hook for ResctrlHook {
+    fn name(&self) -> &'static str {
+        "Resctrl"
+    }
+    fn description(&self) -> &'static str {
+        "per-pod resctrl group (LLC/MB) from the pod annotation"
+    }
+    fn stages(&self) -> &'static [HookStage] {
+        &[
+            HookStage::PreRunPodSandbox,
+            HookStage::PostStartContainer,
+            HookStage::PreRemoveRunPodSandbox,
+            HookStage::PostStopPodSandbox,
+        ]
+    }
+    fn required_capabilities(&self) -> &'static [RequiredCapability] {
+        &[RequiredCapability::Resctrl]
+    }
+
+    fn pod(
+        &self,
+        stage: HookStage,
+        pod: &PodContext,
+        env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        match stage {
+            HookStage::PreRunPodSandbox => {
+                if let Some(effect) = pod_group(pod, env)? {
+                    out.side_effects.push(effect);
+                }
+            }
+            // Removal does not need a well-formed annotation.
+            HookStage::PreRemoveRunPodSandbox | HookStage::PostStopPodSandbox
+                if !pod.meta.uid.is_empty() && pod.annotations.contains_key(ANNOTATION_RESCTRL) =>
+            {
+                out.side_effects.push(SideEffect::ResctrlRemoveGroup {
+                    group: group_of(&pod.meta.uid),
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn container(
+        &self,
+        _stage: HookStage,
+        container: &ContainerContext,
+        _env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        let pod = &container.pod;
+        if pod.meta.uid.is_empty() || container.pids.is_empty() || config_of(pod)?.is_none() {
+            return Ok(());
+        }
+        out.side_effects.push(SideEffect::ResctrlTasks {
+            group: group_of(&pod.meta.uid),
+            pids: container.pids.clone(),
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtimehooks::hooks::testutil::*;
+    use crate::runtimehooks::rules::NodeRules;
+
+    #[test]
+    fn masks_follow_upstream_examples() {
+        assert_eq!(l3_mask(0x3ff, 10, 80).as_deref(), Some("fe"));
+        assert_eq!(l3_mask(0x7ff, 10, 50).as_deref(), Some("3c"));
+        assert_eq!(l3_mask(0x7ff, 0, 30).as_deref(), Some("f"));
+        assert_eq!(l3_mask(0x7f0, 0, 30), None);
+        assert_eq!(l3_mask(0x7ff, 50, 50), None);
+    }
+
+    #[test]
+    fn info_parses_and_rejects_garbage() {
+        let info =
+            ResctrlNodeInfo::parse("    L3:0=7ff;1=7ff\n    MB:0=100;1=100\n", "7ff\n").unwrap();
+        assert_eq!(
+            info,
+            ResctrlNodeInfo {
+                cbm_mask: 0x7ff,
+                l3_ids: vec![0, 1],
+                mb_ids: vec![0, 1]
+            }
+        );
+        assert!(ResctrlNodeInfo::parse("L3:0=7ff", "zz").is_err());
+        assert!(ResctrlNodeInfo::parse("L3 0=7ff", "7ff").is_err());
+        assert!(ResctrlNodeInfo::parse("L3:x=7ff", "7ff").is_err());
+    }
+
+    #[test]
+    fn pod_annotation_becomes_group_and_schemata() {
+        let rules = NodeRules {
+            resctrl_info: Some(ResctrlNodeInfo {
+                cbm_mask: 0x7ff,
+                l3_ids: vec![0, 1],
+                mb_ids: vec![0, 1],
+            }),
+            ..NodeRules::default()
+        };
+        let env = env_with(rules);
+        let annotation = r#"{"llc":{"schemata":{"range":[0,30]},"schemataPerCache":[{"cacheID":1,"range":[10,50]}]},"mb":{"schemata":{"percent":55}}}"#;
+        let p = pod("LS", "burstable", &[(ANNOTATION_RESCTRL, annotation)]);
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .pod(HookStage::PreRunPodSandbox, &p, &env, &mut out)
+            .unwrap();
+        assert_eq!(
+            out.side_effects,
+            vec![SideEffect::ResctrlGroup {
+                group: "koordlet-uid-1".into(),
+                schemata: vec!["L3:0=f;1=3c".into(), "MB:0=60;1=60".into()],
+            }]
+        );
+        let mut c = container(p.clone(), "main");
+        c.pids = vec![7];
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .container(HookStage::PostStartContainer, &c, &env, &mut out)
+            .unwrap();
+        assert_eq!(
+            out.side_effects,
+            vec![SideEffect::ResctrlTasks {
+                group: "koordlet-uid-1".into(),
+                pids: vec![7]
+            }]
+        );
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .pod(HookStage::PreRemoveRunPodSandbox, &p, &env, &mut out)
+            .unwrap();
+        assert_eq!(
+            out.side_effects,
+            vec![SideEffect::ResctrlRemoveGroup {
+                group: "koordlet-uid-1".into()
+            }]
+        );
+
+        let bad = pod("LS", "burstable", &[(ANNOTATION_RESCTRL, "{")]);
+        assert!(
+            ResctrlHook
+                .pod(
+                    HookStage::PreRunPodSandbox,
+                    &bad,
+                    &env,
+                    &mut Adjustment::default()
+                )
+                .is_err()
+        );
+        let none = pod("LS", "burstable", &[]);
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .pod(HookStage::PreRunPodSandbox, &none, &env, &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn gc_removes_groups_of_gone_pods_only() {
+        let removed = stale_groups(["koordlet-a", "koordlet-b", "other", "info"], &["a"]);
+        assert_eq!(
+            removed,
+            vec![SideEffect::ResctrlRemoveGroup {
+                group: "koordlet-b".into()
+            }]
+        );
+    }
+}
