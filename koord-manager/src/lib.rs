@@ -24,6 +24,9 @@ pub const COMPONENT: Component = Component {
 /// leader once its caches are synced and the first pass is done.
 pub const CONTROLLERS_CHECK: &str = "controllers";
 
+/// How long in-flight admission requests may take to finish at shutdown.
+const WEBHOOK_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Command-line flags; names and defaults follow upstream `cmd/koord-manager`.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "koord-manager", version = koord_common::cli::version(), about = "Koordinator manager: SLO controllers and admission webhooks")]
@@ -48,6 +51,9 @@ pub struct ManagerArgs {
 
     #[command(flatten)]
     pub controller: controllers::ControllerArgs,
+
+    #[command(flatten)]
+    pub webhook: webhook::WebhookArgs,
 
     #[command(subcommand)]
     pub command: Option<ManagerCommand>,
@@ -94,6 +100,28 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
 
     match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(cluster)) => {
+            // Webhooks serve on every replica, leader or not.
+            let webhooks = if args.webhook.enabled {
+                let slo_config = webhook::configmap::SloConfigRef {
+                    namespace: args.controller.config_namespace.clone(),
+                    name: args.controller.slo_config_name.clone(),
+                    ..Default::default()
+                };
+                match webhook::start(&context, &args.webhook, cluster.client.clone(), slo_config)
+                    .await
+                {
+                    Ok(webhooks) => Some(webhooks),
+                    Err(err) => {
+                        context
+                            .shutdown
+                            .trigger(ShutdownReason::Failed(err.to_string()));
+                        context.wait_for_shutdown(server).await;
+                        return Err(err.into());
+                    }
+                }
+            } else {
+                None
+            };
             tokio::spawn(controllers::run_controllers(
                 cluster.client.clone(),
                 args.controller.clone(),
@@ -101,7 +129,11 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
                 controllers_check,
                 context.shutdown.clone(),
             ));
-            Ok(context.wait_for_shutdown(server).await)
+            let reason = context.wait_for_shutdown(server).await;
+            if let Some(webhooks) = webhooks {
+                webhooks.server.wait(WEBHOOK_DRAIN_GRACE).await;
+            }
+            Ok(reason)
         }
         Ok(None) => Ok(context.wait_for_shutdown(server).await),
         Err(err) => {
