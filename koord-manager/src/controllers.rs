@@ -572,7 +572,7 @@ impl Reconciler {
         }
         tracing::debug!(writes = actions.len(), "applying controller pass");
         let results: Vec<Option<(String, SystemTime)>> = futures::stream::iter(actions)
-            .map(|action| apply(&self.client, &self.metrics, action))
+            .map(|action| apply_action(&self.client, &self.metrics, action))
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
@@ -594,7 +594,7 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 }
 
 /// Applies one action; a successful node status write returns its node and time.
-async fn apply(
+pub async fn apply_action(
     client: &kube::Client,
     metrics: &ControllerMetrics,
     action: Action,
