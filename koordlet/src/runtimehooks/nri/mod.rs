@@ -21,9 +21,15 @@ pub mod ttrpc;
 mod transport_tests;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use koord_common::cluster::parse_duration;
+use koord_common::health::FnCheck;
+use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
+
+use crate::runtimehooks::apply::SideEffectApplier;
+use crate::runtimehooks::protocol::HookDispatcher;
 
 pub use plugin::NriPlugin;
 pub use status::{NriState, NriStatus, NriStatusSnapshot};
@@ -128,6 +134,48 @@ fn parse_backoff_factor(text: &str) -> Result<f64, String> {
             "invalid backoff factor {text:?}: expected a number >= 1"
         )),
     }
+}
+
+/// Readiness check name of the NRI plugin.
+pub const READINESS_CHECK: &str = "nri-plugin";
+
+/// Starts the NRI plugin in the background (when enabled) and returns its
+/// status: registers the `koordlet_nri_*` metrics and the `nri-plugin`
+/// readiness check (failing only while the runtime's NRI socket exists and
+/// the plugin is not registered).
+pub fn start(
+    args: &NriArgs,
+    dispatcher: Arc<HookDispatcher>,
+    applier: Option<SideEffectApplier>,
+    metrics: &MetricsRegistry,
+    health: &HealthRegistry,
+    shutdown: Shutdown,
+) -> NriStatus {
+    let socket = args.socket();
+    let status = NriStatus::new(if args.enable {
+        NriState::WaitingForSocket {
+            socket: socket.clone(),
+        }
+    } else {
+        NriState::Disabled
+    });
+    status.register_metrics(metrics);
+    let check = status.clone();
+    health.add_readiness_check(READINESS_CHECK, FnCheck(move || check.readiness()));
+    if !args.enable {
+        tracing::info!("NRI runtime hooks are disabled (--enable-nri-runtime-hook=false)");
+        return status;
+    }
+    tracing::info!(socket = %socket.display(), plugin = %args.plugin_name, index = %args.plugin_index, "starting the NRI plugin");
+    let supervisor = NriSupervisor {
+        socket,
+        registration: args.registration(),
+        backoff: args.backoff(),
+        service: Arc::new(NriPlugin::new(dispatcher, applier, status.clone())),
+        status: status.clone(),
+    };
+    tokio::spawn(supervisor.run(shutdown));
+    status
 }
 
 /// What `koordlet capabilities` can show about NRI without the daemon: the
