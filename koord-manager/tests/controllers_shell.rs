@@ -281,6 +281,7 @@ async fn node_status_is_written_as_a_merge_patch_of_the_status_subresource() {
     let seen = api.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].method, "PATCH");
+    assert_eq!(seen[0].path, "/api/v1/nodes/worker/status");
     assert_eq!(seen[0].content_type, "application/merge-patch+json");
     let body: Value = serde_json::from_str(&seen[0].body).unwrap();
     assert_eq!(body, patch);
