@@ -197,8 +197,17 @@ fn internal_error(message: &str) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, message.to_string()).into_response()
 }
 
+/// serde would accept a JSON array for a struct; kube-scheduler always sends an object.
+fn require_object(body: &[u8], what: &str) -> Result<(), String> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(format!("malformed {what}: expected a JSON object")),
+    }
+}
+
 /// Parses `/filter`/`/prioritize` bodies; `Err` is the 400 message.
 pub fn parse_extender_args(body: &[u8]) -> Result<(Pod, Vec<String>, bool), String> {
+    require_object(body, "ExtenderArgs")?;
     let args: ExtenderArgs =
         serde_json::from_slice(body).map_err(|e| format!("malformed ExtenderArgs: {e}"))?;
     let pod = args
@@ -347,6 +356,9 @@ pub async fn bind_pod(state: &ExtenderState, args: &ExtenderBindingArgs) -> Resu
 
 async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
     let started = Instant::now();
+    if let Err(message) = require_object(&body, "ExtenderBindingArgs") {
+        return bad_request(message);
+    }
     let args: ExtenderBindingArgs = match serde_json::from_slice(&body) {
         Ok(args) => args,
         Err(err) => return bad_request(format!("malformed ExtenderBindingArgs: {err}")),

@@ -1,0 +1,240 @@
+#![allow(clippy::unwrap_used)]
+//! The extender over real HTTP with the JSON kube-scheduler sends.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use koord_scheduler::cache::{Change, Object};
+use koord_scheduler::config::SchedulerConfiguration;
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::framework::{Binder, RecordingBinder};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn rfc3339(time: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(time)
+        .unwrap()
+        .to_string()
+}
+
+fn objects() -> Vec<Object> {
+    let recent = rfc3339(SystemTime::now() - Duration::from_secs(5));
+    let node = |name: &str, batch: bool| {
+        let mut allocatable = json!({"cpu": "10", "memory": "10Gi"});
+        if batch {
+            allocatable["kubernetes.io/batch-cpu"] = json!("4000");
+            allocatable["kubernetes.io/batch-memory"] = json!("8Gi");
+        }
+        Object::Node(
+            serde_json::from_value(
+                json!({"metadata": {"name": name}, "status": {"allocatable": allocatable}}),
+            )
+            .unwrap(),
+        )
+    };
+    let metric = |name: &str, cpu: &str| {
+        Object::NodeMetric(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {},
+                "status": {"updateTime": recent, "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": "0"}}}}
+            }))
+            .unwrap(),
+        )
+    };
+    vec![
+        node("n1", true),
+        node("n2", false),
+        node("n3", true),
+        metric("n1", "2"),
+        metric("n3", "5"),
+        Object::Pod(serde_json::from_value(pod_json()).unwrap()),
+    ]
+}
+
+/// A batch pod as kube-scheduler serializes it.
+fn pod_json() -> Value {
+    json!({
+        "metadata": {"name": "batch-job", "namespace": "default", "uid": "6f0c6b7e-1", "labels": {"koordinator.sh/qosClass": "BE"}},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox", "resources": {
+                "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1Gi"},
+                "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1Gi"}
+            }}],
+            "priority": 5500,
+            "schedulerName": "default-scheduler"
+        },
+        "status": {"phase": "Pending"}
+    })
+}
+
+async fn serve(binder: Arc<dyn Binder>) -> SocketAddr {
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    for object in objects() {
+        scheduler.apply(Change::Upsert(object));
+    }
+    let state = ExtenderState {
+        scheduler: Arc::new(RwLock::new(scheduler)),
+        binder,
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, router(state)).await.unwrap();
+    });
+    addr
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+#[tokio::test]
+async fn filter_with_node_names_returns_kube_scheduler_json() {
+    let addr = serve(Arc::new(RecordingBinder::default())).await;
+    let args = json!({"Pod": pod_json(), "Nodes": null, "NodeNames": ["n1", "n2", "n3", "gone"]});
+    let (status, body) = post(addr, "/filter", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        result,
+        json!({
+            "Nodes": null,
+            "NodeNames": ["n1", "n3"],
+            "FailedNodes": {"n2": "Insufficient kubernetes.io/batch-cpu, Insufficient kubernetes.io/batch-memory"},
+            "FailedAndUnresolvableNodes": {"gone": "node not found in the scheduler cache"},
+            "Error": ""
+        })
+    );
+}
+
+#[tokio::test]
+async fn filter_with_full_nodes_returns_the_filtered_node_list() {
+    let addr = serve(Arc::new(RecordingBinder::default())).await;
+    let nodes = json!({"metadata": {}, "items": [{"metadata": {"name": "n1"}}, {"metadata": {"name": "n2"}}]});
+    let args = json!({"Pod": pod_json(), "Nodes": nodes, "NodeNames": null});
+    let (status, body) = post(addr, "/filter", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["NodeNames"], Value::Null);
+    assert_eq!(result["Nodes"]["items"].as_array().unwrap().len(), 1);
+    assert_eq!(result["Nodes"]["items"][0]["metadata"]["name"], "n1");
+}
+
+#[tokio::test]
+async fn prioritize_returns_host_priority_list_in_extender_range() {
+    let addr = serve(Arc::new(RecordingBinder::default())).await;
+    let args = json!({"Pod": pod_json(), "NodeNames": ["n1", "n3"]});
+    let (status, body) = post(addr, "/prioritize", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    // LoadAware (weight 1): n1 cpu (10000-2850)/100 = 71, memory 10Gi-1Gi·70% → 93: 82 → 8;
+    // n3 cpu (10000-5850)/100 = 41, memory 93: 67 → 7.
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        result,
+        json!([{"Host": "n1", "Score": 8}, {"Host": "n3", "Score": 7}])
+    );
+}
+
+#[tokio::test]
+async fn bind_reserves_and_reports_errors_in_the_binding_result() {
+    let recording = Arc::new(RecordingBinder::default());
+    let addr = serve(recording.clone()).await;
+    let args = json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "6f0c6b7e-1", "Node": "n1"});
+    let (status, body) = post(addr, "/bind", &args.to_string()).await;
+    assert_eq!((status, body.as_str()), (200, r#"{"Error":""}"#));
+    let bound = recording.bound.lock().unwrap().clone();
+    assert_eq!(bound.len(), 1);
+    assert_eq!(bound[0].node, "n1");
+    // The pod now counts on n1: binding it again is an error, not a crash.
+    let (status, body) = post(addr, "/bind", &args.to_string()).await;
+    assert_eq!(status, 200);
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        result["Error"]
+            .as_str()
+            .unwrap()
+            .contains("already on node n1"),
+        "{body}"
+    );
+    // Unknown pods are errors too.
+    let unknown =
+        json!({"PodName": "nope", "PodNamespace": "default", "PodUID": "x", "Node": "n1"});
+    let (_, body) = post(addr, "/bind", &unknown.to_string()).await;
+    assert!(body.contains("not in the scheduler cache"), "{body}");
+}
+
+#[tokio::test]
+async fn failing_binder_rolls_back_and_returns_the_error() {
+    let binder = Arc::new(RecordingBinder {
+        fail_with: Some("pods \"batch-job\" is forbidden".into()),
+        ..Default::default()
+    });
+    let addr = serve(binder).await;
+    let args = json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "6f0c6b7e-1", "Node": "n1"});
+    let (status, body) = post(addr, "/bind", &args.to_string()).await;
+    assert_eq!(status, 200);
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        result["Error"].as_str().unwrap().contains("forbidden"),
+        "{body}"
+    );
+    // Rolled back: the pod still fits everywhere it did before.
+    let filter = json!({"Pod": pod_json(), "NodeNames": ["n1", "n3"]});
+    let (_, body) = post(addr, "/filter", &filter.to_string()).await;
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["NodeNames"], json!(["n1", "n3"]));
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_400_with_a_message() {
+    let addr = serve(Arc::new(RecordingBinder::default())).await;
+    for (path, body, expected) in [
+        ("/filter", "not json", "malformed ExtenderArgs"),
+        ("/prioritize", "{\"Pod\": 3}", "malformed ExtenderArgs"),
+        (
+            "/filter",
+            "{\"NodeNames\": [\"n1\"]}",
+            "ExtenderArgs.Pod is missing",
+        ),
+        (
+            "/filter",
+            &json!({"Pod": pod_json()}).to_string(),
+            "neither NodeNames nor Nodes",
+        ),
+        ("/bind", "[]", "malformed ExtenderBindingArgs"),
+        ("/bind", "{\"PodName\": \"x\"}", "needs PodName and Node"),
+    ] {
+        let (status, text) = post(addr, path, body).await;
+        assert_eq!(status, 400, "{path} {body}: {text}");
+        assert!(text.contains(expected), "{path} {body}: {text}");
+    }
+    // The server is still up.
+    let (status, _) = post(
+        addr,
+        "/filter",
+        &json!({"Pod": pod_json(), "NodeNames": []}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
