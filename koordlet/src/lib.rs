@@ -7,6 +7,7 @@ pub mod capabilities;
 pub mod evictor;
 pub mod metriccache;
 pub mod metricsadvisor;
+pub mod prediction;
 pub mod qosmanager;
 pub mod resourceexecutor;
 pub mod runtimehooks;

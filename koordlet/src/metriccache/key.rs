@@ -43,10 +43,23 @@ pub enum MetricKind {
     ContainerCpuThrottled,
     /// Container pressure stall information; labelled with [`PsiLabel`], percent.
     ContainerPsi,
+    /// Host application CPU (entity [`Entity::HostApp`]), cores.
+    HostAppCpuUsage,
+    /// Host application memory as pods count it (anon + unevictable), bytes.
+    HostAppMemoryUsage,
+    /// Host application memory including page cache (`memory.usage_in_bytes`), bytes.
+    HostAppMemoryUsageWithPageCache,
+    /// Node `MemTotal`, bytes (stands in for allocatable without a Node object).
+    NodeMemoryTotal,
+    /// CPU in use on one NUMA node; labelled with [`SeriesLabel::Numa`], cores.
+    NodeNumaCpuUsage,
+    /// Memory in use on one NUMA node (`MemTotal - MemFree` of its meminfo);
+    /// labelled with [`SeriesLabel::Numa`], bytes.
+    NodeNumaMemoryUsage,
 }
 
 impl MetricKind {
-    pub const ALL: [MetricKind; 17] = [
+    pub const ALL: [MetricKind; 23] = [
         MetricKind::NodeCpuUsage,
         MetricKind::NodeMemoryUsage,
         MetricKind::NodeMemoryUsageWithPageCache,
@@ -64,6 +77,12 @@ impl MetricKind {
         MetricKind::ContainerMemoryWorkingSet,
         MetricKind::ContainerCpuThrottled,
         MetricKind::ContainerPsi,
+        MetricKind::HostAppCpuUsage,
+        MetricKind::HostAppMemoryUsage,
+        MetricKind::HostAppMemoryUsageWithPageCache,
+        MetricKind::NodeMemoryTotal,
+        MetricKind::NodeNumaCpuUsage,
+        MetricKind::NodeNumaMemoryUsage,
     ];
 
     /// Upstream's name for the kind (ours where upstream has none).
@@ -86,6 +105,14 @@ impl MetricKind {
             MetricKind::ContainerMemoryWorkingSet => "container_memory_working_set",
             MetricKind::ContainerCpuThrottled => "container_cpu_throttled",
             MetricKind::ContainerPsi => "container_psi",
+            MetricKind::HostAppCpuUsage => "host_application_cpu_usage",
+            MetricKind::HostAppMemoryUsage => "host_application_memory_usage",
+            MetricKind::HostAppMemoryUsageWithPageCache => {
+                "host_application_memory_usage_with_page_cache"
+            }
+            MetricKind::NodeMemoryTotal => "node_memory_total",
+            MetricKind::NodeNumaCpuUsage => "node_numa_cpu_usage",
+            MetricKind::NodeNumaMemoryUsage => "node_numa_memory_usage",
         }
     }
 }
@@ -103,6 +130,8 @@ pub enum Entity {
     Node,
     Pod(Arc<str>),
     Container(Arc<str>),
+    /// A host application of the NodeSLO, by name.
+    HostApp(Arc<str>),
 }
 
 impl Entity {
@@ -113,6 +142,10 @@ impl Entity {
     pub fn container(id: impl Into<Arc<str>>) -> Self {
         Entity::Container(id.into())
     }
+
+    pub fn host_app(name: impl Into<Arc<str>>) -> Self {
+        Entity::HostApp(name.into())
+    }
 }
 
 impl fmt::Display for Entity {
@@ -121,6 +154,7 @@ impl fmt::Display for Entity {
             Entity::Node => f.write_str("node"),
             Entity::Pod(uid) => write!(f, "pod {uid}"),
             Entity::Container(id) => write!(f, "container {id}"),
+            Entity::HostApp(name) => write!(f, "host application {name}"),
         }
     }
 }
@@ -223,6 +257,8 @@ pub enum SeriesLabel {
     None,
     Psi(PsiLabel),
     Be(BeLabel),
+    /// A NUMA node id.
+    Numa(u32),
 }
 
 /// Identifies one time series.
@@ -274,6 +310,7 @@ impl fmt::Display for SeriesKey {
             ),
             SeriesLabel::Be(BeLabel::CpuUsage) => f.write_str(" (cpu usage)"),
             SeriesLabel::Be(BeLabel::MemoryUsage) => f.write_str(" (memory usage)"),
+            SeriesLabel::Numa(node) => write!(f, " (NUMA node {node})"),
         }
     }
 }

@@ -9,8 +9,9 @@ use koord_common::cluster::parse_duration;
 use tokio::sync::watch;
 
 use super::{
-    AdvisorMetrics, Collector, CpuTopologyCollector, NodeResourceCollector, PodResourceCollector,
-    PodsSnapshot, PsiCollector, derive_node_aggregates,
+    AdvisorMetrics, Collector, CpuTopologyCollector, HostAppCollector, NodeResourceCollector,
+    NumaResourceCollector, PodResourceCollector, PodsSnapshot, PsiCollector,
+    derive_node_aggregates,
 };
 use crate::metriccache::{ConfigError, MetricCache, MetricCacheConfig, Sample};
 use crate::system::SystemArgs;
@@ -100,7 +101,8 @@ impl MetricsAdvisor {
         }
     }
 
-    /// The node, pod, PSI and topology collectors wired from the flags.
+    /// The node, pod, host application, PSI, topology and NUMA collectors
+    /// wired from the flags.
     pub fn standard(
         args: &CollectorArgs,
         system: &SystemArgs,
@@ -120,12 +122,19 @@ impl MetricsAdvisor {
         let mut advisor = Self::new(cache.clone(), pods)
             .with_gc_interval(Duration::from_secs(args.metric_gc_interval_seconds))
             .with_collector(Box::new(NodeResourceCollector::new(&system.proc_root_dir)))
-            .with_collector(Box::new(PodResourceCollector::new(layout)))
+            .with_collector(Box::new(PodResourceCollector::new(layout.clone())))
+            .with_collector(Box::new(HostAppCollector::new(layout)))
             .with_collector(Box::new(psi))
             .with_collector(Box::new(CpuTopologyCollector::new(
                 &system.sys_root_dir,
-                cache,
+                cache.clone(),
                 args.collect_node_cpu_info_interval,
+            )))
+            // After the topology collector, so the first round has the CPU-to-node map.
+            .with_collector(Box::new(NumaResourceCollector::new(
+                &system.proc_root_dir,
+                &system.sys_root_dir,
+                cache,
             )));
         advisor.metrics = metrics;
         advisor

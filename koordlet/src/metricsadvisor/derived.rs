@@ -10,7 +10,8 @@ use crate::metriccache::{BeLabel, Entity, MetricKind, Sample, SeriesKey, SeriesL
 
 /// From the samples of one round:
 ///
-/// - system usage: node usage minus the sum over pods, floored at 0, for
+/// - system usage: node usage minus the sums over pods and over host
+///   applications, floored at 0, for
 ///   CPU (when the round has a node CPU sample) and memory (likewise), as
 ///   upstream's system resource collector. Pods still warming up (no CPU
 ///   rate yet) are not in the CPU sum, as upstream.
@@ -54,6 +55,9 @@ pub fn derive_node_aggregates(
                     be_memory += sample.value;
                 }
             }
+            // Host applications are not system usage either (upstream subtracts them too).
+            MetricKind::HostAppCpuUsage => pods_cpu += sample.value,
+            MetricKind::HostAppMemoryUsage => pods_memory += sample.value,
             _ => {}
         }
     }
@@ -174,6 +178,47 @@ mod tests {
         );
         assert_eq!(value(&derived, &be(BeLabel::CpuUsage)), Some(0.75));
         assert_eq!(value(&derived, &be(BeLabel::MemoryUsage)), Some(200.0));
+    }
+
+    #[test]
+    fn host_applications_are_not_system_usage() {
+        let pods = PodsSnapshot::new(vec![pod("a", QoSClass::LS)]);
+        let app = |kind| SeriesKey::new(kind, Entity::host_app("nginx"));
+        let round = vec![
+            Sample::new(SeriesKey::node(MetricKind::NodeCpuUsage), UNIX_EPOCH, 3.0),
+            Sample::new(
+                SeriesKey::node(MetricKind::NodeMemoryUsage),
+                UNIX_EPOCH,
+                1000.0,
+            ),
+            Sample::new(
+                SeriesKey::pod(MetricKind::PodCpuUsage, "a"),
+                UNIX_EPOCH,
+                1.0,
+            ),
+            Sample::new(
+                SeriesKey::pod(MetricKind::PodMemoryUsage, "a"),
+                UNIX_EPOCH,
+                300.0,
+            ),
+            Sample::new(app(MetricKind::HostAppCpuUsage), UNIX_EPOCH, 0.5),
+            Sample::new(app(MetricKind::HostAppMemoryUsage), UNIX_EPOCH, 200.0),
+            // The page-cache variant is not what system memory subtracts.
+            Sample::new(
+                app(MetricKind::HostAppMemoryUsageWithPageCache),
+                UNIX_EPOCH,
+                900.0,
+            ),
+        ];
+        let derived = derive_node_aggregates(UNIX_EPOCH, &pods, &round);
+        assert_eq!(
+            value(&derived, &SeriesKey::node(MetricKind::SysCpuUsage)),
+            Some(1.5)
+        );
+        assert_eq!(
+            value(&derived, &SeriesKey::node(MetricKind::SysMemoryUsage)),
+            Some(500.0)
+        );
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //!   anon + unevictable, and cadvisor's working set) and CFS throttling.
 //! - [`PsiCollector`]: pressure stall information of the node and of each
 //!   pod and container cgroup, where the kernel provides it.
+//! - [`HostAppCollector`]: CPU and memory of the NodeSLO's host applications.
+//! - [`NumaResourceCollector`]: CPU and memory in use per NUMA node.
 //! - [`CpuTopologyCollector`]: the CPU topology snapshot.
 //! - [`derive_node_aggregates`]: BE usage (sum over BE pods) and system usage
-//!   (node − Σ pods, floored at 0), computed from one round's samples.
+//!   (node − Σ pods − Σ host applications, floored at 0), computed from one
+//!   round's samples.
 //!
 //! Every parser is pure ([`parse`]); collectors take the time as an argument
 //! and keep the previous counter per entity to turn counters into rates.
@@ -16,7 +19,9 @@
 
 mod advisor;
 mod derived;
+mod hostapp;
 mod node;
+mod numa;
 pub mod parse;
 mod pods;
 mod prom;
@@ -30,13 +35,16 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use apis::extension::{PriorityClass, QoSClass};
+use apis::slo::v1alpha1::HostApplicationSpec;
 
 use crate::metriccache::Sample;
 use crate::system::cgroup::{CgroupPathError, QosTier};
 
 pub use advisor::{CollectorArgs, MetricsAdvisor};
 pub use derived::derive_node_aggregates;
+pub use hostapp::{HostAppCollector, host_app_cgroup_dir};
 pub use node::NodeResourceCollector;
+pub use numa::NumaResourceCollector;
 pub use parse::ParseError;
 pub use pods::PodResourceCollector;
 pub use prom::{AdvisorMetrics, PsiOwner, PsiRecorder};
@@ -69,15 +77,25 @@ pub struct ContainerMeta {
     pub id: Option<Arc<str>>,
 }
 
-/// The pods of this node at one moment.
+/// The pods of this node at one moment, and the NodeSLO's host
+/// applications (processes outside Kubernetes measured like pods).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodsSnapshot {
     pub pods: Vec<PodMeta>,
+    pub host_applications: Vec<HostApplicationSpec>,
 }
 
 impl PodsSnapshot {
     pub fn new(pods: Vec<PodMeta>) -> Self {
-        Self { pods }
+        Self {
+            pods,
+            host_applications: Vec::new(),
+        }
+    }
+
+    pub fn with_host_applications(mut self, host_applications: Vec<HostApplicationSpec>) -> Self {
+        self.host_applications = host_applications;
+        self
     }
 
     pub fn pod(&self, uid: &str) -> Option<&PodMeta> {

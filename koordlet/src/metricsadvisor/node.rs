@@ -30,7 +30,7 @@ impl NodeResourceCollector {
             .map(|cores| Sample::new(SeriesKey::node(MetricKind::NodeCpuUsage), now, cores)))
     }
 
-    fn memory_samples(&self, now: SystemTime) -> Result<[Sample; 2], CollectError> {
+    fn memory_samples(&self, now: SystemTime) -> Result<[Sample; 3], CollectError> {
         let info = read_parsed(&self.proc_root.join("meminfo"), parse_meminfo)?;
         Ok([
             Sample::new(
@@ -43,6 +43,11 @@ impl NodeResourceCollector {
                 now,
                 info.usage_with_page_cache() as f64,
             ),
+            Sample::new(
+                SeriesKey::node(MetricKind::NodeMemoryTotal),
+                now,
+                info.total as f64,
+            ),
         ])
     }
 }
@@ -53,7 +58,7 @@ impl Collector for NodeResourceCollector {
     }
 
     fn collect(&mut self, now: SystemTime, _pods: &PodsSnapshot) -> Vec<Sample> {
-        let mut samples = Vec::with_capacity(3);
+        let mut samples = Vec::with_capacity(4);
         match self.cpu_sample(now) {
             Ok(sample) => samples.extend(sample),
             Err(err) => tracing::warn!(error = %err, "cannot collect node CPU usage: {err}"),

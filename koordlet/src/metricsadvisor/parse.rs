@@ -149,6 +149,50 @@ pub fn parse_proc_stat(content: &str) -> Result<ProcStat, ParseError> {
     Ok(ProcStat { all, online_cpus })
 }
 
+/// The `cpuN` lines of `/proc/stat`: CPU id and its cumulative times.
+pub fn parse_per_cpu_times(content: &str) -> Result<Vec<(u32, CpuTimes)>, ParseError> {
+    let mut cpus = Vec::new();
+    for line in content.lines() {
+        let Some(name) = line.split_ascii_whitespace().next() else {
+            continue;
+        };
+        let Some(id) = name.strip_prefix("cpu").filter(|id| !id.is_empty()) else {
+            continue;
+        };
+        if !id.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let id = id.parse().map_err(|_| invalid(PROC_STAT, name, id))?;
+        cpus.push((id, parse_cpu_times(line)?));
+    }
+    if cpus.is_empty() {
+        return Err(ParseError::MissingField {
+            file: PROC_STAT,
+            field: "cpuN lines",
+        });
+    }
+    Ok(cpus)
+}
+
+/// CPU in use, in cores, of a set of CPUs between two readings: busy
+/// jiffies over the set's elapsed jiffies per CPU. `None` when no time
+/// elapsed or a counter went backwards.
+pub fn cpus_busy_cores(previous: &[CpuTimes], current: &[CpuTimes]) -> Option<f64> {
+    if previous.len() != current.len() || current.is_empty() {
+        return None;
+    }
+    let (mut busy, mut total) = (0u64, 0u64);
+    for (before, now) in previous.iter().zip(current) {
+        busy = busy.checked_add(now.busy().checked_sub(before.busy())?)?;
+        total = total.checked_add(now.total().checked_sub(before.total())?)?;
+    }
+    if total == 0 {
+        return None;
+    }
+    let per_cpu_elapsed = total as f64 / current.len() as f64;
+    Some(busy as f64 / per_cpu_elapsed)
+}
+
 /// Node CPU usage in cores between two `/proc/stat` readings: busy jiffies
 /// over elapsed jiffies per CPU. Using the kernel's own elapsed time keeps
 /// the result within `[0, online CPUs]` whatever the wall clock does.
@@ -222,6 +266,81 @@ pub fn parse_meminfo(content: &str) -> Result<MemInfo, ParseError> {
         free: require(free, "MemFree")?,
         available: require(available, "MemAvailable")?,
     })
+}
+
+const NODE_MEMINFO: &str = "/sys/devices/system/node/nodeN/meminfo";
+
+/// The fields of a NUMA node's meminfo that its usage is estimated from, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NumaMemInfo {
+    pub total: u64,
+    pub free: u64,
+    pub active_file: u64,
+    pub inactive_file: u64,
+    pub slab_reclaimable: u64,
+}
+
+impl NumaMemInfo {
+    /// The node's meminfo has no MemAvailable: as upstream, treat free,
+    /// file pages and reclaimable slab as available.
+    pub fn usage(&self) -> u64 {
+        let available = self
+            .free
+            .saturating_add(self.active_file)
+            .saturating_add(self.inactive_file)
+            .saturating_add(self.slab_reclaimable);
+        self.total.saturating_sub(available)
+    }
+}
+
+/// Parses `Node <n> Key:   value kB` lines. MemTotal and MemFree are
+/// required; the page-cache and slab fields default to 0.
+pub fn parse_numa_meminfo(content: &str) -> Result<NumaMemInfo, ParseError> {
+    let mut info = NumaMemInfo::default();
+    let (mut has_total, mut has_free) = (false, false);
+    for line in content.lines() {
+        let Some((head, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let key = head.split_ascii_whitespace().last().unwrap_or("");
+        let slot = match key {
+            "MemTotal" => {
+                has_total = true;
+                &mut info.total
+            }
+            "MemFree" => {
+                has_free = true;
+                &mut info.free
+            }
+            "Active(file)" => &mut info.active_file,
+            "Inactive(file)" => &mut info.inactive_file,
+            "SReclaimable" => &mut info.slab_reclaimable,
+            _ => continue,
+        };
+        let mut parts = rest.split_ascii_whitespace();
+        let number = parts.next().unwrap_or("");
+        let multiplier = match parts.next() {
+            Some("kB") => 1024,
+            None => 1,
+            Some(_) => return Err(invalid(NODE_MEMINFO, key, rest.trim())),
+        };
+        *slot = parse_u64(NODE_MEMINFO, key, number)?
+            .checked_mul(multiplier)
+            .ok_or_else(|| invalid(NODE_MEMINFO, key, rest.trim()))?;
+    }
+    if !has_total {
+        return Err(ParseError::MissingField {
+            file: NODE_MEMINFO,
+            field: "MemTotal",
+        });
+    }
+    if !has_free {
+        return Err(ParseError::MissingField {
+            file: NODE_MEMINFO,
+            field: "MemFree",
+        });
+    }
+    Ok(info)
 }
 
 /// Calls `visit(key, value)` for each `key value` line of a flat-keyed file
@@ -804,5 +923,44 @@ workingset_refault_anon 0\n";
             parse_psi("some avg10=1 avg60=1 avg300=1 total=3 bogus=1\n"),
             Err(ParseError::MalformedLine { .. })
         ));
+    }
+
+    #[test]
+    fn per_cpu_lines_and_numa_busy_cores() {
+        let stat = "cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 5 0 5 40 0 0 0 0 0 0\ncpu1 5 0 5 40 0 0 0 0 0 0\nintr 1\n";
+        let cpus = parse_per_cpu_times(stat).unwrap();
+        assert_eq!(cpus.len(), 2);
+        assert_eq!(cpus[1].0, 1);
+        assert_eq!(cpus[1].1.busy(), 10);
+        assert!(parse_per_cpu_times("cpu 1 2 3 4 5 6 7\n").is_err());
+        assert!(parse_per_cpu_times("cpu0 1 x 3 4 5 6 7\n").is_err());
+        // cpu0 fully busy, cpu1 idle for 100 jiffies each: one core in use.
+        let before = [cpus[0].1, cpus[1].1];
+        let mut busy = cpus[0].1;
+        busy.user += 100;
+        let mut idle = cpus[1].1;
+        idle.idle += 100;
+        let cores = cpus_busy_cores(&before, &[busy, idle]).unwrap();
+        assert!((cores - 1.0).abs() < 1e-9, "{cores}");
+        assert_eq!(cpus_busy_cores(&before, &before), None);
+        assert_eq!(cpus_busy_cores(&[busy, idle], &before), None);
+    }
+
+    #[test]
+    fn numa_meminfo_usage_counts_page_cache_and_reclaimable_slab_as_available() {
+        let content = "Node 0 MemTotal:       1000 kB\nNode 0 MemFree:         300 kB\nNode 0 Active(file):     100 kB\nNode 0 Inactive(file):   50 kB\nNode 0 SReclaimable:     50 kB\nNode 0 HugePages_Total:     0\n";
+        let info = parse_numa_meminfo(content).unwrap();
+        assert_eq!(info.total, 1000 * 1024);
+        assert_eq!(info.usage(), 500 * 1024);
+        assert!(matches!(
+            parse_numa_meminfo("Node 0 MemFree: 1 kB\n"),
+            Err(ParseError::MissingField {
+                field: "MemTotal",
+                ..
+            })
+        ));
+        assert!(parse_numa_meminfo("Node 0 MemTotal: x kB\nNode 0 MemFree: 1 kB\n").is_err());
+        let full = parse_numa_meminfo("Node 1 MemTotal: 10 kB\nNode 1 MemFree: 20 kB\n").unwrap();
+        assert_eq!(full.usage(), 0);
     }
 }

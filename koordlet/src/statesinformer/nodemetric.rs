@@ -1,6 +1,7 @@
-//! NodeMetric reporting: node, system, host-application and per-pod usage
-//! aggregated over the collect policy's windows, as upstream's NodeMetric
-//! informer reports it.
+//! NodeMetric reporting: node, system, NUMA, host-application and per-pod
+//! usage aggregated over the collect policy's windows, and the prod
+//! reclaimable and peak estimate, as upstream's NodeMetric informer reports
+//! them.
 //!
 //! [`build_node_metric_status`] is the pure core: collect policy, metric
 //! queries ([`UsageQuery`]), pods and the current time in; the status out.
@@ -16,9 +17,9 @@ use apis::extension::{
     AggregationType, GoDuration, QuantityValue, priority_class_of_pod, qos_class_of_pod,
 };
 use apis::slo::v1alpha1::{
-    AggregatePolicy, AggregatedUsage, HostApplicationMetricInfo, HostApplicationSpec,
+    AggregatePolicy, AggregatedUsage, HostApplicationMetricInfo, HostApplicationSpec, NUMAUsage,
     NodeMemoryCollectPolicy, NodeMetric, NodeMetricCollectPolicy, NodeMetricInfo, NodeMetricSpec,
-    NodeMetricStatus, PodMetricInfo, ResourceList, ResourceMap,
+    NodeMetricStatus, PeakMetric, PodMetricInfo, ReclaimableMetric, ResourceList, ResourceMap,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,7 +29,11 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::StatesInformer;
 use super::metrics::StatesMetrics;
-use crate::metriccache::{Aggregation, MetricCache, MetricKind, SeriesKey};
+use crate::metriccache::{Aggregation, Entity, MetricCache, MetricKind, SeriesKey, SeriesLabel};
+use crate::prediction::{
+    CpuMemory, PeakPredictor, PodForPrediction, PodTrainingSample, Prediction, PredictionConfig,
+    ProdReclaimEstimator,
+};
 
 /// Upstream's default and smallest aggregation window of `nodeUsage`.
 pub const DEFAULT_AGGREGATE_DURATION: Duration = Duration::from_secs(300);
@@ -162,6 +167,14 @@ pub enum UsageSeries<'a> {
         name: &'a str,
         policy: &'a NodeMemoryCollectPolicy,
     },
+    /// CPU in use on one NUMA node.
+    NumaCpu {
+        node: u32,
+    },
+    /// Memory in use on one NUMA node.
+    NumaMemory {
+        node: u32,
+    },
 }
 
 /// The statistic computed over a window.
@@ -214,13 +227,23 @@ pub trait UsageQuery {
         end: SystemTime,
         statistic: UsageStatistic,
     ) -> Option<WindowValue>;
+
+    /// NUMA nodes with usage series, ascending.
+    fn numa_nodes(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// The machine's CPUs and memory, standing in for the Node's
+    /// allocatable where there is no Node object (standalone mode).
+    fn machine_capacity(&self) -> Option<CpuMemory> {
+        None
+    }
 }
 
 /// Reads the metric cache the metrics advisor fills. Memory with the hot
 /// page cache is not collected, so that policy reads the default series (as
 /// upstream does when cold-page collection is off); pods have no page-cache
-/// series, so they always report upstream's default pod memory. Host
-/// applications are not collected yet: their series are absent.
+/// series, so they always report upstream's default pod memory.
 impl UsageQuery for MetricCache {
     fn query(
         &self,
@@ -239,7 +262,25 @@ impl UsageQuery for MetricCache {
             UsageSeries::SystemMemory => SeriesKey::node(MetricKind::SysMemoryUsage),
             UsageSeries::PodCpu { uid } => SeriesKey::pod(MetricKind::PodCpuUsage, uid),
             UsageSeries::PodMemory { uid, .. } => SeriesKey::pod(MetricKind::PodMemoryUsage, uid),
-            UsageSeries::HostAppCpu { .. } | UsageSeries::HostAppMemory { .. } => return None,
+            UsageSeries::HostAppCpu { name } => {
+                SeriesKey::new(MetricKind::HostAppCpuUsage, Entity::host_app(name))
+            }
+            UsageSeries::HostAppMemory {
+                name,
+                policy: NodeMemoryCollectPolicy::UsageWithPageCache,
+            } => SeriesKey::new(
+                MetricKind::HostAppMemoryUsageWithPageCache,
+                Entity::host_app(name),
+            ),
+            UsageSeries::HostAppMemory { name, .. } => {
+                SeriesKey::new(MetricKind::HostAppMemoryUsage, Entity::host_app(name))
+            }
+            UsageSeries::NumaCpu { node } => {
+                SeriesKey::node(MetricKind::NodeNumaCpuUsage).with_label(SeriesLabel::Numa(node))
+            }
+            UsageSeries::NumaMemory { node } => {
+                SeriesKey::node(MetricKind::NodeNumaMemoryUsage).with_label(SeriesLabel::Numa(node))
+            }
         };
         let aggregation = match statistic {
             UsageStatistic::Avg => Aggregation::Avg,
@@ -254,6 +295,39 @@ impl UsageQuery for MetricCache {
             sample_span: window.duration(),
         })
     }
+
+    fn numa_nodes(&self) -> Vec<u32> {
+        let mut nodes: Vec<u32> = self
+            .keys_of_kind(MetricKind::NodeNumaCpuUsage)
+            .into_iter()
+            .filter_map(|key| match key.label {
+                SeriesLabel::Numa(node) => Some(node),
+                _ => None,
+            })
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    fn machine_capacity(&self) -> Option<CpuMemory> {
+        let cpus = self.cpu_topology()?.num_cpus();
+        let (_, memory) = self.latest(&SeriesKey::node(MetricKind::NodeMemoryTotal))?;
+        Some(CpuMemory {
+            milli_cpu: i64::try_from(cpus).ok()?.saturating_mul(1000),
+            memory_bytes: memory as i64,
+        })
+    }
+}
+
+/// What the prod reclaimable estimate needs beside the pods.
+pub struct PredictionInputs<'a> {
+    pub config: &'a PredictionConfig,
+    /// The peak models' percentiles by model id.
+    pub predictions: &'a dyn Fn(&str) -> Option<Prediction>,
+    /// The Node's allocatable (raw-allocatable annotation first); `None`
+    /// makes the reclaimable part of the estimate fail, as upstream.
+    pub allocatable: Option<CpuMemory>,
 }
 
 /// Everything the status is computed from.
@@ -263,6 +337,8 @@ pub struct ReportInputs<'a> {
     pub pods: &'a [Pod],
     /// From the NodeSLO; their usage is reported when the cache has it.
     pub host_applications: &'a [HostApplicationSpec],
+    /// `None` leaves `prodReclaimableMetric` and `prodPeakMetric` out.
+    pub prediction: Option<PredictionInputs<'a>>,
     pub now: SystemTime,
 }
 
@@ -370,8 +446,16 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
             false,
         ),
         aggregated_system_usages: aggregated(inputs, system_cpu, system_memory),
-        numa_usages: Vec::new(),
+        numa_usages: numa_usages(inputs.usage, start, end),
     };
+    let mut estimator = inputs.prediction.as_ref().map(|prediction| {
+        ProdReclaimEstimator::new(
+            prediction.config,
+            prediction.predictions,
+            prediction.allocatable,
+            inputs.now,
+        )
+    });
 
     let mut pods_metric: Vec<PodMetricInfo> = inputs
         .pods
@@ -390,9 +474,16 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
                 avg,
                 false,
             );
-            // Upstream leaves out pods the cache has no samples of.
+            // Upstream leaves out pods the cache has no samples of, from
+            // the estimate too.
             if pod_usage.is_empty() {
                 return None;
+            }
+            if let (Some(estimator), Some(meta)) =
+                (estimator.as_mut(), PodForPrediction::from_pod(pod))
+                && let Err(err) = estimator.add_pod(&meta)
+            {
+                tracing::debug!(pod = %uid, error = %err, "pod left out of the prod reclaimable estimate");
             }
             Some(PodMetricInfo {
                 name: pod.metadata.name.clone().unwrap_or_default(),
@@ -433,6 +524,31 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
         .collect();
     host_application_metric.sort_by(|a, b| a.name.cmp(&b.name));
 
+    // As upstream: the reclaimable metric is always present once estimated
+    // (empty when the estimate fails), the peak only when it succeeds.
+    let (prod_reclaimable_metric, prod_peak_metric) = match estimator {
+        None => (None, None),
+        Some(estimator) => {
+            let result = estimator.finish();
+            let reclaimable = match result.reclaimable {
+                Ok(value) => cpu_memory_map(value),
+                Err(err) => {
+                    tracing::debug!(error = %err, "no prod reclaimable estimate this round");
+                    ResourceMap::default()
+                }
+            };
+            let peak = result.peak.ok().map(|value| PeakMetric {
+                resource: cpu_memory_map(value),
+            });
+            (
+                Some(ReclaimableMetric {
+                    resource: reclaimable,
+                }),
+                peak,
+            )
+        }
+    };
+
     NodeMetricStatus {
         update_time: k8s_openapi::jiff::Timestamp::try_from(inputs.now)
             .ok()
@@ -440,9 +556,54 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
         node_metric: Some(node_metric),
         pods_metric,
         host_application_metric,
-        prod_reclaimable_metric: None,
-        prod_peak_metric: None,
+        prod_reclaimable_metric,
+        prod_peak_metric,
     }
+}
+
+fn cpu_memory_map(value: CpuMemory) -> ResourceMap {
+    ResourceMap {
+        resources: BTreeMap::from([
+            (
+                "cpu".to_string(),
+                Quantity(QuantityValue::from_milli(value.milli_cpu).to_decimal_si()),
+            ),
+            (
+                "memory".to_string(),
+                Quantity(QuantityValue::from_units(value.memory_bytes).to_binary_si()),
+            ),
+        ]),
+        devices: Vec::new(),
+    }
+}
+
+/// Average usage per NUMA node over `[start, end]`; nodes missing either
+/// series are left out (upstream also reports a per-NUMA system usage,
+/// which needs per-NUMA pod accounting this build does not collect).
+fn numa_usages(usage: &dyn UsageQuery, start: SystemTime, end: SystemTime) -> Vec<NUMAUsage> {
+    usage
+        .numa_nodes()
+        .into_iter()
+        .filter_map(|node| {
+            let node_usage = pair(
+                usage,
+                UsageSeries::NumaCpu { node },
+                UsageSeries::NumaMemory { node },
+                start,
+                end,
+                UsageStatistic::Avg,
+                false,
+            );
+            if node_usage.is_empty() {
+                return None;
+            }
+            Some(NUMAUsage {
+                numa_node_id: i32::try_from(node).ok()?,
+                node_usage,
+                system_usage: ResourceMap::default(),
+            })
+        })
+        .collect()
 }
 
 /// A JSON merge patch that replaces the whole status: fields the new status
@@ -550,13 +711,15 @@ pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
     })
 }
 
-/// Runs the report loop.
+/// Runs the report loop, and trains the peak models the prod reclaimable
+/// estimate uses.
 pub struct NodeMetricReporter {
     states: StatesInformer,
     usage: Arc<dyn UsageQuery + Send + Sync>,
     sink: ReportSink,
     interval_override: Option<Duration>,
     metrics: Option<StatesMetrics>,
+    predictor: Option<Arc<std::sync::Mutex<PeakPredictor>>>,
 }
 
 impl NodeMetricReporter {
@@ -571,7 +734,73 @@ impl NodeMetricReporter {
             sink,
             interval_override: None,
             metrics: None,
+            predictor: None,
         }
+        .with_prediction(Some(PredictionConfig::default()))
+    }
+
+    /// Replaces the predictor's configuration (upstream's defaults unless
+    /// set); `None` stops training and leaves the prod metrics out.
+    pub fn with_prediction(mut self, config: Option<PredictionConfig>) -> Self {
+        self.predictor = config.and_then(|config| match PeakPredictor::new(config) {
+            Ok(predictor) => Some(Arc::new(std::sync::Mutex::new(predictor))),
+            Err(err) => {
+                tracing::warn!(error = %err, "invalid prediction configuration; prod reclaimable is not reported");
+                None
+            }
+        });
+        self
+    }
+
+    /// One training round of the peak models from the last training
+    /// interval's samples (p90 of each series, as upstream), then model GC.
+    pub fn train_once(&self, now: SystemTime) {
+        let Some(predictor) = &self.predictor else {
+            return;
+        };
+        let Ok(mut predictor) = predictor.lock() else {
+            return;
+        };
+        let start = now
+            .checked_sub(predictor.config().training_interval)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let query = |series| {
+            self.usage
+                .query(series, start, now, UsageStatistic::P90)
+                .map(|window| window.value)
+        };
+        let default_policy = NodeMemoryCollectPolicy::UsageWithoutPageCache;
+        let pods = self.states.pods();
+        let samples: Vec<PodTrainingSample> = pods
+            .iter()
+            .flat_map(|snapshot| snapshot.pods.iter())
+            .filter_map(|pod| {
+                let uid = pod.metadata.uid.as_deref()?;
+                Some(PodTrainingSample {
+                    uid: uid.into(),
+                    priority: priority_class_of_pod(pod),
+                    cpu: query(UsageSeries::PodCpu { uid }),
+                    memory: query(UsageSeries::PodMemory {
+                        uid,
+                        policy: &default_policy,
+                    }),
+                })
+            })
+            .collect();
+        let node = query(UsageSeries::NodeCpu).zip(query(UsageSeries::NodeMemory(&default_policy)));
+        predictor.train(now, &samples, node);
+        let removed = predictor.gc(now);
+        if removed > 0 {
+            tracing::debug!(removed, "expired peak models dropped");
+        }
+    }
+
+    /// How often [`NodeMetricReporter::run`] trains: the configured
+    /// interval, or the report interval when that is shorter, so that short
+    /// report intervals (tests, demos) have trained models to report from.
+    pub fn training_interval(&self, report_interval: Duration) -> Option<Duration> {
+        let predictor = self.predictor.as_ref()?.lock().ok()?;
+        Some(predictor.config().training_interval.min(report_interval))
     }
 
     /// Reports at this interval regardless of the collect policy.
@@ -613,11 +842,27 @@ impl NodeMetricReporter {
             .as_ref()
             .map(|slo| slo.spec.host_applications.as_slice())
             .unwrap_or_default();
+        let predictor = self
+            .predictor
+            .as_ref()
+            .and_then(|predictor| predictor.lock().ok());
+        let lookup = |id: &str| predictor.as_ref().and_then(|p| p.prediction(id));
+        // Without a Node object (standalone) the machine's size stands in.
+        let allocatable = match self.states.node() {
+            Some(node) => crate::prediction::node_allocatable(&node),
+            None => self.usage.machine_capacity(),
+        };
+        let prediction = predictor.as_ref().map(|predictor| PredictionInputs {
+            config: predictor.config(),
+            predictions: &lookup,
+            allocatable,
+        });
         build_node_metric_status(&ReportInputs {
             policy,
             usage: self.usage.as_ref(),
             pods: pods.as_ref().map(|s| s.pods.as_slice()).unwrap_or_default(),
             host_applications,
+            prediction,
             now,
         })
     }
@@ -688,12 +933,26 @@ impl NodeMetricReporter {
     /// Reports every interval (re-read from the spec after each report, as
     /// upstream does) until shutdown.
     pub async fn run(self, shutdown: Shutdown) {
+        use tokio::time::{Instant, sleep_until};
         let mut interval = self.policy().report_interval;
         tracing::info!(?interval, sink = self.sink_name(), "reporting NodeMetric");
+        let started = Instant::now();
+        let mut next_report = started + interval;
+        // Upstream trains once at start, then every training interval.
+        let mut next_training = self.training_interval(interval).map(|_| started);
         loop {
+            let wake = next_training.map_or(next_report, |training| training.min(next_report));
             tokio::select! {
                 _ = shutdown.wait() => return,
-                _ = tokio::time::sleep(interval) => {}
+                _ = sleep_until(wake) => {}
+            }
+            let now = Instant::now();
+            if next_training.is_some_and(|training| now >= training) {
+                self.train_once(SystemTime::now());
+                next_training = self.training_interval(interval).map(|every| now + every);
+            }
+            if now < next_report {
+                continue;
             }
             match self.report_once().await {
                 Ok(status) => tracing::debug!(
@@ -704,6 +963,7 @@ impl NodeMetricReporter {
                 Err(err) => tracing::warn!(error = %err, "NodeMetric report failed"),
             }
             interval = self.policy().report_interval;
+            next_report = Instant::now() + interval;
         }
     }
 
@@ -745,6 +1005,8 @@ mod tests {
             UsageSeries::PodMemory { uid, .. } => format!("pod/{uid}/memory"),
             UsageSeries::HostAppCpu { name } => format!("app/{name}/cpu"),
             UsageSeries::HostAppMemory { name, .. } => format!("app/{name}/memory"),
+            UsageSeries::NumaCpu { node } => format!("numa/{node}/cpu"),
+            UsageSeries::NumaMemory { node } => format!("numa/{node}/memory"),
         }
     }
 
@@ -797,6 +1059,21 @@ mod tests {
                 value,
                 sample_span: last.duration_since(first).unwrap_or_default(),
             })
+        }
+
+        fn numa_nodes(&self) -> Vec<u32> {
+            let mut nodes: Vec<u32> = self
+                .series
+                .keys()
+                .filter_map(|key| {
+                    key.strip_prefix("numa/")?
+                        .strip_suffix("/cpu")?
+                        .parse()
+                        .ok()
+                })
+                .collect();
+            nodes.sort_unstable();
+            nodes
         }
     }
 
@@ -937,6 +1214,7 @@ mod tests {
         let policy = CollectPolicy::default();
         let status = build_node_metric_status(&ReportInputs {
             policy: &policy,
+            prediction: None,
             usage: &samples,
             pods: &pods,
             host_applications: &[],
@@ -1023,6 +1301,7 @@ mod tests {
         let pods = vec![pod("a", "b", "u", &[], "Burstable")];
         let status = build_node_metric_status(&ReportInputs {
             policy: &policy,
+            prediction: None,
             usage: &Samples::default(),
             pods: &pods,
             host_applications: &[],
@@ -1060,6 +1339,7 @@ mod tests {
         ];
         let status = build_node_metric_status(&ReportInputs {
             policy: &CollectPolicy::default(),
+            prediction: None,
             usage: &samples,
             pods: &[],
             host_applications: &apps,
@@ -1130,6 +1410,7 @@ mod tests {
         };
         let status = build_node_metric_status(&ReportInputs {
             policy: &policy,
+            prediction: None,
             usage: &cache,
             pods: &pods,
             host_applications: &[],
@@ -1164,6 +1445,7 @@ mod tests {
         };
         let status = build_node_metric_status(&ReportInputs {
             policy: &with_cache,
+            prediction: None,
             usage: &cache,
             pods: &[],
             host_applications: &[],
@@ -1217,5 +1499,241 @@ mod tests {
         assert!(yaml.contains("kind: NodeMetric"), "{yaml}");
         let back: NodeMetric = serde_yaml::from_str(&yaml).unwrap();
         assert_eq!(back, object);
+    }
+
+    /// A Running Burstable pod created two days ago (past the cold start).
+    fn requesting_pod(uid: &str, priority: &str, cpu: &str, memory: &str, now: SystemTime) -> Pod {
+        let created =
+            k8s_openapi::jiff::Timestamp::try_from(now - Duration::from_secs(2 * 86_400)).unwrap();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": uid, "namespace": "default", "uid": uid,
+                "creationTimestamp": created.to_string(),
+                "labels": {"koordinator.sh/priority-class": priority},
+            },
+            "spec": {"containers": [{"name": "main", "resources": {
+                "requests": {"cpu": cpu, "memory": memory},
+                "limits": {"cpu": "8", "memory": "32Gi"},
+            }}]},
+            "status": {"qosClass": "Burstable", "phase": "Running"},
+        }))
+        .unwrap()
+    }
+
+    fn milli(map: &ResourceMap, name: &str) -> i64 {
+        QuantityValue::of(&map.resources[name])
+            .unwrap()
+            .milli_value()
+    }
+
+    fn units(map: &ResourceMap, name: &str) -> i64 {
+        QuantityValue::of(&map.resources[name]).unwrap().value()
+    }
+
+    #[test]
+    fn numa_usages_and_the_prod_estimate_are_reported() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let start = now - Duration::from_secs(60);
+        let step = Duration::from_secs(10);
+        let mut samples = Samples::default();
+        samples.add("numa/0/cpu", start, &[1.0, 3.0], step);
+        samples.add("numa/0/memory", start, &[GI, GI], step);
+        samples.add("numa/1/cpu", start, &[0.5], step);
+        // NUMA 1 has no memory series: left out.
+        for uid in ["uid-a", "uid-batch"] {
+            samples.add(&format!("pod/{uid}/cpu"), start, &[0.4], step);
+            samples.add(&format!("pod/{uid}/memory"), start, &[GI], step);
+        }
+        let pods = vec![
+            requesting_pod("uid-a", "koord-prod", "2", "4Gi", now),
+            requesting_pod("uid-batch", "koord-batch", "4", "8Gi", now),
+            // No samples: not in podsMetric, nor in the estimate.
+            requesting_pod("uid-silent", "koord-prod", "4", "8Gi", now),
+        ];
+        let mib = 1024 * 1024;
+        let peak = |milli_cpu: i64, memory_bytes: i64| {
+            let value = CpuMemory {
+                milli_cpu,
+                memory_bytes,
+            };
+            Prediction {
+                p60: value,
+                p90: value,
+                p95: value,
+                p98: value,
+                max: value,
+            }
+        };
+        let mut models = HashMap::new();
+        models.insert("uid-a".to_string(), peak(500, 1024 * mib));
+        models.insert(crate::prediction::node_item_id("sys"), peak(100, 512 * mib));
+        models.insert(
+            crate::prediction::node_item_id("koord-prod"),
+            peak(500, 1024 * mib),
+        );
+        models.insert(crate::prediction::node_item_id(""), peak(0, 0));
+        let lookup = |id: &str| models.get(id).copied();
+        let config = PredictionConfig::default();
+        let policy = CollectPolicy::default();
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &policy,
+            usage: &samples,
+            pods: &pods,
+            host_applications: &[],
+            prediction: Some(PredictionInputs {
+                config: &config,
+                predictions: &lookup,
+                allocatable: Some(CpuMemory {
+                    milli_cpu: 4000,
+                    memory_bytes: 16 * 1024 * mib,
+                }),
+            }),
+            now,
+        });
+
+        let numa = &status.node_metric.as_ref().unwrap().numa_usages;
+        assert_eq!(numa.len(), 1);
+        assert_eq!(numa[0].numa_node_id, 0);
+        assert_eq!(quantity(&numa[0].node_usage, "cpu"), "2");
+        assert_eq!(quantity(&numa[0].node_usage, "memory"), "1Gi");
+
+        // Per pod: 2000 − 1.1 × 500 = 1450 m; 4 Gi − 1.1 Gi.
+        // Per priority: 2000 − 1.1 × (100 + 500) = 1340 m; 4 Gi − 1.1 × 1.5 Gi.
+        // The smaller wins for each resource.
+        let reclaimable = &status.prod_reclaimable_metric.as_ref().unwrap().resource;
+        assert_eq!(milli(reclaimable, "cpu"), 1340);
+        let priority_peak_memory = (1536.0 * mib as f64 * 1.1) as i64;
+        assert_eq!(
+            units(reclaimable, "memory"),
+            4096 * mib - priority_peak_memory
+        );
+        // Peak: the larger of per pod (550 m, 1.1 Gi) and per priority (660 m, 1.65 Gi).
+        let peak = &status.prod_peak_metric.as_ref().unwrap().resource;
+        assert_eq!(milli(peak, "cpu"), 660);
+        assert_eq!(units(peak, "memory"), priority_peak_memory);
+
+        // Without allocatable: an empty reclaimable metric, the peak still there.
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &policy,
+            usage: &samples,
+            pods: &pods,
+            host_applications: &[],
+            prediction: Some(PredictionInputs {
+                config: &config,
+                predictions: &lookup,
+                allocatable: None,
+            }),
+            now,
+        });
+        assert_eq!(
+            status.prod_reclaimable_metric,
+            Some(ReclaimableMetric::default())
+        );
+        assert!(status.prod_peak_metric.is_some());
+    }
+
+    #[test]
+    fn the_reporter_trains_from_the_cache_and_falls_back_to_the_machine_size() {
+        use crate::metriccache::{MetricCacheConfig, Sample};
+        use crate::metricsadvisor::{CpuInfo, CpuTopology};
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let cache = Arc::new(MetricCache::new(MetricCacheConfig::default()).unwrap());
+        let mut samples = Vec::new();
+        for second in 0..60u64 {
+            let at = now - Duration::from_secs(59 - second);
+            let mut push = |key: SeriesKey, value: f64| samples.push(Sample::new(key, at, value));
+            push(SeriesKey::node(MetricKind::NodeCpuUsage), 0.6);
+            push(SeriesKey::node(MetricKind::NodeMemoryUsage), 1.5 * GI);
+            push(SeriesKey::node(MetricKind::NodeMemoryTotal), 16.0 * GI);
+            push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"), 0.5);
+            push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"), GI);
+            push(
+                SeriesKey::new(MetricKind::HostAppCpuUsage, Entity::host_app("nginx")),
+                0.25,
+            );
+            push(
+                SeriesKey::new(MetricKind::HostAppMemoryUsage, Entity::host_app("nginx")),
+                0.5 * GI,
+            );
+            push(
+                SeriesKey::node(MetricKind::NodeNumaCpuUsage).with_label(SeriesLabel::Numa(0)),
+                0.6,
+            );
+            push(
+                SeriesKey::node(MetricKind::NodeNumaMemoryUsage).with_label(SeriesLabel::Numa(0)),
+                1.5 * GI,
+            );
+        }
+        assert!(cache.append(&samples).rejected.is_empty());
+        let cpu = |cpu| CpuInfo {
+            cpu,
+            core: cpu,
+            socket: 0,
+            node: 0,
+        };
+        cache.set_cpu_topology(Arc::new(CpuTopology {
+            cpus: (0..4).map(cpu).collect(),
+        }));
+        assert_eq!(
+            cache.machine_capacity(),
+            Some(CpuMemory {
+                milli_cpu: 4000,
+                memory_bytes: 16 << 30
+            })
+        );
+        assert_eq!(cache.numa_nodes(), vec![0]);
+
+        let states = StatesInformer::new("node-a", super::super::RequiredSyncs::PODS_ONLY);
+        states.set_pods(super::super::PodsSnapshot {
+            pods: vec![requesting_pod("uid-a", "koord-prod", "2", "4Gi", now)],
+            origin: super::super::PodsOrigin::File,
+            synced_at: now,
+        });
+        let reporter = NodeMetricReporter::new(
+            states,
+            cache,
+            ReportSink::File(std::env::temp_dir().join("unused-node-metric.json")),
+        );
+        let policy = CollectPolicy::default();
+        // Before training there are no models: no peak, empty reclaimable.
+        let status = reporter.build_status(&policy, now);
+        assert_eq!(
+            status.prod_reclaimable_metric,
+            Some(ReclaimableMetric::default())
+        );
+        assert_eq!(status.prod_peak_metric, None);
+        assert_eq!(status.node_metric.as_ref().unwrap().numa_usages.len(), 1);
+
+        reporter.train_once(now);
+        let status = reporter.build_status(&policy, now);
+        // System 0.1 core and 0.5 GiB, prod 0.5 core and 1 GiB, the empty
+        // none class one first bucket (25 m, 5 MiB), 10% margin, histogram
+        // buckets up to 5% above the value: reclaimable about 2 − 0.69 cores
+        // and 4 − 1.66 GiB (the per-priority estimate).
+        let reclaimable = &status.prod_reclaimable_metric.as_ref().unwrap().resource;
+        let cpu = milli(reclaimable, "cpu");
+        assert!((1230..=1320).contains(&cpu), "{cpu}");
+        let memory = units(reclaimable, "memory") as f64 / GI;
+        assert!((2.2..=2.36).contains(&memory), "{memory}");
+        let peak = &status.prod_peak_metric.as_ref().unwrap().resource;
+        assert!((680..=770).contains(&milli(peak, "cpu")), "{status:?}");
+
+        let policy_apps = [HostApplicationSpec {
+            name: "nginx".into(),
+            qos: "LS".into(),
+            priority: "koord-prod".into(),
+            ..Default::default()
+        }];
+        let status = build_node_metric_status(&ReportInputs {
+            policy: &policy,
+            usage: reporter.usage.as_ref(),
+            pods: &[],
+            host_applications: &policy_apps,
+            prediction: None,
+            now,
+        });
+        let app = &status.host_application_metric[0];
+        assert_eq!(quantity(&app.usage, "cpu"), "250m");
+        assert_eq!(quantity(&app.usage, "memory"), "512Mi");
     }
 }

@@ -125,23 +125,42 @@ fn advisor_snapshot_logged(pods: Option<&super::PodsSnapshot>) -> PodsSnapshot {
     snapshot
 }
 
-/// The metrics advisor's view of the pods, kept in step with `states` until
-/// shutdown.
+/// The NodeSLO's host applications, in the snapshot beside the pods.
+fn host_applications_of(states: &StatesInformer) -> Vec<apis::slo::v1alpha1::HostApplicationSpec> {
+    states
+        .node_slo()
+        .map(|slo| slo.spec.host_applications.clone())
+        .unwrap_or_default()
+}
+
+/// The metrics advisor's view of the pods and host applications, kept in
+/// step with `states` until shutdown.
 pub fn spawn_advisor_pods_feed(
     states: &StatesInformer,
     shutdown: Shutdown,
 ) -> watch::Receiver<Arc<PodsSnapshot>> {
     let mut updates = states.subscribe_pods();
-    let initial = advisor_snapshot_logged(updates.borrow_and_update().as_deref());
+    let mut slo_updates = states.subscribe_node_slo();
+    slo_updates.mark_unchanged();
+    let initial = advisor_snapshot_logged(updates.borrow_and_update().as_deref())
+        .with_host_applications(host_applications_of(states));
     let (sender, receiver) = watch::channel(Arc::new(initial));
+    let states = states.clone();
     tokio::spawn(async move {
+        let mut slo_open = true;
         loop {
             tokio::select! {
                 _ = shutdown.wait() => return,
                 changed = updates.changed() => if changed.is_err() { return },
+                changed = slo_updates.changed(), if slo_open => {
+                    // A closed NodeSLO channel only stops host application updates.
+                    slo_open = changed.is_ok();
+                    slo_updates.mark_unchanged();
+                }
             }
             let current = updates.borrow_and_update().clone();
-            let snapshot = advisor_snapshot_logged(current.as_deref());
+            let snapshot = advisor_snapshot_logged(current.as_deref())
+                .with_host_applications(host_applications_of(&states));
             sender.send_replace(Arc::new(snapshot));
         }
     });
