@@ -183,8 +183,7 @@ fn review(
     kind: (&str, &str, &str),
     resource: &str,
     operation: &str,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
     object: Value,
     old_object: Value,
 ) -> Value {
@@ -221,8 +220,7 @@ fn pod_review(uid: &str, operation: &str, object: Value, old_object: Value) -> V
         ("", "v1", "Pod"),
         "pods",
         operation,
-        "spark",
-        "",
+        ("spark", ""),
         object,
         old_object,
     )
@@ -432,8 +430,7 @@ fn quota_review(uid: &str, operation: &str, object: Value, old: Value) -> Value 
         ("scheduling.sigs.k8s.io", "v1alpha1", "ElasticQuota"),
         "elasticquotas",
         operation,
-        "team-a",
-        &name,
+        ("team-a", &name),
         object,
         old,
     )
@@ -569,8 +566,7 @@ fn configmap_review(uid: &str, data: Value) -> Value {
         ("", "v1", "ConfigMap"),
         "configmaps",
         "UPDATE",
-        "koordinator-system",
-        "slo-controller-config",
+        ("koordinator-system", "slo-controller-config"),
         object.clone(),
         object,
     )

@@ -229,6 +229,14 @@ fn verify(artifacts: &Artifacts, dns_name: &str, at: SystemTime) -> Result<(), S
             .map_err(|e| e.to_string())?;
     let name = ServerName::try_from(dns_name.to_owned()).map_err(|e| e.to_string())?;
     let since_epoch = at.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
+    // webpki does not check a trust anchor's own validity period; Go's x509 does.
+    for ca in certificates(&artifacts.ca_cert, "CA certificate").map_err(|e| e.to_string())? {
+        match certificate_validity(&ca) {
+            Some((not_before, not_after)) if not_before <= at && at <= not_after => {}
+            Some(_) => return Err("the CA certificate is not valid at that time".into()),
+            None => return Err("cannot read the CA certificate's validity".into()),
+        }
+    }
     let (end_entity, intermediates) = key.cert.split_first().ok_or("empty chain")?;
     verifier
         .verify_server_cert(
@@ -240,6 +248,79 @@ fn verify(artifacts: &Artifacts, dns_name: &str, at: SystemTime) -> Result<(), S
         )
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// One DER element: (tag, content, rest).
+fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let length = rest[..count]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (length, &rest[count..])
+    };
+    if rest.len() < length {
+        return None;
+    }
+    Some((tag, &rest[..length], &rest[length..]))
+}
+
+/// A UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+fn der_time(tag: u8, content: &[u8]) -> Option<SystemTime> {
+    let text = std::str::from_utf8(content).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 if text.len() == 12 => {
+            let yy: i64 = text.get(..2)?.parse().ok()?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &text[2..])
+        }
+        0x18 if text.len() == 14 => (text.get(..4)?.parse().ok()?, &text[4..]),
+        _ => return None,
+    };
+    let field = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
+    let (month, day, hour, minute, second) =
+        (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
+    u64::try_from(seconds)
+        .ok()
+        .map(|s| UNIX_EPOCH + Duration::from_secs(s))
+}
+
+/// Unix day number of a Gregorian date (inverse of [`civil_from_days`]).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `(notBefore, notAfter)` of a DER certificate.
+pub fn certificate_validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    let (_, certificate, _) = der_element(der)?;
+    let (_, tbs, _) = der_element(certificate)?;
+    let mut rest = tbs;
+    let (tag, _, after) = der_element(rest)?;
+    if tag == 0xa0 {
+        rest = after; // explicit version
+    }
+    for _ in 0..3 {
+        // serialNumber, signature, issuer
+        rest = der_element(rest)?.2;
+    }
+    let (_, validity, _) = der_element(rest)?;
+    let (before_tag, before, rest) = der_element(validity)?;
+    let (after_tag, after, _) = der_element(rest)?;
+    Some((der_time(before_tag, before)?, der_time(after_tag, after)?))
 }
 
 /// The serving certificate the TLS listener presents; swapped in place on rotation.
@@ -306,6 +387,23 @@ mod tests {
     use super::*;
 
     const DNS: &str = "koordinator-webhook-service.koordinator-system.svc";
+
+    #[test]
+    fn validity_is_read_from_the_certificate() {
+        let now = SystemTime::now();
+        let artifacts = generate(DNS, None, now).unwrap();
+        let ca = certificates(&artifacts.ca_cert, "ca").unwrap();
+        let (not_before, not_after) = certificate_validity(&ca[0]).unwrap();
+        assert!(not_before <= now && now - Duration::from_secs(2 * 86_400) <= not_before);
+        let lifetime = not_after.duration_since(not_before).unwrap();
+        let expected = CERT_LIFETIME + Duration::from_secs(86_400);
+        assert!(
+            lifetime.abs_diff(expected) <= Duration::from_secs(2 * 86_400),
+            "{lifetime:?}"
+        );
+        assert_eq!(days_from_civil(2024, 1, 1), 19_723);
+        assert!(certificate_validity(b"\x30\x03garbage").is_none());
+    }
 
     #[test]
     fn civil_dates_are_right() {
