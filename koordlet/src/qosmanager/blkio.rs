@@ -1,1 +1,682 @@
-//! QoS strategy `blkio`.
+//! QoS strategy `blkio` (upstream `BlkIOReconcile`): per-device I/O
+//! throttles of the BE tier from `resourceQOSStrategy.beClass.blkioQOS`.
+//!
+//! - Each `blocks[]` entry names a device (`/dev/vdb`, `vdb`) or a mount
+//!   point (`/data`); it is resolved to the whole disk's `major:minor`
+//!   through `<proc>/self/mountinfo`, `<sys>/class/block/<dev>/dev` and
+//!   `<sys>/dev/block/<major:minor>` (a partition resolves to its disk, the
+//!   kernel throttles whole disks only).
+//! - `readIOPS`, `writeIOPS`, `readBPS`, `writeBPS` (0 = no limit) go to the
+//!   tier's `blkio.throttle.*_device` files; a device still throttled there
+//!   but no longer configured is reset to 0 (upstream's recorder).
+//! - `ioWeightPercent` needs `blkio.cost.weight` (Anolis blk-iocost); plain
+//!   `blkio.weight` is a BFQ/CFQ knob upstream does not use. Where the file
+//!   is missing the weight is reported unsupported and throttles still apply.
+//! - LSR/LS classes are reported not supported, as upstream; `volumegroup`
+//!   and `podvolume` blocks (LVM and CSI metadata) are reported unsupported.
+//!
+//! Throttle files list one line per device and drop a device set to 0, so
+//! writes are decided against the parsed current content and carry
+//! [`ReadBack::None`]: a write happens only when a device's value differs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use apis::slo::v1alpha1::{BlockCfg, BlockType, ResourceQOS};
+
+use super::framework::{Capability, Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
+use super::sysreconcile::{FsHostFiles, HostFiles};
+use crate::system::SystemArgs;
+use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
+
+pub const NAME: &str = "blkio";
+/// The blk-iocost weight file upstream writes.
+pub const IO_WEIGHT_FILE: &str = "blkio.cost.weight";
+/// Upstream's default weight (percent) for a configured device.
+pub const DEFAULT_IO_WEIGHT_PERCENT: i64 = 100;
+
+/// A block device number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceNumber {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DeviceNumber {
+    /// Parses `major:minor`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let parsed = text
+            .split_once(':')
+            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+        match parsed {
+            Some((major, minor)) => Ok(Self { major, minor }),
+            None => Err(format!("malformed device number {text:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape_mount_point(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d)));
+        match octal {
+            Some(digits) => {
+                let value = digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The device mounted at `mount_point` per `/proc/self/mountinfo` (the last
+/// matching line wins: later mounts hide earlier ones).
+pub fn device_of_mount(mountinfo: &str, mount_point: &str) -> Result<Option<DeviceNumber>, String> {
+    let wanted = mount_point.trim_end_matches('/');
+    let wanted = if wanted.is_empty() { "/" } else { wanted };
+    let mut found = None;
+    for (index, line) in mountinfo.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(device), Some(point)) = (fields.get(2), fields.get(4)) else {
+            return Err(format!(
+                "mountinfo line {} is malformed: {line:?}",
+                index + 1
+            ));
+        };
+        if unescape_mount_point(point) == wanted {
+            found = Some(DeviceNumber::parse(device)?);
+        }
+    }
+    Ok(found)
+}
+
+/// Resolves configured block names to whole-disk device numbers.
+pub struct DeviceResolver<'a> {
+    pub files: &'a dyn HostFiles,
+    pub roots: &'a SystemArgs,
+}
+
+impl DeviceResolver<'_> {
+    /// A device name (`/dev/vdb`, `vdb`) or a mount point (`/data`).
+    pub fn resolve(&self, name: &str) -> Result<DeviceNumber, String> {
+        let device = match name.strip_prefix("/dev/") {
+            Some(device) => self.by_device_name(device)?,
+            None if !name.starts_with('/') => self.by_device_name(name)?,
+            None => {
+                let path = self.roots.proc_root_dir.join("self/mountinfo");
+                let mountinfo = self
+                    .files
+                    .read(&path)
+                    .ok_or_else(|| format!("cannot read {}", path.display()))?;
+                device_of_mount(&mountinfo, name)?
+                    .ok_or_else(|| format!("{name} is neither a device nor a mount point"))?
+            }
+        };
+        self.whole_disk(device)
+    }
+
+    fn by_device_name(&self, device: &str) -> Result<DeviceNumber, String> {
+        if device.is_empty() || device.contains('/') || device == ".." {
+            return Err(format!("{device:?} is not a block device name"));
+        }
+        let path = self
+            .roots
+            .sys_root_dir
+            .join("class/block")
+            .join(device)
+            .join("dev");
+        let content = self.files.read(&path).ok_or_else(|| {
+            format!(
+                "block device {device} not found ({} is missing)",
+                path.display()
+            )
+        })?;
+        DeviceNumber::parse(&content)
+    }
+
+    /// A partition's disk: the parent directory of its sysfs device.
+    fn whole_disk(&self, device: DeviceNumber) -> Result<DeviceNumber, String> {
+        let link = self
+            .roots
+            .sys_root_dir
+            .join("dev/block")
+            .join(device.to_string());
+        if !self.files.exists(&link.join("partition")) {
+            return Ok(device);
+        }
+        let target = self
+            .files
+            .link_target(&link)
+            .ok_or_else(|| format!("cannot follow {}", link.display()))?;
+        let disk = target
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|name| name.to_str())
+            .ok_or_else(|| format!("cannot find the disk of partition {device}"))?;
+        self.by_device_name(disk)
+    }
+}
+
+/// One line per device: `major:minor value`.
+pub fn parse_device_values(content: &str) -> Result<BTreeMap<DeviceNumber, i64>, String> {
+    let mut values = BTreeMap::new();
+    for line in content
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+    {
+        let mut fields = line.split_whitespace();
+        let (Some(device), Some(value), None) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(format!("malformed device line {line:?}"));
+        };
+        let value = value
+            .parse::<i64>()
+            .map_err(|_| format!("malformed value in device line {line:?}"))?;
+        values.insert(DeviceNumber::parse(device)?, value);
+    }
+    Ok(values)
+}
+
+const THROTTLES: [(CgroupResource, &str); 4] = [
+    (CgroupResource::BlkioThrottleReadIops, "readIOPS"),
+    (CgroupResource::BlkioThrottleReadBps, "readBPS"),
+    (CgroupResource::BlkioThrottleWriteIops, "writeIOPS"),
+    (CgroupResource::BlkioThrottleWriteBps, "writeBPS"),
+];
+
+fn configured_value(block: &BlockCfg, resource: CgroupResource) -> i64 {
+    let io = &block.io_cfg;
+    let value = match resource {
+        CgroupResource::BlkioThrottleReadIops => io.read_iops,
+        CgroupResource::BlkioThrottleReadBps => io.read_bps,
+        CgroupResource::BlkioThrottleWriteIops => io.write_iops,
+        _ => io.write_bps,
+    };
+    value.unwrap_or(0).max(0)
+}
+
+fn class_blocks(class: Option<&ResourceQOS>) -> Option<(bool, &[BlockCfg])> {
+    let cfg = class?.blkio_qos.as_ref()?;
+    Some((cfg.enable == Some(true), cfg.blkio_qos.blocks.as_slice()))
+}
+
+/// The `blkio` strategy.
+pub struct BlkioReconcile {
+    roots: SystemArgs,
+    files: Arc<dyn HostFiles>,
+}
+
+impl std::fmt::Debug for BlkioReconcile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlkioReconcile")
+            .field("roots", &self.roots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlkioReconcile {
+    pub fn new(roots: SystemArgs, files: Arc<dyn HostFiles>) -> Self {
+        Self { roots, files }
+    }
+
+    pub fn on_host(roots: SystemArgs) -> Self {
+        Self::new(roots, Arc::new(FsHostFiles))
+    }
+}
+
+impl Strategy for BlkioReconcile {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn interval(&self, snapshot: &QosSnapshot) -> Duration {
+        snapshot.config.reconcile_interval
+    }
+
+    fn required_capabilities(&self) -> &'static [Capability] {
+        &[Capability::Blkio]
+    }
+
+    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        let Some(strategy) = snapshot
+            .node_slo
+            .as_ref()
+            .and_then(|spec| spec.resource_qos_strategy.as_ref())
+        else {
+            return Decision::skipped("no NodeSLO resourceQOSStrategy");
+        };
+        let mut decision = Decision::default();
+        for (class, config) in [("LSR", &strategy.lsr_class), ("LS", &strategy.ls_class)] {
+            if let Some((true, blocks)) = class_blocks(config.as_ref())
+                && !blocks.is_empty()
+            {
+                decision.info(format!(
+                    "blkioQOS of the {class} class is not supported (as upstream); only beClass applies"
+                ));
+            }
+        }
+        let Some((enabled, blocks)) = class_blocks(strategy.be_class.as_ref()) else {
+            decision.skip("beClass.blkioQOS is not configured");
+            return decision;
+        };
+        if snapshot.layout.version != CgroupVersion::V1 {
+            decision.skip("unsupported: blkio throttling is implemented for cgroup v1 only");
+            return decision;
+        }
+        let blocks = if enabled { blocks } else { &[] };
+        let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+        let resolver = DeviceResolver {
+            files: self.files.as_ref(),
+            roots: &self.roots,
+        };
+        // Desired value per device and throttle file (0 removes a limit).
+        let mut desired: BTreeMap<DeviceNumber, &BlockCfg> = BTreeMap::new();
+        for block in blocks {
+            match &block.block_type {
+                None | Some(BlockType::Device) => match resolver.resolve(&block.name) {
+                    Ok(device) => {
+                        desired.insert(device, block);
+                    }
+                    Err(err) => decision.info(format!("block {}: {err}", block.name)),
+                },
+                Some(other) => decision.info(format!(
+                    "block {}: blockType {} is not supported",
+                    block.name,
+                    other.as_str()
+                )),
+            }
+        }
+        for (resource, field) in THROTTLES {
+            let current = match snapshot.current(&dir, resource) {
+                Some(CgroupValue::Text(text)) => match parse_device_values(&text) {
+                    Ok(values) => values,
+                    Err(err) => {
+                        decision.info(format!("{}: {err}", resource.name()));
+                        continue;
+                    }
+                },
+                _ => {
+                    decision.info(format!(
+                        "unsupported: {} of {} is missing",
+                        resource.name(),
+                        dir.display()
+                    ));
+                    continue;
+                }
+            };
+            let Ok(path) = snapshot.layout.file_path(&dir, resource) else {
+                continue;
+            };
+            let devices: Vec<DeviceNumber> =
+                desired.keys().chain(current.keys()).copied().collect();
+            let mut seen = std::collections::BTreeSet::new();
+            for device in devices.into_iter().filter(|d| seen.insert(*d)) {
+                let want = desired
+                    .get(&device)
+                    .map_or(0, |block| configured_value(block, resource));
+                let have = current.get(&device).copied().unwrap_or(0);
+                if want == have {
+                    continue;
+                }
+                let source = match desired.get(&device) {
+                    Some(block) => format!("beClass.blkioQOS {} {field}", block.name),
+                    None => "device no longer configured".to_string(),
+                };
+                decision.file_writes.push(FileWrite {
+                    path: path.clone(),
+                    value: format!("{device} {want}"),
+                    reason: source,
+                    read_back: ReadBack::None,
+                });
+            }
+        }
+        self.io_weight(snapshot, &dir, &desired, &mut decision);
+        if decision.file_writes.is_empty() && desired.is_empty() && blocks.is_empty() {
+            decision.skip("beClass.blkioQOS configures no block device");
+        }
+        decision
+    }
+}
+
+impl BlkioReconcile {
+    fn io_weight(
+        &self,
+        snapshot: &QosSnapshot,
+        dir: &Path,
+        desired: &BTreeMap<DeviceNumber, &BlockCfg>,
+        decision: &mut Decision,
+    ) {
+        let weighted: Vec<(DeviceNumber, i64)> = desired
+            .iter()
+            .filter_map(|(device, block)| Some((*device, block.io_cfg.io_weight_percent?)))
+            .collect();
+        if weighted.is_empty() {
+            return;
+        }
+        let Ok(blkio_dir) = snapshot.layout.controller_path(dir, Controller::Blkio) else {
+            return;
+        };
+        let path: PathBuf = blkio_dir.join(IO_WEIGHT_FILE);
+        if !self.files.exists(&path) {
+            decision.info(format!(
+                "ioWeightPercent: unsupported, {} is missing (needs blk-iocost; blkio.weight is not used)",
+                path.display()
+            ));
+            return;
+        }
+        for (device, weight) in weighted {
+            if !(1..=100).contains(&weight) {
+                decision.info(format!(
+                    "ioWeightPercent {weight} for {device} is outside 1..=100; not written"
+                ));
+                continue;
+            }
+            decision.file_writes.push(FileWrite {
+                path: path.clone(),
+                value: format!("{device} {weight}"),
+                reason: "beClass.blkioQOS ioWeightPercent".to_string(),
+                read_back: ReadBack::None,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qosmanager::framework::MapReader;
+    use crate::qosmanager::sysreconcile::MapHostFiles;
+    use apis::slo::v1alpha1::{BlkIOQOS, BlkIOQOSCfg, IOCfg, NodeSLOSpec, ResourceQOSStrategy};
+    use std::time::SystemTime;
+
+    fn roots() -> SystemArgs {
+        SystemArgs::under(Path::new("/host"))
+    }
+
+    /// vda (254:0) with partition vda1 (254:1) mounted at /data.
+    fn host_files() -> MapHostFiles {
+        MapHostFiles::default()
+            .with(
+                "/host/proc/self/mountinfo",
+                "22 27 0:21 / /proc rw - proc proc rw\n\
+                 30 27 254:1 / /data rw,relatime - ext4 /dev/vda1 rw\n\
+                 31 27 254:1 / /my\\040disk rw - ext4 /dev/vda1 rw\n",
+            )
+            .with("/host/sys/class/block/vda/dev", "254:0\n")
+            .with("/host/sys/class/block/vda1/dev", "254:1\n")
+            .with("/host/sys/dev/block/254:1/partition", "1\n")
+            .with_link(
+                "/host/sys/dev/block/254:1",
+                "../../devices/pci0000:00/virtio1/block/vda/vda1",
+            )
+            .with_link(
+                "/host/sys/dev/block/254:0",
+                "../../devices/pci0000:00/virtio1/block/vda",
+            )
+    }
+
+    fn block(name: &str, io: IOCfg) -> BlockCfg {
+        BlockCfg {
+            name: name.to_string(),
+            block_type: Some(BlockType::Device),
+            io_cfg: io,
+        }
+    }
+
+    fn snapshot(
+        enable: bool,
+        blocks: Vec<BlockCfg>,
+        current: &[(CgroupResource, &str)],
+    ) -> QosSnapshot {
+        let mut snapshot = QosSnapshot::for_test(SystemTime::UNIX_EPOCH);
+        let be = ResourceQOS {
+            blkio_qos: Some(BlkIOQOSCfg {
+                enable: Some(enable),
+                blkio_qos: BlkIOQOS { blocks },
+            }),
+            ..ResourceQOS::default()
+        };
+        snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
+            resource_qos_strategy: Some(ResourceQOSStrategy {
+                be_class: Some(be),
+                ..ResourceQOSStrategy::default()
+            }),
+            ..NodeSLOSpec::default()
+        }));
+        let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+        let mut reader = MapReader::default();
+        for (resource, content) in current {
+            reader = reader.with(
+                dir.clone(),
+                *resource,
+                CgroupValue::Text(content.to_string()),
+            );
+        }
+        snapshot.reader = Arc::new(reader);
+        snapshot
+    }
+
+    fn all_empty() -> Vec<(CgroupResource, &'static str)> {
+        THROTTLES
+            .iter()
+            .map(|(resource, _)| (*resource, ""))
+            .collect()
+    }
+
+    fn writes(decision: &Decision) -> Vec<(String, String)> {
+        decision
+            .file_writes
+            .iter()
+            .map(|w| {
+                let file = w.path.file_name().unwrap().to_str().unwrap().to_string();
+                (file, w.value.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn names_resolve_to_whole_disks() {
+        let files = host_files();
+        let roots = roots();
+        let resolver = DeviceResolver {
+            files: &files,
+            roots: &roots,
+        };
+        let vda = DeviceNumber {
+            major: 254,
+            minor: 0,
+        };
+        assert_eq!(resolver.resolve("/dev/vda"), Ok(vda));
+        assert_eq!(resolver.resolve("vda1"), Ok(vda));
+        assert_eq!(resolver.resolve("/data"), Ok(vda));
+        assert_eq!(resolver.resolve("/data/"), Ok(vda));
+        assert_eq!(resolver.resolve("/my disk"), Ok(vda));
+        assert!(
+            resolver
+                .resolve("/nowhere")
+                .unwrap_err()
+                .contains("neither")
+        );
+        assert!(
+            resolver
+                .resolve("/dev/sdz")
+                .unwrap_err()
+                .contains("not found")
+        );
+        assert!(resolver.resolve("/dev/../etc").is_err());
+    }
+
+    #[test]
+    fn throttles_are_written_per_device_and_weight_reported_unsupported() {
+        let io = IOCfg {
+            read_bps: Some(1_048_576),
+            write_iops: Some(300),
+            io_weight_percent: Some(60),
+            ..IOCfg::default()
+        };
+        let strategy = BlkioReconcile::new(roots(), Arc::new(host_files()));
+        let decision = strategy.decide(&snapshot(true, vec![block("/data", io)], &all_empty()));
+        assert_eq!(
+            writes(&decision),
+            [
+                (
+                    "blkio.throttle.read_bps_device".to_string(),
+                    "254:0 1048576".to_string()
+                ),
+                (
+                    "blkio.throttle.write_iops_device".to_string(),
+                    "254:0 300".to_string()
+                ),
+            ]
+        );
+        assert!(
+            decision.file_writes[0]
+                .path
+                .ends_with("blkio/kubepods/besteffort/blkio.throttle.read_bps_device")
+        );
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("ioWeightPercent: unsupported"))
+        );
+    }
+
+    #[test]
+    fn converged_files_need_no_write_and_removed_devices_are_reset() {
+        let io = IOCfg {
+            read_bps: Some(1_048_576),
+            ..IOCfg::default()
+        };
+        let strategy = BlkioReconcile::new(roots(), Arc::new(host_files()));
+        let mut current = all_empty();
+        current[1] = (
+            CgroupResource::BlkioThrottleReadBps,
+            "254:0 1048576\n8:0 500\n",
+        );
+        let decision = strategy.decide(&snapshot(true, vec![block("vda", io)], &current));
+        // 254:0 is converged; 8:0 is no longer configured → reset to 0.
+        assert_eq!(
+            writes(&decision),
+            [(
+                "blkio.throttle.read_bps_device".to_string(),
+                "8:0 0".to_string()
+            )]
+        );
+        // Disabled: every limit is removed.
+        let disabled = strategy.decide(&snapshot(false, vec![], &current));
+        assert_eq!(
+            writes(&disabled),
+            [
+                (
+                    "blkio.throttle.read_bps_device".to_string(),
+                    "8:0 0".to_string()
+                ),
+                (
+                    "blkio.throttle.read_bps_device".to_string(),
+                    "254:0 0".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn weight_is_written_where_blk_iocost_exists() {
+        let files = host_files().with(
+            "/sys/fs/cgroup/blkio/kubepods/besteffort/blkio.cost.weight",
+            "",
+        );
+        let io = IOCfg {
+            io_weight_percent: Some(60),
+            ..IOCfg::default()
+        };
+        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide(&snapshot(
+            true,
+            vec![block("vda", io)],
+            &all_empty(),
+        ));
+        assert_eq!(
+            writes(&decision),
+            [("blkio.cost.weight".to_string(), "254:0 60".to_string())]
+        );
+    }
+
+    #[test]
+    fn missing_files_unknown_blocks_and_missing_config_are_reported() {
+        let strategy = BlkioReconcile::new(roots(), Arc::new(host_files()));
+        let io = IOCfg {
+            read_bps: Some(10),
+            ..IOCfg::default()
+        };
+        // No throttle files at all (blkio controller without throttling).
+        let decision = strategy.decide(&snapshot(true, vec![block("vda", io.clone())], &[]));
+        assert!(decision.file_writes.is_empty());
+        assert_eq!(
+            decision
+                .notes
+                .iter()
+                .filter(|n| n.text.starts_with("unsupported"))
+                .count(),
+            4
+        );
+        let vg = BlockCfg {
+            block_type: Some(BlockType::VolumeGroup),
+            ..block("pool", io.clone())
+        };
+        let decision = strategy.decide(&snapshot(
+            true,
+            vec![vg, block("/dev/sdz", io)],
+            &all_empty(),
+        ));
+        assert!(decision.file_writes.is_empty());
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("volumegroup is not supported"))
+        );
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("sdz not found"))
+        );
+        let none = strategy.decide(&QosSnapshot::for_test(SystemTime::UNIX_EPOCH));
+        assert!(none.skip_reason().unwrap().contains("resourceQOSStrategy"));
+    }
+
+    #[test]
+    fn device_lines_parse_strictly() {
+        let parsed = parse_device_values("8:0 10\n254:0 20\n").unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert!(parse_device_values("8:0").is_err());
+        assert!(parse_device_values("8-0 1").is_err());
+        assert!(parse_device_values("8:0 x").is_err());
+        assert!(device_of_mount("garbage", "/").is_err());
+    }
+}
