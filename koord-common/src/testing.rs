@@ -1,7 +1,10 @@
 //! Helpers for tests of the binaries (enabled by the `testing` feature): plain
-//! HTTP/1.1 requests, a fake API server answering `GET /version`, kubeconfig
-//! files in throwaway directories, and a child-process wrapper that collects
-//! output lines. Test code only; failures surface as `io::Error` or `None`.
+//! HTTP/1.1 requests, a fake API server answering `GET /version` (plus canned
+//! routes, recording every request with its body), kubeconfig files in
+//! throwaway directories, a child-process wrapper that collects output
+//! lines, and the checks every binary's CLI test repeats (version flag,
+//! unreachable cluster, probes, SIGTERM). Test code only; failures surface
+//! as `io::Error`, `None` or an `Err(String)` carrying the process output.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -138,7 +141,46 @@ pub struct FakeApiServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     requests: Arc<Mutex<Vec<String>>>,
+    state: Arc<FakeApiState>,
     thread: Option<thread::JoinHandle<()>>,
+}
+
+/// One request the fake API server received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// Path and query, e.g. `/api/v1/nodes/n1?fieldManager=x`.
+    pub target: String,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RecordedRequest {
+    /// The path without the query string.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or("")
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+struct CannedRoute {
+    method: String,
+    path: String,
+    status: u16,
+    body: String,
+}
+
+#[derive(Default)]
+struct FakeApiState {
+    recorded: Mutex<Vec<RecordedRequest>>,
+    routes: Mutex<Vec<CannedRoute>>,
 }
 
 /// The body a real API server returns for `GET /version`.
@@ -151,15 +193,20 @@ impl FakeApiServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let state = Arc::new(FakeApiState::default());
         let thread = thread::spawn({
             let stop = Arc::clone(&stop);
             let requests = Arc::clone(&requests);
+            let state = Arc::clone(&state);
             move || {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, _)) => {
                             let requests = Arc::clone(&requests);
-                            thread::spawn(move || serve_fake_api_connection(stream, &requests));
+                            let state = Arc::clone(&state);
+                            thread::spawn(move || {
+                                serve_fake_api_connection(stream, &requests, &state)
+                            });
                         }
                         Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                             thread::sleep(Duration::from_millis(10));
@@ -173,8 +220,52 @@ impl FakeApiServer {
             addr,
             stop,
             requests,
+            state,
             thread: Some(thread),
         })
+    }
+
+    /// Answers `method path` (query ignored) with `status` and a JSON `body`
+    /// from now on; later routes for the same request win.
+    pub fn respond(&self, method: &str, path: &str, status: u16, body: &str) {
+        if let Ok(mut routes) = self.state.routes.lock() {
+            routes.push(CannedRoute {
+                method: method.to_string(),
+                path: path.to_string(),
+                status,
+                body: body.to_string(),
+            });
+        }
+    }
+
+    /// Every request so far with its headers and body.
+    pub fn recorded(&self) -> Vec<RecordedRequest> {
+        self.state
+            .recorded
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until a request matching `method` and `path` (query ignored)
+    /// has arrived and returns the first one.
+    pub fn wait_for_request(
+        &self,
+        method: &str,
+        path: &str,
+        timeout: Duration,
+    ) -> Option<RecordedRequest> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = self
+                .recorded()
+                .into_iter()
+                .find(|request| request.method == method && request.path() == path);
+            if found.is_some() || Instant::now() >= deadline {
+                return found;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -200,7 +291,24 @@ impl Drop for FakeApiServer {
     }
 }
 
-fn serve_fake_api_connection(stream: TcpStream, requests: &Mutex<Vec<String>>) {
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        400 => "Bad Request",
+        404 => "Not Found",
+        409 => "Conflict",
+        422 => "Unprocessable Entity",
+        500 => "Internal Server Error",
+        _ => "Status",
+    }
+}
+
+fn serve_fake_api_connection(
+    stream: TcpStream,
+    requests: &Mutex<Vec<String>>,
+    state: &FakeApiState,
+) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let Ok(reader_stream) = stream.try_clone() else {
@@ -217,6 +325,7 @@ fn serve_fake_api_connection(stream: TcpStream, requests: &Mutex<Vec<String>>) {
         }
         let mut content_length = 0usize;
         let mut close_after = false;
+        let mut headers = Vec::new();
         loop {
             let mut line = String::new();
             match reader.read_line(&mut line) {
@@ -228,6 +337,7 @@ fn serve_fake_api_connection(stream: TcpStream, requests: &Mutex<Vec<String>>) {
             }
             if let Some((name, value)) = line.split_once(':') {
                 let (name, value) = (name.trim(), value.trim());
+                headers.push((name.to_ascii_lowercase(), value.to_string()));
                 if name.eq_ignore_ascii_case("content-length") {
                     content_length = value.parse().unwrap_or(0);
                 } else if name.eq_ignore_ascii_case("connection")
@@ -237,24 +347,40 @@ fn serve_fake_api_connection(stream: TcpStream, requests: &Mutex<Vec<String>>) {
                 }
             }
         }
-        if content_length > 0 {
-            let mut discard = vec![0u8; content_length];
-            if reader.read_exact(&mut discard).is_err() {
-                return;
-            }
+        let mut body = vec![0u8; content_length];
+        if content_length > 0 && reader.read_exact(&mut body).is_err() {
+            return;
         }
         let request_line = request_line.trim().to_string();
         if let Ok(mut seen) = requests.lock() {
             seen.push(request_line.clone());
         }
-        let path = request_line.split_whitespace().nth(1).unwrap_or("");
-        let (status, body) = if path == "/version" || path.starts_with("/version?") {
-            ("200 OK", FAKE_VERSION_BODY.to_string())
-        } else {
-            (
-                "404 Not Found",
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let path = target.split('?').next().unwrap_or("").to_string();
+        if let Ok(mut recorded) = state.recorded.lock() {
+            recorded.push(RecordedRequest {
+                method: method.clone(),
+                target: target.clone(),
+                headers,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        let canned = state.routes.lock().ok().and_then(|routes| {
+            routes
+                .iter()
+                .rev()
+                .find(|route| route.method == method && route.path == path)
+                .map(|route| (route.status, route.body.clone()))
+        });
+        let (status, body) = match canned {
+            Some((code, body)) => (format!("{code} {}", reason_phrase(code)), body),
+            None if path == "/version" => ("200 OK".to_string(), FAKE_VERSION_BODY.to_string()),
+            None => (
+                "404 Not Found".to_string(),
                 r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#.to_string(),
-            )
+            ),
         };
         let response = format!(
             "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -448,6 +574,145 @@ fn collect_lines(stream: impl Read + Send + 'static, output: Arc<(Mutex<Output>,
     });
 }
 
+/// Waits the binaries' tests use: generous, since the machine may be busy.
+pub const PROCESS_WAIT: Duration = Duration::from_secs(20);
+pub const HTTP_WAIT: Duration = Duration::from_secs(5);
+
+/// `bin` without the settings a test must not inherit: `KUBECONFIG`,
+/// `KUBERNETES_SERVICE_HOST`, `NODE_NAME` and `RUST_LOG` are removed.
+pub fn isolated_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(bin);
+    command
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("NODE_NAME")
+        .env_remove("RUST_LOG");
+    command
+}
+
+/// [`isolated_command`] pointed at `kubeconfig`.
+pub fn command_with_kubeconfig(bin: impl AsRef<std::ffi::OsStr>, kubeconfig: &Path) -> Command {
+    let mut command = isolated_command(bin);
+    command.env("KUBECONFIG", kubeconfig);
+    command
+}
+
+/// Runs `bin --version`: it must exit 0 and print `<name> ` followed by a
+/// line containing `version`. Returns what it printed.
+pub fn check_version_flag(bin: &str, name: &str, version: &str) -> Result<String, String> {
+    let output = isolated_command(bin)
+        .arg("--version")
+        .output()
+        .map_err(|err| format!("cannot run {bin}: {err}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return Err(format!(
+            "{bin} --version failed ({}): {stdout}",
+            output.status
+        ));
+    }
+    if !stdout.starts_with(&format!("{name} ")) || !stdout.contains(version) {
+        return Err(format!("expected \"{name} {version}...\", got: {stdout}"));
+    }
+    Ok(stdout)
+}
+
+/// A kubeconfig in `dir` whose server is a loopback port nothing listens on.
+pub fn unreachable_kubeconfig(dir: &Path) -> io::Result<(PathBuf, SocketAddr)> {
+    let closed = closed_local_addr()?;
+    let path = write_kubeconfig(dir, &format!("http://{closed}"))?;
+    Ok((path, closed))
+}
+
+/// Spawns `command` and expects it to exit non-zero on its own within
+/// `timeout`, having printed every one of `needles`. Returns its output.
+pub fn expect_failed_exit(
+    command: Command,
+    timeout: Duration,
+    needles: &[&str],
+) -> Result<String, String> {
+    let mut process = TestProcess::spawn(command).map_err(|err| format!("cannot spawn: {err}"))?;
+    let status = process
+        .wait_exit(timeout)
+        .map_err(|err| format!("cannot wait: {err}"))?;
+    let output = process.output();
+    match status {
+        None => Err(format!("still running after {timeout:?}:\n{output}")),
+        Some(status) if status.success() => Err(format!("exited 0, expected a failure:\n{output}")),
+        Some(_) => match needles.iter().find(|needle| !output.contains(**needle)) {
+            Some(missing) => Err(format!("{missing:?} not in the output:\n{output}")),
+            None => Ok(output),
+        },
+    }
+}
+
+/// Polls `GET path` until it answers `status`; returns that response.
+pub fn wait_for_http_status(
+    addr: SocketAddr,
+    path: &str,
+    status: u16,
+    timeout: Duration,
+) -> Result<HttpResponse, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match http_get_blocking(addr, path, HTTP_WAIT) {
+            Ok(response) if response.status == status => return Ok(response),
+            Ok(response) => format!("{} {}", response.status, response.body),
+            Err(err) => err.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("GET {path} never answered {status}; last: {last}"));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `GET /healthz` answers 200 `ok`.
+pub fn check_healthz(addr: SocketAddr) -> Result<(), String> {
+    let response =
+        http_get_blocking(addr, "/healthz", HTTP_WAIT).map_err(|err| format!("/healthz: {err}"))?;
+    if (response.status, response.body.as_str()) == (200, "ok") {
+        Ok(())
+    } else {
+        Err(format!(
+            "/healthz answered {} {}",
+            response.status, response.body
+        ))
+    }
+}
+
+impl TestProcess {
+    /// [`TestProcess::wait_for_serving_addr`], failing with the output so far.
+    pub fn serving_addr(&self, what: &str, timeout: Duration) -> Result<SocketAddr, String> {
+        self.wait_for_serving_addr(what, timeout)
+            .ok_or_else(|| format!("no \"serving {what}\" line:\n{}", self.output()))
+    }
+
+    /// [`TestProcess::wait_for_line`], failing with the output so far.
+    pub fn expect_line(&self, needle: &str, timeout: Duration) -> Result<String, String> {
+        self.wait_for_line(needle, timeout)
+            .ok_or_else(|| format!("no line with {needle:?}:\n{}", self.output()))
+    }
+
+    /// Sends `signal` (e.g. `TERM`) and expects exit code 0 within
+    /// `timeout`. Returns the whole output.
+    pub fn stop_cleanly(&mut self, signal: &str, timeout: Duration) -> Result<String, String> {
+        self.signal(signal)
+            .map_err(|err| format!("cannot signal: {err}"))?;
+        let status = self
+            .wait_exit(timeout)
+            .map_err(|err| format!("cannot wait: {err}"))?;
+        let output = self.output();
+        match status {
+            Some(status) if status.code() == Some(0) => Ok(output),
+            Some(status) => Err(format!("SIG{signal} led to {status}:\n{output}")),
+            None => Err(format!(
+                "still running {timeout:?} after SIG{signal}:\n{output}"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,5 +744,42 @@ mod tests {
             server.requests(),
             ["GET /version HTTP/1.1", "GET /api HTTP/1.1"]
         );
+    }
+
+    #[test]
+    fn fake_api_server_records_bodies_and_serves_canned_routes() {
+        let server = FakeApiServer::start().unwrap();
+        server.respond("PATCH", "/api/v1/nodes/n1", 200, r#"{"kind":"Node"}"#);
+        let mut stream = TcpStream::connect(server.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let body = r#"{"metadata":{}}"#;
+        write!(
+            stream,
+            "PATCH /api/v1/nodes/n1?fieldManager=t HTTP/1.1\r\nHost: x\r\nContent-Type: application/merge-patch+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let response = parse_response(&raw).unwrap();
+        assert_eq!(
+            (response.status, response.body.as_str()),
+            (200, r#"{"kind":"Node"}"#)
+        );
+        let request = server
+            .wait_for_request("PATCH", "/api/v1/nodes/n1", Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(request.body, body);
+        assert_eq!(
+            request.header("content-type"),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(request.target, "/api/v1/nodes/n1?fieldManager=t");
+        // Unrouted paths still 404.
+        let missing =
+            http_get_blocking(server.addr(), "/api/v1/nodes/n2", Duration::from_secs(5)).unwrap();
+        assert_eq!(missing.status, 404);
     }
 }

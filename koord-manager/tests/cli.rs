@@ -2,61 +2,48 @@
 //! Runs the real koord-manager binary.
 
 use std::process::Command;
-use std::time::Duration;
 
 use koord_common::testing::{
-    FakeApiServer, TempDir, TestProcess, closed_local_addr, http_get_blocking, write_kubeconfig,
+    FakeApiServer, HTTP_WAIT as HTTP, PROCESS_WAIT as WAIT, TempDir, TestProcess, check_healthz,
+    check_version_flag, command_with_kubeconfig, expect_failed_exit, http_get_blocking,
+    unreachable_kubeconfig, write_kubeconfig,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_koord-manager");
-const WAIT: Duration = Duration::from_secs(20);
-const HTTP: Duration = Duration::from_secs(5);
 
 /// The binary with a kubeconfig and no inherited cluster settings.
 fn manager(kubeconfig: &std::path::Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--health-probe-addr",
-            "127.0.0.1:0",
-        ]);
+    let mut command = command_with_kubeconfig(BIN, kubeconfig);
+    command.args([
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--health-probe-addr",
+        "127.0.0.1:0",
+    ]);
     command
 }
 
 #[test]
 fn version_flag_prints_the_version() {
-    let output = Command::new(BIN).arg("--version").output().unwrap();
-    assert!(output.status.success());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
-    assert!(stdout.starts_with("koord-manager "), "{stdout}");
+    check_version_flag(BIN, "koord-manager", env!("CARGO_PKG_VERSION")).unwrap();
 }
 
 #[test]
 fn unreachable_api_server_is_a_clear_non_zero_exit() {
     let dir = TempDir::new("manager-unreachable").unwrap();
-    let closed = closed_local_addr().unwrap();
-    let kubeconfig = write_kubeconfig(dir.path(), &format!("http://{closed}")).unwrap();
+    let (kubeconfig, closed) = unreachable_kubeconfig(dir.path()).unwrap();
     let mut command = manager(&kubeconfig);
     command.args(["--cluster-connect-timeout", "5s"]);
-    let mut process = TestProcess::spawn(command).unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koord-manager should exit on its own");
-    let output = process.output();
-    assert!(!status.success(), "{output}");
-    assert!(
-        output.contains("cannot reach the Kubernetes API server at"),
-        "{output}"
-    );
-    assert!(output.contains(&closed.to_string()), "{output}");
-    assert!(output.contains("koord-manager needs a cluster"), "{output}");
+    expect_failed_exit(
+        command,
+        WAIT,
+        &[
+            "cannot reach the Kubernetes API server at",
+            &closed.to_string(),
+            "koord-manager needs a cluster",
+        ],
+    )
+    .unwrap();
 }
 
 #[test]
@@ -66,27 +53,23 @@ fn with_a_cluster_it_serves_probes_and_stops_cleanly_on_sigterm() {
     let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
     let mut process = TestProcess::spawn(manager(&kubeconfig)).unwrap();
 
-    let addr = process
-        .wait_for_serving_addr("health and metrics", WAIT)
-        .unwrap_or_else(|| panic!("no serving line:\n{}", process.output()));
+    let addr = process.serving_addr("health and metrics", WAIT).unwrap();
     process
-        .wait_for_line("connected to the Kubernetes API server", WAIT)
-        .unwrap_or_else(|| panic!("never connected:\n{}", process.output()));
+        .expect_line("connected to the Kubernetes API server", WAIT)
+        .unwrap();
     assert!(
         api.requests()
             .iter()
             .any(|line| line.starts_with("GET /version"))
     );
 
-    let healthz = http_get_blocking(addr, "/healthz", HTTP).unwrap();
-    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+    check_healthz(addr).unwrap();
 
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert_eq!(readyz.status, 503, "{}", readyz.body);
+    // The fake API server lists nothing, so the controllers never sync.
     assert!(
-        readyz
-            .body
-            .contains("[-]controllers failed: not implemented in this build"),
+        readyz.body.contains("[-]controllers failed: "),
         "{}",
         readyz.body
     );
@@ -105,13 +88,7 @@ fn with_a_cluster_it_serves_probes_and_stops_cleanly_on_sigterm() {
         metrics.body
     );
 
-    process.signal("TERM").unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koord-manager should stop after SIGTERM");
-    let output = process.output();
-    assert_eq!(status.code(), Some(0), "{output}");
+    let output = process.stop_cleanly("TERM", WAIT).unwrap();
     assert!(output.contains("received SIGTERM"), "{output}");
 }
 
@@ -128,9 +105,7 @@ fn sigint_during_a_slow_connect_exits_zero() {
     let mut command = manager(&kubeconfig);
     command.args(["--cluster-connect-timeout", "60s"]);
     let mut process = TestProcess::spawn(command).unwrap();
-    let addr = process
-        .wait_for_serving_addr("health and metrics", WAIT)
-        .unwrap();
+    let addr = process.serving_addr("health and metrics", WAIT).unwrap();
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert!(
         readyz.body.contains("[-]cluster failed: "),
@@ -138,7 +113,7 @@ fn sigint_during_a_slow_connect_exits_zero() {
         readyz.body
     );
     process
-        .wait_for_line("connecting to the Kubernetes API server", WAIT)
+        .expect_line("connecting to the Kubernetes API server", WAIT)
         .unwrap();
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert!(
@@ -149,11 +124,6 @@ fn sigint_during_a_slow_connect_exits_zero() {
         readyz.body
     );
 
-    process.signal("INT").unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koord-manager should stop after SIGINT");
-    assert_eq!(status.code(), Some(0), "{}", process.output());
+    process.stop_cleanly("INT", WAIT).unwrap();
     drop(silent);
 }

@@ -3,17 +3,17 @@
 
 use std::os::unix::net::UnixListener;
 use std::process::Command;
-use std::time::Duration;
 
-use koord_common::testing::{TempDir, TestProcess, http_get_blocking};
+use koord_common::testing::{
+    HTTP_WAIT as HTTP, PROCESS_WAIT as WAIT, TempDir, TestProcess, check_healthz,
+    check_version_flag, expect_failed_exit, http_get_blocking, isolated_command,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_koord-runtime-proxy");
-const WAIT: Duration = Duration::from_secs(20);
-const HTTP: Duration = Duration::from_secs(5);
 
 fn proxy(dir: &TempDir, backend: &std::path::Path) -> Command {
-    let mut command = Command::new(BIN);
-    command.env_remove("RUST_LOG").args([
+    let mut command = isolated_command(BIN);
+    command.args([
         "--metrics-addr",
         "127.0.0.1:0",
         "--koord-runtimeproxy-endpoint",
@@ -26,11 +26,7 @@ fn proxy(dir: &TempDir, backend: &std::path::Path) -> Command {
 
 #[test]
 fn version_flag_prints_the_version() {
-    let output = Command::new(BIN).arg("--version").output().unwrap();
-    assert!(output.status.success());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.starts_with("koord-runtime-proxy "), "{stdout}");
-    assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
+    check_version_flag(BIN, "koord-runtime-proxy", env!("CARGO_PKG_VERSION")).unwrap();
 }
 
 #[test]
@@ -38,14 +34,7 @@ fn docker_mode_is_refused() {
     let dir = TempDir::new("proxy-docker").unwrap();
     let mut command = proxy(&dir, &dir.path().join("containerd.sock"));
     command.args(["--backend-runtime-mode", "Docker"]);
-    let mut process = TestProcess::spawn(command).unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koord-runtime-proxy should exit on its own");
-    let output = process.output();
-    assert!(!status.success(), "{output}");
-    assert!(output.contains("Docker is not supported"), "{output}");
+    expect_failed_exit(command, WAIT, &["Docker is not supported"]).unwrap();
 }
 
 #[test]
@@ -55,11 +44,8 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
     let backend = UnixListener::bind(&backend_path).unwrap();
     let mut process = TestProcess::spawn(proxy(&dir, &backend_path)).unwrap();
 
-    let addr = process
-        .wait_for_serving_addr("health and metrics", WAIT)
-        .unwrap_or_else(|| panic!("no serving line:\n{}", process.output()));
-    let healthz = http_get_blocking(addr, "/healthz", HTTP).unwrap();
-    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+    let addr = process.serving_addr("health and metrics", WAIT).unwrap();
+    check_healthz(addr).unwrap();
 
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert_eq!(readyz.status, 503, "{}", readyz.body);
@@ -103,12 +89,6 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
     // Not proxying yet, so it must not have created the CRI socket.
     assert!(!dir.path().join("runtimeproxy.sock").exists());
 
-    process.signal("TERM").unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koord-runtime-proxy should stop after SIGTERM");
-    let output = process.output();
-    assert_eq!(status.code(), Some(0), "{output}");
+    let output = process.stop_cleanly("TERM", WAIT).unwrap();
     assert!(output.contains("received SIGTERM"), "{output}");
 }
