@@ -72,6 +72,9 @@ pub struct KoordletArgs {
     pub collector: metricsadvisor::CollectorArgs,
 
     #[command(flatten)]
+    pub nri: runtimehooks::nri::NriArgs,
+
+    #[command(flatten)]
     pub evictor: evictor::EvictorArgs,
 
     #[command(flatten)]
@@ -170,6 +173,7 @@ pub async fn run(
     let cache = Arc::new(args.collector.build_cache()?);
     let executor = resource_executor(&args, layout.clone());
     executor.register_metrics(&context.metrics);
+    start_nri_plugin(&args, &caps, &layout, &executor, &context);
 
     let required = match &standalone {
         Some(config) => RequiredSyncs {
@@ -245,6 +249,36 @@ pub async fn run(
         states_metrics,
     );
     Ok(context.wait_for_shutdown(Some(server)).await)
+}
+
+/// The NRI plugin transport of the runtime hooks (see `docs/nri.md`).
+fn start_nri_plugin(
+    args: &KoordletArgs,
+    caps: &capabilities::NodeCapabilities,
+    layout: &CgroupLayout,
+    executor: &ResourceExecutor,
+    context: &ComponentContext,
+) {
+    use crate::runtimehooks::protocol::{FailurePolicyConfig, HookDispatcher};
+    let dispatcher = HookDispatcher::new(
+        runtimehooks::hooks::all_hooks(&runtimehooks::hooks::HookOptions::default()),
+        caps,
+        layout.clone(),
+        FailurePolicyConfig::default(),
+    );
+    let applier = runtimehooks::apply::SideEffectApplier::new(
+        executor.clone(),
+        &args.system.proc_root_dir,
+        args.system.sys_fs_root_dir.join("resctrl"),
+    );
+    runtimehooks::nri::start(
+        &args.nri,
+        Arc::new(dispatcher),
+        Some(applier),
+        &context.metrics,
+        &context.health,
+        context.shutdown.clone(),
+    );
 }
 
 /// The daemon's one resource executor; its audit trail is served on `--addr`.
