@@ -72,6 +72,9 @@ pub struct KoordletArgs {
     pub collector: metricsadvisor::CollectorArgs,
 
     #[command(flatten)]
+    pub runtime_hooks: runtimehooks::RuntimeHooksArgs,
+
+    #[command(flatten)]
     pub nri: runtimehooks::nri::NriArgs,
 
     #[command(flatten)]
@@ -185,6 +188,24 @@ pub async fn run(
     let states = StatesInformer::new(node_name.clone(), required);
     states.register_readiness(&context.health);
     let states_metrics = StatesMetrics::register(&context.metrics, &node_name);
+    // Runtime hooks: the RuntimeHookService server and the reconciler.
+    let runtime_hooks = runtimehooks::RuntimeHooks::build(
+        &args.runtime_hooks,
+        &caps,
+        layout.clone(),
+        executor.clone(),
+        &args.system,
+        &context.metrics,
+        &node_name,
+    )?;
+    runtime_hooks.start(
+        &args.runtime_hooks,
+        standalone.is_some(),
+        &states,
+        runtimehooks::online_cpus(&caps),
+        &context.health,
+        &context.shutdown,
+    )?;
     let cluster_check = standalone
         .is_none()
         .then(|| context.register_cluster_check());

@@ -760,6 +760,13 @@ impl HookDispatcher {
             .collect()
     }
 
+    /// Whether the hook named `name` is enabled and supported.
+    pub fn is_active(&self, name: &str) -> bool {
+        self.hooks
+            .iter()
+            .any(|entry| entry.hook.name() == name && entry.active())
+    }
+
     pub fn statuses(&self) -> Vec<HookStatus> {
         self.hooks
             .iter()

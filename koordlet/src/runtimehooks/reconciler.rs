@@ -1,0 +1,570 @@
+//! The hook reconciler: every interval it re-derives each hook's decision
+//! for the running pods and containers and repairs what drifted.
+//!
+//! Levels (upstream's names, used as the `level` metric label):
+//! - `kubeqos`: the Kubernetes QoS tier directories ([`Hook::qos_tier`]);
+//! - `pod`: the decision of the `PreRunPodSandbox` stage on the pod cgroup;
+//! - `container`: `PreCreateContainer` (+ `PostStartContainer` for
+//!   per-process effects) on each started container's cgroup;
+//! - `sandbox`: the cpuset decision on the pod's sandbox container (any
+//!   container cgroup of the pod that is not an app container).
+//!
+//! A cgroup file is rewritten only when the value read back differs from
+//! the decision; each such repair counts in
+//! `koordlet_runtime_hook_reconciler_drift_repaired_total{level,resource_type}`.
+//! Writes go through the resource executor (ordering, audit, metrics).
+//! Resctrl groups of pods that are gone are removed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use apis::extension::{
+    BATCH_CPU, BATCH_MEMORY, ExtendedResourceContainerSpec, ExtendedResourceSpec, MID_CPU,
+    MID_MEMORY, QuantityValue, kube_qos_class_of_pod,
+};
+use k8s_openapi::api::core::v1::Pod;
+use koord_common::Shutdown;
+
+use super::apply::{EffectStatus, SideEffectApplier};
+use super::hooks::resctrl::stale_groups;
+use super::hooks::{milli_cpu_to_quota, milli_cpu_to_shares};
+use super::protocol::*;
+use super::rules::NodeRules;
+use crate::resourceexecutor::{ResourceUpdate, WriteStatus};
+use crate::statesinformer::StatesInformer;
+use crate::system::cgroup::{CgroupLayout, CgroupValue, Controller, QosTier};
+
+/// Upstream's default `--runtime-hooks-reconcile-interval`.
+pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// One decided side effect and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub level: &'static str,
+    pub pod: String,
+    pub effect: SideEffect,
+}
+
+/// What a round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Cgroup files checked.
+    pub checked: usize,
+    /// Files that differed and were rewritten successfully.
+    pub repaired: usize,
+    /// Writes that failed (including cgroups that vanished mid-round).
+    pub failed: usize,
+    /// Other effects (resctrl, oom_score_adj) that changed something.
+    pub applied_effects: usize,
+    /// `oom_score_adj` writes the kernel refused because they lower the
+    /// value without CAP_SYS_RESOURCE.
+    pub oom_lowering_denied: usize,
+}
+
+fn quantity(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    name: &str,
+    milli: bool,
+) -> Option<i64> {
+    let value = QuantityValue::of(list?.get(name)?).ok()?;
+    Some(if milli {
+        value.milli_value()
+    } else {
+        value.value()
+    })
+}
+
+/// Builds the pod context from a Pod object (pure).
+pub fn pod_context_of(pod: &Pod, layout: &CgroupLayout) -> Option<(PodContext, QosTier)> {
+    let uid = pod.metadata.uid.as_deref().filter(|uid| !uid.is_empty())?;
+    let tier = kube_qos_class_of_pod(pod)
+        .and_then(|class| QosTier::from_kubernetes_qos_class(class.as_str()).ok())?;
+    let pod_dir = layout.pod_dir(tier, uid).ok()?;
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+
+    // Pod-level values the kubelet derives from the spec (baseline for
+    // hooks that scale them, e.g. CPUNormalization).
+    let mut request = 0i64;
+    let mut cpu_limit = Some(0i64);
+    let mut memory_limit = Some(0i64);
+    let mut extended = ExtendedResourceSpec::default();
+    for container in containers {
+        let resources = container.resources.as_ref();
+        let requests = resources.and_then(|r| r.requests.as_ref());
+        let limits = resources.and_then(|r| r.limits.as_ref());
+        request += quantity(requests, "cpu", true).unwrap_or(0);
+        cpu_limit = cpu_limit
+            .zip(quantity(limits, "cpu", true).filter(|v| *v > 0))
+            .map(|(a, b)| a + b);
+        memory_limit = memory_limit
+            .zip(quantity(limits, "memory", false).filter(|v| *v > 0))
+            .map(|(a, b)| a + b);
+        let mut spec = ExtendedResourceContainerSpec::default();
+        for name in [BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY] {
+            if let Some(q) = requests.and_then(|r| r.get(name)) {
+                spec.requests.insert(name.to_string(), q.clone());
+            }
+            if let Some(q) = limits.and_then(|r| r.get(name)) {
+                spec.limits.insert(name.to_string(), q.clone());
+            }
+        }
+        if !spec.requests.is_empty() || !spec.limits.is_empty() {
+            extended.containers.insert(container.name.clone(), spec);
+        }
+    }
+    let mut context = PodContext {
+        meta: PodMeta {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: uid.to_string(),
+        },
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        cgroup_parent: format!("/{}", pod_dir.display()),
+        resources: LinuxResources {
+            cpu_shares: Some(milli_cpu_to_shares(request)),
+            cpu_quota: Some(milli_cpu_to_quota(
+                cpu_limit.unwrap_or(0),
+                super::rules::DEFAULT_CFS_PERIOD_US,
+            )),
+            memory_limit: Some(memory_limit.filter(|v| *v > 0).unwrap_or(-1)),
+            ..LinuxResources::default()
+        },
+        extended_resources: None,
+    };
+    // The spec wins; the annotation covers pods whose spec was rewritten.
+    if extended.containers.is_empty() {
+        context.load_extended_resources_from_annotations();
+    } else {
+        context.extended_resources = Some(extended);
+    }
+    Some((context, tier))
+}
+
+/// The started app containers of a pod: (name, runtime ID, spec resources).
+fn started_containers(pod: &Pod) -> Vec<(String, String, LinuxResources)> {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let specs = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    statuses
+        .iter()
+        .filter_map(|status| {
+            let id = status.container_id.as_deref().filter(|id| !id.is_empty())?;
+            let spec = specs.iter().find(|c| c.name == status.name);
+            let resources = spec.and_then(|c| c.resources.as_ref());
+            let requests = resources.and_then(|r| r.requests.as_ref());
+            let limits = resources.and_then(|r| r.limits.as_ref());
+            let linux = LinuxResources {
+                cpu_shares: Some(milli_cpu_to_shares(
+                    quantity(requests, "cpu", true).unwrap_or(0),
+                )),
+                cpu_quota: Some(milli_cpu_to_quota(
+                    quantity(limits, "cpu", true).unwrap_or(0),
+                    super::rules::DEFAULT_CFS_PERIOD_US,
+                )),
+                memory_limit: Some(
+                    quantity(limits, "memory", false)
+                        .filter(|v| *v > 0)
+                        .unwrap_or(-1),
+                ),
+                ..LinuxResources::default()
+            };
+            Some((status.name.clone(), id.to_string(), linux))
+        })
+        .collect()
+}
+
+/// Filesystem reads the planner needs, injectable for tests.
+pub trait NodeView {
+    /// PIDs in the cgroup at `dir` (empty when unknown).
+    fn pids(&self, dir: &Path) -> Vec<u32>;
+    /// Names of the child cgroups of `dir`.
+    fn children(&self, dir: &Path) -> Vec<String>;
+}
+
+/// Reads the real (or generated) cgroup tree.
+pub struct CgroupNodeView<'a>(pub &'a CgroupLayout);
+
+impl NodeView for CgroupNodeView<'_> {
+    fn pids(&self, dir: &Path) -> Vec<u32> {
+        super::server::read_pids(self.0, dir)
+    }
+    fn children(&self, dir: &Path) -> Vec<String> {
+        let Ok(path) = self.0.controller_path(dir, Controller::Cpu) else {
+            return Vec::new();
+        };
+        std::fs::read_dir(path)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn push_effects(out: &mut Vec<Desired>, level: &'static str, pod: &str, effects: Vec<SideEffect>) {
+    out.extend(effects.into_iter().map(|effect| Desired {
+        level,
+        pod: pod.to_string(),
+        effect,
+    }));
+}
+
+/// Every decided effect for `pods`, by level (pure apart from `view`).
+pub fn plan_round(dispatcher: &HookDispatcher, pods: &[Pod], view: &dyn NodeView) -> Vec<Desired> {
+    let layout = dispatcher.layout();
+    let mut desired = Vec::new();
+    for tier in [QosTier::Guaranteed, QosTier::Burstable, QosTier::BestEffort] {
+        let adjustment = dispatcher.run_qos_tier(tier);
+        push_effects(&mut desired, "kubeqos", "", adjustment.side_effects);
+    }
+    for pod in pods {
+        let Some((pod_context, _tier)) = pod_context_of(pod, layout) else {
+            continue;
+        };
+        let pod_name = pod_context.meta.to_string();
+        let Some(pod_dir) = pod_context.cgroup_dir(layout) else {
+            continue;
+        };
+        // Pod level: the dispatcher already turns pod resources into writes.
+        match dispatcher.run(
+            HookStage::PreRunPodSandbox,
+            &HookRequest::Pod(pod_context.clone()),
+        ) {
+            Ok(adjustment) => push_effects(&mut desired, "pod", &pod_name, adjustment.side_effects),
+            Err(failure) => {
+                tracing::debug!(pod = %pod_name, %failure, "pod-level decision failed; skipped this round")
+            }
+        }
+
+        let mut app_dirs = Vec::new();
+        for (name, id, resources) in started_containers(pod) {
+            let mut container = ContainerContext {
+                pod: pod_context.clone(),
+                container: ContainerMeta {
+                    name,
+                    id,
+                    ..ContainerMeta::default()
+                },
+                resources,
+                ..ContainerContext::default()
+            };
+            let Some(dir) = container.cgroup_dir(layout) else {
+                continue;
+            };
+            app_dirs.push(dir.clone());
+            container.cgroup_dir = Some(dir.clone());
+            container.pids = view.pids(&dir);
+            for stage in [HookStage::PreCreateContainer, HookStage::PostStartContainer] {
+                match dispatcher.run(stage, &HookRequest::Container(container.clone())) {
+                    Ok(adjustment) => {
+                        let mut effects = resource_writes(
+                            &dir,
+                            &without_oom(&adjustment.resources),
+                            "container resources",
+                        );
+                        effects.extend(adjustment.side_effects);
+                        push_effects(&mut desired, "container", &pod_name, effects);
+                    }
+                    Err(failure) => {
+                        tracing::debug!(pod = %pod_name, %failure, "container decision failed; skipped this round")
+                    }
+                }
+            }
+        }
+
+        // Sandbox level: other container cgroups of the pod take the cpuset.
+        for child in view.children(&pod_dir) {
+            let dir = pod_dir.join(&child);
+            if app_dirs.contains(&dir) {
+                continue;
+            }
+            let Some(id) = layout.container_id_from_dir_name(&child) else {
+                continue;
+            };
+            let sandbox = ContainerContext {
+                pod: pod_context.clone(),
+                container: ContainerMeta {
+                    name: String::new(),
+                    id: id.to_string(),
+                    sandbox: true,
+                    ..ContainerMeta::default()
+                },
+                cgroup_dir: Some(dir.clone()),
+                ..ContainerContext::default()
+            };
+            if let Ok(adjustment) = dispatcher.run(
+                HookStage::PreCreateContainer,
+                &HookRequest::Container(sandbox),
+            ) {
+                let cpuset_only = LinuxResources {
+                    cpuset_cpus: adjustment.resources.cpuset_cpus.clone(),
+                    ..LinuxResources::default()
+                };
+                push_effects(
+                    &mut desired,
+                    "sandbox",
+                    &pod_name,
+                    resource_writes(&dir, &cpuset_only, "sandbox cpuset"),
+                );
+            }
+        }
+    }
+    desired
+}
+
+fn without_oom(resources: &LinuxResources) -> LinuxResources {
+    LinuxResources {
+        oom_score_adj: None,
+        ..resources.clone()
+    }
+}
+
+/// Whether the value read back satisfies the decision. Unlimited memory
+/// reads back as a page-rounded huge number on v1.
+pub fn value_matches(desired: &CgroupValue, current: &CgroupValue) -> bool {
+    match (desired, current) {
+        (CgroupValue::Unlimited, CgroupValue::Int(v)) => *v >= (1i64 << 62),
+        (a, b) => a == b,
+    }
+}
+
+fn resource_label(effect: &SideEffect) -> String {
+    match effect {
+        SideEffect::CgroupWrite { resource, .. } => resource.name().to_string(),
+        SideEffect::ResctrlGroup { .. } => "resctrl.schemata".into(),
+        SideEffect::ResctrlTasks { .. } => "resctrl.tasks".into(),
+        SideEffect::ResctrlRemoveGroup { .. } => "resctrl.root".into(),
+        SideEffect::OomScoreAdj { .. } => "oom_score_adj".into(),
+    }
+}
+
+/// Compares and repairs (blocking: reads and writes kernel files).
+pub fn repair_blocking(
+    desired: Vec<Desired>,
+    dispatcher: &HookDispatcher,
+    applier: &SideEffectApplier,
+) -> RoundReport {
+    let layout = dispatcher.layout();
+    let metrics = dispatcher.metrics();
+    let mut report = RoundReport::default();
+    let mut drifted: Vec<(&'static str, ResourceUpdate)> = Vec::new();
+    let mut others: Vec<Desired> = Vec::new();
+    for item in desired {
+        let SideEffect::CgroupWrite {
+            dir,
+            resource,
+            value,
+            reason,
+        } = &item.effect
+        else {
+            others.push(item);
+            continue;
+        };
+        let Ok(current) = layout.read_value(dir, *resource) else {
+            // Missing cgroup or unsupported file: nothing to repair now.
+            continue;
+        };
+        report.checked += 1;
+        if value_matches(value, &current) {
+            continue;
+        }
+        tracing::info!(level = item.level, pod = %item.pod, dir = %display_dir(dir), resource = %resource, expected = %value, actual = %current, "runtime hook drift; repairing");
+        match ResourceUpdate::new(
+            dir.clone(),
+            *resource,
+            value.clone(),
+            format!("reconcile: {reason}"),
+        ) {
+            Ok(update) => drifted.push((item.level, update)),
+            Err(error) => {
+                report.failed += 1;
+                tracing::warn!(dir = %display_dir(dir), resource = %resource, %error, "invalid reconcile value");
+            }
+        }
+    }
+    if !drifted.is_empty() {
+        let started = Instant::now();
+        for (_, update) in &drifted {
+            // The executor would skip a value it wrote recently; the file says otherwise.
+            applier.executor().forget(&update.dir);
+        }
+        let updates: Vec<ResourceUpdate> = drifted.iter().map(|(_, u)| u.clone()).collect();
+        let result = applier
+            .executor()
+            .apply_blocking(updates, std::time::SystemTime::now());
+        let elapsed = started.elapsed();
+        for (level, update) in &drifted {
+            let write = result
+                .writes
+                .iter()
+                .rev()
+                .find(|w| w.resource == update.resource && w.dir == update.dir);
+            let ok = matches!(
+                write.map(|w| &w.status),
+                Some(WriteStatus::Written | WriteStatus::SkippedUnchanged)
+            );
+            if let Some(metrics) = metrics {
+                metrics.observe_reconcile(level, update.resource.name(), ok, elapsed);
+                if ok {
+                    metrics.count_drift_repaired(level, update.resource.name());
+                }
+            }
+            if ok {
+                report.repaired += 1;
+            } else {
+                report.failed += 1;
+                tracing::warn!(dir = %display_dir(&update.dir), resource = %update.resource, status = ?write.map(|w| &w.status), "runtime hook drift repair failed");
+            }
+        }
+    }
+    if !others.is_empty() {
+        let effects: Vec<SideEffect> = others.iter().map(|d| d.effect.clone()).collect();
+        for (item, result) in others.iter().zip(applier.apply_blocking(&effects)) {
+            match &result.status {
+                EffectStatus::Applied => {
+                    report.applied_effects += 1;
+                    if let Some(metrics) = metrics {
+                        metrics.count_drift_repaired(item.level, &resource_label(&item.effect));
+                    }
+                }
+                EffectStatus::PermissionDenied {
+                    lowering: true,
+                    error,
+                } => {
+                    report.oom_lowering_denied += 1;
+                    tracing::debug!(pod = %item.pod, %error, "cannot lower oom_score_adj without CAP_SYS_RESOURCE");
+                }
+                EffectStatus::Failed(error) => {
+                    report.failed += 1;
+                    tracing::warn!(pod = %item.pod, effect = ?item.effect, %error, "runtime hook effect failed");
+                }
+                _ => {}
+            }
+        }
+    }
+    report
+}
+
+/// Resctrl groups of pods that are gone (when the Resctrl hook is active).
+pub fn resctrl_gc(dispatcher: &HookDispatcher, applier: &SideEffectApplier, pods: &[Pod]) -> usize {
+    if !dispatcher.is_active("Resctrl") {
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir(applier.resctrl_root()) else {
+        return 0;
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    let live: Vec<&str> = pods
+        .iter()
+        .filter(|pod| {
+            pod.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(apis::extension::ANNOTATION_RESCTRL))
+        })
+        .filter_map(|pod| pod.metadata.uid.as_deref())
+        .collect();
+    let stale = stale_groups(names.iter().map(String::as_str), &live);
+    let count = stale.len();
+    for result in applier.apply_blocking(&stale) {
+        tracing::info!(effect = ?result.effect, status = ?result.status, "resctrl group of a gone pod removed");
+    }
+    count
+}
+
+/// Rebuilds the node rules from the states informer.
+pub fn refresh_rules(
+    dispatcher: &HookDispatcher,
+    states: &StatesInformer,
+    online_cpus: Option<&crate::system::units::CpuSet>,
+) {
+    let node = states.node();
+    let node_slo = states.node_slo();
+    let pods = states.pods();
+    let (mut rules, problems) = NodeRules::build(
+        node.as_deref(),
+        node_slo.as_deref(),
+        pods.as_ref().map(|p| p.pods.as_slice()),
+        online_cpus,
+    );
+    rules.resctrl_info = dispatcher.rules().resctrl_info.clone();
+    for problem in problems {
+        tracing::debug!(%problem, "runtime hook rule input skipped");
+    }
+    dispatcher.set_rules(rules);
+}
+
+/// The periodic reconciler.
+pub struct Reconciler {
+    pub dispatcher: Arc<HookDispatcher>,
+    pub applier: SideEffectApplier,
+    pub states: StatesInformer,
+    pub interval: Duration,
+    pub online_cpus: Option<crate::system::units::CpuSet>,
+}
+
+impl Reconciler {
+    /// One round over the current pods (blocking).
+    pub fn round_blocking(&self) -> RoundReport {
+        refresh_rules(&self.dispatcher, &self.states, self.online_cpus.as_ref());
+        let Some(snapshot) = self.states.pods() else {
+            return RoundReport::default();
+        };
+        let layout = self.dispatcher.layout().clone();
+        let desired = plan_round(&self.dispatcher, &snapshot.pods, &CgroupNodeView(&layout));
+        let report = repair_blocking(desired, &self.dispatcher, &self.applier);
+        resctrl_gc(&self.dispatcher, &self.applier, &snapshot.pods);
+        report
+    }
+
+    /// Runs rounds every interval (and refreshes rules when the pods change)
+    /// until shutdown.
+    pub async fn run(self, shutdown: Shutdown) {
+        let this = Arc::new(self);
+        let mut pods = this.states.subscribe_pods();
+        let mut ticker = tokio::time::interval(this.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = ticker.tick() => {
+                    let round = Arc::clone(&this);
+                    match tokio::task::spawn_blocking(move || round.round_blocking()).await {
+                        Ok(report) if report.repaired > 0 || report.failed > 0 => {
+                            tracing::info!(?report, "runtime hook reconcile round")
+                        }
+                        Ok(report) => tracing::debug!(?report, "runtime hook reconcile round"),
+                        Err(error) => tracing::warn!(%error, "runtime hook reconcile round did not finish"),
+                    }
+                }
+                changed = pods.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    refresh_rules(&this.dispatcher, &this.states, this.online_cpus.as_ref());
+                }
+            }
+        }
+    }
+}
