@@ -176,7 +176,18 @@ pub async fn run(
     let cache = Arc::new(args.collector.build_cache()?);
     let executor = resource_executor(&args, layout.clone());
     executor.register_metrics(&context.metrics);
-    start_nri_plugin(&args, &caps, &layout, &executor, &context);
+    // Runtime hooks: one dispatcher for the RuntimeHookService
+    // server, the NRI plugin and the reconciler.
+    let runtime_hooks = runtimehooks::RuntimeHooks::build(
+        &args.runtime_hooks,
+        &caps,
+        layout.clone(),
+        executor.clone(),
+        &args.system,
+        &context.metrics,
+        &node_name,
+    )?;
+    start_nri_plugin(&args, &runtime_hooks, &context);
 
     let required = match &standalone {
         Some(config) => RequiredSyncs {
@@ -188,16 +199,6 @@ pub async fn run(
     let states = StatesInformer::new(node_name.clone(), required);
     states.register_readiness(&context.health);
     let states_metrics = StatesMetrics::register(&context.metrics, &node_name);
-    // Runtime hooks: the RuntimeHookService server and the reconciler.
-    let runtime_hooks = runtimehooks::RuntimeHooks::build(
-        &args.runtime_hooks,
-        &caps,
-        layout.clone(),
-        executor.clone(),
-        &args.system,
-        &context.metrics,
-        &node_name,
-    )?;
     runtime_hooks.start(
         &args.runtime_hooks,
         standalone.is_some(),
@@ -275,27 +276,13 @@ pub async fn run(
 /// The NRI plugin transport of the runtime hooks (see `docs/nri.md`).
 fn start_nri_plugin(
     args: &KoordletArgs,
-    caps: &capabilities::NodeCapabilities,
-    layout: &CgroupLayout,
-    executor: &ResourceExecutor,
+    runtime_hooks: &runtimehooks::RuntimeHooks,
     context: &ComponentContext,
 ) {
-    use crate::runtimehooks::protocol::{FailurePolicyConfig, HookDispatcher};
-    let dispatcher = HookDispatcher::new(
-        runtimehooks::hooks::all_hooks(&runtimehooks::hooks::HookOptions::default()),
-        caps,
-        layout.clone(),
-        FailurePolicyConfig::default(),
-    );
-    let applier = runtimehooks::apply::SideEffectApplier::new(
-        executor.clone(),
-        &args.system.proc_root_dir,
-        args.system.sys_fs_root_dir.join("resctrl"),
-    );
     runtimehooks::nri::start(
         &args.nri,
-        Arc::new(dispatcher),
-        Some(applier),
+        Arc::clone(&runtime_hooks.dispatcher),
+        Some(runtime_hooks.applier.clone()),
         &context.metrics,
         &context.health,
         context.shutdown.clone(),
