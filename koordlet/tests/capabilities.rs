@@ -272,3 +272,111 @@ fn an_unknown_output_format_is_a_usage_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("xml"));
 }
+
+/// In cluster mode the matrix reaches the Node as a JSON merge patch: one
+/// label per capability under `node.koordinator.sh/capability-` and the
+/// whole matrix in the `node.koordinator.sh/capabilities` annotation.
+#[test]
+fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
+    use koord_common::testing::{
+        FakeApiServer, PROCESS_WAIT, TestProcess, command_with_kubeconfig, write_kubeconfig,
+    };
+    const NODE: &str = "cap-node";
+    let node_path = format!("/api/v1/nodes/{NODE}");
+    let api = FakeApiServer::start().unwrap();
+    api.respond(
+        "PATCH",
+        &node_path,
+        200,
+        &format!(r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{NODE}"}}}}"#),
+    );
+    let dir = TempDir::new("koordlet-capability-patch").unwrap();
+    let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
+    let mut command = command_with_kubeconfig(BIN, &kubeconfig);
+    command
+        .env("NODE_NAME", NODE)
+        .args(["--addr=127.0.0.1:0", "--v=4"]);
+    let mut koordlet = TestProcess::spawn(command).unwrap();
+
+    let patch = api
+        .wait_for_request("PATCH", &node_path, PROCESS_WAIT)
+        .unwrap_or_else(|| panic!("no Node patch:\n{}", koordlet.output()));
+    koordlet
+        .expect_line("node capabilities published", PROCESS_WAIT)
+        .unwrap();
+    koordlet.stop_cleanly("TERM", PROCESS_WAIT).unwrap();
+
+    assert_eq!(
+        patch.header("content-type"),
+        Some("application/merge-patch+json")
+    );
+    let body: Value = serde_json::from_str(&patch.body)
+        .unwrap_or_else(|err| panic!("patch body is not JSON ({err}): {}", patch.body));
+    let metadata = body["metadata"].as_object().unwrap();
+    assert_eq!(
+        metadata.keys().collect::<Vec<_>>(),
+        ["annotations", "labels"],
+        "only labels and annotations are patched"
+    );
+    let labels = metadata["labels"].as_object().unwrap();
+    assert!(
+        labels
+            .keys()
+            .all(|key| key.starts_with("node.koordinator.sh/capability-")),
+        "{labels:?}"
+    );
+    let label = |name: &str| {
+        labels[&format!("node.koordinator.sh/capability-{name}")]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // What the machine says, read here.
+    let exists = |path: &str| Path::new(path).exists().to_string();
+    assert_eq!(
+        label("cpu-burst"),
+        exists("/sys/fs/cgroup/cpu/cpu.cfs_burst_us")
+    );
+    assert_eq!(label("cpu-idle"), exists("/sys/fs/cgroup/cpu/cpu.idle"));
+    assert_eq!(label("psi"), exists("/proc/pressure/cpu"));
+    assert_eq!(label("resctrl"), exists("/sys/fs/resctrl/info"));
+    if Path::new("/sys/fs/cgroup/cpu/tasks").exists() {
+        assert_eq!(label("cgroup-version"), "v1");
+    }
+    let numa_nodes = fs::read_dir("/sys/devices/system/node")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|entry| {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("node")
+                        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(label("numa-nodes"), numa_nodes.max(1).to_string());
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let release = release.trim();
+    // Label values allow [A-Za-z0-9._-], at most 63 characters, alphanumeric ends.
+    let sanitized: String = release
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    let expected = sanitized.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    assert_eq!(label("kernel"), expected);
+
+    // The annotation is the documented `capabilities --output json` object.
+    let annotation = metadata["annotations"]["node.koordinator.sh/capabilities"]
+        .as_str()
+        .unwrap();
+    let published: Value = serde_json::from_str(annotation).unwrap();
+    assert_eq!(published, json_output());
+}

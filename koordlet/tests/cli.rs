@@ -2,36 +2,30 @@
 //! Runs the real koordlet binary.
 
 use std::process::Command;
-use std::time::Duration;
 
 use koord_common::testing::{
-    FakeApiServer, TempDir, TestProcess, closed_local_addr, http_get_blocking, write_kubeconfig,
+    FakeApiServer, HTTP_WAIT as HTTP, PROCESS_WAIT as WAIT, TempDir, TestProcess, check_healthz,
+    check_version_flag, command_with_kubeconfig, expect_failed_exit, http_get_blocking,
+    unreachable_kubeconfig, write_kubeconfig,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
-const WAIT: Duration = Duration::from_secs(20);
-const HTTP: Duration = Duration::from_secs(5);
 
 /// The binary with a kubeconfig, a node name and no inherited cluster settings.
 /// Uses upstream's single-dash spelling for `-addr`.
 fn koordlet(kubeconfig: &std::path::Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .env("KUBECONFIG", kubeconfig)
-        .env("NODE_NAME", "test-node-1")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
-        .args(["-addr=127.0.0.1:0", "--logtostderr=true", "--v=4"]);
+    let mut command = command_with_kubeconfig(BIN, kubeconfig);
+    command.env("NODE_NAME", "test-node-1").args([
+        "-addr=127.0.0.1:0",
+        "--logtostderr=true",
+        "--v=4",
+    ]);
     command
 }
 
 #[test]
 fn version_flag_prints_the_version() {
-    let output = Command::new(BIN).arg("--version").output().unwrap();
-    assert!(output.status.success());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(stdout.starts_with("koordlet "), "{stdout}");
-    assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
+    check_version_flag(BIN, "koordlet", env!("CARGO_PKG_VERSION")).unwrap();
 }
 
 #[test]
@@ -41,17 +35,12 @@ fn missing_node_name_is_a_clear_non_zero_exit() {
     let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
     let mut command = koordlet(&kubeconfig);
     command.env_remove("NODE_NAME");
-    let mut process = TestProcess::spawn(command).unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koordlet should exit on its own");
-    let output = process.output();
-    assert!(!status.success(), "{output}");
-    assert!(
-        output.contains("the NODE_NAME environment variable is not set"),
-        "{output}"
-    );
+    expect_failed_exit(
+        command,
+        WAIT,
+        &["the NODE_NAME environment variable is not set"],
+    )
+    .unwrap();
     assert!(
         api.requests().is_empty(),
         "no cluster contact without a node name"
@@ -61,23 +50,19 @@ fn missing_node_name_is_a_clear_non_zero_exit() {
 #[test]
 fn unreachable_api_server_is_a_clear_non_zero_exit() {
     let dir = TempDir::new("koordlet-unreachable").unwrap();
-    let closed = closed_local_addr().unwrap();
-    let kubeconfig = write_kubeconfig(dir.path(), &format!("http://{closed}")).unwrap();
+    let (kubeconfig, closed) = unreachable_kubeconfig(dir.path()).unwrap();
     let mut command = koordlet(&kubeconfig);
     command.args(["--cluster-connect-timeout", "5s"]);
-    let mut process = TestProcess::spawn(command).unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koordlet should exit on its own");
-    let output = process.output();
-    assert!(!status.success(), "{output}");
-    assert!(
-        output.contains("cannot reach the Kubernetes API server at"),
-        "{output}"
-    );
-    assert!(output.contains(&closed.to_string()), "{output}");
-    assert!(output.contains("koordlet needs a cluster"), "{output}");
+    expect_failed_exit(
+        command,
+        WAIT,
+        &[
+            "cannot reach the Kubernetes API server at",
+            &closed.to_string(),
+            "koordlet needs a cluster",
+        ],
+    )
+    .unwrap();
 }
 
 #[test]
@@ -87,15 +72,12 @@ fn with_a_cluster_it_serves_probes_and_stops_cleanly_on_sigterm() {
     let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
     let mut process = TestProcess::spawn(koordlet(&kubeconfig)).unwrap();
 
-    let addr = process
-        .wait_for_serving_addr("health and metrics", WAIT)
-        .unwrap_or_else(|| panic!("no serving line:\n{}", process.output()));
+    let addr = process.serving_addr("health and metrics", WAIT).unwrap();
     process
-        .wait_for_line("connected to the Kubernetes API server", WAIT)
-        .unwrap_or_else(|| panic!("never connected:\n{}", process.output()));
+        .expect_line("connected to the Kubernetes API server", WAIT)
+        .unwrap();
 
-    let healthz = http_get_blocking(addr, "/healthz", HTTP).unwrap();
-    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+    check_healthz(addr).unwrap();
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert_eq!(readyz.status, 503, "{}", readyz.body);
     // The fake API server knows no Node, NodeSLO, NodeMetric or Device and
@@ -123,12 +105,6 @@ fn with_a_cluster_it_serves_probes_and_stops_cleanly_on_sigterm() {
         metrics.body
     );
 
-    process.signal("TERM").unwrap();
-    let status = process
-        .wait_exit(WAIT)
-        .unwrap()
-        .expect("koordlet should stop after SIGTERM");
-    let output = process.output();
-    assert_eq!(status.code(), Some(0), "{output}");
+    let output = process.stop_cleanly("TERM", WAIT).unwrap();
     assert!(output.contains("received SIGTERM"), "{output}");
 }

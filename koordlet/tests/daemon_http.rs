@@ -5,14 +5,13 @@
 //! capability and resource-update families.
 
 use std::fs;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
-use koord_common::testing::{TempDir, TestProcess, http_get_blocking};
+use koord_common::testing::{
+    HTTP_WAIT as HTTP, PROCESS_WAIT as WAIT, TempDir, TestProcess, http_get_blocking,
+    isolated_command, wait_for_http_status,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
-const WAIT: Duration = Duration::from_secs(20);
-const HTTP: Duration = Duration::from_secs(5);
 
 #[test]
 fn standalone_daemon_serves_the_audit_trail_and_executor_metrics() {
@@ -23,12 +22,8 @@ fn standalone_daemon_serves_the_audit_trail_and_executor_metrics() {
         r#"{"apiVersion":"v1","kind":"PodList","items":[]}"#,
     )
     .unwrap();
-    let mut command = Command::new(BIN);
+    let mut command = isolated_command(BIN);
     command
-        .env_remove("NODE_NAME")
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
         .args([
             "--addr=127.0.0.1:0",
             "--node-name=daemon-http-node",
@@ -37,19 +32,11 @@ fn standalone_daemon_serves_the_audit_trail_and_executor_metrics() {
         .arg("--pods-file")
         .arg(&pods_file);
     let mut koordlet = TestProcess::spawn(command).unwrap();
-    let addr = koordlet
-        .wait_for_serving_addr("health and metrics", WAIT)
-        .unwrap_or_else(|| panic!("no serving line:\n{}", koordlet.output()));
+    let addr = koordlet.serving_addr("health and metrics", WAIT).unwrap();
 
     // Ready once the empty pods file has been read.
-    let deadline = Instant::now() + WAIT;
-    while http_get_blocking(addr, "/readyz", HTTP).unwrap().status != 200 {
-        assert!(
-            Instant::now() < deadline,
-            "never ready:\n{}",
-            koordlet.output()
-        );
-        std::thread::sleep(Duration::from_millis(100));
+    if let Err(err) = wait_for_http_status(addr, "/readyz", 200, WAIT) {
+        panic!("never ready ({err}):\n{}", koordlet.output());
     }
 
     for path in [
@@ -90,7 +77,5 @@ fn standalone_daemon_serves_the_audit_trail_and_executor_metrics() {
         );
     }
 
-    koordlet.signal("TERM").unwrap();
-    let exit = koordlet.wait_exit(WAIT).unwrap().expect("stops on SIGTERM");
-    assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
+    koordlet.stop_cleanly("TERM", WAIT).unwrap();
 }
