@@ -27,11 +27,13 @@ use std::time::Duration;
 use apis::slo::v1alpha1::{BlockCfg, BlockType, ResourceQOS};
 
 use super::framework::{Capability, Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
-use super::sysreconcile::{FsHostFiles, HostFiles};
+use super::sysreconcile::{FeatureGate, FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
 
 pub const NAME: &str = "blkio";
+/// Upstream's feature gate.
+pub const FEATURE: &str = "BlkIOReconcile";
 /// The blk-iocost weight file upstream writes.
 pub const IO_WEIGHT_FILE: &str = "blkio.cost.weight";
 /// Upstream's default weight (percent) for a configured device.
@@ -227,6 +229,7 @@ fn class_blocks(class: Option<&ResourceQOS>) -> Option<(bool, &[BlockCfg])> {
 
 /// The `blkio` strategy.
 pub struct BlkioReconcile {
+    gate: FeatureGate,
     roots: SystemArgs,
     files: Arc<dyn HostFiles>,
 }
@@ -240,8 +243,19 @@ impl std::fmt::Debug for BlkioReconcile {
 }
 
 impl BlkioReconcile {
+    /// On; see [`BlkioReconcile::with_feature_gates`].
     pub fn new(roots: SystemArgs, files: Arc<dyn HostFiles>) -> Self {
-        Self { roots, files }
+        Self {
+            gate: FeatureGate::on(FEATURE, false),
+            roots,
+            files,
+        }
+    }
+
+    /// Applies parsed `--feature-gates` (upstream default: off).
+    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
+        self.gate = self.gate.from_gates(gates);
+        self
     }
 
     pub fn on_host(roots: SystemArgs) -> Self {
@@ -263,6 +277,9 @@ impl Strategy for BlkioReconcile {
     }
 
     fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        if let Err(off) = self.gate.check() {
+            return Decision::skipped(off);
+        }
         let Some(strategy) = snapshot
             .node_slo
             .as_ref()

@@ -24,6 +24,7 @@ use apis::slo::v1alpha1::{CPUEvictPolicy, ResourceThresholdStrategy};
 
 use super::framework::{Decision, EvictionRequest, QosSnapshot, Strategy};
 use super::memoryevict::{effective_thresholds, eviction_allowed, is_terminated};
+use super::sysreconcile::FeatureGate;
 use crate::evictor::bookkeeping::EvictionMemory;
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 
@@ -260,15 +261,33 @@ pub fn be_real_limit(snapshot: &QosSnapshot) -> Result<f64, String> {
 }
 
 /// The `cpuevict` strategy.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CpuEvict {
+    gate: FeatureGate,
     memory: Mutex<Option<EvictionMemory>>,
     history: Mutex<VecDeque<BeCpuSample>>,
 }
 
+impl Default for CpuEvict {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl CpuEvict {
+    /// On; see [`CpuEvict::with_feature_gates`].
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            gate: FeatureGate::on(FEATURE, false),
+            memory: Mutex::new(None),
+            history: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Applies parsed `--feature-gates` (upstream default: off).
+    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
+        self.gate = self.gate.from_gates(gates);
+        self
     }
 
     /// Adds this round's sample and returns the samples within `window`.
@@ -319,6 +338,9 @@ impl Strategy for CpuEvict {
             .config
             .cpu_evict_interval
             .max(Duration::from_secs(1));
+        if let Err(off) = self.gate.check() {
+            return Decision::skipped(off);
+        }
         if snapshot.node_slo.is_none() {
             return Decision::skipped("no NodeSLO yet");
         }

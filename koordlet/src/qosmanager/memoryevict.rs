@@ -17,6 +17,7 @@ use apis::extension::QoSClass;
 use apis::slo::v1alpha1::ResourceThresholdStrategy;
 
 use super::framework::{Decision, EvictionRequest, QosPod, QosSnapshot, Strategy};
+use super::sysreconcile::FeatureGate;
 use crate::evictor::bookkeeping::EvictionMemory;
 
 pub const NAME: &str = "memoryevict";
@@ -147,14 +148,31 @@ pub(crate) fn is_terminated(pod: &QosPod) -> bool {
 }
 
 /// The `memoryevict` strategy.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryEvict {
+    gate: FeatureGate,
     memory: EvictionMemory,
 }
 
+impl Default for MemoryEvict {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl MemoryEvict {
+    /// On; see [`MemoryEvict::with_feature_gates`].
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            gate: FeatureGate::on(FEATURE, false),
+            memory: EvictionMemory::default(),
+        }
+    }
+
+    /// Applies parsed `--feature-gates` (upstream default: off).
+    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
+        self.gate = self.gate.from_gates(gates);
+        self
     }
 }
 
@@ -168,6 +186,9 @@ impl Strategy for MemoryEvict {
     }
 
     fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        if let Err(off) = self.gate.check() {
+            return Decision::skipped(off);
+        }
         let Some(_) = snapshot.node_slo.as_ref() else {
             return Decision::skipped("no NodeSLO yet");
         };
@@ -539,6 +560,25 @@ mod tests {
         );
         snap.pods[1].phase = "Succeeded".to_string();
         assert_eq!(evicted(&MemoryEvict::new().decide(&snap)), ["ok"]);
+    }
+
+    #[test]
+    fn feature_gate_follows_upstream_default_off() {
+        use std::collections::BTreeMap;
+        let pods = vec![with_memory(pod("be", QoSClass::BE, 5500), GIB, t0())];
+        let snap = snapshot(enabled(70, None), 90, pods);
+        let off = MemoryEvict::new().with_feature_gates(&BTreeMap::new());
+        let decision = off.decide(&snap);
+        assert!(decision.evictions.is_empty());
+        assert!(
+            decision
+                .skip_reason()
+                .unwrap()
+                .contains("BEMemoryEvict=true")
+        );
+        let gates = BTreeMap::from([("BEMemoryEvict".to_string(), true)]);
+        let on = MemoryEvict::new().with_feature_gates(&gates);
+        assert_eq!(evicted(&on.decide(&snap)), ["be"]);
     }
 
     #[test]

@@ -33,11 +33,13 @@ use apis::extension::{ANNOTATION_RESCTRL, QoSClass};
 use apis::slo::v1alpha1::{ResctrlQOSCfg, ResourceQOSStrategy};
 
 use super::framework::{Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy};
-use super::sysreconcile::{FsHostFiles, HostFiles};
+use super::sysreconcile::{FeatureGate, FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
 use crate::system::cgroup::CgroupResource;
 
 pub const NAME: &str = "resctrl";
+/// Upstream's feature gate (on by default).
+pub const FEATURE: &str = "RdtResctrl";
 /// The groups koordlet manages, in reconcile order.
 pub const GROUPS: [&str; 3] = ["LSR", "LS", "BE"];
 /// AMD's value for unlimited memory bandwidth.
@@ -177,6 +179,7 @@ impl GroupCreator for FsGroupCreator {
 
 /// The `resctrl` strategy.
 pub struct ResctrlReconcile {
+    gate: FeatureGate,
     roots: SystemArgs,
     files: Arc<dyn HostFiles>,
     groups: Arc<dyn GroupCreator>,
@@ -197,10 +200,17 @@ impl ResctrlReconcile {
         groups: Arc<dyn GroupCreator>,
     ) -> Self {
         Self {
+            gate: FeatureGate::on(FEATURE, true),
             roots,
             files,
             groups,
         }
+    }
+
+    /// Applies parsed `--feature-gates` (upstream default: on).
+    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
+        self.gate = self.gate.from_gates(gates);
+        self
     }
 
     pub fn on_host(roots: SystemArgs) -> Self {
@@ -374,6 +384,9 @@ impl Strategy for ResctrlReconcile {
     }
 
     fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        if let Err(off) = self.gate.check() {
+            return Decision::skipped(off);
+        }
         let Some(configured) = snapshot
             .node_slo
             .as_ref()
@@ -717,6 +730,26 @@ mod tests {
                 .skip_reason()
                 .unwrap()
                 .contains("resourceQOSStrategy")
+        );
+    }
+
+    #[test]
+    fn feature_gate_defaults_on_and_can_be_turned_off() {
+        use std::collections::BTreeMap;
+        let (on, _) = strategy(tree());
+        let on = on.with_feature_gates(&BTreeMap::new());
+        assert!(
+            !on.decide(&snapshot(ResctrlQOS::default(), true))
+                .file_writes
+                .is_empty()
+        );
+        let (off, groups) = strategy(tree());
+        let off = off.with_feature_gates(&BTreeMap::from([("RdtResctrl".to_string(), false)]));
+        let decision = off.decide(&snapshot(ResctrlQOS::default(), true));
+        assert!(decision.skip_reason().unwrap().contains("RdtResctrl"));
+        assert!(
+            groups.0.lock().unwrap().is_empty(),
+            "no group is created when off"
         );
     }
 

@@ -29,6 +29,8 @@ use super::framework::{Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
 use crate::system::SystemArgs;
 
 pub const NAME: &str = "sysreconcile";
+/// Upstream's feature gate.
+pub const FEATURE: &str = "SystemConfig";
 
 /// Read access to kernel files outside the cgroup tree.
 pub trait HostFiles: Send + Sync {
@@ -118,6 +120,47 @@ impl HostFiles for MapHostFiles {
 
     fn link_target(&self, path: &Path) -> Option<PathBuf> {
         self.links.get(path).cloned()
+    }
+}
+
+/// An upstream koordlet feature gate (`--feature-gates=Name=true`) guarding
+/// a strategy. Strategies built with `new` are on; the daemon applies the
+/// gates with `with_feature_gates`, where upstream's default decides when
+/// the flag does not name the feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGate {
+    pub name: &'static str,
+    pub default: bool,
+    pub enabled: bool,
+}
+
+impl FeatureGate {
+    /// On, whatever upstream's default.
+    pub const fn on(name: &'static str, default: bool) -> Self {
+        Self {
+            name,
+            default,
+            enabled: true,
+        }
+    }
+
+    /// The gate as `gates` (parsed `--feature-gates`) set it.
+    pub fn from_gates(self, gates: &BTreeMap<String, bool>) -> Self {
+        Self {
+            enabled: gates.get(self.name).copied().unwrap_or(self.default),
+            ..self
+        }
+    }
+
+    /// `Err` (the skip note) when off.
+    pub fn check(&self) -> Result<(), String> {
+        if self.enabled {
+            return Ok(());
+        }
+        Err(format!(
+            "feature gate {} is off (enable it with --feature-gates={}=true)",
+            self.name, self.name
+        ))
     }
 }
 
@@ -214,6 +257,7 @@ pub fn parse_sched_features(content: &str) -> Result<BTreeMap<String, bool>, Str
 
 /// The `sysreconcile` strategy.
 pub struct SysReconcile {
+    gate: FeatureGate,
     roots: SystemArgs,
     files: Arc<dyn HostFiles>,
 }
@@ -227,8 +271,19 @@ impl std::fmt::Debug for SysReconcile {
 }
 
 impl SysReconcile {
+    /// On; see [`SysReconcile::with_feature_gates`].
     pub fn new(roots: SystemArgs, files: Arc<dyn HostFiles>) -> Self {
-        Self { roots, files }
+        Self {
+            gate: FeatureGate::on(FEATURE, false),
+            roots,
+            files,
+        }
+    }
+
+    /// Applies parsed `--feature-gates` (upstream default: off).
+    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
+        self.gate = self.gate.from_gates(gates);
+        self
     }
 
     /// Over the real filesystem.
@@ -247,6 +302,9 @@ impl Strategy for SysReconcile {
     }
 
     fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        if let Err(off) = self.gate.check() {
+            return Decision::skipped(off);
+        }
         let Some(strategy) = snapshot
             .node_slo
             .as_ref()
