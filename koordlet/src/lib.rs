@@ -81,6 +81,9 @@ pub struct KoordletArgs {
     pub evictor: evictor::EvictorArgs,
 
     #[command(flatten)]
+    pub qos: qosmanager::QosManagerArgs,
+
+    #[command(flatten)]
     pub log: LogArgs,
 
     /// A one-shot command instead of the daemon.
@@ -210,11 +213,18 @@ pub async fn run(
     let cluster_check = standalone
         .is_none()
         .then(|| context.register_cluster_check());
+    // Expected values of the QoS manager, served at /qos/explain.
+    let qos_managed = qosmanager::ManagedFiles::default();
 
     let server = context
         .start_server(vec![
-            ListenerSpec::new(args.addr, Endpoints::ALL)
-                .with_routes(resourceexecutor::audit_router(executor.clone())),
+            ListenerSpec::new(args.addr, Endpoints::ALL).with_routes(
+                resourceexecutor::audit_router(executor.clone()).merge(qosmanager::explain_router(
+                    qos_managed.clone(),
+                    layout.clone(),
+                    Some(states.clone()),
+                )),
+            ),
         ])
         .await?;
 
@@ -261,6 +271,17 @@ pub async fn run(
         }
         (None, None) => None,
     };
+    start_qos_manager(
+        &args,
+        &context,
+        &states,
+        &layout,
+        &cache,
+        &caps,
+        &executor,
+        qos_managed,
+        Arc::new(qosmanager::LoggingEvictor),
+    );
     start_node_modules(
         &args,
         &context,
@@ -271,6 +292,42 @@ pub async fn run(
         states_metrics,
     );
     Ok(context.wait_for_shutdown(Some(server)).await)
+}
+
+/// The QoS manager's strategies on their own thread (see `docs/qos.md`).
+#[allow(clippy::too_many_arguments)]
+fn start_qos_manager(
+    args: &KoordletArgs,
+    context: &ComponentContext,
+    states: &StatesInformer,
+    layout: &CgroupLayout,
+    cache: &Arc<MetricCache>,
+    caps: &capabilities::NodeCapabilities,
+    executor: &ResourceExecutor,
+    managed: qosmanager::ManagedFiles,
+    evictor: Arc<dyn qosmanager::Evictor>,
+) {
+    let source = qosmanager::SnapshotSource {
+        states: states.clone(),
+        cache: Arc::clone(cache),
+        capabilities: Arc::new(caps.clone()),
+        layout: layout.clone(),
+        collect_interval: args.collector.collect_res_used_interval,
+        config: args.qos.config(args.collector.collect_res_used_interval),
+        proc_root: args.system.proc_root_dir.clone(),
+    };
+    let started = qosmanager::start(
+        source,
+        qosmanager::standard_strategies(&args.system),
+        executor.clone(),
+        evictor,
+        &context.metrics,
+        managed,
+        context.shutdown.clone(),
+    );
+    if let Err(err) = started {
+        tracing::error!(error = %err, "cannot start the QoS manager thread: {err}");
+    }
 }
 
 /// The NRI plugin transport of the runtime hooks (see `docs/nri.md`).

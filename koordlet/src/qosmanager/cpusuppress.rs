@@ -280,7 +280,11 @@ fn be_cpuset_dirs(snapshot: &QosSnapshot) -> Vec<PathBuf> {
 }
 
 fn write_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, set: &CpuSet, reason: &str) {
-    for dir in be_cpuset_dirs(snapshot) {
+    // Cgroups that are gone (or not created yet) are left out.
+    let dirs = be_cpuset_dirs(snapshot)
+        .into_iter()
+        .filter(|dir| snapshot.current(dir, CgroupResource::CpusetCpus).is_some());
+    for dir in dirs {
         decision.write(
             dir,
             CgroupResource::CpusetCpus,
@@ -291,8 +295,19 @@ fn write_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, set: &CpuSet, r
 }
 
 fn restore_quota(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
+    let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+    if snapshot
+        .current(&be_dir, CgroupResource::CpuCfsQuota)
+        .is_none()
+    {
+        decision.info(format!(
+            "{} has no readable cpu.cfs_quota_us; nothing to restore",
+            be_dir.display()
+        ));
+        return;
+    }
     decision.write(
-        snapshot.layout.qos_dir(QosTier::BestEffort),
+        be_dir,
         CgroupResource::CpuCfsQuota,
         CgroupValue::Unlimited,
         format!("{REASON}: restore BE cfs quota ({why})"),
@@ -575,6 +590,16 @@ mod tests {
                 )
                 .with(
                     be_dir(),
+                    CgroupResource::CpusetCpus,
+                    CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()),
+                )
+                .with(
+                    be_dir().join("poduid-be"),
+                    CgroupResource::CpusetCpus,
+                    CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()),
+                )
+                .with(
+                    be_dir().join("poduid-be/abc"),
                     CgroupResource::CpusetCpus,
                     CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()),
                 ),

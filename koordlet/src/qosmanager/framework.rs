@@ -943,6 +943,13 @@ impl QosRunner {
         self
     }
 
+    /// Shares an existing expected-value registry (e.g. one the explain
+    /// endpoint was given before the runner existed).
+    pub fn with_managed_files(mut self, managed: ManagedFiles) -> Self {
+        self.managed = managed;
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: QosMetrics) -> Self {
         self.metrics = Some(metrics);
         self
@@ -1180,4 +1187,214 @@ pub fn read_actual(layout: &CgroupLayout, file: &ManagedFile) -> Result<String, 
         .read_value(&file.dir, resource)
         .map(|v| v.to_string())
         .map_err(|err| err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+    use std::time::UNIX_EPOCH;
+
+    use koord_common::testing::TempDir;
+
+    use super::*;
+    use crate::resourceexecutor::ExecutorConfig;
+    use crate::system::cgroup::{CgroupDriver, CgroupVersion};
+
+    /// Writes a fixed quota to the BE tier and asks for one eviction.
+    struct FixedQuota {
+        quota: i64,
+        evict: bool,
+        needs: &'static [Capability],
+    }
+
+    impl Strategy for FixedQuota {
+        fn name(&self) -> &'static str {
+            "fixed"
+        }
+        fn interval(&self, _: &QosSnapshot) -> Duration {
+            Duration::from_secs(5)
+        }
+        fn required_capabilities(&self) -> &'static [Capability] {
+            self.needs
+        }
+        fn gauges(&self) -> &'static [(&'static str, &'static str)] {
+            &[("test_gauge", "a test gauge")]
+        }
+        fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+            let mut decision = Decision::default();
+            decision.write(
+                snapshot.layout.qos_dir(QosTier::BestEffort),
+                CgroupResource::CpuCfsQuota,
+                CgroupValue::Int(self.quota),
+                "test",
+            );
+            decision.gauge("test_gauge", vec![("type", "x".into())], 2.5);
+            if self.evict {
+                decision.evictions.push(EvictionRequest {
+                    uid: "u1".into(),
+                    namespace: "ns".into(),
+                    name: "be".into(),
+                    reason: "testReason".into(),
+                    message: "because".into(),
+                    strategy: "",
+                });
+            }
+            decision
+        }
+    }
+
+    #[derive(Default)]
+    struct RecordingEvictor(StdMutex<Vec<EvictionRequest>>);
+
+    impl Evictor for Arc<RecordingEvictor> {
+        fn evict(&self, request: EvictionRequest) {
+            self.0.lock().unwrap().push(request);
+        }
+    }
+
+    fn tree() -> (TempDir, CgroupLayout, PathBuf) {
+        let dir = TempDir::new("qos-framework").unwrap();
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, dir.path());
+        let be = dir.path().join("cpu/kubepods/besteffort");
+        std::fs::create_dir_all(&be).unwrap();
+        let file = be.join("cpu.cfs_quota_us");
+        std::fs::write(&file, "-1\n").unwrap();
+        (dir, layout, file)
+    }
+
+    fn snapshot(layout: &CgroupLayout, secs: u64) -> QosSnapshot {
+        let mut snapshot =
+            QosSnapshot::for_test(UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs));
+        snapshot.layout = layout.clone();
+        snapshot.reader = Arc::new(LayoutReader(layout.clone()));
+        snapshot
+    }
+
+    #[test]
+    fn runner_writes_repairs_drift_and_hands_evictions_over() {
+        let (_dir, layout, file) = tree();
+        let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
+        let registry = MetricsRegistry::new("koordlet");
+        let strategies: Vec<Box<dyn Strategy>> = vec![Box::new(FixedQuota {
+            quota: 50_000,
+            evict: true,
+            needs: &[],
+        })];
+        let metrics = QosMetrics::register(&registry, "node-a", &strategies);
+        let evictor = Arc::new(RecordingEvictor::default());
+        let mut runner = QosRunner::new(strategies, executor)
+            .with_evictor(Arc::new(evictor.clone()))
+            .with_metrics(metrics.clone());
+
+        let outcomes = runner.run_due(&snapshot(&layout, 0));
+        assert_eq!(outcomes.len(), 1);
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "50000");
+        assert_eq!(outcomes[0].1.actions, 2, "one write, one eviction");
+        assert_eq!(outcomes[0].1.drifts_repaired, 0);
+        let evicted = evictor.0.lock().unwrap().clone();
+        assert_eq!(evicted.len(), 1);
+        assert_eq!(evicted[0].strategy, "fixed");
+
+        // Not due again before its interval.
+        assert!(runner.run_due(&snapshot(&layout, 2)).is_empty());
+        assert_eq!(
+            runner.next_due(),
+            Some(UNIX_EPOCH + Duration::from_secs(1_800_000_005))
+        );
+
+        // Someone changes the file; the next round repairs it even though the
+        // executor's cache still holds the value.
+        std::fs::write(&file, "-1").unwrap();
+        let outcomes = runner.run_due(&snapshot(&layout, 5));
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "50000");
+        assert_eq!(outcomes[0].1.drifts_repaired, 1);
+        // Unchanged file: no write, no drift.
+        let outcomes = runner.run_due(&snapshot(&layout, 10));
+        assert_eq!(
+            (outcomes[0].1.drifts_repaired, outcomes[0].1.actions),
+            (0, 1)
+        );
+
+        let (runs, actions, errors, drifts) = metrics.counts("fixed");
+        // Actions: write + eviction, repair + eviction, eviction only.
+        assert_eq!((runs, actions, errors, drifts), (3, 5, 0, 1));
+        let body = registry.encode().unwrap();
+        assert!(
+            body.contains("koordlet_qos_strategy_drifts_repaired_total{strategy=\"fixed\"} 1"),
+            "{body}"
+        );
+        assert!(
+            body.contains("koordlet_test_gauge{node=\"node-a\",type=\"x\"} 2.5"),
+            "{body}"
+        );
+
+        // The explain registry knows the expected value and its owner.
+        let managed = runner.managed_files().all();
+        assert_eq!(managed.len(), 1);
+        assert_eq!(managed[0].expected, "50000");
+        assert_eq!(managed[0].strategy, "fixed");
+        assert_eq!(read_actual(&layout, &managed[0]).unwrap(), "50000");
+    }
+
+    #[test]
+    fn failed_writes_count_as_errors() {
+        let (dir, layout, _file) = tree();
+        std::fs::remove_dir_all(dir.path().join("cpu/kubepods/besteffort")).unwrap();
+        let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
+        let mut runner = QosRunner::new(
+            vec![Box::new(FixedQuota {
+                quota: 50_000,
+                evict: false,
+                needs: &[],
+            })],
+            executor,
+        );
+        let outcomes = runner.run_due(&snapshot(&layout, 0));
+        assert_eq!((outcomes[0].1.errors, outcomes[0].1.actions), (1, 0));
+    }
+
+    #[test]
+    fn missing_capability_skips_decide() {
+        let (_dir, layout, file) = tree();
+        let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
+        let mut runner = QosRunner::new(
+            vec![Box::new(FixedQuota {
+                quota: 50_000,
+                evict: false,
+                needs: &[Capability::Resctrl],
+            })],
+            executor,
+        );
+        let outcomes = runner.run_due(&snapshot(&layout, 0));
+        assert!(outcomes[0].1.skipped);
+        assert!(
+            outcomes[0].1.notes[0]
+                .text
+                .starts_with("unsupported: resctrl"),
+            "{:?}",
+            outcomes[0].1.notes
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "-1");
+    }
+
+    #[test]
+    fn staleness_is_judged_against_the_collect_interval() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000);
+        let snapshot = QosSnapshot::for_test(now);
+        assert!(
+            snapshot
+                .fresh("x", None)
+                .unwrap_err()
+                .contains("no x sample")
+        );
+        let old = MetricSample::new(1.0, now - Duration::from_secs(11));
+        assert!(
+            snapshot
+                .fresh("x", Some(old))
+                .unwrap_err()
+                .contains("stale")
+        );
+        let recent = MetricSample::new(1.0, now - Duration::from_secs(9));
+        assert_eq!(snapshot.fresh("x", Some(recent)).unwrap().value, 1.0);
+    }
 }

@@ -1,7 +1,9 @@
 //! QoS manager: strategies that keep running pods within their NodeSLO.
 //!
 //! [`framework`] holds the plugin contract ([`Strategy`], [`QosSnapshot`],
-//! [`Decision`], [`Evictor`]) and the [`QosRunner`] that applies decisions.
+//! [`Decision`], [`Evictor`]) and the [`QosRunner`] that applies decisions;
+//! [`service`] builds snapshots from the states informer and metric cache,
+//! runs the runner on its own thread and serves `GET /qos/explain`.
 
 pub mod blkio;
 pub mod cgreconcile;
@@ -14,9 +16,104 @@ pub mod resctrl;
 pub mod service;
 pub mod sysreconcile;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 pub use framework::{
     Capability, CgroupReader, Decision, EvictionRequest, Evictor, FileWrite, GaugeValue,
     LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles, MapReader, MetricSample, NodeInfo,
     NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig, QosMetrics, QosPod, QosRunner,
     QosSnapshot, ReadBack, RoundOutcome, Strategy, test_capabilities,
 };
+pub use service::{EXPLAIN_PATH, SnapshotSource, explain_router, spawn_runner};
+
+/// Upstream's QoS manager interval flags (whole seconds; 0 is refused).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct QosManagerArgs {
+    /// Interval of cgroup reconciliation (cgreconcile, blkio, resctrl, sysreconcile).
+    #[arg(long = "reconcile-interval-seconds", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub reconcile_interval_seconds: u64,
+    /// Interval of BE CPU suppression.
+    #[arg(long = "cpu-suppress-interval-seconds", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub cpu_suppress_interval_seconds: u64,
+    /// Interval of BE eviction by CPU satisfaction.
+    #[arg(long = "cpu-evict-interval-seconds", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub cpu_evict_interval_seconds: u64,
+    /// Interval of BE eviction by memory usage.
+    #[arg(long = "memory-evict-interval-seconds", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub memory_evict_interval_seconds: u64,
+    /// Minimum time between two memory evictions.
+    #[arg(
+        long = "memory-evict-cool-time-seconds",
+        default_value_t = 4,
+        value_name = "SECONDS"
+    )]
+    pub memory_evict_cool_time_seconds: u64,
+    /// Minimum time between two CPU evictions.
+    #[arg(
+        long = "cpu-evict-cool-time-seconds",
+        default_value_t = 20,
+        value_name = "SECONDS"
+    )]
+    pub cpu_evict_cool_time_seconds: u64,
+}
+
+impl Default for QosManagerArgs {
+    fn default() -> Self {
+        Self {
+            reconcile_interval_seconds: 1,
+            cpu_suppress_interval_seconds: 1,
+            cpu_evict_interval_seconds: 1,
+            memory_evict_interval_seconds: 1,
+            memory_evict_cool_time_seconds: 4,
+            cpu_evict_cool_time_seconds: 20,
+        }
+    }
+}
+
+impl QosManagerArgs {
+    /// The runner configuration these flags describe; cpuburst follows the
+    /// collection interval as upstream's does.
+    pub fn config(&self, collect_interval: Duration) -> QosManagerConfig {
+        QosManagerConfig {
+            reconcile_interval: Duration::from_secs(self.reconcile_interval_seconds),
+            cpu_suppress_interval: Duration::from_secs(self.cpu_suppress_interval_seconds),
+            cpu_evict_interval: Duration::from_secs(self.cpu_evict_interval_seconds),
+            memory_evict_interval: Duration::from_secs(self.memory_evict_interval_seconds),
+            memory_evict_cool_time: Duration::from_secs(self.memory_evict_cool_time_seconds),
+            cpu_evict_cool_time: Duration::from_secs(self.cpu_evict_cool_time_seconds),
+            cpu_burst_interval: collect_interval.max(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// The strategies koordlet runs, in upstream's registration order.
+pub fn standard_strategies(system: &crate::system::SystemArgs) -> Vec<Box<dyn Strategy>> {
+    let _ = system;
+    vec![
+        Box::new(cpuburst::CpuBurst::default()),
+        Box::new(cpusuppress::CpuSuppress),
+        Box::new(cgreconcile::CgroupReconcile),
+    ]
+}
+
+/// Registers the strategy metrics and starts the runner thread; `managed`
+/// is the registry the explain endpoint reads.
+pub fn start(
+    source: SnapshotSource,
+    strategies: Vec<Box<dyn Strategy>>,
+    executor: crate::resourceexecutor::ResourceExecutor,
+    evictor: Arc<dyn Evictor>,
+    metrics: &koord_common::MetricsRegistry,
+    managed: ManagedFiles,
+    shutdown: koord_common::Shutdown,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let qos_metrics = QosMetrics::register(metrics, source.states.node_name(), &strategies);
+    let names: Vec<&str> = strategies.iter().map(|s| s.name()).collect();
+    tracing::info!(strategies = ?names, "QoS manager starts");
+    let runner = QosRunner::new(strategies, executor)
+        .with_evictor(evictor)
+        .with_metrics(qos_metrics)
+        .with_managed_files(managed);
+    spawn_runner(runner, source, shutdown, Duration::from_secs(1))
+}

@@ -484,3 +484,252 @@ pub fn explain_router(
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        ContainerStatus, NodeStatus, PodSpec, PodStatus, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use koord_common::testing::TempDir;
+
+    use super::*;
+    use crate::metriccache::{MetricCacheConfig, Sample};
+    use crate::resourceexecutor::{ExecutorConfig, ResourceExecutor};
+    use crate::system::cgroup::{CgroupDriver, CgroupResource, CgroupValue, CgroupVersion};
+
+    fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect()
+    }
+
+    fn be_pod() -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("batch".into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.uid = Some("u-1".into());
+        pod.metadata.labels = Some(BTreeMap::from([(
+            "koordinator.sh/qosClass".into(),
+            "BE".into(),
+        )]));
+        pod.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(quantities(&[(BATCH_CPU, "1k"), (BATCH_MEMORY, "1Gi")])),
+                    limits: Some(quantities(&[(BATCH_CPU, "2k")])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        pod.status = Some(PodStatus {
+            qos_class: Some("BestEffort".into()),
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "main".into(),
+                container_id: Some("containerd://abc".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn pods_carry_class_dirs_amounts_and_samples() {
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
+        let cache = MetricCache::new(MetricCacheConfig::default()).unwrap();
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        cache.append(&[
+            Sample::new(SeriesKey::pod(MetricKind::PodCpuUsage, "u-1"), t, 0.75),
+            Sample::new(
+                SeriesKey::container(MetricKind::ContainerCpuUsage, "containerd://abc"),
+                t,
+                0.7,
+            ),
+        ]);
+        let pods = qos_pods(&[be_pod()], &layout, &cache);
+        assert_eq!(pods.len(), 1);
+        let pod = &pods[0];
+        assert!(pod.is_be());
+        assert_eq!(pod.cgroup_dir, PathBuf::from("kubepods/besteffort/podu-1"));
+        assert_eq!(pod.cpu_usage, Some(MetricSample::new(0.75, t)));
+        let container = &pod.containers[0];
+        assert_eq!(
+            container.cgroup_dir,
+            Some(PathBuf::from("kubepods/besteffort/podu-1/abc"))
+        );
+        assert_eq!(container.cpu_request_milli, Some(1000));
+        assert_eq!(container.cpu_limit_milli, Some(2000));
+        assert_eq!(container.memory_request_bytes, Some(1 << 30));
+        assert!((container.cpu_usage.unwrap().value - 0.7).abs() < 1e-6);
+    }
+
+    #[test]
+    fn node_info_from_node_or_topology() {
+        let standalone = node_info(None, None, 4, Some(8 << 30));
+        assert_eq!(
+            (
+                standalone.cpu_capacity_milli,
+                standalone.memory_capacity_bytes
+            ),
+            (4000, 8 << 30)
+        );
+        let mut node = Node::default();
+        node.metadata.annotations = Some(BTreeMap::from([(
+            "node.koordinator.sh/reservation".into(),
+            r#"{"resources":{"cpu":"2"},"reservedCPUs":"0-1"}"#.into(),
+        )]));
+        node.status = Some(NodeStatus {
+            capacity: Some(quantities(&[("cpu", "8"), ("memory", "16Gi")])),
+            allocatable: Some(quantities(&[("cpu", "7500m"), ("memory", "15Gi")])),
+            ..Default::default()
+        });
+        let info = node_info(Some(&node), None, 4, None);
+        assert_eq!(info.cpu_capacity_milli, 8000);
+        assert_eq!(
+            info.cpu_reserved_milli, 2000,
+            "annotation beats kubelet's 500m"
+        );
+        assert_eq!(info.memory_reserved_bytes, 1 << 30);
+        assert_eq!(info.reserved_cpus.to_string(), "0-1");
+    }
+
+    #[test]
+    fn explain_query_parsing() {
+        assert_eq!(parse_explain_query(None), Ok(ExplainFilter::All));
+        assert_eq!(
+            parse_explain_query(Some("tier=BE")),
+            Ok(ExplainFilter::Tier("be".into()))
+        );
+        assert_eq!(
+            parse_explain_query(Some("pod=ns%2Fbatch")),
+            Ok(ExplainFilter::Pod("ns/batch".into()))
+        );
+        assert!(parse_explain_query(Some("pod=batch")).is_err());
+        assert!(parse_explain_query(Some("nonsense")).is_err());
+    }
+
+    #[tokio::test]
+    async fn explain_endpoint_shows_expected_actual_and_owner() {
+        let dir = TempDir::new("qos-explain").unwrap();
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, dir.path());
+        let be = dir.path().join("cpu/kubepods/besteffort");
+        std::fs::create_dir_all(be.join("podu-1")).unwrap();
+        std::fs::write(be.join("cpu.cfs_quota_us"), "-1").unwrap();
+        std::fs::write(be.join("podu-1/cpu.cfs_quota_us"), "-1").unwrap();
+        std::fs::create_dir_all(dir.path().join("cpu/kubepods/burstable")).unwrap();
+        std::fs::write(
+            dir.path().join("cpu/kubepods/burstable/cpu.cfs_quota_us"),
+            "-1",
+        )
+        .unwrap();
+
+        struct Writes;
+        impl crate::qosmanager::Strategy for Writes {
+            fn name(&self) -> &'static str {
+                "writes"
+            }
+            fn interval(&self, _: &QosSnapshot) -> Duration {
+                Duration::from_secs(1)
+            }
+            fn decide(&self, _: &QosSnapshot) -> crate::qosmanager::Decision {
+                let mut decision = crate::qosmanager::Decision::default();
+                for (dir, value) in [
+                    ("kubepods/besteffort", 200_000),
+                    ("kubepods/besteffort/podu-1", 100_000),
+                    ("kubepods/burstable", 300_000),
+                ] {
+                    decision.write(
+                        dir,
+                        CgroupResource::CpuCfsQuota,
+                        CgroupValue::Int(value),
+                        "test",
+                    );
+                }
+                decision
+            }
+        }
+        let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
+        let mut runner = QosRunner::new(vec![Box::new(Writes)], executor);
+        let mut snapshot = QosSnapshot::for_test(SystemTime::now());
+        snapshot.layout = layout.clone();
+        let runner_managed = runner.managed_files();
+        tokio::task::spawn_blocking(move || runner.run_due(&snapshot))
+            .await
+            .unwrap();
+        // Drift behind koordlet's back shows as not converged.
+        std::fs::write(be.join("podu-1/cpu.cfs_quota_us"), "-1").unwrap();
+
+        let states = StatesInformer::new("node-a", crate::statesinformer::RequiredSyncs::PODS_ONLY);
+        states.set_pods(crate::statesinformer::PodsSnapshot {
+            pods: vec![be_pod()],
+            origin: crate::statesinformer::PodsOrigin::File,
+            synced_at: SystemTime::now(),
+        });
+        let router = explain_router(runner_managed, layout, Some(states));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+
+        let get = |query: &'static str| async move {
+            let response = tokio::task::spawn_blocking(move || {
+                koord_common::testing::http_get_blocking(
+                    addr,
+                    &format!("{EXPLAIN_PATH}{query}"),
+                    Duration::from_secs(30),
+                )
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            (response.status, response.body)
+        };
+        let (status, body) = get("?tier=be").await;
+        assert_eq!(status, 200, "{body}");
+        let entries: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+        assert_eq!(entries.len(), 2, "{body}");
+        let tier = entries
+            .iter()
+            .find(|e| e["dir"] == "kubepods/besteffort")
+            .unwrap();
+        assert_eq!(tier["expected"], "200000");
+        assert_eq!(tier["actual"], "200000");
+        assert_eq!(tier["strategy"], "writes");
+        assert_eq!(tier["converged"], true);
+        let pod = entries
+            .iter()
+            .find(|e| e["dir"] == "kubepods/besteffort/podu-1")
+            .unwrap();
+        assert_eq!(
+            (pod["expected"].as_str(), pod["actual"].as_str()),
+            (Some("100000"), Some("-1"))
+        );
+        assert_eq!(pod["converged"], false);
+
+        let (status, body) = get("?pod=ns/batch").await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            serde_json::from_str::<Vec<serde_json::Value>>(&body)
+                .unwrap()
+                .len(),
+            1
+        );
+        let (status, body) = get("").await;
+        assert_eq!(
+            (
+                status,
+                serde_json::from_str::<Vec<serde_json::Value>>(&body)
+                    .unwrap()
+                    .len()
+            ),
+            (200, 3)
+        );
+        assert_eq!(get("?pod=ns/nothere").await.0, 404);
+        assert_eq!(get("?tier=gold").await.0, 400);
+    }
+}
