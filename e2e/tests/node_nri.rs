@@ -402,3 +402,135 @@ async fn koordlet_restart_resynchronizes_existing_containers() {
     koordlet.stop();
     eprintln!("nri-resync: passed in {:?}", started.elapsed());
 }
+
+/// A cgroup root for koordlet in which `<controller>/kubepods` is this
+/// instance's `NR_KUBEPODS` (the layout's kubepods name is fixed, and the
+/// node's real `/kubepods` may belong to someone else): every hierarchy's
+/// root files are linked, plus `kubepods` → the private subtree.
+fn cgroup_root_with_private_kubepods(node: &Node) -> PathBuf {
+    let farm = node.containerd.root().join("cgroup-root");
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap() {
+        let hierarchy = hierarchy.unwrap();
+        let name = hierarchy.file_name();
+        let real = hierarchy.path();
+        let ours = farm.join(&name);
+        if hierarchy.file_type().unwrap().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&real).unwrap(), &ours).unwrap();
+            continue;
+        }
+        std::fs::create_dir_all(&ours).unwrap();
+        for entry in std::fs::read_dir(&real).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                std::os::unix::fs::symlink(entry.path(), ours.join(entry.file_name())).unwrap();
+            }
+        }
+        let private = format!("{}{}", real.display(), node.containerd.kubepods());
+        std::os::unix::fs::symlink(private, ours.join("kubepods")).unwrap();
+    }
+    farm
+}
+
+/// The pods file the kubelet would serve for the BE pod.
+fn pods_file_with(pod: &Pod, container_id: &str) -> String {
+    let meta = pod.config.metadata.as_ref().unwrap();
+    serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "items": [{
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+                "labels": {"koordinator.sh/qosClass": "BE"},
+                "annotations": {"node.koordinator.sh/extended-resource-spec": be_annotations()},
+            },
+            "spec": {"containers": [{
+                "name": "main",
+                "image": "busybox",
+                "resources": {
+                    "requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": BATCH_MEMORY.to_string()},
+                    "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": BATCH_MEMORY.to_string()},
+                },
+            }]},
+            "status": {
+                "phase": "Running",
+                "qosClass": "BestEffort",
+                "containerStatuses": [{
+                    "name": "main",
+                    "containerID": format!("containerd://{container_id}"),
+                    "image": "busybox",
+                    "imageID": "",
+                    "ready": true,
+                    "restartCount": 0,
+                    "state": {"running": {}},
+                }],
+            },
+        }],
+    })
+    .to_string()
+}
+
+/// Sum of the samples of a labelled counter.
+fn counter_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciler_repairs_drift_written_by_hand() {
+    let _serial = lock().await;
+    let started = Instant::now();
+    let mut node = node_or_skip!("nri-drift");
+    let cgroup_root = cgroup_root_with_private_kubepods(&node);
+    let root_flag = format!("--cgroup-root-dir={}", cgroup_root.display());
+    let koordlet = Koordlet::start(
+        &node.containerd.nri_socket(),
+        &node.pods_file,
+        &[
+            &root_flag,
+            "--runtime-hooks-reconcile-interval=1s",
+            "--kubelet-sync-interval=1s",
+        ],
+    )
+    .unwrap();
+    wait_registered(&koordlet, 1.0);
+    let (pod, id) = run_be_pod(&mut node).await;
+    let dir = cgroup(&pod, &id);
+    assert_eq!(read_cgroup("cpu", &dir, "cpu.shares").unwrap(), "512");
+
+    // The pod becomes known to koordlet (as the kubelet would report it),
+    // then someone rewrites its cgroups by hand.
+    std::fs::write(&node.pods_file, pods_file_with(&pod, &id)).unwrap();
+    let drift_metric = "koordlet_runtime_hook_reconciler_drift_repaired_total";
+    std::thread::sleep(Duration::from_secs(3));
+    let repaired_before = counter_sum(&koordlet.metrics(), drift_metric);
+    write_cgroup("cpu", &dir, "cpu.shares", "2").unwrap();
+    write_cgroup("cpu", &dir, "cpu.cfs_quota_us", "-1").unwrap();
+
+    let shares = wait_for_value(WAIT, "512", || read_cgroup("cpu", &dir, "cpu.shares"));
+    assert_eq!(
+        shares,
+        "512",
+        "koordlet output:\n{}",
+        koordlet.process.output()
+    );
+    let quota = wait_for_value(WAIT, "100000", || {
+        read_cgroup("cpu", &dir, "cpu.cfs_quota_us")
+    });
+    assert_eq!(quota, "100000");
+    let repaired = counter_sum(&koordlet.metrics(), drift_metric);
+    assert!(
+        repaired >= repaired_before + 2.0,
+        "drift repairs counted: before {repaired_before}, after {repaired}"
+    );
+    // No reconnect happened: the repair is the reconciler's, not a Synchronize.
+    assert_eq!(
+        koordlet.metric("koordlet_nri_registrations_total"),
+        Some(1.0)
+    );
+    koordlet.stop();
+    eprintln!("nri-drift: passed in {:?}", started.elapsed());
+}
