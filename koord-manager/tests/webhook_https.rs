@@ -300,6 +300,14 @@ async fn pod_create_gets_a_patch_that_applies_to_the_raw_object() {
             "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "4Gi"}
         })
     );
+    let recorded = pod["metadata"]["annotations"]["node.koordinator.sh/extended-resource-spec"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(recorded).unwrap(),
+        json!({"containers": {"executor": resources.clone()}}),
+        "koordlet reads the batch resources from this annotation"
+    );
     // Nothing else moved: the rest of the object is as sent.
     let mut expected_rest = spark_pod();
     let mut actual_rest = pod.clone();

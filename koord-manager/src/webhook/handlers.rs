@@ -17,7 +17,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
 use super::elasticquota::{fill_quota_defaults, validate_quota};
-use super::pod_mutating::{PriorityClassInfo, ProfileContext, apply_colocation_profiles};
+use super::pod_mutating::{
+    PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
+};
 use super::pod_validating::{PodValidationOptions, validate_pod};
 use super::review::{AdmissionRequest, Decision, Operation, aggregate};
 
@@ -128,6 +130,8 @@ fn describe_path(path: &str) -> (&'static str, &'static str) {
 pub struct AdmissionGates {
     pub colocation_profile_skip_mutating_resources: bool,
     pub colocation_profile_skip_validating_priority: bool,
+    /// Upstream feature gate `DisableExtendedResourceSpec`.
+    pub disable_extended_resource_spec: bool,
 }
 
 /// Counts pods charged to an ElasticQuota (the API shell lists them).
@@ -246,9 +250,6 @@ impl Handlers {
         let profiles_owned = self.caches.profiles.all();
         let profiles: Vec<&ClusterColocationProfile> =
             profiles_owned.iter().map(|p| p.as_ref()).collect();
-        if profiles.is_empty() {
-            return Decision::allow();
-        }
         let namespace_object = self.caches.namespaces.get(&namespace);
         let namespace_labels = namespace_object
             .as_ref()
@@ -279,7 +280,14 @@ impl Handlers {
             Err(err) => return Decision::internal(err.to_string()),
         };
         let mut mutated = pod;
-        match apply_colocation_profiles(&mut mutated, &context, &mut || self.roll()) {
+        let outcome = apply_colocation_profiles(&mut mutated, &context, &mut || self.roll())
+            .and_then(|by_profiles| {
+                if self.gates.disable_extended_resource_spec {
+                    return Ok(by_profiles);
+                }
+                Ok(apply_extended_resource_spec(&mut mutated)? || by_profiles)
+            });
+        match outcome {
             Ok(false) => Decision::allow(),
             Ok(true) => match serde_json::to_value(&mutated) {
                 Ok(value) => Decision::patch_between(&original, &value),

@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::configuration::label_selector_matches;
 use apis::extension::{
+    BATCH_CPU, BATCH_MEMORY, ExtendedResourceContainerSpec, ExtendedResourceSpec,
     LABEL_POD_PRIORITY, LABEL_POD_QOS, PriorityClass, QuantityValue, RESOURCE_CPU, RESOURCE_MEMORY,
-    extended_resource_name, priority_class_of_pod, should_skip_update_resource,
+    extended_resource_name, get_extended_resource_spec, priority_class_of_pod,
+    set_extended_resource_spec, should_skip_update_resource,
 };
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -50,6 +52,8 @@ pub enum ProfileError {
     PriorityClassNotFound { profile: String, name: String },
     #[error("clusterColocationProfile {profile}: patch cannot be applied: {reason}")]
     Patch { profile: String, reason: String },
+    #[error("failed to get current extended resource spec, err: {0}")]
+    ExtendedResourceSpec(String),
     #[error("container {container}: {resource} quantity {value:?} is invalid")]
     Quantity {
         container: String,
@@ -383,6 +387,43 @@ fn copy_limit_to_request(
     }
 }
 
+/// Records each container's batch-cpu/batch-memory requests and limits in
+/// the `node.koordinator.sh/extended-resource-spec` annotation koordlet reads
+/// (upstream `ExtendedResourceSpec` plugin). Returns whether it changed.
+pub fn apply_extended_resource_spec(pod: &mut Pod) -> Result<bool, ProfileError> {
+    let mut desired = ExtendedResourceSpec::default();
+    for container in pod.spec.iter().flat_map(|spec| spec.containers.iter()) {
+        let resources = container.resources.as_ref();
+        let pick = |list: Option<&BTreeMap<String, Quantity>>| -> BTreeMap<String, Quantity> {
+            [BATCH_CPU, BATCH_MEMORY]
+                .iter()
+                .filter_map(|name| {
+                    list.and_then(|l| l.get(*name))
+                        .map(|q| ((*name).to_owned(), q.clone()))
+                })
+                .collect()
+        };
+        let entry = ExtendedResourceContainerSpec {
+            requests: pick(resources.and_then(|r| r.requests.as_ref())),
+            limits: pick(resources.and_then(|r| r.limits.as_ref())),
+        };
+        if !entry.requests.is_empty() || !entry.limits.is_empty() {
+            desired.containers.insert(container.name.clone(), entry);
+        }
+    }
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let current = get_extended_resource_spec(&annotations)
+        .map_err(|err| ProfileError::ExtendedResourceSpec(err.to_string()))?
+        .unwrap_or_default();
+    if current == desired {
+        return Ok(false);
+    }
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    set_extended_resource_spec(annotations, &desired)
+        .map_err(|err| ProfileError::ExtendedResourceSpec(err.to_string()))?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,6 +669,34 @@ mod tests {
                 .0,
             "500m"
         );
+    }
+
+    #[test]
+    fn extended_resource_spec_records_batch_resources_once() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "resources": {"requests": {"kubernetes.io/batch-cpu": "500", "cpu": "1"},
+                                           "limits": {"kubernetes.io/batch-memory": "1Gi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "1"}}}
+            ]}
+        }))
+        .unwrap();
+        assert!(apply_extended_resource_spec(&mut pod).unwrap());
+        let annotation = &pod.metadata.annotations.as_ref().unwrap()["node.koordinator.sh/extended-resource-spec"];
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(annotation).unwrap(),
+            json!({"containers": {"a": {"requests": {"kubernetes.io/batch-cpu": "500"},
+                                        "limits": {"kubernetes.io/batch-memory": "1Gi"}}}})
+        );
+        assert!(
+            !apply_extended_resource_spec(&mut pod).unwrap(),
+            "second pass changes nothing"
+        );
+
+        let mut plain = spark_pod();
+        assert!(!apply_extended_resource_spec(&mut plain).unwrap());
+        assert!(plain.metadata.annotations.is_none());
     }
 
     #[test]
