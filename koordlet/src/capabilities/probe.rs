@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::parse::{
     self, CgroupFs, CgroupMount, KubeletCgroupDriver, filesystems_include, parse_cbm_mask,
-    parse_controller_list, parse_cpu_list, parse_integer, parse_num_closids, parse_osrelease,
-    parse_proc_cgroups, validate_psi,
+    parse_controller_list, parse_num_closids, parse_osrelease, parse_proc_cgroups, validate_psi,
 };
 use super::{
     CgroupCapabilities, CgroupDriver, CgroupVersion, CpuTopology, MemoryQosCapabilities,
@@ -810,58 +809,77 @@ struct Topology {
     cpus_detail: Vec<CpuTopology>,
 }
 
+/// CPUs, SMT and NUMA from the metrics advisor's topology survey (the same
+/// reader the metric cache uses); every problem becomes a reason.
 fn probe_topology(system: &SystemArgs, reasons: &mut Reasons) -> Topology {
-    let cpu_root = system.sys_root_dir.join("devices/system/cpu");
-    let node_root = system.sys_root_dir.join("devices/system/node");
+    let survey = crate::metricsadvisor::survey_cpu_topology(&system.sys_root_dir);
 
-    let node_of_cpu = read_numa_nodes(&node_root, reasons);
-    let numa_nodes = u32::try_from(node_of_cpu.1).unwrap_or(u32::MAX);
-
-    let online_path = cpu_root.join("online");
-    let online = match read_parsed(&online_path, parse_cpu_list) {
-        Ok(online) if !online.is_empty() => online,
-        Ok(_) => {
-            reasons.set("cpus", format!("{} is empty", online_path.display()));
-            BTreeSet::new()
+    let numa_nodes = match &survey.numa_nodes {
+        Ok(0) => {
+            reasons.set(
+                "numaNodes",
+                format!("no node<N> directory in {}", survey.node_root.display()),
+            );
+            0
         }
+        Ok(count) => u32::try_from(*count).unwrap_or(u32::MAX),
         Err(err) => {
-            reasons.set("cpus", err);
-            BTreeSet::new()
+            let described = if err.is_not_found() {
+                format!("no {}", survey.node_root.display())
+            } else {
+                err.to_string()
+            };
+            reasons.set(
+                "numaNodes",
+                format!("{described} (a kernel without NUMA support has no node directory)"),
+            );
+            0
         }
     };
+    if !survey.node_problems.is_empty() {
+        let problems: Vec<String> = survey
+            .node_problems
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        reasons.set("cpuTopology", problems.join("; "));
+    }
+
+    match &survey.online {
+        Ok(online) if online.is_empty() => {
+            reasons.set("cpus", format!("{} is empty", survey.online_path.display()));
+        }
+        Ok(_) => {}
+        Err(err) => reasons.set("cpus", err.to_string()),
+    }
 
     let mut smt = false;
     let mut smt_unknown = Vec::new();
     let mut topology_problems = Vec::new();
-    let mut detail = Vec::with_capacity(online.len());
-    for cpu in &online {
-        let dir = cpu_root.join(format!("cpu{cpu}/topology"));
-        let mut id = |file: &str| -> Option<u32> {
-            let path = dir.join(file);
-            match read_parsed(&path, |text| parse_integer("cpu topology", text)) {
-                // Negative ids (-1) mean the kernel does not know.
-                Ok(value) => u32::try_from(value).ok(),
-                Err(err) => {
-                    topology_problems.push(err);
-                    None
-                }
+    let mut detail = Vec::with_capacity(survey.cpus.len());
+    for facts in &survey.cpus {
+        let mut id = |value: &Result<Option<u32>, crate::metricsadvisor::CollectError>| match value
+        {
+            Ok(id) => *id,
+            Err(err) => {
+                topology_problems.push(err.to_string());
+                None
             }
         };
-        let core = id("core_id");
-        let socket = id("physical_package_id");
-        let siblings_path = dir.join("thread_siblings_list");
-        match read_parsed(&siblings_path, parse_cpu_list) {
-            Ok(siblings) => smt |= siblings.len() > 1,
-            Err(err) => smt_unknown.push(err),
+        let core = id(&facts.core);
+        let socket = id(&facts.socket);
+        match &facts.thread_siblings {
+            Ok(siblings) => smt |= *siblings > 1,
+            Err(err) => smt_unknown.push(err.to_string()),
         }
         detail.push(CpuTopology {
-            cpu: *cpu,
+            cpu: facts.cpu,
             core,
             socket,
-            node: node_of_cpu.0.get(cpu).copied(),
+            node: facts.node,
         });
     }
-    if online.is_empty() {
+    if survey.cpus.is_empty() {
         reasons.set("smt", "no online CPU list to inspect");
     } else if !smt {
         if smt_unknown.is_empty() {
@@ -875,60 +893,11 @@ fn probe_topology(system: &SystemArgs, reasons: &mut Reasons) -> Topology {
         reasons.append("cpuTopology", &topology_problems.join("; "));
     }
     Topology {
-        cpus: u32::try_from(online.len()).unwrap_or(u32::MAX),
+        cpus: u32::try_from(survey.cpus.len()).unwrap_or(u32::MAX),
         smt,
         numa_nodes,
         cpus_detail: detail,
     }
-}
-
-/// CPU → NUMA node from `node<N>/cpulist`, and the number of node directories.
-fn read_numa_nodes(node_root: &Path, reasons: &mut Reasons) -> (BTreeMap<u32, u32>, usize) {
-    let mut cpu_to_node = BTreeMap::new();
-    let entries = match fs::read_dir(node_root) {
-        Ok(entries) => entries,
-        Err(err) => {
-            reasons.set(
-                "numaNodes",
-                format!(
-                    "{} (a kernel without NUMA support has no node directory)",
-                    describe_read_error(node_root, &err)
-                ),
-            );
-            return (cpu_to_node, 0);
-        }
-    };
-    let mut nodes = 0;
-    let mut problems = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(node) = name
-            .strip_prefix("node")
-            .and_then(|id| id.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        nodes += 1;
-        let path = entry.path().join("cpulist");
-        match read_parsed(&path, parse_cpu_list) {
-            Ok(cpus) => {
-                for cpu in cpus {
-                    cpu_to_node.insert(cpu, node);
-                }
-            }
-            Err(err) => problems.push(err),
-        }
-    }
-    if nodes == 0 {
-        reasons.set(
-            "numaNodes",
-            format!("no node<N> directory in {}", node_root.display()),
-        );
-    }
-    if !problems.is_empty() {
-        reasons.set("cpuTopology", problems.join("; "));
-    }
-    (cpu_to_node, nodes)
 }
 
 fn probe_kernel(system: &SystemArgs, reasons: &mut Reasons) -> String {

@@ -50,7 +50,10 @@ pub use pods::PodResourceCollector;
 pub use prom::{AdvisorMetrics, PsiOwner, PsiRecorder};
 pub use psi::{PsiByResource, PsiCollector, node_psi_available, psi_samples};
 pub use rate::Previous;
-pub use topology::{CpuInfo, CpuTopology, CpuTopologyCollector, read_cpu_topology};
+pub use topology::{
+    CpuFacts, CpuInfo, CpuTopology, CpuTopologyCollector, TopologySurvey, parse_topology_id,
+    read_cpu_topology, survey_cpu_topology,
+};
 
 /// What the collectors need to know about a pod on this node. The states
 /// informer builds it from the kubelet's pod list.
