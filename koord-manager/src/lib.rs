@@ -101,7 +101,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
     match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(cluster)) => {
             // Webhooks serve on every replica, leader or not.
-            let webhooks = if args.webhook.enabled {
+            let webhooks = if args.webhook.should_serve() {
                 let slo_config = webhook::configmap::SloConfigRef {
                     namespace: args.controller.config_namespace.clone(),
                     name: args.controller.slo_config_name.clone(),

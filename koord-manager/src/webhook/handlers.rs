@@ -163,6 +163,8 @@ pub struct Handlers {
     pub gates: AdmissionGates,
     pub metrics: WebhookMetrics,
     pub quota_pods: Option<Box<dyn QuotaPodCounter>>,
+    /// The paths served (all by default; feature gates turn some off).
+    pub paths: Vec<&'static str>,
     random_state: Mutex<u64>,
     sequence: AtomicU64,
 }
@@ -179,6 +181,7 @@ impl Handlers {
             gates: AdmissionGates::default(),
             metrics: WebhookMetrics::default(),
             quota_pods: None,
+            paths: ADMISSION_PATHS.to_vec(),
             random_state: Mutex::new(seed),
             sequence: AtomicU64::new(0),
         }

@@ -21,6 +21,7 @@ use kube::runtime::watcher;
 pub mod cache;
 pub mod configmap;
 pub mod elasticquota;
+pub mod features;
 pub mod handlers;
 pub mod pod_mutating;
 pub mod pod_validating;
@@ -33,7 +34,7 @@ use crate::cert::controller::{DEFAULT_PROVIDED_POLL, SelfManaged, run_provided};
 use crate::cert::writer::CertStore;
 use cache::WebhookCaches;
 use configmap::SloConfigRef;
-use handlers::{ADMISSION_PATHS, ApiQuotaPodCounter, Handlers};
+use handlers::{ApiQuotaPodCounter, Handlers};
 
 /// Readiness check: the webhook server has a certificate and its caches are synced.
 pub const WEBHOOK_READY_CHECK: &str = "webhook-ready";
@@ -61,6 +62,14 @@ pub struct WebhookArgs {
     /// Serve the admission webhooks (upstream feature gate `WebhookFramework`).
     #[arg(long = "enable-webhook-server", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub enabled: bool,
+
+    /// Feature gates, e.g. `PodMutatingWebhook=false` (upstream names and syntax).
+    #[arg(
+        long = "feature-gates",
+        default_value = "",
+        value_name = "NAME=BOOL,..."
+    )]
+    pub feature_gates: features::FeatureGates,
 
     /// Port of the HTTPS webhook server.
     #[arg(long = "webhook-port", env = "WEBHOOK_PORT", default_value_t = 9876)]
@@ -137,6 +146,11 @@ pub struct WebhookArgs {
 }
 
 impl WebhookArgs {
+    /// `--enable-webhook-server` and the `WebhookFramework` gate.
+    pub fn should_serve(&self) -> bool {
+        self.enabled && self.feature_gates.webhook_framework()
+    }
+
     pub fn bind_addr(&self) -> SocketAddr {
         SocketAddr::new(self.bind_address, self.port)
     }
@@ -253,7 +267,7 @@ pub async fn start(
                 dns_name: args.dns_name(),
                 cert_dir: Some(args.cert_dir.clone()),
                 configurations: Some((client.clone(), names, target)),
-                served_paths: ADMISSION_PATHS.to_vec(),
+                served_paths: args.feature_gates.enabled_paths(),
                 resync: args.cert_resync,
             };
             tokio::spawn(loop_.run(cert.clone(), cert_status, context.shutdown.clone()));
@@ -281,6 +295,8 @@ pub async fn start(
     );
 
     let mut handlers = Handlers::new(caches.clone(), slo_config);
+    handlers.gates = args.feature_gates.admission_gates();
+    handlers.paths = args.feature_gates.enabled_paths();
     handlers.quota_pods = Some(Box::new(ApiQuotaPodCounter(client)));
     handlers.metrics.register(&context.metrics);
     let server = server::serve(
@@ -326,6 +342,23 @@ mod tests {
             flags.mutating_configuration,
             "koordinator-mutating-webhook-configuration"
         );
+    }
+
+    #[test]
+    fn upstream_manifest_feature_gates_parse() {
+        let flags = Flags::try_parse_from(["x", "--feature-gates="])
+            .unwrap()
+            .webhook;
+        assert!(flags.should_serve());
+        let flags = Flags::try_parse_from(["x", "--feature-gates=WebhookFramework=false"])
+            .unwrap()
+            .webhook;
+        assert!(!flags.should_serve());
+        let flags = Flags::try_parse_from(["x", "--enable-webhook-server=false"])
+            .unwrap()
+            .webhook;
+        assert!(!flags.should_serve());
+        assert!(Flags::try_parse_from(["x", "--feature-gates=Oops"]).is_err());
     }
 
     #[test]

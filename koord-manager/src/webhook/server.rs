@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::handlers::{ADMISSION_PATHS, Handlers};
+use super::handlers::Handlers;
 use super::review::{AdmissionReview, response_review};
 use crate::cert::ReloadableCert;
 
@@ -102,7 +102,7 @@ fn spawn_accept_loop(
 /// The admission routes plus `/healthz`.
 pub fn router(handlers: Arc<Handlers>) -> Router {
     let mut router = Router::new();
-    for path in ADMISSION_PATHS {
+    for path in handlers.paths.clone() {
         router = router.route(
             path,
             post(

@@ -1,0 +1,101 @@
+//! `--feature-gates` (upstream `k8s.io/component-base/featuregate` syntax:
+//! `Name=true,Other=false`) and the webhook gates with upstream's defaults.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use super::handlers::{
+    AdmissionGates, PATH_MUTATE_ELASTIC_QUOTA, PATH_MUTATE_POD, PATH_VALIDATE_CONFIGMAP,
+    PATH_VALIDATE_ELASTIC_QUOTA, PATH_VALIDATE_POD,
+};
+
+/// Gates as given; names nobody here knows are kept (other parts of the
+/// manager or later builds may read them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates(BTreeMap<String, bool>);
+
+impl FromStr for FeatureGates {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut gates = BTreeMap::new();
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, value) = entry
+                .split_once('=')
+                .ok_or_else(|| format!("missing bool value for {entry}"))?;
+            let value = apis::extension::parse_go_bool(value.trim())
+                .ok_or_else(|| format!("invalid value of {name}={value}, err: not a bool"))?;
+            gates.insert(name.trim().to_owned(), value);
+        }
+        Ok(FeatureGates(gates))
+    }
+}
+
+impl FeatureGates {
+    /// The gate's value, else `default`.
+    pub fn enabled(&self, name: &str, default: bool) -> bool {
+        self.0.get(name).copied().unwrap_or(default)
+    }
+
+    /// The admission paths whose gates are on. Upstream leaves
+    /// `ConfigMapValidatingWebhook` off by default; here it is on, so an
+    /// invalid slo-controller-config is refused at the door.
+    pub fn enabled_paths(&self) -> Vec<&'static str> {
+        [
+            (PATH_MUTATE_POD, "PodMutatingWebhook", true),
+            (PATH_VALIDATE_POD, "PodValidatingWebhook", true),
+            (PATH_MUTATE_ELASTIC_QUOTA, "ElasticMutatingWebhook", true),
+            (
+                PATH_VALIDATE_ELASTIC_QUOTA,
+                "ElasticValidatingWebhook",
+                true,
+            ),
+            (PATH_VALIDATE_CONFIGMAP, "ConfigMapValidatingWebhook", true),
+        ]
+        .into_iter()
+        .filter(|(_, gate, default)| self.enabled(gate, *default))
+        .map(|(path, _, _)| path)
+        .collect()
+    }
+
+    /// `WebhookFramework`, upstream's switch for all webhooks.
+    pub fn webhook_framework(&self) -> bool {
+        self.enabled("WebhookFramework", true)
+    }
+
+    pub fn admission_gates(&self) -> AdmissionGates {
+        AdmissionGates {
+            colocation_profile_skip_mutating_resources: self
+                .enabled("ColocationProfileSkipMutatingResources", false),
+            colocation_profile_skip_validating_priority: self
+                .enabled("ColocationProfileSkipValidatingPriority", false),
+            disable_extended_resource_spec: self.enabled("DisableExtendedResourceSpec", false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_syntax_parses_and_gates_paths() {
+        let empty: FeatureGates = "".parse().unwrap();
+        assert_eq!(empty.enabled_paths().len(), 5);
+        assert!(empty.webhook_framework());
+
+        let gates: FeatureGates = "PodMutatingWebhook=false, ColocationProfileSkipMutatingResources=true,SomethingElse=True"
+            .parse()
+            .unwrap();
+        assert!(!gates.enabled_paths().contains(&PATH_MUTATE_POD));
+        assert!(
+            gates
+                .admission_gates()
+                .colocation_profile_skip_mutating_resources
+        );
+        assert!(gates.enabled("SomethingElse", false));
+
+        assert!("PodMutatingWebhook".parse::<FeatureGates>().is_err());
+        assert!("PodMutatingWebhook=maybe".parse::<FeatureGates>().is_err());
+    }
+}
