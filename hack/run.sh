@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job (README): build every binary, show each starts, show what this
-# node's kernel can enforce, and run koordlet's node plane for a few seconds in
-# standalone mode (no cluster) so it reports this machine's usage as a
-# NodeMetric. The local colocation demo replaces the last step when it lands.
+# The main job (README): build every binary and show each starts, show what
+# this node's kernel can enforce, then run the local colocation demo
+# (hack/colocation-demo.sh): koordlet in standalone mode suppressing a
+# best-effort pod's CPU while a latency-sensitive pod's load rises, on real
+# cgroups of this machine, with no Kubernetes. Extra arguments go to the demo
+# (e.g. --policy cpuset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,28 +18,4 @@ echo "== what this node can enforce (koordlet capabilities)"
 ./target/debug/koordlet capabilities
 
 echo
-echo "== koordlet standalone for 8s: NodeMetric of this machine"
-work=$(mktemp -d)
-koordlet_pid=
-cleanup() {
-    [ -n "$koordlet_pid" ] && kill "$koordlet_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-echo '{"apiVersion":"v1","kind":"PodList","items":[]}' > "$work/pods.json"
-./target/debug/koordlet --standalone --node-name "$(hostname)" --addr 127.0.0.1:0 \
-    --pods-file "$work/pods.json" --node-metric-output "$work/nodemetric.json" \
-    --node-metric-report-interval 3s --log-level warn &
-koordlet_pid=$!
-sleep 8
-kill -TERM "$koordlet_pid"
-wait "$koordlet_pid" || true
-koordlet_pid=
-python3 - "$work/nodemetric.json" <<'PY'
-import json, sys
-metric = json.load(open(sys.argv[1]))
-status = metric.get("status", {})
-usage = status.get("nodeMetric", {}).get("nodeUsage", {}).get("resources", {})
-print(f"node {metric['metadata']['name']}: updateTime {status.get('updateTime')}, "
-      f"cpu {usage.get('cpu')}, memory {usage.get('memory')}")
-PY
+hack/colocation-demo.sh "$@"
