@@ -688,3 +688,16 @@ async fn a_rotated_certificate_is_presented_to_new_connections() {
     assert_ne!(before, after);
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn an_update_review_of_two_large_objects_is_accepted() {
+    let harness = Harness::start(WebhookCaches::synced_empty()).await;
+    let mut pod = spark_pod();
+    pod["metadata"]["name"] = json!("big");
+    pod["metadata"]["annotations"] = json!({"example.com/blob": "x".repeat(1_400_000)});
+    let request = pod_review("u-big", "UPDATE", pod.clone(), pod);
+    assert!(request.to_string().len() > 2_800_000);
+    let response = harness.review("/validate-pod", &request).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    harness.stop().await;
+}

@@ -22,6 +22,9 @@ use super::handlers::Handlers;
 use super::review::{AdmissionReview, response_review};
 use crate::cert::ReloadableCert;
 
+/// Largest review accepted: an UPDATE carries two objects of up to etcd's 1.5 MiB each.
+const MAX_REVIEW_BYTES: usize = 8 << 20;
+
 /// A slow or silent client gets this long to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -114,6 +117,7 @@ pub fn router(handlers: Arc<Handlers>) -> Router {
     }
     router
         .route("/healthz", get(|| async { "ok" }))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(handlers)
 }
 
