@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used)]
 //! The "done when" check: a standalone koordlet, given a pods file
 //! describing processes this test placed in kubelet-style cgroups, writes a
-//! NodeMetric whose pod CPU usage matches what the processes used.
+//! NodeMetric whose pod CPU usage matches what the processes used. The same
+//! report carries a host application's usage (a NodeSLO file names its
+//! cgroup), per-NUMA usage and the prod reclaimable / peak estimate.
 //!
 //! Needs root and the cgroup v1 cpu and cpuacct hierarchies (prints `SKIP:`
 //! otherwise). The pods get unique UIDs, so their cgroups
@@ -25,6 +27,11 @@ const TIER_DIRS: [&str; 2] = ["kubepods", "kubepods/burstable"];
 /// The CFS quota of pod B: half a core.
 const QUOTA_US: u64 = 50_000;
 const PERIOD_US: u64 = 100_000;
+/// The host application's quota: a fifth of a core.
+const APP_QUOTA_US: u64 = 20_000;
+/// Pod A's requests (the prod pod whose unused request is reclaimable).
+const POD_A_CPU_REQUEST: &str = "4";
+const POD_A_MEMORY_REQUEST_GIB: i64 = 8;
 
 /// One pod: its UID, its one container's ID, the busy process inside.
 struct TestPod {
@@ -113,6 +120,18 @@ fn create_cgroup(relative: &Path, cleanup: &mut Cleanup) {
 /// cpu and cpuacct cgroups (memory is left alone: the test's own memory
 /// cgroup must keep accounting for it).
 fn start_busy_process(pod: &TestPod, cleanup: &mut Cleanup) {
+    start_busy_process_in(&pod.container_dir(), cleanup);
+}
+
+fn cpuacct_usage_ns(relative: &Path) -> u64 {
+    let path = Path::new(CGROUP_ROOT)
+        .join("cpuacct")
+        .join(relative)
+        .join("cpuacct.usage");
+    fs::read_to_string(&path).unwrap().trim().parse().unwrap()
+}
+
+fn start_busy_process_in(relative: &Path, cleanup: &mut Cleanup) {
     let child = Command::new("sh")
         .args(["-c", "while :; do :; done"])
         .stdin(Stdio::null())
@@ -125,19 +144,34 @@ fn start_busy_process(pod: &TestPod, cleanup: &mut Cleanup) {
     for controller in ["cpu", "cpuacct"] {
         let procs = Path::new(CGROUP_ROOT)
             .join(controller)
-            .join(pod.container_dir())
+            .join(relative)
             .join("cgroup.procs");
         fs::write(&procs, pid.to_string())
             .unwrap_or_else(|err| panic!("attach {pid} to {}: {err}", procs.display()));
     }
 }
 
-fn pod_json(pod: &TestPod, labels: serde_json::Value) -> serde_json::Value {
+/// Two days ago: past the predictor's 24 h cold start.
+fn two_days_ago() -> String {
+    let then = SystemTime::now() - Duration::from_secs(2 * 86_400);
+    k8s_openapi::jiff::Timestamp::try_from(then)
+        .unwrap()
+        .to_string()
+}
+
+fn pod_json(
+    pod: &TestPod,
+    labels: serde_json::Value,
+    requests: serde_json::Value,
+) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod.name, "namespace": "koord-test", "uid": pod.uid, "labels": labels},
-        "spec": {"containers": [{"name": "busy", "image": "busybox"}]},
+        "metadata": {
+            "name": pod.name, "namespace": "koord-test", "uid": pod.uid, "labels": labels,
+            "creationTimestamp": two_days_ago(),
+        },
+        "spec": {"containers": [{"name": "busy", "image": "busybox", "resources": {"requests": requests}}]},
         "status": {
             "phase": "Running",
             "qosClass": "Burstable",
@@ -154,10 +188,27 @@ fn cores(quantity: &serde_json::Value) -> f64 {
     QuantityValue::parse(text).unwrap().milli_value() as f64 / 1000.0
 }
 
+fn bytes(quantity: &serde_json::Value) -> f64 {
+    let text = quantity.as_str().unwrap_or_default();
+    QuantityValue::parse(text).unwrap().value() as f64
+}
+
 /// Seconds since the epoch of an RFC 3339 `updateTime`.
 fn seconds_since_epoch(text: &str) -> Option<u64> {
     let timestamp: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
     u64::try_from(timestamp.as_second()).ok()
+}
+
+/// Number of CPUs in a list such as `0-3,8`.
+fn count_cpus(text: &str) -> usize {
+    text.trim()
+        .split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
 }
 
 #[test]
@@ -204,17 +255,52 @@ fn standalone_node_metric_matches_the_generated_load() {
     start_busy_process(&pod_a, &mut cleanup);
     start_busy_process(&pod_b, &mut cleanup);
 
+    // A host application outside Kubernetes, in its own cgroup at the
+    // hierarchy root (the NodeSLO names it), capped at a fifth of a core.
+    let app_parent = format!("koord-test-{unique}-host");
+    let app_dir = Path::new(&app_parent).join("app");
+    create_cgroup(Path::new(&app_parent), &mut cleanup);
+    create_cgroup(&app_dir, &mut cleanup);
+    let app_cpu = Path::new(CGROUP_ROOT).join("cpu").join(&app_dir);
+    fs::write(app_cpu.join("cpu.cfs_period_us"), PERIOD_US.to_string()).unwrap();
+    fs::write(app_cpu.join("cpu.cfs_quota_us"), APP_QUOTA_US.to_string()).unwrap();
+    start_busy_process_in(&app_dir, &mut cleanup);
+
     let dir = TempDir::new("standalone").unwrap();
     let pods_file = dir.path().join("pods.json");
     let pods = serde_json::json!({
         "apiVersion": "v1",
         "kind": "PodList",
         "items": [
-            pod_json(&pod_a, serde_json::json!({})),
-            pod_json(&pod_b, serde_json::json!({"koordinator.sh/qosClass": "BE"})),
+            pod_json(
+                &pod_a,
+                serde_json::json!({}),
+                serde_json::json!({
+                    "cpu": POD_A_CPU_REQUEST,
+                    "memory": format!("{POD_A_MEMORY_REQUEST_GIB}Gi"),
+                }),
+            ),
+            pod_json(
+                &pod_b,
+                serde_json::json!({"koordinator.sh/qosClass": "BE"}),
+                serde_json::json!({}),
+            ),
         ]
     });
     fs::write(&pods_file, pods.to_string()).unwrap();
+    let slo_file = dir.path().join("nodeslo.json");
+    let node_slo = serde_json::json!({
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeSLO",
+        "metadata": {"name": "standalone-test-node"},
+        "spec": {"hostApplications": [{
+            "name": "test-app",
+            "priority": "koord-prod",
+            "qos": "LS",
+            "cgroupPath": {"base": "CgroupRoot", "parentDir": app_parent, "relativePath": "app"},
+        }]},
+    });
+    fs::write(&slo_file, node_slo.to_string()).unwrap();
     let output = dir.path().join("nodemetric.json");
 
     let mut command = Command::new(BIN);
@@ -231,6 +317,8 @@ fn standalone_node_metric_matches_the_generated_load() {
         ])
         .arg("--pods-file")
         .arg(&pods_file)
+        .arg("--node-slo-file")
+        .arg(&slo_file)
         .arg("--node-metric-output")
         .arg(&output);
     let started = Instant::now();
@@ -239,6 +327,7 @@ fn standalone_node_metric_matches_the_generated_load() {
         .unwrap()
         .as_secs();
     let usage_at_start = [pod_a.cpuacct_usage_ns(), pod_b.cpuacct_usage_ns()];
+    let app_usage_at_start = cpuacct_usage_ns(&app_dir);
     let mut koordlet = TestProcess::spawn(command).unwrap();
 
     // Wait for a report covering at least ~10 s of samples.
@@ -262,7 +351,10 @@ fn standalone_node_metric_matches_the_generated_load() {
         let pods_reported = report["status"]["podsMetric"]
             .as_array()
             .map_or(0, Vec::len);
-        if updated >= started_epoch + 11 && pods_reported == 2 {
+        let apps_reported = report["status"]["hostApplicationMetric"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if updated >= started_epoch + 11 && pods_reported == 2 && apps_reported == 1 {
             break report;
         }
     };
@@ -271,6 +363,7 @@ fn standalone_node_metric_matches_the_generated_load() {
     let measured: Vec<f64> = (0..2)
         .map(|i| (usage_at_end[i] - usage_at_start[i]) as f64 / 1e9 / elapsed)
         .collect();
+    let app_measured = (cpuacct_usage_ns(&app_dir) - app_usage_at_start) as f64 / 1e9 / elapsed;
 
     assert_eq!(report["kind"], "NodeMetric");
     assert_eq!(report["metadata"]["name"], "standalone-test-node");
@@ -301,8 +394,9 @@ fn standalone_node_metric_matches_the_generated_load() {
     );
 
     // The processes really generated load: B is capped at half a core by its quota.
-    assert!(measured[0] > 0.2, "pod A barely ran: {measured:?}");
-    assert!(measured[1] > 0.1, "pod B barely ran: {measured:?}");
+    // Low bars: other work may crowd this machine's CPUs.
+    assert!(measured[0] > 0.05, "pod A barely ran: {measured:?}");
+    assert!(measured[1] > 0.05, "pod B barely ran: {measured:?}");
     assert!(
         measured[1] <= QUOTA_US as f64 / PERIOD_US as f64 * 1.1,
         "the quota caps pod B: {measured:?}"
@@ -325,6 +419,66 @@ fn standalone_node_metric_matches_the_generated_load() {
         node_cores >= pods_cores * 0.95,
         "node usage {node_cores} < pods {pods_cores}"
     );
+
+    // The host application: its usage as the test measured it, its class echoed.
+    let app = &status["hostApplicationMetric"][0];
+    assert_eq!(
+        (&app["name"], &app["priority"], &app["qos"]),
+        (&"test-app".into(), &"koord-prod".into(), &"LS".into())
+    );
+    let app_cores = cores(&app["usage"]["resources"]["cpu"]);
+    println!("host application CPU cores: reported {app_cores}, measured {app_measured}");
+    assert!(app_measured > 0.02, "the host application barely ran");
+    assert!(
+        (app_cores - app_measured).abs() <= app_measured * 0.15 + 0.01,
+        "host application: reported {app_cores} cores, generated {app_measured}"
+    );
+    assert!(app["usage"]["resources"]["memory"].is_string(), "{app}");
+
+    // NUMA: the nodes the kernel lists, together using what the node uses.
+    if Path::new("/sys/devices/system/node/node0/meminfo").exists() {
+        let numa = status["nodeMetric"]["numaUsages"].as_array().unwrap();
+        assert!(!numa.is_empty(), "{status}");
+        assert_eq!(numa[0]["numaNodeID"], 0);
+        let numa_cores: f64 = numa
+            .iter()
+            .map(|node| cores(&node["nodeUsage"]["resources"]["cpu"]))
+            .sum();
+        assert!(
+            (numa_cores - node_cores).abs() <= node_cores * 0.15 + 0.05,
+            "NUMA nodes use {numa_cores} cores, the node {node_cores}"
+        );
+        assert!(bytes(&numa[0]["nodeUsage"]["resources"]["memory"]) > 0.0);
+    }
+
+    // Prod reclaimable and peak. Standalone, the machine's size stands in for
+    // the Node's allocatable; pod A (prod, past its cold start) requests 4
+    // cores and 8 GiB but uses about one core and next to no memory of its own.
+    let machine_cores = fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|text| count_cpus(&text))
+        .unwrap() as f64;
+    let reclaimable = &status["prodReclaimableMetric"]["resource"]["resources"];
+    let peak = &status["prodPeakMetric"]["resource"]["resources"];
+    println!("prod reclaimable {reclaimable}, prod peak {peak}");
+    let reclaimable_cores = cores(&reclaimable["cpu"]);
+    let reclaimable_memory = bytes(&reclaimable["memory"]);
+    let request_memory = (POD_A_MEMORY_REQUEST_GIB << 30) as f64;
+    assert!(
+        (0.0..=machine_cores).contains(&reclaimable_cores),
+        "{reclaimable_cores} reclaimable cores on a {machine_cores}-core machine"
+    );
+    assert!(
+        reclaimable_memory > 0.0 && reclaimable_memory < request_memory,
+        "reclaimable memory {reclaimable_memory} of a {request_memory}-byte request"
+    );
+    // The peak covers pod A's predicted p95 plus the 10% margin.
+    assert!(
+        cores(&peak["cpu"]) >= reported_cores[0] * 0.9,
+        "peak {} below pod A's usage {}",
+        cores(&peak["cpu"]),
+        reported_cores[0]
+    );
+    assert!(bytes(&peak["memory"]) > 0.0);
 
     koordlet.signal("TERM").unwrap();
     let exit = koordlet
