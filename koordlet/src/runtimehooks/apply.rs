@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use super::protocol::SideEffect;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
-use crate::system::cgroupfs::{read_file, write_file};
+use crate::system::cgroupfs::read_file;
 
 /// Result of one side effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,12 +229,16 @@ impl SideEffectApplier {
         if !schemata.is_empty() {
             let path = dir.join("schemata");
             let current = read_file(&path).unwrap_or_default();
-            for line in schemata {
-                if current.lines().any(|l| l.trim() == line.trim()) {
-                    continue;
-                }
-                if let Err(error) = write_file(&path, &format!("{line}\n")) {
-                    return EffectStatus::Failed(error.to_string());
+            let missing: Vec<&str> = schemata
+                .iter()
+                .map(|line| line.trim())
+                .filter(|line| !current.lines().any(|l| same_schemata_line(l, line)))
+                .collect();
+            // resctrl takes several lines in one write.
+            if !missing.is_empty() {
+                let content = format!("{}\n", missing.join("\n"));
+                if let Err(error) = write_resctrl(&path, &content) {
+                    return EffectStatus::Failed(write_error(&path, &content, &error));
                 }
                 changed = true;
             }
@@ -266,10 +270,11 @@ impl SideEffectApplier {
                 continue;
             }
             // The kernel takes one task per write; a task that exited is not an error.
-            match write_file(&path, &format!("{pid}\n")) {
+            let content = format!("{pid}\n");
+            match write_resctrl(&path, &content) {
                 Ok(()) => changed = true,
-                Err(error) if matches!(error.raw_os_error(), Some(3)) => {}
-                Err(error) => return EffectStatus::Failed(error.to_string()),
+                Err(error) if error.raw_os_error() == Some(libc_esrch()) => {}
+                Err(error) => return EffectStatus::Failed(write_error(&path, &content, &error)),
             }
         }
         if changed {
@@ -333,7 +338,50 @@ impl SideEffectApplier {
     }
 }
 
+/// One write to a resctrl file. The kernel creates a group's files with
+/// the group; a generated tree may not have them yet, so create if absent.
+fn write_resctrl(path: &Path, content: &str) -> io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(content.as_bytes()))
+}
+
+fn write_error(path: &Path, content: &str, error: &io::Error) -> String {
+    format!("cannot write {content:?} to {}: {error}", path.display())
+}
+
 fn same_dir(a: &Path, b: &Path) -> bool {
     let strip = |p: &Path| p.to_string_lossy().trim_matches('/').to_string();
     strip(a) == strip(b)
+}
+
+/// Whether two schemata lines set the same values (the kernel pads masks
+/// with zeros and may list domains in another order).
+pub fn same_schemata_line(a: &str, b: &str) -> bool {
+    fn parse(line: &str) -> Option<(String, Vec<(u32, u64)>)> {
+        let (resource, domains) = line.trim().split_once(':')?;
+        let radix = if resource.trim().starts_with("MB") {
+            10
+        } else {
+            16
+        };
+        let mut values = Vec::new();
+        for domain in domains.split(';').filter(|d| !d.trim().is_empty()) {
+            let (id, value) = domain.split_once('=')?;
+            values.push((
+                id.trim().parse().ok()?,
+                u64::from_str_radix(value.trim(), radix).ok()?,
+            ));
+        }
+        values.sort_unstable();
+        Some((resource.trim().to_string(), values))
+    }
+    match (parse(a), parse(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => a.trim() == b.trim(),
+    }
 }

@@ -9,6 +9,8 @@
 //!   histogram (upstream's name);
 //! - `koordlet_runtime_hook_reconciler_drift_repaired_total{level,resource_type}`
 //!   counter: files found different from the decision and rewritten;
+//! - `koordlet_runtime_hook_permission_denied_total{resource_type}` counter
+//!   of effects the kernel refused with EPERM (lowering `oom_score_adj`);
 //! - `koordlet_runtime_hook_server_requests_total{method,code}` counter of
 //!   RuntimeHookService calls.
 
@@ -35,6 +37,7 @@ pub struct HookMetrics {
     reconcile_ms: Family<Labels, Histogram>,
     drift_repaired: Family<Labels, Counter>,
     server_requests: Family<Labels, Counter>,
+    permission_denied: Family<Labels, Counter>,
 }
 
 fn ms_histogram() -> Histogram {
@@ -53,6 +56,7 @@ impl HookMetrics {
             reconcile_ms: Family::new_with_constructor(ms_histogram),
             drift_repaired: Family::default(),
             server_requests: Family::default(),
+            permission_denied: Family::default(),
         }
     }
 
@@ -89,6 +93,11 @@ impl HookMetrics {
                 "runtime_hook_reconciler_drift_repaired",
                 "cgroup files found different from the hook decision and rewritten",
                 m.drift_repaired,
+            );
+            r.register(
+                "runtime_hook_permission_denied",
+                "hook effects the kernel refused with EPERM/EACCES (e.g. lowering oom_score_adj without CAP_SYS_RESOURCE)",
+                m.permission_denied,
             );
             r.register(
                 "runtime_hook_server_requests",
@@ -166,6 +175,12 @@ impl HookMetrics {
                 ("status", Self::status(ok)),
             ])
             .get()
+    }
+
+    pub fn count_permission_denied(&self, resource: &str) {
+        self.permission_denied
+            .get_or_create(&vec![("resource_type", resource.to_string())])
+            .inc();
     }
 
     pub fn count_server_request(&self, method: &str, code: &str) {

@@ -145,6 +145,7 @@ impl RuntimeHooks {
             states: states.clone(),
             interval: args.reconcile_interval,
             online_cpus,
+            reported_denials: Default::default(),
         };
         tokio::spawn(reconciler.run(shutdown.clone()));
         Ok(())

@@ -448,6 +448,19 @@ pub enum SideEffect {
     OomScoreAdj { pid: u32, value: i64 },
 }
 
+impl SideEffect {
+    /// The `resource_type` metric label of the effect.
+    pub fn resource_label(&self) -> String {
+        match self {
+            SideEffect::CgroupWrite { resource, .. } => resource.name().to_string(),
+            SideEffect::ResctrlGroup { .. } => "resctrl.schemata".into(),
+            SideEffect::ResctrlTasks { .. } => "resctrl.tasks".into(),
+            SideEffect::ResctrlRemoveGroup { .. } => "resctrl.root".into(),
+            SideEffect::OomScoreAdj { .. } => "oom_score_adj".into(),
+        }
+    }
+}
+
 /// A hook that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("hook {hook} at {stage}: {message}")]

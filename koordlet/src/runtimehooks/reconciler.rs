@@ -59,8 +59,8 @@ pub struct RoundReport {
     /// Other effects (resctrl, oom_score_adj) that changed something.
     pub applied_effects: usize,
     /// `oom_score_adj` writes the kernel refused because they lower the
-    /// value without CAP_SYS_RESOURCE.
-    pub oom_lowering_denied: usize,
+    /// value without CAP_SYS_RESOURCE: (pid, wanted value).
+    pub oom_lowering_denied: Vec<(u32, i64)>,
 }
 
 fn quantity(
@@ -345,16 +345,6 @@ pub fn value_matches(desired: &CgroupValue, current: &CgroupValue) -> bool {
     }
 }
 
-fn resource_label(effect: &SideEffect) -> String {
-    match effect {
-        SideEffect::CgroupWrite { resource, .. } => resource.name().to_string(),
-        SideEffect::ResctrlGroup { .. } => "resctrl.schemata".into(),
-        SideEffect::ResctrlTasks { .. } => "resctrl.tasks".into(),
-        SideEffect::ResctrlRemoveGroup { .. } => "resctrl.root".into(),
-        SideEffect::OomScoreAdj { .. } => "oom_score_adj".into(),
-    }
-}
-
 /// Compares and repairs (blocking: reads and writes kernel files).
 pub fn repair_blocking(
     desired: Vec<Desired>,
@@ -441,14 +431,19 @@ pub fn repair_blocking(
                 EffectStatus::Applied => {
                     report.applied_effects += 1;
                     if let Some(metrics) = metrics {
-                        metrics.count_drift_repaired(item.level, &resource_label(&item.effect));
+                        metrics.count_drift_repaired(item.level, &item.effect.resource_label());
                     }
                 }
                 EffectStatus::PermissionDenied {
                     lowering: true,
                     error,
                 } => {
-                    report.oom_lowering_denied += 1;
+                    if let SideEffect::OomScoreAdj { pid, value } = &item.effect {
+                        report.oom_lowering_denied.push((*pid, *value));
+                    }
+                    if let Some(metrics) = metrics {
+                        metrics.count_permission_denied(&item.effect.resource_label());
+                    }
                     tracing::debug!(pod = %item.pod, %error, "cannot lower oom_score_adj without CAP_SYS_RESOURCE");
                 }
                 EffectStatus::Failed(error) => {
@@ -522,6 +517,8 @@ pub struct Reconciler {
     pub states: StatesInformer,
     pub interval: Duration,
     pub online_cpus: Option<crate::system::units::CpuSet>,
+    /// Refused `oom_score_adj` lowerings already reported (warned once each).
+    pub reported_denials: std::sync::Mutex<std::collections::BTreeSet<(u32, i64)>>,
 }
 
 impl Reconciler {
@@ -535,6 +532,22 @@ impl Reconciler {
         let desired = plan_round(&self.dispatcher, &snapshot.pods, &CgroupNodeView(&layout));
         let report = repair_blocking(desired, &self.dispatcher, &self.applier);
         resctrl_gc(&self.dispatcher, &self.applier, &snapshot.pods);
+        let mut reported = self
+            .reported_denials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (pid, value) in &report.oom_lowering_denied {
+            if reported.insert((*pid, *value)) {
+                tracing::warn!(
+                    pid,
+                    value,
+                    "cannot lower oom_score_adj: the kernel refused with EPERM (koordlet lacks CAP_SYS_RESOURCE)"
+                );
+            }
+        }
+        // Forget processes that are gone so the set stays small.
+        reported.retain(|entry| report.oom_lowering_denied.contains(entry));
+        drop(reported);
         report
     }
 

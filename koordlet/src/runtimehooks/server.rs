@@ -83,6 +83,11 @@ impl HookService {
             Ok(mut adjustment) => {
                 let effects = std::mem::take(&mut adjustment.side_effects);
                 for report in self.applier.apply(effects).await {
+                    if let (EffectStatus::PermissionDenied { .. }, Some(metrics)) =
+                        (&report.status, self.dispatcher.metrics())
+                    {
+                        metrics.count_permission_denied(&report.effect.resource_label());
+                    }
                     log_effect(stage, &request, &report.effect, &report.status);
                 }
                 self.count(method, "OK");
