@@ -2,7 +2,9 @@
 //!
 //! - Cluster mode: a `policy/v1` Eviction through the API server, which
 //!   respects PodDisruptionBudgets (a 429 answer means "not now": the pod is
-//!   retried at a later round), then a Warning Event on the pod
+//!   retried at a later round; build the backend with
+//!   [`EvictionBackend::api_without_retries`] so the client does not retry
+//!   by itself), then a Warning Event on the pod
 //!   (`evictPodSuccess` / `evictPodFail`, as upstream) and the reason in the
 //!   pod's `koordinator.sh/evict-reason` / `koordinator.sh/evict-trigger`
 //!   annotations (upstream's descheduler keys).
@@ -124,6 +126,8 @@ pub enum EvictionOutcome {
     Killed { processes: usize },
     /// Evicted by an earlier round and not gone yet.
     AlreadyEvicted,
+    /// An eviction of the same pod is still under way.
+    InProgress,
     /// `--evict-dry-run`: only logged.
     DryRun,
     /// Standalone without `--evict-standalone-kill`: only logged.
@@ -153,6 +157,7 @@ impl EvictionOutcome {
             Self::Evicted => "evicted",
             Self::Killed { .. } => "killed",
             Self::AlreadyEvicted => "already_evicted",
+            Self::InProgress => "in_progress",
             Self::DryRun => "dry_run",
             Self::LoggedOnly => "logged_only",
             Self::RateLimited => "rate_limited",
@@ -171,6 +176,17 @@ pub enum EvictionBackend {
     Kill,
     /// Log only (standalone without the kill flag).
     LogOnly,
+}
+
+impl EvictionBackend {
+    /// An API backend whose client does not retry by itself: kube's default
+    /// client retries a 429 up to 15 times with backoff, which would hold an
+    /// eviction refused by a PodDisruptionBudget for minutes instead of
+    /// handing it back to the next round.
+    pub fn api_without_retries(mut config: kube::Config) -> Result<Self, kube::Error> {
+        config.default_retry = false;
+        Ok(Self::Api(kube::Client::try_from(config)?))
+    }
 }
 
 impl std::fmt::Debug for EvictionBackend {
@@ -208,6 +224,7 @@ struct Inner {
     dry_run: bool,
     limiter: Mutex<TokenBucket>,
     evicted: Mutex<HashMap<String, Instant>>,
+    in_flight: Mutex<std::collections::HashSet<String>>,
     metrics: EvictionMetrics,
 }
 
@@ -230,6 +247,7 @@ impl PodEvictor {
                 dry_run: args.dry_run,
                 limiter: Mutex::new(TokenBucket::new(args.qps, args.burst)),
                 evicted: Mutex::new(HashMap::new()),
+                in_flight: Mutex::new(std::collections::HashSet::new()),
                 metrics: EvictionMetrics::default(),
             }),
         }
@@ -336,6 +354,25 @@ impl PodEvictor {
     }
 
     async fn evict_uncounted(&self, request: &EvictionRequest) -> EvictionOutcome {
+        let uid = request.pod.uid.clone();
+        let claimed = self
+            .inner
+            .in_flight
+            .lock()
+            .map(|mut in_flight| in_flight.insert(uid.clone()))
+            .unwrap_or(false);
+        if !claimed {
+            tracing::debug!(pod = %request.pod, "an eviction of this pod is already under way");
+            return EvictionOutcome::InProgress;
+        }
+        let outcome = self.evict_claimed(request).await;
+        if let Ok(mut in_flight) = self.inner.in_flight.lock() {
+            in_flight.remove(&uid);
+        }
+        outcome
+    }
+
+    async fn evict_claimed(&self, request: &EvictionRequest) -> EvictionOutcome {
         let pod = &request.pod;
         let now = Instant::now();
         if self.is_evicted(&pod.uid, now) {

@@ -424,6 +424,9 @@ impl Strategy for ResctrlReconcile {
                 }
                 None => Schemata::new(),
             };
+            // One write per group: the kernel takes several schemata lines
+            // at once, and a group's file is then replaced as a whole.
+            let mut lines = Vec::new();
             for (resource, domains) in &desired {
                 let converged = domains.iter().all(|(id, value)| {
                     current
@@ -438,9 +441,12 @@ impl Strategy for ResctrlReconcile {
                     .iter()
                     .map(|(id, value)| format!("{id}={value}"))
                     .collect();
+                lines.push(format!("{resource}:{}", line.join(";")));
+            }
+            if !lines.is_empty() {
                 decision.file_writes.push(FileWrite {
                     path: path.clone(),
-                    value: format!("{resource}:{}", line.join(";")),
+                    value: lines.join("\n"),
                     reason: format!("{group} class resctrlQOS"),
                     read_back: ReadBack::None,
                 });
@@ -620,12 +626,18 @@ mod tests {
         assert_eq!(
             writes(&decision),
             [
-                ("LSR/schemata".to_string(), "L3:0=fff;1=fff".to_string()),
-                ("LSR/schemata".to_string(), "MB:0=100;1=100".to_string()),
-                ("LS/schemata".to_string(), "L3:0=fff;1=fff".to_string()),
-                ("LS/schemata".to_string(), "MB:0=100;1=100".to_string()),
-                ("BE/schemata".to_string(), "L3:0=f;1=f".to_string()),
-                ("BE/schemata".to_string(), "MB:0=40;1=40".to_string()),
+                (
+                    "LSR/schemata".to_string(),
+                    "L3:0=fff;1=fff\nMB:0=100;1=100".to_string()
+                ),
+                (
+                    "LS/schemata".to_string(),
+                    "L3:0=fff;1=fff\nMB:0=100;1=100".to_string()
+                ),
+                (
+                    "BE/schemata".to_string(),
+                    "L3:0=f;1=f\nMB:0=40;1=40".to_string()
+                ),
             ]
         );
     }
@@ -764,7 +776,9 @@ mod tests {
         };
         let decision = strategy.decide(&snapshot(be, true));
         assert!(
-            writes(&decision).contains(&("BE/schemata".to_string(), "MB:0=80;1=80".to_string()))
+            writes(&decision)
+                .iter()
+                .any(|(file, value)| file == "BE/schemata" && value.contains("MB:0=80;1=80"))
         );
     }
 }

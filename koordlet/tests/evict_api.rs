@@ -1,0 +1,377 @@
+#![allow(clippy::unwrap_used)]
+//! The evictor's cluster path against fake API servers: the Eviction
+//! request it sends, the Event and annotation that follow, 429 handling,
+//! dry run, and the runner adapter.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use koordlet::evictor::qos::QosEvictor;
+use koordlet::evictor::{
+    EvictionBackend, EvictionOutcome, EvictionRequest, EvictorArgs, PodEvictor, PodRef,
+};
+use koordlet::qosmanager::framework::{self, Evictor as _};
+use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    body: String,
+}
+
+/// Answers evictions by pod name (`guarded` → 429, anything else → 201),
+/// Event creation and pod patches; records every request.
+struct ScriptedApiServer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn read_request(stream: &TcpStream) -> Option<(String, String)> {
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .filter_map(|line| line.split_once(':'))
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, value)| value.trim().parse().ok())
+                .unwrap_or(0);
+            if raw.len() >= end + 4 + length {
+                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).to_string();
+                return Some((head, body));
+            }
+        }
+        stream.readable().await.ok()?;
+        match stream.try_read(&mut buffer) {
+            Ok(0) => return None,
+            Ok(n) => raw.extend_from_slice(&buffer[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+async fn respond(stream: &TcpStream, code: u16, body: &str) {
+    let response = format!(
+        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut bytes = response.as_bytes();
+    while !bytes.is_empty() {
+        if stream.writable().await.is_err() {
+            return;
+        }
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
+impl ScriptedApiServer {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let Some((head, body)) = read_request(&stream).await else {
+                        return;
+                    };
+                    let mut words = head.split_whitespace();
+                    let method = words.next().unwrap_or("").to_string();
+                    let target = words.next().unwrap_or("").to_string();
+                    seen.lock().unwrap().push(Seen {
+                        method: method.clone(),
+                        target: target.clone(),
+                        body: body.clone(),
+                    });
+                    let path = target.split('?').next().unwrap_or("");
+                    if method == "POST" && path.ends_with("/guarded/eviction") {
+                        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","code":429}"#;
+                        respond(&stream, 429, status).await;
+                    } else if method == "POST" && path.ends_with("/eviction") {
+                        let status =
+                            r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":201}"#;
+                        respond(&stream, 201, status).await;
+                    } else if method == "POST" && path.ends_with("/events") {
+                        respond(&stream, 201, &body).await;
+                    } else if method == "PATCH" {
+                        let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"victim","namespace":"batch"}}"#;
+                        respond(&stream, 200, pod).await;
+                    } else {
+                        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#;
+                        respond(&stream, 404, status).await;
+                    }
+                });
+            }
+        });
+        Self { addr, seen }
+    }
+
+    /// The backend koordlet uses: a client without kube's own 429 retries.
+    fn backend(&self) -> EvictionBackend {
+        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        EvictionBackend::api_without_retries(config).unwrap()
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn request(name: &str, uid: &str) -> EvictionRequest {
+    EvictionRequest {
+        pod: PodRef {
+            namespace: "batch".to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+        },
+        trigger: "BEMemoryEvict".to_string(),
+        message: "node memory usage 91% >= threshold 70%".to_string(),
+        cgroup_dirs: Vec::new(),
+    }
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|err| panic!("not JSON ({err}): {body}"))
+}
+
+#[tokio::test]
+async fn eviction_goes_through_the_policy_v1_subresource_then_event_and_annotation() {
+    let api = ScriptedApiServer::start().await;
+    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let outcome = evictor.evict(&request("victim", "uid-victim")).await;
+    assert_eq!(outcome, EvictionOutcome::Evicted);
+
+    let seen = api.seen();
+    let eviction = seen
+        .iter()
+        .find(|s| s.target.contains("/eviction"))
+        .expect("no eviction request");
+    assert_eq!(eviction.method, "POST");
+    assert!(
+        eviction
+            .target
+            .starts_with("/api/v1/namespaces/batch/pods/victim/eviction"),
+        "{}",
+        eviction.target
+    );
+    let body = json(&eviction.body);
+    assert_eq!(body["apiVersion"], "policy/v1");
+    assert_eq!(body["kind"], "Eviction");
+    assert_eq!(body["metadata"]["name"], "victim");
+    assert_eq!(body["metadata"]["namespace"], "batch");
+    assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "uid-victim");
+
+    let event = seen
+        .iter()
+        .find(|s| s.method == "POST" && s.target.starts_with("/api/v1/namespaces/batch/events"))
+        .expect("no event recorded");
+    let event = json(&event.body);
+    assert_eq!(event["reason"], "evictPodSuccess");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["involvedObject"]["kind"], "Pod");
+    assert_eq!(event["involvedObject"]["uid"], "uid-victim");
+    assert_eq!(event["source"]["component"], "koordlet");
+    assert_eq!(event["source"]["host"], "node-a");
+    let message = event["message"].as_str().unwrap();
+    assert!(
+        message.contains("evict Pod:batch/victim, reason: evicted")
+            && message.contains("trigger by koordlet feature BEMemoryEvict"),
+        "{message}"
+    );
+
+    let patch = seen
+        .iter()
+        .find(|s| s.method == "PATCH")
+        .expect("no annotation patch");
+    assert!(
+        patch
+            .target
+            .starts_with("/api/v1/namespaces/batch/pods/victim"),
+        "{}",
+        patch.target
+    );
+    let patch = json(&patch.body);
+    assert_eq!(
+        patch["metadata"]["annotations"]["koordinator.sh/evict-trigger"],
+        "BEMemoryEvict"
+    );
+    assert_eq!(
+        patch["metadata"]["annotations"]["koordinator.sh/evict-reason"],
+        "node memory usage 91% >= threshold 70%"
+    );
+
+    // The same pod is not evicted twice while it terminates.
+    let before = api.seen().len();
+    assert_eq!(
+        evictor.evict(&request("victim", "uid-victim")).await,
+        EvictionOutcome::AlreadyEvicted
+    );
+    assert_eq!(api.seen().len(), before);
+}
+
+#[tokio::test]
+async fn a_pod_disruption_budget_refusal_is_retried_later() {
+    let api = ScriptedApiServer::start().await;
+    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let outcome = evictor.evict(&request("guarded", "uid-guarded")).await;
+    let EvictionOutcome::Blocked { message } = &outcome else {
+        panic!("expected Blocked, got {outcome:?}");
+    };
+    assert!(message.contains("disruption budget"), "{message}");
+    assert!(!outcome.releases());
+    let seen = api.seen();
+    assert!(
+        seen.iter().all(|s| s.method != "PATCH"),
+        "no annotation on refusal"
+    );
+    let event = seen
+        .iter()
+        .find(|s| s.target.contains("/events"))
+        .expect("a failure event");
+    assert_eq!(json(&event.body)["reason"], "evictPodFail");
+    // Not remembered as evicted: the next round asks again.
+    let evictions_before = seen
+        .iter()
+        .filter(|s| s.target.contains("/eviction"))
+        .count();
+    let again = evictor.evict(&request("guarded", "uid-guarded")).await;
+    assert!(
+        matches!(again, EvictionOutcome::Blocked { .. }),
+        "{again:?}"
+    );
+    let evictions_after = api
+        .seen()
+        .iter()
+        .filter(|s| s.target.contains("/eviction"))
+        .count();
+    assert_eq!(evictions_after, evictions_before + 1);
+}
+
+#[tokio::test]
+async fn dry_run_and_rate_limit_send_nothing() {
+    let api = ScriptedApiServer::start().await;
+    let dry = PodEvictor::new(
+        api.backend(),
+        "node-a",
+        &EvictorArgs {
+            dry_run: true,
+            ..EvictorArgs::default()
+        },
+    );
+    assert_eq!(
+        dry.evict(&request("victim", "uid-1")).await,
+        EvictionOutcome::DryRun
+    );
+    let limited = PodEvictor::new(
+        api.backend(),
+        "node-a",
+        &EvictorArgs {
+            qps: 0.0,
+            burst: 1,
+            ..EvictorArgs::default()
+        },
+    );
+    assert_eq!(
+        limited.evict(&request("victim", "uid-2")).await,
+        EvictionOutcome::Evicted
+    );
+    let sent = api.seen().len();
+    assert_eq!(
+        limited.evict(&request("victim", "uid-3")).await,
+        EvictionOutcome::RateLimited
+    );
+    assert_eq!(
+        api.seen().len(),
+        sent,
+        "a rate-limited eviction sends nothing"
+    );
+    assert!(
+        api.seen()
+            .iter()
+            .filter(|s| s.target.contains("/eviction"))
+            .all(|s| !s.body.contains("uid-1")),
+        "the dry run sent its eviction"
+    );
+}
+
+#[tokio::test]
+async fn common_fake_api_server_sees_the_eviction_request_line() {
+    let api = koord_common::testing::FakeApiServer::start().unwrap();
+    let config = kube::Config::new(api.url().parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let evictor = PodEvictor::new(
+        EvictionBackend::Api(client),
+        "node-a",
+        &EvictorArgs::default(),
+    );
+    // That server knows only /version: the eviction fails with 404.
+    let outcome = evictor.evict(&request("victim", "uid-victim")).await;
+    assert!(
+        matches!(outcome, EvictionOutcome::Failed { .. }),
+        "{outcome:?}"
+    );
+    let requests = api.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|line| line.starts_with("POST /api/v1/namespaces/batch/pods/victim/eviction")),
+        "{requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|line| line.starts_with("POST /api/v1/namespaces/batch/events")),
+        "the failure is recorded as an event: {requests:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runner_adapter_hands_requests_to_the_api() {
+    let api = ScriptedApiServer::start().await;
+    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
+    let adapter = QosEvictor::new(evictor, layout, tokio::runtime::Handle::current());
+    let request = framework::EvictionRequest {
+        uid: "uid-r".to_string(),
+        namespace: "batch".to_string(),
+        name: "victim".to_string(),
+        reason: "BECPUEvict".to_string(),
+        message: "BE CPU satisfaction below 40%".to_string(),
+        strategy: "cpuevict",
+    };
+    // The runner calls from its own (blocking) thread.
+    tokio::task::spawn_blocking(move || adapter.evict(request))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = api.seen();
+        if let Some(eviction) = seen.iter().find(|s| s.target.contains("/eviction")) {
+            assert_eq!(
+                json(&eviction.body)["deleteOptions"]["preconditions"]["uid"],
+                "uid-r"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no eviction reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
