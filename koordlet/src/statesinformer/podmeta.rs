@@ -273,6 +273,25 @@ mod tests {
         .unwrap()
         .clone();
         assert_eq!(&*snapshot.pods[0].uid, "u-a");
+        assert!(snapshot.host_applications.is_empty());
+
+        // A NodeSLO with host applications reaches the collectors too.
+        let slo: apis::slo::v1alpha1::NodeSLO = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node-a"},
+            "spec": {"hostApplications": [{"name": "nginx", "qos": "LS"}]}
+        }))
+        .unwrap();
+        states.set_node_slo(Some(slo));
+        let snapshot = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            feed.wait_for(|snapshot| !snapshot.host_applications.is_empty()),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .clone();
+        assert_eq!(snapshot.host_applications[0].name, "nginx");
+        assert_eq!(&*snapshot.pods[0].uid, "u-a", "pods are kept");
         shutdown.trigger(koord_common::ShutdownReason::Requested("test".into()));
     }
 
