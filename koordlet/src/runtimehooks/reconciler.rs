@@ -581,3 +581,144 @@ impl Reconciler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtimehooks::hooks::testutil::bare_caps;
+    use crate::runtimehooks::hooks::{HookOptions, all_hooks};
+    use crate::system::cgroup::{CgroupDriver, CgroupResource, CgroupVersion};
+    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    struct FakeView;
+
+    impl NodeView for FakeView {
+        fn pids(&self, _dir: &Path) -> Vec<u32> {
+            vec![42]
+        }
+        fn children(&self, dir: &Path) -> Vec<String> {
+            if dir.ends_with("podlsr") {
+                vec!["app".into(), "pause".into()]
+            } else {
+                Vec::new()
+            }
+        }
+    }
+
+    fn lsr_pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("lsr".into()),
+                namespace: Some("default".into()),
+                uid: Some("lsr".into()),
+                labels: Some([("koordinator.sh/qosClass".to_string(), "LSR".to_string())].into()),
+                annotations: Some(
+                    [(
+                        "scheduling.koordinator.sh/resource-status".to_string(),
+                        r#"{"cpuset":"1"}"#.to_string(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "main".into(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                qos_class: Some("Guaranteed".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "main".into(),
+                    container_id: Some("containerd://app".into()),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn plan_covers_pod_container_and_sandbox_levels() {
+        let mut caps = bare_caps();
+        caps.cgroup.controllers = vec!["cpu".into(), "cpuset".into(), "memory".into()];
+        let dispatcher = HookDispatcher::new(
+            all_hooks(&HookOptions::default()),
+            &caps,
+            CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup"),
+            FailurePolicyConfig::default(),
+        );
+        let mut no_uid = lsr_pod();
+        no_uid.metadata.uid = None;
+        let desired = plan_round(&dispatcher, &[lsr_pod(), no_uid], &FakeView);
+        let find = |level: &str, dir: &str, resource: CgroupResource| {
+            desired.iter().find_map(|d| match &d.effect {
+                SideEffect::CgroupWrite {
+                    dir: d_dir,
+                    resource: r,
+                    value,
+                    ..
+                } if d.level == level && d_dir == Path::new(dir) && *r == resource => {
+                    Some(value.clone())
+                }
+                _ => None,
+            })
+        };
+        let one = CgroupResource::CpusetCpus.parse_value("1").unwrap();
+        assert_eq!(
+            find("pod", "kubepods/podlsr", CgroupResource::CpuCfsQuota),
+            Some(CgroupValue::Unlimited)
+        );
+        assert_eq!(
+            find(
+                "container",
+                "kubepods/podlsr/app",
+                CgroupResource::CpusetCpus
+            ),
+            Some(one.clone())
+        );
+        assert_eq!(
+            find(
+                "container",
+                "kubepods/podlsr/app",
+                CgroupResource::CpuCfsQuota
+            ),
+            Some(CgroupValue::Unlimited)
+        );
+        assert_eq!(
+            find(
+                "sandbox",
+                "kubepods/podlsr/pause",
+                CgroupResource::CpusetCpus
+            ),
+            Some(one)
+        );
+        // The sandbox only takes the cpuset.
+        assert_eq!(
+            find(
+                "sandbox",
+                "kubepods/podlsr/pause",
+                CgroupResource::CpuCfsQuota
+            ),
+            None
+        );
+        // No group identity on this node: no QoS-tier writes.
+        assert!(desired.iter().all(|d| d.level != "kubeqos"));
+    }
+
+    #[test]
+    fn unlimited_memory_reads_back_as_a_huge_number() {
+        assert!(value_matches(
+            &CgroupValue::Unlimited,
+            &CgroupValue::Int(9_223_372_036_854_771_712)
+        ));
+        assert!(!value_matches(
+            &CgroupValue::Unlimited,
+            &CgroupValue::Int(512)
+        ));
+        assert!(value_matches(&CgroupValue::Int(5), &CgroupValue::Int(5)));
+    }
+}
