@@ -560,6 +560,21 @@ async fn elastic_quota_webhooks_fill_defaults_and_keep_the_tree_sound() {
             .contains("has 1 child quotas"),
         "{response}"
     );
+
+    let mut pod = spark_pod();
+    pod["metadata"]["name"] = json!("job-1");
+    pod["metadata"]["labels"]["quota.scheduling.koordinator.sh/name"] = json!("parent");
+    let response = harness
+        .review(
+            "/validate-pod",
+            &pod_review("q-6", "CREATE", pod, Value::Null),
+        )
+        .await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"]["message"],
+        "pod can not be linked to a parentQuotaGroup,quota:parent, pod:job-1"
+    );
     harness.stop().await;
 }
 

@@ -13,6 +13,7 @@ use apis::extension::{
     parent_quota_name, quota_tree_id,
 };
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::review::Operation;
@@ -250,7 +251,10 @@ pub fn validate_quota(
             )
         }
         Operation::Delete => {
-            let quota = old.or(new).ok_or("DeleteQuota param is nil")?;
+            // Without the old object (very old API servers) there is nothing to check.
+            let Some(quota) = old.or(new) else {
+                return Ok(());
+            };
             let name = name_of(quota);
             if [SYSTEM_QUOTA_NAME, ROOT_QUOTA_NAME, DEFAULT_QUOTA_NAME].contains(&name) {
                 return Err(format!("can not delete quotaGroup :{name}"));
@@ -272,6 +276,66 @@ pub fn validate_quota(
             }
         }
         Operation::Connect => Ok(()),
+    }
+}
+
+/// The quota a pod is charged to: its quota label, else the quota named after
+/// its namespace in that namespace, else the quota whose namespaces
+/// annotation lists it, else the default quota (upstream `GetQuotaName`).
+pub fn quota_of_pod<'a>(pod: &Pod, quotas: &[&'a ElasticQuota]) -> Option<&'a ElasticQuota> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+    let labelled = apis::extension::quota_name_of_pod(&labels);
+    if !labelled.is_empty() {
+        return quotas.iter().copied().find(|q| name_of(q) == labelled);
+    }
+    quotas
+        .iter()
+        .copied()
+        .find(|q| name_of(q) == namespace && q.metadata.namespace.as_deref() == Some(namespace))
+        .or_else(|| {
+            quotas.iter().copied().find(|q| {
+                get_quota_namespaces(&annotations_of(q))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|namespaces| namespaces.iter().any(|ns| ns == namespace))
+            })
+        })
+}
+
+/// Pods may only be charged to leaf quotas, and their `preemptible` label is
+/// fixed once set (upstream `ValidateAddPod` / `ValidateUpdatePod`).
+pub fn validate_pod_quota(
+    operation: Operation,
+    new_pod: &Pod,
+    old_pod: Option<&Pod>,
+    quotas: &[&ElasticQuota],
+) -> Result<(), String> {
+    if let (Operation::Update, Some(old_pod)) = (operation, old_pod) {
+        let preemptible = |pod: &Pod| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(apis::extension::LABEL_PREEMPTIBLE).cloned())
+        };
+        if preemptible(old_pod) != preemptible(new_pod) {
+            return Err("Preemptible label is forbidden modify now.".to_owned());
+        }
+    }
+    if !matches!(operation, Operation::Create | Operation::Update) {
+        return Ok(());
+    }
+    match quota_of_pod(new_pod, quotas) {
+        Some(quota)
+            if name_of(quota) != DEFAULT_QUOTA_NAME && is_parent_quota(&labels_of(quota)) =>
+        {
+            Err(format!(
+                "pod can not be linked to a parentQuotaGroup,quota:{}, pod:{}",
+                name_of(quota),
+                new_pod.metadata.name.as_deref().unwrap_or("")
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -681,6 +745,60 @@ mod tests {
         assert!(validate_quota(Operation::Delete, None, Some(&child), &existing, Some(0)).is_ok());
         let root = quota(ROOT_QUOTA_NAME, None, true, json!({}), json!({}));
         assert!(validate_quota(Operation::Delete, None, Some(&root), &[&root], None).is_err());
+    }
+
+    fn pod(namespace: &str, labels: serde_json::Value) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": "p", "namespace": namespace, "labels": labels}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_go_to_leaf_quotas_only() {
+        let parent = quota("parent", None, true, json!({}), json!({"cpu": "20"}));
+        let mut leaf = quota(
+            "leaf",
+            Some("parent"),
+            false,
+            json!({}),
+            json!({"cpu": "20"}),
+        );
+        leaf.metadata.annotations = Some(
+            [(
+                apis::extension::ANNOTATION_QUOTA_NAMESPACES.to_owned(),
+                r#"["team-b"]"#.to_owned(),
+            )]
+            .into(),
+        );
+        let quotas = [&parent, &leaf];
+        let labelled = pod(
+            "x",
+            json!({"quota.scheduling.koordinator.sh/name": "parent"}),
+        );
+        let err = validate_pod_quota(Operation::Create, &labelled, None, &quotas).unwrap_err();
+        assert_eq!(
+            err,
+            "pod can not be linked to a parentQuotaGroup,quota:parent, pod:p"
+        );
+        let by_namespace = pod("team-b", json!({}));
+        assert_eq!(
+            quota_of_pod(&by_namespace, &quotas).map(name_of),
+            Some("leaf")
+        );
+        assert!(validate_pod_quota(Operation::Create, &by_namespace, None, &quotas).is_ok());
+        let unknown = pod("x", json!({"quota.scheduling.koordinator.sh/name": "nope"}));
+        assert!(validate_pod_quota(Operation::Create, &unknown, None, &quotas).is_ok());
+
+        let old = pod(
+            "x",
+            json!({"quota.scheduling.koordinator.sh/preemptible": "true"}),
+        );
+        let new = pod(
+            "x",
+            json!({"quota.scheduling.koordinator.sh/preemptible": "false"}),
+        );
+        assert!(validate_pod_quota(Operation::Update, &new, Some(&old), &quotas).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
-use super::elasticquota::{fill_quota_defaults, validate_quota};
+use super::elasticquota::{fill_quota_defaults, validate_pod_quota, validate_quota};
 use super::pod_mutating::{
     PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
 };
@@ -323,7 +323,17 @@ impl Handlers {
         let options = PodValidationOptions {
             skip_validating_priority: self.gates.colocation_profile_skip_validating_priority,
         };
-        let errors = validate_pod(request.operation, &new_pod, old_pod.as_ref(), options);
+        let mut errors = validate_pod(request.operation, &new_pod, old_pod.as_ref(), options);
+        // Without the ElasticQuota cache (e.g. no CRD) the quota check is skipped, not failed.
+        if errors.is_empty() && self.caches.quotas.is_synced() {
+            let quotas_owned = self.caches.quotas.all();
+            let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
+            if let Err(reason) =
+                validate_pod_quota(request.operation, &new_pod, old_pod.as_ref(), &quotas)
+            {
+                errors.push(reason);
+            }
+        }
         if errors.is_empty() {
             Decision::allow()
         } else {
