@@ -318,7 +318,12 @@ fn start_qos_manager(
     };
     let started = qosmanager::start(
         source,
-        qosmanager::standard_strategies(&args.system),
+        qosmanager::standard_strategies(
+            &args.system,
+            // Malformed gates are refused when the runtime hooks start.
+            &runtimehooks::hooks::parse_feature_gates(&args.runtime_hooks.feature_gates)
+                .unwrap_or_default(),
+        ),
         executor.clone(),
         evictor,
         &context.metrics,

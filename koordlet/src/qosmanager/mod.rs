@@ -16,6 +16,7 @@ pub mod resctrl;
 pub mod service;
 pub mod sysreconcile;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,14 +88,52 @@ impl QosManagerArgs {
     }
 }
 
-/// The strategies koordlet runs, in upstream's registration order.
-pub fn standard_strategies(system: &crate::system::SystemArgs) -> Vec<Box<dyn Strategy>> {
-    let _ = system;
-    vec![
-        Box::new(cpuburst::CpuBurst::default()),
-        Box::new(cpusuppress::CpuSuppress),
-        Box::new(cgreconcile::CgroupReconcile),
-    ]
+/// Upstream feature gates of the QoS strategies in this module, with their
+/// upstream defaults (the others' gates live with their strategies).
+pub const FEATURE_CPU_BURST: (&str, bool) = ("CPUBurst", true);
+pub const FEATURE_BE_CPU_SUPPRESS: (&str, bool) = ("BECPUSuppress", true);
+pub const FEATURE_CGROUP_RECONCILE: (&str, bool) = ("CgroupReconcile", false);
+
+fn gate(gates: &BTreeMap<String, bool>, (name, default): (&str, bool)) -> bool {
+    gates.get(name).copied().unwrap_or(default)
+}
+
+/// The strategies koordlet runs, in upstream's registration order; a
+/// strategy whose feature gate is off is left out (or, for the strategies
+/// that hold their own gate, reports itself skipped). `gates` is koordlet's
+/// parsed `--feature-gates` (upstream defaults: BECPUSuppress, CPUBurst,
+/// RdtResctrl on; BECPUEvict, BEMemoryEvict, CgroupReconcile, SystemConfig,
+/// BlkIOReconcile off).
+pub fn standard_strategies(
+    system: &crate::system::SystemArgs,
+    gates: &BTreeMap<String, bool>,
+) -> Vec<Box<dyn Strategy>> {
+    let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
+    if gate(gates, FEATURE_CPU_BURST) {
+        strategies.push(Box::new(cpuburst::CpuBurst::default()));
+    }
+    if gate(gates, FEATURE_BE_CPU_SUPPRESS) {
+        strategies.push(Box::new(cpusuppress::CpuSuppress));
+    }
+    strategies.push(Box::new(
+        cpuevict::CpuEvict::new().with_feature_gates(gates),
+    ));
+    strategies.push(Box::new(
+        memoryevict::MemoryEvict::new().with_feature_gates(gates),
+    ));
+    if gate(gates, FEATURE_CGROUP_RECONCILE) {
+        strategies.push(Box::new(cgreconcile::CgroupReconcile));
+    }
+    strategies.push(Box::new(
+        resctrl::ResctrlReconcile::on_host(system.clone()).with_feature_gates(gates),
+    ));
+    strategies.push(Box::new(
+        sysreconcile::SysReconcile::on_host(system.clone()).with_feature_gates(gates),
+    ));
+    strategies.push(Box::new(
+        blkio::BlkioReconcile::on_host(system.clone()).with_feature_gates(gates),
+    ));
+    strategies
 }
 
 /// Registers the strategy metrics and starts the runner thread; `managed`
@@ -116,4 +155,39 @@ pub fn start(
         .with_metrics(qos_metrics)
         .with_managed_files(managed);
     spawn_runner(runner, source, shutdown, Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        qos: QosManagerArgs,
+    }
+
+    fn names(gates: &str) -> Vec<&'static str> {
+        let gates = crate::runtimehooks::hooks::parse_feature_gates(gates).unwrap();
+        standard_strategies(&crate::system::SystemArgs::default(), &gates)
+            .iter()
+            .map(|s| s.name())
+            .collect()
+    }
+
+    #[test]
+    fn flags_default_to_upstream_and_gates_pick_strategies() {
+        let flags = Flags::try_parse_from(["x"]).unwrap();
+        assert_eq!(flags.qos, QosManagerArgs::default());
+        let config = flags.qos.config(Duration::from_secs(1));
+        assert_eq!(config, QosManagerConfig::default());
+        let default = names("");
+        assert!(default.contains(&"cpusuppress") && default.contains(&"cpuburst"));
+        assert!(!default.contains(&"cgreconcile"));
+        let switched = names("CgroupReconcile=true, BECPUSuppress=false");
+        assert!(switched.contains(&"cgreconcile") && !switched.contains(&"cpusuppress"));
+        assert!(Flags::try_parse_from(["x", "--cpu-suppress-interval-seconds=0"]).is_err());
+    }
 }
