@@ -375,3 +375,62 @@ async fn runner_adapter_hands_requests_to_the_api() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
+    let api = ScriptedApiServer::start().await;
+    let dir = koord_common::testing::TempDir::new("evict-kubeconfig").unwrap();
+    let kubeconfig =
+        koord_common::testing::write_kubeconfig(dir.path(), &format!("http://{}", api.addr))
+            .unwrap();
+    let options = koord_common::ClusterOptions {
+        kubeconfig: Some(kubeconfig),
+        timeout: Duration::from_secs(10),
+    };
+    // The connected client retries 429s; the evictor must not use it.
+    let retrying = kube::Client::try_from(kube::Config::new(
+        format!("http://{}", api.addr).parse().unwrap(),
+    ))
+    .unwrap();
+    let metrics = koord_common::MetricsRegistry::new("koordlet");
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
+    let evictor = koordlet::evictor::qos::runner_evictor(
+        Some((options, retrying)),
+        "node-a",
+        &EvictorArgs::default(),
+        layout,
+        &metrics,
+    )
+    .await;
+    let request = framework::EvictionRequest {
+        uid: "uid-g".to_string(),
+        namespace: "batch".to_string(),
+        name: "guarded".to_string(),
+        reason: "BEMemoryEvict".to_string(),
+        message: "test".to_string(),
+        strategy: "memoryevict",
+    };
+    tokio::task::spawn_blocking(move || evictor.evict(request))
+        .await
+        .unwrap();
+    // One refusal, answered by a failure event, and no client-side retry.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !api.seen().iter().any(|s| s.target.contains("/events")) {
+        assert!(tokio::time::Instant::now() < deadline, "no failure event");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let evictions = api
+        .seen()
+        .iter()
+        .filter(|s| s.target.contains("/eviction"))
+        .count();
+    assert_eq!(evictions, 1);
+    let body = metrics.encode().unwrap();
+    assert!(
+        body.contains(
+            "koordlet_pod_eviction_requests_total{trigger=\"BEMemoryEvict\",outcome=\"blocked\"} 1"
+        ),
+        "{body}"
+    );
+}

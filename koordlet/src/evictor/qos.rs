@@ -2,11 +2,16 @@
 //! hands each request to a [`PodEvictor`] on the async runtime.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use koord_common::ClusterOptions;
+use koord_common::MetricsRegistry;
+use koord_common::cluster::{ConfigOrigin, resolve_origin};
 
 use crate::qosmanager::framework;
 use crate::system::cgroup::{CgroupLayout, Controller, QosTier};
 
-use super::{EvictionRequest, PodEvictor, PodRef};
+use super::{EvictionBackend, EvictionRequest, EvictorArgs, PodEvictor, PodRef};
 
 /// Adapts [`PodEvictor`] to the runner, which calls from a blocking thread.
 #[derive(Debug, Clone)]
@@ -24,6 +29,69 @@ impl QosEvictor {
             runtime,
         }
     }
+}
+
+/// The runner's evictor for the daemon's mode, its metrics registered.
+///
+/// Cluster mode (`cluster` set) evicts through the API with a client built
+/// from the same configuration as the connected one but without kube's own
+/// 429 retries (see [`EvictionBackend::api_without_retries`]); when that
+/// configuration cannot be loaded again the connected client is used.
+/// Standalone mode kills only with `--evict-standalone-kill`, else logs.
+pub async fn runner_evictor(
+    cluster: Option<(ClusterOptions, kube::Client)>,
+    node_name: &str,
+    args: &EvictorArgs,
+    layout: CgroupLayout,
+    metrics: &MetricsRegistry,
+) -> Arc<dyn framework::Evictor> {
+    let backend = match cluster {
+        Some((options, connected)) => match non_retrying_backend(&options).await {
+            Ok(backend) => backend,
+            Err(reason) => {
+                tracing::warn!(reason = %reason, "evictions use the shared API client, which retries 429 answers itself");
+                EvictionBackend::Api(connected)
+            }
+        },
+        None if args.standalone_kill => EvictionBackend::Kill,
+        None => EvictionBackend::LogOnly,
+    };
+    tracing::info!(backend = ?backend, dry_run = args.dry_run, qps = args.qps, burst = args.burst, "pod evictor ready");
+    let evictor = PodEvictor::new(backend, node_name, args);
+    evictor.register_metrics(metrics);
+    Arc::new(QosEvictor::new(
+        evictor,
+        layout,
+        tokio::runtime::Handle::current(),
+    ))
+}
+
+/// Loads the cluster configuration again (same sources, same order as the
+/// connection) and builds a client that leaves retries to the strategies.
+async fn non_retrying_backend(options: &ClusterOptions) -> Result<EvictionBackend, String> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let origin = resolve_origin(
+        options.kubeconfig.as_deref(),
+        |name| std::env::var_os(name),
+        std::env::home_dir(),
+    )
+    .map_err(|err| err.to_string())?;
+    let kubeconfig = match &origin {
+        ConfigOrigin::InCluster { .. } => {
+            let config = kube::Config::incluster().map_err(|err| err.to_string())?;
+            return EvictionBackend::api_without_retries(config).map_err(|err| err.to_string());
+        }
+        ConfigOrigin::KubeconfigFlag(path) | ConfigOrigin::DefaultKubeconfig(path) => {
+            Kubeconfig::read_from(path).map_err(|err| err.to_string())?
+        }
+        ConfigOrigin::KubeconfigEnv(_) => Kubeconfig::from_env()
+            .map_err(|err| err.to_string())?
+            .ok_or("KUBECONFIG names no file")?,
+    };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|err| err.to_string())?;
+    EvictionBackend::api_without_retries(config).map_err(|err| err.to_string())
 }
 
 /// Where the pod's processes can be: its directory in every QoS tier (only
