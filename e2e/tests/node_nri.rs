@@ -275,6 +275,27 @@ async fn be_pod_has_batch_cgroups_from_its_first_instruction() {
         read_cgroup("memory", &dir, "memory.limit_in_bytes").unwrap(),
         BATCH_MEMORY.to_string()
     );
+    // Pod level (written by koordlet at RunPodSandbox): the sums over the pod's containers.
+    let pod_dir = &pod.cgroup_parent;
+    let pod_shares = wait_for_value(WAIT, "512", || read_cgroup("cpu", pod_dir, "cpu.shares"));
+    assert_eq!(pod_shares, "512", "pod-level cpu.shares");
+    assert_eq!(
+        read_cgroup("cpu", pod_dir, "cpu.cfs_quota_us").unwrap(),
+        "100000"
+    );
+    assert_eq!(
+        read_cgroup("memory", pod_dir, "memory.limit_in_bytes").unwrap(),
+        BATCH_MEMORY.to_string()
+    );
+    eprintln!(
+        "containerd log lines about the plugin:\n{}",
+        node.containerd
+            .log()
+            .lines()
+            .filter(|line| line.contains("koordlet_nri"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     koordlet.stop();
     eprintln!("nri-be: passed in {:?}", started.elapsed());
 }
