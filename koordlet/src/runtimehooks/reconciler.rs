@@ -556,6 +556,8 @@ impl Reconciler {
     pub async fn run(self, shutdown: Shutdown) {
         let this = Arc::new(self);
         let mut pods = this.states.subscribe_pods();
+        let mut node = this.states.subscribe_node();
+        let mut node_slo = this.states.subscribe_node_slo();
         let mut ticker = tokio::time::interval(this.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -571,7 +573,21 @@ impl Reconciler {
                         Err(error) => tracing::warn!(%error, "runtime hook reconcile round did not finish"),
                     }
                 }
+                // New pods (share pool), Node (annotations) or NodeSLO (CPU QoS,
+                // suppress policy) change the decisions of the next call.
                 changed = pods.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    refresh_rules(&this.dispatcher, &this.states, this.online_cpus.as_ref());
+                }
+                changed = node.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    refresh_rules(&this.dispatcher, &this.states, this.online_cpus.as_ref());
+                }
+                changed = node_slo.changed() => {
                     if changed.is_err() {
                         return;
                     }

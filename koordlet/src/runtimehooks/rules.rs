@@ -205,3 +205,117 @@ impl NodeRules {
         (rules, problems)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(qos: &str, cpuset: Option<&str>) -> Pod {
+        let mut annotations = BTreeMap::new();
+        if let Some(cpuset) = cpuset {
+            annotations.insert(
+                "scheduling.koordinator.sh/resource-status".to_string(),
+                format!(r#"{{"cpuset":"{cpuset}"}}"#),
+            );
+        }
+        Pod {
+            metadata: ObjectMeta {
+                labels: Some([("koordinator.sh/qosClass".to_string(), qos.to_string())].into()),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn node(annotations: &[(&str, &str)]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn share_pool_excludes_bound_and_exclusive_system_cpus() {
+        let online: CpuSet = "0-7".parse().unwrap();
+        let pods = [
+            pod("LSR", Some("0-1")),
+            pod("LSE", Some("2")),
+            pod("LS", Some("7")),
+            pod("BE", None),
+        ];
+        let node = node(&[
+            (
+                "node.koordinator.sh/system-qos-resource",
+                r#"{"cpuset":"3"}"#,
+            ),
+            (
+                "kubelet.koordinator.sh/cpu-manager-policy",
+                r#"{"policy":"static"}"#,
+            ),
+            ("node.koordinator.sh/cpu-normalization-ratio", "1.5"),
+        ]);
+        let (rules, problems) = NodeRules::build(Some(&node), None, Some(&pods), Some(&online));
+        assert!(problems.is_empty(), "{problems:?}");
+        // LS pods' own cpusets do not shrink the pool.
+        assert_eq!(rules.ls_share_pool.unwrap().to_string(), "4-7");
+        assert_eq!(rules.system_qos_cpus.unwrap().to_string(), "3");
+        assert!(rules.kubelet_static_cpu_policy);
+        assert_eq!(rules.cpu_normalization_ratio, Some(1.5));
+        assert!(rules.be_cfs_quota_enabled);
+    }
+
+    #[test]
+    fn malformed_inputs_are_reported_and_skipped() {
+        let online: CpuSet = "0-1".parse().unwrap();
+        let pods = [pod("LSR", Some("x-y")), pod("LSR", Some("0-1"))];
+        let node = node(&[
+            ("node.koordinator.sh/system-qos-resource", "{"),
+            ("node.koordinator.sh/cpu-normalization-ratio", "fast"),
+        ]);
+        let (rules, problems) = NodeRules::build(Some(&node), None, Some(&pods), Some(&online));
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        // Every CPU is bound: the pool falls back to all online CPUs.
+        assert_eq!(rules.ls_share_pool.unwrap().to_string(), "0-1");
+        assert_eq!(rules.system_qos_cpus, None);
+        assert_eq!(rules.cpu_normalization_ratio, None);
+    }
+
+    #[test]
+    fn cfs_quota_suppress_policy_disables_be_quota_and_cpu_qos_is_read() {
+        let slo: NodeSLO = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "spec": {
+                "resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressPolicy": "cfsQuota"},
+                "resourceQOSStrategy": {
+                    "beClass": {"cpuQOS": {"enable": true, "groupIdentity": -1}},
+                    "lsClass": {"cpuQOS": {"enable": false, "groupIdentity": 2}}
+                }
+            }
+        }))
+        .unwrap();
+        let (rules, _) = NodeRules::build(None, Some(&slo), None, None);
+        assert!(!rules.be_cfs_quota_enabled);
+        assert_eq!(
+            rules.cpu_qos.get(&QoSClass::BE),
+            Some(&CpuQosRule {
+                enable: true,
+                group_identity: -1
+            })
+        );
+        assert_eq!(
+            rules.cpu_qos.get(&QoSClass::LS).map(|r| r.enable),
+            Some(false)
+        );
+        assert_eq!(rules.ls_share_pool, None);
+    }
+}
