@@ -280,7 +280,7 @@ pub async fn run(
         &caps,
         &executor,
         qos_managed,
-        Arc::new(qosmanager::LoggingEvictor),
+        qos_evictor(&args, &node_name, &layout, &sink, &context),
     );
     start_node_modules(
         &args,
@@ -292,6 +292,29 @@ pub async fn run(
         states_metrics,
     );
     Ok(context.wait_for_shutdown(Some(server)).await)
+}
+
+/// The evictor the QoS strategies hand their evictions to: the Eviction API
+/// in cluster mode; in standalone mode SIGKILL with `--evict-standalone-kill`,
+/// else log only.
+fn qos_evictor(
+    args: &KoordletArgs,
+    node_name: &str,
+    layout: &CgroupLayout,
+    sink: &Option<ReportSink>,
+    context: &ComponentContext,
+) -> Arc<dyn qosmanager::Evictor> {
+    let client = match sink {
+        Some(ReportSink::ApiServer(client)) => Some(client.clone()),
+        _ => None,
+    };
+    let evictor = evictor::PodEvictor::for_mode(client, node_name, &args.evictor);
+    evictor.register_metrics(&context.metrics);
+    Arc::new(evictor::qos::QosEvictor::new(
+        evictor,
+        layout.clone(),
+        tokio::runtime::Handle::current(),
+    ))
 }
 
 /// The QoS manager's strategies on their own thread (see `docs/qos.md`).
