@@ -134,6 +134,9 @@ pub struct AdmissionGates {
     pub disable_extended_resource_spec: bool,
 }
 
+/// How long the quota webhook waits for the pod count.
+const POD_COUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Counts pods charged to an ElasticQuota (the API shell lists them).
 pub trait QuotaPodCounter: Send + Sync {
     fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>>;
@@ -401,10 +404,18 @@ impl Handlers {
             _ => false,
         };
         let bound_pods = match (&self.quota_pods, needs_pods) {
-            (Some(counter), true) => match counter.count(&name).await {
-                Ok(count) => Some(count),
-                Err(reason) => return Decision::internal(reason),
-            },
+            // kube-apiserver gives a webhook 10 s by default; answer well before.
+            (Some(counter), true) => {
+                match tokio::time::timeout(POD_COUNT_TIMEOUT, counter.count(&name)).await {
+                    Ok(Ok(count)) => Some(count),
+                    Ok(Err(reason)) => return Decision::internal(reason),
+                    Err(_) => {
+                        return Decision::internal(format!(
+                            "listing the pods of quota {name} took longer than {POD_COUNT_TIMEOUT:?}"
+                        ));
+                    }
+                }
+            }
             _ => None,
         };
         if !self.caches.quotas.is_synced() {
@@ -453,6 +464,46 @@ impl Handlers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct FixedCount(usize);
+
+    impl QuotaPodCounter for FixedCount {
+        fn count(&self, _quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>> {
+            Box::pin(std::future::ready(Ok(self.0)))
+        }
+    }
+
+    #[tokio::test]
+    async fn quota_delete_counts_bound_pods() {
+        let leaf: ElasticQuota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "leaf", "namespace": "team"},
+            "spec": {"max": {"cpu": "4"}}
+        }))
+        .unwrap();
+        let caches = WebhookCaches::synced_empty();
+        caches.quotas.insert(leaf.clone());
+        let request: AdmissionRequest = serde_json::from_value(serde_json::json!({
+            "uid": "d", "operation": "DELETE", "name": "leaf", "namespace": "team",
+            "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
+            "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
+            "oldObject": serde_json::to_value(&leaf).unwrap()
+        }))
+        .unwrap();
+        let mut handlers = Handlers::new(caches, SloConfigRef::default());
+        handlers.quota_pods = Some(Box::new(FixedCount(2)));
+        let decision = handlers.handle(PATH_VALIDATE_ELASTIC_QUOTA, &request).await;
+        assert_eq!(
+            decision.message,
+            "delete quota failed, quota leaf has 2 child pods"
+        );
+        handlers.quota_pods = Some(Box::new(FixedCount(0)));
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_ELASTIC_QUOTA, &request)
+                .await
+                .allowed
+        );
+    }
 
     #[test]
     fn rolls_stay_in_range_and_vary() {
