@@ -172,3 +172,66 @@ async fn a_missing_configuration_is_a_reported_error_not_a_panic() {
         "the certificate is served even when the bundle cannot be written"
     );
 }
+
+#[tokio::test]
+async fn provided_certificates_are_loaded_and_reloaded_when_the_files_change() {
+    use koord_manager::cert::controller::run_provided;
+
+    let dir = temp_dir("provided");
+    std::fs::create_dir_all(&dir).unwrap();
+    let serving = ReloadableCert::default();
+    let status = koord_common::StatusCheck::failing("not loaded");
+    let shutdown = koord_common::Shutdown::new();
+    let task = tokio::spawn(run_provided(
+        dir.clone(),
+        serving.clone(),
+        status.clone(),
+        shutdown.clone(),
+        Duration::from_millis(50),
+    ));
+
+    async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !condition() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // Nothing mounted yet: not ready, nothing served.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!serving.is_loaded());
+    assert!(status.current().is_err());
+
+    // cert-manager's layout: tls.crt / tls.key.
+    let first = cert::generate("localhost", None, SystemTime::now()).unwrap();
+    std::fs::write(dir.join("tls.key"), &first.key).unwrap();
+    std::fs::write(dir.join("tls.crt"), &first.cert).unwrap();
+    until("the first pair", || serving.is_loaded()).await;
+    assert!(status.current().is_ok());
+    let loaded = serving.current_der().unwrap();
+
+    // A renewed pair replaces it; a broken write keeps the last good one.
+    let second = cert::generate("localhost", None, SystemTime::now()).unwrap();
+    std::fs::write(dir.join("tls.key"), &second.key).unwrap();
+    std::fs::write(dir.join("tls.crt"), &second.cert).unwrap();
+    until("the renewed pair", || {
+        serving.current_der().is_some_and(|der| der != loaded)
+    })
+    .await;
+    let renewed = serving.current_der().unwrap();
+    std::fs::write(dir.join("tls.crt"), "not a certificate").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(serving.current_der().unwrap(), renewed);
+    assert!(status.current().is_ok());
+
+    shutdown.trigger(koord_common::ShutdownReason::Requested("test done".into()));
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
