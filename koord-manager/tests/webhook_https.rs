@@ -613,6 +613,18 @@ async fn slo_controller_config_denial_names_the_bad_field() {
         "{message}"
     );
 
+    // Upstream registers this webhook with admissionReviewVersions={v1beta1}:
+    // the reply must carry the version it was asked in.
+    let mut beta = bad.clone();
+    beta["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let response = harness
+        .post("/validate-configmap", beta.to_string().as_bytes())
+        .await;
+    let body: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(body["response"]["allowed"], false);
+    assert_eq!(body["response"]["uid"], "cm-1");
+
     let good = configmap_review(
         "cm-2",
         json!({"colocation-config": "{\"enable\":true,\"cpuReclaimThresholdPercent\":60}"}),
