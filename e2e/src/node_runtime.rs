@@ -282,6 +282,7 @@ pub fn koordlet_binary() -> Result<PathBuf, String> {
         return result.clone();
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let started = Instant::now();
     let output = Command::new(cargo)
         .args(["build", "-p", "koordlet", "--bin", "koordlet"])
         .current_dir(workspace_dir())
@@ -299,6 +300,10 @@ pub fn koordlet_binary() -> Result<PathBuf, String> {
         )),
         Err(err) => Err(format!("cannot run cargo: {err}")),
     };
+    eprintln!(
+        "koordlet binary: cargo build took {:?} (waits for the build lock)",
+        started.elapsed()
+    );
     *guard = Some(result.clone());
     result
 }

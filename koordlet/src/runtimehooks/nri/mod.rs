@@ -257,6 +257,56 @@ mod tests {
     }
 
     #[test]
+    fn a_disabled_plugin_registers_its_status_but_never_connects() {
+        let flags = Flags::try_parse_from([
+            "koordlet",
+            "--enable-nri-runtime-hook=false",
+            "--runtime-hooks-nri-socket-path=/nonexistent/koord/nri.sock",
+        ])
+        .unwrap();
+        let tree = std::env::temp_dir().join(format!("koord-nri-disabled-{}", std::process::id()));
+        std::fs::create_dir_all(&tree).unwrap();
+        let caps = crate::capabilities::detect(&crate::system::SystemArgs::under(&tree));
+        let layout = crate::system::cgroup::CgroupLayout::new(
+            crate::system::cgroup::CgroupVersion::V1,
+            crate::system::cgroup::CgroupDriver::Cgroupfs,
+            "/sys/fs/cgroup",
+        );
+        let dispatcher = Arc::new(HookDispatcher::new(
+            Vec::new(),
+            &caps,
+            layout,
+            crate::runtimehooks::protocol::FailurePolicyConfig::default(),
+        ));
+        let metrics = MetricsRegistry::new("koordlet");
+        let health = HealthRegistry::new();
+        // No runtime is needed: a disabled plugin spawns nothing.
+        let status = start(
+            &flags.nri,
+            dispatcher,
+            None,
+            &metrics,
+            &health,
+            Shutdown::new(),
+        );
+        assert_eq!(status.snapshot().state, NriState::Disabled);
+        assert!(status.readiness().is_ok());
+        assert!(
+            health
+                .check_names(koord_common::Probe::Readiness)
+                .contains(&READINESS_CHECK.to_string())
+        );
+        assert!(
+            metrics
+                .encode()
+                .unwrap()
+                .contains("koordlet_nri_connected 0")
+        );
+        assert!(probe_socket(&flags.nri).detail.contains("disabled"));
+        let _ = std::fs::remove_dir_all(&tree);
+    }
+
+    #[test]
     fn probe_reports_a_missing_socket() {
         let flags = Flags::try_parse_from([
             "koordlet",
