@@ -308,7 +308,8 @@ fn qos_evictor(
         Some(ReportSink::ApiServer(client)) => Some(client.clone()),
         _ => None,
     };
-    let evictor = evictor::PodEvictor::for_mode(client, node_name, &args.evictor);
+    let evictor = evictor::PodEvictor::for_mode(client, node_name, &args.evictor)
+        .with_cluster_reload(args.cluster.options());
     evictor.register_metrics(&context.metrics);
     Arc::new(evictor::qos::QosEvictor::new(
         evictor,

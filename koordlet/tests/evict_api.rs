@@ -434,3 +434,37 @@ async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn for_mode_with_cluster_reload_answers_a_refusal_at_once() {
+    let api = ScriptedApiServer::start().await;
+    let dir = koord_common::testing::TempDir::new("evict-reload").unwrap();
+    let kubeconfig =
+        koord_common::testing::write_kubeconfig(dir.path(), &format!("http://{}", api.addr))
+            .unwrap();
+    let retrying = kube::Client::try_from(kube::Config::new(
+        format!("http://{}", api.addr).parse().unwrap(),
+    ))
+    .unwrap();
+    let evictor = PodEvictor::for_mode(Some(retrying), "node-a", &EvictorArgs::default())
+        .with_cluster_reload(koord_common::ClusterOptions {
+            kubeconfig: Some(kubeconfig),
+            timeout: Duration::from_secs(10),
+        });
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(30),
+        evictor.evict(&request("guarded", "uid-g")),
+    )
+    .await
+    .expect("the refusal came back without client-side retries");
+    assert!(
+        matches!(outcome, EvictionOutcome::Blocked { .. }),
+        "{outcome:?}"
+    );
+    let evictions = api
+        .seen()
+        .iter()
+        .filter(|s| s.target.contains("/eviction"))
+        .count();
+    assert_eq!(evictions, 1);
+}

@@ -166,3 +166,39 @@ async fn annotate(client: &kube::Client, pod: &PodRef, request: &EvictionRequest
         tracing::warn!(pod = %pod, error = %err, "cannot annotate the evicted pod with its reason");
     }
 }
+
+/// Loads the cluster configuration again (same sources, same order as the
+/// connection) and builds a client that leaves retries to the strategies.
+pub(super) async fn non_retrying_client(
+    options: &koord_common::ClusterOptions,
+) -> Result<kube::Client, String> {
+    use koord_common::cluster::{ConfigOrigin, resolve_origin};
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let origin = resolve_origin(
+        options.kubeconfig.as_deref(),
+        |name| std::env::var_os(name),
+        std::env::home_dir(),
+    )
+    .map_err(|err| err.to_string())?;
+    let kubeconfig = match &origin {
+        ConfigOrigin::InCluster { .. } => {
+            let config = kube::Config::incluster().map_err(|err| err.to_string())?;
+            return client_without_retries(config);
+        }
+        ConfigOrigin::KubeconfigFlag(path) | ConfigOrigin::DefaultKubeconfig(path) => {
+            Kubeconfig::read_from(path).map_err(|err| err.to_string())?
+        }
+        ConfigOrigin::KubeconfigEnv(_) => Kubeconfig::from_env()
+            .map_err(|err| err.to_string())?
+            .ok_or("KUBECONFIG names no file")?,
+    };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|err| err.to_string())?;
+    client_without_retries(config)
+}
+
+fn client_without_retries(mut config: kube::Config) -> Result<kube::Client, String> {
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|err| err.to_string())
+}

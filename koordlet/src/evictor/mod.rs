@@ -226,6 +226,10 @@ struct Inner {
     evicted: Mutex<HashMap<String, Instant>>,
     in_flight: Mutex<std::collections::HashSet<String>>,
     metrics: EvictionMetrics,
+    /// Where to load a non-retrying client from on first use (see
+    /// [`PodEvictor::with_cluster_reload`]).
+    reload: Option<koord_common::ClusterOptions>,
+    own_client: tokio::sync::OnceCell<kube::Client>,
 }
 
 impl std::fmt::Debug for PodEvictor {
@@ -249,6 +253,8 @@ impl PodEvictor {
                 evicted: Mutex::new(HashMap::new()),
                 in_flight: Mutex::new(std::collections::HashSet::new()),
                 metrics: EvictionMetrics::default(),
+                reload: None,
+                own_client: tokio::sync::OnceCell::new(),
             }),
         }
     }
@@ -262,6 +268,37 @@ impl PodEvictor {
             None => EvictionBackend::LogOnly,
         };
         Self::new(backend, node_name, args)
+    }
+
+    /// With an API backend: on the first eviction, load the cluster
+    /// configuration again from `options` and use a client without kube's
+    /// own 429 retries (so a PodDisruptionBudget refusal returns at once);
+    /// if that fails, the given client is used. Call before cloning.
+    pub fn with_cluster_reload(mut self, options: koord_common::ClusterOptions) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.reload = Some(options),
+            None => tracing::warn!("the evictor is already shared; keeping its API client"),
+        }
+        self
+    }
+
+    async fn api_client(&self, connected: &kube::Client) -> kube::Client {
+        let Some(options) = &self.inner.reload else {
+            return connected.clone();
+        };
+        self.inner
+            .own_client
+            .get_or_init(|| async {
+                match api::non_retrying_client(options).await {
+                    Ok(client) => client,
+                    Err(reason) => {
+                        tracing::warn!(reason = %reason, "evictions use the shared API client, which retries 429 answers itself");
+                        connected.clone()
+                    }
+                }
+            })
+            .await
+            .clone()
     }
 
     pub fn backend(&self) -> &EvictionBackend {
@@ -390,8 +427,9 @@ impl PodEvictor {
             return EvictionOutcome::DryRun;
         }
         let outcome = match &self.inner.backend {
-            EvictionBackend::Api(client) => {
-                api::evict_through_api(client, &self.inner.node_name, request).await
+            EvictionBackend::Api(connected) => {
+                let client = self.api_client(connected).await;
+                api::evict_through_api(&client, &self.inner.node_name, request).await
             }
             EvictionBackend::Kill => {
                 let dirs = request.cgroup_dirs.clone();

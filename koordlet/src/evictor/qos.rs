@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use koord_common::ClusterOptions;
 use koord_common::MetricsRegistry;
-use koord_common::cluster::{ConfigOrigin, resolve_origin};
 
 use crate::qosmanager::framework;
 use crate::system::cgroup::{CgroupLayout, Controller, QosTier};
@@ -46,8 +45,8 @@ pub async fn runner_evictor(
     metrics: &MetricsRegistry,
 ) -> Arc<dyn framework::Evictor> {
     let backend = match cluster {
-        Some((options, connected)) => match non_retrying_backend(&options).await {
-            Ok(backend) => backend,
+        Some((options, connected)) => match super::api::non_retrying_client(&options).await {
+            Ok(client) => EvictionBackend::Api(client),
             Err(reason) => {
                 tracing::warn!(reason = %reason, "evictions use the shared API client, which retries 429 answers itself");
                 EvictionBackend::Api(connected)
@@ -64,34 +63,6 @@ pub async fn runner_evictor(
         layout,
         tokio::runtime::Handle::current(),
     ))
-}
-
-/// Loads the cluster configuration again (same sources, same order as the
-/// connection) and builds a client that leaves retries to the strategies.
-async fn non_retrying_backend(options: &ClusterOptions) -> Result<EvictionBackend, String> {
-    use kube::config::{KubeConfigOptions, Kubeconfig};
-    let origin = resolve_origin(
-        options.kubeconfig.as_deref(),
-        |name| std::env::var_os(name),
-        std::env::home_dir(),
-    )
-    .map_err(|err| err.to_string())?;
-    let kubeconfig = match &origin {
-        ConfigOrigin::InCluster { .. } => {
-            let config = kube::Config::incluster().map_err(|err| err.to_string())?;
-            return EvictionBackend::api_without_retries(config).map_err(|err| err.to_string());
-        }
-        ConfigOrigin::KubeconfigFlag(path) | ConfigOrigin::DefaultKubeconfig(path) => {
-            Kubeconfig::read_from(path).map_err(|err| err.to_string())?
-        }
-        ConfigOrigin::KubeconfigEnv(_) => Kubeconfig::from_env()
-            .map_err(|err| err.to_string())?
-            .ok_or("KUBECONFIG names no file")?,
-    };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|err| err.to_string())?;
-    EvictionBackend::api_without_retries(config).map_err(|err| err.to_string())
 }
 
 /// Where the pod's processes can be: its directory in every QoS tier (only
