@@ -1,7 +1,9 @@
 //! Prometheus metrics of the states informer and the NodeMetric reporter.
 //! Names follow upstream where upstream has the metric
 //! (`koordlet_kubelet_request_duration_seconds`,
-//! `koordlet_node_metric_node_usage`, `koordlet_node_metric_system_usage`).
+//! `koordlet_node_metric_node_usage`, `koordlet_node_metric_system_usage`,
+//! `koordlet_node_priority_resource_reclaimable`,
+//! `koordlet_node_resource_priority_reclaimable_status`).
 
 use std::time::Duration;
 
@@ -32,6 +34,8 @@ pub struct StatesMetrics {
     node_metric_reports: Family<Labels, Counter>,
     node_usage: Family<Labels, FloatGauge>,
     system_usage: Family<Labels, FloatGauge>,
+    priority_reclaimable: Family<Labels, FloatGauge>,
+    priority_reclaimable_status: Family<Labels, FloatGauge>,
 }
 
 impl StatesMetrics {
@@ -64,6 +68,16 @@ impl StatesMetrics {
                 "the system usage reported in the NodeMetric",
                 metrics.system_usage.clone(),
             );
+            r.register(
+                "node_priority_resource_reclaimable",
+                "the node reclaimable of different priorities resources updated by koordinator",
+                metrics.priority_reclaimable.clone(),
+            );
+            r.register(
+                "node_resource_priority_reclaimable_status",
+                "status of node reclaimable of different priorities resources updated by koordinator",
+                metrics.priority_reclaimable_status.clone(),
+            );
         });
         metrics
     }
@@ -79,7 +93,31 @@ impl StatesMetrics {
             node_metric_reports: Family::default(),
             node_usage: Family::default(),
             system_usage: Family::default(),
+            priority_reclaimable: Family::default(),
+            priority_reclaimable_status: Family::default(),
         }
+    }
+
+    /// Records the prod reclaimable estimate as upstream does: the values
+    /// and status 0, or zeros and status 1 when the estimate failed.
+    pub fn set_prod_reclaimable(&self, reclaimable: Option<(f64, f64)>) {
+        let priority = apis::extension::PriorityClass::Prod.as_str();
+        let (cpu_cores, memory_bytes) = reclaimable.unwrap_or_default();
+        for (resource, unit, value) in [
+            ("cpu", UNIT_CORE, cpu_cores),
+            ("memory", UNIT_BYTE, memory_bytes),
+        ] {
+            let mut labels = self.usage_labels(resource, unit);
+            labels.insert(1, ("priority".to_string(), priority.to_string()));
+            self.priority_reclaimable.get_or_create(&labels).set(value);
+        }
+        let status = vec![
+            ("node".to_string(), self.node_name.clone()),
+            ("priority".to_string(), priority.to_string()),
+        ];
+        self.priority_reclaimable_status
+            .get_or_create(&status)
+            .set(if reclaimable.is_some() { 0.0 } else { 1.0 });
     }
 
     pub fn observe_kubelet_request(&self, path: &str, code: &str, elapsed: Duration) {
@@ -159,6 +197,29 @@ mod tests {
         );
         assert!(
             !body.contains("koordlet_node_metric_system_usage{"),
+            "{body}"
+        );
+
+        metrics.set_prod_reclaimable(Some((0.75, 2048.0)));
+        let body = registry.encode().unwrap();
+        assert!(
+            body.contains(
+                "koordlet_node_priority_resource_reclaimable{node=\"node-a\",priority=\"koord-prod\",resource=\"cpu\",unit=\"core\"} 0.75"
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "koordlet_node_resource_priority_reclaimable_status{node=\"node-a\",priority=\"koord-prod\"} 0"
+            ),
+            "{body}"
+        );
+        metrics.set_prod_reclaimable(None);
+        let body = registry.encode().unwrap();
+        assert!(
+            body.contains(
+                "koordlet_node_resource_priority_reclaimable_status{node=\"node-a\",priority=\"koord-prod\"} 1"
+            ),
             "{body}"
         );
     }

@@ -876,6 +876,9 @@ impl NodeMetricReporter {
                 usage_of(status.node_metric.as_ref().map(|m| &m.node_usage)),
                 usage_of(status.node_metric.as_ref().map(|m| &m.system_usage)),
             );
+            if let Some(reclaimable) = &status.prod_reclaimable_metric {
+                metrics.set_prod_reclaimable(usage_of(Some(&reclaimable.resource)));
+            }
         }
         let name = self.states.node_name().to_string();
         let result = match &self.sink {
