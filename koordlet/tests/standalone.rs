@@ -16,7 +16,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use apis::extension::QuantityValue;
-use koord_common::testing::{TempDir, TestProcess, http_get_blocking};
+use koord_common::testing::{
+    HTTP_WAIT, PROCESS_WAIT, TempDir, TestProcess, http_get_blocking, isolated_command,
+    wait_for_http_status,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -303,12 +306,8 @@ fn standalone_node_metric_matches_the_generated_load() {
     fs::write(&slo_file, node_slo.to_string()).unwrap();
     let output = dir.path().join("nodemetric.json");
 
-    let mut command = Command::new(BIN);
+    let mut command = isolated_command(BIN);
     command
-        .env_remove("NODE_NAME")
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
         .args([
             "--addr=127.0.0.1:0",
             "--node-name=standalone-test-node",
@@ -480,12 +479,7 @@ fn standalone_node_metric_matches_the_generated_load() {
     );
     assert!(bytes(&peak["memory"]) > 0.0);
 
-    koordlet.signal("TERM").unwrap();
-    let exit = koordlet
-        .wait_exit(Duration::from_secs(20))
-        .unwrap()
-        .expect("koordlet stops after SIGTERM");
-    assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
+    koordlet.stop_cleanly("TERM", PROCESS_WAIT).unwrap();
     drop(cleanup);
 }
 
@@ -504,12 +498,9 @@ fn standalone_mode_needs_no_cluster_and_gates_readiness_on_the_pods_file() {
     )
     .unwrap();
     let output = dir.path().join("nodemetric.yaml");
-    let mut command = Command::new(BIN);
+    let mut command = isolated_command(BIN);
     command
         .env("NODE_NAME", "shell-node")
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
         .args(["--addr=127.0.0.1:0", "--node-metric-report-interval=1s"])
         .arg("--pods-file")
         .arg(&pods_file)
@@ -518,14 +509,9 @@ fn standalone_mode_needs_no_cluster_and_gates_readiness_on_the_pods_file() {
         .arg("--node-metric-output")
         .arg(&output);
     let mut koordlet = TestProcess::spawn(command).unwrap();
-    let wait = Duration::from_secs(20);
-    let http = Duration::from_secs(5);
-    let addr = koordlet
-        .wait_for_serving_addr("health and metrics", wait)
-        .unwrap_or_else(|| panic!("no serving line:\n{}", koordlet.output()));
-    koordlet
-        .wait_for_line("keeping the last pods", wait)
-        .unwrap_or_else(|| panic!("the bad pods file was not reported:\n{}", koordlet.output()));
+    let (wait, http) = (PROCESS_WAIT, HTTP_WAIT);
+    let addr = koordlet.serving_addr("health and metrics", wait).unwrap();
+    koordlet.expect_line("keeping the last pods", wait).unwrap();
     let readyz = http_get_blocking(addr, "/readyz", http).unwrap();
     assert_eq!(readyz.status, 503, "{}", readyz.body);
     assert!(
@@ -550,19 +536,11 @@ fn standalone_mode_needs_no_cluster_and_gates_readiness_on_the_pods_file() {
         "- metadata: {name: web, namespace: default, uid: shell-uid-1}\n  status: {qosClass: Burstable}\n",
     )
     .unwrap();
-    let deadline = Instant::now() + wait;
-    loop {
-        let readyz = http_get_blocking(addr, "/readyz", http).unwrap();
-        if readyz.status == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never ready after the pods file was fixed: {}\n{}",
-            readyz.body,
+    if let Err(err) = wait_for_http_status(addr, "/readyz", 200, wait) {
+        panic!(
+            "never ready after the pods file was fixed: {err}\n{}",
             koordlet.output()
         );
-        std::thread::sleep(Duration::from_millis(100));
     }
     let metrics = http_get_blocking(addr, "/metrics", http).unwrap();
     assert!(
@@ -595,9 +573,7 @@ fn standalone_mode_needs_no_cluster_and_gates_readiness_on_the_pods_file() {
         60
     );
 
-    koordlet.signal("TERM").unwrap();
-    let exit = koordlet.wait_exit(wait).unwrap().expect("stops on SIGTERM");
-    assert_eq!(exit.code(), Some(0), "{}", koordlet.output());
+    koordlet.stop_cleanly("TERM", wait).unwrap();
 }
 
 #[test]
