@@ -40,6 +40,15 @@ fn cluster_objects() -> Vec<(&'static str, Value)> {
         }),
     ));
     objects.push((
+        "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles/fresh-namespaces",
+        json!({
+            "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+            "metadata": {"name": "fresh-namespaces", "resourceVersion": "6"},
+            "spec": {"namespaceSelector": {"matchLabels": {"colocation": "true"}},
+                     "labels": {"from-namespace-profile": "yes"}}
+        }),
+    ));
+    objects.push((
         "/api/v1/namespaces/spark",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spark", "resourceVersion": "4"}}),
     ));
@@ -49,6 +58,66 @@ fn cluster_objects() -> Vec<(&'static str, Value)> {
                "metadata": {"name": "koord-batch", "resourceVersion": "5"}, "value": 5500}),
     ));
     objects
+}
+
+/// Sends a pod CREATE for `namespace` over HTTPS (trusting `ca_pem`) and
+/// returns the pod with the answered patch applied.
+async fn mutate(addr: std::net::SocketAddr, ca_pem: &str, namespace: &str) -> Value {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from("koordinator-webhook-service.koordinator-system.svc").unwrap();
+    let mut tls = TlsConnector::from(Arc::new(client))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "driver", "namespace": namespace, "labels": {"app": "spark"}},
+                     "spec": {"containers": [{"name": "c", "image": "spark",
+                                              "resources": {"requests": {"cpu": "250m"}}}]}});
+    let review = json!({
+        "kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": "b6f6c1c8-1f3a-4b53-9c3e-5f0f1d1e2a3b",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace, "operation": "CREATE",
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": pod.clone(),
+            "oldObject": null, "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    })
+    .to_string();
+    let request = format!(
+        "POST /mutate-pod?timeout=10s HTTP/1.1\r\nHost: koordinator-webhook-service.koordinator-system.svc:443\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{review}",
+        review.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), tls.read_to_end(&mut raw))
+        .await
+        .unwrap();
+    let response = parse_response(&raw).unwrap();
+    assert_eq!(response.status, 200, "{}", response.body);
+    let body: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(body["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let mut patched = pod;
+    json_patch::patch(&mut patched, &patch).unwrap();
+    patched
 }
 
 async fn ready(context: &ComponentContext, check: &str) -> bool {
@@ -101,73 +170,32 @@ async fn start_serves_mutations_with_a_managed_certificate() {
         decode(&api.object(SECRET_PATH)["data"]["ca-cert.pem"])
     );
 
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(ca.unwrap()).unwrap();
-    }
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(webhooks.server.addr)
-        .await
-        .unwrap();
-    let name = ServerName::try_from("koordinator-webhook-service.koordinator-system.svc").unwrap();
-    let mut tls = TlsConnector::from(Arc::new(client))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-
-    let review = json!({
-        "kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-        "request": {
-            "uid": "b6f6c1c8-1f3a-4b53-9c3e-5f0f1d1e2a3b",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "spark", "operation": "CREATE",
-            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": "driver", "namespace": "spark", "labels": {"app": "spark"}},
-                       "spec": {"containers": [{"name": "c", "image": "spark",
-                                                "resources": {"requests": {"cpu": "250m"}}}]}},
-            "oldObject": null, "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-        }
-    })
-    .to_string();
-    let request = format!(
-        "POST /mutate-pod?timeout=10s HTTP/1.1\r\nHost: koordinator-webhook-service.koordinator-system.svc:443\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{review}",
-        review.len()
-    );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), tls.read_to_end(&mut raw))
-        .await
-        .unwrap();
-    let response = parse_response(&raw).unwrap();
-    assert_eq!(response.status, 200, "{}", response.body);
-    let body: Value = serde_json::from_str(&response.body).unwrap();
-    assert_eq!(body["response"]["allowed"], true, "{body}");
-    let patch = base64::engine::general_purpose::STANDARD
-        .decode(body["response"]["patch"].as_str().unwrap())
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
-    let mut pod: Value =
-        serde_json::from_str::<Value>(&review).unwrap()["request"]["object"].clone();
-    json_patch::patch(&mut pod, &patch).unwrap();
-    assert_eq!(pod["metadata"]["labels"]["koordinator.sh/qosClass"], "BE");
-    assert_eq!(pod["spec"]["priority"], 5500);
+    let spark = mutate(webhooks.server.addr, &ca_pem, "spark").await;
+    assert_eq!(spark["metadata"]["labels"]["koordinator.sh/qosClass"], "BE");
+    assert_eq!(spark["spec"]["priority"], 5500);
     assert_eq!(
-        pod["spec"]["containers"][0]["resources"]["requests"],
+        spark["spec"]["containers"][0]["resources"]["requests"],
         json!({"kubernetes.io/batch-cpu": "250"})
     );
+    assert!(
+        spark["metadata"]["labels"]
+            .get("from-namespace-profile")
+            .is_none()
+    );
+
+    // A namespace created after the caches synced (the watch has not
+    // delivered it) is read from the API server.
+    api.insert(
+        "/api/v1/namespaces/fresh",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "fresh", "resourceVersion": "9", "labels": {"colocation": "true"}}}),
+    );
+    let fresh = mutate(webhooks.server.addr, &ca_pem, "fresh").await;
+    assert_eq!(fresh["metadata"]["labels"]["from-namespace-profile"], "yes");
 
     let metrics = context.metrics.encode().unwrap();
     assert!(
-        metrics.contains("koord_manager_webhook_webhook_duration_milliseconds_count{webhook_type=\"mutate\",object_type=\"pod\",operation=\"CREATE\",plugin_name=\"ClusterColocationProfile\",status=\"allowed\"} 1"),
+        metrics.contains("koord_manager_webhook_webhook_duration_milliseconds_count{webhook_type=\"mutate\",object_type=\"pod\",operation=\"CREATE\",plugin_name=\"ClusterColocationProfile\",status=\"allowed\"} 2"),
         "{metrics}"
     );
 

@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::extension::LABEL_QUOTA_NAME;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -134,6 +134,9 @@ pub struct AdmissionGates {
     pub disable_extended_resource_spec: bool,
 }
 
+/// How long the pod webhook waits for a namespace missing from the cache.
+const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// How long the quota webhook waits for the pod count.
 const POD_COUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -166,6 +169,8 @@ pub struct Handlers {
     pub gates: AdmissionGates,
     pub metrics: WebhookMetrics,
     pub quota_pods: Option<Box<dyn QuotaPodCounter>>,
+    /// Reads namespaces the cache does not have yet.
+    pub namespace_api: Option<kube::Client>,
     /// The paths served (all by default; feature gates turn some off).
     pub paths: Vec<&'static str>,
     random_state: Mutex<u64>,
@@ -184,6 +189,7 @@ impl Handlers {
             gates: AdmissionGates::default(),
             metrics: WebhookMetrics::default(),
             quota_pods: None,
+            namespace_api: None,
             paths: ADMISSION_PATHS.to_vec(),
             random_state: Mutex::new(seed),
             sequence: AtomicU64::new(0),
@@ -209,7 +215,7 @@ impl Handlers {
     pub async fn handle(&self, path: &str, request: &AdmissionRequest) -> Decision {
         let started = Instant::now();
         let (plugin, decision) = match path {
-            PATH_MUTATE_POD => ("ClusterColocationProfile", self.mutate_pod(request)),
+            PATH_MUTATE_POD => ("ClusterColocationProfile", self.mutate_pod(request).await),
             PATH_VALIDATE_POD => ("ClusterColocationProfile", self.validate_pod(request)),
             PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.mutate_quota(request)),
             PATH_VALIDATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.validate_quota(request).await),
@@ -226,7 +232,29 @@ impl Handlers {
         decision
     }
 
-    fn mutate_pod(&self, request: &AdmissionRequest) -> Decision {
+    /// The namespace's labels from the cache, else (a namespace created a
+    /// moment ago that the watch has not delivered yet) from the API server.
+    async fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        if let Some(namespace) = self.caches.namespaces.get(name) {
+            return Some(namespace.metadata.labels.clone().unwrap_or_default());
+        }
+        let client = self.namespace_api.as_ref()?;
+        let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+        match tokio::time::timeout(NAMESPACE_LOOKUP_TIMEOUT, api.get_opt(name)).await {
+            Ok(Ok(Some(namespace))) => Some(namespace.metadata.labels.unwrap_or_default()),
+            Ok(Ok(None)) => None,
+            Ok(Err(err)) => {
+                tracing::warn!(namespace = name, error = %err, "namespace lookup failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(namespace = name, "namespace lookup timed out");
+                None
+            }
+        }
+    }
+
+    async fn mutate_pod(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("pods") || request.operation != Operation::Create {
             return Decision::allow();
         }
@@ -256,10 +284,17 @@ impl Handlers {
         let profiles_owned = self.caches.profiles.all();
         let profiles: Vec<&ClusterColocationProfile> =
             profiles_owned.iter().map(|p| p.as_ref()).collect();
-        let namespace_object = self.caches.namespaces.get(&namespace);
-        let namespace_labels = namespace_object
-            .as_ref()
-            .map(|ns| ns.metadata.labels.clone().unwrap_or_default());
+        let selects_namespaces = profiles.iter().any(|p| {
+            p.spec
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|selector| !apis::configuration::is_empty_selector(selector))
+        });
+        let namespace_labels = if selects_namespaces {
+            self.namespace_labels(&namespace).await
+        } else {
+            None
+        };
         let priority_classes: BTreeMap<String, PriorityClassInfo> = self
             .caches
             .priority_classes

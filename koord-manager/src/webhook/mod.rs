@@ -297,6 +297,7 @@ pub async fn start(
     let mut handlers = Handlers::new(caches.clone(), slo_config);
     handlers.gates = args.feature_gates.admission_gates();
     handlers.paths = args.feature_gates.enabled_paths();
+    handlers.namespace_api = Some(client.clone());
     handlers.quota_pods = Some(Box::new(ApiQuotaPodCounter(client)));
     handlers.metrics.register(&context.metrics);
     let server = server::serve(

@@ -133,6 +133,15 @@ impl FakeApi {
         FakeApi { addr, state }
     }
 
+    /// Adds or replaces an object (watches see nothing of it).
+    pub fn insert(&self, path: &str, object: Value) {
+        self.state
+            .lock()
+            .unwrap()
+            .objects
+            .insert(path.to_owned(), object);
+    }
+
     pub fn client(&self) -> kube::Client {
         let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
         kube::Client::try_from(config).unwrap()
