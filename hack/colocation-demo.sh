@@ -166,28 +166,38 @@ start_ns=$(now_ns)
 echo
 echo "== colocation demo: $ncpu CPUs, cpusuppress policy $policy, threshold ${threshold}%"
 echo "   LS pod demo/web ($ls_pod), BE pod demo/batch ($be_pod, $ncpu burners)"
-echo "   BE budget = ${ncpu} CPUs x ${threshold}% - LS usage - system usage (upstream's formula)"
+echo "   BE budget = ${ncpu} CPUs x ${threshold}% - LS usage - system usage (upstream's formula);"
+echo "   'other cores' is CPU used outside the two pods (counted as system usage)"
 echo
-printf '%6s  %-10s  %8s  %8s  %9s  %15s  %9s  %8s\n' \
-    "t(s)" "LS load" "LS cores" "BE cores" "BE share" "BE cfs_quota_us" "BE cpuset" "LS avail"
+printf '%6s  %-10s  %8s  %8s  %9s  %11s  %15s  %9s  %8s\n' \
+    "t(s)" "LS load" "LS cores" "BE cores" "BE share" "other cores" "BE cfs_quota_us" "BE cpuset" "LS avail"
 table_row() {
     local label=$1 seconds=$2
     local ls0 be0 t0 ls1 be1 t1
-    ls0=$(cpuacct "$ls_pod"); be0=$(cpuacct "$be_pod"); t0=$(now_ns)
+    local stat0 stat1
+    ls0=$(cpuacct "$ls_pod"); be0=$(cpuacct "$be_pod"); t0=$(now_ns); stat0=$(head -1 /proc/stat)
     sleep "$seconds"
-    ls1=$(cpuacct "$ls_pod"); be1=$(cpuacct "$be_pod"); t1=$(now_ns)
+    ls1=$(cpuacct "$ls_pod"); be1=$(cpuacct "$be_pod"); t1=$(now_ns); stat1=$(head -1 /proc/stat)
     local quota cpuset
     quota=$(cat "$cgroot/cpu/$be_tier/cpu.cfs_quota_us")
     cpuset=$(cat "$cgroot/cpuset/$be_tier/cpuset.cpus")
-    python3 - "$label" "$ls0" "$ls1" "$be0" "$be1" "$t0" "$t1" "$start_ns" "$ncpu" "$quota" "$cpuset" <<'PY'
+    python3 - "$label" "$ls0" "$ls1" "$be0" "$be1" "$t0" "$t1" "$start_ns" "$ncpu" "$quota" "$cpuset" \
+        "$stat0" "$stat1" <<'PY'
 import sys
-label, ls0, ls1, be0, be1, t0, t1, start, ncpu, quota, cpuset = sys.argv[1:]
+label, ls0, ls1, be0, be1, t0, t1, start, ncpu, quota, cpuset, stat0, stat1 = sys.argv[1:]
 elapsed = (int(t1) - int(t0)) or 1
 ls = (int(ls1) - int(ls0)) / elapsed
 be = (int(be1) - int(be0)) / elapsed
 ncpu = int(ncpu)
+def times(line):
+    values = [int(v) for v in line.split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values[:8]) - idle, sum(values[:8])
+(busy0, total0), (busy1, total1) = times(stat0), times(stat1)
+node = ncpu * (busy1 - busy0) / max(total1 - total0, 1)
+other = max(node - ls - be, 0.0)
 print(f"{(int(t1) - int(start)) / 1e9:6.0f}  {label:<10}  {ls:8.2f}  {be:8.2f}  {100 * be / ncpu:8.0f}%  "
-      f"{quota:>15}  {cpuset:>9}  {ncpu - be:8.2f}")
+      f"{other:11.2f}  {quota:>15}  {cpuset:>9}  {ncpu - be:8.2f}")
 PY
 }
 

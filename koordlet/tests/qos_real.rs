@@ -196,7 +196,7 @@ impl Harness {
             proc_root: "/proc".into(),
         };
         let executor = ResourceExecutor::new(tree.layout.clone(), ExecutorConfig::default());
-        let runner = QosRunner::new(vec![Box::new(CpuSuppress)], executor);
+        let runner = QosRunner::new(vec![Box::new(CpuSuppress::default())], executor);
         Self {
             states,
             cache,

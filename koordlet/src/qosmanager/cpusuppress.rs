@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use apis::configuration::defaults::default_resource_threshold_strategy;
@@ -48,8 +49,14 @@ pub const GAUGE_BE_USED: &str = "be_suppress_be_used_cpu_cores";
 
 const REASON: &str = "adjustBEByNodeCPUUsage";
 
-#[derive(Debug, Default, Clone)]
-pub struct CpuSuppress;
+/// The strategy. Its one piece of state mirrors upstream's policy status:
+/// the BE quota is restored to unlimited once after the cfsQuota policy
+/// stops being used (or once at start), not every round, so a quota set by
+/// someone else while suppression is off is left alone.
+#[derive(Debug, Default)]
+pub struct CpuSuppress {
+    quota_restored: AtomicBool,
+}
 
 /// The threshold strategy of `snapshot` over upstream's defaults.
 pub fn threshold_strategy(snapshot: &QosSnapshot) -> ResourceThresholdStrategy {
@@ -294,24 +301,30 @@ fn write_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, set: &CpuSet, r
     }
 }
 
-fn restore_quota(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
-    let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
-    if snapshot
-        .current(&be_dir, CgroupResource::CpuCfsQuota)
-        .is_none()
-    {
-        decision.info(format!(
-            "{} has no readable cpu.cfs_quota_us; nothing to restore",
-            be_dir.display()
-        ));
-        return;
+impl CpuSuppress {
+    fn restore_quota(&self, decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
+        if self.quota_restored.load(Ordering::Relaxed) {
+            return;
+        }
+        let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+        if snapshot
+            .current(&be_dir, CgroupResource::CpuCfsQuota)
+            .is_none()
+        {
+            decision.info(format!(
+                "{} has no readable cpu.cfs_quota_us; nothing to restore",
+                be_dir.display()
+            ));
+            return;
+        }
+        decision.write(
+            be_dir,
+            CgroupResource::CpuCfsQuota,
+            CgroupValue::Unlimited,
+            format!("{REASON}: restore BE cfs quota ({why})"),
+        );
+        self.quota_restored.store(true, Ordering::Relaxed);
     }
-    decision.write(
-        be_dir,
-        CgroupResource::CpuCfsQuota,
-        CgroupValue::Unlimited,
-        format!("{REASON}: restore BE cfs quota ({why})"),
-    );
 }
 
 fn restore_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
@@ -361,7 +374,7 @@ impl Strategy for CpuSuppress {
             .unwrap_or(CPUSuppressPolicy::CPUSet);
         let mut decision = Decision::default();
         if strategy.enable != Some(true) {
-            restore_quota(&mut decision, snapshot, "suppress disabled");
+            self.restore_quota(&mut decision, snapshot, "suppress disabled");
             restore_cpuset(&mut decision, snapshot, "suppress disabled");
             decision.skip(
                 "disabled by NodeSLO (resourceUsedThresholdWithBE.enable is not true); BE restored",
@@ -440,6 +453,7 @@ impl Strategy for CpuSuppress {
                 }
             };
             let capacity_cores = (capacity + 999) / 1000;
+            self.quota_restored.store(false, Ordering::Relaxed);
             match next_be_quota(budget.budget_milli, current, capacity_cores) {
                 Some(quota) => {
                     decision.write(
@@ -485,7 +499,7 @@ impl Strategy for CpuSuppress {
                 &set,
                 &format!("{REASON}: {formula}"),
             );
-            restore_quota(&mut decision, snapshot, "policy is cpuset");
+            self.restore_quota(&mut decision, snapshot, "policy is cpuset");
         }
         decision
     }
@@ -622,7 +636,8 @@ mod tests {
 
     #[test]
     fn cfs_quota_policy_writes_the_formula_value() {
-        let decision = CpuSuppress.decide(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
+        let decision =
+            CpuSuppress::default().decide(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
         // Current quota is unlimited, so the target is written without step limits.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -657,7 +672,8 @@ mod tests {
     #[test]
     fn cpuset_policy_picks_whole_cores_and_restores_quota() {
         // Budget 5200 - 3000 - 500 = 1700m -> 2 CPUs: one whole core.
-        let decision = CpuSuppress.decide(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
+        let decision =
+            CpuSuppress::default().decide(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -695,7 +711,7 @@ mod tests {
             CgroupResource::CpusetCpus,
             CgroupValue::CpuSet(CpuSet::from_ids([2, 6]).unwrap()),
         ));
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -724,7 +740,7 @@ mod tests {
     fn disabled_restores_everything_and_says_so() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         snapshot.node_slo = None;
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Unlimited)
@@ -737,10 +753,32 @@ mod tests {
     }
 
     #[test]
+    fn quota_is_restored_once_until_the_policy_is_used_again() {
+        let strategy = CpuSuppress::default();
+        let mut disabled = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        disabled.node_slo = None;
+        let quota = |d: &Decision| d.write_for(&be_dir(), CgroupResource::CpuCfsQuota).cloned();
+        assert_eq!(
+            quota(&strategy.decide(&disabled)),
+            Some(CgroupValue::Unlimited)
+        );
+        assert_eq!(quota(&strategy.decide(&disabled)), None);
+        let enabled = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        assert_eq!(
+            quota(&strategy.decide(&enabled)),
+            Some(CgroupValue::Int(170_000))
+        );
+        assert_eq!(
+            quota(&strategy.decide(&disabled)),
+            Some(CgroupValue::Unlimited)
+        );
+    }
+
+    #[test]
     fn stale_or_missing_metrics_do_nothing() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         snapshot.node_usage.cpu = Some(MetricSample::new(4.5, now() - Duration::from_secs(120)));
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         assert!(decision.writes.is_empty());
         assert!(
             decision.skip_reason().unwrap().contains("stale"),
@@ -748,7 +786,7 @@ mod tests {
         );
 
         snapshot.node_usage.cpu = None;
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         assert!(decision.is_skipped());
         assert!(
             decision
@@ -761,7 +799,7 @@ mod tests {
         for pod in &mut snapshot.pods {
             pod.cpu_usage = None;
         }
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         assert!(decision.is_skipped(), "{decision:?}");
     }
 
@@ -769,7 +807,7 @@ mod tests {
     fn no_be_pods_still_caps_the_tier() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 3.5, 3.0, 0.0);
         snapshot.pods.retain(|p| !p.is_be());
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         // 5200 - 3000 - 500 = 1700m.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -789,13 +827,13 @@ mod tests {
             snapshot.node_slo = Some(Arc::new(spec));
         };
         set_threshold(&mut snapshot, 0);
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(BE_MIN_QUOTA_US))
         );
         set_threshold(&mut snapshot, 100);
-        let decision = CpuSuppress.decide(&snapshot);
+        let decision = CpuSuppress::default().decide(&snapshot);
         // 8000 - 3000 - 500 = 4500m.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),

@@ -113,7 +113,7 @@ pub fn standard_strategies(
         strategies.push(Box::new(cpuburst::CpuBurst::default()));
     }
     if gate(gates, FEATURE_BE_CPU_SUPPRESS) {
-        strategies.push(Box::new(cpusuppress::CpuSuppress));
+        strategies.push(Box::new(cpusuppress::CpuSuppress::default()));
     }
     strategies.push(Box::new(
         cpuevict::CpuEvict::new().with_feature_gates(gates),
