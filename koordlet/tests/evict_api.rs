@@ -102,6 +102,11 @@ impl ScriptedApiServer {
                     if method == "POST" && path.ends_with("/guarded/eviction") {
                         let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","code":429}"#;
                         respond(&stream, 429, status).await;
+                    } else if method == "POST" && path.ends_with("/slow/eviction") {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        let status =
+                            r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":201}"#;
+                        respond(&stream, 201, status).await;
                     } else if method == "POST" && path.ends_with("/eviction") {
                         let status =
                             r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":201}"#;
@@ -461,6 +466,38 @@ async fn for_mode_with_cluster_reload_answers_a_refusal_at_once() {
         matches!(outcome, EvictionOutcome::Blocked { .. }),
         "{outcome:?}"
     );
+    let evictions = api
+        .seen()
+        .iter()
+        .filter(|s| s.target.contains("/eviction"))
+        .count();
+    assert_eq!(evictions, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_eviction_per_pod_at_a_time() {
+    let api = ScriptedApiServer::start().await;
+    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let first = {
+        let evictor = evictor.clone();
+        tokio::spawn(async move { evictor.evict(&request("slow", "uid-slow")).await })
+    };
+    // Wait until the first request reached the server, then ask again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !api
+        .seen()
+        .iter()
+        .any(|s| s.target.contains("/slow/eviction"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "first eviction never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = evictor.evict(&request("slow", "uid-slow")).await;
+    assert_eq!(second, EvictionOutcome::InProgress);
+    assert_eq!(first.await.unwrap(), EvictionOutcome::Evicted);
     let evictions = api
         .seen()
         .iter()
