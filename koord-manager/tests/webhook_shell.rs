@@ -45,7 +45,8 @@ fn cluster_objects() -> Vec<(&'static str, Value)> {
             "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
             "metadata": {"name": "fresh-namespaces", "resourceVersion": "6"},
             "spec": {"namespaceSelector": {"matchLabels": {"colocation": "true"}},
-                     "labels": {"from-namespace-profile": "yes"}}
+                     "labels": {"from-namespace-profile": "yes"},
+                     "priorityClassName": "koord-late"}
         }),
     ));
     objects.push((
@@ -183,15 +184,22 @@ async fn start_serves_mutations_with_a_managed_certificate() {
             .is_none()
     );
 
-    // A namespace created after the caches synced (the watch has not
-    // delivered it) is read from the API server.
+    // A namespace and a PriorityClass created after the caches synced (the
+    // watch has not delivered them) are read from the API server.
     api.insert(
         "/api/v1/namespaces/fresh",
         json!({"apiVersion": "v1", "kind": "Namespace",
                "metadata": {"name": "fresh", "resourceVersion": "9", "labels": {"colocation": "true"}}}),
     );
+    api.insert(
+        "/apis/scheduling.k8s.io/v1/priorityclasses/koord-late",
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+               "metadata": {"name": "koord-late", "resourceVersion": "10"}, "value": 7100}),
+    );
     let fresh = mutate(webhooks.server.addr, &ca_pem, "fresh").await;
     assert_eq!(fresh["metadata"]["labels"]["from-namespace-profile"], "yes");
+    assert_eq!(fresh["spec"]["priorityClassName"], "koord-late");
+    assert_eq!(fresh["spec"]["priority"], 7100);
 
     let metrics = context.metrics.encode().unwrap();
     assert!(

@@ -1,7 +1,7 @@
 //! The admission handlers: decode the review, call the decision cores with
 //! cache snapshots, record metrics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -10,6 +10,7 @@ use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::extension::LABEL_QUOTA_NAME;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -134,7 +135,7 @@ pub struct AdmissionGates {
     pub disable_extended_resource_spec: bool,
 }
 
-/// How long the pod webhook waits for a namespace missing from the cache.
+/// How long the pod webhook waits for a namespace or PriorityClass missing from the cache.
 const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How long the quota webhook waits for the pod count.
@@ -169,7 +170,7 @@ pub struct Handlers {
     pub gates: AdmissionGates,
     pub metrics: WebhookMetrics,
     pub quota_pods: Option<Box<dyn QuotaPodCounter>>,
-    /// Reads namespaces the cache does not have yet.
+    /// Reads namespaces and PriorityClasses the cache does not have yet.
     pub namespace_api: Option<kube::Client>,
     /// The paths served (all by default; feature gates turn some off).
     pub paths: Vec<&'static str>,
@@ -254,6 +255,22 @@ impl Handlers {
         }
     }
 
+    async fn priority_class_from_api(&self, name: &str) -> Option<PriorityClass> {
+        let client = self.namespace_api.as_ref()?;
+        let api: kube::Api<PriorityClass> = kube::Api::all(client.clone());
+        match tokio::time::timeout(NAMESPACE_LOOKUP_TIMEOUT, api.get_opt(name)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(err)) => {
+                tracing::warn!(priority_class = name, error = %err, "PriorityClass lookup failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(priority_class = name, "PriorityClass lookup timed out");
+                None
+            }
+        }
+    }
+
     async fn mutate_pod(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("pods") || request.operation != Operation::Create {
             return Decision::allow();
@@ -295,21 +312,33 @@ impl Handlers {
         } else {
             None
         };
-        let priority_classes: BTreeMap<String, PriorityClassInfo> = self
+        let info = |class: &PriorityClass| {
+            Some((
+                class.metadata.name.clone()?,
+                PriorityClassInfo {
+                    value: class.value,
+                    preemption_policy: class.preemption_policy.clone(),
+                },
+            ))
+        };
+        let mut priority_classes: BTreeMap<String, PriorityClassInfo> = self
             .caches
             .priority_classes
             .all()
             .iter()
-            .filter_map(|class| {
-                Some((
-                    class.metadata.name.clone()?,
-                    PriorityClassInfo {
-                        value: class.value,
-                        preemption_policy: class.preemption_policy.clone(),
-                    },
-                ))
-            })
+            .filter_map(|class| info(class))
             .collect();
+        // A class created a moment ago may not have reached the cache yet.
+        let missing: BTreeSet<&str> = profiles
+            .iter()
+            .filter_map(|p| p.spec.priority_class_name.as_deref())
+            .filter(|name| !name.is_empty() && !priority_classes.contains_key(*name))
+            .collect();
+        for name in missing {
+            if let Some(class) = self.priority_class_from_api(name).await {
+                priority_classes.extend(info(&class));
+            }
+        }
         let context = ProfileContext {
             profiles: &profiles,
             namespace_labels: namespace_labels.as_ref(),
