@@ -7,11 +7,9 @@ use koord_manager::{COMPONENT, ManagerArgs, ManagerCommand, run};
 async fn main() -> ExitCode {
     let args = ManagerArgs::parse_from(koord_common::cli::go_style_args());
     if let Some(ManagerCommand::Preview(preview)) = &args.command {
-        return match koord_manager::preview::run_preview(preview) {
-            Ok(output) => {
-                print!("{output}");
-                ExitCode::SUCCESS
-            }
+        let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        return match koord_manager::preview::run_preview(preview, &mut stdout) {
+            Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("koord-manager preview: {err}");
                 ExitCode::FAILURE

@@ -7,17 +7,19 @@
 //! contract documented in `docs/preview.md`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::time::SystemTime;
 
 use apis::configuration::SloControllerConfig;
-use apis::slo::v1alpha1::NodeMetric;
+use apis::slo::v1alpha1::{NodeMetric, NodeSLOSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::slo_controller::config::{ConfigRejected, parse_config};
 use crate::slo_controller::noderesource::MANAGED_RESOURCES;
-use crate::slo_controller::{NodePlan, plan_node, pods_by_node};
+use crate::slo_controller::resources::PodSummary;
+use crate::slo_controller::{NodePlan, plan_node, pod_node_name};
 
 /// Why a preview could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -46,12 +48,14 @@ pub enum PreviewError {
     NoConfigMap { source_name: String },
 }
 
-/// The objects of a snapshot.
+/// The objects of a snapshot. Pods are kept only as the summaries the
+/// calculation reads, grouped by node, so large snapshots stay small.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub nodes: Vec<Node>,
     pub node_metrics: Vec<NodeMetric>,
-    pub pods: Vec<Pod>,
+    pub pods: HashMap<String, Vec<PodSummary>>,
+    pub pod_count: usize,
     pub config_maps: Vec<ConfigMap>,
 }
 
@@ -71,9 +75,23 @@ struct HeaderMeta {
 }
 
 impl Snapshot {
-    /// Parses YAML documents (JSON is valid YAML); `source_name` labels errors.
+    /// Parses YAML documents, or a stream of JSON objects (e.g. the output of
+    /// `kubectl get -o json`), which takes a faster path; `source_name`
+    /// labels errors.
     pub fn parse(text: &str, source_name: &str) -> Result<Self, PreviewError> {
         let mut snapshot = Snapshot::default();
+        if text.trim_start().starts_with('{') {
+            let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+            for (index, value) in stream.enumerate() {
+                let value = value.map_err(|err| PreviewError::Document {
+                    source_name: source_name.to_owned(),
+                    index,
+                    message: err.to_string(),
+                })?;
+                snapshot.add(value, source_name)?;
+            }
+            return Ok(snapshot);
+        }
         for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let value =
                 serde_json::Value::deserialize(document).map_err(|err| PreviewError::Document {
@@ -109,7 +127,16 @@ impl Snapshot {
             "NodeMetric" => self
                 .node_metrics
                 .push(serde_json::from_value(value).map_err(fail)?),
-            "Pod" => self.pods.push(serde_json::from_value(value).map_err(fail)?),
+            "Pod" => {
+                let pod: Pod = serde_json::from_value(value).map_err(fail)?;
+                self.pod_count += 1;
+                if let Some(node) = pod_node_name(&pod) {
+                    self.pods
+                        .entry(node.to_owned())
+                        .or_default()
+                        .push(PodSummary::of(&pod));
+                }
+            }
             "ConfigMap" => self
                 .config_maps
                 .push(serde_json::from_value(value).map_err(fail)?),
@@ -158,7 +185,7 @@ pub fn config_from(
 pub struct NodeReport {
     pub name: String,
     #[serde(rename = "nodeSLO")]
-    pub node_slo: Value,
+    pub node_slo: NodeSLOSpec,
     /// The four managed resources; `"0"` when withdrawn.
     pub allocatable: BTreeMap<String, String>,
     pub degraded: bool,
@@ -213,57 +240,74 @@ fn node_report(name: &str, plan: &NodePlan) -> NodeReport {
     };
     NodeReport {
         name: name.to_owned(),
-        node_slo: serde_json::to_value(&plan.node_slo).unwrap_or(Value::Null),
+        node_slo: plan.node_slo.clone(),
         allocatable,
         degraded: plan.resources.degraded,
         reason,
     }
 }
 
-/// Runs the controllers' cores over the snapshot.
+/// Runs the controllers' cores over the snapshot, handing each node's
+/// report (and, with `against`, its changes) to `sink` in node-name order.
+pub fn preview_each(
+    snapshot: &Snapshot,
+    config: &SloControllerConfig,
+    against: Option<&SloControllerConfig>,
+    now: SystemTime,
+    mut sink: impl FnMut(NodeReport, Option<NodeDiff>),
+) {
+    let metrics: HashMap<&str, &NodeMetric> = snapshot
+        .node_metrics
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, m)))
+        .collect();
+    let mut nodes: Vec<&Node> = snapshot.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for node in nodes {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let node_pods = snapshot
+            .pods
+            .get(name)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let metric = metrics.get(name).copied();
+        let report = node_report(name, &plan_node(config, node, metric, node_pods, None, now));
+        let diff = against.and_then(|against| {
+            let new_plan = plan_node(against, node, metric, node_pods, None, now);
+            let changes = diff_reports(&report, &node_report(name, &new_plan));
+            (!changes.is_empty()).then(|| NodeDiff {
+                name: name.to_owned(),
+                changes,
+            })
+        });
+        sink(report, diff);
+    }
+}
+
+/// [`preview_each`] collected into one report.
 pub fn preview(
     snapshot: &Snapshot,
     config: &SloControllerConfig,
     against: Option<&SloControllerConfig>,
     now: SystemTime,
 ) -> PreviewReport {
-    let metrics: HashMap<&str, &NodeMetric> = snapshot
-        .node_metrics
-        .iter()
-        .filter_map(|m| Some((m.metadata.name.as_deref()?, m)))
-        .collect();
-    let pods = pods_by_node(&snapshot.pods);
-    let mut nodes: Vec<&Node> = snapshot.nodes.iter().collect();
-    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut reports = Vec::with_capacity(nodes.len());
-    let mut diffs = against.map(|_| Vec::new());
-    for node in nodes {
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
-        let metric = metrics.get(name).copied();
-        let plan = plan_node(config, node, metric, node_pods, None, now);
-        let report = node_report(name, &plan);
-        if let (Some(against), Some(diffs)) = (against, diffs.as_mut()) {
-            let new_plan = plan_node(against, node, metric, node_pods, None, now);
-            let changes = diff_reports(&report, &node_report(name, &new_plan));
-            if !changes.is_empty() {
-                diffs.push(NodeDiff {
-                    name: name.to_owned(),
-                    changes,
-                });
-            }
+    let mut report = PreviewReport {
+        nodes: Vec::with_capacity(snapshot.nodes.len()),
+        diff: against.map(|_| Vec::new()),
+    };
+    preview_each(snapshot, config, against, now, |node, diff| {
+        report.nodes.push(node);
+        if let (Some(diffs), Some(diff)) = (report.diff.as_mut(), diff) {
+            diffs.push(diff);
         }
-        reports.push(report);
-    }
-    PreviewReport {
-        nodes: reports,
-        diff: diffs,
-    }
+    });
+    report
 }
 
 fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
     let mut fields = BTreeMap::new();
-    flatten("nodeSLO", &report.node_slo, &mut fields);
+    let node_slo = serde_json::to_value(&report.node_slo).unwrap_or(Value::Null);
+    flatten("nodeSLO", &node_slo, &mut fields);
     for (resource, value) in &report.allocatable {
         fields.insert(
             format!("allocatable.{resource}"),
@@ -308,46 +352,47 @@ pub fn diff_reports(current: &NodeReport, against: &NodeReport) -> Vec<FieldChan
         .collect()
 }
 
+const TEXT_HEADER: &str = "NODE                              BATCH-CPU   BATCH-MEMORY    MID-CPU     MID-MEMORY DEGRADED  REASON";
+
+fn text_line(node: &NodeReport) -> String {
+    let get = |name: &str| node.allocatable.get(name).map_or("0", String::as_str);
+    format!(
+        "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8}  {}",
+        node.name,
+        get(apis::extension::BATCH_CPU),
+        get(apis::extension::BATCH_MEMORY),
+        get(apis::extension::MID_CPU),
+        get(apis::extension::MID_MEMORY),
+        node.degraded,
+        node.reason
+    )
+}
+
+fn text_diff(diff: &[NodeDiff], node_count: usize) -> String {
+    use std::fmt::Write;
+    let mut out = format!("\n{} of {node_count} node(s) would change:\n", diff.len());
+    for node in diff {
+        let _ = writeln!(out, "{}:", node.name);
+        for change in &node.changes {
+            let _ = writeln!(
+                out,
+                "  {}: {} -> {}",
+                change.path, change.current, change.against
+            );
+        }
+    }
+    out
+}
+
 /// The human-readable form: one line per node, then the diff.
 pub fn render_text(report: &PreviewReport) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8}  REASON",
-        "NODE", "BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "DEGRADED"
-    );
+    let mut out = format!("{TEXT_HEADER}\n");
     for node in &report.nodes {
-        let get = |name: &str| node.allocatable.get(name).map_or("0", String::as_str);
-        let _ = writeln!(
-            out,
-            "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8}  {}",
-            node.name,
-            get(apis::extension::BATCH_CPU),
-            get(apis::extension::BATCH_MEMORY),
-            get(apis::extension::MID_CPU),
-            get(apis::extension::MID_MEMORY),
-            node.degraded,
-            node.reason
-        );
+        out.push_str(&text_line(node));
+        out.push('\n');
     }
     if let Some(diff) = &report.diff {
-        let _ = writeln!(
-            out,
-            "\n{} of {} node(s) would change:",
-            diff.len(),
-            report.nodes.len()
-        );
-        for node in diff {
-            let _ = writeln!(out, "{}:", node.name);
-            for change in &node.changes {
-                let _ = writeln!(
-                    out,
-                    "  {}: {} -> {}",
-                    change.path, change.current, change.against
-                );
-            }
-        }
+        out.push_str(&text_diff(diff, report.nodes.len()));
     }
     out
 }
@@ -384,6 +429,10 @@ pub struct PreviewArgs {
     /// The time staleness of NodeMetrics is judged at (RFC 3339); default: now.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub now: Option<SystemTime>,
+
+    /// Print the time spent reading the snapshot and computing the report to stderr.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 fn parse_time(text: &str) -> Result<SystemTime, String> {
@@ -405,6 +454,8 @@ pub enum PreviewCommandError {
     Preview(#[from] PreviewError),
     #[error("cannot encode the report: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("cannot write the report: {0}")]
+    Write(#[from] std::io::Error),
 }
 
 fn read(path: &std::path::Path) -> Result<String, PreviewCommandError> {
@@ -414,10 +465,12 @@ fn read(path: &std::path::Path) -> Result<String, PreviewCommandError> {
     })
 }
 
-/// Runs `preview` and returns what to print.
-pub fn run_preview(args: &PreviewArgs) -> Result<String, PreviewCommandError> {
+/// Runs `preview`, writing the report to `out` node by node.
+pub fn run_preview(args: &PreviewArgs, out: &mut dyn Write) -> Result<(), PreviewCommandError> {
+    let started = std::time::Instant::now();
     let snapshot_name = args.snapshot.display().to_string();
     let snapshot = Snapshot::parse(&read(&args.snapshot)?, &snapshot_name)?;
+    let parsed = started.elapsed();
     let config = config_from(snapshot.config_map(&args.config_name), &snapshot_name)?;
     let against = match &args.against {
         None => None,
@@ -434,13 +487,101 @@ pub fn run_preview(args: &PreviewArgs) -> Result<String, PreviewCommandError> {
         }
     };
     let now = args.now.unwrap_or_else(SystemTime::now);
-    let report = preview(&snapshot, &config, against.as_ref(), now);
-    Ok(match args.output {
-        OutputFormat::Json => {
-            let mut text = serde_json::to_string_pretty(&report)?;
-            text.push('\n');
-            text
+    let json = args.output == OutputFormat::Json;
+    out.write_all(if json {
+        b"{\"nodes\": [\n"
+    } else {
+        TEXT_HEADER.as_bytes()
+    })?;
+    if !json {
+        out.write_all(b"\n")?;
+    }
+    let mut diffs = Vec::new();
+    let mut count = 0usize;
+    let mut failure: Option<PreviewCommandError> = None;
+    preview_each(&snapshot, &config, against.as_ref(), now, |node, diff| {
+        if failure.is_some() {
+            return;
         }
-        OutputFormat::Text => render_text(&report),
-    })
+        let written = if json {
+            let separator: &[u8] = if count == 0 { b"" } else { b",\n" };
+            out.write_all(separator)
+                .map_err(PreviewCommandError::from)
+                .and_then(|()| serde_json::to_writer(&mut *out, &node).map_err(Into::into))
+        } else {
+            writeln!(out, "{}", text_line(&node)).map_err(Into::into)
+        };
+        if let Err(err) = written {
+            failure = Some(err);
+        }
+        count += 1;
+        diffs.extend(diff);
+    });
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    if json {
+        out.write_all(b"\n]")?;
+        if against.is_some() {
+            out.write_all(b",\n\"diff\": ")?;
+            serde_json::to_writer_pretty(&mut *out, &diffs)?;
+        }
+        out.write_all(b"}\n")?;
+    } else if against.is_some() {
+        out.write_all(text_diff(&diffs, count).as_bytes())?;
+    }
+    out.flush()?;
+    if args.timings {
+        eprintln!(
+            "preview: {} nodes, {} node metrics, {} pods; read+parse {:.3}s, pass+output {:.3}s",
+            snapshot.nodes.len(),
+            snapshot.node_metrics.len(),
+            snapshot.pod_count,
+            parsed.as_secs_f64(),
+            (started.elapsed() - parsed).as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNAPSHOT: &str = include_str!("../tests/data/preview-snapshot.yaml");
+
+    fn at(text: &str) -> SystemTime {
+        parse_time(text).unwrap()
+    }
+
+    #[test]
+    fn json_streams_and_yaml_give_the_same_report() {
+        let yaml = Snapshot::parse(SNAPSHOT, "yaml").unwrap();
+        // The same objects as a stream of JSON objects.
+        let json_text: String = serde_yaml::Deserializer::from_str(SNAPSHOT)
+            .map(|doc| {
+                let value = Value::deserialize(doc).unwrap();
+                format!("{value}\n")
+            })
+            .collect();
+        let json = Snapshot::parse(&json_text, "json").unwrap();
+        assert_eq!(json.pod_count, 2);
+        let now = at("2026-01-01T00:10:00Z");
+        let config = config_from(yaml.config_map("slo-controller-config"), "yaml").unwrap();
+        assert_eq!(
+            preview(&yaml, &config, None, now),
+            preview(&json, &config, None, now)
+        );
+    }
+
+    #[test]
+    fn malformed_objects_are_named() {
+        let text = "apiVersion: v1\nkind: Node\nmetadata: {name: broken}\nstatus: {capacity: 7}\n";
+        let err = Snapshot::parse(text, "snap.yaml").unwrap_err().to_string();
+        assert!(err.contains("snap.yaml") && err.contains("broken"), "{err}");
+        let err = Snapshot::parse("{\"kind\": ", "snap.json")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("snap.json"), "{err}");
+    }
 }

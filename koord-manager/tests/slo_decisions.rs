@@ -15,6 +15,7 @@ use koord_manager::slo_controller::nodemetric::{NodeMetricAction, reconcile_node
 use koord_manager::slo_controller::noderesource::{SyncDecision, status_patch, sync_decision};
 use koord_manager::slo_controller::nodeslo::{NodeSloAction, reconcile_node_slo};
 use koord_manager::slo_controller::plan_node;
+use koord_manager::slo_controller::resources::PodSummary;
 use serde_json::json;
 
 const GI: i64 = 1 << 30;
@@ -129,7 +130,7 @@ fn batch_by_usage_follows_upstream_formula() {
         pod("done", "worker", "LS", 9500, "8", "8Gi", "Succeeded"),
         pod("batch", "worker", "BE", 5500, "0", "0", "Running"),
     ];
-    let refs: Vec<&Pod> = pods.iter().collect();
+    let refs: Vec<PodSummary> = pods.iter().map(PodSummary::of).collect();
     let plan = plan_node(&colocation_on(), &worker(), Some(&metric), &refs, None, now);
     assert!(!plan.resources.degraded && !plan.resources.reset);
     // margin = 16000m × 40% = 6400m; system = max(2000m, kubelet 1000m) = 2000m;
@@ -167,7 +168,7 @@ fn request_and_max_usage_request_policies_and_caps() {
         }),
     );
     let pods = [pod("web", "worker", "LS", 9500, "4", "8Gi", "Running")];
-    let refs: Vec<&Pod> = pods.iter().collect();
+    let refs: Vec<PodSummary> = pods.iter().map(PodSummary::of).collect();
     let plan = plan_node(&cfg, &worker(), Some(&metric), &refs, None, now);
     // by max(usage, request): 16000 − 6400 − 1000 − 4000 = 4600, capped at 10% = 1600.
     assert_eq!(status_value(&plan, BATCH_CPU).as_deref(), Some("1600"));
@@ -240,7 +241,7 @@ fn mid_resources_from_prod_reclaimable_and_static_mode() {
         }),
     );
     let pods = [pod("web", "worker", "LS", 9500, "10", "20Gi", "Running")];
-    let refs: Vec<&Pod> = pods.iter().collect();
+    let refs: Vec<PodSummary> = pods.iter().map(PodSummary::of).collect();
     let cfg = config(&[(
         "colocation-config",
         json!({"enable": true, "midUnallocatedPercent": 50, "midCPUThresholdPercent": 30}),

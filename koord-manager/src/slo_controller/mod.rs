@@ -14,6 +14,8 @@ use std::time::SystemTime;
 use apis::configuration::SloControllerConfig;
 use apis::slo::v1alpha1::{NodeMetric, NodeSLOSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
+
+use self::resources::PodSummary;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use self::config::{NodeColocation, node_colocation};
@@ -34,7 +36,7 @@ pub fn plan_node(
     config: &SloControllerConfig,
     node: &Node,
     node_metric: Option<&NodeMetric>,
-    pods: &[&Pod],
+    pods: &[PodSummary],
     previous_node_slo: Option<&NodeSLOSpec>,
     now: SystemTime,
 ) -> NodePlan {
@@ -58,17 +60,25 @@ pub fn plan_node(
     }
 }
 
-/// Pods grouped by `spec.nodeName`; unbound pods are left out.
-pub fn pods_by_node<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> HashMap<&'a str, Vec<&'a Pod>> {
-    let mut grouped: HashMap<&str, Vec<&Pod>> = HashMap::new();
+/// The node a pod is bound to, if any.
+pub fn pod_node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.node_name.as_deref())
+        .filter(|name| !name.is_empty())
+}
+
+/// Pod summaries grouped by `spec.nodeName`; unbound pods are left out.
+pub fn pods_by_node<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> HashMap<String, Vec<PodSummary>> {
+    let mut grouped: HashMap<String, Vec<PodSummary>> = HashMap::new();
     for pod in pods {
-        if let Some(node) = pod
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.node_name.as_deref())
-            .filter(|name| !name.is_empty())
-        {
-            grouped.entry(node).or_default().push(pod);
+        if let Some(node) = pod_node_name(pod) {
+            grouped
+                .entry(node.to_owned())
+                .or_default()
+                .push(PodSummary::of(pod));
         }
     }
     grouped

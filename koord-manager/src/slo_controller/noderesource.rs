@@ -13,17 +13,16 @@ use apis::configuration::{CalculatePolicy, ColocationStrategy, MidReclaimMode};
 use apis::configuration::{default_colocation_strategy, merged};
 use apis::extension::{
     BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY, PriorityClass, QoSClass, QuantityValue,
-    get_cpu_normalization_ratio, priority_class_of_pod, qos_class_of_pod,
+    get_cpu_normalization_ratio,
 };
 use apis::slo::v1alpha1::{
     NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY, NodeMetric, ThirdPartyAllocations,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::resources::{
-    CpuMem, bytes_quantity, node_capacity, node_reserved, pod_is_active, pod_key, pod_request,
-    scale, units_decimal_quantity,
+    CpuMem, PodSummary, bytes_quantity, node_capacity, node_reserved, scale, units_decimal_quantity,
 };
 
 /// The extended resources this controller owns, in output order.
@@ -43,7 +42,7 @@ pub struct NodeInputs<'a> {
     /// The NodeMetric named after the node, if any.
     pub node_metric: Option<&'a NodeMetric>,
     /// Pods whose `spec.nodeName` is this node, in any phase.
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [PodSummary],
 }
 
 /// Batch and mid amounts for one node and why they are what they are.
@@ -266,22 +265,21 @@ fn batch_allocatable(
     let mut hp_used = CpuMem::ZERO;
     let mut hp_max_used_request = CpuMem::ZERO;
     let mut matched = std::collections::HashSet::new();
-    for pod in inputs.pods.iter().filter(|pod| pod_is_active(pod)) {
-        let key = pod_key(pod);
-        let metric = usage.pods.get(&key);
+    for pod in inputs.pods.iter().filter(|pod| pod.active) {
+        let metric = usage.pods.get(pod.key.as_str());
         if metric.is_some() {
-            matched.insert(key);
+            matched.insert(pod.key.as_str());
         }
-        if is_low_priority(priority_class_of_pod(pod)) {
+        if is_low_priority(pod.priority) {
             continue;
         }
-        let request = pod_request(pod);
+        let request = pod.request;
         hp_request = hp_request.plus(request);
         match metric {
             None => hp_used = hp_used.plus(request),
             Some((used, _)) => {
                 // LSE pods own their cores: count the CPU request, not the usage.
-                let counted = if qos_class_of_pod(pod) == QoSClass::LSE {
+                let counted = if pod.qos == QoSClass::LSE {
                     CpuMem::new(request.milli_cpu, used.memory_bytes)
                 } else {
                     *used
@@ -295,7 +293,9 @@ fn batch_allocatable(
     let dangling = usage
         .pods
         .iter()
-        .filter(|(key, (_, priority))| !matched.contains(*key) && !is_low_priority(*priority))
+        .filter(|(key, (_, priority))| {
+            !matched.contains(key.as_str()) && !is_low_priority(*priority)
+        })
         .map(|(_, (used, _))| *used)
         .fold(CpuMem::ZERO, CpuMem::plus);
     hp_used = hp_used.plus(dangling);
@@ -413,11 +413,11 @@ fn mid_allocatable(
         .iter()
         .filter(|pod| {
             !matches!(
-                priority_class_of_pod(pod),
+                pod.priority,
                 PriorityClass::Mid | PriorityClass::Batch | PriorityClass::Free
-            ) && pod_is_active(pod)
+            ) && pod.active
         })
-        .map(|pod| pod_request(pod))
+        .map(|pod| pod.request)
         .fold(CpuMem::ZERO, CpuMem::plus);
     let unallocated = capacity
         .minus(reserved)

@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use apis::extension::{QuantityValue, RESOURCE_CPU, RESOURCE_MEMORY, get_node_reservation};
+use apis::extension::{
+    PriorityClass, QoSClass, QuantityValue, RESOURCE_CPU, RESOURCE_MEMORY, get_node_reservation,
+    priority_class_of_pod, qos_class_of_pod,
+};
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -133,6 +136,31 @@ pub fn pod_key(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+/// What the node resource calculation needs of a pod; small, so a cache of
+/// tens of thousands of pods costs little.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSummary {
+    /// `namespace/name`.
+    pub key: String,
+    pub priority: PriorityClass,
+    pub qos: QoSClass,
+    pub request: CpuMem,
+    /// Running or pending.
+    pub active: bool,
+}
+
+impl PodSummary {
+    pub fn of(pod: &Pod) -> Self {
+        PodSummary {
+            key: pod_key(pod),
+            priority: priority_class_of_pod(pod),
+            qos: qos_class_of_pod(pod),
+            request: pod_request(pod),
+            active: pod_is_active(pod),
+        }
+    }
 }
 
 /// Node capacity (cpu, memory).
