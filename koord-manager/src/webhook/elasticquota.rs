@@ -205,6 +205,14 @@ pub fn fill_quota_defaults(
     Ok(())
 }
 
+/// Upstream feature gates that change the quota checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaOptions {
+    /// `ElasticQuotaEnableUpdateResourceKey`: a child's max keys need only be
+    /// a subset of its parent's instead of the same set.
+    pub enable_update_resource_key: bool,
+}
+
 /// Validates a create, update or delete against the existing quotas.
 /// `bound_pods` is how many pods are charged to the quota, when known.
 pub fn validate_quota(
@@ -213,6 +221,25 @@ pub fn validate_quota(
     old: Option<&ElasticQuota>,
     existing: &[&ElasticQuota],
     bound_pods: Option<usize>,
+) -> Result<(), String> {
+    validate_quota_with(
+        operation,
+        new,
+        old,
+        existing,
+        bound_pods,
+        QuotaOptions::default(),
+    )
+}
+
+/// [`validate_quota`] with the gates set.
+pub fn validate_quota_with(
+    operation: Operation,
+    new: Option<&ElasticQuota>,
+    old: Option<&ElasticQuota>,
+    existing: &[&ElasticQuota],
+    bound_pods: Option<usize>,
+    options: QuotaOptions,
 ) -> Result<(), String> {
     let topology = Topology::new(existing);
     match operation {
@@ -224,7 +251,7 @@ pub fn validate_quota(
             }
             check_namespaces(quota, &topology)?;
             check_self(quota)?;
-            check_topology(&topology, None, &QuotaInfo::of(quota)?, bound_pods)
+            check_topology(&topology, None, &QuotaInfo::of(quota)?, bound_pods, options)
         }
         Operation::Update => {
             let quota = new.ok_or("UpdateQuota param is nil")?;
@@ -248,6 +275,7 @@ pub fn validate_quota(
                 Some(old_info),
                 &QuotaInfo::of(quota)?,
                 bound_pods,
+                options,
             )
         }
         Operation::Delete => {
@@ -448,11 +476,64 @@ fn check_self(quota: &ElasticQuota) -> Result<(), String> {
     Ok(())
 }
 
+/// Max keys as the parent's (or a subset, with the gate), min keys a subset
+/// of the parent's; the same between this quota and each child.
+fn check_resource_keys(
+    topology: &Topology,
+    parent: Option<&QuotaInfo>,
+    new: &QuotaInfo,
+    options: QuotaOptions,
+) -> Result<(), String> {
+    let max_keys_fit = |upper: &Amounts, lower: &Amounts| {
+        if options.enable_update_resource_key {
+            keys_included(upper, lower)
+        } else {
+            same_keys(upper, lower)
+        }
+    };
+    let max_error = |child: &str, parent: &str| {
+        if options.enable_update_resource_key {
+            format!(
+                "checkSubAndParentGroupQuotaKey failed: {child}'s max keys are not all included in {parent}'s"
+            )
+        } else {
+            format!(
+                "checkSubAndParentGroupQuotaKey failed: {parent}'s max keys are not the same with {child}'s"
+            )
+        }
+    };
+    let name = &new.name;
+    if let Some(parent) = parent {
+        if !max_keys_fit(&parent.max, &new.max) {
+            return Err(max_error(name, &parent.name));
+        }
+        if !keys_included(&parent.min, &new.min) {
+            return Err(format!(
+                "checkSubAndParentGroupQuotaKey failed: {name}'s min keys are not all included in {}'s",
+                parent.name
+            ));
+        }
+    }
+    for child in topology.children_of(name) {
+        if !max_keys_fit(&new.max, &child.max) {
+            return Err(max_error(&child.name, name));
+        }
+        if !keys_included(&new.min, &child.min) {
+            return Err(format!(
+                "checkSubAndParentGroupQuotaKey failed: {}'s min keys are not all included in {name}'s",
+                child.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_topology(
     topology: &Topology,
     old: Option<&QuotaInfo>,
     new: &QuotaInfo,
     bound_pods: Option<usize>,
+    options: QuotaOptions,
 ) -> Result<(), String> {
     let name = &new.name;
     if name == ROOT_QUOTA_NAME {
@@ -536,34 +617,8 @@ fn check_topology(
             .unwrap_or_default();
     }
 
-    if let Some(parent) = parent {
-        if !same_keys(&parent.max, &new.max) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {}'s max keys are not the same with {name}'s",
-                parent.name
-            ));
-        }
-        if !keys_included(&parent.min, &new.min) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {name}'s min keys are not all included in {}'s",
-                parent.name
-            ));
-        }
-    }
-    for child in topology.children_of(name) {
-        if !same_keys(&new.max, &child.max) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {}'s max keys are not the same with {name}'s",
-                child.name
-            ));
-        }
-        if !keys_included(&new.min, &child.min) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {}'s min keys are not all included in {name}'s",
-                child.name
-            ));
-        }
-    }
+    check_resource_keys(topology, parent, new, options)
+        .map_err(|err| format!("failed to check sub and parent group quotaKey, err: {err}"))?;
 
     if new.allow_force_update || new.is_tree_root {
         return Ok(());
@@ -719,6 +774,54 @@ mod tests {
                 .unwrap_err()
                 .contains("max keys are not the same")
         );
+    }
+
+    #[test]
+    fn update_resource_key_gate_allows_a_subset_of_max_keys() {
+        let parent = quota(
+            "p",
+            None,
+            true,
+            json!({}),
+            json!({"cpu": "20", "memory": "8Gi"}),
+        );
+        let child = quota("c", Some("p"), false, json!({}), json!({"cpu": "1"}));
+        let err = create(&child, &[&parent]).unwrap_err();
+        assert!(
+            err.starts_with("failed to check sub and parent group quotaKey, err: "),
+            "{err}"
+        );
+        let gated = QuotaOptions {
+            enable_update_resource_key: true,
+        };
+        assert!(
+            validate_quota_with(
+                Operation::Create,
+                Some(&child),
+                None,
+                &[&parent],
+                None,
+                gated
+            )
+            .is_ok()
+        );
+        let wider = quota(
+            "c",
+            Some("p"),
+            false,
+            json!({}),
+            json!({"cpu": "1", "gpu": "1"}),
+        );
+        let err = validate_quota_with(
+            Operation::Create,
+            Some(&wider),
+            None,
+            &[&parent],
+            None,
+            gated,
+        )
+        .unwrap_err();
+        assert!(err.contains("max keys are not all included"), "{err}");
     }
 
     #[test]

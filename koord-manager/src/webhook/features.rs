@@ -70,6 +70,8 @@ impl FeatureGates {
             colocation_profile_skip_validating_priority: self
                 .enabled("ColocationProfileSkipValidatingPriority", false),
             disable_extended_resource_spec: self.enabled("DisableExtendedResourceSpec", false),
+            elastic_quota_enable_update_resource_key: self
+                .enabled("ElasticQuotaEnableUpdateResourceKey", false),
         }
     }
 }

@@ -17,7 +17,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
-use super::elasticquota::{fill_quota_defaults, validate_pod_quota, validate_quota};
+use super::elasticquota::{
+    QuotaOptions, fill_quota_defaults, validate_pod_quota, validate_quota_with,
+};
 use super::pod_mutating::{
     PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
 };
@@ -133,6 +135,8 @@ pub struct AdmissionGates {
     pub colocation_profile_skip_validating_priority: bool,
     /// Upstream feature gate `DisableExtendedResourceSpec`.
     pub disable_extended_resource_spec: bool,
+    /// Upstream feature gate `ElasticQuotaEnableUpdateResourceKey`.
+    pub elastic_quota_enable_update_resource_key: bool,
 }
 
 /// How long the pod webhook waits for a namespace or PriorityClass missing from the cache.
@@ -487,12 +491,16 @@ impl Handlers {
         }
         let existing_owned = self.caches.quotas.all();
         let existing: Vec<&ElasticQuota> = existing_owned.iter().map(|q| q.as_ref()).collect();
-        match validate_quota(
+        let options = QuotaOptions {
+            enable_update_resource_key: self.gates.elastic_quota_enable_update_resource_key,
+        };
+        match validate_quota_with(
             request.operation,
             new.as_ref(),
             old.as_ref(),
             &existing,
             bound_pods,
+            options,
         ) {
             Ok(()) => Decision::allow(),
             Err(reason) => Decision::bad_request(reason),
