@@ -1,1 +1,311 @@
-fn main() {}
+#![allow(clippy::unwrap_used)]
+//! Extender and simulator benchmark over a generated 5,000-node,
+//! 50,000-pod cluster with every plugin on (`cargo bench -p koord-scheduler`).
+//!
+//! Reports `/filter` + `/prioritize` latency for one pod over real HTTP
+//! (all 5,000 node names, `nodeCacheCapable`) and simulator throughput.
+//! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use koord_scheduler::cache::{Change, Object};
+use koord_scheduler::config::SchedulerConfiguration;
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::framework::{RecordingBinder, Scheduler};
+use koord_scheduler::simulator::schedule_one;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+const CONFIG: &str = r#"
+profiles:
+- schedulerName: koord-scheduler
+  plugins:
+    score:
+      enabled:
+      - {name: LoadAwareScheduling, weight: 1}
+      - {name: NodeResourcesFitPlus, weight: 1}
+      - {name: ScarceResourceAvoidance, weight: 1}
+  pluginConfig:
+  - name: NodeResourcesFitPlus
+    args:
+      resources:
+        cpu: {type: LeastAllocated, weight: 1}
+        memory: {type: LeastAllocated, weight: 1}
+        nvidia.com/gpu: {type: MostAllocated, weight: 2}
+  - name: ScarceResourceAvoidance
+    args:
+      resources: [nvidia.com/gpu]
+"#;
+
+/// Deterministic pseudo-random numbers.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(time)
+        .unwrap()
+        .to_string()
+}
+
+fn pod_json(index: usize, node: Option<&str>, rng: &mut Lcg) -> Value {
+    let quota = format!("team-{}", index % 10);
+    let (requests, priority) = if index % 3 == 0 {
+        (
+            json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)), "kubernetes.io/batch-memory": "1Gi"}),
+            5500,
+        )
+    } else {
+        (
+            json!({"cpu": format!("{}m", 250 + rng.next(1750)), "memory": format!("{}Mi", 256 + rng.next(3840))}),
+            9500,
+        )
+    };
+    let mut value = json!({
+        "metadata": {"name": format!("pod-{index}"), "namespace": "bench", "uid": format!("uid-{index}"),
+                     "labels": {"quota.scheduling.koordinator.sh/name": quota, "app": "bench"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests}}], "priority": priority},
+        "status": {"phase": "Pending"}
+    });
+    if let Some(node) = node {
+        value["spec"]["nodeName"] = json!(node);
+        value["status"] = json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"}]});
+    }
+    value
+}
+
+/// Nodes, metrics, quotas, bound pods (9 per node) and pending pods.
+fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Value>) {
+    let mut rng = Lcg(42);
+    let mut objects = Vec::new();
+    let report = rfc3339(now - Duration::from_secs(20));
+    for q in 0..10 {
+        objects.push(Object::ElasticQuota(serde_json::from_value(json!({
+            "metadata": {"name": format!("team-{q}"), "namespace": "quotas"},
+            "spec": {"min": {"cpu": "10000", "memory": "40000Gi"}, "max": {"cpu": "100000", "memory": "400000Gi", "kubernetes.io/batch-cpu": "100000000"}}
+        })).unwrap()));
+    }
+    let bound = pods.saturating_sub(nodes).min(nodes * 9);
+    for n in 0..nodes {
+        let name = format!("node-{n:05}");
+        let mut allocatable = json!({"cpu": "64", "memory": "256Gi", "pods": "110",
+            "kubernetes.io/batch-cpu": "32000", "kubernetes.io/batch-memory": "128Gi"});
+        if n % 10 == 0 {
+            allocatable["nvidia.com/gpu"] = json!("8");
+        }
+        objects.push(Object::Node(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": allocatable}
+            }))
+            .unwrap(),
+        ));
+        let pods_metric: Vec<Value> = (0..9)
+            .map(|i| json!({"namespace": "bench", "name": format!("pod-{}", n * 9 + i), "podUsage": {"resources": {"cpu": "500m", "memory": "1Gi"}}, "priority": "koord-prod"}))
+            .collect();
+        objects.push(Object::NodeMetric(serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"collectPolicy": {"reportIntervalSeconds": 60}},
+            "status": {"updateTime": report, "nodeMetric": {"nodeUsage": {"resources": {
+                "cpu": format!("{}m", 2000 + rng.next(30000)), "memory": format!("{}Gi", 16 + rng.next(120))}}},
+                "podsMetric": pods_metric}
+        })).unwrap()));
+    }
+    for index in 0..bound {
+        let node = format!("node-{:05}", index / 9);
+        objects.push(Object::Pod(
+            serde_json::from_value(pod_json(index, Some(&node), &mut rng)).unwrap(),
+        ));
+    }
+    let mut pending = Vec::new();
+    for index in bound..pods {
+        pending.push(pod_json(index, None, &mut rng));
+    }
+    (objects, pending)
+}
+
+fn build(objects: &[Object]) -> Scheduler {
+    let config = SchedulerConfiguration::from_yaml(CONFIG).unwrap();
+    let mut scheduler =
+        koord_scheduler::build_scheduler(&config, Duration::from_secs(300)).unwrap();
+    for object in objects {
+        scheduler.apply(Change::Upsert(object.clone()));
+    }
+    scheduler
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Client {
+    reader: BufReader<tokio::net::TcpStream>,
+    addr: SocketAddr,
+}
+
+impl Client {
+    async fn post(&mut self, path: &str, body: &[u8]) -> Vec<u8> {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        );
+        let stream = self.reader.get_mut();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        let mut length = 0usize;
+        let mut status = String::new();
+        self.reader.read_line(&mut status).await.unwrap();
+        assert!(status.contains(" 200 "), "{status}");
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).await.unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut response = vec![0u8; length];
+        self.reader.read_exact(&mut response).await.unwrap();
+        response
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn main() {
+    let nodes = env_usize("BENCH_NODES", 5000);
+    let pods = env_usize("BENCH_PODS", 50_000);
+    let rounds = env_usize("BENCH_ROUNDS", 300);
+    let now = SystemTime::now();
+    let started = Instant::now();
+    let (objects, pending) = generate(nodes, pods, now);
+    println!(
+        "generated {nodes} nodes, {} bound + {} pending pods in {:.1?}",
+        pods - pending.len(),
+        pending.len(),
+        started.elapsed()
+    );
+
+    // HTTP: /filter + /prioritize for one pod over all nodes.
+    let started = Instant::now();
+    let mut scheduler = build(&objects);
+    // The watch delivers pending pods too (their requests count toward quota requests).
+    for pod in &pending {
+        scheduler.apply(Change::Upsert(Object::Pod(
+            serde_json::from_value(pod.clone()).unwrap(),
+        )));
+    }
+    println!(
+        "cache and plugin indexes built in {:.1?}",
+        started.elapsed()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let state = ExtenderState {
+        scheduler: Arc::new(RwLock::new(scheduler)),
+        binder: Arc::new(RecordingBinder::default()),
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    };
+    let names: Vec<String> = (0..nodes).map(|n| format!("node-{n:05}")).collect();
+    let latencies = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut client = Client {
+            reader: BufReader::new(stream),
+            addr,
+        };
+        let mut latencies = Vec::with_capacity(rounds);
+        let mut feasible_total = 0usize;
+        for round in 0..rounds + 20 {
+            let pod = &pending[round % pending.len()];
+            let filter_body =
+                serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": names}))
+                    .unwrap();
+            let begin = Instant::now();
+            let result: Value =
+                serde_json::from_slice(&client.post("/filter", &filter_body).await).unwrap();
+            let feasible = result["NodeNames"].clone();
+            if round == 0 && std::env::var_os("BENCH_DEBUG").is_some() {
+                println!("first /filter response: {result}");
+            }
+            let prioritize_body =
+                serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": feasible}))
+                    .unwrap();
+            let scores = client.post("/prioritize", &prioritize_body).await;
+            let elapsed = begin.elapsed();
+            assert!(!scores.is_empty());
+            if round >= 20 {
+                latencies.push(elapsed);
+                feasible_total += feasible.as_array().map_or(0, Vec::len);
+            }
+        }
+        println!(
+            "average feasible nodes per pod: {}",
+            feasible_total / rounds.max(1)
+        );
+        latencies
+    });
+    let mut sorted = latencies.clone();
+    sorted.sort();
+    println!(
+        "/filter + /prioritize over HTTP, {nodes} node names, {rounds} pods: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 10 ms)",
+        percentile(&sorted, 0.5).as_secs_f64() * 1e3,
+        percentile(&sorted, 0.9).as_secs_f64() * 1e3,
+        percentile(&sorted, 0.99).as_secs_f64() * 1e3,
+        sorted.last().unwrap().as_secs_f64() * 1e3,
+    );
+
+    // Simulator throughput: filter → score → reserve for each pending pod.
+    let mut scheduler = build(&objects);
+    let keys: Vec<String> = pending
+        .iter()
+        .map(|p| format!("bench/{}", p["metadata"]["name"].as_str().unwrap()))
+        .collect();
+    for pod in &pending {
+        scheduler.apply(Change::Upsert(Object::Pod(
+            serde_json::from_value(pod.clone()).unwrap(),
+        )));
+    }
+    let begin = Instant::now();
+    let mut placed = 0usize;
+    for key in &keys {
+        if schedule_one(&mut scheduler, key, now, false).node.is_some() {
+            placed += 1;
+        }
+    }
+    let elapsed = begin.elapsed();
+    println!(
+        "simulator: {} pods ({placed} placed) over {nodes} nodes in {:.2?}: {:.0} pods/s (target >= 1000)",
+        keys.len(),
+        elapsed,
+        keys.len() as f64 / elapsed.as_secs_f64()
+    );
+}

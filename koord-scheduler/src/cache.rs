@@ -6,7 +6,7 @@
 //! the moment of reservation until the watch shows them bound, and fall back
 //! to pending when that never happens before their deadline.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -103,10 +103,39 @@ fn is_terminated(pod: &Pod) -> bool {
     )
 }
 
+/// FNV-1a: node and pod keys are short trusted strings hashed on every
+/// request, where SipHash's DoS resistance is not needed.
+#[derive(Debug, Clone, Copy)]
+pub struct FnvHasher(u64);
+
+impl Default for FnvHasher {
+    fn default() -> Self {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Hash maps keyed by node or pod names.
+pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FnvHasher>>;
+
 /// A node with precomputed aggregates of the pods on it.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub name: String,
+    /// Dense, never reused number: plugins index per-node arrays with it.
+    pub index: usize,
     /// Absent while only pods mention the node.
     pub node: Option<Arc<Node>>,
     pub allocatable: Resources,
@@ -117,9 +146,10 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
-    fn empty(name: &str) -> Self {
+    fn empty(name: &str, index: usize) -> Self {
         Self {
             name: name.to_string(),
+            index,
             node: None,
             allocatable: Resources::new(),
             requested: Resources::new(),
@@ -257,10 +287,13 @@ pub enum CacheError {
 /// The cache itself; see the module docs.
 #[derive(Debug, Default)]
 pub struct ClusterCache {
-    nodes: HashMap<String, NodeInfo>,
-    pods: HashMap<String, Arc<PodInfo>>,
-    pod_keys_by_uid: HashMap<String, String>,
-    pub node_metrics: HashMap<String, Arc<NodeMetric>>,
+    nodes: FastMap<String, NodeInfo>,
+    next_node_index: usize,
+    /// Names of nodes with a Node object, kept sorted for deterministic walks.
+    node_names: BTreeSet<String>,
+    pods: FastMap<String, Arc<PodInfo>>,
+    pod_keys_by_uid: FastMap<String, String>,
+    pub node_metrics: FastMap<String, Arc<NodeMetric>>,
     pub reservations: BTreeMap<String, Arc<Reservation>>,
     pub elastic_quotas: BTreeMap<String, Arc<ElasticQuota>>,
     pub pod_groups: BTreeMap<String, Arc<PodGroup>>,
@@ -284,13 +317,21 @@ impl ClusterCache {
 
     /// Node names sorted, for deterministic iteration.
     pub fn node_names_sorted(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.nodes().map(|n| n.name.clone()).collect();
-        names.sort();
-        names
+        self.node_names.iter().cloned().collect()
+    }
+
+    /// Nodes in name order without copying names.
+    pub fn nodes_sorted(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.node_names.iter().filter_map(|name| self.node(name))
     }
 
     pub fn node_count(&self) -> usize {
-        self.nodes().count()
+        self.node_names.len()
+    }
+
+    /// One more than the largest [`NodeInfo::index`] handed out.
+    pub fn node_index_bound(&self) -> usize {
+        self.next_node_index
     }
 
     pub fn pod(&self, key: &str) -> Option<&Arc<PodInfo>> {
@@ -343,6 +384,7 @@ impl ClusterCache {
             }
             Object::Node(node) => {
                 if deleted {
+                    self.node_names.remove(&key);
                     if let Some(info) = self.nodes.get_mut(&key) {
                         info.node = None;
                         info.allocatable = Resources::new();
@@ -357,12 +399,17 @@ impl ClusterCache {
                         .and_then(|s| s.allocatable.as_ref())
                         .map(Resources::from_list)
                         .unwrap_or_default();
+                    let index = self.next_node_index;
                     let info = self
                         .nodes
                         .entry(key.clone())
-                        .or_insert_with(|| NodeInfo::empty(&key));
+                        .or_insert_with(|| NodeInfo::empty(&key, index));
+                    if info.index == index {
+                        self.next_node_index += 1;
+                    }
                     info.allocatable = allocatable;
                     info.node = Some(Arc::new(node));
+                    self.node_names.insert(key.clone());
                 }
                 ClusterEvent::Object { kind, key }
             }
@@ -437,10 +484,15 @@ impl ClusterCache {
 
     fn account(&mut self, pod: &PodInfo) {
         if let Some(node) = &pod.node {
-            self.nodes
+            let index = self.next_node_index;
+            let info = self
+                .nodes
                 .entry(node.clone())
-                .or_insert_with(|| NodeInfo::empty(node))
-                .add_pod(pod);
+                .or_insert_with(|| NodeInfo::empty(node, index));
+            if info.index == index {
+                self.next_node_index += 1;
+            }
+            info.add_pod(pod);
         }
     }
 
@@ -516,7 +568,7 @@ impl ClusterCache {
     }
 }
 
-fn store<T>(map: &mut HashMap<String, Arc<T>>, key: &str, object: T, deleted: bool) {
+fn store<T>(map: &mut FastMap<String, Arc<T>>, key: &str, object: T, deleted: bool) {
     if deleted {
         map.remove(key);
     } else {

@@ -5,7 +5,7 @@
 //! [`crate::plugins::registry`]; the framework never names plugins.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -41,25 +41,30 @@ impl Rejection {
 }
 
 /// Per-pod scratch space, written in pre-filter and read afterwards.
+/// A handful of entries read once per node: a linear scan beats hashing.
 pub struct CycleState {
     pub now: SystemTime,
-    data: HashMap<&'static str, Box<dyn Any + Send + Sync>>,
+    data: Vec<(&'static str, Box<dyn Any + Send + Sync>)>,
 }
 
 impl CycleState {
     pub fn new(now: SystemTime) -> Self {
         Self {
             now,
-            data: HashMap::new(),
+            data: Vec::new(),
         }
     }
 
     pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
-        self.data.insert(key, Box::new(value));
+        self.data.retain(|(k, _)| *k != key);
+        self.data.push((key, Box::new(value)));
     }
 
     pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
-        self.data.get(key).and_then(|v| v.downcast_ref())
+        self.data
+            .iter()
+            .find(|(k, _)| std::ptr::eq(*k, key) || *k == key)
+            .and_then(|(_, v)| v.downcast_ref())
     }
 }
 
@@ -313,7 +318,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Filters the named candidates (all nodes when `None`).
+    /// Filters the named candidates (all nodes, in name order, when `None`).
     pub fn filter(
         &self,
         pod: &PodInfo,
@@ -321,7 +326,7 @@ impl Scheduler {
         state: &CycleState,
     ) -> FilterOutcome {
         let mut outcome = FilterOutcome::default();
-        let mut check = |name: &str| match self.cache.node(name) {
+        let mut check = |name: &str, node: Option<&NodeInfo>| match node {
             None => {
                 outcome.failed_unresolvable.insert(
                     name.to_string(),
@@ -341,8 +346,11 @@ impl Scheduler {
             },
         };
         match candidates {
-            Some(names) => names.iter().for_each(|n| check(n)),
-            None => self.cache.node_names_sorted().iter().for_each(|n| check(n)),
+            Some(names) => names.iter().for_each(|n| check(n, self.cache.node(n))),
+            None => self
+                .cache
+                .nodes_sorted()
+                .for_each(|n| check(&n.name, Some(n))),
         }
         outcome
     }

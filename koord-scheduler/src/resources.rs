@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// Names with a fixed slot, in slot order.
-pub const KNOWN_RESOURCES: [&str; 7] = [
+pub const KNOWN_RESOURCES: [&str; 8] = [
     RESOURCE_CPU,
     RESOURCE_MEMORY,
     RESOURCE_EPHEMERAL_STORAGE,
@@ -22,7 +22,11 @@ pub const KNOWN_RESOURCES: [&str; 7] = [
     BATCH_MEMORY,
     MID_CPU,
     MID_MEMORY,
+    RESOURCE_PODS,
 ];
+
+/// Node allocatable pod count.
+pub const RESOURCE_PODS: &str = "pods";
 
 pub const SLOT_CPU: usize = 0;
 pub const SLOT_MEMORY: usize = 1;
@@ -32,7 +36,8 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// kube-scheduler's request assumed for a container without a memory request (bytes).
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
-fn slot_of(name: &str) -> Option<usize> {
+/// The fixed slot of a well-known resource name.
+pub fn slot_of(name: &str) -> Option<usize> {
     KNOWN_RESOURCES.iter().position(|known| *known == name)
 }
 
@@ -142,6 +147,23 @@ impl Resources {
                     .iter()
                     .map(|(name, amount)| (name.as_str(), *amount)),
             )
+            .filter(|(_, amount)| *amount != 0)
+    }
+
+    /// Non-zero fixed-slot entries as (slot, amount).
+    pub fn known_slots(&self) -> impl Iterator<Item = (usize, i64)> + '_ {
+        self.known
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, amount)| *amount != 0)
+    }
+
+    /// Non-zero entries without a fixed slot.
+    pub fn extras(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+        self.extra
+            .iter()
+            .map(|(name, amount)| (name.as_str(), *amount))
             .filter(|(_, amount)| *amount != 0)
     }
 

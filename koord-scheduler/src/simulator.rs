@@ -175,10 +175,13 @@ pub fn schedule_one(
         placement.reasons.extend(filtered.failed_unresolvable);
         placement.scores = scores.totals.iter().cloned().collect();
     }
-    // Try the best node; if its reservation fails, fall back to the next best.
-    let mut ranked = scores.totals.clone();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    for (node, _) in ranked {
+    // Try the best node first; only if its reservation fails rank the rest.
+    let mut ranked: Vec<(String, i64)> = Vec::new();
+    if let Some(best) = scores.best() {
+        ranked.push((best.to_string(), 0));
+    }
+    let mut rest_ranked = false;
+    while let Some((node, _)) = ranked.pop() {
         match scheduler.reserve(pod_key, &node, now) {
             Ok(reserved) => {
                 placement.node = Some(node);
@@ -187,7 +190,18 @@ pub fn schedule_one(
             }
             Err(err) => {
                 placement.scores.remove(&node);
-                placement.reasons.insert(node, err.to_string());
+                placement.reasons.insert(node.clone(), err.to_string());
+                if !rest_ranked {
+                    rest_ranked = true;
+                    ranked = scores
+                        .totals
+                        .iter()
+                        .filter(|(n, _)| *n != node)
+                        .cloned()
+                        .collect();
+                    // Worst first, so `pop` yields the best (ties: name order).
+                    ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
+                }
             }
         }
     }

@@ -57,9 +57,42 @@ struct NodeLoad {
 }
 
 /// See the module docs.
+/// Thresholds in vector order; 0 = unchecked.
+#[derive(Debug, Clone, Default)]
+struct Thresholds {
+    usage: Vec<i64>,
+    prod: Vec<i64>,
+    /// Aggregated thresholds and the usage base they apply to.
+    aggregated: Option<Vec<i64>>,
+}
+
+/// Everything filter and score need for one node, as dense vectors.
+#[derive(Debug, Clone, Default)]
+struct NodeView {
+    update_time: Option<SystemTime>,
+    has_node_metric: bool,
+    allocatable: Vec<i64>,
+    /// node usage + estimates of recently assigned pods.
+    node_base: Vec<i64>,
+    /// prod pods' usage + their estimates.
+    prod_base: Vec<i64>,
+    /// Base for the aggregated filter thresholds (args or node annotation).
+    aggregated_filter_base: Option<Vec<i64>>,
+    /// Base for aggregated scoring (args).
+    aggregated_score_base: Option<Vec<i64>>,
+    /// The node's own thresholds from its annotation, when set.
+    custom: Option<Thresholds>,
+}
+
+/// See the module docs.
 pub struct LoadAware {
     args: LoadAwareArgs,
-    loads: HashMap<String, NodeLoad>,
+    /// Resource names in vector order: cpu, memory, then any other named in the args.
+    dims: Vec<String>,
+    defaults: Thresholds,
+    weights: Vec<i64>,
+    /// Views by [`NodeInfo::index`].
+    views: Vec<Option<NodeView>>,
 }
 
 fn to_system_time(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
@@ -105,12 +138,55 @@ fn add_delta(target: &mut Resources, estimate: &Resources, usage: Option<&Resour
     }
 }
 
+fn duration_seconds(duration: Option<apis::extension::duration::GoDuration>) -> u64 {
+    duration.and_then(|d| d.to_std()).map_or(0, |d| d.as_secs())
+}
+
 impl LoadAware {
     pub fn new(args: LoadAwareArgs) -> Self {
-        Self {
-            args,
-            loads: HashMap::new(),
+        let mut dims: Vec<String> = vec![RESOURCE_CPU.to_string(), RESOURCE_MEMORY.to_string()];
+        let aggregated_names = args
+            .aggregated
+            .iter()
+            .flat_map(|a| a.usage_thresholds.keys());
+        for name in args
+            .usage_thresholds
+            .keys()
+            .chain(args.prod_usage_thresholds.keys())
+            .chain(args.resource_weights.keys())
+            .chain(args.estimated_scaling_factors.keys())
+            .chain(aggregated_names)
+        {
+            if !dims.contains(name) {
+                dims.push(name.clone());
+            }
         }
+        let vector = |map: &BTreeMap<String, i64>| -> Vec<i64> {
+            dims.iter()
+                .map(|d| map.get(d).copied().unwrap_or(0))
+                .collect()
+        };
+        let defaults = Thresholds {
+            usage: vector(&args.usage_thresholds),
+            prod: vector(&args.prod_usage_thresholds),
+            aggregated: args
+                .aggregated
+                .as_ref()
+                .filter(|a| !a.usage_thresholds.is_empty() && a.usage_aggregation_type.is_some())
+                .map(|a| vector(&a.usage_thresholds)),
+        };
+        let weights = vector(&args.resource_weights);
+        Self {
+            dims,
+            defaults,
+            weights,
+            views: Vec::new(),
+            args,
+        }
+    }
+
+    fn vector(&self, resources: &Resources) -> Vec<i64> {
+        self.dims.iter().map(|d| resources.get(d)).collect()
     }
 
     /// The default estimator: max(request, limit) × factor, capped at the limit,
@@ -174,13 +250,87 @@ impl LoadAware {
         }
     }
 
-    fn recompute(&mut self, node: &str, cache: &ClusterCache) {
-        let Some(metric) = cache.node_metrics.get(node) else {
-            self.loads.remove(node);
+    fn recompute(&mut self, node_name: &str, cache: &ClusterCache) {
+        let Some(node) = cache.node(node_name) else {
             return;
         };
-        let load = self.compute_load(metric, node, cache);
-        self.loads.insert(node.to_string(), load);
+        let index = node.index;
+        let view = cache
+            .node_metrics
+            .get(node_name)
+            .map(|metric| self.view_of(&self.compute_load(metric, node_name, cache), node));
+        if self.views.len() <= index {
+            self.views.resize(index + 1, None);
+        }
+        self.views[index] = view;
+    }
+
+    fn view_of(&self, load: &NodeLoad, node: &NodeInfo) -> NodeView {
+        let with_delta = |usage: &Resources| {
+            let mut total = usage.clone();
+            total.add(&load.node_delta);
+            self.vector(&total)
+        };
+        let aggregated_base = |kind: &str, seconds: u64| {
+            load.aggregated
+                .get(&(kind.to_string(), seconds))
+                .or_else(|| (seconds == 0).then_some(&load.node_usage))
+                .map(with_delta)
+        };
+        let custom = self.custom_thresholds(node);
+        let filter_aggregation = match custom.as_ref().and_then(|c| c.aggregated_usage.as_ref()) {
+            Some(agg) => agg.usage_aggregation_type.map(|kind| {
+                (
+                    kind.as_str().to_string(),
+                    duration_seconds(agg.usage_aggregated_duration),
+                )
+            }),
+            None => self.args.aggregated.as_ref().and_then(|a| {
+                a.usage_aggregation_type
+                    .clone()
+                    .map(|kind| (kind, duration_seconds(a.usage_aggregated_duration)))
+            }),
+        };
+        let score_aggregation = self.args.aggregated.as_ref().and_then(|a| {
+            a.score_aggregation_type
+                .clone()
+                .map(|kind| (kind, duration_seconds(a.score_aggregated_duration)))
+        });
+        let mut prod = load.prod_usage.clone();
+        prod.add(&load.prod_delta);
+        let vector = |map: &BTreeMap<String, i64>| -> Vec<i64> {
+            self.dims
+                .iter()
+                .map(|d| map.get(d).copied().unwrap_or(0))
+                .collect()
+        };
+        NodeView {
+            update_time: load.update_time,
+            has_node_metric: load.has_node_metric,
+            allocatable: self.vector(&Self::node_allocatable(node)),
+            node_base: with_delta(&load.node_usage),
+            prod_base: self.vector(&prod),
+            aggregated_filter_base: filter_aggregation
+                .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
+            aggregated_score_base: score_aggregation
+                .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
+            custom: custom.map(|c| Thresholds {
+                usage: if c.usage_thresholds.is_empty() {
+                    self.defaults.usage.clone()
+                } else {
+                    vector(&c.usage_thresholds)
+                },
+                prod: if c.prod_usage_thresholds.is_empty() {
+                    self.defaults.prod.clone()
+                } else {
+                    vector(&c.prod_usage_thresholds)
+                },
+                aggregated: match &c.aggregated_usage {
+                    Some(agg) => Some(vector(&agg.usage_thresholds)),
+                    None => self.defaults.aggregated.clone(),
+                },
+            }),
+        }
     }
 
     fn compute_load(&self, metric: &NodeMetric, node: &str, cache: &ClusterCache) -> NodeLoad {
@@ -310,11 +460,8 @@ impl LoadAware {
         allocatable
     }
 
-    fn incoming(&self, pod: &PodInfo, state: &CycleState) -> Resources {
-        state
-            .read::<Resources>(INCOMING_ESTIMATE)
-            .cloned()
-            .unwrap_or_else(|| self.estimate_pod(pod))
+    fn view(&self, node: &NodeInfo) -> Option<&NodeView> {
+        self.views.get(node.index).and_then(Option::as_ref)
     }
 }
 
@@ -347,7 +494,7 @@ impl Plugin for LoadAware {
                 }
             }
             ClusterEvent::Object {
-                kind: ObjectKind::NodeMetric,
+                kind: ObjectKind::NodeMetric | ObjectKind::Node,
                 key,
             } => self.recompute(key, cache),
             ClusterEvent::Object { .. } => {}
@@ -360,7 +507,7 @@ impl Plugin for LoadAware {
         _cache: &ClusterCache,
         state: &mut CycleState,
     ) -> Result<(), Rejection> {
-        state.write(INCOMING_ESTIMATE, self.estimate_pod(pod));
+        state.write(INCOMING_ESTIMATE, self.vector(&self.estimate_pod(pod)));
         Ok(())
     }
 
@@ -374,64 +521,26 @@ impl Plugin for LoadAware {
         if pod.is_daemonset_pod() {
             return Ok(());
         }
-        let custom = self.custom_thresholds(node);
-        let (usage_thresholds, prod_thresholds, aggregated) = match &custom {
-            None => (
-                &self.args.usage_thresholds,
-                &self.args.prod_usage_thresholds,
-                self.args.aggregated.as_ref().and_then(|a| {
-                    a.usage_aggregation_type
-                        .clone()
-                        .filter(|_| !a.usage_thresholds.is_empty())
-                        .map(|kind| {
-                            let seconds = a
-                                .usage_aggregated_duration
-                                .and_then(|d| d.to_std())
-                                .map_or(0, |d| d.as_secs());
-                            (&a.usage_thresholds, kind, seconds)
-                        })
-                }),
-            ),
-            Some(custom) => (
-                if custom.usage_thresholds.is_empty() {
-                    &self.args.usage_thresholds
-                } else {
-                    &custom.usage_thresholds
-                },
-                if custom.prod_usage_thresholds.is_empty() {
-                    &self.args.prod_usage_thresholds
-                } else {
-                    &custom.prod_usage_thresholds
-                },
-                custom.aggregated_usage.as_ref().and_then(|a| {
-                    a.usage_aggregation_type.map(|kind| {
-                        let seconds = a
-                            .usage_aggregated_duration
-                            .and_then(|d| d.to_std())
-                            .map_or(0, |d| d.as_secs());
-                        (&a.usage_thresholds, kind.as_str().to_string(), seconds)
-                    })
-                }),
-            ),
+        // Nodes without a NodeMetric (no koordlet) are not load-aware.
+        let Some(view) = self.view(node) else {
+            return Ok(());
         };
-        let prod_pod = !prod_thresholds.is_empty() && pod.priority_class == PriorityClass::Prod;
-        let (thresholds, aggregation) = if prod_pod {
-            (prod_thresholds, None)
-        } else if let Some((thresholds, kind, seconds)) = aggregated {
-            (thresholds, Some((kind, seconds)))
+        let thresholds = view.custom.as_ref().unwrap_or(&self.defaults);
+        let prod_pod =
+            pod.priority_class == PriorityClass::Prod && thresholds.prod.iter().any(|t| *t != 0);
+        let (limits, base, aggregated) = if prod_pod {
+            (&thresholds.prod, Some(&view.prod_base), false)
+        } else if let Some(aggregated) = &thresholds.aggregated {
+            (aggregated, view.aggregated_filter_base.as_ref(), true)
         } else {
-            (usage_thresholds, None)
+            (&thresholds.usage, Some(&view.node_base), false)
         };
-        if thresholds.values().all(|v| *v == 0) {
+        if limits.iter().all(|t| *t == 0) {
             return Ok(());
         }
-        // Nodes without a NodeMetric (no koordlet) are not load-aware.
-        let Some(load) = self.loads.get(&node.name) else {
-            return Ok(());
-        };
         if self.args.filter_expired_node_metrics
             && is_metric_expired(
-                load.update_time,
+                view.update_time,
                 self.args.node_metric_expiration_seconds,
                 state.now,
             )
@@ -442,37 +551,19 @@ impl Plugin for LoadAware {
                 Err(Rejection::unschedulable(REASON_NODE_METRIC_EXPIRED))
             };
         }
-        if !load.has_node_metric {
+        if !view.has_node_metric {
             return Ok(());
         }
-        let mut estimated = if prod_pod {
-            let mut e = load.prod_usage.clone();
-            e.add(&load.prod_delta);
-            e
-        } else {
-            let base = match &aggregation {
-                Some((kind, seconds)) => load
-                    .aggregated
-                    .get(&(kind.clone(), *seconds))
-                    .or_else(|| (*seconds == 0).then_some(&load.node_usage)),
-                None => Some(&load.node_usage),
-            };
-            let mut e = base.cloned().unwrap_or_default();
-            e.add(&load.node_delta);
-            e
-        };
-        estimated.add(&self.incoming(pod, state));
-        let allocatable = Self::node_allocatable(node);
-        for (name, threshold) in thresholds {
-            if *threshold == 0 {
+        let incoming = state.read::<Vec<i64>>(INCOMING_ESTIMATE);
+        for (i, threshold) in limits.iter().enumerate() {
+            let total = view.allocatable[i];
+            if *threshold == 0 || total == 0 {
                 continue;
             }
-            let total = allocatable.get(name);
-            if total == 0 {
-                continue;
-            }
-            if percent(estimated.get(name), total) > *threshold {
-                let reason = if aggregation.is_some() {
+            let estimated = base.map_or(0, |b| b[i]) + incoming.map_or(0, |v| v[i]);
+            if percent(estimated, total) > *threshold {
+                let name = &self.dims[i];
+                let reason = if aggregated {
                     format!("node(s) {name} aggregated usage exceed threshold")
                 } else {
                     format!("node(s) {name} usage exceed threshold")
@@ -494,54 +585,44 @@ impl Plugin for LoadAware {
         _cache: &ClusterCache,
         state: &CycleState,
     ) -> i64 {
-        let Some(load) = self.loads.get(&node.name) else {
+        let Some(view) = self.view(node) else {
             return 0;
         };
         if is_metric_expired(
-            load.update_time,
+            view.update_time,
             self.args.node_metric_expiration_seconds,
             state.now,
-        ) || !load.has_node_metric
+        ) || !view.has_node_metric
         {
             return 0;
         }
         let prod_pod =
             self.args.score_according_prod_usage && pod.priority_class == PriorityClass::Prod;
-        let mut used = if prod_pod {
-            let mut e = load.prod_usage.clone();
-            e.add(&load.prod_delta);
-            e
+        let base = if prod_pod {
+            Some(&view.prod_base)
+        } else if self
+            .args
+            .aggregated
+            .as_ref()
+            .is_some_and(|a| a.score_aggregation_type.is_some())
+        {
+            view.aggregated_score_base.as_ref()
         } else {
-            let aggregated = self.args.aggregated.as_ref().and_then(|a| {
-                a.score_aggregation_type.clone().map(|kind| {
-                    let seconds = a
-                        .score_aggregated_duration
-                        .and_then(|d| d.to_std())
-                        .map_or(0, |d| d.as_secs());
-                    (kind, seconds)
-                })
-            });
-            let base = match &aggregated {
-                Some((kind, seconds)) => load
-                    .aggregated
-                    .get(&(kind.clone(), *seconds))
-                    .or_else(|| (*seconds == 0).then_some(&load.node_usage)),
-                None => Some(&load.node_usage),
-            };
-            let mut e = base.cloned().unwrap_or_default();
-            e.add(&load.node_delta);
-            e
+            Some(&view.node_base)
         };
-        used.add(&self.incoming(pod, state));
-        let allocatable = Self::node_allocatable(node);
+        let incoming = state.read::<Vec<i64>>(INCOMING_ESTIMATE);
         let dominant_weight = self.args.dominant_resource_weight;
         let (mut node_score, mut dominant_score, mut weight_sum) = (0i64, 0i64, 0i64);
         if dominant_weight != 0 {
             dominant_score = MAX_NODE_SCORE;
             weight_sum = dominant_weight;
         }
-        for (name, weight) in &self.args.resource_weights {
-            let score = least_used_score(used.get(name), allocatable.get(name));
+        for (i, weight) in self.weights.iter().enumerate() {
+            if *weight == 0 {
+                continue;
+            }
+            let used = base.map_or(0, |b| b[i]) + incoming.map_or(0, |v| v[i]);
+            let score = least_used_score(used, view.allocatable[i]);
             node_score += score * weight;
             weight_sum += weight;
             dominant_score = dominant_score.min(score);

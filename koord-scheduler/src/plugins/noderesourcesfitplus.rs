@@ -3,8 +3,8 @@
 
 use crate::cache::{ClusterCache, NodeInfo, PodInfo};
 use crate::config::{ConfigError, NodeResourcesFitPlusArgs, parse_args};
-use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin};
-use crate::resources::{SLOT_CPU, SLOT_MEMORY};
+use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
+use crate::resources::{SLOT_CPU, SLOT_MEMORY, slot_of};
 
 pub const NAME: &str = "NodeResourcesFitPlus";
 
@@ -25,6 +25,17 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
         }
     }
     Ok(Box::new(NodeResourcesFitPlus { args }))
+}
+
+const TERMS: &str = "NodeResourcesFitPlus/terms";
+
+/// One requested resource the args score, resolved once per pod.
+struct Term {
+    name: String,
+    slot: Option<usize>,
+    amount: i64,
+    most_allocated: bool,
+    weight: i64,
 }
 
 /// See the module docs.
@@ -55,45 +66,69 @@ impl Plugin for NodeResourcesFitPlus {
         true
     }
 
+    fn pre_filter(
+        &self,
+        pod: &PodInfo,
+        _cache: &ClusterCache,
+        state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        let mut terms = Vec::new();
+        for (name, amount) in pod.requests.iter() {
+            if amount <= 0 {
+                continue;
+            }
+            if let Some(spec) = self.args.resources.get(name) {
+                terms.push(Term {
+                    name: name.to_string(),
+                    slot: slot_of(name),
+                    amount,
+                    most_allocated: spec.scoring_type == MOST_ALLOCATED,
+                    weight: spec.weight,
+                });
+            }
+        }
+        state.write(TERMS, terms);
+        Ok(())
+    }
+
     fn score(
         &self,
         pod: &PodInfo,
         node: &NodeInfo,
         _cache: &ClusterCache,
-        _state: &CycleState,
+        state: &CycleState,
     ) -> i64 {
+        let Some(terms) = state.read::<Vec<Term>>(TERMS) else {
+            return 0;
+        };
         let (mut node_score, mut weight_sum) = (0i64, 0i64);
-        for (name, amount) in pod.requests.iter() {
-            if amount <= 0 {
-                continue;
-            }
-            let Some(spec) = self.args.resources.get(name) else {
-                continue;
-            };
+        for term in terms {
             // cpu and memory use kube-scheduler's non-zero request accounting.
-            let (allocatable, requested) = if name == crate::resources::KNOWN_RESOURCES[SLOT_CPU] {
-                (
+            let (allocatable, requested) = match term.slot {
+                Some(SLOT_CPU) => (
                     node.allocatable.slot(SLOT_CPU),
                     node.non_zero_requested.0 + pod.non_zero_requests.0,
-                )
-            } else if name == crate::resources::KNOWN_RESOURCES[SLOT_MEMORY] {
-                (
+                ),
+                Some(SLOT_MEMORY) => (
                     node.allocatable.slot(SLOT_MEMORY),
                     node.non_zero_requested.1 + pod.non_zero_requests.1,
-                )
-            } else {
-                (
-                    node.allocatable.get(name),
-                    node.requested.get(name) + amount,
-                )
+                ),
+                Some(slot) => (
+                    node.allocatable.slot(slot),
+                    node.requested.slot(slot) + term.amount,
+                ),
+                None => (
+                    node.allocatable.get(&term.name),
+                    node.requested.get(&term.name) + term.amount,
+                ),
             };
-            let score = if spec.scoring_type == MOST_ALLOCATED {
+            let score = if term.most_allocated {
                 most_requested_score(requested, allocatable)
             } else {
                 least_requested_score(requested, allocatable)
             };
-            node_score += score * spec.weight;
-            weight_sum += spec.weight;
+            node_score += score * term.weight;
+            weight_sum += term.weight;
         }
         if weight_sum == 0 {
             MAX_NODE_SCORE
