@@ -119,27 +119,47 @@ impl ClusterArgs {
     }
 }
 
-/// Parses a Go-style duration with one unit: `ms`, `s`, `m` or `h` (e.g. `10s`, `1.5m`).
+/// Parses a Go-style duration: `0`, or numbers each followed by `ms`, `s`,
+/// `m` or `h` (e.g. `10s`, `1.5m`, `1h30m`), as Go's `time.ParseDuration`
+/// reads the values upstream manifests pass.
 pub fn parse_duration(input: &str) -> Result<Duration, String> {
     let text = input.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| {
-        format!("invalid duration {input:?}: expected a number followed by ms, s, m or h")
-    })?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration {input:?}: unit must be ms, s, m or h"
-            ));
-        }
-    };
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err(format!(
+            "invalid duration {input:?}: expected a number followed by ms, s, m or h"
+        ));
+    }
+    let mut seconds = 0.0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_end);
+        let value: f64 = number.parse().map_err(|_| {
+            format!("invalid duration {input:?}: expected a number followed by ms, s, m or h")
+        })?;
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, remaining) = after.split_at(unit_end);
+        let scale = match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => {
+                return Err(format!(
+                    "invalid duration {input:?}: unit must be ms, s, m or h"
+                ));
+            }
+        };
+        seconds += value * scale;
+        rest = remaining;
+    }
     Duration::try_from_secs_f64(seconds).map_err(|err| format!("invalid duration {input:?}: {err}"))
 }
 
@@ -355,6 +375,12 @@ mod tests {
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("10d").is_err());
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1m0.5s"), Ok(Duration::from_millis(60_500)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("1h30").unwrap_err().contains("unit"));
+        assert!(parse_duration("00").unwrap_err().contains("unit"));
     }
 
     #[test]
