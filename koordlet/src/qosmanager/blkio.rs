@@ -12,6 +12,8 @@
 //! - `ioWeightPercent` needs `blkio.cost.weight` (Anolis blk-iocost); plain
 //!   `blkio.weight` is a BFQ/CFQ knob upstream does not use. Where the file
 //!   is missing the weight is reported unsupported and throttles still apply.
+//! - cgroup v2: the same limits go to the tier's `io.max` (`rbps=`,
+//!   `wbps=`, `riops=`, `wiops=`; 0 is written as `max`).
 //! - LSR/LS classes are reported not supported, as upstream; `volumegroup`
 //!   and `podvolume` blocks (LVM and CSI metadata) are reported unsupported.
 //!
@@ -204,6 +206,41 @@ pub fn parse_device_values(content: &str) -> Result<BTreeMap<DeviceNumber, i64>,
     Ok(values)
 }
 
+/// One limit of cgroup v2 `io.max` per device (`max` and absent read as 0).
+pub fn parse_io_max(content: &str, key: &str) -> Result<BTreeMap<DeviceNumber, i64>, String> {
+    let mut values = BTreeMap::new();
+    for line in content
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+    {
+        let mut fields = line.split_whitespace();
+        let device = DeviceNumber::parse(fields.next().unwrap_or_default())?;
+        let mut value = 0;
+        for field in fields {
+            let (name, limit) = field
+                .split_once('=')
+                .ok_or_else(|| format!("malformed io.max field {field:?} in {line:?}"))?;
+            if name == key && limit != "max" {
+                value = limit
+                    .parse::<i64>()
+                    .map_err(|_| format!("malformed io.max value {field:?} in {line:?}"))?;
+            }
+        }
+        values.insert(device, value);
+    }
+    Ok(values)
+}
+
+fn io_max_key(resource: CgroupResource) -> &'static str {
+    match resource {
+        CgroupResource::BlkioThrottleReadIops => "riops",
+        CgroupResource::BlkioThrottleReadBps => "rbps",
+        CgroupResource::BlkioThrottleWriteIops => "wiops",
+        _ => "wbps",
+    }
+}
+
 const THROTTLES: [(CgroupResource, &str); 4] = [
     (CgroupResource::BlkioThrottleReadIops, "readIOPS"),
     (CgroupResource::BlkioThrottleReadBps, "readBPS"),
@@ -301,10 +338,8 @@ impl Strategy for BlkioReconcile {
             decision.skip("beClass.blkioQOS is not configured");
             return decision;
         };
-        if snapshot.layout.version != CgroupVersion::V1 {
-            decision.skip("unsupported: blkio throttling is implemented for cgroup v1 only");
-            return decision;
-        }
+        // v2 keeps all four limits in `io.max` (`maj:min rbps=.. wbps=.. riops=.. wiops=..`).
+        let v2 = snapshot.layout.version == CgroupVersion::V2;
         let blocks = if enabled { blocks } else { &[] };
         let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
         let resolver = DeviceResolver {
@@ -330,7 +365,11 @@ impl Strategy for BlkioReconcile {
         }
         for (resource, field) in THROTTLES {
             let current = match snapshot.current(&dir, resource) {
-                Some(CgroupValue::Text(text)) => match parse_device_values(&text) {
+                Some(CgroupValue::Text(text)) => match if v2 {
+                    parse_io_max(&text, io_max_key(resource))
+                } else {
+                    parse_device_values(&text)
+                } {
                     Ok(values) => values,
                     Err(err) => {
                         decision.info(format!("{}: {err}", resource.name()));
@@ -366,7 +405,11 @@ impl Strategy for BlkioReconcile {
                 };
                 decision.file_writes.push(FileWrite {
                     path: path.clone(),
-                    value: format!("{device} {want}"),
+                    value: match (v2, want) {
+                        (false, want) => format!("{device} {want}"),
+                        (true, 0) => format!("{device} {}=max", io_max_key(resource)),
+                        (true, want) => format!("{device} {}={want}", io_max_key(resource)),
+                    },
                     reason: source,
                     read_back: ReadBack::None,
                 });
@@ -685,6 +728,47 @@ mod tests {
         );
         let none = strategy.decide(&QosSnapshot::for_test(SystemTime::UNIX_EPOCH));
         assert!(none.skip_reason().unwrap().contains("resourceQOSStrategy"));
+    }
+
+    #[test]
+    fn cgroup_v2_limits_go_to_io_max() {
+        let io = IOCfg {
+            read_bps: Some(1_048_576),
+            write_iops: Some(300),
+            ..IOCfg::default()
+        };
+        let mut snap = snapshot(true, vec![block("vda", io)], &[]);
+        snap.layout = crate::system::cgroup::CgroupLayout::new(
+            CgroupVersion::V2,
+            crate::system::cgroup::CgroupDriver::Cgroupfs,
+            "/sys/fs/cgroup",
+        );
+        let dir = snap.layout.qos_dir(QosTier::BestEffort);
+        // io.max holds a stale write limit for 254:0 and one for 8:0.
+        let content =
+            "254:0 rbps=max wbps=5 riops=max wiops=300\n8:0 rbps=7 wbps=max riops=max wiops=max";
+        let mut reader = MapReader::default();
+        for (resource, _) in THROTTLES {
+            reader = reader.with(
+                dir.clone(),
+                resource,
+                CgroupValue::Text(content.to_string()),
+            );
+        }
+        snap.reader = Arc::new(reader);
+        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide(&snap);
+        let mut got = writes(&decision);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("io.max".to_string(), "254:0 rbps=1048576".to_string()),
+                ("io.max".to_string(), "254:0 wbps=max".to_string()),
+                ("io.max".to_string(), "8:0 rbps=max".to_string()),
+            ]
+        );
+        assert!(parse_io_max("254:0 rbps", "rbps").is_err());
+        assert!(parse_io_max("254:0 rbps=x", "rbps").is_err());
     }
 
     #[test]
