@@ -163,3 +163,96 @@ fn controllers_write_node_slo_and_node_status_and_become_ready() {
     let status = process.wait_exit(WAIT).unwrap().expect("stops on SIGTERM");
     assert_eq!(status.code(), Some(0), "{}", process.output());
 }
+
+#[test]
+fn an_invalid_configmap_is_refused_with_an_event() {
+    let api = FakeApiServer::start().unwrap();
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "worker", "uid": "uid-1", "resourceVersion": "1"},
+        "status": {"capacity": {"cpu": "16", "memory": "64Gi"}, "allocatable": {"cpu": "15", "memory": "60Gi"}},
+    });
+    api.respond(
+        "GET",
+        "/api/v1/nodes",
+        200,
+        &list("NodeList", "v1", json!([node])),
+    );
+    for (path, kind) in [
+        (
+            "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
+            "NodeMetricList",
+        ),
+        ("/apis/slo.koordinator.sh/v1alpha1/nodeslos", "NodeSLOList"),
+    ] {
+        api.respond(
+            "GET",
+            path,
+            200,
+            &list(kind, "slo.koordinator.sh/v1alpha1", json!([])),
+        );
+    }
+    api.respond(
+        "GET",
+        "/api/v1/pods",
+        200,
+        &list("PodList", "v1", json!([])),
+    );
+    api.respond(
+        "GET",
+        "/api/v1/namespaces/koordinator-system/configmaps",
+        200,
+        &list(
+            "ConfigMapList",
+            "v1",
+            json!([{
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system",
+                             "resourceVersion": "3", "uid": "cm-uid"},
+                "data": {"resource-threshold-config": "{\"clusterStrategy\": {\"cpuSuppressThresholdPercent\": 250}}"},
+            }]),
+        ),
+    );
+
+    let dir = TempDir::new("manager-invalid-config").unwrap();
+    let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
+    let mut command = command_with_kubeconfig(BIN, &kubeconfig);
+    command.args([
+        "--metrics-addr",
+        "0",
+        "--health-probe-addr",
+        "0",
+        "--enable-leader-election=false",
+    ]);
+    let mut process = TestProcess::spawn(command).unwrap();
+    let event = api
+        .wait_for_request(
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/koordinator-system/events",
+            WAIT,
+        )
+        .unwrap_or_else(|| panic!("no event:\n{}", process.output()));
+    let event: Value = serde_json::from_str(&event.body).unwrap();
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "InvalidConfig");
+    assert_eq!(event["regarding"]["name"], "slo-controller-config");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("cpuSuppressThresholdPercent"),
+        "{event}"
+    );
+    // The defaults stay in force: the NodeSLO carries the default threshold.
+    let created = api
+        .wait_for_request("POST", "/apis/slo.koordinator.sh/v1alpha1/nodeslos", WAIT)
+        .unwrap_or_else(|| panic!("no NodeSLO create:\n{}", process.output()));
+    let slo: Value = serde_json::from_str(&created.body).unwrap();
+    assert_eq!(
+        slo["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"],
+        65
+    );
+    process.signal("TERM").unwrap();
+    let status = process.wait_exit(WAIT).unwrap().expect("stops on SIGTERM");
+    assert_eq!(status.code(), Some(0), "{}", process.output());
+}
