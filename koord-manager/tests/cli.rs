@@ -19,6 +19,9 @@ fn manager(kubeconfig: &std::path::Path) -> Command {
         "127.0.0.1:0",
         "--health-probe-addr",
         "127.0.0.1:0",
+        // An OS-picked loopback port, so parallel tests never collide on 9876.
+        "--webhook-port=0",
+        "--webhook-bind-address=127.0.0.1",
     ]);
     command
 }
