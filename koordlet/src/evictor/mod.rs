@@ -2,9 +2,9 @@
 //!
 //! - Cluster mode: a `policy/v1` Eviction through the API server, which
 //!   respects PodDisruptionBudgets (a 429 answer means "not now": the pod is
-//!   retried at a later round; build the backend with
-//!   [`EvictionBackend::api_without_retries`] so the client does not retry
-//!   by itself), then a Warning Event on the pod
+//!   retried at a later round; the client must not retry 429s by itself:
+//!   build the backend with [`EvictionBackend::api_without_retries`] or use
+//!   [`PodEvictor::with_cluster_reload`]), then a Warning Event on the pod
 //!   (`evictPodSuccess` / `evictPodFail`, as upstream) and the reason in the
 //!   pod's `koordinator.sh/evict-reason` / `koordinator.sh/evict-trigger`
 //!   annotations (upstream's descheduler keys).
