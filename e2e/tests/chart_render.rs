@@ -1,0 +1,341 @@
+//! The Helm chart, rendered by `helm template`, checked as a reviewer would:
+//! every document parses into the Kubernetes type of its kind with no field
+//! left over (a misspelled field fails), and every component container is
+//! started with flags its binary accepts.
+//!
+//! The rendered files come from `KOORD_CHART_RENDER_DIR` (written by
+//! `.ci/run`); without it the test renders the chart itself with the helm
+//! that `hack/helm.sh` caches, and skips with one line when there is none.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodSpec, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// (name, rendered YAML) per values set, or the reason there are none.
+fn rendered_sets() -> Result<Vec<(String, String)>, String> {
+    if let Ok(dir) = std::env::var("KOORD_CHART_RENDER_DIR") {
+        let mut sets = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.extension().is_some_and(|ext| ext == "yaml") {
+                let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+                sets.push((path.display().to_string(), text));
+            }
+        }
+        if sets.is_empty() {
+            return Err(format!("KOORD_CHART_RENDER_DIR={dir} holds no .yaml file"));
+        }
+        return Ok(sets);
+    }
+    let helm = std::env::var("KOORD_HELM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target/tools/helm-2.2.2/helm"));
+    if !helm.exists() {
+        return Err(format!(
+            "no rendered chart (KOORD_CHART_RENDER_DIR) and no helm at {} (run hack/helm.sh)",
+            helm.display()
+        ));
+    }
+    let chart = repo_root().join("charts/koordinator");
+    let mut sets = Vec::new();
+    for values in [None, Some(chart.join("ci/all-features-values.yaml"))] {
+        let mut command = Command::new(&helm);
+        command.arg("template").arg("koord").arg(&chart);
+        if let Some(values) = &values {
+            command.arg("-f").arg(values);
+        }
+        let output = command.output().map_err(|e| format!("helm: {e}"))?;
+        assert!(
+            output.status.success(),
+            "helm template failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let name = values.map_or("default values".to_string(), |v| v.display().to_string());
+        sets.push((name, String::from_utf8(output.stdout).unwrap()));
+    }
+    Ok(sets)
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap())
+        .filter(|doc| !doc.is_null())
+        .map(|doc| serde_json::to_value(doc).unwrap())
+        .collect()
+}
+
+use serde::Deserialize;
+
+/// Paths present in `original` but missing or different after the typed
+/// round trip: unknown (e.g. misspelled) fields, nulls, coerced values.
+fn lost_paths(original: &Value, round_tripped: &Value, path: &str, out: &mut Vec<String>) {
+    match (original, round_tripped) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                let child = format!("{path}.{key}");
+                match b.get(key) {
+                    Some(other) => lost_paths(value, other, &child, out),
+                    None => out.push(child),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (index, (x, y)) in a.iter().zip(b).enumerate() {
+                lost_paths(x, y, &format!("{path}[{index}]"), out);
+            }
+        }
+        (a, b) if a == b => {}
+        _ => out.push(format!("{path} (value {original} became {round_tripped})")),
+    }
+}
+
+fn check_typed<T: DeserializeOwned + serde::Serialize>(doc: &Value) -> Result<T, String> {
+    let typed: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    let mut lost = Vec::new();
+    lost_paths(doc, &back, "", &mut lost);
+    if lost.is_empty() {
+        Ok(typed)
+    } else {
+        Err(format!(
+            "fields not in the Kubernetes type: {}",
+            lost.join(", ")
+        ))
+    }
+}
+
+/// Custom resources without k8s-openapi types: the spec keys allowed.
+fn check_custom(doc: &Value, allowed_spec_keys: &[&str]) -> Result<(), String> {
+    let spec = doc
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or("no spec object")?;
+    let unknown: Vec<&String> = spec
+        .keys()
+        .filter(|key| !allowed_spec_keys.contains(&key.as_str()))
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("unknown spec fields {unknown:?}"))
+    }
+}
+
+/// Checks one document; returns the pod spec of workloads.
+fn check_document(doc: &Value) -> Result<Option<PodSpec>, String> {
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let api_version = doc
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match (api_version, kind) {
+        ("v1", "Namespace") => check_typed::<Namespace>(doc).map(|_| None),
+        ("v1", "Service") => check_typed::<Service>(doc).map(|_| None),
+        ("v1", "Secret") => check_typed::<Secret>(doc).map(|_| None),
+        ("v1", "ConfigMap") => check_typed::<ConfigMap>(doc).map(|_| None),
+        ("v1", "ServiceAccount") => check_typed::<ServiceAccount>(doc).map(|_| None),
+        ("apps/v1", "Deployment") => {
+            check_typed::<Deployment>(doc).map(|d| d.spec.and_then(|s| s.template.spec))
+        }
+        ("apps/v1", "DaemonSet") => {
+            check_typed::<DaemonSet>(doc).map(|d| d.spec.and_then(|s| s.template.spec))
+        }
+        ("rbac.authorization.k8s.io/v1", "Role") => check_typed::<Role>(doc).map(|_| None),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+            check_typed::<RoleBinding>(doc).map(|_| None)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+            check_typed::<ClusterRole>(doc).map(|_| None)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            check_typed::<ClusterRoleBinding>(doc).map(|_| None)
+        }
+        ("policy/v1", "PodDisruptionBudget") => {
+            check_typed::<PodDisruptionBudget>(doc).map(|_| None)
+        }
+        ("scheduling.k8s.io/v1", "PriorityClass") => {
+            check_typed::<PriorityClass>(doc).map(|_| None)
+        }
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+            check_typed::<MutatingWebhookConfiguration>(doc).map(|_| None)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            check_typed::<ValidatingWebhookConfiguration>(doc).map(|_| None)
+        }
+        ("monitoring.coreos.com/v1", "ServiceMonitor") => check_custom(
+            doc,
+            &[
+                "endpoints",
+                "selector",
+                "jobLabel",
+                "namespaceSelector",
+                "podTargetLabels",
+                "targetLabels",
+            ],
+        )
+        .map(|_| None),
+        ("cert-manager.io/v1", "Certificate") => check_custom(
+            doc,
+            &[
+                "secretName",
+                "dnsNames",
+                "issuerRef",
+                "duration",
+                "renewBefore",
+                "commonName",
+                "privateKey",
+                "usages",
+            ],
+        )
+        .map(|_| None),
+        ("cert-manager.io/v1", "Issuer") => {
+            check_custom(doc, &["selfSigned", "ca", "acme", "vault"]).map(|_| None)
+        }
+        _ => Err(format!("no check for {api_version} {kind}")),
+    }
+}
+
+/// Parses a component container's command line with that component's flags.
+fn check_component_args(container: &Container) -> Result<(), String> {
+    let command = container.command.clone().unwrap_or_default();
+    let Some(binary) = command.first() else {
+        return Ok(());
+    };
+    let mut argv: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
+    argv.extend(container.args.iter().flatten().map(Into::into));
+    let argv = koord_common::cli::normalize_go_flag_args(argv);
+    let result = match binary.as_str() {
+        "/koordlet" => koordlet::KoordletArgs::try_parse_from(argv).map(|_| ()),
+        "/koord-manager" => koord_manager::ManagerArgs::try_parse_from(argv).map(|_| ()),
+        "/koord-scheduler" => koord_scheduler::SchedulerArgs::try_parse_from(argv).map(|_| ()),
+        "/koord-runtime-proxy" => {
+            koord_runtime_proxy::RuntimeProxyArgs::try_parse_from(argv).map(|_| ())
+        }
+        _ => return Ok(()),
+    };
+    result.map_err(|e| format!("{binary}: {e}"))
+}
+
+fn check_set(name: &str, text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let docs = documents(text);
+    assert!(docs.len() > 10, "{name}: only {} documents", docs.len());
+    let mut kinds = BTreeSet::new();
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        let object = format!("{kind}/{}", doc["metadata"]["name"].as_str().unwrap_or("?"));
+        kinds.insert(kind);
+        match check_document(doc) {
+            Ok(Some(pod)) => {
+                for container in &pod.containers {
+                    if let Err(e) = check_component_args(container) {
+                        problems.push(format!("{name}: {object}: {e}"));
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problems.push(format!("{name}: {object}: {e}")),
+        }
+        if doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "slo-controller-config" {
+            let data: std::collections::BTreeMap<String, String> =
+                serde_json::from_value(doc["data"].clone()).unwrap();
+            if let Err(e) = apis::configuration::SloControllerConfig::from_configmap_data(&data)
+                .map_err(|e| e.to_string())
+                .and_then(|config| config.validate().map_err(|e| format!("{e:?}")))
+            {
+                problems.push(format!("{name}: slo-controller-config: {e}"));
+            }
+        }
+        if doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "koord-scheduler-config" {
+            let text = doc["data"]["koord-scheduler-config"].as_str().unwrap_or("");
+            if let Err(e) = koord_scheduler::config::SchedulerConfiguration::from_yaml(text) {
+                problems.push(format!("{name}: koord-scheduler-config: {e}"));
+            }
+        }
+    }
+    for expected in [
+        "Deployment",
+        "DaemonSet",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "PriorityClass",
+        "ClusterRole",
+    ] {
+        if !kinds.contains(expected) {
+            problems.push(format!("{name}: no {expected} rendered"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn rendered_chart_parses_into_kubernetes_types_and_component_flags() {
+    let sets = match rendered_sets() {
+        Ok(sets) => sets,
+        Err(reason) => {
+            eprintln!("SKIP rendered_chart_parses_into_kubernetes_types: {reason}");
+            return;
+        }
+    };
+    let problems: Vec<String> = sets
+        .iter()
+        .flat_map(|(name, text)| check_set(name, text))
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_misspelled_field_is_caught() {
+    let deployment = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "x"},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolcy": "Always"}]}
+            }
+        }
+    });
+    let error = check_document(&deployment).unwrap_err();
+    assert!(error.contains("imagePullPolcy"), "{error}");
+    let mut fixed = deployment.clone();
+    let container = &mut fixed["spec"]["template"]["spec"]["containers"][0];
+    container.as_object_mut().unwrap().remove("imagePullPolcy");
+    container["imagePullPolicy"] = "Always".into();
+    check_document(&fixed).unwrap();
+}
+
+#[test]
+fn unknown_component_flags_are_caught() {
+    let container = Container {
+        name: "koordlet".into(),
+        command: Some(vec!["/koordlet".into()]),
+        args: Some(vec!["--cgroup-root-dirr=/host-cgroup/".into()]),
+        ..Default::default()
+    };
+    assert!(check_component_args(&container).is_err());
+}
