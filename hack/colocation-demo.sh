@@ -12,7 +12,8 @@
 #      the LS pod runs 0, then 1, then 2 ... burners, then none again;
 #   4. runs koordlet --standalone with a pods file and a NodeSLO file that
 #      enables cpusuppress (resourceUsedThresholdWithBE, threshold 65%);
-#   5. prints a table over time: LS load, BE CPU share, the BE cgroup's
+#   5. prints a table over time (first row: before koordlet starts): LS
+#      load, BE CPU share, CPU used outside the pods, the BE cgroup's
 #      cfs quota and cpuset as koordlet wrote them, and the CPU left for LS;
 #   6. removes every cgroup and process it made (also on Ctrl-C or failure).
 #
@@ -150,11 +151,6 @@ spec:
     cpuSuppressPolicy: $policy
 EOF
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$koordlet_bin" --standalone --node-name colocation-demo --addr "127.0.0.1:$port" \
-    --pods-file "$work/pods.json" --node-slo-file "$work/nodeslo.yaml" \
-    --log-level "$log_level" > "$work/koordlet.log" 2>&1 &
-koordlet_pid=$!
 
 # The BE pod wants every CPU.
 for _ in $(seq "$ncpu"); do burners+=("$(burn_in "$be_pod/$be_cid")"); done
@@ -207,6 +203,12 @@ run_phase() {
     for _ in $(seq "$rows"); do table_row "$label" 3; done
 }
 
+table_row "no koordlet" 3
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$koordlet_bin" --standalone --node-name colocation-demo --addr "127.0.0.1:$port" \
+    --pods-file "$work/pods.json" --node-slo-file "$work/nodeslo.yaml" \
+    --log-level "$log_level" > "$work/koordlet.log" 2>&1 &
+koordlet_pid=$!
 run_phase "LS idle"
 for step in $(seq "$ncpu"); do
     ls_burners+=("$(burn_in "$ls_pod/$ls_cid")")
