@@ -1,8 +1,10 @@
 //! The plugins and the registry that builds them from the configuration.
 //! A new plugin is one module plus one [`PluginFactory`] row in [`REGISTRY`].
 
+pub mod coscheduling;
 pub mod elasticquota;
 pub mod loadaware;
+pub mod nodenumaresource;
 pub mod noderesourcesfit;
 pub mod noderesourcesfitplus;
 #[cfg(test)]
@@ -33,6 +35,13 @@ pub struct PluginFactory {
 /// Every plugin this scheduler knows, in the order they run.
 pub const REGISTRY: &[PluginFactory] = &[
     PluginFactory {
+        name: coscheduling::NAME,
+        enabled_by_default: true,
+        filters: true,
+        default_score_weight: 0,
+        build: coscheduling::build,
+    },
+    PluginFactory {
         name: elasticquota::NAME,
         enabled_by_default: true,
         filters: true,
@@ -45,6 +54,13 @@ pub const REGISTRY: &[PluginFactory] = &[
         filters: true,
         default_score_weight: 0,
         build: noderesourcesfit::build,
+    },
+    PluginFactory {
+        name: nodenumaresource::NAME,
+        enabled_by_default: true,
+        filters: true,
+        default_score_weight: 0,
+        build: nodenumaresource::build,
     },
     PluginFactory {
         name: loadaware::NAME,
@@ -169,8 +185,10 @@ mod tests {
         assert_eq!(
             names("profiles: []"),
             vec![
+                ("Coscheduling", 0),
                 ("ElasticQuota", 0),
                 ("NodeResourcesFit", 0),
+                ("NodeNUMAResource", 0),
                 ("LoadAwareScheduling", 1)
             ]
         );
@@ -179,7 +197,9 @@ mod tests {
                 "profiles:\n- plugins:\n    score:\n      enabled: [{name: NodeResourcesFitPlus, weight: 2}, {name: LoadAwareScheduling, weight: 5}]\n    filter:\n      disabled: [{name: ElasticQuota}]\n    reserve:\n      disabled: [{name: ElasticQuota}]\n"
             ),
             vec![
+                ("Coscheduling", 0),
                 ("NodeResourcesFit", 0),
+                ("NodeNUMAResource", 0),
                 ("LoadAwareScheduling", 5),
                 ("NodeResourcesFitPlus", 2)
             ]

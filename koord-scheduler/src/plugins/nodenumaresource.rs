@@ -1,0 +1,1053 @@
+//! NodeNUMAResource: exclusive cpusets for LSE/LSR prod pods, picked from the
+//! CPU topology koordlet reports on the NodeResourceTopology, honouring bind
+//! policies (FullPCPUs / SpreadByPCPUs), NUMA topology policies, exclusive
+//! policies and reserved CPUs. The result goes to the pod's resource-status
+//! annotation. Allocation happens in `reserve`, which the framework runs under
+//! the scheduler's write lock, so concurrent binds can never overlap.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use apis::extension::node_reservation::get_node_reservation;
+use apis::extension::numa_aware::{
+    ANNOTATION_NODE_CPU_TOPOLOGY, ANNOTATION_RESOURCE_STATUS, CPUBindPolicy, CPUExclusivePolicy,
+    CPUInfo, NUMAAllocateStrategy, NUMANodeResource, NUMATopologyPolicy, NodeCPUBindPolicy,
+    ResourceStatus, get_cpu_topology, get_kubelet_cpu_manager_policy, get_numa_topology_spec,
+    get_pod_cpu_allocs, get_resource_spec, get_resource_status, node_cpu_bind_policy,
+    node_numa_allocate_strategy, node_numa_topology_policy,
+};
+use apis::extension::priority::PriorityClass;
+use apis::extension::qos::{QoSClass, pod_qos_class_raw};
+use apis::topology::v1alpha1::NodeResourceTopology;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Deserialize;
+
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::config::{ConfigError, parse_args};
+use crate::framework::{CycleState, Plugin, Rejection};
+
+pub const NAME: &str = "NodeNUMAResource";
+
+pub const ERR_NOT_MATCH_NUMA_TOPOLOGY: &str = "node(s) NUMA Topology policy not match";
+pub const ERR_INVALID_REQUESTED_CPUS: &str = "the requested CPUs must be integer";
+pub const ERR_INVALID_CPU_TOPOLOGY: &str = "node(s) invalid CPU Topology";
+pub const ERR_SMT_ALIGNMENT: &str = "node(s) requested cpus not multiple cpus per core";
+pub const ERR_CPU_BIND_POLICY_CONFLICT: &str =
+    "node(s) cpu bind policy conflicts with pod's required cpu bind policy";
+pub const ERR_NOT_ENOUGH_CPUS: &str = "not enough cpus available to satisfy request";
+pub const ERR_UNSATISFIED_NUMA_CPU: &str = "Unsatisfied NUMA cpu";
+
+const STATE_KEY: &str = "NodeNUMAResource/request";
+
+/// `NodeNUMAResourceArgs` (only the fields this extender uses).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeNUMAResourceArgs {
+    #[serde(default, rename = "defaultCPUBindPolicy")]
+    pub default_cpu_bind_policy: Option<CPUBindPolicy>,
+}
+
+pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
+    let raw: NodeNUMAResourceArgs = parse_args(NAME, args)?;
+    // Upstream's default is FullPCPUs.
+    let default_policy = match raw.default_cpu_bind_policy {
+        None | Some(CPUBindPolicy::Default) => CPUBindPolicy::FullPCPUs,
+        Some(policy) => policy,
+    };
+    Ok(Box::new(NodeNUMAResource::new(default_policy)))
+}
+
+/// Parses a Linux cpu list (`0-3,8`).
+pub fn parse_cpuset(text: &str) -> Option<BTreeSet<i32>> {
+    let mut cpus = BTreeSet::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (i32, i32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b || a < 0 {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => {
+                let cpu: i32 = part.parse().ok()?;
+                if cpu < 0 {
+                    return None;
+                }
+                cpus.insert(cpu);
+            }
+        }
+    }
+    Some(cpus)
+}
+
+/// Formats a cpu set as a Linux cpu list with ranges.
+pub fn format_cpuset(cpus: &BTreeSet<i32>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut iter = cpus.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end += 1;
+            iter.next();
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    parts.join(",")
+}
+
+/// What a pod asks of this plugin, decided once in pre-filter.
+#[derive(Debug, Clone)]
+struct Request {
+    cpus: usize,
+    /// None: the pod does not need a cpuset (only a NUMA policy may apply).
+    bind_policy: Option<CPUBindPolicy>,
+    required_policy: Option<CPUBindPolicy>,
+    exclusive: Option<CPUExclusivePolicy>,
+    pod_numa_policy: NUMATopologyPolicy,
+}
+
+/// One node's CPU topology and the CPUs nobody may get.
+#[derive(Debug, Clone, Default)]
+struct NodeTopology {
+    cpus: BTreeMap<i32, CPUInfo>,
+    cpus_per_core: usize,
+    /// Reserved by kubelet or held by kubelet-managed pods (from the NRT).
+    kubelet_reserved: BTreeSet<i32>,
+    kubelet_full_pcpus_only: bool,
+    nrt_numa_policy: NUMATopologyPolicy,
+}
+
+/// One pod's cpuset on a node.
+#[derive(Debug, Clone)]
+struct Allocation {
+    cpus: BTreeSet<i32>,
+    exclusive: Option<CPUExclusivePolicy>,
+}
+
+/// See the module docs.
+pub struct NodeNUMAResource {
+    default_policy: CPUBindPolicy,
+    topologies: HashMap<String, NodeTopology>,
+    /// node → pod key → cpuset.
+    allocations: HashMap<String, HashMap<String, Allocation>>,
+    /// Cpusets chosen in reserve, for pre-bind (pod key → status).
+    pending: HashMap<String, ResourceStatus>,
+}
+
+fn core_key(info: &CPUInfo) -> (i32, i32) {
+    (info.socket, info.core)
+}
+
+fn topology_from_nrt(nrt: &NodeResourceTopology) -> NodeTopology {
+    let annotations = nrt.metadata.annotations.clone().unwrap_or_default();
+    topology_from(&annotations, &nrt.topology_policies)
+}
+
+fn topology_from(
+    annotations: &BTreeMap<String, String>,
+    policies: &[apis::topology::v1alpha1::TopologyManagerPolicy],
+) -> NodeTopology {
+    let mut topology = NodeTopology::default();
+    if let Ok(Some(cpu_topology)) = get_cpu_topology(annotations) {
+        topology.cpus = cpu_topology.detail.iter().map(|c| (c.id, *c)).collect();
+    }
+    let mut per_core: HashMap<(i32, i32), usize> = HashMap::new();
+    for info in topology.cpus.values() {
+        *per_core.entry(core_key(info)).or_default() += 1;
+    }
+    topology.cpus_per_core = per_core.values().copied().max().unwrap_or(0);
+    if let Ok(Some(policy)) = get_kubelet_cpu_manager_policy(annotations) {
+        topology
+            .kubelet_reserved
+            .extend(parse_cpuset(&policy.reserved_cpus).unwrap_or_default());
+        topology.kubelet_full_pcpus_only = node_cpu_bind_policy(&BTreeMap::new(), Some(&policy))
+            == NodeCPUBindPolicy::FullPCPUsOnly;
+    }
+    if let Ok(Some(allocs)) = get_pod_cpu_allocs(annotations) {
+        for alloc in allocs.iter().filter(|a| a.managed_by_kubelet) {
+            topology
+                .kubelet_reserved
+                .extend(parse_cpuset(&alloc.cpuset).unwrap_or_default());
+        }
+    }
+    topology.nrt_numa_policy = policies
+        .iter()
+        .find_map(|p| {
+            let text = p.as_str();
+            if text.starts_with("SingleNUMANode") {
+                Some(NUMATopologyPolicy::SingleNUMANode)
+            } else if text.starts_with("Restricted") {
+                Some(NUMATopologyPolicy::Restricted)
+            } else if text.starts_with("BestEffort") {
+                Some(NUMATopologyPolicy::BestEffort)
+            } else {
+                None
+            }
+        })
+        .unwrap_or_default();
+    topology
+}
+
+/// The cpuset a bound pod holds according to its resource-status annotation.
+fn allocation_of(pod: &PodInfo) -> Option<Allocation> {
+    let status = get_resource_status(pod.annotations()).ok()??;
+    let cpus = parse_cpuset(&status.cpuset)?;
+    if cpus.is_empty() {
+        return None;
+    }
+    let exclusive = get_resource_spec(pod.annotations())
+        .ok()
+        .flatten()
+        .and_then(|s| s.preferred_cpu_exclusive_policy);
+    Some(Allocation { cpus, exclusive })
+}
+
+/// A chosen cpuset and the NUMA nodes it spans.
+#[derive(Debug, Clone, PartialEq)]
+struct Choice {
+    cpus: BTreeSet<i32>,
+    numa_cpus: BTreeMap<i32, usize>,
+}
+
+impl NodeNUMAResource {
+    pub fn new(default_policy: CPUBindPolicy) -> Self {
+        Self {
+            default_policy,
+            topologies: HashMap::new(),
+            allocations: HashMap::new(),
+            pending: HashMap::new(),
+        }
+    }
+
+    fn request_of(&self, pod: &PodInfo) -> Result<Option<Request>, Rejection> {
+        let numa_spec = get_numa_topology_spec(pod.annotations())
+            .map_err(|e| Rejection::unresolvable(e.to_string()))?
+            .unwrap_or_default();
+        let spec = get_resource_spec(pod.annotations())
+            .map_err(|e| Rejection::unresolvable(e.to_string()))?
+            .unwrap_or_default();
+        let milli_cpu = pod.requests.get("cpu");
+        if pod.requests.is_zero() {
+            return Ok(None);
+        }
+        let qos = pod_qos_class_raw(&pod.pod);
+        let allowed = matches!(qos, QoSClass::LSE | QoSClass::LSR)
+            && pod.priority_class == PriorityClass::Prod;
+        let mut request = Request {
+            cpus: usize::try_from(milli_cpu / 1000).unwrap_or(0),
+            bind_policy: None,
+            required_policy: None,
+            exclusive: None,
+            pod_numa_policy: numa_spec.numa_topology_policy,
+        };
+        if allowed {
+            let resolve = |p: CPUBindPolicy| {
+                if p == CPUBindPolicy::Default {
+                    self.default_policy
+                } else {
+                    p
+                }
+            };
+            let required = spec.required_cpu_bind_policy.map(resolve);
+            let policy = required.unwrap_or_else(|| {
+                spec.preferred_cpu_bind_policy
+                    .map_or(self.default_policy, resolve)
+            });
+            if matches!(
+                policy,
+                CPUBindPolicy::FullPCPUs | CPUBindPolicy::SpreadByPCPUs
+            ) {
+                if milli_cpu % 1000 != 0 {
+                    return Err(Rejection::unresolvable(ERR_INVALID_REQUESTED_CPUS));
+                }
+                if milli_cpu > 0 {
+                    request.bind_policy = Some(policy);
+                    request.required_policy = required;
+                    request.exclusive = spec.preferred_cpu_exclusive_policy;
+                }
+            }
+        }
+        if request.bind_policy.is_none() && request.pod_numa_policy.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(request))
+    }
+
+    /// Chooses a cpuset for the pod on the node, against current allocations.
+    fn choose(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+    ) -> Result<Option<Choice>, Rejection> {
+        let empty = NodeTopology::default();
+        let topology = self.topologies.get(&node.name).unwrap_or(&empty);
+        let node_policy = match node_numa_topology_policy(node.labels()) {
+            Ok(NUMATopologyPolicy::None) | Err(_) => topology.nrt_numa_policy,
+            Ok(policy) => policy,
+        };
+        let numa_policy = if !node_policy.is_none()
+            && !request.pod_numa_policy.is_none()
+            && node_policy != request.pod_numa_policy
+        {
+            return Err(Rejection::unresolvable(ERR_NOT_MATCH_NUMA_TOPOLOGY));
+        } else if request.pod_numa_policy.is_none() {
+            node_policy
+        } else {
+            request.pod_numa_policy
+        };
+        let Some(mut policy) = request.bind_policy else {
+            // Only a NUMA policy without a cpuset: nothing to pin here.
+            return Ok(None);
+        };
+        if topology.cpus.is_empty() || topology.cpus_per_core == 0 {
+            return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
+        }
+        let node_bind = if topology.kubelet_full_pcpus_only {
+            NodeCPUBindPolicy::FullPCPUsOnly
+        } else {
+            node_cpu_bind_policy(node.labels(), None)
+        };
+        let mut required = request.required_policy;
+        match node_bind {
+            NodeCPUBindPolicy::FullPCPUsOnly => {
+                if required.is_some_and(|r| r != CPUBindPolicy::FullPCPUs) {
+                    return Err(Rejection::unresolvable(ERR_CPU_BIND_POLICY_CONFLICT));
+                }
+                required = Some(CPUBindPolicy::FullPCPUs);
+            }
+            NodeCPUBindPolicy::SpreadByPCPUs => {
+                if required.is_some_and(|r| r != CPUBindPolicy::SpreadByPCPUs) {
+                    return Err(Rejection::unresolvable(ERR_CPU_BIND_POLICY_CONFLICT));
+                }
+                required = Some(CPUBindPolicy::SpreadByPCPUs);
+            }
+            _ => {}
+        }
+        if let Some(r) = required {
+            policy = r;
+        }
+        let whole_cores = required == Some(CPUBindPolicy::FullPCPUs);
+        if whole_cores && !request.cpus.is_multiple_of(topology.cpus_per_core) {
+            return Err(Rejection::unresolvable(ERR_SMT_ALIGNMENT));
+        }
+
+        // Free CPUs: topology minus reserved minus every other pod's cpuset.
+        let mut free: BTreeSet<i32> = topology.cpus.keys().copied().collect();
+        for cpu in &topology.kubelet_reserved {
+            free.remove(cpu);
+        }
+        if let Ok(Some(reservation)) = get_node_reservation(node.annotations()) {
+            for cpu in parse_cpuset(&reservation.reserved_cpus).unwrap_or_default() {
+                free.remove(&cpu);
+            }
+        }
+        let mut exclusive_cores = BTreeSet::new();
+        let mut exclusive_numa = BTreeSet::new();
+        if let Some(allocations) = self.allocations.get(&node.name) {
+            for (key, allocation) in allocations {
+                if *key == pod.key {
+                    continue;
+                }
+                for cpu in &allocation.cpus {
+                    free.remove(cpu);
+                    if let Some(info) = topology.cpus.get(cpu) {
+                        match allocation.exclusive {
+                            Some(CPUExclusivePolicy::PCPULevel) => {
+                                exclusive_cores.insert(core_key(info));
+                            }
+                            Some(CPUExclusivePolicy::NUMANodeLevel) => {
+                                exclusive_numa.insert(info.node);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        // An exclusive pod keeps clear of cores / NUMA nodes other exclusive pods use.
+        match request.exclusive {
+            Some(CPUExclusivePolicy::PCPULevel) => free.retain(|cpu| {
+                topology
+                    .cpus
+                    .get(cpu)
+                    .is_some_and(|i| !exclusive_cores.contains(&core_key(i)))
+            }),
+            Some(CPUExclusivePolicy::NUMANodeLevel) => free.retain(|cpu| {
+                topology
+                    .cpus
+                    .get(cpu)
+                    .is_some_and(|i| !exclusive_numa.contains(&i.node))
+            }),
+            _ => {}
+        }
+        if free.len() < request.cpus {
+            return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
+        }
+        let strategy = node_numa_allocate_strategy(node.labels())
+            .unwrap_or(NUMAAllocateStrategy::MostAllocated);
+        let numa_ids: BTreeSet<i32> = topology.cpus.values().map(|c| c.node).collect();
+        let free_in = |numa: &BTreeSet<i32>| -> BTreeSet<i32> {
+            free.iter()
+                .copied()
+                .filter(|cpu| {
+                    topology
+                        .cpus
+                        .get(cpu)
+                        .is_some_and(|i| numa.contains(&i.node))
+                })
+                .collect()
+        };
+        let take = |cpus: &BTreeSet<i32>| {
+            take_cpus(topology, cpus, request.cpus, policy, whole_cores, strategy)
+        };
+        let chosen = match numa_policy {
+            NUMATopologyPolicy::None => take(&free),
+            NUMATopologyPolicy::SingleNUMANode => {
+                let mut found = None;
+                for numa in ordered_numa(topology, &free, &numa_ids, strategy) {
+                    if let Some(c) = take(&free_in(&BTreeSet::from([numa]))) {
+                        found = Some(c);
+                        break;
+                    }
+                }
+                match found {
+                    Some(c) => Some(c),
+                    None => return Err(Rejection::unschedulable(ERR_UNSATISFIED_NUMA_CPU)),
+                }
+            }
+            NUMATopologyPolicy::Restricted | NUMATopologyPolicy::BestEffort => {
+                // The narrowest set of NUMA nodes whose capacity could hold the pod.
+                let mut by_capacity: Vec<(i32, usize)> = numa_ids
+                    .iter()
+                    .map(|n| (*n, topology.cpus.values().filter(|c| c.node == *n).count()))
+                    .collect();
+                by_capacity.sort_by_key(|entry| std::cmp::Reverse(entry.1));
+                let mut narrowest = 0;
+                let mut sum = 0;
+                for (_, capacity) in &by_capacity {
+                    narrowest += 1;
+                    sum += capacity;
+                    if sum >= request.cpus {
+                        break;
+                    }
+                }
+                let ordered = ordered_numa(topology, &free, &numa_ids, strategy);
+                let mut found = None;
+                for window in ordered.windows(narrowest.min(ordered.len()).max(1)) {
+                    let set: BTreeSet<i32> = window.iter().copied().collect();
+                    if let Some(c) = take(&free_in(&set)) {
+                        found = Some(c);
+                        break;
+                    }
+                }
+                match (found, numa_policy) {
+                    (Some(c), _) => Some(c),
+                    (None, NUMATopologyPolicy::BestEffort) => take(&free),
+                    (None, _) => return Err(Rejection::unschedulable(ERR_UNSATISFIED_NUMA_CPU)),
+                }
+            }
+        };
+        let Some(cpus) = chosen else {
+            return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
+        };
+        let mut numa_cpus = BTreeMap::new();
+        for cpu in cpus.iter().filter(|_| !numa_policy.is_none()) {
+            if let Some(info) = topology.cpus.get(cpu) {
+                *numa_cpus.entry(info.node).or_insert(0) += 1;
+            }
+        }
+        Ok(Some(Choice { cpus, numa_cpus }))
+    }
+
+    fn remove_pod(&mut self, key: &str) {
+        for allocations in self.allocations.values_mut() {
+            allocations.remove(key);
+        }
+    }
+}
+
+/// NUMA nodes in the order the strategy takes them.
+fn ordered_numa(
+    topology: &NodeTopology,
+    free: &BTreeSet<i32>,
+    numa_ids: &BTreeSet<i32>,
+    strategy: NUMAAllocateStrategy,
+) -> Vec<i32> {
+    let free_count = |numa: i32| {
+        free.iter()
+            .filter(|cpu| topology.cpus.get(cpu).is_some_and(|i| i.node == numa))
+            .count()
+    };
+    let mut ordered: Vec<i32> = numa_ids.iter().copied().collect();
+    match strategy {
+        // Fullest first, so free NUMA nodes stay whole.
+        NUMAAllocateStrategy::MostAllocated => ordered.sort_by_key(|n| (free_count(*n), *n)),
+        _ => ordered.sort_by_key(|n| (std::cmp::Reverse(free_count(*n)), *n)),
+    }
+    ordered
+}
+
+/// Picks `count` CPUs out of `free` under the bind policy; None if impossible.
+fn take_cpus(
+    topology: &NodeTopology,
+    free: &BTreeSet<i32>,
+    count: usize,
+    policy: CPUBindPolicy,
+    whole_cores_only: bool,
+    strategy: NUMAAllocateStrategy,
+) -> Option<BTreeSet<i32>> {
+    if free.len() < count {
+        return None;
+    }
+    let numa_ids: BTreeSet<i32> = topology.cpus.values().map(|c| c.node).collect();
+    let numa_rank: HashMap<i32, usize> = ordered_numa(topology, free, &numa_ids, strategy)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, numa)| (numa, rank))
+        .collect();
+    // Free threads per physical core, with the core's size and NUMA rank.
+    let mut cores: BTreeMap<(i32, i32), Vec<i32>> = BTreeMap::new();
+    let mut core_size: HashMap<(i32, i32), usize> = HashMap::new();
+    let mut core_numa: HashMap<(i32, i32), i32> = HashMap::new();
+    for info in topology.cpus.values() {
+        *core_size.entry(core_key(info)).or_default() += 1;
+        core_numa.insert(core_key(info), info.node);
+        if free.contains(&info.id) {
+            cores.entry(core_key(info)).or_default().push(info.id);
+        }
+    }
+    let rank = |core: &(i32, i32)| {
+        core_numa
+            .get(core)
+            .and_then(|n| numa_rank.get(n))
+            .copied()
+            .unwrap_or(usize::MAX)
+    };
+    let is_whole = |core: &(i32, i32), threads: &Vec<i32>| {
+        core_size
+            .get(core)
+            .is_some_and(|size| *size == threads.len())
+    };
+    let mut chosen = BTreeSet::new();
+    match policy {
+        CPUBindPolicy::SpreadByPCPUs => {
+            // One thread per core per round, emptiest cores first.
+            let mut order: Vec<((i32, i32), Vec<i32>)> = cores.into_iter().collect();
+            order.sort_by_key(|(core, threads)| {
+                (rank(core), std::cmp::Reverse(threads.len()), *core)
+            });
+            let mut round = 0;
+            while chosen.len() < count {
+                let mut progressed = false;
+                for (_, threads) in &order {
+                    if chosen.len() == count {
+                        break;
+                    }
+                    if let Some(cpu) = threads.get(round) {
+                        chosen.insert(*cpu);
+                        progressed = true;
+                    }
+                }
+                if !progressed {
+                    return None;
+                }
+                round += 1;
+            }
+        }
+        _ => {
+            // Whole free cores first, packed NUMA by NUMA.
+            let mut whole: Vec<(&(i32, i32), &Vec<i32>)> =
+                cores.iter().filter(|(c, t)| is_whole(c, t)).collect();
+            whole.sort_by_key(|(core, _)| (rank(core), **core));
+            for (_, threads) in &whole {
+                if count - chosen.len() < threads.len() {
+                    break;
+                }
+                chosen.extend(threads.iter().copied());
+            }
+            if chosen.len() < count {
+                if whole_cores_only {
+                    return None;
+                }
+                // The rest from the fullest partial cores, then what is left.
+                let mut rest: Vec<(&(i32, i32), &Vec<i32>)> = cores.iter().collect();
+                rest.sort_by_key(|(core, threads)| {
+                    let left: usize = threads.iter().filter(|c| !chosen.contains(c)).count();
+                    (rank(core), left, **core)
+                });
+                for (_, threads) in rest {
+                    for cpu in threads {
+                        if chosen.len() == count {
+                            break;
+                        }
+                        chosen.insert(*cpu);
+                    }
+                }
+            }
+        }
+    }
+    (chosen.len() == count).then_some(chosen)
+}
+
+impl Plugin for NodeNUMAResource {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
+        match event {
+            ClusterEvent::Pod { old, new } => {
+                if let Some(old) = old {
+                    self.remove_pod(&old.key);
+                }
+                // Assumed or bound: the annotation now carries the cpuset.
+                if let Some(new) = new
+                    && new.node.is_some()
+                {
+                    self.pending.remove(&new.key);
+                }
+                if let Some(new) = new
+                    && let Some(node) = &new.node
+                    && let Some(allocation) = allocation_of(new)
+                {
+                    self.allocations
+                        .entry(node.clone())
+                        .or_default()
+                        .insert(new.key.clone(), allocation);
+                }
+            }
+            ClusterEvent::Object {
+                kind: ObjectKind::NodeResourceTopology,
+                key,
+            } => match cache.node_resource_topologies.get(key) {
+                Some(nrt) => {
+                    self.topologies.insert(key.clone(), topology_from_nrt(nrt));
+                }
+                None => {
+                    self.topologies.remove(key);
+                }
+            },
+            ClusterEvent::Object {
+                kind: ObjectKind::Node,
+                key,
+            } => {
+                // A node may carry the cpu-topology annotation itself.
+                if !cache.node_resource_topologies.contains_key(key)
+                    && let Some(node) = cache.node(key)
+                    && node
+                        .annotations()
+                        .contains_key(ANNOTATION_NODE_CPU_TOPOLOGY)
+                {
+                    self.topologies
+                        .insert(key.clone(), topology_from(node.annotations(), &[]));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn pre_filter(
+        &self,
+        pod: &PodInfo,
+        _cache: &ClusterCache,
+        state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        if let Some(request) = self.request_of(pod)? {
+            state.write(STATE_KEY, request);
+        }
+        Ok(())
+    }
+
+    fn filter(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        match state.read::<Request>(STATE_KEY) {
+            None => Ok(()),
+            Some(request) => self.choose(pod, request, node).map(|_| ()),
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        pod: &PodInfo,
+        node: &str,
+        cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        let Some(request) = state.read::<Request>(STATE_KEY) else {
+            return Ok(());
+        };
+        let info = cache
+            .node(node)
+            .ok_or_else(|| Rejection::unresolvable("node not found"))?;
+        let Some(choice) = self.choose(pod, request, info)? else {
+            return Ok(());
+        };
+        let numa_node_resources = choice
+            .numa_cpus
+            .iter()
+            .map(|(numa, count)| NUMANodeResource {
+                node: *numa,
+                resources: BTreeMap::from([("cpu".to_string(), Quantity(count.to_string()))]),
+            })
+            .collect();
+        self.pending.insert(
+            pod.key.clone(),
+            ResourceStatus {
+                cpuset: format_cpuset(&choice.cpus),
+                numa_node_resources,
+            },
+        );
+        self.allocations
+            .entry(node.to_string())
+            .or_default()
+            .insert(
+                pod.key.clone(),
+                Allocation {
+                    cpus: choice.cpus,
+                    exclusive: request.exclusive,
+                },
+            );
+        Ok(())
+    }
+
+    fn unreserve(&mut self, pod: &PodInfo, _node: &str, _cache: &ClusterCache) {
+        // Only pods being bound are unreserved, so their cpuset is ours to drop.
+        self.pending.remove(&pod.key);
+        self.remove_pod(&pod.key);
+    }
+
+    fn pre_bind(
+        &self,
+        pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<BTreeMap<String, String>, Rejection> {
+        let Some(status) = self.pending.get(&pod.key) else {
+            return Ok(BTreeMap::new());
+        };
+        let mut annotations = BTreeMap::new();
+        apis::extension::numa_aware::set_resource_status(&mut annotations, status)
+            .map_err(|e| Rejection::unresolvable(e.to_string()))?;
+        debug_assert!(annotations.contains_key(ANNOTATION_RESOURCE_STATUS));
+        Ok(annotations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::{Arc, RwLock};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::cache::{Change, Object};
+    use crate::framework::Scheduler;
+    use crate::testutil::{self, PodSpec, t0};
+
+    /// 2 NUMA nodes × 2 cores × 2 threads: NUMA 0 = cores 0,1 = cpus {0,4},{1,5};
+    /// NUMA 1 = cores 2,3 = cpus {2,6},{3,7}.
+    fn nrt(name: &str, policies: &[&str], extra: &[(&str, String)]) -> Object {
+        let detail: Vec<_> = (0..8)
+            .map(|id| {
+                let core = id % 4;
+                json!({"id": id, "core": core, "socket": core / 2, "node": core / 2})
+            })
+            .collect();
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            ANNOTATION_NODE_CPU_TOPOLOGY.into(),
+            json!(json!({"detail": detail}).to_string()),
+        );
+        for (k, v) in extra {
+            annotations.insert(k.to_string(), json!(v));
+        }
+        Object::NodeResourceTopology(
+            serde_json::from_value(json!({
+                "apiVersion": "topology.node.k8s.io/v1alpha1",
+                "kind": "NodeResourceTopology",
+                "metadata": {"name": name, "annotations": annotations},
+                "topologyPolicies": policies,
+                "zones": []
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Object {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        Object::Node(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": map(labels), "annotations": map(annotations)},
+                "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn lsr_pod(name: &str, cpu: &str, annotations: &[(&str, &str)]) -> Object {
+        testutil::pod(PodSpec {
+            name,
+            requests: &[("cpu", cpu), ("memory", "1Gi")],
+            limits: &[("cpu", cpu), ("memory", "1Gi")],
+            labels: &[("koordinator.sh/qosClass", "LSR")],
+            annotations,
+            priority: Some(9000),
+            ..Default::default()
+        })
+    }
+
+    fn scheduler_with(objects: Vec<Object>) -> Scheduler {
+        let mut s = testutil::scheduler("");
+        testutil::load(&mut s, objects);
+        s
+    }
+
+    fn status_of(annotations: &BTreeMap<String, String>) -> ResourceStatus {
+        serde_json::from_str(&annotations[ANNOTATION_RESOURCE_STATUS]).unwrap()
+    }
+
+    fn bind(s: &mut Scheduler, pod: &str, node: &str) -> Result<ResourceStatus, String> {
+        s.reserve(&format!("default/{pod}"), node, t0())
+            .map(|r| status_of(&r.annotations))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn cpuset_lists_parse_and_format() {
+        let set = parse_cpuset("0-2, 5,7-8").unwrap();
+        assert_eq!(set, BTreeSet::from([0, 1, 2, 5, 7, 8]));
+        assert_eq!(format_cpuset(&set), "0-2,5,7-8");
+        assert!(parse_cpuset("3-1").is_none());
+        assert!(parse_cpuset("x").is_none());
+        assert_eq!(format_cpuset(&BTreeSet::new()), "");
+    }
+
+    #[test]
+    fn full_pcpus_takes_whole_cores_of_one_numa_node_until_exhausted() {
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            lsr_pod("a", "4", &[]),
+            lsr_pod("b", "4", &[]),
+            lsr_pod("c", "2", &[]),
+        ]);
+        let a = bind(&mut s, "a", "n1").unwrap();
+        assert_eq!(a.cpuset, "0-1,4-5");
+        // Without a NUMA policy no per-NUMA amounts are recorded.
+        assert!(a.numa_node_resources.is_empty());
+        let b = bind(&mut s, "b", "n1").unwrap();
+        assert_eq!(b.cpuset, "2-3,6-7");
+        let outcome = testutil::filter(&s, "default/c", t0());
+        assert_eq!(outcome.failed["n1"], ERR_NOT_ENOUGH_CPUS);
+        let err = bind(&mut s, "c", "n1").unwrap_err();
+        assert!(err.contains(ERR_NOT_ENOUGH_CPUS), "{err}");
+    }
+
+    #[test]
+    fn whole_core_rounding_required_rejects_and_preferred_fills_a_half_core() {
+        let required = r#"{"requiredCPUBindPolicy":"FullPCPUs"}"#;
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            lsr_pod(
+                "odd-required",
+                "3",
+                &[("scheduling.koordinator.sh/resource-spec", required)],
+            ),
+            lsr_pod("odd-preferred", "3", &[]),
+            lsr_pod("fraction", "1500m", &[]),
+        ]);
+        let outcome = testutil::filter(&s, "default/odd-required", t0());
+        assert_eq!(outcome.failed_unresolvable["n1"], ERR_SMT_ALIGNMENT);
+        let odd = bind(&mut s, "odd-preferred", "n1").unwrap();
+        // One whole core (0,4) plus one thread of the next core in the same NUMA node.
+        assert_eq!(odd.cpuset, "0-1,4");
+        let outcome = testutil::filter(&s, "default/fraction", t0());
+        assert_eq!(
+            outcome.failed_unresolvable["n1"],
+            ERR_INVALID_REQUESTED_CPUS
+        );
+    }
+
+    #[test]
+    fn spread_by_pcpus_puts_each_cpu_on_its_own_core() {
+        let spread = r#"{"preferredCPUBindPolicy":"SpreadByPCPUs"}"#;
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            lsr_pod(
+                "a",
+                "2",
+                &[("scheduling.koordinator.sh/resource-spec", spread)],
+            ),
+        ]);
+        assert_eq!(bind(&mut s, "a", "n1").unwrap().cpuset, "0-1");
+    }
+
+    #[test]
+    fn single_numa_node_policy_rejects_a_pod_wider_than_any_numa_node() {
+        let mut s = scheduler_with(vec![
+            node(
+                "n1",
+                &[("node.koordinator.sh/numa-topology-policy", "SingleNUMANode")],
+                &[],
+            ),
+            nrt("n1", &[], &[]),
+            node("n2", &[], &[]),
+            nrt("n2", &["SingleNUMANodePodLevel"], &[]),
+            lsr_pod("wide", "6", &[]),
+            lsr_pod("narrow", "4", &[]),
+            lsr_pod(
+                "restricted",
+                "2",
+                &[(
+                    "scheduling.koordinator.sh/numa-topology-spec",
+                    r#"{"numaTopologyPolicy":"Restricted"}"#,
+                )],
+            ),
+        ]);
+        let outcome = testutil::filter(&s, "default/wide", t0());
+        assert_eq!(outcome.failed["n1"], ERR_UNSATISFIED_NUMA_CPU);
+        // The kubelet policy reported on the NRT counts the same as the label.
+        assert_eq!(outcome.failed["n2"], ERR_UNSATISFIED_NUMA_CPU);
+        let narrow = bind(&mut s, "narrow", "n1").unwrap();
+        assert_eq!(narrow.cpuset, "0-1,4-5");
+        assert_eq!(narrow.numa_node_resources.len(), 1);
+        assert_eq!(narrow.numa_node_resources[0].node, 0);
+        assert_eq!(narrow.numa_node_resources[0].resources["cpu"].0, "4");
+        // A pod policy that differs from the node's never matches.
+        let outcome = testutil::filter(&s, "default/restricted", t0());
+        assert_eq!(
+            outcome.failed_unresolvable["n1"],
+            ERR_NOT_MATCH_NUMA_TOPOLOGY
+        );
+    }
+
+    #[test]
+    fn reserved_cpus_and_kubelet_reserved_cpus_are_never_handed_out() {
+        let kubelet = (
+            "kubelet.koordinator.sh/cpu-manager-policy",
+            r#"{"policy":"static","reservedCPUs":"2"}"#.to_string(),
+        );
+        let mut s = scheduler_with(vec![
+            node(
+                "n1",
+                &[],
+                &[(
+                    "node.koordinator.sh/reservation",
+                    r#"{"reservedCPUs":"0-1"}"#,
+                )],
+            ),
+            nrt("n1", &[], &[kubelet]),
+            lsr_pod("a", "2", &[]),
+            lsr_pod("b", "2", &[]),
+        ]);
+        // Cores 0,1,2 are partly reserved; only core 3 (3,7) is whole.
+        assert_eq!(bind(&mut s, "a", "n1").unwrap().cpuset, "3,7");
+        // What is left (4,5,6) has no whole core; preferred FullPCPUs takes threads.
+        let b = parse_cpuset(&bind(&mut s, "b", "n1").unwrap().cpuset).unwrap();
+        assert!(b.is_subset(&BTreeSet::from([4, 5, 6])), "{b:?}");
+    }
+
+    #[test]
+    fn pods_without_cpuset_needs_and_nodes_without_topology() {
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            node("bare", &[], &[]),
+            testutil::pod(PodSpec {
+                name: "ls",
+                requests: &[("cpu", "2")],
+                priority: Some(9000),
+                ..Default::default()
+            }),
+            lsr_pod("lsr", "2", &[]),
+        ]);
+        let ls = s.reserve("default/ls", "n1", t0()).unwrap();
+        assert!(!ls.annotations.contains_key(ANNOTATION_RESOURCE_STATUS));
+        let outcome = testutil::filter(&s, "default/lsr", t0());
+        assert_eq!(
+            outcome.failed_unresolvable["bare"],
+            ERR_INVALID_CPU_TOPOLOGY
+        );
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+    }
+
+    #[test]
+    fn rollback_frees_the_cpuset_and_watched_pods_hold_theirs() {
+        let held = r#"{"cpuset":"0-1,4-5"}"#;
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            lsr_pod("a", "4", &[]),
+            lsr_pod("b", "4", &[]),
+        ]);
+        // A pod already running with a cpuset (from its annotation).
+        let mut running = match lsr_pod("running", "4", &[(ANNOTATION_RESOURCE_STATUS, held)]) {
+            Object::Pod(p) => p,
+            _ => unreachable!(),
+        };
+        running.spec.as_mut().unwrap().node_name = Some("n1".into());
+        s.apply(Change::Upsert(Object::Pod(running)));
+        let reserved = s.reserve("default/a", "n1", t0()).unwrap();
+        assert_eq!(status_of(&reserved.annotations).cpuset, "2-3,6-7");
+        assert!(bind(&mut s, "b", "n1").is_err());
+        s.rollback(&reserved);
+        assert_eq!(bind(&mut s, "b", "n1").unwrap().cpuset, "2-3,6-7");
+    }
+
+    #[test]
+    fn concurrent_binds_never_overlap() {
+        let mut objects = vec![node("n1", &[], &[]), nrt("n1", &[], &[])];
+        let names: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+        for name in &names {
+            objects.push(lsr_pod(name, "2", &[]));
+        }
+        let shared = Arc::new(RwLock::new(scheduler_with(objects)));
+        let handles: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let shared = Arc::clone(&shared);
+                let key = format!("default/{name}");
+                std::thread::spawn(move || {
+                    shared
+                        .write()
+                        .unwrap()
+                        .reserve(&key, "n1", t0())
+                        .ok()
+                        .map(|r| parse_cpuset(&status_of(&r.annotations).cpuset).unwrap())
+                })
+            })
+            .collect();
+        let sets: Vec<BTreeSet<i32>> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect();
+        assert_eq!(sets.len(), 4, "8 cpus hold four 2-cpu pods");
+        let mut union = BTreeSet::new();
+        for set in &sets {
+            assert_eq!(set.len(), 2);
+            assert!(union.is_disjoint(set), "{sets:?}");
+            union.extend(set.iter().copied());
+        }
+        assert_eq!(union.len(), 8);
+    }
+}
