@@ -8,7 +8,7 @@ use koordlet::{COMPONENT, Command, KoordletArgs, NODE_NAME_ENV, capabilities, ru
 async fn main() -> ExitCode {
     let args = KoordletArgs::parse_from(koord_common::cli::go_style_args());
     if let Some(Command::Capabilities(command)) = &args.command {
-        return print_capabilities(&args.system, command);
+        return print_capabilities(&args.system, &args.nri, command);
     }
     if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
         return code;
@@ -20,10 +20,11 @@ async fn main() -> ExitCode {
 /// `koordlet capabilities`: detect, print, exit; no node name or cluster needed.
 fn print_capabilities(
     system: &koordlet::system::SystemArgs,
+    nri: &koordlet::runtimehooks::nri::NriArgs,
     command: &capabilities::CapabilitiesArgs,
 ) -> ExitCode {
-    let caps = capabilities::detect_with(system, &command.detect_options());
-    let printed = capabilities::render(&caps, command.output)
+    let report = capabilities::detect_report(system, &command.detect_options(), nri);
+    let printed = capabilities::render_report(&report, command.output)
         .map_err(|err| err.to_string())
         .and_then(|text| {
             std::io::stdout()

@@ -378,5 +378,77 @@ fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
         .as_str()
         .unwrap();
     let published: Value = serde_json::from_str(annotation).unwrap();
-    assert_eq!(published, json_output());
+    // ... without the `nri` entry, which describes the runtime, not the node.
+    let mut printed = json_output();
+    printed.as_object_mut().unwrap().remove("nri");
+    printed["reasons"].as_object_mut().unwrap().remove("nri");
+    assert_eq!(published, printed);
+    assert!(published.get("nri").is_none());
+}
+
+/// Upstream's default NRI socket (`nri/nri.sock` below `/var/run/`).
+const DEFAULT_NRI_SOCKET: &str = "/var/run/nri/nri.sock";
+
+#[test]
+fn nri_entry_reports_the_default_socket_as_this_machine_has_it() {
+    let caps = json_output();
+    let nri = &caps["nri"];
+    assert_eq!(nri["socket"], DEFAULT_NRI_SOCKET);
+    let present = Path::new(DEFAULT_NRI_SOCKET).exists();
+    assert_eq!(nri["present"], present);
+    assert_eq!(nri["pluginEnabled"], true);
+    if !present {
+        // This machine runs no container runtime.
+        assert_eq!(nri["accepting"], false);
+        assert!(
+            caps["reasons"]["nri"]
+                .as_str()
+                .unwrap()
+                .contains("no NRI socket"),
+            "{caps}"
+        );
+    }
+    let table = stdout_of(&["capabilities"]);
+    let row = table
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some("nri.present"))
+        .unwrap_or_else(|| panic!("no nri.present row in\n{table}"));
+    assert_eq!(
+        row.split_whitespace().nth(1),
+        Some(present.to_string().as_str())
+    );
+}
+
+#[test]
+fn nri_entry_sees_a_listening_socket_given_by_flag() {
+    let dir = TempDir::new("caps-nri").unwrap();
+    let socket = dir.path().join("nri.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let flag = format!("--runtime-hooks-nri-socket-path={}", socket.display());
+    let text = stdout_of(&[&flag, "capabilities", "--output", "json"]);
+    let caps: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(caps["nri"]["socket"], socket.display().to_string());
+    assert_eq!(caps["nri"]["present"], true);
+    assert_eq!(caps["nri"]["accepting"], true);
+    assert!(caps["reasons"].get("nri").is_none(), "{caps}");
+    // The probe really connected (the connection waits in the backlog).
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_ok(),
+        "no connection reached the listener"
+    );
+
+    // A socket file nobody listens on any more: present, not accepting.
+    drop(listener);
+    let text = stdout_of(&[&flag, "capabilities", "-o", "json"]);
+    let caps: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(caps["nri"]["present"], true);
+    assert_eq!(caps["nri"]["accepting"], false);
+    assert!(
+        caps["reasons"]["nri"]
+            .as_str()
+            .unwrap()
+            .contains("refuses connections"),
+        "{caps}"
+    );
 }

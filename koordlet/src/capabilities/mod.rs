@@ -4,7 +4,8 @@
 //! `/sys/fs/resctrl`) and returns a [`NodeCapabilities`] matrix. Every
 //! capability that is absent or could not be determined is `false` (or
 //! `unknown`/`null`) and carries a sentence in [`NodeCapabilities::reasons`].
-//! The matrix is printed by `koordlet capabilities`, published on the Node
+//! The matrix is printed by `koordlet capabilities` (with the NRI socket
+//! probe beside it, [`CapabilitiesReport`]), published on the Node
 //! ([`node_labels_and_annotations`], [`node_patch`]) and exported as the
 //! `koordlet_node_capability` gauge ([`CapabilityMetrics`]).
 //! Keys and their meaning are documented in `koordlet/docs/capabilities.md`.
@@ -12,6 +13,7 @@
 //! Detection does blocking file I/O and one syscall: call it from a blocking
 //! thread, not from the async reactor.
 
+mod nri;
 mod output;
 pub mod parse;
 mod probe;
@@ -25,7 +27,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use output::{render, render_json, render_table};
+pub use nri::{CapabilitiesReport, NRI_KEY, NriCapability, detect_report};
+pub use output::{render, render_json, render_report, render_table};
 pub use probe::{
     CGROUP_RESOURCE_CONTROLLERS, DetectOptions, core_sched_from_prctl, decide_cgroup_version,
     detect, detect_with,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{NodeCapabilities, OutputFormat};
+use super::{CapabilitiesReport, NRI_KEY, NodeCapabilities, OutputFormat};
 
 /// Renders in the chosen format, ending with a newline.
 pub fn render(caps: &NodeCapabilities, format: OutputFormat) -> Result<String, serde_json::Error> {
@@ -20,8 +20,49 @@ pub fn render_json(caps: &NodeCapabilities) -> Result<String, serde_json::Error>
     Ok(text)
 }
 
+/// Renders what `koordlet capabilities` prints: the matrix and the NRI
+/// entry (JSON key `nri`, table rows `nri.*`), ending with a newline.
+pub fn render_report(
+    report: &CapabilitiesReport,
+    format: OutputFormat,
+) -> Result<String, serde_json::Error> {
+    match format {
+        OutputFormat::Table => {
+            let mut rows = table_rows(&report.node);
+            let nri = &report.nri;
+            let nri_reason = report
+                .node
+                .reasons
+                .get(NRI_KEY)
+                .cloned()
+                .unwrap_or_default();
+            rows.extend([
+                ("nri.socket", nri.socket.clone(), String::new()),
+                ("nri.present", nri.present.to_string(), String::new()),
+                ("nri.accepting", nri.accepting.to_string(), nri_reason),
+                (
+                    "nri.pluginEnabled",
+                    nri.plugin_enabled.to_string(),
+                    String::new(),
+                ),
+            ]);
+            Ok(format_rows(&rows))
+        }
+        OutputFormat::Json => {
+            let mut text = serde_json::to_string_pretty(report)?;
+            text.push('\n');
+            Ok(text)
+        }
+    }
+}
+
 /// One row per capability: `CAPABILITY  VALUE  REASON`.
 pub fn render_table(caps: &NodeCapabilities) -> String {
+    format_rows(&table_rows(caps))
+}
+
+/// `(JSON path, value, reason)` for each row of the node matrix.
+fn table_rows(caps: &NodeCapabilities) -> Vec<(&'static str, String, String)> {
     let reason = |key: &str| caps.reasons.get(key).cloned().unwrap_or_default();
     let optional = |value: Option<String>| value.unwrap_or_else(|| "-".to_string());
     let cgroup = &caps.cgroup;
@@ -47,7 +88,7 @@ pub fn render_table(caps: &NodeCapabilities) -> String {
         present.join(",")
     };
 
-    let rows: Vec<(&str, String, String)> = vec![
+    vec![
         (
             "cgroup.version",
             cgroup.version.to_string(),
@@ -136,8 +177,11 @@ pub fn render_table(caps: &NodeCapabilities) -> String {
         ("cpuTopology", topology_summary(caps), reason("cpuTopology")),
         ("kernel", caps.kernel.clone(), reason("kernel")),
         ("memoryQos", memory_knobs, reason("memoryQos")),
-    ];
+    ]
+}
 
+/// Aligns the rows under a `CAPABILITY  VALUE  REASON` header.
+fn format_rows(rows: &[(&str, String, String)]) -> String {
     let key_width = rows.iter().map(|(key, _, _)| key.len()).max().unwrap_or(0);
     let value_width = rows
         .iter()

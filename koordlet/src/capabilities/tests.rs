@@ -625,3 +625,103 @@ fn capability_gauges() {
     );
     assert_eq!(CAPABILITY_METRIC, "koordlet_node_capability");
 }
+
+fn nri_probe(socket: &str, present: bool, accepting: bool) -> crate::runtimehooks::nri::NriProbe {
+    crate::runtimehooks::nri::NriProbe {
+        socket: socket.into(),
+        socket_present: present,
+        accepts_connections: accepting,
+        detail: format!("probe detail for {socket}"),
+    }
+}
+
+#[test]
+fn report_json_adds_the_nri_entry_beside_the_matrix() {
+    let dir = TempDir::new("caps-nri-json").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let report = CapabilitiesReport::new(
+        caps.clone(),
+        nri_probe("/run/x/nri.sock", true, false),
+        true,
+    );
+    let text = render_report(&report, OutputFormat::Json).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["nri"]["socket"], "/run/x/nri.sock");
+    assert_eq!(json["nri"]["present"], true);
+    assert_eq!(json["nri"]["accepting"], false);
+    assert_eq!(json["nri"]["pluginEnabled"], true);
+    assert_eq!(json["reasons"]["nri"], "probe detail for /run/x/nri.sock");
+    // The matrix keys stay at the top level.
+    assert_eq!(json["cgroup"]["version"], "v2");
+    assert_eq!(json["cpus"], 4);
+    let back: CapabilitiesReport = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, report);
+    // The matrix alone (published on the Node) has no NRI entry.
+    let matrix: serde_json::Value =
+        serde_json::from_str(&render(&caps, OutputFormat::Json).unwrap()).unwrap();
+    assert!(matrix.get("nri").is_none());
+    assert!(matrix["reasons"].get("nri").is_none());
+}
+
+#[test]
+fn an_accepting_nri_socket_has_no_reason() {
+    let dir = TempDir::new("caps-nri-ok").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let report = CapabilitiesReport::new(caps, nri_probe("/run/nri.sock", true, true), false);
+    assert!(report.nri.present && report.nri.accepting);
+    assert!(!report.nri.plugin_enabled);
+    assert!(!report.node.reasons.contains_key(NRI_KEY));
+}
+
+#[test]
+fn report_table_has_nri_rows() {
+    let dir = TempDir::new("caps-nri-table").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let report =
+        CapabilitiesReport::new(caps, nri_probe("/var/run/nri/nri.sock", false, false), true);
+    let table = render_report(&report, OutputFormat::Table).unwrap();
+    let row = |key: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} row in\n{table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row("nri.socket")[1], "/var/run/nri/nri.sock");
+    assert_eq!(row("nri.present")[1], "false");
+    assert_eq!(row("nri.accepting")[1], "false");
+    assert_eq!(
+        row("nri.accepting")[2..].join(" "),
+        "probe detail for /var/run/nri/nri.sock"
+    );
+    assert_eq!(row("nri.pluginEnabled")[1], "true");
+    // Every matrix row is still there.
+    assert_eq!(row("cgroup.version")[1], "v2");
+}
+
+#[test]
+fn detect_report_probes_the_socket_even_with_the_plugin_disabled() {
+    let dir = TempDir::new("caps-nri-probe").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let socket = dir.path().join("nri.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let nri = <crate::runtimehooks::nri::NriArgs as clap::FromArgMatches>::from_arg_matches(
+        &<crate::runtimehooks::nri::NriArgs as clap::Args>::augment_args(clap::Command::new("t"))
+            .get_matches_from([
+                "t".to_string(),
+                format!("--runtime-hooks-nri-socket-path={}", socket.display()),
+                "--enable-nri-runtime-hook=false".to_string(),
+            ]),
+    )
+    .unwrap();
+    let report = detect_report(&SystemArgs::under(dir.path()), &no_syscall(), &nri);
+    assert_eq!(report.nri.socket, socket.display().to_string());
+    assert!(report.nri.present);
+    assert!(report.nri.accepting);
+    assert!(!report.nri.plugin_enabled);
+}
