@@ -57,13 +57,20 @@ struct NodeLoad {
 }
 
 /// See the module docs.
+/// Resources load-aware tracks per node; cpu and memory come first and
+/// further names from the args fill the remaining slots (extra names beyond
+/// this are ignored). Inline arrays keep a node's figures in one cache line.
+pub const MAX_DIMS: usize = 4;
+
+type Vector = [i64; MAX_DIMS];
+
 /// Thresholds in vector order; 0 = unchecked.
 #[derive(Debug, Clone, Default)]
 struct Thresholds {
-    usage: Vec<i64>,
-    prod: Vec<i64>,
+    usage: Vector,
+    prod: Vector,
     /// Aggregated thresholds and the usage base they apply to.
-    aggregated: Option<Vec<i64>>,
+    aggregated: Option<Vector>,
 }
 
 /// Everything filter and score need for one node, as dense vectors.
@@ -71,17 +78,17 @@ struct Thresholds {
 struct NodeView {
     update_time: Option<SystemTime>,
     has_node_metric: bool,
-    allocatable: Vec<i64>,
+    allocatable: Vector,
     /// node usage + estimates of recently assigned pods.
-    node_base: Vec<i64>,
+    node_base: Vector,
     /// prod pods' usage + their estimates.
-    prod_base: Vec<i64>,
+    prod_base: Vector,
     /// Base for the aggregated filter thresholds (args or node annotation).
-    aggregated_filter_base: Option<Vec<i64>>,
+    aggregated_filter_base: Option<Vector>,
     /// Base for aggregated scoring (args).
-    aggregated_score_base: Option<Vec<i64>>,
-    /// The node's own thresholds from its annotation, when set.
-    custom: Option<Thresholds>,
+    aggregated_score_base: Option<Vector>,
+    /// The node's own thresholds from its annotation, when set (rare, so boxed).
+    custom: Option<Box<Thresholds>>,
 }
 
 /// See the module docs.
@@ -90,7 +97,7 @@ pub struct LoadAware {
     /// Resource names in vector order: cpu, memory, then any other named in the args.
     dims: Vec<String>,
     defaults: Thresholds,
-    weights: Vec<i64>,
+    weights: Vector,
     /// Views by [`NodeInfo::index`].
     views: Vec<Option<NodeView>>,
 }
@@ -157,14 +164,16 @@ impl LoadAware {
             .chain(args.estimated_scaling_factors.keys())
             .chain(aggregated_names)
         {
-            if !dims.contains(name) {
+            if !dims.contains(name) && dims.len() < MAX_DIMS {
                 dims.push(name.clone());
             }
         }
-        let vector = |map: &BTreeMap<String, i64>| -> Vec<i64> {
-            dims.iter()
-                .map(|d| map.get(d).copied().unwrap_or(0))
-                .collect()
+        let vector = |map: &BTreeMap<String, i64>| -> Vector {
+            let mut out = [0; MAX_DIMS];
+            for (slot, name) in out.iter_mut().zip(&dims) {
+                *slot = map.get(name).copied().unwrap_or(0);
+            }
+            out
         };
         let defaults = Thresholds {
             usage: vector(&args.usage_thresholds),
@@ -185,8 +194,12 @@ impl LoadAware {
         }
     }
 
-    fn vector(&self, resources: &Resources) -> Vec<i64> {
-        self.dims.iter().map(|d| resources.get(d)).collect()
+    fn vector(&self, resources: &Resources) -> Vector {
+        let mut out = [0; MAX_DIMS];
+        for (slot, name) in out.iter_mut().zip(&self.dims) {
+            *slot = resources.get(name);
+        }
+        out
     }
 
     /// The default estimator: max(request, limit) × factor, capped at the limit,
@@ -298,11 +311,12 @@ impl LoadAware {
         });
         let mut prod = load.prod_usage.clone();
         prod.add(&load.prod_delta);
-        let vector = |map: &BTreeMap<String, i64>| -> Vec<i64> {
-            self.dims
-                .iter()
-                .map(|d| map.get(d).copied().unwrap_or(0))
-                .collect()
+        let vector = |map: &BTreeMap<String, i64>| -> Vector {
+            let mut out = [0; MAX_DIMS];
+            for (slot, name) in out.iter_mut().zip(&self.dims) {
+                *slot = map.get(name).copied().unwrap_or(0);
+            }
+            out
         };
         NodeView {
             update_time: load.update_time,
@@ -314,22 +328,22 @@ impl LoadAware {
                 .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
             aggregated_score_base: score_aggregation
                 .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
-            custom: custom.map(|c| Thresholds {
+            custom: custom.map(|c| Box::new(Thresholds {
                 usage: if c.usage_thresholds.is_empty() {
-                    self.defaults.usage.clone()
+                    self.defaults.usage
                 } else {
                     vector(&c.usage_thresholds)
                 },
                 prod: if c.prod_usage_thresholds.is_empty() {
-                    self.defaults.prod.clone()
+                    self.defaults.prod
                 } else {
                     vector(&c.prod_usage_thresholds)
                 },
                 aggregated: match &c.aggregated_usage {
                     Some(agg) => Some(vector(&agg.usage_thresholds)),
-                    None => self.defaults.aggregated.clone(),
+                    None => self.defaults.aggregated,
                 },
-            }),
+            })),
         }
     }
 
@@ -525,7 +539,7 @@ impl Plugin for LoadAware {
         let Some(view) = self.view(node) else {
             return Ok(());
         };
-        let thresholds = view.custom.as_ref().unwrap_or(&self.defaults);
+        let thresholds = view.custom.as_deref().unwrap_or(&self.defaults);
         let prod_pod =
             pod.priority_class == PriorityClass::Prod && thresholds.prod.iter().any(|t| *t != 0);
         let (limits, base, aggregated) = if prod_pod {
@@ -554,7 +568,7 @@ impl Plugin for LoadAware {
         if !view.has_node_metric {
             return Ok(());
         }
-        let incoming = state.read::<Vec<i64>>(INCOMING_ESTIMATE);
+        let incoming = state.read::<Vector>(INCOMING_ESTIMATE);
         for (i, threshold) in limits.iter().enumerate() {
             let total = view.allocatable[i];
             if *threshold == 0 || total == 0 {
@@ -562,7 +576,7 @@ impl Plugin for LoadAware {
             }
             let estimated = base.map_or(0, |b| b[i]) + incoming.map_or(0, |v| v[i]);
             if percent(estimated, total) > *threshold {
-                let name = &self.dims[i];
+                let name = self.dims.get(i).map_or("", String::as_str);
                 let reason = if aggregated {
                     format!("node(s) {name} aggregated usage exceed threshold")
                 } else {
@@ -610,7 +624,7 @@ impl Plugin for LoadAware {
         } else {
             Some(&view.node_base)
         };
-        let incoming = state.read::<Vec<i64>>(INCOMING_ESTIMATE);
+        let incoming = state.read::<Vector>(INCOMING_ESTIMATE);
         let dominant_weight = self.args.dominant_resource_weight;
         let (mut node_score, mut dominant_score, mut weight_sum) = (0i64, 0i64, 0i64);
         if dominant_weight != 0 {
