@@ -10,6 +10,7 @@ pub mod noderesourcesfitplus;
 #[cfg(test)]
 #[path = "tests.rs"]
 mod plugin_tests;
+pub mod reservation;
 pub mod scarceresourceavoidance;
 
 use std::collections::BTreeSet;
@@ -61,6 +62,13 @@ pub const REGISTRY: &[PluginFactory] = &[
         filters: true,
         default_score_weight: 0,
         build: nodenumaresource::build,
+    },
+    PluginFactory {
+        name: reservation::NAME,
+        enabled_by_default: true,
+        filters: true,
+        default_score_weight: 1,
+        build: reservation::build,
     },
     PluginFactory {
         name: loadaware::NAME,
@@ -189,6 +197,7 @@ mod tests {
                 ("ElasticQuota", 0),
                 ("NodeResourcesFit", 0),
                 ("NodeNUMAResource", 0),
+                ("Reservation", 1),
                 ("LoadAwareScheduling", 1)
             ]
         );
@@ -200,6 +209,7 @@ mod tests {
                 ("Coscheduling", 0),
                 ("NodeResourcesFit", 0),
                 ("NodeNUMAResource", 0),
+                ("Reservation", 1),
                 ("LoadAwareScheduling", 5),
                 ("NodeResourcesFitPlus", 2)
             ]

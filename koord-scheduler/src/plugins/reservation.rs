@@ -1,0 +1,677 @@
+//! Reservation: capacity an Available Reservation holds on its node is
+//! usable only by its owners. Owners may take it (Aligned: reservation plus
+//! free node capacity; Restricted: the reserved resources only from the
+//! reservation), non-owners see it as used. Allocate-once reservations close
+//! after their first owner; expired ones (ttl / expires) hold nothing. The
+//! owner pod gets the reservation-allocated annotation at bind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use apis::configuration::selector::label_selector_matches;
+use apis::extension::reservation::{
+    ANNOTATION_RESERVATION_ALLOCATED, LABEL_RESERVATION_ORDER, ReservationAllocated,
+    get_reservation_affinity, get_reservation_allocated, is_reservation_ignored,
+};
+use apis::scheduling::v1alpha1::{
+    DEFAULT_RESERVATION_TTL, Reservation, ReservationAllocatePolicy, ReservationOwner,
+};
+use serde::Deserialize;
+
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::config::{ConfigError, parse_args};
+use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
+use crate::resources::{Resources, pod_requests};
+
+pub const NAME: &str = "Reservation";
+
+pub const REASON_AFFINITY_NOT_MATCHED: &str = "node(s) didn't match reservation affinity";
+
+/// `ReservationArgs` (only the fields this extender uses).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationArgs {
+    #[serde(default)]
+    pub enable_preemption: Option<bool>,
+}
+
+pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
+    let _raw: ReservationArgs = parse_args(NAME, args)?;
+    Ok(Box::new(ReservationPlugin::default()))
+}
+
+/// What the plugin keeps of one Reservation.
+#[derive(Debug, Clone)]
+pub struct ReservationInfo {
+    pub name: String,
+    pub uid: String,
+    pub node: Option<String>,
+    pub available: bool,
+    pub labels: BTreeMap<String, String>,
+    pub allocatable: Resources,
+    pub owners: Vec<ReservationOwner>,
+    pub allocate_once: bool,
+    pub restricted: bool,
+    /// When it stops being usable.
+    pub expires_at: Option<SystemTime>,
+    pub order: i64,
+}
+
+impl ReservationInfo {
+    pub fn from_crd(reservation: &Reservation) -> Self {
+        let meta = &reservation.metadata;
+        let spec = &reservation.spec;
+        let status = reservation.status.as_ref();
+        let allocatable = status
+            .and_then(|s| s.allocatable.as_ref())
+            .map(Resources::from_list)
+            .unwrap_or_else(|| {
+                let pod = k8s_openapi::api::core::v1::Pod {
+                    spec: spec.template.spec.clone(),
+                    ..Default::default()
+                };
+                pod_requests(&pod)
+            });
+        let created = meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0));
+        let expires_at = match &spec.expires {
+            Some(at) => Some(SystemTime::from(at.0)),
+            None => {
+                let ttl = spec
+                    .ttl
+                    .as_ref()
+                    .and_then(|d| d.to_std())
+                    .or_else(|| {
+                        apis::extension::duration::GoDuration::parse(DEFAULT_RESERVATION_TTL)
+                            .ok()
+                            .and_then(|d| d.to_std())
+                    })
+                    .unwrap_or(Duration::ZERO);
+                // ttl 0 means "never expires" upstream.
+                created.filter(|_| !ttl.is_zero()).map(|c| c + ttl)
+            }
+        };
+        let labels = meta.labels.clone().unwrap_or_default();
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            node: reservation.node_name().map(str::to_string),
+            available: reservation.is_available(),
+            order: labels
+                .get(LABEL_RESERVATION_ORDER)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(i64::MAX),
+            labels,
+            allocatable,
+            owners: spec.owners.clone(),
+            allocate_once: spec.allocate_once.unwrap_or(true),
+            restricted: spec.allocate_policy == Some(ReservationAllocatePolicy::Restricted),
+            expires_at,
+        }
+    }
+
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// Whether `pod` is one of the owners.
+    pub fn is_owner(&self, pod: &PodInfo) -> bool {
+        if is_reservation_ignored(pod.labels()) {
+            return false;
+        }
+        self.owners.iter().any(|owner| owner_matches(owner, pod))
+    }
+}
+
+fn owner_matches(owner: &ReservationOwner, pod: &PodInfo) -> bool {
+    let mut any_term = false;
+    if let Some(object) = &owner.object {
+        any_term = true;
+        let uid_ok = object
+            .uid
+            .as_deref()
+            .is_none_or(|u| u.is_empty() || u == pod.uid);
+        let name_ok = object
+            .name
+            .as_deref()
+            .is_none_or(|n| n.is_empty() || n == pod.name);
+        let ns_ok = object
+            .namespace
+            .as_deref()
+            .is_none_or(|n| n.is_empty() || n == pod.namespace);
+        if !(uid_ok && name_ok && ns_ok) {
+            return false;
+        }
+    }
+    if let Some(controller) = &owner.controller {
+        any_term = true;
+        let wanted = &controller.owner_reference;
+        let ns_ok = controller
+            .namespace
+            .as_deref()
+            .is_none_or(|n| n.is_empty() || n == pod.namespace);
+        let owned = pod.pod.metadata.owner_references.iter().flatten().any(|r| {
+            r.controller == Some(true)
+                && (wanted.uid.is_empty() || r.uid == wanted.uid)
+                && (wanted.name.is_empty() || r.name == wanted.name)
+                && (wanted.kind.is_empty() || r.kind == wanted.kind)
+        });
+        if !(ns_ok && owned) {
+            return false;
+        }
+    }
+    if let Some(selector) = &owner.label_selector {
+        any_term = true;
+        if !label_selector_matches(selector, pod.labels()).unwrap_or(false) {
+            return false;
+        }
+    }
+    any_term
+}
+
+/// The pod's choice of reservation, made in pre-filter.
+#[derive(Debug, Clone, Default)]
+struct PodState {
+    /// Reservation names the pod owns and may use (affinity applied), best first.
+    candidates: Vec<String>,
+    /// The pod must run on a reservation (reservation affinity).
+    required: bool,
+}
+
+const STATE_KEY: &str = "Reservation/pod";
+
+/// See the module docs.
+#[derive(Default)]
+pub struct ReservationPlugin {
+    reservations: BTreeMap<String, ReservationInfo>,
+    /// Reservation uid → pod key → requests of the owner pod on it.
+    allocated: HashMap<String, HashMap<String, Resources>>,
+    /// Pod key → reservation chosen in reserve, for pre-bind.
+    pending: HashMap<String, (String, String)>,
+}
+
+impl ReservationPlugin {
+    fn allocated_of(&self, info: &ReservationInfo) -> Resources {
+        let mut total = Resources::new();
+        for requests in self
+            .allocated
+            .get(&info.uid)
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            total.add(requests);
+        }
+        total
+    }
+
+    /// Open for allocation at `now`.
+    fn usable(&self, info: &ReservationInfo, now: SystemTime) -> bool {
+        info.available
+            && info.node.is_some()
+            && !info.is_expired(now)
+            && !(info.allocate_once && self.allocated.get(&info.uid).is_some_and(|m| !m.is_empty()))
+    }
+
+    /// What a reservation still holds for its owners.
+    fn remaining(&self, info: &ReservationInfo) -> Resources {
+        let mut remaining = info.allocatable.clone();
+        remaining.sub(&self.allocated_of(info));
+        let mut clamped = Resources::new();
+        for (name, amount) in remaining.iter() {
+            clamped.set(name, amount.max(0));
+        }
+        clamped
+    }
+
+    fn on_node<'a>(
+        &'a self,
+        node: &'a str,
+        now: SystemTime,
+    ) -> impl Iterator<Item = &'a ReservationInfo> + 'a {
+        self.reservations
+            .values()
+            .filter(move |r| r.node.as_deref() == Some(node) && self.usable(r, now))
+    }
+
+    /// Capacity on the node held for owners, except `skip`'s.
+    fn held(&self, node: &str, now: SystemTime, skip: Option<&str>) -> Resources {
+        let mut held = Resources::new();
+        for info in self.on_node(node, now) {
+            if Some(info.name.as_str()) != skip {
+                held.add(&self.remaining(info));
+            }
+        }
+        held
+    }
+
+    /// Checks `pod` against the node's free capacity, with `extra` added back.
+    fn fits(
+        pod: &PodInfo,
+        node: &NodeInfo,
+        held: &Resources,
+        extra: &Resources,
+    ) -> Result<(), String> {
+        for (name, amount) in pod.requests.iter() {
+            let held_here = held.get(name);
+            if held_here == 0 && extra.get(name) == 0 {
+                continue;
+            }
+            let free =
+                node.allocatable.get(name) - node.requested.get(name) - held_here + extra.get(name);
+            if amount > free {
+                return Err(format!("Insufficient {name} (held by reservations)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first candidate reservation on the node the pod fits in.
+    fn choose(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        state: &PodState,
+        now: SystemTime,
+    ) -> Option<&ReservationInfo> {
+        state
+            .candidates
+            .iter()
+            .filter_map(|name| self.reservations.get(name))
+            .filter(|r| r.node.as_deref() == Some(node.name.as_str()))
+            .find(|info| {
+                let remaining = self.remaining(info);
+                if info.restricted
+                    && info
+                        .allocatable
+                        .iter()
+                        .any(|(name, _)| pod.requests.get(name) > remaining.get(name))
+                {
+                    return false;
+                }
+                let held = self.held(&node.name, now, Some(&info.name));
+                Self::fits(pod, node, &held, &remaining).is_ok()
+            })
+    }
+}
+
+impl Plugin for ReservationPlugin {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
+        match event {
+            ClusterEvent::Object {
+                kind: ObjectKind::Reservation,
+                key,
+            } => match cache.reservations.get(key) {
+                Some(reservation) => {
+                    self.reservations
+                        .insert(key.clone(), ReservationInfo::from_crd(reservation));
+                }
+                None => {
+                    self.reservations.remove(key);
+                }
+            },
+            ClusterEvent::Pod { old, new } => {
+                if let Some(old) = old {
+                    for pods in self.allocated.values_mut() {
+                        pods.remove(&old.key);
+                    }
+                }
+                if let Some(new) = new
+                    && new.node.is_some()
+                {
+                    self.pending.remove(&new.key);
+                    if let Ok(Some(allocated)) = get_reservation_allocated(new.annotations()) {
+                        self.allocated
+                            .entry(allocated.uid)
+                            .or_default()
+                            .insert(new.key.clone(), new.requests.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn pre_filter(
+        &self,
+        pod: &PodInfo,
+        _cache: &ClusterCache,
+        state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        if self.reservations.is_empty() {
+            return Ok(());
+        }
+        let affinity = get_reservation_affinity(pod.annotations())
+            .map_err(|e| Rejection::unresolvable(e.to_string()))?;
+        let now = state.now;
+        let mut candidates: Vec<&ReservationInfo> = self
+            .reservations
+            .values()
+            .filter(|r| self.usable(r, now) && r.is_owner(pod))
+            .filter(|r| match &affinity {
+                None => true,
+                Some(a) => {
+                    (a.name.is_empty() || a.name == r.name)
+                        && a.reservation_selector
+                            .iter()
+                            .all(|(k, v)| r.labels.get(k) == Some(v))
+                }
+            })
+            .collect();
+        candidates.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        state.write(
+            STATE_KEY,
+            PodState {
+                candidates: candidates.iter().map(|r| r.name.clone()).collect(),
+                required: affinity.is_some(),
+            },
+        );
+        Ok(())
+    }
+
+    fn filter(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        let Some(pod_state) = state.read::<PodState>(STATE_KEY) else {
+            return Ok(());
+        };
+        if self.choose(pod, node, pod_state, state.now).is_some() {
+            return Ok(());
+        }
+        if pod_state.required {
+            return Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED));
+        }
+        let held = self.held(&node.name, state.now, None);
+        Self::fits(pod, node, &held, &Resources::new()).map_err(Rejection::unschedulable)
+    }
+
+    /// Only with reservations around, so the extender's score scaling is
+    /// unchanged in clusters that have none.
+    fn scores(&self) -> bool {
+        !self.reservations.is_empty()
+    }
+
+    /// Owner pods prefer nodes where one of their reservations fits them.
+    fn score(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> i64 {
+        match state.read::<PodState>(STATE_KEY) {
+            Some(s) if self.choose(pod, node, s, state.now).is_some() => MAX_NODE_SCORE,
+            _ => 0,
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        pod: &PodInfo,
+        node: &str,
+        cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        let Some(pod_state) = state.read::<PodState>(STATE_KEY) else {
+            return Ok(());
+        };
+        let Some(info) = cache.node(node) else {
+            return Ok(());
+        };
+        let Some(chosen) = self.choose(pod, info, pod_state, state.now) else {
+            return Ok(());
+        };
+        let (name, uid) = (chosen.name.clone(), chosen.uid.clone());
+        self.allocated
+            .entry(uid.clone())
+            .or_default()
+            .insert(pod.key.clone(), pod.requests.clone());
+        self.pending.insert(pod.key.clone(), (name, uid));
+        Ok(())
+    }
+
+    fn unreserve(&mut self, pod: &PodInfo, _node: &str, _cache: &ClusterCache) {
+        if let Some((_, uid)) = self.pending.remove(&pod.key)
+            && let Some(pods) = self.allocated.get_mut(&uid)
+        {
+            pods.remove(&pod.key);
+        }
+    }
+
+    fn pre_bind(
+        &self,
+        pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<BTreeMap<String, String>, Rejection> {
+        let Some((name, uid)) = self.pending.get(&pod.key) else {
+            return Ok(BTreeMap::new());
+        };
+        let value = serde_json::to_string(&ReservationAllocated {
+            name: name.clone(),
+            uid: uid.clone(),
+        })
+        .map_err(|e| Rejection::unresolvable(e.to_string()))?;
+        Ok(BTreeMap::from([(
+            ANNOTATION_RESERVATION_ALLOCATED.to_string(),
+            value,
+        )]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::cache::Object;
+    use crate::framework::Scheduler;
+    use crate::testutil::{self, PodSpec, rfc3339, t0};
+
+    fn reservation(name: &str, node: &str, cpu: &str, spec_extra: Value) -> Object {
+        let mut spec = json!({
+            "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}},
+            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+            "ttl": "1h",
+        });
+        for (k, v) in spec_extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        Object::Reservation(
+            serde_json::from_value(json!({
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "Reservation",
+                "metadata": {"name": name, "uid": format!("{name}-uid"), "creationTimestamp": rfc3339(t0()), "labels": {"pool": "a"}},
+                "spec": spec,
+                "status": {"phase": "Available", "nodeName": node, "allocatable": {"cpu": cpu}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn cpu_pod(name: &str, cpu: &str, annotations: &[(&str, &str)]) -> Object {
+        testutil::pod(PodSpec {
+            name,
+            requests: &[("cpu", cpu)],
+            annotations,
+            ..Default::default()
+        })
+    }
+
+    fn cluster(objects: Vec<Object>) -> Scheduler {
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "8"), ("memory", "16Gi")]),
+                testutil::node("n2", &[("cpu", "8"), ("memory", "16Gi")]),
+                testutil::pod(PodSpec {
+                    name: "busy",
+                    node: Some("n2"),
+                    requests: &[("cpu", "6")],
+                    ..Default::default()
+                }),
+            ],
+        );
+        testutil::load(&mut s, objects);
+        s
+    }
+
+    fn allocated_of(annotations: &BTreeMap<String, String>) -> Option<ReservationAllocated> {
+        annotations
+            .get(ANNOTATION_RESERVATION_ALLOCATED)
+            .map(|v| serde_json::from_str(v).unwrap())
+    }
+
+    #[test]
+    fn non_owners_cannot_use_reserved_capacity_and_owners_consume_it_once() {
+        let mut s = cluster(vec![
+            reservation("r1", "n1", "4", json!({})),
+            cpu_pod("stranger", "6", &[]),
+            cpu_pod("owner", "6", &[]),
+        ]);
+        let outcome = testutil::filter(&s, "default/stranger", t0());
+        assert_eq!(
+            outcome.failed["n1"],
+            "Insufficient cpu (held by reservations)"
+        );
+        // (n2's own fullness is kube-scheduler's to check, not this plugin's.)
+        assert!(!outcome.feasible.contains(&"n1".to_string()));
+
+        // The owner fits on n1: 4 reserved + 4 free.
+        let outcome = testutil::filter(&s, "default/owner", t0());
+        assert!(outcome.feasible.contains(&"n1".to_string()));
+        let reserved = s.reserve("default/owner", "n1", t0()).unwrap();
+        assert_eq!(
+            allocated_of(&reserved.annotations),
+            Some(ReservationAllocated {
+                name: "r1".into(),
+                uid: "r1-uid".into()
+            })
+        );
+        // Allocate-once: the reservation is closed and holds nothing any more;
+        // the 2 cpus left on n1 are anybody's.
+        testutil::load(&mut s, vec![cpu_pod("small", "2", &[])]);
+        let outcome = testutil::filter(&s, "default/small", t0());
+        assert_eq!(outcome.feasible, vec!["n1".to_string(), "n2".to_string()]);
+        let with_big = s.reserve("default/small", "n1", t0());
+        assert!(with_big.is_ok());
+    }
+
+    #[test]
+    fn rollback_returns_the_reservation_to_its_owners() {
+        let mut s = cluster(vec![
+            reservation("r1", "n1", "4", json!({})),
+            cpu_pod("owner", "6", &[]),
+            cpu_pod("stranger", "6", &[]),
+        ]);
+        let reserved = s.reserve("default/owner", "n1", t0()).unwrap();
+        s.rollback(&reserved);
+        // Held again: the stranger is still kept off n1.
+        let outcome = testutil::filter(&s, "default/stranger", t0());
+        assert!(outcome.failed.contains_key("n1"));
+        let again = s.reserve("default/owner", "n1", t0()).unwrap();
+        assert!(allocated_of(&again.annotations).is_some());
+    }
+
+    #[test]
+    fn expired_reservations_hold_nothing_and_serve_nobody() {
+        let later = t0() + Duration::from_secs(3601);
+        let mut s = cluster(vec![
+            reservation("ttl", "n1", "4", json!({})),
+            cpu_pod("stranger", "6", &[]),
+            cpu_pod("owner", "6", &[]),
+        ]);
+        assert!(
+            testutil::filter(&s, "default/stranger", t0())
+                .failed
+                .contains_key("n1")
+        );
+        let outcome = testutil::filter(&s, "default/stranger", later);
+        assert!(outcome.feasible.contains(&"n1".to_string()));
+        let reserved = s.reserve("default/owner", "n1", later).unwrap();
+        assert!(allocated_of(&reserved.annotations).is_none());
+
+        // `expires` wins over ttl.
+        let expires = rfc3339(t0() + Duration::from_secs(10));
+        let mut s = cluster(vec![
+            reservation("abs", "n1", "4", json!({"expires": expires, "ttl": "10h"})),
+            cpu_pod("stranger", "6", &[]),
+        ]);
+        let at = t0() + Duration::from_secs(11);
+        assert_eq!(
+            testutil::filter(&s, "default/stranger", at).feasible,
+            vec!["n1".to_string(), "n2".to_string()]
+        );
+        let _ = &mut s;
+    }
+
+    #[test]
+    fn owner_mismatch_restricted_policy_and_affinity() {
+        let restricted = json!({"allocatePolicy": "Restricted", "allocateOnce": false});
+        let selector_owner =
+            json!({"owners": [{"labelSelector": {"matchLabels": {"app": "web"}}}]});
+        let mut s = cluster(vec![
+            reservation("r1", "n1", "4", restricted),
+            reservation("r2", "n2", "2", selector_owner),
+            // Named "owner" but in another namespace: not an owner.
+            testutil::pod(PodSpec {
+                namespace: "other",
+                name: "owner",
+                requests: &[("cpu", "6")],
+                ..Default::default()
+            }),
+            cpu_pod("owner", "6", &[]),
+            testutil::pod(PodSpec {
+                name: "web",
+                requests: &[("cpu", "2")],
+                labels: &[("app", "web")],
+                annotations: &[(
+                    "scheduling.koordinator.sh/reservation-affinity",
+                    r#"{"reservationSelector":{"pool":"a"}}"#,
+                )],
+                ..Default::default()
+            }),
+            testutil::pod(PodSpec {
+                name: "pinned",
+                requests: &[("cpu", "1")],
+                annotations: &[(
+                    "scheduling.koordinator.sh/reservation-affinity",
+                    r#"{"name":"missing"}"#,
+                )],
+                ..Default::default()
+            }),
+        ]);
+        assert!(
+            testutil::filter(&s, "other/owner", t0())
+                .failed
+                .contains_key("n1")
+        );
+        // Restricted: 6 cpus do not fit in the 4 reserved, so the owner is a stranger.
+        assert!(
+            testutil::filter(&s, "default/owner", t0())
+                .failed
+                .contains_key("n1")
+        );
+        // Label-selector owner with a matching affinity takes r2 on the busy node.
+        let web = s.reserve("default/web", "n2", t0()).unwrap();
+        assert_eq!(allocated_of(&web.annotations).unwrap().name, "r2");
+        let outcome = testutil::filter(&s, "default/pinned", t0());
+        assert_eq!(
+            outcome.failed_unresolvable["n1"],
+            REASON_AFFINITY_NOT_MATCHED
+        );
+    }
+}
