@@ -4,6 +4,7 @@
 
 pub mod cri;
 pub mod node_runtime;
+pub mod proxy_harness;
 
 use std::time::Duration;
 

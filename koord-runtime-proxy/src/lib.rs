@@ -1,11 +1,29 @@
 //! koord-runtime-proxy: sits between the kubelet and the container runtime on
-//! the CRI socket and calls hook servers around lifecycle calls. This build
-//! provides the process shell only: flags, health/metrics serving and a check
-//! of the backend runtime socket. It does not listen on the CRI endpoint yet.
+//! the CRI (v1) socket and calls hook servers around lifecycle calls; see
+//! `docs/proxy.md`.
+
+pub mod config;
+pub mod dispatcher;
+pub mod merge;
+pub mod metrics;
+pub mod proxy;
+pub mod store;
+
+/// CRI v1 (`runtime.v1`) messages and client, generated from `proto/cri/api.proto`.
+pub mod cri {
+    #[allow(clippy::all, clippy::pedantic, missing_docs)]
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/runtime.v1.rs"));
+    }
+}
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use clap::Parser;
 use koord_common::health::{CheckFuture, HealthCheck};
@@ -27,7 +45,7 @@ pub const DEFAULT_HOOK_SERVER_CONFIG_DIR: &str = "/etc/runtime/hookserver.d";
 /// loopback because the proxy runs on the host, outside any pod network.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9318";
 
-/// Readiness check that stays failing until CRI proxying exists.
+/// Readiness check: the CRI socket is served and the store was rebuilt.
 pub const CRI_PROXY_CHECK: &str = "cri-proxy";
 /// Readiness check that the backend runtime socket accepts connections.
 pub const BACKEND_CHECK: &str = "backend";
@@ -126,6 +144,10 @@ pub struct RuntimeProxyArgs {
     #[arg(long = "hook-server-config-dir", default_value = DEFAULT_HOOK_SERVER_CONFIG_DIR, value_name = "DIR")]
     pub hook_server_config_dir: PathBuf,
 
+    /// Longest wait for one hook-server call.
+    #[arg(long = "hook-call-timeout", default_value = "5s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub hook_call_timeout: Duration,
+
     /// Address of the /healthz, /readyz and /metrics server ("0" disables it).
     #[arg(long = "metrics-addr", default_value = DEFAULT_METRICS_ADDR, value_name = "ADDR")]
     pub metrics_addr: ServeAt,
@@ -182,6 +204,44 @@ impl HealthCheck for BackendSocketCheck {
     }
 }
 
+/// How long start-up waits for the runtime before serving without a rebuilt store.
+pub const STORE_REBUILD_WAIT: Duration = Duration::from_secs(10);
+
+/// A lazily connected gRPC channel to a unix socket.
+pub fn unix_channel(path: PathBuf) -> Channel {
+    // The URI is required by tonic but unused: every connection goes to the socket.
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(
+        move |_: Uri| {
+            let path = path.clone();
+            async move {
+                tokio::net::UnixStream::connect(path)
+                    .await
+                    .map(TokioIo::new)
+            }
+        },
+    ))
+}
+
+/// Rebuilds the store from the runtime, retrying until it answers.
+async fn rebuild_store(proxy: &proxy::Proxy) {
+    let mut client =
+        cri::v1::runtime_service_client::RuntimeServiceClient::new(proxy.backend.runtime.clone());
+    loop {
+        match proxy::snapshot_runtime(&mut client).await {
+            Ok(snapshot) => {
+                proxy.store.rebuild(snapshot);
+                let (pods, containers) = proxy.store.counts();
+                tracing::info!(pods, containers, "metadata store rebuilt from the runtime");
+                return;
+            }
+            Err(status) => {
+                tracing::warn!(%status, "cannot list pods from the runtime yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 /// Runs until a signal or a failure; `Err` means start-up failed.
 pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
     if args.backend_runtime_mode == BackendRuntimeMode::Docker {
@@ -189,7 +249,9 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
     }
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
-    context.mark_not_implemented(CRI_PROXY_CHECK);
+    let ready = context
+        .health
+        .readiness_status(CRI_PROXY_CHECK, Err("CRI socket not served yet".into()));
     context.health.add_readiness_check(
         BACKEND_CHECK,
         BackendSocketCheck::new(args.remote_runtime_service_endpoint.clone()),
@@ -204,15 +266,64 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
         None => None,
     };
 
-    tracing::warn!(
+    let metrics = metrics::ProxyMetrics::register(&context.metrics);
+    let registry =
+        config::Registry::watch(args.hook_server_config_dir.clone(), Duration::from_secs(1));
+    let runtime = unix_channel(args.remote_runtime_service_endpoint.path().to_path_buf());
+    let image = match &args.remote_image_service_endpoint {
+        Some(endpoint) => unix_channel(endpoint.path().to_path_buf()),
+        None => runtime.clone(),
+    };
+    let proxy = Arc::new(proxy::Proxy {
+        backend: proxy::Backend { runtime, image },
+        dispatcher: dispatcher::Dispatcher::new(registry, args.hook_call_timeout, metrics.clone()),
+        store: store::MetaStore::default(),
+        metrics,
+        skip: proxy::SkipLabel {
+            key: args.runtime_hook_server_key.clone(),
+            value: args.runtime_hook_server_val.clone(),
+        },
+    });
+    // Calls that arrive before the store is rebuilt would miss pod context,
+    // so give the runtime a moment to answer before serving.
+    let rebuilt = {
+        let proxy = Arc::clone(&proxy);
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            rebuild_store(&proxy).await;
+            ready.set_passing();
+        })
+    };
+    if tokio::time::timeout(STORE_REBUILD_WAIT, rebuilt)
+        .await
+        .is_err()
+    {
+        tracing::warn!("serving CRI before the metadata store could be rebuilt");
+    }
+
+    let socket = args.runtime_proxy_endpoint.path().to_path_buf();
+    if let Some(parent) = socket.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    // A socket left by a previous run would make bind fail.
+    match std::fs::remove_file(&socket) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err.into()),
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(&socket)?;
+    tracing::info!(
         endpoint = %args.runtime_proxy_endpoint,
         backend = %args.remote_runtime_service_endpoint,
-        "CRI proxying is not implemented in this build yet: not listening on {}; \
-         the kubelet must keep talking to {} directly",
-        args.runtime_proxy_endpoint,
-        args.remote_runtime_service_endpoint,
+        "serving CRI"
     );
-    Ok(context.wait_for_shutdown(server).await)
+    let shutdown = context.shutdown.clone();
+    let serving = tokio::spawn(Arc::clone(&proxy).serve(listener, async move {
+        shutdown.wait().await;
+    }));
+    let reason = context.wait_for_shutdown(server).await;
+    let _ = serving.await;
+    let _ = std::fs::remove_file(&socket);
+    Ok(reason)
 }
 
 #[cfg(test)]

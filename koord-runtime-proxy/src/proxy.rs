@@ -1,0 +1,481 @@
+//! The CRI server: intercepted RuntimeService calls go through the hook
+//! servers; every other call (ImageService, streaming, unknown methods) is
+//! forwarded as raw HTTP/2 to the backend, so answers and errors come back
+//! exactly as the runtime sent them.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::UnixListener;
+use tonic::codegen::http;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::config::{CriMethod, FailurePolicy, HookPhase, HookType};
+use crate::cri::v1 as cri;
+use crate::cri::v1::runtime_service_client::RuntimeServiceClient;
+use crate::dispatcher::{Dispatched, Dispatcher};
+use crate::merge;
+use crate::metrics::ProxyMetrics;
+use crate::store::{self, ContainerEntry, MetaStore, RuntimeSnapshot};
+
+type Response = http::Response<tonic::body::Body>;
+
+/// The backend runtime's sockets.
+#[derive(Clone)]
+pub struct Backend {
+    pub runtime: Channel,
+    pub image: Channel,
+}
+
+impl Backend {
+    fn client(&self) -> RuntimeServiceClient<Channel> {
+        RuntimeServiceClient::new(self.runtime.clone())
+    }
+}
+
+/// Pods carrying this label skip the hook servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkipLabel {
+    pub key: String,
+    pub value: String,
+}
+
+impl SkipLabel {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        labels.get(&self.key) == Some(&self.value)
+    }
+}
+
+pub struct Proxy {
+    pub backend: Backend,
+    pub dispatcher: Dispatcher,
+    pub store: MetaStore,
+    pub metrics: ProxyMetrics,
+    pub skip: SkipLabel,
+}
+
+/// A pre-hook's outcome: the answer to merge, nothing, or the refusal.
+fn pre_hook_outcome<T>(dispatched: Dispatched<T>) -> Result<Option<T>, Status> {
+    match dispatched {
+        None => Ok(None),
+        Some((Ok(answer), _)) => Ok(Some(answer)),
+        Some((Err(error), FailurePolicy::Fail)) => Err(Status::new(
+            Code::Unknown,
+            format!("hook server err (failure-policy Fail): {error}"),
+        )),
+        Some((Err(_), _)) => Ok(None),
+    }
+}
+
+/// Serves one unary call with typed messages.
+async fn unary<Req, Resp, F, Fut>(request: http::Request<Incoming>, handler: F) -> Response
+where
+    Req: prost::Message + Default + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+    F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'static,
+{
+    let mut handler = Some(handler);
+    let service = tower::service_fn(move |request: tonic::Request<Req>| {
+        let handler = handler.take();
+        async move {
+            match handler {
+                Some(handler) => handler(request).await,
+                None => Err(Status::internal("request handler used twice")),
+            }
+        }
+    });
+    tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+        .unary(service, request)
+        .await
+}
+
+fn forwarded<T>(request: tonic::Request<T>) -> (tonic::metadata::MetadataMap, T) {
+    let (metadata, _, message) = request.into_parts();
+    (metadata, message)
+}
+
+fn outgoing<T>(metadata: tonic::metadata::MetadataMap, message: T) -> tonic::Request<T> {
+    tonic::Request::from_parts(metadata, Default::default(), message)
+}
+
+impl Proxy {
+    /// Serves CRI on `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        tracing::warn!(%error, "accepting a CRI connection failed");
+                        continue;
+                    }
+                },
+                () = &mut shutdown => return,
+            };
+            let proxy = Arc::clone(&self);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let proxy = Arc::clone(&proxy);
+                    async move { Ok::<_, Infallible>(proxy.handle(request).await) }
+                });
+                if let Err(error) = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%error, "CRI connection ended");
+                }
+            });
+        }
+    }
+
+    /// Answers one CRI request.
+    pub async fn handle(self: Arc<Self>, request: http::Request<Incoming>) -> Response {
+        let path = request.uri().path().to_string();
+        let method_name = path.rsplit('/').next().unwrap_or_default().to_string();
+        self.metrics.call(&method_name);
+        let response = match CriMethod::from_path(&path) {
+            Some(method) => Arc::clone(&self).intercept(method, request).await,
+            None => self.pass_through(&path, request).await,
+        };
+        if let Some(code) = grpc_code(&response)
+            && code != Code::Ok
+        {
+            self.metrics.error(&method_name, code);
+        }
+        response
+    }
+
+    async fn pass_through(&self, path: &str, request: http::Request<Incoming>) -> Response {
+        let channel = if path.starts_with("/runtime.v1.ImageService/") {
+            self.backend.image.clone()
+        } else {
+            self.backend.runtime.clone()
+        };
+        let request = request.map(tonic::body::Body::new);
+        match tower::ServiceExt::oneshot(channel, request).await {
+            Ok(response) => response,
+            Err(error) => {
+                Status::unavailable(format!("backend runtime unreachable: {error}")).into_http()
+            }
+        }
+    }
+
+    async fn intercept(
+        self: Arc<Self>,
+        method: CriMethod,
+        request: http::Request<Incoming>,
+    ) -> Response {
+        let proxy = self;
+        match method {
+            CriMethod::RunPodSandbox => {
+                unary(
+                    request,
+                    move |r| async move { proxy.run_pod_sandbox(r).await },
+                )
+                .await
+            }
+            CriMethod::StopPodSandbox => {
+                unary(
+                    request,
+                    move |r| async move { proxy.stop_pod_sandbox(r).await },
+                )
+                .await
+            }
+            CriMethod::RemovePodSandbox => {
+                unary(request, move |r| async move {
+                    proxy.remove_pod_sandbox(r).await
+                })
+                .await
+            }
+            CriMethod::CreateContainer => {
+                unary(
+                    request,
+                    move |r| async move { proxy.create_container(r).await },
+                )
+                .await
+            }
+            CriMethod::StartContainer => {
+                unary(
+                    request,
+                    move |r| async move { proxy.start_container(r).await },
+                )
+                .await
+            }
+            CriMethod::StopContainer => {
+                unary(
+                    request,
+                    move |r| async move { proxy.stop_container(r).await },
+                )
+                .await
+            }
+            CriMethod::RemoveContainer => {
+                unary(
+                    request,
+                    move |r| async move { proxy.remove_container(r).await },
+                )
+                .await
+            }
+            CriMethod::UpdateContainerResources => {
+                unary(request, move |r| async move {
+                    proxy.update_container_resources(r).await
+                })
+                .await
+            }
+        }
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        request: tonic::Request<cri::RunPodSandboxRequest>,
+    ) -> Result<tonic::Response<cri::RunPodSandboxResponse>, Status> {
+        let (metadata, mut message) = forwarded(request);
+        let mut context = merge::pod_hook_request(&message);
+        if !self.skip.matches(&context.labels) {
+            let stage = HookType::PreRunPodSandbox;
+            let dispatched = self.dispatcher.pod_hook(stage, context.clone()).await;
+            if let Some(answer) = pre_hook_outcome(dispatched)? {
+                merge::merge_pod_answer(&mut message, &mut context, &answer);
+            }
+        }
+        let response = self
+            .backend
+            .client()
+            .run_pod_sandbox(outgoing(metadata, message))
+            .await?;
+        self.store
+            .put_pod(&response.get_ref().pod_sandbox_id, context);
+        Ok(response)
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        request: tonic::Request<cri::StopPodSandboxRequest>,
+    ) -> Result<tonic::Response<cri::StopPodSandboxResponse>, Status> {
+        let (metadata, message) = forwarded(request);
+        let pod = self.store.pod(&message.pod_sandbox_id);
+        let result = self
+            .backend
+            .client()
+            .stop_pod_sandbox(outgoing(metadata, message))
+            .await;
+        if let Some(pod) = pod.filter(|pod| !self.skip.matches(&pod.labels)) {
+            let stage = CriMethod::StopPodSandbox.hook(HookPhase::Post);
+            if let Some(stage) = stage {
+                let _ = self.dispatcher.pod_hook(stage, pod).await;
+            }
+        }
+        result
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        request: tonic::Request<cri::RemovePodSandboxRequest>,
+    ) -> Result<tonic::Response<cri::RemovePodSandboxResponse>, Status> {
+        let (metadata, message) = forwarded(request);
+        let id = message.pod_sandbox_id.clone();
+        let response = self
+            .backend
+            .client()
+            .remove_pod_sandbox(outgoing(metadata, message))
+            .await?;
+        self.store.remove_pod(&id);
+        Ok(response)
+    }
+
+    async fn create_container(
+        &self,
+        request: tonic::Request<cri::CreateContainerRequest>,
+    ) -> Result<tonic::Response<cri::CreateContainerResponse>, Status> {
+        let (metadata, mut message) = forwarded(request);
+        let pod_id = message.pod_sandbox_id.clone();
+        let pod = self.store.pod(&pod_id);
+        let mut context = merge::container_hook_request(&message, pod.as_ref());
+        if !self.skip.matches(&context.pod_labels) {
+            let dispatched = self
+                .dispatcher
+                .container_hook(HookType::PreCreateContainer, context.clone())
+                .await;
+            if let Some(answer) = pre_hook_outcome(dispatched)? {
+                merge::merge_create_answer(&mut message, &mut context, &answer);
+            }
+        }
+        let response = self
+            .backend
+            .client()
+            .create_container(outgoing(metadata, message))
+            .await?;
+        let id = response.get_ref().container_id.clone();
+        if let Some(meta) = context.container_meta.as_mut() {
+            meta.id = id.clone();
+        }
+        self.store.put_container(
+            &id,
+            ContainerEntry {
+                pod_id,
+                request: context,
+            },
+        );
+        Ok(response)
+    }
+
+    /// The stored context of a container whose pod does not skip hooks.
+    fn hooked_container(&self, id: &str) -> Option<ContainerEntry> {
+        self.store
+            .container(id)
+            .filter(|entry| !self.skip.matches(&entry.request.pod_labels))
+    }
+
+    async fn start_container(
+        &self,
+        request: tonic::Request<cri::StartContainerRequest>,
+    ) -> Result<tonic::Response<cri::StartContainerResponse>, Status> {
+        let (metadata, message) = forwarded(request);
+        let entry = self.hooked_container(&message.container_id);
+        if let Some(entry) = &entry {
+            let dispatched = self
+                .dispatcher
+                .container_hook(HookType::PreStartContainer, entry.request.clone())
+                .await;
+            pre_hook_outcome(dispatched)?;
+        }
+        let result = self
+            .backend
+            .client()
+            .start_container(outgoing(metadata, message))
+            .await;
+        if let Some(entry) = entry {
+            let _ = self
+                .dispatcher
+                .container_hook(HookType::PostStartContainer, entry.request)
+                .await;
+        }
+        result
+    }
+
+    async fn stop_container(
+        &self,
+        request: tonic::Request<cri::StopContainerRequest>,
+    ) -> Result<tonic::Response<cri::StopContainerResponse>, Status> {
+        let (metadata, message) = forwarded(request);
+        let entry = self.hooked_container(&message.container_id);
+        let result = self
+            .backend
+            .client()
+            .stop_container(outgoing(metadata, message))
+            .await;
+        if let Some(entry) = entry {
+            let _ = self
+                .dispatcher
+                .container_hook(HookType::PostStopContainer, entry.request)
+                .await;
+        }
+        result
+    }
+
+    async fn remove_container(
+        &self,
+        request: tonic::Request<cri::RemoveContainerRequest>,
+    ) -> Result<tonic::Response<cri::RemoveContainerResponse>, Status> {
+        let (metadata, message) = forwarded(request);
+        let id = message.container_id.clone();
+        let response = self
+            .backend
+            .client()
+            .remove_container(outgoing(metadata, message))
+            .await?;
+        self.store.remove_container(&id);
+        Ok(response)
+    }
+
+    async fn update_container_resources(
+        &self,
+        request: tonic::Request<cri::UpdateContainerResourcesRequest>,
+    ) -> Result<tonic::Response<cri::UpdateContainerResourcesResponse>, Status> {
+        let (metadata, mut message) = forwarded(request);
+        let entry = self.hooked_container(&message.container_id);
+        let mut updated = None;
+        if let Some(mut entry) = entry {
+            merge::update_context_from_request(&mut entry.request, &message);
+            let dispatched = self
+                .dispatcher
+                .container_hook(HookType::PreUpdateContainerResources, entry.request.clone())
+                .await;
+            if let Some(answer) = pre_hook_outcome(dispatched)? {
+                merge::merge_update_answer(&mut message, &mut entry.request, &answer);
+            }
+            updated = Some(entry);
+        }
+        let id = message.container_id.clone();
+        let response = self
+            .backend
+            .client()
+            .update_container_resources(outgoing(metadata, message))
+            .await?;
+        if let Some(entry) = updated {
+            self.store.put_container(&id, entry);
+        }
+        Ok(response)
+    }
+}
+
+/// The gRPC status of a response when it is in the headers (errors
+/// produced locally, trailers-only answers); streamed statuses are not seen.
+fn grpc_code(response: &Response) -> Option<Code> {
+    let value = response.headers().get("grpc-status")?;
+    let number: i32 = value.to_str().ok()?.parse().ok()?;
+    Some(Code::from_i32(number))
+}
+
+/// Reads pods and containers (with their status) from the runtime.
+pub async fn snapshot_runtime(
+    client: &mut RuntimeServiceClient<Channel>,
+) -> Result<RuntimeSnapshot, Status> {
+    let mut snapshot = RuntimeSnapshot::default();
+    let sandboxes = client
+        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+        .await?
+        .into_inner()
+        .items;
+    for sandbox in sandboxes {
+        let info = client
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox.id.clone(),
+                verbose: true,
+            })
+            .await
+            .map(|response| response.into_inner().info)
+            .unwrap_or_default();
+        let parent = store::cgroup_parent_from_info(&info);
+        snapshot.sandboxes.push((sandbox, parent));
+    }
+    let containers = client
+        .list_containers(cri::ListContainersRequest::default())
+        .await?
+        .into_inner()
+        .containers;
+    for container in containers {
+        let resources = client
+            .container_status(cri::ContainerStatusRequest {
+                container_id: container.id.clone(),
+                verbose: false,
+            })
+            .await
+            .ok()
+            .and_then(|response| response.into_inner().status)
+            .and_then(|status| status.resources)
+            .and_then(|resources| resources.linux);
+        snapshot.containers.push((container, resources));
+    }
+    Ok(snapshot)
+}
