@@ -43,6 +43,9 @@ const WRITE_CONCURRENCY: usize = 8;
 /// Controller names for `--controllers`.
 pub const ALL_CONTROLLERS: [&str; 4] = ["nodeslo", "nodemetric", "noderesource", "quotaprofile"];
 
+/// Full-pass period when `--sync-period` is 0.
+const DEFAULT_FULL_PASS_PERIOD: Duration = Duration::from_secs(60);
+
 /// Flags of the controllers and of leader election (upstream names).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ControllerArgs {
@@ -82,7 +85,8 @@ pub struct ControllerArgs {
     )]
     pub slo_config_name: String,
 
-    /// Period of full passes over every node (e.g. `60s`).
+    /// Period of full passes over every node (e.g. `60s`); `0`, which
+    /// upstream's chart passes, keeps the default.
     #[arg(long = "sync-period", default_value = "60s", value_parser = koord_common::cluster::parse_duration)]
     pub sync_period: Duration,
 
@@ -93,6 +97,16 @@ pub struct ControllerArgs {
 }
 
 impl ControllerArgs {
+    /// The period between full passes; a zero `--sync-period` (never a busy
+    /// loop) means the 60 s default.
+    pub fn full_pass_period(&self) -> Duration {
+        if self.sync_period.is_zero() {
+            DEFAULT_FULL_PASS_PERIOD
+        } else {
+            self.sync_period
+        }
+    }
+
     /// Whether `name` is switched on by `--controllers`.
     pub fn is_enabled(&self, name: &str) -> bool {
         let mut star = false;
@@ -859,7 +873,7 @@ pub async fn run_controllers(
                     _ = shutdown.wait() => return,
                 }
             }
-            _ = tokio::time::sleep(args.sync_period) => {}
+            _ = tokio::time::sleep(args.full_pass_period()) => {}
             _ = shutdown.wait() => return,
         }
     }

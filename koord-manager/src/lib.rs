@@ -163,6 +163,20 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_sync_period_from_upstream_manifests_keeps_the_default_pass_period() {
+        let zero = ManagerArgs::try_parse_from(["koord-manager", "--sync-period=0"]).unwrap();
+        assert_eq!(
+            zero.controller.full_pass_period(),
+            std::time::Duration::from_secs(60)
+        );
+        let five = ManagerArgs::try_parse_from(["koord-manager", "--sync-period=5m"]).unwrap();
+        assert_eq!(
+            five.controller.full_pass_period(),
+            std::time::Duration::from_secs(300)
+        );
+    }
+
+    #[test]
     fn upstream_manifest_flags_parse() {
         let argv = koord_common::cli::normalize_go_flag_args(
             [
