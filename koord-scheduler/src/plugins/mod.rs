@@ -2,6 +2,7 @@
 //! A new plugin is one module plus one [`PluginFactory`] row in [`REGISTRY`].
 
 pub mod coscheduling;
+pub mod deviceshare;
 pub mod elasticquota;
 pub mod loadaware;
 pub mod nodenumaresource;
@@ -69,6 +70,13 @@ pub const REGISTRY: &[PluginFactory] = &[
         filters: true,
         default_score_weight: 1,
         build: reservation::build,
+    },
+    PluginFactory {
+        name: deviceshare::NAME,
+        enabled_by_default: true,
+        filters: true,
+        default_score_weight: 0,
+        build: deviceshare::build,
     },
     PluginFactory {
         name: loadaware::NAME,
@@ -198,6 +206,7 @@ mod tests {
                 ("NodeResourcesFit", 0),
                 ("NodeNUMAResource", 0),
                 ("Reservation", 1),
+                ("DeviceShare", 0),
                 ("LoadAwareScheduling", 1)
             ]
         );
@@ -210,6 +219,7 @@ mod tests {
                 ("NodeResourcesFit", 0),
                 ("NodeNUMAResource", 0),
                 ("Reservation", 1),
+                ("DeviceShare", 0),
                 ("LoadAwareScheduling", 5),
                 ("NodeResourcesFitPlus", 2)
             ]

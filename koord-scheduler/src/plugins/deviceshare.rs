@@ -1,0 +1,580 @@
+//! DeviceShare: GPUs from the node's Device CR, allocated per device.
+//! Requests are normalized to per-GPU core / memory-ratio percentages
+//! (`nvidia.com/gpu` and `koordinator.sh/gpu` count whole GPUs as 100,
+//! `gpu-core` + `gpu-memory` / `gpu-memory-ratio` describe a share,
+//! `gpu.shared` spreads a share over several GPUs). Whole-GPU requests take
+//! untouched GPUs; shares go to the fullest GPU they fit on, leaving whole
+//! GPUs free (least fragmentation). The result is the device-allocated
+//! annotation.
+
+use std::collections::{BTreeMap, HashMap};
+
+use apis::extension::device_share::{
+    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, RESOURCE_GPU, RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED, RESOURCE_NVIDIA_GPU,
+    get_device_allocations,
+};
+use apis::scheduling::v1alpha1::{Device, DeviceType};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Deserialize;
+
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::config::{ConfigError, parse_args};
+use crate::framework::{CycleState, Plugin, Rejection};
+use crate::resources::quantity_amount;
+
+pub const NAME: &str = "DeviceShare";
+
+pub const ERR_INSUFFICIENT_GPU_DEVICES: &str = "Insufficient GPU Devices";
+const STATE_KEY: &str = "DeviceShare/request";
+const GPU_KEY: &str = "gpu";
+
+/// `DeviceShareArgs` (only the fields this extender uses).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceShareArgs {
+    #[serde(default)]
+    pub allocator: Option<String>,
+}
+
+pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
+    let _raw: DeviceShareArgs = parse_args(NAME, args)?;
+    Ok(Box::new(DeviceShare::default()))
+}
+
+/// A pod's GPU request, per GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRequest {
+    /// How many GPUs.
+    pub count: i64,
+    /// Percent of each GPU's compute (100 = whole).
+    pub core: i64,
+    /// Percent of each GPU's memory; `None` when given in bytes.
+    pub memory_ratio: Option<i64>,
+    pub memory_bytes: Option<i64>,
+}
+
+impl GpuRequest {
+    fn whole(&self) -> bool {
+        self.core == 100 && self.memory_ratio.is_none_or(|r| r == 100)
+    }
+}
+
+/// Validates and normalizes the GPU resources of a pod; `Ok(None)` without any.
+pub fn gpu_request(pod: &PodInfo) -> Result<Option<GpuRequest>, String> {
+    let get = |name: &str| {
+        let amount = pod.requests.get(name);
+        (amount != 0).then_some(amount)
+    };
+    let (nvidia, gpu, core, memory, ratio, shared) = (
+        get(RESOURCE_NVIDIA_GPU),
+        get(RESOURCE_GPU),
+        get(RESOURCE_GPU_CORE),
+        get(RESOURCE_GPU_MEMORY),
+        get(RESOURCE_GPU_MEMORY_RATIO),
+        get(RESOURCE_GPU_SHARED),
+    );
+    let invalid = || {
+        let names: Vec<&str> = [
+            RESOURCE_NVIDIA_GPU,
+            RESOURCE_GPU,
+            RESOURCE_GPU_CORE,
+            RESOURCE_GPU_MEMORY,
+            RESOURCE_GPU_MEMORY_RATIO,
+            RESOURCE_GPU_SHARED,
+        ]
+        .into_iter()
+        .filter(|n| pod.requests.get(n) != 0)
+        .collect();
+        format!("invalid resource device requests: {names:?}")
+    };
+    // Percentages above 100 must be whole GPUs.
+    let percent = |value: i64| value > 0 && (value <= 100 || value % 100 == 0);
+    let split = |total: i64| {
+        if total > 100 {
+            (total / 100, 100)
+        } else {
+            (1, total)
+        }
+    };
+    let request = match (nvidia, gpu, core, memory, ratio, shared) {
+        (None, None, None, None, None, None) => return Ok(None),
+        (Some(n), None, None, None, None, None) if n > 0 => GpuRequest {
+            count: n,
+            core: 100,
+            memory_ratio: Some(100),
+            memory_bytes: None,
+        },
+        (None, Some(g), None, None, None, None) if percent(g) => {
+            let (count, each) = split(g);
+            GpuRequest {
+                count,
+                core: each,
+                memory_ratio: Some(each),
+                memory_bytes: None,
+            }
+        }
+        (None, None, Some(c), None, Some(r), None) if percent(c) && percent(r) => {
+            let (count, each) = split(r);
+            if split(c).0 != count {
+                return Err(invalid());
+            }
+            GpuRequest {
+                count,
+                core: split(c).1,
+                memory_ratio: Some(each),
+                memory_bytes: None,
+            }
+        }
+        (None, None, Some(c), Some(m), None, None) if percent(c) => {
+            let (count, each) = split(c);
+            GpuRequest {
+                count,
+                core: each,
+                memory_ratio: None,
+                memory_bytes: Some(m / count),
+            }
+        }
+        (None, None, c, m, r, Some(s)) if s > 0 && (m.is_some() != r.is_some()) => {
+            // Each of `s` GPUs gets an equal share.
+            let core = c.unwrap_or(0);
+            if core % s != 0 || r.is_some_and(|r| r % s != 0) || !(0..=100 * s).contains(&core) {
+                return Err(invalid());
+            }
+            GpuRequest {
+                count: s,
+                core: core / s,
+                memory_ratio: r.map(|r| r / s),
+                memory_bytes: m.map(|m| m / s),
+            }
+        }
+        _ => return Err(invalid()),
+    };
+    Ok(Some(request))
+}
+
+/// One GPU's capacity and what is used of it.
+#[derive(Debug, Clone, Default)]
+struct Gpu {
+    minor: i32,
+    healthy: bool,
+    memory_total: i64,
+    core_used: i64,
+    ratio_used: i64,
+}
+
+impl Gpu {
+    fn core_free(&self) -> i64 {
+        100 - self.core_used
+    }
+    fn ratio_free(&self) -> i64 {
+        100 - self.ratio_used
+    }
+    fn untouched(&self) -> bool {
+        self.core_used == 0 && self.ratio_used == 0
+    }
+}
+
+/// GPU minor → (core %, memory %) a pod holds.
+type GpuShares = BTreeMap<i32, (i64, i64)>;
+
+/// See the module docs.
+#[derive(Default)]
+pub struct DeviceShare {
+    /// node → GPU minor → capacity.
+    gpus: HashMap<String, BTreeMap<i32, Gpu>>,
+    /// pod key → (node, shares).
+    usage: HashMap<String, (String, GpuShares)>,
+    pending: HashMap<String, BTreeMap<i32, (i64, i64, i64)>>,
+}
+
+fn amount(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
+    resources
+        .get(name)
+        .and_then(|q| quantity_amount(name, q))
+        .unwrap_or(0)
+}
+
+impl DeviceShare {
+    fn load_device(&mut self, node: &str, device: &Device) {
+        let mut gpus = BTreeMap::new();
+        for info in device.spec.devices.iter().flatten() {
+            if info.type_ != Some(DeviceType::Gpu) {
+                continue;
+            }
+            let Some(minor) = info.minor else { continue };
+            let resources = info.resources.clone().unwrap_or_default();
+            gpus.insert(
+                minor,
+                Gpu {
+                    minor,
+                    healthy: info.health,
+                    memory_total: amount(&resources, RESOURCE_GPU_MEMORY),
+                    ..Default::default()
+                },
+            );
+        }
+        self.gpus.insert(node.to_string(), gpus);
+        self.recount(node);
+    }
+
+    /// Re-applies every pod's usage on the node to its GPUs.
+    fn recount(&mut self, node: &str) {
+        let Some(gpus) = self.gpus.get_mut(node) else {
+            return;
+        };
+        for gpu in gpus.values_mut() {
+            gpu.core_used = 0;
+            gpu.ratio_used = 0;
+        }
+        for (on, per_minor) in self.usage.values() {
+            if on != node {
+                continue;
+            }
+            for (minor, (core, ratio)) in per_minor {
+                if let Some(gpu) = gpus.get_mut(minor) {
+                    gpu.core_used += core;
+                    gpu.ratio_used += ratio;
+                }
+            }
+        }
+    }
+
+    fn ratio_of(gpu: &Gpu, request: &GpuRequest) -> i64 {
+        match (request.memory_ratio, request.memory_bytes) {
+            (Some(ratio), _) => ratio,
+            (None, Some(bytes)) if gpu.memory_total > 0 => {
+                // Round up so a share never gets less memory than asked.
+                (bytes * 100 + gpu.memory_total - 1) / gpu.memory_total
+            }
+            _ => 100,
+        }
+    }
+
+    /// Picks GPUs on the node: minor → (core, ratio, memory bytes).
+    fn choose(
+        &self,
+        node: &str,
+        request: &GpuRequest,
+    ) -> Result<BTreeMap<i32, (i64, i64, i64)>, Rejection> {
+        let Some(gpus) = self.gpus.get(node) else {
+            return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
+        };
+        let mut candidates: Vec<&Gpu> = gpus
+            .values()
+            .filter(|g| g.healthy)
+            .filter(|g| {
+                if request.whole() {
+                    g.untouched()
+                } else {
+                    g.core_free() >= request.core && g.ratio_free() >= Self::ratio_of(g, request)
+                }
+            })
+            .collect();
+        // Fullest first: shares fill used GPUs before breaking whole ones.
+        candidates.sort_by_key(|g| (g.core_free() + g.ratio_free(), g.minor));
+        if (candidates.len() as i64) < request.count {
+            return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
+        }
+        Ok(candidates
+            .into_iter()
+            .take(usize::try_from(request.count).unwrap_or(0))
+            .map(|g| {
+                let ratio = Self::ratio_of(g, request);
+                let memory = request.memory_bytes.unwrap_or(g.memory_total * ratio / 100);
+                (g.minor, (request.core, ratio, memory))
+            })
+            .collect())
+    }
+
+    fn forget(&mut self, key: &str) {
+        if let Some((node, _)) = self.usage.remove(key) {
+            self.recount(&node);
+        }
+    }
+}
+
+impl Plugin for DeviceShare {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
+        match event {
+            ClusterEvent::Object {
+                kind: ObjectKind::Device,
+                key,
+            } => match cache.devices.get(key) {
+                Some(device) => self.load_device(key, &device.clone()),
+                None => {
+                    self.gpus.remove(key);
+                }
+            },
+            ClusterEvent::Pod { old, new } => {
+                if let Some(old) = old {
+                    self.forget(&old.key);
+                }
+                if let Some(new) = new
+                    && let Some(node) = &new.node
+                {
+                    self.pending.remove(&new.key);
+                    if let Ok(Some(allocations)) = get_device_allocations(new.annotations()) {
+                        let per_minor: BTreeMap<i32, (i64, i64)> = allocations
+                            .get(GPU_KEY)
+                            .into_iter()
+                            .flatten()
+                            .map(|a| {
+                                (
+                                    a.minor,
+                                    (
+                                        amount(&a.resources, RESOURCE_GPU_CORE),
+                                        amount(&a.resources, RESOURCE_GPU_MEMORY_RATIO),
+                                    ),
+                                )
+                            })
+                            .collect();
+                        if !per_minor.is_empty() {
+                            self.usage
+                                .insert(new.key.clone(), (node.clone(), per_minor));
+                            self.recount(node);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn pre_filter(
+        &self,
+        pod: &PodInfo,
+        _cache: &ClusterCache,
+        state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        if let Some(request) = gpu_request(pod).map_err(Rejection::unresolvable)? {
+            state.write(STATE_KEY, request);
+        }
+        Ok(())
+    }
+
+    fn filter(
+        &self,
+        _pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        match state.read::<GpuRequest>(STATE_KEY) {
+            None => Ok(()),
+            Some(request) => self.choose(&node.name, request).map(|_| ()),
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        pod: &PodInfo,
+        node: &str,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        let Some(request) = state.read::<GpuRequest>(STATE_KEY) else {
+            return Ok(());
+        };
+        let chosen = self.choose(node, request)?;
+        let per_minor = chosen
+            .iter()
+            .map(|(minor, (core, ratio, _))| (*minor, (*core, *ratio)))
+            .collect();
+        self.usage
+            .insert(pod.key.clone(), (node.to_string(), per_minor));
+        self.recount(node);
+        self.pending.insert(pod.key.clone(), chosen);
+        Ok(())
+    }
+
+    fn unreserve(&mut self, pod: &PodInfo, _node: &str, _cache: &ClusterCache) {
+        self.pending.remove(&pod.key);
+        self.forget(&pod.key);
+    }
+
+    fn pre_bind(
+        &self,
+        pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<BTreeMap<String, String>, Rejection> {
+        let Some(chosen) = self.pending.get(&pod.key) else {
+            return Ok(BTreeMap::new());
+        };
+        let allocations: Vec<DeviceAllocation> = chosen
+            .iter()
+            .map(|(minor, (core, ratio, memory))| DeviceAllocation {
+                minor: *minor,
+                resources: BTreeMap::from([
+                    (RESOURCE_GPU_CORE.to_string(), Quantity(core.to_string())),
+                    (
+                        RESOURCE_GPU_MEMORY.to_string(),
+                        Quantity(memory.to_string()),
+                    ),
+                    (
+                        RESOURCE_GPU_MEMORY_RATIO.to_string(),
+                        Quantity(ratio.to_string()),
+                    ),
+                ]),
+                ..Default::default()
+            })
+            .collect();
+        let value = serde_json::to_string(&BTreeMap::from([(GPU_KEY, allocations)]))
+            .map_err(|e| Rejection::unresolvable(e.to_string()))?;
+        Ok(BTreeMap::from([(
+            ANNOTATION_DEVICE_ALLOCATED.to_string(),
+            value,
+        )]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::cache::Object;
+    use crate::framework::Scheduler;
+    use crate::testutil::{self, PodSpec, t0};
+
+    fn device(node: &str, gpus: i32) -> Object {
+        let devices: Vec<Value> = (0..gpus)
+            .map(|minor| {
+                json!({"type": "gpu", "id": format!("GPU-{minor}"), "minor": minor, "health": true,
+                       "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi", "koordinator.sh/gpu-memory-ratio": "100"}})
+            })
+            .collect();
+        Object::Device(
+            serde_json::from_value(json!({
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "Device",
+                "metadata": {"name": node},
+                "spec": {"devices": devices}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn gpu_pod(name: &str, requests: &[(&str, &str)]) -> Object {
+        testutil::pod(PodSpec {
+            name,
+            requests,
+            limits: requests,
+            ..Default::default()
+        })
+    }
+
+    fn cluster(objects: Vec<Object>) -> Scheduler {
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![testutil::node("n1", &[("cpu", "8")]), device("n1", 2)],
+        );
+        testutil::load(&mut s, objects);
+        s
+    }
+
+    fn minors(s: &mut Scheduler, pod: &str) -> Result<Vec<(i32, String, String)>, String> {
+        let reserved = s
+            .reserve(&format!("default/{pod}"), "n1", t0())
+            .map_err(|e| e.to_string())?;
+        let allocations: BTreeMap<String, Vec<DeviceAllocation>> =
+            serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+        Ok(allocations["gpu"]
+            .iter()
+            .map(|a| {
+                (
+                    a.minor,
+                    a.resources[RESOURCE_GPU_CORE].0.clone(),
+                    a.resources[RESOURCE_GPU_MEMORY].0.clone(),
+                )
+            })
+            .collect())
+    }
+
+    const HALF: &[(&str, &str)] = &[
+        ("koordinator.sh/gpu-core", "50"),
+        ("koordinator.sh/gpu-memory-ratio", "50"),
+    ];
+
+    #[test]
+    fn shares_fill_a_used_gpu_before_breaking_a_whole_one() {
+        let mut s = cluster(vec![
+            gpu_pod("a", HALF),
+            gpu_pod("b", HALF),
+            gpu_pod("whole", &[("nvidia.com/gpu", "1")]),
+            gpu_pod("another", &[("nvidia.com/gpu", "1")]),
+        ]);
+        let eight_gi = (8i64 << 30).to_string();
+        assert_eq!(
+            minors(&mut s, "a").unwrap(),
+            vec![(0, "50".into(), eight_gi.clone())]
+        );
+        // Least fragmentation: b shares GPU 0, keeping GPU 1 whole.
+        assert_eq!(
+            minors(&mut s, "b").unwrap(),
+            vec![(0, "50".into(), eight_gi)]
+        );
+        assert_eq!(minors(&mut s, "whole").unwrap()[0].0, 1);
+        let outcome = testutil::filter(&s, "default/another", t0());
+        assert_eq!(outcome.failed["n1"], ERR_INSUFFICIENT_GPU_DEVICES);
+    }
+
+    #[test]
+    fn memory_in_bytes_becomes_a_ratio_and_rollback_frees_it() {
+        let mut s = cluster(vec![
+            gpu_pod(
+                "bytes",
+                &[
+                    ("koordinator.sh/gpu-core", "25"),
+                    ("koordinator.sh/gpu-memory", "4Gi"),
+                ],
+            ),
+            gpu_pod("two", &[("koordinator.sh/gpu", "200")]),
+        ]);
+        let reserved = s.reserve("default/bytes", "n1", t0()).unwrap();
+        let allocations: BTreeMap<String, Vec<DeviceAllocation>> =
+            serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+        assert_eq!(
+            allocations["gpu"][0].resources[RESOURCE_GPU_MEMORY_RATIO].0,
+            "25"
+        );
+        // Two whole GPUs are not free while the share sits on one.
+        assert!(
+            testutil::filter(&s, "default/two", t0())
+                .failed
+                .contains_key("n1")
+        );
+        s.rollback(&reserved);
+        let two = minors(&mut s, "two").unwrap();
+        assert_eq!(two.iter().map(|m| m.0).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn invalid_combinations_are_unresolvable_and_nodes_without_devices_fail() {
+        let mut s = cluster(vec![
+            gpu_pod("core-only", &[("koordinator.sh/gpu-core", "50")]),
+            gpu_pod("odd", &[("koordinator.sh/gpu", "150")]),
+            gpu_pod("fine", HALF),
+        ]);
+        testutil::load(&mut s, vec![testutil::node("cpu-only", &[("cpu", "8")])]);
+        for pod in ["default/core-only", "default/odd"] {
+            let outcome = testutil::filter(&s, pod, t0());
+            assert!(
+                outcome.failed_unresolvable["n1"].starts_with("invalid resource device requests"),
+                "{outcome:?}"
+            );
+        }
+        let outcome = testutil::filter(&s, "default/fine", t0());
+        assert_eq!(outcome.failed["cpu-only"], ERR_INSUFFICIENT_GPU_DEVICES);
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+    }
+}
