@@ -328,22 +328,24 @@ impl LoadAware {
                 .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
             aggregated_score_base: score_aggregation
                 .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
-            custom: custom.map(|c| Box::new(Thresholds {
-                usage: if c.usage_thresholds.is_empty() {
-                    self.defaults.usage
-                } else {
-                    vector(&c.usage_thresholds)
-                },
-                prod: if c.prod_usage_thresholds.is_empty() {
-                    self.defaults.prod
-                } else {
-                    vector(&c.prod_usage_thresholds)
-                },
-                aggregated: match &c.aggregated_usage {
-                    Some(agg) => Some(vector(&agg.usage_thresholds)),
-                    None => self.defaults.aggregated,
-                },
-            })),
+            custom: custom.map(|c| {
+                Box::new(Thresholds {
+                    usage: if c.usage_thresholds.is_empty() {
+                        self.defaults.usage
+                    } else {
+                        vector(&c.usage_thresholds)
+                    },
+                    prod: if c.prod_usage_thresholds.is_empty() {
+                        self.defaults.prod
+                    } else {
+                        vector(&c.prod_usage_thresholds)
+                    },
+                    aggregated: match &c.aggregated_usage {
+                        Some(agg) => Some(vector(&agg.usage_thresholds)),
+                        None => self.defaults.aggregated,
+                    },
+                })
+            }),
         }
     }
 
