@@ -301,7 +301,8 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
     // A new proxy process knows the container only from the runtime.
     let proxy = node.proxy();
     assert!(
-        proxy.process.output().contains("metadata store rebuilt"),
+        proxy.process.output().contains("metadata store rebuilt")
+            && proxy.process.output().contains("containers=1"),
         "{}",
         proxy.process.output()
     );
@@ -344,10 +345,14 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
     // An update after the restart still carries the pod context: koordlet
     // recomputes the batch values from the pod annotations and overrides
     // the kubelet-style request.
+    // The kubelet's restart of "main": same name, next attempt.
+    let mut restarted = container_config(&node.image(), "main", 2, 0);
+    restarted.metadata.as_mut().unwrap().attempt = 1;
+    restarted.log_path = "main-1.log".into();
     let container = client
         .create_container(v1::CreateContainerRequest {
             pod_sandbox_id: pod.id.clone(),
-            config: Some(container_config(&node.image(), "main", 2, 0)),
+            config: Some(restarted),
             sandbox_config: Some(pod.config.clone()),
         })
         .await
