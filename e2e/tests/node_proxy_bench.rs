@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use apis::runtime::v1alpha1 as hook;
@@ -83,7 +82,7 @@ async fn proxy_overhead_and_hook_round_trip() {
     std::fs::create_dir_all(&hook_dir).unwrap();
     let koordlet = start_hook_server(&root, &pods_file, &hook_dir, "Ignore").unwrap();
     let proxy = Proxy::start(&root, &containerd.cri_socket(), &hook_dir).unwrap();
-    let mut direct = cri::connect(&containerd.cri_socket()).await.unwrap();
+    let direct = cri::connect(&containerd.cri_socket()).await.unwrap();
     let mut proxied = proxy.client().await;
 
     let pod = run_pod(
@@ -211,7 +210,6 @@ async fn proxy_overhead_and_hook_round_trip() {
         metrics.contains("koord_runtime_proxy_hook_calls_total{stage=\"PreUpdateContainerResources\",result=\"ok\"}"),
         "the proxied updates went through the hook:\n{metrics}"
     );
-    let _ = PathBuf::new();
     proxy.stop();
     koordlet.stop();
 }
