@@ -246,20 +246,15 @@ impl ReservationPlugin {
         held
     }
 
-    /// Checks `pod` against the node's free capacity, with `extra` added back.
-    fn fits(
-        pod: &PodInfo,
-        node: &NodeInfo,
-        held: &Resources,
-        extra: &Resources,
-    ) -> Result<(), String> {
+    /// Checks `pod` against the node's free capacity minus `held`; resources
+    /// nothing holds are left to kube-scheduler's own fit check.
+    fn fits(pod: &PodInfo, node: &NodeInfo, held: &Resources) -> Result<(), String> {
         for (name, amount) in pod.requests.iter() {
             let held_here = held.get(name);
-            if held_here == 0 && extra.get(name) == 0 {
+            if held_here == 0 {
                 continue;
             }
-            let free =
-                node.allocatable.get(name) - node.requested.get(name) - held_here + extra.get(name);
+            let free = node.allocatable.get(name) - node.requested.get(name) - held_here;
             if amount > free {
                 return Err(format!("Insufficient {name} (held by reservations)"));
             }
@@ -290,8 +285,10 @@ impl ReservationPlugin {
                 {
                     return false;
                 }
+                // The reservation's own capacity is not in `requested`, so
+                // only the other reservations on the node count against it.
                 let held = self.held(&node.name, now, Some(&info.name));
-                Self::fits(pod, node, &held, &remaining).is_ok()
+                Self::fits(pod, node, &held).is_ok()
             })
     }
 }
@@ -391,7 +388,7 @@ impl Plugin for ReservationPlugin {
             return Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED));
         }
         let held = self.held(&node.name, state.now, None);
-        Self::fits(pod, node, &held, &Resources::new()).map_err(Rejection::unschedulable)
+        Self::fits(pod, node, &held).map_err(Rejection::unschedulable)
     }
 
     /// Only with reservations around, so the extender's score scaling is
