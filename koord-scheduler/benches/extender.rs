@@ -67,7 +67,7 @@ fn rfc3339(time: SystemTime) -> String {
 
 fn pod_json(index: usize, node: Option<&str>, rng: &mut Lcg) -> Value {
     let quota = format!("team-{}", index % 10);
-    let (requests, priority) = if index % 3 == 0 {
+    let (requests, priority) = if index.is_multiple_of(3) {
         (
             json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)), "kubernetes.io/batch-memory": "1Gi"}),
             5500,
@@ -107,7 +107,7 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
         let name = format!("node-{n:05}");
         let mut allocatable = json!({"cpu": "64", "memory": "256Gi", "pods": "110",
             "kubernetes.io/batch-cpu": "32000", "kubernetes.io/batch-memory": "128Gi"});
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             allocatable["nvidia.com/gpu"] = json!("8");
         }
         objects.push(Object::Node(

@@ -371,6 +371,16 @@ impl Scheduler {
 
     /// Scores the given nodes: per plugin raw → normalized → × weight, summed.
     pub fn score(&self, pod: &PodInfo, nodes: &[String], state: &CycleState) -> ScoreOutcome {
+        self.score_owned(pod, nodes.to_vec(), state)
+    }
+
+    /// [`Scheduler::score`] taking the names by value (no copies of 5,000 names).
+    pub fn score_owned(
+        &self,
+        pod: &PodInfo,
+        nodes: Vec<String>,
+        state: &CycleState,
+    ) -> ScoreOutcome {
         let infos: Vec<Option<&NodeInfo>> = nodes.iter().map(|n| self.cache.node(n)).collect();
         let mut totals = vec![0i64; nodes.len()];
         let mut weight_sum = 0;
@@ -390,7 +400,7 @@ impl Scheduler {
             }
         }
         ScoreOutcome {
-            totals: nodes.iter().cloned().zip(totals).collect(),
+            totals: nodes.into_iter().zip(totals).collect(),
             weight_sum,
         }
     }

@@ -164,8 +164,9 @@ pub fn schedule_one(
             return placement;
         }
         Ok(state) => {
-            let filtered = scheduler.filter(&pod, None, &state);
-            let scores = scheduler.score(&pod, &filtered.feasible, &state);
+            let mut filtered = scheduler.filter(&pod, None, &state);
+            let feasible = std::mem::take(&mut filtered.feasible);
+            let scores = scheduler.score_owned(&pod, feasible, &state);
             (filtered, scores)
         }
     };
