@@ -136,6 +136,8 @@ pub struct NodeNUMAResource {
     allocations: HashMap<String, HashMap<String, Allocation>>,
     /// Cpusets chosen in reserve, for pre-bind (pod key → status).
     pending: HashMap<String, ResourceStatus>,
+    /// Pod key → node of its allocation, so removal does not scan every node.
+    pod_nodes: HashMap<String, String>,
 }
 
 fn core_key(info: &CPUInfo) -> (i32, i32) {
@@ -220,6 +222,7 @@ impl NodeNUMAResource {
             topologies: HashMap::new(),
             allocations: HashMap::new(),
             pending: HashMap::new(),
+            pod_nodes: HashMap::new(),
         }
     }
 
@@ -465,9 +468,20 @@ impl NodeNUMAResource {
     }
 
     fn remove_pod(&mut self, key: &str) {
-        for allocations in self.allocations.values_mut() {
+        if let Some(node) = self.pod_nodes.remove(key)
+            && let Some(allocations) = self.allocations.get_mut(&node)
+        {
             allocations.remove(key);
         }
+    }
+
+    fn add_pod(&mut self, key: &str, node: &str, allocation: Allocation) {
+        self.remove_pod(key);
+        self.pod_nodes.insert(key.to_string(), node.to_string());
+        self.allocations
+            .entry(node.to_string())
+            .or_default()
+            .insert(key.to_string(), allocation);
     }
 }
 
@@ -615,10 +629,7 @@ impl Plugin for NodeNUMAResource {
                     && let Some(node) = &new.node
                     && let Some(allocation) = allocation_of(new)
                 {
-                    self.allocations
-                        .entry(node.clone())
-                        .or_default()
-                        .insert(new.key.clone(), allocation);
+                    self.add_pod(&new.key, node, allocation);
                 }
             }
             ClusterEvent::Object {
@@ -707,16 +718,14 @@ impl Plugin for NodeNUMAResource {
                 numa_node_resources,
             },
         );
-        self.allocations
-            .entry(node.to_string())
-            .or_default()
-            .insert(
-                pod.key.clone(),
-                Allocation {
-                    cpus: choice.cpus,
-                    exclusive: request.exclusive,
-                },
-            );
+        self.add_pod(
+            &pod.key,
+            node,
+            Allocation {
+                cpus: choice.cpus,
+                exclusive: request.exclusive,
+            },
+        );
         Ok(())
     }
 
