@@ -112,6 +112,15 @@ impl ReservationInfo {
         }
     }
 
+    /// Index key of its owners' allocations: the uid, or the name without one.
+    fn allocation_key(&self) -> &str {
+        if self.uid.is_empty() {
+            &self.name
+        } else {
+            &self.uid
+        }
+    }
+
     pub fn is_expired(&self, now: SystemTime) -> bool {
         self.expires_at.is_some_and(|at| at <= now)
     }
@@ -197,7 +206,7 @@ impl ReservationPlugin {
         let mut total = Resources::new();
         for requests in self
             .allocated
-            .get(&info.uid)
+            .get(info.allocation_key())
             .into_iter()
             .flat_map(|m| m.values())
         {
@@ -211,7 +220,11 @@ impl ReservationPlugin {
         info.available
             && info.node.is_some()
             && !info.is_expired(now)
-            && !(info.allocate_once && self.allocated.get(&info.uid).is_some_and(|m| !m.is_empty()))
+            && !(info.allocate_once
+                && self
+                    .allocated
+                    .get(info.allocation_key())
+                    .is_some_and(|m| !m.is_empty()))
     }
 
     /// What a reservation still holds for its owners.
@@ -324,7 +337,11 @@ impl Plugin for ReservationPlugin {
                     self.pending.remove(&new.key);
                     if let Ok(Some(allocated)) = get_reservation_allocated(new.annotations()) {
                         self.allocated
-                            .entry(allocated.uid)
+                            .entry(if allocated.uid.is_empty() {
+                                allocated.name
+                            } else {
+                                allocated.uid
+                            })
                             .or_default()
                             .insert(new.key.clone(), new.requests.clone());
                     }
@@ -429,7 +446,7 @@ impl Plugin for ReservationPlugin {
         };
         let (name, uid) = (chosen.name.clone(), chosen.uid.clone());
         self.allocated
-            .entry(uid.clone())
+            .entry(chosen.allocation_key().to_string())
             .or_default()
             .insert(pod.key.clone(), pod.requests.clone());
         self.pending.insert(pod.key.clone(), (name, uid));
@@ -437,8 +454,10 @@ impl Plugin for ReservationPlugin {
     }
 
     fn unreserve(&mut self, pod: &PodInfo, _node: &str, _cache: &ClusterCache) {
-        if let Some((_, uid)) = self.pending.remove(&pod.key)
-            && let Some(pods) = self.allocated.get_mut(&uid)
+        if let Some((name, uid)) = self.pending.remove(&pod.key)
+            && let Some(pods) = self
+                .allocated
+                .get_mut(if uid.is_empty() { &name } else { &uid })
         {
             pods.remove(&pod.key);
         }
