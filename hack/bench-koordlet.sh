@@ -8,6 +8,14 @@
 # The metric cache keeps 30 minutes of samples, so RSS grows until then:
 # the default 300 s shows the start-up cost, `--duration 1900` the steady state.
 #
+# koordlet runs with every module a node runs: states, collectors, metric
+# cache, NodeMetric reporter, QoS manager strategies, runtime hooks
+# reconciler, NRI plugin (it waits for the runtime's socket), and the
+# RuntimeHookService server on a socket in the work directory
+# (`--no-hooks-server` leaves it off, as standalone mode does by default).
+# The machine's 1-minute load average is sampled too: the figures of a
+# busy machine say so.
+#
 # Needs root and writable cgroup v1 cpu, cpuacct and memory hierarchies
 # (cpuset and the hybrid cgroup2 mount at <root>/unified are used when
 # present, as runc does). Everything it creates is removed on exit, Ctrl-C
@@ -16,7 +24,7 @@
 # Usage: hack/bench-koordlet.sh [--duration SECONDS] [--pods N]
 #          [--containers-per-pod N] [--busy N] [--sample-every SECONDS]
 #          [--report-interval DURATION] [--binary PATH] [--no-build]
-#          [--keep-workdir]
+#          [--no-hooks-server] [--keep-workdir]
 set -euo pipefail
 # The whole script is one block, parsed before it runs, so editing the file
 # during a run cannot change what the run does.
@@ -32,6 +40,7 @@ report_interval=
 binary=target/release/koordlet
 build=1
 keep_workdir=0
+hooks_server=1
 cgroup_root=${CGROUP_ROOT:-/sys/fs/cgroup}
 rss_target_kib=$((32 * 1024))
 cpu_target_percent=2
@@ -49,6 +58,7 @@ while [ $# -gt 0 ]; do
         --report-interval) report_interval=${2:-}; shift 2 ;;
         --binary) binary=${2:-}; build=0; shift 2 ;;
         --no-build) build=0; shift ;;
+        --no-hooks-server) hooks_server=0; shift ;;
         --keep-workdir) keep_workdir=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -210,6 +220,9 @@ args=(--addr=127.0.0.1:0 --node-name=bench-node --collect-res-used-interval=1s
 # still sees a NodeMetric.
 [ -z "$report_interval" ] && (( duration < 120 )) && report_interval=10s
 [ -n "$report_interval" ] && args+=(--node-metric-report-interval "$report_interval")
+# Its registration file goes to the work directory, not /etc/runtime.
+[ "$hooks_server" -eq 1 ] &&
+    args+=(--runtime-hooks-addr "$workdir/koordlet.sock" --runtime-hooks-config-path "$workdir/hookserver.d")
 env -u NODE_NAME -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u RUST_LOG \
     "$binary" "${args[@]}" >"$workdir/koordlet.log" 2>&1 &
 koordlet_pid=$!
@@ -229,16 +242,24 @@ for _ in $(seq 200); do
     sleep 0.1
 done
 [ -n "$addr" ] || { echo "koordlet did not start:" >&2; cat "$workdir/koordlet.log" >&2; exit 1; }
+if [ "$hooks_server" -eq 1 ]; then
+    for _ in $(seq 100); do [ -S "$workdir/koordlet.sock" ] && break; sleep 0.1; done
+    [ -S "$workdir/koordlet.sock" ] || {
+        echo "the runtime hooks server did not bind $workdir/koordlet.sock:" >&2
+        tail -20 "$workdir/koordlet.log" >&2
+        exit 1
+    }
+fi
 echo "koordlet pid $koordlet_pid serving on $addr; sampling every ${sample_every}s for ${duration}s"
 
-samples="$workdir/samples.tsv"   # elapsed_s rss_kib cpu_ticks
+samples="$workdir/samples.tsv"   # elapsed_s rss_kib cpu_ticks load1
 deadline=$(awk -v s="$started" -v d="$duration" 'BEGIN { printf "%.3f", s + d }')
 while :; do
     kill -0 "$koordlet_pid" 2>/dev/null || { echo "koordlet exited early:" >&2; tail -20 "$workdir/koordlet.log" >&2; exit 1; }
     now=$(date +%s.%N)
-    rss=$(rss_kib) ticks=$(cpu_ticks)
+    rss=$(rss_kib) ticks=$(cpu_ticks) load1=$(cut -d' ' -f1 /proc/loadavg)
     elapsed=$(awk -v n="$now" -v s="$started" 'BEGIN { printf "%.3f", n - s }')
-    printf '%s\t%s\t%s\n' "$elapsed" "$rss" "$ticks" >> "$samples"
+    printf '%s\t%s\t%s\t%s\n' "$elapsed" "$rss" "$ticks" "$load1" >> "$samples"
     awk -v n="$now" -v d="$deadline" 'BEGIN { exit !(n >= d) }' && break
     remaining=$(awk -v n="$now" -v d="$deadline" -v e="$sample_every" 'BEGIN { r = d - n; printf "%.3f", r < e ? r : e }')
     sleep "$remaining"
@@ -265,8 +286,10 @@ echo
 awk -F'\t' -v clk="$clk_tck" -v rss_target="$rss_target_kib" -v cpu_target="$cpu_target_percent" \
     -v pods="$pods" -v containers="$containers_total" -v reported_pods="$reported_pods" \
     -v reported_containers="$reported_containers" -v psi_containers="$psi_containers" \
-    -v report_time="$report_time" -v controllers="${#controllers[@]}" '
-    { t[NR] = $1; rss[NR] = $2; ticks[NR] = $3; if ($2 > peak) peak = $2 }
+    -v report_time="$report_time" -v controllers="${#controllers[@]}" \
+    -v hooks_server="$hooks_server" -v cpus="$(nproc)" '
+    { t[NR] = $1; rss[NR] = $2; ticks[NR] = $3; if ($2 > peak) peak = $2
+      load += $4; if ($4 > load_max) load_max = $4 }
     END {
         n = NR; half = t[n] / 2; sum = 0; count = 0
         for (i = 1; i <= n; i++) if (t[i] >= half) { sum += rss[i]; count++ }
@@ -282,6 +305,8 @@ awk -F'\t' -v clk="$clk_tck" -v rss_target="$rss_target_kib" -v cpu_target="$cpu
         printf "  final RSS                  %8.1f MiB\n", rss[n] / 1024
         printf "  CPU over the run           %8.2f %% of one core (%.2f s user+system)\n", cpu_run, ticks[n] / clk
         printf "  CPU after the first 10 s   %8.2f %% of one core\n", cpu_steady
+        printf "  machine load (1-min avg)   %8.2f mean, %.2f max, on %d CPUs\n", load / n, load_max, cpus
+        printf "  runtime hooks server       %s\n", hooks_server ? "on (unix socket in the work directory)" : "off"
         printf "  NodeMetric (updated %s): %d/%d pods with usage = %d/%d containers\n", report_time, reported_pods, pods, reported_containers, containers
         printf "  containers with PSI series on /metrics: %d/%d\n", psi_containers, containers
         rss_ok = peak < rss_target; cpu_ok = cpu_run < cpu_target; seen_ok = reported_containers == containers
