@@ -276,6 +276,29 @@ async fn hook_server_down_ignore_starts_with_defaults_and_fail_refuses() {
         .filter_map(|c| c.metadata.map(|m| m.name))
         .collect();
     assert_eq!(names, vec!["main".to_string()]);
+
+    // A pod with the skip label (koordlet's own) still starts under Fail.
+    let skipped = run_pod(
+        &mut client,
+        pod_config(
+            &node.root(),
+            node.containerd.kubepods(),
+            "koordlet",
+            "",
+            &[("runtimeproxy.koordinator.sh/skip-hookserver", "true")],
+            &[],
+        ),
+    )
+    .await
+    .unwrap();
+    let id = create_container(
+        &mut client,
+        &skipped,
+        container_config(&node.image(), "main", 2, 0),
+    )
+    .await
+    .unwrap();
+    start_container(&mut client, &id).await.unwrap();
     proxy.stop();
     eprintln!("proxy-down: passed in {:?}", started.elapsed());
 }
