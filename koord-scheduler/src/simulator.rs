@@ -227,10 +227,13 @@ pub fn simulate(
         }
         scheduler.apply(Change::Upsert(object));
     }
-    let placements = order
-        .iter()
-        .map(|key| schedule_one(scheduler, key, now, true))
-        .collect();
+    // Pending Reservations are placed first, as reserve pods.
+    let mut placements = crate::plugins::reservation::schedule_pending_reservations(scheduler, now);
+    placements.extend(
+        order
+            .iter()
+            .map(|key| schedule_one(scheduler, key, now, true)),
+    );
     SimulationReport { placements }
 }
 

@@ -81,6 +81,15 @@ fn gang_scenario_places_a_gang_entirely_or_not_at_all() {
 #[test]
 fn reservation_scenario_serves_owners_only_and_ignores_expired_ones() {
     let p = simulate("reservation", &["--now", "2026-01-01T00:30:00Z"]);
+    // The pending r-new is placed first, through its reserve pod.
+    assert_eq!(p["Reservation/r-new"]["node"], "node-r");
+    assert_eq!(
+        annotation(
+            &p["default/late-owner"],
+            "scheduling.koordinator.sh/reservation-allocated"
+        )["name"],
+        "r-new"
+    );
     assert_eq!(p["default/stranger"]["node"], Value::Null);
     assert_eq!(
         p["default/stranger"]["reasons"]["node-r"],
@@ -102,6 +111,7 @@ fn reservation_scenario_serves_owners_only_and_ignores_expired_ones() {
     // fit beside it, and r-old's owner gets r-old.
     let early = simulate("reservation", &["--now", "2026-01-01T00:05:00Z"]);
     assert_eq!(early["default/owner"]["node"], Value::Null);
+    assert_eq!(early["Reservation/r-new"]["node"], Value::Null);
     assert_eq!(
         annotation(
             &early["default/old-owner"],

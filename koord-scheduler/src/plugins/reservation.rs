@@ -485,6 +485,65 @@ impl Plugin for ReservationPlugin {
     }
 }
 
+/// Schedules every pending Reservation in the cache (name order) as a reserve
+/// pod through the whole pipeline, then marks it Available on the chosen
+/// node, as upstream's scheduler does (simulator). Placements are reported
+/// as `Reservation/<name>`.
+pub fn schedule_pending_reservations(
+    scheduler: &mut crate::framework::Scheduler,
+    now: SystemTime,
+) -> Vec<crate::simulator::Placement> {
+    use apis::extension::reservation::{ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD};
+    use apis::scheduling::v1alpha1::{ReservationPhase, ReservationStatus};
+    use k8s_openapi::api::core::v1::Pod;
+
+    use crate::cache::{Change, Object};
+
+    let pending: Vec<Reservation> = scheduler
+        .cache
+        .reservations
+        .values()
+        .filter(|r| r.node_name().is_none() && r.phase() == ReservationPhase::Pending)
+        .map(|r| (**r).clone())
+        .collect();
+    let mut placements = Vec::new();
+    for reservation in pending {
+        let name = reservation.metadata.name.clone().unwrap_or_default();
+        let template = &reservation.spec.template;
+        let mut metadata = template.metadata.clone().unwrap_or_default();
+        metadata.name = Some(name.clone());
+        metadata.namespace = None;
+        metadata.uid = reservation.metadata.uid.clone();
+        let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(ANNOTATION_RESERVE_POD.to_string(), "true".to_string());
+        annotations.insert(ANNOTATION_RESERVATION_NAME.to_string(), name.clone());
+        let reserve_pod = Pod {
+            metadata,
+            spec: template.spec.clone(),
+            ..Default::default()
+        };
+        let key = PodInfo::new(std::sync::Arc::new(reserve_pod.clone())).key;
+        scheduler.apply(Change::Upsert(Object::Pod(reserve_pod.clone())));
+        let mut placement = crate::simulator::schedule_one(scheduler, &key, now, true);
+        // The reservation, not its placeholder, holds the capacity from here on.
+        scheduler.apply(Change::Delete(Object::Pod(reserve_pod.clone())));
+        if let Some(node) = &placement.node {
+            let mut placed = reservation.clone();
+            let requests = pod_requests(&reserve_pod);
+            placed.status = Some(ReservationStatus {
+                phase: Some(ReservationPhase::Available),
+                node_name: Some(node.clone()),
+                allocatable: Some(requests.to_list()),
+                ..reservation.status.clone().unwrap_or_default()
+            });
+            scheduler.apply(Change::Upsert(Object::Reservation(placed)));
+        }
+        placement.pod = format!("Reservation/{name}");
+        placements.push(placement);
+    }
+    placements
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
