@@ -141,20 +141,30 @@ pub fn start_hook_server(
     hook_dir: &Path,
     failure_policy: &str,
 ) -> Result<Koordlet, String> {
+    start_hook_server_with(root, pods_file, hook_dir, failure_policy, &[])
+}
+
+/// [`start_hook_server`] with more koordlet flags.
+pub fn start_hook_server_with(
+    root: &Path,
+    pods_file: &Path,
+    hook_dir: &Path,
+    failure_policy: &str,
+    extra: &[&str],
+) -> Result<Koordlet, String> {
     let socket = root.join("koordlet/koordlet.sock");
     let registration = hook_dir.join("koordlet.json");
     let _ = std::fs::remove_file(&registration);
-    let koordlet = Koordlet::start(
-        &root.join("no-nri.sock"),
-        pods_file,
-        &[
-            "--enable-nri-runtime-hook=false",
-            &format!("--runtime-hooks-addr={}", socket.display()),
-            &format!("--runtime-hooks-host-endpoint={}", socket.display()),
-            &format!("--runtime-hooks-config-path={}", hook_dir.display()),
-            &format!("--runtime-hooks-failure-policy={failure_policy}"),
-        ],
-    )?;
+    let flags = [
+        "--enable-nri-runtime-hook=false".to_string(),
+        format!("--runtime-hooks-addr={}", socket.display()),
+        format!("--runtime-hooks-host-endpoint={}", socket.display()),
+        format!("--runtime-hooks-config-path={}", hook_dir.display()),
+        format!("--runtime-hooks-failure-policy={failure_policy}"),
+    ];
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    let koordlet = Koordlet::start(&root.join("no-nri.sock"), pods_file, &args)?;
     let deadline = Instant::now() + WAIT;
     while !(registration.exists() && socket.exists()) {
         if Instant::now() > deadline {
@@ -402,4 +412,78 @@ pub async fn raw_unary<M: prost::Message + Clone + Send + Sync + 'static>(
     )
     .await
     .map(tonic::Response::into_inner)
+}
+
+/// A cgroup root for koordlet in which `<controller>/kubepods` is the
+/// private `kubepods` subtree of this containerd (root files linked).
+pub fn cgroup_root_with_private_kubepods(root: &Path, kubepods: &str) -> std::io::Result<PathBuf> {
+    let farm = root.join("cgroup-root");
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")? {
+        let hierarchy = hierarchy?;
+        let real = hierarchy.path();
+        let ours = farm.join(hierarchy.file_name());
+        if hierarchy.file_type()?.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&real)?, &ours)?;
+            continue;
+        }
+        std::fs::create_dir_all(&ours)?;
+        for entry in std::fs::read_dir(&real)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                std::os::unix::fs::symlink(entry.path(), ours.join(entry.file_name()))?;
+            }
+        }
+        std::os::unix::fs::symlink(
+            format!("{}{kubepods}", real.display()),
+            ours.join("kubepods"),
+        )?;
+    }
+    Ok(farm)
+}
+
+/// The pods file the kubelet would serve for a BE pod with one container
+/// `main` (batch resources from `requests`/`limits`).
+pub fn be_pods_file(
+    pod: &Pod,
+    container_id: &str,
+    spec_annotation: &str,
+    batch_cpu: (&str, &str),
+    batch_memory: &str,
+) -> String {
+    let meta = pod.config.metadata.clone().unwrap_or_default();
+    serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "items": [{
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+                "labels": {"koordinator.sh/qosClass": "BE"},
+                "annotations": {"node.koordinator.sh/extended-resource-spec": spec_annotation},
+            },
+            "spec": {"containers": [{
+                "name": "main",
+                "image": "busybox",
+                "resources": {
+                    "requests": {"kubernetes.io/batch-cpu": batch_cpu.0, "kubernetes.io/batch-memory": batch_memory},
+                    "limits": {"kubernetes.io/batch-cpu": batch_cpu.1, "kubernetes.io/batch-memory": batch_memory},
+                },
+            }]},
+            "status": {
+                "phase": "Running",
+                "qosClass": "BestEffort",
+                "containerStatuses": [{
+                    "name": "main",
+                    "containerID": format!("containerd://{container_id}"),
+                    "image": "busybox",
+                    "imageID": "",
+                    "ready": true,
+                    "restartCount": 0,
+                    "state": {"running": {}},
+                }],
+            },
+        }],
+    })
+    .to_string()
 }

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use e2e::cri::{self, RuntimeClient, v1};
 use e2e::node_runtime::{Containerd, Koordlet, Skip, read_cgroup, wait_for_value};
 use e2e::proxy_harness::{
-    Pod, Proxy, WAIT, container_config, create_container, first_lines, pod_config, run_pod,
-    start_container, start_hook_server,
+    Pod, Proxy, WAIT, be_pods_file, cgroup_root_with_private_kubepods, container_config,
+    create_container, first_lines, pod_config, run_pod, start_container, start_hook_server,
+    start_hook_server_with,
 };
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -244,6 +245,44 @@ async fn hook_server_down_ignore_starts_with_defaults_and_fail_refuses() {
         "failed hook calls counted:\n{}",
         proxy.metrics()
     );
+
+    // koordlet comes back, learns the pod from the kubelet (the pods file)
+    // and its reconciler repairs the runtime defaults.
+    let cgroup_root =
+        cgroup_root_with_private_kubepods(&node.root(), node.containerd.kubepods()).unwrap();
+    std::fs::write(
+        &node.pods_file,
+        be_pods_file(
+            &pod,
+            &id,
+            &be_annotations(),
+            ("500", "1000"),
+            &BATCH_MEMORY.to_string(),
+        ),
+    )
+    .unwrap();
+    let root_flag = format!("--cgroup-root-dir={}", cgroup_root.display());
+    let koordlet = start_hook_server_with(
+        &node.root(),
+        &node.pods_file,
+        &node.hook_dir,
+        "Ignore",
+        &[
+            &root_flag,
+            "--runtime-hooks-reconcile-interval=1s",
+            "--kubelet-sync-interval=1s",
+        ],
+    )
+    .unwrap();
+    let dir = cgroup(&pod, &id);
+    let shares = wait_for_value(WAIT, "512", || read_cgroup("cpu", &dir, "cpu.shares"));
+    assert_eq!(
+        shares,
+        "512",
+        "reconciler repair; koordlet:\n{}",
+        koordlet.process.output()
+    );
+    koordlet.stop();
 
     // The same registration with Fail: the proxy reloads it and refuses.
     let file = node.hook_dir.join("koordlet.json");
