@@ -9,7 +9,7 @@
 #   2. lays out kubelet-style cgroups (cgroupfs driver): one LS pod under
 #      kubepods/burstable, one BE pod under kubepods/besteffort;
 #   3. starts CPU burners: the BE pod runs one per CPU (it wants the machine);
-#      the LS pod runs 0, then 1, then 2 ... burners, then none again;
+#      the LS pod runs 0, then 1, then 2 ... burners ("LS burn N"), then none;
 #   4. runs koordlet --standalone with a pods file and a NodeSLO file that
 #      enables cpusuppress (resourceUsedThresholdWithBE, threshold 65%);
 #   5. prints a table over time (first row: before koordlet starts): LS
@@ -212,7 +212,7 @@ koordlet_pid=$!
 run_phase "LS idle"
 for step in $(seq "$ncpu"); do
     ls_burners+=("$(burn_in "$ls_pod/$ls_cid")")
-    run_phase "LS ${step} core"
+    run_phase "LS burn ${step}"
 done
 for pid in "${ls_burners[@]}"; do kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
 ls_burners=()
