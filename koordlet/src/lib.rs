@@ -1,7 +1,8 @@
-//! koordlet: the node agent. This build runs the states informer, the metrics
-//! advisor and the NodeMetric reporter, in cluster mode (API server and
-//! kubelet) or standalone (pods and NodeSLO from files, NodeMetric to a file);
-//! the QoS manager and runtime hooks arrive with their own changes.
+//! koordlet: the node agent. It runs the states informer, the metrics advisor
+//! with peak prediction, the NodeMetric reporter, the QoS manager (strategies
+//! and eviction) and the runtime hooks (RuntimeHookService server, NRI plugin,
+//! reconciler), in cluster mode (API server and kubelet) or standalone (pods
+//! and NodeSLO from files, NodeMetric to a file).
 
 pub mod capabilities;
 pub mod evictor;
