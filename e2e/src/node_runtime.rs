@@ -164,6 +164,41 @@ impl Containerd {
         Ok(containerd)
     }
 
+    /// Starts containerd `version` (`1.6`, `1.7`, `2.1`) without NRI in a
+    /// fresh private root (e.g. 1.6 behind koord-runtime-proxy).
+    pub fn start_without_nri(label: &str, version: &str) -> Result<Self, Skip> {
+        let base = prepared_kit()?;
+        let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let root = PathBuf::from(format!("/tmp/koord-e2e/{label}-{pid}-{n}"));
+        let kubepods = format!("/kubepods-{label}-{pid}-{n}");
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root)
+            .map_err(|err| Skip(format!("cannot create {}: {err}", root.display())))?;
+        for shared in ["images", "cni", "proto", "cache"] {
+            std::os::unix::fs::symlink(base.join(shared), root.join(shared))
+                .map_err(|err| Skip(format!("cannot link the kit's {shared}: {err}")))?;
+        }
+        let mut containerd = Containerd {
+            root: root.clone(),
+            kubepods: kubepods.clone(),
+            env: BTreeMap::new(),
+            restarted: None,
+        };
+        let stdout = run_kit_script(
+            "up.sh",
+            &[version],
+            &[("NR_ROOT", &root), ("NR_KUBEPODS", Path::new(&kubepods))],
+        )
+        .map_err(|err| Skip(format!("containerd {version} did not start: {err}")))?;
+        containerd.env = stdout
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        Ok(containerd)
+    }
+
     pub fn var(&self, key: &str) -> String {
         self.env.get(key).cloned().unwrap_or_default()
     }

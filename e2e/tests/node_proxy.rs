@@ -1,4 +1,4 @@
-//! Node e2e: koord-runtime-proxy between a CRI client and a real containerd,
+//! Node e2e: koord-runtime-proxy between a CRI client and a real containerd 1.6,
 //! with koordlet (NRI off) as its hook server. Each test starts its own
 //! containerd (private `NR_ROOT`/`NR_KUBEPODS`); without root or a working
 //! kit each test prints one `SKIP:` line and passes.
@@ -48,7 +48,8 @@ impl Node {
 }
 
 fn node(test: &str) -> Result<Node, Skip> {
-    let containerd = Containerd::start(test)?;
+    // containerd 1.6: the runtime without NRI the proxy exists for.
+    let containerd = Containerd::start_without_nri(test, "1.6")?;
     let pods_file = containerd.root().join("pods.json");
     std::fs::write(
         &pods_file,

@@ -64,7 +64,7 @@ fn row(name: &str, direct: &Stats, proxied: &Stats) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_overhead_and_hook_round_trip() {
-    let containerd = match Containerd::start("proxy-bench") {
+    let containerd = match Containerd::start_without_nri("proxy-bench", "1.6") {
         Ok(containerd) => containerd,
         Err(skip) => {
             skip.report("proxy-bench");
