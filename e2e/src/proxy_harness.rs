@@ -487,3 +487,107 @@ pub fn be_pods_file(
     })
     .to_string()
 }
+
+/// Hook calls seen by a [`HookRecorder`]: stage name and request.
+pub type RecordedHooks = std::sync::Arc<
+    Mutex<
+        Vec<(
+            String,
+            apis::runtime::v1alpha1::ContainerResourceHookRequest,
+        )>,
+    >,
+>;
+
+/// A RuntimeHookService that records container hook requests and answers
+/// with no changes.
+#[derive(Clone, Default)]
+pub struct HookRecorder {
+    pub calls: RecordedHooks,
+}
+
+type HookReply<T> = Result<tonic::Response<T>, tonic::Status>;
+
+impl HookRecorder {
+    fn record(
+        &self,
+        stage: &str,
+        request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((stage.to_string(), request.into_inner()));
+        Ok(tonic::Response::new(Default::default()))
+    }
+
+    /// Serves on `socket` in the current tokio runtime.
+    pub fn serve(&self, socket: &Path) -> std::io::Result<()> {
+        use apis::runtime::v1alpha1::runtime_hook_service_server::RuntimeHookServiceServer;
+        let listener = tokio::net::UnixListener::bind(socket)?;
+        let incoming = futures::stream::unfold(listener, |listener| async move {
+            let next = listener.accept().await.map(|(stream, _)| stream);
+            Some((next, listener))
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RuntimeHookServiceServer::new(self.clone()))
+                .serve_with_incoming(incoming),
+        );
+        Ok(())
+    }
+
+    pub fn calls(
+        &self,
+    ) -> Vec<(
+        String,
+        apis::runtime::v1alpha1::ContainerResourceHookRequest,
+    )> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[tonic::async_trait]
+impl apis::runtime::v1alpha1::runtime_hook_service_server::RuntimeHookService for HookRecorder {
+    async fn pre_run_pod_sandbox_hook(
+        &self,
+        _: tonic::Request<apis::runtime::v1alpha1::PodSandboxHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::PodSandboxHookResponse> {
+        Ok(tonic::Response::new(Default::default()))
+    }
+    async fn post_stop_pod_sandbox_hook(
+        &self,
+        _: tonic::Request<apis::runtime::v1alpha1::PodSandboxHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::PodSandboxHookResponse> {
+        Ok(tonic::Response::new(Default::default()))
+    }
+    async fn pre_create_container_hook(
+        &self,
+        request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
+        self.record("PreCreateContainer", request)
+    }
+    async fn pre_start_container_hook(
+        &self,
+        request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
+        self.record("PreStartContainer", request)
+    }
+    async fn post_start_container_hook(
+        &self,
+        request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
+        self.record("PostStartContainer", request)
+    }
+    async fn post_stop_container_hook(
+        &self,
+        request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
+        self.record("PostStopContainer", request)
+    }
+    async fn pre_update_container_resources_hook(
+        &self,
+        request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
+    ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
+        self.record("PreUpdateContainerResources", request)
+    }
+}

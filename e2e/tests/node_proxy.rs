@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use e2e::cri::{self, RuntimeClient, v1};
 use e2e::node_runtime::{Containerd, Koordlet, Skip, read_cgroup, wait_for_value};
 use e2e::proxy_harness::{
-    Pod, Proxy, WAIT, be_pods_file, cgroup_root_with_private_kubepods, container_config,
-    create_container, first_lines, pod_config, run_pod, start_container, start_hook_server,
-    start_hook_server_with,
+    HookRecorder, Pod, Proxy, WAIT, be_pods_file, cgroup_root_with_private_kubepods,
+    container_config, create_container, first_lines, pod_config, run_pod, start_container,
+    start_hook_server, start_hook_server_with,
 };
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -349,6 +349,20 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
     let started = Instant::now();
     let node = node_or_skip!("proxy-restart");
     let koordlet = node.hook_server("Ignore");
+    // A recorder serves the start/stop stages koordlet does not register.
+    let recorder = HookRecorder::default();
+    let recorder_socket = node.root().join("recorder.sock");
+    recorder.serve(&recorder_socket).unwrap();
+    std::fs::write(
+        node.hook_dir.join("zz-recorder.json"),
+        serde_json::json!({
+            "remote-endpoint": recorder_socket.display().to_string(),
+            "failure-policy": "Fail",
+            "runtime-hooks": ["PreStartContainer", "PostStartContainer", "PostStopContainer"],
+        })
+        .to_string(),
+    )
+    .unwrap();
     let proxy = node.proxy();
     let mut client = proxy.client().await;
     let pod = be_pod(&node, &mut client).await;
@@ -360,6 +374,7 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
     .await
     .unwrap();
     proxy.stop();
+    assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
 
     // A new proxy process knows the container only from the runtime.
     let proxy = node.proxy();
@@ -371,24 +386,6 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
     );
     let mut client = proxy.client().await;
     start_container(&mut client, &id).await.unwrap();
-    // PreStart/PostStart reached koordlet with the BE pod context: koordlet
-    // answers with batch values only when it sees the pod's annotations.
-    let registered = std::fs::read_to_string(node.hook_dir.join("koordlet.json")).unwrap();
-    let start_stages: Vec<&str> = ["PreStartContainer", "PostStartContainer"]
-        .into_iter()
-        .filter(|stage| registered.contains(stage))
-        .collect();
-    for stage in &start_stages {
-        assert_eq!(
-            proxy.counter(
-                "koord_runtime_proxy_hook_calls_total",
-                &format!("stage=\"{stage}\",result=\"ok\"")
-            ),
-            1.0,
-            "{stage}: {}",
-            proxy.metrics()
-        );
-    }
     client
         .stop_container(v1::StopContainerRequest {
             container_id: id.clone(),
@@ -396,13 +393,56 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
         })
         .await
         .unwrap();
-    if registered.contains("PostStopContainer") {
+    // Start and Stop after the restart reached the hooks with full pod context.
+    let calls = recorder.calls();
+    let stages: Vec<&str> = calls.iter().map(|(stage, _)| stage.as_str()).collect();
+    assert_eq!(
+        stages,
+        [
+            "PreStartContainer",
+            "PostStartContainer",
+            "PostStopContainer"
+        ],
+        "proxy:\n{}",
+        proxy.process.output()
+    );
+    let meta = pod.config.metadata.clone().unwrap();
+    for (stage, request) in &calls {
+        let pod_meta = request.pod_meta.clone().unwrap_or_default();
         assert_eq!(
-            proxy.counter(
-                "koord_runtime_proxy_hook_calls_total",
-                "stage=\"PostStopContainer\",result=\"ok\""
+            (
+                pod_meta.name.as_str(),
+                pod_meta.uid.as_str(),
+                pod_meta.namespace.as_str()
             ),
-            1.0
+            (
+                meta.name.as_str(),
+                meta.uid.as_str(),
+                meta.namespace.as_str()
+            ),
+            "{stage}"
+        );
+        assert_eq!(
+            request
+                .pod_labels
+                .get("koordinator.sh/qosClass")
+                .map(String::as_str),
+            Some("BE"),
+            "{stage}"
+        );
+        assert_eq!(
+            request
+                .pod_annotations
+                .get("node.koordinator.sh/extended-resource-spec"),
+            Some(&be_annotations()),
+            "{stage}"
+        );
+        assert_eq!(request.pod_cgroup_parent, pod.cgroup_parent, "{stage}");
+        let container_meta = request.container_meta.clone().unwrap_or_default();
+        assert_eq!(
+            (container_meta.name.as_str(), container_meta.id.as_str()),
+            ("main", id.as_str()),
+            "{stage}"
         );
     }
     // An update after the restart still carries the pod context: koordlet
