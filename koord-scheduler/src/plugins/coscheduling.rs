@@ -15,7 +15,7 @@ use apis::extension::coscheduling::{
 };
 use serde::Deserialize;
 
-use crate::cache::{ClusterCache, PodInfo, object_key};
+use crate::cache::{ClusterCache, ClusterEvent, PodInfo, object_key};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
 use crate::resources::Resources;
@@ -39,11 +39,19 @@ pub struct CoschedulingArgs {
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
     let _raw: CoschedulingArgs = parse_args(NAME, args)?;
-    Ok(Box::new(Coscheduling))
+    Ok(Box::new(Coscheduling::default()))
 }
 
 /// See the module docs.
-pub struct Coscheduling;
+#[derive(Default)]
+pub struct Coscheduling {
+    /// Gang key → keys of its pods in the cache.
+    gangs: std::collections::HashMap<String, std::collections::BTreeSet<String>>,
+}
+
+fn gang_key_of(pod: &PodInfo) -> Option<String> {
+    gang_name(pod.labels(), pod.annotations()).map(|name| object_key(Some(&pod.namespace), name))
+}
 
 /// A gang's identity and how many members must be placed together.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,23 +101,25 @@ pub fn gang_of(pod: &PodInfo, cache: &ClusterCache) -> Result<Option<Gang>, Reje
 }
 
 /// The gang's members in the cache: (placed, pending), pending sorted by key.
-fn members<'a>(gang: &Gang, cache: &'a ClusterCache) -> (usize, Vec<&'a std::sync::Arc<PodInfo>>) {
+fn members<'a>(
+    index: &std::collections::HashMap<String, std::collections::BTreeSet<String>>,
+    gang: &Gang,
+    cache: &'a ClusterCache,
+) -> (usize, Vec<&'a std::sync::Arc<PodInfo>>) {
     let mut placed = 0;
     let mut pending = Vec::new();
-    for pod in cache.pods() {
-        let Some(name) = gang_name(pod.labels(), pod.annotations()) else {
-            continue;
-        };
-        if object_key(Some(&pod.namespace), name) != gang.key {
-            continue;
-        }
+    for pod in index
+        .get(&gang.key)
+        .into_iter()
+        .flatten()
+        .filter_map(|key| cache.pod(key))
+    {
         if pod.node.is_some() {
             placed += 1;
         } else {
             pending.push(pod);
         }
     }
-    pending.sort_by(|a, b| a.key.cmp(&b.key));
     (placed, pending)
 }
 
@@ -158,6 +168,26 @@ impl Plugin for Coscheduling {
         NAME
     }
 
+    fn on_event(&mut self, event: &ClusterEvent, _cache: &ClusterCache) {
+        let ClusterEvent::Pod { old, new } = event else {
+            return;
+        };
+        if let Some(old) = old
+            && let Some(gang) = gang_key_of(old)
+            && let Some(members) = self.gangs.get_mut(&gang)
+        {
+            members.remove(&old.key);
+            if members.is_empty() {
+                self.gangs.remove(&gang);
+            }
+        }
+        if let Some(new) = new
+            && let Some(gang) = gang_key_of(new)
+        {
+            self.gangs.entry(gang).or_default().insert(new.key.clone());
+        }
+    }
+
     fn pre_filter(
         &self,
         pod: &PodInfo,
@@ -167,7 +197,7 @@ impl Plugin for Coscheduling {
         let Some(gang) = gang_of(pod, cache)? else {
             return Ok(());
         };
-        let (placed, mut pending) = members(&gang, cache);
+        let (placed, mut pending) = members(&self.gangs, &gang, cache);
         if placed >= gang.min_member {
             // The gang is satisfied once; later members schedule freely.
             return Ok(());
