@@ -49,10 +49,10 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
 
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
     assert_eq!(readyz.status, 503, "{}", readyz.body);
+    // The fake backend accepts connections but never answers CRI, so the
+    // metadata store cannot be rebuilt and the proxy does not report ready.
     assert!(
-        readyz
-            .body
-            .contains("[-]cri-proxy failed: not implemented in this build"),
+        readyz.body.contains("[-]cri-proxy failed: "),
         "{}",
         readyz.body
     );
@@ -85,9 +85,6 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
         "{}",
         metrics.body
     );
-
-    // Not proxying yet, so it must not have created the CRI socket.
-    assert!(!dir.path().join("runtimeproxy.sock").exists());
 
     let output = process.stop_cleanly("TERM", WAIT).unwrap();
     assert!(output.contains("received SIGTERM"), "{output}");
