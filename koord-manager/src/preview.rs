@@ -11,8 +11,15 @@ use std::io::Write;
 use std::time::SystemTime;
 
 use apis::configuration::SloControllerConfig;
-use apis::slo::v1alpha1::{NodeMetric, NodeSLOSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use apis::slo::v1alpha1::{
+    HostApplicationMetricInfo, NodeMetric, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus,
+    NodeSLOSpec, PeakMetric, PodMetricInfo, ReclaimableMetric,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Node, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -74,11 +81,238 @@ struct HeaderMeta {
     name: Option<String>,
 }
 
+/// Any snapshot object, reduced to the fields the preview reads of Nodes
+/// (labels, annotations, capacity, allocatable), NodeMetrics (status), Pods
+/// (what [`PodSummary::of`] reads) and ConfigMaps (data); serde skips the
+/// rest without building it.
+#[derive(Deserialize)]
+struct LeanObject {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Option<LeanMeta>,
+    #[serde(default)]
+    spec: Option<LeanPodSpec>,
+    #[serde(default)]
+    status: Option<LeanStatus>,
+    #[serde(default)]
+    data: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    items: Option<Vec<Option<LeanObject>>>,
+}
+
+#[derive(Deserialize)]
+struct LeanMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl LeanMeta {
+    fn into_object_meta(self) -> ObjectMeta {
+        ObjectMeta {
+            name: self.name,
+            namespace: self.namespace,
+            labels: self.labels,
+            annotations: self.annotations,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// A Pod's spec as far as requests, QoS and priority go (other kinds' specs
+/// have none of these fields and come out empty).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanPodSpec {
+    #[serde(default)]
+    node_name: Option<String>,
+    #[serde(default)]
+    priority: Option<i32>,
+    #[serde(default)]
+    containers: Option<Vec<LeanContainer>>,
+    #[serde(default)]
+    init_containers: Option<Vec<LeanContainer>>,
+    #[serde(default)]
+    overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+impl LeanPodSpec {
+    fn into_pod_spec(self) -> PodSpec {
+        let containers = |list: Vec<LeanContainer>| -> Vec<Container> {
+            list.into_iter()
+                .map(LeanContainer::into_container)
+                .collect()
+        };
+        PodSpec {
+            node_name: self.node_name,
+            priority: self.priority,
+            containers: containers(self.containers.unwrap_or_default()),
+            init_containers: self.init_containers.map(containers),
+            overhead: self.overhead,
+            ..PodSpec::default()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanContainer {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    restart_policy: Option<String>,
+}
+
+impl LeanContainer {
+    fn into_container(self) -> Container {
+        Container {
+            name: self.name,
+            resources: self.resources,
+            restart_policy: self.restart_policy,
+            ..Container::default()
+        }
+    }
+}
+
+/// The union of the status fields read of Pods, Nodes and NodeMetrics; their
+/// names do not overlap.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanStatus {
+    #[serde(default)]
+    phase: Option<String>,
+    #[serde(default)]
+    qos_class: Option<String>,
+    #[serde(default)]
+    capacity: Option<BTreeMap<String, Quantity>>,
+    #[serde(default)]
+    allocatable: Option<BTreeMap<String, Quantity>>,
+    #[serde(default)]
+    update_time: Option<Time>,
+    #[serde(default)]
+    node_metric: Option<NodeMetricInfo>,
+    #[serde(default)]
+    pods_metric: Vec<PodMetricInfo>,
+    #[serde(default)]
+    host_application_metric: Vec<HostApplicationMetricInfo>,
+    #[serde(default)]
+    prod_reclaimable_metric: Option<ReclaimableMetric>,
+    #[serde(default)]
+    prod_peak_metric: Option<PeakMetric>,
+}
+
 impl Snapshot {
     /// Parses YAML documents, or a stream of JSON objects (e.g. the output of
-    /// `kubectl get -o json`), which takes a faster path; `source_name`
-    /// labels errors.
+    /// `kubectl get -o json`); `source_name` labels errors.
+    ///
+    /// Documents are read straight into lean structs holding only what the
+    /// preview reads. Should that fail anywhere, the whole text is read again
+    /// through full Kubernetes types, which names the bad document or object.
     pub fn parse(text: &str, source_name: &str) -> Result<Self, PreviewError> {
+        if let Some(snapshot) = Self::parse_lean(text) {
+            return Ok(snapshot);
+        }
+        Self::parse_full(text, source_name)
+    }
+
+    /// The fast path; `None` on any malformed document.
+    fn parse_lean(text: &str) -> Option<Self> {
+        let mut snapshot = Snapshot::default();
+        if text.trim_start().starts_with('{') {
+            let stream = serde_json::Deserializer::from_str(text).into_iter::<Option<LeanObject>>();
+            for object in stream {
+                snapshot.add_lean(object.ok()??);
+            }
+            return Some(snapshot);
+        }
+        for document in serde_yaml::Deserializer::from_str(text) {
+            if let Some(object) = Option::<LeanObject>::deserialize(document).ok()? {
+                snapshot.add_lean(object);
+            }
+        }
+        Some(snapshot)
+    }
+
+    fn add_lean(&mut self, object: LeanObject) {
+        let LeanObject {
+            kind,
+            metadata,
+            spec,
+            status,
+            data,
+            items,
+        } = object;
+        let metadata = metadata.map(LeanMeta::into_object_meta).unwrap_or_default();
+        let status_present = status.is_some();
+        let status = status.unwrap_or_default();
+        match kind.as_str() {
+            "Node" => self.nodes.push(Node {
+                metadata,
+                spec: None,
+                status: status_present.then(|| NodeStatus {
+                    capacity: status.capacity,
+                    allocatable: status.allocatable,
+                    ..NodeStatus::default()
+                }),
+            }),
+            "NodeMetric" => self.node_metrics.push(NodeMetric {
+                metadata,
+                spec: NodeMetricSpec::default(),
+                status: status_present.then_some(NodeMetricStatus {
+                    update_time: status.update_time,
+                    node_metric: status.node_metric,
+                    pods_metric: status.pods_metric,
+                    host_application_metric: status.host_application_metric,
+                    prod_reclaimable_metric: status.prod_reclaimable_metric,
+                    prod_peak_metric: status.prod_peak_metric,
+                }),
+            }),
+            "Pod" => {
+                let pod = Pod {
+                    metadata,
+                    spec: spec.map(LeanPodSpec::into_pod_spec),
+                    status: status_present.then(|| PodStatus {
+                        phase: status.phase,
+                        qos_class: status.qos_class,
+                        ..PodStatus::default()
+                    }),
+                };
+                self.add_pod(&pod);
+            }
+            "ConfigMap" => self.config_maps.push(ConfigMap {
+                metadata,
+                data,
+                ..ConfigMap::default()
+            }),
+            kind if kind.ends_with("List") => {
+                for item in items.into_iter().flatten().flatten() {
+                    self.add_lean(item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_pod(&mut self, pod: &Pod) {
+        self.pod_count += 1;
+        if let Some(node) = pod_node_name(pod) {
+            self.pods
+                .entry(node.to_owned())
+                .or_default()
+                .push(PodSummary::of(pod));
+        }
+    }
+
+    /// The slow path through full types, kept for its precise errors.
+    fn parse_full(text: &str, source_name: &str) -> Result<Self, PreviewError> {
         let mut snapshot = Snapshot::default();
         if text.trim_start().starts_with('{') {
             let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
@@ -129,13 +363,7 @@ impl Snapshot {
                 .push(serde_json::from_value(value).map_err(fail)?),
             "Pod" => {
                 let pod: Pod = serde_json::from_value(value).map_err(fail)?;
-                self.pod_count += 1;
-                if let Some(node) = pod_node_name(&pod) {
-                    self.pods
-                        .entry(node.to_owned())
-                        .or_default()
-                        .push(PodSummary::of(&pod));
-                }
+                self.add_pod(&pod);
             }
             "ConfigMap" => self
                 .config_maps
@@ -572,6 +800,43 @@ mod tests {
             preview(&yaml, &config, None, now),
             preview(&json, &config, None, now)
         );
+    }
+
+    fn as_json_stream(yaml: &str) -> String {
+        serde_yaml::Deserializer::from_str(yaml)
+            .map(|doc| format!("{}\n", Value::deserialize(doc).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn lean_and_full_reads_give_the_same_report() {
+        let now = at("2026-01-01T00:10:00Z");
+        for text in [SNAPSHOT.to_owned(), as_json_stream(SNAPSHOT)] {
+            let lean = Snapshot::parse_lean(&text).expect("the lean path reads the snapshot");
+            let full = Snapshot::parse_full(&text, "full").unwrap();
+            assert_eq!(lean.nodes.len(), 3);
+            assert_eq!(lean.pod_count, full.pod_count);
+            assert_eq!(lean.pods, full.pods);
+            let config = config_from(full.config_map("slo-controller-config"), "full").unwrap();
+            let lean_config =
+                config_from(lean.config_map("slo-controller-config"), "lean").unwrap();
+            assert_eq!(lean_config, config);
+            assert_eq!(
+                preview(&lean, &config, None, now),
+                preview(&full, &config, None, now)
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_documents_fall_back_to_the_full_read() {
+        // A non-Pod kind whose spec clashes with the lean Pod fields is still
+        // accepted (and ignored) through the full read.
+        let text = "kind: Widget\nspec: {priority: high}\n---\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec: {nodeName: n1}\n";
+        assert!(Snapshot::parse_lean(text).is_none());
+        let snapshot = Snapshot::parse(text, "snap.yaml").unwrap();
+        assert_eq!(snapshot.pod_count, 1);
+        assert_eq!(snapshot.pods["n1"][0].key, "d/p");
     }
 
     #[test]
