@@ -24,7 +24,7 @@
 #
 # Usage: hack/colocation-demo.sh [--policy cfsQuota|cpuset] [--phase-seconds N]
 #                                [--no-build] [--koordlet PATH] [--log FILE]
-#                                [--containers]
+#                                [--containers] [--threshold PERCENT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,11 +44,13 @@ while [ $# -gt 0 ]; do
         --koordlet) koordlet_bin=$2; build=0; shift 2 ;;
         --log) log_copy=$2; log_level=info; shift 2 ;;
         --containers) containers=1; shift ;;
+        --threshold) threshold=$2; shift 2 ;;
         -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 case "$policy" in cfsQuota|cpuset) ;; *) echo "--policy must be cfsQuota or cpuset" >&2; exit 2 ;; esac
+case "$threshold" in [1-9]|[1-9][0-9]|100) ;; *) echo "--threshold must be 1..100" >&2; exit 2 ;; esac
 
 cgroot=/sys/fs/cgroup
 controllers="cpu cpuacct cpuset memory"
