@@ -247,9 +247,21 @@ pub fn run_prioritize(
     candidates: &[String],
     now: SystemTime,
 ) -> Vec<HostPriority> {
+    prioritize_owned(scheduler, pod, candidates.to_vec(), now)
+}
+
+/// [`run_prioritize`] taking the parsed names by value (no copies).
+fn prioritize_owned(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: Vec<String>,
+    now: SystemTime,
+) -> Vec<HostPriority> {
     let scores = match scheduler.pre_filter(pod, now) {
-        Ok(state) => scheduler.score(pod, candidates, &state).extender_scores(),
-        Err(_) => candidates.iter().map(|n| (n.clone(), 0)).collect(),
+        Ok(state) => scheduler
+            .score_owned(pod, candidates, &state)
+            .into_extender_scores(),
+        Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
     };
     scores
         .into_iter()
@@ -275,7 +287,10 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
         let Ok(scheduler) = state.scheduler.read() else {
             return internal_error("scheduler state lock poisoned");
         };
-        run_filter(&scheduler, &pod, &candidates, SystemTime::now())
+        match scheduler.pre_filter(&pod, SystemTime::now()) {
+            Ok(cycle) => scheduler.filter_owned(&pod, candidates, &cycle),
+            Err(rejection) => Scheduler::reject_all(&candidates, &rejection),
+        }
     };
     let status = if outcome.feasible.is_empty() {
         state.metrics.attempt("unschedulable");
@@ -284,17 +299,18 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
         "Success"
     };
     tracing::debug!(pod = %pod.key, feasible = outcome.feasible.len(), failed = outcome.failed.len() + outcome.failed_unresolvable.len(), "filter");
+    let nodes = nodes_in.map(|mut list| {
+        list.items.retain(|n| {
+            n.metadata
+                .name
+                .as_ref()
+                .is_some_and(|name| outcome.feasible.contains(name))
+        });
+        list
+    });
     let result = ExtenderFilterResult {
-        nodes: nodes_in.map(|mut list| {
-            list.items.retain(|n| {
-                n.metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|name| outcome.feasible.contains(name))
-            });
-            list
-        }),
-        node_names: by_name.then(|| outcome.feasible.clone()),
+        nodes,
+        node_names: by_name.then_some(outcome.feasible),
         failed_nodes: outcome.failed,
         failed_and_unresolvable_nodes: outcome.failed_unresolvable,
         error: String::new(),
@@ -314,7 +330,7 @@ async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response
         let Ok(scheduler) = state.scheduler.read() else {
             return internal_error("scheduler state lock poisoned");
         };
-        run_prioritize(&scheduler, &pod, &candidates, SystemTime::now())
+        prioritize_owned(&scheduler, &pod, candidates, SystemTime::now())
     };
     state.metrics.observe("Score", "Success", started);
     json_response(&list)

@@ -193,14 +193,16 @@ impl ScoreOutcome {
         let top = self.weight_sum * MAX_NODE_SCORE;
         self.totals
             .iter()
-            .map(|(node, total)| {
-                let scaled = if top <= 0 {
-                    0
-                } else {
-                    (total * MAX_EXTENDER_PRIORITY * 2 + top) / (top * 2)
-                };
-                (node.clone(), scaled.clamp(0, MAX_EXTENDER_PRIORITY))
-            })
+            .map(|(node, total)| (node.clone(), scale_to_extender(*total, top)))
+            .collect()
+    }
+
+    /// [`ScoreOutcome::extender_scores`] consuming the names.
+    pub fn into_extender_scores(self) -> Vec<(String, i64)> {
+        let top = self.weight_sum * MAX_NODE_SCORE;
+        self.totals
+            .into_iter()
+            .map(|(node, total)| (node, scale_to_extender(total, top)))
             .collect()
     }
 
@@ -214,6 +216,16 @@ impl ScoreOutcome {
         }
         best.map(|(node, _)| node.as_str())
     }
+}
+
+/// A total out of `top` scaled into 0..=10, rounded.
+fn scale_to_extender(total: i64, top: i64) -> i64 {
+    let scaled = if top <= 0 {
+        0
+    } else {
+        (total * MAX_EXTENDER_PRIORITY * 2 + top) / (top * 2)
+    };
+    scaled.clamp(0, MAX_EXTENDER_PRIORITY)
 }
 
 /// Errors of the bind-time reservation.
@@ -355,6 +367,38 @@ impl Scheduler {
         outcome
     }
 
+    /// [`Scheduler::filter`] over named candidates taken by value: each name
+    /// moves into the outcome instead of being copied.
+    pub fn filter_owned(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<String>,
+        state: &CycleState,
+    ) -> FilterOutcome {
+        let mut outcome = FilterOutcome {
+            feasible: Vec::with_capacity(candidates.len()),
+            ..FilterOutcome::default()
+        };
+        for name in candidates {
+            let Some(node) = self.cache.node(&name) else {
+                outcome
+                    .failed_unresolvable
+                    .insert(name, "node not found in the scheduler cache".into());
+                continue;
+            };
+            match self.filter_node(pod, node, state) {
+                Ok(()) => outcome.feasible.push(name),
+                Err(rejection) if rejection.unresolvable => {
+                    outcome.failed_unresolvable.insert(name, rejection.reason);
+                }
+                Err(rejection) => {
+                    outcome.failed.insert(name, rejection.reason);
+                }
+            }
+        }
+        outcome
+    }
+
     /// Fails every candidate with the same pre-filter rejection.
     pub fn reject_all(candidates: &[String], rejection: &Rejection) -> FilterOutcome {
         let mut outcome = FilterOutcome::default();
@@ -382,6 +426,39 @@ impl Scheduler {
         state: &CycleState,
     ) -> ScoreOutcome {
         let infos: Vec<Option<&NodeInfo>> = nodes.iter().map(|n| self.cache.node(n)).collect();
+        let (totals, weight_sum) = self.score_nodes(pod, &infos, state);
+        ScoreOutcome {
+            totals: nodes.into_iter().zip(totals).collect(),
+            weight_sum,
+        }
+    }
+
+    /// Every node in name order through the filters, without touching names:
+    /// returns the feasible nodes and hands each rejection to `rejected`.
+    pub fn filter_all_nodes<'a>(
+        &'a self,
+        pod: &PodInfo,
+        state: &CycleState,
+        mut rejected: impl FnMut(&'a NodeInfo, Rejection),
+    ) -> Vec<Option<&'a NodeInfo>> {
+        let mut feasible = Vec::with_capacity(self.cache.node_count());
+        for node in self.cache.nodes_sorted() {
+            match self.filter_node(pod, node, state) {
+                Ok(()) => feasible.push(Some(node)),
+                Err(rejection) => rejected(node, rejection),
+            }
+        }
+        feasible
+    }
+
+    /// Σ weight × normalized score per node (a missing node scores 0 raw in
+    /// every plugin), and Σ weights.
+    pub fn score_nodes(
+        &self,
+        pod: &PodInfo,
+        nodes: &[Option<&NodeInfo>],
+        state: &CycleState,
+    ) -> (Vec<i64>, i64) {
         let mut totals = vec![0i64; nodes.len()];
         let mut weight_sum = 0;
         let mut raw = vec![0i64; nodes.len()];
@@ -391,7 +468,7 @@ impl Scheduler {
             .filter(|e| e.score_weight > 0 && e.plugin.scores())
         {
             weight_sum += entry.score_weight;
-            for (slot, info) in raw.iter_mut().zip(&infos) {
+            for (slot, info) in raw.iter_mut().zip(nodes) {
                 *slot = info.map_or(0, |node| entry.plugin.score(pod, node, &self.cache, state));
             }
             entry.plugin.normalize_scores(&mut raw);
@@ -399,10 +476,7 @@ impl Scheduler {
                 *total += score * entry.score_weight;
             }
         }
-        ScoreOutcome {
-            totals: nodes.into_iter().zip(totals).collect(),
-            weight_sum,
-        }
+        (totals, weight_sum)
     }
 
     /// Bind-time reservation: re-checks the node, lets every plugin reserve,
@@ -413,6 +487,21 @@ impl Scheduler {
         pod_key: &str,
         node: &str,
         now: SystemTime,
+    ) -> Result<Reserved, ReserveError> {
+        self.reserve_prepared(pod_key, node, now, None)
+    }
+
+    /// [`Scheduler::reserve`] reusing the cycle state of a pre-filter run for
+    /// the same cached pod at the same `now` with no cache or plugin change in
+    /// between (the simulator's exclusive borrow guarantees that); pre-filter
+    /// is a pure function of those, so running it again would give the same
+    /// state. `None` runs pre-filter.
+    pub fn reserve_prepared(
+        &mut self,
+        pod_key: &str,
+        node: &str,
+        now: SystemTime,
+        prepared: Option<CycleState>,
     ) -> Result<Reserved, ReserveError> {
         let pod = self
             .cache
@@ -431,9 +520,12 @@ impl Scheduler {
             node: node.to_string(),
             reason,
         };
-        let state = self
-            .pre_filter(&pod, now)
-            .map_err(|r| no_longer_fits(r.reason))?;
+        let state = match prepared {
+            Some(state) => state,
+            None => self
+                .pre_filter(&pod, now)
+                .map_err(|r| no_longer_fits(r.reason))?,
+        };
         let node_info = self
             .cache
             .node(node)

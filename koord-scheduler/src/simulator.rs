@@ -154,7 +154,8 @@ pub fn schedule_one(
             .insert(String::new(), "pod not found in the snapshot".into());
         return placement;
     };
-    let outcome = match scheduler.pre_filter(&pod, now) {
+    let state = match scheduler.pre_filter(&pod, now) {
+        Ok(state) => state,
         Err(rejection) => {
             if record_details {
                 for name in scheduler.cache.node_names_sorted() {
@@ -163,25 +164,64 @@ pub fn schedule_one(
             }
             return placement;
         }
-        Ok(state) => {
-            let mut filtered = scheduler.filter(&pod, None, &state);
-            let feasible = std::mem::take(&mut filtered.feasible);
-            let scores = scheduler.score_owned(&pod, feasible, &state);
-            (filtered, scores)
-        }
     };
-    let (filtered, scores) = outcome;
-    if record_details {
-        placement.reasons = filtered.failed;
-        placement.reasons.extend(filtered.failed_unresolvable);
-        placement.scores = scores.totals.iter().cloned().collect();
+    // Nodes are handled by reference; names are copied only for the report
+    // and for the chosen node.
+    let best = {
+        let reasons = &mut placement.reasons;
+        let feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
+            if record_details {
+                reasons.insert(node.name.clone(), rejection.reason);
+            }
+        });
+        let (totals, _) = scheduler.score_nodes(&pod, &feasible, &state);
+        if record_details {
+            placement.scores = feasible
+                .iter()
+                .zip(&totals)
+                .filter_map(|(node, total)| node.map(|n| (n.name.clone(), *total)))
+                .collect();
+        }
+        // The highest total; ties go to the earliest node in name order.
+        let mut best: Option<(usize, i64)> = None;
+        for (index, total) in totals.iter().enumerate() {
+            if best.is_none_or(|(_, top)| *total > top) {
+                best = Some((index, *total));
+            }
+        }
+        best.and_then(|(index, _)| feasible[index])
+            .map(|node| node.name.clone())
+    };
+    let Some(best) = best else {
+        return placement;
+    };
+    // Nothing changed since pre-filter: the reservation can reuse its state.
+    match scheduler.reserve_prepared(pod_key, &best, now, Some(state)) {
+        Ok(reserved) => {
+            placement.node = Some(best);
+            placement.annotations = reserved.annotations;
+            return placement;
+        }
+        Err(err) => {
+            placement.scores.remove(&best);
+            placement.reasons.insert(best.clone(), err.to_string());
+        }
     }
-    // Try the best node first; only if its reservation fails rank the rest.
-    let mut ranked: Vec<(String, i64)> = Vec::new();
-    if let Some(best) = scores.best() {
-        ranked.push((best.to_string(), 0));
-    }
-    let mut rest_ranked = false;
+    // The best node failed (and was rolled back): rank the rest, from a fresh
+    // pre-filter over the unchanged cache.
+    let Ok(state) = scheduler.pre_filter(&pod, now) else {
+        return placement;
+    };
+    let mut filtered = scheduler.filter(&pod, None, &state);
+    let feasible = std::mem::take(&mut filtered.feasible);
+    let scores = scheduler.score_owned(&pod, feasible, &state);
+    let mut ranked: Vec<(String, i64)> = scores
+        .totals
+        .into_iter()
+        .filter(|(n, _)| *n != best)
+        .collect();
+    // Worst first, so `pop` yields the best (ties: name order).
+    ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
     while let Some((node, _)) = ranked.pop() {
         match scheduler.reserve(pod_key, &node, now) {
             Ok(reserved) => {
@@ -192,17 +232,6 @@ pub fn schedule_one(
             Err(err) => {
                 placement.scores.remove(&node);
                 placement.reasons.insert(node.clone(), err.to_string());
-                if !rest_ranked {
-                    rest_ranked = true;
-                    ranked = scores
-                        .totals
-                        .iter()
-                        .filter(|(n, _)| *n != node)
-                        .cloned()
-                        .collect();
-                    // Worst first, so `pop` yields the best (ties: name order).
-                    ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
-                }
             }
         }
     }
@@ -283,4 +312,168 @@ pub fn render_table(report: &SimulationReport) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::cache::{ClusterCache, NodeInfo};
+    use crate::framework::{CycleState, Plugin, PluginEntry, Rejection};
+    use crate::testutil::*;
+
+    fn cluster() -> Vec<Object> {
+        let mut objects = vec![quota(
+            "team",
+            &[("cpu", "4")],
+            &[("cpu", "40"), ("kubernetes.io/batch-cpu", "20000")],
+            &[],
+            &[],
+        )];
+        for (index, cpu) in ["4", "2", "8", "2"].iter().enumerate() {
+            objects.push(node(
+                &format!("n{index}"),
+                &[
+                    ("cpu", cpu),
+                    ("memory", "32Gi"),
+                    ("pods", "110"),
+                    ("kubernetes.io/batch-cpu", "3000"),
+                ],
+            ));
+        }
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for (index, name) in names.iter().enumerate() {
+            // Five batch pods for four nodes with room for one each.
+            let requests: &[(&str, &str)] = if index % 2 == 1 {
+                &[("cpu", "3"), ("memory", "1Gi")]
+            } else {
+                &[("kubernetes.io/batch-cpu", "2000")]
+            };
+            objects.push(pod(PodSpec {
+                name,
+                requests,
+                labels: &[("quota.scheduling.koordinator.sh/name", "team")],
+                priority: Some(if index % 2 == 1 { 9500 } else { 5500 }),
+                ..PodSpec::default()
+            }));
+        }
+        objects
+    }
+
+    /// Reference: the extender's path (filter, score by name, full reserve).
+    fn schedule_by_name(scheduler: &mut Scheduler, key: &str, now: SystemTime) -> Placement {
+        let pod = scheduler.cache.pod(key).unwrap().clone();
+        let mut placement = Placement {
+            pod: key.to_string(),
+            node: None,
+            reasons: BTreeMap::new(),
+            scores: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        };
+        let Ok(state) = scheduler.pre_filter(&pod, now) else {
+            for name in scheduler.cache.node_names_sorted() {
+                placement.reasons.insert(name, "pre-filter".into());
+            }
+            return placement;
+        };
+        let mut filtered = scheduler.filter(&pod, None, &state);
+        let feasible = std::mem::take(&mut filtered.feasible);
+        let scores = scheduler.score_owned(&pod, feasible, &state);
+        placement.reasons = filtered.failed;
+        placement.reasons.extend(filtered.failed_unresolvable);
+        placement.scores = scores.totals.iter().cloned().collect();
+        if let Some(best) = scores.best().map(str::to_string) {
+            let reserved = scheduler.reserve(key, &best, now).unwrap();
+            placement.node = Some(best);
+            placement.annotations = reserved.annotations;
+        }
+        placement
+    }
+
+    #[test]
+    fn reusing_the_pre_filter_state_places_pods_like_the_by_name_path() {
+        let mut fast = scheduler("");
+        let mut reference = scheduler("");
+        load(&mut fast, cluster());
+        load(&mut reference, cluster());
+        let mut placed = 0;
+        for name in ["a", "b", "c", "d", "e", "f", "g", "h", "i"] {
+            let key = format!("default/{name}");
+            let got = schedule_one(&mut fast, &key, t0(), true);
+            let want = schedule_by_name(&mut reference, &key, t0());
+            assert_eq!(got.node, want.node, "{key}");
+            assert_eq!(got.scores, want.scores, "{key}");
+            assert_eq!(got.annotations, want.annotations, "{key}");
+            if want.reasons.values().all(|r| r != "pre-filter") {
+                assert_eq!(got.reasons, want.reasons, "{key}");
+            }
+            placed += usize::from(got.node.is_some());
+        }
+        // The cluster is sized so that some pods fit and some do not.
+        assert!(placed > 0 && placed < 9, "placed {placed}");
+    }
+
+    /// Scores `refused` highest but refuses to reserve on it.
+    struct RefuseBest {
+        refused: &'static str,
+    }
+
+    impl Plugin for RefuseBest {
+        fn name(&self) -> &'static str {
+            "RefuseBest"
+        }
+
+        fn scores(&self) -> bool {
+            true
+        }
+
+        fn score(&self, _: &PodInfo, node: &NodeInfo, _: &ClusterCache, _: &CycleState) -> i64 {
+            if node.name == self.refused {
+                100
+            } else if node.name == "n2" {
+                50
+            } else {
+                10
+            }
+        }
+
+        fn reserve(
+            &mut self,
+            _: &PodInfo,
+            node: &str,
+            _: &ClusterCache,
+            _: &CycleState,
+        ) -> Result<(), Rejection> {
+            if node == self.refused {
+                Err(Rejection::unschedulable("refused for the test"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_reservation_on_the_best_node_falls_back_to_the_next_best() {
+        let plugin = PluginEntry {
+            plugin: Box::new(RefuseBest { refused: "n1" }),
+            filter: true,
+            score_weight: 1,
+        };
+        let mut scheduler = Scheduler::new(vec![plugin], std::time::Duration::from_secs(60));
+        load(&mut scheduler, cluster());
+        let placement = schedule_one(&mut scheduler, "default/a", t0(), true);
+        assert_eq!(placement.node.as_deref(), Some("n2"));
+        assert!(
+            placement.reasons["n1"].contains("refused for the test"),
+            "{:?}",
+            placement.reasons
+        );
+        assert!(!placement.scores.contains_key("n1"));
+        assert_eq!(placement.scores["n2"], 50);
+        assert_eq!(
+            scheduler.cache.pod("default/a").unwrap().node.as_deref(),
+            Some("n2")
+        );
+    }
 }

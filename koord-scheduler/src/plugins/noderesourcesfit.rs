@@ -13,6 +13,9 @@ pub const NAME: &str = "NodeResourcesFit";
 
 /// The resources this plugin checks.
 pub const CHECKED_RESOURCES: [&str; 4] = [BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY];
+/// Slots of [`CHECKED_RESOURCES`] in [`crate::resources::KNOWN_RESOURCES`]:
+/// the filter runs for every node, so it reads slots instead of matching names.
+const CHECKED_SLOTS: [usize; 4] = [3, 4, 5, 6];
 
 pub fn build(_args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
     Ok(Box::new(NodeResourcesFit))
@@ -34,12 +37,12 @@ impl Plugin for NodeResourcesFit {
         _state: &CycleState,
     ) -> Result<(), Rejection> {
         let mut insufficient = Vec::new();
-        for name in CHECKED_RESOURCES {
-            let request = pod.requests.get(name);
+        for (name, slot) in CHECKED_RESOURCES.into_iter().zip(CHECKED_SLOTS) {
+            let request = pod.requests.slot(slot);
             if request <= 0 {
                 continue;
             }
-            let free = node.allocatable.get(name) - node.requested.get(name);
+            let free = node.allocatable.slot(slot) - node.requested.slot(slot);
             if request > free {
                 insufficient.push(format!("Insufficient {name}"));
             }
@@ -48,6 +51,19 @@ impl Plugin for NodeResourcesFit {
             Ok(())
         } else {
             Err(Rejection::unschedulable(insufficient.join(", ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::slot_of;
+
+    #[test]
+    fn checked_slots_match_the_known_resource_table() {
+        for (name, slot) in CHECKED_RESOURCES.into_iter().zip(CHECKED_SLOTS) {
+            assert_eq!(slot_of(name), Some(slot), "{name}");
         }
     }
 }
