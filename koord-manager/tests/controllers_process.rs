@@ -102,6 +102,9 @@ fn controllers_write_node_slo_and_node_status_and_become_ready() {
         "--health-probe-addr",
         "127.0.0.1:0",
         "--enable-leader-election=false",
+        // Tests run in parallel: never the fixed webhook port 9876.
+        "--webhook-port=0",
+        "--webhook-bind-address=127.0.0.1",
     ]);
     let mut process = TestProcess::spawn(command).unwrap();
     let addr = process
@@ -223,6 +226,9 @@ fn an_invalid_configmap_is_refused_with_an_event() {
         "--health-probe-addr",
         "0",
         "--enable-leader-election=false",
+        // Tests run in parallel: never the fixed webhook port 9876.
+        "--webhook-port=0",
+        "--webhook-bind-address=127.0.0.1",
     ]);
     let mut process = TestProcess::spawn(command).unwrap();
     let event = api
