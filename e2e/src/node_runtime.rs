@@ -312,14 +312,41 @@ impl Drop for Containerd {
 /// Builds the koordlet binary (a no-op when up to date) and returns its path.
 pub fn koordlet_binary() -> Result<PathBuf, String> {
     static BUILT: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
-    let mut guard = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    workspace_binary(&BUILT, "koordlet", "koordlet")
+}
+
+/// Set to `release` to run the node tests and benchmarks against optimised
+/// binaries (the default is the debug build `cargo test` already made).
+pub const PROFILE_ENV: &str = "KOORD_E2E_PROFILE";
+
+/// Builds `bin` of `package` once per test process (a no-op when up to
+/// date; the first caller waits for cargo's build lock) and returns its path.
+pub fn workspace_binary(
+    built: &Mutex<Option<Result<PathBuf, String>>>,
+    package: &str,
+    bin: &str,
+) -> Result<PathBuf, String> {
+    let mut guard = built.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(result) = guard.as_ref() {
         return result.clone();
     }
+    let release = match std::env::var(PROFILE_ENV).as_deref() {
+        Ok("release") => true,
+        Ok("debug") | Err(_) => false,
+        Ok(other) => {
+            let err = format!("{PROFILE_ENV}={other}: expected release or debug");
+            *guard = Some(Err(err.clone()));
+            return Err(err);
+        }
+    };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let started = Instant::now();
+    let mut args = vec!["build", "-p", package, "--bin", bin];
+    if release {
+        args.push("--release");
+    }
     let output = Command::new(cargo)
-        .args(["build", "-p", "koordlet", "--bin", "koordlet"])
+        .args(&args)
         .current_dir(workspace_dir())
         .output();
     let result = match output {
@@ -327,16 +354,19 @@ pub fn koordlet_binary() -> Result<PathBuf, String> {
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| workspace_dir().join("target"));
-            Ok(target.join("debug/koordlet"))
+            let profile_dir = if release { "release" } else { "debug" };
+            Ok(target.join(profile_dir).join(bin))
         }
         Ok(output) => Err(format!(
-            "cargo build -p koordlet failed: {}",
+            "cargo {} failed: {}",
+            args.join(" "),
             tail(&String::from_utf8_lossy(&output.stderr), 10)
         )),
         Err(err) => Err(format!("cannot run cargo: {err}")),
     };
     eprintln!(
-        "koordlet binary: cargo build took {:?} (waits for the build lock)",
+        "{bin} binary: cargo {} took {:?} (waits for the build lock)",
+        args.join(" "),
         started.elapsed()
     );
     *guard = Some(result.clone());

@@ -12,43 +12,14 @@ use std::time::{Duration, Instant};
 use koord_common::testing::{TestProcess, http_get_blocking};
 
 use crate::cri::{self, RuntimeClient, v1};
-use crate::node_runtime::{Koordlet, container_log_lines, workspace_dir};
+use crate::node_runtime::{Koordlet, container_log_lines, workspace_binary};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// Builds the proxy binary (a no-op when up to date) and returns its path.
 pub fn proxy_binary() -> Result<PathBuf, String> {
     static BUILT: Mutex<Option<Result<PathBuf, String>>> = Mutex::new(None);
-    let mut guard = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(result) = guard.as_ref() {
-        return result.clone();
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "koord-runtime-proxy",
-            "--bin",
-            "koord-runtime-proxy",
-        ])
-        .current_dir(workspace_dir())
-        .output();
-    let result = match output {
-        Ok(output) if output.status.success() => {
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| workspace_dir().join("target"));
-            Ok(target.join("debug/koord-runtime-proxy"))
-        }
-        Ok(output) => Err(format!(
-            "cargo build -p koord-runtime-proxy failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )),
-        Err(err) => Err(format!("cannot run cargo: {err}")),
-    };
-    *guard = Some(result.clone());
-    result
+    workspace_binary(&BUILT, "koord-runtime-proxy", "koord-runtime-proxy")
 }
 
 /// koord-runtime-proxy running as a process.
