@@ -4,14 +4,17 @@
 //! A series is identified by a [`SeriesKey`] (kind, entity, optional label)
 //! and holds a ring buffer of samples (see `series.rs`):
 //!
-//! - **8 bytes per sample** (`u32` millisecond offset + `f32` value), plus
-//!   about 150 bytes per series (map entry, key, the entity id string).
+//! - **6 bytes per sample** (`u16` millisecond step from the previous sample
+//!   and `f32` value), plus about 150 bytes per series (map entry, key, the
+//!   entity id string).
 //! - At most `ceil(retention / sample interval) + 1` samples per series
-//!   ([`MetricCacheConfig::max_samples_per_series`]); a buffer only grows as
-//!   far as its series' sampling rate needs, and samples older than the
-//!   retention are dropped on append and by [`MetricCache::gc`].
+//!   ([`MetricCacheConfig::max_samples_per_series`]). Each buffer is
+//!   allocated once, sized from its series' own rate (a 10 s PSI series gets
+//!   a tenth of a 1 s series): no doubling, whose freed buffers fragmented
+//!   the heap. Samples older than the retention are dropped on append and by
+//!   [`MetricCache::gc`].
 //! - Worked example: 200 containers with CPU and memory series at 1 s over
-//!   30 min is 400 series × 1801 samples × 8 B ≈ 5.5 MiB.
+//!   30 min is 400 series × 1801 samples × 6 B ≈ 4.1 MiB.
 //!
 //! Values are stored as `f32` while the API speaks `f64`: the relative error
 //! is below 6e-8, which keeps a 150-container node inside the koordlet's
@@ -45,7 +48,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 60);
 /// Default age after which a series that stopped receiving samples is removed
 /// (upstream's `-metric-expire-seconds`).
 pub const DEFAULT_EXPIRE: Duration = Duration::from_secs(1800);
-/// Longest accepted retention; keeps sample offsets within 32 bits.
+/// Longest accepted retention; bounds buffer sizes and gap entries.
 pub const MAX_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Rough bookkeeping cost of one series besides its samples, for estimates.
 pub const APPROX_BYTES_PER_SERIES: usize = 150;
@@ -144,8 +147,6 @@ pub enum AppendError {
     OutOfOrder { newest_ms: i64, sample_ms: i64 },
     #[error("sample value is not a finite number")]
     NotFinite,
-    #[error("series spans more time than a 32-bit millisecond offset can hold")]
-    SpanTooLong,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -283,16 +284,11 @@ impl MetricCache {
     /// series or a window with `start > end`.
     pub fn query(&self, key: &SeriesKey, start: SystemTime, end: SystemTime) -> WindowValues {
         let (start_ms, end_ms) = (unix_millis(start), unix_millis(end));
-        let copied: Vec<(i64, f64)> = {
-            let store = self.read();
-            match store.get(key) {
-                Some(series) if start_ms <= end_ms => {
-                    let (lo, hi) = series.index_range(start_ms, end_ms);
-                    (lo..hi).map(|i| series.get(i)).collect()
-                }
-                _ => Vec::new(),
-            }
-        };
+        let copied: Vec<(i64, f64)> = self
+            .read()
+            .get(key)
+            .map(|series| series.window(start_ms, end_ms))
+            .unwrap_or_default();
         WindowValues::from_time_ordered(
             copied
                 .into_iter()
@@ -314,10 +310,7 @@ impl MetricCache {
 
     /// The newest retained sample of `key`.
     pub fn latest(&self, key: &SeriesKey) -> Option<(SystemTime, f64)> {
-        let store = self.read();
-        let series = store.get(key)?;
-        let newest = series.len().checked_sub(1)?;
-        let (ms, value) = series.get(newest);
+        let (ms, value) = self.read().get(key)?.latest()?;
         Some((from_unix_millis(ms), value))
     }
 
@@ -352,7 +345,7 @@ impl MetricCache {
                 return false;
             }
             summary.dropped_samples += series.trim_before(retain_after);
-            series.shrink_if_sparse();
+            series.shrink_if_sparse(self.retention_ms, self.max_len);
             true
         });
         summary
@@ -498,6 +491,35 @@ mod tests {
         let stats = cache.stats();
         assert_eq!(stats.samples, 61);
         assert_eq!(stats.sample_bytes, 61 * BYTES_PER_SAMPLE);
+    }
+
+    #[test]
+    fn buffers_are_sized_once_from_each_series_rate() {
+        // 30 min retention, 1 s collection; one series at 1 s, one at 10 s (PSI).
+        let cache = cache(1800, 1, 3600);
+        let fast = cpu("fast");
+        let slow = SeriesKey::pod(MetricKind::PodPsi, "slow");
+        let mut reserved = Vec::new();
+        for s in 0..2500 {
+            let mut batch = vec![Sample::new(fast.clone(), at(s), 1.0)];
+            if s % 10 == 0 {
+                batch.push(Sample::new(slow.clone(), at(s), 1.0));
+            }
+            cache.append(&batch);
+            let bytes = cache.stats().sample_bytes;
+            if reserved.last() != Some(&bytes) {
+                reserved.push(bytes);
+            }
+        }
+        // 1801 slots (1 s) + 201 slots (10 s: 181 with 10% head-room), each
+        // reserved once after the series' first two samples, never grown.
+        let full = (1801 + 201) * BYTES_PER_SAMPLE;
+        assert_eq!(reserved.last(), Some(&full));
+        assert!(
+            reserved.len() <= 4,
+            "reallocated more than once: {reserved:?}"
+        );
+        assert_eq!(cache.stats().samples, 1801 + 181);
     }
 
     #[test]
