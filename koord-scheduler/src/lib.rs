@@ -12,6 +12,7 @@ pub mod config;
 pub mod extender;
 pub mod framework;
 pub mod plugins;
+pub mod reservation_controller;
 pub mod resources;
 pub mod simulator;
 #[cfg(test)]
@@ -218,6 +219,12 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
                 &connected.client,
                 &scheduler,
                 Duration::from_secs(1),
+                &context.shutdown,
+            );
+            reservation_controller::start(
+                &connected.client,
+                &scheduler,
+                &config,
                 &context.shutdown,
             );
             tracing::info!(plugins = ?scheduler.read().map(|s| s.plugin_names()).unwrap_or_default(), "serving the scheduler extender");

@@ -13,10 +13,10 @@ use apis::extension::reservation::{
     ANNOTATION_RESERVATION_ALLOCATED, LABEL_RESERVATION_ORDER, ReservationAllocated,
     get_reservation_affinity, get_reservation_allocated, is_reservation_ignored,
 };
-use apis::scheduling::v1alpha1::{
-    DEFAULT_RESERVATION_TTL, Reservation, ReservationAllocatePolicy, ReservationOwner,
-};
+use apis::scheduling::v1alpha1::{Reservation, ReservationAllocatePolicy, ReservationOwner};
 use serde::Deserialize;
+
+pub mod lifecycle;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
@@ -33,6 +33,33 @@ pub const REASON_AFFINITY_NOT_MATCHED: &str = "node(s) didn't match reservation 
 pub struct ReservationArgs {
     #[serde(default)]
     pub enable_preemption: Option<bool>,
+    /// Seconds an expired or succeeded reservation is kept; 0 = the default (24h).
+    #[serde(default)]
+    pub gc_duration_seconds: i64,
+    /// Seconds between garbage-collection passes; 0 = the default (60s).
+    #[serde(default)]
+    pub gc_interval_seconds: i64,
+    #[serde(default)]
+    pub disable_garbage_collection: bool,
+}
+
+impl ReservationArgs {
+    /// How long ended reservations are kept.
+    pub fn gc_duration(&self) -> Duration {
+        positive_secs(self.gc_duration_seconds).unwrap_or(lifecycle::DEFAULT_GC_DURATION)
+    }
+
+    /// Time between garbage-collection passes.
+    pub fn gc_interval(&self) -> Duration {
+        positive_secs(self.gc_interval_seconds).unwrap_or(lifecycle::DEFAULT_GC_INTERVAL)
+    }
+}
+
+fn positive_secs(seconds: i64) -> Option<Duration> {
+    u64::try_from(seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
 }
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
@@ -72,27 +99,7 @@ impl ReservationInfo {
                 };
                 pod_requests(&pod)
             });
-        let created = meta
-            .creation_timestamp
-            .as_ref()
-            .map(|t| SystemTime::from(t.0));
-        let expires_at = match &spec.expires {
-            Some(at) => Some(SystemTime::from(at.0)),
-            None => {
-                let ttl = spec
-                    .ttl
-                    .as_ref()
-                    .and_then(|d| d.to_std())
-                    .or_else(|| {
-                        apis::extension::duration::GoDuration::parse(DEFAULT_RESERVATION_TTL)
-                            .ok()
-                            .and_then(|d| d.to_std())
-                    })
-                    .unwrap_or(Duration::ZERO);
-                // ttl 0 means "never expires" upstream.
-                created.filter(|_| !ttl.is_zero()).map(|c| c + ttl)
-            }
-        };
+        let expires_at = lifecycle::expiry_time(reservation);
         let labels = meta.labels.clone().unwrap_or_default();
         Self {
             name: meta.name.clone().unwrap_or_default(),
@@ -485,63 +492,135 @@ impl Plugin for ReservationPlugin {
     }
 }
 
-/// Schedules every pending Reservation in the cache (name order) as a reserve
-/// pod through the whole pipeline, then marks it Available on the chosen
-/// node, as upstream's scheduler does (simulator). Placements are reported
-/// as `Reservation/<name>`.
+/// Whether the reservation waits to be placed: Pending, on no node, not expired.
+pub fn is_pending(reservation: &Reservation, now: SystemTime) -> bool {
+    reservation.node_name().is_none()
+        && reservation.phase() == apis::scheduling::v1alpha1::ReservationPhase::Pending
+        && !lifecycle::needs_expiration(reservation, now)
+}
+
+/// The placeholder pod that stands for `reservation` in the pipeline: its
+/// template, with the reservation's labels and annotations laid over the
+/// template's, marked as a reserve pod. A node pinned in the template is
+/// cleared here (the pod would otherwise count as bound); see
+/// [`place_reservation`].
+pub fn reserve_pod(reservation: &Reservation) -> k8s_openapi::api::core::v1::Pod {
+    use apis::extension::reservation::{ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD};
+
+    let name = reservation.metadata.name.clone().unwrap_or_default();
+    let template = &reservation.spec.template;
+    let mut metadata = template.metadata.clone().unwrap_or_default();
+    metadata.name = Some(name.clone());
+    metadata.namespace = None;
+    metadata.uid = reservation.metadata.uid.clone();
+    let labels = metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.extend(reservation.metadata.labels.clone().unwrap_or_default());
+    let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.extend(reservation.metadata.annotations.clone().unwrap_or_default());
+    annotations.insert(ANNOTATION_RESERVE_POD.to_string(), "true".to_string());
+    annotations.insert(ANNOTATION_RESERVATION_NAME.to_string(), name);
+    let mut spec = template.spec.clone();
+    if let Some(spec) = spec.as_mut() {
+        spec.node_name = None;
+    }
+    k8s_openapi::api::core::v1::Pod {
+        metadata,
+        spec,
+        ..Default::default()
+    }
+}
+
+/// Places one reservation as a reserve pod through the whole pipeline (only
+/// on the template's `nodeName` when it pins one). On success the cache
+/// holds the reservation as Available on the chosen node (see
+/// [`lifecycle::available_status`]); the placeholder itself is gone either
+/// way. Reported as `Reservation/<name>`.
+pub fn place_reservation(
+    scheduler: &mut crate::framework::Scheduler,
+    reservation: &Reservation,
+    now: SystemTime,
+) -> crate::simulator::Placement {
+    use crate::cache::{Change, Object};
+
+    let name = reservation.metadata.name.clone().unwrap_or_default();
+    let pod = reserve_pod(reservation);
+    let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
+    scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
+    let pinned = reservation
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let mut placement = match pinned {
+        None => crate::simulator::schedule_one(scheduler, &key, now, true),
+        Some(node) => {
+            let mut placement = crate::simulator::Placement {
+                pod: key.clone(),
+                node: None,
+                reasons: BTreeMap::new(),
+                scores: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+            };
+            match scheduler.reserve(&key, &node, now) {
+                Ok(reserved) => {
+                    placement.node = Some(node);
+                    placement.annotations = reserved.annotations;
+                }
+                Err(err) => {
+                    placement.reasons.insert(node, err.to_string());
+                }
+            }
+            placement
+        }
+    };
+    // The reservation, not its placeholder, holds the capacity from here on.
+    scheduler.apply(Change::Delete(Object::Pod(pod)));
+    if let Some(node) = &placement.node {
+        let mut placed = reservation.clone();
+        placed.status = Some(lifecycle::available_status(reservation, node, now));
+        scheduler.apply(Change::Upsert(Object::Reservation(placed)));
+    }
+    placement.pod = format!("Reservation/{name}");
+    placement
+}
+
+/// One line summing up why a placement found no node (for the Unschedulable
+/// condition), in kube-scheduler's "0/N nodes are available" style.
+pub fn unschedulable_message(placement: &crate::simulator::Placement, nodes: usize) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for reason in placement.reasons.values() {
+        *counts.entry(reason.as_str()).or_default() += 1;
+    }
+    let details: Vec<String> = counts
+        .iter()
+        .map(|(reason, count)| format!("{count} {reason}"))
+        .collect();
+    if details.is_empty() {
+        format!("0/{nodes} nodes are available.")
+    } else {
+        format!("0/{nodes} nodes are available: {}.", details.join(", "))
+    }
+}
+
+/// Places every pending Reservation in the cache (name order) with
+/// [`place_reservation`] (simulator).
 pub fn schedule_pending_reservations(
     scheduler: &mut crate::framework::Scheduler,
     now: SystemTime,
 ) -> Vec<crate::simulator::Placement> {
-    use apis::extension::reservation::{ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD};
-    use apis::scheduling::v1alpha1::{ReservationPhase, ReservationStatus};
-    use k8s_openapi::api::core::v1::Pod;
-
-    use crate::cache::{Change, Object};
-
     let pending: Vec<Reservation> = scheduler
         .cache
         .reservations
         .values()
-        .filter(|r| r.node_name().is_none() && r.phase() == ReservationPhase::Pending)
+        .filter(|r| is_pending(r, now))
         .map(|r| (**r).clone())
         .collect();
-    let mut placements = Vec::new();
-    for reservation in pending {
-        let name = reservation.metadata.name.clone().unwrap_or_default();
-        let template = &reservation.spec.template;
-        let mut metadata = template.metadata.clone().unwrap_or_default();
-        metadata.name = Some(name.clone());
-        metadata.namespace = None;
-        metadata.uid = reservation.metadata.uid.clone();
-        let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
-        annotations.insert(ANNOTATION_RESERVE_POD.to_string(), "true".to_string());
-        annotations.insert(ANNOTATION_RESERVATION_NAME.to_string(), name.clone());
-        let reserve_pod = Pod {
-            metadata,
-            spec: template.spec.clone(),
-            ..Default::default()
-        };
-        let key = PodInfo::new(std::sync::Arc::new(reserve_pod.clone())).key;
-        scheduler.apply(Change::Upsert(Object::Pod(reserve_pod.clone())));
-        let mut placement = crate::simulator::schedule_one(scheduler, &key, now, true);
-        // The reservation, not its placeholder, holds the capacity from here on.
-        scheduler.apply(Change::Delete(Object::Pod(reserve_pod.clone())));
-        if let Some(node) = &placement.node {
-            let mut placed = reservation.clone();
-            let requests = pod_requests(&reserve_pod);
-            placed.status = Some(ReservationStatus {
-                phase: Some(ReservationPhase::Available),
-                node_name: Some(node.clone()),
-                allocatable: Some(requests.to_list()),
-                ..reservation.status.clone().unwrap_or_default()
-            });
-            scheduler.apply(Change::Upsert(Object::Reservation(placed)));
-        }
-        placement.pod = format!("Reservation/{name}");
-        placements.push(placement);
-    }
-    placements
+    pending
+        .iter()
+        .map(|reservation| place_reservation(scheduler, reservation, now))
+        .collect()
 }
 
 #[cfg(test)]

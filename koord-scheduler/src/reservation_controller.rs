@@ -1,0 +1,294 @@
+//! Cluster-mode Reservation lifecycle: places pending Reservations through
+//! the scheduler (as reserve pods) and writes the resulting status, expires
+//! them, records owners (allocate-once ones become Succeeded) and deletes
+//! ended ones after the GC duration. Decisions come from
+//! [`crate::plugins::reservation::lifecycle`]; this module only plans them
+//! under the scheduler lock and then talks to the API server.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use apis::scheduling::v1alpha1::{Reservation, ReservationStatus};
+use koord_common::Shutdown;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+
+use crate::cache::{Change, Object};
+use crate::config::{ConfigError, SchedulerConfiguration, parse_args};
+use crate::framework::{Scheduler, SharedScheduler};
+use crate::plugins::reservation::lifecycle::{self, Decision};
+use crate::plugins::reservation::{
+    NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending, place_reservation,
+    unschedulable_message,
+};
+
+/// How often reservations are re-examined (upstream's shortest requeue).
+pub const SYNC_INTERVAL: Duration = Duration::from_secs(3);
+
+/// The profile name when the configuration gives none (as the extender's metrics use).
+const DEFAULT_PROFILE_SCHEDULER_NAME: &str = "koord-scheduler";
+
+/// kube-scheduler's name for pods that name no scheduler.
+const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// Status keys written as `null` when unset, so a merge patch clears them
+/// (owners leaving an allocate-many reservation).
+const CLEARABLE_STATUS_KEYS: [&str; 2] = ["currentOwners", "allocated"];
+
+/// One API write the controller decided on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Merge-patch `status` onto the reservation's status subresource.
+    /// `previous` is the cached object before the change, restored if the
+    /// write fails.
+    Status {
+        name: String,
+        status: ReservationStatus,
+        previous: Box<Reservation>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+/// What a failed write leaves behind.
+#[derive(Debug, thiserror::Error)]
+#[error("reservation {name}: {source}")]
+pub struct WriteError {
+    pub name: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Settings taken from the profile.
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    /// Pending reservations whose template names another scheduler are left alone.
+    pub scheduler_name: String,
+    pub gc_duration: Duration,
+    pub gc_interval: Duration,
+    pub gc_enabled: bool,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        Self {
+            scheduler_name: DEFAULT_PROFILE_SCHEDULER_NAME.to_string(),
+            gc_duration: lifecycle::DEFAULT_GC_DURATION,
+            gc_interval: lifecycle::DEFAULT_GC_INTERVAL,
+            gc_enabled: true,
+        }
+    }
+}
+
+impl ControllerSettings {
+    /// From the first profile's scheduler name and `Reservation` plugin args.
+    pub fn from_config(config: &SchedulerConfiguration) -> Result<Self, ConfigError> {
+        let profile = config.profile();
+        let args: ReservationArgs =
+            parse_args(RESERVATION_PLUGIN, profile.args_for(RESERVATION_PLUGIN))?;
+        Ok(Self {
+            scheduler_name: profile
+                .scheduler_name
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PROFILE_SCHEDULER_NAME.to_string()),
+            gc_duration: args.gc_duration(),
+            gc_interval: args.gc_interval(),
+            gc_enabled: !args.disable_garbage_collection,
+        })
+    }
+
+    fn responsible_for(&self, reservation: &Reservation) -> bool {
+        let wanted = reservation
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(DEFAULT_SCHEDULER_NAME);
+        wanted == self.scheduler_name
+    }
+}
+
+/// Decides every write due at `now` and applies it to the cache right away
+/// (so filters see placed and ended reservations before the watch echoes
+/// them). `gc_pass` allows deletions.
+pub fn plan(
+    scheduler: &mut Scheduler,
+    settings: &ControllerSettings,
+    now: SystemTime,
+    gc_pass: bool,
+) -> Vec<Write> {
+    let reservations: Vec<Reservation> = scheduler
+        .cache
+        .reservations
+        .values()
+        .map(|r| (**r).clone())
+        .collect();
+    let gc_duration = (gc_pass && settings.gc_enabled).then_some(settings.gc_duration);
+    let mut writes = Vec::new();
+    for reservation in reservations {
+        let Some(name) = reservation.metadata.name.clone() else {
+            continue;
+        };
+        // Unplaced reservations belong to the scheduler their template names.
+        if reservation.node_name().is_none() && !settings.responsible_for(&reservation) {
+            continue;
+        }
+        let status = if is_pending(&reservation, now) {
+            let placement = place_reservation(scheduler, &reservation, now);
+            if placement.node.is_some() {
+                // place_reservation left the Available reservation in the cache.
+                scheduler
+                    .cache
+                    .reservations
+                    .get(&name)
+                    .and_then(|r| r.status.clone())
+            } else {
+                let message = unschedulable_message(&placement, scheduler.cache.node_count());
+                lifecycle::unschedulable_status(&reservation, &message, now)
+            }
+        } else {
+            let node = reservation.node_name();
+            let node_exists = node.is_some_and(|n| scheduler.cache.node(n).is_some());
+            let pods = node
+                .into_iter()
+                .flat_map(|n| scheduler.cache.pods_on_node(n))
+                .map(|p| &**p);
+            match lifecycle::decide(&reservation, node_exists, pods, now, gc_duration) {
+                Decision::Keep => None,
+                Decision::UpdateStatus(status) => Some(status),
+                Decision::Delete => {
+                    writes.push(Write::Delete { name });
+                    continue;
+                }
+            }
+        };
+        let Some(status) = status else { continue };
+        let mut updated = reservation.clone();
+        updated.status = Some(status.clone());
+        scheduler.apply(Change::Upsert(Object::Reservation(updated)));
+        writes.push(Write::Status {
+            name,
+            status,
+            previous: Box::new(reservation),
+        });
+    }
+    writes
+}
+
+/// The merge-patch body for a status write; unset owner fields as `null`.
+pub fn status_patch(status: &ReservationStatus) -> serde_json::Value {
+    let mut body = serde_json::to_value(status).unwrap_or_default();
+    if let Some(fields) = body.as_object_mut() {
+        for key in CLEARABLE_STATUS_KEYS {
+            fields.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": body })
+}
+
+/// Places, expires, completes and collects Reservations in a cluster.
+pub struct ReservationController {
+    api: Api<Reservation>,
+    scheduler: SharedScheduler,
+    settings: ControllerSettings,
+}
+
+impl ReservationController {
+    pub fn new(
+        client: kube::Client,
+        scheduler: SharedScheduler,
+        settings: ControllerSettings,
+    ) -> Self {
+        Self {
+            api: Api::all(client),
+            scheduler,
+            settings,
+        }
+    }
+
+    /// One pass: plans under the lock, then writes. Failed status writes are
+    /// undone in the cache (a failed placement is retried on a later pass).
+    /// Returns the writes that failed.
+    pub async fn sync(&self, now: SystemTime, gc_pass: bool) -> Vec<WriteError> {
+        let writes = match self.scheduler.write() {
+            Ok(mut scheduler) => plan(&mut scheduler, &self.settings, now, gc_pass),
+            Err(_) => return Vec::new(),
+        };
+        let mut failures = Vec::new();
+        for write in writes {
+            match write {
+                Write::Status {
+                    name,
+                    status,
+                    previous,
+                } => {
+                    let patch = status_patch(&status);
+                    let result = self
+                        .api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                    match result {
+                        Ok(_) => {
+                            tracing::info!(reservation = %name, phase = ?status.phase, node = ?status.node_name, "reservation status written");
+                        }
+                        Err(source) => {
+                            if let Ok(mut scheduler) = self.scheduler.write() {
+                                scheduler.apply(Change::Upsert(Object::Reservation(*previous)));
+                            }
+                            failures.push(WriteError { name, source });
+                        }
+                    }
+                }
+                Write::Delete { name } => {
+                    match self.api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => {
+                            tracing::info!(reservation = %name, "ended reservation garbage collected");
+                        }
+                        Err(source) => failures.push(WriteError { name, source }),
+                    }
+                }
+            }
+        }
+        for failure in &failures {
+            tracing::warn!(error = %failure, "reservation write failed; retried on a later pass");
+        }
+        failures
+    }
+
+    /// Runs [`ReservationController::sync`] every [`SYNC_INTERVAL`], with
+    /// garbage collection every `gc_interval`, until shutdown.
+    pub async fn run(self, shutdown: Shutdown) {
+        let mut ticker = tokio::time::interval(SYNC_INTERVAL);
+        let mut last_gc: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => return,
+                _ = ticker.tick() => {}
+            }
+            let gc_pass = last_gc.is_none_or(|at| at.elapsed() >= self.settings.gc_interval);
+            if gc_pass {
+                last_gc = Some(tokio::time::Instant::now());
+            }
+            self.sync(SystemTime::now(), gc_pass).await;
+        }
+    }
+}
+
+/// Starts the controller for the cluster-mode shell. Plugin args were
+/// already validated when the scheduler was built; should they fail here
+/// anyway, upstream's defaults are used.
+pub fn start(
+    client: &kube::Client,
+    scheduler: &SharedScheduler,
+    config: &SchedulerConfiguration,
+    shutdown: &Shutdown,
+) {
+    let settings = ControllerSettings::from_config(config).unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "Reservation args unreadable; using defaults");
+        ControllerSettings::default()
+    });
+    let controller = ReservationController::new(client.clone(), Arc::clone(scheduler), settings);
+    tokio::spawn(controller.run(shutdown.clone()));
+}

@@ -1,0 +1,316 @@
+#![allow(clippy::unwrap_used)]
+//! The Reservation controller against a fake API server: the status patch
+//! (URL and body) for a placed reservation, an expired one and an
+//! allocate-once one whose owner bound; the DELETE of an ended one past the
+//! GC duration; a failed write undone in the cache and retried.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use koord_common::testing::{FakeApiServer, RecordedRequest};
+use koord_scheduler::cache::{Change, Object};
+use koord_scheduler::config::SchedulerConfiguration;
+use koord_scheduler::framework::SharedScheduler;
+use koord_scheduler::reservation_controller::{ControllerSettings, ReservationController};
+use serde_json::{Value, json};
+
+const BASE: &str = "/apis/scheduling.koordinator.sh/v1alpha1/reservations";
+const NOW: &str = "2026-01-01T12:00:00Z";
+
+fn now() -> SystemTime {
+    SystemTime::from(NOW.parse::<k8s_openapi::jiff::Timestamp>().unwrap())
+}
+
+fn client(api: &FakeApiServer) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap()
+}
+
+fn reservation(name: &str, created: &str, scheduler: &str, status: Value) -> Value {
+    json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {"name": name, "uid": format!("{name}-uid"), "creationTimestamp": created},
+        "spec": {
+            "template": {"spec": {"schedulerName": scheduler,
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}},
+            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+            "ttl": "1h"
+        },
+        "status": status
+    })
+}
+
+fn scheduler(objects: Vec<Value>) -> SharedScheduler {
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                      "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}});
+    scheduler.apply(Change::Upsert(Object::Node(
+        serde_json::from_value(node).unwrap(),
+    )));
+    for object in objects {
+        scheduler.apply(Change::Upsert(Object::Reservation(
+            serde_json::from_value(object).unwrap(),
+        )));
+    }
+    Arc::new(RwLock::new(scheduler))
+}
+
+fn controller(api: &FakeApiServer, scheduler: &SharedScheduler) -> ReservationController {
+    ReservationController::new(
+        client(api),
+        Arc::clone(scheduler),
+        ControllerSettings::default(),
+    )
+}
+
+fn calls(api: &FakeApiServer) -> Vec<RecordedRequest> {
+    api.recorded()
+        .into_iter()
+        .filter(|r| r.path() != "/version")
+        .collect()
+}
+
+fn call<'a>(calls: &'a [RecordedRequest], method: &str, path: &str) -> &'a RecordedRequest {
+    calls
+        .iter()
+        .find(|r| r.method == method && r.path() == path)
+        .unwrap_or_else(|| panic!("no {method} {path} in {calls:?}"))
+}
+
+fn body(request: &RecordedRequest) -> Value {
+    serde_json::from_str(&request.body).unwrap()
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn places_expires_and_collects_reservations() {
+    let api = FakeApiServer::start().unwrap();
+    let placed = reservation(
+        "r-new",
+        "2026-01-01T11:30:00Z",
+        "koord-scheduler",
+        json!({}),
+    );
+    let old = reservation(
+        "r-old",
+        "2026-01-01T10:00:00Z",
+        "koord-scheduler",
+        json!({"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": "2"}}),
+    );
+    // Expired 25h ago: past the 24h GC duration.
+    let done = reservation(
+        "r-done",
+        "2025-12-30T00:00:00Z",
+        "koord-scheduler",
+        json!({"phase": "Failed", "nodeName": "n1", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Expired",
+             "lastProbeTime": "2025-12-31T11:00:00Z", "lastTransitionTime": "2025-12-31T11:00:00Z"}]}),
+    );
+    let foreign = reservation(
+        "r-foreign",
+        "2026-01-01T11:30:00Z",
+        "other-scheduler",
+        json!({}),
+    );
+    for (name, object) in [("r-new", &placed), ("r-old", &old)] {
+        api.respond(
+            "PATCH",
+            &format!("{BASE}/{name}/status"),
+            200,
+            &object.to_string(),
+        );
+    }
+    api.respond("DELETE", &format!("{BASE}/r-done"), 200, &done.to_string());
+    let scheduler = scheduler(vec![placed, old, done, foreign]);
+
+    let failures = controller(&api, &scheduler).sync(now(), true).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let calls = calls(&api);
+
+    let patch = call(&calls, "PATCH", &format!("{BASE}/r-new/status"));
+    assert_eq!(
+        patch.header("content-type"),
+        Some("application/merge-patch+json")
+    );
+    let sent = body(patch);
+    assert_eq!(sent["status"]["phase"], "Available");
+    assert_eq!(sent["status"]["nodeName"], "n1");
+    assert_eq!(sent["status"]["allocatable"], json!({"cpu": "2"}));
+    assert_eq!(sent["status"]["currentOwners"], Value::Null);
+    for (type_, reason) in [("Scheduled", "Scheduled"), ("Ready", "Available")] {
+        let c = condition(&sent["status"], type_);
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["reason"], reason);
+        assert_eq!(c["lastTransitionTime"], NOW);
+    }
+
+    let expired = body(call(&calls, "PATCH", &format!("{BASE}/r-old/status")));
+    assert_eq!(expired["status"]["phase"], "Failed");
+    let ready = condition(&expired["status"], "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Expired"))
+    );
+
+    call(&calls, "DELETE", &format!("{BASE}/r-done"));
+    assert!(
+        calls.iter().all(|r| !r.path().contains("r-foreign")),
+        "another scheduler's reservation was touched: {calls:?}"
+    );
+    assert_eq!(calls.len(), 3, "{calls:?}");
+
+    // The cache already holds the outcome, so filters see it at once.
+    let guard = scheduler.read().unwrap();
+    let cached = &guard.cache.reservations["r-new"];
+    assert_eq!(cached.node_name(), Some("n1"));
+    assert!(cached.is_available());
+    assert!(guard.cache.reservations["r-old"].is_terminated());
+}
+
+#[tokio::test]
+async fn an_owner_binding_completes_an_allocate_once_reservation() {
+    let api = FakeApiServer::start().unwrap();
+    let available = reservation(
+        "r-web",
+        "2026-01-01T11:30:00Z",
+        "koord-scheduler",
+        json!({"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": "2"},
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Available",
+                               "lastProbeTime": "2026-01-01T11:30:00Z", "lastTransitionTime": "2026-01-01T11:30:00Z"}]}),
+    );
+    api.respond(
+        "PATCH",
+        &format!("{BASE}/r-web/status"),
+        200,
+        &available.to_string(),
+    );
+    let scheduler = scheduler(vec![available]);
+    let controller = controller(&api, &scheduler);
+    // Nothing to write before the owner binds.
+    assert!(controller.sync(now(), false).await.is_empty());
+    assert!(calls(&api).is_empty(), "{:?}", calls(&api));
+
+    let owner = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "owner", "namespace": "default", "uid": "uid-owner",
+                     "annotations": {"scheduling.koordinator.sh/reservation-allocated":
+                                     r#"{"name":"r-web","uid":"r-web-uid"}"#}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]}
+    });
+    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
+        serde_json::from_value(owner).unwrap(),
+    )));
+    assert!(controller.sync(now(), false).await.is_empty());
+    let calls = calls(&api);
+    let sent = body(call(&calls, "PATCH", &format!("{BASE}/r-web/status")));
+    assert_eq!(sent["status"]["phase"], "Succeeded");
+    assert_eq!(
+        sent["status"]["currentOwners"],
+        json!([{"namespace": "default", "name": "owner", "uid": "uid-owner"}])
+    );
+    // Only the resources the reservation holds.
+    assert_eq!(sent["status"]["allocated"], json!({"cpu": "1500m"}));
+    let ready = condition(&sent["status"], "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Succeeded"))
+    );
+    assert_eq!(ready["lastProbeTime"], NOW);
+}
+
+#[tokio::test]
+async fn a_failed_placement_write_is_undone_and_retried() {
+    let api = FakeApiServer::start().unwrap();
+    let pending = reservation(
+        "r-new",
+        "2026-01-01T11:30:00Z",
+        "koord-scheduler",
+        json!({}),
+    );
+    let scheduler = scheduler(vec![pending.clone()]);
+    api.respond(
+        "PATCH",
+        &format!("{BASE}/r-new/status"),
+        409,
+        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}).to_string(),
+    );
+    let controller = controller(&api, &scheduler);
+    let failures = controller.sync(now(), false).await;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].name, "r-new");
+    {
+        let guard = scheduler.read().unwrap();
+        let cached = &guard.cache.reservations["r-new"];
+        assert_eq!(cached.node_name(), None, "the placement must be undone");
+        // The reserve pod is gone too: nothing holds n1's cpus.
+        assert_eq!(guard.cache.pods().count(), 0);
+    }
+    api.respond(
+        "PATCH",
+        &format!("{BASE}/r-new/status"),
+        200,
+        &pending.to_string(),
+    );
+    assert!(controller.sync(now(), false).await.is_empty());
+    let patches = calls(&api)
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .count();
+    assert_eq!(patches, 2);
+    assert!(scheduler.read().unwrap().cache.reservations["r-new"].is_available());
+}
+
+#[tokio::test]
+async fn an_unschedulable_reservation_gets_a_condition_once() {
+    let api = FakeApiServer::start().unwrap();
+    let mut huge = reservation(
+        "r-huge",
+        "2026-01-01T11:30:00Z",
+        "koord-scheduler",
+        json!({}),
+    );
+    huge["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("64");
+    // Stands in for what kube-scheduler's own fit check would say: no node.
+    huge["spec"]["template"]["spec"]["nodeName"] = json!("missing-node");
+    api.respond(
+        "PATCH",
+        &format!("{BASE}/r-huge/status"),
+        200,
+        &huge.to_string(),
+    );
+    let scheduler = scheduler(vec![huge]);
+    let controller = controller(&api, &scheduler);
+    assert!(controller.sync(now(), false).await.is_empty());
+    let calls_after_first = calls(&api);
+    let sent = body(call(
+        &calls_after_first,
+        "PATCH",
+        &format!("{BASE}/r-huge/status"),
+    ));
+    assert_eq!(sent["status"]["phase"], Value::Null);
+    let scheduled = condition(&sent["status"], "Scheduled");
+    assert_eq!(scheduled["status"], "False");
+    assert_eq!(scheduled["reason"], "Unschedulable");
+    assert!(
+        scheduled["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing-node"),
+        "{scheduled}"
+    );
+    // Same outcome on the next pass: nothing new to write.
+    assert!(controller.sync(now(), false).await.is_empty());
+    assert_eq!(calls(&api).len(), calls_after_first.len());
+}
