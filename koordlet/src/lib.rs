@@ -85,6 +85,9 @@ pub struct KoordletArgs {
     pub qos: qosmanager::QosManagerArgs,
 
     #[command(flatten)]
+    pub node_topology: statesinformer::nodetopo::NodeTopologyArgs,
+
+    #[command(flatten)]
     pub log: LogArgs,
 
     /// A one-shot command instead of the daemon.
@@ -272,6 +275,18 @@ pub async fn run(
         }
         (None, None) => None,
     };
+    // NodeResourceTopology (see docs/nodetopology.md).
+    statesinformer::nodetopo::spawn(
+        &args.node_topology,
+        &states,
+        args.system.sys_root_dir.clone(),
+        match &sink {
+            Some(ReportSink::ApiServer(client)) => Some(client.clone()),
+            _ => None,
+        },
+        statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates),
+        context.shutdown.clone(),
+    );
     start_qos_manager(
         &args,
         &context,

@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 
 use apis::extension::{
     KUBELET_CPU_MANAGER_POLICY_STATIC, QoSClass, get_cpu_normalization_ratio,
-    get_kubelet_cpu_manager_policy, get_resource_status, get_system_qos_resource, qos_class_of_pod,
+    get_kubelet_cpu_manager_policy, get_system_qos_resource,
 };
 use apis::slo::v1alpha1::{CPUSuppressPolicy, NodeSLO, ResourceQOS};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::metricsadvisor::{CpuInfo, CpuTopology};
+use crate::statesinformer::nodetopo;
 use crate::system::units::CpuSet;
 
 /// Upstream's default CFS period (µs).
@@ -38,8 +40,10 @@ pub struct NodeRules {
     /// BE pods then run without their own quota (the BE tier's quota must
     /// stay no smaller than its children's).
     pub be_cfs_quota_enabled: bool,
-    /// CPUs of the LS share pool: online CPUs minus those bound to LSE/LSR
-    /// pods and exclusive SYSTEM CPUs. `None` until the pods are known.
+    /// CPUs of the LS share pool: online CPUs minus those bound to running
+    /// LSE/LSR pods, node-reserved and exclusive SYSTEM CPUs (the pool the
+    /// NodeResourceTopology reports, `nodetopo::cpu_share_pools`). `None`
+    /// until the pods are known.
     pub ls_share_pool: Option<CpuSet>,
     /// The kubelet runs the static CPU manager policy (node annotation
     /// `kubelet.koordinator.sh/cpu-manager-policy`): unlabelled pods keep
@@ -69,6 +73,21 @@ impl Default for NodeRules {
             resctrl: BTreeMap::new(),
             resctrl_info: None,
         }
+    }
+}
+
+/// Online CPUs as if each were its own core on socket 0.
+fn flat_topology(online: &CpuSet) -> CpuTopology {
+    CpuTopology {
+        cpus: online
+            .iter()
+            .map(|cpu| CpuInfo {
+                cpu,
+                core: cpu,
+                socket: 0,
+                node: 0,
+            })
+            .collect(),
     }
 }
 
@@ -128,32 +147,20 @@ impl NodeRules {
         }
 
         if let (Some(pods), Some(online)) = (pods, online_cpus) {
-            let mut bound = CpuSet::new();
-            for pod in pods {
-                if !matches!(qos_class_of_pod(pod), QoSClass::LSE | QoSClass::LSR) {
-                    continue;
-                }
-                let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
-                match get_resource_status(annotations) {
-                    Ok(Some(status)) if !status.cpuset.is_empty() => {
-                        match status.cpuset.parse::<CpuSet>() {
-                            Ok(cpus) => bound = bound.union(&cpus),
-                            Err(error) => problems.push(format!(
-                                "pod {} resource-status cpuset: {error}",
-                                pod.metadata.name.as_deref().unwrap_or_default()
-                            )),
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(error) => problems.push(error.to_string()),
-                }
-            }
-            let pool = online.difference(&bound).difference(&system_exclusive);
+            // The same computation as the NodeResourceTopology report. The
+            // hook has no core layout: a reservation given as a CPU amount
+            // is resolved over the online CPUs in id order.
+            let flat = flat_topology(online);
+            let (_, reserved, problem) = nodetopo::node_reservation(node_annotations, &flat);
+            problems.extend(problem);
+            let withheld = reserved.union(&system_exclusive);
+            let (pools, pool_problems) = nodetopo::cpu_share_pools(online, pods, &withheld);
+            problems.extend(pool_problems);
             // An empty pool would starve LS pods; keep all online CPUs instead.
-            rules.ls_share_pool = Some(if pool.is_empty() {
+            rules.ls_share_pool = Some(if pools.ls.is_empty() {
                 online.clone()
             } else {
-                pool
+                pools.ls
             });
         }
 
@@ -272,6 +279,28 @@ mod tests {
         assert!(rules.kubelet_static_cpu_policy);
         assert_eq!(rules.cpu_normalization_ratio, Some(1.5));
         assert!(rules.be_cfs_quota_enabled);
+    }
+
+    #[test]
+    fn share_pool_matches_the_reported_pool_and_skips_reserved_cpus() {
+        let online: CpuSet = "0-7".parse().unwrap();
+        let pods = [pod("LSR", Some("0-1")), pod("LSE", Some("4"))];
+        let node = node(&[
+            (
+                "node.koordinator.sh/system-qos-resource",
+                r#"{"cpuset":"3"}"#,
+            ),
+            ("node.koordinator.sh/reservation", r#"{"reservedCPUs":"7"}"#),
+        ]);
+        let (rules, problems) = NodeRules::build(Some(&node), None, Some(&pods), Some(&online));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(rules.ls_share_pool.clone().unwrap().to_string(), "2,5-6");
+        let hardware = nodetopo::NodeHardware {
+            cpus: flat_topology(&online),
+            numa_memory_bytes: BTreeMap::new(),
+        };
+        let (desired, _) = nodetopo::build_desired_topology(&hardware, Some(&node), &pods).unwrap();
+        assert_eq!(rules.ls_share_pool, Some(desired.pools.ls));
     }
 
     #[test]

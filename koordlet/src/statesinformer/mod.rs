@@ -14,6 +14,7 @@ pub mod apiserver;
 pub mod kubelet;
 pub mod metrics;
 pub mod nodemetric;
+pub mod nodetopo;
 pub mod podmeta;
 pub mod pods;
 pub mod podsfile;
