@@ -1,6 +1,6 @@
 //! Helpers for tests of the binaries (enabled by the `testing` feature): plain
 //! HTTP/1.1 requests, a fake API server answering `GET /version` (plus canned
-//! routes, recording every request with its body), kubeconfig files in
+//! routes and watch streams, recording every request with its body), kubeconfig files in
 //! throwaway directories, a child-process wrapper that collects output
 //! lines, and the checks every binary's CLI test repeats (version flag,
 //! unreachable cluster, probes, SIGTERM). Test code only; failures surface
@@ -177,10 +177,30 @@ struct CannedRoute {
     body: String,
 }
 
+/// Events served to `?watch=true` requests for one path.
+struct WatchRoute {
+    path: String,
+    /// One JSON watch event per entry, in order.
+    events: Vec<String>,
+}
+
 #[derive(Default)]
 struct FakeApiState {
     recorded: Mutex<Vec<RecordedRequest>>,
     routes: Mutex<Vec<CannedRoute>>,
+    watches: Mutex<Vec<WatchRoute>>,
+    /// Set on drop so open watch streams end.
+    closed: AtomicBool,
+}
+
+impl FakeApiState {
+    /// Events of the watch route for `path` from `from` on; `None` when
+    /// `path` has no watch route.
+    fn watch_events(&self, path: &str, from: usize) -> Option<Vec<String>> {
+        let watches = self.watches.lock().ok()?;
+        let route = watches.iter().find(|route| route.path == path)?;
+        Some(route.events.get(from..).unwrap_or_default().to_vec())
+    }
 }
 
 /// The body a real API server returns for `GET /version`.
@@ -238,6 +258,36 @@ impl FakeApiServer {
         }
     }
 
+    /// Serves `GET path?watch=true` (also `watch=1`) as an open watch
+    /// stream from now on: every event pushed with
+    /// [`FakeApiServer::push_watch_event`], in order, then it stays open
+    /// until the server is dropped. Without this, watch requests get the
+    /// canned route of the path like any other request.
+    pub fn respond_watch(&self, path: &str) {
+        if let Ok(mut watches) = self.state.watches.lock()
+            && !watches.iter().any(|route| route.path == path)
+        {
+            watches.push(WatchRoute {
+                path: path.to_string(),
+                events: Vec::new(),
+            });
+        }
+    }
+
+    /// Appends `{"type": event_type, "object": object}` to the watch stream
+    /// of `path` (registering it as with [`FakeApiServer::respond_watch`]).
+    /// Open streams deliver it at once; every new watch request replays all
+    /// events from the first.
+    pub fn push_watch_event(&self, path: &str, event_type: &str, object: &str) {
+        self.respond_watch(path);
+        let event = format!(r#"{{"type":"{event_type}","object":{object}}}"#);
+        if let Ok(mut watches) = self.state.watches.lock()
+            && let Some(route) = watches.iter_mut().find(|route| route.path == path)
+        {
+            route.events.push(event);
+        }
+    }
+
     /// Every request so far with its headers and body.
     pub fn recorded(&self) -> Vec<RecordedRequest> {
         self.state
@@ -285,6 +335,7 @@ impl FakeApiServer {
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.state.closed.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -296,6 +347,7 @@ fn reason_phrase(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         409 => "Conflict",
         422 => "Unprocessable Entity",
@@ -367,6 +419,16 @@ fn serve_fake_api_connection(
                 body: String::from_utf8_lossy(&body).into_owned(),
             });
         }
+        let is_watch = method == "GET"
+            && target.split_once('?').is_some_and(|(_, query)| {
+                query
+                    .split('&')
+                    .any(|p| p == "watch=true" || p == "watch=1")
+            });
+        if is_watch && state.watch_events(&path, 0).is_some() {
+            serve_watch_stream(&mut writer, &path, state);
+            return;
+        }
         let canned = state.routes.lock().ok().and_then(|routes| {
             routes
                 .iter()
@@ -390,6 +452,32 @@ fn serve_fake_api_connection(
             return;
         }
     }
+}
+
+/// Streams the watch events of `path` as chunks, one JSON event per line,
+/// until the client goes away or the server is dropped.
+fn serve_watch_stream(writer: &mut TcpStream, path: &str, state: &FakeApiState) {
+    let head =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    if writer.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let mut sent = 0;
+    while !state.closed.load(Ordering::Relaxed) {
+        let Some(events) = state.watch_events(path, sent) else {
+            return;
+        };
+        for event in &events {
+            let line = format!("{event}\n");
+            let chunk = format!("{:x}\r\n{line}\r\n", line.len());
+            if writer.write_all(chunk.as_bytes()).is_err() || writer.flush().is_err() {
+                return;
+            }
+        }
+        sent += events.len();
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = writer.write_all(b"0\r\n\r\n");
 }
 
 /// A directory removed on drop.
@@ -781,5 +869,63 @@ mod tests {
         let missing =
             http_get_blocking(server.addr(), "/api/v1/nodes/n2", Duration::from_secs(5)).unwrap();
         assert_eq!(missing.status, 404);
+    }
+
+    /// Reads from `stream` until the text read so far contains `needle`.
+    fn read_until(stream: &mut TcpStream, seen: &mut String, needle: &str) {
+        let mut buffer = [0u8; 4096];
+        while !seen.contains(needle) {
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(n > 0, "stream closed before {needle:?}; got {seen:?}");
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    }
+
+    #[test]
+    fn fake_api_server_streams_watch_events_and_keeps_lists_apart() {
+        let server = FakeApiServer::start().unwrap();
+        server.respond(
+            "GET",
+            "/api/v1/nodes",
+            200,
+            r#"{"kind":"NodeList","items":[]}"#,
+        );
+        server.push_watch_event("/api/v1/nodes", "ADDED", r#"{"metadata":{"name":"n1"}}"#);
+        // The list is still the canned route.
+        let list = http_get_blocking(
+            server.addr(),
+            "/api/v1/nodes?limit=500",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(list.body, r#"{"kind":"NodeList","items":[]}"#);
+        let mut stream = TcpStream::connect(server.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "GET /api/v1/nodes?resourceVersion=1&watch=true HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        .unwrap();
+        let mut seen = String::new();
+        read_until(&mut stream, &mut seen, "\"n1\"");
+        assert!(seen.starts_with("HTTP/1.1 200 OK\r\n"), "{seen}");
+        assert!(seen.contains("Transfer-Encoding: chunked"), "{seen}");
+        assert!(
+            seen.contains(r#"{"type":"ADDED","object":{"metadata":{"name":"n1"}}}"#),
+            "{seen}"
+        );
+        // Later events reach the open stream.
+        server.push_watch_event("/api/v1/nodes", "DELETED", r#"{"metadata":{"name":"n1"}}"#);
+        read_until(&mut stream, &mut seen, "DELETED");
+        // A path without a watch route answers watches like any request.
+        let other = http_get_blocking(
+            server.addr(),
+            "/api/v1/pods?watch=true",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(other.status, 404);
     }
 }

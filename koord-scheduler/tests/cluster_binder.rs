@@ -1,0 +1,311 @@
+#![allow(clippy::unwrap_used)]
+//! `KubeBinder` against a fake API server: the exact merge patch and
+//! Binding it sends, and what a failed Binding leaves behind (annotations
+//! taken back off, the error in `ExtenderBindingResult.Error`, the
+//! reservation rolled back).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use koord_common::testing::{FakeApiServer, RecordedRequest};
+use koord_scheduler::cache::{Change, Object};
+use koord_scheduler::cluster::KubeBinder;
+use koord_scheduler::config::SchedulerConfiguration;
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::framework::{Binder, Reserved};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const POD_PATH: &str = "/api/v1/namespaces/default/pods/lsr-a";
+const BINDING_PATH: &str = "/api/v1/namespaces/default/pods/lsr-a/binding";
+const RESOURCE_STATUS: &str = "scheduling.koordinator.sh/resource-status";
+
+fn client(api: &FakeApiServer) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap()
+}
+
+/// Requests other than the client's own `/version` probes, in order.
+fn api_calls(api: &FakeApiServer) -> Vec<RecordedRequest> {
+    api.recorded()
+        .into_iter()
+        .filter(|request| request.path() != "/version")
+        .collect()
+}
+
+fn body(request: &RecordedRequest) -> Value {
+    serde_json::from_str(&request.body).unwrap()
+}
+
+fn pod_object() -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lsr-a", "namespace": "default"}})
+        .to_string()
+}
+
+fn status(code: u16, reason: &str, message: &str) -> String {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+    .to_string()
+}
+
+fn reserved(annotations: &[(&str, &str)]) -> Reserved {
+    Reserved {
+        pod_key: "default/lsr-a".into(),
+        namespace: "default".into(),
+        name: "lsr-a".into(),
+        uid: "uid-lsr-a".into(),
+        node: "numa-node".into(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn expected_binding() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "lsr-a", "namespace": "default", "uid": "uid-lsr-a"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "numa-node"}
+    })
+}
+
+#[tokio::test]
+async fn binder_merge_patches_the_annotations_then_creates_the_binding() {
+    let api = FakeApiServer::start().unwrap();
+    api.respond("PATCH", POD_PATH, 200, &pod_object());
+    api.respond(
+        "POST",
+        BINDING_PATH,
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+            .to_string(),
+    );
+    let binder = KubeBinder {
+        client: client(&api),
+    };
+    let reserved = reserved(&[
+        (RESOURCE_STATUS, r#"{"cpuset":"0-1,4-5"}"#),
+        ("scheduling.koordinator.sh/reservation-allocated", "{}"),
+    ]);
+    binder.bind(&reserved).await.unwrap();
+
+    let calls = api_calls(&api);
+    let lines: Vec<_> = calls
+        .iter()
+        .map(|c| format!("{} {}", c.method, c.path()))
+        .collect();
+    assert_eq!(
+        lines,
+        [format!("PATCH {POD_PATH}"), format!("POST {BINDING_PATH}")]
+    );
+    assert_eq!(
+        calls[0].header("content-type"),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(
+        body(&calls[0]),
+        json!({"metadata": {"annotations": {
+            RESOURCE_STATUS: r#"{"cpuset":"0-1,4-5"}"#,
+            "scheduling.koordinator.sh/reservation-allocated": "{}"
+        }}})
+    );
+    assert_eq!(body(&calls[1]), expected_binding());
+}
+
+#[tokio::test]
+async fn binder_without_annotations_only_creates_the_binding() {
+    let api = FakeApiServer::start().unwrap();
+    api.respond("POST", BINDING_PATH, 201, "{}");
+    let binder = KubeBinder {
+        client: client(&api),
+    };
+    binder.bind(&reserved(&[])).await.unwrap();
+    let calls = api_calls(&api);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        (calls[0].method.as_str(), calls[0].path()),
+        ("POST", BINDING_PATH)
+    );
+    assert_eq!(body(&calls[0]), expected_binding());
+}
+
+#[tokio::test]
+async fn failed_patch_stops_before_the_binding() {
+    let api = FakeApiServer::start().unwrap();
+    api.respond(
+        "PATCH",
+        POD_PATH,
+        403,
+        &status(
+            403,
+            "Forbidden",
+            "pods \"lsr-a\" is forbidden: no patch for you",
+        ),
+    );
+    let binder = KubeBinder {
+        client: client(&api),
+    };
+    let err = binder
+        .bind(&reserved(&[(RESOURCE_STATUS, "{}")]))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("patching pod annotations"), "{err:?}");
+    assert!(err.0.contains("no patch for you"), "{err:?}");
+    let calls = api_calls(&api);
+    assert!(
+        calls.iter().all(|c| c.path() != BINDING_PATH),
+        "no Binding after a failed patch: {calls:?}"
+    );
+}
+
+/// A NUMA node and one LSR pod whose bind writes a cpuset annotation.
+fn numa_scheduler() -> koord_scheduler::framework::Scheduler {
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let cpus: Vec<Value> = (0..8)
+        .map(|id| json!({"id": id, "core": id % 4, "socket": (id % 4) / 2, "node": (id % 4) / 2}))
+        .collect();
+    let objects = [
+        Object::Node(
+            serde_json::from_value(json!({
+                "metadata": {"name": "numa-node", "labels": {"node.koordinator.sh/numa-topology-policy": "SingleNUMANode"}},
+                "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}
+            }))
+            .unwrap(),
+        ),
+        Object::NodeResourceTopology(
+            serde_json::from_value(json!({
+                "metadata": {"name": "numa-node", "annotations": {
+                    "node.koordinator.sh/cpu-topology": json!({"detail": cpus}).to_string()
+                }},
+                "topologyPolicies": ["None"],
+                "zones": []
+            }))
+            .unwrap(),
+        ),
+        Object::Pod(
+            serde_json::from_value(json!({
+                "metadata": {"name": "lsr-a", "namespace": "default", "uid": "uid-lsr-a",
+                             "labels": {"koordinator.sh/qosClass": "LSR"}},
+                "spec": {"priority": 9000, "containers": [{"name": "main", "resources": {
+                    "requests": {"cpu": "4", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "1Gi"}}}]},
+                "status": {"phase": "Pending"}
+            }))
+            .unwrap(),
+        ),
+    ];
+    for object in objects {
+        scheduler.apply(Change::Upsert(object));
+    }
+    scheduler
+}
+
+async fn serve_extender(binder: KubeBinder) -> SocketAddr {
+    let state = ExtenderState {
+        scheduler: Arc::new(RwLock::new(numa_scheduler())),
+        binder: Arc::new(binder),
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, router(state)).await.unwrap();
+    });
+    addr
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+fn annotations_of(patch: &RecordedRequest) -> BTreeMap<String, Value> {
+    serde_json::from_value(body(patch)["metadata"]["annotations"].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn failed_binding_removes_the_annotations_and_bind_returns_the_error() {
+    let api = FakeApiServer::start().unwrap();
+    api.respond("PATCH", POD_PATH, 200, &pod_object());
+    api.respond(
+        "POST",
+        BINDING_PATH,
+        409,
+        &status(
+            409,
+            "Conflict",
+            "pod lsr-a is already assigned to node \"other\"",
+        ),
+    );
+    let addr = serve_extender(KubeBinder {
+        client: client(&api),
+    })
+    .await;
+    let args = json!({"PodName": "lsr-a", "PodNamespace": "default", "PodUID": "uid-lsr-a", "Node": "numa-node"})
+        .to_string();
+
+    let (code, text) = post(addr, "/bind", &args).await;
+    assert_eq!(code, 200, "{text}");
+    let result: Value = serde_json::from_str(&text).unwrap();
+    let error = result["Error"].as_str().unwrap();
+    assert!(error.contains("creating the Binding"), "{text}");
+    assert!(error.contains("already assigned to node"), "{text}");
+
+    let calls = api_calls(&api);
+    let lines: Vec<_> = calls
+        .iter()
+        .map(|c| format!("{} {}", c.method, c.path()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            format!("PATCH {POD_PATH}"),
+            format!("POST {BINDING_PATH}"),
+            format!("PATCH {POD_PATH}"),
+        ]
+    );
+    let written = annotations_of(&calls[0]);
+    let status_annotation: Value =
+        serde_json::from_str(written[RESOURCE_STATUS].as_str().unwrap()).unwrap();
+    assert_eq!(status_annotation["cpuset"], "0-1,4-5", "{written:?}");
+    // The clean-up patch nulls exactly the keys the first one set.
+    let removed = annotations_of(&calls[2]);
+    assert_eq!(
+        removed.keys().collect::<Vec<_>>(),
+        written.keys().collect::<Vec<_>>()
+    );
+    assert!(removed.values().all(Value::is_null), "{removed:?}");
+    assert_eq!(
+        calls[2].header("content-type"),
+        Some("application/merge-patch+json")
+    );
+
+    // Rolled back: once the API server accepts, the same cpus are handed out again.
+    api.respond("POST", BINDING_PATH, 201, "{}");
+    let (code, text) = post(addr, "/bind", &args).await;
+    assert_eq!((code, text.as_str()), (200, r#"{"Error":""}"#));
+    let calls = api_calls(&api);
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    assert_eq!(annotations_of(&calls[3]), written);
+    assert_eq!(calls[4].path(), BINDING_PATH);
+    assert_eq!(body(&calls[4])["target"]["name"], "numa-node");
+}
