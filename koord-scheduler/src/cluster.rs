@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::cache::{Change, Object};
-use crate::framework::{BindError, BindFuture, Binder, Reserved, SharedScheduler};
-use crate::plugins::elasticquota;
+use crate::framework::{BindError, BindFuture, Binder, Reserved, SharedScheduler, StatusWrite};
+use crate::plugins::{coscheduling, elasticquota};
 
 /// Binds through the API server: merge-patches the annotations, then posts
 /// the `pods/binding` subresource. A failed Binding also takes the
@@ -192,7 +192,26 @@ pub fn start_watchers(
     });
 }
 
-/// Expires assumed pods and writes due quota status, once per `interval`.
+/// Merge-patches a plugin's status write onto its object. PodGroups have
+/// no status subresource upstream, so the object itself is patched.
+pub async fn write_status(client: &kube::Client, write: &StatusWrite) -> Result<(), kube::Error> {
+    if write.resource != coscheduling::POD_GROUP_RESOURCE {
+        return Ok(());
+    }
+    let api: Api<PodGroup> = match write.namespace.as_deref() {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => return Ok(()),
+    };
+    api.patch(
+        &write.name,
+        &PatchParams::default(),
+        &Patch::Merge(&write.patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Expires assumed pods and writes due quota and PodGroup status, once per `interval`.
 pub fn start_housekeeping(
     client: &kube::Client,
     scheduler: &SharedScheduler,
@@ -219,10 +238,19 @@ pub fn start_housekeeping(
                             "assumed pods were never confirmed by the watch; released"
                         );
                     }
-                    scheduler.pending_writes(now)
+                    (
+                        scheduler.pending_writes(now),
+                        scheduler.pending_status_writes(now),
+                    )
                 }
                 Err(_) => return,
             };
+            let (writes, status_writes) = writes;
+            for write in &status_writes {
+                if let Err(err) = write_status(&client, write).await {
+                    tracing::warn!(object = %write.name, resource = write.resource, error = %err, "status write failed");
+                }
+            }
             for write in writes {
                 if write.resource != elasticquota::RESOURCE {
                     continue;

@@ -78,6 +78,17 @@ pub struct AnnotationWrite {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// A status a plugin asks the shell to merge-patch onto an object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusWrite {
+    /// API resource, e.g. `podgroups.scheduling.sigs.k8s.io`.
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The merge-patch body, e.g. `{"status": {...}}`.
+    pub patch: serde_json::Value,
+}
+
 /// One scheduling plugin. Every method has a neutral default, so a plugin
 /// implements only the extension points it needs.
 pub trait Plugin: Send + Sync {
@@ -157,6 +168,15 @@ pub trait Plugin: Send + Sync {
 
     /// Status writes that are due; the shell calls this at a bounded rate.
     fn pending_writes(&mut self, _cache: &ClusterCache, _now: SystemTime) -> Vec<AnnotationWrite> {
+        Vec::new()
+    }
+
+    /// Status patches that are due; the shell calls this at a bounded rate.
+    fn pending_status_writes(
+        &mut self,
+        _cache: &ClusterCache,
+        _now: SystemTime,
+    ) -> Vec<StatusWrite> {
         Vec::new()
     }
 }
@@ -609,6 +629,15 @@ impl Scheduler {
         self.plugins
             .iter_mut()
             .flat_map(|entry| entry.plugin.pending_writes(cache, now))
+            .collect()
+    }
+
+    /// Collects the plugins' due status patches.
+    pub fn pending_status_writes(&mut self, now: SystemTime) -> Vec<StatusWrite> {
+        let cache = &self.cache;
+        self.plugins
+            .iter_mut()
+            .flat_map(|entry| entry.plugin.pending_status_writes(cache, now))
             .collect()
     }
 }

@@ -1,0 +1,765 @@
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use apis::scheduling_sigs::v1alpha1::PodGroupPhase;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cache::{Change, Object};
+use crate::framework::Scheduler;
+use crate::simulator::schedule_one;
+use crate::testutil::{self, PodSpec, rfc3339, t0};
+
+const NAME_KEY: &str = "gang.scheduling.koordinator.sh/name";
+const MIN_KEY: &str = "gang.scheduling.koordinator.sh/min-available";
+const PG_LABEL: &str = "pod-group.scheduling.sigs.k8s.io";
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A 2-cpu pod (one per node in [`cluster`]).
+fn member(name: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Object {
+    testutil::pod(PodSpec {
+        name,
+        requests: &[("cpu", "2")],
+        labels,
+        annotations,
+        ..Default::default()
+    })
+}
+
+fn bound_member(name: &str, node: &str, annotations: &[(&str, &str)]) -> Object {
+    testutil::pod(PodSpec {
+        name,
+        node: Some(node),
+        requests: &[("cpu", "2")],
+        annotations,
+        ..Default::default()
+    })
+}
+
+fn gang_member(name: &str, min: &str) -> Object {
+    member(name, &[(NAME_KEY, "job"), (MIN_KEY, min)], &[])
+}
+
+/// `nodes` nodes of 2 cpus each: room for one member per node.
+fn cluster(nodes: usize) -> Scheduler {
+    cluster_with("", nodes)
+}
+
+fn cluster_with(config: &str, nodes: usize) -> Scheduler {
+    let mut s = testutil::scheduler(config);
+    for i in 0..nodes {
+        testutil::load(
+            &mut s,
+            vec![testutil::node(
+                &format!("n{i}"),
+                &[("cpu", "2"), ("memory", "8Gi")],
+            )],
+        );
+    }
+    s
+}
+
+fn schedule_all(s: &mut Scheduler, keys: &[&str], now: SystemTime) -> Vec<Option<String>> {
+    keys.iter()
+        .map(|k| schedule_one(s, k, now, true).node)
+        .collect()
+}
+
+fn pod_group(name: &str, spec: Value, annotations: Value, status: Value) -> Object {
+    Object::PodGroup(
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "spec": spec,
+            "status": status,
+        }))
+        .unwrap(),
+    )
+}
+
+/// The rejection every node got, or `None` when the pod passed filter.
+fn rejection(s: &Scheduler, key: &str, now: SystemTime) -> Option<(String, bool)> {
+    let outcome = testutil::filter(s, key, now);
+    if let Some(reason) = outcome.failed_unresolvable.values().next() {
+        return Some((reason.clone(), true));
+    }
+    outcome.failed.get("n0").map(|r| (r.clone(), false))
+}
+
+#[test]
+fn a_gang_of_three_on_room_for_two_binds_nobody() {
+    let mut s = cluster(2);
+    testutil::load(
+        &mut s,
+        vec![
+            gang_member("a", "3"),
+            gang_member("b", "3"),
+            gang_member("c", "3"),
+        ],
+    );
+    for key in ["default/a", "default/b", "default/c"] {
+        let placement = schedule_one(&mut s, key, t0(), true);
+        assert_eq!(placement.node, None);
+        let reason = &placement.reasons["n0"];
+        assert_eq!(
+            reason,
+            "waiting for gang default/job: only 2 of 3 members can be placed together"
+        );
+    }
+    assert!(s.cache.pods().all(|p| p.node.is_none()));
+}
+
+#[test]
+fn a_gang_that_fits_binds_every_member() {
+    let mut s = cluster(3);
+    testutil::load(
+        &mut s,
+        vec![
+            gang_member("a", "3"),
+            gang_member("b", "3"),
+            gang_member("c", "3"),
+        ],
+    );
+    // (The extender leaves cpu to kube-scheduler, so nodes are not checked.)
+    let nodes = schedule_all(&mut s, &["default/a", "default/b", "default/c"], t0());
+    assert!(nodes.iter().all(Option::is_some), "{nodes:?}");
+}
+
+#[test]
+fn members_wait_until_enough_exist_and_pod_groups_set_min_member() {
+    let mut s = cluster(4);
+    testutil::load(&mut s, vec![gang_member("a", "2")]);
+    let first = schedule_one(&mut s, "default/a", t0(), true);
+    assert_eq!(first.node, None);
+    assert_eq!(
+        first.reasons["n0"],
+        "waiting for gang default/job: 1 of 2 members exist"
+    );
+    testutil::load(&mut s, vec![gang_member("b", "2")]);
+    assert!(
+        schedule_all(&mut s, &["default/a", "default/b"], t0())
+            .iter()
+            .all(Option::is_some)
+    );
+
+    // A PodGroup gang: min-member from the CR; a missing CR holds the pod.
+    let pg = [(PG_LABEL, "pg")];
+    testutil::load(&mut s, vec![member("x", &[], &pg), member("y", &[], &pg)]);
+    let held = schedule_one(&mut s, "default/x", t0(), true);
+    assert!(
+        held.reasons["n0"].contains("can't find gang, gangName: default/pg"),
+        "{:?}",
+        held.reasons
+    );
+    testutil::load(
+        &mut s,
+        vec![pod_group(
+            "pg",
+            json!({"minMember": 2}),
+            json!({}),
+            json!({}),
+        )],
+    );
+    assert!(
+        schedule_all(&mut s, &["default/x", "default/y"], t0())
+            .iter()
+            .all(Option::is_some)
+    );
+}
+
+#[test]
+fn malformed_gang_settings_are_unresolvable() {
+    let mut s = cluster(1);
+    testutil::load(
+        &mut s,
+        vec![member("bad", &[(NAME_KEY, "job"), (MIN_KEY, "two")], &[])],
+    );
+    let (reason, unresolvable) = rejection(&s, "default/bad", t0()).unwrap();
+    assert!(unresolvable);
+    assert!(
+        reason.starts_with("invalid gang settings of default/job"),
+        "{reason}"
+    );
+}
+
+fn grouped(name: &str, gang: &str, min: &str) -> Object {
+    member(
+        name,
+        &[
+            (NAME_KEY, gang),
+            (MIN_KEY, min),
+            (
+                "gang.scheduling.koordinator.sh/groups",
+                r#"["default/ps","default/worker"]"#,
+            ),
+        ],
+        &[],
+    )
+}
+
+fn group_members() -> Vec<Object> {
+    vec![
+        grouped("ps-0", "ps", "1"),
+        grouped("worker-0", "worker", "2"),
+        grouped("worker-1", "worker", "2"),
+    ]
+}
+
+#[test]
+fn a_gang_group_binds_only_when_every_gang_fits_together() {
+    // Room for 2 of the 3 pods the group needs: nobody binds, not even the
+    // ps gang that would be complete on its own.
+    let mut s = cluster(2);
+    testutil::load(&mut s, group_members());
+    let keys = ["default/ps-0", "default/worker-0", "default/worker-1"];
+    for key in keys {
+        let placement = schedule_one(&mut s, key, t0(), true);
+        assert_eq!(placement.node, None, "{key}");
+        assert!(
+            placement.reasons["n0"].starts_with("waiting for gang default/"),
+            "{:?}",
+            placement.reasons
+        );
+    }
+    assert_eq!(
+        schedule_one(&mut s, "default/ps-0", t0(), true).reasons["n0"],
+        "waiting for gang default/worker: only 1 of 2 members can be placed together"
+    );
+
+    // With a third node the whole group binds.
+    let mut s = cluster(3);
+    testutil::load(&mut s, group_members());
+    let nodes = schedule_all(&mut s, &keys, t0());
+    assert!(nodes.iter().all(Option::is_some), "{nodes:?}");
+}
+
+#[test]
+fn a_gang_group_waits_for_a_gang_with_too_few_members() {
+    let mut s = cluster(4);
+    testutil::load(
+        &mut s,
+        vec![
+            grouped("ps-0", "ps", "1"),
+            grouped("worker-0", "worker", "2"),
+        ],
+    );
+    let (reason, unresolvable) = rejection(&s, "default/ps-0", t0()).unwrap();
+    assert!(!unresolvable);
+    assert_eq!(
+        reason,
+        "waiting for gang default/worker: 1 of 2 members exist"
+    );
+    // A group naming a gang that has no member and no PodGroup.
+    testutil::load(
+        &mut s,
+        vec![member(
+            "lonely",
+            &[
+                (NAME_KEY, "a"),
+                (MIN_KEY, "1"),
+                (
+                    "gang.scheduling.koordinator.sh/groups",
+                    r#"["default/a","default/ghost"]"#,
+                ),
+            ],
+            &[],
+        )],
+    );
+    let (reason, _) = rejection(&s, "default/lonely", t0()).unwrap();
+    assert_eq!(
+        reason,
+        "waiting for gang group [default/a,default/ghost]: gang default/ghost doesn't exist"
+    );
+}
+
+fn policy_member(name: &str, policy: &str) -> Object {
+    member(
+        name,
+        &[
+            (NAME_KEY, "job"),
+            (MIN_KEY, "2"),
+            ("gang.scheduling.koordinator.sh/match-policy", policy),
+        ],
+        &[],
+    )
+}
+
+fn policy_bound(name: &str, node: &str, policy: &str) -> Object {
+    bound_member(
+        name,
+        node,
+        &[
+            (NAME_KEY, "job"),
+            (MIN_KEY, "2"),
+            ("gang.scheduling.koordinator.sh/match-policy", policy),
+        ],
+    )
+}
+
+#[test]
+fn match_policies_decide_which_members_count() {
+    // One member running, one new pending: min-member is 2.
+    let held = |policy: &str| {
+        let mut s = cluster(3);
+        testutil::load(
+            &mut s,
+            vec![
+                policy_bound("run-0", "n0", policy),
+                policy_member("new-0", policy),
+            ],
+        );
+        rejection(&s, "default/new-0", t0())
+    };
+    // waiting-and-running: the running member counts, so one more is enough.
+    assert_eq!(held("waiting-and-running"), None);
+    // once-satisfied: a member was bound, so the gang is satisfied for good.
+    assert_eq!(held("once-satisfied"), None);
+    // only-waiting: only members waiting together count.
+    assert_eq!(
+        held("only-waiting"),
+        Some((
+            "waiting for gang default/job: only 1 of 2 members can be placed together".into(),
+            false
+        ))
+    );
+
+    // Two only-waiting members pending together do pass.
+    let mut s = cluster(3);
+    testutil::load(
+        &mut s,
+        vec![
+            policy_bound("run-0", "n0", "only-waiting"),
+            policy_member("new-0", "only-waiting"),
+            policy_member("new-1", "only-waiting"),
+        ],
+    );
+    let nodes = schedule_all(&mut s, &["default/new-0", "default/new-1"], t0());
+    assert!(nodes.iter().all(Option::is_some), "{nodes:?}");
+}
+
+#[test]
+fn once_satisfied_outlives_its_members_but_waiting_and_running_does_not() {
+    let after_the_running_member_left = |policy: &str| {
+        let mut s = cluster(3);
+        let running = policy_bound("run-0", "n0", policy);
+        testutil::load(
+            &mut s,
+            vec![running.clone(), policy_member("new-0", policy)],
+        );
+        s.apply(Change::Delete(running));
+        rejection(&s, "default/new-0", t0())
+    };
+    assert_eq!(after_the_running_member_left("once-satisfied"), None);
+    assert_eq!(
+        after_the_running_member_left("waiting-and-running"),
+        Some((
+            "waiting for gang default/job: 1 of 2 members exist".into(),
+            false
+        ))
+    );
+}
+
+#[test]
+fn the_default_match_policy_comes_from_the_plugin_args() {
+    let config = testutil::only(NAME, "{defaultMatchPolicy: only-waiting}");
+    let mut s = cluster_with(&config, 3);
+    testutil::load(
+        &mut s,
+        vec![
+            bound_member("run-0", "n0", &[(NAME_KEY, "job"), (MIN_KEY, "2")]),
+            gang_member("new-0", "2"),
+        ],
+    );
+    assert!(rejection(&s, "default/new-0", t0()).is_some());
+}
+
+#[test]
+fn plugin_args_are_validated() {
+    let build_with = |args: Value| build(Some(&args)).map(|_| ());
+    assert!(build_with(json!({"defaultTimeout": "-1s"})).is_err());
+    assert!(build_with(json!({"controllerWorkers": 0})).is_err());
+    assert!(build_with(json!({"defaultMatchPolicy": "sometimes"})).is_err());
+    assert!(
+        build_with(json!({"defaultTimeout": "30s", "controllerWorkers": 2, "defaultMatchPolicy": "waiting-and-running"}))
+            .is_ok()
+    );
+    let defaults = CoschedulingArgs::default().defaults().unwrap();
+    assert_eq!(defaults.timeout, secs(600));
+    assert_eq!(defaults.match_policy, GangMatchPolicy::OnceSatisfied);
+}
+
+fn timed_member(name: &str, wait: &str, mode: &str) -> Object {
+    member(
+        name,
+        &[
+            (NAME_KEY, "job"),
+            (MIN_KEY, "3"),
+            ("gang.scheduling.koordinator.sh/waiting-time", wait),
+            ("gang.scheduling.koordinator.sh/mode", mode),
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn a_gang_that_cannot_complete_within_its_waiting_time_is_rejected() {
+    let mut s = cluster(2);
+    testutil::load(
+        &mut s,
+        vec![
+            timed_member("a", "30s", "Strict"),
+            timed_member("b", "30s", "Strict"),
+            timed_member("c", "30s", "Strict"),
+        ],
+    );
+    // Two of three fit: the gang starts waiting at t0.
+    let (reason, unresolvable) = rejection(&s, "default/a", t0()).unwrap();
+    assert!(!unresolvable);
+    assert!(reason.contains("only 2 of 3"), "{reason}");
+    // Still within the waiting time.
+    let (_, unresolvable) = rejection(&s, "default/b", t0() + secs(29)).unwrap();
+    assert!(!unresolvable);
+    // Past it: every member is rejected for good, even once room appears.
+    testutil::load(&mut s, vec![testutil::node("n9", &[("cpu", "2")])]);
+    for key in ["default/a", "default/b", "default/c"] {
+        let (reason, unresolvable) = rejection(&s, key, t0() + secs(30)).unwrap();
+        assert!(unresolvable, "{key}");
+        assert_eq!(
+            reason,
+            "gang default/job timed out: its members did not become schedulable together within 30s"
+        );
+    }
+}
+
+#[test]
+fn a_gang_whose_members_never_fit_does_not_start_its_clock() {
+    // Upstream's clock starts when a member waits in Permit; here when a
+    // member could be placed but the rest could not.
+    let mut s = cluster(1);
+    testutil::load(
+        &mut s,
+        vec![
+            member(
+                "big-a",
+                &[
+                    (NAME_KEY, "job"),
+                    (MIN_KEY, "2"),
+                    ("gang.scheduling.koordinator.sh/waiting-time", "10s"),
+                ],
+                &[],
+            ),
+            member(
+                "big-b",
+                &[
+                    (NAME_KEY, "job"),
+                    (MIN_KEY, "2"),
+                    ("gang.scheduling.koordinator.sh/waiting-time", "10s"),
+                ],
+                &[],
+            ),
+            // Fills the only node.
+            bound_member("other", "n0", &[]),
+        ],
+    );
+    assert!(!rejection(&s, "default/big-a", t0()).unwrap().1);
+    assert!(!rejection(&s, "default/big-a", t0() + secs(60)).unwrap().1);
+}
+
+#[test]
+fn a_pod_group_times_out_from_its_schedule_start_time() {
+    let mut s = cluster(3);
+    let pg = [(PG_LABEL, "train")];
+    testutil::load(
+        &mut s,
+        vec![
+            member("t-0", &[], &pg),
+            member("t-1", &[], &pg),
+            pod_group(
+                "train",
+                json!({"minMember": 4, "scheduleTimeoutSeconds": 60}),
+                json!({}),
+                json!({"phase": "Scheduling", "scheduleStartTime": rfc3339(t0() - secs(61))}),
+            ),
+        ],
+    );
+    let (reason, unresolvable) = rejection(&s, "default/t-0", t0()).unwrap();
+    assert!(unresolvable);
+    assert_eq!(
+        reason,
+        "gang default/train timed out: its members did not become schedulable together within 1m0s"
+    );
+    // A group already scheduled keeps its scheduleStartTime but is not timed out.
+    testutil::load(
+        &mut s,
+        vec![pod_group(
+            "train",
+            json!({"minMember": 2, "scheduleTimeoutSeconds": 60}),
+            json!({}),
+            json!({"phase": "Running", "scheduleStartTime": rfc3339(t0() - secs(600))}),
+        )],
+    );
+    assert_eq!(rejection(&s, "default/t-0", t0()), None);
+}
+
+#[test]
+fn the_timeout_annotation_rejects_the_pod() {
+    let mut s = cluster(2);
+    testutil::load(
+        &mut s,
+        vec![member(
+            "late",
+            &[
+                (NAME_KEY, "job"),
+                (MIN_KEY, "1"),
+                ("gang.scheduling.koordinator.sh/timeout", "true"),
+            ],
+            &[],
+        )],
+    );
+    let (reason, unresolvable) = rejection(&s, "default/late", t0()).unwrap();
+    assert!(unresolvable);
+    assert!(reason.starts_with("gang default/job timed out"), "{reason}");
+}
+
+fn group_timeout_members(mode: &str) -> Vec<Object> {
+    // ps waits 10s, worker 1h; they form one group. Only 2 of the 3 fit.
+    let grouped = |name: &str, gang: &str, min: &str, wait: &str| {
+        member(
+            name,
+            &[
+                (NAME_KEY, gang),
+                (MIN_KEY, min),
+                ("gang.scheduling.koordinator.sh/mode", mode),
+                ("gang.scheduling.koordinator.sh/waiting-time", wait),
+                (
+                    "gang.scheduling.koordinator.sh/groups",
+                    r#"["default/ps","default/worker"]"#,
+                ),
+            ],
+            &[],
+        )
+    };
+    vec![
+        grouped("ps-0", "ps", "1", "10s"),
+        grouped("worker-0", "worker", "2", "1h"),
+        grouped("worker-1", "worker", "2", "1h"),
+    ]
+}
+
+#[test]
+fn strict_rejects_the_whole_group_when_one_gang_times_out_non_strict_keeps_the_rest_waiting() {
+    for (mode, worker_unresolvable) in [("Strict", true), ("NonStrict", false)] {
+        let mut s = cluster(2);
+        testutil::load(&mut s, group_timeout_members(mode));
+        assert!(rejection(&s, "default/worker-0", t0()).is_some());
+        let later = t0() + secs(11);
+        let (ps_reason, ps_unresolvable) = rejection(&s, "default/ps-0", later).unwrap();
+        assert!(ps_unresolvable, "{mode}");
+        assert!(
+            ps_reason.starts_with("gang default/ps timed out"),
+            "{ps_reason}"
+        );
+        let (worker_reason, unresolvable) = rejection(&s, "default/worker-0", later).unwrap();
+        assert_eq!(unresolvable, worker_unresolvable, "{mode}: {worker_reason}");
+        assert!(
+            worker_reason.contains("gang default/ps timed out"),
+            "{worker_reason}"
+        );
+    }
+}
+
+fn mode_member(name: &str, mode: &str) -> Object {
+    member(
+        name,
+        &[
+            (NAME_KEY, "job"),
+            (MIN_KEY, "3"),
+            ("gang.scheduling.koordinator.sh/mode", mode),
+            (
+                "gang.scheduling.koordinator.sh/match-policy",
+                "waiting-and-running",
+            ),
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn strict_revokes_an_admitted_batch_that_no_longer_fits_non_strict_lets_members_go_on() {
+    for mode in ["Strict", "NonStrict"] {
+        let mut s = cluster(3);
+        testutil::load(
+            &mut s,
+            vec![
+                mode_member("a", mode),
+                mode_member("b", mode),
+                mode_member("c", mode),
+            ],
+        );
+        // The group is admitted and a binds.
+        assert!(schedule_one(&mut s, "default/a", t0(), true).node.is_some());
+        // Someone else takes a node meant for the gang.
+        testutil::load(&mut s, vec![bound_member("intruder", "n2", &[])]);
+        let b = rejection(&s, "default/b", t0());
+        match mode {
+            "Strict" => assert_eq!(
+                b,
+                Some((
+                    "waiting for gang default/job: only 2 of 3 members can be placed together"
+                        .into(),
+                    false
+                )),
+                "{mode}"
+            ),
+            _ => {
+                assert_eq!(b, None, "{mode}");
+                assert!(schedule_one(&mut s, "default/b", t0(), true).node.is_some());
+            }
+        }
+    }
+}
+
+#[test]
+fn admitted_members_of_one_group_are_placed_before_another_group_is_admitted() {
+    let mut s = cluster(3);
+    testutil::load(
+        &mut s,
+        vec![
+            gang_member("a", "2"),
+            gang_member("b", "2"),
+            member("x", &[(NAME_KEY, "other"), (MIN_KEY, "2")], &[]),
+            member("y", &[(NAME_KEY, "other"), (MIN_KEY, "2")], &[]),
+        ],
+    );
+    // job is admitted (a on n0, b expected on n1): only one node is left.
+    assert!(schedule_one(&mut s, "default/a", t0(), true).node.is_some());
+    let (reason, _) = rejection(&s, "default/x", t0()).unwrap();
+    assert_eq!(
+        reason,
+        "waiting for gang default/other: only 1 of 2 members can be placed together"
+    );
+    assert!(schedule_one(&mut s, "default/b", t0(), true).node.is_some());
+}
+
+fn owned_member(name: &str, phase: Option<&str>, node: Option<&str>) -> Object {
+    let mut value = json!({
+        "metadata": {
+            "namespace": "default", "name": name, "uid": format!("uid-{name}"),
+            "labels": {PG_LABEL: "train"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train-job", "uid": "j1"}],
+        },
+        "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "2"}}}]},
+    });
+    if let Some(node) = node {
+        value["spec"]["nodeName"] = json!(node);
+    }
+    if let Some(phase) = phase {
+        value["status"] = json!({"phase": phase});
+    }
+    Object::Pod(serde_json::from_value(value).unwrap())
+}
+
+/// Applies the write to the cached PodGroup, as the watch would.
+fn land(s: &mut Scheduler, writes: &[StatusWrite]) {
+    for write in writes {
+        let mut group = serde_json::to_value(&*s.cache.pod_groups["default/train"]).unwrap();
+        group["status"] = write.patch["status"].clone();
+        s.apply(Change::Upsert(Object::PodGroup(
+            serde_json::from_value(group).unwrap(),
+        )));
+    }
+}
+
+fn status_of(writes: &[StatusWrite]) -> &Value {
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0].resource, POD_GROUP_RESOURCE);
+    assert_eq!(writes[0].namespace.as_deref(), Some("default"));
+    assert_eq!(writes[0].name, "train");
+    &writes[0].patch["status"]
+}
+
+#[test]
+fn pod_group_status_follows_its_members() {
+    let mut s = cluster(3);
+    let group = pod_group("train", json!({"minMember": 2}), json!({}), json!({}));
+    testutil::load(&mut s, vec![group, owned_member("t-0", None, None)]);
+    // One member of two: Pending.
+    let writes = s.pending_status_writes(t0());
+    assert_eq!(status_of(&writes), &json!({"phase": "Pending"}));
+    land(&mut s, &writes);
+    // Nothing new within the write interval, nor a second identical write.
+    assert!(
+        s.pending_status_writes(t0() + Duration::from_millis(500))
+            .is_empty()
+    );
+    assert!(s.pending_status_writes(t0() + secs(2)).is_empty());
+
+    // Enough members: scheduling starts (upstream passes PreScheduling).
+    testutil::load(&mut s, vec![owned_member("t-1", None, None)]);
+    let writes = s.pending_status_writes(t0() + secs(4));
+    assert_eq!(
+        status_of(&writes),
+        &json!({
+            "phase": "Scheduling",
+            "occupiedBy": "default/train-job",
+            "scheduled": 0,
+            "running": 0,
+            "scheduleStartTime": rfc3339(t0() + secs(4)),
+        })
+    );
+    land(&mut s, &writes);
+
+    // Both bound: Scheduled; both running: Running.
+    let nodes = schedule_all(&mut s, &["default/t-0", "default/t-1"], t0() + secs(5));
+    assert!(nodes.iter().all(Option::is_some), "{nodes:?}");
+    let writes = s.pending_status_writes(t0() + secs(6));
+    let status = status_of(&writes);
+    assert_eq!(status["phase"], "Scheduled");
+    assert_eq!(status["scheduled"], 2);
+    land(&mut s, &writes);
+    testutil::load(
+        &mut s,
+        vec![
+            owned_member("t-0", Some("Running"), Some("n0")),
+            owned_member("t-1", Some("Running"), Some("n1")),
+        ],
+    );
+    let writes = s.pending_status_writes(t0() + secs(8));
+    let status = status_of(&writes);
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(status["running"], 2);
+    assert_eq!(
+        status["scheduleStartTime"],
+        rfc3339(t0() + secs(4)).as_str()
+    );
+}
+
+#[test]
+fn desired_status_is_stable_once_reached() {
+    let group = pod_group(
+        "train",
+        json!({"minMember": 2}),
+        json!({}),
+        json!({"phase": "Running", "scheduled": 2, "running": 2, "occupiedBy": "default/train-job"}),
+    );
+    let Object::PodGroup(group) = group else {
+        unreachable!()
+    };
+    let members = Members {
+        total: 2,
+        scheduled: 2,
+        running: 2,
+        occupied_by: Some("default/train-job".into()),
+    };
+    let status = desired_status(&group, &members, t0());
+    assert_eq!(Some(&status), group.status.as_ref());
+    assert_eq!(status.phase, Some(PodGroupPhase::Running));
+    // All members gone: back to Pending, counts kept as upstream leaves them.
+    let gone = desired_status(&group, &Members::default(), t0());
+    assert_eq!(gone.phase, Some(PodGroupPhase::Pending));
+}
