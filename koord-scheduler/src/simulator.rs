@@ -131,6 +131,10 @@ pub struct Placement {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SimulationReport {
     pub placements: Vec<Placement>,
+    /// PodGroup `namespace/name` → the status the run leaves it in (only
+    /// groups whose status would change; omitted when none).
+    #[serde(rename = "podGroups", skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_groups: BTreeMap<String, serde_json::Value>,
 }
 
 /// Schedules one pending pod already in the cache; `record_details` = false
@@ -263,7 +267,19 @@ pub fn simulate(
             .iter()
             .map(|key| schedule_one(scheduler, key, now, true)),
     );
-    SimulationReport { placements }
+    let pod_groups = scheduler
+        .pending_status_writes(now)
+        .into_iter()
+        .filter(|w| w.resource == crate::plugins::coscheduling::POD_GROUP_RESOURCE)
+        .map(|w| {
+            let key = crate::cache::object_key(w.namespace.as_deref(), &w.name);
+            (key, w.patch["status"].clone())
+        })
+        .collect();
+    SimulationReport {
+        placements,
+        pod_groups,
+    }
 }
 
 /// The human-readable table.
