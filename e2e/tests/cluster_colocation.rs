@@ -402,6 +402,30 @@ async fn lsr_pod_gets_an_exclusive_cpuset() -> anyhow::Result<()> {
     let Some(client) = e2e::cluster_or_skip("lsr_pod_gets_an_exclusive_cpuset").await else {
         return Ok(());
     };
+    // The scheduler picks CPUs from the topology koordlet reports on each
+    // node's NodeResourceTopology; a node without one rejects the pod, so
+    // wait until every schedulable node has reported.
+    let topologies: Api<apis::topology::v1alpha1::NodeResourceTopology> = Api::all(client.clone());
+    let workers = worker_nodes(&client).await?;
+    ensure!(!workers.is_empty(), "no schedulable nodes");
+    let mut reported = BTreeMap::new();
+    for node in &workers {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let detail = eventually(
+            &format!("NodeResourceTopology {name} with a CPU topology"),
+            || async {
+                let Some(nrt) = topologies.get_opt(&name).await? else {
+                    return Ok(None);
+                };
+                let annotations = nrt.metadata.annotations.unwrap_or_default();
+                Ok(apis::extension::get_cpu_topology(&annotations)?
+                    .map(|topology| topology.detail)
+                    .filter(|detail| !detail.is_empty()))
+            },
+        )
+        .await?;
+        reported.insert(name, detail);
+    }
     let namespace = TestNamespace::create(&client, "koord-e2e-lsr").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace.name);
     let script = "if [ -f /sys/fs/cgroup/cpuset.cpus.effective ]; then \
@@ -445,6 +469,34 @@ async fn lsr_pod_gets_an_exclusive_cpuset() -> anyhow::Result<()> {
         values.get("cpus").map(String::as_str) == Some(cpuset),
         "container cpuset {values:?} != scheduled {cpuset}"
     );
+    // The CPUs came from the topology reported for the pod's node.
+    let node_name = pod
+        .spec
+        .and_then(|spec| spec.node_name)
+        .context("lsr pod has no node")?;
+    let detail = reported
+        .get(&node_name)
+        .with_context(|| format!("no reported topology for node {node_name}"))?;
+    let mut scheduled = Vec::new();
+    for part in cpuset.split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let first: i32 = first
+            .trim()
+            .parse()
+            .with_context(|| format!("cpuset {cpuset}"))?;
+        let last: i32 = last
+            .trim()
+            .parse()
+            .with_context(|| format!("cpuset {cpuset}"))?;
+        scheduled.extend(first..=last);
+    }
+    ensure!(!scheduled.is_empty(), "cpuset {cpuset} names no CPU");
+    for cpu in scheduled {
+        ensure!(
+            detail.iter().any(|info| info.id == cpu),
+            "scheduled CPU {cpu} is not in the topology reported for {node_name}"
+        );
+    }
     Ok(())
 }
 
