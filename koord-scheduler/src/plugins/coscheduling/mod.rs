@@ -277,8 +277,10 @@ impl Coscheduling {
         } else {
             gang.key.clone()
         };
+        // Missing gangs or members: preemption cannot help (upstream:
+        // UnschedulableAndUnresolvable from its basic check).
         if !missing.is_empty() {
-            return Err(Rejection::unschedulable(format!(
+            return Err(Rejection::unresolvable(format!(
                 "{REASON_WAITING_FOR_GANG} {label}: {}",
                 missing.join("; ")
             )));
@@ -314,7 +316,7 @@ impl Coscheduling {
         for state in &states {
             let exist = state.bound + state.pending.len();
             if exist < state.gang.min_member {
-                return Err(Rejection::unschedulable(format!(
+                return Err(Rejection::unresolvable(format!(
                     "{REASON_WAITING_FOR_GANG} {}: {exist} of {} members exist",
                     state.gang.key, state.gang.min_member
                 )));
@@ -618,7 +620,7 @@ impl Plugin for Coscheduling {
         };
         let gang = self.gang(&key, Some(pod), cache).map_err(|err| match err {
             GangError::Invalid { .. } => Rejection::unresolvable(err.to_string()),
-            _ => Rejection::unschedulable(format!(
+            _ => Rejection::unresolvable(format!(
                 "{REASON_WAITING_FOR_GANG}: {err}, podName: {}",
                 pod.key
             )),
@@ -669,6 +671,32 @@ impl Plugin for Coscheduling {
             }
         }
         Ok(())
+    }
+
+    fn unreserve(&mut self, pod: &PodInfo, _node: &str, cache: &ClusterCache) {
+        // A batch member that failed before binding: Strict releases the
+        // batch (its unbound members wait for the group again).
+        let Some(key) = gang_key_of(pod) else {
+            return;
+        };
+        let Ok(gang) = self.gang(&key, Some(pod), cache) else {
+            return;
+        };
+        if gang.mode != GangMode::Strict {
+            return;
+        }
+        let runtime = self
+            .runtime
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let group_id = gang.group_id();
+        if runtime
+            .admitted
+            .get(&group_id)
+            .is_some_and(|batch| batch.contains(&pod.key))
+        {
+            runtime.admitted.remove(&group_id);
+        }
     }
 
     fn pending_status_writes(&mut self, cache: &ClusterCache, now: SystemTime) -> Vec<StatusWrite> {

@@ -249,7 +249,7 @@ fn a_gang_group_waits_for_a_gang_with_too_few_members() {
         ],
     );
     let (reason, unresolvable) = rejection(&s, "default/ps-0", t0()).unwrap();
-    assert!(!unresolvable);
+    assert!(unresolvable);
     assert_eq!(
         reason,
         "waiting for gang default/worker: 1 of 2 members exist"
@@ -359,7 +359,7 @@ fn once_satisfied_outlives_its_members_but_waiting_and_running_does_not() {
         after_the_running_member_left("waiting-and-running"),
         Some((
             "waiting for gang default/job: 1 of 2 members exist".into(),
-            false
+            true
         ))
     );
 }
