@@ -4,8 +4,8 @@
 //! `gpu-core` + `gpu-memory` / `gpu-memory-ratio` describe a share,
 //! `gpu.shared` spreads a share over several GPUs). Whole-GPU requests take
 //! untouched GPUs; shares go to the fullest GPU they fit on, leaving whole
-//! GPUs free (least fragmentation). The result is the device-allocated
-//! annotation.
+//! GPUs free (least fragmentation). RDMA and FPGA devices are in
+//! [`common`]. The result is the device-allocated annotation.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,6 +22,10 @@ use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
 use crate::resources::quantity_amount;
+
+pub mod common;
+
+use common::{CommonDevice, CommonDevices, CommonKind, CommonRequest, common_requests};
 
 pub const NAME: &str = "DeviceShare";
 
@@ -153,6 +157,25 @@ pub fn gpu_request(pod: &PodInfo) -> Result<Option<GpuRequest>, String> {
     Ok(Some(request))
 }
 
+/// Everything a pod asks of devices (what pre-filter stores).
+#[derive(Debug, Clone, Default)]
+struct PodDeviceRequest {
+    gpu: Option<GpuRequest>,
+    common: Vec<CommonRequest>,
+}
+
+/// What reserve picked for a pod, kept for pre-bind.
+#[derive(Debug, Clone, Default)]
+struct PendingAllocation {
+    /// GPU minor → (core, ratio, memory bytes).
+    gpu: BTreeMap<i32, (i64, i64, i64)>,
+    /// Kind → (minor, units).
+    common: BTreeMap<CommonKind, Vec<(i32, i64)>>,
+}
+
+/// Kind → minor → units a pod holds.
+type CommonShares = BTreeMap<CommonKind, BTreeMap<i32, i64>>;
+
 /// One GPU's capacity and what is used of it.
 #[derive(Debug, Clone, Default)]
 struct Gpu {
@@ -185,7 +208,11 @@ pub struct DeviceShare {
     gpus: HashMap<String, BTreeMap<i32, Gpu>>,
     /// pod key → (node, shares).
     usage: HashMap<String, (String, GpuShares)>,
-    pending: HashMap<String, BTreeMap<i32, (i64, i64, i64)>>,
+    /// node → kind → RDMA / FPGA devices.
+    common: HashMap<String, BTreeMap<CommonKind, CommonDevices>>,
+    /// pod key → (node, RDMA / FPGA shares).
+    common_usage: HashMap<String, (String, CommonShares)>,
+    pending: HashMap<String, PendingAllocation>,
 }
 
 fn amount(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
@@ -198,11 +225,26 @@ fn amount(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
 impl DeviceShare {
     fn load_device(&mut self, node: &str, device: &Device) {
         let mut gpus = BTreeMap::new();
+        let mut common: BTreeMap<CommonKind, CommonDevices> = BTreeMap::new();
         for info in device.spec.devices.iter().flatten() {
+            let Some(minor) = info.minor else { continue };
+            if let Some(kind) = info.type_.as_ref().and_then(CommonKind::of) {
+                let resources = info.resources.clone().unwrap_or_default();
+                // Unhealthy devices offer nothing (upstream zeroes them).
+                let total = if info.health {
+                    amount(&resources, kind.resource())
+                } else {
+                    0
+                };
+                common
+                    .entry(kind)
+                    .or_default()
+                    .insert(minor, CommonDevice { total, used: 0 });
+                continue;
+            }
             if info.type_ != Some(DeviceType::Gpu) {
                 continue;
             }
-            let Some(minor) = info.minor else { continue };
             let resources = info.resources.clone().unwrap_or_default();
             gpus.insert(
                 minor,
@@ -215,7 +257,46 @@ impl DeviceShare {
             );
         }
         self.gpus.insert(node.to_string(), gpus);
+        self.common.insert(node.to_string(), common);
         self.recount(node);
+        self.recount_common(node);
+    }
+
+    /// Re-applies every pod's RDMA / FPGA usage on the node.
+    fn recount_common(&mut self, node: &str) {
+        let Some(kinds) = self.common.get_mut(node) else {
+            return;
+        };
+        for device in kinds.values_mut().flat_map(|d| d.values_mut()) {
+            device.used = 0;
+        }
+        for (on, shares) in self.common_usage.values() {
+            if on != node {
+                continue;
+            }
+            for (kind, per_minor) in shares {
+                for (minor, units) in per_minor {
+                    if let Some(device) = kinds.get_mut(kind).and_then(|d| d.get_mut(minor)) {
+                        device.used += units;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Picks devices of every requested kind on the node.
+    fn choose_common(
+        &self,
+        node: &str,
+        requests: &[CommonRequest],
+    ) -> Result<BTreeMap<CommonKind, Vec<(i32, i64)>>, Rejection> {
+        let kinds = self.common.get(node);
+        let mut chosen = BTreeMap::new();
+        for request in requests {
+            let devices = kinds.and_then(|k| k.get(&request.kind));
+            chosen.insert(request.kind, common::choose(devices, request)?);
+        }
+        Ok(chosen)
     }
 
     /// Re-applies every pod's usage on the node to its GPUs.
@@ -291,6 +372,9 @@ impl DeviceShare {
         if let Some((node, _)) = self.usage.remove(key) {
             self.recount(&node);
         }
+        if let Some((node, _)) = self.common_usage.remove(key) {
+            self.recount_common(&node);
+        }
     }
 }
 
@@ -308,6 +392,7 @@ impl Plugin for DeviceShare {
                 Some(device) => self.load_device(key, &device.clone()),
                 None => {
                     self.gpus.remove(key);
+                    self.common.remove(key);
                 }
             },
             ClusterEvent::Pod { old, new } => {
@@ -338,6 +423,18 @@ impl Plugin for DeviceShare {
                                 .insert(new.key.clone(), (node.clone(), per_minor));
                             self.recount(node);
                         }
+                        let mut shares = CommonShares::new();
+                        for kind in CommonKind::ALL {
+                            for a in allocations.get(kind.key()).into_iter().flatten() {
+                                *shares.entry(kind).or_default().entry(a.minor).or_default() +=
+                                    amount(&a.resources, kind.resource());
+                            }
+                        }
+                        if !shares.is_empty() {
+                            self.common_usage
+                                .insert(new.key.clone(), (node.clone(), shares));
+                            self.recount_common(node);
+                        }
                     }
                 }
             }
@@ -351,8 +448,10 @@ impl Plugin for DeviceShare {
         _cache: &ClusterCache,
         state: &mut CycleState,
     ) -> Result<(), Rejection> {
-        if let Some(request) = gpu_request(pod).map_err(Rejection::unresolvable)? {
-            state.write(STATE_KEY, request);
+        let gpu = gpu_request(pod).map_err(Rejection::unresolvable)?;
+        let common = common_requests(pod).map_err(Rejection::unresolvable)?;
+        if gpu.is_some() || !common.is_empty() {
+            state.write(STATE_KEY, PodDeviceRequest { gpu, common });
         }
         Ok(())
     }
@@ -364,10 +463,13 @@ impl Plugin for DeviceShare {
         _cache: &ClusterCache,
         state: &CycleState,
     ) -> Result<(), Rejection> {
-        match state.read::<GpuRequest>(STATE_KEY) {
-            None => Ok(()),
-            Some(request) => self.choose(&node.name, request).map(|_| ()),
+        let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
+            return Ok(());
+        };
+        if let Some(gpu) = &request.gpu {
+            self.choose(&node.name, gpu)?;
         }
+        self.choose_common(&node.name, &request.common).map(|_| ())
     }
 
     fn reserve(
@@ -377,18 +479,34 @@ impl Plugin for DeviceShare {
         _cache: &ClusterCache,
         state: &CycleState,
     ) -> Result<(), Rejection> {
-        let Some(request) = state.read::<GpuRequest>(STATE_KEY) else {
+        let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
-        let chosen = self.choose(node, request)?;
-        let per_minor = chosen
-            .iter()
-            .map(|(minor, (core, ratio, _))| (*minor, (*core, *ratio)))
-            .collect();
-        self.usage
-            .insert(pod.key.clone(), (node.to_string(), per_minor));
-        self.recount(node);
-        self.pending.insert(pod.key.clone(), chosen);
+        let gpu = match &request.gpu {
+            Some(gpu) => self.choose(node, gpu)?,
+            None => BTreeMap::new(),
+        };
+        let common = self.choose_common(node, &request.common)?;
+        if !gpu.is_empty() {
+            let per_minor = gpu
+                .iter()
+                .map(|(minor, (core, ratio, _))| (*minor, (*core, *ratio)))
+                .collect();
+            self.usage
+                .insert(pod.key.clone(), (node.to_string(), per_minor));
+            self.recount(node);
+        }
+        if !common.is_empty() {
+            let shares = common
+                .iter()
+                .map(|(kind, picked)| (*kind, picked.iter().copied().collect()))
+                .collect();
+            self.common_usage
+                .insert(pod.key.clone(), (node.to_string(), shares));
+            self.recount_common(node);
+        }
+        self.pending
+            .insert(pod.key.clone(), PendingAllocation { gpu, common });
         Ok(())
     }
 
@@ -407,7 +525,8 @@ impl Plugin for DeviceShare {
         let Some(chosen) = self.pending.get(&pod.key) else {
             return Ok(BTreeMap::new());
         };
-        let allocations: Vec<DeviceAllocation> = chosen
+        let gpu: Vec<DeviceAllocation> = chosen
+            .gpu
             .iter()
             .map(|(minor, (core, ratio, memory))| DeviceAllocation {
                 minor: *minor,
@@ -425,7 +544,28 @@ impl Plugin for DeviceShare {
                 ..Default::default()
             })
             .collect();
-        let value = serde_json::to_string(&BTreeMap::from([(GPU_KEY, allocations)]))
+        let mut allocations: BTreeMap<&str, Vec<DeviceAllocation>> = BTreeMap::new();
+        if !gpu.is_empty() {
+            allocations.insert(GPU_KEY, gpu);
+        }
+        for (kind, picked) in &chosen.common {
+            let entries = picked
+                .iter()
+                .map(|(minor, units)| DeviceAllocation {
+                    minor: *minor,
+                    resources: BTreeMap::from([(
+                        kind.resource().to_string(),
+                        Quantity(units.to_string()),
+                    )]),
+                    ..Default::default()
+                })
+                .collect();
+            allocations.insert(kind.key(), entries);
+        }
+        if allocations.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let value = serde_json::to_string(&allocations)
             .map_err(|e| Rejection::unresolvable(e.to_string()))?;
         Ok(BTreeMap::from([(
             ANNOTATION_DEVICE_ALLOCATED.to_string(),
@@ -498,6 +638,124 @@ mod tests {
                 )
             })
             .collect())
+    }
+
+    /// A node with 2 GPUs (from [`device`]), 2 RDMA NICs and 2 FPGAs, the
+    /// second FPGA unhealthy.
+    fn mixed_device(node: &str) -> Object {
+        let Object::Device(mut device) = device(node, 2) else {
+            unreachable!()
+        };
+        let extra: Vec<apis::scheduling::v1alpha1::DeviceInfo> = serde_json::from_value(json!([
+            {"type": "rdma", "id": "0000:1f:00.0", "minor": 0, "health": true, "resources": {"koordinator.sh/rdma": "100"}},
+            {"type": "rdma", "id": "0000:90:00.0", "minor": 1, "health": true, "resources": {"koordinator.sh/rdma": "100"}},
+            {"type": "fpga", "minor": 0, "health": true, "resources": {"koordinator.sh/fpga": "100"}},
+            {"type": "fpga", "minor": 1, "health": false, "resources": {"koordinator.sh/fpga": "100"}},
+        ]))
+        .unwrap();
+        device
+            .spec
+            .devices
+            .get_or_insert_with(Vec::new)
+            .extend(extra);
+        Object::Device(device)
+    }
+
+    fn allocated(s: &mut Scheduler, pod: &str) -> Value {
+        let reserved = s.reserve(&format!("default/{pod}"), "n1", t0()).unwrap();
+        serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap()
+    }
+
+    #[test]
+    fn rdma_and_fpga_are_allocated_per_device_beside_gpus() {
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "8")]),
+                mixed_device("n1"),
+                testutil::node("plain", &[("cpu", "8")]),
+                gpu_pod(
+                    "trainer",
+                    &[("nvidia.com/gpu", "1"), ("koordinator.sh/rdma", "200")],
+                ),
+                gpu_pod("fpga-a", &[("koordinator.sh/fpga", "60")]),
+                gpu_pod("fpga-b", &[("koordinator.sh/fpga", "50")]),
+                gpu_pod("nic", &[("koordinator.sh/rdma", "1")]),
+                gpu_pod("odd", &[("koordinator.sh/rdma", "150")]),
+            ],
+        );
+        let outcome = testutil::filter(&s, "default/trainer", t0());
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+        assert_eq!(outcome.failed["plain"], ERR_INSUFFICIENT_GPU_DEVICES);
+        let trainer = allocated(&mut s, "trainer");
+        assert_eq!(
+            trainer["rdma"],
+            json!([
+                {"minor": 0, "resources": {"koordinator.sh/rdma": "100"}},
+                {"minor": 1, "resources": {"koordinator.sh/rdma": "100"}},
+            ])
+        );
+        assert_eq!(trainer["gpu"][0]["minor"], 0);
+        // Both NICs are taken whole: even one unit is gone.
+        let outcome = testutil::filter(&s, "default/nic", t0());
+        assert_eq!(outcome.failed["n1"], "Insufficient rdma devices");
+        assert_eq!(
+            outcome.failed_unresolvable["plain"],
+            "Insufficient rdma devices"
+        );
+
+        // Only FPGA 0 is healthy: 60 + 50 do not both fit on it.
+        assert_eq!(
+            allocated(&mut s, "fpga-a")["fpga"],
+            json!([{"minor": 0, "resources": {"koordinator.sh/fpga": "60"}}])
+        );
+        assert_eq!(
+            testutil::filter(&s, "default/fpga-b", t0()).failed["n1"],
+            "Insufficient fpga devices"
+        );
+
+        let outcome = testutil::filter(&s, "default/odd", t0());
+        assert_eq!(
+            outcome.failed_unresolvable["n1"],
+            "invalid resource unit koordinator.sh/rdma: 150"
+        );
+    }
+
+    #[test]
+    fn bound_pods_hold_their_rdma_and_rollback_frees_it() {
+        let mut s = testutil::scheduler("");
+        let bound = testutil::pod(PodSpec {
+            name: "bound",
+            node: Some("n1"),
+            requests: &[("koordinator.sh/rdma", "100")],
+            annotations: &[(
+                ANNOTATION_DEVICE_ALLOCATED,
+                r#"{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"}}]}"#,
+            )],
+            ..Default::default()
+        });
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "8")]),
+                mixed_device("n1"),
+                bound,
+                gpu_pod("whole", &[("koordinator.sh/rdma", "100")]),
+                gpu_pod("another", &[("koordinator.sh/rdma", "100")]),
+            ],
+        );
+        let reserved = s.reserve("default/whole", "n1", t0()).unwrap();
+        let value: Value =
+            serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+        assert_eq!(value["rdma"][0]["minor"], 1);
+        assert!(value.get("gpu").is_none(), "{value}");
+        assert_eq!(
+            testutil::filter(&s, "default/another", t0()).failed["n1"],
+            "Insufficient rdma devices"
+        );
+        s.rollback(&reserved);
+        assert_eq!(allocated(&mut s, "another")["rdma"][0]["minor"], 1);
     }
 
     const HALF: &[(&str, &str)] = &[
