@@ -192,23 +192,26 @@ pub fn start_watchers(
     });
 }
 
-/// Merge-patches a plugin's status write onto its object. PodGroups have
-/// no status subresource upstream, so the object itself is patched.
+/// Merge-patches a plugin's write onto its object (PodGroup status, pod
+/// annotations). PodGroups have no status subresource upstream, so the
+/// object itself is patched.
 pub async fn write_status(client: &kube::Client, write: &StatusWrite) -> Result<(), kube::Error> {
-    if write.resource != coscheduling::POD_GROUP_RESOURCE {
+    let Some(namespace) = write.namespace.as_deref() else {
         return Ok(());
-    }
-    let api: Api<PodGroup> = match write.namespace.as_deref() {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => return Ok(()),
     };
-    api.patch(
-        &write.name,
-        &PatchParams::default(),
-        &Patch::Merge(&write.patch),
-    )
-    .await
-    .map(|_| ())
+    let params = PatchParams::default();
+    let patch = Patch::Merge(&write.patch);
+    match write.resource {
+        coscheduling::POD_GROUP_RESOURCE => {
+            let api: Api<PodGroup> = Api::namespaced(client.clone(), namespace);
+            api.patch(&write.name, &params, &patch).await.map(|_| ())
+        }
+        coscheduling::POD_RESOURCE => {
+            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            api.patch(&write.name, &params, &patch).await.map(|_| ())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Expires assumed pods and writes due quota and PodGroup status, once per `interval`.

@@ -78,7 +78,7 @@ pub struct AnnotationWrite {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// A status a plugin asks the shell to merge-patch onto an object.
+/// A merge patch a plugin asks the shell to apply (e.g. a status).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusWrite {
     /// API resource, e.g. `podgroups.scheduling.sigs.k8s.io`.

@@ -102,3 +102,73 @@ async fn housekeeping_merge_patches_pod_group_status() {
     assert_eq!(patches, 1);
     shutdown.trigger(koord_common::ShutdownReason::Requested("test done".into()));
 }
+
+fn timed_member(name: &str) -> Object {
+    Object::Pod(object(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": "default", "uid": format!("uid-{name}"),
+            "annotations": {
+                "gang.scheduling.koordinator.sh/name": "job",
+                "gang.scheduling.koordinator.sh/min-available": "2",
+                "gang.scheduling.koordinator.sh/waiting-time": "1m",
+            },
+        },
+        "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "2"}}}]},
+    })))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn housekeeping_marks_members_of_a_timed_out_gang() {
+    let api = FakeApiServer::start().unwrap();
+    let pod_path = "/api/v1/namespaces/default/pods/a";
+    api.respond(
+        "PATCH",
+        pod_path,
+        200,
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "default"}})
+            .to_string(),
+    );
+    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n0"},
+                      "status": {"allocatable": {"cpu": "2"}}});
+    for object in [
+        Object::Node(self::object(node)),
+        timed_member("a"),
+        timed_member("b"),
+    ] {
+        scheduler.apply(Change::Upsert(object));
+    }
+    // One of the two fits: the gang started waiting an hour ago.
+    let pod = scheduler.cache.pod("default/a").unwrap().clone();
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    assert!(scheduler.pre_filter(&pod, an_hour_ago).is_err());
+
+    let scheduler = Arc::new(RwLock::new(scheduler));
+    let shutdown = Shutdown::new();
+    koord_scheduler::cluster::start_housekeeping(
+        &client,
+        &scheduler,
+        Duration::from_millis(50),
+        &shutdown,
+    );
+    let (found, _api) = tokio::task::spawn_blocking(move || {
+        let found = api.wait_for_request("PATCH", pod_path, Duration::from_secs(60));
+        (found, api)
+    })
+    .await
+    .unwrap();
+    let request = found.expect("no pod patch within 60s");
+    let body: Value = serde_json::from_str(&request.body).unwrap();
+    assert_eq!(
+        body,
+        json!({"metadata": {"annotations": {"gang.scheduling.koordinator.sh/timeout": "true"}}})
+    );
+    shutdown.trigger(koord_common::ShutdownReason::Requested("test done".into()));
+}

@@ -42,6 +42,9 @@ pub const NAME: &str = "Coscheduling";
 /// API resource of PodGroup status writes.
 pub const POD_GROUP_RESOURCE: &str = "podgroups.scheduling.sigs.k8s.io";
 
+/// API resource of the timeout annotation writes.
+pub const POD_RESOURCE: &str = "pods";
+
 /// Prefix of every hold reason.
 pub const REASON_WAITING_FOR_GANG: &str = "waiting for gang";
 
@@ -131,6 +134,8 @@ pub struct Coscheduling {
     /// PodGroup key → status last written.
     written: HashMap<String, PodGroupStatus>,
     last_write_at: Option<SystemTime>,
+    /// Pods already given the timeout annotation.
+    marked_timed_out: HashSet<String>,
 }
 
 /// A gang with its members split by state.
@@ -583,6 +588,9 @@ impl Plugin for Coscheduling {
                         }
                     }
                 }
+                if let (Some(old), None) = (old, new) {
+                    self.marked_timed_out.remove(&old.key);
+                }
                 if old.is_some() && new.is_none() {
                     let runtime = self
                         .runtime
@@ -709,6 +717,28 @@ impl Plugin for Coscheduling {
         }
         self.last_write_at = Some(now);
         let mut writes = Vec::new();
+        // Members of a timed-out gang get upstream's timeout annotation, so
+        // the rejection survives a restart.
+        for pod_key in self.timed_out(cache, now).into_values().flatten() {
+            let Some(pod) = cache.pod(&pod_key) else {
+                continue;
+            };
+            let marked = pod
+                .annotations()
+                .get(ANNOTATION_GANG_TIMEOUT)
+                .is_some_and(|v| v == "true");
+            if marked || !self.marked_timed_out.insert(pod_key) {
+                continue;
+            }
+            writes.push(StatusWrite {
+                resource: POD_RESOURCE,
+                namespace: Some(pod.namespace.clone()),
+                name: pod.name.clone(),
+                patch: serde_json::json!({
+                    "metadata": {"annotations": {ANNOTATION_GANG_TIMEOUT: "true"}}
+                }),
+            });
+        }
         for (key, pod_group) in &cache.pod_groups {
             let Some(wanted) = self.pod_group_status(key, cache, now) else {
                 continue;

@@ -763,3 +763,33 @@ fn desired_status_is_stable_once_reached() {
     let gone = desired_status(&group, &Members::default(), t0());
     assert_eq!(gone.phase, Some(PodGroupPhase::Pending));
 }
+
+#[test]
+fn members_of_a_timed_out_gang_get_the_timeout_annotation_once() {
+    let mut s = cluster(2);
+    testutil::load(
+        &mut s,
+        vec![
+            timed_member("a", "30s", "Strict"),
+            timed_member("b", "30s", "Strict"),
+            timed_member("c", "30s", "Strict"),
+        ],
+    );
+    // Starts the clock; nothing is due yet.
+    assert!(rejection(&s, "default/a", t0()).is_some());
+    assert!(s.pending_status_writes(t0() + secs(10)).is_empty());
+
+    let writes = s.pending_status_writes(t0() + secs(31));
+    let mut pods: Vec<&str> = writes.iter().map(|w| w.name.as_str()).collect();
+    pods.sort();
+    assert_eq!(pods, ["a", "b", "c"]);
+    for write in &writes {
+        assert_eq!(write.resource, POD_RESOURCE);
+        assert_eq!(write.namespace.as_deref(), Some("default"));
+        assert_eq!(
+            write.patch,
+            json!({"metadata": {"annotations": {"gang.scheduling.koordinator.sh/timeout": "true"}}})
+        );
+    }
+    assert!(s.pending_status_writes(t0() + secs(40)).is_empty());
+}
