@@ -17,6 +17,7 @@ use apis::scheduling::v1alpha1::{Reservation, ReservationAllocatePolicy, Reserva
 use serde::Deserialize;
 
 pub mod lifecycle;
+pub mod node_fit;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
@@ -530,11 +531,12 @@ pub fn reserve_pod(reservation: &Reservation) -> k8s_openapi::api::core::v1::Pod
     }
 }
 
-/// Places one reservation as a reserve pod through the whole pipeline (only
-/// on the template's `nodeName` when it pins one). On success the cache
-/// holds the reservation as Available on the chosen node (see
-/// [`lifecycle::available_status`]); the placeholder itself is gone either
-/// way. Reported as `Reservation/<name>`.
+/// Places one reservation as a reserve pod: kube-scheduler's own node
+/// checks first ([`node_fit`]; no kube-scheduler ever sees a reserve pod,
+/// and they also honour a `nodeName` the template pins), then the plugin
+/// pipeline, best score first. On success the cache holds the reservation as
+/// Available on the chosen node (see [`lifecycle::available_status`]); the
+/// placeholder itself is gone either way. Reported as `Reservation/<name>`.
 pub fn place_reservation(
     scheduler: &mut crate::framework::Scheduler,
     reservation: &Reservation,
@@ -543,38 +545,63 @@ pub fn place_reservation(
     use crate::cache::{Change, Object};
 
     let name = reservation.metadata.name.clone().unwrap_or_default();
+    let template_spec = reservation.spec.template.spec.clone().unwrap_or_default();
     let pod = reserve_pod(reservation);
     let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
     scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
-    let pinned = reservation
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty());
-    let mut placement = match pinned {
-        None => crate::simulator::schedule_one(scheduler, &key, now, true),
-        Some(node) => {
-            let mut placement = crate::simulator::Placement {
-                pod: key.clone(),
-                node: None,
-                reasons: BTreeMap::new(),
-                scores: BTreeMap::new(),
-                annotations: BTreeMap::new(),
-            };
-            match scheduler.reserve(&key, &node, now) {
-                Ok(reserved) => {
-                    placement.node = Some(node);
-                    placement.annotations = reserved.annotations;
-                }
-                Err(err) => {
-                    placement.reasons.insert(node, err.to_string());
+    let mut placement = crate::simulator::Placement {
+        pod: format!("Reservation/{name}"),
+        node: None,
+        reasons: BTreeMap::new(),
+        scores: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    };
+    if let Some(info) = scheduler.cache.pod(&key).cloned() {
+        let mut eligible = Vec::new();
+        for node in scheduler.cache.nodes_sorted() {
+            let fit = node
+                .node
+                .as_deref()
+                .map_or(Ok(()), |n| node_fit::check_node(&template_spec, n))
+                .and_then(|()| node_fit::check_resources(&info, node));
+            match fit {
+                Ok(()) => eligible.push(node.name.clone()),
+                Err(reason) => {
+                    placement.reasons.insert(node.name.clone(), reason);
                 }
             }
-            placement
         }
-    };
+        match scheduler.pre_filter(&info, now) {
+            Err(rejection) => {
+                for node in eligible {
+                    placement.reasons.insert(node, rejection.reason.clone());
+                }
+            }
+            Ok(state) => {
+                let filtered = scheduler.filter_owned(&info, eligible, &state);
+                placement.reasons.extend(filtered.failed);
+                placement.reasons.extend(filtered.failed_unresolvable);
+                let scores = scheduler.score_owned(&info, filtered.feasible, &state);
+                placement.scores = scores.totals.iter().cloned().collect();
+                let mut ranked = scores.totals;
+                // Worst first, so `pop` yields the best (ties: name order).
+                ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
+                while let Some((node, _)) = ranked.pop() {
+                    match scheduler.reserve(&key, &node, now) {
+                        Ok(reserved) => {
+                            placement.annotations = reserved.annotations;
+                            placement.node = Some(node);
+                            break;
+                        }
+                        Err(err) => {
+                            placement.scores.remove(&node);
+                            placement.reasons.insert(node, err.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
     // The reservation, not its placeholder, holds the capacity from here on.
     scheduler.apply(Change::Delete(Object::Pod(pod)));
     if let Some(node) = &placement.node {
@@ -582,7 +609,6 @@ pub fn place_reservation(
         placed.status = Some(lifecycle::available_status(reservation, node, now));
         scheduler.apply(Change::Upsert(Object::Reservation(placed)));
     }
-    placement.pod = format!("Reservation/{name}");
     placement
 }
 
@@ -770,6 +796,75 @@ mod tests {
             vec!["n1".to_string(), "n2".to_string()]
         );
         let _ = &mut s;
+    }
+
+    fn pending(name: &str, cpu: &str, template_spec_extra: Value) -> Reservation {
+        let mut spec =
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        for (k, v) in template_spec_extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": format!("{name}-uid"), "creationTimestamp": rfc3339(t0())},
+            "spec": {"template": {"spec": spec}, "owners": [{"object": {"name": "owner"}}], "ttl": "1h"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn reserve_pods_get_kube_schedulers_node_checks_and_resource_fit() {
+        let mut s = testutil::scheduler("");
+        let mut cordoned = testutil::node("a-cordoned", &[("cpu", "8"), ("pods", "10")]);
+        if let Object::Node(node) = &mut cordoned {
+            node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        }
+        testutil::load(
+            &mut s,
+            vec![
+                cordoned,
+                testutil::node("b-full", &[("cpu", "8"), ("pods", "10")]),
+                testutil::node("c-free", &[("cpu", "8"), ("pods", "10")]),
+                testutil::pod(PodSpec {
+                    name: "busy",
+                    node: Some("b-full"),
+                    requests: &[("cpu", "7")],
+                    ..Default::default()
+                }),
+            ],
+        );
+        let placement = place_reservation(&mut s, &pending("r1", "2", json!({})), t0());
+        assert_eq!(placement.pod, "Reservation/r1");
+        assert_eq!(placement.node.as_deref(), Some("c-free"));
+        assert_eq!(
+            placement.reasons["a-cordoned"],
+            node_fit::REASON_UNSCHEDULABLE
+        );
+        assert_eq!(placement.reasons["b-full"], "Insufficient cpu");
+        // The cache now holds it Available there, and the placeholder is gone.
+        let placed = &s.cache.reservations["r1"];
+        assert!(placed.is_available());
+        assert_eq!(placed.node_name(), Some("c-free"));
+        assert!(s.cache.pod("r1").is_none() && s.cache.pods().all(|p| p.name != "r1"));
+        // Its 2 cpus count against c-free for strangers now.
+        testutil::load(&mut s, vec![cpu_pod("stranger", "7", &[])]);
+        assert_eq!(
+            testutil::filter(&s, "default/stranger", t0()).failed["c-free"],
+            "Insufficient cpu (held by reservations)"
+        );
+
+        // A template pinning a node is only tried there.
+        let placement = place_reservation(
+            &mut s,
+            &pending("r2", "1", json!({"nodeName": "b-full"})),
+            t0(),
+        );
+        assert_eq!(placement.node.as_deref(), Some("b-full"));
+        assert_eq!(placement.reasons["c-free"], node_fit::REASON_NODE_NAME);
+        // Expired pending reservations are not placed.
+        assert!(!is_pending(
+            &pending("r3", "1", json!({})),
+            t0() + Duration::from_secs(3601)
+        ));
     }
 
     #[test]

@@ -1,0 +1,260 @@
+//! kube-scheduler's pod-to-node checks that a reserve pod needs because no
+//! kube-scheduler ever sees it: cordoned nodes, taints, the node selector,
+//! required node affinity, a pinned node name and resource fit. Reasons use
+//! kube-scheduler's wording.
+
+use std::collections::BTreeMap;
+
+use crate::cache::{NodeInfo, PodInfo};
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
+};
+
+pub const REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
+pub const REASON_AFFINITY: &str = "node(s) didn't match Pod's node affinity/selector";
+pub const REASON_NODE_NAME: &str = "node(s) didn't match the requested node name";
+
+const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+
+/// Whether a pod with `spec` may go to `node` as far as kube-scheduler's
+/// default filters for placement go.
+pub fn check_node(spec: &PodSpec, node: &Node) -> Result<(), String> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if let Some(wanted) = spec.node_name.as_deref().filter(|n| !n.is_empty())
+        && wanted != name
+    {
+        return Err(REASON_NODE_NAME.into());
+    }
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    let node_spec = node.spec.clone().unwrap_or_default();
+    if node_spec.unschedulable == Some(true) {
+        let cordon = Taint {
+            key: TAINT_UNSCHEDULABLE.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        if !tolerations.iter().any(|t| tolerates(t, &cordon)) {
+            return Err(REASON_UNSCHEDULABLE.into());
+        }
+    }
+    for taint in node_spec.taints.iter().flatten() {
+        let blocking = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
+        if blocking && !tolerations.iter().any(|t| tolerates(t, taint)) {
+            return Err(format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                taint.key,
+                taint.value.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let selector_ok = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let affinity_ok = required.is_none_or(|selector| {
+        selector
+            .node_selector_terms
+            .iter()
+            .any(|term| term_matches(term, &labels, name))
+    });
+    if selector_ok && affinity_ok {
+        Ok(())
+    } else {
+        Err(REASON_AFFINITY.into())
+    }
+}
+
+/// Resources always checked; others only when the node's allocatable lists
+/// them (snapshots often leave extended resources out).
+const ALWAYS_CHECKED: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
+
+/// kube-scheduler's NodeResourcesFit for the reserve pod: every request
+/// within the node's free allocatable, and room for one more pod.
+pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    let pods_allowed = node.allocatable.get("pods");
+    if pods_allowed > 0 && i64::try_from(node.pods.len()).unwrap_or(i64::MAX) >= pods_allowed {
+        return Err("Too many pods".into());
+    }
+    let mut insufficient = Vec::new();
+    for (name, amount) in pod.requests.iter() {
+        let allocatable = node.allocatable.get(name);
+        if amount <= 0 || (allocatable == 0 && !ALWAYS_CHECKED.contains(&name)) {
+            continue;
+        }
+        if amount > allocatable - node.requested.get(name) {
+            insufficient.push(format!("Insufficient {name}"));
+        }
+    }
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(insufficient.join(", "))
+    }
+}
+
+fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect_ok = toleration
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == taint.effect);
+    let key = toleration.key.as_deref().unwrap_or_default();
+    match toleration.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => effect_ok && (key.is_empty() || key == taint.key),
+        "Equal" | "" => {
+            effect_ok
+                && key == taint.key
+                && toleration.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+        }
+        _ => false,
+    }
+}
+
+/// A term with nothing in it matches no node, as in kube-scheduler.
+fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>, name: &str) -> bool {
+    let expressions = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if expressions.is_empty() && fields.is_empty() {
+        return false;
+    }
+    let field_values = BTreeMap::from([("metadata.name".to_string(), name.to_string())]);
+    expressions.iter().all(|r| requirement_matches(r, labels))
+        && fields.iter().all(|r| requirement_matches(r, &field_values))
+}
+
+fn requirement_matches(
+    requirement: &NodeSelectorRequirement,
+    values: &BTreeMap<String, String>,
+) -> bool {
+    let actual = values.get(&requirement.key);
+    let listed = requirement.values.as_deref().unwrap_or_default();
+    let as_int = |v: &str| v.parse::<i64>().ok();
+    let compare = |ordering: std::cmp::Ordering| match (
+        actual.and_then(|a| as_int(a)),
+        listed.first().and_then(|v| as_int(v)),
+    ) {
+        (Some(a), Some(b)) if listed.len() == 1 => a.cmp(&b) == ordering,
+        _ => false,
+    };
+    match requirement.operator.as_str() {
+        "In" => actual.is_some_and(|a| listed.contains(a)),
+        "NotIn" => actual.is_none_or(|a| !listed.contains(a)),
+        "Exists" => actual.is_some(),
+        "DoesNotExist" => actual.is_none(),
+        "Gt" => compare(std::cmp::Ordering::Greater),
+        "Lt" => compare(std::cmp::Ordering::Less),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn node(extra: Value) -> Node {
+        let mut node = json!({"metadata": {"name": "n1", "labels": {"zone": "a", "gen": "5"}}});
+        for (k, v) in extra.as_object().unwrap() {
+            node[k] = v.clone();
+        }
+        serde_json::from_value(node).unwrap()
+    }
+
+    fn spec(value: Value) -> PodSpec {
+        let mut spec = json!({"containers": []});
+        for (k, v) in value.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(spec).unwrap()
+    }
+
+    fn affinity(expressions: Value) -> Value {
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": expressions}]}}}})
+    }
+
+    #[test]
+    fn cordons_and_taints_need_tolerations() {
+        let cordoned = node(json!({"spec": {"unschedulable": true}}));
+        assert_eq!(
+            check_node(&spec(json!({})), &cordoned),
+            Err(REASON_UNSCHEDULABLE.to_string())
+        );
+        let tolerant = spec(json!({"tolerations": [{"operator": "Exists"}]}));
+        assert_eq!(check_node(&tolerant, &cordoned), Ok(()));
+
+        let tainted = node(json!({"spec": {"taints": [
+            {"key": "gpu", "value": "true", "effect": "NoSchedule"},
+            {"key": "soft", "effect": "PreferNoSchedule"}]}}));
+        assert_eq!(
+            check_node(&spec(json!({})), &tainted),
+            Err("node(s) had untolerated taint {gpu: true}".to_string())
+        );
+        let wrong_value = spec(json!({"tolerations": [{"key": "gpu", "value": "false"}]}));
+        assert!(check_node(&wrong_value, &tainted).is_err());
+        let right = spec(
+            json!({"tolerations": [{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}),
+        );
+        assert_eq!(check_node(&right, &tainted), Ok(()));
+    }
+
+    #[test]
+    fn selector_affinity_and_node_name() {
+        let n = node(json!({}));
+        assert_eq!(
+            check_node(&spec(json!({"nodeSelector": {"zone": "a"}})), &n),
+            Ok(())
+        );
+        assert_eq!(
+            check_node(&spec(json!({"nodeSelector": {"zone": "b"}})), &n),
+            Err(REASON_AFFINITY.to_string())
+        );
+        for (expressions, fits) in [
+            (
+                json!([{"key": "zone", "operator": "In", "values": ["a", "b"]}]),
+                true,
+            ),
+            (
+                json!([{"key": "zone", "operator": "NotIn", "values": ["a"]}]),
+                false,
+            ),
+            (
+                json!([{"key": "gen", "operator": "Gt", "values": ["4"]}]),
+                true,
+            ),
+            (
+                json!([{"key": "gen", "operator": "Lt", "values": ["4"]}]),
+                false,
+            ),
+            (json!([{"key": "ssd", "operator": "DoesNotExist"}]), true),
+            (json!([{"key": "ssd", "operator": "Exists"}]), false),
+        ] {
+            assert_eq!(
+                check_node(&spec(affinity(expressions.clone())), &n).is_ok(),
+                fits,
+                "{expressions}"
+            );
+        }
+        let by_field = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}}}});
+        assert!(check_node(&spec(by_field), &n).is_err());
+        assert_eq!(
+            check_node(&spec(json!({"nodeName": "n2"})), &n),
+            Err(REASON_NODE_NAME.to_string())
+        );
+    }
+}
