@@ -280,6 +280,7 @@ pub async fn run(
         &args.node_topology,
         &states,
         args.system.sys_root_dir.clone(),
+        Some(Arc::clone(&cache)),
         match &sink {
             Some(ReportSink::ApiServer(client)) => Some(client.clone()),
             _ => None,

@@ -34,6 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use koord_common::Shutdown;
 
 use super::StatesInformer;
+use crate::metriccache::MetricCache;
 use crate::metricsadvisor::{CpuInfo, CpuTopology, read_cpu_topology};
 use crate::system::units::CpuSet;
 
@@ -128,6 +129,15 @@ pub struct NodeHardware {
 /// Reads the CPU topology and the per-NUMA memory below `sys_root`.
 pub fn read_node_hardware(sys_root: &Path) -> Result<NodeHardware, NodeTopologyError> {
     let cpus = read_cpu_topology(sys_root)?;
+    read_numa_memory(sys_root, cpus)
+}
+
+/// Adds the memory of each NUMA node of `cpus` (`node<N>/meminfo` below
+/// `sys_root`); nodes without a meminfo file (no NUMA support) are left out.
+pub fn read_numa_memory(
+    sys_root: &Path,
+    cpus: CpuTopology,
+) -> Result<NodeHardware, NodeTopologyError> {
     let node_root = sys_root.join("devices/system/node");
     let mut numa_memory_bytes = BTreeMap::new();
     let nodes: BTreeSet<u32> = cpus.cpus.iter().map(|cpu| cpu.node).collect();
@@ -135,7 +145,6 @@ pub fn read_node_hardware(sys_root: &Path) -> Result<NodeHardware, NodeTopologyE
         let path = node_root.join(format!("node{node}/meminfo"));
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
-            // Kernels without NUMA have no node directories: memory unknown.
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(NodeTopologyError::Read { path, source }),
         };
@@ -927,11 +936,13 @@ pub fn report_gate(feature_gates: &str) -> bool {
 }
 
 /// Starts the reporter: API reporting in cluster mode unless the
-/// `NodeTopologyReport` gate is off; the file output when configured.
+/// `NodeTopologyReport` gate is off; the file output when configured. The
+/// CPU topology comes from `cache` when its collector has filled it.
 pub fn spawn(
     args: &NodeTopologyArgs,
     states: &StatesInformer,
     sys_root: PathBuf,
+    cache: Option<Arc<MetricCache>>,
     client: Option<kube::Client>,
     report_gate: bool,
     shutdown: Shutdown,
@@ -943,7 +954,15 @@ pub fn spawn(
         );
         return;
     }
-    let hardware: HardwareSource = Arc::new(move || read_node_hardware(&sys_root));
+    // The topology collector keeps the CPU topology in the metric cache;
+    // sysfs is read only until it has.
+    let hardware: HardwareSource =
+        Arc::new(
+            move || match cache.as_ref().and_then(|cache| cache.cpu_topology()) {
+                Some(cpus) => read_numa_memory(&sys_root, CpuTopology::clone(&cpus)),
+                None => read_node_hardware(&sys_root),
+            },
+        );
     let reporter = NodeTopologyReporter::new(
         states.clone(),
         hardware,
