@@ -232,7 +232,7 @@ impl Coscheduling {
     }
 
     /// Decides for a member of an unsatisfied group; `Ok(batch)` lists the
-    /// members placed together (the pod first).
+    /// members placed together (the pod first when it fits).
     fn admit(
         &self,
         pod: &PodInfo,
@@ -367,14 +367,15 @@ impl Coscheduling {
                 batch.push(member.key.clone());
             }
         }
-        let pod_fits = fitted.first().copied().unwrap_or(false);
         let short = states
             .iter()
             .zip(needed.iter().zip(&placed))
             .find(|(_, (need, got))| got < need);
-        if pod_fits && short.is_none() {
+        // The group completes; should this pod itself fit nowhere (it was
+        // packed first), its own filters say so.
+        let Some((state, (need, got))) = short else {
             return Ok(batch);
-        }
+        };
         if placed.iter().any(|n| *n > 0) {
             // Some member could go ahead and has to wait for the rest: the
             // group's wait starts now (upstream: waiting in Permit).
@@ -385,14 +386,6 @@ impl Coscheduling {
                     .or_insert(now);
             }
         }
-        let (state, (need, got)) = match short {
-            Some(found) => found,
-            None => states
-                .iter()
-                .zip(needed.iter().zip(&placed))
-                .find(|(s, _)| s.gang.key == gang.key)
-                .unwrap_or((&states[0], (&needed[0], &placed[0]))),
-        };
         let counted = state.gang.min_member.saturating_sub(*need);
         Err(Rejection::unschedulable(format!(
             "{REASON_WAITING_FOR_GANG} {}: only {} of {} members can be placed together",

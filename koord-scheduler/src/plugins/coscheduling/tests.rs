@@ -793,3 +793,46 @@ fn members_of_a_timed_out_gang_get_the_timeout_annotation_once() {
     }
     assert!(s.pending_status_writes(t0() + secs(40)).is_empty());
 }
+
+#[test]
+fn a_member_too_big_for_any_node_does_not_hold_back_a_gang_with_spare_members() {
+    let mut s = cluster(2);
+    let gang = [(NAME_KEY, "job"), (MIN_KEY, "2")];
+    testutil::load(
+        &mut s,
+        vec![
+            testutil::pod(PodSpec {
+                name: "huge",
+                requests: &[("cpu", "64")],
+                annotations: &gang,
+                ..Default::default()
+            }),
+            member("a", &gang, &[]),
+            member("b", &gang, &[]),
+        ],
+    );
+    // The gang completes with a and b; huge's own fit is left to the
+    // resource filters (kube-scheduler's for cpu).
+    assert_eq!(rejection(&s, "default/huge", t0()), None);
+    // Without the spare members, the gang cannot complete.
+    let mut s = cluster(2);
+    testutil::load(
+        &mut s,
+        vec![
+            testutil::pod(PodSpec {
+                name: "huge",
+                requests: &[("cpu", "64")],
+                annotations: &gang,
+                ..Default::default()
+            }),
+            member("a", &gang, &[]),
+        ],
+    );
+    assert_eq!(
+        rejection(&s, "default/a", t0()),
+        Some((
+            "waiting for gang default/job: only 1 of 2 members can be placed together".into(),
+            false
+        ))
+    );
+}
