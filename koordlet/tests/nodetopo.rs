@@ -323,3 +323,40 @@ async fn standalone_writes_the_object_to_a_file() {
     assert_eq!(pools[0].cpuset, "2-3,6-7");
     assert_eq!(pools[0].node, 1);
 }
+
+#[tokio::test]
+async fn a_failed_write_is_an_error_and_retried_next_round() {
+    let sys = TempDir::new("nodetopo-sys").unwrap();
+    fake_sys(sys.path());
+    let api = FakeApiServer::start().unwrap();
+    api.respond(
+        "POST",
+        NRT_PATH,
+        500,
+        r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd down","reason":"InternalError","code":500}"#,
+    );
+    let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
+    states.set_node(Some(node()));
+    set_pods(&states, vec![]);
+    let mut reporter = NodeTopologyReporter::new(
+        states,
+        hardware_of(sys.path()),
+        Some(client_for(&api)),
+        None,
+    )
+    .with_resync(Duration::from_secs(3600));
+    let err = reporter.report_once().await.unwrap_err();
+    assert!(err.to_string().contains("node-a"), "{err}");
+    api.respond(
+        "POST",
+        NRT_PATH,
+        201,
+        r#"{"metadata":{"name":"node-a","resourceVersion":"1"}}"#,
+    );
+    // Same content, but nothing was reported yet: it is sent again.
+    assert_eq!(
+        reporter.report_once().await.unwrap(),
+        Some(SyncOutcome::Created)
+    );
+    assert_eq!(requests(&api, "POST", NRT_PATH).len(), 2);
+}

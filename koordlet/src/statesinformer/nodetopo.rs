@@ -869,9 +869,25 @@ impl NodeTopologyReporter {
         );
         let mut pods = self.states.subscribe_pods();
         let mut node = self.states.subscribe_node();
+        // A persistent failure (e.g. the CRD is not installed) is warned
+        // about once, not every interval.
+        let mut last_error: Option<String> = None;
         loop {
-            if let Err(err) = self.report_once().await {
-                tracing::warn!(error = %err, "node topology report failed: {err}");
+            match self.report_once().await {
+                Ok(_) => {
+                    if last_error.take().is_some() {
+                        tracing::info!("node topology report recovered");
+                    }
+                }
+                Err(err) => {
+                    let text = err.to_string();
+                    if last_error.as_deref() == Some(text.as_str()) {
+                        tracing::debug!(error = %text, "node topology report still failing");
+                    } else {
+                        tracing::warn!(error = %text, "node topology report failed: {text}");
+                        last_error = Some(text);
+                    }
+                }
             }
             let changed = tokio::select! {
                 _ = shutdown.wait() => return,
