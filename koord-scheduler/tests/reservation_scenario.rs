@@ -1,0 +1,84 @@
+#![allow(clippy::unwrap_used)]
+//! Reservation placement end to end: the committed
+//! tests/data/scenarios/reservation-placement.yaml through
+//! `koord-scheduler simulate --output json`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn simulate(scenario: &str, now: &str) -> BTreeMap<String, Value> {
+    let path = format!(
+        "{}/tests/data/scenarios/{scenario}.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_koord-scheduler"))
+        .args([
+            "simulate",
+            "--snapshot",
+            &path,
+            "--output",
+            "json",
+            "--now",
+            now,
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    report["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["pod"].as_str().unwrap().to_string(), p.clone()))
+        .collect()
+}
+
+#[test]
+fn pending_reservations_pass_kube_schedulers_node_checks_first() {
+    let p = simulate("reservation-placement", "2026-01-01T00:30:00Z");
+    let plain = &p["Reservation/r-plain"];
+    assert_eq!(plain["node"], "node-d");
+    assert_eq!(
+        plain["reasons"],
+        json!({
+            "node-a": "node(s) were unschedulable",
+            "node-b": "node(s) had untolerated taint {dedicated: gpu}",
+            "node-c": "Insufficient cpu",
+        })
+    );
+    let gpu = &p["Reservation/r-gpu-pool"];
+    assert_eq!(gpu["node"], "node-b");
+    assert_eq!(
+        gpu["reasons"]["node-d"],
+        "node(s) didn't match Pod's node affinity/selector"
+    );
+    let pinned = &p["Reservation/r-pinned"];
+    assert_eq!(pinned["node"], "node-c");
+    assert_eq!(
+        pinned["reasons"]["node-d"],
+        "node(s) didn't match the requested node name"
+    );
+    // Expired before --now: not placed at all.
+    assert!(!p.contains_key("Reservation/r-late"), "{:?}", p.keys());
+
+    assert_eq!(
+        p["default/stranger"]["reasons"]["node-d"],
+        "Insufficient cpu (held by reservations)"
+    );
+    assert_eq!(p["default/plain-owner"]["node"], "node-d");
+    assert_eq!(
+        p["default/plain-owner"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"],
+        r#"{"name":"r-plain","uid":"r-plain-uid"}"#
+    );
+
+    // Half an hour earlier r-late is still valid and placed too.
+    let early = simulate("reservation-placement", "2026-01-01T00:05:00Z");
+    assert!(early["Reservation/r-late"]["node"].is_string());
+}
