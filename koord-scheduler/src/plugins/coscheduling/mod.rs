@@ -48,7 +48,10 @@ pub const POD_RESOURCE: &str = "pods";
 /// Prefix of every hold reason.
 pub const REASON_WAITING_FOR_GANG: &str = "waiting for gang";
 
-/// How often PodGroup status is written at most (per group).
+/// A write the watch has not confirmed after this long is sent again.
+pub const WRITE_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// How often PodGroup status is written at most (all groups together).
 pub const STATUS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `CoschedulingArgs`.
@@ -131,11 +134,11 @@ pub struct Coscheduling {
     /// once-resource-satisfied, shared by the whole group).
     ever_bound: HashSet<String>,
     runtime: Mutex<Runtime>,
-    /// PodGroup key → status last written.
-    written: HashMap<String, PodGroupStatus>,
+    /// PodGroup key → status last written, and when.
+    written: HashMap<String, (PodGroupStatus, SystemTime)>,
     last_write_at: Option<SystemTime>,
     /// Pods already given the timeout annotation.
-    marked_timed_out: HashSet<String>,
+    marked_timed_out: HashMap<String, SystemTime>,
 }
 
 /// A gang with its members split by state.
@@ -457,6 +460,12 @@ impl Coscheduling {
     }
 }
 
+/// Whether a write made at `at` may still be on its way.
+fn recently(at: Option<&SystemTime>, now: SystemTime) -> bool {
+    at.and_then(|at| now.duration_since(*at).ok())
+        .is_some_and(|elapsed| elapsed < WRITE_RETRY_AFTER)
+}
+
 fn fits(request: &Resources, free: &Resources) -> bool {
     request
         .iter()
@@ -720,9 +729,10 @@ impl Plugin for Coscheduling {
                 .annotations()
                 .get(ANNOTATION_GANG_TIMEOUT)
                 .is_some_and(|v| v == "true");
-            if marked || !self.marked_timed_out.insert(pod_key) {
+            if marked || recently(self.marked_timed_out.get(&pod_key), now) {
                 continue;
             }
+            self.marked_timed_out.insert(pod_key, now);
             writes.push(StatusWrite {
                 resource: POD_RESOURCE,
                 namespace: Some(pod.namespace.clone()),
@@ -737,13 +747,17 @@ impl Plugin for Coscheduling {
                 continue;
             };
             let current = pod_group.status.clone().unwrap_or_default();
-            if wanted == current || self.written.get(key) == Some(&wanted) {
+            let in_flight = self
+                .written
+                .get(key)
+                .is_some_and(|(status, at)| *status == wanted && recently(Some(at), now));
+            if wanted == current || in_flight {
                 continue;
             }
             let Ok(status) = serde_json::to_value(&wanted) else {
                 continue;
             };
-            self.written.insert(key.clone(), wanted);
+            self.written.insert(key.clone(), (wanted, now));
             writes.push(StatusWrite {
                 resource: POD_GROUP_RESOURCE,
                 namespace: pod_group.metadata.namespace.clone(),

@@ -691,17 +691,21 @@ fn pod_group_status_follows_its_members() {
     // One member of two: Pending.
     let writes = s.pending_status_writes(t0());
     assert_eq!(status_of(&writes), &json!({"phase": "Pending"}));
-    land(&mut s, &writes);
-    // Nothing new within the write interval, nor a second identical write.
+    // Nothing new within the write interval, nor the same write while it
+    // may still be on its way.
     assert!(
         s.pending_status_writes(t0() + Duration::from_millis(500))
             .is_empty()
     );
     assert!(s.pending_status_writes(t0() + secs(2)).is_empty());
+    // The watch never showed it: written again, then it lands.
+    let writes = s.pending_status_writes(t0() + secs(12));
+    assert_eq!(status_of(&writes), &json!({"phase": "Pending"}));
+    land(&mut s, &writes);
 
     // Enough members: scheduling starts (upstream passes PreScheduling).
     testutil::load(&mut s, vec![owned_member("t-1", None, None)]);
-    let writes = s.pending_status_writes(t0() + secs(4));
+    let writes = s.pending_status_writes(t0() + secs(14));
     assert_eq!(
         status_of(&writes),
         &json!({
@@ -709,15 +713,15 @@ fn pod_group_status_follows_its_members() {
             "occupiedBy": "default/train-job",
             "scheduled": 0,
             "running": 0,
-            "scheduleStartTime": rfc3339(t0() + secs(4)),
+            "scheduleStartTime": rfc3339(t0() + secs(14)),
         })
     );
     land(&mut s, &writes);
 
     // Both bound: Scheduled; both running: Running.
-    let nodes = schedule_all(&mut s, &["default/t-0", "default/t-1"], t0() + secs(5));
+    let nodes = schedule_all(&mut s, &["default/t-0", "default/t-1"], t0() + secs(15));
     assert!(nodes.iter().all(Option::is_some), "{nodes:?}");
-    let writes = s.pending_status_writes(t0() + secs(6));
+    let writes = s.pending_status_writes(t0() + secs(16));
     let status = status_of(&writes);
     assert_eq!(status["phase"], "Scheduled");
     assert_eq!(status["scheduled"], 2);
@@ -729,13 +733,13 @@ fn pod_group_status_follows_its_members() {
             owned_member("t-1", Some("Running"), Some("n1")),
         ],
     );
-    let writes = s.pending_status_writes(t0() + secs(8));
+    let writes = s.pending_status_writes(t0() + secs(18));
     let status = status_of(&writes);
     assert_eq!(status["phase"], "Running");
     assert_eq!(status["running"], 2);
     assert_eq!(
         status["scheduleStartTime"],
-        rfc3339(t0() + secs(4)).as_str()
+        rfc3339(t0() + secs(14)).as_str()
     );
 }
 
@@ -792,6 +796,8 @@ fn members_of_a_timed_out_gang_get_the_timeout_annotation_once() {
         );
     }
     assert!(s.pending_status_writes(t0() + secs(40)).is_empty());
+    // The watch never showed the annotation: written again.
+    assert_eq!(s.pending_status_writes(t0() + secs(42)).len(), 3);
 }
 
 #[test]
