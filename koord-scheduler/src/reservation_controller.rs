@@ -151,9 +151,12 @@ pub fn plan(
         } else {
             let node = reservation.node_name();
             let node_exists = node.is_some_and(|n| scheduler.cache.node(n).is_some());
+            // Only bindings the API server confirmed: an assumed owner may
+            // still be rolled back.
             let pods = node
                 .into_iter()
                 .flat_map(|n| scheduler.cache.pods_on_node(n))
+                .filter(|p| !p.is_assumed())
                 .map(|p| &**p);
             match lifecycle::decide(&reservation, node_exists, pods, now, gc_duration) {
                 Decision::Keep => None,

@@ -202,16 +202,33 @@ async fn an_owner_binding_completes_an_allocate_once_reservation() {
     assert!(controller.sync(now(), false).await.is_empty());
     assert!(calls(&api).is_empty(), "{:?}", calls(&api));
 
-    let owner = json!({
+    // The extender reserves the owner on n1 (the Reservation plugin gives it
+    // r-web): assumed, not yet bound, so nothing is written.
+    let pending_owner = json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "owner", "namespace": "default", "uid": "uid-owner",
-                     "annotations": {"scheduling.koordinator.sh/reservation-allocated":
-                                     r#"{"name":"r-web","uid":"r-web-uid"}"#}},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]}
+        "metadata": {"name": "owner", "namespace": "default", "uid": "uid-owner"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]}
     });
-    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
-        serde_json::from_value(owner).unwrap(),
-    )));
+    let mut bound: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pending_owner).unwrap();
+    let reserved = {
+        let mut guard = scheduler.write().unwrap();
+        guard.apply(Change::Upsert(Object::Pod(bound.clone())));
+        guard.reserve("default/owner", "n1", now()).unwrap()
+    };
+    assert_eq!(
+        reserved.annotations["scheduling.koordinator.sh/reservation-allocated"],
+        r#"{"name":"r-web","uid":"r-web-uid"}"#
+    );
+    assert!(controller.sync(now(), false).await.is_empty());
+    assert!(calls(&api).is_empty(), "{:?}", calls(&api));
+
+    // The watch confirms the binding.
+    bound.metadata.annotations = Some(reserved.annotations.clone());
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    scheduler
+        .write()
+        .unwrap()
+        .apply(Change::Upsert(Object::Pod(bound)));
     assert!(controller.sync(now(), false).await.is_empty());
     let calls = calls(&api);
     let sent = body(call(&calls, "PATCH", &format!("{BASE}/r-web/status")));
