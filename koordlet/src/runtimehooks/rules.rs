@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(rules.ls_share_pool.clone().unwrap().to_string(), "2,5-6");
         let hardware = nodetopo::NodeHardware {
             cpus: flat_topology(&online),
-            numa_memory_bytes: BTreeMap::new(),
+            ..nodetopo::NodeHardware::default()
         };
         let (desired, _) = nodetopo::build_desired_topology(&hardware, Some(&node), &pods).unwrap();
         assert_eq!(rules.ls_share_pool, Some(desired.pools.ls));

@@ -22,9 +22,10 @@ use apis::extension::{
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_NODE_BE_CPU_SHARED_POOLS,
     ANNOTATION_NODE_CPU_ALLOCS, ANNOTATION_NODE_CPU_SHARED_POOLS, ANNOTATION_NODE_CPU_TOPOLOGY,
     ANNOTATION_NODE_RESERVATION, ANNOTATION_NODE_SYSTEM_QOS_RESOURCE, CPUInfo, CPUSharedPool,
-    CPUTopology, KubeletCPUManagerPolicy, LABEL_MANAGED_BY, LABEL_NODE_ENABLE_NUMA_RESERVATION,
-    NodeReservation, QoSClass, QuantityValue, StringMap, get_node_reservation, get_resource_status,
-    get_system_qos_resource, qos_class_of_pod, set_cpu_topology, set_kubelet_cpu_manager_policy,
+    CPUTopology, KUBELET_CPU_MANAGER_POLICY_STATIC, KubeletCPUManagerPolicy, LABEL_MANAGED_BY,
+    LABEL_NODE_ENABLE_NUMA_RESERVATION, NodeReservation, PodCPUAlloc, QoSClass, QuantityValue,
+    StringMap, get_node_reservation, get_resource_status, get_system_qos_resource,
+    pod_qos_class_raw, qos_class_of_pod, set_cpu_topology, set_kubelet_cpu_manager_policy,
     set_node_be_cpu_shared_pools, set_node_cpu_shared_pools, set_pod_cpu_allocs,
 };
 use apis::topology::v1alpha1::{NodeResourceTopology, ResourceInfo, TopologyManagerPolicy, Zone};
@@ -107,6 +108,15 @@ pub struct NodeTopologyArgs {
     /// works in both modes (in standalone mode it is the only output).
     #[arg(long = "node-topology-output", value_name = "PATH")]
     pub node_topology_output: Option<PathBuf>,
+
+    /// The kubelet's root directory as seen by koordlet; its cpu_manager_state names the
+    /// CPU manager policy and the CPUs the static policy pinned.
+    #[arg(
+        long = "var-lib-kubelet-dir",
+        default_value = "/var/lib/kubelet/",
+        value_name = "DIR"
+    )]
+    pub var_lib_kubelet_dir: PathBuf,
 }
 
 impl Default for NodeTopologyArgs {
@@ -114,22 +124,155 @@ impl Default for NodeTopologyArgs {
         Self {
             node_topology_sync_interval: DEFAULT_SYNC_INTERVAL,
             node_topology_output: None,
+            var_lib_kubelet_dir: PathBuf::from("/var/lib/kubelet/"),
         }
     }
 }
 
-/// What the hardware says: online CPUs and the memory of each NUMA node.
+/// What the node says: online CPUs, the memory of each NUMA node and the
+/// kubelet's CPU manager checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeHardware {
     pub cpus: CpuTopology,
     /// `MemTotal` of `node<N>/meminfo`, in bytes.
     pub numa_memory_bytes: BTreeMap<u32, u64>,
+    /// The kubelet's `cpu_manager_state`, when present and readable.
+    pub kubelet_cpu_manager: Option<CpuManagerCheckpoint>,
+    /// Why an optional input (the checkpoint) was left out.
+    pub problems: Vec<String>,
+}
+
+/// The kubelet's CPU manager checkpoint (`<kubelet-root>/cpu_manager_state`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct CpuManagerCheckpoint {
+    #[serde(rename = "policyName", default)]
+    pub policy_name: String,
+    #[serde(rename = "defaultCpuSet", default)]
+    pub default_cpu_set: String,
+    /// Pod UID → container name → cpuset.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub entries: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    use serde::Deserialize as _;
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Name of the kubelet's CPU manager checkpoint file in its root directory.
+pub const CPU_MANAGER_STATE_FILE: &str = "cpu_manager_state";
+
+/// Reads `<kubelet_root>/cpu_manager_state`: `Ok(None)` when absent or
+/// empty (no static CPU manager ever ran).
+pub fn read_cpu_manager_checkpoint(
+    kubelet_root: &Path,
+) -> Result<Option<CpuManagerCheckpoint>, NodeTopologyError> {
+    let path = kubelet_root.join(CPU_MANAGER_STATE_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(NodeTopologyError::Read { path, source }),
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|err| NodeTopologyError::Malformed {
+            path,
+            reason: err.to_string(),
+        })
+}
+
+/// Pods whose CPUs the kubelet's static policy pinned, from its checkpoint,
+/// leaving out the pods koordinator manages (labelled LS/BE, or bound by the
+/// scheduler through resource-status). Returns the allocations (ordered by
+/// UID) and the union of their CPUs.
+pub fn kubelet_pod_allocs(
+    checkpoint: &CpuManagerCheckpoint,
+    pods: &[Pod],
+) -> (Vec<PodCPUAlloc>, CpuSet, Vec<String>) {
+    let mut problems = Vec::new();
+    let empty = BTreeMap::new();
+    let mut by_uid = BTreeMap::new();
+    let mut managed = BTreeSet::new();
+    for pod in pods {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            continue;
+        };
+        by_uid.insert(uid, pod);
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let bound = get_resource_status(annotations)
+            .ok()
+            .flatten()
+            .and_then(|status| status.cpuset.trim().parse::<CpuSet>().ok())
+            .is_some_and(|cpus| !cpus.is_empty());
+        if matches!(pod_qos_class_raw(pod), QoSClass::LS | QoSClass::BE) || bound {
+            managed.insert(uid);
+        }
+    }
+    let mut allocs = Vec::new();
+    let mut pinned = CpuSet::new();
+    for (uid, containers) in &checkpoint.entries {
+        if managed.contains(uid.as_str()) {
+            continue;
+        }
+        let mut cpus = CpuSet::new();
+        for (container, text) in containers {
+            match text.trim().parse::<CpuSet>() {
+                Ok(set) => cpus = cpus.union(&set),
+                Err(error) => problems.push(format!(
+                    "kubelet cpu_manager_state: pod {uid} container {container}: {error}"
+                )),
+            }
+        }
+        if cpus.is_empty() {
+            continue;
+        }
+        let pod = by_uid.get(uid.as_str());
+        allocs.push(PodCPUAlloc {
+            namespace: pod
+                .and_then(|p| p.metadata.namespace.clone())
+                .unwrap_or_default(),
+            name: pod
+                .and_then(|p| p.metadata.name.clone())
+                .unwrap_or_default(),
+            uid: uid.clone(),
+            cpuset: cpus.to_string(),
+            managed_by_kubelet: true,
+        });
+        pinned = pinned.union(&cpus);
+    }
+    (allocs, pinned, problems)
 }
 
 /// Reads the CPU topology and the per-NUMA memory below `sys_root`.
 pub fn read_node_hardware(sys_root: &Path) -> Result<NodeHardware, NodeTopologyError> {
     let cpus = read_cpu_topology(sys_root)?;
     read_numa_memory(sys_root, cpus)
+}
+
+/// [`read_node_hardware`] (or [`read_numa_memory`] over a known topology)
+/// plus the kubelet checkpoint below `kubelet_root`; a checkpoint that
+/// cannot be read becomes a problem, not a failure.
+pub fn read_node_facts(
+    sys_root: &Path,
+    kubelet_root: &Path,
+    known_cpus: Option<CpuTopology>,
+) -> Result<NodeHardware, NodeTopologyError> {
+    let mut hardware = match known_cpus {
+        Some(cpus) => read_numa_memory(sys_root, cpus)?,
+        None => read_node_hardware(sys_root)?,
+    };
+    match read_cpu_manager_checkpoint(kubelet_root) {
+        Ok(checkpoint) => hardware.kubelet_cpu_manager = checkpoint,
+        Err(err) => hardware.problems.push(err.to_string()),
+    }
+    Ok(hardware)
 }
 
 /// Adds the memory of each NUMA node of `cpus` (`node<N>/meminfo` below
@@ -159,6 +302,7 @@ pub fn read_numa_memory(
     Ok(NodeHardware {
         cpus,
         numa_memory_bytes,
+        ..NodeHardware::default()
     })
 }
 
@@ -476,7 +620,7 @@ pub fn build_desired_topology(
     node: Option<&Node>,
     pods: &[Pod],
 ) -> Result<(DesiredTopology, Vec<String>), NodeTopologyError> {
-    let mut problems = Vec::new();
+    let mut problems = hardware.problems.clone();
     let empty = BTreeMap::new();
     let node_annotations = node
         .and_then(|node| node.metadata.annotations.as_ref())
@@ -494,8 +638,32 @@ pub fn build_desired_topology(
         problems.push(problem);
         CpuSet::new()
     });
-    let (pools, pool_problems) =
-        cpu_share_pools(&all_cpus, pods, &reserved_cpus.union(&system_exclusive));
+    // The kubelet's checkpoint names its policy and the CPUs its static
+    // policy pinned; only the static policy pins.
+    let (kubelet_policy, kubelet_allocs, kubelet_pinned) = match &hardware.kubelet_cpu_manager {
+        Some(checkpoint) => {
+            let policy = KubeletCPUManagerPolicy {
+                policy: checkpoint.policy_name.clone(),
+                ..KubeletCPUManagerPolicy::default()
+            };
+            if checkpoint.policy_name == KUBELET_CPU_MANAGER_POLICY_STATIC {
+                let (allocs, pinned, kubelet_problems) = kubelet_pod_allocs(checkpoint, pods);
+                problems.extend(kubelet_problems);
+                (policy, allocs, pinned)
+            } else {
+                (policy, Vec::new(), CpuSet::new())
+            }
+        }
+        None => (
+            KubeletCPUManagerPolicy::default(),
+            Vec::new(),
+            CpuSet::new(),
+        ),
+    };
+    let withheld = reserved_cpus
+        .union(&system_exclusive)
+        .union(&kubelet_pinned);
+    let (pools, pool_problems) = cpu_share_pools(&all_cpus, pods, &withheld);
     problems.extend(pool_problems);
 
     let mut annotations = BTreeMap::new();
@@ -510,11 +678,11 @@ pub fn build_desired_topology(
         .map_err(|err| encode(ANNOTATION_NODE_CPU_SHARED_POOLS, err))?;
     set_node_be_cpu_shared_pools(&mut annotations, &pools_per_numa_node(&pools.be, topology))
         .map_err(|err| encode(ANNOTATION_NODE_BE_CPU_SHARED_POOLS, err))?;
-    // The kubelet's configuration is not queried (see docs/nodetopology.md):
-    // the policy is reported empty and no kubelet-managed allocations.
-    set_kubelet_cpu_manager_policy(&mut annotations, &KubeletCPUManagerPolicy::default())
+    // The kubelet's /configz is not queried (see docs/nodetopology.md): the
+    // policy name comes from its checkpoint, without options or reserved CPUs.
+    set_kubelet_cpu_manager_policy(&mut annotations, &kubelet_policy)
         .map_err(|err| encode(ANNOTATION_KUBELET_CPU_MANAGER_POLICY, err))?;
-    set_pod_cpu_allocs(&mut annotations, &Vec::new())
+    set_pod_cpu_allocs(&mut annotations, &kubelet_allocs)
         .map_err(|err| encode(ANNOTATION_NODE_CPU_ALLOCS, err))?;
     let reservation_json =
         serde_json::to_string(&reservation).map_err(|err| NodeTopologyError::Encode {
@@ -972,13 +1140,15 @@ pub fn spawn(
     }
     // The topology collector keeps the CPU topology in the metric cache;
     // sysfs is read only until it has.
-    let hardware: HardwareSource =
-        Arc::new(
-            move || match cache.as_ref().and_then(|cache| cache.cpu_topology()) {
-                Some(cpus) => read_numa_memory(&sys_root, CpuTopology::clone(&cpus)),
-                None => read_node_hardware(&sys_root),
-            },
-        );
+    let kubelet_root = args.var_lib_kubelet_dir.clone();
+    let hardware: HardwareSource = Arc::new(move || {
+        let known = cache.as_ref().and_then(|cache| cache.cpu_topology());
+        read_node_facts(
+            &sys_root,
+            &kubelet_root,
+            known.map(|cpus| CpuTopology::clone(&cpus)),
+        )
+    });
     let reporter = NodeTopologyReporter::new(
         states.clone(),
         hardware,
@@ -1011,6 +1181,7 @@ mod tests {
         NodeHardware {
             cpus: CpuTopology { cpus },
             numa_memory_bytes: BTreeMap::from([(0, 8 << 30), (1, 8 << 30)]),
+            ..NodeHardware::default()
         }
     }
 
@@ -1310,6 +1481,103 @@ mod tests {
             ..existing.clone()
         };
         assert!(changed.change_reason(&lost_zone).is_some());
+    }
+
+    #[test]
+    fn kubelet_static_pins_are_reported_and_leave_the_pools() {
+        let checkpoint: CpuManagerCheckpoint = serde_json::from_str(
+            r#"{"policyName":"static","defaultCpuSet":"0,3-5","entries":{
+                "u-guaranteed":{"a":"2","b":"6"},
+                "u-lsr":{"main":"1"},
+                "u-ls":{"main":"3"},
+                "u-gone":{"main":"7"},
+                "u-empty":{"main":""}
+            },"checksum":12345}"#,
+        )
+        .unwrap();
+        let mut guaranteed: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g", "namespace": "ns", "uid": "u-guaranteed"}
+        }))
+        .unwrap();
+        guaranteed.status = None;
+        let mut lsr = pod("lsr", "LSR", Some("1"), "Running");
+        lsr.metadata.uid = Some("u-lsr".to_string());
+        let mut ls = pod("ls", "LS", None, "Running");
+        ls.metadata.uid = Some("u-ls".to_string());
+        let pods = [guaranteed, lsr, ls];
+        let hardware = NodeHardware {
+            kubelet_cpu_manager: Some(checkpoint.clone()),
+            ..two_socket_smt()
+        };
+        let (desired, problems) = build_desired_topology(&hardware, None, &pods).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let allocs = apis::extension::get_pod_cpu_allocs(&desired.annotations)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            allocs,
+            vec![
+                PodCPUAlloc {
+                    uid: "u-gone".to_string(),
+                    cpuset: "7".to_string(),
+                    managed_by_kubelet: true,
+                    ..PodCPUAlloc::default()
+                },
+                PodCPUAlloc {
+                    namespace: "ns".to_string(),
+                    name: "g".to_string(),
+                    uid: "u-guaranteed".to_string(),
+                    cpuset: "2,6".to_string(),
+                    managed_by_kubelet: true,
+                },
+            ]
+        );
+        // LSR CPU 1 and the kubelet's 2, 6, 7 are out of the LS pool.
+        assert_eq!(desired.pools.ls, set("0,3-5"));
+        assert_eq!(desired.pools.be, set("0-1,3-5"));
+        assert_eq!(
+            desired.annotations["kubelet.koordinator.sh/cpu-manager-policy"],
+            r#"{"policy":"static"}"#
+        );
+
+        // The none policy pins nothing, whatever its checkpoint says.
+        let none = NodeHardware {
+            kubelet_cpu_manager: Some(CpuManagerCheckpoint {
+                policy_name: "none".to_string(),
+                ..checkpoint
+            }),
+            ..two_socket_smt()
+        };
+        let (desired, _) = build_desired_topology(&none, None, &pods).unwrap();
+        assert_eq!(
+            desired.annotations["node.koordinator.sh/pod-cpu-allocs"],
+            "[]"
+        );
+        assert_eq!(
+            desired.annotations["kubelet.koordinator.sh/cpu-manager-policy"],
+            r#"{"policy":"none"}"#
+        );
+        assert_eq!(desired.pools.ls, set("0,2-7"));
+    }
+
+    #[test]
+    fn kubelet_checkpoint_absent_empty_or_malformed() {
+        let dir = koord_common::testing::TempDir::new("nodetopo-kubelet").unwrap();
+        assert_eq!(read_cpu_manager_checkpoint(dir.path()).unwrap(), None);
+        let path = dir.path().join(CPU_MANAGER_STATE_FILE);
+        std::fs::write(&path, "\n").unwrap();
+        assert_eq!(read_cpu_manager_checkpoint(dir.path()).unwrap(), None);
+        std::fs::write(&path, r#"{"policyName":"none","entries":null}"#).unwrap();
+        assert_eq!(
+            read_cpu_manager_checkpoint(dir.path()).unwrap(),
+            Some(CpuManagerCheckpoint {
+                policy_name: "none".to_string(),
+                ..CpuManagerCheckpoint::default()
+            })
+        );
+        std::fs::write(&path, "{").unwrap();
+        let err = read_cpu_manager_checkpoint(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("cpu_manager_state"), "{err}");
     }
 
     #[test]
