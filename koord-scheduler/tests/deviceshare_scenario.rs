@@ -75,4 +75,9 @@ fn rdma_and_fpga_scenario_allocates_per_device() {
         p["default/odd-rdma"]["reasons"]["rdma-node"],
         "invalid resource unit koordinator.sh/rdma: 150"
     );
+    assert_eq!(
+        allocated(&p["default/vf-user"])["rdma"],
+        json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "1"},
+                "extension": {"vfs": [{"minor": 1, "busID": "0000:90:00.2"}]}}])
+    );
 }

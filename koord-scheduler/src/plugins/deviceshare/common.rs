@@ -1,19 +1,29 @@
 //! RDMA and FPGA devices: each device offers 100 units (its Device CR
 //! resource); a request up to 100 is a share of one device, a multiple of
 //! 100 asks for that many whole devices. Devices are taken least allocated
-//! first (upstream's default scoring), then by minor.
+//! first (upstream's default scoring), then by minor. The pod's
+//! device-allocate-hint for the type may narrow the devices (`selector`),
+//! ask for an SR-IOV virtual function on each (`vfSelector`), or change the
+//! count (`ApplyForAll`: every matching device; `RequestsAsCount`: the
+//! request is a number of devices).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use apis::extension::device_share::{RESOURCE_FPGA, RESOURCE_RDMA};
+use apis::configuration::selector::label_selector_matches;
+use apis::extension::device_share::{
+    DeviceAllocateHints, DeviceAllocateStrategy, DeviceExclusivePolicy, RESOURCE_FPGA,
+    RESOURCE_RDMA, VirtualFunction,
+};
 use apis::scheduling::v1alpha1::DeviceType;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::cache::PodInfo;
 use crate::framework::Rejection;
 
 /// A device type handled the common way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CommonKind {
+    #[default]
     Rdma,
     Fpga,
 }
@@ -52,77 +62,147 @@ impl CommonKind {
 }
 
 /// What a pod asks of one device type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CommonRequest {
     pub kind: CommonKind,
-    /// How many devices.
+    /// How many devices (ignored with `all_devices`).
     pub count: i64,
     /// Units taken from each (100 = whole device).
     pub per_device: i64,
+    /// Every device matching `selector` (hint `ApplyForAll`).
+    pub all_devices: bool,
+    /// Only devices whose labels match (hint `selector`).
+    pub selector: Option<LabelSelector>,
+    /// A virtual function from a VF group matching this, on every device
+    /// taken (hint `vfSelector`).
+    pub vf_selector: Option<LabelSelector>,
 }
 
-/// The pod's RDMA / FPGA requests, validated: above 100 only whole devices.
-pub fn common_requests(pod: &PodInfo) -> Result<Vec<CommonRequest>, String> {
+/// The pod's RDMA / FPGA requests with its allocate hints applied,
+/// validated: above 100 only whole devices.
+pub fn common_requests(
+    pod: &PodInfo,
+    hints: Option<&DeviceAllocateHints>,
+) -> Result<Vec<CommonRequest>, String> {
     let mut requests = Vec::new();
     for kind in CommonKind::ALL {
         let amount = pod.requests.get(kind.resource());
         if amount <= 0 {
             continue;
         }
-        let (count, per_device) = if amount > 100 {
-            if amount % 100 != 0 {
-                return Err(format!(
-                    "invalid resource unit {}: {amount}",
-                    kind.resource()
-                ));
-            }
-            (amount / 100, 100)
-        } else {
-            (1, amount)
-        };
-        requests.push(CommonRequest {
+        if amount > 100 && amount % 100 != 0 {
+            return Err(format!(
+                "invalid resource unit {}: {amount}",
+                kind.resource()
+            ));
+        }
+        let hint = hints.and_then(|h| h.get(kind.key()));
+        let mut request = CommonRequest {
             kind,
-            count,
-            per_device,
-        });
+            count: 1,
+            per_device: amount,
+            selector: hint.and_then(|h| h.selector.clone()),
+            vf_selector: hint.and_then(|h| h.vf_selector.clone()),
+            ..Default::default()
+        };
+        // Whole devices by quantity win over the hint's strategy, as upstream.
+        if amount > 100 {
+            request.count = amount / 100;
+            request.per_device = 100;
+        } else {
+            match hint.and_then(|h| h.allocate_strategy) {
+                Some(DeviceAllocateStrategy::ApplyForAll) => request.all_devices = true,
+                Some(DeviceAllocateStrategy::RequestsAsCount) => {
+                    request.count = amount;
+                    let exclusive = hint.and_then(|h| h.exclusive_policy)
+                        == Some(DeviceExclusivePolicy::DeviceLevel);
+                    request.per_device = if exclusive { 100 } else { 1 };
+                }
+                _ => {}
+            }
+        }
+        requests.push(request);
     }
     Ok(requests)
 }
 
-/// One device's capacity (0 when unhealthy) and what pods use of it.
+/// One device's capacity (0 when unhealthy), labels, virtual functions, and
+/// what pods use of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommonDevice {
     pub total: i64,
     pub used: i64,
+    pub labels: BTreeMap<String, String>,
+    /// (VF group labels, VF).
+    pub vfs: Vec<(BTreeMap<String, String>, VirtualFunction)>,
+    /// Bus IDs of VFs pods hold.
+    pub used_vfs: BTreeSet<String>,
 }
 
 impl CommonDevice {
     pub fn free(&self) -> i64 {
         self.total - self.used
     }
+
+    /// The free VF with the lowest bus ID in a group matching `selector`.
+    fn free_vf(&self, selector: &LabelSelector) -> Option<&VirtualFunction> {
+        self.vfs
+            .iter()
+            .filter(|(labels, vf)| {
+                !self.used_vfs.contains(&vf.bus_id)
+                    && label_selector_matches(selector, labels).unwrap_or(false)
+            })
+            .map(|(_, vf)| vf)
+            .min_by(|a, b| a.bus_id.cmp(&b.bus_id))
+    }
+}
+
+/// One device picked for a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommonPick {
+    pub minor: i32,
+    pub units: i64,
+    pub vf: Option<VirtualFunction>,
 }
 
 /// A node's devices of one kind, by minor.
 pub type CommonDevices = BTreeMap<i32, CommonDevice>;
 
-/// Picks `request.count` devices: minor → units. A node without any usable
-/// device of the kind cannot ever fit (unresolvable); one whose devices are
-/// too used may after a release.
+/// Picks the devices for `request`. A node without any usable device of
+/// the kind (healthy, matching the selector) cannot ever fit
+/// (unresolvable); one whose devices are too used may after a release.
 pub fn choose(
     devices: Option<&CommonDevices>,
     request: &CommonRequest,
-) -> Result<Vec<(i32, i64)>, Rejection> {
+) -> Result<Vec<CommonPick>, Rejection> {
     let usable: Vec<(&i32, &CommonDevice)> = devices
         .into_iter()
         .flatten()
         .filter(|(_, d)| d.total > 0)
+        .filter(|(_, d)| {
+            request
+                .selector
+                .as_ref()
+                .is_none_or(|s| label_selector_matches(s, &d.labels).unwrap_or(false))
+        })
         .collect();
     if usable.is_empty() {
         return Err(Rejection::unresolvable(request.kind.insufficient()));
     }
+    let wanted = if request.all_devices {
+        usable.len()
+    } else {
+        usize::try_from(request.count).unwrap_or(usize::MAX)
+    };
     let mut fitting: Vec<(i32, &CommonDevice)> = usable
         .into_iter()
         .filter(|(_, d)| d.free() >= request.per_device)
+        .filter(|(_, d)| {
+            request
+                .vf_selector
+                .as_ref()
+                .is_none_or(|s| d.free_vf(s).is_some())
+        })
         .map(|(minor, d)| (*minor, d))
         .collect();
     // Least allocated first: the highest free share, then the lowest minor.
@@ -131,14 +211,20 @@ pub fn choose(
             .cmp(&(a.free() * b.total))
             .then(a_minor.cmp(b_minor))
     });
-    let wanted = usize::try_from(request.count).unwrap_or(usize::MAX);
     if fitting.len() < wanted {
         return Err(Rejection::unschedulable(request.kind.insufficient()));
     }
     Ok(fitting
         .into_iter()
         .take(wanted)
-        .map(|(minor, _)| (minor, request.per_device))
+        .map(|(minor, device)| CommonPick {
+            minor,
+            units: request.per_device,
+            vf: request
+                .vf_selector
+                .as_ref()
+                .and_then(|s| device.free_vf(s).cloned()),
+        })
         .collect())
 }
 
@@ -155,6 +241,7 @@ mod tests {
                     CommonDevice {
                         total: 100,
                         used: *used,
+                        ..Default::default()
                     },
                 )
             })
@@ -166,16 +253,25 @@ mod tests {
             kind: CommonKind::Rdma,
             count,
             per_device,
+            ..Default::default()
         }
+    }
+
+    fn picked(picks: Result<Vec<CommonPick>, Rejection>) -> Vec<(i32, i64)> {
+        picks
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.minor, p.units))
+            .collect()
     }
 
     #[test]
     fn least_allocated_device_first_then_minor() {
         let node = devices(&[50, 0, 20, 0]);
-        assert_eq!(choose(Some(&node), &rdma(1, 10)), Ok(vec![(1, 10)]));
+        assert_eq!(picked(choose(Some(&node), &rdma(1, 10))), vec![(1, 10)]);
         assert_eq!(
-            choose(Some(&node), &rdma(3, 50)),
-            Ok(vec![(1, 50), (3, 50), (2, 50)])
+            picked(choose(Some(&node), &rdma(3, 50))),
+            vec![(1, 50), (3, 50), (2, 50)]
         );
     }
 
@@ -183,20 +279,110 @@ mod tests {
     fn whole_devices_need_untouched_ones_and_missing_devices_are_unresolvable() {
         let node = devices(&[1, 0, 0]);
         assert_eq!(
-            choose(Some(&node), &rdma(2, 100)),
-            Ok(vec![(1, 100), (2, 100)])
+            picked(choose(Some(&node), &rdma(2, 100))),
+            vec![(1, 100), (2, 100)]
         );
         let err = choose(Some(&node), &rdma(3, 100)).err();
         assert_eq!(
             err,
             Some(Rejection::unschedulable("Insufficient rdma devices"))
         );
-        let unhealthy = BTreeMap::from([(0, CommonDevice { total: 0, used: 0 })]);
+        let unhealthy = BTreeMap::from([(0, CommonDevice::default())]);
         for node in [None, Some(&unhealthy)] {
             assert_eq!(
                 choose(node, &rdma(1, 1)).err(),
                 Some(Rejection::unresolvable("Insufficient rdma devices"))
             );
         }
+    }
+
+    fn nic(labels: &[(&str, &str)], vfs: &[(&str, &str)], used_vfs: &[&str]) -> CommonDevice {
+        let group = |kind: &str| BTreeMap::from([("type".to_string(), kind.to_string())]);
+        CommonDevice {
+            total: 100,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            vfs: vfs
+                .iter()
+                .map(|(kind, bus)| {
+                    (
+                        group(kind),
+                        VirtualFunction {
+                            minor: 0,
+                            bus_id: bus.to_string(),
+                        },
+                    )
+                })
+                .collect(),
+            used_vfs: used_vfs.iter().map(|b| b.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hints_select_devices_count_them_and_pick_free_vfs() {
+        let node: CommonDevices = BTreeMap::from([
+            (
+                0,
+                nic(
+                    &[("fabric", "a")],
+                    &[("gpu", "0000:1f:00.3"), ("gpu", "0000:1f:00.2")],
+                    &["0000:1f:00.2"],
+                ),
+            ),
+            (1, nic(&[("fabric", "a")], &[("cpu", "0000:90:00.2")], &[])),
+            (2, nic(&[("fabric", "b")], &[("gpu", "0000:a0:00.2")], &[])),
+        ]);
+        // ApplyForAll with a selector: both fabric-a NICs.
+        let all = CommonRequest {
+            all_devices: true,
+            per_device: 1,
+            selector: Some(selector(&[("fabric", "a")])),
+            ..Default::default()
+        };
+        assert_eq!(picked(choose(Some(&node), &all)), vec![(0, 1), (1, 1)]);
+        // A VF from a "gpu" group: NIC 1 has none; NIC 0's free one is .3.
+        let vf = CommonRequest {
+            count: 1,
+            per_device: 1,
+            selector: Some(selector(&[("fabric", "a")])),
+            vf_selector: Some(selector(&[("type", "gpu")])),
+            ..Default::default()
+        };
+        let picks = choose(Some(&node), &vf).unwrap();
+        assert_eq!(picks.len(), 1);
+        assert_eq!(picks[0].minor, 0);
+        assert_eq!(picks[0].vf.as_ref().unwrap().bus_id, "0000:1f:00.3");
+        // Two such VFs on fabric a do not exist.
+        let two = CommonRequest { count: 2, ..vf };
+        assert_eq!(
+            choose(Some(&node), &two).err(),
+            Some(Rejection::unschedulable("Insufficient rdma devices"))
+        );
+        // A selector nothing matches: unresolvable.
+        let none = CommonRequest {
+            count: 1,
+            per_device: 1,
+            selector: Some(selector(&[("fabric", "z")])),
+            ..Default::default()
+        };
+        assert_eq!(
+            choose(Some(&node), &none).err(),
+            Some(Rejection::unresolvable("Insufficient rdma devices"))
+        );
     }
 }

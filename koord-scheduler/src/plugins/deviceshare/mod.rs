@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use apis::extension::device_share::{
-    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, RESOURCE_GPU, RESOURCE_GPU_CORE,
-    RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED, RESOURCE_NVIDIA_GPU,
-    get_device_allocations,
+    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_GPU,
+    RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED,
+    RESOURCE_NVIDIA_GPU, VirtualFunction, get_device_allocate_hints, get_device_allocations,
 };
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -25,7 +25,7 @@ use crate::resources::quantity_amount;
 
 pub mod common;
 
-use common::{CommonDevice, CommonDevices, CommonKind, CommonRequest, common_requests};
+use common::{CommonDevice, CommonDevices, CommonKind, CommonPick, CommonRequest, common_requests};
 
 pub const NAME: &str = "DeviceShare";
 
@@ -169,12 +169,11 @@ struct PodDeviceRequest {
 struct PendingAllocation {
     /// GPU minor → (core, ratio, memory bytes).
     gpu: BTreeMap<i32, (i64, i64, i64)>,
-    /// Kind → (minor, units).
-    common: BTreeMap<CommonKind, Vec<(i32, i64)>>,
+    common: BTreeMap<CommonKind, Vec<CommonPick>>,
 }
 
-/// Kind → minor → units a pod holds.
-type CommonShares = BTreeMap<CommonKind, BTreeMap<i32, i64>>;
+/// Kind → minor → (units, VF bus IDs) a pod holds.
+type CommonShares = BTreeMap<CommonKind, BTreeMap<i32, (i64, Vec<String>)>>;
 
 /// One GPU's capacity and what is used of it.
 #[derive(Debug, Clone, Default)]
@@ -236,10 +235,32 @@ impl DeviceShare {
                 } else {
                     0
                 };
-                common
-                    .entry(kind)
-                    .or_default()
-                    .insert(minor, CommonDevice { total, used: 0 });
+                let vfs = info
+                    .vf_groups
+                    .iter()
+                    .flatten()
+                    .flat_map(|group| {
+                        let labels = group.labels.clone().unwrap_or_default();
+                        group.vfs.iter().flatten().map(move |vf| {
+                            (
+                                labels.clone(),
+                                VirtualFunction {
+                                    minor: vf.minor,
+                                    bus_id: vf.bus_id.clone().unwrap_or_default(),
+                                },
+                            )
+                        })
+                    })
+                    .collect();
+                common.entry(kind).or_default().insert(
+                    minor,
+                    CommonDevice {
+                        total,
+                        labels: info.labels.clone().unwrap_or_default(),
+                        vfs,
+                        ..Default::default()
+                    },
+                );
                 continue;
             }
             if info.type_ != Some(DeviceType::Gpu) {
@@ -269,15 +290,17 @@ impl DeviceShare {
         };
         for device in kinds.values_mut().flat_map(|d| d.values_mut()) {
             device.used = 0;
+            device.used_vfs.clear();
         }
         for (on, shares) in self.common_usage.values() {
             if on != node {
                 continue;
             }
             for (kind, per_minor) in shares {
-                for (minor, units) in per_minor {
+                for (minor, (units, vfs)) in per_minor {
                     if let Some(device) = kinds.get_mut(kind).and_then(|d| d.get_mut(minor)) {
                         device.used += units;
+                        device.used_vfs.extend(vfs.iter().cloned());
                     }
                 }
             }
@@ -289,7 +312,7 @@ impl DeviceShare {
         &self,
         node: &str,
         requests: &[CommonRequest],
-    ) -> Result<BTreeMap<CommonKind, Vec<(i32, i64)>>, Rejection> {
+    ) -> Result<BTreeMap<CommonKind, Vec<CommonPick>>, Rejection> {
         let kinds = self.common.get(node);
         let mut chosen = BTreeMap::new();
         for request in requests {
@@ -426,8 +449,15 @@ impl Plugin for DeviceShare {
                         let mut shares = CommonShares::new();
                         for kind in CommonKind::ALL {
                             for a in allocations.get(kind.key()).into_iter().flatten() {
-                                *shares.entry(kind).or_default().entry(a.minor).or_default() +=
-                                    amount(&a.resources, kind.resource());
+                                let held =
+                                    shares.entry(kind).or_default().entry(a.minor).or_default();
+                                held.0 += amount(&a.resources, kind.resource());
+                                held.1.extend(
+                                    a.extension
+                                        .iter()
+                                        .flat_map(|e| &e.virtual_functions)
+                                        .map(|vf| vf.bus_id.clone()),
+                                );
                             }
                         }
                         if !shares.is_empty() {
@@ -449,7 +479,10 @@ impl Plugin for DeviceShare {
         state: &mut CycleState,
     ) -> Result<(), Rejection> {
         let gpu = gpu_request(pod).map_err(Rejection::unresolvable)?;
-        let common = common_requests(pod).map_err(Rejection::unresolvable)?;
+        let hints = get_device_allocate_hints(pod.annotations()).map_err(|e| {
+            Rejection::unresolvable(format!("invalid DeviceAllocateHint annotation, err: {e}"))
+        })?;
+        let common = common_requests(pod, hints.as_ref()).map_err(Rejection::unresolvable)?;
         if gpu.is_some() || !common.is_empty() {
             state.write(STATE_KEY, PodDeviceRequest { gpu, common });
         }
@@ -499,7 +532,16 @@ impl Plugin for DeviceShare {
         if !common.is_empty() {
             let shares = common
                 .iter()
-                .map(|(kind, picked)| (*kind, picked.iter().copied().collect()))
+                .map(|(kind, picks)| {
+                    let per_minor = picks
+                        .iter()
+                        .map(|p| {
+                            let vfs = p.vf.iter().map(|vf| vf.bus_id.clone()).collect();
+                            (p.minor, (p.units, vfs))
+                        })
+                        .collect();
+                    (*kind, per_minor)
+                })
                 .collect();
             self.common_usage
                 .insert(pod.key.clone(), (node.to_string(), shares));
@@ -551,12 +593,16 @@ impl Plugin for DeviceShare {
         for (kind, picked) in &chosen.common {
             let entries = picked
                 .iter()
-                .map(|(minor, units)| DeviceAllocation {
-                    minor: *minor,
+                .map(|pick| DeviceAllocation {
+                    minor: pick.minor,
                     resources: BTreeMap::from([(
                         kind.resource().to_string(),
-                        Quantity(units.to_string()),
+                        Quantity(pick.units.to_string()),
                     )]),
+                    extension: pick.vf.as_ref().map(|vf| DeviceAllocationExtension {
+                        virtual_functions: vec![vf.clone()],
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 })
                 .collect();
@@ -719,6 +765,90 @@ mod tests {
         assert_eq!(
             outcome.failed_unresolvable["n1"],
             "invalid resource unit koordinator.sh/rdma: 150"
+        );
+    }
+
+    #[test]
+    fn allocate_hints_hand_out_virtual_functions_and_count_devices() {
+        let device: Device = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"devices": [
+                {"type": "rdma", "minor": 0, "health": true, "resources": {"koordinator.sh/rdma": "100"},
+                 "vfGroups": [{"labels": {"type": "general"}, "vfs": [{"minor": 0, "busID": "0000:1f:00.2"}, {"minor": 1, "busID": "0000:1f:00.3"}]}]},
+                {"type": "rdma", "minor": 1, "health": true, "resources": {"koordinator.sh/rdma": "100"},
+                 "vfGroups": [{"labels": {"type": "general"}, "vfs": [{"minor": 0, "busID": "0000:90:00.2"}]}]}
+            ]}
+        }))
+        .unwrap();
+        let hint =
+            |value: &'static str| [("scheduling.koordinator.sh/device-allocate-hint", value)];
+        let vf_hint = hint(r#"{"rdma":{"vfSelector":{"matchLabels":{"type":"general"}}}}"#);
+        let count_hint = hint(r#"{"rdma":{"allocateStrategy":"RequestsAsCount"}}"#);
+        let pod = |name, annotations| {
+            testutil::pod(PodSpec {
+                name,
+                requests: &[("koordinator.sh/rdma", "1")],
+                annotations,
+                ..Default::default()
+            })
+        };
+        let bound = testutil::pod(PodSpec {
+            name: "bound",
+            node: Some("n1"),
+            requests: &[("koordinator.sh/rdma", "1")],
+            annotations: &[(
+                ANNOTATION_DEVICE_ALLOCATED,
+                r#"{"rdma":[{"minor":1,"resources":{"koordinator.sh/rdma":"1"},"extension":{"vfs":[{"busID":"0000:90:00.2"}]}}]}"#,
+            )],
+            ..Default::default()
+        });
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "8")]),
+                Object::Device(device),
+                bound,
+                pod("vf-a", &vf_hint),
+                pod("vf-b", &vf_hint),
+                pod("vf-c", &vf_hint),
+                pod("bad-hint", &hint("{not json")),
+            ],
+        );
+        // NIC 1 is the least allocated, but its only VF is the bound pod's.
+        assert_eq!(
+            allocated(&mut s, "vf-a")["rdma"],
+            json!([{"minor": 0, "resources": {"koordinator.sh/rdma": "1"},
+                    "extension": {"vfs": [{"busID": "0000:1f:00.2"}]}}])
+        );
+        assert_eq!(
+            allocated(&mut s, "vf-b")["rdma"][0]["extension"]["vfs"][0]["busID"],
+            "0000:1f:00.3"
+        );
+        assert_eq!(
+            testutil::filter(&s, "default/vf-c", t0()).failed["n1"],
+            "Insufficient rdma devices"
+        );
+        let bad = testutil::filter(&s, "default/bad-hint", t0());
+        assert!(
+            bad.failed_unresolvable["n1"].starts_with("invalid DeviceAllocateHint annotation"),
+            "{bad:?}"
+        );
+        // RequestsAsCount: "1" is one device, "2" two, a unit from each.
+        testutil::load(
+            &mut s,
+            vec![testutil::pod(PodSpec {
+                name: "counted",
+                requests: &[("koordinator.sh/rdma", "2")],
+                annotations: &count_hint,
+                ..Default::default()
+            })],
+        );
+        let counted = allocated(&mut s, "counted");
+        assert_eq!(
+            counted["rdma"],
+            json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "1"}},
+                   {"minor": 0, "resources": {"koordinator.sh/rdma": "1"}}])
         );
     }
 
