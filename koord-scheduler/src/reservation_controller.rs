@@ -5,7 +5,8 @@
 //! [`crate::plugins::reservation::lifecycle`]; this module only plans them
 //! under the scheduler lock and then talks to the API server.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use apis::scheduling::v1alpha1::{Reservation, ReservationStatus};
@@ -23,6 +24,23 @@ use crate::plugins::reservation::{
 
 /// How often reservations are re-examined (upstream's shortest requeue).
 pub const SYNC_INTERVAL: Duration = Duration::from_secs(3);
+
+/// How long a reservation this controller placed is not placed again, should
+/// a late watch event show it Pending once more.
+pub const PLACED_MEMORY: Duration = Duration::from_secs(60);
+
+/// Reservation uid (or name) → when this controller placed it.
+pub type RecentlyPlaced = BTreeMap<String, SystemTime>;
+
+fn placement_key(reservation: &Reservation) -> String {
+    reservation
+        .metadata
+        .uid
+        .clone()
+        .filter(|u| !u.is_empty())
+        .or_else(|| reservation.metadata.name.clone())
+        .unwrap_or_default()
+}
 
 /// The profile name when the configuration gives none (as the extender's metrics use).
 const DEFAULT_PROFILE_SCHEDULER_NAME: &str = "koord-scheduler";
@@ -112,12 +130,14 @@ impl ControllerSettings {
 
 /// Decides every write due at `now` and applies it to the cache right away
 /// (so filters see placed and ended reservations before the watch echoes
-/// them). `gc_pass` allows deletions.
+/// them). `gc_pass` allows deletions; reservations in `recently_placed` are
+/// not placed again.
 pub fn plan(
     scheduler: &mut Scheduler,
     settings: &ControllerSettings,
     now: SystemTime,
     gc_pass: bool,
+    recently_placed: &RecentlyPlaced,
 ) -> Vec<Write> {
     let reservations: Vec<Reservation> = scheduler
         .cache
@@ -136,6 +156,9 @@ pub fn plan(
             continue;
         }
         let status = if is_pending(&reservation, now) {
+            if recently_placed.contains_key(&placement_key(&reservation)) {
+                continue;
+            }
             let placement = place_reservation(scheduler, &reservation, now);
             if placement.node.is_some() {
                 // place_reservation left the Available reservation in the cache.
@@ -196,6 +219,7 @@ pub struct ReservationController {
     api: Api<Reservation>,
     scheduler: SharedScheduler,
     settings: ControllerSettings,
+    recently_placed: Mutex<RecentlyPlaced>,
 }
 
 impl ReservationController {
@@ -208,6 +232,7 @@ impl ReservationController {
             api: Api::all(client),
             scheduler,
             settings,
+            recently_placed: Mutex::new(RecentlyPlaced::new()),
         }
     }
 
@@ -215,8 +240,21 @@ impl ReservationController {
     /// undone in the cache (a failed placement is retried on a later pass).
     /// Returns the writes that failed.
     pub async fn sync(&self, now: SystemTime, gc_pass: bool) -> Vec<WriteError> {
+        let recently_placed = match self.recently_placed.lock() {
+            Ok(mut placed) => {
+                placed.retain(|_, at| *at + PLACED_MEMORY > now);
+                placed.clone()
+            }
+            Err(_) => RecentlyPlaced::new(),
+        };
         let writes = match self.scheduler.write() {
-            Ok(mut scheduler) => plan(&mut scheduler, &self.settings, now, gc_pass),
+            Ok(mut scheduler) => plan(
+                &mut scheduler,
+                &self.settings,
+                now,
+                gc_pass,
+                &recently_placed,
+            ),
             Err(_) => return Vec::new(),
         };
         let mut failures = Vec::new();
@@ -235,6 +273,11 @@ impl ReservationController {
                     match result {
                         Ok(_) => {
                             tracing::info!(reservation = %name, phase = ?status.phase, node = ?status.node_name, "reservation status written");
+                            let placed = previous.node_name().is_none()
+                                && status.node_name.as_deref().is_some_and(|n| !n.is_empty());
+                            if placed && let Ok(mut memory) = self.recently_placed.lock() {
+                                memory.insert(placement_key(&previous), now);
+                            }
                         }
                         Err(source) => {
                             if let Ok(mut scheduler) = self.scheduler.write() {

@@ -172,11 +172,58 @@ async fn places_expires_and_collects_reservations() {
     assert_eq!(calls.len(), 3, "{calls:?}");
 
     // The cache already holds the outcome, so filters see it at once.
-    let guard = scheduler.read().unwrap();
-    let cached = &guard.cache.reservations["r-new"];
-    assert_eq!(cached.node_name(), Some("n1"));
-    assert!(cached.is_available());
-    assert!(guard.cache.reservations["r-old"].is_terminated());
+    {
+        let guard = scheduler.read().unwrap();
+        let cached = &guard.cache.reservations["r-new"];
+        assert_eq!(cached.node_name(), Some("n1"));
+        assert!(cached.is_available());
+        assert!(guard.cache.reservations["r-old"].is_terminated());
+    }
+
+    // A late watch event shows r-new Pending again: it is not placed twice.
+    let stale = reservation(
+        "r-new",
+        "2026-01-01T11:30:00Z",
+        "koord-scheduler",
+        json!({}),
+    );
+    scheduler
+        .write()
+        .unwrap()
+        .apply(Change::Upsert(Object::Reservation(
+            serde_json::from_value(stale).unwrap(),
+        )));
+    let controller = controller(&api, &scheduler);
+    let later = now() + Duration::from_secs(3);
+    let first = controller.sync(later, false).await;
+    assert!(first.is_empty(), "{first:?}");
+    let new_patches = |api: &FakeApiServer| {
+        api.recorded()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path() == format!("{BASE}/r-new/status"))
+            .count()
+    };
+    // This controller is new, so it places it (once); a second pass does not.
+    assert_eq!(new_patches(&api), 2);
+    scheduler
+        .write()
+        .unwrap()
+        .apply(Change::Upsert(Object::Reservation(
+            serde_json::from_value(reservation(
+                "r-new",
+                "2026-01-01T11:30:00Z",
+                "koord-scheduler",
+                json!({}),
+            ))
+            .unwrap(),
+        )));
+    assert!(
+        controller
+            .sync(later + Duration::from_secs(3), false)
+            .await
+            .is_empty()
+    );
+    assert_eq!(new_patches(&api), 2);
 }
 
 #[tokio::test]
