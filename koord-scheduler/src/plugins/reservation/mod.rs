@@ -83,6 +83,10 @@ pub struct ReservationInfo {
     /// When it stops being usable.
     pub expires_at: Option<SystemTime>,
     pub order: i64,
+    /// `spec.unschedulable`: closed to owners that do not tolerate it.
+    pub unschedulable: bool,
+    /// `spec.taints` owners with a reservation affinity must tolerate.
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
 impl ReservationInfo {
@@ -117,6 +121,8 @@ impl ReservationInfo {
             allocate_once: spec.allocate_once.unwrap_or(true),
             restricted: spec.allocate_policy == Some(ReservationAllocatePolicy::Restricted),
             expires_at,
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            taints: spec.taints.clone().unwrap_or_default(),
         }
     }
 
@@ -186,6 +192,62 @@ fn owner_matches(owner: &ReservationOwner, pod: &PodInfo) -> bool {
         }
     }
     any_term
+}
+
+/// Whether an owner with reservation affinity `affinity` may use `r`: by
+/// name alone when it names one; else `r` must not be unschedulable (unless
+/// tolerated), its NoSchedule/NoExecute taints tolerated, and its labels laid
+/// over its node's labels must match the selector and the selector terms
+/// (`metadata.name` in match fields is the reservation's name).
+fn affinity_matches(
+    affinity: &apis::extension::reservation::ReservationAffinity,
+    r: &ReservationInfo,
+    cache: &ClusterCache,
+) -> bool {
+    use k8s_openapi::api::core::v1::Taint;
+
+    if !affinity.name.is_empty() {
+        return affinity.name == r.name;
+    }
+    let tolerated = |taint: &Taint| {
+        affinity
+            .tolerations
+            .iter()
+            .any(|t| node_fit::tolerates(t, taint))
+    };
+    let cordon = Taint {
+        key: node_fit::TAINT_UNSCHEDULABLE.into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    };
+    if r.unschedulable && !tolerated(&cordon) {
+        return false;
+    }
+    let blocking = |t: &&Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
+    if r.taints.iter().filter(blocking).any(|t| !tolerated(t)) {
+        return false;
+    }
+    let mut labels = r
+        .node
+        .as_deref()
+        .and_then(|n| cache.node(n))
+        .map(|n| n.labels().clone())
+        .unwrap_or_default();
+    labels.extend(r.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let selector_ok = affinity
+        .reservation_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let terms_ok = affinity
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .is_none_or(|required| {
+            required
+                .reservation_selector_terms
+                .iter()
+                .any(|term| node_fit::term_matches(term, &labels, &r.name))
+        });
+    selector_ok && terms_ok
 }
 
 /// The pod's choice of reservation, made in pre-filter.
@@ -362,7 +424,7 @@ impl Plugin for ReservationPlugin {
     fn pre_filter(
         &self,
         pod: &PodInfo,
-        _cache: &ClusterCache,
+        cache: &ClusterCache,
         state: &mut CycleState,
     ) -> Result<(), Rejection> {
         if self.reservations.is_empty() {
@@ -376,13 +438,8 @@ impl Plugin for ReservationPlugin {
             .values()
             .filter(|r| self.usable(r, now) && r.is_owner(pod))
             .filter(|r| match &affinity {
-                None => true,
-                Some(a) => {
-                    (a.name.is_empty() || a.name == r.name)
-                        && a.reservation_selector
-                            .iter()
-                            .all(|(k, v)| r.labels.get(k) == Some(v))
-                }
+                None => !r.unschedulable,
+                Some(a) => affinity_matches(a, r, cache),
             })
             .collect();
         candidates.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
@@ -865,6 +922,96 @@ mod tests {
             &pending("r3", "1", json!({})),
             t0() + Duration::from_secs(3601)
         ));
+    }
+
+    fn web_pod(name: &str, affinity: Option<Value>) -> Object {
+        let value = affinity.map(|a| a.to_string());
+        let annotations: Vec<(&str, &str)> = value
+            .as_deref()
+            .map(|v| vec![("scheduling.koordinator.sh/reservation-affinity", v)])
+            .unwrap_or_default();
+        testutil::pod(PodSpec {
+            name,
+            requests: &[("cpu", "1")],
+            labels: &[("app", "web")],
+            annotations: &annotations,
+            ..Default::default()
+        })
+    }
+
+    fn used_reservation(s: &mut Scheduler, pod: &str) -> Result<Option<String>, String> {
+        s.reserve(&format!("default/{pod}"), "n1", t0())
+            .map(|r| allocated_of(&r.annotations).map(|a| a.name))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn unschedulable_taints_and_selector_terms_gate_owners() {
+        let owners = json!([{"labelSelector": {"matchLabels": {"app": "web"}}}]);
+        let closed = json!({"owners": owners, "unschedulable": true, "allocateOnce": false});
+        let mut s = cluster(vec![
+            reservation("closed", "n1", "2", closed),
+            web_pod("plain", None),
+            web_pod(
+                "tolerant",
+                Some(
+                    json!({"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]}),
+                ),
+            ),
+        ]);
+        assert_eq!(used_reservation(&mut s, "plain"), Ok(None));
+        assert_eq!(
+            used_reservation(&mut s, "tolerant"),
+            Ok(Some("closed".into()))
+        );
+
+        let tainted = json!({"owners": owners, "allocateOnce": false,
+                             "taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]});
+        let mut s = cluster(vec![reservation("tainted", "n1", "2", tainted)]);
+        if let Some(node) = s.cache.node("n1").and_then(|n| n.node.clone()) {
+            let mut labelled = (*node).clone();
+            labelled.metadata.labels = Some(BTreeMap::from([("zone".into(), "z1".into())]));
+            testutil::load(&mut s, vec![Object::Node(labelled)]);
+        }
+        let term = |zone: &str| {
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": {"reservationSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}]},
+                   "tolerations": [{"key": "team", "operator": "Exists"}]})
+        };
+        testutil::load(
+            &mut s,
+            vec![
+                // Without a reservation affinity, taints do not apply (as upstream).
+                web_pod("no-affinity", None),
+                web_pod(
+                    "intolerant",
+                    Some(json!({"reservationSelector": {"pool": "a"}})),
+                ),
+                web_pod(
+                    "tolerating",
+                    Some(json!({"reservationSelector": {"pool": "a"},
+                                "tolerations": [{"key": "team", "operator": "Equal", "value": "a"}]})),
+                ),
+                // Selector terms see the node's labels under the reservation's.
+                web_pod("zone-z1", Some(term("z1"))),
+                web_pod("zone-z2", Some(term("z2"))),
+            ],
+        );
+        assert_eq!(
+            used_reservation(&mut s, "no-affinity"),
+            Ok(Some("tainted".into()))
+        );
+        let refused = used_reservation(&mut s, "intolerant").unwrap_err();
+        assert!(refused.contains(REASON_AFFINITY_NOT_MATCHED), "{refused}");
+        assert_eq!(
+            used_reservation(&mut s, "tolerating"),
+            Ok(Some("tainted".into()))
+        );
+        assert_eq!(
+            used_reservation(&mut s, "zone-z1"),
+            Ok(Some("tainted".into()))
+        );
+        assert!(used_reservation(&mut s, "zone-z2").is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub const REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
 pub const REASON_AFFINITY: &str = "node(s) didn't match Pod's node affinity/selector";
 pub const REASON_NODE_NAME: &str = "node(s) didn't match the requested node name";
 
-const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+pub(crate) const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 
 /// Whether a pod with `spec` may go to `node` as far as kube-scheduler's
 /// default filters for placement go.
@@ -103,7 +103,8 @@ pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
     }
 }
 
-fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+/// kube's toleration-matches-taint rule.
+pub(crate) fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     let effect_ok = toleration
         .effect
         .as_deref()
@@ -122,7 +123,11 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 }
 
 /// A term with nothing in it matches no node, as in kube-scheduler.
-fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>, name: &str) -> bool {
+pub(crate) fn term_matches(
+    term: &NodeSelectorTerm,
+    labels: &BTreeMap<String, String>,
+    name: &str,
+) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {
