@@ -171,12 +171,25 @@ pub fn schedule_one(
     };
     // Nodes are handled by reference; names are copied only for the report
     // and for the chosen node.
+    // No kube-scheduler filters ahead of the simulator, so its node checks
+    // (cordon, taints, selector, affinity) apply here; their reason wins.
+    let node_check = crate::plugins::reservation::node_fit::check_pod_on_node;
     let best = {
         let reasons = &mut placement.reasons;
-        let feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
+        let mut feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
             if record_details {
-                reasons.insert(node.name.clone(), rejection.reason);
+                let reason = node_check(&pod, node).err().unwrap_or(rejection.reason);
+                reasons.insert(node.name.clone(), reason);
             }
+        });
+        feasible.retain(|node| match node.map(|n| (n, node_check(&pod, n))) {
+            Some((n, Err(reason))) => {
+                if record_details {
+                    reasons.insert(n.name.clone(), reason);
+                }
+                false
+            }
+            _ => true,
         });
         let (totals, _) = scheduler.score_nodes(&pod, &feasible, &state);
         if record_details {
@@ -222,7 +235,13 @@ pub fn schedule_one(
     let mut ranked: Vec<(String, i64)> = scores
         .totals
         .into_iter()
-        .filter(|(n, _)| *n != best)
+        .filter(|(n, _)| {
+            *n != best
+                && scheduler
+                    .cache
+                    .node(n)
+                    .is_none_or(|node| node_check(&pod, node).is_ok())
+        })
         .collect();
     // Worst first, so `pop` yields the best (ties: name order).
     ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));

@@ -68,10 +68,21 @@ fn pending_reservations_pass_kube_schedulers_node_checks_first() {
     // Expired before --now: not placed at all.
     assert!(!p.contains_key("Reservation/r-late"), "{:?}", p.keys());
 
+    // Ordinary pods get kube-scheduler's node checks as well: the cordoned
+    // and the tainted node are skipped, not just short of cpu.
+    assert_eq!(p["default/stranger"]["node"], Value::Null);
     assert_eq!(
-        p["default/stranger"]["reasons"]["node-d"],
-        "Insufficient cpu (held by reservations)"
+        p["default/stranger"]["reasons"],
+        json!({
+            "node-a": "node(s) were unschedulable",
+            "node-b": "node(s) had untolerated taint {dedicated: gpu}",
+            "node-c": "Insufficient cpu (held by reservations)",
+            "node-d": "Insufficient cpu (held by reservations)",
+        })
     );
+    let guest = &p["default/gpu-guest"];
+    assert_eq!(guest["node"], "node-b", "{guest}");
+    assert_eq!(guest["reasons"]["node-a"], "node(s) were unschedulable");
     assert_eq!(p["default/plain-owner"]["node"], "node-d");
     assert_eq!(
         p["default/plain-owner"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"],

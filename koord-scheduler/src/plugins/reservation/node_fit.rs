@@ -27,8 +27,8 @@ pub fn check_node(spec: &PodSpec, node: &Node) -> Result<(), String> {
         return Err(REASON_NODE_NAME.into());
     }
     let tolerations = spec.tolerations.as_deref().unwrap_or_default();
-    let node_spec = node.spec.clone().unwrap_or_default();
-    if node_spec.unschedulable == Some(true) {
+    let node_spec = node.spec.as_ref();
+    if node_spec.and_then(|s| s.unschedulable) == Some(true) {
         let cordon = Taint {
             key: TAINT_UNSCHEDULABLE.into(),
             effect: "NoSchedule".into(),
@@ -38,7 +38,7 @@ pub fn check_node(spec: &PodSpec, node: &Node) -> Result<(), String> {
             return Err(REASON_UNSCHEDULABLE.into());
         }
     }
-    for taint in node_spec.taints.iter().flatten() {
+    for taint in node_spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
         let blocking = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
         if blocking && !tolerations.iter().any(|t| tolerates(t, taint)) {
             return Err(format!(
@@ -48,7 +48,8 @@ pub fn check_node(spec: &PodSpec, node: &Node) -> Result<(), String> {
             ));
         }
     }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
     let selector_ok = spec
         .node_selector
         .iter()
@@ -66,12 +67,22 @@ pub fn check_node(spec: &PodSpec, node: &Node) -> Result<(), String> {
         selector
             .node_selector_terms
             .iter()
-            .any(|term| term_matches(term, &labels, name))
+            .any(|term| term_matches(term, labels, name))
     });
     if selector_ok && affinity_ok {
         Ok(())
     } else {
         Err(REASON_AFFINITY.into())
+    }
+}
+
+/// [`check_node`] for a cached pod on a cached node (a node known only from
+/// its pods passes); the simulator applies it to ordinary pods, which no
+/// kube-scheduler filters ahead of it there.
+pub fn check_pod_on_node(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    match (pod.pod.spec.as_ref(), node.node.as_deref()) {
+        (Some(spec), Some(node)) => check_node(spec, node),
+        _ => Ok(()),
     }
 }
 
