@@ -28,6 +28,8 @@ use crate::slo_controller::noderesource::MANAGED_RESOURCES;
 use crate::slo_controller::resources::PodSummary;
 use crate::slo_controller::{NodePlan, plan_node, pod_node_name};
 
+mod fast_yaml;
+
 /// Why a preview could not be produced.
 #[derive(Debug, thiserror::Error)]
 pub enum PreviewError {
@@ -64,6 +66,23 @@ pub struct Snapshot {
     pub pods: HashMap<String, Vec<PodSummary>>,
     pub pod_count: usize,
     pub config_maps: Vec<ConfigMap>,
+    /// Which reader produced the snapshot.
+    pub read_by: SnapshotReader,
+}
+
+/// The readers [`Snapshot::parse`] tries, fastest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SnapshotReader {
+    /// serde_json into lean structs (JSON streams).
+    #[default]
+    LeanJson,
+    /// The built-in streaming YAML reader into lean structs.
+    FastYaml,
+    /// serde_yaml into lean structs: YAML the fast reader leaves alone
+    /// (anchors, tags, folded scalars, ...).
+    LeanYaml,
+    /// Full Kubernetes types, after a lean read failed.
+    Full,
 }
 
 /// Just enough of an object to route it.
@@ -233,6 +252,24 @@ impl Snapshot {
             }
             return Some(snapshot);
         }
+        let fast = fast_yaml::for_each_document(text, |object: Option<LeanObject>| {
+            if let Some(object) = object {
+                snapshot.add_lean(object);
+            }
+        });
+        match fast {
+            Ok(()) => {
+                snapshot.read_by = SnapshotReader::FastYaml;
+                return Some(snapshot);
+            }
+            Err(reason) => {
+                tracing::debug!(%reason, "snapshot left to serde_yaml");
+                snapshot = Snapshot {
+                    read_by: SnapshotReader::LeanYaml,
+                    ..Snapshot::default()
+                };
+            }
+        }
         for document in serde_yaml::Deserializer::from_str(text) {
             if let Some(object) = Option::<LeanObject>::deserialize(document).ok()? {
                 snapshot.add_lean(object);
@@ -313,7 +350,10 @@ impl Snapshot {
 
     /// The slow path through full types, kept for its precise errors.
     fn parse_full(text: &str, source_name: &str) -> Result<Self, PreviewError> {
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = Snapshot {
+            read_by: SnapshotReader::Full,
+            ..Snapshot::default()
+        };
         if text.trim_start().starts_with('{') {
             let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
             for (index, value) in stream.enumerate() {
@@ -761,11 +801,12 @@ pub fn run_preview(args: &PreviewArgs, out: &mut dyn Write) -> Result<(), Previe
     out.flush()?;
     if args.timings {
         eprintln!(
-            "preview: {} nodes, {} node metrics, {} pods; read+parse {:.3}s, pass+output {:.3}s",
+            "preview: {} nodes, {} node metrics, {} pods; read+parse {:.3}s ({:?} reader), pass+output {:.3}s",
             snapshot.nodes.len(),
             snapshot.node_metrics.len(),
             snapshot.pod_count,
             parsed.as_secs_f64(),
+            snapshot.read_by,
             (started.elapsed() - parsed).as_secs_f64()
         );
     }
@@ -837,6 +878,142 @@ mod tests {
         let snapshot = Snapshot::parse(text, "snap.yaml").unwrap();
         assert_eq!(snapshot.pod_count, 1);
         assert_eq!(snapshot.pods["n1"][0].key, "d/p");
+    }
+
+    /// A small cluster in the shape the benchmark generates: the config,
+    /// then per node its Node, Pods and (mostly) a NodeMetric.
+    fn generated_cluster(nodes: usize) -> Vec<Value> {
+        use serde_json::json;
+        let mut objects = vec![json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
+            "data": {
+                "colocation-config": "{\"enable\": true, \"midUnallocatedPercent\": 10}",
+                "resource-threshold-config": "{\"clusterStrategy\": {\"enable\": true}}\n",
+            },
+        })];
+        for n in 0..nodes {
+            let name = format!("node-{n:03}");
+            objects.push(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"pool": if n % 2 == 0 { "online" } else { "offline" }},
+                             "annotations": {"note": "a long annotation value that wraps over several lines because it is longer than eighty characters"}},
+                "spec": {"taints": []},
+                "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+                           "allocatable": {"cpu": "62", "memory": "250Gi", "pods": "110"},
+                           "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null}]},
+            }));
+            let mut pod_metrics = Vec::new();
+            for p in 0..4 {
+                let batch = p % 3 == 2;
+                let pod = format!("pod-{n:03}-{p}");
+                pod_metrics.push(json!({
+                    "namespace": "default", "name": pod,
+                    "priority": if batch { "koord-batch" } else { "koord-prod" },
+                    "podUsage": {"resources": {"cpu": format!("{}m", 500 + p * 100), "memory": format!("{}Gi", 1 + p)}},
+                }));
+                let requests = if batch {
+                    json!({"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2Gi"})
+                } else {
+                    json!({"cpu": "2", "memory": "4Gi"})
+                };
+                objects.push(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"namespace": "default", "name": pod,
+                                 "labels": {"koordinator.sh/qosClass": if batch { "BE" } else { "LS" }}},
+                    "spec": {"nodeName": name, "priority": if batch { 5500 } else { 9500 },
+                             "containers": [{"name": "main", "image": "registry:5000/app:1",
+                                             "args": ["--port=8080", "-v", "0b1"],
+                                             "resources": {"requests": requests}}]},
+                    "status": {"phase": "Running", "qosClass": "Burstable"},
+                }));
+            }
+            if n % 7 == 3 {
+                continue;
+            }
+            let updated = if n % 5 == 1 {
+                "2025-12-31T22:00:00Z"
+            } else {
+                "2026-01-01T00:09:30Z"
+            };
+            objects.push(json!({
+                "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                "metadata": {"name": name},
+                "status": {"updateTime": updated,
+                           "nodeMetric": {"nodeUsage": {"resources": {"cpu": "20", "memory": "80Gi"}},
+                                          "systemUsage": {"resources": {"cpu": "2", "memory": "8Gi"}}},
+                           "podsMetric": pod_metrics,
+                           "prodReclaimableMetric": {"resource": {"resources": {"cpu": "8", "memory": "32Gi"}}}},
+            }));
+        }
+        objects
+    }
+
+    fn report_json(snapshot: &Snapshot) -> String {
+        let config = config_from(snapshot.config_map("slo-controller-config"), "snap").unwrap();
+        let report = preview(snapshot, &config, None, at("2026-01-01T00:10:00Z"));
+        serde_json::to_string(&report).unwrap()
+    }
+
+    #[test]
+    fn generated_yaml_and_json_snapshots_give_identical_output() {
+        let objects = generated_cluster(12);
+        let json_text: String = objects.iter().map(|o| format!("{o}\n")).collect();
+        let json = Snapshot::parse(&json_text, "snap.json").unwrap();
+        assert_eq!(json.read_by, SnapshotReader::LeanJson);
+        assert_eq!(json.nodes.len(), 12);
+        let expected = report_json(&json);
+        // One document per object, and one `List` as `kubectl get -o yaml` prints.
+        let documents: String = objects
+            .iter()
+            .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+            .collect();
+        let list = serde_yaml::to_string(&serde_json::json!({
+            "apiVersion": "v1", "items": objects, "kind": "List",
+            "metadata": {"resourceVersion": ""},
+        }))
+        .unwrap();
+        for yaml_text in [documents, list] {
+            let yaml = Snapshot::parse(&yaml_text, "snap.yaml").unwrap();
+            assert_eq!(yaml.read_by, SnapshotReader::FastYaml, "{yaml_text}");
+            assert_eq!(yaml.pod_count, 48);
+            assert_eq!(report_json(&yaml), expected);
+        }
+    }
+
+    #[test]
+    fn yaml_the_fast_reader_leaves_alone_is_read_by_serde_yaml() {
+        // An anchor and alias: same report, through the serde_yaml reader.
+        let with_alias = SNAPSHOT.replacen(
+            "capacity: {cpu: \"16\", memory: 64Gi}",
+            "capacity: &cap {cpu: \"16\", memory: 64Gi}",
+            1,
+        );
+        assert_ne!(with_alias, SNAPSHOT);
+        let fast = Snapshot::parse(SNAPSHOT, "snap.yaml").unwrap();
+        assert_eq!(fast.read_by, SnapshotReader::FastYaml);
+        let slow = Snapshot::parse(&with_alias, "snap.yaml").unwrap();
+        assert_eq!(slow.read_by, SnapshotReader::LeanYaml);
+        assert_eq!(report_json(&fast), report_json(&slow));
+    }
+
+    #[test]
+    fn malformed_yaml_is_an_error_with_its_location() {
+        for (text, line) in [
+            ("kind: Node\nmetadata:\n  name: a\n    labels: {}\n", 4),
+            ("kind: Node\nmetadata: {name: a\n", 3),
+            ("kind: Pod\nmetadata:\n  name: \"unterminated\n", 4),
+            ("kind: Node\n\tmetadata: {}\n", 2),
+            ("kind: Node\nmetadata: a: b\n", 2),
+            ("- a\nkind: Node\n", 2),
+        ] {
+            let err = Snapshot::parse(text, "snap.yaml").unwrap_err().to_string();
+            assert!(
+                err.starts_with("snap.yaml: document 0: ")
+                    && err.contains(&format!("line {line} column")),
+                "{text:?}: {err}"
+            );
+        }
     }
 
     #[test]
