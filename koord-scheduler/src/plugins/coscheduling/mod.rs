@@ -362,8 +362,7 @@ impl Coscheduling {
         let others = self.admitted_elsewhere(&group_id, &runtime, cache);
         let mut placed = vec![0usize; states.len()];
         let mut batch = Vec::new();
-        let order: Vec<&Arc<PodInfo>> = candidates.iter().map(|(_, p)| *p).collect();
-        let fitted = first_fit_needed(&others, &order, &candidates, &needed, cache);
+        let fitted = first_fit_needed(&others, &candidates, &needed, cache);
         for ((index, member), fits) in candidates.iter().zip(&fitted) {
             if *fits {
                 placed[*index] += 1;
@@ -472,71 +471,90 @@ fn fits(request: &Resources, free: &Resources) -> bool {
         .all(|(name, amount)| amount <= free.get(name))
 }
 
-/// Free resources per node, name order; the flag says whether the node's
-/// pod count is limited.
-fn free_slots(cache: &ClusterCache) -> Vec<(Resources, bool)> {
-    cache
-        .nodes_sorted()
-        .map(|node| {
-            let mut free = node.allocatable.clone();
-            free.sub(&node.requested);
-            let limits_pods = node.allocatable.get(RESOURCE_PODS) > 0;
-            if limits_pods {
-                free.add_amount(RESOURCE_PODS, -(node.pods.len() as i64));
-            }
-            (free, limits_pods)
-        })
-        .collect()
+/// First-fit packing onto the nodes' free resources, in name order. Free
+/// resources only shrink, so a request that did not fit a node never fits
+/// it later in the same pack: the search for an equal request resumes where
+/// the previous one stopped (gang members are usually alike).
+struct Packer {
+    /// Free resources per node; the flag says whether pods are counted.
+    free: Vec<(Resources, bool)>,
+    resume: Vec<(Resources, usize)>,
 }
 
-fn place(free: &mut [(Resources, bool)], pod: &PodInfo) -> bool {
-    let slot = free.iter_mut().find_map(|(free, limits_pods)| {
-        let mut request = pod.requests.clone();
-        if *limits_pods {
-            request.add_amount(RESOURCE_PODS, 1);
+impl Packer {
+    fn new(cache: &ClusterCache) -> Self {
+        let free = cache
+            .nodes_sorted()
+            .map(|node| {
+                let mut free = node.allocatable.clone();
+                free.sub(&node.requested);
+                let limits_pods = node.allocatable.get(RESOURCE_PODS) > 0;
+                if limits_pods {
+                    free.add_amount(RESOURCE_PODS, -(node.pods.len() as i64));
+                }
+                (free, limits_pods)
+            })
+            .collect();
+        Self {
+            free,
+            resume: Vec::new(),
         }
-        fits(&request, free).then_some((free, request))
-    });
-    match slot {
-        Some((free, request)) => {
-            free.sub(&request);
-            true
+    }
+
+    fn place(&mut self, pod: &PodInfo) -> bool {
+        let hint = self.resume.iter().position(|(r, _)| *r == pod.requests);
+        let start = hint.map_or(0, |i| self.resume[i].1);
+        let mut found = None;
+        for (index, (free, limits_pods)) in self.free.iter_mut().enumerate().skip(start) {
+            let mut request = pod.requests.clone();
+            if *limits_pods {
+                request.add_amount(RESOURCE_PODS, 1);
+            }
+            if fits(&request, free) {
+                free.sub(&request);
+                found = Some(index);
+                break;
+            }
         }
-        None => false,
+        let stopped = found.unwrap_or(self.free.len());
+        match hint {
+            Some(i) => self.resume[i].1 = stopped,
+            None => self.resume.push((pod.requests.clone(), stopped)),
+        }
+        found.is_some()
     }
 }
 
 /// Whether each of `pods` fits, first fit, after `ahead` took their place.
 fn first_fit(ahead: &[&Arc<PodInfo>], pods: &[&Arc<PodInfo>], cache: &ClusterCache) -> Vec<bool> {
-    let mut free = free_slots(cache);
+    let mut packer = Packer::new(cache);
     for pod in ahead {
-        place(&mut free, pod);
+        packer.place(pod);
     }
-    pods.iter().map(|pod| place(&mut free, pod)).collect()
+    pods.iter().map(|pod| packer.place(pod)).collect()
 }
 
 /// [`first_fit`] that stops placing a gang's members once it has what it
 /// needs (the first candidate, the pod itself, is always tried).
 fn first_fit_needed(
     ahead: &[&Arc<PodInfo>],
-    pods: &[&Arc<PodInfo>],
     candidates: &[(usize, &Arc<PodInfo>)],
     needed: &[usize],
     cache: &ClusterCache,
 ) -> Vec<bool> {
-    let mut free = free_slots(cache);
+    let mut packer = Packer::new(cache);
     for pod in ahead {
-        place(&mut free, pod);
+        packer.place(pod);
     }
     let mut placed = vec![0usize; needed.len()];
-    pods.iter()
-        .zip(candidates)
+    candidates
+        .iter()
         .enumerate()
-        .map(|(position, (pod, (gang, _)))| {
+        .map(|(position, (gang, pod))| {
             if position > 0 && placed[*gang] >= needed[*gang] {
                 return false;
             }
-            let ok = place(&mut free, pod);
+            let ok = packer.place(pod);
             if ok {
                 placed[*gang] += 1;
             }

@@ -842,3 +842,34 @@ fn a_member_too_big_for_any_node_does_not_hold_back_a_gang_with_spare_members() 
         ))
     );
 }
+
+#[test]
+fn packing_resumes_per_request_without_skipping_room() {
+    let mut s = testutil::scheduler("");
+    testutil::load(
+        &mut s,
+        vec![
+            testutil::node("n0", &[("cpu", "2")]),
+            testutil::node("n1", &[("cpu", "4")]),
+        ],
+    );
+    let pod = |cpu: &str| {
+        let Object::Pod(pod) = testutil::pod(PodSpec {
+            requests: &[("cpu", cpu)],
+            ..Default::default()
+        }) else {
+            unreachable!()
+        };
+        Arc::new(PodInfo::new(Arc::new(pod)))
+    };
+    let pods = [pod("3"), pod("1"), pod("1"), pod("1"), pod("3"), pod("1")];
+    let refs: Vec<&Arc<PodInfo>> = pods.iter().collect();
+    // 3 → n1 (1 left); 1 → n0, 1 → n0 (full); 1 → n1 (full); 3 and 1 → none.
+    assert_eq!(
+        first_fit(&[], &refs, &s.cache),
+        [true, true, true, true, false, false]
+    );
+    // Pods ahead take their room first.
+    assert_eq!(first_fit(&refs[..1], &refs[1..2], &s.cache), [true]);
+    assert_eq!(first_fit(&refs[..4], &refs[5..], &s.cache), [false]);
+}
