@@ -24,7 +24,11 @@
 # Usage: hack/bench-koordlet.sh [--duration SECONDS] [--pods N]
 #          [--containers-per-pod N] [--busy N] [--sample-every SECONDS]
 #          [--report-interval DURATION] [--binary PATH] [--no-build]
-#          [--no-hooks-server] [--keep-workdir]
+#          [--no-hooks-server] [--keep-workdir] [--koordlet-arg ARG]...
+#
+# --koordlet-arg passes one more flag to koordlet, e.g.
+# `--koordlet-arg --metric-cache-retention=5m` reaches the metric cache's
+# steady state in 5 minutes (for quick footprint experiments).
 set -euo pipefail
 # The whole script is one block, parsed before it runs, so editing the file
 # during a run cannot change what the run does.
@@ -41,6 +45,7 @@ binary=target/release/koordlet
 build=1
 keep_workdir=0
 hooks_server=1
+extra_args=()
 cgroup_root=${CGROUP_ROOT:-/sys/fs/cgroup}
 rss_target_kib=$((32 * 1024))
 cpu_target_percent=2
@@ -60,6 +65,8 @@ while [ $# -gt 0 ]; do
         --no-build) build=0; shift ;;
         --no-hooks-server) hooks_server=0; shift ;;
         --keep-workdir) keep_workdir=1; shift ;;
+        --koordlet-arg) [ $# -ge 2 ] || { echo "--koordlet-arg needs a value" >&2; exit 2; }; extra_args+=("$2"); shift 2 ;;
+        --koordlet-arg=*) extra_args+=("${1#*=}"); shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
@@ -223,6 +230,7 @@ args=(--addr=127.0.0.1:0 --node-name=bench-node --collect-res-used-interval=1s
 # Its registration file goes to the work directory, not /etc/runtime.
 [ "$hooks_server" -eq 1 ] &&
     args+=(--runtime-hooks-addr "$workdir/koordlet.sock" --runtime-hooks-config-path "$workdir/hookserver.d")
+[ ${#extra_args[@]} -gt 0 ] && args+=("${extra_args[@]}")
 env -u NODE_NAME -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u RUST_LOG \
     "$binary" "${args[@]}" >"$workdir/koordlet.log" 2>&1 &
 koordlet_pid=$!

@@ -1,173 +1,296 @@
-//! One time series: a ring buffer of compact samples, sized once from the
-//! series' own sampling rate, that drops samples older than the retention.
+//! One time series: samples packed into small compressed blocks, dropping
+//! samples older than the retention.
 //!
-//! An entry costs 6 bytes: the time as a `u16` millisecond step from the
-//! previous entry plus the value as `f32` (about 7 significant digits: a
-//! 64 GiB memory reading is exact to 8 KiB, a CPU reading to 1e-7 cores).
-//! Times are rebuilt by walking the steps from the newest sample backwards,
-//! which is where queries look. A step longer than 65.535 s is bridged by
-//! gap entries (value NaN, which the cache never stores as a sample).
+//! Encoding (per block of up to [`BLOCK_SAMPLES`] samples): the first value as
+//! raw `f32` bits; then per sample one varint tag holding the time step's
+//! change from the previous step (delta of delta, zig-zag, in ms) and a
+//! "value changed" bit, followed by the new `f32` bits only when the value
+//! changed. A collector's regular steps make the tag one byte, so a value
+//! that stays the same (an idle container's CPU, a zero throttle ratio, a
+//! steady memory figure) costs 1 byte a sample and one that changes every
+//! sample about 5-6 bytes.
 //!
-//! Sizing: a new series gets two slots; its first positive time step sets
-//! the buffer to hold the retention at that rate plus 10% for jitter, capped
-//! at the cache's maximum, in one allocation. It is only reallocated again
-//! if samples later come faster than that (grows by a quarter) or, at GC,
-//! much slower (shrinks to the observed rate).
+//! Memory shape: the open block appends into a buffer the series keeps for
+//! its life (no regrowth once it fits a block); a full block is copied once
+//! into an exact-size allocation and the oldest blocks are freed whole as
+//! they expire. No buffer doubles, so the heap is not left with the freed
+//! halves of grown buffers.
+//!
+//! Values are `f32` (about 7 significant digits: a 64 GiB memory reading is
+//! exact to 8 KiB, a CPU reading to 1e-7 cores).
+
+use std::collections::VecDeque;
 
 use super::AppendError;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Slot {
-    step_ms: u16,
-    value: [u8; 4],
+/// Samples per block: large enough that the block header (~60 bytes with
+/// the allocation) is under half a byte a sample, small enough that expiry
+/// holds at most one partly expired block.
+pub const BLOCK_SAMPLES: u32 = 128;
+
+/// About the bytes a sample takes when its value changes every sample (tag
+/// plus `f32` bits, with the block overhead); an unchanged value takes 1.5.
+pub const BYTES_PER_SAMPLE: usize = 6;
+
+#[derive(Debug, Clone, Default)]
+struct Block {
+    first_ms: i64,
+    last_ms: i64,
+    count: u32,
+    /// The step before the newest sample, for the next delta of delta.
+    last_step: i64,
+    last_bits: u32,
+    bytes: Vec<u8>,
 }
 
-impl Slot {
-    fn sample(step_ms: u16, value: f32) -> Self {
-        Self {
-            step_ms,
-            value: value.to_ne_bytes(),
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn read_varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *bytes.get(*pos)?;
+        *pos += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+fn read_bits(bytes: &[u8], pos: &mut usize) -> Option<u32> {
+    let raw: [u8; 4] = bytes.get(*pos..*pos + 4)?.try_into().ok()?;
+    *pos += 4;
+    Some(u32::from_le_bytes(raw))
+}
+
+impl Block {
+    fn push(&mut self, time_ms: i64, bits: u32) {
+        if self.count == 0 {
+            self.first_ms = time_ms;
+            self.last_step = 0;
+            self.bytes.extend_from_slice(&bits.to_le_bytes());
+        } else {
+            let step = time_ms.wrapping_sub(self.last_ms);
+            let changed = bits != self.last_bits;
+            let tag = (zigzag(step.wrapping_sub(self.last_step)) << 1) | u64::from(changed);
+            write_varint(&mut self.bytes, tag);
+            if changed {
+                self.bytes.extend_from_slice(&bits.to_le_bytes());
+            }
+            self.last_step = step;
+        }
+        self.last_ms = time_ms;
+        self.last_bits = bits;
+        self.count += 1;
+    }
+
+    /// A copy in an exact-size allocation.
+    fn sealed_copy(&self) -> Block {
+        Block {
+            bytes: self.bytes.as_slice().to_vec(),
+            ..*self
         }
     }
 
-    fn gap() -> Self {
-        Self::sample(u16::MAX, f32::NAN)
+    fn clear(&mut self) {
+        self.count = 0;
+        self.bytes.clear();
     }
 
-    fn value(self) -> f32 {
-        f32::from_ne_bytes(self.value)
-    }
-
-    fn is_gap(self) -> bool {
-        self.value().is_nan()
+    fn samples(&self) -> BlockSamples<'_> {
+        BlockSamples {
+            block: self,
+            pos: 0,
+            index: 0,
+            time: self.first_ms,
+            step: 0,
+            bits: 0,
+        }
     }
 }
 
-/// Bytes one stored sample occupies.
-pub const BYTES_PER_SAMPLE: usize = std::mem::size_of::<Slot>();
+/// Decodes a block's `(time_ms, f32 bits)` in order.
+struct BlockSamples<'a> {
+    block: &'a Block,
+    pos: usize,
+    index: u32,
+    time: i64,
+    step: i64,
+    bits: u32,
+}
 
-/// Slots of a series whose sampling rate is not known yet.
-const INITIAL_SLOTS: usize = 2;
-/// Longest step one entry can hold.
-const MAX_STEP_MS: i64 = u16::MAX as i64;
+impl Iterator for BlockSamples<'_> {
+    type Item = (i64, u32);
 
-/// Slots that hold `retention_ms` of samples `interval_ms` apart, with 10%
-/// head-room for collection jitter, plus one for a sample exactly
-/// `retention_ms` old; at most `max_len`.
-pub(crate) fn slots_for(retention_ms: i64, interval_ms: i64, max_len: usize) -> usize {
-    let retention = u64::try_from(retention_ms).unwrap_or(0);
-    let interval = u64::try_from(interval_ms).unwrap_or(1).max(1);
-    let slots = (retention.saturating_mul(10)).div_ceil(interval.saturating_mul(9)) + 1;
-    usize::try_from(slots)
-        .unwrap_or(usize::MAX)
-        .min(max_len)
-        .max(1)
+    fn next(&mut self) -> Option<(i64, u32)> {
+        if self.index >= self.block.count {
+            return None;
+        }
+        let bytes = &self.block.bytes;
+        if self.index == 0 {
+            self.bits = read_bits(bytes, &mut self.pos)?;
+        } else {
+            let tag = read_varint(bytes, &mut self.pos)?;
+            self.step = self.step.wrapping_add(unzigzag(tag >> 1));
+            self.time = self.time.wrapping_add(self.step);
+            if tag & 1 == 1 {
+                self.bits = read_bits(bytes, &mut self.pos)?;
+            }
+        }
+        self.index += 1;
+        Some((self.time, self.bits))
+    }
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Series {
-    slots: Vec<Slot>,
-    /// Physical index of the oldest entry.
-    head: usize,
-    /// Entries in use, gap entries included.
+    /// Full blocks, oldest first.
+    sealed: VecDeque<Block>,
+    /// The block being appended to (after every sealed one).
+    open: Block,
+    /// Samples at the front of the oldest block that were dropped already.
+    skip: u32,
+    /// Retained samples.
     len: usize,
-    gaps: usize,
-    /// Time of the oldest entry, which is always a sample.
+    /// Time of the oldest retained sample.
     oldest_ms: i64,
     /// Time of the newest sample ever appended, kept after trimming so that
     /// ordering and expiry still work on an emptied series.
     newest_ms: i64,
-    /// Whether the buffer was sized from an observed time step.
-    sized: bool,
 }
 
 impl Series {
     pub(crate) fn new(first_ms: i64) -> Self {
         Self {
-            slots: Vec::new(),
-            head: 0,
+            sealed: VecDeque::new(),
+            open: Block::default(),
+            skip: 0,
             len: 0,
-            gaps: 0,
             oldest_ms: first_ms,
             newest_ms: first_ms,
-            sized: false,
         }
     }
 
-    /// Retained samples (gap entries not counted).
     pub(crate) fn len(&self) -> usize {
-        self.len - self.gaps
+        self.len
     }
 
     pub(crate) fn newest_ms(&self) -> i64 {
         self.newest_ms
     }
 
-    pub(crate) fn capacity(&self) -> usize {
-        self.slots.capacity()
-    }
-
+    /// Heap bytes held: block headers, sealed blocks, the open buffer.
     pub(crate) fn reserved_bytes(&self) -> usize {
-        self.capacity() * BYTES_PER_SAMPLE
+        self.sealed.capacity() * std::mem::size_of::<Block>()
+            + self
+                .sealed
+                .iter()
+                .map(|b| b.bytes.capacity())
+                .sum::<usize>()
+            + self.open.bytes.capacity()
     }
 
-    fn physical(&self, logical: usize) -> usize {
-        let index = self.head + logical;
-        if index >= self.slots.len() {
-            index - self.slots.len()
-        } else {
-            index
-        }
+    fn blocks(&self) -> impl Iterator<Item = &Block> {
+        self.sealed
+            .iter()
+            .chain(std::iter::once(&self.open))
+            .filter(|block| block.count > 0)
     }
 
-    fn entry(&self, logical: usize) -> Slot {
-        self.slots[self.physical(logical)]
+    fn front(&self) -> Option<&Block> {
+        self.blocks().next()
     }
 
     /// The newest retained sample.
     pub(crate) fn latest(&self) -> Option<(i64, f64)> {
-        let last = self.len.checked_sub(1)?;
-        Some((self.newest_ms, f64::from(self.entry(last).value())))
+        if self.len == 0 {
+            return None;
+        }
+        let newest = self.blocks().last()?;
+        Some((self.newest_ms, f64::from(f32::from_bits(newest.last_bits))))
     }
 
     /// The samples with `start_ms <= t <= end_ms`, oldest first.
     pub(crate) fn window(&self, start_ms: i64, end_ms: i64) -> Vec<(i64, f64)> {
         let mut found = Vec::new();
-        if start_ms > end_ms {
+        if start_ms > end_ms || self.len == 0 {
             return found;
         }
-        let mut time = self.newest_ms;
-        for logical in (0..self.len).rev() {
-            if time < start_ms {
+        for (index, block) in self.blocks().enumerate() {
+            if block.last_ms < start_ms {
+                continue;
+            }
+            if block.first_ms > end_ms {
                 break;
             }
-            let slot = self.entry(logical);
-            if time <= end_ms && !slot.is_gap() {
-                found.push((time, f64::from(slot.value())));
+            let skip = if index == 0 { self.skip } else { 0 };
+            for (time, bits) in block.samples().skip(skip as usize) {
+                if time > end_ms {
+                    break;
+                }
+                if time >= start_ms {
+                    found.push((time, f64::from(f32::from_bits(bits))));
+                }
             }
-            time -= i64::from(slot.step_ms);
         }
-        found.reverse();
         found
     }
 
-    /// Removes the entry at the head.
-    fn remove_head(&mut self) {
-        self.head = self.physical(1);
-        self.len -= 1;
-        if self.len == 0 {
-            self.head = 0;
-        } else {
-            self.oldest_ms += i64::from(self.slots[self.head].step_ms);
+    /// Forgets every sample, keeping the open buffer for reuse.
+    fn reset(&mut self) {
+        self.sealed.clear();
+        self.open.clear();
+        self.skip = 0;
+        self.len = 0;
+    }
+
+    fn drop_front_block(&mut self) {
+        if self.sealed.pop_front().is_none() {
+            self.open.clear();
+        }
+        self.skip = 0;
+    }
+
+    /// Re-reads the oldest retained sample's time after the front moved.
+    fn refresh_oldest(&mut self) {
+        let oldest = self
+            .front()
+            .and_then(|block| block.samples().nth(self.skip as usize));
+        match oldest {
+            Some((time, _)) => self.oldest_ms = time,
+            None => self.reset(),
         }
     }
 
-    /// Removes the oldest sample and the gap entries after it.
     fn pop_oldest(&mut self) {
-        self.remove_head();
-        while self.len > 0 && self.entry(0).is_gap() {
-            self.gaps -= 1;
-            self.remove_head();
+        let Some(front_count) = self.front().map(|block| block.count) else {
+            self.reset();
+            return;
+        };
+        self.len = self.len.saturating_sub(1);
+        self.skip += 1;
+        if self.skip >= front_count {
+            self.drop_front_block();
+        }
+        if self.len == 0 {
+            self.reset();
+        } else {
+            self.refresh_oldest();
         }
     }
 
@@ -175,60 +298,56 @@ impl Series {
     pub(crate) fn trim_before(&mut self, cutoff_ms: i64) -> usize {
         let mut dropped = 0;
         while self.len > 0 && self.oldest_ms < cutoff_ms {
-            self.pop_oldest();
-            dropped += 1;
+            let Some(front) = self.front() else {
+                self.reset();
+                break;
+            };
+            let remaining = (front.count - self.skip) as usize;
+            if front.last_ms < cutoff_ms {
+                dropped += remaining;
+                self.len = self.len.saturating_sub(remaining);
+                self.drop_front_block();
+                if self.len == 0 {
+                    self.reset();
+                } else {
+                    self.refresh_oldest();
+                }
+                continue;
+            }
+            // The cutoff falls inside the front block.
+            let first_kept = front
+                .samples()
+                .enumerate()
+                .skip(self.skip as usize)
+                .find(|(_, (time, _))| *time >= cutoff_ms);
+            let Some((index, (time, _))) = first_kept else {
+                self.reset();
+                break;
+            };
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            let removed = (index - self.skip) as usize;
+            dropped += removed;
+            self.len = self.len.saturating_sub(removed);
+            self.skip = index;
+            self.oldest_ms = time;
         }
         dropped
     }
 
-    /// Moves the entries into one allocation of exactly `capacity` slots,
-    /// dropping the oldest samples if they do not fit.
-    fn reallocate(&mut self, capacity: usize) {
-        let capacity = capacity.max(1);
-        while self.len > capacity {
-            self.pop_oldest();
-        }
-        let mut slots = Vec::with_capacity(capacity);
-        slots.extend((0..self.len).map(|i| self.entry(i)));
-        self.slots = slots;
-        self.head = 0;
-    }
-
-    /// Appends after the newest entry; the caller made room.
-    fn push_entry(&mut self, slot: Slot) {
-        debug_assert!(self.len < self.slots.capacity());
-        if self.len < self.slots.len() {
-            let index = self.physical(self.len);
-            self.slots[index] = slot;
-        } else {
-            // The in-use part fills the vector: unrotate it so the new entry
-            // lands after the newest (never reallocates: len < capacity).
-            self.slots.rotate_left(self.head);
-            self.head = 0;
-            self.slots.push(slot);
-        }
-        self.len += 1;
-    }
-
-    /// Hands back memory when the series samples much less often than its
-    /// buffer was sized for (e.g. its first two samples came close together).
-    /// Judged only once the series spans half the retention.
-    pub(crate) fn shrink_if_sparse(&mut self, retention_ms: i64, max_len: usize) {
-        let samples = self.len();
-        let span = self.newest_ms - self.oldest_ms;
-        if samples < 2 || self.len * 4 > self.capacity() || span < retention_ms / 2 {
-            return;
-        }
-        let interval = span / i64::try_from(samples - 1).unwrap_or(i64::MAX);
-        let target = slots_for(retention_ms, interval, max_len).max(self.len + 1);
-        if target < self.capacity() {
-            self.reallocate(target);
+    /// Returns memory of an emptied series and of the block list after
+    /// many blocks expired.
+    pub(crate) fn release_unused(&mut self) {
+        if self.len == 0 {
+            self.sealed = VecDeque::new();
+            self.open.bytes = Vec::new();
+        } else if self.sealed.capacity() > 2 * self.sealed.len() + 2 {
+            self.sealed.shrink_to_fit();
         }
     }
 
     /// Appends a sample no older than the newest one, first dropping samples
-    /// older than `time_ms - retention_ms`; a full buffer at `max_len` drops
-    /// its oldest sample.
+    /// older than `time_ms - retention_ms`; at `max_len` samples the oldest
+    /// is dropped.
     pub(crate) fn push(
         &mut self,
         time_ms: i64,
@@ -236,7 +355,6 @@ impl Series {
         retention_ms: i64,
         max_len: usize,
     ) -> Result<(), AppendError> {
-        // NaN marks gap entries, so only finite values are samples.
         if !value.is_finite() {
             return Err(AppendError::NotFinite);
         }
@@ -247,56 +365,23 @@ impl Series {
             });
         }
         self.trim_before(time_ms.saturating_sub(retention_ms));
-        let max_len = max_len.max(1);
-        let step = if self.len == 0 {
-            0
-        } else {
-            time_ms - self.newest_ms
-        };
-        if self.slots.capacity() == 0 {
-            self.reallocate(INITIAL_SLOTS.min(max_len));
+        while self.len > 0 && self.len >= max_len.max(1) {
+            self.pop_oldest();
         }
-        if !self.sized && step > 0 {
-            self.sized = true;
-            let target = slots_for(retention_ms, step, max_len);
-            if target != self.capacity() {
-                self.reallocate(target);
-            }
-        }
-
-        let mut gaps = gaps_for(step);
-        if self.capacity() - self.len < gaps + 1 {
-            // Everything left is inside the retention: grow while allowed,
-            // then drop the oldest.
-            if self.capacity() < max_len {
-                let grown = self.capacity() + self.capacity() / 4 + 2;
-                self.reallocate(grown.max(self.len + gaps + 1).min(max_len));
-            }
-            while self.len > 0 && self.capacity() - self.len < gaps + 1 {
-                self.pop_oldest();
-            }
-        }
-        let mut step = step;
         if self.len == 0 {
-            // Nothing before it: no step to bridge.
-            gaps = 0;
-            step = 0;
+            // Start a fresh block so no step spans the emptied time.
+            self.reset();
             self.oldest_ms = time_ms;
         }
-        for _ in 0..gaps {
-            self.push_entry(Slot::gap());
-            self.gaps += 1;
-            step -= MAX_STEP_MS;
+        if self.open.count >= BLOCK_SAMPLES {
+            self.sealed.push_back(self.open.sealed_copy());
+            self.open.clear();
         }
-        self.push_entry(Slot::sample(u16::try_from(step).unwrap_or(u16::MAX), value));
+        self.open.push(time_ms, value.to_bits());
+        self.len += 1;
         self.newest_ms = time_ms;
         Ok(())
     }
-}
-
-/// Gap entries needed before a sample `step_ms` after the previous entry.
-fn gaps_for(step_ms: i64) -> usize {
-    usize::try_from((step_ms - 1).max(0) / MAX_STEP_MS).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -311,55 +396,76 @@ mod tests {
             .collect()
     }
 
-    /// Pushes and checks the buffer never holds more entries than it reserved.
     fn push(series: &mut Series, t: i64, v: f32, retention: i64, max_len: usize) {
         series.push(t, v, retention, max_len).unwrap();
-        assert!(series.len <= series.capacity());
-        assert!(series.capacity() <= max_len.max(INITIAL_SLOTS));
+        assert!(series.len() <= max_len);
+        assert_eq!(series.window(i64::MIN, i64::MAX).len(), series.len());
     }
 
     #[test]
-    fn slots_cover_the_retention_with_head_room() {
-        // 30 min at 10 s: 181 needed, 201 with 10% head-room.
-        assert_eq!(slots_for(1_800_000, 10_000, 1801), 201);
-        // At 1 s the cap applies.
-        assert_eq!(slots_for(1_800_000, 1000, 1801), 1801);
-        assert_eq!(slots_for(1_800_000, 0, 1801), 1801);
-        assert_eq!(slots_for(0, 1000, 1801), 1);
-    }
-
-    #[test]
-    fn sized_once_at_full_capacity_then_overwrites_oldest() {
-        let mut series = Series::new(0);
-        let mut capacities = Vec::new();
-        for t in 0..4000 {
-            push(&mut series, t * 1000, t as f32, 1_800_000, 1801);
-            if capacities.last() != Some(&series.capacity()) {
-                capacities.push(series.capacity());
-            }
+    fn varints_and_zigzag_round_trip() {
+        for value in [0i64, 1, -1, 63, -64, 64, 1000, -1000, i64::MAX, i64::MIN] {
+            let mut bytes = Vec::new();
+            write_varint(&mut bytes, zigzag(value));
+            let mut pos = 0;
+            assert_eq!(read_varint(&bytes, &mut pos).map(unzigzag), Some(value));
+            assert_eq!(pos, bytes.len());
         }
-        // Two slots for the first sample, then one allocation for good.
-        assert_eq!(capacities, vec![2, 1801]);
-        assert_eq!(series.len(), 1801);
-        assert_eq!(series.reserved_bytes(), 1801 * BYTES_PER_SAMPLE);
-        let kept = times(&series);
-        assert_eq!(kept.first(), Some(&(2199 * 1000)));
-        assert_eq!(kept.last(), Some(&(3999 * 1000)));
-        assert_eq!(series.latest(), Some((3_999_000, 3999.0)));
+        // A small change of step fits one byte with the value bit.
+        let mut bytes = Vec::new();
+        write_varint(&mut bytes, zigzag(-20) << 1 | 1);
+        assert_eq!(bytes.len(), 1);
     }
 
     #[test]
-    fn slower_series_get_smaller_buffers() {
+    fn irregular_times_and_values_decode_exactly() {
         let mut series = Series::new(0);
-        for t in 0..500 {
-            push(&mut series, t * 10_000, 0.0, 1_800_000, 1801);
+        let mut expected = Vec::new();
+        let mut time = 1_700_000_000_000i64;
+        let steps = [0, 1, 999, 1003, 10_000, 0, 3_600_000, 7, 65_536, 1000];
+        for i in 0..1000usize {
+            time += steps[i % steps.len()];
+            let value = if i % 3 == 0 { 42.5 } else { i as f32 * 0.37 };
+            push(&mut series, time, value, i64::MAX / 4, 10_000);
+            expected.push((time, f64::from(value)));
         }
-        assert_eq!(series.capacity(), 201);
-        assert_eq!(series.len(), 181);
+        assert_eq!(series.window(i64::MIN, i64::MAX), expected);
+        assert_eq!(series.latest(), expected.last().copied());
+        assert_eq!(series.sealed.len(), 1000 / BLOCK_SAMPLES as usize);
     }
 
     #[test]
-    fn full_buffer_overwrites_oldest_at_max_len() {
+    fn steady_series_cost_about_a_byte_a_sample_changing_ones_at_most_six() {
+        let (retention, max_len) = (1_800_000, 1801);
+        let mut steady = Series::new(0);
+        let mut changing = Series::new(0);
+        for s in 0..4000i64 {
+            // Collection jitter of a few milliseconds.
+            let t = s * 1000 + (s * 7919) % 23;
+            push(&mut steady, t, 0.0, retention, max_len);
+            push(&mut changing, t, (s as f32).sin() * 3.0, retention, max_len);
+        }
+        assert_eq!(steady.len(), 1801);
+        assert_eq!(changing.len(), 1801);
+        let steady_per_sample = steady.reserved_bytes() as f64 / 1801.0;
+        let changing_per_sample = changing.reserved_bytes() as f64 / 1801.0;
+        assert!(steady_per_sample < 2.0, "{steady_per_sample}");
+        // 5 bytes of tag and value plus block headers and the open buffer.
+        assert!(
+            changing_per_sample < BYTES_PER_SAMPLE as f64 + 0.5,
+            "{changing_per_sample}"
+        );
+        // Sealed blocks are exact-size copies: nothing reserved beyond use.
+        assert!(
+            steady
+                .sealed
+                .iter()
+                .all(|b| b.bytes.capacity() == b.bytes.len())
+        );
+    }
+
+    #[test]
+    fn full_series_drops_oldest_at_max_len() {
         let mut series = Series::new(0);
         for t in 0..10 {
             push(&mut series, t * 1000, t as f32, 1_000_000, 6);
@@ -367,20 +473,26 @@ mod tests {
         assert_eq!(series.len(), 6);
         assert_eq!(times(&series), vec![4000, 5000, 6000, 7000, 8000, 9000]);
         assert_eq!(series.window(4000, 4000), vec![(4000, 4.0)]);
-        assert_eq!(series.reserved_bytes(), 6 * BYTES_PER_SAMPLE);
+        // Across block boundaries too.
+        let mut long = Series::new(0);
+        for t in 0..1000 {
+            push(&mut long, t, t as f32, 1_000_000, 300);
+        }
+        assert_eq!(times(&long), (700..1000).collect::<Vec<i64>>());
+        assert_eq!(long.oldest_ms, 700);
     }
 
     #[test]
-    fn retention_drops_old_samples_and_keeps_order_through_wrap() {
+    fn retention_drops_old_samples_and_keeps_order() {
         let mut series = Series::new(0);
-        // Capacity 5, retention 3 s: the ring wraps several times.
         for t in 0..23 {
             push(&mut series, t * 1000, t as f32, 3000, 5);
         }
         assert_eq!(times(&series), vec![19000, 20000, 21000, 22000]);
-        // A gap longer than the retention empties the buffer before the new sample.
+        // A gap longer than the retention empties the series before the new sample.
         push(&mut series, 60_000, 1.0, 3000, 5);
         assert_eq!(times(&series), vec![60000]);
+        assert_eq!(series.sealed.len(), 0);
     }
 
     #[test]
@@ -409,100 +521,36 @@ mod tests {
         for t in 0..8 {
             push(&mut series, t * 10, t as f32, 1000, 5);
         }
-        // Retained: 30 40 50 60 70 (wrapped).
+        assert_eq!(times(&series), vec![30, 40, 50, 60, 70]);
         assert_eq!(series.window(40, 60), vec![(40, 4.0), (50, 5.0), (60, 6.0)]);
         assert!(series.window(0, 29).is_empty());
         assert!(series.window(71, 100).is_empty());
         assert!(series.window(60, 40).is_empty());
-        assert_eq!(times(&series), vec![30, 40, 50, 60, 70]);
     }
 
     #[test]
-    fn long_steps_are_bridged_by_gap_entries() {
-        let retention = 3_600_000; // one hour
+    fn trim_inside_and_across_blocks() {
         let mut series = Series::new(0);
-        push(&mut series, 0, 1.0, retention, 100);
-        push(&mut series, 1000, 2.0, retention, 100);
-        // 65.535 s fits one step; one more millisecond needs a gap entry.
-        push(&mut series, 1000 + 65_535, 3.0, retention, 100);
-        push(&mut series, 1000 + 2 * 65_535 + 1, 4.0, retention, 100);
-        // 20 minutes: 18 gap entries.
-        let late = 1000 + 2 * 65_535 + 1 + 1_200_000;
-        push(&mut series, late, 5.0, retention, 100);
-        assert_eq!(series.len(), 5);
-        assert_eq!(series.gaps, 1 + 18);
-        assert_eq!(
-            series.window(i64::MIN, i64::MAX),
-            vec![
-                (0, 1.0),
-                (1000, 2.0),
-                (66_535, 3.0),
-                (132_071, 4.0),
-                (late, 5.0)
-            ]
-        );
-        assert_eq!(series.latest(), Some((late, 5.0)));
-        // Trimming past the first samples leaves no gap entry at the front.
-        assert_eq!(series.trim_before(100_000), 3);
-        assert_eq!(times(&series), vec![132_071, late]);
-        assert_eq!(series.gaps, 18);
-    }
-
-    #[test]
-    fn gap_entries_never_outgrow_a_small_buffer() {
-        let mut series = Series::new(0);
-        for t in 0..5 {
-            push(&mut series, t * 100_000, t as f32, 1_000_000, 4);
+        for t in 0..1000 {
+            push(&mut series, t * 10, 1.0, i64::MAX / 4, 100_000);
         }
-        // Each step needs a gap entry, so the 4 slots hold two samples.
-        assert_eq!(times(&series), vec![300_000, 400_000]);
-        assert_eq!(series.capacity(), 4);
-    }
-
-    #[test]
-    fn faster_samples_grow_the_buffer_up_to_max_len() {
-        let mut series = Series::new(0);
-        // Sized for 10 s steps: 201 slots for 30 min.
-        push(&mut series, 0, 0.0, 1_800_000, 1801);
-        push(&mut series, 10_000, 0.0, 1_800_000, 1801);
-        assert_eq!(series.capacity(), 201);
-        for t in 11..3000 {
-            push(&mut series, t * 1000, 0.0, 1_800_000, 1801);
-        }
-        // Every retained sample kept: 30 min at 1 s.
-        assert_eq!(series.len(), 1801);
-        assert_eq!(series.capacity(), 1801);
-    }
-
-    #[test]
-    fn trim_and_shrink_release_memory() {
-        let retention = 1_800_000;
-        let mut series = Series::new(0);
-        // Two close samples size the buffer for 1 s steps...
-        push(&mut series, 0, 0.0, retention, 1801);
-        push(&mut series, 1000, 0.0, retention, 1801);
-        assert_eq!(series.capacity(), 1801);
-        // ...but the series really samples every 30 s.
-        for t in 1..=40 {
-            push(&mut series, 1000 + t * 30_000, 0.0, retention, 1801);
-        }
-        // Spans 20 min > half the retention, 42 of 1801 slots used.
-        series.shrink_if_sparse(retention, 1801);
-        // 1201 s over 41 steps is 29.3 s: ceil(1800 / 29.3 / 0.9) + 1 slots.
-        assert_eq!(series.capacity(), 70);
-        assert_eq!(series.len(), 42);
-        assert_eq!(times(&series)[..3], [0, 1000, 31_000]);
-        // A young sparse series is left alone.
-        let mut young = Series::new(0);
-        push(&mut young, 0, 0.0, retention, 1801);
-        push(&mut young, 1000, 0.0, retention, 1801);
-        young.shrink_if_sparse(retention, 1801);
-        assert_eq!(young.capacity(), 1801);
-        // Appends continue after a trim to empty.
-        assert_eq!(series.trim_before(i64::MAX), 42);
-        assert_eq!(series.len(), 0);
-        push(&mut series, 2_000_000, 7.0, retention, 1801);
-        assert_eq!(times(&series), vec![2_000_000]);
-        assert_eq!(series.newest_ms(), 2_000_000);
+        // Inside the first block.
+        assert_eq!(series.trim_before(50), 5);
+        assert_eq!(series.oldest_ms, 50);
+        // Across several whole blocks into the middle of one.
+        assert_eq!(series.trim_before(5005), 496);
+        assert_eq!(series.len(), 499);
+        assert_eq!(times(&series).first(), Some(&5010));
+        assert_eq!(series.sealed.len(), 7 - 3);
+        assert_eq!(series.window(9980, 20_000), vec![(9980, 1.0), (9990, 1.0)]);
+        // Everything.
+        assert_eq!(series.trim_before(i64::MAX), 499);
+        assert_eq!(series.latest(), None);
+        series.release_unused();
+        assert_eq!(series.reserved_bytes(), 0);
+        // Appends continue after an emptied series.
+        push(&mut series, 20_000, 7.0, 1000, 10);
+        assert_eq!(series.latest(), Some((20_000, 7.0)));
+        assert_eq!(series.newest_ms(), 20_000);
     }
 }
