@@ -2,12 +2,15 @@
 //! the CRI (v1) socket and calls hook servers around lifecycle calls; see
 //! `docs/proxy.md`.
 
+pub mod codec;
 pub mod config;
 pub mod dispatcher;
 pub mod merge;
 pub mod metrics;
 pub mod proxy;
 pub mod store;
+pub mod unknown_fields;
+pub mod wire;
 
 /// CRI v1 (`runtime.v1`) messages and client, generated from `proto/cri/api.proto`.
 pub mod cri {
@@ -248,6 +251,9 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
         return Err(RuntimeProxyError::DockerUnsupported.into());
     }
     let context = ComponentContext::new(COMPONENT);
+    if let Err(error) = unknown_fields::Schema::cri() {
+        tracing::warn!(%error, "request fields unknown to the CRI API will be dropped when hooks merge answers");
+    }
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
     let ready = context
         .health

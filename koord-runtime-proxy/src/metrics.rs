@@ -1,5 +1,7 @@
 //! Proxy metrics (prefix `koord_runtime_proxy_`; upstream's proxy has none).
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use koord_common::metrics::MetricsRegistry;
@@ -15,6 +17,10 @@ pub struct ProxyMetrics {
     errors: Family<Labels, Counter>,
     hook_calls: Family<Labels, Counter>,
     hook_latency: Family<Labels, Histogram>,
+    unknown_forwarded: Family<Labels, Counter>,
+    unknown_dropped: Family<Labels, Counter>,
+    /// Methods whose dropped unknown fields were already logged.
+    drop_logged: Arc<Mutex<BTreeSet<String>>>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -31,6 +37,9 @@ impl Default for ProxyMetrics {
             errors: Family::default(),
             hook_calls: Family::default(),
             hook_latency: Family::new_with_constructor(latency_histogram),
+            unknown_forwarded: Family::default(),
+            unknown_dropped: Family::default(),
+            drop_logged: Arc::default(),
         }
     }
 }
@@ -58,6 +67,16 @@ impl ProxyMetrics {
                 "hook_duration_seconds",
                 "Hook-server call latency, by stage",
                 metrics.hook_latency.clone(),
+            );
+            r.register(
+                "unknown_fields_forwarded",
+                "Request fields unknown to the proxy's CRI API that were passed on after a merge, by method",
+                metrics.unknown_forwarded.clone(),
+            );
+            r.register(
+                "unknown_fields_dropped",
+                "Request fields unknown to the proxy's CRI API that a merge had to drop, by method",
+                metrics.unknown_dropped.clone(),
             );
         });
         metrics
@@ -88,5 +107,38 @@ impl ProxyMetrics {
         self.hook_latency
             .get_or_create(&vec![("stage".into(), stage.into())])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts unknown fields passed on and dropped; true the first time
+    /// `method` drops any, so the caller logs once per method.
+    pub fn unknown_fields(&self, method: &str, forwarded: usize, dropped: usize) -> bool {
+        let labels = vec![("method".into(), method.into())];
+        if forwarded > 0 {
+            self.unknown_forwarded
+                .get_or_create(&labels)
+                .inc_by(forwarded as u64);
+        }
+        if dropped == 0 {
+            return false;
+        }
+        self.unknown_dropped
+            .get_or_create(&labels)
+            .inc_by(dropped as u64);
+        match self.drop_logged.lock() {
+            Ok(mut logged) => logged.insert(method.to_string()),
+            Err(_) => false,
+        }
+    }
+
+    pub fn unknown_fields_forwarded_count(&self, method: &str) -> u64 {
+        self.unknown_forwarded
+            .get_or_create(&vec![("method".into(), method.into())])
+            .get()
+    }
+
+    pub fn unknown_fields_dropped_count(&self, method: &str) -> u64 {
+        self.unknown_dropped
+            .get_or_create(&vec![("method".into(), method.into())])
+            .get()
     }
 }

@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use prost::bytes::Bytes;
 use tokio::net::UnixListener;
 use tonic::codegen::http;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use crate::codec::{ForwardingCodec, Received, ReceivingCodec};
 use crate::config::{CriMethod, FailurePolicy, HookPhase, HookType};
 use crate::cri::v1 as cri;
 use crate::cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -22,6 +24,7 @@ use crate::dispatcher::{Dispatched, Dispatcher};
 use crate::merge;
 use crate::metrics::ProxyMetrics;
 use crate::store::{self, ContainerEntry, MetaStore, RuntimeSnapshot};
+use crate::unknown_fields::Schema;
 
 type Response = http::Response<tonic::body::Body>;
 
@@ -30,12 +33,6 @@ type Response = http::Response<tonic::body::Body>;
 pub struct Backend {
     pub runtime: Channel,
     pub image: Channel,
-}
-
-impl Backend {
-    fn client(&self) -> RuntimeServiceClient<Channel> {
-        RuntimeServiceClient::new(self.runtime.clone())
-    }
 }
 
 /// Pods carrying this label skip the hook servers.
@@ -77,11 +74,11 @@ async fn unary<Req, Resp, F, Fut>(request: http::Request<Incoming>, handler: F) 
 where
     Req: prost::Message + Default + Send + 'static,
     Resp: prost::Message + Send + 'static,
-    F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'static,
+    F: FnOnce(tonic::Request<Received<Req>>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'static,
 {
     let mut handler = Some(handler);
-    let service = tower::service_fn(move |request: tonic::Request<Req>| {
+    let service = tower::service_fn(move |request: tonic::Request<Received<Req>>| {
         let handler = handler.take();
         async move {
             match handler {
@@ -90,18 +87,51 @@ where
             }
         }
     });
-    tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+    tonic::server::Grpc::new(ReceivingCodec::<Req, Resp>::default())
         .unary(service, request)
         .await
 }
 
-fn forwarded<T>(request: tonic::Request<T>) -> (tonic::metadata::MetadataMap, T) {
-    let (metadata, _, message) = request.into_parts();
-    (metadata, message)
+fn forwarded<T>(request: tonic::Request<Received<T>>) -> (tonic::metadata::MetadataMap, T, Bytes) {
+    let (metadata, _, received) = request.into_parts();
+    (metadata, received.message, received.raw)
 }
 
-fn outgoing<T>(metadata: tonic::metadata::MetadataMap, message: T) -> tonic::Request<T> {
-    tonic::Request::from_parts(metadata, Default::default(), message)
+/// The request body for the runtime: the kubelet's bytes when nothing was
+/// merged; otherwise the merged message followed by the original's fields
+/// that our CRI API does not know (see `unknown_fields`).
+pub fn request_body<M: prost::Message>(
+    metrics: &ProxyMetrics,
+    method: CriMethod,
+    original: Bytes,
+    merged: Option<&M>,
+) -> Bytes {
+    let Some(message) = merged else {
+        return original;
+    };
+    let mut body = message.encode_to_vec();
+    // The schema is embedded at build time; `run` reports if it cannot be read.
+    let Ok(schema) = Schema::cri() else {
+        return body.into();
+    };
+    let message_name = format!(".runtime.v1.{}Request", method.name());
+    match schema.reattach(&message_name, &original, &body) {
+        Ok(reattached) => {
+            if metrics.unknown_fields(method.name(), reattached.kept, reattached.dropped) {
+                tracing::warn!(
+                    method = method.name(),
+                    dropped = reattached.dropped,
+                    "the kubelet sent fields this proxy's CRI API does not know inside list or map \
+                     elements (or in a part the merge removed); they were dropped from the merged \
+                     request (logged once per method)"
+                );
+            }
+            body.extend_from_slice(&reattached.trailer);
+        }
+        // prost accepted these bytes, so this is not expected; send what was merged.
+        Err(error) => tracing::debug!(%error, method = method.name(), "unknown fields not kept"),
+    }
+    body.into()
 }
 
 impl Proxy {
@@ -171,6 +201,34 @@ impl Proxy {
         }
     }
 
+    /// Sends an encoded request to the runtime's RuntimeService.
+    async fn call_runtime<Resp>(
+        &self,
+        method: CriMethod,
+        metadata: tonic::metadata::MetadataMap,
+        body: Bytes,
+    ) -> Result<tonic::Response<Resp>, Status>
+    where
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut grpc = tonic::client::Grpc::new(self.backend.runtime.clone());
+        grpc.ready().await.map_err(|error| {
+            Status::unavailable(format!("backend runtime unreachable: {error}"))
+        })?;
+        let path = http::uri::PathAndQuery::try_from(format!(
+            "/runtime.v1.RuntimeService/{}",
+            method.name()
+        ))
+        .map_err(|error| Status::internal(format!("bad method path: {error}")))?;
+        let mut request = tonic::Request::from_parts(metadata, Default::default(), body);
+        request.extensions_mut().insert(tonic::GrpcMethod::new(
+            "runtime.v1.RuntimeService",
+            method.name(),
+        ));
+        grpc.unary(request, path, ForwardingCodec::<Resp>::default())
+            .await
+    }
+
     async fn intercept(
         self: Arc<Self>,
         method: CriMethod,
@@ -237,22 +295,23 @@ impl Proxy {
 
     async fn run_pod_sandbox(
         &self,
-        request: tonic::Request<cri::RunPodSandboxRequest>,
+        request: tonic::Request<Received<cri::RunPodSandboxRequest>>,
     ) -> Result<tonic::Response<cri::RunPodSandboxResponse>, Status> {
-        let (metadata, mut message) = forwarded(request);
+        let (metadata, mut message, raw) = forwarded(request);
         let mut context = merge::pod_hook_request(&message);
+        let mut merged = false;
         if !self.skip.matches(&context.labels) {
             let stage = HookType::PreRunPodSandbox;
             let dispatched = self.dispatcher.pod_hook(stage, context.clone()).await;
             if let Some(answer) = pre_hook_outcome(dispatched)? {
                 merge::merge_pod_answer(&mut message, &mut context, &answer);
+                merged = true;
             }
         }
-        let response = self
-            .backend
-            .client()
-            .run_pod_sandbox(outgoing(metadata, message))
-            .await?;
+        let method = CriMethod::RunPodSandbox;
+        let body = request_body(&self.metrics, method, raw, merged.then_some(&message));
+        let response: tonic::Response<cri::RunPodSandboxResponse> =
+            self.call_runtime(method, metadata, body).await?;
         self.store
             .put_pod(&response.get_ref().pod_sandbox_id, context);
         Ok(response)
@@ -260,14 +319,12 @@ impl Proxy {
 
     async fn stop_pod_sandbox(
         &self,
-        request: tonic::Request<cri::StopPodSandboxRequest>,
+        request: tonic::Request<Received<cri::StopPodSandboxRequest>>,
     ) -> Result<tonic::Response<cri::StopPodSandboxResponse>, Status> {
-        let (metadata, message) = forwarded(request);
+        let (metadata, message, raw) = forwarded(request);
         let pod = self.store.pod(&message.pod_sandbox_id);
         let result = self
-            .backend
-            .client()
-            .stop_pod_sandbox(outgoing(metadata, message))
+            .call_runtime(CriMethod::StopPodSandbox, metadata, raw)
             .await;
         if let Some(pod) = pod.filter(|pod| !self.skip.matches(&pod.labels)) {
             let stage = CriMethod::StopPodSandbox.hook(HookPhase::Post);
@@ -280,14 +337,12 @@ impl Proxy {
 
     async fn remove_pod_sandbox(
         &self,
-        request: tonic::Request<cri::RemovePodSandboxRequest>,
+        request: tonic::Request<Received<cri::RemovePodSandboxRequest>>,
     ) -> Result<tonic::Response<cri::RemovePodSandboxResponse>, Status> {
-        let (metadata, message) = forwarded(request);
-        let id = message.pod_sandbox_id.clone();
+        let (metadata, message, raw) = forwarded(request);
+        let id = message.pod_sandbox_id;
         let response = self
-            .backend
-            .client()
-            .remove_pod_sandbox(outgoing(metadata, message))
+            .call_runtime(CriMethod::RemovePodSandbox, metadata, raw)
             .await?;
         self.store.remove_pod(&id);
         Ok(response)
@@ -295,12 +350,13 @@ impl Proxy {
 
     async fn create_container(
         &self,
-        request: tonic::Request<cri::CreateContainerRequest>,
+        request: tonic::Request<Received<cri::CreateContainerRequest>>,
     ) -> Result<tonic::Response<cri::CreateContainerResponse>, Status> {
-        let (metadata, mut message) = forwarded(request);
+        let (metadata, mut message, raw) = forwarded(request);
         let pod_id = message.pod_sandbox_id.clone();
         let pod = self.store.pod(&pod_id);
         let mut context = merge::container_hook_request(&message, pod.as_ref());
+        let mut merged = false;
         if !self.skip.matches(&context.pod_labels) {
             let dispatched = self
                 .dispatcher
@@ -308,13 +364,13 @@ impl Proxy {
                 .await;
             if let Some(answer) = pre_hook_outcome(dispatched)? {
                 merge::merge_create_answer(&mut message, &mut context, &answer);
+                merged = true;
             }
         }
-        let response = self
-            .backend
-            .client()
-            .create_container(outgoing(metadata, message))
-            .await?;
+        let method = CriMethod::CreateContainer;
+        let body = request_body(&self.metrics, method, raw, merged.then_some(&message));
+        let response: tonic::Response<cri::CreateContainerResponse> =
+            self.call_runtime(method, metadata, body).await?;
         let id = response.get_ref().container_id.clone();
         if let Some(meta) = context.container_meta.as_mut() {
             meta.id = id.clone();
@@ -338,9 +394,9 @@ impl Proxy {
 
     async fn start_container(
         &self,
-        request: tonic::Request<cri::StartContainerRequest>,
+        request: tonic::Request<Received<cri::StartContainerRequest>>,
     ) -> Result<tonic::Response<cri::StartContainerResponse>, Status> {
-        let (metadata, message) = forwarded(request);
+        let (metadata, message, raw) = forwarded(request);
         let entry = self.hooked_container(&message.container_id);
         if let Some(entry) = &entry {
             let dispatched = self
@@ -350,9 +406,7 @@ impl Proxy {
             pre_hook_outcome(dispatched)?;
         }
         let result = self
-            .backend
-            .client()
-            .start_container(outgoing(metadata, message))
+            .call_runtime(CriMethod::StartContainer, metadata, raw)
             .await;
         if let Some(entry) = entry {
             let _ = self
@@ -365,14 +419,12 @@ impl Proxy {
 
     async fn stop_container(
         &self,
-        request: tonic::Request<cri::StopContainerRequest>,
+        request: tonic::Request<Received<cri::StopContainerRequest>>,
     ) -> Result<tonic::Response<cri::StopContainerResponse>, Status> {
-        let (metadata, message) = forwarded(request);
+        let (metadata, message, raw) = forwarded(request);
         let entry = self.hooked_container(&message.container_id);
         let result = self
-            .backend
-            .client()
-            .stop_container(outgoing(metadata, message))
+            .call_runtime(CriMethod::StopContainer, metadata, raw)
             .await;
         if let Some(entry) = entry {
             let _ = self
@@ -385,14 +437,12 @@ impl Proxy {
 
     async fn remove_container(
         &self,
-        request: tonic::Request<cri::RemoveContainerRequest>,
+        request: tonic::Request<Received<cri::RemoveContainerRequest>>,
     ) -> Result<tonic::Response<cri::RemoveContainerResponse>, Status> {
-        let (metadata, message) = forwarded(request);
-        let id = message.container_id.clone();
+        let (metadata, message, raw) = forwarded(request);
+        let id = message.container_id;
         let response = self
-            .backend
-            .client()
-            .remove_container(outgoing(metadata, message))
+            .call_runtime(CriMethod::RemoveContainer, metadata, raw)
             .await?;
         self.store.remove_container(&id);
         Ok(response)
@@ -400,11 +450,12 @@ impl Proxy {
 
     async fn update_container_resources(
         &self,
-        request: tonic::Request<cri::UpdateContainerResourcesRequest>,
+        request: tonic::Request<Received<cri::UpdateContainerResourcesRequest>>,
     ) -> Result<tonic::Response<cri::UpdateContainerResourcesResponse>, Status> {
-        let (metadata, mut message) = forwarded(request);
+        let (metadata, mut message, raw) = forwarded(request);
         let entry = self.hooked_container(&message.container_id);
         let mut updated = None;
+        let mut merged = false;
         if let Some(mut entry) = entry {
             merge::update_context_from_request(&mut entry.request, &message);
             let dispatched = self
@@ -413,15 +464,15 @@ impl Proxy {
                 .await;
             if let Some(answer) = pre_hook_outcome(dispatched)? {
                 merge::merge_update_answer(&mut message, &mut entry.request, &answer);
+                merged = true;
             }
             updated = Some(entry);
         }
-        let id = message.container_id.clone();
-        let response = self
-            .backend
-            .client()
-            .update_container_resources(outgoing(metadata, message))
-            .await?;
+        let method = CriMethod::UpdateContainerResources;
+        let body = request_body(&self.metrics, method, raw, merged.then_some(&message));
+        let response: tonic::Response<cri::UpdateContainerResourcesResponse> =
+            self.call_runtime(method, metadata, body).await?;
+        let id = message.container_id;
         if let Some(entry) = updated {
             self.store.put_container(&id, entry);
         }
