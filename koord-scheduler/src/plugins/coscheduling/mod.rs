@@ -603,6 +603,10 @@ impl Plugin for Coscheduling {
                             batch.remove(&new.key);
                         }
                         runtime.admitted.retain(|_, batch| !batch.is_empty());
+                        // A member that just bound ends the gang's wait.
+                        if old.as_ref().is_none_or(|old| old.node.is_none()) {
+                            runtime.waiting_since.remove(&gang);
+                        }
                         if !new.is_assumed() {
                             self.ever_bound.insert(gang);
                         }

@@ -873,3 +873,39 @@ fn packing_resumes_per_request_without_skipping_room() {
     assert_eq!(first_fit(&refs[..1], &refs[1..2], &s.cache), [true]);
     assert_eq!(first_fit(&refs[..4], &refs[5..], &s.cache), [false]);
 }
+
+#[test]
+fn a_member_binding_ends_the_wait() {
+    let waiting = |name: &str, node: Option<&str>| {
+        testutil::pod(PodSpec {
+            name,
+            node,
+            requests: &[("cpu", "2")],
+            annotations: &[
+                (NAME_KEY, "job"),
+                (MIN_KEY, "2"),
+                ("gang.scheduling.koordinator.sh/waiting-time", "30s"),
+                (
+                    "gang.scheduling.koordinator.sh/match-policy",
+                    "waiting-and-running",
+                ),
+            ],
+            ..Default::default()
+        })
+    };
+    let mut s = cluster(1);
+    testutil::load(&mut s, vec![waiting("a", None), waiting("b", None)]);
+    // One of two fits: the clock starts at t0.
+    assert!(!rejection(&s, "default/a", t0()).unwrap().1);
+    // a binds (the gang made progress), later it is gone again while b
+    // still waits.
+    let bound = waiting("a", Some("n0"));
+    testutil::load(&mut s, vec![bound.clone()]);
+    s.apply(Change::Delete(bound));
+    // With a new member an hour later the gang starts a fresh wait instead
+    // of being timed out by the old clock.
+    testutil::load(&mut s, vec![waiting("c", None)]);
+    let (reason, unresolvable) = rejection(&s, "default/c", t0() + secs(3600)).unwrap();
+    assert!(!unresolvable, "{reason}");
+    assert!(reason.contains("only 1 of 2"), "{reason}");
+}
