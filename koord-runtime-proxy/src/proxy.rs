@@ -128,7 +128,8 @@ pub fn request_body<M: prost::Message>(
             }
             body.extend_from_slice(&reattached.trailer);
         }
-        // prost accepted these bytes, so this is not expected; send what was merged.
+        // E.g. a group-encoded unknown field (prost skips it, the walk refuses
+        // it): send the merged message alone, as before unknown fields were kept.
         Err(error) => tracing::debug!(%error, method = method.name(), "unknown fields not kept"),
     }
     body.into()

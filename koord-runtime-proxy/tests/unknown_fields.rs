@@ -387,6 +387,29 @@ fn update_resources_drops_list_and_map_element_unknowns_only() {
     );
 }
 
+#[test]
+fn an_unwalkable_original_forwards_the_merged_message_alone() {
+    // A group-encoded unknown field: prost skips it, the walk refuses it.
+    let mut raw = len_field(1, b"container-1");
+    put_varint(&mut raw, (u64::from(TOP_UNKNOWN) << 3) | 3); // start group
+    raw.extend(varint_field(1, 5));
+    put_varint(&mut raw, (u64::from(TOP_UNKNOWN) << 3) | 4); // end group
+    let mut request = cri::UpdateContainerResourcesRequest::decode(raw.as_slice()).unwrap();
+    assert_eq!(request.container_id, "container-1");
+    request.linux = Some(cri::LinuxContainerResources {
+        cpu_shares: 64,
+        ..Default::default()
+    });
+    let metrics = ProxyMetrics::default();
+    let body = request_body(
+        &metrics,
+        CriMethod::UpdateContainerResources,
+        Bytes::from(raw),
+        Some(&request),
+    );
+    assert_eq!(body.as_ref(), request.encode_to_vec().as_slice());
+}
+
 // ---- end to end: kubelet-side client -> proxy -> fake runtime, with a hook server ----
 
 /// A hook server that answers PreCreateContainer with `create_answer()`.
