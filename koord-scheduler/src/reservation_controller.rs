@@ -18,7 +18,7 @@ use crate::config::{ConfigError, SchedulerConfiguration, parse_args};
 use crate::framework::{Scheduler, SharedScheduler};
 use crate::plugins::reservation::lifecycle::{self, Decision};
 use crate::plugins::reservation::{
-    NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending, place_reservation,
+    KEPT_ANNOTATIONS, NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending, place_reservation,
     unschedulable_message,
 };
 
@@ -55,12 +55,14 @@ const CLEARABLE_STATUS_KEYS: [&str; 2] = ["currentOwners", "allocated"];
 /// One API write the controller decided on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
-    /// Merge-patch `status` onto the reservation's status subresource.
-    /// `previous` is the cached object before the change, restored if the
-    /// write fails.
+    /// Merge-patch `status` onto the reservation's status subresource,
+    /// after merge-patching `annotations` (the devices and cpuset a placement
+    /// holds; empty: none) onto its metadata. `previous` is the cached object
+    /// before the change, restored if a write fails.
     Status {
         name: String,
         status: ReservationStatus,
+        annotations: BTreeMap<String, String>,
         previous: Box<Reservation>,
     },
     Delete {
@@ -155,6 +157,7 @@ pub fn plan(
         if reservation.node_name().is_none() && !settings.responsible_for(&reservation) {
             continue;
         }
+        let mut annotations = BTreeMap::new();
         let status = if is_pending(&reservation, now) {
             if recently_placed.contains_key(&placement_key(&reservation)) {
                 continue;
@@ -162,11 +165,16 @@ pub fn plan(
             let placement = place_reservation(scheduler, &reservation, now);
             if placement.node.is_some() {
                 // place_reservation left the Available reservation in the cache.
-                scheduler
-                    .cache
-                    .reservations
-                    .get(&name)
-                    .and_then(|r| r.status.clone())
+                let placed = scheduler.cache.reservations.get(&name);
+                for key in KEPT_ANNOTATIONS {
+                    let kept = placed
+                        .and_then(|r| r.metadata.annotations.as_ref())
+                        .and_then(|a| a.get(key));
+                    if let Some(value) = kept {
+                        annotations.insert(key.to_string(), value.clone());
+                    }
+                }
+                placed.and_then(|r| r.status.clone())
             } else {
                 let message = unschedulable_message(&placement, scheduler.cache.node_count());
                 lifecycle::unschedulable_status(&reservation, &message, now)
@@ -193,10 +201,18 @@ pub fn plan(
         let Some(status) = status else { continue };
         let mut updated = reservation.clone();
         updated.status = Some(status.clone());
+        if !annotations.is_empty() {
+            updated
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(annotations.clone());
+        }
         scheduler.apply(Change::Upsert(Object::Reservation(updated)));
         writes.push(Write::Status {
             name,
             status,
+            annotations,
             previous: Box::new(reservation),
         });
     }
@@ -263,13 +279,29 @@ impl ReservationController {
                 Write::Status {
                     name,
                     status,
+                    annotations,
                     previous,
                 } => {
-                    let patch = status_patch(&status);
-                    let result = self
-                        .api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await;
+                    // The status subresource ignores metadata: the held
+                    // devices and cpuset go first, through the object itself.
+                    let metadata_result = if annotations.is_empty() {
+                        Ok(())
+                    } else {
+                        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+                        self.api
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                            .map(|_| ())
+                    };
+                    let result = match metadata_result {
+                        Ok(()) => {
+                            let patch = status_patch(&status);
+                            self.api
+                                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                                .await
+                        }
+                        Err(error) => Err(error),
+                    };
                     match result {
                         Ok(_) => {
                             tracing::info!(reservation = %name, phase = ?status.phase, node = ?status.node_name, "reservation status written");

@@ -3,6 +3,8 @@
 //! (URL and body) for a placed reservation, an expired one and an
 //! allocate-once one whose owner bound; the DELETE of an ended one past the
 //! GC duration; a failed write undone in the cache and retried.
+//! A placed reservation's reserved GPU is written to its annotations before
+//! its status.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -372,4 +374,85 @@ async fn an_unschedulable_reservation_gets_a_condition_once() {
     // Same outcome on the next pass: nothing new to write.
     assert!(controller.sync(now(), false).await.is_empty());
     assert_eq!(calls(&api).len(), calls_after_first.len());
+}
+
+#[tokio::test]
+async fn a_placed_reservation_gets_its_reserved_gpu_annotation_before_its_status() {
+    let api = FakeApiServer::start().unwrap();
+    let mut pending = reservation(
+        "r-gpu",
+        "2026-01-01T11:30:00Z",
+        "koord-scheduler",
+        json!({}),
+    );
+    pending["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "2", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}});
+    let scheduler = scheduler(vec![pending.clone()]);
+    let device = json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+        "metadata": {"name": "n1"},
+        "spec": {"devices": [{"type": "gpu", "minor": 0, "health": true, "resources": {
+            "koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+            "koordinator.sh/gpu-memory-ratio": "100"}}]}
+    });
+    scheduler
+        .write()
+        .unwrap()
+        .apply(Change::Upsert(Object::Device(
+            serde_json::from_value(device).unwrap(),
+        )));
+    api.respond("PATCH", &format!("{BASE}/r-gpu"), 200, &pending.to_string());
+    api.respond(
+        "PATCH",
+        &format!("{BASE}/r-gpu/status"),
+        200,
+        &pending.to_string(),
+    );
+
+    let failures = controller(&api, &scheduler).sync(now(), false).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let calls = calls(&api);
+    let paths: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|r| (r.method.as_str(), r.path()))
+        .collect();
+    let metadata_path = format!("{BASE}/r-gpu");
+    let status_path = format!("{BASE}/r-gpu/status");
+    assert_eq!(
+        paths,
+        vec![
+            ("PATCH", metadata_path.as_str()),
+            ("PATCH", status_path.as_str())
+        ]
+    );
+    let metadata = call(&calls, "PATCH", &metadata_path);
+    assert_eq!(
+        metadata.header("content-type"),
+        Some("application/merge-patch+json")
+    );
+    let sent = body(metadata);
+    let allocated: Value = serde_json::from_str(
+        sent["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocated"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(allocated["gpu"][0]["minor"], 0);
+    assert_eq!(
+        allocated["gpu"][0]["resources"]["koordinator.sh/gpu-core"],
+        "100"
+    );
+    assert_eq!(sent.as_object().unwrap().len(), 1, "{sent}");
+    // The cache keeps the annotation too, so the GPU stays held.
+    let guard = scheduler.read().unwrap();
+    let cached = &guard.cache.reservations["r-gpu"];
+    assert!(cached.is_available());
+    assert!(
+        cached
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key("scheduling.koordinator.sh/device-allocated")
+    );
 }

@@ -6,8 +6,14 @@
 //! untouched GPUs; shares go to the fullest GPU they fit on, leaving whole
 //! GPUs free (least fragmentation). RDMA and FPGA devices are in
 //! [`common`]. The result is the device-allocated annotation.
+//!
+//! A placed Reservation keeps its reserve pod's device-allocated annotation
+//! and holds those devices: other pods see them as used; its owners (as the
+//! Reservation plugin's pre-filter found them) allocate from them first,
+//! and a Restricted reservation's owners only from them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
 
 use apis::extension::device_share::{
     ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_GPU,
@@ -21,6 +27,7 @@ use serde::Deserialize;
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
+use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
 use crate::resources::quantity_amount;
 
 pub mod common;
@@ -200,6 +207,105 @@ impl Gpu {
 /// GPU minor → (core %, memory %) a pod holds.
 type GpuShares = BTreeMap<i32, (i64, i64)>;
 
+/// The shares in a device-allocated annotation (None without one).
+fn shares_of(annotations: &BTreeMap<String, String>) -> Option<(GpuShares, CommonShares)> {
+    let allocations = get_device_allocations(annotations).ok().flatten()?;
+    let gpu: GpuShares = allocations
+        .get(GPU_KEY)
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            (
+                a.minor,
+                (
+                    amount(&a.resources, RESOURCE_GPU_CORE),
+                    amount(&a.resources, RESOURCE_GPU_MEMORY_RATIO),
+                ),
+            )
+        })
+        .collect();
+    let mut common = CommonShares::new();
+    for kind in CommonKind::ALL {
+        for a in allocations.get(kind.key()).into_iter().flatten() {
+            let held = common.entry(kind).or_default().entry(a.minor).or_default();
+            held.0 += amount(&a.resources, kind.resource());
+            held.1.extend(
+                a.extension
+                    .iter()
+                    .flat_map(|e| &e.virtual_functions)
+                    .map(|vf| vf.bus_id.clone()),
+            );
+        }
+    }
+    Some((gpu, common))
+}
+
+/// A placed reservation's devices.
+#[derive(Debug, Clone)]
+struct ReservedDevices {
+    holder: Holder,
+    gpu: GpuShares,
+    common: CommonShares,
+}
+
+/// A node's devices as one pod sees them.
+#[derive(Debug, Clone, Default)]
+struct DeviceView {
+    gpus: BTreeMap<i32, Gpu>,
+    common: BTreeMap<CommonKind, CommonDevices>,
+}
+
+impl DeviceView {
+    /// Only the devices a reservation still holds (kinds it holds none of
+    /// stay whole), each capped at what it holds.
+    fn within(&self, gpu_left: &GpuShares, common_left: &CommonShares) -> DeviceView {
+        let gpus = if gpu_left.is_empty() {
+            self.gpus.clone()
+        } else {
+            self.gpus
+                .iter()
+                .filter_map(|(minor, gpu)| {
+                    let (core, ratio) = gpu_left.get(minor)?;
+                    let mut gpu = gpu.clone();
+                    gpu.core_used = gpu.core_used.max(100 - core);
+                    gpu.ratio_used = gpu.ratio_used.max(100 - ratio);
+                    Some((*minor, gpu))
+                })
+                .collect()
+        };
+        let mut common = self.common.clone();
+        for (kind, left) in common_left {
+            let Some(devices) = common.get_mut(kind) else {
+                continue;
+            };
+            devices.retain(|minor, _| left.contains_key(minor));
+            for (minor, device) in devices.iter_mut() {
+                let Some((units, vfs)) = left.get(minor) else {
+                    continue;
+                };
+                device.used = device.used.max(device.total - units);
+                if !vfs.is_empty() {
+                    // Only the VFs the reservation holds are the owner's.
+                    let others: Vec<String> = device
+                        .vfs
+                        .iter()
+                        .map(|(_, vf)| vf.bus_id.clone())
+                        .filter(|id| !vfs.contains(id))
+                        .collect();
+                    device.used_vfs.extend(others);
+                }
+            }
+        }
+        DeviceView { gpus, common }
+    }
+}
+
+/// GPU and RDMA / FPGA picks for one pod.
+type Picks = (
+    BTreeMap<i32, (i64, i64, i64)>,
+    BTreeMap<CommonKind, Vec<CommonPick>>,
+);
+
 /// See the module docs.
 #[derive(Default)]
 pub struct DeviceShare {
@@ -212,6 +318,10 @@ pub struct DeviceShare {
     /// pod key → (node, RDMA / FPGA shares).
     common_usage: HashMap<String, (String, CommonShares)>,
     pending: HashMap<String, PendingAllocation>,
+    /// Reservation name → the devices it holds.
+    reserved: BTreeMap<String, ReservedDevices>,
+    /// Pod key → the reservation it was allocated from.
+    owners: HashMap<String, String>,
 }
 
 fn amount(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
@@ -307,13 +417,11 @@ impl DeviceShare {
         }
     }
 
-    /// Picks devices of every requested kind on the node.
+    /// Picks devices of every requested kind.
     fn choose_common(
-        &self,
-        node: &str,
+        kinds: Option<&BTreeMap<CommonKind, CommonDevices>>,
         requests: &[CommonRequest],
     ) -> Result<BTreeMap<CommonKind, Vec<CommonPick>>, Rejection> {
-        let kinds = self.common.get(node);
         let mut chosen = BTreeMap::new();
         for request in requests {
             let devices = kinds.and_then(|k| k.get(&request.kind));
@@ -355,13 +463,12 @@ impl DeviceShare {
         }
     }
 
-    /// Picks GPUs on the node: minor → (core, ratio, memory bytes).
+    /// Picks GPUs: minor → (core, ratio, memory bytes).
     fn choose(
-        &self,
-        node: &str,
+        gpus: Option<&BTreeMap<i32, Gpu>>,
         request: &GpuRequest,
     ) -> Result<BTreeMap<i32, (i64, i64, i64)>, Rejection> {
-        let Some(gpus) = self.gpus.get(node) else {
+        let Some(gpus) = gpus else {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         };
         let mut candidates: Vec<&Gpu> = gpus
@@ -391,6 +498,125 @@ impl DeviceShare {
             .collect())
     }
 
+    /// Everything the pod asks for, from one view.
+    fn pick(
+        gpus: Option<&BTreeMap<i32, Gpu>>,
+        common: Option<&BTreeMap<CommonKind, CommonDevices>>,
+        request: &PodDeviceRequest,
+    ) -> Result<Picks, Rejection> {
+        let gpu = match &request.gpu {
+            Some(gpu) => Self::choose(gpus, gpu)?,
+            None => BTreeMap::new(),
+        };
+        Ok((gpu, Self::choose_common(common, &request.common)?))
+    }
+
+    /// What a reservation still holds at `now`: its devices minus what its
+    /// owner pods use of them; None once it holds nothing.
+    fn still_held(
+        &self,
+        name: &str,
+        reserved: &ReservedDevices,
+        now: SystemTime,
+    ) -> Option<(GpuShares, CommonShares)> {
+        let owner_pods: Vec<&String> = self
+            .owners
+            .iter()
+            .filter(|(_, r)| *r == name)
+            .map(|(pod, _)| pod)
+            .collect();
+        if !reserved.holder.holds(now, !owner_pods.is_empty()) {
+            return None;
+        }
+        let mut gpu = reserved.gpu.clone();
+        let mut common = reserved.common.clone();
+        for pod in owner_pods {
+            for (minor, (core, ratio)) in self.usage.get(pod).map(|u| &u.1).into_iter().flatten() {
+                if let Some(held) = gpu.get_mut(minor) {
+                    held.0 = (held.0 - core).max(0);
+                    held.1 = (held.1 - ratio).max(0);
+                }
+            }
+            let used = self.common_usage.get(pod).map(|u| &u.1);
+            for (kind, per_minor) in used.into_iter().flatten() {
+                for (minor, (units, vfs)) in per_minor {
+                    if let Some(held) = common.get_mut(kind).and_then(|m| m.get_mut(minor)) {
+                        held.0 = (held.0 - units).max(0);
+                        held.1.retain(|vf| !vfs.contains(vf));
+                    }
+                }
+            }
+        }
+        Some((gpu, common))
+    }
+
+    /// The node's devices with what every reservation on it still holds
+    /// counted as used, except `freed`'s.
+    fn view(&self, node: &str, now: SystemTime, freed: Option<&str>) -> DeviceView {
+        let mut view = DeviceView {
+            gpus: self.gpus.get(node).cloned().unwrap_or_default(),
+            common: self.common.get(node).cloned().unwrap_or_default(),
+        };
+        for (name, reserved) in &self.reserved {
+            if reserved.holder.node != node || Some(name.as_str()) == freed {
+                continue;
+            }
+            let Some((gpu, common)) = self.still_held(name, reserved, now) else {
+                continue;
+            };
+            for (minor, (core, ratio)) in gpu {
+                if let Some(g) = view.gpus.get_mut(&minor) {
+                    g.core_used += core;
+                    g.ratio_used += ratio;
+                }
+            }
+            for (kind, per_minor) in common {
+                for (minor, (units, vfs)) in per_minor {
+                    if let Some(d) = view.common.get_mut(&kind).and_then(|m| m.get_mut(&minor)) {
+                        d.used += units;
+                        d.used_vfs.extend(vfs);
+                    }
+                }
+            }
+        }
+        view
+    }
+
+    /// Picks the pod's devices on the node. Owners try their reservations
+    /// there in order: within the reservation's devices first, then (not
+    /// Restricted) with its hold freed; failing those, like any other pod.
+    fn allocate(
+        &self,
+        node: &str,
+        request: &PodDeviceRequest,
+        owned: &[String],
+        now: SystemTime,
+    ) -> Result<Picks, Rejection> {
+        if !self.reserved.values().any(|r| r.holder.node == node) {
+            return Self::pick(self.gpus.get(node), self.common.get(node), request);
+        }
+        for name in owned {
+            let Some(reserved) = self.reserved.get(name).filter(|r| r.holder.node == node) else {
+                continue;
+            };
+            let Some((gpu_left, common_left)) = self.still_held(name, reserved, now) else {
+                continue;
+            };
+            let view = self.view(node, now, Some(name));
+            let within = view.within(&gpu_left, &common_left);
+            if let Ok(picks) = Self::pick(Some(&within.gpus), Some(&within.common), request) {
+                return Ok(picks);
+            }
+            if !reserved.holder.restricted
+                && let Ok(picks) = Self::pick(Some(&view.gpus), Some(&view.common), request)
+            {
+                return Ok(picks);
+            }
+        }
+        let view = self.view(node, now, None);
+        Self::pick(Some(&view.gpus), Some(&view.common), request)
+    }
+
     fn forget(&mut self, key: &str) {
         if let Some((node, _)) = self.usage.remove(key) {
             self.recount(&node);
@@ -418,47 +644,42 @@ impl Plugin for DeviceShare {
                     self.common.remove(key);
                 }
             },
+            ClusterEvent::Object {
+                kind: ObjectKind::Reservation,
+                key,
+            } => {
+                let placed = cache.reservations.get(key).and_then(|r| {
+                    let holder = Holder::of(r)?;
+                    let annotations = r.metadata.annotations.as_ref()?;
+                    let (gpu, common) = shares_of(annotations)?;
+                    Some(ReservedDevices {
+                        holder,
+                        gpu,
+                        common,
+                    })
+                });
+                match placed {
+                    Some(reserved) => self.reserved.insert(key.clone(), reserved),
+                    None => self.reserved.remove(key),
+                };
+            }
             ClusterEvent::Pod { old, new } => {
                 if let Some(old) = old {
                     self.forget(&old.key);
+                    self.owners.remove(&old.key);
                 }
                 if let Some(new) = new
                     && let Some(node) = &new.node
                 {
                     self.pending.remove(&new.key);
-                    if let Ok(Some(allocations)) = get_device_allocations(new.annotations()) {
-                        let per_minor: BTreeMap<i32, (i64, i64)> = allocations
-                            .get(GPU_KEY)
-                            .into_iter()
-                            .flatten()
-                            .map(|a| {
-                                (
-                                    a.minor,
-                                    (
-                                        amount(&a.resources, RESOURCE_GPU_CORE),
-                                        amount(&a.resources, RESOURCE_GPU_MEMORY_RATIO),
-                                    ),
-                                )
-                            })
-                            .collect();
+                    if let Some(reservation) = allocated_from(new) {
+                        self.owners.insert(new.key.clone(), reservation);
+                    }
+                    if let Some((per_minor, shares)) = shares_of(new.annotations()) {
                         if !per_minor.is_empty() {
                             self.usage
                                 .insert(new.key.clone(), (node.clone(), per_minor));
                             self.recount(node);
-                        }
-                        let mut shares = CommonShares::new();
-                        for kind in CommonKind::ALL {
-                            for a in allocations.get(kind.key()).into_iter().flatten() {
-                                let held =
-                                    shares.entry(kind).or_default().entry(a.minor).or_default();
-                                held.0 += amount(&a.resources, kind.resource());
-                                held.1.extend(
-                                    a.extension
-                                        .iter()
-                                        .flat_map(|e| &e.virtual_functions)
-                                        .map(|vf| vf.bus_id.clone()),
-                                );
-                            }
                         }
                         if !shares.is_empty() {
                             self.common_usage
@@ -499,10 +720,8 @@ impl Plugin for DeviceShare {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
-        if let Some(gpu) = &request.gpu {
-            self.choose(&node.name, gpu)?;
-        }
-        self.choose_common(&node.name, &request.common).map(|_| ())
+        self.allocate(&node.name, request, owned_reservations(state), state.now)
+            .map(|_| ())
     }
 
     fn reserve(
@@ -515,11 +734,7 @@ impl Plugin for DeviceShare {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
-        let gpu = match &request.gpu {
-            Some(gpu) => self.choose(node, gpu)?,
-            None => BTreeMap::new(),
-        };
-        let common = self.choose_common(node, &request.common)?;
+        let (gpu, common) = self.allocate(node, request, owned_reservations(state), state.now)?;
         if !gpu.is_empty() {
             let per_minor = gpu
                 .iter()
@@ -966,3 +1181,6 @@ mod tests {
         assert_eq!(outcome.feasible, vec!["n1".to_string()]);
     }
 }
+
+#[cfg(test)]
+mod reservation_tests;

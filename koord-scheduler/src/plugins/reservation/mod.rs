@@ -550,6 +550,63 @@ impl Plugin for ReservationPlugin {
     }
 }
 
+/// Names of the reservations the pod owns and may use (affinity applied),
+/// best first, as this cycle's pre-filter found them; empty without any.
+/// The device and cpuset plugins free these reservations' holds for it.
+pub fn owned_reservations(state: &CycleState) -> &[String] {
+    state
+        .read::<PodState>(STATE_KEY)
+        .map_or(&[], |s| s.candidates.as_slice())
+}
+
+/// Reserve-pod annotations a placed Reservation keeps: the devices and the
+/// cpuset it holds for its owners.
+pub const KEPT_ANNOTATIONS: [&str; 2] = [
+    apis::extension::device_share::ANNOTATION_DEVICE_ALLOCATED,
+    apis::extension::numa_aware::ANNOTATION_RESOURCE_STATUS,
+];
+
+/// What the device and cpuset plugins keep of a placed Reservation.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub name: String,
+    pub node: String,
+    pub allocate_once: bool,
+    pub restricted: bool,
+    pub expires_at: Option<SystemTime>,
+}
+
+impl Holder {
+    /// None unless Available on a node.
+    pub fn of(reservation: &Reservation) -> Option<Self> {
+        if !reservation.is_available() {
+            return None;
+        }
+        Some(Self {
+            name: reservation.metadata.name.clone().unwrap_or_default(),
+            node: reservation.node_name()?.to_string(),
+            allocate_once: reservation.spec.allocate_once.unwrap_or(true),
+            restricted: reservation.spec.allocate_policy
+                == Some(ReservationAllocatePolicy::Restricted),
+            expires_at: lifecycle::expiry_time(reservation),
+        })
+    }
+
+    /// Whether it still holds at `now`, given whether an owner has used it.
+    pub fn holds(&self, now: SystemTime, used_by_owner: bool) -> bool {
+        self.expires_at.is_none_or(|at| at > now) && !(self.allocate_once && used_by_owner)
+    }
+}
+
+/// The reservation (by name) a bound or assumed pod was allocated from.
+pub fn allocated_from(pod: &PodInfo) -> Option<String> {
+    get_reservation_allocated(pod.annotations())
+        .ok()
+        .flatten()
+        .map(|a| a.name)
+        .filter(|n| !n.is_empty())
+}
+
 /// Whether the reservation waits to be placed: Pending, on no node, not expired.
 pub fn is_pending(reservation: &Reservation, now: SystemTime) -> bool {
     reservation.node_name().is_none()
@@ -663,6 +720,21 @@ pub fn place_reservation(
     scheduler.apply(Change::Delete(Object::Pod(pod)));
     if let Some(node) = &placement.node {
         let mut placed = reservation.clone();
+        // The devices and cpuset the reserve pod got stay with the reservation.
+        let kept: Vec<(String, String)> = KEPT_ANNOTATIONS
+            .iter()
+            .filter_map(|key| {
+                let value = placement.annotations.get(*key)?;
+                Some((key.to_string(), value.clone()))
+            })
+            .collect();
+        if !kept.is_empty() {
+            placed
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(kept);
+        }
         placed.status = Some(lifecycle::available_status(reservation, node, now));
         scheduler.apply(Change::Upsert(Object::Reservation(placed)));
     }

@@ -38,7 +38,10 @@ pub fn check_node(spec: &PodSpec, node: &Node) -> Result<(), String> {
             return Err(REASON_UNSCHEDULABLE.into());
         }
     }
-    for taint in node_spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
+    for taint in node_spec
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+    {
         let blocking = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
         if blocking && !tolerations.iter().any(|t| tolerates(t, taint)) {
             return Err(format!(

@@ -1,0 +1,174 @@
+//! Devices held by placed Reservations.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cache::Object;
+use crate::framework::Scheduler;
+use crate::testutil::{self, PodSpec, rfc3339, t0};
+
+fn device(node: &str, gpus: i32) -> Object {
+    let devices: Vec<Value> = (0..gpus)
+        .map(|minor| {
+            json!({"type": "gpu", "minor": minor, "health": true,
+                   "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi", "koordinator.sh/gpu-memory-ratio": "100"}})
+        })
+        .collect();
+    Object::Device(
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Device",
+            "metadata": {"name": node},
+            "spec": {"devices": devices}
+        }))
+        .unwrap(),
+    )
+}
+
+/// An Available reservation on n1 for `default/owner` holding GPU `minor`
+/// whole; its allocatable lists only cpu, so only DeviceShare holds the GPU.
+fn reservation(minor: i32, spec_extra: Value) -> Object {
+    let allocated = json!({"gpu": [{"minor": minor, "resources": {
+        "koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100", "koordinator.sh/gpu-memory": "16Gi"}}]});
+    let mut spec = json!({
+        "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}},
+        "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+        "ttl": "1h",
+    });
+    for (k, v) in spec_extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    Object::Reservation(
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Reservation",
+            "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": rfc3339(t0()),
+                         "annotations": {ANNOTATION_DEVICE_ALLOCATED: allocated.to_string()}},
+            "spec": spec,
+            "status": {"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": "2"}}
+        }))
+        .unwrap(),
+    )
+}
+
+fn gpu_pod(name: &str, gpus: &str) -> Object {
+    let requests = [("cpu", "1"), ("nvidia.com/gpu", gpus)];
+    testutil::pod(PodSpec {
+        name,
+        requests: &requests,
+        limits: &requests,
+        ..Default::default()
+    })
+}
+
+fn cluster(objects: Vec<Object>) -> Scheduler {
+    let mut s = testutil::scheduler("");
+    testutil::load(
+        &mut s,
+        vec![
+            testutil::node("n1", &[("cpu", "8"), ("nvidia.com/gpu", "2")]),
+            device("n1", 2),
+        ],
+    );
+    testutil::load(&mut s, objects);
+    s
+}
+
+/// GPU minors the pod gets on n1.
+fn gpus_of(s: &mut Scheduler, pod: &str) -> Result<Vec<i32>, String> {
+    let reserved = s
+        .reserve(&format!("default/{pod}"), "n1", t0())
+        .map_err(|e| e.to_string())?;
+    let allocations: BTreeMap<String, Vec<DeviceAllocation>> =
+        serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+    Ok(allocations["gpu"].iter().map(|a| a.minor).collect())
+}
+
+#[test]
+fn non_owners_cannot_take_a_reserved_gpu() {
+    let mut s = cluster(vec![
+        reservation(0, json!({})),
+        gpu_pod("one", "1"),
+        gpu_pod("two", "2"),
+    ]);
+    // Minor 0 would come first; the reservation holds it.
+    assert_eq!(gpus_of(&mut s, "one").unwrap(), vec![1]);
+    let mut s = cluster(vec![reservation(0, json!({})), gpu_pod("two", "2")]);
+    let outcome = testutil::filter(&s, "default/two", t0());
+    assert_eq!(outcome.failed["n1"], ERR_INSUFFICIENT_GPU_DEVICES);
+    assert!(gpus_of(&mut s, "two").is_err());
+}
+
+#[test]
+fn an_owner_gets_exactly_the_reserved_gpu() {
+    let mut s = cluster(vec![reservation(1, json!({})), gpu_pod("owner", "1")]);
+    // Left alone it would take minor 0.
+    assert_eq!(gpus_of(&mut s, "owner").unwrap(), vec![1]);
+    let bound = s.cache.pod("default/owner").unwrap();
+    assert!(
+        bound
+            .annotations()
+            .contains_key(apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED)
+    );
+    // Allocate-once: used up, it holds nothing more; the other GPU is free.
+    testutil::load(&mut s, vec![gpu_pod("later", "1")]);
+    assert_eq!(gpus_of(&mut s, "later").unwrap(), vec![0]);
+}
+
+#[test]
+fn a_restricted_owner_cannot_go_beyond_the_reserved_gpu() {
+    // Aligned (default): the reserved GPU plus the free one.
+    let mut s = cluster(vec![reservation(1, json!({})), gpu_pod("owner", "2")]);
+    assert_eq!(gpus_of(&mut s, "owner").unwrap(), vec![0, 1]);
+
+    let restricted = json!({"allocatePolicy": "Restricted"});
+    let mut s = cluster(vec![
+        reservation(1, restricted.clone()),
+        gpu_pod("owner", "2"),
+    ]);
+    let outcome = testutil::filter(&s, "default/owner", t0());
+    assert_eq!(outcome.failed["n1"], ERR_INSUFFICIENT_GPU_DEVICES);
+    assert!(gpus_of(&mut s, "owner").is_err());
+    // Within it, the restricted owner still gets the reserved GPU.
+    let mut s = cluster(vec![reservation(1, restricted), gpu_pod("owner", "1")]);
+    assert_eq!(gpus_of(&mut s, "owner").unwrap(), vec![1]);
+}
+
+#[test]
+fn an_expired_reservation_holds_no_gpu() {
+    let mut s = cluster(vec![
+        reservation(0, json!({"ttl": "1m"})),
+        gpu_pod("one", "1"),
+    ]);
+    let later = t0() + std::time::Duration::from_secs(120);
+    let reserved = s.reserve("default/one", "n1", later).unwrap();
+    let allocations: BTreeMap<String, Vec<DeviceAllocation>> =
+        serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+    assert_eq!(allocations["gpu"][0].minor, 0);
+}
+
+#[test]
+fn a_placed_reservation_keeps_its_reserve_pods_gpu() {
+    let mut s = cluster(vec![gpu_pod("one", "1")]);
+    let pending: apis::scheduling::v1alpha1::Reservation = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": rfc3339(t0())},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "c", "resources": {
+                "requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}},
+            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+            "ttl": "1h"
+        }
+    }))
+    .unwrap();
+    let placement = crate::plugins::reservation::place_reservation(&mut s, &pending, t0());
+    assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
+    let placed = &s.cache.reservations["r1"];
+    let kept = &placed.metadata.annotations.as_ref().unwrap()[ANNOTATION_DEVICE_ALLOCATED];
+    let held: BTreeMap<String, Vec<DeviceAllocation>> = serde_json::from_str(kept).unwrap();
+    assert_eq!(held["gpu"][0].minor, 0);
+    // The placeholder is gone, yet a stranger does not get minor 0.
+    assert_eq!(gpus_of(&mut s, "one").unwrap(), vec![1]);
+}
