@@ -137,7 +137,7 @@ pub struct Coscheduling {
     /// PodGroup key → status last written, and when.
     written: HashMap<String, (PodGroupStatus, SystemTime)>,
     last_write_at: Option<SystemTime>,
-    /// Pods already given the timeout annotation.
+    /// Pods given the timeout annotation, and when.
     marked_timed_out: HashMap<String, SystemTime>,
 }
 
@@ -417,7 +417,7 @@ impl Coscheduling {
         }
     }
 
-    /// Gangs that timed out and their pending members (for reporting).
+    /// Gangs that timed out and their pending members.
     pub fn timed_out(
         &self,
         cache: &ClusterCache,
