@@ -6,7 +6,7 @@
 //! the moment of reservation until the watch shows them bound, and fall back
 //! to pending when that never happens before their deadline.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -287,10 +287,14 @@ pub enum CacheError {
 /// The cache itself; see the module docs.
 #[derive(Debug, Default)]
 pub struct ClusterCache {
-    nodes: FastMap<String, NodeInfo>,
-    next_node_index: usize,
-    /// Names of nodes with a Node object, kept sorted for deterministic walks.
-    node_names: BTreeSet<String>,
+    /// Node entries by [`NodeInfo::index`]; a dropped entry leaves `None`
+    /// (indexes are never reused), so per-node walks read a dense array
+    /// instead of probing a hash map per node.
+    node_slots: Vec<Option<NodeInfo>>,
+    /// Node name → index into `node_slots`.
+    node_index: FastMap<String, usize>,
+    /// Indexes of the nodes with a Node object, in name order.
+    sorted_nodes: Vec<usize>,
     pods: FastMap<String, Arc<PodInfo>>,
     pod_keys_by_uid: FastMap<String, String>,
     pub node_metrics: FastMap<String, Arc<NodeMetric>>,
@@ -306,32 +310,77 @@ impl ClusterCache {
         Self::default()
     }
 
+    /// Any node entry, also one only pods mention.
+    fn entry(&self, name: &str) -> Option<&NodeInfo> {
+        let index = *self.node_index.get(name)?;
+        self.node_slots.get(index)?.as_ref()
+    }
+
+    fn entry_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
+        let index = *self.node_index.get(name)?;
+        self.node_slots.get_mut(index)?.as_mut()
+    }
+
+    /// The entry for `name`, created (with the next index) when missing.
+    fn entry_or_insert(&mut self, name: &str) -> &mut NodeInfo {
+        let index = match self.node_index.get(name) {
+            Some(index) => *index,
+            None => {
+                let index = self.node_slots.len();
+                self.node_slots.push(Some(NodeInfo::empty(name, index)));
+                self.node_index.insert(name.to_string(), index);
+                index
+            }
+        };
+        self.node_slots[index].get_or_insert_with(|| NodeInfo::empty(name, index))
+    }
+
+    fn drop_entry(&mut self, name: &str) {
+        if let Some(index) = self.node_index.remove(name)
+            && let Some(slot) = self.node_slots.get_mut(index)
+        {
+            *slot = None;
+        }
+    }
+
+    /// Where `name` is (`Ok`) or belongs (`Err`) in `sorted_nodes`.
+    fn sorted_position(&self, name: &str) -> Result<usize, usize> {
+        self.sorted_nodes.binary_search_by(|index| {
+            self.node_slots[*index]
+                .as_ref()
+                .map_or("", |n| n.name.as_str())
+                .cmp(name)
+        })
+    }
+
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
-        self.nodes.get(name).filter(|n| n.node.is_some())
+        self.entry(name).filter(|n| n.node.is_some())
     }
 
     /// Nodes that have a Node object, in no particular order.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
-        self.nodes.values().filter(|n| n.node.is_some())
+        self.nodes_sorted()
     }
 
     /// Node names sorted, for deterministic iteration.
     pub fn node_names_sorted(&self) -> Vec<String> {
-        self.node_names.iter().cloned().collect()
+        self.nodes_sorted().map(|n| n.name.clone()).collect()
     }
 
     /// Nodes in name order without copying names.
     pub fn nodes_sorted(&self) -> impl Iterator<Item = &NodeInfo> {
-        self.node_names.iter().filter_map(|name| self.node(name))
+        self.sorted_nodes
+            .iter()
+            .filter_map(|index| self.node_slots.get(*index)?.as_ref())
     }
 
     pub fn node_count(&self) -> usize {
-        self.node_names.len()
+        self.sorted_nodes.len()
     }
 
     /// One more than the largest [`NodeInfo::index`] handed out.
     pub fn node_index_bound(&self) -> usize {
-        self.next_node_index
+        self.node_slots.len()
     }
 
     pub fn pod(&self, key: &str) -> Option<&Arc<PodInfo>> {
@@ -347,8 +396,7 @@ impl ClusterCache {
     }
 
     pub fn pods_on_node<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a Arc<PodInfo>> + 'a {
-        self.nodes
-            .get(node)
+        self.entry(node)
             .into_iter()
             .flat_map(|n| n.pods.iter())
             .filter_map(|key| self.pods.get(key))
@@ -384,12 +432,14 @@ impl ClusterCache {
             }
             Object::Node(node) => {
                 if deleted {
-                    self.node_names.remove(&key);
-                    if let Some(info) = self.nodes.get_mut(&key) {
+                    if let Ok(position) = self.sorted_position(&key) {
+                        self.sorted_nodes.remove(position);
+                    }
+                    if let Some(info) = self.entry_mut(&key) {
                         info.node = None;
                         info.allocatable = Resources::new();
                         if info.pods.is_empty() {
-                            self.nodes.remove(&key);
+                            self.drop_entry(&key);
                         }
                     }
                 } else {
@@ -399,17 +449,13 @@ impl ClusterCache {
                         .and_then(|s| s.allocatable.as_ref())
                         .map(Resources::from_list)
                         .unwrap_or_default();
-                    let index = self.next_node_index;
-                    let info = self
-                        .nodes
-                        .entry(key.clone())
-                        .or_insert_with(|| NodeInfo::empty(&key, index));
-                    if info.index == index {
-                        self.next_node_index += 1;
-                    }
+                    let info = self.entry_or_insert(&key);
+                    let index = info.index;
                     info.allocatable = allocatable;
                     info.node = Some(Arc::new(node));
-                    self.node_names.insert(key.clone());
+                    if let Err(position) = self.sorted_position(&key) {
+                        self.sorted_nodes.insert(position, index);
+                    }
                 }
                 ClusterEvent::Object { kind, key }
             }
@@ -484,25 +530,17 @@ impl ClusterCache {
 
     fn account(&mut self, pod: &PodInfo) {
         if let Some(node) = &pod.node {
-            let index = self.next_node_index;
-            let info = self
-                .nodes
-                .entry(node.clone())
-                .or_insert_with(|| NodeInfo::empty(node, index));
-            if info.index == index {
-                self.next_node_index += 1;
-            }
-            info.add_pod(pod);
+            self.entry_or_insert(node).add_pod(pod);
         }
     }
 
     fn unaccount(&mut self, pod: &PodInfo) {
         if let Some(node) = &pod.node
-            && let Some(info) = self.nodes.get_mut(node)
+            && let Some(info) = self.entry_mut(node)
         {
             info.remove_pod(pod);
             if info.node.is_none() && info.pods.is_empty() {
-                self.nodes.remove(node);
+                self.drop_entry(node);
             }
         }
     }
@@ -678,6 +716,33 @@ mod tests {
         assert!(cache.pod("default/b").unwrap().node.is_none());
         // Confirmed pods cannot be forgotten.
         assert!(cache.forget("default/a").is_none());
+    }
+
+    #[test]
+    fn nodes_walk_in_name_order_and_indexes_are_never_reused() {
+        let mut cache = ClusterCache::new();
+        for name in ["n3", "n1", "n2"] {
+            cache.apply(Change::Upsert(node(name, "4")));
+        }
+        // A pod on a node without a Node object makes an unlisted entry.
+        cache.apply(Change::Upsert(pod("a", Some("n0"), "1")));
+        assert_eq!(cache.node_names_sorted(), ["n1", "n2", "n3"]);
+        assert!(cache.node("n0").is_none());
+        assert_eq!(cache.pods_on_node("n0").count(), 1);
+        let n2 = cache.node("n2").unwrap().index;
+        cache.apply(Change::Delete(node("n2", "4")));
+        assert_eq!(cache.node_names_sorted(), ["n1", "n3"]);
+        assert_eq!(cache.node_count(), 2);
+        cache.apply(Change::Upsert(node("n2", "4")));
+        let again = cache.node("n2").unwrap().index;
+        assert_ne!(again, n2);
+        assert_eq!(again + 1, cache.node_index_bound());
+        // The pod-only entry becomes a listed node, keeping its pod.
+        cache.apply(Change::Upsert(node("n0", "4")));
+        assert_eq!(cache.node_names_sorted(), ["n0", "n1", "n2", "n3"]);
+        assert_eq!(cache.node("n0").unwrap().requested.get("cpu"), 1000);
+        let names: Vec<_> = cache.nodes().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["n0", "n1", "n2", "n3"]);
     }
 
     #[test]
