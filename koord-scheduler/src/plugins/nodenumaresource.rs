@@ -4,8 +4,13 @@
 //! policies and reserved CPUs. The result goes to the pod's resource-status
 //! annotation. Allocation happens in `reserve`, which the framework runs under
 //! the scheduler's write lock, so concurrent binds can never overlap.
+//!
+//! A placed Reservation keeps its reserve pod's resource-status annotation
+//! and holds that cpuset: other pods cannot get those CPUs; its owners take
+//! them first, and a Restricted reservation's owners only them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::SystemTime;
 
 use apis::extension::node_reservation::get_node_reservation;
 use apis::extension::numa_aware::{
@@ -24,6 +29,7 @@ use serde::Deserialize;
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
+use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
 
 pub const NAME: &str = "NodeNUMAResource";
 
@@ -138,6 +144,10 @@ pub struct NodeNUMAResource {
     pending: HashMap<String, ResourceStatus>,
     /// Pod key → node of its allocation, so removal does not scan every node.
     pod_nodes: HashMap<String, String>,
+    /// Reservation name → the cpuset it holds for its owners.
+    reserved: BTreeMap<String, (Holder, BTreeSet<i32>)>,
+    /// Pod key → the reservation it was allocated from.
+    owners: HashMap<String, String>,
 }
 
 fn core_key(info: &CPUInfo) -> (i32, i32) {
@@ -223,7 +233,106 @@ impl NodeNUMAResource {
             allocations: HashMap::new(),
             pending: HashMap::new(),
             pod_nodes: HashMap::new(),
+            reserved: BTreeMap::new(),
+            owners: HashMap::new(),
         }
+    }
+
+    /// The CPUs a reservation still holds at `now`: its cpuset minus its
+    /// owner pods' cpusets; None once it holds nothing.
+    fn still_held(&self, name: &str, now: SystemTime) -> Option<BTreeSet<i32>> {
+        let (holder, cpus) = self.reserved.get(name)?;
+        let owner_pods: Vec<&String> = self
+            .owners
+            .iter()
+            .filter(|(_, r)| *r == name)
+            .map(|(pod, _)| pod)
+            .collect();
+        if !holder.holds(now, !owner_pods.is_empty()) {
+            return None;
+        }
+        let on_node = self.allocations.get(&holder.node);
+        let mut left = cpus.clone();
+        for pod in owner_pods {
+            if let Some(allocation) = on_node.and_then(|a| a.get(pod)) {
+                left.retain(|cpu| !allocation.cpus.contains(cpu));
+            }
+        }
+        Some(left)
+    }
+
+    /// What every reservation on the node still holds, except `freed`'s.
+    fn held_on(&self, node: &str, now: SystemTime, freed: Option<&str>) -> BTreeSet<i32> {
+        self.reserved
+            .iter()
+            .filter(|(name, (holder, _))| holder.node == node && Some(name.as_str()) != freed)
+            .filter_map(|(name, _)| self.still_held(name, now))
+            .flatten()
+            .collect()
+    }
+
+    /// [`Self::choose`] with reserved cpusets applied. Owners try their
+    /// reservations on the node in order: within the reservation's CPUs
+    /// first, then (not Restricted) with its hold freed; failing those (and
+    /// not `required` to use one), like any other pod, to which every
+    /// reservation's CPUs are taken.
+    fn choose_with_reservations(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        (owned, required): (&[String], bool),
+        now: SystemTime,
+    ) -> Result<Option<Choice>, Rejection> {
+        if !self.reserved.values().any(|(h, _)| h.node == node.name) {
+            return self.choose(pod, request, node, |_| {});
+        }
+        for name in owned {
+            let Some((holder, _)) = self.reserved.get(name).filter(|(h, _)| h.node == node.name)
+            else {
+                continue;
+            };
+            let Some(left) = self.still_held(name, now) else {
+                continue;
+            };
+            let within = self.choose(pod, request, node, |free| {
+                free.retain(|cpu| left.contains(cpu))
+            });
+            if let Ok(choice) = within {
+                return Ok(choice);
+            }
+            if !holder.restricted {
+                let others = self.held_on(&node.name, now, Some(name));
+                // Aligned: all it still holds plus the rest from the free
+                // CPUs (only without a NUMA policy, which could split them).
+                if !left.is_empty() && left.len() < request.cpus {
+                    let mut rest = request.clone();
+                    rest.cpus -= left.len();
+                    let outside = self.choose(pod, &rest, node, |free| {
+                        free.retain(|cpu| !others.contains(cpu) && !left.contains(cpu))
+                    });
+                    if let Ok(Some(mut choice)) = outside
+                        && choice.numa_cpus.is_empty()
+                    {
+                        choice.cpus.extend(left.iter().copied());
+                        return Ok(Some(choice));
+                    }
+                }
+                let freed = self.choose(pod, request, node, |free| {
+                    free.retain(|cpu| !others.contains(cpu))
+                });
+                if let Ok(choice) = freed {
+                    return Ok(choice);
+                }
+            }
+        }
+        if required && !owned.is_empty() {
+            return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
+        }
+        let held = self.held_on(&node.name, now, None);
+        self.choose(pod, request, node, |free| {
+            free.retain(|cpu| !held.contains(cpu))
+        })
     }
 
     fn request_of(&self, pod: &PodInfo) -> Result<Option<Request>, Rejection> {
@@ -280,12 +389,14 @@ impl NodeNUMAResource {
         Ok(Some(request))
     }
 
-    /// Chooses a cpuset for the pod on the node, against current allocations.
+    /// Chooses a cpuset for the pod on the node, against current allocations;
+    /// `restrict` narrows the free CPUs (reservations).
     fn choose(
         &self,
         pod: &PodInfo,
         request: &Request,
         node: &NodeInfo,
+        restrict: impl Fn(&mut BTreeSet<i32>),
     ) -> Result<Option<Choice>, Rejection> {
         let empty = NodeTopology::default();
         let topology = self.topologies.get(&node.name).unwrap_or(&empty);
@@ -372,6 +483,7 @@ impl NodeNUMAResource {
                 }
             }
         }
+        restrict(&mut free);
         // An exclusive pod keeps clear of cores / NUMA nodes other exclusive pods use.
         match request.exclusive {
             Some(CPUExclusivePolicy::PCPULevel) => free.retain(|cpu| {
@@ -618,12 +730,16 @@ impl Plugin for NodeNUMAResource {
             ClusterEvent::Pod { old, new } => {
                 if let Some(old) = old {
                     self.remove_pod(&old.key);
+                    self.owners.remove(&old.key);
                 }
                 // Assumed or bound: the annotation now carries the cpuset.
                 if let Some(new) = new
                     && new.node.is_some()
                 {
                     self.pending.remove(&new.key);
+                    if let Some(reservation) = allocated_from(new) {
+                        self.owners.insert(new.key.clone(), reservation);
+                    }
                 }
                 if let Some(new) = new
                     && let Some(node) = &new.node
@@ -631,6 +747,23 @@ impl Plugin for NodeNUMAResource {
                 {
                     self.add_pod(&new.key, node, allocation);
                 }
+            }
+            ClusterEvent::Object {
+                kind: ObjectKind::Reservation,
+                key,
+            } => {
+                let placed = cache.reservations.get(key).and_then(|r| {
+                    let holder = Holder::of(r)?;
+                    let status = get_resource_status(r.metadata.annotations.as_ref()?)
+                        .ok()
+                        .flatten()?;
+                    let cpus = parse_cpuset(&status.cpuset).filter(|c| !c.is_empty())?;
+                    Some((holder, cpus))
+                });
+                match placed {
+                    Some(held) => self.reserved.insert(key.clone(), held),
+                    None => self.reserved.remove(key),
+                };
             }
             ClusterEvent::Object {
                 kind: ObjectKind::NodeResourceTopology,
@@ -683,7 +816,9 @@ impl Plugin for NodeNUMAResource {
     ) -> Result<(), Rejection> {
         match state.read::<Request>(STATE_KEY) {
             None => Ok(()),
-            Some(request) => self.choose(pod, request, node).map(|_| ()),
+            Some(request) => self
+                .choose_with_reservations(pod, request, node, owned_reservations(state), state.now)
+                .map(|_| ()),
         }
     }
 
@@ -700,7 +835,9 @@ impl Plugin for NodeNUMAResource {
         let info = cache
             .node(node)
             .ok_or_else(|| Rejection::unresolvable("node not found"))?;
-        let Some(choice) = self.choose(pod, request, info)? else {
+        let owned = owned_reservations(state);
+        let Some(choice) = self.choose_with_reservations(pod, request, info, owned, state.now)?
+        else {
             return Ok(());
         };
         let numa_node_resources = choice
@@ -1058,5 +1195,162 @@ mod tests {
             union.extend(set.iter().copied());
         }
         assert_eq!(union.len(), 8);
+    }
+
+    /// An Available reservation on n1 for `default/owner` holding `cpuset`.
+    fn cpu_reservation(cpuset: &str, cpu: &str, spec_extra: serde_json::Value) -> Object {
+        let status = json!({"cpuset": cpuset}).to_string();
+        let mut spec = json!({
+            "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}},
+            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+            "ttl": "1h",
+        });
+        for (k, v) in spec_extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        Object::Reservation(
+            serde_json::from_value(json!({
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "Reservation",
+                "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": testutil::rfc3339(t0()),
+                             "annotations": {ANNOTATION_RESOURCE_STATUS: status}},
+                "spec": spec,
+                "status": {"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": cpu}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn cpus(status: &ResourceStatus) -> BTreeSet<i32> {
+        parse_cpuset(&status.cpuset).unwrap()
+    }
+
+    #[test]
+    fn reserved_cpus_are_refused_to_non_owners() {
+        let base = || vec![node("n1", &[], &[]), nrt("n1", &[], &[])];
+        // Without a reservation the first pod gets core 0.
+        let mut s = scheduler_with([base(), vec![lsr_pod("a", "2", &[])]].concat());
+        assert_eq!(bind(&mut s, "a", "n1").unwrap().cpuset, "0,4");
+
+        let mut s = scheduler_with(
+            [
+                base(),
+                vec![
+                    cpu_reservation("0,4", "2", json!({})),
+                    lsr_pod("a", "2", &[]),
+                ],
+            ]
+            .concat(),
+        );
+        assert_eq!(bind(&mut s, "a", "n1").unwrap().cpuset, "1,5");
+        // Six CPUs are left outside it; a pod needing all of them gets exactly those.
+        let mut s = scheduler_with(
+            [
+                base(),
+                vec![
+                    cpu_reservation("0,4", "2", json!({})),
+                    lsr_pod("six", "6", &[]),
+                ],
+            ]
+            .concat(),
+        );
+        assert_eq!(bind(&mut s, "six", "n1").unwrap().cpuset, "1-3,5-7");
+    }
+
+    #[test]
+    fn an_owner_gets_exactly_the_reserved_cpus() {
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            cpu_reservation("2,6", "2", json!({})),
+            lsr_pod("owner", "2", &[]),
+        ]);
+        let status = bind(&mut s, "owner", "n1").unwrap();
+        assert_eq!(status.cpuset, "2,6");
+        // Used up (allocate-once): the next pod may take any free core.
+        testutil::load(&mut s, vec![lsr_pod("next", "6", &[])]);
+        assert_eq!(bind(&mut s, "next", "n1").unwrap().cpuset, "0-1,3-5,7");
+    }
+
+    #[test]
+    fn a_restricted_owner_takes_nothing_beyond_the_reserved_cpus() {
+        // Aligned: the reserved core plus one more.
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            cpu_reservation("2,6", "4", json!({})),
+            lsr_pod("owner", "4", &[]),
+        ]);
+        let aligned = cpus(&bind(&mut s, "owner", "n1").unwrap());
+        assert_eq!(aligned.len(), 4);
+        assert!(aligned.contains(&2) && aligned.contains(&6), "{aligned:?}");
+
+        // Restricted: its two CPUs cannot hold four, and the pod must use it.
+        let affinity = [(
+            apis::extension::reservation::ANNOTATION_RESERVATION_AFFINITY,
+            r#"{"name": "r1"}"#,
+        )];
+        let restricted = json!({"allocatePolicy": "Restricted"});
+        let s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            cpu_reservation("2,6", "4", restricted.clone()),
+            lsr_pod("owner", "4", &affinity),
+        ]);
+        let outcome = testutil::filter(&s, "default/owner", t0());
+        assert!(outcome.feasible.is_empty(), "{outcome:?}");
+        // Without a required affinity it may run outside the reservation,
+        // but never on the reserved CPUs.
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            cpu_reservation("2,6", "4", restricted.clone()),
+            lsr_pod("owner", "4", &[]),
+        ]);
+        let outside = cpus(&bind(&mut s, "owner", "n1").unwrap());
+        assert!(
+            !outside.contains(&2) && !outside.contains(&6),
+            "{outside:?}"
+        );
+        // Within it, the restricted owner gets the reserved CPUs.
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            cpu_reservation("2,6", "2", restricted),
+            lsr_pod("owner", "2", &[]),
+        ]);
+        assert_eq!(bind(&mut s, "owner", "n1").unwrap().cpuset, "2,6");
+    }
+
+    #[test]
+    fn a_placed_reservation_keeps_its_reserve_pods_cpuset() {
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            lsr_pod("stranger", "2", &[]),
+        ]);
+        let pending: apis::scheduling::v1alpha1::Reservation = serde_json::from_value(json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Reservation",
+            "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": testutil::rfc3339(t0())},
+            "spec": {
+                "template": {
+                    "metadata": {"labels": {"koordinator.sh/qosClass": "LSR"}},
+                    "spec": {"priority": 9000, "containers": [{"name": "c", "resources": {
+                        "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]}},
+                "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+                "ttl": "1h"
+            }
+        }))
+        .unwrap();
+        let placement = crate::plugins::reservation::place_reservation(&mut s, &pending, t0());
+        assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
+        let placed = &s.cache.reservations["r1"];
+        let kept = get_resource_status(placed.metadata.annotations.as_ref().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.cpuset, "0,4");
+        // The placeholder is gone, yet a stranger does not get core 0.
+        assert_eq!(bind(&mut s, "stranger", "n1").unwrap().cpuset, "1,5");
     }
 }

@@ -584,12 +584,13 @@ impl DeviceShare {
 
     /// Picks the pod's devices on the node. Owners try their reservations
     /// there in order: within the reservation's devices first, then (not
-    /// Restricted) with its hold freed; failing those, like any other pod.
+    /// Restricted) with its hold freed; failing those (and not `required` to
+    /// use one), like any other pod.
     fn allocate(
         &self,
         node: &str,
         request: &PodDeviceRequest,
-        owned: &[String],
+        (owned, required): (&[String], bool),
         now: SystemTime,
     ) -> Result<Picks, Rejection> {
         if !self.reserved.values().any(|r| r.holder.node == node) {
@@ -612,6 +613,9 @@ impl DeviceShare {
             {
                 return Ok(picks);
             }
+        }
+        if required && !owned.is_empty() {
+            return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         }
         let view = self.view(node, now, None);
         Self::pick(Some(&view.gpus), Some(&view.common), request)

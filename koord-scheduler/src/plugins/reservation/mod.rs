@@ -550,13 +550,14 @@ impl Plugin for ReservationPlugin {
     }
 }
 
-/// Names of the reservations the pod owns and may use (affinity applied),
-/// best first, as this cycle's pre-filter found them; empty without any.
-/// The device and cpuset plugins free these reservations' holds for it.
-pub fn owned_reservations(state: &CycleState) -> &[String] {
+/// The reservations the pod owns and may use (affinity applied, names,
+/// best first) and whether it must use one (reservation affinity), as this
+/// cycle's pre-filter found them. The device and cpuset plugins free these
+/// reservations' holds for it.
+pub fn owned_reservations(state: &CycleState) -> (&[String], bool) {
     state
         .read::<PodState>(STATE_KEY)
-        .map_or(&[], |s| s.candidates.as_slice())
+        .map_or((&[], false), |s| (s.candidates.as_slice(), s.required))
 }
 
 /// Reserve-pod annotations a placed Reservation keeps: the devices and the
