@@ -29,8 +29,14 @@ fn device(node: &str, gpus: i32) -> Object {
 /// An Available reservation on n1 for `default/owner` holding GPU `minor`
 /// whole; its allocatable lists only cpu, so only DeviceShare holds the GPU.
 fn reservation(minor: i32, spec_extra: Value) -> Object {
+    reservation_of(minor, 100, spec_extra)
+}
+
+/// As [`reservation`], holding `percent` of the GPU.
+fn reservation_of(minor: i32, percent: i64, spec_extra: Value) -> Object {
+    let share = percent.to_string();
     let allocated = json!({"gpu": [{"minor": minor, "resources": {
-        "koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100", "koordinator.sh/gpu-memory": "16Gi"}}]});
+        "koordinator.sh/gpu-core": share, "koordinator.sh/gpu-memory-ratio": share}}]});
     let mut spec = json!({
         "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}},
         "owners": [{"object": {"name": "owner", "namespace": "default"}}],
@@ -171,4 +177,80 @@ fn a_placed_reservation_keeps_its_reserve_pods_gpu() {
     assert_eq!(held["gpu"][0].minor, 0);
     // The placeholder is gone, yet a stranger does not get minor 0.
     assert_eq!(gpus_of(&mut s, "one").unwrap(), vec![1]);
+}
+
+fn share_pod(name: &str, labels: &[(&str, &str)]) -> Object {
+    let requests = [
+        ("cpu", "1"),
+        ("koordinator.sh/gpu-core", "50"),
+        ("koordinator.sh/gpu-memory-ratio", "50"),
+    ];
+    testutil::pod(PodSpec {
+        name,
+        requests: &requests,
+        limits: &requests,
+        labels,
+        ..Default::default()
+    })
+}
+
+/// GPU minor → core share the pod gets on n1.
+fn shares_of_pod(s: &mut Scheduler, pod: &str) -> Result<Vec<(i32, String)>, String> {
+    let reserved = s
+        .reserve(&format!("default/{pod}"), "n1", t0())
+        .map_err(|e| e.to_string())?;
+    let allocations: BTreeMap<String, Vec<DeviceAllocation>> =
+        serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+    Ok(allocations["gpu"]
+        .iter()
+        .map(|a| (a.minor, a.resources[RESOURCE_GPU_CORE].0.clone()))
+        .collect())
+}
+
+#[test]
+fn what_owners_use_of_an_allocate_many_reservation_is_counted_once() {
+    // r1 holds half of GPU 1 for any pod labelled team=a, many times over.
+    let owners = json!({"allocateOnce": false,
+                        "owners": [{"labelSelector": {"matchLabels": {"team": "a"}}}]});
+    let mut s = cluster(vec![
+        reservation_of(1, 50, owners),
+        share_pod("owner", &[("team", "a")]),
+        share_pod("stranger", &[]),
+        share_pod("late", &[("team", "a")]),
+    ]);
+    assert_eq!(
+        shares_of_pod(&mut s, "owner").unwrap(),
+        vec![(1, "50".to_string())]
+    );
+    // The owner's half is the reservation's half, counted once: GPU 1 still
+    // has a free half, which the fullest-first rule gives the stranger.
+    assert_eq!(
+        shares_of_pod(&mut s, "stranger").unwrap(),
+        vec![(1, "50".to_string())]
+    );
+    // Nothing is left in the reservation: a later owner goes to GPU 0.
+    assert_eq!(
+        shares_of_pod(&mut s, "late").unwrap(),
+        vec![(0, "50".to_string())]
+    );
+}
+
+#[test]
+fn a_held_half_gpu_leaves_the_other_half_to_anyone() {
+    let mut s = cluster(vec![
+        reservation_of(1, 50, json!({})),
+        share_pod("stranger", &[]),
+        share_pod("second", &[]),
+        gpu_pod("whole", "1"),
+    ]);
+    // GPU 1 is the fuller one (half held): shares go there first.
+    assert_eq!(
+        shares_of_pod(&mut s, "stranger").unwrap(),
+        vec![(1, "50".to_string())]
+    );
+    assert_eq!(
+        shares_of_pod(&mut s, "second").unwrap(),
+        vec![(0, "50".to_string())]
+    );
+    assert!(gpus_of(&mut s, "whole").is_err());
 }
