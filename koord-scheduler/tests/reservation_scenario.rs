@@ -93,3 +93,37 @@ fn pending_reservations_pass_kube_schedulers_node_checks_first() {
     let early = simulate("reservation-placement", "2026-01-01T00:05:00Z");
     assert!(early["Reservation/r-late"]["node"].is_string());
 }
+
+#[test]
+fn a_placed_reservation_holds_its_gpu_and_cpuset_for_its_owner() {
+    let p = simulate("reservation-devices", "2026-01-01T00:30:00Z");
+    let held = |pod: &str| {
+        let annotations = &p[pod]["annotations"];
+        let devices: Value = serde_json::from_str(
+            annotations["scheduling.koordinator.sh/device-allocated"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let status: Value = serde_json::from_str(
+            annotations["scheduling.koordinator.sh/resource-status"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        (devices["gpu"][0]["minor"].clone(), status["cpuset"].clone())
+    };
+    assert_eq!(held("Reservation/r-train"), (json!(0), json!("0,4")));
+    assert_eq!(held("default/stranger"), (json!(1), json!("1,5")));
+    assert_eq!(
+        p["default/another"]["node"],
+        Value::Null,
+        "{:?}",
+        p["default/another"]
+    );
+    assert_eq!(held("default/trainer"), (json!(0), json!("0,4")));
+    assert_eq!(
+        p["default/trainer"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"],
+        r#"{"name":"r-train","uid":"r-train-uid"}"#
+    );
+}
