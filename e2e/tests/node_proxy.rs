@@ -42,6 +42,25 @@ impl Node {
         self.containerd.var("NR_BUSYBOX_IMAGE")
     }
 
+    /// Creates a busybox container `name` in `pod` (shares, quota as the
+    /// kubelet would send them) and returns its id.
+    async fn container(
+        &self,
+        client: &mut RuntimeClient,
+        pod: &Pod,
+        name: &str,
+        cpu_shares: i64,
+        cpu_quota: i64,
+    ) -> String {
+        create_container(
+            client,
+            pod,
+            container_config(&self.image(), name, cpu_shares, cpu_quota),
+        )
+        .await
+        .unwrap()
+    }
+
     async fn direct(&self) -> RuntimeClient {
         cri::connect(&self.containerd.cri_socket()).await.unwrap()
     }
@@ -115,13 +134,7 @@ async fn be_pod_through_the_proxy_gets_batch_cgroups() {
     let mut client = proxy.client().await;
 
     let pod = be_pod(&node, &mut client).await;
-    let id = create_container(
-        &mut client,
-        &pod,
-        container_config(&node.image(), "main", 2, 0),
-    )
-    .await
-    .unwrap();
+    let id = node.container(&mut client, &pod, "main", 2, 0).await;
     start_container(&mut client, &id).await.unwrap();
 
     // 500m batch request → 512 shares; 1000m limit → one period; memory from batch-memory.
@@ -195,13 +208,9 @@ async fn lsr_pod_through_the_proxy_gets_its_cpuset() {
     )
     .await
     .unwrap();
-    let id = create_container(
-        &mut client,
-        &pod,
-        container_config(&node.image(), "main", 1024, 100_000),
-    )
-    .await
-    .unwrap();
+    let id = node
+        .container(&mut client, &pod, "main", 1024, 100_000)
+        .await;
     start_container(&mut client, &id).await.unwrap();
     let lines = first_lines(&pod, "main");
     assert_eq!(lines.len(), 4, "container output {lines:?}");
@@ -227,13 +236,7 @@ async fn hook_server_down_ignore_starts_with_defaults_and_fail_refuses() {
     let proxy = node.proxy();
     let mut client = proxy.client().await;
     let pod = be_pod(&node, &mut client).await;
-    let id = create_container(
-        &mut client,
-        &pod,
-        container_config(&node.image(), "main", 2, 0),
-    )
-    .await
-    .unwrap();
+    let id = node.container(&mut client, &pod, "main", 2, 0).await;
     start_container(&mut client, &id).await.unwrap();
     let lines = first_lines(&pod, "main");
     assert_eq!(
@@ -331,13 +334,7 @@ async fn hook_server_down_ignore_starts_with_defaults_and_fail_refuses() {
     )
     .await
     .unwrap();
-    let id = create_container(
-        &mut client,
-        &skipped,
-        container_config(&node.image(), "main", 2, 0),
-    )
-    .await
-    .unwrap();
+    let id = node.container(&mut client, &skipped, "main", 2, 0).await;
     start_container(&mut client, &id).await.unwrap();
     proxy.stop();
     eprintln!("proxy-down: passed in {:?}", started.elapsed());
@@ -366,13 +363,7 @@ async fn restarted_proxy_keeps_pod_context_for_start_and_stop() {
     let proxy = node.proxy();
     let mut client = proxy.client().await;
     let pod = be_pod(&node, &mut client).await;
-    let id = create_container(
-        &mut client,
-        &pod,
-        container_config(&node.image(), "main", 2, 0),
-    )
-    .await
-    .unwrap();
+    let id = node.container(&mut client, &pod, "main", 2, 0).await;
     proxy.stop();
     assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
 
@@ -511,13 +502,7 @@ async fn other_calls_pass_through_unchanged() {
     )
     .await
     .unwrap();
-    let id = create_container(
-        &mut via,
-        &pod,
-        container_config(&node.image(), "main", 2, 0),
-    )
-    .await
-    .unwrap();
+    let id = node.container(&mut via, &pod, "main", 2, 0).await;
 
     let listed_via = via
         .list_containers(v1::ListContainersRequest::default())
