@@ -254,3 +254,44 @@ fn a_held_half_gpu_leaves_the_other_half_to_anyone() {
     );
     assert!(gpus_of(&mut s, "whole").is_err());
 }
+
+#[test]
+fn a_restricted_reservation_the_pod_must_use_bounds_its_gpus() {
+    let three_gpus = || {
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "8"), ("nvidia.com/gpu", "3")]),
+                device("n1", 3),
+                reservation(1, json!({"allocatePolicy": "Restricted"})),
+            ],
+        );
+        s
+    };
+    // Free to run outside it: two GPUs the reservation does not hold.
+    let mut s = three_gpus();
+    testutil::load(&mut s, vec![gpu_pod("owner", "2")]);
+    assert_eq!(gpus_of(&mut s, "owner").unwrap(), vec![0, 2]);
+    // Required to use it (reservation affinity): one reserved GPU is not two.
+    let mut s = three_gpus();
+    let requests = [("cpu", "1"), ("nvidia.com/gpu", "2")];
+    testutil::load(
+        &mut s,
+        vec![testutil::pod(PodSpec {
+            name: "owner",
+            requests: &requests,
+            limits: &requests,
+            annotations: &[(
+                apis::extension::reservation::ANNOTATION_RESERVATION_AFFINITY,
+                r#"{"name": "r1"}"#,
+            )],
+            ..Default::default()
+        })],
+    );
+    let outcome = testutil::filter(&s, "default/owner", t0());
+    assert_eq!(
+        outcome.failed["n1"], ERR_INSUFFICIENT_GPU_DEVICES,
+        "{outcome:?}"
+    );
+}
