@@ -117,7 +117,40 @@ struct LeanObject {
     #[serde(default)]
     data: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    items: Option<Vec<Option<LeanObject>>>,
+    items: Option<ListItems>,
+}
+
+/// A `List`'s items, added to a snapshot of their own as each is read, so a
+/// large list never exists as whole objects (Pods shrink to summaries).
+struct ListItems(Snapshot);
+
+impl<'de> Deserialize<'de> for ListItems {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ItemsVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for ItemsVisitor {
+            type Value = ListItems;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of objects")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ListItems, A::Error> {
+                let mut items = Snapshot::default();
+                while let Some(item) = seq.next_element::<Option<LeanObject>>()? {
+                    if let Some(item) = item {
+                        items.add_lean(item);
+                    }
+                }
+                Ok(ListItems(items))
+            }
+        }
+
+        deserializer.deserialize_seq(ItemsVisitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -330,11 +363,22 @@ impl Snapshot {
                 ..ConfigMap::default()
             }),
             kind if kind.ends_with("List") => {
-                for item in items.into_iter().flatten().flatten() {
-                    self.add_lean(item);
+                if let Some(ListItems(items)) = items {
+                    self.merge(items);
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Appends `other`'s objects, keeping their order.
+    fn merge(&mut self, other: Snapshot) {
+        self.nodes.extend(other.nodes);
+        self.node_metrics.extend(other.node_metrics);
+        self.config_maps.extend(other.config_maps);
+        self.pod_count += other.pod_count;
+        for (node, pods) in other.pods {
+            self.pods.entry(node).or_default().extend(pods);
         }
     }
 
