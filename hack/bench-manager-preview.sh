@@ -5,19 +5,27 @@
 # Reports CPU time (user + system) and peak RSS of the preview process.
 # Budget (ARCHITECTURE.md): under 1 s CPU and 200 MiB.
 #
-# Usage: hack/bench-manager-preview.sh [--nodes N] [--pods-per-node M] [--runs R] [--format yaml|json]
+# Usage: hack/bench-manager-preview.sh [--nodes N] [--pods-per-node M] [--runs R]
+#            [--format yaml|kubectl|json] [--keep FILE]
+#
+# Formats: `yaml` is one document per object with every scalar quoted;
+# `kubectl` is what `kubectl get -o yaml` prints (one `List` document, keys
+# sorted, plain scalars where YAML allows them); `json` is a stream of
+# JSON objects.
 set -euo pipefail
 
 nodes=5000
 pods_per_node=10
 runs=3
 format=yaml
+keep=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --nodes) nodes="$2"; shift 2 ;;
         --pods-per-node) pods_per_node="$2"; shift 2 ;;
         --runs) runs="$2"; shift 2 ;;
         --format) format="$2"; shift 2 ;;
+        --keep) keep="$2"; shift 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -89,6 +97,51 @@ with open(path, "w") as out:
         # A stream of JSON objects, one per line (as `kubectl get -o json` per kind would give).
         for doc in docs:
             out.write(json.dumps(doc)); out.write("\n")
+    elif fmt == "kubectl":
+        import re
+        # Strings print plain unless YAML would read them as something else
+        # (numbers, booleans, timestamps), like kubectl's YAML printer.
+        plain_safe = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./:-]*\Z")
+        timestamp = re.compile(r"\d{4}-\d\d-\d\d")
+        reserved = {"true", "false", "null", "yes", "no", "on", "off", "y", "n", "~"}
+        def looks_numeric(text):
+            try:
+                float(text)
+                return True
+            except ValueError:
+                return text[:2].lower() in ("0x", "0o", "0b")
+        def scalar(value):
+            if (isinstance(value, str) and plain_safe.match(value) and not value.endswith(":")
+                    and value.lower() not in reserved and not looks_numeric(value)
+                    and not timestamp.match(value)):
+                return value
+            return json.dumps(value)
+        def block(value, indent, out):
+            pad = "  " * indent
+            if isinstance(value, dict):
+                for key in sorted(value):
+                    item = value[key]
+                    if isinstance(item, dict) and item:
+                        out.append(f"{pad}{key}:\n"); block(item, indent + 1, out)
+                    elif isinstance(item, list) and item:
+                        out.append(f"{pad}{key}:\n"); block(item, indent, out)
+                    elif isinstance(item, (dict, list)):
+                        out.append(f"{pad}{key}: {'{}' if isinstance(item, dict) else '[]'}\n")
+                    else:
+                        out.append(f"{pad}{key}: {scalar(item)}\n")
+            else:
+                for item in value:
+                    if isinstance(item, dict) and item:
+                        inner = []
+                        block(item, indent + 1, inner)
+                        first = inner[0]
+                        inner[0] = pad + "- " + first[len(pad) + 2:]
+                        out.extend(inner)
+                    else:
+                        out.append(f"{pad}- {scalar(item)}\n")
+        lines = []
+        block({"apiVersion": "v1", "items": docs, "kind": "List", "metadata": {"resourceVersion": ""}}, 0, lines)
+        out.writelines(lines)
     else:
         def emit(value, indent):
             pad = "  " * indent
@@ -129,6 +182,9 @@ for run in $(seq 1 "$runs"); do
         best_cpu="$cpu"; best_rss="$rss_mib"
     fi
 done
+if [[ -n "$keep" ]]; then
+    cp "$snapshot" "$keep"
+fi
 python3 - "$work/out.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
