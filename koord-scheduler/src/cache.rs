@@ -143,6 +143,10 @@ pub struct NodeInfo {
     pub requested: Resources,
     pub non_zero_requested: (i64, i64),
     pub pods: HashSet<String>,
+    /// The Node is cordoned or has a NoSchedule/NoExecute taint: only then
+    /// can kube-scheduler's node checks turn away a pod that names no node,
+    /// selector or required affinity (lets per-node walks skip them).
+    pub cordoned_or_tainted: bool,
 }
 
 impl NodeInfo {
@@ -155,6 +159,7 @@ impl NodeInfo {
             requested: Resources::new(),
             non_zero_requested: (0, 0),
             pods: HashSet::new(),
+            cordoned_or_tainted: false,
         }
     }
 
@@ -438,6 +443,7 @@ impl ClusterCache {
                     if let Some(info) = self.entry_mut(&key) {
                         info.node = None;
                         info.allocatable = Resources::new();
+                        info.cordoned_or_tainted = false;
                         if info.pods.is_empty() {
                             self.drop_entry(&key);
                         }
@@ -449,9 +455,16 @@ impl ClusterCache {
                         .and_then(|s| s.allocatable.as_ref())
                         .map(Resources::from_list)
                         .unwrap_or_default();
+                    let cordoned_or_tainted = node.spec.as_ref().is_some_and(|spec| {
+                        spec.unschedulable == Some(true)
+                            || spec.taints.iter().flatten().any(|taint| {
+                                taint.effect == "NoSchedule" || taint.effect == "NoExecute"
+                            })
+                    });
                     let info = self.entry_or_insert(&key);
                     let index = info.index;
                     info.allocatable = allocatable;
+                    info.cordoned_or_tainted = cordoned_or_tainted;
                     info.node = Some(Arc::new(node));
                     if let Err(position) = self.sorted_position(&key) {
                         self.sorted_nodes.insert(position, index);
@@ -743,6 +756,40 @@ mod tests {
         assert_eq!(cache.node("n0").unwrap().requested.get("cpu"), 1000);
         let names: Vec<_> = cache.nodes().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["n0", "n1", "n2", "n3"]);
+    }
+
+    #[test]
+    fn cordons_and_blocking_taints_are_flagged() {
+        let mut cache = ClusterCache::new();
+        let with_spec = |name: &str, spec: serde_json::Value| {
+            Object::Node(
+                serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap(),
+            )
+        };
+        let taint = |effect: &str| json!({"taints": [{"key": "k", "effect": effect}]});
+        cache.apply(Change::Upsert(with_spec("plain", json!({}))));
+        cache.apply(Change::Upsert(with_spec(
+            "cordoned",
+            json!({"unschedulable": true}),
+        )));
+        cache.apply(Change::Upsert(with_spec(
+            "prefer",
+            taint("PreferNoSchedule"),
+        )));
+        cache.apply(Change::Upsert(with_spec(
+            "no-schedule",
+            taint("NoSchedule"),
+        )));
+        cache.apply(Change::Upsert(with_spec("no-execute", taint("NoExecute"))));
+        let flagged: Vec<_> = cache
+            .nodes_sorted()
+            .filter(|n| n.cordoned_or_tainted)
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(flagged, ["cordoned", "no-execute", "no-schedule"]);
+        // Uncordoned by an update.
+        cache.apply(Change::Upsert(with_spec("cordoned", json!({}))));
+        assert!(!cache.node("cordoned").unwrap().cordoned_or_tainted);
     }
 
     #[test]

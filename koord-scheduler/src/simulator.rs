@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize as _, Serialize};
 
-use crate::cache::{Change, Object, PodInfo};
+use crate::cache::{Change, NodeInfo, Object, PodInfo};
 use crate::framework::Scheduler;
 
 /// Errors reading a snapshot.
@@ -137,6 +137,23 @@ pub struct SimulationReport {
     pub pod_groups: BTreeMap<String, serde_json::Value>,
 }
 
+/// Whether the pod restricts its nodes itself: a pinned `nodeName`, a
+/// `nodeSelector` or required node affinity.
+fn selects_nodes(pod: &PodInfo) -> bool {
+    pod.pod.spec.as_ref().is_some_and(|spec| {
+        spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
+            || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
+            || spec
+                .affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .is_some_and(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .is_some()
+                })
+    })
+}
+
 /// Schedules one pending pod already in the cache; `record_details` = false
 /// skips collecting per-node reasons and scores (throughput measurement).
 pub fn schedule_one(
@@ -173,7 +190,16 @@ pub fn schedule_one(
     // and for the chosen node.
     // No kube-scheduler filters ahead of the simulator, so its node checks
     // (cordon, taints, selector, affinity) apply here; their reason wins.
-    let node_check = crate::plugins::reservation::node_fit::check_pod_on_node;
+    // A pod choosing no nodes itself passes every node that is neither
+    // cordoned nor tainted without looking at the Node object.
+    let selects_nodes = selects_nodes(&pod);
+    let node_check = |pod: &PodInfo, node: &NodeInfo| {
+        if selects_nodes || node.cordoned_or_tainted {
+            crate::plugins::reservation::node_fit::check_pod_on_node(pod, node)
+        } else {
+            Ok(())
+        }
+    };
     let best = {
         let reasons = &mut placement.reasons;
         let mut feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
@@ -357,6 +383,7 @@ mod tests {
     use crate::cache::{ClusterCache, NodeInfo};
     use crate::framework::{CycleState, Plugin, PluginEntry, Rejection};
     use crate::testutil::*;
+    use serde_json::json;
 
     fn cluster() -> Vec<Object> {
         let mut objects = vec![quota(
@@ -447,6 +474,57 @@ mod tests {
         }
         // The cluster is sized so that some pods fit and some do not.
         assert!(placed > 0 && placed < 9, "placed {placed}");
+    }
+
+    #[test]
+    fn node_checks_skip_only_what_cannot_fail() {
+        use crate::plugins::reservation::node_fit::check_pod_on_node;
+        let nodes = [
+            json!({"metadata": {"name": "plain", "labels": {"pool": "a"}}}),
+            json!({"metadata": {"name": "cordoned"}, "spec": {"unschedulable": true}}),
+            json!({"metadata": {"name": "tainted"}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+            json!({"metadata": {"name": "soft"}, "spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]}}),
+        ];
+        let pod_with = |spec: serde_json::Value| {
+            let mut spec = spec;
+            spec["containers"] = json!([{"name": "main"}]);
+            PodInfo::new(Arc::new(
+                serde_json::from_value(
+                    json!({"metadata": {"name": "p", "namespace": "default"}, "spec": spec}),
+                )
+                .unwrap(),
+            ))
+        };
+        let pods = [
+            (pod_with(json!({})), false),
+            (pod_with(json!({"nodeSelector": {}})), false),
+            (pod_with(json!({"nodeSelector": {"pool": "b"}})), true),
+            (
+                pod_with(
+                    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}),
+                ),
+                true,
+            ),
+            (pod_with(json!({"affinity": {"nodeAffinity": {}}})), false),
+        ];
+        let mut cache = ClusterCache::new();
+        for node in nodes {
+            cache.apply(Change::Upsert(Object::Node(
+                serde_json::from_value(node).unwrap(),
+            )));
+        }
+        for (pod, selects) in &pods {
+            assert_eq!(selects_nodes(pod), *selects, "{:?}", pod.pod.spec);
+            for node in cache.nodes_sorted() {
+                // Wherever the shortcut applies, the full check agrees.
+                if !selects && !node.cordoned_or_tainted {
+                    assert_eq!(check_pod_on_node(pod, node), Ok(()), "{}", node.name);
+                }
+            }
+        }
+        // The skipped check is real elsewhere: a cordoned node refuses a plain pod.
+        let cordoned = cache.node("cordoned").unwrap();
+        assert!(check_pod_on_node(&pods[0].0, cordoned).is_err());
     }
 
     /// Scores `refused` highest but refuses to reserve on it.
