@@ -1550,6 +1550,68 @@ mod tests {
         ("a: 1\n...\nb: 2\n", false),
     ];
 
+    /// Shaped like `kubectl get pods -o yaml`: a `List`, literal blocks,
+    /// wrapped plain and double-quoted strings, flow sequences.
+    const KUBECTL: &str = r#"apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    annotations:
+      kubectl.kubernetes.io/last-applied-configuration: |
+        {"apiVersion":"v1","kind":"Pod","metadata":{"annotations":{},"name":"web","namespace":"default"}}
+      note: a long annotation value that kubectl wraps over several lines because
+        it is longer than eighty characters
+    creationTimestamp: "2026-01-01T00:00:00Z"
+    labels:
+      app: web
+      koordinator.sh/qosClass: LS
+    name: web
+    namespace: default
+    uid: 0b9c2c1e-2f0e-4a35-9d59-0a6a2a3d7c11
+  spec:
+    containers:
+    - args:
+      - --port=8080
+      - '8080'
+      command: ["/bin/web", "-v"]
+      image: registry:5000/web:1.2
+      name: web
+      resources:
+        limits:
+          cpu: "2"
+          memory: 4Gi
+        requests:
+          cpu: 500m
+          memory: 1Gi
+      securityContext: {}
+    nodeName: node-a
+    priority: 9500
+    tolerations:
+    - effect: NoExecute
+      key: node.kubernetes.io/not-ready
+      operator: Exists
+      tolerationSeconds: 300
+  status:
+    conditions:
+    - lastProbeTime: null
+      message: "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane:
+        }, 2 Insufficient cpu. preemption: 0/3 nodes are available: 1 No preemption
+        victims found for incoming pod."
+      status: "True"
+      type: Ready
+    phase: Running
+    qosClass: Burstable
+kind: List
+metadata:
+  resourceVersion: ""
+"#;
+
+    #[test]
+    fn kubectl_output_is_read_fast() {
+        assert!(agrees_with_serde_yaml(KUBECTL), "{:?}", fast(KUBECTL).err());
+    }
+
     #[test]
     fn reads_like_serde_yaml_or_gives_up() {
         for (text, read_fast) in CASES {
@@ -1564,6 +1626,7 @@ mod tests {
         // must either agree with serde_yaml or give up; never panic.
         let mut texts: Vec<&str> = CASES.iter().map(|(text, _)| *text).collect();
         texts.push(include_str!("../../tests/data/preview-snapshot.yaml"));
+        texts.push(KUBECTL);
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         let mut accepted = 0usize;
         for text in texts {
