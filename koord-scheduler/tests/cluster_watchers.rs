@@ -296,6 +296,22 @@ async fn watch_confirms_bound_pods_and_housekeeping_releases_unconfirmed_ones() 
         "MODIFIED",
         &batch_pod("batch-job", "1000", Some("n3")).to_string(),
     );
+    let deadline = Instant::now() + WAIT;
+    while extender
+        .scheduler
+        .read()
+        .unwrap()
+        .cache
+        .pod("default/batch-job")
+        .is_some_and(|pod| pod.is_assumed())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the watch never confirmed the pod"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Confirmed, so past the TTL it stays.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(assumed_on_n3(&extender.scheduler).as_deref(), Some("n3"));
 }
