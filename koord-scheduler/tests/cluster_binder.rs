@@ -4,39 +4,25 @@
 //! taken back off, the error in `ExtenderBindingResult.Error`, the
 //! reservation rolled back).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use common::{api_calls, body, client, post};
 use koord_common::testing::{FakeApiServer, RecordedRequest};
 use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::cluster::KubeBinder;
 use koord_scheduler::config::SchedulerConfiguration;
-use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState};
 use koord_scheduler::framework::{Binder, Reserved};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const POD_PATH: &str = "/api/v1/namespaces/default/pods/lsr-a";
 const BINDING_PATH: &str = "/api/v1/namespaces/default/pods/lsr-a/binding";
 const RESOURCE_STATUS: &str = "scheduling.koordinator.sh/resource-status";
-
-fn client(api: &FakeApiServer) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap()
-}
-
-/// Requests other than the client's own `/version` probes, in order.
-fn api_calls(api: &FakeApiServer) -> Vec<RecordedRequest> {
-    api.recorded()
-        .into_iter()
-        .filter(|request| request.path() != "/version")
-        .collect()
-}
-
-fn body(request: &RecordedRequest) -> Value {
-    serde_json::from_str(&request.body).unwrap()
-}
 
 fn pod_object() -> String {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lsr-a", "namespace": "default"}})
@@ -207,35 +193,12 @@ fn numa_scheduler() -> koord_scheduler::framework::Scheduler {
 }
 
 async fn serve_extender(binder: KubeBinder) -> SocketAddr {
-    let state = ExtenderState {
+    common::serve_extender(ExtenderState {
         scheduler: Arc::new(RwLock::new(numa_scheduler())),
         binder: Arc::new(binder),
         metrics: ExtenderMetrics::new("koord-scheduler"),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, router(state)).await.unwrap();
-    });
-    addr
-}
-
-async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, body.to_string())
+    })
+    .await
 }
 
 fn annotations_of(patch: &RecordedRequest) -> BTreeMap<String, Value> {

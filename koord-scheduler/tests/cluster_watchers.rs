@@ -4,6 +4,8 @@
 //! reads, readiness follows the node and pod lists, and a bound pod that
 //! the watch never confirms is released by the housekeeping.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -16,10 +18,9 @@ use koord_common::health::StatusCheck;
 use koord_common::testing::FakeApiServer;
 use koord_scheduler::cluster::{KubeBinder, start_housekeeping, start_watchers};
 use koord_scheduler::config::SchedulerConfiguration;
-use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState};
 use koord_scheduler::framework::SharedScheduler;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODES: &str = "/api/v1/nodes";
 const PODS: &str = "/api/v1/pods";
@@ -131,7 +132,7 @@ impl Drop for Extender {
 }
 
 async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration) -> Extender {
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let client = common::client(api);
     let scheduler: SharedScheduler = Arc::new(RwLock::new(
         koord_scheduler::build_scheduler(&SchedulerConfiguration::default(), assumed_pod_ttl)
             .unwrap(),
@@ -145,11 +146,7 @@ async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration) -> Extender {
         binder: Arc::new(KubeBinder { client }),
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, router(state)).await.unwrap();
-    });
+    let addr = common::serve_extender(state).await;
     Extender {
         addr,
         scheduler,
@@ -158,27 +155,9 @@ async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration) -> Extender {
     }
 }
 
-async fn post(addr: SocketAddr, path: &str, body: &str) -> Value {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{text}");
-    serde_json::from_str(body).unwrap()
-}
-
 async fn filter(addr: SocketAddr, nodes: &[&str]) -> Value {
     let args = json!({"Pod": batch_pod("batch-job", "1000", None), "NodeNames": nodes});
-    post(addr, "/filter", &args.to_string()).await
+    common::post_ok(addr, "/filter", &args.to_string()).await
 }
 
 /// Polls `/filter` until `done` holds for its result; returns that result.
@@ -263,7 +242,7 @@ async fn watch_confirms_bound_pods_and_housekeeping_releases_unconfirmed_ones() 
 
     // Bind batch-job (1000) to n3: it is assumed there.
     let bind = json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "uid-batch-job", "Node": "n3"});
-    let result = post(extender.addr, "/bind", &bind.to_string()).await;
+    let result = common::post_ok(extender.addr, "/bind", &bind.to_string()).await;
     assert_eq!(result, json!({"Error": ""}));
     api.wait_for_request(
         "POST",
@@ -289,7 +268,7 @@ async fn watch_confirms_bound_pods_and_housekeeping_releases_unconfirmed_ones() 
     }
 
     // Bound again and this time confirmed by the watch: it stays.
-    let result = post(extender.addr, "/bind", &bind.to_string()).await;
+    let result = common::post_ok(extender.addr, "/bind", &bind.to_string()).await;
     assert_eq!(result, json!({"Error": ""}));
     api.push_watch_event(
         PODS,

@@ -3,36 +3,12 @@
 //! tests/data/scenarios/deviceshare-rdma-fpga.yaml through
 //! `koord-scheduler simulate --output json`.
 
-use std::collections::BTreeMap;
-use std::process::Command;
+mod common;
 
+use common::simulate;
 use serde_json::{Value, json};
 
 const ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
-
-fn simulate(scenario: &str) -> BTreeMap<String, Value> {
-    let path = format!(
-        "{}/tests/data/scenarios/{scenario}.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let output = Command::new(env!("CARGO_BIN_EXE_koord-scheduler"))
-        .args(["simulate", "--snapshot", &path, "--output", "json"])
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    report["placements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["pod"].as_str().unwrap().to_string(), p.clone()))
-        .collect()
-}
 
 fn allocated(placement: &Value) -> Value {
     serde_json::from_str(placement["annotations"][ALLOCATED].as_str().unwrap()).unwrap()
@@ -40,7 +16,7 @@ fn allocated(placement: &Value) -> Value {
 
 #[test]
 fn rdma_and_fpga_scenario_allocates_per_device() {
-    let p = simulate("deviceshare-rdma-fpga");
+    let p = simulate("deviceshare-rdma-fpga", &[]);
     let trainer = allocated(&p["default/trainer"]);
     assert_eq!(trainer["gpu"][0]["minor"], 0);
     assert_eq!(

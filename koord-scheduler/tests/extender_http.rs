@@ -1,16 +1,18 @@
 #![allow(clippy::unwrap_used)]
 //! The extender over real HTTP with the JSON kube-scheduler sends.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use common::post;
 use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::config::SchedulerConfiguration;
-use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState};
 use koord_scheduler::framework::{Binder, RecordingBinder};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rfc3339(time: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::try_from(time)
@@ -83,30 +85,7 @@ async fn serve(binder: Arc<dyn Binder>) -> SocketAddr {
         binder,
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, router(state)).await.unwrap();
-    });
-    addr
-}
-
-async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, body.to_string())
+    common::serve_extender(state).await
 }
 
 #[tokio::test]

@@ -3,16 +3,17 @@
 //! members are held in /filter and their /bind fails until the whole gang
 //! fits; then every member passes and binds.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::config::SchedulerConfiguration;
-use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState};
 use koord_scheduler::framework::{RecordingBinder, SharedScheduler};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn node(name: &str) -> Object {
     Object::Node(
@@ -56,31 +57,12 @@ async fn serve(binder: Arc<RecordingBinder>) -> (SocketAddr, SharedScheduler) {
         binder,
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, router(state)).await.unwrap();
-    });
+    let addr = common::serve_extender(state).await;
     (addr, shared)
 }
 
 async fn post(addr: SocketAddr, path: &str, body: &Value) -> Value {
-    let body = body.to_string();
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{text}");
-    serde_json::from_str(body).unwrap()
+    common::post_ok(addr, path, &body.to_string()).await
 }
 
 async fn filter(addr: SocketAddr, name: &str, nodes: &[&str]) -> Value {

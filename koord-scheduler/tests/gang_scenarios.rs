@@ -2,28 +2,12 @@
 //! Coscheduling end to end: tests/data/scenarios/gang-group-timeout.yaml
 //! through `koord-scheduler simulate --output json`.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_koord-scheduler");
-
 fn simulate(scenario: &str) -> Value {
-    let path = format!(
-        "{}/tests/data/scenarios/{scenario}.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let output = Command::new(BIN)
-        .args(["simulate", "--snapshot", &path, "--output", "json"])
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    common::simulate_report(scenario, &[])
 }
 
 fn placement<'a>(report: &'a Value, pod: &str) -> &'a Value {

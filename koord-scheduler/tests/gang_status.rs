@@ -6,9 +6,10 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use koord_common::Shutdown;
-use koord_common::testing::FakeApiServer;
+use koord_common::testing::{FakeApiServer, RecordedRequest};
 use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::config::SchedulerConfiguration;
+use koord_scheduler::framework::Scheduler;
 use serde_json::{Value, json};
 
 const PATH: &str = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/default/podgroups/train";
@@ -40,11 +41,36 @@ fn member(name: &str) -> Object {
     })))
 }
 
+/// Runs housekeeping every 50ms over `scheduler` and waits (up to 60s) for
+/// it to PATCH `path`; hands back that request, the server and the
+/// housekeeping's shutdown.
+async fn housekeep_until_patch(
+    api: FakeApiServer,
+    scheduler: Scheduler,
+    path: &'static str,
+) -> (Option<RecordedRequest>, FakeApiServer, Shutdown) {
+    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let scheduler = Arc::new(RwLock::new(scheduler));
+    let shutdown = Shutdown::new();
+    koord_scheduler::cluster::start_housekeeping(
+        &client,
+        &scheduler,
+        Duration::from_millis(50),
+        &shutdown,
+    );
+    let (found, api) = tokio::task::spawn_blocking(move || {
+        let found = api.wait_for_request("PATCH", path, Duration::from_secs(60));
+        (found, api)
+    })
+    .await
+    .unwrap();
+    (found, api, shutdown)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn housekeeping_merge_patches_pod_group_status() {
     let api = FakeApiServer::start().unwrap();
     api.respond("PATCH", PATH, 200, &pod_group(json!({})).to_string());
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
 
     let mut scheduler = koord_scheduler::build_scheduler(
         &SchedulerConfiguration::default(),
@@ -58,22 +84,7 @@ async fn housekeeping_merge_patches_pod_group_status() {
     ] {
         scheduler.apply(Change::Upsert(object));
     }
-    let scheduler = Arc::new(RwLock::new(scheduler));
-    let shutdown = Shutdown::new();
-    koord_scheduler::cluster::start_housekeeping(
-        &client,
-        &scheduler,
-        Duration::from_millis(50),
-        &shutdown,
-    );
-
-    let patch = tokio::task::spawn_blocking(move || {
-        let found = api.wait_for_request("PATCH", PATH, Duration::from_secs(60));
-        (found, api)
-    })
-    .await
-    .unwrap();
-    let (found, api) = patch;
+    let (found, api, shutdown) = housekeep_until_patch(api, scheduler, PATH).await;
     let request = found.expect("no PodGroup patch within 60s");
     assert_eq!(
         request.header("content-type"),
@@ -130,7 +141,6 @@ async fn housekeeping_marks_members_of_a_timed_out_gang() {
         &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "default"}})
             .to_string(),
     );
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
     let mut scheduler = koord_scheduler::build_scheduler(
         &SchedulerConfiguration::default(),
         Duration::from_secs(60),
@@ -150,20 +160,7 @@ async fn housekeeping_marks_members_of_a_timed_out_gang() {
     let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     assert!(scheduler.pre_filter(&pod, an_hour_ago).is_err());
 
-    let scheduler = Arc::new(RwLock::new(scheduler));
-    let shutdown = Shutdown::new();
-    koord_scheduler::cluster::start_housekeeping(
-        &client,
-        &scheduler,
-        Duration::from_millis(50),
-        &shutdown,
-    );
-    let (found, _api) = tokio::task::spawn_blocking(move || {
-        let found = api.wait_for_request("PATCH", pod_path, Duration::from_secs(60));
-        (found, api)
-    })
-    .await
-    .unwrap();
+    let (found, _api, shutdown) = housekeep_until_patch(api, scheduler, pod_path).await;
     let request = found.expect("no pod patch within 60s");
     let body: Value = serde_json::from_str(&request.body).unwrap();
     assert_eq!(

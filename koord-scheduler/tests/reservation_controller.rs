@@ -6,9 +6,12 @@
 //! A placed reservation's reserved GPU is written to its annotations before
 //! its status.
 
+mod common;
+
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use common::{api_calls, body, client};
 use koord_common::testing::{FakeApiServer, RecordedRequest};
 use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::config::SchedulerConfiguration;
@@ -21,10 +24,6 @@ const NOW: &str = "2026-01-01T12:00:00Z";
 
 fn now() -> SystemTime {
     SystemTime::from(NOW.parse::<k8s_openapi::jiff::Timestamp>().unwrap())
-}
-
-fn client(api: &FakeApiServer) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap()
 }
 
 fn reservation(name: &str, created: &str, scheduler: &str, status: Value) -> Value {
@@ -69,22 +68,11 @@ fn controller(api: &FakeApiServer, scheduler: &SharedScheduler) -> ReservationCo
     )
 }
 
-fn calls(api: &FakeApiServer) -> Vec<RecordedRequest> {
-    api.recorded()
-        .into_iter()
-        .filter(|r| r.path() != "/version")
-        .collect()
-}
-
 fn call<'a>(calls: &'a [RecordedRequest], method: &str, path: &str) -> &'a RecordedRequest {
     calls
         .iter()
         .find(|r| r.method == method && r.path() == path)
         .unwrap_or_else(|| panic!("no {method} {path} in {calls:?}"))
-}
-
-fn body(request: &RecordedRequest) -> Value {
-    serde_json::from_str(&request.body).unwrap()
 }
 
 fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
@@ -139,7 +127,7 @@ async fn places_expires_and_collects_reservations() {
 
     let failures = controller(&api, &scheduler).sync(now(), true).await;
     assert!(failures.is_empty(), "{failures:?}");
-    let calls = calls(&api);
+    let calls = api_calls(&api);
 
     let patch = call(&calls, "PATCH", &format!("{BASE}/r-new/status"));
     assert_eq!(
@@ -249,7 +237,7 @@ async fn an_owner_binding_completes_an_allocate_once_reservation() {
     let controller = controller(&api, &scheduler);
     // Nothing to write before the owner binds.
     assert!(controller.sync(now(), false).await.is_empty());
-    assert!(calls(&api).is_empty(), "{:?}", calls(&api));
+    assert!(api_calls(&api).is_empty(), "{:?}", api_calls(&api));
 
     // The extender reserves the owner on n1 (the Reservation plugin gives it
     // r-web): assumed, not yet bound, so nothing is written.
@@ -269,7 +257,7 @@ async fn an_owner_binding_completes_an_allocate_once_reservation() {
         r#"{"name":"r-web","uid":"r-web-uid"}"#
     );
     assert!(controller.sync(now(), false).await.is_empty());
-    assert!(calls(&api).is_empty(), "{:?}", calls(&api));
+    assert!(api_calls(&api).is_empty(), "{:?}", api_calls(&api));
 
     // The watch confirms the binding.
     bound.metadata.annotations = Some(reserved.annotations.clone());
@@ -279,7 +267,7 @@ async fn an_owner_binding_completes_an_allocate_once_reservation() {
         .unwrap()
         .apply(Change::Upsert(Object::Pod(bound)));
     assert!(controller.sync(now(), false).await.is_empty());
-    let calls = calls(&api);
+    let calls = api_calls(&api);
     let sent = body(call(&calls, "PATCH", &format!("{BASE}/r-web/status")));
     assert_eq!(sent["status"]["phase"], "Succeeded");
     assert_eq!(
@@ -330,7 +318,7 @@ async fn a_failed_placement_write_is_undone_and_retried() {
         &pending.to_string(),
     );
     assert!(controller.sync(now(), false).await.is_empty());
-    let patches = calls(&api)
+    let patches = api_calls(&api)
         .into_iter()
         .filter(|r| r.method == "PATCH")
         .count();
@@ -357,7 +345,7 @@ async fn an_unschedulable_reservation_gets_a_condition_once() {
     let scheduler = scheduler(vec![huge]);
     let controller = controller(&api, &scheduler);
     assert!(controller.sync(now(), false).await.is_empty());
-    let calls_after_first = calls(&api);
+    let calls_after_first = api_calls(&api);
     let sent = body(call(
         &calls_after_first,
         "PATCH",
@@ -373,7 +361,7 @@ async fn an_unschedulable_reservation_gets_a_condition_once() {
     );
     // Same outcome on the next pass: nothing new to write.
     assert!(controller.sync(now(), false).await.is_empty());
-    assert_eq!(calls(&api).len(), calls_after_first.len());
+    assert_eq!(api_calls(&api).len(), calls_after_first.len());
 }
 
 #[tokio::test]
@@ -411,7 +399,7 @@ async fn a_placed_reservation_gets_its_reserved_gpu_annotation_before_its_status
 
     let failures = controller(&api, &scheduler).sync(now(), false).await;
     assert!(failures.is_empty(), "{failures:?}");
-    let calls = calls(&api);
+    let calls = api_calls(&api);
     let paths: Vec<(&str, &str)> = calls
         .iter()
         .map(|r| (r.method.as_str(), r.path()))

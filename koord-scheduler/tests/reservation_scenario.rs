@@ -3,41 +3,14 @@
 //! tests/data/scenarios/reservation-placement.yaml through
 //! `koord-scheduler simulate --output json`.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
 fn simulate(scenario: &str, now: &str) -> BTreeMap<String, Value> {
-    let path = format!(
-        "{}/tests/data/scenarios/{scenario}.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let output = Command::new(env!("CARGO_BIN_EXE_koord-scheduler"))
-        .args([
-            "simulate",
-            "--snapshot",
-            &path,
-            "--output",
-            "json",
-            "--now",
-            now,
-        ])
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    report["placements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["pod"].as_str().unwrap().to_string(), p.clone()))
-        .collect()
+    common::simulate(scenario, &["--now", now])
 }
 
 #[test]

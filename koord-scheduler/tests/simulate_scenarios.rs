@@ -2,38 +2,10 @@
 //! Part-2 plugins end to end: the committed scenarios in
 //! tests/data/scenarios through `koord-scheduler simulate --output json`.
 
-use std::collections::BTreeMap;
-use std::process::Command;
+mod common;
 
+use common::simulate;
 use serde_json::{Value, json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_koord-scheduler");
-
-/// Runs a scenario and returns pod → placement.
-fn simulate(scenario: &str, extra: &[&str]) -> BTreeMap<String, Value> {
-    let path = format!(
-        "{}/tests/data/scenarios/{scenario}.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let output = Command::new(BIN)
-        .args(["simulate", "--snapshot", &path, "--output", "json"])
-        .args(extra)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    report["placements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["pod"].as_str().unwrap().to_string(), p.clone()))
-        .collect()
-}
 
 fn annotation(placement: &Value, key: &str) -> Value {
     serde_json::from_str(placement["annotations"][key].as_str().unwrap()).unwrap()
