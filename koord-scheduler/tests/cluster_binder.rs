@@ -58,13 +58,26 @@ fn expected_binding() -> Value {
     })
 }
 
-#[tokio::test]
-async fn binder_merge_patches_the_annotations_then_creates_the_binding() {
+/// A fake API server that accepts the pod patches and answers the Binding
+/// POST with `code` and `body`.
+fn api_answering_the_binding(code: u16, body: &str) -> FakeApiServer {
     let api = FakeApiServer::start().unwrap();
     api.respond("PATCH", POD_PATH, 200, &pod_object());
-    api.respond(
-        "POST",
-        BINDING_PATH,
+    api.respond("POST", BINDING_PATH, code, body);
+    api
+}
+
+/// "METHOD path" per request, for comparing call sequences.
+fn request_lines(calls: &[RecordedRequest]) -> Vec<String> {
+    calls
+        .iter()
+        .map(|c| format!("{} {}", c.method, c.path()))
+        .collect()
+}
+
+#[tokio::test]
+async fn binder_merge_patches_the_annotations_then_creates_the_binding() {
+    let api = api_answering_the_binding(
         201,
         &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
             .to_string(),
@@ -79,12 +92,8 @@ async fn binder_merge_patches_the_annotations_then_creates_the_binding() {
     binder.bind(&reserved).await.unwrap();
 
     let calls = api_calls(&api);
-    let lines: Vec<_> = calls
-        .iter()
-        .map(|c| format!("{} {}", c.method, c.path()))
-        .collect();
     assert_eq!(
-        lines,
+        request_lines(&calls),
         [format!("PATCH {POD_PATH}"), format!("POST {BINDING_PATH}")]
     );
     assert_eq!(
@@ -207,11 +216,7 @@ fn annotations_of(patch: &RecordedRequest) -> BTreeMap<String, Value> {
 
 #[tokio::test]
 async fn failed_binding_removes_the_annotations_and_bind_returns_the_error() {
-    let api = FakeApiServer::start().unwrap();
-    api.respond("PATCH", POD_PATH, 200, &pod_object());
-    api.respond(
-        "POST",
-        BINDING_PATH,
+    let api = api_answering_the_binding(
         409,
         &status(
             409,
@@ -234,12 +239,8 @@ async fn failed_binding_removes_the_annotations_and_bind_returns_the_error() {
     assert!(error.contains("already assigned to node"), "{text}");
 
     let calls = api_calls(&api);
-    let lines: Vec<_> = calls
-        .iter()
-        .map(|c| format!("{} {}", c.method, c.path()))
-        .collect();
     assert_eq!(
-        lines,
+        request_lines(&calls),
         [
             format!("PATCH {POD_PATH}"),
             format!("POST {BINDING_PATH}"),
