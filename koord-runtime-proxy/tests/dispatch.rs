@@ -2,120 +2,36 @@
 //! The dispatcher against a fake hook server on a unix socket: answers,
 //! errors and timeouts come back with the server's failure policy.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
 use apis::runtime::v1alpha1 as hook;
-use apis::runtime::v1alpha1::runtime_hook_service_server::{
-    RuntimeHookService, RuntimeHookServiceServer,
-};
+use common::{Behaviour, FakeHook, register, serve_hook};
 use koord_runtime_proxy::config::{FailurePolicy, HookType, Registry};
 use koord_runtime_proxy::dispatcher::{Dispatcher, HookError};
 use koord_runtime_proxy::metrics::ProxyMetrics;
-use tonic::{Request, Response, Status};
 
-#[derive(Clone, Copy)]
-enum Behaviour {
-    Answer,
-    Refuse,
-    Hang,
-}
-
-struct Fake(Behaviour);
-
-impl Fake {
-    async fn reply<T>(&self, answer: T) -> Result<Response<T>, Status> {
-        match self.0 {
-            Behaviour::Answer => Ok(Response::new(answer)),
-            Behaviour::Refuse => Err(Status::failed_precondition("hook CPUSetAllocator failed")),
-            Behaviour::Hang => {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                Ok(Response::new(answer))
-            }
-        }
-    }
-
-    fn container_answer() -> hook::ContainerResourceHookResponse {
-        hook::ContainerResourceHookResponse {
-            container_resources: Some(hook::LinuxContainerResources {
-                cpu_shares: 512,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-}
-
-type PodResult = Result<Response<hook::PodSandboxHookResponse>, Status>;
-type ContainerResult = Result<Response<hook::ContainerResourceHookResponse>, Status>;
-
-#[tonic::async_trait]
-impl RuntimeHookService for Fake {
-    async fn pre_run_pod_sandbox_hook(&self, _: Request<hook::PodSandboxHookRequest>) -> PodResult {
-        self.reply(hook::PodSandboxHookResponse {
-            cgroup_parent: "/from-hook".into(),
-            ..Default::default()
-        })
-        .await
-    }
-    async fn post_stop_pod_sandbox_hook(
-        &self,
-        _: Request<hook::PodSandboxHookRequest>,
-    ) -> PodResult {
-        self.reply(Default::default()).await
-    }
-    async fn pre_create_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        self.reply(Self::container_answer()).await
-    }
-    async fn pre_start_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        self.reply(Self::container_answer()).await
-    }
-    async fn post_start_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        self.reply(Self::container_answer()).await
-    }
-    async fn post_stop_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        self.reply(Self::container_answer()).await
-    }
-    async fn pre_update_container_resources_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        self.reply(Self::container_answer()).await
-    }
-}
-
+/// A hook server that answers with a marker cgroup parent and cpu shares.
 fn serve(socket: &Path, behaviour: Behaviour) {
-    let listener = tokio::net::UnixListener::bind(socket).unwrap();
-    let incoming = futures::stream::unfold(listener, |listener| async move {
-        let next = listener.accept().await.map(|(stream, _)| stream);
-        Some((next, listener))
-    });
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RuntimeHookServiceServer::new(Fake(behaviour)))
-            .serve_with_incoming(incoming),
+    serve_hook(
+        socket,
+        FakeHook {
+            behaviour,
+            pod_answer: hook::PodSandboxHookResponse {
+                cgroup_parent: "/from-hook".into(),
+                ..Default::default()
+            },
+            container_answer: hook::ContainerResourceHookResponse {
+                container_resources: Some(hook::LinuxContainerResources {
+                    cpu_shares: 512,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        },
     );
-}
-
-fn register(dir: &Path, name: &str, socket: &Path, policy: &str, hooks: &[&str]) {
-    let json = serde_json::json!({
-        "remote-endpoint": socket.display().to_string(),
-        "failure-policy": policy,
-        "runtime-hooks": hooks,
-    });
-    std::fs::write(dir.join(name), json.to_string()).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

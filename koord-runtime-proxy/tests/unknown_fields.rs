@@ -3,15 +3,15 @@
 //! is merged, the runtime still gets the top-level ones and those nested in
 //! singular messages; ones inside list elements are dropped and counted.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apis::runtime::v1alpha1 as hook;
-use apis::runtime::v1alpha1::runtime_hook_service_server::{
-    RuntimeHookService, RuntimeHookServiceServer,
-};
+use common::{Behaviour, FakeHook, register};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use koord_common::testing::TempDir;
 use koord_runtime_proxy::codec::{ForwardingCodec, Received, ReceivingCodec};
@@ -412,65 +412,15 @@ fn an_unwalkable_original_forwards_the_merged_message_alone() {
 
 // ---- end to end: kubelet-side client -> proxy -> fake runtime, with a hook server ----
 
-/// A hook server that answers PreCreateContainer with `create_answer()`.
-struct Hook;
-
-type PodResult = Result<Response<hook::PodSandboxHookResponse>, Status>;
-type ContainerResult = Result<Response<hook::ContainerResourceHookResponse>, Status>;
-
-#[tonic::async_trait]
-impl RuntimeHookService for Hook {
-    async fn pre_run_pod_sandbox_hook(&self, _: Request<hook::PodSandboxHookRequest>) -> PodResult {
-        Ok(Response::new(Default::default()))
-    }
-    async fn post_stop_pod_sandbox_hook(
-        &self,
-        _: Request<hook::PodSandboxHookRequest>,
-    ) -> PodResult {
-        Ok(Response::new(Default::default()))
-    }
-    async fn pre_create_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        Ok(Response::new(create_answer()))
-    }
-    async fn pre_start_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        Ok(Response::new(Default::default()))
-    }
-    async fn post_start_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        Ok(Response::new(Default::default()))
-    }
-    async fn post_stop_container_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        Ok(Response::new(Default::default()))
-    }
-    async fn pre_update_container_resources_hook(
-        &self,
-        _: Request<hook::ContainerResourceHookRequest>,
-    ) -> ContainerResult {
-        Ok(Response::new(Default::default()))
-    }
-}
-
+/// A hook server that answers container hooks with `create_answer()`.
 fn serve_hook(socket: &Path) {
-    let listener = tokio::net::UnixListener::bind(socket).unwrap();
-    let incoming = futures::stream::unfold(listener, |listener| async move {
-        let next = listener.accept().await.map(|(stream, _)| stream);
-        Some((next, listener))
-    });
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RuntimeHookServiceServer::new(Hook))
-            .serve_with_incoming(incoming),
+    common::serve_hook(
+        socket,
+        FakeHook {
+            behaviour: Behaviour::Answer,
+            pod_answer: Default::default(),
+            container_answer: create_answer(),
+        },
     );
 }
 
@@ -562,12 +512,13 @@ async fn unknown_fields_reach_the_runtime_through_the_proxy() {
     );
     let hooks = dir.path().join("hookserver.d");
     std::fs::create_dir_all(&hooks).unwrap();
-    let registration = serde_json::json!({
-        "remote-endpoint": hook_socket.display().to_string(),
-        "failure-policy": "Fail",
-        "runtime-hooks": ["PreCreateContainer"],
-    });
-    std::fs::write(hooks.join("hook.json"), registration.to_string()).unwrap();
+    register(
+        &hooks,
+        "hook.json",
+        &hook_socket,
+        "Fail",
+        &["PreCreateContainer"],
+    );
     serve_hook(&hook_socket);
     let recorded = serve_fake_runtime(&runtime_socket);
 
