@@ -40,6 +40,16 @@ fn len_field(number: u32, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `message` encoded, then the raw `fields` after it (as a newer sender
+/// would write fields this proto lacks).
+fn with_fields(message: &impl Message, fields: &[&[u8]]) -> Vec<u8> {
+    let mut out = message.encode_to_vec();
+    for field in fields {
+        out.extend_from_slice(field);
+    }
+    out
+}
+
 fn concat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
@@ -88,27 +98,27 @@ const ELEMENT_UNKNOWN: u32 = 40;
 /// A CreateContainerRequest with unknown fields at the top, in
 /// config.linux.resources and in the first mount.
 fn create_request_bytes() -> Vec<u8> {
-    let resources = concat(&[
+    let resources = with_fields(
         &cri::LinuxContainerResources {
             cpu_shares: 2,
             memory_limit_in_bytes: 1 << 30,
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &varint_field(RESOURCES_UNKNOWN_A, 7),
-        &len_field(RESOURCES_UNKNOWN_B, b"future"),
-    ]);
+        },
+        &[
+            &varint_field(RESOURCES_UNKNOWN_A, 7),
+            &len_field(RESOURCES_UNKNOWN_B, b"future"),
+        ],
+    );
     let linux = len_field(1, &resources);
-    let mount = concat(&[
+    let mount = with_fields(
         &cri::Mount {
             container_path: "/data".into(),
             host_path: "/var/data".into(),
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &varint_field(ELEMENT_UNKNOWN, 1),
-    ]);
-    let config = concat(&[
+        },
+        &[&varint_field(ELEMENT_UNKNOWN, 1)],
+    );
+    let config = with_fields(
         &cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata {
                 name: "app".into(),
@@ -119,11 +129,9 @@ fn create_request_bytes() -> Vec<u8> {
                 value: "1".into(),
             }],
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &len_field(7, &mount),
-        &len_field(15, &linux),
-    ]);
+        },
+        &[&len_field(7, &mount), &len_field(15, &linux)],
+    );
     let sandbox = cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: "pod".into(),
@@ -134,16 +142,17 @@ fn create_request_bytes() -> Vec<u8> {
         ..Default::default()
     }
     .encode_to_vec();
-    concat(&[
+    with_fields(
         &cri::CreateContainerRequest {
             pod_sandbox_id: "sandbox-1".into(),
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &len_field(TOP_UNKNOWN, b"top"),
-        &len_field(2, &config),
-        &len_field(3, &sandbox),
-    ])
+        },
+        &[
+            &len_field(TOP_UNKNOWN, b"top"),
+            &len_field(2, &config),
+            &len_field(3, &sandbox),
+        ],
+    )
 }
 
 fn create_answer() -> hook::ContainerResourceHookResponse {
@@ -224,39 +233,34 @@ fn create_container_keeps_top_level_and_nested_singular_unknowns() {
 #[test]
 fn run_pod_sandbox_keeps_unknowns_in_linux_resources() {
     // config (1) { port_mappings (5) [ { <unknown> } ], linux (8) { resources (5) { <unknown> } } }
-    let resources = concat(&[
+    let resources = with_fields(
         &cri::LinuxContainerResources {
             cpu_shares: 1024,
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &varint_field(RESOURCES_UNKNOWN_A, 3),
-    ]);
-    let linux = concat(&[
+        },
+        &[&varint_field(RESOURCES_UNKNOWN_A, 3)],
+    );
+    let linux = with_fields(
         &cri::LinuxPodSandboxConfig {
             cgroup_parent: "/kubepods".into(),
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &len_field(5, &resources),
-    ]);
-    let port = concat(&[
+        },
+        &[&len_field(5, &resources)],
+    );
+    let port = with_fields(
         &cri::PortMapping {
             container_port: 80,
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &varint_field(ELEMENT_UNKNOWN, 1),
-    ]);
-    let config = concat(&[
+        },
+        &[&varint_field(ELEMENT_UNKNOWN, 1)],
+    );
+    let config = with_fields(
         &cri::PodSandboxConfig {
             labels: [("app".to_string(), "web".to_string())].into(),
             ..Default::default()
-        }
-        .encode_to_vec(),
-        &len_field(5, &port),
-        &len_field(8, &linux),
-    ]);
+        },
+        &[&len_field(5, &port), &len_field(8, &linux)],
+    );
     let raw = concat(&[
         &len_field(1, &config),
         &len_field(TOP_UNKNOWN, b"top"),
@@ -308,14 +312,13 @@ fn run_pod_sandbox_keeps_unknowns_in_linux_resources() {
 #[test]
 fn update_resources_drops_list_and_map_element_unknowns_only() {
     // linux (2) { <unknown>, hugepage_limits (8) [ { <unknown> } ], unified (9) { <unknown> } }
-    let hugepage = concat(&[
+    let hugepage = with_fields(
         &cri::HugepageLimit {
             page_size: "2MB".into(),
             limit: 4 << 20,
-        }
-        .encode_to_vec(),
-        &varint_field(ELEMENT_UNKNOWN, 1),
-    ]);
+        },
+        &[&varint_field(ELEMENT_UNKNOWN, 1)],
+    );
     let unified_entry = concat(&[
         &len_field(1, b"memory.high"),
         &len_field(2, b"max"),
@@ -561,14 +564,13 @@ async fn unknown_fields_reach_the_runtime_through_the_proxy() {
     assert_eq!(metrics.unknown_fields_dropped_count("CreateContainer"), 1);
 
     // A call with nothing to merge reaches the runtime byte for byte.
-    let stop_request = concat(&[
+    let stop_request = with_fields(
         &cri::StopContainerRequest {
             container_id: "container-1".into(),
             timeout: 10,
-        }
-        .encode_to_vec(),
-        &len_field(TOP_UNKNOWN, b"grace"),
-    ]);
+        },
+        &[&len_field(TOP_UNKNOWN, b"grace")],
+    );
     let _: cri::StopContainerResponse =
         call(&proxy_socket, "StopContainer", stop_request.clone()).await;
     let body = recorded.lock().unwrap()["/runtime.v1.RuntimeService/StopContainer"].clone();
