@@ -49,6 +49,13 @@ fn cluster(nodes: usize) -> Scheduler {
     cluster_with("", nodes)
 }
 
+/// `cluster(nodes)` with `objects` loaded.
+fn loaded_cluster(nodes: usize, objects: Vec<Object>) -> Scheduler {
+    let mut s = cluster(nodes);
+    testutil::load(&mut s, objects);
+    s
+}
+
 fn cluster_with(config: &str, nodes: usize) -> Scheduler {
     let mut s = testutil::scheduler(config);
     for i in 0..nodes {
@@ -93,9 +100,8 @@ fn rejection(s: &Scheduler, key: &str, now: SystemTime) -> Option<(String, bool)
 
 #[test]
 fn a_gang_of_three_on_room_for_two_binds_nobody() {
-    let mut s = cluster(2);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        2,
         vec![
             gang_member("a", "3"),
             gang_member("b", "3"),
@@ -116,9 +122,8 @@ fn a_gang_of_three_on_room_for_two_binds_nobody() {
 
 #[test]
 fn a_gang_that_fits_binds_every_member() {
-    let mut s = cluster(3);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        3,
         vec![
             gang_member("a", "3"),
             gang_member("b", "3"),
@@ -132,8 +137,7 @@ fn a_gang_that_fits_binds_every_member() {
 
 #[test]
 fn members_wait_until_enough_exist_and_pod_groups_set_min_member() {
-    let mut s = cluster(4);
-    testutil::load(&mut s, vec![gang_member("a", "2")]);
+    let mut s = loaded_cluster(4, vec![gang_member("a", "2")]);
     let first = schedule_one(&mut s, "default/a", t0(), true);
     assert_eq!(first.node, None);
     assert_eq!(
@@ -174,9 +178,8 @@ fn members_wait_until_enough_exist_and_pod_groups_set_min_member() {
 
 #[test]
 fn malformed_gang_settings_are_unresolvable() {
-    let mut s = cluster(1);
-    testutil::load(
-        &mut s,
+    let s = loaded_cluster(
+        1,
         vec![member("bad", &[(NAME_KEY, "job"), (MIN_KEY, "two")], &[])],
     );
     let (reason, unresolvable) = rejection(&s, "default/bad", t0()).unwrap();
@@ -240,9 +243,8 @@ fn a_gang_group_binds_only_when_every_gang_fits_together() {
 
 #[test]
 fn a_gang_group_waits_for_a_gang_with_too_few_members() {
-    let mut s = cluster(4);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        4,
         vec![
             grouped("ps-0", "ps", "1"),
             grouped("worker-0", "worker", "2"),
@@ -305,9 +307,8 @@ fn policy_bound(name: &str, node: &str, policy: &str) -> Object {
 fn match_policies_decide_which_members_count() {
     // One member running, one new pending: min-member is 2.
     let held = |policy: &str| {
-        let mut s = cluster(3);
-        testutil::load(
-            &mut s,
+        let s = loaded_cluster(
+            3,
             vec![
                 policy_bound("run-0", "n0", policy),
                 policy_member("new-0", policy),
@@ -329,9 +330,8 @@ fn match_policies_decide_which_members_count() {
     );
 
     // Two only-waiting members pending together do pass.
-    let mut s = cluster(3);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        3,
         vec![
             policy_bound("run-0", "n0", "only-waiting"),
             policy_member("new-0", "only-waiting"),
@@ -408,9 +408,8 @@ fn timed_member(name: &str, wait: &str, mode: &str) -> Object {
 
 #[test]
 fn a_gang_that_cannot_complete_within_its_waiting_time_is_rejected() {
-    let mut s = cluster(2);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        2,
         vec![
             timed_member("a", "30s", "Strict"),
             timed_member("b", "30s", "Strict"),
@@ -440,28 +439,16 @@ fn a_gang_that_cannot_complete_within_its_waiting_time_is_rejected() {
 fn a_gang_whose_members_never_fit_does_not_start_its_clock() {
     // Upstream's clock starts when a member waits in Permit; here when a
     // member could be placed but the rest could not.
-    let mut s = cluster(1);
-    testutil::load(
-        &mut s,
+    let gang = [
+        (NAME_KEY, "job"),
+        (MIN_KEY, "2"),
+        ("gang.scheduling.koordinator.sh/waiting-time", "10s"),
+    ];
+    let s = loaded_cluster(
+        1,
         vec![
-            member(
-                "big-a",
-                &[
-                    (NAME_KEY, "job"),
-                    (MIN_KEY, "2"),
-                    ("gang.scheduling.koordinator.sh/waiting-time", "10s"),
-                ],
-                &[],
-            ),
-            member(
-                "big-b",
-                &[
-                    (NAME_KEY, "job"),
-                    (MIN_KEY, "2"),
-                    ("gang.scheduling.koordinator.sh/waiting-time", "10s"),
-                ],
-                &[],
-            ),
+            member("big-a", &gang, &[]),
+            member("big-b", &gang, &[]),
             // Fills the only node.
             bound_member("other", "n0", &[]),
         ],
@@ -508,9 +495,8 @@ fn a_pod_group_times_out_from_its_schedule_start_time() {
 
 #[test]
 fn the_timeout_annotation_rejects_the_pod() {
-    let mut s = cluster(2);
-    testutil::load(
-        &mut s,
+    let s = loaded_cluster(
+        2,
         vec![member(
             "late",
             &[
@@ -592,9 +578,8 @@ fn mode_member(name: &str, mode: &str) -> Object {
 #[test]
 fn strict_revokes_an_admitted_batch_that_no_longer_fits_non_strict_lets_members_go_on() {
     for mode in ["Strict", "NonStrict"] {
-        let mut s = cluster(3);
-        testutil::load(
-            &mut s,
+        let mut s = loaded_cluster(
+            3,
             vec![
                 mode_member("a", mode),
                 mode_member("b", mode),
@@ -626,9 +611,8 @@ fn strict_revokes_an_admitted_batch_that_no_longer_fits_non_strict_lets_members_
 
 #[test]
 fn admitted_members_of_one_group_are_placed_before_another_group_is_admitted() {
-    let mut s = cluster(3);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        3,
         vec![
             gang_member("a", "2"),
             gang_member("b", "2"),
@@ -770,9 +754,8 @@ fn desired_status_is_stable_once_reached() {
 
 #[test]
 fn members_of_a_timed_out_gang_get_the_timeout_annotation_once() {
-    let mut s = cluster(2);
-    testutil::load(
-        &mut s,
+    let mut s = loaded_cluster(
+        2,
         vec![
             timed_member("a", "30s", "Strict"),
             timed_member("b", "30s", "Strict"),
@@ -802,38 +785,24 @@ fn members_of_a_timed_out_gang_get_the_timeout_annotation_once() {
 
 #[test]
 fn a_member_too_big_for_any_node_does_not_hold_back_a_gang_with_spare_members() {
-    let mut s = cluster(2);
     let gang = [(NAME_KEY, "job"), (MIN_KEY, "2")];
-    testutil::load(
-        &mut s,
-        vec![
-            testutil::pod(PodSpec {
-                name: "huge",
-                requests: &[("cpu", "64")],
-                annotations: &gang,
-                ..Default::default()
-            }),
-            member("a", &gang, &[]),
-            member("b", &gang, &[]),
-        ],
-    );
+    // The gang's `members` and one more member too big for any node.
+    let with_huge = |members: &[&str]| {
+        let mut objects = vec![testutil::pod(PodSpec {
+            name: "huge",
+            requests: &[("cpu", "64")],
+            annotations: &gang,
+            ..Default::default()
+        })];
+        objects.extend(members.iter().map(|name| member(name, &gang, &[])));
+        loaded_cluster(2, objects)
+    };
+    let s = with_huge(&["a", "b"]);
     // The gang completes with a and b; huge's own fit is left to the
     // resource filters (kube-scheduler's for cpu).
     assert_eq!(rejection(&s, "default/huge", t0()), None);
     // Without the spare members, the gang cannot complete.
-    let mut s = cluster(2);
-    testutil::load(
-        &mut s,
-        vec![
-            testutil::pod(PodSpec {
-                name: "huge",
-                requests: &[("cpu", "64")],
-                annotations: &gang,
-                ..Default::default()
-            }),
-            member("a", &gang, &[]),
-        ],
-    );
+    let s = with_huge(&["a"]);
     assert_eq!(
         rejection(&s, "default/a", t0()),
         Some((
@@ -893,8 +862,7 @@ fn a_member_binding_ends_the_wait() {
             ..Default::default()
         })
     };
-    let mut s = cluster(1);
-    testutil::load(&mut s, vec![waiting("a", None), waiting("b", None)]);
+    let mut s = loaded_cluster(1, vec![waiting("a", None), waiting("b", None)]);
     // One of two fits: the clock starts at t0.
     assert!(!rejection(&s, "default/a", t0()).unwrap().1);
     // a binds (the gang made progress), later it is gone again while b
