@@ -850,7 +850,9 @@ mod tests {
     use crate::framework::Scheduler;
     use crate::testutil::{self, PodSpec, t0};
 
-    fn device(node: &str, gpus: i32) -> Object {
+    /// A healthy Device on `node` with `gpus` whole GPUs (also used by
+    /// the reservation tests).
+    pub(super) fn device(node: &str, gpus: i32) -> Object {
         let devices: Vec<Value> = (0..gpus)
             .map(|minor| {
                 json!({"type": "gpu", "id": format!("GPU-{minor}"), "minor": minor, "health": true,

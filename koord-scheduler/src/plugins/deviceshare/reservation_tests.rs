@@ -3,28 +3,11 @@
 
 use serde_json::{Value, json};
 
+use super::tests::device;
 use super::*;
 use crate::cache::Object;
 use crate::framework::Scheduler;
 use crate::testutil::{self, PodSpec, rfc3339, t0};
-
-fn device(node: &str, gpus: i32) -> Object {
-    let devices: Vec<Value> = (0..gpus)
-        .map(|minor| {
-            json!({"type": "gpu", "minor": minor, "health": true,
-                   "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi", "koordinator.sh/gpu-memory-ratio": "100"}})
-        })
-        .collect();
-    Object::Device(
-        serde_json::from_value(json!({
-            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-            "kind": "Device",
-            "metadata": {"name": node},
-            "spec": {"devices": devices}
-        }))
-        .unwrap(),
-    )
-}
 
 /// An Available reservation on n1 for `default/owner` holding GPU `minor`
 /// whole; its allocatable lists only cpu, so only DeviceShare holds the GPU.
