@@ -889,7 +889,12 @@ mod tests {
         s
     }
 
-    fn minors(s: &mut Scheduler, pod: &str) -> Result<Vec<(i32, String, String)>, String> {
+    /// GPU minor, core and memory the pod gets on n1 (also used by the
+    /// reservation tests).
+    pub(super) fn minors(
+        s: &mut Scheduler,
+        pod: &str,
+    ) -> Result<Vec<(i32, String, String)>, String> {
         let reserved = s
             .reserve(&format!("default/{pod}"), "n1", t0())
             .map_err(|e| e.to_string())?;

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::tests::device;
+use super::tests::{device, minors};
 use super::*;
 use crate::cache::Object;
 use crate::framework::Scheduler;
@@ -179,14 +179,9 @@ fn share_pod(name: &str, labels: &[(&str, &str)]) -> Object {
 
 /// GPU minor → core share the pod gets on n1.
 fn shares_of_pod(s: &mut Scheduler, pod: &str) -> Result<Vec<(i32, String)>, String> {
-    let reserved = s
-        .reserve(&format!("default/{pod}"), "n1", t0())
-        .map_err(|e| e.to_string())?;
-    let allocations: BTreeMap<String, Vec<DeviceAllocation>> =
-        serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
-    Ok(allocations["gpu"]
-        .iter()
-        .map(|a| (a.minor, a.resources[RESOURCE_GPU_CORE].0.clone()))
+    Ok(minors(s, pod)?
+        .into_iter()
+        .map(|(minor, core, _memory)| (minor, core))
         .collect())
 }
 
