@@ -134,6 +134,37 @@ fn ls_pools(object: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A generated sysfs tree, a fake API server answering the create with
+/// `code` and `body`, and an informer that knows the Node and no pods.
+struct Cluster {
+    sys: TempDir,
+    api: FakeApiServer,
+    states: StatesInformer,
+}
+
+impl Cluster {
+    fn start(code: u16, body: &str) -> Self {
+        let sys = TempDir::new("nodetopo-sys").unwrap();
+        fake_sys(sys.path());
+        let api = FakeApiServer::start().unwrap();
+        api.respond("POST", NRT_PATH, code, body);
+        let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
+        states.set_node(Some(node()));
+        set_pods(&states, vec![]);
+        Self { sys, api, states }
+    }
+
+    /// A reporter writing through the fake API server.
+    fn reporter(&self) -> NodeTopologyReporter {
+        NodeTopologyReporter::new(
+            self.states.clone(),
+            hardware_of(self.sys.path()),
+            Some(client_for(&self.api)),
+            None,
+        )
+    }
+}
+
 #[tokio::test]
 async fn creates_on_404_skips_unchanged_and_replaces_on_cpuset_change() {
     let sys = TempDir::new("nodetopo-sys").unwrap();
@@ -230,25 +261,12 @@ async fn creates_on_404_skips_unchanged_and_replaces_on_cpuset_change() {
 
 #[tokio::test]
 async fn unchanged_content_is_not_even_read_again_until_resync() {
-    let sys = TempDir::new("nodetopo-sys").unwrap();
-    fake_sys(sys.path());
-    let api = FakeApiServer::start().unwrap();
-    api.respond(
-        "POST",
-        NRT_PATH,
+    let cluster = Cluster::start(
         201,
         r#"{"metadata":{"name":"node-a"},"topologyPolicies":["None"],"zones":[]}"#,
     );
-    let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
-    states.set_node(Some(node()));
-    set_pods(&states, vec![]);
-    let mut reporter = NodeTopologyReporter::new(
-        states.clone(),
-        hardware_of(sys.path()),
-        Some(client_for(&api)),
-        None,
-    )
-    .with_resync(Duration::from_secs(3600));
+    let api = &cluster.api;
+    let mut reporter = cluster.reporter().with_resync(Duration::from_secs(3600));
     assert_eq!(
         reporter.report_once().await.unwrap(),
         Some(SyncOutcome::Created)
@@ -265,34 +283,23 @@ async fn unchanged_content_is_not_even_read_again_until_resync() {
 
 #[tokio::test]
 async fn run_loop_reports_at_start_and_after_a_pod_change() {
-    let sys = TempDir::new("nodetopo-sys").unwrap();
-    fake_sys(sys.path());
-    let api = FakeApiServer::start().unwrap();
-    api.respond(
-        "POST",
-        NRT_PATH,
+    let cluster = Cluster::start(
         201,
         r#"{"metadata":{"name":"node-a","resourceVersion":"1"}}"#,
     );
-    let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
-    states.set_node(Some(node()));
-    set_pods(&states, vec![]);
+    let api = &cluster.api;
     // A long interval: only the start and the pod change can trigger.
-    let reporter = NodeTopologyReporter::new(
-        states.clone(),
-        hardware_of(sys.path()),
-        Some(client_for(&api)),
-        None,
-    )
-    .with_interval(Duration::from_secs(3600))
-    .with_debounce(Duration::from_millis(50));
+    let reporter = cluster
+        .reporter()
+        .with_interval(Duration::from_secs(3600))
+        .with_debounce(Duration::from_millis(50));
     let shutdown = Shutdown::new();
     let task = tokio::spawn(reporter.run(shutdown.clone()));
 
-    let post = wait_for(&api, "POST", NRT_PATH, 1).await;
-    store(&api, &post.body, "5");
-    set_pods(&states, vec![lsr_pod("2,6")]);
-    let put = wait_for(&api, "PUT", NODE_NRT_PATH, 1).await;
+    let post = wait_for(api, "POST", NRT_PATH, 1).await;
+    store(api, &post.body, "5");
+    set_pods(&cluster.states, vec![lsr_pod("2,6")]);
+    let put = wait_for(api, "PUT", NODE_NRT_PATH, 1).await;
     let replaced: Value = serde_json::from_str(&put.body).unwrap();
     assert_eq!(ls_pools(&replaced), ["0-1,4-5", "3,7"]);
 
@@ -326,25 +333,12 @@ async fn standalone_writes_the_object_to_a_file() {
 
 #[tokio::test]
 async fn a_failed_write_is_an_error_and_retried_next_round() {
-    let sys = TempDir::new("nodetopo-sys").unwrap();
-    fake_sys(sys.path());
-    let api = FakeApiServer::start().unwrap();
-    api.respond(
-        "POST",
-        NRT_PATH,
+    let cluster = Cluster::start(
         500,
         r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd down","reason":"InternalError","code":500}"#,
     );
-    let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
-    states.set_node(Some(node()));
-    set_pods(&states, vec![]);
-    let mut reporter = NodeTopologyReporter::new(
-        states,
-        hardware_of(sys.path()),
-        Some(client_for(&api)),
-        None,
-    )
-    .with_resync(Duration::from_secs(3600));
+    let api = &cluster.api;
+    let mut reporter = cluster.reporter().with_resync(Duration::from_secs(3600));
     let err = reporter.report_once().await.unwrap_err();
     assert!(err.to_string().contains("node-a"), "{err}");
     api.respond(
@@ -358,5 +352,5 @@ async fn a_failed_write_is_an_error_and_retried_next_round() {
         reporter.report_once().await.unwrap(),
         Some(SyncOutcome::Created)
     );
-    assert_eq!(requests(&api, "POST", NRT_PATH).len(), 2);
+    assert_eq!(requests(api, "POST", NRT_PATH).len(), 2);
 }
