@@ -94,7 +94,7 @@ fn main() {
 
     println!("metric cache benchmark: {CONTAINERS} containers x {SECONDS} s at 1 s, cpu + memory");
     println!(
-        "  ring capacity {} samples/series, {} B/sample",
+        "  retention {} samples/series, at most {} B/sample (compressed blocks; repeated values cost less)",
         config.max_samples_per_series(),
         BYTES_PER_SAMPLE
     );
