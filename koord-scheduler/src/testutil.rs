@@ -134,6 +134,69 @@ pub fn quota(
     )
 }
 
+/// A Reservation owned by `default/owner`, created at [`t0`] with a 1 h ttl.
+pub struct ReservationSpec<'a> {
+    pub name: &'a str,
+    /// The reserve pod template (see [`reservation_template`]).
+    pub template: Value,
+    pub labels: &'a [(&'a str, &'a str)],
+    pub annotations: &'a [(&'a str, &'a str)],
+    /// Top-level spec fields set over the defaults (owners, ttl, expires, allocateOnce, ...).
+    pub spec_extra: Value,
+    /// The status as JSON; `Value::Null` leaves the reservation pending.
+    pub status: Value,
+}
+
+impl Default for ReservationSpec<'_> {
+    fn default() -> Self {
+        Self {
+            name: "r1",
+            template: reservation_template(&[("cpu", "2")]),
+            labels: &[],
+            annotations: &[],
+            spec_extra: json!({}),
+            status: Value::Null,
+        }
+    }
+}
+
+/// A reserve pod template with one container requesting `requests`.
+pub fn reservation_template(requests: &[(&str, &str)]) -> Value {
+    json!({"spec": {"containers": [{"name": "c", "resources": {"requests": map(requests)}}]}})
+}
+
+/// The status of a reservation placed on `node` and Available with `allocatable`.
+pub fn available_on(node: &str, allocatable: &[(&str, &str)]) -> Value {
+    json!({"phase": "Available", "nodeName": node, "allocatable": map(allocatable)})
+}
+
+pub fn reservation(spec: ReservationSpec<'_>) -> apis::scheduling::v1alpha1::Reservation {
+    let mut reservation_spec = json!({
+        "template": spec.template,
+        "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+        "ttl": "1h",
+    });
+    for (key, value) in spec.spec_extra.as_object().unwrap() {
+        reservation_spec[key] = value.clone();
+    }
+    let mut value = json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {
+            "name": spec.name,
+            "uid": format!("{}-uid", spec.name),
+            "creationTimestamp": rfc3339(t0()),
+            "labels": map(spec.labels),
+            "annotations": map(spec.annotations),
+        },
+        "spec": reservation_spec,
+    });
+    if !spec.status.is_null() {
+        value["status"] = spec.status;
+    }
+    serde_json::from_value(value).unwrap()
+}
+
 /// A scheduler from a configuration YAML (empty → defaults).
 pub fn scheduler(config_yaml: &str) -> Scheduler {
     let config = if config_yaml.is_empty() {

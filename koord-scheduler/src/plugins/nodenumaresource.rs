@@ -1200,25 +1200,13 @@ mod tests {
     /// An Available reservation on n1 for `default/owner` holding `cpuset`.
     fn cpu_reservation(cpuset: &str, cpu: &str, spec_extra: serde_json::Value) -> Object {
         let status = json!({"cpuset": cpuset}).to_string();
-        let mut spec = json!({
-            "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}},
-            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-            "ttl": "1h",
-        });
-        for (k, v) in spec_extra.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        Object::Reservation(
-            serde_json::from_value(json!({
-                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-                "kind": "Reservation",
-                "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": testutil::rfc3339(t0()),
-                             "annotations": {ANNOTATION_RESOURCE_STATUS: status}},
-                "spec": spec,
-                "status": {"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": cpu}}
-            }))
-            .unwrap(),
-        )
+        Object::Reservation(testutil::reservation(testutil::ReservationSpec {
+            template: testutil::reservation_template(&[("cpu", cpu)]),
+            annotations: &[(ANNOTATION_RESOURCE_STATUS, &status)],
+            spec_extra,
+            status: testutil::available_on("n1", &[("cpu", cpu)]),
+            ..Default::default()
+        }))
     }
 
     fn cpus(status: &ResourceStatus) -> BTreeSet<i32> {
@@ -1329,20 +1317,13 @@ mod tests {
             nrt("n1", &[], &[]),
             lsr_pod("stranger", "2", &[]),
         ]);
-        let pending: apis::scheduling::v1alpha1::Reservation = serde_json::from_value(json!({
-            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-            "kind": "Reservation",
-            "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": testutil::rfc3339(t0())},
-            "spec": {
-                "template": {
-                    "metadata": {"labels": {"koordinator.sh/qosClass": "LSR"}},
-                    "spec": {"priority": 9000, "containers": [{"name": "c", "resources": {
-                        "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]}},
-                "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-                "ttl": "1h"
-            }
-        }))
-        .unwrap();
+        let pending = testutil::reservation(testutil::ReservationSpec {
+            template: json!({
+                "metadata": {"labels": {"koordinator.sh/qosClass": "LSR"}},
+                "spec": {"priority": 9000, "containers": [{"name": "c", "resources": {
+                    "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]}}),
+            ..Default::default()
+        });
         let placement = crate::plugins::reservation::place_reservation(&mut s, &pending, t0());
         assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
         let placed = &s.cache.reservations["r1"];

@@ -7,7 +7,7 @@ use super::tests::{device, minors};
 use super::*;
 use crate::cache::Object;
 use crate::framework::Scheduler;
-use crate::testutil::{self, PodSpec, rfc3339, t0};
+use crate::testutil::{self, PodSpec, ReservationSpec, t0};
 
 /// An Available reservation on n1 for `default/owner` holding GPU `minor`
 /// whole; its allocatable lists only cpu, so only DeviceShare holds the GPU.
@@ -19,26 +19,14 @@ fn reservation(minor: i32, spec_extra: Value) -> Object {
 fn reservation_of(minor: i32, percent: i64, spec_extra: Value) -> Object {
     let share = percent.to_string();
     let allocated = json!({"gpu": [{"minor": minor, "resources": {
-        "koordinator.sh/gpu-core": share, "koordinator.sh/gpu-memory-ratio": share}}]});
-    let mut spec = json!({
-        "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}},
-        "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-        "ttl": "1h",
-    });
-    for (k, v) in spec_extra.as_object().unwrap() {
-        spec[k] = v.clone();
-    }
-    Object::Reservation(
-        serde_json::from_value(json!({
-            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-            "kind": "Reservation",
-            "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": rfc3339(t0()),
-                         "annotations": {ANNOTATION_DEVICE_ALLOCATED: allocated.to_string()}},
-            "spec": spec,
-            "status": {"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": "2"}}
-        }))
-        .unwrap(),
-    )
+        "koordinator.sh/gpu-core": share, "koordinator.sh/gpu-memory-ratio": share}}]})
+    .to_string();
+    Object::Reservation(testutil::reservation(ReservationSpec {
+        annotations: &[(ANNOTATION_DEVICE_ALLOCATED, &allocated)],
+        spec_extra,
+        status: testutil::available_on("n1", &[("cpu", "2")]),
+        ..Default::default()
+    }))
 }
 
 fn gpu_pod(name: &str, gpus: &str) -> Object {
@@ -140,18 +128,11 @@ fn an_expired_reservation_holds_no_gpu() {
 #[test]
 fn a_placed_reservation_keeps_its_reserve_pods_gpu() {
     let mut s = cluster(vec![gpu_pod("one", "1")]);
-    let pending: apis::scheduling::v1alpha1::Reservation = serde_json::from_value(json!({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-        "kind": "Reservation",
-        "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": rfc3339(t0())},
-        "spec": {
-            "template": {"spec": {"containers": [{"name": "c", "resources": {
-                "requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}},
-            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-            "ttl": "1h"
-        }
-    }))
-    .unwrap();
+    let pending = testutil::reservation(ReservationSpec {
+        template: json!({"spec": {"containers": [{"name": "c", "resources": {
+            "requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}),
+        ..Default::default()
+    });
     let placement = crate::plugins::reservation::place_reservation(&mut s, &pending, t0());
     assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
     let placed = &s.cache.reservations["r1"];

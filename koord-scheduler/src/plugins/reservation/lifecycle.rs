@@ -394,29 +394,19 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::testutil::{rfc3339, t0};
+    use crate::testutil::{self, ReservationSpec, rfc3339, t0};
 
     fn reservation(spec_extra: Value, status: Value) -> Reservation {
-        let mut spec = json!({
-            "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}},
-            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-            "ttl": "1h",
-        });
-        for (k, v) in spec_extra.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-            "kind": "Reservation",
-            "metadata": {"name": "r1", "uid": "r1-uid", "creationTimestamp": rfc3339(t0())},
-            "spec": spec,
-            "status": status,
-        }))
-        .unwrap()
+        testutil::reservation(ReservationSpec {
+            template: testutil::reservation_template(&[("cpu", "2"), ("memory", "1Gi")]),
+            spec_extra,
+            status,
+            ..Default::default()
+        })
     }
 
     fn available() -> Value {
-        json!({"phase": "Available", "nodeName": "n1", "allocatable": {"cpu": "2", "memory": "1Gi"}})
+        testutil::available_on("n1", &[("cpu", "2"), ("memory", "1Gi")])
     }
 
     fn owner_pod(name: &str, uid: &str, reservation_uid: &str) -> PodInfo {

@@ -788,27 +788,17 @@ mod tests {
     use super::*;
     use crate::cache::Object;
     use crate::framework::Scheduler;
-    use crate::testutil::{self, PodSpec, rfc3339, t0};
+    use crate::testutil::{self, PodSpec, ReservationSpec, rfc3339, t0};
 
     fn reservation(name: &str, node: &str, cpu: &str, spec_extra: Value) -> Object {
-        let mut spec = json!({
-            "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}},
-            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-            "ttl": "1h",
-        });
-        for (k, v) in spec_extra.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        Object::Reservation(
-            serde_json::from_value(json!({
-                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
-                "kind": "Reservation",
-                "metadata": {"name": name, "uid": format!("{name}-uid"), "creationTimestamp": rfc3339(t0()), "labels": {"pool": "a"}},
-                "spec": spec,
-                "status": {"phase": "Available", "nodeName": node, "allocatable": {"cpu": cpu}}
-            }))
-            .unwrap(),
-        )
+        Object::Reservation(testutil::reservation(ReservationSpec {
+            name,
+            template: testutil::reservation_template(&[("cpu", cpu)]),
+            labels: &[("pool", "a")],
+            spec_extra,
+            status: testutil::available_on(node, &[("cpu", cpu)]),
+            ..Default::default()
+        }))
     }
 
     fn cpu_pod(name: &str, cpu: &str, annotations: &[(&str, &str)]) -> Object {
@@ -928,17 +918,18 @@ mod tests {
         let _ = &mut s;
     }
 
+    /// A pending reservation owned by any pod named `owner`.
     fn pending(name: &str, cpu: &str, template_spec_extra: Value) -> Reservation {
-        let mut spec =
-            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        let mut template = testutil::reservation_template(&[("cpu", cpu)]);
         for (k, v) in template_spec_extra.as_object().unwrap() {
-            spec[k] = v.clone();
+            template["spec"][k] = v.clone();
         }
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "uid": format!("{name}-uid"), "creationTimestamp": rfc3339(t0())},
-            "spec": {"template": {"spec": spec}, "owners": [{"object": {"name": "owner"}}], "ttl": "1h"}
-        }))
-        .unwrap()
+        testutil::reservation(ReservationSpec {
+            name,
+            template,
+            spec_extra: json!({"owners": [{"object": {"name": "owner"}}]}),
+            ..Default::default()
+        })
     }
 
     #[test]
