@@ -29,7 +29,8 @@ use std::time::Duration;
 use apis::slo::v1alpha1::{BlockCfg, BlockType, ResourceQOS};
 
 use super::framework::{Capability, Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
-use super::sysreconcile::{FeatureGate, FsHostFiles, HostFiles};
+use super::hostfiles::{FsHostFiles, HostFiles};
+use super::sysreconcile::FeatureGate;
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
 
@@ -470,7 +471,7 @@ impl BlkioReconcile {
 mod tests {
     use super::*;
     use crate::qosmanager::framework::MapReader;
-    use crate::qosmanager::sysreconcile::MapHostFiles;
+    use crate::qosmanager::hostfiles::MapHostFiles;
     use apis::slo::v1alpha1::{BlkIOQOS, BlkIOQOSCfg, IOCfg, NodeSLOSpec, ResourceQOSStrategy};
     use std::time::SystemTime;
 

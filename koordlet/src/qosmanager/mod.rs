@@ -2,6 +2,7 @@
 //!
 //! [`framework`] holds the plugin contract ([`Strategy`], [`QosSnapshot`],
 //! [`Decision`], [`Evictor`]) and the [`QosRunner`] that applies decisions;
+//! [`hostfiles`] the read-only view of kernel files strategies decide from;
 //! [`service`] builds snapshots from the states informer and metric cache,
 //! runs the runner on its own thread and serves `GET /qos/explain`.
 
@@ -11,6 +12,7 @@ pub mod cpuburst;
 pub mod cpuevict;
 pub mod cpusuppress;
 pub mod framework;
+pub mod hostfiles;
 pub mod memoryevict;
 pub mod resctrl;
 pub mod service;
@@ -26,6 +28,7 @@ pub use framework::{
     NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig, QosMetrics, QosPod, QosRunner,
     QosSnapshot, ReadBack, RoundOutcome, Strategy, test_capabilities,
 };
+pub use hostfiles::{FsHostFiles, HostFiles, MapHostFiles};
 pub use service::{EXPLAIN_PATH, SnapshotSource, explain_router, spawn_runner};
 
 /// Upstream's QoS manager interval flags (whole seconds; 0 is refused).

@@ -33,7 +33,8 @@ use apis::extension::{ANNOTATION_RESCTRL, QoSClass};
 use apis::slo::v1alpha1::{ResctrlQOSCfg, ResourceQOSStrategy};
 
 use super::framework::{Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy};
-use super::sysreconcile::{FeatureGate, FsHostFiles, HostFiles};
+use super::hostfiles::{FsHostFiles, HostFiles};
+use super::sysreconcile::FeatureGate;
 use crate::system::SystemArgs;
 use crate::system::cgroup::CgroupResource;
 
@@ -501,8 +502,8 @@ impl Strategy for ResctrlReconcile {
 mod tests {
     use super::*;
     use crate::qosmanager::framework::QosContainer;
+    use crate::qosmanager::hostfiles::MapHostFiles;
     use crate::qosmanager::memoryevict::test_pods::{pod, t0};
-    use crate::qosmanager::sysreconcile::MapHostFiles;
     use apis::slo::v1alpha1::{NodeSLOSpec, ResctrlQOS, ResourceQOS};
     use std::sync::Mutex;
 

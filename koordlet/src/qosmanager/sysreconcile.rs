@@ -13,115 +13,23 @@
 //!
 //! A knob is written only when its file exists under the configured roots;
 //! a missing file or an out-of-range value is reported in a note, never an error.
-//!
-//! This module also holds [`HostFiles`], the read-only view of kernel files
-//! (procfs, sysfs, resctrl) that the blkio, resctrl and sysreconcile
-//! strategies decide from, so their decisions stay testable on a map.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use apis::slo::v1alpha1::SystemStrategy;
 
 use super::framework::{Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
+use super::hostfiles::HostFiles;
+// Kept at their former path for existing callers (`sysreconcile::FsHostFiles`).
+pub use super::hostfiles::{FsHostFiles, MapHostFiles};
 use crate::system::SystemArgs;
 
 pub const NAME: &str = "sysreconcile";
 /// Upstream's feature gate.
 pub const FEATURE: &str = "SystemConfig";
-
-/// Read access to kernel files outside the cgroup tree.
-pub trait HostFiles: Send + Sync {
-    /// The file's content; `None` when it is missing or unreadable.
-    fn read(&self, path: &Path) -> Option<String>;
-    /// Whether `path` exists (file or directory).
-    fn exists(&self, path: &Path) -> bool;
-    /// Entry names of a directory (sorted); empty when it is missing.
-    fn list(&self, path: &Path) -> Vec<String>;
-    /// Where a symlink points, if `path` is one.
-    fn link_target(&self, path: &Path) -> Option<PathBuf>;
-}
-
-/// [`HostFiles`] over the real filesystem.
-#[derive(Debug, Default, Clone)]
-pub struct FsHostFiles;
-
-impl HostFiles for FsHostFiles {
-    fn read(&self, path: &Path) -> Option<String> {
-        std::fs::read_to_string(path).ok()
-    }
-
-    fn exists(&self, path: &Path) -> bool {
-        path.exists()
-    }
-
-    fn list(&self, path: &Path) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(path) else {
-            return Vec::new();
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| entry.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        names
-    }
-
-    fn link_target(&self, path: &Path) -> Option<PathBuf> {
-        std::fs::read_link(path).ok()
-    }
-}
-
-/// An in-memory [`HostFiles`] for tests: files, directories and links.
-#[derive(Debug, Default, Clone)]
-pub struct MapHostFiles {
-    pub files: HashMap<PathBuf, String>,
-    pub links: HashMap<PathBuf, PathBuf>,
-}
-
-impl MapHostFiles {
-    pub fn with(mut self, path: impl Into<PathBuf>, content: impl Into<String>) -> Self {
-        self.files.insert(path.into(), content.into());
-        self
-    }
-
-    pub fn with_link(mut self, path: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
-        self.links.insert(path.into(), target.into());
-        self
-    }
-}
-
-impl HostFiles for MapHostFiles {
-    fn read(&self, path: &Path) -> Option<String> {
-        self.files.get(path).cloned()
-    }
-
-    fn exists(&self, path: &Path) -> bool {
-        self.files.contains_key(path)
-            || self.links.contains_key(path)
-            || self.files.keys().any(|file| file.starts_with(path))
-    }
-
-    fn list(&self, path: &Path) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .files
-            .keys()
-            .chain(self.links.keys())
-            .filter_map(|file| file.strip_prefix(path).ok())
-            .filter_map(|rest| rest.components().next())
-            .filter_map(|first| first.as_os_str().to_str().map(str::to_string))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-
-    fn link_target(&self, path: &Path) -> Option<PathBuf> {
-        self.links.get(path).cloned()
-    }
-}
 
 /// An upstream koordlet feature gate (`--feature-gates=Name=true`) guarding
 /// a strategy. Strategies built with `new` are on; the daemon applies the
@@ -397,7 +305,9 @@ impl SysReconcile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qosmanager::hostfiles::MapHostFiles;
     use apis::slo::v1alpha1::NodeSLOSpec;
+    use std::path::Path;
     use std::time::SystemTime;
 
     const GIB: i64 = 1 << 30;
@@ -529,20 +439,5 @@ mod tests {
                 .all(|w| w.read_back == ReadBack::None)
         );
         assert!(parse_sched_features("A NO_A").is_err());
-    }
-
-    #[test]
-    fn map_files_list_and_exist() {
-        let files = MapHostFiles::default()
-            .with("/a/b/c", "1")
-            .with("/a/d", "2")
-            .with_link("/a/e", "../x");
-        assert!(files.exists(Path::new("/a/b")));
-        assert!(!files.exists(Path::new("/a/z")));
-        assert_eq!(files.list(Path::new("/a")), ["b", "d", "e"]);
-        assert_eq!(
-            files.link_target(Path::new("/a/e")),
-            Some(PathBuf::from("../x"))
-        );
     }
 }
