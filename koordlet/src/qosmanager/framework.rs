@@ -13,22 +13,27 @@
 //!    - [`Strategy::decide`]: PURE. Read only the snapshot (NodeSLO, metrics
 //!      with sample times, pods and their cgroup dirs, topology, capabilities,
 //!      current file values through [`QosSnapshot::current`]) and return a
-//!      [`Decision`]: cgroup writes ([`ResourceUpdate`]), plain file writes
+//!      [`Decision`]: directories to create ([`EnsureDir`], e.g. a resctrl
+//!      group), cgroup writes ([`ResourceUpdate`]), plain file writes
 //!      ([`FileWrite`], for /proc/sys or resctrl), evictions
 //!      ([`EvictionRequest`]) and notes ([`Note`], e.g. "skipped: node CPU
-//!      usage sample is 40s old"). Never write, sleep or read the clock: the
-//!      time is `snapshot.now`.
+//!      usage sample is 40s old"). Never write, create, sleep or read the
+//!      clock: the time is `snapshot.now`. Kernel files outside the cgroup
+//!      tree are read through a [`HostFiles`](super::hostfiles::HostFiles)
+//!      the strategy is built with.
 //!    - optionally [`Strategy::gauges`] to export extra gauges (upstream names
 //!      such as `be_suppress_cpu_cores`) filled from [`Decision::gauges`].
 //! 2. Add it to [`standard_strategies`] (in `qosmanager/mod.rs`).
 //! 3. Unit-test `decide` on hand-built snapshots: [`QosSnapshot::for_test`]
 //!    and [`MapReader`] give a snapshot without any I/O.
 //!
-//! The runner applies writes through the shared [`ResourceExecutor`] (so
-//! hierarchical cpuset/quota ordering and the audit trail come for free),
-//! reads every managed file back first to count drift repaired, hands
-//! evictions to the configured [`Evictor`], records expected values for
-//! `GET /qos/explain`, and exports per-strategy metrics.
+//! The runner first creates the requested directories (a write under one it
+//! could not create is not attempted), then applies writes through the
+//! shared [`ResourceExecutor`] (so hierarchical cpuset/quota ordering and
+//! the audit trail come for free), reads every managed file back first to
+//! count drift repaired, hands evictions to the configured [`Evictor`],
+//! records expected values for `GET /qos/explain`, and exports per-strategy
+//! metrics.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -409,6 +414,17 @@ pub struct FileWrite {
     pub read_back: ReadBack,
 }
 
+/// A directory the runner creates, if missing, before any write of the
+/// round (the writes may target files inside it). Only the last component is
+/// created: a missing parent means the host is not what the strategy read,
+/// and is reported as an error rather than papered over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsureDir {
+    /// Absolute path (built from the configured roots).
+    pub path: PathBuf,
+    pub reason: String,
+}
+
 /// One gauge value a strategy reports; `name` must be one its
 /// [`Strategy::gauges`] declared. The runner adds the `node` label.
 #[derive(Debug, Clone, PartialEq)]
@@ -436,6 +452,8 @@ pub struct Note {
 /// A strategy's output for one round.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Decision {
+    /// Created before `writes` and `file_writes`.
+    pub dirs: Vec<EnsureDir>,
     pub writes: Vec<ResourceUpdate>,
     pub file_writes: Vec<FileWrite>,
     pub evictions: Vec<EvictionRequest>,
@@ -485,6 +503,14 @@ impl Decision {
         }
     }
 
+    /// Asks the runner to create directory `path` if it does not exist.
+    pub fn ensure_dir(&mut self, path: impl Into<PathBuf>, reason: impl Into<String>) {
+        self.dirs.push(EnsureDir {
+            path: path.into(),
+            reason: reason.into(),
+        });
+    }
+
     pub fn gauge(&mut self, name: &'static str, labels: Vec<(&'static str, String)>, value: f64) {
         self.gauges.push(GaugeValue {
             name,
@@ -495,7 +521,8 @@ impl Decision {
 
     /// Whether the decision says it did nothing.
     pub fn is_skipped(&self) -> bool {
-        self.writes.is_empty()
+        self.dirs.is_empty()
+            && self.writes.is_empty()
             && self.file_writes.is_empty()
             && self.evictions.is_empty()
             && self.notes.iter().any(|n| n.kind == NoteKind::Skipped)
@@ -820,7 +847,7 @@ impl QosMetrics {
             );
             registry.register(
                 "qos_strategy_errors",
-                "failed writes of a QoS strategy",
+                "failed directory creations and writes of a QoS strategy",
                 metrics.errors.clone(),
             );
             registry.register(
@@ -902,7 +929,11 @@ impl QosMetrics {
 pub struct RoundOutcome {
     /// Files written plus evictions requested.
     pub actions: usize,
+    /// Failed directory creations and writes.
     pub errors: usize,
+    /// Directories created. Not counted as actions: they only prepare the
+    /// writes, which are.
+    pub dirs_created: usize,
     pub drifts_repaired: usize,
     pub skipped: bool,
     pub duration: Duration,
@@ -1041,6 +1072,45 @@ impl QosRunner {
         let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
         let layout = self.executor.layout().clone();
 
+        // Directories first: the writes below may target files inside them.
+        let mut missing_dirs = Vec::new();
+        for dir in decision.dirs {
+            match create_dir_if_missing(&dir.path) {
+                Ok(true) => {
+                    outcome.dirs_created += 1;
+                    tracing::info!(
+                        strategy = name,
+                        dir = %dir.path.display(),
+                        reason = %dir.reason,
+                        "directory created"
+                    );
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    outcome.errors += 1;
+                    tracing::warn!(
+                        strategy = name,
+                        dir = %dir.path.display(),
+                        "cannot create directory: {err}"
+                    );
+                    missing_dirs.push(dir.path);
+                }
+            }
+        }
+        // A write under a directory that could not be created would only
+        // fail again: its error is already counted once, for the directory.
+        let blocked = |path: &Path| {
+            let blocked = missing_dirs.iter().any(|dir| path.starts_with(dir));
+            if blocked {
+                tracing::debug!(
+                    strategy = name,
+                    path = %path.display(),
+                    "not written: its directory is missing"
+                );
+            }
+            blocked
+        };
+
         // Cgroup writes: read back first; equal → nothing to do; different
         // from a value we wrote before → drift, bypass the executor's cache.
         let mut to_apply = Vec::new();
@@ -1050,6 +1120,9 @@ impl QosRunner {
                 outcome.errors += 1;
                 continue;
             };
+            if blocked(&path) {
+                continue;
+            }
             let expected = update.value.to_string();
             self.managed.insert(ManagedFile {
                 path: path.display().to_string(),
@@ -1117,6 +1190,9 @@ impl QosRunner {
         }
 
         for write in decision.file_writes {
+            if blocked(&write.path) {
+                continue;
+            }
             self.managed.insert(ManagedFile {
                 path: write.path.display().to_string(),
                 dir: String::new(),
@@ -1168,6 +1244,16 @@ impl QosRunner {
             self.evictor.evict(eviction);
         }
         outcome
+    }
+}
+
+/// Creates directory `path` (not its parents); `Ok(true)` when it was
+/// created, `Ok(false)` when it already was a directory.
+fn create_dir_if_missing(path: &Path) -> std::io::Result<bool> {
+    match std::fs::create_dir(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(false),
+        Err(err) => Err(err),
     }
 }
 
@@ -1351,6 +1437,106 @@ mod tests {
         );
         let outcomes = runner.run_due(&snapshot(&layout, 0));
         assert_eq!((outcomes[0].1.errors, outcomes[0].1.actions), (1, 0));
+    }
+
+    /// Asks for a directory and writes one file inside it.
+    struct GroupDir {
+        dir: PathBuf,
+    }
+
+    impl Strategy for GroupDir {
+        fn name(&self) -> &'static str {
+            "groupdir"
+        }
+        fn interval(&self, _: &QosSnapshot) -> Duration {
+            Duration::from_secs(1)
+        }
+        fn decide(&self, _: &QosSnapshot) -> Decision {
+            let mut decision = Decision::default();
+            decision.ensure_dir(&self.dir, "test group");
+            decision.file_writes.push(FileWrite {
+                path: self.dir.join("schemata"),
+                value: "L3:0=f".into(),
+                reason: "test".into(),
+                read_back: ReadBack::Exact,
+            });
+            decision
+        }
+    }
+
+    fn group_dir_runner(
+        layout: &CgroupLayout,
+        dir: PathBuf,
+        registry: &MetricsRegistry,
+    ) -> (QosRunner, QosMetrics) {
+        let strategies: Vec<Box<dyn Strategy>> = vec![Box::new(GroupDir { dir })];
+        let metrics = QosMetrics::register(registry, "node-a", &strategies);
+        let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
+        let runner = QosRunner::new(strategies, executor).with_metrics(metrics.clone());
+        (runner, metrics)
+    }
+
+    #[test]
+    fn runner_creates_requested_directory_before_writing_into_it() {
+        let (dir, layout, _file) = tree();
+        let group = dir.path().join("resctrl/BE");
+        std::fs::create_dir(dir.path().join("resctrl")).unwrap();
+        let registry = MetricsRegistry::new("koordlet");
+        let (mut runner, metrics) = group_dir_runner(&layout, group.clone(), &registry);
+
+        let first = runner.run_one(0, &snapshot(&layout, 0));
+        assert!(group.is_dir(), "{first:?}");
+        assert_eq!(
+            std::fs::read_to_string(group.join("schemata")).unwrap(),
+            "L3:0=f"
+        );
+        assert_eq!(
+            (first.dirs_created, first.actions, first.errors),
+            (1, 1, 0),
+            "created, then the write inside it: {first:?}"
+        );
+
+        // Already there: nothing created, no error, the converged file untouched.
+        let second = runner.run_one(0, &snapshot(&layout, 1));
+        assert!(group.is_dir());
+        assert_eq!(
+            (second.dirs_created, second.actions, second.errors),
+            (0, 0, 0),
+            "{second:?}"
+        );
+        assert_eq!(metrics.counts("groupdir"), (2, 1, 0, 0));
+    }
+
+    #[test]
+    fn directory_that_cannot_be_created_is_an_error_and_its_writes_are_not_attempted() {
+        let (dir, layout, _file) = tree();
+        // Parent missing: only the last component is created.
+        let orphan = dir.path().join("no-such-root/BE");
+        // Parent is a file: nothing can be created under it.
+        let not_a_dir = dir.path().join("plain-file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        // A file already occupying the path is not a directory either.
+        let occupied = dir.path().join("occupied");
+        std::fs::write(&occupied, "").unwrap();
+
+        for group in [orphan, not_a_dir.join("BE"), occupied] {
+            let registry = MetricsRegistry::new("koordlet");
+            let (mut runner, metrics) = group_dir_runner(&layout, group.clone(), &registry);
+            let outcome = runner.run_one(0, &snapshot(&layout, 0));
+            assert_eq!(
+                (outcome.dirs_created, outcome.actions, outcome.errors),
+                (0, 0, 1),
+                "{}: one error for the directory, none for the skipped write: {outcome:?}",
+                group.display()
+            );
+            assert!(!group.is_dir(), "{}", group.display());
+            assert!(!group.join("schemata").exists(), "{}", group.display());
+            assert!(
+                runner.managed_files().all().is_empty(),
+                "a write not attempted has no expected value"
+            );
+            assert_eq!(metrics.counts("groupdir"), (1, 0, 1, 0));
+        }
     }
 
     #[test]

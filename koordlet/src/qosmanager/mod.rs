@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use framework::{
-    Capability, CgroupReader, Decision, EvictionRequest, Evictor, FileWrite, GaugeValue,
+    Capability, CgroupReader, Decision, EnsureDir, EvictionRequest, Evictor, FileWrite, GaugeValue,
     LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles, MapReader, MetricSample, NodeInfo,
     NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig, QosMetrics, QosPod, QosRunner,
     QosSnapshot, ReadBack, RoundOutcome, Strategy, test_capabilities,
