@@ -17,13 +17,13 @@
 //! - Upstream defaults (LSR/LS whole cache, BE the first 30 %, MBA 100 %)
 //!   fill fields the NodeSLO leaves unset.
 //!
-//! The group directories are created by [`ResctrlReconcile`] itself before
-//! deciding (mkdir in the resctrl root): the runner's [`Decision`] has no
-//! "create directory" action. Without resctrl the strategy reports
-//! "unsupported" through its required capability.
+//! The decision asks the runner to create the group directories in the
+//! resctrl root ([`Decision::ensure_dir`]) before it writes their files; a
+//! group the runner cannot create gets none of its writes. Without resctrl
+//! the strategy reports "unsupported" through its required capability.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,36 +154,11 @@ pub struct ResctrlInfo {
     pub amd: bool,
 }
 
-/// Creates missing group directories; the real one makes directories in
-/// the resctrl root, tests record or ignore.
-pub trait GroupCreator: Send + Sync {
-    fn ensure(&self, root: &Path, group: &str) -> Result<(), String>;
-}
-
-/// [`GroupCreator`] over the real resctrl filesystem.
-#[derive(Debug, Default, Clone)]
-pub struct FsGroupCreator;
-
-impl GroupCreator for FsGroupCreator {
-    fn ensure(&self, root: &Path, group: &str) -> Result<(), String> {
-        let dir = root.join(group);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {
-                tracing::info!(group, dir = %dir.display(), "created resctrl group");
-                Ok(())
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(err) => Err(format!("cannot create {}: {err}", dir.display())),
-        }
-    }
-}
-
 /// The `resctrl` strategy.
 pub struct ResctrlReconcile {
     gate: FeatureGate,
     roots: SystemArgs,
     files: Arc<dyn HostFiles>,
-    groups: Arc<dyn GroupCreator>,
 }
 
 impl std::fmt::Debug for ResctrlReconcile {
@@ -195,16 +170,11 @@ impl std::fmt::Debug for ResctrlReconcile {
 }
 
 impl ResctrlReconcile {
-    pub fn new(
-        roots: SystemArgs,
-        files: Arc<dyn HostFiles>,
-        groups: Arc<dyn GroupCreator>,
-    ) -> Self {
+    pub fn new(roots: SystemArgs, files: Arc<dyn HostFiles>) -> Self {
         Self {
             gate: FeatureGate::on(FEATURE, true),
             roots,
             files,
-            groups,
         }
     }
 
@@ -215,7 +185,7 @@ impl ResctrlReconcile {
     }
 
     pub fn on_host(roots: SystemArgs) -> Self {
-        Self::new(roots, Arc::new(FsHostFiles), Arc::new(FsGroupCreator))
+        Self::new(roots, Arc::new(FsHostFiles))
     }
 
     fn root(&self) -> PathBuf {
@@ -402,16 +372,10 @@ impl Strategy for ResctrlReconcile {
         };
         let root = self.root();
         let mut decision = Decision::default();
-        let mut ready = BTreeSet::new();
         for group in GROUPS {
-            match self.groups.ensure(&root, group) {
-                Ok(()) => {
-                    ready.insert(group);
-                }
-                Err(err) => decision.info(format!("group {group}: {err}")),
-            }
+            decision.ensure_dir(root.join(group), format!("{group} resctrl group"));
         }
-        for group in GROUPS.into_iter().filter(|g| ready.contains(g)) {
+        for group in GROUPS {
             let Some(cfg) = class_cfg(&strategy, group) else {
                 continue;
             };
@@ -456,7 +420,7 @@ impl Strategy for ResctrlReconcile {
         // Tasks: only threads not already in their group.
         let mut wanted: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
         for pod in snapshot.pods.iter().filter(|pod| is_active(pod)) {
-            let Some(group) = group_of(pod.qos).filter(|g| ready.contains(g)) else {
+            let Some(group) = group_of(pod.qos) else {
                 continue;
             };
             if class_cfg(&strategy, group).and_then(|cfg| cfg.enable) != Some(true) {
@@ -505,7 +469,7 @@ mod tests {
     use crate::qosmanager::hostfiles::MapHostFiles;
     use crate::qosmanager::memoryevict::test_pods::{pod, t0};
     use apis::slo::v1alpha1::{NodeSLOSpec, ResctrlQOS, ResourceQOS};
-    use std::sync::Mutex;
+    use std::path::Path;
 
     #[test]
     fn l3_masks_follow_upstream_examples() {
@@ -551,16 +515,6 @@ mod tests {
         assert!(parse_task_ids("1 x").is_err());
     }
 
-    #[derive(Default)]
-    struct Recording(Mutex<Vec<String>>);
-
-    impl GroupCreator for Recording {
-        fn ensure(&self, _root: &Path, group: &str) -> Result<(), String> {
-            self.0.lock().unwrap().push(group.to_string());
-            Ok(())
-        }
-    }
-
     /// A resctrl tree with 12 L3 ways on two domains, MBA, an Intel CPU.
     fn tree() -> MapHostFiles {
         MapHostFiles::default()
@@ -592,13 +546,22 @@ mod tests {
         snapshot
     }
 
-    fn strategy(files: MapHostFiles) -> (ResctrlReconcile, Arc<Recording>) {
-        let groups = Arc::new(Recording::default());
+    fn strategy(files: MapHostFiles) -> ResctrlReconcile {
         let roots = SystemArgs::under(Path::new("/host"));
-        (
-            ResctrlReconcile::new(roots, Arc::new(files), groups.clone()),
-            groups,
-        )
+        ResctrlReconcile::new(roots, Arc::new(files))
+    }
+
+    /// The directories the decision asks the runner to create, relative to
+    /// the resctrl root.
+    fn dirs(decision: &Decision) -> Vec<String> {
+        decision
+            .dirs
+            .iter()
+            .map(|d| {
+                let rel = d.path.strip_prefix("/host/sys/fs/resctrl").unwrap();
+                rel.display().to_string()
+            })
+            .collect()
     }
 
     fn writes(decision: &Decision) -> Vec<(String, String)> {
@@ -614,14 +577,14 @@ mod tests {
 
     #[test]
     fn groups_get_masks_and_mba_with_upstream_defaults_filled_in() {
-        let (strategy, groups) = strategy(tree());
+        let strategy = strategy(tree());
         let be = ResctrlQOS {
             cat_range_start_percent: Some(0),
             cat_range_end_percent: Some(30),
             mba_percent: Some(35),
         };
         let decision = strategy.decide(&snapshot(be, true));
-        assert_eq!(*groups.0.lock().unwrap(), ["LSR", "LS", "BE"]);
+        assert_eq!(dirs(&decision), ["LSR", "LS", "BE"]);
         // LSR and LS keep the default whole cache and 100 % MBA; BE gets
         // ceil(12 × 0.3) = 4 ways and 35 % rounded up to 40.
         assert_eq!(
@@ -667,7 +630,7 @@ mod tests {
                 "/sys/fs/cgroup/cpu/kubepods/besteffort/podbe/c2/tasks",
                 "102\n",
             );
-        let (strategy, _) = strategy(files);
+        let strategy = strategy(files);
         let be = ResctrlQOS {
             cat_range_start_percent: Some(0),
             cat_range_end_percent: Some(30),
@@ -715,7 +678,7 @@ mod tests {
 
     #[test]
     fn missing_resctrl_or_features_are_reported() {
-        let (no_mount, _) = strategy(MapHostFiles::default());
+        let no_mount = strategy(MapHostFiles::default());
         let decision = no_mount.decide(&snapshot(ResctrlQOS::default(), true));
         assert!(
             decision
@@ -723,11 +686,15 @@ mod tests {
                 .unwrap()
                 .contains("unsupported: resctrl is not mounted")
         );
+        assert!(
+            decision.dirs.is_empty(),
+            "no group is created without resctrl"
+        );
 
         let mba_only = MapHostFiles::default()
             .with("/host/sys/fs/resctrl/info/MB/min_bandwidth", "10\n")
             .with("/host/sys/fs/resctrl/schemata", "MB:0=100\n");
-        let (strategy, _) = strategy(mba_only);
+        let strategy = strategy(mba_only);
         let be = ResctrlQOS {
             cat_range_start_percent: Some(0),
             cat_range_end_percent: Some(30),
@@ -749,27 +716,24 @@ mod tests {
     #[test]
     fn feature_gate_defaults_on_and_can_be_turned_off() {
         use std::collections::BTreeMap;
-        let (on, _) = strategy(tree());
+        let on = strategy(tree());
         let on = on.with_feature_gates(&BTreeMap::new());
         assert!(
             !on.decide(&snapshot(ResctrlQOS::default(), true))
                 .file_writes
                 .is_empty()
         );
-        let (off, groups) = strategy(tree());
+        let off = strategy(tree());
         let off = off.with_feature_gates(&BTreeMap::from([("RdtResctrl".to_string(), false)]));
         let decision = off.decide(&snapshot(ResctrlQOS::default(), true));
         assert!(decision.skip_reason().unwrap().contains("RdtResctrl"));
-        assert!(
-            groups.0.lock().unwrap().is_empty(),
-            "no group is created when off"
-        );
+        assert!(decision.dirs.is_empty(), "no group is created when off");
     }
 
     #[test]
     fn amd_bandwidth_from_cpuinfo() {
         let files = tree().with("/host/proc/cpuinfo", "vendor_id\t: AuthenticAMD\n");
-        let (strategy, _) = strategy(files);
+        let strategy = strategy(files);
         let be = ResctrlQOS {
             cat_range_start_percent: None,
             cat_range_end_percent: None,
