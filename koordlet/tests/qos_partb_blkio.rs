@@ -15,9 +15,9 @@ use apis::slo::v1alpha1::{
     ResourceQOSStrategy,
 };
 use koord_common::testing::TempDir;
+use koordlet::qosmanager::FsHostFiles;
 use koordlet::qosmanager::blkio::{BlkioReconcile, DeviceResolver};
 use koordlet::qosmanager::framework::{LayoutReader, QosRunner, QosSnapshot};
-use koordlet::qosmanager::sysreconcile::FsHostFiles;
 use koordlet::resourceexecutor::{ExecutorConfig, ResourceExecutor};
 use koordlet::system::SystemArgs;
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion, Controller};

@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use apis::slo::v1alpha1::{BlockCfg, BlockType, ResourceQOS};
 
+use super::framework::FeatureGate;
 use super::framework::{Capability, Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
 use super::hostfiles::{FsHostFiles, HostFiles};
-use super::sysreconcile::FeatureGate;
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
 

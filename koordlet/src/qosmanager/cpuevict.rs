@@ -22,9 +22,9 @@ use std::time::{Duration, SystemTime};
 use apis::extension::QoSClass;
 use apis::slo::v1alpha1::{CPUEvictPolicy, ResourceThresholdStrategy};
 
+use super::framework::FeatureGate;
 use super::framework::{Decision, EvictionRequest, QosSnapshot, Strategy};
 use super::memoryevict::{effective_thresholds, eviction_allowed, is_terminated};
-use super::sysreconcile::FeatureGate;
 use crate::evictor::bookkeeping::EvictionMemory;
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 

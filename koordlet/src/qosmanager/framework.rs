@@ -649,6 +649,47 @@ pub fn test_capabilities() -> NodeCapabilities {
     }
 }
 
+/// An upstream koordlet feature gate (`--feature-gates=Name=true`) guarding
+/// a strategy. Strategies built with `new` are on; the daemon applies the
+/// gates with `with_feature_gates`, where upstream's default decides when
+/// the flag does not name the feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGate {
+    pub name: &'static str,
+    pub default: bool,
+    pub enabled: bool,
+}
+
+impl FeatureGate {
+    /// On, whatever upstream's default.
+    pub const fn on(name: &'static str, default: bool) -> Self {
+        Self {
+            name,
+            default,
+            enabled: true,
+        }
+    }
+
+    /// The gate as `gates` (parsed `--feature-gates`) set it.
+    pub fn from_gates(self, gates: &BTreeMap<String, bool>) -> Self {
+        Self {
+            enabled: gates.get(self.name).copied().unwrap_or(self.default),
+            ..self
+        }
+    }
+
+    /// `Err` (the skip note) when off.
+    pub fn check(&self) -> Result<(), String> {
+        if self.enabled {
+            return Ok(());
+        }
+        Err(format!(
+            "feature gate {} is off (enable it with --feature-gates={}=true)",
+            self.name, self.name
+        ))
+    }
+}
+
 /// A QoS strategy. See the module documentation for how to add one.
 pub trait Strategy: Send + Sync {
     /// Short upstream plugin name, e.g. `cpusuppress`.

@@ -16,8 +16,8 @@ use apis::configuration::merge::merged;
 use apis::extension::QoSClass;
 use apis::slo::v1alpha1::ResourceThresholdStrategy;
 
+use super::framework::FeatureGate;
 use super::framework::{Decision, EvictionRequest, QosPod, QosSnapshot, Strategy};
-use super::sysreconcile::FeatureGate;
 use crate::evictor::bookkeeping::EvictionMemory;
 
 pub const NAME: &str = "memoryevict";

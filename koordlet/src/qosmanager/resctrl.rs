@@ -32,9 +32,9 @@ use apis::configuration::merge::merged;
 use apis::extension::{ANNOTATION_RESCTRL, QoSClass};
 use apis::slo::v1alpha1::{ResctrlQOSCfg, ResourceQOSStrategy};
 
+use super::framework::FeatureGate;
 use super::framework::{Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy};
 use super::hostfiles::{FsHostFiles, HostFiles};
-use super::sysreconcile::FeatureGate;
 use crate::system::SystemArgs;
 use crate::system::cgroup::CgroupResource;
 

@@ -21,56 +21,13 @@ use std::time::Duration;
 
 use apis::slo::v1alpha1::SystemStrategy;
 
-use super::framework::{Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
-use super::hostfiles::HostFiles;
-// Kept at their former path for existing callers (`sysreconcile::FsHostFiles`).
-pub use super::hostfiles::{FsHostFiles, MapHostFiles};
+use super::framework::{Decision, FeatureGate, FileWrite, QosSnapshot, ReadBack, Strategy};
+use super::hostfiles::{FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
 
 pub const NAME: &str = "sysreconcile";
 /// Upstream's feature gate.
 pub const FEATURE: &str = "SystemConfig";
-
-/// An upstream koordlet feature gate (`--feature-gates=Name=true`) guarding
-/// a strategy. Strategies built with `new` are on; the daemon applies the
-/// gates with `with_feature_gates`, where upstream's default decides when
-/// the flag does not name the feature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FeatureGate {
-    pub name: &'static str,
-    pub default: bool,
-    pub enabled: bool,
-}
-
-impl FeatureGate {
-    /// On, whatever upstream's default.
-    pub const fn on(name: &'static str, default: bool) -> Self {
-        Self {
-            name,
-            default,
-            enabled: true,
-        }
-    }
-
-    /// The gate as `gates` (parsed `--feature-gates`) set it.
-    pub fn from_gates(self, gates: &BTreeMap<String, bool>) -> Self {
-        Self {
-            enabled: gates.get(self.name).copied().unwrap_or(self.default),
-            ..self
-        }
-    }
-
-    /// `Err` (the skip note) when off.
-    pub fn check(&self) -> Result<(), String> {
-        if self.enabled {
-            return Ok(());
-        }
-        Err(format!(
-            "feature gate {} is off (enable it with --feature-gates={}=true)",
-            self.name, self.name
-        ))
-    }
-}
 
 /// Upstream's valid ranges.
 pub const MIN_FREE_KBYTES_RANGE: (i64, i64) = (10 * 1024, 10 * 1024 * 1024);
