@@ -1,8 +1,9 @@
 //! Helpers for tests of the binaries (enabled by the `testing` feature): plain
-//! HTTP/1.1 requests, a fake API server answering `GET /version` (plus canned
-//! routes and watch streams, recording every request with its body), kubeconfig files in
-//! throwaway directories, a child-process wrapper that collects output
-//! lines, and the checks every binary's CLI test repeats (version flag,
+//! HTTP/1.1 requests, a fake API server answering `GET /version` (plus canned,
+//! delayed or computed routes and watch streams, recording every request with
+//! its body), kubeconfig files in throwaway directories, a child-process
+//! wrapper that collects output lines, and the checks every binary's CLI
+//! test repeats (version flag,
 //! unreachable cluster, probes, SIGTERM). Test code only; failures surface
 //! as `io::Error`, `None` or an `Err(String)` carrying the process output.
 
@@ -136,7 +137,9 @@ pub fn closed_local_addr() -> io::Result<SocketAddr> {
     listener.local_addr()
 }
 
-/// A plain-HTTP stand-in for kube-apiserver that answers `GET /version`.
+/// A plain-HTTP stand-in for kube-apiserver that answers `GET /version`,
+/// whatever routes a test adds, and 404 to the rest. Each connection is
+/// served on its own thread.
 pub struct FakeApiServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -170,11 +173,38 @@ impl RecordedRequest {
     }
 }
 
-struct CannedRoute {
-    method: String,
-    path: String,
-    status: u16,
-    body: String,
+/// Computes the answer to a request, or `None` to leave it to earlier routes.
+type RouteHandler = dyn Fn(&RecordedRequest) -> Option<(u16, String)> + Send + Sync;
+
+enum Route {
+    Canned {
+        method: String,
+        path: String,
+        status: u16,
+        body: String,
+        /// How long the answer is held back.
+        delay: Duration,
+    },
+    Handler(Box<RouteHandler>),
+}
+
+impl Route {
+    /// The status, body and delay of this route's answer to `request`.
+    fn answer(&self, request: &RecordedRequest) -> Option<(u16, String, Duration)> {
+        match self {
+            Route::Canned {
+                method,
+                path,
+                status,
+                body,
+                delay,
+            } => (*method == request.method && path == request.path())
+                .then(|| (*status, body.clone(), *delay)),
+            Route::Handler(handler) => {
+                handler(request).map(|(status, body)| (status, body, Duration::ZERO))
+            }
+        }
+    }
 }
 
 /// Events served to `?watch=true` requests for one path.
@@ -187,19 +217,48 @@ struct WatchRoute {
 #[derive(Default)]
 struct FakeApiState {
     recorded: Mutex<Vec<RecordedRequest>>,
-    routes: Mutex<Vec<CannedRoute>>,
+    routes: Mutex<Vec<Arc<Route>>>,
     watches: Mutex<Vec<WatchRoute>>,
+    /// Watches of paths without a watch route are held open too.
+    hold_all_watches: AtomicBool,
     /// Set on drop so open watch streams end.
     closed: AtomicBool,
 }
 
 impl FakeApiState {
     /// Events of the watch route for `path` from `from` on; `None` when
-    /// `path` has no watch route.
+    /// `path` has no watch route and not all watches are held open.
     fn watch_events(&self, path: &str, from: usize) -> Option<Vec<String>> {
         let watches = self.watches.lock().ok()?;
-        let route = watches.iter().find(|route| route.path == path)?;
-        Some(route.events.get(from..).unwrap_or_default().to_vec())
+        match watches.iter().find(|route| route.path == path) {
+            Some(route) => Some(route.events.get(from..).unwrap_or_default().to_vec()),
+            None => self.hold_all_watches.load(Ordering::Relaxed).then(Vec::new),
+        }
+    }
+
+    /// The answer of the latest route that answers `request`.
+    fn answer(&self, request: &RecordedRequest) -> Option<(u16, String, Duration)> {
+        // Cloned out so that handlers run without the lock.
+        let routes = self.routes.lock().ok()?.clone();
+        routes.iter().rev().find_map(|route| route.answer(request))
+    }
+
+    fn add_route(&self, route: Route) {
+        if let Ok(mut routes) = self.routes.lock() {
+            routes.push(Arc::new(route));
+        }
+    }
+
+    /// Sleeps for `delay`, cut short when the server is dropped; false then.
+    fn sleep_unless_closed(&self, delay: Duration) -> bool {
+        let deadline = Instant::now() + delay;
+        while Instant::now() < deadline {
+            if self.closed.load(Ordering::Relaxed) {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(20).min(deadline - Instant::now()));
+        }
+        true
     }
 }
 
@@ -248,14 +307,46 @@ impl FakeApiServer {
     /// Answers `method path` (query ignored) with `status` and a JSON `body`
     /// from now on; later routes for the same request win.
     pub fn respond(&self, method: &str, path: &str, status: u16, body: &str) {
-        if let Ok(mut routes) = self.state.routes.lock() {
-            routes.push(CannedRoute {
-                method: method.to_string(),
-                path: path.to_string(),
-                status,
-                body: body.to_string(),
-            });
-        }
+        self.respond_delayed(method, path, status, body, Duration::ZERO);
+    }
+
+    /// [`FakeApiServer::respond`], holding each answer back for `delay`
+    /// (a slow server, or with a long delay one that never answers). Other
+    /// connections are served meanwhile.
+    pub fn respond_delayed(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+        body: &str,
+        delay: Duration,
+    ) {
+        self.state.add_route(Route::Canned {
+            method: method.to_string(),
+            path: path.to_string(),
+            status,
+            body: body.to_string(),
+            delay,
+        });
+    }
+
+    /// Lets `handler` answer requests from now on, for servers whose answers
+    /// depend on the request or on earlier ones (an object store, say).
+    /// `None` leaves a request to the routes added before; later routes win
+    /// over the handler as they do over canned ones. Watch streams are not
+    /// offered to it.
+    pub fn respond_with(
+        &self,
+        handler: impl Fn(&RecordedRequest) -> Option<(u16, String)> + Send + Sync + 'static,
+    ) {
+        self.state.add_route(Route::Handler(Box::new(handler)));
+    }
+
+    /// Holds every watch request open from now on, also for paths without
+    /// a watch route (those stream nothing until events are pushed), as
+    /// informers expect of an API server whose objects do not change.
+    pub fn hold_watches_open(&self) {
+        self.state.hold_all_watches.store(true, Ordering::Relaxed);
     }
 
     /// Serves `GET path?watch=true` (also `watch=1`) as an open watch
@@ -349,8 +440,10 @@ fn reason_phrase(status: u16) -> &'static str {
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
+        405 => "Method Not Allowed",
         409 => "Conflict",
         422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
         _ => "Status",
     }
@@ -410,34 +503,33 @@ fn serve_fake_api_connection(
         let mut parts = request_line.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
         let target = parts.next().unwrap_or("").to_string();
-        let path = target.split('?').next().unwrap_or("").to_string();
+        let request = RecordedRequest {
+            method,
+            target,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        };
         if let Ok(mut recorded) = state.recorded.lock() {
-            recorded.push(RecordedRequest {
-                method: method.clone(),
-                target: target.clone(),
-                headers,
-                body: String::from_utf8_lossy(&body).into_owned(),
-            });
+            recorded.push(request.clone());
         }
+        let (method, target, path) = (&request.method, &request.target, request.path());
         let is_watch = method == "GET"
             && target.split_once('?').is_some_and(|(_, query)| {
                 query
                     .split('&')
                     .any(|p| p == "watch=true" || p == "watch=1")
             });
-        if is_watch && state.watch_events(&path, 0).is_some() {
-            serve_watch_stream(&mut writer, &path, state);
+        if is_watch && state.watch_events(path, 0).is_some() {
+            serve_watch_stream(&mut writer, path, state);
             return;
         }
-        let canned = state.routes.lock().ok().and_then(|routes| {
-            routes
-                .iter()
-                .rev()
-                .find(|route| route.method == method && route.path == path)
-                .map(|route| (route.status, route.body.clone()))
-        });
-        let (status, body) = match canned {
-            Some((code, body)) => (format!("{code} {}", reason_phrase(code)), body),
+        let (status, body) = match state.answer(&request) {
+            Some((code, body, delay)) => {
+                if !state.sleep_unless_closed(delay) {
+                    return;
+                }
+                (format!("{code} {}", reason_phrase(code)), body)
+            }
             None if path == "/version" => ("200 OK".to_string(), FAKE_VERSION_BODY.to_string()),
             None => (
                 "404 Not Found".to_string(),
@@ -927,5 +1019,127 @@ mod tests {
         )
         .unwrap();
         assert_eq!(other.status, 404);
+    }
+
+    /// Sends `method target` with `body` on a fresh connection.
+    fn send(addr: SocketAddr, method: &str, target: &str, body: &str) -> HttpResponse {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        parse_response(&raw).unwrap()
+    }
+
+    #[test]
+    fn fake_api_server_handler_computes_answers_and_yields_to_later_routes() {
+        let server = FakeApiServer::start().unwrap();
+        server.respond("GET", "/api/v1/pods", 200, r#"{"kind":"PodList"}"#);
+        let created = Arc::new(AtomicU64::new(0));
+        server.respond_with({
+            let created = Arc::clone(&created);
+            move |request| {
+                (request.method == "POST").then(|| {
+                    let count = created.fetch_add(1, Ordering::Relaxed) + 1;
+                    (
+                        201,
+                        format!(r#"{{"count":{count},"echo":{}}}"#, request.body),
+                    )
+                })
+            }
+        });
+        let first = send(
+            server.addr(),
+            "POST",
+            "/api/v1/pods?dryRun=All",
+            "{\"a\":1}",
+        );
+        assert_eq!(
+            (first.status, first.body.as_str()),
+            (201, r#"{"count":1,"echo":{"a":1}}"#)
+        );
+        let second = send(server.addr(), "POST", "/api/v1/events", "{}");
+        assert_eq!(second.body, r#"{"count":2,"echo":{}}"#);
+        // What the handler declines goes to the routes added before it.
+        let list = send(server.addr(), "GET", "/api/v1/pods", "");
+        assert_eq!(
+            (list.status, list.body.as_str()),
+            (200, r#"{"kind":"PodList"}"#)
+        );
+        assert_eq!(send(server.addr(), "GET", "/api/v1/nodes", "").status, 404);
+        // A route added after the handler wins over it.
+        server.respond("POST", "/api/v1/events", 429, "{}");
+        assert_eq!(
+            send(server.addr(), "POST", "/api/v1/events", "{}").status,
+            429
+        );
+        assert_eq!(created.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn fake_api_server_delays_only_the_delayed_route() {
+        let server = FakeApiServer::start().unwrap();
+        let delay = Duration::from_millis(600);
+        server.respond_delayed("POST", "/slow", 201, "{}", delay);
+        let slow = thread::spawn({
+            let addr = server.addr();
+            move || {
+                let started = Instant::now();
+                let response = send(addr, "POST", "/slow", "");
+                (response.status, started.elapsed())
+            }
+        });
+        server
+            .wait_for_request("POST", "/slow", Duration::from_secs(5))
+            .unwrap();
+        // Another connection is answered while the slow one waits.
+        let started = Instant::now();
+        assert_eq!(send(server.addr(), "GET", "/version", "").status, 200);
+        assert!(started.elapsed() < delay, "{:?}", started.elapsed());
+        let (status, took) = slow.join().unwrap();
+        assert_eq!(status, 201);
+        assert!(took >= delay, "{took:?}");
+    }
+
+    #[test]
+    fn fake_api_server_holds_unrouted_watches_open_when_asked() {
+        let server = FakeApiServer::start().unwrap();
+        server.hold_watches_open();
+        let mut stream = TcpStream::connect(server.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        write!(
+            stream,
+            "GET /api/v1/pods?watch=true HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        .unwrap();
+        let mut seen = String::new();
+        read_until(&mut stream, &mut seen, "\r\n\r\n");
+        assert!(seen.starts_with("HTTP/1.1 200 OK\r\n"), "{seen}");
+        // Open and silent: the read times out instead of seeing an end.
+        let err = stream.read(&mut [0u8; 64]).unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{err}"
+        );
+        // Events pushed later still reach the open stream.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        server.push_watch_event("/api/v1/pods", "ADDED", r#"{"metadata":{"name":"p"}}"#);
+        read_until(&mut stream, &mut seen, "ADDED");
+        // Lists are still answered as lists.
+        assert_eq!(send(server.addr(), "GET", "/api/v1/pods", "").status, 404);
     }
 }
