@@ -3,138 +3,43 @@
 //! request it sends, the Event and annotation that follow, 429 handling,
 //! dry run, and the runner adapter.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use koord_common::testing::FakeApiServer;
 use koordlet::evictor::qos::QosEvictor;
 use koordlet::evictor::{
     EvictionBackend, EvictionOutcome, EvictionRequest, EvictorArgs, PodEvictor, PodRef,
 };
 use koordlet::qosmanager::framework::{self, Evictor as _};
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
-use tokio::net::{TcpListener, TcpStream};
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    body: String,
+const PODS: &str = "/api/v1/namespaces/batch/pods";
+
+/// Answers evictions by pod name (`guarded` → 429, `slow` → 201 after 3s,
+/// `victim` → 201), Event creation and pod patches; records every request.
+fn scripted_api_server() -> FakeApiServer {
+    let server = FakeApiServer::start().unwrap();
+    let success = r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":201}"#;
+    server.respond("POST", &format!("{PODS}/victim/eviction"), 201, success);
+    let refusal = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","code":429}"#;
+    server.respond("POST", &format!("{PODS}/guarded/eviction"), 429, refusal);
+    let slow = format!("{PODS}/slow/eviction");
+    server.respond_delayed("POST", &slow, 201, success, Duration::from_secs(3));
+    let event = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"e","namespace":"batch"},"involvedObject":{}}"#;
+    server.respond("POST", "/api/v1/namespaces/batch/events", 201, event);
+    for name in ["victim", "slow"] {
+        let pod = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"batch"}}}}"#
+        );
+        server.respond("PATCH", &format!("{PODS}/{name}"), 200, &pod);
+    }
+    server
 }
 
-/// Answers evictions by pod name (`guarded` → 429, anything else → 201),
-/// Event creation and pod patches; records every request.
-struct ScriptedApiServer {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-async fn read_request(stream: &TcpStream) -> Option<(String, String)> {
-    let mut raw = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..end]).to_string();
-            let length: usize = head
-                .lines()
-                .filter_map(|line| line.split_once(':'))
-                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, value)| value.trim().parse().ok())
-                .unwrap_or(0);
-            if raw.len() >= end + 4 + length {
-                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).to_string();
-                return Some((head, body));
-            }
-        }
-        stream.readable().await.ok()?;
-        match stream.try_read(&mut buffer) {
-            Ok(0) => return None,
-            Ok(n) => raw.extend_from_slice(&buffer[..n]),
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-async fn respond(stream: &TcpStream, code: u16, body: &str) {
-    let response = format!(
-        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let mut bytes = response.as_bytes();
-    while !bytes.is_empty() {
-        if stream.writable().await.is_err() {
-            return;
-        }
-        match stream.try_write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return,
-        }
-    }
-}
-
-impl ScriptedApiServer {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let shared = Arc::clone(&seen);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let seen = Arc::clone(&shared);
-                tokio::spawn(async move {
-                    let Some((head, body)) = read_request(&stream).await else {
-                        return;
-                    };
-                    let mut words = head.split_whitespace();
-                    let method = words.next().unwrap_or("").to_string();
-                    let target = words.next().unwrap_or("").to_string();
-                    seen.lock().unwrap().push(Seen {
-                        method: method.clone(),
-                        target: target.clone(),
-                        body: body.clone(),
-                    });
-                    let path = target.split('?').next().unwrap_or("");
-                    if method == "POST" && path.ends_with("/guarded/eviction") {
-                        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","code":429}"#;
-                        respond(&stream, 429, status).await;
-                    } else if method == "POST" && path.ends_with("/slow/eviction") {
-                        tokio::time::sleep(Duration::from_secs(3)).await;
-                        let status =
-                            r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":201}"#;
-                        respond(&stream, 201, status).await;
-                    } else if method == "POST" && path.ends_with("/eviction") {
-                        let status =
-                            r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":201}"#;
-                        respond(&stream, 201, status).await;
-                    } else if method == "POST" && path.ends_with("/events") {
-                        respond(&stream, 201, &body).await;
-                    } else if method == "PATCH" {
-                        let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"victim","namespace":"batch"}}"#;
-                        respond(&stream, 200, pod).await;
-                    } else {
-                        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#;
-                        respond(&stream, 404, status).await;
-                    }
-                });
-            }
-        });
-        Self { addr, seen }
-    }
-
-    /// The backend koordlet uses: a client without kube's own 429 retries.
-    fn backend(&self) -> EvictionBackend {
-        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
-        EvictionBackend::api_without_retries(config).unwrap()
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
+/// The backend koordlet uses: a client without kube's own 429 retries.
+fn backend(api: &FakeApiServer) -> EvictionBackend {
+    let config = kube::Config::new(api.url().parse().unwrap());
+    EvictionBackend::api_without_retries(config).unwrap()
 }
 
 fn request(name: &str, uid: &str) -> EvictionRequest {
@@ -156,12 +61,12 @@ fn json(body: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn eviction_goes_through_the_policy_v1_subresource_then_event_and_annotation() {
-    let api = ScriptedApiServer::start().await;
-    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let api = scripted_api_server();
+    let evictor = PodEvictor::new(backend(&api), "node-a", &EvictorArgs::default());
     let outcome = evictor.evict(&request("victim", "uid-victim")).await;
     assert_eq!(outcome, EvictionOutcome::Evicted);
 
-    let seen = api.seen();
+    let seen = api.recorded();
     let eviction = seen
         .iter()
         .find(|s| s.target.contains("/eviction"))
@@ -221,25 +126,25 @@ async fn eviction_goes_through_the_policy_v1_subresource_then_event_and_annotati
     );
 
     // The same pod is not evicted twice while it terminates.
-    let before = api.seen().len();
+    let before = api.recorded().len();
     assert_eq!(
         evictor.evict(&request("victim", "uid-victim")).await,
         EvictionOutcome::AlreadyEvicted
     );
-    assert_eq!(api.seen().len(), before);
+    assert_eq!(api.recorded().len(), before);
 }
 
 #[tokio::test]
 async fn a_pod_disruption_budget_refusal_is_retried_later() {
-    let api = ScriptedApiServer::start().await;
-    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let api = scripted_api_server();
+    let evictor = PodEvictor::new(backend(&api), "node-a", &EvictorArgs::default());
     let outcome = evictor.evict(&request("guarded", "uid-guarded")).await;
     let EvictionOutcome::Blocked { message } = &outcome else {
         panic!("expected Blocked, got {outcome:?}");
     };
     assert!(message.contains("disruption budget"), "{message}");
     assert!(!outcome.releases());
-    let seen = api.seen();
+    let seen = api.recorded();
     assert!(
         seen.iter().all(|s| s.method != "PATCH"),
         "no annotation on refusal"
@@ -260,7 +165,7 @@ async fn a_pod_disruption_budget_refusal_is_retried_later() {
         "{again:?}"
     );
     let evictions_after = api
-        .seen()
+        .recorded()
         .iter()
         .filter(|s| s.target.contains("/eviction"))
         .count();
@@ -269,9 +174,9 @@ async fn a_pod_disruption_budget_refusal_is_retried_later() {
 
 #[tokio::test]
 async fn dry_run_and_rate_limit_send_nothing() {
-    let api = ScriptedApiServer::start().await;
+    let api = scripted_api_server();
     let dry = PodEvictor::new(
-        api.backend(),
+        backend(&api),
         "node-a",
         &EvictorArgs {
             dry_run: true,
@@ -283,7 +188,7 @@ async fn dry_run_and_rate_limit_send_nothing() {
         EvictionOutcome::DryRun
     );
     let limited = PodEvictor::new(
-        api.backend(),
+        backend(&api),
         "node-a",
         &EvictorArgs {
             qps: 0.0,
@@ -295,18 +200,18 @@ async fn dry_run_and_rate_limit_send_nothing() {
         limited.evict(&request("victim", "uid-2")).await,
         EvictionOutcome::Evicted
     );
-    let sent = api.seen().len();
+    let sent = api.recorded().len();
     assert_eq!(
         limited.evict(&request("victim", "uid-3")).await,
         EvictionOutcome::RateLimited
     );
     assert_eq!(
-        api.seen().len(),
+        api.recorded().len(),
         sent,
         "a rate-limited eviction sends nothing"
     );
     assert!(
-        api.seen()
+        api.recorded()
             .iter()
             .filter(|s| s.target.contains("/eviction"))
             .all(|s| !s.body.contains("uid-1")),
@@ -316,7 +221,7 @@ async fn dry_run_and_rate_limit_send_nothing() {
 
 #[tokio::test]
 async fn common_fake_api_server_sees_the_eviction_request_line() {
-    let api = koord_common::testing::FakeApiServer::start().unwrap();
+    let api = FakeApiServer::start().unwrap();
     let config = kube::Config::new(api.url().parse().unwrap());
     let client = kube::Client::try_from(config).unwrap();
     let evictor = PodEvictor::new(
@@ -347,8 +252,8 @@ async fn common_fake_api_server_sees_the_eviction_request_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runner_adapter_hands_requests_to_the_api() {
-    let api = ScriptedApiServer::start().await;
-    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let api = scripted_api_server();
+    let evictor = PodEvictor::new(backend(&api), "node-a", &EvictorArgs::default());
     let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
     let adapter = QosEvictor::new(evictor, layout, tokio::runtime::Handle::current());
     let request = framework::EvictionRequest {
@@ -365,7 +270,7 @@ async fn runner_adapter_hands_requests_to_the_api() {
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let seen = api.seen();
+        let seen = api.recorded();
         if let Some(eviction) = seen.iter().find(|s| s.target.contains("/eviction")) {
             assert_eq!(
                 json(&eviction.body)["deleteOptions"]["preconditions"]["uid"],
@@ -383,20 +288,15 @@ async fn runner_adapter_hands_requests_to_the_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
-    let api = ScriptedApiServer::start().await;
+    let api = scripted_api_server();
     let dir = koord_common::testing::TempDir::new("evict-kubeconfig").unwrap();
-    let kubeconfig =
-        koord_common::testing::write_kubeconfig(dir.path(), &format!("http://{}", api.addr))
-            .unwrap();
+    let kubeconfig = koord_common::testing::write_kubeconfig(dir.path(), &api.url()).unwrap();
     let options = koord_common::ClusterOptions {
         kubeconfig: Some(kubeconfig),
         timeout: Duration::from_secs(10),
     };
     // The connected client retries 429s; the evictor must not use it.
-    let retrying = kube::Client::try_from(kube::Config::new(
-        format!("http://{}", api.addr).parse().unwrap(),
-    ))
-    .unwrap();
+    let retrying = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
     let metrics = koord_common::MetricsRegistry::new("koordlet");
     let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
     let evictor = koordlet::evictor::qos::runner_evictor(
@@ -420,13 +320,13 @@ async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
         .unwrap();
     // One refusal, answered by a failure event, and no client-side retry.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !api.seen().iter().any(|s| s.target.contains("/events")) {
+    while !api.recorded().iter().any(|s| s.target.contains("/events")) {
         assert!(tokio::time::Instant::now() < deadline, "no failure event");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let evictions = api
-        .seen()
+        .recorded()
         .iter()
         .filter(|s| s.target.contains("/eviction"))
         .count();
@@ -442,15 +342,10 @@ async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
 
 #[tokio::test]
 async fn for_mode_with_cluster_reload_answers_a_refusal_at_once() {
-    let api = ScriptedApiServer::start().await;
+    let api = scripted_api_server();
     let dir = koord_common::testing::TempDir::new("evict-reload").unwrap();
-    let kubeconfig =
-        koord_common::testing::write_kubeconfig(dir.path(), &format!("http://{}", api.addr))
-            .unwrap();
-    let retrying = kube::Client::try_from(kube::Config::new(
-        format!("http://{}", api.addr).parse().unwrap(),
-    ))
-    .unwrap();
+    let kubeconfig = koord_common::testing::write_kubeconfig(dir.path(), &api.url()).unwrap();
+    let retrying = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
     let evictor = PodEvictor::for_mode(Some(retrying), "node-a", &EvictorArgs::default())
         .with_cluster_reload(koord_common::ClusterOptions {
             kubeconfig: Some(kubeconfig),
@@ -467,7 +362,7 @@ async fn for_mode_with_cluster_reload_answers_a_refusal_at_once() {
         "{outcome:?}"
     );
     let evictions = api
-        .seen()
+        .recorded()
         .iter()
         .filter(|s| s.target.contains("/eviction"))
         .count();
@@ -476,8 +371,8 @@ async fn for_mode_with_cluster_reload_answers_a_refusal_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_eviction_per_pod_at_a_time() {
-    let api = ScriptedApiServer::start().await;
-    let evictor = PodEvictor::new(api.backend(), "node-a", &EvictorArgs::default());
+    let api = scripted_api_server();
+    let evictor = PodEvictor::new(backend(&api), "node-a", &EvictorArgs::default());
     let first = {
         let evictor = evictor.clone();
         tokio::spawn(async move { evictor.evict(&request("slow", "uid-slow")).await })
@@ -485,7 +380,7 @@ async fn one_eviction_per_pod_at_a_time() {
     // Wait until the first request reached the server, then ask again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !api
-        .seen()
+        .recorded()
         .iter()
         .any(|s| s.target.contains("/slow/eviction"))
     {
@@ -499,7 +394,7 @@ async fn one_eviction_per_pod_at_a_time() {
     assert_eq!(second, EvictionOutcome::InProgress);
     assert_eq!(first.await.unwrap(), EvictionOutcome::Evicted);
     let evictions = api
-        .seen()
+        .recorded()
         .iter()
         .filter(|s| s.target.contains("/eviction"))
         .count();
