@@ -1,120 +1,35 @@
 #![allow(clippy::unwrap_used)]
-//! The states informer against a fake kubelet (a real HTTP server on a
-//! loopback port serving `/pods`) and its cluster adapters — watchers, the
+//! The states informer against a fake kubelet (the shared fake API server
+//! on a loopback port, serving `/pods/`) and its cluster adapters — watchers, the
 //! pods fallback and the NodeMetric status patch — against a fake API server.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use koord_common::testing::FakeApiServer;
 use koord_common::{MetricsRegistry, Shutdown, ShutdownReason};
 use koordlet::statesinformer::kubelet::{KubeletAuth, KubeletClient, KubeletError};
 use koordlet::statesinformer::metrics::StatesMetrics;
 use koordlet::statesinformer::{
     PodSource, PodSourceError, PodsOrigin, PodsSyncer, RequiredSyncs, StatesInformer,
 };
-use tokio::net::{TcpListener, TcpStream};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What the fake answers next: status code and body, or silence.
-#[derive(Clone)]
-enum Reply {
-    Ok(String),
-    Status(u16, String),
-    Hang,
+/// Upstream's kubelet path for the pod list.
+const KUBELET_PODS: &str = "/pods/";
+
+/// Makes the kubelet stand-in answer `GET /pods/` with `status` and `body`
+/// from now on.
+fn serve_pods(kubelet: &FakeApiServer, status: u16, body: &str) {
+    kubelet.respond("GET", KUBELET_PODS, status, body);
 }
 
-/// A kubelet stand-in: answers every request with the current [`Reply`] and
-/// records the request paths.
-struct FakeKubelet {
-    addr: SocketAddr,
-    reply: Arc<Mutex<Reply>>,
-    paths: Arc<Mutex<Vec<String>>>,
-}
-
-impl FakeKubelet {
-    async fn start(reply: Reply) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let reply = Arc::new(Mutex::new(reply));
-        let paths = Arc::new(Mutex::new(Vec::new()));
-        let (shared_reply, shared_paths) = (Arc::clone(&reply), Arc::clone(&paths));
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let reply = Arc::clone(&shared_reply);
-                let paths = Arc::clone(&shared_paths);
-                tokio::spawn(async move {
-                    let Some(head) = read_head(&stream).await else {
-                        return;
-                    };
-                    let head = String::from_utf8_lossy(&head).to_string();
-                    let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
-                    paths.lock().unwrap().push(path);
-                    let reply = reply.lock().unwrap().clone();
-                    let (code, body) = match reply {
-                        Reply::Ok(body) => (200, body),
-                        Reply::Status(code, body) => (code, body),
-                        Reply::Hang => {
-                            tokio::time::sleep(Duration::from_secs(60)).await;
-                            return;
-                        }
-                    };
-                    let response = format!(
-                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    write_all(&stream, response.as_bytes()).await;
-                });
-            }
-        });
-        Self { addr, reply, paths }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn set(&self, reply: Reply) {
-        *self.reply.lock().unwrap() = reply;
-    }
-
-    fn paths(&self) -> Vec<String> {
-        self.paths.lock().unwrap().clone()
-    }
-}
-
-/// Reads up to the end of the request head (readiness-based I/O: the
-/// workspace's tokio has no `io-util`).
-async fn read_head(stream: &TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::new();
-    let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        stream.readable().await.ok()?;
-        match stream.try_read(&mut buffer) {
-            Ok(0) => return None,
-            Ok(n) => head.extend_from_slice(&buffer[..n]),
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return None,
-        }
-    }
-    Some(head)
-}
-
-async fn write_all(stream: &TcpStream, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        if stream.writable().await.is_err() {
-            return;
-        }
-        match stream.try_write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return,
-        }
-    }
+/// A kubelet stand-in listing `pods`; it records every request.
+fn fake_kubelet(pods: &str) -> FakeApiServer {
+    let kubelet = FakeApiServer::start().unwrap();
+    serve_pods(&kubelet, 200, pods);
+    kubelet
 }
 
 fn pod_list(pods: &[(&str, &str)]) -> String {
@@ -134,7 +49,7 @@ fn pod_list(pods: &[(&str, &str)]) -> String {
         .to_string()
 }
 
-fn syncer(kubelet: &FakeKubelet, states: &StatesInformer, metrics: StatesMetrics) -> PodsSyncer {
+fn syncer(kubelet: &FakeApiServer, states: &StatesInformer, metrics: StatesMetrics) -> PodsSyncer {
     let client = KubeletClient::new(&kubelet.url(), KubeletAuth::None, TIMEOUT)
         .unwrap()
         .with_metrics(metrics.clone());
@@ -161,7 +76,7 @@ fn uids(states: &StatesInformer) -> Vec<String> {
 
 #[tokio::test]
 async fn fake_kubelet_pods_become_the_snapshot() {
-    let kubelet = FakeKubelet::start(Reply::Ok(pod_list(&[("a", "uid-a"), ("b", "uid-b")]))).await;
+    let kubelet = fake_kubelet(&pod_list(&[("a", "uid-a"), ("b", "uid-b")]));
     let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
     let registry = MetricsRegistry::new("koordlet");
     let metrics = StatesMetrics::register(&registry, "node-a");
@@ -184,8 +99,9 @@ async fn fake_kubelet_pods_become_the_snapshot() {
         .clone();
     assert_eq!(container_id.as_deref(), Some("containerd://uid-b-app"));
     assert!(states.pending_syncs().is_empty());
+    let targets: Vec<String> = kubelet.recorded().into_iter().map(|r| r.target).collect();
     assert_eq!(
-        kubelet.paths(),
+        targets,
         ["/pods/?"],
         "upstream's path; the empty query is harmless"
     );
@@ -200,7 +116,7 @@ async fn fake_kubelet_pods_become_the_snapshot() {
 
 #[tokio::test]
 async fn garbage_keeps_the_last_good_snapshot_and_counts_the_error() {
-    let kubelet = FakeKubelet::start(Reply::Ok(pod_list(&[("a", "uid-a")]))).await;
+    let kubelet = fake_kubelet(&pod_list(&[("a", "uid-a")]));
     let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
     let registry = MetricsRegistry::new("koordlet");
     let metrics = StatesMetrics::register(&registry, "node-a");
@@ -208,7 +124,7 @@ async fn garbage_keeps_the_last_good_snapshot_and_counts_the_error() {
     syncer.sync_once().await.unwrap();
     let good = states.pods().unwrap();
 
-    kubelet.set(Reply::Ok("<html>this is not a pod list</html>".to_string()));
+    serve_pods(&kubelet, 200, "<html>this is not a pod list</html>");
     let err = syncer.sync_once().await.unwrap_err();
     assert!(
         matches!(&err, PodSourceError::Kubelet(KubeletError::Body { .. })),
@@ -216,16 +132,18 @@ async fn garbage_keeps_the_last_good_snapshot_and_counts_the_error() {
     );
     assert!(err.to_string().contains("not valid JSON"), "{err}");
 
-    kubelet.set(Reply::Ok(
-        r#"{"kind":"PodList","items":[{"metadata":{"name":"x"}}]}"#.into(),
-    ));
+    serve_pods(
+        &kubelet,
+        200,
+        r#"{"kind":"PodList","items":[{"metadata":{"name":"x"}}]}"#,
+    );
     let err = syncer.sync_once().await.unwrap_err();
     assert!(
         err.to_string().contains("metadata.namespace is missing"),
         "{err}"
     );
 
-    kubelet.set(Reply::Status(500, "kubelet is sad".into()));
+    serve_pods(&kubelet, 500, "kubelet is sad");
     let err = syncer.sync_once().await.unwrap_err();
     assert!(err.to_string().contains("HTTP 500"), "{err}");
 
@@ -239,14 +157,16 @@ async fn garbage_keeps_the_last_good_snapshot_and_counts_the_error() {
         "{body}"
     );
 
-    kubelet.set(Reply::Ok(pod_list(&[("b", "uid-b")])));
+    serve_pods(&kubelet, 200, &pod_list(&[("b", "uid-b")]));
     syncer.sync_once().await.unwrap();
     assert_eq!(uids(&states), ["uid-b"]);
 }
 
 #[tokio::test]
 async fn a_silent_kubelet_times_out_and_a_closed_port_is_an_error() {
-    let kubelet = FakeKubelet::start(Reply::Hang).await;
+    let kubelet = FakeApiServer::start().unwrap();
+    // Far longer than the client's timeout: the kubelet stays silent.
+    kubelet.respond_delayed("GET", KUBELET_PODS, 200, "", Duration::from_secs(60));
     let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
     let client = KubeletClient::new(
         &kubelet.url(),
@@ -278,11 +198,11 @@ async fn a_silent_kubelet_times_out_and_a_closed_port_is_an_error() {
 
 #[tokio::test]
 async fn a_kubelet_that_suddenly_lists_nothing_is_believed_only_after_confirmations() {
-    let kubelet = FakeKubelet::start(Reply::Ok(pod_list(&[("a", "uid-a")]))).await;
+    let kubelet = fake_kubelet(&pod_list(&[("a", "uid-a")]));
     let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
     let mut syncer = syncer(&kubelet, &states, StatesMetrics::unregistered("node-a"));
     syncer.sync_once().await.unwrap();
-    kubelet.set(Reply::Ok(pod_list(&[])));
+    serve_pods(&kubelet, 200, &pod_list(&[]));
     for _ in 1..koordlet::statesinformer::pods::EMPTY_LIST_CONFIRMATIONS {
         let err = syncer.sync_once().await.unwrap_err();
         assert!(
@@ -297,7 +217,7 @@ async fn a_kubelet_that_suddenly_lists_nothing_is_believed_only_after_confirmati
 
 #[tokio::test]
 async fn the_sync_loop_follows_the_kubelet_until_shutdown() {
-    let kubelet = FakeKubelet::start(Reply::Ok(pod_list(&[("a", "uid-a")]))).await;
+    let kubelet = fake_kubelet(&pod_list(&[("a", "uid-a")]));
     let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
     let client = KubeletClient::new(&kubelet.url(), KubeletAuth::None, TIMEOUT).unwrap();
     let syncer = PodsSyncer::new(
@@ -315,7 +235,7 @@ async fn the_sync_loop_follows_the_kubelet_until_shutdown() {
     .await
     .unwrap()
     .unwrap();
-    kubelet.set(Reply::Ok(pod_list(&[("a", "uid-a"), ("c", "uid-c")])));
+    serve_pods(&kubelet, 200, &pod_list(&[("a", "uid-a"), ("c", "uid-c")]));
     tokio::time::timeout(
         Duration::from_secs(10),
         updates.wait_for(|snapshot| snapshot.as_ref().is_some_and(|s| s.pods.len() == 2)),
@@ -334,192 +254,95 @@ async fn the_sync_loop_follows_the_kubelet_until_shutdown() {
 // Cluster adapters against a fake API server
 // ---------------------------------------------------------------------------
 
-/// One request the fake API server saw.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    content_type: String,
-    body: String,
+const NODE_NAME: &str = "node-a";
+
+/// Lists of the node's objects by collection path.
+fn node_lists() -> [(&'static str, serde_json::Value); 5] {
+    let list = |api_version: &str, kind: &str, items: Vec<serde_json::Value>| {
+        serde_json::json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"resourceVersion": "7"}, "items": items
+        })
+    };
+    [
+        (
+            "/api/v1/nodes",
+            list(
+                "v1",
+                "NodeList",
+                vec![serde_json::json!({
+                    "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
+                    "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                               "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}
+                })],
+            ),
+        ),
+        (
+            "/api/v1/pods",
+            list(
+                "v1",
+                "PodList",
+                vec![serde_json::json!({
+                    "metadata": {"name": "from-apiserver", "namespace": "default", "uid": "uid-api", "resourceVersion": "7"},
+                    "spec": {"nodeName": NODE_NAME, "containers": [{"name": "app"}]},
+                    "status": {"qosClass": "BestEffort"}
+                })],
+            ),
+        ),
+        (
+            "/apis/slo.koordinator.sh/v1alpha1/nodeslos",
+            list(
+                "slo.koordinator.sh/v1alpha1",
+                "NodeSLOList",
+                vec![serde_json::json!({
+                    "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+                    "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
+                    "spec": {"hostApplications": [{"name": "nginx", "qos": "LS"}]}
+                })],
+            ),
+        ),
+        (
+            "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
+            list(
+                "slo.koordinator.sh/v1alpha1",
+                "NodeMetricList",
+                vec![serde_json::json!({
+                    "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                    "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
+                    "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 45}}
+                })],
+            ),
+        ),
+        (
+            "/apis/scheduling.koordinator.sh/v1alpha1/devices",
+            list("scheduling.koordinator.sh/v1alpha1", "DeviceList", vec![]),
+        ),
+    ]
 }
 
 /// An API server stand-in: answers lists of the node's objects, holds watch
 /// requests open without events, and accepts NodeMetric status patches.
-struct FakeApiServer {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-const NODE_NAME: &str = "node-a";
-
-fn list_body(path: &str) -> Option<serde_json::Value> {
-    let (api_version, kind, items) = match path {
-        "/api/v1/nodes" => (
-            "v1",
-            "NodeList",
-            vec![serde_json::json!({
-                "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
-                "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                           "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}
-            })],
-        ),
-        "/api/v1/pods" => (
-            "v1",
-            "PodList",
-            vec![serde_json::json!({
-                "metadata": {"name": "from-apiserver", "namespace": "default", "uid": "uid-api", "resourceVersion": "7"},
-                "spec": {"nodeName": NODE_NAME, "containers": [{"name": "app"}]},
-                "status": {"qosClass": "BestEffort"}
-            })],
-        ),
-        "/apis/slo.koordinator.sh/v1alpha1/nodeslos" => (
-            "slo.koordinator.sh/v1alpha1",
-            "NodeSLOList",
-            vec![serde_json::json!({
-                "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
-                "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
-                "spec": {"hostApplications": [{"name": "nginx", "qos": "LS"}]}
-            })],
-        ),
-        "/apis/slo.koordinator.sh/v1alpha1/nodemetrics" => (
-            "slo.koordinator.sh/v1alpha1",
-            "NodeMetricList",
-            vec![serde_json::json!({
-                "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
-                "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
-                "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 45}}
-            })],
-        ),
-        "/apis/scheduling.koordinator.sh/v1alpha1/devices" => {
-            ("scheduling.koordinator.sh/v1alpha1", "DeviceList", vec![])
-        }
-        _ => return None,
-    };
-    Some(serde_json::json!({
-        "apiVersion": api_version, "kind": kind,
-        "metadata": {"resourceVersion": "7"}, "items": items
-    }))
-}
-
-fn strip_nulls(value: &mut serde_json::Value) {
-    if let Some(object) = value.as_object_mut() {
-        object.retain(|_, member| !member.is_null());
-        object.values_mut().for_each(strip_nulls);
-    } else if let Some(items) = value.as_array_mut() {
-        items.iter_mut().for_each(strip_nulls);
+fn fake_api_server() -> FakeApiServer {
+    let api = FakeApiServer::start().unwrap();
+    for (path, list) in node_lists() {
+        api.respond("GET", path, 200, &list.to_string());
     }
-}
-
-/// Reads one request: head and (Content-Length) body.
-async fn read_request(stream: &TcpStream) -> Option<(String, String)> {
-    let mut raw = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..end]).to_string();
-            let length: usize = head
-                .lines()
-                .filter_map(|line| line.split_once(':'))
-                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, value)| value.trim().parse().ok())
-                .unwrap_or(0);
-            if raw.len() >= end + 4 + length {
-                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).to_string();
-                return Some((head, body));
-            }
-        }
-        stream.readable().await.ok()?;
-        match stream.try_read(&mut buffer) {
-            Ok(0) => return None,
-            Ok(n) => raw.extend_from_slice(&buffer[..n]),
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-async fn respond(stream: &TcpStream, code: u16, body: &str) {
-    let response = format!(
-        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    api.hold_watches_open();
+    let patched = serde_json::json!({
+        "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+        "metadata": {"name": NODE_NAME, "resourceVersion": "8"}, "spec": {}
+    });
+    api.respond(
+        "PATCH",
+        &format!("/apis/slo.koordinator.sh/v1alpha1/nodemetrics/{NODE_NAME}/status"),
+        200,
+        &patched.to_string(),
     );
-    write_all(stream, response.as_bytes()).await;
+    api
 }
 
-impl FakeApiServer {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let shared = Arc::clone(&seen);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let seen = Arc::clone(&shared);
-                tokio::spawn(async move {
-                    let Some((head, body)) = read_request(&stream).await else {
-                        return;
-                    };
-                    let mut words = head.split_whitespace();
-                    let method = words.next().unwrap_or("").to_string();
-                    let target = words.next().unwrap_or("").to_string();
-                    let content_type = head
-                        .lines()
-                        .filter_map(|line| line.split_once(':'))
-                        .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
-                        .map(|(_, value)| value.trim().to_string())
-                        .unwrap_or_default();
-                    seen.lock().unwrap().push(Seen {
-                        method: method.clone(),
-                        target: target.clone(),
-                        content_type,
-                        body: body.clone(),
-                    });
-                    let path = target.split('?').next().unwrap_or("");
-                    let watch = target.contains("watch=true");
-                    let status_path =
-                        format!("/apis/slo.koordinator.sh/v1alpha1/nodemetrics/{NODE_NAME}/status");
-                    if method == "PATCH" && path == status_path {
-                        let mut patch: serde_json::Value =
-                            serde_json::from_str(&body).unwrap_or_default();
-                        // A merge patch deletes the keys it sets to null.
-                        strip_nulls(&mut patch);
-                        let object = serde_json::json!({
-                            "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
-                            "metadata": {"name": NODE_NAME, "resourceVersion": "8"},
-                            "spec": {}, "status": patch["status"],
-                        });
-                        respond(&stream, 200, &object.to_string()).await;
-                    } else if method == "GET" && watch {
-                        // An open watch with no events.
-                        write_all(
-                            &stream,
-                            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-                        )
-                        .await;
-                        tokio::time::sleep(Duration::from_secs(600)).await;
-                    } else if let Some(list) = list_body(path).filter(|_| method == "GET") {
-                        respond(&stream, 200, &list.to_string()).await;
-                    } else {
-                        let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#;
-                        respond(&stream, 404, status).await;
-                    }
-                });
-            }
-        });
-        Self { addr, seen }
-    }
-
-    fn client(&self) -> kube::Client {
-        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
-        kube::Client::try_from(config).unwrap()
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
+fn client(api: &FakeApiServer) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap()
 }
 
 async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
@@ -536,8 +359,8 @@ async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 #[tokio::test]
 async fn watchers_fill_the_node_objects_and_readiness_follows() {
     use koordlet::statesinformer::nodemetric::{NodeMetricReporter, ReportSink};
-    let api = FakeApiServer::start().await;
-    let client = api.client();
+    let api = fake_api_server();
+    let client = client(&api);
     let states = StatesInformer::new(NODE_NAME, RequiredSyncs::CLUSTER);
     let shutdown = Shutdown::new();
     koordlet::statesinformer::apiserver::spawn_node_watchers(&client, &states, &shutdown);
@@ -555,7 +378,7 @@ async fn watchers_fill_the_node_objects_and_readiness_follows() {
     );
     assert!(states.device().is_none(), "no Device for this node");
     let selectors: Vec<String> = api
-        .seen()
+        .recorded()
         .iter()
         .filter(|seen| seen.method == "GET" && !seen.target.contains("watch=true"))
         .map(|seen| seen.target.clone())
@@ -577,7 +400,7 @@ async fn watchers_fill_the_node_objects_and_readiness_follows() {
 #[tokio::test]
 async fn an_unreachable_kubelet_falls_back_to_the_api_server_pods() {
     use koordlet::statesinformer::apiserver::ApiServerPods;
-    let api = FakeApiServer::start().await;
+    let api = fake_api_server();
     let states = StatesInformer::new(NODE_NAME, RequiredSyncs::PODS_ONLY);
     let shutdown = Shutdown::new();
     let closed = koord_common::testing::closed_local_addr().unwrap();
@@ -589,7 +412,7 @@ async fn an_unreachable_kubelet_falls_back_to_the_api_server_pods() {
         Duration::from_secs(10),
     )
     .with_fallback(ApiServerPods::new(
-        api.client(),
+        client(&api),
         NODE_NAME,
         shutdown.clone(),
     ));
@@ -610,14 +433,14 @@ async fn an_unreachable_kubelet_falls_back_to_the_api_server_pods() {
     assert_eq!(snapshot.origin, PodsOrigin::ApiServer);
     assert_eq!(snapshot.pods[0].metadata.uid.as_deref(), Some("uid-api"));
     assert!(
-        api.seen()
+        api.recorded()
             .iter()
             .any(|seen| seen.target.starts_with("/api/v1/pods?")
                 && seen
                     .target
                     .contains(&format!("fieldSelector=spec.nodeName%3D{NODE_NAME}"))),
         "{:?}",
-        api.seen()
+        api.recorded()
     );
     shutdown.trigger(ShutdownReason::Requested("test".into()));
 }
@@ -629,7 +452,7 @@ async fn the_reporter_patches_the_node_metric_status() {
     use koordlet::statesinformer::nodemetric::{NodeMetricReporter, ReportError, ReportSink};
     use std::time::SystemTime;
 
-    let api = FakeApiServer::start().await;
+    let api = fake_api_server();
     let states = StatesInformer::new(NODE_NAME, RequiredSyncs::PODS_ONLY);
     let cache = Arc::new(MetricCache::new(Default::default()).unwrap());
     let now = SystemTime::now();
@@ -670,12 +493,12 @@ async fn the_reporter_patches_the_node_metric_status() {
         synced_at: now,
     });
     let reporter =
-        NodeMetricReporter::new(states.clone(), cache, ReportSink::ApiServer(api.client()));
+        NodeMetricReporter::new(states.clone(), cache, ReportSink::ApiServer(client(&api)));
 
     // koord-manager has not created the NodeMetric yet: nothing is written.
     let err = reporter.report_once().await.unwrap_err();
     assert!(matches!(err, ReportError::NoNodeMetric(_)), "{err}");
-    assert!(api.seen().iter().all(|seen| seen.method != "PATCH"));
+    assert!(api.recorded().iter().all(|seen| seen.method != "PATCH"));
 
     states.set_node_metric(Some(apis::slo::v1alpha1::NodeMetric::new(
         NODE_NAME,
@@ -683,7 +506,7 @@ async fn the_reporter_patches_the_node_metric_status() {
     )));
     reporter.report_once().await.unwrap();
     let patch = api
-        .seen()
+        .recorded()
         .into_iter()
         .find(|seen| seen.method == "PATCH")
         .expect("a status patch");
@@ -694,7 +517,10 @@ async fn the_reporter_patches_the_node_metric_status() {
         "{}",
         patch.target
     );
-    assert_eq!(patch.content_type, "application/merge-patch+json");
+    assert_eq!(
+        patch.header("content-type"),
+        Some("application/merge-patch+json")
+    );
     let body: serde_json::Value = serde_json::from_str(&patch.body).unwrap();
     let status = &body["status"];
     assert_eq!(
