@@ -1,18 +1,15 @@
 //! A stateful stand-in for kube-apiserver shared by the webhook tests:
 //! objects by path (GET/POST/PUT with resourceVersions and conflicts),
 //! lists of a collection, watches held open without events, every request
-//! recorded.
+//! recorded — the shared `FakeApiServer` answering from an object store.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use base64::Engine;
+use koord_common::testing::FakeApiServer;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 /// Collections a GET without an object name lists.
 const LISTABLE: [&str; 5] = [
@@ -36,16 +33,15 @@ pub struct Seen {
     pub body: Value,
 }
 
-/// Objects by path, with a resourceVersion counter; every request recorded.
+/// Objects by path, with a resourceVersion counter.
 #[derive(Default)]
 pub struct State {
     objects: BTreeMap<String, Value>,
     version: u64,
-    seen: Vec<Seen>,
 }
 
 pub struct FakeApi {
-    addr: SocketAddr,
+    server: FakeApiServer,
     state: Arc<Mutex<State>>,
 }
 
@@ -53,37 +49,14 @@ pub fn status(code: u16, reason: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": reason, "code": code})
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
-    let mut raw = Vec::new();
-    let mut buffer = [0u8; 8192];
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..end]).to_string();
-            let length: usize = head
-                .lines()
-                .filter_map(|line| line.split_once(':'))
-                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, value)| value.trim().parse().ok())
-                .unwrap_or(0);
-            if raw.len() >= end + 4 + length {
-                let mut words = head.split_whitespace();
-                let method = words.next()?.to_owned();
-                let target = words.next()?.to_owned();
-                return Some((method, target, raw[end + 4..end + 4 + length].to_vec()));
-            }
-        }
-        let n = stream.read(&mut buffer).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        raw.extend_from_slice(&buffer[..n]);
-    }
+/// A request body as JSON; `null` when empty or not JSON.
+fn json_body(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or(Value::Null)
 }
 
 impl FakeApi {
     pub async fn start(initial: Vec<(&str, Value)>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let server = FakeApiServer::start().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
         {
             let mut state = state.lock().unwrap();
@@ -91,46 +64,17 @@ impl FakeApi {
                 state.objects.insert(path.to_owned(), object);
             }
         }
-        let shared = Arc::clone(&state);
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let state = Arc::clone(&shared);
-                tokio::spawn(async move {
-                    while let Some((method, target, body)) = read_request(&mut stream).await {
-                        let path = target.split('?').next().unwrap_or("").to_owned();
-                        if method == "GET" && target.contains("watch=true") {
-                            // An open watch that never sends an event.
-                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-                            let _ = stream.write_all(head.as_bytes()).await;
-                            tokio::time::sleep(Duration::from_secs(600)).await;
-                            return;
-                        }
-                        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                        let (code, reply) = {
-                            let mut state = state.lock().unwrap();
-                            state.seen.push(Seen {
-                                method: method.clone(),
-                                path: path.clone(),
-                                body: body.clone(),
-                            });
-                            answer(&mut state, &method, &path, body)
-                        };
-                        let text = reply.to_string();
-                        let response = format!(
-                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
-                            text.len()
-                        );
-                        if stream.write_all(response.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
+        server.hold_watches_open();
+        server.respond_with({
+            let state = Arc::clone(&state);
+            move |request| {
+                let mut state = state.lock().unwrap();
+                let body = json_body(&request.body);
+                let (code, reply) = answer(&mut state, &request.method, request.path(), body);
+                Some((code, reply.to_string()))
             }
         });
-        FakeApi { addr, state }
+        FakeApi { server, state }
     }
 
     /// Adds or replaces an object (watches see nothing of it).
@@ -143,18 +87,20 @@ impl FakeApi {
     }
 
     pub fn client(&self) -> kube::Client {
-        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        let config = kube::Config::new(self.server.url().parse().unwrap());
         kube::Client::try_from(config).unwrap()
     }
 
     pub fn writes(&self) -> Vec<Seen> {
-        self.state
-            .lock()
-            .unwrap()
-            .seen
-            .iter()
-            .filter(|s| s.method != "GET")
-            .cloned()
+        self.server
+            .recorded()
+            .into_iter()
+            .filter(|request| request.method != "GET")
+            .map(|request| Seen {
+                path: request.path().to_owned(),
+                body: json_body(&request.body),
+                method: request.method,
+            })
             .collect()
     }
 
@@ -169,7 +115,7 @@ impl FakeApi {
     }
 }
 
-pub fn answer(state: &mut State, method: &str, path: &str, mut body: Value) -> (u16, Value) {
+fn answer(state: &mut State, method: &str, path: &str, mut body: Value) -> (u16, Value) {
     let stamp = |state: &mut State, body: &mut Value| {
         state.version += 1;
         body["metadata"]["resourceVersion"] = json!(state.version.to_string());
