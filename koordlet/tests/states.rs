@@ -264,6 +264,15 @@ fn node_lists() -> [(&'static str, serde_json::Value); 5] {
             "metadata": {"resourceVersion": "7"}, "items": items
         })
     };
+    // A list of `kind`s holding only the node's own object.
+    let slo_list = |kind: &str, spec: serde_json::Value| {
+        let api_version = "slo.koordinator.sh/v1alpha1";
+        let object = serde_json::json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": NODE_NAME, "resourceVersion": "7"}, "spec": spec
+        });
+        list(api_version, &format!("{kind}List"), vec![object])
+    };
     [
         (
             "/api/v1/nodes",
@@ -291,26 +300,16 @@ fn node_lists() -> [(&'static str, serde_json::Value); 5] {
         ),
         (
             "/apis/slo.koordinator.sh/v1alpha1/nodeslos",
-            list(
-                "slo.koordinator.sh/v1alpha1",
-                "NodeSLOList",
-                vec![serde_json::json!({
-                    "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
-                    "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
-                    "spec": {"hostApplications": [{"name": "nginx", "qos": "LS"}]}
-                })],
+            slo_list(
+                "NodeSLO",
+                serde_json::json!({"hostApplications": [{"name": "nginx", "qos": "LS"}]}),
             ),
         ),
         (
             "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
-            list(
-                "slo.koordinator.sh/v1alpha1",
-                "NodeMetricList",
-                vec![serde_json::json!({
-                    "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
-                    "metadata": {"name": NODE_NAME, "resourceVersion": "7"},
-                    "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 45}}
-                })],
+            slo_list(
+                "NodeMetric",
+                serde_json::json!({"metricCollectPolicy": {"reportIntervalSeconds": 45}}),
             ),
         ),
         (
