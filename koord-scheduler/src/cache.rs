@@ -96,11 +96,12 @@ impl PodInfo {
     }
 }
 
+fn pod_phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
 fn is_terminated(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+    matches!(pod_phase(pod), Some("Succeeded" | "Failed"))
 }
 
 /// FNV-1a: node and pod keys are short trusted strings hashed on every
@@ -266,6 +267,15 @@ pub enum Change {
     Delete(Object),
 }
 
+/// A pod in phase Succeeded or Failed, as the watch reported it.
+#[derive(Debug, Clone)]
+pub struct EndedPod {
+    pub pod: Arc<PodInfo>,
+    pub succeeded: bool,
+    /// The pod object was deleted (it no longer counts anywhere).
+    pub deleted: bool,
+}
+
 /// What changed, for the plugins' own indexes.
 #[derive(Debug, Clone)]
 pub enum ClusterEvent {
@@ -273,6 +283,11 @@ pub enum ClusterEvent {
     Pod {
         old: Option<Arc<PodInfo>>,
         new: Option<Arc<PodInfo>>,
+        /// Set when the watch reported the pod Succeeded or Failed (it leaves
+        /// the cache, as it holds nothing any more) or deleted such a pod;
+        /// kept for status bookkeeping such as PodGroup's succeeded/failed
+        /// counts.
+        ended: Option<EndedPod>,
     },
     /// Another object changed; `key` is its cache key.
     Object { kind: ObjectKind, key: String },
@@ -430,7 +445,17 @@ impl ClusterCache {
         match object {
             Object::Pod(pod) => {
                 if deleted || is_terminated(&pod) {
-                    self.remove_pod(&key)
+                    let succeeded = pod_phase(&pod) == Some("Succeeded");
+                    let ended = is_terminated(&pod).then(|| EndedPod {
+                        pod: Arc::new(PodInfo::new(Arc::new(pod))),
+                        succeeded,
+                        deleted,
+                    });
+                    let mut event = self.remove_pod(&key);
+                    if let ClusterEvent::Pod { ended: slot, .. } = &mut event {
+                        *slot = ended;
+                    }
+                    event
                 } else {
                     self.upsert_pod(pod)
                 }
@@ -527,6 +552,7 @@ impl ClusterCache {
         ClusterEvent::Pod {
             old,
             new: Some(new),
+            ended: None,
         }
     }
 
@@ -538,7 +564,11 @@ impl ClusterCache {
                 self.pod_keys_by_uid.remove(&previous.uid);
             }
         }
-        ClusterEvent::Pod { old, new: None }
+        ClusterEvent::Pod {
+            old,
+            new: None,
+            ended: None,
+        }
     }
 
     fn account(&mut self, pod: &PodInfo) {

@@ -616,7 +616,7 @@ impl Plugin for ElasticQuota {
 
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
-            ClusterEvent::Pod { old, new } => match (old, new) {
+            ClusterEvent::Pod { old, new, .. } => match (old, new) {
                 (_, Some(pod)) => self.charge_pod(pod, pod.node.is_some()),
                 (Some(pod), None) => {
                     self.discharge(&pod.key);

@@ -499,7 +499,7 @@ impl Plugin for LoadAware {
 
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
-            ClusterEvent::Pod { old, new } => {
+            ClusterEvent::Pod { old, new, .. } => {
                 let old_node = old.as_ref().and_then(|p| p.node.clone());
                 let new_node = new.as_ref().and_then(|p| p.node.clone());
                 if let Some(node) = &old_node {

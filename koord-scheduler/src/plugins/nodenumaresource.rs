@@ -727,7 +727,7 @@ impl Plugin for NodeNUMAResource {
 
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
-            ClusterEvent::Pod { old, new } => {
+            ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
                     self.remove_pod(&old.key);
                     self.owners.remove(&old.key);

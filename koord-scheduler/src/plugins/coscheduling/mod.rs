@@ -139,6 +139,17 @@ pub struct Coscheduling {
     last_write_at: Option<SystemTime>,
     /// Pods given the timeout annotation, and when.
     marked_timed_out: HashMap<String, SystemTime>,
+    /// Members that ended (Succeeded/Failed) and are not deleted yet, by pod
+    /// key; they left the cache but still count in PodGroup status.
+    ended: HashMap<String, EndedMember>,
+}
+
+/// A gang member that ended.
+#[derive(Debug, Clone)]
+struct EndedMember {
+    gang: String,
+    succeeded: bool,
+    bound: bool,
 }
 
 /// A gang with its members split by state.
@@ -454,7 +465,10 @@ impl Coscheduling {
         now: SystemTime,
     ) -> Option<PodGroupStatus> {
         let pod_group = cache.pod_groups.get(key)?;
-        let members = Members::count(self.member_pods(key, cache).map(|p| &**p));
+        let mut members = Members::count(self.member_pods(key, cache).map(|p| &**p));
+        for ended in self.ended.values().filter(|ended| ended.gang == key) {
+            members.add_ended(ended.succeeded, ended.bound);
+        }
         Some(desired_status(pod_group, &members, now))
     }
 }
@@ -570,7 +584,25 @@ impl Plugin for Coscheduling {
 
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
-            ClusterEvent::Pod { old, new } => {
+            ClusterEvent::Pod { old, new, ended } => {
+                if let Some(ended) = ended {
+                    if ended.deleted {
+                        self.ended.remove(&ended.pod.key);
+                    } else if let Some(gang) = gang_key_of(&ended.pod) {
+                        self.ended.insert(
+                            ended.pod.key.clone(),
+                            EndedMember {
+                                gang,
+                                succeeded: ended.succeeded,
+                                bound: ended.pod.node.is_some(),
+                            },
+                        );
+                    }
+                }
+                if let Some(new) = new {
+                    // A live pod under this key replaced any ended one.
+                    self.ended.remove(&new.key);
+                }
                 if let Some(old) = old
                     && let Some(gang) = gang_key_of(old)
                 {

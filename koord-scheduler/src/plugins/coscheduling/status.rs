@@ -1,5 +1,6 @@
 //! PodGroup status as upstream's PodGroup controller keeps it: phase,
-//! scheduled / running counts, `scheduleStartTime` and `occupiedBy`.
+//! scheduled / running / succeeded / failed counts, `scheduleStartTime` and
+//! `occupiedBy`.
 
 use std::time::{Duration, SystemTime};
 
@@ -16,6 +17,9 @@ pub struct Members {
     pub scheduled: usize,
     /// In phase `Running`.
     pub running: usize,
+    /// Ended members not deleted yet.
+    pub succeeded: usize,
+    pub failed: usize,
     /// `occupiedBy` as upstream fills it from the first member's owners.
     pub occupied_by: Option<String>,
 }
@@ -38,6 +42,21 @@ impl Members {
             }
         }
         members
+    }
+
+    /// Counts a member that ended (it has left the cache); a bound one
+    /// still counts as scheduled, as upstream keeps it among the gang's
+    /// bound pods until it is deleted.
+    pub fn add_ended(&mut self, succeeded: bool, bound: bool) {
+        self.total += 1;
+        if bound {
+            self.scheduled += 1;
+        }
+        if succeeded {
+            self.succeeded += 1;
+        } else {
+            self.failed += 1;
+        }
     }
 }
 
@@ -97,8 +116,12 @@ fn step(
             }
             let scheduled = as_count(members.scheduled);
             let running = as_count(members.running);
+            let succeeded = as_count(members.succeeded);
+            let failed = as_count(members.failed);
             next.scheduled = Some(scheduled);
             next.running = Some(running);
+            next.succeeded = Some(succeeded);
+            next.failed = Some(failed);
             if scheduled < min_member {
                 next.phase = Some(PodGroupPhase::Scheduling);
                 if next.schedule_start_time.is_none() {
@@ -106,10 +129,16 @@ fn step(
                 }
             } else {
                 next.phase = Some(PodGroupPhase::Scheduled);
-                let succeeded = status.succeeded.unwrap_or(0);
                 if succeeded + running >= min_member {
                     next.phase = Some(PodGroupPhase::Running);
                 }
+            }
+            // Final phases, which later syncs leave alone.
+            if failed != 0 && failed + running + succeeded >= min_member {
+                next.phase = Some(PodGroupPhase::Failed);
+            }
+            if succeeded >= min_member {
+                next.phase = Some(PodGroupPhase::Finished);
             }
         }
     }

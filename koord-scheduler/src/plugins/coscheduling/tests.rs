@@ -697,6 +697,8 @@ fn pod_group_status_follows_its_members() {
             "occupiedBy": "default/train-job",
             "scheduled": 0,
             "running": 0,
+            "succeeded": 0,
+            "failed": 0,
             "scheduleStartTime": rfc3339(t0() + secs(14)),
         })
     );
@@ -725,6 +727,101 @@ fn pod_group_status_follows_its_members() {
         status["scheduleStartTime"],
         rfc3339(t0() + secs(14)).as_str()
     );
+    land(&mut s, &writes);
+
+    // One member done: still Running (one succeeded + one running).
+    testutil::load(
+        &mut s,
+        vec![owned_member("t-0", Some("Succeeded"), Some("n0"))],
+    );
+    let writes = s.pending_status_writes(t0() + secs(20));
+    let status = status_of(&writes);
+    assert_eq!(status["phase"], "Running", "{status}");
+    assert_eq!(
+        (&status["running"], &status["succeeded"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(status["scheduled"], 2);
+    land(&mut s, &writes);
+    // Both done: Finished, a final phase.
+    testutil::load(
+        &mut s,
+        vec![owned_member("t-1", Some("Succeeded"), Some("n1"))],
+    );
+    let writes = s.pending_status_writes(t0() + secs(22));
+    let status = status_of(&writes);
+    assert_eq!(status["phase"], "Finished", "{status}");
+    assert_eq!(
+        (&status["running"], &status["succeeded"]),
+        (&json!(0), &json!(2))
+    );
+    land(&mut s, &writes);
+    // Deleting the finished pods changes nothing any more.
+    for name in ["t-0", "t-1"] {
+        s.apply(Change::Delete(owned_member(
+            name,
+            Some("Succeeded"),
+            Some("n0"),
+        )));
+    }
+    assert!(s.pending_status_writes(t0() + secs(40)).is_empty());
+}
+
+#[test]
+fn a_failed_member_fails_the_group_once_every_member_has_started() {
+    let group = pod_group("train", json!({"minMember": 2}), json!({}), json!({}));
+    let mut s = loaded_cluster(2, vec![group]);
+    // The scheduler restarts after the pods ran: the list brings one running
+    // and one failed member; the failed one no longer holds resources but
+    // still counts for the group.
+    testutil::load(
+        &mut s,
+        vec![
+            owned_member("t-0", Some("Running"), Some("n0")),
+            owned_member("t-1", Some("Failed"), Some("n1")),
+        ],
+    );
+    let writes = s.pending_status_writes(t0());
+    let status = status_of(&writes);
+    assert_eq!(status["phase"], "Failed", "{status}");
+    assert_eq!(
+        (&status["scheduled"], &status["running"], &status["failed"]),
+        (&json!(2), &json!(1), &json!(1))
+    );
+    assert!(s.cache.pod("default/t-1").is_none());
+}
+
+#[test]
+fn deleted_ended_members_leave_the_counts() {
+    let group = pod_group("train", json!({"minMember": 3}), json!({}), json!({}));
+    let mut s = loaded_cluster(2, vec![group]);
+    testutil::load(
+        &mut s,
+        vec![
+            owned_member("t-0", Some("Running"), Some("n0")),
+            owned_member("t-1", Some("Succeeded"), Some("n1")),
+            owned_member("t-2", None, None),
+        ],
+    );
+    let writes = s.pending_status_writes(t0());
+    let status = status_of(&writes);
+    assert_eq!(
+        (&status["phase"], &status["succeeded"]),
+        (&json!("Scheduling"), &json!(1))
+    );
+    assert_eq!(status["scheduled"], 2);
+    land(&mut s, &writes);
+    s.apply(Change::Delete(owned_member(
+        "t-1",
+        Some("Succeeded"),
+        Some("n1"),
+    )));
+    let writes = s.pending_status_writes(t0() + secs(2));
+    let status = status_of(&writes);
+    assert_eq!(
+        (&status["succeeded"], &status["scheduled"]),
+        (&json!(0), &json!(1))
+    );
 }
 
 #[test]
@@ -733,7 +830,7 @@ fn desired_status_is_stable_once_reached() {
         "train",
         json!({"minMember": 2}),
         json!({}),
-        json!({"phase": "Running", "scheduled": 2, "running": 2, "occupiedBy": "default/train-job"}),
+        json!({"phase": "Running", "scheduled": 2, "running": 2, "succeeded": 0, "failed": 0, "occupiedBy": "default/train-job"}),
     );
     let Object::PodGroup(group) = group else {
         unreachable!()
@@ -743,6 +840,7 @@ fn desired_status_is_stable_once_reached() {
         scheduled: 2,
         running: 2,
         occupied_by: Some("default/train-job".into()),
+        ..Members::default()
     };
     let status = desired_status(&group, &members, t0());
     assert_eq!(Some(&status), group.status.as_ref());

@@ -667,7 +667,7 @@ impl Plugin for DeviceShare {
                     None => self.reserved.remove(key),
                 };
             }
-            ClusterEvent::Pod { old, new } => {
+            ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
                     self.forget(&old.key);
                     self.owners.remove(&old.key);

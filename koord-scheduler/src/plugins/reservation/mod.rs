@@ -395,7 +395,7 @@ impl Plugin for ReservationPlugin {
                     self.reservations.remove(key);
                 }
             },
-            ClusterEvent::Pod { old, new } => {
+            ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
                     for pods in self.allocated.values_mut() {
                         pods.remove(&old.key);
