@@ -106,6 +106,15 @@ fn to_system_time(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -
     SystemTime::from(time.0)
 }
 
+/// `seconds` after `at`. The seconds may come from a pod annotation: a value
+/// past what time can represent is capped (at about ten years) instead of
+/// overflowing.
+fn seconds_after(at: SystemTime, seconds: i64) -> SystemTime {
+    const CAP: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+    let wanted = Duration::from_secs(seconds.unsigned_abs()).min(CAP);
+    at.checked_add(wanted).unwrap_or(at)
+}
+
 fn condition_time(pod: &PodInfo, condition: &str) -> Option<SystemTime> {
     pod.pod
         .status
@@ -255,10 +264,10 @@ impl LoadAware {
         if let Some(seconds) = after_initialized.filter(|s| *s > 0)
             && let Some(initialized) = condition_time(pod, "Initialized")
         {
-            return Some(initialized + Duration::from_secs(seconds.unsigned_abs()));
+            return Some(seconds_after(initialized, seconds));
         }
         match (after_scheduled.filter(|s| *s > 0), assigned_at) {
-            (Some(seconds), Some(at)) => Some(at + Duration::from_secs(seconds.unsigned_abs())),
+            (Some(seconds), Some(at)) => Some(seconds_after(at, seconds)),
             _ => None,
         }
     }

@@ -62,21 +62,29 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
     Ok(Box::new(NodeNUMAResource::new(default_policy)))
 }
 
-/// Parses a Linux cpu list (`0-3,8`).
+/// The highest CPU id a cpu list may name. The lists come from pod, node and
+/// Reservation annotations anyone with create rights can write, so an
+/// unbounded range (`0-2147483647`) must not expand into billions of
+/// entries; Linux's own NR_CPUS limit is far below this.
+pub const MAX_CPU_ID: i32 = 65_535;
+
+/// Parses a Linux cpu list (`0-3,8`); `None` when malformed or naming a
+/// CPU above [`MAX_CPU_ID`].
 pub fn parse_cpuset(text: &str) -> Option<BTreeSet<i32>> {
     let mut cpus = BTreeSet::new();
+    let valid = |cpu: i32| (0..=MAX_CPU_ID).contains(&cpu);
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b): (i32, i32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if a > b || a < 0 {
+                if a > b || !valid(a) || !valid(b) {
                     return None;
                 }
                 cpus.extend(a..=b);
             }
             None => {
                 let cpu: i32 = part.parse().ok()?;
-                if cpu < 0 {
+                if !valid(cpu) {
                     return None;
                 }
                 cpus.insert(cpu);
@@ -984,6 +992,10 @@ mod tests {
         assert!(parse_cpuset("3-1").is_none());
         assert!(parse_cpuset("x").is_none());
         assert_eq!(format_cpuset(&BTreeSet::new()), "");
+        // Annotation input: ids past the limit are refused, not expanded.
+        assert!(parse_cpuset("0-2147483647").is_none());
+        assert!(parse_cpuset("65536").is_none());
+        assert_eq!(parse_cpuset("65535").unwrap(), BTreeSet::from([MAX_CPU_ID]));
     }
 
     #[test]

@@ -205,6 +205,47 @@ fn load_aware_adds_pods_assigned_since_the_last_report() {
 }
 
 #[test]
+fn load_aware_caps_an_absurd_custom_estimation_time_from_an_annotation() {
+    let mut s = load_aware_cluster(&only(
+        "LoadAwareScheduling",
+        "{allowCustomizeEstimation: true}",
+    ));
+    load(
+        &mut s,
+        vec![
+            node("settled", &[("cpu", "10"), ("memory", "100Gi")]),
+            node_metric(
+                "settled",
+                t0() - secs(10),
+                &[("cpu", "5")],
+                json!([{"namespace": "default", "name": "old", "podUsage": {"resources": {"cpu": "500m"}}}]),
+            ),
+            // Bound long ago and reported, but it asks to be estimated for
+            // i64::MAX seconds: that must not overflow the clock (a panic
+            // here would poison the scheduler's lock); it is estimated for
+            // the capped time, so its estimate still counts.
+            pod(PodSpec {
+                name: "old",
+                node: Some("settled"),
+                requests: &[("cpu", "2")],
+                annotations: &[(
+                    "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled",
+                    "9223372036854775807",
+                )],
+                scheduled_at: Some(t0() - secs(1000)),
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    let outcome = filter(&s, "default/incoming", t0());
+    // 5000 + (1700 − 500 reported) + 850 = 7050 → 71% > 65%.
+    assert_eq!(
+        outcome.failed["settled"],
+        "node(s) cpu usage exceed threshold"
+    );
+}
+
+#[test]
 fn load_aware_scores_least_estimated_load_with_weights() {
     let s = load_aware_cluster(&only(
         "LoadAwareScheduling",
