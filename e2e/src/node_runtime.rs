@@ -23,9 +23,25 @@ use koord_common::testing::{TestProcess, http_get_blocking};
 #[derive(Debug, Clone)]
 pub struct Skip(pub String);
 
+/// Set (to anything but empty or `0`) where the node runtime must be there,
+/// as in `.ci/run` after the kit's setup succeeded: a skip then fails the
+/// test, so CI cannot go green without node coverage.
+pub const REQUIRE_NODE_ENV: &str = "KOORD_E2E_REQUIRE_NODE";
+
+fn node_required() -> bool {
+    std::env::var(REQUIRE_NODE_ENV).is_ok_and(|value| !value.is_empty() && value != "0")
+}
+
 impl Skip {
-    /// Prints the one `SKIP:` line for `test`.
+    /// Prints the one `SKIP:` line for `test`, or fails the test when
+    /// [`REQUIRE_NODE_ENV`] says the node runtime must be available.
     pub fn report(&self, test: &str) {
+        if node_required() {
+            panic!(
+                "{test}: the node runtime is required ({REQUIRE_NODE_ENV}) but: {}",
+                self.0
+            );
+        }
         eprintln!("SKIP: {test}: {}", self.0);
     }
 }
