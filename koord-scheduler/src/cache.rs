@@ -434,6 +434,57 @@ impl ClusterCache {
         pending
     }
 
+    /// The cached objects of one kind (clones; for relists, which are rare).
+    pub fn objects_of(&self, kind: ObjectKind) -> Vec<Object> {
+        fn wrap<T: Clone>(
+            objects: &BTreeMap<String, Arc<T>>,
+            variant: fn(T) -> Object,
+        ) -> Vec<Object> {
+            objects.values().map(|o| variant((**o).clone())).collect()
+        }
+        match kind {
+            ObjectKind::Node => self
+                .node_slots
+                .iter()
+                .flatten()
+                .filter_map(|info| info.node.as_ref())
+                .map(|node| Object::Node((**node).clone()))
+                .collect(),
+            ObjectKind::Pod => self
+                .pods
+                .values()
+                .map(|info| Object::Pod((*info.pod).clone()))
+                .collect(),
+            ObjectKind::NodeMetric => self
+                .node_metrics
+                .values()
+                .map(|metric| Object::NodeMetric((**metric).clone()))
+                .collect(),
+            ObjectKind::Reservation => wrap(&self.reservations, Object::Reservation),
+            ObjectKind::ElasticQuota => wrap(&self.elastic_quotas, Object::ElasticQuota),
+            ObjectKind::PodGroup => wrap(&self.pod_groups, Object::PodGroup),
+            ObjectKind::Device => wrap(&self.devices, Object::Device),
+            ObjectKind::NodeResourceTopology => {
+                wrap(&self.node_resource_topologies, Object::NodeResourceTopology)
+            }
+        }
+    }
+
+    /// The changes that turn this cache's objects of `kind` into exactly
+    /// `listed` (a watch relist): deletions for what the list no longer has
+    /// (deleted while the watch was down), then every listed object.
+    pub fn relist_changes(&self, kind: ObjectKind, listed: Vec<Object>) -> Vec<Change> {
+        let listed_keys: HashSet<String> = listed.iter().map(Object::key).collect();
+        let mut changes: Vec<Change> = self
+            .objects_of(kind)
+            .into_iter()
+            .filter(|object| !listed_keys.contains(&object.key()))
+            .map(Change::Delete)
+            .collect();
+        changes.extend(listed.into_iter().map(Change::Upsert));
+        changes
+    }
+
     /// Applies one watch event and says what changed.
     pub fn apply(&mut self, change: Change) -> ClusterEvent {
         let (object, deleted) = match change {
@@ -714,6 +765,36 @@ mod tests {
         cache.apply(Change::Delete(pod("a", Some("n1"), "1")));
         assert_eq!(cache.node("n1").unwrap().requested.get("cpu"), 0);
         assert!(cache.pod_by_uid("uid-a").is_none());
+    }
+
+    #[test]
+    fn a_relist_deletes_what_disappeared_while_the_watch_was_down() {
+        let mut cache = ClusterCache::new();
+        for change in [node("n1", "4"), node("n2", "4")] {
+            cache.apply(Change::Upsert(change));
+        }
+        cache.apply(Change::Upsert(pod("a", Some("n1"), "1")));
+        cache.apply(Change::Upsert(pod("b", Some("n2"), "2")));
+        // The watch reconnects: b and n2 were deleted meanwhile, c is new.
+        let pods = cache.relist_changes(
+            ObjectKind::Pod,
+            vec![pod("a", Some("n1"), "1"), pod("c", None, "1")],
+        );
+        let nodes = cache.relist_changes(ObjectKind::Node, vec![node("n1", "4")]);
+        for change in pods.into_iter().chain(nodes) {
+            cache.apply(change);
+        }
+        assert!(cache.pod("default/b").is_none());
+        assert!(cache.pod("default/c").is_some());
+        assert!(cache.node("n2").is_none());
+        assert_eq!(cache.node_names_sorted(), vec!["n1".to_string()]);
+        assert_eq!(cache.node("n1").unwrap().requested.get("cpu"), 1000);
+        // Other kinds are untouched by a relist of pods.
+        assert!(
+            cache
+                .relist_changes(ObjectKind::Reservation, Vec::new())
+                .is_empty()
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::cache::{Change, Object};
+use crate::cache::{Change, Object, ObjectKind};
 use crate::framework::{BindError, BindFuture, Binder, Reserved, SharedScheduler, StatusWrite};
 use crate::plugins::{coscheduling, elasticquota};
 
@@ -101,6 +101,7 @@ impl Binder for KubeBinder {
 async fn feed<K>(
     api: Api<K>,
     scheduler: SharedScheduler,
+    kind: ObjectKind,
     wrap: fn(K) -> Object,
     synced: watch::Sender<bool>,
     shutdown: Shutdown,
@@ -130,7 +131,13 @@ async fn feed<K>(
             }
             Ok(Event::InitDone) => {
                 let _ = synced.send(true);
-                initial.drain(..).map(Change::Upsert).collect()
+                // A relist after a reconnect: objects deleted meanwhile are
+                // not in it and would otherwise stay cached for good.
+                let listed = std::mem::take(&mut initial);
+                match scheduler.read() {
+                    Ok(scheduler) => scheduler.cache.relist_changes(kind, listed),
+                    Err(_) => return,
+                }
             }
             Err(err) => {
                 tracing::warn!(error = %err, "watch error; retrying with backoff");
@@ -165,6 +172,7 @@ pub fn start_watchers(
             tokio::spawn(feed::<$kind>(
                 Api::all(client.clone()),
                 Arc::clone(scheduler),
+                ObjectKind::$variant,
                 Object::$variant,
                 $tx,
                 shutdown.clone(),
