@@ -250,6 +250,50 @@ pub fn kubelet_pod_allocs(
     (allocs, pinned, problems)
 }
 
+/// What the kubelet's CPU manager checkpoint means for the CPU pools.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeletCpuState {
+    /// The checkpoint's policy name; empty without a checkpoint.
+    pub policy: KubeletCPUManagerPolicy,
+    /// Pods the static policy pinned (see [`kubelet_pod_allocs`]).
+    pub allocs: Vec<PodCPUAlloc>,
+    /// Their CPUs, which leave the share pools.
+    pub pinned: CpuSet,
+}
+
+impl KubeletCpuState {
+    /// The kubelet runs the static policy (it owns the cpusets of the pods it pins).
+    pub fn is_static(&self) -> bool {
+        self.policy.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
+    }
+}
+
+/// The kubelet's policy and pinned pods from its checkpoint (`None`: no
+/// kubelet information). Only the static policy pins; the NodeResourceTopology
+/// report and the runtime hooks' share pool both use this.
+pub fn kubelet_cpu_state(
+    checkpoint: Option<&CpuManagerCheckpoint>,
+    pods: &[Pod],
+) -> (KubeletCpuState, Vec<String>) {
+    let Some(checkpoint) = checkpoint else {
+        return (KubeletCpuState::default(), Vec::new());
+    };
+    let mut state = KubeletCpuState {
+        policy: KubeletCPUManagerPolicy {
+            policy: checkpoint.policy_name.clone(),
+            ..KubeletCPUManagerPolicy::default()
+        },
+        ..KubeletCpuState::default()
+    };
+    if !state.is_static() {
+        return (state, Vec::new());
+    }
+    let (allocs, pinned, problems) = kubelet_pod_allocs(checkpoint, pods);
+    state.allocs = allocs;
+    state.pinned = pinned;
+    (state, problems)
+}
+
 /// Reads the CPU topology and the per-NUMA memory below `sys_root`.
 pub fn read_node_hardware(sys_root: &Path) -> Result<NodeHardware, NodeTopologyError> {
     let cpus = read_cpu_topology(sys_root)?;
@@ -638,31 +682,12 @@ pub fn build_desired_topology(
         problems.push(problem);
         CpuSet::new()
     });
-    // The kubelet's checkpoint names its policy and the CPUs its static
-    // policy pinned; only the static policy pins.
-    let (kubelet_policy, kubelet_allocs, kubelet_pinned) = match &hardware.kubelet_cpu_manager {
-        Some(checkpoint) => {
-            let policy = KubeletCPUManagerPolicy {
-                policy: checkpoint.policy_name.clone(),
-                ..KubeletCPUManagerPolicy::default()
-            };
-            if checkpoint.policy_name == KUBELET_CPU_MANAGER_POLICY_STATIC {
-                let (allocs, pinned, kubelet_problems) = kubelet_pod_allocs(checkpoint, pods);
-                problems.extend(kubelet_problems);
-                (policy, allocs, pinned)
-            } else {
-                (policy, Vec::new(), CpuSet::new())
-            }
-        }
-        None => (
-            KubeletCPUManagerPolicy::default(),
-            Vec::new(),
-            CpuSet::new(),
-        ),
-    };
+    let (kubelet, kubelet_problems) =
+        kubelet_cpu_state(hardware.kubelet_cpu_manager.as_ref(), pods);
+    problems.extend(kubelet_problems);
     let withheld = reserved_cpus
         .union(&system_exclusive)
-        .union(&kubelet_pinned);
+        .union(&kubelet.pinned);
     let (pools, pool_problems) = cpu_share_pools(&all_cpus, pods, &withheld);
     problems.extend(pool_problems);
 
@@ -680,9 +705,9 @@ pub fn build_desired_topology(
         .map_err(|err| encode(ANNOTATION_NODE_BE_CPU_SHARED_POOLS, err))?;
     // The kubelet's /configz is not queried (see docs/nodetopology.md): the
     // policy name comes from its checkpoint, without options or reserved CPUs.
-    set_kubelet_cpu_manager_policy(&mut annotations, &kubelet_policy)
+    set_kubelet_cpu_manager_policy(&mut annotations, &kubelet.policy)
         .map_err(|err| encode(ANNOTATION_KUBELET_CPU_MANAGER_POLICY, err))?;
-    set_pod_cpu_allocs(&mut annotations, &kubelet_allocs)
+    set_pod_cpu_allocs(&mut annotations, &kubelet.allocs)
         .map_err(|err| encode(ANNOTATION_NODE_CPU_ALLOCS, err))?;
     let reservation_json =
         serde_json::to_string(&reservation).map_err(|err| NodeTopologyError::Encode {
