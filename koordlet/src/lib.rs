@@ -279,7 +279,7 @@ pub async fn run(
     statesinformer::nodetopo::spawn(
         &args.node_topology,
         &states,
-        args.system.sys_root_dir.clone(),
+        &args.system,
         Some(Arc::clone(&cache)),
         match &sink {
             Some(ReportSink::ApiServer(client)) => Some(client.clone()),

@@ -2,21 +2,25 @@
 //! The NodeResourceTopology reporter against a fake API server (create on
 //! 404, no write while unchanged, replace when a pod's cpuset changes, the
 //! pod-change trigger of the run loop) and its standalone file output; the
-//! hardware comes from a generated sysfs tree.
+//! hardware comes from a generated sysfs tree (and, for the CPU model and
+//! vendor, this machine's /proc/cpuinfo).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use apis::extension::{get_cpu_topology, get_node_cpu_shared_pools};
+use apis::extension::{
+    CPUBasicInfo, get_cpu_basic_info, get_cpu_topology, get_node_cpu_shared_pools,
+};
 use apis::topology::v1alpha1::NodeResourceTopology;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use koord_common::testing::{FakeApiServer, RecordedRequest, TempDir};
 use koord_common::{Shutdown, ShutdownReason};
 use koordlet::statesinformer::nodetopo::{
-    HardwareSource, NodeTopologyReporter, SyncOutcome, read_node_hardware,
+    HardwareSource, NodeTopologyReporter, SyncOutcome, read_node_facts, read_node_hardware,
 };
 use koordlet::statesinformer::{PodsOrigin, PodsSnapshot, RequiredSyncs, StatesInformer};
+use koordlet::system::SystemArgs;
 use serde_json::{Value, json};
 
 const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies";
@@ -51,6 +55,37 @@ fn fake_sys(root: &Path) {
             ),
         );
     }
+}
+
+/// The fake sysfs of [`fake_sys`] with intel_pstate turbo on and a resctrl
+/// L3 mask, and this machine's /proc: every input `read_node_facts` takes.
+fn facts_of(sys_root: &Path) -> HardwareSource {
+    write(
+        &sys_root.join("devices/system/cpu/intel_pstate/no_turbo"),
+        "0\n",
+    );
+    write(&sys_root.join("fs/resctrl/info/L3/cbm_mask"), "fff\n");
+    let system = SystemArgs {
+        proc_root_dir: "/proc".into(),
+        sys_root_dir: sys_root.to_path_buf(),
+        sys_fs_root_dir: sys_root.join("fs"),
+        ..SystemArgs::default()
+    };
+    let kubelet_root = sys_root.join("no-kubelet");
+    Arc::new(move || read_node_facts(&system, &kubelet_root, None))
+}
+
+/// `key : value` of the first processor block of this machine's
+/// /proc/cpuinfo, read independently of koordlet.
+fn real_cpuinfo_field(key: &str) -> String {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let first_block = text.trim_start().split("\n\n").next().unwrap_or_default();
+    first_block
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case(key))
+        .map(|(_, value)| value.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn hardware_of(root: &Path) -> HardwareSource {
@@ -176,7 +211,7 @@ async fn creates_on_404_skips_unchanged_and_replaces_on_cpuset_change() {
     let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
     let mut reporter = NodeTopologyReporter::new(
         states.clone(),
-        hardware_of(sys.path()),
+        facts_of(sys.path()),
         Some(client_for(&api)),
         None,
     )
@@ -234,6 +269,19 @@ async fn creates_on_404_skips_unchanged_and_replaces_on_cpuset_change() {
     assert_eq!(topology.detail[6].node, 1);
     assert_eq!(topology.detail[6].core, 2);
     assert_eq!(ls_pools(&created), ["0-1,4-5", "2-3,6-7"]);
+    // Model and vendor as this machine's /proc/cpuinfo says; SMT, turbo and
+    // the L3 mask from the generated tree.
+    let basic_info = get_cpu_basic_info(&annotations).unwrap().unwrap();
+    assert_eq!(
+        basic_info,
+        CPUBasicInfo {
+            cpu_model: real_cpuinfo_field("model name"),
+            hyper_thread_enabled: true,
+            turbo_enabled: true,
+            cat_l3_cbm_mask: "fff".to_string(),
+            vendor_id: real_cpuinfo_field("vendor_id"),
+        }
+    );
 
     // Stored as written: nothing to do, only a GET.
     store(&api, &post.body, "2");

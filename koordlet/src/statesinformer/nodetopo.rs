@@ -1,6 +1,7 @@
-//! NodeResourceTopology reporter: the node's CPU topology, NUMA zones and
-//! CPU pools, published the way upstream koordlet publishes them so that
-//! koord-scheduler's NodeNUMAResource plugin can allocate cpusets.
+//! NodeResourceTopology reporter: the node's CPU topology and basic info,
+//! NUMA zones and CPU pools, published the way upstream koordlet publishes
+//! them so that koord-scheduler's NodeNUMAResource plugin can allocate
+//! cpusets.
 //!
 //! - Pure core: [`build_desired_topology`] turns the hardware
 //!   ([`NodeHardware`]), the Node and the pods into a [`DesiredTopology`];
@@ -19,14 +20,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apis::extension::{
-    ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_NODE_BE_CPU_SHARED_POOLS,
-    ANNOTATION_NODE_CPU_ALLOCS, ANNOTATION_NODE_CPU_SHARED_POOLS, ANNOTATION_NODE_CPU_TOPOLOGY,
-    ANNOTATION_NODE_RESERVATION, ANNOTATION_NODE_SYSTEM_QOS_RESOURCE, CPUInfo, CPUSharedPool,
-    CPUTopology, KUBELET_CPU_MANAGER_POLICY_STATIC, KubeletCPUManagerPolicy, LABEL_MANAGED_BY,
+    ANNOTATION_CPU_BASIC_INFO, ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+    ANNOTATION_NODE_BE_CPU_SHARED_POOLS, ANNOTATION_NODE_CPU_ALLOCS,
+    ANNOTATION_NODE_CPU_SHARED_POOLS, ANNOTATION_NODE_CPU_TOPOLOGY, ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_NODE_SYSTEM_QOS_RESOURCE, CPUBasicInfo, CPUInfo, CPUSharedPool, CPUTopology,
+    KUBELET_CPU_MANAGER_POLICY_STATIC, KubeletCPUManagerPolicy, LABEL_MANAGED_BY,
     LABEL_NODE_ENABLE_NUMA_RESERVATION, NodeReservation, PodCPUAlloc, QoSClass, QuantityValue,
     StringMap, get_node_reservation, get_resource_status, get_system_qos_resource,
-    pod_qos_class_raw, qos_class_of_pod, set_cpu_topology, set_kubelet_cpu_manager_policy,
-    set_node_be_cpu_shared_pools, set_node_cpu_shared_pools, set_pod_cpu_allocs,
+    pod_qos_class_raw, qos_class_of_pod, set_cpu_basic_info, set_cpu_topology,
+    set_kubelet_cpu_manager_policy, set_node_be_cpu_shared_pools, set_node_cpu_shared_pools,
+    set_pod_cpu_allocs,
 };
 use apis::topology::v1alpha1::{NodeResourceTopology, ResourceInfo, TopologyManagerPolicy, Zone};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -37,6 +40,7 @@ use koord_common::Shutdown;
 use super::StatesInformer;
 use crate::metriccache::MetricCache;
 use crate::metricsadvisor::{CpuInfo, CpuTopology, read_cpu_topology};
+use crate::system::SystemArgs;
 use crate::system::units::CpuSet;
 
 /// Zone type of a NUMA node (upstream `NodeZoneType`).
@@ -49,7 +53,8 @@ pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(3);
 pub const NODE_TOPOLOGY_REPORT_GATE: &str = "NodeTopologyReport";
 
 /// Annotations this reporter owns on the NodeResourceTopology.
-pub const MANAGED_ANNOTATIONS: [&str; 7] = [
+pub const MANAGED_ANNOTATIONS: [&str; 8] = [
+    ANNOTATION_CPU_BASIC_INFO,
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_CPU_SHARED_POOLS,
     ANNOTATION_NODE_BE_CPU_SHARED_POOLS,
@@ -129,13 +134,15 @@ impl Default for NodeTopologyArgs {
     }
 }
 
-/// What the node says: online CPUs, the memory of each NUMA node and the
-/// kubelet's CPU manager checkpoint.
+/// What the node says: online CPUs, the memory of each NUMA node, the CPU's
+/// basic features and the kubelet's CPU manager checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeHardware {
     pub cpus: CpuTopology,
     /// `MemTotal` of `node<N>/meminfo`, in bytes.
     pub numa_memory_bytes: BTreeMap<u32, u64>,
+    /// Model, SMT, turbo, L3 CBM mask and vendor; parts that cannot be read are empty.
+    pub cpu_basic_info: CPUBasicInfo,
     /// The kubelet's `cpu_manager_state`, when present and readable.
     pub kubelet_cpu_manager: Option<CpuManagerCheckpoint>,
     /// Why an optional input (the checkpoint) was left out.
@@ -301,22 +308,198 @@ pub fn read_node_hardware(sys_root: &Path) -> Result<NodeHardware, NodeTopologyE
 }
 
 /// [`read_node_hardware`] (or [`read_numa_memory`] over a known topology)
-/// plus the kubelet checkpoint below `kubelet_root`; a checkpoint that
-/// cannot be read becomes a problem, not a failure.
+/// plus the CPU basic info (below the `/proc`, `/sys` and resctrl roots of
+/// `system`) and the kubelet checkpoint below `kubelet_root`; a checkpoint
+/// that cannot be read becomes a problem, not a failure.
 pub fn read_node_facts(
-    sys_root: &Path,
+    system: &SystemArgs,
     kubelet_root: &Path,
     known_cpus: Option<CpuTopology>,
 ) -> Result<NodeHardware, NodeTopologyError> {
+    let sys_root = &system.sys_root_dir;
     let mut hardware = match known_cpus {
         Some(cpus) => read_numa_memory(sys_root, cpus)?,
         None => read_node_hardware(sys_root)?,
     };
+    hardware.cpu_basic_info = read_cpu_basic_info(
+        &system.proc_root_dir,
+        sys_root,
+        &system.resctrl_root(),
+        &hardware.cpus,
+    );
     match read_cpu_manager_checkpoint(kubelet_root) {
         Ok(checkpoint) => hardware.kubelet_cpu_manager = checkpoint,
         Err(err) => hardware.problems.push(err.to_string()),
     }
     Ok(hardware)
+}
+
+/// Path of the intel_pstate turbo switch below the sys root.
+pub const INTEL_PSTATE_NO_TURBO: &str = "devices/system/cpu/intel_pstate/no_turbo";
+/// Path of the L3 capacity bit mask below the resctrl root.
+pub const RESCTRL_L3_CBM_MASK: &str = "info/L3/cbm_mask";
+/// Lines of `/proc/cpuinfo` looked at: the first processor's block is
+/// enough (every processor repeats model and vendor), and reading stops
+/// early because the kernel formats the file on demand, per CPU.
+const CPUINFO_MAX_LINES: usize = 256;
+/// Longest model or vendor string taken from `/proc/cpuinfo`.
+const CPUINFO_MAX_VALUE_LEN: usize = 256;
+/// A CBM mask fits 64 bits (the runtime hooks parse it as a `u64`).
+const CBM_MASK_MAX_HEX_DIGITS: usize = 16;
+
+/// The `node.koordinator.sh/cpu-basic-info` value. Every part that cannot
+/// be read is left empty (false) and logged at debug; nothing fails.
+pub fn read_cpu_basic_info(
+    proc_root: &Path,
+    sys_root: &Path,
+    resctrl_root: &Path,
+    topology: &CpuTopology,
+) -> CPUBasicInfo {
+    let identity = read_cpu_identity(&proc_root.join("cpuinfo"));
+    CPUBasicInfo {
+        cpu_model: identity.model.unwrap_or_default(),
+        hyper_thread_enabled: hyper_threading_enabled(topology),
+        turbo_enabled: read_turbo_enabled(&sys_root.join(INTEL_PSTATE_NO_TURBO)),
+        cat_l3_cbm_mask: read_l3_cbm_mask(&resctrl_root.join(RESCTRL_L3_CBM_MASK))
+            .unwrap_or_default(),
+        vendor_id: identity.vendor.unwrap_or_default(),
+    }
+}
+
+/// Model name and vendor of the first processor in `/proc/cpuinfo`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuIdentity {
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+}
+
+/// A `/proc/cpuinfo` value as reported: trimmed, non-empty, printable and
+/// of sane length.
+fn cpuinfo_value(value: &str) -> Option<String> {
+    let value = value.trim();
+    let valid = !value.is_empty()
+        && value.len() <= CPUINFO_MAX_VALUE_LEN
+        && !value.chars().any(char::is_control);
+    valid.then(|| value.to_string())
+}
+
+/// Parses the first processor block of `/proc/cpuinfo` (lines up to the
+/// first blank line after content): `model name` (some kernels spell it
+/// `Model Name`) and `vendor_id`. Invalid values are left out.
+pub fn parse_cpu_identity<I, S>(lines: I) -> CpuIdentity
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut identity = CpuIdentity::default();
+    let mut in_block = false;
+    for line in lines.into_iter().take(CPUINFO_MAX_LINES) {
+        let line = line.as_ref();
+        if line.trim().is_empty() {
+            if in_block {
+                break;
+            }
+            continue;
+        }
+        in_block = true;
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.eq_ignore_ascii_case("model name") && identity.model.is_none() {
+            identity.model = cpuinfo_value(value);
+        } else if key == "vendor_id" && identity.vendor.is_none() {
+            identity.vendor = cpuinfo_value(value);
+        }
+        if identity.model.is_some() && identity.vendor.is_some() {
+            break;
+        }
+    }
+    identity
+}
+
+/// Reads [`CpuIdentity`] from `path` (`<proc-root>/cpuinfo`), stopping after
+/// the first processor's block.
+pub fn read_cpu_identity(path: &Path) -> CpuIdentity {
+    use std::io::BufRead as _;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "cpu basic info: no model or vendor");
+            return CpuIdentity::default();
+        }
+    };
+    let mut failure = None;
+    let lines = std::io::BufReader::new(file)
+        .split(b'\n')
+        .map_while(|line| match line {
+            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(error) => {
+                failure = Some(error);
+                None
+            }
+        });
+    let identity = parse_cpu_identity(lines);
+    if let Some(error) = failure {
+        tracing::debug!(path = %path.display(), %error, "cpu basic info: cpuinfo read stopped");
+    }
+    if identity.model.is_none() {
+        tracing::debug!(path = %path.display(), "cpu basic info: no valid model name");
+    }
+    if identity.vendor.is_none() {
+        tracing::debug!(path = %path.display(), "cpu basic info: no valid vendor_id");
+    }
+    identity
+}
+
+/// Whether any physical core (socket, core id) runs more than one CPU.
+pub fn hyper_threading_enabled(topology: &CpuTopology) -> bool {
+    let mut threads: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    for cpu in &topology.cpus {
+        *threads.entry((cpu.socket, cpu.core)).or_default() += 1;
+    }
+    threads.values().any(|count| *count > 1)
+}
+
+/// Turbo from intel_pstate's `no_turbo` (`0`: turbo on). Other drivers
+/// expose no such switch: absent, unreadable or malformed counts as off,
+/// as upstream.
+pub fn read_turbo_enabled(no_turbo: &Path) -> bool {
+    let text = match std::fs::read_to_string(no_turbo) {
+        Ok(text) => text,
+        Err(error) => {
+            tracing::debug!(path = %no_turbo.display(), %error, "cpu basic info: turbo counted as off");
+            return false;
+        }
+    };
+    match text.trim().parse::<i64>() {
+        Ok(value) => value == 0,
+        Err(_) => {
+            tracing::debug!(path = %no_turbo.display(), content = %text.trim(), "cpu basic info: malformed no_turbo, turbo counted as off");
+            false
+        }
+    }
+}
+
+/// The L3 capacity bit mask (hex, as the kernel prints it) from resctrl's
+/// `info/L3/cbm_mask`; `None` without resctrl L3 CAT or when malformed.
+pub fn read_l3_cbm_mask(path: &Path) -> Option<String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "cpu basic info: no L3 CBM mask");
+            return None;
+        }
+    };
+    let mask = text.trim();
+    let valid = !mask.is_empty()
+        && mask.len() <= CBM_MASK_MAX_HEX_DIGITS
+        && mask.chars().all(|c| c.is_ascii_hexdigit());
+    if !valid {
+        tracing::debug!(path = %path.display(), content = %mask, "cpu basic info: malformed L3 CBM mask");
+        return None;
+    }
+    Some(mask.to_string())
 }
 
 /// Adds the memory of each NUMA node of `cpus` (`node<N>/meminfo` below
@@ -709,6 +892,8 @@ pub fn build_desired_topology(
         .map_err(|err| encode(ANNOTATION_KUBELET_CPU_MANAGER_POLICY, err))?;
     set_pod_cpu_allocs(&mut annotations, &kubelet.allocs)
         .map_err(|err| encode(ANNOTATION_NODE_CPU_ALLOCS, err))?;
+    set_cpu_basic_info(&mut annotations, &hardware.cpu_basic_info)
+        .map_err(|err| encode(ANNOTATION_CPU_BASIC_INFO, err))?;
     let reservation_json =
         serde_json::to_string(&reservation).map_err(|err| NodeTopologyError::Encode {
             key: ANNOTATION_NODE_RESERVATION,
@@ -1150,7 +1335,7 @@ pub fn report_gate(feature_gates: &str) -> bool {
 pub fn spawn(
     args: &NodeTopologyArgs,
     states: &StatesInformer,
-    sys_root: PathBuf,
+    system: &SystemArgs,
     cache: Option<Arc<MetricCache>>,
     client: Option<kube::Client>,
     report_gate: bool,
@@ -1166,10 +1351,11 @@ pub fn spawn(
     // The topology collector keeps the CPU topology in the metric cache;
     // sysfs is read only until it has.
     let kubelet_root = args.var_lib_kubelet_dir.clone();
+    let system = system.clone();
     let hardware: HardwareSource = Arc::new(move || {
         let known = cache.as_ref().and_then(|cache| cache.cpu_topology());
         read_node_facts(
-            &sys_root,
+            &system,
             &kubelet_root,
             known.map(|cpus| CpuTopology::clone(&cpus)),
         )
@@ -1625,5 +1811,236 @@ mod tests {
         let (desired, problems) = build_desired_topology(&hardware, Some(&node), &[]).unwrap();
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert_eq!(desired.pools.ls, set("0-7"));
+    }
+
+    /// A generated host: `proc/cpuinfo`, `sys/...` and `sys/fs/resctrl`
+    /// below one temporary directory, each written only when given.
+    struct FakeHost {
+        dir: koord_common::testing::TempDir,
+    }
+
+    impl FakeHost {
+        fn new(cpuinfo: Option<&str>, no_turbo: Option<&str>, cbm_mask: Option<&str>) -> Self {
+            let dir = koord_common::testing::TempDir::new("nodetopo-basic-info").unwrap();
+            let system = SystemArgs::under(dir.path());
+            let write = |path: PathBuf, text: &str| {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, text).unwrap();
+            };
+            if let Some(text) = cpuinfo {
+                write(system.proc_root_dir.join("cpuinfo"), text);
+            }
+            if let Some(text) = no_turbo {
+                write(system.sys_root_dir.join(INTEL_PSTATE_NO_TURBO), text);
+            }
+            if let Some(text) = cbm_mask {
+                write(system.resctrl_root().join(RESCTRL_L3_CBM_MASK), text);
+            }
+            Self { dir }
+        }
+
+        fn basic_info(&self, topology: &CpuTopology) -> CPUBasicInfo {
+            let system = SystemArgs::under(self.dir.path());
+            read_cpu_basic_info(
+                &system.proc_root_dir,
+                &system.sys_root_dir,
+                &system.resctrl_root(),
+                topology,
+            )
+        }
+    }
+
+    fn cpuinfo_block(processor: u32, vendor: &str, model: &str) -> String {
+        format!(
+            "processor\t: {processor}\nvendor_id\t: {vendor}\ncpu family\t: 6\n\
+             model\t\t: 106\nmodel name\t: {model}\nflags\t\t: fpu cat_l3\n\n"
+        )
+    }
+
+    /// One CPU per core: no SMT.
+    fn no_smt(count: u32) -> CpuTopology {
+        CpuTopology {
+            cpus: (0..count)
+                .map(|cpu| CpuInfo {
+                    cpu,
+                    core: cpu,
+                    socket: 0,
+                    node: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn basic_info_of_an_intel_node_with_turbo_and_cat() {
+        let model = "Intel(R) Xeon(R) Platinum 8369B CPU @ 2.90GHz";
+        let cpuinfo =
+            cpuinfo_block(0, "GenuineIntel", model) + &cpuinfo_block(1, "GenuineIntel", model);
+        let host = FakeHost::new(Some(&cpuinfo), Some("0\n"), Some("7ff\n"));
+        let info = host.basic_info(&two_socket_smt().cpus);
+        assert_eq!(
+            info,
+            CPUBasicInfo {
+                cpu_model: model.to_string(),
+                hyper_thread_enabled: true,
+                turbo_enabled: true,
+                cat_l3_cbm_mask: "7ff".to_string(),
+                vendor_id: "GenuineIntel".to_string(),
+            }
+        );
+        assert_eq!(
+            info.key(),
+            format!("{model}_true_true"),
+            "the ratio model's lookup key"
+        );
+        // Turbo switched off by intel_pstate.
+        let host = FakeHost::new(Some(&cpuinfo), Some("1\n"), None);
+        assert!(!host.basic_info(&two_socket_smt().cpus).turbo_enabled);
+    }
+
+    #[test]
+    fn basic_info_of_an_amd_node_without_intel_pstate_or_resctrl() {
+        let model = "AMD EPYC 7763 64-Core Processor";
+        let host = FakeHost::new(Some(&cpuinfo_block(0, "AuthenticAMD", model)), None, None);
+        let info = host.basic_info(&no_smt(4));
+        assert_eq!(
+            info,
+            CPUBasicInfo {
+                cpu_model: model.to_string(),
+                vendor_id: "AuthenticAMD".to_string(),
+                ..CPUBasicInfo::default()
+            }
+        );
+        // Empty parts are left out of the annotation, as upstream's omitempty.
+        let mut annotations = StringMap::new();
+        set_cpu_basic_info(&mut annotations, &info).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(&annotations[ANNOTATION_CPU_BASIC_INFO]).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"cpuModel": model, "vendorID": "AuthenticAMD"})
+        );
+    }
+
+    #[test]
+    fn basic_info_leaves_out_what_is_missing_or_malformed() {
+        // No cpuinfo file at all.
+        let host = FakeHost::new(None, Some("0"), None);
+        let info = host.basic_info(&no_smt(2));
+        assert_eq!(info.cpu_model, "");
+        assert_eq!(info.vendor_id, "");
+        assert!(info.turbo_enabled);
+
+        // An arm64 cpuinfo has neither field; control characters and
+        // whitespace-only values are rejected; a malformed no_turbo and
+        // mask count as absent.
+        let arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n\n";
+        let host = FakeHost::new(Some(arm), Some("yes"), Some("fff-\n"));
+        assert_eq!(host.basic_info(&no_smt(2)), CPUBasicInfo::default());
+
+        let broken = "vendor_id\t:   \nmodel name\t: bad\u{7}name\n";
+        let host = FakeHost::new(Some(broken), None, Some(""));
+        assert_eq!(host.basic_info(&no_smt(2)), CPUBasicInfo::default());
+    }
+
+    #[test]
+    fn cpu_identity_comes_from_the_first_processor_block() {
+        let text = "\n".to_string()
+            + &cpuinfo_block(0, "GenuineIntel", "First")
+            + &cpuinfo_block(1, "AuthenticAMD", "Second");
+        let identity = parse_cpu_identity(text.lines());
+        assert_eq!(identity.model.as_deref(), Some("First"));
+        assert_eq!(identity.vendor.as_deref(), Some("GenuineIntel"));
+        // A field only in a later block is not searched for.
+        let text = "processor\t: 0\nvendor_id\t: GenuineIntel\n\nmodel name\t: Late\n";
+        let identity = parse_cpu_identity(text.lines());
+        assert_eq!(identity.model, None);
+        assert_eq!(identity.vendor.as_deref(), Some("GenuineIntel"));
+        // Older arm kernels spell it "Model Name"; a colon in the value stays.
+        let identity = parse_cpu_identity(["Model Name : ARMv8 rev 1 (v8l): x"]);
+        assert_eq!(identity.model.as_deref(), Some("ARMv8 rev 1 (v8l): x"));
+    }
+
+    #[test]
+    fn smt_is_more_than_one_cpu_on_a_core_of_a_socket() {
+        assert!(hyper_threading_enabled(&two_socket_smt().cpus));
+        assert!(!hyper_threading_enabled(&no_smt(4)));
+        assert!(!hyper_threading_enabled(&CpuTopology::default()));
+        // Core ids repeat across sockets without being siblings.
+        let per_socket = CpuTopology {
+            cpus: (0..4u32)
+                .map(|cpu| CpuInfo {
+                    cpu,
+                    core: cpu % 2,
+                    socket: cpu / 2,
+                    node: cpu / 2,
+                })
+                .collect(),
+        };
+        assert!(!hyper_threading_enabled(&per_socket));
+    }
+
+    #[test]
+    fn basic_info_is_a_managed_annotation() {
+        let info = CPUBasicInfo {
+            cpu_model: "Model A".to_string(),
+            hyper_thread_enabled: true,
+            vendor_id: "GenuineIntel".to_string(),
+            ..CPUBasicInfo::default()
+        };
+        let hardware = NodeHardware {
+            cpu_basic_info: info.clone(),
+            ..two_socket_smt()
+        };
+        let (desired, _) = build_desired_topology(&hardware, None, &[]).unwrap();
+        assert_eq!(
+            apis::extension::get_cpu_basic_info(&desired.annotations)
+                .unwrap()
+                .unwrap(),
+            info
+        );
+        let mut existing = desired.new_object("node-a", None);
+        assert_eq!(desired.change_reason(&existing), None);
+
+        // Turbo switched on: the report changes.
+        let turbo = NodeHardware {
+            cpu_basic_info: CPUBasicInfo {
+                turbo_enabled: true,
+                ..info
+            },
+            ..two_socket_smt()
+        };
+        let (changed, _) = build_desired_topology(&turbo, None, &[]).unwrap();
+        let reason = changed.change_reason(&existing).unwrap();
+        assert!(reason.contains(ANNOTATION_CPU_BASIC_INFO), "{reason}");
+        changed.apply_to(&mut existing);
+        assert_eq!(changed.change_reason(&existing), None);
+
+        // Nothing known: `{}`, still written (upstream always writes it).
+        let (empty, _) = build_desired_topology(&two_socket_smt(), None, &[]).unwrap();
+        assert_eq!(empty.annotations[ANNOTATION_CPU_BASIC_INFO], "{}");
+    }
+
+    #[test]
+    fn read_node_facts_takes_basic_info_from_the_configured_roots() {
+        let host = FakeHost::new(
+            Some(&cpuinfo_block(0, "GenuineIntel", "Model B")),
+            Some("0"),
+            Some("fffff"),
+        );
+        let system = SystemArgs::under(host.dir.path());
+        let kubelet = koord_common::testing::TempDir::new("nodetopo-facts-kubelet").unwrap();
+        let facts = read_node_facts(&system, kubelet.path(), Some(no_smt(2))).unwrap();
+        assert_eq!(
+            facts.cpu_basic_info,
+            CPUBasicInfo {
+                cpu_model: "Model B".to_string(),
+                turbo_enabled: true,
+                cat_l3_cbm_mask: "fffff".to_string(),
+                vendor_id: "GenuineIntel".to_string(),
+                ..CPUBasicInfo::default()
+            }
+        );
+        assert!(facts.problems.is_empty(), "{:?}", facts.problems);
     }
 }
