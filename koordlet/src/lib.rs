@@ -211,6 +211,7 @@ pub async fn run(
         standalone.is_some(),
         &states,
         runtimehooks::online_cpus(&caps),
+        Some(args.node_topology.var_lib_kubelet_dir.clone()),
         &context.health,
         &context.shutdown,
     )?;

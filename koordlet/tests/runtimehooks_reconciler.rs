@@ -200,6 +200,7 @@ fn reconciler_applies_decisions_and_repairs_hand_written_drift() {
         states,
         interval: std::time::Duration::from_secs(10),
         online_cpus: Some(CpuSet::from_range(0, 0).unwrap()),
+        kubelet_root: None,
         reported_denials: Default::default(),
     };
 

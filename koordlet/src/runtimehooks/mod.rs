@@ -23,6 +23,7 @@ pub mod reconciler;
 pub mod rules;
 pub mod server;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
@@ -106,6 +107,7 @@ impl RuntimeHooks {
     /// Starts the RuntimeHookService server (when a socket is configured)
     /// and the reconciler. A server that cannot bind fails its readiness
     /// check (`runtime-hooks-server`) instead of stopping koordlet.
+    /// `kubelet_root` holds the kubelet's CPU manager checkpoint.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
@@ -113,6 +115,7 @@ impl RuntimeHooks {
         standalone: bool,
         states: &StatesInformer,
         online_cpus: Option<CpuSet>,
+        kubelet_root: Option<PathBuf>,
         health: &HealthRegistry,
         shutdown: &Shutdown,
     ) -> Result<(), config::ConfigError> {
@@ -145,6 +148,7 @@ impl RuntimeHooks {
             states: states.clone(),
             interval: args.reconcile_interval,
             online_cpus,
+            kubelet_root,
             reported_denials: Default::default(),
         };
         tokio::spawn(reconciler.run(shutdown.clone()));

@@ -488,23 +488,34 @@ pub fn resctrl_gc(dispatcher: &HookDispatcher, applier: &SideEffectApplier, pods
     count
 }
 
-/// Rebuilds the node rules from the states informer.
+/// Rebuilds the node rules from the states informer and the kubelet's
+/// CPU manager checkpoint below `kubelet_root` (blocking: reads that file).
 pub fn refresh_rules(
     dispatcher: &HookDispatcher,
     states: &StatesInformer,
     online_cpus: Option<&crate::system::units::CpuSet>,
+    kubelet_root: Option<&Path>,
 ) {
     let node = states.node();
     let node_slo = states.node_slo();
     let pods = states.pods();
+    // Absent, unreadable or malformed: no kubelet information, as in the
+    // NodeResourceTopology report.
+    let (checkpoint, checkpoint_problem) =
+        match kubelet_root.map(crate::statesinformer::nodetopo::read_cpu_manager_checkpoint) {
+            Some(Ok(checkpoint)) => (checkpoint, None),
+            Some(Err(error)) => (None, Some(error.to_string())),
+            None => (None, None),
+        };
     let (mut rules, problems) = NodeRules::build(
         node.as_deref(),
         node_slo.as_deref(),
         pods.as_ref().map(|p| p.pods.as_slice()),
         online_cpus,
+        checkpoint.as_ref(),
     );
     rules.resctrl_info = dispatcher.rules().resctrl_info.clone();
-    for problem in problems {
+    for problem in checkpoint_problem.into_iter().chain(problems) {
         tracing::debug!(%problem, "runtime hook rule input skipped");
     }
     dispatcher.set_rules(rules);
@@ -517,14 +528,36 @@ pub struct Reconciler {
     pub states: StatesInformer,
     pub interval: Duration,
     pub online_cpus: Option<crate::system::units::CpuSet>,
+    /// The kubelet's root directory (`--var-lib-kubelet-dir`); its
+    /// `cpu_manager_state` names the CPUs the static policy pinned.
+    pub kubelet_root: Option<std::path::PathBuf>,
     /// Refused `oom_score_adj` lowerings already reported (warned once each).
     pub reported_denials: std::sync::Mutex<std::collections::BTreeSet<(u32, i64)>>,
 }
 
 impl Reconciler {
+    /// Rebuilds the hook rules (blocking: reads the kubelet checkpoint).
+    pub fn refresh_rules_blocking(&self) {
+        refresh_rules(
+            &self.dispatcher,
+            &self.states,
+            self.online_cpus.as_ref(),
+            self.kubelet_root.as_deref(),
+        );
+    }
+
+    /// [`Self::refresh_rules_blocking`] off the async reactor.
+    async fn refresh_rules(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        if let Err(error) = tokio::task::spawn_blocking(move || this.refresh_rules_blocking()).await
+        {
+            tracing::warn!(%error, "runtime hook rules refresh did not finish");
+        }
+    }
+
     /// One round over the current pods (blocking).
     pub fn round_blocking(&self) -> RoundReport {
-        refresh_rules(&self.dispatcher, &self.states, self.online_cpus.as_ref());
+        self.refresh_rules_blocking();
         let Some(snapshot) = self.states.pods() else {
             return RoundReport::default();
         };
@@ -579,19 +612,19 @@ impl Reconciler {
                     if changed.is_err() {
                         return;
                     }
-                    refresh_rules(&this.dispatcher, &this.states, this.online_cpus.as_ref());
+                    this.refresh_rules().await;
                 }
                 changed = node.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    refresh_rules(&this.dispatcher, &this.states, this.online_cpus.as_ref());
+                    this.refresh_rules().await;
                 }
                 changed = node_slo.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    refresh_rules(&this.dispatcher, &this.states, this.online_cpus.as_ref());
+                    this.refresh_rules().await;
                 }
             }
         }
@@ -736,5 +769,51 @@ mod tests {
             &CgroupValue::Int(512)
         ));
         assert!(value_matches(&CgroupValue::Int(5), &CgroupValue::Int(5)));
+    }
+
+    #[test]
+    fn rules_refresh_reads_the_kubelet_checkpoint() {
+        use crate::statesinformer::{PodsOrigin, PodsSnapshot, RequiredSyncs};
+        let dispatcher = HookDispatcher::new(
+            all_hooks(&HookOptions::default()),
+            &bare_caps(),
+            CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup"),
+            FailurePolicyConfig::default(),
+        );
+        let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
+        let mut pinned = lsr_pod();
+        pinned.metadata.uid = Some("u-g".into());
+        pinned.metadata.labels = None;
+        pinned.metadata.annotations = None;
+        states.set_pods(PodsSnapshot {
+            pods: vec![lsr_pod(), pinned],
+            origin: PodsOrigin::File,
+            synced_at: std::time::SystemTime::now(),
+        });
+        let online: crate::system::units::CpuSet = "0-3".parse().unwrap();
+        let kubelet = koord_common::testing::TempDir::new("hook-rules-kubelet").unwrap();
+        let state_file = kubelet.path().join("cpu_manager_state");
+        let refresh = || {
+            refresh_rules(&dispatcher, &states, Some(&online), Some(kubelet.path()));
+            let rules = dispatcher.rules();
+            (
+                rules.ls_share_pool.as_ref().map(ToString::to_string),
+                rules.kubelet_static_cpu_policy,
+            )
+        };
+
+        std::fs::write(
+            &state_file,
+            r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"u-g":{"main":"2-3"}}}"#,
+        )
+        .unwrap();
+        // LSR holds 1, the kubelet pinned 2-3.
+        assert_eq!(refresh(), (Some("0".to_string()), true));
+
+        // Malformed or absent: no kubelet information, as in the report.
+        std::fs::write(&state_file, "{").unwrap();
+        assert_eq!(refresh(), (Some("0,2-3".to_string()), false));
+        std::fs::remove_file(&state_file).unwrap();
+        assert_eq!(refresh(), (Some("0,2-3".to_string()), false));
     }
 }

@@ -41,13 +41,14 @@ pub struct NodeRules {
     /// stay no smaller than its children's).
     pub be_cfs_quota_enabled: bool,
     /// CPUs of the LS share pool: online CPUs minus those bound to running
-    /// LSE/LSR pods, node-reserved and exclusive SYSTEM CPUs (the pool the
-    /// NodeResourceTopology reports, `nodetopo::cpu_share_pools`). `None`
-    /// until the pods are known.
+    /// LSE/LSR pods, node-reserved and exclusive SYSTEM CPUs and the CPUs
+    /// the kubelet's static policy pinned (the pool the NodeResourceTopology
+    /// reports, `nodetopo::cpu_share_pools`). `None` until the pods are known.
     pub ls_share_pool: Option<CpuSet>,
-    /// The kubelet runs the static CPU manager policy (node annotation
-    /// `kubelet.koordinator.sh/cpu-manager-policy`): unlabelled pods keep
-    /// the kubelet's cpuset.
+    /// The kubelet runs the static CPU manager policy: unlabelled pods keep
+    /// the kubelet's cpuset. From its `cpu_manager_state` checkpoint (as the
+    /// NodeResourceTopology's `kubelet.koordinator.sh/cpu-manager-policy`);
+    /// without one, from that annotation on the Node.
     pub kubelet_static_cpu_policy: bool,
     /// CPUs reserved for SYSTEM pods (node annotation).
     pub system_qos_cpus: Option<CpuSet>,
@@ -93,13 +94,15 @@ fn flat_topology(online: &CpuSet) -> CpuTopology {
 
 impl NodeRules {
     /// Rules from what the states informer holds. `online_cpus` is the
-    /// node's CPU list (capabilities); malformed annotations are skipped
-    /// and returned as messages for logging.
+    /// node's CPU list (capabilities), `kubelet_checkpoint` the kubelet's
+    /// `cpu_manager_state` (`None`: no kubelet information); malformed
+    /// annotations are skipped and returned as messages for logging.
     pub fn build(
         node: Option<&Node>,
         node_slo: Option<&NodeSLO>,
         pods: Option<&[Pod]>,
         online_cpus: Option<&CpuSet>,
+        kubelet_checkpoint: Option<&nodetopo::CpuManagerCheckpoint>,
     ) -> (Self, Vec<String>) {
         let mut problems = Vec::new();
         let mut rules = NodeRules::default();
@@ -127,12 +130,22 @@ impl NodeRules {
             Err(error) => problems.push(error.to_string()),
         }
 
-        match get_kubelet_cpu_manager_policy(node_annotations) {
-            Ok(Some(policy)) => {
-                rules.kubelet_static_cpu_policy = policy.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
+        // The checkpoint is what the kubelet does; the Node annotation is
+        // only a statement for nodes whose checkpoint koordlet cannot see.
+        let (kubelet, kubelet_problems) =
+            nodetopo::kubelet_cpu_state(kubelet_checkpoint, pods.unwrap_or_default());
+        problems.extend(kubelet_problems);
+        if kubelet_checkpoint.is_some() {
+            rules.kubelet_static_cpu_policy = kubelet.is_static();
+        } else {
+            match get_kubelet_cpu_manager_policy(node_annotations) {
+                Ok(Some(policy)) => {
+                    rules.kubelet_static_cpu_policy =
+                        policy.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
+                }
+                Ok(None) => {}
+                Err(error) => problems.push(error.to_string()),
             }
-            Ok(None) => {}
-            Err(error) => problems.push(error.to_string()),
         }
 
         match get_cpu_normalization_ratio(node_annotations) {
@@ -153,7 +166,7 @@ impl NodeRules {
             let flat = flat_topology(online);
             let (_, reserved, problem) = nodetopo::node_reservation(node_annotations, &flat);
             problems.extend(problem);
-            let withheld = reserved.union(&system_exclusive);
+            let withheld = reserved.union(&system_exclusive).union(&kubelet.pinned);
             let (pools, pool_problems) = nodetopo::cpu_share_pools(online, pods, &withheld);
             problems.extend(pool_problems);
             // An empty pool would starve LS pods; keep all online CPUs instead.
@@ -271,7 +284,8 @@ mod tests {
             ),
             ("node.koordinator.sh/cpu-normalization-ratio", "1.5"),
         ]);
-        let (rules, problems) = NodeRules::build(Some(&node), None, Some(&pods), Some(&online));
+        let (rules, problems) =
+            NodeRules::build(Some(&node), None, Some(&pods), Some(&online), None);
         assert!(problems.is_empty(), "{problems:?}");
         // LS pods' own cpusets do not shrink the pool.
         assert_eq!(rules.ls_share_pool.unwrap().to_string(), "4-7");
@@ -292,7 +306,8 @@ mod tests {
             ),
             ("node.koordinator.sh/reservation", r#"{"reservedCPUs":"7"}"#),
         ]);
-        let (rules, problems) = NodeRules::build(Some(&node), None, Some(&pods), Some(&online));
+        let (rules, problems) =
+            NodeRules::build(Some(&node), None, Some(&pods), Some(&online), None);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(rules.ls_share_pool.clone().unwrap().to_string(), "2,5-6");
         let hardware = nodetopo::NodeHardware {
@@ -303,6 +318,88 @@ mod tests {
         assert_eq!(rules.ls_share_pool, Some(desired.pools.ls));
     }
 
+    fn with_uid(mut pod: Pod, uid: &str) -> Pod {
+        pod.metadata.uid = Some(uid.to_string());
+        pod
+    }
+
+    fn checkpoint(policy: &str) -> nodetopo::CpuManagerCheckpoint {
+        serde_json::from_value(serde_json::json!({
+            "policyName": policy,
+            "defaultCpuSet": "0-1,4-7",
+            "entries": {
+                "u-guaranteed": {"main": "2", "sidecar": "3"},
+                "u-ls": {"main": "5"}
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn kubelet_pinned_cpus_leave_the_hook_pool_as_they_leave_the_reported_pool() {
+        let online: CpuSet = "0-7".parse().unwrap();
+        // The kubelet pinned an unlabelled Guaranteed pod to 2-3 and an LS
+        // pod to 5; koordinator manages the LS pod, so 5 stays shared.
+        let pods = [
+            with_uid(pod("", None), "u-guaranteed"),
+            with_uid(pod("LS", None), "u-ls"),
+            with_uid(pod("LSR", Some("0")), "u-lsr"),
+        ];
+        let node = node(&[("node.koordinator.sh/reservation", r#"{"reservedCPUs":"7"}"#)]);
+        let static_policy = checkpoint("static");
+        let (rules, problems) = NodeRules::build(
+            Some(&node),
+            None,
+            Some(&pods),
+            Some(&online),
+            Some(&static_policy),
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(rules.ls_share_pool.clone().unwrap().to_string(), "1,4-6");
+        assert!(rules.kubelet_static_cpu_policy);
+        let hardware = nodetopo::NodeHardware {
+            cpus: flat_topology(&online),
+            kubelet_cpu_manager: Some(static_policy.clone()),
+            ..nodetopo::NodeHardware::default()
+        };
+        let (desired, _) = nodetopo::build_desired_topology(&hardware, Some(&node), &pods).unwrap();
+        assert_eq!(rules.ls_share_pool, Some(desired.pools.ls));
+
+        // The none policy pins nothing, and its checkpoint outranks a Node
+        // annotation claiming static.
+        let claims_static = node_with_reservation_and_policy("static");
+        let none_policy = nodetopo::CpuManagerCheckpoint {
+            policy_name: "none".to_string(),
+            ..static_policy
+        };
+        let (rules, _) = NodeRules::build(
+            Some(&claims_static),
+            None,
+            Some(&pods),
+            Some(&online),
+            Some(&none_policy),
+        );
+        assert_eq!(rules.ls_share_pool.unwrap().to_string(), "1-6");
+        assert!(!rules.kubelet_static_cpu_policy);
+
+        // Without a checkpoint nothing is pinned; the Node annotation alone
+        // still marks the policy.
+        let (rules, _) =
+            NodeRules::build(Some(&claims_static), None, Some(&pods), Some(&online), None);
+        assert_eq!(rules.ls_share_pool.unwrap().to_string(), "1-6");
+        assert!(rules.kubelet_static_cpu_policy);
+    }
+
+    fn node_with_reservation_and_policy(policy: &str) -> Node {
+        node(&[
+            ("node.koordinator.sh/reservation", r#"{"reservedCPUs":"7"}"#),
+            (
+                "kubelet.koordinator.sh/cpu-manager-policy",
+                &format!(r#"{{"policy":"{policy}"}}"#),
+            ),
+        ])
+    }
+
     #[test]
     fn malformed_inputs_are_reported_and_skipped() {
         let online: CpuSet = "0-1".parse().unwrap();
@@ -311,7 +408,8 @@ mod tests {
             ("node.koordinator.sh/system-qos-resource", "{"),
             ("node.koordinator.sh/cpu-normalization-ratio", "fast"),
         ]);
-        let (rules, problems) = NodeRules::build(Some(&node), None, Some(&pods), Some(&online));
+        let (rules, problems) =
+            NodeRules::build(Some(&node), None, Some(&pods), Some(&online), None);
         assert_eq!(problems.len(), 3, "{problems:?}");
         // Every CPU is bound: the pool falls back to all online CPUs.
         assert_eq!(rules.ls_share_pool.unwrap().to_string(), "0-1");
@@ -332,7 +430,7 @@ mod tests {
             }
         }))
         .unwrap();
-        let (rules, _) = NodeRules::build(None, Some(&slo), None, None);
+        let (rules, _) = NodeRules::build(None, Some(&slo), None, None, None);
         assert!(!rules.be_cfs_quota_enabled);
         assert_eq!(
             rules.cpu_qos.get(&QoSClass::BE),

@@ -5,7 +5,8 @@
 //!   its pod and container CFS quota is unset (-1) so bound CPUs are not
 //!   throttled, unless `--disable-unset-cpu-quota`.
 //! - Otherwise by QoS class: SYSTEM → the node's system-QoS CPUs (when
-//!   set); LS → the LS share pool; BestEffort-tier pods (BE) → untouched,
+//!   set); LS → the LS share pool (which leaves out the CPUs the kubelet's
+//!   static policy pinned); BestEffort-tier pods (BE) → untouched,
 //!   cpusuppress owns them; other pods → the share pool, unless the kubelet
 //!   runs the static CPU manager policy (then untouched).
 //! - A malformed resource-status annotation is a hook error (the failure
@@ -224,6 +225,47 @@ mod tests {
                 .resources
                 .cpu_quota,
             None
+        );
+    }
+
+    #[test]
+    fn kubelet_checkpoint_decides_pool_and_unlabelled_pods() {
+        let hook = CpuSetAllocator {
+            disable_unset_cpu_quota: false,
+        };
+        let online: CpuSet = "0-3".parse().unwrap();
+        let pinned: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g", "namespace": "default", "uid": "u-g"}
+        }))
+        .unwrap();
+        let rules_for = |policy: &str| {
+            let checkpoint = serde_json::from_value(serde_json::json!({
+                "policyName": policy,
+                "entries": {"u-g": {"main": "1"}}
+            }))
+            .unwrap();
+            let (rules, problems) = NodeRules::build(
+                None,
+                None,
+                Some(std::slice::from_ref(&pinned)),
+                Some(&online),
+                Some(&checkpoint),
+            );
+            assert!(problems.is_empty(), "{problems:?}");
+            rules
+        };
+        let cpuset =
+            |pod: PodContext, rules: NodeRules| decide(&hook, pod, rules).resources.cpuset_cpus;
+        // Static: LS avoids the pinned CPU; unlabelled pods keep the kubelet's cpuset.
+        assert_eq!(
+            cpuset(pod("LS", "burstable", &[]), rules_for("static")).as_deref(),
+            Some("0,2-3")
+        );
+        assert_eq!(cpuset(pod("", "", &[]), rules_for("static")), None);
+        // None: nothing pinned, unlabelled pods share the whole pool.
+        assert_eq!(
+            cpuset(pod("", "burstable", &[]), rules_for("none")).as_deref(),
+            Some("0-3")
         );
     }
 
