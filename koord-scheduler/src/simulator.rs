@@ -2,8 +2,7 @@
 //! pods one by one through the same filter → score → bind-time reservation
 //! code as the extender, and reports each placement.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
 use std::time::SystemTime;
 
 use serde::{Deserialize as _, Serialize};
@@ -296,11 +295,17 @@ pub fn simulate(
     now: SystemTime,
 ) -> SimulationReport {
     let mut order = Vec::new();
+    let mut queued = HashSet::new();
     for object in snapshot.objects.into_iter().chain(extra_pods.objects) {
         if let Object::Pod(pod) = &object {
-            let info = PodInfo::new(Arc::new(pod.clone()));
-            if info.node.is_none() && !order.contains(&info.key) {
-                order.push(info.key.clone());
+            let unbound = pod
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.node_name.as_deref())
+                .is_none_or(str::is_empty);
+            let key = object.key();
+            if unbound && queued.insert(key.clone()) {
+                order.push(key);
             }
         }
         scheduler.apply(Change::Upsert(object));
@@ -378,6 +383,8 @@ pub fn render_table(report: &SimulationReport) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
 
     use super::*;
     use crate::cache::{ClusterCache, NodeInfo};
