@@ -138,7 +138,7 @@ pub struct SimulationReport {
 
 /// Whether the pod restricts its nodes itself: a pinned `nodeName`, a
 /// `nodeSelector` or required node affinity.
-fn selects_nodes(pod: &PodInfo) -> bool {
+pub(crate) fn selects_nodes(pod: &PodInfo) -> bool {
     pod.pod.spec.as_ref().is_some_and(|spec| {
         spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
             || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())

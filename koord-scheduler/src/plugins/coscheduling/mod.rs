@@ -2,8 +2,9 @@
 //! phase to park members in. A member of a gang that is not yet satisfied
 //! passes pre-filter only when every gang of its gang group can be
 //! completed at once: the members still needed, packed first-fit onto the
-//! nodes' free resources (after the admitted but unbound members of other
-//! groups), all fit. That admission is recorded at reserve time as the
+//! free resources of the nodes each may use by kube-scheduler's basic node
+//! checks (after the admitted but unbound members of other groups), all
+//! fit. That admission is recorded at reserve time as the
 //! group's *admitted batch*, whose members then pass until they bind; every
 //! other member is held with a "waiting for gang" reason and nothing binds.
 //!
@@ -29,10 +30,14 @@ use serde::Deserialize;
 pub use gang::{DEFAULT_TIMEOUT, Gang, GangDefaults, GangError, GangSource, gang_key_of};
 pub use status::{Members, desired_status};
 
-use crate::cache::{ClusterCache, ClusterEvent, ObjectKind, PodInfo};
+use k8s_openapi::api::core::v1::{NodeSelector, Toleration};
+
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::ConfigError;
 use crate::framework::{CycleState, Plugin, Rejection, StatusWrite};
+use crate::plugins::reservation::node_fit::check_pod_on_node;
 use crate::resources::Resources;
+use crate::simulator::selects_nodes;
 
 /// Node allocatable pod count.
 const RESOURCE_PODS: &str = "pods";
@@ -485,20 +490,90 @@ fn fits(request: &Resources, free: &Resources) -> bool {
         .all(|(name, amount)| amount <= free.get(name))
 }
 
-/// First-fit packing onto the nodes' free resources, in name order. Free
-/// resources only shrink, so a request that did not fit a node never fits
-/// it later in the same pack: the search for an equal request resumes where
-/// the previous one stopped (gang members are usually alike).
-struct Packer {
+/// First-fit packing onto the nodes' free resources, in name order, using
+/// only the nodes kube-scheduler would let the member onto (see
+/// [`NodeRule`]). Free resources only shrink and a member's usable nodes are
+/// fixed, so a request that did not fit a node never fits it later in the
+/// same pack: the search for an equal request of an equally constrained
+/// member resumes where the previous one stopped (gang members are usually
+/// alike).
+struct Packer<'a> {
+    nodes: Vec<&'a NodeInfo>,
     /// Free resources per node; the flag says whether pods are counted.
     free: Vec<(Resources, bool)>,
-    resume: Vec<(Resources, usize)>,
+    rules: Vec<NodeRule>,
+    /// (rule, request) → node position the next search starts at.
+    resume: Vec<(usize, Resources, usize)>,
 }
 
-impl Packer {
-    fn new(cache: &ClusterCache) -> Self {
-        let free = cache
+/// The nodes members with one set of node constraints (node name,
+/// tolerations, node selector, required node affinity) may use, decided by
+/// kube-scheduler's basic node checks once per node and constraint set, not
+/// once per member.
+struct NodeRule {
+    /// A member with these constraints; others are compared against it.
+    member: Arc<PodInfo>,
+    /// The member picks nodes itself; otherwise only cordoned or tainted
+    /// nodes can turn it away and the others need no check.
+    selects_nodes: bool,
+    /// Per node position: checked yet, and the verdict.
+    usable: Vec<Option<bool>>,
+}
+
+impl NodeRule {
+    fn new(member: &Arc<PodInfo>, node_count: usize) -> Self {
+        Self {
+            member: Arc::clone(member),
+            selects_nodes: selects_nodes(member),
+            usable: vec![None; node_count],
+        }
+    }
+
+    fn allows(&mut self, position: usize, node: &NodeInfo) -> bool {
+        if !self.selects_nodes && !node.cordoned_or_tainted {
+            return true;
+        }
+        *self.usable[position].get_or_insert_with(|| check_pod_on_node(&self.member, node).is_ok())
+    }
+}
+
+/// The spec fields kube-scheduler's basic node checks read.
+#[derive(PartialEq)]
+struct NodeConstraints<'p> {
+    node_name: Option<&'p str>,
+    tolerations: Option<&'p Vec<Toleration>>,
+    node_selector: Option<&'p BTreeMap<String, String>>,
+    required_affinity: Option<&'p NodeSelector>,
+}
+
+impl<'p> NodeConstraints<'p> {
+    fn of(pod: &'p PodInfo) -> Self {
+        let spec = pod.pod.spec.as_ref();
+        Self {
+            node_name: spec.and_then(|s| s.node_name.as_deref()),
+            tolerations: spec.and_then(|s| s.tolerations.as_ref()),
+            node_selector: spec.and_then(|s| s.node_selector.as_ref()),
+            required_affinity: spec
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                }),
+        }
+    }
+}
+
+impl<'a> Packer<'a> {
+    fn new(cache: &'a ClusterCache) -> Self {
+        // Only nodes with a Node object: a name known only from its pods
+        // is a node that is gone (or not seen yet).
+        let nodes: Vec<&NodeInfo> = cache
             .nodes_sorted()
+            .filter(|node| node.node.is_some())
+            .collect();
+        let free = nodes
+            .iter()
             .map(|node| {
                 let mut free = node.allocatable.clone();
                 free.sub(&node.requested);
@@ -510,30 +585,56 @@ impl Packer {
             })
             .collect();
         Self {
+            nodes,
             free,
+            rules: Vec::new(),
             resume: Vec::new(),
         }
     }
 
-    fn place(&mut self, pod: &PodInfo) -> bool {
-        let hint = self.resume.iter().position(|(r, _)| *r == pod.requests);
-        let start = hint.map_or(0, |i| self.resume[i].1);
+    /// The rule of `pod`'s node constraints, added on first sight.
+    fn rule_of(&mut self, pod: &Arc<PodInfo>) -> usize {
+        let constraints = NodeConstraints::of(pod);
+        if let Some(index) = self
+            .rules
+            .iter()
+            .position(|rule| NodeConstraints::of(&rule.member) == constraints)
+        {
+            return index;
+        }
+        self.rules.push(NodeRule::new(pod, self.nodes.len()));
+        self.rules.len() - 1
+    }
+
+    fn place(&mut self, pod: &Arc<PodInfo>) -> bool {
+        let rule_index = self.rule_of(pod);
+        let hint = self
+            .resume
+            .iter()
+            .position(|(rule, request, _)| *rule == rule_index && *request == pod.requests);
+        let start = hint.map_or(0, |i| self.resume[i].2);
+        let mut with_pod = pod.requests.clone();
+        with_pod.add_amount(RESOURCE_PODS, 1);
+        let rule = &mut self.rules[rule_index];
         let mut found = None;
-        for (index, (free, limits_pods)) in self.free.iter_mut().enumerate().skip(start) {
-            let mut request = pod.requests.clone();
-            if *limits_pods {
-                request.add_amount(RESOURCE_PODS, 1);
-            }
-            if fits(&request, free) {
-                free.sub(&request);
-                found = Some(index);
+        for (position, (free, limits_pods)) in self.free.iter_mut().enumerate().skip(start) {
+            let request = if *limits_pods {
+                &with_pod
+            } else {
+                &pod.requests
+            };
+            if fits(request, free) && rule.allows(position, self.nodes[position]) {
+                free.sub(request);
+                found = Some(position);
                 break;
             }
         }
         let stopped = found.unwrap_or(self.free.len());
         match hint {
-            Some(i) => self.resume[i].1 = stopped,
-            None => self.resume.push((pod.requests.clone(), stopped)),
+            Some(i) => self.resume[i].2 = stopped,
+            None => self
+                .resume
+                .push((rule_index, pod.requests.clone(), stopped)),
         }
         found.is_some()
     }

@@ -975,3 +975,243 @@ fn a_member_binding_ends_the_wait() {
     assert!(!unresolvable, "{reason}");
     assert!(reason.contains("only 1 of 2"), "{reason}");
 }
+
+/// `object` (a Node or Pod) with `extra` merged into its spec.
+fn with_spec(object: Object, extra: Value) -> Object {
+    let merge = |mut value: Value| {
+        for (key, field) in extra.as_object().unwrap() {
+            value["spec"][key] = field.clone();
+        }
+        value
+    };
+    match object {
+        Object::Node(node) => Object::Node(
+            serde_json::from_value(merge(serde_json::to_value(node).unwrap())).unwrap(),
+        ),
+        Object::Pod(pod) => {
+            Object::Pod(serde_json::from_value(merge(serde_json::to_value(pod).unwrap())).unwrap())
+        }
+        other => other,
+    }
+}
+
+/// A 2-cpu node with `labels` and `spec`.
+fn labeled_node(name: &str, labels: Value, spec: Value) -> Object {
+    Object::Node(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi"}}
+        }))
+        .unwrap(),
+    )
+}
+
+fn gang_of_three(extra_spec: Value) -> Vec<Object> {
+    ["a", "b", "c"]
+        .iter()
+        .map(|name| with_spec(gang_member(name, "3"), extra_spec.clone()))
+        .collect()
+}
+
+const HELD_TWO_OF_THREE: &str =
+    "waiting for gang default/job: only 2 of 3 members can be placed together";
+
+/// Every member's verdict: `None` = passed, else the held reason.
+fn verdicts(s: &Scheduler, keys: &[&str]) -> Vec<Option<String>> {
+    keys.iter()
+        .map(|key| rejection(s, key, t0()).map(|(reason, _)| reason))
+        .collect()
+}
+
+const GANG_KEYS: [&str; 3] = ["default/a", "default/b", "default/c"];
+
+#[test]
+fn a_node_tainted_against_the_members_does_not_count_for_the_gang() {
+    let control_plane = labeled_node(
+        "n2",
+        json!({}),
+        json!({"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}),
+    );
+    // Two plain nodes and the tainted one: room for 3 members, usable for 2.
+    let mut s = loaded_cluster(2, vec![control_plane.clone()]);
+    testutil::load(&mut s, gang_of_three(json!({})));
+    assert_eq!(
+        verdicts(&s, &GANG_KEYS),
+        vec![Some(HELD_TWO_OF_THREE.to_string()); 3]
+    );
+    let nodes = schedule_all(&mut s, &GANG_KEYS, t0());
+    assert_eq!(nodes, [None, None, None]);
+
+    // Members tolerating the taint may use the node: the gang is admitted
+    // and every member binds.
+    let mut s = loaded_cluster(2, vec![control_plane]);
+    testutil::load(
+        &mut s,
+        gang_of_three(json!({"tolerations": [
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
+        ]})),
+    );
+    // (The simulator leaves cpu to kube-scheduler, so only binding is
+    // checked, not which node.)
+    let nodes = schedule_all(&mut s, &GANG_KEYS, t0());
+    assert!(nodes.iter().all(Option::is_some), "{nodes:?}");
+}
+
+#[test]
+fn only_no_schedule_and_no_execute_taints_keep_members_away() {
+    let tainted = |effect: &str| {
+        let mut s = loaded_cluster(
+            2,
+            vec![labeled_node(
+                "n2",
+                json!({}),
+                json!({"taints": [{"key": "dedicated", "value": "db", "effect": effect}]}),
+            )],
+        );
+        testutil::load(&mut s, gang_of_three(json!({})));
+        verdicts(&s, &["default/a"]).remove(0)
+    };
+    assert_eq!(tainted("NoSchedule"), Some(HELD_TWO_OF_THREE.into()));
+    assert_eq!(tainted("NoExecute"), Some(HELD_TWO_OF_THREE.into()));
+    // kube-scheduler only prefers to avoid such a node.
+    assert_eq!(tainted("PreferNoSchedule"), None);
+}
+
+#[test]
+fn a_node_selector_limits_the_nodes_a_gang_packs_onto() {
+    let pool = |name: &str, pool: &str| labeled_node(name, json!({"pool": pool}), json!({}));
+    let nodes = || {
+        vec![
+            pool("n0", "gpu"),
+            pool("n1", "gpu"),
+            pool("n2", "cpu"),
+            pool("n3", "cpu"),
+        ]
+    };
+    // Four nodes with room for one member each, two of them selected.
+    let mut s = testutil::scheduler("");
+    testutil::load(&mut s, nodes());
+    testutil::load(
+        &mut s,
+        gang_of_three(json!({"nodeSelector": {"pool": "gpu"}})),
+    );
+    assert_eq!(
+        verdicts(&s, &GANG_KEYS),
+        vec![Some(HELD_TWO_OF_THREE.to_string()); 3]
+    );
+
+    // Required node affinity is honoured the same way.
+    let mut s = testutil::scheduler("");
+    testutil::load(&mut s, nodes());
+    testutil::load(
+        &mut s,
+        gang_of_three(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}]}}}}),
+        ),
+    );
+    assert_eq!(
+        verdicts(&s, &GANG_KEYS),
+        vec![Some(HELD_TWO_OF_THREE.to_string()); 3]
+    );
+
+    // A selector matching three nodes admits the gang.
+    let mut s = testutil::scheduler("");
+    testutil::load(&mut s, nodes());
+    testutil::load(
+        &mut s,
+        gang_of_three(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["gpu"]}]},
+                                   {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}]}}}}),
+        ),
+    );
+    assert_eq!(verdicts(&s, &GANG_KEYS), [None, None, None]);
+    let placed = schedule_all(&mut s, &GANG_KEYS, t0());
+    assert!(placed.iter().all(Option::is_some), "{placed:?}");
+}
+
+#[test]
+fn cordoned_and_deleted_nodes_do_not_count_for_the_gang() {
+    let cordoned = labeled_node("n2", json!({}), json!({"unschedulable": true}));
+    let mut s = loaded_cluster(2, vec![cordoned]);
+    testutil::load(&mut s, gang_of_three(json!({})));
+    assert_eq!(
+        verdicts(&s, &GANG_KEYS),
+        vec![Some(HELD_TWO_OF_THREE.to_string()); 3]
+    );
+    // Uncordoned, the node counts again.
+    testutil::load(&mut s, vec![labeled_node("n2", json!({}), json!({}))]);
+    assert_eq!(verdicts(&s, &GANG_KEYS), [None, None, None]);
+
+    // A deleted node whose pod the cache still holds is gone for packing.
+    let mut s = loaded_cluster(3, gang_of_three(json!({})));
+    testutil::load(
+        &mut s,
+        vec![testutil::pod(PodSpec {
+            name: "leftover",
+            node: Some("n2"),
+            ..Default::default()
+        })],
+    );
+    assert_eq!(verdicts(&s, &GANG_KEYS), [None, None, None]);
+    s.apply(Change::Delete(testutil::node(
+        "n2",
+        &[("cpu", "2"), ("memory", "8Gi")],
+    )));
+    assert_eq!(
+        verdicts(&s, &GANG_KEYS),
+        vec![Some(HELD_TWO_OF_THREE.to_string()); 3]
+    );
+}
+
+#[test]
+fn members_with_different_tolerations_are_packed_by_their_own_node_checks() {
+    // n0 is tainted; only `a` tolerates it. Equal requests must not let
+    // b's search (which skipped n0) stand in for a's.
+    let mut s = testutil::scheduler("");
+    testutil::load(
+        &mut s,
+        vec![
+            labeled_node(
+                "n0",
+                json!({}),
+                json!({"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}),
+            ),
+            labeled_node("n1", json!({}), json!({})),
+        ],
+    );
+    let tolerant = with_spec(
+        gang_member("a", "2"),
+        json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+    );
+    testutil::load(&mut s, vec![tolerant, gang_member("b", "2")]);
+    // b is packed first (onto n1), then a onto n0.
+    assert_eq!(verdicts(&s, &["default/b", "default/a"]), [None, None]);
+    // The simulator's own node checks keep b off n0.
+    let nodes = schedule_all(&mut s, &["default/b", "default/a"], t0());
+    assert_eq!(nodes[0].as_deref(), Some("n1"));
+    assert!(nodes[1].is_some(), "{nodes:?}");
+
+    // Without the toleration the gang cannot complete.
+    let mut s = testutil::scheduler("");
+    testutil::load(
+        &mut s,
+        vec![
+            labeled_node(
+                "n0",
+                json!({}),
+                json!({"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}),
+            ),
+            labeled_node("n1", json!({}), json!({})),
+        ],
+    );
+    testutil::load(&mut s, vec![gang_member("a", "2"), gang_member("b", "2")]);
+    assert_eq!(
+        verdicts(&s, &["default/b"]),
+        [Some(
+            "waiting for gang default/job: only 1 of 2 members can be placed together".into()
+        )]
+    );
+}
