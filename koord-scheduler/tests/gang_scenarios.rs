@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
-//! Coscheduling end to end: tests/data/scenarios/gang-group-timeout.yaml
-//! through `koord-scheduler simulate --output json`.
+//! Coscheduling end to end: tests/data/scenarios/gang-group-timeout.yaml,
+//! gang.yaml and gang-tainted-node.yaml through `koord-scheduler simulate
+//! --output json`.
 
 mod common;
 
@@ -74,4 +75,38 @@ fn the_basic_gang_scenario_reports_its_pod_group_scheduled() {
     let pair = &report["podGroups"]["default/pair-job"];
     assert_eq!(pair["phase"], "Scheduled", "{report}");
     assert_eq!(pair["scheduled"], 2);
+}
+
+#[test]
+fn a_tainted_control_plane_does_not_count_for_members_that_do_not_tolerate_it() {
+    let report = simulate("gang-tainted-node");
+
+    // Room on three nodes, usable on two: no member of trio is placed, so
+    // none is stranded waiting for a third that can go nowhere.
+    for pod in ["default/trio-0", "default/trio-1", "default/trio-2"] {
+        let p = placement(&report, pod);
+        assert_eq!(p["node"], Value::Null, "{pod}");
+        assert_eq!(
+            p["reasons"]["worker-a"],
+            "waiting for gang default/trio: only 2 of 3 members can be placed together",
+            "{pod}"
+        );
+    }
+
+    // The tolerating gang uses all three nodes.
+    let mut nodes: Vec<String> = [
+        "default/tolerant-trio-0",
+        "default/tolerant-trio-1",
+        "default/tolerant-trio-2",
+    ]
+    .iter()
+    .map(|pod| {
+        placement(&report, pod)["node"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{pod} not placed"))
+            .to_string()
+    })
+    .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["control-plane", "worker-a", "worker-b"]);
 }
