@@ -238,6 +238,119 @@ fn check_component_args(container: &Container) -> Result<(), String> {
     result.map_err(|e| format!("{binary}: {e}"))
 }
 
+/// Resources Koordinator's DeviceShare accounts for: kube-scheduler must
+/// leave them to the extender (`ignoredByScheduler`).
+const KOORDINATOR_DEVICE_RESOURCES: [&str; 7] = [
+    apis::extension::RESOURCE_GPU,
+    apis::extension::RESOURCE_GPU_SHARED,
+    apis::extension::RESOURCE_GPU_CORE,
+    apis::extension::RESOURCE_GPU_MEMORY,
+    apis::extension::RESOURCE_GPU_MEMORY_RATIO,
+    apis::extension::RESOURCE_RDMA,
+    apis::extension::RESOURCE_FPGA,
+];
+
+/// Vendor resources kube-scheduler must keep checking against allocatable.
+const VENDOR_DEVICE_RESOURCES: [&str; 3] = [
+    apis::extension::RESOURCE_NVIDIA_GPU,
+    apis::extension::RESOURCE_AMD_GPU,
+    apis::extension::RESOURCE_HYGON_DCU,
+];
+
+/// kube-scheduler's `v1helper.IsExtendedResourceName`, which its extender
+/// validation requires of every managed resource: a qualified name outside
+/// the `kubernetes.io/` namespace, not starting with `requests.`.
+fn is_extended_resource_name(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// The `extenders` of kube-scheduler's KubeSchedulerConfiguration, checked
+/// against kube-scheduler's `validateExtenders` (one binder, positive weight
+/// for a prioritizer, unique extended-resource names) and for interest: the
+/// extender with the verbs must have no `managedResources`, or kube-scheduler
+/// calls it only for pods requesting one of them (`HTTPExtender.IsInterested`)
+/// and prod/LS pods never see the Koordinator plugins. Every Koordinator
+/// device resource must be declared `ignoredByScheduler`.
+fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
+    let config: Value = match serde_yaml::from_str(text) {
+        Ok(config) => config,
+        Err(e) => return vec![format!("malformed: {e}")],
+    };
+    let Some(extenders) = config["extenders"].as_array() else {
+        return vec!["no extenders".to_string()];
+    };
+    let mut problems = Vec::new();
+    let has_verb = |extender: &Value, verb: &str| {
+        extender[verb].as_str().is_some_and(|value| !value.is_empty())
+    };
+    let verbs = ["filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb"];
+    let with_verbs: Vec<&Value> = extenders
+        .iter()
+        .filter(|extender| verbs.iter().any(|verb| has_verb(extender, verb)))
+        .collect();
+    if with_verbs.len() != 1 {
+        problems.push(format!(
+            "{} extenders with verbs, expected exactly one",
+            with_verbs.len()
+        ));
+    }
+    for extender in &with_verbs {
+        for verb in ["filterVerb", "prioritizeVerb", "bindVerb"] {
+            if !has_verb(extender, verb) {
+                problems.push(format!("the extender has no {verb}"));
+            }
+        }
+        if extender["managedResources"]
+            .as_array()
+            .is_some_and(|resources| !resources.is_empty())
+        {
+            problems.push(
+                "the extender with verbs lists managedResources: kube-scheduler would call it \
+                 only for pods that request one of them"
+                    .to_string(),
+            );
+        }
+    }
+    let binders = extenders.iter().filter(|e| has_verb(e, "bindVerb")).count();
+    if binders > 1 {
+        problems.push(format!("{binders} extenders implement bind; kube-scheduler allows one"));
+    }
+    let mut declared = BTreeSet::new();
+    for extender in extenders {
+        if has_verb(extender, "prioritizeVerb") && extender["weight"].as_i64().unwrap_or(0) <= 0 {
+            problems.push("a prioritizing extender needs a positive weight".to_string());
+        }
+        for resource in extender["managedResources"].as_array().into_iter().flatten() {
+            let name = resource["name"].as_str().unwrap_or_default();
+            if !is_extended_resource_name(name) {
+                problems.push(format!(
+                    "managed resource {name:?} is not an extended resource name; \
+                     kube-scheduler refuses the configuration"
+                ));
+            }
+            if !declared.insert(name.to_string()) {
+                problems.push(format!("managed resource {name:?} is listed twice"));
+            }
+            if resource["ignoredByScheduler"] != Value::Bool(true) {
+                problems.push(format!("managed resource {name:?} is not ignoredByScheduler"));
+            }
+        }
+    }
+    for resource in KOORDINATOR_DEVICE_RESOURCES {
+        if !declared.contains(resource) {
+            problems.push(format!("{resource} is not declared ignoredByScheduler"));
+        }
+    }
+    for resource in VENDOR_DEVICE_RESOURCES {
+        if declared.contains(resource) {
+            problems.push(format!(
+                "{resource} is ignored by kube-scheduler; it must stay checked against allocatable"
+            ));
+        }
+    }
+    problems
+}
+
 fn check_set(name: &str, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let docs = documents(text);
@@ -270,8 +383,14 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
         }
         if doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "koord-scheduler-config" {
             let text = doc["data"]["koord-scheduler-config"].as_str().unwrap_or("");
-            if let Err(e) = koord_scheduler::config::SchedulerConfiguration::from_yaml(text) {
+            if let Err(e) = koord_scheduler::config::SchedulerConfiguration::from_yaml(text)
+                .and_then(|config| koord_scheduler::plugins::build_plugins(&config.profile()))
+            {
                 problems.push(format!("{name}: koord-scheduler-config: {e}"));
+            }
+            let text = doc["data"]["kube-scheduler-config"].as_str().unwrap_or("");
+            for problem in check_kube_scheduler_extenders(text) {
+                problems.push(format!("{name}: kube-scheduler-config: {problem}"));
             }
         }
     }
@@ -338,4 +457,39 @@ fn unknown_component_flags_are_caught() {
         ..Default::default()
     };
     assert!(check_component_args(&container).is_err());
+}
+
+#[test]
+fn extender_interest_and_kube_scheduler_validation_are_checked() {
+    let devices: String = KOORDINATOR_DEVICE_RESOURCES
+        .iter()
+        .map(|name| format!("  - {{name: {name}, ignoredByScheduler: true}}\n"))
+        .collect();
+    let verbs = "- urlPrefix: http://127.0.0.1:10251\n  filterVerb: filter\n  prioritizeVerb: prioritize\n  bindVerb: bind\n  weight: 1\n";
+    let good = format!(
+        "extenders:\n{verbs}- urlPrefix: http://127.0.0.1:10251\n  managedResources:\n{devices}"
+    );
+    assert_eq!(check_kube_scheduler_extenders(&good), Vec::<String>::new());
+
+    // The verbs and the managed resources on one entry: prod pods skip the extender.
+    let one_entry = format!("extenders:\n{verbs}  managedResources:\n{devices}");
+    let problems = check_kube_scheduler_extenders(&one_entry).join("\n");
+    assert!(problems.contains("lists managedResources"), "{problems}");
+
+    // kubernetes.io/ names are refused by kube-scheduler; nvidia.com/gpu must not be ignored.
+    let refused = format!(
+        "{good}  - {{name: kubernetes.io/batch-cpu, ignoredByScheduler: true}}\n  - {{name: nvidia.com/gpu, ignoredByScheduler: true}}\n"
+    );
+    let problems = check_kube_scheduler_extenders(&refused).join("\n");
+    assert!(problems.contains("\"kubernetes.io/batch-cpu\" is not an extended"), "{problems}");
+    assert!(problems.contains("nvidia.com/gpu is ignored"), "{problems}");
+
+    // A missing device resource, and a second binder.
+    let partial = format!(
+        "extenders:\n{verbs}{verbs}- urlPrefix: x\n  managedResources:\n  - {{name: koordinator.sh/gpu, ignoredByScheduler: true}}\n"
+    );
+    let problems = check_kube_scheduler_extenders(&partial).join("\n");
+    assert!(problems.contains("koordinator.sh/rdma is not declared"), "{problems}");
+    assert!(problems.contains("2 extenders implement bind"), "{problems}");
+    assert!(problems.contains("2 extenders with verbs"), "{problems}");
 }
