@@ -281,7 +281,9 @@ fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
     };
     let mut problems = Vec::new();
     let has_verb = |extender: &Value, verb: &str| {
-        extender[verb].as_str().is_some_and(|value| !value.is_empty())
+        extender[verb]
+            .as_str()
+            .is_some_and(|value| !value.is_empty())
     };
     let verbs = ["filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb"];
     let with_verbs: Vec<&Value> = extenders
@@ -313,14 +315,20 @@ fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
     }
     let binders = extenders.iter().filter(|e| has_verb(e, "bindVerb")).count();
     if binders > 1 {
-        problems.push(format!("{binders} extenders implement bind; kube-scheduler allows one"));
+        problems.push(format!(
+            "{binders} extenders implement bind; kube-scheduler allows one"
+        ));
     }
     let mut declared = BTreeSet::new();
     for extender in extenders {
         if has_verb(extender, "prioritizeVerb") && extender["weight"].as_i64().unwrap_or(0) <= 0 {
             problems.push("a prioritizing extender needs a positive weight".to_string());
         }
-        for resource in extender["managedResources"].as_array().into_iter().flatten() {
+        for resource in extender["managedResources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             let name = resource["name"].as_str().unwrap_or_default();
             if !is_extended_resource_name(name) {
                 problems.push(format!(
@@ -332,7 +340,9 @@ fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
                 problems.push(format!("managed resource {name:?} is listed twice"));
             }
             if resource["ignoredByScheduler"] != Value::Bool(true) {
-                problems.push(format!("managed resource {name:?} is not ignoredByScheduler"));
+                problems.push(format!(
+                    "managed resource {name:?} is not ignoredByScheduler"
+                ));
             }
         }
     }
@@ -481,7 +491,10 @@ fn extender_interest_and_kube_scheduler_validation_are_checked() {
         "{good}  - {{name: kubernetes.io/batch-cpu, ignoredByScheduler: true}}\n  - {{name: nvidia.com/gpu, ignoredByScheduler: true}}\n"
     );
     let problems = check_kube_scheduler_extenders(&refused).join("\n");
-    assert!(problems.contains("\"kubernetes.io/batch-cpu\" is not an extended"), "{problems}");
+    assert!(
+        problems.contains("\"kubernetes.io/batch-cpu\" is not an extended"),
+        "{problems}"
+    );
     assert!(problems.contains("nvidia.com/gpu is ignored"), "{problems}");
 
     // A missing device resource, and a second binder.
@@ -489,7 +502,13 @@ fn extender_interest_and_kube_scheduler_validation_are_checked() {
         "extenders:\n{verbs}{verbs}- urlPrefix: x\n  managedResources:\n  - {{name: koordinator.sh/gpu, ignoredByScheduler: true}}\n"
     );
     let problems = check_kube_scheduler_extenders(&partial).join("\n");
-    assert!(problems.contains("koordinator.sh/rdma is not declared"), "{problems}");
-    assert!(problems.contains("2 extenders implement bind"), "{problems}");
+    assert!(
+        problems.contains("koordinator.sh/rdma is not declared"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("2 extenders implement bind"),
+        "{problems}"
+    );
     assert!(problems.contains("2 extenders with verbs"), "{problems}");
 }
