@@ -1,7 +1,9 @@
-//! NodeResourcesFit for the Koordinator resources kube-scheduler leaves to
-//! the extender (`managedResources` with `ignoredByScheduler: true`):
+//! NodeResourcesFit for the Koordinator batch and mid resources:
 //! batch-cpu/batch-memory and mid-cpu/mid-memory against node allocatable,
-//! counting bound and assumed pods.
+//! counting bound and assumed pods. kube-scheduler checks these too (they
+//! are `kubernetes.io/` scalar resources, which an extender may not declare
+//! as managed); this check also counts the pods the extender has assumed
+//! but the watch has not confirmed yet, and is what `simulate` runs.
 
 use apis::extension::resource::{BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY};
 
