@@ -2,8 +2,15 @@
 //! Extender and simulator benchmark over a generated 5,000-node,
 //! 50,000-pod cluster with every plugin on (`cargo bench -p koord-scheduler`).
 //!
+//! The cluster exercises every plugin: batch and prod pods under
+//! ElasticQuotas, NodeMetrics for LoadAware, NodeResourceTopologies (every
+//! 5th node) with LSR cpuset pods for NodeNUMAResource, Device CRs (every
+//! 10th node, 8 GPUs) with shared-GPU pods for DeviceShare, Available
+//! Reservations with owner pods, and gangs of 4 for Coscheduling.
+//!
 //! Reports `/filter` + `/prioritize` latency for one pod over real HTTP
-//! (all 5,000 node names, `nodeCacheCapable`) and simulator throughput.
+//! (all 5,000 node names, `nodeCacheCapable`) and simulator throughput
+//! (with per-node details recorded, as `simulate` does).
 //! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS.
 
 use std::net::SocketAddr;
@@ -65,23 +72,51 @@ fn rfc3339(time: SystemTime) -> String {
         .to_string()
 }
 
+/// Reservations in the cluster; pending pods with index % 100 == 60 own one.
+const RESERVATIONS: usize = 500;
+
 fn pod_json(index: usize, node: Option<&str>, rng: &mut Lcg) -> Value {
     let quota = format!("team-{}", index % 10);
-    let (requests, priority) = if index.is_multiple_of(3) {
-        (
+    let mut labels = json!({"quota.scheduling.koordinator.sh/name": quota, "app": "bench"});
+    let mut annotations = json!({});
+    let mut limits = json!({});
+    let (requests, priority) = match (node, index % 100) {
+        // Pending pods of the part-2 plugins; bound pods stay plain.
+        (None, 20 | 70) => {
+            labels["koordinator.sh/qosClass"] = json!("LSR");
+            limits = json!({"cpu": "4", "memory": "8Gi"});
+            (json!({"cpu": "4", "memory": "8Gi"}), 9000)
+        }
+        (None, 30 | 80) => {
+            let shared =
+                json!({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"});
+            limits = shared.clone();
+            let mut requests = shared;
+            requests["cpu"] = json!("1");
+            (requests, 9500)
+        }
+        (None, 40..=43) => {
+            annotations = json!({"gang.scheduling.koordinator.sh/name": format!("gang-{}", index / 100),
+                                 "gang.scheduling.koordinator.sh/min-available": "4"});
+            (json!({"cpu": "2", "memory": "4Gi"}), 9500)
+        }
+        (None, 60) => {
+            labels["reserve-for"] = json!(format!("r-{}", (index / 100) % RESERVATIONS));
+            (json!({"cpu": "2", "memory": "4Gi"}), 9500)
+        }
+        _ if index.is_multiple_of(3) => (
             json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)), "kubernetes.io/batch-memory": "1Gi"}),
             5500,
-        )
-    } else {
-        (
+        ),
+        _ => (
             json!({"cpu": format!("{}m", 250 + rng.next(1750)), "memory": format!("{}Mi", 256 + rng.next(3840))}),
             9500,
-        )
+        ),
     };
     let mut value = json!({
         "metadata": {"name": format!("pod-{index}"), "namespace": "bench", "uid": format!("uid-{index}"),
-                     "labels": {"quota.scheduling.koordinator.sh/name": quota, "app": "bench"}},
-        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests}}], "priority": priority},
+                     "labels": labels, "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}], "priority": priority},
         "status": {"phase": "Pending"}
     });
     if let Some(node) = node {
@@ -89,6 +124,65 @@ fn pod_json(index: usize, node: Option<&str>, rng: &mut Lcg) -> Value {
         value["status"] = json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"}]});
     }
     value
+}
+
+/// A 64-CPU, 2-socket, 2-NUMA-node, 2-threads-per-core topology.
+fn node_resource_topology(name: &str) -> Object {
+    let detail: Vec<Value> = (0..64)
+        .map(|id| {
+            let core = id % 32;
+            json!({"id": id, "core": core, "socket": core / 16, "node": core / 16})
+        })
+        .collect();
+    Object::NodeResourceTopology(
+        serde_json::from_value(json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha1",
+            "kind": "NodeResourceTopology",
+            "metadata": {"name": name, "annotations": {
+                "node.koordinator.sh/cpu-topology": json!({"detail": detail}).to_string()}},
+            "topologyPolicies": ["None"],
+            "zones": []
+        }))
+        .unwrap(),
+    )
+}
+
+fn gpu_device(name: &str) -> Object {
+    let devices: Vec<Value> = (0..8)
+        .map(|minor| {
+            json!({"type": "gpu", "id": format!("GPU-{minor}"), "minor": minor, "health": true,
+                   "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "80Gi",
+                                 "koordinator.sh/gpu-memory-ratio": "100"}})
+        })
+        .collect();
+    Object::Device(
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Device",
+            "metadata": {"name": name},
+            "spec": {"devices": devices}
+        }))
+        .unwrap(),
+    )
+}
+
+fn reservation(index: usize, node: &str, now: SystemTime) -> Object {
+    let resources = json!({"cpu": "2", "memory": "4Gi"});
+    Object::Reservation(
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Reservation",
+            "metadata": {"name": format!("r-{index}"), "uid": format!("r-uid-{index}"),
+                         "creationTimestamp": rfc3339(now - Duration::from_secs(600))},
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "main", "resources": {"requests": resources}}]}},
+                "owners": [{"labelSelector": {"matchLabels": {"reserve-for": format!("r-{index}")}}}],
+                "ttl": "24h"
+            },
+            "status": {"phase": "Available", "nodeName": node, "allocatable": resources}
+        }))
+        .unwrap(),
+    )
 }
 
 /// Nodes, metrics, quotas, bound pods (9 per node) and pending pods.
@@ -117,6 +211,12 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
             }))
             .unwrap(),
         ));
+        if n.is_multiple_of(5) {
+            objects.push(node_resource_topology(&name));
+        }
+        if n.is_multiple_of(10) {
+            objects.push(gpu_device(&name));
+        }
         let pods_metric: Vec<Value> = (0..9)
             .map(|i| json!({"namespace": "bench", "name": format!("pod-{}", n * 9 + i), "podUsage": {"resources": {"cpu": "500m", "memory": "1Gi"}}, "priority": "koord-prod"}))
             .collect();
@@ -127,6 +227,10 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
                 "cpu": format!("{}m", 2000 + rng.next(30000)), "memory": format!("{}Gi", 16 + rng.next(120))}}},
                 "podsMetric": pods_metric}
         })).unwrap()));
+    }
+    for index in 0..RESERVATIONS.min(nodes) {
+        let node = format!("node-{:05}", rng.next(nodes as u64));
+        objects.push(reservation(index, &node, now));
     }
     for index in 0..bound {
         let node = format!("node-{:05}", index / 9);
@@ -294,7 +398,8 @@ fn main() {
         sorted.last().unwrap().as_secs_f64() * 1e3,
     );
 
-    // Simulator throughput: filter → score → reserve for each pending pod.
+    // Simulator throughput: filter → score → reserve for each pending pod,
+    // recording per-node details as `simulate` does.
     let mut scheduler = build(&objects);
     let keys: Vec<String> = pending
         .iter()
@@ -308,12 +413,31 @@ fn main() {
     let begin = Instant::now();
     let cpu_begin = cpu_time();
     let mut placed = 0usize;
+    // (pending, placed) per part-2 kind, to show those plugins really ran.
+    let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    // BENCH_DETAILS=0 skips the per-node details (what `simulate` records).
+    let details = env_usize("BENCH_DETAILS", 1) != 0;
     for key in &keys {
-        if schedule_one(&mut scheduler, key, now, false).node.is_some() {
-            placed += 1;
-        }
+        let bound = schedule_one(&mut scheduler, key, now, details)
+            .node
+            .is_some();
+        placed += usize::from(bound);
+        let index: usize = key.rsplit('-').next().unwrap().parse().unwrap();
+        let kind = match index % 100 {
+            20 | 70 => "LSR cpuset",
+            30 | 80 => "shared GPU",
+            40..=43 => "gang member",
+            60 => "reservation owner",
+            _ => continue,
+        };
+        let entry = by_kind.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(bound);
     }
     let elapsed = begin.elapsed();
+    for (kind, (pending, bound)) in &by_kind {
+        println!("  {kind}: {bound} of {pending} placed");
+    }
     if let (Some(start), Some(end)) = (cpu_begin, cpu_time()) {
         let cpu = end.saturating_sub(start);
         println!(

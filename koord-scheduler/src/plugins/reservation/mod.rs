@@ -5,7 +5,7 @@
 //! after their first owner; expired ones (ttl / expires) hold nothing. The
 //! owner pod gets the reservation-allocated annotation at bind.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 use apis::configuration::selector::label_selector_matches;
@@ -265,6 +265,9 @@ const STATE_KEY: &str = "Reservation/pod";
 #[derive(Default)]
 pub struct ReservationPlugin {
     reservations: BTreeMap<String, ReservationInfo>,
+    /// Node name → keys of the reservations placed on it; per-node checks
+    /// run for every node of every pod, so they must not scan them all.
+    by_node: HashMap<String, BTreeSet<String>>,
     /// Reservation uid → pod key → requests of the owner pod on it.
     allocated: HashMap<String, HashMap<String, Resources>>,
     /// Pod key → reservation chosen in reserve, for pre-bind.
@@ -313,9 +316,24 @@ impl ReservationPlugin {
         node: &'a str,
         now: SystemTime,
     ) -> impl Iterator<Item = &'a ReservationInfo> + 'a {
-        self.reservations
-            .values()
-            .filter(move |r| r.node.as_deref() == Some(node) && self.usable(r, now))
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.reservations.get(key))
+            .filter(move |r| self.usable(r, now))
+    }
+
+    fn forget_placement(&mut self, key: &str) {
+        let Some(node) = self.reservations.get(key).and_then(|r| r.node.clone()) else {
+            return;
+        };
+        if let Some(keys) = self.by_node.get_mut(&node) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
     }
 
     /// Capacity on the node held for owners, except `skip`'s.
@@ -386,15 +404,24 @@ impl Plugin for ReservationPlugin {
             ClusterEvent::Object {
                 kind: ObjectKind::Reservation,
                 key,
-            } => match cache.reservations.get(key) {
-                Some(reservation) => {
-                    self.reservations
-                        .insert(key.clone(), ReservationInfo::from_crd(reservation));
+            } => {
+                self.forget_placement(key);
+                match cache.reservations.get(key) {
+                    Some(reservation) => {
+                        let info = ReservationInfo::from_crd(reservation);
+                        if let Some(node) = &info.node {
+                            self.by_node
+                                .entry(node.clone())
+                                .or_default()
+                                .insert(key.clone());
+                        }
+                        self.reservations.insert(key.clone(), info);
+                    }
+                    None => {
+                        self.reservations.remove(key);
+                    }
                 }
-                None => {
-                    self.reservations.remove(key);
-                }
-            },
+            }
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
                     for pods in self.allocated.values_mut() {
