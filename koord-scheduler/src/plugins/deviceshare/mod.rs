@@ -7,6 +7,13 @@
 //! GPUs free (least fragmentation). RDMA and FPGA devices are in
 //! [`common`]. The result is the device-allocated annotation.
 //!
+//! A node DeviceShare knows nothing about (no Device CR, and no bound pod
+//! holding devices there) passes and gets no device-allocated annotation, as
+//! upstream: kube-scheduler's resource fit and the node's device plugin
+//! decide. A deleted Device CR leaves its node known with every device
+//! unhealthy until the CR returns (upstream's guard against handing the same
+//! GPU out twice meanwhile).
+//!
 //! A placed Reservation keeps its reserve pod's device-allocated annotation
 //! and holds those devices: other pods see them as used; its owners (as the
 //! Reservation plugin's pre-filter found them) allocate from them first,
@@ -37,6 +44,8 @@ use common::{CommonDevice, CommonDevices, CommonKind, CommonPick, CommonRequest,
 pub const NAME: &str = "DeviceShare";
 
 pub const ERR_INSUFFICIENT_GPU_DEVICES: &str = "Insufficient GPU Devices";
+/// Upstream's reason when a known node lists no GPU at all (unresolvable).
+pub const ERR_NO_GPU_DEVICES: &str = "Insufficient gpu devices";
 const STATE_KEY: &str = "DeviceShare/request";
 const GPU_KEY: &str = "gpu";
 
@@ -309,7 +318,8 @@ type Picks = (
 /// See the module docs.
 #[derive(Default)]
 pub struct DeviceShare {
-    /// node → GPU minor → capacity.
+    /// node → GPU minor → capacity. A node is known to DeviceShare exactly
+    /// when it has an entry here (and then one in `common` too).
     gpus: HashMap<String, BTreeMap<i32, Gpu>>,
     /// pod key → (node, shares).
     usage: HashMap<String, (String, GpuShares)>,
@@ -393,6 +403,34 @@ impl DeviceShare {
         self.recount_common(node);
     }
 
+    /// A deleted Device CR: its devices stay known but offer nothing.
+    fn invalidate_devices(&mut self, node: &str) {
+        for gpu in self
+            .gpus
+            .get_mut(node)
+            .into_iter()
+            .flat_map(|g| g.values_mut())
+        {
+            gpu.healthy = false;
+        }
+        let common = self.common.get_mut(node).into_iter().flatten();
+        for device in common.flat_map(|(_, d)| d.values_mut()) {
+            device.total = 0;
+        }
+    }
+
+    /// Whether DeviceShare has device information for the node.
+    fn knows(&self, node: &str) -> bool {
+        self.gpus.contains_key(node)
+    }
+
+    /// A node becomes known without a Device CR when a pod holding devices
+    /// is bound there (upstream creates its node entry the same way).
+    fn know(&mut self, node: &str) {
+        self.gpus.entry(node.to_string()).or_default();
+        self.common.entry(node.to_string()).or_default();
+    }
+
     /// Re-applies every pod's RDMA / FPGA usage on the node.
     fn recount_common(&mut self, node: &str) {
         let Some(kinds) = self.common.get_mut(node) else {
@@ -468,8 +506,8 @@ impl DeviceShare {
         gpus: Option<&BTreeMap<i32, Gpu>>,
         request: &GpuRequest,
     ) -> Result<BTreeMap<i32, (i64, i64, i64)>, Rejection> {
-        let Some(gpus) = gpus else {
-            return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
+        let Some(gpus) = gpus.filter(|g| !g.is_empty()) else {
+            return Err(Rejection::unresolvable(ERR_NO_GPU_DEVICES));
         };
         let mut candidates: Vec<&Gpu> = gpus
             .values()
@@ -582,10 +620,11 @@ impl DeviceShare {
         view
     }
 
-    /// Picks the pod's devices on the node. Owners try their reservations
-    /// there in order: within the reservation's devices first, then (not
-    /// Restricted) with its hold freed; failing those (and not `required` to
-    /// use one), like any other pod.
+    /// Picks the pod's devices on the node; nothing on a node DeviceShare
+    /// does not know. Owners try their reservations there in order: within
+    /// the reservation's devices first, then (not Restricted) with its hold
+    /// freed; failing those (and not `required` to use one), like any other
+    /// pod.
     fn allocate(
         &self,
         node: &str,
@@ -593,6 +632,9 @@ impl DeviceShare {
         (owned, required): (&[String], bool),
         now: SystemTime,
     ) -> Result<Picks, Rejection> {
+        if !self.knows(node) {
+            return Ok(Picks::default());
+        }
         if !self.reserved.values().any(|r| r.holder.node == node) {
             return Self::pick(self.gpus.get(node), self.common.get(node), request);
         }
@@ -643,11 +685,19 @@ impl Plugin for DeviceShare {
                 key,
             } => match cache.devices.get(key) {
                 Some(device) => self.load_device(key, &device.clone()),
-                None => {
+                None => self.invalidate_devices(key),
+            },
+            ClusterEvent::Object {
+                kind: ObjectKind::Node,
+                key,
+            } => {
+                // Forget a deleted node's devices (upstream's node GC), unless
+                // its Device CR is still there for a node that comes back.
+                if cache.node(key).is_none() && !cache.devices.contains_key(key) {
                     self.gpus.remove(key);
                     self.common.remove(key);
                 }
-            },
+            }
             ClusterEvent::Object {
                 kind: ObjectKind::Reservation,
                 key,
@@ -680,6 +730,9 @@ impl Plugin for DeviceShare {
                         self.owners.insert(new.key.clone(), reservation);
                     }
                     if let Some((per_minor, shares)) = shares_of(new.annotations()) {
+                        if !per_minor.is_empty() || !shares.is_empty() {
+                            self.know(node);
+                        }
                         if !per_minor.is_empty() {
                             self.usage
                                 .insert(new.key.clone(), (node.clone(), per_minor));
@@ -739,6 +792,10 @@ impl Plugin for DeviceShare {
             return Ok(());
         };
         let (gpu, common) = self.allocate(node, request, owned_reservations(state), state.now)?;
+        if gpu.is_empty() && common.is_empty() {
+            tracing::debug!(pod = %pod.key, node, "no device information for the node; devices left to kube-scheduler and the device plugin");
+            return Ok(());
+        }
         if !gpu.is_empty() {
             let per_minor = gpu
                 .iter()
@@ -870,6 +927,14 @@ mod tests {
         )
     }
 
+    /// A Device CR that lists no devices: the node is known to have none.
+    fn empty_device(node: &str) -> Object {
+        Object::Device(
+            serde_json::from_value(json!({"metadata": {"name": node}, "spec": {"devices": []}}))
+                .unwrap(),
+        )
+    }
+
     fn gpu_pod(name: &str, requests: &[(&str, &str)]) -> Object {
         testutil::pod(PodSpec {
             name,
@@ -947,6 +1012,7 @@ mod tests {
                 testutil::node("n1", &[("cpu", "8")]),
                 mixed_device("n1"),
                 testutil::node("plain", &[("cpu", "8")]),
+                empty_device("plain"),
                 gpu_pod(
                     "trainer",
                     &[("nvidia.com/gpu", "1"), ("koordinator.sh/rdma", "200")],
@@ -959,7 +1025,7 @@ mod tests {
         );
         let outcome = testutil::filter(&s, "default/trainer", t0());
         assert_eq!(outcome.feasible, vec!["n1".to_string()]);
-        assert_eq!(outcome.failed["plain"], ERR_INSUFFICIENT_GPU_DEVICES);
+        assert_eq!(outcome.failed_unresolvable["plain"], ERR_NO_GPU_DEVICES);
         let trainer = allocated(&mut s, "trainer");
         assert_eq!(
             trainer["rdma"],
@@ -1179,7 +1245,13 @@ mod tests {
             gpu_pod("odd", &[("koordinator.sh/gpu", "150")]),
             gpu_pod("fine", HALF),
         ]);
-        testutil::load(&mut s, vec![testutil::node("cpu-only", &[("cpu", "8")])]);
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("cpu-only", &[("cpu", "8")]),
+                empty_device("cpu-only"),
+            ],
+        );
         for pod in ["default/core-only", "default/odd"] {
             let outcome = testutil::filter(&s, pod, t0());
             assert!(
@@ -1188,8 +1260,85 @@ mod tests {
             );
         }
         let outcome = testutil::filter(&s, "default/fine", t0());
-        assert_eq!(outcome.failed["cpu-only"], ERR_INSUFFICIENT_GPU_DEVICES);
+        assert_eq!(outcome.failed_unresolvable["cpu-only"], ERR_NO_GPU_DEVICES);
         assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+    }
+
+    #[test]
+    fn nodes_without_device_information_pass_and_get_no_annotation() {
+        let mut s = cluster(vec![
+            testutil::node("plain", &[("cpu", "8"), ("nvidia.com/gpu", "4")]),
+            gpu_pod("on-plain", &[("nvidia.com/gpu", "1")]),
+            gpu_pod("share", HALF),
+            gpu_pod("nic", &[("koordinator.sh/rdma", "100")]),
+            gpu_pod("on-n1", &[("nvidia.com/gpu", "1")]),
+        ]);
+        // No Device CR on "plain": kube-scheduler's fit decides there.
+        for pod in ["default/on-plain", "default/share", "default/nic"] {
+            let outcome = testutil::filter(&s, pod, t0());
+            assert!(
+                outcome.feasible.contains(&"plain".to_string()),
+                "{pod}: {outcome:?}"
+            );
+        }
+        let bound = s.reserve("default/on-plain", "plain", t0()).unwrap();
+        assert!(
+            !bound.annotations.contains_key(ANNOTATION_DEVICE_ALLOCATED),
+            "{bound:?}"
+        );
+        // n1 has its Device CR and still allocates.
+        assert_eq!(minors(&mut s, "on-n1").unwrap()[0].0, 0);
+        s.rollback(&bound);
+
+        // A bound pod holding devices makes "plain" known, without devices.
+        let holder = testutil::pod(PodSpec {
+            name: "holder",
+            node: Some("plain"),
+            requests: &[("nvidia.com/gpu", "1")],
+            annotations: &[(
+                ANNOTATION_DEVICE_ALLOCATED,
+                r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}"#,
+            )],
+            ..Default::default()
+        });
+        testutil::load(&mut s, vec![holder]);
+        assert_eq!(
+            testutil::filter(&s, "default/on-plain", t0()).failed_unresolvable["plain"],
+            ERR_NO_GPU_DEVICES
+        );
+    }
+
+    #[test]
+    fn a_deleted_device_cr_leaves_its_gpus_unusable_until_it_or_the_node_returns() {
+        use crate::cache::Change;
+        let mut s = cluster(vec![gpu_pod("whole", &[("nvidia.com/gpu", "1")])]);
+        s.apply(Change::Delete(device("n1", 2)));
+        assert_eq!(
+            testutil::filter(&s, "default/whole", t0()).failed["n1"],
+            ERR_INSUFFICIENT_GPU_DEVICES
+        );
+        // The CR comes back: its GPUs are usable again.
+        testutil::load(&mut s, vec![device("n1", 2)]);
+        let reserved = s.reserve("default/whole", "n1", t0()).unwrap();
+        assert!(
+            reserved
+                .annotations
+                .contains_key(ANNOTATION_DEVICE_ALLOCATED)
+        );
+        s.rollback(&reserved);
+
+        // Device CR and Node gone, the node re-registers without a CR: unknown.
+        s.apply(Change::Delete(device("n1", 2)));
+        let node = testutil::node("n1", &[("cpu", "8")]);
+        s.apply(Change::Delete(node.clone()));
+        testutil::load(&mut s, vec![node]);
+        let reserved = s.reserve("default/whole", "n1", t0()).unwrap();
+        assert!(
+            !reserved
+                .annotations
+                .contains_key(ANNOTATION_DEVICE_ALLOCATED),
+            "{reserved:?}"
+        );
     }
 }
 
