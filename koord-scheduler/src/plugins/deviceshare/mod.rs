@@ -1,10 +1,12 @@
 //! DeviceShare: GPUs from the node's Device CR, allocated per device.
-//! Requests are normalized to per-GPU core / memory-ratio percentages
-//! (`nvidia.com/gpu` and `koordinator.sh/gpu` count whole GPUs as 100,
-//! `gpu-core` + `gpu-memory` / `gpu-memory-ratio` describe a share,
-//! `gpu.shared` spreads a share over several GPUs). Whole-GPU requests take
-//! untouched GPUs; shares go to the fullest GPU they fit on, leaving whole
-//! GPUs free (least fragmentation). RDMA and FPGA devices are in
+//! Requests are normalized to per-GPU core / memory percentages, in the
+//! combinations upstream accepts (`nvidia.com/gpu`, `amd.com/gpu`,
+//! `dcu.com/gpu` count whole GPUs, `koordinator.sh/gpu` is a percentage,
+//! `gpu-memory` / `gpu-memory-ratio` with or without `gpu-core` describe a
+//! share, `gpu.shared` spreads a share over several GPUs; see
+//! [`gpu_request`]). Memory in bytes becomes a ratio of the chosen GPU.
+//! Whole-GPU requests take untouched GPUs; shares go to the fullest GPU they
+//! fit on, leaving whole GPUs free (least fragmentation). RDMA and FPGA devices are in
 //! [`common`]. The result is the device-allocated annotation.
 //!
 //! A node DeviceShare knows nothing about (no Device CR, and no bound pod
@@ -23,9 +25,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use apis::extension::device_share::{
-    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_GPU,
-    RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED,
-    RESOURCE_NVIDIA_GPU, VirtualFunction, get_device_allocate_hints, get_device_allocations,
+    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_AMD_GPU,
+    RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE, RESOURCE_HUAWEI_NPU_CPU,
+    RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
+    get_device_allocate_hints, get_device_allocations,
 };
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -67,110 +71,161 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
 pub struct GpuRequest {
     /// How many GPUs.
     pub count: i64,
-    /// Percent of each GPU's compute (100 = whole).
-    pub core: i64,
+    /// Percent of each GPU's compute (100 = whole); `None` when the pod
+    /// asks for memory only.
+    pub core: Option<i64>,
     /// Percent of each GPU's memory; `None` when given in bytes.
     pub memory_ratio: Option<i64>,
     pub memory_bytes: Option<i64>,
 }
 
-impl GpuRequest {
-    fn whole(&self) -> bool {
-        self.core == 100 && self.memory_ratio.is_none_or(|r| r == 100)
-    }
-}
+/// The pod resources upstream counts as GPU requests.
+const GPU_RESOURCES: [&str; 11] = [
+    RESOURCE_NVIDIA_GPU,
+    RESOURCE_AMD_GPU,
+    RESOURCE_HYGON_DCU,
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_HUAWEI_NPU_CORE,
+    RESOURCE_HUAWEI_NPU_CPU,
+    RESOURCE_HUAWEI_NPU_DVPP,
+];
+
+/// Resources that count whole GPUs (1 = 100 % core and memory).
+const WHOLE_GPU_RESOURCES: [&str; 3] = [RESOURCE_NVIDIA_GPU, RESOURCE_AMD_GPU, RESOURCE_HYGON_DCU];
 
 /// Validates and normalizes the GPU resources of a pod; `Ok(None)` without any.
 pub fn gpu_request(pod: &PodInfo) -> Result<Option<GpuRequest>, String> {
-    let get = |name: &str| {
-        let amount = pod.requests.get(name);
-        (amount != 0).then_some(amount)
-    };
-    let (nvidia, gpu, core, memory, ratio, shared) = (
-        get(RESOURCE_NVIDIA_GPU),
-        get(RESOURCE_GPU),
-        get(RESOURCE_GPU_CORE),
-        get(RESOURCE_GPU_MEMORY),
-        get(RESOURCE_GPU_MEMORY_RATIO),
-        get(RESOURCE_GPU_SHARED),
-    );
-    let invalid = || {
-        let names: Vec<&str> = [
-            RESOURCE_NVIDIA_GPU,
-            RESOURCE_GPU,
-            RESOURCE_GPU_CORE,
-            RESOURCE_GPU_MEMORY,
-            RESOURCE_GPU_MEMORY_RATIO,
-            RESOURCE_GPU_SHARED,
-        ]
-        .into_iter()
-        .filter(|n| pod.requests.get(n) != 0)
+    let requested: Vec<(&str, i64)> = GPU_RESOURCES
+        .iter()
+        .map(|name| (*name, pod.requests.get(name)))
+        .filter(|(_, amount)| *amount != 0)
         .collect();
-        format!("invalid resource device requests: {names:?}")
+    gpu_request_of(&requested)
+}
+
+/// Percentages above 100 must be whole GPUs.
+fn is_percentage(value: i64) -> bool {
+    value <= 100 || value % 100 == 0
+}
+
+/// [`gpu_request`] over the pod's non-zero GPU resources. Accepts the
+/// combinations upstream does (`ValidDeviceResourceCombinations`) and
+/// converts them its way: the GPU count is `gpu.shared`, else
+/// `gpu-memory-ratio / 100` when that is a multiple of 100 above 100, else
+/// one; every other amount is divided by the count.
+fn gpu_request_of(requested: &[(&str, i64)]) -> Result<Option<GpuRequest>, String> {
+    if requested.is_empty() {
+        return Ok(None);
+    }
+    for (name, value) in requested {
+        if *value < 0 || (*name == RESOURCE_GPU && !is_percentage(*value)) {
+            return Err(format!("invalid resource unit {name}: {value}"));
+        }
+    }
+    let get = |name: &str| {
+        requested
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, value)| *value)
     };
-    // Percentages above 100 must be whole GPUs.
-    let percent = |value: i64| value > 0 && (value <= 100 || value % 100 == 0);
-    let split = |total: i64| {
-        if total > 100 {
-            (total / 100, 100)
-        } else {
-            (1, total)
-        }
+    // Exactly these resources, no others.
+    let only =
+        |names: &[&str]| requested.len() == names.len() && names.iter().all(|n| get(n).is_some());
+    let percentage = |name: &str| get(name).is_none_or(is_percentage);
+    let listed = || {
+        let mut names: Vec<&str> = requested.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        format!("[{}]", names.join(" "))
     };
-    let request = match (nvidia, gpu, core, memory, ratio, shared) {
-        (None, None, None, None, None, None) => return Ok(None),
-        (Some(n), None, None, None, None, None) if n > 0 => GpuRequest {
-            count: n,
-            core: 100,
-            memory_ratio: Some(100),
-            memory_bytes: None,
-        },
-        (None, Some(g), None, None, None, None) if percent(g) => {
-            let (count, each) = split(g);
-            GpuRequest {
-                count,
-                core: each,
-                memory_ratio: Some(each),
-                memory_bytes: None,
-            }
+    let (core, ratio, memory) = (
+        get(RESOURCE_GPU_CORE),
+        get(RESOURCE_GPU_MEMORY_RATIO),
+        get(RESOURCE_GPU_MEMORY),
+    );
+    // The pod's totals: (shared GPUs, core %, memory %, memory bytes).
+    let (shared, core, ratio, memory) = if let [(name, count)] = requested
+        && WHOLE_GPU_RESOURCES.contains(name)
+    {
+        let percent = count
+            .checked_mul(100)
+            .ok_or_else(|| format!("invalid resource unit {name}: {count} GPUs is too many"))?;
+        (None, Some(percent), Some(percent), None)
+    } else if only(&[RESOURCE_GPU]) {
+        let percent = get(RESOURCE_GPU);
+        (None, percent, percent, None)
+    } else if (only(&[RESOURCE_GPU_MEMORY])
+        || only(&[RESOURCE_GPU_MEMORY_RATIO])
+        || only(&[RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY])
+        || only(&[RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO]))
+        && percentage(RESOURCE_GPU_CORE)
+        && percentage(RESOURCE_GPU_MEMORY_RATIO)
+    {
+        (None, core, ratio, memory)
+    } else if let Some(gpus) = get(RESOURCE_GPU_SHARED)
+        && (only(&[RESOURCE_GPU_SHARED, RESOURCE_GPU_MEMORY])
+            || only(&[RESOURCE_GPU_SHARED, RESOURCE_GPU_MEMORY_RATIO])
+            || only(&[RESOURCE_GPU_SHARED, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY])
+            || only(&[
+                RESOURCE_GPU_SHARED,
+                RESOURCE_GPU_CORE,
+                RESOURCE_GPU_MEMORY_RATIO,
+            ]))
+    {
+        // Each GPU gets an equal share of at most one whole GPU.
+        let splits = |total: Option<i64>| total.is_none_or(|t| t % gpus == 0 && t / gpus <= 100);
+        if !splits(core) || !splits(ratio) {
+            return Err(format!("invalid resource device requests: {}", listed()));
         }
-        (None, None, Some(c), None, Some(r), None) if percent(c) && percent(r) => {
-            let (count, each) = split(r);
-            if split(c).0 != count {
-                return Err(invalid());
-            }
-            GpuRequest {
-                count,
-                core: split(c).1,
-                memory_ratio: Some(each),
-                memory_bytes: None,
-            }
-        }
-        (None, None, Some(c), Some(m), None, None) if percent(c) => {
-            let (count, each) = split(c);
-            GpuRequest {
-                count,
-                core: each,
-                memory_ratio: None,
-                memory_bytes: Some(m / count),
-            }
-        }
-        (None, None, c, m, r, Some(s)) if s > 0 && (m.is_some() != r.is_some()) => {
-            // Each of `s` GPUs gets an equal share.
-            let core = c.unwrap_or(0);
-            if core % s != 0 || r.is_some_and(|r| r % s != 0) || !(0..=100 * s).contains(&core) {
-                return Err(invalid());
-            }
-            GpuRequest {
-                count: s,
-                core: core / s,
-                memory_ratio: r.map(|r| r / s),
-                memory_bytes: m.map(|m| m / s),
-            }
-        }
-        _ => return Err(invalid()),
+        (Some(gpus), core, ratio, memory)
+    } else if huawei_npu_accepted_upstream(&get, &only) {
+        return Err(format!(
+            "Huawei NPU device requests are not supported: {}",
+            listed()
+        ));
+    } else {
+        return Err(format!("invalid resource device requests: {}", listed()));
     };
-    Ok(Some(request))
+    let count = match (shared, ratio) {
+        (Some(gpus), _) => gpus,
+        (None, Some(r)) if r > 100 && r % 100 == 0 => r / 100,
+        _ => 1,
+    };
+    Ok(Some(GpuRequest {
+        count,
+        core: core.map(|c| c / count),
+        memory_ratio: ratio.map(|r| r / count),
+        // A ratio wins over bytes, as upstream (no accepted set has both).
+        memory_bytes: memory.filter(|_| ratio.is_none()).map(|m| m / count),
+    }))
+}
+
+/// Whether upstream would accept these Huawei NPU requests (it allocates
+/// them through GPU shared resource templates, which this scheduler lacks).
+fn huawei_npu_accepted_upstream(
+    get: &dyn Fn(&str) -> Option<i64>,
+    only: &dyn Fn(&[&str]) -> bool,
+) -> bool {
+    let shared_npu = only(&[
+        RESOURCE_GPU_SHARED,
+        RESOURCE_HUAWEI_NPU_CORE,
+        RESOURCE_HUAWEI_NPU_CPU,
+        RESOURCE_GPU_MEMORY,
+    ]) || only(&[
+        RESOURCE_GPU_SHARED,
+        RESOURCE_HUAWEI_NPU_CORE,
+        RESOURCE_HUAWEI_NPU_CPU,
+        RESOURCE_HUAWEI_NPU_DVPP,
+        RESOURCE_GPU_MEMORY,
+    ]);
+    let npu_ratio = only(&[RESOURCE_HUAWEI_NPU_CORE, RESOURCE_GPU_MEMORY_RATIO]);
+    (npu_ratio && get(RESOURCE_GPU_MEMORY_RATIO).is_some_and(is_percentage))
+        || (shared_npu
+            && get(RESOURCE_GPU_SHARED).is_some_and(|s| s <= 1)
+            && get(RESOURCE_HUAWEI_NPU_DVPP).is_none_or(|d| d <= 100))
 }
 
 /// Everything a pod asks of devices (what pre-filter stores).
@@ -180,11 +235,20 @@ struct PodDeviceRequest {
     common: Vec<CommonRequest>,
 }
 
+/// The share of one GPU picked for a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GpuPick {
+    /// `None` when the pod asked for no compute (written without gpu-core).
+    core: Option<i64>,
+    ratio: i64,
+    memory_bytes: i64,
+}
+
 /// What reserve picked for a pod, kept for pre-bind.
 #[derive(Debug, Clone, Default)]
 struct PendingAllocation {
-    /// GPU minor → (core, ratio, memory bytes).
-    gpu: BTreeMap<i32, (i64, i64, i64)>,
+    /// GPU minor → share.
+    gpu: BTreeMap<i32, GpuPick>,
     common: BTreeMap<CommonKind, Vec<CommonPick>>,
 }
 
@@ -207,9 +271,6 @@ impl Gpu {
     }
     fn ratio_free(&self) -> i64 {
         100 - self.ratio_used
-    }
-    fn untouched(&self) -> bool {
-        self.core_used == 0 && self.ratio_used == 0
     }
 }
 
@@ -311,7 +372,7 @@ impl DeviceView {
 
 /// GPU and RDMA / FPGA picks for one pod.
 type Picks = (
-    BTreeMap<i32, (i64, i64, i64)>,
+    BTreeMap<i32, GpuPick>,
     BTreeMap<CommonKind, Vec<CommonPick>>,
 );
 
@@ -501,24 +562,20 @@ impl DeviceShare {
         }
     }
 
-    /// Picks GPUs: minor → (core, ratio, memory bytes).
+    /// Picks GPUs: minor → share. A whole-GPU request (100 % core and
+    /// memory) only fits untouched GPUs.
     fn choose(
         gpus: Option<&BTreeMap<i32, Gpu>>,
         request: &GpuRequest,
-    ) -> Result<BTreeMap<i32, (i64, i64, i64)>, Rejection> {
+    ) -> Result<BTreeMap<i32, GpuPick>, Rejection> {
         let Some(gpus) = gpus.filter(|g| !g.is_empty()) else {
             return Err(Rejection::unresolvable(ERR_NO_GPU_DEVICES));
         };
+        let core = request.core.unwrap_or(0);
         let mut candidates: Vec<&Gpu> = gpus
             .values()
             .filter(|g| g.healthy)
-            .filter(|g| {
-                if request.whole() {
-                    g.untouched()
-                } else {
-                    g.core_free() >= request.core && g.ratio_free() >= Self::ratio_of(g, request)
-                }
-            })
+            .filter(|g| g.core_free() >= core && g.ratio_free() >= Self::ratio_of(g, request))
             .collect();
         // Fullest first: shares fill used GPUs before breaking whole ones.
         candidates.sort_by_key(|g| (g.core_free() + g.ratio_free(), g.minor));
@@ -530,8 +587,13 @@ impl DeviceShare {
             .take(usize::try_from(request.count).unwrap_or(0))
             .map(|g| {
                 let ratio = Self::ratio_of(g, request);
-                let memory = request.memory_bytes.unwrap_or(g.memory_total * ratio / 100);
-                (g.minor, (request.core, ratio, memory))
+                let memory_bytes = request.memory_bytes.unwrap_or(g.memory_total * ratio / 100);
+                let pick = GpuPick {
+                    core: request.core,
+                    ratio,
+                    memory_bytes,
+                };
+                (g.minor, pick)
             })
             .collect())
     }
@@ -799,7 +861,7 @@ impl Plugin for DeviceShare {
         if !gpu.is_empty() {
             let per_minor = gpu
                 .iter()
-                .map(|(minor, (core, ratio, _))| (*minor, (*core, *ratio)))
+                .map(|(minor, pick)| (*minor, (pick.core.unwrap_or(0), pick.ratio)))
                 .collect();
             self.usage
                 .insert(pod.key.clone(), (node.to_string(), per_minor));
@@ -846,20 +908,25 @@ impl Plugin for DeviceShare {
         let gpu: Vec<DeviceAllocation> = chosen
             .gpu
             .iter()
-            .map(|(minor, (core, ratio, memory))| DeviceAllocation {
-                minor: *minor,
-                resources: BTreeMap::from([
-                    (RESOURCE_GPU_CORE.to_string(), Quantity(core.to_string())),
+            .map(|(minor, pick)| {
+                let mut resources = BTreeMap::from([
                     (
                         RESOURCE_GPU_MEMORY.to_string(),
-                        Quantity(memory.to_string()),
+                        Quantity(pick.memory_bytes.to_string()),
                     ),
                     (
                         RESOURCE_GPU_MEMORY_RATIO.to_string(),
-                        Quantity(ratio.to_string()),
+                        Quantity(pick.ratio.to_string()),
                     ),
-                ]),
-                ..Default::default()
+                ]);
+                if let Some(core) = pick.core {
+                    resources.insert(RESOURCE_GPU_CORE.to_string(), Quantity(core.to_string()));
+                }
+                DeviceAllocation {
+                    minor: *minor,
+                    resources,
+                    ..Default::default()
+                }
             })
             .collect();
         let mut allocations: BTreeMap<&str, Vec<DeviceAllocation>> = BTreeMap::new();
@@ -1252,16 +1319,201 @@ mod tests {
                 empty_device("cpu-only"),
             ],
         );
-        for pod in ["default/core-only", "default/odd"] {
+        for (pod, reason) in [
+            (
+                "default/core-only",
+                "invalid resource device requests: [koordinator.sh/gpu-core]",
+            ),
+            (
+                "default/odd",
+                "invalid resource unit koordinator.sh/gpu: 150",
+            ),
+        ] {
             let outcome = testutil::filter(&s, pod, t0());
-            assert!(
-                outcome.failed_unresolvable["n1"].starts_with("invalid resource device requests"),
-                "{outcome:?}"
-            );
+            assert_eq!(outcome.failed_unresolvable["n1"], reason, "{outcome:?}");
         }
         let outcome = testutil::filter(&s, "default/fine", t0());
         assert_eq!(outcome.failed_unresolvable["cpu-only"], ERR_NO_GPU_DEVICES);
         assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+    }
+
+    /// Every combination upstream's `ValidDeviceResourceCombinations` lists
+    /// (and some it does not), with upstream's conversion to per-GPU shares.
+    #[test]
+    fn request_combinations_follow_upstream() {
+        const GI: i64 = 1 << 30;
+        let (nvidia, amd, dcu, gpu) = (
+            RESOURCE_NVIDIA_GPU,
+            RESOURCE_AMD_GPU,
+            RESOURCE_HYGON_DCU,
+            RESOURCE_GPU,
+        );
+        let (shared, core, memory, ratio) = (
+            RESOURCE_GPU_SHARED,
+            RESOURCE_GPU_CORE,
+            RESOURCE_GPU_MEMORY,
+            RESOURCE_GPU_MEMORY_RATIO,
+        );
+        let (npu_core, npu_cpu, npu_dvpp) = (
+            RESOURCE_HUAWEI_NPU_CORE,
+            RESOURCE_HUAWEI_NPU_CPU,
+            RESOURCE_HUAWEI_NPU_DVPP,
+        );
+        let accepted = |count, core, memory_ratio, memory_bytes| {
+            Ok(Some(GpuRequest {
+                count,
+                core,
+                memory_ratio,
+                memory_bytes,
+            }))
+        };
+        let invalid = |names: &str| Err(format!("invalid resource device requests: [{names}]"));
+        let cases: Vec<(Vec<(&str, i64)>, Result<Option<GpuRequest>, String>)> = vec![
+            (vec![], Ok(None)),
+            // Whole devices.
+            (vec![(nvidia, 2)], accepted(2, Some(100), Some(100), None)),
+            (vec![(amd, 1)], accepted(1, Some(100), Some(100), None)),
+            (vec![(dcu, 3)], accepted(3, Some(100), Some(100), None)),
+            (vec![(gpu, 50)], accepted(1, Some(50), Some(50), None)),
+            (vec![(gpu, 200)], accepted(2, Some(100), Some(100), None)),
+            (
+                vec![(gpu, 150)],
+                Err("invalid resource unit koordinator.sh/gpu: 150".into()),
+            ),
+            // Percentages, memory alone.
+            (vec![(memory, 4 * GI)], accepted(1, None, None, Some(4 * GI))),
+            (vec![(ratio, 50)], accepted(1, None, Some(50), None)),
+            (vec![(ratio, 200)], accepted(2, None, Some(100), None)),
+            (
+                vec![(ratio, 150)],
+                invalid("koordinator.sh/gpu-memory-ratio"),
+            ),
+            (
+                vec![(core, 50), (memory, 8 * GI)],
+                accepted(1, Some(50), None, Some(8 * GI)),
+            ),
+            // gpu-memory never sets the count: 200 % compute on one GPU.
+            (
+                vec![(core, 200), (memory, 8 * GI)],
+                accepted(1, Some(200), None, Some(8 * GI)),
+            ),
+            (
+                vec![(core, 50), (ratio, 50)],
+                accepted(1, Some(50), Some(50), None),
+            ),
+            (
+                vec![(core, 200), (ratio, 200)],
+                accepted(2, Some(100), Some(100), None),
+            ),
+            // The ratio sets the count, the compute is divided by it.
+            (
+                vec![(core, 50), (ratio, 200)],
+                accepted(2, Some(25), Some(100), None),
+            ),
+            (
+                vec![(core, 150), (ratio, 100)],
+                invalid("koordinator.sh/gpu-core koordinator.sh/gpu-memory-ratio"),
+            ),
+            // Shared.
+            (
+                vec![(shared, 2), (memory, 8 * GI)],
+                accepted(2, None, None, Some(4 * GI)),
+            ),
+            (
+                vec![(shared, 2), (ratio, 100)],
+                accepted(2, None, Some(50), None),
+            ),
+            (
+                vec![(shared, 2), (core, 60), (memory, 8 * GI)],
+                accepted(2, Some(30), None, Some(4 * GI)),
+            ),
+            (
+                vec![(shared, 2), (core, 100), (ratio, 100)],
+                accepted(2, Some(50), Some(50), None),
+            ),
+            (
+                vec![(shared, 3), (ratio, 100)],
+                invalid("koordinator.sh/gpu-memory-ratio koordinator.sh/gpu.shared"),
+            ),
+            (
+                vec![(shared, 2), (ratio, 300)],
+                invalid("koordinator.sh/gpu-memory-ratio koordinator.sh/gpu.shared"),
+            ),
+            (
+                vec![(shared, 1), (core, 200), (memory, GI)],
+                invalid(
+                    "koordinator.sh/gpu-core koordinator.sh/gpu-memory koordinator.sh/gpu.shared",
+                ),
+            ),
+            (vec![(shared, 2)], invalid("koordinator.sh/gpu.shared")),
+            (
+                vec![(shared, 2), (memory, GI), (ratio, 10)],
+                invalid(
+                    "koordinator.sh/gpu-memory koordinator.sh/gpu-memory-ratio koordinator.sh/gpu.shared",
+                ),
+            ),
+            // Not in upstream's list.
+            (vec![(core, 50)], invalid("koordinator.sh/gpu-core")),
+            (
+                vec![(nvidia, 1), (core, 50)],
+                invalid("koordinator.sh/gpu-core nvidia.com/gpu"),
+            ),
+            (
+                vec![(memory, GI), (ratio, 10)],
+                invalid("koordinator.sh/gpu-memory koordinator.sh/gpu-memory-ratio"),
+            ),
+            (
+                vec![(nvidia, 1), (amd, 1)],
+                invalid("amd.com/gpu nvidia.com/gpu"),
+            ),
+            (vec![(npu_core, 50)], invalid("huawei.com/npu-core")),
+            (
+                vec![(nvidia, -1)],
+                Err("invalid resource unit nvidia.com/gpu: -1".into()),
+            ),
+            // Huawei NPUs: upstream accepts these; this scheduler cannot allocate them.
+            (
+                vec![(npu_core, 50), (ratio, 50)],
+                Err("Huawei NPU device requests are not supported: [huawei.com/npu-core koordinator.sh/gpu-memory-ratio]".into()),
+            ),
+            (
+                vec![(shared, 1), (npu_core, 50), (npu_cpu, 2), (npu_dvpp, 100), (memory, GI)],
+                Err("Huawei NPU device requests are not supported: [huawei.com/npu-core huawei.com/npu-cpu huawei.com/npu-dvpp koordinator.sh/gpu-memory koordinator.sh/gpu.shared]".into()),
+            ),
+            (
+                vec![(shared, 2), (npu_core, 50), (npu_cpu, 2), (memory, GI)],
+                invalid("huawei.com/npu-core huawei.com/npu-cpu koordinator.sh/gpu-memory koordinator.sh/gpu.shared"),
+            ),
+        ];
+        for (requested, expected) in cases {
+            assert_eq!(gpu_request_of(&requested), expected, "{requested:?}");
+        }
+    }
+
+    #[test]
+    fn memory_alone_is_a_ratio_of_the_chosen_gpu_and_takes_no_compute() {
+        let mut s = cluster(vec![
+            gpu_pod("bytes", &[("koordinator.sh/gpu-memory", "4Gi")]),
+            gpu_pod("ratio", &[("koordinator.sh/gpu-memory-ratio", "25")]),
+            gpu_pod(
+                "compute",
+                &[
+                    ("koordinator.sh/gpu-core", "100"),
+                    ("koordinator.sh/gpu-memory-ratio", "50"),
+                ],
+            ),
+        ]);
+        let four_gi = (4i64 << 30).to_string();
+        assert_eq!(
+            allocated(&mut s, "bytes")["gpu"],
+            json!([{"minor": 0, "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
+        );
+        assert_eq!(
+            allocated(&mut s, "ratio")["gpu"],
+            json!([{"minor": 0, "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
+        );
+        // GPU 0 has half its memory and all its compute left: it is the fuller one.
+        assert_eq!(minors(&mut s, "compute").unwrap()[0].0, 0);
     }
 
     #[test]
