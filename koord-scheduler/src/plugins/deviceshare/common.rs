@@ -141,7 +141,7 @@ pub struct CommonDevice {
 
 impl CommonDevice {
     pub fn free(&self) -> i64 {
-        self.total - self.used
+        self.total.saturating_sub(self.used)
     }
 
     /// The free VF with the lowest bus ID in a group matching `selector`.
@@ -205,10 +205,12 @@ pub fn choose(
         })
         .map(|(minor, d)| (*minor, d))
         .collect();
-    // Least allocated first: the highest free share, then the lowest minor.
+    // Least allocated first: the highest free share, then the lowest minor
+    // (cross-multiplied in i128: Device CR totals may be huge).
+    let share = |free: i64, total: i64| i128::from(free) * i128::from(total);
     fitting.sort_by(|(a_minor, a), (b_minor, b)| {
-        (b.free() * a.total)
-            .cmp(&(a.free() * b.total))
+        share(b.free(), a.total)
+            .cmp(&share(a.free(), b.total))
             .then(a_minor.cmp(b_minor))
     });
     if fitting.len() < wanted {
@@ -294,6 +296,18 @@ mod tests {
                 Some(Rejection::unresolvable("Insufficient rdma devices"))
             );
         }
+    }
+
+    #[test]
+    fn huge_device_totals_order_without_overflow() {
+        let huge = |used| CommonDevice {
+            total: i64::MAX,
+            used,
+            ..Default::default()
+        };
+        let node: CommonDevices = BTreeMap::from([(0, huge(i64::MAX / 2)), (1, huge(1))]);
+        // Device 1 has more left; free × total overflows i64 for both.
+        assert_eq!(picked(choose(Some(&node), &rdma(1, 100))), vec![(1, 100)]);
     }
 
     fn nic(labels: &[(&str, &str)], vfs: &[(&str, &str)], used_vfs: &[&str]) -> CommonDevice {

@@ -287,9 +287,11 @@ fn shares_of(annotations: &BTreeMap<String, String>) -> Option<(GpuShares, Commo
         .map(|a| {
             (
                 a.minor,
+                // Annotations are outside input: no share is below none or
+                // above a whole GPU, so sums cannot overflow.
                 (
-                    amount(&a.resources, RESOURCE_GPU_CORE),
-                    amount(&a.resources, RESOURCE_GPU_MEMORY_RATIO),
+                    amount(&a.resources, RESOURCE_GPU_CORE).clamp(0, 100),
+                    amount(&a.resources, RESOURCE_GPU_MEMORY_RATIO).clamp(0, 100),
                 ),
             )
         })
@@ -298,7 +300,9 @@ fn shares_of(annotations: &BTreeMap<String, String>) -> Option<(GpuShares, Commo
     for kind in CommonKind::ALL {
         for a in allocations.get(kind.key()).into_iter().flatten() {
             let held = common.entry(kind).or_default().entry(a.minor).or_default();
-            held.0 += amount(&a.resources, kind.resource());
+            held.0 = held
+                .0
+                .saturating_add(amount(&a.resources, kind.resource()).max(0));
             held.1.extend(
                 a.extension
                     .iter()
@@ -395,6 +399,10 @@ pub struct DeviceShare {
     owners: HashMap<String, String>,
 }
 
+fn saturate(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
+}
+
 fn amount(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
     resources
         .get(name)
@@ -412,7 +420,7 @@ impl DeviceShare {
                 let resources = info.resources.clone().unwrap_or_default();
                 // Unhealthy devices offer nothing (upstream zeroes them).
                 let total = if info.health {
-                    amount(&resources, kind.resource())
+                    amount(&resources, kind.resource()).max(0)
                 } else {
                     0
                 };
@@ -453,7 +461,7 @@ impl DeviceShare {
                 Gpu {
                     minor,
                     healthy: info.health,
-                    memory_total: amount(&resources, RESOURCE_GPU_MEMORY),
+                    memory_total: amount(&resources, RESOURCE_GPU_MEMORY).max(0),
                     ..Default::default()
                 },
             );
@@ -508,7 +516,7 @@ impl DeviceShare {
             for (kind, per_minor) in shares {
                 for (minor, (units, vfs)) in per_minor {
                     if let Some(device) = kinds.get_mut(kind).and_then(|d| d.get_mut(minor)) {
-                        device.used += units;
+                        device.used = device.used.saturating_add(*units);
                         device.used_vfs.extend(vfs.iter().cloned());
                     }
                 }
@@ -544,8 +552,8 @@ impl DeviceShare {
             }
             for (minor, (core, ratio)) in per_minor {
                 if let Some(gpu) = gpus.get_mut(minor) {
-                    gpu.core_used += core;
-                    gpu.ratio_used += ratio;
+                    gpu.core_used = gpu.core_used.saturating_add(*core);
+                    gpu.ratio_used = gpu.ratio_used.saturating_add(*ratio);
                 }
             }
         }
@@ -555,8 +563,11 @@ impl DeviceShare {
         match (request.memory_ratio, request.memory_bytes) {
             (Some(ratio), _) => ratio,
             (None, Some(bytes)) if gpu.memory_total > 0 => {
-                // Round up so a share never gets less memory than asked.
-                (bytes * 100 + gpu.memory_total - 1) / gpu.memory_total
+                // Round up so a share never gets less memory than asked; in
+                // i128 as bytes × 100 overflows i64 for huge requests (which
+                // then exceed 100 % and fit no GPU).
+                let total = i128::from(gpu.memory_total);
+                saturate((i128::from(bytes) * 100 + total - 1) / total)
             }
             _ => 100,
         }
@@ -587,7 +598,9 @@ impl DeviceShare {
             .take(usize::try_from(request.count).unwrap_or(0))
             .map(|g| {
                 let ratio = Self::ratio_of(g, request);
-                let memory_bytes = request.memory_bytes.unwrap_or(g.memory_total * ratio / 100);
+                let memory_bytes = request.memory_bytes.unwrap_or_else(|| {
+                    saturate(i128::from(g.memory_total) * i128::from(ratio) / 100)
+                });
                 let pick = GpuPick {
                     core: request.core,
                     ratio,
@@ -666,14 +679,14 @@ impl DeviceShare {
             };
             for (minor, (core, ratio)) in gpu {
                 if let Some(g) = view.gpus.get_mut(&minor) {
-                    g.core_used += core;
-                    g.ratio_used += ratio;
+                    g.core_used = g.core_used.saturating_add(core);
+                    g.ratio_used = g.ratio_used.saturating_add(ratio);
                 }
             }
             for (kind, per_minor) in common {
                 for (minor, (units, vfs)) in per_minor {
                     if let Some(d) = view.common.get_mut(&kind).and_then(|m| m.get_mut(&minor)) {
-                        d.used += units;
+                        d.used = d.used.saturating_add(units);
                         d.used_vfs.extend(vfs);
                     }
                 }
@@ -749,16 +762,14 @@ impl Plugin for DeviceShare {
                 Some(device) => self.load_device(key, &device.clone()),
                 None => self.invalidate_devices(key),
             },
+            // Forget a deleted node's devices (upstream's node GC), unless
+            // its Device CR is still there for a node that comes back.
             ClusterEvent::Object {
                 kind: ObjectKind::Node,
                 key,
-            } => {
-                // Forget a deleted node's devices (upstream's node GC), unless
-                // its Device CR is still there for a node that comes back.
-                if cache.node(key).is_none() && !cache.devices.contains_key(key) {
-                    self.gpus.remove(key);
-                    self.common.remove(key);
-                }
+            } if cache.node(key).is_none() && !cache.devices.contains_key(key) => {
+                self.gpus.remove(key);
+                self.common.remove(key);
             }
             ClusterEvent::Object {
                 kind: ObjectKind::Reservation,
@@ -1368,7 +1379,8 @@ mod tests {
             }))
         };
         let invalid = |names: &str| Err(format!("invalid resource device requests: [{names}]"));
-        let cases: Vec<(Vec<(&str, i64)>, Result<Option<GpuRequest>, String>)> = vec![
+        type Case<'a> = (Vec<(&'a str, i64)>, Result<Option<GpuRequest>, String>);
+        let cases: Vec<Case<'_>> = vec![
             (vec![], Ok(None)),
             // Whole devices.
             (vec![(nvidia, 2)], accepted(2, Some(100), Some(100), None)),
@@ -1514,6 +1526,58 @@ mod tests {
         );
         // GPU 0 has half its memory and all its compute left: it is the fuller one.
         assert_eq!(minors(&mut s, "compute").unwrap()[0].0, 0);
+    }
+
+    #[test]
+    fn huge_quantities_are_refused_or_fit_nothing_without_overflow() {
+        // A count whose percentage overflows i64 is refused up front.
+        let reason = gpu_request_of(&[(RESOURCE_NVIDIA_GPU, i64::MAX)]).unwrap_err();
+        assert_eq!(
+            reason,
+            format!(
+                "invalid resource unit nvidia.com/gpu: {} GPUs is too many",
+                i64::MAX
+            )
+        );
+        let huge_gpu = |node: &str| {
+            Object::Device(
+                serde_json::from_value(json!({"metadata": {"name": node}, "spec": {"devices": [
+                    {"type": "gpu", "minor": 0, "health": true,
+                     "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "100E"}}]}}))
+                .unwrap(),
+            )
+        };
+        let mut s = cluster(vec![
+            gpu_pod("many", &[("nvidia.com/gpu", "100E")]),
+            gpu_pod(
+                "huge-memory",
+                &[
+                    ("koordinator.sh/gpu-core", "50"),
+                    ("koordinator.sh/gpu-memory", "100E"),
+                ],
+            ),
+            gpu_pod("half", &[("koordinator.sh/gpu-memory-ratio", "50")]),
+            testutil::node("big", &[("cpu", "8")]),
+            huge_gpu("big"),
+        ]);
+        let many = testutil::filter(&s, "default/many", t0());
+        assert!(
+            many.failed_unresolvable["n1"].ends_with("GPUs is too many"),
+            "{many:?}"
+        );
+        // More memory than a 16Gi GPU has: no GPU of n1 fits; the huge GPU does.
+        let outcome = testutil::filter(&s, "default/huge-memory", t0());
+        assert_eq!(outcome.failed["n1"], ERR_INSUFFICIENT_GPU_DEVICES);
+        assert_eq!(outcome.feasible, vec!["big".to_string()]);
+        // Half of a huge GPU's memory, computed without overflow.
+        let reserved = s.reserve("default/half", "big", t0()).unwrap();
+        let value: Value =
+            serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
+        let total = quantity_amount(RESOURCE_GPU_MEMORY, &Quantity("100E".into())).unwrap();
+        assert_eq!(
+            value["gpu"][0]["resources"]["koordinator.sh/gpu-memory"],
+            (i128::from(total) * 50 / 100).to_string()
+        );
     }
 
     #[test]
