@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use apis::extension::{BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY};
 use apis::quota::v1alpha1::ElasticQuotaProfile;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
-use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
+use apis::slo::v1alpha1::{NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY, NodeMetric, NodeSLO};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -272,9 +272,16 @@ pub fn plan_pass(
                 last_synced.get(name).copied(),
                 now,
             ) {
+                let mut patch = noderesource::status_patch(&desired);
+                // Upstream records the origin batch amounts with every status write.
+                if let Some(origin) = resources.origin_annotation(node) {
+                    patch["metadata"] = serde_json::json!({"annotations": {
+                        NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY: origin,
+                    }});
+                }
                 actions.push(Action::PatchNodeStatus {
                     node: name.to_owned(),
-                    patch: noderesource::status_patch(&desired),
+                    patch,
                     reason: format!("{reason}; {}", resources.reason),
                 });
             }

@@ -217,6 +217,14 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         "6k"
     );
     assert_eq!(patch["status"]["capacity"]["kubernetes.io/batch-cpu"], "6k");
+    // The origin batch amounts ride along, as upstream's status update does.
+    let origin: Value = serde_json::from_str(
+        patch["metadata"]["annotations"]["node.koordinator.sh/originExtendedAllocatable"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(origin["resources"]["kubernetes.io/batch-cpu"], "6k");
     // fresh has no NodeMetric: the resources are removed.
     let removal = actions
         .iter()

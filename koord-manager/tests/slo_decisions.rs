@@ -418,9 +418,24 @@ fn status_is_written_only_beyond_the_diff_threshold_or_after_the_sync_period() {
         sync_decision(None, &current, &desired("10900"), long_ago, now),
         SyncDecision::Write(reason) if reason.contains("updateTimeThresholdSeconds")
     ));
-    // Nothing differs: nothing to write, however old the last write.
-    assert_eq!(
+    // As upstream, an expired write is redone even when nothing differs
+    // (10k is 10000), and so is the first write of this process...
+    assert!(matches!(
         sync_decision(None, &current, &desired("10k"), long_ago, now),
+        SyncDecision::Write(reason) if reason.contains("updateTimeThresholdSeconds=300")
+    ));
+    assert!(matches!(
+        sync_decision(None, &current, &desired("10k"), None, now),
+        SyncDecision::Write(_)
+    ));
+    // ...but not before the period is over.
+    assert_eq!(
+        sync_decision(None, &current, &desired("10k"), recent, now),
+        SyncDecision::Skip
+    );
+    let at_limit = Some(now - Duration::from_secs(300));
+    assert_eq!(
+        sync_decision(None, &current, &desired("10k"), at_limit, now),
         SyncDecision::Skip
     );
     // A configured threshold of 0.5 tolerates +40%.
@@ -467,4 +482,75 @@ fn third_party_batch_allocations_and_cpu_normalization_adjust_the_status() {
     let plan = plan_node(&colocation_on(), &node, Some(&metric), &[], None, now);
     // 16000 − 6400 − 1000 = 8600, × 1.5 = 12900, − 1000 third-party = 11900.
     assert_eq!(status_value(&plan, BATCH_CPU).as_deref(), Some("11900"));
+}
+
+#[test]
+fn the_origin_annotation_records_batch_before_third_party_allocations() {
+    use apis::extension::QuantityValue;
+    const ORIGIN: &str = "node.koordinator.sh/originExtendedAllocatable";
+    let now = epoch_plus(0);
+    let mut node = worker();
+    node.metadata.annotations = Some(BTreeMap::from([
+        (
+            "node.koordinator.sh/thirdPartyAllocations".to_owned(),
+            json!({"allocations": [{"name": "yarn", "priority": "koord-batch",
+                "resources": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1Gi"}}]})
+            .to_string(),
+        ),
+        ("node.koordinator.sh/cpu-normalization-ratio".to_owned(), "1.50".to_owned()),
+        // Another allocator's entry is kept; stale batch values are replaced.
+        (
+            ORIGIN.to_owned(),
+            json!({"resources": {"kubernetes.io/batch-cpu": "1", "example.com/gpu": "2"}})
+                .to_string(),
+        ),
+    ]));
+    let metric = metric(
+        "worker",
+        now,
+        json!({"nodeMetric": {"systemUsage": {"resources": {"cpu": "0", "memory": "0"}}}}),
+    );
+    let plan = plan_node(&colocation_on(), &node, Some(&metric), &[], None, now);
+    let written = plan
+        .resources
+        .origin_annotation(&node)
+        .expect("the batch values differ from the annotation");
+    let origin: serde_json::Value = serde_json::from_str(&written).unwrap();
+    let value = |text: &serde_json::Value| {
+        QuantityValue::of(&Quantity(text.as_str().unwrap().to_owned()))
+            .unwrap()
+            .value()
+    };
+    // 8600 × 1.5 = 12900, before the 1000 taken by YARN (status: 11900).
+    assert_eq!(origin["resources"][BATCH_CPU], "12900");
+    assert_eq!(origin["resources"]["example.com/gpu"], "2");
+    let status_memory = value(&json!(status_value(&plan, BATCH_MEMORY).unwrap()));
+    assert_eq!(
+        value(&origin["resources"][BATCH_MEMORY]),
+        plan.resources.batch.memory_bytes
+    );
+    assert_eq!(status_memory, plan.resources.batch.memory_bytes - GI);
+
+    // Once written, the same values need no rewrite.
+    node.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ORIGIN.to_owned(), written);
+    assert_eq!(plan.resources.origin_annotation(&node), None);
+
+    // Withdrawn resources record zero, as upstream's reset does.
+    let off = plan_node(
+        &SloControllerConfig::default(),
+        &node,
+        Some(&metric),
+        &[],
+        None,
+        now,
+    );
+    assert!(off.resources.reset);
+    let zero: serde_json::Value =
+        serde_json::from_str(&off.resources.origin_annotation(&node).unwrap()).unwrap();
+    assert_eq!(zero["resources"][BATCH_CPU], "0");
+    assert_eq!(zero["resources"][BATCH_MEMORY], "0");
 }

@@ -16,7 +16,8 @@ use apis::extension::{
     get_cpu_normalization_ratio,
 };
 use apis::slo::v1alpha1::{
-    NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY, NodeMetric, ThirdPartyAllocations,
+    NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY, NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY,
+    NodeMetric, ThirdPartyAllocations, set_origin_extended_allocatable,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -70,22 +71,37 @@ impl ExtendedResources {
         }
     }
 
-    /// What the node status should carry for each managed resource; `None`
-    /// removes it. Batch CPU is scaled by the node's CPU normalization ratio
-    /// (when above 1) and reduced by other schedulers' batch allocations.
-    pub fn desired_status(&self, node: &Node) -> BTreeMap<&'static str, Option<Quantity>> {
+    /// The batch amounts before other schedulers' allocations are taken out:
+    /// batch CPU scaled by the node's CPU normalization ratio (when above 1);
+    /// zero when withdrawn. Upstream records them in the
+    /// `originExtendedAllocatable` node annotation.
+    pub fn origin_batch(&self, node: &Node) -> CpuMem {
         if self.reset {
-            return MANAGED_RESOURCES.iter().map(|name| (*name, None)).collect();
+            return CpuMem::ZERO;
         }
-        let annotations = node.metadata.annotations.clone().unwrap_or_default();
         let mut batch = self.batch;
-        if let Ok(Some(ratio)) = get_cpu_normalization_ratio(&annotations)
+        let annotations = node.metadata.annotations.as_ref();
+        if let Some(annotations) = annotations
+            && let Ok(Some(ratio)) = get_cpu_normalization_ratio(annotations)
             && ratio > 1.0
         {
             batch.milli_cpu = scale(batch.milli_cpu, ratio);
         }
-        batch = batch
-            .minus(third_party_batch(&annotations))
+        batch.clamp_non_negative()
+    }
+
+    /// What the node status should carry for each managed resource; `None`
+    /// removes it. Batch is [`Self::origin_batch`] reduced by other
+    /// schedulers' batch allocations.
+    pub fn desired_status(&self, node: &Node) -> BTreeMap<&'static str, Option<Quantity>> {
+        if self.reset {
+            return MANAGED_RESOURCES.iter().map(|name| (*name, None)).collect();
+        }
+        let empty = BTreeMap::new();
+        let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+        let batch = self
+            .origin_batch(node)
+            .minus(third_party_batch(annotations))
             .clamp_non_negative();
         BTreeMap::from([
             (BATCH_CPU, Some(units_decimal_quantity(batch.milli_cpu))),
@@ -93,6 +109,29 @@ impl ExtendedResources {
             (MID_CPU, Some(units_decimal_quantity(self.mid.milli_cpu))),
             (MID_MEMORY, Some(bytes_quantity(self.mid.memory_bytes))),
         ])
+    }
+
+    /// The new value of the node's `originExtendedAllocatable` annotation,
+    /// written with every status write as upstream's BatchResource plugin
+    /// does: batch-cpu and batch-memory of [`Self::origin_batch`], other
+    /// resources already recorded kept (a malformed value is replaced).
+    /// `None` when the annotation already says exactly that.
+    pub fn origin_annotation(&self, node: &Node) -> Option<String> {
+        let origin = self.origin_batch(node);
+        let mut annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let before = annotations
+            .get(NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY)
+            .cloned();
+        let extended = BTreeMap::from([
+            (
+                BATCH_CPU.to_owned(),
+                units_decimal_quantity(origin.milli_cpu),
+            ),
+            (BATCH_MEMORY.to_owned(), bytes_quantity(origin.memory_bytes)),
+        ]);
+        set_origin_extended_allocatable(&mut annotations, &extended).ok()?;
+        let after = annotations.remove(NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY)?;
+        (before.as_deref() != Some(after.as_str())).then_some(after)
     }
 }
 
@@ -463,9 +502,11 @@ pub fn is_resource_diff(old: Option<&Quantity>, new: Option<&Quantity>, threshol
     }
 }
 
-/// Whether to write `desired` over the node's current allocatable: when a
-/// resource moved beyond `resourceDiffThreshold`, or when the last write is
-/// older than `updateTimeThresholdSeconds` and anything differs at all.
+/// Whether to write `desired` over the node's current allocatable, as
+/// upstream decides: when a resource appears, vanishes or moves beyond
+/// `resourceDiffThreshold`, or when this process has not written the node
+/// status for `updateTimeThresholdSeconds` (or not at all yet), even if
+/// nothing differs.
 pub fn sync_decision(
     strategy: Option<&ColocationStrategy>,
     current_allocatable: &BTreeMap<String, Quantity>,
@@ -475,7 +516,6 @@ pub fn sync_decision(
 ) -> SyncDecision {
     let strategy = complete(strategy.unwrap_or(&ColocationStrategy::default()));
     let threshold = strategy.resource_diff_threshold.unwrap_or(0.1);
-    let mut any_change = false;
     for (name, new) in desired {
         let old = current_allocatable.get(*name);
         if is_resource_diff(old, new.as_ref(), threshold) {
@@ -483,28 +523,19 @@ pub fn sync_decision(
                 "{name} changed beyond resourceDiffThreshold={threshold}"
             ));
         }
-        let same = match (old, new) {
-            (Some(old), Some(new)) => QuantityValue::of(old).ok() == QuantityValue::of(new).ok(),
-            (None, None) => true,
-            _ => false,
-        };
-        any_change |= !same;
-    }
-    if !any_change {
-        return SyncDecision::Skip;
     }
     let period = Duration::from_secs(
         u64::try_from(strategy.update_time_threshold_seconds.unwrap_or(300)).unwrap_or(0),
     );
-    let expired =
-        last_synced.is_none_or(|last| now.duration_since(last).unwrap_or_default() > period);
-    if expired {
-        SyncDecision::Write(format!(
-            "last write older than updateTimeThresholdSeconds={}",
-            period.as_secs()
-        ))
-    } else {
-        SyncDecision::Skip
+    match last_synced {
+        None => SyncDecision::Write("not written by this process yet".to_owned()),
+        Some(last) if now.duration_since(last).unwrap_or_default() > period => {
+            SyncDecision::Write(format!(
+                "last write older than updateTimeThresholdSeconds={}",
+                period.as_secs()
+            ))
+        }
+        Some(_) => SyncDecision::Skip,
     }
 }
 
