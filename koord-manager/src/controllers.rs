@@ -5,6 +5,10 @@
 //!
 //! A pass runs when a cache changes (at most every [`MIN_PASS_INTERVAL`]) and
 //! every `--sync-period`, so NodeMetric staleness is noticed without events.
+//!
+//! A controller whose part of the ConfigMap has never been available since
+//! start writes nothing ([`gate`]), as upstream's controllers drop their
+//! requests until `IsCfgAvailable`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
@@ -29,7 +33,7 @@ use tokio::sync::Notify;
 
 use crate::metrics::ControllerMetrics;
 use crate::quota_profile::reconcile_profile;
-use crate::slo_controller::config::{ConfigOutcome, ConfigState, node_colocation};
+use crate::slo_controller::config::{ConfigOutcome, ConfigSection, ConfigState, node_colocation};
 use crate::slo_controller::nodemetric::{NodeMetricAction, reconcile_node_metric};
 use crate::slo_controller::noderesource::{self, MANAGED_RESOURCES, NodeInputs, SyncDecision};
 use crate::slo_controller::nodeslo::{NodeSloAction, reconcile_node_slo};
@@ -42,6 +46,9 @@ const WRITE_CONCURRENCY: usize = 8;
 
 /// Controller names for `--controllers`.
 pub const ALL_CONTROLLERS: [&str; 4] = ["nodeslo", "nodemetric", "noderesource", "quotaprofile"];
+
+/// Reconcile-count reason of a pass a controller skipped for want of config.
+pub const CONFIG_UNAVAILABLE: &str = "configUnavailable";
 
 /// Full-pass period when `--sync-period` is 0.
 const DEFAULT_FULL_PASS_PERIOD: Duration = Duration::from_secs(60);
@@ -190,6 +197,49 @@ pub enum Action {
 pub struct Computed {
     pub node: String,
     pub resources: noderesource::ExtendedResources,
+}
+
+/// A controller held back because the config it reads is not available.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paused {
+    /// The `--controllers` name.
+    pub controller: &'static str,
+    /// Why, for the log.
+    pub reason: String,
+}
+
+/// The controllers a pass may run, given which parts of the
+/// `slo-controller-config` are available (upstream's `IsCfgAvailable`): the
+/// NodeMetric and node resource controllers need a `colocation-config` that
+/// was valid (or absent) at least once, the NodeSLO controller a ConfigMap
+/// (or its absence) seen once. Those that must wait are returned with the
+/// reason; they write nothing, not even deletions of orphans.
+pub fn gate(enabled: Enabled, config: &ConfigState) -> (Enabled, Vec<Paused>) {
+    let mut gated = enabled;
+    let mut paused = Vec::new();
+    let checks: [(&'static str, ConfigSection, &mut bool); 3] = [
+        ("nodeslo", ConfigSection::NodeSlo, &mut gated.node_slo),
+        (
+            "nodemetric",
+            ConfigSection::Colocation,
+            &mut gated.node_metric,
+        ),
+        (
+            "noderesource",
+            ConfigSection::Colocation,
+            &mut gated.node_resource,
+        ),
+    ];
+    for (controller, section, switch) in checks {
+        if !*switch {
+            continue;
+        }
+        if let Err(reason) = config.availability(section) {
+            *switch = false;
+            paused.push(Paused { controller, reason });
+        }
+    }
+    (gated, paused)
 }
 
 /// Decides every write of one pass. `last_synced` holds when each node's
@@ -472,6 +522,9 @@ pub struct Reconciler {
     recorder: Recorder,
     config: ConfigState,
     rejected_version: Option<String>,
+    /// Whether the ConfigMap existed at the last pass.
+    config_map_present: Option<bool>,
+    paused: Vec<Paused>,
     last_synced: HashMap<String, SystemTime>,
     known_nodes: HashSet<String>,
 }
@@ -493,78 +546,166 @@ impl Reconciler {
             recorder,
             config: ConfigState::default(),
             rejected_version: None,
+            config_map_present: None,
+            paused: Vec::new(),
             last_synced: HashMap::new(),
             known_nodes: HashSet::new(),
         }
     }
 
-    /// Takes the ConfigMap from the cache; a rejected version raises an event once.
+    /// Takes the ConfigMap from the cache; a version with refused keys
+    /// raises a Warning Event once.
     async fn refresh_config(&mut self, caches: &Caches) {
         let config_map = caches
             .config_maps
             .state()
             .into_iter()
             .find(|cm| cm.metadata.name.as_deref() == Some(self.args.slo_config_name.as_str()));
-        match self
-            .config
-            .offer(config_map.as_ref().and_then(|cm| cm.data.as_ref()))
+        let no_data = BTreeMap::new();
+        let update = self.config.offer(
+            config_map
+                .as_ref()
+                .map(|cm| cm.data.as_ref().unwrap_or(&no_data)),
+        );
+        let name = self.args.slo_config_name.as_str();
+        if update.changed {
+            tracing::info!(configmap = %name, "slo-controller-config applied");
+        }
+        for section in &update.became_available {
+            tracing::info!(configmap = %name, section = section.name(), "slo-controller-config available");
+        }
+        if update.kept_after_deletion && self.config_map_present != Some(false) {
+            tracing::warn!(
+                configmap = %name,
+                "slo-controller-config not found; keeping the configuration in force until restart"
+            );
+        }
+        self.config_map_present = Some(config_map.is_some());
+        if update.refused.is_empty() {
+            self.rejected_version = None;
+            return;
+        }
+        let Some(config_map) = config_map else {
+            return;
+        };
+        let version = config_map.resource_version();
+        if self.rejected_version == version {
+            return;
+        }
+        self.rejected_version = version;
+        self.metrics.config_rejected(name);
+        let ConfigOutcome::Rejected(mut message) = update.outcome() else {
+            return;
+        };
+        if !self.config.is_available(ConfigSection::Colocation) {
+            message.push_str(
+                "; no valid colocation-config since start: the nodemetric and noderesource \
+                 controllers write nothing until it is fixed",
+            );
+        } else {
+            message.push_str(
+                "; the refused keys keep their last valid value (their defaults if they never had one)",
+            );
+        }
+        tracing::warn!(
+            configmap = %name,
+            error = %message,
+            "invalid slo-controller-config"
+        );
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidConfig".into(),
+            note: Some(truncate(&message, 1000)),
+            action: "ValidateConfig".into(),
+            secondary: None,
+        };
+        if let Err(err) = self
+            .recorder
+            .publish(&event, &config_map.object_ref(&()))
+            .await
         {
-            ConfigOutcome::Applied => {
-                self.rejected_version = None;
-                tracing::info!(configmap = %self.args.slo_config_name, "slo-controller-config applied");
-            }
-            ConfigOutcome::Unchanged => self.rejected_version = None,
-            ConfigOutcome::Rejected(message) => {
-                let Some(config_map) = config_map else {
-                    return;
-                };
-                let version = config_map.resource_version();
-                if self.rejected_version == version {
-                    return;
-                }
-                self.rejected_version = version;
-                self.metrics.config_rejected(&self.args.slo_config_name);
-                tracing::warn!(
-                    configmap = %self.args.slo_config_name,
-                    error = %message,
-                    "invalid slo-controller-config; keeping the last valid configuration"
-                );
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: "InvalidConfig".into(),
-                    note: Some(truncate(&message, 1000)),
-                    action: "ValidateConfig".into(),
-                    secondary: None,
-                };
-                if let Err(err) = self
-                    .recorder
-                    .publish(&event, &config_map.object_ref(&()))
-                    .await
-                {
-                    tracing::warn!(error = %err, "cannot record the invalid-config event");
-                }
+            tracing::warn!(error = %err, "cannot record the invalid-config event");
+        }
+    }
+
+    /// Counts and logs the controllers held back by an unavailable config:
+    /// a `failed`/`configUnavailable` reconcile count every pass, a log line
+    /// when the set changes.
+    fn report_paused(&mut self, paused: Vec<Paused>) {
+        for held in &paused {
+            match held.controller {
+                "nodeslo" => self.metrics.node_slo(false, CONFIG_UNAVAILABLE),
+                "nodemetric" => self.metrics.node_metric(false, CONFIG_UNAVAILABLE),
+                "noderesource" => self.metrics.node_resource(false, CONFIG_UNAVAILABLE),
+                _ => {}
             }
         }
+        if paused == self.paused {
+            return;
+        }
+        for held in paused.iter().filter(|held| !self.paused.contains(held)) {
+            tracing::warn!(
+                controller = held.controller,
+                reason = %held.reason,
+                "controller paused: it writes nothing until the config is available"
+            );
+        }
+        for resumed in self
+            .paused
+            .iter()
+            .filter(|old| !paused.iter().any(|new| new.controller == old.controller))
+        {
+            tracing::info!(controller = resumed.controller, "controller resumed");
+        }
+        self.paused = paused;
+    }
+
+    /// The controllers held back in the last pass, and why.
+    pub fn paused(&self) -> &[Paused] {
+        &self.paused
     }
 
     /// One full pass.
     pub async fn pass(&mut self, caches: &Caches) {
         self.refresh_config(caches).await;
+        let (enabled, paused) = gate(self.enabled, &self.config);
+        self.report_paused(paused);
         let view = caches.view();
         let now = SystemTime::now();
         let (actions, computed) = plan_pass(
             &view,
             self.config.current(),
-            self.enabled,
+            enabled,
             &self.last_synced,
             now,
         );
+        // Without a pass of the node resource controller nothing is known
+        // about the nodes: keep their series and sync times as they are.
+        if enabled.node_resource {
+            self.record_computed(&computed);
+        }
+        if actions.is_empty() {
+            return;
+        }
+        tracing::debug!(writes = actions.len(), "applying controller pass");
+        let results: Vec<Option<(String, SystemTime)>> = futures::stream::iter(actions)
+            .map(|action| apply_action(&self.client, &self.metrics, action))
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        for (node, at) in results.into_iter().flatten() {
+            self.last_synced.insert(node, at);
+        }
+    }
+
+    /// Updates the allocatable gauges and forgets nodes that are gone.
+    fn record_computed(&mut self, computed: &[Computed]) {
         let current_nodes: HashSet<String> = computed.iter().map(|c| c.node.clone()).collect();
         for gone in self.known_nodes.difference(&current_nodes) {
             self.metrics.forget_node(gone, &MANAGED_RESOURCES);
             self.last_synced.remove(gone);
         }
-        for item in &computed {
+        for item in computed {
             let r = &item.resources;
             self.metrics.allocatable(
                 &item.node,
@@ -588,18 +729,6 @@ impl Reconciler {
                 .allocatable(&item.node, MID_MEMORY, "byte", r.mid.memory_bytes as f64);
         }
         self.known_nodes = current_nodes;
-        if actions.is_empty() {
-            return;
-        }
-        tracing::debug!(writes = actions.len(), "applying controller pass");
-        let results: Vec<Option<(String, SystemTime)>> = futures::stream::iter(actions)
-            .map(|action| apply_action(&self.client, &self.metrics, action))
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
-        for (node, at) in results.into_iter().flatten() {
-            self.last_synced.insert(node, at);
-        }
     }
 }
 

@@ -12,9 +12,12 @@ use std::time::{Duration, SystemTime};
 use apis::configuration::SloControllerConfig;
 use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use koord_manager::controllers::{Action, ClusterView, Enabled, apply_action, plan_pass};
+use koord_manager::controllers::{
+    Action, Caches, ClusterView, ControllerArgs, Enabled, Reconciler, apply_action, gate, plan_pass,
+};
 use koord_manager::leader::{LeaderElector, LeaseTiming};
 use koord_manager::metrics::ControllerMetrics;
+use koord_manager::slo_controller::config::ConfigState;
 use serde_json::{Value, json};
 
 /// A request the stand-in received.
@@ -95,8 +98,29 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, route: &Route) {
         let body = String::from_utf8(body).unwrap();
         let mut words = request_line.split_whitespace();
         let method = words.next().unwrap_or_default().to_owned();
-        let path = words.next().unwrap_or_default().to_owned();
-        let path = path.split('?').next().unwrap_or_default().to_owned();
+        let target = words.next().unwrap_or_default().to_owned();
+        let (path, query) = target.split_once('?').unwrap_or((target.as_str(), ""));
+        let path = path.to_owned();
+        if query
+            .split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+        {
+            // A watch: open an event stream that never sends anything, and
+            // hold it until the client goes away.
+            seen.lock().unwrap().push(Seen {
+                method,
+                path,
+                content_type,
+                body,
+            });
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+            if writer.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            let mut buf = [0u8; 64];
+            while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+            return;
+        }
         let (code, answer) = route(&method, &path, &body);
         seen.lock().unwrap().push(Seen {
             method,
@@ -256,6 +280,270 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         actions
             .iter()
             .all(|a| matches!(a, Action::PatchNodeStatus { .. }))
+    );
+}
+
+fn config_data(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// What a pass writes to Nodes, NodeSLOs and NodeMetrics.
+fn slo_writes(actions: &[Action]) -> Vec<&Action> {
+    actions
+        .iter()
+        .filter(|a| {
+            !matches!(
+                a,
+                Action::LabelProfile { .. } | Action::CreateQuota(_) | Action::ReplaceQuota(_)
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn nothing_is_planned_for_a_config_section_never_seen_valid() {
+    let now = SystemTime::now();
+    let view = ClusterView {
+        nodes: vec![Arc::new(node("worker", "uid-1"))],
+        node_metrics: vec![
+            Arc::new(fresh_metric("worker", now)),
+            Arc::new(fresh_metric("gone", now)),
+        ],
+        node_slos: vec![Arc::new(NodeSLO::new("gone", Default::default()))],
+        ..Default::default()
+    };
+    let plan = |state: &ConfigState| {
+        let (enabled, paused) = gate(Enabled::ALL, state);
+        let (actions, _) = plan_pass(&view, state.current(), enabled, &HashMap::new(), now);
+        (actions, paused)
+    };
+
+    // Before the ConfigMap is read, no controller acts.
+    let fresh = ConfigState::default();
+    let (actions, paused) = plan(&fresh);
+    assert!(slo_writes(&actions).is_empty(), "{actions:?}");
+    let names: Vec<&str> = paused.iter().map(|p| p.controller).collect();
+    assert_eq!(names, ["nodeslo", "nodemetric", "noderesource"]);
+
+    // A restart with an invalid colocation-config: the NodeMetric and node
+    // resource controllers hold back (no withdrawal of the node's batch-cpu,
+    // no orphan clean-up); the NodeSLO controller runs, as upstream's does.
+    let mut state = ConfigState::default();
+    state.offer(Some(&config_data(&[(
+        "colocation-config",
+        r#"{"enable": true,"#,
+    )])));
+    let (actions, paused) = plan(&state);
+    let names: Vec<&str> = paused.iter().map(|p| p.controller).collect();
+    assert_eq!(names, ["nodemetric", "noderesource"]);
+    assert!(
+        paused[0].reason.contains("colocation-config"),
+        "{}",
+        paused[0].reason
+    );
+    assert!(
+        actions
+            .iter()
+            .all(|a| matches!(a, Action::CreateNodeSlo(_) | Action::DeleteNodeSlo(_))),
+        "{actions:?}"
+    );
+    assert!(actions.contains(&Action::DeleteNodeSlo("gone".into())));
+
+    // Once it is valid, everything runs: the node status and the orphan
+    // NodeMetric are written.
+    state.offer(Some(&config_data(&[(
+        "colocation-config",
+        r#"{"enable": true}"#,
+    )])));
+    let (actions, paused) = plan(&state);
+    assert!(paused.is_empty(), "{paused:?}");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::PatchNodeStatus { node, .. } if node == "worker"))
+    );
+    assert!(actions.contains(&Action::DeleteNodeMetric("gone".into())));
+
+    // A later invalid version keeps the last valid one in force.
+    state.offer(Some(&config_data(&[("colocation-config", "{not json")])));
+    let (_, paused) = plan(&state);
+    assert!(paused.is_empty(), "{paused:?}");
+    assert_eq!(
+        state.current().colocation.as_ref().unwrap().strategy.enable,
+        Some(true)
+    );
+}
+
+fn list(kind: &str, api_version: &str, items: Value) -> String {
+    json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "1"}, "items": items})
+        .to_string()
+}
+
+/// A cluster with one node (carrying batch-cpu), its fresh NodeMetric, no
+/// NodeSLO, and `colocation` as the ConfigMap's `colocation-config`.
+fn cluster(colocation: &'static str) -> RecordingApi {
+    let now = SystemTime::now();
+    let worker = serde_json::to_string(&node("worker", "uid-1")).unwrap();
+    let metric = serde_json::to_value(fresh_metric("worker", now)).unwrap();
+    RecordingApi::start(Box::new(move |method, path, body| match (method, path) {
+        ("GET", "/api/v1/nodes") => (
+            200,
+            list(
+                "NodeList",
+                "v1",
+                json!([serde_json::from_str::<Value>(&worker).unwrap()]),
+            ),
+        ),
+        ("GET", "/apis/slo.koordinator.sh/v1alpha1/nodemetrics") => (
+            200,
+            list(
+                "NodeMetricList",
+                "slo.koordinator.sh/v1alpha1",
+                json!([metric]),
+            ),
+        ),
+        ("GET", "/apis/slo.koordinator.sh/v1alpha1/nodeslos") => (
+            200,
+            list("NodeSLOList", "slo.koordinator.sh/v1alpha1", json!([])),
+        ),
+        ("GET", "/api/v1/pods") => (200, list("PodList", "v1", json!([]))),
+        ("GET", "/api/v1/namespaces/koordinator-system/configmaps") => (
+            200,
+            list(
+                "ConfigMapList",
+                "v1",
+                json!([{
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system",
+                                 "resourceVersion": "7", "uid": "cm-uid"},
+                    "data": {"colocation-config": colocation},
+                }]),
+            ),
+        ),
+        ("GET", "/apis/quota.koordinator.sh/v1alpha1/elasticquotaprofiles") => (
+            200,
+            list(
+                "ElasticQuotaProfileList",
+                "quota.koordinator.sh/v1alpha1",
+                json!([]),
+            ),
+        ),
+        ("GET", "/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas") => (
+            200,
+            list(
+                "ElasticQuotaList",
+                "scheduling.sigs.k8s.io/v1alpha1",
+                json!([]),
+            ),
+        ),
+        ("PATCH", "/api/v1/nodes/worker/status") => (200, worker.clone()),
+        ("POST", _) => (201, body.to_owned()),
+        _ => not_found(),
+    }))
+}
+
+fn controller_args() -> ControllerArgs {
+    ControllerArgs {
+        enable_leader_election: false,
+        leader_election_namespace: "koordinator-system".into(),
+        leader_elect_resource_lock: "leases".into(),
+        config_namespace: "koordinator-system".into(),
+        slo_config_name: "slo-controller-config".into(),
+        sync_period: Duration::from_secs(60),
+        controllers: vec!["*".into()],
+    }
+}
+
+/// Starts the caches on `api`, waits for them and runs one pass.
+async fn one_pass(api: &RecordingApi) -> Reconciler {
+    let client = api.client();
+    let args = controller_args();
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let caches = Caches::start(&client, &args, &notify);
+    tokio::time::timeout(Duration::from_secs(30), caches.wait_until_ready())
+        .await
+        .expect("caches sync")
+        .unwrap();
+    let mut reconciler = Reconciler::new(client, args, ControllerMetrics::default());
+    reconciler.pass(&caches).await;
+    reconciler
+}
+
+fn writes(api: &RecordingApi) -> Vec<Seen> {
+    api.seen()
+        .into_iter()
+        .filter(|s| s.method != "GET")
+        .collect()
+}
+
+#[tokio::test]
+async fn a_restart_with_an_invalid_colocation_config_writes_no_node_or_node_metric() {
+    let api = cluster(r#"{"enable": true,"#);
+    let reconciler = one_pass(&api).await;
+    let paused: Vec<&str> = reconciler.paused().iter().map(|p| p.controller).collect();
+    assert_eq!(paused, ["nodemetric", "noderesource"]);
+    let writes = writes(&api);
+    // Neither the node status (its batch-cpu would be withdrawn under the
+    // defaults) nor any NodeMetric is touched.
+    assert!(
+        writes
+            .iter()
+            .all(|w| !w.path.starts_with("/api/v1/nodes") && !w.path.contains("/nodemetrics")),
+        "{writes:?}"
+    );
+    // The NodeSLO controller reads other keys and runs, as upstream's does.
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.method == "POST" && w.path.ends_with("/nodeslos")),
+        "{writes:?}"
+    );
+    // A Warning Event on the ConfigMap says why.
+    let event = writes
+        .iter()
+        .find(|w| {
+            w.path
+                .starts_with("/apis/events.k8s.io/v1/namespaces/koordinator-system/events")
+        })
+        .unwrap_or_else(|| panic!("no event: {writes:?}"));
+    let event: Value = serde_json::from_str(&event.body).unwrap();
+    assert_eq!(event["reason"], "InvalidConfig");
+    assert_eq!(event["regarding"]["name"], "slo-controller-config");
+    let note = event["note"].as_str().unwrap();
+    assert!(
+        note.contains("colocation-config") && note.contains("noderesource"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn a_start_with_a_valid_colocation_config_writes_the_node_status() {
+    let api = cluster(r#"{"enable": true}"#);
+    let reconciler = one_pass(&api).await;
+    assert!(reconciler.paused().is_empty());
+    let writes = writes(&api);
+    let patch = writes
+        .iter()
+        .find(|w| w.method == "PATCH" && w.path == "/api/v1/nodes/worker/status")
+        .unwrap_or_else(|| panic!("no status patch: {writes:?}"));
+    let body: Value = serde_json::from_str(&patch.body).unwrap();
+    assert_eq!(
+        body["status"]["allocatable"]["kubernetes.io/batch-cpu"],
+        "6k"
+    );
+    assert!(
+        body["metadata"]["annotations"]["node.koordinator.sh/originExtendedAllocatable"]
+            .is_string(),
+        "{body}"
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.path.starts_with("/apis/events.k8s.io")),
+        "{writes:?}"
     );
 }
 

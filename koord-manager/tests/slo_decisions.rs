@@ -36,7 +36,7 @@ fn config(pairs: &[(&str, serde_json::Value)]) -> SloControllerConfig {
         .map(|(k, v)| ((*k).to_owned(), v.to_string()))
         .collect();
     let mut state = ConfigState::default();
-    assert_eq!(state.offer(Some(&data)), ConfigOutcome::Applied);
+    assert_eq!(state.offer(Some(&data)).outcome(), ConfigOutcome::Applied);
     state.current().clone()
 }
 
