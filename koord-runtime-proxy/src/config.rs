@@ -8,7 +8,12 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 /// What the proxy does when a hook server fails or cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+///
+/// Upstream keeps the policy as the string written in the file and refuses a
+/// call only when it equals `"Fail"` exactly (case-sensitive); every other
+/// value forwards the original request. [`FailurePolicy::from_registration`]
+/// reads it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailurePolicy {
     /// Refuse the CRI call.
     Fail,
@@ -16,8 +21,24 @@ pub enum FailurePolicy {
     Ignore,
     /// Not configured: behaves like `Ignore` (upstream's empty policy).
     #[default]
-    #[serde(rename = "")]
     None,
+}
+
+impl FailurePolicy {
+    /// Upstream's reading of a `failure-policy` value: exactly `Fail` refuses,
+    /// `""` is no policy, anything else (`Ignore`, `fail`, `FAIL`, typos) ignores.
+    pub fn from_registration(text: &str) -> Self {
+        match text {
+            "Fail" => FailurePolicy::Fail,
+            "" => FailurePolicy::None,
+            _ => FailurePolicy::Ignore,
+        }
+    }
+
+    /// Whether `text` is one of the documented values (`Fail`, `Ignore`, empty).
+    pub fn is_documented(text: &str) -> bool {
+        matches!(text, "Fail" | "Ignore" | "")
+    }
 }
 
 /// Hook stages a server may register for (upstream's names).
@@ -133,20 +154,44 @@ impl HookType {
 }
 
 /// One registration file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookServerConfig {
-    #[serde(rename = "remote-endpoint", default)]
     pub remote_endpoint: String,
-    #[serde(rename = "failure-policy", default)]
     pub failure_policy: FailurePolicy,
+    /// `failure-policy` exactly as written (empty when absent or null).
+    pub failure_policy_text: String,
     /// Stage names as written; unknown names are kept but never match.
-    #[serde(rename = "runtime-hooks", default)]
     pub runtime_hooks: Vec<String>,
+}
+
+/// The file's JSON as upstream's Go struct reads it: unknown keys are
+/// ignored, `null` counts as absent, a value of the wrong type is an error.
+#[derive(Deserialize)]
+struct RawHookServerConfig {
+    #[serde(rename = "remote-endpoint", default)]
+    remote_endpoint: Option<String>,
+    #[serde(rename = "failure-policy", default)]
+    failure_policy: Option<String>,
+    #[serde(rename = "runtime-hooks", default)]
+    runtime_hooks: Option<Vec<String>>,
 }
 
 impl HookServerConfig {
     pub fn serves(&self, hook: HookType) -> bool {
         self.runtime_hooks.iter().any(|name| name == hook.name())
+    }
+
+    /// A warning when `failure-policy` is not a documented value: it then
+    /// acts as `Ignore`, which is easy to miss for a misspelt `Fail`.
+    pub fn policy_warning(&self) -> Option<String> {
+        if FailurePolicy::is_documented(&self.failure_policy_text) {
+            return None;
+        }
+        Some(format!(
+            "failure-policy {:?} is neither \"Fail\" nor \"Ignore\"; it is treated as Ignore \
+             (only \"Fail\", case-sensitive, refuses calls when the hook server fails)",
+            self.failure_policy_text
+        ))
     }
 }
 
@@ -168,15 +213,22 @@ pub enum ConfigError {
 
 /// Parses one registration file's contents.
 pub fn parse_registration(path: &Path, text: &str) -> Result<HookServerConfig, ConfigError> {
-    let config: HookServerConfig =
+    let raw: RawHookServerConfig =
         serde_json::from_str(text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
             source,
         })?;
-    if config.remote_endpoint.trim().is_empty() {
+    let remote_endpoint = raw.remote_endpoint.unwrap_or_default();
+    if remote_endpoint.trim().is_empty() {
         return Err(ConfigError::NoEndpoint(path.to_path_buf()));
     }
-    Ok(config)
+    let failure_policy_text = raw.failure_policy.unwrap_or_default();
+    Ok(HookServerConfig {
+        remote_endpoint,
+        failure_policy: FailurePolicy::from_registration(&failure_policy_text),
+        failure_policy_text,
+        runtime_hooks: raw.runtime_hooks.unwrap_or_default(),
+    })
 }
 
 /// A registration with the file it came from.
@@ -300,6 +352,13 @@ fn reload(registry: &Registry, dir: &Path, previous: Option<Fingerprint>) -> Fin
         tracing::warn!(%error, "skipping hook-server registration");
     }
     for registration in &registrations {
+        if let Some(warning) = registration.config.policy_warning() {
+            tracing::warn!(
+                file = %registration.file.display(),
+                value = %registration.config.failure_policy_text,
+                "{warning}"
+            );
+        }
         tracing::info!(
             file = %registration.file.display(),
             endpoint = %registration.config.remote_endpoint,

@@ -85,14 +85,26 @@ fn registration_files_parse_like_upstream() {
     assert!(config.serves(HookType::PreCreateContainer));
     assert!(!config.serves(HookType::PreStartContainer));
 
+    assert_eq!(config.policy_warning(), None);
+
     let config = parse_registration(path, r#"{"remote-endpoint":"/s.sock"}"#).unwrap();
+    assert_eq!(config.failure_policy, FailurePolicy::None);
+    assert_eq!(config.policy_warning(), None);
+    assert!(config.runtime_hooks.is_empty());
+
+    // Go's decoder reads null as absent.
+    let config = parse_registration(
+        path,
+        r#"{"remote-endpoint":"/s.sock","failure-policy":null,"runtime-hooks":null}"#,
+    )
+    .unwrap();
     assert_eq!(config.failure_policy, FailurePolicy::None);
     assert!(config.runtime_hooks.is_empty());
 
     for malformed in [
         "",
         "{",
-        r#"{"remote-endpoint":"/s","failure-policy":"Sometimes"}"#,
+        r#"{"remote-endpoint":"/s","failure-policy":1}"#,
         r#"{"remote-endpoint":"/s","runtime-hooks":"PreRunPodSandbox"}"#,
     ] {
         assert!(
@@ -109,6 +121,70 @@ fn registration_files_parse_like_upstream() {
         parse_registration(path, r#"{"failure-policy":"Fail"}"#),
         Err(ConfigError::NoEndpoint(_))
     ));
+}
+
+#[test]
+fn any_policy_string_is_accepted_and_only_exact_fail_refuses() {
+    // Upstream compares the string with "Fail" (case-sensitive); the rest ignore.
+    let path = Path::new("/etc/runtime/hookserver.d/koordlet.json");
+    for (written, policy, warned) in [
+        ("Fail", FailurePolicy::Fail, false),
+        ("Ignore", FailurePolicy::Ignore, false),
+        ("", FailurePolicy::None, false),
+        ("fail", FailurePolicy::Ignore, true),
+        ("FAIL", FailurePolicy::Ignore, true),
+        (" Fail", FailurePolicy::Ignore, true),
+        ("ignore", FailurePolicy::Ignore, true),
+        ("Sometimes", FailurePolicy::Ignore, true),
+    ] {
+        let text = serde_json::json!({
+            "remote-endpoint": "/k.sock",
+            "failure-policy": written,
+            "runtime-hooks": ["PreCreateContainer"],
+        })
+        .to_string();
+        let config = parse_registration(path, &text).unwrap();
+        assert_eq!(config.failure_policy, policy, "{written:?}");
+        assert_eq!(config.failure_policy_text, written);
+        assert!(config.serves(HookType::PreCreateContainer), "{written:?}");
+        match config.policy_warning() {
+            Some(warning) => {
+                assert!(warned, "unexpected warning for {written:?}: {warning}");
+                assert!(warning.contains(&format!("{written:?}")), "{warning}");
+                assert!(warning.contains("treated as Ignore"), "{warning}");
+            }
+            None => assert!(!warned, "no warning for {written:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_file_with_a_misspelt_policy_still_registers_its_hooks() {
+    let dir = std::env::temp_dir().join(format!("koord-rp-policy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("koordlet.json"),
+        r#"{"remote-endpoint":"/k.sock","failure-policy":"fail","runtime-hooks":["PreCreateContainer"]}"#,
+    )
+    .unwrap();
+    let (registrations, errors) = load_dir(&dir);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(registrations.len(), 1);
+    assert!(registrations[0].file.ends_with("koordlet.json"));
+    assert_eq!(
+        registrations[0].config.failure_policy,
+        FailurePolicy::Ignore
+    );
+    assert!(registrations[0].config.policy_warning().is_some());
+    let registry = Registry::new(registrations);
+    assert_eq!(
+        registry
+            .server_for(HookType::PreCreateContainer)
+            .map(|c| c.remote_endpoint),
+        Some("/k.sock".to_string())
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
