@@ -5,6 +5,7 @@
 pub mod codec;
 pub mod config;
 pub mod dispatcher;
+pub mod health;
 pub mod merge;
 pub mod metrics;
 pub mod proxy;
@@ -29,7 +30,6 @@ use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use clap::Parser;
-use koord_common::health::{CheckFuture, HealthCheck};
 use koord_common::process::{Component, ComponentContext};
 use koord_common::{Endpoints, ListenerSpec, LogArgs, ServeAt, ShutdownReason};
 
@@ -48,10 +48,16 @@ pub const DEFAULT_HOOK_SERVER_CONFIG_DIR: &str = "/etc/runtime/hookserver.d";
 /// loopback because the proxy runs on the host, outside any pod network.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9318";
 
+pub use health::{BackendMonitor, BackendSocketCheck};
+
 /// Readiness check: the CRI socket is served and the store was rebuilt.
 pub const CRI_PROXY_CHECK: &str = "cri-proxy";
-/// Readiness check that the backend runtime socket accepts connections.
+/// Readiness check that the backend runtime socket accepts connections (probed
+/// on each request).
 pub const BACKEND_CHECK: &str = "backend";
+/// Liveness check (so on `/healthz` and `/readyz`): the backend runtime socket
+/// failed none of the last `--backend-failure-threshold` background probes.
+pub const BACKEND_LIVENESS_CHECK: &str = "backend-reachable";
 
 /// The container engine behind the proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -151,6 +157,15 @@ pub struct RuntimeProxyArgs {
     #[arg(long = "hook-call-timeout", default_value = "5s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub hook_call_timeout: Duration,
 
+    /// How often the runtime socket is probed for the /healthz check `backend-reachable`.
+    #[arg(long = "backend-probe-interval", default_value = "2s", value_parser = parse_probe_interval, value_name = "DURATION")]
+    pub backend_probe_interval: Duration,
+
+    /// Consecutive failed runtime probes before /healthz fails (a single slow
+    /// or refused connection to a busy runtime does not).
+    #[arg(long = "backend-failure-threshold", default_value_t = health::DEFAULT_BACKEND_FAILURE_THRESHOLD, value_parser = clap::value_parser!(u32).range(1..=1000), value_name = "COUNT")]
+    pub backend_failure_threshold: u32,
+
     /// Address of the /healthz, /readyz and /metrics server ("0" disables it).
     #[arg(long = "metrics-addr", default_value = DEFAULT_METRICS_ADDR, value_name = "ADDR")]
     pub metrics_addr: ServeAt,
@@ -159,52 +174,21 @@ pub struct RuntimeProxyArgs {
     pub log: LogArgs,
 }
 
+/// A probe interval: a duration of at least 10ms.
+fn parse_probe_interval(input: &str) -> Result<Duration, String> {
+    let interval = koord_common::cluster::parse_duration(input)?;
+    if interval < Duration::from_millis(10) {
+        return Err(format!(
+            "probe interval {input:?} is too short; use at least 10ms"
+        ));
+    }
+    Ok(interval)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeProxyError {
     #[error("backend runtime mode Docker is not supported by this build; only Containerd (CRI) is")]
     DockerUnsupported,
-}
-
-/// Checks that the backend runtime socket exists and accepts a connection.
-pub struct BackendSocketCheck {
-    endpoint: CriEndpoint,
-    connect_timeout: Duration,
-}
-
-impl BackendSocketCheck {
-    pub fn new(endpoint: CriEndpoint) -> Self {
-        Self {
-            endpoint,
-            connect_timeout: Duration::from_secs(1),
-        }
-    }
-
-    pub async fn probe(&self) -> Result<(), String> {
-        let path = self.endpoint.path();
-        if !path.exists() {
-            return Err(format!("runtime socket {} does not exist", path.display()));
-        }
-        match tokio::time::timeout(self.connect_timeout, tokio::net::UnixStream::connect(path))
-            .await
-        {
-            Ok(Ok(_stream)) => Ok(()),
-            Ok(Err(err)) => Err(format!(
-                "cannot connect to runtime socket {}: {err}",
-                path.display()
-            )),
-            Err(_) => Err(format!(
-                "runtime socket {} did not accept a connection within {:?}",
-                path.display(),
-                self.connect_timeout
-            )),
-        }
-    }
-}
-
-impl HealthCheck for BackendSocketCheck {
-    fn check(&self) -> CheckFuture<'_> {
-        Box::pin(self.probe())
-    }
 }
 
 /// How long start-up waits for the runtime before serving without a rebuilt store.
@@ -262,6 +246,15 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
         BACKEND_CHECK,
         BackendSocketCheck::new(args.remote_runtime_service_endpoint.clone()),
     );
+    let backend_monitor = BackendMonitor::new(
+        args.remote_runtime_service_endpoint.clone(),
+        args.backend_probe_interval,
+        args.backend_failure_threshold,
+    );
+    let _monitoring = backend_monitor.spawn();
+    context
+        .health
+        .add_liveness_check(BACKEND_LIVENESS_CHECK, backend_monitor);
 
     let server = match args.metrics_addr.addr() {
         Some(addr) => Some(

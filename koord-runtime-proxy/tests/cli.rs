@@ -3,10 +3,12 @@
 
 use std::os::unix::net::UnixListener;
 use std::process::Command;
+use std::time::Duration;
 
 use koord_common::testing::{
     HTTP_WAIT as HTTP, PROCESS_WAIT as WAIT, TempDir, TestProcess, check_healthz,
     check_version_flag, expect_failed_exit, http_get_blocking, isolated_command,
+    wait_for_http_status,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_koord-runtime-proxy");
@@ -30,6 +32,24 @@ fn version_flag_prints_the_version() {
 }
 
 #[test]
+fn probe_flags_are_validated() {
+    let dir = TempDir::new("proxy-flags").unwrap();
+    for (flag, value, message) in [
+        (
+            "--backend-failure-threshold",
+            "0",
+            "--backend-failure-threshold",
+        ),
+        ("--backend-probe-interval", "0", "too short"),
+        ("--backend-probe-interval", "soon", "invalid duration"),
+    ] {
+        let mut command = proxy(&dir, &dir.path().join("containerd.sock"));
+        command.args([flag, value]);
+        expect_failed_exit(command, WAIT, &[message]).unwrap();
+    }
+}
+
+#[test]
 fn docker_mode_is_refused() {
     let dir = TempDir::new("proxy-docker").unwrap();
     let mut command = proxy(&dir, &dir.path().join("containerd.sock"));
@@ -42,7 +62,15 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
     let dir = TempDir::new("proxy-run").unwrap();
     let backend_path = dir.path().join("containerd.sock");
     let backend = UnixListener::bind(&backend_path).unwrap();
-    let mut process = TestProcess::spawn(proxy(&dir, &backend_path)).unwrap();
+    let mut command = proxy(&dir, &backend_path);
+    // Liveness fails after 5 failed probes 1 s apart: never sooner than 4 s.
+    command.args([
+        "--backend-probe-interval",
+        "1s",
+        "--backend-failure-threshold",
+        "5",
+    ]);
+    let mut process = TestProcess::spawn(command).unwrap();
 
     let addr = process.serving_addr("health and metrics", WAIT).unwrap();
     check_healthz(addr).unwrap();
@@ -58,7 +86,8 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
     );
     assert!(readyz.body.contains("[+]backend ok"), "{}", readyz.body);
 
-    // The backend going away shows up in the backend check; liveness is unaffected.
+    // The backend going away shows up at once in the readiness check `backend`;
+    // liveness is unaffected until several probes in a row have failed.
     drop(backend);
     std::fs::remove_file(&backend_path).unwrap();
     let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
@@ -72,6 +101,24 @@ fn serves_probes_reports_backend_and_stops_cleanly_on_sigterm() {
         http_get_blocking(addr, "/healthz", HTTP).unwrap().status,
         200
     );
+
+    // Then /healthz reports the runtime unreachable, naming its socket.
+    let healthz = wait_for_http_status(addr, "/healthz", 503, Duration::from_secs(30)).unwrap();
+    let expected = format!(
+        "[-]backend-reachable failed: runtime {} unreachable in the last 5 probe(s), 1s apart; \
+         latest: runtime socket {} does not exist",
+        backend_path.display(),
+        backend_path.display()
+    );
+    assert!(healthz.body.contains(&expected), "{}", healthz.body);
+    let readyz = http_get_blocking(addr, "/readyz", HTTP).unwrap();
+    assert!(readyz.body.contains(&expected), "{}", readyz.body);
+
+    // One successful probe makes it live again.
+    let backend = UnixListener::bind(&backend_path).unwrap();
+    let healthz = wait_for_http_status(addr, "/healthz", 200, Duration::from_secs(30)).unwrap();
+    assert_eq!(healthz.body, "ok");
+    drop(backend);
 
     let metrics = http_get_blocking(addr, "/metrics", HTTP).unwrap();
     assert_eq!(metrics.status, 200);
