@@ -54,6 +54,11 @@ impl Dispatcher {
         }
     }
 
+    /// Whether a server is registered for `stage` now.
+    pub fn serves(&self, stage: HookType) -> bool {
+        self.registry.server_for(stage).is_some()
+    }
+
     fn client(&self, endpoint: &str) -> RuntimeHookServiceClient<Channel> {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         clients

@@ -209,16 +209,26 @@ pub fn unix_channel(path: PathBuf) -> Channel {
     ))
 }
 
-/// Rebuilds the store from the runtime, retrying until it answers.
-async fn rebuild_store(proxy: &proxy::Proxy) {
+/// Rebuilds the store from the runtime, retrying until it answers. The
+/// listing is merged into what live calls recorded meanwhile (see `store`).
+pub async fn rebuild_store(proxy: &proxy::Proxy) {
     let mut client =
         cri::v1::runtime_service_client::RuntimeServiceClient::new(proxy.backend.runtime.clone());
     loop {
+        proxy.store.begin_listing();
         match proxy::snapshot_runtime(&mut client).await {
             Ok(snapshot) => {
-                proxy.store.rebuild(snapshot);
+                let stats = proxy.store.merge_listing(snapshot);
                 let (pods, containers) = proxy.store.counts();
-                tracing::info!(pods, containers, "metadata store rebuilt from the runtime");
+                tracing::info!(
+                    pods,
+                    containers,
+                    listed = ?stats.listed,
+                    live_kept = ?stats.live_kept,
+                    dropped = ?stats.dropped,
+                    removed_meanwhile = ?stats.removed_meanwhile,
+                    "metadata store rebuilt from the runtime"
+                );
                 return;
             }
             Err(status) => {

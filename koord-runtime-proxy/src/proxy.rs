@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
+use apis::runtime::v1alpha1 as hook;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::bytes::Bytes;
@@ -27,6 +29,9 @@ use crate::store::{self, ContainerEntry, MetaStore, RuntimeSnapshot};
 use crate::unknown_fields::Schema;
 
 type Response = http::Response<tonic::body::Body>;
+
+/// Longest wait for the runtime to describe a container or pod the store lacks.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The backend runtime's sockets.
 #[derive(Clone)]
@@ -323,7 +328,9 @@ impl Proxy {
         request: tonic::Request<Received<cri::StopPodSandboxRequest>>,
     ) -> Result<tonic::Response<cri::StopPodSandboxResponse>, Status> {
         let (metadata, message, raw) = forwarded(request);
-        let pod = self.store.pod(&message.pod_sandbox_id);
+        let pod = self
+            .pod_context(&message.pod_sandbox_id, CriMethod::StopPodSandbox)
+            .await;
         let result = self
             .call_runtime(CriMethod::StopPodSandbox, metadata, raw)
             .await;
@@ -386,11 +393,99 @@ impl Proxy {
         Ok(response)
     }
 
-    /// The stored context of a container whose pod does not skip hooks.
-    fn hooked_container(&self, id: &str) -> Option<ContainerEntry> {
-        self.store
-            .container(id)
-            .filter(|entry| !self.skip.matches(&entry.request.pod_labels))
+    /// Whether a hook server is registered for a stage of `method`; if not,
+    /// there is no need to ask the runtime about ids the store lacks.
+    fn any_server_for(&self, method: CriMethod) -> bool {
+        [HookPhase::Pre, HookPhase::Post]
+            .into_iter()
+            .filter_map(|phase| method.hook(phase))
+            .any(|stage| self.dispatcher.serves(stage))
+    }
+
+    /// The context of a pod: from the store, else from the runtime (then
+    /// stored). `None`, with a warning, when neither knows it.
+    async fn pod_context(
+        &self,
+        id: &str,
+        method: CriMethod,
+    ) -> Option<hook::PodSandboxHookRequest> {
+        if let Some(pod) = self.store.pod(id) {
+            return Some(pod);
+        }
+        if !self.any_server_for(method) {
+            return None;
+        }
+        let mut client = RuntimeServiceClient::new(self.backend.runtime.clone());
+        match tokio::time::timeout(LOOKUP_TIMEOUT, lookup_pod(&mut client, id)).await {
+            Ok(Ok(pod)) => {
+                tracing::info!(
+                    pod = id,
+                    method = method.name(),
+                    "pod missing from the store; context taken from the runtime"
+                );
+                self.store.put_pod(id, pod.clone());
+                Some(pod)
+            }
+            Ok(Err(status)) => {
+                lookup_failed("pod", id, method, &status);
+                None
+            }
+            Err(_) => {
+                lookup_timed_out("pod", id, method);
+                None
+            }
+        }
+    }
+
+    /// The context of a container whose pod does not skip hooks: from the
+    /// store, else from the runtime (then stored); `None` when hooks are
+    /// skipped — the pod skips them, or no one can describe the container.
+    async fn hooked_container(&self, id: &str, method: CriMethod) -> Option<ContainerEntry> {
+        let entry = match self.store.container(id) {
+            Some(entry) => entry,
+            None if self.any_server_for(method) => self.look_up_container(id, method).await?,
+            None => return None,
+        };
+        (!self.skip.matches(&entry.request.pod_labels)).then_some(entry)
+    }
+
+    async fn look_up_container(&self, id: &str, method: CriMethod) -> Option<ContainerEntry> {
+        let mut client = RuntimeServiceClient::new(self.backend.runtime.clone());
+        let lookup = async {
+            let (container, resources) = lookup_container(&mut client, id).await?;
+            let pod = match self.store.pod(&container.pod_sandbox_id) {
+                Some(pod) => pod,
+                None => {
+                    let pod = lookup_pod(&mut client, &container.pod_sandbox_id).await?;
+                    self.store.put_pod(&container.pod_sandbox_id, pod.clone());
+                    pod
+                }
+            };
+            Ok::<_, Status>(ContainerEntry {
+                pod_id: container.pod_sandbox_id.clone(),
+                request: store::container_from_runtime(&container, resources.as_ref(), &pod),
+            })
+        };
+        match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
+            Ok(Ok(entry)) => {
+                tracing::info!(
+                    container = id,
+                    pod = %entry.pod_id,
+                    method = method.name(),
+                    "container missing from the store; context taken from the runtime"
+                );
+                self.store.put_container(id, entry.clone());
+                Some(entry)
+            }
+            Ok(Err(status)) => {
+                lookup_failed("container", id, method, &status);
+                None
+            }
+            Err(_) => {
+                lookup_timed_out("container", id, method);
+                None
+            }
+        }
     }
 
     async fn start_container(
@@ -398,7 +493,9 @@ impl Proxy {
         request: tonic::Request<Received<cri::StartContainerRequest>>,
     ) -> Result<tonic::Response<cri::StartContainerResponse>, Status> {
         let (metadata, message, raw) = forwarded(request);
-        let entry = self.hooked_container(&message.container_id);
+        let entry = self
+            .hooked_container(&message.container_id, CriMethod::StartContainer)
+            .await;
         if let Some(entry) = &entry {
             let dispatched = self
                 .dispatcher
@@ -423,7 +520,9 @@ impl Proxy {
         request: tonic::Request<Received<cri::StopContainerRequest>>,
     ) -> Result<tonic::Response<cri::StopContainerResponse>, Status> {
         let (metadata, message, raw) = forwarded(request);
-        let entry = self.hooked_container(&message.container_id);
+        let entry = self
+            .hooked_container(&message.container_id, CriMethod::StopContainer)
+            .await;
         let result = self
             .call_runtime(CriMethod::StopContainer, metadata, raw)
             .await;
@@ -454,7 +553,9 @@ impl Proxy {
         request: tonic::Request<Received<cri::UpdateContainerResourcesRequest>>,
     ) -> Result<tonic::Response<cri::UpdateContainerResourcesResponse>, Status> {
         let (metadata, mut message, raw) = forwarded(request);
-        let entry = self.hooked_container(&message.container_id);
+        let entry = self
+            .hooked_container(&message.container_id, CriMethod::UpdateContainerResources)
+            .await;
         let mut updated = None;
         let mut merged = false;
         if let Some(mut entry) = entry {
@@ -530,4 +631,94 @@ pub async fn snapshot_runtime(
         snapshot.containers.push((container, resources));
     }
     Ok(snapshot)
+}
+
+/// Logs why hooks are skipped for an id neither the store nor the runtime
+/// can describe; NotFound (the call will fail the same way) is only a debug line.
+fn lookup_failed(kind: &str, id: &str, method: CriMethod, status: &Status) {
+    let method = method.name();
+    if status.code() == Code::NotFound {
+        tracing::debug!(kind, id, method, %status, "unknown to the store and to the runtime; hooks skipped");
+    } else {
+        tracing::warn!(kind, id, method, %status, "unknown to the store and the runtime cannot describe it; hooks skipped");
+    }
+}
+
+fn lookup_timed_out(kind: &str, id: &str, method: CriMethod) {
+    tracing::warn!(
+        kind,
+        id,
+        method = method.name(),
+        timeout = ?LOOKUP_TIMEOUT,
+        "unknown to the store and the runtime did not describe it in time; hooks skipped"
+    );
+}
+
+/// A pod's context as the runtime describes it (verbose status, for the
+/// cgroup parent).
+pub async fn lookup_pod(
+    client: &mut RuntimeServiceClient<Channel>,
+    id: &str,
+) -> Result<hook::PodSandboxHookRequest, Status> {
+    let response = client
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        })
+        .await?
+        .into_inner();
+    let cgroup_parent = store::cgroup_parent_from_info(&response.info);
+    let status = response
+        .status
+        .ok_or_else(|| Status::not_found(format!("runtime gave no status for pod {id}")))?;
+    let sandbox = cri::PodSandbox {
+        id: status.id,
+        metadata: status.metadata,
+        state: status.state,
+        created_at: status.created_at,
+        labels: status.labels,
+        annotations: status.annotations,
+        runtime_handler: status.runtime_handler,
+    };
+    Ok(store::pod_from_sandbox(&sandbox, &cgroup_parent))
+}
+
+/// A container as the runtime lists it (for its pod id and metadata) and its
+/// current resources (from its status; `None` when the status has none).
+pub async fn lookup_container(
+    client: &mut RuntimeServiceClient<Channel>,
+    id: &str,
+) -> Result<(cri::Container, Option<cri::LinuxContainerResources>), Status> {
+    let listed = client
+        .list_containers(cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter {
+                id: id.to_string(),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .into_inner()
+        .containers;
+    let container = listed
+        .into_iter()
+        .find(|container| container.id == id)
+        .ok_or_else(|| Status::not_found(format!("runtime lists no container {id}")))?;
+    let resources = match client
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+    {
+        Ok(response) => response
+            .into_inner()
+            .status
+            .and_then(|status| status.resources)
+            .and_then(|resources| resources.linux),
+        Err(status) => {
+            tracing::debug!(container = id, %status, "no container status; resources unknown");
+            None
+        }
+    };
+    Ok((container, resources))
 }

@@ -1,7 +1,22 @@
 //! Pod and container context for CRI calls that carry only an id, rebuilt
 //! from the runtime at start so a proxy restart loses nothing.
+//!
+//! Entries come from two sources. *Live* entries are recorded by intercepted
+//! calls (RunPodSandbox, CreateContainer, UpdateContainerResources) and by
+//! runtime lookups for ids the store missed. *Listed* entries come from a
+//! listing of the runtime ([`MetaStore::merge_listing`]). A listing may be
+//! answered long after the proxy started serving, so it is merged, never
+//! swapped in:
+//!
+//! - a live entry always wins over a listed one for the same id (it carries
+//!   the kubelet's request and the hooks' answers, a listing does not);
+//! - a live entry the listing lacks is kept (it may be newer than the listing);
+//! - a listed entry from an older listing that the new listing lacks is
+//!   dropped (the runtime no longer has it);
+//! - an id removed by a live call while the listing was in flight is not
+//!   brought back by it ([`MetaStore::begin_listing`] starts that tracking).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use apis::runtime::v1alpha1 as hook;
@@ -15,10 +30,40 @@ pub struct ContainerEntry {
     pub request: hook::ContainerResourceHookRequest,
 }
 
+/// Where an entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Recorded by an intercepted call or a lookup while serving.
+    Live,
+    /// From a listing of the runtime.
+    Listed,
+}
+
+#[derive(Debug, Default)]
+struct Removed {
+    pods: HashSet<String>,
+    containers: HashSet<String>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    pods: HashMap<String, hook::PodSandboxHookRequest>,
-    containers: HashMap<String, ContainerEntry>,
+    pods: HashMap<String, (hook::PodSandboxHookRequest, Origin)>,
+    containers: HashMap<String, (ContainerEntry, Origin)>,
+    /// Ids removed since the listing in flight began; `None` when none is.
+    removed_during_listing: Option<Removed>,
+}
+
+/// What a merge did, for the log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Listed entries added or refreshed (pods, containers).
+    pub listed: (usize, usize),
+    /// Listed ids whose live entry was kept instead.
+    pub live_kept: (usize, usize),
+    /// Entries of an older listing the runtime no longer reports.
+    pub dropped: (usize, usize),
+    /// Listed ids skipped because a live call removed them meanwhile.
+    pub removed_meanwhile: (usize, usize),
 }
 
 /// Shared metadata store.
@@ -36,31 +81,70 @@ impl MetaStore {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Records a pod from a live call.
     pub fn put_pod(&self, id: &str, pod: hook::PodSandboxHookRequest) {
-        self.write().pods.insert(id.to_string(), pod);
+        let mut inner = self.write();
+        if let Some(removed) = inner.removed_during_listing.as_mut() {
+            removed.pods.remove(id);
+        }
+        inner.pods.insert(id.to_string(), (pod, Origin::Live));
     }
 
     pub fn pod(&self, id: &str) -> Option<hook::PodSandboxHookRequest> {
-        self.read().pods.get(id).cloned()
+        self.read().pods.get(id).map(|(pod, _)| pod.clone())
+    }
+
+    pub fn pod_origin(&self, id: &str) -> Option<Origin> {
+        self.read().pods.get(id).map(|(_, origin)| *origin)
     }
 
     /// Forgets a pod and its containers.
     pub fn remove_pod(&self, id: &str) {
         let mut inner = self.write();
+        let inner = &mut *inner;
         inner.pods.remove(id);
-        inner.containers.retain(|_, entry| entry.pod_id != id);
+        let mut gone = Vec::new();
+        inner.containers.retain(|container, (entry, _)| {
+            let keep = entry.pod_id != id;
+            if !keep {
+                gone.push(container.clone());
+            }
+            keep
+        });
+        if let Some(removed) = inner.removed_during_listing.as_mut() {
+            removed.pods.insert(id.to_string());
+            removed.containers.extend(gone);
+        }
     }
 
+    /// Records a container from a live call.
     pub fn put_container(&self, id: &str, entry: ContainerEntry) {
-        self.write().containers.insert(id.to_string(), entry);
+        let mut inner = self.write();
+        if let Some(removed) = inner.removed_during_listing.as_mut() {
+            removed.containers.remove(id);
+        }
+        inner
+            .containers
+            .insert(id.to_string(), (entry, Origin::Live));
     }
 
     pub fn container(&self, id: &str) -> Option<ContainerEntry> {
-        self.read().containers.get(id).cloned()
+        self.read()
+            .containers
+            .get(id)
+            .map(|(entry, _)| entry.clone())
+    }
+
+    pub fn container_origin(&self, id: &str) -> Option<Origin> {
+        self.read().containers.get(id).map(|(_, origin)| *origin)
     }
 
     pub fn remove_container(&self, id: &str) {
-        self.write().containers.remove(id);
+        let mut inner = self.write();
+        inner.containers.remove(id);
+        if let Some(removed) = inner.removed_during_listing.as_mut() {
+            removed.containers.insert(id.to_string());
+        }
     }
 
     pub fn counts(&self) -> (usize, usize) {
@@ -68,29 +152,87 @@ impl MetaStore {
         (inner.pods.len(), inner.containers.len())
     }
 
-    /// Replaces the content with what the runtime reports.
-    pub fn rebuild(&self, snapshot: RuntimeSnapshot) {
-        let mut pods = HashMap::new();
+    /// Call just before asking the runtime for a listing: from now until
+    /// [`MetaStore::merge_listing`], live removals are remembered so the
+    /// listing cannot bring them back.
+    pub fn begin_listing(&self) {
+        self.write().removed_during_listing = Some(Removed::default());
+    }
+
+    /// Merges a listing of the runtime into the store (rules in the module
+    /// documentation). Without [`MetaStore::begin_listing`] before it, no
+    /// live removal is known and every listed id is taken.
+    pub fn merge_listing(&self, snapshot: RuntimeSnapshot) -> MergeStats {
+        let mut stats = MergeStats::default();
+        let mut inner = self.write();
+        let inner = &mut *inner;
+        let removed = inner.removed_during_listing.take().unwrap_or_default();
+        let listed_pods: HashSet<&str> = snapshot
+            .sandboxes
+            .iter()
+            .map(|(s, _)| s.id.as_str())
+            .collect();
+        let listed_containers: HashSet<&str> = snapshot
+            .containers
+            .iter()
+            .map(|(c, _)| c.id.as_str())
+            .collect();
+
+        inner.pods.retain(|id, (_, origin)| {
+            let keep = *origin == Origin::Live || listed_pods.contains(id.as_str());
+            if !keep {
+                stats.dropped.0 += 1;
+            }
+            keep
+        });
+        inner.containers.retain(|id, (_, origin)| {
+            let keep = *origin == Origin::Live || listed_containers.contains(id.as_str());
+            if !keep {
+                stats.dropped.1 += 1;
+            }
+            keep
+        });
+
         for (sandbox, cgroup_parent) in &snapshot.sandboxes {
-            pods.insert(sandbox.id.clone(), pod_from_sandbox(sandbox, cgroup_parent));
+            if removed.pods.contains(&sandbox.id) {
+                stats.removed_meanwhile.0 += 1;
+                continue;
+            }
+            match inner.pods.get(&sandbox.id) {
+                Some((_, Origin::Live)) => stats.live_kept.0 += 1,
+                _ => {
+                    let pod = pod_from_sandbox(sandbox, cgroup_parent);
+                    inner.pods.insert(sandbox.id.clone(), (pod, Origin::Listed));
+                    stats.listed.0 += 1;
+                }
+            }
         }
-        let mut containers = HashMap::new();
         for (container, resources) in &snapshot.containers {
-            let Some(pod) = pods.get(&container.pod_sandbox_id) else {
+            if removed.containers.contains(&container.id) {
+                stats.removed_meanwhile.1 += 1;
+                continue;
+            }
+            if let Some((_, Origin::Live)) = inner.containers.get(&container.id) {
+                stats.live_kept.1 += 1;
+                continue;
+            }
+            // The pod context comes from the merged store, so a live pod's
+            // richer context (resources, hook answers) is used when present.
+            let Some((pod, _)) = inner.pods.get(&container.pod_sandbox_id) else {
                 tracing::debug!(container = %container.id, "container of an unknown sandbox");
+                inner.containers.remove(&container.id);
                 continue;
             };
-            containers.insert(
-                container.id.clone(),
-                ContainerEntry {
-                    pod_id: container.pod_sandbox_id.clone(),
-                    request: container_from_runtime(container, resources.as_ref(), pod),
-                },
-            );
+            let entry = ContainerEntry {
+                pod_id: container.pod_sandbox_id.clone(),
+                request: container_from_runtime(container, resources.as_ref(), pod),
+            };
+            inner
+                .containers
+                .insert(container.id.clone(), (entry, Origin::Listed));
+            stats.listed.1 += 1;
         }
-        let mut inner = self.write();
-        inner.pods = pods;
-        inner.containers = containers;
+        stats
     }
 }
 

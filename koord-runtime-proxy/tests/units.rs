@@ -11,7 +11,9 @@ use koord_runtime_proxy::config::{
 };
 use koord_runtime_proxy::cri::v1 as cri;
 use koord_runtime_proxy::merge;
-use koord_runtime_proxy::store::{MetaStore, RuntimeSnapshot, cgroup_parent_from_info};
+use koord_runtime_proxy::store::{
+    ContainerEntry, MergeStats, MetaStore, Origin, RuntimeSnapshot, cgroup_parent_from_info,
+};
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -458,8 +460,17 @@ fn store_rebuild_restores_pod_context_of_containers() {
         ..Default::default()
     };
     let store = MetaStore::default();
-    store.put_pod("stale", Default::default());
-    store.rebuild(RuntimeSnapshot {
+    // An older listing saw a pod the runtime no longer has.
+    let stale = cri::PodSandbox {
+        id: "stale".into(),
+        ..Default::default()
+    };
+    store.merge_listing(RuntimeSnapshot {
+        sandboxes: vec![(stale, String::new())],
+        containers: vec![],
+    });
+    assert!(store.pod("stale").is_some());
+    store.merge_listing(RuntimeSnapshot {
         sandboxes: vec![(sandbox, "/kubepods/besteffort/podu1".into())],
         containers: vec![
             (
@@ -473,7 +484,10 @@ fn store_rebuild_restores_pod_context_of_containers() {
         ],
     });
     assert_eq!(store.counts(), (1, 1));
-    assert!(store.pod("stale").is_none());
+    assert!(
+        store.pod("stale").is_none(),
+        "an older listing's entry is dropped"
+    );
     let pod = store.pod("p1").unwrap();
     assert_eq!(pod.cgroup_parent, "/kubepods/besteffort/podu1");
     assert_eq!(pod.runtime_handler, "runc");
@@ -493,4 +507,110 @@ fn store_rebuild_restores_pod_context_of_containers() {
 
     store.remove_pod("p1");
     assert_eq!(store.counts(), (0, 0), "a removed pod takes its containers");
+}
+
+#[test]
+fn a_late_listing_is_merged_into_live_entries() {
+    let sandbox = |id: &str| cri::PodSandbox {
+        id: id.into(),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: format!("name-{id}"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let container = |id: &str, pod: &str| cri::Container {
+        id: id.into(),
+        pod_sandbox_id: pod.into(),
+        ..Default::default()
+    };
+    let store = MetaStore::default();
+    // From an older listing; the runtime no longer reports it.
+    store.merge_listing(RuntimeSnapshot {
+        sandboxes: vec![(sandbox("older-pod"), String::new())],
+        containers: vec![(container("older-ctr", "older-pod"), None)],
+    });
+    assert_eq!(store.pod_origin("older-pod"), Some(Origin::Listed));
+
+    // Recorded by live calls before the listing.
+    store.put_pod(
+        "live-pod",
+        hook::PodSandboxHookRequest {
+            cgroup_parent: "/from-hook".into(),
+            ..Default::default()
+        },
+    );
+    store.put_container(
+        "live-ctr",
+        ContainerEntry {
+            pod_id: "live-pod".into(),
+            request: hook::ContainerResourceHookRequest {
+                container_envs: map(&[("FROM", "kubelet")]),
+                ..Default::default()
+            },
+        },
+    );
+
+    store.begin_listing();
+    // While the runtime takes its time to answer, live calls go on.
+    store.put_pod("new-pod", Default::default());
+    store.remove_container("removed-ctr");
+    store.remove_pod("removed-pod");
+
+    let stats = store.merge_listing(RuntimeSnapshot {
+        sandboxes: vec![
+            (sandbox("live-pod"), "/from-runtime".into()),
+            (sandbox("removed-pod"), String::new()),
+            (sandbox("listed-pod"), "/listed".into()),
+        ],
+        containers: vec![
+            (container("live-ctr", "live-pod"), None),
+            (container("listed-ctr", "live-pod"), None),
+            (container("removed-ctr", "listed-pod"), None),
+            (container("ctr-of-removed-pod", "removed-pod"), None),
+        ],
+    });
+
+    // Live wins over listed.
+    let pod = store.pod("live-pod").unwrap();
+    assert_eq!(pod.cgroup_parent, "/from-hook");
+    assert_eq!(store.pod_origin("live-pod"), Some(Origin::Live));
+    let live = store.container("live-ctr").unwrap();
+    assert_eq!(live.request.container_envs, map(&[("FROM", "kubelet")]));
+    assert_eq!(store.container_origin("live-ctr"), Some(Origin::Live));
+    // A listed container of a live pod gets the live pod's context.
+    let listed = store.container("listed-ctr").unwrap();
+    assert_eq!(store.container_origin("listed-ctr"), Some(Origin::Listed));
+    assert_eq!(listed.request.pod_cgroup_parent, "/from-hook");
+    assert_eq!(
+        store.pod("listed-pod").unwrap().cgroup_parent,
+        "/listed",
+        "a pod only the runtime knows comes from the listing"
+    );
+    // Live entries the listing lacks stay; live removals are not undone.
+    assert!(store.pod("new-pod").is_some());
+    assert!(store.container("removed-ctr").is_none());
+    assert!(store.pod("removed-pod").is_none());
+    assert!(store.container("ctr-of-removed-pod").is_none());
+    // The older listing's entries the runtime no longer reports are gone.
+    assert!(store.pod("older-pod").is_none());
+    assert!(store.container("older-ctr").is_none());
+    assert_eq!(store.counts(), (3, 2));
+    assert_eq!(
+        stats,
+        MergeStats {
+            listed: (1, 1),
+            live_kept: (1, 1),
+            dropped: (1, 1),
+            removed_meanwhile: (1, 1),
+        }
+    );
+
+    // Removals are only remembered while a listing is in flight.
+    store.remove_pod("listed-pod");
+    store.merge_listing(RuntimeSnapshot {
+        sandboxes: vec![(sandbox("listed-pod"), "/again".into())],
+        containers: vec![],
+    });
+    assert_eq!(store.pod("listed-pod").unwrap().cgroup_parent, "/again");
 }

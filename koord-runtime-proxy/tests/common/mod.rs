@@ -1,5 +1,10 @@
 //! A fake hook server on a unix socket and its registration file, shared by
-//! the integration tests that dispatch to hooks.
+//! the integration tests that dispatch to hooks; `runtime` adds a fake CRI
+//! runtime, a recording hook server and a served proxy.
+// Each test file uses a part of these helpers.
+#![allow(dead_code)]
+
+pub mod runtime;
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,7 +17,6 @@ use tonic::{Request, Response, Status};
 
 /// How the fake hook server handles every call.
 #[derive(Clone, Copy)]
-#[allow(dead_code)]
 pub enum Behaviour {
     Answer,
     Refuse,
