@@ -2,27 +2,38 @@
 //! root); each group's *runtime* quota is its min plus a share, by shared
 //! weight, of what its siblings leave unused, never more than it requests.
 //! A pod is admitted when its group's use stays within runtime (or max).
+//!
+//! Upstream's feature gates are taken at their defaults: `MultiQuotaTree` is
+//! off, so a quota labelled `is-root` is an ordinary member of the one tree,
+//! and `ElasticQuotaGuaranteeUsage` is off, so `guaranteed` and `allocated`
+//! stay empty.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use apis::extension::elastic_quota::{
-    ANNOTATION_CHILD_REQUEST, ANNOTATION_NON_PREEMPTIBLE_REQUEST, ANNOTATION_NON_PREEMPTIBLE_USED,
-    ANNOTATION_REQUEST, ANNOTATION_RUNTIME, DEFAULT_QUOTA_NAME, ROOT_QUOTA_NAME, SYSTEM_QUOTA_NAME,
+    ANNOTATION_ALLOCATED, ANNOTATION_CHILD_REQUEST, ANNOTATION_GUARANTEED,
+    ANNOTATION_NON_PREEMPTIBLE_REQUEST, ANNOTATION_NON_PREEMPTIBLE_USED, ANNOTATION_REQUEST,
+    ANNOTATION_RUNTIME, DEFAULT_QUOTA_NAME, ROOT_QUOTA_NAME, SYSTEM_QUOTA_NAME,
     get_quota_namespaces, is_allow_lent_resource, is_parent_quota, is_pod_non_preemptible,
-    is_tree_root_quota, parent_quota_name, quota_name_of_pod, shared_weight_or_max,
+    parent_quota_name, quota_name_of_pod, shared_weight_or_max,
 };
 use apis::scheduling_sigs::v1alpha1::ElasticQuota as ElasticQuotaObject;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::cache::{ClusterCache, ClusterEvent, ObjectKind, PodInfo};
 use crate::config::{ConfigError, ElasticQuotaArgs, ElasticQuotaArgsRaw, parse_args};
-use crate::framework::{AnnotationWrite, CycleState, Plugin, Rejection};
-use crate::resources::Resources;
+use crate::framework::{AnnotationWrite, CycleState, Plugin, Rejection, StatusWrite};
+use crate::resources::{Resources, quantity_amount};
 
 pub const NAME: &str = "ElasticQuota";
-/// API resource the status annotations are written to.
+/// API resource the status annotations and `status.used` are written to.
 pub const RESOURCE: &str = "elasticquotas.scheduling.sigs.k8s.io";
+
+/// A status write the watch has not shown on the quota after this long is
+/// sent again (a failed write is only logged by the shell).
+pub const WRITE_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
     let raw: ElasticQuotaArgsRaw = parse_args(NAME, args)?;
@@ -36,15 +47,18 @@ pub struct QuotaNode {
     pub namespace: String,
     pub parent: String,
     pub is_parent: bool,
-    pub is_tree_root: bool,
     pub min: Resources,
     pub max: Resources,
+    /// Resource names listed in `max` (a request is bounded only on these).
+    pub max_names: BTreeSet<String>,
     pub shared_weight: Resources,
     pub allow_lent: bool,
     pub namespaces: Vec<String>,
     /// Present as a CR (the built-ins may not be).
     pub from_object: bool,
     pub current_annotations: BTreeMap<String, String>,
+    /// `status.used` as the object shows it.
+    pub current_used: BTreeMap<String, Quantity>,
 }
 
 /// Per-pod accounting.
@@ -69,11 +83,73 @@ struct QuotaUsage {
 #[derive(Debug, Clone, Default)]
 pub struct QuotaFigures {
     pub runtime: HashMap<String, Resources>,
-    /// Request bounded by max (children's bounded requests for parents).
-    pub limited_request: HashMap<String, Resources>,
+    /// Own pods' requests plus the children's bounded requests (upstream
+    /// `childRequest`).
     pub child_request: HashMap<String, Resources>,
+    /// The child request, raised to min when the quota does not lend
+    /// (upstream `request`).
+    pub request: HashMap<String, Resources>,
+    /// The request bounded by max: what the parent shares out against.
+    pub limited_request: HashMap<String, Resources>,
     /// Own plus descendants' use.
     pub subtree_used: HashMap<String, Resources>,
+    /// Own plus descendants' non-preemptible requests and use.
+    pub subtree_non_preemptible_request: HashMap<String, Resources>,
+    pub subtree_non_preemptible_used: HashMap<String, Resources>,
+}
+
+/// A status write sent at `at` that the watch has not shown yet.
+#[derive(Debug, Clone)]
+struct InFlight<T> {
+    sent: T,
+    at: SystemTime,
+}
+
+fn in_flight<T: PartialEq>(record: Option<&InFlight<T>>, wanted: &T, now: SystemTime) -> bool {
+    record.is_some_and(|record| {
+        record.sent == *wanted
+            && now
+                .duration_since(record.at)
+                .is_ok_and(|elapsed| elapsed < WRITE_RETRY_AFTER)
+    })
+}
+
+/// A resource list as upstream compares them: zero entries dropped, each
+/// amount in its comparison unit. `None` when a quantity does not parse.
+fn comparable(list: &BTreeMap<String, Quantity>) -> Option<BTreeMap<String, i64>> {
+    let mut out = BTreeMap::new();
+    for (name, quantity) in list {
+        let amount = quantity_amount(name, quantity)?;
+        if amount != 0 {
+            out.insert(name.clone(), amount);
+        }
+    }
+    Some(out)
+}
+
+fn comparable_resources(resources: &Resources) -> BTreeMap<String, i64> {
+    resources
+        .iter()
+        .map(|(name, amount)| (name.to_string(), amount))
+        .collect()
+}
+
+/// Whether a status annotation already says `wanted` (zeros ignored, as
+/// upstream). An absent annotation equals an empty list; one that is not a
+/// resource list differs, so the scheduler repairs it.
+fn annotation_matches(current: Option<&String>, wanted: &Resources) -> bool {
+    let current = match current.map(String::as_str) {
+        None | Some("") => BTreeMap::new(),
+        Some(text) => match serde_json::from_str::<BTreeMap<String, Quantity>>(text) {
+            Ok(list) => list,
+            Err(_) => return false,
+        },
+    };
+    comparable(&current).is_some_and(|current| current == comparable_resources(wanted))
+}
+
+fn resource_list_json(resources: &Resources) -> String {
+    serde_json::to_string(&resources.to_list()).unwrap_or_else(|_| "{}".into())
 }
 
 /// See the module docs.
@@ -84,8 +160,12 @@ pub struct ElasticQuota {
     usage: HashMap<String, QuotaUsage>,
     cluster_total: Resources,
     figures: Mutex<Option<QuotaFigures>>,
-    last_written: HashMap<String, BTreeMap<String, String>>,
-    last_write_at: Option<SystemTime>,
+    /// Annotation patches per quota that the watch has not shown yet.
+    annotations_sent: HashMap<String, InFlight<BTreeMap<String, String>>>,
+    /// `status.used` patches per quota that the watch has not shown yet.
+    used_sent: HashMap<String, InFlight<serde_json::Value>>,
+    last_annotation_write_at: Option<SystemTime>,
+    last_used_write_at: Option<SystemTime>,
 }
 
 fn builtin(name: &str, namespace: &str, max: Resources) -> QuotaNode {
@@ -98,6 +178,7 @@ fn builtin(name: &str, namespace: &str, max: Resources) -> QuotaNode {
             ROOT_QUOTA_NAME.to_string()
         },
         is_parent: name == ROOT_QUOTA_NAME,
+        max_names: max.iter().map(|(name, _)| name.to_string()).collect(),
         shared_weight: max.clone(),
         max,
         allow_lent: true,
@@ -183,8 +264,10 @@ impl ElasticQuota {
             usage: HashMap::new(),
             cluster_total: Resources::new(),
             figures: Mutex::new(None),
-            last_written: HashMap::new(),
-            last_write_at: None,
+            annotations_sent: HashMap::new(),
+            used_sent: HashMap::new(),
+            last_annotation_write_at: None,
+            last_used_write_at: None,
             args,
         };
         plugin.reset_builtins();
@@ -217,23 +300,44 @@ impl ElasticQuota {
         }
     }
 
-    /// The quota a pod is charged to (upstream's mapping order).
+    /// A quota pods can be charged to: a quota object, or the built-in
+    /// default and system quotas (not the root).
+    fn is_known(&self, name: &str) -> bool {
+        name == DEFAULT_QUOTA_NAME
+            || name == SYSTEM_QUOTA_NAME
+            || self.quotas.get(name).is_some_and(|q| q.from_object)
+    }
+
+    /// The quota a pod is charged to, in upstream's order: the quota-name
+    /// label; else the quota named after the pod's namespace in that
+    /// namespace; else the first quota (by name) whose `namespaces`
+    /// annotation lists the namespace; else the default quota. A name that
+    /// is not a known quota (a label naming a missing quota included) falls
+    /// to the default quota.
     pub fn quota_of(&self, pod: &PodInfo) -> String {
         let labelled = quota_name_of_pod(pod.labels());
-        if !labelled.is_empty() && self.quotas.contains_key(labelled) {
-            return labelled.to_string();
-        }
-        if self.quotas.contains_key(&pod.namespace) {
-            return pod.namespace.clone();
-        }
-        if let Some(quota) = self
+        let chosen = if !labelled.is_empty() {
+            labelled
+        } else if self
+            .quotas
+            .get(&pod.namespace)
+            .is_some_and(|q| q.from_object && q.namespace == pod.namespace)
+        {
+            pod.namespace.as_str()
+        } else if let Some(quota) = self
             .quotas
             .values()
             .find(|q| q.namespaces.contains(&pod.namespace))
         {
-            return quota.name.clone();
+            quota.name.as_str()
+        } else {
+            DEFAULT_QUOTA_NAME
+        };
+        if self.is_known(chosen) {
+            chosen.to_string()
+        } else {
+            DEFAULT_QUOTA_NAME.to_string()
         }
-        DEFAULT_QUOTA_NAME.to_string()
     }
 
     fn charge(&mut self, key: &str, charge: PodCharge) {
@@ -291,9 +395,9 @@ impl ElasticQuota {
             parent: parent_quota_name(&name, labels).to_string(),
             namespace: object.metadata.namespace.clone().unwrap_or_default(),
             is_parent: is_parent_quota(labels),
-            is_tree_root: is_tree_root_quota(labels),
             min: Resources::from_list(&object.spec.min.clone().unwrap_or_default()),
             max: Resources::from_list(&max_list),
+            max_names: max_list.keys().cloned().collect(),
             shared_weight: Resources::from_list(&shared_weight_or_max(annotations, &max_list)),
             allow_lent: is_allow_lent_resource(labels),
             namespaces: get_quota_namespaces(annotations)
@@ -302,6 +406,11 @@ impl ElasticQuota {
                 .unwrap_or_default(),
             from_object: true,
             current_annotations: annotations.clone(),
+            current_used: object
+                .status
+                .as_ref()
+                .and_then(|status| status.used.clone())
+                .unwrap_or_default(),
             name,
         }
     }
@@ -315,6 +424,11 @@ impl ElasticQuota {
             }
         }
         self.reset_builtins();
+        let quotas = &self.quotas;
+        self.annotations_sent
+            .retain(|name, _| quotas.get(name).is_some_and(|q| q.from_object));
+        self.used_sent
+            .retain(|name, _| quotas.get(name).is_some_and(|q| q.from_object));
         let pods: Vec<_> = cache.pods().cloned().collect();
         self.pods.clear();
         self.usage.clear();
@@ -340,47 +454,11 @@ impl ElasticQuota {
             .collect()
     }
 
-    /// Computes runtime, bounded requests and subtree use for every quota.
+    /// Computes runtime, requests and subtree use for every quota.
     pub fn compute_figures(&self) -> QuotaFigures {
         let mut figures = QuotaFigures::default();
-        // Bottom-up: bounded requests and subtree use.
-        fn walk(
-            plugin: &ElasticQuota,
-            name: &str,
-            figures: &mut QuotaFigures,
-            depth: usize,
-        ) -> (Resources, Resources) {
-            let own = plugin.usage.get(name).cloned().unwrap_or_default();
-            let mut request = own.request.clone();
-            let mut used = own.used.clone();
-            let mut child_request = Resources::new();
-            if depth < 64 {
-                for child in plugin.children_of(name) {
-                    let (child_limited, child_used) = walk(plugin, &child.name, figures, depth + 1);
-                    child_request.add(&child_limited);
-                    used.add(&child_used);
-                }
-            }
-            request.add(&child_request);
-            let mut limited = request.clone();
-            if let Some(quota) = plugin.quotas.get(name)
-                && name != ROOT_QUOTA_NAME
-            {
-                for (resource, amount) in request.iter() {
-                    let max = quota.max.get(resource);
-                    limited.set(resource, amount.min(max));
-                }
-            }
-            figures
-                .limited_request
-                .insert(name.to_string(), limited.clone());
-            figures
-                .child_request
-                .insert(name.to_string(), child_request);
-            figures.subtree_used.insert(name.to_string(), used.clone());
-            (limited, used)
-        }
-        walk(self, ROOT_QUOTA_NAME, &mut figures, 0);
+        // Bottom-up: requests and subtree sums.
+        self.walk(ROOT_QUOTA_NAME, &mut figures, 0);
 
         // The built-ins keep their max; the rest of the cluster is shared.
         let mut shared_total = self.cluster_total.clone();
@@ -398,14 +476,65 @@ impl ElasticQuota {
             .runtime
             .insert(ROOT_QUOTA_NAME.to_string(), shared_total.clone());
         self.distribute(ROOT_QUOTA_NAME, &shared_total, &mut figures, 0);
-        // Separate trees hang below quotas labelled is-root: their min is the tree's total.
-        let tree_roots: Vec<&QuotaNode> = self.quotas.values().filter(|q| q.is_tree_root).collect();
-        for root in tree_roots {
-            let total = root.min.clone();
-            figures.runtime.insert(root.name.clone(), total.clone());
-            self.distribute(&root.name, &total, &mut figures, 0);
+        figures
+    }
+
+    /// Fills the bottom-up figures of `name` and its subtree; returns what
+    /// the parent adds up: (bounded request, used, non-preemptible request,
+    /// non-preemptible used).
+    fn walk(
+        &self,
+        name: &str,
+        figures: &mut QuotaFigures,
+        depth: usize,
+    ) -> (Resources, Resources, Resources, Resources) {
+        let own = self.usage.get(name).cloned().unwrap_or_default();
+        let mut child_request = own.request.clone();
+        let mut used = own.used.clone();
+        let mut np_request = own.non_preemptible_request.clone();
+        let mut np_used = own.non_preemptible_used.clone();
+        if depth < 64 {
+            for child in self.children_of(name) {
+                let (child_limited, child_used, child_np_request, child_np_used) =
+                    self.walk(&child.name, figures, depth + 1);
+                child_request.add(&child_limited);
+                used.add(&child_used);
+                np_request.add(&child_np_request);
+                np_used.add(&child_np_used);
+            }
+        }
+        let mut request = child_request.clone();
+        let mut limited = child_request.clone();
+        if let Some(quota) = self.quotas.get(name)
+            && name != ROOT_QUOTA_NAME
+        {
+            // A quota that does not lend asks for at least its min.
+            if !quota.allow_lent {
+                request.max_with(&quota.min);
+            }
+            limited = request.clone();
+            for resource in &quota.max_names {
+                let bound = quota.max.get(resource);
+                if limited.get(resource) > bound {
+                    limited.set(resource, bound);
+                }
+            }
         }
         figures
+            .child_request
+            .insert(name.to_string(), child_request);
+        figures.request.insert(name.to_string(), request);
+        figures
+            .limited_request
+            .insert(name.to_string(), limited.clone());
+        figures.subtree_used.insert(name.to_string(), used.clone());
+        figures
+            .subtree_non_preemptible_request
+            .insert(name.to_string(), np_request.clone());
+        figures
+            .subtree_non_preemptible_used
+            .insert(name.to_string(), np_used.clone());
+        (limited, used, np_request, np_used)
     }
 
     fn distribute(
@@ -421,9 +550,7 @@ impl ElasticQuota {
         let children: Vec<&QuotaNode> = self
             .children_of(parent)
             .into_iter()
-            .filter(|q| {
-                q.name != SYSTEM_QUOTA_NAME && q.name != DEFAULT_QUOTA_NAME && !q.is_tree_root
-            })
+            .filter(|q| q.name != SYSTEM_QUOTA_NAME && q.name != DEFAULT_QUOTA_NAME)
             .collect();
         if children.is_empty() {
             return;
@@ -569,35 +696,71 @@ impl ElasticQuota {
         })
     }
 
-    /// The status annotations a quota should carry now.
-    fn status_annotations(&self, name: &str, figures: &QuotaFigures) -> BTreeMap<String, String> {
-        let own = self.usage.get(name).cloned().unwrap_or_default();
-        let json = |r: Option<&Resources>| {
-            serde_json::to_string(&r.cloned().unwrap_or_default().to_list())
-                .unwrap_or_else(|_| "{}".into())
-        };
-        BTreeMap::from([
+    /// The status annotations a quota should carry now, in upstream's
+    /// figures. `guaranteed` and `allocated` stay empty: upstream fills them
+    /// only with the `ElasticQuotaGuaranteeUsage` feature gate (default off).
+    fn status_figures(&self, name: &str, figures: &QuotaFigures) -> [(&'static str, Resources); 7] {
+        let get = |map: &HashMap<String, Resources>| map.get(name).cloned().unwrap_or_default();
+        [
+            (ANNOTATION_RUNTIME, get(&figures.runtime)),
+            (ANNOTATION_REQUEST, get(&figures.request)),
+            (ANNOTATION_CHILD_REQUEST, get(&figures.child_request)),
+            (ANNOTATION_GUARANTEED, Resources::new()),
+            (ANNOTATION_ALLOCATED, Resources::new()),
             (
-                ANNOTATION_RUNTIME.to_string(),
-                json(figures.runtime.get(name)),
+                ANNOTATION_NON_PREEMPTIBLE_REQUEST,
+                get(&figures.subtree_non_preemptible_request),
             ),
             (
-                ANNOTATION_REQUEST.to_string(),
-                json(figures.limited_request.get(name)),
+                ANNOTATION_NON_PREEMPTIBLE_USED,
+                get(&figures.subtree_non_preemptible_used),
             ),
-            (
-                ANNOTATION_CHILD_REQUEST.to_string(),
-                json(figures.child_request.get(name)),
-            ),
-            (
-                ANNOTATION_NON_PREEMPTIBLE_REQUEST.to_string(),
-                json(Some(&own.non_preemptible_request)),
-            ),
-            (
-                ANNOTATION_NON_PREEMPTIBLE_USED.to_string(),
-                json(Some(&own.non_preemptible_used)),
-            ),
-        ])
+        ]
+    }
+
+    /// The status annotations of `quota` that differ from what it shows
+    /// (compared as upstream does: zero entries ignored), with their new
+    /// values; empty when it is up to date.
+    pub fn annotation_patch(
+        &self,
+        quota: &QuotaNode,
+        figures: &QuotaFigures,
+    ) -> BTreeMap<String, String> {
+        self.status_figures(&quota.name, figures)
+            .into_iter()
+            .filter(|(key, wanted)| {
+                !annotation_matches(quota.current_annotations.get(*key), wanted)
+            })
+            .map(|(key, wanted)| (key.to_string(), resource_list_json(&wanted)))
+            .collect()
+    }
+
+    /// The merge patch that brings `status.used` to the quota's subtree use,
+    /// or `None` when it already shows it. Entries that dropped to zero are
+    /// removed (`null`), as upstream's two-way merge patch does.
+    pub fn used_patch(
+        &self,
+        quota: &QuotaNode,
+        figures: &QuotaFigures,
+    ) -> Option<serde_json::Value> {
+        let wanted = figures
+            .subtree_used
+            .get(&quota.name)
+            .cloned()
+            .unwrap_or_default();
+        if comparable(&quota.current_used)
+            .is_some_and(|current| current == comparable_resources(&wanted))
+        {
+            return None;
+        }
+        let mut used = serde_json::Map::new();
+        for name in quota.current_used.keys() {
+            used.insert(name.clone(), serde_json::Value::Null);
+        }
+        for (name, quantity) in wanted.to_list() {
+            used.insert(name, serde_json::Value::String(quantity.0));
+        }
+        Some(serde_json::json!({ "status": { "used": used } }))
     }
 }
 
@@ -669,35 +832,93 @@ impl Plugin for ElasticQuota {
         }
     }
 
+    /// The status annotations that differ from what the quotas show. A
+    /// write the watch has not shown is sent again after
+    /// [`WRITE_RETRY_AFTER`] (sooner when the figures change again).
     fn pending_writes(&mut self, _cache: &ClusterCache, now: SystemTime) -> Vec<AnnotationWrite> {
-        if self
-            .last_write_at
-            .and_then(|at| now.duration_since(at).ok())
-            .is_some_and(|elapsed| elapsed < self.args.status_update_interval)
-        {
+        if too_soon(
+            self.last_annotation_write_at,
+            self.args.status_update_interval,
+            now,
+        ) {
             return Vec::new();
         }
-        self.last_write_at = Some(now);
+        self.last_annotation_write_at = Some(now);
         let figures = self.figures();
         let mut writes = Vec::new();
         for quota in self.quotas.values().filter(|q| q.from_object) {
-            let wanted = self.status_annotations(&quota.name, &figures);
-            let on_object = wanted
-                .iter()
-                .all(|(k, v)| quota.current_annotations.get(k) == Some(v));
-            if on_object || self.last_written.get(&quota.name) == Some(&wanted) {
+            let patch = self.annotation_patch(quota, &figures);
+            if patch.is_empty() {
+                self.annotations_sent.remove(&quota.name);
                 continue;
             }
-            self.last_written.insert(quota.name.clone(), wanted.clone());
+            if in_flight(self.annotations_sent.get(&quota.name), &patch, now) {
+                continue;
+            }
+            self.annotations_sent.insert(
+                quota.name.clone(),
+                InFlight {
+                    sent: patch.clone(),
+                    at: now,
+                },
+            );
             writes.push(AnnotationWrite {
                 resource: RESOURCE,
                 namespace: Some(quota.namespace.clone()),
                 name: quota.name.clone(),
-                annotations: wanted,
+                annotations: patch,
             });
         }
         writes
     }
+
+    /// `status.used` patches (the quota's own and its descendants' use), on
+    /// the same terms as the annotations.
+    fn pending_status_writes(
+        &mut self,
+        _cache: &ClusterCache,
+        now: SystemTime,
+    ) -> Vec<StatusWrite> {
+        if too_soon(
+            self.last_used_write_at,
+            self.args.status_update_interval,
+            now,
+        ) {
+            return Vec::new();
+        }
+        self.last_used_write_at = Some(now);
+        let figures = self.figures();
+        let mut writes = Vec::new();
+        for quota in self.quotas.values().filter(|q| q.from_object) {
+            let Some(patch) = self.used_patch(quota, &figures) else {
+                self.used_sent.remove(&quota.name);
+                continue;
+            };
+            if in_flight(self.used_sent.get(&quota.name), &patch, now) {
+                continue;
+            }
+            self.used_sent.insert(
+                quota.name.clone(),
+                InFlight {
+                    sent: patch.clone(),
+                    at: now,
+                },
+            );
+            writes.push(StatusWrite {
+                resource: RESOURCE,
+                namespace: Some(quota.namespace.clone()),
+                name: quota.name.clone(),
+                patch,
+            });
+        }
+        writes
+    }
+}
+
+/// True while the last write round at `last` is less than `interval` ago.
+fn too_soon(last: Option<SystemTime>, interval: Duration, now: SystemTime) -> bool {
+    last.and_then(|at| now.duration_since(at).ok())
+        .is_some_and(|elapsed| elapsed < interval)
 }
 
 #[cfg(test)]

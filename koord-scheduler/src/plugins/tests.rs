@@ -510,49 +510,20 @@ fn non_preemptible_pods_are_bounded_by_min() {
     );
 }
 
-#[test]
-fn pods_map_to_quotas_by_label_namespace_namespaces_annotation_then_default() {
-    use super::elasticquota::ElasticQuota;
-    let mut s = scheduler("");
-    load(
-        &mut s,
-        vec![
-            quota("team-a", &[], &[("cpu", "8")], &[], &[]),
-            quota("web", &[], &[("cpu", "8")], &[], &[]),
-            quota(
-                "shared",
-                &[],
-                &[("cpu", "8")],
-                &[],
-                &[(
-                    "quota.scheduling.koordinator.sh/namespaces",
-                    r#"["ns-1","ns-2"]"#,
-                )],
-            ),
-            pod(PodSpec {
-                name: "labelled",
-                namespace: "web",
-                labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
-                ..PodSpec::default()
-            }),
-            pod(PodSpec {
-                name: "by-namespace",
-                namespace: "web",
-                ..PodSpec::default()
-            }),
-            pod(PodSpec {
-                name: "by-annotation",
-                namespace: "ns-2",
-                ..PodSpec::default()
-            }),
-            pod(PodSpec {
-                name: "fallback",
-                namespace: "other",
-                ..PodSpec::default()
-            }),
-        ],
-    );
-    let mut plugin = ElasticQuota::new(Default::default());
+/// `object` (an ElasticQuota) moved to `namespace`.
+fn in_namespace(object: crate::cache::Object, namespace: &str) -> crate::cache::Object {
+    match object {
+        crate::cache::Object::ElasticQuota(mut quota) => {
+            quota.metadata.namespace = Some(namespace.to_string());
+            crate::cache::Object::ElasticQuota(quota)
+        }
+        other => other,
+    }
+}
+
+/// A standalone ElasticQuota plugin fed from the scheduler's cache.
+fn quota_plugin(s: &crate::framework::Scheduler) -> super::elasticquota::ElasticQuota {
+    let mut plugin = super::elasticquota::ElasticQuota::new(Default::default());
     // The event the framework sends for a quota change rebuilds the tree from the cache.
     let key = s.cache.elastic_quotas.keys().next().cloned().unwrap();
     crate::framework::Plugin::on_event(
@@ -563,10 +534,87 @@ fn pods_map_to_quotas_by_label_namespace_namespaces_annotation_then_default() {
         },
         &s.cache,
     );
+    plugin
+}
+
+#[test]
+fn pods_map_to_quotas_by_label_namespace_namespaces_annotation_then_default() {
+    let mut s = scheduler("");
+    let unlabelled = |name: &'static str, namespace: &'static str| {
+        pod(PodSpec {
+            name,
+            namespace,
+            ..PodSpec::default()
+        })
+    };
+    load(
+        &mut s,
+        vec![
+            quota("team-a", &[], &[("cpu", "8")], &[], &[]),
+            // Named after its own namespace.
+            in_namespace(quota("web", &[], &[("cpu", "8")], &[], &[]), "web"),
+            // Named after a namespace it does not live in.
+            quota("elsewhere", &[], &[("cpu", "8")], &[], &[]),
+            quota(
+                "shared",
+                &[],
+                &[("cpu", "8")],
+                &[],
+                &[(
+                    "quota.scheduling.koordinator.sh/namespaces",
+                    r#"["ns-1","ns-2","elsewhere"]"#,
+                )],
+            ),
+            pod(PodSpec {
+                name: "labelled",
+                namespace: "web",
+                labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+                ..PodSpec::default()
+            }),
+            // The label names a quota that does not exist: the default
+            // quota, not the namespace's quota.
+            pod(PodSpec {
+                name: "missing-label",
+                namespace: "web",
+                labels: &[("quota.scheduling.koordinator.sh/name", "no-such-quota")],
+                ..PodSpec::default()
+            }),
+            // The root is not a quota pods can be charged to.
+            pod(PodSpec {
+                name: "root-label",
+                namespace: "web",
+                labels: &[(
+                    "quota.scheduling.koordinator.sh/name",
+                    "koordinator-root-quota",
+                )],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "system-label",
+                namespace: "other",
+                labels: &[(
+                    "quota.scheduling.koordinator.sh/name",
+                    "koordinator-system-quota",
+                )],
+                ..PodSpec::default()
+            }),
+            unlabelled("by-namespace", "web"),
+            unlabelled("by-annotation", "ns-2"),
+            unlabelled("not-by-name", "elsewhere"),
+            unlabelled("fallback", "other"),
+        ],
+    );
+    let plugin = quota_plugin(&s);
     let quota_of = |key: &str| plugin.quota_of(s.cache.pod(key).unwrap());
     assert_eq!(quota_of("web/labelled"), "team-a");
+    assert_eq!(quota_of("web/missing-label"), "koordinator-default-quota");
+    assert_eq!(quota_of("web/root-label"), "koordinator-default-quota");
+    assert_eq!(quota_of("other/system-label"), "koordinator-system-quota");
     assert_eq!(quota_of("web/by-namespace"), "web");
     assert_eq!(quota_of("ns-2/by-annotation"), "shared");
+    // The quota called `elsewhere` lives in `quotas`: the namespace's pods
+    // go by the namespaces annotation instead.
+    assert_eq!(quota_of("elsewhere/not-by-name"), "shared");
     assert_eq!(quota_of("other/fallback"), "koordinator-default-quota");
 }
 
@@ -610,6 +658,290 @@ fn quota_status_is_written_when_changed_and_at_a_bounded_rate() {
         r#"{"cpu":"6"}"#
     );
     assert!(s.pending_writes(t0() + secs(6)).is_empty());
+}
+
+/// The quota status writes (annotations, `status.used`) due at `now`.
+fn quota_writes(
+    s: &mut crate::framework::Scheduler,
+    now: std::time::SystemTime,
+) -> (
+    Vec<crate::framework::AnnotationWrite>,
+    Vec<crate::framework::StatusWrite>,
+) {
+    let annotations = s.pending_writes(now);
+    let status = s
+        .pending_status_writes(now)
+        .into_iter()
+        .filter(|w| w.resource == super::elasticquota::RESOURCE)
+        .collect();
+    (annotations, status)
+}
+
+/// Applies quota writes to the cached quotas, as the API server and the
+/// watch would (a JSON merge patch).
+fn land_quota_writes(
+    s: &mut crate::framework::Scheduler,
+    annotations: &[crate::framework::AnnotationWrite],
+    status: &[crate::framework::StatusWrite],
+) {
+    fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        match (target.as_object_mut(), patch.as_object()) {
+            (Some(target), Some(patch)) => {
+                for (key, value) in patch {
+                    if value.is_null() {
+                        target.remove(key);
+                    } else {
+                        merge(
+                            target.entry(key.clone()).or_insert(serde_json::Value::Null),
+                            value,
+                        );
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
+        }
+    }
+    let patches = annotations
+        .iter()
+        .map(|w| {
+            (
+                w.namespace.clone(),
+                w.name.clone(),
+                json!({"metadata": {"annotations": w.annotations}}),
+            )
+        })
+        .chain(
+            status
+                .iter()
+                .map(|w| (w.namespace.clone(), w.name.clone(), w.patch.clone())),
+        );
+    for (namespace, name, patch) in patches {
+        let key = crate::cache::object_key(namespace.as_deref(), &name);
+        let mut object = serde_json::to_value(&*s.cache.elastic_quotas[&key]).unwrap();
+        merge(&mut object, &patch);
+        s.apply(crate::cache::Change::Upsert(
+            crate::cache::Object::ElasticQuota(serde_json::from_value(object).unwrap()),
+        ));
+    }
+}
+
+#[test]
+fn quota_status_carries_used_and_is_sent_again_until_the_watch_shows_it() {
+    const RUNTIME: &str = "quota.scheduling.koordinator.sh/runtime";
+    const REQUEST: &str = "quota.scheduling.koordinator.sh/request";
+    const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
+    const GUARANTEED: &str = "quota.scheduling.koordinator.sh/guaranteed";
+    let mut s = quota_cluster("", "1");
+    let (annotations, status) = quota_writes(&mut s, t0());
+    let team_a = annotations.iter().find(|w| w.name == "team-a").unwrap();
+    // A leaf's child request is its pods' requests (2 running + 3 pending).
+    assert_eq!(team_a.annotations[CHILD_REQUEST], r#"{"cpu":"5"}"#);
+    assert_eq!(team_a.annotations[REQUEST], r#"{"cpu":"5"}"#);
+    // Empty figures equal absent annotations: not written.
+    assert!(!team_a.annotations.contains_key(GUARANTEED), "{team_a:?}");
+    // status.used: what the quota's bound pods use.
+    let used_of = |status: &[crate::framework::StatusWrite], name: &str| {
+        status
+            .iter()
+            .find(|w| w.name == name)
+            .map(|w| w.patch["status"]["used"].clone())
+    };
+    assert_eq!(used_of(&status, "team-a"), Some(json!({"cpu": "2"})));
+    assert_eq!(used_of(&status, "team-b"), Some(json!({"cpu": "1"})));
+    assert_eq!(status[0].namespace.as_deref(), Some("quotas"));
+
+    // Sent, not yet seen by the watch: not repeated at once...
+    let (annotations, status) = quota_writes(&mut s, t0() + secs(2));
+    assert!(annotations.is_empty() && status.is_empty());
+    // ...but after the retry interval, as the quotas still show old values
+    // (the write may have failed).
+    let (annotations, status) = quota_writes(&mut s, t0() + secs(12));
+    assert_eq!(annotations.len(), 2, "{annotations:?}");
+    assert_eq!(status.len(), 2, "{status:?}");
+    assert_eq!(used_of(&status, "team-a"), Some(json!({"cpu": "2"})));
+    // Once the watch shows them, nothing more is written.
+    land_quota_writes(&mut s, &annotations, &status);
+    let (annotations, status) = quota_writes(&mut s, t0() + secs(14));
+    assert!(
+        annotations.is_empty() && status.is_empty(),
+        "{annotations:?} {status:?}"
+    );
+    let (annotations, status) = quota_writes(&mut s, t0() + secs(40));
+    assert!(
+        annotations.is_empty() && status.is_empty(),
+        "{annotations:?} {status:?}"
+    );
+
+    // Someone edits the figures: a stale guaranteed, a runtime that is not
+    // a resource list, a used entry that is no longer used.
+    let mut object = serde_json::to_value(&*s.cache.elastic_quotas["quotas/team-a"]).unwrap();
+    object["metadata"]["annotations"][GUARANTEED] = json!(r#"{"cpu":"3"}"#);
+    object["metadata"]["annotations"][RUNTIME] = json!("not json");
+    object["status"]["used"]["memory"] = json!("1Gi");
+    s.apply(crate::cache::Change::Upsert(
+        crate::cache::Object::ElasticQuota(serde_json::from_value(object).unwrap()),
+    ));
+    let (annotations, status) = quota_writes(&mut s, t0() + secs(42));
+    assert_eq!(annotations.len(), 1, "{annotations:?}");
+    let repaired = &annotations[0].annotations;
+    assert_eq!(
+        repaired.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec![GUARANTEED, RUNTIME]
+    );
+    assert_eq!(repaired[GUARANTEED], "{}");
+    assert_eq!(repaired[RUNTIME], r#"{"cpu":"5"}"#);
+    assert_eq!(
+        used_of(&status, "team-a"),
+        Some(json!({"cpu": "2", "memory": null}))
+    );
+    land_quota_writes(&mut s, &annotations, &status);
+    let (annotations, status) = quota_writes(&mut s, t0() + secs(44));
+    assert!(
+        annotations.is_empty() && status.is_empty(),
+        "{annotations:?} {status:?}"
+    );
+}
+
+#[test]
+fn a_quota_that_does_not_lend_asks_its_parent_for_its_min() {
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4")]),
+            node("n2", &[("cpu", "4")]),
+            quota(
+                "parent",
+                &[],
+                &[("cpu", "8")],
+                &[("quota.scheduling.koordinator.sh/is-parent", "true")],
+                &[],
+            ),
+            quota(
+                "keeps-min",
+                &[("cpu", "2")],
+                &[("cpu", "8")],
+                &[
+                    ("quota.scheduling.koordinator.sh/parent", "parent"),
+                    (
+                        "quota.scheduling.koordinator.sh/allow-lent-resource",
+                        "false",
+                    ),
+                ],
+                &[],
+            ),
+            quota(
+                "busy",
+                &[],
+                &[("cpu", "8")],
+                &[("quota.scheduling.koordinator.sh/parent", "parent")],
+                &[],
+            ),
+            pod(PodSpec {
+                name: "big",
+                requests: &[("cpu", "6")],
+                labels: &[("quota.scheduling.koordinator.sh/name", "busy")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    // The parent asks the root for 2 (kept) + 6, so `busy` gets its 6.
+    assert_eq!(filter(&s, "default/big", t0()).feasible, vec!["n1", "n2"]);
+    let (annotations, _) = quota_writes(&mut s, t0());
+    let of = |name: &str, key: &str| {
+        annotations
+            .iter()
+            .find(|w| w.name == name)
+            .and_then(|w| {
+                w.annotations
+                    .get(&format!("quota.scheduling.koordinator.sh/{key}"))
+            })
+            .cloned()
+    };
+    assert_eq!(
+        of("parent", "child-request").as_deref(),
+        Some(r#"{"cpu":"8"}"#)
+    );
+    assert_eq!(of("parent", "runtime").as_deref(), Some(r#"{"cpu":"8"}"#));
+    assert_eq!(
+        of("keeps-min", "request").as_deref(),
+        Some(r#"{"cpu":"2"}"#)
+    );
+    assert_eq!(of("keeps-min", "child-request"), None);
+    assert_eq!(
+        of("keeps-min", "runtime").as_deref(),
+        Some(r#"{"cpu":"2"}"#)
+    );
+    assert_eq!(of("busy", "runtime").as_deref(), Some(r#"{"cpu":"6"}"#));
+}
+
+#[test]
+fn a_quota_labelled_is_root_shares_the_one_tree() {
+    // MultiQuotaTree is off (upstream's default): `is-root` does not start a
+    // tree of its own, so its capacity is not handed out a second time.
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4")]),
+            node("n2", &[("cpu", "4")]),
+            quota(
+                "tree-root",
+                &[("cpu", "4")],
+                &[("cpu", "8")],
+                &[
+                    ("quota.scheduling.koordinator.sh/is-root", "true"),
+                    ("quota.scheduling.koordinator.sh/is-parent", "true"),
+                ],
+                &[],
+            ),
+            quota(
+                "tree-leaf",
+                &[("cpu", "4")],
+                &[("cpu", "8")],
+                &[("quota.scheduling.koordinator.sh/parent", "tree-root")],
+                &[],
+            ),
+            quota("sibling", &[], &[("cpu", "8")], &[], &[]),
+            pod(PodSpec {
+                name: "in-tree",
+                requests: &[("cpu", "4")],
+                labels: &[("quota.scheduling.koordinator.sh/name", "tree-leaf")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "sibling-all",
+                requests: &[("cpu", "8")],
+                labels: &[("quota.scheduling.koordinator.sh/name", "sibling")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "sibling-half",
+                requests: &[("cpu", "4")],
+                labels: &[("quota.scheduling.koordinator.sh/name", "sibling")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    let (annotations, _) = quota_writes(&mut s, t0());
+    let runtime = |name: &str| {
+        annotations
+            .iter()
+            .find(|w| w.name == name)
+            .map(|w| w.annotations["quota.scheduling.koordinator.sh/runtime"].clone())
+    };
+    // 8 cpus: tree-root keeps its min 4 (requested by its leaf), the sibling
+    // gets the other 4 — not all 8 next to tree-root's 4.
+    assert_eq!(runtime("tree-root").as_deref(), Some(r#"{"cpu":"4"}"#));
+    assert_eq!(runtime("tree-leaf").as_deref(), Some(r#"{"cpu":"4"}"#));
+    assert_eq!(runtime("sibling").as_deref(), Some(r#"{"cpu":"4"}"#));
+    assert_eq!(filter(&s, "default/in-tree", t0()).feasible.len(), 2);
+    let outcome = filter(&s, "default/sibling-all", t0());
+    assert!(
+        outcome.failed["n1"]
+            .starts_with("Insufficient quotas, quotaName: sibling, runtime: [cpu=4"),
+        "{outcome:?}"
+    );
 }
 
 // ---------- Bind-time reservation, rollback and expiry ----------
