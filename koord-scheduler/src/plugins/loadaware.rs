@@ -1,6 +1,16 @@
 //! LoadAwareScheduling: keeps nodes under their usage thresholds and prefers
 //! the least loaded ones. Usage is the latest NodeMetric plus an estimate of
-//! the pods assigned since that report (and of the incoming pod).
+//! the pods assigned since that report (and of the incoming pod). When the
+//! aggregated usage the args (or the node) ask for is not in the NodeMetric,
+//! the full estimates of all the node's pods stand in for it, as upstream.
+//!
+//! A pod's assignment time is its `PodScheduled` condition; without one, the
+//! time the plugin first saw it on its node (upstream stamps the time it
+//! adds the pod to its cache). Pods this scheduler places are stamped at
+//! reserve; pods that arrive bound through the watch, which carries no
+//! clock, are stamped at the next housekeeping tick
+//! ([`Plugin::pending_status_writes`], once a second in the extender) and
+//! count as just assigned until then.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -20,7 +30,7 @@ use apis::slo::v1alpha1::NodeMetric;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo, object_key};
 use crate::config::{ConfigError, LoadAwareArgs, LoadAwareSchedulingArgs, parse_args};
-use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
+use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection, StatusWrite};
 use crate::resources::{Resources, pod_limits};
 
 pub const NAME: &str = "LoadAwareScheduling";
@@ -54,6 +64,9 @@ struct NodeLoad {
     /// Estimates of recently assigned pods beyond their reported usage.
     node_delta: Resources,
     prod_delta: Resources,
+    /// Full estimates of all the node's pods (the stand-in when the asked-for
+    /// aggregated usage is missing).
+    node_estimated: Resources,
 }
 
 /// See the module docs.
@@ -100,6 +113,12 @@ pub struct LoadAware {
     weights: Vector,
     /// Views by [`NodeInfo::index`].
     views: Vec<Option<NodeView>>,
+    /// Pods without a `PodScheduled` time: pod key → (node, first seen there).
+    /// Entries go when the pod leaves the node or gets the condition.
+    first_seen: HashMap<String, (String, SystemTime)>,
+    /// Pods seen on a node (pod key → node) through an event, which has no
+    /// clock: stamped at the next [`Plugin::pending_status_writes`].
+    unstamped: HashMap<String, String>,
 }
 
 fn to_system_time(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
@@ -199,6 +218,8 @@ impl LoadAware {
             defaults,
             weights,
             views: Vec::new(),
+            first_seen: HashMap::new(),
+            unstamped: HashMap::new(),
             args,
         }
     }
@@ -293,11 +314,18 @@ impl LoadAware {
             total.add(&load.node_delta);
             self.vector(&total)
         };
-        let aggregated_base = |kind: &str, seconds: u64| {
-            load.aggregated
+        // The aggregated usage asked for (the longest period when no duration
+        // is set, else the plain node usage) plus recent estimates; when the
+        // NodeMetric lacks it, the full estimates of all the node's pods.
+        let aggregated_base = |kind: &str, seconds: u64| -> Vector {
+            match load
+                .aggregated
                 .get(&(kind.to_string(), seconds))
                 .or_else(|| (seconds == 0).then_some(&load.node_usage))
-                .map(with_delta)
+            {
+                Some(usage) => with_delta(usage),
+                None => self.vector(&load.node_estimated),
+            }
         };
         let custom = self.custom_thresholds(node);
         let filter_aggregation = match custom.as_ref().and_then(|c| c.aggregated_usage.as_ref()) {
@@ -334,9 +362,9 @@ impl LoadAware {
             node_base: with_delta(&load.node_usage),
             prod_base: self.vector(&prod),
             aggregated_filter_base: filter_aggregation
-                .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
+                .map(|(kind, seconds)| aggregated_base(&kind, seconds)),
             aggregated_score_base: score_aggregation
-                .and_then(|(kind, seconds)| aggregated_base(&kind, seconds)),
+                .map(|(kind, seconds)| aggregated_base(&kind, seconds)),
             custom: custom.map(|c| {
                 Box::new(Thresholds {
                     usage: if c.usage_thresholds.is_empty() {
@@ -430,8 +458,15 @@ impl LoadAware {
                 load.prod_usage.add(used);
             }
             let estimate = self.estimate_pod(pod);
-            // Pods without a scheduled time were assigned by us just now.
-            let assigned_at = condition_time(pod, "PodScheduled");
+            load.node_estimated.add(&estimate);
+            // Without a PodScheduled time: when first seen on this node; not
+            // stamped yet means seen just now.
+            let assigned_at = condition_time(pod, "PodScheduled").or_else(|| {
+                self.first_seen
+                    .get(&pod.key)
+                    .filter(|(seen_on, _)| seen_on == node)
+                    .map(|(_, at)| *at)
+            });
             let deadline = self.estimate_deadline(pod, assigned_at);
             let recent = match (assigned_at, recent_after) {
                 (Some(at), Some(after)) => at > after,
@@ -452,6 +487,42 @@ impl LoadAware {
             }
         }
         load
+    }
+
+    /// Keeps the first-seen stamps in step with a pod event: a pod that left
+    /// its node (or the cache) or has a `PodScheduled` time is forgotten; one
+    /// newly seen on a node waits for a stamp.
+    fn track_first_seen(&mut self, old: Option<&PodInfo>, new: Option<&PodInfo>) {
+        let Some(pod) = new else {
+            if let Some(pod) = old {
+                self.first_seen.remove(&pod.key);
+                self.unstamped.remove(&pod.key);
+            }
+            return;
+        };
+        let node = match &pod.node {
+            Some(node) if condition_time(pod, "PodScheduled").is_none() => node,
+            _ => {
+                self.first_seen.remove(&pod.key);
+                self.unstamped.remove(&pod.key);
+                return;
+            }
+        };
+        if self
+            .first_seen
+            .get(&pod.key)
+            .is_some_and(|(seen_on, _)| seen_on == node)
+        {
+            return;
+        }
+        self.first_seen.remove(&pod.key);
+        self.unstamped.insert(pod.key.clone(), node.clone());
+    }
+
+    /// How many pods carry a first-seen stamp or wait for one.
+    #[cfg(test)]
+    fn first_seen_len(&self) -> (usize, usize) {
+        (self.first_seen.len(), self.unstamped.len())
     }
 
     fn custom_thresholds(&self, node: &NodeInfo) -> Option<CustomUsageThresholds> {
@@ -509,6 +580,7 @@ impl Plugin for LoadAware {
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
             ClusterEvent::Pod { old, new, .. } => {
+                self.track_first_seen(old.as_deref(), new.as_deref());
                 let old_node = old.as_ref().and_then(|p| p.node.clone());
                 let new_node = new.as_ref().and_then(|p| p.node.clone());
                 if let Some(node) = &old_node {
@@ -599,6 +671,61 @@ impl Plugin for LoadAware {
         Ok(())
     }
 
+    /// Stamps a pod this scheduler places with the time of the cycle (the
+    /// assume event that follows recomputes the node with it).
+    fn reserve(
+        &mut self,
+        pod: &PodInfo,
+        node: &str,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Result<(), Rejection> {
+        if condition_time(pod, "PodScheduled").is_none() {
+            self.unstamped.remove(&pod.key);
+            self.first_seen
+                .insert(pod.key.clone(), (node.to_string(), state.now));
+        }
+        Ok(())
+    }
+
+    fn unreserve(&mut self, pod: &PodInfo, node: &str, cache: &ClusterCache) {
+        let still_there = cache
+            .pod(&pod.key)
+            .is_some_and(|current| current.node.as_deref() == Some(node));
+        if !still_there
+            && self
+                .first_seen
+                .get(&pod.key)
+                .is_some_and(|(seen_on, _)| seen_on == node)
+        {
+            self.first_seen.remove(&pod.key);
+        }
+    }
+
+    /// Writes nothing: the housekeeping tick stamps the pods that arrived
+    /// bound without a `PodScheduled` time since the last tick.
+    fn pending_status_writes(&mut self, cache: &ClusterCache, now: SystemTime) -> Vec<StatusWrite> {
+        if self.unstamped.is_empty() {
+            return Vec::new();
+        }
+        let mut nodes = Vec::new();
+        for (key, node) in std::mem::take(&mut self.unstamped) {
+            let still_there = cache
+                .pod(&key)
+                .is_some_and(|pod| pod.node.as_deref() == Some(node.as_str()));
+            if still_there {
+                self.first_seen.insert(key, (node.clone(), now));
+                if !nodes.contains(&node) {
+                    nodes.push(node);
+                }
+            }
+        }
+        for node in nodes {
+            self.recompute(&node, cache);
+        }
+        Vec::new()
+    }
+
     fn scores(&self) -> bool {
         !self.args.resource_weights.is_empty() || self.args.dominant_resource_weight != 0
     }
@@ -668,4 +795,94 @@ pub fn default_estimate(pod: &PodInfo) -> BTreeMap<String, i64> {
         .iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::cache::Change;
+    use crate::testutil::{PodSpec, node, pod, t0};
+
+    fn feed(plugin: &mut LoadAware, cache: &mut ClusterCache, change: Change) {
+        let event = cache.apply(change);
+        plugin.on_event(&event, cache);
+    }
+
+    #[test]
+    fn first_seen_stamps_are_kept_only_while_the_pod_is_on_its_node() {
+        let mut cache = ClusterCache::new();
+        let mut plugin = LoadAware::new(LoadAwareArgs::default());
+        let unscheduled = |node_name: Option<&'static str>| {
+            pod(PodSpec {
+                name: "p",
+                node: node_name,
+                requests: &[("cpu", "1")],
+                ..PodSpec::default()
+            })
+        };
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(node("n1", &[("cpu", "4")])),
+        );
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(unscheduled(Some("n1"))),
+        );
+        // Seen through the watch: waits for the next tick's clock.
+        assert_eq!(plugin.first_seen_len(), (0, 1));
+        assert!(plugin.pending_status_writes(&cache, t0()).is_empty());
+        assert_eq!(plugin.first_seen_len(), (1, 0));
+        assert_eq!(plugin.first_seen["default/p"], ("n1".to_string(), t0()));
+        // A later tick does not move the stamp.
+        plugin.pending_status_writes(&cache, t0() + Duration::from_secs(5));
+        assert_eq!(plugin.first_seen["default/p"].1, t0());
+        // The condition takes over: the stamp goes.
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(pod(PodSpec {
+                name: "p",
+                node: Some("n1"),
+                requests: &[("cpu", "1")],
+                scheduled_at: Some(t0()),
+                ..PodSpec::default()
+            })),
+        );
+        assert_eq!(plugin.first_seen_len(), (0, 0));
+        // Deleted before a tick: nothing is kept.
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(unscheduled(Some("n1"))),
+        );
+        assert_eq!(plugin.first_seen_len(), (0, 1));
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Delete(unscheduled(Some("n1"))),
+        );
+        assert_eq!(plugin.first_seen_len(), (0, 0));
+        assert!(plugin.pending_status_writes(&cache, t0()).is_empty());
+        assert_eq!(plugin.first_seen_len(), (0, 0));
+        // Stamped, then deleted: forgotten.
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(unscheduled(Some("n1"))),
+        );
+        plugin.pending_status_writes(&cache, t0());
+        assert_eq!(plugin.first_seen_len(), (1, 0));
+        feed(
+            &mut plugin,
+            &mut cache,
+            Change::Delete(unscheduled(Some("n1"))),
+        );
+        assert_eq!(plugin.first_seen_len(), (0, 0));
+        // Not on a node: nothing to stamp.
+        feed(&mut plugin, &mut cache, Change::Upsert(unscheduled(None)));
+        assert_eq!(plugin.first_seen_len(), (0, 0));
+    }
 }

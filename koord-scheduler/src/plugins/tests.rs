@@ -245,6 +245,183 @@ fn load_aware_caps_an_absurd_custom_estimation_time_from_an_annotation() {
     );
 }
 
+/// A NodeMetric reported at `updated` with node usage, aggregated usages
+/// (`[{"usage": {"p95": {"resources": ...}}, "duration": "5m0s"}]`) and pod usages.
+fn node_metric_aggregated(
+    node: &str,
+    updated: std::time::SystemTime,
+    usage: serde_json::Value,
+    aggregated: serde_json::Value,
+    pods: serde_json::Value,
+) -> crate::cache::Object {
+    crate::cache::Object::NodeMetric(
+        serde_json::from_value(json!({
+            "apiVersion": "slo.koordinator.sh/v1alpha1",
+            "kind": "NodeMetric",
+            "metadata": {"name": node},
+            "spec": {},
+            "status": {
+                "updateTime": rfc3339(updated),
+                "nodeMetric": {
+                    "nodeUsage": {"resources": usage},
+                    "aggregatedNodeUsages": aggregated,
+                },
+                "podsMetric": pods,
+            }
+        }))
+        .unwrap(),
+    )
+}
+
+#[test]
+fn load_aware_falls_back_to_full_estimates_when_the_aggregated_usage_is_missing() {
+    let mut s = scheduler(&only(
+        "LoadAwareScheduling",
+        "{aggregated: {usageThresholds: {cpu: 65}, usageAggregationType: p95, \
+         usageAggregatedDuration: 5m, scoreAggregationType: p95, scoreAggregatedDuration: 5m}, \
+         resourceWeights: {cpu: 1}}",
+    ));
+    let ten_cpus = [("cpu", "10"), ("memory", "100Gi")];
+    let report = t0() - secs(10);
+    let mut objects = vec![
+        node("loaded", &ten_cpus),
+        node("reported", &ten_cpus),
+        // Only a 1m window: the 5m one the args ask for is missing.
+        node_metric_aggregated(
+            "loaded",
+            report,
+            json!({"cpu": "2"}),
+            json!([{"usage": {"p95": {"resources": {"cpu": "2"}}}, "duration": "1m0s"}]),
+            json!([]),
+        ),
+        node_metric_aggregated(
+            "reported",
+            report,
+            json!({"cpu": "2"}),
+            json!([{"usage": {"p95": {"resources": {"cpu": "3"}}}, "duration": "5m0s"}]),
+            json!([]),
+        ),
+        pod(PodSpec {
+            name: "incoming",
+            requests: &[("cpu", "1")],
+            ..PodSpec::default()
+        }),
+    ];
+    // Four pods of 2 cpus on `loaded`, bound long before the report.
+    for name in ["w-0", "w-1", "w-2", "w-3"] {
+        objects.push(pod(PodSpec {
+            name,
+            node: Some("loaded"),
+            requests: &[("cpu", "2")],
+            scheduled_at: Some(t0() - secs(3600)),
+            ..PodSpec::default()
+        }));
+    }
+    load(&mut s, objects);
+    let outcome = filter(&s, "default/incoming", t0());
+    // loaded: 4 × 1700 + 850 = 7650 → 77% > 65%; reported: 3000 + 850 → 39%.
+    assert_eq!(
+        outcome.failed["loaded"],
+        "node(s) cpu aggregated usage exceed threshold"
+    );
+    assert_eq!(outcome.feasible, vec!["reported"]);
+    // Scoring falls back the same way: (10000 − 7650)·100/10000 = 23;
+    // reported: (10000 − 3850)·100/10000 = 61.
+    assert_eq!(
+        scores(&s, "default/incoming", &["loaded", "reported"], t0()),
+        vec![23, 61]
+    );
+}
+
+#[test]
+fn load_aware_stamps_pods_without_a_scheduled_condition_when_first_seen() {
+    let mut s = load_aware_cluster("");
+    let ten_cpus = [("cpu", "10"), ("memory", "100Gi")];
+    let usage = |pod_name: &str| json!([{"namespace": "default", "name": pod_name, "podUsage": {"resources": {"cpu": "500m"}}}]);
+    load(
+        &mut s,
+        vec![
+            node("watched", &ten_cpus),
+            node("placed", &ten_cpus),
+            node_metric(
+                "watched",
+                t0() - secs(10),
+                &[("cpu", "5")],
+                usage("arrived"),
+            ),
+            node_metric("placed", t0() - secs(10), &[("cpu", "3500m")], json!([])),
+            // Arrives bound through the watch, with no PodScheduled condition.
+            pod(PodSpec {
+                name: "arrived",
+                node: Some("watched"),
+                requests: &[("cpu", "2")],
+                ..PodSpec::default()
+            }),
+            // Pending: this scheduler places it (3500 + 2550 → 61%).
+            pod(PodSpec {
+                name: "mine",
+                requests: &[("cpu", "3")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    // Just seen: its estimate beyond the reported usage counts.
+    // 5000 + (1700 − 500) + 850 = 7050 → 71% > 65%.
+    let outcome = filter(&s, "default/incoming", t0());
+    assert_eq!(
+        outcome.failed["watched"],
+        "node(s) cpu usage exceed threshold"
+    );
+    // The housekeeping tick stamps it at t0; this scheduler's own pod is
+    // stamped when it is reserved.
+    assert!(s.pending_status_writes(t0()).is_empty());
+    s.reserve("default/mine", "placed", t0()).unwrap();
+    // A report within one interval (60s) of the stamp still misses them...
+    load(
+        &mut s,
+        vec![
+            node_metric(
+                "watched",
+                t0() + secs(30),
+                &[("cpu", "5")],
+                usage("arrived"),
+            ),
+            node_metric("placed", t0() + secs(30), &[("cpu", "4")], usage("mine")),
+        ],
+    );
+    let outcome = filter(&s, "default/incoming", t0() + secs(31));
+    assert_eq!(
+        outcome.failed["watched"],
+        "node(s) cpu usage exceed threshold"
+    );
+    assert_eq!(
+        outcome.failed["placed"],
+        "node(s) cpu usage exceed threshold"
+    );
+    // (placed: 4000 + (2550 − 500) + 850 = 6900 → 69%)...
+    // ...a later one covers them: only their reported usage counts now
+    // (5000 + 850 → 59%, 4000 + 850 → 49%), where before they were
+    // estimated forever.
+    load(
+        &mut s,
+        vec![
+            node_metric(
+                "watched",
+                t0() + secs(61),
+                &[("cpu", "5")],
+                usage("arrived"),
+            ),
+            node_metric("placed", t0() + secs(61), &[("cpu", "4")], usage("mine")),
+        ],
+    );
+    let outcome = filter(&s, "default/incoming", t0() + secs(62));
+    assert!(
+        outcome.feasible.contains(&"watched".to_string())
+            && outcome.feasible.contains(&"placed".to_string()),
+        "{outcome:?}"
+    );
+}
+
 #[test]
 fn load_aware_scores_least_estimated_load_with_weights() {
     let s = load_aware_cluster(&only(
