@@ -718,20 +718,25 @@ impl ElasticQuota {
         ]
     }
 
-    /// The status annotations of `quota` that differ from what it shows
-    /// (compared as upstream does: zero entries ignored), with their new
-    /// values; empty when it is up to date.
+    /// The status annotations `quota` should be patched with: all seven
+    /// when any differs from what it shows (compared as upstream does: zero
+    /// entries ignored, absent equals empty, an unreadable value differs),
+    /// so the set stays whole and consistent; empty when it is up to date.
     pub fn annotation_patch(
         &self,
         quota: &QuotaNode,
         figures: &QuotaFigures,
     ) -> BTreeMap<String, String> {
-        self.status_figures(&quota.name, figures)
-            .into_iter()
-            .filter(|(key, wanted)| {
-                !annotation_matches(quota.current_annotations.get(*key), wanted)
-            })
-            .map(|(key, wanted)| (key.to_string(), resource_list_json(&wanted)))
+        let wanted = self.status_figures(&quota.name, figures);
+        if wanted
+            .iter()
+            .all(|(key, value)| annotation_matches(quota.current_annotations.get(*key), value))
+        {
+            return BTreeMap::new();
+        }
+        wanted
+            .iter()
+            .map(|(key, value)| (key.to_string(), resource_list_json(value)))
             .collect()
     }
 

@@ -914,8 +914,14 @@ fn quota_status_carries_used_and_is_sent_again_until_the_watch_shows_it() {
     // A leaf's child request is its pods' requests (2 running + 3 pending).
     assert_eq!(team_a.annotations[CHILD_REQUEST], r#"{"cpu":"5"}"#);
     assert_eq!(team_a.annotations[REQUEST], r#"{"cpu":"5"}"#);
-    // Empty figures equal absent annotations: not written.
-    assert!(!team_a.annotations.contains_key(GUARANTEED), "{team_a:?}");
+    // All seven upstream annotations; guaranteed and allocated are empty
+    // (upstream's ElasticQuotaGuaranteeUsage gate is off).
+    assert_eq!(team_a.annotations.len(), 7, "{team_a:?}");
+    assert_eq!(team_a.annotations[GUARANTEED], "{}");
+    assert_eq!(
+        team_a.annotations["quota.scheduling.koordinator.sh/allocated"],
+        "{}"
+    );
     // status.used: what the quota's bound pods use.
     let used_of = |status: &[crate::framework::StatusWrite], name: &str| {
         status
@@ -949,6 +955,20 @@ fn quota_status_carries_used_and_is_sent_again_until_the_watch_shows_it() {
         "{annotations:?} {status:?}"
     );
 
+    // The same figures spelled differently (zeros, other units, an empty
+    // list left out) count as written.
+    let mut object = serde_json::to_value(&*s.cache.elastic_quotas["quotas/team-a"]).unwrap();
+    object["metadata"]["annotations"][RUNTIME] = json!(r#"{"cpu":"5000m","memory":"0"}"#);
+    object["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(GUARANTEED);
+    s.apply(crate::cache::Change::Upsert(
+        crate::cache::Object::ElasticQuota(serde_json::from_value(object).unwrap()),
+    ));
+    let (annotations, _) = quota_writes(&mut s, t0() + secs(41));
+    assert!(annotations.is_empty(), "{annotations:?}");
+
     // Someone edits the figures: a stale guaranteed, a runtime that is not
     // a resource list, a used entry that is no longer used.
     let mut object = serde_json::to_value(&*s.cache.elastic_quotas["quotas/team-a"]).unwrap();
@@ -960,11 +980,8 @@ fn quota_status_carries_used_and_is_sent_again_until_the_watch_shows_it() {
     ));
     let (annotations, status) = quota_writes(&mut s, t0() + secs(42));
     assert_eq!(annotations.len(), 1, "{annotations:?}");
+    assert_eq!(annotations[0].name, "team-a");
     let repaired = &annotations[0].annotations;
-    assert_eq!(
-        repaired.keys().map(String::as_str).collect::<Vec<_>>(),
-        vec![GUARANTEED, RUNTIME]
-    );
     assert_eq!(repaired[GUARANTEED], "{}");
     assert_eq!(repaired[RUNTIME], r#"{"cpu":"5"}"#);
     assert_eq!(
@@ -1044,7 +1061,7 @@ fn a_quota_that_does_not_lend_asks_its_parent_for_its_min() {
         of("keeps-min", "request").as_deref(),
         Some(r#"{"cpu":"2"}"#)
     );
-    assert_eq!(of("keeps-min", "child-request"), None);
+    assert_eq!(of("keeps-min", "child-request").as_deref(), Some("{}"));
     assert_eq!(
         of("keeps-min", "runtime").as_deref(),
         Some(r#"{"cpu":"2"}"#)
