@@ -218,7 +218,20 @@ pub async fn write_status(client: &kube::Client, write: &StatusWrite) -> Result<
             let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
             api.patch(&write.name, &params, &patch).await.map(|_| ())
         }
-        _ => Ok(()),
+        // ElasticQuota has no status subresource: `status.used` is merged
+        // into the object itself.
+        elasticquota::RESOURCE => {
+            let api: Api<ElasticQuota> = Api::namespaced(client.clone(), namespace);
+            api.patch(&write.name, &params, &patch).await.map(|_| ())
+        }
+        other => {
+            tracing::error!(
+                resource = other,
+                name = %write.name,
+                "no writer for this status write; dropped"
+            );
+            Ok(())
+        }
     }
 }
 

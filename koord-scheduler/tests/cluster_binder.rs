@@ -273,3 +273,48 @@ async fn failed_binding_removes_the_annotations_and_bind_returns_the_error() {
     assert_eq!(calls[4].path(), BINDING_PATH);
     assert_eq!(body(&calls[4])["target"]["name"], "numa-node");
 }
+
+#[tokio::test]
+async fn status_writes_reach_their_objects_as_merge_patches() {
+    let api = FakeApiServer::start().unwrap();
+    let quota_path = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/quotas/elasticquotas/team-a";
+    let group_path = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/default/podgroups/train";
+    api.respond("PATCH", quota_path, 200, r#"{"apiVersion":"scheduling.sigs.k8s.io/v1alpha1","kind":"ElasticQuota","metadata":{"name":"team-a","namespace":"quotas"},"spec":{}}"#);
+    api.respond("PATCH", group_path, 200, r#"{"apiVersion":"scheduling.sigs.k8s.io/v1alpha1","kind":"PodGroup","metadata":{"name":"train","namespace":"default"},"spec":{}}"#);
+    let client = client(&api);
+    let used = json!({"status": {"used": {"cpu": "3"}}});
+    for (resource, namespace, name, patch) in [
+        (
+            koord_scheduler::plugins::elasticquota::RESOURCE,
+            "quotas",
+            "team-a",
+            &used,
+        ),
+        (
+            koord_scheduler::plugins::coscheduling::POD_GROUP_RESOURCE,
+            "default",
+            "train",
+            &json!({"status": {"phase": "Pending"}}),
+        ),
+    ] {
+        let write = koord_scheduler::framework::StatusWrite {
+            resource,
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+            patch: patch.clone(),
+        };
+        koord_scheduler::cluster::write_status(&client, &write)
+            .await
+            .unwrap();
+    }
+    let calls = api_calls(&api);
+    assert_eq!(
+        request_lines(&calls),
+        [format!("PATCH {quota_path}"), format!("PATCH {group_path}")]
+    );
+    assert_eq!(body(&calls[0]), used);
+    assert_eq!(
+        calls[0].header("content-type"),
+        Some("application/merge-patch+json")
+    );
+}
