@@ -1,10 +1,12 @@
 //! Process plumbing shared by the Koordinator binaries: flags, logging, the
-//! health/metrics HTTP server, shutdown on signals and cluster reachability.
+//! health/metrics HTTP server, shutdown on signals, cluster reachability and
+//! Lease leader election.
 
 pub mod addr;
 pub mod cli;
 pub mod cluster;
 pub mod health;
+pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod process;

@@ -920,8 +920,9 @@ pub async fn run_controllers(
     readiness: koord_common::StatusCheck,
     shutdown: koord_common::Shutdown,
 ) {
-    use crate::leader::{DEFAULT_LEASE_NAME, LeaderElector, LeaseTiming, default_identity};
+    use crate::DEFAULT_LEASE_NAME;
     use koord_common::ShutdownReason;
+    use koord_common::leader::{LeaderElector, LeaseTiming, default_identity};
 
     metrics.set_leader(false);
     if args.enable_leader_election {

@@ -4,7 +4,6 @@
 
 pub mod cert;
 pub mod controllers;
-pub mod leader;
 pub mod metrics;
 pub mod preview;
 pub mod quota_profile;
@@ -19,6 +18,10 @@ pub const COMPONENT: Component = Component {
     name: "koord-manager",
     metric_prefix: "koord_manager",
 };
+
+/// Upstream's leader-election lease (`koordinator-manager`); the elector
+/// itself lives in [`koord_common::leader`].
+pub const DEFAULT_LEASE_NAME: &str = "koordinator-manager";
 
 /// Readiness check of the controllers: passes on a standby replica and on the
 /// leader once its caches are synced and the first pass is done.

@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime};
 use apis::configuration::SloControllerConfig;
 use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use koord_common::leader::{LeaderElector, LeaseTiming};
 use koord_manager::controllers::{
     Action, Caches, ClusterView, ControllerArgs, Enabled, Reconciler, apply_action, gate, plan_pass,
 };
-use koord_manager::leader::{LeaderElector, LeaseTiming};
 use koord_manager::metrics::ControllerMetrics;
 use koord_manager::slo_controller::config::ConfigState;
 use serde_json::{Value, json};
