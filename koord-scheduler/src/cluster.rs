@@ -1,6 +1,10 @@
 //! Cluster-mode shell: kube-runtime watchers feeding the cache, the Binder
 //! writing the pod patch and the Binding, and the periodic housekeeping
-//! (assumed-pod expiry, quota status write-back).
+//! (assumed-pod expiry, quota and PodGroup status write-back).
+//!
+//! Every replica watches, serves the extender and expires its own assumed
+//! pods; only the replica holding the leader Lease writes status and runs
+//! the Reservation controller (see [`start_background_work`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -16,6 +20,7 @@ use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koord_common::Shutdown;
 use koord_common::health::StatusCheck;
+use koord_common::leader::Leadership;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -23,8 +28,12 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::cache::{Change, Object, ObjectKind};
-use crate::framework::{BindError, BindFuture, Binder, Reserved, SharedScheduler, StatusWrite};
+use crate::config::SchedulerConfiguration;
+use crate::framework::{
+    AnnotationWrite, BindError, BindFuture, Binder, Reserved, SharedScheduler, StatusWrite,
+};
 use crate::plugins::{coscheduling, elasticquota};
+use crate::reservation_controller;
 
 /// Binds through the API server: merge-patches the annotations, then posts
 /// the `pods/binding` subresource. A failed Binding also takes the
@@ -158,13 +167,18 @@ async fn feed<K>(
     }
 }
 
-/// Starts the watchers; `ready` passes once Nodes and Pods are listed.
+/// Turns `true` once Nodes and Pods are listed.
+pub type CacheSynced = watch::Receiver<bool>;
+
+/// Starts the watchers; `ready` passes, and the returned flag turns `true`,
+/// once Nodes and Pods are listed.
 pub fn start_watchers(
     client: &kube::Client,
     scheduler: &SharedScheduler,
     ready: StatusCheck,
     shutdown: &Shutdown,
-) {
+) -> CacheSynced {
+    let (synced_tx, synced) = watch::channel(false);
     let (nodes_tx, mut nodes_rx) = watch::channel(false);
     let (pods_tx, mut pods_rx) = watch::channel(false);
     macro_rules! spawn_feed {
@@ -196,8 +210,10 @@ pub fn start_watchers(
         let _ = nodes_rx.wait_for(|synced| *synced).await;
         let _ = pods_rx.wait_for(|synced| *synced).await;
         ready.set_passing();
+        synced_tx.send_replace(true);
         tracing::info!("scheduler cache synced (nodes and pods listed)");
     });
+    synced
 }
 
 /// Merge-patches a plugin's write onto its object (PodGroup status, pod
@@ -235,11 +251,38 @@ pub async fn write_status(client: &kube::Client, write: &StatusWrite) -> Result<
     }
 }
 
-/// Expires assumed pods and writes due quota and PodGroup status, once per `interval`.
+/// Expires assumed pods and writes due quota and PodGroup status, once per
+/// `interval`, unconditionally (a single replica, or leader election off).
 pub fn start_housekeeping(
     client: &kube::Client,
     scheduler: &SharedScheduler,
     interval: Duration,
+    shutdown: &Shutdown,
+) {
+    start_gated_housekeeping(
+        client,
+        scheduler,
+        interval,
+        Leadership::unconditional(),
+        shutdown,
+    );
+}
+
+/// Housekeeping once per `interval`: every replica expires its assumed
+/// pods; only while `leadership` holds are the due quota annotations,
+/// PodGroup status and gang-timeout annotations collected and written.
+///
+/// Expiry is local: each replica's cache holds the assumptions of the binds
+/// its own extender served (kube-scheduler's leader calls the extender in
+/// its pod, and that may change), and releasing them writes nothing, so a
+/// standby must expire them too or its cache would keep phantom pods.
+/// Writes are only collected by the leader, since collecting marks them as
+/// written; losing leadership cancels the write in flight and drops the rest.
+pub fn start_gated_housekeeping(
+    client: &kube::Client,
+    scheduler: &SharedScheduler,
+    interval: Duration,
+    leadership: Leadership,
     shutdown: &Shutdown,
 ) {
     let client = client.clone();
@@ -262,35 +305,81 @@ pub fn start_housekeeping(
                             "assumed pods were never confirmed by the watch; released"
                         );
                     }
-                    (
-                        scheduler.pending_writes(now),
-                        scheduler.pending_status_writes(now),
-                    )
+                    if leadership.is_leader() {
+                        (
+                            scheduler.pending_writes(now),
+                            scheduler.pending_status_writes(now),
+                        )
+                    } else {
+                        (Vec::new(), Vec::new())
+                    }
                 }
                 Err(_) => return,
             };
             let (writes, status_writes) = writes;
-            for write in &status_writes {
-                if let Err(err) = write_status(&client, write).await {
-                    tracing::warn!(object = %write.name, resource = write.resource, error = %err, "status write failed");
-                }
-            }
-            for write in writes {
-                if write.resource != elasticquota::RESOURCE {
-                    continue;
-                }
-                let Some(namespace) = write.namespace.as_deref() else {
-                    continue;
-                };
-                let api: Api<ElasticQuota> = Api::namespaced(client.clone(), namespace);
-                let patch = serde_json::json!({"metadata": {"annotations": write.annotations}});
-                if let Err(err) = api
-                    .patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    tracing::warn!(quota = %write.name, error = %err, "quota status write failed");
-                }
+            if write_due(&client, &leadership, writes, status_writes)
+                .await
+                .is_none()
+            {
+                tracing::warn!("leadership lost; stopped writing quota and PodGroup status");
             }
         }
     });
+}
+
+/// Writes the due status patches, then the quota annotations; `None` when
+/// leadership was lost on the way (the remaining writes are dropped).
+async fn write_due(
+    client: &kube::Client,
+    leadership: &Leadership,
+    writes: Vec<AnnotationWrite>,
+    status_writes: Vec<StatusWrite>,
+) -> Option<()> {
+    for write in &status_writes {
+        if let Err(err) = leadership
+            .while_leading(write_status(client, write))
+            .await?
+        {
+            tracing::warn!(object = %write.name, resource = write.resource, error = %err, "status write failed");
+        }
+    }
+    for write in writes {
+        if write.resource != elasticquota::RESOURCE {
+            continue;
+        }
+        let Some(namespace) = write.namespace.as_deref() else {
+            continue;
+        };
+        let api: Api<ElasticQuota> = Api::namespaced(client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": write.annotations}});
+        let written = leadership
+            .while_leading(api.patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .await?;
+        if let Err(err) = written {
+            tracing::warn!(quota = %write.name, error = %err, "quota status write failed");
+        }
+    }
+    Some(())
+}
+
+/// Starts the background work that writes to the cluster: the housekeeping
+/// (every `housekeeping_interval`) and the Reservation controller, both
+/// writing only while `leadership` holds. Assumed-pod expiry runs on every
+/// replica regardless.
+pub fn start_background_work(
+    client: &kube::Client,
+    scheduler: &SharedScheduler,
+    config: &SchedulerConfiguration,
+    housekeeping_interval: Duration,
+    leadership: &Leadership,
+    shutdown: &Shutdown,
+) {
+    start_gated_housekeeping(
+        client,
+        scheduler,
+        housekeeping_interval,
+        leadership.clone(),
+        shutdown,
+    );
+    reservation_controller::start(client, scheduler, config, leadership.clone(), shutdown);
 }

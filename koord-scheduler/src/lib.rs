@@ -4,7 +4,9 @@
 //!
 //! Pure cores: [`cache`] (cluster indexes), [`framework`] (plugin pipeline),
 //! [`plugins`]; thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
-//! binder), [`simulator`] (YAML in, report out).
+//! binder, housekeeping), [`reservation_controller`], [`simulator`] (YAML in,
+//! report out). With several replicas, only the one holding the leader Lease
+//! writes status and runs the Reservation controller ([`LeaderElectionArgs`]).
 
 pub mod cache;
 pub mod cluster;
@@ -24,8 +26,14 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use koord_common::leader::{
+    LeaderElector, Leadership, LeaseTiming, LeaseTimingError, check_object_name, default_identity,
+    export_leader_status, spawn_campaign,
+};
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
-use koord_common::{ClusterArgs, Endpoints, ListenAddr, ListenerSpec, LogArgs, ShutdownReason};
+use koord_common::{
+    ClusterArgs, Endpoints, ListenAddr, ListenerSpec, LogArgs, Shutdown, ShutdownReason,
+};
 
 use crate::config::SchedulerConfiguration;
 use crate::extender::{ExtenderMetrics, ExtenderState};
@@ -42,6 +50,116 @@ pub const SCHEDULER_CHECK: &str = "scheduler";
 
 /// Upstream's default insecure serving port for /healthz and /metrics.
 pub const DEFAULT_PORT: u16 = 10251;
+
+/// The extender's leader-election Lease. Upstream's koord-scheduler uses
+/// `koord-scheduler`, but here that Lease belongs to the kube-scheduler
+/// running next to the extender, so ours must differ.
+pub const DEFAULT_LEASE_NAME: &str = "koord-scheduler-extender";
+
+/// How often assumed pods are expired and due status is written.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
+
+fn parse_lease_name(text: &str) -> Result<String, String> {
+    check_object_name("lease name", text, 253)
+}
+
+fn parse_namespace(text: &str) -> Result<String, String> {
+    check_object_name("namespace", text, 63)
+}
+
+/// Leader election of the cluster-writing background work (status
+/// write-back, Reservation controller), with kube-scheduler's flag names and
+/// defaults except for the Lease's name and namespace. The extender
+/// endpoints and the cache run on every replica regardless.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LeaderElectionArgs {
+    /// Write status and run the Reservation controller only on the replica holding the Lease.
+    #[arg(
+        long = "leader-elect",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub leader_elect: bool,
+
+    /// Only `leases` is supported (kube-scheduler's default).
+    #[arg(long = "leader-elect-resource-lock", default_value = "leases", value_parser = ["leases"])]
+    pub resource_lock: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long = "leader-elect-resource-name", default_value = DEFAULT_LEASE_NAME, value_parser = parse_lease_name)]
+    pub resource_name: String,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(
+        long = "leader-elect-resource-namespace",
+        default_value = apis::configuration::DEFAULT_CONFIG_NAMESPACE,
+        value_parser = parse_namespace
+    )]
+    pub resource_namespace: String,
+
+    /// How long a standby waits after the last renewal before taking the Lease over.
+    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it stops leading; shorter than the lease duration.
+    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub renew_deadline: Duration,
+
+    /// Pause between election attempts.
+    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub retry_period: Duration,
+}
+
+impl LeaderElectionArgs {
+    /// The timing, checked against client-go's rules.
+    pub fn timing(&self) -> Result<LeaseTiming, LeaseTimingError> {
+        let timing = LeaseTiming {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        };
+        timing.validate()?;
+        Ok(timing)
+    }
+
+    /// Unconditional leadership when election is off; otherwise a campaign
+    /// that starts once the cache is `synced` (a new leader must not act on
+    /// a half-listed cluster), with its state exported as a metric.
+    pub fn leadership(
+        &self,
+        client: &kube::Client,
+        timing: LeaseTiming,
+        mut synced: cluster::CacheSynced,
+        metrics: &koord_common::MetricsRegistry,
+        shutdown: &Shutdown,
+    ) -> Leadership {
+        if !self.leader_elect {
+            tracing::info!(
+                "--leader-elect=false: this replica writes status and runs the Reservation controller"
+            );
+            return Leadership::unconditional();
+        }
+        let elector = LeaderElector::new(
+            client.clone(),
+            &self.resource_namespace,
+            &self.resource_name,
+            default_identity(),
+            timing,
+        );
+        let cache_synced = async move {
+            if synced.wait_for(|synced| *synced).await.is_err() {
+                // The watchers stopped (shutdown): never campaign.
+                std::future::pending::<()>().await;
+            }
+        };
+        let leadership = spawn_campaign(elector, cache_synced, shutdown.clone());
+        export_leader_status(metrics, &self.resource_name, &leadership);
+        leadership
+    }
+}
 
 /// Command-line flags; names and defaults follow upstream `cmd/koord-scheduler`.
 #[derive(Debug, Clone, Parser)]
@@ -62,6 +180,9 @@ pub struct SchedulerArgs {
     /// How long a pod bound by the extender counts as assumed without the watch confirming it.
     #[arg(long = "assumed-pod-ttl", default_value = "5m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub assumed_pod_ttl: Duration,
+
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
 
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -167,6 +288,7 @@ pub fn run_simulation(args: &SchedulerArgs, simulate: &SimulateArgs) -> anyhow::
 /// Runs until a signal or a failure; `Err` means start-up failed.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     let config = args.configuration()?;
+    let lease_timing = args.leader_election.timing()?;
     let profile = config.profile();
     let scheduler: SharedScheduler =
         Arc::new(RwLock::new(build_scheduler(&config, args.assumed_pod_ttl)?));
@@ -214,17 +336,21 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
                 client: connected.client.clone(),
             });
             let _ = binder_tx.send(Some(binder));
-            cluster::start_watchers(&connected.client, &scheduler, ready, &context.shutdown);
-            cluster::start_housekeeping(
+            let synced =
+                cluster::start_watchers(&connected.client, &scheduler, ready, &context.shutdown);
+            let leadership = args.leader_election.leadership(
                 &connected.client,
-                &scheduler,
-                Duration::from_secs(1),
+                lease_timing,
+                synced,
+                &context.metrics,
                 &context.shutdown,
             );
-            reservation_controller::start(
+            cluster::start_background_work(
                 &connected.client,
                 &scheduler,
                 &config,
+                HOUSEKEEPING_INTERVAL,
+                &leadership,
                 &context.shutdown,
             );
             tracing::info!(plugins = ?scheduler.read().map(|s| s.plugin_names()).unwrap_or_default(), "serving the scheduler extender");
@@ -286,6 +412,70 @@ mod tests {
         let listeners = args.listeners();
         assert_eq!(listeners.len(), 1);
         assert_eq!(listeners[0].addr.to_string(), "0.0.0.0:10251");
+    }
+
+    #[test]
+    fn leader_election_follows_kube_scheduler_flags_with_our_own_lease() {
+        let args = SchedulerArgs::try_parse_from(["koord-scheduler"]).unwrap();
+        let election = &args.leader_election;
+        assert!(election.leader_elect);
+        assert_eq!(election.resource_name, DEFAULT_LEASE_NAME);
+        assert_eq!(election.resource_namespace, "koordinator-system");
+        assert_eq!(election.timing().unwrap(), LeaseTiming::default());
+
+        let argv = koord_common::cli::normalize_go_flag_args(
+            [
+                "koord-scheduler",
+                "--leader-elect=false",
+                "--leader-elect-resource-namespace=koord",
+                "--leader-elect-resource-name=lead",
+                "--leader-elect-lease-duration=30s",
+                "--leader-elect-renew-deadline=20s",
+                "--leader-elect-retry-period=4s",
+            ]
+            .map(std::ffi::OsString::from),
+        );
+        let args = SchedulerArgs::try_parse_from(argv).unwrap();
+        let election = &args.leader_election;
+        assert!(!election.leader_elect);
+        assert_eq!(
+            (
+                election.resource_namespace.as_str(),
+                election.resource_name.as_str()
+            ),
+            ("koord", "lead")
+        );
+        assert_eq!(
+            election.timing().unwrap().renew_deadline,
+            Duration::from_secs(20)
+        );
+        // A bare flag means true, as with Go's bool flags.
+        let bare = SchedulerArgs::try_parse_from(["koord-scheduler", "--leader-elect", "--port=1"])
+            .unwrap();
+        assert!(bare.leader_election.leader_elect);
+    }
+
+    #[test]
+    fn bad_leader_election_input_is_rejected_with_a_reason() {
+        for bad in [
+            "--leader-elect-resource-namespace=Not_A_Namespace",
+            "--leader-elect-resource-name=",
+            "--leader-elect-resource-lock=endpoints",
+            "--leader-elect-lease-duration=soon",
+        ] {
+            assert!(
+                SchedulerArgs::try_parse_from(["koord-scheduler", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        let args = SchedulerArgs::try_parse_from([
+            "koord-scheduler",
+            "--leader-elect-lease-duration=5s",
+            "--leader-elect-renew-deadline=10s",
+        ])
+        .unwrap();
+        let err = args.leader_election.timing().unwrap_err().to_string();
+        assert!(err.contains("shorter than the lease duration"), "{err}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use apis::scheduling::v1alpha1::{Reservation, ReservationStatus};
 use koord_common::Shutdown;
+use koord_common::leader::Leadership;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
 use crate::cache::{Change, Object};
@@ -236,6 +237,7 @@ pub struct ReservationController {
     scheduler: SharedScheduler,
     settings: ControllerSettings,
     recently_placed: Mutex<RecentlyPlaced>,
+    leadership: Leadership,
 }
 
 impl ReservationController {
@@ -249,13 +251,26 @@ impl ReservationController {
             scheduler,
             settings,
             recently_placed: Mutex::new(RecentlyPlaced::new()),
+            leadership: Leadership::unconditional(),
         }
+    }
+
+    /// Plans and writes only while `leadership` holds: two replicas placing
+    /// the same Reservation would put it on two nodes.
+    pub fn gated_by(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 
     /// One pass: plans under the lock, then writes. Failed status writes are
     /// undone in the cache (a failed placement is retried on a later pass).
-    /// Returns the writes that failed.
+    /// Returns the writes that failed. Without leadership it does nothing;
+    /// losing it mid-pass cancels the write in flight and drops the rest,
+    /// undoing them in the cache.
     pub async fn sync(&self, now: SystemTime, gc_pass: bool) -> Vec<WriteError> {
+        if !self.leadership.is_leader() {
+            return Vec::new();
+        }
         let recently_placed = match self.recently_placed.lock() {
             Ok(mut placed) => {
                 placed.retain(|_, at| *at + PLACED_MEMORY > now);
@@ -274,7 +289,8 @@ impl ReservationController {
             Err(_) => return Vec::new(),
         };
         let mut failures = Vec::new();
-        for write in writes {
+        let mut writes = writes.into_iter();
+        while let Some(write) = writes.next() {
             match write {
                 Write::Status {
                     name,
@@ -282,25 +298,19 @@ impl ReservationController {
                     annotations,
                     previous,
                 } => {
-                    // The status subresource ignores metadata: the held
-                    // devices and cpuset go first, through the object itself.
-                    let metadata_result = if annotations.is_empty() {
-                        Ok(())
-                    } else {
-                        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-                        self.api
-                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                            .await
-                            .map(|_| ())
-                    };
-                    let result = match metadata_result {
-                        Ok(()) => {
-                            let patch = status_patch(&status);
-                            self.api
-                                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                                .await
-                        }
-                        Err(error) => Err(error),
+                    let written = self
+                        .leadership
+                        .while_leading(self.write_status(&name, &status, &annotations))
+                        .await;
+                    let Some(result) = written else {
+                        let abandoned = Write::Status {
+                            name,
+                            status,
+                            annotations,
+                            previous,
+                        };
+                        self.abandon(std::iter::once(abandoned).chain(writes));
+                        break;
                     };
                     match result {
                         Ok(_) => {
@@ -320,11 +330,19 @@ impl ReservationController {
                     }
                 }
                 Write::Delete { name } => {
-                    match self.api.delete(&name, &DeleteParams::default()).await {
-                        Ok(_) => {
+                    let deleted = self
+                        .leadership
+                        .while_leading(self.api.delete(&name, &DeleteParams::default()))
+                        .await;
+                    match deleted {
+                        Some(Ok(_)) => {
                             tracing::info!(reservation = %name, "ended reservation garbage collected");
                         }
-                        Err(source) => failures.push(WriteError { name, source }),
+                        Some(Err(source)) => failures.push(WriteError { name, source }),
+                        None => {
+                            self.abandon(writes);
+                            break;
+                        }
                     }
                 }
             }
@@ -335,8 +353,58 @@ impl ReservationController {
         failures
     }
 
-    /// Runs [`ReservationController::sync`] every [`SYNC_INTERVAL`], with
-    /// garbage collection every `gc_interval`, until shutdown.
+    /// Merge-patches the held devices and cpuset (if any), then the status.
+    async fn write_status(
+        &self,
+        name: &str,
+        status: &ReservationStatus,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<(), kube::Error> {
+        // The status subresource ignores metadata: the held devices and
+        // cpuset go first, through the object itself.
+        if !annotations.is_empty() {
+            let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+            self.api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        let patch = status_patch(status);
+        self.api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    }
+
+    /// Leadership was lost before these writes finished: their planned
+    /// changes leave the cache, so a later leader (maybe this replica again)
+    /// plans them afresh. A reservation the watch has updated meanwhile
+    /// (a write that landed before it was cancelled) keeps the newer object.
+    fn abandon(&self, writes: impl IntoIterator<Item = Write>) {
+        let Ok(mut scheduler) = self.scheduler.write() else {
+            return;
+        };
+        let mut dropped = 0usize;
+        for write in writes {
+            dropped += 1;
+            let Write::Status { name, previous, .. } = write else {
+                continue;
+            };
+            let unchanged = scheduler
+                .cache
+                .reservations
+                .get(&name)
+                .is_some_and(|cached| {
+                    cached.metadata.resource_version == previous.metadata.resource_version
+                });
+            if unchanged {
+                scheduler.apply(Change::Upsert(Object::Reservation(*previous)));
+            }
+        }
+        tracing::warn!(dropped, "leadership lost; stopped writing reservations");
+    }
+
+    /// Runs [`ReservationController::sync`] every [`SYNC_INTERVAL`] while
+    /// leading, with garbage collection every `gc_interval`, until shutdown.
     pub async fn run(self, shutdown: Shutdown) {
         let mut ticker = tokio::time::interval(SYNC_INTERVAL);
         let mut last_gc: Option<tokio::time::Instant> = None;
@@ -344,6 +412,9 @@ impl ReservationController {
             tokio::select! {
                 _ = shutdown.wait() => return,
                 _ = ticker.tick() => {}
+            }
+            if !self.leadership.is_leader() {
+                continue;
             }
             let gc_pass = last_gc.is_none_or(|at| at.elapsed() >= self.settings.gc_interval);
             if gc_pass {
@@ -354,19 +425,21 @@ impl ReservationController {
     }
 }
 
-/// Starts the controller for the cluster-mode shell. Plugin args were
-/// already validated when the scheduler was built; should they fail here
-/// anyway, upstream's defaults are used.
+/// Starts the controller for the cluster-mode shell; it acts only while
+/// `leadership` holds. Plugin args were already validated when the scheduler
+/// was built; should they fail here anyway, upstream's defaults are used.
 pub fn start(
     client: &kube::Client,
     scheduler: &SharedScheduler,
     config: &SchedulerConfiguration,
+    leadership: Leadership,
     shutdown: &Shutdown,
 ) {
     let settings = ControllerSettings::from_config(config).unwrap_or_else(|err| {
         tracing::warn!(error = %err, "Reservation args unreadable; using defaults");
         ControllerSettings::default()
     });
-    let controller = ReservationController::new(client.clone(), Arc::clone(scheduler), settings);
+    let controller = ReservationController::new(client.clone(), Arc::clone(scheduler), settings)
+        .gated_by(leadership);
     tokio::spawn(controller.run(shutdown.clone()));
 }

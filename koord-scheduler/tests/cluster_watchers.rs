@@ -2,7 +2,8 @@
 //! The cluster-mode watchers against a fake API server: lists and watch
 //! events of Nodes, Pods and NodeMetrics reach the cache that `/filter`
 //! reads, readiness follows the node and pod lists, and a bound pod that
-//! the watch never confirms is released by the housekeeping.
+//! the watch never confirms is released by the housekeeping, also on a
+//! replica that does not hold the leader Lease.
 
 mod common;
 
@@ -15,8 +16,9 @@ use apis::extension::quantity::QuantityValue;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use koord_common::Shutdown;
 use koord_common::health::StatusCheck;
+use koord_common::leader::Leadership;
 use koord_common::testing::FakeApiServer;
-use koord_scheduler::cluster::{KubeBinder, start_housekeeping, start_watchers};
+use koord_scheduler::cluster::{KubeBinder, start_gated_housekeeping, start_watchers};
 use koord_scheduler::config::SchedulerConfiguration;
 use koord_scheduler::extender::{ExtenderMetrics, ExtenderState};
 use koord_scheduler::framework::SharedScheduler;
@@ -131,7 +133,12 @@ impl Drop for Extender {
     }
 }
 
-async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration) -> Extender {
+/// A replica that never leads: it watches, serves and expires, but writes no status.
+fn standby() -> Leadership {
+    Leadership::from_receiver(tokio::sync::watch::channel(false).1)
+}
+
+async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration, leadership: Leadership) -> Extender {
     let client = common::client(api);
     let scheduler: SharedScheduler = Arc::new(RwLock::new(
         koord_scheduler::build_scheduler(&SchedulerConfiguration::default(), assumed_pod_ttl)
@@ -140,7 +147,13 @@ async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration) -> Extender {
     let ready = StatusCheck::failing("not synced");
     let shutdown = Shutdown::new();
     start_watchers(&client, &scheduler, ready.clone(), &shutdown);
-    start_housekeeping(&client, &scheduler, Duration::from_millis(100), &shutdown);
+    start_gated_housekeeping(
+        &client,
+        &scheduler,
+        Duration::from_millis(100),
+        leadership,
+        &shutdown,
+    );
     let state = ExtenderState {
         scheduler: Arc::clone(&scheduler),
         binder: Arc::new(KubeBinder { client }),
@@ -187,7 +200,7 @@ async fn listed_and_watched_objects_reach_filter() {
     let api = cluster();
     // Arrives on the open watch after the list.
     api.push_watch_event(NODES, "ADDED", &node("n4").to_string());
-    let extender = start(&api, Duration::from_secs(300)).await;
+    let extender = start(&api, Duration::from_secs(300), Leadership::unconditional()).await;
 
     let all = ["n1", "n2", "n3", "n4"];
     let result = filter_until(extender.addr, &all, "saw n4", |r| {
@@ -237,7 +250,8 @@ async fn watch_confirms_bound_pods_and_housekeeping_releases_unconfirmed_ones() 
         201,
         "{}",
     );
-    let extender = start(&api, Duration::from_secs(2)).await;
+    // A standby: the expiry below is local cache work, not leader work.
+    let extender = start(&api, Duration::from_secs(2), standby()).await;
     filter_until(extender.addr, &["n3"], "synced", |r| feasible(r) == ["n3"]).await;
 
     // Bind batch-job (1000) to n3: it is assumed there.
@@ -321,7 +335,7 @@ async fn quota_status_is_written_back_once_while_unchanged() {
     );
     api.respond_watch(quotas);
     api.respond("PATCH", quota_path, 200, &quota.to_string());
-    let _extender = start(&api, Duration::from_secs(300)).await;
+    let _extender = start(&api, Duration::from_secs(300), Leadership::unconditional()).await;
 
     let patch = api.wait_for_request("PATCH", quota_path, WAIT).unwrap();
     assert_eq!(
