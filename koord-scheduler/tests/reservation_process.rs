@@ -97,7 +97,7 @@ fn cluster_mode_places_a_pending_reservation_and_completes_it_when_its_owner_bin
     let dir = TempDir::new("scheduler-reservations").unwrap();
     let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
     let mut command = command_with_kubeconfig(BIN, &kubeconfig);
-    command.args(["--port", "0"]);
+    command.args(["--port", "0", "--leader-elect=false"]);
     let mut process = TestProcess::spawn(command).unwrap();
 
     let placed = wait_for_patch(&api, "Available");
