@@ -5,6 +5,9 @@
 //! - `koordlet_runtime_hook_calls_total{hook,stage,status}` counter;
 //! - `koordlet_runtime_hook_enabled{hook}` / `koordlet_runtime_hook_supported{hook}`
 //!   gauges (a hook runs when both are 1);
+//! - `koordlet_runtime_hook_implemented{hook}` gauge: 0 for a hook this build
+//!   only gates and reports (CoreSched), so its `supported` 0 is not read as
+//!   "the kernel lacks it";
 //! - `koordlet_runtime_hook_reconciler_invoked_duration_milliseconds{node,level,resource_type,status}`
 //!   histogram (upstream's name);
 //! - `koordlet_runtime_hook_reconciler_drift_repaired_total{level,resource_type}`
@@ -34,6 +37,7 @@ pub struct HookMetrics {
     calls: Family<Labels, Counter>,
     enabled: Family<Labels, Gauge>,
     supported: Family<Labels, Gauge>,
+    implemented: Family<Labels, Gauge>,
     reconcile_ms: Family<Labels, Histogram>,
     drift_repaired: Family<Labels, Counter>,
     server_requests: Family<Labels, Counter>,
@@ -53,6 +57,7 @@ impl HookMetrics {
             calls: Family::default(),
             enabled: Family::default(),
             supported: Family::default(),
+            implemented: Family::default(),
             reconcile_ms: Family::new_with_constructor(ms_histogram),
             drift_repaired: Family::default(),
             server_requests: Family::default(),
@@ -81,8 +86,13 @@ impl HookMetrics {
             );
             r.register(
                 "runtime_hook_supported",
-                "whether this node has the capabilities the runtime hook needs",
+                "whether the runtime hook can run here: implemented by this build and the node has the capabilities it needs",
                 m.supported,
+            );
+            r.register(
+                "runtime_hook_implemented",
+                "whether this build implements the runtime hook's effect (0: gated and reported only)",
+                m.implemented,
             );
             r.register(
                 "runtime_hook_reconciler_invoked_duration_milliseconds",
@@ -130,12 +140,24 @@ impl HookMetrics {
             .inc();
     }
 
-    pub fn set_hook_state(&self, hook: &str, enabled: bool, supported: bool) {
+    pub fn set_hook_state(&self, hook: &str, enabled: bool, supported: bool, implemented: bool) {
         let labels = vec![("hook", hook.to_string())];
         self.enabled.get_or_create(&labels).set(i64::from(enabled));
         self.supported
             .get_or_create(&labels)
             .set(i64::from(supported));
+        self.implemented
+            .get_or_create(&labels)
+            .set(i64::from(implemented));
+    }
+
+    /// The `koordlet_runtime_hook_supported` / `_implemented` values of `hook`.
+    pub fn hook_state(&self, hook: &str) -> (i64, i64) {
+        let labels = vec![("hook", hook.to_string())];
+        (
+            self.supported.get_or_create(&labels).get(),
+            self.implemented.get_or_create(&labels).get(),
+        )
     }
 
     pub fn observe_reconcile(&self, level: &str, resource: &str, ok: bool, elapsed: Duration) {

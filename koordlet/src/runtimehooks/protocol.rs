@@ -575,6 +575,13 @@ pub trait Hook: Send + Sync {
     fn required_capabilities(&self) -> &'static [RequiredCapability] {
         &[]
     }
+    /// `Some(what is missing)` when this build only gates and reports the
+    /// hook without implementing its effect: the dispatcher keeps it
+    /// inactive on every node, whatever the kernel offers, and reports it as
+    /// "not implemented" (distinct from a missing node capability).
+    fn not_implemented(&self) -> Option<&'static str> {
+        None
+    }
     /// Decides for a pod-level stage, adding to `out`.
     fn pod(
         &self,
@@ -614,7 +621,11 @@ pub trait Hook: Send + Sync {
 pub struct HookStatus {
     pub name: String,
     pub enabled: bool,
-    /// `None` when supported; else the missing capabilities.
+    /// False when this build does not implement the hook's effect (see
+    /// [`Hook::not_implemented`]); such a hook is always unsupported.
+    pub implemented: bool,
+    /// `None` when supported; else why not: "not implemented in this
+    /// build: ..." or "missing <capabilities>".
     pub unsupported: Option<String>,
     pub stages: Vec<String>,
 }
@@ -622,6 +633,7 @@ pub struct HookStatus {
 struct HookEntry {
     hook: Arc<dyn Hook>,
     enabled: bool,
+    implemented: bool,
     unsupported: Option<String>,
 }
 
@@ -661,19 +673,35 @@ impl HookDispatcher {
                     .filter(|cap| !cap.is_met(caps))
                     .map(|cap| cap.name())
                     .collect();
-                let unsupported =
-                    (!missing.is_empty()).then(|| format!("missing {}", missing.join(", ")));
-                if let (true, Some(reason)) = (enabled, &unsupported) {
-                    tracing::warn!(
+                let not_implemented = hook.not_implemented();
+                let unsupported = match (not_implemented, missing.is_empty()) {
+                    (Some(what), true) => Some(format!("not implemented in this build: {what}")),
+                    (Some(what), false) => Some(format!(
+                        "not implemented in this build: {what} (the node also lacks {})",
+                        missing.join(", ")
+                    )),
+                    (None, false) => Some(format!("missing {}", missing.join(", "))),
+                    (None, true) => None,
+                };
+                match (enabled, not_implemented, &unsupported) {
+                    (true, Some(_), Some(reason)) => tracing::warn!(
+                        hook = hook.name(),
+                        reason = %reason,
+                        "runtime hook {} is enabled but not implemented in this build; it changes nothing on any node",
+                        hook.name()
+                    ),
+                    (true, None, Some(reason)) => tracing::warn!(
                         hook = hook.name(),
                         reason = %reason,
                         "runtime hook {} is enabled but unsupported on this node; it changes nothing",
                         hook.name()
-                    );
+                    ),
+                    _ => {}
                 }
                 HookEntry {
                     hook,
                     enabled,
+                    implemented: not_implemented.is_none(),
                     unsupported,
                 }
             })
@@ -701,6 +729,7 @@ impl HookDispatcher {
                 entry.hook.name(),
                 entry.enabled,
                 entry.unsupported.is_none(),
+                entry.implemented,
             );
         }
         Self {
@@ -786,6 +815,7 @@ impl HookDispatcher {
             .map(|entry| HookStatus {
                 name: entry.hook.name().to_string(),
                 enabled: entry.enabled,
+                implemented: entry.implemented,
                 unsupported: entry.unsupported.clone(),
                 stages: entry
                     .hook

@@ -165,12 +165,14 @@ mod tests {
         use std::sync::Arc;
         let caps = bare_caps();
         assert!(!caps.group_identity);
+        let metrics = crate::runtimehooks::metrics::HookMetrics::new("n");
         let dispatcher = HookDispatcher::new(
             vec![(Arc::new(GroupIdentity) as Arc<dyn Hook>, true)],
             &caps,
             CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup"),
             FailurePolicyConfig::default(),
-        );
+        )
+        .with_metrics(metrics.clone());
         let status = &dispatcher.statuses()[0];
         assert!(status.enabled);
         assert!(
@@ -180,6 +182,9 @@ mod tests {
                 .unwrap_or_default()
                 .contains("group identity")
         );
+        // The kernel lacks it; the hook itself is implemented.
+        assert!(status.implemented);
+        assert_eq!(metrics.hook_state("GroupIdentity"), (0, 1));
         let out = dispatcher
             .run(
                 HookStage::PreRunPodSandbox,

@@ -6,7 +6,7 @@
 //! | BatchResource | on | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpu, memory |
 //! | CPUNormalization | off | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpu |
 //! | CPUSetAllocator | on | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpuset |
-//! | CoreSched | off | PreRunPodSandbox, PreCreateContainer | core scheduling |
+//! | CoreSched | off | PreRunPodSandbox, PreCreateContainer | not implemented (inactive on every node) |
 //! | GPUEnvInject | off | PreCreateContainer | — |
 //! | GroupIdentity | on | PreRunPodSandbox | group identity |
 //! | OOMScoreAdj | off | PreCreateContainer, PostStartContainer | — |
