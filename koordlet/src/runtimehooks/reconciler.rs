@@ -98,13 +98,19 @@ pub fn pod_context_of(pod: &Pod, layout: &CgroupLayout) -> Option<(PodContext, Q
         let resources = container.resources.as_ref();
         let requests = resources.and_then(|r| r.requests.as_ref());
         let limits = resources.and_then(|r| r.limits.as_ref());
-        request += quantity(requests, "cpu", true).unwrap_or(0);
+        // Spec values: the request sum saturates; a limit sum beyond i64
+        // counts as no limit.
+        request = request.saturating_add(
+            quantity(requests, "cpu", true)
+                .filter(|v| *v > 0)
+                .unwrap_or(0),
+        );
         cpu_limit = cpu_limit
             .zip(quantity(limits, "cpu", true).filter(|v| *v > 0))
-            .map(|(a, b)| a + b);
+            .and_then(|(a, b)| a.checked_add(b));
         memory_limit = memory_limit
             .zip(quantity(limits, "memory", false).filter(|v| *v > 0))
-            .map(|(a, b)| a + b);
+            .and_then(|(a, b)| a.checked_add(b));
         let mut spec = ExtendedResourceContainerSpec::default();
         for name in [BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY] {
             if let Some(q) = requests.and_then(|r| r.get(name)) {

@@ -9,7 +9,8 @@
 //! - memory limit from the batch-memory limit; no limit → -1.
 //!
 //! Pod level sums the containers; one unlimited container makes the pod
-//! unlimited. Pods that are not BE, or have no extended-resource spec
+//! unlimited, and so does a limit sum beyond what the kernel can hold
+//! (i64); the request sum saturates. Pods that are not BE, or have no extended-resource spec
 //! (absent or malformed annotation), are left alone.
 
 use apis::extension::{BATCH_CPU, BATCH_MEMORY, ExtendedResourceContainerSpec, QoSClass};
@@ -57,17 +58,21 @@ pub fn pod_resources(pod: &PodContext, env: &HookEnv) -> Result<Option<LinuxReso
     let Some(spec) = &pod.extended_resources else {
         return Ok(None);
     };
+    // The values come from an annotation: sums saturate (requests) or, for
+    // limits, a sum beyond i64 counts as no limit, never an overflow.
     let mut request = 0i64;
     let mut cpu_limit = Some(0i64);
     let mut memory_limit = Some(0i64);
     for container in spec.containers.values() {
-        request += resource_value(&container.requests, BATCH_CPU)?
-            .filter(|v| *v > 0)
-            .unwrap_or(0);
+        request = request.saturating_add(
+            resource_value(&container.requests, BATCH_CPU)?
+                .filter(|v| *v > 0)
+                .unwrap_or(0),
+        );
         let cpu = resource_value(&container.limits, BATCH_CPU)?.filter(|v| *v > 0);
-        cpu_limit = cpu_limit.zip(cpu).map(|(a, b)| a + b);
+        cpu_limit = cpu_limit.zip(cpu).and_then(|(a, b)| a.checked_add(b));
         let memory = resource_value(&container.limits, BATCH_MEMORY)?.filter(|v| *v > 0);
-        memory_limit = memory_limit.zip(memory).map(|(a, b)| a + b);
+        memory_limit = memory_limit.zip(memory).and_then(|(a, b)| a.checked_add(b));
     }
     let quota = match (env.rules.be_cfs_quota_enabled, cpu_limit) {
         (true, Some(limit)) => scale_quota(
@@ -208,6 +213,53 @@ mod tests {
             .unwrap();
         assert_eq!(out.resources.cpu_quota, Some(-1));
         assert_eq!(out.resources.cpu_shares, Some(512));
+    }
+
+    #[test]
+    fn huge_annotation_values_do_not_overflow() {
+        // 8Ei is 2^63 bytes: one past i64::MAX on its own; two of them, or
+        // two 4Ei, overflow any plain sum.
+        let env = env_with(NodeRules::default());
+        for (memory, cpu) in [("8Ei", "9223372036854775807"), ("4Ei", "5e18")] {
+            let mut huge = pod("BE", "besteffort", &[]);
+            huge.extended_resources = Some(batch_spec(&[
+                ("main", Some(cpu), Some(cpu), Some(memory)),
+                ("side", Some(cpu), Some(cpu), Some(memory)),
+            ]));
+            let mut out = Adjustment::default();
+            BatchResource
+                .pod(HookStage::PreRunPodSandbox, &huge, &env, &mut out)
+                .unwrap_or_else(|err| panic!("{memory}/{cpu}: {err}"));
+            assert_eq!(out.resources.memory_limit, Some(-1), "{memory}");
+            assert_eq!(out.resources.cpu_quota, Some(-1), "{cpu}");
+            assert_eq!(
+                out.resources.cpu_shares,
+                Some(crate::runtimehooks::hooks::CPU_SHARES_MAX)
+            );
+            // Per container: no sum, the value itself (or its clamp).
+            let mut out = Adjustment::default();
+            BatchResource
+                .container(
+                    HookStage::PreCreateContainer,
+                    &container(huge, "main"),
+                    &env,
+                    &mut out,
+                )
+                .unwrap();
+            assert!(out.resources.memory_limit.is_some_and(|v| v != 0));
+            assert!(out.resources.cpu_quota.is_some_and(|v| v > 0));
+        }
+        // Sums that fit are still exact.
+        let mut fits = pod("BE", "besteffort", &[]);
+        fits.extended_resources = Some(batch_spec(&[
+            ("main", None, None, Some("2Ei")),
+            ("side", None, None, Some("2Ei")),
+        ]));
+        let mut out = Adjustment::default();
+        BatchResource
+            .pod(HookStage::PreRunPodSandbox, &fits, &env, &mut out)
+            .unwrap();
+        assert_eq!(out.resources.memory_limit, Some(1i64 << 62));
     }
 
     #[test]

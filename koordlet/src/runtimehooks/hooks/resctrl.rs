@@ -91,18 +91,30 @@ impl ResctrlNodeInfo {
 /// The L3 mask for `[start%, end%)` of the ways in `cbm_mask` (hex), or
 /// `None` when the mask or the range is invalid.
 pub fn l3_mask(cbm_mask: u64, start_percent: i64, end_percent: i64) -> Option<String> {
-    // A root CBM is all ones from bit 0.
-    if cbm_mask == 0 || (cbm_mask & (cbm_mask + 1)) != 0 {
+    // A root CBM is all ones from bit 0 (the kernel may report all 64).
+    let contiguous = cbm_mask
+        .checked_add(1)
+        .is_none_or(|next| cbm_mask & next == 0);
+    if cbm_mask == 0 || !contiguous {
         return None;
     }
     if start_percent < 0 || end_percent > 100 || end_percent <= start_percent {
         return None;
     }
+    // ways <= 64 and percents <= 100: the products fit easily.
     let ways = u64::from(64 - cbm_mask.leading_zeros());
-    let start = (ways * start_percent as u64).div_ceil(100);
-    let end = (ways * end_percent as u64).div_ceil(100);
-    let mask = (1u64 << end) - (1u64 << start);
+    let start = (ways * start_percent.unsigned_abs()).div_ceil(100);
+    let end = (ways * end_percent.unsigned_abs()).div_ceil(100);
+    let mask = low_bits(end) & !low_bits(start);
     (mask != 0).then(|| format!("{mask:x}"))
+}
+
+/// The lowest `count` bits set (all 64 for `count >= 64`).
+fn low_bits(count: u64) -> u64 {
+    match u32::try_from(count) {
+        Ok(count) if count < u64::BITS => (1u64 << count) - 1,
+        _ => u64::MAX,
+    }
 }
 
 /// Schemata lines for a pod's config on this node.
@@ -282,6 +294,30 @@ mod tests {
         assert_eq!(l3_mask(0x7ff, 0, 30).as_deref(), Some("f"));
         assert_eq!(l3_mask(0x7f0, 0, 30), None);
         assert_eq!(l3_mask(0x7ff, 50, 50), None);
+    }
+
+    #[test]
+    fn a_64_way_cbm_mask_does_not_overflow() {
+        // A full 64-bit mask read from info/L3/cbm_mask.
+        let info = ResctrlNodeInfo::parse("L3:0=ffffffffffffffff", "ffffffffffffffff\n").unwrap();
+        assert_eq!(info.cbm_mask, u64::MAX);
+        assert_eq!(
+            l3_mask(u64::MAX, 0, 100).as_deref(),
+            Some("ffffffffffffffff")
+        );
+        assert_eq!(
+            l3_mask(u64::MAX, 50, 100).as_deref(),
+            Some("ffffffff00000000")
+        );
+        assert_eq!(l3_mask(u64::MAX, 0, 50).as_deref(), Some("ffffffff"));
+        // Not contiguous from bit 0 / wider than 64 bits: rejected, no panic.
+        assert_eq!(l3_mask(u64::MAX - 1, 0, 100), None);
+        assert_eq!(l3_mask(1 << 63, 0, 100), None);
+        assert!(ResctrlNodeInfo::parse("L3:0=f", "1ffffffffffffffff").is_err());
+        // Out-of-range percents from the annotation.
+        assert_eq!(l3_mask(u64::MAX, -1, 100), None);
+        assert_eq!(l3_mask(u64::MAX, 0, 101), None);
+        assert_eq!(l3_mask(u64::MAX, i64::MIN, i64::MAX), None);
     }
 
     #[test]
