@@ -192,14 +192,14 @@ impl SideEffectApplier {
         reports.into_iter().flatten().collect()
     }
 
+    /// Whether the resctrl group `group` exists (a valid name whose
+    /// directory is below the resctrl root).
+    pub fn resctrl_group_exists(&self, group: &str) -> bool {
+        self.group_dir(group).is_ok_and(|dir| dir.is_dir())
+    }
+
     fn group_dir(&self, group: &str) -> Result<PathBuf, EffectStatus> {
-        let valid = !group.is_empty()
-            && group
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-            && group != "."
-            && group != "..";
-        if valid {
+        if super::hooks::resctrl::is_group_name(group) {
             Ok(self.resctrl_root.join(group))
         } else {
             Err(EffectStatus::Failed(format!(

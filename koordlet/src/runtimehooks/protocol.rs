@@ -478,6 +478,11 @@ pub struct Adjustment {
     pub env: StringMap,
     /// Annotations to add or overwrite.
     pub annotations: StringMap,
+    /// The resctrl group (RDT class, upstream's `Closid`) the container is
+    /// created in (container creation only). The NRI transport puts it in
+    /// the `ContainerAdjustment`; the runtime proxy's CRI messages have no
+    /// such field, so there the tasks are moved after start.
+    pub rdt_class: Option<String>,
     pub side_effects: Vec<SideEffect>,
     /// Failures of fail-open hooks (the call proceeds).
     pub ignored_failures: Vec<HookFailure>,
@@ -488,6 +493,7 @@ impl Adjustment {
         self.resources.is_empty()
             && self.env.is_empty()
             && self.annotations.is_empty()
+            && self.rdt_class.is_none()
             && self.side_effects.is_empty()
     }
 
@@ -510,6 +516,9 @@ impl Adjustment {
         self.resources.merge_from(&other.resources);
         self.env.extend(other.env);
         self.annotations.extend(other.annotations);
+        if other.rdt_class.is_some() {
+            self.rdt_class = other.rdt_class;
+        }
         self.side_effects.extend(other.side_effects);
         self.ignored_failures.extend(other.ignored_failures);
     }

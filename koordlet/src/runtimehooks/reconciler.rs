@@ -24,7 +24,7 @@ use apis::extension::{
     BATCH_CPU, BATCH_MEMORY, ExtendedResourceContainerSpec, ExtendedResourceSpec, MID_CPU,
     MID_MEMORY, QuantityValue, kube_qos_class_of_pod,
 };
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use koord_common::Shutdown;
 
 use super::apply::{EffectStatus, SideEffectApplier};
@@ -170,27 +170,49 @@ fn started_containers(pod: &Pod) -> Vec<(String, String, LinuxResources)> {
         .filter_map(|status| {
             let id = status.container_id.as_deref().filter(|id| !id.is_empty())?;
             let spec = specs.iter().find(|c| c.name == status.name);
-            let resources = spec.and_then(|c| c.resources.as_ref());
-            let requests = resources.and_then(|r| r.requests.as_ref());
-            let limits = resources.and_then(|r| r.limits.as_ref());
-            let linux = LinuxResources {
-                cpu_shares: Some(milli_cpu_to_shares(
-                    quantity(requests, "cpu", true).unwrap_or(0),
-                )),
-                cpu_quota: Some(milli_cpu_to_quota(
-                    quantity(limits, "cpu", true).unwrap_or(0),
-                    super::rules::DEFAULT_CFS_PERIOD_US,
-                )),
-                memory_limit: Some(
-                    quantity(limits, "memory", false)
-                        .filter(|v| *v > 0)
-                        .unwrap_or(-1),
-                ),
-                ..LinuxResources::default()
-            };
+            let linux = spec
+                .map(container_spec_resources)
+                .unwrap_or_else(|| container_spec_resources(&Container::default()));
             Some((status.name.clone(), id.to_string(), linux))
         })
         .collect()
+}
+
+/// The resources the kubelet gives a container for its spec: cpu.shares
+/// from the CPU request, CFS quota from the CPU limit (none → -1) at the
+/// default period, memory limit (none → -1). This is the unscaled baseline
+/// of hooks that transform the runtime's values (CPUNormalization), so a
+/// decision derived from it is the same however often it is made.
+pub fn container_spec_resources(container: &Container) -> LinuxResources {
+    let resources = container.resources.as_ref();
+    let requests = resources.and_then(|r| r.requests.as_ref());
+    let limits = resources.and_then(|r| r.limits.as_ref());
+    LinuxResources {
+        cpu_shares: Some(milli_cpu_to_shares(
+            quantity(requests, "cpu", true).unwrap_or(0),
+        )),
+        cpu_quota: Some(milli_cpu_to_quota(
+            quantity(limits, "cpu", true).unwrap_or(0),
+            super::rules::DEFAULT_CFS_PERIOD_US,
+        )),
+        memory_limit: Some(
+            quantity(limits, "memory", false)
+                .filter(|v| *v > 0)
+                .unwrap_or(-1),
+        ),
+        ..LinuxResources::default()
+    }
+}
+
+/// [`container_spec_resources`] of the (app or init) container `name` of
+/// `pod`; `None` when the spec has no such container.
+pub fn pod_container_spec_resources(pod: &Pod, name: &str) -> Option<LinuxResources> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|container| container.name == name)
+        .map(container_spec_resources)
 }
 
 /// Filesystem reads the planner needs, injectable for tests.
@@ -643,7 +665,8 @@ mod tests {
     use crate::runtimehooks::hooks::testutil::bare_caps;
     use crate::runtimehooks::hooks::{HookOptions, all_hooks};
     use crate::system::cgroup::{CgroupDriver, CgroupResource, CgroupVersion};
-    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     struct FakeView;
@@ -762,6 +785,51 @@ mod tests {
         );
         // No group identity on this node: no QoS-tier writes.
         assert!(desired.iter().all(|d| d.level != "kubeqos"));
+    }
+
+    #[test]
+    fn huge_spec_limits_do_not_overflow_the_pod_sums() {
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup");
+        let huge = |name: &str, memory: &str, cpu: &str| Container {
+            name: name.into(),
+            resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: Some([("cpu".to_string(), Quantity(cpu.to_string()))].into()),
+                limits: Some(
+                    [
+                        ("cpu".to_string(), Quantity(cpu.to_string())),
+                        ("memory".to_string(), Quantity(memory.to_string())),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            }),
+            ..Container::default()
+        };
+        let mut pod = lsr_pod();
+        pod.spec = Some(PodSpec {
+            containers: vec![huge("a", "8Ei", "9e15"), huge("b", "8Ei", "9e15")],
+            ..PodSpec::default()
+        });
+        let (context, _) = pod_context_of(&pod, &layout).unwrap();
+        assert_eq!(context.resources.memory_limit, Some(-1));
+        assert_eq!(context.resources.cpu_quota, Some(-1));
+        assert_eq!(
+            context.resources.cpu_shares,
+            Some(crate::runtimehooks::hooks::CPU_SHARES_MAX)
+        );
+        // Sums that fit stay exact.
+        pod.spec = Some(PodSpec {
+            containers: vec![huge("a", "1Gi", "500m"), huge("b", "1Gi", "250m")],
+            ..PodSpec::default()
+        });
+        let (context, _) = pod_context_of(&pod, &layout).unwrap();
+        assert_eq!(context.resources.memory_limit, Some(2 << 30));
+        assert_eq!(context.resources.cpu_quota, Some(75_000));
+        assert_eq!(
+            pod_container_spec_resources(&pod, "b").and_then(|r| r.cpu_quota),
+            Some(25_000)
+        );
+        assert_eq!(pod_container_spec_resources(&pod, "c"), None);
     }
 
     #[test]

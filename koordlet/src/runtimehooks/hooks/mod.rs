@@ -10,7 +10,7 @@
 //! | GPUEnvInject | off | PreCreateContainer | — |
 //! | GroupIdentity | on | PreRunPodSandbox | group identity |
 //! | OOMScoreAdj | off | PreCreateContainer, PostStartContainer | — |
-//! | Resctrl | off | PreRunPodSandbox, PostStartContainer, PreRemoveRunPodSandbox, PostStopPodSandbox | resctrl |
+//! | Resctrl | off | PreRunPodSandbox, PreCreateContainer, PostStartContainer, PreRemoveRunPodSandbox, PostStopPodSandbox | resctrl |
 
 pub mod batchresource;
 pub mod coresched;

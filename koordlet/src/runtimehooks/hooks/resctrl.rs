@@ -1,8 +1,11 @@
 //! Resctrl: a resctrl group `koordlet-<pod uid>` for each pod carrying the
 //! `node.koordinator.sh/resctrl` annotation, with the LLC ways and memory
-//! bandwidth it asks for; the pod's tasks are moved into it after start and
-//! by the reconciler, and groups of pods that are gone are removed
-//! (sandbox removal, and the reconciler's garbage collection).
+//! bandwidth it asks for. Containers are created in it (the RDT class of
+//! the creation decision, which the NRI plugin passes to the runtime, as
+//! upstream does); their tasks are also moved into it after start and by
+//! the reconciler (the runtime proxy's CRI messages carry no RDT class), and
+//! groups of pods that are gone are removed (sandbox removal, and the
+//! reconciler's garbage collection).
 //!
 //! Schemata: `llc.schemata.range: [start%, end%]` becomes a contiguous mask
 //! over the root's CBM ways (`ceil(ways*start/100)` ..
@@ -175,6 +178,18 @@ pub fn group_of(pod_uid: &str) -> String {
     format!("{GROUP_PREFIX}{pod_uid}")
 }
 
+/// Whether `group` is usable as a directory name below the resctrl root
+/// (and as a runtime RDT class): ASCII letters, digits, `-`, `_`, `.`, not
+/// `.`/`..`.
+pub fn is_group_name(group: &str) -> bool {
+    !group.is_empty()
+        && group != "."
+        && group != ".."
+        && group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
 fn config_of(pod: &PodContext) -> Result<Option<ResctrlConfig>, HookError> {
     get_resctrl_info(&pod.annotations).map_err(|error| HookError::MalformedAnnotation {
         key: ANNOTATION_RESCTRL.to_string(),
@@ -227,6 +242,7 @@ impl Hook for ResctrlHook {
     fn stages(&self) -> &'static [HookStage] {
         &[
             HookStage::PreRunPodSandbox,
+            HookStage::PreCreateContainer,
             HookStage::PostStartContainer,
             HookStage::PreRemoveRunPodSandbox,
             HookStage::PostStopPodSandbox,
@@ -264,19 +280,31 @@ impl Hook for ResctrlHook {
 
     fn container(
         &self,
-        _stage: HookStage,
+        stage: HookStage,
         container: &ContainerContext,
         _env: &HookEnv,
         out: &mut Adjustment,
     ) -> Result<(), HookError> {
         let pod = &container.pod;
-        if pod.meta.uid.is_empty() || container.pids.is_empty() || config_of(pod)?.is_none() {
+        if pod.meta.uid.is_empty() || config_of(pod)?.is_none() {
             return Ok(());
         }
-        out.side_effects.push(SideEffect::ResctrlTasks {
-            group: group_of(&pod.meta.uid),
-            pids: container.pids.clone(),
-        });
+        let group = group_of(&pod.meta.uid);
+        match stage {
+            // As upstream: the container is created in the pod's group (the
+            // NRI adjustment's RDT class), so its first task is already in
+            // it. A pod UID that is not a plain name is not passed on.
+            HookStage::PreCreateContainer if is_group_name(&group) => {
+                out.rdt_class = Some(group);
+            }
+            HookStage::PostStartContainer if !container.pids.is_empty() => {
+                out.side_effects.push(SideEffect::ResctrlTasks {
+                    group,
+                    pids: container.pids.clone(),
+                });
+            }
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -361,6 +389,55 @@ mod tests {
                 schemata: vec!["L3:0=f;1=3c".into(), "MB:0=60;1=60".into()],
             }]
         );
+        // Creation: the container starts in the pod's group.
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .container(
+                HookStage::PreCreateContainer,
+                &container(p.clone(), "main"),
+                &env,
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(out.rdt_class.as_deref(), Some("koordlet-uid-1"));
+        assert!(out.side_effects.is_empty());
+        let mut other = p.clone();
+        other.meta.uid = "uid-2".into();
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .container(
+                HookStage::PreCreateContainer,
+                &container(other, "main"),
+                &env,
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(out.rdt_class.as_deref(), Some("koordlet-uid-2"));
+        // A UID that is no plain name never becomes a class (or a path).
+        let mut escaping = p.clone();
+        escaping.meta.uid = "../x".into();
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .container(
+                HookStage::PreCreateContainer,
+                &container(escaping, "main"),
+                &env,
+                &mut out,
+            )
+            .unwrap();
+        assert!(out.is_empty());
+        // Pods without the annotation keep the runtime's (default) class.
+        let mut out = Adjustment::default();
+        ResctrlHook
+            .container(
+                HookStage::PreCreateContainer,
+                &container(pod("LS", "burstable", &[]), "main"),
+                &env,
+                &mut out,
+            )
+            .unwrap();
+        assert!(out.is_empty());
+
         let mut c = container(p.clone(), "main");
         c.pids = vec![7];
         let mut out = Adjustment::default();

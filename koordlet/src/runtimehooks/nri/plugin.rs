@@ -8,6 +8,14 @@
 //! `PreRunPodSandbox` decision and existing containers their
 //! `PreUpdateContainerResources` decision, returned as container updates, so
 //! containers created while koordlet was away are corrected on (re)connect.
+//!
+//! The resources of an existing container (Synchronize, or UpdateContainer
+//! without new resources) are the runtime's current values, which koordlet
+//! may already have changed (CPUNormalization's scaled quota). Hooks must not
+//! transform them again, so such a context starts from the pod spec's values
+//! (states informer, as the reconciler does) and, for a pod the informer
+//! does not know, without a CFS quota: every Synchronize then decides the
+//! same values, however often the runtime reconnects.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +31,8 @@ use crate::runtimehooks::protocol::{
     Adjustment, ContainerContext, ContainerMeta, HookDispatcher, HookRequest, HookStage,
     LinuxResources, PodContext, PodMeta, SideEffect,
 };
+use crate::runtimehooks::reconciler::pod_container_spec_resources;
+use crate::statesinformer::StatesInformer;
 
 /// Events koordlet subscribes to unless the runtime's plugin config says otherwise.
 pub const DEFAULT_EVENTS: [api::Event; 4] = [
@@ -202,8 +212,14 @@ fn cgroupfs_dir(cgroups_path: &str) -> Option<PathBuf> {
     (!dir.as_os_str().is_empty()).then_some(dir)
 }
 
-fn nri_resources(resources: &LinuxResources) -> Option<api::LinuxResources> {
-    if resources.is_empty() {
+fn nri_resources(
+    resources: &LinuxResources,
+    rdt_class: Option<&str>,
+) -> Option<api::LinuxResources> {
+    let rdt_class = rdt_class.map(|value| api::OptionalString {
+        value: value.to_string(),
+    });
+    if resources.is_empty() && rdt_class.is_none() {
         return None;
     }
     let mut cpu = api::LinuxCpu {
@@ -229,12 +245,13 @@ fn nri_resources(resources: &LinuxResources) -> Option<api::LinuxResources> {
         limit: Some(api::OptionalInt64 { value }),
         ..Default::default()
     });
-    if !has_cpu && memory.is_none() {
+    if !has_cpu && memory.is_none() && rdt_class.is_none() {
         return None;
     }
     Some(api::LinuxResources {
         cpu: has_cpu.then_some(cpu),
         memory,
+        rdt_class,
         ..Default::default()
     })
 }
@@ -251,22 +268,23 @@ pub fn container_adjustment(adjustment: &Adjustment) -> api::ContainerAdjustment
                 value: value.clone(),
             })
             .collect(),
-        linux: nri_resources(&adjustment.resources).map(|resources| {
-            api::LinuxContainerAdjustment {
+        linux: nri_resources(&adjustment.resources, adjustment.rdt_class.as_deref()).map(
+            |resources| api::LinuxContainerAdjustment {
                 resources: Some(resources),
                 ..Default::default()
-            }
-        }),
+            },
+        ),
         ..Default::default()
     }
 }
 
-/// The update of an existing container; `None` when nothing changes.
+/// The update of an existing container; `None` when nothing changes. The
+/// RDT class is chosen at creation only (a running container keeps its).
 pub fn container_update(
     container_id: &str,
     adjustment: &Adjustment,
 ) -> Option<api::ContainerUpdate> {
-    let resources = nri_resources(&adjustment.resources)?;
+    let resources = nri_resources(&adjustment.resources, None)?;
     Some(api::ContainerUpdate {
         container_id: container_id.to_string(),
         linux: Some(api::LinuxContainerUpdate {
@@ -285,6 +303,8 @@ pub struct NriPlugin {
     applier: Option<SideEffectApplier>,
     status: NriStatus,
     events: AtomicI32,
+    /// Pod specs: the baseline resources of existing containers.
+    states: Option<StatesInformer>,
 }
 
 impl NriPlugin {
@@ -300,11 +320,61 @@ impl NriPlugin {
             applier,
             status,
             events: AtomicI32::new(event_mask(&DEFAULT_EVENTS)),
+            states: None,
         }
+    }
+
+    /// Takes existing containers' baseline resources from the pod specs
+    /// `states` knows (see the module doc); without it they have none.
+    pub fn with_states(mut self, states: StatesInformer) -> Self {
+        self.states = Some(states);
+        self
     }
 
     pub fn status(&self) -> &NriStatus {
         &self.status
+    }
+
+    /// Replaces the runtime's current CPU/memory values of an existing
+    /// container with those of its pod spec (unscaled, what the kubelet
+    /// asked for). A container the states informer does not know keeps no
+    /// CFS quota: the current one may already be a hook's result, and
+    /// transforming it again would drift on every reconnect.
+    fn use_spec_baseline(&self, context: &mut ContainerContext) {
+        let uid = context.pod.meta.uid.as_str();
+        let spec = self
+            .states
+            .as_ref()
+            .filter(|_| !uid.is_empty())
+            .and_then(StatesInformer::pods)
+            .and_then(|snapshot| {
+                let pod = snapshot.pod_by_uid(uid)?;
+                pod_container_spec_resources(pod, &context.container.name)
+            });
+        match spec {
+            Some(spec) => {
+                context.resources.cpu_shares = spec.cpu_shares;
+                context.resources.cpu_quota = spec.cpu_quota;
+                context.resources.memory_limit = spec.memory_limit;
+            }
+            None => {
+                tracing::debug!(pod = %context.pod.meta, container = %context.container.name, "pod spec unknown; existing container decided without its current CFS quota");
+                context.resources.cpu_quota = None;
+            }
+        }
+    }
+
+    /// Drops an RDT class whose resctrl group does not exist: runc refuses
+    /// to create a container in a missing class (without a schema), so the
+    /// container starts in the default group and the reconciler moves it.
+    fn check_rdt_class(&self, adjustment: &mut Adjustment, container: &str) {
+        let (Some(applier), Some(group)) = (&self.applier, &adjustment.rdt_class) else {
+            return;
+        };
+        if !applier.resctrl_group_exists(group) {
+            tracing::warn!(container, group = %group, root = %applier.resctrl_root().display(), "resctrl group missing at container creation; the container starts in the default group and the reconciler moves its tasks");
+            adjustment.rdt_class = None;
+        }
     }
 
     fn apply_side_effects(&self, what: &str, effects: Vec<SideEffect>) {
@@ -376,7 +446,8 @@ impl NriPlugin {
                 tracing::debug!(container = %container.id, "container of an unknown pod; skipped");
                 continue;
             };
-            let context = container_context(pod, container);
+            let mut context = container_context(pod, container);
+            self.use_spec_baseline(&mut context);
             match self.run(
                 HookStage::PreUpdateContainerResources,
                 &HookRequest::Container(context),
@@ -406,10 +477,11 @@ impl NriPlugin {
         let (pod, container) = pod_and_container(request.pod.as_ref(), request.container.as_ref())?;
         let pod = pod_context(pod);
         let context = container_context(&pod, container);
-        let adjustment = self.run(
+        let mut adjustment = self.run(
             HookStage::PreCreateContainer,
             &HookRequest::Container(context),
         )?;
+        self.check_rdt_class(&mut adjustment, &container.id);
         let adjust = container_adjustment(&adjustment);
         self.apply_side_effects("CreateContainer", adjustment.side_effects);
         Ok(api::CreateContainerResponse {
@@ -426,7 +498,10 @@ impl NriPlugin {
         let pod = pod_context(pod);
         let mut context = container_context(&pod, container);
         if request.linux_resources.is_some() {
+            // The kubelet's new values: not yet transformed by any hook.
             context.resources = resources_from_nri(request.linux_resources.as_ref());
+        } else {
+            self.use_spec_baseline(&mut context);
         }
         let adjustment = self.run(
             HookStage::PreUpdateContainerResources,

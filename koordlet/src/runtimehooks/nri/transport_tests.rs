@@ -591,3 +591,280 @@ async fn a_refused_registration_is_retried() {
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- real hooks: resctrl class, normalization idempotence ----
+
+use crate::runtimehooks::apply::SideEffectApplier;
+use crate::runtimehooks::hooks::testutil::bare_caps;
+use crate::runtimehooks::hooks::{cpunormalization, resctrl};
+use crate::runtimehooks::rules::NodeRules;
+use crate::statesinformer::{PodsOrigin, PodsSnapshot, RequiredSyncs, StatesInformer};
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+fn caps_with(controllers: &[&str]) -> crate::capabilities::NodeCapabilities {
+    let mut caps = bare_caps();
+    caps.cgroup.controllers = controllers.iter().map(|c| c.to_string()).collect();
+    caps
+}
+
+fn applier_under(base: &Path) -> SideEffectApplier {
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, base.join("cg"));
+    let executor = crate::resourceexecutor::ResourceExecutor::new(
+        layout,
+        crate::resourceexecutor::ExecutorConfig::default(),
+    );
+    SideEffectApplier::new(executor, base.join("proc"), base.join("resctrl"))
+}
+
+#[test]
+fn the_rdt_class_goes_into_the_creation_adjustment_only() {
+    let mut adjustment = Adjustment {
+        rdt_class: Some("koordlet-uid-1".into()),
+        ..Adjustment::default()
+    };
+    // Alone, it still makes a Linux adjustment.
+    let adjust = container_adjustment(&adjustment);
+    let resources = adjust.linux.unwrap().resources.unwrap();
+    assert_eq!(
+        resources.rdt_class,
+        Some(api::OptionalString {
+            value: "koordlet-uid-1".into()
+        })
+    );
+    assert!(resources.cpu.is_none() && resources.memory.is_none());
+    // A running container keeps its class.
+    assert!(super::plugin::container_update("c1", &adjustment).is_none());
+    adjustment.resources.cpu_shares = Some(64);
+    let update = super::plugin::container_update("c1", &adjustment).unwrap();
+    let resources = update.linux.unwrap().resources.unwrap();
+    assert_eq!(resources.rdt_class, None);
+    assert_eq!(resources.cpu.unwrap().shares.unwrap().value, 64);
+}
+
+#[test]
+fn create_container_sets_the_pods_resctrl_group_as_rdt_class() {
+    let base = temp_dir("rdt");
+    let mut caps = caps_with(&["cpu", "cpuset", "memory"]);
+    caps.resctrl.supported = true;
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, base.join("cg"));
+    let dispatcher = Arc::new(HookDispatcher::new(
+        vec![(Arc::new(resctrl::ResctrlHook) as Arc<dyn Hook>, true)],
+        &caps,
+        layout,
+        FailurePolicyConfig::default(),
+    ));
+    assert!(dispatcher.is_active("Resctrl"));
+    let plugin = NriPlugin::new(
+        dispatcher,
+        Some(applier_under(&base)),
+        NriStatus::new(NriState::Disabled),
+    );
+    let mut pod = nri_pod("sb1", &[("koordinator.sh/qosClass", "LS")]);
+    pod.annotations.insert(
+        apis::extension::ANNOTATION_RESCTRL.to_string(),
+        r#"{"llc":{"schemata":{"range":[0,50]}}}"#.to_string(),
+    );
+    let request = api::CreateContainerRequest {
+        pod: Some(pod.clone()),
+        container: Some(nri_container("c1", "sb1")),
+    };
+    let rdt_class = |response: api::CreateContainerResponse| {
+        response
+            .adjust
+            .and_then(|a| a.linux)
+            .and_then(|l| l.resources)
+            .and_then(|r| r.rdt_class)
+            .map(|c| c.value)
+    };
+
+    // The group RunPodSandbox made exists: the container is created in it.
+    std::fs::create_dir_all(base.join("resctrl/koordlet-uid-1")).unwrap();
+    let response = plugin.create_container(&request).unwrap();
+    assert_eq!(rdt_class(response).as_deref(), Some("koordlet-uid-1"));
+
+    // No group (its creation failed): no class, so runc does not refuse the container.
+    std::fs::remove_dir(base.join("resctrl/koordlet-uid-1")).unwrap();
+    let response = plugin.create_container(&request).unwrap();
+    assert_eq!(rdt_class(response), None);
+
+    // A pod without the annotation: no class either.
+    std::fs::create_dir_all(base.join("resctrl/koordlet-uid-1")).unwrap();
+    let plain = api::CreateContainerRequest {
+        pod: Some(nri_pod("sb1", &[("koordinator.sh/qosClass", "LS")])),
+        container: Some(nri_container("c1", "sb1")),
+    };
+    assert_eq!(rdt_class(plugin.create_container(&plain).unwrap()), None);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A pod object as the states informer holds it: one container `main` with
+/// a CPU limit of `cpu_limit`.
+fn spec_pod(uid: &str, qos: &str, cpu_limit: &str) -> k8s::Pod {
+    k8s::Pod {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            labels: Some([("koordinator.sh/qosClass".to_string(), qos.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s::PodSpec {
+            containers: vec![k8s::Container {
+                name: "main".into(),
+                resources: Some(k8s::ResourceRequirements {
+                    limits: Some([("cpu".to_string(), Quantity(cpu_limit.to_string()))].into()),
+                    ..Default::default()
+                }),
+                ..k8s::Container::default()
+            }],
+            ..k8s::PodSpec::default()
+        }),
+        status: Some(k8s::PodStatus {
+            qos_class: Some("Burstable".into()),
+            ..k8s::PodStatus::default()
+        }),
+    }
+}
+
+fn states_with(pods: Vec<k8s::Pod>) -> StatesInformer {
+    let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
+    states.set_pods(PodsSnapshot {
+        pods,
+        origin: PodsOrigin::File,
+        synced_at: std::time::SystemTime::now(),
+    });
+    states
+}
+
+/// An LS container whose runtime CFS quota is `quota`.
+fn ls_container(quota: i64) -> api::Container {
+    let mut container = nri_container("c1", "sb1");
+    if let Some(linux) = container.linux.as_mut() {
+        linux.cgroups_path = "/kubepods/burstable/poduid-1/c1".into();
+        linux.resources = Some(api::LinuxResources {
+            cpu: Some(api::LinuxCpu {
+                quota: Some(api::OptionalInt64 { value: quota }),
+                period: Some(api::OptionalUInt64 { value: 100_000 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    container
+}
+
+fn normalization_plugin(states: Option<StatesInformer>) -> NriPlugin {
+    let dispatcher = Arc::new(HookDispatcher::new(
+        vec![(
+            Arc::new(cpunormalization::CpuNormalization) as Arc<dyn Hook>,
+            true,
+        )],
+        &caps_with(&["cpu"]),
+        CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup"),
+        FailurePolicyConfig::default(),
+    ));
+    dispatcher.set_rules(NodeRules {
+        cpu_normalization_ratio: Some(1.25),
+        ..NodeRules::default()
+    });
+    let plugin = NriPlugin::new(dispatcher, None, NriStatus::new(NriState::Disabled));
+    match states {
+        Some(states) => plugin.with_states(states),
+        None => plugin,
+    }
+}
+
+fn update_quota(update: &api::ContainerUpdate) -> Option<i64> {
+    update
+        .linux
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .cpu
+        .as_ref()?
+        .quota
+        .as_ref()
+        .map(|q| q.value)
+}
+
+#[test]
+fn synchronize_rounds_and_updates_do_not_scale_the_quota_again() {
+    let mut pod = nri_pod("sb1", &[("koordinator.sh/qosClass", "LS")]);
+    if let Some(linux) = pod.linux.as_mut() {
+        linux.cgroup_parent = "/kubepods/burstable/poduid-1".into();
+    }
+    // The spec says 2 CPUs: 200000 µs per 100 ms, normalized to 160000.
+    let plugin = normalization_plugin(Some(states_with(vec![spec_pod("uid-1", "LS", "2")])));
+
+    // Created while koordlet was away: the kubelet's 200000 is in place.
+    let mut current = 200_000;
+    let mut decided = Vec::new();
+    for _round in 0..3 {
+        let response = plugin.synchronize(&api::SynchronizeRequest {
+            pods: vec![pod.clone()],
+            containers: vec![ls_container(current)],
+        });
+        assert_eq!(response.update.len(), 1, "{response:?}");
+        let quota = update_quota(&response.update[0]).unwrap();
+        decided.push(quota);
+        // The runtime applies it; the next reconnect sees it as current.
+        current = quota;
+    }
+    assert_eq!(decided, vec![160_000, 160_000, 160_000]);
+
+    // UpdateContainer without new resources: the same, from the spec.
+    let update = |resources: Option<api::LinuxResources>| {
+        let response = plugin
+            .update_container(&api::UpdateContainerRequest {
+                pod: Some(pod.clone()),
+                container: Some(ls_container(160_000)),
+                linux_resources: resources,
+            })
+            .unwrap();
+        update_quota(&response.update[0])
+    };
+    assert_eq!(update(None), Some(160_000));
+    // With the kubelet's new values (a resize to 3 CPUs): those are scaled.
+    let resized = api::LinuxResources {
+        cpu: Some(api::LinuxCpu {
+            quota: Some(api::OptionalInt64 { value: 300_000 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(update(Some(resized)), Some(240_000));
+
+    // A pod the informer does not know: the current (maybe already scaled)
+    // quota is not scaled again; nothing is decided for it.
+    let unknown = normalization_plugin(Some(states_with(Vec::new())));
+    for _round in 0..2 {
+        let response = unknown.synchronize(&api::SynchronizeRequest {
+            pods: vec![pod.clone()],
+            containers: vec![ls_container(160_000)],
+        });
+        assert!(response.update.iter().all(|u| update_quota(u).is_none()));
+    }
+    let no_states = normalization_plugin(None);
+    let response = no_states.synchronize(&api::SynchronizeRequest {
+        pods: vec![pod.clone()],
+        containers: vec![ls_container(160_000)],
+    });
+    assert!(response.update.iter().all(|u| update_quota(u).is_none()));
+    // Creation still scales the kubelet's value, as before.
+    let created = unknown
+        .create_container(&api::CreateContainerRequest {
+            pod: Some(pod),
+            container: Some(ls_container(200_000)),
+        })
+        .unwrap();
+    let quota = created
+        .adjust
+        .and_then(|a| a.linux)
+        .and_then(|l| l.resources)
+        .and_then(|r| r.cpu)
+        .and_then(|c| c.quota)
+        .map(|q| q.value);
+    assert_eq!(quota, Some(160_000));
+}
