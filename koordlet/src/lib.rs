@@ -194,7 +194,6 @@ pub async fn run(
         &context.metrics,
         &node_name,
     )?;
-    start_nri_plugin(&args, &runtime_hooks, &context);
 
     let required = match &standalone {
         Some(config) => RequiredSyncs {
@@ -206,12 +205,16 @@ pub async fn run(
     let states = StatesInformer::new(node_name.clone(), required);
     states.register_readiness(&context.health);
     let states_metrics = StatesMetrics::register(&context.metrics, &node_name);
+    // Server, NRI plugin and reconciler start once the informer synced
+    // (as upstream), so their first decisions see the node's rules.
     runtime_hooks.start(
         &args.runtime_hooks,
+        &args.nri,
         standalone.is_some(),
         &states,
         runtimehooks::online_cpus(&caps),
         Some(args.node_topology.var_lib_kubelet_dir.clone()),
+        &context.metrics,
         &context.health,
         &context.shutdown,
     )?;
@@ -377,22 +380,6 @@ fn start_qos_manager(
     }
 }
 
-/// The NRI plugin transport of the runtime hooks (see `docs/nri.md`).
-fn start_nri_plugin(
-    args: &KoordletArgs,
-    runtime_hooks: &runtimehooks::RuntimeHooks,
-    context: &ComponentContext,
-) {
-    runtimehooks::nri::start(
-        &args.nri,
-        Arc::clone(&runtime_hooks.dispatcher),
-        Some(runtime_hooks.applier.clone()),
-        &context.metrics,
-        &context.health,
-        context.shutdown.clone(),
-    );
-}
-
 /// The daemon's one resource executor; its audit trail is served on `--addr`.
 fn resource_executor(args: &KoordletArgs, layout: CgroupLayout) -> ResourceExecutor {
     let config = ExecutorConfig {
@@ -536,6 +523,30 @@ mod tests {
         );
         let args = KoordletArgs::try_parse_from(argv).unwrap();
         assert_eq!(args.addr.to_string(), "127.0.0.1:9999");
+    }
+
+    #[test]
+    fn upstream_runtime_hook_flags_parse_on_the_daemon_command_line() {
+        // Flags from upstream's DaemonSet/config that used to stop koordlet at parsing.
+        let argv = koord_common::cli::normalize_go_flag_args(
+            [
+                "koordlet",
+                "-var-run-root-dir=/host-var-run/",
+                "-runtime-hooks-nri-backoff-steps=2147483647",
+                "-runtime-hooks-nri-backoff-duration=1s",
+                "-runtime-hooks-nri-backoff-factor=2",
+                "-runtime-hooks-nri-socket-path=nri/nri.sock",
+                "-runtime-hooks-states-sync-timeout=0",
+            ]
+            .map(OsString::from),
+        );
+        let args = KoordletArgs::try_parse_from(argv).unwrap();
+        assert_eq!(
+            args.nri.socket(),
+            std::path::PathBuf::from("/host-var-run/nri/nri.sock")
+        );
+        assert_eq!(args.nri.backoff_steps, 2_147_483_647);
+        assert_eq!(args.runtime_hooks.states_sync_timeout(), None);
     }
 
     #[test]

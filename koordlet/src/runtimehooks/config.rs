@@ -7,6 +7,10 @@ use super::protocol::{FailurePolicy, FailurePolicyConfig, FailurePolicyConfigErr
 use super::reconciler::DEFAULT_RECONCILE_INTERVAL;
 use super::server::{DEFAULT_HOST_ENDPOINT, DEFAULT_REGISTRATION_DIR, DEFAULT_RUNTIME_HOOKS_ADDR};
 use crate::statesinformer::parse_positive_duration;
+use koord_common::cluster::parse_duration;
+
+/// Default `--runtime-hooks-states-sync-timeout`.
+pub const DEFAULT_STATES_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runtime hook flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -81,6 +85,13 @@ pub struct RuntimeHooksArgs {
     #[arg(id = "runtime-hooks-reconcile-interval", long = "runtime-hooks-reconcile-interval", default_value = "10s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub reconcile_interval: Duration,
 
+    /// How long the runtime hooks (server, NRI plugin, reconciler) wait for
+    /// the states informer's first sync before starting with the rules known
+    /// so far; 0 waits as long as it takes (upstream's behaviour). Not an
+    /// upstream flag.
+    #[arg(id = "runtime-hooks-states-sync-timeout", long = "runtime-hooks-states-sync-timeout", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub states_sync_timeout: Duration,
+
     /// Keep the CFS quota of cpuset-bound (LSE/LSR) containers.
     #[arg(id = "disable-unset-cpu-quota", long = "disable-unset-cpu-quota", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub disable_unset_cpu_quota: bool,
@@ -109,6 +120,7 @@ impl Default for RuntimeHooksArgs {
             host_endpoint: DEFAULT_HOST_ENDPOINT.into(),
             disable_stages: Vec::new(),
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
+            states_sync_timeout: DEFAULT_STATES_SYNC_TIMEOUT,
             disable_unset_cpu_quota: false,
             feature_gates: String::new(),
         }
@@ -136,6 +148,11 @@ pub enum ConfigError {
 }
 
 impl RuntimeHooksArgs {
+    /// The states-informer wait limit; `None` (flag `0`) waits forever.
+    pub fn states_sync_timeout(&self) -> Option<Duration> {
+        (!self.states_sync_timeout.is_zero()).then_some(self.states_sync_timeout)
+    }
+
     /// The server socket: the flag, else upstream's default in cluster mode,
     /// else none (standalone).
     pub fn server_socket(&self, standalone: bool) -> Result<Option<PathBuf>, ConfigError> {
@@ -233,6 +250,22 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["koordlet", "--runtime-hooks-failure-policy=Maybe"]).is_err());
         assert!(Cli::try_parse_from(["koordlet", "--runtime-hooks-disable-stages=Nope"]).is_err());
+        assert_eq!(
+            cli.hooks.states_sync_timeout(),
+            Some(Duration::from_secs(60))
+        );
+        let forever =
+            Cli::try_parse_from(["koordlet", "--runtime-hooks-states-sync-timeout=0"]).unwrap();
+        assert_eq!(forever.hooks.states_sync_timeout(), None);
+        let short =
+            Cli::try_parse_from(["koordlet", "--runtime-hooks-states-sync-timeout=1m30s"]).unwrap();
+        assert_eq!(
+            short.hooks.states_sync_timeout(),
+            Some(Duration::from_secs(90))
+        );
+        assert!(
+            Cli::try_parse_from(["koordlet", "--runtime-hooks-states-sync-timeout=soon"]).is_err()
+        );
         let tcp = Cli::try_parse_from(["koordlet", "--runtime-hooks-network=tcp"]).unwrap();
         assert!(tcp.hooks.server_socket(false).is_err());
     }

@@ -25,6 +25,7 @@ pub mod server;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
 
@@ -104,44 +105,62 @@ impl RuntimeHooks {
         })
     }
 
-    /// Starts the RuntimeHookService server (when a socket is configured)
-    /// and the reconciler. A server that cannot bind fails its readiness
-    /// check (`runtime-hooks-server`) instead of stopping koordlet.
+    /// Starts the runtime hooks: the RuntimeHookService server (when a
+    /// socket is configured), the NRI plugin and the reconciler.
+    ///
+    /// As upstream (`koordlet.go` starts the runtime hooks after the states
+    /// informer synced), they are held back until every source `states`
+    /// requires has synced once and the rules are rebuilt from it, so that
+    /// the NRI Synchronize (run once per connection), the first
+    /// CreateContainer and the first proxy call see the node's rules (LS
+    /// share pool, system-QoS CPUs, kubelet policy, normalization ratio, BE
+    /// suppression). Unlike upstream, the wait ends after
+    /// `--runtime-hooks-states-sync-timeout` (logged with what is still
+    /// pending; the hooks then start with the rules known so far and the
+    /// reconciler corrects running containers once the informer syncs).
+    ///
+    /// Returns at once; metrics and readiness checks are registered before
+    /// it returns. A server that cannot bind fails its readiness check
+    /// (`runtime-hooks-server`) instead of stopping koordlet.
     /// `kubelet_root` holds the kubelet's CPU manager checkpoint.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         args: &RuntimeHooksArgs,
+        nri_args: &nri::NriArgs,
         standalone: bool,
         states: &StatesInformer,
         online_cpus: Option<CpuSet>,
         kubelet_root: Option<PathBuf>,
+        metrics: &MetricsRegistry,
         health: &HealthRegistry,
         shutdown: &Shutdown,
-    ) -> Result<(), config::ConfigError> {
-        if let Some(socket) = args.server_socket(standalone)? {
-            let readiness = health.readiness_status(
-                SERVER_READINESS_CHECK,
-                Err(format!("binding {}", socket.display())),
-            );
-            let config = server::ServerConfig {
-                socket: socket.clone(),
-                registration_dir: args.config_path.clone(),
-                host_endpoint: args.host_endpoint.clone(),
-                proxy_failure_policy: args.failure_policy,
-            };
-            let service =
-                server::HookService::new(Arc::clone(&self.dispatcher), self.applier.clone());
-            if let Err(error) = server::start(&config, service, readiness.clone(), shutdown.clone())
-            {
-                tracing::error!(%error, "runtime hooks server not started");
-                readiness.set_failing(error.to_string());
+    ) -> Result<nri::NriStatus, config::ConfigError> {
+        let server = match args.server_socket(standalone)? {
+            Some(socket) => {
+                let readiness = health.readiness_status(
+                    SERVER_READINESS_CHECK,
+                    Err(format!(
+                        "waiting for the states informer's first sync before binding {}",
+                        socket.display()
+                    )),
+                );
+                let config = server::ServerConfig {
+                    socket,
+                    registration_dir: args.config_path.clone(),
+                    host_endpoint: args.host_endpoint.clone(),
+                    proxy_failure_policy: args.failure_policy,
+                };
+                Some((config, readiness))
             }
-        } else {
-            tracing::info!(
-                "runtime hooks server disabled in standalone mode (set --runtime-hooks-addr to serve)"
-            );
-        }
+            None => {
+                tracing::info!(
+                    "runtime hooks server disabled in standalone mode (set --runtime-hooks-addr to serve)"
+                );
+                None
+            }
+        };
+        let nri_status = nri::register(nri_args, metrics, health);
         let reconciler = reconciler::Reconciler {
             dispatcher: Arc::clone(&self.dispatcher),
             applier: self.applier.clone(),
@@ -151,8 +170,108 @@ impl RuntimeHooks {
             kubelet_root,
             reported_denials: Default::default(),
         };
-        tokio::spawn(reconciler.run(shutdown.clone()));
-        Ok(())
+        let plugin = nri::NriPlugin::new(
+            Arc::clone(&self.dispatcher),
+            Some(self.applier.clone()),
+            nri_status.clone(),
+        )
+        .with_states(states.clone());
+        let hooks = self.clone();
+        let states = states.clone();
+        let nri_args = nri_args.clone();
+        let timeout = args.states_sync_timeout();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            if wait_for_states(&states, timeout, &shutdown).await == StatesWait::Stopped {
+                return;
+            }
+            // The first decisions must see the synced rules.
+            let refreshed = tokio::task::spawn_blocking(move || {
+                reconciler.refresh_rules_blocking();
+                reconciler
+            })
+            .await;
+            let reconciler = match refreshed {
+                Ok(reconciler) => Some(reconciler),
+                Err(error) => {
+                    tracing::error!(%error, "runtime hook rules refresh did not finish; the reconciler is not started");
+                    None
+                }
+            };
+            if let Some((config, readiness)) = server {
+                let service =
+                    server::HookService::new(Arc::clone(&hooks.dispatcher), hooks.applier.clone());
+                if let Err(error) =
+                    server::start(&config, service, readiness.clone(), shutdown.clone())
+                {
+                    tracing::error!(%error, "runtime hooks server not started");
+                    readiness.set_failing(error.to_string());
+                }
+            }
+            nri::spawn(&nri_args, plugin, shutdown.clone());
+            if let Some(reconciler) = reconciler {
+                reconciler.run(shutdown).await;
+            }
+        });
+        Ok(nri_status)
+    }
+}
+
+/// How the wait for the states informer ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatesWait {
+    /// Every required source synced.
+    Synced,
+    /// The timeout passed; these sources were still pending.
+    TimedOut(Vec<&'static str>),
+    /// koordlet is stopping.
+    Stopped,
+}
+
+/// How often the wait looks at the informer (as client-go's
+/// `WaitForCacheSync`).
+const STATES_POLL: Duration = Duration::from_millis(100);
+
+/// Waits until every source `states` requires has synced once, at most
+/// `timeout` (`None`: as long as it takes, upstream's behaviour), logging
+/// what it waits for and how the wait ended.
+pub async fn wait_for_states(
+    states: &StatesInformer,
+    timeout: Option<Duration>,
+    shutdown: &Shutdown,
+) -> StatesWait {
+    let started = tokio::time::Instant::now();
+    let mut pending = states.pending_syncs();
+    if pending.is_empty() {
+        return StatesWait::Synced;
+    }
+    let limit = timeout.map_or_else(|| "no timeout".to_string(), |t| format!("timeout {t:?}"));
+    tracing::info!(
+        pending = %pending.join(", "),
+        "runtime hooks (server, NRI plugin, reconciler) wait for the states informer's first sync ({limit})"
+    );
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => return StatesWait::Stopped,
+            _ = tokio::time::sleep(STATES_POLL) => {}
+        }
+        pending = states.pending_syncs();
+        if pending.is_empty() {
+            tracing::info!(
+                waited = ?started.elapsed(),
+                "states informer synced; starting the runtime hooks"
+            );
+            return StatesWait::Synced;
+        }
+        if timeout.is_some_and(|timeout| started.elapsed() >= timeout) {
+            tracing::warn!(
+                pending = %pending.join(", "),
+                waited = ?started.elapsed(),
+                "the states informer has not synced {}; starting the runtime hooks anyway with the node rules known so far (the first NRI Synchronize and new containers may miss the share pool, system-QoS CPUs, kubelet policy or normalization ratio; the reconciler corrects running containers once it syncs)",
+                pending.join(", ")
+            );
+            return StatesWait::TimedOut(pending);
+        }
     }
 }
 

@@ -20,7 +20,7 @@ pub mod ttrpc;
 #[cfg(test)]
 mod transport_tests;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,9 +35,12 @@ pub use plugin::NriPlugin;
 pub use status::{NriState, NriStatus, NriStatusSnapshot};
 pub use supervisor::{Backoff, NriSupervisor};
 
-/// Upstream's default `--var-run-root-dir`, which relative socket paths are
-/// resolved against.
+/// Default `--var-run-root-dir` (upstream's host-mode value, like the other
+/// roots' defaults), which relative socket paths are resolved against.
 pub const VAR_RUN_ROOT: &str = "/var/run/";
+
+/// Upstream's default `--runtime-hooks-nri-backoff-steps` (Go's MaxInt32).
+pub const DEFAULT_BACKOFF_STEPS: u64 = 2_147_483_647;
 
 /// NRI flags, named as upstream koordlet's.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -46,13 +49,23 @@ pub struct NriArgs {
     #[arg(long = "enable-nri-runtime-hook", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub enable: bool,
 
-    /// The runtime's NRI socket; a relative path is taken below /var/run/.
+    /// The runtime's NRI socket; a relative path is taken below
+    /// --var-run-root-dir, an absolute one is used as given.
     #[arg(
         long = "runtime-hooks-nri-socket-path",
         default_value = "nri/nri.sock",
         value_name = "PATH"
     )]
     pub socket_path: PathBuf,
+
+    /// The host's /var/run (as mounted in koordlet's container); relative
+    /// runtime socket paths are taken below it.
+    #[arg(
+        long = "var-run-root-dir",
+        default_value = VAR_RUN_ROOT,
+        value_name = "DIR"
+    )]
+    pub var_run_root_dir: PathBuf,
 
     /// Name the plugin registers under.
     #[arg(
@@ -88,15 +101,26 @@ pub struct NriArgs {
     )]
     pub backoff_factor: f64,
 
-    /// Longest reconnect delay.
+    /// Longest reconnect delay (upstream's default is effectively unbounded:
+    /// 1<<62-1 ns).
     #[arg(long = "runtime-hooks-nri-backoff-cap", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub backoff_cap: Duration,
+
+    /// Reconnect attempts after which the delay starts over at
+    /// --runtime-hooks-nri-backoff-duration (upstream's meaning; at least 1).
+    #[arg(
+        long = "runtime-hooks-nri-backoff-steps",
+        default_value_t = DEFAULT_BACKOFF_STEPS,
+        value_parser = parse_backoff_steps,
+        value_name = "STEPS"
+    )]
+    pub backoff_steps: u64,
 }
 
 impl NriArgs {
-    /// The socket path, relative paths resolved below `/var/run/`.
+    /// The socket path, relative paths resolved below `--var-run-root-dir`.
     pub fn socket(&self) -> PathBuf {
-        Path::new(VAR_RUN_ROOT).join(&self.socket_path)
+        self.var_run_root_dir.join(&self.socket_path)
     }
 
     pub fn backoff(&self) -> Backoff {
@@ -127,6 +151,15 @@ fn parse_plugin_index(text: &str) -> Result<String, String> {
     }
 }
 
+fn parse_backoff_steps(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(steps) if steps >= 1 => Ok(steps),
+        _ => Err(format!(
+            "invalid backoff steps {text:?}: expected a whole number >= 1"
+        )),
+    }
+}
+
 fn parse_backoff_factor(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(factor) if factor.is_finite() && factor >= 1.0 => Ok(factor),
@@ -139,22 +172,15 @@ fn parse_backoff_factor(text: &str) -> Result<f64, String> {
 /// Readiness check name of the NRI plugin.
 pub const READINESS_CHECK: &str = "nri-plugin";
 
-/// Starts the NRI plugin in the background (when enabled) and returns its
-/// status: registers the `koordlet_nri_*` metrics and the `nri-plugin`
-/// readiness check (failing only while the runtime's NRI socket exists and
-/// the plugin is not registered).
-pub fn start(
-    args: &NriArgs,
-    dispatcher: Arc<HookDispatcher>,
-    applier: Option<SideEffectApplier>,
-    metrics: &MetricsRegistry,
-    health: &HealthRegistry,
-    shutdown: Shutdown,
-) -> NriStatus {
-    let socket = args.socket();
+/// Registers the NRI plugin's status without connecting: the
+/// `koordlet_nri_*` metrics and the `nri-plugin` readiness check (failing
+/// only while the runtime's NRI socket exists and the plugin is not
+/// registered). The state is `WaitingForStates` until [`spawn`] runs (or
+/// `Disabled`).
+pub fn register(args: &NriArgs, metrics: &MetricsRegistry, health: &HealthRegistry) -> NriStatus {
     let status = NriStatus::new(if args.enable {
-        NriState::WaitingForSocket {
-            socket: socket.clone(),
+        NriState::WaitingForStates {
+            socket: args.socket(),
         }
     } else {
         NriState::Disabled
@@ -164,17 +190,48 @@ pub fn start(
     health.add_readiness_check(READINESS_CHECK, FnCheck(move || check.readiness()));
     if !args.enable {
         tracing::info!("NRI runtime hooks are disabled (--enable-nri-runtime-hook=false)");
-        return status;
     }
+    status
+}
+
+/// Starts connecting in the background (when enabled): the supervisor
+/// serves `plugin` (built on the status from [`register`]) until `shutdown`.
+pub fn spawn(args: &NriArgs, plugin: NriPlugin, shutdown: Shutdown) {
+    if !args.enable {
+        return;
+    }
+    let socket = args.socket();
     tracing::info!(socket = %socket.display(), plugin = %args.plugin_name, index = %args.plugin_index, "starting the NRI plugin");
+    let status = plugin.status().clone();
+    status.set_state(NriState::WaitingForSocket {
+        socket: socket.clone(),
+    });
     let supervisor = NriSupervisor {
         socket,
         registration: args.registration(),
         backoff: args.backoff(),
-        service: Arc::new(NriPlugin::new(dispatcher, applier, status.clone())),
-        status: status.clone(),
+        service: Arc::new(plugin),
+        status,
     };
-    tokio::spawn(supervisor.run(shutdown));
+    tokio::spawn(supervisor.run_with_steps(args.backoff_steps, shutdown));
+}
+
+/// [`register`] and [`spawn`] at once, without waiting for the states
+/// informer (the daemon waits: see `RuntimeHooks::start`). Returns the status.
+pub fn start(
+    args: &NriArgs,
+    dispatcher: Arc<HookDispatcher>,
+    applier: Option<SideEffectApplier>,
+    metrics: &MetricsRegistry,
+    health: &HealthRegistry,
+    shutdown: Shutdown,
+) -> NriStatus {
+    let status = register(args, metrics, health);
+    spawn(
+        args,
+        NriPlugin::new(dispatcher, applier, status.clone()),
+        shutdown,
+    );
     status
 }
 
@@ -239,6 +296,8 @@ mod tests {
         assert_eq!(flags.nri.plugin_index, "00");
         assert_eq!(flags.nri.connect_timeout, Duration::from_secs(6));
         assert_eq!(flags.nri.backoff().initial, Duration::from_secs(1));
+        assert_eq!(flags.nri.backoff_steps, 2_147_483_647);
+        assert_eq!(flags.nri.var_run_root_dir, PathBuf::from("/var/run/"));
 
         let flags = Flags::try_parse_from([
             "koordlet",
@@ -254,6 +313,46 @@ mod tests {
         assert!(
             Flags::try_parse_from(["koordlet", "--runtime-hooks-nri-backoff-factor=0.5"]).is_err()
         );
+    }
+
+    #[test]
+    fn upstream_backoff_steps_and_var_run_root_flags_parse() {
+        // Upstream's spellings, Go style, as a DaemonSet would pass them.
+        let argv = koord_common::cli::normalize_go_flag_args(
+            [
+                "koordlet",
+                "-runtime-hooks-nri-backoff-steps=5",
+                "-var-run-root-dir=/host-var-run/",
+                "-runtime-hooks-nri-backoff-cap=2562047h47m16.854775807s",
+            ]
+            .map(std::ffi::OsString::from),
+        );
+        let flags = Flags::try_parse_from(argv).unwrap();
+        assert_eq!(flags.nri.backoff_steps, 5);
+        assert_eq!(
+            flags.nri.socket(),
+            PathBuf::from("/host-var-run/nri/nri.sock")
+        );
+        // Go's largest duration: effectively no cap, as upstream's default.
+        assert!(flags.nri.backoff().cap > Duration::from_secs(9_000_000_000));
+        // An absolute socket path is used as given.
+        let flags = Flags::try_parse_from([
+            "koordlet",
+            "--var-run-root-dir=/host-var-run",
+            "--runtime-hooks-nri-socket-path=/run/containerd/nri.sock",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.nri.socket(),
+            PathBuf::from("/run/containerd/nri.sock")
+        );
+        for bad in ["0", "-1", "x", "1.5"] {
+            let arg = format!("--runtime-hooks-nri-backoff-steps={bad}");
+            let err = Flags::try_parse_from(["koordlet", arg.as_str()])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(err.to_string().contains("backoff steps"), "{err}");
+        }
     }
 
     #[test]

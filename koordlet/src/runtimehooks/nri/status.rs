@@ -16,6 +16,10 @@ use prometheus_client::metrics::gauge::Gauge;
 pub enum NriState {
     /// `--enable-nri-runtime-hook=false`.
     Disabled,
+    /// Not connecting yet: the runtime hooks start once the states informer
+    /// has synced (or its wait timed out), so that the first Synchronize and
+    /// CreateContainer see the node's rules.
+    WaitingForStates { socket: PathBuf },
     /// The runtime's NRI socket does not exist (NRI off, runtime down or too old).
     WaitingForSocket { socket: PathBuf },
     /// Connected, registration not yet acknowledged.
@@ -34,6 +38,11 @@ impl fmt::Display for NriState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NriState::Disabled => f.write_str("disabled (--enable-nri-runtime-hook=false)"),
+            NriState::WaitingForStates { socket } => write!(
+                f,
+                "waiting for the states informer's first sync before registering on {}",
+                socket.display()
+            ),
             NriState::WaitingForSocket { socket } => {
                 write!(f, "waiting for the NRI socket {}", socket.display())
             }
@@ -246,7 +255,9 @@ impl NriStatus {
     pub fn readiness(&self) -> Result<(), String> {
         let snapshot = self.snapshot();
         match &snapshot.state {
-            NriState::Registering { socket } | NriState::Disconnected { socket, .. }
+            NriState::Registering { socket }
+            | NriState::Disconnected { socket, .. }
+            | NriState::WaitingForStates { socket }
                 if socket.exists() =>
             {
                 Err(format!("NRI plugin not registered: {}", snapshot.state))
@@ -318,6 +329,16 @@ mod tests {
         });
         let failure = status.readiness().unwrap_err();
         assert!(failure.contains("refused"), "{failure}");
+        // Holding back until the states informer synced: not registered either.
+        status.set_state(NriState::WaitingForStates {
+            socket: socket.clone(),
+        });
+        let failure = status.readiness().unwrap_err();
+        assert!(failure.contains("states informer"), "{failure}");
+        status.set_state(NriState::WaitingForStates {
+            socket: dir.join("absent.sock"),
+        });
+        assert!(status.readiness().is_ok(), "no NRI on the node: ready");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

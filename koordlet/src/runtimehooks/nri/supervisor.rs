@@ -51,10 +51,25 @@ pub struct NriSupervisor<S: PluginService> {
     pub status: NriStatus,
 }
 
+/// The reconnect attempt whose delay follows `failures` consecutive failed
+/// attempts when the backoff starts over every `steps` attempts (upstream's
+/// `--runtime-hooks-nri-backoff-steps`: its exponential backoff gives up after
+/// that many tries and a fresh one begins at the initial delay).
+pub fn backoff_attempt(failures: u64, steps: u64) -> u32 {
+    u32::try_from(failures % steps.max(1)).unwrap_or(u32::MAX)
+}
+
 impl<S: PluginService> NriSupervisor<S> {
-    /// Loops until `shutdown` triggers; returns once the last connection is closed.
+    /// Loops until `shutdown` triggers; returns once the last connection is
+    /// closed. The backoff never starts over (see [`Self::run_with_steps`]).
     pub async fn run(self, shutdown: Shutdown) {
-        let mut failures: u32 = 0;
+        self.run_with_steps(u64::MAX, shutdown).await
+    }
+
+    /// [`Self::run`], the reconnect delay starting over at the initial one
+    /// after every `steps` consecutive failed attempts.
+    pub async fn run_with_steps(self, steps: u64, shutdown: Shutdown) {
+        let mut failures: u64 = 0;
         loop {
             if shutdown.is_triggered() {
                 break;
@@ -113,7 +128,7 @@ impl<S: PluginService> NriSupervisor<S> {
                     }
                 }
             }
-            let delay = self.backoff.delay(failures);
+            let delay = self.backoff.delay(backoff_attempt(failures, steps));
             failures = failures.saturating_add(1);
             tokio::select! {
                 _ = shutdown.wait() => break,
@@ -144,5 +159,30 @@ mod tests {
             ..backoff
         };
         assert_eq!(flat.delay(10), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn backoff_starts_over_after_the_steps() {
+        let backoff = Backoff {
+            initial: Duration::from_secs(1),
+            factor: 2.0,
+            cap: Duration::from_secs(30),
+        };
+        let delays: Vec<u64> = (0..7)
+            .map(|failures| backoff.delay(backoff_attempt(failures, 3)).as_secs())
+            .collect();
+        assert_eq!(delays, vec![1, 2, 4, 1, 2, 4, 1]);
+        // Upstream's default (MaxInt32) and our u64::MAX never start over in practice.
+        assert_eq!(backoff_attempt(40, 2_147_483_647), 40);
+        assert_eq!(backoff_attempt(u64::MAX - 1, u64::MAX), u32::MAX);
+        // 0 would divide by zero: treated as 1 (every attempt is the first).
+        assert_eq!(backoff_attempt(5, 0), 0);
+        // An unbounded cap (upstream's 1<<62-1 ns) still yields finite delays.
+        let unbounded = Backoff {
+            cap: Duration::from_nanos((1 << 62) - 1),
+            ..backoff
+        };
+        assert_eq!(unbounded.delay(5), Duration::from_secs(32));
+        assert_eq!(unbounded.delay(u32::MAX), unbounded.cap);
     }
 }

@@ -592,11 +592,12 @@ async fn a_refused_registration_is_retried() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-// ---- real hooks: resctrl class, normalization idempotence ----
+// ---- real hooks: resctrl class, normalization idempotence, start order ----
 
+use crate::runtimehooks::RuntimeHooks;
 use crate::runtimehooks::apply::SideEffectApplier;
 use crate::runtimehooks::hooks::testutil::bare_caps;
-use crate::runtimehooks::hooks::{cpunormalization, resctrl};
+use crate::runtimehooks::hooks::{HookOptions, all_hooks, cpunormalization, resctrl};
 use crate::runtimehooks::rules::NodeRules;
 use crate::statesinformer::{PodsOrigin, PodsSnapshot, RequiredSyncs, StatesInformer};
 use k8s_openapi::api::core::v1 as k8s;
@@ -867,4 +868,193 @@ fn synchronize_rounds_and_updates_do_not_scale_the_quota_again() {
         .and_then(|c| c.quota)
         .map(|q| q.value);
     assert_eq!(quota, Some(160_000));
+}
+
+/// An LSR pod bound to CPU 1, running (what makes the LS share pool 0,2-3
+/// on a 4-CPU node).
+fn lsr_pod() -> k8s::Pod {
+    k8s::Pod {
+        metadata: ObjectMeta {
+            name: Some("lsr".into()),
+            namespace: Some("default".into()),
+            uid: Some("lsr".into()),
+            labels: Some([("koordinator.sh/qosClass".to_string(), "LSR".to_string())].into()),
+            annotations: Some(
+                [(
+                    "scheduling.koordinator.sh/resource-status".to_string(),
+                    r#"{"cpuset":"1"}"#.to_string(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s::PodSpec {
+            containers: vec![k8s::Container {
+                name: "main".into(),
+                ..k8s::Container::default()
+            }],
+            ..k8s::PodSpec::default()
+        }),
+        status: Some(k8s::PodStatus {
+            qos_class: Some("Guaranteed".into()),
+            container_statuses: Some(vec![k8s::ContainerStatus {
+                name: "main".into(),
+                container_id: Some("containerd://app".into()),
+                ..k8s::ContainerStatus::default()
+            }]),
+            ..k8s::PodStatus::default()
+        }),
+    }
+}
+
+struct StartedHooks {
+    base: PathBuf,
+    socket: PathBuf,
+    listener: UnixListener,
+    status: NriStatus,
+    states: StatesInformer,
+    shutdown: koord_common::Shutdown,
+}
+
+/// The daemon's wiring (`RuntimeHooks::start`) with the default hooks, a
+/// fake runtime's socket and a states informer that has not synced.
+fn start_hooks(label: &str, timeout: Duration) -> StartedHooks {
+    let base = temp_dir(label);
+    let socket = base.join("nri.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, base.join("cg"));
+    let dispatcher = HookDispatcher::new(
+        all_hooks(&HookOptions::default()),
+        &caps_with(&["cpu", "cpuset", "memory"]),
+        layout,
+        FailurePolicyConfig::default(),
+    );
+    let hooks = RuntimeHooks {
+        dispatcher: Arc::new(dispatcher),
+        applier: applier_under(&base),
+    };
+    let states = StatesInformer::new("node-a", RequiredSyncs::PODS_ONLY);
+    let args = crate::runtimehooks::RuntimeHooksArgs {
+        states_sync_timeout: timeout,
+        ..Default::default()
+    };
+    let nri = super::NriArgs {
+        enable: true,
+        socket_path: socket.clone(),
+        var_run_root_dir: "/var/run/".into(),
+        plugin_name: "koordlet_nri".into(),
+        plugin_index: "00".into(),
+        connect_timeout: Duration::from_secs(30),
+        backoff_duration: Duration::from_millis(20),
+        backoff_factor: 2.0,
+        backoff_cap: Duration::from_millis(200),
+        backoff_steps: super::DEFAULT_BACKOFF_STEPS,
+    };
+    let shutdown = koord_common::Shutdown::new();
+    let status = hooks
+        .start(
+            &args,
+            &nri,
+            true,
+            &states,
+            Some("0-3".parse().unwrap()),
+            None,
+            &koord_common::MetricsRegistry::new("koordlet"),
+            &koord_common::HealthRegistry::new(),
+            &shutdown,
+        )
+        .unwrap();
+    StartedHooks {
+        base,
+        socket,
+        listener,
+        status,
+        states,
+        shutdown,
+    }
+}
+
+/// Registers, configures and synchronizes one LS pod's container; returns
+/// the cpuset of its update (`None`: no cpuset decided).
+async fn synchronize_ls_container(conn: &mut FakeRuntimeConn) -> Option<String> {
+    conn.accept_registration().await;
+    conn.call(
+        "Configure",
+        api::ConfigureRequest::default().encode_to_vec(),
+    )
+    .await;
+    let sync = api::SynchronizeRequest {
+        pods: vec![nri_pod("sb1", &[("koordinator.sh/qosClass", "LS")])],
+        containers: vec![nri_container("c1", "sb1")],
+    };
+    let response = conn.call("Synchronize", sync.encode_to_vec()).await;
+    assert!(response.status.is_none(), "{:?}", response.status);
+    let updates = api::SynchronizeResponse::decode(response.payload.as_slice())
+        .unwrap()
+        .update;
+    updates
+        .iter()
+        .filter_map(|u| u.linux.as_ref()?.resources.as_ref()?.cpu.as_ref())
+        .map(|cpu| cpu.cpus.clone())
+        .find(|cpus| !cpus.is_empty())
+}
+
+#[tokio::test]
+async fn the_nri_plugin_waits_for_the_states_informer_so_synchronize_sees_its_rules() {
+    let hooks = start_hooks("start-order", Duration::from_secs(120));
+    // The informer has not synced: nobody connects to the runtime.
+    assert!(
+        accept(&hooks.listener, Duration::from_millis(700))
+            .await
+            .is_none(),
+        "the plugin connected before the states informer synced"
+    );
+    assert_eq!(
+        hooks.status.snapshot().state,
+        NriState::WaitingForStates {
+            socket: hooks.socket.clone()
+        }
+    );
+    assert!(
+        hooks.status.readiness().is_err(),
+        "socket there, not registered"
+    );
+
+    // The pods arrive: the LSR pod holds CPU 1, so the LS pool is 0,2-3.
+    hooks.states.set_pods(PodsSnapshot {
+        pods: vec![lsr_pod()],
+        origin: PodsOrigin::File,
+        synced_at: std::time::SystemTime::now(),
+    });
+    let mut conn = accept(&hooks.listener, Duration::from_secs(30))
+        .await
+        .expect("the plugin connects once the informer synced");
+    // The one Synchronize of this connection already uses the synced rules.
+    assert_eq!(
+        synchronize_ls_container(&mut conn).await.as_deref(),
+        Some("0,2-3")
+    );
+    let snapshot = wait_for(&hooks.status, |s| s.registrations == 1).await;
+    assert!(snapshot.is_connected(), "{:?}", snapshot.state);
+
+    hooks
+        .shutdown
+        .trigger(koord_common::ShutdownReason::Requested("test".into()));
+    let _ = std::fs::remove_dir_all(&hooks.base);
+}
+
+#[tokio::test]
+async fn a_states_informer_that_never_syncs_delays_the_plugin_only_until_the_timeout() {
+    let hooks = start_hooks("start-timeout", Duration::from_millis(400));
+    let started = std::time::Instant::now();
+    let mut conn = accept(&hooks.listener, Duration::from_secs(30))
+        .await
+        .expect("the plugin starts after the timeout");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // Started without the informer: no share pool is known, none is forced.
+    assert_eq!(synchronize_ls_container(&mut conn).await, None);
+    hooks
+        .shutdown
+        .trigger(koord_common::ShutdownReason::Requested("test".into()));
+    let _ = std::fs::remove_dir_all(&hooks.base);
 }
