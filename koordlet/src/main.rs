@@ -8,7 +8,7 @@ use koordlet::{COMPONENT, Command, KoordletArgs, NODE_NAME_ENV, capabilities, ru
 async fn main() -> ExitCode {
     let args = KoordletArgs::parse_from(koord_common::cli::go_style_args());
     if let Some(Command::Capabilities(command)) = &args.command {
-        return print_capabilities(&args.system, &args.nri, command);
+        return print_capabilities(&args, command);
     }
     if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
         return code;
@@ -17,13 +17,15 @@ async fn main() -> ExitCode {
     koord_common::process::exit_code(&COMPONENT, run(args, node_name).await)
 }
 
-/// `koordlet capabilities`: detect, print, exit; no node name or cluster needed.
-fn print_capabilities(
-    system: &koordlet::system::SystemArgs,
-    nri: &koordlet::runtimehooks::nri::NriArgs,
-    command: &capabilities::CapabilitiesArgs,
-) -> ExitCode {
-    let report = capabilities::detect_report(system, &command.detect_options(), nri);
+/// `koordlet capabilities`: detect, print, exit; no node name or cluster
+/// needed. A koordlet daemon serving on `--addr` is asked whether its NRI
+/// plugin is registered.
+fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesArgs) -> ExitCode {
+    let report = capabilities::detect_report(&args.system, &command.detect_options(), &args.nri)
+        .with_daemon(capabilities::query_daemon_nri(
+            args.addr.socket_addr(),
+            capabilities::DAEMON_QUERY_TIMEOUT,
+        ));
     let printed = capabilities::render_report(&report, command.output)
         .map_err(|err| err.to_string())
         .and_then(|text| {

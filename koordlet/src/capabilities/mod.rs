@@ -27,7 +27,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use nri::{CapabilitiesReport, NRI_KEY, NriCapability, detect_report};
+pub use nri::{
+    CapabilitiesReport, DAEMON_QUERY_TIMEOUT, DaemonNriStatus, NRI_CONNECTED_METRIC, NRI_KEY,
+    NriCapability, daemon_dial_addr, detect_report, parse_connected_metric, query_daemon_nri,
+};
 pub use output::{render, render_json, render_report, render_table};
 pub use probe::{
     CGROUP_RESOURCE_CONTROLLERS, DetectOptions, core_sched_from_prctl, decide_cgroup_version,

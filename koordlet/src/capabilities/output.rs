@@ -45,6 +45,12 @@ pub fn render_report(
                     nri.plugin_enabled.to_string(),
                     String::new(),
                 ),
+                (
+                    "nri.pluginConnected",
+                    nri.plugin_connected
+                        .map_or_else(|| "unknown".to_string(), |c| c.to_string()),
+                    nri.plugin_detail.clone(),
+                ),
             ]);
             Ok(format_rows(&rows))
         }
