@@ -60,7 +60,8 @@ pub fn group_of(qos: QoSClass) -> Option<&'static str> {
 
 /// The L3 CAT mask (hex) for `[start, end)` percent of the cache ways.
 pub fn l3_mask(cbm: u64, min_cbm_bits: u32, start: i64, end: i64) -> Result<String, String> {
-    if cbm == 0 || (cbm & (cbm + 1)) != 0 {
+    // A full 64-way mask wraps to 0 here, which correctly reads as contiguous.
+    if cbm == 0 || (cbm & cbm.wrapping_add(1)) != 0 {
         return Err(format!(
             "illegal cbm_mask {cbm:x}: the ways must be contiguous from bit 0"
         ));
@@ -478,6 +479,9 @@ mod tests {
         assert_eq!(l3_mask(0x7ff, 1, 10, 50).unwrap(), "3c");
         assert_eq!(l3_mask(0x7ff, 1, 0, 30).unwrap(), "f");
         assert_eq!(l3_mask(0xfff, 1, 0, 100).unwrap(), "fff");
+        // A 64-way mask: no overflow, and the whole range is every way.
+        assert_eq!(l3_mask(u64::MAX, 1, 0, 100).unwrap(), "ffffffffffffffff");
+        assert_eq!(l3_mask(u64::MAX, 1, 50, 100).unwrap(), "ffffffff00000000");
         assert!(
             l3_mask(0xf0, 1, 0, 100).is_err(),
             "non-contiguous from bit 0"
