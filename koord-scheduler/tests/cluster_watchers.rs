@@ -337,12 +337,45 @@ async fn quota_status_is_written_back_once_while_unchanged() {
     api.respond("PATCH", quota_path, 200, &quota.to_string());
     let _extender = start(&api, Duration::from_secs(300), Leadership::unconditional()).await;
 
-    let patch = api.wait_for_request("PATCH", quota_path, WAIT).unwrap();
+    // Two merge patches reach the object (ElasticQuota has no status
+    // subresource): the status annotations and `status.used`.
+    let deadline = Instant::now() + WAIT;
+    let quota_patches = || -> Vec<Value> {
+        api.recorded()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path() == quota_path)
+            .inspect(|r| {
+                assert_eq!(
+                    r.header("content-type"),
+                    Some("application/merge-patch+json")
+                );
+            })
+            .map(|r| serde_json::from_str(&r.body).unwrap())
+            .collect()
+    };
+    while quota_patches().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let patches = quota_patches();
+    let body = patches
+        .iter()
+        .find(|p| p["metadata"]["annotations"].is_object())
+        .unwrap_or_else(|| panic!("no annotation patch: {patches:?}"))
+        .clone();
+    let used = patches
+        .iter()
+        .find(|p| p["status"]["used"].is_object())
+        .unwrap_or_else(|| panic!("no status.used patch: {patches:?}"));
+    // Used: only the bound filler (3500 batch-cpu); the pending job is requested, not used.
+    let used: BTreeMap<String, Quantity> =
+        serde_json::from_value(used["status"]["used"].clone()).unwrap();
     assert_eq!(
-        patch.header("content-type"),
-        Some("application/merge-patch+json")
+        QuantityValue::of(&used["kubernetes.io/batch-cpu"])
+            .unwrap()
+            .value(),
+        3500,
+        "{used:?}"
     );
-    let body: Value = serde_json::from_str(&patch.body).unwrap();
     let annotations = &body["metadata"]["annotations"];
     let figure = |key: &str| -> Value {
         serde_json::from_str(annotations[key].as_str().unwrap_or("null")).unwrap()
@@ -378,5 +411,5 @@ async fn quota_status_is_written_back_once_while_unchanged() {
         .iter()
         .filter(|r| r.method == "PATCH" && r.path() == quota_path)
         .count();
-    assert_eq!(patches, 1);
+    assert_eq!(patches, 2, "{:?}", quota_patches());
 }
