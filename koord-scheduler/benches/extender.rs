@@ -11,7 +11,9 @@
 //! Reports `/filter` + `/prioritize` latency for one pod over real HTTP
 //! (all 5,000 node names, `nodeCacheCapable`) and simulator throughput
 //! (with per-node details recorded, as `simulate` does).
-//! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS.
+//! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS;
+//! BENCH_PART2=0 runs the part-1 workload only, BENCH_DETAILS=0 skips the
+//! simulator's per-node details.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -75,12 +77,34 @@ fn rfc3339(time: SystemTime) -> String {
 /// Reservations in the cluster; pending pods with index % 100 == 60 own one.
 const RESERVATIONS: usize = 500;
 
+/// BENCH_PART2=0 leaves out the part-2 objects and pods (the part-1
+/// workload: batch and prod pods, quotas, NodeMetrics), for comparison.
+fn part2_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| env_usize("BENCH_PART2", 1) != 0)
+}
+
+/// The part-2 kind of a pending pod (by its index), if any.
+fn part2_kind(index: usize) -> Option<&'static str> {
+    if !part2_enabled() {
+        return None;
+    }
+    match index % 100 {
+        20 | 70 => Some("LSR cpuset"),
+        30 | 80 => Some("shared GPU"),
+        40..=43 => Some("gang member"),
+        60 => Some("reservation owner"),
+        _ => None,
+    }
+}
+
 fn pod_json(index: usize, node: Option<&str>, rng: &mut Lcg) -> Value {
     let quota = format!("team-{}", index % 10);
     let mut labels = json!({"quota.scheduling.koordinator.sh/name": quota, "app": "bench"});
     let mut annotations = json!({});
     let mut limits = json!({});
-    let (requests, priority) = match (node, index % 100) {
+    let part2 = if part2_enabled() { index % 100 } else { 0 };
+    let (requests, priority) = match (node, part2) {
         // Pending pods of the part-2 plugins; bound pods stay plain.
         (None, 20 | 70) => {
             labels["koordinator.sh/qosClass"] = json!("LSR");
@@ -211,10 +235,10 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
             }))
             .unwrap(),
         ));
-        if n.is_multiple_of(5) {
+        if part2_enabled() && n.is_multiple_of(5) {
             objects.push(node_resource_topology(&name));
         }
-        if n.is_multiple_of(10) {
+        if part2_enabled() && n.is_multiple_of(10) {
             objects.push(gpu_device(&name));
         }
         let pods_metric: Vec<Value> = (0..9)
@@ -228,7 +252,12 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
                 "podsMetric": pods_metric}
         })).unwrap()));
     }
-    for index in 0..RESERVATIONS.min(nodes) {
+    let reservations = if part2_enabled() {
+        RESERVATIONS.min(nodes)
+    } else {
+        0
+    };
+    for index in 0..reservations {
         let node = format!("node-{:05}", rng.next(nodes as u64));
         objects.push(reservation(index, &node, now));
     }
@@ -358,6 +387,7 @@ fn main() {
             addr,
         };
         let mut latencies = Vec::with_capacity(rounds);
+        let mut by_kind: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
         let mut feasible_total = 0usize;
         for round in 0..rounds + 20 {
             let pod = &pending[round % pending.len()];
@@ -379,6 +409,13 @@ fn main() {
             assert!(!scores.is_empty());
             if round >= 20 {
                 latencies.push(elapsed);
+                let index: usize = pod["metadata"]["name"].as_str().unwrap()[4..]
+                    .parse()
+                    .unwrap();
+                by_kind
+                    .entry(part2_kind(index).unwrap_or("plain"))
+                    .or_default()
+                    .push(elapsed);
                 feasible_total += feasible.as_array().map_or(0, Vec::len);
             }
         }
@@ -386,6 +423,15 @@ fn main() {
             "average feasible nodes per pod: {}",
             feasible_total / rounds.max(1)
         );
+        for (kind, mut times) in by_kind {
+            times.sort();
+            println!(
+                "  {kind}: {} pods, p50 {:.2} ms, max {:.2} ms",
+                times.len(),
+                percentile(&times, 0.5).as_secs_f64() * 1e3,
+                times.last().unwrap().as_secs_f64() * 1e3
+            );
+        }
         latencies
     });
     let mut sorted = latencies.clone();
@@ -423,12 +469,8 @@ fn main() {
             .is_some();
         placed += usize::from(bound);
         let index: usize = key.rsplit('-').next().unwrap().parse().unwrap();
-        let kind = match index % 100 {
-            20 | 70 => "LSR cpuset",
-            30 | 80 => "shared GPU",
-            40..=43 => "gang member",
-            60 => "reservation owner",
-            _ => continue,
+        let Some(kind) = part2_kind(index) else {
+            continue;
         };
         let entry = by_kind.entry(kind).or_default();
         entry.0 += 1;
