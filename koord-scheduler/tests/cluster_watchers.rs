@@ -35,11 +35,6 @@ fn rfc3339(time: SystemTime) -> String {
         .to_string()
 }
 
-fn list(kind: &str, api_version: &str, items: Vec<Value>) -> String {
-    json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string()
-}
-
 fn node(name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Node",
@@ -84,13 +79,13 @@ fn cluster() -> FakeApiServer {
         "GET",
         NODES,
         200,
-        &list("NodeList", "v1", vec![node("n1"), node("n2"), node("n3")]),
+        &common::list("NodeList", "v1", vec![node("n1"), node("n2"), node("n3")]),
     );
     api.respond(
         "GET",
         PODS,
         200,
-        &list(
+        &common::list(
             "PodList",
             "v1",
             vec![
@@ -103,7 +98,7 @@ fn cluster() -> FakeApiServer {
         "GET",
         NODE_METRICS,
         200,
-        &list(
+        &common::list(
             "NodeMetricList",
             "slo.koordinator.sh/v1alpha1",
             vec![
@@ -327,7 +322,7 @@ async fn quota_status_is_written_back_once_while_unchanged() {
         "GET",
         quotas,
         200,
-        &list(
+        &common::list(
             "ElasticQuotaList",
             "scheduling.sigs.k8s.io/v1alpha1",
             vec![quota.clone()],

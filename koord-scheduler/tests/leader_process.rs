@@ -4,6 +4,8 @@
 //! pending Reservation, and reports leading on `/metrics`. Bad timing flags
 //! stop it at start with the reason.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,23 +21,6 @@ const NODES: &str = "/api/v1/nodes";
 const PODS: &str = "/api/v1/pods";
 const RESERVATIONS: &str = "/apis/scheduling.koordinator.sh/v1alpha1/reservations";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/koord-test/leases";
-
-fn list(kind: &str, api_version: &str, items: Vec<Value>) -> String {
-    json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string()
-}
-
-fn reservation() -> Value {
-    json!({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
-        "metadata": {"name": "r-web", "uid": "r-web-uid", "resourceVersion": "30",
-                     "creationTimestamp": k8s_openapi::jiff::Timestamp::now().to_string()},
-        "spec": {"template": {"spec": {"schedulerName": "koord-scheduler",
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}},
-                 "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-                 "ttl": "1h"}
-    })
-}
 
 /// Stores the Lease named `name` in namespace koord-test (GET, create, replace).
 fn serve_lease(api: &FakeApiServer, name: &str) -> Arc<Mutex<Option<Value>>> {
@@ -76,21 +61,31 @@ fn the_binary_leads_through_the_named_lease_before_placing_reservations() {
     let api = FakeApiServer::start().unwrap();
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "resourceVersion": "10"},
                       "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}});
-    api.respond("GET", NODES, 200, &list("NodeList", "v1", vec![node]));
-    api.respond("GET", PODS, 200, &list("PodList", "v1", vec![]));
+    api.respond(
+        "GET",
+        NODES,
+        200,
+        &common::list("NodeList", "v1", vec![node]),
+    );
+    api.respond("GET", PODS, 200, &common::list("PodList", "v1", vec![]));
     api.respond(
         "GET",
         RESERVATIONS,
         200,
-        &list(
+        &common::list(
             "ReservationList",
             "scheduling.koordinator.sh/v1alpha1",
-            vec![reservation()],
+            vec![common::pending_reservation()],
         ),
     );
     api.hold_watches_open();
     let status_path = format!("{RESERVATIONS}/r-web/status");
-    api.respond("PATCH", &status_path, 200, &reservation().to_string());
+    api.respond(
+        "PATCH",
+        &status_path,
+        200,
+        &common::pending_reservation().to_string(),
+    );
     let stored = serve_lease(&api, "lead-test");
 
     let dir = TempDir::new("scheduler-leader").unwrap();

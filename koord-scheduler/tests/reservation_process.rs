@@ -4,6 +4,8 @@
 //! places it on the only node that fits and patches it Available; an owner
 //! pod bound from a watch event then turns it Succeeded.
 
+mod common;
+
 use koord_common::testing::{
     FakeApiServer, PROCESS_WAIT as WAIT, TempDir, TestProcess, command_with_kubeconfig,
     write_kubeconfig,
@@ -15,27 +17,9 @@ const NODES: &str = "/api/v1/nodes";
 const PODS: &str = "/api/v1/pods";
 const RESERVATIONS: &str = "/apis/scheduling.koordinator.sh/v1alpha1/reservations";
 
-fn list(kind: &str, api_version: &str, items: Vec<Value>) -> String {
-    json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string()
-}
-
 fn node(name: &str, cpu: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "resourceVersion": "10"},
            "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"}}})
-}
-
-fn reservation() -> Value {
-    json!({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
-        "metadata": {"name": "r-web", "uid": "r-web-uid", "resourceVersion": "30",
-                     // Created now-ish: far from its 1h ttl.
-                     "creationTimestamp": k8s_openapi::jiff::Timestamp::now().to_string()},
-        "spec": {"template": {"spec": {"schedulerName": "koord-scheduler",
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}},
-                 "owners": [{"object": {"name": "owner", "namespace": "default"}}],
-                 "ttl": "1h"}
-    })
 }
 
 fn patches(api: &FakeApiServer) -> Vec<Value> {
@@ -72,17 +56,17 @@ fn cluster_mode_places_a_pending_reservation_and_completes_it_when_its_owner_bin
         "GET",
         NODES,
         200,
-        &list("NodeList", "v1", vec![node("n1", "2"), node("n2", "8")]),
+        &common::list("NodeList", "v1", vec![node("n1", "2"), node("n2", "8")]),
     );
-    api.respond("GET", PODS, 200, &list("PodList", "v1", vec![]));
+    api.respond("GET", PODS, 200, &common::list("PodList", "v1", vec![]));
     api.respond(
         "GET",
         RESERVATIONS,
         200,
-        &list(
+        &common::list(
             "ReservationList",
             "scheduling.koordinator.sh/v1alpha1",
-            vec![reservation()],
+            vec![common::pending_reservation()],
         ),
     );
     for path in [NODES, PODS, RESERVATIONS] {
@@ -92,7 +76,7 @@ fn cluster_mode_places_a_pending_reservation_and_completes_it_when_its_owner_bin
         "PATCH",
         &format!("{RESERVATIONS}/r-web/status"),
         200,
-        &reservation().to_string(),
+        &common::pending_reservation().to_string(),
     );
     let dir = TempDir::new("scheduler-reservations").unwrap();
     let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();

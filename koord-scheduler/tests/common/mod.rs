@@ -106,3 +106,25 @@ pub fn api_calls(api: &FakeApiServer) -> Vec<RecordedRequest> {
 pub fn body(request: &RecordedRequest) -> Value {
     serde_json::from_str(&request.body).unwrap()
 }
+
+/// A list response body of `items` at resourceVersion 100.
+#[allow(dead_code)]
+pub fn list(kind: &str, api_version: &str, items: Vec<Value>) -> String {
+    serde_json::json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "100"}, "items": items})
+        .to_string()
+}
+
+/// A pending Reservation `r-web` for `default/owner` (4 cpus, created now,
+/// far from its 1h ttl).
+#[allow(dead_code)]
+pub fn pending_reservation() -> Value {
+    serde_json::json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "r-web", "uid": "r-web-uid", "resourceVersion": "30",
+                     "creationTimestamp": k8s_openapi::jiff::Timestamp::now().to_string()},
+        "spec": {"template": {"spec": {"schedulerName": "koord-scheduler",
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}},
+                 "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+                 "ttl": "1h"}
+    })
+}
