@@ -27,6 +27,9 @@ LC_CONTAINERD_VERSION=1.7
 LC_KUBELET_DIR=/var/lib/kubelet
 LC_NRI_SOCKET=/var/run/nri/nri.sock
 LC_KUBEPODS=/kubepods
+# Node directories that the chart's hostPath volumes (koordlet's socket and hook registration dirs,
+# the kubelet config dir) or the kubelet create; down removes those that up did not find.
+LC_HOST_DIRS="/var/run/koordlet /etc/runtime/hookserver.d /etc/runtime /etc/kubernetes /var/run/nri /var/log/pods /var/log/containers"
 
 LC_K8S_BIN=$LC_CACHE/kubernetes-$K8S_VERSION/bin
 LC_ETCD_BIN=$LC_CACHE/etcd-$ETCD_VERSION/bin

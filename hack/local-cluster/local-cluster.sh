@@ -321,7 +321,8 @@ controllers_up() {
 kubelet_up() {
   [ -e "$LC_KUBELET_DIR" ] && [ ! -e "$LC_KUBELET_DIR/.koord-local-cluster" ] \
     && lc_die "$LC_KUBELET_DIR exists and is not the local cluster's: is another kubelet installed here?"
-  mkdir -p "$LC_KUBELET_DIR" "$LC_DIR/pod-logs" && touch "$LC_KUBELET_DIR/.koord-local-cluster"
+  mkdir -p "$LC_KUBELET_DIR" "$LC_DIR/pod-logs"
+  touch "$LC_KUBELET_DIR/.koord-local-cluster" "$LC_DIR/owns-kubelet-dir"
   cat > "$LC_CONF/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -388,6 +389,10 @@ cmd_up() {
   ensure_packages
   build
   mkdir -p "$LC_DIR" && touch "$LC_MARK"
+  # hostPath directories the chart's pods may create on the node: down removes the ones that
+  # did not exist before up.
+  local dir
+  for dir in $LC_HOST_DIRS; do [ -e "$dir" ] || echo "$dir" >> "$LC_DIR/created-host-dirs"; done
   # A failure from here on leaves a partial cluster: take it down again.
   trap 'status=$?; if [ $status -ne 0 ]; then lc_log "up failed; logs in $LC_LOGS are removed by down, copy kept in ${LC_DIR}-failed-logs"; rm -rf "${LC_DIR}-failed-logs"; cp -r "$LC_LOGS" "${LC_DIR}-failed-logs" 2>/dev/null; cmd_down || true; fi' EXIT
   pki
@@ -402,6 +407,13 @@ cmd_up() {
   trap - EXIT
   lc_log "cluster up in $((SECONDS - t0)) s: export KUBECONFIG=$LC_KUBECONFIG"
   echo "KUBECONFIG=$LC_KUBECONFIG"
+}
+
+# unmount_below DIR: DIR and every mount below it, deepest first (the kubelet bind-mounts its root
+# dir onto itself to make it shared).
+unmount_below() {
+  awk -v r="$1" '$5 == r || index($5, r "/") == 1 {print $5}' /proc/self/mountinfo | sort -r | uniq |
+    while read -r m; do umount -n "$m" 2>/dev/null || umount -n -l "$m" 2>/dev/null || true; done
 }
 
 cmd_down() {
@@ -419,10 +431,9 @@ cmd_down() {
     stop "$name"
   done
   # The kubelet's volume mounts (secrets, projected tokens), deepest first.
-  if [ -e "$LC_KUBELET_DIR/.koord-local-cluster" ]; then
-    awk -v r="$LC_KUBELET_DIR/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo | sort -r |
-      while read -r m; do umount -n "$m" 2>/dev/null || umount -n -l "$m"; done
-    rm -rf "$LC_KUBELET_DIR"
+  if [ -e "$LC_KUBELET_DIR/.koord-local-cluster" ] || [ -e "$LC_DIR/owns-kubelet-dir" ]; then
+    unmount_below "$LC_KUBELET_DIR"
+    rm -rf "$LC_KUBELET_DIR" || true
   fi
   # Pod cgroups the kubelet made that the runtime's teardown left (the kubepods tiers).
   local h
@@ -431,17 +442,21 @@ cmd_down() {
   done
   # Bridge, veths, addresses and every iptables rule live in the namespace and go with it.
   ip netns list | grep -qw "$LC_NETNS" && ip netns delete "$LC_NETNS"
+  if [ -f "$LC_DIR/created-host-dirs" ]; then
+    local dir
+    while read -r dir; do [ -n "$dir" ] && rm -rf "$dir"; done < "$LC_DIR/created-host-dirs"
+  fi
   rm -f "$LC_NRI_SOCKET"
   rmdir "$(dirname "$LC_NRI_SOCKET")" 2>/dev/null || true
   if [ -d "$LC_DIR" ]; then
-    awk -v r="$LC_DIR/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo | sort -r |
-      while read -r m; do umount -n "$m" 2>/dev/null || umount -n -l "$m"; done
-    rm -rf "$LC_DIR"
+    unmount_below "$LC_DIR"
+    rm -rf "$LC_DIR" || true
   fi
   local left=()
   ip netns list | grep -qw "$LC_NETNS" && left+=("network namespace $LC_NETNS")
   [ -e "$LC_DIR" ] && left+=("$LC_DIR")
   [ -e "$LC_KUBELET_DIR/.koord-local-cluster" ] && left+=("$LC_KUBELET_DIR")
+  grep -qE " ($LC_KUBELET_DIR|$LC_DIR)(/| )" /proc/self/mountinfo && left+=("mounts under $LC_KUBELET_DIR or $LC_DIR")
   for h in /sys/fs/cgroup/*; do [ -d "$h$LC_KUBEPODS" ] && left+=("cgroup $h$LC_KUBEPODS"); done
   if pgrep -f "$LC_DIR/|$LC_CACHE/" >/dev/null; then left+=("processes: $(pgrep -f "$LC_DIR/|$LC_CACHE/" | tr '\n' ' ')"); fi
   if [ ${#left[@]} -gt 0 ]; then
