@@ -436,37 +436,54 @@ impl ClusterCache {
 
     /// The cached objects of one kind (clones; for relists, which are rare).
     pub fn objects_of(&self, kind: ObjectKind) -> Vec<Object> {
+        self.objects_where(kind, |_| true)
+    }
+
+    /// Clones of the cached objects of one kind whose key passes `wanted`
+    /// (only those are copied).
+    fn objects_where(&self, kind: ObjectKind, wanted: impl Fn(&str) -> bool) -> Vec<Object> {
         fn wrap<T: Clone>(
             objects: &BTreeMap<String, Arc<T>>,
+            wanted: &dyn Fn(&str) -> bool,
             variant: fn(T) -> Object,
         ) -> Vec<Object> {
-            objects.values().map(|o| variant((**o).clone())).collect()
+            objects
+                .iter()
+                .filter(|(key, _)| wanted(key))
+                .map(|(_, o)| variant((**o).clone()))
+                .collect()
         }
+        let wanted: &dyn Fn(&str) -> bool = &wanted;
         match kind {
             ObjectKind::Node => self
                 .node_slots
                 .iter()
                 .flatten()
+                .filter(|info| wanted(&info.name))
                 .filter_map(|info| info.node.as_ref())
                 .map(|node| Object::Node((**node).clone()))
                 .collect(),
             ObjectKind::Pod => self
                 .pods
-                .values()
-                .map(|info| Object::Pod((*info.pod).clone()))
+                .iter()
+                .filter(|(key, _)| wanted(key))
+                .map(|(_, info)| Object::Pod((*info.pod).clone()))
                 .collect(),
             ObjectKind::NodeMetric => self
                 .node_metrics
-                .values()
-                .map(|metric| Object::NodeMetric((**metric).clone()))
+                .iter()
+                .filter(|(key, _)| wanted(key))
+                .map(|(_, metric)| Object::NodeMetric((**metric).clone()))
                 .collect(),
-            ObjectKind::Reservation => wrap(&self.reservations, Object::Reservation),
-            ObjectKind::ElasticQuota => wrap(&self.elastic_quotas, Object::ElasticQuota),
-            ObjectKind::PodGroup => wrap(&self.pod_groups, Object::PodGroup),
-            ObjectKind::Device => wrap(&self.devices, Object::Device),
-            ObjectKind::NodeResourceTopology => {
-                wrap(&self.node_resource_topologies, Object::NodeResourceTopology)
-            }
+            ObjectKind::Reservation => wrap(&self.reservations, wanted, Object::Reservation),
+            ObjectKind::ElasticQuota => wrap(&self.elastic_quotas, wanted, Object::ElasticQuota),
+            ObjectKind::PodGroup => wrap(&self.pod_groups, wanted, Object::PodGroup),
+            ObjectKind::Device => wrap(&self.devices, wanted, Object::Device),
+            ObjectKind::NodeResourceTopology => wrap(
+                &self.node_resource_topologies,
+                wanted,
+                Object::NodeResourceTopology,
+            ),
         }
     }
 
@@ -476,9 +493,8 @@ impl ClusterCache {
     pub fn relist_changes(&self, kind: ObjectKind, listed: Vec<Object>) -> Vec<Change> {
         let listed_keys: HashSet<String> = listed.iter().map(Object::key).collect();
         let mut changes: Vec<Change> = self
-            .objects_of(kind)
+            .objects_where(kind, |key| !listed_keys.contains(key))
             .into_iter()
-            .filter(|object| !listed_keys.contains(&object.key()))
             .map(Change::Delete)
             .collect();
         changes.extend(listed.into_iter().map(Change::Upsert));

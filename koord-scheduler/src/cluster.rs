@@ -27,6 +27,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::admission;
 use crate::cache::{Change, Object, ObjectKind};
 use crate::config::SchedulerConfiguration;
 use crate::framework::{
@@ -106,6 +107,41 @@ impl Binder for KubeBinder {
     }
 }
 
+fn log_refusals(admitted: &admission::Admitted) {
+    for refusal in &admitted.refused {
+        tracing::warn!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
+    }
+}
+
+/// One watched object through [`admission::admit`]; `None` when refused.
+fn admit_one(object: Object) -> Option<Object> {
+    match admission::admit(object) {
+        Ok(admitted) => {
+            log_refusals(&admitted);
+            Some(admitted.object)
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "watched object refused");
+            None
+        }
+    }
+}
+
+/// A listed set of objects through [`admission::admit_list`].
+fn admit_relist(objects: Vec<Object>) -> Vec<Object> {
+    let (admitted, refused) = admission::admit_list(objects);
+    for err in refused {
+        tracing::warn!(error = %err, "listed object refused");
+    }
+    admitted
+        .into_iter()
+        .map(|admitted| {
+            log_refusals(&admitted);
+            admitted.object
+        })
+        .collect()
+}
+
 /// Streams one kind into the scheduler; flips `synced` after the first list.
 async fn feed<K>(
     api: Api<K>,
@@ -127,8 +163,12 @@ async fn feed<K>(
             event = events.next() => event,
         };
         let Some(event) = event else { return };
+        // Bounds are checked here, before the lock (see `admission`).
         let changes: Vec<Change> = match event {
-            Ok(Event::Apply(object)) => vec![Change::Upsert(wrap(object))],
+            Ok(Event::Apply(object)) => admit_one(wrap(object))
+                .map(Change::Upsert)
+                .into_iter()
+                .collect(),
             Ok(Event::Delete(object)) => vec![Change::Delete(wrap(object))],
             Ok(Event::Init) => {
                 initial.clear();
@@ -142,7 +182,7 @@ async fn feed<K>(
                 let _ = synced.send(true);
                 // A relist after a reconnect: objects deleted meanwhile are
                 // not in it and would otherwise stay cached for good.
-                let listed = std::mem::take(&mut initial);
+                let listed = admit_relist(std::mem::take(&mut initial));
                 match scheduler.read() {
                     Ok(scheduler) => scheduler.cache.relist_changes(kind, listed),
                     Err(_) => return,

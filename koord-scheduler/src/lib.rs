@@ -8,9 +8,11 @@
 //! report out). With several replicas, only the one holding the leader Lease
 //! writes status and runs the Reservation controller ([`LeaderElectionArgs`]).
 
+pub mod admission;
 pub mod cache;
 pub mod cluster;
 pub mod config;
+pub mod cpuset;
 pub mod extender;
 pub mod framework;
 pub mod plugins;
@@ -268,6 +270,9 @@ pub fn run_simulation(args: &SchedulerArgs, simulate: &SimulateArgs) -> anyhow::
     };
     for kind in snapshot.skipped_kinds.iter().chain(&extra.skipped_kinds) {
         tracing::warn!(kind = %kind, "snapshot kind not used by the scheduler; skipped");
+    }
+    for refusal in snapshot.refused.iter().chain(&extra.refused) {
+        tracing::warn!("{refusal}");
     }
     let now = match &simulate.now {
         Some(text) => {

@@ -21,13 +21,25 @@ pub enum SnapshotError {
         kind: String,
         message: String,
     },
+    #[error("document {index}: {source}")]
+    Refused {
+        index: usize,
+        #[source]
+        source: crate::admission::InputError,
+    },
 }
 
-/// Objects of a snapshot, in document order; unknown kinds are reported and skipped.
+/// Objects of a snapshot, in document order; unknown kinds are reported and
+/// skipped. Every object passed [`crate::admission::admit`]: nameless,
+/// oversized and duplicate objects are errors, refused annotations are
+/// taken off and listed in `refused`.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub objects: Vec<Object>,
     pub skipped_kinds: Vec<String>,
+    pub refused: Vec<String>,
+    /// (kind, key) of every object, for the duplicate check.
+    seen: HashSet<(crate::cache::ObjectKind, String)>,
 }
 
 fn decode(
@@ -75,7 +87,22 @@ fn decode(
             return Ok(());
         }
     };
-    snapshot.objects.push(object);
+    let admitted = crate::admission::admit(object)
+        .map_err(|source| SnapshotError::Refused { index, source })?;
+    let key = admitted.object.key();
+    if !snapshot.seen.insert((admitted.object.kind(), key.clone())) {
+        return Err(SnapshotError::Refused {
+            index,
+            source: crate::admission::InputError::Duplicate {
+                kind: admitted.object.kind(),
+                key,
+            },
+        });
+    }
+    snapshot
+        .refused
+        .extend(admitted.refused.iter().map(ToString::to_string));
+    snapshot.objects.push(admitted.object);
     Ok(())
 }
 

@@ -139,3 +139,43 @@ fn bad_input_is_a_clear_error() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("document 0: malformed Node"), "{stderr}");
 }
+
+#[test]
+fn nameless_and_duplicate_objects_are_errors_and_bad_cpusets_are_reported() {
+    let dir = std::env::temp_dir().join(format!("koord-sim-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let output = Command::new(BIN)
+            .args(["simulate", "--snapshot", path.to_str().unwrap()])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let node = "kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '8'}}\n";
+    let (ok, stderr) = run("nameless.yaml", &format!("{node}---\nkind: Pod\nmetadata: {{namespace: default}}\n"));
+    assert!(!ok);
+    assert!(
+        stderr.contains("document 1: Pod without metadata.name refused"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run("duplicate.yaml", &format!("{node}---\n{node}"));
+    assert!(!ok);
+    assert!(
+        stderr.contains("document 1: Node n1 refused: listed more than once"),
+        "{stderr}"
+    );
+    let hog = "kind: Pod\nmetadata:\n  name: hog\n  namespace: default\n  annotations:\n    scheduling.koordinator.sh/resource-status: '{\"cpuset\": \"0-7,0-7\"}'\nspec:\n  nodeName: n1\n  containers: [{name: c}]\n";
+    let (ok, stderr) = run("refused.yaml", &format!("{node}---\n{hog}"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("Pod default/hog: annotation scheduling.koordinator.sh/resource-status refused (not used): cpuset: cpu list entry 2 \"0-7\" repeats CPUs listed before it"),
+        "{stderr}"
+    );
+}

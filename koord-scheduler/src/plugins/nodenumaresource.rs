@@ -62,36 +62,11 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
     Ok(Box::new(NodeNUMAResource::new(default_policy)))
 }
 
-/// The highest CPU id a cpu list may name. The lists come from pod, node and
-/// Reservation annotations anyone with create rights can write, so an
-/// unbounded range (`0-2147483647`) must not expand into billions of
-/// entries; Linux's own NR_CPUS limit is far below this.
-pub const MAX_CPU_ID: i32 = 65_535;
+pub use crate::cpuset::{CpuListError, CpuSet, MAX_CPU_ID};
 
-/// Parses a Linux cpu list (`0-3,8`); `None` when malformed or naming a
-/// CPU above [`MAX_CPU_ID`].
-pub fn parse_cpuset(text: &str) -> Option<BTreeSet<i32>> {
-    let mut cpus = BTreeSet::new();
-    let valid = |cpu: i32| (0..=MAX_CPU_ID).contains(&cpu);
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (i32, i32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if a > b || !valid(a) || !valid(b) {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => {
-                let cpu: i32 = part.parse().ok()?;
-                if !valid(cpu) {
-                    return None;
-                }
-                cpus.insert(cpu);
-            }
-        }
-    }
-    Some(cpus)
+/// Parses a Linux cpu list (`0-3,8`) under [`crate::cpuset`]'s bounds.
+pub fn parse_cpuset(text: &str) -> Result<CpuSet, CpuListError> {
+    CpuSet::parse(text)
 }
 
 /// Formats a cpu set as a Linux cpu list with ranges.
@@ -130,7 +105,7 @@ struct NodeTopology {
     cpus: BTreeMap<i32, CPUInfo>,
     cpus_per_core: usize,
     /// Reserved by kubelet or held by kubelet-managed pods (from the NRT).
-    kubelet_reserved: BTreeSet<i32>,
+    kubelet_reserved: CpuSet,
     kubelet_full_pcpus_only: bool,
     nrt_numa_policy: NUMATopologyPolicy,
 }
@@ -138,7 +113,7 @@ struct NodeTopology {
 /// One pod's cpuset on a node.
 #[derive(Debug, Clone)]
 struct Allocation {
-    cpus: BTreeSet<i32>,
+    cpus: CpuSet,
     exclusive: Option<CPUExclusivePolicy>,
 }
 
@@ -153,7 +128,10 @@ pub struct NodeNUMAResource {
     /// Pod key → node of its allocation, so removal does not scan every node.
     pod_nodes: HashMap<String, String>,
     /// Reservation name → the cpuset it holds for its owners.
-    reserved: BTreeMap<String, (Holder, BTreeSet<i32>)>,
+    reserved: BTreeMap<String, (Holder, CpuSet)>,
+    /// Node name → the CPUs its `node.koordinator.sh/reservation` keeps
+    /// from pods (read when the Node changes, not on every filter).
+    node_reserved: HashMap<String, CpuSet>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
 }
@@ -174,6 +152,13 @@ fn topology_from(
     let mut topology = NodeTopology::default();
     if let Ok(Some(cpu_topology)) = get_cpu_topology(annotations) {
         topology.cpus = cpu_topology.detail.iter().map(|c| (c.id, *c)).collect();
+        // Each CPU once, within the ids a cpuset can name; anything else is
+        // an invalid topology (no cpuset is handed out on it).
+        let valid = topology.cpus.len() == cpu_topology.detail.len()
+            && topology.cpus.keys().all(|id| (0..=MAX_CPU_ID).contains(id));
+        if !valid {
+            topology.cpus.clear();
+        }
     }
     let mut per_core: HashMap<(i32, i32), usize> = HashMap::new();
     for info in topology.cpus.values() {
@@ -183,7 +168,7 @@ fn topology_from(
     if let Ok(Some(policy)) = get_kubelet_cpu_manager_policy(annotations) {
         topology
             .kubelet_reserved
-            .extend(parse_cpuset(&policy.reserved_cpus).unwrap_or_default());
+            .union_with(&parse_cpuset(&policy.reserved_cpus).unwrap_or_default());
         topology.kubelet_full_pcpus_only = node_cpu_bind_policy(&BTreeMap::new(), Some(&policy))
             == NodeCPUBindPolicy::FullPCPUsOnly;
     }
@@ -191,7 +176,7 @@ fn topology_from(
         for alloc in allocs.iter().filter(|a| a.managed_by_kubelet) {
             topology
                 .kubelet_reserved
-                .extend(parse_cpuset(&alloc.cpuset).unwrap_or_default());
+                .union_with(&parse_cpuset(&alloc.cpuset).unwrap_or_default());
         }
     }
     topology.nrt_numa_policy = policies
@@ -215,7 +200,7 @@ fn topology_from(
 /// The cpuset a bound pod holds according to its resource-status annotation.
 fn allocation_of(pod: &PodInfo) -> Option<Allocation> {
     let status = get_resource_status(pod.annotations()).ok()??;
-    let cpus = parse_cpuset(&status.cpuset)?;
+    let cpus = parse_cpuset(&status.cpuset).ok()?;
     if cpus.is_empty() {
         return None;
     }
@@ -242,13 +227,14 @@ impl NodeNUMAResource {
             pending: HashMap::new(),
             pod_nodes: HashMap::new(),
             reserved: BTreeMap::new(),
+            node_reserved: HashMap::new(),
             owners: HashMap::new(),
         }
     }
 
     /// The CPUs a reservation still holds at `now`: its cpuset minus its
     /// owner pods' cpusets; None once it holds nothing.
-    fn still_held(&self, name: &str, now: SystemTime) -> Option<BTreeSet<i32>> {
+    fn still_held(&self, name: &str, now: SystemTime) -> Option<CpuSet> {
         let (holder, cpus) = self.reserved.get(name)?;
         let owner_pods: Vec<&String> = self
             .owners
@@ -263,20 +249,25 @@ impl NodeNUMAResource {
         let mut left = cpus.clone();
         for pod in owner_pods {
             if let Some(allocation) = on_node.and_then(|a| a.get(pod)) {
-                left.retain(|cpu| !allocation.cpus.contains(cpu));
+                left.difference_with(&allocation.cpus);
             }
         }
         Some(left)
     }
 
     /// What every reservation on the node still holds, except `freed`'s.
-    fn held_on(&self, node: &str, now: SystemTime, freed: Option<&str>) -> BTreeSet<i32> {
-        self.reserved
+    fn held_on(&self, node: &str, now: SystemTime, freed: Option<&str>) -> CpuSet {
+        let mut held = CpuSet::new();
+        for (name, _) in self
+            .reserved
             .iter()
             .filter(|(name, (holder, _))| holder.node == node && Some(name.as_str()) != freed)
-            .filter_map(|(name, _)| self.still_held(name, now))
-            .flatten()
-            .collect()
+        {
+            if let Some(cpus) = self.still_held(name, now) {
+                held.union_with(&cpus);
+            }
+        }
+        held
     }
 
     /// [`Self::choose`] with reserved cpusets applied. Owners try their
@@ -304,7 +295,7 @@ impl NodeNUMAResource {
                 continue;
             };
             let within = self.choose(pod, request, node, |free| {
-                free.retain(|cpu| left.contains(cpu))
+                free.retain(|cpu| left.contains(*cpu))
             });
             if let Ok(choice) = within {
                 return Ok(choice);
@@ -317,17 +308,17 @@ impl NodeNUMAResource {
                     let mut rest = request.clone();
                     rest.cpus -= left.len();
                     let outside = self.choose(pod, &rest, node, |free| {
-                        free.retain(|cpu| !others.contains(cpu) && !left.contains(cpu))
+                        free.retain(|cpu| !others.contains(*cpu) && !left.contains(*cpu))
                     });
                     if let Ok(Some(mut choice)) = outside
                         && choice.numa_cpus.is_empty()
                     {
-                        choice.cpus.extend(left.iter().copied());
+                        choice.cpus.extend(left.iter());
                         return Ok(Some(choice));
                     }
                 }
                 let freed = self.choose(pod, request, node, |free| {
-                    free.retain(|cpu| !others.contains(cpu))
+                    free.retain(|cpu| !others.contains(*cpu))
                 });
                 if let Ok(choice) = freed {
                     return Ok(choice);
@@ -339,7 +330,7 @@ impl NodeNUMAResource {
         }
         let held = self.held_on(&node.name, now, None);
         self.choose(pod, request, node, |free| {
-            free.retain(|cpu| !held.contains(cpu))
+            free.retain(|cpu| !held.contains(*cpu))
         })
     }
 
@@ -459,15 +450,18 @@ impl NodeNUMAResource {
         }
 
         // Free CPUs: topology minus reserved minus every other pod's cpuset.
-        let mut free: BTreeSet<i32> = topology.cpus.keys().copied().collect();
-        for cpu in &topology.kubelet_reserved {
-            free.remove(cpu);
-        }
-        if let Ok(Some(reservation)) = get_node_reservation(node.annotations()) {
-            for cpu in parse_cpuset(&reservation.reserved_cpus).unwrap_or_default() {
-                free.remove(&cpu);
-            }
-        }
+        // Every walk is over the node's own CPUs (or a smaller cpuset), so a
+        // huge cpuset on some pod costs no more than the node's CPU count.
+        let node_reserved = self.node_reserved.get(&node.name);
+        let mut free: BTreeSet<i32> = topology
+            .cpus
+            .keys()
+            .copied()
+            .filter(|cpu| {
+                !topology.kubelet_reserved.contains(*cpu)
+                    && !node_reserved.is_some_and(|r| r.contains(*cpu))
+            })
+            .collect();
         let mut exclusive_cores = BTreeSet::new();
         let mut exclusive_numa = BTreeSet::new();
         if let Some(allocations) = self.allocations.get(&node.name) {
@@ -475,17 +469,28 @@ impl NodeNUMAResource {
                 if *key == pod.key {
                     continue;
                 }
-                for cpu in &allocation.cpus {
-                    free.remove(cpu);
-                    if let Some(info) = topology.cpus.get(cpu) {
-                        match allocation.exclusive {
-                            Some(CPUExclusivePolicy::PCPULevel) => {
-                                exclusive_cores.insert(core_key(info));
-                            }
-                            Some(CPUExclusivePolicy::NUMANodeLevel) => {
-                                exclusive_numa.insert(info.node);
-                            }
-                            _ => {}
+                let mut take = |cpu: i32, info: &CPUInfo| {
+                    free.remove(&cpu);
+                    match allocation.exclusive {
+                        Some(CPUExclusivePolicy::PCPULevel) => {
+                            exclusive_cores.insert(core_key(info));
+                        }
+                        Some(CPUExclusivePolicy::NUMANodeLevel) => {
+                            exclusive_numa.insert(info.node);
+                        }
+                        _ => {}
+                    }
+                };
+                if allocation.cpus.len() <= topology.cpus.len() {
+                    for cpu in allocation.cpus.iter() {
+                        if let Some(info) = topology.cpus.get(&cpu) {
+                            take(cpu, info);
+                        }
+                    }
+                } else {
+                    for (cpu, info) in &topology.cpus {
+                        if allocation.cpus.contains(*cpu) {
+                            take(*cpu, info);
                         }
                     }
                 }
@@ -765,7 +770,9 @@ impl Plugin for NodeNUMAResource {
                     let status = get_resource_status(r.metadata.annotations.as_ref()?)
                         .ok()
                         .flatten()?;
-                    let cpus = parse_cpuset(&status.cpuset).filter(|c| !c.is_empty())?;
+                    let cpus = parse_cpuset(&status.cpuset)
+                        .ok()
+                        .filter(|c| !c.is_empty())?;
                     Some((holder, cpus))
                 });
                 match placed {
@@ -788,6 +795,16 @@ impl Plugin for NodeNUMAResource {
                 kind: ObjectKind::Node,
                 key,
             } => {
+                let reserved = cache.node(key).and_then(|node| {
+                    let reservation = get_node_reservation(node.annotations()).ok()??;
+                    parse_cpuset(&reservation.reserved_cpus)
+                        .ok()
+                        .filter(|cpus| !cpus.is_empty())
+                });
+                match reserved {
+                    Some(cpus) => self.node_reserved.insert(key.clone(), cpus),
+                    None => self.node_reserved.remove(key),
+                };
                 // A node may carry the cpu-topology annotation itself.
                 if !cache.node_resource_topologies.contains_key(key)
                     && let Some(node) = cache.node(key)
@@ -867,7 +884,7 @@ impl Plugin for NodeNUMAResource {
             &pod.key,
             node,
             Allocation {
-                cpus: choice.cpus,
+                cpus: choice.cpus.iter().copied().collect(),
                 exclusive: request.exclusive,
             },
         );
@@ -986,16 +1003,20 @@ mod tests {
 
     #[test]
     fn cpuset_lists_parse_and_format() {
-        let set = parse_cpuset("0-2, 5,7-8").unwrap();
+        let set = parse_cpuset("0-2, 5,7-8").unwrap().to_btree();
         assert_eq!(set, BTreeSet::from([0, 1, 2, 5, 7, 8]));
         assert_eq!(format_cpuset(&set), "0-2,5,7-8");
-        assert!(parse_cpuset("3-1").is_none());
-        assert!(parse_cpuset("x").is_none());
+        assert!(parse_cpuset("3-1").is_err());
+        assert!(parse_cpuset("x").is_err());
         assert_eq!(format_cpuset(&BTreeSet::new()), "");
-        // Annotation input: ids past the limit are refused, not expanded.
-        assert!(parse_cpuset("0-2147483647").is_none());
-        assert!(parse_cpuset("65536").is_none());
-        assert_eq!(parse_cpuset("65535").unwrap(), BTreeSet::from([MAX_CPU_ID]));
+        // Annotation input: ids past the limit and repetitions are refused, not expanded.
+        assert!(parse_cpuset("0-2147483647").is_err());
+        assert!(parse_cpuset("65536").is_err());
+        assert!(parse_cpuset("0-7,0-7").is_err());
+        assert_eq!(
+            parse_cpuset("65535").unwrap().to_btree(),
+            BTreeSet::from([MAX_CPU_ID])
+        );
     }
 
     #[test]
@@ -1121,7 +1142,9 @@ mod tests {
         // Cores 0,1,2 are partly reserved; only core 3 (3,7) is whole.
         assert_eq!(bind(&mut s, "a", "n1").unwrap().cpuset, "3,7");
         // What is left (4,5,6) has no whole core; preferred FullPCPUs takes threads.
-        let b = parse_cpuset(&bind(&mut s, "b", "n1").unwrap().cpuset).unwrap();
+        let b = parse_cpuset(&bind(&mut s, "b", "n1").unwrap().cpuset)
+            .unwrap()
+            .to_btree();
         assert!(b.is_subset(&BTreeSet::from([4, 5, 6])), "{b:?}");
     }
 
@@ -1191,7 +1214,11 @@ mod tests {
                         .unwrap()
                         .reserve(&key, "n1", t0())
                         .ok()
-                        .map(|r| parse_cpuset(&status_of(&r.annotations).cpuset).unwrap())
+                        .map(|r| {
+                            parse_cpuset(&status_of(&r.annotations).cpuset)
+                                .unwrap()
+                                .to_btree()
+                        })
                 })
             })
             .collect();
@@ -1222,7 +1249,7 @@ mod tests {
     }
 
     fn cpus(status: &ResourceStatus) -> BTreeSet<i32> {
-        parse_cpuset(&status.cpuset).unwrap()
+        parse_cpuset(&status.cpuset).unwrap().to_btree()
     }
 
     #[test]

@@ -1,0 +1,375 @@
+//! Bounds on what enters the scheduler, checked where it enters — a watch
+//! event or list, a `/filter` or `/prioritize` body, a simulator snapshot —
+//! and before the scheduler's state lock is taken, so the work under the
+//! lock is bounded by what passed here.
+//!
+//! - Every object needs a `metadata.name` of at most [`MAX_NAME_BYTES`];
+//!   a list (watch relist, snapshot) may hold each object once.
+//! - Annotations may add up to [`MAX_ANNOTATIONS_BYTES`] (the API server's
+//!   own limit, so only input that did not come through it can exceed it).
+//! - The annotations that hold cpu lists (a pod's or Reservation's
+//!   `resource-status`, a node's `reservation`, `cpu-topology`,
+//!   `cpu-manager-policy` and `pod-cpu-allocs`, also on
+//!   NodeResourceTopologies) must parse under [`crate::cpuset`]'s bounds
+//!   (64 KiB, ids up to 65,535, no CPU listed twice). One that does not is
+//!   taken off the object (the object itself is kept: a bound pod still
+//!   counts its requests on its node) and the refusal names the object, the
+//!   annotation and the limit. A refused cpuset holds no CPUs.
+//!
+//! JSON nesting is bounded by serde_json's recursion limit (128) wherever
+//! JSON is read.
+
+use std::collections::{BTreeMap, HashSet};
+
+use apis::extension::node_reservation::{ANNOTATION_NODE_RESERVATION, get_node_reservation};
+use apis::extension::numa_aware::{
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_NODE_CPU_ALLOCS,
+    ANNOTATION_NODE_CPU_TOPOLOGY, ANNOTATION_RESOURCE_STATUS, get_cpu_topology,
+    get_kubelet_cpu_manager_policy, get_pod_cpu_allocs, get_resource_status,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::cache::{Object, ObjectKind};
+use crate::cpuset::{CpuSet, MAX_CPU_ID};
+
+/// The API server's limit on all annotations of one object together
+/// (`TotalAnnotationSizeLimitB`).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// The longest object name (a DNS subdomain).
+pub const MAX_NAME_BYTES: usize = 253;
+
+/// An object refused as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("{kind:?} without metadata.name refused")]
+    Nameless { kind: ObjectKind },
+    #[error("{kind:?} {key} refused: its name of {len} bytes is longer than the {max} allowed")]
+    NameTooLong {
+        kind: ObjectKind,
+        key: String,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "{kind:?} {key} refused: its annotations take {len} bytes, more than the {max} the API server allows"
+    )]
+    AnnotationsTooLarge {
+        kind: ObjectKind,
+        key: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("{kind:?} {key} refused: listed more than once")]
+    Duplicate { kind: ObjectKind, key: String },
+}
+
+/// An annotation taken off an object as it entered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedAnnotation {
+    pub kind: ObjectKind,
+    pub key: String,
+    pub annotation: &'static str,
+    pub reason: String,
+}
+
+impl std::fmt::Display for RefusedAnnotation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} {}: annotation {} refused (not used): {}",
+            self.kind, self.key, self.annotation, self.reason
+        )
+    }
+}
+
+/// An object that may enter, with what was taken off it.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    pub object: Object,
+    pub refused: Vec<RefusedAnnotation>,
+}
+
+fn metadata_mut(object: &mut Object) -> &mut ObjectMeta {
+    match object {
+        Object::Node(o) => &mut o.metadata,
+        Object::Pod(o) => &mut o.metadata,
+        Object::NodeMetric(o) => &mut o.metadata,
+        Object::Reservation(o) => &mut o.metadata,
+        Object::ElasticQuota(o) => &mut o.metadata,
+        Object::PodGroup(o) => &mut o.metadata,
+        Object::Device(o) => &mut o.metadata,
+        Object::NodeResourceTopology(o) => &mut o.metadata,
+    }
+}
+
+type Check = fn(&BTreeMap<String, String>) -> Result<(), String>;
+
+fn cpus(text: &str) -> Result<CpuSet, String> {
+    CpuSet::parse(text).map_err(|e| e.to_string())
+}
+
+fn check_resource_status(annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(status) = get_resource_status(annotations).map_err(|e| e.to_string())? {
+        cpus(&status.cpuset).map_err(|e| format!("cpuset: {e}"))?;
+    }
+    Ok(())
+}
+
+fn check_node_reservation(annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(reservation) = get_node_reservation(annotations).map_err(|e| e.to_string())? {
+        cpus(&reservation.reserved_cpus).map_err(|e| format!("reservedCPUs: {e}"))?;
+    }
+    Ok(())
+}
+
+fn check_cpu_topology(annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(topology) = get_cpu_topology(annotations).map_err(|e| e.to_string())? {
+        let mut seen = CpuSet::new();
+        for info in &topology.detail {
+            if !(0..=MAX_CPU_ID).contains(&info.id) {
+                return Err(format!("CPU id {} is outside 0-{MAX_CPU_ID}", info.id));
+            }
+            if !seen.insert(info.id) {
+                return Err(format!("CPU {} is listed twice", info.id));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_kubelet_policy(annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(policy) = get_kubelet_cpu_manager_policy(annotations).map_err(|e| e.to_string())? {
+        cpus(&policy.reserved_cpus).map_err(|e| format!("reservedCPUs: {e}"))?;
+    }
+    Ok(())
+}
+
+fn check_cpu_allocs(annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(allocs) = get_pod_cpu_allocs(annotations).map_err(|e| e.to_string())? {
+        for alloc in &allocs {
+            cpus(&alloc.cpuset).map_err(|e| format!("cpuset of pod {}: {e}", alloc.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// The cpu-list annotations each kind carries.
+fn checks(kind: ObjectKind) -> &'static [(&'static str, Check)] {
+    const POD: &[(&str, Check)] = &[(ANNOTATION_RESOURCE_STATUS, check_resource_status)];
+    const TOPOLOGY: &[(&str, Check)] = &[
+        (ANNOTATION_NODE_CPU_TOPOLOGY, check_cpu_topology),
+        (ANNOTATION_KUBELET_CPU_MANAGER_POLICY, check_kubelet_policy),
+        (ANNOTATION_NODE_CPU_ALLOCS, check_cpu_allocs),
+    ];
+    const NODE: &[(&str, Check)] = &[
+        (ANNOTATION_NODE_RESERVATION, check_node_reservation),
+        (ANNOTATION_NODE_CPU_TOPOLOGY, check_cpu_topology),
+        (ANNOTATION_KUBELET_CPU_MANAGER_POLICY, check_kubelet_policy),
+        (ANNOTATION_NODE_CPU_ALLOCS, check_cpu_allocs),
+    ];
+    match kind {
+        ObjectKind::Pod | ObjectKind::Reservation => POD,
+        ObjectKind::Node => NODE,
+        ObjectKind::NodeResourceTopology => TOPOLOGY,
+        _ => &[],
+    }
+}
+
+/// Checks one object against the bounds in the module docs.
+pub fn admit(mut object: Object) -> Result<Admitted, InputError> {
+    let kind = object.kind();
+    let key = object.key();
+    let meta = metadata_mut(&mut object);
+    let name_len = meta.name.as_deref().map_or(0, str::len);
+    if name_len == 0 {
+        return Err(InputError::Nameless { kind });
+    }
+    if name_len > MAX_NAME_BYTES {
+        return Err(InputError::NameTooLong {
+            kind,
+            key,
+            len: name_len,
+            max: MAX_NAME_BYTES,
+        });
+    }
+    let mut refused = Vec::new();
+    if let Some(annotations) = meta.annotations.as_mut() {
+        let len: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if len > MAX_ANNOTATIONS_BYTES {
+            return Err(InputError::AnnotationsTooLarge {
+                kind,
+                key,
+                len,
+                max: MAX_ANNOTATIONS_BYTES,
+            });
+        }
+        for (annotation, check) in checks(kind) {
+            if !annotations.contains_key(*annotation) {
+                continue;
+            }
+            if let Err(reason) = check(annotations) {
+                annotations.remove(*annotation);
+                refused.push(RefusedAnnotation {
+                    kind,
+                    key: key.clone(),
+                    annotation,
+                    reason,
+                });
+            }
+        }
+    }
+    Ok(Admitted { object, refused })
+}
+
+/// [`admit`] over a list (a relist or a snapshot): each key once, the
+/// first occurrence wins. Returns the admitted objects and the refusals.
+pub fn admit_list(objects: Vec<Object>) -> (Vec<Admitted>, Vec<InputError>) {
+    let mut seen = HashSet::new();
+    let mut admitted = Vec::with_capacity(objects.len());
+    let mut errors = Vec::new();
+    for object in objects {
+        match admit(object) {
+            Ok(ok) => {
+                let key = ok.object.key();
+                if seen.insert(key.clone()) {
+                    admitted.push(ok);
+                } else {
+                    errors.push(InputError::Duplicate {
+                        kind: ok.object.kind(),
+                        key,
+                    });
+                }
+            }
+            Err(err) => errors.push(err),
+        }
+    }
+    (admitted, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(name: &str, annotations: serde_json::Value) -> Object {
+        Object::Pod(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "annotations": annotations}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn annotations(object: &Object) -> BTreeMap<String, String> {
+        match object {
+            Object::Pod(p) => p.metadata.annotations.clone().unwrap_or_default(),
+            Object::Node(n) => n.metadata.annotations.clone().unwrap_or_default(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_repeated_cpuset_is_taken_off_and_the_refusal_names_object_and_limit() {
+        let status = json!({"cpuset": vec!["0-65535"; 30_000].join(",")}).to_string();
+        let admitted = admit(pod(
+            "hog",
+            json!({ANNOTATION_RESOURCE_STATUS: status, "other": "kept"}),
+        ))
+        .unwrap();
+        assert_eq!(
+            annotations(&admitted.object),
+            BTreeMap::from([("other".to_string(), "kept".to_string())])
+        );
+        let [refusal] = &admitted.refused[..] else {
+            panic!("{:?}", admitted.refused)
+        };
+        let text = refusal.to_string();
+        assert!(
+            text.starts_with(
+                "Pod default/hog: annotation scheduling.koordinator.sh/resource-status refused"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("longer than the 65536 bytes allowed"),
+            "{text}"
+        );
+
+        let repeated = json!({"cpuset": "0-7,0-7"}).to_string();
+        let admitted = admit(pod("hog", json!({ANNOTATION_RESOURCE_STATUS: repeated}))).unwrap();
+        assert!(admitted.refused[0].reason.contains("repeats CPUs"));
+        // A good cpuset and other annotations pass untouched.
+        let good = json!({"cpuset": "0-3"}).to_string();
+        let admitted = admit(pod("ok", json!({ANNOTATION_RESOURCE_STATUS: good}))).unwrap();
+        assert!(admitted.refused.is_empty());
+        assert_eq!(annotations(&admitted.object).len(), 1);
+    }
+
+    #[test]
+    fn node_cpu_lists_are_checked_too() {
+        let topology = json!({"detail": [{"id": 0, "core": 0, "socket": 0, "node": 0},
+                                          {"id": 0, "core": 1, "socket": 0, "node": 0}]})
+        .to_string();
+        let node = Object::Node(
+            serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": {
+                ANNOTATION_NODE_RESERVATION: r#"{"reservedCPUs": "1,1"}"#,
+                ANNOTATION_NODE_CPU_TOPOLOGY: topology,
+                ANNOTATION_KUBELET_CPU_MANAGER_POLICY: r#"{"policy": "static", "reservedCPUs": "0-1"}"#,
+            }}}))
+            .unwrap(),
+        );
+        let admitted = admit(node).unwrap();
+        let refused: Vec<&str> = admitted.refused.iter().map(|r| r.annotation).collect();
+        assert_eq!(
+            refused,
+            [ANNOTATION_NODE_RESERVATION, ANNOTATION_NODE_CPU_TOPOLOGY]
+        );
+        assert!(admitted.refused[1].reason.contains("CPU 0 is listed twice"));
+        assert_eq!(
+            annotations(&admitted.object).keys().collect::<Vec<_>>(),
+            [ANNOTATION_KUBELET_CPU_MANAGER_POLICY]
+        );
+    }
+
+    #[test]
+    fn nameless_oversized_and_duplicate_objects_are_refused() {
+        let nameless = Object::Pod(serde_json::from_value(json!({"metadata": {}})).unwrap());
+        assert_eq!(
+            admit(nameless.clone()).unwrap_err().to_string(),
+            "Pod without metadata.name refused"
+        );
+        let big = "x".repeat(MAX_ANNOTATIONS_BYTES);
+        let err = admit(pod("big", json!({"a": big})))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Pod default/big refused"), "{err}");
+        assert!(err.contains("more than the 262144"), "{err}");
+        let long = "n".repeat(MAX_NAME_BYTES + 1);
+        assert!(matches!(
+            admit(pod(&long, json!({}))),
+            Err(InputError::NameTooLong { .. })
+        ));
+
+        let (admitted, errors) = admit_list(vec![
+            pod("a", json!({"first": "yes"})),
+            nameless,
+            pod("b", json!({})),
+            pod("a", json!({})),
+        ]);
+        let keys: Vec<String> = admitted.iter().map(|a| a.object.key()).collect();
+        assert_eq!(keys, ["default/a", "default/b"]);
+        assert_eq!(annotations(&admitted[0].object)["first"], "yes");
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            [
+                "Pod without metadata.name refused",
+                "Pod default/a refused: listed more than once"
+            ]
+        );
+    }
+}
