@@ -17,7 +17,7 @@ use apis::slo::v1alpha1::NodeMetric;
 use apis::topology::v1alpha1::NodeResourceTopology;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::resources::{Resources, pod_non_zero_requests, pod_requests};
+use crate::resources::{Resources, pod_non_zero_requests, pod_requests_checked};
 
 /// `namespace/name` for namespaced objects, `name` otherwise.
 pub fn object_key(namespace: Option<&str>, name: &str) -> String {
@@ -38,6 +38,10 @@ pub struct PodInfo {
     /// Bound or assumed node.
     pub node: Option<String>,
     pub requests: Resources,
+    /// Why a request could not be counted exactly (malformed, negative or
+    /// beyond `i64`): such a pod is refused at pre-filter, never counted
+    /// as requesting nothing.
+    pub invalid_requests: Option<String>,
     /// cpu/memory requests with kube-scheduler's non-zero defaults.
     pub non_zero_requests: (i64, i64),
     pub priority_class: PriorityClass,
@@ -56,10 +60,12 @@ impl PodInfo {
             .as_ref()
             .and_then(|s| s.node_name.clone())
             .filter(|n| !n.is_empty());
+        let (requests, invalid_requests) = pod_requests_checked(&pod);
         Self {
             key: object_key(Some(&namespace), &name),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
-            requests: pod_requests(&pod),
+            requests,
+            invalid_requests,
             non_zero_requests: pod_non_zero_requests(&pod),
             priority_class: priority_class_of_pod(&pod),
             namespace,

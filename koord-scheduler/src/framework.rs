@@ -328,8 +328,15 @@ impl Scheduler {
         events.len()
     }
 
-    /// Runs every plugin's pre-filter.
+    /// Runs every plugin's pre-filter. A pod whose requests cannot be
+    /// counted exactly fits nowhere.
     pub fn pre_filter(&self, pod: &PodInfo, now: SystemTime) -> Result<CycleState, Rejection> {
+        if let Some(reason) = &pod.invalid_requests {
+            return Err(Rejection::unresolvable(format!(
+                "pod {} cannot be scheduled: {reason}",
+                pod.key
+            )));
+        }
         let mut state = CycleState::new(now);
         for entry in &self.plugins {
             entry.plugin.pre_filter(pod, &self.cache, &mut state)?;

@@ -51,6 +51,36 @@ pub fn quantity_amount(name: &str, quantity: &Quantity) -> Option<i64> {
     })
 }
 
+/// One amount of a pod's request, exactly: a Kubernetes quantity that is
+/// not negative and, in its comparison unit (rounded up, as upstream),
+/// fits in an `i64`. Anything else is refused with the reason, never
+/// counted as zero (which would let the pod fit every node).
+pub fn exact_amount(name: &str, quantity: &Quantity) -> Result<i64, String> {
+    let value = QuantityValue::of(quantity).map_err(|e| e.to_string())?;
+    let nanos = value.nanos();
+    if nanos < 0 {
+        return Err(format!("quantity {:?} is negative", quantity.0));
+    }
+    let unit: i128 = if name == RESOURCE_CPU {
+        1_000_000
+    } else {
+        1_000_000_000
+    };
+    let amount = nanos / unit + i128::from(nanos % unit != 0);
+    i64::try_from(amount).map_err(|_| {
+        format!(
+            "quantity {:?} is larger than the scheduler can count ({} {})",
+            quantity.0,
+            i64::MAX,
+            if name == RESOURCE_CPU {
+                "milli-units"
+            } else {
+                "units"
+            }
+        )
+    })
+}
+
 /// A sparse resource vector; absent and zero are the same.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resources {
@@ -192,14 +222,56 @@ pub fn format_amount(name: &str, amount: i64) -> Quantity {
     }
 }
 
-fn container_list(container: &Container, limits: bool) -> Resources {
+/// `QuantityError::reason` of a well-formed quantity too large to hold.
+const OUT_OF_RANGE: &str = "value out of range";
+
+/// Records the first amount of a pod that cannot be counted.
+#[derive(Default)]
+struct Refused(Option<String>);
+
+impl Refused {
+    /// A resource list, every entry exact; a refused entry counts as the
+    /// most it could mean (overflow: `i64::MAX`) or, when not a number at
+    /// all, as nothing, and the first refusal is kept as the reason.
+    fn list(&mut self, list: &BTreeMap<String, Quantity>, what: &dyn Fn() -> String) -> Resources {
+        let mut resources = Resources::new();
+        for (name, quantity) in list {
+            match exact_amount(name, quantity) {
+                Ok(amount) => resources.set(name, amount),
+                Err(reason) => {
+                    let too_large = match QuantityValue::of(quantity) {
+                        Ok(value) => value.is_positive(),
+                        Err(err) => err.reason == OUT_OF_RANGE && !quantity.0.starts_with('-'),
+                    };
+                    if too_large {
+                        resources.set(name, i64::MAX);
+                    }
+                    if self.0.is_none() {
+                        self.0 = Some(format!("{} {name}: {reason}", what()));
+                    }
+                }
+            }
+        }
+        resources
+    }
+}
+
+fn container_list(container: &Container, limits: bool, refused: &mut Refused) -> Resources {
     let resources = container.resources.as_ref();
     let list = if limits {
         resources.and_then(|r| r.limits.as_ref())
     } else {
         resources.and_then(|r| r.requests.as_ref())
     };
-    list.map(Resources::from_list).unwrap_or_default()
+    let what = || {
+        format!(
+            "container {:?} {}",
+            container.name,
+            if limits { "limits" } else { "requests" }
+        )
+    };
+    list.map(|list| refused.list(list, &what))
+        .unwrap_or_default()
 }
 
 fn is_sidecar(container: &Container) -> bool {
@@ -208,19 +280,21 @@ fn is_sidecar(container: &Container) -> bool {
 
 /// Pod requests (or limits) the way kube-scheduler sums them: regular and
 /// sidecar containers add up, a plain init container only raises the peak,
-/// and the overhead is added on top.
-fn pod_resources(pod: &Pod, limits: bool) -> Resources {
+/// and the overhead is added on top. The second value is why an amount
+/// could not be counted exactly (see [`exact_amount`]).
+fn pod_resources(pod: &Pod, limits: bool) -> (Resources, Option<String>) {
     let Some(spec) = pod.spec.as_ref() else {
-        return Resources::new();
+        return (Resources::new(), None);
     };
+    let mut refused = Refused::default();
     let mut total = Resources::new();
     for container in &spec.containers {
-        total.add(&container_list(container, limits));
+        total.add(&container_list(container, limits, &mut refused));
     }
     let mut sidecars = Resources::new();
     let mut init_peak = Resources::new();
     for init in spec.init_containers.iter().flatten() {
-        let amounts = container_list(init, limits);
+        let amounts = container_list(init, limits, &mut refused);
         if is_sidecar(init) {
             sidecars.add(&amounts);
             total.add(&amounts);
@@ -232,17 +306,23 @@ fn pod_resources(pod: &Pod, limits: bool) -> Resources {
     }
     total.max_with(&init_peak);
     if let Some(overhead) = spec.overhead.as_ref() {
-        total.add(&Resources::from_list(overhead));
+        total.add(&refused.list(overhead, &|| "overhead".to_string()));
     }
-    total
+    (total, refused.0)
 }
 
 pub fn pod_requests(pod: &Pod) -> Resources {
+    pod_resources(pod, false).0
+}
+
+/// [`pod_requests`] and, when an amount is not an exact count (malformed,
+/// negative or beyond `i64`), the reason: such a pod must not be placed.
+pub fn pod_requests_checked(pod: &Pod) -> (Resources, Option<String>) {
     pod_resources(pod, false)
 }
 
 pub fn pod_limits(pod: &Pod) -> Resources {
-    pod_resources(pod, true)
+    pod_resources(pod, true).0
 }
 
 /// cpu and memory requests with kube-scheduler's non-zero defaults applied
@@ -322,6 +402,57 @@ mod tests {
             pod_non_zero_requests(&p),
             (4000, (1 << 30) + DEFAULT_MEMORY_REQUEST)
         );
+    }
+
+    #[test]
+    fn requests_that_are_not_exact_counts_are_refused_with_the_reason() {
+        let with = |cpu: &str, batch: &str| {
+            pod(json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "main", "resources": {"requests": {
+                    "cpu": cpu, "kubernetes.io/batch-cpu": batch}}}]}
+            }))
+        };
+        let (requests, refused) = pod_requests_checked(&with("1500m", "2000"));
+        assert_eq!((requests.get("cpu"), refused), (1500, None));
+        for (cpu, batch, reason) in [
+            (
+                "1e40",
+                "1",
+                "container \"main\" requests cpu: invalid quantity \"1e40\"",
+            ),
+            (
+                "1",
+                "lots",
+                "requests kubernetes.io/batch-cpu: invalid quantity \"lots\"",
+            ),
+            (
+                "1",
+                "-1",
+                "kubernetes.io/batch-cpu: quantity \"-1\" is negative",
+            ),
+            // Parses, but is 1e20 units: beyond i64.
+            ("1", "100E", "larger than the scheduler can count"),
+            // 9.2e15 cores are 9.2e18 milli-cores: beyond i64 only as cpu.
+            (
+                "9300000000000000",
+                "1",
+                "cpu: quantity \"9300000000000000\" is larger",
+            ),
+        ] {
+            let (requests, refused) = pod_requests_checked(&with(cpu, batch));
+            let refused = refused.unwrap_or_default();
+            assert!(refused.contains(reason), "{cpu} {batch}: {refused}");
+            // Too large counts as the most it could mean, never as zero.
+            if cpu != "1" {
+                assert_eq!(requests.get("cpu"), i64::MAX, "{cpu}");
+            }
+        }
+        assert_eq!(
+            exact_amount("memory", &Quantity("9223372036854775807".into())),
+            Ok(i64::MAX)
+        );
+        assert!(exact_amount("memory", &Quantity("9223372036854775808".into())).is_err());
     }
 
     #[test]

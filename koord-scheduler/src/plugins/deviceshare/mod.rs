@@ -1553,16 +1553,19 @@ mod tests {
                 "huge-memory",
                 &[
                     ("koordinator.sh/gpu-core", "50"),
-                    ("koordinator.sh/gpu-memory", "100E"),
+                    // Just below i64::MAX bytes: counted exactly.
+                    ("koordinator.sh/gpu-memory", "8E"),
                 ],
             ),
             gpu_pod("half", &[("koordinator.sh/gpu-memory-ratio", "50")]),
             testutil::node("big", &[("cpu", "8")]),
             huge_gpu("big"),
         ]);
+        // Beyond i64 units: the pod's request is refused before any plugin.
         let many = testutil::filter(&s, "default/many", t0());
         assert!(
-            many.failed_unresolvable["n1"].ends_with("GPUs is too many"),
+            many.failed_unresolvable["n1"]
+                .ends_with("quantity \"100E\" is larger than the scheduler can count (9223372036854775807 units)"),
             "{many:?}"
         );
         // More memory than a 16Gi GPU has: no GPU of n1 fits; the huge GPU does.
