@@ -20,7 +20,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{PodInfo, object_key};
+use crate::admission;
+use crate::cache::{Object, PodInfo, object_key};
 use crate::framework::{Binder, FilterOutcome, Scheduler, SharedScheduler};
 
 /// `v1.NodeList` as sent when `nodeCacheCapable` is false.
@@ -205,7 +206,43 @@ fn require_object(body: &[u8], what: &str) -> Result<(), String> {
     }
 }
 
-/// Parses `/filter`/`/prioritize` bodies; `Err` is the 400 message.
+/// The largest request body accepted (HTTP 413 beyond). kube-scheduler
+/// sends node names only with `nodeCacheCapable: true` (the chart's
+/// setting): 5,000 names and a pod of etcd's 1.5 MiB limit fit easily.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The most candidate nodes one request may name.
+pub const MAX_CANDIDATE_NODES: usize = 100_000;
+
+/// Each candidate once, named, within the name and count limits.
+fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
+    if names.len() > MAX_CANDIDATE_NODES {
+        return Err(format!(
+            "ExtenderArgs.{field} lists {} nodes, more than the {MAX_CANDIDATE_NODES} allowed",
+            names.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    for (index, name) in names.iter().enumerate() {
+        if name.is_empty() {
+            return Err(format!("ExtenderArgs.{field}[{index}] has no name"));
+        }
+        if name.len() > admission::MAX_NAME_BYTES {
+            return Err(format!(
+                "ExtenderArgs.{field}[{index}] is a name of {} bytes, longer than the {} allowed",
+                name.len(),
+                admission::MAX_NAME_BYTES
+            ));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(format!("ExtenderArgs.{field} lists node {name} twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Parses `/filter`/`/prioritize` bodies; `Err` is the 400 message. The pod
+/// goes through [`admission::admit`]: refused annotations are taken off it.
 pub fn parse_extender_args(body: &[u8]) -> Result<(Pod, Vec<String>, bool), String> {
     require_object(body, "ExtenderArgs")?;
     let args: ExtenderArgs =
@@ -213,15 +250,31 @@ pub fn parse_extender_args(body: &[u8]) -> Result<(Pod, Vec<String>, bool), Stri
     let pod = args
         .pod
         .ok_or_else(|| "ExtenderArgs.Pod is missing".to_string())?;
+    let admitted =
+        admission::admit(Object::Pod(pod)).map_err(|e| format!("ExtenderArgs.Pod: {e}"))?;
+    for refusal in &admitted.refused {
+        tracing::warn!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
+    }
+    let Object::Pod(pod) = admitted.object else {
+        return Err("ExtenderArgs.Pod is not a pod".into());
+    };
     if let Some(names) = args.node_names {
+        check_node_names(&names, "NodeNames")?;
         return Ok((pod, names, true));
     }
     if let Some(nodes) = args.nodes {
-        let names = nodes
-            .items
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
+        let mut names = Vec::with_capacity(nodes.items.len());
+        for (index, node) in nodes.items.iter().enumerate() {
+            match node.metadata.name.as_deref() {
+                Some(name) if !name.is_empty() => names.push(name.to_string()),
+                _ => {
+                    return Err(format!(
+                        "ExtenderArgs.Nodes.items[{index}] has no metadata.name"
+                    ));
+                }
+            }
+        }
+        check_node_names(&names, "Nodes.items")?;
         return Ok((pod, names, false));
     }
     Err("ExtenderArgs has neither NodeNames nor Nodes".into())
@@ -238,6 +291,27 @@ pub fn run_filter(
         Ok(state) => scheduler.filter(pod, Some(candidates), &state),
         Err(rejection) => Scheduler::reject_all(candidates, &rejection),
     }
+}
+
+/// `/filter` itself: [`run_filter`] over names taken by value, remembering
+/// the feasible nodes as the only ones `/bind` may bind the pod to (see
+/// [`crate::filtered`]).
+pub fn filter_and_record(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: Vec<String>,
+    now: SystemTime,
+) -> FilterOutcome {
+    let (outcome, feasible) = match scheduler.pre_filter(pod, now) {
+        Ok(cycle) => scheduler.filter_owned_indexed(pod, candidates, &cycle),
+        Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
+    };
+    scheduler
+        .filtered
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .record(&pod.key, &pod.uid, feasible, now);
+    outcome
 }
 
 /// The core of `/prioritize`: scores in 0..=10.
@@ -287,10 +361,7 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
         let Ok(scheduler) = state.scheduler.read() else {
             return internal_error("scheduler state lock poisoned");
         };
-        match scheduler.pre_filter(&pod, SystemTime::now()) {
-            Ok(cycle) => scheduler.filter_owned(&pod, candidates, &cycle),
-            Err(rejection) => Scheduler::reject_all(&candidates, &rejection),
-        }
+        filter_and_record(&scheduler, &pod, candidates, SystemTime::now())
     };
     let status = if outcome.feasible.is_empty() {
         state.metrics.attempt("unschedulable");
@@ -336,26 +407,43 @@ async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response
     json_response(&list)
 }
 
-/// Reserves, persists through the binder, and rolls back on failure.
+/// Binds only what `/filter` allowed (see [`crate::filtered`]): the pod's
+/// last `/filter` found the node feasible, for the same pod UID, recently.
+/// Then reserves (re-checking fit against the cache as it is now),
+/// persists through the binder, and rolls back on failure.
 pub async fn bind_pod(state: &ExtenderState, args: &ExtenderBindingArgs) -> Result<(), String> {
     let key = object_key(Some(&args.pod_namespace), &args.pod_name);
+    let now = SystemTime::now();
     let reserved = {
         let mut scheduler = state
             .scheduler
             .write()
             .map_err(|_| "scheduler state lock poisoned".to_string())?;
-        if !args.pod_uid.is_empty()
-            && let Some(pod) = scheduler.cache.pod(&key)
-            && !pod.uid.is_empty()
-            && pod.uid != args.pod_uid
-        {
-            return Err(format!(
-                "pod {key} has UID {} in the scheduler cache, not {}",
-                pod.uid, args.pod_uid
-            ));
+        let node_index = scheduler.cache.node(&args.node).map(|n| n.index);
+        let cached_uid = scheduler.cache.pod(&key).map(|p| p.uid.clone());
+        let filtered = scheduler
+            .filtered
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        filtered
+            .check(&key, &args.pod_uid, &args.node, node_index, now)
+            .map_err(|e| e.to_string())?;
+        let filtered_uid = filtered.filtered_uid(&key).unwrap_or_default();
+        if let Some(uid) = cached_uid.filter(|uid| !uid.is_empty()) {
+            if !args.pod_uid.is_empty() && uid != args.pod_uid {
+                return Err(format!(
+                    "pod {key} has UID {uid} in the scheduler cache, not {}",
+                    args.pod_uid
+                ));
+            }
+            if uid != filtered_uid {
+                return Err(format!(
+                    "pod {key} has UID {uid} in the scheduler cache, but /filter saw UID {filtered_uid:?}: bind refused"
+                ));
+            }
         }
         scheduler
-            .reserve(&key, &args.node, SystemTime::now())
+            .reserve(&key, &args.node, now)
             .map_err(|e| e.to_string())?
     };
     if let Err(err) = state.binder.bind(&reserved).await {
@@ -399,11 +487,13 @@ async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
     json_response(&result)
 }
 
-/// The `/filter`, `/prioritize` and `/bind` routes.
+/// The `/filter`, `/prioritize` and `/bind` routes; bodies up to
+/// [`MAX_BODY_BYTES`].
 pub fn router(state: ExtenderState) -> Router {
     Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cache::{CacheError, Change, ClusterCache, ClusterEvent, NodeInfo, PodInfo};
+use crate::filtered::FilterRecords;
 
 /// kube-scheduler's in-process score range.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -292,6 +293,9 @@ pub struct Scheduler {
     plugins: Vec<PluginEntry>,
     /// How long a bound pod stays assumed without watch confirmation.
     pub assume_ttl: Duration,
+    /// The extender's `/filter` results, which `/bind` checks; written by
+    /// `/filter` under the shared (read) lock, hence its own small lock.
+    pub filtered: std::sync::Mutex<FilterRecords>,
 }
 
 impl Scheduler {
@@ -300,6 +304,7 @@ impl Scheduler {
             cache: ClusterCache::new(),
             plugins,
             assume_ttl,
+            filtered: std::sync::Mutex::new(FilterRecords::new()),
         }
     }
 
@@ -402,10 +407,22 @@ impl Scheduler {
         candidates: Vec<String>,
         state: &CycleState,
     ) -> FilterOutcome {
+        self.filter_owned_indexed(pod, candidates, state).0
+    }
+
+    /// [`Scheduler::filter_owned`] that also returns the cache indexes
+    /// ([`NodeInfo::index`]) of the feasible nodes, in the same order.
+    pub fn filter_owned_indexed(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<String>,
+        state: &CycleState,
+    ) -> (FilterOutcome, Vec<usize>) {
         let mut outcome = FilterOutcome {
             feasible: Vec::with_capacity(candidates.len()),
             ..FilterOutcome::default()
         };
+        let mut indexes = Vec::with_capacity(candidates.len());
         for name in candidates {
             let Some(node) = self.cache.node(&name) else {
                 outcome
@@ -414,7 +431,10 @@ impl Scheduler {
                 continue;
             };
             match self.filter_node(pod, node, state) {
-                Ok(()) => outcome.feasible.push(name),
+                Ok(()) => {
+                    outcome.feasible.push(name);
+                    indexes.push(node.index);
+                }
                 Err(rejection) if rejection.unresolvable => {
                     outcome.failed_unresolvable.insert(name, rejection.reason);
                 }
@@ -423,7 +443,7 @@ impl Scheduler {
                 }
             }
         }
-        outcome
+        (outcome, indexes)
     }
 
     /// Fails every candidate with the same pre-filter rejection.

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod config;
 pub mod cpuset;
 pub mod extender;
+pub mod filtered;
 pub mod framework;
 pub mod plugins;
 pub mod reservation_controller;

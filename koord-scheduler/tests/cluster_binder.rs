@@ -228,6 +228,17 @@ async fn failed_binding_removes_the_annotations_and_bind_returns_the_error() {
         client: client(&api),
     })
     .await;
+    // kube-scheduler filters before it binds (the pod as the cache has it).
+    let pod = json!({
+        "metadata": {"name": "lsr-a", "namespace": "default", "uid": "uid-lsr-a",
+                     "labels": {"koordinator.sh/qosClass": "LSR"}},
+        "spec": {"priority": 9000, "containers": [{"name": "main", "resources": {
+            "requests": {"cpu": "4", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let filter = json!({"Pod": pod, "NodeNames": ["numa-node"]}).to_string();
+    let filtered = common::post_ok(addr, "/filter", &filter).await;
+    assert_eq!(filtered["NodeNames"], json!(["numa-node"]), "{filtered}");
     let args = json!({"PodName": "lsr-a", "PodNamespace": "default", "PodUID": "uid-lsr-a", "Node": "numa-node"})
         .to_string();
 

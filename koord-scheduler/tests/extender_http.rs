@@ -139,6 +139,9 @@ async fn prioritize_returns_host_priority_list_in_extender_range() {
 async fn bind_reserves_and_reports_errors_in_the_binding_result() {
     let recording = Arc::new(RecordingBinder::default());
     let addr = serve(recording.clone()).await;
+    // kube-scheduler filters, then binds to a node the filter returned.
+    let filter = json!({"Pod": pod_json(), "NodeNames": ["n1", "n3"]});
+    common::post_ok(addr, "/filter", &filter.to_string()).await;
     let args = json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "6f0c6b7e-1", "Node": "n1"});
     let (status, body) = post(addr, "/bind", &args.to_string()).await;
     assert_eq!((status, body.as_str()), (200, r#"{"Error":""}"#));
@@ -160,6 +163,14 @@ async fn bind_reserves_and_reports_errors_in_the_binding_result() {
     let unknown =
         json!({"PodName": "nope", "PodNamespace": "default", "PodUID": "x", "Node": "n1"});
     let (_, body) = post(addr, "/bind", &unknown.to_string()).await;
+    assert!(body.contains("was not filtered"), "{body}");
+    // Filtered but not in the cache (kube-scheduler's view ran ahead of the watch).
+    let mut stranger = pod_json();
+    stranger["metadata"]["name"] = json!("nope");
+    stranger["metadata"]["uid"] = json!("x");
+    let filter = json!({"Pod": stranger, "NodeNames": ["n1"]});
+    common::post_ok(addr, "/filter", &filter.to_string()).await;
+    let (_, body) = post(addr, "/bind", &unknown.to_string()).await;
     assert!(body.contains("not in the scheduler cache"), "{body}");
 }
 
@@ -170,6 +181,8 @@ async fn failing_binder_rolls_back_and_returns_the_error() {
         ..Default::default()
     });
     let addr = serve(binder).await;
+    let filter = json!({"Pod": pod_json(), "NodeNames": ["n1"]});
+    common::post_ok(addr, "/filter", &filter.to_string()).await;
     let args = json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "6f0c6b7e-1", "Node": "n1"});
     let (status, body) = post(addr, "/bind", &args.to_string()).await;
     assert_eq!(status, 200);
@@ -203,6 +216,29 @@ async fn malformed_bodies_get_400_with_a_message() {
         ),
         ("/bind", "[]", "malformed ExtenderBindingArgs"),
         ("/bind", "{\"PodName\": \"x\"}", "needs PodName and Node"),
+        // Nameless and duplicate objects are refused, not skipped.
+        (
+            "/filter",
+            &json!({"Pod": {"metadata": {"namespace": "default"}}, "NodeNames": ["n1"]})
+                .to_string(),
+            "ExtenderArgs.Pod: Pod without metadata.name refused",
+        ),
+        (
+            "/filter",
+            &json!({"Pod": pod_json(), "NodeNames": ["n1", "n3", "n1"]}).to_string(),
+            "ExtenderArgs.NodeNames lists node n1 twice",
+        ),
+        (
+            "/prioritize",
+            &json!({"Pod": pod_json(), "NodeNames": ["n1", ""]}).to_string(),
+            "ExtenderArgs.NodeNames[1] has no name",
+        ),
+        (
+            "/filter",
+            &json!({"Pod": pod_json(), "Nodes": {"items": [{"metadata": {"name": "n1"}}, {"metadata": {}}]}})
+                .to_string(),
+            "ExtenderArgs.Nodes.items[1] has no metadata.name",
+        ),
     ] {
         let (status, text) = post(addr, path, body).await;
         assert_eq!(status, 400, "{path} {body}: {text}");
@@ -216,4 +252,118 @@ async fn malformed_bodies_get_400_with_a_message() {
     )
     .await;
     assert_eq!(status, 200);
+}
+
+fn bind_args(node: &str) -> String {
+    json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "6f0c6b7e-1", "Node": node})
+        .to_string()
+}
+
+async fn bind_error(addr: SocketAddr, node: &str) -> String {
+    let (status, body) = post(addr, "/bind", &bind_args(node)).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    result["Error"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn bind_refuses_a_pod_that_was_not_filtered_or_a_node_it_was_not_filtered_for() {
+    let recording = Arc::new(RecordingBinder::default());
+    let addr = serve(recording.clone()).await;
+    // Never filtered: refused, although it would fit n1.
+    let error = bind_error(addr, "n1").await;
+    assert!(error.contains("was not filtered"), "{error}");
+    assert!(recording.bound.lock().unwrap().is_empty());
+
+    // Filtered over n1 and n2: n1 is feasible, n2 is not (no batch
+    // capacity), n3 was never asked about although the pod would fit there.
+    let filter = json!({"Pod": pod_json(), "NodeNames": ["n1", "n2"]});
+    let result = common::post_ok(addr, "/filter", &filter.to_string()).await;
+    assert_eq!(result["NodeNames"], json!(["n1"]));
+    for node in ["n2", "n3", "elsewhere"] {
+        let error = bind_error(addr, node).await;
+        assert!(
+            error.contains(&format!("node {node} was not feasible")),
+            "{node}: {error}"
+        );
+    }
+    // A different pod UID under the same name is not the filtered pod.
+    let (_, body) = post(
+        addr,
+        "/bind",
+        &json!({"PodName": "batch-job", "PodNamespace": "default", "PodUID": "another", "Node": "n1"})
+            .to_string(),
+    )
+    .await;
+    assert!(body.contains("UID"), "{body}");
+    assert!(recording.bound.lock().unwrap().is_empty());
+
+    // The node it was filtered for binds.
+    assert_eq!(bind_error(addr, "n1").await, "");
+    let bound = recording.bound.lock().unwrap().clone();
+    assert_eq!(bound.len(), 1);
+    assert_eq!(bound[0].node, "n1");
+}
+
+/// [`pod_json`] with its batch-cpu request (and limit) set to `amount`.
+fn pod_requesting_batch_cpu(amount: &str) -> Value {
+    let mut pod = pod_json();
+    let resources = &mut pod["spec"]["containers"][0]["resources"];
+    resources["requests"]["kubernetes.io/batch-cpu"] = json!(amount);
+    resources["limits"]["kubernetes.io/batch-cpu"] = json!(amount);
+    pod
+}
+
+#[tokio::test]
+async fn a_pod_with_an_unparseable_or_overflowing_request_fits_no_node() {
+    let addr = serve(Arc::new(RecordingBinder::default())).await;
+    // A request that parses still fits n1 and n3.
+    let args = json!({"Pod": pod_requesting_batch_cpu("1000"), "NodeNames": ["n1", "n2", "n3"]});
+    let result = common::post_ok(addr, "/filter", &args.to_string()).await;
+    assert_eq!(result["NodeNames"], json!(["n1", "n3"]));
+    // Beyond what the scheduler can count (1e40 units), not a number,
+    // or negative: never zero, refused everywhere with the reason.
+    for amount in ["1e40", "999999999999999999999999999999999", "lots", "-1000"] {
+        let args =
+            json!({"Pod": pod_requesting_batch_cpu(amount), "NodeNames": ["n1", "n2", "n3"]});
+        let result = common::post_ok(addr, "/filter", &args.to_string()).await;
+        assert_eq!(result["NodeNames"], json!([]), "{amount}: {result}");
+        for node in ["n1", "n2", "n3"] {
+            let reason = result["FailedAndUnresolvableNodes"][node]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                reason.contains("kubernetes.io/batch-cpu") && reason.contains(amount),
+                "{amount} on {node}: {result}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_body_beyond_the_limit_is_refused_with_413() {
+    use tower::ServiceExt as _;
+    let state = ExtenderState {
+        scheduler: Arc::new(RwLock::new(
+            koord_scheduler::build_scheduler(
+                &SchedulerConfiguration::default(),
+                Duration::from_secs(300),
+            )
+            .unwrap(),
+        )),
+        binder: Arc::new(RecordingBinder::default()),
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    };
+    let limit = koord_scheduler::extender::MAX_BODY_BYTES;
+    for (size, expected) in [(limit + 1, 413), (limit, 400)] {
+        let request = axum::http::Request::post("/filter")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(vec![b' '; size]))
+            .unwrap();
+        let response = koord_scheduler::extender::router(state.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected, "{size} bytes");
+    }
 }

@@ -98,7 +98,7 @@ async fn a_gang_is_held_in_filter_until_it_fits_and_then_binds_entirely() {
         refused["Error"]
             .as_str()
             .unwrap()
-            .contains("waiting for gang"),
+            .contains("node n0 was not feasible for pod default/a"),
         "{refused}"
     );
     assert!(binder.bound.lock().unwrap().is_empty());

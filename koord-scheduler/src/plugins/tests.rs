@@ -1171,6 +1171,18 @@ async fn failed_binding_rolls_back_node_and_quota_accounting() {
     use crate::framework::RecordingBinder;
     use std::sync::{Arc, RwLock};
     let scheduler = Arc::new(RwLock::new(bind_cluster()));
+    {
+        // kube-scheduler filters before it binds.
+        let s = scheduler.read().unwrap();
+        let pod = s.cache.pod("default/job").unwrap().clone();
+        let outcome = crate::extender::filter_and_record(
+            &s,
+            &pod,
+            vec!["n1".into()],
+            std::time::SystemTime::now(),
+        );
+        assert_eq!(outcome.feasible, vec!["n1"]);
+    }
     let args = ExtenderBindingArgs {
         pod_name: "job".into(),
         pod_namespace: "default".into(),
