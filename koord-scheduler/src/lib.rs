@@ -22,6 +22,7 @@ pub mod resources;
 pub mod simulator;
 #[cfg(test)]
 mod testutil;
+pub mod tls;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -168,13 +169,46 @@ impl LeaderElectionArgs {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "koord-scheduler", version = koord_common::cli::version(), about = "Koordinator scheduler")]
 pub struct SchedulerArgs {
-    /// IP address to serve plain HTTP (extender verbs, /healthz, /readyz, /metrics) on with --port.
-    #[arg(long = "address", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED), value_name = "IP")]
+    /// IP address of the extender (/filter, /prioritize, /bind, and /healthz, /readyz, /metrics)
+    /// with --port. Loopback by default: kube-scheduler runs in the same pod. Any other address
+    /// needs --tls-cert-file, --tls-private-key-file and --client-ca-file (clients must present a
+    /// certificate), or the process refuses to start.
+    #[arg(long = "address", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST), value_name = "IP")]
     pub address: IpAddr,
 
-    /// Port to serve plain HTTP on; 0 turns plain HTTP serving off (as upstream).
+    /// Port of the extender; 0 turns it off (as upstream).
     #[arg(long = "port", default_value_t = DEFAULT_PORT, value_name = "PORT")]
     pub port: u16,
+
+    /// IP address of the probe listener (--health-port), which serves only /healthz and /readyz.
+    #[arg(long = "health-address", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED), value_name = "IP")]
+    pub health_address: IpAddr,
+
+    /// Port serving only /healthz and /readyz, for kubelet probes (which do not come from inside
+    /// the pod, so cannot reach a loopback extender); 0 (the default) turns it off.
+    #[arg(long = "health-port", default_value_t = 0, value_name = "PORT")]
+    pub health_port: u16,
+
+    /// IP address of the metrics listener (--metrics-port), which serves only /metrics.
+    #[arg(long = "metrics-address", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED), value_name = "IP")]
+    pub metrics_address: IpAddr,
+
+    /// Port serving only /metrics, for a scraper outside the pod; 0 (the default) turns it off
+    /// (/metrics stays on the extender's own address).
+    #[arg(long = "metrics-port", default_value_t = 0, value_name = "PORT")]
+    pub metrics_port: u16,
+
+    /// Serving certificate (PEM, with its chain) of the extender over HTTPS.
+    #[arg(long = "tls-cert-file", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long = "tls-private-key-file", value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// CA bundle (PEM) that every client certificate must chain to; required with TLS.
+    #[arg(long = "client-ca-file", value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
 
     /// KubeSchedulerConfiguration file (profiles, plugins, pluginConfig args).
     #[arg(long = "config", value_name = "FILE")]
@@ -228,12 +262,34 @@ pub struct SimulateArgs {
 }
 
 impl SchedulerArgs {
-    pub fn listeners(&self) -> Vec<ListenerSpec> {
+    /// The extender's address and transport, `None` with `--port=0`; an
+    /// address off loopback without mutual TLS is refused.
+    pub fn extender(&self) -> Result<Option<(SocketAddr, tls::Transport)>, tls::ServingError> {
         if self.port == 0 {
-            return Vec::new();
+            return Ok(None);
         }
-        let addr = ListenAddr::new(SocketAddr::new(self.address, self.port));
-        vec![ListenerSpec::new(addr, Endpoints::ALL)]
+        let transport = tls::transport(
+            self.address,
+            self.tls_cert_file.as_deref(),
+            self.tls_private_key_file.as_deref(),
+            self.client_ca_file.as_deref(),
+        )?;
+        Ok(Some((SocketAddr::new(self.address, self.port), transport)))
+    }
+
+    /// The probe-only and metrics-only listeners (the extender's own is
+    /// [`Self::extender`]).
+    pub fn side_listeners(&self) -> Vec<ListenerSpec> {
+        let mut specs = Vec::new();
+        if self.health_port != 0 {
+            let addr = ListenAddr::new(SocketAddr::new(self.health_address, self.health_port));
+            specs.push(ListenerSpec::new(addr, Endpoints::HEALTH));
+        }
+        if self.metrics_port != 0 {
+            let addr = ListenAddr::new(SocketAddr::new(self.metrics_address, self.metrics_port));
+            specs.push(ListenerSpec::new(addr, Endpoints::METRICS));
+        }
+        specs
     }
 
     /// The configuration file, or upstream defaults without one.
@@ -293,6 +349,11 @@ pub fn run_simulation(args: &SchedulerArgs, simulate: &SimulateArgs) -> anyhow::
 
 /// Runs until a signal or a failure; `Err` means start-up failed.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
+    let extender_at = args.extender()?;
+    let tls_config = match &extender_at {
+        Some((_, tls::Transport::MutualTls(files))) => Some(tls::server_config(files)?),
+        _ => None,
+    };
     let config = args.configuration()?;
     let lease_timing = args.leader_election.timing()?;
     let profile = config.profile();
@@ -317,20 +378,26 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     // until then they are absent and readiness fails.
     let (binder_tx, binder_rx) =
         tokio::sync::watch::channel::<Option<Arc<dyn framework::Binder>>>(None);
-    let listeners: Vec<ListenerSpec> = args
-        .listeners()
-        .into_iter()
-        .map(|spec| {
-            let state = LazyBinderState {
-                scheduler: Arc::clone(&scheduler),
-                binder: binder_rx.clone(),
-                metrics: metrics.clone(),
-            };
-            spec.with_routes(state.router())
-        })
-        .collect();
+    let extender_routes = LazyBinderState {
+        scheduler: Arc::clone(&scheduler),
+        binder: binder_rx,
+        metrics: metrics.clone(),
+    }
+    .router();
+    let mut listeners = args.side_listeners();
+    let mut tls_server = None;
+    match (extender_at, tls_config) {
+        (Some((addr, tls::Transport::MutualTls(_))), Some(config)) => {
+            let app = koord_common::server::router(context.server_state(), Endpoints::ALL)
+                .merge(extender_routes);
+            tls_server = Some(tls::serve(addr, config, app, &context.shutdown).await?);
+        }
+        (Some((addr, _)), _) => listeners.push(
+            ListenerSpec::new(ListenAddr::new(addr), Endpoints::ALL).with_routes(extender_routes),
+        ),
+        (None, _) => tracing::info!("--port=0: not serving the extender"),
+    }
     let server = if listeners.is_empty() {
-        tracing::info!("--port=0: not serving the extender, /healthz, /readyz or /metrics");
         None
     } else {
         Some(context.start_server(listeners).await?)
@@ -360,17 +427,30 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
                 &context.shutdown,
             );
             tracing::info!(plugins = ?scheduler.read().map(|s| s.plugin_names()).unwrap_or_default(), "serving the scheduler extender");
-            Ok(context.wait_for_shutdown(server).await)
+            Ok(drain(&context, server, tls_server).await)
         }
-        Ok(None) => Ok(context.wait_for_shutdown(server).await),
+        Ok(None) => Ok(drain(&context, server, tls_server).await),
         Err(err) => {
             context
                 .shutdown
                 .trigger(ShutdownReason::Failed(err.to_string()));
-            context.wait_for_shutdown(server).await;
+            drain(&context, server, tls_server).await;
             Err(err.into())
         }
     }
+}
+
+/// Waits for shutdown and lets both servers drain.
+async fn drain(
+    context: &ComponentContext,
+    server: Option<koord_common::RunningServer>,
+    tls_server: Option<tls::TlsServer>,
+) -> ShutdownReason {
+    let reason = context.wait_for_shutdown(server).await;
+    if let Some(tls_server) = tls_server {
+        tls_server.wait().await;
+    }
+    reason
 }
 
 /// Extender routes whose binder arrives after the cluster connection.
@@ -413,11 +493,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_match_upstream() {
+    fn the_extender_listens_on_loopback_by_default_with_no_other_listener() {
         let args = SchedulerArgs::try_parse_from(["koord-scheduler"]).unwrap();
-        let listeners = args.listeners();
-        assert_eq!(listeners.len(), 1);
-        assert_eq!(listeners[0].addr.to_string(), "0.0.0.0:10251");
+        let (addr, transport) = args.extender().unwrap().unwrap();
+        assert_eq!(addr.to_string(), "127.0.0.1:10251");
+        assert_eq!(transport, tls::Transport::Plain);
+        assert!(args.side_listeners().is_empty());
+    }
+
+    #[test]
+    fn probes_and_metrics_get_their_own_listeners_and_off_loopback_needs_mutual_tls() {
+        let args = SchedulerArgs::try_parse_from([
+            "koord-scheduler",
+            "--health-port=10258",
+            "--metrics-port=10259",
+            "--metrics-address=10.0.0.1",
+        ])
+        .unwrap();
+        let listeners: Vec<(String, Endpoints)> = args
+            .side_listeners()
+            .iter()
+            .map(|l| (l.addr.to_string(), l.endpoints))
+            .collect();
+        assert_eq!(
+            listeners,
+            [
+                ("0.0.0.0:10258".to_string(), Endpoints::HEALTH),
+                ("10.0.0.1:10259".to_string(), Endpoints::METRICS)
+            ]
+        );
+        let open = SchedulerArgs::try_parse_from(["koord-scheduler", "--address=0.0.0.0"]).unwrap();
+        let err = open.extender().unwrap_err().to_string();
+        assert!(
+            err.contains("--address=0.0.0.0 is not a loopback address"),
+            "{err}"
+        );
+        let secured = SchedulerArgs::try_parse_from([
+            "koord-scheduler",
+            "--address=0.0.0.0",
+            "--tls-cert-file=/c.pem",
+            "--tls-private-key-file=/k.pem",
+            "--client-ca-file=/ca.pem",
+        ])
+        .unwrap();
+        assert!(matches!(
+            secured.extender(),
+            Ok(Some((_, tls::Transport::MutualTls(_))))
+        ));
+        let off =
+            SchedulerArgs::try_parse_from(["koord-scheduler", "--address=0.0.0.0", "--port=0"])
+                .unwrap();
+        assert_eq!(off.extender(), Ok(None));
     }
 
     #[test]
@@ -487,7 +613,8 @@ mod tests {
     #[test]
     fn port_zero_disables_serving_and_bad_ip_is_rejected() {
         let args = SchedulerArgs::try_parse_from(["koord-scheduler", "--port=0"]).unwrap();
-        assert!(args.listeners().is_empty());
+        assert_eq!(args.extender(), Ok(None));
+        assert!(args.side_listeners().is_empty());
         assert!(SchedulerArgs::try_parse_from(["koord-scheduler", "--address=not-an-ip"]).is_err());
         assert!(SchedulerArgs::try_parse_from(["koord-scheduler", "--port=70000"]).is_err());
         let args = SchedulerArgs::try_parse_from([
@@ -498,6 +625,7 @@ mod tests {
             "1234",
         ])
         .unwrap();
-        assert_eq!(args.listeners()[0].addr.to_string(), "[::1]:1234");
+        let (addr, _) = args.extender().unwrap().unwrap();
+        assert_eq!(addr.to_string(), "[::1]:1234");
     }
 }
