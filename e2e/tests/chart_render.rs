@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -361,12 +362,147 @@ fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
     problems
 }
 
+/// The argv of a container (command then args), Go flag syntax normalized.
+fn container_argv(container: &Container) -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> =
+        container.command.iter().flatten().map(Into::into).collect();
+    argv.extend(container.args.iter().flatten().map(Into::into));
+    koord_common::cli::normalize_go_flag_args(argv)
+}
+
+/// A probe's or Service's port as a number, resolving a name against the
+/// container's ports.
+fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
+    match port {
+        IntOrString::Int(number) => u16::try_from(*number).ok(),
+        IntOrString::String(name) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .and_then(|p| u16::try_from(p.container_port).ok()),
+    }
+}
+
+/// Who can reach the koord-scheduler extender (issue 16): `/bind` acts with
+/// the pod's service account, so the extender must listen on loopback (or
+/// require client certificates, which the binary enforces at start), the
+/// kube-scheduler next to it must call it there, no Service may lead to
+/// it, and the kubelet probes (which come from the node, not from inside
+/// the pod) must hit a non-loopback listener that serves `/healthz` and
+/// `/readyz`.
+fn check_scheduler_serving(
+    pod: &PodSpec,
+    kube_scheduler_config: &str,
+    services: &[Service],
+) -> Vec<String> {
+    let Some(container) = pod.containers.iter().find(|c| {
+        c.command.iter().flatten().next().map(String::as_str) == Some("/koord-scheduler")
+    }) else {
+        return vec!["no /koord-scheduler container".to_string()];
+    };
+    let args = match koord_scheduler::SchedulerArgs::try_parse_from(container_argv(container)) {
+        Ok(args) => args,
+        Err(e) => return vec![format!("extender flags: {e}")],
+    };
+    let mut problems = Vec::new();
+    let (listen, transport) = match args.extender() {
+        Ok(Some(extender)) => extender,
+        Ok(None) => return vec!["the extender is not served (--port=0)".to_string()],
+        Err(e) => return vec![format!("the extender would not start: {e}")],
+    };
+    let plain = transport == koord_scheduler::tls::Transport::Plain;
+
+    // kube-scheduler calls the extender where it listens, in this pod.
+    let config: Value = serde_yaml::from_str(kube_scheduler_config).unwrap_or(Value::Null);
+    for extender in config["extenders"].as_array().into_iter().flatten() {
+        let url = extender["urlPrefix"].as_str().unwrap_or_default();
+        let expected_scheme = if plain { "http" } else { "https" };
+        let ok = ["127.0.0.1", "localhost", "[::1]"].iter().any(|host| {
+            url.trim_end_matches('/') == format!("{expected_scheme}://{host}:{}", listen.port())
+        });
+        if !ok {
+            problems.push(format!(
+                "kube-scheduler calls the extender at {url:?}, not at {expected_scheme}://127.0.0.1:{} where it listens",
+                listen.port()
+            ));
+        }
+    }
+
+    // Probes: a non-loopback listener that serves health.
+    let health_port =
+        (args.health_port != 0 && !args.health_address.is_loopback()).then_some(args.health_port);
+    let probes = [
+        ("livenessProbe", &container.liveness_probe),
+        ("readinessProbe", &container.readiness_probe),
+        ("startupProbe", &container.startup_probe),
+    ];
+    for (what, probe) in probes {
+        let Some(get) = probe.as_ref().and_then(|p| p.http_get.as_ref()) else {
+            continue;
+        };
+        let port = resolve_port(&get.port, container);
+        if port.is_none() || port != health_port {
+            problems.push(format!(
+                "the extender's {what} goes to port {:?}, which kubelet cannot reach: the extender is on {listen} and the health listener is {:?}",
+                get.port, health_port
+            ));
+        }
+        let path = get.path.as_deref().unwrap_or("/");
+        if !matches!(path, "/healthz" | "/readyz") {
+            problems.push(format!(
+                "the extender's {what} asks {path}; the health port serves /healthz and /readyz"
+            ));
+        }
+    }
+    if container.readiness_probe.is_none() || container.liveness_probe.is_none() {
+        problems.push("the extender needs a liveness and a readiness probe".to_string());
+    }
+
+    // No Service leads to the extender.
+    let selects_scheduler = |service: &Service| {
+        service
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .is_some_and(|selector| {
+                selector.get("koord-app").map(String::as_str) == Some("koord-scheduler")
+            })
+    };
+    for service in services.iter().filter(|s| selects_scheduler(s)) {
+        for port in service.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
+            let target = port
+                .target_port
+                .clone()
+                .unwrap_or(IntOrString::Int(port.port));
+            if resolve_port(&target, container) == Some(listen.port())
+                || target == IntOrString::Int(i32::from(listen.port()))
+            {
+                problems.push(format!(
+                    "Service {} exposes the extender's port {}",
+                    service.metadata.name.as_deref().unwrap_or("?"),
+                    listen.port()
+                ));
+            }
+        }
+    }
+    problems
+}
+
 fn check_set(name: &str, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let docs = documents(text);
     assert!(docs.len() > 10, "{name}: only {} documents", docs.len());
     let mut kinds = BTreeSet::new();
+    let mut services: Vec<Service> = Vec::new();
+    let mut scheduler_pod: Option<PodSpec> = None;
+    let mut kube_scheduler_config = String::new();
     for doc in &docs {
+        if doc["kind"] == "Service"
+            && let Ok(service) = serde_json::from_value::<Service>(doc.clone())
+        {
+            services.push(service);
+        }
         let kind = doc["kind"].as_str().unwrap_or_default().to_string();
         let object = format!("{kind}/{}", doc["metadata"]["name"].as_str().unwrap_or("?"));
         kinds.insert(kind);
@@ -376,6 +512,9 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
                     if let Err(e) = check_component_args(container) {
                         problems.push(format!("{name}: {object}: {e}"));
                     }
+                }
+                if object == "Deployment/koord-scheduler" {
+                    scheduler_pod = Some(pod);
                 }
             }
             Ok(None) => {}
@@ -402,7 +541,16 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
             for problem in check_kube_scheduler_extenders(text) {
                 problems.push(format!("{name}: kube-scheduler-config: {problem}"));
             }
+            kube_scheduler_config = text.to_string();
         }
+    }
+    match &scheduler_pod {
+        Some(pod) => {
+            for problem in check_scheduler_serving(pod, &kube_scheduler_config, &services) {
+                problems.push(format!("{name}: Deployment/koord-scheduler: {problem}"));
+            }
+        }
+        None => problems.push(format!("{name}: no Deployment/koord-scheduler rendered")),
     }
     for expected in [
         "Deployment",
@@ -511,4 +659,70 @@ fn extender_interest_and_kube_scheduler_validation_are_checked() {
         "{problems}"
     );
     assert!(problems.contains("2 extenders with verbs"), "{problems}");
+}
+
+#[test]
+fn an_exposed_extender_or_unreachable_probes_are_caught() {
+    let pod = |args: &[&str], probe_port: IntOrString| -> PodSpec {
+        serde_json::from_value(serde_json::json!({"containers": [{
+            "name": "extender",
+            "command": ["/koord-scheduler"],
+            "args": args,
+            "ports": [{"name": "health", "containerPort": 10260}],
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": probe_port}},
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": probe_port}}
+        }]}))
+        .unwrap()
+    };
+    let config = "extenders:\n- urlPrefix: http://127.0.0.1:10251\n";
+    let health = IntOrString::String("health".into());
+    let good = pod(
+        &["--address=127.0.0.1", "--port=10251", "--health-port=10260"],
+        health.clone(),
+    );
+    assert_eq!(
+        check_scheduler_serving(&good, config, &[]),
+        Vec::<String>::new()
+    );
+
+    // The previous chart: the extender on every interface, probed there.
+    let open = pod(
+        &["--address=0.0.0.0", "--port=10251"],
+        IntOrString::Int(10251),
+    );
+    let problems = check_scheduler_serving(&open, config, &[]).join("\n");
+    assert!(problems.contains("would not start"), "{problems}");
+    assert!(problems.contains("not a loopback address"), "{problems}");
+
+    // Loopback, but probed on the loopback port: kubelet cannot reach it.
+    let loopback_probes = pod(
+        &["--address=127.0.0.1", "--port=10251"],
+        IntOrString::Int(10251),
+    );
+    let problems = check_scheduler_serving(&loopback_probes, config, &[]).join("\n");
+    assert!(
+        problems.contains("livenessProbe goes to port"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("readinessProbe goes to port"),
+        "{problems}"
+    );
+
+    // kube-scheduler pointed at a Service, and a Service leading to the extender.
+    let remote = "extenders:\n- urlPrefix: http://koord-scheduler.koordinator-system:10251\n";
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "koord-scheduler"},
+        "spec": {"selector": {"koord-app": "koord-scheduler"}, "ports": [{"port": 10251}]}
+    }))
+    .unwrap();
+    let problems = check_scheduler_serving(&good, remote, &[service]).join("\n");
+    assert!(
+        problems.contains("kube-scheduler calls the extender at"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("Service koord-scheduler exposes the extender's port 10251"),
+        "{problems}"
+    );
 }
