@@ -158,7 +158,10 @@ fn nameless_and_duplicate_objects_are_errors_and_bad_cpusets_are_reported() {
         )
     };
     let node = "kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '8'}}\n";
-    let (ok, stderr) = run("nameless.yaml", &format!("{node}---\nkind: Pod\nmetadata: {{namespace: default}}\n"));
+    let (ok, stderr) = run(
+        "nameless.yaml",
+        &format!("{node}---\nkind: Pod\nmetadata: {{namespace: default}}\n"),
+    );
     assert!(!ok);
     assert!(
         stderr.contains("document 1: Pod without metadata.name refused"),
