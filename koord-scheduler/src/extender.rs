@@ -21,7 +21,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::{Deserialize, Serialize};
 
 use crate::admission;
-use crate::cache::{Object, PodInfo, object_key};
+use crate::cache::{FnvHasher, Object, PodInfo, object_key};
 use crate::framework::{Binder, FilterOutcome, Scheduler, SharedScheduler};
 
 /// `v1.NodeList` as sent when `nodeCacheCapable` is false.
@@ -222,7 +222,9 @@ fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
             names.len()
         ));
     }
-    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    // FNV, as the cache's name maps: 5,000 names per request.
+    let mut seen: std::collections::HashSet<&str, std::hash::BuildHasherDefault<FnvHasher>> =
+        std::collections::HashSet::with_capacity_and_hasher(names.len(), Default::default());
     for (index, name) in names.iter().enumerate() {
         if name.is_empty() {
             return Err(format!("ExtenderArgs.{field}[{index}] has no name"));
@@ -252,8 +254,10 @@ pub fn parse_extender_args(body: &[u8]) -> Result<(Pod, Vec<String>, bool), Stri
         .ok_or_else(|| "ExtenderArgs.Pod is missing".to_string())?;
     let admitted =
         admission::admit(Object::Pod(pod)).map_err(|e| format!("ExtenderArgs.Pod: {e}"))?;
+    // kube-scheduler asks again and again about a pending pod, and the
+    // watch has already warned about the same annotation.
     for refusal in &admitted.refused {
-        tracing::warn!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
+        tracing::debug!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
     }
     let Object::Pod(pod) = admitted.object else {
         return Err("ExtenderArgs.Pod is not a pod".into());

@@ -805,15 +805,21 @@ impl Plugin for NodeNUMAResource {
                     Some(cpus) => self.node_reserved.insert(key.clone(), cpus),
                     None => self.node_reserved.remove(key),
                 };
-                // A node may carry the cpu-topology annotation itself.
-                if !cache.node_resource_topologies.contains_key(key)
-                    && let Some(node) = cache.node(key)
-                    && node
-                        .annotations()
-                        .contains_key(ANNOTATION_NODE_CPU_TOPOLOGY)
-                {
-                    self.topologies
-                        .insert(key.clone(), topology_from(node.annotations(), &[]));
+                // A node may carry the cpu-topology annotation itself; one
+                // that lost it (or had it refused) has no topology any more.
+                if !cache.node_resource_topologies.contains_key(key) {
+                    match cache.node(key).filter(|node| {
+                        node.annotations()
+                            .contains_key(ANNOTATION_NODE_CPU_TOPOLOGY)
+                    }) {
+                        Some(node) => {
+                            self.topologies
+                                .insert(key.clone(), topology_from(node.annotations(), &[]));
+                        }
+                        None => {
+                            self.topologies.remove(key);
+                        }
+                    }
                 }
             }
             _ => {}
@@ -1118,6 +1124,48 @@ mod tests {
             outcome.failed_unresolvable["n1"],
             ERR_NOT_MATCH_NUMA_TOPOLOGY
         );
+    }
+
+    #[test]
+    fn a_node_topology_listing_a_cpu_twice_or_dropped_from_the_node_hands_out_nothing() {
+        let detail = |ids: &[i32]| {
+            let cpus: Vec<_> = ids
+                .iter()
+                .map(|id| json!({"id": id, "core": id % 4, "socket": 0, "node": 0}))
+                .collect();
+            json!({"detail": cpus}).to_string()
+        };
+        let good = detail(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[(ANNOTATION_NODE_CPU_TOPOLOGY, good.as_str())]),
+            lsr_pod("a", "2", &[]),
+        ]);
+        assert_eq!(testutil::filter(&s, "default/a", t0()).feasible, ["n1"]);
+        // CPU 3 twice: an invalid topology, not a silently merged one.
+        let twice = detail(&[0, 1, 2, 3, 3, 5, 6, 7]);
+        testutil::load(
+            &mut s,
+            vec![node(
+                "n1",
+                &[],
+                &[(ANNOTATION_NODE_CPU_TOPOLOGY, twice.as_str())],
+            )],
+        );
+        let outcome = testutil::filter(&s, "default/a", t0());
+        assert_eq!(outcome.failed_unresolvable["n1"], ERR_INVALID_CPU_TOPOLOGY);
+        // Valid again, then the annotation goes: the old topology goes with it.
+        testutil::load(
+            &mut s,
+            vec![node(
+                "n1",
+                &[],
+                &[(ANNOTATION_NODE_CPU_TOPOLOGY, good.as_str())],
+            )],
+        );
+        assert_eq!(testutil::filter(&s, "default/a", t0()).feasible, ["n1"]);
+        testutil::load(&mut s, vec![node("n1", &[], &[])]);
+        let outcome = testutil::filter(&s, "default/a", t0());
+        assert_eq!(outcome.failed_unresolvable["n1"], ERR_INVALID_CPU_TOPOLOGY);
     }
 
     #[test]
