@@ -180,9 +180,34 @@ wait_for() {
   done
 }
 
+# ---------------------------------------------------------------- mount propagation
+
+# Every real node (systemd does it at boot) has / as a shared mount; the chart's koordlet asks for
+# Bidirectional propagation on /sys/fs and /var/run/koordlet, which containerd refuses on private
+# mounts. This machine boots without systemd, so up makes / shared and down makes it private again,
+# as it found it.
+mounts() {
+  awk '$5 == "/" {print ($7 ~ /^shared:/) ? "shared" : "private"}' /proc/self/mountinfo > "$LC_DIR/root-propagation"
+  awk '$7 ~ /^shared:/ {print $5}' /proc/self/mountinfo > "$LC_DIR/shared-mounts-before"
+  if [ "$(cat "$LC_DIR/root-propagation")" = private ]; then
+    mount --make-rshared /
+  fi
+}
+
+mounts_restore() {
+  if [ "$(cat "$LC_DIR/root-propagation" 2>/dev/null)" = private ]; then
+    mount --make-rprivate /
+    # Mounts that were shared before up stay shared.
+    local m
+    while read -r m; do [ -d "$m" ] && mount --make-shared "$m" 2>/dev/null; done < "$LC_DIR/shared-mounts-before"
+  fi
+}
+
 # ---------------------------------------------------------------- network namespace
 
 network() {
+  # iproute2 makes /run/netns a mount of its own on first use; down undoes that if up caused it.
+  grep -q " /run/netns " /proc/self/mountinfo || touch "$LC_DIR/made-run-netns"
   ip netns add "$LC_NETNS"
   lc_in_netns ip link set lo up
   # The bridge exists before the API server starts, because the node's address is on it; the CNI
@@ -396,6 +421,7 @@ cmd_up() {
   # A failure from here on leaves a partial cluster: take it down again.
   trap 'status=$?; if [ $status -ne 0 ]; then lc_log "up failed; logs in $LC_LOGS are removed by down, copy kept in ${LC_DIR}-failed-logs"; rm -rf "${LC_DIR}-failed-logs"; cp -r "$LC_LOGS" "${LC_DIR}-failed-logs" 2>/dev/null; cmd_down || true; fi' EXIT
   pki
+  mounts
   network
   containerd_up
   etcd_up
@@ -442,12 +468,16 @@ cmd_down() {
   done
   # Bridge, veths, addresses and every iptables rule live in the namespace and go with it.
   ip netns list | grep -qw "$LC_NETNS" && ip netns delete "$LC_NETNS"
+  if [ -e "$LC_DIR/made-run-netns" ] && [ -z "$(ip netns list)" ]; then
+    umount -n /run/netns 2>/dev/null; rmdir /run/netns 2>/dev/null
+  fi
   if [ -f "$LC_DIR/created-host-dirs" ]; then
     local dir
     while read -r dir; do [ -n "$dir" ] && rm -rf "$dir"; done < "$LC_DIR/created-host-dirs"
   fi
   rm -f "$LC_NRI_SOCKET"
   rmdir "$(dirname "$LC_NRI_SOCKET")" 2>/dev/null || true
+  mounts_restore
   if [ -d "$LC_DIR" ]; then
     unmount_below "$LC_DIR"
     rm -rf "$LC_DIR" || true
