@@ -72,5 +72,5 @@ done
     --set manager.replicas=1 --set scheduler.replicas=1 \
     --wait --timeout 5m
 
-KUBECONFIG="$kubeconfig" KOORD_E2E_REQUIRE_CLUSTER=1 \
+KUBECONFIG="$kubeconfig" KOORD_E2E_REQUIRE_CLUSTER=1 KOORD_E2E_BUSYBOX_IMAGE=busybox:1.36 \
     cargo test -p e2e --locked -- --test-threads=1

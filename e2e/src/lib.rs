@@ -2,6 +2,7 @@
 //! (created by `hack/kind-e2e.sh` where Docker and kind exist). When no
 //! cluster is reachable every test says so plainly and skips.
 
+pub mod cluster;
 pub mod cri;
 pub mod node_runtime;
 pub mod proxy_harness;
@@ -9,6 +10,16 @@ pub mod proxy_harness;
 use std::time::Duration;
 
 use kube::Client;
+
+/// The image of the suite's test pods: a busybox with `sh`, `sleep` and the usual applets. The
+/// local cluster (hack/local-cluster) has only the node-runtime kit's, since nothing can be
+/// pulled there; `KOORD_E2E_BUSYBOX_IMAGE` names another (hack/kind-e2e.sh uses `busybox:1.36`).
+pub fn busybox_image() -> String {
+    std::env::var("KOORD_E2E_BUSYBOX_IMAGE")
+        .ok()
+        .filter(|image| !image.is_empty())
+        .unwrap_or_else(|| "localhost/koord/busybox:local".to_string())
+}
 
 /// Why the suite is not running against a cluster.
 #[derive(Debug)]

@@ -1,4 +1,5 @@
-//! Cluster end-to-end checks of an installed chart (`hack/kind-e2e.sh`):
+//! Cluster end-to-end checks of an installed chart (hack/local-cluster, or
+//! `hack/kind-e2e.sh`):
 //! each test queries the cluster in `KUBECONFIG` and compares with what the
 //! components must have produced. Without a cluster each test prints one
 //! SKIP line and passes.
@@ -7,145 +8,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+use anyhow::{Context, ensure};
+use e2e::cluster::{
+    KOORD_NAMESPACE, TestNamespace, eventually, key_values, pod, pod_logs_when_done, resource,
+    worker_nodes,
 };
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-const KOORD_NAMESPACE: &str = "koordinator-system";
-const WAIT: Duration = Duration::from_secs(180);
-
-/// Polls `check` every second until it returns `Some` or `WAIT` passes.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let mut last_error = None;
-    loop {
-        match check().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => {}
-            Err(error) => last_error = Some(error),
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(anyhow!(
-                "{what}: not reached within {WAIT:?} (last error: {last_error:?})"
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
-/// A namespace for one test, deleted when the guard drops.
-struct TestNamespace {
-    client: Client,
-    name: String,
-}
-
-impl TestNamespace {
-    async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
-        let name = format!("{prefix}-{}", std::process::id());
-        let api: Api<Namespace> = Api::all(client.clone());
-        let namespace: Namespace = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"koord-e2e": "true"}}
-        }))?;
-        api.create(&PostParams::default(), &namespace).await?;
-        Ok(Self {
-            client: client.clone(),
-            name,
-        })
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let name = self.name.clone();
-        // Best effort: the runtime of the test may already be shutting down.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = api.delete(&name, &DeleteParams::background()).await;
-            });
-        }
-    }
-}
-
-async fn worker_nodes(client: &Client) -> anyhow::Result<Vec<Node>> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    Ok(nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|node| {
-            let tainted = node
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.taints.as_ref())
-                .is_some_and(|taints| taints.iter().any(|t| t.effect == "NoSchedule"));
-            !tainted
-        })
-        .collect())
-}
-
-fn pod(namespace: &str, name: &str, body: Value) -> anyhow::Result<Pod> {
-    let mut value = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-    });
-    merge(&mut value, body);
-    Ok(serde_json::from_value(value)?)
-}
-
-fn merge(into: &mut Value, from: Value) {
-    match (into, from) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (key, value) in b {
-                merge(a.entry(key).or_insert(Value::Null), value);
-            }
-        }
-        (slot, value) => *slot = value,
-    }
-}
-
-async fn pod_logs_when_done(api: &Api<Pod>, name: &str) -> anyhow::Result<String> {
-    eventually(&format!("pod {name} finished"), || async {
-        let pod = api.get(name).await?;
-        let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
-        match phase.as_str() {
-            "Succeeded" => Ok(Some(())),
-            "Failed" => bail!("pod {name} failed"),
-            _ => Ok(None),
-        }
-    })
-    .await?;
-    Ok(api.logs(name, &Default::default()).await?)
-}
-
-/// `key=value` lines printed by a test pod.
-fn key_values(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|line| line.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
-}
 
 #[tokio::test]
 async fn crds_are_established() -> anyhow::Result<()> {
@@ -285,7 +157,7 @@ async fn colocation_profile_turns_a_pod_into_a_batch_pod() -> anyhow::Result<()>
             json!({
                 "metadata": {"labels": {"koord-e2e/colocate": "true"}},
                 "spec": {"containers": [{
-                    "name": "main", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                    "name": "main", "image": e2e::busybox_image(), "command": ["sleep", "3600"],
                     "resources": {"requests": {"cpu": "500m", "memory": "64Mi"},
                                   "limits": {"cpu": "1", "memory": "128Mi"}}
                 }]}
@@ -363,7 +235,7 @@ async fn be_pod_cgroup_gets_batch_limits_and_reduced_weight() -> anyhow::Result<
                 "priorityClassName": "koord-batch",
                 "restartPolicy": "Never",
                 "containers": [{
-                    "name": "main", "image": "busybox:1.36", "command": ["sh", "-c", script],
+                    "name": "main", "image": e2e::busybox_image(), "command": ["sh", "-c", script],
                     "resources": {
                         "requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"},
                         "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "256Mi"}
@@ -444,7 +316,7 @@ async fn lsr_pod_gets_an_exclusive_cpuset() -> anyhow::Result<()> {
                 "priorityClassName": "koord-prod",
                 "restartPolicy": "Never",
                 "containers": [{
-                    "name": "main", "image": "busybox:1.36", "command": ["sh", "-c", script],
+                    "name": "main", "image": e2e::busybox_image(), "command": ["sh", "-c", script],
                     "resources": {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}
                 }]
             }
@@ -523,7 +395,7 @@ fn gang_pod(namespace: &str, name: &str, gang: &str, cpu_milli: i64) -> anyhow::
             "spec": {
                 "schedulerName": "koord-scheduler",
                 "containers": [{
-                    "name": "main", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                    "name": "main", "image": e2e::busybox_image(), "command": ["sleep", "3600"],
                     "resources": {"requests": {"cpu": format!("{cpu_milli}m"), "memory": "16Mi"}}
                 }]
             }

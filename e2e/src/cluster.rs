@@ -1,0 +1,292 @@
+//! Helpers of the cluster suite (`tests/cluster_*.rs`): polling, per-test namespaces, pod
+//! builders, and reads of what only the node or a pod can show (through the API server's proxy).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{ApiResource, DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+pub const KOORD_NAMESPACE: &str = "koordinator-system";
+pub const WAIT: Duration = Duration::from_secs(180);
+
+/// Polls `check` every second until it returns `Some` or `WAIT` passes.
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    eventually_within(what, WAIT, check).await
+}
+
+/// Polls `check` every second until it returns `Some` or `limit` passes.
+pub async fn eventually_within<T, F, Fut>(
+    what: &str,
+    limit: Duration,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(error) => last_error = Some(error),
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(anyhow!(
+                "{what}: not reached within {limit:?} (last error: {last_error:?})"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// A namespace for one test, deleted when the guard drops.
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
+        let name = format!("{prefix}-{}", std::process::id());
+        let api: Api<Namespace> = Api::all(client.clone());
+        let namespace: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"koord-e2e": "true"}}
+        }))?;
+        api.create(&PostParams::default(), &namespace).await?;
+        Ok(Self { name })
+    }
+}
+
+impl Drop for TestNamespace {
+    /// Deletes the namespace, and so every pod a test left running (burners included), even
+    /// when the test failed. A test's runtime is single-threaded and about to stop, and the test's
+    /// client lives on it, so the delete runs on a thread with its own runtime and client.
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let client = Client::try_default().await.ok()?;
+                let api: Api<Namespace> = Api::all(client);
+                api.delete(&name, &DeleteParams::background()).await.ok()
+            })
+        })
+        .join();
+        if !matches!(deleted, Ok(Some(_))) {
+            eprintln!("could not delete test namespace {}", self.name);
+        }
+    }
+}
+
+pub async fn worker_nodes(client: &Client) -> anyhow::Result<Vec<Node>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Ok(nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|node| {
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.taints.as_ref())
+                .is_some_and(|taints| taints.iter().any(|t| t.effect == "NoSchedule"));
+            !tainted
+        })
+        .collect())
+}
+
+pub fn pod(namespace: &str, name: &str, body: Value) -> anyhow::Result<Pod> {
+    let mut value = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+    });
+    merge(&mut value, body);
+    Ok(serde_json::from_value(value)?)
+}
+
+pub fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in b {
+                merge(a.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (slot, value) => *slot = value,
+    }
+}
+
+pub async fn pod_logs_when_done(api: &Api<Pod>, name: &str) -> anyhow::Result<String> {
+    eventually(&format!("pod {name} finished"), || async {
+        let pod = api.get(name).await?;
+        let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+        match phase.as_str() {
+            "Succeeded" => Ok(Some(())),
+            "Failed" => bail!("pod {name} failed"),
+            _ => Ok(None),
+        }
+    })
+    .await?;
+    Ok(api.logs(name, &Default::default()).await?)
+}
+
+/// `key=value` lines printed by a test pod.
+pub fn key_values(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Serializes the tests that load the node's CPUs or memory, so that one test's load does not
+/// decide another's outcome (tests of one binary run in parallel).
+pub static NODE_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The running pods of the chart component labelled `koord-app=<app>`.
+pub async fn component_pods(client: &Client, app: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let pods = api
+        .list(&ListParams::default().labels(&format!("koord-app={app}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|pod| {
+            pod.metadata.deletion_timestamp.is_none()
+                && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .collect();
+    Ok(pods)
+}
+
+/// The log of one container of a chart component's pod.
+pub async fn container_log(client: &Client, pod: &str, container: &str) -> anyhow::Result<String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let params = kube::api::LogParams {
+        container: Some(container.to_string()),
+        ..Default::default()
+    };
+    Ok(api.logs(pod, &params).await?)
+}
+
+/// A pod on `node` that prints `key=value` lines for each `(key, host path)` every second, so
+/// a test can follow node files (cgroups of other pods, the QoS tiers) through the pod's log.
+pub fn node_file_watcher(
+    namespace: &str,
+    name: &str,
+    node: &str,
+    files: &[(&str, &str)],
+) -> anyhow::Result<Pod> {
+    let mut script = String::from("while true; do ");
+    for (key, path) in files {
+        // The host's / is mounted at /host; a missing file prints an empty value.
+        script.push_str(&format!("echo {key}=$(cat /host{path} 2>/dev/null); "));
+    }
+    script.push_str("echo end=1; sleep 1; done");
+    pod(
+        namespace,
+        name,
+        json!({
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{
+                    "name": "watch", "image": crate::busybox_image(), "command": ["sh", "-c", script],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                    "volumeMounts": [{"name": "cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": true}]
+                }],
+                "volumes": [{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]
+            }
+        }),
+    )
+}
+
+/// The values of the newest complete block a [`node_file_watcher`] printed.
+pub async fn watched_values(
+    api: &Api<Pod>,
+    name: &str,
+) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    let params = kube::api::LogParams {
+        tail_lines: Some(200),
+        ..Default::default()
+    };
+    let Ok(text) = api.logs(name, &params).await else {
+        return Ok(None);
+    };
+    let blocks: Vec<&str> = text.split("end=1").collect();
+    // The last element is the block still being printed.
+    Ok(blocks
+        .len()
+        .checked_sub(2)
+        .map(|complete| key_values(blocks[complete])))
+}
+
+/// Waits until the pod is Running and returns it.
+pub async fn running_pod(api: &Api<Pod>, name: &str) -> anyhow::Result<Pod> {
+    running_pod_within(api, name, WAIT).await
+}
+
+/// kube-scheduler retries a pod that the extender rejected (for node load, say) on cluster events
+/// it cannot tie to the extender's reasons, at the latest after five minutes in its
+/// unschedulable queue: a pod of koord-scheduler may take that long to be placed.
+pub const EXTENDER_RETRY: Duration = Duration::from_secs(330);
+
+/// Waits up to `limit` until the pod is Running and returns it.
+pub async fn running_pod_within(
+    api: &Api<Pod>,
+    name: &str,
+    limit: Duration,
+) -> anyhow::Result<Pod> {
+    eventually_within(&format!("pod {name} running"), limit, || async {
+        let pod = api.get(name).await?;
+        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Running") => Ok(Some(pod)),
+            Some("Failed") | Some("Succeeded") => bail!("pod {name} ended"),
+            _ => Ok(None),
+        }
+    })
+    .await
+}
+
+/// The node a pod was bound to.
+pub fn node_of(pod: &Pod) -> anyhow::Result<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.node_name.clone())
+        .context("pod is not bound")
+}
+
+/// The cgroup directory (below a hierarchy's root) of a pod under the kubelet's cgroupfs
+/// layout: `/kubepods[/besteffort|/burstable]/pod<uid>`.
+pub fn pod_cgroup_dir(pod: &Pod) -> anyhow::Result<String> {
+    let uid = pod.metadata.uid.clone().context("pod has no uid")?;
+    let tier = match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
+        Some("Guaranteed") => "",
+        Some("Burstable") => "/burstable",
+        Some("BestEffort") => "/besteffort",
+        other => return Err(anyhow!("pod has no QoS class yet ({other:?})")),
+    };
+    Ok(format!("/kubepods{tier}/pod{uid}"))
+}
