@@ -32,6 +32,10 @@ impl QuantityValue {
 
     /// Parses the Kubernetes quantity grammar: a signed decimal number and a
     /// suffix (`n u m "" k M G T P E`, `Ki Mi Gi Ti Pi Ei`, or `e<int>`).
+    ///
+    /// As Kubernetes does, digits finer than a nano-unit round up (away
+    /// from zero), however many there are. A value beyond what a nano-unit
+    /// count in 128 bits holds (about ±1.7e29) is an error, never clamped.
     pub fn parse(text: &str) -> Result<Self, QuantityError> {
         let fail = |reason| QuantityError {
             value: text.to_owned(),
@@ -57,34 +61,78 @@ impl QuantityValue {
         }
         let (base_two_exponent, base_ten_exponent) =
             suffix_exponents(suffix).ok_or_else(|| fail("unknown suffix"))?;
-
-        let too_large = || fail("value out of range");
-        let mut mantissa: i128 = 0;
-        for digit in whole.bytes().chain(fraction.bytes()) {
-            mantissa = mantissa
-                .checked_mul(10)
-                .and_then(|m| m.checked_add(i128::from(digit - b'0')))
-                .ok_or_else(too_large)?;
+        // Zeros that do not change the value are dropped, so that only
+        // significant digits take part in the arithmetic below.
+        let whole = whole.trim_start_matches('0');
+        let fraction = fraction.trim_end_matches('0');
+        let digits = || whole.bytes().chain(fraction.bytes());
+        if digits().all(|d| d == b'0') {
+            return Ok(QuantityValue::ZERO);
         }
-        let fraction_len = i64::try_from(fraction.len()).map_err(|_| too_large())?;
-        mantissa = mantissa
-            .checked_mul(1i128 << base_two_exponent)
-            .ok_or_else(too_large)?;
-        let ten_power = 9 - fraction_len + base_ten_exponent;
+        let Some(base_ten_exponent) = base_ten_exponent else {
+            return Err(fail("value out of range"));
+        };
+        // value = digits × 10^(exponent − fraction length) × 2^base_two, and
+        // in nano-units the power of ten grows by 9.
+        let ten_power = 9 + i128::from(base_ten_exponent) - fraction.len() as i128;
+        let digit_count = (whole.len() + fraction.len()) as i128;
+        let too_large = || fail("value out of range");
         let magnitude = if ten_power >= 0 {
+            // Every digit lands at or above nano precision.
+            let mut mantissa: i128 = 0;
+            for digit in digits() {
+                mantissa = mantissa
+                    .checked_mul(10)
+                    .and_then(|m| m.checked_add(i128::from(digit - b'0')))
+                    .ok_or_else(too_large)?;
+            }
             let factor = u32::try_from(ten_power)
                 .ok()
                 .and_then(|p| 10i128.checked_pow(p))
                 .ok_or_else(too_large)?;
-            mantissa.checked_mul(factor).ok_or_else(too_large)?
+            mantissa
+                .checked_mul(factor)
+                .and_then(|m| m.checked_mul(1i128 << base_two_exponent))
+                .ok_or_else(too_large)?
+        } else if base_two_exponent == 0 {
+            // The last `-ten_power` digits are finer than a nano-unit: they
+            // only decide whether to round up.
+            let kept = usize::try_from((digit_count + ten_power).max(0)).unwrap_or(0);
+            let mut mantissa: i128 = 0;
+            let mut finer = false;
+            for (index, digit) in digits().enumerate() {
+                if index < kept {
+                    mantissa = mantissa
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(i128::from(digit - b'0')))
+                        .ok_or_else(too_large)?;
+                } else {
+                    finer |= digit != b'0';
+                }
+            }
+            mantissa
+                .checked_add(i128::from(finer))
+                .ok_or_else(too_large)?
         } else {
+            // A binary suffix with more than nine fraction digits:
+            // ⌈digits × 2^base_two / 10^(−ten_power)⌉.
+            let mut mantissa: i128 = 0;
+            for digit in digits() {
+                mantissa = mantissa
+                    .checked_mul(10)
+                    .and_then(|m| m.checked_add(i128::from(digit - b'0')))
+                    .ok_or_else(|| fail("too many significant digits"))?;
+            }
+            let scaled = mantissa
+                .checked_mul(1i128 << base_two_exponent)
+                .ok_or_else(|| fail("too many significant digits"))?;
             match u32::try_from(-ten_power)
                 .ok()
                 .and_then(|p| 10i128.checked_pow(p))
             {
-                // Sub-nano precision rounds up to the next nano unit.
-                Some(divisor) => ceil_div(mantissa, divisor),
-                None => i128::from(mantissa > 0),
+                Some(divisor) => ceil_div(scaled, divisor),
+                // The divisor exceeds any mantissa: a positive fraction of a nano-unit.
+                None => 1,
             }
         };
         Ok(QuantityValue {
@@ -123,14 +171,30 @@ impl QuantityValue {
         self.nanos > 0
     }
 
+    pub const fn is_negative(self) -> bool {
+        self.nanos < 0
+    }
+
     /// Whole units, rounded up (Kubernetes `Quantity.Value`), saturating.
+    /// Prefer [`Self::checked_value`] for amounts that came from outside.
     pub fn value(self) -> i64 {
         saturate(ceil_div(self.nanos, NANOS_PER_UNIT))
     }
 
     /// Milli-units, rounded up (Kubernetes `Quantity.MilliValue`), saturating.
+    /// Prefer [`Self::checked_milli_value`] for amounts that came from outside.
     pub fn milli_value(self) -> i64 {
         saturate(ceil_div(self.nanos, 1_000_000))
+    }
+
+    /// Whole units, rounded up; `None` beyond the 64-bit range.
+    pub fn checked_value(self) -> Option<i64> {
+        i64::try_from(ceil_div(self.nanos, NANOS_PER_UNIT)).ok()
+    }
+
+    /// Milli-units, rounded up; `None` beyond the 64-bit range.
+    pub fn checked_milli_value(self) -> Option<i64> {
+        i64::try_from(ceil_div(self.nanos, 1_000_000)).ok()
     }
 
     pub fn checked_add(self, other: Self) -> Option<Self> {
@@ -203,6 +267,28 @@ pub fn quantities_equal(a: &Quantity, b: &Quantity) -> Result<bool, QuantityErro
     Ok(QuantityValue::of(a)? == QuantityValue::of(b)?)
 }
 
+/// A quantity in milli-units, rounded up (Kubernetes `MilliValue`): an error
+/// when it does not parse or does not fit in 64 bits, never a clamped value.
+pub fn milli_value_of(quantity: &Quantity) -> Result<i64, QuantityError> {
+    QuantityValue::of(quantity)?
+        .checked_milli_value()
+        .ok_or_else(|| QuantityError {
+            value: quantity.0.clone(),
+            reason: "beyond the 64-bit range",
+        })
+}
+
+/// A quantity in whole units, rounded up (Kubernetes `Value`): an error when
+/// it does not parse or does not fit in 64 bits, never a clamped value.
+pub fn value_of(quantity: &Quantity) -> Result<i64, QuantityError> {
+    QuantityValue::of(quantity)?
+        .checked_value()
+        .ok_or_else(|| QuantityError {
+            value: quantity.0.clone(),
+            reason: "beyond the 64-bit range",
+        })
+}
+
 /// Reads every quantity of a resource list; the first malformed one is the error.
 pub fn resource_list_values(
     list: &BTreeMap<String, Quantity>,
@@ -212,8 +298,10 @@ pub fn resource_list_values(
         .collect()
 }
 
-fn suffix_exponents(suffix: &str) -> Option<(u32, i64)> {
-    let decimal = |power: i64| Some((0, power));
+/// The powers of two and ten a suffix stands for; `None` when it does not
+/// parse, `Some((_, None))` for an exponent beyond 64 bits.
+fn suffix_exponents(suffix: &str) -> Option<(u32, Option<i64>)> {
+    let decimal = |power: i64| Some((0, Some(power)));
     match suffix {
         "" => decimal(0),
         "n" => decimal(-9),
@@ -225,22 +313,19 @@ fn suffix_exponents(suffix: &str) -> Option<(u32, i64)> {
         "T" => decimal(12),
         "P" => decimal(15),
         "E" => decimal(18),
-        "Ki" => Some((10, 0)),
-        "Mi" => Some((20, 0)),
-        "Gi" => Some((30, 0)),
-        "Ti" => Some((40, 0)),
-        "Pi" => Some((50, 0)),
-        "Ei" => Some((60, 0)),
+        "Ki" => Some((10, Some(0))),
+        "Mi" => Some((20, Some(0))),
+        "Gi" => Some((30, Some(0))),
+        "Ti" => Some((40, Some(0))),
+        "Pi" => Some((50, Some(0))),
+        "Ei" => Some((60, Some(0))),
         _ => {
             let exponent = suffix.strip_prefix(['e', 'E'])?;
             let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            exponent.parse::<i64>().ok().and_then(|e| {
-                // Keep the later exponent arithmetic far from overflow.
-                (e.abs() <= 1_000).then_some((0, e))
-            })
+            Some((0, exponent.parse::<i64>().ok()))
         }
     }
 }
@@ -315,6 +400,71 @@ mod tests {
         assert_eq!(value.milli_value(), 1500);
         assert_eq!(value.value(), 2);
         assert_eq!(QuantityValue::parse("1n").unwrap().milli_value(), 1);
+    }
+
+    #[test]
+    fn digits_below_nano_precision_round_up_without_overflow() {
+        // Kubernetes keeps nano precision and rounds finer digits up; the
+        // number of digits does not matter.
+        assert_eq!(
+            nanos("0.1234567890123456789012345678901234567890"),
+            123_456_790
+        );
+        assert_eq!(
+            nanos("1.000000000000000000000000000000000000000000000"),
+            1_000_000_000
+        );
+        assert_eq!(nanos("0.000000000000000000000000000000000000000000001"), 1);
+        assert_eq!(nanos("-0.0000000000000000000000000000000000000000001"), -1);
+        assert_eq!(nanos("1000e-12"), 1);
+        // 1e-10 × 1024 = 102.4 nano-units.
+        assert_eq!(nanos("0.0000000001Ki"), 103);
+        assert_eq!(nanos("0.5n"), 1);
+        assert_eq!(
+            nanos("000000000000000000000000000000000000000000001"),
+            NANOS_PER_UNIT
+        );
+        assert_eq!(nanos("0e99999"), 0);
+    }
+
+    #[test]
+    fn values_beyond_the_representable_range_are_errors() {
+        for text in [
+            "1e30",
+            "999999999999999999999999999999999999999",
+            "200000000000000000000Ei",
+            "1e99999999999999999999",
+        ] {
+            let err = QuantityValue::parse(text).unwrap_err();
+            assert_eq!(err.reason, "value out of range", "{text}");
+        }
+    }
+
+    #[test]
+    fn conversions_to_i64_refuse_what_does_not_fit() {
+        let huge = QuantityValue::parse("1E").unwrap();
+        assert_eq!(huge.checked_value(), Some(1_000_000_000_000_000_000));
+        assert_eq!(huge.checked_milli_value(), None);
+        assert_eq!(QuantityValue::parse("10E").unwrap().checked_value(), None);
+        assert_eq!(
+            QuantityValue::parse("1500m").unwrap().checked_value(),
+            Some(2)
+        );
+        assert_eq!(
+            QuantityValue::parse("-1500m")
+                .unwrap()
+                .checked_milli_value(),
+            Some(-1500)
+        );
+        let q = |text: &str| Quantity(text.to_owned());
+        assert_eq!(milli_value_of(&q("2")), Ok(2000));
+        assert_eq!(value_of(&q("1Gi")), Ok(1 << 30));
+        let err = milli_value_of(&q("1E")).unwrap_err();
+        assert_eq!(
+            (err.value.as_str(), err.reason),
+            ("1E", "beyond the 64-bit range")
+        );
+        assert_eq!(value_of(&q("abc")).unwrap_err().reason, "no digits");
     }
 
     #[test]
