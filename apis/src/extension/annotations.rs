@@ -84,7 +84,20 @@ pub fn format_json_annotation<T: Serialize + ?Sized>(
     })
 }
 
+/// The most Kubernetes stores in all annotations of one object together
+/// (`TotalAnnotationSizeLimitB`); a single JSON value beyond it did not come
+/// through the API server and is refused before it is parsed.
+pub const MAX_ANNOTATION_VALUE_BYTES: usize = 256 * 1024;
+
 pub(crate) fn decode_json<T: DeserializeOwned>(key: &str, text: &str) -> Result<T, ExtensionError> {
+    if text.len() > MAX_ANNOTATION_VALUE_BYTES {
+        return Err(ExtensionError::TooLarge {
+            key: key.to_owned(),
+            bytes: text.len(),
+            limit: MAX_ANNOTATION_VALUE_BYTES,
+        });
+    }
+    // Nesting is bounded by serde_json's recursion limit (128).
     serde_json::from_str(text).map_err(|source| ExtensionError::MalformedJson {
         key: key.to_owned(),
         source,
@@ -239,6 +252,27 @@ mod tests {
         assert!(parse_go_decimal_i32("4.2").is_err());
         assert!(parse_go_decimal_i32("-").is_err());
         assert!(parse_go_decimal_i32("3000000000").is_err());
+    }
+
+    #[test]
+    fn json_annotations_larger_than_kubernetes_allows_are_refused() {
+        // Kubernetes caps all annotations of an object at 256 KiB together;
+        // one value beyond that is refused before it is parsed.
+        let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(256 * 1024));
+        let annotations = StringMap::from([("example.com/big".to_owned(), big)]);
+        let err = parse_json_annotation::<serde_json::Value>(&annotations, "example.com/big")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("example.com/big") && err.contains("262144 bytes"),
+            "{err}"
+        );
+        let small = StringMap::from([("example.com/small".to_owned(), "{}".to_owned())]);
+        assert!(
+            parse_json_annotation::<serde_json::Value>(&small, "example.com/small")
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]

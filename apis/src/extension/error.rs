@@ -20,6 +20,14 @@ pub enum ExtensionError {
         value: String,
         reason: String,
     },
+    /// The value is larger than Kubernetes lets all annotations of one
+    /// object be together; refused before it is parsed.
+    #[error("{key}: value of {bytes} bytes is larger than {limit} bytes")]
+    TooLarge {
+        key: String,
+        bytes: usize,
+        limit: usize,
+    },
     /// A key another key depends on is absent (e.g. a gang without
     /// `min-available`).
     #[error("{key}: required but absent")]
@@ -39,6 +47,7 @@ impl ExtensionError {
         match self {
             ExtensionError::MalformedJson { key, .. }
             | ExtensionError::InvalidValue { key, .. }
+            | ExtensionError::TooLarge { key, .. }
             | ExtensionError::Missing { key }
             | ExtensionError::Encode { key, .. } => key,
         }
