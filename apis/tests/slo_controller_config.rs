@@ -217,6 +217,41 @@ fn malformed_keys_are_typed_errors_naming_the_key() {
 }
 
 #[test]
+fn oversized_and_deeply_nested_keys_are_refused_before_parsing() {
+    // A value larger than a whole ConfigMap may be (1 MiB), even if it is
+    // otherwise valid JSON, is refused and named.
+    let big = format!(
+        "{{\"enable\": true, \"pad\": \"{}\"}}",
+        "x".repeat(1024 * 1024)
+    );
+    let deep = format!(
+        "{{\"enable\": true, \"pad\": {}1{}}}",
+        "[".repeat(40),
+        "]".repeat(40)
+    );
+    for (value, limit) in [(big, "1048576 bytes"), (deep, "nested deeper than 32")] {
+        let data = BTreeMap::from([
+            (COLOCATION_CONFIG_KEY.to_owned(), value),
+            (
+                RESOURCE_THRESHOLD_CONFIG_KEY.to_owned(),
+                "{\"clusterStrategy\": {\"enable\": true}}".to_owned(),
+            ),
+        ]);
+        let error = SloControllerConfig::from_configmap_data(&data).unwrap_err();
+        assert_eq!(error.errors.len(), 1, "{error}");
+        assert_eq!(error.errors[0].key, COLOCATION_CONFIG_KEY);
+        let message = error.to_string();
+        assert!(
+            message.contains("colocation-config: ") && message.contains(limit),
+            "{message}"
+        );
+        // The other keys still parse.
+        let (config, _) = SloControllerConfig::from_configmap_data_lenient(&data);
+        assert!(config.colocation.is_none() && config.resource_threshold.is_some());
+    }
+}
+
+#[test]
 fn blank_keys_mean_defaults_and_unknown_keys_are_kept() {
     let data = BTreeMap::from([
         (COLOCATION_CONFIG_KEY.to_owned(), "  \n".to_owned()),

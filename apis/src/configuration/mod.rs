@@ -61,6 +61,14 @@ pub const DEFAULT_SLO_CONTROLLER_CONFIG_NAME: &str = "slo-controller-config";
 /// Default namespace of the ConfigMap (koord-manager flag `--config-namespace`).
 pub const DEFAULT_CONFIG_NAMESPACE: &str = "koordinator-system";
 
+/// The most one key's JSON document may hold: all of a ConfigMap's data
+/// together may not exceed 1 MiB in Kubernetes.
+pub const MAX_CONFIG_VALUE_BYTES: usize = 1024 * 1024;
+
+/// The deepest nesting of objects and arrays a key's JSON document may have.
+/// Upstream's documents nest at most about six levels deep.
+pub const MAX_CONFIG_VALUE_DEPTH: usize = 32;
+
 /// A key whose value is not valid JSON for its type.
 #[derive(Debug, thiserror::Error)]
 #[error("{key}: {source}")]
@@ -68,7 +76,21 @@ pub struct ConfigKeyError {
     /// The ConfigMap key, e.g. `resource-threshold-config`.
     pub key: String,
     #[source]
-    pub source: serde_json::Error,
+    pub source: ConfigValueError,
+}
+
+/// Why one key's value was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigValueError {
+    /// Not valid JSON for the key's type (or not encodable).
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Larger than [`MAX_CONFIG_VALUE_BYTES`]; refused before parsing.
+    #[error("value of {bytes} bytes is larger than {limit} bytes")]
+    TooLarge { bytes: usize, limit: usize },
+    /// Nested deeper than [`MAX_CONFIG_VALUE_DEPTH`]; refused before parsing.
+    #[error("JSON nested deeper than {limit} levels (at byte {offset})")]
+    TooDeep { limit: usize, offset: usize },
 }
 
 /// Every key of a ConfigMap that failed to parse.
@@ -182,7 +204,7 @@ fn parse_key<T: DeserializeOwned>(
     if raw.trim().is_empty() {
         return None;
     }
-    match serde_json::from_str(raw) {
+    match decode_bounded(raw) {
         Ok(value) => Some(value),
         Err(source) => {
             errors.push(ConfigKeyError {
@@ -194,6 +216,56 @@ fn parse_key<T: DeserializeOwned>(
     }
 }
 
+/// Parses one key's JSON after checking its size and nesting, so that what
+/// the parser builds stays in proportion to what a ConfigMap may hold.
+fn decode_bounded<T: DeserializeOwned>(raw: &str) -> Result<T, ConfigValueError> {
+    if raw.len() > MAX_CONFIG_VALUE_BYTES {
+        return Err(ConfigValueError::TooLarge {
+            bytes: raw.len(),
+            limit: MAX_CONFIG_VALUE_BYTES,
+        });
+    }
+    if let Some(offset) = json_nesting_beyond(raw, MAX_CONFIG_VALUE_DEPTH) {
+        return Err(ConfigValueError::TooDeep {
+            limit: MAX_CONFIG_VALUE_DEPTH,
+            offset,
+        });
+    }
+    Ok(serde_json::from_str(raw)?)
+}
+
+/// The byte offset where JSON text opens its `limit + 1`-th nested object or
+/// array, if it does (strings skipped; one pass, no allocation). Malformed
+/// text is left for the parser to report.
+pub fn json_nesting_beyond(text: &str, limit: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (offset, byte) in text.bytes().enumerate() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(offset);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 fn write_key<T: Serialize>(
     data: &mut BTreeMap<String, String>,
     key: &str,
@@ -202,7 +274,7 @@ fn write_key<T: Serialize>(
     if let Some(value) = value {
         let text = serde_json::to_string(value).map_err(|source| ConfigKeyError {
             key: key.to_owned(),
-            source,
+            source: source.into(),
         })?;
         data.insert(key.to_owned(), text);
     }
