@@ -1,9 +1,11 @@
-//! Hook-server registrations (`<dir>/*.json`, upstream's format) and the
-//! mapping from intercepted CRI methods to hook stages.
+//! Hook-server registrations (`<dir>/*.json`, upstream's format), the rules
+//! a file must meet to be read, how a scan of the directory changes the
+//! registrations, and the mapping from intercepted CRI methods to hook
+//! stages. No I/O here: `hookdir` reads the directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -209,12 +211,78 @@ pub enum ConfigError {
     },
     #[error("{0} has no remote-endpoint")]
     NoEndpoint(PathBuf),
+    #[error(
+        "{0} is a symbolic link; registration files must be regular files and links are not followed"
+    )]
+    Symlink(PathBuf),
+    #[error("{path} is a {kind}, not a regular file; it is not opened")]
+    NotRegularFile { path: PathBuf, kind: &'static str },
+    #[error(
+        "{path} holds at least {size} bytes, over the {limit}-byte limit for a registration file"
+    )]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error("reading {path} did not finish within {timeout:?}")]
+    Timeout { path: PathBuf, timeout: Duration },
+    #[error("an earlier read of {0} has not finished; it is not read again until it does")]
+    StillReading(PathBuf),
+    #[error("{path} is not read: {running} earlier reads in the directory have not finished")]
+    TooManyStuckReads { path: PathBuf, running: usize },
+    #[error(
+        "{dir} holds more than {limit} *.json files; it is not read again until it holds at most {limit}"
+    )]
+    TooManyFiles { dir: PathBuf, limit: usize },
+    #[error("listing {dir} did not finish within {timeout:?}")]
+    ListTimeout { dir: PathBuf, timeout: Duration },
+}
+
+impl ConfigError {
+    /// The `reason` label of `koord_runtime_proxy_hook_registration_errors_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ConfigError::Read { .. } => "unreadable",
+            ConfigError::Parse { .. } | ConfigError::NoEndpoint(_) => "invalid",
+            ConfigError::Symlink(_) => "symlink",
+            ConfigError::NotRegularFile { .. } => "not_regular_file",
+            ConfigError::TooLarge { .. } => "too_large",
+            ConfigError::Timeout { .. }
+            | ConfigError::StillReading(_)
+            | ConfigError::TooManyStuckReads { .. }
+            | ConfigError::ListTimeout { .. } => "timeout",
+            ConfigError::TooManyFiles { .. } => "too_many_files",
+        }
+    }
+
+    /// Whether the same directory contents may load next time (a read that
+    /// failed or did not finish), so the directory is read again without a
+    /// change; other errors are about the file's type, size or contents.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ConfigError::Read { .. }
+                | ConfigError::Timeout { .. }
+                | ConfigError::StillReading(_)
+                | ConfigError::TooManyStuckReads { .. }
+                | ConfigError::ListTimeout { .. }
+        )
+    }
 }
 
 /// Parses one registration file's contents.
 pub fn parse_registration(path: &Path, text: &str) -> Result<HookServerConfig, ConfigError> {
+    parse_registration_bytes(path, text.as_bytes())
+}
+
+/// Parses one registration file's bytes (not UTF-8 is a parse error).
+pub fn parse_registration_bytes(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<HookServerConfig, ConfigError> {
     let raw: RawHookServerConfig =
-        serde_json::from_str(text).map_err(|source| ConfigError::Parse {
+        serde_json::from_slice(bytes).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
             source,
         })?;
@@ -231,142 +299,194 @@ pub fn parse_registration(path: &Path, text: &str) -> Result<HookServerConfig, C
     })
 }
 
+/// What `lstat` says a directory entry is (links are not followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Regular,
+    Symlink,
+    Directory,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl EntryKind {
+    pub fn of(file_type: std::fs::FileType) -> Self {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_symlink() {
+            EntryKind::Symlink
+        } else if file_type.is_dir() {
+            EntryKind::Directory
+        } else if file_type.is_fifo() {
+            EntryKind::Fifo
+        } else if file_type.is_socket() {
+            EntryKind::Socket
+        } else if file_type.is_char_device() {
+            EntryKind::CharDevice
+        } else if file_type.is_block_device() {
+            EntryKind::BlockDevice
+        } else {
+            EntryKind::Regular
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            EntryKind::Regular => "regular file",
+            EntryKind::Symlink => "symbolic link",
+            EntryKind::Directory => "directory",
+            EntryKind::Fifo => "FIFO",
+            EntryKind::Socket => "socket",
+            EntryKind::CharDevice => "character device",
+            EntryKind::BlockDevice => "block device",
+        }
+    }
+}
+
+/// Whether an entry may be read as a registration: only a regular file (a
+/// link is refused, not followed) of at most `limit` bytes. Decided on
+/// `lstat` before anything is opened, and again on `fstat` of what was opened.
+pub fn check_entry(path: &Path, kind: EntryKind, size: u64, limit: u64) -> Result<(), ConfigError> {
+    match kind {
+        EntryKind::Regular if size > limit => Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit,
+        }),
+        EntryKind::Regular => Ok(()),
+        EntryKind::Symlink => Err(ConfigError::Symlink(path.to_path_buf())),
+        other => Err(ConfigError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: other.describe(),
+        }),
+    }
+}
+
 /// A registration with the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
     pub file: PathBuf,
-    pub config: HookServerConfig,
+    pub config: Arc<HookServerConfig>,
 }
 
-/// Reads every `*.json` of `dir` in name order; bad files are reported and skipped.
-pub fn load_dir(dir: &Path) -> (Vec<Registration>, Vec<ConfigError>) {
-    let mut registrations = Vec::new();
-    let mut errors = Vec::new();
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(entries) => entries
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-            .collect(),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            errors.push(ConfigError::Read {
-                path: dir.to_path_buf(),
-                source,
-            });
-            Vec::new()
-        }
-    };
-    files.sort();
-    for file in files {
-        let parsed = std::fs::read_to_string(&file)
-            .map_err(|source| ConfigError::Read {
-                path: file.clone(),
-                source,
-            })
-            .and_then(|text| parse_registration(&file, &text));
-        match parsed {
-            Ok(config) => registrations.push(Registration { file, config }),
-            Err(err) => errors.push(err),
+/// The outcome of one scan of the directory, and what it did to the
+/// registrations.
+#[derive(Debug, Default)]
+pub struct ScanMerge {
+    /// The registrations to publish, in file-name order.
+    pub registrations: Vec<Registration>,
+    /// Files that loaded in this scan.
+    pub loaded: Vec<PathBuf>,
+    /// Files that failed, each with whether its previous registration stays.
+    pub failed: Vec<(ConfigError, bool)>,
+}
+
+/// Merges one scan into the registrations before it. Files that loaded give
+/// their registration. A file that did not load, whatever the reason, keeps
+/// the registration it had, if any: a bad or half-written file never takes
+/// a working hook server away. A file that is gone takes its registration
+/// with it.
+pub fn merge_scan(
+    previous: &[Registration],
+    scanned: Vec<(PathBuf, Result<HookServerConfig, ConfigError>)>,
+) -> ScanMerge {
+    let mut merge = ScanMerge::default();
+    for (file, result) in scanned {
+        match result {
+            Ok(config) => {
+                merge.loaded.push(file.clone());
+                merge.registrations.push(Registration {
+                    file,
+                    config: Arc::new(config),
+                });
+            }
+            Err(error) => {
+                let kept = previous.iter().find(|r| r.file == file).cloned();
+                merge.failed.push((error, kept.is_some()));
+                merge.registrations.extend(kept);
+            }
         }
     }
-    (registrations, errors)
+    merge.registrations.sort_by(|a, b| a.file.cmp(&b.file));
+    merge
 }
 
-/// The current registrations, reloaded when the directory changes.
+/// Registrations as published to CRI calls: the files in name order and,
+/// per stage, the server that serves it (computed once per load, so a call
+/// looks its server up without scanning or copying).
+#[derive(Debug, Default)]
+pub struct Registrations {
+    files: Vec<Registration>,
+    by_stage: [Option<Arc<HookServerConfig>>; HookType::ALL.len()],
+}
+
+impl Registrations {
+    pub fn new(files: Vec<Registration>) -> Self {
+        let by_stage = HookType::ALL.map(|hook| {
+            files
+                .iter()
+                .find(|registration| registration.config.serves(hook))
+                .map(|registration| Arc::clone(&registration.config))
+        });
+        Self { files, by_stage }
+    }
+
+    pub fn files(&self) -> &[Registration] {
+        &self.files
+    }
+
+    /// The first server registered for `hook` (upstream's order: file name).
+    pub fn server_for(&self, hook: HookType) -> Option<&Arc<HookServerConfig>> {
+        let index = HookType::ALL.iter().position(|h| *h == hook)?;
+        self.by_stage[index].as_ref()
+    }
+}
+
+/// The current registrations. One writer (the directory watcher, see
+/// `hookdir`) publishes immutable snapshots; CRI calls read them without
+/// waiting on the directory.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    current: Arc<RwLock<Vec<Registration>>>,
+    current: Arc<RwLock<Arc<Registrations>>>,
 }
 
 impl Registry {
     pub fn new(registrations: Vec<Registration>) -> Self {
         Self {
-            current: Arc::new(RwLock::new(registrations)),
+            current: Arc::new(RwLock::new(Arc::new(Registrations::new(registrations)))),
         }
     }
 
-    pub fn snapshot(&self) -> Vec<Registration> {
-        self.current
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+    pub fn snapshot(&self) -> Arc<Registrations> {
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
     }
 
-    fn replace(&self, registrations: Vec<Registration>) {
+    pub(crate) fn publish(&self, registrations: Vec<Registration>) {
+        let published = Arc::new(Registrations::new(registrations));
         *self
             .current
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = registrations;
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = published;
     }
 
     /// The first server registered for `hook` (upstream's order: file name).
-    pub fn server_for(&self, hook: HookType) -> Option<HookServerConfig> {
+    pub fn server_for(&self, hook: HookType) -> Option<Arc<HookServerConfig>> {
+        self.snapshot().server_for(hook).cloned()
+    }
+
+    /// Whether some registration names `endpoint`.
+    pub fn registers(&self, endpoint: &str) -> bool {
         self.snapshot()
-            .into_iter()
-            .map(|r| r.config)
-            .find(|config| config.serves(hook))
-    }
-
-    /// Loads `dir` now and then polls it every `interval`, reloading on any
-    /// change of the file set or a file's size or mtime.
-    pub fn watch(dir: PathBuf, interval: Duration) -> Self {
-        let registry = Self::default();
-        let fingerprint = reload(&registry, &dir, None);
-        let watched = registry.clone();
-        tokio::spawn(async move {
-            let mut last = fingerprint;
-            loop {
-                tokio::time::sleep(interval).await;
-                last = reload(&watched, &dir, Some(last));
-            }
-        });
-        registry
+            .files()
+            .iter()
+            .any(|registration| registration.config.remote_endpoint == endpoint)
     }
 }
 
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
-
-fn fingerprint(dir: &Path) -> Fingerprint {
-    let mut files: Fingerprint = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .filter_map(|entry| {
-                    let meta = entry.metadata().ok()?;
-                    Some((entry.path(), meta.len(), meta.modified().ok()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
-fn reload(registry: &Registry, dir: &Path, previous: Option<Fingerprint>) -> Fingerprint {
-    let now = fingerprint(dir);
-    if previous.as_ref() == Some(&now) {
-        return now;
-    }
-    let (registrations, errors) = load_dir(dir);
-    for error in &errors {
-        tracing::warn!(%error, "skipping hook-server registration");
-    }
-    for registration in &registrations {
-        if let Some(warning) = registration.config.policy_warning() {
-            tracing::warn!(
-                file = %registration.file.display(),
-                value = %registration.config.failure_policy_text,
-                "{warning}"
-            );
-        }
-        tracing::info!(
-            file = %registration.file.display(),
-            endpoint = %registration.config.remote_endpoint,
-            policy = ?registration.config.failure_policy,
-            hooks = ?registration.config.runtime_hooks,
-            "hook server registered"
-        );
-    }
-    registry.replace(registrations);
-    now
-}
+pub use crate::hookdir::{WatchOptions, load_dir};

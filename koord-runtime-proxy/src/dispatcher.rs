@@ -42,6 +42,8 @@ pub struct Dispatcher {
     clients: Arc<Mutex<HashMap<String, RuntimeHookServiceClient<Channel>>>>,
     timeout: Duration,
     metrics: ProxyMetrics,
+    /// Largest message sent to or taken from a hook server.
+    max_message_size: usize,
 }
 
 impl Dispatcher {
@@ -51,7 +53,15 @@ impl Dispatcher {
             clients: Arc::default(),
             timeout,
             metrics,
+            max_message_size: crate::DEFAULT_MAX_MESSAGE_SIZE,
         }
+    }
+
+    /// Sets the largest message sent to or taken from a hook server
+    /// (`--hook-max-message-size`; the kubelet's 16 MiB by default).
+    pub fn with_max_message_size(mut self, limit: usize) -> Self {
+        self.max_message_size = limit;
+        self
     }
 
     /// Whether a server is registered for `stage` now.
@@ -59,15 +69,26 @@ impl Dispatcher {
         self.registry.server_for(stage).is_some()
     }
 
+    /// The client of `endpoint`, made once. Clients of endpoints no longer
+    /// registered are dropped when a new one is made, so rewriting the
+    /// registrations cannot grow the cache.
     fn client(&self, endpoint: &str) -> RuntimeHookServiceClient<Channel> {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        clients
-            .entry(endpoint.to_string())
-            .or_insert_with(|| {
-                let path = PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(endpoint));
-                RuntimeHookServiceClient::new(unix_channel(path))
-            })
-            .clone()
+        if let Some(client) = clients.get(endpoint) {
+            return client.clone();
+        }
+        clients.retain(|known, _| self.registry.registers(known));
+        let path = PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(endpoint));
+        let client = RuntimeHookServiceClient::new(unix_channel(path))
+            .max_decoding_message_size(self.max_message_size)
+            .max_encoding_message_size(self.max_message_size);
+        clients.insert(endpoint.to_string(), client.clone());
+        client
+    }
+
+    /// How many hook-server clients are cached.
+    pub fn cached_clients(&self) -> usize {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     async fn call<Req, Resp, F, Fut>(

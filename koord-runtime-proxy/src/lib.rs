@@ -6,6 +6,7 @@ pub mod codec;
 pub mod config;
 pub mod dispatcher;
 pub mod health;
+pub mod hookdir;
 pub mod merge;
 pub mod metrics;
 pub mod proxy;
@@ -47,6 +48,11 @@ pub const DEFAULT_HOOK_SERVER_CONFIG_DIR: &str = "/etc/runtime/hookserver.d";
 /// Upstream serves no metrics here; this port sits next to koordlet's 9316/9317, on
 /// loopback because the proxy runs on the host, outside any pod network.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9318";
+
+/// The kubelet's CRI message limit (`maxMsgSize` of k8s.io/cri-client, for
+/// sending and receiving; containerd's server defaults to the same), where
+/// gRPC's default is 4 MiB: a node's pod list outgrows that.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
 pub use health::{BackendMonitor, BackendSocketCheck};
 
@@ -153,6 +159,15 @@ pub struct RuntimeProxyArgs {
     #[arg(long = "hook-server-config-dir", default_value = DEFAULT_HOOK_SERVER_CONFIG_DIR, value_name = "DIR")]
     pub hook_server_config_dir: PathBuf,
 
+    /// Largest CRI message, in bytes, the proxy takes or sends, both from and to the kubelet and
+    /// from and to the runtime (the kubelet's own limit is 16 MiB).
+    #[arg(long = "cri-max-message-size", default_value_t = DEFAULT_MAX_MESSAGE_SIZE, value_parser = parse_message_size, value_name = "BYTES")]
+    pub cri_max_message_size: usize,
+
+    /// Largest message, in bytes, the proxy sends to or takes from a hook server.
+    #[arg(long = "hook-max-message-size", default_value_t = DEFAULT_MAX_MESSAGE_SIZE, value_parser = parse_message_size, value_name = "BYTES")]
+    pub hook_max_message_size: usize,
+
     /// Longest wait for one hook-server call.
     #[arg(long = "hook-call-timeout", default_value = "5s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub hook_call_timeout: Duration,
@@ -185,6 +200,25 @@ fn parse_probe_interval(input: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
+/// Smallest and largest accepted message-size limits.
+pub const MESSAGE_SIZE_RANGE: std::ops::RangeInclusive<usize> = 64 * 1024..=1024 * 1024 * 1024;
+
+/// A message-size limit in bytes, within [`MESSAGE_SIZE_RANGE`].
+fn parse_message_size(input: &str) -> Result<usize, String> {
+    let size: usize = input
+        .trim()
+        .parse()
+        .map_err(|_| format!("message size {input:?} is not a number of bytes"))?;
+    if !MESSAGE_SIZE_RANGE.contains(&size) {
+        return Err(format!(
+            "message size {size} is out of range; use {} to {} bytes",
+            MESSAGE_SIZE_RANGE.start(),
+            MESSAGE_SIZE_RANGE.end()
+        ));
+    }
+    Ok(size)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeProxyError {
     #[error("backend runtime mode Docker is not supported by this build; only Containerd (CRI) is")]
@@ -212,8 +246,7 @@ pub fn unix_channel(path: PathBuf) -> Channel {
 /// Rebuilds the store from the runtime, retrying until it answers. The
 /// listing is merged into what live calls recorded meanwhile (see `store`).
 pub async fn rebuild_store(proxy: &proxy::Proxy) {
-    let mut client =
-        cri::v1::runtime_service_client::RuntimeServiceClient::new(proxy.backend.runtime.clone());
+    let mut client = proxy.runtime_client();
     loop {
         proxy.store.begin_listing();
         match proxy::snapshot_runtime(&mut client).await {
@@ -276,8 +309,12 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
     };
 
     let metrics = metrics::ProxyMetrics::register(&context.metrics);
-    let registry =
-        config::Registry::watch(args.hook_server_config_dir.clone(), Duration::from_secs(1));
+    let registry = config::Registry::watch_with(
+        args.hook_server_config_dir.clone(),
+        hookdir::WatchOptions::default(),
+        metrics.clone(),
+    )
+    .await;
     let runtime = unix_channel(args.remote_runtime_service_endpoint.path().to_path_buf());
     let image = match &args.remote_image_service_endpoint {
         Some(endpoint) => unix_channel(endpoint.path().to_path_buf()),
@@ -285,8 +322,10 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
     };
     let proxy = Arc::new(proxy::Proxy {
         backend: proxy::Backend { runtime, image },
-        dispatcher: dispatcher::Dispatcher::new(registry, args.hook_call_timeout, metrics.clone()),
+        dispatcher: dispatcher::Dispatcher::new(registry, args.hook_call_timeout, metrics.clone())
+            .with_max_message_size(args.hook_max_message_size),
         store: store::MetaStore::default(),
+        max_message_size: args.cri_max_message_size,
         metrics,
         skip: proxy::SkipLabel {
             key: args.runtime_hook_server_key.clone(),
@@ -362,6 +401,27 @@ mod tests {
         );
         assert_eq!(args.remote_image_service_endpoint, None);
         assert_eq!(args.metrics_addr.to_string(), "127.0.0.1:9318");
+        assert_eq!(args.cri_max_message_size, 16 * 1024 * 1024);
+        assert_eq!(args.hook_max_message_size, 16 * 1024 * 1024);
+    }
+
+    #[test]
+    fn message_sizes_are_bytes_in_range() {
+        let args = RuntimeProxyArgs::try_parse_from([
+            "p",
+            "--cri-max-message-size=33554432",
+            "--hook-max-message-size",
+            "4194304",
+        ])
+        .unwrap();
+        assert_eq!(args.cri_max_message_size, 32 * 1024 * 1024);
+        assert_eq!(args.hook_max_message_size, 4 * 1024 * 1024);
+        for bad in ["0", "1024", "16Mi", "-1", "2147483648"] {
+            assert!(
+                RuntimeProxyArgs::try_parse_from(["p", "--cri-max-message-size", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use koord_common::metrics::MetricsRegistry;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
 type Labels = Vec<(String, String)>;
@@ -19,6 +20,8 @@ pub struct ProxyMetrics {
     hook_latency: Family<Labels, Histogram>,
     unknown_forwarded: Family<Labels, Counter>,
     unknown_dropped: Family<Labels, Counter>,
+    registration_errors: Family<Labels, Counter>,
+    registration_files: Family<Labels, Gauge>,
     /// Methods whose dropped unknown fields were already logged.
     drop_logged: Arc<Mutex<BTreeSet<String>>>,
 }
@@ -39,6 +42,8 @@ impl Default for ProxyMetrics {
             hook_latency: Family::new_with_constructor(latency_histogram),
             unknown_forwarded: Family::default(),
             unknown_dropped: Family::default(),
+            registration_errors: Family::default(),
+            registration_files: Family::default(),
             drop_logged: Arc::default(),
         }
     }
@@ -77,6 +82,16 @@ impl ProxyMetrics {
                 "unknown_fields_dropped",
                 "Request fields unknown to the proxy's CRI API that a merge had to drop, by method",
                 metrics.unknown_dropped.clone(),
+            );
+            r.register(
+                "hook_registration_errors",
+                "Hook-server registration files or directory listings that could not be loaded, by reason",
+                metrics.registration_errors.clone(),
+            );
+            r.register(
+                "hook_registration_files",
+                "Hook-server registration files after the last directory scan: registered, or failed (skipped, or kept at their previous registration)",
+                metrics.registration_files.clone(),
             );
         });
         metrics
@@ -128,6 +143,28 @@ impl ProxyMetrics {
             Ok(mut logged) => logged.insert(method.to_string()),
             Err(_) => false,
         }
+    }
+
+    /// One registration file (or the directory listing) that did not load.
+    pub fn registration_error(&self, reason: &str) {
+        self.registration_errors
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .inc();
+    }
+
+    /// The outcome of a directory scan.
+    pub fn registrations(&self, registered: usize, failed: usize) {
+        for (state, count) in [("registered", registered), ("failed", failed)] {
+            self.registration_files
+                .get_or_create(&vec![("state".into(), state.into())])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub fn registration_error_count(&self, reason: &str) -> u64 {
+        self.registration_errors
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .get()
     }
 
     pub fn unknown_fields_forwarded_count(&self, method: &str) -> u64 {

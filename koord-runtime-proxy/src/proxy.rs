@@ -59,6 +59,9 @@ pub struct Proxy {
     pub store: MetaStore,
     pub metrics: ProxyMetrics,
     pub skip: SkipLabel,
+    /// Largest CRI message taken or sent, to and from the kubelet and the
+    /// runtime (`--cri-max-message-size`, the kubelet's 16 MiB by default).
+    pub max_message_size: usize,
 }
 
 /// A pre-hook's outcome: the answer to merge, nothing, or the refusal.
@@ -74,8 +77,13 @@ fn pre_hook_outcome<T>(dispatched: Dispatched<T>) -> Result<Option<T>, Status> {
     }
 }
 
-/// Serves one unary call with typed messages.
-async fn unary<Req, Resp, F, Fut>(request: http::Request<Incoming>, handler: F) -> Response
+/// Serves one unary call with typed messages, taking and sending messages
+/// of at most `limit` bytes.
+async fn unary<Req, Resp, F, Fut>(
+    request: http::Request<Incoming>,
+    limit: usize,
+    handler: F,
+) -> Response
 where
     Req: prost::Message + Default + Send + 'static,
     Resp: prost::Message + Send + 'static,
@@ -93,8 +101,21 @@ where
         }
     });
     tonic::server::Grpc::new(ReceivingCodec::<Req, Resp>::default())
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit)
         .unary(service, request)
         .await
+}
+
+/// The method label of a CRI call's metrics: the method of a CRI v1 path,
+/// else `unknown`, so arbitrary paths cannot grow the label set.
+pub fn method_label(path: &str) -> &str {
+    let known = CriMethod::from_path(path).is_some()
+        || Schema::cri().is_ok_and(|schema| schema.knows_method(path));
+    match path.rsplit_once('/') {
+        Some((_, method)) if known => method,
+        _ => "unknown",
+    }
 }
 
 fn forwarded<T>(request: tonic::Request<Received<T>>) -> (tonic::metadata::MetadataMap, T, Bytes) {
@@ -178,7 +199,7 @@ impl Proxy {
     /// Answers one CRI request.
     pub async fn handle(self: Arc<Self>, request: http::Request<Incoming>) -> Response {
         let path = request.uri().path().to_string();
-        let method_name = path.rsplit('/').next().unwrap_or_default().to_string();
+        let method_name = method_label(&path).to_string();
         self.metrics.call(&method_name);
         let response = match CriMethod::from_path(&path) {
             Some(method) => Arc::clone(&self).intercept(method, request).await,
@@ -188,8 +209,23 @@ impl Proxy {
             && code != Code::Ok
         {
             self.metrics.error(&method_name, code);
+            if code == Code::OutOfRange && over_size_limit(&response) {
+                tracing::warn!(
+                    method = %method_name,
+                    limit = self.max_message_size,
+                    "a CRI message over a size limit was refused (the proxy's limit is \
+                     --cri-max-message-size; the kubelet's is 16 MiB)"
+                );
+            }
         }
         response
+    }
+
+    /// A client of the runtime's RuntimeService with the CRI message limit.
+    pub fn runtime_client(&self) -> RuntimeServiceClient<Channel> {
+        RuntimeServiceClient::new(self.backend.runtime.clone())
+            .max_decoding_message_size(self.max_message_size)
+            .max_encoding_message_size(self.max_message_size)
     }
 
     async fn pass_through(&self, path: &str, request: http::Request<Incoming>) -> Response {
@@ -217,7 +253,9 @@ impl Proxy {
     where
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.backend.runtime.clone());
+        let mut grpc = tonic::client::Grpc::new(self.backend.runtime.clone())
+            .max_decoding_message_size(self.max_message_size)
+            .max_encoding_message_size(self.max_message_size);
         grpc.ready().await.map_err(|error| {
             Status::unavailable(format!("backend runtime unreachable: {error}"))
         })?;
@@ -240,58 +278,53 @@ impl Proxy {
         method: CriMethod,
         request: http::Request<Incoming>,
     ) -> Response {
+        let limit = self.max_message_size;
         let proxy = self;
         match method {
             CriMethod::RunPodSandbox => {
-                unary(
-                    request,
-                    move |r| async move { proxy.run_pod_sandbox(r).await },
-                )
+                unary(request, limit, move |r| async move {
+                    proxy.run_pod_sandbox(r).await
+                })
                 .await
             }
             CriMethod::StopPodSandbox => {
-                unary(
-                    request,
-                    move |r| async move { proxy.stop_pod_sandbox(r).await },
-                )
+                unary(request, limit, move |r| async move {
+                    proxy.stop_pod_sandbox(r).await
+                })
                 .await
             }
             CriMethod::RemovePodSandbox => {
-                unary(request, move |r| async move {
+                unary(request, limit, move |r| async move {
                     proxy.remove_pod_sandbox(r).await
                 })
                 .await
             }
             CriMethod::CreateContainer => {
-                unary(
-                    request,
-                    move |r| async move { proxy.create_container(r).await },
-                )
+                unary(request, limit, move |r| async move {
+                    proxy.create_container(r).await
+                })
                 .await
             }
             CriMethod::StartContainer => {
-                unary(
-                    request,
-                    move |r| async move { proxy.start_container(r).await },
-                )
+                unary(request, limit, move |r| async move {
+                    proxy.start_container(r).await
+                })
                 .await
             }
             CriMethod::StopContainer => {
-                unary(
-                    request,
-                    move |r| async move { proxy.stop_container(r).await },
-                )
+                unary(request, limit, move |r| async move {
+                    proxy.stop_container(r).await
+                })
                 .await
             }
             CriMethod::RemoveContainer => {
-                unary(
-                    request,
-                    move |r| async move { proxy.remove_container(r).await },
-                )
+                unary(request, limit, move |r| async move {
+                    proxy.remove_container(r).await
+                })
                 .await
             }
             CriMethod::UpdateContainerResources => {
-                unary(request, move |r| async move {
+                unary(request, limit, move |r| async move {
                     proxy.update_container_resources(r).await
                 })
                 .await
@@ -415,7 +448,7 @@ impl Proxy {
         if !self.any_server_for(method) {
             return None;
         }
-        let mut client = RuntimeServiceClient::new(self.backend.runtime.clone());
+        let mut client = self.runtime_client();
         match tokio::time::timeout(LOOKUP_TIMEOUT, lookup_pod(&mut client, id)).await {
             Ok(Ok(pod)) => {
                 tracing::info!(
@@ -450,7 +483,7 @@ impl Proxy {
     }
 
     async fn look_up_container(&self, id: &str, method: CriMethod) -> Option<ContainerEntry> {
-        let mut client = RuntimeServiceClient::new(self.backend.runtime.clone());
+        let mut client = self.runtime_client();
         let lookup = async {
             let (container, resources) = lookup_container(&mut client, id).await?;
             let pod = match self.store.pod(&container.pod_sandbox_id) {
@@ -580,6 +613,13 @@ impl Proxy {
         }
         Ok(response)
     }
+}
+
+/// Whether an error response is tonic's refusal of a message over its size
+/// limit (`decoded` or `encoded message length too large`).
+fn over_size_limit(response: &Response) -> bool {
+    Status::from_header_map(response.headers())
+        .is_some_and(|status| status.message().contains("message length too large"))
 }
 
 /// The gRPC status of a response when it is in the headers (errors

@@ -8,7 +8,7 @@
 //! or map entries cannot be put back that way (a second occurrence would be a
 //! new element), so they are dropped and counted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
 
 use prost::Message;
@@ -52,6 +52,8 @@ enum FieldShape {
 #[derive(Debug, Clone, Default)]
 pub struct Schema {
     messages: HashMap<String, HashMap<u32, FieldShape>>,
+    /// gRPC paths of the services' methods (`/runtime.v1.RuntimeService/Version`).
+    methods: HashSet<String>,
 }
 
 static CRI_SCHEMA: LazyLock<Result<Schema, SchemaError>> =
@@ -102,6 +104,18 @@ impl Schema {
             for message in &file.message_type {
                 schema.add_message(&scope, message);
             }
+            let package = file.package();
+            for service in &file.service {
+                for method in &service.method {
+                    let service_name = match package {
+                        "" => service.name().to_string(),
+                        package => format!("{package}.{}", service.name()),
+                    };
+                    schema
+                        .methods
+                        .insert(format!("/{service_name}/{}", method.name()));
+                }
+            }
         }
         Ok(schema)
     }
@@ -130,6 +144,11 @@ impl Schema {
 
     pub fn knows(&self, message: &str) -> bool {
         self.messages.contains_key(message)
+    }
+
+    /// Whether `path` is the gRPC path of a method of the schema's services.
+    pub fn knows_method(&self, path: &str) -> bool {
+        self.methods.contains(path)
     }
 
     /// Finds the unknown fields of `original` (an encoded `message`) and
@@ -310,6 +329,26 @@ mod tests {
         );
         assert_eq!(resources.get(&1), Some(&FieldShape::Plain));
         assert!(schema.knows(".runtime.v1.LinuxContainerResources.UnifiedEntry"));
+    }
+
+    #[test]
+    fn the_cri_schema_knows_the_service_methods() {
+        let schema = Schema::cri().unwrap();
+        for path in [
+            "/runtime.v1.RuntimeService/Version",
+            "/runtime.v1.RuntimeService/ListContainers",
+            "/runtime.v1.ImageService/PullImage",
+        ] {
+            assert!(schema.knows_method(path), "{path}");
+        }
+        for path in [
+            "/runtime.v1.RuntimeService/NoSuchCall",
+            "/runtime.v1alpha2.RuntimeService/Version",
+            "/x",
+            "",
+        ] {
+            assert!(!schema.knows_method(path), "{path}");
+        }
     }
 
     #[test]

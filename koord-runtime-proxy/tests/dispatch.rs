@@ -64,7 +64,7 @@ async fn answers_errors_and_timeouts_carry_the_servers_policy() {
     register(&dir, "c-slow.json", &slow, "Ignore", &["PreStartContainer"]);
 
     let metrics = ProxyMetrics::default();
-    let registry = Registry::watch(dir.clone(), Duration::from_secs(60));
+    let registry = Registry::watch(dir.clone(), Duration::from_secs(60)).await;
     let dispatcher = Dispatcher::new(registry, Duration::from_millis(500), metrics);
 
     let (answer, policy) = dispatcher
@@ -120,7 +120,7 @@ async fn answers_errors_and_timeouts_carry_the_servers_policy() {
         "Fail",
         &["PostStopContainer"],
     );
-    let registry = Registry::watch(dir.clone(), Duration::from_secs(60));
+    let registry = Registry::watch(dir.clone(), Duration::from_secs(60)).await;
     let dispatcher = Dispatcher::new(registry, Duration::from_secs(5), ProxyMetrics::default());
     let (answer, policy) = dispatcher
         .container_hook(HookType::PostStopContainer, Default::default())
@@ -132,4 +132,49 @@ async fn answers_errors_and_timeouts_carry_the_servers_policy() {
         "{answer:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewritten_registrations_do_not_grow_the_client_cache() {
+    let dir = koord_common::testing::TempDir::new("koord-rp-clients").unwrap();
+    let registry = Registry::watch(dir.path().to_path_buf(), Duration::from_millis(20)).await;
+    let dispatcher = Dispatcher::new(
+        registry.clone(),
+        Duration::from_secs(5),
+        ProxyMetrics::default(),
+    );
+    for index in 0..6 {
+        // A new endpoint each time (absent sockets: each call fails fast).
+        let socket = dir.path().join(format!("hook-{index}.sock"));
+        register(
+            dir.path(),
+            "koordlet.json",
+            &socket,
+            "Ignore",
+            &["PostStopContainer"],
+        );
+        let expected = socket.display().to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while registry
+            .server_for(HookType::PostStopContainer)
+            .is_none_or(|server| server.remote_endpoint != expected)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{expected} not loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (answer, _) = dispatcher
+            .container_hook(HookType::PostStopContainer, Default::default())
+            .await
+            .unwrap();
+        assert!(answer.is_err());
+        assert!(
+            dispatcher.cached_clients() <= 2,
+            "{} clients cached after {} endpoints",
+            dispatcher.cached_clients(),
+            index + 1
+        );
+    }
 }

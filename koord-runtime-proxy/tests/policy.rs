@@ -40,7 +40,7 @@ async fn create_with_refusing_hook(
         policy,
         &["PreCreateContainer"],
     );
-    let proxy = ServedProxy::start(dir.path(), &runtime_socket, &hooks);
+    let proxy = ServedProxy::start(dir.path(), &runtime_socket, &hooks).await;
     let pod = runtime.state.lock().unwrap().add_pod(
         "web",
         &[("koordinator.sh/qosClass", "LSR")],

@@ -25,7 +25,7 @@ struct Node {
 /// A fake runtime, a recording hook server registered for every stage under
 /// `policy` (not registered when `None`), and a proxy in front of them (with
 /// an empty store).
-fn node(label: &str, policy: Option<&str>) -> Node {
+async fn node(label: &str, policy: Option<&str>) -> Node {
     let dir = TempDir::new(label).unwrap();
     let runtime_socket = dir.path().join("runtime.sock");
     let hook_socket = dir.path().join("hook.sock");
@@ -50,7 +50,7 @@ fn node(label: &str, policy: Option<&str>) -> Node {
     if let Some(policy) = policy {
         register(&hooks, "hook.json", &hook_socket, policy, &ALL_STAGES);
     }
-    let proxy = ServedProxy::start(dir.path(), &runtime_socket, &hooks);
+    let proxy = ServedProxy::start(dir.path(), &runtime_socket, &hooks).await;
     Node {
         _dir: dir,
         runtime,
@@ -106,7 +106,7 @@ fn create_request(pod: &str, config: &cri::RunPodSandboxRequest) -> cri::CreateC
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_answered_after_serving_began_keeps_live_entries() {
-    let node = node("koord-rp-late-listing", Some("Ignore"));
+    let node = node("koord-rp-late-listing", Some("Ignore")).await;
     let mut client = node.proxy.client();
     // A pod and container from before the proxy started.
     let (old_pod, old_container) = {
@@ -211,7 +211,7 @@ async fn a_listing_answered_after_serving_began_keeps_live_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_for_containers_missing_from_the_store_use_the_runtimes_context() {
-    let node = node("koord-rp-lookup", Some("Fail"));
+    let node = node("koord-rp-lookup", Some("Fail")).await;
     let mut client = node.proxy.client();
     let (pod, container, skipped) = {
         let mut state = node.runtime.state.lock().unwrap();
@@ -323,7 +323,7 @@ async fn calls_for_containers_missing_from_the_store_use_the_runtimes_context() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_of_a_container_and_pod_missing_from_the_store_reaches_post_hooks() {
-    let node = node("koord-rp-lookup-stop", Some("Ignore"));
+    let node = node("koord-rp-lookup-stop", Some("Ignore")).await;
     let mut client = node.proxy.client();
     let (pod, container, idle) = {
         let mut state = node.runtime.state.lock().unwrap();
@@ -375,7 +375,7 @@ async fn stop_of_a_container_and_pod_missing_from_the_store_reaches_post_hooks()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_hook_server_nothing_is_looked_up() {
-    let node = node("koord-rp-no-lookup", None);
+    let node = node("koord-rp-no-lookup", None).await;
     let mut client = node.proxy.client();
     let (pod, container) = {
         let mut state = node.runtime.state.lock().unwrap();

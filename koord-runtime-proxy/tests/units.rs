@@ -74,6 +74,28 @@ fn stages_follow_upstream() {
 }
 
 #[test]
+fn metric_labels_name_only_cri_methods() {
+    use koord_runtime_proxy::proxy::method_label;
+    for (path, label) in [
+        (
+            "/runtime.v1.RuntimeService/CreateContainer",
+            "CreateContainer",
+        ),
+        (
+            "/runtime.v1.RuntimeService/ListPodSandbox",
+            "ListPodSandbox",
+        ),
+        ("/runtime.v1.ImageService/PullImage", "PullImage"),
+        ("/runtime.v1.RuntimeService/MadeUp123", "unknown"),
+        ("/evil.Service/CreateContainer", "unknown"),
+        ("/", "unknown"),
+        ("", "unknown"),
+    ] {
+        assert_eq!(method_label(path), label, "{path:?}");
+    }
+}
+
+#[test]
 fn registration_files_parse_like_upstream() {
     let path = Path::new("/x/koordlet.json");
     let config = parse_registration(
@@ -183,7 +205,7 @@ fn a_file_with_a_misspelt_policy_still_registers_its_hooks() {
     assert_eq!(
         registry
             .server_for(HookType::PreCreateContainer)
-            .map(|c| c.remote_endpoint),
+            .map(|c| c.remote_endpoint.clone()),
         Some("/k.sock".to_string())
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -210,11 +232,11 @@ async fn a_bad_file_is_skipped_and_the_directory_is_reloaded() {
         errors[0]
     );
 
-    let registry = Registry::watch(dir.clone(), std::time::Duration::from_millis(50));
+    let registry = Registry::watch(dir.clone(), std::time::Duration::from_millis(50)).await;
     assert_eq!(
         registry
             .server_for(HookType::PreCreateContainer)
-            .map(|c| c.remote_endpoint),
+            .map(|c| c.remote_endpoint.clone()),
         Some("/k.sock".to_string())
     );
     assert!(registry.server_for(HookType::PreRunPodSandbox).is_none());

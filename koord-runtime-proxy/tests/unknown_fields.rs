@@ -533,7 +533,7 @@ async fn unknown_fields_reach_the_runtime_through_the_proxy() {
             image: runtime,
         },
         dispatcher: Dispatcher::new(
-            Registry::watch(hooks, Duration::from_secs(60)),
+            Registry::watch(hooks, Duration::from_secs(60)).await,
             Duration::from_secs(30),
             metrics.clone(),
         ),
@@ -543,6 +543,7 @@ async fn unknown_fields_reach_the_runtime_through_the_proxy() {
             key: "skip".into(),
             value: "true".into(),
         },
+        max_message_size: koord_runtime_proxy::DEFAULT_MAX_MESSAGE_SIZE,
     });
     let listener = tokio::net::UnixListener::bind(&proxy_socket).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

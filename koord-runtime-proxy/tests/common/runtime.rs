@@ -30,6 +30,11 @@ use tonic::{Request, Response, Status};
 
 type HttpResponse = http::Response<tonic::body::Body>;
 
+/// The kubelet's CRI message limit (`maxMsgSize` of k8s.io/cri-client), which
+/// containerd's server also defaults to: the fake runtime, the recording hook
+/// server and the kubelet-side test client use it.
+pub const KUBELET_MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
 /// What the fake runtime holds.
 #[derive(Default)]
 pub struct RuntimeState {
@@ -372,6 +377,8 @@ where
         }
     });
     tonic::server::Grpc::new(ReceivingCodec::<Req, Resp>::default())
+        .max_decoding_message_size(KUBELET_MAX_MESSAGE)
+        .max_encoding_message_size(KUBELET_MAX_MESSAGE)
         .unary(service, request)
         .await
 }
@@ -423,7 +430,11 @@ impl RecordingHook {
         });
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(RuntimeHookServiceServer::new(self.clone()))
+                .add_service(
+                    RuntimeHookServiceServer::new(self.clone())
+                        .max_decoding_message_size(KUBELET_MAX_MESSAGE)
+                        .max_encoding_message_size(KUBELET_MAX_MESSAGE),
+                )
                 .serve_with_incoming(incoming),
         );
     }
@@ -527,7 +538,7 @@ pub struct ServedProxy {
 }
 
 impl ServedProxy {
-    pub fn start(dir: &Path, runtime_socket: &Path, hooks_dir: &Path) -> Self {
+    pub async fn start(dir: &Path, runtime_socket: &Path, hooks_dir: &Path) -> Self {
         let metrics = ProxyMetrics::default();
         let runtime = unix_channel(runtime_socket.to_path_buf());
         let proxy = Arc::new(Proxy {
@@ -536,7 +547,7 @@ impl ServedProxy {
                 image: runtime,
             },
             dispatcher: Dispatcher::new(
-                Registry::watch(hooks_dir.to_path_buf(), Duration::from_secs(60)),
+                Registry::watch(hooks_dir.to_path_buf(), Duration::from_secs(60)).await,
                 Duration::from_secs(10),
                 metrics.clone(),
             ),
@@ -546,6 +557,7 @@ impl ServedProxy {
                 key: "skip".into(),
                 value: "true".into(),
             },
+            max_message_size: koord_runtime_proxy::DEFAULT_MAX_MESSAGE_SIZE,
         });
         let socket = dir.join("proxy.sock");
         let listener = tokio::net::UnixListener::bind(&socket).unwrap();
@@ -563,6 +575,8 @@ impl ServedProxy {
     /// A kubelet-side client of the proxy.
     pub fn client(&self) -> RuntimeServiceClient<Channel> {
         RuntimeServiceClient::new(unix_channel(self.socket.clone()))
+            .max_decoding_message_size(KUBELET_MAX_MESSAGE)
+            .max_encoding_message_size(KUBELET_MAX_MESSAGE)
     }
 }
 
