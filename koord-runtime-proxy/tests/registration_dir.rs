@@ -6,6 +6,11 @@
 //! report the bad entries. The binary runs under a 4 GiB address-space
 //! limit so that reading /dev/zero without bound ends it instead of the
 //! machine's memory, and every wait here is bounded.
+//!
+//! It also runs as the privilege notes of `docs/proxy.md` say it can: root
+//! with no capabilities at all (empty bounding set, `no_new_privs`), so
+//! these tests also show that serving CRI, reaching the runtime's and the
+//! hook servers' root-owned sockets and reading the directory need none.
 
 mod common;
 
@@ -85,12 +90,16 @@ impl Node {
         self.dir.path().join("runtimeproxy.sock")
     }
 
-    /// The proxy binary, limited to 4 GiB of address space.
+    /// The proxy binary, limited to 4 GiB of address space, as root without
+    /// any capability.
     fn start_proxy(&self) -> TestProcess {
         let mut command = isolated_command("sh");
         command
             .arg("-c")
-            .arg(r#"ulimit -v 4194304 && exec "$0" "$@""#)
+            .arg(
+                r#"ulimit -v 4194304 && exec setpriv --bounding-set=-all --inh-caps=-all \
+                   --ambient-caps=-all --no-new-privs -- "$0" "$@""#,
+            )
             .arg(BIN)
             .args([
                 "--metrics-addr",
@@ -170,6 +179,32 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"))
 }
 
+/// The capability sets of a running process, once it is the proxy (after
+/// the `sh` and `setpriv` execs; uid 0 throughout).
+fn capabilities(pid: u32) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + PROCESS_WAIT;
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        if status
+            .lines()
+            .any(|line| line.starts_with("Name:\tkoord-runtime-"))
+        {
+            assert!(status.contains("\nUid:\t0\t"), "{status}");
+            return status
+                .lines()
+                .filter_map(|line| line.split_once(":\t"))
+                .filter(|(key, _)| key.starts_with("Cap"))
+                .map(|(key, value)| (key.to_string(), u64::from_str_radix(value, 16).unwrap()))
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not start: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn metrics(process: &TestProcess) -> String {
     let addr = process
         .serving_addr("health and metrics", PROCESS_WAIT)
@@ -195,6 +230,7 @@ async fn hostile_entries_are_skipped(label: &str, hostile: Hostile) {
     );
     let mut process = node.start_proxy();
     let socket = node.proxy_socket();
+    let capabilities = capabilities(process.pid());
 
     // Served, and the good file's hooks are called.
     run_pods_until(
@@ -234,6 +270,11 @@ async fn hostile_entries_are_skipped(label: &str, hostile: Hostile) {
     .await;
     process.expect_line("b-hostile.json", PROCESS_WAIT).unwrap();
 
+    let none: Vec<(String, u64)> = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]
+        .into_iter()
+        .map(|set| (set.to_string(), 0))
+        .collect();
+    assert_eq!(capabilities, none, "the proxy ran without capabilities");
     // Nothing was read without bound: the proxy stays small.
     let peak = peak_rss_kib(process.pid());
     assert!(
