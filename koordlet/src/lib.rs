@@ -4,6 +4,7 @@
 //! reconciler), in cluster mode (API server and kubelet) or standalone (pods
 //! and NodeSLO from files, NodeMetric to a file).
 
+pub mod bounds;
 pub mod capabilities;
 pub mod evictor;
 pub mod metriccache;
@@ -404,7 +405,10 @@ fn cgroup_layout_of(
         capabilities::CgroupDriver::Systemd => CgroupDriver::Systemd,
         _ => CgroupDriver::Cgroupfs,
     };
-    let layout = CgroupLayout::new(version, driver, &system.cgroup_root_dir);
+    let mut layout = CgroupLayout::new(version, driver, &system.cgroup_root_dir);
+    if let Some(dir) = &system.kubepods_cgroup_dir {
+        layout = layout.with_kubepods_dir(dir);
+    }
     let unified = system.cgroup_root_dir.join("unified");
     if version == CgroupVersion::V1 && caps.cgroup.unified_mount && unified.is_dir() {
         layout.with_unified_root(unified)

@@ -373,7 +373,13 @@ async fn malformed_annotation_follows_the_failure_policy() {
     let malformed = lsr_annotations("{\"cpuset\":");
     // Ignore (default): the call succeeds and the runtime's values stay.
     let mut open = start("ignore", FailurePolicyConfig::default()).await;
-    let request = container_request(LSR_UID, "LSR", malformed.clone(), "/kubepods/podx");
+    // The pod's own cgroup (another pod's would be refused before any hook runs).
+    let request = container_request(
+        LSR_UID,
+        "LSR",
+        malformed.clone(),
+        &format!("/kubepods/pod{LSR_UID}"),
+    );
     let response = open
         .client
         .pre_create_container_hook(request.clone())

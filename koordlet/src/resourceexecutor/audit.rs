@@ -1,5 +1,10 @@
 //! The audit trail: a bounded ring of recent cgroup writes (time, file, old
 //! value, new value, reason, result), served as JSON.
+//!
+//! Bounded twice (issue 16): every text field is cut to
+//! [`crate::bounds::MAX_LOGGED_BYTES`] plus its length, and the ring holds at
+//! most [`DEFAULT_AUDIT_MAX_BYTES`] of records besides its record count, so
+//! hostile paths cannot make the endpoint serve hundreds of megabytes.
 
 use std::collections::VecDeque;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -35,17 +40,59 @@ pub enum AuditResult {
     Failed,
 }
 
-/// Keeps the newest `capacity` records.
+/// Bytes of records the ring keeps by default (about 1,000 records of
+/// typical size; a record with every field at its cut length is ~1.5 KiB).
+pub const DEFAULT_AUDIT_MAX_BYTES: usize = 1 << 20;
+
+impl AuditRecord {
+    /// The record with every text field cut for keeping.
+    fn bounded(self) -> Self {
+        use crate::bounds::cut;
+        Self {
+            time: cut(self.time),
+            path: cut(self.path),
+            resource: self.resource,
+            old_value: self.old_value.map(cut),
+            new_value: cut(self.new_value),
+            reason: cut(self.reason),
+            result: self.result,
+            error: self.error.map(cut),
+        }
+    }
+
+    /// What the record costs in the ring: its text plus a fixed overhead
+    /// for the keys and the other fields.
+    fn weight(&self) -> usize {
+        const OVERHEAD: usize = 128;
+        OVERHEAD
+            + self.time.len()
+            + self.path.len()
+            + self.old_value.as_ref().map_or(0, String::len)
+            + self.new_value.len()
+            + self.reason.len()
+            + self.error.as_ref().map_or(0, String::len)
+    }
+}
+
+/// Keeps the newest `capacity` records, at most `max_bytes` of them.
 #[derive(Debug, Clone)]
 pub struct AuditRing {
     capacity: usize,
+    max_bytes: usize,
+    bytes: usize,
     records: VecDeque<AuditRecord>,
 }
 
 impl AuditRing {
     pub fn new(capacity: usize) -> Self {
+        Self::with_max_bytes(capacity, DEFAULT_AUDIT_MAX_BYTES)
+    }
+
+    pub fn with_max_bytes(capacity: usize, max_bytes: usize) -> Self {
         Self {
             capacity,
+            max_bytes,
+            bytes: 0,
             records: VecDeque::with_capacity(capacity.min(1024)),
         }
     }
@@ -54,10 +101,22 @@ impl AuditRing {
         if self.capacity == 0 {
             return;
         }
-        while self.records.len() >= self.capacity {
-            self.records.pop_front();
+        let record = record.bounded();
+        let weight = record.weight();
+        while !self.records.is_empty()
+            && (self.records.len() >= self.capacity || self.bytes + weight > self.max_bytes)
+        {
+            if let Some(old) = self.records.pop_front() {
+                self.bytes = self.bytes.saturating_sub(old.weight());
+            }
         }
+        self.bytes += weight;
         self.records.push_back(record);
+    }
+
+    /// What the kept records weigh (see [`DEFAULT_AUDIT_MAX_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Up to `limit` records, newest first.
@@ -170,6 +229,59 @@ mod tests {
         let mut disabled = AuditRing::new(0);
         disabled.push(record(1));
         assert!(disabled.is_empty());
+    }
+
+    /// Issue 16: a 10 MB path (a hostile cgroup parent) is cut to a few
+    /// hundred bytes that say how long it was.
+    #[test]
+    fn a_10_mb_path_is_cut() {
+        let huge = "/kubepods/besteffort/".to_string() + &"a".repeat(10 << 20);
+        let mut ring = AuditRing::new(8);
+        let mut r = record(1);
+        r.path = huge.clone();
+        r.error = Some(format!("cannot write to {huge}: File name too long"));
+        ring.push(r);
+        let newest = &ring.recent(1)[0];
+        assert!(
+            newest.path.len() <= 300,
+            "path kept whole: {} bytes",
+            newest.path.len()
+        );
+        assert!(newest.path.starts_with("/kubepods/besteffort/aaa"));
+        assert!(
+            newest.path.ends_with(&format!("({} bytes)", huge.len())),
+            "{}",
+            &newest.path[newest.path.len().saturating_sub(40)..]
+        );
+        let error = newest.error.as_deref().unwrap_or_default();
+        assert!(
+            error.len() <= 300,
+            "error kept whole: {} bytes",
+            error.len()
+        );
+    }
+
+    /// Issue 16: the ring is bounded in bytes too, not only in records.
+    #[test]
+    fn the_ring_is_bounded_in_bytes() {
+        let mut ring = AuditRing::new(100_000);
+        let long = "x".repeat(250);
+        for n in 0..20_000 {
+            let mut r = record(n);
+            r.path = format!("{long}{n}");
+            r.reason = long.clone();
+            r.old_value = Some(long.clone());
+            r.error = Some(long.clone());
+            ring.push(r);
+        }
+        let served: usize = ring
+            .recent(usize::MAX)
+            .iter()
+            .map(|r| serde_json::to_string(r).map_or(0, |json| json.len()))
+            .sum();
+        assert!(served <= 2 << 20, "the ring serves {served} bytes");
+        // The newest records are the ones kept.
+        assert!(ring.recent(1)[0].path.ends_with("19999"));
     }
 
     #[test]

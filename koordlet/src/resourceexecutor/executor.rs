@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::audit::{AuditRecord, AuditResult, AuditRing, rfc3339_utc};
 use super::planner::{PlannedWrite, ResourceUpdate, StepKind, plan};
+use crate::bounds::{Bounded, BoundedPath};
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue};
 
 /// Upstream's `-resource-force-update-seconds` default: a cached value is
@@ -331,11 +332,11 @@ impl ResourceExecutor {
                 let status = if outcome.written {
                     metrics.count("written");
                     tracing::info!(
-                        path = %outcome.path.display(),
-                        old = outcome.previous.as_deref().unwrap_or("?"),
-                        new = %outcome.content,
+                        path = %BoundedPath(&outcome.path),
+                        old = %Bounded(outcome.previous.as_deref().unwrap_or("?")),
+                        new = %Bounded(&outcome.content),
                         step = ?step.step,
-                        reason = %step.reason,
+                        reason = %Bounded(&step.reason),
                         "cgroup file written"
                     );
                     WriteStatus::Written
@@ -372,11 +373,12 @@ impl ResourceExecutor {
             Err(error) => {
                 metrics.observe("failed", elapsed);
                 metrics.count("failed");
-                let message = error.to_string();
+                // Errors name the path, which may come from a request: cut.
+                let message = crate::bounds::cut(error.to_string());
                 tracing::warn!(
                     error = %message,
                     step = ?step.step,
-                    reason = %step.reason,
+                    reason = %Bounded(&step.reason),
                     "cgroup write failed"
                 );
                 let path = self
@@ -607,6 +609,31 @@ mod tests {
         };
         assert!(error.contains("kubepods/../../etc"), "{error}");
         assert_eq!(*os_error, None);
+    }
+
+    /// Issue 16: a write to a 10 MB directory fails without keeping or
+    /// logging the path whole.
+    #[test]
+    fn a_huge_directory_is_audited_cut() {
+        let (_temp, layout) = tree();
+        let executor = ResourceExecutor::new(layout, ExecutorConfig::default());
+        let huge = format!("kubepods/besteffort/{}", "b".repeat(10 << 20));
+        let update = ResourceUpdate::new(
+            huge.as_str(),
+            CgroupResource::CpuShares,
+            CgroupValue::Int(2),
+            "x",
+        )
+        .unwrap();
+        let report = executor.apply_blocking([update], at(0));
+        let WriteStatus::Failed { error, .. } = &report.writes[0].status else {
+            panic!("failure expected")
+        };
+        assert!(error.len() < 1024, "error of {} bytes", error.len());
+        let audit = executor.recent_writes(1);
+        assert!(audit[0].path.len() < 1024, "{} bytes", audit[0].path.len());
+        let error = audit[0].error.as_deref().unwrap_or_default();
+        assert!(error.len() < 1024, "{} bytes", error.len());
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //! - `koordlet_runtime_hook_permission_denied_total{resource_type}` counter
 //!   of effects the kernel refused with EPERM (lowering `oom_score_adj`);
 //! - `koordlet_runtime_hook_server_requests_total{method,code}` counter of
-//!   RuntimeHookService calls.
+//!   RuntimeHookService calls;
+//! - `koordlet_runtime_hook_cgroup_scope_refused_total{reason}` counter of
+//!   requests refused because a cgroup they name is not the pod's own (see
+//!   `runtimehooks::scope`; not an upstream metric).
 
 use std::time::Duration;
 
@@ -42,6 +45,7 @@ pub struct HookMetrics {
     drift_repaired: Family<Labels, Counter>,
     server_requests: Family<Labels, Counter>,
     permission_denied: Family<Labels, Counter>,
+    scope_refused: Family<Labels, Counter>,
 }
 
 fn ms_histogram() -> Histogram {
@@ -62,11 +66,19 @@ impl HookMetrics {
             drift_repaired: Family::default(),
             server_requests: Family::default(),
             permission_denied: Family::default(),
+            scope_refused: Family::default(),
         }
     }
 
     pub fn register(registry: &MetricsRegistry, node: &str) -> Self {
         let metrics = Self::new(node);
+        // Every reason is exported from the start, so `rate()` works.
+        for reason in super::scope::RefusalReason::ALL {
+            metrics
+                .scope_refused
+                .get_or_create(&vec![("reason", reason.as_str().to_string())])
+                .inc_by(0);
+        }
         let m = metrics.clone();
         registry.register_component(move |r| {
             r.register(
@@ -108,6 +120,11 @@ impl HookMetrics {
                 "runtime_hook_permission_denied",
                 "hook effects the kernel refused with EPERM/EACCES (e.g. lowering oom_score_adj without CAP_SYS_RESOURCE)",
                 m.permission_denied,
+            );
+            r.register(
+                "runtime_hook_cgroup_scope_refused",
+                "runtime hook requests refused because a cgroup they name is not the pod's own directory below kubepods, by reason",
+                m.scope_refused,
             );
             r.register(
                 "runtime_hook_server_requests",
@@ -203,6 +220,20 @@ impl HookMetrics {
         self.permission_denied
             .get_or_create(&vec![("resource_type", resource.to_string())])
             .inc();
+    }
+
+    /// Counts a request refused by the cgroup scope check.
+    pub fn count_scope_refused(&self, reason: &str) {
+        self.scope_refused
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+    }
+
+    /// Refusals counted for `reason`.
+    pub fn scope_refused(&self, reason: &str) -> u64 {
+        self.scope_refused
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .get()
     }
 
     pub fn count_server_request(&self, method: &str, code: &str) {

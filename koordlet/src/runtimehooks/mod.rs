@@ -7,6 +7,7 @@
 //! - [`rules`]: node-level inputs rebuilt from the states informer;
 //! - [`server`]: the RuntimeHookService gRPC server and registration file;
 //! - [`reconciler`]: periodic re-application and drift repair;
+//! - [`scope`]: which cgroups a request may touch (issue 16);
 //! - [`config`]: flags and the failure-policy file;
 //! - [`metrics`]: per-hook calls, errors, latency and repaired drift;
 //! - [`nri`]: the NRI plugin transport.
@@ -21,6 +22,7 @@ pub mod nri;
 pub mod protocol;
 pub mod reconciler;
 pub mod rules;
+pub mod scope;
 pub mod server;
 
 use std::path::PathBuf;

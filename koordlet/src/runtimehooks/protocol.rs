@@ -253,8 +253,10 @@ pub struct PodMeta {
 }
 
 impl fmt::Display for PodMeta {
+    /// `namespace/name`, each cut for logging (they come from requests).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        use crate::bounds::Bounded;
+        write!(f, "{}/{}", Bounded(&self.namespace), Bounded(&self.name))
     }
 }
 
@@ -332,15 +334,17 @@ impl PodContext {
         tier_of_cgroup_parent(&self.cgroup_parent)
     }
 
-    /// The pod's cgroup directory relative to the hierarchy root. Uses the
-    /// cgroup parent when given (expanding systemd slice names), else the
-    /// layout's directory for the pod's UID and tier.
+    /// The pod's cgroup directory relative to the hierarchy root, from the
+    /// cgroup parent (expanding systemd slice names); `None` when there is
+    /// none or it is not this pod's directory below kubepods (see
+    /// [`super::scope`]): nothing is ever derived from a refused parent.
     pub fn cgroup_dir(&self, layout: &CgroupLayout) -> Option<PathBuf> {
-        if !self.cgroup_parent.trim().is_empty() {
-            return cgroup_parent_dir(&self.cgroup_parent, layout.driver);
+        if self.cgroup_parent.is_empty() {
+            return None;
         }
-        let tier = self.kube_qos_tier()?;
-        layout.pod_dir(tier, &self.meta.uid).ok()
+        super::scope::pod_scope(&self.cgroup_parent, &self.meta.uid, layout)
+            .ok()
+            .map(|scope| scope.dir)
     }
 
     /// Fills [`PodContext::extended_resources`] from the annotation; a
@@ -388,11 +392,14 @@ pub struct ContainerContext {
 }
 
 impl ContainerContext {
-    /// The container's cgroup directory: the explicit one, else the pod's
-    /// directory joined with the runtime's name for the container ID.
+    /// The container's cgroup directory: the explicit one when it is one
+    /// name below this pod's directory (see [`super::scope`]), else the
+    /// pod's directory joined with the runtime's name for the container ID.
     pub fn cgroup_dir(&self, layout: &CgroupLayout) -> Option<PathBuf> {
         if let Some(dir) = &self.cgroup_dir {
-            return Some(dir.clone());
+            let (pod, dir) = super::scope::container_scope(dir, &self.pod.meta.uid, layout).ok()?;
+            let same_pod = self.pod.cgroup_dir(layout).is_none_or(|own| own == pod.dir);
+            return same_pod.then_some(dir);
         }
         if self.container.id.is_empty() {
             return None;
@@ -449,6 +456,41 @@ pub enum SideEffect {
 }
 
 impl SideEffect {
+    /// A one-line description for logs, every outside value cut (see
+    /// [`crate::bounds`]).
+    pub fn summary(&self) -> String {
+        use crate::bounds::{Bounded, BoundedPath};
+        match self {
+            SideEffect::CgroupWrite {
+                dir,
+                resource,
+                value,
+                reason,
+            } => format!(
+                "write {} to {resource} of /{} ({})",
+                Bounded(&value.to_string()),
+                BoundedPath(dir),
+                Bounded(reason)
+            ),
+            SideEffect::ResctrlGroup { group, schemata } => format!(
+                "resctrl group {} with {} schemata line(s)",
+                Bounded(group),
+                schemata.len()
+            ),
+            SideEffect::ResctrlTasks { group, pids } => format!(
+                "{} task(s) into resctrl group {}",
+                pids.len(),
+                Bounded(group)
+            ),
+            SideEffect::ResctrlRemoveGroup { group } => {
+                format!("remove resctrl group {}", Bounded(group))
+            }
+            SideEffect::OomScoreAdj { pid, value } => {
+                format!("oom_score_adj {value} for pid {pid}")
+            }
+        }
+    }
+
     /// The `resource_type` metric label of the effect.
     pub fn resource_label(&self) -> String {
         match self {
@@ -461,7 +503,8 @@ impl SideEffect {
     }
 }
 
-/// A hook that failed.
+/// A hook that failed. The message is cut for logs and replies
+/// ([`crate::bounds`]): it may quote an annotation value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("hook {hook} at {stage}: {message}")]
 pub struct HookFailure {
@@ -761,7 +804,12 @@ impl HookDispatcher {
 
     /// Hook names in the failure policy config that no hook has.
     pub fn unknown_policy_hooks(&self) -> Vec<String> {
-        let known: BTreeSet<&str> = self.hooks.iter().map(|e| e.hook.name()).collect();
+        let known: BTreeSet<&str> = self
+            .hooks
+            .iter()
+            .map(|e| e.hook.name())
+            .chain([super::scope::SCOPE_HOOK])
+            .collect();
         let mut unknown: Vec<String> = self
             .policy
             .hooks
@@ -839,10 +887,32 @@ impl HookDispatcher {
     /// Runs every active hook of `stage` on `request`. A failing hook under
     /// `Fail` stops the run with `Err`; under `Ignore` it is recorded in
     /// [`Adjustment::ignored_failures`] and the others still run.
+    ///
+    /// First the cgroups the request names are checked (pure part of
+    /// [`super::scope`]); a refused request runs no hook and follows the
+    /// failure policy of [`super::scope::SCOPE_HOOK`]. Transports that touch
+    /// the node use [`HookDispatcher::run_checked`] to add the filesystem
+    /// half.
     pub fn run(&self, stage: HookStage, request: &HookRequest) -> Result<Adjustment, HookFailure> {
+        self.run_checked(stage, request, |_, _| Ok(()))
+    }
+
+    /// [`HookDispatcher::run`] with `fs_check` run on every directory of the
+    /// validated scope (the shell passes [`super::scope::check_fs`]).
+    pub fn run_checked(
+        &self,
+        stage: HookStage,
+        request: &HookRequest,
+        fs_check: impl Fn(&CgroupLayout, &Path) -> Result<(), super::scope::ScopeRefusal>,
+    ) -> Result<Adjustment, HookFailure> {
         let mut merged = Adjustment::default();
         if self.disabled_stages.contains(&stage) {
             return Ok(merged);
+        }
+        let checked = super::scope::check_request(request, &self.layout)
+            .and_then(|scope| scope.dirs().try_for_each(|dir| fs_check(&self.layout, dir)));
+        if let Err(refusal) = checked {
+            return self.refuse(stage, request, &refusal);
         }
         let env = self.env();
         for entry in &self.hooks {
@@ -867,8 +937,9 @@ impl HookDispatcher {
                     let failure = HookFailure {
                         hook: name.to_string(),
                         stage,
-                        message: error.to_string(),
+                        message: crate::bounds::cut(error.to_string()),
                     };
+                    let error = &failure.message;
                     let pod = &request.pod().meta;
                     match self.policy.policy_for(name, stage) {
                         FailurePolicy::Fail => {
@@ -893,6 +964,41 @@ impl HookDispatcher {
             merged.side_effects.splice(0..0, writes);
         }
         Ok(merged)
+    }
+
+    /// A request whose cgroups were refused: counted by reason, logged once
+    /// (cut), and then what the failure policy of
+    /// [`super::scope::SCOPE_HOOK`] says: `Fail` refuses the runtime call,
+    /// `Ignore` lets it proceed with no change from koordlet.
+    fn refuse(
+        &self,
+        stage: HookStage,
+        request: &HookRequest,
+        refusal: &super::scope::ScopeRefusal,
+    ) -> Result<Adjustment, HookFailure> {
+        use super::scope::SCOPE_HOOK;
+        if let Some(metrics) = &self.metrics {
+            metrics.count_scope_refused(refusal.reason.as_str());
+        }
+        let failure = HookFailure {
+            hook: SCOPE_HOOK.to_string(),
+            stage,
+            message: crate::bounds::cut(refusal.to_string()),
+        };
+        let pod = &request.pod().meta;
+        match self.policy.policy_for(SCOPE_HOOK, stage) {
+            FailurePolicy::Fail => {
+                tracing::warn!(%stage, pod = %pod, reason = %refusal.reason, error = %failure.message, "cgroup outside the pod's scope; refusing the call (failure policy Fail)");
+                Err(failure)
+            }
+            FailurePolicy::Ignore => {
+                tracing::warn!(%stage, pod = %pod, reason = %refusal.reason, error = %failure.message, "cgroup outside the pod's scope; the call proceeds without koordlet's changes (failure policy Ignore)");
+                Ok(Adjustment {
+                    ignored_failures: vec![failure],
+                    ..Adjustment::default()
+                })
+            }
+        }
     }
 
     /// Runs the active hooks' QoS-tier decisions (reconciler).
@@ -962,20 +1068,40 @@ pub fn resource_writes(dir: &Path, resources: &LinuxResources, reason: &str) -> 
     writes
 }
 
-/// The Kubernetes QoS tier named by a kubelet cgroup parent.
+/// The Kubernetes QoS tier of a kubelet pod cgroup parent, read from its
+/// pod directory name (`kubepods[-<tier>]-pod<uid>.slice`, systemd) or the
+/// directory above `pod<uid>` (`besteffort`, `burstable`, else the
+/// kubepods root: Guaranteed). `None` for anything that is not a pod
+/// directory (which the dispatcher refuses anyway, see [`super::scope`]).
 pub fn tier_of_cgroup_parent(cgroup_parent: &str) -> Option<QosTier> {
-    let text = cgroup_parent.trim();
-    if text.is_empty() {
+    let path = Path::new(cgroup_parent);
+    let mut names = path
+        .components()
+        .rev()
+        .filter_map(|component| match component {
+            Component::Normal(name) => name.to_str(),
+            _ => None,
+        });
+    let pod = names.next()?;
+    if pod.ends_with(".slice") {
+        return if pod.starts_with("kubepods-besteffort-pod") {
+            Some(QosTier::BestEffort)
+        } else if pod.starts_with("kubepods-burstable-pod") {
+            Some(QosTier::Burstable)
+        } else if pod.starts_with("kubepods-pod") {
+            Some(QosTier::Guaranteed)
+        } else {
+            None
+        };
+    }
+    if !pod.starts_with("pod") {
         return None;
     }
-    if text.contains("besteffort") {
-        Some(QosTier::BestEffort)
-    } else if text.contains("burstable") {
-        Some(QosTier::Burstable)
-    } else if text.contains("kubepods") {
-        Some(QosTier::Guaranteed)
-    } else {
-        None
+    match names.next() {
+        Some("besteffort") => Some(QosTier::BestEffort),
+        Some("burstable") => Some(QosTier::Burstable),
+        Some(_) => Some(QosTier::Guaranteed),
+        None => None,
     }
 }
 
@@ -1004,7 +1130,8 @@ pub fn cgroup_parent_dir(cgroup_parent: &str, driver: CgroupDriver) -> Option<Pa
     (!relative.as_os_str().is_empty()).then_some(relative)
 }
 
-fn expand_slice(slice: &str) -> Option<PathBuf> {
+/// `a-b-c.slice` → `a.slice/a-b.slice/a-b-c.slice` (systemd's nesting).
+pub(crate) fn expand_slice(slice: &str) -> Option<PathBuf> {
     let stem = slice.strip_suffix(".slice")?;
     if stem.is_empty() || stem == "-" {
         return Some(PathBuf::from("/"));
@@ -1097,7 +1224,7 @@ impl From<&wire::PodSandboxHookRequest> for PodContext {
             extended_resources: None,
         };
         if let Some(error) = pod.load_extended_resources_from_annotations() {
-            tracing::debug!(pod = %pod.meta, %error, "ignoring malformed extended-resource-spec");
+            tracing::debug!(pod = %pod.meta, error = %crate::bounds::Bounded(&error), "ignoring malformed extended-resource-spec");
         }
         pod
     }
@@ -1123,7 +1250,7 @@ impl From<&wire::ContainerResourceHookRequest> for ContainerContext {
             extended_resources: None,
         };
         if let Some(error) = pod.load_extended_resources_from_annotations() {
-            tracing::debug!(pod = %pod.meta, %error, "ignoring malformed extended-resource-spec");
+            tracing::debug!(pod = %pod.meta, error = %crate::bounds::Bounded(&error), "ignoring malformed extended-resource-spec");
         }
         let container = request.container_meta.clone().unwrap_or_default();
         ContainerContext {

@@ -231,6 +231,10 @@ impl NodeView for CgroupNodeView<'_> {
         super::server::read_pids(self.0, dir)
     }
     fn children(&self, dir: &Path) -> Vec<String> {
+        // A pod directory that is a symlink lists someone else's cgroups.
+        if super::scope::check_fs(self.0, dir).is_err() {
+            return Vec::new();
+        }
         let Ok(path) = self.0.controller_path(dir, Controller::Cpu) else {
             return Vec::new();
         };
@@ -476,7 +480,7 @@ pub fn repair_blocking(
                 }
                 EffectStatus::Failed(error) => {
                     report.failed += 1;
-                    tracing::warn!(pod = %item.pod, effect = ?item.effect, %error, "runtime hook effect failed");
+                    tracing::warn!(pod = %item.pod, effect = %item.effect.summary(), error = %crate::bounds::Bounded(error), "runtime hook effect failed");
                 }
                 _ => {}
             }

@@ -24,6 +24,7 @@ use super::protocol::{
     Adjustment, ContainerContext, FailurePolicy, HookDispatcher, HookFailure, HookRequest,
     HookStage, PodContext,
 };
+use crate::bounds::Bounded;
 use crate::system::cgroup::CgroupResource;
 
 /// Upstream's default socket (inside the koordlet container) and the path
@@ -73,29 +74,46 @@ impl HookService {
         }
     }
 
+    /// Checks the request's cgroups (pure and on the node), runs the hooks
+    /// and applies their side effects, all on the blocking pool: the scope
+    /// check reads metadata and the effects write cgroup files.
     async fn decide(
         &self,
         method: &str,
         stage: HookStage,
         request: HookRequest,
     ) -> Result<Adjustment, Status> {
-        match self.dispatcher.run(stage, &request) {
-            Ok(mut adjustment) => {
-                let effects = std::mem::take(&mut adjustment.side_effects);
-                for report in self.applier.apply(effects).await {
-                    if let (EffectStatus::PermissionDenied { .. }, Some(metrics)) =
-                        (&report.status, self.dispatcher.metrics())
-                    {
-                        metrics.count_permission_denied(&report.effect.resource_label());
-                    }
-                    log_effect(stage, &request, &report.effect, &report.status);
+        let dispatcher = Arc::clone(&self.dispatcher);
+        let applier = self.applier.clone();
+        let decided = tokio::task::spawn_blocking(move || {
+            let mut adjustment = dispatcher.run_checked(stage, &request, super::scope::check_fs)?;
+            let effects = std::mem::take(&mut adjustment.side_effects);
+            let reports = applier.apply_blocking(&effects);
+            for report in &reports {
+                if let (EffectStatus::PermissionDenied { .. }, Some(metrics)) =
+                    (&report.status, dispatcher.metrics())
+                {
+                    metrics.count_permission_denied(&report.effect.resource_label());
                 }
+                log_effect(stage, &request, &report.effect, &report.status);
+            }
+            Ok(adjustment)
+        })
+        .await;
+        match decided {
+            Ok(Ok(adjustment)) => {
                 self.count(method, "OK");
                 Ok(adjustment)
             }
-            Err(failure) => {
+            Ok(Err(failure)) => {
                 self.count(method, "FAILED_PRECONDITION");
                 Err(failure_status(&failure))
+            }
+            Err(error) => {
+                self.count(method, "INTERNAL");
+                Err(Status::internal(format!(
+                    "hook decision did not finish: {error}"
+                )))
             }
         }
     }
@@ -144,12 +162,13 @@ impl HookService {
     }
 }
 
-/// PIDs listed in a cgroup's `cgroup.procs` (lines that are not numbers are skipped).
+/// PIDs listed in a cgroup's `cgroup.procs` (lines that are not numbers are
+/// skipped), read without following a symlink below the kubepods directory.
 pub fn read_pids(layout: &crate::system::cgroup::CgroupLayout, dir: &Path) -> Vec<u32> {
     layout
-        .file_path(dir, CgroupResource::CgroupProcs)
+        .file_location(dir, CgroupResource::CgroupProcs)
         .ok()
-        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|location| crate::system::cgroupfs::read_beneath(&location).ok())
         .map(|text| {
             text.lines()
                 .filter_map(|line| line.trim().parse().ok())
@@ -169,18 +188,19 @@ fn log_effect(
     status: &EffectStatus,
 ) {
     let pod = &request.pod().meta;
+    let effect = effect.summary();
     match status {
         EffectStatus::Applied | EffectStatus::Unchanged => {
-            tracing::debug!(%stage, pod = %pod, ?effect, ?status, "hook side effect")
+            tracing::debug!(%stage, pod = %pod, %effect, ?status, "hook side effect")
         }
         EffectStatus::NotFound => {
-            tracing::debug!(%stage, pod = %pod, ?effect, "hook side effect target does not exist yet; the reconciler applies it")
+            tracing::debug!(%stage, pod = %pod, %effect, "hook side effect target does not exist yet; the reconciler applies it")
         }
         EffectStatus::PermissionDenied { lowering, error } => {
-            tracing::warn!(%stage, pod = %pod, ?effect, lowering, %error, "hook side effect refused by the kernel")
+            tracing::warn!(%stage, pod = %pod, %effect, lowering, error = %Bounded(error), "hook side effect refused by the kernel")
         }
         EffectStatus::Failed(error) => {
-            tracing::warn!(%stage, pod = %pod, ?effect, %error, "hook side effect failed")
+            tracing::warn!(%stage, pod = %pod, %effect, error = %Bounded(error), "hook side effect failed")
         }
     }
 }

@@ -319,6 +319,9 @@ pub struct CgroupLayout {
     /// The runtime assumed for bare container IDs under the systemd driver
     /// (upstream's `-default-runtime-type`, containerd).
     pub default_runtime: ContainerRuntime,
+    /// The kubepods directory when not the driver's default
+    /// (`--kubepods-cgroup-dir`), relative to the hierarchy root.
+    pub kubepods: Option<PathBuf>,
 }
 
 impl CgroupLayout {
@@ -329,7 +332,18 @@ impl CgroupLayout {
             root: root.into(),
             unified_root: None,
             default_runtime: ContainerRuntime::Containerd,
+            kubepods: None,
         }
+    }
+
+    /// Uses `dir` (relative to the hierarchy root; a leading `/` is
+    /// ignored) as the kubepods directory. A `dir` that is empty or holds
+    /// `..` keeps the driver's default.
+    pub fn with_kubepods_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.kubepods = normalize_relative_dir(dir.as_ref())
+            .ok()
+            .filter(|dir| !dir.as_os_str().is_empty());
+        self
     }
 
     /// Sets the cgroup2 mount used for PSI on v1 hosts.
@@ -338,9 +352,11 @@ impl CgroupLayout {
         self
     }
 
-    /// `kubepods` or `kubepods.slice`.
+    /// `kubepods` or `kubepods.slice` (or `--kubepods-cgroup-dir`).
     pub fn kubepods_dir(&self) -> PathBuf {
-        PathBuf::from(self.driver.kubepods_dir_name())
+        self.kubepods
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(self.driver.kubepods_dir_name()))
     }
 
     /// The tier's directory; guaranteed pods share the kubepods root.

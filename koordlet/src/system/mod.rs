@@ -32,6 +32,13 @@ pub struct SystemArgs {
         value_name = "DIR"
     )]
     pub sys_fs_root_dir: PathBuf,
+    /// The kubelet's pod cgroup below each hierarchy root (ours; default
+    /// `kubepods` for the cgroupfs driver, `kubepods.slice` for systemd). A
+    /// kubelet started with `--cgroup-root=/custom` keeps its pods in
+    /// `custom/kubepods`. The runtime hooks write only below it (see
+    /// `docs/runtimehooks.md`, "Security").
+    #[arg(long = "kubepods-cgroup-dir", value_name = "DIR")]
+    pub kubepods_cgroup_dir: Option<PathBuf>,
 }
 
 impl Default for SystemArgs {
@@ -41,6 +48,7 @@ impl Default for SystemArgs {
             proc_root_dir: "/proc/".into(),
             sys_root_dir: "/sys/".into(),
             sys_fs_root_dir: "/sys/fs/".into(),
+            kubepods_cgroup_dir: None,
         }
     }
 }
@@ -54,6 +62,7 @@ impl SystemArgs {
             proc_root_dir: base.join("proc"),
             sys_root_dir: base.join("sys"),
             sys_fs_root_dir: base.join("sys/fs"),
+            kubepods_cgroup_dir: None,
         }
     }
 

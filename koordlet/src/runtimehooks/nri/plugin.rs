@@ -26,6 +26,7 @@ use prost::Message as _;
 use super::connection::{PluginService, RpcError, code};
 use super::proto::api;
 use super::status::NriStatus;
+use crate::bounds::Bounded;
 use crate::runtimehooks::apply::{EffectStatus, SideEffectApplier};
 use crate::runtimehooks::protocol::{
     Adjustment, ContainerContext, ContainerMeta, HookDispatcher, HookRequest, HookStage,
@@ -160,7 +161,7 @@ pub fn pod_context(pod: &api::PodSandbox) -> PodContext {
         extended_resources: None,
     };
     if let Some(error) = context.load_extended_resources_from_annotations() {
-        tracing::debug!(pod = %context.meta, %error, "ignoring malformed extended-resource-spec");
+        tracing::debug!(pod = %context.meta, error = %Bounded(&error), "ignoring malformed extended-resource-spec");
     }
     context
 }
@@ -358,7 +359,7 @@ impl NriPlugin {
                 context.resources.memory_limit = spec.memory_limit;
             }
             None => {
-                tracing::debug!(pod = %context.pod.meta, container = %context.container.name, "pod spec unknown; existing container decided without its current CFS quota");
+                tracing::debug!(pod = %context.pod.meta, container = %Bounded(&context.container.name), "pod spec unknown; existing container decided without its current CFS quota");
                 context.resources.cpu_quota = None;
             }
         }
@@ -394,18 +395,21 @@ impl NriPlugin {
                 EffectStatus::Applied | EffectStatus::Unchanged => {}
                 // Container cgroups do not exist before the container starts; the reconciler writes them.
                 EffectStatus::NotFound => {
-                    tracing::debug!(what, effect = ?report.effect, "side effect target not there yet")
+                    tracing::debug!(what, effect = %report.effect.summary(), "side effect target not there yet")
                 }
-                status => {
-                    tracing::warn!(what, effect = ?report.effect, ?status, "side effect failed")
+                EffectStatus::PermissionDenied { error, .. } | EffectStatus::Failed(error) => {
+                    tracing::warn!(what, effect = %report.effect.summary(), error = %Bounded(&error), "side effect failed")
                 }
             }
         }
     }
 
+    /// Runs the hooks after checking the request's cgroups, also on the
+    /// node (no symlink below kubepods, see `runtimehooks::scope`). NRI calls
+    /// are served on the connection's thread, which may block.
     fn run(&self, stage: HookStage, request: &HookRequest) -> Result<Adjustment, RpcError> {
         self.dispatcher
-            .run(stage, request)
+            .run_checked(stage, request, crate::runtimehooks::scope::check_fs)
             .map_err(|failure| RpcError::new(code::INTERNAL, failure.to_string()))
     }
 
@@ -435,7 +439,7 @@ impl NriPlugin {
                     self.apply_side_effects("Synchronize pod", adjustment.side_effects)
                 }
                 Err(err) => {
-                    tracing::warn!(pod = %context.meta, error = %err.message, "cannot synchronize pod")
+                    tracing::warn!(pod = %context.meta, error = %Bounded(&err.message), "cannot synchronize pod")
                 }
             }
             pods.insert(pod.id.clone(), context);
@@ -443,7 +447,7 @@ impl NriPlugin {
         let mut updates = Vec::new();
         for container in &request.containers {
             let Some(pod) = pods.get(&container.pod_sandbox_id) else {
-                tracing::debug!(container = %container.id, "container of an unknown pod; skipped");
+                tracing::debug!(container = %Bounded(&container.id), "container of an unknown pod; skipped");
                 continue;
             };
             let mut context = container_context(pod, container);
@@ -457,7 +461,7 @@ impl NriPlugin {
                     self.apply_side_effects("Synchronize container", adjustment.side_effects);
                 }
                 Err(err) => {
-                    tracing::warn!(container = %container.id, error = %err.message, "cannot synchronize container")
+                    tracing::warn!(container = %Bounded(&container.id), error = %Bounded(&err.message), "cannot synchronize container")
                 }
             }
         }
@@ -594,7 +598,7 @@ impl PluginService for NriPlugin {
     fn call(&self, method: &str, request: &[u8]) -> Result<Vec<u8>, RpcError> {
         let result = self.handle(method, request);
         if let Err(err) = &result {
-            tracing::warn!(method, code = err.code, error = %err.message, "NRI call failed");
+            tracing::warn!(method, code = err.code, error = %Bounded(&err.message), "NRI call failed");
         }
         self.status.request_handled(method, result.is_ok());
         result
