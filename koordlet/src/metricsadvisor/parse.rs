@@ -29,10 +29,26 @@ fn invalid(file: &'static str, field: &str, value: &str) -> ParseError {
     }
 }
 
+/// An unsigned decimal exactly as the kernel prints it: ASCII digits only
+/// (no sign), within u64; anything else is refused, never clamped.
 fn parse_u64(file: &'static str, field: &str, value: &str) -> Result<u64, ParseError> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid(file, field, value));
+    }
     value
         .parse()
         .map_err(|_: ParseIntError| invalid(file, field, value))
+}
+
+/// Microseconds as nanoseconds; a value that does not fit is refused.
+fn usec_to_ns(file: &'static str, field: &str, usec: u64) -> Result<u64, ParseError> {
+    usec.checked_mul(1000).ok_or_else(|| {
+        invalid(
+            file,
+            field,
+            &format!("{usec} (overflows u64 as nanoseconds)"),
+        )
+    })
 }
 
 /// A file holding one unsigned integer (`cpuacct.usage`, `memory.usage_in_bytes`).
@@ -406,13 +422,16 @@ pub fn parse_cpu_stat(content: &str) -> Result<CpuStat, ParseError> {
     let (mut periods, mut throttled, mut throttled_ns) = (None, None, None);
     for_each_flat_key(CPU_STAT, content, |key, value| {
         match key {
-            "usage_usec" => usage_usec = Some(parse_u64(CPU_STAT, key, value)?),
+            "usage_usec" => {
+                let usec = parse_u64(CPU_STAT, key, value)?;
+                usage_usec = Some(usec_to_ns(CPU_STAT, key, usec)?);
+            }
             "nr_periods" => periods = Some(parse_u64(CPU_STAT, key, value)?),
             "nr_throttled" => throttled = Some(parse_u64(CPU_STAT, key, value)?),
             "throttled_time" => throttled_ns = Some(parse_u64(CPU_STAT, key, value)?),
             "throttled_usec" => {
                 let usec = parse_u64(CPU_STAT, key, value)?;
-                throttled_ns = Some(usec.saturating_mul(1000));
+                throttled_ns = Some(usec_to_ns(CPU_STAT, key, usec)?);
             }
             _ => {}
         }
@@ -439,7 +458,7 @@ pub fn parse_cpu_stat(content: &str) -> Result<CpuStat, ParseError> {
         }
     };
     Ok(CpuStat {
-        usage_ns: usage_usec.map(|usec| usec.saturating_mul(1000)),
+        usage_ns: usage_usec,
         throttling,
     })
 }
@@ -809,6 +828,35 @@ Hugepagesize:       2048 kB\n";
             parse_cpu_stat("nr_periods\n"),
             Err(ParseError::MalformedLine { .. })
         ));
+    }
+
+    /// Issue 16: kernel numbers are taken exactly; a counter whose unit
+    /// conversion overflows, a sign or a value past u64 is refused with the
+    /// field named, never clamped into a usage.
+    #[test]
+    fn overflowing_or_signed_counters_are_refused() {
+        let overflowing = format!(
+            "usage_usec {}\nnr_periods 0\nnr_throttled 0\n",
+            u64::MAX / 10
+        );
+        let error = parse_cpu_stat(&overflowing).unwrap_err();
+        assert!(error.to_string().contains("usage_usec"), "{error}");
+        let throttled = format!(
+            "nr_periods 1\nnr_throttled 1\nthrottled_usec {}\n",
+            u64::MAX / 10
+        );
+        assert!(parse_cpu_stat(&throttled).is_err());
+        for text in ["+5", "18446744073709551616", "-0", "0x10", "5 6"] {
+            assert!(
+                parse_single_u64("cpuacct.usage", text).is_err(),
+                "{text:?} was taken"
+            );
+        }
+        let meminfo = format!(
+            "MemTotal: {} kB\nMemFree: 1 kB\nMemAvailable: 1 kB\n",
+            u64::MAX / 2
+        );
+        assert!(parse_meminfo(&meminfo).is_err());
     }
 
     #[test]

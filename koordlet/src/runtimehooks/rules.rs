@@ -59,6 +59,9 @@ pub struct NodeRules {
     /// The resctrl root's CBM mask and cache ids (read at start when
     /// resctrl is mounted).
     pub resctrl_info: Option<super::hooks::resctrl::ResctrlNodeInfo>,
+    /// The node's online CPUs (capabilities), when known: a scheduler
+    /// cpuset naming others is refused.
+    pub online_cpus: Option<CpuSet>,
 }
 
 impl Default for NodeRules {
@@ -73,6 +76,7 @@ impl Default for NodeRules {
             cpu_qos: BTreeMap::new(),
             resctrl: BTreeMap::new(),
             resctrl_info: None,
+            online_cpus: None,
         }
     }
 }
@@ -105,7 +109,10 @@ impl NodeRules {
         kubelet_checkpoint: Option<&nodetopo::CpuManagerCheckpoint>,
     ) -> (Self, Vec<String>) {
         let mut problems = Vec::new();
-        let mut rules = NodeRules::default();
+        let mut rules = NodeRules {
+            online_cpus: online_cpus.cloned(),
+            ..NodeRules::default()
+        };
         let empty = BTreeMap::new();
         let node_annotations = node
             .and_then(|n| n.metadata.annotations.as_ref())

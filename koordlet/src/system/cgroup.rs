@@ -817,6 +817,15 @@ impl CgroupResource {
         }
     }
 
+    /// Read-only usage counters (`cpuacct.usage`, memory usage,
+    /// `pids.current`): never negative.
+    pub fn is_counter(self) -> bool {
+        matches!(
+            self,
+            Self::CpuacctUsage | Self::MemoryUsage | Self::PidsCurrent
+        )
+    }
+
     /// Whether koordlet may write the file.
     pub fn is_writable(self) -> bool {
         !matches!(
@@ -1028,13 +1037,30 @@ impl CgroupResource {
             )),
             (CgroupVersion::V2, Self::CpuacctUsage) => {
                 let usage_usec = stat_field(trimmed, "usage_usec")?;
-                Ok(CgroupValue::Int(usage_usec.saturating_mul(1000)))
+                usage_usec
+                    .checked_mul(1000)
+                    .filter(|ns| *ns >= 0)
+                    .map(CgroupValue::Int)
+                    .ok_or_else(|| CgroupValueError::Malformed {
+                        content: crate::bounds::cut(trimmed.to_string()),
+                        expected: "a non-negative usage_usec that fits in nanoseconds",
+                    })
             }
             _ => match self.value_kind() {
                 ValueKind::Int { unlimited, .. } => match trimmed {
                     "max" => Ok(CgroupValue::Unlimited),
                     "-1" if unlimited => Ok(CgroupValue::Unlimited),
-                    text => Ok(CgroupValue::Int(parse_int(text)?)),
+                    text => {
+                        let value = parse_int(text)?;
+                        // Counters the kernel reports are never negative.
+                        if self.is_counter() && value < 0 {
+                            return Err(CgroupValueError::Malformed {
+                                content: trimmed.to_string(),
+                                expected: "a non-negative counter",
+                            });
+                        }
+                        Ok(CgroupValue::Int(value))
+                    }
                 },
                 ValueKind::CpuList => Ok(CgroupValue::CpuSet(trimmed.parse()?)),
                 ValueKind::DeviceLimit | ValueKind::Text => {
@@ -1747,6 +1773,38 @@ mod tests {
             })
         );
         assert!(stat_field("nr_periods x", "nr_periods").is_err());
+    }
+
+    /// Issue 16: usage counters read back from cgroup files are never
+    /// negative and never clamped: such content is malformed.
+    #[test]
+    fn negative_or_overflowing_usage_is_refused() {
+        for (resource, content) in [
+            (CgroupResource::MemoryUsage, "-4096"),
+            (CgroupResource::CpuacctUsage, "-1"),
+            (CgroupResource::PidsCurrent, "-3"),
+            (CgroupResource::MemoryUsage, "99999999999999999999"),
+        ] {
+            assert!(
+                resource.decode(CgroupVersion::V1, content).is_err(),
+                "{resource} {content:?} was taken"
+            );
+        }
+        let overflowing = format!("usage_usec {}\nuser_usec 0\n", i64::MAX / 10);
+        assert!(
+            CgroupResource::CpuacctUsage
+                .decode(CgroupVersion::V2, &overflowing)
+                .is_err()
+        );
+        assert!(
+            CgroupResource::CpuacctUsage
+                .decode(CgroupVersion::V2, "usage_usec -5\n")
+                .is_err()
+        );
+        assert_eq!(
+            CgroupResource::MemoryUsage.decode(CgroupVersion::V1, "4096\n"),
+            Ok(CgroupValue::Int(4096))
+        );
     }
 
     #[test]

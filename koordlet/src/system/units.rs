@@ -158,6 +158,50 @@ impl CpuSet {
     }
 }
 
+/// Longest cpu list [`CpuSet::parse_exact`] takes (every id of a
+/// [`MAX_CPU_ID`] node fits in far less as ranges).
+pub const MAX_CPU_LIST_BYTES: usize = 4096;
+
+impl CpuSet {
+    /// Parses a cpu list that comes from outside the node (a pod
+    /// annotation): exactly the kernel's list format — items `N` or `N-M`
+    /// of ASCII digits separated by single commas, no whitespace, signs or
+    /// empty items, ranges ascending, ids up to [`MAX_CPU_ID`], at most
+    /// [`MAX_CPU_LIST_BYTES`] long. Anything else is refused (issue 16).
+    pub fn parse_exact(input: &str) -> Result<Self, CpuSetParseError> {
+        let shown = crate::bounds::for_log(input).into_owned();
+        let error = |reason: String| CpuSetParseError {
+            input: shown.clone(),
+            reason,
+        };
+        if input.len() > MAX_CPU_LIST_BYTES {
+            return Err(error(format!("longer than {MAX_CPU_LIST_BYTES} bytes")));
+        }
+        if input.is_empty() {
+            return Err(error("empty".to_string()));
+        }
+        let mut set = Self::new();
+        for item in input.split(',') {
+            let id = |text: &str| -> Result<u32, CpuSetParseError> {
+                if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(error(format!("{text:?} is not a CPU id")));
+                }
+                text.parse::<u32>()
+                    .map_err(|_| error(format!("{text} is not a CPU id")))
+            };
+            let (first, last) = match item.split_once('-') {
+                Some((first, last)) => (id(first)?, id(last)?),
+                None => {
+                    let single = id(item)?;
+                    (single, single)
+                }
+            };
+            set.insert_range(first, last).map_err(&error)?;
+        }
+        Ok(set)
+    }
+}
+
 impl FromStr for CpuSet {
     type Err = CpuSetParseError;
 
@@ -350,6 +394,38 @@ impl Ord for CfsQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_from_outside_parse_exactly() {
+        let set = CpuSet::parse_exact("0-3,8,10-11").unwrap();
+        assert_eq!(set.to_string(), "0-3,8,10-11");
+        assert_eq!(CpuSet::parse_exact("3,1-2").unwrap().to_string(), "1-3");
+        for bad in [
+            "",
+            " 1",
+            "1 ",
+            "+1",
+            "1,,2",
+            ",1",
+            "1,",
+            "3-2",
+            "1-",
+            "-1",
+            "0x1",
+            "1\n",
+            "1;2",
+            "65536",
+            "0-65536",
+            "4294967296",
+            "1-2-3",
+        ] {
+            assert!(CpuSet::parse_exact(bad).is_err(), "{bad:?} accepted");
+        }
+        let long = "1,".repeat(3000);
+        let error = CpuSet::parse_exact(&long).unwrap_err();
+        assert!(error.to_string().contains("longer than"), "{error}");
+        assert!(error.to_string().len() < 400);
+    }
 
     fn set(text: &str) -> CpuSet {
         text.parse().unwrap()

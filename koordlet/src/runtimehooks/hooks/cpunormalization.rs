@@ -15,7 +15,7 @@ pub struct CpuNormalization;
 fn is_cpu_share_pod(pod: &PodContext) -> Result<bool, HookError> {
     Ok(match pod.qos_class() {
         QoSClass::LS => true,
-        QoSClass::None => bound_cpuset(&pod.annotations)?.is_none(),
+        QoSClass::None => bound_cpuset(&pod.annotations, None)?.is_none(),
         _ => false,
     })
 }

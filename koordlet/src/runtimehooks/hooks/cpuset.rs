@@ -10,7 +10,11 @@
 //!   cpusuppress owns them; other pods → the share pool, unless the kubelet
 //!   runs the static CPU manager policy (then untouched).
 //! - A malformed resource-status annotation is a hook error (the failure
-//!   policy decides; with `Ignore` the container is created unchanged).
+//!   policy decides; with `Ignore` the container is created unchanged). So
+//!   is a cpuset that is not exactly a kernel cpu list
+//!   ([`CpuSet::parse_exact`]: no whitespace, signs or empty items, ids up
+//!   to 65535) or that names CPUs the node does not have online: the pod
+//!   writes that annotation itself, and the runtime would pass it on.
 //!
 //! Upstream narrows NUMA-aware share-pod cpusets to the allocated NUMA
 //! nodes' pools; this build has no per-NUMA pools and uses the whole pool.
@@ -21,6 +25,7 @@ use apis::extension::{
 
 use crate::runtimehooks::protocol::*;
 use crate::system::cgroup::QosTier;
+use crate::system::units::CpuSet;
 
 pub struct CpuSetAllocator {
     pub disable_unset_cpu_quota: bool,
@@ -32,16 +37,30 @@ const STAGES: &[HookStage] = &[
     HookStage::PreUpdateContainerResources,
 ];
 
-/// The scheduler-assigned cpuset of a pod, if any.
-pub fn bound_cpuset(annotations: &StringMap) -> Result<Option<String>, HookError> {
+/// The scheduler-assigned cpuset of a pod, if any, parsed exactly and, when
+/// the node's online CPUs are known, within them.
+pub fn bound_cpuset(
+    annotations: &StringMap,
+    online: Option<&CpuSet>,
+) -> Result<Option<CpuSet>, HookError> {
+    let malformed = |error: String| HookError::MalformedAnnotation {
+        key: ANNOTATION_RESOURCE_STATUS.to_string(),
+        error,
+    };
     let status: Option<ResourceStatus> =
-        get_resource_status(annotations).map_err(|error| HookError::MalformedAnnotation {
-            key: ANNOTATION_RESOURCE_STATUS.to_string(),
-            error: error.to_string(),
-        })?;
-    Ok(status
-        .map(|status| status.cpuset.trim().to_string())
-        .filter(|cpuset| !cpuset.is_empty()))
+        get_resource_status(annotations).map_err(|error| malformed(error.to_string()))?;
+    let Some(text) = status.map(|status| status.cpuset).filter(|c| !c.is_empty()) else {
+        return Ok(None);
+    };
+    let cpuset = CpuSet::parse_exact(&text).map_err(|error| malformed(error.to_string()))?;
+    if let Some(online) = online
+        && !cpuset.is_subset(online)
+    {
+        return Err(malformed(format!(
+            "cpuset {cpuset} names CPUs that are not online on this node ({online})"
+        )));
+    }
+    Ok((!cpuset.is_empty()).then_some(cpuset))
 }
 
 /// The cpuset a container should have (see the module doc); `None` leaves
@@ -51,10 +70,10 @@ pub fn container_cpuset(
     env: &HookEnv,
 ) -> Result<Option<String>, HookError> {
     let pod = &container.pod;
-    if let Some(cpuset) = bound_cpuset(&pod.annotations)? {
-        return Ok(Some(cpuset));
-    }
     let rules = &env.rules;
+    if let Some(cpuset) = bound_cpuset(&pod.annotations, rules.online_cpus.as_ref())? {
+        return Ok(Some(cpuset.to_string()));
+    }
     let share_pool = rules.ls_share_pool.as_ref().map(|pool| pool.to_string());
     match pod.qos_class() {
         QoSClass::System if rules.system_qos_cpus.is_some() => {
@@ -89,10 +108,11 @@ impl Hook for CpuSetAllocator {
         &self,
         _stage: HookStage,
         pod: &PodContext,
-        _env: &HookEnv,
+        env: &HookEnv,
         out: &mut Adjustment,
     ) -> Result<(), HookError> {
-        if !self.disable_unset_cpu_quota && bound_cpuset(&pod.annotations)?.is_some() {
+        let online = env.rules.online_cpus.as_ref();
+        if !self.disable_unset_cpu_quota && bound_cpuset(&pod.annotations, online)?.is_some() {
             out.resources.cpu_quota = Some(-1);
         }
         Ok(())
@@ -108,7 +128,10 @@ impl Hook for CpuSetAllocator {
         if let Some(cpuset) = container_cpuset(container, env)? {
             out.resources.cpuset_cpus = Some(cpuset);
         }
-        if !self.disable_unset_cpu_quota && bound_cpuset(&container.pod.annotations)?.is_some() {
+        let online = env.rules.online_cpus.as_ref();
+        if !self.disable_unset_cpu_quota
+            && bound_cpuset(&container.pod.annotations, online)?.is_some()
+        {
             out.resources.cpu_quota = Some(-1);
         }
         Ok(())
@@ -266,6 +289,53 @@ mod tests {
         assert_eq!(
             cpuset(pod("", "burstable", &[]), rules_for("none")).as_deref(),
             Some("0-3")
+        );
+    }
+
+    /// Issue 16: the pod writes this annotation; the runtime would pass a
+    /// value on as is.
+    #[test]
+    fn cpusets_outside_the_online_cpus_or_not_exact_are_errors() {
+        let hook = CpuSetAllocator {
+            disable_unset_cpu_quota: false,
+        };
+        let online = NodeRules {
+            online_cpus: Some("0-3".parse::<CpuSet>().unwrap()),
+            ..rules()
+        };
+        let run = |cpuset: &str, rules: NodeRules| {
+            let status = serde_json::json!({ "cpuset": cpuset }).to_string();
+            let mut out = Adjustment::default();
+            hook.container(
+                HookStage::PreCreateContainer,
+                &container(pod("LSR", "", &[(STATUS, &status)]), "main"),
+                &env_with(rules),
+                &mut out,
+            )
+            .map(|()| out.resources.cpuset_cpus)
+        };
+        assert_eq!(
+            run("3,1-2", online.clone()).unwrap().as_deref(),
+            Some("1-3")
+        );
+        let error = run("2-5", online.clone()).unwrap_err();
+        assert!(error.to_string().contains("not online"), "{error}");
+        // Before the node is known only the list itself is checked.
+        assert_eq!(run("2-5", rules()).unwrap().as_deref(), Some("2-5"));
+        for bad in ["2-3 ", "2;3", "+2", "3-2", "0-65536"] {
+            assert!(run(bad, rules()).is_err(), "{bad:?}");
+        }
+        // The pod-level quota follows the same check.
+        let mut out = Adjustment::default();
+        let bad = pod("LSR", "", &[(STATUS, r#"{"cpuset":"2-5"}"#)]);
+        assert!(
+            hook.pod(
+                HookStage::PreRunPodSandbox,
+                &bad,
+                &env_with(online),
+                &mut out
+            )
+            .is_err()
         );
     }
 

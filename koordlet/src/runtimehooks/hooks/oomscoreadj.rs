@@ -6,14 +6,45 @@
 //! never touched (the runtime manages it). No annotation → nothing; a
 //! malformed or out-of-range value → hook error, nothing written.
 //!
+//! A pod sets these annotations itself, so a value may not go below what
+//! the kubelet gives the pod's tier (issue 16): a tenant must not become the
+//! last process the OOM killer picks, or an unkillable one (-1000). The
+//! floor ([`floor`]) is the kubelet's own policy
+//! (`pkg/kubelet/qos/policy.go`): BestEffort 1000, Burstable at least 2,
+//! Guaranteed -997; a Koordinator BE pod (batch, first to be reclaimed) gets
+//! the BestEffort floor 1000 whatever its tier; an unknown tier counts as
+//! BestEffort. Raising is always allowed (a container may volunteer to die
+//! first). A value below the floor is a hook error: nothing is written.
+//!
 //! Lowering `oom_score_adj` below a process's current value needs
 //! CAP_SYS_RESOURCE; without it the write fails with EPERM, which the
 //! applier reports as `PermissionDenied { lowering: true }` (logged and
 //! counted, never retried in a tight loop).
 
-use apis::extension::{ANNOTATION_OOM_SCORE_ADJ_SPEC, oom_score_adj_for_container};
+use apis::extension::{ANNOTATION_OOM_SCORE_ADJ_SPEC, QoSClass, oom_score_adj_for_container};
 
 use crate::runtimehooks::protocol::*;
+use crate::system::cgroup::QosTier;
+
+/// The kubelet's `oom_score_adj` for BestEffort pods (and the highest).
+pub const KUBELET_BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
+/// The lowest the kubelet gives a Burstable pod.
+pub const KUBELET_BURSTABLE_MIN_OOM_SCORE_ADJ: i64 = 2;
+/// The kubelet's value for Guaranteed pods.
+pub const KUBELET_GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+
+/// The lowest `oom_score_adj` the pod's annotations may ask for (see the
+/// module doc).
+pub fn floor(pod: &PodContext) -> i64 {
+    if pod.qos_class() == QoSClass::BE {
+        return KUBELET_BEST_EFFORT_OOM_SCORE_ADJ;
+    }
+    match pod.kube_qos_tier() {
+        Some(QosTier::Guaranteed) => KUBELET_GUARANTEED_OOM_SCORE_ADJ,
+        Some(QosTier::Burstable) => KUBELET_BURSTABLE_MIN_OOM_SCORE_ADJ,
+        Some(QosTier::BestEffort) | None => KUBELET_BEST_EFFORT_OOM_SCORE_ADJ,
+    }
+}
 
 pub struct OomScoreAdj;
 
@@ -22,12 +53,26 @@ pub fn target(container: &ContainerContext) -> Result<Option<i64>, HookError> {
     if container.container.sandbox {
         return Ok(None);
     }
-    oom_score_adj_for_container(&container.pod.annotations, &container.container.name).map_err(
-        |error| HookError::MalformedAnnotation {
+    let value = oom_score_adj_for_container(&container.pod.annotations, &container.container.name)
+        .map_err(|error| HookError::MalformedAnnotation {
             key: ANNOTATION_OOM_SCORE_ADJ_SPEC.to_string(),
             error: error.to_string(),
-        },
-    )
+        })?;
+    let floor = floor(&container.pod);
+    match value {
+        Some(value) if value < floor => Err(HookError::Invalid(format!(
+            "oom_score_adj {value} is below {floor}, the lowest a {} pod in the {} tier may ask for (the kubelet's value for that tier); it is not applied",
+            match container.pod.qos_class() {
+                QoSClass::None => "non-Koordinator".to_string(),
+                class => format!("{class:?}"),
+            },
+            container
+                .pod
+                .kube_qos_tier()
+                .map_or("unknown", QosTier::as_str)
+        ))),
+        other => Ok(other),
+    }
 }
 
 impl Hook for OomScoreAdj {
@@ -74,7 +119,8 @@ mod tests {
         pids: Vec<u32>,
         sandbox: bool,
     ) -> Result<Adjustment, HookError> {
-        let mut c = container(pod("LS", "burstable", annotations), "main");
+        // A Guaranteed LS pod: the kubelet's floor is -997.
+        let mut c = container(pod("LS", "", annotations), "main");
         c.pids = pids;
         c.container.sandbox = sandbox;
         let mut out = Adjustment::default();
@@ -112,6 +158,33 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn never_below_the_kubelets_value_for_the_tier() {
+        let ask = |qos: &str, tier: &str, value: &str| {
+            let annotations = [("koordinator.sh/oom-score-adj", value)];
+            let c = container(pod(qos, tier, &annotations), "main");
+            target(&c)
+        };
+        assert!(ask("BE", "besteffort", "-1000").is_err());
+        assert!(ask("BE", "besteffort", "999").is_err());
+        assert_eq!(ask("BE", "besteffort", "1000"), Ok(Some(1000)));
+        assert!(ask("BE", "burstable", "500").is_err());
+        assert!(ask("", "besteffort", "0").is_err());
+        assert!(ask("LS", "burstable", "1").is_err());
+        assert_eq!(ask("LS", "burstable", "2"), Ok(Some(2)));
+        assert!(ask("LSR", "", "-998").is_err());
+        assert_eq!(ask("LSR", "", "-997"), Ok(Some(-997)));
+        let error = ask("BE", "besteffort", "-1000").unwrap_err().to_string();
+        assert!(error.contains("below 1000"), "{error}");
+        // No tier known: treated as BestEffort.
+        let mut unknown = container(
+            pod("LS", "", &[("koordinator.sh/oom-score-adj", "500")]),
+            "main",
+        );
+        unknown.pod.cgroup_parent.clear();
+        assert!(target(&unknown).is_err());
     }
 
     #[test]
