@@ -39,6 +39,12 @@ pub const COMPONENT: Component = Component {
     metric_prefix: "koordlet",
 };
 
+/// Readiness check of the standalone pods file: failing, with the reason,
+/// while the file cannot be used (the last good pods are kept).
+pub const PODS_FILE_CHECK: &str = "pods-file";
+/// Readiness check of the standalone NodeSLO file.
+pub const NODE_SLO_FILE_CHECK: &str = "node-slo-file";
+
 /// Environment variable naming this node; upstream's DaemonSet sets it from `spec.nodeName`.
 pub const NODE_NAME_ENV: &str = "NODE_NAME";
 
@@ -456,13 +462,26 @@ fn start_standalone_sources(
                 .with_metrics(metrics.clone()),
         ),
     };
-    let syncer = PodsSyncer::new(source, states.clone(), args.states.kubelet_sync_interval)
+    let is_file = matches!(source, PodSource::File(_));
+    let mut syncer = PodsSyncer::new(source, states.clone(), args.states.kubelet_sync_interval)
         .with_metrics(metrics.clone());
+    if is_file {
+        // A pods file that turns bad keeps the last pods; readiness says so.
+        syncer = syncer.with_readiness(
+            context
+                .health
+                .readiness_status(PODS_FILE_CHECK, Err("not read yet".to_string())),
+        );
+    }
     tokio::spawn(syncer.run(context.shutdown.clone()));
     if let Some(path) = &config.node_slo_file {
+        let readiness = context
+            .health
+            .readiness_status(NODE_SLO_FILE_CHECK, Err("not read yet".to_string()));
         tokio::spawn(statesinformer::standalone::run_node_slo_file(
             path.clone(),
             states.clone(),
+            Some(readiness),
             context.shutdown.clone(),
         ));
     }

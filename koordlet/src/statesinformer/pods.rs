@@ -8,10 +8,13 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 use koord_common::Shutdown;
 
+use koord_common::health::StatusCheck;
+
 use super::apiserver::ApiServerPods;
+use super::inputfile::InputFile;
 use super::kubelet::{KubeletClient, KubeletError};
 use super::metrics::StatesMetrics;
-use super::podsfile::{PodsFileError, read_pods_file};
+use super::podsfile::{PodsFileError, parse_pods_text};
 use super::{PodsOrigin, PodsSnapshot, StatesInformer};
 
 /// How often a pods file is checked for changes (bounded by the sync interval).
@@ -38,8 +41,6 @@ pub enum PodSourceError {
     Kubelet(#[from] KubeletError),
     #[error(transparent)]
     File(#[from] PodsFileError),
-    #[error("the pods file reader stopped unexpectedly: {0}")]
-    FileTask(String),
     #[error(
         "the kubelet listed no pods while {previous} were known; keeping them until {EMPTY_LIST_CONFIRMATIONS} reads agree"
     )]
@@ -61,13 +62,7 @@ impl PodSource {
     pub async fn fetch(&self) -> Result<Vec<Pod>, PodSourceError> {
         match self {
             PodSource::Kubelet(client) => Ok(client.get_pods().await?),
-            PodSource::File(path) => {
-                let path = path.clone();
-                tokio::task::spawn_blocking(move || read_pods_file(&path))
-                    .await
-                    .map_err(|err| PodSourceError::FileTask(err.to_string()))?
-                    .map_err(PodSourceError::from)
-            }
+            PodSource::File(path) => read_pods(&InputFile::new(path)).await,
             PodSource::ApiServer(watch) => watch.pods().ok_or(PodSourceError::ApiServerNotSynced),
         }
     }
@@ -79,6 +74,19 @@ impl PodSource {
             PodSource::ApiServer(_) => "API server pod watch".to_string(),
         }
     }
+}
+
+/// Reads and parses the pods file with [`InputFile`]'s rules (regular
+/// file, bounded size, deadline, one stuck read at most).
+async fn read_pods(input: &InputFile) -> Result<Vec<Pod>, PodSourceError> {
+    let path = input.path().to_path_buf();
+    input
+        .read(parse_pods_text, move |source| PodsFileError::Read {
+            path: path.clone(),
+            source,
+        })
+        .await
+        .map_err(PodSourceError::from)
 }
 
 /// A file's identity for change detection.
@@ -95,10 +103,19 @@ pub struct PodsSyncer {
     interval: Duration,
     metrics: Option<StatesMetrics>,
     empty_reads: u32,
+    /// The pods file (File sources), read with one guard across syncs.
+    input: Option<InputFile>,
+    /// Reports the pods file's state (standalone): failing with the error
+    /// while the file cannot be used.
+    readiness: Option<StatusCheck>,
 }
 
 impl PodsSyncer {
     pub fn new(source: PodSource, states: StatesInformer, interval: Duration) -> Self {
+        let input = match &source {
+            PodSource::File(path) => Some(InputFile::new(path)),
+            _ => None,
+        };
         Self {
             source,
             fallback: None,
@@ -106,7 +123,16 @@ impl PodsSyncer {
             interval,
             metrics: None,
             empty_reads: 0,
+            input,
+            readiness: None,
         }
+    }
+
+    /// Sets `check` passing after each good read and failing with the error
+    /// after each bad one.
+    pub fn with_readiness(mut self, check: StatusCheck) -> Self {
+        self.readiness = Some(check);
+        self
     }
 
     /// Used while the primary source fails (cluster mode).
@@ -124,14 +150,24 @@ impl PodsSyncer {
     /// failure counts the error, keeps the last snapshot and, when a fallback
     /// exists, publishes the fallback's pods instead.
     pub async fn sync_once(&mut self) -> Result<usize, PodSourceError> {
-        let result = self.source.fetch().await.and_then(|pods| self.accept(pods));
+        let fetched = match &self.input {
+            Some(input) => read_pods(input).await,
+            None => self.source.fetch().await,
+        };
+        let result = fetched.and_then(|pods| self.accept(pods));
         match result {
             Ok(pods) => {
                 let count = pods.len();
                 self.publish(pods, self.source.origin());
+                if let Some(check) = &self.readiness {
+                    check.set_passing();
+                }
                 Ok(count)
             }
             Err(err) => {
+                if let Some(check) = &self.readiness {
+                    check.set_failing(format!("{err}; keeping the last pods"));
+                }
                 self.states.record_pods_error();
                 if let Some(metrics) = &self.metrics {
                     metrics.count_pods_sync_error(self.source.origin().as_str());
@@ -307,12 +343,12 @@ mod tests {
         assert_eq!(snapshot.pods.len(), 1);
         assert_eq!(snapshot.origin, PodsOrigin::File);
         assert_eq!(states.pods_stats().errors(), 1);
+        // An empty file is not "no pods" (issue 16); an empty list is.
         std::fs::write(&path, "").unwrap();
-        assert_eq!(
-            syncer.sync_once().await.unwrap(),
-            0,
-            "an empty file is believed"
-        );
+        assert!(syncer.sync_once().await.is_err());
+        assert_eq!(states.pods().unwrap().pods.len(), 1);
+        std::fs::write(&path, "[]").unwrap();
+        assert_eq!(syncer.sync_once().await.unwrap(), 0);
         assert!(states.pods().unwrap().pods.is_empty());
     }
 

@@ -1,11 +1,19 @@
 //! The standalone pods file: JSON or YAML holding a `PodList` (or `List`), a
 //! sequence of Pods, a single Pod, or several YAML documents of those.
+//!
+//! A file that holds nothing (empty, whitespace, `null`, only empty YAML
+//! documents) is an error, not "no pods": a file being rewritten, truncated
+//! or emptied by mistake must not make koordlet drop every pod (issue 16).
+//! A node without pods is an explicit empty list (`[]`, `items: []`).
+//! The file is read with [`super::inputfile`]'s rules (regular files only,
+//! at most 16 MiB).
 
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
+use super::inputfile::{InputFileError, MAX_INPUT_FILE_BYTES, read_input_file};
 use super::kubelet::{PodListError, validate_pods};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +33,10 @@ pub enum PodsDocumentError {
     },
     #[error("document {document} has kind {kind:?}; expected PodList, List or Pod")]
     WrongKind { document: usize, kind: String },
+    #[error(
+        "the file holds no pod list (it is empty or null); a node without pods is written as an empty list ([] or items: [])"
+    )]
+    Empty,
     #[error(transparent)]
     Invalid(#[from] PodListError),
 }
@@ -35,7 +47,7 @@ pub enum PodsFileError {
     Read {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: InputFileError,
     },
     #[error("pods file {path}: {source}")]
     Parse {
@@ -48,10 +60,17 @@ pub enum PodsFileError {
 /// Parses the text of a pods file (documents are numbered from 0).
 pub fn parse_pods_document(text: &str) -> Result<Vec<Pod>, PodsDocumentError> {
     let mut pods = Vec::new();
+    let mut lists = 0;
     for (document, deserializer) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = serde_yaml::Value::deserialize(deserializer)
             .map_err(|source| PodsDocumentError::Syntax { document, source })?;
+        if !value.is_null() {
+            lists += 1;
+        }
         collect_pods(document, value, &mut pods)?;
+    }
+    if lists == 0 {
+        return Err(PodsDocumentError::Empty);
     }
     validate_pods(&pods)?;
     Ok(pods)
@@ -135,12 +154,18 @@ fn yaml_type_name(value: &serde_yaml::Value) -> &'static str {
     }
 }
 
-/// Reads and parses a pods file.
+/// Reads and parses a pods file (blocking; refuses special files at once).
 pub fn read_pods_file(path: &Path) -> Result<Vec<Pod>, PodsFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PodsFileError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text =
+        read_input_file(path, MAX_INPUT_FILE_BYTES).map_err(|source| PodsFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    parse_pods_text(path, text)
+}
+
+/// Parses the text of the pods file at `path`.
+pub fn parse_pods_text(path: &Path, text: String) -> Result<Vec<Pod>, PodsFileError> {
     parse_pods_document(&text).map_err(|source| PodsFileError::Parse {
         path: path.to_path_buf(),
         source,
@@ -178,12 +203,19 @@ mod tests {
             Some("Burstable")
         );
 
-        assert!(parse_pods_document("").unwrap().is_empty());
+        // An explicit list with no items is an empty node; nothing at all is not.
         assert!(
             parse_pods_document("kind: PodList\nitems: null\n")
                 .unwrap()
                 .is_empty()
         );
+        assert!(parse_pods_document("[]").unwrap().is_empty());
+        for nothing in ["", " \n", "null", "~\n", "---\n---\n"] {
+            assert!(
+                matches!(parse_pods_document(nothing), Err(PodsDocumentError::Empty)),
+                "{nothing:?}"
+            );
+        }
     }
 
     #[test]
