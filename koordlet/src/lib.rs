@@ -53,10 +53,20 @@ pub const NODE_NAME_ENV: &str = "NODE_NAME";
 #[derive(Debug, Clone, Parser)]
 #[command(name = "koordlet", version = koord_common::cli::version(), about = "Koordinator node agent")]
 pub struct KoordletArgs {
-    /// Address of the koordlet HTTP server (/metrics, /healthz, /readyz and
-    /// the resource executor's audit trail at /resource-executor/writes).
-    #[arg(long = "addr", default_value = ":9316", value_name = "ADDR")]
+    /// Address of the koordlet HTTP server: /metrics, /healthz, /readyz
+    /// and, on a loopback address only, /qos/explain and the resource
+    /// executor's audit trail at /resource-executor/writes. Upstream's
+    /// default is `:9316`; ours is loopback on the same port because these
+    /// endpoints show pods, cgroup paths and values without authentication
+    /// (issue 16). An address on other interfaces serves what upstream
+    /// serves there: /metrics (pod names included) and the probes.
+    #[arg(long = "addr", default_value = "127.0.0.1:9316", value_name = "ADDR")]
     pub addr: ListenAddr,
+
+    /// (ours) An extra listener serving only /healthz and /readyz, for
+    /// probes that cannot reach a loopback `--addr`; off by default.
+    #[arg(long = "health-addr", value_name = "ADDR")]
+    pub health_addr: Option<ListenAddr>,
 
     /// Seconds a written cgroup value is trusted before the resource
     /// executor writes it again even when unchanged.
@@ -232,15 +242,14 @@ pub async fn run(
     let qos_managed = qosmanager::ManagedFiles::default();
 
     let server = context
-        .start_server(vec![
-            ListenerSpec::new(args.addr, Endpoints::ALL).with_routes(
-                resourceexecutor::audit_router(executor.clone()).merge(qosmanager::explain_router(
-                    qos_managed.clone(),
-                    layout.clone(),
-                    Some(states.clone()),
-                )),
-            ),
-        ])
+        .start_server(listeners(
+            &args,
+            resourceexecutor::audit_router(executor.clone()).merge(qosmanager::explain_router(
+                qos_managed.clone(),
+                layout.clone(),
+                Some(states.clone()),
+            )),
+        ))
         .await?;
 
     let sink = match (&standalone, &cluster_check) {
@@ -320,6 +329,27 @@ pub async fn run(
         states_metrics,
     );
     Ok(context.wait_for_shutdown(Some(server)).await)
+}
+
+/// What each listener serves (issue 16): `--addr` serves health and
+/// metrics, plus `local_routes` (/qos/explain, the audit trail: pods, cgroup
+/// paths and values) only when it is a loopback address; `--health-addr`
+/// serves the probes alone.
+fn listeners(args: &KoordletArgs, local_routes: axum::Router) -> Vec<ListenerSpec> {
+    let loopback = args.addr.socket_addr().ip().is_loopback();
+    let mut specs = vec![if loopback {
+        ListenerSpec::new(args.addr, Endpoints::ALL).with_routes(local_routes)
+    } else {
+        tracing::warn!(
+            addr = %args.addr,
+            "--addr is not a loopback address: serving /metrics (which names pods) and the probes there without authentication, as upstream does; /qos/explain and /resource-executor/writes are served on loopback addresses only"
+        );
+        ListenerSpec::new(args.addr, Endpoints::ALL)
+    }];
+    if let Some(addr) = args.health_addr {
+        specs.push(ListenerSpec::new(addr, Endpoints::HEALTH));
+    }
+    specs
 }
 
 /// The evictor the QoS strategies hand their evictions to: the Eviction API
@@ -532,9 +562,11 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
-    fn default_address_matches_upstream_and_go_spelling_parses() {
+    fn default_address_is_loopback_on_upstreams_port_and_go_spelling_parses() {
+        // Upstream listens on :9316; the endpoints there show cluster data
+        // (issue 16), so the default is loopback on the same port.
         let args = KoordletArgs::try_parse_from(["koordlet"]).unwrap();
-        assert_eq!(args.addr.to_string(), "0.0.0.0:9316");
+        assert_eq!(args.addr.to_string(), "127.0.0.1:9316");
         let argv = koord_common::cli::normalize_go_flag_args(
             [
                 "koordlet",

@@ -79,3 +79,74 @@ fn standalone_daemon_serves_the_audit_trail_and_executor_metrics() {
 
     koordlet.stop_cleanly("TERM", WAIT).unwrap();
 }
+
+/// Issue 16, finding 8: `/qos/explain` and the audit trail show pods,
+/// cgroup paths and values; they are served on loopback only. Given an
+/// address on every interface (upstream's `-addr=:9316`), koordlet serves
+/// there what upstream serves — `/metrics`, plus the probes — and nothing
+/// else; `--health-addr` adds a listener with the probes alone.
+#[test]
+fn cluster_data_endpoints_are_served_on_loopback_only() {
+    let dir = TempDir::new("daemon-http-exposure").unwrap();
+    let pods_file = dir.path().join("pods.json");
+    fs::write(
+        &pods_file,
+        r#"{"apiVersion":"v1","kind":"PodList","items":[]}"#,
+    )
+    .unwrap();
+    let mut command = isolated_command(BIN);
+    command
+        .args([
+            "--addr=0.0.0.0:0",
+            // Another address (the same one would be merged into one listener).
+            "--health-addr=127.0.0.1:0",
+            "--node-name=daemon-http-node",
+            "--enable-nri-runtime-hook=false",
+        ])
+        .arg("--pods-file")
+        .arg(&pods_file);
+    let mut koordlet = TestProcess::spawn(command).unwrap();
+    let open = koordlet.serving_addr("health and metrics", WAIT).unwrap();
+    let probes = koordlet.serving_addr("health probes", WAIT).unwrap();
+    if let Err(err) = wait_for_http_status(open, "/readyz", 200, WAIT) {
+        panic!("never ready ({err}):\n{}", koordlet.output());
+    }
+    for path in [
+        "/qos/explain",
+        "/qos/explain?tier=be",
+        "/resource-executor/writes",
+    ] {
+        let response = http_get_blocking(open, path, HTTP).unwrap();
+        assert_eq!(
+            response.status, 404,
+            "{path} served on {open}: {}",
+            response.body
+        );
+    }
+    assert_eq!(
+        http_get_blocking(open, "/metrics", HTTP).unwrap().status,
+        200
+    );
+    assert_eq!(
+        http_get_blocking(open, "/healthz", HTTP).unwrap().status,
+        200
+    );
+
+    // The probe listener serves the probes and nothing else.
+    assert_eq!(
+        http_get_blocking(probes, "/readyz", HTTP).unwrap().status,
+        200
+    );
+    assert_eq!(
+        http_get_blocking(probes, "/healthz", HTTP).unwrap().status,
+        200
+    );
+    for path in ["/metrics", "/qos/explain", "/resource-executor/writes"] {
+        assert_eq!(
+            http_get_blocking(probes, path, HTTP).unwrap().status,
+            404,
+            "{path} on the probe listener"
+        );
+    }
+    koordlet.stop_cleanly("TERM", WAIT).unwrap();
+}
