@@ -230,15 +230,50 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 }
 
 /// Writes the six files, each replaced atomically (write aside, rename).
+/// Private keys are created owner-only (0600) and certificates 0644 (less
+/// the umask): the mode is set when the file is created, so a key is never
+/// readable by others, not even for a moment.
 pub fn write_dir_artifacts(dir: &Path, artifacts: &Artifacts) -> Result<(), StoreError> {
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     for (name, content) in artifact_files(artifacts) {
         let path = dir.join(name);
         let staging = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&staging, content).map_err(io_error(&staging))?;
+        let mode = if is_private_key(name) { 0o600 } else { 0o644 };
+        write_new_file(&staging, content.as_bytes(), mode)?;
         std::fs::rename(&staging, &path).map_err(io_error(&path))?;
     }
     Ok(())
+}
+
+fn is_private_key(name: &str) -> bool {
+    [CA_KEY_NAME, SERVER_KEY_NAME, SERVER_KEY_NAME_2].contains(&name)
+}
+
+/// Creates `path` afresh with `mode` and writes `content`. A file left there
+/// (by a crash, or planted: it may be a link) is removed first, and the new
+/// one is created exclusively, so neither its mode nor a link target is
+/// inherited.
+fn write_new_file(path: &Path, content: &[u8], mode: u32) -> Result<(), StoreError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io_error(path))?;
+    file.write_all(content).map_err(io_error(path))?;
+    file.sync_all().map_err(io_error(path))
 }
 
 /// Reads all four PEMs from a directory; `None` when any is missing.
@@ -314,6 +349,46 @@ mod tests {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn private_keys_are_written_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("modes");
+        let artifacts = generate("svc.ns.svc", None, SystemTime::now()).unwrap();
+        // A key file left world-readable by an older version, and a stale
+        // staging file, are both replaced by owner-only files.
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(SERVER_KEY_NAME), "old").unwrap();
+        std::fs::set_permissions(
+            dir.join(SERVER_KEY_NAME),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        std::fs::write(dir.join(format!(".{SERVER_KEY_NAME_2}.tmp")), "stale").unwrap();
+        write_dir_artifacts(&dir, &artifacts).unwrap();
+        let mode = |name: &str| {
+            std::fs::metadata(dir.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        for key in [CA_KEY_NAME, SERVER_KEY_NAME, SERVER_KEY_NAME_2] {
+            assert_eq!(mode(key), 0o600, "{key}");
+        }
+        // Certificates are public: 0644 less the umask.
+        for cert in [CA_CERT_NAME, SERVER_CERT_NAME, SERVER_CERT_NAME_2] {
+            assert_eq!(mode(cert) & 0o600, 0o600, "{cert}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.join(SERVER_KEY_NAME)).unwrap(),
+            artifacts.key
+        );
+        // A second write (rotation) keeps the modes.
+        write_dir_artifacts(&dir, &artifacts).unwrap();
+        assert_eq!(mode(SERVER_KEY_NAME), 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
