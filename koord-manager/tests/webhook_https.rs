@@ -24,6 +24,21 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Length of a raw response with a Content-Length body (head included);
+/// `usize::MAX` while the head is incomplete.
+fn response_length(raw: &[u8]) -> usize {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return usize::MAX;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|value| value.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    end + 4 + length
+}
+
 struct Harness {
     server: Option<WebhookServer>,
     shutdown: Shutdown,
@@ -98,6 +113,42 @@ impl Harness {
         // A close_notify-less end is fine for these tests.
         let _ = tokio::time::timeout(TIMEOUT, tls.read_to_end(&mut raw)).await?;
         Ok((parse_response(&raw)?, presented))
+    }
+
+    /// Sends only the head of a POST announcing `length` body bytes.
+    async fn post_head(&self, path: &str, length: usize) -> HttpResponse {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut tls =
+            tokio::time::timeout(TIMEOUT, Self::connector(&self.ca_pem).connect(name, tcp))
+                .await
+                .unwrap()
+                .unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        // Read until the response is complete (the server need not wait
+        // for a body it refused).
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Ok(response) = parse_response(&raw)
+                && raw.len() >= response_length(&raw)
+            {
+                return response;
+            }
+            let read = tokio::time::timeout(TIMEOUT, tls.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            assert!(
+                read > 0,
+                "connection closed before a full response: {raw:?}"
+            );
+            raw.extend_from_slice(&chunk[..read]);
+        }
     }
 
     async fn post(&self, path: &str, body: &[u8]) -> HttpResponse {
@@ -686,6 +737,32 @@ async fn malformed_bodies_get_400_and_the_server_keeps_serving() {
         "{metrics}"
     );
     assert!(metrics.contains("status=\"rejected\""), "{metrics}");
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_beyond_the_size_limit_are_refused_by_name() {
+    let harness = Harness::start(WebhookCaches::synced_empty()).await;
+    // Refused from the announced length, before any of the body is read.
+    let response = harness.post_head("/validate-pod", (8 << 20) + 1).await;
+    assert_eq!(response.status, 413, "{}", response.body);
+    assert!(
+        response.body.contains("AdmissionReview body") && response.body.contains("8388608 bytes"),
+        "{}",
+        response.body
+    );
+    // The server keeps serving.
+    let request = pod_review("u-after", "CREATE", spark_pod(), Value::Null);
+    assert_eq!(
+        harness.review("/validate-pod", &request).await["allowed"],
+        true
+    );
+    let metrics = harness.metrics.encode().unwrap();
+    assert!(
+        metrics
+            .contains("koord_manager_webhook_malformed_requests_total{path=\"/validate-pod\"} 1"),
+        "{metrics}"
+    );
     harness.stop().await;
 }
 

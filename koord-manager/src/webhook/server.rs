@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,7 +23,11 @@ use super::review::{AdmissionReview, response_review};
 use crate::cert::ReloadableCert;
 
 /// Largest review accepted: an UPDATE carries two objects of up to etcd's 1.5 MiB each.
-const MAX_REVIEW_BYTES: usize = 8 << 20;
+pub const MAX_REVIEW_BYTES: usize = 8 << 20;
+
+/// How long a client gets to send a review's body (kube-apiserver gives a
+/// webhook call at most 30 s in all).
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A slow or silent client gets this long to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,16 +113,83 @@ pub fn router(handlers: Arc<Handlers>) -> Router {
         router = router.route(
             path,
             post(
-                move |State(handlers): State<Arc<Handlers>>, body: Bytes| async move {
-                    admit(&handlers, path, &body).await
+                move |State(handlers): State<Arc<Handlers>>, request: Request| async move {
+                    match read_body(request).await {
+                        Ok(body) => admit(&handlers, path, &body).await,
+                        Err(refused) => {
+                            handlers.metrics.count_malformed(path);
+                            tracing::warn!(path, reason = %refused.1, "admission request body refused");
+                            refused_body(refused)
+                        }
+                    }
                 },
             ),
         );
     }
     router
         .route("/healthz", get(|| async { "ok" }))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(handlers)
+}
+
+/// The body of a review: at most [`MAX_REVIEW_BYTES`] (a larger announced
+/// length is refused before anything is read), within [`BODY_TIMEOUT`].
+async fn read_body(request: Request) -> Result<Bytes, (StatusCode, String)> {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("AdmissionReview body larger than {MAX_REVIEW_BYTES} bytes"),
+        )
+    };
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > MAX_REVIEW_BYTES as u64) {
+        return Err(too_large());
+    }
+    let read = async {
+        use futures::StreamExt;
+        let mut chunks = request.into_body().into_data_stream();
+        let mut body = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|error| {
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the AdmissionReview body: {error}"),
+                )
+            })?;
+            if body.len() + chunk.len() > MAX_REVIEW_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(body))
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(read) => read,
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "AdmissionReview body not received within {}s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+/// A refused body: the reason, and the connection closed (the rest of the
+/// body is not read).
+fn refused_body((status, message): (StatusCode, String)) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CONNECTION, "close"),
+        ],
+        message,
+    )
+        .into_response()
 }
 
 fn plain(status: StatusCode, message: String) -> Response {
