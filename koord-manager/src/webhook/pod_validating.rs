@@ -73,8 +73,17 @@ pub fn validate_pod(
         }
     }
 
-    let requests = pod_requests(new_pod);
     let qos = pod_qos_class_raw(new_pod);
+    let requests = match pod_requests(new_pod) {
+        Ok(requests) => Some(requests),
+        Err(problem) => {
+            errors.push(problem);
+            None
+        }
+    };
+    // Checks of the requested amounts run only when they could be read.
+    let readable = requests.is_some();
+    let requests = requests.unwrap_or_default();
     let requested = |name: &str| requests.get(name).is_some_and(|v| !v.is_zero());
     if (requested(BATCH_CPU) || requested(BATCH_MEMORY)) && qos != QoSClass::BE {
         errors.push(format!(
@@ -99,7 +108,7 @@ pub fn validate_pod(
             class.as_str()
         ));
     }
-    if matches!(qos, QoSClass::LSR | QoSClass::LSE) {
+    if readable && matches!(qos, QoSClass::LSR | QoSClass::LSE) {
         let field = "pod.spec.containers[*].resources.requests";
         match requests
             .get(RESOURCE_CPU)
@@ -172,29 +181,46 @@ fn malformed_koordinator_metadata(pod: &Pod) -> Vec<String> {
 }
 
 /// The pod's effective requests: the containers' sum, raised to any single
-/// init container's request, plus overhead (upstream `GetPodRequest`).
-/// Quantities that do not parse count as zero (the API server rejects them).
-pub fn pod_requests(pod: &Pod) -> BTreeMap<String, QuantityValue> {
+/// init container's request, plus overhead (upstream `GetPodRequest`). A
+/// quantity that does not parse, or a sum beyond the representable range,
+/// is an error naming the field (the API server never stores such a pod;
+/// counting it as zero would let the checks below pass it).
+pub fn pod_requests(pod: &Pod) -> Result<BTreeMap<String, QuantityValue>, String> {
     let mut total: BTreeMap<String, QuantityValue> = BTreeMap::new();
     let Some(spec) = pod.spec.as_ref() else {
-        return total;
+        return Ok(total);
     };
-    let requests_of = |resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
+    let requests_of = |field: String,
+                       resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>|
+     -> Result<Vec<(String, QuantityValue)>, String> {
         resources
-            .and_then(|r| r.requests.clone())
-            .unwrap_or_default()
+            .and_then(|r| r.requests.as_ref())
             .into_iter()
-            .filter_map(|(name, q)| QuantityValue::of(&q).ok().map(|v| (name, v)))
-            .collect::<Vec<_>>()
+            .flatten()
+            .map(|(name, q)| {
+                QuantityValue::of(q)
+                    .map(|v| (name.clone(), v))
+                    .map_err(|err| {
+                        format!("{field}.resources.requests.{name}: Invalid value: {err}")
+                    })
+            })
+            .collect()
     };
-    for container in &spec.containers {
-        for (name, value) in requests_of(container.resources.as_ref()) {
-            let entry = total.entry(name).or_insert(QuantityValue::ZERO);
-            *entry = entry.checked_add(value).unwrap_or(*entry);
+    let overflow = |field: &str, name: &str| {
+        format!("{field}.{name}: Invalid value: the pod's total request is out of range")
+    };
+    for (index, container) in spec.containers.iter().enumerate() {
+        let field = format!("pod.spec.containers[{index}]");
+        for (name, value) in requests_of(field.clone(), container.resources.as_ref())? {
+            let entry = total.entry(name.clone()).or_insert(QuantityValue::ZERO);
+            *entry = entry
+                .checked_add(value)
+                .ok_or_else(|| overflow(&field, &name))?;
         }
     }
-    for container in spec.init_containers.iter().flatten() {
-        for (name, value) in requests_of(container.resources.as_ref()) {
+    for (index, container) in spec.init_containers.iter().flatten().enumerate() {
+        let field = format!("pod.spec.initContainers[{index}]");
+        for (name, value) in requests_of(field, container.resources.as_ref())? {
             let entry = total.entry(name).or_insert(QuantityValue::ZERO);
             if value.nanos() > entry.nanos() {
                 *entry = value;
@@ -202,12 +228,14 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, QuantityValue> {
         }
     }
     for (name, q) in spec.overhead.iter().flatten() {
-        if let Ok(value) = QuantityValue::of(q) {
-            let entry = total.entry(name.clone()).or_insert(QuantityValue::ZERO);
-            *entry = entry.checked_add(value).unwrap_or(*entry);
-        }
+        let value = QuantityValue::of(q)
+            .map_err(|err| format!("pod.spec.overhead.{name}: Invalid value: {err}"))?;
+        let entry = total.entry(name.clone()).or_insert(QuantityValue::ZERO);
+        *entry = entry
+            .checked_add(value)
+            .ok_or_else(|| overflow("pod.spec.overhead", name))?;
     }
-    total
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -230,6 +258,31 @@ mod tests {
             None,
             PodValidationOptions::default(),
         )
+    }
+
+    #[test]
+    fn unreadable_requests_are_denied_by_field_not_counted_as_zero() {
+        // A BE pod whose batch request does not parse used to pass (zero),
+        // and an LSR pod's was reported as not declared at all.
+        let be = pod(
+            json!({"koordinator.sh/qosClass": "BE"}),
+            Some(5500),
+            json!({"kubernetes.io/batch-cpu": "lots"}),
+        );
+        let lsr = pod(
+            json!({"koordinator.sh/qosClass": "LSR"}),
+            Some(9500),
+            json!({"cpu": "2x"}),
+        );
+        for (pod, value) in [(be, "lots"), (lsr, "2x")] {
+            let errors = create(&pod);
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].starts_with("pod.spec.containers[0].resources.requests.")
+                    && errors[0].contains(&format!("{value:?}")),
+                "{errors:?}"
+            );
+        }
     }
 
     #[test]
@@ -376,7 +429,7 @@ mod tests {
             }
         }))
         .unwrap();
-        let requests = pod_requests(&pod);
+        let requests = pod_requests(&pod).unwrap();
         assert_eq!(requests["cpu"].milli_value(), 3100);
         assert_eq!(requests["memory"].value(), 1 << 30);
     }
