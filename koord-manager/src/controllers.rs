@@ -199,6 +199,58 @@ pub struct Computed {
     pub resources: noderesource::ExtendedResources,
 }
 
+/// Input a pass refused to act on: the node's status (or the object) is left
+/// as it is, and the reason is logged, counted and recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The node whose batch and mid resources are not updated; `None` when
+    /// the refused object has no name to attach the refusal to.
+    pub node: Option<String>,
+    pub reason: String,
+}
+
+/// Reconcile-count reason of a node whose inputs were refused.
+pub const INVALID_INPUT: &str = "invalidInput";
+
+/// Everything one pass decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PassPlan {
+    pub actions: Vec<Action>,
+    pub computed: Vec<Computed>,
+    pub refused: Vec<Refusal>,
+}
+
+/// Objects keyed by name, with the names that appear more than once (which
+/// is meant to be impossible: the caches are keyed by name) and the
+/// refusals for objects without a name.
+fn by_name<'a, K: Resource>(
+    objects: &'a [Arc<K>],
+    kind: &str,
+    refused: &mut Vec<Refusal>,
+) -> (HashMap<&'a str, &'a K>, HashSet<&'a str>) {
+    let mut named = HashMap::new();
+    let mut duplicates = HashSet::new();
+    for (index, object) in objects.iter().enumerate() {
+        match object
+            .meta()
+            .name
+            .as_deref()
+            .filter(|name| !name.is_empty())
+        {
+            None => refused.push(Refusal {
+                node: None,
+                reason: format!("{kind} #{index} of the cache has no metadata.name; ignored"),
+            }),
+            Some(name) => {
+                if named.insert(name, object.as_ref()).is_some() {
+                    duplicates.insert(name);
+                }
+            }
+        }
+    }
+    (named, duplicates)
+}
+
 /// A controller held back because the config it reads is not available.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Paused {
@@ -244,40 +296,91 @@ pub fn gate(enabled: Enabled, config: &ConfigState) -> (Enabled, Vec<Paused>) {
 
 /// Decides every write of one pass. `last_synced` holds when each node's
 /// status was last written by this process.
+///
+/// Objects without a name, names that appear twice, and nodes whose amounts
+/// cannot be read exactly (see [`noderesource::calculate`]) are refused: no
+/// write is planned for them, and each refusal says why.
 pub fn plan_pass(
     view: &ClusterView,
     config: &apis::configuration::SloControllerConfig,
     enabled: Enabled,
     last_synced: &HashMap<String, SystemTime>,
     now: SystemTime,
-) -> (Vec<Action>, Vec<Computed>) {
-    let mut actions = Vec::new();
-    let mut computed = Vec::new();
-    let metrics: HashMap<&str, &NodeMetric> = view
-        .node_metrics
-        .iter()
-        .filter_map(|m| Some((m.metadata.name.as_deref()?, m.as_ref())))
-        .collect();
-    let slos: HashMap<&str, &NodeSLO> = view
-        .node_slos
-        .iter()
-        .filter_map(|s| Some((s.metadata.name.as_deref()?, s.as_ref())))
-        .collect();
+) -> PassPlan {
+    let mut plan = PassPlan::default();
+    let (nodes, duplicate_nodes) = by_name(&view.nodes, "Node", &mut plan.refused);
+    let (metrics, duplicate_metrics) = by_name(&view.node_metrics, "NodeMetric", &mut plan.refused);
+    let (slos, duplicate_slos) = by_name(&view.node_slos, "NodeSLO", &mut plan.refused);
     let pods = pods_by_node(view.pods.iter().map(|p| p.as_ref()));
-    let mut node_names = HashSet::new();
+    // Pods the node resource calculation cannot trust: nameless, or the same
+    // namespace/name twice (their usage would count once, requests twice).
+    let mut pod_problems: HashMap<&str, String> = HashMap::new();
+    let mut seen_pods: HashMap<&str, &str> = HashMap::new();
+    let mut node_names: Vec<&String> = pods.keys().collect();
+    node_names.sort();
+    for node in node_names {
+        for pod in &pods[node.as_str()] {
+            if pod.key.ends_with('/') {
+                pod_problems
+                    .entry(node.as_str())
+                    .or_insert_with(|| "a Pod bound to it has no metadata.name".to_owned());
+            } else if let Some(first) = seen_pods.insert(pod.key.as_str(), node.as_str()) {
+                let reason = format!("Pod {} appears more than once in the cache", pod.key);
+                pod_problems.entry(first).or_insert_with(|| reason.clone());
+                pod_problems.entry(node.as_str()).or_insert(reason);
+            }
+        }
+    }
 
+    // In the cache's order, each name once.
+    let mut names: Vec<&str> = Vec::with_capacity(nodes.len());
+    let mut listed = HashSet::new();
     for node in &view.nodes {
-        let Some(name) = node.metadata.name.as_deref() else {
+        if let Some(name) = node.metadata.name.as_deref()
+            && nodes.contains_key(name)
+            && listed.insert(name)
+        {
+            names.push(name);
+        }
+    }
+    for name in names.iter().copied() {
+        let node = nodes[name];
+        if duplicate_nodes.contains(name) {
+            plan.refused.push(Refusal {
+                node: Some(name.to_owned()),
+                reason: format!(
+                    "Node {name} appears more than once in the cache; nothing is written for it"
+                ),
+            });
             continue;
-        };
-        node_names.insert(name);
+        }
         let colocation = node_colocation(config, node);
         if enabled.node_slo {
-            match reconcile_node_slo(name, Some(node), slos.get(name).copied(), config) {
-                NodeSloAction::Create(slo) => actions.push(Action::CreateNodeSlo(slo)),
-                NodeSloAction::Update(slo) => actions.push(Action::ReplaceNodeSlo(slo)),
-                NodeSloAction::Delete(_) | NodeSloAction::None => {}
+            if duplicate_slos.contains(name) {
+                plan.refused.push(Refusal {
+                    node: Some(name.to_owned()),
+                    reason: format!(
+                        "NodeSLO {name} appears more than once in the cache; it is not updated"
+                    ),
+                });
+            } else {
+                match reconcile_node_slo(name, Some(node), slos.get(name).copied(), config) {
+                    NodeSloAction::Create(slo) => plan.actions.push(Action::CreateNodeSlo(slo)),
+                    NodeSloAction::Update(slo) => plan.actions.push(Action::ReplaceNodeSlo(slo)),
+                    NodeSloAction::Delete(_) | NodeSloAction::None => {}
+                }
             }
+        }
+        if duplicate_metrics.contains(name) {
+            if enabled.node_metric || enabled.node_resource {
+                plan.refused.push(Refusal {
+                    node: Some(name.to_owned()),
+                    reason: format!(
+                        "NodeMetric {name} appears more than once in the cache; neither it nor the node's batch and mid resources are updated"
+                    ),
+                });
+            }
+            continue;
         }
         let metric = metrics.get(name).copied();
         if enabled.node_metric {
@@ -285,21 +388,32 @@ pub fn plan_pass(
                 NodeMetricAction::Create(spec) => {
                     let mut created = NodeMetric::new(name, spec);
                     created.metadata.owner_references = node_owner(node).map(|o| vec![o]);
-                    actions.push(Action::CreateNodeMetric(Box::new(created)));
+                    plan.actions
+                        .push(Action::CreateNodeMetric(Box::new(created)));
                 }
                 NodeMetricAction::UpdateSpec(spec) => {
                     if let Some(existing) = metric {
                         let mut updated = existing.clone();
                         updated.spec = spec;
-                        actions.push(Action::ReplaceNodeMetric(Box::new(updated)));
+                        plan.actions
+                            .push(Action::ReplaceNodeMetric(Box::new(updated)));
                     }
                 }
                 NodeMetricAction::Delete(_) | NodeMetricAction::None => {}
             }
         }
         if enabled.node_resource {
+            if let Some(problem) = pod_problems.get(name) {
+                plan.refused.push(Refusal {
+                    node: Some(name.to_owned()),
+                    reason: format!(
+                        "{problem}; the node's batch and mid resources are left as they are"
+                    ),
+                });
+                continue;
+            }
             let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
-            let resources = noderesource::calculate(
+            let calculated = noderesource::calculate(
                 colocation.cluster_enabled,
                 colocation.strategy.as_ref(),
                 NodeInputs {
@@ -309,6 +423,18 @@ pub fn plan_pass(
                 },
                 now,
             );
+            let resources = match calculated {
+                Ok(resources) => resources,
+                Err(error) => {
+                    plan.refused.push(Refusal {
+                        node: Some(name.to_owned()),
+                        reason: format!(
+                            "{error}; the node's batch and mid resources are left as they are"
+                        ),
+                    });
+                    continue;
+                }
+            };
             let desired = resources.desired_status(node);
             let current = node
                 .status
@@ -329,33 +455,46 @@ pub fn plan_pass(
                         NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY: origin,
                     }});
                 }
-                actions.push(Action::PatchNodeStatus {
+                plan.actions.push(Action::PatchNodeStatus {
                     node: name.to_owned(),
                     patch,
                     reason: format!("{reason}; {}", resources.reason),
                 });
             }
-            computed.push(Computed {
+            plan.computed.push(Computed {
                 node: name.to_owned(),
                 resources,
             });
         }
     }
     // Objects of nodes that are gone.
+    let node_names: HashSet<&str> = names.into_iter().collect();
     if enabled.node_slo {
-        for name in slos.keys().filter(|name| !node_names.contains(*name)) {
-            actions.push(Action::DeleteNodeSlo((*name).to_owned()));
+        let mut gone: Vec<&str> = slos
+            .keys()
+            .copied()
+            .filter(|name| !node_names.contains(name))
+            .collect();
+        gone.sort_unstable();
+        for name in gone {
+            plan.actions.push(Action::DeleteNodeSlo(name.to_owned()));
         }
     }
     if enabled.node_metric {
-        for name in metrics.keys().filter(|name| !node_names.contains(*name)) {
-            actions.push(Action::DeleteNodeMetric((*name).to_owned()));
+        let mut gone: Vec<&str> = metrics
+            .keys()
+            .copied()
+            .filter(|name| !node_names.contains(name))
+            .collect();
+        gone.sort_unstable();
+        for name in gone {
+            plan.actions.push(Action::DeleteNodeMetric(name.to_owned()));
         }
     }
     if enabled.quota_profile {
-        plan_profiles(view, &mut actions);
+        plan_profiles(view, &mut plan.actions);
     }
-    (actions, computed)
+    plan
 }
 
 fn plan_profiles(view: &ClusterView, actions: &mut Vec<Action>) {
@@ -527,6 +666,10 @@ pub struct Reconciler {
     paused: Vec<Paused>,
     last_synced: HashMap<String, SystemTime>,
     known_nodes: HashSet<String>,
+    /// Nodes refused in the last pass, with the reason.
+    refused_nodes: HashMap<String, String>,
+    /// Refusals of objects without a name in the last pass (logged once).
+    refused_unnamed: HashSet<String>,
 }
 
 impl Reconciler {
@@ -550,6 +693,8 @@ impl Reconciler {
             paused: Vec::new(),
             last_synced: HashMap::new(),
             known_nodes: HashSet::new(),
+            refused_nodes: HashMap::new(),
+            refused_unnamed: HashSet::new(),
         }
     }
 
@@ -672,13 +817,18 @@ impl Reconciler {
         self.report_paused(paused);
         let view = caches.view();
         let now = SystemTime::now();
-        let (actions, computed) = plan_pass(
+        let PassPlan {
+            actions,
+            computed,
+            refused,
+        } = plan_pass(
             &view,
             self.config.current(),
             enabled,
             &self.last_synced,
             now,
         );
+        self.report_refused(&view, refused).await;
         // Without a pass of the node resource controller nothing is known
         // about the nodes: keep their series and sync times as they are.
         if enabled.node_resource {
@@ -698,9 +848,58 @@ impl Reconciler {
         }
     }
 
-    /// Updates the allocatable gauges and forgets nodes that are gone.
+    /// Counts every refusal of a pass (`failed`/`invalidInput`); logs each
+    /// and records a Warning Event on its Node when the reason is new, and
+    /// logs when a node's refusal clears.
+    async fn report_refused(&mut self, view: &ClusterView, refused: Vec<Refusal>) {
+        let mut current: HashMap<String, String> = HashMap::new();
+        let mut unnamed = HashSet::new();
+        for refusal in refused {
+            self.metrics.node_resource(false, INVALID_INPUT);
+            let Some(node) = refusal.node else {
+                if !self.refused_unnamed.contains(&refusal.reason) {
+                    tracing::warn!(reason = %refusal.reason, "controller input refused");
+                }
+                unnamed.insert(refusal.reason);
+                continue;
+            };
+            let known = self.refused_nodes.get(&node) == Some(&refusal.reason)
+                || current.get(&node) == Some(&refusal.reason);
+            if !known {
+                tracing::warn!(node = %node, reason = %refusal.reason, "node input refused; its status is left as it is");
+                let object = view
+                    .nodes
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+                if let Some(object) = object {
+                    let event = Event {
+                        type_: EventType::Warning,
+                        reason: "InvalidInput".into(),
+                        note: Some(truncate(&refusal.reason, 1000)),
+                        action: "CalculateExtendedResources".into(),
+                        secondary: None,
+                    };
+                    if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
+                        tracing::warn!(node = %node, error = %err, "cannot record the invalid-input event");
+                    }
+                }
+            }
+            current.entry(node).or_insert(refusal.reason);
+        }
+        for node in self.refused_nodes.keys() {
+            if !current.contains_key(node) {
+                tracing::info!(node = %node, "node input accepted again");
+            }
+        }
+        self.refused_nodes = current;
+        self.refused_unnamed = unnamed;
+    }
+
+    /// Updates the allocatable gauges and forgets nodes that are gone (a
+    /// node whose input was refused keeps its series and sync time).
     fn record_computed(&mut self, computed: &[Computed]) {
-        let current_nodes: HashSet<String> = computed.iter().map(|c| c.node.clone()).collect();
+        let mut current_nodes: HashSet<String> = computed.iter().map(|c| c.node.clone()).collect();
+        current_nodes.extend(self.refused_nodes.keys().cloned());
         for gone in self.known_nodes.difference(&current_nodes) {
             self.metrics.forget_node(gone, &MANAGED_RESOURCES);
             self.last_synced.remove(gone);

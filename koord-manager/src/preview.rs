@@ -501,8 +501,12 @@ pub struct NodeReport {
     /// The four managed resources; `"0"` when withdrawn.
     pub allocatable: BTreeMap<String, String>,
     pub degraded: bool,
-    /// Why the resources are withdrawn or some is zero; empty otherwise.
+    /// Why the resources are withdrawn or some is zero, or why the node's
+    /// inputs were refused; empty otherwise.
     pub reason: String,
+    /// The node's inputs cannot be read exactly: the controller would leave
+    /// its status as it is, which `allocatable` shows.
+    pub refused: bool,
 }
 
 /// One field that a config change would change.
@@ -532,7 +536,31 @@ pub struct PreviewReport {
     pub diff: Option<Vec<NodeDiff>>,
 }
 
-fn node_report(name: &str, plan: &NodePlan) -> NodeReport {
+fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
+    let resources = match &plan.resources {
+        Ok(resources) => resources,
+        // Refused: the controller leaves the status as it is, so the report
+        // shows what the node already carries.
+        Err(error) => {
+            let current = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            return NodeReport {
+                name: name.to_owned(),
+                node_slo: plan.node_slo.clone(),
+                allocatable: MANAGED_RESOURCES
+                    .iter()
+                    .map(|resource| {
+                        let text = current
+                            .and_then(|list| list.get(*resource))
+                            .map_or_else(|| "0".to_owned(), |q| q.0.clone());
+                        ((*resource).to_owned(), text)
+                    })
+                    .collect(),
+                degraded: false,
+                reason: format!("refused: {error}; the node's status is left as it is"),
+                refused: true,
+            };
+        }
+    };
     let allocatable = MANAGED_RESOURCES
         .iter()
         .map(|resource| {
@@ -545,8 +573,8 @@ fn node_report(name: &str, plan: &NodePlan) -> NodeReport {
         })
         .collect::<BTreeMap<_, _>>();
     let any_zero = allocatable.values().any(|v| v == "0");
-    let reason = if plan.resources.reset || any_zero {
-        plan.resources.reason.clone()
+    let reason = if resources.reset || any_zero {
+        resources.reason.clone()
     } else {
         String::new()
     };
@@ -554,8 +582,9 @@ fn node_report(name: &str, plan: &NodePlan) -> NodeReport {
         name: name.to_owned(),
         node_slo: plan.node_slo.clone(),
         allocatable,
-        degraded: plan.resources.degraded,
+        degraded: resources.degraded,
         reason,
+        refused: false,
     }
 }
 
@@ -583,10 +612,14 @@ pub fn preview_each(
             .map(Vec::as_slice)
             .unwrap_or_default();
         let metric = metrics.get(name).copied();
-        let report = node_report(name, &plan_node(config, node, metric, node_pods, None, now));
+        let report = node_report(
+            node,
+            name,
+            &plan_node(config, node, metric, node_pods, None, now),
+        );
         let diff = against.and_then(|against| {
             let new_plan = plan_node(against, node, metric, node_pods, None, now);
-            let changes = diff_reports(&report, &node_report(name, &new_plan));
+            let changes = diff_reports(&report, &node_report(node, name, &new_plan));
             (!changes.is_empty()).then(|| NodeDiff {
                 name: name.to_owned(),
                 changes,
@@ -627,6 +660,7 @@ fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
         );
     }
     fields.insert("degraded".into(), Value::Bool(report.degraded));
+    fields.insert("refused".into(), Value::Bool(report.refused));
     fields
 }
 
@@ -1056,6 +1090,98 @@ mod tests {
                 err.starts_with("snap.yaml: document 0: ")
                     && err.contains(&format!("line {line} column")),
                 "{text:?}: {err}"
+            );
+        }
+    }
+
+    /// A node whose status already carries batch resources, its capacity
+    /// CPU, a pod's CPU request, the system's and the pod's CPU usage given.
+    fn refusal_snapshot(
+        capacity_cpu: &str,
+        request_cpu: &str,
+        system_cpu: &str,
+        pod_cpu: &str,
+    ) -> String {
+        format!(
+            r#"kind: ConfigMap
+metadata: {{name: slo-controller-config, namespace: koordinator-system}}
+data:
+  colocation-config: '{{"enable": true}}'
+---
+kind: Node
+metadata: {{name: n1}}
+status:
+  capacity: {{cpu: "{capacity_cpu}", memory: 64Gi}}
+  allocatable: {{cpu: "16", memory: 64Gi, kubernetes.io/batch-cpu: "5555", kubernetes.io/batch-memory: 7Gi, kubernetes.io/mid-cpu: "0", kubernetes.io/mid-memory: "0"}}
+---
+kind: Pod
+metadata: {{name: web, namespace: d}}
+spec:
+  nodeName: n1
+  priority: 9500
+  containers:
+  - name: c
+    resources: {{requests: {{cpu: "{request_cpu}", memory: 1Gi}}}}
+status: {{phase: Running}}
+---
+kind: NodeMetric
+metadata: {{name: n1}}
+status:
+  updateTime: "2026-01-01T00:09:00Z"
+  nodeMetric:
+    nodeUsage: {{resources: {{cpu: "4", memory: 8Gi}}}}
+    systemUsage: {{resources: {{cpu: "{system_cpu}", memory: 1Gi}}}}
+  podsMetric:
+  - namespace: d
+    name: web
+    podUsage: {{resources: {{cpu: "{pod_cpu}", memory: 1Gi}}}}
+"#
+        )
+    }
+
+    #[test]
+    fn unreadable_negative_or_overflowing_inputs_leave_the_node_as_it_is() {
+        let now = at("2026-01-01T00:10:00Z");
+        let report = |text: &str| {
+            let snapshot = Snapshot::parse(text, "snap.yaml").unwrap();
+            let config = config_from(snapshot.config_map("slo-controller-config"), "snap").unwrap();
+            preview(&snapshot, &config, None, now).nodes.remove(0)
+        };
+        // Readable inputs: batch-cpu = 16000 - 40% (6400) - system 1000 - web 2000.
+        let good = report(&refusal_snapshot("16", "2", "1", "2"));
+        assert_eq!(good.allocatable["kubernetes.io/batch-cpu"], "6600");
+        for (text, field) in [
+            // Unreadable quantities used to count as zero.
+            (
+                refusal_snapshot("lots", "2", "1", "2"),
+                "status.capacity.cpu",
+            ),
+            (refusal_snapshot("16", "2x", "1", "2"), "requests.cpu"),
+            (refusal_snapshot("16", "2", "1", "two"), "podUsage"),
+            // Negative usage used to become extra batch capacity.
+            (refusal_snapshot("16", "2", "-8", "2"), "systemUsage"),
+            (refusal_snapshot("16", "2", "1", "-2"), "podUsage"),
+            // Overflowing amounts used to saturate.
+            (refusal_snapshot("16", "2", "1E", "2"), "systemUsage"),
+            (
+                refusal_snapshot("10E", "2", "1", "2"),
+                "status.capacity.cpu",
+            ),
+        ] {
+            let node = report(&text);
+            // The node keeps what its status says.
+            assert_eq!(
+                node.allocatable["kubernetes.io/batch-cpu"], "5555",
+                "{field}: {node:?}"
+            );
+            assert_eq!(
+                node.allocatable["kubernetes.io/batch-memory"], "7Gi",
+                "{field}: {node:?}"
+            );
+            assert!(
+                node.reason.starts_with("refused: ") && node.reason.contains(field),
+                "{field}: {}",
+                node.reason
             );
         }
     }

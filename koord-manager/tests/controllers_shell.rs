@@ -14,7 +14,8 @@ use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use koord_common::leader::{LeaderElector, LeaseTiming};
 use koord_manager::controllers::{
-    Action, Caches, ClusterView, ControllerArgs, Enabled, Reconciler, apply_action, gate, plan_pass,
+    Action, Caches, ClusterView, ControllerArgs, Enabled, PassPlan, Reconciler, apply_action, gate,
+    plan_pass,
 };
 use koord_manager::metrics::ControllerMetrics;
 use koord_manager::slo_controller::config::ConfigState;
@@ -199,7 +200,11 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         pods: Vec::<Arc<Pod>>::new(),
         ..Default::default()
     };
-    let (actions, computed) = plan_pass(
+    let PassPlan {
+        actions,
+        computed,
+        refused,
+    } = plan_pass(
         &view,
         &colocation_config(),
         Enabled::ALL,
@@ -207,6 +212,7 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         now,
     );
     assert_eq!(computed.len(), 2);
+    assert!(refused.is_empty(), "{refused:?}");
     let created_slos: Vec<String> = actions
         .iter()
         .filter_map(|a| match a {
@@ -269,18 +275,108 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         node_resource: true,
         quota_profile: false,
     };
-    let (actions, _) = plan_pass(
+    let actions = plan_pass(
         &view,
         &colocation_config(),
         only_resources,
         &HashMap::new(),
         now,
-    );
+    )
+    .actions;
     assert!(
         actions
             .iter()
             .all(|a| matches!(a, Action::PatchNodeStatus { .. }))
     );
+}
+
+fn metric_with(name: &str, now: SystemTime, status: Value) -> NodeMetric {
+    let mut metric = fresh_metric(name, now);
+    let mut value = serde_json::to_value(&metric).unwrap();
+    for (key, field) in status.as_object().unwrap() {
+        value["status"][key] = field.clone();
+    }
+    metric = serde_json::from_value(value).unwrap();
+    metric
+}
+
+#[test]
+fn bad_usage_or_duplicate_inputs_leave_the_node_status_alone() {
+    let now = SystemTime::now();
+    let usage = |cpu: &str| json!({"nodeMetric": {"systemUsage": {"resources": {"cpu": cpu, "memory": "0"}}}});
+    let pod_metric = |cpu: &str| json!({"namespace": "d", "name": "web", "podUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}}});
+    let view = ClusterView {
+        nodes: vec![
+            Arc::new(node("good", "uid-1")),
+            Arc::new(node("negative", "uid-2")),
+            Arc::new(node("unreadable", "uid-3")),
+            Arc::new(node("overflow", "uid-4")),
+            Arc::new(node("twice", "uid-5")),
+            Arc::new(node("metric-twice", "uid-6")),
+        ],
+        node_metrics: vec![
+            Arc::new(metric_with("good", now, usage("1"))),
+            // Negative usage would lend more than the node has.
+            Arc::new(metric_with("negative", now, usage("-4"))),
+            Arc::new(metric_with("unreadable", now, usage("four"))),
+            Arc::new(metric_with("overflow", now, usage("1E"))),
+            Arc::new(fresh_metric("twice", now)),
+            // The same pod reported twice with different usage.
+            Arc::new(metric_with(
+                "metric-twice",
+                now,
+                json!({"podsMetric": [pod_metric("3"), pod_metric("1")]}),
+            )),
+        ],
+        ..Default::default()
+    };
+    let mut view = view;
+    // The same Node object twice in the input.
+    view.nodes.push(Arc::new(node("twice", "uid-5b")));
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        Enabled::ALL,
+        &HashMap::new(),
+        now,
+    );
+    let actions = plan.actions;
+    let patched: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PatchNodeStatus { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patched, ["good"], "{actions:?}");
+    // Each refusal names the node and why.
+    let mut refused: Vec<(String, String)> = plan
+        .refused
+        .iter()
+        .map(|r| (r.node.clone().unwrap_or_default(), r.reason.clone()))
+        .collect();
+    refused.sort();
+    let expect = [
+        ("metric-twice", "pod d/web is reported more than once"),
+        (
+            "negative",
+            "systemUsage.resources.cpu: negative amount \"-4\"",
+        ),
+        (
+            "overflow",
+            "systemUsage.resources.cpu: invalid quantity \"1E\": beyond the 64-bit range",
+        ),
+        ("twice", "Node twice appears more than once"),
+        (
+            "unreadable",
+            "systemUsage.resources.cpu: invalid quantity \"four\"",
+        ),
+    ];
+    assert_eq!(refused.len(), expect.len(), "{refused:?}");
+    for ((node, reason), (want_node, want)) in refused.iter().zip(expect) {
+        assert_eq!(node, want_node);
+        assert!(reason.contains(want), "{node}: {reason}");
+    }
 }
 
 fn config_data(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
@@ -317,7 +413,7 @@ fn nothing_is_planned_for_a_config_section_never_seen_valid() {
     };
     let plan = |state: &ConfigState| {
         let (enabled, paused) = gate(Enabled::ALL, state);
-        let (actions, _) = plan_pass(&view, state.current(), enabled, &HashMap::new(), now);
+        let actions = plan_pass(&view, state.current(), enabled, &HashMap::new(), now).actions;
         (actions, paused)
     };
 

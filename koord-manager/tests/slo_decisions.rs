@@ -132,7 +132,7 @@ fn batch_by_usage_follows_upstream_formula() {
     ];
     let refs: Vec<PodSummary> = pods.iter().map(PodSummary::of).collect();
     let plan = plan_node(&colocation_on(), &worker(), Some(&metric), &refs, None, now);
-    assert!(!plan.resources.degraded && !plan.resources.reset);
+    assert!(!plan.resources.as_ref().unwrap().degraded && !plan.resources.as_ref().unwrap().reset);
     // margin = 16000m × 40% = 6400m; system = max(2000m, kubelet 1000m) = 2000m;
     // HP used = web 3000m + fresh 1000m + dangling ghost 500m = 4500m.
     // batch-cpu = 16000 − 6400 − 2000 − 4500 = 3100 (milli, written as units).
@@ -187,17 +187,21 @@ fn a_stale_node_metric_withdraws_batch_and_mid() {
     let stale = metric("worker", now - Duration::from_secs(16 * 60), json!({}));
     let fresh = metric("worker", now - Duration::from_secs(14 * 60), json!({}));
     let plan = plan_node(&colocation_on(), &worker(), Some(&stale), &[], None, now);
-    assert!(plan.resources.degraded);
+    assert!(plan.resources.as_ref().unwrap().degraded);
     assert!(
-        plan.resources.reason.contains("degradeTimeMinutes"),
+        plan.resources
+            .as_ref()
+            .unwrap()
+            .reason
+            .contains("degradeTimeMinutes"),
         "{}",
-        plan.resources.reason
+        plan.resources.as_ref().unwrap().reason
     );
     for name in [BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY] {
         assert_eq!(plan.desired_status[name], None, "{name}");
     }
     let plan = plan_node(&colocation_on(), &worker(), Some(&fresh), &[], None, now);
-    assert!(!plan.resources.degraded);
+    assert!(!plan.resources.as_ref().unwrap().degraded);
     assert!(plan.desired_status[BATCH_CPU].is_some());
 }
 
@@ -205,15 +209,21 @@ fn a_stale_node_metric_withdraws_batch_and_mid() {
 fn a_missing_node_metric_or_disabled_colocation_withdraws_resources() {
     let now = epoch_plus(0);
     let plan = plan_node(&colocation_on(), &worker(), None, &[], None, now);
-    assert!(plan.resources.degraded);
-    assert!(plan.resources.reason.contains("NodeMetric not found"));
+    assert!(plan.resources.as_ref().unwrap().degraded);
+    assert!(
+        plan.resources
+            .as_ref()
+            .unwrap()
+            .reason
+            .contains("NodeMetric not found")
+    );
     assert_eq!(plan.desired_status[BATCH_CPU], None);
 
     let fresh = metric("worker", now, json!({}));
     let disabled = SloControllerConfig::default();
     let plan = plan_node(&disabled, &worker(), Some(&fresh), &[], None, now);
-    assert!(!plan.resources.degraded && plan.resources.reset);
-    assert!(plan.resources.reason.contains("disabled"));
+    assert!(!plan.resources.as_ref().unwrap().degraded && plan.resources.as_ref().unwrap().reset);
+    assert!(plan.resources.as_ref().unwrap().reason.contains("disabled"));
 
     // Cluster on, this node's pool off.
     let cfg = config(&[(
@@ -223,7 +233,7 @@ fn a_missing_node_metric_or_disabled_colocation_withdraws_resources() {
         ]}),
     )]);
     let plan = plan_node(&cfg, &worker(), Some(&fresh), &[], None, now);
-    assert!(plan.resources.reset && !plan.resources.degraded);
+    assert!(plan.resources.as_ref().unwrap().reset && !plan.resources.as_ref().unwrap().degraded);
 }
 
 #[test]
@@ -513,6 +523,8 @@ fn the_origin_annotation_records_batch_before_third_party_allocations() {
     let plan = plan_node(&colocation_on(), &node, Some(&metric), &[], None, now);
     let written = plan
         .resources
+        .as_ref()
+        .unwrap()
         .origin_annotation(&node)
         .expect("the batch values differ from the annotation");
     let origin: serde_json::Value = serde_json::from_str(&written).unwrap();
@@ -527,9 +539,12 @@ fn the_origin_annotation_records_batch_before_third_party_allocations() {
     let status_memory = value(&json!(status_value(&plan, BATCH_MEMORY).unwrap()));
     assert_eq!(
         value(&origin["resources"][BATCH_MEMORY]),
-        plan.resources.batch.memory_bytes
+        plan.resources.as_ref().unwrap().batch.memory_bytes
     );
-    assert_eq!(status_memory, plan.resources.batch.memory_bytes - GI);
+    assert_eq!(
+        status_memory,
+        plan.resources.as_ref().unwrap().batch.memory_bytes - GI
+    );
 
     // Once written, the same values need no rewrite.
     node.metadata
@@ -537,7 +552,10 @@ fn the_origin_annotation_records_batch_before_third_party_allocations() {
         .as_mut()
         .unwrap()
         .insert(ORIGIN.to_owned(), written);
-    assert_eq!(plan.resources.origin_annotation(&node), None);
+    assert_eq!(
+        plan.resources.as_ref().unwrap().origin_annotation(&node),
+        None
+    );
 
     // Withdrawn resources record zero, as upstream's reset does.
     let off = plan_node(
@@ -548,9 +566,15 @@ fn the_origin_annotation_records_batch_before_third_party_allocations() {
         None,
         now,
     );
-    assert!(off.resources.reset);
-    let zero: serde_json::Value =
-        serde_json::from_str(&off.resources.origin_annotation(&node).unwrap()).unwrap();
+    assert!(off.resources.as_ref().unwrap().reset);
+    let zero: serde_json::Value = serde_json::from_str(
+        &off.resources
+            .as_ref()
+            .unwrap()
+            .origin_annotation(&node)
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(zero["resources"][BATCH_CPU], "0");
     assert_eq!(zero["resources"][BATCH_MEMORY], "0");
 }

@@ -15,7 +15,7 @@ use apis::configuration::SloControllerConfig;
 use apis::slo::v1alpha1::{NodeMetric, NodeSLOSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use self::resources::PodSummary;
+use self::resources::{InputError, PodSummary};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use self::config::{NodeColocation, node_colocation};
@@ -26,8 +26,10 @@ use self::noderesource::{ExtendedResources, NodeInputs};
 pub struct NodePlan {
     pub colocation: NodeColocation,
     pub node_slo: NodeSLOSpec,
-    pub resources: ExtendedResources,
-    /// Per managed resource: the quantity for the node status, `None` to remove it.
+    /// The batch and mid resources, or why the node's inputs were refused.
+    pub resources: Result<ExtendedResources, InputError>,
+    /// Per managed resource: the quantity for the node status, `None` to
+    /// remove it; empty when the inputs were refused (nothing is written).
     pub desired_status: BTreeMap<&'static str, Option<Quantity>>,
 }
 
@@ -51,7 +53,10 @@ pub fn plan_node(
         },
         now,
     );
-    let desired_status = resources.desired_status(node);
+    let desired_status = resources
+        .as_ref()
+        .map(|resources| resources.desired_status(node))
+        .unwrap_or_default();
     NodePlan {
         node_slo: nodeslo::node_slo_spec(config, node, previous_node_slo),
         colocation,

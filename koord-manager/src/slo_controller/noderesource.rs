@@ -4,7 +4,11 @@
 //!
 //! Pure: the node, its NodeMetric, the pods bound to it, the node's effective
 //! colocation strategy and the current time come in; values, a reason and a
-//! status patch go out.
+//! status patch go out — or, when an amount the formulas need cannot be
+//! read exactly (it does not parse, is negative, does not fit in 64 bits, or
+//! the same pod is reported twice), an [`InputError`] saying which: the
+//! node's status is then left as it is, never computed from a zero or a
+//! clamped value.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -23,7 +27,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::resources::{
-    CpuMem, PodSummary, bytes_quantity, node_capacity, node_reserved, scale, units_decimal_quantity,
+    CpuMem, InputError, PodSummary, bytes_quantity, node_capacity, node_reserved, scale,
+    units_decimal_quantity,
 };
 
 /// The extended resources this controller owns, in output order.
@@ -58,6 +63,9 @@ pub struct ExtendedResources {
     pub degraded: bool,
     /// Why the values are reset or zero; the formulas otherwise.
     pub reason: String,
+    /// Other schedulers' batch allocations on the node
+    /// (`thirdPartyAllocations`), taken out of the status values.
+    pub third_party_batch: CpuMem,
 }
 
 impl ExtendedResources {
@@ -68,6 +76,7 @@ impl ExtendedResources {
             reset: true,
             degraded,
             reason,
+            third_party_batch: CpuMem::ZERO,
         }
     }
 
@@ -97,11 +106,9 @@ impl ExtendedResources {
         if self.reset {
             return MANAGED_RESOURCES.iter().map(|name| (*name, None)).collect();
         }
-        let empty = BTreeMap::new();
-        let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
         let batch = self
             .origin_batch(node)
-            .minus(third_party_batch(annotations))
+            .minus(self.third_party_batch)
             .clamp_non_negative();
         BTreeMap::from([
             (BATCH_CPU, Some(units_decimal_quantity(batch.milli_cpu))),
@@ -135,28 +142,58 @@ impl ExtendedResources {
     }
 }
 
-fn third_party_batch(annotations: &BTreeMap<String, String>) -> CpuMem {
-    let Some(raw) = annotations.get(NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY) else {
-        return CpuMem::ZERO;
+/// Other schedulers' batch allocations from the node's annotation; one that
+/// does not parse is an error (ignoring it would lend what they hold).
+fn third_party_batch(node: &Node) -> Result<CpuMem, InputError> {
+    let Some(raw) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY))
+    else {
+        return Ok(CpuMem::ZERO);
     };
-    let Ok(allocations) = serde_json::from_str::<ThirdPartyAllocations>(raw) else {
-        return CpuMem::ZERO;
-    };
-    allocations
-        .by_priority(PriorityClass::Batch.as_str())
-        .map(|allocation| {
-            // Amounts are keyed by the batch resource names; batch-cpu counts
-            // milli-cores as whole units.
-            let value = |name: &str| {
-                allocation
-                    .resources
-                    .get(name)
-                    .and_then(|q| QuantityValue::of(q).ok())
-                    .map_or(0, QuantityValue::value)
+    let object = format!("Node {}", node.metadata.name.as_deref().unwrap_or_default());
+    let field = format!("metadata.annotations[{NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY}]");
+    if raw.len() > apis::extension::MAX_ANNOTATION_VALUE_BYTES {
+        return Err(InputError::new(
+            object,
+            field,
+            format!(
+                "value of {} bytes is larger than {} bytes",
+                raw.len(),
+                apis::extension::MAX_ANNOTATION_VALUE_BYTES
+            ),
+        ));
+    }
+    let allocations = serde_json::from_str::<ThirdPartyAllocations>(raw)
+        .map_err(|error| InputError::new(&object, &field, error.to_string()))?;
+    let mut total = CpuMem::ZERO;
+    for allocation in allocations.by_priority(PriorityClass::Batch.as_str()) {
+        // Amounts are keyed by the batch resource names; batch-cpu counts
+        // milli-cores as whole units.
+        let value = |name: &str| -> Result<i64, InputError> {
+            let Some(quantity) = allocation.resources.get(name) else {
+                return Ok(0);
             };
-            CpuMem::new(value(BATCH_CPU), value(BATCH_MEMORY))
-        })
-        .fold(CpuMem::ZERO, CpuMem::plus)
+            match apis::extension::value_of(quantity) {
+                Ok(value) if value >= 0 => Ok(value),
+                Ok(_) => Err(InputError::new(
+                    &object,
+                    format!("{field}.{name}"),
+                    format!("negative amount {:?}", quantity.0),
+                )),
+                Err(error) => Err(InputError::new(
+                    &object,
+                    format!("{field}.{name}"),
+                    error.to_string(),
+                )),
+            }
+        };
+        let amount = CpuMem::new(value(BATCH_CPU)?, value(BATCH_MEMORY)?);
+        total = total.try_plus(amount, &object, &field)?;
+    }
+    Ok(total)
 }
 
 /// The node's strategy with every field upstream dereferences filled from the
@@ -198,93 +235,165 @@ pub fn degrade_reason(
 /// Computes the node's batch and mid resources. `strategy` is the node's
 /// effective colocation strategy (`None`: the config is unusable) and
 /// `cluster_enabled` the cluster-level `enable`.
+///
+/// Withdrawing (colocation off, NodeMetric missing or stale) reads no
+/// amounts. Otherwise an amount that cannot be read exactly is an error:
+/// the caller leaves the node's status as it is.
 pub fn calculate(
     cluster_enabled: bool,
     strategy: Option<&ColocationStrategy>,
     inputs: NodeInputs<'_>,
     now: SystemTime,
-) -> ExtendedResources {
+) -> Result<ExtendedResources, InputError> {
     if !colocation_enabled(cluster_enabled, strategy) {
-        return ExtendedResources::withdrawn(false, REASON_DISABLED.to_owned());
+        return Ok(ExtendedResources::withdrawn(
+            false,
+            REASON_DISABLED.to_owned(),
+        ));
     }
     let strategy = complete(strategy.unwrap_or(&ColocationStrategy::default()));
     if let Some(reason) = degrade_reason(&strategy, inputs.node_metric, now) {
-        return ExtendedResources::withdrawn(true, reason);
+        return Ok(ExtendedResources::withdrawn(true, reason));
     }
     // degrade_reason returned None, so the metric exists.
     let Some(metric) = inputs.node_metric else {
-        return ExtendedResources::withdrawn(true, REASON_NODE_METRIC_MISSING.to_owned());
+        return Ok(ExtendedResources::withdrawn(
+            true,
+            REASON_NODE_METRIC_MISSING.to_owned(),
+        ));
     };
-    let usage = MetricView::new(metric);
-    let (batch, batch_reason) = batch_allocatable(&strategy, inputs, &usage);
-    let (mid, mid_reason) = mid_allocatable(&strategy, inputs, &usage);
-    ExtendedResources {
+    let usage = MetricView::new(metric)?;
+    let node = NodeAmounts {
+        capacity: node_capacity(inputs.node)?,
+        reserved: node_reserved(inputs.node)?,
+    };
+    let third_party_batch = third_party_batch(inputs.node)?;
+    let (batch, batch_reason) = batch_allocatable(&strategy, inputs, &node, &usage)?;
+    let (mid, mid_reason) = mid_allocatable(&strategy, inputs, &node, &usage)?;
+    Ok(ExtendedResources {
         batch,
         mid,
         reset: false,
         degraded: false,
         reason: format!("{batch_reason}; {mid_reason}"),
-    }
+        third_party_batch,
+    })
 }
 
-/// The parts of a NodeMetric the formulas read.
-struct MetricView<'a> {
+/// The node's own amounts the formulas read.
+struct NodeAmounts {
+    capacity: CpuMem,
+    /// The larger of kubelet's and the reservation annotation's.
+    reserved: CpuMem,
+}
+
+/// The parts of a NodeMetric the formulas read, every amount read exactly.
+struct MetricView {
+    object: String,
     pods: HashMap<String, (CpuMem, PriorityClass)>,
     system_usage: CpuMem,
     node_usage: Option<CpuMem>,
     prod_reclaimable: Option<CpuMem>,
-    metric: &'a NodeMetric,
+    /// Host applications: default priority value and usage.
+    host_apps: Vec<(i32, CpuMem)>,
 }
 
-impl<'a> MetricView<'a> {
-    fn new(metric: &'a NodeMetric) -> Self {
+impl MetricView {
+    fn new(metric: &NodeMetric) -> Result<Self, InputError> {
+        let object = format!(
+            "NodeMetric {}",
+            metric.metadata.name.as_deref().unwrap_or_default()
+        );
         let status = metric.status.as_ref();
         let info = status.and_then(|s| s.node_metric.as_ref());
-        let pods = status
-            .map(|s| s.pods_metric.as_slice())
-            .unwrap_or_default()
-            .iter()
-            .map(|pod| {
-                (
-                    format!("{}/{}", pod.namespace, pod.name),
-                    (
-                        CpuMem::from_list(&pod.pod_usage.resources),
-                        pod.priority_class(),
-                    ),
-                )
-            })
-            .collect();
-        let node_usage = info.and_then(|i| {
-            let list = &i.node_usage.resources;
-            (list.contains_key("cpu") && list.contains_key("memory"))
-                .then(|| CpuMem::from_list(list))
-        });
-        MetricView {
-            pods,
-            system_usage: info.map_or(CpuMem::ZERO, |i| {
-                CpuMem::from_list(&i.system_usage.resources)
-            }),
-            node_usage,
-            prod_reclaimable: status
-                .and_then(|s| s.prod_reclaimable_metric.as_ref())
-                .filter(|m| !m.resource.resources.is_empty())
-                .map(|m| CpuMem::from_list(&m.resource.resources)),
-            metric,
+        let mut pods = HashMap::new();
+        for pod in status.map(|s| s.pods_metric.as_slice()).unwrap_or_default() {
+            let key = format!("{}/{}", pod.namespace, pod.name);
+            let field = format!("status.podsMetric[{key}].podUsage.resources");
+            let usage = CpuMem::read(&pod.pod_usage.resources, &object, &field)?;
+            // Two entries for one pod: which usage is true cannot be known.
+            if pods
+                .insert(key.clone(), (usage, pod.priority_class()))
+                .is_some()
+            {
+                return Err(InputError::new(
+                    &object,
+                    "status.podsMetric",
+                    format!("pod {key} is reported more than once"),
+                ));
+            }
         }
+        let node_usage = match info {
+            Some(info)
+                if info.node_usage.resources.contains_key("cpu")
+                    && info.node_usage.resources.contains_key("memory") =>
+            {
+                Some(CpuMem::read(
+                    &info.node_usage.resources,
+                    &object,
+                    "status.nodeMetric.nodeUsage.resources",
+                )?)
+            }
+            _ => None,
+        };
+        let system_usage = match info {
+            Some(info) => CpuMem::read(
+                &info.system_usage.resources,
+                &object,
+                "status.nodeMetric.systemUsage.resources",
+            )?,
+            None => CpuMem::ZERO,
+        };
+        let prod_reclaimable = match status
+            .and_then(|s| s.prod_reclaimable_metric.as_ref())
+            .filter(|m| !m.resource.resources.is_empty())
+        {
+            Some(reclaimable) => Some(CpuMem::read(
+                &reclaimable.resource.resources,
+                &object,
+                "status.prodReclaimableMetric.resource.resources",
+            )?),
+            None => None,
+        };
+        let mut host_apps = Vec::new();
+        for app in status
+            .map(|s| s.host_application_metric.as_slice())
+            .unwrap_or_default()
+        {
+            let field = format!("status.hostApplicationMetric[{}].usage.resources", app.name);
+            let usage = CpuMem::read(&app.usage.resources, &object, &field)?;
+            host_apps.push((
+                PriorityClass::from_name(&app.priority).default_value(),
+                usage,
+            ));
+        }
+        Ok(MetricView {
+            object,
+            pods,
+            system_usage,
+            node_usage,
+            prod_reclaimable,
+            host_apps,
+        })
     }
 
     /// Usage of host applications ranked above `band` (by default priority value).
-    fn host_apps_above(&self, band: PriorityClass) -> CpuMem {
+    fn host_apps_above(&self, band: PriorityClass) -> Result<CpuMem, InputError> {
         let floor = band.default_value();
-        self.metric
-            .status
-            .as_ref()
-            .map(|s| s.host_application_metric.as_slice())
-            .unwrap_or_default()
-            .iter()
-            .filter(|app| PriorityClass::from_name(&app.priority).default_value() > floor)
-            .map(|app| CpuMem::from_list(&app.usage.resources))
-            .fold(CpuMem::ZERO, CpuMem::plus)
+        let mut total = CpuMem::ZERO;
+        for (_, usage) in self.host_apps.iter().filter(|(value, _)| *value > floor) {
+            total = total.try_plus(*usage, &self.object, "status.hostApplicationMetric")?;
+        }
+        Ok(total)
+    }
+
+    /// System usage plus host applications above `band`.
+    fn system_used(&self, band: PriorityClass) -> Result<CpuMem, InputError> {
+        self.system_usage.try_plus(
+            self.host_apps_above(band)?,
+            &self.object,
+            "status.nodeMetric.systemUsage + hostApplicationMetric",
+        )
     }
 }
 
@@ -298,8 +407,11 @@ fn is_low_priority(priority: PriorityClass) -> bool {
 fn batch_allocatable(
     strategy: &ColocationStrategy,
     inputs: NodeInputs<'_>,
-    usage: &MetricView<'_>,
-) -> (CpuMem, String) {
+    node: &NodeAmounts,
+    usage: &MetricView,
+) -> Result<(CpuMem, String), InputError> {
+    let sum =
+        |total: CpuMem, amount: CpuMem, what: &str| total.try_plus(amount, &usage.object, what);
     let mut hp_request = CpuMem::ZERO;
     let mut hp_used = CpuMem::ZERO;
     let mut hp_max_used_request = CpuMem::ZERO;
@@ -312,10 +424,10 @@ fn batch_allocatable(
         if is_low_priority(pod.priority) {
             continue;
         }
-        let request = pod.request;
-        hp_request = hp_request.plus(request);
+        let request = pod.request.clone()?;
+        hp_request = sum(hp_request, request, "high-priority pod requests")?;
         match metric {
-            None => hp_used = hp_used.plus(request),
+            None => hp_used = sum(hp_used, request, "high-priority pod usage")?,
             Some((used, _)) => {
                 // LSE pods own their cores: count the CPU request, not the usage.
                 let counted = if pod.qos == QoSClass::LSE {
@@ -323,24 +435,26 @@ fn batch_allocatable(
                 } else {
                     *used
                 };
-                hp_used = hp_used.plus(counted);
-                hp_max_used_request = hp_max_used_request.plus(request.max(*used));
+                hp_used = sum(hp_used, counted, "high-priority pod usage")?;
+                hp_max_used_request = sum(
+                    hp_max_used_request,
+                    request.max(*used),
+                    "high-priority pod usage",
+                )?;
             }
         }
     }
     // Metrics of pods the pod list does not know ("dangling") still use the node.
-    let dangling = usage
-        .pods
-        .iter()
-        .filter(|(key, (_, priority))| {
-            !matched.contains(key.as_str()) && !is_low_priority(*priority)
-        })
-        .map(|(_, (used, _))| *used)
-        .fold(CpuMem::ZERO, CpuMem::plus);
-    hp_used = hp_used.plus(dangling);
-    hp_max_used_request = hp_max_used_request.plus(dangling);
+    let mut dangling = CpuMem::ZERO;
+    for (_, (used, _)) in usage.pods.iter().filter(|(key, (_, priority))| {
+        !matched.contains(key.as_str()) && !is_low_priority(*priority)
+    }) {
+        dangling = sum(dangling, *used, "status.podsMetric")?;
+    }
+    hp_used = sum(hp_used, dangling, "high-priority pod usage")?;
+    hp_max_used_request = sum(hp_max_used_request, dangling, "high-priority pod usage")?;
 
-    let capacity = node_capacity(inputs.node);
+    let capacity = node.capacity;
     let margin = CpuMem::new(
         scale(
             capacity.milli_cpu,
@@ -351,11 +465,8 @@ fn batch_allocatable(
             reserve_ratio(strategy.memory_reclaim_threshold_percent),
         ),
     );
-    let reserved = node_reserved(inputs.node);
-    let system_used = usage
-        .system_usage
-        .plus(usage.host_apps_above(PriorityClass::Batch))
-        .max(reserved);
+    let reserved = node.reserved;
+    let system_used = usage.system_used(PriorityClass::Batch)?.max(reserved);
     let base = capacity.minus(margin);
     let by_usage = base.minus(system_used).minus(hp_used).clamp_non_negative();
     let by_request = base.minus(reserved).minus(hp_request).clamp_non_negative();
@@ -398,7 +509,7 @@ fn batch_allocatable(
             hp_used.milli_cpu
         },
     );
-    (CpuMem::new(milli_cpu, memory), reason)
+    Ok((CpuMem::new(milli_cpu, memory), reason))
 }
 
 fn reserve_ratio(reclaim_threshold_percent: Option<i64>) -> f64 {
@@ -415,9 +526,10 @@ fn percent(value: Option<i64>) -> f64 {
 fn mid_allocatable(
     strategy: &ColocationStrategy,
     inputs: NodeInputs<'_>,
-    usage: &MetricView<'_>,
-) -> (CpuMem, String) {
-    let capacity = node_capacity(inputs.node);
+    node: &NodeAmounts,
+    usage: &MetricView,
+) -> Result<(CpuMem, String), InputError> {
+    let capacity = node.capacity;
     let cpu_cap = scale(
         capacity.milli_cpu,
         percent(strategy.mid_cpu_threshold_percent),
@@ -437,27 +549,24 @@ fn mid_allocatable(
             percent(strategy.mid_static_memory_reserved_percent),
         )
         .min(memory_cap);
-        return (
+        return Ok((
             CpuMem::new(cpu, memory),
             format!("mid-cpu {cpu}m, mid-memory {memory} by static reservation"),
-        );
+        ));
     }
     let reclaimable = usage.prod_reclaimable.unwrap_or(CpuMem::ZERO);
-    let system_used = usage
-        .system_usage
-        .plus(usage.host_apps_above(PriorityClass::Mid));
-    let reserved = node_reserved(inputs.node).max(system_used);
-    let prod_requests = inputs
-        .pods
-        .iter()
-        .filter(|pod| {
-            !matches!(
-                pod.priority,
-                PriorityClass::Mid | PriorityClass::Batch | PriorityClass::Free
-            ) && pod.active
-        })
-        .map(|pod| pod.request)
-        .fold(CpuMem::ZERO, CpuMem::plus);
+    let system_used = usage.system_used(PriorityClass::Mid)?;
+    let reserved = node.reserved.max(system_used);
+    let mut prod_requests = CpuMem::ZERO;
+    for pod in inputs.pods.iter().filter(|pod| {
+        !matches!(
+            pod.priority,
+            PriorityClass::Mid | PriorityClass::Batch | PriorityClass::Free
+        ) && pod.active
+    }) {
+        prod_requests =
+            prod_requests.try_plus(pod.request.clone()?, &usage.object, "prod pod requests")?;
+    }
     let unallocated = capacity
         .minus(reserved)
         .minus(prod_requests)
@@ -466,17 +575,17 @@ fn mid_allocatable(
         .node_usage
         .map_or(CpuMem::ZERO, |used| capacity.minus(used));
     let unallocated_ratio = percent(strategy.mid_unallocated_percent);
-    let cpu = (reclaimable.milli_cpu.min(unused.milli_cpu).max(0)
-        + scale(unallocated.milli_cpu, unallocated_ratio))
-    .min(cpu_cap);
-    let memory = (reclaimable.memory_bytes.min(unused.memory_bytes).max(0)
-        + scale(unallocated.memory_bytes, unallocated_ratio))
-    .min(memory_cap);
+    let cpu = (reclaimable.milli_cpu.min(unused.milli_cpu).max(0))
+        .saturating_add(scale(unallocated.milli_cpu, unallocated_ratio))
+        .min(cpu_cap);
+    let memory = (reclaimable.memory_bytes.min(unused.memory_bytes).max(0))
+        .saturating_add(scale(unallocated.memory_bytes, unallocated_ratio))
+        .min(memory_cap);
     let reason = format!(
         "mid-cpu {cpu}m = min(min(prodReclaimable {}m, unused {}m) + unallocated {}m x {unallocated_ratio}, cap {cpu_cap}m); mid-memory {memory}",
         reclaimable.milli_cpu, unused.milli_cpu, unallocated.milli_cpu,
     );
-    (CpuMem::new(cpu, memory), reason)
+    Ok((CpuMem::new(cpu, memory), reason))
 }
 
 /// Why a node status write is (or is not) due.
@@ -489,15 +598,18 @@ pub enum SyncDecision {
 }
 
 /// Upstream `IsResourceDiff`: appeared or vanished, or moved by more than
-/// `threshold` × the old value (in milli-units).
+/// `threshold` × the old value (in milli-units). A value that cannot be read
+/// exactly differs from anything (writing replaces it).
 pub fn is_resource_diff(old: Option<&Quantity>, new: Option<&Quantity>, threshold: f64) -> bool {
     match (old, new) {
         (None, None) => false,
         (Some(_), None) | (None, Some(_)) => true,
         (Some(old), Some(new)) => {
-            let old = QuantityValue::of(old).map_or(0, QuantityValue::milli_value);
-            let new = QuantityValue::of(new).map_or(0, QuantityValue::milli_value);
-            (new as f64 - old as f64).abs() > old as f64 * threshold
+            let read = |q: &Quantity| QuantityValue::of(q).ok()?.checked_milli_value();
+            match (read(old), read(new)) {
+                (Some(old), Some(new)) => (new as f64 - old as f64).abs() > old as f64 * threshold,
+                _ => true,
+            }
         }
     }
 }

@@ -1,18 +1,55 @@
 //! CPU (milli-cores) and memory (bytes) pairs read from Kubernetes objects:
 //! pod requests, node capacity and reservations, metric usages.
 //!
-//! Malformed quantities count as zero (and are reported by the caller's
-//! reason text only when they change a decision); a manager must never stop
+//! An amount is read exactly or refused: a quantity that does not parse, is
+//! negative or does not fit in 64 bits, and a sum that overflows, are an
+//! [`InputError`] naming the object and field, never zero or a clamped
+//! value. The caller decides what a refusal means (the node resource
+//! controller leaves the node's status as it is); a manager must never stop
 //! because one object carries a bad value.
 
 use std::collections::BTreeMap;
 
 use apis::extension::{
-    PriorityClass, QoSClass, QuantityValue, RESOURCE_CPU, RESOURCE_MEMORY, get_node_reservation,
-    priority_class_of_pod, qos_class_of_pod,
+    ANNOTATION_NODE_RESERVATION, PriorityClass, QoSClass, QuantityError, QuantityValue,
+    RESOURCE_CPU, RESOURCE_MEMORY, get_node_reservation, milli_value_of, priority_class_of_pod,
+    qos_class_of_pod, value_of,
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// An amount the calculation cannot use, and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {field}: {problem}")]
+pub struct InputError {
+    /// The object, e.g. `Node n1`, `Pod default/web`, `NodeMetric n1`.
+    pub object: String,
+    /// The field, e.g. `status.capacity.cpu`.
+    pub field: String,
+    pub problem: String,
+}
+
+impl InputError {
+    pub fn new(
+        object: impl Into<String>,
+        field: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        InputError {
+            object: object.into(),
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+
+    fn quantity(object: &str, field: String, error: &QuantityError) -> Self {
+        InputError::new(
+            object,
+            field,
+            format!("invalid quantity {:?}: {}", error.value, error.reason),
+        )
+    }
+}
 
 /// A CPU amount in milli-cores and a memory amount in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,18 +71,47 @@ impl CpuMem {
         }
     }
 
-    /// The cpu and memory entries of a resource list; absent or malformed → 0.
-    pub fn from_list(list: &BTreeMap<String, Quantity>) -> Self {
-        CpuMem {
-            milli_cpu: list
-                .get(RESOURCE_CPU)
-                .and_then(|q| QuantityValue::of(q).ok())
-                .map_or(0, QuantityValue::milli_value),
-            memory_bytes: list
-                .get(RESOURCE_MEMORY)
-                .and_then(|q| QuantityValue::of(q).ok())
-                .map_or(0, QuantityValue::value),
-        }
+    /// The cpu and memory entries of a resource list; an absent entry is 0.
+    /// An entry that does not parse, is negative or does not fit in 64 bits
+    /// is an error naming `object` and `field` (the list's path).
+    pub fn read(
+        list: &BTreeMap<String, Quantity>,
+        object: &str,
+        field: &str,
+    ) -> Result<Self, InputError> {
+        let amount = |name: &str, convert: fn(&Quantity) -> Result<i64, QuantityError>| {
+            let Some(quantity) = list.get(name) else {
+                return Ok(0);
+            };
+            let field = format!("{field}.{name}");
+            match convert(quantity) {
+                Err(error) => Err(InputError::quantity(object, field, &error)),
+                Ok(value) if value < 0 => Err(InputError::new(
+                    object,
+                    field,
+                    format!("negative amount {:?}", quantity.0),
+                )),
+                Ok(value) => Ok(value),
+            }
+        };
+        Ok(CpuMem {
+            milli_cpu: amount(RESOURCE_CPU, milli_value_of)?,
+            memory_bytes: amount(RESOURCE_MEMORY, value_of)?,
+        })
+    }
+
+    /// The sum, `None` when it does not fit in 64 bits.
+    pub fn checked_plus(self, other: CpuMem) -> Option<CpuMem> {
+        Some(CpuMem {
+            milli_cpu: self.milli_cpu.checked_add(other.milli_cpu)?,
+            memory_bytes: self.memory_bytes.checked_add(other.memory_bytes)?,
+        })
+    }
+
+    /// The sum, or an error naming what was being added up.
+    pub fn try_plus(self, other: CpuMem, object: &str, what: &str) -> Result<CpuMem, InputError> {
+        self.checked_plus(other)
+            .ok_or_else(|| InputError::new(object, what, "the sum does not fit in 64 bits"))
     }
 
     pub fn plus(self, other: CpuMem) -> CpuMem {
@@ -79,44 +145,56 @@ pub fn scale(value: i64, ratio: f64) -> i64 {
     (value as f64 * ratio) as i64
 }
 
-fn container_requests(container: &Container) -> CpuMem {
-    container
+fn container_requests(
+    container: &Container,
+    object: &str,
+    field: &str,
+) -> Result<CpuMem, InputError> {
+    match container
         .resources
         .as_ref()
         .and_then(|resources| resources.requests.as_ref())
-        .map_or(CpuMem::ZERO, CpuMem::from_list)
+    {
+        Some(requests) => CpuMem::read(requests, object, &format!("{field}.resources.requests")),
+        None => Ok(CpuMem::ZERO),
+    }
 }
 
 /// The pod's effective cpu/memory request as the scheduler counts it:
 /// containers and sidecars summed, the largest init-container phase, plus
-/// the pod overhead (Kubernetes `PodRequests`).
-pub fn pod_request(pod: &Pod) -> CpuMem {
+/// the pod overhead (Kubernetes `PodRequests`). An unreadable, negative or
+/// overflowing amount is an error naming the pod and the field.
+pub fn pod_request(pod: &Pod) -> Result<CpuMem, InputError> {
     let Some(spec) = pod.spec.as_ref() else {
-        return CpuMem::ZERO;
+        return Ok(CpuMem::ZERO);
     };
-    let mut total = spec
-        .containers
-        .iter()
-        .map(container_requests)
-        .fold(CpuMem::ZERO, CpuMem::plus);
+    let object = format!("Pod {}", pod_key(pod));
+    let object = object.as_str();
+    let mut total = CpuMem::ZERO;
+    for (index, container) in spec.containers.iter().enumerate() {
+        let request = container_requests(container, object, &format!("spec.containers[{index}]"))?;
+        total = total.try_plus(request, object, "spec.containers[*].resources.requests")?;
+    }
     let mut sidecars = CpuMem::ZERO;
     let mut init_peak = CpuMem::ZERO;
-    for init in spec.init_containers.iter().flatten() {
-        let request = container_requests(init);
+    for (index, init) in spec.init_containers.iter().flatten().enumerate() {
+        let field = format!("spec.initContainers[{index}]");
+        let request = container_requests(init, object, &field)?;
         let phase = if init.restart_policy.as_deref() == Some("Always") {
-            total = total.plus(request);
-            sidecars = sidecars.plus(request);
+            total = total.try_plus(request, object, &field)?;
+            sidecars = sidecars.try_plus(request, object, &field)?;
             sidecars
         } else {
-            request.plus(sidecars)
+            request.try_plus(sidecars, object, &field)?
         };
         init_peak = init_peak.max(phase);
     }
     total = total.max(init_peak);
     if let Some(overhead) = spec.overhead.as_ref() {
-        total = total.plus(CpuMem::from_list(overhead));
+        let overhead = CpuMem::read(overhead, object, "spec.overhead")?;
+        total = total.try_plus(overhead, object, "spec.overhead")?;
     }
-    total
+    Ok(total)
 }
 
 /// Whether the pod still holds its node's resources (running or pending).
@@ -146,7 +224,8 @@ pub struct PodSummary {
     pub key: String,
     pub priority: PriorityClass,
     pub qos: QoSClass,
-    pub request: CpuMem,
+    /// The effective request, or why it cannot be read.
+    pub request: Result<CpuMem, InputError>,
     /// Running or pending.
     pub active: bool,
 }
@@ -163,51 +242,77 @@ impl PodSummary {
     }
 }
 
+fn node_object(node: &Node) -> String {
+    format!("Node {}", node.metadata.name.as_deref().unwrap_or_default())
+}
+
+fn node_list(
+    node: &Node,
+    field: &str,
+    list: impl FnOnce(&k8s_openapi::api::core::v1::NodeStatus) -> Option<&BTreeMap<String, Quantity>>,
+) -> Result<CpuMem, InputError> {
+    match node.status.as_ref().and_then(list) {
+        Some(list) => CpuMem::read(list, &node_object(node), field),
+        None => Ok(CpuMem::ZERO),
+    }
+}
+
 /// Node capacity (cpu, memory).
-pub fn node_capacity(node: &Node) -> CpuMem {
-    node.status
-        .as_ref()
-        .and_then(|status| status.capacity.as_ref())
-        .map_or(CpuMem::ZERO, CpuMem::from_list)
+pub fn node_capacity(node: &Node) -> Result<CpuMem, InputError> {
+    node_list(node, "status.capacity", |status| status.capacity.as_ref())
 }
 
 /// Node allocatable (cpu, memory).
-pub fn node_allocatable(node: &Node) -> CpuMem {
-    node.status
-        .as_ref()
-        .and_then(|status| status.allocatable.as_ref())
-        .map_or(CpuMem::ZERO, CpuMem::from_list)
+pub fn node_allocatable(node: &Node) -> Result<CpuMem, InputError> {
+    node_list(node, "status.allocatable", |status| {
+        status.allocatable.as_ref()
+    })
 }
 
 /// What kubelet holds back: `max(capacity − allocatable, 0)`.
-pub fn kubelet_reserved(node: &Node) -> CpuMem {
-    node_capacity(node)
-        .minus(node_allocatable(node))
-        .clamp_non_negative()
+pub fn kubelet_reserved(node: &Node) -> Result<CpuMem, InputError> {
+    Ok(node_capacity(node)?
+        .minus(node_allocatable(node)?)
+        .clamp_non_negative())
 }
 
 /// What the `node.koordinator.sh/reservation` annotation holds back; explicit
-/// reserved CPUs count as whole cores. A malformed annotation reserves nothing.
-pub fn annotation_reserved(node: &Node) -> CpuMem {
+/// reserved CPUs count as whole cores. An annotation that does not parse is
+/// an error (counting it as no reservation would lend what it reserves).
+pub fn annotation_reserved(node: &Node) -> Result<CpuMem, InputError> {
     let Some(annotations) = node.metadata.annotations.as_ref() else {
-        return CpuMem::ZERO;
+        return Ok(CpuMem::ZERO);
     };
-    let Ok(Some(reservation)) = get_node_reservation(annotations) else {
-        return CpuMem::ZERO;
+    let object = node_object(node);
+    let field = format!("metadata.annotations[{ANNOTATION_NODE_RESERVATION}]");
+    let reservation = match get_node_reservation(annotations) {
+        Ok(Some(reservation)) => reservation,
+        Ok(None) => return Ok(CpuMem::ZERO),
+        Err(error) => return Err(InputError::new(object, field, error.to_string())),
     };
-    let mut reserved = CpuMem::from_list(&reservation.resources);
+    let mut reserved = CpuMem::read(
+        &reservation.resources,
+        &object,
+        &format!("{field}.resources"),
+    )?;
     if !reservation.reserved_cpus.is_empty() {
         match count_cpu_list(&reservation.reserved_cpus) {
             Some(count) => reserved.milli_cpu = count.saturating_mul(1000),
-            None => return CpuMem::ZERO,
+            None => {
+                return Err(InputError::new(
+                    object,
+                    format!("{field}.reservedCPUs"),
+                    format!("invalid cpu list {:?}", reservation.reserved_cpus),
+                ));
+            }
         }
     }
-    reserved
+    Ok(reserved)
 }
 
 /// The node's system reservation: the larger of kubelet's and the annotation's.
-pub fn node_reserved(node: &Node) -> CpuMem {
-    kubelet_reserved(node).max(annotation_reserved(node))
+pub fn node_reserved(node: &Node) -> Result<CpuMem, InputError> {
+    Ok(kubelet_reserved(node)?.max(annotation_reserved(node)?))
 }
 
 /// Number of CPUs in a Linux cpu-list such as `0-3,8,10-11`; `None` when malformed.
@@ -281,7 +386,7 @@ mod tests {
             ..Default::default()
         };
         // cpu: max(1500, 4000) + 100; memory: max(2Gi, 1Mi).
-        assert_eq!(pod_request(&pod), CpuMem::new(4100, 2 << 30));
+        assert_eq!(pod_request(&pod), Ok(CpuMem::new(4100, 2 << 30)));
     }
 
     #[test]
@@ -298,7 +403,42 @@ mod tests {
             ..Default::default()
         };
         // main phase 1000 + 200 sidecar; second init phase 1000 + 200.
-        assert_eq!(pod_request(&pod).milli_cpu, 1200);
+        assert_eq!(pod_request(&pod).unwrap().milli_cpu, 1200);
+    }
+
+    #[test]
+    fn requests_are_read_exactly_or_refused() {
+        let pod = |containers: Vec<Container>| Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("d".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // Each fits in 64 bits of milli-cores; their sum does not.
+        let huge = "9000000000000000";
+        let err = pod_request(&pod(vec![
+            container(huge, "0", None),
+            container(huge, "0", None),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.object, "Pod d/web");
+        assert_eq!(err.problem, "the sum does not fit in 64 bits");
+        let err = pod_request(&pod(vec![container("1", "-1Gi", None)])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Pod d/web: spec.containers[0].resources.requests.memory: negative amount \"-1Gi\""
+        );
+        let err = pod_request(&pod(vec![container("1.5.0", "1Gi", None)])).unwrap_err();
+        assert!(
+            err.to_string().contains("invalid quantity \"1.5.0\""),
+            "{err}"
+        );
     }
 
     #[test]
