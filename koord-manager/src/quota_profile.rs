@@ -27,6 +27,20 @@ pub enum ProfileError {
         #[source]
         source: apis::configuration::SelectorError,
     },
+    #[error(
+        "profile {profile}: node {node}: allocatable {resource} {value:?}: {problem}; the quota is left as it is"
+    )]
+    Amount {
+        profile: String,
+        node: String,
+        resource: String,
+        value: String,
+        problem: String,
+    },
+    #[error(
+        "profile {profile}: the {resource} allocatable of its nodes adds up beyond 64 bits; the quota is left as it is"
+    )]
+    Total { profile: String, resource: String },
     #[error("profile {profile}: cannot encode {what}: {source}")]
     Encode {
         profile: String,
@@ -62,14 +76,26 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-fn add_list(total: &mut BTreeMap<String, QuantityValue>, list: &BTreeMap<String, Quantity>) {
+/// Adds a node's allocatable to `total`. An amount that does not parse, is
+/// negative or makes the sum overflow is refused (counting it as zero would
+/// shrink the quota); the error names the resource, value and problem.
+fn add_list(
+    total: &mut BTreeMap<String, QuantityValue>,
+    list: &BTreeMap<String, Quantity>,
+) -> Result<(), (String, String, String)> {
     for (name, quantity) in list {
-        let Ok(value) = QuantityValue::of(quantity) else {
-            continue;
-        };
+        let refuse = |problem: String| (name.clone(), quantity.0.clone(), problem);
+        let value = QuantityValue::of(quantity)
+            .map_err(|err| refuse(format!("invalid quantity: {}", err.reason)))?;
+        if value.is_negative() {
+            return Err(refuse("negative amount".to_owned()));
+        }
         let entry = total.entry(name.clone()).or_default();
-        *entry = entry.checked_add(value).unwrap_or(*entry);
+        *entry = entry
+            .checked_add(value)
+            .ok_or_else(|| refuse("the sum over the nodes overflows".to_owned()))?;
     }
+    Ok(())
 }
 
 fn is_binary(resource: &str) -> bool {
@@ -77,23 +103,28 @@ fn is_binary(resource: &str) -> bool {
 }
 
 /// Applies `resourceRatio` the way upstream does: CPU in milli-units, the
-/// rest in whole units, truncated; a ratio outside (0, 1] counts as 1.
-fn scaled(total: &BTreeMap<String, QuantityValue>, ratio: f64) -> BTreeMap<String, Quantity> {
+/// rest in whole units, truncated; a ratio outside (0, 1] counts as 1. A
+/// total beyond 64 bits is an error carrying the resource name.
+fn scaled(
+    total: &BTreeMap<String, QuantityValue>,
+    ratio: f64,
+) -> Result<BTreeMap<String, Quantity>, String> {
     total
         .iter()
         .map(|(name, value)| {
             let text = if name == "cpu" {
-                QuantityValue::from_milli((value.milli_value() as f64 * ratio) as i64)
-                    .to_decimal_si()
+                let milli = value.checked_milli_value().ok_or_else(|| name.clone())?;
+                QuantityValue::from_milli((milli as f64 * ratio) as i64).to_decimal_si()
             } else {
-                let units = QuantityValue::from_units((value.value() as f64 * ratio) as i64);
+                let units = value.checked_value().ok_or_else(|| name.clone())?;
+                let units = QuantityValue::from_units((units as f64 * ratio) as i64);
                 if is_binary(name) {
                     units.to_binary_si()
                 } else {
                     units.to_decimal_si()
                 }
             };
-            (name.clone(), Quantity(text))
+            Ok((name.clone(), Quantity(text)))
         })
         .collect()
 }
@@ -137,10 +168,17 @@ pub fn reconcile_profile(
         let Some(allocatable) = node.status.as_ref().and_then(|s| s.allocatable.as_ref()) else {
             continue;
         };
-        add_list(&mut total, allocatable);
+        let refused = |(resource, value, problem)| ProfileError::Amount {
+            profile: profile_name.clone(),
+            node: node.metadata.name.clone().unwrap_or_default(),
+            resource,
+            value,
+            problem,
+        };
+        add_list(&mut total, allocatable).map_err(refused)?;
         let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
         if cordoned || !node_ready(node) {
-            add_list(&mut unschedulable, allocatable);
+            add_list(&mut unschedulable, allocatable).map_err(refused)?;
         }
     }
     let ratio = profile
@@ -150,8 +188,12 @@ pub fn reconcile_profile(
         .and_then(|text| text.parse::<f64>().ok())
         .filter(|ratio| *ratio > 0.0 && *ratio <= 1.0)
         .unwrap_or(1.0);
-    let total = scaled(&total, ratio);
-    let unschedulable = scaled(&unschedulable, ratio);
+    let too_large = |resource| ProfileError::Total {
+        profile: profile_name.clone(),
+        resource,
+    };
+    let total = scaled(&total, ratio).map_err(too_large)?;
+    let unschedulable = scaled(&unschedulable, ratio).map_err(too_large)?;
 
     let annotations = profile.metadata.annotations.clone().unwrap_or_default();
     let resource_keys: Vec<String> = annotations
@@ -309,6 +351,28 @@ mod tests {
         assert_eq!(created.spec.min.as_ref().unwrap()["cpu"].0, "8");
         let again = reconcile_profile(&profile(Some("7")), &refs, Some(&created)).unwrap();
         assert_eq!((again.create, again.update), (None, None));
+    }
+
+    #[test]
+    fn unreadable_or_negative_allocatable_refuses_the_profile() {
+        for (cpu, reason) in [("lots", "invalid quantity"), ("-8", "negative")] {
+            let nodes = [
+                node("n1", "a", "8", "16Gi", true),
+                node("n2", "a", cpu, "8Gi", true),
+            ];
+            let refs: Vec<&Node> = nodes.iter().collect();
+            // Counting n2 as zero would shrink the quota's min.
+            let err = reconcile_profile(&profile(None), &refs, None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("pool-a")
+                    && err.contains("n2")
+                    && err.contains("cpu")
+                    && err.contains(reason),
+                "{err}"
+            );
+        }
     }
 
     #[test]
