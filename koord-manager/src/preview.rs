@@ -55,7 +55,30 @@ pub enum PreviewError {
     },
     #[error("{source_name}: no ConfigMap found")]
     NoConfigMap { source_name: String },
+    /// Text that is not YAML (or JSON), or goes beyond a limit; the message
+    /// gives the line and column.
+    #[error("{source_name}: {message}")]
+    Syntax {
+        source_name: String,
+        message: String,
+    },
+    /// An object the controllers could not tell apart: no name, or the name
+    /// of an earlier object of its kind.
+    #[error("{source_name}: {location}: {message}")]
+    Refused {
+        source_name: String,
+        location: String,
+        message: String,
+    },
 }
+
+/// The deepest nesting of mappings and sequences (YAML) or objects and
+/// arrays (JSON) a snapshot may have. Kubernetes objects nest about a dozen
+/// levels deep.
+pub const MAX_NESTING: usize = 128;
+
+/// The default of `--max-snapshot-bytes`.
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 512 << 20;
 
 /// The objects of a snapshot. Pods are kept only as the summaries the
 /// calculation reads, grouped by node, so large snapshots stay small.
@@ -78,7 +101,7 @@ pub enum SnapshotReader {
     LeanJson,
     /// The built-in streaming YAML reader into lean structs.
     FastYaml,
-    /// serde_yaml into lean structs: YAML the fast reader leaves alone
+    /// serde-saphyr into lean structs: YAML the fast reader leaves alone
     /// (anchors, tags, folded scalars, ...).
     LeanYaml,
     /// Full Kubernetes types, after a lean read failed.
@@ -122,7 +145,7 @@ struct LeanObject {
 
 /// A `List`'s items, added to a snapshot of their own as each is read, so a
 /// large list never exists as whole objects (Pods shrink to summaries).
-struct ListItems(Snapshot);
+struct ListItems(Builder);
 
 impl<'de> Deserialize<'de> for ListItems {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -139,11 +162,14 @@ impl<'de> Deserialize<'de> for ListItems {
                 self,
                 mut seq: A,
             ) -> Result<ListItems, A::Error> {
-                let mut items = Snapshot::default();
+                let mut items = Builder::default();
+                let mut index = 0;
                 while let Some(item) = seq.next_element::<Option<LeanObject>>()? {
+                    items.position.item = Some(index);
                     if let Some(item) = item {
                         items.add_lean(item);
                     }
+                    index += 1;
                 }
                 Ok(ListItems(items))
             }
@@ -261,54 +287,166 @@ struct LeanStatus {
     prod_peak_metric: Option<PeakMetric>,
 }
 
-impl Snapshot {
-    /// Parses YAML documents, or a stream of JSON objects (e.g. the output of
-    /// `kubectl get -o json`); `source_name` labels errors.
-    ///
-    /// Documents are read straight into lean structs holding only what the
-    /// preview reads. Should that fail anywhere, the whole text is read again
-    /// through full Kubernetes types, which names the bad document or object.
-    pub fn parse(text: &str, source_name: &str) -> Result<Self, PreviewError> {
-        if let Some(snapshot) = Self::parse_lean(text) {
-            return Ok(snapshot);
+/// Where an object is in a snapshot: its document (0-based, empty documents
+/// not counted) and, inside a `List`, its item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Position {
+    document: Option<usize>,
+    item: Option<usize>,
+}
+
+impl Position {
+    fn in_document(self, document: usize) -> Self {
+        Position {
+            document: Some(self.document.unwrap_or(document)),
+            item: self.item,
         }
-        Self::parse_full(text, source_name)
+    }
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "document {}", self.document.unwrap_or_default())?;
+        if let Some(item) = self.item {
+            write!(f, " item {item}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why an object was refused, kept until its document is known.
+#[derive(Clone, Debug)]
+enum Problem {
+    Nameless {
+        kind: &'static str,
+        at: Position,
+    },
+    Duplicate {
+        kind: &'static str,
+        key: String,
+        at: Position,
+        first: Position,
+    },
+}
+
+impl Problem {
+    fn in_document(self, document: usize) -> Self {
+        match self {
+            Problem::Nameless { kind, at } => Problem::Nameless {
+                kind,
+                at: at.in_document(document),
+            },
+            Problem::Duplicate {
+                kind,
+                key,
+                at,
+                first,
+            } => Problem::Duplicate {
+                kind,
+                key,
+                at: at.in_document(document),
+                first: first.in_document(document),
+            },
+        }
     }
 
-    /// The fast path; `None` on any malformed document.
-    fn parse_lean(text: &str) -> Option<Self> {
-        let mut snapshot = Snapshot::default();
-        if text.trim_start().starts_with('{') {
-            let stream = serde_json::Deserializer::from_str(text).into_iter::<Option<LeanObject>>();
-            for object in stream {
-                snapshot.add_lean(object.ok()??);
+    fn into_error(self, source_name: &str) -> PreviewError {
+        let (location, message) = match self {
+            Problem::Nameless { kind, at } => {
+                (at.to_string(), format!("a {kind} without metadata.name"))
             }
-            return Some(snapshot);
+            Problem::Duplicate {
+                kind,
+                key,
+                at,
+                first,
+            } => (
+                at.to_string(),
+                format!("{kind} {key:?} appears a second time (first in {first})"),
+            ),
+        };
+        PreviewError::Refused {
+            source_name: source_name.to_owned(),
+            location,
+            message,
         }
-        let fast = fast_yaml::for_each_document(text, |object: Option<LeanObject>| {
-            if let Some(object) = object {
-                snapshot.add_lean(object);
-            }
-        });
-        match fast {
-            Ok(()) => {
-                snapshot.read_by = SnapshotReader::FastYaml;
-                return Some(snapshot);
-            }
-            Err(reason) => {
-                tracing::debug!(%reason, "snapshot left to serde_yaml");
-                snapshot = Snapshot {
-                    read_by: SnapshotReader::LeanYaml,
-                    ..Snapshot::default()
-                };
-            }
+    }
+}
+
+/// A snapshot being read: the objects, the keys seen so far (to refuse a
+/// second object of the same kind and name, which the controllers could
+/// not tell apart) and the first problem.
+#[derive(Default)]
+struct Builder {
+    snapshot: Snapshot,
+    /// Where the next object is.
+    position: Position,
+    seen: HashMap<(&'static str, String), Position>,
+    /// Keys in the order they were seen, for merging a `List` in order.
+    order: Vec<(&'static str, String)>,
+    problem: Option<Problem>,
+}
+
+fn object_key(metadata: &ObjectMeta, namespaced: bool) -> Option<String> {
+    let name = metadata.name.as_deref().filter(|name| !name.is_empty())?;
+    Some(if namespaced {
+        format!(
+            "{}/{name}",
+            metadata.namespace.as_deref().unwrap_or_default()
+        )
+    } else {
+        name.to_owned()
+    })
+}
+
+impl Builder {
+    /// Records an object's key; false (and the first problem kept) when it
+    /// has no name or its key was seen before.
+    fn admit(&mut self, kind: &'static str, key: Option<String>) -> bool {
+        if self.problem.is_some() {
+            return false;
         }
-        for document in serde_yaml::Deserializer::from_str(text) {
-            if let Some(object) = Option::<LeanObject>::deserialize(document).ok()? {
-                snapshot.add_lean(object);
-            }
+        let at = self.position;
+        let Some(key) = key else {
+            self.problem = Some(Problem::Nameless { kind, at });
+            return false;
+        };
+        if let Some(first) = self.seen.get(&(kind, key.clone())) {
+            self.problem = Some(Problem::Duplicate {
+                kind,
+                key,
+                at,
+                first: *first,
+            });
+            return false;
         }
-        Some(snapshot)
+        self.seen.insert((kind, key.clone()), at);
+        self.order.push((kind, key));
+        true
+    }
+
+    fn add_node(&mut self, node: Node) {
+        if self.admit("Node", object_key(&node.metadata, false)) {
+            self.snapshot.nodes.push(node);
+        }
+    }
+
+    fn add_node_metric(&mut self, metric: NodeMetric) {
+        if self.admit("NodeMetric", object_key(&metric.metadata, false)) {
+            self.snapshot.node_metrics.push(metric);
+        }
+    }
+
+    fn add_pod(&mut self, pod: &Pod) {
+        if self.admit("Pod", object_key(&pod.metadata, true)) {
+            self.snapshot.add_pod(pod);
+        }
+    }
+
+    fn add_config_map(&mut self, config_map: ConfigMap) {
+        if self.admit("ConfigMap", object_key(&config_map.metadata, true)) {
+            self.snapshot.config_maps.push(config_map);
+        }
     }
 
     fn add_lean(&mut self, object: LeanObject) {
@@ -324,7 +462,7 @@ impl Snapshot {
         let status_present = status.is_some();
         let status = status.unwrap_or_default();
         match kind.as_str() {
-            "Node" => self.nodes.push(Node {
+            "Node" => self.add_node(Node {
                 metadata,
                 spec: None,
                 status: status_present.then(|| NodeStatus {
@@ -333,7 +471,7 @@ impl Snapshot {
                     ..NodeStatus::default()
                 }),
             }),
-            "NodeMetric" => self.node_metrics.push(NodeMetric {
+            "NodeMetric" => self.add_node_metric(NodeMetric {
                 metadata,
                 spec: NodeMetricSpec::default(),
                 status: status_present.then_some(NodeMetricStatus {
@@ -345,19 +483,16 @@ impl Snapshot {
                     prod_peak_metric: status.prod_peak_metric,
                 }),
             }),
-            "Pod" => {
-                let pod = Pod {
-                    metadata,
-                    spec: spec.map(LeanPodSpec::into_pod_spec),
-                    status: status_present.then(|| PodStatus {
-                        phase: status.phase,
-                        qos_class: status.qos_class,
-                        ..PodStatus::default()
-                    }),
-                };
-                self.add_pod(&pod);
-            }
-            "ConfigMap" => self.config_maps.push(ConfigMap {
+            "Pod" => self.add_pod(&Pod {
+                metadata,
+                spec: spec.map(LeanPodSpec::into_pod_spec),
+                status: status_present.then(|| PodStatus {
+                    phase: status.phase,
+                    qos_class: status.qos_class,
+                    ..PodStatus::default()
+                }),
+            }),
+            "ConfigMap" => self.add_config_map(ConfigMap {
                 metadata,
                 data,
                 ..ConfigMap::default()
@@ -371,15 +506,212 @@ impl Snapshot {
         }
     }
 
-    /// Appends `other`'s objects, keeping their order.
-    fn merge(&mut self, other: Snapshot) {
-        self.nodes.extend(other.nodes);
-        self.node_metrics.extend(other.node_metrics);
-        self.config_maps.extend(other.config_maps);
-        self.pod_count += other.pod_count;
-        for (node, pods) in other.pods {
-            self.pods.entry(node).or_default().extend(pods);
+    /// Appends a `List`'s objects (read by a builder of their own, whose
+    /// positions are items of the current document), keeping their order.
+    fn merge(&mut self, items: Builder) {
+        if self.problem.is_some() {
+            return;
         }
+        let document = self.position.document.unwrap_or_default();
+        if let Some(problem) = items.problem {
+            self.problem = Some(problem.in_document(document));
+            return;
+        }
+        for key in items.order {
+            let at = items.seen[&key].in_document(document);
+            if let Some(first) = self.seen.get(&key) {
+                self.problem = Some(Problem::Duplicate {
+                    kind: key.0,
+                    key: key.1,
+                    at,
+                    first: *first,
+                });
+                return;
+            }
+            self.seen.insert(key.clone(), at);
+            self.order.push(key);
+        }
+        let snapshot = &mut self.snapshot;
+        let other = items.snapshot;
+        snapshot.nodes.extend(other.nodes);
+        snapshot.node_metrics.extend(other.node_metrics);
+        snapshot.config_maps.extend(other.config_maps);
+        snapshot.pod_count += other.pod_count;
+        for (node, pods) in other.pods {
+            snapshot.pods.entry(node).or_default().extend(pods);
+        }
+    }
+
+    /// Moves on to the next (non-empty) document.
+    fn next_document(&mut self) {
+        self.position = Position {
+            document: Some(self.position.document.map_or(0, |d| d + 1)),
+            item: None,
+        };
+    }
+
+    fn finish(self, read_by: SnapshotReader, source_name: &str) -> Result<Snapshot, PreviewError> {
+        match self.problem {
+            Some(problem) => Err(problem.into_error(source_name)),
+            None => Ok(Snapshot {
+                read_by,
+                ..self.snapshot
+            }),
+        }
+    }
+}
+
+/// The 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset.min(text.len())).unwrap_or(text);
+    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// serde-saphyr's options for snapshots: the nesting limit and budgets in
+/// proportion to the text (every event and node takes at least one byte
+/// of it), booleans and repeated keys read as serde_yaml reads them.
+fn saphyr_options(text: &str) -> serde_saphyr::Options {
+    let linear = text.len().saturating_add(1024);
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_NESTING,
+            // The scanner looks ahead into flow collections before the
+            // depth budget sees their events.
+            flow_nesting_limit: MAX_NESTING,
+            max_events: linear,
+            max_nodes: linear,
+            max_documents: linear,
+            max_total_scalar_bytes: linear.max(64 << 20),
+        },
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::PassThrough,
+        strict_booleans: true,
+        with_snippet: false,
+    }
+}
+
+/// serde-saphyr's error with its position first, as the fast reader's.
+fn saphyr_message(error: &serde_saphyr::Error) -> String {
+    let text = error.to_string();
+    let Some(location) = error.location() else {
+        return text;
+    };
+    let (line, column) = (location.line(), location.column());
+    let suffix = format!(" at line {line}, column {column}");
+    let mut message = text.strip_suffix(&suffix).unwrap_or(&text).to_owned();
+    let depth_budget = matches!(
+        error.without_snippet(),
+        serde_saphyr::Error::Budget {
+            breach: serde_saphyr::budget::BudgetBreach::Depth { .. },
+            ..
+        }
+    );
+    // The scanner's flow nesting limit says "recursion limit exceeded".
+    if depth_budget || message == "recursion limit exceeded" {
+        message = format!("nested deeper than {MAX_NESTING} levels");
+    }
+    format!("line {line} column {column}: {message}")
+}
+
+/// Documents handed to a [`Builder`] by serde-saphyr (which collects into
+/// any `Default + Extend`).
+#[derive(Default)]
+struct LeanDocuments(Builder);
+
+impl Extend<Option<LeanObject>> for LeanDocuments {
+    fn extend<I: IntoIterator<Item = Option<LeanObject>>>(&mut self, documents: I) {
+        for document in documents.into_iter().flatten() {
+            self.0.next_document();
+            self.0.add_lean(document);
+        }
+    }
+}
+
+/// Whole documents as JSON values, for the slow path's precise errors.
+#[derive(Default)]
+struct ValueDocuments(Vec<Value>);
+
+impl Extend<Option<Value>> for ValueDocuments {
+    fn extend<I: IntoIterator<Item = Option<Value>>>(&mut self, documents: I) {
+        self.0.extend(documents.into_iter().flatten());
+    }
+}
+
+impl Snapshot {
+    /// Parses YAML documents, or a stream of JSON objects (e.g. the output of
+    /// `kubectl get -o json`); `source_name` labels errors.
+    ///
+    /// Documents are read straight into lean structs holding only what the
+    /// preview reads. Should that fail anywhere, the whole text is read again
+    /// through full Kubernetes types, which names the bad document or object.
+    /// Nesting deeper than [`MAX_NESTING`], and objects without a name or
+    /// with the name of an earlier object of their kind, are refused.
+    pub fn parse(text: &str, source_name: &str) -> Result<Self, PreviewError> {
+        if text.trim_start().starts_with('{') {
+            // serde_json limits nesting only in what it builds, not in what
+            // it steps over.
+            if let Some(offset) = apis::configuration::json_nesting_beyond(text, MAX_NESTING) {
+                let (line, column) = line_column(text, offset);
+                return Err(PreviewError::Syntax {
+                    source_name: source_name.to_owned(),
+                    message: format!(
+                        "line {line} column {column}: nested deeper than {MAX_NESTING} levels"
+                    ),
+                });
+            }
+            return match Self::parse_lean_json(text) {
+                Some(builder) => builder.finish(SnapshotReader::LeanJson, source_name),
+                None => Self::parse_full_json(text, source_name),
+            };
+        }
+        let mut builder = Builder::default();
+        let fast = fast_yaml::for_each_document(text, |object: Option<LeanObject>| {
+            if let Some(object) = object {
+                builder.next_document();
+                builder.add_lean(object);
+            }
+        });
+        match fast {
+            Ok(()) => return builder.finish(SnapshotReader::FastYaml, source_name),
+            Err(refused) if refused.is_limit() => {
+                let message = match refused.offset() {
+                    Some(offset) => {
+                        let (line, column) = line_column(text, offset);
+                        format!("line {line} column {column}: {}", refused.message())
+                    }
+                    None => refused.message().to_owned(),
+                };
+                return Err(PreviewError::Syntax {
+                    source_name: source_name.to_owned(),
+                    message,
+                });
+            }
+            Err(reason) => tracing::debug!(%reason, "snapshot left to serde-saphyr"),
+        }
+        match serde_saphyr::from_str_multiple_with_options::<Option<LeanObject>, LeanDocuments>(
+            text,
+            saphyr_options(text),
+        ) {
+            Ok(LeanDocuments(builder)) => builder.finish(SnapshotReader::LeanYaml, source_name),
+            Err(error) => {
+                tracing::debug!(error = %error, "lean read failed; reading full objects");
+                Self::parse_full_yaml(text, source_name)
+            }
+        }
+    }
+
+    /// The fast JSON path; `None` on any malformed document.
+    fn parse_lean_json(text: &str) -> Option<Builder> {
+        let mut builder = Builder::default();
+        let stream = serde_json::Deserializer::from_str(text).into_iter::<Option<LeanObject>>();
+        for object in stream {
+            if let Some(object) = object.ok()? {
+                builder.next_document();
+                builder.add_lean(object);
+            }
+        }
+        Some(builder)
     }
 
     fn add_pod(&mut self, pod: &Pod) {
@@ -392,79 +724,48 @@ impl Snapshot {
         }
     }
 
-    /// The slow path through full types, kept for its precise errors.
-    fn parse_full(text: &str, source_name: &str) -> Result<Self, PreviewError> {
-        let mut snapshot = Snapshot {
-            read_by: SnapshotReader::Full,
-            ..Snapshot::default()
-        };
-        if text.trim_start().starts_with('{') {
-            let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-            for (index, value) in stream.enumerate() {
-                let value = value.map_err(|err| PreviewError::Document {
+    /// The slow JSON path through full types, kept for its precise errors.
+    fn parse_full_json(text: &str, source_name: &str) -> Result<Self, PreviewError> {
+        let mut builder = Builder::default();
+        let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        for (index, value) in stream.enumerate() {
+            let value = value.map_err(|err| {
+                let message = err.to_string();
+                let message = match message.strip_prefix("recursion limit exceeded") {
+                    Some(at) => format!("nested deeper than {MAX_NESTING} levels{at}"),
+                    None => message,
+                };
+                PreviewError::Document {
                     source_name: source_name.to_owned(),
                     index,
-                    message: err.to_string(),
-                })?;
-                snapshot.add(value, source_name)?;
+                    message,
+                }
+            })?;
+            if !value.is_null() {
+                builder.next_document();
+                add_value(&mut builder, value, source_name)?;
             }
-            return Ok(snapshot);
         }
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let value =
-                serde_json::Value::deserialize(document).map_err(|err| PreviewError::Document {
-                    source_name: source_name.to_owned(),
-                    index,
-                    message: err.to_string(),
-                })?;
-            snapshot.add(value, source_name)?;
-        }
-        Ok(snapshot)
+        builder.finish(SnapshotReader::Full, source_name)
     }
 
-    fn add(&mut self, value: Value, source_name: &str) -> Result<(), PreviewError> {
-        if value.is_null() {
-            return Ok(());
+    /// The slow YAML path through full types, kept for its precise errors.
+    fn parse_full_yaml(text: &str, source_name: &str) -> Result<Self, PreviewError> {
+        let documents =
+            serde_saphyr::from_str_multiple_with_options::<Option<Value>, ValueDocuments>(
+                text,
+                saphyr_options(text),
+            )
+            .map_err(|error| PreviewError::Syntax {
+                source_name: source_name.to_owned(),
+                message: saphyr_message(&error),
+            })?;
+        let mut builder = Builder::default();
+        for value in documents.0 {
+            builder.next_document();
+            add_value(&mut builder, value, source_name)?;
         }
-        let header = Header::deserialize(&value).map_err(|err| PreviewError::Document {
-            source_name: source_name.to_owned(),
-            index: 0,
-            message: err.to_string(),
-        })?;
-        let name = header.metadata.and_then(|m| m.name).unwrap_or_default();
-        let fail = |err: serde_json::Error| PreviewError::Object {
-            source_name: source_name.to_owned(),
-            kind: header.kind.clone(),
-            name: name.clone(),
-            message: err.to_string(),
-        };
-        match header.kind.as_str() {
-            "Node" => self
-                .nodes
-                .push(serde_json::from_value(value).map_err(fail)?),
-            "NodeMetric" => self
-                .node_metrics
-                .push(serde_json::from_value(value).map_err(fail)?),
-            "Pod" => {
-                let pod: Pod = serde_json::from_value(value).map_err(fail)?;
-                self.add_pod(&pod);
-            }
-            "ConfigMap" => self
-                .config_maps
-                .push(serde_json::from_value(value).map_err(fail)?),
-            kind if kind.ends_with("List") => {
-                if let Value::Object(mut map) = value
-                    && let Some(Value::Array(items)) = map.remove("items")
-                {
-                    for item in items {
-                        self.add(item, source_name)?;
-                    }
-                }
-            }
-            // Other kinds (NodeSLOs, Services, ...) are irrelevant here.
-            _ => {}
-        }
-        Ok(())
+        builder.finish(SnapshotReader::Full, source_name)
     }
 
     /// The ConfigMap called `name`, if the snapshot has it.
@@ -473,6 +774,52 @@ impl Snapshot {
             .iter()
             .find(|cm| cm.metadata.name.as_deref() == Some(name))
     }
+}
+
+/// Adds one document (or `List` item) read as a JSON value.
+fn add_value(builder: &mut Builder, value: Value, source_name: &str) -> Result<(), PreviewError> {
+    if value.is_null() {
+        return Ok(());
+    }
+    let header = Header::deserialize(&value).map_err(|err| PreviewError::Refused {
+        source_name: source_name.to_owned(),
+        location: builder.position.to_string(),
+        message: err.to_string(),
+    })?;
+    let name = header.metadata.and_then(|m| m.name).unwrap_or_default();
+    let fail = |err: serde_json::Error| PreviewError::Object {
+        source_name: source_name.to_owned(),
+        kind: header.kind.clone(),
+        name: name.clone(),
+        message: err.to_string(),
+    };
+    match header.kind.as_str() {
+        "Node" => builder.add_node(serde_json::from_value(value).map_err(fail)?),
+        "NodeMetric" => builder.add_node_metric(serde_json::from_value(value).map_err(fail)?),
+        "Pod" => {
+            let pod: Pod = serde_json::from_value(value).map_err(fail)?;
+            builder.add_pod(&pod);
+        }
+        "ConfigMap" => builder.add_config_map(serde_json::from_value(value).map_err(fail)?),
+        kind if kind.ends_with("List") => {
+            if let Value::Object(mut map) = value
+                && let Some(Value::Array(items)) = map.remove("items")
+            {
+                let document = builder.position;
+                for (item, value) in items.into_iter().enumerate() {
+                    builder.position = Position {
+                        item: Some(item),
+                        ..document
+                    };
+                    add_value(builder, value, source_name)?;
+                }
+                builder.position = document;
+            }
+        }
+        // Other kinds (NodeSLOs, Services, ...) are irrelevant here.
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Parses and validates a ConfigMap's data.
@@ -779,6 +1126,14 @@ pub struct PreviewArgs {
     /// Print the time spent reading the snapshot and computing the report to stderr.
     #[arg(long)]
     pub timings: bool,
+
+    /// Refuse a snapshot (or `--against` file) larger than this many bytes.
+    #[arg(
+        long = "max-snapshot-bytes",
+        value_name = "BYTES",
+        default_value_t = DEFAULT_MAX_SNAPSHOT_BYTES
+    )]
+    pub max_snapshot_bytes: u64,
 }
 
 fn parse_time(text: &str) -> Result<SystemTime, String> {
@@ -796,6 +1151,8 @@ pub enum PreviewCommandError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path} is larger than {limit} bytes (--max-snapshot-bytes)")]
+    TooLarge { path: String, limit: u64 },
     #[error(transparent)]
     Preview(#[from] PreviewError),
     #[error("cannot encode the report: {0}")]
@@ -804,25 +1161,47 @@ pub enum PreviewCommandError {
     Write(#[from] std::io::Error),
 }
 
-fn read(path: &std::path::Path) -> Result<String, PreviewCommandError> {
-    std::fs::read_to_string(path).map_err(|source| PreviewCommandError::Read {
+/// Reads a file of at most `limit` bytes: a larger one is refused before
+/// (or, when it grows meanwhile, while) it is read.
+fn read(path: &std::path::Path, limit: u64) -> Result<String, PreviewCommandError> {
+    use std::io::Read;
+    let fail = |source| PreviewCommandError::Read {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let too_large = || PreviewCommandError::TooLarge {
+        path: path.display().to_string(),
+        limit,
+    };
+    let file = std::fs::File::open(path).map_err(fail)?;
+    if file.metadata().map_err(fail)?.len() > limit {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    file.take(limit.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(fail)?;
+    if text.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// Runs `preview`, writing the report to `out` node by node.
 pub fn run_preview(args: &PreviewArgs, out: &mut dyn Write) -> Result<(), PreviewCommandError> {
     let started = std::time::Instant::now();
     let snapshot_name = args.snapshot.display().to_string();
-    let snapshot = Snapshot::parse(&read(&args.snapshot)?, &snapshot_name)?;
+    let snapshot = Snapshot::parse(
+        &read(&args.snapshot, args.max_snapshot_bytes)?,
+        &snapshot_name,
+    )?;
     let parsed = started.elapsed();
     let config = config_from(snapshot.config_map(&args.config_name), &snapshot_name)?;
     let against = match &args.against {
         None => None,
         Some(path) => {
             let name = path.display().to_string();
-            let file = Snapshot::parse(&read(path)?, &name)?;
+            let file = Snapshot::parse(&read(path, args.max_snapshot_bytes)?, &name)?;
             let config_map = file
                 .config_map(&args.config_name)
                 .or(file.config_maps.first())
@@ -930,9 +1309,17 @@ mod tests {
     #[test]
     fn lean_and_full_reads_give_the_same_report() {
         let now = at("2026-01-01T00:10:00Z");
-        for text in [SNAPSHOT.to_owned(), as_json_stream(SNAPSHOT)] {
-            let lean = Snapshot::parse_lean(&text).expect("the lean path reads the snapshot");
-            let full = Snapshot::parse_full(&text, "full").unwrap();
+        for (text, json) in [
+            (SNAPSHOT.to_owned(), false),
+            (as_json_stream(SNAPSHOT), true),
+        ] {
+            let lean = Snapshot::parse(&text, "lean").unwrap();
+            assert_ne!(lean.read_by, SnapshotReader::Full);
+            let full = if json {
+                Snapshot::parse_full_json(&text, "full").unwrap()
+            } else {
+                Snapshot::parse_full_yaml(&text, "full").unwrap()
+            };
             assert_eq!(lean.nodes.len(), 3);
             assert_eq!(lean.pod_count, full.pod_count);
             assert_eq!(lean.pods, full.pods);
@@ -952,8 +1339,8 @@ mod tests {
         // A non-Pod kind whose spec clashes with the lean Pod fields is still
         // accepted (and ignored) through the full read.
         let text = "kind: Widget\nspec: {priority: high}\n---\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec: {nodeName: n1}\n";
-        assert!(Snapshot::parse_lean(text).is_none());
         let snapshot = Snapshot::parse(text, "snap.yaml").unwrap();
+        assert_eq!(snapshot.read_by, SnapshotReader::Full);
         assert_eq!(snapshot.pod_count, 1);
         assert_eq!(snapshot.pods["n1"][0].key, "d/p");
     }
@@ -1077,21 +1464,106 @@ mod tests {
 
     #[test]
     fn malformed_yaml_is_an_error_with_its_location() {
+        // Positions as serde-saphyr reports them (an unclosed bracket or
+        // quote at its opening).
         for (text, line) in [
             ("kind: Node\nmetadata:\n  name: a\n    labels: {}\n", 4),
-            ("kind: Node\nmetadata: {name: a\n", 3),
-            ("kind: Pod\nmetadata:\n  name: \"unterminated\n", 4),
-            ("kind: Node\n\tmetadata: {}\n", 2),
+            ("kind: Node\nmetadata: {name: a\n", 2),
+            ("kind: Pod\nmetadata:\n  name: \"unterminated\n", 3),
+            ("kind: Node\n\tmetadata: {}\n", 1),
             ("kind: Node\nmetadata: a: b\n", 2),
             ("- a\nkind: Node\n", 2),
         ] {
             let err = Snapshot::parse(text, "snap.yaml").unwrap_err().to_string();
             assert!(
-                err.starts_with("snap.yaml: document 0: ")
-                    && err.contains(&format!("line {line} column")),
+                err.starts_with(&format!("snap.yaml: line {line} column ")),
                 "{text:?}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn nesting_beyond_the_limit_is_refused_with_its_position() {
+        // serde_yaml (libyaml), the fallback reader before, needed time
+        // quadratic in the depth of flow collections, and read any depth
+        // inside fields the preview skips.
+        let flow = |anchor: &str| {
+            format!(
+                "kind: Node\nmetadata: {{name: {anchor}a}}\nx: {}{}\n",
+                "[".repeat(5_000),
+                "]".repeat(5_000)
+            )
+        };
+        let block: String = (0..200)
+            .map(|depth| format!("{}k{depth}:\n", " ".repeat(depth)))
+            .collect();
+        for (text, line) in [
+            (flow(""), 3),
+            // The anchor sends the text past the built-in reader.
+            (flow("&n "), 3),
+            // The 129th level is the mapping that starts on line 130.
+            (format!("kind: Node\n{block}"), 130),
+        ] {
+            let err = Snapshot::parse(&text, "snap.yaml").unwrap_err().to_string();
+            assert!(
+                err.starts_with("snap.yaml: ")
+                    && err.contains("nested deeper than 128")
+                    && err.contains(&format!("line {line} column")),
+                "{err}"
+            );
+        }
+        let json = format!(
+            "{{\"kind\": \"Node\", \"x\": {}{}}}",
+            "[".repeat(5_000),
+            "]".repeat(5_000)
+        );
+        let err = Snapshot::parse(&json, "snap.json").unwrap_err().to_string();
+        assert!(
+            err.contains("snap.json") && err.contains("line 1 column"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nameless_and_duplicate_objects_are_refused() {
+        let node = |name: &str| format!("kind: Node\nmetadata: {{name: {name}}}\n");
+        let cases = [
+            (
+                "kind: Node\nmetadata: {labels: {a: b}}\n".to_owned(),
+                "document 0: a Node without metadata.name",
+            ),
+            (
+                format!("{}---\nkind: NodeMetric\nmetadata: {{}}\n", node("a")),
+                "document 1: a NodeMetric without metadata.name",
+            ),
+            (
+                format!("{}---\n{}---\n{}", node("a"), node("b"), node("a")),
+                "document 2: Node \"a\" appears a second time (first in document 0)",
+            ),
+            (
+                "kind: List\nitems:\n- {kind: Pod, metadata: {name: p, namespace: d}}\n- {kind: Pod, metadata: {name: q, namespace: d}}\n- {kind: Pod, metadata: {name: p, namespace: d}}\n".to_owned(),
+                "document 0 item 2: Pod \"d/p\" appears a second time (first in document 0 item 0)",
+            ),
+            (
+                "kind: ConfigMap\nmetadata: {name: c, namespace: n}\n---\nkind: List\nitems:\n- {kind: ConfigMap, metadata: {name: c, namespace: n}}\n".to_owned(),
+                "document 1 item 0: ConfigMap \"n/c\" appears a second time (first in document 0)",
+            ),
+        ];
+        for (yaml, expected) in cases {
+            let err = Snapshot::parse(&yaml, "snap.yaml").unwrap_err().to_string();
+            assert_eq!(err, format!("snap.yaml: {expected}"), "{yaml}");
+            // The same objects as JSON.
+            let json = as_json_stream(&yaml);
+            let err = Snapshot::parse(&json, "snap.json").unwrap_err().to_string();
+            assert_eq!(err, format!("snap.json: {expected}"), "{json}");
+        }
+        // The same name in other kinds or namespaces is fine.
+        let text = format!(
+            "{}---\nkind: NodeMetric\nmetadata: {{name: a}}\n---\nkind: Pod\nmetadata: {{name: a, namespace: x}}\n---\nkind: Pod\nmetadata: {{name: a, namespace: y}}\n",
+            node("a")
+        );
+        let snapshot = Snapshot::parse(&text, "snap.yaml").unwrap();
+        assert_eq!(snapshot.pod_count, 2);
     }
 
     /// A node whose status already carries batch resources, its capacity

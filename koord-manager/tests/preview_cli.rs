@@ -189,3 +189,23 @@ fn text_output_and_bad_input() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("bad.yaml"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn files_beyond_the_size_limit_are_refused_before_reading() {
+    let size = std::fs::metadata(SNAPSHOT).unwrap().len();
+    let output = preview(&["--max-snapshot-bytes", &(size - 1).to_string()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("preview-snapshot.yaml")
+            && stderr.contains(&format!("larger than {} bytes", size - 1)),
+        "{stderr}"
+    );
+    // At the limit it is read.
+    let output = preview(&["--max-snapshot-bytes", &size.to_string()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
