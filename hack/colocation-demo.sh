@@ -203,7 +203,9 @@ start_containers_demo() {
 
     # koordlet's cgroup layout names the QoS root "kubepods"; give it a cgroup
     # root whose <hierarchy>/kubepods is this containerd's private subtree (and
-    # the subtree under its own name too, for the cgroup parents NRI reports).
+    # the subtree under its own name too, for the cgroup parents NRI reports;
+    # --kubepods-cgroup-dir names it, since koordlet's hooks only touch pod
+    # cgroups below the kubepods directory).
     local farm=$work/cgroup-root hierarchy name entry
     for hierarchy in "$cgroot"/*; do
         name=$(basename "$hierarchy")
@@ -220,7 +222,7 @@ start_containers_demo() {
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "$koordlet_bin" --standalone --node-name colocation-demo --addr "127.0.0.1:$port" \
         --pods-file "$work/pods.json" --node-slo-file "$work/nodeslo.yaml" \
-        --cgroup-root-dir "$farm" --kubelet-sync-interval 1s \
+        --cgroup-root-dir "$farm" --kubepods-cgroup-dir "$nr_kubepods" --kubelet-sync-interval 1s \
         --runtime-hooks-nri-socket-path "$NR_NRI_SOCK" \
         --runtime-hooks-nri-backoff-duration 100ms --runtime-hooks-nri-backoff-cap 1s \
         --log-level "$log_level" > "$work/koordlet.log" 2>&1 &

@@ -236,6 +236,12 @@ impl Containerd {
         &self.kubepods
     }
 
+    /// koordlet's `--kubepods-cgroup-dir` for this instance: koordlet's
+    /// runtime hooks only touch pod cgroups below it.
+    pub fn kubepods_flag(&self) -> String {
+        format!("--kubepods-cgroup-dir={}", self.kubepods)
+    }
+
     pub fn log(&self) -> String {
         fs::read_to_string(self.var("NR_LOG")).unwrap_or_default()
     }

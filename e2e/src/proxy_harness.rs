@@ -385,8 +385,9 @@ pub async fn raw_unary<M: prost::Message + Clone + Send + Sync + 'static>(
     .map(tonic::Response::into_inner)
 }
 
-/// A cgroup root for koordlet in which `<controller>/kubepods` is the
-/// private `kubepods` subtree of this containerd (root files linked).
+/// A cgroup root for koordlet in which `<controller>/kubepods` and
+/// `<controller>/<kubepods>` are the private `kubepods` subtree of this
+/// containerd (root files linked).
 pub fn cgroup_root_with_private_kubepods(root: &Path, kubepods: &str) -> std::io::Result<PathBuf> {
     let farm = root.join("cgroup-root");
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup")? {
@@ -404,10 +405,9 @@ pub fn cgroup_root_with_private_kubepods(root: &Path, kubepods: &str) -> std::io
                 std::os::unix::fs::symlink(entry.path(), ours.join(entry.file_name()))?;
             }
         }
-        std::os::unix::fs::symlink(
-            format!("{}{kubepods}", real.display()),
-            ours.join("kubepods"),
-        )?;
+        let private = format!("{}{kubepods}", real.display());
+        std::os::unix::fs::symlink(&private, ours.join("kubepods"))?;
+        std::os::unix::fs::symlink(&private, ours.join(kubepods.trim_start_matches('/')))?;
     }
     Ok(farm)
 }

@@ -46,7 +46,8 @@ async fn node(test: &str) -> Result<Node, Skip> {
 }
 
 fn start_koordlet(node: &Node) -> Koordlet {
-    Koordlet::start(&node.containerd.nri_socket(), &node.pods_file, &[]).unwrap()
+    let kubepods = node.containerd.kubepods_flag();
+    Koordlet::start(&node.containerd.nri_socket(), &node.pods_file, &[&kubepods]).unwrap()
 }
 
 /// Waits for the plugin to be registered `registrations` times in total.
@@ -424,10 +425,10 @@ async fn koordlet_restart_resynchronizes_existing_containers() {
     eprintln!("nri-resync: passed in {:?}", started.elapsed());
 }
 
-/// A cgroup root for koordlet in which `<controller>/kubepods` is this
-/// instance's `NR_KUBEPODS` (the layout's kubepods name is fixed, and the
+/// A cgroup root for koordlet in which `<controller>/kubepods` and
+/// `<controller>/<NR_KUBEPODS>` are this instance's private subtree (the
 /// node's real `/kubepods` may belong to someone else): every hierarchy's
-/// root files are linked, plus `kubepods` → the private subtree.
+/// root files are linked, plus those two links.
 fn cgroup_root_with_private_kubepods(node: &Node) -> PathBuf {
     let farm = node.containerd.root().join("cgroup-root");
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap() {
@@ -447,7 +448,9 @@ fn cgroup_root_with_private_kubepods(node: &Node) -> PathBuf {
             }
         }
         let private = format!("{}{}", real.display(), node.containerd.kubepods());
-        std::os::unix::fs::symlink(private, ours.join("kubepods")).unwrap();
+        std::os::unix::fs::symlink(&private, ours.join("kubepods")).unwrap();
+        let name = node.containerd.kubepods().trim_start_matches('/');
+        std::os::unix::fs::symlink(&private, ours.join(name)).unwrap();
     }
     farm
 }
@@ -507,11 +510,13 @@ async fn reconciler_repairs_drift_written_by_hand() {
     let mut node = node_or_skip!("nri-drift");
     let cgroup_root = cgroup_root_with_private_kubepods(&node);
     let root_flag = format!("--cgroup-root-dir={}", cgroup_root.display());
+    let kubepods = node.containerd.kubepods_flag();
     let koordlet = Koordlet::start(
         &node.containerd.nri_socket(),
         &node.pods_file,
         &[
             &root_flag,
+            &kubepods,
             "--runtime-hooks-reconcile-interval=1s",
             "--kubelet-sync-interval=1s",
         ],

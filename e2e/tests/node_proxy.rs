@@ -12,7 +12,7 @@ use e2e::node_runtime::{Containerd, Koordlet, Skip, read_cgroup, wait_for_value}
 use e2e::proxy_harness::{
     HookRecorder, Pod, Proxy, WAIT, be_pods_file, cgroup_root_with_private_kubepods,
     container_config, create_container, first_lines, pod_config, run_pod, start_container,
-    start_hook_server, start_hook_server_with,
+    start_hook_server_with,
 };
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -31,7 +31,15 @@ impl Node {
     }
 
     fn hook_server(&self, policy: &str) -> Koordlet {
-        start_hook_server(&self.root(), &self.pods_file, &self.hook_dir, policy).unwrap()
+        let kubepods = self.containerd.kubepods_flag();
+        start_hook_server_with(
+            &self.root(),
+            &self.pods_file,
+            &self.hook_dir,
+            policy,
+            &[&kubepods],
+        )
+        .unwrap()
     }
 
     fn proxy(&self) -> Proxy {
@@ -266,6 +274,7 @@ async fn hook_server_down_ignore_starts_with_defaults_and_fail_refuses() {
     )
     .unwrap();
     let root_flag = format!("--cgroup-root-dir={}", cgroup_root.display());
+    let kubepods = node.containerd.kubepods_flag();
     let koordlet = start_hook_server_with(
         &node.root(),
         &node.pods_file,
@@ -273,6 +282,7 @@ async fn hook_server_down_ignore_starts_with_defaults_and_fail_refuses() {
         "Ignore",
         &[
             &root_flag,
+            &kubepods,
             "--runtime-hooks-reconcile-interval=1s",
             "--kubelet-sync-interval=1s",
         ],

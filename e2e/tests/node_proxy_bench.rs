@@ -11,7 +11,7 @@ use apis::runtime::v1alpha1 as hook;
 use e2e::cri::{self, RuntimeClient, v1};
 use e2e::node_runtime::Containerd;
 use e2e::proxy_harness::{
-    Proxy, container_config, create_container, pod_config, run_pod, start_hook_server,
+    Proxy, container_config, create_container, pod_config, run_pod, start_hook_server_with,
 };
 
 struct Stats {
@@ -80,7 +80,9 @@ async fn proxy_overhead_and_hook_round_trip() {
     .unwrap();
     let hook_dir = root.join("hookserver.d");
     std::fs::create_dir_all(&hook_dir).unwrap();
-    let koordlet = start_hook_server(&root, &pods_file, &hook_dir, "Ignore").unwrap();
+    let kubepods = containerd.kubepods_flag();
+    let koordlet =
+        start_hook_server_with(&root, &pods_file, &hook_dir, "Ignore", &[&kubepods]).unwrap();
     let proxy = Proxy::start(&root, &containerd.cri_socket(), &hook_dir).unwrap();
     let direct = cri::connect(&containerd.cri_socket()).await.unwrap();
     let mut proxied = proxy.client().await;
