@@ -489,6 +489,112 @@ fn check_scheduler_serving(
     problems
 }
 
+/// Who can reach koordlet's HTTP endpoints (issue 16): `/qos/explain` and
+/// the audit trail are served on a loopback `--addr` only (the binary
+/// enforces it), and the kubelet's probes must reach a listener that serves
+/// `/healthz` and `/readyz`. The kubelet probes from the node's network
+/// namespace: a probe with `host: 127.0.0.1` reaches a loopback listener
+/// only when the pod shares that namespace (`hostNetwork`); a probe without
+/// a host goes to the pod IP, which a loopback listener does not serve. A
+/// Service must not point at a loopback-only port.
+fn check_koordlet_serving(pod: &PodSpec, services: &[Service]) -> Vec<String> {
+    let Some(container) = pod
+        .containers
+        .iter()
+        .find(|c| c.command.iter().flatten().next().map(String::as_str) == Some("/koordlet"))
+    else {
+        return vec!["no /koordlet container".to_string()];
+    };
+    let args = match koordlet::KoordletArgs::try_parse_from(container_argv(container)) {
+        Ok(args) => args,
+        Err(e) => return vec![format!("koordlet flags: {e}")],
+    };
+    let host_network = pod.host_network == Some(true);
+    let addr = args.addr.socket_addr();
+    // Listeners serving the probes: --addr (everything) and --health-addr.
+    let health: Vec<std::net::SocketAddr> = std::iter::once(addr)
+        .chain(args.health_addr.map(|a| a.socket_addr()))
+        .collect();
+    let mut problems = Vec::new();
+    let probes = [
+        ("livenessProbe", &container.liveness_probe),
+        ("readinessProbe", &container.readiness_probe),
+        ("startupProbe", &container.startup_probe),
+    ];
+    for (what, probe) in probes {
+        let Some(get) = probe.as_ref().and_then(|p| p.http_get.as_ref()) else {
+            continue;
+        };
+        let port = resolve_port(&get.port, container);
+        let target: Option<std::net::IpAddr> = get.host.as_deref().and_then(|h| h.parse().ok());
+        let reachable = health.iter().any(|listener| {
+            Some(listener.port()) == port
+                && match target {
+                    Some(ip) if ip.is_loopback() => {
+                        host_network
+                            && (listener.ip().is_loopback() || listener.ip().is_unspecified())
+                    }
+                    _ => listener.ip().is_unspecified(),
+                }
+        });
+        if !reachable {
+            problems.push(format!(
+                "koordlet's {what} ({:?}:{:?}, hostNetwork {host_network}) reaches no listener serving probes ({health:?})",
+                get.host, get.port
+            ));
+        }
+        let path = get.path.as_deref().unwrap_or("/");
+        if !(path.starts_with("/healthz") || path.starts_with("/readyz")) {
+            problems.push(format!(
+                "koordlet's {what} asks {path}; probes are /healthz and /readyz"
+            ));
+        }
+    }
+    if container.readiness_probe.is_none() || container.liveness_probe.is_none() {
+        problems.push("koordlet needs a liveness and a readiness probe".to_string());
+    }
+    let selects_koordlet = |service: &Service| {
+        service
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .is_some_and(|selector| {
+                selector.get("koord-app").map(String::as_str) == Some("koordlet")
+            })
+    };
+    let scraping: Vec<&str> = services
+        .iter()
+        .filter(|s| selects_koordlet(s))
+        .filter(|service| {
+            service
+                .spec
+                .iter()
+                .flat_map(|s| s.ports.iter().flatten())
+                .any(|port| {
+                    let target = port
+                        .target_port
+                        .clone()
+                        .unwrap_or(IntOrString::Int(port.port));
+                    resolve_port(&target, container) == Some(addr.port())
+                })
+        })
+        .map(|service| service.metadata.name.as_deref().unwrap_or("?"))
+        .collect();
+    if addr.ip().is_loopback() {
+        for service in &scraping {
+            problems.push(format!(
+                "Service {service} points at koordlet's port {}, which listens on loopback only",
+                addr.port()
+            ));
+        }
+    } else if scraping.is_empty() {
+        problems.push(format!(
+            "koordlet's --addr {addr} is open beyond loopback (/metrics names pods) though no Service scrapes it"
+        ));
+    }
+    problems
+}
+
 fn check_set(name: &str, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let docs = documents(text);
@@ -496,6 +602,7 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
     let mut kinds = BTreeSet::new();
     let mut services: Vec<Service> = Vec::new();
     let mut scheduler_pod: Option<PodSpec> = None;
+    let mut koordlet_pod: Option<PodSpec> = None;
     let mut kube_scheduler_config = String::new();
     for doc in &docs {
         if doc["kind"] == "Service"
@@ -515,6 +622,8 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
                 }
                 if object == "Deployment/koord-scheduler" {
                     scheduler_pod = Some(pod);
+                } else if object == "DaemonSet/koordlet" {
+                    koordlet_pod = Some(pod);
                 }
             }
             Ok(None) => {}
@@ -551,6 +660,14 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
             }
         }
         None => problems.push(format!("{name}: no Deployment/koord-scheduler rendered")),
+    }
+    match &koordlet_pod {
+        Some(pod) => {
+            for problem in check_koordlet_serving(pod, &services) {
+                problems.push(format!("{name}: DaemonSet/koordlet: {problem}"));
+            }
+        }
+        None => problems.push(format!("{name}: no DaemonSet/koordlet rendered")),
     }
     for expected in [
         "Deployment",
@@ -724,5 +841,67 @@ fn an_exposed_extender_or_unreachable_probes_are_caught() {
     assert!(
         problems.contains("Service koord-scheduler exposes the extender's port 10251"),
         "{problems}"
+    );
+}
+
+#[test]
+fn unreachable_koordlet_probes_or_exposed_loopback_ports_are_caught() {
+    let pod = |args: &[&str], host: Option<&str>, host_network: bool| -> PodSpec {
+        let mut get = serde_json::json!({"path": "/readyz", "port": 9316});
+        if let Some(host) = host {
+            get["host"] = host.into();
+        }
+        let mut live = get.clone();
+        live["path"] = "/healthz".into();
+        serde_json::from_value(serde_json::json!({
+            "hostNetwork": host_network,
+            "containers": [{
+                "name": "koordlet",
+                "command": ["/koordlet"],
+                "args": args,
+                "ports": [{"name": "http", "containerPort": 9316}],
+                "readinessProbe": {"httpGet": get},
+                "livenessProbe": {"httpGet": live}
+            }]
+        }))
+        .unwrap()
+    };
+    // The chart: loopback, probed on 127.0.0.1 from the host network.
+    let good = pod(&["--addr=127.0.0.1:9316"], Some("127.0.0.1"), true);
+    assert_eq!(check_koordlet_serving(&good, &[]), Vec::<String>::new());
+    // Every interface is only for the ServiceMonitor (below); the previous
+    // chart listened there with nothing scraping it.
+    let open = pod(&["--addr=:9316"], Some("127.0.0.1"), true);
+    let problems = check_koordlet_serving(&open, &[]).join("\n");
+    assert!(problems.contains("no Service scrapes it"), "{problems}");
+
+    // Loopback, probed at the pod IP: the kubelet cannot reach it.
+    let problems = check_koordlet_serving(&pod(&["--addr=127.0.0.1:9316"], None, true), &[]);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    // 127.0.0.1 without the host network is the pod's own loopback.
+    let problems = check_koordlet_serving(
+        &pod(&["--addr=127.0.0.1:9316"], Some("127.0.0.1"), false),
+        &[],
+    );
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    // A health-only listener on every interface serves probes at the pod IP.
+    let health = pod(
+        &["--addr=127.0.0.1:9315", "--health-addr=:9316"],
+        None,
+        true,
+    );
+    assert_eq!(check_koordlet_serving(&health, &[]), Vec::<String>::new());
+
+    // A Service in front of a loopback-only port.
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "koordlet-service"},
+        "spec": {"selector": {"koord-app": "koordlet"}, "ports": [{"port": 9316}]}
+    }))
+    .unwrap();
+    let problems = check_koordlet_serving(&good, &[service.clone()]).join("\n");
+    assert!(problems.contains("listens on loopback only"), "{problems}");
+    assert_eq!(
+        check_koordlet_serving(&open, &[service]),
+        Vec::<String>::new()
     );
 }
