@@ -898,7 +898,7 @@ fn unreachable_koordlet_probes_or_exposed_loopback_ports_are_caught() {
         "spec": {"selector": {"koord-app": "koordlet"}, "ports": [{"port": 9316}]}
     }))
     .unwrap();
-    let problems = check_koordlet_serving(&good, &[service.clone()]).join("\n");
+    let problems = check_koordlet_serving(&good, std::slice::from_ref(&service)).join("\n");
     assert!(problems.contains("listens on loopback only"), "{problems}");
     assert_eq!(
         check_koordlet_serving(&open, &[service]),
