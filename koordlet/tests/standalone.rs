@@ -6,9 +6,12 @@
 //! cgroup), per-NUMA usage and the prod reclaimable / peak estimate.
 //!
 //! Needs root and the cgroup v1 cpu and cpuacct hierarchies (prints `SKIP:`
-//! otherwise). The pods get unique UIDs, so their cgroups
-//! (`kubepods/burstable/pod<uid>/<container>`) never collide with another
-//! run's; everything created is removed even when the test fails.
+//! otherwise). The pods get unique UIDs and a private kubepods directory
+//! (`--kubepods-cgroup-dir`), so their cgroups
+//! (`kubepods-koord-test-<unique>/burstable/pod<uid>/<container>`) never
+//! collide with another run's, and a kubelet on the machine, which removes
+//! pod cgroups it does not know below its own `kubepods`, leaves them alone;
+//! everything created is removed even when the test fails.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -26,7 +29,6 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Hierarchies the pods' cgroups are created in; the collector reads CPU from
 /// cpuacct, throttling from cpu and memory from memory.
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
-const TIER_DIRS: [&str; 2] = ["kubepods", "kubepods/burstable"];
 /// The CFS quota of pod B: half a core.
 const QUOTA_US: u64 = 50_000;
 const PERIOD_US: u64 = 100_000;
@@ -41,11 +43,13 @@ struct TestPod {
     name: &'static str,
     uid: String,
     container_id: String,
+    /// This run's kubepods directory.
+    kubepods: String,
 }
 
 impl TestPod {
     fn relative_dir(&self) -> PathBuf {
-        PathBuf::from(format!("kubepods/burstable/pod{}", self.uid))
+        PathBuf::from(format!("{}/burstable/pod{}", self.kubepods, self.uid))
     }
 
     fn container_dir(&self) -> PathBuf {
@@ -228,23 +232,26 @@ fn standalone_node_metric_matches_the_generated_load() {
             .unwrap()
             .subsec_nanos()
     );
+    let kubepods = format!("kubepods-koord-test-{unique}");
     let pod_a = TestPod {
         name: "busy-full-core",
         uid: format!("koord-test-{unique}-a"),
         container_id: format!("koordtest{unique}a").replace('-', ""),
+        kubepods: kubepods.clone(),
     };
     let pod_b = TestPod {
         name: "busy-half-core",
         uid: format!("koord-test-{unique}-b"),
         container_id: format!("koordtest{unique}b").replace('-', ""),
+        kubepods: kubepods.clone(),
     };
 
     let mut cleanup = Cleanup {
         processes: Vec::new(),
         dirs: Vec::new(),
     };
-    for tier in TIER_DIRS {
-        create_cgroup(Path::new(tier), &mut cleanup);
+    for tier in [kubepods.clone(), format!("{kubepods}/burstable")] {
+        create_cgroup(Path::new(&tier), &mut cleanup);
     }
     for pod in [&pod_a, &pod_b] {
         create_cgroup(&pod.relative_dir(), &mut cleanup);
@@ -313,7 +320,10 @@ fn standalone_node_metric_matches_the_generated_load() {
             "--node-name=standalone-test-node",
             "--node-metric-report-interval=3s",
             "--collect-res-used-interval=1s",
+            // The NodeMetric is the point; the node's runtime is someone else's.
+            "--enable-nri-runtime-hook=false",
         ])
+        .arg(format!("--kubepods-cgroup-dir={kubepods}"))
         .arg("--pods-file")
         .arg(&pods_file)
         .arg("--node-slo-file")
