@@ -290,3 +290,23 @@ pub fn pod_cgroup_dir(pod: &Pod) -> anyhow::Result<String> {
     };
     Ok(format!("/kubepods{tier}/pod{uid}"))
 }
+
+/// The `slo-controller-config` key of the CPU/memory threshold strategies.
+pub const THRESHOLD_KEY: &str = "resource-threshold-config";
+
+/// Sets (or with `None` removes) the threshold key of the cluster's `slo-controller-config`.
+pub async fn set_threshold_config(
+    configs: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
+    // A merge patch with null removes the key.
+    let patch = json!({"data": {THRESHOLD_KEY: value}});
+    configs
+        .patch(
+            "slo-controller-config",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}

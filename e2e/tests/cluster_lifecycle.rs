@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use e2e::cluster::{
-    EXTENDER_RETRY, KOORD_NAMESPACE, NODE_LOAD, TestNamespace, component_pods, container_log,
-    eventually, key_values, node_file_watcher, node_of, pod, pod_cgroup_dir, resource, running_pod,
-    running_pod_within, watched_values,
+    EXTENDER_RETRY, KOORD_NAMESPACE, NODE_LOAD, THRESHOLD_KEY, TestNamespace, component_pods,
+    container_log, eventually, key_values, node_file_watcher, node_of, pod, pod_cgroup_dir,
+    resource, running_pod, running_pod_within, set_threshold_config, watched_values,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -167,21 +167,6 @@ async fn be_pod_from_admission_to_cpu_suppression() -> anyhow::Result<()> {
     let restored = set_threshold_config(&configs, original.as_deref()).await;
     profile.delete().await;
     result.and(restored)
-}
-
-const THRESHOLD_KEY: &str = "resource-threshold-config";
-
-async fn set_threshold_config(configs: &Api<ConfigMap>, value: Option<&str>) -> anyhow::Result<()> {
-    // A merge patch with null removes the key.
-    let patch = json!({"data": {THRESHOLD_KEY: value}});
-    configs
-        .patch(
-            "slo-controller-config",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
 }
 
 async fn be_lifecycle(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use e2e::cluster::{
-    EXTENDER_RETRY, KOORD_NAMESPACE, NODE_LOAD, TestNamespace, component_pods, eventually,
-    key_values, node_file_watcher, node_of, pod, pod_cgroup_dir, pod_logs_when_done, running_pod,
-    running_pod_within, watched_values,
+    EXTENDER_RETRY, KOORD_NAMESPACE, NODE_LOAD, THRESHOLD_KEY, TestNamespace, component_pods,
+    eventually, key_values, node_file_watcher, node_of, pod, pod_cgroup_dir, pod_logs_when_done,
+    running_pod, running_pod_within, set_threshold_config, watched_values,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -24,8 +24,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-
-const THRESHOLD_KEY: &str = "resource-threshold-config";
 
 /// koordlet's container args in its DaemonSet.
 async fn koordlet_args(daemonsets: &Api<DaemonSet>) -> anyhow::Result<Vec<String>> {
@@ -92,19 +90,6 @@ fn with_gate(args: &[String], gate: &str, on: bool) -> anyhow::Result<Vec<String
         .collect();
     ensure!(found, "koordlet has no --feature-gates argument");
     Ok(args)
-}
-
-async fn set_threshold_config(configs: &Api<ConfigMap>, value: Option<&str>) -> anyhow::Result<()> {
-    // A merge patch with null removes the key.
-    let patch = json!({"data": {THRESHOLD_KEY: value}});
-    configs
-        .patch(
-            "slo-controller-config",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
 }
 
 /// Node memory in use, as koordlet's memoryevict computes it: (MemTotal − MemAvailable), and
