@@ -7,6 +7,7 @@
 #   local-cluster.sh install     helm install the chart with its defaults and wait for it
 #   local-cluster.sh logs DIR    copy every component's log and the cluster's state to DIR
 #   local-cluster.sh restart containerd|kubelet
+#   local-cluster.sh settle [MILLI]  wait until the node's batch-cpu allocatable is >= MILLI
 # See README.md beside this file.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -536,6 +537,22 @@ cmd_logs() {
   lc_log "logs copied to $out"
 }
 
+# settle [MILLI] [SECONDS]: wait until the node's batch-cpu allocatable is at least MILLI (default
+# 500). koord-manager derives it from the node's measured usage, and koord-scheduler's LoadAware
+# filters on the same usage: right after a build has held every CPU, BE and LS pods would wait
+# until the next NodeMetric report shows the build gone.
+cmd_settle() {
+  local want=${1:-500} limit=${2:-240} deadline batch
+  deadline=$((SECONDS + limit))
+  while :; do
+    batch=$(lc_kubectl get node "$LC_NODE" -o jsonpath='{.status.allocatable.kubernetes\.io/batch-cpu}' 2>/dev/null || true)
+    [[ $batch =~ ^[0-9]+$ ]] || batch=0
+    if [ "$batch" -ge "$want" ]; then lc_log "node settled: batch-cpu $batch"; return 0; fi
+    if [ $SECONDS -ge $deadline ]; then lc_log "node not settled after ${limit} s: batch-cpu $batch (continuing)"; return 0; fi
+    sleep 5
+  done
+}
+
 cmd_restart() {
   case "${1:-}" in
     containerd)
@@ -561,5 +578,6 @@ case "$cmd" in
   install) cmd_install "$@" ;;
   logs) cmd_logs "$@" ;;
   restart) cmd_restart "$@" ;;
-  *) sed -n '2,10p' "$0" >&2; exit 2 ;;
+  settle) cmd_settle "$@" ;;
+  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
 esac
