@@ -345,12 +345,16 @@ fn replace_resource(
         return Ok(false);
     };
     let converted = if resource == RESOURCE_CPU {
-        let value = QuantityValue::of(&quantity).map_err(|_| ProfileError::Quantity {
-            container: container.to_owned(),
-            resource: resource.to_owned(),
-            value: quantity.0.clone(),
-        })?;
-        Quantity(value.milli_value().to_string())
+        // Milli-cores as a whole number: beyond 64 bits it is refused, not clamped.
+        let milli = QuantityValue::of(&quantity)
+            .ok()
+            .and_then(QuantityValue::checked_milli_value)
+            .ok_or_else(|| ProfileError::Quantity {
+                container: container.to_owned(),
+                resource: resource.to_owned(),
+                value: quantity.0.clone(),
+            })?;
+        Quantity(milli.to_string())
     } else {
         quantity
     };
@@ -530,6 +534,32 @@ mod tests {
             "1500",
             "a limit without a request gets the request copied"
         );
+    }
+
+    #[test]
+    fn cpu_beyond_64_bits_of_milli_cores_is_refused_not_clamped() {
+        let profile = batch_profile();
+        let classes = classes();
+        let namespace = enabled_namespace();
+        let ctx = ProfileContext {
+            profiles: &[&profile],
+            namespace_labels: Some(&namespace),
+            priority_classes: &classes,
+            skip_mutating_resources: false,
+        };
+        let mut pod = spark_pod();
+        pod.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert("cpu".into(), Quantity("1E".into()));
+        let err = apply_colocation_profiles(&mut pod, &ctx, &mut || 0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cpu") && err.contains("\"1E\""), "{err}");
     }
 
     #[test]
