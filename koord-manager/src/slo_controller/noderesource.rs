@@ -191,7 +191,7 @@ fn third_party_batch(node: &Node) -> Result<CpuMem, InputError> {
             }
         };
         let amount = CpuMem::new(value(BATCH_CPU)?, value(BATCH_MEMORY)?);
-        total = total.try_plus(amount, &object, &field)?;
+        total = total.try_plus(amount, || (object.clone(), field.clone()))?;
     }
     Ok(total)
 }
@@ -309,8 +309,12 @@ impl MetricView {
         let mut pods = HashMap::new();
         for pod in status.map(|s| s.pods_metric.as_slice()).unwrap_or_default() {
             let key = format!("{}/{}", pod.namespace, pod.name);
-            let field = format!("status.podsMetric[{key}].podUsage.resources");
-            let usage = CpuMem::read(&pod.pod_usage.resources, &object, &field)?;
+            let usage = CpuMem::read(&pod.pod_usage.resources, || {
+                (
+                    object.clone(),
+                    format!("status.podsMetric[{key}].podUsage.resources"),
+                )
+            })?;
             // Two entries for one pod: which usage is true cannot be known.
             if pods
                 .insert(key.clone(), (usage, pod.priority_class()))
@@ -328,31 +332,34 @@ impl MetricView {
                 if info.node_usage.resources.contains_key("cpu")
                     && info.node_usage.resources.contains_key("memory") =>
             {
-                Some(CpuMem::read(
-                    &info.node_usage.resources,
-                    &object,
-                    "status.nodeMetric.nodeUsage.resources",
-                )?)
+                Some(CpuMem::read(&info.node_usage.resources, || {
+                    (
+                        object.clone(),
+                        "status.nodeMetric.nodeUsage.resources".to_owned(),
+                    )
+                })?)
             }
             _ => None,
         };
         let system_usage = match info {
-            Some(info) => CpuMem::read(
-                &info.system_usage.resources,
-                &object,
-                "status.nodeMetric.systemUsage.resources",
-            )?,
+            Some(info) => CpuMem::read(&info.system_usage.resources, || {
+                (
+                    object.clone(),
+                    "status.nodeMetric.systemUsage.resources".to_owned(),
+                )
+            })?,
             None => CpuMem::ZERO,
         };
         let prod_reclaimable = match status
             .and_then(|s| s.prod_reclaimable_metric.as_ref())
             .filter(|m| !m.resource.resources.is_empty())
         {
-            Some(reclaimable) => Some(CpuMem::read(
-                &reclaimable.resource.resources,
-                &object,
-                "status.prodReclaimableMetric.resource.resources",
-            )?),
+            Some(reclaimable) => Some(CpuMem::read(&reclaimable.resource.resources, || {
+                (
+                    object.clone(),
+                    "status.prodReclaimableMetric.resource.resources".to_owned(),
+                )
+            })?),
             None => None,
         };
         let mut host_apps = Vec::new();
@@ -360,8 +367,12 @@ impl MetricView {
             .map(|s| s.host_application_metric.as_slice())
             .unwrap_or_default()
         {
-            let field = format!("status.hostApplicationMetric[{}].usage.resources", app.name);
-            let usage = CpuMem::read(&app.usage.resources, &object, &field)?;
+            let usage = CpuMem::read(&app.usage.resources, || {
+                (
+                    object.clone(),
+                    format!("status.hostApplicationMetric[{}].usage.resources", app.name),
+                )
+            })?;
             host_apps.push((
                 PriorityClass::from_name(&app.priority).default_value(),
                 usage,
@@ -382,18 +393,24 @@ impl MetricView {
         let floor = band.default_value();
         let mut total = CpuMem::ZERO;
         for (_, usage) in self.host_apps.iter().filter(|(value, _)| *value > floor) {
-            total = total.try_plus(*usage, &self.object, "status.hostApplicationMetric")?;
+            total = total.try_plus(*usage, || {
+                (
+                    self.object.clone(),
+                    "status.hostApplicationMetric".to_owned(),
+                )
+            })?;
         }
         Ok(total)
     }
 
     /// System usage plus host applications above `band`.
     fn system_used(&self, band: PriorityClass) -> Result<CpuMem, InputError> {
-        self.system_usage.try_plus(
-            self.host_apps_above(band)?,
-            &self.object,
-            "status.nodeMetric.systemUsage + hostApplicationMetric",
-        )
+        self.system_usage.try_plus(self.host_apps_above(band)?, || {
+            (
+                self.object.clone(),
+                "status.nodeMetric.systemUsage + hostApplicationMetric".to_owned(),
+            )
+        })
     }
 }
 
@@ -410,8 +427,9 @@ fn batch_allocatable(
     node: &NodeAmounts,
     usage: &MetricView,
 ) -> Result<(CpuMem, String), InputError> {
-    let sum =
-        |total: CpuMem, amount: CpuMem, what: &str| total.try_plus(amount, &usage.object, what);
+    let sum = |total: CpuMem, amount: CpuMem, what: &str| {
+        total.try_plus(amount, || (usage.object.clone(), what.to_owned()))
+    };
     let mut hp_request = CpuMem::ZERO;
     let mut hp_used = CpuMem::ZERO;
     let mut hp_max_used_request = CpuMem::ZERO;
@@ -564,8 +582,9 @@ fn mid_allocatable(
             PriorityClass::Mid | PriorityClass::Batch | PriorityClass::Free
         ) && pod.active
     }) {
-        prod_requests =
-            prod_requests.try_plus(pod.request.clone()?, &usage.object, "prod pod requests")?;
+        prod_requests = prod_requests.try_plus(pod.request.clone()?, || {
+            (usage.object.clone(), "prod pod requests".to_owned())
+        })?;
     }
     let unallocated = capacity
         .minus(reserved)

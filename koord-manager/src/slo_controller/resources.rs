@@ -41,14 +41,6 @@ impl InputError {
             problem: problem.into(),
         }
     }
-
-    fn quantity(object: &str, field: String, error: &QuantityError) -> Self {
-        InputError::new(
-            object,
-            field,
-            format!("invalid quantity {:?}: {}", error.value, error.reason),
-        )
-    }
 }
 
 /// A CPU amount in milli-cores and a memory amount in bytes.
@@ -73,24 +65,26 @@ impl CpuMem {
 
     /// The cpu and memory entries of a resource list; an absent entry is 0.
     /// An entry that does not parse, is negative or does not fit in 64 bits
-    /// is an error naming `object` and `field` (the list's path).
+    /// is an error naming the object and field `place` gives (the list's
+    /// path; only called then, so reading costs no allocation).
     pub fn read(
         list: &BTreeMap<String, Quantity>,
-        object: &str,
-        field: &str,
+        place: impl Fn() -> (String, String),
     ) -> Result<Self, InputError> {
         let amount = |name: &str, convert: fn(&Quantity) -> Result<i64, QuantityError>| {
             let Some(quantity) = list.get(name) else {
                 return Ok(0);
             };
-            let field = format!("{field}.{name}");
+            let refuse = |problem: String| {
+                let (object, field) = place();
+                InputError::new(object, format!("{field}.{name}"), problem)
+            };
             match convert(quantity) {
-                Err(error) => Err(InputError::quantity(object, field, &error)),
-                Ok(value) if value < 0 => Err(InputError::new(
-                    object,
-                    field,
-                    format!("negative amount {:?}", quantity.0),
-                )),
+                Err(error) => Err(refuse(format!(
+                    "invalid quantity {:?}: {}",
+                    error.value, error.reason
+                ))),
+                Ok(value) if value < 0 => Err(refuse(format!("negative amount {:?}", quantity.0))),
                 Ok(value) => Ok(value),
             }
         };
@@ -108,10 +102,17 @@ impl CpuMem {
         })
     }
 
-    /// The sum, or an error naming what was being added up.
-    pub fn try_plus(self, other: CpuMem, object: &str, what: &str) -> Result<CpuMem, InputError> {
-        self.checked_plus(other)
-            .ok_or_else(|| InputError::new(object, what, "the sum does not fit in 64 bits"))
+    /// The sum, or an error naming the object and what was being added up
+    /// (`place` is only called then).
+    pub fn try_plus(
+        self,
+        other: CpuMem,
+        place: impl FnOnce() -> (String, String),
+    ) -> Result<CpuMem, InputError> {
+        self.checked_plus(other).ok_or_else(|| {
+            let (object, what) = place();
+            InputError::new(object, what, "the sum does not fit in 64 bits")
+        })
     }
 
     pub fn plus(self, other: CpuMem) -> CpuMem {
@@ -147,15 +148,14 @@ pub fn scale(value: i64, ratio: f64) -> i64 {
 
 fn container_requests(
     container: &Container,
-    object: &str,
-    field: &str,
+    place: impl Fn() -> (String, String),
 ) -> Result<CpuMem, InputError> {
     match container
         .resources
         .as_ref()
         .and_then(|resources| resources.requests.as_ref())
     {
-        Some(requests) => CpuMem::read(requests, object, &format!("{field}.resources.requests")),
+        Some(requests) => CpuMem::read(requests, place),
         None => Ok(CpuMem::ZERO),
     }
 }
@@ -168,31 +168,35 @@ pub fn pod_request(pod: &Pod) -> Result<CpuMem, InputError> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(CpuMem::ZERO);
     };
-    let object = format!("Pod {}", pod_key(pod));
-    let object = object.as_str();
+    let object = || format!("Pod {}", pod_key(pod));
+    let at = |what: String| (object(), what);
     let mut total = CpuMem::ZERO;
     for (index, container) in spec.containers.iter().enumerate() {
-        let request = container_requests(container, object, &format!("spec.containers[{index}]"))?;
-        total = total.try_plus(request, object, "spec.containers[*].resources.requests")?;
+        let request = container_requests(container, || {
+            at(format!("spec.containers[{index}].resources.requests"))
+        })?;
+        total = total.try_plus(request, || {
+            at("spec.containers[*].resources.requests".to_owned())
+        })?;
     }
     let mut sidecars = CpuMem::ZERO;
     let mut init_peak = CpuMem::ZERO;
     for (index, init) in spec.init_containers.iter().flatten().enumerate() {
-        let field = format!("spec.initContainers[{index}]");
-        let request = container_requests(init, object, &field)?;
+        let field = || format!("spec.initContainers[{index}].resources.requests");
+        let request = container_requests(init, || at(field()))?;
         let phase = if init.restart_policy.as_deref() == Some("Always") {
-            total = total.try_plus(request, object, &field)?;
-            sidecars = sidecars.try_plus(request, object, &field)?;
+            total = total.try_plus(request, || at(field()))?;
+            sidecars = sidecars.try_plus(request, || at(field()))?;
             sidecars
         } else {
-            request.try_plus(sidecars, object, &field)?
+            request.try_plus(sidecars, || at(field()))?
         };
         init_peak = init_peak.max(phase);
     }
     total = total.max(init_peak);
     if let Some(overhead) = spec.overhead.as_ref() {
-        let overhead = CpuMem::read(overhead, object, "spec.overhead")?;
-        total = total.try_plus(overhead, object, "spec.overhead")?;
+        let overhead = CpuMem::read(overhead, || at("spec.overhead".to_owned()))?;
+        total = total.try_plus(overhead, || at("spec.overhead".to_owned()))?;
     }
     Ok(total)
 }
@@ -252,7 +256,7 @@ fn node_list(
     list: impl FnOnce(&k8s_openapi::api::core::v1::NodeStatus) -> Option<&BTreeMap<String, Quantity>>,
 ) -> Result<CpuMem, InputError> {
     match node.status.as_ref().and_then(list) {
-        Some(list) => CpuMem::read(list, &node_object(node), field),
+        Some(list) => CpuMem::read(list, || (node_object(node), field.to_owned())),
         None => Ok(CpuMem::ZERO),
     }
 }
@@ -290,11 +294,9 @@ pub fn annotation_reserved(node: &Node) -> Result<CpuMem, InputError> {
         Ok(None) => return Ok(CpuMem::ZERO),
         Err(error) => return Err(InputError::new(object, field, error.to_string())),
     };
-    let mut reserved = CpuMem::read(
-        &reservation.resources,
-        &object,
-        &format!("{field}.resources"),
-    )?;
+    let mut reserved = CpuMem::read(&reservation.resources, || {
+        (object.clone(), format!("{field}.resources"))
+    })?;
     if !reservation.reserved_cpus.is_empty() {
         match count_cpu_list(&reservation.reserved_cpus) {
             Some(count) => reserved.milli_cpu = count.saturating_mul(1000),
