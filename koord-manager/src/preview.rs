@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::slo_controller::config::{ConfigRejected, parse_config};
 use crate::slo_controller::noderesource::MANAGED_RESOURCES;
-use crate::slo_controller::resources::PodSummary;
+use crate::slo_controller::resources::{self, PodSummary};
 use crate::slo_controller::{NodePlan, plan_node, pod_node_name};
 
 mod fast_yaml;
@@ -91,6 +91,8 @@ pub struct Snapshot {
     pub config_maps: Vec<ConfigMap>,
     /// Which reader produced the snapshot.
     pub read_by: SnapshotReader,
+    /// `namespace/name` of the pods bound to no node (only named in errors).
+    unbound_pods: Vec<String>,
 }
 
 /// The readers [`Snapshot::parse`] tries, fastest first.
@@ -381,70 +383,125 @@ struct Builder {
     snapshot: Snapshot,
     /// Where the next object is.
     position: Position,
-    seen: HashMap<(&'static str, String), Position>,
-    /// Keys in the order they were seen, for merging a `List` in order.
-    order: Vec<(&'static str, String)>,
+    /// Objects seen, by [`ObjectKeys::of`] (a keyed hash: no key is copied).
+    seen: HashMap<u64, Position, ObjectKeys>,
     problem: Option<Problem>,
 }
 
-fn object_key(metadata: &ObjectMeta, namespaced: bool) -> Option<String> {
-    let name = metadata.name.as_deref().filter(|name| !name.is_empty())?;
-    Some(if namespaced {
-        format!(
-            "{}/{name}",
-            metadata.namespace.as_deref().unwrap_or_default()
-        )
-    } else {
-        name.to_owned()
-    })
+/// Hashes of (kind, namespace, name) under a key chosen at random per
+/// process (SipHash), so that two different objects share one only by a
+/// chance of about 2^-64 per pair, which input cannot arrange; the map then
+/// uses the hash as it is.
+#[derive(Clone)]
+struct ObjectKeys(std::collections::hash_map::RandomState);
+
+impl Default for ObjectKeys {
+    fn default() -> Self {
+        // One key per process, so that a List's items and the documents
+        // around it hash alike.
+        static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
+        ObjectKeys(KEYS.get_or_init(Default::default).clone())
+    }
+}
+
+impl ObjectKeys {
+    fn of(&self, kind: &str, namespace: Option<&str>, name: &str) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = self.0.build_hasher();
+        hasher.write(kind.as_bytes());
+        hasher.write_u8(0);
+        if let Some(namespace) = namespace {
+            hasher.write(namespace.as_bytes());
+            hasher.write_u8(b'/');
+        }
+        hasher.write(name.as_bytes());
+        hasher.finish()
+    }
+}
+
+impl std::hash::BuildHasher for ObjectKeys {
+    type Hasher = KeyHasher;
+
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+/// Passes an [`ObjectKeys`] hash through.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
 
 impl Builder {
-    /// Records an object's key; false (and the first problem kept) when it
-    /// has no name or its key was seen before.
-    fn admit(&mut self, kind: &'static str, key: Option<String>) -> bool {
+    /// Records an object; false (and the first problem kept) when it has no
+    /// name or its kind and (namespace and) name were seen before.
+    fn admit(&mut self, kind: &'static str, metadata: &ObjectMeta, namespaced: bool) -> bool {
         if self.problem.is_some() {
             return false;
         }
         let at = self.position;
-        let Some(key) = key else {
+        let Some(name) = metadata.name.as_deref().filter(|name| !name.is_empty()) else {
             self.problem = Some(Problem::Nameless { kind, at });
             return false;
         };
-        if let Some(first) = self.seen.get(&(kind, key.clone())) {
-            self.problem = Some(Problem::Duplicate {
-                kind,
-                key,
-                at,
-                first: *first,
-            });
-            return false;
+        let namespace = namespaced.then(|| metadata.namespace.as_deref().unwrap_or_default());
+        let hash = self.seen.hasher().of(kind, namespace, name);
+        match self.seen.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(entry) => {
+                self.problem = Some(Problem::Duplicate {
+                    kind,
+                    key: match namespace {
+                        Some(namespace) => format!("{namespace}/{name}"),
+                        None => name.to_owned(),
+                    },
+                    at,
+                    first: *entry.get(),
+                });
+                false
+            }
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(at);
+                true
+            }
         }
-        self.seen.insert((kind, key.clone()), at);
-        self.order.push((kind, key));
-        true
     }
 
     fn add_node(&mut self, node: Node) {
-        if self.admit("Node", object_key(&node.metadata, false)) {
+        if self.admit("Node", &node.metadata, false) {
             self.snapshot.nodes.push(node);
         }
     }
 
     fn add_node_metric(&mut self, metric: NodeMetric) {
-        if self.admit("NodeMetric", object_key(&metric.metadata, false)) {
+        if self.admit("NodeMetric", &metric.metadata, false) {
             self.snapshot.node_metrics.push(metric);
         }
     }
 
     fn add_pod(&mut self, pod: &Pod) {
-        if self.admit("Pod", object_key(&pod.metadata, true)) {
+        if self.admit("Pod", &pod.metadata, true) {
             self.snapshot.add_pod(pod);
         }
     }
 
     fn add_config_map(&mut self, config_map: ConfigMap) {
-        if self.admit("ConfigMap", object_key(&config_map.metadata, true)) {
+        if self.admit("ConfigMap", &config_map.metadata, true) {
             self.snapshot.config_maps.push(config_map);
         }
     }
@@ -506,6 +563,53 @@ impl Builder {
         }
     }
 
+    /// The kind and (namespace and) name of the object this builder
+    /// admitted under `hash`, found again (only for an error message).
+    fn describe(&self, hash: u64) -> (&'static str, String) {
+        let keys = self.seen.hasher();
+        let cluster_scoped = |kind: &'static str, metadata: &ObjectMeta| {
+            let name = metadata.name.as_deref().unwrap_or_default();
+            (keys.of(kind, None, name) == hash).then(|| (kind, name.to_owned()))
+        };
+        let namespaced = |kind: &'static str, namespace: &str, name: &str| {
+            (keys.of(kind, Some(namespace), name) == hash)
+                .then(|| (kind, format!("{namespace}/{name}")))
+        };
+        let snapshot = &self.snapshot;
+        snapshot
+            .nodes
+            .iter()
+            .find_map(|node| cluster_scoped("Node", &node.metadata))
+            .or_else(|| {
+                snapshot
+                    .node_metrics
+                    .iter()
+                    .find_map(|metric| cluster_scoped("NodeMetric", &metric.metadata))
+            })
+            .or_else(|| {
+                snapshot.config_maps.iter().find_map(|cm| {
+                    namespaced(
+                        "ConfigMap",
+                        cm.metadata.namespace.as_deref().unwrap_or_default(),
+                        cm.metadata.name.as_deref().unwrap_or_default(),
+                    )
+                })
+            })
+            .or_else(|| {
+                snapshot
+                    .pods
+                    .values()
+                    .flatten()
+                    .map(|pod| pod.key.as_str())
+                    .chain(snapshot.unbound_pods.iter().map(String::as_str))
+                    .find_map(|key| {
+                        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+                        namespaced("Pod", namespace, name)
+                    })
+            })
+            .unwrap_or(("object", String::new()))
+    }
+
     /// Appends a `List`'s objects (read by a builder of their own, whose
     /// positions are items of the current document), keeping their order.
     fn merge(&mut self, items: Builder) {
@@ -517,25 +621,53 @@ impl Builder {
             self.problem = Some(problem.in_document(document));
             return;
         }
-        for key in items.order {
-            let at = items.seen[&key].in_document(document);
-            if let Some(first) = self.seen.get(&key) {
-                self.problem = Some(Problem::Duplicate {
-                    kind: key.0,
-                    key: key.1,
-                    at,
-                    first: *first,
-                });
-                return;
+        // Of the items that repeat an earlier object, the first is reported.
+        // The smaller map is walked and merged into the larger one (a large
+        // `List` often follows a few documents).
+        let mut items = items;
+        for at in items.seen.values_mut() {
+            *at = at.in_document(document);
+        }
+        let mut repeated: Option<(u64, Position, Position)> = None;
+        let mut report = |hash: u64, at: Position, first: Position| {
+            if repeated.is_none_or(|(_, other, _)| at.item < other.item) {
+                repeated = Some((hash, at, first));
             }
-            self.seen.insert(key.clone(), at);
-            self.order.push(key);
+        };
+        if self.seen.len() < items.seen.len() {
+            let earlier = std::mem::replace(&mut self.seen, std::mem::take(&mut items.seen));
+            for (hash, first) in earlier {
+                if let Some(at) = self.seen.insert(hash, first) {
+                    report(hash, at, first);
+                }
+            }
+            // `items.seen` is empty now; describe() below needs only its hasher.
+        } else {
+            for (hash, at) in &items.seen {
+                match self.seen.get(hash) {
+                    Some(first) => report(*hash, *at, *first),
+                    None => {
+                        self.seen.insert(*hash, *at);
+                    }
+                }
+            }
+        }
+        if let Some((hash, at, first)) = repeated {
+            let (kind, key) = items.describe(hash);
+            self.problem = Some(Problem::Duplicate {
+                kind,
+                key,
+                at,
+                first,
+            });
+            return;
         }
         let snapshot = &mut self.snapshot;
         let other = items.snapshot;
         snapshot.nodes.extend(other.nodes);
         snapshot.node_metrics.extend(other.node_metrics);
         snapshot.config_maps.extend(other.config_maps);
+        snapshot.unbound_pods.extend(other.unbound_pods);
         snapshot.pod_count += other.pod_count;
         for (node, pods) in other.pods {
             snapshot.pods.entry(node).or_default().extend(pods);
@@ -716,11 +848,13 @@ impl Snapshot {
 
     fn add_pod(&mut self, pod: &Pod) {
         self.pod_count += 1;
-        if let Some(node) = pod_node_name(pod) {
-            self.pods
+        match pod_node_name(pod) {
+            Some(node) => self
+                .pods
                 .entry(node.to_owned())
                 .or_default()
-                .push(PodSummary::of(pod));
+                .push(PodSummary::of(pod)),
+            None => self.unbound_pods.push(resources::pod_key(pod)),
         }
     }
 
@@ -1547,6 +1681,17 @@ mod tests {
             (
                 "kind: ConfigMap\nmetadata: {name: c, namespace: n}\n---\nkind: List\nitems:\n- {kind: ConfigMap, metadata: {name: c, namespace: n}}\n".to_owned(),
                 "document 1 item 0: ConfigMap \"n/c\" appears a second time (first in document 0)",
+            ),
+            (
+                format!(
+                    "{}---\nkind: List\nitems:\n- {{kind: Node, metadata: {{name: b}}}}\n- {{kind: Node, metadata: {{name: a}}}}\n- {{kind: Node, metadata: {{name: c}}}}\n",
+                    node("a")
+                ),
+                "document 1 item 1: Node \"a\" appears a second time (first in document 0)",
+            ),
+            (
+                "kind: Pod\nmetadata: {name: p, namespace: d}\n---\nkind: PodList\nitems:\n- {kind: Pod, metadata: {name: q, namespace: d}}\n- {kind: Pod, metadata: {name: p, namespace: d}}\n".to_owned(),
+                "document 1 item 1: Pod \"d/p\" appears a second time (first in document 0)",
             ),
         ];
         for (yaml, expected) in cases {
