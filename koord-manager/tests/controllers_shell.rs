@@ -481,9 +481,13 @@ fn list(kind: &str, api_version: &str, items: Value) -> String {
 /// A cluster with one node (carrying batch-cpu), its fresh NodeMetric, no
 /// NodeSLO, and `colocation` as the ConfigMap's `colocation-config`.
 fn cluster(colocation: &'static str) -> RecordingApi {
-    let now = SystemTime::now();
+    let metric = serde_json::to_value(fresh_metric("worker", SystemTime::now())).unwrap();
+    cluster_with(colocation, metric)
+}
+
+/// [`cluster`] with the given NodeMetric for the worker.
+fn cluster_with(colocation: &'static str, metric: Value) -> RecordingApi {
     let worker = serde_json::to_string(&node("worker", "uid-1")).unwrap();
-    let metric = serde_json::to_value(fresh_metric("worker", now)).unwrap();
     RecordingApi::start(Box::new(move |method, path, body| match (method, path) {
         ("GET", "/api/v1/nodes") => (
             200,
@@ -640,6 +644,37 @@ async fn a_start_with_a_valid_colocation_config_writes_the_node_status() {
             .iter()
             .any(|w| w.path.starts_with("/apis/events.k8s.io")),
         "{writes:?}"
+    );
+}
+
+#[tokio::test]
+async fn negative_usage_leaves_the_node_status_alone_with_an_event_on_the_node() {
+    let metric = metric_with(
+        "worker",
+        SystemTime::now(),
+        json!({"nodeMetric": {"systemUsage": {"resources": {"cpu": "-4", "memory": "0"}}}}),
+    );
+    let api = cluster_with(r#"{"enable": true}"#, serde_json::to_value(metric).unwrap());
+    let _reconciler = one_pass(&api).await;
+    let writes = writes(&api);
+    assert!(
+        !writes.iter().any(|w| w.path.starts_with("/api/v1/nodes")),
+        "{writes:?}"
+    );
+    let event = writes
+        .iter()
+        .find(|w| w.path.starts_with("/apis/events.k8s.io"))
+        .unwrap_or_else(|| panic!("no event: {writes:?}"));
+    let event: Value = serde_json::from_str(&event.body).unwrap();
+    assert_eq!(event["reason"], "InvalidInput");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["kind"], "Node");
+    assert_eq!(event["regarding"]["name"], "worker");
+    let note = event["note"].as_str().unwrap();
+    assert!(
+        note.contains("NodeMetric worker")
+            && note.contains("systemUsage.resources.cpu: negative amount"),
+        "{note}"
     );
 }
 
