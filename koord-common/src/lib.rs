@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod process;
 pub mod server;
 pub mod shutdown;
+pub mod tls;
 
 pub use addr::{AddrParseError, ListenAddr, ServeAt};
 pub use cluster::{

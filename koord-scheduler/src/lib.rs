@@ -448,7 +448,7 @@ async fn drain(
 ) -> ShutdownReason {
     let reason = context.wait_for_shutdown(server).await;
     if let Some(tls_server) = tls_server {
-        tls_server.wait().await;
+        tls_server.wait(tls::DRAIN_GRACE).await;
     }
     reason
 }

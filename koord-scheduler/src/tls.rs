@@ -11,20 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use koord_common::{Shutdown, ShutdownReason};
+use koord_common::Shutdown;
+pub use koord_common::tls::TlsServer;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-
-/// A client gets this long to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long open connections may drain after shutdown.
-const DRAIN_GRACE: Duration = Duration::from_secs(5);
+pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
 /// The PEM files of the extender's TLS serving.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,84 +170,6 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
     Ok(Arc::new(config))
 }
 
-/// Connections whose handshake (with a verified client certificate) completed.
-struct TlsListener {
-    incoming: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    accept_task: JoinHandle<()>,
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accept_task.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(connection) => connection,
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
-/// Handshakes run off the accept loop, each bounded by [`HANDSHAKE_TIMEOUT`].
-fn spawn_accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    tracing::warn!(error = %err, "extender accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let acceptor = acceptor.clone();
-            let ready = ready.clone();
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = ready.send((tls, peer)).await;
-                    }
-                    Ok(Err(err)) => {
-                        tracing::warn!(%peer, error = %err, "extender TLS handshake refused")
-                    }
-                    Err(_) => tracing::debug!(%peer, "extender TLS handshake timed out"),
-                }
-            });
-        }
-    })
-}
-
-/// A running HTTPS extender listener.
-pub struct TlsServer {
-    pub addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl TlsServer {
-    /// Waits for the server to drain after shutdown, aborting it after a grace period.
-    pub async fn wait(self) {
-        let mut task = self.task;
-        if tokio::time::timeout(DRAIN_GRACE, &mut task).await.is_err() {
-            task.abort();
-        }
-    }
-}
-
 /// Binds `addr` and serves `app` over mutual TLS until `shutdown` fires.
 pub async fn serve(
     addr: SocketAddr,
@@ -261,35 +177,13 @@ pub async fn serve(
     app: Router,
     shutdown: &Shutdown,
 ) -> Result<TlsServer, TlsError> {
-    let tcp = TcpListener::bind(addr)
-        .await
-        .map_err(|source| TlsError::Bind { addr, source })?;
-    let local = tcp
-        .local_addr()
-        .map_err(|source| TlsError::Bind { addr, source })?;
-    let (ready, incoming) = mpsc::channel(64);
-    let listener = TlsListener {
-        incoming,
-        local,
-        accept_task: spawn_accept_loop(tcp, TlsAcceptor::from(config), ready),
-    };
+    let server =
+        koord_common::tls::serve_tls(addr, TlsAcceptor::from(config), app, shutdown, "extender")
+            .await
+            .map_err(|source| TlsError::Bind { addr, source })?;
+    let local = server.addr;
     tracing::info!(addr = %local, "serving the extender (client certificates required) on https://{local}");
-    let stop = shutdown.clone();
-    let on_failure = shutdown.clone();
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                stop.wait().await;
-            })
-            .await;
-        if let Err(err) = served {
-            tracing::error!(addr = %local, error = %err, "extender server stopped");
-            on_failure.trigger(ShutdownReason::Failed(format!(
-                "extender server on {local} stopped: {err}"
-            )));
-        }
-    });
-    Ok(TlsServer { addr: local, task })
+    Ok(server)
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The HTTPS shell: a rustls listener (handshakes off the accept loop) under
+//! The HTTPS shell: koord-common's TLS server (handshakes off the accept loop) under
 //! axum; every admission path decodes an AdmissionReview and answers one.
 
 use std::net::SocketAddr;
@@ -11,12 +11,8 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use koord_common::{Shutdown, ShutdownReason};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use koord_common::Shutdown;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use super::handlers::Handlers;
 use super::review::{AdmissionReview, response_review};
@@ -29,9 +25,6 @@ pub const MAX_REVIEW_BYTES: usize = 8 << 20;
 /// webhook call at most 30 s in all).
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A slow or silent client gets this long to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot listen on {addr} for the webhook server: {source}")]
@@ -42,68 +35,6 @@ pub enum ServeError {
     },
     #[error("cannot build the TLS configuration: {0}")]
     Tls(#[from] crate::cert::CertError),
-}
-
-/// TLS connections whose handshake completed.
-struct TlsListener {
-    incoming: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    accept_task: JoinHandle<()>,
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accept_task.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(connection) => connection,
-            // The accept loop ended (aborted on shutdown): nothing more comes.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
-fn spawn_accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    tracing::warn!(error = %err, "webhook accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let acceptor = acceptor.clone();
-            let ready = ready.clone();
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = ready.send((tls, peer)).await;
-                    }
-                    Ok(Err(err)) => {
-                        tracing::debug!(%peer, error = %err, "webhook TLS handshake failed")
-                    }
-                    Err(_) => tracing::debug!(%peer, "webhook TLS handshake timed out"),
-                }
-            });
-        }
-    })
 }
 
 /// The admission routes plus `/healthz`.
@@ -231,20 +162,7 @@ async fn admit(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
 }
 
 /// A running webhook server.
-pub struct WebhookServer {
-    pub addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl WebhookServer {
-    /// Waits for the server to drain after shutdown, aborting it after `grace`.
-    pub async fn wait(self, grace: Duration) {
-        let mut task = self.task;
-        if tokio::time::timeout(grace, &mut task).await.is_err() {
-            task.abort();
-        }
-    }
-}
+pub type WebhookServer = koord_common::tls::TlsServer;
 
 /// Binds `addr` and serves HTTPS with whatever certificate `cert` holds
 /// (handshakes fail until one is loaded) until `shutdown` fires.
@@ -254,35 +172,12 @@ pub async fn serve(
     handlers: Arc<Handlers>,
     shutdown: &Shutdown,
 ) -> Result<WebhookServer, ServeError> {
-    let tcp = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })?;
-    let local = tcp
-        .local_addr()
-        .map_err(|source| ServeError::Bind { addr, source })?;
     let acceptor = TlsAcceptor::from(cert.server_config()?);
-    let (ready, incoming) = mpsc::channel(64);
-    let listener = TlsListener {
-        incoming,
-        local,
-        accept_task: spawn_accept_loop(tcp, acceptor, ready),
-    };
+    let server =
+        koord_common::tls::serve_tls(addr, acceptor, router(handlers), shutdown, "webhook")
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+    let local = server.addr;
     tracing::info!(addr = %local, "serving admission webhooks on https://{local}");
-    let stop = shutdown.clone();
-    let on_failure = shutdown.clone();
-    let app = router(handlers);
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                stop.wait().await;
-            })
-            .await;
-        if let Err(err) = served {
-            tracing::error!(addr = %local, error = %err, "webhook server stopped");
-            on_failure.trigger(ShutdownReason::Failed(format!(
-                "webhook server on {local} stopped: {err}"
-            )));
-        }
-    });
-    Ok(WebhookServer { addr: local, task })
+    Ok(server)
 }
