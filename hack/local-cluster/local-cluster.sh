@@ -23,6 +23,7 @@ ensure_packages() {
   command -v socat >/dev/null || missing+=(socat)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v nsenter >/dev/null || missing+=(util-linux)
+  command -v ip >/dev/null || missing+=(iproute2)
   command -v curl >/dev/null || missing+=(curl)
   command -v go >/dev/null || lc_die "go is required (the machine image provides Go 1.26)"
   if [ ${#missing[@]} -gt 0 ]; then
