@@ -290,23 +290,27 @@ async fn memory_eviction(
         || async { Ok(leaving(&pods, second).await?.then_some(())) },
     )
     .await?;
-    // Evictions, not kills: the API server recorded an Eviction for each (the pods' events
-    // carry koordlet's reason).
+    // Through the Eviction API: koordlet records the outcome of each call as an Event on the
+    // pod, and the budget's refusal (429) of the second pod is one of them.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
-    let reasons: Vec<String> = events
+    let outcomes: Vec<(String, String)> = events
         .list(&Default::default())
         .await?
         .items
         .into_iter()
-        .filter(|e| {
-            e.involved_object
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("be-mem"))
-        })
-        .filter_map(|e| e.reason)
+        .filter_map(|e| Some((e.involved_object.name?, e.reason?)))
+        .filter(|(name, _)| name.starts_with("be-mem"))
         .collect();
-    eprintln!("events of the BE pods: {reasons:?}");
+    eprintln!("eviction events of the BE pods: {outcomes:?}");
+    let has = |pod: &str, reason: &str| outcomes.iter().any(|(n, r)| n == pod && r == reason);
+    ensure!(
+        has(first, "evictPodSuccess") && has(second, "evictPodSuccess"),
+        "no evictPodSuccess event for both pods: {outcomes:?}"
+    );
+    ensure!(
+        has(second, "evictPodFail"),
+        "the PodDisruptionBudget's refusal of {second} was not seen by koordlet: {outcomes:?}"
+    );
     Ok(())
 }
 
