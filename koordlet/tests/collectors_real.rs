@@ -8,7 +8,7 @@
 mod support;
 
 use std::fs;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -35,8 +35,9 @@ fn container_id() -> String {
 }
 
 /// A shell that waits for a line on stdin (so it can be moved into the
-/// cgroup first and its memory charged there), then fills a 32 MiB variable
-/// and spins. Killed on drop.
+/// cgroup first and its memory charged there), fills a 32 MiB variable,
+/// says "held" on stdout once the fill (and its short-lived pipe helpers)
+/// is over, then spins. Killed on drop.
 struct MemoryHoldingSpinner {
     child: Child,
 }
@@ -44,12 +45,12 @@ struct MemoryHoldingSpinner {
 impl MemoryHoldingSpinner {
     fn spawn() -> Self {
         let script = format!(
-            "read go; x=$(head -c {HELD_BYTES} /dev/zero | tr '\\000' a); while :; do :; done"
+            "read go; x=$(head -c {HELD_BYTES} /dev/zero | tr '\\000' a); echo held; while :; do :; done"
         );
         let child = Command::new("sh")
             .args(["-c", &script])
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -60,6 +61,20 @@ impl MemoryHoldingSpinner {
         let stdin = self.child.stdin.as_mut().unwrap();
         stdin.write_all(b"go\n").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Blocks until the shell holds its memory. The shell's buffers grow and
+    /// shrink while it fills the variable, so reading the cgroup before this
+    /// compares pod and container files taken at different sizes.
+    fn wait_until_held(&mut self) {
+        let stdout = self.child.stdout.as_mut().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert_eq!(
+            line.trim(),
+            "held",
+            "the spinner stopped before holding its memory"
+        );
     }
 }
 
@@ -218,16 +233,13 @@ fn busy_container_is_measured_at_about_one_core_with_memory() {
     }
     spinner.start();
 
+    spinner.wait_until_held();
     let memory_dir = cgroup.path(&container_dir, Controller::Memory);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while anon_bytes(&memory_dir) < HELD_BYTES / 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the child never allocated its memory (anon {} bytes)",
-            anon_bytes(&memory_dir)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        anon_bytes(&memory_dir) >= HELD_BYTES / 2,
+        "the child's memory is not charged to its cgroup (anon {} bytes)",
+        anon_bytes(&memory_dir)
+    );
 
     let snapshot = PodsSnapshot::new(vec![
         PodMeta {
@@ -285,8 +297,8 @@ fn busy_container_is_measured_at_about_one_core_with_memory() {
     println!("container memory usage {usage} B, working set {working_set} B");
     assert!(working_set > 0.0, "working set {working_set}");
     assert!(usage >= (HELD_BYTES / 2) as f64, "memory usage {usage}");
-    // The pod and container files are read moments apart while the child may
-    // still be touching pages, so allow a little slack in "pod includes container".
+    // The child holds its memory now, but v1 memory.stat counters are batched
+    // per CPU, so allow a little slack in "pod includes container".
     let pod_usage = find(&pod_samples, MetricKind::PodMemoryUsage, &pod).unwrap();
     assert!(
         pod_usage >= usage * 0.95,
