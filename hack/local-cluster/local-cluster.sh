@@ -379,7 +379,15 @@ serializeImagePulls: false
 # Nothing can be pulled here: never garbage-collect the imported images.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: 200Mi, nodefs.available: 5%, imagefs.available: 5%}
+# A dev or CI disk is mostly build output: evict pods for a nearly full disk only, in absolute
+# terms (CI once lost koordlet to DiskPressure at 5% of a small disk). Every signal is listed
+# so that none depends on how this kubelet version defaults a partial evictionHard.
+evictionHard:
+  memory.available: 200Mi
+  nodefs.available: 1Gi
+  nodefs.inodesFree: 1%
+  imagefs.available: 1Gi
+  imagefs.inodesFree: 1%
 EOF
   start kubelet "$LC_K8S_BIN/kubelet" --config="$LC_CONF/kubelet.yaml" \
     --kubeconfig="$LC_CONF/kubelet.kubeconfig" --root-dir="$LC_KUBELET_DIR" \
