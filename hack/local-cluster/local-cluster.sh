@@ -530,8 +530,20 @@ cmd_images() {
 cmd_install() {
   local helm
   helm=$("$LC_REPO/hack/helm.sh")
+  # --reset-values: without it an upgrade given no values keeps the previous run's --set flags.
   "$helm" --kubeconfig "$LC_KUBECONFIG" upgrade --install koordinator "$LC_REPO/charts/koordinator" \
-    --wait --timeout "${KOORD_LOCAL_INSTALL_TIMEOUT:-5m}" "$@"
+    --reset-values --wait --timeout "${KOORD_LOCAL_INSTALL_TIMEOUT:-5m}" "$@"
+  # The webhooks serve only once koord-manager has written its CA bundle into their
+  # configurations: until then the cluster is not ready for a pod of the suite.
+  local deadline=$((SECONDS + 120)) bundle
+  while :; do
+    bundle=$(lc_kubectl get mutatingwebhookconfiguration koordinator-mutating-webhook-configuration \
+      -o jsonpath='{.webhooks[0].clientConfig.caBundle}' 2>/dev/null || true)
+    [ -n "$bundle" ] && break
+    [ $SECONDS -lt $deadline ] || lc_die "koord-manager wrote no CA bundle into the webhook configurations within 120 s"
+    sleep 1
+  done
+  lc_log "installed; the webhook configurations carry koord-manager's CA bundle"
 }
 
 cmd_logs() {

@@ -35,9 +35,9 @@ clientConfig:
     name: koordinator-webhook-service
     namespace: {{ $root.Values.installation.namespace }}
     path: {{ $path }}
-{{- if ne $root.Values.manager.webhook.certMode "cert-manager" }}
-  caBundle: Cg==
-{{- end }}
+{{- /* No caBundle: koord-manager (or cert-manager) writes it. A placeholder here would make
+       Helm own the field, and Helm 4's server-side apply then refuses every upgrade once the
+       manager has written the real bundle. */}}
 {{- end -}}
 
 {{/* Webhooks never act on kube-system or on our own namespace. */}}

@@ -10,7 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, ValidatingWebhook,
     ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -236,7 +236,7 @@ pub async fn ensure_configurations(
         .map_err(api_error(kind, &names.mutating))?;
     if let Some(desired) = render_mutating(&current, ca_bundle, served, target)? {
         mutating
-            .replace(&names.mutating, &PostParams::default(), &desired)
+            .replace(&names.mutating, &super::write_params(), &desired)
             .await
             .map_err(api_error(kind, &names.mutating))?;
         tracing::info!(configuration = %names.mutating, "wrote the CA bundle into {kind}");
@@ -250,7 +250,7 @@ pub async fn ensure_configurations(
         .map_err(api_error(kind, &names.validating))?;
     if let Some(desired) = render_validating(&current, ca_bundle, served, target)? {
         validating
-            .replace(&names.validating, &PostParams::default(), &desired)
+            .replace(&names.validating, &super::write_params(), &desired)
             .await
             .map_err(api_error(kind, &names.validating))?;
         tracing::info!(configuration = %names.validating, "wrote the CA bundle into {kind}");

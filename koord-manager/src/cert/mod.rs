@@ -21,6 +21,17 @@ pub mod configuration;
 pub mod controller;
 pub mod writer;
 
+/// The field manager of the manager's writes to the webhook configurations and the
+/// certificate Secret, so `managedFields` names who owns the CA bundle.
+pub const FIELD_MANAGER: &str = "koord-manager";
+
+fn write_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    }
+}
+
 /// Secret/file names, as upstream's cert writer uses them.
 pub const CA_KEY_NAME: &str = "ca-key.pem";
 pub const CA_CERT_NAME: &str = "ca-cert.pem";

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta};
 
 use super::{
     Artifacts, CA_CERT_NAME, CA_KEY_NAME, CertError, SERVER_CERT_NAME, SERVER_CERT_NAME_2,
@@ -180,7 +180,7 @@ impl CertStore {
                     data: Some(secret_data(artifacts)),
                     ..Default::default()
                 };
-                match api.create(&PostParams::default(), &secret).await {
+                match api.create(&super::write_params(), &secret).await {
                     Ok(_) => Ok(true),
                     Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
                     Err(err) => Err(Self::secret_error(namespace, name, err)),
@@ -212,7 +212,7 @@ impl CertStore {
                     data: Some(secret_data(artifacts)),
                     ..Default::default()
                 };
-                api.replace(name, &PostParams::default(), &secret)
+                api.replace(name, &super::write_params(), &secret)
                     .await
                     .map(|_| ())
                     .map_err(|e| Self::secret_error(namespace, name, e))

@@ -158,6 +158,35 @@ pub fn node_kubelet_port(node: &Node) -> Option<u16> {
     u16::try_from(port).ok().filter(|port| *port != 0)
 }
 
+/// Largest CA bundle read beside the token (a real one is a few KiB).
+const MAX_CA_BUNDLE_BYTES: u64 = 1 << 20;
+
+/// The DER certificates of `ca.crt` in the token's directory (where the
+/// service-account volume puts it), or `None` when there is none usable; kube
+/// then falls back to the system's roots.
+fn cluster_ca_beside(token_file: &std::path::Path) -> Option<Vec<Vec<u8>>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let ca_file = token_file.with_file_name("ca.crt");
+    let pem = match super::inputfile::read_input_file(&ca_file, MAX_CA_BUNDLE_BYTES) {
+        Ok(pem) => pem,
+        Err(err) if err.is_not_found() => return None,
+        Err(err) => {
+            tracing::warn!(file = %ca_file.display(), error = %err, "cannot read the cluster CA for the kubelet client: {err}");
+            return None;
+        }
+    };
+    let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .filter_map(Result::ok)
+        .map(|cert| cert.as_ref().to_vec())
+        .collect();
+    if certs.is_empty() {
+        tracing::warn!(file = %ca_file.display(), "no PEM certificate in the cluster CA file; the kubelet client uses the system's roots");
+        return None;
+    }
+    Some(certs)
+}
+
 /// Parses into whatever type the caller needs (here the URI type of kube's
 /// `Config`, which this crate does not name).
 fn parse_text<T: std::str::FromStr>(text: &str) -> Result<T, String>
@@ -220,6 +249,10 @@ impl KubeletClient {
         config.reset_reader_on_write = true;
         if let KubeletAuth::TokenFile(path) = auth {
             config.accept_invalid_certs = true;
+            // kube loads a root store before it learns that verification is
+            // skipped, and koordlet's image has no system CA bundle: hand it
+            // the pod's cluster CA (beside the token) so the build succeeds.
+            config.root_cert = cluster_ca_beside(&path);
             config.auth_info.token_file = Some(path.display().to_string());
         }
         let client = kube::Client::try_from(config).map_err(|err| KubeletError::Client {
@@ -345,6 +378,62 @@ mod tests {
            "containerStatuses":[{"name":"app","containerID":"containerd://abc","image":"nginx","imageID":"","ready":true,"restartCount":0}]}},
         {"metadata":{"name":"batch","namespace":"jobs","uid":"u2"},"unknownField":1}
     ]}"#;
+
+    /// A self-signed test CA (P-256), as a service-account `ca.crt` holds one.
+    const TEST_CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBjjCCATOgAwIBAgIUEHMwEtziSgLI/OW8atoQBu/bgzkwCgYIKoZIzj0EAwIw
+GzEZMBcGA1UEAwwQa29vcmRsZXQtdGVzdC1jYTAgFw0yNjEyMDIwODE4NDVaGA8y
+MTI2MTEwODA4MTg0NVowGzEZMBcGA1UEAwwQa29vcmRsZXQtdGVzdC1jYTBZMBMG
+ByqGSM49AgEGCCqGSM49AwEHA0IABLEnPrZvOwIZWywq0+9Xy2A9Z6eokOlDh3to
+j69v4EUSrSQEY7rdp7kmD/u4wLeSjEjy3/PyT+AOrhNZZrcpL0ejUzBRMB0GA1Ud
+DgQWBBSkZQemiDyoSRrlt5pbdYIq2ilrFzAfBgNVHSMEGDAWgBSkZQemiDyoSRrl
+t5pbdYIq2ilrFzAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQCT
+6dCqljWHYp1t+296rRNnvecgMoIT8Wam9BAjoER2EwIhAP0WvzIAQiXkg3AdKbHc
+Ze3Lcuh3ernXoiiR1AsR6baX
+-----END CERTIFICATE-----
+";
+
+    #[tokio::test]
+    async fn the_cluster_ca_beside_the_token_replaces_the_system_roots() {
+        let dir = koord_common::testing::TempDir::new("kubelet-ca").unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t").unwrap();
+        assert_eq!(cluster_ca_beside(&token), None, "no ca.crt: system roots");
+
+        std::fs::write(dir.path().join("ca.crt"), "not a certificate").unwrap();
+        assert_eq!(cluster_ca_beside(&token), None, "no PEM in ca.crt");
+
+        std::fs::write(
+            dir.path().join("ca.crt"),
+            format!("{TEST_CA_PEM}{TEST_CA_PEM}"),
+        )
+        .unwrap();
+        let roots = cluster_ca_beside(&token).unwrap();
+        assert_eq!(roots.len(), 2);
+        assert_eq!(roots[0][0], 0x30, "DER starts with a SEQUENCE");
+
+        let client = KubeletClient::new(
+            "https://127.0.0.1:10250",
+            KubeletAuth::TokenFile(token),
+            Duration::from_secs(1),
+        );
+        assert!(client.is_ok(), "{:?}", client.err());
+    }
+
+    #[test]
+    fn a_fifo_as_ca_file_is_refused_without_blocking() {
+        let dir = koord_common::testing::TempDir::new("kubelet-ca-fifo").unwrap();
+        let token = dir.path().join("token");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.path().join("ca.crt"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(cluster_ca_beside(&token), None);
+    }
 
     #[test]
     fn valid_pod_list_parses() {
