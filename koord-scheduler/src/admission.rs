@@ -16,10 +16,20 @@
 //!   counts its requests on its node) and the refusal names the object, the
 //!   annotation and the limit. A refused cpuset holds no CPUs.
 //!
+//! - Amounts must be exact counts ([`crate::resources::exact_amount`]: a
+//!   Kubernetes quantity, not negative, within 64 bits in its unit). The
+//!   object is kept as it is and the first amount that is not is returned
+//!   with what the scheduler does about it ([`RefusedAmount`]); each
+//!   consumer reads the same amounts with the same functions and refuses
+//!   in the safe direction (see [`check_amounts`]).
+//!
 //! JSON nesting is bounded by serde_json's recursion limit (128) wherever
 //! JSON is read.
+//!
+//! [`Reports`] lets a shell report each object's refusals once per object
+//! version (not on every relist), and [`InputMetrics`] counts them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use apis::extension::node_reservation::{ANNOTATION_NODE_RESERVATION, get_node_reservation};
 use apis::extension::numa_aware::{
@@ -29,8 +39,17 @@ use apis::extension::numa_aware::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::cache::{Object, ObjectKind};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::cache::{Object, ObjectKind, node_allocatable};
 use crate::cpuset::{CpuSet, MAX_CPU_ID};
+use crate::plugins::deviceshare::{allocation_amounts, device_amounts};
+use crate::plugins::elasticquota::quota_amounts;
+use crate::plugins::loadaware::node_metric_amounts;
+use crate::plugins::reservation::reservation_amounts;
+use crate::resources::{InvalidAmount, pod_limits_checked, pod_requests_checked};
 
 /// The API server's limit on all annotations of one object together
 /// (`TotalAnnotationSizeLimitB`).
@@ -64,6 +83,46 @@ pub enum InputError {
     Duplicate { kind: ObjectKind, key: String },
 }
 
+impl InputError {
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            InputError::Nameless { kind }
+            | InputError::NameTooLong { kind, .. }
+            | InputError::AnnotationsTooLarge { kind, .. }
+            | InputError::Duplicate { kind, .. } => *kind,
+        }
+    }
+
+    /// The field at fault, for [`InputMetrics`].
+    pub fn field(&self) -> &'static str {
+        match self {
+            InputError::AnnotationsTooLarge { .. } => "metadata.annotations",
+            _ => "metadata.name",
+        }
+    }
+}
+
+/// An amount of an admitted object that is not an exact count, and what
+/// the scheduler does about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedAmount {
+    pub kind: ObjectKind,
+    pub key: String,
+    pub amount: InvalidAmount,
+    /// What follows for scheduling (the safe direction).
+    pub consequence: &'static str,
+}
+
+impl std::fmt::Display for RefusedAmount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} {}: {} (not an exact amount); {}",
+            self.kind, self.key, self.amount, self.consequence
+        )
+    }
+}
+
 /// An annotation taken off an object as it entered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedAnnotation {
@@ -88,6 +147,88 @@ impl std::fmt::Display for RefusedAnnotation {
 pub struct Admitted {
     pub object: Object,
     pub refused: Vec<RefusedAnnotation>,
+    /// The first amount that is not an exact count (the object is kept).
+    pub invalid_amount: Option<RefusedAmount>,
+}
+
+impl Admitted {
+    /// Whether anything was refused.
+    pub fn has_refusals(&self) -> bool {
+        !self.refused.is_empty() || self.invalid_amount.is_some()
+    }
+}
+
+/// Where a pod's requests, limits and overhead are read from.
+const POD_RESOURCES: &str = "spec";
+
+/// The first amount of `object` that is not an exact count, read by the
+/// same functions the scheduler decides with, and what follows:
+///
+/// - Node `status.allocatable`: the node is feasible for no pod and adds
+///   nothing to any total;
+/// - Pod requests, limits, overhead: a pending pod fits no node (a bound
+///   one counts such an amount as the most it could mean when too large,
+///   as nothing otherwise); the shares of a device-allocated annotation
+///   (also on a Reservation) count as the whole device;
+/// - NodeMetric node, aggregated, system and pod usage: LoadAware treats
+///   the NodeMetric as expired (never as a less loaded node);
+/// - ElasticQuota `min`, `max`, shared weight: the quota admits no pod,
+///   nor do the quotas below it;
+/// - Device resources: the node's devices offer nothing;
+/// - Reservation allocatable (status, or template requests and the resize
+///   annotation): it holds nothing and serves nobody, and is not placed.
+pub fn check_amounts(object: &Object) -> Option<RefusedAmount> {
+    const DEVICE_SHARE: &str = "the share counts as the whole device";
+    let (amount, consequence) = match object {
+        Object::Node(node) => (
+            node_allocatable(node).err()?,
+            "the node is feasible for no pod and adds nothing to quota totals",
+        ),
+        Object::Pod(pod) => {
+            let refused = pod_requests_checked(pod)
+                .1
+                .or_else(|| pod_limits_checked(pod).1);
+            match refused {
+                Some(reason) => (
+                    InvalidAmount::new(POD_RESOURCES, POD_RESOURCES.to_string(), reason),
+                    "a pending pod fits no node; a bound one counts it as the most it could mean (too large) or nothing",
+                ),
+                None => (
+                    allocation_amounts(pod.metadata.annotations.as_ref()).err()?,
+                    DEVICE_SHARE,
+                ),
+            }
+        }
+        Object::NodeMetric(metric) => (
+            node_metric_amounts(metric).err()?,
+            "LoadAwareScheduling treats the NodeMetric as expired",
+        ),
+        Object::ElasticQuota(quota) => (
+            quota_amounts(quota).err()?,
+            "the quota admits no pod, nor do the quotas below it",
+        ),
+        Object::Device(device) => (
+            device_amounts(device).err()?,
+            "the node's devices offer nothing",
+        ),
+        Object::Reservation(reservation) => match reservation_amounts(reservation) {
+            Err(amount) => (
+                amount,
+                "the reservation holds nothing, serves nobody and is not placed",
+            ),
+            Ok(_) => (
+                allocation_amounts(reservation.metadata.annotations.as_ref()).err()?,
+                DEVICE_SHARE,
+            ),
+        },
+        Object::PodGroup(_) | Object::NodeResourceTopology(_) => return None,
+    };
+    Some(RefusedAmount {
+        kind: object.kind(),
+        key: object.key(),
+        amount,
+        consequence,
+    })
 }
 
 fn metadata_mut(object: &mut Object) -> &mut ObjectMeta {
@@ -219,7 +360,128 @@ pub fn admit(mut object: Object) -> Result<Admitted, InputError> {
             }
         }
     }
-    Ok(Admitted { object, refused })
+    let invalid_amount = check_amounts(&object);
+    Ok(Admitted {
+        object,
+        refused,
+        invalid_amount,
+    })
+}
+
+/// What [`Reports::observe`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing refused, nothing reported before.
+    Clean,
+    /// Refusals not yet reported for this version: report them.
+    New,
+    /// The same version's refusals were reported already (a relist).
+    Again,
+    /// Nothing refused any more, after a reported refusal.
+    Cleared,
+}
+
+/// The object versions whose refusals a shell has reported, so each is
+/// reported once per version and not on every relist. Holds only objects
+/// with refusals.
+#[derive(Debug, Default)]
+pub struct Reports {
+    reported: HashMap<(ObjectKind, String), String>,
+}
+
+impl Reports {
+    pub fn observe(&mut self, admitted: &Admitted) -> Seen {
+        let key = (admitted.object.kind(), admitted.object.key());
+        if !admitted.has_refusals() {
+            return match self.reported.remove(&key) {
+                Some(_) => Seen::Cleared,
+                None => Seen::Clean,
+            };
+        }
+        let version = admitted.object.resource_version().unwrap_or_default();
+        if self.reported.get(&key).is_some_and(|v| v == version) {
+            return Seen::Again;
+        }
+        self.reported.insert(key, version.to_string());
+        Seen::New
+    }
+
+    /// The object is gone.
+    pub fn forget(&mut self, kind: ObjectKind, key: &str) {
+        self.reported.remove(&(kind, key.to_string()));
+    }
+
+    /// After a relist of `kind`: forget what the list no longer has.
+    pub fn retain_listed(&mut self, kind: ObjectKind, listed: &HashSet<String>) {
+        self.reported
+            .retain(|(k, key), _| *k != kind || listed.contains(key));
+    }
+
+    pub fn len(&self) -> usize {
+        self.reported.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reported.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InputLabels {
+    kind: String,
+    field: String,
+}
+
+/// `scheduler_invalid_input_total{kind, field}`: input refused where it
+/// entered — a whole object (per event), an annotation or an amount (once
+/// per object version).
+#[derive(Clone, Debug, Default)]
+pub struct InputMetrics {
+    invalid_input: Family<InputLabels, Counter>,
+}
+
+impl InputMetrics {
+    pub fn register(&self, registry: &koord_common::metrics::MetricsRegistry) {
+        registry.register_component(|r| {
+            r.register(
+                "invalid_input",
+                "Input refused where it entered the scheduler, by kind and field: whole objects per event, annotations and amounts that are not exact counts once per object version",
+                self.invalid_input.clone(),
+            );
+        });
+    }
+
+    pub fn refused(&self, kind: ObjectKind, field: &str) {
+        self.invalid_input
+            .get_or_create(&InputLabels {
+                kind: format!("{kind:?}"),
+                field: field.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts every refusal of an admitted object.
+    pub fn refused_parts(&self, admitted: &Admitted) {
+        for refusal in &admitted.refused {
+            self.refused(
+                refusal.kind,
+                &format!("metadata.annotations[{}]", refusal.annotation),
+            );
+        }
+        if let Some(refused) = &admitted.invalid_amount {
+            self.refused(refused.kind, refused.amount.section);
+        }
+    }
+
+    /// The count for one kind and field (tests).
+    pub fn count(&self, kind: ObjectKind, field: &str) -> u64 {
+        self.invalid_input
+            .get_or_create(&InputLabels {
+                kind: format!("{kind:?}"),
+                field: field.to_string(),
+            })
+            .get()
+    }
 }
 
 /// [`admit`] over a list (a relist or a snapshot): each key once, the

@@ -17,7 +17,10 @@ use apis::slo::v1alpha1::NodeMetric;
 use apis::topology::v1alpha1::NodeResourceTopology;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::resources::{Resources, pod_non_zero_requests, pod_requests_checked};
+use crate::resources::{
+    InvalidAmount, Resources, exact_resources, pod_limits_checked, pod_non_zero_requests,
+    pod_requests_checked,
+};
 
 /// `namespace/name` for namespaced objects, `name` otherwise.
 pub fn object_key(namespace: Option<&str>, name: &str) -> String {
@@ -38,9 +41,11 @@ pub struct PodInfo {
     /// Bound or assumed node.
     pub node: Option<String>,
     pub requests: Resources,
-    /// Why a request could not be counted exactly (malformed, negative or
-    /// beyond `i64`): such a pod is refused at pre-filter, never counted
-    /// as requesting nothing.
+    /// Limits, counted as requests are (LoadAware's estimates).
+    pub limits: Resources,
+    /// Why a request or limit could not be counted exactly (malformed,
+    /// negative or beyond `i64`): such a pod is refused at pre-filter,
+    /// never counted as requesting nothing.
     pub invalid_requests: Option<String>,
     /// cpu/memory requests with kube-scheduler's non-zero defaults.
     pub non_zero_requests: (i64, i64),
@@ -61,11 +66,13 @@ impl PodInfo {
             .and_then(|s| s.node_name.clone())
             .filter(|n| !n.is_empty());
         let (requests, invalid_requests) = pod_requests_checked(&pod);
+        let (limits, invalid_limits) = pod_limits_checked(&pod);
         Self {
             key: object_key(Some(&namespace), &name),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             requests,
-            invalid_requests,
+            limits,
+            invalid_requests: invalid_requests.or(invalid_limits),
             non_zero_requests: pod_non_zero_requests(&pod),
             priority_class: priority_class_of_pod(&pod),
             namespace,
@@ -99,6 +106,17 @@ impl PodInfo {
             .iter()
             .flatten()
             .any(|owner| owner.kind == "DaemonSet")
+    }
+}
+
+/// Where a Node's allocatable is read from.
+pub const NODE_ALLOCATABLE: &str = "status.allocatable";
+
+/// A Node's `status.allocatable`, every amount exact (absent: nothing).
+pub fn node_allocatable(node: &Node) -> Result<Resources, InvalidAmount> {
+    match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+        Some(list) => exact_resources(list, NODE_ALLOCATABLE),
+        None => Ok(Resources::new()),
     }
 }
 
@@ -145,7 +163,11 @@ pub struct NodeInfo {
     pub index: usize,
     /// Absent while only pods mention the node.
     pub node: Option<Arc<Node>>,
+    /// Empty when [`Self::invalid_allocatable`] is set.
     pub allocatable: Resources,
+    /// The amount of `status.allocatable` that is not an exact count: such
+    /// a node is feasible for no pod and adds nothing to any total.
+    pub invalid_allocatable: Option<InvalidAmount>,
     /// Sum of requests of bound and assumed pods.
     pub requested: Resources,
     pub non_zero_requested: (i64, i64),
@@ -163,6 +185,7 @@ impl NodeInfo {
             index,
             node: None,
             allocatable: Resources::new(),
+            invalid_allocatable: None,
             requested: Resources::new(),
             non_zero_requested: (0, 0),
             pods: HashSet::new(),
@@ -189,16 +212,20 @@ impl NodeInfo {
     fn add_pod(&mut self, pod: &PodInfo) {
         if self.pods.insert(pod.key.clone()) {
             self.requested.add(&pod.requests);
-            self.non_zero_requested.0 += pod.non_zero_requests.0;
-            self.non_zero_requested.1 += pod.non_zero_requests.1;
+            // Saturating, as `Resources` sums (a bound pod's refused amount
+            // counts as `i64::MAX`).
+            let (cpu, memory) = &mut self.non_zero_requested;
+            *cpu = cpu.saturating_add(pod.non_zero_requests.0);
+            *memory = memory.saturating_add(pod.non_zero_requests.1);
         }
     }
 
     fn remove_pod(&mut self, pod: &PodInfo) {
         if self.pods.remove(&pod.key) {
             self.requested.sub(&pod.requests);
-            self.non_zero_requested.0 -= pod.non_zero_requests.0;
-            self.non_zero_requested.1 -= pod.non_zero_requests.1;
+            let (cpu, memory) = &mut self.non_zero_requested;
+            *cpu = cpu.saturating_sub(pod.non_zero_requests.0);
+            *memory = memory.saturating_sub(pod.non_zero_requests.1);
         }
     }
 }
@@ -254,6 +281,11 @@ impl Object {
             Object::Device(o) => &o.metadata,
             Object::NodeResourceTopology(o) => &o.metadata,
         }
+    }
+
+    /// `metadata.resourceVersion`, when set.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.metadata().resource_version.as_deref()
     }
 
     /// `namespace/name` or `name`.
@@ -541,18 +573,17 @@ impl ClusterCache {
                     if let Some(info) = self.entry_mut(&key) {
                         info.node = None;
                         info.allocatable = Resources::new();
+                        info.invalid_allocatable = None;
                         info.cordoned_or_tainted = false;
                         if info.pods.is_empty() {
                             self.drop_entry(&key);
                         }
                     }
                 } else {
-                    let allocatable = node
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.allocatable.as_ref())
-                        .map(Resources::from_list)
-                        .unwrap_or_default();
+                    let (allocatable, invalid_allocatable) = match node_allocatable(&node) {
+                        Ok(allocatable) => (allocatable, None),
+                        Err(invalid) => (Resources::new(), Some(invalid)),
+                    };
                     let cordoned_or_tainted = node.spec.as_ref().is_some_and(|spec| {
                         spec.unschedulable == Some(true)
                             || spec.taints.iter().flatten().any(|taint| {
@@ -562,6 +593,7 @@ impl ClusterCache {
                     let info = self.entry_or_insert(&key);
                     let index = info.index;
                     info.allocatable = allocatable;
+                    info.invalid_allocatable = invalid_allocatable;
                     info.cordoned_or_tainted = cordoned_or_tainted;
                     info.node = Some(Arc::new(node));
                     if let Err(position) = self.sorted_position(&key) {

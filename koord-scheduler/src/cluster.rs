@@ -27,7 +27,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::admission;
+use crate::admission::{self, InputMetrics};
 use crate::cache::{Change, Object, ObjectKind};
 use crate::config::SchedulerConfiguration;
 use crate::framework::{
@@ -107,20 +107,51 @@ impl Binder for KubeBinder {
     }
 }
 
-fn log_refusals(admitted: &admission::Admitted) {
-    for refusal in &admitted.refused {
-        tracing::warn!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
+/// Logs and counts what admission refused of one object, once per object
+/// version (a relist repeats nothing already reported).
+fn report(
+    admitted: &admission::Admitted,
+    reports: &mut admission::Reports,
+    metrics: &InputMetrics,
+) {
+    match reports.observe(admitted) {
+        admission::Seen::New => {
+            metrics.refused_parts(admitted);
+            for refusal in &admitted.refused {
+                tracing::warn!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
+            }
+            if let Some(refused) = &admitted.invalid_amount {
+                tracing::warn!(
+                    kind = ?refused.kind,
+                    object = %refused.key,
+                    resource_version = admitted.object.resource_version().unwrap_or_default(),
+                    field = %refused.amount.field,
+                    reason = %refused.amount.reason,
+                    "{refused}"
+                );
+            }
+        }
+        admission::Seen::Cleared => {
+            tracing::info!(kind = ?admitted.object.kind(), object = %admitted.object.key(), "object accepted again: nothing refused in its new version");
+        }
+        admission::Seen::Clean | admission::Seen::Again => {}
     }
 }
 
 /// One watched object through [`admission::admit`]; `None` when refused.
-fn admit_one(object: Object) -> Option<Object> {
+fn admit_one(
+    object: Object,
+    reports: &mut admission::Reports,
+    metrics: &InputMetrics,
+) -> Option<Object> {
+    let kind = object.kind();
     match admission::admit(object) {
         Ok(admitted) => {
-            log_refusals(&admitted);
+            report(&admitted, reports, metrics);
             Some(admitted.object)
         }
         Err(err) => {
+            metrics.refused(kind, err.field());
             tracing::warn!(error = %err, "watched object refused");
             None
         }
@@ -128,15 +159,24 @@ fn admit_one(object: Object) -> Option<Object> {
 }
 
 /// A listed set of objects through [`admission::admit_list`].
-fn admit_relist(objects: Vec<Object>) -> Vec<Object> {
+fn admit_relist(
+    kind: ObjectKind,
+    objects: Vec<Object>,
+    reports: &mut admission::Reports,
+    metrics: &InputMetrics,
+) -> Vec<Object> {
     let (admitted, refused) = admission::admit_list(objects);
     for err in refused {
+        metrics.refused(err.kind(), err.field());
         tracing::warn!(error = %err, "listed object refused");
     }
+    let listed: std::collections::HashSet<String> =
+        admitted.iter().map(|a| a.object.key()).collect();
+    reports.retain_listed(kind, &listed);
     admitted
         .into_iter()
         .map(|admitted| {
-            log_refusals(&admitted);
+            report(&admitted, reports, metrics);
             admitted.object
         })
         .collect()
@@ -149,6 +189,7 @@ async fn feed<K>(
     kind: ObjectKind,
     wrap: fn(K) -> Object,
     synced: watch::Sender<bool>,
+    metrics: InputMetrics,
     shutdown: Shutdown,
 ) where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -157,6 +198,7 @@ async fn feed<K>(
         .default_backoff()
         .boxed();
     let mut initial: Vec<Object> = Vec::new();
+    let mut reports = admission::Reports::default();
     loop {
         let event = tokio::select! {
             _ = shutdown.wait() => return,
@@ -165,11 +207,15 @@ async fn feed<K>(
         let Some(event) = event else { return };
         // Bounds are checked here, before the lock (see `admission`).
         let changes: Vec<Change> = match event {
-            Ok(Event::Apply(object)) => admit_one(wrap(object))
+            Ok(Event::Apply(object)) => admit_one(wrap(object), &mut reports, &metrics)
                 .map(Change::Upsert)
                 .into_iter()
                 .collect(),
-            Ok(Event::Delete(object)) => vec![Change::Delete(wrap(object))],
+            Ok(Event::Delete(object)) => {
+                let object = wrap(object);
+                reports.forget(kind, &object.key());
+                vec![Change::Delete(object)]
+            }
             Ok(Event::Init) => {
                 initial.clear();
                 Vec::new()
@@ -182,7 +228,8 @@ async fn feed<K>(
                 let _ = synced.send(true);
                 // A relist after a reconnect: objects deleted meanwhile are
                 // not in it and would otherwise stay cached for good.
-                let listed = admit_relist(std::mem::take(&mut initial));
+                let listed =
+                    admit_relist(kind, std::mem::take(&mut initial), &mut reports, &metrics);
                 match scheduler.read() {
                     Ok(scheduler) => scheduler.cache.relist_changes(kind, listed),
                     Err(_) => return,
@@ -211,11 +258,23 @@ async fn feed<K>(
 pub type CacheSynced = watch::Receiver<bool>;
 
 /// Starts the watchers; `ready` passes, and the returned flag turns `true`,
-/// once Nodes and Pods are listed.
+/// once Nodes and Pods are listed. Refused input is counted in an
+/// unregistered [`InputMetrics`] (see [`start_watchers_counted`]).
 pub fn start_watchers(
     client: &kube::Client,
     scheduler: &SharedScheduler,
     ready: StatusCheck,
+    shutdown: &Shutdown,
+) -> CacheSynced {
+    start_watchers_counted(client, scheduler, ready, &InputMetrics::default(), shutdown)
+}
+
+/// [`start_watchers`] counting refused input in `metrics`.
+pub fn start_watchers_counted(
+    client: &kube::Client,
+    scheduler: &SharedScheduler,
+    ready: StatusCheck,
+    metrics: &InputMetrics,
     shutdown: &Shutdown,
 ) -> CacheSynced {
     let (synced_tx, synced) = watch::channel(false);
@@ -229,6 +288,7 @@ pub fn start_watchers(
                 ObjectKind::$variant,
                 Object::$variant,
                 $tx,
+                metrics.clone(),
                 shutdown.clone(),
             ));
         };

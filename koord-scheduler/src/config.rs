@@ -7,8 +7,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use apis::extension::duration::GoDuration;
+use apis::extension::quantity::QuantityValue;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
+
+use crate::resources::{Resources, exact_amount};
 
 /// Errors reading or validating the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -300,8 +303,9 @@ pub struct ElasticQuotaArgsRaw {
 pub struct ElasticQuotaArgs {
     pub delay_evict_time: Duration,
     pub revoke_pod_interval: Duration,
-    pub default_quota_group_max: BTreeMap<String, Quantity>,
-    pub system_quota_group_max: BTreeMap<String, Quantity>,
+    /// Read exactly at start (see [`quota_group_max`]).
+    pub default_quota_group_max: Resources,
+    pub system_quota_group_max: Resources,
     pub quota_group_namespace: String,
     pub monitor_all_quotas: bool,
     pub enable_check_parent_quota: bool,
@@ -315,31 +319,65 @@ pub struct ElasticQuotaArgs {
 /// math.MaxInt64 / 5, upstream's default max of the built-in quotas.
 pub const BUILTIN_QUOTA_MAX: i64 = i64::MAX / 5;
 
-impl ElasticQuotaArgsRaw {
-    pub fn with_defaults(self) -> ElasticQuotaArgs {
-        let builtin_max = || {
-            BTreeMap::from([
-                ("cpu".to_string(), Quantity(BUILTIN_QUOTA_MAX.to_string())),
-                (
-                    "memory".to_string(),
-                    Quantity(BUILTIN_QUOTA_MAX.to_string()),
-                ),
-            ])
+/// The built-in quotas' max when the args give none: upstream's
+/// MaxInt64/5 cores and bytes (the cores beyond what milli-cores in 64 bits
+/// hold, so the most they hold).
+pub fn builtin_quota_max() -> Resources {
+    let mut max = Resources::new();
+    max.set("cpu", BUILTIN_QUOTA_MAX.saturating_mul(1000));
+    max.set("memory", BUILTIN_QUOTA_MAX);
+    max
+}
+
+/// A built-in quota's max from the args: absent or empty is
+/// [`builtin_quota_max`]; each amount must parse and not be negative, or
+/// the args are refused naming `field`, the resource and the value. An
+/// amount beyond what 64 bits count (upstream's own MaxInt64/5 cores, in
+/// milli-cores) bounds nothing and holds the most an `i64` holds.
+pub fn quota_group_max(
+    list: Option<BTreeMap<String, Quantity>>,
+    field: &str,
+) -> Result<Resources, ConfigError> {
+    let Some(list) = list.filter(|m| !m.is_empty()) else {
+        return Ok(builtin_quota_max());
+    };
+    let mut max = Resources::new();
+    for (name, quantity) in &list {
+        let amount = match exact_amount(name, quantity) {
+            Ok(amount) => amount,
+            Err(_) if QuantityValue::of(quantity).is_ok_and(|v| v.is_positive()) => i64::MAX,
+            Err(reason) => {
+                return Err(ConfigError::InvalidArgs {
+                    plugin: "ElasticQuota".into(),
+                    message: format!("{field} {name}: {reason}"),
+                });
+            }
         };
+        max.set(name, amount);
+    }
+    Ok(max)
+}
+
+impl ElasticQuotaArgsRaw {
+    /// Upstream's defaults for what is not set; a built-in max that is not
+    /// an exact amount is an error (see [`quota_group_max`]).
+    pub fn with_defaults(mut self) -> Result<ElasticQuotaArgs, ConfigError> {
+        let default_max =
+            quota_group_max(self.default_quota_group_max.take(), "defaultQuotaGroupMax")?;
+        let system_max =
+            quota_group_max(self.system_quota_group_max.take(), "systemQuotaGroupMax")?;
+        Ok(self.into_args(default_max, system_max))
+    }
+
+    fn into_args(self, default_max: Resources, system_max: Resources) -> ElasticQuotaArgs {
         let duration = |d: Option<GoDuration>, default: Duration| {
             d.and_then(GoDuration::to_std).unwrap_or(default)
         };
         ElasticQuotaArgs {
             delay_evict_time: duration(self.delay_evict_time, Duration::from_secs(120)),
             revoke_pod_interval: duration(self.revoke_pod_interval, Duration::from_secs(1)),
-            default_quota_group_max: self
-                .default_quota_group_max
-                .filter(|m| !m.is_empty())
-                .unwrap_or_else(builtin_max),
-            system_quota_group_max: self
-                .system_quota_group_max
-                .filter(|m| !m.is_empty())
-                .unwrap_or_else(builtin_max),
+            default_quota_group_max: default_max,
+            system_quota_group_max: system_max,
             quota_group_namespace: if self.quota_group_namespace.is_empty() {
                 "koordinator-system".to_string()
             } else {
@@ -357,7 +395,7 @@ impl ElasticQuotaArgsRaw {
 
 impl Default for ElasticQuotaArgs {
     fn default() -> Self {
-        ElasticQuotaArgsRaw::default().with_defaults()
+        ElasticQuotaArgsRaw::default().into_args(builtin_quota_max(), builtin_quota_max())
     }
 }
 
@@ -440,7 +478,7 @@ profiles:
         let profile = config.profile();
         let quota: ElasticQuotaArgsRaw =
             parse_args("ElasticQuota", profile.args_for("ElasticQuota")).unwrap();
-        let quota = quota.with_defaults();
+        let quota = quota.with_defaults().unwrap();
         assert_eq!(quota.quota_group_namespace, "quotas");
         assert!(!quota.enable_runtime_quota);
         assert_eq!(quota.delay_evict_time, Duration::from_secs(120));

@@ -259,6 +259,9 @@ pub fn parse_extender_args(body: &[u8]) -> Result<(Pod, Vec<String>, bool), Stri
     for refusal in &admitted.refused {
         tracing::debug!(object = %refusal.key, annotation = refusal.annotation, reason = %refusal.reason, "{refusal}");
     }
+    if let Some(refused) = &admitted.invalid_amount {
+        tracing::debug!(object = %refused.key, field = %refused.amount.field, "{refused}");
+    }
     let Object::Pod(pod) = admitted.object else {
         return Err("ExtenderArgs.Pod is not a pod".into());
     };

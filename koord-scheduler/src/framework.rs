@@ -287,6 +287,10 @@ pub struct Reserved {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// Why a node whose allocatable is not an exact count fits no pod (the
+/// refused amount follows).
+pub const REASON_INVALID_ALLOCATABLE: &str = "node(s) had an invalid allocatable";
+
 /// The cache and the plugins, mutated together under one lock by the shells.
 pub struct Scheduler {
     pub cache: ClusterCache,
@@ -349,13 +353,19 @@ impl Scheduler {
         Ok(state)
     }
 
-    /// Runs the filters on one node; the first rejection wins.
+    /// Runs the filters on one node; the first rejection wins. A node whose
+    /// allocatable cannot be read fits no pod.
     pub fn filter_node(
         &self,
         pod: &PodInfo,
         node: &NodeInfo,
         state: &CycleState,
     ) -> Result<(), Rejection> {
+        if let Some(invalid) = &node.invalid_allocatable {
+            return Err(Rejection::unresolvable(format!(
+                "{REASON_INVALID_ALLOCATABLE}: {invalid}"
+            )));
+        }
         for entry in self.plugins.iter().filter(|e| e.filter) {
             entry.plugin.filter(pod, node, &self.cache, state)?;
         }

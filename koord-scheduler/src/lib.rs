@@ -373,6 +373,8 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
             .unwrap_or("koord-scheduler"),
     );
     metrics.register(&context.metrics);
+    let input_metrics = admission::InputMetrics::default();
+    input_metrics.register(&context.metrics);
 
     // The binder needs the client, so the routes start once the cluster is reachable;
     // until then they are absent and readiness fails.
@@ -409,8 +411,13 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
                 client: connected.client.clone(),
             });
             let _ = binder_tx.send(Some(binder));
-            let synced =
-                cluster::start_watchers(&connected.client, &scheduler, ready, &context.shutdown);
+            let synced = cluster::start_watchers_counted(
+                &connected.client,
+                &scheduler,
+                ready,
+                &input_metrics,
+                &context.shutdown,
+            );
             let leadership = args.leader_election.leadership(
                 &connected.client,
                 lease_timing,

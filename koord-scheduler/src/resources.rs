@@ -41,25 +41,34 @@ pub fn slot_of(name: &str) -> Option<usize> {
     KNOWN_RESOURCES.iter().position(|known| *known == name)
 }
 
-/// One resource amount in upstream's comparison unit (see module docs).
-pub fn quantity_amount(name: &str, quantity: &Quantity) -> Option<i64> {
-    let value = QuantityValue::of(quantity).ok()?;
-    Some(if name == RESOURCE_CPU {
-        value.milli_value()
-    } else {
-        value.value()
-    })
+/// How much of a refused quantity a message shows.
+pub const MAX_SHOWN_VALUE_BYTES: usize = 64;
+
+/// `text` cut to [`MAX_SHOWN_VALUE_BYTES`] (at a character boundary) and
+/// followed by `…(N bytes)` when longer: a message names a refused value
+/// without copying all of it.
+pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_SHOWN_VALUE_BYTES {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = MAX_SHOWN_VALUE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…({} bytes)", &text[..end], text.len()))
 }
 
-/// One amount of a pod's request, exactly: a Kubernetes quantity that is
-/// not negative and, in its comparison unit (rounded up, as upstream),
-/// fits in an `i64`. Anything else is refused with the reason, never
-/// counted as zero (which would let the pod fit every node).
+/// One amount read exactly: a Kubernetes quantity that is not negative
+/// and, in its comparison unit (milli-units for `cpu`, whole units
+/// otherwise, rounded up as upstream), fits in an `i64`. Anything else is
+/// refused with the reason (naming the value, cut to
+/// [`MAX_SHOWN_VALUE_BYTES`]), never counted as zero or clamped.
 pub fn exact_amount(name: &str, quantity: &Quantity) -> Result<i64, String> {
-    let value = QuantityValue::of(quantity).map_err(|e| e.to_string())?;
+    let value = QuantityValue::of(quantity)
+        .map_err(|e| format!("invalid quantity {:?}: {}", shown(&quantity.0), e.reason))?;
     let nanos = value.nanos();
     if nanos < 0 {
-        return Err(format!("quantity {:?} is negative", quantity.0));
+        return Err(format!("quantity {:?} is negative", shown(&quantity.0)));
     }
     let unit: i128 = if name == RESOURCE_CPU {
         1_000_000
@@ -70,7 +79,7 @@ pub fn exact_amount(name: &str, quantity: &Quantity) -> Result<i64, String> {
     i64::try_from(amount).map_err(|_| {
         format!(
             "quantity {:?} is larger than the scheduler can count ({} {})",
-            quantity.0,
+            shown(&quantity.0),
             i64::MAX,
             if name == RESOURCE_CPU {
                 "milli-units"
@@ -79,6 +88,63 @@ pub fn exact_amount(name: &str, quantity: &Quantity) -> Result<i64, String> {
             }
         )
     })
+}
+
+/// An amount of a cluster object that is not an exact count (see
+/// [`exact_amount`]): where it is and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidAmount {
+    /// The field path without the resource name (`status.allocatable`):
+    /// a fixed string, fit for a metric label.
+    pub section: &'static str,
+    /// The field path and the resource (`status.allocatable cpu`).
+    pub field: String,
+    /// Why, naming the value (cut to [`MAX_SHOWN_VALUE_BYTES`]).
+    pub reason: String,
+}
+
+impl InvalidAmount {
+    pub fn new(section: &'static str, field: String, reason: String) -> Self {
+        Self {
+            section,
+            field,
+            reason,
+        }
+    }
+}
+
+/// A resource list read exactly ([`exact_amount`] per entry); the first
+/// entry that is not an exact count is the error, found under `section`.
+pub fn exact_resources(
+    list: &BTreeMap<String, Quantity>,
+    section: &'static str,
+) -> Result<Resources, InvalidAmount> {
+    let mut resources = Resources::new();
+    for (name, quantity) in list {
+        match exact_amount(name, quantity) {
+            Ok(amount) => resources.set(name, amount),
+            Err(reason) => {
+                return Err(InvalidAmount::new(
+                    section,
+                    format!("{section} {}", shown(name)),
+                    reason,
+                ));
+            }
+        }
+    }
+    Ok(resources)
+}
+
+/// What a refused amount of a pod already bound counts as: too large as
+/// the most an `i64` holds, anything else (not a number, negative) as
+/// nothing.
+fn refused_amount(quantity: &Quantity) -> i64 {
+    let too_large = match QuantityValue::of(quantity) {
+        Ok(value) => value.is_positive(),
+        Err(err) => err.reason == OUT_OF_RANGE && !quantity.0.starts_with('-'),
+    };
+    if too_large { i64::MAX } else { 0 }
 }
 
 /// A sparse resource vector; absent and zero are the same.
@@ -91,18 +157,6 @@ pub struct Resources {
 impl Resources {
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Converts a Kubernetes resource list; malformed quantities are skipped
-    /// (the API server validates them, so this only guards hand-written input).
-    pub fn from_list(list: &BTreeMap<String, Quantity>) -> Self {
-        let mut resources = Self::new();
-        for (name, quantity) in list {
-            if let Some(amount) = quantity_amount(name, quantity) {
-                resources.set(name, amount);
-            }
-        }
-        resources
     }
 
     pub fn get(&self, name: &str) -> i64 {
@@ -239,13 +293,7 @@ impl Refused {
             match exact_amount(name, quantity) {
                 Ok(amount) => resources.set(name, amount),
                 Err(reason) => {
-                    let too_large = match QuantityValue::of(quantity) {
-                        Ok(value) => value.is_positive(),
-                        Err(err) => err.reason == OUT_OF_RANGE && !quantity.0.starts_with('-'),
-                    };
-                    if too_large {
-                        resources.set(name, i64::MAX);
-                    }
+                    resources.set(name, refused_amount(quantity));
                     if self.0.is_none() {
                         self.0 = Some(format!("{} {name}: {reason}", what()));
                     }
@@ -311,18 +359,15 @@ fn pod_resources(pod: &Pod, limits: bool) -> (Resources, Option<String>) {
     (total, refused.0)
 }
 
-pub fn pod_requests(pod: &Pod) -> Resources {
-    pod_resources(pod, false).0
-}
-
-/// [`pod_requests`] and, when an amount is not an exact count (malformed,
+/// Pod requests and, when an amount is not an exact count (malformed,
 /// negative or beyond `i64`), the reason: such a pod must not be placed.
 pub fn pod_requests_checked(pod: &Pod) -> (Resources, Option<String>) {
     pod_resources(pod, false)
 }
 
-pub fn pod_limits(pod: &Pod) -> Resources {
-    pod_resources(pod, true).0
+/// Pod limits, as [`pod_requests_checked`].
+pub fn pod_limits_checked(pod: &Pod) -> (Resources, Option<String>) {
+    pod_resources(pod, true)
 }
 
 /// cpu and memory requests with kube-scheduler's non-zero defaults applied
@@ -338,30 +383,28 @@ pub fn pod_non_zero_requests(pod: &Pod) -> (i64, i64) {
             .resources
             .as_ref()
             .and_then(|r| r.requests.as_ref());
-        let cpu = requests
-            .and_then(|r| r.get(RESOURCE_CPU))
-            .map_or(Some(DEFAULT_MILLI_CPU_REQUEST), |q| {
-                quantity_amount(RESOURCE_CPU, q)
+        // A refused amount counts as for a bound pod (the pod itself is
+        // refused at pre-filter).
+        let read = |name: &str, default: i64| {
+            requests.and_then(|r| r.get(name)).map_or(default, |q| {
+                exact_amount(name, q).unwrap_or_else(|_| refused_amount(q))
             })
-            .unwrap_or(0);
-        let memory = requests
-            .and_then(|r| r.get(RESOURCE_MEMORY))
-            .map_or(Some(DEFAULT_MEMORY_REQUEST), |q| {
-                quantity_amount(RESOURCE_MEMORY, q)
-            })
-            .unwrap_or(0);
-        (cpu, memory)
+        };
+        (
+            read(RESOURCE_CPU, DEFAULT_MILLI_CPU_REQUEST),
+            read(RESOURCE_MEMORY, DEFAULT_MEMORY_REQUEST),
+        )
     };
     for container in &spec.containers {
         let (c, m) = non_zero(container);
-        cpu += c;
-        memory += m;
+        cpu = cpu.saturating_add(c);
+        memory = memory.saturating_add(m);
     }
     for init in spec.init_containers.iter().flatten() {
         let (c, m) = non_zero(init);
         if is_sidecar(init) {
-            cpu += c;
-            memory += m;
+            cpu = cpu.saturating_add(c);
+            memory = memory.saturating_add(m);
         } else {
             cpu = cpu.max(c);
             memory = memory.max(m);
@@ -394,7 +437,8 @@ mod tests {
                 "overhead": {"cpu": "100m"}
             }
         }));
-        let requests = pod_requests(&p);
+        let (requests, refused) = pod_requests_checked(&p);
+        assert_eq!(refused, None);
         assert_eq!(requests.get("cpu"), 4100);
         assert_eq!(requests.get("memory"), 1 << 30);
         assert_eq!(requests.get(BATCH_CPU), 2000);

@@ -102,6 +102,9 @@ fn decode(
     snapshot
         .refused
         .extend(admitted.refused.iter().map(ToString::to_string));
+    if let Some(refused) = &admitted.invalid_amount {
+        snapshot.refused.push(refused.to_string());
+    }
     snapshot.objects.push(admitted.object);
     Ok(())
 }

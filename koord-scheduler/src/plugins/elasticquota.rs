@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::cache::{ClusterCache, ClusterEvent, ObjectKind, PodInfo};
 use crate::config::{ConfigError, ElasticQuotaArgs, ElasticQuotaArgsRaw, parse_args};
 use crate::framework::{AnnotationWrite, CycleState, Plugin, Rejection, StatusWrite};
-use crate::resources::{Resources, quantity_amount};
+use crate::resources::{InvalidAmount, Resources, exact_amount, exact_resources};
 
 pub const NAME: &str = "ElasticQuota";
 /// API resource the status annotations and `status.used` are written to.
@@ -37,7 +37,7 @@ pub const WRITE_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
     let raw: ElasticQuotaArgsRaw = parse_args(NAME, args)?;
-    Ok(Box::new(ElasticQuota::new(raw.with_defaults())))
+    Ok(Box::new(ElasticQuota::new(raw.with_defaults()?)))
 }
 
 /// One quota group as the tree sees it.
@@ -52,6 +52,10 @@ pub struct QuotaNode {
     /// Resource names listed in `max` (a request is bounded only on these).
     pub max_names: BTreeSet<String>,
     pub shared_weight: Resources,
+    /// The amount of `min`, `max` or the shared weight that is not an
+    /// exact count: the quota then holds and lends nothing (min, max and
+    /// weight zero) and admits no pod, nor do the quotas below it.
+    pub invalid: Option<InvalidAmount>,
     pub allow_lent: bool,
     pub namespaces: Vec<String>,
     /// Present as a CR (the built-ins may not be).
@@ -119,7 +123,7 @@ fn in_flight<T: PartialEq>(record: Option<&InFlight<T>>, wanted: &T, now: System
 fn comparable(list: &BTreeMap<String, Quantity>) -> Option<BTreeMap<String, i64>> {
     let mut out = BTreeMap::new();
     for (name, quantity) in list {
-        let amount = quantity_amount(name, quantity)?;
+        let amount = exact_amount(name, quantity).ok()?;
         if amount != 0 {
             out.insert(name.clone(), amount);
         }
@@ -280,12 +284,12 @@ impl ElasticQuota {
         let system = builtin(
             SYSTEM_QUOTA_NAME,
             &namespace,
-            Resources::from_list(&self.args.system_quota_group_max),
+            self.args.system_quota_group_max.clone(),
         );
         let default = builtin(
             DEFAULT_QUOTA_NAME,
             &namespace,
-            Resources::from_list(&self.args.default_quota_group_max),
+            self.args.default_quota_group_max.clone(),
         );
         for quota in [root, system, default] {
             if !self.quotas.get(&quota.name).is_some_and(|q| q.from_object) {
@@ -391,14 +395,24 @@ impl ElasticQuota {
         let annotations = object.metadata.annotations.as_ref().unwrap_or(&empty);
         let name = object.metadata.name.clone().unwrap_or_default();
         let max_list = object.spec.max.clone().unwrap_or_default();
+        let (min, max, shared_weight, invalid) = match quota_amounts(object) {
+            Ok(amounts) => (amounts.min, amounts.max, amounts.shared_weight, None),
+            Err(invalid) => (
+                Resources::new(),
+                Resources::new(),
+                Resources::new(),
+                Some(invalid),
+            ),
+        };
         QuotaNode {
             parent: parent_quota_name(&name, labels).to_string(),
             namespace: object.metadata.namespace.clone().unwrap_or_default(),
             is_parent: is_parent_quota(labels),
-            min: Resources::from_list(&object.spec.min.clone().unwrap_or_default()),
-            max: Resources::from_list(&max_list),
+            min,
+            max,
             max_names: max_list.keys().cloned().collect(),
-            shared_weight: Resources::from_list(&shared_weight_or_max(annotations, &max_list)),
+            shared_weight,
+            invalid,
             allow_lent: is_allow_lent_resource(labels),
             namespaces: get_quota_namespaces(annotations)
                 .ok()
@@ -617,6 +631,7 @@ impl ElasticQuota {
         let Some(quota) = self.quotas.get(&quota_name) else {
             return Ok(());
         };
+        self.refuse_invalid(quota)?;
         let own = self.usage.get(&quota_name).cloned().unwrap_or_default();
         // The pod may already be charged as used (a retried bind): do not count it twice.
         let already_used = self.pods.get(&pod.key).is_some_and(|c| c.assigned);
@@ -696,6 +711,29 @@ impl ElasticQuota {
         })
     }
 
+    /// A quota, or one above it, whose amounts cannot be read admits no
+    /// pod (instead of bounding nothing).
+    fn refuse_invalid(&self, quota: &QuotaNode) -> Result<(), Rejection> {
+        let mut current = Some(quota);
+        let mut depth = 0;
+        while let Some(quota) = current
+            && depth < 64
+        {
+            if let Some(invalid) = &quota.invalid {
+                return Err(Rejection::unschedulable(format!(
+                    "Invalid quota, quotaName: {}, {invalid}",
+                    quota.name
+                )));
+            }
+            if quota.parent.is_empty() || quota.parent == quota.name {
+                break;
+            }
+            current = self.quotas.get(&quota.parent);
+            depth += 1;
+        }
+        Ok(())
+    }
+
     /// The status annotations a quota should carry now, in upstream's
     /// figures. `guaranteed` and `allocated` stay empty: upstream fills them
     /// only with the `ElasticQuotaGuaranteeUsage` feature gate (default off).
@@ -767,6 +805,43 @@ impl ElasticQuota {
         }
         Some(serde_json::json!({ "status": { "used": used } }))
     }
+}
+
+/// The amounts of an ElasticQuota, each exact.
+#[derive(Debug, Clone, Default)]
+pub struct QuotaAmounts {
+    pub min: Resources,
+    pub max: Resources,
+    pub shared_weight: Resources,
+}
+
+/// Where the shared weight is read from when the annotation gives one.
+const SHARED_WEIGHT: &str = "metadata.annotations[quota.scheduling.koordinator.sh/shared-weight]";
+
+/// `spec.min`, `spec.max` and the shared weight (its annotation, else
+/// max, as upstream) of an ElasticQuota, each exact (not negative, not
+/// beyond 64 bits), or the first that is not.
+pub fn quota_amounts(object: &ElasticQuotaObject) -> Result<QuotaAmounts, InvalidAmount> {
+    let (no_annotations, no_list) = (BTreeMap::new(), BTreeMap::new());
+    let annotations = object
+        .metadata
+        .annotations
+        .as_ref()
+        .unwrap_or(&no_annotations);
+    let max_list = object.spec.max.as_ref().unwrap_or(&no_list);
+    let min = exact_resources(object.spec.min.as_ref().unwrap_or(&no_list), "spec.min")?;
+    let max = exact_resources(max_list, "spec.max")?;
+    let weight_list = shared_weight_or_max(annotations, max_list);
+    let shared_weight = if &weight_list == max_list {
+        max.clone()
+    } else {
+        exact_resources(&weight_list, SHARED_WEIGHT)?
+    };
+    Ok(QuotaAmounts {
+        min,
+        max,
+        shared_weight,
+    })
 }
 
 fn describe(resources: &Resources) -> String {

@@ -31,7 +31,7 @@ use apis::slo::v1alpha1::NodeMetric;
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo, object_key};
 use crate::config::{ConfigError, LoadAwareArgs, LoadAwareSchedulingArgs, parse_args};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection, StatusWrite};
-use crate::resources::{Resources, pod_limits};
+use crate::resources::{InvalidAmount, Resources, exact_resources};
 
 pub const NAME: &str = "LoadAwareScheduling";
 
@@ -43,6 +43,10 @@ pub const DEFAULT_ESTIMATED_MEMORY: i64 = 200 * 1024 * 1024;
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 
 pub const REASON_NODE_METRIC_EXPIRED: &str = "node(s) nodeMetric expired";
+/// A NodeMetric with a usage that is not an exact amount (negative,
+/// unparseable, beyond 64 bits), or a node whose raw allocatable annotation
+/// cannot be read: treated as an expired NodeMetric, with this reason.
+pub const REASON_NODE_METRIC_INVALID: &str = "node(s) nodeMetric invalid";
 
 const INCOMING_ESTIMATE: &str = "LoadAwareScheduling/incoming";
 
@@ -91,6 +95,9 @@ struct Thresholds {
 struct NodeView {
     update_time: Option<SystemTime>,
     has_node_metric: bool,
+    /// The NodeMetric (or the raw allocatable) could not be read: the view
+    /// holds no usage and counts as expired.
+    invalid: bool,
     allocatable: Vector,
     /// node usage + estimates of recently assigned pods.
     node_base: Vector,
@@ -241,7 +248,7 @@ impl LoadAware {
         {
             factors.extend(custom);
         }
-        let limits = pod_limits(&pod.pod);
+        let limits = &pod.limits;
         let mut estimate = Resources::new();
         for (name, factor) in &factors {
             // Classes without a mapping (free) estimate nothing, as upstream.
@@ -298,17 +305,28 @@ impl LoadAware {
             return;
         };
         let index = node.index;
-        let view = cache
-            .node_metrics
-            .get(node_name)
-            .map(|metric| self.view_of(&self.compute_load(metric, node_name, cache), node));
+        let view = cache.node_metrics.get(node_name).map(|metric| {
+            let allocatable = Self::node_allocatable(node);
+            match (node_metric_amounts(metric), allocatable) {
+                (Ok(amounts), Ok(allocatable)) => self.view_of(
+                    &self.compute_load(metric, amounts, node_name, cache),
+                    node,
+                    &allocatable,
+                ),
+                // Figures that cannot be read count as none, as expired.
+                _ => NodeView {
+                    invalid: true,
+                    ..NodeView::default()
+                },
+            }
+        });
         if self.views.len() <= index {
             self.views.resize(index + 1, None);
         }
         self.views[index] = view;
     }
 
-    fn view_of(&self, load: &NodeLoad, node: &NodeInfo) -> NodeView {
+    fn view_of(&self, load: &NodeLoad, node: &NodeInfo, allocatable: &Resources) -> NodeView {
         let with_delta = |usage: &Resources| {
             let mut total = usage.clone();
             total.add(&load.node_delta);
@@ -358,7 +376,8 @@ impl LoadAware {
         NodeView {
             update_time: load.update_time,
             has_node_metric: load.has_node_metric,
-            allocatable: self.vector(&Self::node_allocatable(node)),
+            invalid: false,
+            allocatable: self.vector(allocatable),
             node_base: with_delta(&load.node_usage),
             prod_base: self.vector(&prod),
             aggregated_filter_base: filter_aggregation
@@ -386,9 +405,14 @@ impl LoadAware {
         }
     }
 
-    fn compute_load(&self, metric: &NodeMetric, node: &str, cache: &ClusterCache) -> NodeLoad {
+    fn compute_load(
+        &self,
+        metric: &NodeMetric,
+        amounts: MetricAmounts,
+        node: &str,
+        cache: &ClusterCache,
+    ) -> NodeLoad {
         let status = metric.status.as_ref();
-        let info = status.and_then(|s| s.node_metric.as_ref());
         let update_time = status
             .and_then(|s| s.update_time.as_ref())
             .map(to_system_time);
@@ -401,53 +425,22 @@ impl LoadAware {
             .map_or(DEFAULT_REPORT_INTERVAL, |s| {
                 Duration::from_secs(s.unsigned_abs())
             });
+        let MetricAmounts {
+            has_node_metric,
+            node_usage,
+            aggregated,
+            system_usage,
+            pods: pod_usages,
+        } = amounts;
         let mut load = NodeLoad {
-            has_node_metric: info.is_some(),
+            has_node_metric,
             update_time,
+            node_usage,
+            aggregated,
             ..NodeLoad::default()
         };
-        if let Some(info) = info {
-            load.node_usage = Resources::from_list(&info.node_usage.resources);
-            let mut longest: HashMap<String, u64> = HashMap::new();
-            for aggregated in &info.aggregated_node_usages {
-                let seconds = aggregated
-                    .duration
-                    .as_deref()
-                    .and_then(|d| apis::extension::duration::GoDuration::parse(d).ok())
-                    .and_then(|d| d.to_std())
-                    .map_or(0, |d| d.as_secs());
-                for (kind, usage) in &aggregated.usage {
-                    if usage.resources.is_empty() {
-                        continue;
-                    }
-                    load.aggregated.insert(
-                        (kind.clone(), seconds),
-                        Resources::from_list(&usage.resources),
-                    );
-                    let entry = longest.entry(kind.clone()).or_insert(0);
-                    *entry = (*entry).max(seconds);
-                }
-            }
-            for (kind, seconds) in longest {
-                if let Some(usage) = load.aggregated.get(&(kind.clone(), seconds)).cloned() {
-                    load.aggregated.insert((kind, 0), usage);
-                }
-            }
-            if self.args.prod_usage_include_sys {
-                load.prod_usage
-                    .add(&Resources::from_list(&info.system_usage.resources));
-            }
-        }
-        let mut pod_usages: HashMap<String, (Resources, bool)> = HashMap::new();
-        for pod_metric in status.map(|s| s.pods_metric.as_slice()).unwrap_or_default() {
-            if pod_metric.pod_usage.resources.is_empty() {
-                continue;
-            }
-            let prod = PriorityClass::from_name(&pod_metric.priority) == PriorityClass::Prod;
-            pod_usages.insert(
-                object_key(Some(&pod_metric.namespace), &pod_metric.name),
-                (Resources::from_list(&pod_metric.pod_usage.resources), prod),
-            );
+        if self.args.prod_usage_include_sys {
+            load.prod_usage.add(&system_usage);
         }
         let recent_after = update_time.and_then(|t| t.checked_sub(report_interval));
         for pod in cache.pods_on_node(node) {
@@ -545,15 +538,18 @@ impl LoadAware {
         Some(custom)
     }
 
-    /// Allocatable as load-aware sees it: the raw (un-amplified) figures when present.
-    fn node_allocatable(node: &NodeInfo) -> Resources {
+    /// Allocatable as load-aware sees it: the raw (un-amplified) figures
+    /// when present. A raw figure that is not an exact amount is an error
+    /// (the node then counts as having an unreadable NodeMetric); an
+    /// annotation that is not JSON is left out, as upstream.
+    fn node_allocatable(node: &NodeInfo) -> Result<Resources, InvalidAmount> {
         let mut allocatable = node.allocatable.clone();
         if let Ok(Some(raw)) = get_node_raw_allocatable(node.annotations()) {
-            for (name, amount) in Resources::from_list(&raw).iter() {
+            for (name, amount) in exact_resources(&raw, RAW_ALLOCATABLE)?.iter() {
                 allocatable.set(name, amount);
             }
         }
-        allocatable
+        Ok(allocatable)
     }
 
     fn view(&self, node: &NodeInfo) -> Option<&NodeView> {
@@ -644,6 +640,8 @@ impl Plugin for LoadAware {
         {
             return if self.args.enable_schedule_when_node_metrics_expired {
                 Ok(())
+            } else if view.invalid {
+                Err(Rejection::unschedulable(REASON_NODE_METRIC_INVALID))
             } else {
                 Err(Rejection::unschedulable(REASON_NODE_METRIC_EXPIRED))
             };
@@ -786,6 +784,91 @@ impl Plugin for LoadAware {
             node_score / weight_sum
         }
     }
+}
+
+/// Where the raw (un-amplified) allocatable annotation is read from.
+const RAW_ALLOCATABLE: &str = "metadata.annotations[node.koordinator.sh/raw-allocatable]";
+
+/// The amounts of a NodeMetric load-aware uses, each read exactly.
+#[derive(Debug, Clone, Default)]
+pub struct MetricAmounts {
+    /// The NodeMetric had a `status.nodeMetric` section.
+    pub has_node_metric: bool,
+    pub node_usage: Resources,
+    /// (aggregation type, duration in seconds; 0 = the longest) → usage.
+    pub aggregated: HashMap<(String, u64), Resources>,
+    pub system_usage: Resources,
+    /// Pod key → (usage, reported as a prod pod).
+    pub pods: HashMap<String, (Resources, bool)>,
+}
+
+/// Every usage of a NodeMetric load-aware reads — node, aggregated,
+/// system and pod usage — each exact (not negative, not beyond 64 bits),
+/// or the first that is not. A NodeMetric that fails here counts as
+/// expired: a negative or unreadable usage must not make a node look
+/// emptier than it is.
+pub fn node_metric_amounts(metric: &NodeMetric) -> Result<MetricAmounts, InvalidAmount> {
+    let status = metric.status.as_ref();
+    let info = status.and_then(|s| s.node_metric.as_ref());
+    let mut amounts = MetricAmounts {
+        has_node_metric: info.is_some(),
+        ..MetricAmounts::default()
+    };
+    if let Some(info) = info {
+        amounts.node_usage =
+            exact_resources(&info.node_usage.resources, "status.nodeMetric.nodeUsage")?;
+        let mut longest: HashMap<String, u64> = HashMap::new();
+        for aggregated in &info.aggregated_node_usages {
+            let seconds = aggregated
+                .duration
+                .as_deref()
+                .and_then(|d| apis::extension::duration::GoDuration::parse(d).ok())
+                .and_then(|d| d.to_std())
+                .map_or(0, |d| d.as_secs());
+            for (kind, usage) in &aggregated.usage {
+                if usage.resources.is_empty() {
+                    continue;
+                }
+                let usage =
+                    exact_resources(&usage.resources, "status.nodeMetric.aggregatedNodeUsages")?;
+                amounts.aggregated.insert((kind.clone(), seconds), usage);
+                let entry = longest.entry(kind.clone()).or_insert(0);
+                *entry = (*entry).max(seconds);
+            }
+        }
+        for (kind, seconds) in longest {
+            if let Some(usage) = amounts.aggregated.get(&(kind.clone(), seconds)).cloned() {
+                amounts.aggregated.insert((kind, 0), usage);
+            }
+        }
+        amounts.system_usage = exact_resources(
+            &info.system_usage.resources,
+            "status.nodeMetric.systemUsage",
+        )?;
+    }
+    for pod_metric in status.map(|s| s.pods_metric.as_slice()).unwrap_or_default() {
+        if pod_metric.pod_usage.resources.is_empty() {
+            continue;
+        }
+        let usage = exact_resources(
+            &pod_metric.pod_usage.resources,
+            "status.podsMetric.podUsage",
+        )
+        .map_err(|mut invalid| {
+            invalid.field = format!(
+                "{} of pod {}",
+                invalid.field,
+                crate::resources::shown(&object_key(Some(&pod_metric.namespace), &pod_metric.name))
+            );
+            invalid
+        })?;
+        let prod = PriorityClass::from_name(&pod_metric.priority) == PriorityClass::Prod;
+        amounts.pods.insert(
+            object_key(Some(&pod_metric.namespace), &pod_metric.name),
+            (usage, prod),
+        );
+    }
+    Ok(amounts)
 }
 
 /// The estimate of one pod under default args (for tools and tests).

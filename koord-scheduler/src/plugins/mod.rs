@@ -1,6 +1,8 @@
 //! The plugins and the registry that builds them from the configuration.
 //! A new plugin is one module plus one [`PluginFactory`] row in [`REGISTRY`].
 
+#[cfg(test)]
+mod amount_tests;
 pub mod coscheduling;
 pub mod deviceshare;
 pub mod elasticquota;

@@ -567,10 +567,11 @@ impl<'p> NodeConstraints<'p> {
 impl<'a> Packer<'a> {
     fn new(cache: &'a ClusterCache) -> Self {
         // Only nodes with a Node object: a name known only from its pods
-        // is a node that is gone (or not seen yet).
+        // is a node that is gone (or not seen yet); and one whose
+        // allocatable cannot be read fits no pod.
         let nodes: Vec<&NodeInfo> = cache
             .nodes_sorted()
-            .filter(|node| node.node.is_some())
+            .filter(|node| node.node.is_some() && node.invalid_allocatable.is_none())
             .collect();
         let free = nodes
             .iter()

@@ -39,7 +39,7 @@ use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
 use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
-use crate::resources::quantity_amount;
+use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
 pub mod common;
 
@@ -290,8 +290,8 @@ fn shares_of(annotations: &BTreeMap<String, String>) -> Option<(GpuShares, Commo
                 // Annotations are outside input: no share is below none or
                 // above a whole GPU, so sums cannot overflow.
                 (
-                    amount(&a.resources, RESOURCE_GPU_CORE).clamp(0, 100),
-                    amount(&a.resources, RESOURCE_GPU_MEMORY_RATIO).clamp(0, 100),
+                    share(&a.resources, RESOURCE_GPU_CORE, 100).min(100),
+                    share(&a.resources, RESOURCE_GPU_MEMORY_RATIO, 100).min(100),
                 ),
             )
         })
@@ -302,7 +302,7 @@ fn shares_of(annotations: &BTreeMap<String, String>) -> Option<(GpuShares, Commo
             let held = common.entry(kind).or_default().entry(a.minor).or_default();
             held.0 = held
                 .0
-                .saturating_add(amount(&a.resources, kind.resource()).max(0));
+                .saturating_add(share(&a.resources, kind.resource(), i64::MAX));
             held.1.extend(
                 a.extension
                     .iter()
@@ -403,24 +403,93 @@ fn saturate(value: i128) -> i64 {
     i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
 }
 
-fn amount(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
+/// One amount of a device allocation a pod or reservation holds: absent
+/// is none; one that is not an exact count (unparseable, negative, beyond
+/// 64 bits) counts as `whole`, the whole device, so a share that cannot be
+/// read never makes a device look free.
+fn share(resources: &BTreeMap<String, Quantity>, name: &str, whole: i64) -> i64 {
     resources
         .get(name)
-        .and_then(|q| quantity_amount(name, q))
-        .unwrap_or(0)
+        .map_or(0, |q| exact_amount(name, q).unwrap_or(whole))
+}
+
+/// Where a pod's or reservation's device shares are read from.
+const DEVICE_ALLOCATED: &str = "metadata.annotations[scheduling.koordinator.sh/device-allocated]";
+
+/// Every amount of a device-allocated annotation, each exact; or the first
+/// that is not (which [`shares_of`] counts as the whole device). An
+/// annotation that is not a device allocation is not an amount (it is
+/// ignored, as upstream).
+pub fn allocation_amounts(
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Result<(), InvalidAmount> {
+    let Some(allocations) = annotations.and_then(|a| get_device_allocations(a).ok().flatten())
+    else {
+        return Ok(());
+    };
+    for (kind, list) in &allocations {
+        for allocation in list {
+            exact_resources(&allocation.resources, DEVICE_ALLOCATED).map_err(|mut invalid| {
+                invalid.field = format!(
+                    "{} of {} minor {}",
+                    invalid.field,
+                    shown(kind),
+                    allocation.minor
+                );
+                invalid
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a device's resources are read from.
+const DEVICE_RESOURCES: &str = "spec.devices[].resources";
+
+/// The resources of every device a Device CR lists, each exact (not
+/// negative, not beyond 64 bits), by position; or the first that is not.
+/// A Device that fails here offers nothing on its node.
+pub fn device_amounts(device: &Device) -> Result<Vec<crate::resources::Resources>, InvalidAmount> {
+    let empty = BTreeMap::new();
+    device
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|info| {
+            exact_resources(info.resources.as_ref().unwrap_or(&empty), DEVICE_RESOURCES).map_err(
+                |mut invalid| {
+                    let kind = info
+                        .type_
+                        .as_ref()
+                        .map_or_else(String::new, |t| format!("{t:?} "));
+                    invalid.field = format!(
+                        "{} of {kind}device minor {} ({})",
+                        invalid.field,
+                        info.minor
+                            .map_or_else(|| "none".to_string(), |m| m.to_string()),
+                        shown(info.uuid.as_deref().unwrap_or(""))
+                    );
+                    invalid
+                },
+            )
+        })
+        .collect()
 }
 
 impl DeviceShare {
     fn load_device(&mut self, node: &str, device: &Device) {
         let mut gpus = BTreeMap::new();
         let mut common: BTreeMap<CommonKind, CommonDevices> = BTreeMap::new();
-        for info in device.spec.devices.iter().flatten() {
+        // A Device whose amounts cannot be read offers nothing: the node is
+        // known to have no devices (as with an empty Device).
+        let offers = device_amounts(device).unwrap_or_default();
+        for (info, resources) in device.spec.devices.iter().flatten().zip(&offers) {
             let Some(minor) = info.minor else { continue };
             if let Some(kind) = info.type_.as_ref().and_then(CommonKind::of) {
-                let resources = info.resources.clone().unwrap_or_default();
                 // Unhealthy devices offer nothing (upstream zeroes them).
                 let total = if info.health {
-                    amount(&resources, kind.resource()).max(0)
+                    resources.get(kind.resource())
                 } else {
                     0
                 };
@@ -455,13 +524,12 @@ impl DeviceShare {
             if info.type_ != Some(DeviceType::Gpu) {
                 continue;
             }
-            let resources = info.resources.clone().unwrap_or_default();
             gpus.insert(
                 minor,
                 Gpu {
                     minor,
                     healthy: info.health,
-                    memory_total: amount(&resources, RESOURCE_GPU_MEMORY).max(0),
+                    memory_total: resources.get(RESOURCE_GPU_MEMORY),
                     ..Default::default()
                 },
             );
@@ -1543,7 +1611,7 @@ mod tests {
             Object::Device(
                 serde_json::from_value(json!({"metadata": {"name": node}, "spec": {"devices": [
                     {"type": "gpu", "minor": 0, "health": true,
-                     "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "100E"}}]}}))
+                     "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "9223372036854775807"}}]}}))
                 .unwrap(),
             )
         };
@@ -1576,7 +1644,8 @@ mod tests {
         let reserved = s.reserve("default/half", "big", t0()).unwrap();
         let value: Value =
             serde_json::from_str(&reserved.annotations[ANNOTATION_DEVICE_ALLOCATED]).unwrap();
-        let total = quantity_amount(RESOURCE_GPU_MEMORY, &Quantity("100E".into())).unwrap();
+        // (A Device offering more than i64 bytes is refused: see amount_tests.)
+        let total = i64::MAX;
         assert_eq!(
             value["gpu"][0]["resources"]["koordinator.sh/gpu-memory"],
             (i128::from(total) * 50 / 100).to_string()

@@ -20,7 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 
 use crate::cache::PodInfo;
-use crate::resources::{Resources, pod_requests};
+use crate::resources::{InvalidAmount, Resources, exact_resources, pod_requests_checked, shown};
+
+/// Where a placed reservation's allocatable is read from.
+pub const STATUS_ALLOCATABLE: &str = "status.allocatable";
 
 /// How long an expired or succeeded reservation is kept (upstream default).
 pub const DEFAULT_GC_DURATION: Duration = Duration::from_secs(86_400);
@@ -67,27 +70,49 @@ pub fn needs_expiration(reservation: &Reservation, now: SystemTime) -> bool {
     !reservation.is_terminated() && expiry_time(reservation).is_some_and(|at| at < now)
 }
 
+/// Where the resize-allocatable annotation is read from.
+pub const RESIZE_ALLOCATABLE: &str =
+    "metadata.annotations[scheduling.koordinator.sh/reservation-resize-allocatable]";
+
+/// Where a reservation's template requests are read from.
+pub const TEMPLATE_REQUESTS: &str = "spec.template";
+
 /// What the reservation holds once placed: its template's requests, with the
-/// resize-allocatable annotation's resources overriding them.
-pub fn reservation_allocatable(reservation: &Reservation) -> Resources {
+/// resize-allocatable annotation's resources overriding them. Every amount
+/// exact (not negative, not beyond 64 bits), and the annotation, when
+/// present, a resource list; otherwise the first that is not: such a
+/// reservation is not placed.
+pub fn reservation_allocatable(reservation: &Reservation) -> Result<Resources, InvalidAmount> {
     let pod = Pod {
         spec: reservation.spec.template.spec.clone(),
         ..Default::default()
     };
-    let mut requests = pod_requests(&pod);
+    let (mut requests, refused) = pod_requests_checked(&pod);
+    if let Some(reason) = refused {
+        return Err(InvalidAmount::new(
+            TEMPLATE_REQUESTS,
+            TEMPLATE_REQUESTS.to_string(),
+            reason,
+        ));
+    }
     let resize = reservation
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(ANNOTATION_RESERVATION_RESIZE_ALLOCATABLE))
-        .and_then(|v| serde_json::from_str::<ResizeAllocatable>(v).ok());
-    if let Some(resize) = resize {
-        let overrides = Resources::from_list(&resize.resources);
-        for (name, amount) in overrides.iter() {
+        .and_then(|a| a.get(ANNOTATION_RESERVATION_RESIZE_ALLOCATABLE));
+    if let Some(text) = resize {
+        let resize: ResizeAllocatable = serde_json::from_str(text).map_err(|err| {
+            InvalidAmount::new(
+                RESIZE_ALLOCATABLE,
+                RESIZE_ALLOCATABLE.to_string(),
+                format!("{:?} is not a resource list: {err}", shown(text)),
+            )
+        })?;
+        for (name, amount) in exact_resources(&resize.resources, RESIZE_ALLOCATABLE)?.iter() {
             requests.set(name, amount);
         }
     }
-    requests
+    Ok(requests)
 }
 
 fn condition(
@@ -107,16 +132,18 @@ fn condition(
 }
 
 /// The status of a reservation just placed on `node`: Available, with its
-/// allocatable and fresh Scheduled / Ready conditions.
+/// allocatable (see [`reservation_allocatable`]) and fresh Scheduled /
+/// Ready conditions.
 pub fn available_status(
     reservation: &Reservation,
     node: &str,
+    allocatable: &Resources,
     now: SystemTime,
 ) -> ReservationStatus {
     ReservationStatus {
         phase: Some(ReservationPhase::Available),
         node_name: Some(node.to_string()),
-        allocatable: Some(reservation_allocatable(reservation).to_list()),
+        allocatable: Some(allocatable.to_list()),
         conditions: Some(vec![
             condition(
                 ReservationConditionType::Scheduled,
@@ -245,15 +272,20 @@ pub fn is_allocated_from(pod: &PodInfo, reservation: &Reservation) -> bool {
 }
 
 /// `currentOwners` and `allocated` from the pods on the reservation's node
-/// that were allocated from it; `None` when the status already says so. An
-/// allocate-once reservation whose owners changed becomes Succeeded.
+/// that were allocated from it; `None` when the status already says so, or
+/// when its `status.allocatable` cannot be read (the scheduler ignores such
+/// a reservation, and its status is left as it is). An allocate-once
+/// reservation whose owners changed becomes Succeeded.
 pub fn owners_status<'a>(
     reservation: &Reservation,
     pods_on_node: impl IntoIterator<Item = &'a PodInfo>,
     now: SystemTime,
 ) -> Option<ReservationStatus> {
     let current = reservation.status.clone().unwrap_or_default();
-    let allocatable = Resources::from_list(&current.allocatable.clone().unwrap_or_default());
+    let allocatable = match current.allocatable.as_ref() {
+        Some(list) => exact_resources(list, STATUS_ALLOCATABLE).ok()?,
+        None => Resources::new(),
+    };
     let mut owners = Vec::new();
     let mut allocated = Resources::new();
     for pod in pods_on_node {
@@ -279,9 +311,14 @@ pub fn owners_status<'a>(
     let allocated = masked.to_list();
     let mut recorded_owners = current.current_owners.clone().unwrap_or_default();
     recorded_owners.sort_by(|a, b| a.uid.cmp(&b.uid));
-    let recorded_allocated =
-        Resources::from_list(&current.allocated.clone().unwrap_or_default()).to_list();
-    if recorded_owners == owners && recorded_allocated == allocated {
+    // A recorded figure that cannot be read differs: it is rewritten.
+    let recorded_allocated = match current.allocated.as_ref() {
+        Some(list) => exact_resources(list, "status.allocated")
+            .ok()
+            .map(|r| r.to_list()),
+        None => Some(BTreeMap::new()),
+    };
+    if recorded_owners == owners && recorded_allocated.as_ref() == Some(&allocated) {
         return None;
     }
     let mut updated = reservation.clone();
@@ -452,7 +489,7 @@ mod tests {
             ANNOTATION_RESERVATION_RESIZE_ALLOCATABLE.to_string(),
             r#"{"resources":{"cpu":"3"}}"#.to_string(),
         )]));
-        let status = available_status(&r, "n1", t0());
+        let status = available_status(&r, "n1", &reservation_allocatable(&r).unwrap(), t0());
         let value = serde_json::to_value(&status).unwrap();
         let at = rfc3339(t0());
         assert_eq!(
@@ -491,7 +528,12 @@ mod tests {
     fn expiry_turns_ready_false_and_fails_the_reservation() {
         let r = reservation(json!({}), json!({}));
         let mut placed = r.clone();
-        placed.status = Some(available_status(&r, "n1", t0()));
+        placed.status = Some(available_status(
+            &r,
+            "n1",
+            &reservation_allocatable(&r).unwrap(),
+            t0(),
+        ));
         let later = t0() + secs(3601);
         let Decision::UpdateStatus(status) = decide(&placed, true, [], later, None) else {
             panic!("expected an expiry");

@@ -22,7 +22,7 @@ pub mod node_fit;
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
-use crate::resources::{Resources, pod_requests};
+use crate::resources::{InvalidAmount, Resources, exact_resources};
 
 pub const NAME: &str = "Reservation";
 
@@ -89,24 +89,32 @@ pub struct ReservationInfo {
     pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
+/// What a reservation holds: `status.allocatable` once placed, else its
+/// template's requests with the resize annotation
+/// ([`lifecycle::reservation_allocatable`]), every amount exact (not
+/// negative, not beyond 64 bits); or the first that is not.
+pub fn reservation_amounts(reservation: &Reservation) -> Result<Resources, InvalidAmount> {
+    match reservation
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+    {
+        Some(list) => exact_resources(list, lifecycle::STATUS_ALLOCATABLE),
+        None => lifecycle::reservation_allocatable(reservation),
+    }
+}
+
 impl ReservationInfo {
-    pub fn from_crd(reservation: &Reservation) -> Self {
+    /// The reservation as the plugin uses it; an error when an amount it
+    /// holds cannot be read (see [`reservation_amounts`]): such a
+    /// reservation is ignored — it holds nothing and serves nobody.
+    pub fn from_crd(reservation: &Reservation) -> Result<Self, InvalidAmount> {
         let meta = &reservation.metadata;
         let spec = &reservation.spec;
-        let status = reservation.status.as_ref();
-        let allocatable = status
-            .and_then(|s| s.allocatable.as_ref())
-            .map(Resources::from_list)
-            .unwrap_or_else(|| {
-                let pod = k8s_openapi::api::core::v1::Pod {
-                    spec: spec.template.spec.clone(),
-                    ..Default::default()
-                };
-                pod_requests(&pod)
-            });
+        let allocatable = reservation_amounts(reservation)?;
         let expires_at = lifecycle::expiry_time(reservation);
         let labels = meta.labels.clone().unwrap_or_default();
-        Self {
+        Ok(Self {
             name: meta.name.clone().unwrap_or_default(),
             uid: meta.uid.clone().unwrap_or_default(),
             node: reservation.node_name().map(str::to_string),
@@ -123,7 +131,7 @@ impl ReservationInfo {
             expires_at,
             unschedulable: spec.unschedulable.unwrap_or(false),
             taints: spec.taints.clone().unwrap_or_default(),
-        }
+        })
     }
 
     /// Index key of its owners' allocations: the uid, or the name without one.
@@ -406,9 +414,14 @@ impl Plugin for ReservationPlugin {
                 key,
             } => {
                 self.forget_placement(key);
-                match cache.reservations.get(key) {
-                    Some(reservation) => {
-                        let info = ReservationInfo::from_crd(reservation);
+                // One whose amounts cannot be read is ignored (the shell
+                // reported it where it entered).
+                match cache
+                    .reservations
+                    .get(key)
+                    .and_then(|r| ReservationInfo::from_crd(r).ok())
+                {
+                    Some(info) => {
                         if let Some(node) = &info.node {
                             self.by_node
                                 .entry(node.clone())
@@ -687,10 +700,6 @@ pub fn place_reservation(
     use crate::cache::{Change, Object};
 
     let name = reservation.metadata.name.clone().unwrap_or_default();
-    let template_spec = reservation.spec.template.spec.clone().unwrap_or_default();
-    let pod = reserve_pod(reservation);
-    let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
-    scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
     let mut placement = crate::simulator::Placement {
         pod: format!("Reservation/{name}"),
         node: None,
@@ -698,6 +707,21 @@ pub fn place_reservation(
         scores: BTreeMap::new(),
         annotations: BTreeMap::new(),
     };
+    // What it would hold must be readable before it is placed anywhere.
+    let allocatable = match lifecycle::reservation_allocatable(reservation) {
+        Ok(allocatable) => allocatable,
+        Err(invalid) => {
+            let reason = format!("reservation {name} is invalid: {invalid}");
+            for node in scheduler.cache.nodes_sorted() {
+                placement.reasons.insert(node.name.clone(), reason.clone());
+            }
+            return placement;
+        }
+    };
+    let template_spec = reservation.spec.template.spec.clone().unwrap_or_default();
+    let pod = reserve_pod(reservation);
+    let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
+    scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
     if let Some(info) = scheduler.cache.pod(&key).cloned() {
         let mut eligible = Vec::new();
         for node in scheduler.cache.nodes_sorted() {
@@ -763,7 +787,12 @@ pub fn place_reservation(
                 .get_or_insert_with(Default::default)
                 .extend(kept);
         }
-        placed.status = Some(lifecycle::available_status(reservation, node, now));
+        placed.status = Some(lifecycle::available_status(
+            reservation,
+            node,
+            &allocatable,
+            now,
+        ));
         scheduler.apply(Change::Upsert(Object::Reservation(placed)));
     }
     placement
