@@ -51,8 +51,9 @@ pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9318";
 
 /// The kubelet's CRI message limit (`maxMsgSize` of k8s.io/cri-client, for
 /// sending and receiving; containerd's server defaults to the same), where
-/// gRPC's default is 4 MiB: a node's pod list outgrows that.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+/// gRPC's default is 4 MiB: a node's pod list outgrows that. Shared with
+/// koordlet's RuntimeHookService server.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = apis::runtime::CRI_MAX_MESSAGE_SIZE;
 
 pub use health::{BackendMonitor, BackendSocketCheck};
 

@@ -414,3 +414,60 @@ async fn malformed_annotation_follows_the_failure_policy() {
         .await
         .unwrap();
 }
+
+/// A BE sandbox request carrying `filler` bytes in one annotation.
+fn sandbox_with_filler(filler: usize) -> wire::PodSandboxHookRequest {
+    let mut annotations = be_annotations();
+    annotations.insert("filler".into(), "x".repeat(filler));
+    wire::PodSandboxHookRequest {
+        pod_meta: pod_meta(BE_UID),
+        runtime_handler: String::new(),
+        labels: labels("BE"),
+        annotations,
+        cgroup_parent: format!("/kubepods/besteffort/pod{BE_UID}"),
+        overhead: None,
+        resources: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_up_to_the_kubelets_16_mib_pass_and_larger_ones_are_refused_naming_the_limit() {
+    let h = start("size", FailurePolicyConfig::default()).await;
+    const LIMIT: usize = 16 * 1024 * 1024;
+    // A client that sends and receives more than the proxy would.
+    let mut client = connect(h.socket.clone())
+        .await
+        .max_encoding_message_size(64 * 1024 * 1024)
+        .max_decoding_message_size(64 * 1024 * 1024);
+
+    // 5 MiB: over gRPC's 4 MiB default, within the CRI limit the proxy
+    // forwards (a pod with large annotations).
+    let response = client
+        .pre_run_pod_sandbox_hook(sandbox_with_filler(5 * 1024 * 1024))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.annotations["filler"].len(), 5 * 1024 * 1024);
+
+    // Over 16 MiB: refused by the server before any hook runs, naming the limit.
+    let status = client
+        .pre_run_pod_sandbox_hook(sandbox_with_filler(LIMIT + 1024))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+    assert!(
+        status.message().contains(&LIMIT.to_string()),
+        "the status names the limit: {status}"
+    );
+
+    // The server keeps serving, on the same connection and on a new one.
+    client
+        .pre_run_pod_sandbox_hook(sandbox_with_filler(0))
+        .await
+        .unwrap();
+    let mut fresh = connect(h.socket.clone()).await;
+    fresh
+        .pre_run_pod_sandbox_hook(sandbox_with_filler(0))
+        .await
+        .unwrap();
+}

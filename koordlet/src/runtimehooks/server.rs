@@ -34,6 +34,9 @@ pub const DEFAULT_HOST_ENDPOINT: &str = "/var/run/koordlet/koordlet.sock";
 /// Upstream's registration directory and file name.
 pub const DEFAULT_REGISTRATION_DIR: &str = "/etc/runtime/hookserver.d";
 pub const REGISTRATION_FILE: &str = "koordlet.json";
+/// The largest request or response the server takes or sends: the
+/// kubelet's CRI limit, which the runtime proxy also uses.
+pub const MAX_MESSAGE_SIZE: usize = apis::runtime::CRI_MAX_MESSAGE_SIZE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -64,8 +67,15 @@ impl HookService {
         }
     }
 
+    /// The gRPC service, taking and sending messages up to the kubelet's
+    /// CRI limit ([`MAX_MESSAGE_SIZE`]): the proxy forwards CRI requests of
+    /// that size. A larger request is refused before any hook runs, with
+    /// tonic's `OUT_OF_RANGE` status naming the size and the limit (Go's
+    /// gRPC says `RESOURCE_EXHAUSTED` for the same).
     pub fn into_server(self) -> RuntimeHookServiceServer<Self> {
         RuntimeHookServiceServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE)
     }
 
     fn count(&self, method: &str, code: &str) {
