@@ -224,6 +224,8 @@ struct Inner {
     dry_run: bool,
     limiter: Mutex<TokenBucket>,
     evicted: Mutex<HashMap<String, Instant>>,
+    /// Pods whose latest eviction was refused or failed, and when.
+    refused: Mutex<HashMap<String, Instant>>,
     in_flight: Mutex<std::collections::HashSet<String>>,
     metrics: EvictionMetrics,
     /// Where to load a non-retrying client from on first use (see
@@ -251,6 +253,7 @@ impl PodEvictor {
                 dry_run: args.dry_run,
                 limiter: Mutex::new(TokenBucket::new(args.qps, args.burst)),
                 evicted: Mutex::new(HashMap::new()),
+                refused: Mutex::new(HashMap::new()),
                 in_flight: Mutex::new(std::collections::HashSet::new()),
                 metrics: EvictionMetrics::default(),
                 reload: None,
@@ -340,6 +343,31 @@ impl PodEvictor {
         evicted.contains_key(uid)
     }
 
+    /// Pods whose latest eviction, less than [`EVICTED_MEMORY`] before
+    /// `now`, was refused, failed or rate-limited: they still hold their
+    /// resources, so a strategy should not count them as being released.
+    pub fn recently_refused(&self, now: Instant) -> std::collections::HashSet<String> {
+        let Ok(mut refused) = self.inner.refused.lock() else {
+            return Default::default();
+        };
+        refused.retain(|_, at| now.saturating_duration_since(*at) < EVICTED_MEMORY);
+        refused.keys().cloned().collect()
+    }
+
+    /// Records (`Some(when)`) or clears (`None`) a refusal of `uid`.
+    fn note_refused(&self, uid: &str, at: Option<Instant>) {
+        if let Ok(mut refused) = self.inner.refused.lock() {
+            match at {
+                Some(at) => {
+                    refused.insert(uid.to_string(), at);
+                }
+                None => {
+                    refused.remove(uid);
+                }
+            }
+        }
+    }
+
     fn remember(&self, uid: &str, now: Instant) {
         if let Ok(mut evicted) = self.inner.evicted.lock() {
             evicted.insert(uid.to_string(), now);
@@ -418,6 +446,7 @@ impl PodEvictor {
         }
         if !self.take_token(now) {
             tracing::warn!(pod = %pod, trigger = %request.trigger, "eviction rate limit reached; the pod is reconsidered next round");
+            self.note_refused(&pod.uid, Some(now));
             return EvictionOutcome::RateLimited;
         }
         if self.inner.dry_run {
@@ -469,13 +498,16 @@ impl PodEvictor {
         };
         match &outcome {
             EvictionOutcome::Evicted | EvictionOutcome::Killed { .. } => {
-                self.remember(&pod.uid, now)
+                self.remember(&pod.uid, now);
+                self.note_refused(&pod.uid, None);
             }
             EvictionOutcome::Blocked { message } => {
-                tracing::warn!(pod = %pod, message = %message, "eviction refused for now (429, PodDisruptionBudget); retrying at a later round")
+                tracing::warn!(pod = %pod, message = %message, "eviction refused for now (429, PodDisruptionBudget); retrying at a later round");
+                self.note_refused(&pod.uid, Some(now));
             }
             EvictionOutcome::Failed { error } => {
-                tracing::warn!(pod = %pod, error = %error, "eviction failed")
+                tracing::warn!(pod = %pod, error = %error, "eviction failed");
+                self.note_refused(&pod.uid, Some(now));
             }
             _ => {}
         }

@@ -101,6 +101,10 @@ impl framework::Evictor for QosEvictor {
             tracing::debug!(pod = %request.pod, outcome = outcome.as_str(), "eviction finished");
         });
     }
+
+    fn recently_refused(&self) -> std::collections::HashSet<String> {
+        self.evictor.recently_refused(std::time::Instant::now())
+    }
 }
 
 #[cfg(test)]

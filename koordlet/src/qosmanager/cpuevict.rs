@@ -414,7 +414,13 @@ impl Strategy for CpuEvict {
                 }
             })
             .collect();
-        let present: HashSet<&str> = snapshot.pods.iter().map(|p| p.uid.as_str()).collect();
+        // A pod whose eviction was refused keeps its CPU: not pending.
+        let present: HashSet<&str> = snapshot
+            .pods
+            .iter()
+            .map(|p| p.uid.as_str())
+            .filter(|uid| !snapshot.eviction_refused.contains(*uid))
+            .collect();
         let pending = self.with_memory(now, |memory| memory.pending(now, &present));
         let (victims, released) = pick_victims(to_release, &candidates, &pending);
         let mut decision = Decision::default();

@@ -292,6 +292,10 @@ pub struct QosSnapshot {
     pub metric_cache: Option<Arc<MetricCache>>,
     pub reader: Arc<dyn CgroupReader>,
     pub config: QosManagerConfig,
+    /// UIDs of pods whose latest eviction was refused (a PodDisruptionBudget's
+    /// 429, an API error): their resources are not on their way out, so the
+    /// eviction strategies may ask again. Filled from the [`Evictor`].
+    pub eviction_refused: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for QosSnapshot {
@@ -327,6 +331,7 @@ impl QosSnapshot {
             metric_cache: None,
             reader: Arc::new(MapReader::default()),
             config: QosManagerConfig::default(),
+            eviction_refused: Default::default(),
         }
     }
 
@@ -719,6 +724,11 @@ pub trait Evictor: Send + Sync {
     /// Called from the runner's blocking thread; must not block long
     /// (hand off to an async task or queue).
     fn evict(&self, request: EvictionRequest);
+
+    /// UIDs of pods whose latest eviction was refused recently.
+    fn recently_refused(&self) -> std::collections::HashSet<String> {
+        Default::default()
+    }
 }
 
 /// Logs evictions instead of executing them; used when no evictor is configured.
@@ -1029,6 +1039,11 @@ impl QosRunner {
 
     pub fn strategies(&self) -> &[Box<dyn Strategy>] {
         &self.strategies
+    }
+
+    /// Pods whose latest eviction was refused (see [`QosSnapshot::eviction_refused`]).
+    pub fn refused_evictions(&self) -> std::collections::HashSet<String> {
+        self.evictor.recently_refused()
     }
 
     /// The expected-value registry (for the explain endpoint).

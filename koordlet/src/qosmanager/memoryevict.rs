@@ -229,7 +229,13 @@ impl Strategy for MemoryEvict {
                 memory_used: pod.memory_usage.map_or(0, |s| s.value.max(0.0) as i64),
             })
             .collect();
-        let present: HashSet<&str> = snapshot.pods.iter().map(|p| p.uid.as_str()).collect();
+        // A pod whose eviction was refused keeps its memory: not pending.
+        let present: HashSet<&str> = snapshot
+            .pods
+            .iter()
+            .map(|p| p.uid.as_str())
+            .filter(|uid| !snapshot.eviction_refused.contains(*uid))
+            .collect();
         let pending = self.memory.pending(snapshot.now, &present);
         let plan = plan_release(capacity, used, thresholds, &candidates, &pending);
         if plan.to_release == 0 {
@@ -543,6 +549,24 @@ mod tests {
         later.now = t0() + Duration::from_secs(5);
         later.node_usage.memory = Some(MetricSample::new((80 * GIB) as f64, later.now));
         assert!(strategy.decide(&later).evictions.is_empty());
+    }
+
+    #[test]
+    fn a_refused_eviction_is_not_counted_as_memory_on_its_way_out() {
+        let pods = vec![
+            with_memory(pod("a", QoSClass::BE, 5500), 30 * GIB, t0()),
+            with_memory(pod("b", QoSClass::BE, 5500), 20 * GIB, t0()),
+        ];
+        let strategy = MemoryEvict::new();
+        let first = strategy.decide(&snapshot(enabled(70, None), 80, pods.clone()));
+        assert_eq!(evicted(&first), ["a"]);
+        // After the cool time "a" is still there because its eviction was refused
+        // (a PodDisruptionBudget): it is asked for again, not assumed to be leaving.
+        let mut later = snapshot(enabled(70, None), 80, pods);
+        later.now = t0() + Duration::from_secs(5);
+        later.node_usage.memory = Some(MetricSample::new((80 * GIB) as f64, later.now));
+        later.eviction_refused.insert("a".to_string());
+        assert_eq!(evicted(&strategy.decide(&later)), ["a"]);
     }
 
     #[test]

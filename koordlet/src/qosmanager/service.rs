@@ -75,6 +75,7 @@ impl SnapshotSource {
             metric_cache: Some(self.cache.clone()),
             reader: Arc::new(LayoutReader(self.layout.clone())) as Arc<dyn CgroupReader>,
             config: self.config.clone(),
+            eviction_refused: Default::default(),
         }
     }
 }
@@ -309,8 +310,9 @@ pub fn spawn_runner(
                     return;
                 }
                 let now = SystemTime::now();
-                let snapshot = source.snapshot(now);
+                let mut snapshot = source.snapshot(now);
                 let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
+                snapshot.eviction_refused = runner.refused_evictions();
                 runner.run_due(&snapshot);
                 let wait = runner
                     .next_due()
