@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds every cargo-fuzz target of fuzz/ once and runs each for a bounded time.
+#
+#   hack/fuzz.sh [seconds]      seconds per target (default $KOORD_FUZZ_SECONDS, else 60)
+#
+# Environment:
+#   KOORD_FUZZ_SECONDS   seconds per target when no argument is given
+#   KOORD_FUZZ_JOBS      targets run at once (default 1; each fuzzer uses one core)
+#   KOORD_FUZZ_TARGETS   space-separated subset of targets (default: all)
+#
+# A crash (panic), a timeout (an input taking over 10 s) or running out of
+# memory (over 2 GiB) fails the script: it prints the fuzzer's report, the
+# input in hex and how to replay it, and exits non-zero. The committed seeds
+# (fuzz/corpus/<target>/) are only read: what the fuzzer finds goes to a
+# scratch corpus under fuzz/target/, never into the repository.
+#
+# Builds use a nightly toolchain when rustup has one, else the default toolchain
+# with RUSTC_BOOTSTRAP=1 (a `-s none` build passes no -Z flag today; this keeps
+# it working should cargo-fuzz add one). No AddressSanitizer
+# (`-s none`): the code under test is safe Rust (`unsafe_code = "deny"`), and on
+# two cores ASan made the cold build slower and each run about twice as slow,
+# which buys fewer executions for bugs (out-of-bounds, use-after-free) that
+# safe code cannot have. Panics, overflow checks and debug assertions stay on.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+seconds="${1:-${KOORD_FUZZ_SECONDS:-60}}"
+jobs="${KOORD_FUZZ_JOBS:-1}"
+case "$seconds" in '' | *[!0-9]*) echo "usage: hack/fuzz.sh [seconds]" >&2; exit 2 ;; esac
+
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  cargo=(cargo +nightly)
+else
+  echo "no nightly toolchain: building with $(rustc --version) and RUSTC_BOOTSTRAP=1"
+  export RUSTC_BOOTSTRAP=1
+  cargo=(cargo)
+fi
+if ! command -v cargo-fuzz >/dev/null; then
+  cargo install cargo-fuzz --version 0.13.2 --locked
+fi
+
+# The flags of every build: `cargo fuzz run` would rebuild with other flags.
+build_flags=(--sanitizer none --codegen-units 16)
+started=$SECONDS
+# Not --locked (cargo-fuzz has no such flag): a dependency added to a product
+# crate without updating fuzz/Cargo.lock is resolved here, and said.
+"${cargo[@]}" fuzz build "${build_flags[@]}"
+echo "fuzz build: $((SECONDS - started)) s"
+if command -v git >/dev/null && ! git diff --quiet -- Cargo.lock 2>/dev/null; then
+  echo "note: fuzz/Cargo.lock was updated by this build (commit it with the dependency change)"
+fi
+
+bin_dir="target/x86_64-unknown-linux-gnu/release"
+work="target/fuzz-runs"
+rm -rf "$work" && mkdir -p "$work"
+read -r -a targets <<<"${KOORD_FUZZ_TARGETS:-$("${cargo[@]}" fuzz list | tr '\n' ' ')}"
+
+run_target() {
+  local target=$1
+  mkdir -p "$work/$target/corpus" "$work/$target/artifacts"
+  # New inputs go to the first directory (scratch); the seeds are only read.
+  "$bin_dir/$target" "$work/$target/corpus" "corpus/$target" \
+    -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=16384 \
+    -print_final_stats=1 -artifact_prefix="$work/$target/artifacts/" \
+    >"$work/$target/log" 2>&1
+}
+
+report() {
+  local target=$1 status=$2 executed
+  executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target/log" | tail -1)
+  if [ "$status" = 0 ]; then
+    printf '%-16s ok      %10s executions in %s s\n' "$target" "${executed:-?}" "$seconds"
+    return
+  fi
+  printf '%-16s FAILED  (exit %s) after %s executions\n' "$target" "$status" "${executed:-?}"
+  echo "---- fuzz/$work/$target/log (last 60 lines)"
+  tail -60 "$work/$target/log"
+  for artifact in "$work/$target"/artifacts/*; do
+    [ -f "$artifact" ] || continue
+    echo "---- $artifact ($(wc -c <"$artifact") bytes; replay: fuzz/$bin_dir/$target <file>)"
+    head -c 1024 "$artifact" | od -A d -t x1 -v
+  done
+}
+
+declare -A pids=()
+failed=0
+finish_one() {
+  local pid target status=0
+  wait -n -p pid "${!pids[@]}" || status=$?
+  target=${pids[$pid]}
+  unset "pids[$pid]"
+  report "$target" "$status"
+  [ "$status" = 0 ] || failed=1
+}
+echo "fuzzing ${#targets[@]} targets for $seconds s each, $jobs at a time"
+for target in "${targets[@]}"; do
+  while [ "${#pids[@]}" -ge "$jobs" ]; do finish_one; done
+  run_target "$target" &
+  pids[$!]=$target
+done
+while [ "${#pids[@]}" -gt 0 ]; do finish_one; done
+if [ "$failed" != 0 ]; then
+  echo "fuzzing found a crash, timeout or out-of-memory (see above)" >&2
+  exit 1
+fi
+echo "fuzzing: no findings"
