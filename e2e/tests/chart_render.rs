@@ -14,7 +14,8 @@ use std::process::Command;
 
 use clap::Parser;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{
@@ -184,6 +185,12 @@ fn check_document(doc: &Value) -> Result<Option<PodSpec>, String> {
         }
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
             check_typed::<ValidatingWebhookConfiguration>(doc).map(|_| None)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            check_typed::<ValidatingAdmissionPolicy>(doc).map(|_| None)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            check_typed::<ValidatingAdmissionPolicyBinding>(doc).map(|_| None)
         }
         ("monitoring.coreos.com/v1", "ServiceMonitor") => check_custom(
             doc,
@@ -674,6 +681,8 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
         "DaemonSet",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "PriorityClass",
         "ClusterRole",
     ] {
