@@ -7,6 +7,9 @@
 #   KOORD_FUZZ_SECONDS   seconds per target when no argument is given
 #   KOORD_FUZZ_JOBS      targets run at once (default 1; each fuzzer uses one core)
 #   KOORD_FUZZ_TARGETS   space-separated subset of targets (default: all)
+#   KOORD_FUZZ_TARGET_DIR  cargo target directory of the fuzz build (default fuzz/target;
+#                        .ci/run keeps it under /var/cache so that a CI run on the same
+#                        machine rebuilds only what changed)
 #
 # A crash (panic), a timeout (an input taking over 10 s) or running out of
 # memory (over 2 GiB) fails the script: it prints the fuzzer's report, the
@@ -41,6 +44,13 @@ fi
 
 # The flags of every build: `cargo fuzz run` would rebuild with other flags.
 build_flags=(--sanitizer none --codegen-units 16)
+target_dir="${KOORD_FUZZ_TARGET_DIR:-target}"
+build_flags+=(--target-dir "$target_dir")
+# cargo never removes old artifacts: a kept directory past 20 GB starts over.
+if [ -d "$target_dir" ] && [ "$(du -sm "$target_dir" | cut -f1)" -gt 20000 ]; then
+  echo "$target_dir is over 20 GB: removing it"
+  rm -rf "$target_dir"
+fi
 started=$SECONDS
 # Not --locked (cargo-fuzz has no such flag): a dependency added to a product
 # crate without updating fuzz/Cargo.lock is resolved here, and said.
@@ -50,8 +60,8 @@ if command -v git >/dev/null && ! git diff --quiet -- Cargo.lock 2>/dev/null; th
   echo "note: fuzz/Cargo.lock was updated by this build (commit it with the dependency change)"
 fi
 
-bin_dir="target/x86_64-unknown-linux-gnu/release"
-work="target/fuzz-runs"
+bin_dir="$target_dir/x86_64-unknown-linux-gnu/release"
+work="$target_dir/fuzz-runs"
 rm -rf "$work" && mkdir -p "$work"
 read -r -a targets <<<"${KOORD_FUZZ_TARGETS:-$("${cargo[@]}" fuzz list | tr '\n' ' ')}"
 
@@ -73,11 +83,11 @@ report() {
     return
   fi
   printf '%-16s FAILED  (exit %s) after %s executions\n' "$target" "$status" "${executed:-?}"
-  echo "---- fuzz/$work/$target/log (last 60 lines)"
+  echo "---- $work/$target/log (last 60 lines)"
   tail -60 "$work/$target/log"
   for artifact in "$work/$target"/artifacts/*; do
     [ -f "$artifact" ] || continue
-    echo "---- $artifact ($(wc -c <"$artifact") bytes; replay: fuzz/$bin_dir/$target <file>)"
+    echo "---- $artifact ($(wc -c <"$artifact") bytes; replay: $bin_dir/$target <file>, in fuzz/)"
     head -c 1024 "$artifact" | od -A d -t x1 -v
   done
 }
