@@ -3,10 +3,6 @@
 //! containerd under running pods. They change koordlet's DaemonSet, the cluster's
 //! slo-controller-config and the node's load, so they run one at a time and restore what they
 //! changed. Without a cluster each prints a SKIP line.
-//!
-//! The restart test has passed every step on the local cluster up to its last pod, which then
-//! waited for batch capacity that parallel builds had taken: it stays ignored until it has run to
-//! completion (`cargo test -p e2e --test cluster_node -- --ignored`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -391,7 +387,6 @@ async fn wait_values(
 }
 
 #[tokio::test]
-#[ignore = "not yet run to completion on the local cluster"]
 async fn koordlet_and_containerd_restarts_keep_pods_and_restore_cgroups() -> anyhow::Result<()> {
     let Some(client) =
         e2e::cluster_or_skip("koordlet_and_containerd_restarts_keep_pods_and_restore_cgroups")
