@@ -412,18 +412,30 @@ async fn manager_leader_failover_takes_over_within_the_lease_and_rewrites_nothin
         client.clone(),
         &resource("slo.koordinator.sh", "v1alpha1", "NodeSLO", "nodeslos"),
     );
-    let versions_before: Vec<(String, String)> = slos
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|slo| {
-            (
-                slo.metadata.name.unwrap_or_default(),
-                slo.metadata.resource_version.unwrap_or_default(),
-            )
-        })
-        .collect();
+    let list_versions = || async {
+        let versions: Vec<(String, String)> = slos
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|slo| {
+                (
+                    slo.metadata.name.unwrap_or_default(),
+                    slo.metadata.resource_version.unwrap_or_default(),
+                )
+            })
+            .collect();
+        anyhow::Ok(versions)
+    };
+    // A change an earlier test made (its restored slo-controller-config) may still be on its
+    // way into the NodeSLOs: start from versions that held still for 10 s.
+    let versions_before = eventually("the NodeSLOs unchanged for 10 s", || async {
+        let first = list_versions().await?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let second = list_versions().await?;
+        Ok((first == second).then_some(second))
+    })
+    .await?;
     ensure!(!versions_before.is_empty(), "no NodeSLO to compare");
 
     let deleted = Instant::now();
