@@ -78,26 +78,40 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     /// Deletes the namespace, and so every pod a test left running (burners included), even
-    /// when the test failed. A test's runtime is single-threaded and about to stop, and the test's
-    /// client lives on it, so the delete runs on a thread with its own runtime and client.
+    /// when the test failed.
     fn drop(&mut self) {
         let name = self.name.clone();
-        let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let client = Client::try_default().await.ok()?;
-                let api: Api<Namespace> = Api::all(client);
-                api.delete(&name, &DeleteParams::background()).await.ok()
-            })
-        })
-        .join();
-        if !matches!(deleted, Ok(Some(_))) {
+        let deleted = delete_from_drop(move |client| async move {
+            Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await
+        });
+        if !deleted {
             eprintln!("could not delete test namespace {}", self.name);
         }
     }
+}
+
+/// Runs `delete` with a fresh client for a test's drop guard; returns whether it succeeded. A
+/// test's runtime is single-threaded and about to stop, and the test's client lives on it, so
+/// the call runs on a thread with its own runtime and client.
+pub fn delete_from_drop<F, Fut, T>(delete: F) -> bool
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let done = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime.block_on(async {
+            let client = Client::try_default().await.ok()?;
+            delete(client).await.ok().map(|_| ())
+        })
+    })
+    .join();
+    matches!(done, Ok(Some(())))
 }
 
 pub async fn worker_nodes(client: &Client) -> anyhow::Result<Vec<Node>> {

@@ -8,7 +8,8 @@ use std::io::Write;
 
 use anyhow::{Context, bail, ensure};
 use e2e::cluster::{
-    KOORD_NAMESPACE, TestNamespace, component_pods, container_log, eventually, pod,
+    KOORD_NAMESPACE, TestNamespace, component_pods, container_log, delete_from_drop, eventually,
+    pod,
 };
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -43,24 +44,26 @@ impl ForeignNode {
 impl Drop for ForeignNode {
     fn drop(&mut self) {
         let name = self.name.clone();
-        let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let client = Client::try_default().await.ok()?;
-                Api::<Node>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                    .ok()
-            })
-        })
-        .join();
-        if !matches!(deleted, Ok(Some(_))) {
+        let deleted = delete_from_drop(move |client| async move {
+            Api::<Node>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await
+        });
+        if !deleted {
             eprintln!("could not delete test node {}", self.name);
         }
     }
+}
+
+/// The koordlet pod (the local cluster has one node) and its node.
+async fn koordlet_pod(admin: &Client) -> anyhow::Result<(Pod, String)> {
+    let koordlet = component_pods(admin, "koordlet")
+        .await?
+        .into_iter()
+        .next()
+        .context("no koordlet pod")?;
+    let node = e2e::cluster::node_of(&koordlet)?;
+    Ok((koordlet, node))
 }
 
 /// A token for koordlet's service account, bound to `pod` when given (as the kubelet mounts it),
@@ -125,12 +128,7 @@ async fn koordlet_writes_only_objects_of_its_own_node() -> anyhow::Result<()> {
     else {
         return Ok(());
     };
-    let koordlet = component_pods(&admin, "koordlet")
-        .await?
-        .into_iter()
-        .next()
-        .context("no koordlet pod")?;
-    let own_node = e2e::cluster::node_of(&koordlet)?;
+    let (koordlet, own_node) = koordlet_pod(&admin).await?;
     let foreign = ForeignNode::create(&admin).await?;
     let namespace = TestNamespace::create(&admin, "koord-e2e-security").await?;
     let scratch = koord_common::testing::TempDir::new("cluster-security")?;
@@ -213,12 +211,7 @@ async fn koordlet_reads_the_kubelet_without_nodes_proxy() -> anyhow::Result<()> 
     else {
         return Ok(());
     };
-    let koordlet = component_pods(&admin, "koordlet")
-        .await?
-        .into_iter()
-        .next()
-        .context("no koordlet pod")?;
-    let node = e2e::cluster::node_of(&koordlet)?;
+    let (koordlet, node) = koordlet_pod(&admin).await?;
     ensure!(
         !koordlet_may_get_node(&admin, &node, "proxy").await?,
         "koordlet still holds nodes/proxy (every kubelet API, exec included)"
