@@ -525,7 +525,7 @@ mod tests {
     }
 
     #[test]
-    fn cool_time_and_pending_evictions_prevent_extra_victims() {
+    fn cool_time_and_pending_evictions_prevent_extra_victims_but_refused_ones_do_not() {
         let pods = vec![
             with_memory(pod("a", QoSClass::BE, 5500), 30 * GIB, t0()),
             with_memory(pod("b", QoSClass::BE, 5500), 20 * GIB, t0()),
@@ -549,22 +549,8 @@ mod tests {
         later.now = t0() + Duration::from_secs(5);
         later.node_usage.memory = Some(MetricSample::new((80 * GIB) as f64, later.now));
         assert!(strategy.decide(&later).evictions.is_empty());
-    }
-
-    #[test]
-    fn a_refused_eviction_is_not_counted_as_memory_on_its_way_out() {
-        let pods = vec![
-            with_memory(pod("a", QoSClass::BE, 5500), 30 * GIB, t0()),
-            with_memory(pod("b", QoSClass::BE, 5500), 20 * GIB, t0()),
-        ];
-        let strategy = MemoryEvict::new();
-        let first = strategy.decide(&snapshot(enabled(70, None), 80, pods.clone()));
-        assert_eq!(evicted(&first), ["a"]);
-        // After the cool time "a" is still there because its eviction was refused
-        // (a PodDisruptionBudget): it is asked for again, not assumed to be leaving.
-        let mut later = snapshot(enabled(70, None), 80, pods);
-        later.now = t0() + Duration::from_secs(5);
-        later.node_usage.memory = Some(MetricSample::new((80 * GIB) as f64, later.now));
+        // Unless its eviction was refused (a PodDisruptionBudget): then "a" keeps its memory
+        // and is asked for again.
         later.eviction_refused.insert("a".to_string());
         assert_eq!(evicted(&strategy.decide(&later)), ["a"]);
     }
