@@ -14,7 +14,7 @@ use e2e::cluster::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -118,6 +118,44 @@ fn be_budget(
     }
 }
 
+/// Names of the Ready nodes that have a NodeSLO (a node some other test created and removed
+/// may leave a NodeSLO the manager no longer updates).
+async fn nodes_with_slo(client: &kube::Client) -> anyhow::Result<Vec<String>> {
+    let slos: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource("slo.koordinator.sh", "v1alpha1", "NodeSLO", "nodeslos"),
+    );
+    let with_slo: std::collections::BTreeSet<String> = slos
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|slo| slo.metadata.name)
+        .collect();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ready = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|node| {
+            node.status
+                .as_ref()
+                .and_then(|status| status.conditions.as_ref())
+                .is_some_and(|conditions| {
+                    conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+        });
+    let names: Vec<String> = ready
+        .filter_map(|node| node.metadata.name)
+        .filter(|name| with_slo.contains(name))
+        .collect();
+    ensure!(!names.is_empty(), "no Ready node has a NodeSLO");
+    Ok(names)
+}
+
 async fn suppress_policy(client: &kube::Client, node: &str) -> anyhow::Result<SuppressPolicy> {
     let slos: Api<DynamicObject> = Api::all_with(
         client.clone(),
@@ -161,6 +199,22 @@ async fn be_pod_from_admission_to_cpu_suppression() -> anyhow::Result<()> {
             Some(r#"{"clusterStrategy":{"enable":true,"cpuSuppressPolicy":"cfsQuota"}}"#),
         )
         .await?;
+        // The pod must be born under the new policy: wait until every node's NodeSLO carries
+        // it (koordlet refreshes its hook rules on the NodeSLO watch event, well before a pod
+        // created afterwards reaches the runtime).
+        for node in nodes_with_slo(&client).await? {
+            eventually(
+                &format!("NodeSLO {node} with the cfsQuota suppress policy"),
+                || async {
+                    Ok(matches!(
+                        suppress_policy(&client, &node).await,
+                        Ok(SuppressPolicy::CfsQuota)
+                    )
+                    .then_some(()))
+                },
+            )
+            .await?;
+        }
         be_lifecycle(&client, &namespace.name).await
     }
     .await;
@@ -262,13 +316,11 @@ async fn be_lifecycle(client: &kube::Client, namespace: &str) -> anyhow::Result<
 
     // Suppression: the BE tier's budget while the node is quiet, then while an LS pod burns every
     // CPU of the node.
-    let policy = eventually("NodeSLO with the cfsQuota suppress policy", || async {
-        Ok(match suppress_policy(client, &node).await? {
-            SuppressPolicy::CfsQuota => Some(SuppressPolicy::CfsQuota),
-            SuppressPolicy::Cpuset => None,
-        })
-    })
-    .await?;
+    let policy = suppress_policy(client, &node).await?;
+    ensure!(
+        matches!(policy, SuppressPolicy::CfsQuota),
+        "NodeSLO {node} lost the cfsQuota policy during the test"
+    );
     let be_dir = pod_cgroup_dir(&pods.get("be-burner").await?)?;
     let watcher = node_file_watcher(
         namespace,
