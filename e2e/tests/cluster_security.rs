@@ -1,6 +1,7 @@
 //! Cluster end-to-end checks of least privilege (issue 16) on a real API server and kubelet:
-//! koordlet's writes are held to its own node by the chart's ValidatingAdmissionPolicy, keyed on
-//! the node claim of its pod-bound token; it reads the kubelet's `/pods` with `nodes/pods`, without
+//! koordlet's writes are held to its own node by the chart's ValidatingAdmissionPolicy, and its
+//! evictions by koord-manager's eviction webhook, both keyed on the node claim of its pod-bound
+//! token; it reads the kubelet's `/pods` with `nodes/pods`, without
 //! `nodes/proxy`. Without a cluster each test prints a SKIP line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +15,7 @@ use e2e::cluster::{
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -122,6 +123,13 @@ async fn annotate_pod(client: &Client, namespace: &str, name: &str) -> Result<Po
         .await
 }
 
+async fn evict(client: &Client, namespace: &str, name: &str) -> Result<(), kube::Error> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .evict(name, &EvictParams::default())
+        .await
+        .map(drop)
+}
+
 #[tokio::test]
 async fn koordlet_writes_only_objects_of_its_own_node() -> anyhow::Result<()> {
     let Some(admin) = e2e::cluster_or_skip("koordlet_writes_only_objects_of_its_own_node").await
@@ -175,6 +183,15 @@ async fn koordlet_writes_only_objects_of_its_own_node() -> anyhow::Result<()> {
         "the refusal does not name the pod's node: {denied}"
     );
 
+    // Evictions: RBAC allows them for every pod; the manager's eviction webhook holds them to
+    // the token's node.
+    let denied = refusal(evict(&bound, &namespace.name, "on-foreign-node").await)?
+        .context("koordlet evicted a pod of another node")?;
+    ensure!(
+        denied.contains("may only evict pods of its own node") && denied.contains(&foreign.name),
+        "unexpected refusal of the foreign eviction: {denied}"
+    );
+
     // A token of the same account without a pod (so without a node claim) writes nothing.
     let unbound = client_with_token(&koordlet_token(&admin, None).await?, scratch.path()).await?;
     let denied = refusal(annotate_node(&unbound, &own_node).await)?
@@ -182,6 +199,23 @@ async fn koordlet_writes_only_objects_of_its_own_node() -> anyhow::Result<()> {
     ensure!(
         denied.contains("no node claim"),
         "unexpected refusal without a node claim: {denied}"
+    );
+    let denied = refusal(evict(&unbound, &namespace.name, "on-own-node").await)?
+        .context("a koordlet token without a node claim evicted a pod")?;
+    ensure!(
+        denied.contains("no single node claim"),
+        "unexpected eviction refusal without a node claim: {denied}"
+    );
+
+    // Last, as it removes the pod: koordlet evicts a pod of its own node.
+    ensure!(
+        refusal(evict(&bound, &namespace.name, "on-own-node").await)?.is_none(),
+        "koordlet could not evict a pod of its own node"
+    );
+    let evicted = pods.get_opt("on-own-node").await?;
+    ensure!(
+        evicted.is_none_or(|pod| pod.metadata.deletion_timestamp.is_some()),
+        "the evicted pod is not being deleted"
     );
     Ok(())
 }

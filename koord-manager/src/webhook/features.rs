@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use super::handlers::{
     AdmissionGates, PATH_MUTATE_ELASTIC_QUOTA, PATH_MUTATE_POD, PATH_VALIDATE_CONFIGMAP,
-    PATH_VALIDATE_ELASTIC_QUOTA, PATH_VALIDATE_POD,
+    PATH_VALIDATE_ELASTIC_QUOTA, PATH_VALIDATE_POD, PATH_VALIDATE_POD_EVICTION,
 };
 
 /// Gates as given; names nobody here knows are kept (other parts of the
@@ -39,7 +39,7 @@ impl FeatureGates {
 
     /// The admission paths whose gates are on. Upstream leaves
     /// `ConfigMapValidatingWebhook` off by default; here it is on, so an
-    /// invalid slo-controller-config is refused at the door.
+    /// invalid slo-controller-config is refused at the door. `NodeScopedEvictionWebhook` is ours.
     pub fn enabled_paths(&self) -> Vec<&'static str> {
         [
             (PATH_MUTATE_POD, "PodMutatingWebhook", true),
@@ -51,6 +51,11 @@ impl FeatureGates {
                 true,
             ),
             (PATH_VALIDATE_CONFIGMAP, "ConfigMapValidatingWebhook", true),
+            (
+                PATH_VALIDATE_POD_EVICTION,
+                "NodeScopedEvictionWebhook",
+                true,
+            ),
         ]
         .into_iter()
         .filter(|(_, gate, default)| self.enabled(gate, *default))
@@ -83,7 +88,7 @@ mod tests {
     #[test]
     fn upstream_syntax_parses_and_gates_paths() {
         let empty: FeatureGates = "".parse().unwrap();
-        assert_eq!(empty.enabled_paths().len(), 5);
+        assert_eq!(empty.enabled_paths().len(), 6);
         assert!(empty.webhook_framework());
 
         let gates: FeatureGates = "PodMutatingWebhook=false, ColocationProfileSkipMutatingResources=true,SomethingElse=True"

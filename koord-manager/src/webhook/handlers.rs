@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
+use super::eviction::{PodPlacement, Requester, ScopedUsers};
 use super::elasticquota::{
     QuotaOptions, fill_quota_defaults, validate_pod_quota, validate_quota_with,
 };
@@ -33,14 +34,17 @@ pub const PATH_MUTATE_ELASTIC_QUOTA: &str = "/mutate-scheduling-sigs-k8s-io-v1al
 pub const PATH_VALIDATE_ELASTIC_QUOTA: &str =
     "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
 pub const PATH_VALIDATE_CONFIGMAP: &str = "/validate-configmap";
+/// Ours: evictions by node-bound requesters (koordlet) held to their node.
+pub const PATH_VALIDATE_POD_EVICTION: &str = "/validate-pod-eviction";
 
 /// Every admission path this server answers.
-pub const ADMISSION_PATHS: [&str; 5] = [
+pub const ADMISSION_PATHS: [&str; 6] = [
     PATH_MUTATE_POD,
     PATH_VALIDATE_POD,
     PATH_MUTATE_ELASTIC_QUOTA,
     PATH_VALIDATE_ELASTIC_QUOTA,
     PATH_VALIDATE_CONFIGMAP,
+    PATH_VALIDATE_POD_EVICTION,
 ];
 
 /// Upstream's webhook histogram (`koord_manager_webhook_webhook_duration_milliseconds`)
@@ -124,6 +128,7 @@ fn describe_path(path: &str) -> (&'static str, &'static str) {
         PATH_MUTATE_ELASTIC_QUOTA => ("mutate", "elasticquota"),
         PATH_VALIDATE_ELASTIC_QUOTA => ("validate", "elasticquota"),
         PATH_VALIDATE_CONFIGMAP => ("validate", "configmap"),
+        PATH_VALIDATE_POD_EVICTION => ("validate", "eviction"),
         _ => ("unknown", "unknown"),
     }
 }
@@ -144,6 +149,43 @@ const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_
 
 /// How long the quota webhook waits for the pod count.
 const POD_COUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long the eviction webhook waits for the pod lookup.
+const POD_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Finds the node a pod is bound to (the API shell reads the pod).
+pub trait PodPlacementLookup: Send + Sync {
+    fn placement<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>>;
+}
+
+/// Reads the pod from the API server: an eviction must be judged on where the pod is now, and
+/// evictions are rare enough that the manager keeps no pod cache for them.
+pub struct ApiPodPlacement(pub kube::Client);
+
+impl PodPlacementLookup for ApiPodPlacement {
+    fn placement<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>> {
+        Box::pin(async move {
+            let pods: kube::Api<Pod> = kube::Api::namespaced(self.0.clone(), namespace);
+            match pods.get_opt(name).await {
+                Ok(None) => Ok(PodPlacement::Missing),
+                Ok(Some(pod)) => Ok(pod
+                    .spec
+                    .and_then(|spec| spec.node_name)
+                    .filter(|node| !node.is_empty())
+                    .map_or(PodPlacement::Unbound, PodPlacement::Bound)),
+                Err(err) => Err(format!("cannot read pod {namespace}/{name}: {err}")),
+            }
+        })
+    }
+}
 
 /// Counts pods charged to an ElasticQuota (the API shell lists them).
 pub trait QuotaPodCounter: Send + Sync {
@@ -174,6 +216,10 @@ pub struct Handlers {
     pub gates: AdmissionGates,
     pub metrics: WebhookMetrics,
     pub quota_pods: Option<Box<dyn QuotaPodCounter>>,
+    /// Users whose evictions are held to the node of their token.
+    pub eviction_scope: ScopedUsers,
+    /// Where the pod of an eviction is; without it such evictions are refused.
+    pub pod_placement: Option<Box<dyn PodPlacementLookup>>,
     /// Reads namespaces and PriorityClasses the cache does not have yet.
     pub namespace_api: Option<kube::Client>,
     /// The paths served (all by default; feature gates turn some off).
@@ -194,6 +240,8 @@ impl Handlers {
             gates: AdmissionGates::default(),
             metrics: WebhookMetrics::default(),
             quota_pods: None,
+            eviction_scope: ScopedUsers::default(),
+            pod_placement: None,
             namespace_api: None,
             paths: ADMISSION_PATHS.to_vec(),
             random_state: Mutex::new(seed),
@@ -225,6 +273,10 @@ impl Handlers {
             PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.mutate_quota(request)),
             PATH_VALIDATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.validate_quota(request).await),
             PATH_VALIDATE_CONFIGMAP => ("SLOConfig", self.validate_configmap(request)),
+            PATH_VALIDATE_POD_EVICTION => (
+                "NodeScopedEviction",
+                self.validate_eviction(request).await,
+            ),
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
         self.metrics
@@ -507,6 +559,32 @@ impl Handlers {
         }
     }
 
+    async fn validate_eviction(&self, request: &AdmissionRequest) -> Decision {
+        let is_eviction = request.resource.resource == "pods"
+            && request.sub_resource.as_deref() == Some("eviction")
+            && request.operation == Operation::Create;
+        let requester = Requester::from_user_info(request.user_info.as_ref());
+        if !is_eviction || !self.eviction_scope.contains(&requester.username) {
+            return Decision::allow();
+        }
+        let (namespace, name) = (request.namespace(), request.name.as_str());
+        let Some(lookup) = &self.pod_placement else {
+            return Decision::internal("the eviction webhook has no way to read pods");
+        };
+        let placement =
+            match tokio::time::timeout(POD_LOOKUP_TIMEOUT, lookup.placement(namespace, name)).await
+            {
+                Ok(Ok(placement)) => placement,
+                Ok(Err(reason)) => return Decision::internal(reason),
+                Err(_) => {
+                    return Decision::internal(format!(
+                        "reading pod {namespace}/{name} took longer than {POD_LOOKUP_TIMEOUT:?}"
+                    ));
+                }
+            };
+        super::eviction::decide(&requester, &self.eviction_scope, namespace, name, &placement)
+    }
+
     fn validate_configmap(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("configmaps") {
             return Decision::allow();
@@ -575,6 +653,68 @@ mod tests {
                 .await
                 .allowed
         );
+    }
+
+    /// Pods of a fixed placement; counts lookups.
+    struct FixedPlacement(Result<PodPlacement, String>, std::sync::Arc<AtomicU64>);
+
+    impl PodPlacementLookup for FixedPlacement {
+        fn placement<'a>(
+            &'a self,
+            _namespace: &'a str,
+            _name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Box::pin(std::future::ready(self.0.clone()))
+        }
+    }
+
+    fn eviction_request(username: &str, node_claim: &str) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "e", "operation": "CREATE", "name": "victim", "namespace": "team",
+            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction",
+            "userInfo": {"username": username, "extra": {crate::webhook::eviction::NODE_NAME_CLAIM: [node_claim]}},
+            "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "victim", "namespace": "team"}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn evictions_by_koordlet_are_judged_on_the_pods_current_node() {
+        let koordlet = "system:serviceaccount:koordinator-system:koordlet";
+        let lookups = std::sync::Arc::new(AtomicU64::new(0));
+        let handlers = |placement: Result<PodPlacement, String>| {
+            let mut handlers =
+                Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+            handlers.eviction_scope =
+                ScopedUsers::service_account("koordinator-system", "koordlet");
+            handlers.pod_placement = Some(Box::new(FixedPlacement(placement, lookups.clone())));
+            handlers
+        };
+        let own = handlers(Ok(PodPlacement::Bound("node-a".into())));
+        let request = eviction_request(koordlet, "node-a");
+        assert!(own.handle(PATH_VALIDATE_POD_EVICTION, &request).await.allowed);
+
+        let foreign = handlers(Ok(PodPlacement::Bound("node-b".into())));
+        let denied = foreign.handle(PATH_VALIDATE_POD_EVICTION, &request).await;
+        assert_eq!(denied.code, 403, "{denied}");
+        assert!(denied.message.contains("team/victim"), "{denied}");
+
+        // A lookup that fails refuses the eviction (the webhook fails closed, as its policy).
+        let broken = handlers(Err("apiserver said no".into()));
+        let refused = broken.handle(PATH_VALIDATE_POD_EVICTION, &request).await;
+        assert_eq!(refused.code, 500, "{refused}");
+        assert!(refused.message.contains("apiserver said no"), "{refused}");
+        assert_eq!(lookups.load(Ordering::Relaxed), 3);
+
+        // Other users' evictions are left to RBAC, without a lookup.
+        let other = handlers(Ok(PodPlacement::Bound("node-b".into())));
+        let request =
+            eviction_request("system:serviceaccount:kube-system:disruption-controller", "");
+        assert!(other.handle(PATH_VALIDATE_POD_EVICTION, &request).await.allowed);
+        assert_eq!(lookups.load(Ordering::Relaxed), 3);
     }
 
     #[test]

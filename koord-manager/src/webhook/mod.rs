@@ -1,9 +1,10 @@
 //! Admission webhooks served over HTTPS on every replica (upstream
 //! `pkg/webhook`): pod mutating/validating, ElasticQuota mutating/validating
-//! and the slo-controller-config ConfigMap validating webhook.
+//! and the slo-controller-config ConfigMap validating webhook; ours: node-scoped
+//! evictions for koordlet.
 //!
 //! - [`review`]: AdmissionReview v1 wire types and the [`review::Decision`];
-//! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`]:
+//! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`], [`eviction`]:
 //!   the decision cores (no I/O);
 //! - [`handlers`]: decoding, cache snapshots, metrics;
 //! - [`cache`]: the watched objects; [`server`]: the TLS listener and routes.
@@ -21,6 +22,7 @@ use kube::runtime::watcher;
 pub mod cache;
 pub mod configmap;
 pub mod elasticquota;
+pub mod eviction;
 pub mod features;
 pub mod handlers;
 pub mod pod_mutating;
@@ -34,7 +36,7 @@ use crate::cert::controller::{DEFAULT_PROVIDED_POLL, SelfManaged, run_provided};
 use crate::cert::writer::CertStore;
 use cache::WebhookCaches;
 use configmap::SloConfigRef;
-use handlers::{ApiQuotaPodCounter, Handlers};
+use handlers::{ApiPodPlacement, ApiQuotaPodCounter, Handlers};
 
 /// Readiness check: the webhook server has a certificate and its caches are synced.
 pub const WEBHOOK_READY_CHECK: &str = "webhook-ready";
@@ -139,6 +141,15 @@ pub struct WebhookArgs {
     /// ValidatingWebhookConfiguration that receives the CA bundle.
     #[arg(long = "validating-webhook-name", env = "VALIDATING_WEBHOOK_NAME", default_value = crate::cert::configuration::DEFAULT_VALIDATING_CONFIGURATION)]
     pub validating_configuration: String,
+
+    /// Service account (in the webhook namespace) whose evictions the eviction webhook holds to
+    /// the node of its pod-bound token: koordlet's.
+    #[arg(
+        long = "node-scoped-evictor-service-account",
+        default_value = "koordlet",
+        value_name = "NAME"
+    )]
+    pub node_scoped_evictor: String,
 
     /// How often self-managed certificates and configurations are re-checked.
     #[arg(long = "webhook-cert-resync", default_value = "1m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
@@ -298,6 +309,9 @@ pub async fn start(
     handlers.gates = args.feature_gates.admission_gates();
     handlers.paths = args.feature_gates.enabled_paths();
     handlers.namespace_api = Some(client.clone());
+    handlers.eviction_scope =
+        eviction::ScopedUsers::service_account(&args.namespace, &args.node_scoped_evictor);
+    handlers.pod_placement = Some(Box::new(ApiPodPlacement(client.clone())));
     handlers.quota_pods = Some(Box::new(ApiQuotaPodCounter(client)));
     handlers.metrics.register(&context.metrics);
     let server = server::serve(
