@@ -193,7 +193,8 @@ async fn be_memory_eviction_uses_the_eviction_api_and_honours_a_pdb() -> anyhow:
         .cloned();
     let namespace = TestNamespace::create(&client, "koord-e2e-evict").await?;
     let result = async {
-        // BEMemoryEvict is off by default, as upstream.
+        // The chart turns BEMemoryEvict on (as upstream's chart; koordlet's own default is off);
+        // set it anyway, so the test does not depend on the values it was installed with.
         roll_koordlet(
             &client,
             &daemonsets,
