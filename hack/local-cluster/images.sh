@@ -4,7 +4,11 @@
 # a containerd, so `helm install koordinator charts/koordinator` needs no registry.
 #
 #   hack/local-cluster/images.sh --kube-scheduler PATH [--address SOCK --ctr PATH] [--skip-build]
-#                                [--only NAME[,NAME...]]... [--check]
+#                                [--only NAME[,NAME...]]... [--profile release|dev] [--check]
+#
+# --profile picks the cargo profile of the binaries: release (the default, what users get) or dev,
+# which reuses what `cargo test --workspace` already built (CI: the release build with LTO takes
+# over 20 minutes cold on 2 cores; the cluster suite checks behaviour, not speed).
 #
 # --check runs every imported image once through CRI as the chart would start it (see images_check.py);
 # it needs the node-runtime kit's Python CRI stubs in $NR_ROOT/py (default: two levels above SOCK).
@@ -23,7 +27,7 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 now() { echo "${EPOCHREALTIME/./}"; }  # microseconds
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) / 1e6 }'; }
 
-address="" ctr="ctr" kube_scheduler="" skip_build=false check=false only=()
+address="" ctr="ctr" kube_scheduler="" skip_build=false check=false only=() profile=release
 while [[ $# -gt 0 ]]; do
     case "$1" in
         # Paths are made absolute: the build below runs from the repository root.
@@ -31,6 +35,8 @@ while [[ $# -gt 0 ]]; do
         --ctr) ctr="${2:?--ctr needs a path}"; [[ $ctr != */* ]] || ctr="$(realpath -m "$ctr")"; shift 2 ;;
         --kube-scheduler) kube_scheduler="$(realpath -m "${2:?--kube-scheduler needs a path}")"; shift 2 ;;
         --skip-build) skip_build=true; shift ;;
+        --profile) profile="${2:?--profile needs release or dev}"; shift 2
+                   [[ $profile == release || $profile == dev ]] || die "--profile: release or dev, not $profile" ;;
         --check) check=true; shift ;;
         --only) IFS=, read -ra names <<<"${2:?--only needs names}"; only+=("${names[@]}"); shift 2 ;;
         -h|--help) usage ;;
@@ -94,8 +100,8 @@ if [[ ${#rust[@]} -gt 0 ]] && ! $skip_build; then
     t=$(now)
     args=()
     for n in "${rust[@]}"; do args+=(-p "$n" --bin "$n"); done
-    echo "== cargo build --release --locked ${args[*]}"
-    cargo build --release --locked "${args[@]}"
+    echo "== cargo build --profile $profile --locked ${args[*]}"
+    cargo build --profile "$profile" --locked "${args[@]}"
     build_secs="$(since "$t") s"
 fi
 declare -A src dest user
@@ -105,7 +111,8 @@ if [[ ${#rust[@]} -gt 0 ]]; then
         "$python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 fi
 for n in "${rust[@]}"; do
-    src[$n]="$target_dir/release/$n"
+    # Cargo writes the dev profile's binaries under debug/.
+    src[$n]="$target_dir/$([[ $profile == dev ]] && echo debug || echo release)/$n"
     [[ -x "${src[$n]}" ]] || die "${src[$n]} is missing; run without --skip-build"
     dest[$n]="/$n"
 done
