@@ -214,13 +214,21 @@ mod tests {
 
     #[test]
     fn a_bool_inert_flag_does_not_swallow_the_next_argument_and_a_dangling_value_flag_stays() {
-        let removed = remove(&["koordlet", "--enable-pod-taskids", "--addr=:1", "--tsdb-path"]);
+        let removed = remove(&[
+            "koordlet",
+            "--enable-pod-taskids",
+            "--addr=:1",
+            "--tsdb-path",
+        ]);
         assert_eq!(
             strings(&removed.args),
             ["koordlet", "--addr=:1", "--tsdb-path"]
         );
         let after_end = remove(&["koordlet", "--", "--tsdb-path=/a"]);
-        assert_eq!(strings(&after_end.args), ["koordlet", "--", "--tsdb-path=/a"]);
+        assert_eq!(
+            strings(&after_end.args),
+            ["koordlet", "--", "--tsdb-path=/a"]
+        );
         assert!(after_end.warnings.is_empty());
         // A flag that merely starts with an inert name is not inert.
         let longer = remove(&["koordlet", "--tsdb-path-extra=1"]);

@@ -202,7 +202,14 @@ mod tests {
             json!(null),
         ] {
             assert!(
-                decide(&requester(user_info.clone()), &koordlet(), "ns", "p", &placement).allowed,
+                decide(
+                    &requester(user_info.clone()),
+                    &koordlet(),
+                    "ns",
+                    "p",
+                    &placement
+                )
+                .allowed,
                 "{user_info}"
             );
         }

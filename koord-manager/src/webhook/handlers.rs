@@ -17,10 +17,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
-use super::eviction::{PodPlacement, Requester, ScopedUsers};
 use super::elasticquota::{
     QuotaOptions, fill_quota_defaults, validate_pod_quota, validate_quota_with,
 };
+use super::eviction::{PodPlacement, Requester, ScopedUsers};
 use super::pod_mutating::{
     PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
 };
@@ -273,10 +273,9 @@ impl Handlers {
             PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.mutate_quota(request)),
             PATH_VALIDATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.validate_quota(request).await),
             PATH_VALIDATE_CONFIGMAP => ("SLOConfig", self.validate_configmap(request)),
-            PATH_VALIDATE_POD_EVICTION => (
-                "NodeScopedEviction",
-                self.validate_eviction(request).await,
-            ),
+            PATH_VALIDATE_POD_EVICTION => {
+                ("NodeScopedEviction", self.validate_eviction(request).await)
+            }
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
         self.metrics
@@ -582,7 +581,13 @@ impl Handlers {
                     ));
                 }
             };
-        super::eviction::decide(&requester, &self.eviction_scope, namespace, name, &placement)
+        super::eviction::decide(
+            &requester,
+            &self.eviction_scope,
+            namespace,
+            name,
+            &placement,
+        )
     }
 
     fn validate_configmap(&self, request: &AdmissionRequest) -> Decision {
@@ -695,7 +700,11 @@ mod tests {
         };
         let own = handlers(Ok(PodPlacement::Bound("node-a".into())));
         let request = eviction_request(koordlet, "node-a");
-        assert!(own.handle(PATH_VALIDATE_POD_EVICTION, &request).await.allowed);
+        assert!(
+            own.handle(PATH_VALIDATE_POD_EVICTION, &request)
+                .await
+                .allowed
+        );
 
         let foreign = handlers(Ok(PodPlacement::Bound("node-b".into())));
         let denied = foreign.handle(PATH_VALIDATE_POD_EVICTION, &request).await;
@@ -711,9 +720,16 @@ mod tests {
 
         // Other users' evictions are left to RBAC, without a lookup.
         let other = handlers(Ok(PodPlacement::Bound("node-b".into())));
-        let request =
-            eviction_request("system:serviceaccount:kube-system:disruption-controller", "");
-        assert!(other.handle(PATH_VALIDATE_POD_EVICTION, &request).await.allowed);
+        let request = eviction_request(
+            "system:serviceaccount:kube-system:disruption-controller",
+            "",
+        );
+        assert!(
+            other
+                .handle(PATH_VALIDATE_POD_EVICTION, &request)
+                .await
+                .allowed
+        );
         assert_eq!(lookups.load(Ordering::Relaxed), 3);
     }
 
