@@ -63,6 +63,71 @@ fn is_go_long_flag(arg: &str) -> bool {
     name.len() > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
 }
 
+/// An upstream flag that this binary accepts but does not act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InertFlag {
+    /// The name without dashes, as upstream registers it.
+    pub name: &'static str,
+    /// Whether the flag takes a value (Go's non-bool flags); bool flags take none or `=value`.
+    pub takes_value: bool,
+    /// Why it has no effect here, for the warning at start.
+    pub reason: &'static str,
+}
+
+/// Arguments with the [`InertFlag`]s taken out, and one warning per inert flag given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InertFlagsRemoved {
+    pub args: Vec<OsString>,
+    pub warnings: Vec<String>,
+}
+
+/// Takes the inert flags (`--name`, `--name=value`, and `--name value` for flags that take a
+/// value) out of `args`, already normalized by [`normalize_go_flag_args`], so that clap never
+/// sees them; the warnings name each one once, with its reason. A value-taking inert flag at the
+/// end without its value is left in place for clap to report.
+pub fn remove_inert_flags(args: Vec<OsString>, inert: &[InertFlag]) -> InertFlagsRemoved {
+    let mut out = InertFlagsRemoved::default();
+    let mut warned: Vec<&str> = Vec::new();
+    let mut options_ended = false;
+    let mut iter = args.into_iter().enumerate();
+    while let Some((index, arg)) = iter.next() {
+        let flag = (!options_ended && index > 0)
+            .then(|| arg.to_str())
+            .flatten()
+            .and_then(|text| text.strip_prefix("--"))
+            .and_then(|rest| {
+                let (name, value) = match rest.split_once('=') {
+                    Some((name, value)) => (name, Some(value)),
+                    None => (rest, None),
+                };
+                inert
+                    .iter()
+                    .find(|flag| flag.name == name)
+                    .map(|flag| (flag, value.is_some()))
+            });
+        if arg == "--" {
+            options_ended = true;
+        }
+        let Some((flag, has_inline_value)) = flag else {
+            out.args.push(arg);
+            continue;
+        };
+        // As Go's flag package, the next argument is the value even when it starts with '-'.
+        if flag.takes_value && !has_inline_value && iter.next().is_none() {
+            out.args.push(arg);
+            continue;
+        }
+        if !warned.contains(&flag.name) {
+            warned.push(flag.name);
+            out.warnings.push(format!(
+                "flag -{} is accepted for compatibility with upstream Koordinator and has no effect here: {}",
+                flag.name, flag.reason
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +169,62 @@ mod tests {
                 "bin", "-v=4", "-V", "-1", "-10", "plain", "-", "--", "-addr"
             ]
         );
+    }
+
+    const INERT: &[InertFlag] = &[
+        InertFlag {
+            name: "tsdb-path",
+            takes_value: true,
+            reason: "metrics are kept in memory",
+        },
+        InertFlag {
+            name: "enable-pod-taskids",
+            takes_value: false,
+            reason: "not collected",
+        },
+    ];
+
+    fn remove(args: &[&str]) -> InertFlagsRemoved {
+        let normalized = normalize_go_flag_args(args.iter().map(OsString::from));
+        remove_inert_flags(normalized, INERT)
+    }
+
+    fn strings(args: &[OsString]) -> Vec<&str> {
+        args.iter().map(|a| a.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn inert_flags_are_taken_out_in_every_go_spelling_with_one_warning_each() {
+        let removed = remove(&[
+            "koordlet",
+            "-tsdb-path=/a",
+            "--addr=:1",
+            "-tsdb-path",
+            "/b",
+            "--enable-pod-taskids",
+            "-enable-pod-taskids=false",
+            "-v=4",
+        ]);
+        assert_eq!(strings(&removed.args), ["koordlet", "--addr=:1", "-v=4"]);
+        assert_eq!(removed.warnings.len(), 2, "{:?}", removed.warnings);
+        assert!(removed.warnings[0].contains("-tsdb-path"));
+        assert!(removed.warnings[0].contains("metrics are kept in memory"));
+        assert!(removed.warnings[1].contains("-enable-pod-taskids"));
+    }
+
+    #[test]
+    fn a_bool_inert_flag_does_not_swallow_the_next_argument_and_a_dangling_value_flag_stays() {
+        let removed = remove(&["koordlet", "--enable-pod-taskids", "--addr=:1", "--tsdb-path"]);
+        assert_eq!(
+            strings(&removed.args),
+            ["koordlet", "--addr=:1", "--tsdb-path"]
+        );
+        let after_end = remove(&["koordlet", "--", "--tsdb-path=/a"]);
+        assert_eq!(strings(&after_end.args), ["koordlet", "--", "--tsdb-path=/a"]);
+        assert!(after_end.warnings.is_empty());
+        // A flag that merely starts with an inert name is not inert.
+        let longer = remove(&["koordlet", "--tsdb-path-extra=1"]);
+        assert_eq!(strings(&longer.args), ["koordlet", "--tsdb-path-extra=1"]);
     }
 
     #[test]
