@@ -305,7 +305,7 @@ pub async fn run(
             Some(ReportSink::ApiServer(client)) => Some(client.clone()),
             _ => None,
         },
-        statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates),
+        statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates()),
         context.shutdown.clone(),
     );
     start_qos_manager(
@@ -403,7 +403,7 @@ fn start_qos_manager(
         qosmanager::standard_strategies(
             &args.system,
             // Malformed gates are refused when the runtime hooks start.
-            &runtimehooks::hooks::parse_feature_gates(&args.runtime_hooks.feature_gates)
+            &runtimehooks::hooks::parse_feature_gates(&args.runtime_hooks.feature_gates())
                 .unwrap_or_default(),
         ),
         executor.clone(),
