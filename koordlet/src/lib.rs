@@ -105,6 +105,9 @@ pub struct KoordletArgs {
     pub node_topology: statesinformer::nodetopo::NodeTopologyArgs,
 
     #[command(flatten)]
+    pub prediction: prediction::PredictionArgs,
+
+    #[command(flatten)]
     pub log: LogArgs,
 
     /// A one-shot command instead of the daemon.
@@ -545,6 +548,7 @@ fn start_node_modules(
     match sink {
         Some(sink) if args.states.enable_node_metric_report => {
             let reporter = NodeMetricReporter::new(states.clone(), cache, sink)
+                .with_prediction(Some(args.prediction.config()))
                 .with_interval_override(args.states.node_metric_report_interval)
                 .with_metrics(states_metrics);
             tokio::spawn(reporter.run(shutdown.clone()));
