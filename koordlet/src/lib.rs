@@ -6,6 +6,7 @@
 
 pub mod bounds;
 pub mod capabilities;
+pub mod cli;
 pub mod evictor;
 pub mod metriccache;
 pub mod metricsadvisor;
@@ -50,8 +51,16 @@ pub const NODE_NAME_ENV: &str = "NODE_NAME";
 
 /// Command-line flags; names and defaults follow upstream `cmd/koordlet`
 /// (Go-style single-dash spellings such as `-addr=:9316` are accepted too).
+/// Parse them with [`cli::parse_args`], which also accepts the upstream
+/// flags that have no effect here (`docs/flags.md`).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koordlet", version = koord_common::cli::version(), about = "Koordinator node agent")]
+#[command(
+    name = "koordlet",
+    version = koord_common::cli::version(),
+    about = "Koordinator node agent",
+    // A flag given twice takes its last value, as Go's flag package does.
+    args_override_self = true
+)]
 pub struct KoordletArgs {
     /// Address of the koordlet HTTP server: /metrics, /healthz, /readyz
     /// and, on a loopback address only, /qos/explain and the resource
