@@ -6,6 +6,7 @@
 
 pub mod bounds;
 pub mod capabilities;
+pub mod cli;
 pub mod evictor;
 pub mod metriccache;
 pub mod metricsadvisor;
@@ -50,8 +51,16 @@ pub const NODE_NAME_ENV: &str = "NODE_NAME";
 
 /// Command-line flags; names and defaults follow upstream `cmd/koordlet`
 /// (Go-style single-dash spellings such as `-addr=:9316` are accepted too).
+/// Parse them with [`cli::parse_args`], which also accepts the upstream
+/// flags that have no effect here (`docs/flags.md`).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koordlet", version = koord_common::cli::version(), about = "Koordinator node agent")]
+#[command(
+    name = "koordlet",
+    version = koord_common::cli::version(),
+    about = "Koordinator node agent",
+    // A flag given twice takes its last value, as Go's flag package does.
+    args_override_self = true
+)]
 pub struct KoordletArgs {
     /// Address of the koordlet HTTP server: /metrics, /healthz, /readyz
     /// and, on a loopback address only, /qos/explain and the resource
@@ -103,6 +112,9 @@ pub struct KoordletArgs {
 
     #[command(flatten)]
     pub node_topology: statesinformer::nodetopo::NodeTopologyArgs,
+
+    #[command(flatten)]
+    pub prediction: prediction::PredictionArgs,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -305,7 +317,7 @@ pub async fn run(
             Some(ReportSink::ApiServer(client)) => Some(client.clone()),
             _ => None,
         },
-        statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates),
+        statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates()),
         context.shutdown.clone(),
     );
     start_qos_manager(
@@ -403,7 +415,7 @@ fn start_qos_manager(
         qosmanager::standard_strategies(
             &args.system,
             // Malformed gates are refused when the runtime hooks start.
-            &runtimehooks::hooks::parse_feature_gates(&args.runtime_hooks.feature_gates)
+            &runtimehooks::hooks::parse_feature_gates(&args.runtime_hooks.feature_gates())
                 .unwrap_or_default(),
         ),
         executor.clone(),
@@ -545,6 +557,7 @@ fn start_node_modules(
     match sink {
         Some(sink) if args.states.enable_node_metric_report => {
             let reporter = NodeMetricReporter::new(states.clone(), cache, sink)
+                .with_prediction(Some(args.prediction.config()))
                 .with_interval_override(args.states.node_metric_report_interval)
                 .with_metrics(states_metrics);
             tokio::spawn(reporter.run(shutdown.clone()));

@@ -1,17 +1,23 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-use koordlet::{COMPONENT, Command, KoordletArgs, NODE_NAME_ENV, capabilities, run};
+use koordlet::{COMPONENT, Command, KoordletArgs, NODE_NAME_ENV, capabilities, cli, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = KoordletArgs::parse_from(koord_common::cli::go_style_args());
+    let parsed = match cli::parse_args(std::env::args_os()) {
+        Ok(parsed) => parsed,
+        Err(err) => err.exit(),
+    };
+    let args = parsed.args;
     if let Some(Command::Capabilities(command)) = &args.command {
         return print_capabilities(&args, command);
     }
     if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
         return code;
+    }
+    for warning in &parsed.inert_warnings {
+        tracing::warn!("{warning}");
     }
     let node_name = std::env::var_os(NODE_NAME_ENV);
     koord_common::process::exit_code(&COMPONENT, run(args, node_name).await)

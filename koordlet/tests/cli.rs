@@ -48,6 +48,56 @@ fn missing_node_name_is_a_clear_non_zero_exit() {
 }
 
 #[test]
+fn upstream_chart_arguments_and_inert_upstream_flags_start_with_one_warning_each() {
+    // The v1.8 chart's arguments (its -addr aside: the helper binds
+    // 127.0.0.1:0) plus flags that have no effect here. Without NODE_NAME the
+    // daemon stops right after start-up, so the warnings are all there is.
+    let api = FakeApiServer::start().unwrap();
+    let dir = TempDir::new("koordlet-inert-flags").unwrap();
+    let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
+    let mut command = koordlet(&kubeconfig);
+    command.env_remove("NODE_NAME").args([
+        "-cgroup-root-dir=/host-cgroup/",
+        "-feature-gates=BECPUEvict=true,BEMemoryEvict=true,CgroupReconcile=true,Accelerators=true",
+        "-runtime-hooks-host-endpoint=/var/run/koordlet/koordlet.sock",
+        "-tsdb-path=/metric-data/",
+        "--enable-pprof",
+        "-housekeeping_interval",
+        "10s",
+        "-tsdb-path",
+        "/again/",
+    ]);
+    let output = expect_failed_exit(
+        command,
+        WAIT,
+        &[
+            "flag -tsdb-path is accepted for compatibility with upstream Koordinator and has no effect here",
+            "flag -enable-pprof is accepted",
+            "flag -housekeeping_interval is accepted",
+            "the NODE_NAME environment variable is not set",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        output.matches("flag -tsdb-path is accepted").count(),
+        1,
+        "{output}"
+    );
+    assert!(output.contains("WARN"), "{output}");
+}
+
+#[test]
+fn a_misspelled_upstream_flag_is_refused_before_start() {
+    let api = FakeApiServer::start().unwrap();
+    let dir = TempDir::new("koordlet-misspelled").unwrap();
+    let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
+    let mut command = koordlet(&kubeconfig);
+    command.arg("-tsdb-pth=/metric-data/");
+    expect_failed_exit(command, WAIT, &["unexpected argument '--tsdb-pth'"]).unwrap();
+    assert!(api.requests().is_empty(), "no cluster contact");
+}
+
+#[test]
 fn unreachable_api_server_is_a_clear_non_zero_exit() {
     let dir = TempDir::new("koordlet-unreachable").unwrap();
     let (kubeconfig, closed) = unreachable_kubeconfig(dir.path()).unwrap();

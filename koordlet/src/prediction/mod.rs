@@ -54,6 +54,67 @@ impl Default for PredictionConfig {
     }
 }
 
+/// Upstream's `-prediction-*` flags that tune the predictor (the checkpoint
+/// flags are inert here: see `crate::cli`).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct PredictionArgs {
+    /// Pods younger than this reclaim nothing: their request counts as peak.
+    #[arg(long = "prediction-cold-start-duration", default_value = "24h", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
+    pub cold_start_duration: Duration,
+    /// Headroom added above the predicted peak, in percent.
+    #[arg(
+        long = "prediction-safety-margin-percent",
+        default_value_t = 10,
+        value_name = "PERCENT"
+    )]
+    pub safety_margin_percent: u32,
+    /// Half-life of the memory histograms' sample weights.
+    #[arg(long = "prediction-memory-histogram-decay-halflife", default_value = "24h", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
+    pub memory_histogram_decay_halflife: Duration,
+    /// Half-life of the CPU histograms' sample weights.
+    #[arg(long = "prediction-cpu-histogram-decay-halflife", default_value = "12h", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
+    pub cpu_histogram_decay_halflife: Duration,
+    /// How often the models take a sample (at most the NodeMetric report interval).
+    #[arg(long = "prediction-training-interval", default_value = "1m", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
+    pub training_interval: Duration,
+    /// Models without a sample for this long are dropped.
+    #[arg(long = "prediction-model-expiration-duration", default_value = "30m", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
+    pub model_expiration_duration: Duration,
+}
+
+impl Default for PredictionArgs {
+    fn default() -> Self {
+        PredictionConfig::default().into()
+    }
+}
+
+impl From<PredictionConfig> for PredictionArgs {
+    fn from(config: PredictionConfig) -> Self {
+        Self {
+            cold_start_duration: config.cold_start,
+            safety_margin_percent: config.safety_margin_percent,
+            memory_histogram_decay_halflife: config.memory_half_life,
+            cpu_histogram_decay_halflife: config.cpu_half_life,
+            training_interval: config.training_interval,
+            model_expiration_duration: config.model_expiration,
+        }
+    }
+}
+
+impl PredictionArgs {
+    /// The predictor's configuration from these flags.
+    pub fn config(&self) -> PredictionConfig {
+        PredictionConfig {
+            cold_start: self.cold_start_duration,
+            safety_margin_percent: self.safety_margin_percent,
+            memory_half_life: self.memory_histogram_decay_halflife,
+            cpu_half_life: self.cpu_histogram_decay_halflife,
+            training_interval: self.training_interval,
+            model_expiration: self.model_expiration_duration,
+        }
+    }
+}
+
 /// CPU in milli-cores and memory in bytes: the two resources the predictor
 /// deals in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -90,6 +151,67 @@ impl CpuMemory {
         Self {
             milli_cpu: self.milli_cpu.min(other.milli_cpu),
             memory_bytes: self.memory_bytes.min(other.memory_bytes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        prediction: PredictionArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<PredictionArgs, clap::Error> {
+        Flags::try_parse_from(std::iter::once("koordlet").chain(args.iter().copied()))
+            .map(|flags| flags.prediction)
+    }
+
+    #[test]
+    fn flag_defaults_are_upstreams_and_values_reach_the_config() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults, PredictionArgs::default());
+        assert_eq!(defaults.config(), PredictionConfig::default());
+
+        let config = parse(&[
+            "--prediction-cold-start-duration=1h",
+            "--prediction-safety-margin-percent=25",
+            "--prediction-memory-histogram-decay-halflife=2h",
+            "--prediction-cpu-histogram-decay-halflife=30m",
+            "--prediction-training-interval=30s",
+            "--prediction-model-expiration-duration=45m",
+        ])
+        .unwrap()
+        .config();
+        assert_eq!(
+            config,
+            PredictionConfig {
+                cold_start: Duration::from_secs(3600),
+                safety_margin_percent: 25,
+                memory_half_life: Duration::from_secs(7200),
+                cpu_half_life: Duration::from_secs(1800),
+                training_interval: Duration::from_secs(30),
+                model_expiration: Duration::from_secs(2700),
+            }
+        );
+    }
+
+    #[test]
+    fn zero_or_negative_values_are_refused_at_parsing() {
+        // A zero half-life would leave the predictor unusable and a zero
+        // training interval would train in a busy loop.
+        for bad in [
+            "--prediction-cpu-histogram-decay-halflife=0",
+            "--prediction-memory-histogram-decay-halflife=0s",
+            "--prediction-training-interval=0",
+            "--prediction-safety-margin-percent=-1",
+        ] {
+            assert!(parse(&[bad]).is_err(), "{bad} must be refused");
         }
     }
 }

@@ -93,19 +93,29 @@ pub struct RuntimeHooksArgs {
     pub states_sync_timeout: Duration,
 
     /// Keep the CFS quota of cpuset-bound (LSE/LSR) containers.
-    #[arg(id = "disable-unset-cpu-quota", long = "disable-unset-cpu-quota", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    #[arg(id = "disable-unset-cpu-quota", long = "disable-unset-cpu-quota", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
     pub disable_unset_cpu_quota: bool,
 
     /// Feature gates (`Name=true|false,...`); the runtime hook gates are
     /// GroupIdentity, CPUSetAllocator, BatchResource (on by default),
     /// GPUEnvInject, CPUNormalization, CoreSched, Resctrl, OOMScoreAdj.
+    /// Given more than once, the lists merge and a later value of a gate
+    /// wins, as upstream's map flag does; read them with
+    /// [`RuntimeHooksArgs::feature_gates`].
     #[arg(
         id = "feature-gates",
         long = "feature-gates",
-        default_value = "",
+        action = clap::ArgAction::Append,
         value_name = "GATES"
     )]
-    pub feature_gates: String,
+    pub feature_gates: Vec<String>,
+}
+
+impl RuntimeHooksArgs {
+    /// Every `--feature-gates` value in order, as one `A=true,B=false` list.
+    pub fn feature_gates(&self) -> String {
+        self.feature_gates.join(",")
+    }
 }
 
 impl Default for RuntimeHooksArgs {
@@ -122,7 +132,7 @@ impl Default for RuntimeHooksArgs {
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             states_sync_timeout: DEFAULT_STATES_SYNC_TIMEOUT,
             disable_unset_cpu_quota: false,
-            feature_gates: String::new(),
+            feature_gates: Vec::new(),
         }
     }
 }

@@ -110,9 +110,10 @@ pub fn parse_feature_gates(text: &str) -> Result<BTreeMap<String, bool>, Feature
         let (name, value) = item
             .split_once('=')
             .ok_or_else(|| FeatureGateError(item.to_string()))?;
+        // Go's strconv.ParseBool spellings, as upstream's map flag reads them.
         let value = match value.trim().to_ascii_lowercase().as_str() {
-            "true" => true,
-            "false" => false,
+            "true" | "t" | "1" => true,
+            "false" | "f" | "0" => false,
             _ => return Err(FeatureGateError(item.to_string())),
         };
         gates.insert(name.trim().to_string(), value);
@@ -249,6 +250,15 @@ mod tests {
         assert!(!enabled("BatchResource"));
         assert!(enabled("CPUSetAllocator"));
         assert!(!enabled("OOMScoreAdj"));
+        assert_eq!(
+            parse_feature_gates("A=1,B=F,C=True,D=0").unwrap(),
+            BTreeMap::from([
+                ("A".to_string(), true),
+                ("B".to_string(), false),
+                ("C".to_string(), true),
+                ("D".to_string(), false),
+            ])
+        );
         assert!(parse_feature_gates("A=yes").is_err());
         assert!(parse_feature_gates("A").is_err());
     }
