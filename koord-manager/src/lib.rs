@@ -7,6 +7,7 @@ pub mod controllers;
 pub mod metrics;
 pub mod preview;
 pub mod quota_profile;
+pub mod rest_config;
 pub mod slo_controller;
 pub mod webhook;
 
@@ -48,6 +49,9 @@ pub struct ManagerArgs {
 
     #[command(flatten)]
     pub cluster: ClusterArgs,
+
+    #[command(flatten)]
+    pub rest_config: rest_config::RestConfigArgs,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -103,6 +107,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
 
     match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(cluster)) => {
+            let client = rest_config::apply(cluster.client.clone(), &args.rest_config);
             // Webhooks serve on every replica, leader or not.
             let webhooks = if args.webhook.should_serve() {
                 let slo_config = webhook::configmap::SloConfigRef {
@@ -110,9 +115,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
                     name: args.controller.slo_config_name.clone(),
                     ..Default::default()
                 };
-                match webhook::start(&context, &args.webhook, cluster.client.clone(), slo_config)
-                    .await
-                {
+                match webhook::start(&context, &args.webhook, client.clone(), slo_config).await {
                     Ok(webhooks) => Some(webhooks),
                     Err(err) => {
                         context
@@ -126,7 +129,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
                 None
             };
             tokio::spawn(controllers::run_controllers(
-                cluster.client.clone(),
+                client,
                 args.controller.clone(),
                 controller_metrics,
                 controllers_check,
