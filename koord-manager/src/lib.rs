@@ -3,6 +3,7 @@
 //! the webhooks, health/metrics serving and the `preview` subcommand.
 
 pub mod cert;
+pub mod cli;
 pub mod controllers;
 pub mod metrics;
 pub mod preview;
@@ -32,8 +33,16 @@ pub const CONTROLLERS_CHECK: &str = "controllers";
 const WEBHOOK_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Command-line flags; names and defaults follow upstream `cmd/koord-manager`.
+/// Parse with [`cli::parse_args`], which also takes upstream's Go spellings
+/// and its inert flags. A flag given twice keeps the last value, as Go's
+/// flag package does.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koord-manager", version = koord_common::cli::version(), about = "Koordinator manager: SLO controllers and admission webhooks")]
+#[command(
+    name = "koord-manager",
+    version = koord_common::cli::version(),
+    about = "Koordinator manager: SLO controllers and admission webhooks",
+    args_override_self = true
+)]
 pub struct ManagerArgs {
     /// The address the metrics endpoint binds to ("0" disables it).
     #[arg(long = "metrics-addr", default_value = ":8080", value_name = "ADDR")]
@@ -113,7 +122,9 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
                 let slo_config = webhook::configmap::SloConfigRef {
                     namespace: args.controller.config_namespace.clone(),
                     name: args.controller.slo_config_name.clone(),
-                    ..Default::default()
+                    options: apis::configuration::ValidationOptions {
+                        require_node_strategy_names: args.controller.require_node_strategy_names(),
+                    },
                 };
                 match webhook::start(&context, &args.webhook, client.clone(), slo_config).await {
                     Ok(webhooks) => Some(webhooks),
