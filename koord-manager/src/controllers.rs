@@ -61,8 +61,10 @@ pub struct ControllerArgs {
         long = "enable-leader-election",
         default_value_t = true,
         num_args = 0..=1,
+        require_equals = true,
         default_missing_value = "true",
         action = clap::ArgAction::Set,
+        value_parser = crate::cli::parse_go_bool,
         value_name = "BOOL"
     )]
     pub enable_leader_election: bool,
@@ -92,9 +94,19 @@ pub struct ControllerArgs {
     )]
     pub slo_config_name: String,
 
+    /// `true` makes the slo-controller-config webhook require a unique name
+    /// on every nodeStrategies entry; any other value does not (upstream's
+    /// string flag and values).
+    #[arg(
+        long = "node-strategy-name-need-check",
+        default_value = "false",
+        value_name = "true|false"
+    )]
+    pub node_strategy_name_need_check: String,
+
     /// Period of full passes over every node (e.g. `60s`); `0`, which
-    /// upstream's chart passes, keeps the default.
-    #[arg(long = "sync-period", default_value = "60s", value_parser = koord_common::cluster::parse_duration)]
+    /// upstream's chart passes, or empty (upstream's default) keeps the default.
+    #[arg(long = "sync-period", default_value = "60s", value_parser = parse_sync_period)]
     pub sync_period: Duration,
 
     /// Controllers to run: `*` for all, `name` to add, `-name` to remove
@@ -103,7 +115,22 @@ pub struct ControllerArgs {
     pub controllers: Vec<String>,
 }
 
+/// `--sync-period`: a Go-style duration, or empty, which upstream takes as
+/// "not set" (here: the default period, as `0`).
+fn parse_sync_period(text: &str) -> Result<Duration, String> {
+    if text.trim().is_empty() {
+        return Ok(Duration::ZERO);
+    }
+    koord_common::cluster::parse_duration(text)
+}
+
 impl ControllerArgs {
+    /// `--node-strategy-name-need-check`: only the exact value `true` turns
+    /// the check on, as upstream compares it.
+    pub fn require_node_strategy_names(&self) -> bool {
+        self.node_strategy_name_need_check == "true"
+    }
+
     /// The period between full passes; a zero `--sync-period` (never a busy
     /// loop) means the 60 s default.
     pub fn full_pass_period(&self) -> Duration {

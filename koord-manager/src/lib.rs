@@ -3,10 +3,12 @@
 //! the webhooks, health/metrics serving and the `preview` subcommand.
 
 pub mod cert;
+pub mod cli;
 pub mod controllers;
 pub mod metrics;
 pub mod preview;
 pub mod quota_profile;
+pub mod rest_config;
 pub mod slo_controller;
 pub mod webhook;
 
@@ -31,8 +33,16 @@ pub const CONTROLLERS_CHECK: &str = "controllers";
 const WEBHOOK_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Command-line flags; names and defaults follow upstream `cmd/koord-manager`.
+/// Parse with [`cli::parse_args`], which also takes upstream's Go spellings
+/// and its inert flags. A flag given twice keeps the last value, as Go's
+/// flag package does.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koord-manager", version = koord_common::cli::version(), about = "Koordinator manager: SLO controllers and admission webhooks")]
+#[command(
+    name = "koord-manager",
+    version = koord_common::cli::version(),
+    about = "Koordinator manager: SLO controllers and admission webhooks",
+    args_override_self = true
+)]
 pub struct ManagerArgs {
     /// The address the metrics endpoint binds to ("0" disables it).
     #[arg(long = "metrics-addr", default_value = ":8080", value_name = "ADDR")]
@@ -48,6 +58,9 @@ pub struct ManagerArgs {
 
     #[command(flatten)]
     pub cluster: ClusterArgs,
+
+    #[command(flatten)]
+    pub rest_config: rest_config::RestConfigArgs,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -103,16 +116,17 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
 
     match connect_required_cluster(&context, &args.cluster.options(), &cluster_check).await {
         Ok(Some(cluster)) => {
+            let client = rest_config::apply(cluster.client.clone(), &args.rest_config);
             // Webhooks serve on every replica, leader or not.
             let webhooks = if args.webhook.should_serve() {
                 let slo_config = webhook::configmap::SloConfigRef {
                     namespace: args.controller.config_namespace.clone(),
                     name: args.controller.slo_config_name.clone(),
-                    ..Default::default()
+                    options: apis::configuration::ValidationOptions {
+                        require_node_strategy_names: args.controller.require_node_strategy_names(),
+                    },
                 };
-                match webhook::start(&context, &args.webhook, cluster.client.clone(), slo_config)
-                    .await
-                {
+                match webhook::start(&context, &args.webhook, client.clone(), slo_config).await {
                     Ok(webhooks) => Some(webhooks),
                     Err(err) => {
                         context
@@ -126,7 +140,7 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
                 None
             };
             tokio::spawn(controllers::run_controllers(
-                cluster.client.clone(),
+                client,
                 args.controller.clone(),
                 controller_metrics,
                 controllers_check,

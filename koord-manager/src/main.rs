@@ -1,12 +1,18 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use koord_manager::{COMPONENT, ManagerArgs, ManagerCommand, run};
+use koord_manager::{COMPONENT, ManagerCommand, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = ManagerArgs::parse_from(koord_common::cli::go_style_args());
+    let koord_manager::cli::ParsedArgs { args, warnings } =
+        match koord_manager::cli::parse_args(std::env::args_os()) {
+            Ok(parsed) => parsed,
+            Err(err) => err.exit(),
+        };
     if let Some(ManagerCommand::Preview(preview)) = &args.command {
+        for warning in &warnings {
+            eprintln!("koord-manager preview: warning: {warning}");
+        }
         let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
         return match koord_manager::preview::run_preview(preview, &mut stdout) {
             Ok(()) => ExitCode::SUCCESS,
@@ -18,6 +24,9 @@ async fn main() -> ExitCode {
     }
     if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
         return code;
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
     }
     koord_common::process::exit_code(&COMPONENT, run(args).await)
 }

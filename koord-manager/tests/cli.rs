@@ -130,3 +130,72 @@ fn sigint_during_a_slow_connect_exits_zero() {
     process.stop_cleanly("INT", WAIT).unwrap();
     drop(silent);
 }
+
+#[test]
+fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_up() {
+    let dir = TempDir::new("manager-upstream-flags").unwrap();
+    let (kubeconfig, closed) = unreachable_kubeconfig(dir.path()).unwrap();
+    let mut command = manager(&kubeconfig);
+    command.args([
+        "--cluster-connect-timeout=5s",
+        // The upstream chart's flags (the listeners stay on the test's ports).
+        "--enable-leader-election",
+        "--logtostderr=true",
+        "--leader-election-namespace=koordinator-system",
+        "--v=4",
+        "--feature-gates=",
+        "--sync-period=0",
+        "--config-namespace=koordinator-system",
+        // Honoured upstream flags, in Go spellings.
+        "-rest-config-qps=40",
+        "--rest-config-burst",
+        "80",
+        "-node-strategy-name-need-check=false",
+        // Upstream flags that do nothing here.
+        "-noderesource-plugins=*,-GPUDeviceResource",
+        "--colocation-profile-reconcile-interval",
+        "30s",
+        "-binding-admission-dry-run",
+        "--quota-update-retry-jitter=50ms",
+        "-log_dir",
+        "/var/log/koordinator",
+        "-log_dir=/var/log/again",
+        "-enable-pprof=false",
+    ]);
+    let output = expect_failed_exit(
+        command,
+        WAIT,
+        &[
+            "flag -noderesource-plugins is accepted for compatibility",
+            "flag -colocation-profile-reconcile-interval is accepted",
+            "flag -binding-admission-dry-run is accepted",
+            "flag -quota-update-retry-jitter is accepted",
+            "flag -enable-pprof is accepted",
+            "cannot reach the Kubernetes API server at",
+            &closed.to_string(),
+        ],
+    )
+    .unwrap();
+    assert!(!output.contains("unexpected argument"), "{output}");
+    assert_eq!(output.matches("flag -log_dir ").count(), 1, "{output}");
+    // Logged through the logger, as warnings.
+    let line = output
+        .lines()
+        .find(|line| line.contains("flag -enable-pprof "))
+        .unwrap();
+    assert!(line.contains("WARN"), "{line}");
+}
+
+#[test]
+fn a_misspelled_flag_still_stops_the_binary_with_clap_usage() {
+    let output = Command::new(BIN)
+        .args(["--enable-leader-electon", "--noderesource-plugins=*"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("unexpected argument '--enable-leader-electon'"),
+        "{stderr}"
+    );
+}

@@ -552,6 +552,7 @@ fn controller_args() -> ControllerArgs {
         leader_elect_resource_lock: "leases".into(),
         config_namespace: "koordinator-system".into(),
         slo_config_name: "slo-controller-config".into(),
+        node_strategy_name_need_check: "false".into(),
         sync_period: Duration::from_secs(60),
         controllers: vec!["*".into()],
     }

@@ -62,7 +62,7 @@ pub enum CertWriter {
 #[derive(Debug, Clone, clap::Args)]
 pub struct WebhookArgs {
     /// Serve the admission webhooks (upstream feature gate `WebhookFramework`).
-    #[arg(long = "enable-webhook-server", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    #[arg(long = "enable-webhook-server", default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
     pub enabled: bool,
 
     /// Feature gates, e.g. `PodMutatingWebhook=false` (upstream names and syntax).
