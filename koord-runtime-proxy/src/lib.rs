@@ -2,6 +2,7 @@
 //! the CRI (v1) socket and calls hook servers around lifecycle calls; see
 //! `docs/proxy.md`.
 
+pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod dispatcher;
@@ -123,6 +124,7 @@ impl FromStr for CriEndpoint {
 
 /// Command-line flags; upstream names and defaults from `cmd/koord-runtime-proxy`,
 /// plus the serving address, image endpoint and hook config directory (no upstream flag).
+/// Parse with [`cli::parse_args`], which takes Go's spellings.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "koord-runtime-proxy", version = koord_common::cli::version(), about = "Koordinator runtime proxy (CRI)")]
 pub struct RuntimeProxyArgs {

@@ -1,13 +1,18 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use koord_runtime_proxy::{COMPONENT, RuntimeProxyArgs, run};
+use koord_runtime_proxy::{COMPONENT, cli, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = RuntimeProxyArgs::parse_from(koord_common::cli::go_style_args());
-    if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
+    let parsed = match cli::parse_args(std::env::args_os()) {
+        Ok(parsed) => parsed,
+        Err(err) => err.exit(),
+    };
+    if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &parsed.args.log) {
         return code;
     }
-    koord_common::process::exit_code(&COMPONENT, run(args).await)
+    for warning in &parsed.warnings {
+        tracing::warn!("{warning}");
+    }
+    koord_common::process::exit_code(&COMPONENT, run(parsed.args).await)
 }

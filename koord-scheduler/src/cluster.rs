@@ -464,8 +464,9 @@ async fn write_due(
 
 /// Starts the background work that writes to the cluster: the housekeeping
 /// (every `housekeeping_interval`) and the Reservation controller, both
-/// writing only while `leadership` holds. Assumed-pod expiry runs on every
-/// replica regardless.
+/// writing only while `leadership` holds, and each only as far as the
+/// scheduler's `--controller-plugins` selection allows. Assumed-pod expiry
+/// runs on every replica regardless.
 pub fn start_background_work(
     client: &kube::Client,
     scheduler: &SharedScheduler,
@@ -481,5 +482,15 @@ pub fn start_background_work(
         leadership.clone(),
         shutdown,
     );
-    reservation_controller::start(client, scheduler, config, leadership.clone(), shutdown);
+    let controllers = scheduler
+        .read()
+        .map(|scheduler| scheduler.controllers.clone())
+        .unwrap_or_default();
+    if controllers.is_enabled(crate::plugins::reservation::NAME) {
+        reservation_controller::start(client, scheduler, config, leadership.clone(), shutdown);
+    } else {
+        tracing::info!(
+            "--controller-plugins disables Reservation: the Reservation controller does not run"
+        );
+    }
 }

@@ -300,6 +300,8 @@ pub struct Scheduler {
     /// The extender's `/filter` results, which `/bind` checks; written by
     /// `/filter` under the shared (read) lock, hence its own small lock.
     pub filtered: std::sync::Mutex<FilterRecords>,
+    /// Which controller plugins' writes go out (`--controller-plugins`).
+    pub controllers: crate::cli::ControllerPlugins,
 }
 
 impl Scheduler {
@@ -309,6 +311,7 @@ impl Scheduler {
             plugins,
             assume_ttl,
             filtered: std::sync::Mutex::new(FilterRecords::new()),
+            controllers: crate::cli::ControllerPlugins::default(),
         }
     }
 
@@ -663,18 +666,22 @@ impl Scheduler {
     /// Collects the plugins' due status writes.
     pub fn pending_writes(&mut self, now: SystemTime) -> Vec<AnnotationWrite> {
         let cache = &self.cache;
+        let controllers = &self.controllers;
         self.plugins
             .iter_mut()
             .flat_map(|entry| entry.plugin.pending_writes(cache, now))
+            .filter(|write| controllers.allows_write_to(write.resource))
             .collect()
     }
 
     /// Collects the plugins' due status patches.
     pub fn pending_status_writes(&mut self, now: SystemTime) -> Vec<StatusWrite> {
         let cache = &self.cache;
+        let controllers = &self.controllers;
         self.plugins
             .iter_mut()
             .flat_map(|entry| entry.plugin.pending_status_writes(cache, now))
+            .filter(|write| controllers.allows_write_to(write.resource))
             .collect()
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod cpuset;
@@ -82,8 +83,10 @@ pub struct LeaderElectionArgs {
         long = "leader-elect",
         default_value_t = true,
         num_args = 0..=1,
+        require_equals = true,
         default_missing_value = "true",
         action = clap::ArgAction::Set,
+        value_parser = cli::parse_go_bool,
         value_name = "BOOL"
     )]
     pub leader_elect: bool,
@@ -166,8 +169,14 @@ impl LeaderElectionArgs {
 }
 
 /// Command-line flags; names and defaults follow upstream `cmd/koord-scheduler`.
+/// Parse with [`cli::parse_args`], which also accepts upstream's other flags.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koord-scheduler", version = koord_common::cli::version(), about = "Koordinator scheduler")]
+#[command(
+    name = "koord-scheduler",
+    version = koord_common::cli::version(),
+    disable_version_flag = true,
+    about = "Koordinator scheduler"
+)]
 pub struct SchedulerArgs {
     /// IP address of the extender (/filter, /prioritize, /bind, and /healthz, /readyz, /metrics)
     /// with --port. Loopback by default: kube-scheduler runs in the same pod. Any other address
@@ -217,6 +226,31 @@ pub struct SchedulerArgs {
     /// How long a pod bound by the extender counts as assumed without the watch confirming it.
     #[arg(long = "assumed-pod-ttl", default_value = "5m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub assumed_pod_ttl: Duration,
+
+    /// Which plugins' controllers run, by upstream's rule: `*` all, `Name` on, `-Name` off, the
+    /// first entry naming a plugin decides. Here: Reservation (the Reservation controller),
+    /// Coscheduling (PodGroup status), ElasticQuota (quota status and annotations).
+    #[arg(
+        long = "controller-plugins",
+        value_delimiter = ',',
+        allow_hyphen_values = true,
+        default_value = "*",
+        action = clap::ArgAction::Append,
+        value_name = "NAMES"
+    )]
+    pub controller_plugins: Vec<String>,
+
+    /// Print the version and exit (`--version`, `--version=raw`); `--version=false` runs as usual.
+    #[arg(
+        long = "version",
+        short = 'V',
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = cli::parse_version_request,
+        value_name = "true|false|raw"
+    )]
+    pub version: Option<cli::VersionRequest>,
 
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
@@ -292,6 +326,11 @@ impl SchedulerArgs {
         specs
     }
 
+    /// The `--controller-plugins` selection.
+    pub fn controller_plugins(&self) -> cli::ControllerPlugins {
+        cli::ControllerPlugins::new(self.controller_plugins.iter().cloned())
+    }
+
     /// The configuration file, or upstream defaults without one.
     pub fn configuration(&self) -> anyhow::Result<SchedulerConfiguration> {
         Ok(match &self.config {
@@ -357,8 +396,13 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     let config = args.configuration()?;
     let lease_timing = args.leader_election.timing()?;
     let profile = config.profile();
-    let scheduler: SharedScheduler =
-        Arc::new(RwLock::new(build_scheduler(&config, args.assumed_pod_ttl)?));
+    let mut built = build_scheduler(&config, args.assumed_pod_ttl)?;
+    built.controllers = args.controller_plugins();
+    let disabled = built.controllers.disabled();
+    if !disabled.is_empty() {
+        tracing::info!(controllers = ?disabled, "controller plugins disabled by --controller-plugins");
+    }
+    let scheduler: SharedScheduler = Arc::new(RwLock::new(built));
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
     let ready = context.health.readiness_status(

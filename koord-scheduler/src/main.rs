@@ -1,13 +1,23 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use koord_scheduler::{COMPONENT, Command, SchedulerArgs, run, run_simulation};
+use koord_scheduler::{COMPONENT, Command, cli, run, run_simulation};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = SchedulerArgs::parse_from(koord_common::cli::go_style_args());
+    let parsed = match cli::parse_args(std::env::args_os()) {
+        Ok(parsed) => parsed,
+        Err(err) => err.exit(),
+    };
+    let args = parsed.args;
+    if let Some(text) = args.version.as_ref().and_then(cli::VersionRequest::output) {
+        println!("{text}");
+        return ExitCode::SUCCESS;
+    }
     if let Err(code) = koord_common::process::init_process_logging(&COMPONENT, &args.log) {
         return code;
+    }
+    for warning in &parsed.warnings {
+        tracing::warn!("{warning}");
     }
     if let Some(Command::Simulate(simulate)) = &args.command {
         return match run_simulation(&args, simulate) {
