@@ -233,14 +233,12 @@ fn check_component_args(container: &Container) -> Result<(), String> {
     };
     let mut argv: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
     argv.extend(container.args.iter().flatten().map(Into::into));
-    let argv = koord_common::cli::normalize_go_flag_args(argv);
+    // Each binary's own pipeline: Go spellings, inert upstream flags, then clap.
     let result = match binary.as_str() {
-        "/koordlet" => koordlet::KoordletArgs::try_parse_from(argv).map(|_| ()),
-        "/koord-manager" => koord_manager::ManagerArgs::try_parse_from(argv).map(|_| ()),
-        "/koord-scheduler" => koord_scheduler::SchedulerArgs::try_parse_from(argv).map(|_| ()),
-        "/koord-runtime-proxy" => {
-            koord_runtime_proxy::RuntimeProxyArgs::try_parse_from(argv).map(|_| ())
-        }
+        "/koordlet" => koordlet::cli::parse_args(argv).map(|_| ()),
+        "/koord-manager" => koord_manager::cli::parse_args(argv).map(|_| ()),
+        "/koord-scheduler" => koord_scheduler::cli::parse_args(argv).map(|_| ()),
+        "/koord-runtime-proxy" => koord_runtime_proxy::cli::parse_args(argv).map(|_| ()),
         _ => return Ok(()),
     };
     result.map_err(|e| format!("{binary}: {e}"))
