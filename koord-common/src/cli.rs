@@ -63,6 +63,18 @@ fn is_go_long_flag(arg: &str) -> bool {
     name.len() > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
 }
 
+/// Value parser of bool flags: Go's `strconv.ParseBool` spellings, which upstream's bool flags
+/// take (`1`, `t`, `T`, `true`, `TRUE`, `True` and their false counterparts).
+pub fn parse_go_bool_flag(text: &str) -> Result<bool, String> {
+    match text {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!(
+            "invalid boolean value {text:?}: expected true, false, 1, 0, t, f, T, F, TRUE, FALSE, True or False"
+        )),
+    }
+}
+
 /// An upstream flag that this binary accepts but does not act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InertFlag {

@@ -66,7 +66,9 @@ pub struct LogArgs {
         long = "logtostderr",
         hide = true,
         num_args = 0..=1,
+        require_equals = true,
         default_missing_value = "true",
+        value_parser = crate::cli::parse_go_bool_flag,
         value_name = "BOOL"
     )]
     pub logtostderr: Option<bool>,
@@ -162,6 +164,10 @@ mod tests {
     fn upstream_logtostderr_flag_is_accepted() {
         assert_eq!(parse(&["--logtostderr=true"]).logtostderr, Some(true));
         assert_eq!(parse(&["--logtostderr"]).logtostderr, Some(true));
+        // Go's spellings; a bare flag never takes the next word as its value.
+        assert_eq!(parse(&["--logtostderr=1"]).logtostderr, Some(true));
+        assert_eq!(parse(&["--logtostderr=F"]).logtostderr, Some(false));
+        assert!(Cli::try_parse_from(["x", "--logtostderr", "true"]).is_err());
     }
 
     #[test]

@@ -239,13 +239,7 @@ where
     })
 }
 
-/// Value parser of bool flags: Go's `strconv.ParseBool` spellings (`true`,
-/// `false`, `1`, `0`, `t`, `f`, `TRUE`, `False`, ...), as upstream's flags take.
-pub fn parse_go_bool(text: &str) -> Result<bool, String> {
-    apis::extension::parse_go_bool(text).ok_or_else(|| {
-        format!("invalid boolean value {text:?}: expected true, false, 1, 0, t, f, T, F, TRUE, FALSE, True or False")
-    })
-}
+pub use koord_common::cli::parse_go_bool_flag as parse_go_bool;
 
 #[cfg(test)]
 mod tests;

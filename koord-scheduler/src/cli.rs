@@ -354,14 +354,7 @@ fn expand_shorthand(arg: &str) -> Option<Vec<String>> {
     Some(long)
 }
 
-/// Go's `strconv.ParseBool`, which upstream's bool flags use.
-pub fn parse_go_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("{text:?} is not a boolean (true or false)")),
-    }
-}
+pub use koord_common::cli::parse_go_bool_flag as parse_go_bool;
 
 /// `--version` as kube-scheduler takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
