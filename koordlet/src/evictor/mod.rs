@@ -48,16 +48,16 @@ pub struct EvictorArgs {
     /// Upstream flag. Upstream kills containers through the runtime unless
     /// it is true; here cluster mode always uses the Eviction API, so the
     /// flag is accepted for compatibility and changes nothing.
-    #[arg(long = "only-evict-by-api", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "only-evict-by-api", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub only_evict_by_api: bool,
 
     /// Log the evictions the strategies decide without evicting anything.
-    #[arg(long = "evict-dry-run", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "evict-dry-run", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub dry_run: bool,
 
     /// In standalone mode (no API server), evict by sending SIGKILL to the
     /// processes of the pod's cgroups; without it evictions are only logged.
-    #[arg(long = "evict-standalone-kill", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "evict-standalone-kill", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub standalone_kill: bool,
 
     /// Sustained evictions per second.

@@ -93,7 +93,7 @@ pub struct RuntimeHooksArgs {
     pub states_sync_timeout: Duration,
 
     /// Keep the CFS quota of cpuset-bound (LSE/LSR) containers.
-    #[arg(id = "disable-unset-cpu-quota", long = "disable-unset-cpu-quota", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(id = "disable-unset-cpu-quota", long = "disable-unset-cpu-quota", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub disable_unset_cpu_quota: bool,
 
     /// Feature gates (`Name=true|false,...`); the runtime hook gates are

@@ -77,7 +77,7 @@ pub struct StatesArgs {
     pub kubelet_sync_timeout: Duration,
 
     /// Use the kubelet's unauthenticated read-only port over plain HTTP instead of its authenticated HTTPS port.
-    #[arg(long = "kubelet-insecure-tls", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "kubelet-insecure-tls", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub kubelet_insecure_tls: bool,
 
     /// The kubelet's read-only port (used with --kubelet-insecure-tls).
@@ -85,16 +85,16 @@ pub struct StatesArgs {
     pub kubelet_read_only_port: u16,
 
     /// Report node and pod usage in the NodeMetric status.
-    #[arg(long = "enable-node-metric-report", default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "enable-node-metric-report", default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub enable_node_metric_report: bool,
 
     /// When the kubelet cannot be reached, watch this node's pods on the API server instead.
-    #[arg(long = "pods-apiserver-fallback", default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "pods-apiserver-fallback", default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub pods_apiserver_fallback: bool,
 
     /// Run without a cluster: pods from --pods-file or --kubelet-url, NodeSLO from --node-slo-file,
     /// NodeMetric written to --node-metric-output. Implied by any of those flags.
-    #[arg(long = "standalone", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "standalone", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub standalone: bool,
 
     /// This node's name; overrides NODE_NAME. In standalone mode the host name is used when neither is set.

@@ -46,7 +46,7 @@ pub const DEFAULT_BACKOFF_STEPS: u64 = 2_147_483_647;
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct NriArgs {
     /// Run the runtime hooks as an NRI plugin of the container runtime.
-    #[arg(long = "enable-nri-runtime-hook", default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL")]
+    #[arg(long = "enable-nri-runtime-hook", default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub enable: bool,
 
     /// The runtime's NRI socket; a relative path is taken below
