@@ -140,6 +140,73 @@ pub fn remove_inert_flags(args: Vec<OsString>, inert: &[InertFlag]) -> InertFlag
     out
 }
 
+/// The long names (and aliases) of `command`'s flags whose value may follow as the next
+/// argument (they take a value and do not require `=`), plus the value-taking `inert` flags.
+pub fn separate_value_flags(command: &clap::Command, inert: &[InertFlag]) -> Vec<String> {
+    let ours = command
+        .get_arguments()
+        .filter(|arg| arg.get_action().takes_values() && !arg.is_require_equals_set())
+        .flat_map(|arg| {
+            arg.get_long()
+                .into_iter()
+                .chain(arg.get_all_aliases().unwrap_or_default())
+        });
+    let inert = inert
+        .iter()
+        .filter(|flag| flag.takes_value)
+        .map(|flag| flag.name);
+    ours.chain(inert).map(str::to_string).collect()
+}
+
+/// Go takes the argument after a flag that needs a value as that value, even when it starts
+/// with '-' (`-controllers -noderesource`); such pairs become `--flag=value` here, so that
+/// neither [`normalize_go_flag_args`] nor clap reads the value as a flag. `value_flags` are
+/// long names without dashes ([`separate_value_flags`]); a flag at the end keeps its missing
+/// value for clap to report.
+pub fn join_separate_values(args: Vec<OsString>, value_flags: &[String]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut options_ended = false;
+    let mut iter = args.into_iter().enumerate();
+    while let Some((index, arg)) = iter.next() {
+        if arg == "--" {
+            options_ended = true;
+        }
+        let takes_next = index > 0
+            && !options_ended
+            && arg.to_str().is_some_and(|text| {
+                let name = text.strip_prefix("--").or_else(|| text.strip_prefix('-'));
+                name.is_some_and(|name| value_flags.iter().any(|flag| flag == name))
+            });
+        match takes_next.then(|| iter.next()).flatten() {
+            Some((_, value)) => {
+                let mut joined = OsString::from("--");
+                joined.push(
+                    arg.to_str()
+                        .map(|text| text.trim_start_matches('-'))
+                        .unwrap_or_default(),
+                );
+                joined.push("=");
+                joined.push(value);
+                out.push(joined);
+            }
+            None => out.push(arg),
+        }
+    }
+    out
+}
+
+/// Upstream's command line made ready for clap: separate values joined
+/// ([`join_separate_values`]), Go spellings normalized ([`normalize_go_flag_args`]) and the
+/// inert flags taken out with their warnings ([`remove_inert_flags`]).
+pub fn prepare_go_args(
+    command: &clap::Command,
+    args: Vec<OsString>,
+    inert: &[InertFlag],
+) -> InertFlagsRemoved {
+    let joined = join_separate_values(args, &separate_value_flags(command, inert));
+    remove_inert_flags(normalize_go_flag_args(joined), inert)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +322,55 @@ mod tests {
     #[test]
     fn version_starts_with_the_package_version() {
         assert!(version().starts_with(env!("CARGO_PKG_VERSION")));
+    }
+
+    #[test]
+    fn a_separate_value_starting_with_a_dash_stays_the_value() {
+        let command = clap::Command::new("demo")
+            .arg(clap::Arg::new("controllers").long("controllers"))
+            .arg(
+                clap::Arg::new("enabled")
+                    .long("enabled")
+                    .num_args(0..=1)
+                    .require_equals(true),
+            );
+        let inert = [InertFlag {
+            name: "pprof-addr",
+            takes_value: true,
+            reason: "none",
+        }];
+        let flags = separate_value_flags(&command, &inert);
+        assert_eq!(flags, vec!["controllers", "pprof-addr"]);
+        let prepared = prepare_go_args(
+            &command,
+            [
+                "demo",
+                "-controllers",
+                "-noderesource",
+                "-enabled",
+                "-pprof-addr",
+                "-x",
+                "--controllers",
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .collect(),
+            &inert,
+        );
+        assert_eq!(
+            strings(&prepared.args),
+            vec![
+                "demo",
+                "--controllers=-noderesource",
+                "--enabled",
+                "--controllers"
+            ]
+        );
+        assert_eq!(prepared.warnings.len(), 1);
+        // Without the join, the value would have become a flag of its own.
+        assert_eq!(
+            normalize(&["demo", "-controllers", "-noderesource"]),
+            vec!["demo", "--controllers", "--noderesource"]
+        );
     }
 }

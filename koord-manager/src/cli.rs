@@ -9,8 +9,8 @@
 
 use std::ffi::OsString;
 
-use clap::Parser;
-use koord_common::cli::{InertFlag, normalize_go_flag_args, remove_inert_flags};
+use clap::{CommandFactory, Parser};
+use koord_common::cli::{InertFlag, prepare_go_args};
 
 use crate::ManagerArgs;
 
@@ -44,37 +44,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
         name: "noderesource-plugins",
         takes_value: true,
         reason: "the noderesource controller always runs its batch and mid calculations (upstream BatchResource and MidResource); the other plugins are not implemented; use --controllers=-noderesource to turn it off",
-    },
-    // pkg/controller/colocationprofile (registered by upstream whether or not the controller runs)
-    InertFlag {
-        name: "colocation-profile-reconcile-by-default",
-        takes_value: false,
-        reason: "there is no colocationprofile controller; ClusterColocationProfiles are applied by the pod mutating webhook at admission only",
-    },
-    InertFlag {
-        name: "colocation-profile-reconcile-interval",
-        takes_value: true,
-        reason: "there is no colocationprofile controller; ClusterColocationProfiles are applied by the pod mutating webhook at admission only",
-    },
-    InertFlag {
-        name: "colocation-profile-force-update-pod-duration",
-        takes_value: true,
-        reason: "there is no colocationprofile controller; ClusterColocationProfiles are applied by the pod mutating webhook at admission only",
-    },
-    InertFlag {
-        name: "colocation-profile-expire-pod-cache-duration",
-        takes_value: true,
-        reason: "there is no colocationprofile controller; ClusterColocationProfiles are applied by the pod mutating webhook at admission only",
-    },
-    InertFlag {
-        name: "colocation-profile-update-pod-qps",
-        takes_value: true,
-        reason: "there is no colocationprofile controller; ClusterColocationProfiles are applied by the pod mutating webhook at admission only",
-    },
-    InertFlag {
-        name: "colocation-profile-update-pod-qps-burst",
-        takes_value: true,
-        reason: "there is no colocationprofile controller; ClusterColocationProfiles are applied by the pod mutating webhook at admission only",
     },
     // pkg/webhook/pod/validating (pod enhanced validator)
     InertFlag {
@@ -230,8 +199,11 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let normalized = normalize_go_flag_args(argv.into_iter().map(Into::into));
-    let removed = remove_inert_flags(normalized, UPSTREAM_INERT_FLAGS);
+    let removed = prepare_go_args(
+        &ManagerArgs::command(),
+        argv.into_iter().map(Into::into).collect(),
+        UPSTREAM_INERT_FLAGS,
+    );
     let args = ManagerArgs::try_parse_from(removed.args)?;
     Ok(ParsedArgs {
         args,

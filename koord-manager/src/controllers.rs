@@ -110,7 +110,8 @@ pub struct ControllerArgs {
     pub sync_period: Duration,
 
     /// Controllers to run: `*` for all, `name` to add, `-name` to remove
-    /// (nodeslo, nodemetric, noderesource, quotaprofile).
+    /// (nodeslo, nodemetric, noderesource, quotaprofile, colocationprofile;
+    /// the last also needs its feature gate).
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 }
@@ -570,7 +571,7 @@ fn node_owner(node: &Node) -> Option<OwnerReference> {
 }
 
 /// Starts a reflector for `api`; every change wakes `notify`.
-fn spawn_reflector<K>(
+pub(crate) fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
     notify: Arc<Notify>,
@@ -1142,6 +1143,7 @@ fn record(
 pub async fn run_controllers(
     client: kube::Client,
     args: ControllerArgs,
+    colocation_profile: Option<crate::colocation_profile::ColocationProfileArgs>,
     metrics: ControllerMetrics,
     readiness: koord_common::StatusCheck,
     shutdown: koord_common::Shutdown,
@@ -1224,6 +1226,15 @@ pub async fn run_controllers(
         _ = shutdown.wait() => return,
     }
     tracing::info!("caches synced; controllers running");
+    if let Some(colocation_args) = colocation_profile {
+        tokio::spawn(crate::colocation_profile::run(
+            client.clone(),
+            colocation_args,
+            caches.pods.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
     let mut reconciler = Reconciler::new(client, args.clone(), metrics);
     loop {
         let started = tokio::time::Instant::now();

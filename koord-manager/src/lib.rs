@@ -4,6 +4,7 @@
 
 pub mod cert;
 pub mod cli;
+pub mod colocation_profile;
 pub mod controllers;
 pub mod metrics;
 pub mod preview;
@@ -67,6 +68,9 @@ pub struct ManagerArgs {
 
     #[command(flatten)]
     pub controller: controllers::ControllerArgs,
+
+    #[command(flatten)]
+    pub colocation_profile: colocation_profile::ColocationProfileArgs,
 
     #[command(flatten)]
     pub webhook: webhook::WebhookArgs,
@@ -139,9 +143,19 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
             } else {
                 None
             };
+            // Upstream runs this controller when both its name in --controllers and its gate say so.
+            let colocation_profile = (args
+                .controller
+                .is_enabled(colocation_profile::CONTROLLER_NAME)
+                && args.webhook.feature_gates.enabled(
+                    colocation_profile::FEATURE_GATE,
+                    colocation_profile::FEATURE_GATE_DEFAULT,
+                ))
+            .then(|| args.colocation_profile.clone());
             tokio::spawn(controllers::run_controllers(
                 client,
                 args.controller.clone(),
+                colocation_profile,
                 controller_metrics,
                 controllers_check,
                 context.shutdown.clone(),

@@ -3,6 +3,7 @@
 //! `_total` suffix; they are exposed here as gauges so the names match
 //! exactly (`rate()` over them works the same).
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -18,6 +19,7 @@ pub struct ControllerMetrics {
     nodeslo_reconcile: Family<Labels, Gauge>,
     extended_allocatable: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     slo_config_rejected: Family<Labels, Gauge>,
+    colocation_profile_pods: Family<Labels, Counter>,
     is_leader: Gauge,
 }
 
@@ -67,6 +69,11 @@ impl ControllerMetrics {
                 "slo_config_rejected",
                 "Versions of the slo-controller-config ConfigMap refused as invalid",
                 metrics.slo_config_rejected.clone(),
+            );
+            component.register(
+                "colocation_profile_pods",
+                "Pods the colocationprofile controller handled, by result",
+                metrics.colocation_profile_pods.clone(),
             );
         });
         metrics
@@ -118,6 +125,16 @@ impl ControllerMetrics {
         self.slo_config_rejected
             .get_or_create(&vec![("configmap".to_owned(), name.to_owned())])
             .inc();
+    }
+
+    /// Adds `count` pods with `result` (patched, patchFailed, unchanged,
+    /// rateLimited, skipped, invalidProfile) to the colocationprofile counter.
+    pub fn count_colocation_profile_pods(&self, result: &str, count: usize) {
+        if count > 0 {
+            self.colocation_profile_pods
+                .get_or_create(&vec![("result".to_owned(), result.to_owned())])
+                .inc_by(count as u64);
+        }
     }
 
     pub fn set_leader(&self, leader: bool) {

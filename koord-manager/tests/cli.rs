@@ -151,10 +151,14 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "--rest-config-burst",
         "80",
         "-node-strategy-name-need-check=false",
-        // Upstream flags that do nothing here.
-        "-noderesource-plugins=*,-GPUDeviceResource",
         "--colocation-profile-reconcile-interval",
         "30s",
+        "-controllers",
+        "-quotaprofile",
+        // Upstream flags that do nothing here.
+        "-noderesource-plugins=*,-GPUDeviceResource",
+        "-pprof-addr",
+        ":6060",
         "-binding-admission-dry-run",
         "--quota-update-retry-jitter=50ms",
         "-log_dir",
@@ -167,7 +171,7 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         WAIT,
         &[
             "flag -noderesource-plugins is accepted for compatibility",
-            "flag -colocation-profile-reconcile-interval is accepted",
+            "flag -pprof-addr is accepted",
             "flag -binding-admission-dry-run is accepted",
             "flag -quota-update-retry-jitter is accepted",
             "flag -enable-pprof is accepted",

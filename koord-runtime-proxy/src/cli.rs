@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 
 use clap::{CommandFactory, FromArgMatches};
-use koord_common::cli::{InertFlag, normalize_go_flag_args, remove_inert_flags};
+use koord_common::cli::{InertFlag, prepare_go_args};
 
 use crate::RuntimeProxyArgs;
 
@@ -40,9 +40,12 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let normalized = normalize_go_flag_args(args.into_iter().map(Into::into));
-    let removed = remove_inert_flags(normalized, INERT_FLAGS);
     let mut command = command();
+    let removed = prepare_go_args(
+        &command,
+        args.into_iter().map(Into::into).collect(),
+        INERT_FLAGS,
+    );
     let mut matches = command.try_get_matches_from_mut(removed.args)?;
     let args = RuntimeProxyArgs::from_arg_matches_mut(&mut matches)
         .map_err(|err| err.format(&mut command))?;

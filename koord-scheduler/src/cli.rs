@@ -11,7 +11,10 @@
 use std::ffi::OsString;
 
 use clap::{CommandFactory, FromArgMatches};
-use koord_common::cli::{InertFlag, normalize_go_flag_args, remove_inert_flags};
+use koord_common::cli::{
+    InertFlag, join_separate_values, normalize_go_flag_args, remove_inert_flags,
+    separate_value_flags,
+};
 
 use crate::SchedulerArgs;
 
@@ -225,7 +228,7 @@ where
     let mut command = command();
     let joined = join_separate_values(
         args.into_iter().map(Into::into).collect(),
-        &value_flags(&command),
+        &separate_value_flags(&command, INERT_FLAGS),
     );
     let expanded = expand_shorthands(joined);
     let removed = remove_inert_flags(normalize_go_flag_args(expanded), INERT_FLAGS);
@@ -239,55 +242,6 @@ where
         ));
     }
     Ok(ParsedArgs { args, warnings })
-}
-
-/// The long names (and aliases) of the flags that take a value: ours whose
-/// value may follow as the next argument, and the inert ones.
-fn value_flags(command: &clap::Command) -> Vec<String> {
-    let ours = command
-        .get_arguments()
-        .filter(|arg| arg.get_action().takes_values() && !arg.is_require_equals_set())
-        .flat_map(|arg| {
-            arg.get_long()
-                .into_iter()
-                .chain(arg.get_all_aliases().unwrap_or_default())
-        });
-    let inert = INERT_FLAGS
-        .iter()
-        .filter(|flag| flag.takes_value)
-        .map(|flag| flag.name);
-    ours.chain(inert).map(str::to_string).collect()
-}
-
-/// Go takes the argument after a flag that needs a value as that value, even
-/// when it starts with '-' (`-controller-plugins -Reservation`); such pairs
-/// are joined as `flag=value`, so that neither the Go-spelling rewrite nor
-/// clap takes the value for a flag.
-fn join_separate_values(args: Vec<OsString>, value_flags: &[String]) -> Vec<OsString> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut options_ended = false;
-    let mut iter = args.into_iter().enumerate();
-    while let Some((index, arg)) = iter.next() {
-        if arg == "--" {
-            options_ended = true;
-        }
-        let takes_next = index > 0
-            && !options_ended
-            && arg.to_str().is_some_and(|text| {
-                let name = text.strip_prefix("--").or_else(|| text.strip_prefix('-'));
-                name.is_some_and(|name| value_flags.iter().any(|flag| flag == name))
-            });
-        match takes_next.then(|| iter.next()).flatten() {
-            Some((_, value)) => {
-                let mut joined = arg;
-                joined.push("=");
-                joined.push(value);
-                out.push(joined);
-            }
-            None => out.push(arg),
-        }
-    }
-    out
 }
 
 /// Spells out upstream's pflag shorthands (`-s 5`, `-s5`, `-s=5`, `-f`,

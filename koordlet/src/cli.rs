@@ -11,8 +11,8 @@
 
 use std::ffi::OsString;
 
-use clap::Parser;
-use koord_common::cli::{InertFlag, normalize_go_flag_args, remove_inert_flags};
+use clap::{CommandFactory, Parser};
+use koord_common::cli::{InertFlag, prepare_go_args};
 
 use crate::KoordletArgs;
 
@@ -29,7 +29,11 @@ pub fn parse_args<I>(argv: I) -> Result<ParsedArgs, clap::Error>
 where
     I: IntoIterator<Item = OsString>,
 {
-    let removed = remove_inert_flags(normalize_go_flag_args(argv), UPSTREAM_INERT_FLAGS);
+    let removed = prepare_go_args(
+        &KoordletArgs::command(),
+        argv.into_iter().collect(),
+        UPSTREAM_INERT_FLAGS,
+    );
     let args = KoordletArgs::try_parse_from(removed.args)?;
     Ok(ParsedArgs {
         args,

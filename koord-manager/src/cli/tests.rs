@@ -433,8 +433,8 @@ fn a_flag_given_twice_keeps_the_last_value_as_go_does() {
 fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
     let parsed = parse(&[
         "--noderesource-plugins=*,-BatchResource",
-        "-colocation-profile-update-pod-qps",
-        "20",
+        "-pprof-addr",
+        ":6060",
         "--binding-admission-dry-run",
         "-quota-update-max-retries=10",
         "--rest-config-burst=60",
@@ -449,7 +449,7 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
     assert_eq!(parsed.args.rest_config.burst, 60);
     let names = [
         "noderesource-plugins",
-        "colocation-profile-update-pod-qps",
+        "pprof-addr",
         "binding-admission-dry-run",
         "quota-update-max-retries",
         "log_dir",
@@ -485,4 +485,15 @@ fn misspelled_and_unknown_flags_are_still_errors() {
     // Bad values of real flags are errors too.
     assert!(parse(&["--rest-config-qps=fast"]).is_err());
     assert!(parse(&["--leader-elect-resource-lock=configmaps"]).is_err());
+}
+
+#[test]
+fn a_separate_value_that_starts_with_a_dash_is_the_value_as_in_go() {
+    let parsed = parse(&["-controllers", "-noderesource", "-sync-period", "30s"]).unwrap();
+    assert_eq!(parsed.args.controller.controllers, vec!["-noderesource"]);
+    assert!(!parsed.args.controller.is_enabled("noderesource"));
+    assert_eq!(
+        parsed.args.controller.sync_period,
+        std::time::Duration::from_secs(30)
+    );
 }

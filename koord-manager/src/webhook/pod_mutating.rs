@@ -63,7 +63,7 @@ pub enum ProfileError {
 }
 
 /// Percent (0..=100) of matching pods a profile applies to.
-fn profile_percent(profile: &ClusterColocationProfile) -> Result<i64, ProfileError> {
+pub fn profile_percent(profile: &ClusterColocationProfile) -> Result<i64, ProfileError> {
     let fail = |value: String, reason: &str| ProfileError::Probability {
         profile: profile_name(profile).to_owned(),
         value,
@@ -164,6 +164,35 @@ fn apply_one_profile(
     profile: &ClusterColocationProfile,
     ctx: &ProfileContext<'_>,
 ) -> Result<(), ProfileError> {
+    apply_profile_metadata(pod, profile);
+    let spec = &profile.spec;
+    let pod_spec = pod.spec.get_or_insert_with(Default::default);
+    if let Some(scheduler) = spec.scheduler_name.as_deref().filter(|s| !s.is_empty()) {
+        pod_spec.scheduler_name = Some(scheduler.to_owned());
+    }
+    if let Some(name) = spec
+        .priority_class_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
+        let class =
+            ctx.priority_classes
+                .get(name)
+                .ok_or_else(|| ProfileError::PriorityClassNotFound {
+                    profile: profile_name(profile).to_owned(),
+                    name: name.to_owned(),
+                })?;
+        pod_spec.priority_class_name = Some(name.to_owned());
+        pod_spec.priority = Some(class.value);
+        pod_spec.preemption_policy = class.preemption_policy.clone();
+    }
+    apply_profile_patch(pod, profile)
+}
+
+/// The profile's labels, annotations, key mappings, label suffixes, QoS class
+/// and Koordinator priority: the part of a profile the colocation-profile
+/// controller also applies to pods that already exist.
+pub fn apply_profile_metadata(pod: &mut Pod, profile: &ClusterColocationProfile) {
     let spec = &profile.spec;
     let had_labels = pod.metadata.labels.is_some();
     let had_annotations = pod.metadata.annotations.is_some();
@@ -206,36 +235,23 @@ fn apply_one_profile(
     if !had_labels && pod.metadata.labels.as_ref().is_some_and(BTreeMap::is_empty) {
         pod.metadata.labels = None;
     }
+}
 
-    let pod_spec = pod.spec.get_or_insert_with(Default::default);
-    if let Some(scheduler) = spec.scheduler_name.as_deref().filter(|s| !s.is_empty()) {
-        pod_spec.scheduler_name = Some(scheduler.to_owned());
-    }
-    if let Some(name) = spec
-        .priority_class_name
-        .as_deref()
-        .filter(|s| !s.is_empty())
-    {
-        let class =
-            ctx.priority_classes
-                .get(name)
-                .ok_or_else(|| ProfileError::PriorityClassNotFound {
-                    profile: profile_name(profile).to_owned(),
-                    name: name.to_owned(),
-                })?;
-        pod_spec.priority_class_name = Some(name.to_owned());
-        pod_spec.priority = Some(class.value);
-        pod_spec.preemption_policy = class.preemption_policy.clone();
-    }
-    if let Some(patch) = &spec.patch {
-        let fail = |reason: String| ProfileError::Patch {
-            profile: profile_name(profile).to_owned(),
-            reason,
-        };
-        let mut current = serde_json::to_value(&*pod).map_err(|e| fail(e.to_string()))?;
-        merge_patch(&mut current, patch);
-        *pod = serde_json::from_value(current).map_err(|e| fail(e.to_string()))?;
-    }
+/// The profile's `patch` (a strategic-merge-patch subset, [`merge_patch`]).
+pub fn apply_profile_patch(
+    pod: &mut Pod,
+    profile: &ClusterColocationProfile,
+) -> Result<(), ProfileError> {
+    let Some(patch) = &profile.spec.patch else {
+        return Ok(());
+    };
+    let fail = |reason: String| ProfileError::Patch {
+        profile: profile_name(profile).to_owned(),
+        reason,
+    };
+    let mut current = serde_json::to_value(&*pod).map_err(|e| fail(e.to_string()))?;
+    merge_patch(&mut current, patch);
+    *pod = serde_json::from_value(current).map_err(|e| fail(e.to_string()))?;
     Ok(())
 }
 
