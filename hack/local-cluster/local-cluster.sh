@@ -151,8 +151,20 @@ start() {
   local wrap=(nsenter "--net=/run/netns/$LC_NETNS" --)
   if [ "$1" = --host ]; then wrap=(); shift; fi
   mkdir -p "$LC_LOGS" "$LC_PIDS"
-  setsid "${wrap[@]}" "$@" </dev/null >>"$LC_LOGS/$name.log" 2>&1 &
+  # The exec keeps $! the daemon's PID.
+  (close_inherited_fds; exec setsid "${wrap[@]}" "$@") </dev/null >>"$LC_LOGS/$name.log" 2>&1 &
   echo $! > "$LC_PIDS/$name"
+}
+
+# A daemon keeps none of the caller's descriptors beyond stdin/stdout/stderr: a lock the caller
+# holds (`flock LOCK hack/local-cluster/up`) would otherwise stay held for as long as the cluster
+# runs, and a pipe a CI step reads would never reach end of file.
+close_inherited_fds() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-" 2>/dev/null || true; fi
+  done
 }
 
 pid_of() { cat "$LC_PIDS/$1" 2>/dev/null; }
