@@ -151,8 +151,8 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "--rest-config-burst",
         "80",
         "-node-strategy-name-need-check=false",
-        // Upstream flags that do nothing here.
         "-noderesource-plugins=*,-GPUDeviceResource",
+        // Upstream flags that do nothing here.
         "--colocation-profile-reconcile-interval",
         "30s",
         "-binding-admission-dry-run",
@@ -166,7 +166,6 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         command,
         WAIT,
         &[
-            "flag -noderesource-plugins is accepted for compatibility",
             "flag -colocation-profile-reconcile-interval is accepted",
             "flag -binding-admission-dry-run is accepted",
             "flag -quota-update-retry-jitter is accepted",
