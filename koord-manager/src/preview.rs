@@ -1600,6 +1600,115 @@ mod tests {
         );
     }
 
+    const RATIO_SNAPSHOT: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: slo-controller-config, namespace: koordinator-system}
+data:
+  colocation-config: '{"enable": true}'
+  cpu-normalization-config: '{"enable": true, "ratioModel": {"Xeon": {"hyperThreadEnabledRatio": 1.2}}}'
+  resource-amplification-config: '{"enable": true, "resourceAmplificationRatio": {"cpu": 1.5, "memory": 2}}'
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status:
+  capacity: {cpu: "4", memory: 8Gi}
+  allocatable: {cpu: "4", memory: 8Gi}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n2
+  annotations:
+    node.koordinator.sh/raw-allocatable: '{"cpu":"2","memory":"4Gi"}'
+status:
+  capacity: {cpu: "2", memory: 4Gi}
+  allocatable: {cpu: "6", memory: 16Gi}
+---
+apiVersion: topology.node.k8s.io/v1alpha1
+kind: NodeResourceTopology
+metadata:
+  name: n1
+  annotations:
+    node.koordinator.sh/cpu-basic-info: '{"cpuModel": "Xeon", "hyperThreadEnabled": true}'
+zones: []
+topologyPolicies: []
+"#;
+
+    #[test]
+    fn ratios_and_amplified_allocatable_are_reported_per_node() {
+        for text in [RATIO_SNAPSHOT.to_owned(), as_json_stream(RATIO_SNAPSHOT)] {
+            let snapshot = Snapshot::parse(&text, "ratios").unwrap();
+            assert_eq!(snapshot.topologies.len(), 1);
+            let config =
+                config_from(snapshot.config_map("slo-controller-config"), "ratios").unwrap();
+            let report = preview(&snapshot, &config, None, at("2026-01-01T00:10:00Z"));
+            let n1 = &report.nodes[0];
+            assert_eq!(n1.cpu_normalization_ratio.as_deref(), Some("1.20"));
+            assert_eq!(
+                n1.resource_amplification_ratio,
+                Some(BTreeMap::from([
+                    ("cpu".to_owned(), 1.8),
+                    ("memory".to_owned(), 2.0)
+                ]))
+            );
+            assert_eq!(
+                n1.amplified_allocatable,
+                Some(BTreeMap::from([
+                    ("cpu".to_owned(), "7200m".to_owned()),
+                    ("memory".to_owned(), "16Gi".to_owned())
+                ]))
+            );
+            // n2 has no topology: normalization fails and keeps nothing; the
+            // raw values it recorded are amplified, not its allocatable.
+            let n2 = &report.nodes[1];
+            assert_eq!(n2.cpu_normalization_ratio, None);
+            assert!(
+                n2.ratio_reason
+                    .contains("NodeResourceTopology n2 not found"),
+                "{}",
+                n2.ratio_reason
+            );
+            assert_eq!(
+                n2.amplified_allocatable,
+                Some(BTreeMap::from([
+                    ("cpu".to_owned(), "3".to_owned()),
+                    ("memory".to_owned(), "8Gi".to_owned())
+                ]))
+            );
+            let text = render_text(&report);
+            assert!(
+                text.contains("CPU-NORM") && text.contains("7200m"),
+                "{text}"
+            );
+        }
+        // A config without amplification: the diff names the ratio fields.
+        let snapshot = Snapshot::parse(RATIO_SNAPSHOT, "ratios").unwrap();
+        let config = config_from(snapshot.config_map("slo-controller-config"), "ratios").unwrap();
+        let mut data = snapshot
+            .config_map("slo-controller-config")
+            .unwrap()
+            .data
+            .clone()
+            .unwrap();
+        data.remove("resource-amplification-config");
+        let against = parse_config(Some(&data)).unwrap();
+        let report = preview(
+            &snapshot,
+            &config,
+            Some(&against),
+            at("2026-01-01T00:10:00Z"),
+        );
+        let diff = report.diff.unwrap();
+        let paths: Vec<&str> = diff[0].changes.iter().map(|c| c.path.as_str()).collect();
+        assert!(
+            paths.contains(&"resourceAmplificationRatio.memory"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"amplifiedAllocatable.memory"), "{paths:?}");
+    }
+
     fn as_json_stream(yaml: &str) -> String {
         serde_yaml::Deserializer::from_str(yaml)
             .map(|doc| format!("{}\n", Value::deserialize(doc).unwrap()))
