@@ -39,12 +39,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
         takes_value: true,
         reason: "there is no pprof endpoint (Go runtime profiling has no counterpart here)",
     },
-    // pkg/slo-controller/noderesource
-    InertFlag {
-        name: "noderesource-plugins",
-        takes_value: true,
-        reason: "the noderesource controller always runs its batch and mid calculations (upstream BatchResource and MidResource); the other plugins are not implemented; use --controllers=-noderesource to turn it off",
-    },
     // pkg/webhook/pod/validating (pod enhanced validator)
     InertFlag {
         name: "pod-enhanced-validator-config-namespace",

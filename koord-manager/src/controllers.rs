@@ -20,10 +20,12 @@ use apis::extension::{BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY};
 use apis::quota::v1alpha1::ElasticQuotaProfile;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use apis::slo::v1alpha1::{NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY, NodeMetric, NodeSLO};
+use apis::topology::v1alpha1::NodeResourceTopology;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -34,6 +36,9 @@ use tokio::sync::Notify;
 use crate::metrics::ControllerMetrics;
 use crate::quota_profile::reconcile_profile;
 use crate::slo_controller::config::{ConfigOutcome, ConfigSection, ConfigState, node_colocation};
+use crate::slo_controller::node_meta::{
+    MetaInputs, NodeResourcePlugins, meta_patch, plan_node_meta,
+};
 use crate::slo_controller::nodemetric::{NodeMetricAction, reconcile_node_metric};
 use crate::slo_controller::noderesource::{self, MANAGED_RESOURCES, NodeInputs, SyncDecision};
 use crate::slo_controller::nodeslo::{NodeSloAction, reconcile_node_slo};
@@ -114,6 +119,13 @@ pub struct ControllerArgs {
     /// the last also needs its feature gate).
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+
+    /// Node resource plugins to run: `*` for all, `Name` to add, `-Name` to
+    /// remove (MidResource, BatchResource, CPUNormalization,
+    /// ResourceAmplification; GPUDeviceResource and RDMADeviceResource are
+    /// accepted and do nothing). Not given: all.
+    #[arg(long = "noderesource-plugins", value_delimiter = ',')]
+    pub noderesource_plugins: Option<Vec<String>>,
 }
 
 /// `--sync-period`: a Go-style duration, or empty, which upstream takes as
@@ -140,6 +152,11 @@ impl ControllerArgs {
         } else {
             self.sync_period
         }
+    }
+
+    /// The node resource plugins `--noderesource-plugins` selects.
+    pub fn node_resource_plugins(&self) -> NodeResourcePlugins {
+        NodeResourcePlugins::from_flag(self.noderesource_plugins.as_deref())
     }
 
     /// Whether `name` is switched on by `--controllers`.
@@ -194,6 +211,9 @@ pub struct ClusterView {
     pub pods: Vec<Arc<Pod>>,
     pub profiles: Vec<Arc<ElasticQuotaProfile>>,
     pub quotas: Vec<Arc<ElasticQuota>>,
+    /// NodeResourceTopologies, metadata only (the CPU normalization plugin
+    /// reads their `cpu-basic-info` annotation).
+    pub topologies: Vec<Arc<PartialObjectMeta<NodeResourceTopology>>>,
 }
 
 /// One API write.
@@ -207,6 +227,13 @@ pub enum Action {
     DeleteNodeMetric(String),
     /// JSON merge patch of `nodes/<node>/status`.
     PatchNodeStatus {
+        node: String,
+        patch: serde_json::Value,
+        reason: String,
+    },
+    /// JSON merge patch of the Node's metadata (the CPU normalization and
+    /// resource amplification ratio annotations).
+    PatchNodeMeta {
         node: String,
         patch: serde_json::Value,
         reason: String,
@@ -322,12 +349,17 @@ pub fn gate(enabled: Enabled, config: &ConfigState) -> (Enabled, Vec<Paused>) {
     (gated, paused)
 }
 
-/// Decides every write of one pass. `last_synced` holds when each node's
-/// status was last written by this process.
-///
-/// Objects without a name, names that appear twice, and nodes whose amounts
-/// cannot be read exactly (see [`noderesource::calculate`]) are refused: no
-/// write is planned for them, and each refusal says why.
+/// What a pass runs beyond the controllers' switches.
+#[derive(Clone, Debug, Default)]
+pub struct PassSettings {
+    /// `--noderesource-plugins`.
+    pub plugins: NodeResourcePlugins,
+    /// ConfigMap keys never valid since start, with why
+    /// ([`ConfigState::unavailable_keys`]).
+    pub unavailable_keys: BTreeMap<String, String>,
+}
+
+/// Decides every write of one pass with every node resource plugin on.
 pub fn plan_pass(
     view: &ClusterView,
     config: &apis::configuration::SloControllerConfig,
@@ -335,7 +367,48 @@ pub fn plan_pass(
     last_synced: &HashMap<String, SystemTime>,
     now: SystemTime,
 ) -> PassPlan {
+    plan_pass_with(
+        view,
+        config,
+        enabled,
+        &PassSettings::default(),
+        last_synced,
+        now,
+    )
+}
+
+/// Decides every write of one pass. `last_synced` holds when each node's
+/// status was last written by this process.
+///
+/// Objects without a name, names that appear twice, and nodes whose amounts
+/// cannot be read exactly (see [`noderesource::calculate`]) are refused: no
+/// status write is planned for them, and each refusal says why. The ratio
+/// annotations ([`plan_node_meta`]) do not read those amounts and are
+/// planned for every node that appears once.
+pub fn plan_pass_with(
+    view: &ClusterView,
+    config: &apis::configuration::SloControllerConfig,
+    enabled: Enabled,
+    settings: &PassSettings,
+    last_synced: &HashMap<String, SystemTime>,
+    now: SystemTime,
+) -> PassPlan {
     let mut plan = PassPlan::default();
+    let no_annotations = BTreeMap::new();
+    let topologies: HashMap<&str, &BTreeMap<String, String>> = view
+        .topologies
+        .iter()
+        .filter_map(|topology| {
+            Some((
+                topology.metadata.name.as_deref()?,
+                topology
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .unwrap_or(&no_annotations),
+            ))
+        })
+        .collect();
     let (nodes, duplicate_nodes) = by_name(&view.nodes, "Node", &mut plan.refused);
     let (metrics, duplicate_metrics) = by_name(&view.node_metrics, "NodeMetric", &mut plan.refused);
     let (slos, duplicate_slos) = by_name(&view.node_slos, "NodeSLO", &mut plan.refused);
@@ -431,6 +504,24 @@ pub fn plan_pass(
             }
         }
         if enabled.node_resource {
+            let meta = plan_node_meta(MetaInputs {
+                node,
+                colocation_enabled: noderesource::colocation_enabled(
+                    colocation.cluster_enabled,
+                    colocation.strategy.as_ref(),
+                ),
+                config,
+                unavailable_keys: &settings.unavailable_keys,
+                topology_annotations: topologies.get(name).copied(),
+                plugins: settings.plugins,
+            });
+            if !meta.patch.is_empty() {
+                plan.actions.push(Action::PatchNodeMeta {
+                    node: name.to_owned(),
+                    patch: meta_patch(&meta.patch),
+                    reason: meta.reason(),
+                });
+            }
             if let Some(problem) = pod_problems.get(name) {
                 plan.refused.push(Refusal {
                     node: Some(name.to_owned()),
@@ -463,22 +554,30 @@ pub fn plan_pass(
                     continue;
                 }
             };
-            let desired = resources.desired_status(node);
+            let mut desired = resources.desired_status(node);
+            desired.retain(|resource, _| settings.plugins.manages(resource));
             let current = node
                 .status
                 .as_ref()
                 .and_then(|s| s.allocatable.clone())
                 .unwrap_or_default();
-            if let SyncDecision::Write(reason) = noderesource::sync_decision(
-                colocation.strategy.as_ref(),
-                &current,
-                &desired,
-                last_synced.get(name).copied(),
-                now,
-            ) {
+            let decision = if desired.is_empty() {
+                SyncDecision::Skip
+            } else {
+                noderesource::sync_decision(
+                    colocation.strategy.as_ref(),
+                    &current,
+                    &desired,
+                    last_synced.get(name).copied(),
+                    now,
+                )
+            };
+            if let SyncDecision::Write(reason) = decision {
                 let mut patch = noderesource::status_patch(&desired);
                 // Upstream records the origin batch amounts with every status write.
-                if let Some(origin) = resources.origin_annotation(node) {
+                if settings.plugins.batch_resource
+                    && let Some(origin) = resources.origin_annotation(node)
+                {
                     patch["metadata"] = serde_json::json!({"annotations": {
                         NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY: origin,
                     }});
@@ -604,6 +703,9 @@ pub struct Caches {
     pub config_maps: Store<ConfigMap>,
     pub profiles: Store<ElasticQuotaProfile>,
     pub quotas: Store<ElasticQuota>,
+    /// Metadata only; not waited for (the CRD may be missing: the CPU
+    /// normalization plugin then finds no topology and leaves the ratio).
+    pub topologies: Store<PartialObjectMeta<NodeResourceTopology>>,
 }
 
 impl Caches {
@@ -654,6 +756,13 @@ impl Caches {
                 notify.clone(),
                 "elasticquotas",
             ),
+            // `PartialObjectMeta`: metadata-only lists and watches.
+            topologies: spawn_reflector(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                notify.clone(),
+                "noderesourcetopologies",
+            ),
         }
     }
 
@@ -676,6 +785,7 @@ impl Caches {
             pods: self.pods.state(),
             profiles: self.profiles.state(),
             quotas: self.quotas.state(),
+            topologies: self.topologies.state(),
         }
     }
 }
@@ -687,6 +797,7 @@ pub struct Reconciler {
     enabled: Enabled,
     metrics: ControllerMetrics,
     recorder: Recorder,
+    plugins: NodeResourcePlugins,
     config: ConfigState,
     rejected_version: Option<String>,
     /// Whether the ConfigMap existed at the last pass.
@@ -709,8 +820,14 @@ impl Reconciler {
                 instance: std::env::var("POD_NAME").ok(),
             },
         );
+        if let Some(entries) = args.noderesource_plugins.as_deref() {
+            for unknown in NodeResourcePlugins::unknown_entries(entries) {
+                tracing::warn!(plugin = %unknown, "--noderesource-plugins names no known plugin; ignored");
+            }
+        }
         Reconciler {
             enabled: Enabled::from_args(&args),
+            plugins: args.node_resource_plugins(),
             client,
             args,
             metrics,
@@ -849,10 +966,14 @@ impl Reconciler {
             actions,
             computed,
             refused,
-        } = plan_pass(
+        } = plan_pass_with(
             &view,
             self.config.current(),
             enabled,
+            &PassSettings {
+                plugins: self.plugins,
+                unavailable_keys: self.config.unavailable_keys(),
+            },
             &self.last_synced,
             now,
         );
@@ -1072,6 +1193,23 @@ pub async fn apply_action(
             if ok {
                 return Some((node, SystemTime::now()));
             }
+        }
+        Action::PatchNodeMeta {
+            node,
+            patch,
+            reason,
+        } => {
+            tracing::info!(node = %node, %reason, "updating node ratio annotations");
+            let result = Api::<Node>::all(client.clone())
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            record(
+                metrics.clone(),
+                Written::Resource,
+                "patchNodeMeta",
+                &node,
+                result.map(|_| ()),
+            );
         }
         Action::LabelProfile {
             namespace,

@@ -2,7 +2,8 @@
 //! snapshot, without a cluster, using the controllers' decision cores.
 //!
 //! The snapshot is multi-document YAML (or JSON) holding Nodes, NodeMetrics,
-//! Pods and the `slo-controller-config` ConfigMap; `List` documents (as
+//! Pods, NodeResourceTopologies and the `slo-controller-config` ConfigMap;
+//! `List` documents (as
 //! `kubectl get -o yaml` prints) are unpacked. The JSON output is a stable
 //! contract documented in `docs/preview.md`.
 
@@ -26,7 +27,7 @@ use serde_json::Value;
 use crate::slo_controller::config::{ConfigRejected, parse_config};
 use crate::slo_controller::noderesource::MANAGED_RESOURCES;
 use crate::slo_controller::resources::{self, PodSummary};
-use crate::slo_controller::{NodePlan, plan_node, pod_node_name};
+use crate::slo_controller::{NodeExtras, NodePlan, plan_node_with, pod_node_name};
 
 mod fast_yaml;
 
@@ -89,6 +90,9 @@ pub struct Snapshot {
     pub pods: HashMap<String, Vec<PodSummary>>,
     pub pod_count: usize,
     pub config_maps: Vec<ConfigMap>,
+    /// The annotations of each NodeResourceTopology, by name (the CPU
+    /// normalization plugin reads `cpu-basic-info` there).
+    pub topologies: HashMap<String, BTreeMap<String, String>>,
     /// Which reader produced the snapshot.
     pub read_by: SnapshotReader,
     /// `namespace/name` of the pods bound to no node (only named in errors).
@@ -506,6 +510,16 @@ impl Builder {
         }
     }
 
+    fn add_topology(&mut self, metadata: ObjectMeta) {
+        if self.admit("NodeResourceTopology", &metadata, false)
+            && let Some(name) = metadata.name
+        {
+            self.snapshot
+                .topologies
+                .insert(name, metadata.annotations.unwrap_or_default());
+        }
+    }
+
     fn add_lean(&mut self, object: LeanObject) {
         let LeanObject {
             kind,
@@ -554,6 +568,7 @@ impl Builder {
                 data,
                 ..ConfigMap::default()
             }),
+            "NodeResourceTopology" => self.add_topology(metadata),
             kind if kind.ends_with("List") => {
                 if let Some(ListItems(items)) = items {
                     self.merge(items);
@@ -585,6 +600,12 @@ impl Builder {
                     .node_metrics
                     .iter()
                     .find_map(|metric| cluster_scoped("NodeMetric", &metric.metadata))
+            })
+            .or_else(|| {
+                snapshot.topologies.keys().find_map(|name| {
+                    (keys.of("NodeResourceTopology", None, name) == hash)
+                        .then(|| ("NodeResourceTopology", name.clone()))
+                })
             })
             .or_else(|| {
                 snapshot.config_maps.iter().find_map(|cm| {
@@ -667,6 +688,7 @@ impl Builder {
         snapshot.nodes.extend(other.nodes);
         snapshot.node_metrics.extend(other.node_metrics);
         snapshot.config_maps.extend(other.config_maps);
+        snapshot.topologies.extend(other.topologies);
         snapshot.unbound_pods.extend(other.unbound_pods);
         snapshot.pod_count += other.pod_count;
         for (node, pods) in other.pods {
@@ -935,6 +957,11 @@ fn add_value(builder: &mut Builder, value: Value, source_name: &str) -> Result<(
             builder.add_pod(&pod);
         }
         "ConfigMap" => builder.add_config_map(serde_json::from_value(value).map_err(fail)?),
+        "NodeResourceTopology" => {
+            let metadata = value.get("metadata").cloned().unwrap_or(Value::Null);
+            let metadata: Option<ObjectMeta> = serde_json::from_value(metadata).map_err(fail)?;
+            builder.add_topology(metadata.unwrap_or_default());
+        }
         kind if kind.ends_with("List") => {
             if let Value::Object(mut map) = value
                 && let Some(Value::Array(items)) = map.remove("items")
@@ -988,6 +1015,20 @@ pub struct NodeReport {
     /// The node's inputs cannot be read exactly: the controller would leave
     /// its status as it is, which `allocatable` shows.
     pub refused: bool,
+    /// The `node.koordinator.sh/cpu-normalization-ratio` annotation the node
+    /// carries after the pass (CPUNormalization plugin); `null` when absent.
+    pub cpu_normalization_ratio: Option<String>,
+    /// The `node.koordinator.sh/resource-amplification-ratio` annotation
+    /// after the pass (ResourceAmplification plugin), per resource; `null`
+    /// when absent.
+    pub resource_amplification_ratio: Option<BTreeMap<String, f64>>,
+    /// CPU and memory allocatable as the node-status webhook
+    /// (`NodeMutatingWebhook`) makes them from the raw values and the ratios;
+    /// `null` without an amplification ratio.
+    pub amplified_allocatable: Option<BTreeMap<String, String>>,
+    /// Why a ratio plugin produced nothing (normalization: the annotation is
+    /// left as it is; amplification: it is removed); empty otherwise.
+    pub ratio_reason: String,
 }
 
 /// One field that a config change would change.
@@ -1017,7 +1058,87 @@ pub struct PreviewReport {
     pub diff: Option<Vec<NodeDiff>>,
 }
 
+/// The ratio fields of a node's report: the annotations after the pass and
+/// what the node-status webhook would make of the node's allocatable.
+struct RatioReport {
+    cpu_normalization_ratio: Option<String>,
+    resource_amplification_ratio: Option<BTreeMap<String, f64>>,
+    amplified_allocatable: Option<BTreeMap<String, String>>,
+    ratio_reason: String,
+}
+
+fn ratio_report(node: &Node, plan: &NodePlan) -> RatioReport {
+    use apis::extension::{
+        ANNOTATION_CPU_NORMALIZATION_RATIO, get_node_resource_amplification_ratios,
+    };
+    let meta = &plan.meta;
+    let mut annotations = node.metadata.annotations.clone().unwrap_or_default();
+    for (key, value) in &meta.patch {
+        match value {
+            Some(value) => annotations.insert((*key).to_owned(), value.clone()),
+            None => annotations.remove(*key),
+        };
+    }
+    let mut reasons: Vec<String> = [&meta.cpu_normalization, &meta.resource_amplification]
+        .iter()
+        .filter_map(|outcome| outcome.error.clone())
+        .collect();
+    let ratios = match get_node_resource_amplification_ratios(&annotations) {
+        Ok(ratios) => ratios,
+        Err(err) => {
+            reasons.push(err.to_string());
+            None
+        }
+    };
+    let amplified = ratios.as_ref().and_then(|_| {
+        // The webhook amplifies what the kubelet reports: the recorded raw
+        // values when the node has them, else its allocatable as it is.
+        let mut preview = node.clone();
+        preview.metadata.annotations = Some(annotations.clone());
+        if let Some(status) = preview.status.as_mut()
+            && let Ok(Some(raw)) = apis::extension::get_node_raw_allocatable(&annotations)
+        {
+            let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
+            for (resource, quantity) in raw {
+                allocatable.insert(resource, quantity);
+            }
+        }
+        let before = preview.clone();
+        match crate::webhook::node_status::admit(
+            crate::webhook::review::Operation::Update,
+            &mut preview,
+            Some(&before),
+        ) {
+            Ok(()) => {}
+            Err(reason) => {
+                reasons.push(reason);
+                return None;
+            }
+        }
+        let allocatable = preview.status?.allocatable?;
+        Some(
+            crate::webhook::node_status::SUPPORTED_RESOURCES
+                .iter()
+                .filter_map(|resource| {
+                    Some((
+                        (*resource).to_owned(),
+                        allocatable.get(*resource)?.0.clone(),
+                    ))
+                })
+                .collect(),
+        )
+    });
+    RatioReport {
+        cpu_normalization_ratio: annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO).cloned(),
+        resource_amplification_ratio: ratios
+            .map(|ratios| ratios.into_iter().map(|(k, v)| (k, v.0)).collect()),
+        amplified_allocatable: amplified,
+        ratio_reason: reasons.join("; "),
+    }
+}
+
 fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
+    let ratios = ratio_report(node, plan);
     let resources = match &plan.resources {
         Ok(resources) => resources,
         // Refused: the controller leaves the status as it is, so the report
@@ -1039,6 +1160,10 @@ fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
                 degraded: false,
                 reason: format!("refused: {error}; the node's status is left as it is"),
                 refused: true,
+                cpu_normalization_ratio: ratios.cpu_normalization_ratio,
+                resource_amplification_ratio: ratios.resource_amplification_ratio,
+                amplified_allocatable: ratios.amplified_allocatable,
+                ratio_reason: ratios.ratio_reason,
             };
         }
     };
@@ -1066,6 +1191,10 @@ fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
         degraded: resources.degraded,
         reason,
         refused: false,
+        cpu_normalization_ratio: ratios.cpu_normalization_ratio,
+        resource_amplification_ratio: ratios.resource_amplification_ratio,
+        amplified_allocatable: ratios.amplified_allocatable,
+        ratio_reason: ratios.ratio_reason,
     }
 }
 
@@ -1093,13 +1222,17 @@ pub fn preview_each(
             .map(Vec::as_slice)
             .unwrap_or_default();
         let metric = metrics.get(name).copied();
+        let extras = NodeExtras {
+            topology_annotations: snapshot.topologies.get(name),
+            ..NodeExtras::default()
+        };
         let report = node_report(
             node,
             name,
-            &plan_node(config, node, metric, node_pods, None, now),
+            &plan_node_with(config, node, metric, node_pods, None, now, extras),
         );
         let diff = against.and_then(|against| {
-            let new_plan = plan_node(against, node, metric, node_pods, None, now);
+            let new_plan = plan_node_with(against, node, metric, node_pods, None, now, extras);
             let changes = diff_reports(&report, &node_report(node, name, &new_plan));
             (!changes.is_empty()).then(|| NodeDiff {
                 name: name.to_owned(),
@@ -1142,6 +1275,25 @@ fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
     }
     fields.insert("degraded".into(), Value::Bool(report.degraded));
     fields.insert("refused".into(), Value::Bool(report.refused));
+    fields.insert(
+        "cpuNormalizationRatio".into(),
+        report
+            .cpu_normalization_ratio
+            .clone()
+            .map_or(Value::Null, Value::String),
+    );
+    for (prefix, value) in [
+        (
+            "resourceAmplificationRatio",
+            serde_json::to_value(&report.resource_amplification_ratio),
+        ),
+        (
+            "amplifiedAllocatable",
+            serde_json::to_value(&report.amplified_allocatable),
+        ),
+    ] {
+        flatten(prefix, &value.unwrap_or(Value::Null), &mut fields);
+    }
     fields
 }
 
@@ -1179,19 +1331,33 @@ pub fn diff_reports(current: &NodeReport, against: &NodeReport) -> Vec<FieldChan
         .collect()
 }
 
-const TEXT_HEADER: &str = "NODE                              BATCH-CPU   BATCH-MEMORY    MID-CPU     MID-MEMORY DEGRADED  REASON";
+const TEXT_HEADER: &str = "NODE                              BATCH-CPU   BATCH-MEMORY    MID-CPU     MID-MEMORY DEGRADED CPU-NORM AMPLIFIED-CPU AMPLIFIED-MEMORY  REASON";
 
 fn text_line(node: &NodeReport) -> String {
     let get = |name: &str| node.allocatable.get(name).map_or("0", String::as_str);
+    let amplified = |name: &str| {
+        node.amplified_allocatable
+            .as_ref()
+            .and_then(|list| list.get(name))
+            .map_or("-", String::as_str)
+    };
+    let reason = match (node.reason.is_empty(), node.ratio_reason.is_empty()) {
+        (_, true) => node.reason.clone(),
+        (true, false) => node.ratio_reason.clone(),
+        (false, false) => format!("{}; {}", node.reason, node.ratio_reason),
+    };
     format!(
-        "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8}  {}",
+        "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8} {:>8} {:>13} {:>16}  {}",
         node.name,
         get(apis::extension::BATCH_CPU),
         get(apis::extension::BATCH_MEMORY),
         get(apis::extension::MID_CPU),
         get(apis::extension::MID_MEMORY),
         node.degraded,
-        node.reason
+        node.cpu_normalization_ratio.as_deref().unwrap_or("-"),
+        amplified(apis::extension::RESOURCE_CPU),
+        amplified(apis::extension::RESOURCE_MEMORY),
+        reason
     )
 }
 
@@ -1432,6 +1598,115 @@ mod tests {
             preview(&yaml, &config, None, now),
             preview(&json, &config, None, now)
         );
+    }
+
+    const RATIO_SNAPSHOT: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: slo-controller-config, namespace: koordinator-system}
+data:
+  colocation-config: '{"enable": true}'
+  cpu-normalization-config: '{"enable": true, "ratioModel": {"Xeon": {"hyperThreadEnabledRatio": 1.2}}}'
+  resource-amplification-config: '{"enable": true, "resourceAmplificationRatio": {"cpu": 1.5, "memory": 2}}'
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status:
+  capacity: {cpu: "4", memory: 8Gi}
+  allocatable: {cpu: "4", memory: 8Gi}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n2
+  annotations:
+    node.koordinator.sh/raw-allocatable: '{"cpu":"2","memory":"4Gi"}'
+status:
+  capacity: {cpu: "2", memory: 4Gi}
+  allocatable: {cpu: "6", memory: 16Gi}
+---
+apiVersion: topology.node.k8s.io/v1alpha1
+kind: NodeResourceTopology
+metadata:
+  name: n1
+  annotations:
+    node.koordinator.sh/cpu-basic-info: '{"cpuModel": "Xeon", "hyperThreadEnabled": true}'
+zones: []
+topologyPolicies: []
+"#;
+
+    #[test]
+    fn ratios_and_amplified_allocatable_are_reported_per_node() {
+        for text in [RATIO_SNAPSHOT.to_owned(), as_json_stream(RATIO_SNAPSHOT)] {
+            let snapshot = Snapshot::parse(&text, "ratios").unwrap();
+            assert_eq!(snapshot.topologies.len(), 1);
+            let config =
+                config_from(snapshot.config_map("slo-controller-config"), "ratios").unwrap();
+            let report = preview(&snapshot, &config, None, at("2026-01-01T00:10:00Z"));
+            let n1 = &report.nodes[0];
+            assert_eq!(n1.cpu_normalization_ratio.as_deref(), Some("1.20"));
+            assert_eq!(
+                n1.resource_amplification_ratio,
+                Some(BTreeMap::from([
+                    ("cpu".to_owned(), 1.8),
+                    ("memory".to_owned(), 2.0)
+                ]))
+            );
+            assert_eq!(
+                n1.amplified_allocatable,
+                Some(BTreeMap::from([
+                    ("cpu".to_owned(), "7200m".to_owned()),
+                    ("memory".to_owned(), "16Gi".to_owned())
+                ]))
+            );
+            // n2 has no topology: normalization fails and keeps nothing; the
+            // raw values it recorded are amplified, not its allocatable.
+            let n2 = &report.nodes[1];
+            assert_eq!(n2.cpu_normalization_ratio, None);
+            assert!(
+                n2.ratio_reason
+                    .contains("NodeResourceTopology n2 not found"),
+                "{}",
+                n2.ratio_reason
+            );
+            assert_eq!(
+                n2.amplified_allocatable,
+                Some(BTreeMap::from([
+                    ("cpu".to_owned(), "3".to_owned()),
+                    ("memory".to_owned(), "8Gi".to_owned())
+                ]))
+            );
+            let text = render_text(&report);
+            assert!(
+                text.contains("CPU-NORM") && text.contains("7200m"),
+                "{text}"
+            );
+        }
+        // A config without amplification: the diff names the ratio fields.
+        let snapshot = Snapshot::parse(RATIO_SNAPSHOT, "ratios").unwrap();
+        let config = config_from(snapshot.config_map("slo-controller-config"), "ratios").unwrap();
+        let mut data = snapshot
+            .config_map("slo-controller-config")
+            .unwrap()
+            .data
+            .clone()
+            .unwrap();
+        data.remove("resource-amplification-config");
+        let against = parse_config(Some(&data)).unwrap();
+        let report = preview(
+            &snapshot,
+            &config,
+            Some(&against),
+            at("2026-01-01T00:10:00Z"),
+        );
+        let diff = report.diff.unwrap();
+        let paths: Vec<&str> = diff[0].changes.iter().map(|c| c.path.as_str()).collect();
+        assert!(
+            paths.contains(&"resourceAmplificationRatio.memory"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"amplifiedAllocatable.memory"), "{paths:?}");
     }
 
     fn as_json_stream(yaml: &str) -> String {

@@ -155,8 +155,8 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "30s",
         "-controllers",
         "-quotaprofile",
-        // Upstream flags that do nothing here.
         "-noderesource-plugins=*,-GPUDeviceResource",
+        // Upstream flags that do nothing here.
         "-pprof-addr",
         ":6060",
         "-binding-admission-dry-run",
@@ -170,7 +170,6 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         command,
         WAIT,
         &[
-            "flag -noderesource-plugins is accepted for compatibility",
             "flag -pprof-addr is accepted",
             "flag -binding-admission-dry-run is accepted",
             "flag -quota-update-retry-jitter is accepted",

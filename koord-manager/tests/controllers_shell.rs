@@ -268,7 +268,8 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         Value::Null
     );
 
-    // With only the node-resource controller on, nothing else is written.
+    // With only the node-resource controller on, nothing else is written
+    // (its plugins write the status and the ratio annotations).
     let only_resources = Enabled {
         node_slo: false,
         node_metric: false,
@@ -283,10 +284,22 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         now,
     )
     .actions;
-    assert!(
-        actions
-            .iter()
-            .all(|a| matches!(a, Action::PatchNodeStatus { .. }))
+    assert!(actions.iter().all(|a| matches!(
+        a,
+        Action::PatchNodeStatus { .. } | Action::PatchNodeMeta { .. }
+    )));
+    // Upstream's defaults: CPU normalization off, so every colocated node
+    // gets the neutral ratio; no amplification ratio.
+    let meta = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::PatchNodeMeta { node, patch, .. } if node == "worker" => Some(patch),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no ratio patch: {actions:?}"));
+    assert_eq!(
+        meta,
+        &json!({"metadata": {"annotations": {"node.koordinator.sh/cpu-normalization-ratio": "1.00"}}})
     );
 }
 
@@ -555,6 +568,7 @@ fn controller_args() -> ControllerArgs {
         node_strategy_name_need_check: "false".into(),
         sync_period: Duration::from_secs(60),
         controllers: vec!["*".into()],
+        noderesource_plugins: None,
     }
 }
 
@@ -658,10 +672,22 @@ async fn negative_usage_leaves_the_node_status_alone_with_an_event_on_the_node()
     let api = cluster_with(r#"{"enable": true}"#, serde_json::to_value(metric).unwrap());
     let _reconciler = one_pass(&api).await;
     let writes = writes(&api);
+    // The status is left alone; the ratio annotations do not read the
+    // refused amounts and are still written.
     assert!(
-        !writes.iter().any(|w| w.path.starts_with("/api/v1/nodes")),
+        !writes
+            .iter()
+            .any(|w| w.path.starts_with("/api/v1/nodes") && w.path != "/api/v1/nodes/worker"),
         "{writes:?}"
     );
+    for write in writes.iter().filter(|w| w.path == "/api/v1/nodes/worker") {
+        let body: Value = serde_json::from_str(&write.body).unwrap();
+        let annotations = body["metadata"]["annotations"].as_object().unwrap();
+        assert!(
+            annotations.keys().all(|k| k.ends_with("-ratio")) && body.get("status").is_none(),
+            "{body}"
+        );
+    }
     let event = writes
         .iter()
         .find(|w| w.path.starts_with("/apis/events.k8s.io"))

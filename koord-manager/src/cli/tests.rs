@@ -432,7 +432,6 @@ fn a_flag_given_twice_keeps_the_last_value_as_go_does() {
 #[test]
 fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
     let parsed = parse(&[
-        "--noderesource-plugins=*,-BatchResource",
         "-pprof-addr",
         ":6060",
         "--binding-admission-dry-run",
@@ -440,15 +439,13 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
         "--rest-config-burst=60",
         "-log_dir",
         "/var/log",
-        "--noderesource-plugins",
-        "MidResource",
+        "-pprof-addr=:7070",
         "-enable-pprof=false",
     ])
     .unwrap();
     // The values of inert flags were taken out with them, the real flag stayed.
     assert_eq!(parsed.args.rest_config.burst, 60);
     let names = [
-        "noderesource-plugins",
         "pprof-addr",
         "binding-admission-dry-run",
         "quota-update-max-retries",
@@ -462,6 +459,30 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
         let reason = inert(name).unwrap().reason;
         assert!(warning.ends_with(reason), "{warning}");
     }
+}
+
+#[test]
+fn noderesource_plugins_select_plugins_as_upstream() {
+    let plugins = |argv: &[&str]| parse(argv).unwrap().args.controller.node_resource_plugins();
+    let all = plugins(&[]);
+    assert!(all.batch_resource && all.mid_resource && all.cpu_normalization);
+    assert!(all.resource_amplification);
+    let chosen = plugins(&["-noderesource-plugins=*,-GPUDeviceResource,-BatchResource"]);
+    assert!(!chosen.batch_resource && chosen.mid_resource && chosen.resource_amplification);
+    // pflag string slices: the first use replaces the default, later ones append.
+    let appended = plugins(&[
+        "--noderesource-plugins",
+        "MidResource",
+        "--noderesource-plugins=CPUNormalization",
+    ]);
+    assert!(appended.mid_resource && appended.cpu_normalization);
+    assert!(!appended.batch_resource && !appended.resource_amplification);
+    assert!(
+        parse(&["-noderesource-plugins=*"])
+            .unwrap()
+            .warnings
+            .is_empty()
+    );
 }
 
 #[test]

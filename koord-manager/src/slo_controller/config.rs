@@ -186,6 +186,28 @@ impl ConfigState {
         }
     }
 
+    /// Keys that have had no valid value (nor been absent) since start,
+    /// with the problem of their last version: upstream's per-plugin config
+    /// caches (CPU normalization, resource amplification) are not available
+    /// for them. Empty before the ConfigMap is read (the controllers are
+    /// paused then anyway).
+    pub fn unavailable_keys(&self) -> BTreeMap<String, String> {
+        if !self.observed {
+            return BTreeMap::new();
+        }
+        ALL_CONFIG_KEYS
+            .iter()
+            .filter(|key| !self.settled.contains(**key))
+            .map(|key| {
+                let problem = self.refused.get(*key).map_or("refused", String::as_str);
+                (
+                    (*key).to_owned(),
+                    format!("{key} has not been valid since start ({problem})"),
+                )
+            })
+            .collect()
+    }
+
     pub fn is_available(&self, section: ConfigSection) -> bool {
         self.availability(section).is_ok()
     }
@@ -483,6 +505,36 @@ mod tests {
         let update = state.offer(Some(&blank));
         assert_eq!(update.became_available, [ConfigSection::Colocation]);
         assert_eq!(state.current().colocation, None);
+    }
+
+    #[test]
+    fn keys_never_valid_are_unavailable() {
+        let mut state = ConfigState::default();
+        assert!(state.unavailable_keys().is_empty());
+        state.offer(Some(&data(&[(
+            "resource-amplification-config",
+            "{not json",
+        )])));
+        let unavailable = state.unavailable_keys();
+        assert_eq!(
+            unavailable.keys().collect::<Vec<_>>(),
+            ["resource-amplification-config"]
+        );
+        assert!(
+            unavailable["resource-amplification-config"].contains("has not been valid"),
+            "{unavailable:?}"
+        );
+        state.offer(Some(&data(&[(
+            "resource-amplification-config",
+            r#"{"enable":true}"#,
+        )])));
+        assert!(state.unavailable_keys().is_empty());
+        // Refused later: the last valid value stays in force, available.
+        state.offer(Some(&data(&[(
+            "resource-amplification-config",
+            "{not json",
+        )])));
+        assert!(state.unavailable_keys().is_empty());
     }
 
     #[test]

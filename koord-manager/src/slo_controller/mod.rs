@@ -3,9 +3,12 @@
 //! [`plan_node`], the per-node pass shared by the controllers and `preview`.
 
 pub mod config;
+pub mod cpunormalization;
+pub mod node_meta;
 pub mod nodemetric;
 pub mod noderesource;
 pub mod nodeslo;
+pub mod resourceamplification;
 pub mod resources;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +22,7 @@ use self::resources::{InputError, PodSummary};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use self::config::{NodeColocation, node_colocation};
+use self::node_meta::{MetaInputs, NodeMetaPlan, NodeResourcePlugins, plan_node_meta};
 use self::noderesource::{ExtendedResources, NodeInputs};
 
 /// Everything the manager derives for one node.
@@ -31,9 +35,22 @@ pub struct NodePlan {
     /// Per managed resource: the quantity for the node status, `None` to
     /// remove it; empty when the inputs were refused (nothing is written).
     pub desired_status: BTreeMap<&'static str, Option<Quantity>>,
+    /// The CPU normalization and resource amplification ratio annotations.
+    pub meta: NodeMetaPlan,
 }
 
-/// Computes the NodeSLO spec and the extended resources of one node.
+/// Inputs of [`plan_node_with`] beyond the node's own objects.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeExtras<'a> {
+    /// Annotations of the node's NodeResourceTopology, if it has one.
+    pub topology_annotations: Option<&'a BTreeMap<String, String>>,
+    /// ConfigMap keys never valid since start, with why.
+    pub unavailable_keys: Option<&'a BTreeMap<String, String>>,
+    pub plugins: NodeResourcePlugins,
+}
+
+/// Computes the NodeSLO spec and the extended resources of one node (no
+/// NodeResourceTopology, every plugin on).
 pub fn plan_node(
     config: &SloControllerConfig,
     node: &Node,
@@ -42,7 +59,41 @@ pub fn plan_node(
     previous_node_slo: Option<&NodeSLOSpec>,
     now: SystemTime,
 ) -> NodePlan {
+    plan_node_with(
+        config,
+        node,
+        node_metric,
+        pods,
+        previous_node_slo,
+        now,
+        NodeExtras::default(),
+    )
+}
+
+/// [`plan_node`] with the node's NodeResourceTopology, the config keys'
+/// availability and the plugin selection.
+pub fn plan_node_with(
+    config: &SloControllerConfig,
+    node: &Node,
+    node_metric: Option<&NodeMetric>,
+    pods: &[PodSummary],
+    previous_node_slo: Option<&NodeSLOSpec>,
+    now: SystemTime,
+    extras: NodeExtras<'_>,
+) -> NodePlan {
     let colocation = node_colocation(config, node);
+    let no_keys = BTreeMap::new();
+    let meta = plan_node_meta(MetaInputs {
+        node,
+        colocation_enabled: noderesource::colocation_enabled(
+            colocation.cluster_enabled,
+            colocation.strategy.as_ref(),
+        ),
+        config,
+        unavailable_keys: extras.unavailable_keys.unwrap_or(&no_keys),
+        topology_annotations: extras.topology_annotations,
+        plugins: extras.plugins,
+    });
     let resources = noderesource::calculate(
         colocation.cluster_enabled,
         colocation.strategy.as_ref(),
@@ -55,13 +106,18 @@ pub fn plan_node(
     );
     let desired_status = resources
         .as_ref()
-        .map(|resources| resources.desired_status(node))
+        .map(|resources| {
+            let mut desired = resources.desired_status(node);
+            desired.retain(|resource, _| extras.plugins.manages(resource));
+            desired
+        })
         .unwrap_or_default();
     NodePlan {
         node_slo: nodeslo::node_slo_spec(config, node, previous_node_slo),
         colocation,
         resources,
         desired_status,
+        meta,
     }
 }
 

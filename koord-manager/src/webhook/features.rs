@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use super::handlers::{
-    AdmissionGates, PATH_MUTATE_ELASTIC_QUOTA, PATH_MUTATE_POD, PATH_VALIDATE_CONFIGMAP,
-    PATH_VALIDATE_ELASTIC_QUOTA, PATH_VALIDATE_POD, PATH_VALIDATE_POD_EVICTION,
+    AdmissionGates, PATH_MUTATE_ELASTIC_QUOTA, PATH_MUTATE_NODE_STATUS, PATH_MUTATE_POD,
+    PATH_VALIDATE_CONFIGMAP, PATH_VALIDATE_ELASTIC_QUOTA, PATH_VALIDATE_NODE, PATH_VALIDATE_POD,
+    PATH_VALIDATE_POD_EVICTION,
 };
 
 /// Gates as given; names nobody here knows are kept (other parts of the
@@ -56,6 +57,8 @@ impl FeatureGates {
                 "NodeScopedEvictionWebhook",
                 true,
             ),
+            (PATH_MUTATE_NODE_STATUS, "NodeMutatingWebhook", false),
+            (PATH_VALIDATE_NODE, "NodeValidatingWebhook", false),
         ]
         .into_iter()
         .filter(|(_, gate, default)| self.enabled(gate, *default))
@@ -101,6 +104,12 @@ mod tests {
                 .colocation_profile_skip_mutating_resources
         );
         assert!(gates.enabled("SomethingElse", false));
+
+        // Upstream's node webhooks are off unless asked for.
+        assert!(!empty.enabled_paths().contains(&PATH_MUTATE_NODE_STATUS));
+        let node: FeatureGates = "NodeMutatingWebhook=true".parse().unwrap();
+        assert!(node.enabled_paths().contains(&PATH_MUTATE_NODE_STATUS));
+        assert!(!node.enabled_paths().contains(&PATH_VALIDATE_NODE));
 
         assert!("PodMutatingWebhook".parse::<FeatureGates>().is_err());
         assert!("PodMutatingWebhook=maybe".parse::<FeatureGates>().is_err());

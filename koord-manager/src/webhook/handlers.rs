@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::extension::LABEL_QUOTA_NAME;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,15 +36,21 @@ pub const PATH_VALIDATE_ELASTIC_QUOTA: &str =
 pub const PATH_VALIDATE_CONFIGMAP: &str = "/validate-configmap";
 /// Ours: evictions by node-bound requesters (koordlet) held to their node.
 pub const PATH_VALIDATE_POD_EVICTION: &str = "/validate-pod-eviction";
+/// Node status mutation (resource amplification); gate `NodeMutatingWebhook`.
+pub const PATH_MUTATE_NODE_STATUS: &str = "/mutate-node-status";
+/// Node validation (node strategy conflicts); gate `NodeValidatingWebhook`.
+pub const PATH_VALIDATE_NODE: &str = "/validate-node";
 
 /// Every admission path this server answers.
-pub const ADMISSION_PATHS: [&str; 6] = [
+pub const ADMISSION_PATHS: [&str; 8] = [
     PATH_MUTATE_POD,
     PATH_VALIDATE_POD,
     PATH_MUTATE_ELASTIC_QUOTA,
     PATH_VALIDATE_ELASTIC_QUOTA,
     PATH_VALIDATE_CONFIGMAP,
     PATH_VALIDATE_POD_EVICTION,
+    PATH_MUTATE_NODE_STATUS,
+    PATH_VALIDATE_NODE,
 ];
 
 /// Upstream's webhook histogram (`koord_manager_webhook_webhook_duration_milliseconds`)
@@ -129,6 +135,8 @@ fn describe_path(path: &str) -> (&'static str, &'static str) {
         PATH_VALIDATE_ELASTIC_QUOTA => ("validate", "elasticquota"),
         PATH_VALIDATE_CONFIGMAP => ("validate", "configmap"),
         PATH_VALIDATE_POD_EVICTION => ("validate", "eviction"),
+        PATH_MUTATE_NODE_STATUS => ("mutate", "node"),
+        PATH_VALIDATE_NODE => ("validate", "node"),
         _ => ("unknown", "unknown"),
     }
 }
@@ -276,6 +284,14 @@ impl Handlers {
             PATH_VALIDATE_POD_EVICTION => {
                 ("NodeScopedEviction", self.validate_eviction(request).await)
             }
+            PATH_MUTATE_NODE_STATUS => (
+                super::node_status::PLUGIN_NAME,
+                self.mutate_node_status(request),
+            ),
+            PATH_VALIDATE_NODE => (
+                super::node_validating::PLUGIN_NAME,
+                self.validate_node(request).await,
+            ),
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
         self.metrics
@@ -590,6 +606,120 @@ impl Handlers {
         )
     }
 
+    /// Upstream's node status mutating handler: only `nodes/status`
+    /// creates and updates; a node that carries neither the amplification
+    /// ratio nor the raw-allocatable annotation is allowed unchanged
+    /// without being decoded.
+    fn mutate_node_status(&self, request: &AdmissionRequest) -> Decision {
+        if request.resource.resource != "nodes"
+            || request.sub_resource.as_deref() != Some("status")
+            || !matches!(request.operation, Operation::Create | Operation::Update)
+        {
+            return Decision::allow();
+        }
+        let annotations = request
+            .object
+            .as_ref()
+            .and_then(|object| object.pointer("/metadata/annotations"));
+        let carries = |key: &str| annotations.is_some_and(|a| a.get(key).is_some());
+        if !carries(apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO)
+            && !carries(apis::extension::ANNOTATION_NODE_RAW_ALLOCATABLE)
+        {
+            return Decision::allow();
+        }
+        let node: Node = match request.decode(false) {
+            Ok(Some(node)) => node,
+            Ok(None) => return Decision::bad_request("the request has no object"),
+            Err(denied) => return denied,
+        };
+        let old: Option<Node> = if request.operation == Operation::Update {
+            match request.decode(true) {
+                Ok(Some(node)) => Some(node),
+                Ok(None) => return Decision::bad_request("the update request has no oldObject"),
+                Err(denied) => return denied,
+            }
+        } else {
+            None
+        };
+        let original = match serde_json::to_value(&node) {
+            Ok(value) => value,
+            Err(err) => return Decision::internal(err.to_string()),
+        };
+        let mut mutated = node;
+        if let Err(reason) =
+            super::node_status::admit(request.operation, &mut mutated, old.as_ref())
+        {
+            return Decision::internal(reason);
+        }
+        match serde_json::to_value(&mutated) {
+            Ok(value) => Decision::patch_between(&original, &value),
+            Err(err) => Decision::internal(err.to_string()),
+        }
+    }
+
+    /// The slo-controller-config's data, read from the API server (only
+    /// node label changes need it); `None` when it cannot be read.
+    async fn slo_config_data(&self) -> Option<BTreeMap<String, String>> {
+        let client = self.namespace_api.as_ref()?;
+        let api: kube::Api<ConfigMap> =
+            kube::Api::namespaced(client.clone(), &self.slo_config.namespace);
+        match tokio::time::timeout(NAMESPACE_LOOKUP_TIMEOUT, api.get_opt(&self.slo_config.name))
+            .await
+        {
+            Ok(Ok(found)) => found.map(|cm| cm.data.unwrap_or_default()),
+            Ok(Err(err)) => {
+                tracing::warn!(configmap = %self.slo_config.name, error = %err, "slo-controller-config lookup failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(configmap = %self.slo_config.name, "slo-controller-config lookup timed out");
+                None
+            }
+        }
+    }
+
+    /// Upstream's node validating handler: node creates and updates (no
+    /// subresource) whose labels make the node match several node
+    /// strategies of one key are refused; a conflicting create is logged.
+    async fn validate_node(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("nodes")
+            || !matches!(request.operation, Operation::Create | Operation::Update)
+        {
+            return Decision::allow();
+        }
+        let node: Node = match request.decode(false) {
+            Ok(Some(node)) => node,
+            Ok(None) => return Decision::bad_request("the request has no object"),
+            Err(denied) => return denied,
+        };
+        let old: Option<Node> = if request.operation == Operation::Update {
+            match request.decode(true) {
+                Ok(Some(node)) => Some(node),
+                Ok(None) => return Decision::bad_request("the update request has no oldObject"),
+                Err(denied) => return denied,
+            }
+        } else {
+            None
+        };
+        if !super::node_validating::need_check(&node, old.as_ref()) {
+            return Decision::allow();
+        }
+        let data = self.slo_config_data().await;
+        match super::node_validating::validate(
+            request.operation,
+            &node,
+            old.as_ref(),
+            data.as_ref(),
+        ) {
+            Ok(None) => Decision::allow(),
+            Ok(Some(conflict)) => {
+                tracing::warn!(node = %request.name, %conflict, "new node matches several node strategies");
+                Decision::allow()
+            }
+            Err(reason) => Decision::bad_request(reason),
+        }
+    }
+
     fn validate_configmap(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("configmaps") {
             return Decision::allow();
@@ -731,6 +861,68 @@ mod tests {
                 .allowed
         );
         assert_eq!(lookups.load(Ordering::Relaxed), 3);
+    }
+
+    fn node_status_request(operation: &str, object: Value, old: Option<Value>) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "n", "operation": operation, "name": "n1",
+            "kind": {"group": "", "version": "v1", "kind": "Node"},
+            "resource": {"group": "", "version": "v1", "resource": "nodes"},
+            "subResource": "status",
+            "object": object,
+            "oldObject": old,
+        }))
+        .unwrap()
+    }
+
+    use serde_json::Value;
+
+    #[tokio::test]
+    async fn node_status_updates_are_amplified_through_the_handler() {
+        let handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        let node = |annotations: Value, cpu: &str| {
+            serde_json::json!({
+                "metadata": {"name": "n1", "annotations": annotations},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}
+            })
+        };
+        let ratio = serde_json::json!({
+            apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO: r#"{"cpu":2.00}"#
+        });
+        let request =
+            node_status_request("UPDATE", node(ratio.clone(), "4"), Some(node(ratio, "4")));
+        let decision = handlers.handle(PATH_MUTATE_NODE_STATUS, &request).await;
+        assert!(decision.allowed, "{decision}");
+        let mut patched = request.object.clone().unwrap();
+        json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
+        assert_eq!(patched["status"]["allocatable"]["cpu"], "8");
+        assert_eq!(patched["status"]["allocatable"]["memory"], "8Gi");
+        assert_eq!(
+            patched["metadata"]["annotations"][apis::extension::ANNOTATION_NODE_RAW_ALLOCATABLE],
+            r#"{"cpu":"4","memory":"8Gi"}"#
+        );
+        // Without either annotation: allowed as it is.
+        let plain = node_status_request(
+            "UPDATE",
+            node(serde_json::json!({}), "4"),
+            Some(node(serde_json::json!({}), "4")),
+        );
+        let decision = handlers.handle(PATH_MUTATE_NODE_STATUS, &plain).await;
+        assert!(decision.allowed && decision.patch.is_none(), "{decision}");
+        // A malformed ratio is refused with 500, as upstream.
+        let bad = serde_json::json!({apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO: "[}"});
+        let request = node_status_request("UPDATE", node(bad.clone(), "4"), Some(node(bad, "4")));
+        let decision = handlers.handle(PATH_MUTATE_NODE_STATUS, &request).await;
+        assert_eq!(decision.code, 500, "{decision}");
+        // Not the status subresource: allowed untouched.
+        let mut main = node_status_request("UPDATE", node(serde_json::json!({}), "4"), None);
+        main.sub_resource = None;
+        assert!(
+            handlers
+                .handle(PATH_MUTATE_NODE_STATUS, &main)
+                .await
+                .allowed
+        );
     }
 
     #[test]

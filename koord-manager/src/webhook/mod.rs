@@ -1,10 +1,12 @@
 //! Admission webhooks served over HTTPS on every replica (upstream
-//! `pkg/webhook`): pod mutating/validating, ElasticQuota mutating/validating
-//! and the slo-controller-config ConfigMap validating webhook; ours: node-scoped
-//! evictions for koordlet.
+//! `pkg/webhook`): pod mutating/validating, ElasticQuota mutating/validating,
+//! the slo-controller-config ConfigMap validating webhook, the node status
+//! mutating webhook (resource amplification) and the node validating webhook
+//! (node strategy conflicts); ours: node-scoped evictions for koordlet.
 //!
 //! - [`review`]: AdmissionReview v1 wire types and the [`review::Decision`];
-//! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`], [`eviction`]:
+//! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`], [`eviction`],
+//!   [`node_status`], [`node_validating`]:
 //!   the decision cores (no I/O);
 //! - [`handlers`]: decoding, cache snapshots, metrics;
 //! - [`cache`]: the watched objects; [`server`]: the TLS listener and routes.
@@ -25,6 +27,8 @@ pub mod elasticquota;
 pub mod eviction;
 pub mod features;
 pub mod handlers;
+pub mod node_status;
+pub mod node_validating;
 pub mod pod_mutating;
 pub mod pod_validating;
 pub mod review;
