@@ -151,12 +151,13 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "--rest-config-burst",
         "80",
         "-node-strategy-name-need-check=false",
+        "--quota-update-retry-jitter=50ms",
         // Upstream flags that do nothing here.
         "-noderesource-plugins=*,-GPUDeviceResource",
         "--colocation-profile-reconcile-interval",
         "30s",
         "-binding-admission-dry-run",
-        "--quota-update-retry-jitter=50ms",
+        "-disable-no-deepcopy",
         "-log_dir",
         "/var/log/koordinator",
         "-log_dir=/var/log/again",
@@ -169,7 +170,7 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
             "flag -noderesource-plugins is accepted for compatibility",
             "flag -colocation-profile-reconcile-interval is accepted",
             "flag -binding-admission-dry-run is accepted",
-            "flag -quota-update-retry-jitter is accepted",
+            "flag -disable-no-deepcopy is accepted",
             "flag -enable-pprof is accepted",
             "cannot reach the Kubernetes API server at",
             &closed.to_string(),
@@ -177,6 +178,10 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
     )
     .unwrap();
     assert!(!output.contains("unexpected argument"), "{output}");
+    assert!(
+        !output.contains("flag -quota-update-retry-jitter"),
+        "{output}"
+    );
     assert_eq!(output.matches("flag -log_dir ").count(), 1, "{output}");
     // Logged through the logger, as warnings.
     let line = output
