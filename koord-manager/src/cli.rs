@@ -55,27 +55,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
         takes_value: true,
         reason: "the pod enhanced validator (feature gate EnablePodEnhancedValidator) is not implemented",
     },
-    // pkg/webhook/quotaevaluate
-    InertFlag {
-        name: "quota-update-max-retries",
-        takes_value: true,
-        reason: "the webhooks never update ElasticQuota status, so there are no status-update conflicts to retry",
-    },
-    InertFlag {
-        name: "quota-update-retry-jitter",
-        takes_value: true,
-        reason: "the webhooks never update ElasticQuota status, so there are no status-update conflicts to retry",
-    },
-    InertFlag {
-        name: "quota-update-max-total-jitter",
-        takes_value: true,
-        reason: "the webhooks never update ElasticQuota status, so there are no status-update conflicts to retry",
-    },
-    InertFlag {
-        name: "quota-update-conflict-fresh-get",
-        takes_value: false,
-        reason: "the webhooks never update ElasticQuota status, so there are no status-update conflicts to retry",
-    },
     // pkg/webhook/pod/validating (binding admission)
     InertFlag {
         name: "binding-admission-user-name",

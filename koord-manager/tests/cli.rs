@@ -151,6 +151,7 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "--rest-config-burst",
         "80",
         "-node-strategy-name-need-check=false",
+        "--quota-update-retry-jitter=50ms",
         "--colocation-profile-reconcile-interval",
         "30s",
         "-controllers",
@@ -160,7 +161,7 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "-pprof-addr",
         ":6060",
         "-binding-admission-dry-run",
-        "--quota-update-retry-jitter=50ms",
+        "-disable-no-deepcopy",
         "-log_dir",
         "/var/log/koordinator",
         "-log_dir=/var/log/again",
@@ -172,7 +173,7 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         &[
             "flag -pprof-addr is accepted",
             "flag -binding-admission-dry-run is accepted",
-            "flag -quota-update-retry-jitter is accepted",
+            "flag -disable-no-deepcopy is accepted",
             "flag -enable-pprof is accepted",
             "cannot reach the Kubernetes API server at",
             &closed.to_string(),
@@ -180,6 +181,10 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
     )
     .unwrap();
     assert!(!output.contains("unexpected argument"), "{output}");
+    assert!(
+        !output.contains("flag -quota-update-retry-jitter"),
+        "{output}"
+    );
     assert_eq!(output.matches("flag -log_dir ").count(), 1, "{output}");
     // Logged through the logger, as warnings.
     let line = output

@@ -435,7 +435,7 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
         "-pprof-addr",
         ":6060",
         "--binding-admission-dry-run",
-        "-quota-update-max-retries=10",
+        "-one_output",
         "--rest-config-burst=60",
         "-log_dir",
         "/var/log",
@@ -448,7 +448,7 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
     let names = [
         "pprof-addr",
         "binding-admission-dry-run",
-        "quota-update-max-retries",
+        "one_output",
         "log_dir",
         "enable-pprof",
     ];
@@ -517,4 +517,45 @@ fn a_separate_value_that_starts_with_a_dash_is_the_value_as_in_go() {
         parsed.args.controller.sync_period,
         std::time::Duration::from_secs(30)
     );
+}
+
+#[test]
+fn quota_update_flags_reach_the_quota_evaluator() {
+    let parsed = parse(&[
+        "-quota-update-max-retries=10",
+        "--quota-update-retry-jitter",
+        "50ms",
+        "-quota-update-max-total-jitter=2s",
+        "-quota-update-conflict-fresh-get",
+    ])
+    .unwrap();
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    let settings = parsed.args.webhook.quota_update_settings();
+    assert_eq!(settings.max_retries, 10);
+    assert_eq!(settings.retry_jitter, Duration::from_millis(50));
+    assert_eq!(settings.max_total_jitter, Duration::from_secs(2));
+    assert!(settings.conflict_fresh_get);
+    // Upstream's defaults.
+    let defaults = parse(&[]).unwrap().args.webhook.quota_update_settings();
+    assert_eq!(
+        defaults,
+        crate::webhook::quota_evaluate::UpdateSettings::default()
+    );
+    assert_eq!(defaults.max_retries, 3);
+    assert_eq!(defaults.max_total_jitter, Duration::from_secs(1));
+    // Negative values, which upstream takes as "off".
+    let negative = parse(&[
+        "-quota-update-max-retries",
+        "-1",
+        "-quota-update-retry-jitter",
+        "-5ms",
+    ])
+    .unwrap()
+    .args
+    .webhook
+    .quota_update_settings();
+    assert_eq!(negative.max_retries, 0);
+    assert_eq!(negative.start_retries(), 3);
+    assert_eq!(negative.retry_jitter, Duration::ZERO);
+    assert!(parse(&["--quota-update-retry-jitter=soon"]).is_err());
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use apis::config::v1alpha1::ClusterColocationProfile;
+use apis::quota::v1alpha1::ElasticQuotaProfile;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -113,6 +114,8 @@ pub struct WebhookCaches {
     pub namespaces: Arc<ObjectCache<Namespace>>,
     pub priority_classes: Arc<ObjectCache<PriorityClass>>,
     pub quotas: Arc<ObjectCache<ElasticQuota>>,
+    /// Watched only with the `MultiQuotaTree` gate; not part of [`Self::unsynced`].
+    pub quota_profiles: Arc<ObjectCache<ElasticQuotaProfile>>,
 }
 
 impl WebhookCaches {
@@ -123,6 +126,7 @@ impl WebhookCaches {
         caches.namespaces.mark_synced();
         caches.priority_classes.mark_synced();
         caches.quotas.mark_synced();
+        caches.quota_profiles.mark_synced();
         caches
     }
 

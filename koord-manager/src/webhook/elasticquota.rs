@@ -307,28 +307,36 @@ pub fn validate_quota_with(
     }
 }
 
-/// The quota a pod is charged to: its quota label, else the quota named after
-/// its namespace in that namespace, else the quota whose namespaces
-/// annotation lists it, else the default quota (upstream `GetQuotaName`).
-pub fn quota_of_pod<'a>(pod: &Pod, quotas: &[&'a ElasticQuota]) -> Option<&'a ElasticQuota> {
+/// The name of the quota a pod is charged to (upstream `GetQuotaName`): its
+/// quota label; else (unless `disable_default_quota`, upstream feature gate
+/// `DisableDefaultQuota`) the quota named after its namespace in that
+/// namespace, else the quota whose namespaces annotation lists it, else the
+/// default quota. With `disable_default_quota` an unlabelled pod has none (empty).
+pub fn get_quota_name(pod: &Pod, quotas: &[&ElasticQuota], disable_default_quota: bool) -> String {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
     let labelled = apis::extension::quota_name_of_pod(&labels);
-    if !labelled.is_empty() {
-        return quotas.iter().copied().find(|q| name_of(q) == labelled);
+    if disable_default_quota || !labelled.is_empty() {
+        return labelled.to_owned();
     }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
     quotas
         .iter()
-        .copied()
         .find(|q| name_of(q) == namespace && q.metadata.namespace.as_deref() == Some(namespace))
         .or_else(|| {
-            quotas.iter().copied().find(|q| {
+            quotas.iter().find(|q| {
                 get_quota_namespaces(&annotations_of(q))
                     .ok()
                     .flatten()
                     .is_some_and(|namespaces| namespaces.iter().any(|ns| ns == namespace))
             })
         })
+        .map_or_else(|| DEFAULT_QUOTA_NAME.to_owned(), |q| name_of(q).to_owned())
+}
+
+/// The quota a pod is charged to ([`get_quota_name`]), when it exists.
+pub fn quota_of_pod<'a>(pod: &Pod, quotas: &[&'a ElasticQuota]) -> Option<&'a ElasticQuota> {
+    let name = get_quota_name(pod, quotas, false);
+    quotas.iter().copied().find(|q| name_of(q) == name)
 }
 
 /// Pods may only be charged to leaf quotas, and their `preemptible` label is

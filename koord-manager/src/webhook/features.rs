@@ -80,6 +80,14 @@ impl FeatureGates {
             disable_extended_resource_spec: self.enabled("DisableExtendedResourceSpec", false),
             elastic_quota_enable_update_resource_key: self
                 .enabled("ElasticQuotaEnableUpdateResourceKey", false),
+            quota_evaluation: super::quota_evaluate::EvaluationGates {
+                enabled: self.enabled("EnableQuotaAdmission", false),
+                on_update: self.enabled("EnableQuotaAdmissionOnUpdate", false),
+                transform_pod: self.enabled("ElasticQuotaEvaluationTransformPod", false),
+                replace_resources_transformer: self.enabled("ReplaceResourcesTransformer", false),
+                disable_default_quota: self.enabled("DisableDefaultQuota", false),
+            },
+            multi_quota_tree: self.enabled("MultiQuotaTree", false),
         }
     }
 }
@@ -110,6 +118,21 @@ mod tests {
         let node: FeatureGates = "NodeMutatingWebhook=true".parse().unwrap();
         assert!(node.enabled_paths().contains(&PATH_MUTATE_NODE_STATUS));
         assert!(!node.enabled_paths().contains(&PATH_VALIDATE_NODE));
+        // Quota admission and the multi-quota-tree affinity are off by default, as upstream.
+        let defaults = empty.admission_gates();
+        assert_eq!(
+            defaults.quota_evaluation,
+            crate::webhook::quota_evaluate::EvaluationGates::default()
+        );
+        assert!(!defaults.multi_quota_tree);
+        let on: FeatureGates = "EnableQuotaAdmission=true,EnableQuotaAdmissionOnUpdate=true,ElasticQuotaEvaluationTransformPod=true,ReplaceResourcesTransformer=true,DisableDefaultQuota=true,MultiQuotaTree=true"
+            .parse()
+            .unwrap();
+        let on = on.admission_gates();
+        let evaluation = on.quota_evaluation;
+        assert!(evaluation.enabled && evaluation.on_update && evaluation.transform_pod);
+        assert!(evaluation.replace_resources_transformer && evaluation.disable_default_quota);
+        assert!(on.multi_quota_tree);
 
         assert!("PodMutatingWebhook".parse::<FeatureGates>().is_err());
         assert!("PodMutatingWebhook=maybe".parse::<FeatureGates>().is_err());

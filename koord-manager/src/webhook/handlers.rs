@@ -21,10 +21,13 @@ use super::elasticquota::{
     QuotaOptions, fill_quota_defaults, validate_pod_quota, validate_quota_with,
 };
 use super::eviction::{PodPlacement, Requester, ScopedUsers};
+use super::multi_quota_tree::add_node_affinity_for_multi_quota_tree;
 use super::pod_mutating::{
     PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
 };
 use super::pod_validating::{PodValidationOptions, validate_pod};
+use super::quota_evaluate::{BatchContext, EvaluationGates, prepare_evaluation};
+use super::quota_evaluator::QuotaEvaluator;
 use super::review::{AdmissionRequest, Decision, Operation, aggregate};
 
 /// Served paths, as upstream registers them.
@@ -150,6 +153,10 @@ pub struct AdmissionGates {
     pub disable_extended_resource_spec: bool,
     /// Upstream feature gate `ElasticQuotaEnableUpdateResourceKey`.
     pub elastic_quota_enable_update_resource_key: bool,
+    /// Upstream gates of quota evaluation at pod admission (`EnableQuotaAdmission` …).
+    pub quota_evaluation: EvaluationGates,
+    /// Upstream feature gate `MultiQuotaTree`: pods get their quota tree's node affinity.
+    pub multi_quota_tree: bool,
 }
 
 /// How long the pod webhook waits for a namespace or PriorityClass missing from the cache.
@@ -224,6 +231,9 @@ pub struct Handlers {
     pub gates: AdmissionGates,
     pub metrics: WebhookMetrics,
     pub quota_pods: Option<Box<dyn QuotaPodCounter>>,
+    /// Evaluates pods against their quota (with `EnableQuotaAdmission`); without
+    /// it such pods are refused.
+    pub quota_evaluator: Option<QuotaEvaluator>,
     /// Users whose evictions are held to the node of their token.
     pub eviction_scope: ScopedUsers,
     /// Where the pod of an eviction is; without it such evictions are refused.
@@ -248,6 +258,7 @@ impl Handlers {
             gates: AdmissionGates::default(),
             metrics: WebhookMetrics::default(),
             quota_pods: None,
+            quota_evaluator: None,
             eviction_scope: ScopedUsers::default(),
             pod_placement: None,
             namespace_api: None,
@@ -277,7 +288,7 @@ impl Handlers {
         let started = Instant::now();
         let (plugin, decision) = match path {
             PATH_MUTATE_POD => ("ClusterColocationProfile", self.mutate_pod(request).await),
-            PATH_VALIDATE_POD => ("ClusterColocationProfile", self.validate_pod(request)),
+            PATH_VALIDATE_POD => ("ClusterColocationProfile", self.validate_pod(request).await),
             PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.mutate_quota(request)),
             PATH_VALIDATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.validate_quota(request).await),
             PATH_VALIDATE_CONFIGMAP => ("SLOConfig", self.validate_configmap(request)),
@@ -428,6 +439,15 @@ impl Handlers {
                 }
                 Ok(apply_extended_resource_spec(&mut mutated)? || by_profiles)
             });
+        let outcome = match outcome {
+            Ok(changed) if self.gates.multi_quota_tree => {
+                match self.multi_quota_tree_affinity(&mut mutated, &namespace) {
+                    Ok(by_tree) => Ok(by_tree || changed),
+                    Err(reason) => return Decision::internal(reason),
+                }
+            }
+            other => other,
+        };
         match outcome {
             Ok(false) => Decision::allow(),
             Ok(true) => match serde_json::to_value(&mutated) {
@@ -438,7 +458,86 @@ impl Handlers {
         }
     }
 
-    fn validate_pod(&self, request: &AdmissionRequest) -> Decision {
+    /// Upstream `addNodeAffinityForMultiQuotaTree` with the caches' quotas and profiles.
+    fn multi_quota_tree_affinity(&self, pod: &mut Pod, namespace: &str) -> Result<bool, String> {
+        if !self.caches.quotas.is_synced() || !self.caches.quota_profiles.is_synced() {
+            return Err(
+                "the ElasticQuota and ElasticQuotaProfile caches are not synced yet".to_owned(),
+            );
+        }
+        let quotas_owned = self.caches.quotas.all();
+        let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
+        let profiles_owned = self.caches.quota_profiles.all();
+        let profiles: Vec<_> = profiles_owned.iter().map(|p| p.as_ref()).collect();
+        // The pod is judged in its namespace even when the object leaves it out.
+        let unnamespaced = pod.metadata.namespace.as_deref().is_none_or(str::is_empty);
+        if unnamespaced {
+            pod.metadata.namespace = Some(namespace.to_owned());
+        }
+        let mutated = add_node_affinity_for_multi_quota_tree(pod, &quotas, &profiles);
+        if unnamespaced {
+            pod.metadata.namespace = None;
+        }
+        Ok(mutated)
+    }
+
+    /// Upstream `evaluateQuota` (gate `EnableQuotaAdmission`): the pod must
+    /// fit in its quota's admission limit; its requests are then recorded on
+    /// the quota. A dry run is checked against the recorded use and writes
+    /// nothing.
+    async fn evaluate_quota(
+        &self,
+        request: &AdmissionRequest,
+        new_pod: &Pod,
+        old_pod: Option<&Pod>,
+    ) -> Result<(), String> {
+        let gates = self.gates.quota_evaluation;
+        if !gates.enabled {
+            return Ok(());
+        }
+        if !self.caches.quotas.is_synced() {
+            return Err("the ElasticQuota cache is not synced yet".to_owned());
+        }
+        let in_namespace = |pod: &Pod| {
+            let mut pod = pod.clone();
+            if pod.metadata.namespace.as_deref().is_none_or(str::is_empty) {
+                pod.metadata.namespace = Some(request.namespace().to_owned());
+            }
+            pod
+        };
+        let (new_pod, old_pod) = (in_namespace(new_pod), old_pod.map(in_namespace));
+        let attributes = {
+            let quotas_owned = self.caches.quotas.all();
+            let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
+            match prepare_evaluation(
+                request.operation,
+                &new_pod,
+                old_pod.as_ref(),
+                &quotas,
+                gates,
+            )? {
+                Some(attributes) => attributes,
+                None => return Ok(()),
+            }
+        };
+        if request.dry_run == Some(true) {
+            let key = attributes.key();
+            let Some(quota) = self.caches.quotas.get(&key) else {
+                return Err(format!("elastic quota {} not found", attributes.quota_name));
+            };
+            let mut context = BatchContext::default();
+            context.load(&quota);
+            return context
+                .check_request(&attributes, SystemTime::now())
+                .map(|_| ());
+        }
+        match &self.quota_evaluator {
+            Some(evaluator) => evaluator.evaluate(attributes).await,
+            None => Err("quota evaluation is on but the webhook has no evaluator".to_owned()),
+        }
+    }
+
+    async fn validate_pod(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("pods")
             || !matches!(request.operation, Operation::Create | Operation::Update)
         {
@@ -472,11 +571,29 @@ impl Handlers {
                 errors.push(reason);
             }
         }
-        if errors.is_empty() {
-            Decision::allow()
-        } else {
-            Decision::bad_request(aggregate(&errors))
+        if !errors.is_empty() {
+            return Decision::bad_request(aggregate(&errors));
         }
+        if !self.gates.quota_evaluation.enabled {
+            return Decision::allow();
+        }
+        let started = Instant::now();
+        let evaluated = self
+            .evaluate_quota(request, &new_pod, old_pod.as_ref())
+            .await;
+        // Upstream answers every failure of this check with 400 and the message.
+        let decision = match evaluated {
+            Ok(()) => Decision::allow(),
+            Err(reason) => Decision::bad_request(reason),
+        };
+        self.metrics.observe(
+            PATH_VALIDATE_POD,
+            request.operation,
+            "EvaluateQuota",
+            &decision,
+            started,
+        );
+        decision
     }
 
     fn mutate_quota(&self, request: &AdmissionRequest) -> Decision {
@@ -932,5 +1049,169 @@ mod tests {
         assert!(rolls.iter().all(|r| (0..100).contains(r)));
         let distinct: std::collections::BTreeSet<_> = rolls.iter().collect();
         assert!(distinct.len() > 20, "{distinct:?}");
+    }
+
+    /// Holds one quota the way the API server would for the evaluator.
+    struct OneQuota(Mutex<ElasticQuota>, AtomicU64);
+
+    impl crate::webhook::quota_evaluator::QuotaAccess for OneQuota {
+        fn get<'a>(
+            &'a self,
+            _namespace: &'a str,
+            _name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<ElasticQuota, String>> {
+            let quota = self.0.lock().unwrap().clone();
+            Box::pin(std::future::ready(Ok(quota)))
+        }
+
+        fn update_child_request<'a>(
+            &'a self,
+            _quota: &'a ElasticQuota,
+            child_request: &'a str,
+            _jitter: std::time::Duration,
+        ) -> futures::future::BoxFuture<'a, Result<(), crate::webhook::quota_evaluator::UpdateError>>
+        {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0
+                .lock()
+                .unwrap()
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    apis::extension::ANNOTATION_CHILD_REQUEST.to_owned(),
+                    child_request.to_owned(),
+                );
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    fn pod_create(name: &str, cpu: &str, dry_run: bool) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": name, "operation": "CREATE", "name": name, "namespace": "team",
+            "dryRun": dry_run,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "team", "labels": {LABEL_QUOTA_NAME: "small"}},
+                "spec": {"containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": cpu}}}]}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn pods_over_their_quota_are_refused_at_create_and_admitted_ones_are_recorded() {
+        let small: ElasticQuota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "small", "namespace": "team", "resourceVersion": "5"},
+            "spec": {"max": {"cpu": "1"}}
+        }))
+        .unwrap();
+        let caches = WebhookCaches::synced_empty();
+        caches.quotas.insert(small.clone());
+        let access = std::sync::Arc::new(OneQuota(Mutex::new(small), AtomicU64::new(0)));
+        let mut handlers = Handlers::new(caches, SloConfigRef::default());
+        // Off by default, as upstream: nothing is evaluated.
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD, &pod_create("big", "2", false))
+                .await
+                .allowed
+        );
+        assert_eq!(access.1.load(Ordering::Relaxed), 0);
+
+        handlers.gates.quota_evaluation.enabled = true;
+        handlers.quota_evaluator = Some(QuotaEvaluator::new(
+            access.clone(),
+            crate::webhook::quota_evaluate::UpdateSettings::default(),
+        ));
+        let fits = handlers
+            .handle(PATH_VALIDATE_POD, &pod_create("a", "600m", false))
+            .await;
+        assert!(fits.allowed, "{fits}");
+        let recorded = |access: &OneQuota| {
+            access
+                .0
+                .lock()
+                .unwrap()
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap()[apis::extension::ANNOTATION_CHILD_REQUEST]
+                .clone()
+        };
+        assert_eq!(recorded(&access), r#"{"cpu":"600m"}"#);
+        let over = handlers
+            .handle(PATH_VALIDATE_POD, &pod_create("b", "500m", false))
+            .await;
+        assert!(!over.allowed);
+        assert_eq!(over.code, 400);
+        assert_eq!(
+            over.message,
+            "exceeded quota: team/small, requested: cpu=500m, used: cpu=600m, limited: cpu=1"
+        );
+        assert_eq!(access.1.load(Ordering::Relaxed), 1);
+
+        // A dry run is judged on what the cache shows and writes nothing.
+        let dry = handlers
+            .handle(PATH_VALIDATE_POD, &pod_create("c", "2", true))
+            .await;
+        assert_eq!(
+            dry.message,
+            "exceeded quota: team/small, requested: cpu=2, used: , limited: cpu=1"
+        );
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD, &pod_create("d", "100m", true))
+                .await
+                .allowed
+        );
+        assert_eq!(access.1.load(Ordering::Relaxed), 1);
+
+        // Without an evaluator the gate refuses rather than admits unchecked.
+        handlers.quota_evaluator = None;
+        let refused = handlers
+            .handle(PATH_VALIDATE_POD, &pod_create("e", "100m", false))
+            .await;
+        assert!(!refused.allowed, "{refused}");
+    }
+
+    #[tokio::test]
+    async fn multi_quota_tree_pods_get_their_trees_nodes() {
+        let caches = WebhookCaches::synced_empty();
+        caches.quotas.insert(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "small", "namespace": "team",
+                    "labels": {"quota.scheduling.koordinator.sh/tree-id": "t1"}},
+                "spec": {"max": {"cpu": "1"}}
+            }))
+            .unwrap(),
+        );
+        caches.quota_profiles.insert(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "team",
+                    "labels": {"quota.scheduling.koordinator.sh/tree-id": "t1"}},
+                "spec": {"quotaName": "root", "nodeSelector": {"matchLabels": {"pool": "a"}}}
+            }))
+            .unwrap(),
+        );
+        let mut handlers = Handlers::new(caches, SloConfigRef::default());
+        let request = pod_create("a", "100m", false);
+        assert!(
+            handlers
+                .handle(PATH_MUTATE_POD, &request)
+                .await
+                .patch
+                .is_none()
+        );
+        handlers.gates.multi_quota_tree = true;
+        let decision = handlers.handle(PATH_MUTATE_POD, &request).await;
+        let patch = serde_json::to_value(decision.patch.unwrap()).unwrap();
+        assert_eq!(patch[0]["path"], "/spec/affinity");
+        assert_eq!(
+            patch[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                [0]["matchExpressions"][0],
+            serde_json::json!({"key": "pool", "operator": "In", "values": ["a"]})
+        );
     }
 }

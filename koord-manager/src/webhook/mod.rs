@@ -6,8 +6,9 @@
 //!
 //! - [`review`]: AdmissionReview v1 wire types and the [`review::Decision`];
 //! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`], [`eviction`],
-//!   [`node_status`], [`node_validating`]:
+//!   [`node_status`], [`node_validating`], [`quota_evaluate`], [`multi_quota_tree`]:
 //!   the decision cores (no I/O);
+//! - [`quota_evaluator`]: the per-quota batching and status writes of quota evaluation;
 //! - [`handlers`]: decoding, cache snapshots, metrics;
 //! - [`cache`]: the watched objects; [`server`]: the TLS listener and routes.
 
@@ -27,10 +28,13 @@ pub mod elasticquota;
 pub mod eviction;
 pub mod features;
 pub mod handlers;
+pub mod multi_quota_tree;
 pub mod node_status;
 pub mod node_validating;
 pub mod pod_mutating;
 pub mod pod_validating;
+pub mod quota_evaluate;
+pub mod quota_evaluator;
 pub mod review;
 pub mod server;
 
@@ -155,6 +159,30 @@ pub struct WebhookArgs {
     )]
     pub node_scoped_evictor: String,
 
+    /// Most retries of a quota usage write per batch of pod admissions (upstream
+    /// `--quota-update-max-retries`; below 3 counts as 3).
+    #[arg(
+        long = "quota-update-max-retries",
+        default_value_t = 3,
+        allow_negative_numbers = true,
+        value_name = "INT"
+    )]
+    pub quota_update_max_retries: i64,
+
+    /// Upper bound of the sleep after a quota usage write conflict, drawn from
+    /// [jitter/2, jitter); 0 (default) or negative: no sleep.
+    #[arg(long = "quota-update-retry-jitter", default_value = "0", allow_hyphen_values = true, value_parser = quota_evaluate::parse_jitter_duration, value_name = "DURATION")]
+    pub quota_update_retry_jitter: Duration,
+
+    /// Cap of the conflict sleeps per batch (upstream default 1s).
+    #[arg(long = "quota-update-max-total-jitter", default_value = "1s", allow_hyphen_values = true, value_parser = quota_evaluate::parse_jitter_duration, value_name = "DURATION")]
+    pub quota_update_max_total_jitter: Duration,
+
+    /// After a quota usage write conflict, read the quota from the API server
+    /// (not the watch cache) before the retry.
+    #[arg(long = "quota-update-conflict-fresh-get", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
+    pub quota_update_conflict_fresh_get: bool,
+
     /// How often self-managed certificates and configurations are re-checked.
     #[arg(long = "webhook-cert-resync", default_value = "1m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub cert_resync: Duration,
@@ -175,6 +203,16 @@ impl WebhookArgs {
         match self.host.as_deref().filter(|h| !h.is_empty()) {
             Some(host) => host.to_owned(),
             None => crate::cert::service_dns_name(&self.namespace, &self.service_name),
+        }
+    }
+
+    /// The `--quota-update-*` settings.
+    pub fn quota_update_settings(&self) -> quota_evaluate::UpdateSettings {
+        quota_evaluate::UpdateSettings {
+            max_retries: u32::try_from(self.quota_update_max_retries.max(0)).unwrap_or(u32::MAX),
+            retry_jitter: self.quota_update_retry_jitter,
+            max_total_jitter: self.quota_update_max_total_jitter,
+            conflict_fresh_get: self.quota_update_conflict_fresh_get,
         }
     }
 
@@ -239,6 +277,10 @@ pub async fn start(
     spawn_watch(&client, caches.namespaces.clone(), &context.shutdown);
     spawn_watch(&client, caches.priority_classes.clone(), &context.shutdown);
     spawn_watch(&client, caches.quotas.clone(), &context.shutdown);
+    let gates = args.feature_gates.admission_gates();
+    if gates.multi_quota_tree {
+        spawn_watch(&client, caches.quota_profiles.clone(), &context.shutdown);
+    }
 
     let cert = ReloadableCert::default();
     let cert_status = context.health.readiness_status(
@@ -290,13 +332,15 @@ pub async fn start(
     }
 
     let readiness_caches = caches.clone();
+    // With quota admission on, every pod create reads the ElasticQuota cache.
+    let quotas_needed = gates.quota_evaluation.enabled;
     context.health.add_readiness_check(
         WEBHOOK_READY_CHECK,
         koord_common::health::FnCheck(move || {
             let waiting: Vec<_> = readiness_caches
                 .unsynced()
                 .into_iter()
-                .filter(|name| *name != "elasticquotas")
+                .filter(|name| quotas_needed || *name != "elasticquotas")
                 .collect();
             if waiting.is_empty() {
                 Ok(())
@@ -310,7 +354,19 @@ pub async fn start(
     );
 
     let mut handlers = Handlers::new(caches.clone(), slo_config);
-    handlers.gates = args.feature_gates.admission_gates();
+    handlers.gates = gates;
+    if gates.quota_evaluation.enabled {
+        let settings = args.quota_update_settings();
+        let access = quota_evaluator::KubeQuotaAccess::new(
+            client.clone(),
+            caches.quotas.clone(),
+            settings.conflict_fresh_get,
+        );
+        handlers.quota_evaluator = Some(quota_evaluator::QuotaEvaluator::new(
+            Arc::new(access),
+            settings,
+        ));
+    }
     handlers.paths = args.feature_gates.enabled_paths();
     handlers.namespace_api = Some(client.clone());
     handlers.eviction_scope =
