@@ -104,8 +104,42 @@ impl Webhook for ValidatingWebhook {
     }
 }
 
-/// Rebuilds a webhook list from the template (recorded on first sight).
-fn render<W: Webhook>(
+/// The recorded template brought up to date with the live list: an entry added since it was
+/// recorded (a `helm upgrade` that turns a gate on) joins it, and an entry changed since (the
+/// chart's new `sideEffects`, rules, failure policy) replaces the recorded one, unless the
+/// change is only what this manager writes (CA bundle, service or URL). Entries this server
+/// dropped because it does not serve their path stay as recorded, so a replica that serves
+/// them can put them back.
+fn refresh_template<W: Webhook + PartialEq>(
+    recorded: &[W],
+    live: &[W],
+    ca_bundle: &[u8],
+    target: &Target,
+) -> Vec<W> {
+    let pointed = |webhook: &W| {
+        let mut webhook = webhook.clone();
+        point_at(webhook.client_config(), ca_bundle, target);
+        webhook
+    };
+    let mut merged: Vec<W> = recorded
+        .iter()
+        .map(
+            |kept| match live.iter().find(|current| current.name() == kept.name()) {
+                Some(current) if pointed(current) != pointed(kept) => current.clone(),
+                _ => kept.clone(),
+            },
+        )
+        .collect();
+    for current in live {
+        if !recorded.iter().any(|kept| kept.name() == current.name()) {
+            merged.push(current.clone());
+        }
+    }
+    merged
+}
+
+/// Rebuilds a webhook list from the template (recorded on first sight, refreshed from the live list).
+fn render<W: Webhook + PartialEq>(
     kind: &'static str,
     name: &str,
     annotations: &mut Option<std::collections::BTreeMap<String, String>>,
@@ -120,16 +154,24 @@ fn render<W: Webhook>(
         source,
     };
     let annotations = annotations.get_or_insert_with(Default::default);
+    let live = webhooks.clone().unwrap_or_default();
     let template: Vec<W> = match annotations
         .get(TEMPLATE_ANNOTATION)
         .filter(|t| !t.is_empty())
     {
-        Some(text) => serde_json::from_str(text).map_err(template_error)?,
+        Some(text) => {
+            let recorded: Vec<W> = serde_json::from_str(text).map_err(template_error)?;
+            let merged = refresh_template(&recorded, &live, ca_bundle, target);
+            if merged != recorded {
+                let text = serde_json::to_string(&merged).map_err(template_error)?;
+                annotations.insert(TEMPLATE_ANNOTATION.to_owned(), text);
+            }
+            merged
+        }
         None => {
-            let current = webhooks.clone().unwrap_or_default();
-            let text = serde_json::to_string(&current).map_err(template_error)?;
+            let text = serde_json::to_string(&live).map_err(template_error)?;
             annotations.insert(TEMPLATE_ANNOTATION.to_owned(), text);
-            current
+            live
         }
     };
     let mut rendered = Vec::with_capacity(template.len());
@@ -283,6 +325,47 @@ mod tests {
             ]
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_helm_upgrade_adding_or_changing_entries_reaches_the_template() {
+        let served: BTreeSet<&str> = ["/mutate-pod", "/mutate-node-status"].into();
+        // Installed first: the template is recorded, the reservation entry dropped (unserved).
+        let first = render_mutating(&mutating(), b"CA", &served, &target())
+            .unwrap()
+            .unwrap();
+        // The upgrade re-applies the chart: a new entry, and mpod's sideEffects changed.
+        let mut upgraded = first.clone();
+        let mut webhooks = upgraded.webhooks.take().unwrap();
+        webhooks[0].side_effects = "NoneOnDryRun".into();
+        webhooks.push(
+            serde_json::from_value(json!({
+                "name": "mnode-status.koordinator.sh", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "clientConfig": {"service": {"name": "koordinator-webhook-service", "namespace": "koordinator-system", "path": "/mutate-node-status"}}
+            }))
+            .unwrap(),
+        );
+        upgraded.webhooks = Some(webhooks);
+        let desired = render_mutating(&upgraded, b"CA", &served, &target())
+            .unwrap()
+            .unwrap();
+        let webhooks = desired.webhooks.as_ref().unwrap();
+        let names: Vec<&str> = webhooks.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["mpod-create.koordinator.sh", "mnode-status.koordinator.sh"]
+        );
+        assert_eq!(webhooks[0].side_effects, "NoneOnDryRun");
+        assert!(webhooks[1].client_config.ca_bundle.is_some());
+        let template: Vec<MutatingWebhook> = serde_json::from_str(
+            &desired.metadata.annotations.as_ref().unwrap()[TEMPLATE_ANNOTATION],
+        )
+        .unwrap();
+        // The dropped reservation entry stays recorded for a replica that serves it.
+        assert_eq!(template.len(), 3);
+        // Only the CA bundle differing (the manager's own write) leaves the template alone.
+        let again = render_mutating(&desired, b"CA", &served, &target()).unwrap();
+        assert!(again.is_none(), "a second pass changes nothing");
     }
 
     #[test]
