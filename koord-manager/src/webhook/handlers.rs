@@ -543,19 +543,9 @@ impl Handlers {
         {
             return Decision::allow();
         }
-        let new_pod: Pod = match request.decode(false) {
-            Ok(Some(pod)) => pod,
-            Ok(None) => return Decision::bad_request("the request has no object"),
+        let (new_pod, old_pod): (Pod, Option<Pod>) = match request.decode_with_old() {
+            Ok(decoded) => decoded,
             Err(denied) => return denied,
-        };
-        let old_pod: Option<Pod> = if request.operation == Operation::Update {
-            match request.decode(true) {
-                Ok(Some(pod)) => Some(pod),
-                Ok(None) => return Decision::bad_request("the update request has no oldObject"),
-                Err(denied) => return denied,
-            }
-        } else {
-            None
         };
         let options = PodValidationOptions {
             skip_validating_priority: self.gates.colocation_profile_skip_validating_priority,
@@ -744,19 +734,9 @@ impl Handlers {
         {
             return Decision::allow();
         }
-        let node: Node = match request.decode(false) {
-            Ok(Some(node)) => node,
-            Ok(None) => return Decision::bad_request("the request has no object"),
+        let (node, old): (Node, Option<Node>) = match request.decode_with_old() {
+            Ok(decoded) => decoded,
             Err(denied) => return denied,
-        };
-        let old: Option<Node> = if request.operation == Operation::Update {
-            match request.decode(true) {
-                Ok(Some(node)) => Some(node),
-                Ok(None) => return Decision::bad_request("the update request has no oldObject"),
-                Err(denied) => return denied,
-            }
-        } else {
-            None
         };
         let original = match serde_json::to_value(&node) {
             Ok(value) => value,
@@ -804,19 +784,9 @@ impl Handlers {
         {
             return Decision::allow();
         }
-        let node: Node = match request.decode(false) {
-            Ok(Some(node)) => node,
-            Ok(None) => return Decision::bad_request("the request has no object"),
+        let (node, old): (Node, Option<Node>) = match request.decode_with_old() {
+            Ok(decoded) => decoded,
             Err(denied) => return denied,
-        };
-        let old: Option<Node> = if request.operation == Operation::Update {
-            match request.decode(true) {
-                Ok(Some(node)) => Some(node),
-                Ok(None) => return Decision::bad_request("the update request has no oldObject"),
-                Err(denied) => return denied,
-            }
-        } else {
-            None
         };
         if !super::node_validating::need_check(&node, old.as_ref()) {
             return Decision::allow();

@@ -115,6 +115,25 @@ impl AdmissionRequest {
                 .map_err(|err| Decision::bad_request(format!("cannot decode {field}: {err}"))),
         }
     }
+
+    /// The object, and on UPDATE the old object too; a missing one (or a
+    /// malformed one) is the 400 to answer.
+    pub fn decode_with_old<T: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<(T, Option<T>), Decision> {
+        let object = self
+            .decode(false)?
+            .ok_or_else(|| Decision::bad_request("the request has no object"))?;
+        let old = if self.operation == Operation::Update {
+            let old = self
+                .decode(true)?
+                .ok_or_else(|| Decision::bad_request("the update request has no oldObject"))?;
+            Some(old)
+        } else {
+            None
+        };
+        Ok((object, old))
+    }
 }
 
 /// What a webhook decided. `code` and `message` end up in the response's
