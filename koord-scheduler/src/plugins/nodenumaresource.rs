@@ -26,6 +26,9 @@ use apis::topology::v1alpha1::NodeResourceTopology;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
+mod accumulator;
+
+use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
@@ -108,6 +111,8 @@ struct NodeTopology {
     kubelet_reserved: CpuSet,
     kubelet_full_pcpus_only: bool,
     nrt_numa_policy: NUMATopologyPolicy,
+    /// `cpus` arranged for the accumulator.
+    layout: CpuLayout,
 }
 
 /// One pod's cpuset on a node.
@@ -165,6 +170,7 @@ fn topology_from(
         *per_core.entry(core_key(info)).or_default() += 1;
     }
     topology.cpus_per_core = per_core.values().copied().max().unwrap_or(0);
+    topology.layout = CpuLayout::new(&topology.cpus);
     if let Ok(Some(policy)) = get_kubelet_cpu_manager_policy(annotations) {
         topology
             .kubelet_reserved
@@ -301,25 +307,17 @@ impl NodeNUMAResource {
                 return Ok(choice);
             }
             if !holder.restricted {
+                // The CPUs it still holds first, the rest from the free
+                // CPUs other reservations do not hold.
                 let others = self.held_on(&node.name, now, Some(name));
-                // Aligned: all it still holds plus the rest from the free
-                // CPUs (only without a NUMA policy, which could split them).
-                if !left.is_empty() && left.len() < request.cpus {
-                    let mut rest = request.clone();
-                    rest.cpus -= left.len();
-                    let outside = self.choose(pod, &rest, node, |free| {
-                        free.retain(|cpu| !others.contains(*cpu) && !left.contains(*cpu))
-                    });
-                    if let Ok(Some(mut choice)) = outside
-                        && choice.numa_cpus.is_empty()
-                    {
-                        choice.cpus.extend(left.iter());
-                        return Ok(Some(choice));
-                    }
-                }
-                let freed = self.choose(pod, request, node, |free| {
-                    free.retain(|cpu| !others.contains(*cpu))
-                });
+                let preferred: BTreeSet<i32> = left.iter().collect();
+                let freed = self.choose_preferring(
+                    pod,
+                    request,
+                    node,
+                    |free| free.retain(|cpu| !others.contains(*cpu)),
+                    &preferred,
+                );
                 if let Ok(choice) = freed {
                     return Ok(choice);
                 }
@@ -397,6 +395,18 @@ impl NodeNUMAResource {
         node: &NodeInfo,
         restrict: impl Fn(&mut BTreeSet<i32>),
     ) -> Result<Option<Choice>, Rejection> {
+        self.choose_preferring(pod, request, node, restrict, &BTreeSet::new())
+    }
+
+    /// [`Self::choose`], taking CPUs of `preferred` before any other.
+    fn choose_preferring(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        restrict: impl Fn(&mut BTreeSet<i32>),
+        preferred: &BTreeSet<i32>,
+    ) -> Result<Option<Choice>, Rejection> {
         let empty = NodeTopology::default();
         let topology = self.topologies.get(&node.name).unwrap_or(&empty);
         let node_policy = match node_numa_topology_policy(node.labels()) {
@@ -462,56 +472,46 @@ impl NodeNUMAResource {
                     && !node_reserved.is_some_and(|r| r.contains(*cpu))
             })
             .collect();
-        let mut exclusive_cores = BTreeSet::new();
-        let mut exclusive_numa = BTreeSet::new();
+        // CPUs other pods hold, with the exclusive policy they hold them
+        // under: the accumulator keeps an exclusive pod off those cores /
+        // NUMA nodes when it can (upstream treats exclusivity as preferred).
+        let mut held: BTreeMap<i32, HeldCpu> = BTreeMap::new();
         if let Some(allocations) = self.allocations.get(&node.name) {
             for (key, allocation) in allocations {
                 if *key == pod.key {
                     continue;
                 }
-                let mut take = |cpu: i32, info: &CPUInfo| {
+                let mut take = |cpu: i32| {
                     free.remove(&cpu);
-                    match allocation.exclusive {
-                        Some(CPUExclusivePolicy::PCPULevel) => {
-                            exclusive_cores.insert(core_key(info));
-                        }
-                        Some(CPUExclusivePolicy::NUMANodeLevel) => {
-                            exclusive_numa.insert(info.node);
-                        }
-                        _ => {}
+                    let entry = held.entry(cpu).or_default();
+                    entry.ref_count += 1;
+                    if allocation
+                        .exclusive
+                        .is_some_and(|p| p != CPUExclusivePolicy::None)
+                    {
+                        entry.exclusive = allocation.exclusive;
                     }
                 };
                 if allocation.cpus.len() <= topology.cpus.len() {
                     for cpu in allocation.cpus.iter() {
-                        if let Some(info) = topology.cpus.get(&cpu) {
-                            take(cpu, info);
+                        if topology.cpus.contains_key(&cpu) {
+                            take(cpu);
                         }
                     }
                 } else {
-                    for (cpu, info) in &topology.cpus {
+                    for cpu in topology.cpus.keys() {
                         if allocation.cpus.contains(*cpu) {
-                            take(*cpu, info);
+                            take(*cpu);
                         }
                     }
                 }
             }
         }
         restrict(&mut free);
-        // An exclusive pod keeps clear of cores / NUMA nodes other exclusive pods use.
-        match request.exclusive {
-            Some(CPUExclusivePolicy::PCPULevel) => free.retain(|cpu| {
-                topology
-                    .cpus
-                    .get(cpu)
-                    .is_some_and(|i| !exclusive_cores.contains(&core_key(i)))
-            }),
-            Some(CPUExclusivePolicy::NUMANodeLevel) => free.retain(|cpu| {
-                topology
-                    .cpus
-                    .get(cpu)
-                    .is_some_and(|i| !exclusive_numa.contains(&i.node))
-            }),
-            _ => {}
+        // A required policy narrows the candidates as upstream does: whole
+        // free cores for FullPCPUs, one thread per core for SpreadByPCPUs.
+        if let Some(required) = required {
+            free = cpus_for_required_policy(topology, &free, required);
         }
         if free.len() < request.cpus {
             return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
@@ -530,8 +530,16 @@ impl NodeNUMAResource {
                 })
                 .collect()
         };
+        let take_request = TakeRequest {
+            count: request.cpus,
+            bind_policy: policy,
+            exclusive: request.exclusive,
+            strategy,
+            max_ref_count: 1,
+        };
         let take = |cpus: &BTreeSet<i32>| {
-            take_cpus(topology, cpus, request.cpus, policy, whole_cores, strategy)
+            take_preferred_cpus(&topology.layout, cpus, preferred, &held, take_request)
+                .filter(|chosen| required.is_none_or(|r| satisfies_policy(topology, chosen, r)))
         };
         let chosen = match numa_policy {
             NUMATopologyPolicy::None => take(&free),
@@ -631,106 +639,49 @@ fn ordered_numa(
     ordered
 }
 
-/// Picks `count` CPUs out of `free` under the bind policy; None if impossible.
-fn take_cpus(
+/// The CPUs a pod with a required bind policy may get: cores whose threads
+/// are all free for FullPCPUs, the lowest free thread of each core for
+/// SpreadByPCPUs.
+fn cpus_for_required_policy(
     topology: &NodeTopology,
     free: &BTreeSet<i32>,
-    count: usize,
-    policy: CPUBindPolicy,
-    whole_cores_only: bool,
-    strategy: NUMAAllocateStrategy,
-) -> Option<BTreeSet<i32>> {
-    if free.len() < count {
-        return None;
+    required: CPUBindPolicy,
+) -> BTreeSet<i32> {
+    let mut by_core: BTreeMap<(i32, i32), Vec<i32>> = BTreeMap::new();
+    for cpu in free {
+        if let Some(info) = topology.cpus.get(cpu) {
+            by_core.entry(core_key(info)).or_default().push(*cpu);
+        }
     }
-    let numa_ids: BTreeSet<i32> = topology.cpus.values().map(|c| c.node).collect();
-    let numa_rank: HashMap<i32, usize> = ordered_numa(topology, free, &numa_ids, strategy)
-        .into_iter()
-        .enumerate()
-        .map(|(rank, numa)| (numa, rank))
+    match required {
+        CPUBindPolicy::FullPCPUs => by_core
+            .into_values()
+            .filter(|threads| threads.len() == topology.layout.cpus_per_core())
+            .flatten()
+            .collect(),
+        CPUBindPolicy::SpreadByPCPUs => by_core
+            .into_values()
+            .filter_map(|threads| threads.first().copied())
+            .collect(),
+        _ => free.clone(),
+    }
+}
+
+/// Whether a chosen cpuset honours a required bind policy.
+fn satisfies_policy(
+    topology: &NodeTopology,
+    chosen: &BTreeSet<i32>,
+    required: CPUBindPolicy,
+) -> bool {
+    let cores: BTreeSet<(i32, i32)> = chosen
+        .iter()
+        .filter_map(|cpu| topology.cpus.get(cpu).map(core_key))
         .collect();
-    // Free threads per physical core, with the core's size and NUMA rank.
-    let mut cores: BTreeMap<(i32, i32), Vec<i32>> = BTreeMap::new();
-    let mut core_size: HashMap<(i32, i32), usize> = HashMap::new();
-    let mut core_numa: HashMap<(i32, i32), i32> = HashMap::new();
-    for info in topology.cpus.values() {
-        *core_size.entry(core_key(info)).or_default() += 1;
-        core_numa.insert(core_key(info), info.node);
-        if free.contains(&info.id) {
-            cores.entry(core_key(info)).or_default().push(info.id);
-        }
+    match required {
+        CPUBindPolicy::FullPCPUs => cores.len() * topology.layout.cpus_per_core() == chosen.len(),
+        CPUBindPolicy::SpreadByPCPUs => cores.len() == chosen.len(),
+        _ => true,
     }
-    let rank = |core: &(i32, i32)| {
-        core_numa
-            .get(core)
-            .and_then(|n| numa_rank.get(n))
-            .copied()
-            .unwrap_or(usize::MAX)
-    };
-    let is_whole = |core: &(i32, i32), threads: &Vec<i32>| {
-        core_size
-            .get(core)
-            .is_some_and(|size| *size == threads.len())
-    };
-    let mut chosen = BTreeSet::new();
-    match policy {
-        CPUBindPolicy::SpreadByPCPUs => {
-            // One thread per core per round, emptiest cores first.
-            let mut order: Vec<((i32, i32), Vec<i32>)> = cores.into_iter().collect();
-            order.sort_by_key(|(core, threads)| {
-                (rank(core), std::cmp::Reverse(threads.len()), *core)
-            });
-            let mut round = 0;
-            while chosen.len() < count {
-                let mut progressed = false;
-                for (_, threads) in &order {
-                    if chosen.len() == count {
-                        break;
-                    }
-                    if let Some(cpu) = threads.get(round) {
-                        chosen.insert(*cpu);
-                        progressed = true;
-                    }
-                }
-                if !progressed {
-                    return None;
-                }
-                round += 1;
-            }
-        }
-        _ => {
-            // Whole free cores first, packed NUMA by NUMA.
-            let mut whole: Vec<(&(i32, i32), &Vec<i32>)> =
-                cores.iter().filter(|(c, t)| is_whole(c, t)).collect();
-            whole.sort_by_key(|(core, _)| (rank(core), **core));
-            for (_, threads) in &whole {
-                if count - chosen.len() < threads.len() {
-                    break;
-                }
-                chosen.extend(threads.iter().copied());
-            }
-            if chosen.len() < count {
-                if whole_cores_only {
-                    return None;
-                }
-                // The rest from the fullest partial cores, then what is left.
-                let mut rest: Vec<(&(i32, i32), &Vec<i32>)> = cores.iter().collect();
-                rest.sort_by_key(|(core, threads)| {
-                    let left: usize = threads.iter().filter(|c| !chosen.contains(c)).count();
-                    (rank(core), left, **core)
-                });
-                for (_, threads) in rest {
-                    for cpu in threads {
-                        if chosen.len() == count {
-                            break;
-                        }
-                        chosen.insert(*cpu);
-                    }
-                }
-            }
-        }
-    }
-    (chosen.len() == count).then_some(chosen)
 }
 
 impl Plugin for NodeNUMAResource {
