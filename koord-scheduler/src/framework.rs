@@ -118,6 +118,28 @@ pub trait Plugin: Send + Sync {
         Ok(())
     }
 
+    /// Whether the pod must go to this feasible node when any feasible node
+    /// qualifies: `Some(true)` where the plugin wants the pod (an owner pod
+    /// where one of its reservations fits), `Some(false)` elsewhere, `None`
+    /// when the plugin has no such preference for the pod. This is how the
+    /// extender gives a preference the weight upstream's profile gives it
+    /// (Reservation scores 5000 times a normal plugin there), which an
+    /// extender's 0-10 score cannot.
+    fn prefers(
+        &self,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Option<bool> {
+        None
+    }
+
+    /// Why a node was left out by [`Plugin::prefers`].
+    fn preference_reason(&self) -> &'static str {
+        "node(s) not preferred"
+    }
+
     /// Whether [`Plugin::score`] means anything.
     fn scores(&self) -> bool {
         false
@@ -409,6 +431,7 @@ impl Scheduler {
                 .nodes_sorted()
                 .for_each(|n| check(&n.name, Some(n))),
         }
+        self.apply_preferences(pod, &mut outcome, state);
         outcome
     }
 
@@ -456,7 +479,85 @@ impl Scheduler {
                 }
             }
         }
+        let infos: Vec<&NodeInfo> = outcome
+            .feasible
+            .iter()
+            .filter_map(|n| self.cache.node(n))
+            .collect();
+        if let Some((keep, reasons)) = self.preferred_mask(pod, &infos, state) {
+            let feasible = std::mem::take(&mut outcome.feasible);
+            let all_indexes = std::mem::take(&mut indexes);
+            for (((name, index), kept), reason) in
+                feasible.into_iter().zip(all_indexes).zip(keep).zip(reasons)
+            {
+                if kept {
+                    outcome.feasible.push(name);
+                    indexes.push(index);
+                } else {
+                    outcome.failed.insert(name, reason.to_string());
+                }
+            }
+        }
         (outcome, indexes)
+    }
+
+    /// Which feasible nodes to keep under the plugins' preferences
+    /// ([`Plugin::prefers`]): for each preferring plugin in turn, when any
+    /// remaining node is wanted, the others are dropped with its reason.
+    /// None when no plugin narrows anything.
+    pub fn preferred_mask(
+        &self,
+        pod: &PodInfo,
+        feasible: &[&NodeInfo],
+        state: &CycleState,
+    ) -> Option<(Vec<bool>, Vec<&'static str>)> {
+        let mut keep = vec![true; feasible.len()];
+        let mut reasons = vec![""; feasible.len()];
+        let mut narrowed = false;
+        for entry in &self.plugins {
+            let mut wanted = Vec::with_capacity(feasible.len());
+            let mut any = false;
+            for (node, kept) in feasible.iter().zip(&keep) {
+                let want =
+                    *kept && entry.plugin.prefers(pod, node, &self.cache, state) == Some(true);
+                any |= want;
+                wanted.push(want);
+            }
+            if !any {
+                continue;
+            }
+            for ((kept, reason), want) in keep.iter_mut().zip(&mut reasons).zip(wanted) {
+                if *kept && !want {
+                    *kept = false;
+                    *reason = entry.plugin.preference_reason();
+                    narrowed = true;
+                }
+            }
+        }
+        narrowed.then_some((keep, reasons))
+    }
+
+    /// Moves feasible nodes the preferences leave out into `failed`.
+    fn apply_preferences(&self, pod: &PodInfo, outcome: &mut FilterOutcome, state: &CycleState) {
+        let infos: Vec<&NodeInfo> = outcome
+            .feasible
+            .iter()
+            .filter_map(|n| self.cache.node(n))
+            .collect();
+        if infos.len() != outcome.feasible.len() {
+            return;
+        }
+        let Some((keep, reasons)) = self.preferred_mask(pod, &infos, state) else {
+            return;
+        };
+        let feasible = std::mem::take(&mut outcome.feasible);
+        for ((name, kept), reason) in feasible.into_iter().zip(keep).zip(reasons) {
+            if kept {
+                outcome.feasible.push(name);
+            } else {
+                outcome.failed.insert(name, reason.to_string());
+            }
+        }
     }
 
     /// Fails every candidate with the same pre-filter rejection.
@@ -507,6 +608,18 @@ impl Scheduler {
                 Ok(()) => feasible.push(Some(node)),
                 Err(rejection) => rejected(node, rejection),
             }
+        }
+        let infos: Vec<&NodeInfo> = feasible.iter().flatten().copied().collect();
+        if let Some((keep, reasons)) = self.preferred_mask(pod, &infos, state) {
+            let mut kept_nodes = Vec::with_capacity(infos.len());
+            for ((node, kept), reason) in infos.into_iter().zip(keep).zip(reasons) {
+                if kept {
+                    kept_nodes.push(Some(node));
+                } else {
+                    rejected(node, Rejection::unschedulable(reason));
+                }
+            }
+            return kept_nodes;
         }
         feasible
     }

@@ -27,6 +27,10 @@ use crate::resources::{InvalidAmount, Resources, exact_resources};
 pub const NAME: &str = "Reservation";
 
 pub const REASON_AFFINITY_NOT_MATCHED: &str = "node(s) didn't match reservation affinity";
+/// (ours) Why a feasible node is passed over for one where a reservation the
+/// pod owns fits: upstream reaches the same placement through a score weight.
+pub const REASON_RESERVATION_ELSEWHERE: &str =
+    "node(s) passed over for a node where a reservation of the pod fits";
 
 /// `ReservationArgs` (only the fields this extender uses).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -513,6 +517,35 @@ impl Plugin for ReservationPlugin {
         Self::fits(pod, node, &held).map_err(Rejection::unschedulable)
     }
 
+    /// An owner pod goes to a node where one of its reservations fits
+    /// whenever a feasible node has one (upstream's weight 5000).
+    fn prefers(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> Option<bool> {
+        let pod_state = state.read::<PodState>(STATE_KEY)?;
+        if pod_state.candidates.is_empty() {
+            return None;
+        }
+        // Fully, not just against other reservations' holds: the node is
+        // only worth insisting on if the pod really fits there.
+        let Some(chosen) = self.choose(pod, node, pod_state, state.now) else {
+            return Some(false);
+        };
+        let held = self.held(&node.name, state.now, Some(&chosen.name));
+        let fits = pod.requests.iter().all(|(name, amount)| {
+            amount <= node.allocatable.get(name) - node.requested.get(name) - held.get(name)
+        });
+        Some(fits)
+    }
+
+    fn preference_reason(&self) -> &'static str {
+        REASON_RESERVATION_ELSEWHERE
+    }
+
     /// Only with reservations around, so the extender's score scaling is
     /// unchanged in clusters that have none.
     fn scores(&self) -> bool {
@@ -924,6 +957,41 @@ mod tests {
         assert_eq!(outcome.feasible, vec!["n1".to_string(), "n2".to_string()]);
         let with_big = s.reserve("default/small", "n1", t0());
         assert!(with_big.is_ok());
+    }
+
+    #[test]
+    fn an_owner_goes_to_the_node_where_its_reservation_fits() {
+        // n2 is busy (6 of 8 cpus) and its last 2 are reserved for "owner";
+        // n1 is empty, so any load or fit score would pick n1.
+        let mut s = cluster(vec![
+            reservation("r1", "n2", "2", json!({})),
+            cpu_pod("owner", "2", &[]),
+        ]);
+        let outcome = testutil::filter(&s, "default/owner", t0());
+        assert_eq!(outcome.feasible, vec!["n2".to_string()]);
+        assert_eq!(outcome.failed["n1"], REASON_RESERVATION_ELSEWHERE);
+        let reserved = s.reserve("default/owner", "n2", t0()).unwrap();
+        assert!(allocated_of(&reserved.annotations).is_some());
+
+        // Wider than the reservation: it fits nowhere reserved, so no node
+        // is passed over for one.
+        let mut s = cluster(vec![
+            reservation("r1", "n2", "2", json!({})),
+            cpu_pod("owner", "3", &[]),
+        ]);
+        // (n2's own fullness is kube-scheduler's to check.)
+        let outcome = testutil::filter(&s, "default/owner", t0());
+        assert_eq!(outcome.feasible, vec!["n1".to_string(), "n2".to_string()]);
+        assert!(
+            !outcome
+                .failed
+                .values()
+                .any(|r| r == REASON_RESERVATION_ELSEWHERE)
+        );
+        // Others are not steered: a stranger keeps n1 and is kept off n2.
+        testutil::load(&mut s, vec![cpu_pod("stranger", "1", &[])]);
+        let outcome = testutil::filter(&s, "default/stranger", t0());
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
     }
 
     #[test]
