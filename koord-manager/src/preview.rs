@@ -1860,13 +1860,14 @@ zones:
         assert!(reports.windows(2).all(|pair| pair[0] == pair[1]));
         let report = &reports[0];
         let n1 = &report.nodes[0];
-        // node-0: 50 - 17.5 margin - 3.5 system - 5 (the pod bound to it),
-        // × the normalization ratio 1.2; node-1: 50 - 17.5 - 3.5.
+        // node-0: 50 - 20 margin (default cpuReclaimThresholdPercent 60) -
+        // 3.5 system - 5 (the pod bound to it), × the normalization ratio
+        // 1.2; node-1: 50 - 20 - 3.5.
         // Memory: 62G - 21.7G - 6G - 5G and 58G - 20.3G - 6G.
         let zones = n1.numa_batch.as_ref().unwrap_or_else(|| panic!("{n1:?}"));
         let get = |zone: &str, resource: &str| zones[zone][resource].as_str();
-        assert_eq!(get("node-0", "kubernetes.io/batch-cpu"), "28800");
-        assert_eq!(get("node-1", "kubernetes.io/batch-cpu"), "34800");
+        assert_eq!(get("node-0", "kubernetes.io/batch-cpu"), "25800");
+        assert_eq!(get("node-1", "kubernetes.io/batch-cpu"), "31800");
         assert_eq!(get("node-0", "kubernetes.io/batch-memory"), "29300000000");
         assert_eq!(get("node-1", "kubernetes.io/batch-memory"), "31700000000");
         assert_eq!(n1.numa_batch_reason, "");
@@ -1875,13 +1876,13 @@ zones:
         assert!(n2.numa_batch_reason.contains("withdrawn"), "{}", n2.numa_batch_reason);
 
         let json = serde_json::to_value(n1).unwrap();
-        assert_eq!(json["numaBatch"]["node-1"]["kubernetes.io/batch-cpu"], "34800");
+        assert_eq!(json["numaBatch"]["node-1"]["kubernetes.io/batch-cpu"], "31800");
         let text = render_text(report);
         let zone_line = text
             .lines()
             .find(|line| line.trim_start().starts_with("zone node-0"))
             .unwrap_or_else(|| panic!("{text}"));
-        assert!(zone_line.contains("28800") && zone_line.contains("29300000000"), "{zone_line}");
+        assert!(zone_line.contains("25800") && zone_line.contains("29300000000"), "{zone_line}");
 
         // Normalization off in the new config: the zones' batch CPU changes.
         let snapshot = Snapshot::parse(NUMA_SNAPSHOT, "numa").unwrap();
@@ -1895,7 +1896,7 @@ zones:
             .iter()
             .find(|c| c.path == "numaBatch.node-0.kubernetes.io/batch-cpu")
             .unwrap_or_else(|| panic!("{diff:?}"));
-        assert_eq!((change.current.as_str(), change.against.as_str()), (Some("28800"), Some("24k")));
+        assert_eq!((change.current.as_str(), change.against.as_str()), (Some("25800"), Some("21500")));
     }
 
     fn as_json_stream(yaml: &str) -> String {

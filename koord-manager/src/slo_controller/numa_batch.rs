@@ -1070,7 +1070,7 @@ mod tests {
         let scaled = zone_quantities(&amounts, Some(1.2));
         assert_eq!(scaled[0].1[BATCH_CPU].0, "18k");
         assert_eq!(scaled[1].1[BATCH_CPU].0, "12k");
-        assert_eq!(scaled[1].1[BATCH_MEMORY].0, "20000000000");
+        assert_eq!(scaled[1].1[BATCH_MEMORY].0, "19531250Ki");
         // A ratio of 1 or below, or none, leaves it.
         for ratio in [Some(1.0), Some(0.8), None] {
             assert_eq!(zone_quantities(&amounts, ratio)[0].1[BATCH_CPU].0, "15k");
