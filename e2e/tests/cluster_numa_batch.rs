@@ -22,7 +22,9 @@ use kube::Api;
 /// is scaled by it, so it bounds how far batch may exceed the zone's CPUs.
 const MAX_NORMALIZATION_RATIO: i64 = 5;
 
-fn milli(quantity: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> anyhow::Result<i64> {
+fn milli(
+    quantity: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+) -> anyhow::Result<i64> {
     Ok(QuantityValue::of(quantity)
         .with_context(|| format!("quantity {:?}", quantity.0))?
         .milli_value())
@@ -74,7 +76,9 @@ fn zone_batch(zone: &Zone) -> anyhow::Result<Option<(i64, i64)>> {
 }
 
 /// Every zone with `cpu` carries batch resources; `None` until they all do.
-fn all_zones_batch(topology: &NodeResourceTopology) -> anyhow::Result<Option<Vec<(String, i64, i64)>>> {
+fn all_zones_batch(
+    topology: &NodeResourceTopology,
+) -> anyhow::Result<Option<Vec<(String, i64, i64)>>> {
     let zones: Vec<&Zone> = topology
         .zones
         .iter()

@@ -40,8 +40,8 @@ use crate::slo_controller::node_meta::{
 };
 use crate::slo_controller::nodemetric::{NodeMetricAction, reconcile_node_metric};
 use crate::slo_controller::noderesource::{self, MANAGED_RESOURCES, NodeInputs, SyncDecision};
-use crate::slo_controller::numa_batch::{self, ZoneBatch};
 use crate::slo_controller::nodeslo::{NodeSloAction, reconcile_node_slo};
+use crate::slo_controller::numa_batch::{self, ZoneBatch};
 use crate::slo_controller::pods_by_node;
 
 /// Shortest pause between two event-triggered passes.

@@ -12,11 +12,11 @@ use std::io::Write;
 use std::time::SystemTime;
 
 use apis::configuration::SloControllerConfig;
-use apis::topology::v1alpha1::Zone;
 use apis::slo::v1alpha1::{
     HostApplicationMetricInfo, NodeMetric, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus,
     NodeSLOSpec, PeakMetric, PodMetricInfo, ReclaimableMetric,
 };
+use apis::topology::v1alpha1::Zone;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
@@ -1168,7 +1168,9 @@ fn numa_batch_report(
                     .map(|(zone, quantities)| {
                         let quantities = quantities
                             .iter()
-                            .map(|(resource, quantity)| ((*resource).to_owned(), quantity.0.clone()))
+                            .map(|(resource, quantity)| {
+                                ((*resource).to_owned(), quantity.0.clone())
+                            })
                             .collect();
                         (zone.clone(), quantities)
                     })
@@ -1873,16 +1875,26 @@ zones:
         assert_eq!(n1.numa_batch_reason, "");
         let n2 = &report.nodes[1];
         assert_eq!(n2.numa_batch, None);
-        assert!(n2.numa_batch_reason.contains("withdrawn"), "{}", n2.numa_batch_reason);
+        assert!(
+            n2.numa_batch_reason.contains("withdrawn"),
+            "{}",
+            n2.numa_batch_reason
+        );
 
         let json = serde_json::to_value(n1).unwrap();
-        assert_eq!(json["numaBatch"]["node-1"]["kubernetes.io/batch-cpu"], "31800");
+        assert_eq!(
+            json["numaBatch"]["node-1"]["kubernetes.io/batch-cpu"],
+            "31800"
+        );
         let text = render_text(report);
         let zone_line = text
             .lines()
             .find(|line| line.trim_start().starts_with("zone node-0"))
             .unwrap_or_else(|| panic!("{text}"));
-        assert!(zone_line.contains("25800") && zone_line.contains("29300000000"), "{zone_line}");
+        assert!(
+            zone_line.contains("25800") && zone_line.contains("29300000000"),
+            "{zone_line}"
+        );
 
         // Normalization off in the new config: the zones' batch CPU changes.
         let snapshot = Snapshot::parse(NUMA_SNAPSHOT, "numa").unwrap();
@@ -1890,13 +1902,18 @@ zones:
         let mut data = snapshot.config_maps[0].data.clone().unwrap();
         data.remove("cpu-normalization-config");
         let against = parse_config(Some(&data)).unwrap();
-        let diff = preview(&snapshot, &config, Some(&against), now).diff.unwrap();
+        let diff = preview(&snapshot, &config, Some(&against), now)
+            .diff
+            .unwrap();
         let change = diff[0]
             .changes
             .iter()
             .find(|c| c.path == "numaBatch.node-0.kubernetes.io/batch-cpu")
             .unwrap_or_else(|| panic!("{diff:?}"));
-        assert_eq!((change.current.as_str(), change.against.as_str()), (Some("25800"), Some("21500")));
+        assert_eq!(
+            (change.current.as_str(), change.against.as_str()),
+            (Some("25800"), Some("21500"))
+        );
     }
 
     fn as_json_stream(yaml: &str) -> String {

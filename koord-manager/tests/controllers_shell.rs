@@ -881,16 +881,27 @@ fn a_pass_writes_numa_zone_batch_resources_once() {
     // Each zone: 5 CPUs - 40% margin (default cpuReclaimThresholdPercent 60).
     for zone in patch["zones"].as_array().unwrap() {
         let resources = zone["resources"].as_array().unwrap();
-        let names: Vec<&str> = resources.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = resources
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
         assert_eq!(
             names,
-            ["cpu", "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "memory"]
+            [
+                "cpu",
+                "kubernetes.io/batch-cpu",
+                "kubernetes.io/batch-memory",
+                "memory"
+            ]
         );
         let batch_cpu = &resources[1];
         for field in ["capacity", "allocatable", "available"] {
             assert_eq!(batch_cpu[field], "3k", "{zone}");
         }
-        assert_eq!(resources[0]["allocatable"], "5", "koordlet's resources stay");
+        assert_eq!(
+            resources[0]["allocatable"], "5",
+            "koordlet's resources stay"
+        );
     }
 
     // Once written (and remembered), the same values are not written again.
@@ -919,7 +930,10 @@ fn a_pass_writes_numa_zone_batch_resources_once() {
         ..Default::default()
     };
     let without_batch = PassSettings {
-        plugins: NodeResourcePlugins::from_flag(Some(&["*".to_owned(), "-BatchResource".to_owned()])),
+        plugins: NodeResourcePlugins::from_flag(Some(&[
+            "*".to_owned(),
+            "-BatchResource".to_owned(),
+        ])),
         ..PassSettings::default()
     };
     let plan = plan_pass_with(
@@ -972,7 +986,10 @@ async fn topology_zones_are_written_as_a_merge_patch_of_the_object() {
     let path = "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies/worker";
     let api = RecordingApi::start(Box::new(move |method, request, _| {
         if method == "PATCH" && request == path {
-            (200, serde_json::to_string(&topology("worker", "10")).unwrap())
+            (
+                200,
+                serde_json::to_string(&topology("worker", "10")).unwrap(),
+            )
         } else if method == "PATCH" {
             (
                 409,
@@ -989,7 +1006,12 @@ async fn topology_zones_are_written_as_a_merge_patch_of_the_object() {
         patch: patch.clone(),
         reason: "test".into(),
     };
-    let written = apply_action_synced(&api.client(), &ControllerMetrics::default(), action("worker")).await;
+    let written = apply_action_synced(
+        &api.client(),
+        &ControllerMetrics::default(),
+        action("worker"),
+    )
+    .await;
     assert!(
         matches!(&written, Some(Synced::TopologyZones { node, .. }) if node == "worker"),
         "{written:?}"
@@ -1001,6 +1023,11 @@ async fn topology_zones_are_written_as_a_merge_patch_of_the_object() {
     assert_eq!(serde_json::from_str::<Value>(&seen[0].body).unwrap(), patch);
 
     // A conflict (koordlet wrote meanwhile) is not remembered as a sync.
-    let conflicted = apply_action_synced(&api.client(), &ControllerMetrics::default(), action("other")).await;
+    let conflicted = apply_action_synced(
+        &api.client(),
+        &ControllerMetrics::default(),
+        action("other"),
+    )
+    .await;
     assert_eq!(conflicted, None);
 }

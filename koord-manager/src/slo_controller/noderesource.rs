@@ -536,7 +536,10 @@ pub(crate) fn safety_margin(strategy: &ColocationStrategy, capacity: CpuMem) -> 
 /// high-priority pods, by the configured policy per resource (memory by
 /// `request` uses the reservation and pod requests instead), optionally
 /// capped at a share of capacity; never negative.
-pub(crate) fn batch_by_policy(strategy: &ColocationStrategy, terms: &BatchTerms) -> (CpuMem, String) {
+pub(crate) fn batch_by_policy(
+    strategy: &ColocationStrategy,
+    terms: &BatchTerms,
+) -> (CpuMem, String) {
     let capacity = terms.capacity;
     let margin = terms.margin;
     let reserved = terms.reserved;

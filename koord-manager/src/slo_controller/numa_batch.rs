@@ -87,9 +87,10 @@ pub enum ZoneBatch {
 /// Upstream `isNRTResourcesCreated`: some zone has a `cpu` or `memory` resource.
 pub fn has_cpu_or_memory(zones: &[Zone]) -> bool {
     zones.iter().any(|zone| {
-        zone.resources.iter().flatten().any(|info| {
-            info.name == RESOURCE_CPU || info.name == RESOURCE_MEMORY
-        })
+        zone.resources
+            .iter()
+            .flatten()
+            .any(|info| info.name == RESOURCE_CPU || info.name == RESOURCE_MEMORY)
     })
 }
 
@@ -290,7 +291,10 @@ fn split(
     }
     let unknown = spread(unknown, count);
     let reserved = spread(node_reserved, count);
-    let system_used = spread(usage.system_used(apis::extension::PriorityClass::Batch)?, count);
+    let system_used = spread(
+        usage.system_used(apis::extension::PriorityClass::Batch)?,
+        count,
+    );
 
     let mut amounts = Vec::with_capacity(count);
     for (position, (zone, sum)) in zones.iter().zip(&sums).enumerate() {
@@ -331,7 +335,10 @@ pub type ZoneQuantities = BTreeMap<&'static str, Quantity>;
 
 /// Each zone's `batch-cpu` (milli-cores counted as whole units, scaled by
 /// `ratio` when above 1) and `batch-memory` (bytes), by zone name.
-pub fn zone_quantities(amounts: &[ZoneAmount], ratio: Option<f64>) -> Vec<(String, ZoneQuantities)> {
+pub fn zone_quantities(
+    amounts: &[ZoneAmount],
+    ratio: Option<f64>,
+) -> Vec<(String, ZoneQuantities)> {
     amounts
         .iter()
         .map(|amount| {
@@ -391,7 +398,8 @@ pub fn zone_update(
     let period = Duration::from_secs(
         u64::try_from(strategy.update_time_threshold_seconds.unwrap_or(300)).unwrap_or(0),
     );
-    let expired = last_synced.is_none_or(|last| now.duration_since(last).unwrap_or_default() > period);
+    let expired =
+        last_synced.is_none_or(|last| now.duration_since(last).unwrap_or_default() > period);
     let desired: HashMap<&str, &ZoneQuantities> = desired
         .iter()
         .map(|(zone, quantities)| (zone.as_str(), quantities))
@@ -410,11 +418,17 @@ pub fn zone_update(
                     .filter(|info| ZONE_BATCH_RESOURCES.contains(&info.name.as_str()))
                 {
                     let is_zero = |q: &Quantity| !is_resource_diff(Some(q), Some(&zero()), 0.0);
-                    if is_zero(&info.capacity) && is_zero(&info.allocatable) && is_zero(&info.available) {
+                    if is_zero(&info.capacity)
+                        && is_zero(&info.allocatable)
+                        && is_zero(&info.available)
+                    {
                         continue;
                     }
                     due.get_or_insert_with(|| {
-                        format!("zone {}: {} reset (zone not calculated)", zone.name, info.name)
+                        format!(
+                            "zone {}: {} reset (zone not calculated)",
+                            zone.name, info.name
+                        )
                     });
                     info.capacity = zero();
                     info.allocatable = zero();
@@ -426,7 +440,11 @@ pub fn zone_update(
                 for (name, quantity) in quantities.iter() {
                     match resources.iter_mut().find(|info| info.name == *name) {
                         Some(info) => {
-                            for field in [&mut info.capacity, &mut info.allocatable, &mut info.available] {
+                            for field in [
+                                &mut info.capacity,
+                                &mut info.allocatable,
+                                &mut info.available,
+                            ] {
                                 if is_resource_diff(Some(field), Some(quantity), threshold) {
                                     due.get_or_insert_with(|| {
                                         format!(
@@ -594,8 +612,22 @@ mod tests {
     fn pods(first: Pod) -> Vec<Pod> {
         vec![
             first,
-            pod("podProd1", None, Some(PROD_MAX), None, "Running", &[("10", "10G")]),
-            pod("podBatch", Some("BE"), None, None, "Running", &[("10", "10G")]),
+            pod(
+                "podProd1",
+                None,
+                Some(PROD_MAX),
+                None,
+                "Running",
+                &[("10", "10G")],
+            ),
+            pod(
+                "podBatch",
+                Some("BE"),
+                None,
+                None,
+                "Running",
+                &[("10", "10G")],
+            ),
             pod(
                 "podMid",
                 Some("BE"),
@@ -680,7 +712,14 @@ mod tests {
             "Running",
             &[("10", "10G")],
         );
-        let ls = pod("podProd", Some("LS"), None, None, "Running", &[("10", "10G")]);
+        let ls = pod(
+            "podProd",
+            Some("LS"),
+            None,
+            None,
+            "Running",
+            &[("10", "10G")],
+        );
         let lse_numa0 = pod(
             "podProdLSE",
             Some("LSE"),
@@ -755,10 +794,7 @@ mod tests {
                 usage_metric("podProdLSE"),
                 &two,
                 CpuMem::new(20_000, 18 * G),
-                vec![
-                    ("node-0", 5_000, 5_300 * M),
-                    ("node-1", 15_000, 12_700 * M),
-                ],
+                vec![("node-0", 5_000, 5_300 * M), ("node-1", 15_000, 12_700 * M)],
             ),
             (
                 // node-0: 50 - 17.5 - 3.5 - (14 + 10 + 1); node-1: ... - (14 + 1)
@@ -768,10 +804,7 @@ mod tests {
                 dangling_metric(false),
                 &two,
                 CpuMem::new(18_000, 18 * G),
-                vec![
-                    ("node-0", 4_000, 5_300 * M),
-                    ("node-1", 14_000, 12_700 * M),
-                ],
+                vec![("node-0", 4_000, 5_300 * M), ("node-1", 14_000, 12_700 * M)],
             ),
             (
                 // Two more metric-only pods: the prod one (4) counts 2 per zone.
@@ -781,10 +814,7 @@ mod tests {
                 dangling_metric(true),
                 &two,
                 CpuMem::new(14_000, 18 * G),
-                vec![
-                    ("node-0", 2_000, 5_300 * M),
-                    ("node-1", 12_000, 12_700 * M),
-                ],
+                vec![("node-0", 2_000, 5_300 * M), ("node-1", 12_000, 12_700 * M)],
             ),
         ];
         for (name, strategy, pods, metric, zones, node_want, zones_want) in cases {
@@ -796,14 +826,24 @@ mod tests {
 
     #[test]
     fn zones_are_left_alone_without_a_topology_or_cpu_and_memory() {
-        let pods = pods(pod("podProd", Some("LS"), None, None, "Running", &[("1", "1G")]));
+        let pods = pods(pod(
+            "podProd",
+            Some("LS"),
+            None,
+            None,
+            "Running",
+            &[("1", "1G")],
+        ));
         let metric = metric(&[]);
         let (_, batch) = zone_amounts(&strategy(false), &pods, &metric, None);
         assert_eq!(
             batch,
             ZoneBatch::Untouched(ZONES_UNTOUCHED_NO_TOPOLOGY.to_owned())
         );
-        let bare = [zone("node-0", &[("hugepages-2Mi", "0")]), zone("node-1", &[])];
+        let bare = [
+            zone("node-0", &[("hugepages-2Mi", "0")]),
+            zone("node-1", &[]),
+        ];
         let (_, batch) = zone_amounts(&strategy(false), &pods, &metric, Some(&bare));
         assert_eq!(
             batch,
@@ -830,7 +870,14 @@ mod tests {
 
     #[test]
     fn a_zone_amount_that_cannot_be_read_refuses_the_zones_only() {
-        let pods = pods(pod("podProd", Some("LS"), None, None, "Running", &[("1", "1G")]));
+        let pods = pods(pod(
+            "podProd",
+            Some("LS"),
+            None,
+            None,
+            "Running",
+            &[("1", "1G")],
+        ));
         let metric = metric(&[]);
         for (zones, problem) in [
             (
@@ -842,7 +889,10 @@ mod tests {
                 "invalid quantity",
             ),
             (
-                vec![zone("node-0", &[("cpu", "1")]), zone("node-0", &[("cpu", "1")])],
+                vec![
+                    zone("node-0", &[("cpu", "1")]),
+                    zone("node-0", &[("cpu", "1")]),
+                ],
                 "appears more than once",
             ),
         ] {
@@ -885,7 +935,10 @@ mod tests {
 
     #[test]
     fn spreading_rounds_up_as_upstream_divides() {
-        assert_eq!(spread(CpuMem::new(7000, 12 * G), 2), CpuMem::new(3500, 6 * G));
+        assert_eq!(
+            spread(CpuMem::new(7000, 12 * G), 2),
+            CpuMem::new(3500, 6 * G)
+        );
         assert_eq!(spread(CpuMem::new(1000, 10), 3), CpuMem::new(334, 4));
         assert_eq!(spread(CpuMem::new(0, 0), 4), CpuMem::ZERO);
     }
@@ -907,7 +960,11 @@ mod tests {
 
     fn batch_of(zones: &[Zone], zone: &str, resource: &str) -> Option<[String; 3]> {
         let zone = zones.iter().find(|z| z.name == zone)?;
-        let info = zone.resources.as_ref()?.iter().find(|i| i.name == resource)?;
+        let info = zone
+            .resources
+            .as_ref()?
+            .iter()
+            .find(|i| i.name == resource)?;
         Some([
             info.capacity.0.clone(),
             info.allocatable.0.clone(),
@@ -1030,7 +1087,13 @@ mod tests {
             ["0", "0", "0"]
         );
         assert_eq!(
-            zone_update(Some(&threshold_strategy), &reset.zones, &partial, recently, t0),
+            zone_update(
+                Some(&threshold_strategy),
+                &reset.zones,
+                &partial,
+                recently,
+                t0
+            ),
             None
         );
         // A zone without resources at all is left without them.
@@ -1042,14 +1105,26 @@ mod tests {
         });
         let same_exact = quantities(&[("node-0", "25000", "62G"), ("node-1", "25000", "58G")]);
         assert_eq!(
-            zone_update(Some(&threshold_strategy), &no_resources, &same_exact, None, t0),
+            zone_update(
+                Some(&threshold_strategy),
+                &no_resources,
+                &same_exact,
+                None,
+                t0
+            ),
             None
         );
         // A value that cannot be read is replaced.
         let mut broken = written.clone();
         broken[0].resources.as_mut().unwrap()[1].available = Quantity("lots".into());
-        let repaired = zone_update(Some(&threshold_strategy), &broken, &same_exact, recently, t0)
-            .expect("an unreadable value is rewritten");
+        let repaired = zone_update(
+            Some(&threshold_strategy),
+            &broken,
+            &same_exact,
+            recently,
+            t0,
+        )
+        .expect("an unreadable value is rewritten");
         assert_eq!(repaired.zones, written);
     }
 
@@ -1082,7 +1157,11 @@ mod tests {
         meta.cpu_normalization.ran = true;
         assert_eq!(normalization_ratio(&meta), Some(1.2));
         meta.cpu_normalization.error = Some("NodeResourceTopology missing".into());
-        assert_eq!(normalization_ratio(&meta), None, "failed: the old annotation is not used");
+        assert_eq!(
+            normalization_ratio(&meta),
+            None,
+            "failed: the old annotation is not used"
+        );
     }
 
     #[test]
