@@ -1045,10 +1045,13 @@ pub struct NodeReport {
     /// each zone of the node's NodeResourceTopology (zone name → resource →
     /// quantity, batch CPU after CPU normalization); `null` when the zones
     /// are left as they are.
-    pub numa_batch: Option<BTreeMap<String, BTreeMap<String, String>>>,
+    pub numa_batch: Option<ZoneBatchReport>,
     /// Why `numaBatch` is `null`; empty otherwise.
     pub numa_batch_reason: String,
 }
+
+/// Zone name → resource → quantity text.
+pub type ZoneBatchReport = BTreeMap<String, BTreeMap<String, String>>;
 
 /// One field that a config change would change.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -1157,9 +1160,7 @@ fn ratio_report(node: &Node, plan: &NodePlan) -> RatioReport {
 }
 
 /// The `numaBatch` and `numaBatchReason` fields of a node's report.
-fn numa_batch_report(
-    plan: &NodePlan,
-) -> (Option<BTreeMap<String, BTreeMap<String, String>>>, String) {
+fn numa_batch_report(plan: &NodePlan) -> (Option<ZoneBatchReport>, String) {
     match &plan.numa_batch {
         Ok(zones) => (
             Some(

@@ -762,7 +762,7 @@ mod tests {
             CpuMem,
             Vec<(&'a str, i64, i64)>,
         );
-        let cases: Vec<Case> = vec![
+        let cases: Vec<Case<'_>> = vec![
             (
                 "one NUMA zone: the node's amounts",
                 strategy(false),
