@@ -1031,3 +1031,35 @@ async fn topology_zones_are_written_as_a_merge_patch_of_the_object() {
     .await;
     assert_eq!(conflicted, None);
 }
+
+#[test]
+fn the_topology_cache_keeps_zones_version_and_cpu_basic_info_only() {
+    let mut cached = topology("worker", "9");
+    cached.metadata.annotations = Some(
+        [
+            (
+                "node.koordinator.sh/cpu-basic-info",
+                "{\"cpuModel\":\"Xeon\"}",
+            ),
+            ("node.koordinator.sh/cpu-topology", "{\"detail\":[]}"),
+            ("node.koordinator.sh/pod-cpu-allocs", "[]"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    cached.metadata.managed_fields = Some(vec![Default::default()]);
+    let zones = cached.zones.clone();
+    koord_manager::controllers::trim_topology(&mut cached);
+    let keys: Vec<&String> = cached
+        .metadata
+        .annotations
+        .as_ref()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["node.koordinator.sh/cpu-basic-info"]);
+    assert_eq!(cached.metadata.managed_fields, None);
+    assert_eq!(cached.metadata.resource_version.as_deref(), Some("9"));
+    assert_eq!(cached.zones, zones);
+}
