@@ -25,7 +25,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -42,6 +41,7 @@ use crate::slo_controller::node_meta::{
 use crate::slo_controller::nodemetric::{NodeMetricAction, reconcile_node_metric};
 use crate::slo_controller::noderesource::{self, MANAGED_RESOURCES, NodeInputs, SyncDecision};
 use crate::slo_controller::nodeslo::{NodeSloAction, reconcile_node_slo};
+use crate::slo_controller::numa_batch::{self, ZoneBatch};
 use crate::slo_controller::pods_by_node;
 
 /// Shortest pause between two event-triggered passes.
@@ -211,9 +211,9 @@ pub struct ClusterView {
     pub pods: Vec<Arc<Pod>>,
     pub profiles: Vec<Arc<ElasticQuotaProfile>>,
     pub quotas: Vec<Arc<ElasticQuota>>,
-    /// NodeResourceTopologies, metadata only (the CPU normalization plugin
-    /// reads their `cpu-basic-info` annotation).
-    pub topologies: Vec<Arc<PartialObjectMeta<NodeResourceTopology>>>,
+    /// NodeResourceTopologies: the CPU normalization plugin reads their
+    /// `cpu-basic-info` annotation, the BatchResource plugin their zones.
+    pub topologies: Vec<Arc<NodeResourceTopology>>,
 }
 
 /// One API write.
@@ -234,6 +234,13 @@ pub enum Action {
     /// JSON merge patch of the Node's metadata (the CPU normalization and
     /// resource amplification ratio annotations).
     PatchNodeMeta {
+        node: String,
+        patch: serde_json::Value,
+        reason: String,
+    },
+    /// JSON merge patch of the zones of the node's NodeResourceTopology
+    /// (NUMA-level batch resources), guarded by its resourceVersion.
+    PatchTopologyZones {
         node: String,
         patch: serde_json::Value,
         reason: String,
@@ -357,6 +364,8 @@ pub struct PassSettings {
     /// ConfigMap keys never valid since start, with why
     /// ([`ConfigState::unavailable_keys`]).
     pub unavailable_keys: BTreeMap<String, String>,
+    /// When this process last wrote each node's NodeResourceTopology zones.
+    pub topology_last_synced: HashMap<String, SystemTime>,
 }
 
 /// Decides every write of one pass with every node resource plugin on.
@@ -395,18 +404,22 @@ pub fn plan_pass_with(
 ) -> PassPlan {
     let mut plan = PassPlan::default();
     let no_annotations = BTreeMap::new();
-    let topologies: HashMap<&str, &BTreeMap<String, String>> = view
+    let topology_objects: HashMap<&str, &NodeResourceTopology> = view
         .topologies
         .iter()
-        .filter_map(|topology| {
-            Some((
-                topology.metadata.name.as_deref()?,
+        .filter_map(|topology| Some((topology.metadata.name.as_deref()?, topology.as_ref())))
+        .collect();
+    let topologies: HashMap<&str, &BTreeMap<String, String>> = topology_objects
+        .iter()
+        .map(|(name, topology)| {
+            (
+                *name,
                 topology
                     .metadata
                     .annotations
                     .as_ref()
                     .unwrap_or(&no_annotations),
-            ))
+            )
         })
         .collect();
     let (nodes, duplicate_nodes) = by_name(&view.nodes, "Node", &mut plan.refused);
@@ -539,6 +552,9 @@ pub fn plan_pass_with(
                     node,
                     node_metric: metric,
                     pods: node_pods,
+                    topology_zones: topology_objects
+                        .get(name)
+                        .map(|topology| topology.zones.as_slice()),
                 },
                 now,
             );
@@ -587,6 +603,41 @@ pub fn plan_pass_with(
                     patch,
                     reason: format!("{reason}; {}", resources.reason),
                 });
+            }
+            // BatchResource's NUMA-level part (upstream's PreUpdate): the
+            // zones of the node's NodeResourceTopology, decided on their own.
+            if settings.plugins.batch_resource {
+                match (&resources.zones, topology_objects.get(name)) {
+                    (ZoneBatch::Zones(amounts), Some(topology)) => {
+                        let desired = numa_batch::zone_quantities(
+                            amounts,
+                            numa_batch::normalization_ratio(&meta),
+                        );
+                        if let Some(write) = numa_batch::zone_update(
+                            colocation.strategy.as_ref(),
+                            &topology.zones,
+                            &desired,
+                            settings.topology_last_synced.get(name).copied(),
+                            now,
+                        ) {
+                            plan.actions.push(Action::PatchTopologyZones {
+                                node: name.to_owned(),
+                                patch: numa_batch::zones_patch(
+                                    &write,
+                                    topology.metadata.resource_version.as_deref(),
+                                ),
+                                reason: write.reason,
+                            });
+                        }
+                    }
+                    (ZoneBatch::Refused(error), _) => plan.refused.push(Refusal {
+                        node: Some(name.to_owned()),
+                        reason: format!(
+                            "{error}; the node's NUMA-zone batch resources are left as they are"
+                        ),
+                    }),
+                    _ => {}
+                }
             }
             plan.computed.push(Computed {
                 node: name.to_owned(),
@@ -694,6 +745,42 @@ where
     reader
 }
 
+/// Drops what the manager does not read of a NodeResourceTopology before it
+/// is cached: every annotation but `cpu-basic-info` (koordlet's CPU topology
+/// and allocation annotations are most of the object) and the managed fields.
+/// The zones and the resourceVersion (which guards the zone writes) stay.
+pub fn trim_topology(topology: &mut NodeResourceTopology) {
+    if let Some(annotations) = topology.metadata.annotations.as_mut() {
+        annotations.retain(|key, _| key == apis::extension::ANNOTATION_CPU_BASIC_INFO);
+    }
+    topology.metadata.managed_fields = None;
+}
+
+/// The NodeResourceTopology reflector: full objects, trimmed before caching.
+fn spawn_topology_reflector(
+    api: Api<NodeResourceTopology>,
+    notify: Arc<Notify>,
+) -> Store<NodeResourceTopology> {
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).modify(trim_topology),
+    )
+    .default_backoff();
+    tokio::spawn(async move {
+        let mut stream = Box::pin(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => notify.notify_one(),
+                Err(err) => {
+                    tracing::warn!(resource = "noderesourcetopologies", error = %err, "watch failed; retrying")
+                }
+            }
+        }
+    });
+    reader
+}
+
 /// The caches of one controller process.
 pub struct Caches {
     pub nodes: Store<Node>,
@@ -703,9 +790,10 @@ pub struct Caches {
     pub config_maps: Store<ConfigMap>,
     pub profiles: Store<ElasticQuotaProfile>,
     pub quotas: Store<ElasticQuota>,
-    /// Metadata only; not waited for (the CRD may be missing: the CPU
-    /// normalization plugin then finds no topology and leaves the ratio).
-    pub topologies: Store<PartialObjectMeta<NodeResourceTopology>>,
+    /// Zones and the `cpu-basic-info` annotation only ([`trim_topology`]);
+    /// not waited for (the CRD may be missing: the CPU normalization plugin
+    /// then finds no topology and leaves the ratio, and no zone is written).
+    pub topologies: Store<NodeResourceTopology>,
 }
 
 impl Caches {
@@ -756,13 +844,7 @@ impl Caches {
                 notify.clone(),
                 "elasticquotas",
             ),
-            // `PartialObjectMeta`: metadata-only lists and watches.
-            topologies: spawn_reflector(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                notify.clone(),
-                "noderesourcetopologies",
-            ),
+            topologies: spawn_topology_reflector(Api::all(client.clone()), notify.clone()),
         }
     }
 
@@ -804,6 +886,8 @@ pub struct Reconciler {
     config_map_present: Option<bool>,
     paused: Vec<Paused>,
     last_synced: HashMap<String, SystemTime>,
+    /// When each node's NodeResourceTopology zones were last written.
+    topology_last_synced: HashMap<String, SystemTime>,
     known_nodes: HashSet<String>,
     /// Nodes refused in the last pass, with the reason.
     refused_nodes: HashMap<String, String>,
@@ -837,6 +921,7 @@ impl Reconciler {
             config_map_present: None,
             paused: Vec::new(),
             last_synced: HashMap::new(),
+            topology_last_synced: HashMap::new(),
             known_nodes: HashSet::new(),
             refused_nodes: HashMap::new(),
             refused_unnamed: HashSet::new(),
@@ -962,6 +1047,20 @@ impl Reconciler {
         self.report_paused(paused);
         let view = caches.view();
         let now = SystemTime::now();
+        // A topology gone (or recreated by koordlet) starts over, as
+        // upstream's NRT delete handler forgets its sync time.
+        let topologies: HashSet<&str> = view
+            .topologies
+            .iter()
+            .filter_map(|topology| topology.metadata.name.as_deref())
+            .collect();
+        self.topology_last_synced
+            .retain(|node, _| topologies.contains(node.as_str()));
+        let settings = PassSettings {
+            plugins: self.plugins,
+            unavailable_keys: self.config.unavailable_keys(),
+            topology_last_synced: std::mem::take(&mut self.topology_last_synced),
+        };
         let PassPlan {
             actions,
             computed,
@@ -970,13 +1069,11 @@ impl Reconciler {
             &view,
             self.config.current(),
             enabled,
-            &PassSettings {
-                plugins: self.plugins,
-                unavailable_keys: self.config.unavailable_keys(),
-            },
+            &settings,
             &self.last_synced,
             now,
         );
+        self.topology_last_synced = settings.topology_last_synced;
         self.report_refused(&view, refused).await;
         // Without a pass of the node resource controller nothing is known
         // about the nodes: keep their series and sync times as they are.
@@ -987,13 +1084,16 @@ impl Reconciler {
             return;
         }
         tracing::debug!(writes = actions.len(), "applying controller pass");
-        let results: Vec<Option<(String, SystemTime)>> = futures::stream::iter(actions)
-            .map(|action| apply_action(&self.client, &self.metrics, action))
+        let results: Vec<Option<Synced>> = futures::stream::iter(actions)
+            .map(|action| apply_action_synced(&self.client, &self.metrics, action))
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
-        for (node, at) in results.into_iter().flatten() {
-            self.last_synced.insert(node, at);
+        for synced in results.into_iter().flatten() {
+            match synced {
+                Synced::NodeStatus { node, at } => self.last_synced.insert(node, at),
+                Synced::TopologyZones { node, at } => self.topology_last_synced.insert(node, at),
+            };
         }
     }
 
@@ -1091,12 +1191,32 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
 }
 
+/// A successful write whose time the next passes need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Synced {
+    NodeStatus { node: String, at: SystemTime },
+    TopologyZones { node: String, at: SystemTime },
+}
+
 /// Applies one action; a successful node status write returns its node and time.
 pub async fn apply_action(
     client: &kube::Client,
     metrics: &ControllerMetrics,
     action: Action,
 ) -> Option<(String, SystemTime)> {
+    match apply_action_synced(client, metrics, action).await? {
+        Synced::NodeStatus { node, at } => Some((node, at)),
+        Synced::TopologyZones { .. } => None,
+    }
+}
+
+/// Applies one action; a successful node status or topology zone write
+/// returns what was synced and when.
+pub async fn apply_action_synced(
+    client: &kube::Client,
+    metrics: &ControllerMetrics,
+    action: Action,
+) -> Option<Synced> {
     let post = PostParams::default();
     match action {
         Action::CreateNodeSlo(slo) => {
@@ -1191,7 +1311,37 @@ pub async fn apply_action(
                 result.map(|_| ()),
             );
             if ok {
-                return Some((node, SystemTime::now()));
+                return Some(Synced::NodeStatus {
+                    node,
+                    at: SystemTime::now(),
+                });
+            }
+        }
+        Action::PatchTopologyZones {
+            node,
+            patch,
+            reason,
+        } => {
+            tracing::info!(node = %node, %reason, "updating NodeResourceTopology batch resources");
+            let result = Api::<NodeResourceTopology>::all(client.clone())
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            // A conflict means koordlet (or another writer) changed the
+            // object since it was cached: the watch brings the new version
+            // and the next pass decides again.
+            let written = result.is_ok();
+            record(
+                metrics.clone(),
+                Written::Resource,
+                "updateNodeResourceTopology",
+                &node,
+                result.map(|_| ()),
+            );
+            if written {
+                return Some(Synced::TopologyZones {
+                    node,
+                    at: SystemTime::now(),
+                });
             }
         }
         Action::PatchNodeMeta {

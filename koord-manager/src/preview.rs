@@ -16,6 +16,7 @@ use apis::slo::v1alpha1::{
     HostApplicationMetricInfo, NodeMetric, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus,
     NodeSLOSpec, PeakMetric, PodMetricInfo, ReclaimableMetric,
 };
+use apis::topology::v1alpha1::Zone;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
@@ -93,6 +94,9 @@ pub struct Snapshot {
     /// The annotations of each NodeResourceTopology, by name (the CPU
     /// normalization plugin reads `cpu-basic-info` there).
     pub topologies: HashMap<String, BTreeMap<String, String>>,
+    /// The zones of each NodeResourceTopology, by name (the BatchResource
+    /// plugin writes NUMA-level batch resources there).
+    pub topology_zones: HashMap<String, Vec<Zone>>,
     /// Which reader produced the snapshot.
     pub read_by: SnapshotReader,
     /// `namespace/name` of the pods bound to no node (only named in errors).
@@ -145,6 +149,9 @@ struct LeanObject {
     status: Option<LeanStatus>,
     #[serde(default)]
     data: Option<BTreeMap<String, String>>,
+    /// A NodeResourceTopology's zones.
+    #[serde(default)]
+    zones: Option<Vec<Zone>>,
     #[serde(default)]
     items: Option<ListItems>,
 }
@@ -510,10 +517,11 @@ impl Builder {
         }
     }
 
-    fn add_topology(&mut self, metadata: ObjectMeta) {
+    fn add_topology(&mut self, metadata: ObjectMeta, zones: Vec<Zone>) {
         if self.admit("NodeResourceTopology", &metadata, false)
             && let Some(name) = metadata.name
         {
+            self.snapshot.topology_zones.insert(name.clone(), zones);
             self.snapshot
                 .topologies
                 .insert(name, metadata.annotations.unwrap_or_default());
@@ -527,6 +535,7 @@ impl Builder {
             spec,
             status,
             data,
+            zones,
             items,
         } = object;
         let metadata = metadata.map(LeanMeta::into_object_meta).unwrap_or_default();
@@ -568,7 +577,7 @@ impl Builder {
                 data,
                 ..ConfigMap::default()
             }),
-            "NodeResourceTopology" => self.add_topology(metadata),
+            "NodeResourceTopology" => self.add_topology(metadata, zones.unwrap_or_default()),
             kind if kind.ends_with("List") => {
                 if let Some(ListItems(items)) = items {
                     self.merge(items);
@@ -689,6 +698,7 @@ impl Builder {
         snapshot.node_metrics.extend(other.node_metrics);
         snapshot.config_maps.extend(other.config_maps);
         snapshot.topologies.extend(other.topologies);
+        snapshot.topology_zones.extend(other.topology_zones);
         snapshot.unbound_pods.extend(other.unbound_pods);
         snapshot.pod_count += other.pod_count;
         for (node, pods) in other.pods {
@@ -960,7 +970,9 @@ fn add_value(builder: &mut Builder, value: Value, source_name: &str) -> Result<(
         "NodeResourceTopology" => {
             let metadata = value.get("metadata").cloned().unwrap_or(Value::Null);
             let metadata: Option<ObjectMeta> = serde_json::from_value(metadata).map_err(fail)?;
-            builder.add_topology(metadata.unwrap_or_default());
+            let zones = value.get("zones").cloned().unwrap_or(Value::Null);
+            let zones: Option<Vec<Zone>> = serde_json::from_value(zones).map_err(fail)?;
+            builder.add_topology(metadata.unwrap_or_default(), zones.unwrap_or_default());
         }
         kind if kind.ends_with("List") => {
             if let Value::Object(mut map) = value
@@ -1029,7 +1041,17 @@ pub struct NodeReport {
     /// Why a ratio plugin produced nothing (normalization: the annotation is
     /// left as it is; amplification: it is removed); empty otherwise.
     pub ratio_reason: String,
+    /// The NUMA-level batch resources the BatchResource plugin computes for
+    /// each zone of the node's NodeResourceTopology (zone name → resource →
+    /// quantity, batch CPU after CPU normalization); `null` when the zones
+    /// are left as they are.
+    pub numa_batch: Option<ZoneBatchReport>,
+    /// Why `numaBatch` is `null`; empty otherwise.
+    pub numa_batch_reason: String,
 }
+
+/// Zone name → resource → quantity text.
+pub type ZoneBatchReport = BTreeMap<String, BTreeMap<String, String>>;
 
 /// One field that a config change would change.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -1137,8 +1159,33 @@ fn ratio_report(node: &Node, plan: &NodePlan) -> RatioReport {
     }
 }
 
+/// The `numaBatch` and `numaBatchReason` fields of a node's report.
+fn numa_batch_report(plan: &NodePlan) -> (Option<ZoneBatchReport>, String) {
+    match &plan.numa_batch {
+        Ok(zones) => (
+            Some(
+                zones
+                    .iter()
+                    .map(|(zone, quantities)| {
+                        let quantities = quantities
+                            .iter()
+                            .map(|(resource, quantity)| {
+                                ((*resource).to_owned(), quantity.0.clone())
+                            })
+                            .collect();
+                        (zone.clone(), quantities)
+                    })
+                    .collect(),
+            ),
+            String::new(),
+        ),
+        Err(reason) => (None, reason.clone()),
+    }
+}
+
 fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
     let ratios = ratio_report(node, plan);
+    let (numa_batch, numa_batch_reason) = numa_batch_report(plan);
     let resources = match &plan.resources {
         Ok(resources) => resources,
         // Refused: the controller leaves the status as it is, so the report
@@ -1164,6 +1211,8 @@ fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
                 resource_amplification_ratio: ratios.resource_amplification_ratio,
                 amplified_allocatable: ratios.amplified_allocatable,
                 ratio_reason: ratios.ratio_reason,
+                numa_batch,
+                numa_batch_reason,
             };
         }
     };
@@ -1195,6 +1244,8 @@ fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
         resource_amplification_ratio: ratios.resource_amplification_ratio,
         amplified_allocatable: ratios.amplified_allocatable,
         ratio_reason: ratios.ratio_reason,
+        numa_batch,
+        numa_batch_reason,
     }
 }
 
@@ -1224,6 +1275,7 @@ pub fn preview_each(
         let metric = metrics.get(name).copied();
         let extras = NodeExtras {
             topology_annotations: snapshot.topologies.get(name),
+            topology_zones: snapshot.topology_zones.get(name).map(Vec::as_slice),
             ..NodeExtras::default()
         };
         let report = node_report(
@@ -1291,6 +1343,7 @@ fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
             "amplifiedAllocatable",
             serde_json::to_value(&report.amplified_allocatable),
         ),
+        ("numaBatch", serde_json::to_value(&report.numa_batch)),
     ] {
         flatten(prefix, &value.unwrap_or(Value::Null), &mut fields);
     }
@@ -1346,7 +1399,7 @@ fn text_line(node: &NodeReport) -> String {
         (true, false) => node.ratio_reason.clone(),
         (false, false) => format!("{}; {}", node.reason, node.ratio_reason),
     };
-    format!(
+    let mut line = format!(
         "{:<32} {:>10} {:>14} {:>10} {:>14} {:>8} {:>8} {:>13} {:>16}  {}",
         node.name,
         get(apis::extension::BATCH_CPU),
@@ -1358,7 +1411,18 @@ fn text_line(node: &NodeReport) -> String {
         amplified(apis::extension::RESOURCE_CPU),
         amplified(apis::extension::RESOURCE_MEMORY),
         reason
-    )
+    );
+    // The NUMA-level batch resources, one indented line per zone.
+    for (zone, quantities) in node.numa_batch.iter().flatten() {
+        let get = |name: &str| quantities.get(name).map_or("0", String::as_str);
+        line.push_str(&format!(
+            "\n  zone {:<25} {:>10} {:>14}",
+            zone,
+            get(apis::extension::BATCH_CPU),
+            get(apis::extension::BATCH_MEMORY),
+        ));
+    }
+    line
 }
 
 fn text_diff(diff: &[NodeDiff], node_count: usize) -> String {
@@ -1707,6 +1771,150 @@ topologyPolicies: []
             "{paths:?}"
         );
         assert!(paths.contains(&"amplifiedAllocatable.memory"), "{paths:?}");
+    }
+
+    const NUMA_SNAPSHOT: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: slo-controller-config, namespace: koordinator-system}
+data:
+  colocation-config: '{"enable": true}'
+  cpu-normalization-config: '{"enable": true, "ratioModel": {"Xeon": {"hyperThreadEnabledRatio": 1.2}}}'
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status:
+  capacity: {cpu: "100", memory: 120G}
+  allocatable: {cpu: "100", memory: 120G}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+status:
+  capacity: {cpu: "4", memory: 8Gi}
+  allocatable: {cpu: "4", memory: 8Gi}
+---
+apiVersion: slo.koordinator.sh/v1alpha1
+kind: NodeMetric
+metadata: {name: n1}
+status:
+  updateTime: "2026-01-01T00:05:00Z"
+  nodeMetric:
+    nodeUsage: {resources: {cpu: "20", memory: 20G}}
+    systemUsage: {resources: {cpu: "7", memory: 12G}}
+  podsMetric:
+  - {namespace: d, name: web, podUsage: {resources: {cpu: "5", memory: 5G}}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: d
+  labels: {koordinator.sh/qosClass: LS}
+  annotations:
+    scheduling.koordinator.sh/resource-status: '{"numaNodeResources": [{"node": 0}]}'
+spec:
+  nodeName: n1
+  containers:
+  - name: c
+    resources: {requests: {cpu: "10", memory: 10G}}
+status: {phase: Running}
+---
+apiVersion: topology.node.k8s.io/v1alpha1
+kind: NodeResourceTopology
+metadata:
+  name: n1
+  annotations:
+    node.koordinator.sh/cpu-basic-info: '{"cpuModel": "Xeon", "hyperThreadEnabled": true}'
+topologyPolicies: ["None"]
+zones:
+- name: node-0
+  type: Node
+  resources:
+  - {name: cpu, capacity: "50", allocatable: "50", available: "50"}
+  - {name: memory, capacity: 62G, allocatable: 62G, available: 62G}
+- name: node-1
+  type: Node
+  resources:
+  - {name: cpu, capacity: "50", allocatable: "50", available: "50"}
+  - {name: memory, capacity: 58G, allocatable: 58G, available: 58G}
+"#;
+
+    #[test]
+    fn numa_level_batch_is_reported_per_zone() {
+        let now = at("2026-01-01T00:10:00Z");
+        let mut reports = Vec::new();
+        for text in [NUMA_SNAPSHOT.to_owned(), as_json_stream(NUMA_SNAPSHOT)] {
+            for snapshot in [
+                Snapshot::parse(&text, "numa").unwrap(),
+                if text.starts_with('{') {
+                    Snapshot::parse_full_json(&text, "numa").unwrap()
+                } else {
+                    Snapshot::parse_full_yaml(&text, "numa").unwrap()
+                },
+            ] {
+                assert_eq!(snapshot.topology_zones["n1"].len(), 2);
+                let config =
+                    config_from(snapshot.config_map("slo-controller-config"), "numa").unwrap();
+                reports.push(preview(&snapshot, &config, None, now));
+            }
+        }
+        assert!(reports.windows(2).all(|pair| pair[0] == pair[1]));
+        let report = &reports[0];
+        let n1 = &report.nodes[0];
+        // node-0: 50 - 20 margin (default cpuReclaimThresholdPercent 60) -
+        // 3.5 system - 5 (the pod bound to it), × the normalization ratio
+        // 1.2; node-1: 50 - 20 - 3.5.
+        // Memory: 62G - 21.7G - 6G - 5G and 58G - 20.3G - 6G.
+        let zones = n1.numa_batch.as_ref().unwrap_or_else(|| panic!("{n1:?}"));
+        let get = |zone: &str, resource: &str| zones[zone][resource].as_str();
+        assert_eq!(get("node-0", "kubernetes.io/batch-cpu"), "25800");
+        assert_eq!(get("node-1", "kubernetes.io/batch-cpu"), "31800");
+        assert_eq!(get("node-0", "kubernetes.io/batch-memory"), "29300000000");
+        assert_eq!(get("node-1", "kubernetes.io/batch-memory"), "31700000000");
+        assert_eq!(n1.numa_batch_reason, "");
+        let n2 = &report.nodes[1];
+        assert_eq!(n2.numa_batch, None);
+        assert!(
+            n2.numa_batch_reason.contains("withdrawn"),
+            "{}",
+            n2.numa_batch_reason
+        );
+
+        let json = serde_json::to_value(n1).unwrap();
+        assert_eq!(
+            json["numaBatch"]["node-1"]["kubernetes.io/batch-cpu"],
+            "31800"
+        );
+        let text = render_text(report);
+        let zone_line = text
+            .lines()
+            .find(|line| line.trim_start().starts_with("zone node-0"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            zone_line.contains("25800") && zone_line.contains("29300000000"),
+            "{zone_line}"
+        );
+
+        // Normalization off in the new config: the zones' batch CPU changes.
+        let snapshot = Snapshot::parse(NUMA_SNAPSHOT, "numa").unwrap();
+        let config = config_from(snapshot.config_map("slo-controller-config"), "numa").unwrap();
+        let mut data = snapshot.config_maps[0].data.clone().unwrap();
+        data.remove("cpu-normalization-config");
+        let against = parse_config(Some(&data)).unwrap();
+        let diff = preview(&snapshot, &config, Some(&against), now)
+            .diff
+            .unwrap();
+        let change = diff[0]
+            .changes
+            .iter()
+            .find(|c| c.path == "numaBatch.node-0.kubernetes.io/batch-cpu")
+            .unwrap_or_else(|| panic!("{diff:?}"));
+        assert_eq!(
+            (change.current.as_str(), change.against.as_str()),
+            (Some("25800"), Some("21500"))
+        );
     }
 
     fn as_json_stream(yaml: &str) -> String {

@@ -810,3 +810,256 @@ async fn the_elector_creates_the_lease_then_renews_it_and_yields_to_a_live_holde
     let writes_after = api.seen().iter().filter(|s| s.method != "GET").count();
     assert_eq!(writes_before, writes_after);
 }
+
+/// A NodeResourceTopology as koordlet reports it: two NUMA zones of 5 CPUs
+/// and 5Gi each.
+fn topology(name: &str, resource_version: &str) -> apis::topology::v1alpha1::NodeResourceTopology {
+    let zones: Vec<Value> = [0, 1]
+        .iter()
+        .map(|i| {
+            json!({
+                "name": format!("node-{i}"), "type": "Node",
+                "resources": [
+                    {"name": "cpu", "capacity": "5", "allocatable": "5", "available": "5"},
+                    {"name": "memory", "capacity": "5Gi", "allocatable": "5Gi", "available": "5Gi"},
+                ],
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+        "metadata": {"name": name, "resourceVersion": resource_version},
+        "topologyPolicies": ["None"],
+        "zones": zones,
+    }))
+    .unwrap()
+}
+
+fn zone_patches(actions: &[Action]) -> Vec<(&str, &Value)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PatchTopologyZones { node, patch, .. } => Some((node.as_str(), patch)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_pass_writes_numa_zone_batch_resources_once() {
+    use koord_manager::controllers::{PassSettings, plan_pass_with};
+    use koord_manager::slo_controller::node_meta::NodeResourcePlugins;
+
+    let now = SystemTime::now();
+    let mut view = ClusterView {
+        nodes: vec![Arc::new(node("worker", "uid-1"))],
+        node_metrics: vec![Arc::new(fresh_metric("worker", now))],
+        topologies: vec![Arc::new(topology("worker", "9"))],
+        ..Default::default()
+    };
+    let only_resources = Enabled {
+        node_slo: false,
+        node_metric: false,
+        node_resource: true,
+        quota_profile: false,
+    };
+    let settings = PassSettings::default();
+    let plan = plan_pass_with(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &settings,
+        &HashMap::new(),
+        now,
+    );
+    let patches = zone_patches(&plan.actions);
+    assert_eq!(patches.len(), 1, "{:?}", plan.actions);
+    let (patched, patch) = patches[0];
+    assert_eq!(patched, "worker");
+    // Guarded by the cached version: a concurrent koordlet write conflicts.
+    assert_eq!(patch["metadata"]["resourceVersion"], "9");
+    // Each zone: 5 CPUs - 40% margin (default cpuReclaimThresholdPercent 60).
+    for zone in patch["zones"].as_array().unwrap() {
+        let resources = zone["resources"].as_array().unwrap();
+        let names: Vec<&str> = resources
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cpu",
+                "kubernetes.io/batch-cpu",
+                "kubernetes.io/batch-memory",
+                "memory"
+            ]
+        );
+        let batch_cpu = &resources[1];
+        for field in ["capacity", "allocatable", "available"] {
+            assert_eq!(batch_cpu[field], "3k", "{zone}");
+        }
+        assert_eq!(
+            resources[0]["allocatable"], "5",
+            "koordlet's resources stay"
+        );
+    }
+
+    // Once written (and remembered), the same values are not written again.
+    let mut written = topology("worker", "10");
+    written.zones = serde_json::from_value(patch["zones"].clone()).unwrap();
+    view.topologies = vec![Arc::new(written)];
+    let settings = PassSettings {
+        topology_last_synced: HashMap::from([("worker".to_owned(), now)]),
+        ..PassSettings::default()
+    };
+    let plan = plan_pass_with(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &settings,
+        &HashMap::new(),
+        now,
+    );
+    assert!(zone_patches(&plan.actions).is_empty(), "{:?}", plan.actions);
+
+    // BatchResource off: the zones are not the manager's to write.
+    let view = ClusterView {
+        nodes: vec![Arc::new(node("worker", "uid-1"))],
+        node_metrics: vec![Arc::new(fresh_metric("worker", now))],
+        topologies: vec![Arc::new(topology("worker", "9"))],
+        ..Default::default()
+    };
+    let without_batch = PassSettings {
+        plugins: NodeResourcePlugins::from_flag(Some(&[
+            "*".to_owned(),
+            "-BatchResource".to_owned(),
+        ])),
+        ..PassSettings::default()
+    };
+    let plan = plan_pass_with(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &without_batch,
+        &HashMap::new(),
+        now,
+    );
+    assert!(zone_patches(&plan.actions).is_empty(), "{:?}", plan.actions);
+
+    // An unreadable zone amount: the zones are refused and named; the node
+    // status is still written.
+    let mut broken = topology("worker", "9");
+    broken.zones[1].resources.as_mut().unwrap()[0].allocatable =
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("five".into());
+    let view = ClusterView {
+        topologies: vec![Arc::new(broken)],
+        ..view
+    };
+    let plan = plan_pass_with(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &PassSettings::default(),
+        &HashMap::new(),
+        now,
+    );
+    assert!(zone_patches(&plan.actions).is_empty());
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| matches!(a, Action::PatchNodeStatus { node, .. } if node == "worker"))
+    );
+    assert_eq!(plan.refused.len(), 1, "{:?}", plan.refused);
+    let reason = &plan.refused[0].reason;
+    assert!(
+        reason.contains("NodeResourceTopology worker")
+            && reason.contains("zones[1](node-1).resources.allocatable.cpu")
+            && reason.contains("NUMA-zone batch resources are left as they are"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn topology_zones_are_written_as_a_merge_patch_of_the_object() {
+    use koord_manager::controllers::{Synced, apply_action_synced};
+
+    let path = "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies/worker";
+    let api = RecordingApi::start(Box::new(move |method, request, _| {
+        if method == "PATCH" && request == path {
+            (
+                200,
+                serde_json::to_string(&topology("worker", "10")).unwrap(),
+            )
+        } else if method == "PATCH" {
+            (
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409})
+                    .to_string(),
+            )
+        } else {
+            not_found()
+        }
+    }));
+    let patch = json!({"metadata": {"resourceVersion": "9"}, "zones": []});
+    let action = |node: &str| Action::PatchTopologyZones {
+        node: node.into(),
+        patch: patch.clone(),
+        reason: "test".into(),
+    };
+    let written = apply_action_synced(
+        &api.client(),
+        &ControllerMetrics::default(),
+        action("worker"),
+    )
+    .await;
+    assert!(
+        matches!(&written, Some(Synced::TopologyZones { node, .. }) if node == "worker"),
+        "{written:?}"
+    );
+    let seen = api.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, path);
+    assert_eq!(seen[0].content_type, "application/merge-patch+json");
+    assert_eq!(serde_json::from_str::<Value>(&seen[0].body).unwrap(), patch);
+
+    // A conflict (koordlet wrote meanwhile) is not remembered as a sync.
+    let conflicted = apply_action_synced(
+        &api.client(),
+        &ControllerMetrics::default(),
+        action("other"),
+    )
+    .await;
+    assert_eq!(conflicted, None);
+}
+
+#[test]
+fn the_topology_cache_keeps_zones_version_and_cpu_basic_info_only() {
+    let mut cached = topology("worker", "9");
+    cached.metadata.annotations = Some(
+        [
+            (
+                "node.koordinator.sh/cpu-basic-info",
+                "{\"cpuModel\":\"Xeon\"}",
+            ),
+            ("node.koordinator.sh/cpu-topology", "{\"detail\":[]}"),
+            ("node.koordinator.sh/pod-cpu-allocs", "[]"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    cached.metadata.managed_fields = Some(vec![Default::default()]);
+    let zones = cached.zones.clone();
+    koord_manager::controllers::trim_topology(&mut cached);
+    let keys: Vec<&String> = cached
+        .metadata
+        .annotations
+        .as_ref()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["node.koordinator.sh/cpu-basic-info"]);
+    assert_eq!(cached.metadata.managed_fields, None);
+    assert_eq!(cached.metadata.resource_version.as_deref(), Some("9"));
+    assert_eq!(cached.zones, zones);
+}

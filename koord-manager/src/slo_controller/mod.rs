@@ -8,6 +8,7 @@ pub mod node_meta;
 pub mod nodemetric;
 pub mod noderesource;
 pub mod nodeslo;
+pub mod numa_batch;
 pub mod resourceamplification;
 pub mod resources;
 
@@ -37,6 +38,10 @@ pub struct NodePlan {
     pub desired_status: BTreeMap<&'static str, Option<Quantity>>,
     /// The CPU normalization and resource amplification ratio annotations.
     pub meta: NodeMetaPlan,
+    /// The batch quantities the BatchResource plugin writes into each zone
+    /// of the node's NodeResourceTopology, or why its zones are left as
+    /// they are.
+    pub numa_batch: Result<Vec<(String, numa_batch::ZoneQuantities)>, String>,
 }
 
 /// Inputs of [`plan_node_with`] beyond the node's own objects.
@@ -44,6 +49,8 @@ pub struct NodePlan {
 pub struct NodeExtras<'a> {
     /// Annotations of the node's NodeResourceTopology, if it has one.
     pub topology_annotations: Option<&'a BTreeMap<String, String>>,
+    /// Zones of the node's NodeResourceTopology, if it has one.
+    pub topology_zones: Option<&'a [apis::topology::v1alpha1::Zone]>,
     /// ConfigMap keys never valid since start, with why.
     pub unavailable_keys: Option<&'a BTreeMap<String, String>>,
     pub plugins: NodeResourcePlugins,
@@ -101,9 +108,24 @@ pub fn plan_node_with(
             node,
             node_metric,
             pods,
+            topology_zones: extras.topology_zones,
         },
         now,
     );
+    let numa_batch = match &resources {
+        Err(error) => Err(format!("refused: {error}")),
+        Ok(_) if !extras.plugins.batch_resource => {
+            Err(numa_batch::ZONES_UNTOUCHED_PLUGIN_OFF.to_owned())
+        }
+        Ok(resources) => match &resources.zones {
+            numa_batch::ZoneBatch::Untouched(reason) => Err(reason.clone()),
+            numa_batch::ZoneBatch::Refused(error) => Err(format!("refused: {error}")),
+            numa_batch::ZoneBatch::Zones(amounts) => Ok(numa_batch::zone_quantities(
+                amounts,
+                numa_batch::normalization_ratio(&meta),
+            )),
+        },
+    };
     let desired_status = resources
         .as_ref()
         .map(|resources| {
@@ -118,6 +140,7 @@ pub fn plan_node_with(
         resources,
         desired_status,
         meta,
+        numa_batch,
     }
 }
 

@@ -23,9 +23,11 @@ use apis::slo::v1alpha1::{
     NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY, NODE_THIRD_PARTY_ALLOCATIONS_ANNOTATION_KEY,
     NodeMetric, ThirdPartyAllocations, set_origin_extended_allocatable,
 };
+use apis::topology::v1alpha1::Zone;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::numa_batch::{self, ZONES_UNTOUCHED_WITHDRAWN, ZoneBatch};
 use super::resources::{
     CpuMem, InputError, PodSummary, bytes_quantity, node_capacity, node_reserved, scale,
     units_decimal_quantity,
@@ -49,6 +51,9 @@ pub struct NodeInputs<'a> {
     pub node_metric: Option<&'a NodeMetric>,
     /// Pods whose `spec.nodeName` is this node, in any phase.
     pub pods: &'a [PodSummary],
+    /// The zones of the node's NodeResourceTopology; `None` without one
+    /// (the NUMA-level batch resources are then not calculated).
+    pub topology_zones: Option<&'a [Zone]>,
 }
 
 /// Batch and mid amounts for one node and why they are what they are.
@@ -66,6 +71,9 @@ pub struct ExtendedResources {
     /// Other schedulers' batch allocations on the node
     /// (`thirdPartyAllocations`), taken out of the status values.
     pub third_party_batch: CpuMem,
+    /// The batch amounts of each NUMA zone of the node's
+    /// NodeResourceTopology, or why its zones are left as they are.
+    pub zones: ZoneBatch,
 }
 
 impl ExtendedResources {
@@ -77,6 +85,7 @@ impl ExtendedResources {
             degraded,
             reason,
             third_party_batch: CpuMem::ZERO,
+            zones: ZoneBatch::Untouched(ZONES_UNTOUCHED_WITHDRAWN.to_owned()),
         }
     }
 
@@ -198,7 +207,7 @@ fn third_party_batch(node: &Node) -> Result<CpuMem, InputError> {
 
 /// The node's strategy with every field upstream dereferences filled from the
 /// defaults.
-fn complete(strategy: &ColocationStrategy) -> ColocationStrategy {
+pub(crate) fn complete(strategy: &ColocationStrategy) -> ColocationStrategy {
     merged(&default_colocation_strategy(), strategy)
 }
 
@@ -270,6 +279,13 @@ pub fn calculate(
     let third_party_batch = third_party_batch(inputs.node)?;
     let (batch, batch_reason) = batch_allocatable(&strategy, inputs, &node, &usage)?;
     let (mid, mid_reason) = mid_allocatable(&strategy, inputs, &node, &usage)?;
+    let zones = numa_batch::calculate_zones(
+        &strategy,
+        inputs.pods,
+        inputs.topology_zones,
+        node.reserved,
+        &usage,
+    );
     Ok(ExtendedResources {
         batch,
         mid,
@@ -277,6 +293,7 @@ pub fn calculate(
         degraded: false,
         reason: format!("{batch_reason}; {mid_reason}"),
         third_party_batch,
+        zones,
     })
 }
 
@@ -288,9 +305,9 @@ struct NodeAmounts {
 }
 
 /// The parts of a NodeMetric the formulas read, every amount read exactly.
-struct MetricView {
-    object: String,
-    pods: HashMap<String, (CpuMem, PriorityClass)>,
+pub(crate) struct MetricView {
+    pub(crate) object: String,
+    pub(crate) pods: HashMap<String, (CpuMem, PriorityClass)>,
     system_usage: CpuMem,
     node_usage: Option<CpuMem>,
     prod_reclaimable: Option<CpuMem>,
@@ -404,7 +421,7 @@ impl MetricView {
     }
 
     /// System usage plus host applications above `band`.
-    fn system_used(&self, band: PriorityClass) -> Result<CpuMem, InputError> {
+    pub(crate) fn system_used(&self, band: PriorityClass) -> Result<CpuMem, InputError> {
         self.system_usage.try_plus(self.host_apps_above(band)?, || {
             (
                 self.object.clone(),
@@ -414,7 +431,7 @@ impl MetricView {
     }
 }
 
-fn is_low_priority(priority: PriorityClass) -> bool {
+pub(crate) fn is_low_priority(priority: PriorityClass) -> bool {
     matches!(priority, PriorityClass::Batch | PriorityClass::Free)
 }
 
@@ -472,8 +489,38 @@ fn batch_allocatable(
     hp_used = sum(hp_used, dangling, "high-priority pod usage")?;
     hp_max_used_request = sum(hp_max_used_request, dangling, "high-priority pod usage")?;
 
-    let capacity = node.capacity;
-    let margin = CpuMem::new(
+    let terms = BatchTerms {
+        capacity: node.capacity,
+        margin: safety_margin(strategy, node.capacity),
+        reserved: node.reserved,
+        system_used: usage.system_used(PriorityClass::Batch)?,
+        hp_request,
+        hp_used,
+        hp_max_used_request,
+    };
+    Ok(batch_by_policy(strategy, &terms))
+}
+
+/// What upstream's batch formula (`CalculateBatchResourceByPolicy`) reads,
+/// for the whole node or for one NUMA zone.
+pub(crate) struct BatchTerms {
+    pub capacity: CpuMem,
+    /// [`safety_margin`] of `capacity`.
+    pub margin: CpuMem,
+    /// The system reservation.
+    pub reserved: CpuMem,
+    /// System usage plus the host applications ranked above batch.
+    pub system_used: CpuMem,
+    /// Requests, usage and max(usage, request) of the high-priority pods.
+    pub hp_request: CpuMem,
+    pub hp_used: CpuMem,
+    pub hp_max_used_request: CpuMem,
+}
+
+/// What the reclaim thresholds keep back of `capacity`:
+/// `capacity × (100 − reclaimThresholdPercent)%` per resource.
+pub(crate) fn safety_margin(strategy: &ColocationStrategy, capacity: CpuMem) -> CpuMem {
+    CpuMem::new(
         scale(
             capacity.milli_cpu,
             reserve_ratio(strategy.cpu_reclaim_threshold_percent),
@@ -482,15 +529,33 @@ fn batch_allocatable(
             capacity.memory_bytes,
             reserve_ratio(strategy.memory_reclaim_threshold_percent),
         ),
-    );
-    let reserved = node.reserved;
-    let system_used = usage.system_used(PriorityClass::Batch)?.max(reserved);
+    )
+}
+
+/// Upstream's batch formula: capacity − margin − max(system, reserved) −
+/// high-priority pods, by the configured policy per resource (memory by
+/// `request` uses the reservation and pod requests instead), optionally
+/// capped at a share of capacity; never negative.
+pub(crate) fn batch_by_policy(
+    strategy: &ColocationStrategy,
+    terms: &BatchTerms,
+) -> (CpuMem, String) {
+    let capacity = terms.capacity;
+    let margin = terms.margin;
+    let reserved = terms.reserved;
+    let system_used = terms.system_used.max(reserved);
     let base = capacity.minus(margin);
-    let by_usage = base.minus(system_used).minus(hp_used).clamp_non_negative();
-    let by_request = base.minus(reserved).minus(hp_request).clamp_non_negative();
+    let by_usage = base
+        .minus(system_used)
+        .minus(terms.hp_used)
+        .clamp_non_negative();
+    let by_request = base
+        .minus(reserved)
+        .minus(terms.hp_request)
+        .clamp_non_negative();
     let by_max = base
         .minus(system_used)
-        .minus(hp_max_used_request)
+        .minus(terms.hp_max_used_request)
         .clamp_non_negative();
 
     let cpu_by_max = strategy.cpu_calculate_policy == Some(CalculatePolicy::MaxUsageRequest);
@@ -522,12 +587,12 @@ fn batch_allocatable(
         margin.milli_cpu,
         system_used.milli_cpu,
         if cpu_by_max {
-            hp_max_used_request.milli_cpu
+            terms.hp_max_used_request.milli_cpu
         } else {
-            hp_used.milli_cpu
+            terms.hp_used.milli_cpu
         },
     );
-    Ok((CpuMem::new(milli_cpu, memory), reason))
+    (CpuMem::new(milli_cpu, memory), reason)
 }
 
 fn reserve_ratio(reclaim_threshold_percent: Option<i64>) -> f64 {

@@ -232,6 +232,10 @@ pub struct PodSummary {
     pub request: Result<CpuMem, InputError>,
     /// Running or pending.
     pub active: bool,
+    /// The NUMA nodes the scheduler bound the pod to (`numaNodeResources`
+    /// of its `scheduling.koordinator.sh/resource-status` annotation),
+    /// sorted, each once; empty when it has none.
+    pub numa_nodes: Vec<i32>,
 }
 
 impl PodSummary {
@@ -242,8 +246,30 @@ impl PodSummary {
             qos: qos_class_of_pod(pod),
             request: pod_request(pod),
             active: pod_is_active(pod),
+            numa_nodes: pod_numa_nodes(pod),
         }
     }
+}
+
+/// The NUMA nodes in the pod's `resource-status` annotation. An annotation
+/// that does not parse counts as none, as upstream reads it: the pod's
+/// amounts are then spread over every NUMA zone, like a pod that may run on
+/// any CPU.
+pub fn pod_numa_nodes(pod: &Pod) -> Vec<i32> {
+    let Some(annotations) = pod.metadata.annotations.as_ref() else {
+        return Vec::new();
+    };
+    let Ok(Some(status)) = apis::extension::get_resource_status(annotations) else {
+        return Vec::new();
+    };
+    let mut nodes: Vec<i32> = status
+        .numa_node_resources
+        .iter()
+        .map(|numa| numa.node)
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
 }
 
 fn node_object(node: &Node) -> String {
