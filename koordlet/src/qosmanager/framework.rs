@@ -118,6 +118,10 @@ pub struct NodeInfo {
     pub system_qos_exclusive_cpus: CpuSet,
     /// Node annotations (for strategies reading other node-level keys).
     pub annotations: BTreeMap<String, String>,
+    /// `status.allocatable` by resource name: `cpu` in milli-CPU, everything
+    /// else (memory, batch-cpu, batch-memory, ...) as its plain value;
+    /// empty without a Node object.
+    pub allocatable: BTreeMap<String, i64>,
 }
 
 /// One container of a [`QosPod`].
@@ -383,6 +387,9 @@ pub struct EvictionRequest {
     pub message: String,
     /// The deciding strategy (filled in by the runner).
     pub strategy: &'static str,
+    /// Runtime IDs (`containerd://<id>`) of the pod's started containers,
+    /// for the evictor that stops containers through the runtime.
+    pub container_ids: Vec<String>,
 }
 
 impl EvictionRequest {
@@ -394,6 +401,7 @@ impl EvictionRequest {
             reason: reason.into(),
             message: message.into(),
             strategy: "",
+            container_ids: pod.containers.iter().filter_map(|c| c.id.clone()).collect(),
         }
     }
 }
@@ -464,6 +472,9 @@ pub struct Decision {
     pub evictions: Vec<EvictionRequest>,
     pub notes: Vec<Note>,
     pub gauges: Vec<GaugeValue>,
+    /// An eviction strategy's account of the round (tasks, victims, dry
+    /// runs), served by `GET /qos/explain?evictions`.
+    pub eviction_report: Option<super::evicttask::EvictionReport>,
 }
 
 impl Decision {
@@ -807,9 +818,32 @@ pub struct ManagedFile {
 #[derive(Clone, Default)]
 pub struct ManagedFiles {
     inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
+    /// The latest eviction report of each eviction strategy.
+    eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evicttask::EvictionReport>>>,
 }
 
 impl ManagedFiles {
+    /// The latest report of every eviction strategy, by strategy name.
+    pub fn eviction_reports(&self) -> Vec<super::evicttask::EvictionReport> {
+        self.eviction_reports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn set_eviction_report(
+        &self,
+        strategy: &'static str,
+        report: super::evicttask::EvictionReport,
+    ) {
+        self.eviction_reports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(strategy, report);
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1125,6 +1159,9 @@ impl QosRunner {
         if let Some(metrics) = &self.metrics {
             metrics.set_gauges(&decision.gauges);
         }
+        if let Some(report) = decision.eviction_report {
+            self.managed.set_eviction_report(name, report);
+        }
         let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
         let layout = self.executor.layout().clone();
 
@@ -1379,6 +1416,7 @@ mod tests {
                     reason: "testReason".into(),
                     message: "because".into(),
                     strategy: "",
+                    container_ids: Vec::new(),
                 });
             }
             decision

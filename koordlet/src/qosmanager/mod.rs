@@ -11,6 +11,7 @@ pub mod cgreconcile;
 pub mod cpuburst;
 pub mod cpuevict;
 pub mod cpusuppress;
+pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;
 pub mod memoryevict;

@@ -282,7 +282,18 @@ pub fn node_info(
         .filter(|r| !r.cpuset.is_empty() && r.is_cpuset_exclusive())
         .and_then(|r| r.cpuset.parse::<CpuSet>().ok())
         .unwrap_or_default();
+    let allocatable_values: BTreeMap<String, i64> = allocatable
+        .map(|list| {
+            list.keys()
+                // cpu in milli-CPU; every other resource (batch-cpu is already milli) as its value.
+                .filter_map(|name| {
+                    amount(Some(list), name, name == "cpu").map(|v| (name.clone(), v))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     NodeInfo {
+        allocatable: allocatable_values,
         cpu_capacity_milli: cpu_capacity,
         memory_capacity_bytes: memory_capacity,
         cpu_reserved_milli: kubelet_cpu_reserved.max(annotated_cpu),
