@@ -633,7 +633,9 @@ impl Strategy for CpuEvict {
         }
         let detail =
             |task: &EvictTask| format!("release {:?} ({})", task.to_release, task.target.as_str());
-        evicttask::decide_round(snapshot, NAME, tasks, &self.dry_run, memory, notes, &detail)
+        let mut dry_run = self.dry_run.clone();
+        dry_run.extend(snapshot.config.evict_dry_run_features.iter().copied());
+        evicttask::decide_round(snapshot, NAME, tasks, &dry_run, memory, notes, &detail)
     }
 }
 

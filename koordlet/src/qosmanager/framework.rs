@@ -776,6 +776,8 @@ pub struct QosManagerConfig {
     pub cpu_evict_cool_time: Duration,
     /// cpuburst runs at this period (upstream: the collector interval).
     pub cpu_burst_interval: Duration,
+    /// `--evict-dry-run-features`: eviction features that only report.
+    pub evict_dry_run_features: Vec<&'static str>,
 }
 
 impl Default for QosManagerConfig {
@@ -788,6 +790,7 @@ impl Default for QosManagerConfig {
             memory_evict_cool_time: Duration::from_secs(4),
             cpu_evict_cool_time: Duration::from_secs(20),
             cpu_burst_interval: Duration::from_secs(1),
+            evict_dry_run_features: Vec::new(),
         }
     }
 }

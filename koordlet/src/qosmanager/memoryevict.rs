@@ -374,11 +374,13 @@ impl Strategy for MemoryEvict {
                 format!("requests over allocatable, release {:?}", task.to_release)
             }
         };
+        let mut dry_run = self.dry_run.clone();
+        dry_run.extend(snapshot.config.evict_dry_run_features.iter().copied());
         evicttask::decide_round(
             snapshot,
             NAME,
             tasks,
-            &self.dry_run,
+            &dry_run,
             &self.memory,
             notes,
             &detail,
