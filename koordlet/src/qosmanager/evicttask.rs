@@ -756,7 +756,7 @@ pub fn decide_round(
         .map(|p| p.uid.as_str())
         .filter(|uid| !snapshot.eviction_refused.contains(*uid))
         .collect();
-    let pending = memory.pending(snapshot.now, &present);
+    let pending = memory.pending(snapshot.now, &present, snapshot.eviction_pending_window);
     let (dry, real): (Vec<EvictTask>, Vec<EvictTask>) = tasks
         .into_iter()
         .partition(|task| dry_run.contains(&task.feature));

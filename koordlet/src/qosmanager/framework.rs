@@ -300,6 +300,10 @@ pub struct QosSnapshot {
     /// 429, an API error): their resources are not on their way out, so the
     /// eviction strategies may ask again. Filled from the [`Evictor`].
     pub eviction_refused: std::collections::HashSet<String>,
+    /// How long a pod asked to go, and still present, counts as releasing
+    /// its resources: two minutes for evictions; zero when the evictor
+    /// stops containers, which the kubelet restarts. From the [`Evictor`].
+    pub eviction_pending_window: Duration,
 }
 
 impl std::fmt::Debug for QosSnapshot {
@@ -336,6 +340,7 @@ impl QosSnapshot {
             reader: Arc::new(MapReader::default()),
             config: QosManagerConfig::default(),
             eviction_refused: Default::default(),
+            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
         }
     }
 
@@ -740,6 +745,12 @@ pub trait Evictor: Send + Sync {
     fn recently_refused(&self) -> std::collections::HashSet<String> {
         Default::default()
     }
+
+    /// How long a pod asked to go still counts as releasing its resources
+    /// (see [`QosSnapshot::eviction_pending_window`]).
+    fn pending_window(&self) -> Duration {
+        crate::evictor::EVICTED_MEMORY
+    }
 }
 
 /// Logs evictions instead of executing them; used when no evictor is configured.
@@ -1081,6 +1092,11 @@ impl QosRunner {
     /// Pods whose latest eviction was refused (see [`QosSnapshot::eviction_refused`]).
     pub fn refused_evictions(&self) -> std::collections::HashSet<String> {
         self.evictor.recently_refused()
+    }
+
+    /// See [`QosSnapshot::eviction_pending_window`].
+    pub fn eviction_pending_window(&self) -> Duration {
+        self.evictor.pending_window()
     }
 
     /// The expected-value registry (for the explain endpoint).

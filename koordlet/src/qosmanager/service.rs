@@ -76,6 +76,7 @@ impl SnapshotSource {
             reader: Arc::new(LayoutReader(self.layout.clone())) as Arc<dyn CgroupReader>,
             config: self.config.clone(),
             eviction_refused: Default::default(),
+            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
         }
     }
 }
@@ -324,6 +325,7 @@ pub fn spawn_runner(
                 let mut snapshot = source.snapshot(now);
                 let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
                 snapshot.eviction_refused = runner.refused_evictions();
+                snapshot.eviction_pending_window = runner.eviction_pending_window();
                 runner.run_due(&snapshot);
                 let wait = runner
                     .next_due()
