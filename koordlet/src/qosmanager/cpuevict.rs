@@ -432,10 +432,10 @@ impl CpuEvict {
     fn node_average(&self, snapshot: &QosSnapshot, window: Duration) -> Result<f64, String> {
         let sample = snapshot.fresh("node CPU usage", snapshot.node_usage.cpu);
         let mut history = self.node_history.lock().unwrap_or_else(|p| p.into_inner());
-        if let Ok(sample) = sample {
-            if history.back().is_none_or(|(time, _)| *time < sample.time) {
-                history.push_back((sample.time, sample.value));
-            }
+        if let Ok(sample) = sample
+            && history.back().is_none_or(|(time, _)| *time < sample.time)
+        {
+            history.push_back((sample.time, sample.value));
         }
         trim(&mut history, |s| s.0, snapshot.now, window);
         sample?;
@@ -645,6 +645,14 @@ mod tests {
     use crate::qosmanager::framework::{MapReader, MetricSample};
     use crate::qosmanager::memoryevict::test_pods::*;
     use apis::extension::{MID_CPU, QoSClass};
+
+    /// (node allocatable, pods, (threshold %, lower %, priority threshold), release).
+    type AllocatableCase = (
+        Vec<(&'static str, i64)>,
+        Vec<k8s_openapi::api::core::v1::Pod>,
+        (i64, i64, i32),
+        Vec<(&'static str, i64)>,
+    );
 
     fn threshold_config() -> ResourceThresholdStrategy {
         ResourceThresholdStrategy::default()
@@ -1082,12 +1090,7 @@ mod tests {
                 "true",
             )
         };
-        let cases: Vec<(
-            Vec<(&str, i64)>,
-            Vec<k8s_openapi::api::core::v1::Pod>,
-            (i64, i64, i32),
-            Vec<(&str, i64)>,
-        )> = vec![
+        let cases: Vec<AllocatableCase> = vec![
             (vec![(BATCH_CPU, 100)], vec![], (80, 70, 5999), vec![]),
             (
                 vec![(BATCH_CPU, 100_000)],

@@ -586,6 +586,16 @@ mod tests {
     const GIB: i64 = 1 << 30;
     const G: i64 = 1_000_000_000;
 
+    /// (node allocatable, pods, (threshold %, lower %, priority threshold),
+    /// release, classes that release).
+    type AllocatableCase = (
+        Vec<(&'static str, i64)>,
+        Vec<k8s_openapi::api::core::v1::Pod>,
+        (i64, i64, i32),
+        Vec<(&'static str, i64)>,
+        Vec<PriorityClass>,
+    );
+
     fn enabled(threshold: i64, lower: Option<i64>) -> ResourceThresholdStrategy {
         ResourceThresholdStrategy {
             enable: Some(true),
@@ -994,13 +1004,7 @@ mod tests {
                 &[("memory", memory), (MID_MEMORY, memory)],
             )
         };
-        let cases: Vec<(
-            Vec<(&str, i64)>,
-            Vec<k8s_openapi::api::core::v1::Pod>,
-            (i64, i64, i32),
-            Vec<(&str, i64)>,
-            Vec<PriorityClass>,
-        )> = vec![
+        let cases: Vec<AllocatableCase> = vec![
             (
                 vec![(BATCH_MEMORY, 100 * GIB)],
                 vec![
