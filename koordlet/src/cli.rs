@@ -87,7 +87,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
     value("configmap-namespace", NO_KOORDLET_CONFIGMAP),
     // pkg/koordlet/util/system
     value("run-root-dir", "nothing here reads below the host's /run"),
-    value("containerd-endpoint", NO_RUNTIME_CLIENT),
     value("docker-endpoint", NO_RUNTIME_CLIENT),
     value("pouch-endpoint", NO_RUNTIME_CLIENT),
     value("default-runtime-type", NO_RUNTIME_CLIENT),

@@ -364,9 +364,9 @@ fn listeners(args: &KoordletArgs, local_routes: axum::Router) -> Vec<ListenerSpe
     specs
 }
 
-/// The evictor the QoS strategies hand their evictions to: the Eviction API
-/// in cluster mode; in standalone mode SIGKILL with `--evict-standalone-kill`,
-/// else log only.
+/// The evictor the QoS strategies hand their evictions to: in cluster mode
+/// the runtime's StopContainer (the Eviction API with `--only-evict-by-api`);
+/// in standalone mode SIGKILL with `--evict-standalone-kill`, else log only.
 fn qos_evictor(
     args: &KoordletArgs,
     node_name: &str,
@@ -379,7 +379,11 @@ fn qos_evictor(
         _ => None,
     };
     let evictor = evictor::PodEvictor::for_mode(client, node_name, &args.evictor)
-        .with_cluster_reload(args.cluster.options());
+        .with_cluster_reload(args.cluster.options())
+        .with_runtime_endpoints(evictor::runtime::CriEndpoints {
+            var_run_root: args.nri.var_run_root_dir.clone(),
+            containerd: args.evictor.containerd_endpoint.clone(),
+        });
     evictor.register_metrics(&context.metrics);
     Arc::new(evictor::qos::QosEvictor::new(
         evictor,

@@ -52,6 +52,7 @@ fn request(name: &str, uid: &str) -> EvictionRequest {
         trigger: "BEMemoryEvict".to_string(),
         message: "node memory usage 91% >= threshold 70%".to_string(),
         cgroup_dirs: Vec::new(),
+        containers: Vec::new(),
     }
 }
 
@@ -263,6 +264,7 @@ async fn runner_adapter_hands_requests_to_the_api() {
         reason: "BECPUEvict".to_string(),
         message: "BE CPU satisfaction below 40%".to_string(),
         strategy: "cpuevict",
+        container_ids: Vec::new(),
     };
     // The runner calls from its own (blocking) thread.
     tokio::task::spawn_blocking(move || adapter.evict(request))
@@ -302,7 +304,10 @@ async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
     let evictor = koordlet::evictor::qos::runner_evictor(
         Some((options, retrying)),
         "node-a",
-        &EvictorArgs::default(),
+        &EvictorArgs {
+            only_evict_by_api: true,
+            ..EvictorArgs::default()
+        },
         layout,
         &metrics,
     )
@@ -314,6 +319,7 @@ async fn daemon_evictor_reloads_the_kubeconfig_without_client_retries() {
         reason: "BEMemoryEvict".to_string(),
         message: "test".to_string(),
         strategy: "memoryevict",
+        container_ids: Vec::new(),
     };
     tokio::task::spawn_blocking(move || evictor.evict(request))
         .await
@@ -346,11 +352,16 @@ async fn for_mode_with_cluster_reload_answers_a_refusal_at_once() {
     let dir = koord_common::testing::TempDir::new("evict-reload").unwrap();
     let kubeconfig = koord_common::testing::write_kubeconfig(dir.path(), &api.url()).unwrap();
     let retrying = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let evictor = PodEvictor::for_mode(Some(retrying), "node-a", &EvictorArgs::default())
-        .with_cluster_reload(koord_common::ClusterOptions {
+    let only_api = EvictorArgs {
+        only_evict_by_api: true,
+        ..EvictorArgs::default()
+    };
+    let evictor = PodEvictor::for_mode(Some(retrying), "node-a", &only_api).with_cluster_reload(
+        koord_common::ClusterOptions {
             kubeconfig: Some(kubeconfig),
             timeout: Duration::from_secs(10),
-        });
+        },
+    );
     let outcome = tokio::time::timeout(
         Duration::from_secs(30),
         evictor.evict(&request("guarded", "uid-g")),
@@ -399,4 +410,90 @@ async fn one_eviction_per_pod_at_a_time() {
         .filter(|s| s.target.contains("/eviction"))
         .count();
     assert_eq!(evictions, 1);
+}
+
+/// Stops what it is asked to; ids containing `fail` fail.
+#[derive(Debug, Default)]
+struct RecordingStopper(std::sync::Mutex<Vec<String>>);
+
+impl koordlet::evictor::runtime::ContainerStopper for RecordingStopper {
+    fn stop<'a>(
+        &'a self,
+        container_id: &'a str,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<(), koordlet::evictor::runtime::StopError>>
+                + Send
+                + 'a,
+        >,
+    > {
+        Box::pin(async move {
+            if container_id.contains("fail") {
+                return Err(koordlet::evictor::runtime::StopError::UnsupportedRuntime(
+                    "docker".into(),
+                ));
+            }
+            self.0.lock().unwrap().push(container_id.to_string());
+            Ok(())
+        })
+    }
+}
+
+/// Upstream's default path: containers stopped through the runtime, no
+/// Eviction request, the pod object left alone; the Event says what happened.
+#[tokio::test]
+async fn runtime_path_stops_containers_and_records_events_without_touching_the_pod() {
+    let api = scripted_api_server();
+    let stopper = std::sync::Arc::new(RecordingStopper::default());
+    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let evictor = PodEvictor::new(
+        EvictionBackend::RuntimeKill {
+            stopper: stopper.clone(),
+            events: Some(client),
+        },
+        "node-a",
+        &EvictorArgs::default(),
+    );
+    let mut victim = request("victim", "uid-victim");
+    victim.containers = vec!["containerd://c1".to_string()];
+    assert_eq!(
+        evictor.evict(&victim).await,
+        EvictionOutcome::Stopped { containers: 1 }
+    );
+    assert_eq!(stopper.0.lock().unwrap().clone(), ["containerd://c1"]);
+    let mut failing = request("guarded", "uid-g");
+    failing.containers = vec!["docker://fail".to_string()];
+    assert!(matches!(
+        evictor.evict(&failing).await,
+        EvictionOutcome::Failed { .. }
+    ));
+
+    let seen = api.recorded();
+    assert!(
+        seen.iter()
+            .all(|s| !s.target.contains("/eviction") && s.method != "PATCH"),
+        "the pod object must be left alone: {:?}",
+        seen.iter().map(|s| &s.target).collect::<Vec<_>>()
+    );
+    let events: Vec<serde_json::Value> = seen
+        .iter()
+        .filter(|s| s.method == "POST" && s.target.starts_with("/api/v1/namespaces/batch/events"))
+        .map(|s| json(&s.body))
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["reason"], "evictPodSuccess");
+    assert_eq!(events[0]["involvedObject"]["name"], "victim");
+    assert!(
+        events[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("evict Pod:batch/victim, reason: evicted, message: trigger by koordlet feature BEMemoryEvict, kill pod: victim")
+    );
+    assert_eq!(events[1]["reason"], "evictPodFail");
+    assert!(
+        events[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not reached through CRI")
+    );
 }

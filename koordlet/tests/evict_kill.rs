@@ -66,6 +66,7 @@ fn request(uid: &str, dirs: Vec<std::path::PathBuf>) -> EvictionRequest {
         trigger: "BEMemoryEvict".to_string(),
         message: "test".to_string(),
         cgroup_dirs: dirs,
+        containers: Vec::new(),
     }
 }
 
@@ -160,6 +161,7 @@ fn runner_adapter_finds_the_pod_cgroup_by_uid() {
         reason: "BEMemoryEvict".to_string(),
         message: "test".to_string(),
         strategy: "memoryevict",
+        container_ids: Vec::new(),
     });
     // Drive the spawned eviction to completion.
     let killed = runtime.block_on(async {

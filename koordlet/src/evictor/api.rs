@@ -103,6 +103,41 @@ async fn post_eviction(client: &kube::Client, pod: &PodRef) -> Result<(), kube::
         .map(|_| ())
 }
 
+/// The Event of a runtime stop (ours: upstream's kill path records none,
+/// which leaves no trace of the eviction in the cluster), worded as the
+/// API path's.
+pub(super) async fn record_stop_event(
+    client: &kube::Client,
+    node_name: &str,
+    request: &EvictionRequest,
+    outcome: &EvictionOutcome,
+) {
+    let pod = &request.pod;
+    let event_message = format!(
+        "evict Pod:{}/{}, reason: {EVICTED_REASON}, message: {}",
+        pod.namespace,
+        pod.name,
+        request.upstream_message()
+    );
+    match outcome {
+        EvictionOutcome::Stopped { .. } => {
+            record_event(
+                client,
+                node_name,
+                pod,
+                EVENT_REASON_EVICT_SUCCESS,
+                &event_message,
+            )
+            .await
+        }
+        EvictionOutcome::Failed { error } => {
+            let text = format!("{event_message}, error {error}");
+            record_event(client, node_name, pod, EVENT_REASON_EVICT_FAIL, &text).await
+        }
+        _ => {}
+    }
+}
+
 /// A Warning Event on the pod; a failure to record it is only logged.
 async fn record_event(
     client: &kube::Client,

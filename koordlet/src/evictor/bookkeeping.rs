@@ -44,15 +44,27 @@ impl EvictionMemory {
         (since < cool_time).then(|| cool_time - since)
     }
 
-    /// Pods asked to be evicted less than [`EVICTED_MEMORY`] ago and still
-    /// present (`present` holds the UIDs of the current pods).
-    pub fn pending(&self, now: SystemTime, present: &HashSet<&str>) -> HashSet<String> {
+    /// Pods asked to be evicted less than `window` (at most
+    /// [`EVICTED_MEMORY`]) ago and still present (`present` holds the UIDs
+    /// of the current pods).
+    pub fn pending(
+        &self,
+        now: SystemTime,
+        present: &HashSet<&str>,
+        window: Duration,
+    ) -> HashSet<String> {
+        let window = window.min(EVICTED_MEMORY);
         let mut state = self.lock();
         state.requested.retain(|uid, at| {
             present.contains(uid.as_str())
                 && now.duration_since(*at).unwrap_or_default() < EVICTED_MEMORY
         });
-        state.requested.keys().cloned().collect()
+        state
+            .requested
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at).unwrap_or_default() < window)
+            .map(|(uid, _)| uid.clone())
+            .collect()
     }
 
     /// Records new eviction requests made at `now`.
@@ -90,17 +102,25 @@ mod tests {
         let present: HashSet<&str> = ["a", "b"].into();
         assert!(
             memory
-                .pending(t0 + Duration::from_secs(5), &present)
+                .pending(t0 + Duration::from_secs(5), &present, EVICTED_MEMORY)
                 .contains("a")
         );
         // Gone from the node: no longer pending.
         assert!(
             memory
-                .pending(t0 + Duration::from_secs(5), &HashSet::new())
+                .pending(t0 + Duration::from_secs(5), &HashSet::new(), EVICTED_MEMORY)
                 .is_empty()
         );
         memory.record(t0, ["b".to_string()]);
-        assert!(memory.pending(t0 + EVICTED_MEMORY, &present).is_empty());
+        assert!(
+            memory
+                .pending(t0 + EVICTED_MEMORY, &present, EVICTED_MEMORY)
+                .is_empty()
+        );
+        // A zero window (stopped containers restart): nothing pending.
+        memory.record(t0, ["a".to_string()]);
+        assert!(memory.pending(t0, &present, Duration::ZERO).is_empty());
+        assert!(memory.pending(t0, &present, EVICTED_MEMORY).contains("a"));
         let cooling = EvictionMemory::cooling_from(t0);
         assert!(cooling.cooling(t0, Duration::from_secs(20)).is_some());
     }

@@ -1,6 +1,12 @@
 //! Pod eviction for the QoS strategies (memoryevict, cpuevict).
 //!
-//! - Cluster mode: a `policy/v1` Eviction through the API server, which
+//! - Cluster mode, by default (upstream's default): the pod's containers
+//!   are stopped through the container runtime's CRI (`StopContainer`,
+//!   timeout 0; see [`runtime`]); the pod object stays and the kubelet
+//!   restarts the containers per the pod's restart policy. koordlet records
+//!   a Warning Event `evictPodSuccess` / `evictPodFail` (ours: upstream's
+//!   kill path records none) and counts `koordlet_pod_eviction`.
+//! - Cluster mode with `--only-evict-by-api=true`: a `policy/v1` Eviction through the API server, which
 //!   respects PodDisruptionBudgets (a 429 answer means "not now": the pod is
 //!   retried at a later round; the client must not retry 429s by itself:
 //!   build the backend with [`EvictionBackend::api_without_retries`] or use
@@ -19,6 +25,7 @@ pub mod bookkeeping;
 pub mod kill;
 pub mod qos;
 pub mod ratelimit;
+pub mod runtime;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -45,9 +52,9 @@ pub const EVICTED_MEMORY: Duration = Duration::from_secs(120);
 /// Eviction flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct EvictorArgs {
-    /// Upstream flag. Upstream kills containers through the runtime unless
-    /// it is true; here cluster mode always uses the Eviction API, so the
-    /// flag is accepted for compatibility and changes nothing.
+    /// Cluster mode: evict through the Eviction API (which honours
+    /// PodDisruptionBudgets) instead of stopping the pod's containers
+    /// through the container runtime (upstream's default).
     #[arg(long = "only-evict-by-api", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub only_evict_by_api: bool,
 
@@ -67,6 +74,11 @@ pub struct EvictorArgs {
     /// Evictions allowed at once before the rate applies.
     #[arg(long = "evict-burst", default_value_t = 5, value_name = "COUNT")]
     pub burst: u32,
+
+    /// containerd's CRI socket, tried after `<var-run-root-dir>/containerd/containerd.sock`
+    /// and `<var-run-root-dir>/containerd.sock` (upstream's order).
+    #[arg(long = "containerd-endpoint", value_name = "PATH")]
+    pub containerd_endpoint: Option<PathBuf>,
 }
 
 impl Default for EvictorArgs {
@@ -77,6 +89,7 @@ impl Default for EvictorArgs {
             standalone_kill: false,
             qps: 1.0,
             burst: 5,
+            containerd_endpoint: None,
         }
     }
 }
@@ -105,6 +118,9 @@ pub struct EvictionRequest {
     pub message: String,
     /// Absolute cgroup directories of the pod (for the standalone kill).
     pub cgroup_dirs: Vec<PathBuf>,
+    /// Runtime IDs (`containerd://<id>`) of the pod's started containers
+    /// (for stopping them through the runtime).
+    pub containers: Vec<String>,
 }
 
 impl EvictionRequest {
@@ -124,6 +140,8 @@ pub enum EvictionOutcome {
     Evicted,
     /// The pod's processes were killed (standalone).
     Killed { processes: usize },
+    /// The pod's containers were stopped through the runtime.
+    Stopped { containers: usize },
     /// Evicted by an earlier round and not gone yet.
     AlreadyEvicted,
     /// An eviction of the same pod is still under way.
@@ -147,7 +165,11 @@ impl EvictionOutcome {
     pub fn releases(&self) -> bool {
         matches!(
             self,
-            Self::Evicted | Self::Killed { .. } | Self::AlreadyEvicted | Self::DryRun
+            Self::Evicted
+                | Self::Killed { .. }
+                | Self::Stopped { .. }
+                | Self::AlreadyEvicted
+                | Self::DryRun
         )
     }
 
@@ -156,6 +178,7 @@ impl EvictionOutcome {
         match self {
             Self::Evicted => "evicted",
             Self::Killed { .. } => "killed",
+            Self::Stopped { .. } => "containers_stopped",
             Self::AlreadyEvicted => "already_evicted",
             Self::InProgress => "in_progress",
             Self::DryRun => "dry_run",
@@ -172,6 +195,11 @@ impl EvictionOutcome {
 pub enum EvictionBackend {
     /// The Eviction API of this cluster.
     Api(kube::Client),
+    /// Stop the containers through the runtime; Events through `events`.
+    RuntimeKill {
+        stopper: Arc<dyn runtime::ContainerStopper>,
+        events: Option<kube::Client>,
+    },
     /// SIGKILL to the pod's processes (standalone, explicitly enabled).
     Kill,
     /// Log only (standalone without the kill flag).
@@ -193,6 +221,7 @@ impl std::fmt::Debug for EvictionBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Api(_) => "Api",
+            Self::RuntimeKill { .. } => "RuntimeKill",
             Self::Kill => "Kill",
             Self::LogOnly => "LogOnly",
         })
@@ -262,15 +291,50 @@ impl PodEvictor {
         }
     }
 
-    /// The backend the flags and the mode select: the API with a client,
-    /// else the kill path only when `--evict-standalone-kill` is set.
+    /// The backend the flags and the mode select. Cluster mode: the API
+    /// with `--only-evict-by-api`, else stopping containers through the
+    /// runtime (sockets below the default `/var/run/`; see
+    /// [`PodEvictor::with_runtime_endpoints`]). Standalone: the cgroup kill
+    /// only when `--evict-standalone-kill` is set, else log only.
     pub fn for_mode(client: Option<kube::Client>, node_name: &str, args: &EvictorArgs) -> Self {
         let backend = match client {
-            Some(client) => EvictionBackend::Api(client),
+            Some(client) if args.only_evict_by_api => EvictionBackend::Api(client),
+            Some(client) => EvictionBackend::RuntimeKill {
+                stopper: Arc::new(runtime::CriStopper::new(runtime::CriEndpoints {
+                    var_run_root: PathBuf::from(crate::runtimehooks::nri::VAR_RUN_ROOT),
+                    containerd: args.containerd_endpoint.clone(),
+                })),
+                events: Some(client),
+            },
             None if args.standalone_kill => EvictionBackend::Kill,
             None => EvictionBackend::LogOnly,
         };
         Self::new(backend, node_name, args)
+    }
+
+    /// With the runtime backend: look for the CRI sockets as `endpoints`
+    /// say (koordlet's `--var-run-root-dir`). Call before cloning.
+    pub fn with_runtime_endpoints(mut self, endpoints: runtime::CriEndpoints) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                if let EvictionBackend::RuntimeKill { stopper, .. } = &mut inner.backend {
+                    *stopper = Arc::new(runtime::CriStopper::new(endpoints));
+                }
+            }
+            None => tracing::warn!("the evictor is already shared; keeping its runtime endpoints"),
+        }
+        self
+    }
+
+    /// How long a pod asked to go counts as still releasing its resources:
+    /// until it is gone (two minutes at most) for an eviction; not at all
+    /// for stopped containers, which the kubelet restarts (upstream only
+    /// waits out the cool time there).
+    pub fn pending_window(&self) -> Duration {
+        match self.inner.backend {
+            EvictionBackend::RuntimeKill { .. } => Duration::ZERO,
+            _ => EVICTED_MEMORY,
+        }
     }
 
     /// With an API backend: on the first eviction, load the cluster
@@ -396,7 +460,9 @@ impl PodEvictor {
             .inc();
         if matches!(
             outcome,
-            EvictionOutcome::Evicted | EvictionOutcome::Killed { .. }
+            EvictionOutcome::Evicted
+                | EvictionOutcome::Killed { .. }
+                | EvictionOutcome::Stopped { .. }
         ) {
             metrics
                 .evictions
@@ -490,6 +556,13 @@ impl PodEvictor {
                     },
                 }
             }
+            EvictionBackend::RuntimeKill { stopper, events } => {
+                let outcome = stop_containers(stopper.as_ref(), request).await;
+                if let Some(client) = events {
+                    api::record_stop_event(client, &self.inner.node_name, request, &outcome).await;
+                }
+                outcome
+            }
             EvictionBackend::LogOnly => {
                 tracing::warn!(pod = %pod, trigger = %request.trigger, message = %request.message,
                     "would evict pod {pod}, but standalone eviction is disabled (--evict-standalone-kill=false)");
@@ -501,6 +574,9 @@ impl PodEvictor {
                 self.remember(&pod.uid, now);
                 self.note_refused(&pod.uid, None);
             }
+            // The pod stays and its containers restart: not "already
+            // evicted" (as upstream, whose kill path marks nothing).
+            EvictionOutcome::Stopped { .. } => self.note_refused(&pod.uid, None),
             EvictionOutcome::Blocked { message } => {
                 tracing::warn!(pod = %pod, message = %message, "eviction refused for now (429, PodDisruptionBudget); retrying at a later round");
                 self.note_refused(&pod.uid, Some(now));
@@ -512,6 +588,44 @@ impl PodEvictor {
             _ => {}
         }
         outcome
+    }
+}
+
+/// Stops every container of the request through `stopper`; a pod without a
+/// started container, or any container that fails, is a failure (retried
+/// at a later round).
+pub async fn stop_containers(
+    stopper: &dyn runtime::ContainerStopper,
+    request: &EvictionRequest,
+) -> EvictionOutcome {
+    let pod = &request.pod;
+    if request.containers.is_empty() {
+        return EvictionOutcome::Failed {
+            error: "the pod has no started container to stop".to_string(),
+        };
+    }
+    let mut errors = Vec::new();
+    for id in &request.containers {
+        if let Err(err) = stopper.stop(id).await {
+            tracing::warn!(pod = %pod, container = %id, error = %err, "cannot stop a container of the pod");
+            errors.push(err.to_string());
+        }
+    }
+    if errors.is_empty() {
+        tracing::warn!(pod = %pod, trigger = %request.trigger, containers = request.containers.len(),
+            message = %request.message, "stopped the containers of pod {pod} through the runtime");
+        EvictionOutcome::Stopped {
+            containers: request.containers.len(),
+        }
+    } else {
+        EvictionOutcome::Failed {
+            error: format!(
+                "{} of {} containers not stopped: {}",
+                errors.len(),
+                request.containers.len(),
+                errors.join("; ")
+            ),
+        }
     }
 }
 
@@ -536,6 +650,7 @@ mod tests {
             trigger: "BEMemoryEvict".into(),
             message: "memory over threshold".into(),
             cgroup_dirs: vec![],
+            containers: vec![],
         }
     }
 
@@ -648,5 +763,103 @@ mod tests {
             ),
             "{body}"
         );
+    }
+
+    /// Records the containers it is asked to stop; ids containing `fail` fail.
+    #[derive(Debug, Default)]
+    struct FakeStopper(Mutex<Vec<String>>);
+
+    impl runtime::ContainerStopper for FakeStopper {
+        fn stop<'a>(
+            &'a self,
+            container_id: &'a str,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), runtime::StopError>> + Send + 'a>,
+        > {
+            Box::pin(async move {
+                if container_id.contains("fail") {
+                    return Err(runtime::StopError::UnsupportedRuntime("fake".into()));
+                }
+                self.0.lock().unwrap().push(container_id.to_string());
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn runtime_backend_stops_containers_counts_and_never_marks_the_pod_evicted() {
+        let stopper = Arc::new(FakeStopper::default());
+        let registry = MetricsRegistry::new("koordlet");
+        let evictor = PodEvictor::new(
+            EvictionBackend::RuntimeKill {
+                stopper: stopper.clone(),
+                events: None,
+            },
+            "node-a",
+            &EvictorArgs::default(),
+        );
+        evictor.register_metrics(&registry);
+        assert_eq!(evictor.pending_window(), Duration::ZERO);
+        let mut two = request("a");
+        two.containers = vec!["containerd://c1".into(), "containerd://c2".into()];
+        assert_eq!(
+            evictor.evict(&two).await,
+            EvictionOutcome::Stopped { containers: 2 }
+        );
+        assert_eq!(
+            stopper.0.lock().unwrap().clone(),
+            ["containerd://c1", "containerd://c2"]
+        );
+        // Upstream's kill path marks nothing: the restarted pod can be stopped again.
+        assert!(!evictor.is_evicted("a", Instant::now()));
+        assert_eq!(
+            evictor.evict(&two).await,
+            EvictionOutcome::Stopped { containers: 2 }
+        );
+        // A failing container or a pod without containers is a failure, retried later.
+        let mut failing = request("b");
+        failing.containers = vec!["containerd://ok".into(), "containerd://fail".into()];
+        assert!(matches!(
+            evictor.evict(&failing).await,
+            EvictionOutcome::Failed { .. }
+        ));
+        assert!(evictor.recently_refused(Instant::now()).contains("b"));
+        assert!(matches!(
+            evictor.evict(&request("c")).await,
+            EvictionOutcome::Failed { error } if error.contains("no started container")
+        ));
+        let body = registry.encode().unwrap();
+        assert!(
+            body.contains("koordlet_pod_eviction_total{node=\"node-a\",reason=\"evicted\"} 2"),
+            "{body}"
+        );
+        assert!(body.contains("outcome=\"containers_stopped\"} 2"), "{body}");
+    }
+
+    #[test]
+    fn only_evict_by_api_picks_the_api_in_cluster_mode() {
+        // A client that is never called: building one needs no server.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = runtime.enter();
+        let client = kube::Client::try_from(config).unwrap();
+        let default = PodEvictor::for_mode(Some(client.clone()), "n", &EvictorArgs::default());
+        assert!(matches!(
+            default.backend(),
+            EvictionBackend::RuntimeKill { .. }
+        ));
+        let api = PodEvictor::for_mode(
+            Some(client),
+            "n",
+            &EvictorArgs {
+                only_evict_by_api: true,
+                ..EvictorArgs::default()
+            },
+        );
+        assert!(matches!(api.backend(), EvictionBackend::Api(_)));
+        assert_eq!(api.pending_window(), EVICTED_MEMORY);
     }
 }

@@ -32,7 +32,8 @@ impl QosEvictor {
 
 /// The runner's evictor for the daemon's mode, its metrics registered.
 ///
-/// Cluster mode (`cluster` set) evicts through the API with a client built
+/// Cluster mode (`cluster` set) stops the pod's containers through the
+/// runtime unless `--only-evict-by-api`; with it, evicts through the API with a client built
 /// from the same configuration as the connected one but without kube's own
 /// 429 retries (see [`EvictionBackend::api_without_retries`]); when that
 /// configuration cannot be loaded again the connected client is used.
@@ -45,6 +46,15 @@ pub async fn runner_evictor(
     metrics: &MetricsRegistry,
 ) -> Arc<dyn framework::Evictor> {
     let backend = match cluster {
+        Some((_, connected)) if !args.only_evict_by_api => EvictionBackend::RuntimeKill {
+            stopper: Arc::new(super::runtime::CriStopper::new(
+                super::runtime::CriEndpoints {
+                    var_run_root: PathBuf::from(crate::runtimehooks::nri::VAR_RUN_ROOT),
+                    containerd: args.containerd_endpoint.clone(),
+                },
+            )),
+            events: Some(connected),
+        },
         Some((options, connected)) => match super::api::non_retrying_client(&options).await {
             Ok(client) => EvictionBackend::Api(client),
             Err(reason) => {
@@ -89,6 +99,7 @@ pub fn eviction_request_of(
         trigger: request.reason.clone(),
         message: request.message.clone(),
         cgroup_dirs: pod_cgroup_dirs(layout, &request.uid),
+        containers: request.container_ids.clone(),
     }
 }
 
@@ -104,6 +115,10 @@ impl framework::Evictor for QosEvictor {
 
     fn recently_refused(&self) -> std::collections::HashSet<String> {
         self.evictor.recently_refused(std::time::Instant::now())
+    }
+
+    fn pending_window(&self) -> std::time::Duration {
+        self.evictor.pending_window()
     }
 }
 

@@ -1,36 +1,61 @@
-//! QoS strategy `cpuevict` (upstream feature `BECPUEvict`): when the BE
-//! tier is busy (usage ≥ `cpuEvictBEUsageThresholdPercent` of its real
-//! limit, default 90 %) yet its CPU satisfaction — real limit ÷ Σ BE
-//! requests — stays at or below `cpuEvictBESatisfactionLowerPercent` over
-//! `cpuEvictTimeWindowSeconds`, evict BE pods until the requests that remain
-//! are satisfied to `cpuEvictBESatisfactionUpperPercent`.
+//! QoS strategy `cpuevict`: upstream's CPU eviction plugin with its three
+//! features, each behind its own koordlet feature gate (all off by default,
+//! as upstream) and run in upstream's order within one round:
 //!
-//! The release is `request × (upper − satisfaction)`, computed from the
-//! window average and from the latest sample; the smaller one counts.
-//! Victims: BE pods by `spec.priority` ascending, then by CPU usage ÷
-//! request descending; each releases its batch CPU request.
+//! 1. `BECPUEvict` — when the BE tier is busy (usage ≥
+//!    `cpuEvictBEUsageThresholdPercent` of its limit, default 90 %) yet its
+//!    CPU satisfaction — limit ÷ Σ BE batch-cpu requests — stays at or below
+//!    `cpuEvictBESatisfactionLowerPercent` over `cpuEvictTimeWindowSeconds`,
+//!    evict BE pods until the requests that remain are satisfied to
+//!    `cpuEvictBESatisfactionUpperPercent`. The limit is the BE tier's real
+//!    limit (`cpuEvictPolicy: evictByRealLimit`, default: CPUs of its cpuset
+//!    capped by its CFS quota, read each round) or the node's batch-cpu
+//!    allocatable (`evictByAllocatable`). The release is
+//!    `request × (upper − satisfaction)` from the window average, capped by
+//!    the latest sample's. Victims: BE pods by priority, then usage ÷
+//!    request; each releases its batch-cpu request.
+//! 2. `CPUAllocatableEvict` — when the CPU requested by pods with priority ≤
+//!    `allocatableEvictPriorityThreshold` (batch pods' `batch-cpu`, mid
+//!    pods' `mid-cpu`) exceeds `cpuAllocatableEvictThresholdPercent` of the
+//!    node's allocatable of it, evict such pods (largest request first) down
+//!    to `cpuAllocatableEvictLowerPercent`.
+//! 3. `CPUEvict` — when node CPU usage averaged over the window reaches
+//!    `cpuEvictThresholdPercent`, evict pods with priority ≤
+//!    `evictEnabledPriorityThreshold` labelled `eviction-enabled` (by
+//!    eviction-priority, priority, sub-priority, then usage) down to
+//!    `cpuEvictLowerPercent` (default threshold − 2).
 //!
-//! The BE real limit is read from the besteffort tier cgroup each round
-//! (CPUs in its cpuset, capped by its CFS quota), as upstream's BE
-//! collector does; the strategy keeps the window of samples itself.
+//! `--cpu-evict-cool-time-seconds` separates two evictions and also runs
+//! from start-up, as upstream. The strategy keeps its windows of samples.
 
-use std::cmp::Ordering;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use apis::extension::QoSClass;
+use apis::extension::BATCH_CPU;
 use apis::slo::v1alpha1::{CPUEvictPolicy, ResourceThresholdStrategy};
 
-use super::framework::FeatureGate;
-use super::framework::{Decision, EvictionRequest, QosSnapshot, Strategy};
-use super::memoryevict::{effective_thresholds, eviction_allowed, is_terminated};
+use super::evicttask::{
+    self, EvictTask, PodRelease, ReleaseTarget, RequestKind, ResourceList, be_candidates,
+    be_cpu_order, cpu_request_desc, cpu_used_desc, priority_candidates,
+};
+use super::framework::{Decision, FeatureGate, QosSnapshot, Strategy};
+use super::memoryevict::{allocatable_thresholds, disabled_by_node_slo, effective_thresholds};
 use crate::evictor::bookkeeping::EvictionMemory;
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 
 pub const NAME: &str = "cpuevict";
-/// Upstream's feature name; the eviction reason and the eviction-policy key.
+/// Upstream feature names: the eviction triggers and the eviction-policy keys.
 pub const FEATURE: &str = "BECPUEvict";
+pub const FEATURE_CPU_EVICT: &str = "CPUEvict";
+pub const FEATURE_ALLOCATABLE: &str = "CPUAllocatableEvict";
+/// The features in the order upstream runs them.
+pub const FEATURES: [&str; 3] = [FEATURE, FEATURE_ALLOCATABLE, FEATURE_CPU_EVICT];
+/// `CPUEvict`'s lower bound = threshold − this when `cpuEvictLowerPercent` is unset.
+pub const RELEASE_BUFFER_PERCENT: i64 = 2;
+/// BE "limit" under `evictByAllocatable` when the node's batch-cpu
+/// allocatable is 0 (upstream `defaultMinAllocatableBatchMilliCPU`).
+pub const MIN_ALLOCATABLE_BATCH_MILLI_CPU: f64 = 1.0;
 /// `cpuEvictBESatisfactionLowerPercent` must be in (0, 60].
 pub const SATISFACTION_LOWER_MAX: i64 = 60;
 /// `cpuEvictBESatisfactionUpperPercent` must be in (0, 100).
@@ -58,23 +83,23 @@ pub fn satisfaction_config(
         config.cpu_evict_be_satisfaction_upper_percent,
     ) else {
         return Err(
-            "cpuEvictBESatisfactionLowerPercent or cpuEvictBESatisfactionUpperPercent is not set"
+            "CPUEvictBESatisfactionLowerPercent or CPUEvictBESatisfactionUpperPercent not config"
                 .to_string(),
         );
     };
     if lower <= 0 || lower > SATISFACTION_LOWER_MAX {
         return Err(format!(
-            "cpuEvictBESatisfactionLowerPercent {lower} must be in (0, {SATISFACTION_LOWER_MAX}]"
+            "CPUEvictBESatisfactionLowerPercent({lower}) is not valid! must (0,{SATISFACTION_LOWER_MAX}]"
         ));
     }
     if upper <= 0 || upper >= SATISFACTION_UPPER_MAX {
         return Err(format!(
-            "cpuEvictBESatisfactionUpperPercent {upper} must be in (0, {SATISFACTION_UPPER_MAX})"
+            "CPUEvictBESatisfactionUpperPercent({upper}) is not valid,must (0,{SATISFACTION_UPPER_MAX})"
         ));
     }
     if upper < lower {
         return Err(format!(
-            "cpuEvictBESatisfactionUpperPercent {upper} is below cpuEvictBESatisfactionLowerPercent {lower}"
+            "CPUEvictBESatisfactionUpperPercent({upper}) < CPUEvictBESatisfactionLowerPercent({lower})"
         ));
     }
     let window_seconds = config.cpu_evict_time_window_seconds.unwrap_or(0).max(0) as u64;
@@ -144,6 +169,7 @@ pub fn plan_release(
     window: &[BeCpuSample],
     round: Duration,
     config: &SatisfactionConfig,
+    allocatable_limit: Option<f64>,
 ) -> Result<i64, String> {
     let round_seconds = round.as_secs().max(1);
     if (window.len() as u64) * round_seconds < config.window.as_secs() / 3 {
@@ -153,9 +179,14 @@ pub fn plan_release(
             config.window.as_secs()
         ));
     }
-    let (Some(avg), Some(current)) = (average(window), window.last().copied()) else {
+    let (Some(mut avg), Some(mut current)) = (average(window), window.last().copied()) else {
         return Err("no BE CPU samples yet".to_string());
     };
+    // evictByAllocatable: satisfaction against the node's batch-cpu allocatable.
+    if let Some(limit) = allocatable_limit {
+        avg.limit = limit;
+        current.limit = limit;
+    }
     if !usage_high_enough(avg.usage, avg.limit, config.usage_threshold_percent) {
         return Err(format!(
             "BE average usage {:.0}m is under {}% of its real limit {:.0}m",
@@ -192,48 +223,6 @@ pub fn plan_release(
     Ok(by_average.min(by_current))
 }
 
-/// One BE pod that may be evicted.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
-    pub uid: String,
-    pub priority: i32,
-    /// Σ batch CPU requests, milli-CPU.
-    pub request_milli: i64,
-    /// Usage ÷ request (0 without a request).
-    pub usage_ratio: f64,
-}
-
-/// Upstream's order: priority ascending, then usage ratio descending.
-pub fn eviction_order(a: &Candidate, b: &Candidate) -> Ordering {
-    a.priority.cmp(&b.priority).then_with(|| {
-        b.usage_ratio
-            .partial_cmp(&a.usage_ratio)
-            .unwrap_or(Ordering::Equal)
-    })
-}
-
-/// Victims (new ones, in order) and the milli-CPU of requests released.
-pub fn pick_victims(
-    to_release: i64,
-    candidates: &[Candidate],
-    pending: &HashSet<String>,
-) -> (Vec<String>, i64) {
-    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
-    ordered.sort_by(|a, b| eviction_order(a, b));
-    let mut released = 0i64;
-    let mut victims = Vec::new();
-    for candidate in ordered {
-        if released >= to_release {
-            break;
-        }
-        released = released.saturating_add(candidate.request_milli);
-        if !pending.contains(&candidate.uid) {
-            victims.push(candidate.uid.clone());
-        }
-    }
-    (victims, released)
-}
-
 /// The BE tier's real CPU limit in milli-CPU: CPUs in its cpuset, capped by
 /// its CFS quota.
 pub fn be_real_limit(snapshot: &QosSnapshot) -> Result<f64, String> {
@@ -260,12 +249,96 @@ pub fn be_real_limit(snapshot: &QosSnapshot) -> Result<f64, String> {
     Ok(by_cpuset.min(quota as f64 * 1000.0 / period as f64))
 }
 
+/// The BE "limit" under `evictByAllocatable`: the node's batch-cpu
+/// allocatable; 1 when it is 0 (BE still runs); `None` when the node has
+/// none (upstream's −1, which makes BE usage never "high enough").
+pub fn be_allocatable_limit(snapshot: &QosSnapshot) -> Option<f64> {
+    match snapshot.node.allocatable.get(BATCH_CPU).copied() {
+        Some(0) => Some(MIN_ALLOCATABLE_BATCH_MILLI_CPU),
+        Some(value) if value > 0 => Some(value as f64),
+        _ => None,
+    }
+}
+
+/// Settings of `CPUEvict`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageThresholds {
+    pub threshold_percent: i64,
+    pub lower_percent: i64,
+    pub priority_threshold: i32,
+}
+
+/// Upstream `isUsedThresholdConfigValid`.
+pub fn usage_thresholds(config: &ResourceThresholdStrategy) -> Result<UsageThresholds, String> {
+    let threshold_percent = config
+        .cpu_evict_threshold_percent
+        .ok_or("CPUEvictThresholdPercent not config")?;
+    if threshold_percent < 0 {
+        return Err(format!(
+            "threshold percent({threshold_percent}) should greater than 0"
+        ));
+    }
+    let lower_percent = config
+        .cpu_evict_lower_percent
+        .unwrap_or(threshold_percent - RELEASE_BUFFER_PERCENT);
+    if lower_percent >= threshold_percent {
+        return Err(format!(
+            "lower percent({lower_percent}) should less than threshold percent({threshold_percent})"
+        ));
+    }
+    let priority_threshold = config
+        .evict_enabled_priority_threshold
+        .ok_or("EvictEnabledPriorityThreshold not config")?;
+    Ok(UsageThresholds {
+        threshold_percent,
+        lower_percent,
+        priority_threshold,
+    })
+}
+
+/// Upstream `isAllocatableThresholdConfigValid` (CPU).
+pub fn cpu_allocatable_thresholds(
+    config: &ResourceThresholdStrategy,
+) -> Result<super::memoryevict::AllocatableThresholds, String> {
+    allocatable_thresholds(
+        config.cpu_allocatable_evict_threshold_percent,
+        config.cpu_allocatable_evict_lower_percent,
+        config.allocatable_evict_priority_threshold,
+        "CPUAllocatableEvictThresholdPercent",
+        "CPUAllocatableEvictLowerPercent",
+    )
+}
+
+/// `CPUEvict`'s release: milli-CPU to shed when the average node usage
+/// (cores) reaches the threshold (whole percent of `capacity_milli`, integer
+/// arithmetic as upstream); `Err` says why nothing.
+pub fn release_by_node_usage(
+    capacity_milli: i64,
+    average_cores: f64,
+    thresholds: &UsageThresholds,
+) -> Result<i64, String> {
+    if capacity_milli <= 0 {
+        return Err(format!("node CPU capacity {capacity_milli}m is not valid"));
+    }
+    let usage_percent = ((average_cores * 1000.0) as i64).saturating_mul(100) / capacity_milli;
+    if usage_percent < thresholds.threshold_percent {
+        return Err(format!(
+            "node CPU usage {usage_percent}% is below the threshold {}%",
+            thresholds.threshold_percent
+        ));
+    }
+    Ok(capacity_milli.saturating_mul(usage_percent - thresholds.lower_percent) / 100)
+}
+
 /// The `cpuevict` strategy.
 #[derive(Debug)]
 pub struct CpuEvict {
-    gate: FeatureGate,
+    gates: [FeatureGate; 3],
+    dry_run: Vec<&'static str>,
     memory: Mutex<Option<EvictionMemory>>,
-    history: Mutex<VecDeque<BeCpuSample>>,
+    be_history: Mutex<VecDeque<BeCpuSample>>,
+    /// Node CPU usage samples (time, cores) for `CPUEvict`'s window.
+    node_history: Mutex<VecDeque<(SystemTime, f64)>>,
 }
 
 impl Default for CpuEvict {
@@ -274,52 +347,231 @@ impl Default for CpuEvict {
     }
 }
 
+fn trim<T>(
+    history: &mut VecDeque<T>,
+    time: impl Fn(&T) -> SystemTime,
+    now: SystemTime,
+    window: Duration,
+) {
+    while history
+        .front()
+        .is_some_and(|oldest| now.duration_since(time(oldest)).unwrap_or_default() >= window)
+    {
+        history.pop_front();
+    }
+}
+
 impl CpuEvict {
-    /// On; see [`CpuEvict::with_feature_gates`].
+    /// `BECPUEvict` on, the others off; see [`CpuEvict::with_feature_gates`].
     pub fn new() -> Self {
+        Self::with_features(&[FEATURE])
+    }
+
+    /// Exactly the named features on.
+    pub fn with_features(on: &[&str]) -> Self {
         Self {
-            gate: FeatureGate::on(FEATURE, false),
+            gates: FEATURES.map(|name| FeatureGate {
+                name,
+                default: false,
+                enabled: on.contains(&name),
+            }),
+            dry_run: Vec::new(),
             memory: Mutex::new(None),
-            history: Mutex::new(VecDeque::new()),
+            be_history: Mutex::new(VecDeque::new()),
+            node_history: Mutex::new(VecDeque::new()),
         }
     }
 
-    /// Applies parsed `--feature-gates` (upstream default: off).
-    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
-        self.gate = self.gate.from_gates(gates);
+    /// Applies parsed `--feature-gates` (upstream default: every feature off).
+    pub fn with_feature_gates(mut self, gates: &BTreeMap<String, bool>) -> Self {
+        self.gates = self.gates.map(|gate| gate.from_gates(gates));
         self
     }
 
-    /// Adds this round's sample and returns the samples within `window`.
-    fn window(
+    /// Features that only report whom they would evict.
+    pub fn with_dry_run(mut self, features: &[&'static str]) -> Self {
+        self.dry_run = features
+            .iter()
+            .copied()
+            .filter(|f| FEATURES.contains(f))
+            .collect();
+        self
+    }
+
+    pub fn enabled_features(&self) -> Vec<&'static str> {
+        self.gates
+            .iter()
+            .filter(|g| g.enabled)
+            .map(|g| g.name)
+            .collect()
+    }
+
+    fn window_seconds(snapshot: &QosSnapshot, config: &ResourceThresholdStrategy) -> Duration {
+        let collect = snapshot.collect_interval.max(Duration::from_secs(1));
+        let configured =
+            Duration::from_secs(config.cpu_evict_time_window_seconds.unwrap_or(0).max(0) as u64);
+        configured.max(collect)
+    }
+
+    /// Adds this round's BE sample (if any) and returns the window.
+    fn be_window(
         &self,
         sample: Option<BeCpuSample>,
         now: SystemTime,
         window: Duration,
     ) -> Vec<BeCpuSample> {
-        let mut history = self
-            .history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut history = self.be_history.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sample) = sample {
             history.push_back(sample);
         }
-        while history
-            .front()
-            .is_some_and(|oldest| now.duration_since(oldest.time).unwrap_or_default() >= window)
-        {
-            history.pop_front();
-        }
+        trim(&mut history, |s| s.time, now, window);
         history.iter().copied().collect()
     }
 
-    fn with_memory<T>(&self, now: SystemTime, f: impl FnOnce(&EvictionMemory) -> T) -> T {
-        let mut memory = self
-            .memory
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Upstream cools down from start-up too.
-        f(memory.get_or_insert_with(|| EvictionMemory::cooling_from(now)))
+    /// Adds this round's node CPU sample (if fresh) and returns the window average.
+    fn node_average(&self, snapshot: &QosSnapshot, window: Duration) -> Result<f64, String> {
+        let sample = snapshot.fresh("node CPU usage", snapshot.node_usage.cpu);
+        let mut history = self.node_history.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(sample) = sample
+            && history.back().is_none_or(|(time, _)| *time < sample.time)
+        {
+            history.push_back((sample.time, sample.value));
+        }
+        trim(&mut history, |s| s.0, snapshot.now, window);
+        sample?;
+        if history.is_empty() {
+            return Err("no node CPU usage sample in the window".to_string());
+        }
+        Ok(history.iter().map(|(_, v)| v).sum::<f64>() / history.len() as f64)
+    }
+
+    /// Records this round's samples for every enabled feature's window, so
+    /// a window is full when its feature first needs it.
+    fn observe(
+        &self,
+        snapshot: &QosSnapshot,
+        config: &ResourceThresholdStrategy,
+    ) -> Result<Vec<BeCpuSample>, String> {
+        let window = Self::window_seconds(snapshot, config);
+        let be_pods: Vec<_> = snapshot
+            .pods
+            .iter()
+            .filter(|pod| pod.qos_label == apis::extension::QoSClass::BE)
+            .filter(|pod| !matches!(pod.phase.as_str(), "Succeeded" | "Failed"))
+            .collect();
+        let sample = snapshot
+            .fresh("BE CPU usage", snapshot.node_usage.be_cpu)
+            .and_then(|usage| {
+                Ok(BeCpuSample {
+                    time: snapshot.now,
+                    usage: usage.value * 1000.0,
+                    request: be_pods
+                        .iter()
+                        .map(|pod| {
+                            evicttask::evict_info(snapshot, pod, RequestKind::Cpu)
+                                .batch_milli_cpu_request as f64
+                        })
+                        .sum(),
+                    limit: be_real_limit(snapshot)?,
+                })
+            });
+        let (sample, error) = match sample {
+            Ok(sample) => (Some(sample), None),
+            Err(err) => (None, Some(err)),
+        };
+        let history = self.be_window(sample, snapshot.now, window);
+        match error {
+            Some(err) => Err(err),
+            None => Ok(history),
+        }
+    }
+
+    fn build_task(
+        &self,
+        feature: &'static str,
+        snapshot: &QosSnapshot,
+        config: &ResourceThresholdStrategy,
+        be_window: &Result<Vec<BeCpuSample>, String>,
+        node_average: &Result<f64, String>,
+    ) -> Result<EvictTask, String> {
+        let round = snapshot
+            .config
+            .cpu_evict_interval
+            .max(Duration::from_secs(1));
+        match feature {
+            FEATURE => {
+                let mut settings = satisfaction_config(config, round)
+                    .map_err(|err| format!("invalid config: {err}"))?;
+                settings.window = settings.window.max(Self::window_seconds(snapshot, config));
+                let window = be_window.clone()?;
+                let limit = match config.cpu_evict_policy {
+                    Some(CPUEvictPolicy::EvictByAllocatable) => Some(
+                        be_allocatable_limit(snapshot)
+                            .ok_or("evictByAllocatable: the node has no kubernetes.io/batch-cpu allocatable")?,
+                    ),
+                    _ => None,
+                };
+                let release = plan_release(&window, round, &settings, limit)?;
+                Ok(EvictTask {
+                    feature,
+                    target: ReleaseTarget::PodResourceRequest,
+                    to_release: ResourceList::from([(BATCH_CPU.to_string(), release)]),
+                    candidates: be_candidates(snapshot, feature, RequestKind::Cpu, be_cpu_order),
+                    release: PodRelease::BatchCpuRequest,
+                })
+            }
+            FEATURE_CPU_EVICT => {
+                let thresholds =
+                    usage_thresholds(config).map_err(|err| format!("invalid config: {err}"))?;
+                let average = node_average.clone()?;
+                let release =
+                    release_by_node_usage(snapshot.node.cpu_capacity_milli, average, &thresholds)?;
+                Ok(EvictTask {
+                    feature,
+                    target: ReleaseTarget::PodUsed,
+                    to_release: ResourceList::from([("cpu".to_string(), release)]),
+                    candidates: priority_candidates(
+                        snapshot,
+                        feature,
+                        thresholds.priority_threshold,
+                        RequestKind::Cpu,
+                        cpu_used_desc,
+                    ),
+                    release: PodRelease::CpuUsed,
+                })
+            }
+            FEATURE_ALLOCATABLE => {
+                let settings = cpu_allocatable_thresholds(config)
+                    .map_err(|err| format!("invalid config: {err}"))?;
+                let (release, classes) = evicttask::allocatable_release(
+                    snapshot,
+                    RequestKind::Cpu,
+                    settings.priority_threshold,
+                    settings.threshold_percent,
+                    settings.lower_percent,
+                );
+                if release.is_empty() {
+                    return Err(format!(
+                        "CPU requested by pods with priority <= {} is within {}% of allocatable",
+                        settings.priority_threshold, settings.threshold_percent
+                    ));
+                }
+                Ok(EvictTask {
+                    feature,
+                    target: ReleaseTarget::PodResourceRequest,
+                    to_release: release,
+                    candidates: priority_candidates(
+                        snapshot,
+                        feature,
+                        settings.priority_threshold,
+                        RequestKind::Cpu,
+                        cpu_request_desc,
+                    ),
+                    release: PodRelease::CpuRequestOf(classes),
+                })
+            }
+            other => Err(format!("unknown feature {other}")),
+        }
     }
 }
 
@@ -334,120 +586,56 @@ impl Strategy for CpuEvict {
 
     fn decide(&self, snapshot: &QosSnapshot) -> Decision {
         let now = snapshot.now;
-        let round = snapshot
-            .config
-            .cpu_evict_interval
-            .max(Duration::from_secs(1));
-        if let Err(off) = self.gate.check() {
-            return Decision::skipped(off);
-        }
-        if snapshot.node_slo.is_none() {
-            return Decision::skipped("no NodeSLO yet");
+        let features = self.enabled_features();
+        if features.is_empty() {
+            return Decision::skipped(format!(
+                "feature gates {} are off (enable one with --feature-gates=<name>=true)",
+                FEATURES.join(", ")
+            ));
         }
         let config = effective_thresholds(snapshot);
-        if config.enable != Some(true) {
-            return Decision::skipped("resourceUsedThresholdWithBE.enable is not true");
-        }
-        if config.cpu_evict_policy == Some(CPUEvictPolicy::EvictByAllocatable) {
-            return Decision::skipped(
-                "cpuEvictPolicy evictByAllocatable is not supported (needs the node's batch-cpu allocatable); use evictByRealLimit",
-            );
-        }
-        let settings = match satisfaction_config(&config, round) {
-            Ok(settings) => settings,
-            Err(err) => return Decision::skipped(format!("invalid config: {err}")),
+        // Samples are kept whatever else happens, so the windows fill up
+        // during the cool time as upstream's metric cache does.
+        let be_window = if features.contains(&FEATURE) {
+            self.observe(snapshot, &config)
+        } else {
+            Err("BECPUEvict is off".to_string())
         };
-        if snapshot.node.cpu_capacity_milli <= 0 {
-            return Decision::skipped("node CPU capacity is not known");
-        }
-        let be_pods: Vec<_> = snapshot
-            .pods
-            .iter()
-            .filter(|pod| pod.qos_label == QoSClass::BE && !is_terminated(pod))
-            .collect();
-        // This round's sample; a missing input still trims the window.
-        let sample = snapshot
-            .fresh("BE CPU usage", snapshot.node_usage.be_cpu)
-            .and_then(|usage| {
-                Ok(BeCpuSample {
-                    time: now,
-                    usage: usage.value * 1000.0,
-                    request: be_pods.iter().map(|p| p.cpu_request_milli() as f64).sum(),
-                    limit: be_real_limit(snapshot)?,
-                })
-            });
-        let (sample, sample_error) = match sample {
-            Ok(sample) => (Some(sample), None),
-            Err(err) => (None, Some(err)),
+        let node_average = if features.contains(&FEATURE_CPU_EVICT) {
+            self.node_average(snapshot, Self::window_seconds(snapshot, &config))
+        } else {
+            Err("CPUEvict is off".to_string())
         };
-        let window = self.window(sample, now, settings.window);
-        if let Some(err) = sample_error {
-            return Decision::skipped(err);
-        }
-        if let Some(left) = self.with_memory(now, |memory| {
-            memory.cooling(now, snapshot.config.cpu_evict_cool_time)
-        }) {
+        let mut memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        // Upstream cools down from start-up too.
+        let memory = memory.get_or_insert_with(|| EvictionMemory::cooling_from(now));
+        if let Some(left) = memory.cooling(now, snapshot.config.cpu_evict_cool_time) {
             return Decision::skipped(format!(
                 "cooling down after the last eviction ({}s left)",
                 left.as_secs()
             ));
         }
-        let to_release = match plan_release(&window, round, &settings) {
-            Ok(release) => release,
+        match disabled_by_node_slo(snapshot) {
             Err(reason) => return Decision::skipped(reason),
-        };
-        let candidates: Vec<Candidate> = be_pods
-            .iter()
-            .filter(|pod| eviction_allowed(snapshot, pod, FEATURE))
-            .map(|pod| {
-                let request = pod.cpu_request_milli();
-                let used = pod.cpu_usage.map_or(0.0, |s| s.value * 1000.0);
-                Candidate {
-                    uid: pod.uid.clone(),
-                    priority: pod.priority_value,
-                    request_milli: request,
-                    usage_ratio: if request > 0 {
-                        used / request as f64
-                    } else {
-                        0.0
-                    },
-                }
-            })
-            .collect();
-        // A pod whose eviction was refused keeps its CPU: not pending.
-        let present: HashSet<&str> = snapshot
-            .pods
-            .iter()
-            .map(|p| p.uid.as_str())
-            .filter(|uid| !snapshot.eviction_refused.contains(*uid))
-            .collect();
-        let pending = self.with_memory(now, |memory| memory.pending(now, &present));
-        let (victims, released) = pick_victims(to_release, &candidates, &pending);
-        let mut decision = Decision::default();
-        decision.info(format!(
-            "BE CPU satisfaction is low: release {to_release}m of BE requests ({released}m by {} new and {} pending evictions)",
-            victims.len(),
-            pending.len()
-        ));
-        if candidates.is_empty() {
-            decision.skip("BE CPU satisfaction is low but there is no BE pod to evict");
-            return decision;
+            Ok(true) => return Decision::skipped("resourceUsedThresholdWithBE.enable is not true"),
+            Ok(false) => {}
         }
-        for uid in &victims {
-            let Some(pod) = be_pods.iter().find(|pod| &pod.uid == uid) else {
-                continue;
-            };
-            decision.evictions.push(EvictionRequest::for_pod(
-                pod,
-                FEATURE,
-                format!(
-                    "trigger by koordlet feature {FEATURE}, kill pod: {}; BE CPU satisfaction below {}%, release {to_release}m",
-                    pod.name, settings.lower_percent
-                ),
-            ));
+        if snapshot.node.cpu_capacity_milli <= 0 {
+            return Decision::skipped("node CPU capacity is not known");
         }
-        self.with_memory(now, |memory| memory.record(now, victims));
-        decision
+        let mut tasks = Vec::new();
+        let mut notes = Vec::new();
+        for feature in features {
+            match self.build_task(feature, snapshot, &config, &be_window, &node_average) {
+                Ok(task) => tasks.push(task),
+                Err(reason) => notes.push(format!("{feature}: {reason}")),
+            }
+        }
+        let detail =
+            |task: &EvictTask| format!("release {:?} ({})", task.to_release, task.target.as_str());
+        let mut dry_run = self.dry_run.clone();
+        dry_run.extend(snapshot.config.evict_dry_run_features.iter().copied());
+        evicttask::decide_round(snapshot, NAME, tasks, &dry_run, memory, notes, &detail)
     }
 }
 
@@ -456,6 +644,19 @@ mod tests {
     use super::*;
     use crate::qosmanager::framework::{MapReader, MetricSample};
     use crate::qosmanager::memoryevict::test_pods::*;
+    use apis::extension::{MID_CPU, QoSClass};
+
+    /// (node allocatable, pods, (threshold %, lower %, priority threshold), release).
+    type AllocatableCase = (
+        Vec<(&'static str, i64)>,
+        Vec<k8s_openapi::api::core::v1::Pod>,
+        (i64, i64, i32),
+        Vec<(&'static str, i64)>,
+    );
+
+    fn threshold_config() -> ResourceThresholdStrategy {
+        ResourceThresholdStrategy::default()
+    }
     use crate::system::units::CpuSet;
     use std::sync::Arc;
 
@@ -620,7 +821,7 @@ mod tests {
         // No BE usage sample.
         let mut missing = snapshot(start, 2, None, 1.95, be_pods(start));
         missing.node_usage.be_cpu = None;
-        let decision = CpuEvict::new().decide(&missing);
+        let decision = warmed(CpuEvict::new()).decide(&missing);
         assert!(
             decision
                 .skip_reason()
@@ -630,16 +831,20 @@ mod tests {
         // Stale sample.
         let mut stale = snapshot(start, 2, None, 1.95, be_pods(start));
         stale.node_usage.be_cpu = Some(MetricSample::new(1.95, start - Duration::from_secs(300)));
-        let decision = CpuEvict::new().decide(&stale);
+        let decision = warmed(CpuEvict::new()).decide(&stale);
         assert!(decision.skip_reason().unwrap().contains("stale"));
+    }
+
+    /// A strategy whose start-up cool time ended (first round at t0).
+    fn warmed(strategy: CpuEvict) -> CpuEvict {
+        let _ = strategy.decide(&snapshot(t0(), 2, None, 1.95, vec![]));
+        strategy
     }
 
     #[test]
     fn no_be_pods_and_disabled_config_say_so() {
-        let strategy = CpuEvict::new();
-        let _ = strategy.decide(&snapshot(t0(), 2, None, 1.95, vec![]));
         let later = t0() + Duration::from_secs(30);
-        let decision = strategy.decide(&snapshot(later, 2, None, 1.95, vec![]));
+        let decision = warmed(CpuEvict::new()).decide(&snapshot(later, 2, None, 1.95, vec![]));
         // No BE pods: no requests, satisfaction cannot be low.
         assert!(decision.evictions.is_empty());
         assert!(decision.skip_reason().is_some());
@@ -648,25 +853,324 @@ mod tests {
         let mut config = threshold();
         config.enable = Some(false);
         off.node_slo = snapshot_with(config, later).node_slo;
+        let decision = warmed(CpuEvict::new()).decide(&off);
         assert!(
-            CpuEvict::new()
-                .decide(&off)
-                .skip_reason()
-                .unwrap()
-                .contains("enable")
+            decision.skip_reason().unwrap().contains("enable"),
+            "{decision:?}"
         );
 
+        // evictByAllocatable without batch-cpu on the node: said so.
         let mut allocatable = snapshot(later, 2, None, 1.95, be_pods(later));
         let mut config = threshold();
         config.cpu_evict_policy = Some(CPUEvictPolicy::EvictByAllocatable);
         allocatable.node_slo = snapshot_with(config, later).node_slo;
+        let decision = warmed(CpuEvict::new()).decide(&allocatable);
         assert!(
-            CpuEvict::new()
-                .decide(&allocatable)
+            decision
                 .skip_reason()
                 .unwrap()
-                .contains("evictByAllocatable")
+                .contains("evictByAllocatable"),
+            "{decision:?}"
         );
+    }
+
+    /// `evictByAllocatable`: satisfaction = batch-cpu allocatable ÷ requests.
+    #[test]
+    fn evict_by_allocatable_uses_the_node_batch_allocatable() {
+        let mut config = threshold();
+        config.cpu_evict_policy = Some(CPUEvictPolicy::EvictByAllocatable);
+        let strategy = warmed(CpuEvict::new());
+        let mut decisions = Vec::new();
+        for second in 18..=21 {
+            let now = t0() + Duration::from_secs(second);
+            // The real limit is the whole 8-CPU node: by real limit nothing is starved.
+            let mut snap = snapshot(now, 8, None, 1.95, be_pods(now));
+            snap.node_slo = snapshot_with(config.clone(), now).node_slo;
+            // Allocatable 2000m for 6000m requested: satisfaction 0.33; BE uses 1.95 of 2 cores.
+            snap.node.allocatable.insert(BATCH_CPU.to_string(), 2000);
+            decisions.push(strategy.decide(&snap));
+        }
+        let evicted: Vec<&str> = decisions
+            .iter()
+            .flat_map(|d| d.evictions.iter().map(|e| e.uid.as_str()))
+            .collect();
+        assert_eq!(evicted, ["c", "b"], "{decisions:?}");
+        assert_eq!(be_allocatable_limit(&QosSnapshot::for_test(t0())), None);
+        let mut zero = QosSnapshot::for_test(t0());
+        zero.node.allocatable.insert(BATCH_CPU.to_string(), 0);
+        assert_eq!(
+            be_allocatable_limit(&zero),
+            Some(MIN_ALLOCATABLE_BATCH_MILLI_CPU)
+        );
+    }
+
+    /// Upstream `Test_isUsedThresholdConfigValid`.
+    #[test]
+    fn usage_config_table() {
+        let base = ResourceThresholdStrategy::default;
+        let with = |threshold: Option<i64>, lower: Option<i64>, priority: Option<i32>| {
+            ResourceThresholdStrategy {
+                cpu_evict_threshold_percent: threshold,
+                cpu_evict_lower_percent: lower,
+                evict_enabled_priority_threshold: priority,
+                ..base()
+            }
+        };
+        let cases = [
+            (
+                with(None, None, None),
+                Err("CPUEvictThresholdPercent not config"),
+            ),
+            (
+                with(Some(-1), None, None),
+                Err("threshold percent(-1) should greater than 0"),
+            ),
+            (with(Some(80), None, Some(5999)), Ok((80, 78, 5999))),
+            (
+                with(Some(80), Some(90), Some(5999)),
+                Err("lower percent(90) should less than threshold percent(80)"),
+            ),
+            (
+                with(Some(80), Some(70), None),
+                Err("EvictEnabledPriorityThreshold not config"),
+            ),
+            (with(Some(80), Some(70), Some(5999)), Ok((80, 70, 5999))),
+        ];
+        for (config, want) in cases {
+            let got = usage_thresholds(&config)
+                .map(|t| (t.threshold_percent, t.lower_percent, t.priority_threshold));
+            assert_eq!(
+                got.as_ref().map_err(String::as_str),
+                want.as_ref().map_err(|e| *e)
+            );
+        }
+    }
+
+    /// Upstream `Test_isAllocatableThresholdConfigValid`.
+    #[test]
+    fn allocatable_config_table() {
+        let with = |threshold: Option<i64>, lower: Option<i64>, priority: Option<i32>| {
+            ResourceThresholdStrategy {
+                cpu_allocatable_evict_threshold_percent: threshold,
+                cpu_allocatable_evict_lower_percent: lower,
+                allocatable_evict_priority_threshold: priority,
+                ..ResourceThresholdStrategy::default()
+            }
+        };
+        let cases = [
+            (
+                with(None, None, None),
+                Some("CPUAllocatableEvictThresholdPercent not config"),
+            ),
+            (
+                with(Some(-1), None, None),
+                Some("threshold percent(-1) should greater than 0"),
+            ),
+            (
+                with(Some(80), None, None),
+                Some("CPUAllocatableEvictLowerPercent not config"),
+            ),
+            (
+                with(Some(80), Some(90), None),
+                Some("lower percent(90) should less than threshold percent(80)"),
+            ),
+            (
+                with(Some(80), Some(80), None),
+                Some("lower percent(80) should less than threshold percent(80)"),
+            ),
+            (
+                with(Some(80), Some(70), None),
+                Some("AllocatableEvictPriorityThreshold not config"),
+            ),
+            (
+                with(Some(80), Some(70), Some(8000)),
+                Some(
+                    "priorityThresholdPercent(8000) should less than 7999, koor-prod pods should not be killed",
+                ),
+            ),
+            (with(Some(80), Some(70), Some(7000)), None),
+            (with(Some(80), Some(70), Some(5999)), None),
+        ];
+        for (config, want) in cases {
+            assert_eq!(
+                cpu_allocatable_thresholds(&config).err().as_deref(),
+                want,
+                "{config:?}"
+            );
+        }
+    }
+
+    /// Upstream `Test_calculateReleaseByUsedThresholdPercent` (100-core node).
+    #[test]
+    fn node_usage_release_table() {
+        let thresholds = |threshold, lower| UsageThresholds {
+            threshold_percent: threshold,
+            lower_percent: lower,
+            priority_threshold: 3000,
+        };
+        assert_eq!(
+            release_by_node_usage(100_000, 81.0, &thresholds(80, 78)),
+            Ok(3000)
+        );
+        assert_eq!(
+            release_by_node_usage(100_000, 81.0, &thresholds(80, 80)),
+            Ok(1000)
+        );
+        assert!(release_by_node_usage(100_000, 11.0, &thresholds(80, 78)).is_err());
+        assert!(release_by_node_usage(0, 11.0, &thresholds(80, 78)).is_err());
+    }
+
+    fn opted(
+        name: &str,
+        priority: i32,
+        requests: &[(&str, &str)],
+    ) -> k8s_openapi::api::core::v1::Pod {
+        labelled(
+            requesting(kube_pod(name, QoSClass::BE, priority), requests),
+            "koordinator.sh/eviction-enabled",
+            "true",
+        )
+    }
+
+    /// `CPUEvict`: node usage over the window above the threshold evicts
+    /// opted-in pods under the priority threshold, busiest first.
+    #[test]
+    fn cpu_evict_by_node_usage_takes_opted_in_pods_busiest_first() {
+        let mut config = threshold();
+        config.cpu_evict_threshold_percent = Some(80);
+        config.cpu_evict_lower_percent = Some(70);
+        config.evict_enabled_priority_threshold = Some(5999);
+        let strategy = warmed(CpuEvict::with_features(&[FEATURE_CPU_EVICT]));
+        let now = t0() + Duration::from_secs(25);
+        let mut snap = snapshot(now, 8, None, 0.0, vec![]);
+        snap.node_slo = snapshot_with(config, now).node_slo;
+        // 8 cores, 7.2 used (90 %): release 8000 × (90 − 70) / 100 = 1600m.
+        snap.node_usage.cpu = Some(MetricSample::new(7.2, now));
+        with_kube_pods(
+            &mut snap,
+            vec![
+                opted("quiet", 5500, &[]),
+                opted("busy", 5500, &[]),
+                opted("busier", 5500, &[]),
+                labelled(
+                    kube_pod("prod", QoSClass::LS, 9500),
+                    "koordinator.sh/eviction-enabled",
+                    "true",
+                ),
+                kube_pod("not-opted", QoSClass::BE, 5000),
+            ],
+            &[],
+            &[
+                ("quiet", 0.1),
+                ("busy", 1.0),
+                ("busier", 1.2),
+                ("prod", 4.0),
+                ("not-opted", 5.0),
+            ],
+        );
+        let decision = strategy.decide(&snap);
+        let uids: Vec<&str> = decision.evictions.iter().map(|e| e.uid.as_str()).collect();
+        assert_eq!(uids, ["busier", "busy"], "{decision:?}");
+        assert!(
+            decision
+                .evictions
+                .iter()
+                .all(|e| e.reason == FEATURE_CPU_EVICT)
+        );
+    }
+
+    /// Upstream `Test_calculateMilliReleaseByAllocatableThresholdPercent`,
+    /// then the whole `CPUAllocatableEvict` round.
+    #[test]
+    fn cpu_allocatable_release_table_and_round() {
+        let mid = |name: &str, cpu: &str| {
+            labelled(
+                requesting(kube_pod(name, QoSClass::LS, 7000), &[(MID_CPU, cpu)]),
+                "koordinator.sh/eviction-enabled",
+                "true",
+            )
+        };
+        let cases: Vec<AllocatableCase> = vec![
+            (vec![(BATCH_CPU, 100)], vec![], (80, 70, 5999), vec![]),
+            (
+                vec![(BATCH_CPU, 100_000)],
+                vec![
+                    opted("b1", 5000, &[(BATCH_CPU, "45000")]),
+                    opted("b2", 5000, &[(BATCH_CPU, "40000")]),
+                ],
+                (80, 70, 5999),
+                vec![(BATCH_CPU, 15_000)],
+            ),
+            (
+                vec![(BATCH_CPU, 100_000), (MID_CPU, 100_000)],
+                vec![
+                    opted("b1", 5000, &[(BATCH_CPU, "85000")]),
+                    mid("m1", "85000"),
+                ],
+                (80, 70, 7999),
+                vec![(BATCH_CPU, 15_000), (MID_CPU, 15_000)],
+            ),
+            (
+                vec![(BATCH_CPU, 100_000), (MID_CPU, 100_000)],
+                vec![
+                    opted("b1", 5000, &[(BATCH_CPU, "85000")]),
+                    mid("m1", "85000"),
+                ],
+                (80, 70, 5999),
+                vec![(BATCH_CPU, 15_000)],
+            ),
+            (
+                vec![(BATCH_CPU, 100_000)],
+                vec![opted("b1", 5000, &[(BATCH_CPU, "85000")])],
+                (0, 0, 5999),
+                vec![(BATCH_CPU, 85_000)],
+            ),
+            (
+                vec![],
+                vec![opted("b1", 5000, &[(BATCH_CPU, "85000")])],
+                (80, 70, 5999),
+                vec![(BATCH_CPU, 85_000)],
+            ),
+        ];
+        for (allocatable, pods, (threshold, lower, priority), want) in cases {
+            let mut snap = snapshot_with(threshold_config(), t0());
+            snap.node.allocatable = allocatable
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect();
+            with_kube_pods(&mut snap, pods, &[], &[]);
+            let (release, _) =
+                evicttask::allocatable_release(&snap, RequestKind::Cpu, priority, threshold, lower);
+            let want: ResourceList = want.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            assert_eq!(release, want, "{allocatable:?}");
+        }
+
+        // The round: 15000m of batch-cpu to release, largest request first.
+        let mut config = threshold();
+        config.cpu_allocatable_evict_threshold_percent = Some(80);
+        config.cpu_allocatable_evict_lower_percent = Some(70);
+        config.allocatable_evict_priority_threshold = Some(5999);
+        let strategy = warmed(CpuEvict::with_features(&[FEATURE_ALLOCATABLE]));
+        let now = t0() + Duration::from_secs(25);
+        let mut snap = snapshot(now, 8, None, 0.0, vec![]);
+        snap.node_slo = snapshot_with(config, now).node_slo;
+        snap.node.allocatable.insert(BATCH_CPU.to_string(), 100_000);
+        with_kube_pods(
+            &mut snap,
+            vec![
+                opted("small", 5000, &[(BATCH_CPU, "10000")]),
+                opted("large", 5000, &[(BATCH_CPU, "45000")]),
+                opted("medium", 5000, &[(BATCH_CPU, "30000")]),
+            ],
+            &[],
+            &[("small", 1.0), ("large", 1.0), ("medium", 1.0)],
+        );
+        let decision = strategy.decide(&snap);
+        let uids: Vec<&str> = decision.evictions.iter().map(|e| e.uid.as_str()).collect();
+        assert_eq!(uids, ["large"], "{decision:?}");
+        let report = decision.eviction_report.unwrap();
+        assert_eq!(report.tasks[0].to_release[BATCH_CPU], 15_000);
+        assert_eq!(report.tasks[0].released[BATCH_CPU], 45_000);
     }
 
     #[test]
@@ -683,13 +1187,13 @@ mod tests {
         };
         let few = vec![sample; 9];
         assert!(
-            plan_release(&few, Duration::from_secs(1), &config)
+            plan_release(&few, Duration::from_secs(1), &config, None)
                 .unwrap_err()
                 .contains("only 9")
         );
         let enough = vec![sample; 10];
         assert_eq!(
-            plan_release(&enough, Duration::from_secs(1), &config),
+            plan_release(&enough, Duration::from_secs(1), &config, None),
             Ok(2800)
         );
         // The latest sample caps the release.
@@ -699,7 +1203,7 @@ mod tests {
             usage: 2150.0,
             ..sample
         });
-        let release = plan_release(&capped, Duration::from_secs(1), &config).unwrap();
+        let release = plan_release(&capped, Duration::from_secs(1), &config, None).unwrap();
         assert!(release < 2800 && release > 2000, "{release}");
     }
 }

@@ -118,6 +118,10 @@ pub struct NodeInfo {
     pub system_qos_exclusive_cpus: CpuSet,
     /// Node annotations (for strategies reading other node-level keys).
     pub annotations: BTreeMap<String, String>,
+    /// `status.allocatable` by resource name: `cpu` in milli-CPU, everything
+    /// else (memory, batch-cpu, batch-memory, ...) as its plain value;
+    /// empty without a Node object.
+    pub allocatable: BTreeMap<String, i64>,
 }
 
 /// One container of a [`QosPod`].
@@ -296,6 +300,10 @@ pub struct QosSnapshot {
     /// 429, an API error): their resources are not on their way out, so the
     /// eviction strategies may ask again. Filled from the [`Evictor`].
     pub eviction_refused: std::collections::HashSet<String>,
+    /// How long a pod asked to go, and still present, counts as releasing
+    /// its resources: two minutes for evictions; zero when the evictor
+    /// stops containers, which the kubelet restarts. From the [`Evictor`].
+    pub eviction_pending_window: Duration,
 }
 
 impl std::fmt::Debug for QosSnapshot {
@@ -332,6 +340,7 @@ impl QosSnapshot {
             reader: Arc::new(MapReader::default()),
             config: QosManagerConfig::default(),
             eviction_refused: Default::default(),
+            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
         }
     }
 
@@ -383,6 +392,9 @@ pub struct EvictionRequest {
     pub message: String,
     /// The deciding strategy (filled in by the runner).
     pub strategy: &'static str,
+    /// Runtime IDs (`containerd://<id>`) of the pod's started containers,
+    /// for the evictor that stops containers through the runtime.
+    pub container_ids: Vec<String>,
 }
 
 impl EvictionRequest {
@@ -394,6 +406,7 @@ impl EvictionRequest {
             reason: reason.into(),
             message: message.into(),
             strategy: "",
+            container_ids: pod.containers.iter().filter_map(|c| c.id.clone()).collect(),
         }
     }
 }
@@ -464,6 +477,9 @@ pub struct Decision {
     pub evictions: Vec<EvictionRequest>,
     pub notes: Vec<Note>,
     pub gauges: Vec<GaugeValue>,
+    /// An eviction strategy's account of the round (tasks, victims, dry
+    /// runs), served by `GET /qos/explain?evictions`.
+    pub eviction_report: Option<super::evicttask::EvictionReport>,
 }
 
 impl Decision {
@@ -729,6 +745,12 @@ pub trait Evictor: Send + Sync {
     fn recently_refused(&self) -> std::collections::HashSet<String> {
         Default::default()
     }
+
+    /// How long a pod asked to go still counts as releasing its resources
+    /// (see [`QosSnapshot::eviction_pending_window`]).
+    fn pending_window(&self) -> Duration {
+        crate::evictor::EVICTED_MEMORY
+    }
 }
 
 /// Logs evictions instead of executing them; used when no evictor is configured.
@@ -765,6 +787,8 @@ pub struct QosManagerConfig {
     pub cpu_evict_cool_time: Duration,
     /// cpuburst runs at this period (upstream: the collector interval).
     pub cpu_burst_interval: Duration,
+    /// `--evict-dry-run-features`: eviction features that only report.
+    pub evict_dry_run_features: Vec<&'static str>,
 }
 
 impl Default for QosManagerConfig {
@@ -777,6 +801,7 @@ impl Default for QosManagerConfig {
             memory_evict_cool_time: Duration::from_secs(4),
             cpu_evict_cool_time: Duration::from_secs(20),
             cpu_burst_interval: Duration::from_secs(1),
+            evict_dry_run_features: Vec::new(),
         }
     }
 }
@@ -807,9 +832,32 @@ pub struct ManagedFile {
 #[derive(Clone, Default)]
 pub struct ManagedFiles {
     inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
+    /// The latest eviction report of each eviction strategy.
+    eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evicttask::EvictionReport>>>,
 }
 
 impl ManagedFiles {
+    /// The latest report of every eviction strategy, by strategy name.
+    pub fn eviction_reports(&self) -> Vec<super::evicttask::EvictionReport> {
+        self.eviction_reports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn set_eviction_report(
+        &self,
+        strategy: &'static str,
+        report: super::evicttask::EvictionReport,
+    ) {
+        self.eviction_reports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(strategy, report);
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1046,6 +1094,11 @@ impl QosRunner {
         self.evictor.recently_refused()
     }
 
+    /// See [`QosSnapshot::eviction_pending_window`].
+    pub fn eviction_pending_window(&self) -> Duration {
+        self.evictor.pending_window()
+    }
+
     /// The expected-value registry (for the explain endpoint).
     pub fn managed_files(&self) -> ManagedFiles {
         self.managed.clone()
@@ -1124,6 +1177,9 @@ impl QosRunner {
         };
         if let Some(metrics) = &self.metrics {
             metrics.set_gauges(&decision.gauges);
+        }
+        if let Some(report) = decision.eviction_report {
+            self.managed.set_eviction_report(name, report);
         }
         let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
         let layout = self.executor.layout().clone();
@@ -1379,6 +1435,7 @@ mod tests {
                     reason: "testReason".into(),
                     message: "because".into(),
                     strategy: "",
+                    container_ids: Vec::new(),
                 });
             }
             decision

@@ -1,28 +1,50 @@
-//! QoS strategy `memoryevict` (upstream feature `BEMemoryEvict`): when node
-//! memory usage reaches `memoryEvictThresholdPercent`, evict BE pods — lowest
-//! `spec.priority` first, then the largest memory user — until the projected
-//! usage is under `memoryEvictLowerPercent` (default: threshold − 2).
+//! QoS strategy `memoryevict`: upstream's memory eviction plugin with its
+//! three features, each behind its own koordlet feature gate (all off by
+//! default, as upstream) and run in upstream's order within one round:
 //!
-//! Only pods labelled `koordinator.sh/qosClass: BE` are candidates, as
-//! upstream (`GetPodQoSClassRaw`); pods whose `koordinator.sh/eviction-policy`
-//! annotation excludes `BEMemoryEvict` are skipped.
+//! 1. `BEMemoryEvict` — when node memory usage reaches
+//!    `memoryEvictThresholdPercent` (default 70), evict pods labelled
+//!    `koordinator.sh/qosClass: BE`, lowest priority first, then the largest
+//!    memory user, until usage is projected under `memoryEvictLowerPercent`
+//!    (default threshold − 2).
+//! 2. `MemoryAllocatableEvict` — when the memory requested by pods with
+//!    priority ≤ `allocatableEvictPriorityThreshold` (per class: batch pods'
+//!    `batch-memory`, mid pods' `mid-memory`) exceeds
+//!    `memoryAllocatableEvictThresholdPercent` of the node's allocatable of
+//!    that resource, evict such pods (largest request first) down to
+//!    `memoryAllocatableEvictLowerPercent`.
+//! 3. `MemoryEvict` — the node usage rule of 1, for any pod with priority ≤
+//!    `evictEnabledPriorityThreshold` labelled
+//!    `koordinator.sh/eviction-enabled: "true"`, ordered by the
+//!    `koordinator.sh/eviction-priority` annotation, priority, the
+//!    `koordinator.sh/priority` label, then usage.
+//!
+//! A victim counts for every feature's target (see [`super::evicttask`]);
+//! the pod's `koordinator.sh/eviction-policy` annotation can exclude
+//! features. `--memory-evict-cool-time-seconds` separates two evictions.
 
-use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use apis::configuration::defaults::default_resource_threshold_strategy;
 use apis::configuration::merge::merged;
-use apis::extension::QoSClass;
+use apis::extension::PRIORITY_MID_VALUE_MAX;
 use apis::slo::v1alpha1::ResourceThresholdStrategy;
 
-use super::framework::FeatureGate;
-use super::framework::{Decision, EvictionRequest, QosPod, QosSnapshot, Strategy};
+use super::evicttask::{
+    self, EvictTask, PodRelease, ReleaseTarget, RequestKind, ResourceList, be_candidates,
+    be_memory_order, memory_request_desc, memory_used_desc, priority_candidates,
+};
+use super::framework::{Decision, FeatureGate, QosSnapshot, Strategy};
 use crate::evictor::bookkeeping::EvictionMemory;
 
 pub const NAME: &str = "memoryevict";
-/// Upstream's feature name; the eviction reason and the eviction-policy key.
+/// Upstream feature names: the eviction triggers and the eviction-policy keys.
 pub const FEATURE: &str = "BEMemoryEvict";
+pub const FEATURE_MEMORY_EVICT: &str = "MemoryEvict";
+pub const FEATURE_ALLOCATABLE: &str = "MemoryAllocatableEvict";
+/// The features in the order upstream runs them.
+pub const FEATURES: [&str; 3] = [FEATURE, FEATURE_ALLOCATABLE, FEATURE_MEMORY_EVICT];
 /// Lower bound = threshold − this when `memoryEvictLowerPercent` is unset.
 pub const RELEASE_BUFFER_PERCENT: i64 = 2;
 
@@ -35,6 +57,17 @@ pub fn effective_thresholds(snapshot: &QosSnapshot) -> ResourceThresholdStrategy
     merged(&Some(default_resource_threshold_strategy()), &configured).unwrap_or_default()
 }
 
+/// Upstream `IsFeatureDisabled` for the eviction features: `Err` without a
+/// NodeSLO or without `resourceUsedThresholdWithBE.enable`.
+pub fn disabled_by_node_slo(snapshot: &QosSnapshot) -> Result<bool, String> {
+    if snapshot.node_slo.is_none() {
+        return Err("no NodeSLO yet".to_string());
+    }
+    // Upstream's informer merges the defaults (enable: false) into the
+    // NodeSLO, so an unset `enable` means off.
+    Ok(effective_thresholds(snapshot).enable != Some(true))
+}
+
 /// Upper and lower memory percentages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryThresholds {
@@ -42,14 +75,15 @@ pub struct MemoryThresholds {
     pub lower_percent: i64,
 }
 
-/// Upstream's validation: threshold ≥ 0, lower < threshold.
+/// Upstream's validation of the usage thresholds: threshold ≥ 0, lower
+/// (default threshold − 2) < threshold.
 pub fn memory_thresholds(config: &ResourceThresholdStrategy) -> Result<MemoryThresholds, String> {
     let threshold_percent = config
         .memory_evict_threshold_percent
-        .ok_or("memoryEvictThresholdPercent is not set")?;
+        .ok_or("threshold percent is nil")?;
     if threshold_percent < 0 {
         return Err(format!(
-            "memoryEvictThresholdPercent {threshold_percent} must be >= 0"
+            "threshold percent({threshold_percent}) should equal or greater than 0"
         ));
     }
     let lower_percent = config
@@ -57,7 +91,7 @@ pub fn memory_thresholds(config: &ResourceThresholdStrategy) -> Result<MemoryThr
         .unwrap_or(threshold_percent - RELEASE_BUFFER_PERCENT);
     if lower_percent >= threshold_percent {
         return Err(format!(
-            "memoryEvictLowerPercent {lower_percent} must be below memoryEvictThresholdPercent {threshold_percent}"
+            "lower percent({lower_percent}) should less than threshold percent({threshold_percent})"
         ));
     }
     Ok(MemoryThresholds {
@@ -66,91 +100,96 @@ pub fn memory_thresholds(config: &ResourceThresholdStrategy) -> Result<MemoryThr
     })
 }
 
-/// One BE pod that may be evicted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub uid: String,
-    pub name: String,
-    pub priority: i32,
-    /// Bytes; 0 when the pod has no memory sample.
-    pub memory_used: i64,
+/// Settings of `MemoryAllocatableEvict` / `CPUAllocatableEvict`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocatableThresholds {
+    pub threshold_percent: i64,
+    pub lower_percent: i64,
+    pub priority_threshold: i32,
 }
 
-/// Upstream's order: priority ascending; then pods with a usage sample
-/// before those without, larger usage first; then name descending.
-pub fn eviction_order(a: &Candidate, b: &Candidate) -> Ordering {
-    a.priority
-        .cmp(&b.priority)
-        .then_with(|| (a.memory_used == 0).cmp(&(b.memory_used == 0)))
-        .then_with(|| b.memory_used.cmp(&a.memory_used))
-        .then_with(|| b.name.cmp(&a.name))
+/// Upstream's validation of the allocatable settings (both resources share it).
+pub fn allocatable_thresholds(
+    threshold: Option<i64>,
+    lower: Option<i64>,
+    priority: Option<i32>,
+    threshold_name: &str,
+    lower_name: &str,
+) -> Result<AllocatableThresholds, String> {
+    let threshold_percent = threshold.ok_or_else(|| format!("{threshold_name} not config"))?;
+    if threshold_percent < 0 {
+        return Err(format!(
+            "threshold percent({threshold_percent}) should greater than 0"
+        ));
+    }
+    let lower_percent = lower.ok_or_else(|| format!("{lower_name} not config"))?;
+    if lower_percent >= threshold_percent {
+        return Err(format!(
+            "lower percent({lower_percent}) should less than threshold percent({threshold_percent})"
+        ));
+    }
+    let priority_threshold = priority.ok_or("AllocatableEvictPriorityThreshold not config")?;
+    if priority_threshold > PRIORITY_MID_VALUE_MAX {
+        return Err(format!(
+            "priorityThresholdPercent({priority_threshold}) should less than {PRIORITY_MID_VALUE_MAX}, koor-prod pods should not be killed"
+        ));
+    }
+    Ok(AllocatableThresholds {
+        threshold_percent,
+        lower_percent,
+        priority_threshold,
+    })
 }
 
-/// The result of [`plan_release`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ReleasePlan {
-    /// Node usage in whole percent (upstream's integer arithmetic).
-    pub usage_percent: i64,
-    /// Bytes to release; 0 below the threshold.
-    pub to_release: i64,
-    /// New victims, in eviction order.
-    pub victims: Vec<String>,
-    /// Bytes the victims and the pending evictions release.
-    pub released: i64,
+/// Upstream `generateConfigCheck`: the settings `feature` needs.
+pub fn check_config(feature: &str, config: &ResourceThresholdStrategy) -> Result<(), String> {
+    match feature {
+        FEATURE => memory_thresholds(config).map(|_| ()),
+        FEATURE_MEMORY_EVICT => {
+            memory_thresholds(config)?;
+            config
+                .evict_enabled_priority_threshold
+                .map(|_| ())
+                .ok_or_else(|| "EvictEnabledPriorityThreshold not config".to_string())
+        }
+        FEATURE_ALLOCATABLE => allocatable_thresholds(
+            config.memory_allocatable_evict_threshold_percent,
+            config.memory_allocatable_evict_lower_percent,
+            config.allocatable_evict_priority_threshold,
+            "MemoryAllocatableEvictThresholdPercent",
+            "MemoryAllocatableEvictLowerPercent",
+        )
+        .map(|_| ()),
+        other => Err(format!("unknown feature: {other}")),
+    }
 }
 
-/// Picks victims until `to_release` is covered. Pods in `pending` (already
-/// asked to go) count as released without a new request.
-pub fn plan_release(
+/// The node usage rule: bytes to release when usage (whole percent of
+/// `capacity`, integer arithmetic as upstream) reaches the threshold;
+/// `Err` says why nothing is released.
+pub fn release_by_usage(
     capacity: i64,
     used: i64,
     thresholds: MemoryThresholds,
-    candidates: &[Candidate],
-    pending: &HashSet<String>,
-) -> ReleasePlan {
-    let mut plan = ReleasePlan::default();
+) -> Result<i64, String> {
     if capacity <= 0 {
-        return plan;
+        return Err(format!("node memory capacity {capacity} is not valid"));
     }
-    plan.usage_percent = used.saturating_mul(100) / capacity;
-    if plan.usage_percent < thresholds.threshold_percent {
-        return plan;
+    let usage_percent = used.saturating_mul(100) / capacity;
+    if usage_percent < thresholds.threshold_percent {
+        return Err(format!(
+            "node memory usage {usage_percent}% is below the threshold {}%",
+            thresholds.threshold_percent
+        ));
     }
-    plan.to_release = capacity.saturating_mul(plan.usage_percent - thresholds.lower_percent) / 100;
-    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
-    ordered.sort_by(|a, b| eviction_order(a, b));
-    for candidate in ordered {
-        if plan.released >= plan.to_release {
-            break;
-        }
-        plan.released = plan.released.saturating_add(candidate.memory_used);
-        if !pending.contains(&candidate.uid) {
-            plan.victims.push(candidate.uid.clone());
-        }
-    }
-    plan
-}
-
-/// Whether `pod`'s eviction-policy annotation lets `feature` evict it.
-pub(crate) fn eviction_allowed(snapshot: &QosSnapshot, pod: &QosPod, feature: &str) -> bool {
-    let Some(annotations) = snapshot
-        .kube_pod(pod)
-        .and_then(|kube| kube.metadata.annotations.as_ref())
-    else {
-        return true;
-    };
-    apis::extension::is_eviction_policy_allowed(feature, annotations)
-}
-
-/// Pods that have finished hold no memory worth evicting for.
-pub(crate) fn is_terminated(pod: &QosPod) -> bool {
-    matches!(pod.phase.as_str(), "Succeeded" | "Failed")
+    Ok(capacity.saturating_mul(usage_percent - thresholds.lower_percent) / 100)
 }
 
 /// The `memoryevict` strategy.
 #[derive(Debug)]
 pub struct MemoryEvict {
-    gate: FeatureGate,
+    gates: [FeatureGate; 3],
+    dry_run: Vec<&'static str>,
     memory: EvictionMemory,
 }
 
@@ -161,18 +200,120 @@ impl Default for MemoryEvict {
 }
 
 impl MemoryEvict {
-    /// On; see [`MemoryEvict::with_feature_gates`].
+    /// `BEMemoryEvict` on, the others off; see [`MemoryEvict::with_feature_gates`].
     pub fn new() -> Self {
+        Self::with_features(&[FEATURE])
+    }
+
+    /// Exactly the named features on.
+    pub fn with_features(on: &[&str]) -> Self {
         Self {
-            gate: FeatureGate::on(FEATURE, false),
+            gates: FEATURES.map(|name| FeatureGate {
+                name,
+                default: false,
+                enabled: on.contains(&name),
+            }),
+            dry_run: Vec::new(),
             memory: EvictionMemory::default(),
         }
     }
 
-    /// Applies parsed `--feature-gates` (upstream default: off).
-    pub fn with_feature_gates(mut self, gates: &std::collections::BTreeMap<String, bool>) -> Self {
-        self.gate = self.gate.from_gates(gates);
+    /// Applies parsed `--feature-gates` (upstream default: every feature off).
+    pub fn with_feature_gates(mut self, gates: &BTreeMap<String, bool>) -> Self {
+        self.gates = self.gates.map(|gate| gate.from_gates(gates));
         self
+    }
+
+    /// Features that only report whom they would evict.
+    pub fn with_dry_run(mut self, features: &[&'static str]) -> Self {
+        self.dry_run = features
+            .iter()
+            .copied()
+            .filter(|f| FEATURES.contains(f))
+            .collect();
+        self
+    }
+
+    /// The enabled features, in upstream's order.
+    pub fn enabled_features(&self) -> Vec<&'static str> {
+        self.gates
+            .iter()
+            .filter(|g| g.enabled)
+            .map(|g| g.name)
+            .collect()
+    }
+
+    fn build_task(
+        &self,
+        feature: &'static str,
+        snapshot: &QosSnapshot,
+        config: &ResourceThresholdStrategy,
+    ) -> Result<EvictTask, String> {
+        check_config(feature, config).map_err(|err| format!("invalid config: {err}"))?;
+        match feature {
+            FEATURE | FEATURE_MEMORY_EVICT => {
+                let thresholds = memory_thresholds(config)?;
+                let used = snapshot
+                    .fresh("node memory usage", snapshot.node_usage.memory)?
+                    .value as i64;
+                let release =
+                    release_by_usage(snapshot.node.memory_capacity_bytes, used, thresholds)?;
+                let candidates = if feature == FEATURE {
+                    be_candidates(snapshot, feature, RequestKind::Memory, be_memory_order)
+                } else {
+                    priority_candidates(
+                        snapshot,
+                        feature,
+                        config.evict_enabled_priority_threshold.unwrap_or(i32::MIN),
+                        RequestKind::Memory,
+                        memory_used_desc,
+                    )
+                };
+                Ok(EvictTask {
+                    feature,
+                    target: ReleaseTarget::PodUsed,
+                    to_release: ResourceList::from([("memory".to_string(), release)]),
+                    candidates,
+                    release: PodRelease::MemoryUsed,
+                })
+            }
+            FEATURE_ALLOCATABLE => {
+                let settings = allocatable_thresholds(
+                    config.memory_allocatable_evict_threshold_percent,
+                    config.memory_allocatable_evict_lower_percent,
+                    config.allocatable_evict_priority_threshold,
+                    "MemoryAllocatableEvictThresholdPercent",
+                    "MemoryAllocatableEvictLowerPercent",
+                )?;
+                let (release, classes) = evicttask::allocatable_release(
+                    snapshot,
+                    RequestKind::Memory,
+                    settings.priority_threshold,
+                    settings.threshold_percent,
+                    settings.lower_percent,
+                );
+                if release.is_empty() {
+                    return Err(format!(
+                        "memory requested by pods with priority <= {} is within {}% of allocatable",
+                        settings.priority_threshold, settings.threshold_percent
+                    ));
+                }
+                Ok(EvictTask {
+                    feature,
+                    target: ReleaseTarget::PodResourceRequest,
+                    to_release: release,
+                    candidates: priority_candidates(
+                        snapshot,
+                        feature,
+                        settings.priority_threshold,
+                        RequestKind::Memory,
+                        memory_request_desc,
+                    ),
+                    release: PodRelease::MemoryRequestOf(classes),
+                })
+            }
+            other => Err(format!("unknown feature: {other}")),
+        }
     }
 }
 
@@ -186,15 +327,12 @@ impl Strategy for MemoryEvict {
     }
 
     fn decide(&self, snapshot: &QosSnapshot) -> Decision {
-        if let Err(off) = self.gate.check() {
-            return Decision::skipped(off);
-        }
-        let Some(_) = snapshot.node_slo.as_ref() else {
-            return Decision::skipped("no NodeSLO yet");
-        };
-        let config = effective_thresholds(snapshot);
-        if config.enable != Some(true) {
-            return Decision::skipped("resourceUsedThresholdWithBE.enable is not true");
+        let features = self.enabled_features();
+        if features.is_empty() {
+            return Decision::skipped(format!(
+                "feature gates {} are off (enable one with --feature-gates=<name>=true)",
+                FEATURES.join(", ")
+            ));
         }
         if let Some(left) = self
             .memory
@@ -205,81 +343,48 @@ impl Strategy for MemoryEvict {
                 left.as_secs()
             ));
         }
-        let thresholds = match memory_thresholds(&config) {
-            Ok(thresholds) => thresholds,
-            Err(err) => return Decision::skipped(format!("invalid config: {err}")),
-        };
+        match disabled_by_node_slo(snapshot) {
+            Err(reason) => return Decision::skipped(reason),
+            Ok(true) => {
+                return Decision::skipped("resourceUsedThresholdWithBE.enable is not true");
+            }
+            Ok(false) => {}
+        }
         let capacity = snapshot.node.memory_capacity_bytes;
         if capacity <= 0 {
             return Decision::skipped(format!("node memory capacity {capacity} is not valid"));
         }
-        let used = match snapshot.fresh("node memory usage", snapshot.node_usage.memory) {
-            Ok(sample) => sample.value as i64,
-            Err(reason) => return Decision::skipped(reason),
+        let config = effective_thresholds(snapshot);
+        let mut tasks = Vec::new();
+        let mut notes = Vec::new();
+        for feature in features {
+            match self.build_task(feature, snapshot, &config) {
+                Ok(task) => tasks.push(task),
+                Err(reason) => notes.push(format!("{feature}: {reason}")),
+            }
+        }
+        let used = snapshot.node_usage.memory.map_or(0, |s| s.value as i64);
+        let detail = |task: &EvictTask| match task.target {
+            ReleaseTarget::PodUsed => format!(
+                "node memory usage {}% of {capacity} bytes, release {} bytes",
+                used.saturating_mul(100) / capacity,
+                task.to_release.get("memory").copied().unwrap_or(0)
+            ),
+            ReleaseTarget::PodResourceRequest => {
+                format!("requests over allocatable, release {:?}", task.to_release)
+            }
         };
-        let candidates: Vec<Candidate> = snapshot
-            .pods
-            .iter()
-            .filter(|pod| pod.qos_label == QoSClass::BE && !is_terminated(pod))
-            .filter(|pod| eviction_allowed(snapshot, pod, FEATURE))
-            .map(|pod| Candidate {
-                uid: pod.uid.clone(),
-                name: pod.name.clone(),
-                priority: pod.priority_value,
-                memory_used: pod.memory_usage.map_or(0, |s| s.value.max(0.0) as i64),
-            })
-            .collect();
-        // A pod whose eviction was refused keeps its memory: not pending.
-        let present: HashSet<&str> = snapshot
-            .pods
-            .iter()
-            .map(|p| p.uid.as_str())
-            .filter(|uid| !snapshot.eviction_refused.contains(*uid))
-            .collect();
-        let pending = self.memory.pending(snapshot.now, &present);
-        let plan = plan_release(capacity, used, thresholds, &candidates, &pending);
-        if plan.to_release == 0 {
-            return Decision::skipped(format!(
-                "node memory usage {}% is below the threshold {}%",
-                plan.usage_percent, thresholds.threshold_percent
-            ));
-        }
-        let mut decision = Decision::default();
-        decision.info(format!(
-            "node memory usage {}% >= {}%: release {} bytes to get under {}% ({} BE candidates, {} evictions pending)",
-            plan.usage_percent,
-            thresholds.threshold_percent,
-            plan.to_release,
-            thresholds.lower_percent,
-            candidates.len(),
-            pending.len()
-        ));
-        if candidates.is_empty() {
-            decision.skip("memory is over the threshold but there is no BE pod to evict");
-            return decision;
-        }
-        if plan.released < plan.to_release {
-            decision.info(format!(
-                "evicting every BE candidate releases only {} of {} bytes",
-                plan.released, plan.to_release
-            ));
-        }
-        for uid in &plan.victims {
-            let Some(pod) = snapshot.pods.iter().find(|pod| &pod.uid == uid) else {
-                continue;
-            };
-            let used = pod.memory_usage.map_or(0.0, |s| s.value);
-            decision.evictions.push(EvictionRequest::for_pod(
-                pod,
-                FEATURE,
-                format!(
-                    "trigger by koordlet feature {FEATURE}, kill pod: {}; node memory usage {}% >= threshold {}%, pod uses {} bytes",
-                    pod.name, plan.usage_percent, thresholds.threshold_percent, used as i64
-                ),
-            ));
-        }
-        self.memory.record(snapshot.now, plan.victims);
-        decision
+        let mut dry_run = self.dry_run.clone();
+        dry_run.extend(snapshot.config.evict_dry_run_features.iter().copied());
+        evicttask::decide_round(
+            snapshot,
+            NAME,
+            tasks,
+            &dry_run,
+            &self.memory,
+            notes,
+            &detail,
+        )
     }
 }
 
@@ -327,11 +432,6 @@ pub(crate) mod test_pods {
         }
     }
 
-    pub fn with_memory(mut pod: QosPod, bytes: i64, at: SystemTime) -> QosPod {
-        pod.memory_usage = Some(MetricSample::new(bytes as f64, at));
-        pod
-    }
-
     /// Adds a container requesting `milli` CPU (batch-cpu for BE pods).
     pub fn with_cpu(
         mut pod: QosPod,
@@ -354,23 +454,113 @@ pub(crate) mod test_pods {
         pod
     }
 
-    /// Attaches a Pod object carrying `annotations`.
-    pub fn with_annotations(
-        snapshot: &mut QosSnapshot,
-        index: usize,
-        annotations: &[(&str, &str)],
-    ) {
-        let mut kube: Vec<Pod> = snapshot.kube_pods.as_ref().clone();
-        let mut object = Pod::default();
-        object.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+    /// A running pod object named and UID'd `name` in namespace `default`,
+    /// with the `koordinator.sh/qosClass` label, `spec.priority` and one
+    /// started container `main` (`containerd://<name>-main`).
+    pub fn kube_pod(name: &str, qos: QoSClass, priority: i32) -> Pod {
+        use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.to_string());
+        pod.metadata.namespace = Some("default".to_string());
+        pod.metadata.uid = Some(name.to_string());
+        pod.metadata.labels = Some(
+            [(
+                "koordinator.sh/qosClass".to_string(),
+                qos.as_str().to_string(),
+            )]
+            .into(),
         );
-        kube.push(object);
-        snapshot.pods[index].kube_index = Some(kube.len() - 1);
-        snapshot.kube_pods = Arc::new(kube);
+        pod.spec = Some(PodSpec {
+            priority: Some(priority),
+            containers: vec![Container {
+                name: "main".to_string(),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        });
+        pod.status = Some(PodStatus {
+            phase: Some("Running".to_string()),
+            qos_class: Some(
+                if qos == QoSClass::BE {
+                    "BestEffort"
+                } else {
+                    "Burstable"
+                }
+                .to_string(),
+            ),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "main".to_string(),
+                container_id: Some(format!("containerd://{name}-main")),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        pod
+    }
+
+    /// Sets the container's requests (`"kubernetes.io/batch-memory"`, `"20Gi"`).
+    pub fn requesting(mut pod: Pod, requests: &[(&str, &str)]) -> Pod {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        if let Some(container) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+            container.resources = Some(ResourceRequirements {
+                requests: Some(
+                    requests
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                        .collect(),
+                ),
+                ..ResourceRequirements::default()
+            });
+        }
+        pod
+    }
+
+    pub fn labelled(mut pod: Pod, key: &str, value: &str) -> Pod {
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value.to_string());
+        pod
+    }
+
+    pub fn annotated(mut pod: Pod, key: &str, value: &str) -> Pod {
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value.to_string());
+        pod
+    }
+
+    /// Puts `pods` into `snapshot` the way the service does (through
+    /// `qos_pods` and a metric cache holding the given usage samples at
+    /// `snapshot.now`: memory in bytes, CPU in cores).
+    pub fn with_kube_pods(
+        snapshot: &mut QosSnapshot,
+        pods: Vec<Pod>,
+        memory: &[(&str, i64)],
+        cpu: &[(&str, f64)],
+    ) {
+        use crate::metriccache::{MetricCache, MetricCacheConfig, MetricKind, Sample, SeriesKey};
+        let cache = MetricCache::new(MetricCacheConfig::default()).unwrap();
+        let mut samples = Vec::new();
+        for (uid, bytes) in memory {
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodMemoryUsage, *uid),
+                snapshot.now,
+                *bytes as f64,
+            ));
+        }
+        for (uid, cores) in cpu {
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodCpuUsage, *uid),
+                snapshot.now,
+                *cores,
+            ));
+        }
+        cache.append(&samples);
+        snapshot.pods = crate::qosmanager::service::qos_pods(&pods, &snapshot.layout, &cache);
+        snapshot.kube_pods = Arc::new(pods);
     }
 
     pub fn snapshot_with(threshold: ResourceThresholdStrategy, now: SystemTime) -> QosSnapshot {
@@ -385,11 +575,26 @@ pub(crate) mod test_pods {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use apis::extension::{BATCH_MEMORY, MID_MEMORY, PriorityClass, QoSClass};
+
     use super::test_pods::*;
     use super::*;
     use crate::qosmanager::framework::MetricSample;
 
     const GIB: i64 = 1 << 30;
+    const G: i64 = 1_000_000_000;
+
+    /// (node allocatable, pods, (threshold %, lower %, priority threshold),
+    /// release, classes that release).
+    type AllocatableCase = (
+        Vec<(&'static str, i64)>,
+        Vec<k8s_openapi::api::core::v1::Pod>,
+        (i64, i64, i32),
+        Vec<(&'static str, i64)>,
+        Vec<PriorityClass>,
+    );
 
     fn enabled(threshold: i64, lower: Option<i64>) -> ResourceThresholdStrategy {
         ResourceThresholdStrategy {
@@ -400,219 +605,604 @@ mod tests {
         }
     }
 
-    /// 100 GiB node using `used` GiB, with the given pods.
-    fn snapshot(
-        config: ResourceThresholdStrategy,
-        used_gib: i64,
-        pods: Vec<QosPod>,
-    ) -> QosSnapshot {
-        let mut snapshot = snapshot_with(config, t0());
-        snapshot.node.memory_capacity_bytes = 100 * GIB;
-        snapshot.node_usage.memory = Some(MetricSample::new((used_gib * GIB) as f64, t0()));
-        snapshot.pods = pods;
-        snapshot
-    }
-
     fn evicted(decision: &Decision) -> Vec<&str> {
         decision.evictions.iter().map(|e| e.uid.as_str()).collect()
     }
 
+    /// Upstream `Test_generateConfigCheck` (the nil-strategy rows do not
+    /// apply: the defaults are always merged in).
     #[test]
-    fn thresholds_follow_upstream_validation() {
-        let ok = memory_thresholds(&enabled(70, None)).unwrap();
-        assert_eq!((ok.threshold_percent, ok.lower_percent), (70, 68));
-        assert!(memory_thresholds(&enabled(70, Some(70))).is_err());
-        assert!(memory_thresholds(&enabled(-1, None)).is_err());
-        assert!(memory_thresholds(&ResourceThresholdStrategy::default()).is_err());
-        // Threshold 0 is valid: evict whenever any memory is used.
-        let zero = memory_thresholds(&enabled(0, None)).unwrap();
-        assert_eq!(zero.lower_percent, -2);
+    fn config_check_table() {
+        let base = ResourceThresholdStrategy::default;
+        let cases: Vec<(&str, ResourceThresholdStrategy, Result<(), &str>)> = vec![
+            (FEATURE, base(), Err("threshold percent is nil")),
+            (
+                FEATURE,
+                ResourceThresholdStrategy {
+                    memory_evict_threshold_percent: Some(-1),
+                    ..base()
+                },
+                Err("threshold percent(-1) should equal or greater than 0"),
+            ),
+            (FEATURE, enabled(80, None), Ok(())),
+            (
+                FEATURE,
+                enabled(80, Some(90)),
+                Err("lower percent(90) should less than threshold percent(80)"),
+            ),
+            (FEATURE, enabled(80, Some(70)), Ok(())),
+            (
+                FEATURE_MEMORY_EVICT,
+                base(),
+                Err("threshold percent is nil"),
+            ),
+            (
+                FEATURE_MEMORY_EVICT,
+                enabled(80, Some(70)),
+                Err("EvictEnabledPriorityThreshold not config"),
+            ),
+            (
+                FEATURE_MEMORY_EVICT,
+                ResourceThresholdStrategy {
+                    evict_enabled_priority_threshold: Some(5999),
+                    ..enabled(80, Some(80))
+                },
+                Err("lower percent(80) should less than threshold percent(80)"),
+            ),
+            (
+                FEATURE_MEMORY_EVICT,
+                ResourceThresholdStrategy {
+                    evict_enabled_priority_threshold: Some(5999),
+                    ..enabled(85, Some(75))
+                },
+                Ok(()),
+            ),
+            (
+                FEATURE_ALLOCATABLE,
+                base(),
+                Err("MemoryAllocatableEvictThresholdPercent not config"),
+            ),
+            (
+                FEATURE_ALLOCATABLE,
+                ResourceThresholdStrategy {
+                    memory_allocatable_evict_threshold_percent: Some(-1),
+                    ..base()
+                },
+                Err("threshold percent(-1) should greater than 0"),
+            ),
+            (
+                FEATURE_ALLOCATABLE,
+                ResourceThresholdStrategy {
+                    memory_allocatable_evict_threshold_percent: Some(80),
+                    memory_allocatable_evict_lower_percent: Some(70),
+                    ..base()
+                },
+                Err("AllocatableEvictPriorityThreshold not config"),
+            ),
+            (
+                FEATURE_ALLOCATABLE,
+                ResourceThresholdStrategy {
+                    memory_allocatable_evict_threshold_percent: Some(80),
+                    memory_allocatable_evict_lower_percent: Some(70),
+                    allocatable_evict_priority_threshold: Some(8000),
+                    ..base()
+                },
+                Err(
+                    "priorityThresholdPercent(8000) should less than 7999, koor-prod pods should not be killed",
+                ),
+            ),
+            (
+                FEATURE_ALLOCATABLE,
+                ResourceThresholdStrategy {
+                    memory_allocatable_evict_threshold_percent: Some(80),
+                    memory_allocatable_evict_lower_percent: Some(70),
+                    allocatable_evict_priority_threshold: Some(5999),
+                    ..base()
+                },
+                Ok(()),
+            ),
+            ("Unknown", base(), Err("unknown feature: Unknown")),
+        ];
+        for (feature, config, want) in cases {
+            let got = check_config(feature, &config);
+            assert_eq!(
+                got.as_ref().map_err(String::as_str),
+                want.as_ref().map_err(|e| *e),
+                "{feature} {config:?}"
+            );
+        }
     }
 
+    /// Upstream `Test_calculateReleaseByUsedThresholdPercent` (120 G node, 115 G used).
     #[test]
-    fn evicts_lowest_priority_then_largest_until_under_lower_threshold() {
-        // 100 GiB, 80 % used, threshold 70, lower 60 → release 20 GiB.
-        let pods = vec![
-            with_memory(pod("ls", QoSClass::LS, 9500), 50 * GIB, t0()),
-            with_memory(pod("be-high-prio", QoSClass::BE, 5900), 30 * GIB, t0()),
-            with_memory(pod("be-small", QoSClass::BE, 5100), 5 * GIB, t0()),
-            with_memory(pod("be-big", QoSClass::BE, 5100), 12 * GIB, t0()),
-            with_memory(pod("be-other", QoSClass::BE, 5100), 4 * GIB, t0()),
-        ];
-        let strategy = MemoryEvict::new();
-        let decision = strategy.decide(&snapshot(enabled(70, Some(60)), 80, pods));
-        // 12 + 5 + 4 = 21 GiB >= 20 GiB; the priority-5900 pod survives, LS never goes.
-        assert_eq!(evicted(&decision), ["be-big", "be-small", "be-other"]);
-        assert!(decision.evictions.iter().all(|e| e.reason == FEATURE));
-        assert!(
-            decision.evictions[0]
-                .message
-                .contains("kill pod: pod-be-big")
+    fn release_by_usage_table() {
+        let release = |threshold, lower, used| {
+            let thresholds = memory_thresholds(&enabled(threshold, lower)).unwrap();
+            release_by_usage(120 * G, used, thresholds)
+        };
+        assert_eq!(release(80, None, 115 * G), Ok(20_400_000_000));
+        assert_eq!(release(82, Some(80), 115 * G), Ok(18_000_000_000));
+        assert!(release(82, Some(80), 80 * G).unwrap_err().contains("below"));
+        assert!(release_by_usage(0, 1, memory_thresholds(&enabled(80, None)).unwrap()).is_err());
+    }
+
+    /// Upstream `Test_memoryEvict`'s pods: LSR/LS/none and three BE pods
+    /// (priorities 100, 100, 120) on a 120 G node using 115 G.
+    fn upstream_node(config: ResourceThresholdStrategy) -> QosSnapshot {
+        let mut snapshot = snapshot_with(config, t0());
+        snapshot.node.memory_capacity_bytes = 120 * G;
+        snapshot.node.cpu_capacity_milli = 80_000;
+        snapshot.node_usage.memory = Some(MetricSample::new((115 * G) as f64, t0()));
+        with_kube_pods(
+            &mut snapshot,
+            vec![
+                kube_pod("test_lsr_pod", QoSClass::LSR, 1000),
+                kube_pod("test_ls_pod", QoSClass::LS, 500),
+                kube_pod("test_noqos_pod", QoSClass::None, 100),
+                kube_pod("test_be_pod_priority100_1", QoSClass::BE, 100),
+                kube_pod("test_be_pod_priority100_2", QoSClass::BE, 100),
+                kube_pod("test_be_pod_priority120", QoSClass::BE, 120),
+            ],
+            &[
+                ("test_lsr_pod", 40 * G),
+                ("test_ls_pod", 30 * G),
+                ("test_noqos_pod", 10 * G),
+                ("test_be_pod_priority100_1", 5 * G),
+                ("test_be_pod_priority100_2", 20 * G),
+                ("test_be_pod_priority120", 10 * G),
+            ],
+            &[],
         );
+        snapshot
     }
 
     #[test]
-    fn never_evicts_non_be_pods_even_when_short() {
-        let pods = vec![
-            with_memory(pod("ls", QoSClass::LS, 9500), 60 * GIB, t0()),
-            with_memory(pod("lsr", QoSClass::LSR, 9500), 20 * GIB, t0()),
-            with_memory(pod("be", QoSClass::BE, 5500), GIB, t0()),
+    fn upstream_be_memory_evict_table() {
+        let cases: Vec<(i64, Option<i64>, i64, Vec<&str>)> = vec![
+            // (threshold, lower, node used G, evicted)
+            (80, None, 80, vec![]),
+            (82, None, 115, vec!["test_be_pod_priority100_2"]),
+            (
+                80,
+                None,
+                115,
+                vec!["test_be_pod_priority100_2", "test_be_pod_priority100_1"],
+            ),
+            (
+                50,
+                None,
+                115,
+                vec![
+                    "test_be_pod_priority100_2",
+                    "test_be_pod_priority100_1",
+                    "test_be_pod_priority120",
+                ],
+            ),
+            (82, Some(80), 115, vec!["test_be_pod_priority100_2"]),
+            (
+                82,
+                Some(78),
+                115,
+                vec!["test_be_pod_priority100_2", "test_be_pod_priority100_1"],
+            ),
+            (
+                82,
+                Some(74),
+                115,
+                vec![
+                    "test_be_pod_priority100_2",
+                    "test_be_pod_priority100_1",
+                    "test_be_pod_priority120",
+                ],
+            ),
         ];
-        let decision = MemoryEvict::new().decide(&snapshot(enabled(70, None), 95, pods));
-        assert_eq!(evicted(&decision), ["be"]);
+        for (threshold, lower, used, want) in cases {
+            let mut snapshot = upstream_node(enabled(threshold, lower));
+            snapshot.node_usage.memory = Some(MetricSample::new((used * G) as f64, t0()));
+            let decision = MemoryEvict::new().decide(&snapshot);
+            assert_eq!(
+                evicted(&decision),
+                want,
+                "{threshold}/{lower:?}/{used}: {decision:?}"
+            );
+            assert!(decision.evictions.iter().all(|e| e.reason == FEATURE));
+        }
+    }
+
+    #[test]
+    fn invalid_or_missing_config_and_inputs_skip_with_a_reason() {
+        let decision = MemoryEvict::new().decide(&QosSnapshot::for_test(t0()));
+        assert_eq!(decision.skip_reason(), Some("no NodeSLO yet"));
+        let decision = MemoryEvict::new().decide(&upstream_node(enabled(-1, None)));
+        assert!(decision.evictions.is_empty());
         assert!(
             decision
-                .notes
-                .iter()
-                .any(|n| n.text.contains("releases only"))
+                .skip_reason()
+                .unwrap()
+                .contains("threshold percent(-1)"),
+            "{decision:?}"
         );
-    }
-
-    #[test]
-    fn below_threshold_no_be_pods_and_disabled_do_nothing_and_say_why() {
-        let pods = vec![with_memory(pod("be", QoSClass::BE, 5500), GIB, t0())];
-        let below = MemoryEvict::new().decide(&snapshot(enabled(70, None), 69, pods.clone()));
-        assert!(below.evictions.is_empty());
-        assert!(below.skip_reason().unwrap().contains("below the threshold"));
-
-        let no_be = vec![with_memory(pod("ls", QoSClass::LS, 9500), 90 * GIB, t0())];
-        let none = MemoryEvict::new().decide(&snapshot(enabled(70, None), 90, no_be));
-        assert!(none.evictions.is_empty());
-        assert!(none.skip_reason().unwrap().contains("no BE pod"));
-
-        let mut off = enabled(70, None);
+        let mut off = enabled(80, None);
         off.enable = Some(false);
-        let disabled = MemoryEvict::new().decide(&snapshot(off, 99, pods.clone()));
-        assert!(disabled.skip_reason().unwrap().contains("enable"));
-
-        let no_slo = MemoryEvict::new().decide(&QosSnapshot::for_test(t0()));
-        assert!(no_slo.skip_reason().unwrap().contains("NodeSLO"));
-    }
-
-    #[test]
-    fn missing_or_stale_node_metric_skips() {
-        let pods = vec![with_memory(pod("be", QoSClass::BE, 5500), GIB, t0())];
-        let mut missing = snapshot(enabled(70, None), 90, pods.clone());
-        missing.node_usage.memory = None;
-        let decision = MemoryEvict::new().decide(&missing);
-        assert!(decision.evictions.is_empty());
+        let decision = MemoryEvict::new().decide(&upstream_node(off));
+        assert!(decision.skip_reason().unwrap().contains("enable"));
+        let mut no_metric = upstream_node(enabled(80, None));
+        no_metric.node_usage.memory = None;
+        let decision = MemoryEvict::new().decide(&no_metric);
         assert!(
             decision
                 .skip_reason()
                 .unwrap()
                 .contains("no node memory usage sample")
         );
-
-        let mut stale = snapshot(enabled(70, None), 90, pods);
+        let mut stale = upstream_node(enabled(80, None));
         stale.node_usage.memory = Some(MetricSample::new(
-            (90 * GIB) as f64,
+            (115 * G) as f64,
             t0() - Duration::from_secs(600),
         ));
-        let decision = MemoryEvict::new().decide(&stale);
-        assert!(decision.evictions.is_empty());
-        assert!(decision.skip_reason().unwrap().contains("stale"));
+        assert!(
+            MemoryEvict::new()
+                .decide(&stale)
+                .skip_reason()
+                .unwrap()
+                .contains("stale")
+        );
+        let mut no_capacity = upstream_node(enabled(80, None));
+        no_capacity.node.memory_capacity_bytes = 0;
+        assert!(
+            MemoryEvict::new()
+                .decide(&no_capacity)
+                .skip_reason()
+                .unwrap()
+                .contains("capacity")
+        );
+        let gates_off = MemoryEvict::new().with_feature_gates(&BTreeMap::new());
+        assert!(
+            gates_off
+                .decide(&upstream_node(enabled(80, None)))
+                .skip_reason()
+                .unwrap()
+                .contains("BEMemoryEvict")
+        );
     }
 
-    #[test]
-    fn threshold_100_only_at_full_memory_and_0_always() {
-        let pods = vec![with_memory(pod("be", QoSClass::BE, 5500), GIB, t0())];
-        let at_99 = MemoryEvict::new().decide(&snapshot(enabled(100, None), 99, pods.clone()));
-        assert!(at_99.evictions.is_empty());
-        let at_100 = MemoryEvict::new().decide(&snapshot(enabled(100, None), 100, pods.clone()));
-        assert_eq!(evicted(&at_100), ["be"]);
-        let zero = MemoryEvict::new().decide(&snapshot(enabled(0, None), 1, pods));
-        assert_eq!(evicted(&zero), ["be"]);
+    fn batch_pod(name: &str, memory: &str, evict_enabled: bool) -> k8s_openapi::api::core::v1::Pod {
+        let pod = requesting(
+            kube_pod(name, QoSClass::BE, 5000),
+            &[("memory", memory), (BATCH_MEMORY, memory)],
+        );
+        if evict_enabled {
+            labelled(pod, "koordinator.sh/eviction-enabled", "true")
+        } else {
+            pod
+        }
     }
 
+    /// Upstream "only feature MemoryAllocatableEvict": no batch-memory on the
+    /// node, so all 50 Gi requested is to be released.
     #[test]
-    fn cool_time_and_pending_evictions_prevent_extra_victims_but_refused_ones_do_not() {
-        let pods = vec![
-            with_memory(pod("a", QoSClass::BE, 5500), 30 * GIB, t0()),
-            with_memory(pod("b", QoSClass::BE, 5500), 20 * GIB, t0()),
-        ];
-        let strategy = MemoryEvict::new();
-        let first = strategy.decide(&snapshot(enabled(70, None), 80, pods.clone()));
-        assert_eq!(evicted(&first), ["a"]);
-        // Within the 4 s cool time: nothing.
-        let mut soon = snapshot(enabled(70, None), 80, pods.clone());
-        soon.now = t0() + Duration::from_secs(2);
-        soon.node_usage.memory = Some(MetricSample::new((80 * GIB) as f64, soon.now));
+    fn allocatable_evict_without_batch_allocatable_evicts_every_opted_in_pod() {
+        let config = ResourceThresholdStrategy {
+            enable: Some(true),
+            memory_allocatable_evict_threshold_percent: Some(80),
+            memory_allocatable_evict_lower_percent: Some(70),
+            allocatable_evict_priority_threshold: Some(5000),
+            ..ResourceThresholdStrategy::default()
+        };
+        let mut snapshot = upstream_node(config);
+        with_kube_pods(
+            &mut snapshot,
+            vec![
+                batch_pod("batch-pod-1", "20Gi", true),
+                batch_pod("batch-pod-2", "30Gi", true),
+            ],
+            &[("batch-pod-1", 10 * G), ("batch-pod-2", 20 * G)],
+            &[],
+        );
+        let decision = MemoryEvict::with_features(&[FEATURE_ALLOCATABLE]).decide(&snapshot);
+        assert_eq!(
+            evicted(&decision),
+            ["batch-pod-2", "batch-pod-1"],
+            "{decision:?}"
+        );
+        assert!(
+            decision
+                .evictions
+                .iter()
+                .all(|e| e.reason == FEATURE_ALLOCATABLE)
+        );
+    }
+
+    /// Upstream's last `Test_memoryEvict` row: all three features; BE
+    /// eviction first, then MemoryAllocatableEvict needs 10 Gi of
+    /// batch-memory more and takes the largest request; MemoryEvict finds
+    /// nobody under its priority threshold 3000.
+    #[test]
+    fn three_features_run_in_upstream_order_without_duplicate_victims() {
+        let config = ResourceThresholdStrategy {
+            enable: Some(true),
+            memory_evict_threshold_percent: Some(82),
+            memory_evict_lower_percent: Some(74),
+            evict_enabled_priority_threshold: Some(3000),
+            memory_allocatable_evict_threshold_percent: Some(45),
+            memory_allocatable_evict_lower_percent: Some(40),
+            allocatable_evict_priority_threshold: Some(5000),
+            ..ResourceThresholdStrategy::default()
+        };
+        let mut snapshot = upstream_node(config);
+        snapshot
+            .node
+            .allocatable
+            .insert(BATCH_MEMORY.to_string(), 100 * GIB);
+        let mut pods = snapshot.kube_pods.as_ref().clone();
+        pods.push(batch_pod("batch-pod-1", "20Gi", true));
+        pods.push(batch_pod("batch-pod-2", "30Gi", true));
+        with_kube_pods(
+            &mut snapshot,
+            pods,
+            &[
+                ("test_lsr_pod", 40 * G),
+                ("test_ls_pod", 30 * G),
+                ("test_noqos_pod", 10 * G),
+                ("test_be_pod_priority100_1", 5 * G),
+                ("test_be_pod_priority100_2", 20 * G),
+                ("test_be_pod_priority120", 10 * G),
+                ("batch-pod-1", 10 * G),
+                ("batch-pod-2", 20 * G),
+            ],
+            &[],
+        );
+        let strategy = MemoryEvict::with_features(&FEATURES);
+        let decision = strategy.decide(&snapshot);
+        assert_eq!(
+            evicted(&decision),
+            [
+                "test_be_pod_priority100_2",
+                "test_be_pod_priority100_1",
+                "test_be_pod_priority120",
+                "batch-pod-2"
+            ],
+            "{decision:?}"
+        );
+        let report = decision.eviction_report.as_ref().unwrap();
+        let features: Vec<&str> = report.tasks.iter().map(|t| t.feature).collect();
+        assert_eq!(
+            features,
+            [FEATURE, FEATURE_ALLOCATABLE, FEATURE_MEMORY_EVICT]
+        );
+        assert!(report.tasks[2].victims.is_empty() && report.tasks[2].candidates == 0);
+        // (50/100 − 0.40) × 100 Gi in floating point, as upstream computes it.
+        assert_eq!(report.tasks[1].to_release[BATCH_MEMORY], 10 * GIB - 1);
+        assert!(
+            report.tasks.iter().all(|t| t.shortfall.is_empty()),
+            "{report:?}"
+        );
+        // The next round is within the cool time.
         assert!(
             strategy
-                .decide(&soon)
+                .decide(&snapshot)
                 .skip_reason()
                 .unwrap()
                 .contains("cooling")
         );
-        // After it, "a" is still terminating: it counts as released, "b" is not needed.
-        let mut later = soon.clone();
-        later.now = t0() + Duration::from_secs(5);
-        later.node_usage.memory = Some(MetricSample::new((80 * GIB) as f64, later.now));
-        assert!(strategy.decide(&later).evictions.is_empty());
-        // Unless its eviction was refused (a PodDisruptionBudget): then "a" keeps its memory
-        // and is asked for again.
-        later.eviction_refused.insert("a".to_string());
-        assert_eq!(evicted(&strategy.decide(&later)), ["a"]);
     }
 
+    /// Upstream `Test_calculateReleaseByAllocatableThresholdPercent`.
     #[test]
-    fn eviction_policy_annotation_and_finished_pods_are_respected() {
-        let pods = vec![
-            with_memory(pod("opt-out", QoSClass::BE, 5000), 30 * GIB, t0()),
-            with_memory(pod("done", QoSClass::BE, 5000), 30 * GIB, t0()),
-            with_memory(pod("ok", QoSClass::BE, 5900), 30 * GIB, t0()),
+    fn allocatable_release_table() {
+        let node = |allocatable: &Vec<(&str, i64)>| {
+            let mut snapshot = snapshot_with(ResourceThresholdStrategy::default(), t0());
+            snapshot.node.allocatable = allocatable
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect();
+            snapshot
+        };
+        let mid_pod = |name: &str, memory: &str| {
+            requesting(
+                kube_pod(name, QoSClass::LS, 7000),
+                &[("memory", memory), (MID_MEMORY, memory)],
+            )
+        };
+        let cases: Vec<AllocatableCase> = vec![
+            (
+                vec![(BATCH_MEMORY, 100 * GIB)],
+                vec![
+                    batch_pod("b1", "20Gi", false),
+                    batch_pod("b2", "30Gi", false),
+                ],
+                (80, 70, 5999),
+                vec![],
+                vec![],
+            ),
+            (
+                vec![(BATCH_MEMORY, 100 * GIB)],
+                vec![
+                    batch_pod("b1", "45Gi", false),
+                    batch_pod("b2", "40Gi", false),
+                ],
+                (80, 70, 5999),
+                vec![(BATCH_MEMORY, 16_106_127_360)],
+                vec![PriorityClass::Batch],
+            ),
+            (
+                vec![(BATCH_MEMORY, 100 * GIB), (MID_MEMORY, 100 * GIB)],
+                vec![batch_pod("b1", "85Gi", false), mid_pod("m1", "85Gi")],
+                (80, 70, 7999),
+                vec![(BATCH_MEMORY, 16_106_127_360), (MID_MEMORY, 16_106_127_360)],
+                vec![PriorityClass::Mid, PriorityClass::Batch],
+            ),
+            (
+                vec![(BATCH_MEMORY, 100 * GIB), (MID_MEMORY, 100 * GIB)],
+                vec![batch_pod("b1", "85Gi", false), mid_pod("m1", "85Gi")],
+                (80, 70, 5999),
+                vec![(BATCH_MEMORY, 16_106_127_360)],
+                vec![PriorityClass::Batch],
+            ),
+            (
+                vec![(BATCH_MEMORY, 100 * GIB)],
+                vec![batch_pod("b1", "50Gi", false)],
+                (0, 0, 5999),
+                vec![(BATCH_MEMORY, 50 * GIB)],
+                vec![PriorityClass::Batch],
+            ),
+            (
+                vec![],
+                vec![batch_pod("b1", "50Gi", false)],
+                (80, 70, 5999),
+                vec![(BATCH_MEMORY, 50 * GIB)],
+                vec![PriorityClass::Batch],
+            ),
         ];
-        let mut snap = snapshot(enabled(70, None), 80, pods);
-        with_annotations(
-            &mut snap,
-            0,
-            &[("koordinator.sh/eviction-policy", r#"["BECPUEvict"]"#)],
+        for (allocatable, pods, (threshold, lower, priority), want, classes) in cases {
+            let mut snapshot = node(&allocatable);
+            with_kube_pods(&mut snapshot, pods, &[], &[]);
+            let (release, got_classes) = evicttask::allocatable_release(
+                &snapshot,
+                RequestKind::Memory,
+                priority,
+                threshold,
+                lower,
+            );
+            let want: ResourceList = want.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            let mut classes = classes;
+            classes.sort();
+            assert_eq!((release, got_classes), (want, classes), "{allocatable:?}");
+        }
+    }
+
+    /// Upstream `Test_getPodEvictInfoAndSortByPriority`: only opted-in pods
+    /// under the threshold, by eviction-priority annotation, then priority,
+    /// then the sub-priority label, then usage.
+    #[test]
+    fn priority_candidates_filter_and_order() {
+        let mut snapshot = upstream_node(enabled(80, None));
+        let opted = |pod| labelled(pod, "koordinator.sh/eviction-enabled", "true");
+        with_kube_pods(
+            &mut snapshot,
+            vec![
+                opted(kube_pod("low-usage", QoSClass::BE, 5000)),
+                opted(kube_pod("high-usage", QoSClass::BE, 5000)),
+                opted(annotated(
+                    kube_pod("evict-me-first", QoSClass::BE, 5900),
+                    "koordinator.sh/eviction-priority",
+                    "-1",
+                )),
+                opted(labelled(
+                    kube_pod("sub-priority-high", QoSClass::BE, 5000),
+                    "koordinator.sh/priority",
+                    "9999",
+                )),
+                opted(kube_pod("too-important", QoSClass::LS, 9000)),
+                kube_pod("not-opted-in", QoSClass::BE, 5000),
+                opted(kube_pod("no-metric", QoSClass::BE, 5000)),
+                opted(annotated(
+                    kube_pod("policy-excludes", QoSClass::BE, 5000),
+                    "koordinator.sh/eviction-policy",
+                    r#"["CPUEvict"]"#,
+                )),
+            ],
+            &[
+                ("low-usage", GIB),
+                ("high-usage", 2 * GIB),
+                ("evict-me-first", GIB),
+                ("sub-priority-high", 3 * GIB),
+                ("too-important", GIB),
+                ("not-opted-in", GIB),
+                ("policy-excludes", GIB),
+            ],
+            &[],
         );
-        snap.pods[1].phase = "Succeeded".to_string();
-        assert_eq!(evicted(&MemoryEvict::new().decide(&snap)), ["ok"]);
+        let infos = priority_candidates(
+            &snapshot,
+            FEATURE_MEMORY_EVICT,
+            5999,
+            RequestKind::Memory,
+            memory_used_desc,
+        );
+        let names: Vec<&str> = infos.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "evict-me-first",
+                "high-usage",
+                "low-usage",
+                "sub-priority-high"
+            ]
+        );
     }
 
     #[test]
-    fn feature_gate_follows_upstream_default_off() {
-        use std::collections::BTreeMap;
-        let pods = vec![with_memory(pod("be", QoSClass::BE, 5500), GIB, t0())];
-        let snap = snapshot(enabled(70, None), 90, pods);
-        let off = MemoryEvict::new().with_feature_gates(&BTreeMap::new());
-        let decision = off.decide(&snap);
-        assert!(decision.evictions.is_empty());
+    fn dry_run_reports_victims_without_evicting_or_cooling() {
+        let snapshot = upstream_node(enabled(80, None));
+        let strategy = MemoryEvict::new().with_dry_run(&[FEATURE]);
+        for _ in 0..2 {
+            let decision = strategy.decide(&snapshot);
+            assert!(decision.evictions.is_empty(), "{decision:?}");
+            let report = decision.eviction_report.unwrap();
+            assert!(report.tasks[0].dry_run);
+            let pods: Vec<&str> = report.tasks[0]
+                .victims
+                .iter()
+                .map(|v| v.pod.as_str())
+                .collect();
+            assert_eq!(
+                pods,
+                [
+                    "default/test_be_pod_priority100_2",
+                    "default/test_be_pod_priority100_1"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn pending_evictions_prevent_extra_victims_but_refused_ones_do_not() {
+        let strategy = MemoryEvict::new();
+        let first = upstream_node(enabled(82, Some(80)));
+        assert_eq!(
+            evicted(&strategy.decide(&first)),
+            ["test_be_pod_priority100_2"]
+        );
+        // After the 4 s cool time the pod is still terminating: it counts as released.
+        let mut later = first.clone();
+        later.now = t0() + Duration::from_secs(5);
+        later.node_usage.memory = Some(MetricSample::new((115 * G) as f64, later.now));
+        for pod in &mut later.pods {
+            pod.memory_usage = pod
+                .memory_usage
+                .map(|s| MetricSample::new(s.value, later.now));
+        }
+        let decision = strategy.decide(&later);
+        assert!(decision.evictions.is_empty(), "{decision:?}");
+        assert_eq!(
+            decision.eviction_report.unwrap().tasks[0].pending,
+            ["test_be_pod_priority100_2"]
+        );
+        // Unless its eviction was refused (a PodDisruptionBudget): asked again.
+        later
+            .eviction_refused
+            .insert("test_be_pod_priority100_2".to_string());
+        assert_eq!(
+            evicted(&strategy.decide(&later)),
+            ["test_be_pod_priority100_2"]
+        );
+    }
+
+    #[test]
+    fn eviction_requests_carry_the_containers_and_upstream_message() {
+        let decision = MemoryEvict::new().decide(&upstream_node(enabled(82, None)));
+        let request = &decision.evictions[0];
+        assert_eq!(
+            request.container_ids,
+            ["containerd://test_be_pod_priority100_2-main"]
+        );
         assert!(
-            decision
-                .skip_reason()
-                .unwrap()
-                .contains("BEMemoryEvict=true")
+            request.message.starts_with(
+                "trigger by koordlet feature BEMemoryEvict, kill pod: test_be_pod_priority100_2"
+            ),
+            "{}",
+            request.message
         );
-        let gates = BTreeMap::from([("BEMemoryEvict".to_string(), true)]);
-        let on = MemoryEvict::new().with_feature_gates(&gates);
-        assert_eq!(evicted(&on.decide(&snap)), ["be"]);
-    }
-
-    #[test]
-    fn pods_without_samples_go_after_measured_ones() {
-        let a = Candidate {
-            uid: "a".into(),
-            name: "a".into(),
-            priority: 1,
-            memory_used: 0,
-        };
-        let b = Candidate {
-            uid: "b".into(),
-            name: "b".into(),
-            priority: 1,
-            memory_used: 5,
-        };
-        let c = Candidate {
-            uid: "c".into(),
-            name: "c".into(),
-            priority: 0,
-            memory_used: 0,
-        };
-        let mut all = vec![a.clone(), b.clone(), c.clone()];
-        all.sort_by(eviction_order);
-        assert_eq!(all, vec![c, b, a]);
     }
 }

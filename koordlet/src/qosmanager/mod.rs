@@ -11,6 +11,7 @@ pub mod cgreconcile;
 pub mod cpuburst;
 pub mod cpuevict;
 pub mod cpusuppress;
+pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;
 pub mod memoryevict;
@@ -60,6 +61,36 @@ pub struct QosManagerArgs {
         value_name = "SECONDS"
     )]
     pub cpu_evict_cool_time_seconds: u64,
+    /// (ours) Eviction features that only report whom they would evict, on
+    /// `GET /qos/explain?evictions`: comma-separated upstream feature names
+    /// (BEMemoryEvict, MemoryEvict, MemoryAllocatableEvict, BECPUEvict,
+    /// CPUEvict, CPUAllocatableEvict). The feature's gate must be on.
+    #[arg(long = "evict-dry-run-features", value_delimiter = ',', value_parser = parse_eviction_feature, value_name = "FEATURES")]
+    pub evict_dry_run_features: Vec<&'static str>,
+}
+
+/// Every eviction feature name (upstream's feature gates).
+pub const EVICTION_FEATURES: [&str; 6] = [
+    memoryevict::FEATURE,
+    memoryevict::FEATURE_MEMORY_EVICT,
+    memoryevict::FEATURE_ALLOCATABLE,
+    cpuevict::FEATURE,
+    cpuevict::FEATURE_CPU_EVICT,
+    cpuevict::FEATURE_ALLOCATABLE,
+];
+
+fn parse_eviction_feature(text: &str) -> Result<&'static str, String> {
+    let name = text.trim();
+    EVICTION_FEATURES
+        .iter()
+        .find(|feature| **feature == name)
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "unknown eviction feature {name:?} (expected one of {})",
+                EVICTION_FEATURES.join(", ")
+            )
+        })
 }
 
 impl Default for QosManagerArgs {
@@ -71,6 +102,7 @@ impl Default for QosManagerArgs {
             memory_evict_interval_seconds: 1,
             memory_evict_cool_time_seconds: 4,
             cpu_evict_cool_time_seconds: 20,
+            evict_dry_run_features: Vec::new(),
         }
     }
 }
@@ -87,6 +119,7 @@ impl QosManagerArgs {
             memory_evict_cool_time: Duration::from_secs(self.memory_evict_cool_time_seconds),
             cpu_evict_cool_time: Duration::from_secs(self.cpu_evict_cool_time_seconds),
             cpu_burst_interval: collect_interval.max(Duration::from_secs(1)),
+            evict_dry_run_features: self.evict_dry_run_features.clone(),
         }
     }
 }
@@ -192,5 +225,21 @@ mod tests {
         let switched = names("CgroupReconcile=true, BECPUSuppress=false");
         assert!(switched.contains(&"cgreconcile") && !switched.contains(&"cpusuppress"));
         assert!(Flags::try_parse_from(["x", "--cpu-suppress-interval-seconds=0"]).is_err());
+        let dry = Flags::try_parse_from([
+            "x",
+            "--evict-dry-run-features=MemoryEvict,CPUAllocatableEvict",
+        ])
+        .unwrap();
+        assert_eq!(
+            dry.qos
+                .config(Duration::from_secs(1))
+                .evict_dry_run_features,
+            ["MemoryEvict", "CPUAllocatableEvict"]
+        );
+        let err = Flags::try_parse_from(["x", "--evict-dry-run-features=MemEvict"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("unknown eviction feature"), "{err}");
     }
 }

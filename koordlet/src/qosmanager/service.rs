@@ -76,6 +76,7 @@ impl SnapshotSource {
             reader: Arc::new(LayoutReader(self.layout.clone())) as Arc<dyn CgroupReader>,
             config: self.config.clone(),
             eviction_refused: Default::default(),
+            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
         }
     }
 }
@@ -282,7 +283,18 @@ pub fn node_info(
         .filter(|r| !r.cpuset.is_empty() && r.is_cpuset_exclusive())
         .and_then(|r| r.cpuset.parse::<CpuSet>().ok())
         .unwrap_or_default();
+    let allocatable_values: BTreeMap<String, i64> = allocatable
+        .map(|list| {
+            list.keys()
+                // cpu in milli-CPU; every other resource (batch-cpu is already milli) as its value.
+                .filter_map(|name| {
+                    amount(Some(list), name, name == "cpu").map(|v| (name.clone(), v))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     NodeInfo {
+        allocatable: allocatable_values,
         cpu_capacity_milli: cpu_capacity,
         memory_capacity_bytes: memory_capacity,
         cpu_reserved_milli: kubelet_cpu_reserved.max(annotated_cpu),
@@ -313,6 +325,7 @@ pub fn spawn_runner(
                 let mut snapshot = source.snapshot(now);
                 let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
                 snapshot.eviction_refused = runner.refused_evictions();
+                snapshot.eviction_pending_window = runner.eviction_pending_window();
                 runner.run_due(&snapshot);
                 let wait = runner
                     .next_due()
@@ -349,6 +362,9 @@ pub enum ExplainFilter {
     Pod(String),
     /// Files of a QoS tier: `be` (besteffort), `burstable`, `guaranteed`/`kubepods`.
     Tier(String),
+    /// The eviction strategies' latest reports (`?evictions`), or one
+    /// strategy's (`?evictions=memoryevict`).
+    Evictions(Option<String>),
 }
 
 /// Errors of the explain query.
@@ -358,7 +374,9 @@ pub enum ExplainError {
     UnknownPod(String),
     #[error("unknown tier {0:?} (use be, burstable or guaranteed)")]
     UnknownTier(String),
-    #[error("query must be ?pod=<namespace>/<name> or ?tier=<be|burstable|guaranteed>: {0}")]
+    #[error(
+        "query must be ?pod=<namespace>/<name>, ?tier=<be|burstable|guaranteed> or ?evictions[=<strategy>]: {0}"
+    )]
     BadQuery(String),
 }
 
@@ -367,6 +385,9 @@ pub fn parse_explain_query(query: Option<&str>) -> Result<ExplainFilter, Explain
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(ExplainFilter::All);
     };
+    if query == "evictions" {
+        return Ok(ExplainFilter::Evictions(None));
+    }
     let (key, value) = query
         .split_once('=')
         .ok_or_else(|| ExplainError::BadQuery(query.to_string()))?;
@@ -374,6 +395,9 @@ pub fn parse_explain_query(query: Option<&str>) -> Result<ExplainFilter, Explain
     match key {
         "pod" if value.contains('/') => Ok(ExplainFilter::Pod(value)),
         "tier" => Ok(ExplainFilter::Tier(value.to_ascii_lowercase())),
+        "evictions" => Ok(ExplainFilter::Evictions(
+            Some(value.to_ascii_lowercase()).filter(|v| !matches!(v.as_str(), "" | "all" | "true")),
+        )),
         _ => Err(ExplainError::BadQuery(query.to_string())),
     }
 }
@@ -406,6 +430,7 @@ pub fn explain(
                     .map_err(|_| ExplainError::UnknownPod(key.clone()))?,
             )
         }
+        ExplainFilter::Evictions(_) => return Ok(Vec::new()),
         ExplainFilter::Tier(tier) => Some(match tier.as_str() {
             "be" | "besteffort" => layout.qos_dir(QosTier::BestEffort),
             "burstable" | "ls" => layout.qos_dir(QosTier::Burstable),
@@ -446,6 +471,10 @@ pub fn explain(
 
 /// `GET /qos/explain[?pod=<ns>/<name>|?tier=be]`: JSON array of
 /// [`ExplainEntry`]; 400 for a bad query, 404 for an unknown pod.
+/// `GET /qos/explain?evictions[=<strategy>]`: JSON array of the eviction
+/// strategies' latest [`EvictionReport`](super::evicttask::EvictionReport)s
+/// (tasks, victims, dry-run victims, why features did nothing); 404 for a
+/// strategy that has not reported.
 pub fn explain_router(
     managed: ManagedFiles,
     layout: CgroupLayout,
@@ -465,6 +494,21 @@ pub fn explain_router(
                     Ok(filter) => filter,
                     Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
                 };
+                if let ExplainFilter::Evictions(strategy) = &filter {
+                    let reports: Vec<_> = managed
+                        .eviction_reports()
+                        .into_iter()
+                        .filter(|r| strategy.as_deref().is_none_or(|s| s == r.strategy))
+                        .collect();
+                    if let Some(strategy) = strategy.as_ref().filter(|_| reports.is_empty()) {
+                        return (
+                            StatusCode::NOT_FOUND,
+                            format!("no eviction report from strategy {strategy:?} yet"),
+                        )
+                            .into_response();
+                    }
+                    return axum::Json(reports).into_response();
+                }
                 let pods = states
                     .and_then(|s| s.pods())
                     .map(|s| s.pods.clone())
@@ -613,6 +657,14 @@ mod tests {
             Ok(ExplainFilter::Pod("ns/batch".into()))
         );
         assert!(parse_explain_query(Some("pod=batch")).is_err());
+        assert_eq!(
+            parse_explain_query(Some("evictions")),
+            Ok(ExplainFilter::Evictions(None))
+        );
+        assert_eq!(
+            parse_explain_query(Some("evictions=MemoryEvict")),
+            Ok(ExplainFilter::Evictions(Some("memoryevict".into())))
+        );
         assert!(parse_explain_query(Some("nonsense")).is_err());
     }
 
@@ -733,5 +785,82 @@ mod tests {
         );
         assert_eq!(get("?pod=ns/nothere").await.0, 404);
         assert_eq!(get("?tier=gold").await.0, 400);
+    }
+
+    /// `?evictions`: the dry-run victims of memoryevict, as JSON.
+    #[tokio::test]
+    async fn explain_endpoint_reports_dry_run_evictions() {
+        use crate::qosmanager::memoryevict::{FEATURE, MemoryEvict, test_pods::*};
+        use apis::extension::QoSClass;
+        use apis::slo::v1alpha1::ResourceThresholdStrategy;
+        let dir = TempDir::new("qos-explain-evictions").unwrap();
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, dir.path());
+        let mut snapshot = snapshot_with(
+            ResourceThresholdStrategy {
+                enable: Some(true),
+                memory_evict_threshold_percent: Some(70),
+                ..ResourceThresholdStrategy::default()
+            },
+            SystemTime::now(),
+        );
+        snapshot.layout = layout.clone();
+        snapshot.node.memory_capacity_bytes = 100 << 30;
+        snapshot.node_usage.memory = Some(MetricSample::new((90u64 << 30) as f64, snapshot.now));
+        with_kube_pods(
+            &mut snapshot,
+            vec![
+                kube_pod("hog", QoSClass::BE, 5000),
+                kube_pod("small", QoSClass::BE, 5000),
+            ],
+            &[("hog", 30 << 30), ("small", 1 << 30)],
+            &[],
+        );
+        let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
+        let mut runner = QosRunner::new(
+            vec![Box::new(MemoryEvict::new().with_dry_run(&[FEATURE]))],
+            executor,
+        );
+        let managed = runner.managed_files();
+        let outcomes = tokio::task::spawn_blocking(move || runner.run_due(&snapshot))
+            .await
+            .unwrap();
+        assert_eq!(outcomes[0].1.actions, 0, "a dry run evicts nobody");
+
+        let router = explain_router(managed, layout, None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let get = |query: &'static str| async move {
+            let response = tokio::task::spawn_blocking(move || {
+                koord_common::testing::http_get_blocking(
+                    addr,
+                    &format!("{EXPLAIN_PATH}{query}"),
+                    Duration::from_secs(30),
+                )
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            (response.status, response.body)
+        };
+        let (status, body) = get("?evictions").await;
+        assert_eq!(status, 200, "{body}");
+        let reports: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+        assert_eq!(reports.len(), 1, "{body}");
+        let task = &reports[0]["tasks"][0];
+        assert_eq!(reports[0]["strategy"], "memoryevict");
+        assert_eq!(task["feature"], "BEMemoryEvict");
+        assert_eq!(task["dryRun"], true);
+        assert_eq!(task["target"], "podUsed");
+        // 90 % of 100 Gi, lower 68 %: 22 Gi to release; the 30 Gi hog covers it.
+        assert_eq!(task["toRelease"]["memory"], 22i64 << 30);
+        assert_eq!(task["victims"][0]["pod"], "default/hog");
+        assert_eq!(task["victims"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            task["victims"][0]["releases"]["podUsed"]["memory"],
+            30i64 << 30
+        );
+        assert_eq!(get("?evictions=memoryevict").await.0, 200);
+        assert_eq!(get("?evictions=cpuevict").await.0, 404);
     }
 }
