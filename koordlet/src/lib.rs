@@ -339,7 +339,8 @@ pub async fn run(
         cache,
         sink,
         states_metrics,
-    );
+    )
+    .await;
     Ok(context.wait_for_shutdown(Some(server)).await)
 }
 
@@ -530,8 +531,10 @@ fn start_standalone_sources(
     Ok(())
 }
 
-/// The metrics advisor and, when there is somewhere to write, the NodeMetric reporter.
-fn start_node_modules(
+/// The metrics advisor and, when there is somewhere to write, the NodeMetric
+/// reporter (whose prediction checkpoint is read before the advisor adds
+/// samples, so the restored usage history comes first).
+async fn start_node_modules(
     args: &KoordletArgs,
     context: &ComponentContext,
     states: &StatesInformer,
@@ -541,6 +544,25 @@ fn start_node_modules(
     states_metrics: StatesMetrics,
 ) {
     let shutdown = &context.shutdown;
+    let reporting = sink.is_some() && args.states.enable_node_metric_report;
+    let prediction = args.prediction.config();
+    let checkpoint = match args.prediction.checkpoint_dir(&args.nri.var_run_root_dir) {
+        Some(dir) if reporting => {
+            let checkpointer = prediction::checkpoint::Checkpointer::new(
+                dir,
+                states.node_name(),
+                args.prediction.model_checkpoint_interval,
+                Arc::clone(&cache),
+            );
+            let loader = checkpointer.clone();
+            let half_lives = (prediction.cpu_half_life, prediction.memory_half_life);
+            let models = tokio::task::spawn_blocking(move || loader.load_blocking(half_lives))
+                .await
+                .unwrap_or_default();
+            Some((checkpointer, models))
+        }
+        _ => None,
+    };
     let pods = statesinformer::podmeta::spawn_advisor_pods_feed(states, shutdown.clone());
     let advisor = metricsadvisor::MetricsAdvisor::standard(
         &args.collector,
@@ -556,10 +578,13 @@ fn start_node_modules(
     tokio::spawn(advisor.run(args.collector.collect_res_used_interval, shutdown.clone()));
     match sink {
         Some(sink) if args.states.enable_node_metric_report => {
-            let reporter = NodeMetricReporter::new(states.clone(), cache, sink)
-                .with_prediction(Some(args.prediction.config()))
+            let mut reporter = NodeMetricReporter::new(states.clone(), cache, sink)
+                .with_prediction(Some(prediction))
                 .with_interval_override(args.states.node_metric_report_interval)
                 .with_metrics(states_metrics);
+            if let Some((checkpointer, models)) = checkpoint {
+                reporter = reporter.with_checkpointer(checkpointer, &models, SystemTime::now());
+            }
             tokio::spawn(reporter.run(shutdown.clone()));
         }
         Some(_) => {
