@@ -89,12 +89,19 @@ pub struct PredictionArgs {
     #[arg(
         long = "prediction-checkpoint-filepath",
         default_value = DEFAULT_CHECKPOINT_DIR,
+        value_parser = parse_checkpoint_dir,
         value_name = "DIR"
     )]
     pub checkpoint_filepath: PathBuf,
     /// How often the checkpoint is rewritten (also once at shutdown).
     #[arg(long = "prediction-model-checkpoint-interval", default_value = "10m", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
     pub model_checkpoint_interval: Duration,
+}
+
+/// Any path, and the empty one (checkpoints off), which clap's path parser
+/// refuses.
+fn parse_checkpoint_dir(text: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(text))
 }
 
 /// Upstream's default `--prediction-checkpoint-filepath` (its DaemonSet

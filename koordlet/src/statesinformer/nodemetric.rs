@@ -1859,7 +1859,7 @@ mod tests {
             |cache: &Arc<MetricCache>| Checkpointer::new(tmp.path().to_path_buf(), "node-a", Duration::from_secs(600), Arc::clone(cache));
 
         let cache = new_cache();
-        let reporter = NodeMetricReporter::new(states.clone(), Arc::clone(&cache), sink())
+        let reporter = NodeMetricReporter::new(states.clone(), cache.clone(), sink())
             .with_checkpointer(checkpointer(&cache), &[], start);
         for second in 1..=600u64 {
             let at = start + Duration::from_secs(second);
@@ -1894,7 +1894,7 @@ mod tests {
         let models = restarted_checkpointer
             .load_blocking((Duration::from_secs(12 * 3600), Duration::from_secs(24 * 3600)));
         assert!(!models.is_empty());
-        let restarted = NodeMetricReporter::new(states.clone(), Arc::clone(&cache), sink())
+        let restarted = NodeMetricReporter::new(states.clone(), cache.clone(), sink())
             .with_checkpointer(restarted_checkpointer, &models, now);
         let after = restarted.build_status(&policy, now);
 
