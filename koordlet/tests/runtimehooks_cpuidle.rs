@@ -194,6 +194,7 @@ fn the_be_tier_becomes_an_idle_cgroup_and_yields_the_cpu() {
     // The kernel pins an idle group's weight to the minimum.
     assert_eq!(read(&root, "kubepods/besteffort", "cpu.shares"), "3");
     let idle = be_share(&be_hog, &ls_hog, Duration::from_millis(1500));
+    println!("BE hog share of one CPU: {fair:.2} before, {idle:.2} with the BE tier idle");
     assert!(
         idle < 0.1,
         "with the BE tier idle the BE hog should get almost no CPU, got {idle:.2} (before: {fair:.2})"
