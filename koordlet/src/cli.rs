@@ -161,7 +161,10 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
     value("audit-max-concurrent-readers", NO_AUDIT),
     value("audit-max-events-limit", NO_AUDIT),
     // pkg/koordlet/prediction (the others are wired: PredictionArgs)
-    value("prediction-model-checkpoint-max-per-step", ONE_CHECKPOINT_FILE),
+    value(
+        "prediction-model-checkpoint-max-per-step",
+        ONE_CHECKPOINT_FILE,
+    ),
     // klog (-v and -logtostderr are in LogArgs)
     value("log_dir", STDERR_ONLY),
     value("log_file", STDERR_ONLY),

@@ -108,11 +108,17 @@ fn the_be_tier_becomes_an_idle_cgroup_and_yields_the_cpu() {
     let mut cgroups = ThrowawayCgroup::new(&host, "cpuidle", &controllers).unwrap();
     // Pin everything to the first CPU the tree may use, so the hogs compete.
     let kubepods = cgroups.create_child("kubepods").unwrap();
-    let cpus = std::fs::read_to_string(cgroups.path(&kubepods, Controller::Cpuset).join("cpuset.cpus"))
-        .unwrap();
+    let cpus = std::fs::read_to_string(
+        cgroups
+            .path(&kubepods, Controller::Cpuset)
+            .join("cpuset.cpus"),
+    )
+    .unwrap();
     let first_cpu = cpus.trim().split([',', '-']).next().unwrap().to_string();
     std::fs::write(
-        cgroups.path(&kubepods, Controller::Cpuset).join("cpuset.cpus"),
+        cgroups
+            .path(&kubepods, Controller::Cpuset)
+            .join("cpuset.cpus"),
         &first_cpu,
     )
     .unwrap();
@@ -147,7 +153,11 @@ fn the_be_tier_becomes_an_idle_cgroup_and_yields_the_cpu() {
     );
 
     let caps = koordlet::capabilities::detect(&SystemArgs::default());
-    assert!(caps.cpu_idle, "capabilities must see cpu.idle: {:?}", caps.reasons);
+    assert!(
+        caps.cpu_idle,
+        "capabilities must see cpu.idle: {:?}",
+        caps.reasons
+    );
     let metrics = HookMetrics::new("test-node");
     let dispatcher = HookDispatcher::new(
         vec![(Arc::new(CoreSched) as Arc<dyn Hook>, true)],
@@ -164,7 +174,10 @@ fn the_be_tier_becomes_an_idle_cgroup_and_yields_the_cpu() {
     }
     let states = StatesInformer::new("test-node", RequiredSyncs::PODS_ONLY);
     states.set_pods(PodsSnapshot {
-        pods: vec![pod(BE_UID, "BE", "BestEffort"), pod(LS_UID, "LS", "Burstable")],
+        pods: vec![
+            pod(BE_UID, "BE", "BestEffort"),
+            pod(LS_UID, "LS", "Burstable"),
+        ],
         origin: PodsOrigin::File,
         synced_at: SystemTime::now(),
     });

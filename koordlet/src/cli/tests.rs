@@ -414,7 +414,9 @@ fn wired_upstream_flags_take_effect() {
     .args;
     assert_eq!(
         args.prediction.checkpoint_dir(&args.nri.var_run_root_dir),
-        Some(PathBuf::from("/host-var-run-koordlet/prediction-checkpoints"))
+        Some(PathBuf::from(
+            "/host-var-run-koordlet/prediction-checkpoints"
+        ))
     );
     assert_eq!(
         args.prediction.model_checkpoint_interval,

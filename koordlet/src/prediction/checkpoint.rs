@@ -172,8 +172,8 @@ impl Checkpoint {
 /// The JSON bytes of `checkpoint`; refused when larger than a reader
 /// would accept.
 pub fn encode(checkpoint: &Checkpoint) -> Result<Vec<u8>, CheckpointError> {
-    let bytes =
-        serde_json::to_vec(checkpoint).map_err(|error| CheckpointError::Corrupt(error.to_string()))?;
+    let bytes = serde_json::to_vec(checkpoint)
+        .map_err(|error| CheckpointError::Corrupt(error.to_string()))?;
     let size = bytes.len() as u64;
     if size > MAX_CHECKPOINT_BYTES {
         return Err(CheckpointError::TooLarge {
@@ -204,8 +204,8 @@ pub fn decode(bytes: &[u8], node: &str) -> Result<Checkpoint, CheckpointError> {
         #[serde(default)]
         node: String,
     }
-    let header: Header =
-        serde_json::from_slice(bytes).map_err(|error| CheckpointError::Corrupt(error.to_string()))?;
+    let header: Header = serde_json::from_slice(bytes)
+        .map_err(|error| CheckpointError::Corrupt(error.to_string()))?;
     if header.format != CHECKPOINT_FORMAT {
         return Err(CheckpointError::Foreign(
             crate::bounds::for_log(&header.format).into_owned(),
@@ -223,8 +223,8 @@ pub fn decode(bytes: &[u8], node: &str) -> Result<Checkpoint, CheckpointError> {
             expected: node.to_string(),
         });
     }
-    let checkpoint: Checkpoint =
-        serde_json::from_slice(bytes).map_err(|error| CheckpointError::Corrupt(error.to_string()))?;
+    let checkpoint: Checkpoint = serde_json::from_slice(bytes)
+        .map_err(|error| CheckpointError::Corrupt(error.to_string()))?;
     if !checkpoint.saved_at.is_finite() {
         return Err(CheckpointError::SavedAt(checkpoint.saved_at));
     }
@@ -275,7 +275,10 @@ pub fn write(dir: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
         source,
     };
     std::fs::create_dir_all(dir).map_err(failed)?;
-    let temporary = dir.join(format!(".{CHECKPOINT_FILE_NAME}.tmp-{}", std::process::id()));
+    let temporary = dir.join(format!(
+        ".{CHECKPOINT_FILE_NAME}.tmp-{}",
+        std::process::id()
+    ));
     let written = (|| {
         let mut file = std::fs::File::create(&temporary)?;
         file.write_all(bytes)?;
@@ -379,7 +382,9 @@ pub fn restore_usage(cache: &MetricCache, usage: &[UsageSeries]) -> UsageRestore
     for series in usage {
         let kind_name = crate::bounds::for_log(&series.kind).into_owned();
         let Some(kind) = summary_kind(&series.kind) else {
-            report.invalid.push(format!("unknown series kind {kind_name:?}"));
+            report
+                .invalid
+                .push(format!("unknown series kind {kind_name:?}"));
             continue;
         };
         let key = match (&series.pod, is_pod_kind(kind)) {
@@ -388,9 +393,9 @@ pub fn restore_usage(cache: &MetricCache, usage: &[UsageSeries]) -> UsageRestore
                 SeriesKey::pod(kind, uid.as_str())
             }
             _ => {
-                report
-                    .invalid
-                    .push(format!("series {kind_name}: missing, misplaced or overlong pod UID"));
+                report.invalid.push(format!(
+                    "series {kind_name}: missing, misplaced or overlong pod UID"
+                ));
                 continue;
             }
         };
@@ -399,7 +404,10 @@ pub fn restore_usage(cache: &MetricCache, usage: &[UsageSeries]) -> UsageRestore
             continue;
         }
         let ordered = series.points.windows(2).all(|pair| pair[0].0 < pair[1].0);
-        let finite = series.points.iter().all(|(_, value)| value.is_finite() && *value >= 0.0);
+        let finite = series
+            .points
+            .iter()
+            .all(|(_, value)| value.is_finite() && *value >= 0.0);
         if !ordered || !finite {
             report.invalid.push(format!(
                 "series {key}: points out of order or not finite non-negative numbers"
@@ -478,7 +486,8 @@ impl Checkpointer {
         for problem in &usage.invalid {
             tracing::warn!(path = %path.display(), %problem, "usage series of the prediction checkpoint skipped");
         }
-        let saved_at = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(checkpoint.saved_at.max(0.0));
+        let saved_at =
+            SystemTime::UNIX_EPOCH + Duration::from_secs_f64(checkpoint.saved_at.max(0.0));
         tracing::info!(path = %path.display(), ?saved_at, series = usage.series, samples = usage.samples, models = checkpoint.models.len(), "prediction checkpoint read");
         if !checkpoint.same_half_lives(half_lives) {
             tracing::warn!(

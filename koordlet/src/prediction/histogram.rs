@@ -407,9 +407,13 @@ mod tests {
         assert!(snapshot.weights.len() <= 4, "{snapshot:?}");
         let text = serde_json::to_string(&snapshot).unwrap();
         let decoded: HistogramSnapshot = serde_json::from_str(&text).unwrap();
-        let restored = DecayingHistogram::from_snapshot(cpu_buckets(), half_life, &decoded).unwrap();
+        let restored =
+            DecayingHistogram::from_snapshot(cpu_buckets(), half_life, &decoded).unwrap();
         for fraction in [0.0, 0.5, 0.9, 0.95, 1.0] {
-            assert_eq!(restored.percentile(fraction), histogram.percentile(fraction));
+            assert_eq!(
+                restored.percentile(fraction),
+                histogram.percentile(fraction)
+            );
         }
         // New samples decay against the restored reference.
         let mut continued = restored.clone();

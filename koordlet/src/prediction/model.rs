@@ -264,14 +264,16 @@ impl PeakPredictor {
         for snapshot in models {
             let id = crate::bounds::for_log(&snapshot.id).into_owned();
             if snapshot.id.is_empty() || snapshot.id.len() > MAX_MODEL_ID_BYTES {
-                report.invalid.push(format!("model id {id:?}: empty or too long"));
+                report
+                    .invalid
+                    .push(format!("model id {id:?}: empty or too long"));
                 continue;
             }
             let updated = snapshot.last_updated;
             if !updated.is_finite() || updated > now_seconds + 60.0 {
-                report
-                    .invalid
-                    .push(format!("model {id}: last update {updated} is not a past time"));
+                report.invalid.push(format!(
+                    "model {id}: last update {updated} is not a past time"
+                ));
                 continue;
             }
             if now_seconds - updated > expiration {
@@ -477,7 +479,10 @@ mod tests {
 
         // An hour later every model is past the 30 minute expiration.
         let mut late = PeakPredictor::new(PredictionConfig::default()).unwrap();
-        let report = late.restore_models(&predictor.snapshot_models(), now + Duration::from_secs(3600));
+        let report = late.restore_models(
+            &predictor.snapshot_models(),
+            now + Duration::from_secs(3600),
+        );
         assert_eq!(report.restored, 0);
         assert_eq!(report.expired, predictor.model_count());
     }

@@ -525,7 +525,8 @@ mod tests {
             }))
             .unwrap()
         };
-        let (rules, problems) = NodeRules::build(None, Some(&slo("coreSched".into())), None, None, None);
+        let (rules, problems) =
+            NodeRules::build(None, Some(&slo("coreSched".into())), None, None, None);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(rules.cpu_qos_policy, Some(CpuQosPolicy::CoreSched));
         let be = rules.cpu_qos[&QoSClass::BE];

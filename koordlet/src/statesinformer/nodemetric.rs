@@ -1855,8 +1855,14 @@ mod tests {
             synced_at: now,
         });
         let sink = || ReportSink::File(tmp.path().join("node-metric.json"));
-        let checkpointer =
-            |cache: &Arc<MetricCache>| Checkpointer::new(tmp.path().to_path_buf(), "node-a", Duration::from_secs(600), Arc::clone(cache));
+        let checkpointer = |cache: &Arc<MetricCache>| {
+            Checkpointer::new(
+                tmp.path().to_path_buf(),
+                "node-a",
+                Duration::from_secs(600),
+                Arc::clone(cache),
+            )
+        };
 
         let cache = new_cache();
         let reporter = NodeMetricReporter::new(states.clone(), cache.clone(), sink())
@@ -1868,13 +1874,19 @@ mod tests {
             let mut samples = Vec::new();
             let mut push = |key: SeriesKey, value: f64| samples.push(Sample::new(key, at, value));
             push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"), 0.8 + wave);
-            push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"), 2.0 * GI + wave * GI);
+            push(
+                SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"),
+                2.0 * GI + wave * GI,
+            );
             push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-b"), 0.5);
             push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-b"), GI);
             push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-c"), 1.0);
             push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-c"), GI);
             push(SeriesKey::node(MetricKind::NodeCpuUsage), 2.6 + wave);
-            push(SeriesKey::node(MetricKind::NodeMemoryUsage), 5.0 * GI + wave * GI);
+            push(
+                SeriesKey::node(MetricKind::NodeMemoryUsage),
+                5.0 * GI + wave * GI,
+            );
             push(SeriesKey::node(MetricKind::NodeMemoryTotal), 32.0 * GI);
             push(SeriesKey::node(MetricKind::SysCpuUsage), 0.3);
             push(SeriesKey::node(MetricKind::SysMemoryUsage), GI);
@@ -1891,8 +1903,10 @@ mod tests {
 
         let cache = new_cache();
         let restarted_checkpointer = checkpointer(&cache);
-        let models = restarted_checkpointer
-            .load_blocking((Duration::from_secs(12 * 3600), Duration::from_secs(24 * 3600)));
+        let models = restarted_checkpointer.load_blocking((
+            Duration::from_secs(12 * 3600),
+            Duration::from_secs(24 * 3600),
+        ));
         assert!(!models.is_empty());
         let restarted = NodeMetricReporter::new(states.clone(), cache.clone(), sink())
             .with_checkpointer(restarted_checkpointer, &models, now);
@@ -1901,23 +1915,43 @@ mod tests {
         let close = |what: &str, before: f64, after: f64| {
             assert!(before > 0.0, "{what}: nothing to compare ({before})");
             let drift = (after - before).abs() / before;
-            assert!(drift <= 0.05, "{what}: {before} before, {after} after the restart");
+            assert!(
+                drift <= 0.05,
+                "{what}: {before} before, {after} after the restart"
+            );
         };
         let resource = |status: &NodeMetricStatus| {
-            status.prod_reclaimable_metric.as_ref().unwrap().resource.clone()
+            status
+                .prod_reclaimable_metric
+                .as_ref()
+                .unwrap()
+                .resource
+                .clone()
         };
         let (reclaim_before, reclaim_after) = (resource(&before), resource(&after));
-        close("reclaimable cpu", milli(&reclaim_before, "cpu") as f64, milli(&reclaim_after, "cpu") as f64);
+        close(
+            "reclaimable cpu",
+            milli(&reclaim_before, "cpu") as f64,
+            milli(&reclaim_after, "cpu") as f64,
+        );
         close(
             "reclaimable memory",
             units(&reclaim_before, "memory") as f64,
             units(&reclaim_after, "memory") as f64,
         );
-        let usage = |status: &NodeMetricStatus| status.node_metric.as_ref().unwrap().node_usage.clone();
-        close("node cpu usage", milli(&usage(&before), "cpu") as f64, milli(&usage(&after), "cpu") as f64);
+        let usage =
+            |status: &NodeMetricStatus| status.node_metric.as_ref().unwrap().node_usage.clone();
+        close(
+            "node cpu usage",
+            milli(&usage(&before), "cpu") as f64,
+            milli(&usage(&after), "cpu") as f64,
+        );
 
         // Without the checkpoint the first report has nothing to go on.
         let cold = NodeMetricReporter::new(states, new_cache(), sink()).build_status(&policy, now);
-        assert_eq!(cold.prod_reclaimable_metric, Some(ReclaimableMetric::default()));
+        assert_eq!(
+            cold.prod_reclaimable_metric,
+            Some(ReclaimableMetric::default())
+        );
     }
 }

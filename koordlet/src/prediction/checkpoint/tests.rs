@@ -25,14 +25,21 @@ fn history() -> (Arc<MetricCache>, PeakPredictor) {
     let mut samples = Vec::new();
     for second in 0..600u64 {
         let wave = (second % 60) as f64 / 60.0;
-        let mut push = |key: SeriesKey, value: f64| samples.push(Sample::new(key, at(second), value));
+        let mut push =
+            |key: SeriesKey, value: f64| samples.push(Sample::new(key, at(second), value));
         push(SeriesKey::node(MetricKind::NodeCpuUsage), 2.0 + wave);
         push(SeriesKey::node(MetricKind::NodeMemoryUsage), 6.0 * GIB);
         push(SeriesKey::node(MetricKind::SysCpuUsage), 0.2);
         push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"), 1.0 + wave);
-        push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"), 2.0 * GIB);
+        push(
+            SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"),
+            2.0 * GIB,
+        );
         // Not summarized: a container series.
-        push(SeriesKey::container(MetricKind::ContainerCpuUsage, "c"), 1.0);
+        push(
+            SeriesKey::container(MetricKind::ContainerCpuUsage, "c"),
+            1.0,
+        );
     }
     assert!(cache.append(&samples).rejected.is_empty());
     let mut predictor = PeakPredictor::new(PredictionConfig::default()).unwrap();
@@ -109,7 +116,10 @@ fn a_checkpoint_round_trips_through_the_file() {
             .unwrap()
     };
     let (before, after) = (window(&cache), window(&restored_cache));
-    assert!((before - after).abs() / before < 0.01, "{before} vs {after}");
+    assert!(
+        (before - after).abs() / before < 0.01,
+        "{before} vs {after}"
+    );
     assert!(restored_cache.contains(&SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a")));
     assert!(!restored_cache.contains(&SeriesKey::container(MetricKind::ContainerCpuUsage, "c")));
     // New samples still append after the restored ones.
@@ -129,7 +139,11 @@ fn a_missing_checkpoint_is_no_checkpoint() {
     let tmp = TempDir::new("prediction-checkpoint-none").unwrap();
     assert!(read(tmp.path(), "node-a").unwrap().is_none());
     let (cache, _) = history();
-    assert!(checkpointer(tmp.path(), &cache).load_blocking(half_lives()).is_empty());
+    assert!(
+        checkpointer(tmp.path(), &cache)
+            .load_blocking(half_lives())
+            .is_empty()
+    );
 }
 
 #[test]
@@ -185,20 +199,20 @@ fn foreign_checkpoints_are_refused() {
     );
 
     let error = decode(&encode(&checkpoint).unwrap(), "node-b").unwrap_err();
-    assert!(matches!(error, CheckpointError::OtherNode { .. }), "{error}");
+    assert!(
+        matches!(error, CheckpointError::OtherNode { .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("node-a"), "{error}");
 
     // Upstream's per-model files (or any other JSON) are not ours.
-    let upstream = br#"{"UID":"__node__","CPU":{},"Memory":{},"LastUpdated":"2024-01-01T00:00:00Z"}"#;
+    let upstream =
+        br#"{"UID":"__node__","CPU":{},"Memory":{},"LastUpdated":"2024-01-01T00:00:00Z"}"#;
     let error = decode(upstream, "node-a").unwrap_err();
     assert!(matches!(error, CheckpointError::Foreign(_)), "{error}");
 
     // Other half-lives: the usage summary is restored, the models are not.
-    std::fs::write(
-        checkpoint_path(tmp.path()),
-        encode(&checkpoint).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(checkpoint_path(tmp.path()), encode(&checkpoint).unwrap()).unwrap();
     let fresh = Arc::new(MetricCache::new(MetricCacheConfig::default()).unwrap());
     let models = checkpointer(tmp.path(), &fresh)
         .load_blocking((Duration::from_secs(3600), Duration::from_secs(3600)));
@@ -224,7 +238,9 @@ fn oversized_checkpoints_are_neither_read_nor_written() {
     let series = UsageSeries {
         kind: "pod_cpu_usage".into(),
         pod: Some("u".repeat(36)),
-        points: (0..MAX_POINTS_PER_SERIES as i64).map(|i| (i, 1.0)).collect(),
+        points: (0..MAX_POINTS_PER_SERIES as i64)
+            .map(|i| (i, 1.0))
+            .collect(),
     };
     checkpoint.usage = vec![series; MAX_SUMMARY_SERIES];
     assert!(matches!(
@@ -237,7 +253,9 @@ fn oversized_checkpoints_are_neither_read_nor_written() {
     many.usage = vec![UsageSeries {
         kind: "node_cpu_usage".into(),
         pod: None,
-        points: (0..=MAX_POINTS_PER_SERIES as i64).map(|i| (i, 1.0)).collect(),
+        points: (0..=MAX_POINTS_PER_SERIES as i64)
+            .map(|i| (i, 1.0))
+            .collect(),
     }];
     let error = decode(&encode(&many).unwrap(), "node-a").unwrap_err();
     assert!(matches!(error, CheckpointError::TooMany { .. }), "{error}");

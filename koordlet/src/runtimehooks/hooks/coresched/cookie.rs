@@ -197,13 +197,23 @@ impl CoreSchedSyscalls for PrctlCoreSched {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CookieOutcome {
     /// Every process already had the wanted cookie.
-    Unchanged { cookie: u64 },
+    Unchanged {
+        cookie: u64,
+    },
     /// A new cookie was created for the group.
-    Created { cookie: u64, pids: usize },
+    Created {
+        cookie: u64,
+        pids: usize,
+    },
     /// The group's cookie was copied to processes that lacked it.
-    Assigned { cookie: u64, pids: usize },
+    Assigned {
+        cookie: u64,
+        pids: usize,
+    },
     /// Processes were put back on the default cookie.
-    Cleared { pids: usize },
+    Cleared {
+        pids: usize,
+    },
     /// No process to work on (none listed, or all gone).
     NoProcesses,
     Failed(String),
@@ -802,7 +812,10 @@ mod tests {
             manager.enable("p2/c", "g", &[20], now),
             CookieOutcome::NoProcesses
         );
-        assert_eq!(manager.enable("p2/c", "g", &[], now), CookieOutcome::NoProcesses);
+        assert_eq!(
+            manager.enable("p2/c", "g", &[], now),
+            CookieOutcome::NoProcesses
+        );
         assert_eq!(manager.group_cookie("g"), Some(1000));
     }
 
@@ -812,7 +825,10 @@ mod tests {
         let mut manager = manager(&fake);
         let now = Instant::now();
         manager.enable("p/c", "g", &[10, 11], now);
-        assert_eq!(manager.disable("p/c", &[10, 11]), CookieOutcome::Cleared { pids: 2 });
+        assert_eq!(
+            manager.disable("p/c", &[10, 11]),
+            CookieOutcome::Cleared { pids: 2 }
+        );
         assert_eq!(fake.with(|f| (f.cookie(10), f.cookie(11))), (0, 0));
         assert_eq!(manager.container_group("p/c"), None);
         // The group had no other member: forgotten.
@@ -831,7 +847,10 @@ mod tests {
             f.cookies.insert(10, 77);
         });
         let mut manager = manager(&fake);
-        assert_eq!(manager.disable("p/c", &[10]), CookieOutcome::Cleared { pids: 1 });
+        assert_eq!(
+            manager.disable("p/c", &[10]),
+            CookieOutcome::Cleared { pids: 1 }
+        );
         assert_eq!(fake.with(|f| f.cookie(10)), 0);
     }
 

@@ -323,7 +323,10 @@ mod tests {
                 ("koordinator.sh/core-sched-policy", "exclusive"),
             ],
         );
-        assert_eq!(group(&exclusive), Some(CookieDecision::Group("uid-1".into())));
+        assert_eq!(
+            group(&exclusive),
+            Some(CookieDecision::Group("uid-1".into()))
+        );
         let opted_out = labelled(
             pod("LS", "burstable", &[]),
             &[("koordinator.sh/core-sched-policy", "none")],
@@ -334,10 +337,7 @@ mod tests {
         // BE disabled: BE pods go back to the default cookie.
         let mut rules = core_sched_rules();
         rules.cpu_qos.get_mut(&QoSClass::BE).unwrap().enable = false;
-        assert_eq!(
-            cookie_decision(&be, &rules),
-            Some(CookieDecision::Default)
-        );
+        assert_eq!(cookie_decision(&be, &rules), Some(CookieDecision::Default));
         // Another policy: every pod back on the default cookie.
         rules.cpu_qos_policy = Some(CpuQosPolicy::GroupIdentity);
         assert_eq!(cookie_decision(&ls, &rules), Some(CookieDecision::Default));
@@ -398,16 +398,24 @@ mod tests {
         assert!(dispatcher.run_qos_tier(QosTier::BestEffort).is_empty());
         dispatcher.set_rules(core_sched_rules());
         let idle_of = |tier| match dispatcher.run_qos_tier(tier).side_effects.as_slice() {
-            [SideEffect::CgroupWrite {
-                dir,
-                resource: CgroupResource::CpuIdle,
-                value: CgroupValue::Int(value),
-                ..
-            }] => (dir.display().to_string(), *value),
+            [
+                SideEffect::CgroupWrite {
+                    dir,
+                    resource: CgroupResource::CpuIdle,
+                    value: CgroupValue::Int(value),
+                    ..
+                },
+            ] => (dir.display().to_string(), *value),
             other => panic!("{other:?}"),
         };
-        assert_eq!(idle_of(QosTier::BestEffort), ("kubepods/besteffort".into(), 1));
-        assert_eq!(idle_of(QosTier::Burstable), ("kubepods/burstable".into(), 0));
+        assert_eq!(
+            idle_of(QosTier::BestEffort),
+            ("kubepods/besteffort".into(), 1)
+        );
+        assert_eq!(
+            idle_of(QosTier::Burstable),
+            ("kubepods/burstable".into(), 0)
+        );
         assert_eq!(idle_of(QosTier::Guaranteed), ("kubepods".into(), 0));
         // Cookies stay off: no effect for a started BE container.
         let out = dispatcher
