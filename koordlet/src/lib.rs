@@ -331,7 +331,7 @@ pub async fn run(
         qos_managed,
         qos_evictor(&args, &node_name, &layout, &sink, &context),
     );
-    start_node_modules(
+    let reporter = start_node_modules(
         &args,
         &context,
         &states,
@@ -341,8 +341,22 @@ pub async fn run(
         states_metrics,
     )
     .await;
-    Ok(context.wait_for_shutdown(Some(server)).await)
+    let reason = context.wait_for_shutdown(Some(server)).await;
+    // The reporter saves the prediction checkpoint on its way out.
+    if let Some(reporter) = reporter
+        && tokio::time::timeout(REPORTER_STOP_GRACE, reporter)
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            "the NodeMetric reporter did not stop in time; the last prediction checkpoint may be older"
+        );
+    }
+    Ok(reason)
 }
+
+/// How long the exit waits for the reporter's last checkpoint.
+const REPORTER_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What each listener serves (issue 16): `--addr` serves health and
 /// metrics, plus `local_routes` (/qos/explain, the audit trail: pods, cgroup
@@ -533,7 +547,8 @@ fn start_standalone_sources(
 
 /// The metrics advisor and, when there is somewhere to write, the NodeMetric
 /// reporter (whose prediction checkpoint is read before the advisor adds
-/// samples, so the restored usage history comes first).
+/// samples, so the restored usage history comes first). Returns the
+/// reporter's task.
 async fn start_node_modules(
     args: &KoordletArgs,
     context: &ComponentContext,
@@ -542,7 +557,7 @@ async fn start_node_modules(
     cache: Arc<MetricCache>,
     sink: Option<ReportSink>,
     states_metrics: StatesMetrics,
-) {
+) -> Option<tokio::task::JoinHandle<()>> {
     let shutdown = &context.shutdown;
     let reporting = sink.is_some() && args.states.enable_node_metric_report;
     let prediction = args.prediction.config();
@@ -585,12 +600,16 @@ async fn start_node_modules(
             if let Some((checkpointer, models)) = checkpoint {
                 reporter = reporter.with_checkpointer(checkpointer, &models, SystemTime::now());
             }
-            tokio::spawn(reporter.run(shutdown.clone()));
+            Some(tokio::spawn(reporter.run(shutdown.clone())))
         }
         Some(_) => {
-            tracing::info!("NodeMetric reporting is disabled (--enable-node-metric-report=false)")
+            tracing::info!("NodeMetric reporting is disabled (--enable-node-metric-report=false)");
+            None
         }
-        None => tracing::info!("no --node-metric-output given; NodeMetric is not reported"),
+        None => {
+            tracing::info!("no --node-metric-output given; NodeMetric is not reported");
+            None
+        }
     }
 }
 
