@@ -77,6 +77,7 @@ pub fn rich_rules() -> NodeRules {
             CpuQosRule {
                 enable: true,
                 group_identity: identity,
+                ..CpuQosRule::default()
             },
         );
         rules.resctrl.insert(

@@ -69,7 +69,7 @@ const NO_CPI: &str = "there is no CPI (perf counter) collector";
 const NO_TSDB: &str =
     "there is no TSDB: samples are kept in memory only (see --metric-cache-retention)";
 const NO_AUDIT: &str = "there is no audit event log; the resource executor's recent cgroup writes are served at /resource-executor/writes";
-const NO_CHECKPOINTS: &str = "prediction models are kept in memory only, without checkpoints";
+const ONE_CHECKPOINT_FILE: &str = "the prediction checkpoint is one file written whole every --prediction-model-checkpoint-interval, not a few model files per step";
 const STDERR_ONLY: &str = "logs go to stderr only, never to files";
 const TRACING_FORMAT: &str = "log lines have tracing's format (--log-format), not klog's headers";
 const CADVISOR: &str = "a cAdvisor flag that upstream's binary registers only because it links kubelet packages; koordlet runs no cAdvisor";
@@ -159,10 +159,11 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
     value("audit-max-disk-space-mb", NO_AUDIT),
     value("audit-max-concurrent-readers", NO_AUDIT),
     value("audit-max-events-limit", NO_AUDIT),
-    // pkg/koordlet/prediction (the model flags are wired: PredictionArgs)
-    value("prediction-checkpoint-filepath", NO_CHECKPOINTS),
-    value("prediction-model-checkpoint-interval", NO_CHECKPOINTS),
-    value("prediction-model-checkpoint-max-per-step", NO_CHECKPOINTS),
+    // pkg/koordlet/prediction (the others are wired: PredictionArgs)
+    value(
+        "prediction-model-checkpoint-max-per-step",
+        ONE_CHECKPOINT_FILE,
+    ),
     // klog (-v and -logtostderr are in LogArgs)
     value("log_dir", STDERR_ONLY),
     value("log_file", STDERR_ONLY),

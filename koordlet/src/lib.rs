@@ -331,7 +331,7 @@ pub async fn run(
         qos_managed,
         qos_evictor(&args, &node_name, &layout, &sink, &context),
     );
-    start_node_modules(
+    let reporter = start_node_modules(
         &args,
         &context,
         &states,
@@ -339,9 +339,24 @@ pub async fn run(
         cache,
         sink,
         states_metrics,
-    );
-    Ok(context.wait_for_shutdown(Some(server)).await)
+    )
+    .await;
+    let reason = context.wait_for_shutdown(Some(server)).await;
+    // The reporter saves the prediction checkpoint on its way out.
+    if let Some(reporter) = reporter
+        && tokio::time::timeout(REPORTER_STOP_GRACE, reporter)
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            "the NodeMetric reporter did not stop in time; the last prediction checkpoint may be older"
+        );
+    }
+    Ok(reason)
 }
+
+/// How long the exit waits for the reporter's last checkpoint.
+const REPORTER_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What each listener serves (issue 16): `--addr` serves health and
 /// metrics, plus `local_routes` (/qos/explain, the audit trail: pods, cgroup
@@ -534,8 +549,11 @@ fn start_standalone_sources(
     Ok(())
 }
 
-/// The metrics advisor and, when there is somewhere to write, the NodeMetric reporter.
-fn start_node_modules(
+/// The metrics advisor and, when there is somewhere to write, the NodeMetric
+/// reporter (whose prediction checkpoint is read before the advisor adds
+/// samples, so the restored usage history comes first). Returns the
+/// reporter's task.
+async fn start_node_modules(
     args: &KoordletArgs,
     context: &ComponentContext,
     states: &StatesInformer,
@@ -543,8 +561,27 @@ fn start_node_modules(
     cache: Arc<MetricCache>,
     sink: Option<ReportSink>,
     states_metrics: StatesMetrics,
-) {
+) -> Option<tokio::task::JoinHandle<()>> {
     let shutdown = &context.shutdown;
+    let reporting = sink.is_some() && args.states.enable_node_metric_report;
+    let prediction = args.prediction.config();
+    let checkpoint = match args.prediction.checkpoint_dir(&args.nri.var_run_root_dir) {
+        Some(dir) if reporting => {
+            let checkpointer = prediction::checkpoint::Checkpointer::new(
+                dir,
+                states.node_name(),
+                args.prediction.model_checkpoint_interval,
+                Arc::clone(&cache),
+            );
+            let loader = checkpointer.clone();
+            let half_lives = (prediction.cpu_half_life, prediction.memory_half_life);
+            let models = tokio::task::spawn_blocking(move || loader.load_blocking(half_lives))
+                .await
+                .unwrap_or_default();
+            Some((checkpointer, models))
+        }
+        _ => None,
+    };
     let pods = statesinformer::podmeta::spawn_advisor_pods_feed(states, shutdown.clone());
     let advisor = metricsadvisor::MetricsAdvisor::standard(
         &args.collector,
@@ -560,16 +597,23 @@ fn start_node_modules(
     tokio::spawn(advisor.run(args.collector.collect_res_used_interval, shutdown.clone()));
     match sink {
         Some(sink) if args.states.enable_node_metric_report => {
-            let reporter = NodeMetricReporter::new(states.clone(), cache, sink)
-                .with_prediction(Some(args.prediction.config()))
+            let mut reporter = NodeMetricReporter::new(states.clone(), cache, sink)
+                .with_prediction(Some(prediction))
                 .with_interval_override(args.states.node_metric_report_interval)
                 .with_metrics(states_metrics);
-            tokio::spawn(reporter.run(shutdown.clone()));
+            if let Some((checkpointer, models)) = checkpoint {
+                reporter = reporter.with_checkpointer(checkpointer, &models, SystemTime::now());
+            }
+            Some(tokio::spawn(reporter.run(shutdown.clone())))
         }
         Some(_) => {
-            tracing::info!("NodeMetric reporting is disabled (--enable-node-metric-report=false)")
+            tracing::info!("NodeMetric reporting is disabled (--enable-node-metric-report=false)");
+            None
         }
-        None => tracing::info!("no --node-metric-output given; NodeMetric is not reported"),
+        None => {
+            tracing::info!("no --node-metric-output given; NodeMetric is not reported");
+            None
+        }
     }
 }
 

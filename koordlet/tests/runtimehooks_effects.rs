@@ -317,3 +317,69 @@ fn shared_dispatcher_is_safe_across_threads() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Core scheduling cookies through the applier, over the fake kernel: a
+/// group's first container creates the cookie, the next shares it, a
+/// cleared container gets the default cookie, and a node without core
+/// scheduling (no cookie manager) fails the effect instead of faking it.
+#[test]
+fn core_sched_cookie_effects_go_through_the_cookie_manager() {
+    use koordlet::runtimehooks::hooks::coresched::cookie::{
+        CookieManager, FakeCoreSched, SharedFake,
+    };
+    let base = temp_dir("cookies");
+    let fake = SharedFake::new(FakeCoreSched::new());
+    let with_cookies =
+        applier(&base).with_cookie_manager(CookieManager::new(Box::new(fake.clone())));
+    let cookie = |container: &str, group: Option<&str>, pids: &[u32]| SideEffect::CoreSchedCookie {
+        container: container.into(),
+        group: group.map(str::to_string),
+        pids: pids.to_vec(),
+    };
+    let statuses = |applier: &SideEffectApplier, effects: &[SideEffect]| -> Vec<EffectStatus> {
+        applier
+            .apply_blocking(effects)
+            .into_iter()
+            .map(|report| report.status)
+            .collect()
+    };
+    assert_eq!(
+        statuses(
+            &with_cookies,
+            &[
+                cookie("a/1", Some("g"), &[10, 11]),
+                cookie("b/1", Some("g"), &[20]),
+                cookie("c/1", Some("h"), &[30]),
+                cookie("d/1", Some("g"), &[]),
+            ]
+        ),
+        vec![
+            EffectStatus::Applied,
+            EffectStatus::Applied,
+            EffectStatus::Applied,
+            EffectStatus::NotFound,
+        ]
+    );
+    let (a, b, c) = fake.with(|f| (f.cookie(10), f.cookie(20), f.cookie(30)));
+    assert_ne!(a, 0);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_eq!(fake.with(|f| f.cookie(11)), a);
+    // The same decision again changes nothing.
+    assert_eq!(
+        statuses(&with_cookies, &[cookie("a/1", Some("g"), &[10, 11])]),
+        vec![EffectStatus::Unchanged]
+    );
+    assert_eq!(
+        statuses(&with_cookies, &[cookie("b/1", None, &[20])]),
+        vec![EffectStatus::Applied]
+    );
+    assert_eq!(fake.with(|f| f.cookie(20)), 0);
+
+    let without = applier(&base);
+    assert!(matches!(
+        statuses(&without, &[cookie("a/1", Some("g"), &[10])]).as_slice(),
+        [EffectStatus::Failed(reason)] if reason.contains("core scheduling")
+    ));
+    let _ = std::fs::remove_dir_all(&base);
+}

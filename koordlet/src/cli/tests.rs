@@ -406,9 +406,22 @@ fn wired_upstream_flags_take_effect() {
         "3h",
         "-prediction-training-interval=30s",
         "-prediction-model-expiration-duration=1h",
+        "-prediction-checkpoint-filepath=/host-var-run-koordlet/prediction-checkpoints",
+        "-prediction-model-checkpoint-interval",
+        "2m",
     ])
     .unwrap()
     .args;
+    assert_eq!(
+        args.prediction.checkpoint_dir(&args.nri.var_run_root_dir),
+        Some(PathBuf::from(
+            "/host-var-run-koordlet/prediction-checkpoints"
+        ))
+    );
+    assert_eq!(
+        args.prediction.model_checkpoint_interval,
+        Duration::from_secs(120)
+    );
     let config = args.prediction.config();
     assert_eq!(config.cold_start, Duration::from_secs(2 * 3600));
     assert_eq!(config.safety_margin_percent, 20);

@@ -297,6 +297,25 @@ impl MetricCache {
         )
     }
 
+    /// The samples of `key` with `start <= time <= end`, oldest first.
+    pub fn samples(
+        &self,
+        key: &SeriesKey,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Vec<(SystemTime, f64)> {
+        let (start_ms, end_ms) = (unix_millis(start), unix_millis(end));
+        let copied: Vec<(i64, f64)> = self
+            .read()
+            .get(key)
+            .map(|series| series.window(start_ms, end_ms))
+            .unwrap_or_default();
+        copied
+            .into_iter()
+            .map(|(ms, value)| (from_unix_millis(ms), value))
+            .collect()
+    }
+
     /// One aggregate over `[start, end]`; `None` when the window is empty
     /// (except `Count`, which is then 0).
     pub fn aggregate(

@@ -215,6 +215,102 @@ impl DecayingHistogram {
     }
 }
 
+/// A histogram's state for a checkpoint: the non-empty buckets' weights,
+/// relative to `reference` (seconds since the Unix epoch).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HistogramSnapshot {
+    /// Bucket count of the histogram that was saved; a different count
+    /// means different buckets and the snapshot does not apply.
+    pub buckets: usize,
+    pub reference: Option<f64>,
+    /// (bucket index, weight) of every bucket with a positive weight.
+    pub weights: Vec<(usize, f64)>,
+}
+
+/// Why a snapshot was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("the snapshot has {saved} buckets, this histogram {current}")]
+    BucketCount { saved: usize, current: usize },
+    #[error("bucket {index} is outside the {count} buckets")]
+    BucketIndex { index: usize, count: usize },
+    #[error("bucket {index} has weight {weight}, not a finite non-negative number")]
+    Weight { index: usize, weight: f64 },
+    #[error("reference time {0} is not a finite number")]
+    Reference(f64),
+    #[error("weights without a reference time")]
+    NoReference,
+    #[error(transparent)]
+    Histogram(HistogramError),
+}
+
+impl DecayingHistogram {
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            buckets: self.buckets.count(),
+            reference: self.reference,
+            weights: self
+                .weights
+                .iter()
+                .enumerate()
+                .filter(|(_, weight)| **weight > 0.0)
+                .map(|(index, weight)| (index, *weight))
+                .collect(),
+        }
+    }
+
+    /// A histogram with these buckets and half-life, filled from
+    /// `snapshot`. Every value is checked; the total and the range are
+    /// recomputed rather than trusted.
+    pub fn from_snapshot(
+        buckets: ExponentialBuckets,
+        half_life: Duration,
+        snapshot: &HistogramSnapshot,
+    ) -> Result<Self, SnapshotError> {
+        let mut histogram = Self::new(buckets, half_life).map_err(SnapshotError::Histogram)?;
+        histogram.restore(snapshot)?;
+        Ok(histogram)
+    }
+
+    /// Replaces the weights with `snapshot`'s; on error nothing changes.
+    pub fn restore(&mut self, snapshot: &HistogramSnapshot) -> Result<(), SnapshotError> {
+        let count = self.buckets.count();
+        if snapshot.buckets != count {
+            return Err(SnapshotError::BucketCount {
+                saved: snapshot.buckets,
+                current: count,
+            });
+        }
+        match snapshot.reference {
+            Some(reference) if !reference.is_finite() => {
+                return Err(SnapshotError::Reference(reference));
+            }
+            None if !snapshot.weights.is_empty() => return Err(SnapshotError::NoReference),
+            _ => {}
+        }
+        let mut weights = vec![0.0; count];
+        for &(index, weight) in &snapshot.weights {
+            if index >= count {
+                return Err(SnapshotError::BucketIndex { index, count });
+            }
+            if !weight.is_finite() || weight < 0.0 {
+                return Err(SnapshotError::Weight { index, weight });
+            }
+            weights[index] += weight;
+        }
+        let epsilon = self.buckets.epsilon();
+        self.total_weight = weights.iter().sum();
+        self.min_bucket = weights
+            .iter()
+            .position(|w| *w >= epsilon)
+            .unwrap_or(count - 1);
+        self.max_bucket = weights.iter().rposition(|w| *w >= epsilon).unwrap_or(0);
+        self.weights = weights;
+        self.reference = snapshot.reference;
+        Ok(())
+    }
+}
+
 fn seconds_since_epoch(at: SystemTime) -> f64 {
     match at.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(after) => after.as_secs_f64(),
@@ -298,6 +394,51 @@ mod tests {
         assert!(low > 0.5 && low < 0.55, "{low}");
         let high = histogram.percentile(0.6);
         assert!(high > 2.0 && high < 2.2, "{high}");
+    }
+
+    #[test]
+    fn a_snapshot_restores_the_same_percentiles_and_bad_ones_are_refused() {
+        let half_life = Duration::from_secs(3600);
+        let mut histogram = DecayingHistogram::new(cpu_buckets(), half_life).unwrap();
+        for (i, value) in [0.5, 1.0, 1.0, 2.0, 8.0].into_iter().enumerate() {
+            histogram.add_sample(value, 1.0, at(i as u64 * 600));
+        }
+        let snapshot = histogram.snapshot();
+        assert!(snapshot.weights.len() <= 4, "{snapshot:?}");
+        let text = serde_json::to_string(&snapshot).unwrap();
+        let decoded: HistogramSnapshot = serde_json::from_str(&text).unwrap();
+        let restored =
+            DecayingHistogram::from_snapshot(cpu_buckets(), half_life, &decoded).unwrap();
+        for fraction in [0.0, 0.5, 0.9, 0.95, 1.0] {
+            assert_eq!(
+                restored.percentile(fraction),
+                histogram.percentile(fraction)
+            );
+        }
+        // New samples decay against the restored reference.
+        let mut continued = restored.clone();
+        let mut original = histogram.clone();
+        continued.add_sample(3.0, 1.0, at(7200));
+        original.add_sample(3.0, 1.0, at(7200));
+        assert_eq!(continued.percentile(0.9), original.percentile(0.9));
+
+        let mut target = DecayingHistogram::new(cpu_buckets(), half_life).unwrap();
+        let bad = |edit: &dyn Fn(&mut HistogramSnapshot)| {
+            let mut snapshot = snapshot.clone();
+            edit(&mut snapshot);
+            snapshot
+        };
+        for broken in [
+            bad(&|s| s.buckets += 1),
+            bad(&|s| s.weights.push((10_000, 1.0))),
+            bad(&|s| s.weights.push((3, f64::NAN))),
+            bad(&|s| s.weights.push((3, -1.0))),
+            bad(&|s| s.reference = Some(f64::INFINITY)),
+            bad(&|s| s.reference = None),
+        ] {
+            assert!(target.restore(&broken).is_err(), "{broken:?}");
+            assert!(target.is_empty());
+        }
     }
 
     #[test]

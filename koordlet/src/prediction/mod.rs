@@ -5,21 +5,25 @@
 //! - [`histogram`]: exponential-bucket histograms with decaying weights.
 //! - [`model`]: per pod / node / node-item peak models and their training.
 //! - [`reclaim`]: the reclaimable and peak estimate from the models.
+//! - [`checkpoint`]: the models and a usage summary saved to disk and read
+//!   back at start, so a restart keeps the history.
 //!
-//! All three are pure; the NodeMetric reporter trains the models from the
-//! metric cache and runs the estimate at each report. Upstream also
-//! checkpoints the models to disk so a restart keeps them; this build keeps
-//! them in memory only.
+//! The first three are pure; the NodeMetric reporter trains the models from
+//! the metric cache, runs the estimate at each report and saves the
+//! checkpoint.
 
+pub mod checkpoint;
 pub mod histogram;
 pub mod model;
 pub mod reclaim;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use histogram::{DecayingHistogram, ExponentialBuckets, HistogramError};
 pub use model::{
-    NODE_MODEL_ID, PeakPredictor, PodTrainingSample, Prediction, SYSTEM_ITEM, node_item_id,
+    ModelSnapshot, NODE_MODEL_ID, PeakPredictor, PodTrainingSample, Prediction, RestoreReport,
+    SYSTEM_ITEM, node_item_id,
 };
 pub use reclaim::{
     PodForPrediction, PredictError, ProdReclaim, ProdReclaimEstimator, node_allocatable,
@@ -54,8 +58,8 @@ impl Default for PredictionConfig {
     }
 }
 
-/// Upstream's `-prediction-*` flags that tune the predictor (the checkpoint
-/// flags are inert here: see `crate::cli`).
+/// Upstream's `-prediction-*` flags (`-prediction-model-checkpoint-max-per-step`
+/// is inert here: the checkpoint is one file written whole; see `crate::cli`).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct PredictionArgs {
     /// Pods younger than this reclaim nothing: their request counts as peak.
@@ -80,7 +84,31 @@ pub struct PredictionArgs {
     /// Models without a sample for this long are dropped.
     #[arg(long = "prediction-model-expiration-duration", default_value = "30m", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
     pub model_expiration_duration: Duration,
+    /// Directory of the prediction checkpoint; a relative path is below
+    /// --var-run-root-dir; empty: no checkpoint.
+    #[arg(
+        long = "prediction-checkpoint-filepath",
+        default_value = DEFAULT_CHECKPOINT_DIR,
+        value_parser = parse_checkpoint_dir,
+        value_name = "DIR"
+    )]
+    pub checkpoint_filepath: PathBuf,
+    /// How often the checkpoint is rewritten (also once at shutdown).
+    #[arg(long = "prediction-model-checkpoint-interval", default_value = "10m", value_parser = crate::statesinformer::parse_positive_duration, value_name = "DURATION")]
+    pub model_checkpoint_interval: Duration,
 }
+
+/// Any path, and the empty one (checkpoints off), which clap's path parser
+/// refuses.
+fn parse_checkpoint_dir(text: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(text))
+}
+
+/// Upstream's default `--prediction-checkpoint-filepath` (its DaemonSet
+/// mounts the host's `/var/run/koordlet/prediction-checkpoints` there).
+pub const DEFAULT_CHECKPOINT_DIR: &str = "/prediction-checkpoints";
+/// Upstream's default `--prediction-model-checkpoint-interval`.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(600);
 
 impl Default for PredictionArgs {
     fn default() -> Self {
@@ -97,11 +125,22 @@ impl From<PredictionConfig> for PredictionArgs {
             cpu_histogram_decay_halflife: config.cpu_half_life,
             training_interval: config.training_interval,
             model_expiration_duration: config.model_expiration,
+            checkpoint_filepath: PathBuf::from(DEFAULT_CHECKPOINT_DIR),
+            model_checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
         }
     }
 }
 
 impl PredictionArgs {
+    /// The checkpoint directory (`None`: checkpoints off); a relative path
+    /// is resolved below `var_run_root`.
+    pub fn checkpoint_dir(&self, var_run_root: &Path) -> Option<PathBuf> {
+        if self.checkpoint_filepath.as_os_str().is_empty() {
+            return None;
+        }
+        Some(var_run_root.join(&self.checkpoint_filepath))
+    }
+
     /// The predictor's configuration from these flags.
     pub fn config(&self) -> PredictionConfig {
         PredictionConfig {
@@ -177,6 +216,20 @@ mod tests {
         let defaults = parse(&[]).unwrap();
         assert_eq!(defaults, PredictionArgs::default());
         assert_eq!(defaults.config(), PredictionConfig::default());
+
+        assert_eq!(
+            defaults.checkpoint_dir(Path::new("/var/run")),
+            Some(PathBuf::from("/prediction-checkpoints"))
+        );
+        assert_eq!(defaults.model_checkpoint_interval, Duration::from_secs(600));
+        let relative = parse(&["--prediction-checkpoint-filepath=koordlet/models"]).unwrap();
+        assert_eq!(
+            relative.checkpoint_dir(Path::new("/host-var-run")),
+            Some(PathBuf::from("/host-var-run/koordlet/models"))
+        );
+        let off = parse(&["--prediction-checkpoint-filepath="]).unwrap();
+        assert_eq!(off.checkpoint_dir(Path::new("/var/run")), None);
+        assert!(parse(&["--prediction-model-checkpoint-interval=0"]).is_err());
 
         let config = parse(&[
             "--prediction-cold-start-duration=1h",

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use apis::extension::{KNOWN_PRIORITY_CLASSES, PriorityClass};
 
-use super::histogram::{DecayingHistogram, ExponentialBuckets, HistogramError};
+use super::histogram::{DecayingHistogram, ExponentialBuckets, HistogramError, HistogramSnapshot};
 use super::{CpuMemory, PredictionConfig};
 
 /// Upstream's model id of the node.
@@ -206,6 +206,112 @@ impl PeakPredictor {
     }
 }
 
+/// One model's state for a checkpoint.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSnapshot {
+    pub id: String,
+    pub cpu: HistogramSnapshot,
+    pub memory: HistogramSnapshot,
+    /// Seconds since the Unix epoch of the model's last sample.
+    pub last_updated: f64,
+}
+
+/// Longest model id accepted from a checkpoint (pod UIDs are 36 bytes).
+pub const MAX_MODEL_ID_BYTES: usize = 256;
+
+/// What [`PeakPredictor::restore_models`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    pub restored: usize,
+    /// Models whose last sample is older than the model expiration.
+    pub expired: usize,
+    /// Models refused, with the reason.
+    pub invalid: Vec<String>,
+}
+
+fn epoch_seconds(at: SystemTime) -> f64 {
+    match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => after.as_secs_f64(),
+        Err(before) => -before.duration().as_secs_f64(),
+    }
+}
+
+impl PeakPredictor {
+    /// Every model's state, sorted by id.
+    pub fn snapshot_models(&self) -> Vec<ModelSnapshot> {
+        let mut models: Vec<ModelSnapshot> = self
+            .models
+            .iter()
+            .map(|(id, model)| ModelSnapshot {
+                id: id.clone(),
+                cpu: model.cpu.snapshot(),
+                memory: model.memory.snapshot(),
+                last_updated: epoch_seconds(model.last_updated),
+            })
+            .collect();
+        models.sort_by(|a, b| a.id.cmp(&b.id));
+        models
+    }
+
+    /// Loads models from a checkpoint: each is checked on its own (a bad
+    /// one is reported and skipped), and models without a sample within
+    /// the model expiration before `now` are dropped as GC would.
+    pub fn restore_models(&mut self, models: &[ModelSnapshot], now: SystemTime) -> RestoreReport {
+        let mut report = RestoreReport::default();
+        let now_seconds = epoch_seconds(now);
+        let expiration = self.config.model_expiration.as_secs_f64();
+        for snapshot in models {
+            let id = crate::bounds::for_log(&snapshot.id).into_owned();
+            if snapshot.id.is_empty() || snapshot.id.len() > MAX_MODEL_ID_BYTES {
+                report
+                    .invalid
+                    .push(format!("model id {id:?}: empty or too long"));
+                continue;
+            }
+            let updated = snapshot.last_updated;
+            if !updated.is_finite() || updated > now_seconds + 60.0 {
+                report.invalid.push(format!(
+                    "model {id}: last update {updated} is not a past time"
+                ));
+                continue;
+            }
+            if now_seconds - updated > expiration {
+                report.expired += 1;
+                continue;
+            }
+            let cpu = DecayingHistogram::from_snapshot(
+                self.cpu_buckets,
+                self.config.cpu_half_life,
+                &snapshot.cpu,
+            );
+            let memory = DecayingHistogram::from_snapshot(
+                self.memory_buckets,
+                self.config.memory_half_life,
+                &snapshot.memory,
+            );
+            match (cpu, memory) {
+                (Ok(cpu), Ok(memory)) => {
+                    let last_updated = SystemTime::UNIX_EPOCH
+                        + std::time::Duration::from_secs_f64(updated.max(0.0));
+                    self.models.insert(
+                        snapshot.id.clone(),
+                        PeakModel {
+                            cpu,
+                            memory,
+                            last_updated,
+                        },
+                    );
+                    report.restored += 1;
+                }
+                (Err(error), _) => report.invalid.push(format!("model {id} cpu: {error}")),
+                (_, Err(error)) => report.invalid.push(format!("model {id} memory: {error}")),
+            }
+        }
+        report
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,5 +440,50 @@ mod tests {
         assert_eq!(predictor.gc(later), 1);
         assert!(predictor.prediction("gone").is_none());
         assert!(predictor.prediction(NODE_MODEL_ID).is_some());
+    }
+
+    #[test]
+    fn restored_models_predict_as_before_and_bad_or_stale_ones_are_skipped() {
+        let mut predictor = PeakPredictor::new(PredictionConfig::default()).unwrap();
+        for round in 0..30u64 {
+            let cpu = 1.0 + (round % 5) as f64 * 0.3;
+            predictor.train(
+                at(round * 60),
+                &[sample("a", PriorityClass::Prod, cpu, GIB)],
+                Some((cpu + 0.5, 2.0 * GIB)),
+            );
+        }
+        let now = at(30 * 60);
+        let mut snapshots = predictor.snapshot_models();
+        let mut restored = PeakPredictor::new(PredictionConfig::default()).unwrap();
+        let report = restored.restore_models(&snapshots, now);
+        assert_eq!(report.restored, predictor.model_count());
+        assert!(report.invalid.is_empty(), "{report:?}");
+        for id in ["a", NODE_MODEL_ID, &node_item_id("koord-prod")] {
+            assert_eq!(restored.prediction(id), predictor.prediction(id), "{id}");
+        }
+
+        let mut bad = snapshots[0].clone();
+        bad.id = "x".repeat(MAX_MODEL_ID_BYTES + 1);
+        let mut future = snapshots[0].clone();
+        future.id = "future".into();
+        future.last_updated = epoch_seconds(now) + 3600.0;
+        let mut broken = snapshots[0].clone();
+        broken.id = "broken".into();
+        broken.memory.buckets = 3;
+        snapshots.extend([bad, future, broken]);
+        let mut fresh = PeakPredictor::new(PredictionConfig::default()).unwrap();
+        let report = fresh.restore_models(&snapshots, now);
+        assert_eq!(report.invalid.len(), 3, "{report:?}");
+        assert!(fresh.prediction("broken").is_none());
+
+        // An hour later every model is past the 30 minute expiration.
+        let mut late = PeakPredictor::new(PredictionConfig::default()).unwrap();
+        let report = late.restore_models(
+            &predictor.snapshot_models(),
+            now + Duration::from_secs(3600),
+        );
+        assert_eq!(report.restored, 0);
+        assert_eq!(report.expired, predictor.model_count());
     }
 }

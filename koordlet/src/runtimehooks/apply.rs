@@ -1,12 +1,14 @@
 //! Applies an [`Adjustment`](super::protocol::Adjustment)'s side effects:
 //! cgroup files through the resource executor, resctrl groups and tasks,
-//! and `/proc/<pid>/oom_score_adj`. Blocking; async callers use
-//! [`SideEffectApplier::apply`], which runs on the blocking pool.
+//! `/proc/<pid>/oom_score_adj` and core scheduling cookies. Blocking; async
+//! callers use [`SideEffectApplier::apply`], which runs on the blocking pool.
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
+use super::hooks::coresched::cookie::{CookieManager, CookieOutcome};
 use super::protocol::SideEffect;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::system::cgroupfs::read_file;
@@ -41,6 +43,10 @@ pub struct SideEffectApplier {
     executor: ResourceExecutor,
     proc_root: PathBuf,
     resctrl_root: PathBuf,
+    /// Present on kernels with core scheduling. The lock serializes cookie
+    /// changes (one relay thread per change; prctl does not block on
+    /// cgroup locks).
+    cookies: Option<Arc<Mutex<CookieManager>>>,
 }
 
 fn io_status(error: &io::Error) -> EffectStatus {
@@ -79,7 +85,14 @@ impl SideEffectApplier {
             executor,
             proc_root: proc_root.into(),
             resctrl_root: resctrl_root.into(),
+            cookies: None,
         }
+    }
+
+    /// Applies core scheduling cookies through `manager`.
+    pub fn with_cookie_manager(mut self, manager: CookieManager) -> Self {
+        self.cookies = Some(Arc::new(Mutex::new(manager)));
+        self
     }
 
     pub fn executor(&self) -> &ResourceExecutor {
@@ -173,6 +186,15 @@ impl SideEffectApplier {
                 });
             }
         }
+        let now = Instant::now();
+        if let Some(cookies) = &self.cookies
+            && effects
+                .iter()
+                .any(|effect| matches!(effect, SideEffect::CoreSchedCookie { .. }))
+        {
+            let mut manager = cookies.lock().unwrap_or_else(|p| p.into_inner());
+            manager.expire(now);
+        }
         for (index, effect) in effects.iter().enumerate() {
             if reports[index].is_some() {
                 continue;
@@ -183,6 +205,11 @@ impl SideEffectApplier {
                 SideEffect::ResctrlTasks { group, pids } => self.resctrl_tasks(group, pids),
                 SideEffect::ResctrlRemoveGroup { group } => self.resctrl_remove(group),
                 SideEffect::OomScoreAdj { pid, value } => self.oom_score_adj(*pid, *value),
+                SideEffect::CoreSchedCookie {
+                    container,
+                    group,
+                    pids,
+                } => self.core_sched_cookie(container, group.as_deref(), pids, now),
             };
             reports[index] = Some(EffectReport {
                 effect: effect.clone(),
@@ -190,6 +217,37 @@ impl SideEffectApplier {
             });
         }
         reports.into_iter().flatten().collect()
+    }
+
+    fn core_sched_cookie(
+        &self,
+        container: &str,
+        group: Option<&str>,
+        pids: &[u32],
+        now: Instant,
+    ) -> EffectStatus {
+        let Some(cookies) = &self.cookies else {
+            return EffectStatus::Failed(
+                "core scheduling is not available on this node (no cookie manager)".to_string(),
+            );
+        };
+        let mut manager = cookies.lock().unwrap_or_else(|p| p.into_inner());
+        let outcome = match group {
+            Some(group) => manager.enable(container, group, pids, now),
+            None => manager.disable(container, pids),
+        };
+        drop(manager);
+        match outcome {
+            CookieOutcome::Unchanged { .. } => EffectStatus::Unchanged,
+            CookieOutcome::Created { .. }
+            | CookieOutcome::Assigned { .. }
+            | CookieOutcome::Cleared { .. } => {
+                tracing::debug!(container = %crate::bounds::Bounded(container), group = %group.map_or("(default cookie)".into(), crate::bounds::for_log), %outcome, "core sched cookie");
+                EffectStatus::Applied
+            }
+            CookieOutcome::NoProcesses => EffectStatus::NotFound,
+            CookieOutcome::Failed(error) => EffectStatus::Failed(error),
+        }
     }
 
     /// Whether the resctrl group `group` exists (a valid name whose

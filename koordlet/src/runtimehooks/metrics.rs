@@ -6,7 +6,7 @@
 //! - `koordlet_runtime_hook_enabled{hook}` / `koordlet_runtime_hook_supported{hook}`
 //!   gauges (a hook runs when both are 1);
 //! - `koordlet_runtime_hook_implemented{hook}` gauge: 0 for a hook this build
-//!   only gates and reports (CoreSched), so its `supported` 0 is not read as
+//!   only gates and reports (none today), so its `supported` 0 is not read as
 //!   "the kernel lacks it";
 //! - `koordlet_runtime_hook_reconciler_invoked_duration_milliseconds{node,level,resource_type,status}`
 //!   histogram (upstream's name);

@@ -100,7 +100,12 @@ impl RuntimeHooks {
         for status in dispatcher.statuses() {
             tracing::info!(hook = %status.name, enabled = status.enabled, unsupported = ?status.unsupported, "runtime hook");
         }
-        let applier = SideEffectApplier::new(executor, &system.proc_root_dir, resctrl_root);
+        let mut applier = SideEffectApplier::new(executor, &system.proc_root_dir, resctrl_root);
+        if caps.core_sched {
+            applier = applier.with_cookie_manager(hooks::coresched::cookie::CookieManager::new(
+                Box::new(hooks::coresched::cookie::PrctlCoreSched),
+            ));
+        }
         Ok(Self {
             dispatcher: Arc::new(dispatcher),
             applier,

@@ -453,6 +453,14 @@ pub enum SideEffect {
     ResctrlRemoveGroup { group: String },
     /// Write `/proc/<pid>/oom_score_adj`.
     OomScoreAdj { pid: u32, value: i64 },
+    /// Give the processes of a container the core scheduling cookie of
+    /// `group`, or the default cookie when `group` is `None` (see
+    /// [`super::hooks::coresched`]). `container` is `<pod uid>/<container id>`.
+    CoreSchedCookie {
+        container: String,
+        group: Option<String>,
+        pids: Vec<u32>,
+    },
 }
 
 impl SideEffect {
@@ -488,6 +496,23 @@ impl SideEffect {
             SideEffect::OomScoreAdj { pid, value } => {
                 format!("oom_score_adj {value} for pid {pid}")
             }
+            SideEffect::CoreSchedCookie {
+                container,
+                group,
+                pids,
+            } => match group {
+                Some(group) => format!(
+                    "core sched cookie of group \"{}\" for {} pid(s) of {}",
+                    Bounded(group),
+                    pids.len(),
+                    Bounded(container)
+                ),
+                None => format!(
+                    "default core sched cookie for {} pid(s) of {}",
+                    pids.len(),
+                    Bounded(container)
+                ),
+            },
         }
     }
 
@@ -499,6 +524,7 @@ impl SideEffect {
             SideEffect::ResctrlTasks { .. } => "resctrl.tasks".into(),
             SideEffect::ResctrlRemoveGroup { .. } => "resctrl.root".into(),
             SideEffect::OomScoreAdj { .. } => "oom_score_adj".into(),
+            SideEffect::CoreSchedCookie { .. } => "core_sched_cookie".into(),
         }
     }
 }
@@ -611,11 +637,29 @@ impl RequiredCapability {
     }
 }
 
+/// Kernel features some hooks use for part of their work (see
+/// [`Hook::partial_capabilities`]), from the node capabilities.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeFeatures {
+    pub cpu_idle: bool,
+    pub core_sched: bool,
+}
+
+impl NodeFeatures {
+    pub fn of(caps: &NodeCapabilities) -> Self {
+        Self {
+            cpu_idle: caps.cpu_idle,
+            core_sched: caps.core_sched,
+        }
+    }
+}
+
 /// Node-level inputs of a decision (rules and layout), shared by all hooks.
 #[derive(Debug, Clone)]
 pub struct HookEnv {
     pub layout: CgroupLayout,
     pub rules: Arc<NodeRules>,
+    pub features: NodeFeatures,
 }
 
 /// One runtime hook: a pure decision per stage.
@@ -625,6 +669,13 @@ pub trait Hook: Send + Sync {
     fn description(&self) -> &'static str;
     fn stages(&self) -> &'static [HookStage];
     fn required_capabilities(&self) -> &'static [RequiredCapability] {
+        &[]
+    }
+    /// Capabilities that each power one part of the hook, with that part's
+    /// name: the hook is supported when at least one is met, and the parts
+    /// whose capability is missing are reported in [`HookStatus::degraded`]
+    /// (the hook checks [`HookEnv::features`] and skips them).
+    fn partial_capabilities(&self) -> &'static [(RequiredCapability, &'static str)] {
         &[]
     }
     /// `Some(what is missing)` when this build only gates and reports the
@@ -679,6 +730,10 @@ pub struct HookStatus {
     /// `None` when supported; else why not: "not implemented in this
     /// build: ..." or "missing <capabilities>".
     pub unsupported: Option<String>,
+    /// Parts of a supported hook that do nothing on this node:
+    /// "<part>: the node lacks <capability>".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<String>,
     pub stages: Vec<String>,
 }
 
@@ -687,6 +742,7 @@ struct HookEntry {
     enabled: bool,
     implemented: bool,
     unsupported: Option<String>,
+    degraded: Vec<String>,
 }
 
 impl HookEntry {
@@ -704,6 +760,7 @@ pub struct HookDispatcher {
     layout: CgroupLayout,
     rules: RwLock<Arc<NodeRules>>,
     metrics: Option<HookMetrics>,
+    features: NodeFeatures,
 }
 
 impl HookDispatcher {
@@ -719,12 +776,21 @@ impl HookDispatcher {
         let mut entries: Vec<HookEntry> = hooks
             .into_iter()
             .map(|(hook, enabled)| {
-                let missing: Vec<String> = hook
+                let mut missing: Vec<String> = hook
                     .required_capabilities()
                     .iter()
                     .filter(|cap| !cap.is_met(caps))
                     .map(|cap| cap.name())
                     .collect();
+                let partial = hook.partial_capabilities();
+                let degraded: Vec<String> = partial
+                    .iter()
+                    .filter(|(cap, _)| !cap.is_met(caps))
+                    .map(|(cap, part)| format!("{part}: the node lacks {}", cap.name()))
+                    .collect();
+                if !partial.is_empty() && degraded.len() == partial.len() {
+                    missing.extend(partial.iter().map(|(cap, _)| cap.name()));
+                }
                 let not_implemented = hook.not_implemented();
                 let unsupported = match (not_implemented, missing.is_empty()) {
                     (Some(what), true) => Some(format!("not implemented in this build: {what}")),
@@ -748,13 +814,25 @@ impl HookDispatcher {
                         "runtime hook {} is enabled but unsupported on this node; it changes nothing",
                         hook.name()
                     ),
+                    (true, None, None) if !degraded.is_empty() => tracing::warn!(
+                        hook = hook.name(),
+                        degraded = %degraded.join("; "),
+                        "runtime hook {} is enabled; part of it is unsupported on this node and does nothing",
+                        hook.name()
+                    ),
                     _ => {}
                 }
+                let degraded = if unsupported.is_some() {
+                    Vec::new()
+                } else {
+                    degraded
+                };
                 HookEntry {
                     hook,
                     enabled,
                     implemented: not_implemented.is_none(),
                     unsupported,
+                    degraded,
                 }
             })
             .collect();
@@ -766,6 +844,7 @@ impl HookDispatcher {
             layout,
             rules: RwLock::new(Arc::new(NodeRules::default())),
             metrics: None,
+            features: NodeFeatures::of(caps),
         }
     }
 
@@ -842,6 +921,7 @@ impl HookDispatcher {
         HookEnv {
             layout: self.layout.clone(),
             rules: self.rules(),
+            features: self.features,
         }
     }
 
@@ -874,6 +954,7 @@ impl HookDispatcher {
                 enabled: entry.enabled,
                 implemented: entry.implemented,
                 unsupported: entry.unsupported.clone(),
+                degraded: entry.degraded.clone(),
                 stages: entry
                     .hook
                     .stages()

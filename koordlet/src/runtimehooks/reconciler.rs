@@ -330,7 +330,7 @@ pub fn plan_round(dispatcher: &HookDispatcher, pods: &[Pod], view: &dyn NodeView
             let Some(id) = layout.container_id_from_dir_name(&child) else {
                 continue;
             };
-            let sandbox = ContainerContext {
+            let mut sandbox = ContainerContext {
                 pod: pod_context.clone(),
                 container: ContainerMeta {
                     name: String::new(),
@@ -341,6 +341,23 @@ pub fn plan_round(dispatcher: &HookDispatcher, pods: &[Pod], view: &dyn NodeView
                 cgroup_dir: Some(dir.clone()),
                 ..ContainerContext::default()
             };
+            // Core scheduling cookies cover the sandbox's processes too
+            // (upstream's sandbox-level reconciler); only those effects of
+            // the post-start decision are kept here.
+            if dispatcher.is_active("CoreSched") {
+                sandbox.pids = view.pids(&dir);
+                if let Ok(adjustment) = dispatcher.run(
+                    HookStage::PostStartContainer,
+                    &HookRequest::Container(sandbox.clone()),
+                ) {
+                    let cookies = adjustment
+                        .side_effects
+                        .into_iter()
+                        .filter(|effect| matches!(effect, SideEffect::CoreSchedCookie { .. }))
+                        .collect();
+                    push_effects(&mut desired, "sandbox", &pod_name, cookies);
+                }
+            }
             if let Ok(adjustment) = dispatcher.run(
                 HookStage::PreCreateContainer,
                 &HookRequest::Container(sandbox),

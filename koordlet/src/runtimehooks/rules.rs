@@ -7,7 +7,7 @@ use apis::extension::{
     KUBELET_CPU_MANAGER_POLICY_STATIC, QoSClass, get_cpu_normalization_ratio,
     get_kubelet_cpu_manager_policy, get_system_qos_resource,
 };
-use apis::slo::v1alpha1::{CPUSuppressPolicy, NodeSLO, ResourceQOS};
+use apis::slo::v1alpha1::{CPUQOSPolicy, CPUSuppressPolicy, NodeSLO, ResourceQOS};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::metricsadvisor::{CpuInfo, CpuTopology};
@@ -17,11 +17,36 @@ use crate::system::units::CpuSet;
 /// Upstream's default CFS period (µs).
 pub const DEFAULT_CFS_PERIOD_US: i64 = 100_000;
 
-/// CPU QoS of a class from the NodeSLO: group identity (bvt) value when enabled.
+/// CPU QoS of a class from the NodeSLO (`resourceQOSStrategy.<class>.cpuQOS`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuQosRule {
     pub enable: bool,
+    /// Group identity (bvt) value; used under the `groupIdentity` policy.
     pub group_identity: i64,
+    /// `cpu.idle` of the class's QoS tier (1 = SCHED_IDLE); used under the
+    /// `coreSched` policy.
+    pub sched_idle: i64,
+    /// The class gets its own core-sched group (suffix `-expeller`) so its
+    /// pods never share an SMT core with idle pods of the same group id;
+    /// used under the `coreSched` policy.
+    pub core_expeller: bool,
+}
+
+/// Upstream's default `coreExpeller` of a class (`DefaultCPUQOS`): LSR and
+/// LS expel, BE and SYSTEM do not.
+pub fn default_core_expeller(class: QoSClass) -> bool {
+    matches!(class, QoSClass::LSR | QoSClass::LS)
+}
+
+/// Which mechanism enforces CPU QoS (`resourceQOSStrategy.policies.cpuPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuQosPolicy {
+    /// `groupIdentity`, also when unset or empty (upstream's default).
+    GroupIdentity,
+    /// `coreSched`: core scheduling cookies plus cgroup idle.
+    CoreSched,
+    /// A value this version does not know: neither mechanism applies.
+    Unknown,
 }
 
 /// LLC/MB share of a class from the NodeSLO.
@@ -55,6 +80,10 @@ pub struct NodeRules {
     /// Node CPU normalization ratio (annotation), when enabled and valid.
     pub cpu_normalization_ratio: Option<f64>,
     pub cpu_qos: BTreeMap<QoSClass, CpuQosRule>,
+    /// The CPU QoS policy of the NodeSLO; `None` until a NodeSLO is known
+    /// (the hooks of CPU QoS then decide nothing, as upstream's rules are
+    /// not initialized before the first NodeSLO).
+    pub cpu_qos_policy: Option<CpuQosPolicy>,
     pub resctrl: BTreeMap<QoSClass, ResctrlRule>,
     /// The resctrl root's CBM mask and cache ids (read at start when
     /// resctrl is mounted).
@@ -74,6 +103,7 @@ impl Default for NodeRules {
             system_qos_cpus: None,
             cpu_normalization_ratio: None,
             cpu_qos: BTreeMap::new(),
+            cpu_qos_policy: None,
             resctrl: BTreeMap::new(),
             resctrl_info: None,
             online_cpus: None,
@@ -192,6 +222,26 @@ impl NodeRules {
             rules.be_cfs_quota_enabled = !suppress_by_quota;
         }
 
+        if node_slo.is_some() {
+            let policy = node_slo
+                .and_then(|slo| slo.spec.resource_qos_strategy.as_ref())
+                .and_then(|strategy| strategy.policies.as_ref())
+                .and_then(|policies| policies.cpu_policy.as_ref());
+            rules.cpu_qos_policy = Some(match policy {
+                None => CpuQosPolicy::GroupIdentity,
+                Some(CPUQOSPolicy::GroupIdentity) => CpuQosPolicy::GroupIdentity,
+                Some(CPUQOSPolicy::CoreSched) => CpuQosPolicy::CoreSched,
+                Some(CPUQOSPolicy::Other(text)) if text.is_empty() => CpuQosPolicy::GroupIdentity,
+                Some(CPUQOSPolicy::Other(text)) => {
+                    problems.push(format!(
+                        "unknown CPU QoS policy {:?}: neither group identity nor core scheduling applies",
+                        crate::bounds::cut(text.clone())
+                    ));
+                    CpuQosPolicy::Unknown
+                }
+            });
+        }
+
         if let Some(strategy) = node_slo.and_then(|slo| slo.spec.resource_qos_strategy.as_ref()) {
             let classes: [(QoSClass, &Option<ResourceQOS>); 4] = [
                 (QoSClass::LSR, &strategy.lsr_class),
@@ -207,6 +257,11 @@ impl NodeRules {
                         CpuQosRule {
                             enable: cpu.enable.unwrap_or(false),
                             group_identity: cpu.cpu_qos.group_identity.unwrap_or(0),
+                            sched_idle: cpu.cpu_qos.sched_idle.unwrap_or(0),
+                            core_expeller: cpu
+                                .cpu_qos
+                                .core_expeller
+                                .unwrap_or_else(|| default_core_expeller(class)),
                         },
                     );
                 }
@@ -443,7 +498,9 @@ mod tests {
             rules.cpu_qos.get(&QoSClass::BE),
             Some(&CpuQosRule {
                 enable: true,
-                group_identity: -1
+                group_identity: -1,
+                sched_idle: 0,
+                core_expeller: false,
             })
         );
         assert_eq!(
@@ -451,5 +508,37 @@ mod tests {
             Some(false)
         );
         assert_eq!(rules.ls_share_pool, None);
+        // A NodeSLO without policies: group identity, and LS expels by default.
+        assert_eq!(rules.cpu_qos_policy, Some(CpuQosPolicy::GroupIdentity));
+        assert!(rules.cpu_qos[&QoSClass::LS].core_expeller);
+    }
+
+    #[test]
+    fn cpu_qos_policy_and_core_sched_fields_are_read() {
+        let slo = |policy: serde_json::Value| -> NodeSLO {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n"},
+                "spec": {"resourceQOSStrategy": {
+                    "policies": {"cpuPolicy": policy},
+                    "beClass": {"cpuQOS": {"enable": true, "schedIdle": 1, "coreExpeller": true}}
+                }}
+            }))
+            .unwrap()
+        };
+        let (rules, problems) =
+            NodeRules::build(None, Some(&slo("coreSched".into())), None, None, None);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(rules.cpu_qos_policy, Some(CpuQosPolicy::CoreSched));
+        let be = rules.cpu_qos[&QoSClass::BE];
+        assert_eq!((be.sched_idle, be.core_expeller), (1, true));
+        let (rules, _) = NodeRules::build(None, Some(&slo("".into())), None, None, None);
+        assert_eq!(rules.cpu_qos_policy, Some(CpuQosPolicy::GroupIdentity));
+        let (rules, problems) =
+            NodeRules::build(None, Some(&slo("tomorrow".into())), None, None, None);
+        assert_eq!(rules.cpu_qos_policy, Some(CpuQosPolicy::Unknown));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        // No NodeSLO: unknown policy, the CPU QoS hooks wait.
+        let (rules, _) = NodeRules::build(None, None, None, None, None);
+        assert_eq!(rules.cpu_qos_policy, None);
     }
 }

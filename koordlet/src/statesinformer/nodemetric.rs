@@ -30,6 +30,7 @@ use kube::api::{Api, Patch, PatchParams};
 use super::StatesInformer;
 use super::metrics::StatesMetrics;
 use crate::metriccache::{Aggregation, Entity, MetricCache, MetricKind, SeriesKey, SeriesLabel};
+use crate::prediction::checkpoint::Checkpointer;
 use crate::prediction::{
     CpuMemory, PeakPredictor, PodForPrediction, PodTrainingSample, Prediction, PredictionConfig,
     ProdReclaimEstimator,
@@ -720,6 +721,7 @@ pub struct NodeMetricReporter {
     interval_override: Option<Duration>,
     metrics: Option<StatesMetrics>,
     predictor: Option<Arc<std::sync::Mutex<PeakPredictor>>>,
+    checkpointer: Option<Checkpointer>,
 }
 
 impl NodeMetricReporter {
@@ -735,6 +737,7 @@ impl NodeMetricReporter {
             interval_override: None,
             metrics: None,
             predictor: None,
+            checkpointer: None,
         }
         .with_prediction(Some(PredictionConfig::default()))
     }
@@ -750,6 +753,69 @@ impl NodeMetricReporter {
             }
         });
         self
+    }
+
+    /// Loads `restored` models (read from the checkpoint at start) into the
+    /// predictor and saves the checkpoint with `checkpointer` from now on.
+    /// `now` decides which restored models already expired.
+    pub fn with_checkpointer(
+        mut self,
+        checkpointer: Checkpointer,
+        restored: &[crate::prediction::ModelSnapshot],
+        now: SystemTime,
+    ) -> Self {
+        if let Some(predictor) = &self.predictor
+            && let Ok(mut predictor) = predictor.lock()
+            && !restored.is_empty()
+        {
+            let report = predictor.restore_models(restored, now);
+            for problem in &report.invalid {
+                tracing::warn!(%problem, "peak model of the checkpoint skipped");
+            }
+            tracing::info!(
+                restored = report.restored,
+                expired = report.expired,
+                skipped = report.invalid.len(),
+                "peak models restored from the checkpoint"
+            );
+        }
+        self.checkpointer = Some(checkpointer);
+        self
+    }
+
+    /// Saves the checkpoint (off the reactor); false when there is nothing
+    /// to save or the save failed (logged).
+    pub async fn save_checkpoint(&self, now: SystemTime) -> bool {
+        let Some(checkpointer) = self.checkpointer.clone() else {
+            return false;
+        };
+        let checkpoint = {
+            let Some(predictor) = self.predictor.as_ref() else {
+                return false;
+            };
+            let Ok(predictor) = predictor.lock() else {
+                return false;
+            };
+            if !predictor.has_synced() && predictor.model_count() == 0 {
+                return false;
+            }
+            checkpointer.build(&predictor, now)
+        };
+        let dir = checkpointer.dir().display().to_string();
+        match tokio::task::spawn_blocking(move || checkpointer.save_blocking(&checkpoint)).await {
+            Ok(Ok(bytes)) => {
+                tracing::debug!(%dir, bytes, "prediction checkpoint saved");
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%dir, %error, "prediction checkpoint not saved");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%dir, %error, "prediction checkpoint task failed");
+                false
+            }
+        }
     }
 
     /// One training round of the peak models from the last training
@@ -943,16 +1009,27 @@ impl NodeMetricReporter {
         let mut next_report = started + interval;
         // Upstream trains once at start, then every training interval.
         let mut next_training = self.training_interval(interval).map(|_| started);
+        // The first checkpoint follows the first training round.
+        let mut next_checkpoint = started;
         loop {
             let wake = next_training.map_or(next_report, |training| training.min(next_report));
             tokio::select! {
-                _ = shutdown.wait() => return,
+                _ = shutdown.wait() => {
+                    self.save_checkpoint(SystemTime::now()).await;
+                    return;
+                }
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();
             if next_training.is_some_and(|training| now >= training) {
                 self.train_once(SystemTime::now());
                 next_training = self.training_interval(interval).map(|every| now + every);
+                if let Some(checkpointer) = &self.checkpointer
+                    && now >= next_checkpoint
+                {
+                    next_checkpoint = now + checkpointer.interval();
+                    self.save_checkpoint(SystemTime::now()).await;
+                }
             }
             if now < next_report {
                 continue;
@@ -1738,5 +1815,143 @@ mod tests {
         let app = &status.host_application_metric[0];
         assert_eq!(quantity(&app.usage, "cpu"), "250m");
         assert_eq!(quantity(&app.usage, "memory"), "512Mi");
+    }
+
+    /// The restart of the issue: ten minutes of history, a checkpoint, the
+    /// process gone (nothing of it kept but the file), and the first report
+    /// of the new one.
+    #[tokio::test]
+    async fn a_restarted_reporter_reports_the_same_prod_reclaimable_from_its_checkpoint() {
+        use crate::metriccache::{MetricCacheConfig, Sample};
+        use crate::metricsadvisor::{CpuInfo, CpuTopology};
+        use crate::prediction::checkpoint::Checkpointer;
+        let tmp = koord_common::testing::TempDir::new("node-metric-restart").unwrap();
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let now = start + Duration::from_secs(600);
+        let topology = Arc::new(CpuTopology {
+            cpus: (0..8)
+                .map(|cpu| CpuInfo {
+                    cpu,
+                    core: cpu,
+                    socket: 0,
+                    node: 0,
+                })
+                .collect(),
+        });
+        let new_cache = || {
+            let cache = Arc::new(MetricCache::new(MetricCacheConfig::default()).unwrap());
+            // The advisor sets the topology at start, before any checkpoint matters.
+            cache.set_cpu_topology(Arc::clone(&topology));
+            cache
+        };
+        let states = StatesInformer::new("node-a", super::super::RequiredSyncs::PODS_ONLY);
+        states.set_pods(super::super::PodsSnapshot {
+            pods: vec![
+                requesting_pod("uid-a", "koord-prod", "3", "6Gi", now),
+                requesting_pod("uid-b", "koord-prod", "2", "4Gi", now),
+                requesting_pod("uid-c", "koord-batch", "1", "1Gi", now),
+            ],
+            origin: super::super::PodsOrigin::File,
+            synced_at: now,
+        });
+        let sink = || ReportSink::File(tmp.path().join("node-metric.json"));
+        let checkpointer = |cache: &Arc<MetricCache>| {
+            Checkpointer::new(
+                tmp.path().to_path_buf(),
+                "node-a",
+                Duration::from_secs(600),
+                Arc::clone(cache),
+            )
+        };
+
+        let cache = new_cache();
+        let reporter = NodeMetricReporter::new(states.clone(), cache.clone(), sink())
+            .with_checkpointer(checkpointer(&cache), &[], start);
+        for second in 1..=600u64 {
+            let at = start + Duration::from_secs(second);
+            // A load that moves within each minute and between minutes.
+            let wave = ((second % 60) as f64 / 60.0) * (1.0 + (second / 60 % 3) as f64 * 0.5);
+            let mut samples = Vec::new();
+            let mut push = |key: SeriesKey, value: f64| samples.push(Sample::new(key, at, value));
+            push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"), 0.8 + wave);
+            push(
+                SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"),
+                2.0 * GI + wave * GI,
+            );
+            push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-b"), 0.5);
+            push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-b"), GI);
+            push(SeriesKey::pod(MetricKind::PodCpuUsage, "uid-c"), 1.0);
+            push(SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-c"), GI);
+            push(SeriesKey::node(MetricKind::NodeCpuUsage), 2.6 + wave);
+            push(
+                SeriesKey::node(MetricKind::NodeMemoryUsage),
+                5.0 * GI + wave * GI,
+            );
+            push(SeriesKey::node(MetricKind::NodeMemoryTotal), 32.0 * GI);
+            push(SeriesKey::node(MetricKind::SysCpuUsage), 0.3);
+            push(SeriesKey::node(MetricKind::SysMemoryUsage), GI);
+            assert!(cache.append(&samples).rejected.is_empty());
+            if second % 60 == 0 {
+                reporter.train_once(at);
+            }
+        }
+        let policy = CollectPolicy::default();
+        let before = reporter.build_status(&policy, now);
+        assert!(reporter.save_checkpoint(now).await);
+        drop(reporter);
+        drop(cache);
+
+        let cache = new_cache();
+        let restarted_checkpointer = checkpointer(&cache);
+        let models = restarted_checkpointer.load_blocking((
+            Duration::from_secs(12 * 3600),
+            Duration::from_secs(24 * 3600),
+        ));
+        assert!(!models.is_empty());
+        let restarted = NodeMetricReporter::new(states.clone(), cache.clone(), sink())
+            .with_checkpointer(restarted_checkpointer, &models, now);
+        let after = restarted.build_status(&policy, now);
+
+        let close = |what: &str, before: f64, after: f64| {
+            assert!(before > 0.0, "{what}: nothing to compare ({before})");
+            let drift = (after - before).abs() / before;
+            assert!(
+                drift <= 0.05,
+                "{what}: {before} before, {after} after the restart"
+            );
+        };
+        let resource = |status: &NodeMetricStatus| {
+            status
+                .prod_reclaimable_metric
+                .as_ref()
+                .unwrap()
+                .resource
+                .clone()
+        };
+        let (reclaim_before, reclaim_after) = (resource(&before), resource(&after));
+        close(
+            "reclaimable cpu",
+            milli(&reclaim_before, "cpu") as f64,
+            milli(&reclaim_after, "cpu") as f64,
+        );
+        close(
+            "reclaimable memory",
+            units(&reclaim_before, "memory") as f64,
+            units(&reclaim_after, "memory") as f64,
+        );
+        let usage =
+            |status: &NodeMetricStatus| status.node_metric.as_ref().unwrap().node_usage.clone();
+        close(
+            "node cpu usage",
+            milli(&usage(&before), "cpu") as f64,
+            milli(&usage(&after), "cpu") as f64,
+        );
+
+        // Without the checkpoint the first report has nothing to go on.
+        let cold = NodeMetricReporter::new(states, new_cache(), sink()).build_status(&policy, now);
+        assert_eq!(
+            cold.prod_reclaimable_metric,
+            Some(ReclaimableMetric::default())
+        );
     }
 }

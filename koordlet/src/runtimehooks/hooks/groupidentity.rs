@@ -1,6 +1,6 @@
 //! GroupIdentity: `cpu.bvt_warp_ns` of pod and QoS-tier cgroups from the
-//! NodeSLO CPU QoS (`groupIdentity` per class when `enable` is true, else
-//! 0). Needs an Anolis kernel; elsewhere the dispatcher keeps it inactive
+//! NodeSLO CPU QoS (`groupIdentity` per class when `enable` is true and the
+//! CPU QoS policy is `groupIdentity` or unset, else 0). Needs an Anolis kernel; elsewhere the dispatcher keeps it inactive
 //! and reports it unsupported.
 //!
 //! Pod value: the pod's Koordinator class (LSE/LSR → LSR rule, LS, BE),
@@ -10,12 +10,19 @@
 use apis::extension::QoSClass;
 
 use crate::runtimehooks::protocol::*;
-use crate::runtimehooks::rules::NodeRules;
+use crate::runtimehooks::rules::{CpuQosPolicy, NodeRules};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 
 pub struct GroupIdentity;
 
 fn class_value(rules: &NodeRules, class: QoSClass) -> i64 {
+    // Under another CPU QoS policy (coreSched) group identity is reset.
+    if matches!(
+        rules.cpu_qos_policy,
+        Some(CpuQosPolicy::CoreSched | CpuQosPolicy::Unknown)
+    ) {
+        return 0;
+    }
     rules
         .cpu_qos
         .get(&class)
@@ -110,6 +117,7 @@ mod tests {
             CpuQosRule {
                 enable: true,
                 group_identity: 2,
+                ..CpuQosRule::default()
             },
         );
         rules.cpu_qos.insert(
@@ -117,6 +125,7 @@ mod tests {
             CpuQosRule {
                 enable: true,
                 group_identity: 2,
+                ..CpuQosRule::default()
             },
         );
         rules.cpu_qos.insert(
@@ -124,6 +133,7 @@ mod tests {
             CpuQosRule {
                 enable: true,
                 group_identity: -1,
+                ..CpuQosRule::default()
             },
         );
         assert_eq!(pod_bvt(&pod("BE", "besteffort", &[]), &rules), -1);
@@ -134,9 +144,15 @@ mod tests {
             CpuQosRule {
                 enable: false,
                 group_identity: -1,
+                ..CpuQosRule::default()
             },
         );
         assert_eq!(pod_bvt(&pod("BE", "besteffort", &[]), &rules), 0);
+        // The coreSched policy resets group identity.
+        let mut core_sched = rules.clone();
+        core_sched.cpu_qos_policy = Some(CpuQosPolicy::CoreSched);
+        assert_eq!(pod_bvt(&pod("LS", "burstable", &[]), &core_sched), 0);
+        assert_eq!(pod_bvt(&pod("LS", "burstable", &[]), &rules), 2);
 
         let env = env_with(rules);
         let mut out = Adjustment::default();

@@ -6,7 +6,7 @@
 //! | BatchResource | on | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpu, memory |
 //! | CPUNormalization | off | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpu |
 //! | CPUSetAllocator | on | PreRunPodSandbox, PreCreateContainer, PreUpdateContainerResources | cpuset |
-//! | CoreSched | off | PreRunPodSandbox, PreCreateContainer | not implemented (inactive on every node) |
+//! | CoreSched | off | PostStartContainer (+ QoS tiers) | cpu.idle and/or core scheduling |
 //! | GPUEnvInject | off | PreCreateContainer | — |
 //! | GroupIdentity | on | PreRunPodSandbox | group identity |
 //! | OOMScoreAdj | off | PreCreateContainer, PostStartContainer | — |
@@ -158,6 +158,7 @@ pub(crate) mod testutil {
         HookEnv {
             layout: CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, "/sys/fs/cgroup"),
             rules: Arc::new(rules),
+            features: NodeFeatures::default(),
         }
     }
 
