@@ -296,7 +296,8 @@ mod tests {
             "{not json"
         );
         assert!(transform_deprecated_device_allocations(&mut annotations.clone()).is_err());
-        let main = &pod.spec.unwrap().containers[0];
+        let spec = pod.spec.unwrap();
+        let main = &spec.containers[0];
         let requests = main.resources.as_ref().unwrap().requests.as_ref().unwrap();
         assert_eq!(requests, &list(&[(BATCH_CPU, "1000")]));
     }
