@@ -1185,6 +1185,170 @@ mod tests {
         );
     }
 
+    /// Pod metadata by name; counts lookups.
+    struct FixedPods(BTreeMap<String, ObjectMeta>, std::sync::Arc<AtomicU64>);
+
+    impl PodMetadataLookup for FixedPods {
+        fn metadata<'a>(
+            &'a self,
+            _namespace: &'a str,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Box::pin(std::future::ready(Ok(self.0.get(name).cloned())))
+        }
+    }
+
+    fn binding_request(username: &str, namespace: &str, pod: &str) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "b", "operation": "CREATE", "name": pod, "namespace": namespace,
+            "kind": {"group": "", "version": "v1", "kind": "Binding"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "binding",
+            "userInfo": {"username": username},
+            "object": {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bindings_outside_the_allowlist_are_refused_in_scope() {
+        use crate::webhook::binding_admission::{BindingAdmission, BindingAdmissionFlags};
+        let lookups = std::sync::Arc::new(AtomicU64::new(0));
+        let mut handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        let bypassing = ObjectMeta {
+            labels: Some(
+                [("koordinator.sh/binding-admission-bypass".to_owned(), "any".to_owned())].into(),
+            ),
+            ..Default::default()
+        };
+        handlers.binding_pods = Some(Box::new(FixedPods(
+            [
+                ("plain".to_owned(), ObjectMeta::default()),
+                ("bypass".to_owned(), bypassing),
+            ]
+            .into(),
+            lookups.clone(),
+        )));
+        let kube_scheduler = "system:kube-scheduler";
+        // Upstream's defaults: no allowlist, nothing is checked.
+        let request = binding_request(kube_scheduler, "team", "plain");
+        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &request).await.allowed);
+
+        let flags = BindingAdmissionFlags {
+            user_name: "koord-scheduler".into(),
+            namespaces: "team".into(),
+            exclude_namespaces: "kube-system".into(),
+            bypass_labels: "koordinator.sh/binding-admission-bypass".into(),
+            ..Default::default()
+        };
+        handlers.binding_admission = BindingAdmission::from_flags(&flags);
+        let denied = handlers.handle(PATH_VALIDATE_POD_BINDING, &request).await;
+        assert!(!denied.allowed);
+        assert_eq!(denied.code, 403, "{denied}");
+        assert_eq!(
+            denied.message,
+            "binding denied: username is not in the allowed list"
+        );
+        let bypass = binding_request(kube_scheduler, "team", "bypass");
+        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &bypass).await.allowed);
+        // A pod the lookup does not find is allowed (fail-open, as upstream).
+        let missing = binding_request(kube_scheduler, "team", "gone");
+        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &missing).await.allowed);
+        assert_eq!(lookups.load(Ordering::Relaxed), 3);
+
+        // Allowed user, other namespace, excluded namespace: decided without a lookup.
+        let koord = "system:serviceaccount:koordinator-system:koord-scheduler";
+        for request in [
+            binding_request(koord, "team", "plain"),
+            binding_request(kube_scheduler, "elsewhere", "plain"),
+            binding_request(kube_scheduler, "kube-system", "plain"),
+        ] {
+            assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &request).await.allowed);
+        }
+        assert_eq!(lookups.load(Ordering::Relaxed), 3);
+        // Not a binding (a plain pod create sent to this path): allowed untouched.
+        let mut not_binding = binding_request(kube_scheduler, "team", "plain");
+        not_binding.sub_resource = None;
+        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &not_binding).await.allowed);
+
+        // Upstream's counter and decision values.
+        let count = |decision: &str| {
+            handlers
+                .metrics
+                .binding_admission_decisions
+                .get_or_create(&vec![("decision".to_owned(), decision.to_owned())])
+                .get()
+        };
+        assert_eq!(count("denied"), 1);
+        assert_eq!(count("bypass_label"), 1);
+        assert_eq!(count("allowed_username"), 1);
+        assert_eq!(count("out_of_scope"), 1);
+        assert_eq!(count("excluded_ns"), 1);
+    }
+
+    fn reservation_create(labels: Value) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "r", "operation": "CREATE", "name": "r1",
+            "kind": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "kind": "Reservation"},
+            "resource": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "resource": "reservations"},
+            "object": {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+                "metadata": {"name": "r1", "labels": labels},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
+                         "owners": [{"object": {"name": "p"}}]}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn reservations_get_their_colocation_profiles() {
+        let caches = WebhookCaches::synced_empty();
+        caches.profiles.insert(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+                "metadata": {"name": "batch"},
+                "spec": {"selector": {"matchLabels": {"app": "spark"}},
+                         "qosClass": "BE", "priorityClassName": "koord-batch",
+                         "schedulerName": "koord-scheduler"}
+            }))
+            .unwrap(),
+        );
+        let handlers = Handlers::new(caches.clone(), SloConfigRef::default());
+        let request = reservation_create(serde_json::json!({"app": "spark"}));
+        // The PriorityClass is not known (no cache entry, no API): 500, as upstream.
+        let failed = handlers.handle(PATH_MUTATE_RESERVATION, &request).await;
+        assert_eq!(failed.code, 500, "{failed}");
+        assert!(failed.message.contains("koord-batch"), "{failed}");
+
+        caches.priority_classes.insert(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "koord-batch"}, "value": 5000
+            }))
+            .unwrap(),
+        );
+        let decision = handlers.handle(PATH_MUTATE_RESERVATION, &request).await;
+        assert!(decision.allowed, "{decision}");
+        let mut patched = request.object.clone().unwrap();
+        json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
+        assert_eq!(patched["metadata"]["labels"]["koordinator.sh/qosClass"], "BE");
+        assert_eq!(patched["metadata"]["labels"]["app"], "spark");
+        let template = &patched["spec"]["template"]["spec"];
+        assert_eq!(template["schedulerName"], "koord-scheduler");
+        assert_eq!(template["priorityClassName"], "koord-batch");
+        assert_eq!(template["priority"], 5000);
+        assert_eq!(template["containers"][0]["name"], "c");
+
+        // Not matching, or not a create: allowed without a patch.
+        let other = reservation_create(serde_json::json!({"app": "web"}));
+        let decision = handlers.handle(PATH_MUTATE_RESERVATION, &other).await;
+        assert!(decision.allowed && decision.patch.is_none(), "{decision}");
+        let mut update = reservation_create(serde_json::json!({"app": "spark"}));
+        update.operation = Operation::Update;
+        let decision = handlers.handle(PATH_MUTATE_RESERVATION, &update).await;
+        assert!(decision.allowed && decision.patch.is_none(), "{decision}");
+    }
+
     #[test]
     fn rolls_stay_in_range_and_vary() {
         let handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
