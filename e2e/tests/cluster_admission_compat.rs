@@ -104,20 +104,26 @@ async fn deprecated_batch_names_are_scheduled_as_the_current_ones() -> anyhow::R
         &batch_pod(&namespace.name, "old-names-too-big", "1000000000000", "1Mi")?,
     )
     .await?;
-    let message = eventually("the oversized old-name pod reported unschedulable", || async {
-        let pod = pods.get("old-names-too-big").await?;
-        ensure!(
-            pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(),
-            "the oversized pod was scheduled"
-        );
-        let condition = pod
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False");
-        Ok(condition.and_then(|c| c.message))
-    })
+    let message = eventually(
+        "the oversized old-name pod reported unschedulable",
+        || async {
+            let pod = pods.get("old-names-too-big").await?;
+            ensure!(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_none(),
+                "the oversized pod was scheduled"
+            );
+            let condition = pod
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+            Ok(condition.and_then(|c| c.message))
+        },
+    )
     .await?;
     ensure!(
         message.contains("kubernetes.io/batch-cpu"),
@@ -127,7 +133,12 @@ async fn deprecated_batch_names_are_scheduled_as_the_current_ones() -> anyhow::R
 }
 
 /// Creates `name` (unscheduled) in `namespace`, optionally with the bypass label.
-async fn unbound_pod(pods: &Api<Pod>, namespace: &str, name: &str, bypass: bool) -> anyhow::Result<()> {
+async fn unbound_pod(
+    pods: &Api<Pod>,
+    namespace: &str,
+    name: &str,
+    bypass: bool,
+) -> anyhow::Result<()> {
     let labels = if bypass {
         json!({BYPASS_LABEL: ""})
     } else {
@@ -348,15 +359,20 @@ async fn a_matching_colocation_profile_shapes_a_new_reservation() -> anyhow::Res
             let _ = reservations
                 .delete(&reservation_name, &DeleteParams::default())
                 .await;
-            let created = match reservations.create(&PostParams::default(), &reservation).await {
+            let created = match reservations
+                .create(&PostParams::default(), &reservation)
+                .await
+            {
                 Ok(created) => created,
                 // The previous attempt is still being deleted.
                 Err(kube::Error::Api(status)) if status.code == 409 => return Ok(None),
                 Err(other) => return Err(other.into()),
             };
             let labels = created.metadata.labels.clone().unwrap_or_default();
-            Ok((labels.get("koord-e2e/profiled").map(String::as_str) == Some("true"))
-                .then_some(created))
+            Ok(
+                (labels.get("koord-e2e/profiled").map(String::as_str) == Some("true"))
+                    .then_some(created),
+            )
         })
         .await?;
         let labels = created.metadata.labels.clone().unwrap_or_default();

@@ -131,8 +131,10 @@ pub fn transform_deprecated_device_allocations(
     };
     let mut changed = false;
     for allocation in allocations.values_mut().flatten() {
-        changed |=
-            replace_deprecated_resources(&mut allocation.resources, DEPRECATED_DEVICE_RESOURCES_MAPPER);
+        changed |= replace_deprecated_resources(
+            &mut allocation.resources,
+            DEPRECATED_DEVICE_RESOURCES_MAPPER,
+        );
     }
     if changed {
         set_device_allocations(annotations, &allocations)?;
@@ -215,7 +217,11 @@ mod tests {
         }));
         if let Some(text) = device_allocated {
             pod.metadata.annotations = Some(
-                [(super::super::ANNOTATION_DEVICE_ALLOCATED.to_owned(), text.to_owned())].into(),
+                [(
+                    super::super::ANNOTATION_DEVICE_ALLOCATED.to_owned(),
+                    text.to_owned(),
+                )]
+                .into(),
             );
         }
         pod
@@ -338,7 +344,10 @@ mod tests {
                 (KOORD_BATCH_CPU, "1000"),
                 (KOORD_BATCH_MEMORY, "10Gi"),
             ])),
-            min: Some(list(&[(KOORD_BATCH_CPU, "500"), (DEPRECATED_KOORD_GPU, "1")])),
+            min: Some(list(&[
+                (KOORD_BATCH_CPU, "500"),
+                (DEPRECATED_KOORD_GPU, "1"),
+            ])),
         };
         assert!(transform_deprecated_quota_resources(&mut spec));
         assert_eq!(

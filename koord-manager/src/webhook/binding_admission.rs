@@ -123,9 +123,7 @@ impl BindingAdmission {
         }
         match &self.scope {
             NamespaceScope::All => Screen::NeedsPod,
-            NamespaceScope::Listed(list) if list.is_empty() => {
-                Screen::Decided(Outcome::NotChecked)
-            }
+            NamespaceScope::Listed(list) if list.is_empty() => Screen::Decided(Outcome::NotChecked),
             NamespaceScope::Listed(list) if !list.contains(namespace) => {
                 Screen::Decided(Outcome::OutOfScope)
             }
@@ -141,10 +139,12 @@ impl BindingAdmission {
         match pod {
             Some(Err(_)) => return Outcome::PodUnreadable,
             Some(Ok(meta)) => {
-                let has = |keys: &BTreeSet<String>, map: Option<&std::collections::BTreeMap<String, String>>| {
-                    map.and_then(|map| keys.iter().find(|key| map.contains_key(key.as_str())))
-                        .cloned()
-                };
+                let has =
+                    |keys: &BTreeSet<String>,
+                     map: Option<&std::collections::BTreeMap<String, String>>| {
+                        map.and_then(|map| keys.iter().find(|key| map.contains_key(key.as_str())))
+                            .cloned()
+                    };
                 if let Some(key) = has(&self.bypass_labels, meta.labels.as_ref()) {
                     return Outcome::BypassLabel(key);
                 }
@@ -266,7 +266,14 @@ mod tests {
     fn upstream_table() {
         let plain = meta(&[], &[]);
         let labelled = meta(&[(DEFAULT_BYPASS_LABELS, "")], &[]);
-        let cases: Vec<(&str, BindingAdmissionFlags, &str, &str, &ObjectMeta, Outcome)> = vec![
+        let cases: Vec<(
+            &str,
+            BindingAdmissionFlags,
+            &str,
+            &str,
+            &ObjectMeta,
+            Outcome,
+        )> = vec![
             (
                 "empty allowlist disables the check",
                 flags("", "*"),
@@ -418,8 +425,6 @@ mod tests {
             ]
         );
         assert_eq!(Outcome::NotChecked.metric_label(), None);
-        assert!(
-            !BindingAdmission::from_flags(&BindingAdmissionFlags::default()).is_active()
-        );
+        assert!(!BindingAdmission::from_flags(&BindingAdmissionFlags::default()).is_active());
     }
 }

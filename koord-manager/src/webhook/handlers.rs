@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use apis::config::v1alpha1::ClusterColocationProfile;
-use apis::scheduling::v1alpha1::Reservation;
 use apis::extension::LABEL_QUOTA_NAME;
+use apis::scheduling::v1alpha1::Reservation;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -17,6 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+use super::binding_admission::{BindingAdmission, DENIED_MESSAGE, Outcome, Screen};
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
 use super::elasticquota::{
@@ -32,7 +33,6 @@ use super::quota_evaluate::{BatchContext, EvaluationGates, prepare_evaluation};
 use super::quota_evaluator::QuotaEvaluator;
 use super::reservation_mutating::apply_colocation_profiles_to_reservation;
 use super::review::{AdmissionRequest, Decision, Operation, aggregate};
-use super::binding_admission::{BindingAdmission, DENIED_MESSAGE, Outcome, Screen};
 
 /// Served paths, as upstream registers them.
 pub const PATH_MUTATE_POD: &str = "/mutate-pod";
@@ -362,7 +362,10 @@ impl Handlers {
                 self.validate_node(request).await,
             ),
             PATH_VALIDATE_POD_BINDING => ("BindingAdmission", self.validate_binding(request).await),
-            PATH_MUTATE_RESERVATION => ("ClusterColocationProfile", self.mutate_reservation(request).await),
+            PATH_MUTATE_RESERVATION => (
+                "ClusterColocationProfile",
+                self.mutate_reservation(request).await,
+            ),
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
         self.metrics
@@ -458,7 +461,8 @@ impl Handlers {
         if !is_binding || !self.binding_admission.is_active() {
             return Decision::allow();
         }
-        let username = super::eviction::Requester::from_user_info(request.user_info.as_ref()).username;
+        let username =
+            super::eviction::Requester::from_user_info(request.user_info.as_ref()).username;
         let (namespace, name) = (request.namespace(), request.name.as_str());
         let outcome = match self.binding_admission.screen(&username, namespace) {
             Screen::Decided(outcome) => outcome,
@@ -1219,7 +1223,11 @@ mod tests {
         let mut handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
         let bypassing = ObjectMeta {
             labels: Some(
-                [("koordinator.sh/binding-admission-bypass".to_owned(), "any".to_owned())].into(),
+                [(
+                    "koordinator.sh/binding-admission-bypass".to_owned(),
+                    "any".to_owned(),
+                )]
+                .into(),
             ),
             ..Default::default()
         };
@@ -1234,7 +1242,12 @@ mod tests {
         let kube_scheduler = "system:kube-scheduler";
         // Upstream's defaults: no allowlist, nothing is checked.
         let request = binding_request(kube_scheduler, "team", "plain");
-        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &request).await.allowed);
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &request)
+                .await
+                .allowed
+        );
 
         let flags = BindingAdmissionFlags {
             user_name: "koord-scheduler".into(),
@@ -1252,10 +1265,20 @@ mod tests {
             "binding denied: username is not in the allowed list"
         );
         let bypass = binding_request(kube_scheduler, "team", "bypass");
-        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &bypass).await.allowed);
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &bypass)
+                .await
+                .allowed
+        );
         // A pod the lookup does not find is allowed (fail-open, as upstream).
         let missing = binding_request(kube_scheduler, "team", "gone");
-        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &missing).await.allowed);
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &missing)
+                .await
+                .allowed
+        );
         assert_eq!(lookups.load(Ordering::Relaxed), 3);
 
         // Allowed user, other namespace, excluded namespace: decided without a lookup.
@@ -1265,13 +1288,23 @@ mod tests {
             binding_request(kube_scheduler, "elsewhere", "plain"),
             binding_request(kube_scheduler, "kube-system", "plain"),
         ] {
-            assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &request).await.allowed);
+            assert!(
+                handlers
+                    .handle(PATH_VALIDATE_POD_BINDING, &request)
+                    .await
+                    .allowed
+            );
         }
         assert_eq!(lookups.load(Ordering::Relaxed), 3);
         // Not a binding (a plain pod create sent to this path): allowed untouched.
         let mut not_binding = binding_request(kube_scheduler, "team", "plain");
         not_binding.sub_resource = None;
-        assert!(handlers.handle(PATH_VALIDATE_POD_BINDING, &not_binding).await.allowed);
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &not_binding)
+                .await
+                .allowed
+        );
 
         // Upstream's counter and decision values.
         let count = |decision: &str| {
@@ -1331,7 +1364,10 @@ mod tests {
         assert!(decision.allowed, "{decision}");
         let mut patched = request.object.clone().unwrap();
         json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
-        assert_eq!(patched["metadata"]["labels"]["koordinator.sh/qosClass"], "BE");
+        assert_eq!(
+            patched["metadata"]["labels"]["koordinator.sh/qosClass"],
+            "BE"
+        );
         assert_eq!(patched["metadata"]["labels"]["app"], "spark");
         let template = &patched["spec"]["template"]["spec"];
         assert_eq!(template["schedulerName"], "koord-scheduler");

@@ -189,7 +189,11 @@ pub struct WebhookArgs {
 
     /// Comma-separated substrings of the user names allowed to bind pods
     /// (upstream `--binding-admission-user-name`); empty turns the check off.
-    #[arg(long = "binding-admission-user-name", default_value = "", value_name = "NAMES")]
+    #[arg(
+        long = "binding-admission-user-name",
+        default_value = "",
+        value_name = "NAMES"
+    )]
     pub binding_admission_user_name: String,
 
     /// Allow every binding but log and count the ones that would be denied.
@@ -197,7 +201,11 @@ pub struct WebhookArgs {
     pub binding_admission_dry_run: bool,
 
     /// Comma-separated namespaces whose bindings are checked; `*` checks all, empty none.
-    #[arg(long = "binding-admission-namespaces", default_value = "", value_name = "NAMESPACES")]
+    #[arg(
+        long = "binding-admission-namespaces",
+        default_value = "",
+        value_name = "NAMESPACES"
+    )]
     pub binding_admission_namespaces: String,
 
     /// Comma-separated namespaces whose bindings are always allowed.
@@ -209,7 +217,11 @@ pub struct WebhookArgs {
     pub binding_admission_bypass_labels: String,
 
     /// Comma-separated pod annotation keys with the same effect as the bypass labels.
-    #[arg(long = "binding-admission-bypass-annotations", default_value = "", value_name = "KEYS")]
+    #[arg(
+        long = "binding-admission-bypass-annotations",
+        default_value = "",
+        value_name = "KEYS"
+    )]
     pub binding_admission_bypass_annotations: String,
 
     /// How often self-managed certificates and configurations are re-checked.
@@ -409,7 +421,10 @@ pub async fn start(
         ));
     }
     handlers.paths = args.feature_gates.enabled_paths();
-    if handlers.paths.contains(&handlers::PATH_VALIDATE_POD_BINDING) {
+    if handlers
+        .paths
+        .contains(&handlers::PATH_VALIDATE_POD_BINDING)
+    {
         handlers.binding_admission = args.binding_admission();
         tracing::info!(settings = %handlers.binding_admission.describe(), active = handlers.binding_admission.is_active(), "binding admission webhook on");
         handlers.binding_pods = Some(Box::new(handlers::ApiPodMetadata(client.clone())));

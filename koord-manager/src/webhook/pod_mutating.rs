@@ -228,7 +228,12 @@ pub fn apply_profile_to_metadata(metadata: &mut ObjectMeta, profile: &ClusterCol
     if let Some(priority) = spec.koordinator_priority {
         labels.insert(LABEL_POD_PRIORITY.to_owned(), priority.to_string());
     }
-    if !had_annotations && metadata.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
+    if !had_annotations
+        && metadata
+            .annotations
+            .as_ref()
+            .is_some_and(BTreeMap::is_empty)
+    {
         metadata.annotations = None;
     }
     if !had_labels && metadata.labels.as_ref().is_some_and(BTreeMap::is_empty) {

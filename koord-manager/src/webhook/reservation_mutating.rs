@@ -18,8 +18,8 @@ use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::scheduling::v1alpha1::Reservation;
 
 use super::pod_mutating::{
-    PriorityClassInfo, ProfileError, apply_profile_patch, apply_profile_to_metadata,
-    profile_name, profile_percent, selector_admits,
+    PriorityClassInfo, ProfileError, apply_profile_patch, apply_profile_to_metadata, profile_name,
+    profile_percent, selector_admits,
 };
 
 /// Applies every matching profile in name order, returning whether any
@@ -209,13 +209,62 @@ mod tests {
         let selected = json!({"koordinator-colocation-reservation": "true"});
         let matching = json!({"matchLabels": {"koordinator-colocation-reservation": "true"}});
         let cases: Vec<(&str, Value, Value, Option<i32>, i64, bool)> = vec![
-            ("mutating reservation", selected.clone(), matching.clone(), None, 99, true),
-            ("mutating reservation 1 (empty selector)", Value::Null, json!({}), None, 99, true),
-            ("percent 100", selected.clone(), matching.clone(), Some(100), 99, true),
-            ("percent 0", selected.clone(), matching.clone(), Some(0), 0, false),
-            ("percent 50, rand=30", selected.clone(), matching.clone(), Some(50), 30, true),
-            ("percent 50, rand=70", selected.clone(), matching.clone(), Some(50), 70, false),
-            ("selector does not match", json!({"other": "x"}), matching.clone(), None, 0, false),
+            (
+                "mutating reservation",
+                selected.clone(),
+                matching.clone(),
+                None,
+                99,
+                true,
+            ),
+            (
+                "mutating reservation 1 (empty selector)",
+                Value::Null,
+                json!({}),
+                None,
+                99,
+                true,
+            ),
+            (
+                "percent 100",
+                selected.clone(),
+                matching.clone(),
+                Some(100),
+                99,
+                true,
+            ),
+            (
+                "percent 0",
+                selected.clone(),
+                matching.clone(),
+                Some(0),
+                0,
+                false,
+            ),
+            (
+                "percent 50, rand=30",
+                selected.clone(),
+                matching.clone(),
+                Some(50),
+                30,
+                true,
+            ),
+            (
+                "percent 50, rand=70",
+                selected.clone(),
+                matching.clone(),
+                Some(50),
+                70,
+                false,
+            ),
+            (
+                "selector does not match",
+                json!({"other": "x"}),
+                matching.clone(),
+                None,
+                0,
+                false,
+            ),
         ];
         for (name, labels, selector, probability, roll, applies) in cases {
             let original = reservation(labels.clone(), Value::Null);
@@ -253,7 +302,10 @@ mod tests {
         assert_eq!(labels["tier"], "gold-colocated");
         assert!(!labels.contains_key("absent"));
         let annotations = got.metadata.annotations.unwrap();
-        assert_eq!(annotations["annotation-key-to-store"], "test-annotation-value");
+        assert_eq!(
+            annotations["annotation-key-to-store"],
+            "test-annotation-value"
+        );
         // Nothing about the template changed: no scheduler name or class in the profile.
         assert_eq!(
             got.spec.template.spec.unwrap().scheduler_name.as_deref(),

@@ -87,10 +87,7 @@ fn deprecated_batch_names_are_counted_as_the_current_ones() {
         &mut s,
         admitted(vec![
             // A node and a bound pod from before the rename.
-            node(
-                "n1",
-                &[("cpu", "8"), ("koordinator.sh/batch-cpu", "4000")],
-            ),
+            node("n1", &[("cpu", "8"), ("koordinator.sh/batch-cpu", "4000")]),
             node("n2", &[("cpu", "8"), ("kubernetes.io/batch-cpu", "500")]),
             pod(PodSpec {
                 name: "old",
