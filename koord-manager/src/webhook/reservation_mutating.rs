@@ -208,7 +208,9 @@ mod tests {
     fn upstream_table() {
         let selected = json!({"koordinator-colocation-reservation": "true"});
         let matching = json!({"matchLabels": {"koordinator-colocation-reservation": "true"}});
-        let cases: Vec<(&str, Value, Value, Option<i32>, i64, bool)> = vec![
+        // (name, reservation labels, profile selector, probability, roll, applies)
+        type Case = (&'static str, Value, Value, Option<i32>, i64, bool);
+        let cases: Vec<Case> = vec![
             (
                 "mutating reservation",
                 selected.clone(),
