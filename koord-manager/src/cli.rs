@@ -55,37 +55,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
         takes_value: true,
         reason: "the pod enhanced validator (feature gate EnablePodEnhancedValidator) is not implemented",
     },
-    // pkg/webhook/pod/validating (binding admission)
-    InertFlag {
-        name: "binding-admission-user-name",
-        takes_value: true,
-        reason: "the pods/binding admission check is not implemented; bindings are not validated",
-    },
-    InertFlag {
-        name: "binding-admission-dry-run",
-        takes_value: false,
-        reason: "the pods/binding admission check is not implemented; bindings are not validated",
-    },
-    InertFlag {
-        name: "binding-admission-namespaces",
-        takes_value: true,
-        reason: "the pods/binding admission check is not implemented; bindings are not validated",
-    },
-    InertFlag {
-        name: "binding-admission-exclude-namespaces",
-        takes_value: true,
-        reason: "the pods/binding admission check is not implemented; bindings are not validated",
-    },
-    InertFlag {
-        name: "binding-admission-bypass-labels",
-        takes_value: true,
-        reason: "the pods/binding admission check is not implemented; bindings are not validated",
-    },
-    InertFlag {
-        name: "binding-admission-bypass-annotations",
-        takes_value: true,
-        reason: "the pods/binding admission check is not implemented; bindings are not validated",
-    },
     // pkg/util/client
     InertFlag {
         name: "disable-no-deepcopy",

@@ -157,10 +157,12 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         "-controllers",
         "-quotaprofile",
         "-noderesource-plugins=*,-GPUDeviceResource",
+        "-binding-admission-dry-run",
+        "-binding-admission-namespaces",
+        "*",
         // Upstream flags that do nothing here.
         "-pprof-addr",
         ":6060",
-        "-binding-admission-dry-run",
         "-disable-no-deepcopy",
         "-log_dir",
         "/var/log/koordinator",
@@ -172,7 +174,6 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         WAIT,
         &[
             "flag -pprof-addr is accepted",
-            "flag -binding-admission-dry-run is accepted",
             "flag -disable-no-deepcopy is accepted",
             "flag -enable-pprof is accepted",
             "cannot reach the Kubernetes API server at",
@@ -185,6 +186,7 @@ fn upstream_flags_are_accepted_and_inert_ones_are_warned_about_once_logging_is_u
         !output.contains("flag -quota-update-retry-jitter"),
         "{output}"
     );
+    assert!(!output.contains("flag -binding-admission"), "{output}");
     assert_eq!(output.matches("flag -log_dir ").count(), 1, "{output}");
     // Logged through the logger, as warnings.
     let line = output

@@ -12,7 +12,7 @@ use koord_manager::cert::configuration::{ConfigurationNames, Target};
 use koord_manager::cert::controller::SelfManaged;
 use koord_manager::cert::writer::CertStore;
 use koord_manager::cert::{self, ReloadableCert};
-use koord_manager::webhook::handlers::ADMISSION_PATHS;
+use koord_manager::webhook::handlers::{ADMISSION_PATHS, PATH_MUTATE_RESERVATION};
 use webhook_support::*;
 
 #[tokio::test]
@@ -37,7 +37,13 @@ async fn self_managed_rounds_create_inject_keep_and_rotate() {
                 host: None,
             },
         )),
-        served_paths: ADMISSION_PATHS.to_vec(),
+        // Every path but the Reservation webhook's, as with its gate
+        // (ReservationMutatingWebhook) off, the default.
+        served_paths: ADMISSION_PATHS
+            .iter()
+            .copied()
+            .filter(|path| *path != PATH_MUTATE_RESERVATION)
+            .collect(),
         resync: Duration::from_secs(60),
     };
     let serving = ReloadableCert::default();

@@ -23,6 +23,9 @@
 //!   consumer reads the same amounts with the same functions and refuses
 //!   in the safe direction (see [`check_amounts`]).
 //!
+//! - Deprecated resource names (`koordinator.sh/batch-cpu`, `kubernetes.io/gpu-core`…)
+//!   are moved to their current names ([`transform_deprecated_names`]).
+//!
 //! JSON nesting is bounded by serde_json's recursion limit (128) wherever
 //! JSON is read.
 //!
@@ -360,12 +363,35 @@ pub fn admit(mut object: Object) -> Result<Admitted, InputError> {
             }
         }
     }
+    transform_deprecated_names(&mut object);
     let invalid_amount = check_amounts(&object);
     Ok(Admitted {
         object,
         refused,
         invalid_amount,
     })
+}
+
+/// Deprecated resource names read as their current names, as upstream's
+/// scheduler transformers do for pods, nodes, ElasticQuotas and Devices
+/// (see [`apis::extension::deprecated`]): a pod that still asks for
+/// `koordinator.sh/batch-cpu` is counted as asking for
+/// `kubernetes.io/batch-cpu`. Returns whether anything moved.
+pub fn transform_deprecated_names(object: &mut Object) -> bool {
+    use apis::extension::{
+        transform_deprecated_device_resources, transform_deprecated_node_resources,
+        transform_deprecated_pod, transform_deprecated_quota_resources,
+    };
+    match object {
+        Object::Pod(pod) => transform_deprecated_pod(pod),
+        Object::Node(node) => transform_deprecated_node_resources(node),
+        Object::ElasticQuota(quota) => transform_deprecated_quota_resources(&mut quota.spec),
+        Object::Device(device) => transform_deprecated_device_resources(&mut device.spec),
+        Object::NodeMetric(_)
+        | Object::Reservation(_)
+        | Object::PodGroup(_)
+        | Object::NodeResourceTopology(_) => false,
+    }
 }
 
 /// What [`Reports::observe`] found.

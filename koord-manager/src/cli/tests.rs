@@ -434,7 +434,7 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
     let parsed = parse(&[
         "-pprof-addr",
         ":6060",
-        "--binding-admission-dry-run",
+        "--disable-no-deepcopy",
         "-one_output",
         "--rest-config-burst=60",
         "-log_dir",
@@ -447,7 +447,7 @@ fn inert_flags_are_warned_about_once_each_by_name_with_their_reason() {
     assert_eq!(parsed.args.rest_config.burst, 60);
     let names = [
         "pprof-addr",
-        "binding-admission-dry-run",
+        "disable-no-deepcopy",
         "one_output",
         "log_dir",
         "enable-pprof",

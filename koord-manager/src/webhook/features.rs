@@ -9,6 +9,7 @@ use super::handlers::{
     PATH_VALIDATE_CONFIGMAP, PATH_VALIDATE_ELASTIC_QUOTA, PATH_VALIDATE_NODE, PATH_VALIDATE_POD,
     PATH_VALIDATE_POD_EVICTION,
 };
+use super::handlers::{PATH_MUTATE_RESERVATION, PATH_VALIDATE_POD_BINDING};
 
 /// Gates as given; names nobody here knows are kept (other parts of the
 /// manager or later builds may read them).
@@ -59,9 +60,15 @@ impl FeatureGates {
             ),
             (PATH_MUTATE_NODE_STATUS, "NodeMutatingWebhook", false),
             (PATH_VALIDATE_NODE, "NodeValidatingWebhook", false),
+            (PATH_VALIDATE_POD_BINDING, "BindingAdmissionWebhook", false),
+            (PATH_MUTATE_RESERVATION, "ReservationMutatingWebhook", false),
         ]
         .into_iter()
         .filter(|(_, gate, default)| self.enabled(gate, *default))
+        // Upstream registers the binding handler with the pod validating ones.
+        .filter(|(path, _, _)| {
+            *path != PATH_VALIDATE_POD_BINDING || self.enabled("PodValidatingWebhook", true)
+        })
         .map(|(path, _, _)| path)
         .collect()
     }
@@ -118,6 +125,19 @@ mod tests {
         let node: FeatureGates = "NodeMutatingWebhook=true".parse().unwrap();
         assert!(node.enabled_paths().contains(&PATH_MUTATE_NODE_STATUS));
         assert!(!node.enabled_paths().contains(&PATH_VALIDATE_NODE));
+        // Binding admission and the Reservation webhook are off by default, as upstream;
+        // the binding path also needs the pod validating webhooks.
+        assert!(!empty.enabled_paths().contains(&PATH_VALIDATE_POD_BINDING));
+        assert!(!empty.enabled_paths().contains(&PATH_MUTATE_RESERVATION));
+        let on: FeatureGates = "BindingAdmissionWebhook=true,ReservationMutatingWebhook=true"
+            .parse()
+            .unwrap();
+        assert!(on.enabled_paths().contains(&PATH_VALIDATE_POD_BINDING));
+        assert!(on.enabled_paths().contains(&PATH_MUTATE_RESERVATION));
+        let no_pod: FeatureGates = "BindingAdmissionWebhook=true,PodValidatingWebhook=false"
+            .parse()
+            .unwrap();
+        assert!(!no_pod.enabled_paths().contains(&PATH_VALIDATE_POD_BINDING));
         // Quota admission and the multi-quota-tree affinity are off by default, as upstream.
         let defaults = empty.admission_gates();
         assert_eq!(

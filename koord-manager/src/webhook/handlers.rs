@@ -8,13 +8,16 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::extension::LABEL_QUOTA_NAME;
+use apis::scheduling::v1alpha1::Reservation;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+use super::binding_admission::{BindingAdmission, DENIED_MESSAGE, Outcome, Screen};
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
 use super::elasticquota::{
@@ -28,6 +31,7 @@ use super::pod_mutating::{
 use super::pod_validating::{PodValidationOptions, validate_pod};
 use super::quota_evaluate::{BatchContext, EvaluationGates, prepare_evaluation};
 use super::quota_evaluator::QuotaEvaluator;
+use super::reservation_mutating::apply_colocation_profiles_to_reservation;
 use super::review::{AdmissionRequest, Decision, Operation, aggregate};
 
 /// Served paths, as upstream registers them.
@@ -44,8 +48,13 @@ pub const PATH_MUTATE_NODE_STATUS: &str = "/mutate-node-status";
 /// Node validation (node strategy conflicts); gate `NodeValidatingWebhook`.
 pub const PATH_VALIDATE_NODE: &str = "/validate-node";
 
+/// Pod binding admission (allowed binders); gate `BindingAdmissionWebhook`.
+pub const PATH_VALIDATE_POD_BINDING: &str = "/validate-pod-binding";
+/// Reservation mutation by ClusterColocationProfiles; gate `ReservationMutatingWebhook`.
+pub const PATH_MUTATE_RESERVATION: &str = "/mutate-reservation";
+
 /// Every admission path this server answers.
-pub const ADMISSION_PATHS: [&str; 8] = [
+pub const ADMISSION_PATHS: [&str; 10] = [
     PATH_MUTATE_POD,
     PATH_VALIDATE_POD,
     PATH_MUTATE_ELASTIC_QUOTA,
@@ -54,6 +63,8 @@ pub const ADMISSION_PATHS: [&str; 8] = [
     PATH_VALIDATE_POD_EVICTION,
     PATH_MUTATE_NODE_STATUS,
     PATH_VALIDATE_NODE,
+    PATH_VALIDATE_POD_BINDING,
+    PATH_MUTATE_RESERVATION,
 ];
 
 /// Upstream's webhook histogram (`koord_manager_webhook_webhook_duration_milliseconds`)
@@ -62,6 +73,8 @@ pub const ADMISSION_PATHS: [&str; 8] = [
 pub struct WebhookMetrics {
     pub duration_milliseconds: Family<Vec<(String, String)>, Histogram>,
     pub malformed_requests: Family<Vec<(String, String)>, Counter>,
+    /// Upstream's `koord_manager_webhook_binding_admission_decisions_total{decision}`.
+    pub binding_admission_decisions: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for WebhookMetrics {
@@ -71,6 +84,7 @@ impl Default for WebhookMetrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 20))
             }),
             malformed_requests: Family::default(),
+            binding_admission_decisions: Family::default(),
         }
     }
 }
@@ -89,6 +103,11 @@ impl WebhookMetrics {
                 "koord_manager_webhook_malformed_requests",
                 "Admission requests whose body was not a decodable AdmissionReview",
                 self.malformed_requests.clone(),
+            );
+            root.register(
+                "koord_manager_webhook_binding_admission_decisions",
+                "Total number of binding admission decisions.",
+                self.binding_admission_decisions.clone(),
             );
         });
     }
@@ -140,6 +159,8 @@ fn describe_path(path: &str) -> (&'static str, &'static str) {
         PATH_VALIDATE_POD_EVICTION => ("validate", "eviction"),
         PATH_MUTATE_NODE_STATUS => ("mutate", "node"),
         PATH_VALIDATE_NODE => ("validate", "node"),
+        PATH_VALIDATE_POD_BINDING => ("validate", "binding"),
+        PATH_MUTATE_RESERVATION => ("mutate", "reservation"),
         _ => ("unknown", "unknown"),
     }
 }
@@ -167,6 +188,37 @@ const POD_COUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5)
 
 /// How long the eviction webhook waits for the pod lookup.
 const POD_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads a pod's metadata for the binding webhook's bypass keys (the API
+/// shell reads the pod). `Ok(None)`: no such pod.
+pub trait PodMetadataLookup: Send + Sync {
+    fn metadata<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>>;
+}
+
+/// Reads the pod's metadata from the API server. Only bindings by users
+/// outside the allowlist, in namespaces in scope, get here, so the manager
+/// keeps no pod cache for it.
+pub struct ApiPodMetadata(pub kube::Client);
+
+impl PodMetadataLookup for ApiPodMetadata {
+    fn metadata<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+        Box::pin(async move {
+            let pods: kube::Api<Pod> = kube::Api::namespaced(self.0.clone(), namespace);
+            pods.get_metadata_opt(name)
+                .await
+                .map(|found| found.map(|partial| partial.metadata))
+                .map_err(|err| format!("cannot read pod {namespace}/{name}: {err}"))
+        })
+    }
+}
 
 /// Finds the node a pod is bound to (the API shell reads the pod).
 pub trait PodPlacementLookup: Send + Sync {
@@ -240,6 +292,10 @@ pub struct Handlers {
     pub pod_placement: Option<Box<dyn PodPlacementLookup>>,
     /// Reads namespaces and PriorityClasses the cache does not have yet.
     pub namespace_api: Option<kube::Client>,
+    /// The `--binding-admission-*` flags (gate `BindingAdmissionWebhook`).
+    pub binding_admission: BindingAdmission,
+    /// Reads the pod of a binding for the bypass keys; without it they are not consulted.
+    pub binding_pods: Option<Box<dyn PodMetadataLookup>>,
     /// The paths served (all by default; feature gates turn some off).
     pub paths: Vec<&'static str>,
     random_state: Mutex<u64>,
@@ -262,6 +318,8 @@ impl Handlers {
             eviction_scope: ScopedUsers::default(),
             pod_placement: None,
             namespace_api: None,
+            binding_admission: BindingAdmission::from_flags(&Default::default()),
+            binding_pods: None,
             paths: ADMISSION_PATHS.to_vec(),
             random_state: Mutex::new(seed),
             sequence: AtomicU64::new(0),
@@ -302,6 +360,11 @@ impl Handlers {
             PATH_VALIDATE_NODE => (
                 super::node_validating::PLUGIN_NAME,
                 self.validate_node(request).await,
+            ),
+            PATH_VALIDATE_POD_BINDING => ("BindingAdmission", self.validate_binding(request).await),
+            PATH_MUTATE_RESERVATION => (
+                "ClusterColocationProfile",
+                self.mutate_reservation(request).await,
             ),
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
@@ -353,6 +416,146 @@ impl Handlers {
         }
     }
 
+    /// The PriorityClasses the profiles may name: the cache, plus classes
+    /// created a moment ago that have not reached it yet (from the API server).
+    async fn profile_priority_classes(
+        &self,
+        profiles: &[&ClusterColocationProfile],
+    ) -> BTreeMap<String, PriorityClassInfo> {
+        let info = |class: &PriorityClass| {
+            Some((
+                class.metadata.name.clone()?,
+                PriorityClassInfo {
+                    value: class.value,
+                    preemption_policy: class.preemption_policy.clone(),
+                },
+            ))
+        };
+        let mut priority_classes: BTreeMap<String, PriorityClassInfo> = self
+            .caches
+            .priority_classes
+            .all()
+            .iter()
+            .filter_map(|class| info(class))
+            .collect();
+        let missing: BTreeSet<&str> = profiles
+            .iter()
+            .filter_map(|p| p.spec.priority_class_name.as_deref())
+            .filter(|name| !name.is_empty() && !priority_classes.contains_key(*name))
+            .collect();
+        for name in missing {
+            if let Some(class) = self.priority_class_from_api(name).await {
+                priority_classes.extend(info(&class));
+            }
+        }
+        priority_classes
+    }
+
+    /// Upstream's binding admission handler (see [`super::binding_admission`]):
+    /// pods/binding creates only; the pod is read only when its labels or
+    /// annotations decide, and a pod that cannot be read is allowed.
+    async fn validate_binding(&self, request: &AdmissionRequest) -> Decision {
+        let is_binding = request.resource.resource == "pods"
+            && request.sub_resource.as_deref() == Some("binding")
+            && request.operation == Operation::Create;
+        if !is_binding || !self.binding_admission.is_active() {
+            return Decision::allow();
+        }
+        let username =
+            super::eviction::Requester::from_user_info(request.user_info.as_ref()).username;
+        let (namespace, name) = (request.namespace(), request.name.as_str());
+        let outcome = match self.binding_admission.screen(&username, namespace) {
+            Screen::Decided(outcome) => outcome,
+            Screen::NeedsPod => match &self.binding_pods {
+                None => self.binding_admission.judge(None),
+                Some(lookup) => {
+                    let found = match tokio::time::timeout(
+                        POD_LOOKUP_TIMEOUT,
+                        lookup.metadata(namespace, name),
+                    )
+                    .await
+                    {
+                        Ok(Ok(Some(meta))) => Ok(meta),
+                        Ok(Ok(None)) => Err(format!("pod {namespace}/{name} not found")),
+                        Ok(Err(reason)) => Err(reason),
+                        Err(_) => Err(format!(
+                            "reading pod {namespace}/{name} took longer than {POD_LOOKUP_TIMEOUT:?}"
+                        )),
+                    };
+                    if let Err(reason) = &found {
+                        tracing::info!(namespace, pod = name, %reason, "binding admission: pod unreadable, allowing (fail-open)");
+                    }
+                    self.binding_admission
+                        .judge(Some(found.as_ref().map_err(String::as_str)))
+                }
+            },
+        };
+        if let Some(label) = outcome.metric_label() {
+            self.metrics
+                .binding_admission_decisions
+                .get_or_create(&vec![("decision".to_owned(), label.to_owned())])
+                .inc();
+        }
+        match outcome {
+            Outcome::Denied => {
+                tracing::info!(namespace, pod = name, %username, allowed = ?self.binding_admission.allowed_user_names(), "binding admission denied: user not in the allowlist");
+                Decision::deny(DENIED_MESSAGE)
+            }
+            Outcome::DryRun => {
+                tracing::info!(namespace, pod = name, %username, allowed = ?self.binding_admission.allowed_user_names(), "binding admission [dry run]: would deny");
+                Decision::allow()
+            }
+            other => {
+                tracing::debug!(namespace, pod = name, %username, outcome = ?other, "binding admission allowed");
+                Decision::allow()
+            }
+        }
+    }
+
+    /// Upstream's Reservation mutating handler: CREATE of the resource
+    /// itself; the matching ClusterColocationProfiles are applied (see
+    /// [`super::reservation_mutating`]); a failure answers 500.
+    async fn mutate_reservation(&self, request: &AdmissionRequest) -> Decision {
+        if !request.is_for("reservations") || request.operation != Operation::Create {
+            return Decision::allow();
+        }
+        let reservation: Reservation = match request.decode(false) {
+            Ok(Some(reservation)) => reservation,
+            Ok(None) => return Decision::bad_request("the request has no object"),
+            Err(denied) => return denied,
+        };
+        if !self.caches.profiles.is_synced() || !self.caches.priority_classes.is_synced() {
+            return Decision::internal(
+                "webhook caches not synced yet: clustercolocationprofiles, priorityclasses",
+            );
+        }
+        let profiles_owned = self.caches.profiles.all();
+        let profiles: Vec<&ClusterColocationProfile> =
+            profiles_owned.iter().map(|p| p.as_ref()).collect();
+        if profiles.is_empty() {
+            return Decision::allow();
+        }
+        let priority_classes = self.profile_priority_classes(&profiles).await;
+        let original = match serde_json::to_value(&reservation) {
+            Ok(value) => value,
+            Err(err) => return Decision::internal(err.to_string()),
+        };
+        let mut mutated = reservation;
+        match apply_colocation_profiles_to_reservation(
+            &mut mutated,
+            &profiles,
+            &priority_classes,
+            &mut || self.roll(),
+        ) {
+            Ok(false) => Decision::allow(),
+            Ok(true) => match serde_json::to_value(&mutated) {
+                Ok(value) => Decision::patch_between(&original, &value),
+                Err(err) => Decision::internal(err.to_string()),
+            },
+            Err(err) => Decision::internal(err.to_string()),
+        }
+    }
+
     async fn mutate_pod(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("pods") || request.operation != Operation::Create {
             return Decision::allow();
@@ -394,33 +597,7 @@ impl Handlers {
         } else {
             None
         };
-        let info = |class: &PriorityClass| {
-            Some((
-                class.metadata.name.clone()?,
-                PriorityClassInfo {
-                    value: class.value,
-                    preemption_policy: class.preemption_policy.clone(),
-                },
-            ))
-        };
-        let mut priority_classes: BTreeMap<String, PriorityClassInfo> = self
-            .caches
-            .priority_classes
-            .all()
-            .iter()
-            .filter_map(|class| info(class))
-            .collect();
-        // A class created a moment ago may not have reached the cache yet.
-        let missing: BTreeSet<&str> = profiles
-            .iter()
-            .filter_map(|p| p.spec.priority_class_name.as_deref())
-            .filter(|name| !name.is_empty() && !priority_classes.contains_key(*name))
-            .collect();
-        for name in missing {
-            if let Some(class) = self.priority_class_from_api(name).await {
-                priority_classes.extend(info(&class));
-            }
-        }
+        let priority_classes = self.profile_priority_classes(&profiles).await;
         let context = ProfileContext {
             profiles: &profiles,
             namespace_labels: namespace_labels.as_ref(),
@@ -1010,6 +1187,202 @@ mod tests {
                 .await
                 .allowed
         );
+    }
+
+    /// Pod metadata by name; counts lookups.
+    struct FixedPods(BTreeMap<String, ObjectMeta>, std::sync::Arc<AtomicU64>);
+
+    impl PodMetadataLookup for FixedPods {
+        fn metadata<'a>(
+            &'a self,
+            _namespace: &'a str,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Box::pin(std::future::ready(Ok(self.0.get(name).cloned())))
+        }
+    }
+
+    fn binding_request(username: &str, namespace: &str, pod: &str) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "b", "operation": "CREATE", "name": pod, "namespace": namespace,
+            "kind": {"group": "", "version": "v1", "kind": "Binding"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "binding",
+            "userInfo": {"username": username},
+            "object": {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bindings_outside_the_allowlist_are_refused_in_scope() {
+        use crate::webhook::binding_admission::{BindingAdmission, BindingAdmissionFlags};
+        let lookups = std::sync::Arc::new(AtomicU64::new(0));
+        let mut handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        let bypassing = ObjectMeta {
+            labels: Some(
+                [(
+                    "koordinator.sh/binding-admission-bypass".to_owned(),
+                    "any".to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        handlers.binding_pods = Some(Box::new(FixedPods(
+            [
+                ("plain".to_owned(), ObjectMeta::default()),
+                ("bypass".to_owned(), bypassing),
+            ]
+            .into(),
+            lookups.clone(),
+        )));
+        let kube_scheduler = "system:kube-scheduler";
+        // Upstream's defaults: no allowlist, nothing is checked.
+        let request = binding_request(kube_scheduler, "team", "plain");
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &request)
+                .await
+                .allowed
+        );
+
+        let flags = BindingAdmissionFlags {
+            user_name: "koord-scheduler".into(),
+            namespaces: "team".into(),
+            exclude_namespaces: "kube-system".into(),
+            bypass_labels: "koordinator.sh/binding-admission-bypass".into(),
+            ..Default::default()
+        };
+        handlers.binding_admission = BindingAdmission::from_flags(&flags);
+        let denied = handlers.handle(PATH_VALIDATE_POD_BINDING, &request).await;
+        assert!(!denied.allowed);
+        assert_eq!(denied.code, 403, "{denied}");
+        assert_eq!(
+            denied.message,
+            "binding denied: username is not in the allowed list"
+        );
+        let bypass = binding_request(kube_scheduler, "team", "bypass");
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &bypass)
+                .await
+                .allowed
+        );
+        // A pod the lookup does not find is allowed (fail-open, as upstream).
+        let missing = binding_request(kube_scheduler, "team", "gone");
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &missing)
+                .await
+                .allowed
+        );
+        assert_eq!(lookups.load(Ordering::Relaxed), 3);
+
+        // Allowed user, other namespace, excluded namespace: decided without a lookup.
+        let koord = "system:serviceaccount:koordinator-system:koord-scheduler";
+        for request in [
+            binding_request(koord, "team", "plain"),
+            binding_request(kube_scheduler, "elsewhere", "plain"),
+            binding_request(kube_scheduler, "kube-system", "plain"),
+        ] {
+            assert!(
+                handlers
+                    .handle(PATH_VALIDATE_POD_BINDING, &request)
+                    .await
+                    .allowed
+            );
+        }
+        assert_eq!(lookups.load(Ordering::Relaxed), 3);
+        // Not a binding (a plain pod create sent to this path): allowed untouched.
+        let mut not_binding = binding_request(kube_scheduler, "team", "plain");
+        not_binding.sub_resource = None;
+        assert!(
+            handlers
+                .handle(PATH_VALIDATE_POD_BINDING, &not_binding)
+                .await
+                .allowed
+        );
+
+        // Upstream's counter and decision values.
+        let count = |decision: &str| {
+            handlers
+                .metrics
+                .binding_admission_decisions
+                .get_or_create(&vec![("decision".to_owned(), decision.to_owned())])
+                .get()
+        };
+        assert_eq!(count("denied"), 1);
+        assert_eq!(count("bypass_label"), 1);
+        assert_eq!(count("allowed_username"), 1);
+        assert_eq!(count("out_of_scope"), 1);
+        assert_eq!(count("excluded_ns"), 1);
+    }
+
+    fn reservation_create(labels: Value) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "r", "operation": "CREATE", "name": "r1",
+            "kind": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "kind": "Reservation"},
+            "resource": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "resource": "reservations"},
+            "object": {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+                "metadata": {"name": "r1", "labels": labels},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
+                         "owners": [{"object": {"name": "p"}}]}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn reservations_get_their_colocation_profiles() {
+        let caches = WebhookCaches::synced_empty();
+        caches.profiles.insert(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+                "metadata": {"name": "batch"},
+                "spec": {"selector": {"matchLabels": {"app": "spark"}},
+                         "qosClass": "BE", "priorityClassName": "koord-batch",
+                         "schedulerName": "koord-scheduler"}
+            }))
+            .unwrap(),
+        );
+        let handlers = Handlers::new(caches.clone(), SloConfigRef::default());
+        let request = reservation_create(serde_json::json!({"app": "spark"}));
+        // The PriorityClass is not known (no cache entry, no API): 500, as upstream.
+        let failed = handlers.handle(PATH_MUTATE_RESERVATION, &request).await;
+        assert_eq!(failed.code, 500, "{failed}");
+        assert!(failed.message.contains("koord-batch"), "{failed}");
+
+        caches.priority_classes.insert(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "koord-batch"}, "value": 5000
+            }))
+            .unwrap(),
+        );
+        let decision = handlers.handle(PATH_MUTATE_RESERVATION, &request).await;
+        assert!(decision.allowed, "{decision}");
+        let mut patched = request.object.clone().unwrap();
+        json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
+        assert_eq!(
+            patched["metadata"]["labels"]["koordinator.sh/qosClass"],
+            "BE"
+        );
+        assert_eq!(patched["metadata"]["labels"]["app"], "spark");
+        let template = &patched["spec"]["template"]["spec"];
+        assert_eq!(template["schedulerName"], "koord-scheduler");
+        assert_eq!(template["priorityClassName"], "koord-batch");
+        assert_eq!(template["priority"], 5000);
+        assert_eq!(template["containers"][0]["name"], "c");
+
+        // Not matching, or not a create: allowed without a patch.
+        let other = reservation_create(serde_json::json!({"app": "web"}));
+        let decision = handlers.handle(PATH_MUTATE_RESERVATION, &other).await;
+        assert!(decision.allowed && decision.patch.is_none(), "{decision}");
+        let mut update = reservation_create(serde_json::json!({"app": "spark"}));
+        update.operation = Operation::Update;
+        let decision = handlers.handle(PATH_MUTATE_RESERVATION, &update).await;
+        assert!(decision.allowed && decision.patch.is_none(), "{decision}");
     }
 
     #[test]

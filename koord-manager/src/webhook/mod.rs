@@ -2,11 +2,13 @@
 //! `pkg/webhook`): pod mutating/validating, ElasticQuota mutating/validating,
 //! the slo-controller-config ConfigMap validating webhook, the node status
 //! mutating webhook (resource amplification) and the node validating webhook
-//! (node strategy conflicts); ours: node-scoped evictions for koordlet.
+//! (node strategy conflicts), pod binding admission and the Reservation
+//! mutating webhook; ours: node-scoped evictions for koordlet.
 //!
 //! - [`review`]: AdmissionReview v1 wire types and the [`review::Decision`];
 //! - [`pod_mutating`], [`pod_validating`], [`elasticquota`], [`configmap`], [`eviction`],
-//!   [`node_status`], [`node_validating`], [`quota_evaluate`], [`multi_quota_tree`]:
+//!   [`node_status`], [`node_validating`], [`quota_evaluate`], [`multi_quota_tree`],
+//!   [`binding_admission`], [`reservation_mutating`]:
 //!   the decision cores (no I/O);
 //! - [`quota_evaluator`]: the per-quota batching and status writes of quota evaluation;
 //! - [`handlers`]: decoding, cache snapshots, metrics;
@@ -22,6 +24,7 @@ use koord_common::{ComponentContext, Shutdown};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 
+pub mod binding_admission;
 pub mod cache;
 pub mod configmap;
 pub mod elasticquota;
@@ -35,6 +38,7 @@ pub mod pod_mutating;
 pub mod pod_validating;
 pub mod quota_evaluate;
 pub mod quota_evaluator;
+pub mod reservation_mutating;
 pub mod review;
 pub mod server;
 
@@ -183,6 +187,43 @@ pub struct WebhookArgs {
     #[arg(long = "quota-update-conflict-fresh-get", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
     pub quota_update_conflict_fresh_get: bool,
 
+    /// Comma-separated substrings of the user names allowed to bind pods
+    /// (upstream `--binding-admission-user-name`); empty turns the check off.
+    #[arg(
+        long = "binding-admission-user-name",
+        default_value = "",
+        value_name = "NAMES"
+    )]
+    pub binding_admission_user_name: String,
+
+    /// Allow every binding but log and count the ones that would be denied.
+    #[arg(long = "binding-admission-dry-run", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
+    pub binding_admission_dry_run: bool,
+
+    /// Comma-separated namespaces whose bindings are checked; `*` checks all, empty none.
+    #[arg(
+        long = "binding-admission-namespaces",
+        default_value = "",
+        value_name = "NAMESPACES"
+    )]
+    pub binding_admission_namespaces: String,
+
+    /// Comma-separated namespaces whose bindings are always allowed.
+    #[arg(long = "binding-admission-exclude-namespaces", default_value = binding_admission::DEFAULT_EXCLUDE_NAMESPACES, value_name = "NAMESPACES")]
+    pub binding_admission_exclude_namespaces: String,
+
+    /// Comma-separated pod label keys; a pod carrying any of them (any value) may be bound by anyone.
+    #[arg(long = "binding-admission-bypass-labels", default_value = binding_admission::DEFAULT_BYPASS_LABELS, value_name = "KEYS")]
+    pub binding_admission_bypass_labels: String,
+
+    /// Comma-separated pod annotation keys with the same effect as the bypass labels.
+    #[arg(
+        long = "binding-admission-bypass-annotations",
+        default_value = "",
+        value_name = "KEYS"
+    )]
+    pub binding_admission_bypass_annotations: String,
+
     /// How often self-managed certificates and configurations are re-checked.
     #[arg(long = "webhook-cert-resync", default_value = "1m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub cert_resync: Duration,
@@ -214,6 +255,18 @@ impl WebhookArgs {
             max_total_jitter: self.quota_update_max_total_jitter,
             conflict_fresh_get: self.quota_update_conflict_fresh_get,
         }
+    }
+
+    /// The `--binding-admission-*` settings.
+    pub fn binding_admission(&self) -> binding_admission::BindingAdmission {
+        binding_admission::BindingAdmission::from_flags(&binding_admission::BindingAdmissionFlags {
+            user_name: self.binding_admission_user_name.clone(),
+            dry_run: self.binding_admission_dry_run,
+            namespaces: self.binding_admission_namespaces.clone(),
+            exclude_namespaces: self.binding_admission_exclude_namespaces.clone(),
+            bypass_labels: self.binding_admission_bypass_labels.clone(),
+            bypass_annotations: self.binding_admission_bypass_annotations.clone(),
+        })
     }
 
     /// Upstream's choice: `fs` when asked, or when unset and a host is given.
@@ -368,6 +421,14 @@ pub async fn start(
         ));
     }
     handlers.paths = args.feature_gates.enabled_paths();
+    if handlers
+        .paths
+        .contains(&handlers::PATH_VALIDATE_POD_BINDING)
+    {
+        handlers.binding_admission = args.binding_admission();
+        tracing::info!(settings = %handlers.binding_admission.describe(), active = handlers.binding_admission.is_active(), "binding admission webhook on");
+        handlers.binding_pods = Some(Box::new(handlers::ApiPodMetadata(client.clone())));
+    }
     handlers.namespace_api = Some(client.clone());
     handlers.eviction_scope =
         eviction::ScopedUsers::service_account(&args.namespace, &args.node_scoped_evictor);
@@ -417,6 +478,37 @@ mod tests {
             flags.mutating_configuration,
             "koordinator-mutating-webhook-configuration"
         );
+        // Upstream's --binding-admission-* defaults: off (no allowlist), kube-system
+        // excluded, the koordinator.sh/binding-admission-bypass label bypasses.
+        assert_eq!(flags.binding_admission_user_name, "");
+        assert!(!flags.binding_admission_dry_run);
+        assert_eq!(flags.binding_admission_namespaces, "");
+        assert_eq!(flags.binding_admission_exclude_namespaces, "kube-system");
+        assert_eq!(
+            flags.binding_admission_bypass_labels,
+            "koordinator.sh/binding-admission-bypass"
+        );
+        assert_eq!(flags.binding_admission_bypass_annotations, "");
+        assert!(!flags.binding_admission().is_active());
+    }
+
+    #[test]
+    fn binding_admission_flags_reach_the_decision() {
+        let flags = Flags::try_parse_from([
+            "x",
+            "--binding-admission-user-name=koord-scheduler",
+            "--binding-admission-namespaces=*",
+            "--binding-admission-dry-run",
+        ])
+        .unwrap()
+        .webhook;
+        let admission = flags.binding_admission();
+        assert!(admission.is_active());
+        assert_eq!(
+            admission.screen("system:kube-scheduler", "default"),
+            binding_admission::Screen::NeedsPod
+        );
+        assert_eq!(admission.judge(None), binding_admission::Outcome::DryRun);
     }
 
     #[test]

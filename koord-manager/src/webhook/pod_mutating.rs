@@ -15,7 +15,7 @@ use apis::extension::{
 };
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
@@ -86,13 +86,13 @@ pub fn profile_percent(profile: &ClusterColocationProfile) -> Result<i64, Profil
     }
 }
 
-fn profile_name(profile: &ClusterColocationProfile) -> &str {
+pub(crate) fn profile_name(profile: &ClusterColocationProfile) -> &str {
     profile.metadata.name.as_deref().unwrap_or("")
 }
 
 /// `None` or empty selector → matches; a malformed selector matches too,
 /// as upstream only skips a profile on a clean mismatch.
-fn selector_admits(
+pub(crate) fn selector_admits(
     selector: Option<&LabelSelector>,
     labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
@@ -193,14 +193,19 @@ fn apply_one_profile(
 /// and Koordinator priority: the part of a profile the colocation-profile
 /// controller also applies to pods that already exist.
 pub fn apply_profile_metadata(pod: &mut Pod, profile: &ClusterColocationProfile) {
+    apply_profile_to_metadata(&mut pod.metadata, profile);
+}
+
+/// [`apply_profile_metadata`] on any object's metadata (pods, Reservations).
+pub fn apply_profile_to_metadata(metadata: &mut ObjectMeta, profile: &ClusterColocationProfile) {
     let spec = &profile.spec;
-    let had_labels = pod.metadata.labels.is_some();
-    let had_annotations = pod.metadata.annotations.is_some();
-    let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+    let had_labels = metadata.labels.is_some();
+    let had_annotations = metadata.annotations.is_some();
+    let labels = metadata.labels.get_or_insert_with(BTreeMap::new);
     for (key, value) in spec.labels.iter().flatten() {
         labels.insert(key.clone(), value.clone());
     }
-    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
     for (key, value) in spec.annotations.iter().flatten() {
         annotations.insert(key.clone(), value.clone());
     }
@@ -224,24 +229,27 @@ pub fn apply_profile_metadata(pod: &mut Pod, profile: &ClusterColocationProfile)
         labels.insert(LABEL_POD_PRIORITY.to_owned(), priority.to_string());
     }
     if !had_annotations
-        && pod
-            .metadata
+        && metadata
             .annotations
             .as_ref()
             .is_some_and(BTreeMap::is_empty)
     {
-        pod.metadata.annotations = None;
+        metadata.annotations = None;
     }
-    if !had_labels && pod.metadata.labels.as_ref().is_some_and(BTreeMap::is_empty) {
-        pod.metadata.labels = None;
+    if !had_labels && metadata.labels.as_ref().is_some_and(BTreeMap::is_empty) {
+        metadata.labels = None;
     }
 }
 
-/// The profile's `patch` (a strategic-merge-patch subset, [`merge_patch`]).
-pub fn apply_profile_patch(
-    pod: &mut Pod,
+/// The profile's `patch` (a strategic-merge-patch subset, [`merge_patch`])
+/// on a pod or a Reservation.
+pub fn apply_profile_patch<T>(
+    object: &mut T,
     profile: &ClusterColocationProfile,
-) -> Result<(), ProfileError> {
+) -> Result<(), ProfileError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
     let Some(patch) = &profile.spec.patch else {
         return Ok(());
     };
@@ -249,9 +257,9 @@ pub fn apply_profile_patch(
         profile: profile_name(profile).to_owned(),
         reason,
     };
-    let mut current = serde_json::to_value(&*pod).map_err(|e| fail(e.to_string()))?;
+    let mut current = serde_json::to_value(&*object).map_err(|e| fail(e.to_string()))?;
     merge_patch(&mut current, patch);
-    *pod = serde_json::from_value(current).map_err(|e| fail(e.to_string()))?;
+    *object = serde_json::from_value(current).map_err(|e| fail(e.to_string()))?;
     Ok(())
 }
 

@@ -72,6 +72,60 @@ fn batch_resources_fit_counts_assumed_pods_and_rejects_when_full() {
     assert!(matches!(err, ReserveError::NoLongerFits { .. }), "{err}");
 }
 
+/// Objects that went through admission, as the watch and `/filter` deliver them.
+fn admitted(objects: Vec<crate::cache::Object>) -> Vec<crate::cache::Object> {
+    objects
+        .into_iter()
+        .map(|object| crate::admission::admit(object).unwrap().object)
+        .collect()
+}
+
+#[test]
+fn deprecated_batch_names_are_counted_as_the_current_ones() {
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        admitted(vec![
+            // A node and a bound pod from before the rename.
+            node("n1", &[("cpu", "8"), ("koordinator.sh/batch-cpu", "4000")]),
+            node("n2", &[("cpu", "8"), ("kubernetes.io/batch-cpu", "500")]),
+            pod(PodSpec {
+                name: "old",
+                node: Some("n1"),
+                requests: &[("koordinator.sh/batch-cpu", "3000")],
+                priority: Some(5500),
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "big",
+                requests: &[("koordinator.sh/batch-cpu", "2000")],
+                priority: Some(5500),
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "small",
+                requests: &[("koordinator.sh/batch-cpu", "1000")],
+                priority: Some(5500),
+                ..PodSpec::default()
+            }),
+        ]),
+    );
+    assert_eq!(
+        s.cache
+            .node("n1")
+            .unwrap()
+            .requested
+            .get("kubernetes.io/batch-cpu"),
+        3000
+    );
+    let outcome = filter(&s, "default/big", t0());
+    assert!(outcome.feasible.is_empty(), "{outcome:?}");
+    assert_eq!(outcome.failed["n1"], "Insufficient kubernetes.io/batch-cpu");
+    assert_eq!(outcome.failed["n2"], "Insufficient kubernetes.io/batch-cpu");
+    let outcome = filter(&s, "default/small", t0());
+    assert_eq!(outcome.feasible, vec!["n1"]);
+}
+
 // ---------- LoadAwareScheduling ----------
 
 fn load_aware_cluster(extra_config: &str) -> crate::framework::Scheduler {
