@@ -3,7 +3,7 @@
 //! defaulted and validated as upstream does, then turned into the settings
 //! the decision cores read ([`Profile`], [`LowNodeLoadConfig`]).
 
-mod defaults;
+pub(crate) mod defaults;
 pub mod types;
 pub mod validate;
 
