@@ -87,7 +87,8 @@ pub fn command() -> clap::Command {
         .mut_arg("logtostderr", |arg| arg.require_equals(true))
 }
 
-/// pflag's `WordSepNormalizeFunc`: `_` in a flag name reads as `-`.
+/// pflag's `WordSepNormalizeFunc` (`_` in a flag name reads as `-`) and
+/// the `-v4` shorthand spelling.
 fn normalize_word_separators(args: Vec<OsString>) -> Vec<OsString> {
     let mut options_ended = false;
     args.into_iter()
@@ -101,6 +102,13 @@ fn normalize_word_separators(args: Vec<OsString>) -> Vec<OsString> {
                 return arg;
             }
             let Some(text) = arg.to_str() else { return arg };
+            // pflag's shorthand with its value attached: `-v4`.
+            if let Some(level) = text.strip_prefix("-v")
+                && !level.is_empty()
+                && level.bytes().all(|b| b.is_ascii_digit())
+            {
+                return OsString::from(format!("--v={level}"));
+            }
             let Some(body) = text.strip_prefix('-') else {
                 return arg;
             };
