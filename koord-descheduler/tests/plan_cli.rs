@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! `koord-descheduler plan` run as a process over the scenario fixtures:
 //! hot and cold nodes, a PodDisruptionBudget allowing no disruption,
 //! DaemonSet and bare pods, the per-node migration limit.

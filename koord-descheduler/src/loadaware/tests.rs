@@ -396,7 +396,7 @@ fn victim_order_follows_upstreams_pod_sorter() {
         p["spec"]["containers"][0]["resources"] = json!({});
         p
     };
-    let pods = vec![
+    let pods = [
         // Prod (Burstable), priority 0.
         view_of(pod("burstable", 100, 0, "n1")),
         // Batch by label: a lower priority class goes first.
@@ -463,7 +463,7 @@ fn victim_order_follows_upstreams_pod_sorter() {
     old.created_at = Some(1);
     let big = view_of(pod("big", 100, 0, "n1"));
     let unmeasured = view_of(pod("unmeasured", 100, 0, "n1"));
-    let mut candidates = vec![
+    let mut candidates = [
         sort::Candidate {
             pod: &unmeasured,
             usage_score: None,
