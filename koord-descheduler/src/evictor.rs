@@ -19,7 +19,7 @@
 //!   PodDisruptionBudget allows no more disruptions; each migration planned
 //!   uses up one allowed disruption of every budget covering the pod.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use apis::configuration::selector::label_selector_matches;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -31,14 +31,43 @@ use crate::loadaware::{ClusterIndex, Evictor};
 use crate::model::{Amounts, NodeView, PodView};
 use crate::nodefit::node_fit;
 
-/// A migration this plan started.
-#[derive(Clone, Debug)]
-struct Planned {
-    uid: String,
-    key: String,
-    node: String,
-    namespace: String,
-    controller_uid: Option<String>,
+/// The Pending and Running migrations (the snapshot's jobs and the ones
+/// this plan started), counted the ways the limits read them.
+#[derive(Clone, Debug, Default)]
+struct Ledger {
+    uids: HashSet<String>,
+    keys: HashSet<String>,
+    total: usize,
+    per_node: HashMap<String, usize>,
+    per_namespace: HashMap<String, usize>,
+    /// Controller uid → keys of its migrating pods.
+    per_controller: HashMap<String, BTreeSet<String>>,
+}
+
+impl Ledger {
+    fn add(&mut self, uid: &str, key: &str, namespace: &str, pod: Option<&PodView>) {
+        if !uid.is_empty() {
+            self.uids.insert(uid.to_string());
+        }
+        self.keys.insert(key.to_string());
+        self.total += 1;
+        *self.per_namespace.entry(namespace.to_string()).or_insert(0) += 1;
+        if let Some(pod) = pod {
+            if !pod.node_name.is_empty() {
+                *self.per_node.entry(pod.node_name.clone()).or_insert(0) += 1;
+            }
+            if let Some(owner) = pod.controller() {
+                self.per_controller
+                    .entry(owner.uid.clone())
+                    .or_default()
+                    .insert(key.to_string());
+            }
+        }
+    }
+
+    fn contains(&self, pod: &PodView) -> bool {
+        (!pod.uid.is_empty() && self.uids.contains(&pod.uid)) || self.keys.contains(pod.key())
+    }
 }
 
 /// An evictor over a snapshot that records what it starts.
@@ -52,9 +81,8 @@ pub struct SnapshotEvictor<'a> {
     ready_nodes: Vec<&'a NodeView>,
     pods_by_controller: HashMap<&'a str, Vec<&'a PodView>>,
     replicas_by_uid: HashMap<&'a str, i32>,
-    /// Pending or Running jobs of the snapshot: (pod uid, pod key).
-    existing_jobs: Vec<(&'a str, String, &'a str)>,
-    planned: Vec<Planned>,
+    ledger: Ledger,
+    planned: usize,
     pdb_used: Vec<i32>,
 }
 
@@ -112,18 +140,27 @@ impl<'a> SnapshotEvictor<'a> {
             .iter()
             .map(|workload| (workload.uid.as_str(), workload.replicas))
             .collect();
-        let existing_jobs = view
-            .migration_jobs
+        // The snapshot's Pending (or phase-less) and Running jobs.
+        let pods_by_uid: HashMap<&str, &PodView> = view
+            .pods
             .iter()
-            .filter(|job| matches!(job.phase.as_str(), "" | "Pending" | "Running"))
-            .map(|job| {
-                (
-                    job.pod_uid.as_str(),
-                    format!("{}/{}", job.pod_namespace, job.pod_name),
-                    job.name.as_str(),
-                )
-            })
+            .filter(|pod| !pod.uid.is_empty())
+            .map(|pod| (pod.uid.as_str(), pod))
             .collect();
+        let pods_by_key: HashMap<&str, &PodView> =
+            view.pods.iter().map(|pod| (pod.key(), pod)).collect();
+        let mut ledger = Ledger::default();
+        for job in &view.migration_jobs {
+            if !matches!(job.phase.as_str(), "" | "Pending" | "Running") {
+                continue;
+            }
+            let key = format!("{}/{}", job.pod_namespace, job.pod_name);
+            let pod = pods_by_uid
+                .get(job.pod_uid.as_str())
+                .or_else(|| pods_by_key.get(key.as_str()))
+                .copied();
+            ledger.add(&job.pod_uid, &key, &job.pod_namespace, pod);
+        }
         Ok(SnapshotEvictor {
             index,
             args,
@@ -134,61 +171,14 @@ impl<'a> SnapshotEvictor<'a> {
             ready_nodes,
             pods_by_controller,
             replicas_by_uid,
-            existing_jobs,
-            planned: Vec::new(),
+            ledger,
+            planned: 0,
             pdb_used: vec![0; view.pdbs.len()],
         })
     }
 
     fn skipped(&self, gate: &str) -> bool {
         self.gates.contains(gate)
-    }
-
-    /// A pod with a Pending or Running migration (in the snapshot or planned).
-    fn migrating(&self, pod: &PodView) -> bool {
-        let key = pod.key();
-        self.existing_jobs
-            .iter()
-            .any(|(uid, job_key, _)| (!uid.is_empty() && *uid == pod.uid) || *job_key == key)
-            || self
-                .planned
-                .iter()
-                .any(|planned| planned.uid == pod.uid && !pod.uid.is_empty() || planned.key == key)
-    }
-
-    /// Jobs (existing and planned) for pods other than `pod`, as (key, node, namespace, controller uid).
-    fn other_migrations(&self, pod: &PodView) -> Vec<(String, Option<&str>, &str, Option<&str>)> {
-        let key = pod.key();
-        let mut out: Vec<(String, Option<&str>, &str, Option<&str>)> = Vec::new();
-        for (uid, job_key, _) in &self.existing_jobs {
-            if (!uid.is_empty() && *uid == pod.uid) || *job_key == key {
-                continue;
-            }
-            let migrating =
-                self.index.view.pods.iter().find(|other| {
-                    (!uid.is_empty() && other.uid == *uid) || other.key() == *job_key
-                });
-            out.push((
-                job_key.clone(),
-                migrating.map(|p| p.node_name.as_str()),
-                job_key.split('/').next().unwrap_or(""),
-                migrating
-                    .and_then(|p| p.controller())
-                    .map(|o| o.uid.as_str()),
-            ));
-        }
-        for planned in &self.planned {
-            if planned.key == key {
-                continue;
-            }
-            out.push((
-                planned.key.clone(),
-                Some(planned.node.as_str()),
-                planned.namespace.as_str(),
-                planned.controller_uid.as_deref(),
-            ));
-        }
-        out
     }
 
     fn expected_replicas(&self, controller_uid: &str) -> i32 {
@@ -325,33 +315,31 @@ impl<'a> SnapshotEvictor<'a> {
         Ok(())
     }
 
-    /// The retryable limits.
+    /// The retryable limits. The pod itself never counts: a pod with a
+    /// migration under way was refused before these checks.
     fn retryable(&self, pod: &PodView) -> Result<(), String> {
         if pod.has_evict_annotation {
             return Ok(());
         }
-        let others = self.other_migrations(pod);
+        let ledger = &self.ledger;
+        let reached = |limit: i32, count: usize| count >= usize::try_from(limit).unwrap_or(0);
         if let Some(limit) = self.args.max_migrating_globally
             && limit > 0
             && !self.skipped("MaxMigratingGlobally")
+            && reached(limit, ledger.total)
         {
-            let count = others.len();
-            if count >= usize::try_from(limit).unwrap_or(0) {
-                return Err(format!(
-                    "maxMigratingGlobally {limit} reached ({count} migrating)"
-                ));
-            }
+            return Err(format!(
+                "maxMigratingGlobally {limit} reached ({} migrating)",
+                ledger.total
+            ));
         }
         if let Some(limit) = self.args.max_migrating_per_node
             && limit > 0
             && !pod.node_name.is_empty()
             && !self.skipped("MaxMigratingPerNode")
         {
-            let count = others
-                .iter()
-                .filter(|(_, node, _, _)| *node == Some(pod.node_name.as_str()))
-                .count();
-            if count >= usize::try_from(limit).unwrap_or(0) {
+            let count = ledger.per_node.get(&pod.node_name).copied().unwrap_or(0);
+            if reached(limit, count) {
                 return Err(format!(
                     "maxMigratingPerNode {limit} reached on node {} ({count} migrating)",
                     pod.node_name
@@ -362,11 +350,12 @@ impl<'a> SnapshotEvictor<'a> {
             && limit > 0
             && !self.skipped("MaxMigratingPerNamespace")
         {
-            let count = others
-                .iter()
-                .filter(|(_, _, namespace, _)| *namespace == pod.namespace)
-                .count();
-            if count >= usize::try_from(limit).unwrap_or(0) {
+            let count = ledger
+                .per_namespace
+                .get(&pod.namespace)
+                .copied()
+                .unwrap_or(0);
+            if reached(limit, count) {
                 return Err(format!(
                     "maxMigratingPerNamespace {limit} reached in namespace {} ({count} migrating)",
                     pod.namespace
@@ -379,15 +368,12 @@ impl<'a> SnapshotEvictor<'a> {
             && !(skip_migrating && skip_unavailable)
         {
             let expected = self.expected_replicas(&owner.uid);
-            let migrating: BTreeSet<&str> = others
-                .iter()
-                .filter(|(_, _, _, controller)| *controller == Some(owner.uid.as_str()))
-                .map(|(key, _, _, _)| key.as_str())
-                .collect();
+            let empty = BTreeSet::new();
+            let migrating = ledger.per_controller.get(&owner.uid).unwrap_or(&empty);
             if !skip_migrating && !migrating.is_empty() {
                 let limit =
                     max_unavailable(expected, self.args.max_migrating_per_workload.as_ref());
-                if migrating.len() >= usize::try_from(limit).unwrap_or(0) {
+                if reached(limit, migrating.len()) {
                     return Err(format!(
                         "maxMigratingPerWorkload {limit} reached for {} {} ({} migrating)",
                         owner.kind,
@@ -397,7 +383,7 @@ impl<'a> SnapshotEvictor<'a> {
                 }
             }
             if !skip_unavailable {
-                let mut unavailable: BTreeSet<String> = self
+                let mut unavailable: BTreeSet<&str> = self
                     .pods_by_controller
                     .get(owner.uid.as_str())
                     .into_iter()
@@ -405,10 +391,10 @@ impl<'a> SnapshotEvictor<'a> {
                     .filter(|p| !(p.occupies_node() && !p.terminating && p.ready))
                     .map(|p| p.key())
                     .collect();
-                unavailable.extend(migrating.iter().map(|key| key.to_string()));
+                unavailable.extend(migrating.iter().map(String::as_str));
                 let limit =
                     max_unavailable(expected, self.args.max_unavailable_per_workload.as_ref());
-                if unavailable.len() >= usize::try_from(limit).unwrap_or(0) {
+                if reached(limit, unavailable.len()) {
                     return Err(format!(
                         "maxUnavailablePerWorkload {limit} reached for {} {} ({} unavailable or migrating)",
                         owner.kind,
@@ -421,9 +407,9 @@ impl<'a> SnapshotEvictor<'a> {
         Ok(())
     }
 
-    /// The migrations started so far, in order.
+    /// How many migrations this evictor started.
     pub fn planned(&self) -> usize {
-        self.planned.len()
+        self.planned
     }
 }
 
@@ -436,7 +422,7 @@ impl Evictor for SnapshotEvictor<'_> {
                 "LowNodeLoad evictableNamespaces",
             )?;
         }
-        if self.migrating(pod) {
+        if self.ledger.contains(pod) {
             return Err("pod already has a Pending or Running PodMigrationJob".to_string());
         }
         if self.args.default_job_mode == "ReservationFirst"
@@ -483,13 +469,9 @@ impl Evictor for SnapshotEvictor<'_> {
         for i in covering {
             self.pdb_used[i] += 1;
         }
-        self.planned.push(Planned {
-            uid: pod.uid.clone(),
-            key: pod.key(),
-            node: pod.node_name.clone(),
-            namespace: pod.namespace.clone(),
-            controller_uid: pod.controller().map(|owner| owner.uid.clone()),
-        });
+        self.ledger
+            .add(&pod.uid, pod.key(), &pod.namespace, Some(pod));
+        self.planned += 1;
         Ok(())
     }
 }
@@ -602,6 +584,116 @@ mod tests {
         assert_eq!(
             max_unavailable(2, Some(&IntOrString::String("10%".into()))),
             1
+        );
+    }
+
+    fn pod(name: &str, node: &str, controller: &str) -> PodView {
+        PodView {
+            key: format!("default/{name}"),
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            node_name: node.into(),
+            owners: vec![crate::model::OwnerView {
+                kind: "ReplicaSet".into(),
+                name: controller.into(),
+                uid: controller.into(),
+                controller: true,
+            }],
+            phase: "Running".into(),
+            ready: true,
+            scheduler_name: "koord-scheduler".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn limits_count_the_snapshots_jobs_and_the_planned_migrations() {
+        let mut view = crate::model::ClusterView::default();
+        for (name, node) in [
+            ("a1", "n1"),
+            ("a2", "n1"),
+            ("a3", "n2"),
+            ("a4", "n2"),
+            ("a5", "n3"),
+        ] {
+            view.pods.push(pod(name, node, "rs-a"));
+        }
+        view.workloads.push(crate::model::WorkloadView {
+            kind: "ReplicaSet".into(),
+            namespace: "default".into(),
+            name: "rs-a".into(),
+            uid: "rs-a".into(),
+            replicas: 5,
+        });
+        view.migration_jobs.push(crate::model::MigrationJobView {
+            name: "job".into(),
+            phase: "Running".into(),
+            pod_namespace: "default".into(),
+            pod_name: "a1".into(),
+            pod_uid: "uid-a1".into(),
+        });
+        // A finished job counts for nothing.
+        view.migration_jobs.push(crate::model::MigrationJobView {
+            name: "old".into(),
+            phase: "Succeeded".into(),
+            pod_namespace: "default".into(),
+            pod_name: "a3".into(),
+            pod_uid: "uid-a3".into(),
+        });
+        let index = ClusterIndex::new(&view);
+        let mut args = MigrationControllerArgs::default();
+        crate::config::defaults::set_migration_controller_defaults(&mut args);
+        args.max_migrating_per_node = Some(1);
+        let mut evictor = SnapshotEvictor::new(&index, &args, None, &[], &HashMap::new()).unwrap();
+        let [a1, a2, a3, a4, a5] = [0, 1, 2, 3, 4].map(|i| &view.pods[i]);
+        assert_eq!(
+            evictor.filter(a1).unwrap_err(),
+            "pod already has a Pending or Running PodMigrationJob"
+        );
+        assert!(
+            evictor
+                .filter(a2)
+                .unwrap_err()
+                .starts_with("maxMigratingPerNode 1 reached on node n1")
+        );
+        // 5 replicas: at most 2 migrating or unavailable; a1 is migrating.
+        evictor.filter(a3).unwrap();
+        evictor.evict(a3, "hot").unwrap();
+        assert!(
+            evictor
+                .filter(a4)
+                .unwrap_err()
+                .starts_with("maxMigratingPerNode 1 reached on node n2")
+        );
+        assert!(
+            evictor
+                .filter(a5)
+                .unwrap_err()
+                .starts_with("maxMigratingPerWorkload 2 reached for ReplicaSet rs-a"),
+            "{:?}",
+            evictor.filter(a5)
+        );
+        let mut args = args.clone();
+        args.skip_eviction_gates = vec!["MaxMigratingPerWorkload".into()];
+        args.max_migrating_globally = Some(1);
+        let evictor = SnapshotEvictor::new(&index, &args, None, &[], &HashMap::new()).unwrap();
+        assert!(
+            evictor
+                .filter(a5)
+                .unwrap_err()
+                .starts_with("maxMigratingGlobally 1 reached")
+        );
+        // A workload whose migration limits would take every replica is protected.
+        let mut single = view.clone();
+        single.workloads[0].replicas = 1;
+        let index = ClusterIndex::new(&single);
+        let evictor = SnapshotEvictor::new(&index, &args, None, &[], &HashMap::new()).unwrap();
+        assert!(
+            evictor
+                .filter(&single.pods[4])
+                .unwrap_err()
+                .contains("expects 1 replicas")
         );
     }
 

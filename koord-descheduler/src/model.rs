@@ -134,6 +134,8 @@ pub struct OwnerView {
 
 #[derive(Clone, Debug, Default)]
 pub struct PodView {
+    /// `namespace/name`.
+    pub key: String,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -169,8 +171,9 @@ pub struct PodView {
 }
 
 impl PodView {
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    /// `namespace/name`, as NodeMetrics and PodMigrationJobs name pods.
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// Succeeded and failed pods hold no resources (upstream `ListPodsOnANode`).
@@ -208,9 +211,12 @@ impl PodView {
         let volumes = spec.and_then(|spec| spec.volumes.as_deref()).unwrap_or(&[]);
         let (requests, bad) = pod_requests(pod);
         problems.extend(bad);
+        let namespace = metadata.namespace.clone().unwrap_or_default();
+        let name = metadata.name.clone().unwrap_or_default();
         PodView {
-            namespace: metadata.namespace.clone().unwrap_or_default(),
-            name: metadata.name.clone().unwrap_or_default(),
+            key: format!("{namespace}/{name}"),
+            namespace,
+            name,
             uid: metadata.uid.clone().unwrap_or_default(),
             node_name: spec
                 .and_then(|spec| spec.node_name.clone())

@@ -38,6 +38,29 @@ pub fn node_fit(pod: &PodView, node: &NodeView, requested_on_node: &Amounts) -> 
     problems
 }
 
+/// Whether [`node_fit`] finds nothing, without building the reasons.
+pub fn fits(pod: &PodView, node: &NodeView, requested_on_node: &Amounts) -> bool {
+    if node.unschedulable || !matches_node_selector(pod, node) {
+        return false;
+    }
+    let untolerated = node.taints.iter().any(|taint| {
+        (taint.effect == "NoSchedule" || taint.effect == "NoExecute")
+            && !pod.tolerations.iter().any(|t| tolerates(t, taint))
+    });
+    if untolerated {
+        return false;
+    }
+    pod.requests.iter().all(
+        |(name, request)| match node.allocatable.get(name).copied() {
+            None if !matches!(name.as_str(), "cpu" | "memory" | "pods") => false,
+            allocatable => {
+                let used = requested_on_node.get(name).copied().unwrap_or(0);
+                *request <= allocatable.unwrap_or(0).saturating_sub(used)
+            }
+        },
+    )
+}
+
 /// Kubernetes `ToleratesTaint`.
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     let effect = toleration.effect.as_deref().unwrap_or("");
@@ -140,6 +163,8 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(node_fit(&pod, &node(), &used), vec!["insufficient cpu"]);
+        assert!(fits(&pod, &node(), &Amounts::new()));
+        assert!(!fits(&pod, &node(), &used));
         pod.node_selector = [("zone".to_string(), "b".to_string())].into();
         assert!(node_fit(&pod, &node(), &Amounts::new())[0].contains("node selector"));
         pod.node_selector.clear();
@@ -181,11 +206,15 @@ mod tests {
             node_fit(&pod, &tainted, &Amounts::new()),
             vec!["node is not schedulable"]
         );
+        assert!(!fits(&pod, &tainted, &Amounts::new()));
+        tainted.unschedulable = false;
+        assert!(fits(&pod, &tainted, &Amounts::new()));
         // An extended resource the node does not offer never fits.
         pod.requests.insert("example.com/fpga".into(), 1);
         assert!(
             node_fit(&pod, &node(), &Amounts::new())
                 .contains(&"insufficient example.com/fpga".to_string())
         );
+        assert!(!fits(&pod, &node(), &Amounts::new()));
     }
 }

@@ -20,7 +20,6 @@ use serde::Serialize;
 use crate::config::types::{ResourceThresholds, ResourceWeights};
 use crate::config::{LowNodeLoadConfig, NodePoolConfig};
 use crate::model::{Amounts, ClusterView, MEMORY, NodeView, PODS, PodView};
-use crate::nodefit::node_fit;
 use anomaly::{DetectorCache, State};
 
 const MIN_PERCENTAGE: f64 = 0.0;
@@ -651,7 +650,7 @@ impl LowNodeLoad {
                     continue;
                 }
             }
-            let prod_keys: HashSet<String> = prod_pods.iter().map(|pod| pod.key()).collect();
+            let prod_keys: HashSet<&str> = prod_pods.iter().map(|pod| pod.key()).collect();
             let mut usage = Vec::with_capacity(resources.len());
             let mut prod_usage = Vec::with_capacity(resources.len());
             for name in resources {
@@ -660,7 +659,7 @@ impl LowNodeLoad {
                 for (key, pod_usage) in &metric.pods {
                     let amount = pod_usage.get(name).copied().unwrap_or(0);
                     used = used.saturating_add(amount);
-                    if prod_keys.contains(key) {
+                    if prod_keys.contains(key.as_str()) {
                         prod_used = prod_used.saturating_add(amount);
                     }
                 }
@@ -843,8 +842,7 @@ impl LowNodeLoad {
                     if !self.config.node_fit {
                         return Ok(());
                     }
-                    let Some(metric) = states[source].pod_metrics.get(pod.key().as_str()).copied()
-                    else {
+                    let Some(metric) = states[source].pod_metrics.get(pod.key()).copied() else {
                         return Err("no usage of the pod in its node's NodeMetric".to_string());
                     };
                     fits_any_target(context, states, targets, pod, metric, prod)
@@ -897,8 +895,7 @@ impl LowNodeLoad {
                     reason,
                     dry_run: self.config.dry_run,
                 });
-                let Some(metric) = states[source].pod_metrics.get(pod.key().as_str()).copied()
-                else {
+                let Some(metric) = states[source].pod_metrics.get(pod.key()).copied() else {
                     // Upstream counts nothing moved for a pod without a metric.
                     continue;
                 };
@@ -1027,12 +1024,12 @@ fn fits_any_target(
     metric: &Amounts,
     prod: bool,
 ) -> Result<(), String> {
-    let mut reasons: Vec<String> = Vec::new();
+    let mut no_fit = 0usize;
+    let mut over_threshold = 0usize;
     for &target in targets {
         let state = &states[target];
-        let problems = node_fit(pod, state.node, &state.requested);
-        if !problems.is_empty() {
-            reasons.push(format!("{}: {}", state.node.name, problems.join(", ")));
+        if !crate::nodefit::fits(pod, state.node, &state.requested) {
+            no_fit += 1;
             continue;
         }
         let state = &mut states[target];
@@ -1041,32 +1038,26 @@ fn fits_any_target(
         } else {
             (&mut state.usage, &state.high)
         };
-        let added: Vec<i64> = context
+        let exceeds = context
             .thresholds
             .resources
             .iter()
-            .map(|name| metric.get(name).copied().unwrap_or(0))
-            .collect();
-        let exceeds = usage
-            .iter()
-            .zip(&added)
+            .zip(usage.iter())
             .zip(high.iter())
-            .any(|((used, add), high)| used.saturating_add(*add) > *high);
+            .any(|((name, used), high)| {
+                used.saturating_add(metric.get(name).copied().unwrap_or(0)) > *high
+            });
         if exceeds {
-            reasons.push(format!(
-                "{}: would go over its high thresholds",
-                state.node.name
-            ));
+            over_threshold += 1;
             continue;
         }
-        for (used, add) in usage.iter_mut().zip(&added) {
-            *used = used.saturating_add(*add);
+        for (name, used) in context.thresholds.resources.iter().zip(usage.iter_mut()) {
+            *used = used.saturating_add(metric.get(name).copied().unwrap_or(0));
         }
         return Ok(());
     }
     Err(format!(
-        "fits no underutilized node ({})",
-        reasons.join("; ")
+        "fits no underutilized node ({no_fit} refuse it by selector, affinity, taints, requests or cordon; {over_threshold} would go over their high thresholds)"
     ))
 }
 
@@ -1099,7 +1090,7 @@ fn order_victims<'a>(
         .map(|pod| sort::Candidate {
             usage_score: state
                 .pod_metrics
-                .get(pod.key().as_str())
+                .get(pod.key())
                 .map(|metric| sort::pod_usage_score(metric, &excess, &weights)),
             pod,
         })

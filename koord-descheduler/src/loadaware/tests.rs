@@ -106,7 +106,7 @@ fn cluster(nodes: Vec<Value>, pods: Vec<Value>) -> ClusterView {
             .pods
             .iter()
             .filter(|pod| pod.node_name == node.name)
-            .map(|pod| (pod.key(), pod.requests.clone()))
+            .map(|pod| (pod.key().to_string(), pod.requests.clone()))
             .collect();
         view.node_metrics.insert(
             node.name.clone(),
@@ -288,7 +288,7 @@ fn without_priorities_four_pods_move_until_the_cold_node_is_full() {
         source
             .skipped
             .iter()
-            .any(|s| s.name == "p5" && s.reason.contains("would go over its high thresholds")),
+            .any(|s| s.name == "p5" && s.reason.contains("1 would go over their high thresholds")),
         "{:?}",
         source.skipped
     );
