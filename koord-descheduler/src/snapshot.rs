@@ -157,7 +157,7 @@ impl Snapshot {
             "Pod" => {
                 let pod: Pod = serde_json::from_value(value).map_err(decode_error)?;
                 let view = PodView::of(&pod);
-                self.note(&kind, &view.key(), &view.problems);
+                self.note(&kind, view.key(), &view.problems);
                 self.view.pods.push(view);
             }
             "NodeMetric" => {
