@@ -95,6 +95,8 @@ impl FeatureGates {
                 disable_default_quota: self.enabled("DisableDefaultQuota", false),
             },
             multi_quota_tree: self.enabled("MultiQuotaTree", false),
+            disable_device_resource_spec: self.enabled("DisableDeviceResourceSpec", false),
+            validate_pod_device_resource: self.enabled("ValidatePodDeviceResource", false),
         }
     }
 }

@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use super::binding_admission::{BindingAdmission, DENIED_MESSAGE, Outcome, Screen};
 use super::cache::WebhookCaches;
 use super::configmap::{SloConfigRef, validate_configmap};
+use super::device_resource::{mutate_device_resources, validate_device_resources};
 use super::elasticquota::{
     QuotaOptions, fill_quota_defaults, validate_pod_quota, validate_quota_with,
 };
@@ -178,6 +179,12 @@ pub struct AdmissionGates {
     pub quota_evaluation: EvaluationGates,
     /// Upstream feature gate `MultiQuotaTree`: pods get their quota tree's node affinity.
     pub multi_quota_tree: bool,
+    /// Upstream feature gate `DisableDeviceResourceSpec` (GPU requests are
+    /// completed at create unless it is on).
+    pub disable_device_resource_spec: bool,
+    /// Upstream feature gate `ValidatePodDeviceResource` (GPU requests are
+    /// checked at create and update when it is on).
+    pub validate_pod_device_resource: bool,
 }
 
 /// How long the pod webhook waits for a namespace or PriorityClass missing from the cache.
@@ -625,6 +632,12 @@ impl Handlers {
             }
             other => other,
         };
+        // Last, as upstream: after profiles, extended resources and quota trees.
+        let outcome = outcome.map(|changed| {
+            let by_devices =
+                !self.gates.disable_device_resource_spec && mutate_device_resources(&mut mutated);
+            changed || by_devices
+        });
         match outcome {
             Ok(false) => Decision::allow(),
             Ok(true) => match serde_json::to_value(&mutated) {
@@ -741,26 +754,35 @@ impl Handlers {
         if !errors.is_empty() {
             return Decision::bad_request(aggregate(&errors));
         }
-        if !self.gates.quota_evaluation.enabled {
-            return Decision::allow();
+        if self.gates.quota_evaluation.enabled {
+            let started = Instant::now();
+            let evaluated = self
+                .evaluate_quota(request, &new_pod, old_pod.as_ref())
+                .await;
+            // Upstream answers every failure of this check with 400 and the message.
+            let decision = match evaluated {
+                Ok(()) => Decision::allow(),
+                Err(reason) => Decision::bad_request(reason),
+            };
+            self.metrics.observe(
+                PATH_VALIDATE_POD,
+                request.operation,
+                "EvaluateQuota",
+                &decision,
+                started,
+            );
+            if !decision.allowed {
+                return decision;
+            }
         }
-        let started = Instant::now();
-        let evaluated = self
-            .evaluate_quota(request, &new_pod, old_pod.as_ref())
-            .await;
-        // Upstream answers every failure of this check with 400 and the message.
-        let decision = match evaluated {
-            Ok(()) => Decision::allow(),
-            Err(reason) => Decision::bad_request(reason),
-        };
-        self.metrics.observe(
-            PATH_VALIDATE_POD,
-            request.operation,
-            "EvaluateQuota",
-            &decision,
-            started,
-        );
-        decision
+        // After the quota checks, as upstream orders them; 400 like the rest.
+        if self.gates.validate_pod_device_resource {
+            let device_errors = validate_device_resources(&new_pod);
+            if !device_errors.is_empty() {
+                return Decision::bad_request(aggregate(&device_errors));
+            }
+        }
+        Decision::allow()
     }
 
     fn mutate_quota(&self, request: &AdmissionRequest) -> Decision {
@@ -1555,6 +1577,61 @@ mod tests {
             patch[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
                 [0]["matchExpressions"][0],
             serde_json::json!({"key": "pool", "operator": "In", "values": ["a"]})
+        );
+    }
+
+    fn gpu_pod_create(requests: serde_json::Value) -> AdmissionRequest {
+        serde_json::from_value(serde_json::json!({
+            "uid": "g", "operation": "CREATE", "name": "g", "namespace": "team",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "g", "namespace": "team"},
+                "spec": {"containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": requests.clone(), "limits": requests}}]}}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn gpu_pods_are_completed_at_create_and_checked_behind_the_gate() {
+        let mut handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        let whole = gpu_pod_create(serde_json::json!({"koordinator.sh/gpu": "200"}));
+        let decision = handlers.handle(PATH_MUTATE_POD, &whole).await;
+        let patch = serde_json::to_value(decision.patch.unwrap()).unwrap();
+        let text = patch.to_string();
+        // (JSON pointers write '/' as "~1".)
+        for expected in [
+            "requests/koordinator.sh~1gpu-core\",\"value\":\"200",
+            "requests/koordinator.sh~1gpu-memory-ratio\",\"value\":\"200",
+            "requests/koordinator.sh~1gpu.shared\",\"value\":\"2",
+        ] {
+            assert!(text.contains(expected), "{expected} missing from {text}");
+        }
+        handlers.gates.disable_device_resource_spec = true;
+        assert!(
+            handlers
+                .handle(PATH_MUTATE_POD, &whole)
+                .await
+                .patch
+                .is_none()
+        );
+
+        let both = gpu_pod_create(
+            serde_json::json!({"koordinator.sh/gpu": "100", "koordinator.sh/gpu.shared": "1"}),
+        );
+        // Off by default, as upstream.
+        assert!(handlers.handle(PATH_VALIDATE_POD, &both).await.allowed);
+        handlers.gates.validate_pod_device_resource = true;
+        let refused = handlers.handle(PATH_VALIDATE_POD, &both).await;
+        assert!(!refused.allowed);
+        assert_eq!(refused.code, 400);
+        assert!(
+            refused
+                .message
+                .contains("Forbidden declare GPU and GPU share at same time"),
+            "{}",
+            refused.message
         );
     }
 }

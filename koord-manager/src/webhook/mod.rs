@@ -27,6 +27,7 @@ use kube::runtime::watcher;
 pub mod binding_admission;
 pub mod cache;
 pub mod configmap;
+pub mod device_resource;
 pub mod elasticquota;
 pub mod eviction;
 pub mod features;
