@@ -324,3 +324,38 @@ pub async fn set_threshold_config(
         .await?;
     Ok(())
 }
+
+/// Fails unless the koord-manager Deployment runs with every one of `gates` set to `true` in its
+/// `--feature-gates` argument; the error names the helm flag that turns them on.
+pub async fn require_manager_gates(client: &Client, gates: &[&str]) -> anyhow::Result<()> {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let deployment = deployments
+        .get("koord-manager")
+        .await
+        .context("the koord-manager Deployment")?;
+    let args: Vec<String> = deployment
+        .spec
+        .and_then(|spec| spec.template.spec)
+        .map(|spec| spec.containers)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|container| container.args.unwrap_or_default())
+        .collect();
+    let enabled: Vec<&str> = args
+        .iter()
+        .filter_map(|arg| arg.trim_start_matches('-').strip_prefix("feature-gates="))
+        .flat_map(|list| list.split(','))
+        .filter_map(|entry| entry.trim().strip_suffix("=true"))
+        .collect();
+    let missing: Vec<&&str> = gates.iter().filter(|g| !enabled.contains(g)).collect();
+    if !missing.is_empty() {
+        let flag: Vec<String> = missing.iter().map(|g| format!("{g}=true")).collect();
+        bail!(
+            "koord-manager runs without {missing:?} (args {args:?}); install the chart with \
+             --set-string featureGates={}",
+            flag.join("\\,")
+        );
+    }
+    Ok(())
+}
