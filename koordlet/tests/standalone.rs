@@ -14,21 +14,16 @@
 //! everything created is removed even when the test fails.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use apis::extension::QuantityValue;
 use koord_common::testing::{
     HTTP_WAIT, PROCESS_WAIT, TempDir, TestProcess, http_get_blocking, isolated_command,
     wait_for_http_status,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_koordlet");
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-/// Hierarchies the pods' cgroups are created in; the collector reads CPU from
-/// cpuacct, throttling from cpu and memory from memory.
-const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
 /// The CFS quota of pod B: half a core.
 const QUOTA_US: u64 = 50_000;
 const PERIOD_US: u64 = 100_000;
@@ -38,185 +33,9 @@ const APP_QUOTA_US: u64 = 20_000;
 const POD_A_CPU_REQUEST: &str = "4";
 const POD_A_MEMORY_REQUEST_GIB: i64 = 8;
 
-/// One pod: its UID, its one container's ID, the busy process inside.
-struct TestPod {
-    name: &'static str,
-    uid: String,
-    container_id: String,
-    /// This run's kubepods directory.
-    kubepods: String,
-}
+mod support;
 
-impl TestPod {
-    fn relative_dir(&self) -> PathBuf {
-        PathBuf::from(format!("{}/burstable/pod{}", self.kubepods, self.uid))
-    }
-
-    fn container_dir(&self) -> PathBuf {
-        self.relative_dir().join(&self.container_id)
-    }
-
-    fn cpuacct_usage_ns(&self) -> u64 {
-        let path = Path::new(CGROUP_ROOT)
-            .join("cpuacct")
-            .join(self.relative_dir())
-            .join("cpuacct.usage");
-        fs::read_to_string(&path).unwrap().trim().parse().unwrap()
-    }
-}
-
-/// Removes what the test created, even on panic: kills the busy processes
-/// (which empties their cgroups) and removes the directories bottom-up.
-struct Cleanup {
-    processes: Vec<Child>,
-    dirs: Vec<PathBuf>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for process in &mut self.processes {
-            let _ = process.kill();
-            let _ = process.wait();
-        }
-        for dir in self.dirs.iter().rev() {
-            // A killed task may take a moment to leave its cgroup.
-            for _ in 0..50 {
-                if fs::remove_dir(dir).is_ok() || !dir.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// Why the test cannot run here, if it cannot.
-fn skip_reason() -> Option<String> {
-    for controller in CONTROLLERS {
-        let root = Path::new(CGROUP_ROOT).join(controller);
-        if !root.join("cgroup.procs").exists() {
-            return Some(format!("{} is not a cgroup v1 hierarchy", root.display()));
-        }
-    }
-    let probe = Path::new(CGROUP_ROOT)
-        .join("cpu")
-        .join(format!("koord-test-{}-probe", std::process::id()));
-    match fs::create_dir(&probe) {
-        Ok(()) => {
-            let _ = fs::remove_dir(&probe);
-            None
-        }
-        Err(err) => Some(format!(
-            "cannot create cgroups under {CGROUP_ROOT}/cpu ({err}); needs root"
-        )),
-    }
-}
-
-/// Creates `dir` below each controller, recording what was new.
-fn create_cgroup(relative: &Path, cleanup: &mut Cleanup) {
-    for controller in CONTROLLERS {
-        let dir = Path::new(CGROUP_ROOT).join(controller).join(relative);
-        if !dir.exists() {
-            fs::create_dir(&dir).unwrap_or_else(|err| panic!("mkdir {}: {err}", dir.display()));
-            cleanup.dirs.push(dir);
-        }
-    }
-}
-
-/// Starts a process spinning on one CPU and moves it into the container's
-/// cpu and cpuacct cgroups (memory is left alone: the test's own memory
-/// cgroup must keep accounting for it).
-fn start_busy_process(pod: &TestPod, cleanup: &mut Cleanup) {
-    start_busy_process_in(&pod.container_dir(), cleanup);
-}
-
-fn cpuacct_usage_ns(relative: &Path) -> u64 {
-    let path = Path::new(CGROUP_ROOT)
-        .join("cpuacct")
-        .join(relative)
-        .join("cpuacct.usage");
-    fs::read_to_string(&path).unwrap().trim().parse().unwrap()
-}
-
-fn start_busy_process_in(relative: &Path, cleanup: &mut Cleanup) {
-    let child = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    cleanup.processes.push(child);
-    for controller in ["cpu", "cpuacct"] {
-        let procs = Path::new(CGROUP_ROOT)
-            .join(controller)
-            .join(relative)
-            .join("cgroup.procs");
-        fs::write(&procs, pid.to_string())
-            .unwrap_or_else(|err| panic!("attach {pid} to {}: {err}", procs.display()));
-    }
-}
-
-/// Two days ago: past the predictor's 24 h cold start.
-fn two_days_ago() -> String {
-    let then = SystemTime::now() - Duration::from_secs(2 * 86_400);
-    k8s_openapi::jiff::Timestamp::try_from(then)
-        .unwrap()
-        .to_string()
-}
-
-fn pod_json(
-    pod: &TestPod,
-    labels: serde_json::Value,
-    requests: serde_json::Value,
-) -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod.name, "namespace": "koord-test", "uid": pod.uid, "labels": labels,
-            "creationTimestamp": two_days_ago(),
-        },
-        "spec": {"containers": [{"name": "busy", "image": "busybox", "resources": {"requests": requests}}]},
-        "status": {
-            "phase": "Running",
-            "qosClass": "Burstable",
-            "containerStatuses": [{
-                "name": "busy", "containerID": format!("containerd://{}", pod.container_id),
-                "image": "busybox", "imageID": "", "ready": true, "restartCount": 0
-            }]
-        }
-    })
-}
-
-fn cores(quantity: &serde_json::Value) -> f64 {
-    let text = quantity.as_str().unwrap_or_default();
-    QuantityValue::parse(text).unwrap().milli_value() as f64 / 1000.0
-}
-
-fn bytes(quantity: &serde_json::Value) -> f64 {
-    let text = quantity.as_str().unwrap_or_default();
-    QuantityValue::parse(text).unwrap().value() as f64
-}
-
-/// Seconds since the epoch of an RFC 3339 `updateTime`.
-fn seconds_since_epoch(text: &str) -> Option<u64> {
-    let timestamp: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
-    u64::try_from(timestamp.as_second()).ok()
-}
-
-/// Number of CPUs in a list such as `0-3,8`.
-fn count_cpus(text: &str) -> usize {
-    text.trim()
-        .split(',')
-        .filter(|part| !part.is_empty())
-        .map(|part| match part.split_once('-') {
-            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-            None => 1,
-        })
-        .sum()
-}
+use support::standalone::*;
 
 #[test]
 fn standalone_node_metric_matches_the_generated_load() {
