@@ -6,6 +6,8 @@ LC_REPO=$(cd "$LC_HERE/../.." && pwd)
 
 K8S_VERSION=${KOORD_LOCAL_K8S_VERSION:-v1.35.4}
 ETCD_VERSION=${KOORD_LOCAL_ETCD_VERSION:-v3.6.16}
+# KWOK simulates extra nodes (`local-cluster.sh kwok up`); built only when asked for.
+KWOK_VERSION=${KOORD_LOCAL_KWOK_VERSION:-v0.8.0}
 # Built binaries, by version: kept by `down`, so a second `up` builds nothing.
 LC_CACHE=${KOORD_LOCAL_CLUSTER_CACHE:-/var/cache/koord-local-cluster}
 # Everything a running cluster owns (PKI, etcd data, logs, containerd state); `down` deletes it.
@@ -33,6 +35,10 @@ LC_HOST_DIRS="/var/run/koordlet /etc/runtime/hookserver.d /etc/runtime /etc/kube
 
 LC_K8S_BIN=$LC_CACHE/kubernetes-$K8S_VERSION/bin
 LC_ETCD_BIN=$LC_CACHE/etcd-$ETCD_VERSION/bin
+LC_KWOK_BIN=$LC_CACHE/kwok-$KWOK_VERSION/bin
+# Simulated nodes carry this annotation (kwok manages only them) and a NoSchedule taint of the same
+# key, so only pods that tolerate it (a test's own) land there.
+LC_KWOK_NODE_KEY=kwok.x-k8s.io/node
 LC_PKI=$LC_DIR/pki
 LC_LOGS=$LC_DIR/logs
 LC_PIDS=$LC_DIR/pids

@@ -8,6 +8,7 @@
 #   local-cluster.sh logs DIR    copy every component's log and the cluster's state to DIR
 #   local-cluster.sh restart containerd|kubelet
 #   local-cluster.sh settle [MILLI]  wait until the node's batch-cpu allocatable is >= MILLI
+#   local-cluster.sh kwok up|node NAME [CPU] [MEMORY]|down   simulated nodes (KWOK)
 # See README.md beside this file.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -70,6 +71,19 @@ build() {
   fi
 }
 
+# KWOK, only for `kwok up`: the suite's simulated nodes (a second node for the descheduler).
+build_kwok() {
+  grep -q "sigs.k8s.io/kwok $KWOK_VERSION\$" "$LC_HERE/kwok/go.mod" \
+    || lc_die "hack/local-cluster/kwok/go.mod does not pin sigs.k8s.io/kwok $KWOK_VERSION"
+  [ -x "$LC_KWOK_BIN/kwok" ] && return 0
+  lc_log "building kwok $KWOK_VERSION"
+  local t0=$SECONDS tmp=$LC_KWOK_BIN.tmp
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  (cd "$LC_HERE/kwok" && go build -mod=readonly -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
+  rm -rf "$LC_KWOK_BIN" && mv "$tmp" "$LC_KWOK_BIN"
+  lc_log "kwok built in $((SECONDS - t0)) s"
+}
+
 # ---------------------------------------------------------------- PKI
 
 # cert NAME CN ORG SANS: a key and a CA-signed certificate (client and server usage).
@@ -128,6 +142,8 @@ pki() {
     cert controller-manager system:kube-controller-manager "" ""
     cert scheduler system:kube-scheduler "" ""
     cert kube-proxy system:kube-proxy "" ""
+    # kwok writes the status of simulated nodes and of pods bound to them, and deletes those pods.
+    cert kwok koord-local-kwok system:masters ""
     cert kubelet-client "system:node:$LC_NODE" system:nodes ""
     cert kubelet-serving "system:node:$LC_NODE" system:nodes "DNS:$LC_NODE,DNS:localhost,IP:$LC_NODE_IP,IP:127.0.0.1"
     # Service-account tokens: RSA, which every consumer of the JWKS accepts.
@@ -139,6 +155,7 @@ pki() {
   kubeconfig controller-manager controller-manager "$inside"
   kubeconfig scheduler scheduler "$inside"
   kubeconfig kube-proxy kube-proxy "$inside"
+  kubeconfig kwok kwok "$inside"
   kubeconfig kubelet kubelet-client "$inside"
 }
 
@@ -467,6 +484,7 @@ unmount_below() {
 cmd_down() {
   local t0=$SECONDS
   # The node first, so nothing recreates what the runtime's teardown removes.
+  stop kwok
   stop kube-proxy
   stop kubelet
   if [ -d "$LC_NR_ROOT/run" ]; then
@@ -527,6 +545,10 @@ cmd_status() {
   done
   if lc_kubectl get --raw /readyz >/dev/null 2>&1; then echo "API server: ready at https://127.0.0.1:$LC_API_PORT"
   else echo "API server: not answering"; healthy=1; fi
+  if [ -e "$LC_PIDS/kwok" ]; then
+    if running kwok; then printf '%-26s running (pid %s)\n' kwok "$(pid_of kwok)"
+    else printf '%-26s NOT RUNNING (log: %s)\n' kwok "$LC_LOGS/kwok.log"; healthy=1; fi
+  fi
   lc_kubectl get nodes -o wide 2>/dev/null || true
   lc_kubectl get pods -A -o wide 2>/dev/null || true
   echo "KUBECONFIG=$LC_KUBECONFIG"
@@ -602,8 +624,60 @@ cmd_restart() {
   esac
 }
 
+simulated_node_ready() {
+  lc_kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+}
+
+# kwok up: build (cached) and start kwok, which simulates the nodes annotated $LC_KWOK_NODE_KEY=fake.
+# kwok node NAME [CPU] [MEMORY]: create (or keep) such a node, Ready within seconds.
+# kwok down: delete the simulated nodes and stop kwok.
+cmd_kwok() {
+  [ -e "$LC_MARK" ] || lc_die "no local cluster (up first)"
+  case "${1:-}" in
+    up)
+      build_kwok
+      if running kwok; then lc_log "kwok already runs (pid $(pid_of kwok))"; return 0; fi
+      # Its own server (metrics, health) on the namespace's loopback only.
+      start kwok "$LC_KWOK_BIN/kwok" --kubeconfig="$LC_CONF/kwok.kubeconfig" \
+        --config="$LC_HERE/kwok/stages.yaml" \
+        --manage-all-nodes=false --manage-nodes-with-annotation-selector="$LC_KWOK_NODE_KEY=fake" \
+        --node-lease-duration-seconds=40 --cidr=10.245.0.0/16 --node-ip=10.245.0.1 \
+        --server-address=127.0.0.1:10247
+      wait_for kwok 60 "$LC_LOGS/kwok.log" lc_in_netns curl -sf http://127.0.0.1:10247/healthz
+      lc_log "kwok runs; add a simulated node with: local-cluster.sh kwok node NAME [CPU] [MEMORY]"
+      ;;
+    node)
+      local name=${2:?usage: local-cluster.sh kwok node NAME [CPU] [MEMORY]} cpu=${3:-8} memory=${4:-32Gi}
+      [[ $name =~ ^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$ ]] || lc_die "invalid node name $name"
+      [[ $cpu =~ ^[0-9]+m?$ && $memory =~ ^[0-9]+(Ki|Mi|Gi)?$ ]] || lc_die "invalid capacity $cpu / $memory"
+      running kwok || lc_die "kwok is not running (local-cluster.sh kwok up)"
+      lc_kubectl apply -f - >/dev/null <<NODE
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations: {$LC_KWOK_NODE_KEY: fake}
+  labels: {kubernetes.io/hostname: $name, kubernetes.io/os: linux, kubernetes.io/arch: amd64, type: kwok}
+spec:
+  taints: [{key: $LC_KWOK_NODE_KEY, value: fake, effect: NoSchedule}]
+status:
+  capacity: {cpu: "$cpu", memory: "$memory", pods: "110"}
+  allocatable: {cpu: "$cpu", memory: "$memory", pods: "110"}
+NODE
+      wait_for "simulated node $name Ready" 60 "$LC_LOGS/kwok.log" simulated_node_ready "$name"
+      lc_log "simulated node $name Ready ($cpu CPU, $memory)"
+      ;;
+    down)
+      lc_kubectl delete nodes -l type=kwok --ignore-not-found >/dev/null || true
+      stop kwok
+      ;;
+    *) lc_die "usage: local-cluster.sh kwok up|node NAME [CPU] [MEMORY]|down" ;;
+  esac
+}
+
 case "$cmd" in
   up) cmd_up ;;
+  kwok) cmd_kwok "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   build) ensure_packages; build ;;
@@ -612,5 +686,5 @@ case "$cmd" in
   logs) cmd_logs "$@" ;;
   restart) cmd_restart "$@" ;;
   settle) cmd_settle "$@" ;;
-  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,12p' "$0" >&2; exit 2 ;;
 esac
