@@ -151,21 +151,28 @@ pub fn arbitrate<'a>(
     for w in waiting {
         let verdict = match w.pod {
             None => Verdict::Passed,
-            Some(pod) => match evictor.arbitrate(pod) {
-                Ok(()) => {
+            Some(pod) => {
+                let verdict = verdict_from(evictor.arbitrate(pod), pod.key());
+                if verdict == Verdict::Passed {
                     evictor.admit(pod);
-                    Verdict::Passed
                 }
-                Err(ArbitrationRefusal::Forbidden(why)) => Verdict::Forbidden(format!(
-                    "Pod \"{}\" is forbidden to migrate because it does not meet the requirements: {why}",
-                    pod.key()
-                )),
-                Err(ArbitrationRefusal::Limited(why)) => Verdict::Limited(why),
-            },
+                verdict
+            }
         };
         verdicts.push((w.job, verdict));
     }
     verdicts
+}
+
+/// The verdict of the evictor's answer for the pod `key`.
+pub fn verdict_from(answer: Result<(), ArbitrationRefusal>, key: &str) -> Verdict {
+    match answer {
+        Ok(()) => Verdict::Passed,
+        Err(ArbitrationRefusal::Forbidden(why)) => Verdict::Forbidden(format!(
+            "Pod \"{key}\" is forbidden to migrate because it does not meet the requirements: {why}"
+        )),
+        Err(ArbitrationRefusal::Limited(why)) => Verdict::Limited(why),
+    }
 }
 
 /// Running or passed jobs per batch-Job owner uid, for [`sort`].
