@@ -70,3 +70,11 @@ pub fn trigger_and_reason(
     }
     (trigger, reason)
 }
+
+/// `MigrationControllerArgs` with upstream's defaults applied (what a
+/// configuration file without MigrationController args yields).
+pub fn default_args() -> crate::config::types::MigrationControllerArgs {
+    let mut args = crate::config::types::MigrationControllerArgs::default();
+    crate::config::defaults::set_migration_controller_defaults(&mut args);
+    args
+}
