@@ -420,13 +420,15 @@ impl<'a> SnapshotEvictor<'a> {
     /// `filtering`): the non-retryable filters, then the limits. The pod's
     /// own job must not be among the snapshot's counted jobs.
     pub fn arbitrate(&self, pod: &PodView) -> Result<(), ArbitrationRefusal> {
-        self.non_retryable(pod).map_err(ArbitrationRefusal::Forbidden)?;
+        self.non_retryable(pod)
+            .map_err(ArbitrationRefusal::Forbidden)?;
         self.retryable(pod).map_err(ArbitrationRefusal::Limited)
     }
 
     /// Counts `pod` as migrating from now on (a job that passed arbitration).
     pub fn admit(&mut self, pod: &PodView) {
-        self.ledger.add(&pod.uid, pod.key(), &pod.namespace, Some(pod));
+        self.ledger
+            .add(&pod.uid, pod.key(), &pod.namespace, Some(pod));
     }
 
     /// How many migrations this evictor started.

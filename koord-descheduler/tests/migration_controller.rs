@@ -62,11 +62,27 @@ fn answer(world: &Mutex<World>, request: &RecordedRequest) -> Option<(u16, Strin
     let body: Value = serde_json::from_str(&request.body).unwrap_or(Value::Null);
     let version = world.version;
     match (method, path.as_str()) {
-        ("GET", PMJ) => return Some(list("PodMigrationJobList", world.jobs.values().cloned().collect(), version)),
-        ("GET", "/api/v1/pods") => return Some(list("PodList", world.pods.values().cloned().collect(), version)),
+        ("GET", PMJ) => {
+            return Some(list(
+                "PodMigrationJobList",
+                world.jobs.values().cloned().collect(),
+                version,
+            ));
+        }
+        ("GET", "/api/v1/pods") => {
+            return Some(list(
+                "PodList",
+                world.pods.values().cloned().collect(),
+                version,
+            ));
+        }
         ("GET", "/api/v1/nodes") => return Some(list("NodeList", vec![], version)),
-        ("GET", "/apis/apps/v1/statefulsets") => return Some(list("StatefulSetList", vec![], version)),
-        ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") => return Some(list("PriorityClassList", vec![], version)),
+        ("GET", "/apis/apps/v1/statefulsets") => {
+            return Some(list("StatefulSetList", vec![], version));
+        }
+        ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") => {
+            return Some(list("PriorityClassList", vec![], version));
+        }
         ("GET", "/apis/apps/v1/replicasets") => {
             let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
                 "metadata": {"name": "web", "namespace": "default", "uid": "rs-uid", "resourceVersion": "1"},
@@ -74,7 +90,10 @@ fn answer(world: &Mutex<World>, request: &RecordedRequest) -> Option<(u16, Strin
             return Some(list("ReplicaSetList", vec![rs], version));
         }
         ("POST", RESERVATIONS) => {
-            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             if world.reservations.contains_key(&name) {
                 return Some(status(409, "AlreadyExists", "exists"));
             }
@@ -187,22 +206,37 @@ impl Harness {
         config.default_retry = false;
         let client = kube::Client::try_from(config).unwrap();
         let mut args: MigrationControllerArgs = koord_descheduler::migration::default_args();
-        args.arbitration_args.as_mut().unwrap().interval =
-            Some(apis::extension::duration::GoDuration::from_std(Duration::from_millis(100)));
-        let handle = MigrationHandle::new(args).unwrap().with_options(ControllerOptions {
-            requeue_after: Duration::from_millis(100),
-            base_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(300),
-        });
+        args.arbitration_args.as_mut().unwrap().interval = Some(
+            apis::extension::duration::GoDuration::from_std(Duration::from_millis(100)),
+        );
+        let handle = MigrationHandle::new(args)
+            .unwrap()
+            .with_options(ControllerOptions {
+                requeue_after: Duration::from_millis(100),
+                base_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_millis(300),
+            });
         let shutdown = Shutdown::new();
         let registry = MetricsRegistry::new("koord_descheduler");
         let task = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
-                run_migration_controller(client, handle, &registry, Leadership::unconditional(), shutdown).await
+                run_migration_controller(
+                    client,
+                    handle,
+                    &registry,
+                    Leadership::unconditional(),
+                    shutdown,
+                )
+                .await
             }
         });
-        Harness { server, world, shutdown, task }
+        Harness {
+            server,
+            world,
+            shutdown,
+            task,
+        }
     }
 
     fn job(&self, name: &str) -> Value {
@@ -215,8 +249,15 @@ impl Harness {
             if check(&self.world.lock().unwrap()) {
                 return;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; requests: {:#?}",
-                self.server.recorded().iter().map(|r| format!("{} {}", r.method, r.target)).collect::<Vec<_>>());
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; requests: {:#?}",
+                self.server
+                    .recorded()
+                    .iter()
+                    .map(|r| format!("{} {}", r.method, r.target))
+                    .collect::<Vec<_>>()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -230,8 +271,13 @@ impl Harness {
     }
 
     async fn stop(self) {
-        self.shutdown.trigger(ShutdownReason::Requested("test".into()));
-        tokio::time::timeout(Duration::from_secs(5), self.task).await.unwrap().unwrap().unwrap();
+        self.shutdown
+            .trigger(ShutdownReason::Requested("test".into()));
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
     }
 }
 
@@ -244,22 +290,38 @@ async fn reservation_first_reserves_evicts_and_succeeds_when_the_replacement_is_
     let harness = Harness::start(job("job-1", "ReservationFirst", "5m"), Evictions::Allow);
     // Arbitration passes it, it runs, and it creates the Reservation.
     harness
-        .wait_for("the reservation", Duration::from_secs(10), |w| w.reservations.contains_key("uid-job-1"))
+        .wait_for("the reservation", Duration::from_secs(10), |w| {
+            w.reservations.contains_key("uid-job-1")
+        })
         .await;
     let created = harness.world.lock().unwrap().reservations["uid-job-1"].clone();
     assert_eq!(created["spec"]["allocateOnce"], json!(true));
-    assert_eq!(created["spec"]["owners"][0]["controller"]["name"], json!("web"));
-    assert_eq!(created["metadata"]["labels"]["app.kubernetes.io/created-by"], json!("koord-descheduler"));
     assert_eq!(
-        created["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"],
+        created["spec"]["owners"][0]["controller"]["name"],
+        json!("web")
+    );
+    assert_eq!(
+        created["metadata"]["labels"]["app.kubernetes.io/created-by"],
+        json!("koord-descheduler")
+    );
+    assert_eq!(
+        created["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchFields"][0]["values"],
         json!(["node-1"])
     );
     let job1 = harness.job("job-1");
-    assert_eq!(job1["metadata"]["annotations"]["descheduler.koordinator.sh/passed-arbitration"], json!("true"));
+    assert_eq!(
+        job1["metadata"]["annotations"]["descheduler.koordinator.sh/passed-arbitration"],
+        json!("true")
+    );
     assert_eq!(job1["spec"]["podRef"]["uid"], json!("uid-victim"));
     // Pending reservation: no eviction yet.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(harness.requests("POST", "/api/v1/namespaces/default/pods/victim/eviction").is_empty());
+    assert!(
+        harness
+            .requests("POST", "/api/v1/namespaces/default/pods/victim/eviction")
+            .is_empty()
+    );
     assert_eq!(phase(&harness.job("job-1")), "Running");
     // The scheduler places it.
     {
@@ -269,14 +331,19 @@ async fn reservation_first_reserves_evicts_and_succeeds_when_the_replacement_is_
             "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled"}]});
     }
     harness
-        .wait_for("the eviction", Duration::from_secs(10), |w| !w.pods.contains_key("default/victim"))
+        .wait_for("the eviction", Duration::from_secs(10), |w| {
+            !w.pods.contains_key("default/victim")
+        })
         .await;
     let evictions = harness.requests("POST", "/api/v1/namespaces/default/pods/victim/eviction");
     assert_eq!(evictions.len(), 1);
     let eviction: Value = serde_json::from_str(&evictions[0].body).unwrap();
     assert_eq!(eviction["kind"], json!("Eviction"));
     assert_eq!(eviction["apiVersion"], json!("policy/v1"));
-    assert_eq!(eviction["deleteOptions"]["preconditions"]["uid"], json!("uid-victim"));
+    assert_eq!(
+        eviction["deleteOptions"]["preconditions"]["uid"],
+        json!("uid-victim")
+    );
     // Waiting for a pod to take the reservation.
     harness
         .wait_for("WaitForPodBindReservation", Duration::from_secs(10), |w| {
@@ -287,16 +354,24 @@ async fn reservation_first_reserves_evicts_and_succeeds_when_the_replacement_is_
     // The replacement takes it and becomes ready.
     {
         let mut world = harness.world.lock().unwrap();
-        world.pods.insert("default/victim-2".into(), pod("victim-2", "node-2", true));
+        world
+            .pods
+            .insert("default/victim-2".into(), pod("victim-2", "node-2", true));
         let reservation = world.reservations.get_mut("uid-job-1").unwrap();
-        reservation["status"]["currentOwners"] = json!([{"namespace": "default", "name": "victim-2", "uid": "uid-victim-2"}]);
+        reservation["status"]["currentOwners"] =
+            json!([{"namespace": "default", "name": "victim-2", "uid": "uid-victim-2"}]);
     }
     harness
-        .wait_for("Succeeded", Duration::from_secs(10), |w| w.jobs["job-1"]["status"]["phase"] == json!("Succeeded"))
+        .wait_for("Succeeded", Duration::from_secs(10), |w| {
+            w.jobs["job-1"]["status"]["phase"] == json!("Succeeded")
+        })
         .await;
     let done = harness.job("job-1");
     assert_eq!(done["status"]["status"], json!("Complete"));
-    assert_eq!(done["status"]["message"], json!("Bind Pod \"default/victim-2\" in Reservation \"uid-job-1\""));
+    assert_eq!(
+        done["status"]["message"],
+        json!("Bind Pod \"default/victim-2\" in Reservation \"uid-job-1\"")
+    );
     assert_eq!(done["status"]["podRef"]["name"], json!("victim-2"));
     // Every write of the job carried the resourceVersion it read (none conflicted).
     let job_writes: Vec<_> = harness
@@ -308,7 +383,11 @@ async fn reservation_first_reserves_evicts_and_succeeds_when_the_replacement_is_
     assert!(job_writes.len() >= 5, "{}", job_writes.len());
     for write in &job_writes {
         let body: Value = serde_json::from_str(&write.body).unwrap();
-        assert!(body["metadata"]["resourceVersion"].is_string(), "{}", write.body);
+        assert!(
+            body["metadata"]["resourceVersion"].is_string(),
+            "{}",
+            write.body
+        );
     }
     harness.stop().await;
 }
@@ -317,24 +396,57 @@ async fn reservation_first_reserves_evicts_and_succeeds_when_the_replacement_is_
 async fn a_reservation_that_never_becomes_available_times_the_job_out_and_is_deleted() {
     let harness = Harness::start(job("job-2", "ReservationFirst", "2s"), Evictions::Allow);
     harness
-        .wait_for("the reservation", Duration::from_secs(10), |w| w.reservations.contains_key("uid-job-2"))
+        .wait_for("the reservation", Duration::from_secs(10), |w| {
+            w.reservations.contains_key("uid-job-2")
+        })
         .await;
     harness
-        .wait_for("Failed", Duration::from_secs(10), |w| w.jobs["job-2"]["status"]["phase"] == json!("Failed"))
+        .wait_for("Failed", Duration::from_secs(10), |w| {
+            w.jobs["job-2"]["status"]["phase"] == json!("Failed")
+        })
         .await;
     let failed = harness.job("job-2");
     assert_eq!(failed["status"]["reason"], json!("Timeout"));
-    assert_eq!(failed["status"]["message"], json!("Abort job caused by timeout"));
-    assert!(!harness.world.lock().unwrap().reservations.contains_key("uid-job-2"));
-    assert_eq!(harness.requests("DELETE", &format!("{RESERVATIONS}/uid-job-2")).len(), 1);
-    assert!(harness.requests("POST", "/api/v1/namespaces/default/pods/victim/eviction").is_empty());
-    assert!(harness.world.lock().unwrap().pods.contains_key("default/victim"));
+    assert_eq!(
+        failed["status"]["message"],
+        json!("Abort job caused by timeout")
+    );
+    assert!(
+        !harness
+            .world
+            .lock()
+            .unwrap()
+            .reservations
+            .contains_key("uid-job-2")
+    );
+    assert_eq!(
+        harness
+            .requests("DELETE", &format!("{RESERVATIONS}/uid-job-2"))
+            .len(),
+        1
+    );
+    assert!(
+        harness
+            .requests("POST", "/api/v1/namespaces/default/pods/victim/eviction")
+            .is_empty()
+    );
+    assert!(
+        harness
+            .world
+            .lock()
+            .unwrap()
+            .pods
+            .contains_key("default/victim")
+    );
     harness.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_refused_by_a_disruption_budget_is_retried_and_fails_at_the_timeout() {
-    let harness = Harness::start(job("job-3", "EvictDirectly", "3s"), Evictions::RefuseByBudget);
+    let harness = Harness::start(
+        job("job-3", "EvictDirectly", "3s"),
+        Evictions::RefuseByBudget,
+    );
     harness
         .wait_for("FailedEvict", Duration::from_secs(10), |w| {
             w.jobs["job-3"]["status"]["conditions"]
@@ -345,16 +457,33 @@ async fn an_eviction_refused_by_a_disruption_budget_is_retried_and_fails_at_the_
     let refused = harness.job("job-3");
     assert_eq!(phase(&refused), "Running");
     let message = refused["status"]["message"].as_str().unwrap();
-    assert!(message.contains("429") && message.contains("disruption budget"), "{message}");
+    assert!(
+        message.contains("429") && message.contains("disruption budget"),
+        "{message}"
+    );
     harness
-        .wait_for("Failed", Duration::from_secs(10), |w| w.jobs["job-3"]["status"]["phase"] == json!("Failed"))
+        .wait_for("Failed", Duration::from_secs(10), |w| {
+            w.jobs["job-3"]["status"]["phase"] == json!("Failed")
+        })
         .await;
     assert_eq!(harness.job("job-3")["status"]["reason"], json!("Timeout"));
-    let attempts = harness.requests("POST", "/api/v1/namespaces/default/pods/victim/eviction").len();
-    assert!(attempts >= 2, "the eviction was retried: {attempts} attempts");
+    let attempts = harness
+        .requests("POST", "/api/v1/namespaces/default/pods/victim/eviction")
+        .len();
+    assert!(
+        attempts >= 2,
+        "the eviction was retried: {attempts} attempts"
+    );
     // Retries back off: far fewer than one per tick over three seconds.
     assert!(attempts <= 20, "{attempts} attempts");
-    assert!(harness.world.lock().unwrap().pods.contains_key("default/victim"));
+    assert!(
+        harness
+            .world
+            .lock()
+            .unwrap()
+            .pods
+            .contains_key("default/victim")
+    );
     harness.stop().await;
 }
 
@@ -362,12 +491,22 @@ async fn an_eviction_refused_by_a_disruption_budget_is_retried_and_fails_at_the_
 async fn evict_directly_evicts_at_once_and_succeeds() {
     let harness = Harness::start(job("job-4", "EvictDirectly", "5m"), Evictions::Allow);
     harness
-        .wait_for("Succeeded", Duration::from_secs(10), |w| w.jobs["job-4"]["status"]["phase"] == json!("Succeeded"))
+        .wait_for("Succeeded", Duration::from_secs(10), |w| {
+            w.jobs["job-4"]["status"]["phase"] == json!("Succeeded")
+        })
         .await;
     let done = harness.job("job-4");
-    assert_eq!(done["status"]["message"], json!("Pod \"default/victim\" has been evicted"));
+    assert_eq!(
+        done["status"]["message"],
+        json!("Pod \"default/victim\" has been evicted")
+    );
     assert_eq!(done["status"]["status"], json!("Complete"));
     assert!(harness.requests("POST", RESERVATIONS).is_empty());
-    assert_eq!(harness.requests("POST", "/api/v1/namespaces/default/pods/victim/eviction").len(), 1);
+    assert_eq!(
+        harness
+            .requests("POST", "/api/v1/namespaces/default/pods/victim/eviction")
+            .len(),
+        1
+    );
     harness.stop().await;
 }

@@ -76,7 +76,7 @@ fn created_seconds(job: &PodMigrationJob) -> i64 {
         .map_or(0, |t| t.0.as_second())
 }
 
-fn batch_owner<'a>(pod: Option<&'a PodView>) -> Option<&'a str> {
+fn batch_owner(pod: Option<&PodView>) -> Option<&str> {
     pod.and_then(|p| p.controller())
         .filter(|owner| owner.kind == BATCH_JOB_KIND)
         .map(|owner| owner.uid.as_str())
@@ -113,7 +113,8 @@ pub fn sort(waiting: &mut [Waiting<'_>], migrating_by_batch_owner: &HashMap<Stri
             None => i,
         })
         .collect();
-    let mut ranked: Vec<(usize, Waiting<'_>)> = ranks.into_iter().zip(waiting.iter().copied()).collect();
+    let mut ranked: Vec<(usize, Waiting<'_>)> =
+        ranks.into_iter().zip(waiting.iter().copied()).collect();
     ranked.sort_by_key(|(rank, _)| *rank);
     ranked.sort_by_key(|(_, w)| {
         std::cmp::Reverse(

@@ -167,7 +167,8 @@ impl MigrationHandle {
 
     /// `Some(message)` when an object limiter holds `pod` back now.
     pub fn object_limited(&self, pod: &Pod, now: Timestamp) -> Option<String> {
-        self.lock_limiters().exceeded(&limiter_subject(pod, None), now)
+        self.lock_limiters()
+            .exceeded(&limiter_subject(pod, None), now)
     }
 
     /// Creates the PodMigrationJob for a victim, as upstream's evictor does
@@ -244,7 +245,8 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     tokio::spawn(async move {
         let mut stream = Box::pin(stream);
         while let Some(event) = stream.next().await {
@@ -405,15 +407,35 @@ impl Controller {
     /// migrating.
     fn cluster_view(&self, jobs: &[PodMigrationJob]) -> ClusterView {
         let mut view = ClusterView {
-            nodes: self.caches.nodes.state().iter().map(|n| NodeView::of(n)).collect(),
-            pods: self.caches.pods.state().iter().map(|p| PodView::of(p)).collect(),
+            nodes: self
+                .caches
+                .nodes
+                .state()
+                .iter()
+                .map(|n| NodeView::of(n))
+                .collect(),
+            pods: self
+                .caches
+                .pods
+                .state()
+                .iter()
+                .map(|p| PodView::of(p))
+                .collect(),
             ..ClusterView::default()
         };
         for rs in self.caches.replica_sets.state() {
-            view.workloads.push(workload_view("ReplicaSet", &rs.metadata, rs.spec.as_ref().and_then(|s| s.replicas)));
+            view.workloads.push(workload_view(
+                "ReplicaSet",
+                &rs.metadata,
+                rs.spec.as_ref().and_then(|s| s.replicas),
+            ));
         }
         for ss in self.caches.stateful_sets.state() {
-            view.workloads.push(workload_view("StatefulSet", &ss.metadata, ss.spec.as_ref().and_then(|s| s.replicas)));
+            view.workloads.push(workload_view(
+                "StatefulSet",
+                &ss.metadata,
+                ss.spec.as_ref().and_then(|s| s.replicas),
+            ));
         }
         view.migration_jobs = jobs
             .iter()
@@ -472,19 +494,15 @@ impl Controller {
         let index = ClusterIndex::new(&view);
         let priority_classes = self.priority_classes();
         let verdicts: Vec<(PodMigrationJob, Verdict)> = {
-            let mut evictor = match SnapshotEvictor::new(
-                &index,
-                &self.handle.args,
-                None,
-                &[],
-                &priority_classes,
-            ) {
-                Ok(evictor) => evictor,
-                Err(err) => {
-                    tracing::warn!(error = %err, "arbitration skipped");
-                    return;
-                }
-            };
+            let mut evictor =
+                match SnapshotEvictor::new(&index, &self.handle.args, None, &[], &priority_classes)
+                {
+                    Ok(evictor) => evictor,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "arbitration skipped");
+                        return;
+                    }
+                };
             arbitration::arbitrate(&waiting, &mut evictor)
                 .into_iter()
                 .map(|(job, verdict)| (job.clone(), verdict))
@@ -498,8 +516,13 @@ impl Controller {
                     job.metadata
                         .annotations
                         .get_or_insert_with(BTreeMap::new)
-                        .insert(ANNOTATION_PASSED_ARBITRATION.to_string(), "true".to_string());
-                    match bounded(self.jobs_api().replace(&name, &PostParams::default(), &job)).await {
+                        .insert(
+                            ANNOTATION_PASSED_ARBITRATION.to_string(),
+                            "true".to_string(),
+                        );
+                    match bounded(self.jobs_api().replace(&name, &PostParams::default(), &job))
+                        .await
+                    {
                         Ok(updated) => {
                             tracing::info!(job = %name, "passed arbitration");
                             self.remember(&updated);
@@ -515,14 +538,18 @@ impl Controller {
                     self.metrics.arbitrated("forbidden");
                     let status = job.status.get_or_insert_with(Default::default);
                     status.phase = Some(PodMigrationJobPhase::Failed);
-                    status.reason = Some(apis::scheduling::v1alpha1::PodMigrationJobReason::ForbiddenMigratePod);
+                    status.reason = Some(
+                        apis::scheduling::v1alpha1::PodMigrationJobReason::ForbiddenMigratePod,
+                    );
                     status.message = Some(message.clone());
                     match self.write_status(&job).await {
                         Ok(()) => {
                             self.metrics.job_finished("Failed", "ForbiddenMigratePod");
                             tracing::info!(job = %name, %message, "failed by arbitration");
                         }
-                        Err(err) => tracing::warn!(job = %name, error = %err, "failing the job failed"),
+                        Err(err) => {
+                            tracing::warn!(job = %name, error = %err, "failing the job failed")
+                        }
                     }
                 }
                 Verdict::Limited(why) => {
@@ -541,7 +568,12 @@ impl Controller {
 
     async fn write_status(&mut self, job: &PodMigrationJob) -> Result<(), kube::Error> {
         let name = job.metadata.name.clone().unwrap_or_default();
-        match bounded(self.jobs_api().replace_status(&name, &PostParams::default(), job)).await {
+        match bounded(
+            self.jobs_api()
+                .replace_status(&name, &PostParams::default(), job),
+        )
+        .await
+        {
             Ok(updated) => {
                 self.remember(&updated);
                 Ok(())
@@ -614,14 +646,20 @@ impl Controller {
         };
         let reservation = match core::reservation_name(&job) {
             None => None,
-            Some(reservation_name) => Some(get_opt(&self.reservations_api(), &reservation_name).await?),
+            Some(reservation_name) => {
+                Some(get_opt(&self.reservations_api(), &reservation_name).await?)
+            }
         };
         let lookup = match &reservation {
             None => ReservationLookup::NotReferenced,
             Some(None) => ReservationLookup::Missing,
             Some(Some(found)) => ReservationLookup::Found(found),
         };
-        let bound_pod = match reservation.as_ref().and_then(|r| r.as_ref()).and_then(rsv::bound_pod) {
+        let bound_pod = match reservation
+            .as_ref()
+            .and_then(|r| r.as_ref())
+            .and_then(rsv::bound_pod)
+        {
             Some(reference) => {
                 let api: Api<Pod> = Api::namespaced(
                     self.client.clone(),
@@ -711,7 +749,12 @@ impl Controller {
                 }
             }
             Action::DeleteReservation(reservation) => {
-                match bounded(self.reservations_api().delete(reservation, &DeleteParams::default())).await {
+                match bounded(
+                    self.reservations_api()
+                        .delete(reservation, &DeleteParams::default()),
+                )
+                .await
+                {
                     Ok(_) => tracing::info!(job = %name, %reservation, "deleted Reservation"),
                     Err(err) if is_not_found(&err) => {}
                     Err(err) => {
@@ -720,15 +763,16 @@ impl Controller {
                     }
                 }
             }
-            Action::Evict {
-                namespace,
-                name: pod_name,
-                uid,
-                node,
-                policy,
-                delete_options,
-                trigger,
-            } => {
+            Action::Evict(request) => {
+                let core::EvictRequest {
+                    namespace,
+                    name: pod_name,
+                    uid,
+                    node,
+                    policy,
+                    delete_options,
+                    trigger,
+                } = &**request;
                 if let Some(limiter) = &mut self.eviction_limiter
                     && !limiter.allow(Timestamp::now())
                 {
@@ -736,9 +780,16 @@ impl Controller {
                     return Ok(Some(Duration::from_secs(1)));
                 }
                 let result = self
-                    .evict(namespace, pod_name, uid.as_deref(), *policy, delete_options.clone())
+                    .evict(
+                        namespace,
+                        pod_name,
+                        uid.as_deref(),
+                        *policy,
+                        delete_options.clone(),
+                    )
                     .await;
-                self.metrics.pod_evicted(result.is_ok(), trigger, namespace, node);
+                self.metrics
+                    .pod_evicted(result.is_ok(), trigger, namespace, node);
                 match result {
                     Ok(()) => {
                         tracing::info!(job = %name, pod = %format!("{namespace}/{pod_name}"), %node,
@@ -761,7 +812,11 @@ impl Controller {
             job.status = Some(status.clone());
             self.write_status(&job).await?;
             if let Outcome::Finished(phase) = &decision.outcome {
-                let reason = status.reason.as_ref().map_or("", |r| r.as_str()).to_string();
+                let reason = status
+                    .reason
+                    .as_ref()
+                    .map_or("", |r| r.as_str())
+                    .to_string();
                 self.metrics.job_finished(phase.as_str(), &reason);
             }
         }
@@ -826,10 +881,13 @@ impl Controller {
                     delete_options: with_uid_precondition(delete_options, uid),
                 };
                 let body = serde_json::to_vec(&eviction).map_err(kube::Error::SerdeError)?;
-                let request = kube::core::Request::new(format!("/api/v1/namespaces/{namespace}/pods"))
-                    .create_subresource("eviction", name, &PostParams::default(), body)
-                    .map_err(kube::Error::BuildRequest)?;
-                bounded(client.request::<serde_json::Value>(request)).await.map(|_| ())
+                let request =
+                    kube::core::Request::new(format!("/api/v1/namespaces/{namespace}/pods"))
+                        .create_subresource("eviction", name, &PostParams::default(), body)
+                        .map_err(kube::Error::BuildRequest)?;
+                bounded(client.request::<serde_json::Value>(request))
+                    .await
+                    .map(|_| ())
             }
             EvictionPolicy::Delete => {
                 let params = delete_params(with_uid_precondition(delete_options, uid));
@@ -855,7 +913,12 @@ impl Controller {
         for job in due {
             let name = job.metadata.name.clone().unwrap_or_default();
             if let Some(reservation) = core::reservation_name(&job) {
-                match bounded(self.reservations_api().delete(&reservation, &DeleteParams::default())).await {
+                match bounded(
+                    self.reservations_api()
+                        .delete(&reservation, &DeleteParams::default()),
+                )
+                .await
+                {
                     Ok(_) => {}
                     Err(err) if is_not_found(&err) => {}
                     Err(err) => {
@@ -881,8 +944,15 @@ impl Controller {
         let Some(reservation) = core::reservation_name(job) else {
             return;
         };
-        match bounded(self.reservations_api().delete(&reservation, &DeleteParams::default())).await {
-            Ok(_) => tracing::info!(%reservation, "deleted the Reservation of a deleted PodMigrationJob"),
+        match bounded(
+            self.reservations_api()
+                .delete(&reservation, &DeleteParams::default()),
+        )
+        .await
+        {
+            Ok(_) => {
+                tracing::info!(%reservation, "deleted the Reservation of a deleted PodMigrationJob")
+            }
             Err(err) if is_not_found(&err) => {}
             Err(err) => {
                 self.metrics.api_error("deleteReservation");
@@ -892,8 +962,14 @@ impl Controller {
     }
 
     fn export_job_counts(&self) {
-        let mut counts: BTreeMap<&'static str, usize> =
-            [("Pending", 0), ("Running", 0), ("Succeeded", 0), ("Failed", 0), ("Aborted", 0)].into();
+        let mut counts: BTreeMap<&'static str, usize> = [
+            ("Pending", 0),
+            ("Running", 0),
+            ("Succeeded", 0),
+            ("Failed", 0),
+            ("Aborted", 0),
+        ]
+        .into();
         for job in self.caches.jobs.state() {
             let phase = match self.current(&job).status.and_then(|s| s.phase) {
                 None | Some(PodMigrationJobPhase::Pending) => "Pending",
@@ -912,7 +988,10 @@ impl Controller {
 
     async fn tick(&mut self, interval: Duration) {
         let now = tokio::time::Instant::now();
-        if self.last_arbitration.is_none_or(|last| now - last >= interval) {
+        if self
+            .last_arbitration
+            .is_none_or(|last| now - last >= interval)
+        {
             self.last_arbitration = Some(now);
             self.arbitrate().await;
         }
@@ -940,7 +1019,10 @@ impl Controller {
                 }
             }
         }
-        if self.last_scavenge.is_none_or(|last| now - last >= SCAVENGE_PERIOD) {
+        if self
+            .last_scavenge
+            .is_none_or(|last| now - last >= SCAVENGE_PERIOD)
+        {
             self.last_scavenge = Some(now);
             self.scavenge().await;
         }
@@ -950,7 +1032,10 @@ impl Controller {
 
 /// Delete options bound to the pod's uid, so a re-created pod of the same
 /// name is never evicted by mistake.
-fn with_uid_precondition(options: Option<DeleteOptions>, uid: Option<&str>) -> Option<DeleteOptions> {
+fn with_uid_precondition(
+    options: Option<DeleteOptions>,
+    uid: Option<&str>,
+) -> Option<DeleteOptions> {
     let Some(uid) = uid else {
         return options;
     };
@@ -1010,12 +1095,32 @@ pub async fn run_migration_controller(
     let notify = Arc::new(Notify::new());
     let (deleted_sender, mut deleted) = tokio::sync::mpsc::unbounded_channel();
     let caches = Caches {
-        jobs: spawn_reflector(Api::all(client.clone()), notify.clone(), "podmigrationjobs", Some(deleted_sender)),
+        jobs: spawn_reflector(
+            Api::all(client.clone()),
+            notify.clone(),
+            "podmigrationjobs",
+            Some(deleted_sender),
+        ),
         pods: spawn_reflector(Api::all(client.clone()), notify.clone(), "pods", None),
         nodes: spawn_reflector(Api::all(client.clone()), notify.clone(), "nodes", None),
-        replica_sets: spawn_reflector(Api::all(client.clone()), notify.clone(), "replicasets", None),
-        stateful_sets: spawn_reflector(Api::all(client.clone()), notify.clone(), "statefulsets", None),
-        priority_classes: spawn_reflector(Api::all(client.clone()), notify.clone(), "priorityclasses", None),
+        replica_sets: spawn_reflector(
+            Api::all(client.clone()),
+            notify.clone(),
+            "replicasets",
+            None,
+        ),
+        stateful_sets: spawn_reflector(
+            Api::all(client.clone()),
+            notify.clone(),
+            "statefulsets",
+            None,
+        ),
+        priority_classes: spawn_reflector(
+            Api::all(client.clone()),
+            notify.clone(),
+            "priorityclasses",
+            None,
+        ),
     };
     tokio::select! {
         ready = caches.wait_until_ready() => ready.context("MigrationController caches")?,
@@ -1029,7 +1134,11 @@ pub async fn run_migration_controller(
         .and_then(|i| i.to_std())
         .filter(|i| !i.is_zero())
         .unwrap_or(Duration::from_millis(500));
-    tracing::info!(reconciler = handle.id.as_str(), ?interval, "MigrationController started");
+    tracing::info!(
+        reconciler = handle.id.as_str(),
+        ?interval,
+        "MigrationController started"
+    );
     let mut controller = Controller {
         eviction_limiter: super::limiter::eviction_limiter(&handle.args),
         client,

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use apis::scheduling::v1alpha1::{
-    PodMigrationJob, PodMigrationJobConditionStatus as CondStatus,
+    PodMigrateReservationOptions, PodMigrationJob, PodMigrationJobConditionStatus as CondStatus,
     PodMigrationJobConditionType as CondType, PodMigrationJobMode, PodMigrationJobPhase,
-    PodMigrationJobReason as Reason, PodMigrationJobSpec, PodMigrateReservationOptions, PodMigrationJobStatus, Reservation,
+    PodMigrationJobReason as Reason, PodMigrationJobSpec, PodMigrationJobStatus, Reservation,
 };
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions;
@@ -84,15 +84,20 @@ pub enum Action {
     DeleteReservation(String),
     /// Evict the pod through the Eviction API (policy `Eviction`) or delete
     /// it (policy `Delete`).
-    Evict {
-        namespace: String,
-        name: String,
-        uid: Option<String>,
-        node: String,
-        policy: EvictionPolicy,
-        delete_options: Option<DeleteOptions>,
-        trigger: String,
-    },
+    Evict(Box<EvictRequest>),
+}
+
+/// What an eviction needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictRequest {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    pub node: String,
+    pub policy: EvictionPolicy,
+    pub delete_options: Option<DeleteOptions>,
+    /// The plugin that asked (for `descheduler_pods_evicted`).
+    pub trigger: String,
 }
 
 /// Upstream's evictors.
@@ -253,7 +258,12 @@ pub fn is_foreign(job: &PodMigrationJob, reconciler_id: &str) -> bool {
 
 /// Whether the job is past its `spec.ttl` (upstream `abortJobIfTimeout`).
 pub fn timed_out(job: &PodMigrationJob, now: Timestamp) -> bool {
-    let Some(ttl) = job.spec.ttl.and_then(|ttl| ttl.to_std()).filter(|t| !t.is_zero()) else {
+    let Some(ttl) = job
+        .spec
+        .ttl
+        .and_then(|ttl| ttl.to_std())
+        .filter(|t| !t.is_zero())
+    else {
         return false;
     };
     let Some(created) = job.metadata.creation_timestamp.as_ref() else {
@@ -269,7 +279,12 @@ pub fn scavenge_due(job: &PodMigrationJob, now: Timestamp) -> bool {
     let Some(created) = job.metadata.creation_timestamp.as_ref() else {
         return false;
     };
-    let keep = match job.spec.ttl.and_then(|ttl| ttl.to_std()).filter(|t| !t.is_zero()) {
+    let keep = match job
+        .spec
+        .ttl
+        .and_then(|ttl| ttl.to_std())
+        .filter(|t| !t.is_zero())
+    {
         Some(ttl) => ttl + Duration::from_secs(5 * 60),
         None => Duration::from_secs(30 * 60),
     };
@@ -300,7 +315,11 @@ fn pod_is_ready(pod: &Pod) -> bool {
 }
 
 /// The eviction policy of a pod or job label, else the default.
-pub fn eviction_policy(job: &PodMigrationJob, pod: &Pod, default: EvictionPolicy) -> EvictionPolicy {
+pub fn eviction_policy(
+    job: &PodMigrationJob,
+    pod: &Pod,
+    default: EvictionPolicy,
+) -> EvictionPolicy {
     let from = |labels: Option<&std::collections::BTreeMap<String, String>>| {
         labels
             .and_then(|l| l.get(super::LABEL_EVICT_POLICY))
@@ -312,7 +331,11 @@ pub fn eviction_policy(job: &PodMigrationJob, pod: &Pod, default: EvictionPolicy
 }
 
 /// One reconcile pass (upstream `doMigrate`).
-pub fn decide(obs: Observation<'_>, settings: &Settings, default_policy: EvictionPolicy) -> Decision {
+pub fn decide(
+    obs: Observation<'_>,
+    settings: &Settings,
+    default_policy: EvictionPolicy,
+) -> Decision {
     let job = obs.job;
     if job.spec.paused == Some(true) {
         return Decision::skip("paused");
@@ -334,7 +357,11 @@ pub fn decide(obs: Observation<'_>, settings: &Settings, default_policy: Evictio
         changed: false,
     };
     if timed_out(job, obs.now) {
-        return pass.fail(Reason::Timeout, "Abort job caused by timeout".to_string(), true);
+        return pass.fail(
+            Reason::Timeout,
+            "Abort job caused by timeout".to_string(),
+            true,
+        );
     }
     let (namespace, name) = pass.pod_key();
     if matches!(phase, None | Some(PodMigrationJobPhase::Pending)) {
@@ -350,7 +377,10 @@ pub fn decide(obs: Observation<'_>, settings: &Settings, default_policy: Evictio
         let Some(pod) = obs.pod else {
             return pass.fail(
                 Reason::MissingPod,
-                format!("Abort job caused by missing Pod {}", quoted(&namespace, &name)),
+                format!(
+                    "Abort job caused by missing Pod {}",
+                    quoted(&namespace, &name)
+                ),
                 false,
             );
         };
@@ -385,7 +415,7 @@ pub fn decide(obs: Observation<'_>, settings: &Settings, default_policy: Evictio
                 let message = format!("Pod {} has been evicted", quoted(&namespace, &name));
                 pass.succeed(message)
             }
-            Step::Stop(decision) => decision,
+            Step::Stop(decision) => *decision,
         };
     }
     reservation_first(pass, default_policy)
@@ -402,7 +432,7 @@ fn has_evict_annotation(job: &PodMigrationJob) -> bool {
 
 enum Step {
     Continue,
-    Stop(Decision),
+    Stop(Box<Decision>),
 }
 
 fn reservation_first(mut pass: Pass<'_>, default_policy: EvictionPolicy) -> Decision {
@@ -414,7 +444,10 @@ fn reservation_first(mut pass: Pass<'_>, default_policy: EvictionPolicy) -> Deci
             let Some(pod) = obs.pod else {
                 return pass.fail(
                     Reason::MissingPod,
-                    format!("Abort job caused by missing Pod {}", quoted(&namespace, &name)),
+                    format!(
+                        "Abort job caused by missing Pod {}",
+                        quoted(&namespace, &name)
+                    ),
                     false,
                 );
             };
@@ -479,7 +512,11 @@ fn reservation_first(mut pass: Pass<'_>, default_policy: EvictionPolicy) -> Deci
         return pass.wait(format!("Reservation {reservation_name} is pending"));
     }
     if rsv::is_expired(reservation) {
-        return pass.fail(Reason::ReservationExpired, "Reservation expired".to_string(), true);
+        return pass.fail(
+            Reason::ReservationExpired,
+            "Reservation expired".to_string(),
+            true,
+        );
     }
     if !rsv::is_scheduled(reservation) {
         let message = rsv::unschedulable_condition(reservation)
@@ -489,7 +526,12 @@ fn reservation_first(mut pass: Pass<'_>, default_policy: EvictionPolicy) -> Deci
     }
     // prepareJobWithReservationScheduleSuccess
     let scheduled_node = reservation.node_name().unwrap_or_default().to_string();
-    let job_node_empty = pass.status.node_name.as_deref().unwrap_or_default().is_empty();
+    let job_node_empty = pass
+        .status
+        .node_name
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty();
     if job_node_empty && !is_true(&pass.status, &CondType::ReservationScheduled) {
         if let Some(pod) = obs.pod
             && pod_node(pod) == scheduled_node
@@ -515,7 +557,7 @@ fn reservation_first(mut pass: Pass<'_>, default_policy: EvictionPolicy) -> Deci
         return wait_for_pending_pod_scheduled(pass, reservation);
     }
     if let Step::Stop(decision) = evict_step(&mut pass, default_policy) {
-        return decision;
+        return *decision;
     }
     // waitForPodBindReservation
     let Some(bound) = rsv::bound_pod(reservation).cloned() else {
@@ -589,7 +631,10 @@ fn wait_for_pending_pod_scheduled(mut pass: Pass<'_>, reservation: &Reservation)
     let Some(pod) = pass.obs.pod else {
         return pass.fail(
             Reason::MissingPod,
-            format!("Abort job caused by missing Pod {}", quoted(&namespace, &name)),
+            format!(
+                "Abort job caused by missing Pod {}",
+                quoted(&namespace, &name)
+            ),
             true,
         );
     };
@@ -612,7 +657,9 @@ fn wait_for_pending_pod_scheduled(mut pass: Pass<'_>, reservation: &Reservation)
             Some(Reason::Unschedulable),
             scheduled.and_then(|c| c.message.clone()),
         ));
-        return pass.wait(format!("waiting for pending pod {namespace}/{name} to be scheduled"));
+        return pass.wait(format!(
+            "waiting for pending pod {namespace}/{name} to be scheduled"
+        ));
     }
     let message = format!(
         "Assign Pod {} to node \"{}\"",
@@ -638,22 +685,34 @@ fn evict_step(pass: &mut Pass<'_>, default_policy: EvictionPolicy) -> Step {
     let obs = pass.obs;
     let job = obs.job;
     let eviction = condition(&pass.status, &CondType::Eviction).cloned();
-    if eviction.as_ref().is_some_and(|c| c.status == CondStatus::True) {
+    if eviction
+        .as_ref()
+        .is_some_and(|c| c.status == CondStatus::True)
+    {
         return Step::Continue;
     }
     let (namespace, name) = pass.pod_key();
-    let expected_uid = job.spec.pod_ref.uid.as_deref().filter(|uid| !uid.is_empty());
-    let replaced = |pod: &Pod| eviction.is_some() && expected_uid.is_some_and(|uid| Some(uid) != pod_uid(pod));
+    let expected_uid = job
+        .spec
+        .pod_ref
+        .uid
+        .as_deref()
+        .filter(|uid| !uid.is_empty());
+    let replaced =
+        |pod: &Pod| eviction.is_some() && expected_uid.is_some_and(|uid| Some(uid) != pod_uid(pod));
     let pod = match obs.pod {
         Some(pod) if !replaced(pod) => pod,
         _ => {
             if pass.status.status.as_deref() != Some(CondType::Eviction.as_str()) {
                 let decision = take(pass).fail(
                     Reason::MissingPod,
-                    format!("Abort job caused by missing Pod {}", quoted(&namespace, &name)),
+                    format!(
+                        "Abort job caused by missing Pod {}",
+                        quoted(&namespace, &name)
+                    ),
                     true,
                 );
-                return Step::Stop(decision);
+                return Step::Stop(Box::new(decision));
             }
             pass.record(new_condition(
                 CondType::Eviction,
@@ -669,7 +728,7 @@ fn evict_step(pass: &mut Pass<'_>, default_policy: EvictionPolicy) -> Step {
         .is_some_and(|c| c.reason == Some(Reason::Evicting))
     {
         let decision = take(pass).wait(format!("waiting for pod {namespace}/{name} to go"));
-        return Step::Stop(decision);
+        return Step::Stop(Box::new(decision));
     }
     // abortJobIfReservationBoundByAnotherPod (without a pod: any binding is another's)
     if let ReservationLookup::Found(reservation) = obs.reservation
@@ -680,7 +739,7 @@ fn evict_step(pass: &mut Pass<'_>, default_policy: EvictionPolicy) -> Step {
             "Reservation is already bound by another Pod".to_string(),
             false,
         );
-        return Step::Stop(decision);
+        return Step::Stop(Box::new(decision));
     }
     let (trigger, reason) = trigger_and_reason(job.metadata.annotations.as_ref());
     let node = pod_node(pod).to_string();
@@ -700,7 +759,7 @@ fn evict_step(pass: &mut Pass<'_>, default_policy: EvictionPolicy) -> Step {
         .clone()
         .or_else(|| pass.settings.default_delete_options.clone());
     let decision = Decision {
-        action: Action::Evict {
+        action: Action::Evict(Box::new(EvictRequest {
             namespace: namespace.clone(),
             name: name.clone(),
             uid: pod_uid(pod).map(str::to_string),
@@ -708,12 +767,12 @@ fn evict_step(pass: &mut Pass<'_>, default_policy: EvictionPolicy) -> Step {
             policy,
             delete_options,
             trigger,
-        },
+        })),
         status: Some(pass.status.clone()),
         requeue: Some(pass.settings.requeue_after),
         outcome: Outcome::Acting(format!("evicting pod {namespace}/{name}")),
     };
-    Step::Stop(decision)
+    Step::Stop(Box::new(decision))
 }
 
 /// Moves the pass out of a `&mut` (the pass ends here).
@@ -767,11 +826,13 @@ pub fn after_failure(
             CondType::ReservationCreated,
             CondStatus::False,
             Some(Reason::FailedCreateReservation),
-            Some(format!("Failed to create Reservation caused by {}", failure.message)),
+            Some(format!(
+                "Failed to create Reservation caused by {}",
+                failure.message
+            )),
         ),
-        Action::Evict {
-            namespace, name, ..
-        } => {
+        Action::Evict(request) => {
+            let (namespace, name) = (&request.namespace, &request.name);
             let cause = if failure.code == Some(429) {
                 format!(
                     "the Eviction API refused (429 Too Many Requests; a PodDisruptionBudget allows no disruption now): {}",

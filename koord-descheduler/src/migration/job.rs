@@ -114,7 +114,9 @@ fn valid_key(key: &str) -> bool {
             && p.len() <= 253
             && p.split('.').all(|part| {
                 !part.is_empty()
-                    && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                     && !part.starts_with('-')
                     && !part.ends_with('-')
             })

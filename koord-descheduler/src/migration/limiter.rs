@@ -153,7 +153,10 @@ pub struct UnknownLimitedObject(pub String);
 
 impl ObjectLimiters {
     pub fn new(args: &MigrationControllerArgs) -> Result<Self, UnknownLimitedObject> {
-        Self::from_map(&args.object_limiters, args.max_migrating_per_workload.clone())
+        Self::from_map(
+            &args.object_limiters,
+            args.max_migrating_per_workload.clone(),
+        )
     }
 
     pub fn from_map(
@@ -172,7 +175,10 @@ impl ObjectLimiters {
                 object,
                 window,
                 max_migrating: limiter.max_migrating.clone(),
-                burst: u32::try_from(limiter.burst).ok().filter(|b| *b > 0).unwrap_or(1),
+                burst: u32::try_from(limiter.burst)
+                    .ok()
+                    .filter(|b| *b > 0)
+                    .unwrap_or(1),
             });
         }
         Ok(ObjectLimiters {
@@ -269,7 +275,7 @@ impl ObjectLimiters {
 /// `evictQPS`/`evictBurst`: evictions a second across the controller.
 pub fn eviction_limiter(args: &MigrationControllerArgs) -> Option<TokenBucket> {
     let qps = args.evict_qps.as_ref().map_or(0.0, |q| q.float_value());
-    if !(qps > 0.0) || !qps.is_finite() {
+    if qps.is_nan() || qps <= 0.0 || !qps.is_finite() {
         return None;
     }
     let burst = args

@@ -230,7 +230,9 @@ fn find_condition<'a>(
         .and_then(|status| status.conditions.as_deref())
         .unwrap_or_default()
         .iter()
-        .find(|c| c.type_.as_ref() == Some(type_) && reason.is_none_or(|r| c.reason.as_ref() == Some(r)))
+        .find(|c| {
+            c.type_.as_ref() == Some(type_) && reason.is_none_or(|r| c.reason.as_ref() == Some(r))
+        })
 }
 
 /// The scheduler's `Scheduled`/`Unschedulable` condition, if any.
@@ -286,9 +288,7 @@ pub fn bound_pod(reservation: &Reservation) -> Option<&ObjectReference> {
 /// Upstream `IsMigratePendingPod`: the reservation is owned by one object
 /// (the pending pod itself), not by a controller or selector.
 pub fn migrates_pending_pod(reservation: &Reservation) -> bool {
-    reservation
-        .spec
-        .owners
-        .iter()
-        .any(|owner| owner.object.is_some() && owner.controller.is_none() && owner.label_selector.is_none())
+    reservation.spec.owners.iter().any(|owner| {
+        owner.object.is_some() && owner.controller.is_none() && owner.label_selector.is_none()
+    })
 }

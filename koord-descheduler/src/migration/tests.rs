@@ -214,19 +214,48 @@ fn abort_job_if_timeout() {
     let pod = pod("test-pod", "node-1");
     // No TTL: never times out.
     let running = job(Some(Phase::Running));
-    let d = run(&running, World { pod: Some(&pod), now: later(3600), ..World::default() }, &settings);
+    let d = run(
+        &running,
+        World {
+            pod: Some(&pod),
+            now: later(3600),
+            ..World::default()
+        },
+        &settings,
+    );
     assert_ne!(d.outcome, Outcome::Finished(Phase::Failed));
     // TTL 30 minutes, just created: not yet.
     let mut with_ttl = running.clone();
     with_ttl.spec.ttl = Some(GoDuration::from_std(Duration::from_secs(30 * 60)));
-    let d = run(&with_ttl, World { pod: Some(&pod), ..World::default() }, &settings);
+    let d = run(
+        &with_ttl,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &settings,
+    );
     assert_ne!(d.outcome, Outcome::Finished(Phase::Failed));
     // 60 minutes later: Failed, Timeout; a reservation it holds is deleted.
     let with_ttl = with_reservation_ref(with_ttl, "test-reservation");
-    let d = run(&with_ttl, World { pod: Some(&pod), now: later(3600), ..World::default() }, &settings);
+    let d = run(
+        &with_ttl,
+        World {
+            pod: Some(&pod),
+            now: later(3600),
+            ..World::default()
+        },
+        &settings,
+    );
     failed_with(&d, R::Timeout);
-    assert_eq!(status(&d).message.as_deref(), Some("Abort job caused by timeout"));
-    assert_eq!(d.action, Action::DeleteReservation("test-reservation".into()));
+    assert_eq!(
+        status(&d).message.as_deref(),
+        Some("Abort job caused by timeout")
+    );
+    assert_eq!(
+        d.action,
+        Action::DeleteReservation("test-reservation".into())
+    );
 }
 
 #[test]
@@ -250,7 +279,14 @@ fn abort_job_by_invalid_pod_ref() {
 #[test]
 fn pending_job_records_the_pod_uid_and_runs() {
     let pod = pod("test-pod", "node-1");
-    let d = run(&job(None), World { pod: Some(&pod), ..World::default() }, &Settings::default());
+    let d = run(
+        &job(None),
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
     let Action::UpdateSpec(spec) = &d.action else {
         panic!("{d:?}")
     };
@@ -264,7 +300,11 @@ fn abort_job_by_missing_reservation() {
     let pod = pod("test-pod", "node-1");
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Missing, ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Missing,
+            ..World::default()
+        },
         &Settings::default(),
     );
     failed_with(&d, R::MissingReservation);
@@ -281,7 +321,11 @@ fn abort_job_by_reservation_bound_by_another_pod() {
     let bound = reservation(Some(ReservationPhase::Succeeded), "node-2");
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Found(&bound), ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Found(&bound),
+            ..World::default()
+        },
         &Settings::default(),
     );
     failed_with(&d, R::ForbiddenMigratePod);
@@ -304,17 +348,30 @@ fn handle_schedule_failed_and_abort_unschedulable() {
     }]);
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Found(&failed), ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Found(&failed),
+            ..World::default()
+        },
         &Settings::default(),
     );
     let cond = condition(status(&d), &CT::ReservationScheduled).unwrap();
     assert_eq!(cond.status, CS::False);
     assert_eq!(cond.reason, Some(R::Unschedulable));
-    assert_eq!(cond.message.as_deref(), Some("Reservation is unschedulable"));
+    assert_eq!(
+        cond.message.as_deref(),
+        Some("Reservation is unschedulable")
+    );
     failed_with(&d, R::Unschedulable);
-    assert_eq!(status(&d).message.as_deref(), Some("Reservation is unschedulable"));
+    assert_eq!(
+        status(&d).message.as_deref(),
+        Some("Reservation is unschedulable")
+    );
     // Ours: the reservation is released with the job.
-    assert_eq!(d.action, Action::DeleteReservation("test-reservation".into()));
+    assert_eq!(
+        d.action,
+        Action::DeleteReservation("test-reservation".into())
+    );
 }
 
 #[test]
@@ -330,12 +387,19 @@ fn pending_reservation_is_waited_for_with_its_unschedulable_message() {
     }]);
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Found(&pending), ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Found(&pending),
+            ..World::default()
+        },
         &Settings::default(),
     );
     assert!(matches!(d.outcome, Outcome::Waiting(_)), "{d:?}");
     assert_eq!(d.requeue, Some(DEFAULT_REQUEUE_AFTER));
-    assert!(super::conditions::is_true(status(&d), &CT::ReservationCreated));
+    assert!(super::conditions::is_true(
+        status(&d),
+        &CT::ReservationCreated
+    ));
     assert_eq!(status(&d).reason, Some(R::Unschedulable));
     assert_eq!(status(&d).status.as_deref(), Some("ReservationScheduled"));
 }
@@ -347,19 +411,28 @@ fn handle_schedule_success_then_evict() {
     let available = reservation(Some(ReservationPhase::Available), "test-node");
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Found(&available), ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Found(&available),
+            ..World::default()
+        },
         &Settings::default(),
     );
     let s = status(&d);
     assert!(super::conditions::is_true(s, &CT::ReservationScheduled));
     assert_eq!(s.node_name.as_deref(), Some("test-node"));
     let cond = condition(s, &CT::Eviction).unwrap();
-    assert_eq!((cond.status.clone(), cond.reason.clone()), (CS::False, Some(R::Evicting)));
+    assert_eq!(
+        (cond.status.clone(), cond.reason.clone()),
+        (CS::False, Some(R::Evicting))
+    );
     assert_eq!(
         cond.message.as_deref(),
         Some("Pod \"default/test-pod\" evicted from node \"node-1\" by the reason \"NotSet\"")
     );
-    assert!(matches!(&d.action, Action::Evict { name, policy: EvictionPolicy::Eviction, .. } if name == "test-pod"));
+    assert!(
+        matches!(&d.action, Action::Evict(e) if e.name == "test-pod" && e.policy == EvictionPolicy::Eviction)
+    );
 }
 
 #[test]
@@ -369,7 +442,11 @@ fn abort_job_if_reserve_on_same_node() {
     let same = reservation(Some(ReservationPhase::Available), "test-node-1");
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Found(&same), ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Found(&same),
+            ..World::default()
+        },
         &Settings::default(),
     );
     failed_with(&d, R::ForbiddenMigratePod);
@@ -387,7 +464,11 @@ fn migrate_with_reservation_expired() {
     }]);
     let d = run(
         &running,
-        World { pod: Some(&pod), reservation: ReservationLookup::Found(&expired), ..World::default() },
+        World {
+            pod: Some(&pod),
+            reservation: ReservationLookup::Found(&expired),
+            ..World::default()
+        },
         &Settings::default(),
     );
     failed_with(&d, R::ReservationExpired);
@@ -406,7 +487,14 @@ fn evict_pod_steps() {
         super::conditions::new_condition(CT::Eviction, CS::True, None, None),
         t0(),
     );
-    let d = run(&done, World { pod: Some(&pod), ..World::default() }, &settings);
+    let d = run(
+        &done,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &settings,
+    );
     assert_eq!(status(&d).phase, Some(Phase::Succeeded));
     // No condition, the pod missing, status at another step: MissingPod.
     let mut other_step = evict_directly.clone();
@@ -414,23 +502,43 @@ fn evict_pod_steps() {
     let d = run(&other_step, World::default(), &settings);
     failed_with(&d, R::MissingPod);
     // The pod there: evict, condition Eviction False Evicting, requeue.
-    let d = run(&evict_directly, World { pod: Some(&pod), ..World::default() }, &settings);
-    assert!(matches!(d.action, Action::Evict { .. }));
+    let d = run(
+        &evict_directly,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &settings,
+    );
+    assert!(matches!(d.action, Action::Evict(_)));
     assert_eq!(d.requeue, Some(DEFAULT_REQUEUE_AFTER));
     let evicting = applied(evict_directly.clone(), &d);
     // Still there: wait without a new eviction.
-    let d = run(&evicting, World { pod: Some(&pod), ..World::default() }, &settings);
+    let d = run(
+        &evicting,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &settings,
+    );
     assert_eq!(d.action, Action::None);
     assert!(matches!(d.outcome, Outcome::Waiting(_)));
     // Gone: Eviction True EvictComplete, and EvictDirectly succeeds.
     let d = run(&evicting, World::default(), &settings);
     let s = status(&d);
     let cond = condition(s, &CT::Eviction).unwrap();
-    assert_eq!((cond.status.clone(), cond.reason.clone()), (CS::True, Some(R::EvictComplete)));
+    assert_eq!(
+        (cond.status.clone(), cond.reason.clone()),
+        (CS::True, Some(R::EvictComplete))
+    );
     assert_eq!(s.phase, Some(Phase::Succeeded));
     assert_eq!(s.status.as_deref(), Some("Complete"));
     assert_eq!(s.reason, None);
-    assert_eq!(s.message.as_deref(), Some("Pod \"default/test-pod\" has been evicted"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod \"default/test-pod\" has been evicted")
+    );
 }
 
 #[test]
@@ -440,8 +548,15 @@ fn evict_pod_directly_by_default_mode() {
         ..Settings::default()
     };
     let pod = pod("test-pod", "node-1");
-    let d = run(&job(Some(Phase::Running)), World { pod: Some(&pod), ..World::default() }, &settings);
-    assert!(matches!(d.action, Action::Evict { .. }), "{d:?}");
+    let d = run(
+        &job(Some(Phase::Running)),
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &settings,
+    );
+    assert!(matches!(d.action, Action::Evict(_)), "{d:?}");
 }
 
 #[test]
@@ -458,7 +573,14 @@ fn a_replaced_pod_of_the_same_name_counts_as_evicted() {
         t0(),
     );
     let new_pod = pod("test-pod", "node-2");
-    let d = run(&evicting, World { pod: Some(&new_pod), ..World::default() }, &Settings::default());
+    let d = run(
+        &evicting,
+        World {
+            pod: Some(&new_pod),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
     assert_eq!(d.action, Action::None);
     assert_eq!(self::status(&d).phase, Some(Phase::Succeeded));
 }
@@ -471,30 +593,58 @@ fn wait_for_pod_bind_reservation_then_ready_then_succeed() {
     let mut available = reservation(Some(ReservationPhase::Available), "test-node-1");
     let mut current = job(None);
     // Pending → Running.
-    let d = run(&current, World { pod: Some(&victim), ..World::default() }, &settings);
+    let d = run(
+        &current,
+        World {
+            pod: Some(&victim),
+            ..World::default()
+        },
+        &settings,
+    );
     current = applied(current, &d);
     assert_eq!(current.status.as_ref().unwrap().phase, Some(Phase::Running));
     // Running without a reservation: create it.
-    let d = run(&current, World { pod: Some(&victim), ..World::default() }, &settings);
-    let Action::CreateReservation { reservation: built, options } = &d.action else {
+    let d = run(
+        &current,
+        World {
+            pod: Some(&victim),
+            ..World::default()
+        },
+        &settings,
+    );
+    let Action::CreateReservation {
+        reservation: built,
+        options,
+    } = &d.action
+    else {
         panic!("{d:?}")
     };
     assert_eq!(built.metadata.name.as_deref(), Some("job-uid"));
     available.metadata.name = Some("job-uid".into());
     current.spec = super::core::after_reservation_created(&current, options, &available);
-    assert_eq!(super::core::reservation_name(&current).as_deref(), Some("job-uid"));
+    assert_eq!(
+        super::core::reservation_name(&current).as_deref(),
+        Some("job-uid")
+    );
     // Available: evict.
     let d = run(
         &current,
-        World { pod: Some(&victim), reservation: ReservationLookup::Found(&available), ..World::default() },
+        World {
+            pod: Some(&victim),
+            reservation: ReservationLookup::Found(&available),
+            ..World::default()
+        },
         &settings,
     );
-    assert!(matches!(d.action, Action::Evict { .. }), "{d:?}");
+    assert!(matches!(d.action, Action::Evict(_)), "{d:?}");
     current = applied(current, &d);
     // The pod is gone; nobody took the reservation yet.
     let d = run(
         &current,
-        World { reservation: ReservationLookup::Found(&available), ..World::default() },
+        World {
+            reservation: ReservationLookup::Found(&available),
+            ..World::default()
+        },
         &settings,
     );
     let cond = condition(status(&d), &CT::PodBoundReservation).unwrap();
@@ -522,7 +672,10 @@ fn wait_for_pod_bind_reservation_then_ready_then_succeed() {
         &settings,
     );
     assert_eq!(status(&d).reason, Some(R::WaitForBoundPodReady));
-    assert!(super::conditions::is_true(status(&d), &CT::ReservationBound));
+    assert!(super::conditions::is_true(
+        status(&d),
+        &CT::ReservationBound
+    ));
     current = applied(current, &d);
     // Ready: Succeeded.
     let ready = pod("test-pod-1", "test-node-1");
@@ -542,7 +695,10 @@ fn wait_for_pod_bind_reservation_then_ready_then_succeed() {
         s.message.as_deref(),
         Some("Bind Pod \"default/test-pod-1\" in Reservation \"job-uid\"")
     );
-    assert_eq!(s.pod_ref.as_ref().and_then(|r| r.name.as_deref()), Some("test-pod-1"));
+    assert_eq!(
+        s.pod_ref.as_ref().and_then(|r| r.name.as_deref()),
+        Some("test-pod-1")
+    );
     assert!(super::conditions::is_true(s, &CT::PodBoundReservation));
 }
 
@@ -565,18 +721,29 @@ fn wait_for_pending_pod_scheduled() {
     assert!(super::reservation::migrates_pending_pod(&r));
     let d = run(
         &running,
-        World { pod: Some(&pending_pod), reservation: ReservationLookup::Found(&r), ..World::default() },
+        World {
+            pod: Some(&pending_pod),
+            reservation: ReservationLookup::Found(&r),
+            ..World::default()
+        },
         &Settings::default(),
     );
     let cond = condition(status(&d), &CT::PodScheduled).unwrap();
-    assert_eq!((cond.status.clone(), cond.reason.clone()), (CS::False, Some(R::Unschedulable)));
+    assert_eq!(
+        (cond.status.clone(), cond.reason.clone()),
+        (CS::False, Some(R::Unschedulable))
+    );
     let running = applied(running, &d);
     let mut placed = pending_pod.clone();
     placed.spec.as_mut().unwrap().node_name = Some("test-node-1".into());
     placed.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
     let d = run(
         &running,
-        World { pod: Some(&placed), reservation: ReservationLookup::Found(&r), ..World::default() },
+        World {
+            pod: Some(&placed),
+            reservation: ReservationLookup::Found(&r),
+            ..World::default()
+        },
         &Settings::default(),
     );
     assert_eq!(status(&d).phase, Some(Phase::Succeeded));
@@ -591,31 +758,95 @@ fn paused_finished_and_foreign_jobs_are_skipped() {
     let pod = pod("test-pod", "node-1");
     let mut paused = job(None);
     paused.spec.paused = Some(true);
-    assert_eq!(run(&paused, World { pod: Some(&pod), ..World::default() }, &Settings::default()).outcome, Outcome::Skipped("paused"));
+    assert_eq!(
+        run(
+            &paused,
+            World {
+                pod: Some(&pod),
+                ..World::default()
+            },
+            &Settings::default()
+        )
+        .outcome,
+        Outcome::Skipped("paused")
+    );
     for phase in [Phase::Succeeded, Phase::Failed, Phase::Aborted] {
-        let d = run(&job(Some(phase)), World { pod: Some(&pod), ..World::default() }, &Settings::default());
+        let d = run(
+            &job(Some(phase)),
+            World {
+                pod: Some(&pod),
+                ..World::default()
+            },
+            &Settings::default(),
+        );
         assert_eq!(d.outcome, Outcome::Skipped("finished"));
     }
     let mut foreign = job(None);
-    foreign.metadata.annotations = Some(BTreeMap::from([(ANNOTATION_JOB_CREATED_BY.to_string(), "other".to_string())]));
-    let d = run(&foreign, World { pod: Some(&pod), ..World::default() }, &Settings::default());
-    assert_eq!(d.outcome, Outcome::Skipped("created by another controller instance"));
+    foreign.metadata.annotations = Some(BTreeMap::from([(
+        ANNOTATION_JOB_CREATED_BY.to_string(),
+        "other".to_string(),
+    )]));
+    let d = run(
+        &foreign,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
+    assert_eq!(
+        d.outcome,
+        Outcome::Skipped("created by another controller instance")
+    );
     // A manually created job (no annotation) is handled.
     foreign.metadata.annotations = None;
-    assert!(matches!(run(&foreign, World { pod: Some(&pod), ..World::default() }, &Settings::default()).outcome, Outcome::Acting(_)));
+    assert!(matches!(
+        run(
+            &foreign,
+            World {
+                pod: Some(&pod),
+                ..World::default()
+            },
+            &Settings::default()
+        )
+        .outcome,
+        Outcome::Acting(_)
+    ));
 }
 
 #[test]
 fn object_limiter_requeues_unless_the_job_has_the_evict_annotation() {
     let pod = pod("test-pod", "node-1");
     let running = job(Some(Phase::Running));
-    let d = run(&running, World { pod: Some(&pod), limited: Some("busy"), ..World::default() }, &Settings::default());
+    let d = run(
+        &running,
+        World {
+            pod: Some(&pod),
+            limited: Some("busy"),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
     assert_eq!(d.action, Action::None);
     assert_eq!(d.requeue, Some(DEFAULT_REQUEUE_AFTER));
     let mut annotated = running.clone();
-    annotated.metadata.annotations = Some(BTreeMap::from([(crate::model::EVICT_ANNOTATION.to_string(), "true".to_string())]));
-    let d = run(&annotated, World { pod: Some(&pod), limited: Some("busy"), ..World::default() }, &Settings::default());
-    assert!(matches!(d.action, Action::CreateReservation { .. }), "{d:?}");
+    annotated.metadata.annotations = Some(BTreeMap::from([(
+        crate::model::EVICT_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]));
+    let d = run(
+        &annotated,
+        World {
+            pod: Some(&pod),
+            limited: Some("busy"),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
+    assert!(
+        matches!(d.action, Action::CreateReservation { .. }),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -623,20 +854,40 @@ fn eviction_failure_is_reported_in_the_status() {
     let pod = pod("test-pod", "node-1");
     let mut direct = job(Some(Phase::Running));
     direct.spec.mode = Some(PodMigrationJobMode::EvictDirectly);
-    let d = run(&direct, World { pod: Some(&pod), ..World::default() }, &Settings::default());
+    let d = run(
+        &direct,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
     let failure = super::core::ActionFailure {
         code: Some(429),
         message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
     };
     let s = super::core::after_failure(&direct, &d, &failure, later(2)).unwrap();
     let cond = condition(&s, &CT::Eviction).unwrap();
-    assert_eq!((cond.status.clone(), cond.reason.clone()), (CS::False, Some(R::FailedEvict)));
+    assert_eq!(
+        (cond.status.clone(), cond.reason.clone()),
+        (CS::False, Some(R::FailedEvict))
+    );
     assert!(cond.message.as_deref().unwrap().contains("429"), "{cond:?}");
     assert_eq!(s.phase, Some(Phase::Running));
     // The next pass evicts again (a failed eviction is not waited for).
-    let failed = PodMigrationJob { status: Some(s), ..direct };
-    let d = run(&failed, World { pod: Some(&pod), ..World::default() }, &Settings::default());
-    assert!(matches!(d.action, Action::Evict { .. }), "{d:?}");
+    let failed = PodMigrationJob {
+        status: Some(s),
+        ..direct
+    };
+    let d = run(
+        &failed,
+        World {
+            pod: Some(&pod),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
+    assert!(matches!(d.action, Action::Evict(_)), "{d:?}");
 }
 
 #[test]
@@ -687,9 +938,19 @@ fn requeue_job_if_object_limiter_failed() {
     let me = subject("test-namespace", "test-1");
     let other = subject("test-namespace", "test-2");
     // "less than workload limiter"
-    assert!(!limited_after(workload(ten_per_second.clone()), &me, 100, &me));
+    assert!(!limited_after(
+        workload(ten_per_second.clone()),
+        &me,
+        100,
+        &me
+    ));
     // "exceeded workload limiter"
-    assert!(limited_after(workload(ten_per_second.clone()), &me, 10, &me));
+    assert!(limited_after(
+        workload(ten_per_second.clone()),
+        &me,
+        10,
+        &me
+    ));
     // "other workload"
     assert!(!limited_after(workload(ten_per_second), &other, 10, &me));
     // "disable workloadObjectLimiters"
@@ -699,7 +960,12 @@ fn requeue_job_if_object_limiter_failed() {
     crate::config::defaults::set_migration_controller_defaults(&mut args);
     assert!(limited_after(args.object_limiters.clone(), &me, 10, &me));
     // "workload limiter with burst"
-    assert!(!limited_after(workload(limiter(1000, Some(10), 2)), &me, 10, &me));
+    assert!(!limited_after(
+        workload(limiter(1000, Some(10), 2)),
+        &me,
+        10,
+        &me
+    ));
 }
 
 #[test]
@@ -712,16 +978,41 @@ fn requeue_job_if_object_limiter_failed_with_namespace() {
     };
     let me = subject("test-namespace", "test-1");
     // "less than workload but more than namespace"
-    assert!(limited_after(both(limiter(1000, Some(10), 0), limiter(1000, Some(5), 0)), &me, 100, &me));
+    assert!(limited_after(
+        both(limiter(1000, Some(10), 0), limiter(1000, Some(5), 0)),
+        &me,
+        100,
+        &me
+    ));
     // "less than both"
-    assert!(!limited_after(both(limiter(1000, Some(10), 0), limiter(1000, Some(5), 0)), &me, 200, &me));
+    assert!(!limited_after(
+        both(limiter(1000, Some(10), 0), limiter(1000, Some(5), 0)),
+        &me,
+        200,
+        &me
+    ));
     // "disable namespaceObjectLimiters"
-    assert!(!limited_after(both(limiter(1000, Some(10), 0), limiter(0, None, 0)), &me, 100, &me));
+    assert!(!limited_after(
+        both(limiter(1000, Some(10), 0), limiter(0, None, 0)),
+        &me,
+        100,
+        &me
+    ));
     // "disable namespaceObjectLimiters and exceed workload"
-    assert!(limited_after(both(limiter(1000, Some(10), 0), limiter(0, None, 0)), &me, 10, &me));
+    assert!(limited_after(
+        both(limiter(1000, Some(10), 0), limiter(0, None, 0)),
+        &me,
+        10,
+        &me
+    ));
     // "other namespace"
     let elsewhere = subject("test-namespace-other", "test-3");
-    assert!(!limited_after(both(limiter(1000, Some(10), 0), limiter(1000, Some(5), 0)), &elsewhere, 100, &me));
+    assert!(!limited_after(
+        both(limiter(1000, Some(10), 0), limiter(1000, Some(5), 0)),
+        &elsewhere,
+        100,
+        &me
+    ));
 }
 
 #[test]
@@ -733,7 +1024,13 @@ fn limiter_buckets_are_forgotten_after_one_and_a_half_windows() {
     assert_eq!(object_limiters.tracked_len(), 1);
     object_limiters.exceeded(&me, t0() + SignedDuration::from_millis(1600));
     assert_eq!(object_limiters.tracked_len(), 0);
-    assert!(ObjectLimiters::from_map(&BTreeMap::from([("node".to_string(), limiter(1, None, 0))]), None).is_err());
+    assert!(
+        ObjectLimiters::from_map(
+            &BTreeMap::from([("node".to_string(), limiter(1, None, 0))]),
+            None
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -763,11 +1060,51 @@ fn do_once_arbitrate_cases() {
         failed: &'static [usize],
     }
     let cases = [
-        Case { name: "test-1", jobs: 10, non_retryable: &[2], retryable: &[3, 7], waiting: &[3, 7], passed: &[0, 1, 4, 5, 6, 8, 9], failed: &[2] },
-        Case { name: "test-2", jobs: 10, non_retryable: &[3], retryable: &[3, 7], waiting: &[7], passed: &[0, 1, 2, 4, 5, 6, 8, 9], failed: &[3] },
-        Case { name: "test-3", jobs: 5, non_retryable: &[0, 1, 2, 3, 4], retryable: &[], waiting: &[], passed: &[], failed: &[0, 1, 2, 3, 4] },
-        Case { name: "test-4", jobs: 5, non_retryable: &[], retryable: &[0, 1, 2, 3, 4], waiting: &[0, 1, 2, 3, 4], passed: &[], failed: &[] },
-        Case { name: "test-5", jobs: 5, non_retryable: &[], retryable: &[2], waiting: &[2], passed: &[0, 1, 3, 4], failed: &[] },
+        Case {
+            name: "test-1",
+            jobs: 10,
+            non_retryable: &[2],
+            retryable: &[3, 7],
+            waiting: &[3, 7],
+            passed: &[0, 1, 4, 5, 6, 8, 9],
+            failed: &[2],
+        },
+        Case {
+            name: "test-2",
+            jobs: 10,
+            non_retryable: &[3],
+            retryable: &[3, 7],
+            waiting: &[7],
+            passed: &[0, 1, 2, 4, 5, 6, 8, 9],
+            failed: &[3],
+        },
+        Case {
+            name: "test-3",
+            jobs: 5,
+            non_retryable: &[0, 1, 2, 3, 4],
+            retryable: &[],
+            waiting: &[],
+            passed: &[],
+            failed: &[0, 1, 2, 3, 4],
+        },
+        Case {
+            name: "test-4",
+            jobs: 5,
+            non_retryable: &[],
+            retryable: &[0, 1, 2, 3, 4],
+            waiting: &[0, 1, 2, 3, 4],
+            passed: &[],
+            failed: &[],
+        },
+        Case {
+            name: "test-5",
+            jobs: 5,
+            non_retryable: &[],
+            retryable: &[2],
+            waiting: &[2],
+            passed: &[0, 1, 3, 4],
+            failed: &[],
+        },
     ];
     for case in cases {
         // The filters stand in for the evictor as upstream's test stubs them.
@@ -804,8 +1141,14 @@ fn pod_view(name: &str, node: &str, created: i128) -> crate::model::PodView {
 fn arbitration_counts_each_passed_job_for_the_next() {
     // maxMigratingPerNode 1: of two jobs on one node only the first passes;
     // the second waits; a job on another node passes.
-    let mut view = crate::model::ClusterView::default();
-    view.pods = vec![pod_view("a", "n1", 1), pod_view("b", "n1", 2), pod_view("c", "n2", 3)];
+    let mut view = crate::model::ClusterView {
+        pods: vec![
+            pod_view("a", "n1", 1),
+            pod_view("b", "n1", 2),
+            pod_view("c", "n2", 3),
+        ],
+        ..Default::default()
+    };
     for pod in &mut view.pods {
         pod.owners.clear();
     }
@@ -828,16 +1171,28 @@ fn arbitration_counts_each_passed_job_for_the_next() {
     let waiting: Vec<arbitration::Waiting<'_>> = jobs
         .iter()
         .zip(&view.pods)
-        .map(|(job, pod)| arbitration::Waiting { job, pod: Some(pod) })
+        .map(|(job, pod)| arbitration::Waiting {
+            job,
+            pod: Some(pod),
+        })
         .collect();
     let verdicts = arbitration::arbitrate(&waiting, &mut evictor);
     let names: Vec<(String, bool)> = verdicts
         .iter()
-        .map(|(job, v)| (job.metadata.name.clone().unwrap(), *v == arbitration::Verdict::Passed))
+        .map(|(job, v)| {
+            (
+                job.metadata.name.clone().unwrap(),
+                *v == arbitration::Verdict::Passed,
+            )
+        })
         .collect();
     assert_eq!(
         names,
-        vec![("job-a".into(), true), ("job-b".into(), false), ("job-c".into(), true)]
+        vec![
+            ("job-a".into(), true),
+            ("job-b".into(), false),
+            ("job-c".into(), true)
+        ]
     );
 }
 
@@ -853,27 +1208,54 @@ fn arbitration_sort_order() {
     };
     let (j1, j2, j3) = (mk("old", 0), mk("new", 10), mk("mid", 5));
     let mut waiting = vec![
-        arbitration::Waiting { job: &j1, pod: None },
-        arbitration::Waiting { job: &j2, pod: None },
-        arbitration::Waiting { job: &j3, pod: None },
+        arbitration::Waiting {
+            job: &j1,
+            pod: None,
+        },
+        arbitration::Waiting {
+            job: &j2,
+            pod: None,
+        },
+        arbitration::Waiting {
+            job: &j3,
+            pod: None,
+        },
     ];
     arbitration::sort(&mut waiting, &HashMap::new());
-    let order: Vec<&str> = waiting.iter().map(|w| w.job.metadata.name.as_deref().unwrap()).collect();
+    let order: Vec<&str> = waiting
+        .iter()
+        .map(|w| w.job.metadata.name.as_deref().unwrap())
+        .collect();
     assert_eq!(order, ["new", "mid", "old"]);
     // Batch Jobs: pods of "x" and "y"; "y" has 2 migrating jobs.
-    let mut pods = vec![pod_view("p1", "n", 1), pod_view("p2", "n", 2), pod_view("p3", "n", 3)];
+    let mut pods = vec![
+        pod_view("p1", "n", 1),
+        pod_view("p2", "n", 2),
+        pod_view("p3", "n", 3),
+    ];
     let owners = ["x", "y", "x"];
     for (pod, owner) in pods.iter_mut().zip(owners) {
-        pod.owners = vec![crate::model::OwnerView { kind: "Job".into(), name: owner.into(), uid: owner.into(), controller: true }];
+        pod.owners = vec![crate::model::OwnerView {
+            kind: "Job".into(),
+            name: owner.into(),
+            uid: owner.into(),
+            controller: true,
+        }];
     }
     let jobs: Vec<PodMigrationJob> = (0..3).map(|i| mk(&format!("j{i}"), 0)).collect();
     let mut waiting: Vec<arbitration::Waiting<'_>> = jobs
         .iter()
         .zip(&pods)
-        .map(|(job, pod)| arbitration::Waiting { job, pod: Some(pod) })
+        .map(|(job, pod)| arbitration::Waiting {
+            job,
+            pod: Some(pod),
+        })
         .collect();
     arbitration::sort(&mut waiting, &HashMap::from([("y".to_string(), 2)]));
-    let order: Vec<&str> = waiting.iter().map(|w| w.job.metadata.name.as_deref().unwrap()).collect();
+    let order: Vec<&str> = waiting
+        .iter()
+        .map(|w| w.job.metadata.name.as_deref().unwrap())
+        .collect();
     // Younger pods first by the victim order (p3, p2, p1), x's jobs grouped at
     // p3's place, then y (2 migrating) moved to the front.
     assert_eq!(order, ["j1", "j2", "j0"]);
@@ -891,7 +1273,10 @@ fn reservation_options_from_the_pod() {
     let metadata = template.metadata.as_ref().unwrap();
     assert_eq!(metadata.name.as_deref(), Some("job-uid"));
     let labels = metadata.labels.as_ref().unwrap();
-    assert_eq!(labels.get(LABEL_CREATED_BY).map(String::as_str), Some(CREATOR));
+    assert_eq!(
+        labels.get(LABEL_CREATED_BY).map(String::as_str),
+        Some(CREATOR)
+    );
     assert_eq!(
         labels.get(apis::extension::reservation::LABEL_RESERVATION_ORDER),
         Some(&t0().as_millisecond().to_string())
@@ -915,7 +1300,10 @@ fn reservation_options_from_the_pod() {
     let fields = terms[0].match_fields.as_ref().unwrap();
     assert_eq!(fields[0].key, "metadata.name");
     assert_eq!(fields[0].operator, "NotIn");
-    assert_eq!(fields[0].values.as_deref(), Some(&["node-1".to_string()][..]));
+    assert_eq!(
+        fields[0].values.as_deref(),
+        Some(&["node-1".to_string()][..])
+    );
     // Owners: the controller of a placed pod.
     let owner = spec.owners[0].controller.as_ref().unwrap();
     assert_eq!(owner.owner_reference.kind, "StatefulSet");
@@ -936,7 +1324,8 @@ fn build_migration_job_for_a_victim() {
     crate::config::defaults::set_migration_controller_defaults(&mut args);
     let victim = pod("test-pod", "node-1");
     let id = ReconcilerId::new(ID);
-    let built = job::build_migration_job(&victim, "node hot", "LowNodeLoad", &args, &id, None, 7).unwrap();
+    let built =
+        job::build_migration_job(&victim, "node hot", "LowNodeLoad", &args, &id, None, 7).unwrap();
     let annotations = built.metadata.annotations.as_ref().unwrap();
     assert_eq!(annotations[ANNOTATION_EVICT_REASON], "node hot");
     assert_eq!(annotations[ANNOTATION_EVICT_TRIGGER], "LowNodeLoad");
@@ -945,7 +1334,10 @@ fn build_migration_job_for_a_victim() {
     assert_eq!(built.spec.mode, Some(PodMigrationJobMode::ReservationFirst));
     assert_eq!(built.spec.ttl, args.default_job_ttl);
     assert_eq!(built.status.as_ref().unwrap().phase, Some(Phase::Pending));
-    assert_eq!(built.metadata.name.as_deref(), Some("00000000-0000-4000-8000-000000000007"));
+    assert_eq!(
+        built.metadata.name.as_deref(),
+        Some("00000000-0000-4000-8000-000000000007")
+    );
     // A job context overrides mode and TTL and adds labels.
     let context = JobContext {
         labels: BTreeMap::from([("team".to_string(), "a".to_string())]),
@@ -955,14 +1347,19 @@ fn build_migration_job_for_a_victim() {
     };
     let built = job::build_migration_job(&victim, "r", "t", &args, &id, Some(&context), 1).unwrap();
     assert_eq!(built.spec.mode, Some(PodMigrationJobMode::EvictDirectly));
-    assert_eq!(built.spec.ttl, Some(GoDuration::from_std(Duration::from_secs(60))));
+    assert_eq!(
+        built.spec.ttl,
+        Some(GoDuration::from_std(Duration::from_secs(60)))
+    );
     // Validation.
     let bad_key = JobContext {
         labels: BTreeMap::from([("not a key".to_string(), "a".to_string())]),
         ..JobContext::default()
     };
     assert!(job::build_migration_job(&victim, "r", "t", &args, &id, Some(&bad_key), 1).is_err());
-    assert!(job::build_migration_job(&victim, &"x".repeat(2000), "t", &args, &id, None, 1).is_err());
+    assert!(
+        job::build_migration_job(&victim, &"x".repeat(2000), "t", &args, &id, None, 1).is_err()
+    );
     let mut no_uid = victim.clone();
     no_uid.metadata.uid = None;
     assert!(job::build_migration_job(&no_uid, "r", "t", &args, &id, None, 1).is_err());
@@ -973,7 +1370,13 @@ fn build_migration_job_for_a_victim() {
 
 #[test]
 fn trigger_and_reason_fallbacks() {
-    assert_eq!(trigger_and_reason(None), (String::new(), "NotSet".to_string()));
-    let only_trigger = BTreeMap::from([(ANNOTATION_EVICT_TRIGGER.to_string(), "LowNodeLoad".to_string())]);
+    assert_eq!(
+        trigger_and_reason(None),
+        (String::new(), "NotSet".to_string())
+    );
+    let only_trigger = BTreeMap::from([(
+        ANNOTATION_EVICT_TRIGGER.to_string(),
+        "LowNodeLoad".to_string(),
+    )]);
     assert_eq!(trigger_and_reason(Some(&only_trigger)).1, "LowNodeLoad");
 }
