@@ -185,6 +185,7 @@ struct Harness {
     server: FakeApiServer,
     world: Arc<Mutex<World>>,
     shutdown: Shutdown,
+    registry: MetricsRegistry,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -220,6 +221,7 @@ impl Harness {
         let registry = MetricsRegistry::new("koord_descheduler");
         let task = tokio::spawn({
             let shutdown = shutdown.clone();
+            let registry = registry.clone();
             async move {
                 run_migration_controller(
                     client,
@@ -235,6 +237,7 @@ impl Harness {
             server,
             world,
             shutdown,
+            registry,
             task,
         }
     }
@@ -502,6 +505,19 @@ async fn evict_directly_evicts_at_once_and_succeeds() {
     );
     assert_eq!(done["status"]["status"], json!("Complete"));
     assert!(harness.requests("POST", RESERVATIONS).is_empty());
+    let metrics = harness.registry.encode().unwrap();
+    assert!(
+        metrics.contains(
+            r#"descheduler_pods_evicted{result="success",strategy="",namespace="default",node="node-1"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"koord_descheduler_migration_jobs_finished_total{phase="Succeeded",reason=""} 1"#
+        ),
+        "{metrics}"
+    );
     assert_eq!(
         harness
             .requests("POST", "/api/v1/namespaces/default/pods/victim/eviction")

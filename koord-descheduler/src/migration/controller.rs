@@ -590,11 +590,27 @@ impl Controller {
         let now = tokio::time::Instant::now();
         let cached = self.caches.jobs.state();
         let mut present = HashSet::new();
-        for job in &cached {
-            let Some(name) = job.metadata.name.clone() else {
+        let id = self.handle.id.as_str().to_string();
+        for cached_job in &cached {
+            let Some(name) = cached_job.metadata.name.clone() else {
                 continue;
             };
             present.insert(name.clone());
+            // Only jobs a pass can move: started (or passed), not paused,
+            // not finished, not another instance's. Others are looked at
+            // again when they change.
+            let job = self.current(cached_job);
+            let movable = matches!(
+                job.status.as_ref().and_then(|s| s.phase.clone()),
+                None | Some(PodMigrationJobPhase::Pending) | Some(PodMigrationJobPhase::Running)
+            ) && !arbitration::is_waiting(&job)
+                && job.spec.paused != Some(true)
+                && !core::is_foreign(&job, &id);
+            if !movable {
+                self.schedule.remove(&name);
+                continue;
+            }
+            let job = cached_job;
             let version = job.metadata.resource_version.clone().unwrap_or_default();
             let schedule = self.schedule.entry(name).or_insert_with(|| Schedule {
                 due: Some(now),
