@@ -79,7 +79,7 @@ pub enum HandleError {
     Job(#[from] JobError),
     #[error(transparent)]
     Limiter(#[from] UnknownLimitedObject),
-    #[error("evictionPolicy {0:?} is neither Eviction nor Delete")]
+    #[error("evictionPolicy {0:?} is not Eviction, Delete or SoftEviction")]
     EvictionPolicy(String),
 }
 
@@ -783,11 +783,11 @@ impl Controller {
                 let core::EvictRequest {
                     namespace,
                     name: pod_name,
-                    uid,
                     node,
                     policy,
                     delete_options,
                     trigger,
+                    ..
                 } = &**request;
                 if let Some(limiter) = &mut self.eviction_limiter
                     && !limiter.allow(Timestamp::now())
@@ -795,15 +795,7 @@ impl Controller {
                     tracing::debug!(job = %name, "evictQPS reached; eviction postponed");
                     return Ok(Some(Duration::from_secs(1)));
                 }
-                let result = self
-                    .evict(
-                        namespace,
-                        pod_name,
-                        uid.as_deref(),
-                        *policy,
-                        delete_options.clone(),
-                    )
-                    .await;
+                let result = self.evict(request, delete_options.clone()).await;
                 self.metrics
                     .pod_evicted(result.is_ok(), trigger, namespace, node);
                 match result {
@@ -875,12 +867,15 @@ impl Controller {
 
     async fn evict(
         &self,
-        namespace: &str,
-        name: &str,
-        uid: Option<&str>,
-        policy: EvictionPolicy,
+        request: &core::EvictRequest,
         delete_options: Option<DeleteOptions>,
     ) -> Result<(), kube::Error> {
+        let (namespace, name, uid, policy) = (
+            request.namespace.as_str(),
+            request.name.as_str(),
+            request.uid.as_deref(),
+            request.policy,
+        );
         let client = self
             .handle
             .eviction_client
@@ -909,6 +904,28 @@ impl Controller {
                 let params = delete_params(with_uid_precondition(delete_options, uid));
                 let pods: Api<Pod> = Api::namespaced(client, namespace);
                 bounded(pods.delete(name, &params)).await.map(|_| ())
+            }
+            EvictionPolicy::SoftEviction => {
+                let spec = apis::extension::descheduling::SoftEvictionSpec {
+                    timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        Timestamp::now(),
+                    )),
+                    delete_options,
+                    initiator: request.trigger.clone(),
+                    reason: request.reason.clone(),
+                };
+                let value = serde_json::to_string(&spec).map_err(kube::Error::SerdeError)?;
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    apis::extension::descheduling::ANNOTATION_SOFT_EVICTION: value
+                }}});
+                let pods: Api<Pod> = Api::namespaced(client, namespace);
+                bounded(pods.patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                ))
+                .await
+                .map(|_| ())
             }
         }
     }

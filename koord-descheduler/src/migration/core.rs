@@ -98,13 +98,20 @@ pub struct EvictRequest {
     pub delete_options: Option<DeleteOptions>,
     /// The plugin that asked (for `descheduler_pods_evicted`).
     pub trigger: String,
+    /// Why (the soft-eviction annotation carries it).
+    pub reason: String,
 }
 
 /// Upstream's evictors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvictionPolicy {
+    /// The Eviction API (PodDisruptionBudgets honoured).
     Eviction,
+    /// Deleting the pod.
     Delete,
+    /// Annotating the pod with `scheduling.koordinator.sh/soft-eviction`
+    /// for a custom evictor to act on.
+    SoftEviction,
 }
 
 impl EvictionPolicy {
@@ -112,6 +119,7 @@ impl EvictionPolicy {
         match text {
             "Eviction" => Some(EvictionPolicy::Eviction),
             "Delete" => Some(EvictionPolicy::Delete),
+            "SoftEviction" => Some(EvictionPolicy::SoftEviction),
             _ => None,
         }
     }
@@ -767,6 +775,7 @@ fn evict_step(pass: &mut Pass<'_>, default_policy: EvictionPolicy) -> Step {
             policy,
             delete_options,
             trigger,
+            reason,
         })),
         status: Some(pass.status.clone()),
         requeue: Some(pass.settings.requeue_after),

@@ -1380,3 +1380,61 @@ fn trigger_and_reason_fallbacks() {
     )]);
     assert_eq!(trigger_and_reason(Some(&only_trigger)).1, "LowNodeLoad");
 }
+
+#[test]
+fn eviction_policy_from_pod_or_job_label() {
+    let mut direct = job(Some(Phase::Running));
+    direct.spec.mode = Some(PodMigrationJobMode::EvictDirectly);
+    let mut labelled = pod("test-pod", "node-1");
+    labelled.metadata.labels = Some(BTreeMap::from([(
+        LABEL_EVICT_POLICY.to_string(),
+        "SoftEviction".to_string(),
+    )]));
+    let d = run(
+        &direct,
+        World {
+            pod: Some(&labelled),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
+    assert!(
+        matches!(&d.action, Action::Evict(e) if e.policy == EvictionPolicy::SoftEviction),
+        "{d:?}"
+    );
+    // The job's label counts when the pod has none; unknown values fall back.
+    let mut by_job = direct.clone();
+    by_job.metadata.labels = Some(BTreeMap::from([(
+        LABEL_EVICT_POLICY.to_string(),
+        "Delete".to_string(),
+    )]));
+    let plain = pod("test-pod", "node-1");
+    let d = run(
+        &by_job,
+        World {
+            pod: Some(&plain),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
+    assert!(
+        matches!(&d.action, Action::Evict(e) if e.policy == EvictionPolicy::Delete),
+        "{d:?}"
+    );
+    labelled.metadata.labels = Some(BTreeMap::from([(
+        LABEL_EVICT_POLICY.to_string(),
+        "Nope".to_string(),
+    )]));
+    let d = run(
+        &direct,
+        World {
+            pod: Some(&labelled),
+            ..World::default()
+        },
+        &Settings::default(),
+    );
+    assert!(
+        matches!(&d.action, Action::Evict(e) if e.policy == EvictionPolicy::Eviction),
+        "{d:?}"
+    );
+}
