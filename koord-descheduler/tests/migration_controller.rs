@@ -191,6 +191,10 @@ struct Harness {
 
 impl Harness {
     fn start(job: Value, evictions: Evictions) -> Self {
+        Self::start_with(job, evictions, Leadership::unconditional())
+    }
+
+    fn start_with(job: Value, evictions: Evictions, leadership: Leadership) -> Self {
         let server = FakeApiServer::start().unwrap();
         server.hold_watches_open();
         let world = Arc::new(Mutex::new(World {
@@ -223,14 +227,7 @@ impl Harness {
             let shutdown = shutdown.clone();
             let registry = registry.clone();
             async move {
-                run_migration_controller(
-                    client,
-                    handle,
-                    &registry,
-                    Leadership::unconditional(),
-                    shutdown,
-                )
-                .await
+                run_migration_controller(client, handle, &registry, leadership, shutdown).await
             }
         });
         Harness {
@@ -524,5 +521,31 @@ async fn evict_directly_evicts_at_once_and_succeeds() {
             .len(),
         1
     );
+    harness.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_done_until_this_replica_leads() {
+    let (lead, state) = tokio::sync::watch::channel(false);
+    let harness = Harness::start_with(
+        job("job-5", "EvictDirectly", "5m"),
+        Evictions::Allow,
+        Leadership::from_receiver(state),
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let writes = harness
+        .server
+        .recorded()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .count();
+    assert_eq!(writes, 0, "a follower wrote to the API");
+    assert_eq!(phase(&harness.job("job-5")), "Pending");
+    lead.send_replace(true);
+    harness
+        .wait_for("Succeeded", Duration::from_secs(10), |w| {
+            w.jobs["job-5"]["status"]["phase"] == json!("Succeeded")
+        })
+        .await;
     harness.stop().await;
 }

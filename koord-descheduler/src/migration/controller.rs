@@ -1019,7 +1019,9 @@ impl Controller {
         }
     }
 
-    async fn tick(&mut self, interval: Duration) {
+    /// One round; it stops between jobs when leadership is lost (an
+    /// in-flight pass finishes, so an eviction is never left unrecorded).
+    async fn tick(&mut self, interval: Duration, leadership: &Leadership) {
         let now = tokio::time::Instant::now();
         if self
             .last_arbitration
@@ -1029,6 +1031,9 @@ impl Controller {
             self.arbitrate().await;
         }
         for name in self.due_jobs() {
+            if !leadership.is_leader() {
+                return;
+            }
             let result = self.reconcile(&name).await;
             let Some(schedule) = self.schedule.get_mut(&name) else {
                 continue;
@@ -1194,11 +1199,9 @@ pub async fn run_migration_controller(
         while let Ok(job) = deleted.try_recv() {
             controller.release(&job).await;
         }
-        let tick = controller.tick(interval);
         tokio::select! {
-            () = tick => {}
+            () = controller.tick(interval, &leadership) => {}
             _ = shutdown.wait() => return Ok(()),
-            () = leadership.until_lost() => continue,
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
