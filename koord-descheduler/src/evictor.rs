@@ -86,6 +86,15 @@ pub struct SnapshotEvictor<'a> {
     pdb_used: Vec<i32>,
 }
 
+/// Why the arbitrator holds a job back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArbitrationRefusal {
+    /// A non-retryable filter failed: the job fails.
+    Forbidden(String),
+    /// A limit is reached: the job waits.
+    Limited(String),
+}
+
 /// A setting the snapshot cannot honour.
 #[derive(Debug, thiserror::Error)]
 pub enum EvictorError {
@@ -405,6 +414,21 @@ impl<'a> SnapshotEvictor<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The arbitrator's check of a waiting PodMigrationJob's pod (upstream
+    /// `filtering`): the non-retryable filters, then the limits. The pod's
+    /// own job must not be among the snapshot's counted jobs.
+    pub fn arbitrate(&self, pod: &PodView) -> Result<(), ArbitrationRefusal> {
+        self.non_retryable(pod)
+            .map_err(ArbitrationRefusal::Forbidden)?;
+        self.retryable(pod).map_err(ArbitrationRefusal::Limited)
+    }
+
+    /// Counts `pod` as migrating from now on (a job that passed arbitration).
+    pub fn admit(&mut self, pod: &PodView) {
+        self.ledger
+            .add(&pod.uid, pod.key(), &pod.namespace, Some(pod));
     }
 
     /// How many migrations this evictor started.

@@ -4,7 +4,8 @@
 //! This build holds the decision core ([`loadaware`]), the protective
 //! filters and limits of the MigrationController ([`evictor`]), upstream's
 //! configuration file ([`config`]) and the offline `plan` command
-//! ([`plan`]). Run without a subcommand, the binary loads and validates its
+//! ([`plan`]), and the MigrationController that carries PodMigrationJobs
+//! out ([`migration`], entry point [`migration::run_migration_controller`]). Run without a subcommand, the binary loads and validates its
 //! configuration, serves health and metrics and connects to the cluster; the
 //! live descheduling loop and the MigrationController's PodMigrationJob
 //! handling are not in this build, and its readiness check says so.
@@ -13,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod evictor;
 pub mod loadaware;
+pub mod migration;
 pub mod model;
 pub mod nodefit;
 pub mod plan;
