@@ -204,12 +204,30 @@ pub fn pick_cpus(count: usize, processors: &[CpuInfo]) -> Vec<u32> {
     }
 }
 
-/// CPUs BE may never use: reserved, exclusive SYSTEM and LSE pods' CPUs.
-fn exclusive_cpus(snapshot: &QosSnapshot) -> CpuSet {
-    let mut exclusive = snapshot
+/// CPUs the kubelet's static CPU manager policy pinned to pods koordinator
+/// does not manage (Guaranteed pods with integer CPUs); empty under any
+/// other policy, whose checkpoint pins nothing.
+pub fn kubelet_pinned_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    let kubelet = &snapshot.node.kubelet_cpu_manager;
+    if kubelet.is_static() {
+        kubelet.pinned_cpus.clone()
+    } else {
+        CpuSet::new()
+    }
+}
+
+/// CPUs no BE pool holds: reserved, exclusive SYSTEM and kubelet-pinned.
+fn blocked_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    snapshot
         .node
         .reserved_cpus
-        .union(&snapshot.node.system_qos_exclusive_cpus);
+        .union(&snapshot.node.system_qos_exclusive_cpus)
+        .union(&kubelet_pinned_cpus(snapshot))
+}
+
+/// CPUs BE may never use: the blocked ones and LSE pods' CPUs.
+fn exclusive_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    let mut exclusive = blocked_cpus(snapshot);
     for pod in &snapshot.pods {
         if pod.qos_label == QoSClass::LSE
             && let Some(cpus) = &pod.allocated_cpus
@@ -248,10 +266,7 @@ pub fn suppressed_cpuset(
             }
         }
     }
-    let blocked = snapshot
-        .node
-        .reserved_cpus
-        .union(&snapshot.node.system_qos_exclusive_cpus);
+    let blocked = blocked_cpus(snapshot);
     let (mut lsr, mut shared) = (Vec::new(), Vec::new());
     for cpu in &topology.cpus {
         if blocked.contains(cpu.cpu) {
@@ -273,29 +288,78 @@ pub fn suppressed_cpuset(
     CpuSet::from_ids(cpus).unwrap_or_default()
 }
 
+/// Level of a BE cgroup in the kubelet's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeLevel {
+    /// `kubepods/besteffort`.
+    Tier,
+    Pod,
+    Container,
+}
+
+/// The cpuset a BE cgroup at `level` gets while suppression narrows BE to
+/// `suppressed`. Under the kubelet's static policy only containers are
+/// narrowed and the tier and pods keep the `full` BE cpuset, as upstream
+/// does: that kubelet writes its shared pool into BE containers itself, and
+/// a child's cpuset must stay inside its parent's, so a narrowed parent
+/// would make those kubelet writes fail. Under `none` every level narrows.
+pub fn cpuset_for_level<'a>(
+    level: BeLevel,
+    kubelet_static: bool,
+    full: &'a CpuSet,
+    suppressed: &'a CpuSet,
+) -> &'a CpuSet {
+    match level {
+        BeLevel::Tier | BeLevel::Pod if kubelet_static => full,
+        _ => suppressed,
+    }
+}
+
 /// BE cgroups a cpuset is written to: the tier, its pods and their containers.
-fn be_cpuset_dirs(snapshot: &QosSnapshot) -> Vec<PathBuf> {
-    let mut dirs = vec![snapshot.layout.qos_dir(QosTier::BestEffort)];
+fn be_cpuset_dirs(snapshot: &QosSnapshot) -> Vec<(PathBuf, BeLevel)> {
+    let mut dirs = vec![(snapshot.layout.qos_dir(QosTier::BestEffort), BeLevel::Tier)];
     for pod in &snapshot.pods {
         if pod.kube_qos != QosTier::BestEffort {
             continue;
         }
-        dirs.push(pod.cgroup_dir.clone());
-        dirs.extend(pod.containers.iter().filter_map(|c| c.cgroup_dir.clone()));
+        dirs.push((pod.cgroup_dir.clone(), BeLevel::Pod));
+        dirs.extend(
+            pod.containers
+                .iter()
+                .filter_map(|c| Some((c.cgroup_dir.clone()?, BeLevel::Container))),
+        );
     }
     dirs
 }
 
-fn write_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, set: &CpuSet, reason: &str) {
-    // Cgroups that are gone (or not created yet) are left out.
-    let dirs = be_cpuset_dirs(snapshot)
+/// The cpuset of every existing BE cgroup: `full` everywhere to restore
+/// (`suppressed` = `None`), else per [`cpuset_for_level`]. Cgroups that are
+/// gone (or not created yet) are left out.
+pub fn be_cpuset_plan(
+    snapshot: &QosSnapshot,
+    full: &CpuSet,
+    suppressed: Option<&CpuSet>,
+) -> Vec<(PathBuf, CpuSet)> {
+    let kubelet_static = snapshot.node.kubelet_cpu_manager.is_static();
+    be_cpuset_dirs(snapshot)
         .into_iter()
-        .filter(|dir| snapshot.current(dir, CgroupResource::CpusetCpus).is_some());
-    for dir in dirs {
+        .filter(|(dir, _)| snapshot.current(dir, CgroupResource::CpusetCpus).is_some())
+        .map(|(dir, level)| {
+            let set = match suppressed {
+                Some(suppressed) => cpuset_for_level(level, kubelet_static, full, suppressed),
+                None => full,
+            };
+            (dir, set.clone())
+        })
+        .collect()
+}
+
+fn write_plan(decision: &mut Decision, plan: Vec<(PathBuf, CpuSet)>, reason: &str) {
+    for (dir, set) in plan {
         decision.write(
             dir,
             CgroupResource::CpusetCpus,
-            CgroupValue::CpuSet(set.clone()),
+            CgroupValue::CpuSet(set),
             reason,
         );
     }
@@ -334,11 +398,11 @@ fn restore_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
             if set.is_empty() {
                 decision.info("no CPU is left for BE after exclusive CPUs; cpuset not restored");
             } else {
-                write_cpuset(
+                let kubelet = snapshot.node.kubelet_cpu_manager.summary();
+                write_plan(
                     decision,
-                    snapshot,
-                    &set,
-                    &format!("{REASON}: restore BE cpuset ({why})"),
+                    be_cpuset_plan(snapshot, &set, None),
+                    &format!("{REASON}: restore BE cpuset ({why}); {kubelet}"),
                 );
             }
         }
@@ -373,6 +437,9 @@ impl Strategy for CpuSuppress {
             .clone()
             .unwrap_or(CPUSuppressPolicy::CPUSet);
         let mut decision = Decision::default();
+        for problem in &snapshot.node.kubelet_cpu_manager.problems {
+            decision.info(format!("kubelet CPU manager input left out: {problem}"));
+        }
         if strategy.enable != Some(true) {
             self.restore_quota(&mut decision, snapshot, "suppress disabled");
             restore_cpuset(&mut decision, snapshot, "suppress disabled");
@@ -484,8 +551,12 @@ impl Strategy for CpuSuppress {
                 }
             };
             let set = suppressed_cpuset(snapshot, topology, budget.budget_milli, current_len);
-            if set.is_empty() {
-                decision.skip("no CPU available for BE; cpuset left as it is");
+            let full = full_be_cpuset(snapshot, topology);
+            if set.is_empty() || full.is_empty() {
+                decision.skip(format!(
+                    "no CPU available for BE (excluded: {}); cpuset left as it is",
+                    exclusive_cpus(snapshot)
+                ));
                 return decision;
             }
             decision.gauge(
@@ -493,11 +564,16 @@ impl Strategy for CpuSuppress {
                 vec![("type", "cpuset".to_string())],
                 set.len() as f64,
             );
-            write_cpuset(
+            let kubelet = &snapshot.node.kubelet_cpu_manager;
+            let levels = if kubelet.is_static() {
+                format!("; containers get {set}, tier and pods keep {full}")
+            } else {
+                String::new()
+            };
+            write_plan(
                 &mut decision,
-                snapshot,
-                &set,
-                &format!("{REASON}: {formula}"),
+                be_cpuset_plan(snapshot, &full, Some(&set)),
+                &format!("{REASON}: {formula}; {}{levels}", kubelet.summary()),
             );
             self.restore_quota(&mut decision, snapshot, "policy is cpuset");
         }
