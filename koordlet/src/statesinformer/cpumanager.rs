@@ -24,7 +24,7 @@ use apis::extension::{
     KUBELET_CPU_MANAGER_POLICY_STATIC, StringMap, get_kubelet_cpu_manager_policy,
 };
 use k8s_openapi::api::core::v1::Pod;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::system::units::CpuSet;
 
@@ -209,7 +209,7 @@ pub fn read_cpu_manager_checkpoint(
 }
 
 /// Where the kubelet CPU manager policy was learnt.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum PolicySource {
     /// No checkpoint and no Node annotation (or no kubelet directory given).
@@ -223,8 +223,8 @@ pub enum PolicySource {
 }
 
 /// What the kubelet's CPU manager means for the BE cpuset.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct KubeletCpuManagerView {
     /// The policy name (`none`, `static`, or what the source said); empty
     /// when unknown.
