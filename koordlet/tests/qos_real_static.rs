@@ -270,4 +270,21 @@ fn be_never_runs_on_cpus_the_static_policy_pinned() {
     harness.write_checkpoint(r#"{"policyName":"static","entries":{"g":"1"}}"#);
     harness.round();
     assert_eq!(tree.cpuset(BE_CONTAINER), all);
+    let entries = explain(
+        &harness.runner.managed_files(),
+        &tree.layout,
+        &ExplainFilter::Tier("be".into()),
+        &pods,
+    )
+    .unwrap();
+    let reason = &entries
+        .iter()
+        .find(|e| e.file.dir.ends_with("c-be") && e.file.resource == "cpuset.cpus")
+        .unwrap()
+        .file
+        .reason;
+    assert!(
+        reason.contains("kubelet CPU manager policy unknown (treated as none)"),
+        "{reason}"
+    );
 }
