@@ -490,7 +490,11 @@ fn the_kubelet_cpu_manager_entry_names_policy_and_pinned_cpus() {
     assert_eq!(row.split_whitespace().nth(1), Some("1"), "{row}");
 
     // Malformed: still succeeds, and says why the file was left out.
-    fs::write(dir.path().join("cpu_manager_state"), r#"{"defaultCpuSet":"0"}"#).unwrap();
+    fs::write(
+        dir.path().join("cpu_manager_state"),
+        r#"{"defaultCpuSet":"0"}"#,
+    )
+    .unwrap();
     let caps: Value =
         serde_json::from_str(&stdout_of(&[&kubelet_flag, "capabilities", "-output=json"])).unwrap();
     let problem = caps["kubeletCpuManager"]["problems"][0].as_str().unwrap();

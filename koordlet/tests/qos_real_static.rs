@@ -76,8 +76,8 @@ fn pod(uid: &str, qos_label: Option<&str>, kube_qos: &str, container: &str) -> P
     pod.metadata.name = Some(format!("pod-{uid}"));
     pod.metadata.namespace = Some("default".into());
     pod.metadata.uid = Some(uid.into());
-    pod.metadata.labels = qos_label
-        .map(|qos| [("koordinator.sh/qosClass".to_string(), qos.to_string())].into());
+    pod.metadata.labels =
+        qos_label.map(|qos| [("koordinator.sh/qosClass".to_string(), qos.to_string())].into());
     pod.status = Some(PodStatus {
         qos_class: Some(kube_qos.into()),
         phase: Some("Running".into()),
@@ -238,7 +238,10 @@ fn be_never_runs_on_cpus_the_static_policy_pinned() {
             .file
             .reason
             .contains("kubelet CPU manager policy static from")
-            && container.file.reason.contains("CPUs 1 pinned to Guaranteed pods (default/pod-g: 1)"),
+            && container
+                .file
+                .reason
+                .contains("CPUs 1 pinned to Guaranteed pods (default/pod-g: 1)"),
         "{}",
         container.file.reason
     );

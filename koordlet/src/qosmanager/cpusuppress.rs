@@ -604,11 +604,10 @@ mod tests {
     use apis::slo::v1alpha1::NodeSLOSpec;
 
     use super::*;
-    use crate::statesinformer::cpumanager::{
-        KubeletCpuManagerView, PolicySource, kubelet_cpu_manager_view,
-        parse_cpu_manager_checkpoint,
-    };
     use crate::qosmanager::framework::{MapReader, MetricSample, QosContainer, QosPod};
+    use crate::statesinformer::cpumanager::{
+        KubeletCpuManagerView, PolicySource, kubelet_cpu_manager_view, parse_cpu_manager_checkpoint,
+    };
 
     fn now() -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)
@@ -984,12 +983,48 @@ mod tests {
         // (case, reserved, system exclusive, kubelet view, want). The first
         // three are upstream's Test_cpuSuppress_recoverCPUSetIfNeed cases.
         let cases: [(&str, CpuSet, CpuSet, KubeletCpuManagerView, &str); 7] = [
-            ("upstream: LSE only", CpuSet::new(), CpuSet::new(), Default::default(), "0-6,8-15"),
-            ("upstream: node reserved", two.clone(), CpuSet::new(), Default::default(), "2-6,8-15"),
-            ("upstream: system qos exclusive", CpuSet::new(), two.clone(), Default::default(), "2-6,8-15"),
-            ("static: pinned 0-1", CpuSet::new(), CpuSet::new(), kubelet_view("static", "0-1"), "2-6,8-15"),
-            ("static: pinned overlaps reserved and LSE", CpuSet::from_ids([0]).unwrap(), CpuSet::new(), kubelet_view("static", "0-1,7,15"), "2-6,8-14"),
-            ("none: entries pin nothing", CpuSet::new(), CpuSet::new(), kubelet_view("none", "0-1"), "0-6,8-15"),
+            (
+                "upstream: LSE only",
+                CpuSet::new(),
+                CpuSet::new(),
+                Default::default(),
+                "0-6,8-15",
+            ),
+            (
+                "upstream: node reserved",
+                two.clone(),
+                CpuSet::new(),
+                Default::default(),
+                "2-6,8-15",
+            ),
+            (
+                "upstream: system qos exclusive",
+                CpuSet::new(),
+                two.clone(),
+                Default::default(),
+                "2-6,8-15",
+            ),
+            (
+                "static: pinned 0-1",
+                CpuSet::new(),
+                CpuSet::new(),
+                kubelet_view("static", "0-1"),
+                "2-6,8-15",
+            ),
+            (
+                "static: pinned overlaps reserved and LSE",
+                CpuSet::from_ids([0]).unwrap(),
+                CpuSet::new(),
+                kubelet_view("static", "0-1,7,15"),
+                "2-6,8-14",
+            ),
+            (
+                "none: entries pin nothing",
+                CpuSet::new(),
+                CpuSet::new(),
+                kubelet_view("none", "0-1"),
+                "0-6,8-15",
+            ),
             (
                 "static from the Node annotation: pinned CPUs unknown",
                 CpuSet::new(),
@@ -1049,13 +1084,18 @@ mod tests {
             ("pod3", "container31"),
         ];
         let old = CgroupValue::CpuSet(CpuSet::from_range(0, 2).unwrap());
-        let mut reader = MapReader::default().with(be_dir(), CgroupResource::CpusetCpus, old.clone());
+        let mut reader =
+            MapReader::default().with(be_dir(), CgroupResource::CpusetCpus, old.clone());
         let mut pods: Vec<QosPod> = Vec::new();
         for (pod_name, container) in containers {
             let pod_dir = be_dir().join(pod_name);
             reader = reader
                 .with(pod_dir.clone(), CgroupResource::CpusetCpus, old.clone())
-                .with(pod_dir.join(container), CgroupResource::CpusetCpus, old.clone());
+                .with(
+                    pod_dir.join(container),
+                    CgroupResource::CpusetCpus,
+                    old.clone(),
+                );
             let template = pod(pod_name, QoSClass::BE, QosTier::BestEffort, None);
             let entry = match pods.iter_mut().find(|p| p.name == pod_name) {
                 Some(entry) => entry,
@@ -1081,15 +1121,24 @@ mod tests {
             snapshot.pods = pods.clone();
             snapshot.reader = Arc::new(reader.clone());
             snapshot.node.kubelet_cpu_manager = kubelet_view(policy, "");
-            let plan: BTreeMap<PathBuf, String> = be_cpuset_plan(&snapshot, &full, Some(&suppressed))
-                .into_iter()
-                .map(|(dir, set)| (dir, set.to_string()))
-                .collect();
+            let plan: BTreeMap<PathBuf, String> =
+                be_cpuset_plan(&snapshot, &full, Some(&suppressed))
+                    .into_iter()
+                    .map(|(dir, set)| (dir, set.to_string()))
+                    .collect();
             assert_eq!(plan.len(), 1 + 3 + 5, "{policy}: {plan:?}");
             assert_eq!(plan[&be_dir()], want_upper, "{policy}: tier");
             for (pod_name, container) in containers {
-                assert_eq!(plan[&be_dir().join(pod_name)], want_upper, "{policy}: {pod_name}");
-                assert_eq!(plan[&be_dir().join(pod_name).join(container)], "0-3", "{policy}: {container}");
+                assert_eq!(
+                    plan[&be_dir().join(pod_name)],
+                    want_upper,
+                    "{policy}: {pod_name}"
+                );
+                assert_eq!(
+                    plan[&be_dir().join(pod_name).join(container)],
+                    "0-3",
+                    "{policy}: {container}"
+                );
             }
             // Restoring writes the full set everywhere, whatever the policy.
             assert!(
@@ -1167,15 +1216,26 @@ mod tests {
         // (upstream); under static BE got every eligible CPU above.
         snapshot.node.reserved_cpus = CpuSet::from_ids([1, 5]).unwrap();
         let decision = CpuSuppress::default().decide(&snapshot);
-        assert!(decision.write_for(&container, CgroupResource::CpusetCpus).is_none());
+        assert!(
+            decision
+                .write_for(&container, CgroupResource::CpusetCpus)
+                .is_none()
+        );
         snapshot.node.reserved_cpus = CpuSet::new();
 
         // Every CPU pinned: nothing is left for BE, nothing is written.
         snapshot.node.kubelet_cpu_manager = kubelet_view("static", "0-7");
         let decision = CpuSuppress::default().decide(&snapshot);
-        assert!(decision.write_for(&container, CgroupResource::CpusetCpus).is_none());
         assert!(
-            decision.skip_reason().unwrap().contains("no CPU available for BE (excluded: 0-7)"),
+            decision
+                .write_for(&container, CgroupResource::CpusetCpus)
+                .is_none()
+        );
+        assert!(
+            decision
+                .skip_reason()
+                .unwrap()
+                .contains("no CPU available for BE (excluded: 0-7)"),
             "{decision:?}"
         );
     }

@@ -430,7 +430,10 @@ mod tests {
         let pods: Vec<String> = (0..=MAX_CHECKPOINT_PODS)
             .map(|i| format!(r#""u{i}":{{}}"#))
             .collect();
-        let text = format!(r#"{{"policyName":"static","entries":{{{}}}}}"#, pods.join(","));
+        let text = format!(
+            r#"{{"policyName":"static","entries":{{{}}}}}"#,
+            pods.join(",")
+        );
         let err = parse_cpu_manager_checkpoint(&text).unwrap_err();
         assert!(err.contains("more than 10000"), "{err}");
         let containers: Vec<String> = (0..=MAX_CHECKPOINT_CONTAINERS_PER_POD)
@@ -485,7 +488,10 @@ mod tests {
                 "uid-bad":{"app":"x"}}}"#,
         )
         .unwrap();
-        let pods = [pod("uid-g", "guaranteed", None), pod("uid-ls", "ls", Some("LS"))];
+        let pods = [
+            pod("uid-g", "guaranteed", None),
+            pod("uid-ls", "ls", Some("LS")),
+        ];
         let view = kubelet_cpu_manager_view(
             Ok(Some(&checkpoint)),
             Some(Path::new("/var/lib/kubelet/cpu_manager_state")),
@@ -546,10 +552,9 @@ mod tests {
 
     #[test]
     fn an_unknown_policy_name_is_reported_and_pins_nothing() {
-        let odd = parse_cpu_manager_checkpoint(
-            r#"{"policyName":"dynamic","entries":{"u":{"c":"1"}}}"#,
-        )
-        .unwrap();
+        let odd =
+            parse_cpu_manager_checkpoint(r#"{"policyName":"dynamic","entries":{"u":{"c":"1"}}}"#)
+                .unwrap();
         let view = kubelet_cpu_manager_view(Ok(Some(&odd)), None, &StringMap::new(), &[]);
         assert!(!view.is_static());
         assert!(view.pinned_cpus.is_empty());
