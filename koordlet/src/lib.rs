@@ -428,6 +428,7 @@ fn start_qos_manager(
         collect_interval: args.collector.collect_res_used_interval,
         config: args.qos.config(args.collector.collect_res_used_interval),
         proc_root: args.system.proc_root_dir.clone(),
+        kubelet_root: Some(args.node_topology.var_lib_kubelet_dir.clone()),
     };
     let started = qosmanager::start(
         source,

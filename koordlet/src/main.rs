@@ -31,7 +31,15 @@ fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesA
         .with_daemon(capabilities::query_daemon_nri(
             args.addr.socket_addr(),
             capabilities::DAEMON_QUERY_TIMEOUT,
-        ));
+        ))
+        // No pod list here: every pinned checkpoint entry is shown.
+        .with_kubelet_cpu_manager(
+            koordlet::statesinformer::cpumanager::read_kubelet_cpu_manager_view(
+                Some(&args.node_topology.var_lib_kubelet_dir),
+                &Default::default(),
+                &[],
+            ),
+        );
     let printed = capabilities::render_report(&report, command.output)
         .map_err(|err| err.to_string())
         .and_then(|text| {

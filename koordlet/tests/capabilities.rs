@@ -378,9 +378,11 @@ fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
         .as_str()
         .unwrap();
     let published: Value = serde_json::from_str(annotation).unwrap();
-    // ... without the `nri` entry, which describes the runtime, not the node.
+    // ... without the `nri` entry, which describes the runtime, not the
+    // node, nor the kubelet's CPU manager (it changes with every pinned pod).
     let mut printed = json_output();
     printed.as_object_mut().unwrap().remove("nri");
+    printed.as_object_mut().unwrap().remove("kubeletCpuManager");
     printed["reasons"].as_object_mut().unwrap().remove("nri");
     assert_eq!(published, printed);
     assert!(published.get("nri").is_none());
@@ -450,5 +452,54 @@ fn nri_entry_sees_a_listening_socket_given_by_flag() {
             .unwrap()
             .contains("refuses connections"),
         "{caps}"
+    );
+}
+
+/// The kubelet CPU manager entry reads `cpu_manager_state` below
+/// `--var-lib-kubelet-dir` and says which CPUs the static policy pinned.
+#[test]
+fn the_kubelet_cpu_manager_entry_names_policy_and_pinned_cpus() {
+    let dir = TempDir::new("caps-kubelet").unwrap();
+    let kubelet_flag = format!("-var-lib-kubelet-dir={}", dir.path().display());
+
+    // No checkpoint: unknown, treated as none.
+    let caps: Value =
+        serde_json::from_str(&stdout_of(&[&kubelet_flag, "capabilities", "-output=json"])).unwrap();
+    assert_eq!(caps["kubeletCpuManager"]["policy"], "");
+    assert_eq!(caps["kubeletCpuManager"]["source"], "unknown");
+    assert_eq!(caps["kubeletCpuManager"]["pinnedCpus"], "");
+
+    fs::write(
+        dir.path().join("cpu_manager_state"),
+        r#"{"policyName":"static","defaultCpuSet":"0","entries":{"uid-g":{"app":"1"}},"checksum":42}"#,
+    )
+    .unwrap();
+    let caps: Value =
+        serde_json::from_str(&stdout_of(&[&kubelet_flag, "capabilities", "-output=json"])).unwrap();
+    let kubelet = &caps["kubeletCpuManager"];
+    assert_eq!(kubelet["policy"], "static");
+    assert_eq!(kubelet["source"], "checkpoint");
+    assert_eq!(kubelet["defaultCpuSet"], "0");
+    assert_eq!(kubelet["pinnedCpus"], "1");
+    assert_eq!(kubelet["pinnedPods"][0], "uid uid-g: 1");
+    let table = stdout_of(&[&kubelet_flag, "capabilities"]);
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("kubeletCpuManager.pinnedCpus"))
+        .unwrap_or_else(|| panic!("no pinnedCpus row in\n{table}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("1"), "{row}");
+
+    // Malformed: still succeeds, and says why the file was left out.
+    fs::write(
+        dir.path().join("cpu_manager_state"),
+        r#"{"defaultCpuSet":"0"}"#,
+    )
+    .unwrap();
+    let caps: Value =
+        serde_json::from_str(&stdout_of(&[&kubelet_flag, "capabilities", "-output=json"])).unwrap();
+    let problem = caps["kubeletCpuManager"]["problems"][0].as_str().unwrap();
+    assert!(
+        problem.contains("cpu_manager_state") && problem.contains("policyName"),
+        "{problem}"
     );
 }

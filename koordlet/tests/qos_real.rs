@@ -194,6 +194,7 @@ impl Harness {
             collect_interval: Duration::from_secs(1),
             config: QosManagerConfig::default(),
             proc_root: "/proc".into(),
+            kubelet_root: None,
         };
         let executor = ResourceExecutor::new(tree.layout.clone(), ExecutorConfig::default());
         let runner = QosRunner::new(vec![Box::new(CpuSuppress::default())], executor);

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{DetectOptions, NodeCapabilities, detect_with};
 use crate::runtimehooks::nri::{NriArgs, NriProbe, probe_socket};
+use crate::statesinformer::cpumanager::KubeletCpuManagerView;
 use crate::system::SystemArgs;
 
 /// Key of the NRI entry in the JSON object and in `reasons`.
@@ -197,6 +198,14 @@ pub struct CapabilitiesReport {
     #[serde(flatten)]
     pub node: NodeCapabilities,
     pub nri: NriCapability,
+    /// The kubelet's CPU manager policy and pinned CPUs, from its
+    /// `cpu_manager_state` below `--var-lib-kubelet-dir`.
+    #[serde(
+        default,
+        rename = "kubeletCpuManager",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kubelet_cpu_manager: Option<KubeletCpuManagerView>,
 }
 
 impl CapabilitiesReport {
@@ -218,7 +227,14 @@ impl CapabilitiesReport {
                     "no running koordlet was asked; `accepting` only means the runtime's socket takes connections, not that koordlet's plugin is registered (see {NRI_CONNECTED_METRIC})"
                 ),
             },
+            kubelet_cpu_manager: None,
         }
+    }
+
+    /// Adds what the kubelet's CPU manager checkpoint says.
+    pub fn with_kubelet_cpu_manager(mut self, view: KubeletCpuManagerView) -> Self {
+        self.kubelet_cpu_manager = Some(view);
+        self
     }
 
     /// Adds what a running koordlet said about its plugin.

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::{CapabilitiesReport, NRI_KEY, NodeCapabilities, OutputFormat};
+use crate::statesinformer::cpumanager::{KubeletCpuManagerView, PolicySource};
 
 /// Renders in the chosen format, ending with a newline.
 pub fn render(caps: &NodeCapabilities, format: OutputFormat) -> Result<String, serde_json::Error> {
@@ -52,6 +53,9 @@ pub fn render_report(
                     nri.plugin_detail.clone(),
                 ),
             ]);
+            if let Some(kubelet) = &report.kubelet_cpu_manager {
+                rows.extend(kubelet_rows(kubelet));
+            }
             Ok(format_rows(&rows))
         }
         OutputFormat::Json => {
@@ -60,6 +64,43 @@ pub fn render_report(
             Ok(text)
         }
     }
+}
+
+/// Rows `kubeletCpuManager.*`: the policy and where it came from, the
+/// CPUs pinned to Guaranteed pods (which BE never gets under `static`).
+fn kubelet_rows(kubelet: &KubeletCpuManagerView) -> Vec<(&'static str, String, String)> {
+    let policy = if kubelet.policy.is_empty() {
+        "unknown".to_string()
+    } else {
+        kubelet.policy.clone()
+    };
+    let source = match (&kubelet.source, &kubelet.checkpoint_path) {
+        (PolicySource::Checkpoint, Some(path)) => path.clone(),
+        (PolicySource::NodeAnnotation, _) => "Node annotation".to_string(),
+        (_, Some(path)) => format!("no checkpoint at {path}; treated as none"),
+        _ => "no kubelet directory; treated as none".to_string(),
+    };
+    let pinned = if kubelet.pinned_cpus.is_empty() {
+        "none".to_string()
+    } else {
+        kubelet.pinned_cpus.to_string()
+    };
+    let mut rows = vec![
+        ("kubeletCpuManager.policy", policy, source),
+        (
+            "kubeletCpuManager.pinnedCpus",
+            pinned,
+            kubelet.pinned_pods.join("; "),
+        ),
+    ];
+    if !kubelet.problems.is_empty() {
+        rows.push((
+            "kubeletCpuManager.problems",
+            kubelet.problems.len().to_string(),
+            kubelet.problems.join("; "),
+        ));
+    }
+    rows
 }
 
 /// One row per capability: `CAPABILITY  VALUE  REASON`.

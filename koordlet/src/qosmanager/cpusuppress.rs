@@ -12,6 +12,12 @@
 //!   pools in proportion, picking whole physical cores first and never CPUs
 //!   of LSE pods, reserved CPUs or exclusive SYSTEM CPUs. Written on the BE
 //!   tier, pod and container cgroups.
+//! - Under the kubelet's `static` CPU manager policy (its `cpu_manager_state`,
+//!   see `statesinformer::cpumanager`) BE also never gets the CPUs the
+//!   kubelet pinned to Guaranteed pods koordinator does not manage (upstream
+//!   does not exclude them), gets every eligible CPU when fewer are eligible
+//!   than the budget wants, and only containers are narrowed: the tier and
+//!   pods keep the full BE cpuset (upstream's static-policy write).
 //!
 //! Disabled (or the other policy chosen): the quota returns to unlimited and
 //! the cpuset to every CPU but the exclusive ones.
@@ -204,12 +210,30 @@ pub fn pick_cpus(count: usize, processors: &[CpuInfo]) -> Vec<u32> {
     }
 }
 
-/// CPUs BE may never use: reserved, exclusive SYSTEM and LSE pods' CPUs.
-fn exclusive_cpus(snapshot: &QosSnapshot) -> CpuSet {
-    let mut exclusive = snapshot
+/// CPUs the kubelet's static CPU manager policy pinned to pods koordinator
+/// does not manage (Guaranteed pods with integer CPUs); empty under any
+/// other policy, whose checkpoint pins nothing.
+pub fn kubelet_pinned_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    let kubelet = &snapshot.node.kubelet_cpu_manager;
+    if kubelet.is_static() {
+        kubelet.pinned_cpus.clone()
+    } else {
+        CpuSet::new()
+    }
+}
+
+/// CPUs no BE pool holds: reserved, exclusive SYSTEM and kubelet-pinned.
+fn blocked_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    snapshot
         .node
         .reserved_cpus
-        .union(&snapshot.node.system_qos_exclusive_cpus);
+        .union(&snapshot.node.system_qos_exclusive_cpus)
+        .union(&kubelet_pinned_cpus(snapshot))
+}
+
+/// CPUs BE may never use: the blocked ones and LSE pods' CPUs.
+fn exclusive_cpus(snapshot: &QosSnapshot) -> CpuSet {
+    let mut exclusive = blocked_cpus(snapshot);
     for pod in &snapshot.pods {
         if pod.qos_label == QoSClass::LSE
             && let Some(cpus) = &pod.allocated_cpus
@@ -248,10 +272,7 @@ pub fn suppressed_cpuset(
             }
         }
     }
-    let blocked = snapshot
-        .node
-        .reserved_cpus
-        .union(&snapshot.node.system_qos_exclusive_cpus);
+    let blocked = blocked_cpus(snapshot);
     let (mut lsr, mut shared) = (Vec::new(), Vec::new());
     for cpu in &topology.cpus {
         if blocked.contains(cpu.cpu) {
@@ -267,35 +288,93 @@ pub fn suppressed_cpuset(
     let max_increase = (topology.cpus.len() as f64 * BE_MAX_INCREASE_RATIO).ceil() as usize;
     let wanted = wanted.min(current_len + max_increase);
     let pools = lsr.len() + shared.len();
+    // Upstream writes nothing when fewer CPUs are eligible than wanted, so
+    // BE keeps its old cpuset. Under the static policy that old cpuset may
+    // hold CPUs the kubelet has just pinned, so BE gets every eligible CPU
+    // instead; under `none` upstream's behaviour is kept.
+    let wanted = if snapshot.node.kubelet_cpu_manager.is_static() {
+        wanted.min(pools)
+    } else {
+        wanted
+    };
     let from_lsr = (wanted * lsr.len()).checked_div(pools).unwrap_or(0);
     let mut cpus = pick_cpus(from_lsr, &lsr);
     cpus.extend(pick_cpus(wanted - from_lsr, &shared));
     CpuSet::from_ids(cpus).unwrap_or_default()
 }
 
+/// Level of a BE cgroup in the kubelet's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeLevel {
+    /// `kubepods/besteffort`.
+    Tier,
+    Pod,
+    Container,
+}
+
+/// The cpuset a BE cgroup at `level` gets while suppression narrows BE to
+/// `suppressed`. Under the kubelet's static policy only containers are
+/// narrowed and the tier and pods keep the `full` BE cpuset, as upstream
+/// does: that kubelet writes its shared pool into BE containers itself, and
+/// a child's cpuset must stay inside its parent's, so a narrowed parent
+/// would make those kubelet writes fail. Under `none` every level narrows.
+pub fn cpuset_for_level<'a>(
+    level: BeLevel,
+    kubelet_static: bool,
+    full: &'a CpuSet,
+    suppressed: &'a CpuSet,
+) -> &'a CpuSet {
+    match level {
+        BeLevel::Tier | BeLevel::Pod if kubelet_static => full,
+        _ => suppressed,
+    }
+}
+
 /// BE cgroups a cpuset is written to: the tier, its pods and their containers.
-fn be_cpuset_dirs(snapshot: &QosSnapshot) -> Vec<PathBuf> {
-    let mut dirs = vec![snapshot.layout.qos_dir(QosTier::BestEffort)];
+fn be_cpuset_dirs(snapshot: &QosSnapshot) -> Vec<(PathBuf, BeLevel)> {
+    let mut dirs = vec![(snapshot.layout.qos_dir(QosTier::BestEffort), BeLevel::Tier)];
     for pod in &snapshot.pods {
         if pod.kube_qos != QosTier::BestEffort {
             continue;
         }
-        dirs.push(pod.cgroup_dir.clone());
-        dirs.extend(pod.containers.iter().filter_map(|c| c.cgroup_dir.clone()));
+        dirs.push((pod.cgroup_dir.clone(), BeLevel::Pod));
+        dirs.extend(
+            pod.containers
+                .iter()
+                .filter_map(|c| Some((c.cgroup_dir.clone()?, BeLevel::Container))),
+        );
     }
     dirs
 }
 
-fn write_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, set: &CpuSet, reason: &str) {
-    // Cgroups that are gone (or not created yet) are left out.
-    let dirs = be_cpuset_dirs(snapshot)
+/// The cpuset of every existing BE cgroup: `full` everywhere to restore
+/// (`suppressed` = `None`), else per [`cpuset_for_level`]. Cgroups that are
+/// gone (or not created yet) are left out.
+pub fn be_cpuset_plan(
+    snapshot: &QosSnapshot,
+    full: &CpuSet,
+    suppressed: Option<&CpuSet>,
+) -> Vec<(PathBuf, CpuSet)> {
+    let kubelet_static = snapshot.node.kubelet_cpu_manager.is_static();
+    be_cpuset_dirs(snapshot)
         .into_iter()
-        .filter(|dir| snapshot.current(dir, CgroupResource::CpusetCpus).is_some());
-    for dir in dirs {
+        .filter(|(dir, _)| snapshot.current(dir, CgroupResource::CpusetCpus).is_some())
+        .map(|(dir, level)| {
+            let set = match suppressed {
+                Some(suppressed) => cpuset_for_level(level, kubelet_static, full, suppressed),
+                None => full,
+            };
+            (dir, set.clone())
+        })
+        .collect()
+}
+
+fn write_plan(decision: &mut Decision, plan: Vec<(PathBuf, CpuSet)>, reason: &str) {
+    for (dir, set) in plan {
         decision.write(
             dir,
             CgroupResource::CpusetCpus,
-            CgroupValue::CpuSet(set.clone()),
+            CgroupValue::CpuSet(set),
             reason,
         );
     }
@@ -334,11 +413,11 @@ fn restore_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
             if set.is_empty() {
                 decision.info("no CPU is left for BE after exclusive CPUs; cpuset not restored");
             } else {
-                write_cpuset(
+                let kubelet = snapshot.node.kubelet_cpu_manager.summary();
+                write_plan(
                     decision,
-                    snapshot,
-                    &set,
-                    &format!("{REASON}: restore BE cpuset ({why})"),
+                    be_cpuset_plan(snapshot, &set, None),
+                    &format!("{REASON}: restore BE cpuset ({why}); {kubelet}"),
                 );
             }
         }
@@ -373,6 +452,9 @@ impl Strategy for CpuSuppress {
             .clone()
             .unwrap_or(CPUSuppressPolicy::CPUSet);
         let mut decision = Decision::default();
+        for problem in &snapshot.node.kubelet_cpu_manager.problems {
+            decision.info(format!("kubelet CPU manager input left out: {problem}"));
+        }
         if strategy.enable != Some(true) {
             self.restore_quota(&mut decision, snapshot, "suppress disabled");
             restore_cpuset(&mut decision, snapshot, "suppress disabled");
@@ -484,8 +566,12 @@ impl Strategy for CpuSuppress {
                 }
             };
             let set = suppressed_cpuset(snapshot, topology, budget.budget_milli, current_len);
-            if set.is_empty() {
-                decision.skip("no CPU available for BE; cpuset left as it is");
+            let full = full_be_cpuset(snapshot, topology);
+            if set.is_empty() || full.is_empty() {
+                decision.skip(format!(
+                    "no CPU available for BE (excluded: {}); cpuset left as it is",
+                    exclusive_cpus(snapshot)
+                ));
                 return decision;
             }
             decision.gauge(
@@ -493,11 +579,16 @@ impl Strategy for CpuSuppress {
                 vec![("type", "cpuset".to_string())],
                 set.len() as f64,
             );
-            write_cpuset(
+            let kubelet = &snapshot.node.kubelet_cpu_manager;
+            let levels = if kubelet.is_static() {
+                format!("; containers get {set}, tier and pods keep {full}")
+            } else {
+                String::new()
+            };
+            write_plan(
                 &mut decision,
-                snapshot,
-                &set,
-                &format!("{REASON}: {formula}"),
+                be_cpuset_plan(snapshot, &full, Some(&set)),
+                &format!("{REASON}: {formula}; {}{levels}", kubelet.summary()),
             );
             self.restore_quota(&mut decision, snapshot, "policy is cpuset");
         }
@@ -514,6 +605,9 @@ mod tests {
 
     use super::*;
     use crate::qosmanager::framework::{MapReader, MetricSample, QosContainer, QosPod};
+    use crate::statesinformer::cpumanager::{
+        KubeletCpuManagerView, PolicySource, kubelet_cpu_manager_view, parse_cpu_manager_checkpoint,
+    };
 
     fn now() -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)
@@ -838,6 +932,311 @@ mod tests {
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(450_000))
+        );
+    }
+
+    /// The kubelet view a `cpu_manager_state` with `policy` and one
+    /// Guaranteed pod (unknown to koordinator) pinned to `pinned` gives.
+    fn kubelet_view(policy: &str, pinned: &str) -> KubeletCpuManagerView {
+        let text = format!(
+            r#"{{"policyName":"{policy}","defaultCpuSet":"","entries":{{"uid-g":{{"main":"{pinned}"}}}}}}"#
+        );
+        let checkpoint = parse_cpu_manager_checkpoint(&text).unwrap();
+        kubelet_cpu_manager_view(
+            Ok(Some(&checkpoint)),
+            Some(std::path::Path::new("/var/lib/kubelet/cpu_manager_state")),
+            &Default::default(),
+            &[],
+        )
+    }
+
+    /// Upstream's 16-CPU test node (cpu_suppress_test.go's mockNodeInfo).
+    fn topology16() -> CpuTopology {
+        let core = |cpu: u32| match cpu {
+            0..=1 => 0,
+            2..=3 => 1,
+            4..=5 => 2,
+            _ => 3,
+        };
+        CpuTopology {
+            cpus: (0..16)
+                .map(|cpu| CpuInfo {
+                    cpu,
+                    core: core(cpu),
+                    socket: u32::from(cpu >= 4),
+                    node: u32::from(cpu >= 4),
+                })
+                .collect(),
+        }
+    }
+
+    /// Upstream's LSE pod (mockLSEPod): CPU 7.
+    fn lse_on_7() -> QosPod {
+        let mut lse = pod("lse", QoSClass::LSE, QosTier::Guaranteed, Some(0.0));
+        lse.allocated_cpus = Some(CpuSet::from_ids([7]).unwrap());
+        lse
+    }
+
+    #[test]
+    fn full_be_cpuset_excludes_kubelet_pinned_cpus_only_under_static() {
+        let two = CpuSet::from_range(0, 1).unwrap();
+        // (case, reserved, system exclusive, kubelet view, want). The first
+        // three are upstream's Test_cpuSuppress_recoverCPUSetIfNeed cases.
+        let cases: [(&str, CpuSet, CpuSet, KubeletCpuManagerView, &str); 7] = [
+            (
+                "upstream: LSE only",
+                CpuSet::new(),
+                CpuSet::new(),
+                Default::default(),
+                "0-6,8-15",
+            ),
+            (
+                "upstream: node reserved",
+                two.clone(),
+                CpuSet::new(),
+                Default::default(),
+                "2-6,8-15",
+            ),
+            (
+                "upstream: system qos exclusive",
+                CpuSet::new(),
+                two.clone(),
+                Default::default(),
+                "2-6,8-15",
+            ),
+            (
+                "static: pinned 0-1",
+                CpuSet::new(),
+                CpuSet::new(),
+                kubelet_view("static", "0-1"),
+                "2-6,8-15",
+            ),
+            (
+                "static: pinned overlaps reserved and LSE",
+                CpuSet::from_ids([0]).unwrap(),
+                CpuSet::new(),
+                kubelet_view("static", "0-1,7,15"),
+                "2-6,8-14",
+            ),
+            (
+                "none: entries pin nothing",
+                CpuSet::new(),
+                CpuSet::new(),
+                kubelet_view("none", "0-1"),
+                "0-6,8-15",
+            ),
+            (
+                "static from the Node annotation: pinned CPUs unknown",
+                CpuSet::new(),
+                CpuSet::new(),
+                KubeletCpuManagerView {
+                    policy: "static".into(),
+                    source: PolicySource::NodeAnnotation,
+                    ..Default::default()
+                },
+                "0-6,8-15",
+            ),
+        ];
+        for (case, reserved, system, kubelet, want) in cases {
+            let mut snapshot = QosSnapshot::for_test(now());
+            snapshot.pods = vec![lse_on_7()];
+            snapshot.node.reserved_cpus = reserved;
+            snapshot.node.system_qos_exclusive_cpus = system;
+            snapshot.node.kubelet_cpu_manager = kubelet;
+            assert_eq!(
+                full_be_cpuset(&snapshot, &topology16()).to_string(),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn cpuset_levels_follow_the_kubelet_policy() {
+        let full = CpuSet::from_range(0, 15).unwrap();
+        let suppressed = CpuSet::from_range(0, 3).unwrap();
+        for (level, kubelet_static, want) in [
+            (BeLevel::Tier, true, &full),
+            (BeLevel::Pod, true, &full),
+            (BeLevel::Container, true, &suppressed),
+            (BeLevel::Tier, false, &suppressed),
+            (BeLevel::Pod, false, &suppressed),
+            (BeLevel::Container, false, &suppressed),
+        ] {
+            assert_eq!(
+                cpuset_for_level(level, kubelet_static, &full, &suppressed),
+                want,
+                "{level:?} static={kubelet_static}"
+            );
+        }
+    }
+
+    /// Upstream's TestCPUSuppress_applyBESuppressCPUSet ("apply with static
+    /// policy": BE cpuset 0-3 on the 16-CPU node, old cpuset 0-2, three BE
+    /// pods with five containers) and the same under `none`.
+    #[test]
+    fn static_policy_narrows_containers_and_keeps_tier_and_pods_whole() {
+        let containers = [
+            ("pod1", "container11"),
+            ("pod1", "container12"),
+            ("pod2", "container21"),
+            ("pod2", "container22"),
+            ("pod3", "container31"),
+        ];
+        let old = CgroupValue::CpuSet(CpuSet::from_range(0, 2).unwrap());
+        let mut reader =
+            MapReader::default().with(be_dir(), CgroupResource::CpusetCpus, old.clone());
+        let mut pods: Vec<QosPod> = Vec::new();
+        for (pod_name, container) in containers {
+            let pod_dir = be_dir().join(pod_name);
+            reader = reader
+                .with(pod_dir.clone(), CgroupResource::CpusetCpus, old.clone())
+                .with(
+                    pod_dir.join(container),
+                    CgroupResource::CpusetCpus,
+                    old.clone(),
+                );
+            let template = pod(pod_name, QoSClass::BE, QosTier::BestEffort, None);
+            let entry = match pods.iter_mut().find(|p| p.name == pod_name) {
+                Some(entry) => entry,
+                None => {
+                    pods.push(QosPod {
+                        cgroup_dir: pod_dir.clone(),
+                        containers: Vec::new(),
+                        ..template.clone()
+                    });
+                    pods.last_mut().unwrap()
+                }
+            };
+            entry.containers.push(QosContainer {
+                name: container.into(),
+                cgroup_dir: Some(pod_dir.join(container)),
+                ..template.containers[0].clone()
+            });
+        }
+        let full = CpuSet::from_range(0, 15).unwrap();
+        let suppressed = CpuSet::from_range(0, 3).unwrap();
+        for (policy, want_upper) in [("static", "0-15"), ("none", "0-3")] {
+            let mut snapshot = QosSnapshot::for_test(now());
+            snapshot.pods = pods.clone();
+            snapshot.reader = Arc::new(reader.clone());
+            snapshot.node.kubelet_cpu_manager = kubelet_view(policy, "");
+            let plan: BTreeMap<PathBuf, String> =
+                be_cpuset_plan(&snapshot, &full, Some(&suppressed))
+                    .into_iter()
+                    .map(|(dir, set)| (dir, set.to_string()))
+                    .collect();
+            assert_eq!(plan.len(), 1 + 3 + 5, "{policy}: {plan:?}");
+            assert_eq!(plan[&be_dir()], want_upper, "{policy}: tier");
+            for (pod_name, container) in containers {
+                assert_eq!(
+                    plan[&be_dir().join(pod_name)],
+                    want_upper,
+                    "{policy}: {pod_name}"
+                );
+                assert_eq!(
+                    plan[&be_dir().join(pod_name).join(container)],
+                    "0-3",
+                    "{policy}: {container}"
+                );
+            }
+            // Restoring writes the full set everywhere, whatever the policy.
+            assert!(
+                be_cpuset_plan(&snapshot, &full, None)
+                    .iter()
+                    .all(|(_, set)| *set == full)
+            );
+        }
+    }
+
+    #[test]
+    fn static_policy_never_gives_be_the_pinned_cpus() {
+        // Idle node, BE at every CPU: the budget wants all 8 CPUs.
+        let mut snapshot = snapshot(CPUSuppressPolicy::CPUSet, 0.0, 0.0, 0.0);
+        snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
+            resource_used_threshold_with_be: Some(ResourceThresholdStrategy {
+                enable: Some(true),
+                cpu_suppress_threshold_percent: Some(100),
+                cpu_suppress_policy: Some(CPUSuppressPolicy::CPUSet),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        let container = be_dir().join("poduid-be/abc");
+        let pod_dir = be_dir().join("poduid-be");
+        let set_of = |decision: &Decision, dir: &PathBuf| match decision
+            .write_for(dir, CgroupResource::CpusetCpus)
+        {
+            Some(CgroupValue::CpuSet(set)) => set.to_string(),
+            other => panic!("{}: {other:?} in {decision:?}", dir.display()),
+        };
+
+        // Static, a Guaranteed pod pinned to the core of CPUs 1 and 5.
+        snapshot.node.kubelet_cpu_manager = kubelet_view("static", "1,5");
+        let decision = CpuSuppress::default().decide(&snapshot);
+        assert_eq!(set_of(&decision, &container), "0,2-4,6-7");
+        assert_eq!(set_of(&decision, &pod_dir), "0,2-4,6-7");
+        assert_eq!(set_of(&decision, &be_dir()), "0,2-4,6-7");
+        let reason = &decision
+            .writes
+            .iter()
+            .find(|w| w.dir == container)
+            .unwrap()
+            .reason;
+        assert!(
+            reason.contains("policy static from /var/lib/kubelet/cpu_manager_state")
+                && reason.contains("CPUs 1,5 pinned"),
+            "{reason}"
+        );
+
+        // A tighter budget: containers narrow, tier and pod keep the whole BE set.
+        let mut busy = snapshot.clone();
+        busy.node_usage.cpu = Some(MetricSample::new(4.5, now()));
+        busy.pods[0].cpu_usage = Some(MetricSample::new(4.0, now()));
+        let decision = CpuSuppress::default().decide(&busy);
+        let narrowed: CpuSet = set_of(&decision, &container).parse().unwrap();
+        assert_eq!(narrowed.len(), 4, "8000 - 4000 - 500 = 3500m: {narrowed}");
+        assert!(!narrowed.contains(1) && !narrowed.contains(5), "{narrowed}");
+        assert_eq!(set_of(&decision, &be_dir()), "0,2-4,6-7");
+        assert_eq!(set_of(&decision, &pod_dir), "0,2-4,6-7");
+
+        // Disabled: restored to every CPU but the pinned ones.
+        let mut disabled = snapshot.clone();
+        disabled.node_slo = None;
+        let decision = CpuSuppress::default().decide(&disabled);
+        assert_eq!(set_of(&decision, &container), "0,2-4,6-7");
+
+        // The none policy: behaviour unchanged, BE may use CPUs 1 and 5.
+        snapshot.node.kubelet_cpu_manager = kubelet_view("none", "1,5");
+        let decision = CpuSuppress::default().decide(&snapshot);
+        assert_eq!(set_of(&decision, &container), "0-7");
+        assert_eq!(set_of(&decision, &be_dir()), "0-7");
+
+        // Under none, fewer eligible CPUs than wanted still writes nothing
+        // (upstream); under static BE got every eligible CPU above.
+        snapshot.node.reserved_cpus = CpuSet::from_ids([1, 5]).unwrap();
+        let decision = CpuSuppress::default().decide(&snapshot);
+        assert!(
+            decision
+                .write_for(&container, CgroupResource::CpusetCpus)
+                .is_none()
+        );
+        snapshot.node.reserved_cpus = CpuSet::new();
+
+        // Every CPU pinned: nothing is left for BE, nothing is written.
+        snapshot.node.kubelet_cpu_manager = kubelet_view("static", "0-7");
+        let decision = CpuSuppress::default().decide(&snapshot);
+        assert!(
+            decision
+                .write_for(&container, CgroupResource::CpusetCpus)
+                .is_none()
+        );
+        assert!(
+            decision
+                .skip_reason()
+                .unwrap()
+                .contains("no CPU available for BE (excluded: 0-7)"),
+            "{decision:?}"
         );
     }
 

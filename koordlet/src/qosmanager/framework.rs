@@ -116,6 +116,9 @@ pub struct NodeInfo {
     pub reserved_cpus: CpuSet,
     /// Exclusive SYSTEM-QoS CPUs (`node.koordinator.sh/system-qos-resource`).
     pub system_qos_exclusive_cpus: CpuSet,
+    /// The kubelet's CPU manager policy and the CPUs its static policy
+    /// pinned to pods koordinator does not manage (`cpu_manager_state`).
+    pub kubelet_cpu_manager: crate::statesinformer::cpumanager::KubeletCpuManagerView,
     /// Node annotations (for strategies reading other node-level keys).
     pub annotations: BTreeMap<String, String>,
     /// `status.allocatable` by resource name: `cpu` in milli-CPU, everything

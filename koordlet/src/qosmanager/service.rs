@@ -22,6 +22,7 @@ use crate::capabilities::NodeCapabilities;
 use crate::metriccache::{BeLabel, MetricCache, MetricKind, SeriesKey, SeriesLabel};
 use crate::metricsadvisor::CpuTopology;
 use crate::statesinformer::StatesInformer;
+use crate::statesinformer::cpumanager::read_kubelet_cpu_manager_view;
 use crate::statesinformer::podmeta::pod_meta_of;
 use crate::system::cgroup::CgroupLayout;
 use crate::system::units::CpuSet;
@@ -40,6 +41,10 @@ pub struct SnapshotSource {
     pub config: QosManagerConfig,
     /// `<proc-root>/meminfo` supplies the memory capacity without a Node object.
     pub proc_root: PathBuf,
+    /// The kubelet's root directory (`--var-lib-kubelet-dir`), whose
+    /// `cpu_manager_state` names its CPU manager policy and pinned CPUs;
+    /// `None`: not looked at.
+    pub kubelet_root: Option<PathBuf>,
 }
 
 impl SnapshotSource {
@@ -56,15 +61,23 @@ impl SnapshotSource {
                 .unwrap_or_default(),
         );
         let pods = qos_pods(&kube_pods, &self.layout, &self.cache);
+        let mut node_info = node_info(
+            node.as_deref(),
+            topology.as_deref(),
+            self.capabilities.cpus,
+            mem_total,
+        );
+        // Read every round: the kubelet rewrites the file whenever it pins
+        // or releases CPUs, and it is small and bounded.
+        node_info.kubelet_cpu_manager = read_kubelet_cpu_manager_view(
+            self.kubelet_root.as_deref(),
+            &node_info.annotations,
+            &kube_pods,
+        );
         QosSnapshot {
             now,
             node_slo: self.states.node_slo().map(|slo| Arc::new(slo.spec.clone())),
-            node: node_info(
-                node.as_deref(),
-                topology.as_deref(),
-                self.capabilities.cpus,
-                mem_total,
-            ),
+            node: node_info,
             node_usage: node_usage(&self.cache),
             pods,
             kube_pods,
@@ -302,6 +315,7 @@ pub fn node_info(
         reserved_cpus,
         system_qos_exclusive_cpus,
         annotations,
+        kubelet_cpu_manager: Default::default(),
     }
 }
 

@@ -11,6 +11,7 @@
 //! subscribe to changes.
 
 pub mod apiserver;
+pub mod cpumanager;
 pub mod inputfile;
 pub mod kubelet;
 pub mod metrics;

@@ -149,51 +149,9 @@ pub struct NodeHardware {
     pub problems: Vec<String>,
 }
 
-/// The kubelet's CPU manager checkpoint (`<kubelet-root>/cpu_manager_state`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-pub struct CpuManagerCheckpoint {
-    #[serde(rename = "policyName", default)]
-    pub policy_name: String,
-    #[serde(rename = "defaultCpuSet", default)]
-    pub default_cpu_set: String,
-    /// Pod UID → container name → cpuset.
-    #[serde(default, deserialize_with = "null_as_empty")]
-    pub entries: BTreeMap<String, BTreeMap<String, String>>,
-}
-
-fn null_as_empty<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + serde::Deserialize<'de>,
-{
-    use serde::Deserialize as _;
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-/// Name of the kubelet's CPU manager checkpoint file in its root directory.
-pub const CPU_MANAGER_STATE_FILE: &str = "cpu_manager_state";
-
-/// Reads `<kubelet_root>/cpu_manager_state`: `Ok(None)` when absent or
-/// empty (no static CPU manager ever ran).
-pub fn read_cpu_manager_checkpoint(
-    kubelet_root: &Path,
-) -> Result<Option<CpuManagerCheckpoint>, NodeTopologyError> {
-    let path = kubelet_root.join(CPU_MANAGER_STATE_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(NodeTopologyError::Read { path, source }),
-    };
-    if text.trim().is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|err| NodeTopologyError::Malformed {
-            path,
-            reason: err.to_string(),
-        })
-}
+pub use super::cpumanager::{
+    CPU_MANAGER_STATE_FILE, CpuManagerCheckpoint, read_cpu_manager_checkpoint,
+};
 
 /// Pods whose CPUs the kubelet's static policy pinned, from its checkpoint,
 /// leaving out the pods koordinator manages (labelled LS/BE, or bound by the
