@@ -17,6 +17,7 @@ pub mod cpuset;
 pub mod extender;
 pub mod filtered;
 pub mod framework;
+pub mod permit;
 pub mod plugins;
 pub mod reservation_controller;
 pub mod resources;
