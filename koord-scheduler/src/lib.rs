@@ -228,6 +228,13 @@ pub struct SchedulerArgs {
     #[arg(long = "assumed-pod-ttl", default_value = "5m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub assumed_pod_ttl: Duration,
 
+    /// How long a `/bind` call of a gang member held at Permit waits for its gang group before it
+    /// answers "still waiting" (the member stays assumed, its resources held, until the gang's wait
+    /// time runs out; kube-scheduler's retry rejoins the wait). Keep it below the extender's
+    /// `httpTimeout` in kube-scheduler's configuration (the chart's: 5s); 0 answers at once.
+    #[arg(long = "gang-bind-wait", default_value = "3s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub gang_bind_wait: Duration,
+
     /// Which plugins' controllers run, by upstream's rule: `*` all, `Name` on, `-Name` off, the
     /// first entry naming a plugin decides. Here: Reservation (the Reservation controller),
     /// Coscheduling (PodGroup status), ElasticQuota (quota status and annotations).
@@ -398,6 +405,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     let lease_timing = args.leader_election.timing()?;
     let profile = config.profile();
     let mut built = build_scheduler(&config, args.assumed_pod_ttl)?;
+    built.permit_bind_wait = args.gang_bind_wait;
     built.controllers = args.controller_plugins();
     let disabled = built.controllers.disabled();
     if !disabled.is_empty() {
