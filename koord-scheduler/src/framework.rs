@@ -369,6 +369,41 @@ pub enum ReserveError {
     },
 }
 
+/// The resources kube-scheduler checks itself and forgets for a pod whose
+/// `/bind` failed: a pod held at Permit after a "still waiting" answer is
+/// in kube-scheduler's cache no more, so the extender holds these for it.
+const HELD_RESOURCES: [&str; 3] = [
+    apis::extension::resource::RESOURCE_CPU,
+    apis::extension::resource::RESOURCE_MEMORY,
+    crate::resources::RESOURCE_PODS,
+];
+
+/// On a node with pods held at Permit: whether `pod` still fits its cpu,
+/// memory and pod count with the held pods counted (they are assumed, so
+/// in `node.requested` and `node.pods`).
+fn fits_beside_held_pods(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+    let mut insufficient = Vec::new();
+    for name in HELD_RESOURCES {
+        let (request, used) = if name == crate::resources::RESOURCE_PODS {
+            (1, node.pods.len() as i64)
+        } else {
+            (pod.requests.get(name), node.requested.get(name))
+        };
+        let allocatable = node.allocatable.get(name);
+        if request > 0 && allocatable > 0 && request > allocatable - used {
+            insufficient.push(format!("Insufficient {name}"));
+        }
+    }
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(Rejection::unschedulable(format!(
+            "{} (held for pods waiting for their gang)",
+            insufficient.join(", ")
+        )))
+    }
+}
+
 /// A completed reservation: what the binder must persist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reserved {
@@ -469,6 +504,9 @@ impl Scheduler {
             return Err(Rejection::unresolvable(format!(
                 "{REASON_INVALID_ALLOCATABLE}: {invalid}"
             )));
+        }
+        if self.permits.holds_on(&node.name) {
+            fits_beside_held_pods(pod, node)?;
         }
         for entry in self.plugins.iter().filter(|e| e.filter) {
             entry.plugin.filter(pod, node, &self.cache, state)?;

@@ -48,6 +48,8 @@ struct Recorded {
 #[derive(Debug)]
 pub struct PermitTable {
     held: BTreeMap<String, HeldPod>,
+    /// Node → how many held pods it has.
+    nodes: HashMap<String, usize>,
     outcomes: HashMap<String, Recorded>,
     /// Bumped on every outcome, so waiting `/bind` calls look again.
     changed: tokio::sync::watch::Sender<u64>,
@@ -57,6 +59,7 @@ impl Default for PermitTable {
     fn default() -> Self {
         Self {
             held: BTreeMap::new(),
+            nodes: HashMap::new(),
             outcomes: HashMap::new(),
             changed: tokio::sync::watch::Sender::new(0),
         }
@@ -76,6 +79,11 @@ impl PermitTable {
         self.held.get(pod_key)
     }
 
+    /// Whether `node` has a held pod.
+    pub fn holds_on(&self, node: &str) -> bool {
+        !self.nodes.is_empty() && self.nodes.contains_key(node)
+    }
+
     /// Held pods in pod-key order.
     pub fn iter(&self) -> impl Iterator<Item = &HeldPod> {
         self.held.values()
@@ -84,7 +92,19 @@ impl PermitTable {
     /// Holds a pod; a previous outcome of the same key is forgotten.
     pub fn hold(&mut self, pod: HeldPod) {
         self.outcomes.remove(&pod.reserved.pod_key);
-        self.held.insert(pod.reserved.pod_key.clone(), pod);
+        *self.nodes.entry(pod.reserved.node.clone()).or_default() += 1;
+        if let Some(previous) = self.held.insert(pod.reserved.pod_key.clone(), pod) {
+            self.unmark_node(&previous.reserved.node);
+        }
+    }
+
+    fn unmark_node(&mut self, node: &str) {
+        if let Some(count) = self.nodes.get_mut(node) {
+            *count -= 1;
+            if *count == 0 {
+                self.nodes.remove(node);
+            }
+        }
     }
 
     /// Takes every held pod of `group` out of the table (key order).
@@ -95,11 +115,13 @@ impl PermitTable {
             .filter(|(_, held)| held.group == group)
             .map(|(key, _)| key.clone())
             .collect();
-        keys.iter().filter_map(|k| self.held.remove(k)).collect()
+        keys.iter().filter_map(|k| self.take(k)).collect()
     }
 
     pub fn take(&mut self, pod_key: &str) -> Option<HeldPod> {
-        self.held.remove(pod_key)
+        let held = self.held.remove(pod_key)?;
+        self.unmark_node(&held.reserved.node);
+        Some(held)
     }
 
     /// Held pods whose deadline has passed, in deadline order.
@@ -187,6 +209,9 @@ mod tests {
             .collect();
         assert_eq!(taken, ["ns/a", "ns/b"]);
         assert_eq!(table.len(), 1);
+        assert!(table.holds_on("n0"));
+        table.take("ns/c");
+        assert!(!table.holds_on("n0"));
         assert!(table.get("ns/c").is_some());
     }
 
