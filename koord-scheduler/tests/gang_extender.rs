@@ -288,3 +288,66 @@ async fn a_non_strict_member_that_times_out_releases_only_itself() {
     assert_eq!(released.len(), 1);
     assert!(fits_other(addr, "n1").await);
 }
+
+/// The same gang against a fake API server through the real binder: the
+/// first two `/bind` calls send nothing to the API, the third sends all
+/// three Bindings.
+#[tokio::test]
+async fn the_api_sees_no_binding_until_the_third_member_and_then_all_three() {
+    let api = koord_common::testing::FakeApiServer::start().unwrap();
+    for name in ["a", "b", "c"] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}});
+        api.respond(
+            "POST",
+            &format!("/api/v1/namespaces/default/pods/{name}/binding"),
+            201,
+            &pod.to_string(),
+        );
+    }
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    scheduler.permit_bind_wait = Duration::ZERO;
+    let all = ["n0", "n1", "n2"];
+    for name in all {
+        scheduler.apply(Change::Upsert(node(name)));
+    }
+    for name in ["a", "b", "c"] {
+        let pod = serde_json::from_value(member_json(name)).unwrap();
+        scheduler.apply(Change::Upsert(Object::Pod(pod)));
+    }
+    let addr = common::serve_extender(ExtenderState {
+        scheduler: Arc::new(RwLock::new(scheduler)),
+        binder: Arc::new(koord_scheduler::cluster::KubeBinder {
+            client: common::client(&api),
+        }),
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    })
+    .await;
+    let bindings = || {
+        let mut posted: Vec<(String, Value)> = common::api_calls(&api)
+            .iter()
+            .filter(|call| call.method == "POST")
+            .map(|call| (call.path().to_string(), common::body(call)["target"]["name"].clone()))
+            .collect();
+        posted.sort_by(|x, y| x.0.cmp(&y.0));
+        posted
+    };
+    for (name, node) in [("a", "n0"), ("b", "n1")] {
+        filter(addr, name, &all).await;
+        let held = bind(addr, name, node).await;
+        assert!(held["Error"].as_str().unwrap().contains("held until"), "{held}");
+        assert!(bindings().is_empty(), "{name}: {:?}", bindings());
+    }
+    filter(addr, "c", &all).await;
+    assert_eq!(bind(addr, "c", "n2").await, json!({"Error": ""}));
+    assert_eq!(
+        bindings(),
+        [("a", "n0"), ("b", "n1"), ("c", "n2")].map(|(pod, node)| (
+            format!("/api/v1/namespaces/default/pods/{pod}/binding"),
+            json!(node)
+        ))
+    );
+}
