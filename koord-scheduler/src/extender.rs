@@ -511,9 +511,13 @@ pub async fn bind_pod(state: &ExtenderState, args: &ExtenderBindingArgs) -> Resu
         }
     };
     match (step, waiting) {
-        (PermitStep::Bind { pods, through_permit }, _) => {
-            bind_reserved(state, &key, pods, through_permit).await
-        }
+        (
+            PermitStep::Bind {
+                pods,
+                through_permit,
+            },
+            _,
+        ) => bind_reserved(state, &key, pods, through_permit).await,
         (PermitStep::Held { group, deadline }, Some(waiting)) => {
             wait_for_group(state, &key, &uid, &args.node, &group, deadline, waiting).await
         }

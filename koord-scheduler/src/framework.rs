@@ -238,10 +238,7 @@ pub enum Permit {
     Allow,
     /// Hold the pod (assumed, its resources counted) for at most `timeout`
     /// until a member of `group` lets the group go.
-    Wait {
-        group: String,
-        timeout: Duration,
-    },
+    Wait { group: String, timeout: Duration },
     /// Bind now, together with every held pod of `group`.
     AllowGroup { group: String },
 }
@@ -1019,8 +1016,12 @@ impl Scheduler {
         now: SystemTime,
     ) {
         self.rollback(reserved);
-        self.permits
-            .record(&reserved.pod_key, &reserved.uid, HoldOutcome::Released(reason), now);
+        self.permits.record(
+            &reserved.pod_key,
+            &reserved.uid,
+            HoldOutcome::Released(reason),
+            now,
+        );
     }
 
     /// Releases held pods whose deadline passed, with whatever their plugins

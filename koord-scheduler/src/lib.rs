@@ -3,7 +3,8 @@
 //! through `koord-scheduler simulate`.
 //!
 //! Pure cores: [`cache`] (cluster indexes), [`framework`] (plugin pipeline),
-//! [`plugins`]; thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
+//! [`permit`] (pods held at Permit until their gang can bind), [`plugins`];
+//! thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
 //! binder, housekeeping), [`reservation_controller`], [`simulator`] (YAML in,
 //! report out). With several replicas, only the one holding the leader Lease
 //! writes status and runs the Reservation controller ([`LeaderElectionArgs`]).

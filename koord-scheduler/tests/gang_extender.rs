@@ -135,8 +135,9 @@ async fn a_gang_is_held_in_filter_until_it_fits_and_then_binds_entirely() {
         let held = bind(addr, name, node).await;
         let error = held["Error"].as_str().unwrap();
         assert!(
-            error.contains(&format!("pod default/{name} is assumed on node {node} and held until"))
-                && error.contains("for its gang group [default/job]"),
+            error.contains(&format!(
+                "pod default/{name} is assumed on node {node} and held until"
+            )) && error.contains("for its gang group [default/job]"),
             "{name}: {held}"
         );
         assert!(binder.bound.lock().unwrap().is_empty(), "{name}");
@@ -189,13 +190,8 @@ async fn until_held(scheduler: &SharedScheduler, count: usize) {
 async fn waiting_binds_answer_once_the_third_member_binds_the_whole_gang() {
     let binder = Arc::new(RecordingBinder::default());
     let all = ["n0", "n1", "n2"];
-    let (addr, scheduler) = serve_with(
-        Arc::clone(&binder),
-        &all,
-        "Strict",
-        Duration::from_secs(30),
-    )
-    .await;
+    let (addr, scheduler) =
+        serve_with(Arc::clone(&binder), &all, "Strict", Duration::from_secs(30)).await;
     let mut waiting = Vec::new();
     for (name, node, fits) in [("a", "n0", &all[..]), ("b", "n1", &all[1..])] {
         let result = filter(addr, name, &all).await;
@@ -232,7 +228,10 @@ async fn hold_two(addr: SocketAddr, scheduler: &SharedScheduler) -> (SystemTime,
     for (name, node) in [("a", "n0"), ("b", "n1")] {
         filter(addr, name, &all).await;
         let held = bind(addr, name, node).await;
-        assert!(held["Error"].as_str().unwrap().contains("held until"), "{held}");
+        assert!(
+            held["Error"].as_str().unwrap().contains("held until"),
+            "{held}"
+        );
     }
     let scheduler = scheduler.read().unwrap();
     let deadline = |key: &str| scheduler.permits.get(key).unwrap().deadline;
@@ -247,8 +246,13 @@ async fn fits_other(addr: SocketAddr, node: &str) -> bool {
 #[tokio::test]
 async fn a_strict_gang_that_times_out_releases_every_held_member_so_another_pod_fits() {
     let binder = Arc::new(RecordingBinder::default());
-    let (addr, scheduler) =
-        serve_with(Arc::clone(&binder), &["n0", "n1", "n2"], "Strict", Duration::ZERO).await;
+    let (addr, scheduler) = serve_with(
+        Arc::clone(&binder),
+        &["n0", "n1", "n2"],
+        "Strict",
+        Duration::ZERO,
+    )
+    .await;
     let other = serde_json::from_value(other_pod_json()).unwrap();
     scheduler
         .write()
@@ -274,13 +278,22 @@ async fn a_strict_gang_that_times_out_releases_every_held_member_so_another_pod_
 #[tokio::test]
 async fn a_non_strict_member_that_times_out_releases_only_itself() {
     let binder = Arc::new(RecordingBinder::default());
-    let (addr, scheduler) =
-        serve_with(Arc::clone(&binder), &["n0", "n1", "n2"], "NonStrict", Duration::ZERO).await;
+    let (addr, scheduler) = serve_with(
+        Arc::clone(&binder),
+        &["n0", "n1", "n2"],
+        "NonStrict",
+        Duration::ZERO,
+    )
+    .await;
     let (a_deadline, b_deadline) = hold_two(addr, &scheduler).await;
     let released = scheduler.write().unwrap().expire_permits(a_deadline);
     assert_eq!(released.len(), 1);
     assert_eq!(released[0].pod_key, "default/a");
-    assert!(released[0].reason.contains("timed out"), "{:?}", released[0]);
+    assert!(
+        released[0].reason.contains("timed out"),
+        "{:?}",
+        released[0]
+    );
     assert!(fits_other(addr, "n0").await);
     assert!(!fits_other(addr, "n1").await);
     assert!(scheduler.read().unwrap().permits.get("default/b").is_some());
@@ -330,7 +343,12 @@ async fn the_api_sees_no_binding_until_the_third_member_and_then_all_three() {
         let mut posted: Vec<(String, Value)> = common::api_calls(&api)
             .iter()
             .filter(|call| call.method == "POST")
-            .map(|call| (call.path().to_string(), common::body(call)["target"]["name"].clone()))
+            .map(|call| {
+                (
+                    call.path().to_string(),
+                    common::body(call)["target"]["name"].clone(),
+                )
+            })
             .collect();
         posted.sort_by(|x, y| x.0.cmp(&y.0));
         posted
@@ -338,7 +356,10 @@ async fn the_api_sees_no_binding_until_the_third_member_and_then_all_three() {
     for (name, node) in [("a", "n0"), ("b", "n1")] {
         filter(addr, name, &all).await;
         let held = bind(addr, name, node).await;
-        assert!(held["Error"].as_str().unwrap().contains("held until"), "{held}");
+        assert!(
+            held["Error"].as_str().unwrap().contains("held until"),
+            "{held}"
+        );
         assert!(bindings().is_empty(), "{name}: {:?}", bindings());
     }
     filter(addr, "c", &all).await;

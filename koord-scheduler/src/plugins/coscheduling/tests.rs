@@ -1288,8 +1288,10 @@ fn once_satisfied_lets_later_members_through_permit_alone() {
         ],
     );
     assert_eq!(released(&permit_at(&mut s, "default/a", "n0")), None);
-    let crate::framework::PermitStep::Bind { pods, through_permit } =
-        permit_at(&mut s, "default/b", "n1")
+    let crate::framework::PermitStep::Bind {
+        pods,
+        through_permit,
+    } = permit_at(&mut s, "default/b", "n1")
     else {
         panic!("b completes the gang");
     };
@@ -1329,6 +1331,11 @@ fn permit_and_count(complete: bool) -> usize {
     );
     permit_at(&mut s, "default/m0", "n0");
     permit_at(&mut s, "default/m1", "n1");
-    let pods: Vec<_> = s.cache.pods().filter(|p| p.key != "default/m2").cloned().collect();
+    let pods: Vec<_> = s
+        .cache
+        .pods()
+        .filter(|p| p.key != "default/m2")
+        .cloned()
+        .collect();
     Members::count(pods.iter().map(|p| &**p)).scheduled
 }
