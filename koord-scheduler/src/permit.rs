@@ -209,10 +209,10 @@ mod tests {
             .collect();
         assert_eq!(taken, ["ns/a", "ns/b"]);
         assert_eq!(table.len(), 1);
+        assert!(table.get("ns/c").is_some());
         assert!(table.holds_on("n0"));
         table.take("ns/c");
         assert!(!table.holds_on("n0"));
-        assert!(table.get("ns/c").is_some());
     }
 
     #[test]
