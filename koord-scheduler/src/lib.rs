@@ -672,6 +672,25 @@ mod tests {
     }
 
     #[test]
+    fn gang_bind_wait_defaults_below_the_charts_http_timeout_and_parses_go_durations() {
+        let args = SchedulerArgs::try_parse_from(["koord-scheduler"]).unwrap();
+        assert_eq!(args.gang_bind_wait, Duration::from_secs(3));
+        assert_eq!(args.gang_bind_wait, framework::DEFAULT_PERMIT_BIND_WAIT);
+        let args =
+            SchedulerArgs::try_parse_from(["koord-scheduler", "--gang-bind-wait=1500ms"]).unwrap();
+        assert_eq!(args.gang_bind_wait, Duration::from_millis(1500));
+        let args =
+            SchedulerArgs::try_parse_from(["koord-scheduler", "--gang-bind-wait=0"]).unwrap();
+        assert_eq!(args.gang_bind_wait, Duration::ZERO);
+        for bad in ["--gang-bind-wait=soon", "--gang-bind-wait=-1s"] {
+            assert!(
+                SchedulerArgs::try_parse_from(["koord-scheduler", bad]).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn port_zero_disables_serving_and_bad_ip_is_rejected() {
         let args = SchedulerArgs::try_parse_from(["koord-scheduler", "--port=0"]).unwrap();
         assert_eq!(args.extender(), Ok(None));
