@@ -694,15 +694,29 @@ async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
     }
     let result = match bind_pod(&state, &args).await {
         Ok(()) => {
+            // Members bound with their group count here once each, when
+            // their own call answers (or not, if it had answered "still
+            // waiting" before).
             state.metrics.attempt("scheduled");
             state.metrics.observe("Bind", "Success", started);
             tracing::info!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, "bound");
             ExtenderBindingResult::default()
         }
         Err(error) => {
-            state.metrics.attempt("error");
-            state.metrics.observe("Bind", "Error", started);
-            tracing::warn!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, %error, "bind failed, rolled back");
+            let key = object_key(Some(&args.pod_namespace), &args.pod_name);
+            let held = state
+                .scheduler
+                .read()
+                .is_ok_and(|s| s.permits.get(&key).is_some());
+            if held {
+                // Not a failure: the pod keeps its place (Permit's Wait).
+                state.metrics.observe("Bind", "Wait", started);
+                tracing::info!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, "held at permit for its gang group; answered still waiting");
+            } else {
+                state.metrics.attempt("error");
+                state.metrics.observe("Bind", "Error", started);
+                tracing::warn!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, %error, "bind failed, rolled back");
+            }
             ExtenderBindingResult { error }
         }
     };
