@@ -930,7 +930,8 @@ impl Scheduler {
             Ok(Permit::AllowGroup { group }) | Ok(Permit::Wait { group, .. })
                 if group != held.group =>
             {
-                // The gang's group changed under it: decide for the new one.
+                // The gang's group changed while it was held: the hold stays
+                // under its old group and ends at its deadline at the latest.
                 Some(PermitStep::Held {
                     group: held.group,
                     deadline: held.deadline,
