@@ -149,6 +149,23 @@ async fn a_gang_is_held_in_filter_until_it_fits_and_then_binds_entirely() {
         retried["FailedNodes"]["n1"],
         "pod is held on node n0 for its gang group [default/job]"
     );
+    // Its retried bind rejoins the hold (Permit again: still waiting); a
+    // bind elsewhere is refused.
+    let rejoined = bind(addr, "a", "n0").await;
+    assert!(
+        rejoined["Error"].as_str().unwrap().contains("held until"),
+        "{rejoined}"
+    );
+    let elsewhere = bind(addr, "a", "n1").await;
+    assert!(
+        elsewhere["Error"]
+            .as_str()
+            .unwrap()
+            .contains("pod default/a is held on node n0 for its gang group [default/job]: bind to node n1 refused"),
+        "{elsewhere}"
+    );
+    assert_eq!(scheduler.read().unwrap().permits.len(), 2);
+    assert!(binder.bound.lock().unwrap().is_empty());
     let result = filter(addr, "c", &all).await;
     assert_eq!(result["NodeNames"], json!(["n2"]), "{result}");
     assert_eq!(bind(addr, "c", "n2").await, json!({"Error": ""}));

@@ -1339,3 +1339,19 @@ fn permit_and_count(complete: bool) -> usize {
         .collect();
     Members::count(pods.iter().map(|p| &**p)).scheduled
 }
+
+#[test]
+fn a_held_member_that_is_deleted_leaves_the_hold() {
+    let mut s = loaded_cluster(3, vec![gang_member("a", "2"), gang_member("b", "2")]);
+    assert_eq!(released(&permit_at(&mut s, "default/a", "n0")), None);
+    assert!(s.expire_permits(t0()).is_empty());
+    s.apply(Change::Delete(gang_member("a", "2")));
+    let gone = s.expire_permits(t0());
+    assert_eq!(gone.len(), 1);
+    assert!(
+        gone[0].reason.contains("deleted or bound elsewhere"),
+        "{gone:?}"
+    );
+    assert!(s.permits.is_empty());
+    assert!(!s.permits.holds_on("n0"));
+}
