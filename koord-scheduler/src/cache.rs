@@ -54,6 +54,9 @@ pub struct PodInfo {
     pub assumed_until: Option<SystemTime>,
     /// The pod as it was before we assumed it (restored on rollback or expiry).
     pub pre_assume: Option<Arc<Pod>>,
+    /// Assumed and held at Permit: it counts on its node, but its binding
+    /// waits for its gang (see [`crate::permit`]); not bound through the API.
+    pub held: bool,
 }
 
 impl PodInfo {
@@ -80,6 +83,7 @@ impl PodInfo {
             node,
             assumed_until: None,
             pre_assume: None,
+            held: false,
             pod,
         }
     }
@@ -740,6 +744,20 @@ impl ClusterCache {
             .filter(|_| previous.is_assumed())?;
         let info = PodInfo::new(original);
         Some(self.replace_pod(Some(previous), info))
+    }
+
+    /// Marks an assumed pod as held at Permit (or no longer held) and moves
+    /// its assumption deadline to `until`; nothing is re-accounted (the pod
+    /// stays on its node). False when the pod is not assumed.
+    pub fn set_held(&mut self, key: &str, held: bool, until: SystemTime) -> bool {
+        let Some(previous) = self.pods.get(key).filter(|p| p.is_assumed()) else {
+            return false;
+        };
+        let mut info = (**previous).clone();
+        info.held = held;
+        info.assumed_until = Some(until);
+        self.pods.insert(key.to_string(), Arc::new(info));
+        true
     }
 
     /// Reverts assumed pods whose deadline passed without confirmation.

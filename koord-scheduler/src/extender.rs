@@ -22,7 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission;
 use crate::cache::{FnvHasher, Object, PodInfo, object_key};
-use crate::framework::{Binder, FilterOutcome, Scheduler, SharedScheduler};
+use crate::framework::{
+    Binder, FilterOutcome, PermitStep, ReleasedHold, Reserved, Scheduler, SharedScheduler,
+};
+use crate::permit::HoldOutcome;
 
 /// `v1.NodeList` as sent when `nodeCacheCapable` is false.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -309,6 +312,14 @@ pub fn filter_and_record(
     candidates: Vec<String>,
     now: SystemTime,
 ) -> FilterOutcome {
+    if let Some((outcome, feasible)) = filter_held(scheduler, pod, &candidates) {
+        scheduler
+            .filtered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(&pod.key, &pod.uid, feasible, now);
+        return outcome;
+    }
     let (outcome, feasible) = match scheduler.pre_filter(pod, now) {
         Ok(cycle) => scheduler.filter_owned_indexed(pod, candidates, &cycle),
         Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
@@ -319,6 +330,42 @@ pub fn filter_and_record(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .record(&pod.key, &pod.uid, feasible, now);
     outcome
+}
+
+/// A pod held at Permit (kube-scheduler retrying it after a "still
+/// waiting" bind answer) fits only the node it is held on.
+fn filter_held(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: &[String],
+) -> Option<(FilterOutcome, Vec<usize>)> {
+    if scheduler.permits.is_empty() {
+        return None;
+    }
+    let held = scheduler
+        .permits
+        .get(&pod.key)
+        .filter(|h| pod.uid.is_empty() || h.reserved.uid == pod.uid)?;
+    let mut outcome = FilterOutcome::default();
+    let mut feasible = Vec::new();
+    for name in candidates {
+        match scheduler.cache.node(name) {
+            Some(node) if *name == held.reserved.node => {
+                outcome.feasible.push(name.clone());
+                feasible.push(node.index);
+            }
+            _ => {
+                outcome.failed.insert(
+                    name.clone(),
+                    format!(
+                        "pod is held on node {} for its gang group [{}]",
+                        held.reserved.node, held.group
+                    ),
+                );
+            }
+        }
+    }
+    Some((outcome, feasible))
 }
 
 /// The core of `/prioritize`: scores in 0..=10.
@@ -416,53 +463,221 @@ async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response
 
 /// Binds only what `/filter` allowed (see [`crate::filtered`]): the pod's
 /// last `/filter` found the node feasible, for the same pod UID, recently.
-/// Then reserves (re-checking fit against the cache as it is now),
-/// persists through the binder, and rolls back on failure.
+/// Then reserves (re-checking fit against the cache as it is now), runs
+/// Permit, persists through the binder, and rolls back on failure. A pod
+/// held at Permit (a gang member waiting for its group, see
+/// [`crate::permit`]) stays assumed; its call waits up to
+/// [`Scheduler::permit_bind_wait`] for the group and then answers "still
+/// waiting" while the hold goes on; a retried call rejoins the hold.
 pub async fn bind_pod(state: &ExtenderState, args: &ExtenderBindingArgs) -> Result<(), String> {
     let key = object_key(Some(&args.pod_namespace), &args.pod_name);
     let now = SystemTime::now();
-    let reserved = {
+    let (step, uid, waiting) = {
         let mut scheduler = state
             .scheduler
             .write()
             .map_err(|_| "scheduler state lock poisoned".to_string())?;
-        let node_index = scheduler.cache.node(&args.node).map(|n| n.index);
-        let cached_uid = scheduler.cache.pod(&key).map(|p| p.uid.clone());
-        let filtered = scheduler
-            .filtered
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        filtered
-            .check(&key, &args.pod_uid, &args.node, node_index, now)
-            .map_err(|e| e.to_string())?;
-        let filtered_uid = filtered.filtered_uid(&key).unwrap_or_default();
-        if let Some(uid) = cached_uid.filter(|uid| !uid.is_empty()) {
-            if !args.pod_uid.is_empty() && uid != args.pod_uid {
+        log_released(&scheduler.expire_permits(now));
+        if let Some(held) = scheduler.permits.get(&key) {
+            if held.reserved.node != args.node
+                || (!args.pod_uid.is_empty() && held.reserved.uid != args.pod_uid)
+            {
                 return Err(format!(
-                    "pod {key} has UID {uid} in the scheduler cache, not {}",
-                    args.pod_uid
+                    "pod {key} is held on node {} for its gang group [{}]: bind to node {} refused",
+                    held.reserved.node, held.group, args.node
                 ));
             }
-            if uid != filtered_uid {
-                return Err(format!(
-                    "pod {key} has UID {uid} in the scheduler cache, but /filter saw UID {filtered_uid:?}: bind refused"
-                ));
+            let uid = held.reserved.uid.clone();
+            let waiting = scheduler.permits.subscribe();
+            let step = scheduler
+                .recheck_held(&key, now)
+                .ok_or_else(|| format!("pod {key} is no longer held"))?;
+            (step, uid, Some(waiting))
+        } else {
+            if let Some(HoldOutcome::Bound { node }) =
+                scheduler.permits.outcome(&key, &args.pod_uid)
+                && *node == args.node
+            {
+                // Bound with its gang group after an earlier call answered
+                // "still waiting".
+                return Ok(());
             }
+            let reserved = reserve_for_bind(&mut scheduler, &key, args, now)?;
+            let uid = reserved.uid.clone();
+            let step = scheduler.permit(reserved, now)?;
+            let waiting =
+                matches!(step, PermitStep::Held { .. }).then(|| scheduler.permits.subscribe());
+            (step, uid, waiting)
         }
-        scheduler
-            .reserve(&key, &args.node, now)
-            .map_err(|e| e.to_string())?
     };
-    if let Err(err) = state.binder.bind(&reserved).await {
-        if let Ok(mut scheduler) = state.scheduler.write() {
-            scheduler.rollback(&reserved);
+    match (step, waiting) {
+        (
+            PermitStep::Bind {
+                pods,
+                through_permit,
+            },
+            _,
+        ) => bind_reserved(state, &key, pods, through_permit).await,
+        (PermitStep::Held { group, deadline }, Some(waiting)) => {
+            wait_for_group(state, &key, &uid, &args.node, &group, deadline, waiting).await
         }
-        return Err(format!(
-            "binding pod {key} to node {} failed: {err}",
-            args.node
-        ));
+        (PermitStep::Held { .. }, None) => Err(format!("pod {key} is held without a waiter")),
     }
-    Ok(())
+}
+
+/// The checks of [`bind_pod`] and the reservation, under the write lock.
+fn reserve_for_bind(
+    scheduler: &mut Scheduler,
+    key: &str,
+    args: &ExtenderBindingArgs,
+    now: SystemTime,
+) -> Result<Reserved, String> {
+    let node_index = scheduler.cache.node(&args.node).map(|n| n.index);
+    let cached_uid = scheduler.cache.pod(key).map(|p| p.uid.clone());
+    let filtered = scheduler
+        .filtered
+        .get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    filtered
+        .check(key, &args.pod_uid, &args.node, node_index, now)
+        .map_err(|e| e.to_string())?;
+    let filtered_uid = filtered.filtered_uid(key).unwrap_or_default();
+    if let Some(uid) = cached_uid.filter(|uid| !uid.is_empty()) {
+        if !args.pod_uid.is_empty() && uid != args.pod_uid {
+            return Err(format!(
+                "pod {key} has UID {uid} in the scheduler cache, not {}",
+                args.pod_uid
+            ));
+        }
+        if uid != filtered_uid {
+            return Err(format!(
+                "pod {key} has UID {uid} in the scheduler cache, but /filter saw UID {filtered_uid:?}: bind refused"
+            ));
+        }
+    }
+    scheduler
+        .reserve(key, &args.node, now)
+        .map_err(|e| e.to_string())
+}
+
+/// Binds `pods` through the binder, concurrently; returns the result for
+/// `key`. A pod bound alone touches the lock again only if its binding
+/// failed (the path of every pod that is not held at Permit).
+async fn bind_reserved(
+    state: &ExtenderState,
+    key: &str,
+    pods: Vec<Reserved>,
+    through_permit: bool,
+) -> Result<(), String> {
+    let results =
+        futures::future::join_all(pods.iter().map(|reserved| state.binder.bind(reserved))).await;
+    if !through_permit && results.iter().all(Result::is_ok) {
+        return Ok(());
+    }
+    let mut own = Ok(());
+    let now = SystemTime::now();
+    let Ok(mut scheduler) = state.scheduler.write() else {
+        return Err("scheduler state lock poisoned".into());
+    };
+    for (reserved, result) in pods.iter().zip(results) {
+        let outcome = match result {
+            Ok(()) => {
+                scheduler.bound_after_permit(reserved, now);
+                if reserved.pod_key != key {
+                    tracing::info!(pod = %reserved.pod_key, node = %reserved.node, "bound with its gang group");
+                }
+                Ok(())
+            }
+            Err(err) => {
+                let message = format!(
+                    "binding pod {} to node {} failed: {err}",
+                    reserved.pod_key, reserved.node
+                );
+                if through_permit {
+                    scheduler.binding_failed_after_permit(reserved, message.clone(), now);
+                } else {
+                    scheduler.rollback(reserved);
+                }
+                Err(message)
+            }
+        };
+        if reserved.pod_key == key {
+            own = outcome;
+        }
+    }
+    own
+}
+
+/// Waits for a held pod's group, at most [`Scheduler::permit_bind_wait`]
+/// and not past the hold's deadline; answers with the hold's outcome, or
+/// "still waiting" (the hold goes on).
+async fn wait_for_group(
+    state: &ExtenderState,
+    key: &str,
+    uid: &str,
+    node: &str,
+    group: &str,
+    deadline: SystemTime,
+    mut waiting: tokio::sync::watch::Receiver<u64>,
+) -> Result<(), String> {
+    let answered = |scheduler: &Scheduler| -> Option<Result<(), String>> {
+        match scheduler.permits.outcome(key, uid) {
+            Some(HoldOutcome::Bound { .. }) => Some(Ok(())),
+            Some(HoldOutcome::Released(reason)) => Some(Err(reason.clone())),
+            None if scheduler.permits.get(key).is_none() => {
+                Some(Err(format!("pod {key} is no longer held")))
+            }
+            None => None,
+        }
+    };
+    let bind_wait = state
+        .scheduler
+        .read()
+        .map(|s| s.permit_bind_wait)
+        .unwrap_or_default();
+    let left = deadline
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    let until = tokio::time::Instant::now() + bind_wait.min(left);
+    loop {
+        {
+            let Ok(scheduler) = state.scheduler.read() else {
+                return Err("scheduler state lock poisoned".into());
+            };
+            if let Some(result) = answered(&scheduler) {
+                return result;
+            }
+        }
+        match tokio::time::timeout_at(until, waiting.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err("the scheduler is shutting down".into()),
+            Err(_) => break,
+        }
+    }
+    // The hold may have run out while waiting: release it now rather than
+    // at the next housekeeping tick.
+    let Ok(mut scheduler) = state.scheduler.write() else {
+        return Err("scheduler state lock poisoned".into());
+    };
+    log_released(&scheduler.expire_permits(SystemTime::now()));
+    if let Some(result) = answered(&scheduler) {
+        return result;
+    }
+    let until = k8s_openapi::jiff::Timestamp::try_from(deadline)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    Err(format!(
+        "pod {key} is assumed on node {node} and held until {until} for its gang group [{group}], \
+         which does not have min-member members assumed yet; its resources stay reserved and a \
+         retried bind rejoins the wait"
+    ))
+}
+
+/// Logs holds released unbound.
+pub fn log_released(released: &[ReleasedHold]) {
+    for hold in released {
+        tracing::warn!(pod = %hold.pod_key, node = %hold.node, reason = %hold.reason, "held pod released unbound");
+    }
 }
 
 async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
@@ -479,15 +694,29 @@ async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
     }
     let result = match bind_pod(&state, &args).await {
         Ok(()) => {
+            // Members bound with their group count here once each, when
+            // their own call answers (or not, if it had answered "still
+            // waiting" before).
             state.metrics.attempt("scheduled");
             state.metrics.observe("Bind", "Success", started);
             tracing::info!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, "bound");
             ExtenderBindingResult::default()
         }
         Err(error) => {
-            state.metrics.attempt("error");
-            state.metrics.observe("Bind", "Error", started);
-            tracing::warn!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, %error, "bind failed, rolled back");
+            let key = object_key(Some(&args.pod_namespace), &args.pod_name);
+            let held = state
+                .scheduler
+                .read()
+                .is_ok_and(|s| s.permits.get(&key).is_some());
+            if held {
+                // Not a failure: the pod keeps its place (Permit's Wait).
+                state.metrics.observe("Bind", "Wait", started);
+                tracing::info!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, "held at permit for its gang group; answered still waiting");
+            } else {
+                state.metrics.attempt("error");
+                state.metrics.observe("Bind", "Error", started);
+                tracing::warn!(pod = %args.pod_name, namespace = %args.pod_namespace, node = %args.node, %error, "bind failed, rolled back");
+            }
             ExtenderBindingResult { error }
         }
     };

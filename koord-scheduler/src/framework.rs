@@ -11,6 +11,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::cache::{CacheError, Change, ClusterCache, ClusterEvent, NodeInfo, PodInfo};
 use crate::filtered::FilterRecords;
+use crate::permit::{HeldPod, HoldOutcome, PermitTable};
+
+/// Default of `--gang-bind-wait`: below the chart's extender `httpTimeout`
+/// (5s), so a waiting `/bind` answers before kube-scheduler gives up on it.
+pub const DEFAULT_PERMIT_BIND_WAIT: Duration = Duration::from_secs(3);
 
 /// kube-scheduler's in-process score range.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -178,6 +183,28 @@ pub trait Plugin: Send + Sync {
 
     fn unreserve(&mut self, _pod: &PodInfo, _node: &str, _cache: &ClusterCache) {}
 
+    /// Upstream's Permit, run at `/bind` once the pod is reserved and
+    /// assumed: let it bind, hold it until its group can bind together, or
+    /// (with a rejection) refuse it. Held pods of the cache carry
+    /// [`PodInfo::held`]; `pod` itself is assumed but not held yet.
+    fn permit(
+        &mut self,
+        _pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+    ) -> Result<Permit, Rejection> {
+        Ok(Permit::Allow)
+    }
+
+    /// A held pod's wait ended unbound (timed out or gone): which other
+    /// held pods go with it (upstream's Unreserve of a waiting pod).
+    fn permit_release_scope(&self, _pod: &PodInfo, _cache: &ClusterCache) -> PermitRelease {
+        PermitRelease::Member
+    }
+
+    /// A pod that went through Permit was bound through the API.
+    fn post_bind(&mut self, _pod: &PodInfo, _cache: &ClusterCache) {}
+
     /// Annotations to persist on the pod before the Binding is created.
     fn pre_bind(
         &self,
@@ -202,6 +229,48 @@ pub trait Plugin: Send + Sync {
     ) -> Vec<StatusWrite> {
         Vec::new()
     }
+}
+
+/// A plugin's Permit verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permit {
+    /// Bind now, alone.
+    Allow,
+    /// Hold the pod (assumed, its resources counted) for at most `timeout`
+    /// until a member of `group` lets the group go.
+    Wait { group: String, timeout: Duration },
+    /// Bind now, together with every held pod of `group`.
+    AllowGroup { group: String },
+}
+
+/// What goes with a held pod whose wait ended unbound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermitRelease {
+    Member,
+    /// Every held pod of its group.
+    Group,
+}
+
+/// What `/bind` does after Permit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermitStep {
+    /// Bind these through the API now (the pod first; then the held pods of
+    /// its group). `through_permit` says the pods were gated by a plugin
+    /// ([`Scheduler::bound_after_permit`] wants to hear of their binding).
+    Bind {
+        pods: Vec<Reserved>,
+        through_permit: bool,
+    },
+    /// The pod is held until `deadline` at the latest.
+    Held { group: String, deadline: SystemTime },
+}
+
+/// A held pod released unbound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleasedHold {
+    pub pod_key: String,
+    pub node: String,
+    pub reason: String,
 }
 
 /// A registered plugin and where it takes part.
@@ -297,6 +366,41 @@ pub enum ReserveError {
     },
 }
 
+/// The resources kube-scheduler checks itself and forgets for a pod whose
+/// `/bind` failed: a pod held at Permit after a "still waiting" answer is
+/// in kube-scheduler's cache no more, so the extender holds these for it.
+const HELD_RESOURCES: [&str; 3] = [
+    apis::extension::resource::RESOURCE_CPU,
+    apis::extension::resource::RESOURCE_MEMORY,
+    crate::resources::RESOURCE_PODS,
+];
+
+/// On a node with pods held at Permit: whether `pod` still fits its cpu,
+/// memory and pod count with the held pods counted (they are assumed, so
+/// in `node.requested` and `node.pods`).
+fn fits_beside_held_pods(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+    let mut insufficient = Vec::new();
+    for name in HELD_RESOURCES {
+        let (request, used) = if name == crate::resources::RESOURCE_PODS {
+            (1, node.pods.len() as i64)
+        } else {
+            (pod.requests.get(name), node.requested.get(name))
+        };
+        let allocatable = node.allocatable.get(name);
+        if request > 0 && allocatable > 0 && request > allocatable - used {
+            insufficient.push(format!("Insufficient {name}"));
+        }
+    }
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(Rejection::unschedulable(format!(
+            "{} (held for pods waiting for their gang)",
+            insufficient.join(", ")
+        )))
+    }
+}
+
 /// A completed reservation: what the binder must persist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reserved {
@@ -324,6 +428,11 @@ pub struct Scheduler {
     pub filtered: std::sync::Mutex<FilterRecords>,
     /// Which controller plugins' writes go out (`--controller-plugins`).
     pub controllers: crate::cli::ControllerPlugins,
+    /// Pods held at Permit (see [`crate::permit`]).
+    pub permits: PermitTable,
+    /// How long a `/bind` call of a held pod waits for its group before it
+    /// answers "still waiting" (the hold itself lasts until its deadline).
+    pub permit_bind_wait: Duration,
 }
 
 impl Scheduler {
@@ -334,6 +443,8 @@ impl Scheduler {
             assume_ttl,
             filtered: std::sync::Mutex::new(FilterRecords::new()),
             controllers: crate::cli::ControllerPlugins::default(),
+            permits: PermitTable::default(),
+            permit_bind_wait: DEFAULT_PERMIT_BIND_WAIT,
         }
     }
 
@@ -390,6 +501,9 @@ impl Scheduler {
             return Err(Rejection::unresolvable(format!(
                 "{REASON_INVALID_ALLOCATABLE}: {invalid}"
             )));
+        }
+        if self.permits.holds_on(&node.name) {
+            fits_beside_held_pods(pod, node)?;
         }
         for entry in self.plugins.iter().filter(|e| e.filter) {
             entry.plugin.filter(pod, node, &self.cache, state)?;
@@ -761,6 +875,253 @@ impl Scheduler {
             node: node.to_string(),
             annotations,
         })
+    }
+
+    /// Runs the plugins' Permit for a pod just reserved (assumed). Allowed:
+    /// what to bind now. Held: the pod stays assumed, marked held, until
+    /// its deadline (its assumption lasts that long too). Refused: the
+    /// reservation is rolled back.
+    pub fn permit(&mut self, reserved: Reserved, now: SystemTime) -> Result<PermitStep, String> {
+        let Some(pod) = self.cache.pod(&reserved.pod_key).cloned() else {
+            return Err(format!("pod {} left the cache", reserved.pod_key));
+        };
+        let verdict = self.run_permit(&pod, &reserved.node);
+        match verdict {
+            Err(rejection) => {
+                self.rollback(&reserved);
+                Err(format!(
+                    "pod {} refused at permit: {}",
+                    reserved.pod_key, rejection.reason
+                ))
+            }
+            Ok(Permit::Allow) => Ok(PermitStep::Bind {
+                pods: vec![reserved],
+                through_permit: false,
+            }),
+            Ok(Permit::AllowGroup { group }) => {
+                let mut pods = vec![reserved];
+                pods.extend(self.release_group_for_binding(&group, now));
+                Ok(PermitStep::Bind {
+                    pods,
+                    through_permit: true,
+                })
+            }
+            Ok(Permit::Wait { group, timeout }) => {
+                let deadline = now + timeout;
+                self.cache
+                    .set_held(&reserved.pod_key, true, deadline + self.assume_ttl);
+                self.permits.hold(HeldPod {
+                    reserved,
+                    group: group.clone(),
+                    since: now,
+                    deadline,
+                });
+                Ok(PermitStep::Held { group, deadline })
+            }
+        }
+    }
+
+    /// Permit again for a pod already held (a `/bind` retried by
+    /// kube-scheduler): its group may have become ready meanwhile.
+    pub fn recheck_held(&mut self, pod_key: &str, now: SystemTime) -> Option<PermitStep> {
+        let held = self.permits.get(pod_key)?.clone();
+        let pod = self.cache.pod(pod_key).cloned()?;
+        match self.run_permit(&pod, &held.reserved.node) {
+            Ok(Permit::AllowGroup { group }) | Ok(Permit::Wait { group, .. })
+                if group != held.group =>
+            {
+                // The gang's group changed while it was held: the hold stays
+                // under its old group and ends at its deadline at the latest.
+                Some(PermitStep::Held {
+                    group: held.group,
+                    deadline: held.deadline,
+                })
+            }
+            Ok(Permit::AllowGroup { group }) => Some(PermitStep::Bind {
+                pods: self.release_group_for_binding(&group, now),
+                through_permit: true,
+            }),
+            Ok(Permit::Allow) => {
+                self.permits.take(pod_key);
+                self.cache.set_held(pod_key, false, now + self.assume_ttl);
+                Some(PermitStep::Bind {
+                    pods: vec![held.reserved],
+                    through_permit: true,
+                })
+            }
+            Ok(Permit::Wait { .. }) | Err(_) => Some(PermitStep::Held {
+                group: held.group,
+                deadline: held.deadline,
+            }),
+        }
+    }
+
+    /// Every plugin's Permit: the first refusal wins, then a group to
+    /// release, then the shortest wait.
+    fn run_permit(&mut self, pod: &PodInfo, node: &str) -> Result<Permit, Rejection> {
+        let mut verdict = Permit::Allow;
+        for entry in &mut self.plugins {
+            match entry.plugin.permit(pod, node, &self.cache)? {
+                Permit::Allow => {}
+                group @ Permit::AllowGroup { .. } => verdict = group,
+                Permit::Wait { group, timeout } => match &verdict {
+                    Permit::AllowGroup { .. } => {}
+                    Permit::Wait {
+                        timeout: shorter, ..
+                    } if shorter <= &timeout => {}
+                    _ => verdict = Permit::Wait { group, timeout },
+                },
+            }
+        }
+        Ok(verdict)
+    }
+
+    /// Takes the held pods of `group` out of the table for binding; they
+    /// stay assumed (no longer held) for the assumed-pod TTL.
+    fn release_group_for_binding(&mut self, group: &str, now: SystemTime) -> Vec<Reserved> {
+        let mut pods = Vec::new();
+        for held in self.permits.take_group(group) {
+            if self
+                .cache
+                .set_held(&held.reserved.pod_key, false, now + self.assume_ttl)
+            {
+                pods.push(held.reserved);
+            }
+        }
+        pods
+    }
+
+    /// Tells the plugins that a pod allowed through Permit is bound, and
+    /// records it for `/bind` calls waiting on it.
+    pub fn bound_after_permit(&mut self, reserved: &Reserved, now: SystemTime) {
+        if let Some(pod) = self.cache.pod(&reserved.pod_key).cloned() {
+            for entry in &mut self.plugins {
+                entry.plugin.post_bind(&pod, &self.cache);
+            }
+        }
+        self.permits.record(
+            &reserved.pod_key,
+            &reserved.uid,
+            HoldOutcome::Bound {
+                node: reserved.node.clone(),
+            },
+            now,
+        );
+    }
+
+    /// A binding after Permit failed: rolls it back and records why.
+    pub fn binding_failed_after_permit(
+        &mut self,
+        reserved: &Reserved,
+        reason: String,
+        now: SystemTime,
+    ) {
+        self.rollback(reserved);
+        self.permits.record(
+            &reserved.pod_key,
+            &reserved.uid,
+            HoldOutcome::Released(reason),
+            now,
+        );
+    }
+
+    /// Releases held pods whose deadline passed, with whatever their plugins
+    /// release along (a Strict gang's whole group), and held pods that left
+    /// the cache or were bound by someone else. Each released pod's
+    /// assumption and reservations are undone, so its resources are free.
+    pub fn expire_permits(&mut self, now: SystemTime) -> Vec<ReleasedHold> {
+        self.permits.forget_old_outcomes(now);
+        if self.permits.is_empty() {
+            return Vec::new();
+        }
+        let mut released = Vec::new();
+        let vanished: Vec<String> = self
+            .permits
+            .iter()
+            .filter(|h| {
+                self.cache
+                    .pod(&h.reserved.pod_key)
+                    .is_none_or(|p| !p.held || p.uid != h.reserved.uid)
+            })
+            .map(|h| h.reserved.pod_key.clone())
+            .collect();
+        for key in vanished {
+            if let Some(held) = self.permits.take(&key) {
+                let reason = format!(
+                    "pod {key} was deleted or bound elsewhere while it waited for its group"
+                );
+                self.permits.record(
+                    &key,
+                    &held.reserved.uid,
+                    HoldOutcome::Released(reason.clone()),
+                    now,
+                );
+                released.push(ReleasedHold {
+                    pod_key: key,
+                    node: held.reserved.node,
+                    reason,
+                });
+            }
+        }
+        for key in self.permits.expired(now) {
+            let Some(held) = self.permits.take(&key) else {
+                // Already released with its group.
+                continue;
+            };
+            let scope = self.cache.pod(&key).cloned().map(|pod| {
+                self.plugins
+                    .iter()
+                    .map(|e| e.plugin.permit_release_scope(&pod, &self.cache))
+                    .fold(PermitRelease::Member, |wider, scope| {
+                        if scope == PermitRelease::Group {
+                            scope
+                        } else {
+                            wider
+                        }
+                    })
+            });
+            let waited = held.deadline.duration_since(held.since).unwrap_or_default();
+            let reason = format!(
+                "pod {key} waited {}s on node {} for group [{}] and timed out; released",
+                waited.as_secs(),
+                held.reserved.node,
+                held.group
+            );
+            let mut group_members = Vec::new();
+            if scope == Some(PermitRelease::Group) {
+                group_members = self.permits.take_group(&held.group);
+            }
+            self.release_held(held, reason.clone(), now, &mut released);
+            for member in group_members {
+                let why = format!(
+                    "gang group [{}] rejected: member {key} timed out waiting",
+                    member.group
+                );
+                self.release_held(member, why, now, &mut released);
+            }
+        }
+        released
+    }
+
+    fn release_held(
+        &mut self,
+        held: HeldPod,
+        reason: String,
+        now: SystemTime,
+        released: &mut Vec<ReleasedHold>,
+    ) {
+        self.rollback(&held.reserved);
+        self.permits.record(
+            &held.reserved.pod_key,
+            &held.reserved.uid,
+            HoldOutcome::Released(reason.clone()),
+            now,
+        );
+        released.push(ReleasedHold {
+            pod_key: held.reserved.pod_key,
+            node: held.reserved.node,
+            reason,
+        });
     }
 
     /// Undoes a reservation whose binding failed.

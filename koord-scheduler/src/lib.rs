@@ -3,7 +3,8 @@
 //! through `koord-scheduler simulate`.
 //!
 //! Pure cores: [`cache`] (cluster indexes), [`framework`] (plugin pipeline),
-//! [`plugins`]; thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
+//! [`permit`] (pods held at Permit until their gang can bind), [`plugins`];
+//! thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
 //! binder, housekeeping), [`reservation_controller`], [`simulator`] (YAML in,
 //! report out). With several replicas, only the one holding the leader Lease
 //! writes status and runs the Reservation controller ([`LeaderElectionArgs`]).
@@ -17,6 +18,7 @@ pub mod cpuset;
 pub mod extender;
 pub mod filtered;
 pub mod framework;
+pub mod permit;
 pub mod plugins;
 pub mod reservation_controller;
 pub mod resources;
@@ -227,6 +229,13 @@ pub struct SchedulerArgs {
     #[arg(long = "assumed-pod-ttl", default_value = "5m", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
     pub assumed_pod_ttl: Duration,
 
+    /// How long a `/bind` call of a gang member held at Permit waits for its gang group before it
+    /// answers "still waiting" (the member stays assumed, its resources held, until the gang's wait
+    /// time runs out; kube-scheduler's retry rejoins the wait). Keep it below the extender's
+    /// `httpTimeout` in kube-scheduler's configuration (the chart's: 5s); 0 answers at once.
+    #[arg(long = "gang-bind-wait", default_value = "3s", value_parser = koord_common::cluster::parse_duration, value_name = "DURATION")]
+    pub gang_bind_wait: Duration,
+
     /// Which plugins' controllers run, by upstream's rule: `*` all, `Name` on, `-Name` off, the
     /// first entry naming a plugin decides. Here: Reservation (the Reservation controller),
     /// Coscheduling (PodGroup status), ElasticQuota (quota status and annotations).
@@ -397,6 +406,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     let lease_timing = args.leader_election.timing()?;
     let profile = config.profile();
     let mut built = build_scheduler(&config, args.assumed_pod_ttl)?;
+    built.permit_bind_wait = args.gang_bind_wait;
     built.controllers = args.controller_plugins();
     let disabled = built.controllers.disabled();
     if !disabled.is_empty() {
@@ -659,6 +669,25 @@ mod tests {
         .unwrap();
         let err = args.leader_election.timing().unwrap_err().to_string();
         assert!(err.contains("shorter than the lease duration"), "{err}");
+    }
+
+    #[test]
+    fn gang_bind_wait_defaults_below_the_charts_http_timeout_and_parses_go_durations() {
+        let args = SchedulerArgs::try_parse_from(["koord-scheduler"]).unwrap();
+        assert_eq!(args.gang_bind_wait, Duration::from_secs(3));
+        assert_eq!(args.gang_bind_wait, framework::DEFAULT_PERMIT_BIND_WAIT);
+        let args =
+            SchedulerArgs::try_parse_from(["koord-scheduler", "--gang-bind-wait=1500ms"]).unwrap();
+        assert_eq!(args.gang_bind_wait, Duration::from_millis(1500));
+        let args =
+            SchedulerArgs::try_parse_from(["koord-scheduler", "--gang-bind-wait=0"]).unwrap();
+        assert_eq!(args.gang_bind_wait, Duration::ZERO);
+        for bad in ["--gang-bind-wait=soon", "--gang-bind-wait=-1s"] {
+            assert!(
+                SchedulerArgs::try_parse_from(["koord-scheduler", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

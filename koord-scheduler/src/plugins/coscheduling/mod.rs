@@ -16,6 +16,7 @@
 //! rejected. See `docs/plugins-part2.md` for the differences from upstream.
 
 mod gang;
+pub mod permit;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -34,7 +35,7 @@ use k8s_openapi::api::core::v1::{NodeSelector, Toleration};
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::ConfigError;
-use crate::framework::{CycleState, Plugin, Rejection, StatusWrite};
+use crate::framework::{CycleState, Permit, PermitRelease, Plugin, Rejection, StatusWrite};
 use crate::plugins::reservation::node_fit::check_pod_on_node;
 use crate::resources::Resources;
 use crate::simulator::selects_nodes;
@@ -160,7 +161,10 @@ struct EndedMember {
 /// A gang with its members split by state.
 struct GangState<'a> {
     gang: Gang,
+    /// Bound, or assumed and being bound through the API.
     bound: usize,
+    /// Assumed and held at Permit (see [`crate::permit`]).
+    held: usize,
     pending: Vec<&'a Arc<PodInfo>>,
 }
 
@@ -204,9 +208,12 @@ impl Coscheduling {
 
     fn state<'a>(&'a self, gang: Gang, cache: &'a ClusterCache) -> GangState<'a> {
         let mut bound = 0;
+        let mut held = 0;
         let mut pending = Vec::new();
         for pod in self.member_pods(&gang.key, cache) {
-            if pod.node.is_some() {
+            if pod.held {
+                held += 1;
+            } else if pod.node.is_some() {
                 bound += 1;
             } else {
                 pending.push(pod);
@@ -215,6 +222,7 @@ impl Coscheduling {
         GangState {
             gang,
             bound,
+            held,
             pending,
         }
     }
@@ -338,7 +346,7 @@ impl Coscheduling {
 
         // Enough members must exist before anything is tried.
         for state in &states {
-            let exist = state.bound + state.pending.len();
+            let exist = state.bound + state.held + state.pending.len();
             if exist < state.gang.min_member {
                 return Err(Rejection::unresolvable(format!(
                     "{REASON_WAITING_FOR_GANG} {}: {exist} of {} members exist",
@@ -361,9 +369,12 @@ impl Coscheduling {
         let mut candidates: Vec<(usize, &Arc<PodInfo>)> = Vec::new();
         let mut needed = Vec::with_capacity(states.len());
         for (index, state) in states.iter().enumerate() {
+            // Held members already have their place (they are assumed).
             let counted = match state.gang.match_policy {
-                GangMatchPolicy::OnlyWaiting => 0,
-                GangMatchPolicy::WaitingAndRunning | GangMatchPolicy::OnceSatisfied => state.bound,
+                GangMatchPolicy::OnlyWaiting => state.held,
+                GangMatchPolicy::WaitingAndRunning | GangMatchPolicy::OnceSatisfied => {
+                    state.bound + state.held
+                }
             };
             let need = state.gang.min_member.saturating_sub(counted);
             needed.push(need);
@@ -411,6 +422,51 @@ impl Coscheduling {
             counted + got,
             state.gang.min_member
         )))
+    }
+
+    /// What Permit counts for each gang of `gang`'s group; `pod` (assumed,
+    /// about to be held) counts as held.
+    fn permit_counts(
+        &self,
+        gang: &Gang,
+        pod: &PodInfo,
+        cache: &ClusterCache,
+    ) -> Vec<permit::GangCount> {
+        gang.group
+            .iter()
+            .map(|key| {
+                let resolved = if *key == gang.key {
+                    Ok(gang.clone())
+                } else {
+                    self.gang(key, None, cache)
+                };
+                let Ok(resolved) = resolved else {
+                    return permit::GangCount {
+                        known: false,
+                        min_member: 1,
+                        match_policy: gang.match_policy,
+                        waiting: 0,
+                        bound: 0,
+                    };
+                };
+                let mut waiting = 0;
+                let mut bound = 0;
+                for member in self.member_pods(key, cache) {
+                    if member.key == pod.key || member.held {
+                        waiting += 1;
+                    } else if member.node.is_some() {
+                        bound += 1;
+                    }
+                }
+                permit::GangCount {
+                    known: true,
+                    min_member: resolved.min_member,
+                    match_policy: resolved.match_policy,
+                    waiting,
+                    bound,
+                }
+            })
+            .collect()
     }
 
     /// The group's satisfaction ignoring capacity (for admission shortcuts).
@@ -862,6 +918,56 @@ impl Plugin for Coscheduling {
             .is_some_and(|batch| batch.contains(&pod.key))
         {
             runtime.admitted.remove(&group_id);
+        }
+    }
+
+    fn permit(
+        &mut self,
+        pod: &PodInfo,
+        _node: &str,
+        cache: &ClusterCache,
+    ) -> Result<Permit, Rejection> {
+        let Some(key) = gang_key_of(pod) else {
+            return Ok(Permit::Allow);
+        };
+        // Upstream answers Unschedulable "Gang not found" here.
+        let gang = self
+            .gang(&key, Some(pod), cache)
+            .map_err(|err| Rejection::unschedulable(format!("Gang not found: {err}")))?;
+        let counts = self.permit_counts(&gang, pod, cache);
+        let group = gang.group_id();
+        Ok(
+            match permit::decide(&counts, self.group_satisfied_once(&gang.group)) {
+                permit::Verdict::AllowGroup => Permit::AllowGroup { group },
+                permit::Verdict::Wait => Permit::Wait {
+                    group,
+                    timeout: gang.wait_time,
+                },
+            },
+        )
+    }
+
+    fn permit_release_scope(&self, pod: &PodInfo, cache: &ClusterCache) -> PermitRelease {
+        let Some(key) = gang_key_of(pod) else {
+            return PermitRelease::Member;
+        };
+        let Ok(gang) = self.gang(&key, Some(pod), cache) else {
+            return PermitRelease::Member;
+        };
+        match permit::release_scope(
+            gang.mode,
+            gang.match_policy,
+            self.group_satisfied_once(&gang.group),
+        ) {
+            permit::ReleaseScope::Group => PermitRelease::Group,
+            permit::ReleaseScope::Member => PermitRelease::Member,
+        }
+    }
+
+    fn post_bind(&mut self, pod: &PodInfo, _cache: &ClusterCache) {
+        // Upstream's PostBind marks the group once resource-satisfied.
+        if let Some(key) = gang_key_of(pod) {
+            self.ever_bound.insert(key);
         }
     }
 

@@ -33,7 +33,9 @@ impl Members {
                 members.occupied_by = occupied_by(pod);
             }
             members.total += 1;
-            if pod.node.is_some() {
+            // A member held at Permit is not bound yet (upstream's
+            // controller does not see it either).
+            if pod.node.is_some() && !pod.held {
                 members.scheduled += 1;
             }
             let phase = pod.pod.status.as_ref().and_then(|s| s.phase.as_deref());

@@ -1215,3 +1215,143 @@ fn members_with_different_tolerations_are_packed_by_their_own_node_checks() {
         )]
     );
 }
+
+/// Reserve then Permit, as `/bind` runs them.
+fn permit_at(s: &mut Scheduler, key: &str, node: &str) -> crate::framework::PermitStep {
+    let reserved = s.reserve(key, node, t0()).unwrap();
+    s.permit(reserved, t0()).unwrap()
+}
+
+/// The pods a Permit step binds now, or `None` when the pod is held.
+fn released(step: &crate::framework::PermitStep) -> Option<Vec<String>> {
+    match step {
+        crate::framework::PermitStep::Bind { pods, .. } => {
+            Some(pods.iter().map(|r| r.name.clone()).collect())
+        }
+        crate::framework::PermitStep::Held { .. } => None,
+    }
+}
+
+#[test]
+fn permit_holds_a_gang_group_until_every_gang_has_its_members_assumed() {
+    let mut s = cluster(3);
+    testutil::load(&mut s, group_members());
+    // ps is complete alone, but its group waits for worker (min 2).
+    let step = permit_at(&mut s, "default/ps-0", "n0");
+    assert!(
+        matches!(&step, crate::framework::PermitStep::Held { group, deadline }
+            if group == "default/ps,default/worker" && *deadline == t0() + DEFAULT_TIMEOUT),
+        "{step:?}"
+    );
+    assert_eq!(released(&permit_at(&mut s, "default/worker-0", "n1")), None);
+    assert!(s.cache.pod("default/worker-0").unwrap().held);
+    assert_eq!(s.permits.len(), 2);
+    assert_eq!(
+        released(&permit_at(&mut s, "default/worker-1", "n2")),
+        Some(vec!["worker-1".into(), "ps-0".into(), "worker-0".into()])
+    );
+    assert!(s.permits.is_empty());
+    assert!(s.cache.pods().all(|p| p.node.is_some() && !p.held));
+}
+
+#[test]
+fn held_members_count_for_admission_and_only_waiting_ignores_running_ones() {
+    let mut s = loaded_cluster(
+        3,
+        vec![
+            policy_bound("run-0", "n0", "only-waiting"),
+            policy_member("new-0", "only-waiting"),
+            policy_member("new-1", "only-waiting"),
+        ],
+    );
+    // The running member does not count for only-waiting: new-0 is held.
+    assert_eq!(released(&permit_at(&mut s, "default/new-0", "n1")), None);
+    // new-1, admitted with new-0, is replaced by new-2 (outside that
+    // batch): new-2 is admitted with the held new-0 counted, and lets both bind.
+    s.apply(Change::Delete(policy_member("new-1", "only-waiting")));
+    testutil::load(&mut s, vec![policy_member("new-2", "only-waiting")]);
+    assert_eq!(rejection(&s, "default/new-2", t0()), None);
+    assert_eq!(
+        released(&permit_at(&mut s, "default/new-2", "n2")),
+        Some(vec!["new-2".into(), "new-0".into()])
+    );
+}
+
+#[test]
+fn once_satisfied_lets_later_members_through_permit_alone() {
+    let mut s = loaded_cluster(
+        3,
+        vec![
+            gang_member("a", "2"),
+            gang_member("b", "2"),
+            gang_member("c", "2"),
+        ],
+    );
+    assert_eq!(released(&permit_at(&mut s, "default/a", "n0")), None);
+    let crate::framework::PermitStep::Bind {
+        pods,
+        through_permit,
+    } = permit_at(&mut s, "default/b", "n1")
+    else {
+        panic!("b completes the gang");
+    };
+    assert!(through_permit);
+    for reserved in &pods {
+        s.bound_after_permit(reserved, t0());
+    }
+    // The gang was satisfied once: c is neither held at filter nor at Permit.
+    assert_eq!(rejection(&s, "default/c", t0()), None);
+    assert_eq!(
+        released(&permit_at(&mut s, "default/c", "n2")),
+        Some(vec!["c".into()])
+    );
+}
+
+#[test]
+fn a_held_member_does_not_count_as_scheduled_in_pod_group_status() {
+    let held = permit_and_count(false);
+    let bound = permit_and_count(true);
+    assert_eq!((held, bound), (0, 2));
+}
+
+/// Scheduled count of a PodGroup of 3 after two members went through
+/// Permit (held, or bound when `complete` lowers min-member to 2).
+fn permit_and_count(complete: bool) -> usize {
+    let min = if complete { 2 } else { 3 };
+    let mut s = cluster(3);
+    let labels = [(PG_LABEL, "pg")];
+    testutil::load(
+        &mut s,
+        vec![
+            pod_group("pg", json!({"minMember": min}), json!({}), json!({})),
+            member("m0", &[], &labels),
+            member("m1", &[], &labels),
+            member("m2", &[], &labels),
+        ],
+    );
+    permit_at(&mut s, "default/m0", "n0");
+    permit_at(&mut s, "default/m1", "n1");
+    let pods: Vec<_> = s
+        .cache
+        .pods()
+        .filter(|p| p.key != "default/m2")
+        .cloned()
+        .collect();
+    Members::count(pods.iter().map(|p| &**p)).scheduled
+}
+
+#[test]
+fn a_held_member_that_is_deleted_leaves_the_hold() {
+    let mut s = loaded_cluster(3, vec![gang_member("a", "2"), gang_member("b", "2")]);
+    assert_eq!(released(&permit_at(&mut s, "default/a", "n0")), None);
+    assert!(s.expire_permits(t0()).is_empty());
+    s.apply(Change::Delete(gang_member("a", "2")));
+    let gone = s.expire_permits(t0());
+    assert_eq!(gone.len(), 1);
+    assert!(
+        gone[0].reason.contains("deleted or bound elsewhere"),
+        "{gone:?}"
+    );
+    assert!(s.permits.is_empty());
+    assert!(!s.permits.holds_on("n0"));
+}
