@@ -12,6 +12,7 @@
 pub mod cli;
 pub mod config;
 pub mod evictor;
+pub mod live;
 pub mod loadaware;
 pub mod model;
 pub mod nodefit;
@@ -19,9 +20,14 @@ pub mod plan;
 pub mod snapshot;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use koord_common::leader::{
+    LeaderElector, Leadership, LeaseTiming, check_object_name, default_identity,
+    export_leader_status, spawn_campaign,
+};
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
 use koord_common::{ClusterArgs, Endpoints, ListenerSpec, LogArgs, ServeAt, ShutdownReason};
 
@@ -32,7 +38,7 @@ pub const COMPONENT: Component = Component {
     metric_prefix: "koord_descheduler",
 };
 
-/// Readiness check of the descheduling loop, which this build lacks.
+/// Readiness check of the descheduling loop: passes once its caches are synced.
 pub const DESCHEDULER_CHECK: &str = "descheduler";
 
 /// Command-line flags; names and defaults follow upstream `cmd/koord-descheduler`.
@@ -156,10 +162,49 @@ pub fn write_config(configuration: &Configuration, path: &std::path::Path) -> an
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
+/// The leader-election settings of the configuration file, checked:
+/// `None` when `leaderElection.leaderElect` is false.
+pub fn leader_election(
+    configuration: &Configuration,
+) -> anyhow::Result<Option<(String, String, LeaseTiming)>> {
+    let election = &configuration.file.leader_election;
+    if election.leader_elect == Some(false) {
+        return Ok(None);
+    }
+    if election.resource_lock != "leases" {
+        anyhow::bail!(
+            "leaderElection.resourceLock {:?}: only \"leases\" is supported",
+            election.resource_lock
+        );
+    }
+    let name = check_object_name("leaderElection.resourceName", &election.resource_name, 253)
+        .map_err(anyhow::Error::msg)?;
+    let namespace = check_object_name(
+        "leaderElection.resourceNamespace",
+        &election.resource_namespace,
+        63,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let duration = |what: &str, value: apis::extension::duration::GoDuration| {
+        value
+            .to_std()
+            .with_context(|| format!("leaderElection.{what} {value} is negative"))
+    };
+    let timing = LeaseTiming {
+        lease_duration: duration("leaseDuration", election.lease_duration)?,
+        renew_deadline: duration("renewDeadline", election.renew_deadline)?,
+        retry_period: duration("retryPeriod", election.retry_period)?,
+    };
+    timing.validate()?;
+    Ok(Some((namespace, name, timing)))
+}
+
 /// Runs until a signal or a failure; `Err` means start-up failed.
 pub async fn run(args: DeschedulerArgs) -> anyhow::Result<ShutdownReason> {
-    let configuration = args.configuration()?;
+    let configuration = Arc::new(args.configuration()?);
     let listeners = args.listeners(&configuration)?;
+    let election = leader_election(&configuration)?;
+    let descheduler = live::round::Descheduler::new(&configuration)?;
     for profile in &configuration.profiles {
         tracing::info!(
             profile = %profile.name,
@@ -170,14 +215,11 @@ pub async fn run(args: DeschedulerArgs) -> anyhow::Result<ShutdownReason> {
     }
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
-    let _loop_check = context.health.readiness_status(
-        DESCHEDULER_CHECK,
-        Err(format!(
-            "{}: the descheduling loop is not in this build; `koord-descheduler plan` runs LowNodeLoad offline",
-            koord_common::NOT_IMPLEMENTED
-        )),
-    );
+    let loop_check = context
+        .health
+        .readiness_status(DESCHEDULER_CHECK, Err("caches not synced yet".to_string()));
     let cluster_check = context.register_cluster_check();
+    let live_metrics = live::metrics::LiveMetrics::register(&context.metrics);
     let server = if listeners.is_empty() {
         None
     } else {
@@ -194,14 +236,83 @@ pub async fn run(args: DeschedulerArgs) -> anyhow::Result<ShutdownReason> {
                 .into(),
         );
     }
-    match connect_required_cluster(&context, &cluster, &cluster_check).await {
-        Ok(_) => Ok(context.wait_for_shutdown(server).await),
+    let client = match connect_required_cluster(&context, &cluster, &cluster_check).await {
+        Ok(Some(connected)) => connected.client,
+        Ok(None) => return Ok(context.wait_for_shutdown(server).await),
         Err(err) => {
             context
                 .shutdown
                 .trigger(ShutdownReason::Failed(err.to_string()));
             context.wait_for_shutdown(server).await;
-            Err(err.into())
+            return Err(err.into());
         }
+    };
+
+    let caches = Arc::new(live::caches::Caches::start(&client));
+    let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
+    {
+        let caches = Arc::clone(&caches);
+        let loop_check = loop_check.clone();
+        tokio::spawn(async move {
+            if caches.wait_until_ready().await.is_ok() {
+                loop_check.set_passing();
+                synced_tx.send_replace(true);
+                tracing::info!("descheduler caches synced");
+            }
+        });
     }
+    let identity = default_identity();
+    let leadership = match election {
+        None => {
+            tracing::info!("leaderElection.leaderElect is false: this replica runs the loop");
+            Leadership::unconditional()
+        }
+        Some((namespace, name, timing)) => {
+            let elector =
+                LeaderElector::new(client.clone(), &namespace, &name, identity.clone(), timing);
+            let mut synced = synced.clone();
+            let cache_synced = async move {
+                if synced.wait_for(|synced| *synced).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let leadership = spawn_campaign(elector, cache_synced, context.shutdown.clone());
+            export_leader_status(&context.metrics, &name, &leadership);
+            leadership
+        }
+    };
+
+    // The evictor sink: victims become PodMigrationJobs. At merge this may
+    // become the migration module's job-creating function behind the same
+    // `live::EvictorSink` trait.
+    let sink: Arc<dyn live::EvictorSink> =
+        Arc::new(live::PodMigrationJobSink::new(client.clone(), identity));
+
+    // MIGRATION CONTROLLER: spawn the MigrationController's future here
+    // (crate::migration), gated on `leadership` like the loop below, e.g.
+    // `tokio::spawn(migration::run(client.clone(), configuration.clone(),
+    // leadership.clone(), context.shutdown.clone()))`.
+
+    let live_loop = live::LiveLoop::new(
+        Arc::clone(&configuration),
+        descheduler,
+        sink,
+        live_metrics,
+        leadership,
+        live::system_clock(),
+    );
+    let shutdown = context.shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            synced = synced.wait_for(|synced| *synced) => {
+                if synced.is_err() {
+                    return;
+                }
+            }
+            _ = shutdown.wait() => return,
+        }
+        let source: Arc<dyn live::ViewSource> = caches;
+        live_loop.run(source, shutdown, |_| {}).await;
+    });
+    Ok(context.wait_for_shutdown(server).await)
 }
