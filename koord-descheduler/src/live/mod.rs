@@ -254,3 +254,6 @@ impl LiveLoop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
