@@ -1,13 +1,21 @@
 //! koord-descheduler: moves pods off nodes that stay hot (LowNodeLoad) so
 //! that the scheduler can place them on cold ones.
 //!
-//! This build holds the decision core ([`loadaware`]), the protective
-//! filters and limits of the MigrationController ([`evictor`]), upstream's
-//! configuration file ([`config`]) and the offline `plan` command
-//! ([`plan`]). Run without a subcommand, the binary loads and validates its
-//! configuration, serves health and metrics and connects to the cluster; the
-//! live descheduling loop and the MigrationController's PodMigrationJob
-//! handling are not in this build, and its readiness check says so.
+//! Pure cores: [`loadaware`] (one LowNodeLoad balance round), [`evictor`]
+//! (the MigrationController's filters and limits), [`nodefit`], over the
+//! [`model`] digested from Kubernetes objects; [`config`] reads upstream's
+//! DeschedulerConfiguration. Two shells run them:
+//! - `koord-descheduler plan` ([`plan`], [`snapshot`]): rounds over a
+//!   snapshot file, no cluster (docs/plan.md);
+//! - the live binary ([`run`], [`live`]): reflector caches, leader election
+//!   on upstream's Lease, a round every `deschedulingInterval` while
+//!   leading with the anomaly state carried across rounds, and victims
+//!   handed to an evictor sink that creates PodMigrationJobs (or, with
+//!   `dryRun`, logs and counts them); `/readyz` passes once the caches are
+//!   synced (docs/run.md).
+//!
+//! The MigrationController that carries PodMigrationJobs out starts from the
+//! place marked in [`run`].
 
 pub mod cli;
 pub mod config;
@@ -47,7 +55,7 @@ pub const DESCHEDULER_CHECK: &str = "descheduler";
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "koord-descheduler",
-    about = "Koordinator descheduler: LowNodeLoad rebalancing (offline plan in this build)",
+    about = "Koordinator descheduler: LowNodeLoad rebalancing through PodMigrationJobs",
     disable_version_flag = true,
     args_override_self = true
 )]
