@@ -605,8 +605,7 @@ fn check_koordlet_serving(pod: &PodSpec, services: &[Service]) -> Vec<String> {
 /// schema and defaults, the args its rounds need, the leader election.
 fn check_descheduler_config(text: &str) -> Result<(), String> {
     let configuration = koord_descheduler::config::load(text).map_err(|e| e.to_string())?;
-    koord_descheduler::live::round::Descheduler::new(&configuration)
-        .map_err(|e| e.to_string())?;
+    koord_descheduler::live::round::Descheduler::new(&configuration).map_err(|e| e.to_string())?;
     koord_descheduler::leader_election(&configuration).map_err(|e| format!("{e:#}"))?;
     Ok(())
 }
@@ -661,7 +660,9 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
             }
         }
         if doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "koord-descheduler-config" {
-            let text = doc["data"]["koord-descheduler-config"].as_str().unwrap_or("");
+            let text = doc["data"]["koord-descheduler-config"]
+                .as_str()
+                .unwrap_or("");
             if let Err(e) = check_descheduler_config(text) {
                 problems.push(format!("{name}: koord-descheduler-config: {e}"));
             }

@@ -189,7 +189,11 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
     eventually("koord-descheduler Ready", || async {
         let deployment = deployments.get("koord-descheduler").await?;
-        let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let wanted = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1);
         let ready = deployment
             .status
             .as_ref()
@@ -199,22 +203,33 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
     })
     .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
-    let holder = eventually("the koord-descheduler Lease held by a running replica", || async {
-        let pods: Vec<String> = component_pods(&client, "koord-descheduler")
-            .await?
-            .into_iter()
-            .filter_map(|pod| pod.metadata.name)
-            .collect();
-        let Some(spec) = leases.get_opt("koord-descheduler").await?.and_then(|l| l.spec) else {
-            return Ok(None);
-        };
-        let holder = spec.holder_identity.unwrap_or_default();
-        let renewed_recently = spec.renew_time.is_some_and(|time| {
-            Timestamp::now().duration_since(time.0) < k8s_openapi::jiff::SignedDuration::from_secs(30)
-        });
-        Ok((renewed_recently && pods.iter().any(|pod| holder.starts_with(&format!("{pod}_"))))
+    let holder = eventually(
+        "the koord-descheduler Lease held by a running replica",
+        || async {
+            let pods: Vec<String> = component_pods(&client, "koord-descheduler")
+                .await?
+                .into_iter()
+                .filter_map(|pod| pod.metadata.name)
+                .collect();
+            let Some(spec) = leases
+                .get_opt("koord-descheduler")
+                .await?
+                .and_then(|l| l.spec)
+            else {
+                return Ok(None);
+            };
+            let holder = spec.holder_identity.unwrap_or_default();
+            let renewed_recently = spec.renew_time.is_some_and(|time| {
+                Timestamp::now().duration_since(time.0)
+                    < k8s_openapi::jiff::SignedDuration::from_secs(30)
+            });
+            Ok((renewed_recently
+                && pods
+                    .iter()
+                    .any(|pod| holder.starts_with(&format!("{pod}_"))))
             .then_some(holder))
-    })
+        },
+    )
     .await?;
     eprintln!("koord-descheduler leader: {holder}");
 
@@ -280,7 +295,10 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
     ensure!(
         early.is_empty(),
         "with one ready node the descheduler made jobs: {:?}",
-        early.iter().map(|j| &j.spec.pod_ref.name).collect::<Vec<_>>()
+        early
+            .iter()
+            .map(|j| &j.spec.pod_ref.name)
+            .collect::<Vec<_>>()
     );
 
     // A cold node joins.
@@ -343,6 +361,9 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
         "the job's podRef has no uid: {}",
         serde_json::to_string(&job.spec.pod_ref).unwrap_or_default()
     );
-    eprintln!("PodMigrationJob {:?} for {pod}: {reason}", job.metadata.name);
+    eprintln!(
+        "PodMigrationJob {:?} for {pod}: {reason}",
+        job.metadata.name
+    );
     Ok(())
 }

@@ -79,7 +79,11 @@ fn leads_syncs_and_creates_pod_migration_jobs() {
             "PodDisruptionBudget",
             "policy/v1",
         ),
-        (PMJ_PATH, "PodMigrationJob", "scheduling.koordinator.sh/v1alpha1"),
+        (
+            PMJ_PATH,
+            "PodMigrationJob",
+            "scheduling.koordinator.sh/v1alpha1",
+        ),
         (
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             "PriorityClass",
@@ -94,7 +98,12 @@ fn leads_syncs_and_creates_pod_migration_jobs() {
         ),
     ];
     for (path, kind, api_version) in routes {
-        api.respond("GET", path, 200, &list(kind, api_version, take(&mut objects, kind)));
+        api.respond(
+            "GET",
+            path,
+            200,
+            &list(kind, api_version, take(&mut objects, kind)),
+        );
     }
     // Creates are echoed back; the Lease GET stays 404, so every renewal creates it anew.
     api.respond_with(|request| {
@@ -128,7 +137,11 @@ fn leads_syncs_and_creates_pod_migration_jobs() {
         if ready {
             break;
         }
-        assert!(Instant::now() < deadline, "not ready:\n{}", process.output());
+        assert!(
+            Instant::now() < deadline,
+            "not ready:\n{}",
+            process.output()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 

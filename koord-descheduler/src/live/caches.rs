@@ -17,9 +17,9 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, watcher};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
@@ -195,7 +195,11 @@ pub struct Objects {
 pub fn digest(objects: Objects) -> CachedView {
     let mut problems = Vec::new();
     let mut note = |kind: &str, name: &str, found: &[String]| {
-        problems.extend(found.iter().map(|problem| format!("{kind} {name}: {problem}")));
+        problems.extend(
+            found
+                .iter()
+                .map(|problem| format!("{kind} {name}: {problem}")),
+        );
     };
     let mut view = ClusterView::default();
     for node in &objects.nodes {
@@ -222,20 +226,22 @@ pub fn digest(objects: Objects) -> CachedView {
         .map(|job| MigrationJobView::of(job))
         .collect();
     let replicas = |replicas: Option<i32>| replicas.map(|r| r.max(0));
-    view.workloads.extend(objects.replica_sets.iter().map(|set| {
-        WorkloadView::new(
-            "ReplicaSet",
-            &set.metadata,
-            replicas(set.spec.as_ref().and_then(|spec| spec.replicas)),
-        )
-    }));
-    view.workloads.extend(objects.stateful_sets.iter().map(|set| {
-        WorkloadView::new(
-            "StatefulSet",
-            &set.metadata,
-            replicas(set.spec.as_ref().and_then(|spec| spec.replicas)),
-        )
-    }));
+    view.workloads
+        .extend(objects.replica_sets.iter().map(|set| {
+            WorkloadView::new(
+                "ReplicaSet",
+                &set.metadata,
+                replicas(set.spec.as_ref().and_then(|spec| spec.replicas)),
+            )
+        }));
+    view.workloads
+        .extend(objects.stateful_sets.iter().map(|set| {
+            WorkloadView::new(
+                "StatefulSet",
+                &set.metadata,
+                replicas(set.spec.as_ref().and_then(|spec| spec.replicas)),
+            )
+        }));
     view.workloads
         .extend(objects.replication_controllers.iter().map(|controller| {
             WorkloadView::new(

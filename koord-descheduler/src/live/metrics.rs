@@ -110,7 +110,9 @@ impl LiveMetrics {
             Ok(RoundOutcome::Skipped(_)) => "skipped",
             Err(_) => "error",
         };
-        self.rounds.get_or_create(&labels(&[("result", result)])).inc();
+        self.rounds
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
     }
 
     /// Replaces the classification gauges with the last round's counts.
@@ -131,7 +133,10 @@ impl LiveMetrics {
 
     pub fn victim(&self, profile: &str, outcome: VictimOutcome, by: u64) {
         self.victims
-            .get_or_create(&labels(&[("profile", profile), ("outcome", outcome.as_str())]))
+            .get_or_create(&labels(&[
+                ("profile", profile),
+                ("outcome", outcome.as_str()),
+            ]))
             .inc_by(by);
     }
 }

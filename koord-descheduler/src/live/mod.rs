@@ -143,8 +143,7 @@ impl LiveLoop {
                             u64::try_from(profile.low_node_load_dry_run).unwrap_or(u64::MAX),
                         );
                     }
-                    let sources: usize =
-                        profile.report.pools.iter().map(|p| p.sources.len()).sum();
+                    let sources: usize = profile.report.pools.iter().map(|p| p.sources.len()).sum();
                     tracing::info!(
                         round = summary.round,
                         profile = %profile.profile,

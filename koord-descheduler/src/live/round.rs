@@ -213,8 +213,7 @@ impl Descheduler {
             };
             let nodes = profile_nodes(configuration, profile, &view.nodes);
             let report = plugin.balance(&index, &nodes, &mut evictor, now_nanos, now_nanos);
-            let dry_run =
-                configuration.file.dry_run || profile.migration_controller.dry_run;
+            let dry_run = configuration.file.dry_run || profile.migration_controller.dry_run;
             let mut kept_back = 0;
             for pool in &report.pools {
                 for source in &pool.sources {

@@ -12,11 +12,11 @@ use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use apis::wire_enum::WireEnum;
 use apis::scheduling::v1alpha1::{
     PodMigrationJob, PodMigrationJobMode, PodMigrationJobPhase, PodMigrationJobSpec,
     PodMigrationJobStatus,
 };
+use apis::wire_enum::WireEnum;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -97,7 +97,11 @@ impl JobNames {
 }
 
 /// The PodMigrationJob upstream's MigrationController creates for `victim`.
-pub fn build_job(victim: &Victim, name: String, created_by: &str) -> Result<PodMigrationJob, SinkError> {
+pub fn build_job(
+    victim: &Victim,
+    name: String,
+    created_by: &str,
+) -> Result<PodMigrationJob, SinkError> {
     let mode = victim
         .mode
         .parse::<PodMigrationJobMode>()
@@ -119,7 +123,10 @@ pub fn build_job(victim: &Victim, name: String, created_by: &str) -> Result<PodM
     let annotations = BTreeMap::from([
         (ANNOTATION_EVICT_REASON.to_string(), reason),
         (ANNOTATION_EVICT_TRIGGER.to_string(), victim.trigger.clone()),
-        (ANNOTATION_JOB_CREATED_BY.to_string(), created_by.to_string()),
+        (
+            ANNOTATION_JOB_CREATED_BY.to_string(),
+            created_by.to_string(),
+        ),
     ]);
     Ok(PodMigrationJob {
         metadata: ObjectMeta {

@@ -36,8 +36,7 @@ fn configuration() -> Configuration {
 }
 
 fn cached() -> CachedView {
-    let snapshot =
-        Snapshot::read_file(&fixture("hot-and-cold.yaml"), 1 << 20).unwrap();
+    let snapshot = Snapshot::read_file(&fixture("hot-and-cold.yaml"), 1 << 20).unwrap();
     CachedView {
         view: snapshot.view,
         priority_classes: snapshot.priority_classes,
@@ -189,12 +188,7 @@ fn third_round(configuration: &Configuration) -> RoundOutcome {
     for n in 0..3 {
         outcome = Some(
             descheduler
-                .round(
-                    configuration,
-                    &cached.view,
-                    &cached.priority_classes,
-                    at(n),
-                )
+                .round(configuration, &cached.view, &cached.priority_classes, at(n))
                 .unwrap(),
         );
     }
@@ -219,8 +213,9 @@ fn top_level_eviction_limits_cap_a_round() {
     assert_eq!(names(&capped), ["web-6"]);
     let skipped = &profiles[0].report.pools[0].sources[0].skipped;
     assert!(
-        skipped.iter().any(|s| s.name == "web-5"
-            && s.reason.contains("maxNoOfPodsToEvictPerNode 1")),
+        skipped
+            .iter()
+            .any(|s| s.name == "web-5" && s.reason.contains("maxNoOfPodsToEvictPerNode 1")),
         "{skipped:?}"
     );
 
@@ -240,7 +235,11 @@ fn dry_runs_mark_victims_or_keep_them_back() {
 
     let mut configuration = self::configuration();
     configuration.profiles[0].migration_controller.dry_run = true;
-    assert!(victims(third_round(&configuration)).iter().all(|v| v.dry_run));
+    assert!(
+        victims(third_round(&configuration))
+            .iter()
+            .all(|v| v.dry_run)
+    );
 
     // LowNodeLoad's own dryRun: no victims, counted apart.
     let mut configuration = self::configuration();
@@ -284,10 +283,12 @@ fn victim(name: &str) -> Victim {
         trigger: "LowNodeLoad".into(),
         mode: "ReservationFirst".into(),
         ttl: Some(GoDuration::from_std(Duration::from_secs(300))),
-        delete_options: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
-            grace_period_seconds: Some(30),
-            ..Default::default()
-        }),
+        delete_options: Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+                grace_period_seconds: Some(30),
+                ..Default::default()
+            },
+        ),
         dry_run: false,
     }
 }
@@ -355,7 +356,8 @@ fn client(api: &FakeApiServer) -> kube::Client {
 /// Echoes a created object back, with its name, as the API server does.
 fn accept_creates(api: &FakeApiServer) {
     api.respond_with(|request| {
-        (request.method == "POST" && request.path() == PMJ_PATH).then(|| (201, request.body.clone()))
+        (request.method == "POST" && request.path() == PMJ_PATH)
+            .then(|| (201, request.body.clone()))
     });
 }
 
@@ -484,7 +486,11 @@ async fn the_loop_runs_on_its_interval_only_while_leading() {
     {
         let summaries = summaries.lock().unwrap();
         assert_eq!(
-            summaries.iter().map(|s| s.round).take(3).collect::<Vec<_>>(),
+            summaries
+                .iter()
+                .map(|s| s.round)
+                .take(3)
+                .collect::<Vec<_>>(),
             [1, 2, 3]
         );
         assert!(summaries[0].victims.is_empty());
@@ -496,7 +502,10 @@ async fn the_loop_runs_on_its_interval_only_while_leading() {
             .collect();
         assert_eq!(
             third,
-            [("web-6", VictimOutcome::Created), ("web-5", VictimOutcome::Created)]
+            [
+                ("web-6", VictimOutcome::Created),
+                ("web-5", VictimOutcome::Created)
+            ]
         );
     }
     assert_eq!(&sink.started.lock().unwrap()[..2], ["web-6", "web-5"]);
