@@ -9,7 +9,9 @@
 //!    by the test's heartbeat, with a NodeMetric showing zero usage;
 //! 3. with thresholds so low that the real node is hot (any resource above 2 %) and the empty one
 //!    cold (below 1 %), waits for a PodMigrationJob for one of its pods, with upstream's mode,
-//!    trigger and reason annotations.
+//!    trigger and reason annotations. LowNodeLoad's nodeFit only moves a pod whose usage the hot
+//!    node's NodeMetric reports, so the job follows koordlet's next report that includes the
+//!    test pods (within its report interval, inside the wait).
 //!
 //! It needs the chart installed with (helm flags):
 //!   --set descheduler.lowNodeLoad.enabled=true

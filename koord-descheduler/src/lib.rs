@@ -262,7 +262,7 @@ pub async fn run(args: DeschedulerArgs) -> anyhow::Result<ShutdownReason> {
         let caches = Arc::clone(&caches);
         let loop_check = loop_check.clone();
         tokio::spawn(async move {
-            if caches.wait_until_ready().await.is_ok() {
+            if caches.wait_until_ready(&loop_check).await.is_ok() {
                 loop_check.set_passing();
                 synced_tx.send_replace(true);
                 tracing::info!("descheduler caches synced");

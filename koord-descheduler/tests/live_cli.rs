@@ -188,3 +188,56 @@ fn leads_syncs_and_creates_pod_migration_jobs() {
     let status = process.wait_exit(WAIT).unwrap().expect("stops on SIGTERM");
     assert_eq!(status.code(), Some(0), "{}", process.output());
 }
+
+#[test]
+fn readiness_names_the_cache_still_awaited() {
+    let api = FakeApiServer::start().unwrap();
+    api.hold_watches_open();
+    // Everything lists, except PodMigrationJobs (no CRD: 404).
+    for (path, kind, api_version) in [
+        ("/api/v1/nodes", "Node", "v1"),
+        ("/api/v1/pods", "Pod", "v1"),
+        (
+            "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
+            "NodeMetric",
+            "slo.koordinator.sh/v1alpha1",
+        ),
+        (
+            "/apis/policy/v1/poddisruptionbudgets",
+            "PodDisruptionBudget",
+            "policy/v1",
+        ),
+    ] {
+        api.respond("GET", path, 200, &list(kind, api_version, Vec::new()));
+    }
+    let dir = TempDir::new("descheduler-unready").unwrap();
+    let port = free_port();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: descheduler/v1alpha2\nkind: DeschedulerConfiguration\nleaderElection:\n  leaderElect: false\nhealthzBindAddress: 127.0.0.1:{port}\nmetricsBindAddress: 127.0.0.1:{port}\n"
+        ),
+    )
+    .unwrap();
+    let kubeconfig = write_kubeconfig(dir.path(), &api.url()).unwrap();
+    let mut command = command_with_kubeconfig(BIN, &kubeconfig);
+    command.arg(format!("--config={}", config.display()));
+    let mut process = TestProcess::spawn(command).unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let body = http_get_blocking(addr, "/readyz?verbose", HTTP_WAIT)
+            .map(|r| r.body)
+            .unwrap_or_default();
+        if body.contains("podmigrationjobs.scheduling.koordinator.sh") {
+            assert!(body.contains("[-]descheduler"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{body}\n{}", process.output());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    process.signal("TERM").unwrap();
+    let status = process.wait_exit(WAIT).unwrap().expect("stops on SIGTERM");
+    assert_eq!(status.code(), Some(0), "{}", process.output());
+}

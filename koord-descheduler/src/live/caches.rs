@@ -146,17 +146,36 @@ impl Caches {
         }
     }
 
-    /// Resolves once every cache has listed its kind.
-    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.nodes.wait_until_ready().await?;
-        self.pods.wait_until_ready().await?;
-        self.node_metrics.wait_until_ready().await?;
-        self.pdbs.wait_until_ready().await?;
-        self.migration_jobs.wait_until_ready().await?;
-        self.priority_classes.wait_until_ready().await?;
-        self.replica_sets.wait_until_ready().await?;
-        self.stateful_sets.wait_until_ready().await?;
-        self.replication_controllers.wait_until_ready().await?;
+    /// Resolves once every cache has listed its kind, naming in `check`
+    /// the kind still awaited (a missing CRD or permission shows there).
+    pub async fn wait_until_ready(
+        &self,
+        check: &koord_common::StatusCheck,
+    ) -> Result<(), reflector::store::WriterDropped> {
+        macro_rules! wait {
+            ($store:expr, $what:literal) => {
+                if !is_ready(&$store).await {
+                    check.set_failing(concat!(
+                        "waiting for the first list of ",
+                        $what,
+                        " (is the CRD installed and may the service account list it?)"
+                    ));
+                }
+                $store.wait_until_ready().await?;
+            };
+        }
+        wait!(self.nodes, "nodes");
+        wait!(self.pods, "pods");
+        wait!(self.node_metrics, "nodemetrics.slo.koordinator.sh");
+        wait!(self.pdbs, "poddisruptionbudgets");
+        wait!(
+            self.migration_jobs,
+            "podmigrationjobs.scheduling.koordinator.sh"
+        );
+        wait!(self.priority_classes, "priorityclasses");
+        wait!(self.replica_sets, "replicasets");
+        wait!(self.stateful_sets, "statefulsets");
+        wait!(self.replication_controllers, "replicationcontrollers");
         Ok(())
     }
 
@@ -174,6 +193,17 @@ impl Caches {
             replication_controllers: self.replication_controllers.state(),
         })
     }
+}
+
+/// Whether `store` has listed already (without waiting).
+async fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    tokio::time::timeout(std::time::Duration::ZERO, store.wait_until_ready())
+        .await
+        .is_ok_and(|ready| ready.is_ok())
 }
 
 /// The cached objects of one round.
