@@ -9,7 +9,7 @@ registry="${REGISTRY:-ghcr.io/koordinator-rs}"
 tag="${TAG:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}"
 components=("$@")
 if [[ ${#components[@]} -eq 0 ]]; then
-    components=(koord-manager koord-scheduler koordlet koord-runtime-proxy)
+    components=(koord-manager koord-scheduler koordlet koord-runtime-proxy koord-descheduler)
 fi
 
 command -v docker >/dev/null || { echo "hack/build-images.sh: docker is required" >&2; exit 1; }

@@ -32,6 +32,7 @@ for version in "${versions[@]}"; do
     --set koordlet.image.repository=koordinator-rs/koordlet \
     --set manager.image.repository=koordinator-rs/koord-manager \
     --set scheduler.image.repository=koordinator-rs/koord-scheduler \
+    --set descheduler.image.repository=koordinator-rs/koord-descheduler \
     > "$work/render/upstream-$version.yaml"
   echo "rendered $(grep -c '^kind:' "$work/render/upstream-$version.yaml") objects"
 done

@@ -239,6 +239,7 @@ fn check_component_args(container: &Container) -> Result<(), String> {
         "/koord-manager" => koord_manager::cli::parse_args(argv).map(|_| ()),
         "/koord-scheduler" => koord_scheduler::cli::parse_args(argv).map(|_| ()),
         "/koord-runtime-proxy" => koord_runtime_proxy::cli::parse_args(argv).map(|_| ()),
+        "/koord-descheduler" => koord_descheduler::cli::parse_args(argv).map(|_| ()),
         _ => return Ok(()),
     };
     result.map_err(|e| format!("{binary}: {e}"))
@@ -600,6 +601,15 @@ fn check_koordlet_serving(pod: &PodSpec, services: &[Service]) -> Vec<String> {
     problems
 }
 
+/// koord-descheduler's file as the binary loads it at start: upstream's
+/// schema and defaults, the args its rounds need, the leader election.
+fn check_descheduler_config(text: &str) -> Result<(), String> {
+    let configuration = koord_descheduler::config::load(text).map_err(|e| e.to_string())?;
+    koord_descheduler::live::round::Descheduler::new(&configuration).map_err(|e| e.to_string())?;
+    koord_descheduler::leader_election(&configuration).map_err(|e| format!("{e:#}"))?;
+    Ok(())
+}
+
 fn check_set(name: &str, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let docs = documents(text);
@@ -609,6 +619,8 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
     let mut scheduler_pod: Option<PodSpec> = None;
     let mut koordlet_pod: Option<PodSpec> = None;
     let mut kube_scheduler_config = String::new();
+    let mut descheduler_config = false;
+    let mut descheduler_deployment = false;
     for doc in &docs {
         if doc["kind"] == "Service"
             && let Ok(service) = serde_json::from_value::<Service>(doc.clone())
@@ -624,6 +636,9 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
                     if let Err(e) = check_component_args(container) {
                         problems.push(format!("{name}: {object}: {e}"));
                     }
+                }
+                if object == "Deployment/koord-descheduler" {
+                    descheduler_deployment = true;
                 }
                 if object == "Deployment/koord-scheduler" {
                     scheduler_pod = Some(pod);
@@ -643,6 +658,15 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
             {
                 problems.push(format!("{name}: slo-controller-config: {e}"));
             }
+        }
+        if doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "koord-descheduler-config" {
+            let text = doc["data"]["koord-descheduler-config"]
+                .as_str()
+                .unwrap_or("");
+            if let Err(e) = check_descheduler_config(text) {
+                problems.push(format!("{name}: koord-descheduler-config: {e}"));
+            }
+            descheduler_config = true;
         }
         if doc["kind"] == "ConfigMap" && doc["metadata"]["name"] == "koord-scheduler-config" {
             let text = doc["data"]["koord-scheduler-config"].as_str().unwrap_or("");
@@ -673,6 +697,12 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
             }
         }
         None => problems.push(format!("{name}: no DaemonSet/koordlet rendered")),
+    }
+    // Deployed by default, as upstream's chart does.
+    if !descheduler_deployment || !descheduler_config {
+        problems.push(format!(
+            "{name}: no Deployment/koord-descheduler with its koord-descheduler-config rendered"
+        ));
     }
     for expected in [
         "Deployment",
@@ -911,4 +941,18 @@ fn unreachable_koordlet_probes_or_exposed_loopback_ports_are_caught() {
         check_koordlet_serving(&open, &[service]),
         Vec::<String>::new()
     );
+}
+
+#[test]
+fn a_broken_descheduler_configuration_is_caught() {
+    let good = "apiVersion: descheduler/v1alpha2\nkind: DeschedulerConfiguration\nleaderElection:\n  resourceLock: leases\n";
+    check_descheduler_config(good).unwrap();
+    let lock = good.replace("resourceLock: leases", "resourceLock: endpoints");
+    assert!(
+        check_descheduler_config(&lock)
+            .unwrap_err()
+            .contains("only \"leases\" is supported")
+    );
+    let misspelled = format!("{good}deschedulingIntervall: 10s\n");
+    assert!(check_descheduler_config(&misspelled).is_err());
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Images without Docker: builds the four release binaries, packs each (and a kube-scheduler binary)
+# Images without Docker: builds the five release binaries, packs each (and a kube-scheduler binary)
 # into a one-layer OCI tarball under the exact names the chart uses by default, and imports them into
 # a containerd, so `helm install koordinator charts/koordinator` needs no registry.
 #
@@ -13,13 +13,14 @@
 # --check runs every imported image once through CRI as the chart would start it (see images_check.py);
 # it needs the node-runtime kit's Python CRI stubs in $NR_ROOT/py (default: two levels above SOCK).
 #
-# NAME is one of koordlet koord-manager koord-scheduler koord-runtime-proxy kube-scheduler.
+# NAME is one of koordlet koord-manager koord-scheduler koord-runtime-proxy koord-descheduler
+# kube-scheduler.
 # Without --address the tarballs are only written, to ${KOORD_LOCAL_CLUSTER_DIR:-/var/lib/koord-local}/images.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-all=(koordlet koord-manager koord-scheduler koord-runtime-proxy kube-scheduler)
+all=(koordlet koord-manager koord-scheduler koord-runtime-proxy koord-descheduler kube-scheduler)
 out_dir="${KOORD_LOCAL_CLUSTER_DIR:-/var/lib/koord-local}/images"
 
 die() { echo "images.sh: $*" >&2; exit 1; }
@@ -83,6 +84,7 @@ for key, ref in [("koordlet", chart_ref(v["koordlet"]["image"])),
                  ("koord-manager", chart_ref(v["manager"]["image"])),
                  ("koord-scheduler", chart_ref(v["scheduler"]["image"])),
                  ("koord-runtime-proxy", chart_ref(v["runtimeProxy"]["image"])),
+                 ("koord-descheduler", chart_ref(v["descheduler"]["image"])),
                  ("kube-scheduler", v["scheduler"]["kubeScheduler"]["image"])]:
     print(key, normalize(ref))
 EOF
@@ -91,7 +93,7 @@ for n in "${selected[@]}"; do [[ -n "${image[$n]:-}" ]] || die "no image name fo
 
 # Each Rust package has exactly one binary, named like the package (no src/bin, no [[bin]]).
 rust=()
-for n in koordlet koord-manager koord-scheduler koord-runtime-proxy; do
+for n in koordlet koord-manager koord-scheduler koord-runtime-proxy koord-descheduler; do
     if wants "$n"; then rust+=("$n"); fi
 done
 build_secs="skipped"
@@ -117,9 +119,10 @@ for n in "${rust[@]}"; do
     dest[$n]="/$n"
 done
 # Same users as docker/*.Dockerfile: koordlet and the runtime proxy need root on the host, the
-# manager and the extender run as distroless nonroot.
+# manager, the extender and the descheduler run as distroless nonroot.
 user[koord-manager]="65532:65532"
 user[koord-scheduler]="65532:65532"
+user[koord-descheduler]="65532:65532"
 if wants kube-scheduler; then
     [[ -n "$kube_scheduler" ]] || die "--kube-scheduler PATH is required (or leave it out with --only)"
     [[ -x "$kube_scheduler" ]] || die "$kube_scheduler is not an executable"

@@ -167,6 +167,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
 #[derive(Clone)]
 pub struct ConnectedCluster {
     pub client: kube::Client,
+    /// The configuration `client` was built from, for a second client with
+    /// other settings (e.g. one that does not retry 429 answers).
+    pub config: kube::Config,
     pub api_server: String,
     pub origin: ConfigOrigin,
     /// The server's `gitVersion`, e.g. `v1.35.0`.
@@ -238,7 +241,7 @@ pub async fn connect(options: &ClusterOptions) -> Result<ConnectedCluster, Clust
         }
     };
     let api_server = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(|err| ClusterError::BuildClient {
+    let client = kube::Client::try_from(config.clone()).map_err(|err| ClusterError::BuildClient {
         api_server: api_server.clone(),
         origin: origin.clone(),
         reason: error_chain(&err),
@@ -247,6 +250,7 @@ pub async fn connect(options: &ClusterOptions) -> Result<ConnectedCluster, Clust
     match tokio::time::timeout_at(deadline, client.apiserver_version()).await {
         Ok(Ok(info)) => Ok(ConnectedCluster {
             client,
+            config,
             api_server,
             origin,
             server_version: info.git_version,

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use apis::extension::qos::KubeQoSClass;
 use apis::extension::quantity::QuantityValue;
 use apis::extension::{PriorityClass, QoSClass};
+use apis::scheduling::v1alpha1::PodMigrationJob;
 use apis::slo::v1alpha1::NodeMetric;
 use k8s_openapi::api::core::v1::{Node, NodeSelector, Pod, Taint, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -455,6 +456,24 @@ pub struct WorkloadView {
     pub replicas: i32,
 }
 
+impl WorkloadView {
+    /// A workload from its metadata and `spec.replicas` (absent means 1,
+    /// the API server's default).
+    pub fn new(
+        kind: &str,
+        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        replicas: Option<i32>,
+    ) -> Self {
+        WorkloadView {
+            kind: kind.to_string(),
+            namespace: metadata.namespace.clone().unwrap_or_default(),
+            name: metadata.name.clone().unwrap_or_default(),
+            uid: metadata.uid.clone().unwrap_or_default(),
+            replicas: replicas.unwrap_or(1),
+        }
+    }
+}
+
 /// An existing PodMigrationJob (Pending or Running ones count against the limits).
 #[derive(Clone, Debug, Default)]
 pub struct MigrationJobView {
@@ -463,6 +482,24 @@ pub struct MigrationJobView {
     pub pod_namespace: String,
     pub pod_name: String,
     pub pod_uid: String,
+}
+
+impl MigrationJobView {
+    pub fn of(job: &PodMigrationJob) -> Self {
+        let pod = &job.spec.pod_ref;
+        MigrationJobView {
+            name: job.metadata.name.clone().unwrap_or_default(),
+            phase: job
+                .status
+                .as_ref()
+                .and_then(|status| status.phase.as_ref())
+                .map(|phase| phase.as_str().to_string())
+                .unwrap_or_default(),
+            pod_namespace: pod.namespace.clone().unwrap_or_default(),
+            pod_name: pod.name.clone().unwrap_or_default(),
+            pod_uid: pod.uid.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Everything one descheduling round reads.

@@ -120,7 +120,7 @@ fn rounds_needed(low_node_load: &crate::config::LowNodeLoadConfig) -> u32 {
 
 /// The nodes a profile works on: ready ones matching the top-level and the
 /// profile's node selectors.
-fn profile_nodes<'a>(
+pub(crate) fn profile_nodes<'a>(
     configuration: &Configuration,
     profile: &Profile,
     nodes: &'a [NodeView],

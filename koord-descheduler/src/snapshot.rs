@@ -8,9 +8,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use apis::scheduling::v1alpha1::PodMigrationJob;
 use apis::slo::v1alpha1::NodeMetric;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::model::{
@@ -172,20 +174,8 @@ impl Snapshot {
                 self.view.pdbs.push(PdbView::of(&pdb));
             }
             "PodMigrationJob" => {
-                let text = |pointer: &str| {
-                    value
-                        .pointer(pointer)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                self.view.migration_jobs.push(MigrationJobView {
-                    name: name.clone(),
-                    phase: text("/status/phase"),
-                    pod_namespace: text("/spec/podRef/namespace"),
-                    pod_name: text("/spec/podRef/name"),
-                    pod_uid: text("/spec/podRef/uid"),
-                });
+                let job: PodMigrationJob = serde_json::from_value(value).map_err(decode_error)?;
+                self.view.migration_jobs.push(MigrationJobView::of(&job));
             }
             "PriorityClass" => {
                 let priority = value
@@ -206,20 +196,16 @@ impl Snapshot {
                             fail("spec.replicas must be a non-negative 32-bit integer".to_string())
                         })?,
                 };
-                let text = |pointer: &str| {
-                    value
-                        .pointer(pointer)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                self.view.workloads.push(WorkloadView {
-                    kind: kind.clone(),
-                    namespace: text("/metadata/namespace"),
-                    name: name.clone(),
-                    uid: text("/metadata/uid"),
-                    replicas,
-                });
+                let metadata: ObjectMeta = value
+                    .get("metadata")
+                    .cloned()
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(decode_error)?
+                    .unwrap_or_default();
+                self.view
+                    .workloads
+                    .push(WorkloadView::new(&kind, &metadata, Some(replicas)));
             }
             _ => *self.ignored_kinds.entry(kind.clone()).or_insert(0) += 1,
         }
