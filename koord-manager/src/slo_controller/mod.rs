@@ -4,11 +4,14 @@
 
 pub mod config;
 pub mod cpunormalization;
+pub mod device_resources;
+pub mod gpudeviceresource;
 pub mod node_meta;
 pub mod nodemetric;
 pub mod noderesource;
 pub mod nodeslo;
 pub mod numa_batch;
+pub mod rdmadeviceresource;
 pub mod resourceamplification;
 pub mod resources;
 
