@@ -555,8 +555,7 @@ pub fn plan_pass_with(
             // batch inputs are checked, which they do not read.
             let device_plan = plan_node_devices(node, devices.as_ref(), &colocation, settings);
             record_device_runs(name, &device_plan, &mut plan);
-            let (label_changes, label_reason) =
-                device_resources::label_changes(node, &device_plan);
+            let (label_changes, label_reason) = device_resources::label_changes(node, &device_plan);
             if !meta.patch.is_empty() || !label_changes.is_empty() {
                 let mut patch = if meta.patch.is_empty() {
                     serde_json::json!({"metadata": {}})

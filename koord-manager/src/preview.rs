@@ -1087,7 +1087,7 @@ pub struct NodeReport {
     /// the node's Device: resource → quantity, `null` for a resource they
     /// remove; resources they leave alone are absent. `null` when no device
     /// plugin ran.
-    pub device_resources: Option<BTreeMap<String, Option<String>>>,
+    pub device_resources: Option<DeviceResourceReport>,
     /// The GPU labels the GPUDeviceResource plugin sets on the node.
     pub device_labels: BTreeMap<String, String>,
     /// The device plugins' messages, failures, or why they did not run.
@@ -1227,11 +1227,14 @@ fn numa_batch_report(plan: &NodePlan) -> (Option<ZoneBatchReport>, String) {
     }
 }
 
+/// Resource → quantity text, `None` for a resource removed.
+pub type DeviceResourceReport = BTreeMap<String, Option<String>>;
+
 /// The `deviceResources`, `deviceLabels` and `deviceReason` fields.
 fn device_report(
     plan: &NodePlan,
 ) -> (
-    Option<BTreeMap<String, Option<String>>>,
+    Option<DeviceResourceReport>,
     BTreeMap<String, String>,
     String,
 ) {
@@ -1420,7 +1423,10 @@ fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
             serde_json::to_value(&report.amplified_allocatable),
         ),
         ("numaBatch", serde_json::to_value(&report.numa_batch)),
-        ("deviceResources", serde_json::to_value(&report.device_resources)),
+        (
+            "deviceResources",
+            serde_json::to_value(&report.device_resources),
+        ),
         ("deviceLabels", serde_json::to_value(&report.device_labels)),
     ] {
         flatten(prefix, &value.unwrap_or(Value::Null), &mut fields);
@@ -2119,7 +2125,11 @@ items:
         .unwrap();
         let off = preview(&snapshot, &against, None, now);
         assert_eq!(off.nodes[0].device_resources, None);
-        assert!(off.nodes[0].device_reason.contains("colocation is disabled"));
+        assert!(
+            off.nodes[0]
+                .device_reason
+                .contains("colocation is disabled")
+        );
         let diff = preview(&snapshot, &config, Some(&against), now)
             .diff
             .unwrap();
@@ -2136,7 +2146,10 @@ items:
             "{DEVICE_SNAPSHOT}---\napiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Device\nmetadata: {{name: gpu-node}}\n"
         );
         let err = Snapshot::parse(&twice, "devices").unwrap_err().to_string();
-        assert!(err.contains("Device \"gpu-node\" appears a second time"), "{err}");
+        assert!(
+            err.contains("Device \"gpu-node\" appears a second time"),
+            "{err}"
+        );
     }
 
     fn as_json_stream(yaml: &str) -> String {

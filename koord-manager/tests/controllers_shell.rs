@@ -1130,7 +1130,13 @@ fn a_pass_turns_the_device_into_node_resources_and_labels_and_resets_them_when_i
         devices: Some(vec![Arc::new(gpu_device("worker"))]),
         ..Default::default()
     };
-    let plan = plan_pass(&view, &colocation_config(), only_resources, &HashMap::new(), now);
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &HashMap::new(),
+        now,
+    );
     assert!(plan.refused.is_empty(), "{:?}", plan.refused);
     assert_eq!(
         plan.plugin_runs,
@@ -1185,22 +1191,36 @@ fn a_pass_turns_the_device_into_node_resources_and_labels_and_resets_them_when_i
         "koordinator.sh/gpu",
         "koordinator.sh/rdma",
     ] {
-        assert_eq!(status["status"]["allocatable"][name], Value::Null, "{status}");
-        assert!(status["status"]["allocatable"].get(name).is_some(), "{name} not removed");
+        assert_eq!(
+            status["status"]["allocatable"][name],
+            Value::Null,
+            "{status}"
+        );
+        assert!(
+            status["status"]["allocatable"].get(name).is_some(),
+            "{name} not removed"
+        );
     }
     assert_eq!(meta, None);
 
     // Colocation off for the cluster: batch goes, devices are left alone.
     let off = SloControllerConfig::from_configmap_data(
-        &[("colocation-config".to_owned(), r#"{"enable": false}"#.to_owned())]
-            .into_iter()
-            .collect(),
+        &[(
+            "colocation-config".to_owned(),
+            r#"{"enable": false}"#.to_owned(),
+        )]
+        .into_iter()
+        .collect(),
     )
     .unwrap();
     let plan = plan_pass(&view, &off, only_resources, &synced, now);
     let (status, _) = node_writes(&plan.actions, "worker");
     let status = status.expect("batch is withdrawn");
-    assert!(status["status"]["allocatable"].get("koordinator.sh/gpu-core").is_none());
+    assert!(
+        status["status"]["allocatable"]
+            .get("koordinator.sh/gpu-core")
+            .is_none()
+    );
     assert!(plan.plugin_runs.is_empty());
 
     // Batch inputs refused: the device resources are still written alone.
@@ -1211,12 +1231,25 @@ fn a_pass_turns_the_device_into_node_resources_and_labels_and_resets_them_when_i
         json!({"nodeMetric": {"systemUsage": {"resources": {"cpu": "-4", "memory": "0"}}}}),
     ))];
     view.devices = Some(vec![Arc::new(gpu_device("worker"))]);
-    let plan = plan_pass(&view, &colocation_config(), only_resources, &HashMap::new(), now);
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &HashMap::new(),
+        now,
+    );
     assert_eq!(plan.refused.len(), 1, "{:?}", plan.refused);
     let (status, _) = node_writes(&plan.actions, "worker");
     let status = status.expect("device resources are written");
-    assert_eq!(status["status"]["allocatable"]["koordinator.sh/gpu-core"], "200");
-    assert!(status["status"]["allocatable"].get("kubernetes.io/batch-cpu").is_none());
+    assert_eq!(
+        status["status"]["allocatable"]["koordinator.sh/gpu-core"],
+        "200"
+    );
+    assert!(
+        status["status"]["allocatable"]
+            .get("kubernetes.io/batch-cpu")
+            .is_none()
+    );
 
     // A Device with an unreadable amount: the GPU plugin fails, named on
     // the node; RDMA still runs.
@@ -1231,19 +1264,34 @@ fn a_pass_turns_the_device_into_node_resources_and_labels_and_resets_them_when_i
         );
     view.node_metrics = vec![Arc::new(fresh_metric("worker", now))];
     view.devices = Some(vec![Arc::new(broken)]);
-    let plan = plan_pass(&view, &colocation_config(), only_resources, &HashMap::new(), now);
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &HashMap::new(),
+        now,
+    );
     assert_eq!(
         plan.plugin_runs,
         [("GPUDeviceResource", false), ("RDMADeviceResource", true)]
     );
     assert!(
-        plan.refused[0].reason.contains("spec.devices[0].resources[koordinator.sh/gpu-core]"),
+        plan.refused[0]
+            .reason
+            .contains("spec.devices[0].resources[koordinator.sh/gpu-core]"),
         "{:?}",
         plan.refused
     );
     let (status, meta) = node_writes(&plan.actions, "worker");
     let status = status.unwrap();
-    assert!(status["status"]["allocatable"].get("koordinator.sh/gpu-core").is_none());
-    assert_eq!(status["status"]["allocatable"]["koordinator.sh/rdma"], "100");
+    assert!(
+        status["status"]["allocatable"]
+            .get("koordinator.sh/gpu-core")
+            .is_none()
+    );
+    assert_eq!(
+        status["status"]["allocatable"]["koordinator.sh/rdma"],
+        "100"
+    );
     assert!(meta.unwrap()["metadata"].get("labels").is_none());
 }

@@ -218,7 +218,10 @@ impl DevicePlan {
             .iter()
             .map(|run| match &run.result {
                 Ok(items) => format!("{}: {}", run.plugin, items.message),
-                Err(error) => format!("{}: {error}; its resources are left as they are", run.plugin),
+                Err(error) => format!(
+                    "{}: {error}; its resources are left as they are",
+                    run.plugin
+                ),
             })
             .collect::<Vec<_>>()
             .join("; ")
@@ -408,13 +411,7 @@ mod tests {
             &[(LABEL_GPU_VENDOR, "nvidia"), (LABEL_GPU_MODEL, "A100")],
         );
         let bare = node(&[], &[("cpu", "100")]);
-        let plan = plan_devices(
-            &bare,
-            Some(&device),
-            NodeResourcePlugins::ALL,
-            true,
-            false,
-        );
+        let plan = plan_devices(&bare, Some(&device), NodeResourcePlugins::ALL, true, false);
         let status = plan.status();
         assert_eq!(status[RESOURCE_GPU], Some(q("200")));
         assert_eq!(status[RESOURCE_GPU_MEMORY], Some(q("18k")));
@@ -426,7 +423,10 @@ mod tests {
         );
         let (labels, reason) = label_changes(&bare, &plan);
         assert_eq!(labels.len(), 2);
-        assert_eq!(reason, "gpu device label node.koordinator.sh/gpu-vendor changed");
+        assert_eq!(
+            reason,
+            "gpu device label node.koordinator.sh/gpu-vendor changed"
+        );
 
         // Applied, nothing more is due.
         let mut applied = bare.clone();
@@ -496,13 +496,19 @@ mod tests {
         }
         assert_eq!(sum.quantity(), q("32Gi"));
         let mut mixed = Sum::ZERO;
-        mixed.add(&q("8000"), || ("d".into(), 0, "m".into())).unwrap();
-        mixed.add(&q("1Ki"), || ("d".into(), 1, "m".into())).unwrap();
+        mixed
+            .add(&q("8000"), || ("d".into(), 0, "m".into()))
+            .unwrap();
+        mixed
+            .add(&q("1Ki"), || ("d".into(), 1, "m".into()))
+            .unwrap();
         assert_eq!(mixed.quantity(), q("9024"));
         assert_eq!(Sum::ZERO.quantity(), q("0"));
         let mut negative = Sum::ZERO;
         let err = negative
-            .add(&q("-1"), || ("n1".into(), 3, "koordinator.sh/gpu-core".into()))
+            .add(&q("-1"), || {
+                ("n1".into(), 3, "koordinator.sh/gpu-core".into())
+            })
             .unwrap_err();
         assert_eq!(
             err.to_string(),

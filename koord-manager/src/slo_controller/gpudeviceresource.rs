@@ -109,7 +109,9 @@ pub fn calculate(
                 continue;
             };
             let at = || (device_name.clone(), index, resource.clone());
-            sums.entry(*managed).or_insert(Sum::ZERO).add(quantity, at)?;
+            sums.entry(*managed)
+                .or_insert(Sum::ZERO)
+                .add(quantity, at)?;
             if resource == RESOURCE_GPU_CORE {
                 total_gpu.add(quantity, at)?;
             }
@@ -186,10 +188,7 @@ mod tests {
     }
 
     fn list(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), q(v)))
-            .collect()
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), q(v))).collect()
     }
 
     fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -388,7 +387,12 @@ mod tests {
                 items(&nvidia_items, &[]),
             ),
             ("no device: reset", None, false, reset()),
-            ("no gpu in device: reset", Some(&missing_gpu), false, reset()),
+            (
+                "no gpu in device: reset",
+                Some(&missing_gpu),
+                false,
+                reset(),
+            ),
         ];
         for (name, device, shared, want) in cases {
             assert_eq!(calculate(&node, device, shared), Ok(want), "{name}");
@@ -423,13 +427,17 @@ mod tests {
         assert_eq!(got, items(&NVIDIA_RESOURCES_SUMMED, &[]));
         // Every GPU unhealthy: reset.
         let sick = vec![gpu(false, &[(RESOURCE_GPU_CORE, "100")])];
-        assert_eq!(calculate(&node, Some(&device(None, sick)), false), Ok(reset()));
+        assert_eq!(
+            calculate(&node, Some(&device(None, sick)), false),
+            Ok(reset())
+        );
         // An unreadable amount on a healthy GPU fails the plugin.
         let bad = vec![gpu(true, &[(RESOURCE_GPU_MEMORY, "lots")])];
         let err = calculate(&node, Some(&device(None, bad)), false).unwrap_err();
         assert!(
-            err.to_string()
-                .starts_with("Device test-node: spec.devices[0].resources[koordinator.sh/gpu-memory]"),
+            err.to_string().starts_with(
+                "Device test-node: spec.devices[0].resources[koordinator.sh/gpu-memory]"
+            ),
             "{err}"
         );
         // ... but not one on an unhealthy GPU, which is not read.
@@ -523,7 +531,12 @@ mod tests {
             ("nothing changes 1", &with, &with, None),
             ("resources change is ignored", &with, &resource_update, None),
             ("add labels", &without, &with, Some(vendor_changed.clone())),
-            ("driver version update", &with, &driver_update, Some(driver_changed)),
+            (
+                "driver version update",
+                &with,
+                &driver_update,
+                Some(driver_changed),
+            ),
             ("remove labels", &with, &without, Some(vendor_changed)),
         ];
         for (name, old, new, want) in cases {

@@ -143,7 +143,11 @@ mod tests {
         let cases: Vec<(&str, Option<Device>, DeviceItems)> = vec![
             ("calculate device resources", Some(two), updated),
             ("no device: reset", None, reset()),
-            ("no rdma in device: reset", Some(device(Vec::new())), reset()),
+            (
+                "no rdma in device: reset",
+                Some(device(Vec::new())),
+                reset(),
+            ),
             (
                 "only unhealthy rdma: reset",
                 Some(device(vec![rdma(false)])),
