@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use apis::extension::{BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY};
 use apis::quota::v1alpha1::ElasticQuotaProfile;
+use apis::scheduling::v1alpha1::Device;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use apis::slo::v1alpha1::{NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY, NodeMetric, NodeSLO};
 use apis::topology::v1alpha1::NodeResourceTopology;
@@ -35,6 +36,7 @@ use tokio::sync::Notify;
 use crate::metrics::ControllerMetrics;
 use crate::quota_profile::reconcile_profile;
 use crate::slo_controller::config::{ConfigOutcome, ConfigSection, ConfigState, node_colocation};
+use crate::slo_controller::device_resources::{self, DevicePlan};
 use crate::slo_controller::node_meta::{
     MetaInputs, NodeResourcePlugins, meta_patch, plan_node_meta,
 };
@@ -122,10 +124,15 @@ pub struct ControllerArgs {
 
     /// Node resource plugins to run: `*` for all, `Name` to add, `-Name` to
     /// remove (MidResource, BatchResource, CPUNormalization,
-    /// ResourceAmplification; GPUDeviceResource and RDMADeviceResource are
-    /// accepted and do nothing). Not given: all.
+    /// ResourceAmplification, GPUDeviceResource, RDMADeviceResource). Not
+    /// given: all.
     #[arg(long = "noderesource-plugins", value_delimiter = ',')]
     pub noderesource_plugins: Option<Vec<String>>,
+
+    /// Upstream's `EnableSyncGPUSharedResource` gate (from `--feature-gates`):
+    /// the GPUDeviceResource plugin also writes `koordinator.sh/gpu.shared`.
+    #[arg(skip)]
+    pub sync_gpu_shared_resource: bool,
 }
 
 /// `--sync-period`: a Go-style duration, or empty, which upstream takes as
@@ -214,6 +221,11 @@ pub struct ClusterView {
     /// NodeResourceTopologies: the CPU normalization plugin reads their
     /// `cpu-basic-info` annotation, the BatchResource plugin their zones.
     pub topologies: Vec<Arc<NodeResourceTopology>>,
+    /// Devices, read by the GPUDeviceResource and RDMADeviceResource
+    /// plugins; `None` until their cache has synced (the plugins then leave
+    /// every node as it is rather than take a missing Device for a deleted
+    /// one).
+    pub devices: Option<Vec<Arc<Device>>>,
 }
 
 /// One API write.
@@ -280,6 +292,9 @@ pub struct PassPlan {
     pub actions: Vec<Action>,
     pub computed: Vec<Computed>,
     pub refused: Vec<Refusal>,
+    /// Each device plugin run (plugin name, succeeded), for upstream's
+    /// `node_resource_run_plugin_status` counter.
+    pub plugin_runs: Vec<(&'static str, bool)>,
 }
 
 /// Objects keyed by name, with the names that appear more than once (which
@@ -366,6 +381,8 @@ pub struct PassSettings {
     pub unavailable_keys: BTreeMap<String, String>,
     /// When this process last wrote each node's NodeResourceTopology zones.
     pub topology_last_synced: HashMap<String, SystemTime>,
+    /// Upstream's `EnableSyncGPUSharedResource` gate.
+    pub sync_gpu_shared_resource: bool,
 }
 
 /// Decides every write of one pass with every node resource plugin on.
@@ -422,6 +439,12 @@ pub fn plan_pass_with(
             )
         })
         .collect();
+    let devices: Option<HashMap<&str, &Device>> = view.devices.as_ref().map(|devices| {
+        devices
+            .iter()
+            .filter_map(|device| Some((device.metadata.name.as_deref()?, device.as_ref())))
+            .collect()
+    });
     let (nodes, duplicate_nodes) = by_name(&view.nodes, "Node", &mut plan.refused);
     let (metrics, duplicate_metrics) = by_name(&view.node_metrics, "NodeMetric", &mut plan.refused);
     let (slos, duplicate_slos) = by_name(&view.node_slos, "NodeSLO", &mut plan.refused);
@@ -528,13 +551,37 @@ pub fn plan_pass_with(
                 topology_annotations: topologies.get(name).copied(),
                 plugins: settings.plugins,
             });
-            if !meta.patch.is_empty() {
+            // GPUDeviceResource and RDMADeviceResource: decided before the
+            // batch inputs are checked, which they do not read.
+            let device_plan = plan_node_devices(node, devices.as_ref(), &colocation, settings);
+            record_device_runs(name, &device_plan, &mut plan);
+            let (label_changes, label_reason) = device_resources::label_changes(node, &device_plan);
+            if !meta.patch.is_empty() || !label_changes.is_empty() {
+                let mut patch = if meta.patch.is_empty() {
+                    serde_json::json!({"metadata": {}})
+                } else {
+                    meta_patch(&meta.patch)
+                };
+                let mut reasons = Vec::new();
+                if !meta.patch.is_empty() {
+                    reasons.push(meta.reason());
+                }
+                if !label_changes.is_empty() {
+                    patch["metadata"]["labels"] = serde_json::json!(label_changes);
+                    reasons.push(label_reason);
+                }
                 plan.actions.push(Action::PatchNodeMeta {
                     node: name.to_owned(),
-                    patch: meta_patch(&meta.patch),
-                    reason: meta.reason(),
+                    patch,
+                    reason: reasons.join("; "),
                 });
             }
+            let current = node
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.clone())
+                .unwrap_or_default();
+            let device_status = device_plan.status();
             if let Some(problem) = pod_problems.get(name) {
                 plan.refused.push(Refusal {
                     node: Some(name.to_owned()),
@@ -542,6 +589,12 @@ pub fn plan_pass_with(
                         "{problem}; the node's batch and mid resources are left as they are"
                     ),
                 });
+                plan.actions.extend(device_only_write(
+                    name,
+                    &device_plan,
+                    colocation.strategy.as_ref(),
+                    &current,
+                ));
                 continue;
             }
             let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
@@ -567,16 +620,20 @@ pub fn plan_pass_with(
                             "{error}; the node's batch and mid resources are left as they are"
                         ),
                     });
+                    plan.actions.extend(device_only_write(
+                        name,
+                        &device_plan,
+                        colocation.strategy.as_ref(),
+                        &current,
+                    ));
                     continue;
                 }
             };
             let mut desired = resources.desired_status(node);
             desired.retain(|resource, _| settings.plugins.manages(resource));
-            let current = node
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.clone())
-                .unwrap_or_default();
+            // One status write carries every plugin's resources, as
+            // upstream's prepared node does.
+            desired.extend(device_status.clone());
             let decision = if desired.is_empty() {
                 SyncDecision::Skip
             } else {
@@ -598,10 +655,14 @@ pub fn plan_pass_with(
                         NODE_ORIGIN_EXTENDED_ALLOCATABLE_ANNOTATION_KEY: origin,
                     }});
                 }
+                let mut reason = format!("{reason}; {}", resources.reason);
+                if !device_status.is_empty() {
+                    reason = format!("{reason}; {}", device_plan.reason());
+                }
                 plan.actions.push(Action::PatchNodeStatus {
                     node: name.to_owned(),
                     patch,
-                    reason: format!("{reason}; {}", resources.reason),
+                    reason,
                 });
             }
             // BatchResource's NUMA-level part (upstream's PreUpdate): the
@@ -673,6 +734,69 @@ pub fn plan_pass_with(
         plan_profiles(view, &mut plan.actions);
     }
     plan
+}
+
+/// Runs the selected device plugins for one node (nothing until the Device
+/// cache has synced).
+fn plan_node_devices(
+    node: &Node,
+    devices: Option<&HashMap<&str, &Device>>,
+    colocation: &crate::slo_controller::config::NodeColocation,
+    settings: &PassSettings,
+) -> DevicePlan {
+    let plugins = settings.plugins;
+    if !plugins.gpu_device_resource && !plugins.rdma_device_resource {
+        return DevicePlan::default();
+    }
+    let Some(devices) = devices else {
+        return DevicePlan::skipped(device_resources::SKIPPED_CACHE_NOT_SYNCED);
+    };
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    device_resources::plan_devices(
+        node,
+        devices.get(name).copied(),
+        plugins,
+        noderesource::colocation_enabled(colocation.cluster_enabled, colocation.strategy.as_ref()),
+        settings.sync_gpu_shared_resource,
+    )
+}
+
+/// Counts each device plugin run and refuses the node's device resources
+/// of a plugin that failed (they are left as they are).
+fn record_device_runs(node: &str, device_plan: &DevicePlan, plan: &mut PassPlan) {
+    for run in &device_plan.runs {
+        plan.plugin_runs.push((run.plugin, run.result.is_ok()));
+        if let Err(error) = &run.result {
+            plan.refused.push(Refusal {
+                node: Some(node.to_owned()),
+                reason: format!(
+                    "{}: {error}; the node's {} resources are left as they are",
+                    run.plugin, run.plugin
+                ),
+            });
+        }
+    }
+}
+
+/// The device resources' own status write for a node whose batch inputs
+/// were refused: only when a device plugin's NeedSync says so.
+fn device_only_write(
+    node: &str,
+    device_plan: &DevicePlan,
+    strategy: Option<&apis::configuration::ColocationStrategy>,
+    current: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Option<Action> {
+    let status = device_plan.status();
+    if status.is_empty() {
+        return None;
+    }
+    let threshold = noderesource::resource_diff_threshold(strategy);
+    let reason = device_resources::need_sync(device_plan, current, threshold)?;
+    Some(Action::PatchNodeStatus {
+        node: node.to_owned(),
+        patch: noderesource::status_patch(&status),
+        reason: format!("{reason}; {}", device_plan.reason()),
+    })
 }
 
 fn plan_profiles(view: &ClusterView, actions: &mut Vec<Action>) {
@@ -794,6 +918,11 @@ pub struct Caches {
     /// not waited for (the CRD may be missing: the CPU normalization plugin
     /// then finds no topology and leaves the ratio, and no zone is written).
     pub topologies: Store<NodeResourceTopology>,
+    /// Devices: not waited for (the CRD may be missing), but the device
+    /// plugins act only once [`Self::devices_synced`] is set.
+    pub devices: Store<Device>,
+    /// Set once the Device cache has listed every Device.
+    pub devices_synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Caches {
@@ -801,6 +930,23 @@ impl Caches {
         let all = watcher::Config::default();
         let config_map =
             watcher::Config::default().fields(&format!("metadata.name={}", args.slo_config_name));
+        let devices: Store<Device> = spawn_reflector(
+            Api::all(client.clone()),
+            all.clone(),
+            notify.clone(),
+            "devices",
+        );
+        let devices_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let (store, synced, notify) = (devices.clone(), devices_synced.clone(), notify.clone());
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    synced.store(true, std::sync::atomic::Ordering::Release);
+                    tracing::info!("Device cache synced; the device resource plugins run");
+                    notify.notify_one();
+                }
+            });
+        }
         Caches {
             nodes: spawn_reflector(
                 Api::all(client.clone()),
@@ -845,6 +991,8 @@ impl Caches {
                 "elasticquotas",
             ),
             topologies: spawn_topology_reflector(Api::all(client.clone()), notify.clone()),
+            devices,
+            devices_synced,
         }
     }
 
@@ -868,6 +1016,10 @@ impl Caches {
             profiles: self.profiles.state(),
             quotas: self.quotas.state(),
             topologies: self.topologies.state(),
+            devices: self
+                .devices_synced
+                .load(std::sync::atomic::Ordering::Acquire)
+                .then(|| self.devices.state()),
         }
     }
 }
@@ -1060,11 +1212,13 @@ impl Reconciler {
             plugins: self.plugins,
             unavailable_keys: self.config.unavailable_keys(),
             topology_last_synced: std::mem::take(&mut self.topology_last_synced),
+            sync_gpu_shared_resource: self.args.sync_gpu_shared_resource,
         };
         let PassPlan {
             actions,
             computed,
             refused,
+            plugin_runs,
         } = plan_pass_with(
             &view,
             self.config.current(),
@@ -1074,6 +1228,10 @@ impl Reconciler {
             now,
         );
         self.topology_last_synced = settings.topology_last_synced;
+        for (plugin, succeeded) in plugin_runs {
+            self.metrics
+                .node_resource_plugin(plugin, succeeded, "ResourceCalculate");
+        }
         self.report_refused(&view, refused).await;
         // Without a pass of the node resource controller nothing is known
         // about the nodes: keep their series and sync times as they are.

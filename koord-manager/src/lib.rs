@@ -152,9 +152,14 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
                     colocation_profile::FEATURE_GATE_DEFAULT,
                 ))
             .then(|| args.colocation_profile.clone());
+            let mut controller_args = args.controller.clone();
+            controller_args.sync_gpu_shared_resource = args
+                .webhook
+                .feature_gates
+                .enabled("EnableSyncGPUSharedResource", false);
             tokio::spawn(controllers::run_controllers(
                 client,
-                args.controller.clone(),
+                controller_args,
                 colocation_profile,
                 controller_metrics,
                 controllers_check,

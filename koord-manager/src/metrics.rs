@@ -15,6 +15,7 @@ type Labels = Vec<(String, String)>;
 #[derive(Clone, Default)]
 pub struct ControllerMetrics {
     node_resource_reconcile: Family<Labels, Gauge>,
+    node_resource_run_plugin: Family<Labels, Gauge>,
     nodemetric_reconcile: Family<Labels, Gauge>,
     nodeslo_reconcile: Family<Labels, Gauge>,
     extended_allocatable: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -42,6 +43,11 @@ impl ControllerMetrics {
                 "slo_controller_node_resource_reconcile_count",
                 "the status count of reconciling node resource",
                 metrics.node_resource_reconcile.clone(),
+            );
+            root.register(
+                "slo_controller_node_resource_run_plugin_status",
+                "the status count of running node resource plugins",
+                metrics.node_resource_run_plugin.clone(),
             );
             root.register(
                 "slo_controller_nodemetric_reconcile_count",
@@ -83,6 +89,14 @@ impl ControllerMetrics {
         self.node_resource_reconcile
             .get_or_create(&status_labels(succeeded, reason))
             .inc();
+    }
+
+    /// One run of a node resource plugin's `stage` (upstream labels:
+    /// plugin, status, reason).
+    pub fn node_resource_plugin(&self, plugin: &str, succeeded: bool, stage: &str) {
+        let mut labels = vec![("plugin".to_owned(), plugin.to_owned())];
+        labels.extend(status_labels(succeeded, stage));
+        self.node_resource_run_plugin.get_or_create(&labels).inc();
     }
 
     pub fn node_metric(&self, succeeded: bool, reason: &str) {

@@ -2,7 +2,8 @@
 //! snapshot, without a cluster, using the controllers' decision cores.
 //!
 //! The snapshot is multi-document YAML (or JSON) holding Nodes, NodeMetrics,
-//! Pods, NodeResourceTopologies and the `slo-controller-config` ConfigMap;
+//! Pods, NodeResourceTopologies, Devices and the `slo-controller-config`
+//! ConfigMap;
 //! `List` documents (as
 //! `kubectl get -o yaml` prints) are unpacked. The JSON output is a stable
 //! contract documented in `docs/preview.md`.
@@ -12,6 +13,7 @@ use std::io::Write;
 use std::time::SystemTime;
 
 use apis::configuration::SloControllerConfig;
+use apis::scheduling::v1alpha1::{Device, DeviceInfo, DeviceSpec};
 use apis::slo::v1alpha1::{
     HostApplicationMetricInfo, NodeMetric, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus,
     NodeSLOSpec, PeakMetric, PodMetricInfo, ReclaimableMetric,
@@ -97,6 +99,9 @@ pub struct Snapshot {
     /// The zones of each NodeResourceTopology, by name (the BatchResource
     /// plugin writes NUMA-level batch resources there).
     pub topology_zones: HashMap<String, Vec<Zone>>,
+    /// Devices by name (the device plugins read the one named after each
+    /// node).
+    pub devices: HashMap<String, Device>,
     /// Which reader produced the snapshot.
     pub read_by: SnapshotReader,
     /// `namespace/name` of the pods bound to no node (only named in errors).
@@ -216,11 +221,14 @@ impl LeanMeta {
     }
 }
 
-/// A Pod's spec as far as requests, QoS and priority go (other kinds' specs
-/// have none of these fields and come out empty).
+/// A Pod's spec as far as requests, QoS and priority go, and a Device's
+/// devices (other kinds' specs have none of these fields and come out
+/// empty).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LeanPodSpec {
+    #[serde(default)]
+    devices: Option<Vec<DeviceInfo>>,
     #[serde(default)]
     node_name: Option<String>,
     #[serde(default)]
@@ -517,6 +525,14 @@ impl Builder {
         }
     }
 
+    fn add_device(&mut self, device: Device) {
+        if self.admit("Device", &device.metadata, false)
+            && let Some(name) = device.metadata.name.clone()
+        {
+            self.snapshot.devices.insert(name, device);
+        }
+    }
+
     fn add_topology(&mut self, metadata: ObjectMeta, zones: Vec<Zone>) {
         if self.admit("NodeResourceTopology", &metadata, false)
             && let Some(name) = metadata.name
@@ -578,6 +594,13 @@ impl Builder {
                 ..ConfigMap::default()
             }),
             "NodeResourceTopology" => self.add_topology(metadata, zones.unwrap_or_default()),
+            "Device" => self.add_device(Device {
+                metadata,
+                spec: DeviceSpec {
+                    devices: spec.and_then(|spec| spec.devices),
+                },
+                status: None,
+            }),
             kind if kind.ends_with("List") => {
                 if let Some(ListItems(items)) = items {
                     self.merge(items);
@@ -609,6 +632,11 @@ impl Builder {
                     .node_metrics
                     .iter()
                     .find_map(|metric| cluster_scoped("NodeMetric", &metric.metadata))
+            })
+            .or_else(|| {
+                snapshot.devices.keys().find_map(|name| {
+                    (keys.of("Device", None, name) == hash).then(|| ("Device", name.clone()))
+                })
             })
             .or_else(|| {
                 snapshot.topologies.keys().find_map(|name| {
@@ -699,6 +727,7 @@ impl Builder {
         snapshot.config_maps.extend(other.config_maps);
         snapshot.topologies.extend(other.topologies);
         snapshot.topology_zones.extend(other.topology_zones);
+        snapshot.devices.extend(other.devices);
         snapshot.unbound_pods.extend(other.unbound_pods);
         snapshot.pod_count += other.pod_count;
         for (node, pods) in other.pods {
@@ -967,6 +996,12 @@ fn add_value(builder: &mut Builder, value: Value, source_name: &str) -> Result<(
             builder.add_pod(&pod);
         }
         "ConfigMap" => builder.add_config_map(serde_json::from_value(value).map_err(fail)?),
+        "Device" => {
+            let mut device: Device = serde_json::from_value(value).map_err(fail)?;
+            // The allocations are not read.
+            device.status = None;
+            builder.add_device(device);
+        }
         "NodeResourceTopology" => {
             let metadata = value.get("metadata").cloned().unwrap_or(Value::Null);
             let metadata: Option<ObjectMeta> = serde_json::from_value(metadata).map_err(fail)?;
@@ -1048,6 +1083,15 @@ pub struct NodeReport {
     pub numa_batch: Option<ZoneBatchReport>,
     /// Why `numaBatch` is `null`; empty otherwise.
     pub numa_batch_reason: String,
+    /// What the GPUDeviceResource and RDMADeviceResource plugins write from
+    /// the node's Device: resource → quantity, `null` for a resource they
+    /// remove; resources they leave alone are absent. `null` when no device
+    /// plugin ran.
+    pub device_resources: Option<DeviceResourceReport>,
+    /// The GPU labels the GPUDeviceResource plugin sets on the node.
+    pub device_labels: BTreeMap<String, String>,
+    /// The device plugins' messages, failures, or why they did not run.
+    pub device_reason: String,
 }
 
 /// Zone name → resource → quantity text.
@@ -1183,8 +1227,36 @@ fn numa_batch_report(plan: &NodePlan) -> (Option<ZoneBatchReport>, String) {
     }
 }
 
+/// Resource → quantity text, `None` for a resource removed.
+pub type DeviceResourceReport = BTreeMap<String, Option<String>>;
+
+/// The `deviceResources`, `deviceLabels` and `deviceReason` fields.
+fn device_report(
+    plan: &NodePlan,
+) -> (
+    Option<DeviceResourceReport>,
+    BTreeMap<String, String>,
+    String,
+) {
+    let devices = &plan.devices;
+    let resources = (!devices.runs.is_empty()).then(|| {
+        devices
+            .status()
+            .into_iter()
+            .map(|(name, quantity)| (name.to_owned(), quantity.map(|q| q.0)))
+            .collect()
+    });
+    let labels = devices
+        .labels()
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect();
+    (resources, labels, devices.reason())
+}
+
 fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
     let ratios = ratio_report(node, plan);
+    let (device_resources, device_labels, device_reason) = device_report(plan);
     let (numa_batch, numa_batch_reason) = numa_batch_report(plan);
     let resources = match &plan.resources {
         Ok(resources) => resources,
@@ -1213,6 +1285,9 @@ fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
                 ratio_reason: ratios.ratio_reason,
                 numa_batch,
                 numa_batch_reason,
+                device_resources,
+                device_labels,
+                device_reason,
             };
         }
     };
@@ -1246,6 +1321,9 @@ fn node_report(node: &Node, name: &str, plan: &NodePlan) -> NodeReport {
         ratio_reason: ratios.ratio_reason,
         numa_batch,
         numa_batch_reason,
+        device_resources,
+        device_labels,
+        device_reason,
     }
 }
 
@@ -1276,6 +1354,7 @@ pub fn preview_each(
         let extras = NodeExtras {
             topology_annotations: snapshot.topologies.get(name),
             topology_zones: snapshot.topology_zones.get(name).map(Vec::as_slice),
+            device: snapshot.devices.get(name),
             ..NodeExtras::default()
         };
         let report = node_report(
@@ -1344,6 +1423,11 @@ fn report_fields(report: &NodeReport) -> BTreeMap<String, Value> {
             serde_json::to_value(&report.amplified_allocatable),
         ),
         ("numaBatch", serde_json::to_value(&report.numa_batch)),
+        (
+            "deviceResources",
+            serde_json::to_value(&report.device_resources),
+        ),
+        ("deviceLabels", serde_json::to_value(&report.device_labels)),
     ] {
         flatten(prefix, &value.unwrap_or(Value::Null), &mut fields);
     }
@@ -1412,6 +1496,16 @@ fn text_line(node: &NodeReport) -> String {
         amplified(apis::extension::RESOURCE_MEMORY),
         reason
     );
+    // The device resources the plugins write, on one indented line.
+    let written: Vec<String> = node
+        .device_resources
+        .iter()
+        .flatten()
+        .filter_map(|(name, quantity)| Some(format!("{name}={}", quantity.as_ref()?)))
+        .collect();
+    if !written.is_empty() {
+        line.push_str(&format!("\n  devices {}", written.join(" ")));
+    }
     // The NUMA-level batch resources, one indented line per zone.
     for (zone, quantities) in node.numa_batch.iter().flatten() {
         let get = |name: &str| quantities.get(name).map_or("0", String::as_str);
@@ -1914,6 +2008,147 @@ zones:
         assert_eq!(
             (change.current.as_str(), change.against.as_str()),
             (Some("25800"), Some("21500"))
+        );
+    }
+
+    const DEVICE_SNAPSHOT: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: slo-controller-config, namespace: koordinator-system}
+data:
+  colocation-config: '{"enable": true}'
+---
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-node}
+status:
+  capacity: {cpu: "8", memory: 32Gi}
+  allocatable: {cpu: "8", memory: 32Gi}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: plain-node}
+status:
+  capacity: {cpu: "8", memory: 32Gi}
+  allocatable: {cpu: "8", memory: 32Gi, koordinator.sh/gpu-core: "100"}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: scheduling.koordinator.sh/v1alpha1
+  kind: Device
+  metadata:
+    name: gpu-node
+    labels: {node.koordinator.sh/gpu-model: A100}
+  spec:
+    devices:
+    - type: gpu
+      id: GPU-0
+      minor: 0
+      health: true
+      resources: {koordinator.sh/gpu-core: "100", koordinator.sh/gpu-memory: 40Gi, koordinator.sh/gpu-memory-ratio: "100"}
+    - type: gpu
+      id: GPU-1
+      minor: 1
+      health: false
+      resources: {koordinator.sh/gpu-core: "100", koordinator.sh/gpu-memory: 40Gi, koordinator.sh/gpu-memory-ratio: "100"}
+  status:
+    allocations: []
+"#;
+
+    #[test]
+    fn device_resources_are_reported_per_node() {
+        let now = at("2026-01-01T00:10:00Z");
+        let mut reports = Vec::new();
+        for text in [DEVICE_SNAPSHOT.to_owned(), as_json_stream(DEVICE_SNAPSHOT)] {
+            for snapshot in [
+                Snapshot::parse(&text, "devices").unwrap(),
+                if text.starts_with('{') {
+                    Snapshot::parse_full_json(&text, "devices").unwrap()
+                } else {
+                    Snapshot::parse_full_yaml(&text, "devices").unwrap()
+                },
+            ] {
+                assert_eq!(snapshot.devices.len(), 1, "{:?}", snapshot.read_by);
+                let config =
+                    config_from(snapshot.config_map("slo-controller-config"), "devices").unwrap();
+                reports.push(preview(&snapshot, &config, None, now));
+            }
+        }
+        assert!(reports.windows(2).all(|pair| pair[0] == pair[1]));
+        let report = &reports[0];
+        let gpu = &report.nodes[0];
+        let resources = gpu
+            .device_resources
+            .as_ref()
+            .unwrap_or_else(|| panic!("{gpu:?}"));
+        let get = |name: &str| resources[name].as_deref();
+        // One healthy GPU of two.
+        assert_eq!(get("koordinator.sh/gpu-core"), Some("100"));
+        assert_eq!(get("koordinator.sh/gpu-memory"), Some("40Gi"));
+        assert_eq!(get("koordinator.sh/gpu-memory-ratio"), Some("100"));
+        assert_eq!(get("koordinator.sh/gpu"), Some("100"));
+        assert_eq!(get("koordinator.sh/rdma"), None, "no RDMA device: removed");
+        assert_eq!(
+            gpu.device_labels,
+            BTreeMap::from([(
+                "node.koordinator.sh/gpu-model".to_owned(),
+                "A100".to_owned()
+            )])
+        );
+        // No Device: every GPU resource is removed.
+        let plain = &report.nodes[1];
+        let removed = plain.device_resources.as_ref().unwrap();
+        assert_eq!(removed.len(), 9, "{removed:?}");
+        assert!(removed.values().all(Option::is_none));
+        assert!(
+            plain.device_reason.contains("reset node gpu resources"),
+            "{}",
+            plain.device_reason
+        );
+        let json = serde_json::to_value(gpu).unwrap();
+        assert_eq!(json["deviceResources"]["koordinator.sh/gpu-core"], "100");
+        assert_eq!(json["deviceResources"]["koordinator.sh/rdma"], Value::Null);
+        let text = render_text(report);
+        assert!(
+            text.contains("  devices koordinator.sh/gpu=100 koordinator.sh/gpu-core=100"),
+            "{text}"
+        );
+
+        // Colocation off in the new config: the device plugins do not run.
+        let snapshot = Snapshot::parse(DEVICE_SNAPSHOT, "devices").unwrap();
+        let config = config_from(snapshot.config_map("slo-controller-config"), "devices").unwrap();
+        let against = parse_config(Some(&BTreeMap::from([(
+            "colocation-config".to_owned(),
+            r#"{"enable": false}"#.to_owned(),
+        )])))
+        .unwrap();
+        let off = preview(&snapshot, &against, None, now);
+        assert_eq!(off.nodes[0].device_resources, None);
+        assert!(
+            off.nodes[0]
+                .device_reason
+                .contains("colocation is disabled")
+        );
+        let diff = preview(&snapshot, &config, Some(&against), now)
+            .diff
+            .unwrap();
+        assert!(
+            diff[0]
+                .changes
+                .iter()
+                .any(|c| c.path == "deviceResources.koordinator.sh/gpu-core"),
+            "{diff:?}"
+        );
+
+        // A second Device of the same name is refused.
+        let twice = format!(
+            "{DEVICE_SNAPSHOT}---\napiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Device\nmetadata: {{name: gpu-node}}\n"
+        );
+        let err = Snapshot::parse(&twice, "devices").unwrap_err().to_string();
+        assert!(
+            err.contains("Device \"gpu-node\" appears a second time"),
+            "{err}"
         );
     }
 

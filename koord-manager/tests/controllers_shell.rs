@@ -204,6 +204,7 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         actions,
         computed,
         refused,
+        ..
     } = plan_pass(
         &view,
         &colocation_config(),
@@ -569,6 +570,7 @@ fn controller_args() -> ControllerArgs {
         sync_period: Duration::from_secs(60),
         controllers: vec!["*".into()],
         noderesource_plugins: None,
+        sync_gpu_shared_resource: false,
     }
 }
 
@@ -1062,4 +1064,234 @@ fn the_topology_cache_keeps_zones_version_and_cpu_basic_info_only() {
     assert_eq!(cached.metadata.managed_fields, None);
     assert_eq!(cached.metadata.resource_version.as_deref(), Some("9"));
     assert_eq!(cached.zones, zones);
+}
+
+/// A Device for `name`: two healthy 16 GiB GPUs, one unhealthy, one
+/// healthy RDMA NIC, labelled as an NVIDIA A100 node.
+fn gpu_device(name: &str) -> apis::scheduling::v1alpha1::Device {
+    let gpu = |minor: i32, health: bool| {
+        json!({"type": "gpu", "id": format!("GPU-{minor}"), "minor": minor, "health": health,
+               "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+                             "koordinator.sh/gpu-memory-ratio": "100"}})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+        "metadata": {"name": name, "labels": {
+            "node.koordinator.sh/gpu-vendor": "nvidia", "node.koordinator.sh/gpu-model": "A100"}},
+        "spec": {"devices": [gpu(0, true), gpu(1, true), gpu(2, false),
+                             {"type": "rdma", "id": "0000:1f:00.0", "minor": 0, "health": true}]}
+    }))
+    .unwrap()
+}
+
+/// RFC 7386 merge patch, for applying the planned writes to a node.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge_patch(target.entry(key.clone()).or_insert(json!({})), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+fn node_writes(actions: &[Action], name: &str) -> (Option<Value>, Option<Value>) {
+    let mut status = None;
+    let mut meta = None;
+    for action in actions {
+        match action {
+            Action::PatchNodeStatus { node, patch, .. } if node == name => {
+                status = Some(patch.clone())
+            }
+            Action::PatchNodeMeta { node, patch, .. } if node == name => meta = Some(patch.clone()),
+            _ => {}
+        }
+    }
+    (status, meta)
+}
+
+#[test]
+fn a_pass_turns_the_device_into_node_resources_and_labels_and_resets_them_when_it_goes() {
+    let now = SystemTime::now();
+    let only_resources = Enabled {
+        node_slo: false,
+        node_metric: false,
+        node_resource: true,
+        quota_profile: false,
+    };
+    let mut view = ClusterView {
+        nodes: vec![Arc::new(node("worker", "uid-1"))],
+        node_metrics: vec![Arc::new(fresh_metric("worker", now))],
+        devices: Some(vec![Arc::new(gpu_device("worker"))]),
+        ..Default::default()
+    };
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &HashMap::new(),
+        now,
+    );
+    assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+    assert_eq!(
+        plan.plugin_runs,
+        [("GPUDeviceResource", true), ("RDMADeviceResource", true)]
+    );
+    let (status, meta) = node_writes(&plan.actions, "worker");
+    let status = status.expect("the status is written");
+    for list in ["allocatable", "capacity"] {
+        let resources = &status["status"][list];
+        // Two healthy GPUs of three; nvidia.com/gpu is the device plugin's.
+        assert_eq!(resources["koordinator.sh/gpu-core"], "200", "{status}");
+        assert_eq!(resources["koordinator.sh/gpu-memory-ratio"], "200");
+        assert_eq!(resources["koordinator.sh/gpu-memory"], "32Gi");
+        assert_eq!(resources["koordinator.sh/gpu"], "200");
+        assert_eq!(resources["koordinator.sh/rdma"], "100");
+        assert_eq!(resources["kubernetes.io/batch-cpu"], "6k");
+        assert!(resources.get("nvidia.com/gpu").is_none());
+        // gpu.shared only with EnableSyncGPUSharedResource.
+        assert!(resources.get("koordinator.sh/gpu.shared").is_none());
+    }
+    let meta = meta.expect("labels are written");
+    assert_eq!(
+        meta["metadata"]["labels"],
+        json!({"node.koordinator.sh/gpu-vendor": "nvidia", "node.koordinator.sh/gpu-model": "A100"})
+    );
+
+    // Applied (and remembered), nothing more is due.
+    let mut settled = serde_json::to_value(&*view.nodes[0]).unwrap();
+    merge_patch(&mut settled, &status);
+    merge_patch(&mut settled, &meta);
+    let settled: Node = serde_json::from_value(settled).unwrap();
+    view.nodes = vec![Arc::new(settled.clone())];
+    let synced = HashMap::from([("worker".to_owned(), now)]);
+    let plan = plan_pass(&view, &colocation_config(), only_resources, &synced, now);
+    assert_eq!(node_writes(&plan.actions, "worker"), (None, None));
+
+    // The Device cache not synced yet: the node is left as it is.
+    view.devices = None;
+    let plan = plan_pass(&view, &colocation_config(), only_resources, &synced, now);
+    assert_eq!(node_writes(&plan.actions, "worker"), (None, None));
+    assert!(plan.plugin_runs.is_empty());
+
+    // The Device deleted: every GPU resource and rdma go; the labels stay.
+    view.devices = Some(Vec::new());
+    let plan = plan_pass(&view, &colocation_config(), only_resources, &synced, now);
+    let (status, meta) = node_writes(&plan.actions, "worker");
+    let status = status.expect("the resources are reset");
+    for name in [
+        "koordinator.sh/gpu-core",
+        "koordinator.sh/gpu-memory",
+        "koordinator.sh/gpu-memory-ratio",
+        "koordinator.sh/gpu",
+        "koordinator.sh/rdma",
+    ] {
+        assert_eq!(
+            status["status"]["allocatable"][name],
+            Value::Null,
+            "{status}"
+        );
+        assert!(
+            status["status"]["allocatable"].get(name).is_some(),
+            "{name} not removed"
+        );
+    }
+    assert_eq!(meta, None);
+
+    // Colocation off for the cluster: batch goes, devices are left alone.
+    let off = SloControllerConfig::from_configmap_data(
+        &[(
+            "colocation-config".to_owned(),
+            r#"{"enable": false}"#.to_owned(),
+        )]
+        .into_iter()
+        .collect(),
+    )
+    .unwrap();
+    let plan = plan_pass(&view, &off, only_resources, &synced, now);
+    let (status, _) = node_writes(&plan.actions, "worker");
+    let status = status.expect("batch is withdrawn");
+    assert!(
+        status["status"]["allocatable"]
+            .get("koordinator.sh/gpu-core")
+            .is_none()
+    );
+    assert!(plan.plugin_runs.is_empty());
+
+    // Batch inputs refused: the device resources are still written alone.
+    view.nodes = vec![Arc::new(node("worker", "uid-1"))];
+    view.node_metrics = vec![Arc::new(metric_with(
+        "worker",
+        now,
+        json!({"nodeMetric": {"systemUsage": {"resources": {"cpu": "-4", "memory": "0"}}}}),
+    ))];
+    view.devices = Some(vec![Arc::new(gpu_device("worker"))]);
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &HashMap::new(),
+        now,
+    );
+    assert_eq!(plan.refused.len(), 1, "{:?}", plan.refused);
+    let (status, _) = node_writes(&plan.actions, "worker");
+    let status = status.expect("device resources are written");
+    assert_eq!(
+        status["status"]["allocatable"]["koordinator.sh/gpu-core"],
+        "200"
+    );
+    assert!(
+        status["status"]["allocatable"]
+            .get("kubernetes.io/batch-cpu")
+            .is_none()
+    );
+
+    // A Device with an unreadable amount: the GPU plugin fails, named on
+    // the node; RDMA still runs.
+    let mut broken = gpu_device("worker");
+    broken.spec.devices.as_mut().unwrap()[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .insert(
+            "koordinator.sh/gpu-core".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+        );
+    view.node_metrics = vec![Arc::new(fresh_metric("worker", now))];
+    view.devices = Some(vec![Arc::new(broken)]);
+    let plan = plan_pass(
+        &view,
+        &colocation_config(),
+        only_resources,
+        &HashMap::new(),
+        now,
+    );
+    assert_eq!(
+        plan.plugin_runs,
+        [("GPUDeviceResource", false), ("RDMADeviceResource", true)]
+    );
+    assert!(
+        plan.refused[0]
+            .reason
+            .contains("spec.devices[0].resources[koordinator.sh/gpu-core]"),
+        "{:?}",
+        plan.refused
+    );
+    let (status, meta) = node_writes(&plan.actions, "worker");
+    let status = status.unwrap();
+    assert!(
+        status["status"]["allocatable"]
+            .get("koordinator.sh/gpu-core")
+            .is_none()
+    );
+    assert_eq!(
+        status["status"]["allocatable"]["koordinator.sh/rdma"],
+        "100"
+    );
+    assert!(meta.unwrap()["metadata"].get("labels").is_none());
 }

@@ -4,11 +4,14 @@
 
 pub mod config;
 pub mod cpunormalization;
+pub mod device_resources;
+pub mod gpudeviceresource;
 pub mod node_meta;
 pub mod nodemetric;
 pub mod noderesource;
 pub mod nodeslo;
 pub mod numa_batch;
+pub mod rdmadeviceresource;
 pub mod resourceamplification;
 pub mod resources;
 
@@ -42,6 +45,9 @@ pub struct NodePlan {
     /// of the node's NodeResourceTopology, or why its zones are left as
     /// they are.
     pub numa_batch: Result<Vec<(String, numa_batch::ZoneQuantities)>, String>,
+    /// What the GPUDeviceResource and RDMADeviceResource plugins make of
+    /// the node's Device.
+    pub devices: device_resources::DevicePlan,
 }
 
 /// Inputs of [`plan_node_with`] beyond the node's own objects.
@@ -54,6 +60,10 @@ pub struct NodeExtras<'a> {
     /// ConfigMap keys never valid since start, with why.
     pub unavailable_keys: Option<&'a BTreeMap<String, String>>,
     pub plugins: NodeResourcePlugins,
+    /// The Device named after the node, if any.
+    pub device: Option<&'a apis::scheduling::v1alpha1::Device>,
+    /// Upstream's `EnableSyncGPUSharedResource` gate.
+    pub sync_gpu_shared_resource: bool,
 }
 
 /// Computes the NodeSLO spec and the extended resources of one node (no
@@ -89,13 +99,19 @@ pub fn plan_node_with(
     extras: NodeExtras<'_>,
 ) -> NodePlan {
     let colocation = node_colocation(config, node);
+    let colocation_on =
+        noderesource::colocation_enabled(colocation.cluster_enabled, colocation.strategy.as_ref());
+    let devices = device_resources::plan_devices(
+        node,
+        extras.device,
+        extras.plugins,
+        colocation_on,
+        extras.sync_gpu_shared_resource,
+    );
     let no_keys = BTreeMap::new();
     let meta = plan_node_meta(MetaInputs {
         node,
-        colocation_enabled: noderesource::colocation_enabled(
-            colocation.cluster_enabled,
-            colocation.strategy.as_ref(),
-        ),
+        colocation_enabled: colocation_on,
         config,
         unavailable_keys: extras.unavailable_keys.unwrap_or(&no_keys),
         topology_annotations: extras.topology_annotations,
@@ -141,6 +157,7 @@ pub fn plan_node_with(
         desired_status,
         meta,
         numa_batch,
+        devices,
     }
 }
 

@@ -18,18 +18,17 @@ use apis::extension::{
 };
 use k8s_openapi::api::core::v1::Node;
 
-use super::{cpunormalization, resourceamplification};
+use super::{cpunormalization, gpudeviceresource, rdmadeviceresource, resourceamplification};
 
 /// Upstream's plugin names, in its registration order; every one is enabled
-/// by default. `GPUDeviceResource` and `RDMADeviceResource` are accepted and
-/// have no effect here.
+/// by default.
 pub const ALL_NODE_RESOURCE_PLUGINS: [&str; 6] = [
     "MidResource",
     "BatchResource",
     cpunormalization::PLUGIN_NAME,
     resourceamplification::PLUGIN_NAME,
-    "GPUDeviceResource",
-    "RDMADeviceResource",
+    gpudeviceresource::PLUGIN_NAME,
+    rdmadeviceresource::PLUGIN_NAME,
 ];
 
 /// Which node resource plugins run (`--noderesource-plugins`).
@@ -39,6 +38,8 @@ pub struct NodeResourcePlugins {
     pub batch_resource: bool,
     pub cpu_normalization: bool,
     pub resource_amplification: bool,
+    pub gpu_device_resource: bool,
+    pub rdma_device_resource: bool,
 }
 
 impl Default for NodeResourcePlugins {
@@ -53,6 +54,8 @@ impl NodeResourcePlugins {
         batch_resource: true,
         cpu_normalization: true,
         resource_amplification: true,
+        gpu_device_resource: true,
+        rdma_device_resource: true,
     };
 
     /// Upstream's selection: `None` (flag not given) enables every plugin;
@@ -80,6 +83,8 @@ impl NodeResourcePlugins {
             batch_resource: enabled("BatchResource"),
             cpu_normalization: enabled(cpunormalization::PLUGIN_NAME),
             resource_amplification: enabled(resourceamplification::PLUGIN_NAME),
+            gpu_device_resource: enabled(gpudeviceresource::PLUGIN_NAME),
+            rdma_device_resource: enabled(rdmadeviceresource::PLUGIN_NAME),
         }
     }
 
@@ -373,6 +378,9 @@ mod tests {
         assert!(!only_batch.cpu_normalization && !only_batch.resource_amplification);
         let all_but = NodeResourcePlugins::from_flag(Some(&list(&["*", "-ResourceAmplification"])));
         assert!(all_but.cpu_normalization && !all_but.resource_amplification);
+        assert!(all_but.gpu_device_resource && all_but.rdma_device_resource);
+        let no_gpu = NodeResourcePlugins::from_flag(Some(&list(&["*", "-GPUDeviceResource"])));
+        assert!(!no_gpu.gpu_device_resource && no_gpu.rdma_device_resource);
         // The first entry naming a plugin decides.
         let first =
             NodeResourcePlugins::from_flag(Some(&list(&["-BatchResource", "*", "BatchResource"])));
@@ -384,7 +392,9 @@ mod tests {
                 mid_resource: false,
                 batch_resource: false,
                 cpu_normalization: false,
-                resource_amplification: false
+                resource_amplification: false,
+                gpu_device_resource: false,
+                rdma_device_resource: false,
             }
         );
         assert_eq!(

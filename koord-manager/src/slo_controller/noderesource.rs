@@ -211,6 +211,13 @@ pub(crate) fn complete(strategy: &ColocationStrategy) -> ColocationStrategy {
     merged(&default_colocation_strategy(), strategy)
 }
 
+/// The node's `resourceDiffThreshold` (upstream's default 0.1 when unset).
+pub fn resource_diff_threshold(strategy: Option<&ColocationStrategy>) -> f64 {
+    complete(strategy.unwrap_or(&ColocationStrategy::default()))
+        .resource_diff_threshold
+        .unwrap_or(0.1)
+}
+
 /// Whether colocation is on for this node. `strategy` is the node's merged
 /// strategy, `None` when the cluster config is invalid.
 pub fn colocation_enabled(cluster_enabled: bool, strategy: Option<&ColocationStrategy>) -> bool {
