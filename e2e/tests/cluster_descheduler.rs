@@ -1,17 +1,24 @@
 //! koord-descheduler on the local cluster: the chart's Deployment becomes Ready, one replica holds
-//! the `koord-descheduler` Lease, and LowNodeLoad turns a hot node's pod into a PodMigrationJob.
+//! the `koord-descheduler` Lease, LowNodeLoad turns a hot node's pod into a PodMigrationJob, and
+//! the MigrationController carries it out through a Reservation on the cold node while the
+//! workload never drops below its PodDisruptionBudget.
 //!
 //! What one real node allows: upstream's descheduler refuses to run a round with fewer than two
 //! ready nodes, and LowNodeLoad moves pods only from a hot node to a cold one. So the test
 //! 1. checks that with the real node alone no job is made for its pods over three rounds;
-//! 2. adds a cold node: a Node object with no kubelet (tainted so that nothing else lands on it;
-//!    the test pods tolerate the taint, so the MigrationController's node fit passes), kept Ready
-//!    by the test's heartbeat, with a NodeMetric showing zero usage;
+//! 2. adds a cold node: a KWOK-simulated node (`local-cluster.sh kwok node`, tainted so that
+//!    nothing else lands on it; the test pods tolerate the taint), kept Ready by kwok, with a
+//!    NodeMetric the test keeps fresh at zero usage (no koordlet runs there);
 //! 3. with thresholds so low that the real node is hot (any resource above 2 %) and the empty one
 //!    cold (below 1 %), waits for a PodMigrationJob for one of its pods, with upstream's mode,
 //!    trigger and reason annotations. LowNodeLoad's nodeFit only moves a pod whose usage the hot
 //!    node's NodeMetric reports, so the job follows koordlet's next report that includes the
-//!    test pods (within its report interval, inside the wait).
+//!    test pods (within its report interval, inside the wait);
+//! 4. waits for the job to succeed: a Reservation is placed on the cold node, the victim is
+//!    evicted (the PodDisruptionBudget, minAvailable 2 of 3, allows one), its replacement lands in
+//!    the Reservation and runs there (kwok); all along at least two replicas stay Ready.
+//!
+//! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`).
 //!
 //! It needs the chart installed with (helm flags):
 //!   --set descheduler.lowNodeLoad.enabled=true
@@ -34,6 +41,7 @@ use e2e::cluster::{KOORD_NAMESPACE, component_pods, delete_from_drop, eventually
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -42,7 +50,8 @@ use serde_json::json;
 /// The namespace the test's chart settings make evictable.
 const NAMESPACE: &str = "koord-e2e-descheduler";
 const COLD_NODE: &str = "koord-e2e-descheduler-cold";
-const FAKE_TAINT: &str = "koord-e2e/no-kubelet";
+/// The taint of KWOK's simulated nodes (hack/local-cluster/lib.sh).
+const FAKE_TAINT: &str = "kwok.x-k8s.io/node";
 const WORKLOAD: &str = "hot-pods";
 const FLAGS: &str = "--set descheduler.lowNodeLoad.enabled=true --set descheduler.deschedulingInterval=5s \
     --set-json 'descheduler.lowNodeLoad.lowThresholds={\"cpu\":1,\"memory\":1}' \
@@ -66,6 +75,13 @@ impl Drop for Cleanup {
             }
             Ok::<_, kube::Error>(())
         });
+        let pdb = delete_from_drop(|client| async move {
+            Api::<PodDisruptionBudget>::namespaced(client, NAMESPACE)
+                .delete(WORKLOAD, &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .or_else(ignore_not_found)
+        });
         let node = delete_from_drop(|client| async move {
             Api::<Node>::all(client.clone())
                 .delete(COLD_NODE, &DeleteParams::background())
@@ -85,7 +101,7 @@ impl Drop for Cleanup {
                 .map(|_| ())
                 .or_else(ignore_not_found)
         });
-        if !(jobs && node && namespace) {
+        if !(jobs && pdb && node && namespace) {
             eprintln!(
                 "cleanup incomplete (jobs {jobs}, node {node}, namespace {namespace}): delete \
                  namespace {NAMESPACE}, node and NodeMetric {COLD_NODE} and their jobs by hand"
@@ -131,29 +147,27 @@ fn now() -> String {
     Timestamp::now().to_string()
 }
 
-fn cold_node() -> anyhow::Result<Node> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": COLD_NODE, "labels": {"kubernetes.io/hostname": COLD_NODE, "koord-e2e": "true"}},
-        "spec": {"taints": [{"key": FAKE_TAINT, "value": "true", "effect": "NoSchedule"}]},
-        "status": {
-            "capacity": {"cpu": "32", "memory": "64Gi", "pods": "110"},
-            "allocatable": {"cpu": "32", "memory": "64Gi", "pods": "110"},
-        }
-    }))?)
+/// Runs the local cluster's script with `args` (kwok up, kwok node …).
+fn local_cluster(args: &[&str]) -> anyhow::Result<()> {
+    let script = std::env::var("KOORD_E2E_LOCAL_CLUSTER").context(
+        "KOORD_E2E_LOCAL_CLUSTER (the local cluster's local-cluster.sh) is needed for kwok",
+    )?;
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {script} {args:?}"))?;
+    ensure!(
+        output.status.success(),
+        "{script} {args:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
 }
 
-/// Keeps the cold node Ready (no kubelet posts its status) and its NodeMetric fresh.
+/// Keeps the cold node's NodeMetric fresh at zero usage (kwok keeps the node itself Ready).
 async fn heartbeat(client: &Client) -> anyhow::Result<()> {
-    let status = json!({"status": {"conditions": [{
-        "type": "Ready", "status": "True", "reason": "KoordE2EHeartbeat",
-        "message": "kept Ready by cluster_descheduler", "lastHeartbeatTime": now(),
-        "lastTransitionTime": now(),
-    }]}});
-    Api::<Node>::all(client.clone())
-        .patch_status(COLD_NODE, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .context("the cold node's status")?;
     let zero = json!({"resources": {"cpu": "0", "memory": "0"}});
     let metric = json!({"status": {
         "updateTime": now(),
@@ -303,11 +317,19 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
             .collect::<Vec<_>>()
     );
 
-    // A cold node joins.
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &cold_node()?)
+    // The workload may lose one replica at a time.
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": WORKLOAD, "namespace": NAMESPACE},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": WORKLOAD}}}
+    }))?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &pdb)
         .await
-        .context("the cold node")?;
+        .context("the PodDisruptionBudget")?;
+
+    // A cold node joins: simulated by kwok.
+    local_cluster(&["kwok", "up"])?;
+    local_cluster(&["kwok", "node", COLD_NODE, "32", "64Gi"])?;
     let metric: NodeMetric = serde_json::from_value(json!({
         "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
         "metadata": {"name": COLD_NODE}, "spec": {}
@@ -334,12 +356,37 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
         }
     });
 
+    // From now on, the fewest Ready replicas seen.
+    let fewest_ready = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+    let watching = tokio::spawn({
+        let pods = pods.clone();
+        let fewest_ready = std::sync::Arc::clone(&fewest_ready);
+        async move {
+            loop {
+                if let Ok(list) = pods
+                    .list(&ListParams::default().labels(&format!("app={WORKLOAD}")))
+                    .await
+                {
+                    let ready = list.items.iter().filter(|pod| pod_ready(pod)).count();
+                    fewest_ready.fetch_min(ready, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    });
+
     let found = eventually("a PodMigrationJob for a test pod", || async {
         Ok(jobs_for_test_pods(&client).await?.into_iter().next())
     })
     .await;
-    beating.abort();
-    let job = found?;
+    let job = match found {
+        Ok(job) => job,
+        Err(err) => {
+            beating.abort();
+            watching.abort();
+            return Err(err);
+        }
+    };
     let pod = job.spec.pod_ref.name.clone().unwrap_or_default();
     ensure!(
         names.contains(&pod),
@@ -363,9 +410,88 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
         "the job's podRef has no uid: {}",
         serde_json::to_string(&job.spec.pod_ref).unwrap_or_default()
     );
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    eprintln!("PodMigrationJob {job_name} for {pod}: {reason}");
+
+    // The MigrationController carries it out through a Reservation on the cold node.
+    let jobs: Api<PodMigrationJob> = Api::all(client.clone());
+    let finished = eventually("the PodMigrationJob finished", || async {
+        let current = jobs.get(&job_name).await?;
+        let phase = current
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_ref())
+            .map(|p| serde_json::to_value(p).unwrap_or_default());
+        Ok(match phase {
+            Some(phase)
+                if phase == json!("Succeeded")
+                    || phase == json!("Failed")
+                    || phase == json!("Aborted") =>
+            {
+                Some(current)
+            }
+            _ => None,
+        })
+    })
+    .await;
+    beating.abort();
+    watching.abort();
+    let finished = finished?;
+    let status = finished.status.clone().unwrap_or_default();
+    ensure!(
+        serde_json::to_value(&status.phase)? == json!("Succeeded"),
+        "the job ended {:?}: {:?} {:?}",
+        status.phase,
+        status.reason,
+        status.message
+    );
+    let reservation = finished
+        .spec
+        .reservation_options
+        .as_ref()
+        .and_then(|o| o.reservation_ref.as_ref())
+        .and_then(|r| r.name.clone());
+    ensure!(
+        reservation.is_some(),
+        "the job succeeded without a Reservation: {}",
+        serde_json::to_string(&finished.spec).unwrap_or_default()
+    );
+    ensure!(
+        pods.get_opt(&pod)
+            .await?
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the victim {pod} is still there"
+    );
+    let on_cold: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("app={WORKLOAD}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(COLD_NODE))
+        .filter(pod_ready)
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    ensure!(
+        !on_cold.is_empty(),
+        "no Ready replica on the cold node {COLD_NODE} after the job succeeded"
+    );
+    let fewest = fewest_ready.load(std::sync::atomic::Ordering::Relaxed);
+    ensure!(
+        fewest >= 2,
+        "the workload dropped to {fewest} Ready replicas (its PodDisruptionBudget wants 2)"
+    );
     eprintln!(
-        "PodMigrationJob {:?} for {pod}: {reason}",
-        job.metadata.name
+        "migrated {pod} through Reservation {} to {on_cold:?}; fewest Ready replicas {fewest}",
+        reservation.unwrap_or_default()
     );
     Ok(())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

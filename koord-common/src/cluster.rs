@@ -241,11 +241,12 @@ pub async fn connect(options: &ClusterOptions) -> Result<ConnectedCluster, Clust
         }
     };
     let api_server = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config.clone()).map_err(|err| ClusterError::BuildClient {
-        api_server: api_server.clone(),
-        origin: origin.clone(),
-        reason: error_chain(&err),
-    })?;
+    let client =
+        kube::Client::try_from(config.clone()).map_err(|err| ClusterError::BuildClient {
+            api_server: api_server.clone(),
+            origin: origin.clone(),
+            reason: error_chain(&err),
+        })?;
 
     match tokio::time::timeout_at(deadline, client.apiserver_version()).await {
         Ok(Ok(info)) => Ok(ConnectedCluster {

@@ -276,8 +276,8 @@ pub async fn run(args: DeschedulerArgs) -> anyhow::Result<ShutdownReason> {
     // schedule instead of kube's default retries holding the call for minutes.
     let mut eviction_config = connected.config.clone();
     eviction_config.default_retry = false;
-    let eviction_client = kube::Client::try_from(eviction_config)
-        .context("building the eviction client")?;
+    let eviction_client =
+        kube::Client::try_from(eviction_config).context("building the eviction client")?;
     let migration = migration::MigrationHandle::new(migration_args(&configuration))
         .context("MigrationController arguments")?
         .with_eviction_client(eviction_client);
