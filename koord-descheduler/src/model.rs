@@ -87,13 +87,14 @@ impl NodeView {
                 .and_then(|status| status.allocatable.as_ref())
                 .unwrap_or(&BTreeMap::new()),
         );
+        let allocatable = with_current_resource_names(allocatable);
         problems.extend(bad.into_iter().map(|p| format!("status.allocatable {p}")));
         let annotations = metadata.annotations.clone().unwrap_or_default();
         let capacity = match apis::extension::get_node_raw_allocatable(&annotations) {
             Ok(Some(raw)) => {
                 let (raw, bad) = amounts_of(&raw);
                 problems.extend(bad.into_iter().map(|p| format!("raw allocatable {p}")));
-                raw
+                with_current_resource_names(raw)
             }
             Ok(None) => allocatable.clone(),
             Err(err) => {
@@ -211,6 +212,7 @@ impl PodView {
         };
         let volumes = spec.and_then(|spec| spec.volumes.as_deref()).unwrap_or(&[]);
         let (requests, bad) = pod_requests(pod);
+        let requests = with_current_resource_names(requests);
         problems.extend(bad);
         let namespace = metadata.namespace.clone().unwrap_or_default();
         let name = metadata.name.clone().unwrap_or_default();
@@ -298,6 +300,30 @@ fn parse_cost(text: &str) -> Option<i32> {
         return None;
     }
     text.parse().ok()
+}
+
+/// Deprecated batch and device resource names moved to their current ones, as
+/// upstream's descheduler transforms every Pod and Node it caches (the
+/// scheduler's transformers, `apis::extension::deprecated`): when the current
+/// name is present too, it wins and the deprecated entry stays, unread.
+pub fn with_current_resource_names(mut amounts: Amounts) -> Amounts {
+    let deprecated: Vec<(String, &'static str)> = amounts
+        .keys()
+        .filter_map(|name| {
+            apis::extension::deprecated::current_batch_resource_name(name)
+                .or_else(|| apis::extension::deprecated::current_device_resource_name(name))
+                .map(|current| (name.clone(), current))
+        })
+        .collect();
+    for (name, current) in deprecated {
+        if amounts.contains_key(current) {
+            continue;
+        }
+        if let Some(value) = amounts.remove(&name) {
+            amounts.insert(current.to_owned(), value);
+        }
+    }
+    amounts
 }
 
 /// The pod's effective requests (Kubernetes `resourcehelper.PodRequests`):
@@ -511,4 +537,52 @@ pub struct ClusterView {
     pub pdbs: Vec<PdbView>,
     pub workloads: Vec<WorkloadView>,
     pub migration_jobs: Vec<MigrationJobView>,
+}
+
+#[cfg(test)]
+mod deprecated_name_tests {
+    use super::*;
+
+    fn pod(requests: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": requests}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_and_nodes_read_deprecated_names_as_the_current_ones() {
+        let view = PodView::of(&pod(serde_json::json!({
+            "cpu": "1",
+            "koordinator.sh/batch-cpu": "1000",
+            "kubernetes.io/gpu-core": "50",
+        })));
+        assert_eq!(view.requests.get("kubernetes.io/batch-cpu"), Some(&1000));
+        assert_eq!(view.requests.get("koordinator.sh/gpu-core"), Some(&50));
+        assert!(!view.requests.contains_key("koordinator.sh/batch-cpu"));
+
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "status": {"allocatable": {"cpu": "8", "koordinator.sh/batch-memory": "1Gi"}}
+        }))
+        .unwrap();
+        let view = NodeView::of(&node);
+        assert_eq!(
+            view.allocatable.get("kubernetes.io/batch-memory"),
+            Some(&(1 << 30))
+        );
+        assert_eq!(view.capacity, view.allocatable);
+    }
+
+    #[test]
+    fn the_current_name_wins_when_both_are_given() {
+        let view = PodView::of(&pod(serde_json::json!({
+            "koordinator.sh/batch-cpu": "1000",
+            "kubernetes.io/batch-cpu": "300",
+        })));
+        assert_eq!(view.requests.get("kubernetes.io/batch-cpu"), Some(&300));
+        assert_eq!(view.requests.get("koordinator.sh/batch-cpu"), Some(&1000));
+    }
 }
