@@ -1,0 +1,1348 @@
+//! The colocation benchmark's harness (run it through `hack/bench-colocation.sh`).
+//!
+//! One binary plays every part, so the parts can sit in different cgroups:
+//! - `serve`: the latency-sensitive service, a small HTTP/1.1 server whose
+//!   every request costs a fixed amount of CPU work (not wall time, so CPU
+//!   contention shows up as latency);
+//! - `load`: an open-loop load generator: requests are due on a fixed
+//!   schedule and each latency counts from the time the request was due, so
+//!   a slow server cannot slow the generator down and hide its own delay;
+//! - `batch`: the best-effort job, busy threads counting work units;
+//! - `run`: lays out kubelet-style cgroups, starts the others in them, runs
+//!   every configuration with the same load pattern, samples the cgroups
+//!   and prints the table (and CSV files for the plots).
+//!
+//! Needs root and cgroup v1 cpu, cpuacct, cpuset and memory hierarchies.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::hint::black_box;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];
+/// Cgroups this harness makes carry this prefix, so a crashed run's leftovers
+/// are recognised and removed by the next one.
+const PREFIX: &str = "koord-bench";
+const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// A request head larger than this is refused by the service.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("serve") => Options::parse(&args[1..]).and_then(|o| serve(&o)),
+        Some("load") => Options::parse(&args[1..]).and_then(|o| load(&o)),
+        Some("batch") => Options::parse(&args[1..]).and_then(|o| batch(&o)),
+        Some("run") => Options::parse(&args[1..]).and_then(|o| run(&o)),
+        _ => Err(USAGE.to_string()),
+    };
+    if let Err(message) = result {
+        eprintln!("koord-colocation-bench: {message}");
+        std::process::exit(2);
+    }
+}
+
+const USAGE: &str =
+    "usage: koord-colocation-bench run --koordlet PATH [--out DIR] [--phase-seconds N]
+                     [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
+  runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset
+  (serve, load and batch are the parts `run` starts)";
+
+/// `--key value` pairs; every option takes a value.
+struct Options(HashMap<String, String>);
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut map = HashMap::new();
+        let mut iter = args.iter();
+        while let Some(key) = iter.next() {
+            let name = key
+                .strip_prefix("--")
+                .ok_or_else(|| format!("unexpected argument {key:?}\n{USAGE}"))?;
+            let value = iter
+                .next()
+                .ok_or_else(|| format!("--{name} needs a value"))?;
+            map.insert(name.to_string(), value.clone());
+        }
+        Ok(Self(map))
+    }
+
+    fn text(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn number<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, String> {
+        match self.0.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("--{key} {v:?} is not a number")),
+        }
+    }
+}
+
+/// Fixed CPU work: a xorshift loop the optimiser cannot remove.
+fn spin(iterations: u64) -> u64 {
+    let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
+    for _ in 0..iterations {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    black_box(x)
+}
+
+/// Iterations of `spin` per microsecond on an idle CPU (the fastest of a few
+/// tries, so a preemption during one try does not skew it).
+fn calibrate() -> f64 {
+    let iterations = 2_000_000u64;
+    let mut best = f64::MAX;
+    for _ in 0..7 {
+        let start = Instant::now();
+        spin(iterations);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    iterations as f64 / (best * 1e6)
+}
+
+// ---------------------------------------------------------------- serve
+
+fn serve(options: &Options) -> Result<(), String> {
+    let port: u16 = options.number("port", 0)?;
+    let iterations: u64 = options.number("iters", 0)?;
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("bind 127.0.0.1:{port}: {e}"))?;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        thread::spawn(move || {
+            let _ = serve_connection(stream, iterations);
+        });
+    }
+    Ok(())
+}
+
+fn serve_connection(stream: TcpStream, iterations: u64) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        // Read one request head (no bodies: the generator only sends GETs).
+        let mut head = 0usize;
+        loop {
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            head += line.len();
+            if head > MAX_REQUEST_HEAD {
+                writer.write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")?;
+                return Ok(());
+            }
+            if line == "\r\n" || line == "\n" {
+                break;
+            }
+        }
+        let checksum = spin(iterations);
+        let body = format!("{:016x}", checksum);
+        write!(
+            writer,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+    }
+}
+
+// ---------------------------------------------------------------- load
+
+/// One phase of the load pattern: this many seconds at this many requests/s.
+#[derive(Clone, Copy, Debug)]
+struct Phase {
+    seconds: f64,
+    rate: f64,
+}
+
+fn parse_schedule(text: &str) -> Result<Vec<Phase>, String> {
+    text.split(',')
+        .map(|item| {
+            let (seconds, rate) = item
+                .split_once(':')
+                .ok_or_else(|| format!("schedule item {item:?} is not SECONDS:RATE"))?;
+            let phase = Phase {
+                seconds: seconds
+                    .parse()
+                    .map_err(|_| format!("bad seconds in {item:?}"))?,
+                rate: rate.parse().map_err(|_| format!("bad rate in {item:?}"))?,
+            };
+            if !(phase.seconds > 0.0
+                && phase.seconds <= 3600.0
+                && (0.0..=100_000.0).contains(&phase.rate))
+            {
+                return Err(format!("schedule item {item:?} is out of range"));
+            }
+            Ok(phase)
+        })
+        .collect()
+}
+
+fn load(options: &Options) -> Result<(), String> {
+    let port: u16 = options.number("port", 0)?;
+    let connections: usize = options.number("conns", 64)?;
+    let schedule = parse_schedule(options.text("schedule").ok_or("--schedule is required")?)?;
+    let out = PathBuf::from(options.text("out").ok_or("--out is required")?);
+    // The harness starts the schedule at a shared instant: it passes the delay.
+    let start_in_ms: u64 = options.number("start-in-ms", 200)?;
+    let start = Instant::now() + Duration::from_millis(start_in_ms);
+
+    let (due_tx, due_rx) = mpsc::sync_channel::<Instant>(1 << 20);
+    let due_rx = Arc::new(Mutex::new(due_rx));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..connections.clamp(1, 1024) {
+        let due_rx = Arc::clone(&due_rx);
+        let errors = Arc::clone(&errors);
+        workers.push(thread::spawn(move || {
+            let mut records: Vec<(u32, u32)> = Vec::new();
+            let mut connection: Option<(TcpStream, BufReader<TcpStream>)> = None;
+            loop {
+                let due = match due_rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                    Ok(due) => due,
+                    Err(_) => break,
+                };
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    thread::sleep(wait);
+                }
+                match request(&mut connection, port) {
+                    Ok(()) => {
+                        let latency = due.elapsed();
+                        let due_ms = due.saturating_duration_since(start).as_millis();
+                        records.push((
+                            u32::try_from(due_ms).unwrap_or(u32::MAX),
+                            u32::try_from(latency.as_micros()).unwrap_or(u32::MAX),
+                        ));
+                    }
+                    Err(_) => {
+                        connection = None;
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            records
+        }));
+    }
+
+    // Dispatch each request at its due time; a busy pool lets them queue.
+    let mut phase_start = start;
+    for phase in &schedule {
+        let phase_end = phase_start + Duration::from_secs_f64(phase.seconds);
+        if phase.rate > 0.0 {
+            let interval = Duration::from_secs_f64(1.0 / phase.rate);
+            let mut due = phase_start;
+            while due < phase_end {
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    thread::sleep(wait);
+                }
+                if due_tx.send(due).is_err() {
+                    break;
+                }
+                due += interval;
+            }
+        }
+        if let Some(wait) = phase_end.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+        phase_start = phase_end;
+    }
+    drop(due_tx);
+
+    let mut text = String::new();
+    let mut count = 0usize;
+    for worker in workers {
+        for (due_ms, latency_us) in worker.join().map_err(|_| "a load worker panicked")? {
+            let _ = writeln!(text, "{due_ms} {latency_us}");
+            count += 1;
+        }
+    }
+    fs::write(&out, text).map_err(|e| format!("write {}: {e}", out.display()))?;
+    println!("requests {count} errors {}", errors.load(Ordering::Relaxed));
+    Ok(())
+}
+
+fn request(
+    connection: &mut Option<(TcpStream, BufReader<TcpStream>)>,
+    port: u16,
+) -> std::io::Result<()> {
+    if connection.is_none() {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let reader = BufReader::new(stream.try_clone()?);
+        *connection = Some((stream, reader));
+    }
+    let (stream, reader) = connection.as_mut().expect("connected above");
+    stream.write_all(b"GET /work HTTP/1.1\r\nHost: ls\r\n\r\n")?;
+    let mut content_length = 0usize;
+    let mut line = String::new();
+    let mut status_seen = false;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if !status_seen {
+            status_seen = true;
+            if !line.starts_with("HTTP/1.1 200") {
+                return Err(std::io::Error::other(format!("status {}", line.trim())));
+            }
+            continue;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            content_length = value.trim().parse().unwrap_or(0).min(1 << 20);
+        }
+    }
+    let mut body = vec![0u8; content_length];
+    reader.read_exact(&mut body)
+}
+
+// ---------------------------------------------------------------- batch
+
+fn batch(options: &Options) -> Result<(), String> {
+    let threads: usize = options.number("threads", 1)?;
+    let iterations: u64 = options.number("iters", 1000)?;
+    let units = Arc::new(AtomicU64::new(0));
+    for _ in 0..threads.clamp(1, 256) {
+        let units = Arc::clone(&units);
+        thread::spawn(move || {
+            loop {
+                spin(iterations);
+                units.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    // The harness reads "milliseconds units" lines from stdout.
+    let start = Instant::now();
+    let stdout = std::io::stdout();
+    loop {
+        thread::sleep(Duration::from_millis(100));
+        let mut out = stdout.lock();
+        if writeln!(
+            out,
+            "{} {}",
+            start.elapsed().as_millis(),
+            units.load(Ordering::Relaxed)
+        )
+        .is_err()
+            || out.flush().is_err()
+        {
+            return Ok(());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- cgroups
+
+fn cgroup_path(controller: &str, dir: &str) -> PathBuf {
+    Path::new(CGROUP_ROOT).join(controller).join(dir)
+}
+
+fn read_trimmed(path: &Path) -> Result<String, String> {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| format!("read {}: {e}", path.display()))
+}
+
+fn write_value(path: &Path, value: &str) -> Result<(), String> {
+    fs::write(path, value).map_err(|e| format!("write {value:?} to {}: {e}", path.display()))
+}
+
+/// Makes `dir` in every controller; a new cpuset cgroup gets its parent's
+/// CPUs and memory nodes. Returns whether this call created it.
+fn make_cgroup(dir: &str) -> Result<bool, String> {
+    let mut created = false;
+    for controller in CONTROLLERS {
+        let path = cgroup_path(controller, dir);
+        if path.is_dir() {
+            continue;
+        }
+        fs::create_dir(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+        created = true;
+        if controller == "cpuset" {
+            let parent = path.parent().expect("cgroup has a parent").to_path_buf();
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                write_value(&path.join(file), &read_trimmed(&parent.join(file))?)?;
+            }
+        }
+    }
+    Ok(created)
+}
+
+fn remove_cgroup(dir: &str) {
+    for controller in CONTROLLERS {
+        let path = cgroup_path(controller, dir);
+        for _ in 0..50 {
+            if !path.exists() || fs::remove_dir(&path).is_ok() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn move_into(dir: &str, pid: u32) -> Result<(), String> {
+    for controller in CONTROLLERS {
+        write_value(
+            &cgroup_path(controller, dir).join("cgroup.procs"),
+            &pid.to_string(),
+        )?;
+    }
+    Ok(())
+}
+
+fn cpu_count_of(list: &str) -> usize {
+    list.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => match (a.parse::<usize>(), b.parse::<usize>()) {
+                (Ok(a), Ok(b)) if b >= a => b - a + 1,
+                _ => 0,
+            },
+            None => usize::from(part.parse::<usize>().is_ok()),
+        })
+        .sum()
+}
+
+/// The kubelet-style layout of one run: tiers, the two pods and their
+/// containers, plus a cgroup for the load generator outside kubepods.
+struct Layout {
+    ls_pod: String,
+    ls_container: String,
+    be_tier: String,
+    be_pod: String,
+    be_container: String,
+    generator: String,
+    /// What this harness created, parents first (removed in reverse).
+    created: Vec<String>,
+}
+
+const LS_UID: &str = "koord-bench-ls";
+const BE_UID: &str = "koord-bench-be";
+const LS_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000a1";
+const BE_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000b2";
+
+impl Layout {
+    fn create() -> Result<Self, String> {
+        let mut layout = Layout {
+            ls_pod: format!("kubepods/burstable/pod{LS_UID}"),
+            ls_container: format!("kubepods/burstable/pod{LS_UID}/{LS_CONTAINER_ID}"),
+            be_tier: "kubepods/besteffort".into(),
+            be_pod: format!("kubepods/besteffort/pod{BE_UID}"),
+            be_container: format!("kubepods/besteffort/pod{BE_UID}/{BE_CONTAINER_ID}"),
+            generator: format!("{PREFIX}-loadgen"),
+            created: Vec::new(),
+        };
+        // Leftovers of a crashed run would hold stale limits: start clean.
+        for dir in [
+            &layout.ls_container,
+            &layout.ls_pod,
+            &layout.be_container,
+            &layout.be_pod,
+            &layout.generator,
+        ] {
+            remove_cgroup(dir);
+        }
+        let dirs = [
+            "kubepods".to_string(),
+            "kubepods/burstable".to_string(),
+            layout.be_tier.clone(),
+            layout.ls_pod.clone(),
+            layout.ls_container.clone(),
+            layout.be_pod.clone(),
+            layout.be_container.clone(),
+            layout.generator.clone(),
+        ];
+        for dir in dirs {
+            if make_cgroup(&dir)? {
+                layout.created.push(dir);
+            }
+        }
+        // The shares the kubelet would give: the node's CPUs to kubepods (only
+        // when this harness made it), 1024 per requested LS core, 2 for best
+        // effort.
+        let ncpu = thread::available_parallelism().map_or(1, |n| n.get());
+        if layout.created.iter().any(|d| d == "kubepods") {
+            let shares = (ncpu * 1024).to_string();
+            write_value(&cgroup_path("cpu", "kubepods").join("cpu.shares"), &shares)?;
+        }
+        if layout.created.iter().any(|d| d == "kubepods/burstable") {
+            write_value(
+                &cgroup_path("cpu", "kubepods/burstable").join("cpu.shares"),
+                "1024",
+            )?;
+        }
+        write_value(
+            &cgroup_path("cpu", &layout.ls_pod).join("cpu.shares"),
+            "1024",
+        )?;
+        for dir in [&layout.be_tier, &layout.be_pod, &layout.be_container] {
+            write_value(&cgroup_path("cpu", dir).join("cpu.shares"), "2")?;
+        }
+        layout.reset_be_limits()?;
+        Ok(layout)
+    }
+
+    /// Undoes what an agent wrote in the previous run: no quota, every CPU.
+    fn reset_be_limits(&self) -> Result<(), String> {
+        let all_cpus = read_trimmed(&cgroup_path("cpuset", "kubepods").join("cpuset.cpus"))?;
+        for dir in [&self.be_tier, &self.be_pod, &self.be_container] {
+            write_value(&cgroup_path("cpu", dir).join("cpu.cfs_quota_us"), "-1")?;
+            write_value(&cgroup_path("cpuset", dir).join("cpuset.cpus"), &all_cpus)?;
+        }
+        Ok(())
+    }
+
+    fn remove(&self) {
+        for dir in self.created.iter().rev() {
+            remove_cgroup(dir);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- run
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum RunKind {
+    LsAlone,
+    NoAgent,
+    KoordletCfsQuota,
+    KoordletCpuset,
+}
+
+impl RunKind {
+    fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "ls-alone" => Ok(Self::LsAlone),
+            "no-agent" => Ok(Self::NoAgent),
+            "koordlet-cfsquota" => Ok(Self::KoordletCfsQuota),
+            "koordlet-cpuset" => Ok(Self::KoordletCpuset),
+            other => Err(format!("unknown run {other:?}")),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Self::LsAlone => "ls-alone",
+            Self::NoAgent => "no-agent",
+            Self::KoordletCfsQuota => "koordlet-cfsquota",
+            Self::KoordletCpuset => "koordlet-cpuset",
+        }
+    }
+    fn with_batch(self) -> bool {
+        self != Self::LsAlone
+    }
+    fn policy(self) -> Option<&'static str> {
+        match self {
+            Self::KoordletCfsQuota => Some("cfsQuota"),
+            Self::KoordletCpuset => Some("cpuset"),
+            _ => None,
+        }
+    }
+}
+
+/// One sample of the cgroups and the node, every `SAMPLE_EVERY`.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    at: f64,
+    ls_ns: u64,
+    be_ns: u64,
+    busy_ticks: u64,
+    total_ticks: u64,
+    /// BE tier's CPU limit in cores from cfs quota (None: unlimited).
+    be_quota_cores: Option<f64>,
+    be_cpuset_cpus: usize,
+}
+
+fn node_ticks() -> Result<(u64, u64), String> {
+    let stat = fs::read_to_string("/proc/stat").map_err(|e| format!("read /proc/stat: {e}"))?;
+    let line = stat.lines().next().ok_or("empty /proc/stat")?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if values.len() < 5 {
+        return Err("short cpu line in /proc/stat".into());
+    }
+    let total: u64 = values.iter().sum();
+    let idle = values[3] + values[4];
+    Ok((total - idle, total))
+}
+
+fn take_sample(layout: &Layout, at: f64) -> Result<Sample, String> {
+    let usage = |dir: &str| -> Result<u64, String> {
+        read_trimmed(&cgroup_path("cpuacct", dir).join("cpuacct.usage"))?
+            .parse()
+            .map_err(|_| format!("bad cpuacct.usage in {dir}"))
+    };
+    let quota: i64 = read_trimmed(&cgroup_path("cpu", &layout.be_tier).join("cpu.cfs_quota_us"))?
+        .parse()
+        .map_err(|_| "bad cfs_quota_us".to_string())?;
+    let period: i64 = read_trimmed(&cgroup_path("cpu", &layout.be_tier).join("cpu.cfs_period_us"))?
+        .parse()
+        .map_err(|_| "bad cfs_period_us".to_string())?;
+    let (busy_ticks, total_ticks) = node_ticks()?;
+    Ok(Sample {
+        at,
+        ls_ns: usage(&layout.ls_pod)?,
+        be_ns: usage(&layout.be_pod)?,
+        busy_ticks,
+        total_ticks,
+        be_quota_cores: (quota > 0 && period > 0).then(|| quota as f64 / period as f64),
+        be_cpuset_cpus: cpu_count_of(&read_trimmed(
+            &cgroup_path("cpuset", &layout.be_tier).join("cpuset.cpus"),
+        )?),
+    })
+}
+
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A process's CPU seconds and peak RSS, from /proc.
+fn process_usage(pid: u32) -> Option<(f64, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let hwm_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())?;
+    Some((ticks as f64 / 100.0, hwm_kib * 1024))
+}
+
+/// Seconds from `mark` to now, negative before it.
+fn seconds_since(mark: Instant) -> f64 {
+    let now = Instant::now();
+    match now.checked_duration_since(mark) {
+        Some(after) => after.as_secs_f64(),
+        None => -(mark - now).as_secs_f64(),
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+fn wait_for_port(port: u16, within: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "nothing listens on 127.0.0.1:{port} after {within:?}"
+    ))
+}
+
+struct Config {
+    koordlet: Option<PathBuf>,
+    out: PathBuf,
+    phase_seconds: f64,
+    work_us: u64,
+    threshold: u32,
+    connections: usize,
+    iterations_per_us: f64,
+    ncpu: usize,
+    self_exe: PathBuf,
+}
+
+impl Config {
+    /// idle → 50 % of the machine → 90 % → idle, in LS requests per second.
+    fn schedule(&self) -> Vec<Phase> {
+        let full = self.ncpu as f64 * 1e6 / self.work_us as f64;
+        [0.0, 0.5, 0.9, 0.0]
+            .iter()
+            .map(|share| Phase {
+                seconds: self.phase_seconds,
+                rate: (share * full).round(),
+            })
+            .collect()
+    }
+}
+
+struct RunResult {
+    kind: RunKind,
+    latencies_us: Vec<u32>,
+    phase_p99_ms: Vec<Option<f64>>,
+    be_units_per_s: f64,
+    be_share_of_idle: Option<f64>,
+    koordlet_cpu_percent: Option<f64>,
+    koordlet_rss: Option<u64>,
+    reactions_ms: Vec<f64>,
+    load_summary: String,
+}
+
+fn run(options: &Options) -> Result<(), String> {
+    if !Path::new(CGROUP_ROOT).join("cpu").join("tasks").exists() {
+        return Err(
+            "needs cgroup v1 hierarchies under /sys/fs/cgroup (cpu, cpuacct, cpuset, memory)"
+                .into(),
+        );
+    }
+    let kinds = options
+        .text("runs")
+        .unwrap_or("ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset")
+        .split(',')
+        .map(RunKind::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let koordlet = options.text("koordlet").map(PathBuf::from);
+    if kinds.iter().any(|k| k.policy().is_some()) && koordlet.as_ref().is_none_or(|p| !p.is_file())
+    {
+        return Err("the koordlet runs need --koordlet PATH (a koordlet binary)".into());
+    }
+    let ncpu = thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let config = Config {
+        koordlet,
+        out: PathBuf::from(options.text("out").unwrap_or("target/bench-colocation")),
+        phase_seconds: options.number("phase-seconds", 20.0)?,
+        work_us: options.number("work-us", 2000)?,
+        threshold: options.number("threshold", 65)?,
+        connections: options.number("conns", 64)?,
+        iterations_per_us: calibrate(),
+        ncpu,
+        self_exe: std::env::current_exe().map_err(|e| format!("own path: {e}"))?,
+    };
+    if !(1.0..=600.0).contains(&config.phase_seconds) || !(50..=100_000).contains(&config.work_us) {
+        return Err("--phase-seconds must be 1..600 and --work-us 50..100000".into());
+    }
+    if !(1..=100).contains(&config.threshold) {
+        return Err("--threshold must be 1..100".into());
+    }
+    fs::create_dir_all(&config.out).map_err(|e| format!("mkdir {}: {e}", config.out.display()))?;
+    println!(
+        "== colocation benchmark: {ncpu} CPUs, LS request = {} µs of CPU, phases of {} s at {:?} req/s, threshold {} %",
+        config.work_us,
+        config.phase_seconds,
+        config.schedule().iter().map(|p| p.rate).collect::<Vec<_>>(),
+        config.threshold
+    );
+
+    let layout = Layout::create()?;
+    let mut results = Vec::new();
+    let mut failure = None;
+    for kind in kinds {
+        println!("-- {} ...", kind.name());
+        let outcome = layout
+            .reset_be_limits()
+            .and_then(|()| run_one(&config, &layout, kind));
+        match outcome {
+            Ok(result) => {
+                println!("   {}", result.load_summary);
+                results.push(result);
+            }
+            Err(e) => {
+                failure = Some(format!("{}: {e}", kind.name()));
+                break;
+            }
+        }
+    }
+    let _ = layout.reset_be_limits();
+    layout.remove();
+    print_table(&config, &results);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult, String> {
+    let iterations = (config.iterations_per_us * config.work_us as f64).round() as u64;
+    let dir = config.out.join(kind.name());
+    fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let mut children = Children(Vec::new());
+
+    let port = free_port()?;
+    let server = Command::new(&config.self_exe)
+        .args([
+            "serve",
+            "--port",
+            &port.to_string(),
+            "--iters",
+            &iterations.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start the LS service: {e}"))?;
+    move_into(&layout.ls_container, server.id())?;
+    children.0.push(server);
+    wait_for_port(port, Duration::from_secs(10))?;
+
+    let batch_log = Arc::new(Mutex::new(Vec::<(f64, u64)>::new()));
+    let run_start = Instant::now();
+    if kind.with_batch() {
+        let mut batch = Command::new(&config.self_exe)
+            .args([
+                "batch",
+                "--threads",
+                &config.ncpu.to_string(),
+                "--iters",
+                "20000",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("start the BE job: {e}"))?;
+        move_into(&layout.be_container, batch.id())?;
+        let stdout = batch.stdout.take().expect("piped");
+        let batch_log = Arc::clone(&batch_log);
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(units) = line.split_whitespace().nth(1).and_then(|u| u.parse().ok()) {
+                    batch_log
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((run_start.elapsed().as_secs_f64(), units));
+                }
+            }
+        });
+        children.0.push(batch);
+    }
+
+    let mut koordlet_pid = None;
+    if let Some(policy) = kind.policy() {
+        let koordlet = config.koordlet.as_ref().expect("checked in run()");
+        let koordlet_port = free_port()?;
+        write_koordlet_inputs(&dir, policy, config.threshold)?;
+        let log =
+            fs::File::create(dir.join("koordlet.log")).map_err(|e| format!("koordlet log: {e}"))?;
+        let child = Command::new(koordlet)
+            .args(["--standalone", "--node-name", "colocation-bench"])
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{koordlet_port}"))
+            .arg("--pods-file")
+            .arg(dir.join("pods.json"))
+            .arg("--node-slo-file")
+            .arg(dir.join("nodeslo.yaml"))
+            .args(["--log-level", "warn"])
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start koordlet: {e}"))?;
+        koordlet_pid = Some(child.id());
+        children.0.push(child);
+        wait_for_port(koordlet_port, Duration::from_secs(30))?;
+    }
+    // Let the agent see the node before the pattern starts (its collectors
+    // need a few samples); the same settling time for every run.
+    thread::sleep(Duration::from_secs(5));
+
+    let schedule = config.schedule();
+    let schedule_text: Vec<String> = schedule
+        .iter()
+        .map(|p| format!("{}:{}", p.seconds, p.rate))
+        .collect();
+    let latency_file = dir.join("latencies.txt");
+    let start_in = Duration::from_millis(300);
+    let generator = Command::new(&config.self_exe)
+        .args([
+            "load",
+            "--port",
+            &port.to_string(),
+            "--conns",
+            &config.connections.to_string(),
+        ])
+        .args(["--schedule", &schedule_text.join(",")])
+        .args(["--start-in-ms", &start_in.as_millis().to_string()])
+        .arg("--out")
+        .arg(&latency_file)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start the load generator: {e}"))?;
+    move_into(&layout.generator, generator.id())?;
+    let pattern_start = Instant::now() + start_in;
+    let koordlet_before = koordlet_pid.and_then(process_usage);
+
+    // Sample until the generator is done.
+    let pattern_length: f64 = schedule.iter().map(|p| p.seconds).sum();
+    let mut samples = Vec::new();
+    let mut generator = generator;
+    loop {
+        let at = seconds_since(pattern_start);
+        samples.push(take_sample(layout, at)?);
+        if let Some(status) = generator.try_wait().map_err(|e| e.to_string())? {
+            if !status.success() {
+                return Err(format!("the load generator failed: {status}"));
+            }
+            break;
+        }
+        if at > pattern_length + 120.0 {
+            let _ = generator.kill();
+            return Err("the load generator did not finish".into());
+        }
+        thread::sleep(SAMPLE_EVERY);
+    }
+    let mut load_summary = String::new();
+    if let Some(mut out) = generator.stdout.take() {
+        let _ = out.read_to_string(&mut load_summary);
+    }
+    let koordlet_after = koordlet_pid.and_then(process_usage);
+    drop(children);
+
+    let records = read_latencies(&latency_file)?;
+    let batch_log = batch_log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let result = summarise(
+        config,
+        kind,
+        &schedule,
+        &samples,
+        &records,
+        &batch_log,
+        run_start,
+        pattern_start,
+        koordlet_before,
+        koordlet_after,
+        load_summary.trim().to_string(),
+    );
+    write_timeseries(
+        &dir,
+        config,
+        &schedule,
+        &samples,
+        &records,
+        &batch_log,
+        run_start,
+        pattern_start,
+    )?;
+    Ok(result)
+}
+
+fn write_koordlet_inputs(dir: &Path, policy: &str, threshold: u32) -> Result<(), String> {
+    let pods = format!(
+        r#"{{"apiVersion":"v1","kind":"PodList","items":[
+ {{"metadata":{{"name":"web","namespace":"bench","uid":"{LS_UID}","labels":{{"koordinator.sh/qosClass":"LS"}}}},
+  "spec":{{"containers":[{{"name":"web","resources":{{"requests":{{"cpu":"1"}}}}}}]}},
+  "status":{{"phase":"Running","qosClass":"Burstable",
+            "containerStatuses":[{{"name":"web","containerID":"containerd://{LS_CONTAINER_ID}","state":{{"running":{{}}}}}}]}}}},
+ {{"metadata":{{"name":"batch","namespace":"bench","uid":"{BE_UID}","labels":{{"koordinator.sh/qosClass":"BE"}}}},
+  "spec":{{"containers":[{{"name":"batch"}}]}},
+  "status":{{"phase":"Running","qosClass":"BestEffort",
+            "containerStatuses":[{{"name":"batch","containerID":"containerd://{BE_CONTAINER_ID}","state":{{"running":{{}}}}}}]}}}}
+]}}"#
+    );
+    let slo = format!(
+        "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: colocation-bench\nspec:\n  resourceUsedThresholdWithBE:\n    enable: true\n    cpuSuppressThresholdPercent: {threshold}\n    cpuSuppressPolicy: {policy}\n"
+    );
+    write_value(&dir.join("pods.json"), &pods)?;
+    write_value(&dir.join("nodeslo.yaml"), &slo)
+}
+
+fn read_latencies(path: &Path) -> Result<Vec<(u32, u32)>, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let (due, latency) = line.split_once(' ')?;
+            Some((due.parse().ok()?, latency.parse().ok()?))
+        })
+        .collect())
+}
+
+fn percentile(sorted: &[u32], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0)
+}
+
+/// Phase boundaries in seconds from the pattern's start.
+fn phase_bounds(schedule: &[Phase]) -> Vec<(f64, f64)> {
+    let mut start = 0.0;
+    schedule
+        .iter()
+        .map(|p| {
+            let bounds = (start, start + p.seconds);
+            start += p.seconds;
+            bounds
+        })
+        .collect()
+}
+
+/// BE's CPU limit in cores as the agent set it: the smaller of the quota and
+/// the cpuset (either policy shows up here).
+fn be_limit(sample: &Sample) -> f64 {
+    let cpus = sample.be_cpuset_cpus as f64;
+    sample.be_quota_cores.map_or(cpus, |q| q.min(cpus))
+}
+
+/// Reaction: from an LS step up to BE's limit covering half of the drop it
+/// settles at in the second half of the phase. Steps that need no drop (less
+/// than a tenth of a core) count as none.
+fn reactions(schedule: &[Phase], samples: &[Sample]) -> Vec<f64> {
+    let bounds = phase_bounds(schedule);
+    let mut out = Vec::new();
+    for i in 1..schedule.len() {
+        if schedule[i].rate <= schedule[i - 1].rate {
+            continue;
+        }
+        let (start, end) = bounds[i];
+        let Some(before) = samples.iter().rev().find(|s| s.at <= start) else {
+            continue;
+        };
+        let mut late: Vec<f64> = samples
+            .iter()
+            .filter(|s| s.at >= (start + end) / 2.0 && s.at < end)
+            .map(be_limit)
+            .collect();
+        if late.is_empty() {
+            continue;
+        }
+        late.sort_by(f64::total_cmp);
+        let settled = late[late.len() / 2];
+        let from = be_limit(before);
+        if from - settled < 0.1 {
+            continue;
+        }
+        let halfway = from - (from - settled) / 2.0;
+        if let Some(hit) = samples
+            .iter()
+            .find(|s| s.at > start && s.at < end && be_limit(s) <= halfway)
+        {
+            out.push((hit.at - start) * 1000.0);
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarise(
+    config: &Config,
+    kind: RunKind,
+    schedule: &[Phase],
+    samples: &[Sample],
+    records: &[(u32, u32)],
+    batch_log: &[(f64, u64)],
+    run_start: Instant,
+    pattern_start: Instant,
+    koordlet_before: Option<(f64, u64)>,
+    koordlet_after: Option<(f64, u64)>,
+    load_summary: String,
+) -> RunResult {
+    let mut latencies: Vec<u32> = records.iter().map(|r| r.1).collect();
+    latencies.sort_unstable();
+    let phase_p99_ms = phase_bounds(schedule)
+        .iter()
+        .map(|(start, end)| {
+            let mut in_phase: Vec<u32> = records
+                .iter()
+                .filter(|(due, _)| {
+                    (*due as f64 / 1000.0) >= *start && (*due as f64 / 1000.0) < *end
+                })
+                .map(|r| r.1)
+                .collect();
+            in_phase.sort_unstable();
+            percentile(&in_phase, 99.0)
+        })
+        .collect();
+
+    // CPU over the pattern: BE's share of what the others left idle.
+    let length: f64 = schedule.iter().map(|p| p.seconds).sum();
+    let inside: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at >= 0.0 && s.at <= length)
+        .collect();
+    let be_share_of_idle = match (inside.first(), inside.last()) {
+        (Some(a), Some(b)) if b.at > a.at && b.total_ticks > a.total_ticks => {
+            let seconds = b.at - a.at;
+            let node_busy = config.ncpu as f64 * (b.busy_ticks - a.busy_ticks) as f64
+                / (b.total_ticks - a.total_ticks) as f64
+                * seconds;
+            let be = (b.be_ns - a.be_ns) as f64 / 1e9;
+            let idle_for_be = config.ncpu as f64 * seconds - (node_busy - be);
+            (kind.with_batch() && idle_for_be > 0.0).then(|| be / idle_for_be)
+        }
+        _ => None,
+    };
+    let offset = pattern_start
+        .saturating_duration_since(run_start)
+        .as_secs_f64();
+    let in_pattern: Vec<&(f64, u64)> = batch_log
+        .iter()
+        .filter(|(t, _)| *t >= offset && *t <= offset + length)
+        .collect();
+    let be_units_per_s = match (in_pattern.first(), in_pattern.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0),
+        _ => 0.0,
+    };
+    let (koordlet_cpu_percent, koordlet_rss) = match (koordlet_before, koordlet_after) {
+        (Some((cpu0, _)), Some((cpu1, rss))) => (Some(100.0 * (cpu1 - cpu0) / length), Some(rss)),
+        _ => (None, None),
+    };
+    RunResult {
+        kind,
+        latencies_us: latencies,
+        phase_p99_ms,
+        be_units_per_s,
+        be_share_of_idle,
+        koordlet_cpu_percent,
+        koordlet_rss,
+        reactions_ms: if kind.policy().is_some() {
+            reactions(schedule, samples)
+        } else {
+            Vec::new()
+        },
+        load_summary,
+    }
+}
+
+/// Per 250 ms: the LS rate due, LS and BE cores, BE's limit, the window's
+/// LS p99 and BE work units per second (the plots read this).
+#[allow(clippy::too_many_arguments)]
+fn write_timeseries(
+    dir: &Path,
+    config: &Config,
+    schedule: &[Phase],
+    samples: &[Sample],
+    records: &[(u32, u32)],
+    batch_log: &[(f64, u64)],
+    run_start: Instant,
+    pattern_start: Instant,
+) -> Result<(), String> {
+    let window = 0.25;
+    let length: f64 = schedule.iter().map(|p| p.seconds).sum();
+    let bounds = phase_bounds(schedule);
+    let offset = pattern_start
+        .saturating_duration_since(run_start)
+        .as_secs_f64();
+    let mut csv =
+        String::from("t_s,ls_rate_due,ls_cores,be_cores,be_limit_cores,ls_p99_ms,be_units_per_s\n");
+    let mut t = 0.0;
+    while t < length {
+        let at = |time: f64| samples.iter().rev().find(|s| s.at <= time);
+        let rate = bounds
+            .iter()
+            .zip(schedule)
+            .find(|((a, b), _)| t >= *a && t < *b)
+            .map_or(0.0, |(_, p)| p.rate);
+        let (ls_cores, be_cores, limit) = match (at(t), at(t + window)) {
+            (Some(a), Some(b)) if b.at > a.at => {
+                let span = (b.at - a.at) * 1e9;
+                (
+                    (b.ls_ns - a.ls_ns) as f64 / span,
+                    (b.be_ns - a.be_ns) as f64 / span,
+                    be_limit(b),
+                )
+            }
+            _ => (0.0, 0.0, config.ncpu as f64),
+        };
+        let mut in_window: Vec<u32> = records
+            .iter()
+            .filter(|(due, _)| (*due as f64 / 1000.0) >= t && (*due as f64 / 1000.0) < t + window)
+            .map(|r| r.1)
+            .collect();
+        in_window.sort_unstable();
+        let p99 = percentile(&in_window, 99.0).map_or(String::new(), |v| format!("{v:.3}"));
+        let units = |time: f64| {
+            batch_log
+                .iter()
+                .rev()
+                .find(|(s, _)| *s <= time + offset)
+                .copied()
+        };
+        let be_units = match (units(t), units(t + window)) {
+            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0),
+            _ => 0.0,
+        };
+        let _ = writeln!(
+            csv,
+            "{t:.2},{rate},{ls_cores:.3},{be_cores:.3},{limit:.3},{p99},{be_units:.1}"
+        );
+        t += window;
+    }
+    write_value(&dir.join("timeseries.csv"), &csv)
+}
+
+fn print_table(config: &Config, results: &[RunResult]) {
+    let alone_p99 = results
+        .iter()
+        .find(|r| r.kind == RunKind::LsAlone)
+        .and_then(|r| percentile(&r.latencies_us, 99.0));
+    let rates: Vec<f64> = config.schedule().iter().map(|p| p.rate).collect();
+    println!();
+    println!(
+        "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>13}",
+        "run",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "p99 infl",
+        "p99@50%",
+        "p99@90%",
+        "BE units/s",
+        "BE idle%",
+        "agent CPU%",
+        "agent MiB",
+        "reaction ms"
+    );
+    for r in results {
+        let p = |q| percentile(&r.latencies_us, q).map_or("-".into(), |v: f64| format!("{v:.2}"));
+        let inflation = match (alone_p99, percentile(&r.latencies_us, 99.0)) {
+            (Some(a), Some(b)) if a > 0.0 => format!("{:+.1}%", 100.0 * (b / a - 1.0)),
+            _ => "-".into(),
+        };
+        let phase = |rate: f64| {
+            rates
+                .iter()
+                .position(|x| (*x - rate).abs() < 0.5)
+                .and_then(|i| r.phase_p99_ms[i])
+                .map_or("-".into(), |v| format!("{v:.2}"))
+        };
+        let full = config.ncpu as f64 * 1e6 / config.work_us as f64;
+        let mut reactions = r.reactions_ms.clone();
+        reactions.sort_by(f64::total_cmp);
+        let reaction = if reactions.is_empty() {
+            "-".to_string()
+        } else {
+            reactions
+                .iter()
+                .map(|v| format!("{v:.0}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        println!(
+            "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
+            r.kind.name(),
+            p(50.0),
+            p(99.0),
+            p(99.9),
+            inflation,
+            phase((0.5 * full).round()),
+            phase((0.9 * full).round()),
+            r.be_units_per_s,
+            r.be_share_of_idle
+                .map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)),
+            r.koordlet_cpu_percent
+                .map_or("-".into(), |v| format!("{v:.2}")),
+            r.koordlet_rss.map_or("-".into(), |v| format!(
+                "{:.1}",
+                v as f64 / (1 << 20) as f64
+            )),
+            reaction,
+        );
+    }
+    println!();
+    println!(
+        "p99 infl: LS p99 against the ls-alone run; BE idle%: BE's CPU over the CPU the rest left idle during the pattern;"
+    );
+    println!(
+        "reaction: per LS step up, ms until BE's limit covered half of the drop it settled at (the two steps, in order of size)."
+    );
+    println!(
+        "Per-run files (latencies, timeseries.csv, koordlet inputs and log) are under {}",
+        config.out.display()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_items_are_checked() {
+        assert_eq!(parse_schedule("1:0,2.5:100").unwrap().len(), 2);
+        assert!(parse_schedule("1").is_err());
+        assert!(parse_schedule("0:10").is_err());
+        assert!(parse_schedule("1:-1").is_err());
+        assert!(parse_schedule("1:1e9").is_err());
+    }
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(cpu_count_of("0-3,6"), 5);
+        assert_eq!(cpu_count_of("1"), 1);
+        assert_eq!(cpu_count_of(""), 0);
+        assert_eq!(cpu_count_of("3-1"), 0);
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let sorted: Vec<u32> = (1..=100).map(|v| v * 1000).collect();
+        assert_eq!(percentile(&sorted, 50.0), Some(50.0));
+        assert_eq!(percentile(&sorted, 99.0), Some(99.0));
+        assert_eq!(percentile(&sorted, 100.0), Some(100.0));
+        assert_eq!(percentile(&[], 99.0), None);
+    }
+
+    fn sample(at: f64, quota: Option<f64>) -> Sample {
+        Sample {
+            at,
+            ls_ns: 0,
+            be_ns: 0,
+            busy_ticks: 0,
+            total_ticks: 0,
+            be_quota_cores: quota,
+            be_cpuset_cpus: 2,
+        }
+    }
+
+    #[test]
+    fn reaction_is_the_time_to_half_of_the_settled_drop() {
+        let schedule = [
+            Phase {
+                seconds: 1.0,
+                rate: 0.0,
+            },
+            Phase {
+                seconds: 2.0,
+                rate: 100.0,
+            },
+        ];
+        // 1.8 cores before the step, 0.2 settled from 1.3 s on: halfway is 1.0.
+        let samples: Vec<Sample> = (0..300)
+            .map(|i| {
+                let at = i as f64 / 100.0;
+                let quota = if at < 1.15 {
+                    1.8
+                } else if at < 1.3 {
+                    1.2
+                } else {
+                    0.2
+                };
+                sample(at, Some(quota))
+            })
+            .collect();
+        let got = reactions(&schedule, &samples);
+        assert_eq!(got.len(), 1);
+        assert!((got[0] - 300.0).abs() < 11.0, "{got:?}");
+        // No drop needed: no reaction counted.
+        let flat: Vec<Sample> = (0..300).map(|i| sample(i as f64 / 100.0, None)).collect();
+        assert!(reactions(&schedule, &flat).is_empty());
+    }
+}
