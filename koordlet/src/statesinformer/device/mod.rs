@@ -17,6 +17,7 @@
 //!
 //! See `koordlet/docs/devices.md`.
 
+pub mod capability;
 pub mod nvml;
 pub mod reporter;
 pub mod spec;
