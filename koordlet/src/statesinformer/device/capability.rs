@@ -122,8 +122,7 @@ impl DevicesCapability {
 /// Loads NVML and reads sysfs below `sys_root` (blocking); the gates come
 /// from `--feature-gates`.
 pub fn detect(sys_root: &Path, feature_gates: &str) -> DevicesCapability {
-    let gates = crate::runtimehooks::hooks::parse_feature_gates(feature_gates).unwrap_or_default();
-    let enabled = |gate: &str| gates.get(gate).copied().unwrap_or(false);
+    let (accelerators, rdma_gate) = super::reporter::report_gates(feature_gates);
     let mut sources: Vec<Arc<dyn DeviceSource>> = vec![Arc::new(RdmaSysfsSource::new(sys_root))];
     let no_nvml = match NvmlGpuSource::load() {
         Ok(nvml) => {
@@ -133,10 +132,5 @@ pub fn detect(sys_root: &Path, feature_gates: &str) -> DevicesCapability {
         Err(reason) => Some(reason),
     };
     let snapshot = discover_all(&sources, &PciSysfs::new(sys_root));
-    DevicesCapability::from_discovery(
-        no_nvml,
-        &snapshot,
-        enabled(ACCELERATORS_GATE),
-        enabled(RDMA_DEVICES_GATE),
-    )
+    DevicesCapability::from_discovery(no_nvml, &snapshot, accelerators, rdma_gate)
 }

@@ -224,6 +224,19 @@ pub fn sources_for(
     (sources, no_nvml)
 }
 
+/// `(Accelerators, RDMADevices)` from `--feature-gates`; both default off,
+/// as upstream, and RDMA counts only with Accelerators (upstream reports
+/// devices under Accelerators and collects RDMA NICs under RDMADevices).
+pub fn report_gates(feature_gates: &str) -> (bool, bool) {
+    let gates = crate::runtimehooks::hooks::parse_feature_gates(feature_gates).unwrap_or_default();
+    let enabled = |gate: &str| gates.get(gate).copied().unwrap_or(false);
+    let accelerators = enabled(super::ACCELERATORS_GATE);
+    (
+        accelerators,
+        accelerators && enabled(super::RDMA_DEVICES_GATE),
+    )
+}
+
 /// Starts the reporter in cluster mode when `Accelerators` is on (upstream's
 /// gate, default off). NVML is loaded off the async reactor.
 pub fn spawn(
@@ -234,9 +247,8 @@ pub fn spawn(
     interval: Duration,
     shutdown: Shutdown,
 ) {
-    let gates = crate::runtimehooks::hooks::parse_feature_gates(feature_gates).unwrap_or_default();
-    let enabled = |gate: &str| gates.get(gate).copied().unwrap_or(false);
-    if !enabled(super::ACCELERATORS_GATE) {
+    let (accelerators, rdma) = report_gates(feature_gates);
+    if !accelerators {
         tracing::info!(
             "devices are not reported (feature gate Accelerators is off, as by default)"
         );
@@ -246,7 +258,6 @@ pub fn spawn(
         tracing::info!("devices are not reported (no API server)");
         return;
     };
-    let rdma = enabled(super::RDMA_DEVICES_GATE);
     let states = states.clone();
     tokio::spawn(async move {
         let root = sys_root.clone();

@@ -866,3 +866,19 @@ fn the_capability_rows_say_what_was_found_and_whether_it_is_reported() {
     assert!(empty.report.contains("no GPU or RDMA device"));
     assert_eq!(DeviceType::Rdma.as_str(), "rdma");
 }
+
+#[test]
+fn the_report_follows_upstreams_gates() {
+    use super::reporter::report_gates;
+    assert_eq!(report_gates(""), (false, false));
+    assert_eq!(report_gates("RDMADevices=true"), (false, false));
+    assert_eq!(report_gates("Accelerators=true"), (true, false));
+    assert_eq!(
+        report_gates("BECPUEvict=true,Accelerators=true,RDMADevices=true"),
+        (true, true)
+    );
+    assert_eq!(
+        report_gates("Accelerators=false,RDMADevices=true"),
+        (false, false)
+    );
+}
