@@ -11,5 +11,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12
 # Runs as root: it writes cgroup, resctrl and procfs files on the host.
 COPY --from=build /koordlet /koordlet
+# On GPU nodes the NVIDIA container runtime mounts libnvidia-ml.so.1 into
+# containers that ask for it; koordlet loads it at run time to report the
+# node's Device (feature gate Accelerators). Elsewhere these do nothing.
+ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=utility
 
 ENTRYPOINT ["/koordlet"]

@@ -320,6 +320,18 @@ pub async fn run(
         statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates()),
         context.shutdown.clone(),
     );
+    // Device (see koordlet/docs/devices.md).
+    statesinformer::device::reporter::spawn(
+        &args.runtime_hooks.feature_gates(),
+        args.system.sys_root_dir.clone(),
+        &states,
+        match &sink {
+            Some(ReportSink::ApiServer(client)) => Some(client.clone()),
+            _ => None,
+        },
+        args.node_topology.node_topology_sync_interval,
+        context.shutdown.clone(),
+    );
     start_qos_manager(
         &args,
         &context,

@@ -39,7 +39,11 @@ fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesA
                 &Default::default(),
                 &[],
             ),
-        );
+        )
+        .with_devices(koordlet::statesinformer::device::capability::detect(
+            &args.system.sys_root_dir,
+            &args.runtime_hooks.feature_gates(),
+        ));
     let printed = capabilities::render_report(&report, command.output)
         .map_err(|err| err.to_string())
         .and_then(|text| {

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::{DetectOptions, NodeCapabilities, detect_with};
 use crate::runtimehooks::nri::{NriArgs, NriProbe, probe_socket};
 use crate::statesinformer::cpumanager::KubeletCpuManagerView;
+use crate::statesinformer::device::capability::DevicesCapability;
 use crate::system::SystemArgs;
 
 /// Key of the NRI entry in the JSON object and in `reasons`.
@@ -206,6 +207,9 @@ pub struct CapabilitiesReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub kubelet_cpu_manager: Option<KubeletCpuManagerView>,
+    /// GPUs (NVML) and RDMA NICs found, and whether the Device is reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DevicesCapability>,
 }
 
 impl CapabilitiesReport {
@@ -228,12 +232,19 @@ impl CapabilitiesReport {
                 ),
             },
             kubelet_cpu_manager: None,
+            devices: None,
         }
     }
 
     /// Adds what the kubelet's CPU manager checkpoint says.
     pub fn with_kubelet_cpu_manager(mut self, view: KubeletCpuManagerView) -> Self {
         self.kubelet_cpu_manager = Some(view);
+        self
+    }
+
+    /// Adds what device discovery finds.
+    pub fn with_devices(mut self, devices: DevicesCapability) -> Self {
+        self.devices = Some(devices);
         self
     }
 

@@ -56,6 +56,9 @@ pub fn render_report(
             if let Some(kubelet) = &report.kubelet_cpu_manager {
                 rows.extend(kubelet_rows(kubelet));
             }
+            if let Some(devices) = &report.devices {
+                rows.extend(devices.rows());
+            }
             Ok(format_rows(&rows))
         }
         OutputFormat::Json => {

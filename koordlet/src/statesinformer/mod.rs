@@ -12,6 +12,7 @@
 
 pub mod apiserver;
 pub mod cpumanager;
+pub mod device;
 pub mod inputfile;
 pub mod kubelet;
 pub mod metrics;

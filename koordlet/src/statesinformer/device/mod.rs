@@ -1,0 +1,180 @@
+//! Device reporter: koordlet publishes the node's GPUs and RDMA NICs as the
+//! `Device` object named after the node (scheduling.koordinator.sh/v1alpha1),
+//! the way upstream's states informer does, for koord-scheduler's DeviceShare
+//! plugin and koord-manager's device resource calculators.
+//!
+//! - Discovery: every source implements [`DeviceSource`] and returns a
+//!   [`DeviceSnapshot`]. [`nvml::NvmlGpuSource`] asks NVML (loaded at run
+//!   time; a node without the driver just has no GPU source) and
+//!   [`sysfs::RdmaSysfsSource`] reads `/sys/class/infiniband` and the PCI
+//!   devices. [`discover_all`] merges the sources and resolves each device's
+//!   PCI topology (NUMA node, PCIe root) from sysfs.
+//! - Pure core: [`spec::build_desired_device`] turns a snapshot into the
+//!   Device's devices and labels; [`spec::DesiredDevice`] compares itself
+//!   with the stored object and merges into it.
+//! - I/O shell: [`reporter::DeviceReporter`] re-discovers every
+//!   `--node-topology-sync-interval` and creates or replaces the object.
+//!
+//! See `koordlet/docs/devices.md`.
+
+pub mod capability;
+pub mod nvml;
+pub mod reporter;
+pub mod spec;
+pub mod sysfs;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use reporter::{DeviceReporter, SyncOutcome};
+pub use spec::{DesiredDevice, build_desired_device};
+pub use sysfs::{PciSysfs, RdmaSysfsSource};
+
+/// The feature gate (upstream's, default off) that turns the Device report on.
+pub const ACCELERATORS_GATE: &str = "Accelerators";
+/// The feature gate (upstream's, default off) that adds RDMA NICs to it.
+pub const RDMA_DEVICES_GATE: &str = "RDMADevices";
+
+/// Errors of device discovery. Paths and values are cut for logs.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is larger than {limit} bytes; refusing to read it")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{path} has more than {limit} entries; refusing to list it")]
+    TooManyEntries { path: PathBuf, limit: usize },
+    #[error("{path}: {reason}")]
+    Malformed { path: PathBuf, reason: String },
+    #[error("NVML: {0}")]
+    Nvml(String),
+}
+
+/// Whether a device works, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DeviceHealth {
+    #[default]
+    Healthy,
+    /// `code` becomes the `Healthy=False` condition's reason.
+    Unhealthy { code: String, message: String },
+}
+
+impl DeviceHealth {
+    pub fn is_healthy(&self) -> bool {
+        matches!(self, Self::Healthy)
+    }
+}
+
+/// Where a PCI device sits: the NUMA node from its `numa_node` (upstream
+/// reads -1, "no affinity", as node 0) and its PCIe root complex
+/// (`pci0000:3a`) from the device's sysfs path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PciTopology {
+    pub node_id: i32,
+    pub pcie_id: String,
+}
+
+/// One GPU as NVML describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub uuid: String,
+    pub minor: i32,
+    pub memory_total_bytes: u64,
+    /// PCI address in sysfs form (`0000:3b:00.0`).
+    pub bus_id: String,
+    /// Product name as NVML prints it (`NVIDIA A100-SXM4-80GB`).
+    pub model: String,
+    pub health: DeviceHealth,
+    /// Filled by [`discover_all`] from sysfs.
+    pub topology: Option<PciTopology>,
+}
+
+/// One RDMA-capable NIC (a physical function) and its virtual functions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaNic {
+    /// PCI address of the physical function; also the device's id.
+    pub bus_id: String,
+    /// The RDMA devices on it (`mlx5_0`), sorted; the first gives the minor.
+    pub ib_devices: Vec<String>,
+    pub minor: i32,
+    /// Every port of the first RDMA device is `ACTIVE`.
+    pub healthy: bool,
+    /// `Some` when SR-IOV is configured (`sriov_numvfs` > 0): the VFs' PCI
+    /// addresses in `virtfn<N>` order.
+    pub vfs: Option<Vec<String>>,
+    /// Filled by [`discover_all`] from sysfs.
+    pub topology: Option<PciTopology>,
+}
+
+/// What the sources found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceSnapshot {
+    pub gpus: Vec<GpuInfo>,
+    /// The NVIDIA driver version (`535.104.05`) when NVML gave it.
+    pub gpu_driver_version: Option<String>,
+    pub rdma: Vec<RdmaNic>,
+    /// Devices or attributes skipped, one sentence each.
+    pub problems: Vec<String>,
+}
+
+impl DeviceSnapshot {
+    pub fn is_empty(&self) -> bool {
+        self.gpus.is_empty() && self.rdma.is_empty()
+    }
+
+    /// Adds `other`'s devices and problems.
+    pub fn merge(&mut self, other: DeviceSnapshot) {
+        self.gpus.extend(other.gpus);
+        self.rdma.extend(other.rdma);
+        self.problems.extend(other.problems);
+        if self.gpu_driver_version.is_none() {
+            self.gpu_driver_version = other.gpu_driver_version;
+        }
+    }
+}
+
+/// A way to find devices. `discover` does blocking I/O: call it from a
+/// blocking thread.
+pub trait DeviceSource: Send + Sync {
+    /// Short name for logs and `koordlet capabilities` (`nvml`, `rdma-sysfs`).
+    fn name(&self) -> &'static str;
+    /// The devices present now.
+    fn discover(&self) -> Result<DeviceSnapshot, DiscoveryError>;
+}
+
+/// Runs every source, merges what they found and resolves the PCI topology
+/// of each device from `pci`. A failing source is recorded as a problem and
+/// the others still count (upstream reports the GPUs when RDMA fails and the
+/// other way round). Blocking.
+pub fn discover_all(sources: &[Arc<dyn DeviceSource>], pci: &PciSysfs) -> DeviceSnapshot {
+    let mut snapshot = DeviceSnapshot::default();
+    for source in sources {
+        match source.discover() {
+            Ok(found) => snapshot.merge(found),
+            Err(err) => snapshot
+                .problems
+                .push(format!("{} discovery failed: {err}", source.name())),
+        }
+    }
+    let mut problems = Vec::new();
+    for gpu in &mut snapshot.gpus {
+        match pci.topology(&gpu.bus_id) {
+            Ok(topology) => gpu.topology = Some(topology),
+            Err(err) => problems.push(format!("GPU {} has no topology: {err}", gpu.uuid)),
+        }
+    }
+    for nic in &mut snapshot.rdma {
+        match pci.topology(&nic.bus_id) {
+            Ok(topology) => nic.topology = Some(topology),
+            Err(err) => problems.push(format!("RDMA NIC {} has no topology: {err}", nic.bus_id)),
+        }
+    }
+    snapshot.problems.extend(problems);
+    snapshot
+}
