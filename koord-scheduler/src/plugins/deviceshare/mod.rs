@@ -21,7 +21,7 @@
 //! Reservation plugin's pre-filter found them) allocate from them first,
 //! and a Restricted reservation's owners only from them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
 use apis::extension::device_share::{
@@ -29,7 +29,7 @@ use apis::extension::device_share::{
     RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
     RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE, RESOURCE_HUAWEI_NPU_CPU,
     RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
-    get_device_allocate_hints, get_device_allocations,
+    get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
 };
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -42,8 +42,12 @@ use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
 pub mod common;
+pub mod joint;
+pub mod scoring;
 
 use common::{CommonDevice, CommonDevices, CommonKind, CommonPick, CommonRequest, common_requests};
+use joint::{JointRule, JointType};
+use scoring::{ScoringStrategy, ScoringStrategyArgs};
 
 pub const NAME: &str = "DeviceShare";
 
@@ -53,17 +57,30 @@ pub const ERR_NO_GPU_DEVICES: &str = "Insufficient gpu devices";
 const STATE_KEY: &str = "DeviceShare/request";
 const GPU_KEY: &str = "gpu";
 
-/// `DeviceShareArgs` (only the fields this extender uses).
+/// `DeviceShareArgs` (the fields this extender reads; upstream's others,
+/// such as GPU shared resource templates, are accepted and ignored).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceShareArgs {
+    /// Deprecated upstream too; accepted and ignored.
     #[serde(default)]
     pub allocator: Option<String>,
+    #[serde(default)]
+    pub scoring_strategy: Option<ScoringStrategyArgs>,
 }
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
-    let _raw: DeviceShareArgs = parse_args(NAME, args)?;
-    Ok(Box::new(DeviceShare::default()))
+    let raw: DeviceShareArgs = parse_args(NAME, args)?;
+    let strategy = ScoringStrategy::from_args(raw.scoring_strategy.as_ref()).map_err(|message| {
+        ConfigError::InvalidArgs {
+            plugin: NAME.to_string(),
+            message,
+        }
+    })?;
+    Ok(Box::new(DeviceShare {
+        strategy,
+        ..Default::default()
+    }))
 }
 
 /// A pod's GPU request, per GPU.
@@ -233,6 +250,12 @@ fn huawei_npu_accepted_upstream(
 struct PodDeviceRequest {
     gpu: Option<GpuRequest>,
     common: Vec<CommonRequest>,
+    /// The device-joint-allocate annotation, when it joins two or more
+    /// requested types.
+    joint: Option<JointRule>,
+    /// The pod's raw device resources (name, amount), for nodes DeviceShare
+    /// has no Device CR of.
+    raw: Vec<(&'static str, i64)>,
 }
 
 /// The share of one GPU picked for a pod.
@@ -260,6 +283,8 @@ type CommonShares = BTreeMap<CommonKind, BTreeMap<i32, (i64, Vec<String>)>>;
 struct Gpu {
     minor: i32,
     healthy: bool,
+    /// `topology.pcieID` of the Device CR, if any.
+    pcie: Option<String>,
     memory_total: i64,
     core_used: i64,
     ratio_used: i64,
@@ -397,6 +422,7 @@ pub struct DeviceShare {
     reserved: BTreeMap<String, ReservedDevices>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
+    strategy: ScoringStrategy,
 }
 
 fn saturate(value: i128) -> i64 {
@@ -477,6 +503,73 @@ pub fn device_amounts(device: &Device) -> Result<Vec<crate::resources::Resources
         .collect()
 }
 
+/// A node DeviceShare has no Device CR of: the pod's device resources
+/// against the node's allocatable, as kube-scheduler's NodeResourcesFit
+/// (which turns such nodes away upstream; the extender and `simulate` do
+/// it here so a device pod never lands where no device is advertised).
+fn fits_node_allocatable(request: &PodDeviceRequest, node: &NodeInfo) -> Result<(), Rejection> {
+    let insufficient: Vec<String> = request
+        .raw
+        .iter()
+        .filter(|(name, amount)| {
+            *amount > node.allocatable.get(name).saturating_sub(node.requested.get(name))
+        })
+        .map(|(name, _)| format!("Insufficient {name}"))
+        .collect();
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(Rejection::unschedulable(insufficient.join(", ")))
+    }
+}
+
+/// Upstream's node score: per device type the pod asks for, the strategy
+/// over the type's healthy devices' totals and what is free of them.
+fn score_view(strategy: &ScoringStrategy, view: &DeviceView, request: &PodDeviceRequest) -> i64 {
+    let mut score = 0i64;
+    if let Some(wanted) = &request.gpu {
+        let healthy: Vec<&Gpu> = view.gpus.values().filter(|g| g.healthy).collect();
+        if let Some(first) = healthy.first() {
+            let count = healthy.len() as i64;
+            let memory_total: i64 = healthy.iter().map(|g| g.memory_total).fold(0, i64::saturating_add);
+            let memory_used: i64 = healthy
+                .iter()
+                .map(|g| saturate(i128::from(g.memory_total) * i128::from(g.ratio_used.clamp(0, 100)) / 100))
+                .fold(0, i64::saturating_add);
+            let core_free: i64 = healthy.iter().map(|g| g.core_free().max(0)).sum();
+            let ratio_free: i64 = healthy.iter().map(|g| g.ratio_free().max(0)).sum();
+            // Per-GPU request; a ratio and bytes convert through the first
+            // healthy GPU's memory (upstream's fillGPUTotalMem).
+            let ratio = DeviceShare::ratio_of(first, wanted);
+            let bytes = wanted.memory_bytes.unwrap_or_else(|| {
+                saturate(i128::from(first.memory_total) * i128::from(ratio) / 100)
+            });
+            let amounts = |name: &str| match name {
+                RESOURCE_GPU_CORE => Some((count * 100, core_free, wanted.core.unwrap_or(0))),
+                RESOURCE_GPU_MEMORY_RATIO => Some((count * 100, ratio_free, ratio)),
+                RESOURCE_GPU_MEMORY => Some((
+                    memory_total,
+                    memory_total.saturating_sub(memory_used),
+                    bytes,
+                )),
+                _ => None,
+            };
+            score = score.saturating_add(strategy.score_type(&amounts));
+        }
+    }
+    for wanted in &request.common {
+        let devices = view.common.get(&wanted.kind).into_iter().flatten();
+        let (total, free) = devices.fold((0i64, 0i64), |(total, free), (_, d)| {
+            (total.saturating_add(d.total), free.saturating_add(d.free().max(0)))
+        });
+        let amounts = |name: &str| {
+            (name == wanted.kind.resource()).then_some((total, free, wanted.per_device))
+        };
+        score = score.saturating_add(strategy.score_type(&amounts));
+    }
+    score
+}
+
 impl DeviceShare {
     fn load_device(&mut self, node: &str, device: &Device) {
         let mut gpus = BTreeMap::new();
@@ -516,6 +609,7 @@ impl DeviceShare {
                         total,
                         labels: info.labels.clone().unwrap_or_default(),
                         vfs,
+                        pcie: info.topology.as_ref().map(|t| t.pcie_id.clone()),
                         ..Default::default()
                     },
                 );
@@ -529,6 +623,7 @@ impl DeviceShare {
                 Gpu {
                     minor,
                     healthy: info.health,
+                    pcie: info.topology.as_ref().map(|t| t.pcie_id.clone()),
                     memory_total: resources.get(RESOURCE_GPU_MEMORY),
                     ..Default::default()
                 },
@@ -592,17 +687,22 @@ impl DeviceShare {
         }
     }
 
-    /// Picks devices of every requested kind.
+    /// Picks devices of every requested kind not already in `chosen`.
     fn choose_common(
         kinds: Option<&BTreeMap<CommonKind, CommonDevices>>,
         requests: &[CommonRequest],
-    ) -> Result<BTreeMap<CommonKind, Vec<CommonPick>>, Rejection> {
-        let mut chosen = BTreeMap::new();
+        pack: bool,
+        chosen: &mut BTreeMap<CommonKind, Vec<CommonPick>>,
+    ) -> Result<(), Rejection> {
         for request in requests {
+            if chosen.contains_key(&request.kind) {
+                continue;
+            }
             let devices = kinds.and_then(|k| k.get(&request.kind));
-            chosen.insert(request.kind, common::choose(devices, request)?);
+            let picks = common::choose(devices, request, &common::Placement::plain(pack))?;
+            chosen.insert(request.kind, picks);
         }
-        Ok(chosen)
+        Ok(())
     }
 
     /// Re-applies every pod's usage on the node to its GPUs.
@@ -679,17 +779,104 @@ impl DeviceShare {
             .collect())
     }
 
-    /// Everything the pod asks for, from one view.
+    /// Everything the pod asks for, from one view: the joint allocation
+    /// first when the pod has one, then every other type alone.
     fn pick(
         gpus: Option<&BTreeMap<i32, Gpu>>,
         common: Option<&BTreeMap<CommonKind, CommonDevices>>,
         request: &PodDeviceRequest,
+        pack: bool,
     ) -> Result<Picks, Rejection> {
-        let gpu = match &request.gpu {
-            Some(gpu) => Self::choose(gpus, gpu)?,
-            None => BTreeMap::new(),
+        let (mut gpu, mut chosen) = match &request.joint {
+            Some(rule) => Self::pick_joint(gpus, common, request, rule, pack)?,
+            None => Picks::default(),
         };
-        Ok((gpu, Self::choose_common(common, &request.common)?))
+        if let Some(wanted) = &request.gpu
+            && gpu.is_empty()
+        {
+            gpu = Self::choose(gpus, wanted)?;
+        }
+        Self::choose_common(common, &request.common, pack, &mut chosen)?;
+        Ok((gpu, chosen))
+    }
+
+    /// The joint allocation: the primary type, then the others near it.
+    fn pick_joint(
+        gpus: Option<&BTreeMap<i32, Gpu>>,
+        common: Option<&BTreeMap<CommonKind, CommonDevices>>,
+        request: &PodDeviceRequest,
+        rule: &JointRule,
+        pack: bool,
+    ) -> Result<Picks, Rejection> {
+        let gpu_pcies = |picks: &BTreeMap<i32, GpuPick>| -> BTreeSet<String> {
+            let all = gpus.into_iter().flatten();
+            all.filter(|(minor, _)| picks.contains_key(minor))
+                .filter_map(|(_, g)| g.pcie.clone())
+                .collect()
+        };
+        let common_pcies = |kind: CommonKind, picks: &[CommonPick]| -> BTreeSet<String> {
+            let devices = common.and_then(|c| c.get(&kind)).into_iter().flatten();
+            devices
+                .filter(|(minor, _)| picks.iter().any(|p| p.minor == **minor))
+                .filter_map(|(_, d)| d.pcie.clone())
+                .collect()
+        };
+        let common_request =
+            |kind: CommonKind| request.common.iter().find(|r| r.kind == kind);
+        let mut picks = Picks::default();
+        let primary_pcies = match rule.primary {
+            JointType::Gpu => {
+                let wanted = request.gpu.as_ref().ok_or_else(|| {
+                    Rejection::unschedulable(joint::ERR_INSUFFICIENT_PRIMARY_DEVICE)
+                })?;
+                picks.0 = Self::choose(gpus, wanted)?;
+                gpu_pcies(&picks.0)
+            }
+            JointType::Common(kind) => {
+                let wanted = common_request(kind).ok_or_else(|| {
+                    Rejection::unschedulable(joint::ERR_INSUFFICIENT_PRIMARY_DEVICE)
+                })?;
+                let devices = common.and_then(|c| c.get(&kind));
+                let chosen = common::choose(devices, wanted, &common::Placement::plain(pack))?;
+                let pcies = common_pcies(kind, &chosen);
+                picks.1.insert(kind, chosen);
+                pcies
+            }
+        };
+        for secondary in &rule.secondaries {
+            let secondary_pcies = match *secondary {
+                // Upstream's GPU allocator takes no PCIe preference either;
+                // a required scope is still checked below.
+                JointType::Gpu => match &request.gpu {
+                    Some(wanted) => {
+                        picks.0 = Self::choose(gpus, wanted)?;
+                        gpu_pcies(&picks.0)
+                    }
+                    None => continue,
+                },
+                JointType::Common(kind) => {
+                    let Some(wanted) = common_request(kind) else {
+                        continue;
+                    };
+                    let placement = common::Placement {
+                        pack,
+                        preferred_pcies: Some(&primary_pcies),
+                        one_per_pcie: rule.same_pcie,
+                    };
+                    let devices = common.and_then(|c| c.get(&kind));
+                    let chosen = common::choose(devices, wanted, &placement)?;
+                    let pcies = common_pcies(kind, &chosen);
+                    picks.1.insert(kind, chosen);
+                    pcies
+                }
+            };
+            if rule.same_pcie && secondary_pcies != primary_pcies {
+                return Err(Rejection::unschedulable(
+                    joint::ERR_JOINT_RULES_VIOLATION,
+                ));
+            }
+        }
+        Ok(picks)
     }
 
     /// What a reservation still holds at `now`: its devices minus what its
@@ -778,8 +965,9 @@ impl DeviceShare {
         if !self.knows(node) {
             return Ok(Picks::default());
         }
+        let pack = self.strategy.packs();
         if !self.reserved.values().any(|r| r.holder.node == node) {
-            return Self::pick(self.gpus.get(node), self.common.get(node), request);
+            return Self::pick(self.gpus.get(node), self.common.get(node), request, pack);
         }
         for name in owned {
             let Some(reserved) = self.reserved.get(name).filter(|r| r.holder.node == node) else {
@@ -790,11 +978,11 @@ impl DeviceShare {
             };
             let view = self.view(node, now, Some(name));
             let within = view.within(&gpu_left, &common_left);
-            if let Ok(picks) = Self::pick(Some(&within.gpus), Some(&within.common), request) {
+            if let Ok(picks) = Self::pick(Some(&within.gpus), Some(&within.common), request, pack) {
                 return Ok(picks);
             }
             if !reserved.holder.restricted
-                && let Ok(picks) = Self::pick(Some(&view.gpus), Some(&view.common), request)
+                && let Ok(picks) = Self::pick(Some(&view.gpus), Some(&view.common), request, pack)
             {
                 return Ok(picks);
             }
@@ -803,7 +991,7 @@ impl DeviceShare {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         }
         let view = self.view(node, now, None);
-        Self::pick(Some(&view.gpus), Some(&view.common), request)
+        Self::pick(Some(&view.gpus), Some(&view.common), request, pack)
     }
 
     fn forget(&mut self, key: &str) {
@@ -902,9 +1090,35 @@ impl Plugin for DeviceShare {
             Rejection::unresolvable(format!("invalid DeviceAllocateHint annotation, err: {e}"))
         })?;
         let common = common_requests(pod, hints.as_ref()).map_err(Rejection::unresolvable)?;
-        if gpu.is_some() || !common.is_empty() {
-            state.write(STATE_KEY, PodDeviceRequest { gpu, common });
+        if gpu.is_none() && common.is_empty() {
+            return Ok(());
         }
+        let invalid_joint =
+            |e: String| Rejection::unresolvable(format!("invalid DeviceJointAllocate annotation, err: {e}"));
+        let joint_annotation =
+            get_device_joint_allocate(pod.annotations()).map_err(|e| invalid_joint(e.to_string()))?;
+        let requested: Vec<JointType> = gpu
+            .iter()
+            .map(|_| JointType::Gpu)
+            .chain(common.iter().map(|r| JointType::Common(r.kind)))
+            .collect();
+        let joint = joint::joint_rule(joint_annotation.as_ref(), &requested).map_err(invalid_joint)?;
+        let raw = GPU_RESOURCES
+            .iter()
+            .copied()
+            .chain(CommonKind::ALL.iter().map(|k| k.resource()))
+            .map(|name| (name, pod.requests.get(name)))
+            .filter(|(_, amount)| *amount > 0)
+            .collect();
+        state.write(
+            STATE_KEY,
+            PodDeviceRequest {
+                gpu,
+                common,
+                joint,
+                raw,
+            },
+        );
         Ok(())
     }
 
@@ -918,8 +1132,40 @@ impl Plugin for DeviceShare {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
+        if !self.knows(&node.name) {
+            return fits_node_allocatable(request, node);
+        }
         self.allocate(&node.name, request, owned_reservations(state), state.now)
             .map(|_| ())
+    }
+
+    fn scores(&self) -> bool {
+        true
+    }
+
+    fn skips_scoring(&self, state: &CycleState) -> bool {
+        state.read::<PodDeviceRequest>(STATE_KEY).is_none()
+    }
+
+    fn score(
+        &self,
+        _pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> i64 {
+        let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
+            return 0;
+        };
+        if !self.knows(&node.name) {
+            return 0;
+        }
+        let view = self.view(&node.name, state.now, None);
+        score_view(&self.strategy, &view, request)
+    }
+
+    fn normalize_scores(&self, scores: &mut [i64]) {
+        scoring::normalize(scores);
     }
 
     fn reserve(
