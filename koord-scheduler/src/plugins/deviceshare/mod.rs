@@ -1899,22 +1899,36 @@ mod tests {
     }
 
     #[test]
-    fn nodes_without_device_information_pass_and_get_no_annotation() {
+    fn nodes_without_a_device_cr_fit_by_allocatable_and_get_no_annotation() {
         let mut s = cluster(vec![
             testutil::node("plain", &[("cpu", "8"), ("nvidia.com/gpu", "4")]),
+            testutil::node("cpu-only", &[("cpu", "8")]),
             gpu_pod("on-plain", &[("nvidia.com/gpu", "1")]),
+            gpu_pod("too-many", &[("nvidia.com/gpu", "5")]),
             gpu_pod("share", HALF),
             gpu_pod("nic", &[("koordinator.sh/rdma", "100")]),
             gpu_pod("on-n1", &[("nvidia.com/gpu", "1")]),
         ]);
-        // No Device CR on "plain": kube-scheduler's fit decides there.
-        for pod in ["default/on-plain", "default/share", "default/nic"] {
-            let outcome = testutil::filter(&s, pod, t0());
-            assert!(
-                outcome.feasible.contains(&"plain".to_string()),
-                "{pod}: {outcome:?}"
-            );
-        }
+        // No Device CR on "plain": its advertised nvidia.com/gpu (a device
+        // plugin's) decides, as kube-scheduler's fit does upstream.
+        let outcome = testutil::filter(&s, "default/on-plain", t0());
+        assert!(outcome.feasible.contains(&"plain".to_string()), "{outcome:?}");
+        assert_eq!(outcome.failed["cpu-only"], "Insufficient nvidia.com/gpu");
+        assert_eq!(
+            testutil::filter(&s, "default/too-many", t0()).failed["plain"],
+            "Insufficient nvidia.com/gpu"
+        );
+        // Koordinator's GPU shares and RDMA are advertised by no one there.
+        let outcome = testutil::filter(&s, "default/share", t0());
+        assert_eq!(
+            outcome.failed["plain"],
+            "Insufficient koordinator.sh/gpu-core, Insufficient koordinator.sh/gpu-memory-ratio"
+        );
+        assert!(outcome.feasible.contains(&"n1".to_string()), "{outcome:?}");
+        assert_eq!(
+            testutil::filter(&s, "default/nic", t0()).failed["cpu-only"],
+            "Insufficient koordinator.sh/rdma"
+        );
         let bound = s.reserve("default/on-plain", "plain", t0()).unwrap();
         assert!(
             !bound.annotations.contains_key(ANNOTATION_DEVICE_ALLOCATED),
@@ -1961,11 +1975,15 @@ mod tests {
         );
         s.rollback(&reserved);
 
-        // Device CR and Node gone, the node re-registers without a CR: unknown.
+        // Device CR and Node gone, the node re-registers without a CR but
+        // with a device plugin's GPU: unknown to DeviceShare, fits by
+        // allocatable, no annotation.
         s.apply(Change::Delete(device("n1", 2)));
-        let node = testutil::node("n1", &[("cpu", "8")]);
-        s.apply(Change::Delete(node.clone()));
-        testutil::load(&mut s, vec![node]);
+        s.apply(Change::Delete(testutil::node("n1", &[("cpu", "8")])));
+        testutil::load(
+            &mut s,
+            vec![testutil::node("n1", &[("cpu", "8"), ("nvidia.com/gpu", "1")])],
+        );
         let reserved = s.reserve("default/whole", "n1", t0()).unwrap();
         assert!(
             !reserved
@@ -1978,3 +1996,6 @@ mod tests {
 
 #[cfg(test)]
 mod reservation_tests;
+
+#[cfg(test)]
+mod joint_scoring_tests;
