@@ -284,3 +284,101 @@ fn invalid_scoring_args_are_refused() {
     );
     assert!(build(json!({"scoringStrategy": {"type": "LeastAllocated"}})).is_none());
 }
+
+/// A bound pod holding the given GPUs of n1 whole.
+fn holding(name: &str, minors: &[i32]) -> Object {
+    let entries: Vec<Value> = minors
+        .iter()
+        .map(|m| json!({"minor": m, "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}}))
+        .collect();
+    let annotation = json!({"gpu": entries}).to_string();
+    testutil::pod(PodSpec {
+        name,
+        node: Some("n1"),
+        requests: &[("cpu", "1")],
+        annotations: &[(ANNOTATION_DEVICE_ALLOCATED, &annotation)],
+        ..Default::default()
+    })
+}
+
+fn scoped(name: &str, requests: &[(&str, &str)], scope: &str) -> Object {
+    let hint = format!(r#"{{"gpu":{{"requiredTopologyScope":"{scope}"}}}}"#);
+    testutil::pod(PodSpec {
+        name,
+        requests,
+        limits: requests,
+        annotations: &[(
+            apis::extension::device_share::ANNOTATION_DEVICE_ALLOCATE_HINT,
+            &hint,
+        )],
+        ..Default::default()
+    })
+}
+
+#[test]
+fn required_topology_scope_keeps_gpus_within_one_switch_or_numa_node() {
+    // Upstream's allocator_gpu_test facts on the same 8-GPU topology.
+    let base = |held: &[i32]| {
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "64")]),
+                topology_device("n1", &[]),
+                holding("held", held),
+                scoped("pcie", &[("nvidia.com/gpu", "2")], "PCIe"),
+                scoped("numa", &[("nvidia.com/gpu", "4")], "NUMANode"),
+            ],
+        );
+        s
+    };
+    // GPU 5 used: two GPUs on one switch go to pcie-3 (6, 7), beside the
+    // used NUMA node 1, not to the empty pcie-0.
+    let mut s = base(&[5]);
+    assert_eq!(allocated_minors(&mut s, "pcie", "n1").unwrap().0, vec![6, 7]);
+    // Four on one NUMA node: only NUMA node 0 has four free.
+    assert_eq!(
+        allocated_minors(&mut s, "numa", "n1").unwrap().0,
+        vec![0, 1, 2, 3]
+    );
+    // GPUs 0 and 5 used: no NUMA node has four free.
+    let s = base(&[0, 5]);
+    assert_eq!(
+        testutil::filter(&s, "default/numa", t0()).failed["n1"],
+        ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES
+    );
+}
+
+#[test]
+fn a_required_scope_needs_topology_and_whole_gpus_when_several() {
+    let mut s = testutil::scheduler("");
+    testutil::load(
+        &mut s,
+        vec![
+            testutil::node("flat", &[("cpu", "64")]),
+            super::tests::device("flat", 2),
+            testutil::node("n1", &[("cpu", "64")]),
+            topology_device("n1", &[]),
+            scoped("pcie", &[("nvidia.com/gpu", "1")], "PCIe"),
+            scoped(
+                "multi-shared",
+                &[
+                    ("koordinator.sh/gpu.shared", "2"),
+                    ("koordinator.sh/gpu-core", "100"),
+                    ("koordinator.sh/gpu-memory-ratio", "100"),
+                ],
+                "PCIe",
+            ),
+        ],
+    );
+    let outcome = testutil::filter(&s, "default/pcie", t0());
+    assert_eq!(
+        outcome.failed_unresolvable["flat"],
+        ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE
+    );
+    assert!(outcome.feasible.contains(&"n1".to_string()), "{outcome:?}");
+    assert_eq!(
+        testutil::filter(&s, "default/multi-shared", t0()).failed_unresolvable["n1"],
+        ERR_UNSUPPORTED_MULTI_SHARED_GPU
+    );
+}

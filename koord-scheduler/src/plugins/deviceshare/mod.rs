@@ -31,6 +31,7 @@ use apis::extension::device_share::{
     RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
     get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
 };
+use apis::extension::device_share::DeviceTopologyScope;
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
@@ -52,6 +53,11 @@ use scoring::{ScoringStrategy, ScoringStrategyArgs};
 pub const NAME: &str = "DeviceShare";
 
 pub const ERR_INSUFFICIENT_GPU_DEVICES: &str = "Insufficient GPU Devices";
+pub const ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES: &str =
+    "Insufficient Topology Scoped GPU Devices";
+pub const ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE: &str =
+    "node(s) missing GPU Device Topology Tree";
+pub const ERR_UNSUPPORTED_MULTI_SHARED_GPU: &str = "node(s) Unsupported Multi-Shared GPU";
 /// Upstream's reason when a known node lists no GPU at all (unresolvable).
 pub const ERR_NO_GPU_DEVICES: &str = "Insufficient gpu devices";
 const STATE_KEY: &str = "DeviceShare/request";
@@ -94,6 +100,9 @@ pub struct GpuRequest {
     /// Percent of each GPU's memory; `None` when given in bytes.
     pub memory_ratio: Option<i64>,
     pub memory_bytes: Option<i64>,
+    /// The GPU hint's `requiredTopologyScope`: every GPU within one PCIe
+    /// switch / NUMA node / device.
+    pub scope: Option<DeviceTopologyScope>,
 }
 
 /// The pod resources upstream counts as GPU requests.
@@ -217,6 +226,7 @@ fn gpu_request_of(requested: &[(&str, i64)]) -> Result<Option<GpuRequest>, Strin
         memory_ratio: ratio.map(|r| r / count),
         // A ratio wins over bytes, as upstream (no accepted set has both).
         memory_bytes: memory.filter(|_| ratio.is_none()).map(|m| m / count),
+        scope: None,
     }))
 }
 
@@ -285,6 +295,8 @@ struct Gpu {
     healthy: bool,
     /// `topology.pcieID` of the Device CR, if any.
     pcie: Option<String>,
+    /// `topology.nodeID` (the NUMA node), if any and not negative.
+    numa: Option<i32>,
     memory_total: i64,
     core_used: i64,
     ratio_used: i64,
@@ -624,6 +636,11 @@ impl DeviceShare {
                     minor,
                     healthy: info.health,
                     pcie: info.topology.as_ref().map(|t| t.pcie_id.clone()),
+                    numa: info
+                        .topology
+                        .as_ref()
+                        .map(|t| t.node_id)
+                        .filter(|id| *id >= 0),
                     memory_total: resources.get(RESOURCE_GPU_MEMORY),
                     ..Default::default()
                 },
@@ -758,6 +775,9 @@ impl DeviceShare {
             .collect();
         // Fullest first: shares fill used GPUs before breaking whole ones.
         candidates.sort_by_key(|g| (g.core_free() + g.ratio_free(), g.minor));
+        if let Some(scope) = request.scope.filter(|s| *s != DeviceTopologyScope::Node) {
+            candidates = Self::within_scope(gpus, candidates, request, scope)?;
+        }
         if (candidates.len() as i64) < request.count {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         }
@@ -777,6 +797,78 @@ impl DeviceShare {
                 (g.minor, pick)
             })
             .collect())
+    }
+
+    /// A required topology scope (upstream's GPU topology tree, flattened
+    /// to the one level asked): the candidates of the one switch / NUMA
+    /// node / device that holds all the GPUs asked, preferring the group
+    /// under the most scopes with a GPU in use (packing, as upstream's tree
+    /// walk), then the one whose best candidate comes first. A shared GPU
+    /// request spread over several GPUs cannot be scoped (upstream's rule).
+    fn within_scope<'a>(
+        gpus: &BTreeMap<i32, Gpu>,
+        candidates: Vec<&'a Gpu>,
+        request: &GpuRequest,
+        scope: DeviceTopologyScope,
+    ) -> Result<Vec<&'a Gpu>, Rejection> {
+        let shared = request.core.unwrap_or(0) < 100
+            || request.memory_ratio.is_none_or(|r| r < 100);
+        if shared && request.count > 1 {
+            return Err(Rejection::unresolvable(ERR_UNSUPPORTED_MULTI_SHARED_GPU));
+        }
+        let key_at = |g: &Gpu, level: DeviceTopologyScope| -> Option<String> {
+            match level {
+                DeviceTopologyScope::PCIe => g.pcie.clone(),
+                DeviceTopologyScope::NUMANode => g.numa.map(|n| n.to_string()),
+                _ => Some(g.minor.to_string()),
+            }
+        };
+        if gpus
+            .values()
+            .filter(|g| g.healthy)
+            .any(|g| key_at(g, scope).is_none())
+        {
+            return Err(Rejection::unresolvable(
+                ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE,
+            ));
+        }
+        let mut groups: BTreeMap<String, Vec<&Gpu>> = BTreeMap::new();
+        for gpu in &candidates {
+            if let Some(k) = key_at(gpu, scope) {
+                groups.entry(k).or_default().push(gpu);
+            }
+        }
+        // How many scopes from the NUMA node down to the group's own hold a
+        // GPU in use (upstream's cumulative non-empty scopes).
+        let used: Vec<&Gpu> = gpus
+            .values()
+            .filter(|g| g.core_used > 0 || g.ratio_used > 0)
+            .collect();
+        let levels = [
+            DeviceTopologyScope::NUMANode,
+            DeviceTopologyScope::PCIe,
+            DeviceTopologyScope::Device,
+        ];
+        let non_empty_scopes = |first: &Gpu| {
+            levels
+                .iter()
+                .filter(|level| level.level() <= scope.level())
+                .filter(|level| {
+                    let own = key_at(first, **level);
+                    own.is_some() && used.iter().any(|u| key_at(u, **level) == own)
+                })
+                .count()
+        };
+        let rank_of = |first: &Gpu| candidates.iter().position(|c| c.minor == first.minor);
+        groups
+            .into_values()
+            .filter(|group| group.len() as i64 >= request.count)
+            .max_by(|a, b| {
+                non_empty_scopes(a[0])
+                    .cmp(&non_empty_scopes(b[0]))
+                    .then_with(|| rank_of(b[0]).cmp(&rank_of(a[0])))
+            })
+            .ok_or_else(|| Rejection::unschedulable(ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES))
     }
 
     /// Everything the pod asks for, from one view: the joint allocation
@@ -1090,6 +1182,13 @@ impl Plugin for DeviceShare {
             Rejection::unresolvable(format!("invalid DeviceAllocateHint annotation, err: {e}"))
         })?;
         let common = common_requests(pod, hints.as_ref()).map_err(Rejection::unresolvable)?;
+        let gpu = gpu.map(|mut wanted| {
+            wanted.scope = hints
+                .as_ref()
+                .and_then(|h| h.get(GPU_KEY))
+                .and_then(|h| h.required_topology_scope);
+            wanted
+        });
         if gpu.is_none() && common.is_empty() {
             return Ok(());
         }
@@ -1690,6 +1789,7 @@ mod tests {
                 core,
                 memory_ratio,
                 memory_bytes,
+                scope: None,
             }))
         };
         let invalid = |names: &str| Err(format!("invalid resource device requests: [{names}]"));
