@@ -24,12 +24,12 @@ fn rdma_and_fpga_scenario_allocates_per_device() {
     assert_eq!(trainer["gpu"][0]["minor"], 0);
     assert_eq!(
         trainer["rdma"],
-        json!([{"minor": 0, "resources": {"koordinator.sh/rdma": "100"}}])
+        json!([{"minor": 0, "id": "0000:1f:00.0", "resources": {"koordinator.sh/rdma": "100"}}])
     );
     // Least allocated first: the untouched NIC 1.
     assert_eq!(
         allocated(&p["default/nic-share"])["rdma"],
-        json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "30"}}])
+        json!([{"minor": 1, "id": "0000:90:00.0", "resources": {"koordinator.sh/rdma": "30"}}])
     );
     assert_eq!(p["default/two-nics"]["node"], Value::Null);
     assert_eq!(
@@ -56,7 +56,7 @@ fn rdma_and_fpga_scenario_allocates_per_device() {
     );
     assert_eq!(
         allocated(&p["default/vf-user"])["rdma"],
-        json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "1"},
+        json!([{"minor": 1, "id": "0000:90:00.0", "resources": {"koordinator.sh/rdma": "1"},
                 "extension": {"vfs": [{"minor": 1, "busID": "0000:90:00.2"}]}}])
     );
 }
@@ -111,9 +111,11 @@ fn device_pods_avoid_deviceless_nodes_and_joint_allocation_keeps_the_pcie_switch
     );
     let allocation = allocated(trainer);
     assert_eq!(allocation["gpu"][0]["minor"], 1);
+    // Upstream's fillID: the Device CR's id of the allocated device.
+    assert_eq!(allocation["gpu"][0]["id"], "GPU-1");
     assert_eq!(
         allocation["rdma"],
-        json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "1"}}])
+        json!([{"minor": 1, "id": "0000:0f:00.0", "resources": {"koordinator.sh/rdma": "1"}}])
     );
     let too_big = &p["default/too-big"];
     assert_eq!(too_big["node"], Value::Null);

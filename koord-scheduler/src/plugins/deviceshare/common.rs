@@ -50,6 +50,13 @@ impl CommonKind {
         }
     }
 
+    pub fn device_type(self) -> DeviceType {
+        match self {
+            CommonKind::Rdma => DeviceType::Rdma,
+            CommonKind::Fpga => DeviceType::Fpga,
+        }
+    }
+
     pub fn of(device_type: &DeviceType) -> Option<Self> {
         match device_type {
             DeviceType::Rdma => Some(CommonKind::Rdma),

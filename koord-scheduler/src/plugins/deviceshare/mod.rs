@@ -1322,12 +1322,25 @@ impl Plugin for DeviceShare {
     fn pre_bind(
         &self,
         pod: &PodInfo,
-        _node: &str,
-        _cache: &ClusterCache,
+        node: &str,
+        cache: &ClusterCache,
         _state: &CycleState,
     ) -> Result<BTreeMap<String, String>, Rejection> {
         let Some(chosen) = self.pending.get(&pod.key) else {
             return Ok(BTreeMap::new());
+        };
+        // Upstream's fillID: each allocation names its device's `id` (the
+        // Device CR's UUID), when the CR lists one for that type and minor.
+        let device_id = |device_type: &DeviceType, minor: i32| -> String {
+            cache
+                .devices
+                .get(node)
+                .and_then(|d| d.spec.devices.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|info| info.minor == Some(minor) && info.type_.as_ref() == Some(device_type))
+                .and_then(|info| info.uuid.clone())
+                .unwrap_or_default()
         };
         let gpu: Vec<DeviceAllocation> = chosen
             .gpu
@@ -1349,6 +1362,7 @@ impl Plugin for DeviceShare {
                 DeviceAllocation {
                     minor: *minor,
                     resources,
+                    id: device_id(&DeviceType::Gpu, *minor),
                     ..Default::default()
                 }
             })
@@ -1362,6 +1376,7 @@ impl Plugin for DeviceShare {
                 .iter()
                 .map(|pick| DeviceAllocation {
                     minor: pick.minor,
+                    id: device_id(&kind.device_type(), pick.minor),
                     resources: BTreeMap::from([(
                         kind.resource().to_string(),
                         Quantity(pick.units.to_string()),
@@ -1521,8 +1536,8 @@ mod tests {
         assert_eq!(
             trainer["rdma"],
             json!([
-                {"minor": 0, "resources": {"koordinator.sh/rdma": "100"}},
-                {"minor": 1, "resources": {"koordinator.sh/rdma": "100"}},
+                {"minor": 0, "id": "0000:1f:00.0", "resources": {"koordinator.sh/rdma": "100"}},
+                {"minor": 1, "id": "0000:90:00.0", "resources": {"koordinator.sh/rdma": "100"}},
             ])
         );
         assert_eq!(trainer["gpu"][0]["minor"], 0);
@@ -1932,11 +1947,11 @@ mod tests {
         let four_gi = (4i64 << 30).to_string();
         assert_eq!(
             allocated(&mut s, "bytes")["gpu"],
-            json!([{"minor": 0, "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
+            json!([{"minor": 0, "id": "GPU-0", "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
         );
         assert_eq!(
             allocated(&mut s, "ratio")["gpu"],
-            json!([{"minor": 0, "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
+            json!([{"minor": 0, "id": "GPU-0", "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
         );
         // GPU 0 has half its memory and all its compute left: it is the fuller one.
         assert_eq!(minors(&mut s, "compute").unwrap()[0].0, 0);
