@@ -67,7 +67,9 @@ fn simulate_with_config(config: &str) -> BTreeMap<String, Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_koord-scheduler"))
         .args(["--config", &format!("{dir}/tests/data/{config}.yaml")])
         .args(["simulate", "--output", "json", "--snapshot"])
-        .arg(format!("{dir}/tests/data/scenarios/deviceshare-topology.yaml"))
+        .arg(format!(
+            "{dir}/tests/data/scenarios/deviceshare-topology.yaml"
+        ))
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -120,7 +122,10 @@ fn device_pods_avoid_deviceless_nodes_and_joint_allocation_keeps_the_pcie_switch
     let too_big = &p["default/too-big"];
     assert_eq!(too_big["node"], Value::Null);
     assert_eq!(too_big["reasons"]["gpu-a"], "Insufficient GPU Devices");
-    assert_eq!(too_big["reasons"]["cpu-only"], "Insufficient nvidia.com/gpu");
+    assert_eq!(
+        too_big["reasons"]["cpu-only"],
+        "Insufficient nvidia.com/gpu"
+    );
 }
 
 #[test]

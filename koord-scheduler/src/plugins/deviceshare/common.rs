@@ -284,6 +284,9 @@ pub fn choose(
         .collect())
 }
 
+/// A device by minor, as ordered for picking.
+type Candidate<'a> = (i32, &'a CommonDevice);
+
 /// Devices on the preferred switches first: the best of each switch, then
 /// the second best of each, and so on (each round in the given order),
 /// then the others in the given order.
@@ -291,7 +294,8 @@ fn round_robin_by_pcie<'a>(
     ordered: Vec<(i32, &'a CommonDevice)>,
     preferred: &BTreeSet<String>,
 ) -> Vec<(i32, &'a CommonDevice)> {
-    let mut groups: BTreeMap<&str, Vec<(usize, (i32, &'a CommonDevice))>> = BTreeMap::new();
+    // Each device with its rank in `ordered`.
+    let mut groups: BTreeMap<&str, Vec<(usize, Candidate<'a>)>> = BTreeMap::new();
     let mut others = Vec::new();
     for (rank, entry) in ordered.into_iter().enumerate() {
         match entry.1.pcie.as_deref().filter(|p| preferred.contains(*p)) {
@@ -302,7 +306,7 @@ fn round_robin_by_pcie<'a>(
     let rounds = groups.values().map(Vec::len).max().unwrap_or(0);
     let mut result = Vec::new();
     for round in 0..rounds {
-        let mut this_round: Vec<(usize, (i32, &CommonDevice))> = groups
+        let mut this_round: Vec<(usize, Candidate<'_>)> = groups
             .values()
             .filter_map(|group| group.get(round).copied())
             .collect();
@@ -360,7 +364,10 @@ mod tests {
     #[test]
     fn least_allocated_device_first_then_minor() {
         let node = devices(&[50, 0, 20, 0]);
-        assert_eq!(picked(choose_plain(Some(&node), &rdma(1, 10))), vec![(1, 10)]);
+        assert_eq!(
+            picked(choose_plain(Some(&node), &rdma(1, 10))),
+            vec![(1, 10)]
+        );
         assert_eq!(
             picked(choose_plain(Some(&node), &rdma(3, 50))),
             vec![(1, 50), (3, 50), (2, 50)]
@@ -397,7 +404,10 @@ mod tests {
         };
         let node: CommonDevices = BTreeMap::from([(0, huge(i64::MAX / 2)), (1, huge(1))]);
         // Device 1 has more left; free × total overflows i64 for both.
-        assert_eq!(picked(choose_plain(Some(&node), &rdma(1, 100))), vec![(1, 100)]);
+        assert_eq!(
+            picked(choose_plain(Some(&node), &rdma(1, 100))),
+            vec![(1, 100)]
+        );
     }
 
     fn nic(labels: &[(&str, &str)], vfs: &[(&str, &str)], used_vfs: &[&str]) -> CommonDevice {
@@ -458,7 +468,10 @@ mod tests {
             selector: Some(selector(&[("fabric", "a")])),
             ..Default::default()
         };
-        assert_eq!(picked(choose_plain(Some(&node), &all)), vec![(0, 1), (1, 1)]);
+        assert_eq!(
+            picked(choose_plain(Some(&node), &all)),
+            vec![(0, 1), (1, 1)]
+        );
         // A VF from a "gpu" group: NIC 1 has none; NIC 0's free one is .3.
         let vf = CommonRequest {
             count: 1,

@@ -33,7 +33,12 @@ fn topology_device(node: &str, nics: &[usize]) -> Object {
 
 fn pod(name: &str, requests: &[(&str, &str)], joint: Option<&str>) -> Object {
     let annotations: Vec<(&str, &str)> = joint
-        .map(|j| (apis::extension::device_share::ANNOTATION_DEVICE_JOINT_ALLOCATE, j))
+        .map(|j| {
+            (
+                apis::extension::device_share::ANNOTATION_DEVICE_JOINT_ALLOCATE,
+                j,
+            )
+        })
         .into_iter()
         .collect();
     testutil::pod(PodSpec {
@@ -48,7 +53,11 @@ fn pod(name: &str, requests: &[(&str, &str)], joint: Option<&str>) -> Object {
 const SAME_PCIE: &str = r#"{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}"#;
 const PREFERRED: &str = r#"{"deviceTypes":["gpu","rdma"]}"#;
 
-fn allocated_minors(s: &mut Scheduler, pod: &str, node: &str) -> Result<(Vec<i32>, Vec<i32>), String> {
+fn allocated_minors(
+    s: &mut Scheduler,
+    pod: &str,
+    node: &str,
+) -> Result<(Vec<i32>, Vec<i32>), String> {
     let reserved = s
         .reserve(&format!("default/{pod}"), node, t0())
         .map_err(|e| e.to_string())?;
@@ -208,7 +217,8 @@ fn invalid_joint_annotations_are_unresolvable() {
     for name in ["bad", "garbled"] {
         let outcome = testutil::filter(&s, &format!("default/{name}"), t0());
         assert!(
-            outcome.failed_unresolvable["n1"].starts_with("invalid DeviceJointAllocate annotation, err: "),
+            outcome.failed_unresolvable["n1"]
+                .starts_with("invalid DeviceJointAllocate annotation, err: "),
             "{name}: {outcome:?}"
         );
     }
@@ -220,7 +230,10 @@ fn two_nodes(config: &str) -> Scheduler {
     let half_used = testutil::pod(PodSpec {
         name: "half-used",
         node: Some("busy"),
-        requests: &[("koordinator.sh/gpu-core", "50"), ("koordinator.sh/gpu-memory-ratio", "50")],
+        requests: &[
+            ("koordinator.sh/gpu-core", "50"),
+            ("koordinator.sh/gpu-memory-ratio", "50"),
+        ],
         annotations: &[(
             ANNOTATION_DEVICE_ALLOCATED,
             r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"}}]}"#,
@@ -237,7 +250,10 @@ fn two_nodes(config: &str) -> Scheduler {
             half_used,
             pod(
                 "share",
-                &[("koordinator.sh/gpu-core", "25"), ("koordinator.sh/gpu-memory-ratio", "25")],
+                &[
+                    ("koordinator.sh/gpu-core", "25"),
+                    ("koordinator.sh/gpu-memory-ratio", "25"),
+                ],
                 None,
             ),
             testutil::pod(PodSpec {
@@ -258,11 +274,17 @@ fn least_allocated_by_default_spreads_and_most_allocated_packs() {
     // Raw: busy (200−75)×100/200 = 62, idle (200−25)×100/200 = 87, for
     // both resources; normalized to the best: 62×100/87 = 71, 100.
     let s = two_nodes(&only("{}"));
-    assert_eq!(testutil::scores(&s, "default/share", &["busy", "idle"], t0()), vec![71, 100]);
+    assert_eq!(
+        testutil::scores(&s, "default/share", &["busy", "idle"], t0()),
+        vec![71, 100]
+    );
     // MostAllocated: busy 37, idle 12 → 100, 32.
     let most = r#"{scoringStrategy: {type: MostAllocated, resources: [{name: koordinator.sh/gpu-memory-ratio, weight: 1}]}}"#;
     let s = two_nodes(&only(most));
-    assert_eq!(testutil::scores(&s, "default/share", &["busy", "idle"], t0()), vec![100, 32]);
+    assert_eq!(
+        testutil::scores(&s, "default/share", &["busy", "idle"], t0()),
+        vec![100, 32]
+    );
     // A pod without devices: DeviceShare sits scoring out (no weight).
     let pod = s.cache.pod("default/no-devices").unwrap().clone();
     let state = s.pre_filter(&pod, t0()).unwrap();
@@ -335,7 +357,10 @@ fn required_topology_scope_keeps_gpus_within_one_switch_or_numa_node() {
     // GPU 5 used: two GPUs on one switch go to pcie-3 (6, 7), beside the
     // used NUMA node 1, not to the empty pcie-0.
     let mut s = base(&[5]);
-    assert_eq!(allocated_minors(&mut s, "pcie", "n1").unwrap().0, vec![6, 7]);
+    assert_eq!(
+        allocated_minors(&mut s, "pcie", "n1").unwrap().0,
+        vec![6, 7]
+    );
     // Four on one NUMA node: only NUMA node 0 has four free.
     assert_eq!(
         allocated_minors(&mut s, "numa", "n1").unwrap().0,

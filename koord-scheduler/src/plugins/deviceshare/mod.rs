@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
+use apis::extension::device_share::DeviceTopologyScope;
 use apis::extension::device_share::{
     ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_AMD_GPU,
     RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
@@ -31,7 +32,6 @@ use apis::extension::device_share::{
     RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
     get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
 };
-use apis::extension::device_share::DeviceTopologyScope;
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
@@ -77,12 +77,13 @@ pub struct DeviceShareArgs {
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
     let raw: DeviceShareArgs = parse_args(NAME, args)?;
-    let strategy = ScoringStrategy::from_args(raw.scoring_strategy.as_ref()).map_err(|message| {
-        ConfigError::InvalidArgs {
-            plugin: NAME.to_string(),
-            message,
-        }
-    })?;
+    let strategy =
+        ScoringStrategy::from_args(raw.scoring_strategy.as_ref()).map_err(|message| {
+            ConfigError::InvalidArgs {
+                plugin: NAME.to_string(),
+                message,
+            }
+        })?;
     Ok(Box::new(DeviceShare {
         strategy,
         ..Default::default()
@@ -524,7 +525,11 @@ fn fits_node_allocatable(request: &PodDeviceRequest, node: &NodeInfo) -> Result<
         .raw
         .iter()
         .filter(|(name, amount)| {
-            *amount > node.allocatable.get(name).saturating_sub(node.requested.get(name))
+            *amount
+                > node
+                    .allocatable
+                    .get(name)
+                    .saturating_sub(node.requested.get(name))
         })
         .map(|(name, _)| format!("Insufficient {name}"))
         .collect();
@@ -543,10 +548,17 @@ fn score_view(strategy: &ScoringStrategy, view: &DeviceView, request: &PodDevice
         let healthy: Vec<&Gpu> = view.gpus.values().filter(|g| g.healthy).collect();
         if let Some(first) = healthy.first() {
             let count = healthy.len() as i64;
-            let memory_total: i64 = healthy.iter().map(|g| g.memory_total).fold(0, i64::saturating_add);
+            let memory_total: i64 = healthy
+                .iter()
+                .map(|g| g.memory_total)
+                .fold(0, i64::saturating_add);
             let memory_used: i64 = healthy
                 .iter()
-                .map(|g| saturate(i128::from(g.memory_total) * i128::from(g.ratio_used.clamp(0, 100)) / 100))
+                .map(|g| {
+                    saturate(
+                        i128::from(g.memory_total) * i128::from(g.ratio_used.clamp(0, 100)) / 100,
+                    )
+                })
                 .fold(0, i64::saturating_add);
             let core_free: i64 = healthy.iter().map(|g| g.core_free().max(0)).sum();
             let ratio_free: i64 = healthy.iter().map(|g| g.ratio_free().max(0)).sum();
@@ -566,18 +578,21 @@ fn score_view(strategy: &ScoringStrategy, view: &DeviceView, request: &PodDevice
                 )),
                 _ => None,
             };
-            score = score.saturating_add(strategy.score_type(&amounts));
+            score = score.saturating_add(strategy.score_type(amounts));
         }
     }
     for wanted in &request.common {
         let devices = view.common.get(&wanted.kind).into_iter().flatten();
         let (total, free) = devices.fold((0i64, 0i64), |(total, free), (_, d)| {
-            (total.saturating_add(d.total), free.saturating_add(d.free().max(0)))
+            (
+                total.saturating_add(d.total),
+                free.saturating_add(d.free().max(0)),
+            )
         });
         let amounts = |name: &str| {
             (name == wanted.kind.resource()).then_some((total, free, wanted.per_device))
         };
-        score = score.saturating_add(strategy.score_type(&amounts));
+        score = score.saturating_add(strategy.score_type(amounts));
     }
     score
 }
@@ -811,8 +826,8 @@ impl DeviceShare {
         request: &GpuRequest,
         scope: DeviceTopologyScope,
     ) -> Result<Vec<&'a Gpu>, Rejection> {
-        let shared = request.core.unwrap_or(0) < 100
-            || request.memory_ratio.is_none_or(|r| r < 100);
+        let shared =
+            request.core.unwrap_or(0) < 100 || request.memory_ratio.is_none_or(|r| r < 100);
         if shared && request.count > 1 {
             return Err(Rejection::unresolvable(ERR_UNSUPPORTED_MULTI_SHARED_GPU));
         }
@@ -913,8 +928,7 @@ impl DeviceShare {
                 .filter_map(|(_, d)| d.pcie.clone())
                 .collect()
         };
-        let common_request =
-            |kind: CommonKind| request.common.iter().find(|r| r.kind == kind);
+        let common_request = |kind: CommonKind| request.common.iter().find(|r| r.kind == kind);
         let mut picks = Picks::default();
         let primary_pcies = match rule.primary {
             JointType::Gpu => {
@@ -963,9 +977,7 @@ impl DeviceShare {
                 }
             };
             if rule.same_pcie && secondary_pcies != primary_pcies {
-                return Err(Rejection::unschedulable(
-                    joint::ERR_JOINT_RULES_VIOLATION,
-                ));
+                return Err(Rejection::unschedulable(joint::ERR_JOINT_RULES_VIOLATION));
             }
         }
         Ok(picks)
@@ -1192,16 +1204,18 @@ impl Plugin for DeviceShare {
         if gpu.is_none() && common.is_empty() {
             return Ok(());
         }
-        let invalid_joint =
-            |e: String| Rejection::unresolvable(format!("invalid DeviceJointAllocate annotation, err: {e}"));
-        let joint_annotation =
-            get_device_joint_allocate(pod.annotations()).map_err(|e| invalid_joint(e.to_string()))?;
+        let invalid_joint = |e: String| {
+            Rejection::unresolvable(format!("invalid DeviceJointAllocate annotation, err: {e}"))
+        };
+        let joint_annotation = get_device_joint_allocate(pod.annotations())
+            .map_err(|e| invalid_joint(e.to_string()))?;
         let requested: Vec<JointType> = gpu
             .iter()
             .map(|_| JointType::Gpu)
             .chain(common.iter().map(|r| JointType::Common(r.kind)))
             .collect();
-        let joint = joint::joint_rule(joint_annotation.as_ref(), &requested).map_err(invalid_joint)?;
+        let joint =
+            joint::joint_rule(joint_annotation.as_ref(), &requested).map_err(invalid_joint)?;
         let raw = GPU_RESOURCES
             .iter()
             .copied()
@@ -1385,7 +1399,6 @@ impl Plugin for DeviceShare {
                         virtual_functions: vec![vf.clone()],
                         ..Default::default()
                     }),
-                    ..Default::default()
                 })
                 .collect();
             allocations.insert(kind.key(), entries);
@@ -2027,7 +2040,10 @@ mod tests {
         // No Device CR on "plain": its advertised nvidia.com/gpu (a device
         // plugin's) decides, as kube-scheduler's fit does upstream.
         let outcome = testutil::filter(&s, "default/on-plain", t0());
-        assert!(outcome.feasible.contains(&"plain".to_string()), "{outcome:?}");
+        assert!(
+            outcome.feasible.contains(&"plain".to_string()),
+            "{outcome:?}"
+        );
         assert_eq!(outcome.failed["cpu-only"], "Insufficient nvidia.com/gpu");
         assert_eq!(
             testutil::filter(&s, "default/too-many", t0()).failed["plain"],
@@ -2097,7 +2113,10 @@ mod tests {
         s.apply(Change::Delete(testutil::node("n1", &[("cpu", "8")])));
         testutil::load(
             &mut s,
-            vec![testutil::node("n1", &[("cpu", "8"), ("nvidia.com/gpu", "1")])],
+            vec![testutil::node(
+                "n1",
+                &[("cpu", "8"), ("nvidia.com/gpu", "1")],
+            )],
         );
         let reserved = s.reserve("default/whole", "n1", t0()).unwrap();
         assert!(

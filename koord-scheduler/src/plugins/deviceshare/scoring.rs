@@ -102,7 +102,7 @@ impl ScoringStrategy {
     /// The score of one device type on a node. `amounts(resource)` gives
     /// (total over the type's devices, free over them, the pod's request
     /// per device), or None when the resource is not of this type.
-    pub fn score_type(&self, amounts: &dyn Fn(&str) -> Option<(i64, i64, i64)>) -> i64 {
+    pub fn score_type(&self, amounts: impl Fn(&str) -> Option<(i64, i64, i64)>) -> i64 {
         let mut weighted: i128 = 0;
         let mut weight_sum: i128 = 0;
         for (name, weight) in &self.resources {
@@ -178,7 +178,10 @@ mod tests {
         let most = args(r#"{"type":"MostAllocated","resources":[{"name":"koordinator.sh/gpu-memory-ratio","weight":3}]}"#)
             .unwrap();
         assert!(most.packs());
-        assert_eq!(most.resources, vec![(RESOURCE_GPU_MEMORY_RATIO.to_string(), 3)]);
+        assert_eq!(
+            most.resources,
+            vec![(RESOURCE_GPU_MEMORY_RATIO.to_string(), 3)]
+        );
     }
 
     /// Upstream's scoring_test facts: 8 GPUs of 100 % each, 4 × 100 % free,
@@ -187,18 +190,18 @@ mod tests {
     fn least_and_most_allocated_formulas() {
         let amounts = |name: &str| (name == RESOURCE_GPU_MEMORY_RATIO).then_some((800, 400, 100));
         let least = ScoringStrategy::default();
-        assert_eq!(least.score_type(&amounts), 37); // (800 − 500) × 100 / 800
+        assert_eq!(least.score_type(amounts), 37); // (800 − 500) × 100 / 800
         let most = ScoringStrategy {
             scoring_type: ScoringType::MostAllocated,
             ..Default::default()
         };
-        assert_eq!(most.score_type(&amounts), 62); // 500 × 100 / 800
+        assert_eq!(most.score_type(amounts), 62); // 500 × 100 / 800
         // Over capacity: LeastAllocated 0, MostAllocated capped at 100.
         let over = |name: &str| (name == RESOURCE_RDMA).then_some((100, 20, 50));
-        assert_eq!(least.score_type(&over), 0);
-        assert_eq!(most.score_type(&over), 100);
+        assert_eq!(least.score_type(over), 0);
+        assert_eq!(most.score_type(over), 100);
         // Nothing weighted offered: 0.
-        assert_eq!(least.score_type(&|_| None), 0);
+        assert_eq!(least.score_type(|_: &str| None), 0);
     }
 
     #[test]
@@ -212,10 +215,10 @@ mod tests {
         };
         let amounts = |name: &str| match name {
             RESOURCE_GPU_MEMORY_RATIO => Some((200, 200, 100)), // 50
-            RESOURCE_RDMA => Some((100, 100, 0)),                // 100
+            RESOURCE_RDMA => Some((100, 100, 0)),               // 100
             _ => None,
         };
-        assert_eq!(strategy.score_type(&amounts), (50 * 3 + 100) / 4);
+        assert_eq!(strategy.score_type(amounts), (50 * 3 + 100) / 4);
     }
 
     #[test]
