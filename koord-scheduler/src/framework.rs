@@ -150,6 +150,12 @@ pub trait Plugin: Send + Sync {
         false
     }
 
+    /// Whether the plugin sits this pod's scoring out, weight included
+    /// (upstream's PreScore Skip: DeviceShare for a pod without devices).
+    fn skips_scoring(&self, _state: &CycleState) -> bool {
+        false
+    }
+
     /// Raw score of one feasible node.
     fn score(
         &self,
@@ -752,7 +758,7 @@ impl Scheduler {
         for entry in self
             .plugins
             .iter()
-            .filter(|e| e.score_weight > 0 && e.plugin.scores())
+            .filter(|e| e.score_weight > 0 && e.plugin.scores() && !e.plugin.skips_scoring(state))
         {
             weight_sum += entry.score_weight;
             for (slot, info) in raw.iter_mut().zip(nodes) {

@@ -1,9 +1,12 @@
 #![allow(clippy::unwrap_used)]
-//! DeviceShare's RDMA and FPGA end to end: the committed
-//! tests/data/scenarios/deviceshare-rdma-fpga.yaml through
-//! `koord-scheduler simulate --output json`.
+//! DeviceShare end to end: the committed
+//! tests/data/scenarios/deviceshare-rdma-fpga.yaml and
+//! deviceshare-topology.yaml through `koord-scheduler simulate --output json`.
 
 mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
 
 use common::simulate;
 use serde_json::{Value, json};
@@ -21,12 +24,12 @@ fn rdma_and_fpga_scenario_allocates_per_device() {
     assert_eq!(trainer["gpu"][0]["minor"], 0);
     assert_eq!(
         trainer["rdma"],
-        json!([{"minor": 0, "resources": {"koordinator.sh/rdma": "100"}}])
+        json!([{"minor": 0, "id": "0000:1f:00.0", "resources": {"koordinator.sh/rdma": "100"}}])
     );
     // Least allocated first: the untouched NIC 1.
     assert_eq!(
         allocated(&p["default/nic-share"])["rdma"],
-        json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "30"}}])
+        json!([{"minor": 1, "id": "0000:90:00.0", "resources": {"koordinator.sh/rdma": "30"}}])
     );
     assert_eq!(p["default/two-nics"]["node"], Value::Null);
     assert_eq!(
@@ -53,7 +56,88 @@ fn rdma_and_fpga_scenario_allocates_per_device() {
     );
     assert_eq!(
         allocated(&p["default/vf-user"])["rdma"],
-        json!([{"minor": 1, "resources": {"koordinator.sh/rdma": "1"},
+        json!([{"minor": 1, "id": "0000:90:00.0", "resources": {"koordinator.sh/rdma": "1"},
                 "extension": {"vfs": [{"minor": 1, "busID": "0000:90:00.2"}]}}])
+    );
+}
+
+/// tests/data/scenarios/deviceshare-topology.yaml under `--config`.
+fn simulate_with_config(config: &str) -> BTreeMap<String, Value> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let output = Command::new(env!("CARGO_BIN_EXE_koord-scheduler"))
+        .args(["--config", &format!("{dir}/tests/data/{config}.yaml")])
+        .args(["simulate", "--output", "json", "--snapshot"])
+        .arg(format!(
+            "{dir}/tests/data/scenarios/deviceshare-topology.yaml"
+        ))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    report["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["pod"].as_str().unwrap().to_string(), p.clone()))
+        .collect()
+}
+
+#[test]
+fn device_pods_avoid_deviceless_nodes_and_joint_allocation_keeps_the_pcie_switch() {
+    let p = simulate("deviceshare-topology", &[]);
+    // No Device CR and nothing advertised: never chosen, reason readable.
+    for pod in ["default/share-1", "default/share-2"] {
+        assert_eq!(
+            p[pod]["reasons"]["cpu-only"],
+            "Insufficient koordinator.sh/gpu-core, Insufficient koordinator.sh/gpu-memory-ratio"
+        );
+    }
+    // Upstream's default LeastAllocated spreads the shares.
+    assert_eq!(p["default/share-1"]["node"], "gpu-a");
+    assert_eq!(p["default/share-2"]["node"], "gpu-b");
+    // The trainer's GPU and NIC share pcie-0 on gpu-a; gpu-b has no NIC there.
+    let trainer = &p["default/trainer"];
+    assert_eq!(trainer["node"], "gpu-a");
+    assert_eq!(
+        trainer["reasons"]["gpu-b"],
+        "node(s) Device Joint-Allocate rules violation"
+    );
+    assert_eq!(
+        trainer["reasons"]["cpu-only"],
+        "Insufficient nvidia.com/gpu, Insufficient koordinator.sh/rdma"
+    );
+    let allocation = allocated(trainer);
+    assert_eq!(allocation["gpu"][0]["minor"], 1);
+    // Upstream's fillID: the Device CR's id of the allocated device.
+    assert_eq!(allocation["gpu"][0]["id"], "GPU-1");
+    assert_eq!(
+        allocation["rdma"],
+        json!([{"minor": 1, "id": "0000:0f:00.0", "resources": {"koordinator.sh/rdma": "1"}}])
+    );
+    let too_big = &p["default/too-big"];
+    assert_eq!(too_big["node"], Value::Null);
+    assert_eq!(too_big["reasons"]["gpu-a"], "Insufficient GPU Devices");
+    assert_eq!(
+        too_big["reasons"]["cpu-only"],
+        "Insufficient nvidia.com/gpu"
+    );
+}
+
+#[test]
+fn most_allocated_scoring_packs_gpu_shares_onto_one_gpu() {
+    let p = simulate_with_config("deviceshare-most-allocated");
+    for pod in ["default/share-1", "default/share-2"] {
+        assert_eq!(p[pod]["node"], "gpu-a", "{pod}");
+        assert_eq!(allocated(&p[pod])["gpu"][0]["minor"], 0, "{pod}");
+    }
+    let scores = &p["default/share-2"]["scores"];
+    assert!(
+        scores["gpu-a"].as_i64().unwrap() > scores["gpu-b"].as_i64().unwrap(),
+        "{scores}"
     );
 }

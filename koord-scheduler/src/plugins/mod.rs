@@ -77,7 +77,7 @@ pub const REGISTRY: &[PluginFactory] = &[
         name: deviceshare::NAME,
         enabled_by_default: true,
         filters: true,
-        default_score_weight: 0,
+        default_score_weight: 1,
         build: deviceshare::build,
     },
     PluginFactory {
@@ -208,7 +208,7 @@ mod tests {
                 ("NodeResourcesFit", 0),
                 ("NodeNUMAResource", 0),
                 ("Reservation", 1),
-                ("DeviceShare", 0),
+                ("DeviceShare", 1),
                 ("LoadAwareScheduling", 1)
             ]
         );
@@ -221,7 +221,7 @@ mod tests {
                 ("NodeResourcesFit", 0),
                 ("NodeNUMAResource", 0),
                 ("Reservation", 1),
-                ("DeviceShare", 0),
+                ("DeviceShare", 1),
                 ("LoadAwareScheduling", 5),
                 ("NodeResourcesFitPlus", 2)
             ]

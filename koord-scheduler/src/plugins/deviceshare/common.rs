@@ -1,7 +1,10 @@
 //! RDMA and FPGA devices: each device offers 100 units (its Device CR
 //! resource); a request up to 100 is a share of one device, a multiple of
 //! 100 asks for that many whole devices. Devices are taken least allocated
-//! first (upstream's default scoring), then by minor. The pod's
+//! first (upstream's default scoring; most allocated first under a
+//! MostAllocated strategy), then by minor. In a joint allocation the
+//! devices on the primary devices' PCIe switches come first, one per
+//! switch in turn (see [`Placement`]). The pod's
 //! device-allocate-hint for the type may narrow the devices (`selector`),
 //! ask for an SR-IOV virtual function on each (`vfSelector`), or change the
 //! count (`ApplyForAll`: every matching device; `RequestsAsCount`: the
@@ -44,6 +47,13 @@ impl CommonKind {
         match self {
             CommonKind::Rdma => "rdma",
             CommonKind::Fpga => "fpga",
+        }
+    }
+
+    pub fn device_type(self) -> DeviceType {
+        match self {
+            CommonKind::Rdma => DeviceType::Rdma,
+            CommonKind::Fpga => DeviceType::Fpga,
         }
     }
 
@@ -137,6 +147,8 @@ pub struct CommonDevice {
     pub vfs: Vec<(BTreeMap<String, String>, VirtualFunction)>,
     /// Bus IDs of VFs pods hold.
     pub used_vfs: BTreeSet<String>,
+    /// `topology.pcieID` of the Device CR, if any.
+    pub pcie: Option<String>,
 }
 
 impl CommonDevice {
@@ -168,12 +180,36 @@ pub struct CommonPick {
 /// A node's devices of one kind, by minor.
 pub type CommonDevices = BTreeMap<i32, CommonDevice>;
 
+/// How devices are ordered and counted beyond the request itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Placement<'a> {
+    /// Fullest device first (MostAllocated) instead of emptiest first.
+    pub pack: bool,
+    /// PCIe switches of a joint allocation's primary devices: devices there
+    /// come first, round robin over the switches, and up to one per switch
+    /// is taken even beyond the requested count (upstream's best effort).
+    pub preferred_pcies: Option<&'a BTreeSet<String>>,
+    /// The joint allocation requires the same PCIe switches: at least one
+    /// device per preferred switch is needed.
+    pub one_per_pcie: bool,
+}
+
+impl Placement<'_> {
+    pub fn plain(pack: bool) -> Self {
+        Placement {
+            pack,
+            ..Default::default()
+        }
+    }
+}
+
 /// Picks the devices for `request`. A node without any usable device of
 /// the kind (healthy, matching the selector) cannot ever fit
 /// (unresolvable); one whose devices are too used may after a release.
 pub fn choose(
     devices: Option<&CommonDevices>,
     request: &CommonRequest,
+    placement: &Placement<'_>,
 ) -> Result<Vec<CommonPick>, Rejection> {
     let usable: Vec<(&i32, &CommonDevice)> = devices
         .into_iter()
@@ -189,11 +225,21 @@ pub fn choose(
     if usable.is_empty() {
         return Err(Rejection::unresolvable(request.kind.insufficient()));
     }
-    let wanted = if request.all_devices {
+    let mut wanted = if request.all_devices {
         usable.len()
     } else {
         usize::try_from(request.count).unwrap_or(usize::MAX)
     };
+    let preferred = placement
+        .preferred_pcies
+        .filter(|p| !p.is_empty() && !request.all_devices);
+    let mut take = wanted;
+    if let Some(pcies) = preferred {
+        if placement.one_per_pcie {
+            wanted = wanted.max(pcies.len());
+        }
+        take = wanted.max(pcies.len());
+    }
     let mut fitting: Vec<(i32, &CommonDevice)> = usable
         .into_iter()
         .filter(|(_, d)| d.free() >= request.per_device)
@@ -206,19 +252,27 @@ pub fn choose(
         .map(|(minor, d)| (*minor, d))
         .collect();
     // Least allocated first: the highest free share, then the lowest minor
-    // (cross-multiplied in i128: Device CR totals may be huge).
+    // (cross-multiplied in i128: Device CR totals may be huge); reversed
+    // share order when packing.
     let share = |free: i64, total: i64| i128::from(free) * i128::from(total);
     fitting.sort_by(|(a_minor, a), (b_minor, b)| {
-        share(b.free(), a.total)
-            .cmp(&share(a.free(), b.total))
-            .then(a_minor.cmp(b_minor))
+        let by_share = share(b.free(), a.total).cmp(&share(a.free(), b.total));
+        let by_share = if placement.pack {
+            by_share.reverse()
+        } else {
+            by_share
+        };
+        by_share.then(a_minor.cmp(b_minor))
     });
+    if let Some(pcies) = preferred {
+        fitting = round_robin_by_pcie(fitting, pcies);
+    }
     if fitting.len() < wanted {
         return Err(Rejection::unschedulable(request.kind.insufficient()));
     }
     Ok(fitting
         .into_iter()
-        .take(wanted)
+        .take(take)
         .map(|(minor, device)| CommonPick {
             minor,
             units: request.per_device,
@@ -228,6 +282,39 @@ pub fn choose(
                 .and_then(|s| device.free_vf(s).cloned()),
         })
         .collect())
+}
+
+/// A device by minor, as ordered for picking.
+type Candidate<'a> = (i32, &'a CommonDevice);
+
+/// Devices on the preferred switches first: the best of each switch, then
+/// the second best of each, and so on (each round in the given order),
+/// then the others in the given order.
+fn round_robin_by_pcie<'a>(
+    ordered: Vec<(i32, &'a CommonDevice)>,
+    preferred: &BTreeSet<String>,
+) -> Vec<(i32, &'a CommonDevice)> {
+    // Each device with its rank in `ordered`.
+    let mut groups: BTreeMap<&str, Vec<(usize, Candidate<'a>)>> = BTreeMap::new();
+    let mut others = Vec::new();
+    for (rank, entry) in ordered.into_iter().enumerate() {
+        match entry.1.pcie.as_deref().filter(|p| preferred.contains(*p)) {
+            Some(pcie) => groups.entry(pcie).or_default().push((rank, entry)),
+            None => others.push(entry),
+        }
+    }
+    let rounds = groups.values().map(Vec::len).max().unwrap_or(0);
+    let mut result = Vec::new();
+    for round in 0..rounds {
+        let mut this_round: Vec<(usize, Candidate<'_>)> = groups
+            .values()
+            .filter_map(|group| group.get(round).copied())
+            .collect();
+        this_round.sort_by_key(|(rank, _)| *rank);
+        result.extend(this_round.into_iter().map(|(_, entry)| entry));
+    }
+    result.extend(others);
+    result
 }
 
 #[cfg(test)]
@@ -250,6 +337,13 @@ mod tests {
             .collect()
     }
 
+    fn choose_plain(
+        devices: Option<&CommonDevices>,
+        request: &CommonRequest,
+    ) -> Result<Vec<CommonPick>, Rejection> {
+        choose(devices, request, &Placement::plain(false))
+    }
+
     fn rdma(count: i64, per_device: i64) -> CommonRequest {
         CommonRequest {
             kind: CommonKind::Rdma,
@@ -270,9 +364,12 @@ mod tests {
     #[test]
     fn least_allocated_device_first_then_minor() {
         let node = devices(&[50, 0, 20, 0]);
-        assert_eq!(picked(choose(Some(&node), &rdma(1, 10))), vec![(1, 10)]);
         assert_eq!(
-            picked(choose(Some(&node), &rdma(3, 50))),
+            picked(choose_plain(Some(&node), &rdma(1, 10))),
+            vec![(1, 10)]
+        );
+        assert_eq!(
+            picked(choose_plain(Some(&node), &rdma(3, 50))),
             vec![(1, 50), (3, 50), (2, 50)]
         );
     }
@@ -281,10 +378,10 @@ mod tests {
     fn whole_devices_need_untouched_ones_and_missing_devices_are_unresolvable() {
         let node = devices(&[1, 0, 0]);
         assert_eq!(
-            picked(choose(Some(&node), &rdma(2, 100))),
+            picked(choose_plain(Some(&node), &rdma(2, 100))),
             vec![(1, 100), (2, 100)]
         );
-        let err = choose(Some(&node), &rdma(3, 100)).err();
+        let err = choose_plain(Some(&node), &rdma(3, 100)).err();
         assert_eq!(
             err,
             Some(Rejection::unschedulable("Insufficient rdma devices"))
@@ -292,7 +389,7 @@ mod tests {
         let unhealthy = BTreeMap::from([(0, CommonDevice::default())]);
         for node in [None, Some(&unhealthy)] {
             assert_eq!(
-                choose(node, &rdma(1, 1)).err(),
+                choose_plain(node, &rdma(1, 1)).err(),
                 Some(Rejection::unresolvable("Insufficient rdma devices"))
             );
         }
@@ -307,7 +404,10 @@ mod tests {
         };
         let node: CommonDevices = BTreeMap::from([(0, huge(i64::MAX / 2)), (1, huge(1))]);
         // Device 1 has more left; free × total overflows i64 for both.
-        assert_eq!(picked(choose(Some(&node), &rdma(1, 100))), vec![(1, 100)]);
+        assert_eq!(
+            picked(choose_plain(Some(&node), &rdma(1, 100))),
+            vec![(1, 100)]
+        );
     }
 
     fn nic(labels: &[(&str, &str)], vfs: &[(&str, &str)], used_vfs: &[&str]) -> CommonDevice {
@@ -368,7 +468,10 @@ mod tests {
             selector: Some(selector(&[("fabric", "a")])),
             ..Default::default()
         };
-        assert_eq!(picked(choose(Some(&node), &all)), vec![(0, 1), (1, 1)]);
+        assert_eq!(
+            picked(choose_plain(Some(&node), &all)),
+            vec![(0, 1), (1, 1)]
+        );
         // A VF from a "gpu" group: NIC 1 has none; NIC 0's free one is .3.
         let vf = CommonRequest {
             count: 1,
@@ -377,14 +480,14 @@ mod tests {
             vf_selector: Some(selector(&[("type", "gpu")])),
             ..Default::default()
         };
-        let picks = choose(Some(&node), &vf).unwrap();
+        let picks = choose_plain(Some(&node), &vf).unwrap();
         assert_eq!(picks.len(), 1);
         assert_eq!(picks[0].minor, 0);
         assert_eq!(picks[0].vf.as_ref().unwrap().bus_id, "0000:1f:00.3");
         // Two such VFs on fabric a do not exist.
         let two = CommonRequest { count: 2, ..vf };
         assert_eq!(
-            choose(Some(&node), &two).err(),
+            choose_plain(Some(&node), &two).err(),
             Some(Rejection::unschedulable("Insufficient rdma devices"))
         );
         // A selector nothing matches: unresolvable.
@@ -395,7 +498,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            choose(Some(&node), &none).err(),
+            choose_plain(Some(&node), &none).err(),
             Some(Rejection::unresolvable("Insufficient rdma devices"))
         );
     }

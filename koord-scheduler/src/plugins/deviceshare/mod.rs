@@ -21,15 +21,16 @@
 //! Reservation plugin's pre-filter found them) allocate from them first,
 //! and a Restricted reservation's owners only from them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
+use apis::extension::device_share::DeviceTopologyScope;
 use apis::extension::device_share::{
     ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_AMD_GPU,
     RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
     RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE, RESOURCE_HUAWEI_NPU_CPU,
     RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
-    get_device_allocate_hints, get_device_allocations,
+    get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
 };
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -42,28 +43,51 @@ use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
 pub mod common;
+pub mod joint;
+pub mod scoring;
 
 use common::{CommonDevice, CommonDevices, CommonKind, CommonPick, CommonRequest, common_requests};
+use joint::{JointRule, JointType};
+use scoring::{ScoringStrategy, ScoringStrategyArgs};
 
 pub const NAME: &str = "DeviceShare";
 
 pub const ERR_INSUFFICIENT_GPU_DEVICES: &str = "Insufficient GPU Devices";
+pub const ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES: &str =
+    "Insufficient Topology Scoped GPU Devices";
+pub const ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE: &str =
+    "node(s) missing GPU Device Topology Tree";
+pub const ERR_UNSUPPORTED_MULTI_SHARED_GPU: &str = "node(s) Unsupported Multi-Shared GPU";
 /// Upstream's reason when a known node lists no GPU at all (unresolvable).
 pub const ERR_NO_GPU_DEVICES: &str = "Insufficient gpu devices";
 const STATE_KEY: &str = "DeviceShare/request";
 const GPU_KEY: &str = "gpu";
 
-/// `DeviceShareArgs` (only the fields this extender uses).
+/// `DeviceShareArgs` (the fields this extender reads; upstream's others,
+/// such as GPU shared resource templates, are accepted and ignored).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceShareArgs {
+    /// Deprecated upstream too; accepted and ignored.
     #[serde(default)]
     pub allocator: Option<String>,
+    #[serde(default)]
+    pub scoring_strategy: Option<ScoringStrategyArgs>,
 }
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
-    let _raw: DeviceShareArgs = parse_args(NAME, args)?;
-    Ok(Box::new(DeviceShare::default()))
+    let raw: DeviceShareArgs = parse_args(NAME, args)?;
+    let strategy =
+        ScoringStrategy::from_args(raw.scoring_strategy.as_ref()).map_err(|message| {
+            ConfigError::InvalidArgs {
+                plugin: NAME.to_string(),
+                message,
+            }
+        })?;
+    Ok(Box::new(DeviceShare {
+        strategy,
+        ..Default::default()
+    }))
 }
 
 /// A pod's GPU request, per GPU.
@@ -77,6 +101,9 @@ pub struct GpuRequest {
     /// Percent of each GPU's memory; `None` when given in bytes.
     pub memory_ratio: Option<i64>,
     pub memory_bytes: Option<i64>,
+    /// The GPU hint's `requiredTopologyScope`: every GPU within one PCIe
+    /// switch / NUMA node / device.
+    pub scope: Option<DeviceTopologyScope>,
 }
 
 /// The pod resources upstream counts as GPU requests.
@@ -200,6 +227,7 @@ fn gpu_request_of(requested: &[(&str, i64)]) -> Result<Option<GpuRequest>, Strin
         memory_ratio: ratio.map(|r| r / count),
         // A ratio wins over bytes, as upstream (no accepted set has both).
         memory_bytes: memory.filter(|_| ratio.is_none()).map(|m| m / count),
+        scope: None,
     }))
 }
 
@@ -233,6 +261,12 @@ fn huawei_npu_accepted_upstream(
 struct PodDeviceRequest {
     gpu: Option<GpuRequest>,
     common: Vec<CommonRequest>,
+    /// The device-joint-allocate annotation, when it joins two or more
+    /// requested types.
+    joint: Option<JointRule>,
+    /// The pod's raw device resources (name, amount), for nodes DeviceShare
+    /// has no Device CR of.
+    raw: Vec<(&'static str, i64)>,
 }
 
 /// The share of one GPU picked for a pod.
@@ -260,6 +294,10 @@ type CommonShares = BTreeMap<CommonKind, BTreeMap<i32, (i64, Vec<String>)>>;
 struct Gpu {
     minor: i32,
     healthy: bool,
+    /// `topology.pcieID` of the Device CR, if any.
+    pcie: Option<String>,
+    /// `topology.nodeID` (the NUMA node), if any and not negative.
+    numa: Option<i32>,
     memory_total: i64,
     core_used: i64,
     ratio_used: i64,
@@ -397,6 +435,7 @@ pub struct DeviceShare {
     reserved: BTreeMap<String, ReservedDevices>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
+    strategy: ScoringStrategy,
 }
 
 fn saturate(value: i128) -> i64 {
@@ -477,6 +516,87 @@ pub fn device_amounts(device: &Device) -> Result<Vec<crate::resources::Resources
         .collect()
 }
 
+/// A node DeviceShare has no Device CR of: the pod's device resources
+/// against the node's allocatable, as kube-scheduler's NodeResourcesFit
+/// (which turns such nodes away upstream; the extender and `simulate` do
+/// it here so a device pod never lands where no device is advertised).
+fn fits_node_allocatable(request: &PodDeviceRequest, node: &NodeInfo) -> Result<(), Rejection> {
+    let insufficient: Vec<String> = request
+        .raw
+        .iter()
+        .filter(|(name, amount)| {
+            *amount
+                > node
+                    .allocatable
+                    .get(name)
+                    .saturating_sub(node.requested.get(name))
+        })
+        .map(|(name, _)| format!("Insufficient {name}"))
+        .collect();
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(Rejection::unschedulable(insufficient.join(", ")))
+    }
+}
+
+/// Upstream's node score: per device type the pod asks for, the strategy
+/// over the type's healthy devices' totals and what is free of them.
+fn score_view(strategy: &ScoringStrategy, view: &DeviceView, request: &PodDeviceRequest) -> i64 {
+    let mut score = 0i64;
+    if let Some(wanted) = &request.gpu {
+        let healthy: Vec<&Gpu> = view.gpus.values().filter(|g| g.healthy).collect();
+        if let Some(first) = healthy.first() {
+            let count = healthy.len() as i64;
+            let memory_total: i64 = healthy
+                .iter()
+                .map(|g| g.memory_total)
+                .fold(0, i64::saturating_add);
+            let memory_used: i64 = healthy
+                .iter()
+                .map(|g| {
+                    saturate(
+                        i128::from(g.memory_total) * i128::from(g.ratio_used.clamp(0, 100)) / 100,
+                    )
+                })
+                .fold(0, i64::saturating_add);
+            let core_free: i64 = healthy.iter().map(|g| g.core_free().max(0)).sum();
+            let ratio_free: i64 = healthy.iter().map(|g| g.ratio_free().max(0)).sum();
+            // Per-GPU request; a ratio and bytes convert through the first
+            // healthy GPU's memory (upstream's fillGPUTotalMem).
+            let ratio = DeviceShare::ratio_of(first, wanted);
+            let bytes = wanted.memory_bytes.unwrap_or_else(|| {
+                saturate(i128::from(first.memory_total) * i128::from(ratio) / 100)
+            });
+            let amounts = |name: &str| match name {
+                RESOURCE_GPU_CORE => Some((count * 100, core_free, wanted.core.unwrap_or(0))),
+                RESOURCE_GPU_MEMORY_RATIO => Some((count * 100, ratio_free, ratio)),
+                RESOURCE_GPU_MEMORY => Some((
+                    memory_total,
+                    memory_total.saturating_sub(memory_used),
+                    bytes,
+                )),
+                _ => None,
+            };
+            score = score.saturating_add(strategy.score_type(amounts));
+        }
+    }
+    for wanted in &request.common {
+        let devices = view.common.get(&wanted.kind).into_iter().flatten();
+        let (total, free) = devices.fold((0i64, 0i64), |(total, free), (_, d)| {
+            (
+                total.saturating_add(d.total),
+                free.saturating_add(d.free().max(0)),
+            )
+        });
+        let amounts = |name: &str| {
+            (name == wanted.kind.resource()).then_some((total, free, wanted.per_device))
+        };
+        score = score.saturating_add(strategy.score_type(amounts));
+    }
+    score
+}
+
 impl DeviceShare {
     fn load_device(&mut self, node: &str, device: &Device) {
         let mut gpus = BTreeMap::new();
@@ -516,6 +636,7 @@ impl DeviceShare {
                         total,
                         labels: info.labels.clone().unwrap_or_default(),
                         vfs,
+                        pcie: info.topology.as_ref().map(|t| t.pcie_id.clone()),
                         ..Default::default()
                     },
                 );
@@ -529,6 +650,12 @@ impl DeviceShare {
                 Gpu {
                     minor,
                     healthy: info.health,
+                    pcie: info.topology.as_ref().map(|t| t.pcie_id.clone()),
+                    numa: info
+                        .topology
+                        .as_ref()
+                        .map(|t| t.node_id)
+                        .filter(|id| *id >= 0),
                     memory_total: resources.get(RESOURCE_GPU_MEMORY),
                     ..Default::default()
                 },
@@ -592,17 +719,22 @@ impl DeviceShare {
         }
     }
 
-    /// Picks devices of every requested kind.
+    /// Picks devices of every requested kind not already in `chosen`.
     fn choose_common(
         kinds: Option<&BTreeMap<CommonKind, CommonDevices>>,
         requests: &[CommonRequest],
-    ) -> Result<BTreeMap<CommonKind, Vec<CommonPick>>, Rejection> {
-        let mut chosen = BTreeMap::new();
+        pack: bool,
+        chosen: &mut BTreeMap<CommonKind, Vec<CommonPick>>,
+    ) -> Result<(), Rejection> {
         for request in requests {
+            if chosen.contains_key(&request.kind) {
+                continue;
+            }
             let devices = kinds.and_then(|k| k.get(&request.kind));
-            chosen.insert(request.kind, common::choose(devices, request)?);
+            let picks = common::choose(devices, request, &common::Placement::plain(pack))?;
+            chosen.insert(request.kind, picks);
         }
-        Ok(chosen)
+        Ok(())
     }
 
     /// Re-applies every pod's usage on the node to its GPUs.
@@ -658,6 +790,9 @@ impl DeviceShare {
             .collect();
         // Fullest first: shares fill used GPUs before breaking whole ones.
         candidates.sort_by_key(|g| (g.core_free() + g.ratio_free(), g.minor));
+        if let Some(scope) = request.scope.filter(|s| *s != DeviceTopologyScope::Node) {
+            candidates = Self::within_scope(gpus, candidates, request, scope)?;
+        }
         if (candidates.len() as i64) < request.count {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         }
@@ -679,17 +814,173 @@ impl DeviceShare {
             .collect())
     }
 
-    /// Everything the pod asks for, from one view.
+    /// A required topology scope (upstream's GPU topology tree, flattened
+    /// to the one level asked): the candidates of the one switch / NUMA
+    /// node / device that holds all the GPUs asked, preferring the group
+    /// under the most scopes with a GPU in use (packing, as upstream's tree
+    /// walk), then the one whose best candidate comes first. A shared GPU
+    /// request spread over several GPUs cannot be scoped (upstream's rule).
+    fn within_scope<'a>(
+        gpus: &BTreeMap<i32, Gpu>,
+        candidates: Vec<&'a Gpu>,
+        request: &GpuRequest,
+        scope: DeviceTopologyScope,
+    ) -> Result<Vec<&'a Gpu>, Rejection> {
+        let shared =
+            request.core.unwrap_or(0) < 100 || request.memory_ratio.is_none_or(|r| r < 100);
+        if shared && request.count > 1 {
+            return Err(Rejection::unresolvable(ERR_UNSUPPORTED_MULTI_SHARED_GPU));
+        }
+        let key_at = |g: &Gpu, level: DeviceTopologyScope| -> Option<String> {
+            match level {
+                DeviceTopologyScope::PCIe => g.pcie.clone(),
+                DeviceTopologyScope::NUMANode => g.numa.map(|n| n.to_string()),
+                _ => Some(g.minor.to_string()),
+            }
+        };
+        if gpus
+            .values()
+            .filter(|g| g.healthy)
+            .any(|g| key_at(g, scope).is_none())
+        {
+            return Err(Rejection::unresolvable(
+                ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE,
+            ));
+        }
+        let mut groups: BTreeMap<String, Vec<&Gpu>> = BTreeMap::new();
+        for gpu in &candidates {
+            if let Some(k) = key_at(gpu, scope) {
+                groups.entry(k).or_default().push(gpu);
+            }
+        }
+        // How many scopes from the NUMA node down to the group's own hold a
+        // GPU in use (upstream's cumulative non-empty scopes).
+        let used: Vec<&Gpu> = gpus
+            .values()
+            .filter(|g| g.core_used > 0 || g.ratio_used > 0)
+            .collect();
+        let levels = [
+            DeviceTopologyScope::NUMANode,
+            DeviceTopologyScope::PCIe,
+            DeviceTopologyScope::Device,
+        ];
+        let non_empty_scopes = |first: &Gpu| {
+            levels
+                .iter()
+                .filter(|level| level.level() <= scope.level())
+                .filter(|level| {
+                    let own = key_at(first, **level);
+                    own.is_some() && used.iter().any(|u| key_at(u, **level) == own)
+                })
+                .count()
+        };
+        let rank_of = |first: &Gpu| candidates.iter().position(|c| c.minor == first.minor);
+        groups
+            .into_values()
+            .filter(|group| group.len() as i64 >= request.count)
+            .max_by(|a, b| {
+                non_empty_scopes(a[0])
+                    .cmp(&non_empty_scopes(b[0]))
+                    .then_with(|| rank_of(b[0]).cmp(&rank_of(a[0])))
+            })
+            .ok_or_else(|| Rejection::unschedulable(ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES))
+    }
+
+    /// Everything the pod asks for, from one view: the joint allocation
+    /// first when the pod has one, then every other type alone.
     fn pick(
         gpus: Option<&BTreeMap<i32, Gpu>>,
         common: Option<&BTreeMap<CommonKind, CommonDevices>>,
         request: &PodDeviceRequest,
+        pack: bool,
     ) -> Result<Picks, Rejection> {
-        let gpu = match &request.gpu {
-            Some(gpu) => Self::choose(gpus, gpu)?,
-            None => BTreeMap::new(),
+        let (mut gpu, mut chosen) = match &request.joint {
+            Some(rule) => Self::pick_joint(gpus, common, request, rule, pack)?,
+            None => Picks::default(),
         };
-        Ok((gpu, Self::choose_common(common, &request.common)?))
+        if let Some(wanted) = &request.gpu
+            && gpu.is_empty()
+        {
+            gpu = Self::choose(gpus, wanted)?;
+        }
+        Self::choose_common(common, &request.common, pack, &mut chosen)?;
+        Ok((gpu, chosen))
+    }
+
+    /// The joint allocation: the primary type, then the others near it.
+    fn pick_joint(
+        gpus: Option<&BTreeMap<i32, Gpu>>,
+        common: Option<&BTreeMap<CommonKind, CommonDevices>>,
+        request: &PodDeviceRequest,
+        rule: &JointRule,
+        pack: bool,
+    ) -> Result<Picks, Rejection> {
+        let gpu_pcies = |picks: &BTreeMap<i32, GpuPick>| -> BTreeSet<String> {
+            let all = gpus.into_iter().flatten();
+            all.filter(|(minor, _)| picks.contains_key(minor))
+                .filter_map(|(_, g)| g.pcie.clone())
+                .collect()
+        };
+        let common_pcies = |kind: CommonKind, picks: &[CommonPick]| -> BTreeSet<String> {
+            let devices = common.and_then(|c| c.get(&kind)).into_iter().flatten();
+            devices
+                .filter(|(minor, _)| picks.iter().any(|p| p.minor == **minor))
+                .filter_map(|(_, d)| d.pcie.clone())
+                .collect()
+        };
+        let common_request = |kind: CommonKind| request.common.iter().find(|r| r.kind == kind);
+        let mut picks = Picks::default();
+        let primary_pcies = match rule.primary {
+            JointType::Gpu => {
+                let wanted = request.gpu.as_ref().ok_or_else(|| {
+                    Rejection::unschedulable(joint::ERR_INSUFFICIENT_PRIMARY_DEVICE)
+                })?;
+                picks.0 = Self::choose(gpus, wanted)?;
+                gpu_pcies(&picks.0)
+            }
+            JointType::Common(kind) => {
+                let wanted = common_request(kind).ok_or_else(|| {
+                    Rejection::unschedulable(joint::ERR_INSUFFICIENT_PRIMARY_DEVICE)
+                })?;
+                let devices = common.and_then(|c| c.get(&kind));
+                let chosen = common::choose(devices, wanted, &common::Placement::plain(pack))?;
+                let pcies = common_pcies(kind, &chosen);
+                picks.1.insert(kind, chosen);
+                pcies
+            }
+        };
+        for secondary in &rule.secondaries {
+            let secondary_pcies = match *secondary {
+                // Upstream's GPU allocator takes no PCIe preference either;
+                // a required scope is still checked below.
+                JointType::Gpu => match &request.gpu {
+                    Some(wanted) => {
+                        picks.0 = Self::choose(gpus, wanted)?;
+                        gpu_pcies(&picks.0)
+                    }
+                    None => continue,
+                },
+                JointType::Common(kind) => {
+                    let Some(wanted) = common_request(kind) else {
+                        continue;
+                    };
+                    let placement = common::Placement {
+                        pack,
+                        preferred_pcies: Some(&primary_pcies),
+                        one_per_pcie: rule.same_pcie,
+                    };
+                    let devices = common.and_then(|c| c.get(&kind));
+                    let chosen = common::choose(devices, wanted, &placement)?;
+                    let pcies = common_pcies(kind, &chosen);
+                    picks.1.insert(kind, chosen);
+                    pcies
+                }
+            };
+            if rule.same_pcie && secondary_pcies != primary_pcies {
+                return Err(Rejection::unschedulable(joint::ERR_JOINT_RULES_VIOLATION));
+            }
+        }
+        Ok(picks)
     }
 
     /// What a reservation still holds at `now`: its devices minus what its
@@ -778,8 +1069,9 @@ impl DeviceShare {
         if !self.knows(node) {
             return Ok(Picks::default());
         }
+        let pack = self.strategy.packs();
         if !self.reserved.values().any(|r| r.holder.node == node) {
-            return Self::pick(self.gpus.get(node), self.common.get(node), request);
+            return Self::pick(self.gpus.get(node), self.common.get(node), request, pack);
         }
         for name in owned {
             let Some(reserved) = self.reserved.get(name).filter(|r| r.holder.node == node) else {
@@ -790,11 +1082,11 @@ impl DeviceShare {
             };
             let view = self.view(node, now, Some(name));
             let within = view.within(&gpu_left, &common_left);
-            if let Ok(picks) = Self::pick(Some(&within.gpus), Some(&within.common), request) {
+            if let Ok(picks) = Self::pick(Some(&within.gpus), Some(&within.common), request, pack) {
                 return Ok(picks);
             }
             if !reserved.holder.restricted
-                && let Ok(picks) = Self::pick(Some(&view.gpus), Some(&view.common), request)
+                && let Ok(picks) = Self::pick(Some(&view.gpus), Some(&view.common), request, pack)
             {
                 return Ok(picks);
             }
@@ -803,7 +1095,7 @@ impl DeviceShare {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         }
         let view = self.view(node, now, None);
-        Self::pick(Some(&view.gpus), Some(&view.common), request)
+        Self::pick(Some(&view.gpus), Some(&view.common), request, pack)
     }
 
     fn forget(&mut self, key: &str) {
@@ -902,9 +1194,44 @@ impl Plugin for DeviceShare {
             Rejection::unresolvable(format!("invalid DeviceAllocateHint annotation, err: {e}"))
         })?;
         let common = common_requests(pod, hints.as_ref()).map_err(Rejection::unresolvable)?;
-        if gpu.is_some() || !common.is_empty() {
-            state.write(STATE_KEY, PodDeviceRequest { gpu, common });
+        let gpu = gpu.map(|mut wanted| {
+            wanted.scope = hints
+                .as_ref()
+                .and_then(|h| h.get(GPU_KEY))
+                .and_then(|h| h.required_topology_scope);
+            wanted
+        });
+        if gpu.is_none() && common.is_empty() {
+            return Ok(());
         }
+        let invalid_joint = |e: String| {
+            Rejection::unresolvable(format!("invalid DeviceJointAllocate annotation, err: {e}"))
+        };
+        let joint_annotation = get_device_joint_allocate(pod.annotations())
+            .map_err(|e| invalid_joint(e.to_string()))?;
+        let requested: Vec<JointType> = gpu
+            .iter()
+            .map(|_| JointType::Gpu)
+            .chain(common.iter().map(|r| JointType::Common(r.kind)))
+            .collect();
+        let joint =
+            joint::joint_rule(joint_annotation.as_ref(), &requested).map_err(invalid_joint)?;
+        let raw = GPU_RESOURCES
+            .iter()
+            .copied()
+            .chain(CommonKind::ALL.iter().map(|k| k.resource()))
+            .map(|name| (name, pod.requests.get(name)))
+            .filter(|(_, amount)| *amount > 0)
+            .collect();
+        state.write(
+            STATE_KEY,
+            PodDeviceRequest {
+                gpu,
+                common,
+                joint,
+                raw,
+            },
+        );
         Ok(())
     }
 
@@ -918,8 +1245,40 @@ impl Plugin for DeviceShare {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
+        if !self.knows(&node.name) {
+            return fits_node_allocatable(request, node);
+        }
         self.allocate(&node.name, request, owned_reservations(state), state.now)
             .map(|_| ())
+    }
+
+    fn scores(&self) -> bool {
+        true
+    }
+
+    fn skips_scoring(&self, state: &CycleState) -> bool {
+        state.read::<PodDeviceRequest>(STATE_KEY).is_none()
+    }
+
+    fn score(
+        &self,
+        _pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> i64 {
+        let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
+            return 0;
+        };
+        if !self.knows(&node.name) {
+            return 0;
+        }
+        let view = self.view(&node.name, state.now, None);
+        score_view(&self.strategy, &view, request)
+    }
+
+    fn normalize_scores(&self, scores: &mut [i64]) {
+        scoring::normalize(scores);
     }
 
     fn reserve(
@@ -977,12 +1336,25 @@ impl Plugin for DeviceShare {
     fn pre_bind(
         &self,
         pod: &PodInfo,
-        _node: &str,
-        _cache: &ClusterCache,
+        node: &str,
+        cache: &ClusterCache,
         _state: &CycleState,
     ) -> Result<BTreeMap<String, String>, Rejection> {
         let Some(chosen) = self.pending.get(&pod.key) else {
             return Ok(BTreeMap::new());
+        };
+        // Upstream's fillID: each allocation names its device's `id` (the
+        // Device CR's UUID), when the CR lists one for that type and minor.
+        let device_id = |device_type: &DeviceType, minor: i32| -> String {
+            cache
+                .devices
+                .get(node)
+                .and_then(|d| d.spec.devices.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|info| info.minor == Some(minor) && info.type_.as_ref() == Some(device_type))
+                .and_then(|info| info.uuid.clone())
+                .unwrap_or_default()
         };
         let gpu: Vec<DeviceAllocation> = chosen
             .gpu
@@ -1004,6 +1376,7 @@ impl Plugin for DeviceShare {
                 DeviceAllocation {
                     minor: *minor,
                     resources,
+                    id: device_id(&DeviceType::Gpu, *minor),
                     ..Default::default()
                 }
             })
@@ -1017,6 +1390,7 @@ impl Plugin for DeviceShare {
                 .iter()
                 .map(|pick| DeviceAllocation {
                     minor: pick.minor,
+                    id: device_id(&kind.device_type(), pick.minor),
                     resources: BTreeMap::from([(
                         kind.resource().to_string(),
                         Quantity(pick.units.to_string()),
@@ -1025,7 +1399,6 @@ impl Plugin for DeviceShare {
                         virtual_functions: vec![vf.clone()],
                         ..Default::default()
                     }),
-                    ..Default::default()
                 })
                 .collect();
             allocations.insert(kind.key(), entries);
@@ -1176,8 +1549,8 @@ mod tests {
         assert_eq!(
             trainer["rdma"],
             json!([
-                {"minor": 0, "resources": {"koordinator.sh/rdma": "100"}},
-                {"minor": 1, "resources": {"koordinator.sh/rdma": "100"}},
+                {"minor": 0, "id": "0000:1f:00.0", "resources": {"koordinator.sh/rdma": "100"}},
+                {"minor": 1, "id": "0000:90:00.0", "resources": {"koordinator.sh/rdma": "100"}},
             ])
         );
         assert_eq!(trainer["gpu"][0]["minor"], 0);
@@ -1444,6 +1817,7 @@ mod tests {
                 core,
                 memory_ratio,
                 memory_bytes,
+                scope: None,
             }))
         };
         let invalid = |names: &str| Err(format!("invalid resource device requests: [{names}]"));
@@ -1586,11 +1960,11 @@ mod tests {
         let four_gi = (4i64 << 30).to_string();
         assert_eq!(
             allocated(&mut s, "bytes")["gpu"],
-            json!([{"minor": 0, "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
+            json!([{"minor": 0, "id": "GPU-0", "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
         );
         assert_eq!(
             allocated(&mut s, "ratio")["gpu"],
-            json!([{"minor": 0, "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
+            json!([{"minor": 0, "id": "GPU-0", "resources": {"koordinator.sh/gpu-memory": four_gi, "koordinator.sh/gpu-memory-ratio": "25"}}])
         );
         // GPU 0 has half its memory and all its compute left: it is the fuller one.
         assert_eq!(minors(&mut s, "compute").unwrap()[0].0, 0);
@@ -1653,22 +2027,39 @@ mod tests {
     }
 
     #[test]
-    fn nodes_without_device_information_pass_and_get_no_annotation() {
+    fn nodes_without_a_device_cr_fit_by_allocatable_and_get_no_annotation() {
         let mut s = cluster(vec![
             testutil::node("plain", &[("cpu", "8"), ("nvidia.com/gpu", "4")]),
+            testutil::node("cpu-only", &[("cpu", "8")]),
             gpu_pod("on-plain", &[("nvidia.com/gpu", "1")]),
+            gpu_pod("too-many", &[("nvidia.com/gpu", "5")]),
             gpu_pod("share", HALF),
             gpu_pod("nic", &[("koordinator.sh/rdma", "100")]),
             gpu_pod("on-n1", &[("nvidia.com/gpu", "1")]),
         ]);
-        // No Device CR on "plain": kube-scheduler's fit decides there.
-        for pod in ["default/on-plain", "default/share", "default/nic"] {
-            let outcome = testutil::filter(&s, pod, t0());
-            assert!(
-                outcome.feasible.contains(&"plain".to_string()),
-                "{pod}: {outcome:?}"
-            );
-        }
+        // No Device CR on "plain": its advertised nvidia.com/gpu (a device
+        // plugin's) decides, as kube-scheduler's fit does upstream.
+        let outcome = testutil::filter(&s, "default/on-plain", t0());
+        assert!(
+            outcome.feasible.contains(&"plain".to_string()),
+            "{outcome:?}"
+        );
+        assert_eq!(outcome.failed["cpu-only"], "Insufficient nvidia.com/gpu");
+        assert_eq!(
+            testutil::filter(&s, "default/too-many", t0()).failed["plain"],
+            "Insufficient nvidia.com/gpu"
+        );
+        // Koordinator's GPU shares and RDMA are advertised by no one there.
+        let outcome = testutil::filter(&s, "default/share", t0());
+        assert_eq!(
+            outcome.failed["plain"],
+            "Insufficient koordinator.sh/gpu-core, Insufficient koordinator.sh/gpu-memory-ratio"
+        );
+        assert!(outcome.feasible.contains(&"n1".to_string()), "{outcome:?}");
+        assert_eq!(
+            testutil::filter(&s, "default/nic", t0()).failed["cpu-only"],
+            "Insufficient koordinator.sh/rdma"
+        );
         let bound = s.reserve("default/on-plain", "plain", t0()).unwrap();
         assert!(
             !bound.annotations.contains_key(ANNOTATION_DEVICE_ALLOCATED),
@@ -1715,11 +2106,18 @@ mod tests {
         );
         s.rollback(&reserved);
 
-        // Device CR and Node gone, the node re-registers without a CR: unknown.
+        // Device CR and Node gone, the node re-registers without a CR but
+        // with a device plugin's GPU: unknown to DeviceShare, fits by
+        // allocatable, no annotation.
         s.apply(Change::Delete(device("n1", 2)));
-        let node = testutil::node("n1", &[("cpu", "8")]);
-        s.apply(Change::Delete(node.clone()));
-        testutil::load(&mut s, vec![node]);
+        s.apply(Change::Delete(testutil::node("n1", &[("cpu", "8")])));
+        testutil::load(
+            &mut s,
+            vec![testutil::node(
+                "n1",
+                &[("cpu", "8"), ("nvidia.com/gpu", "1")],
+            )],
+        );
         let reserved = s.reserve("default/whole", "n1", t0()).unwrap();
         assert!(
             !reserved
@@ -1732,3 +2130,6 @@ mod tests {
 
 #[cfg(test)]
 mod reservation_tests;
+
+#[cfg(test)]
+mod joint_scoring_tests;
