@@ -216,6 +216,23 @@ pub trait Plugin: Send + Sync {
         Ok(BTreeMap::new())
     }
 
+    /// Preemption (`/preempt`): why this plugin's rules forbid evicting
+    /// `victim` for `preemptor`, or `None` when they allow it.
+    fn protects_victim(
+        &self,
+        _preemptor: &PodInfo,
+        _victim: &PodInfo,
+        _cache: &ClusterCache,
+    ) -> Option<String> {
+        None
+    }
+
+    /// Preemption: the unit `pod` is evicted with as a whole (a gang), if
+    /// any; every bound member of the unit goes, or none does.
+    fn preemption_unit(&self, _pod: &PodInfo, _cache: &ClusterCache) -> Option<String> {
+        None
+    }
+
     /// Status writes that are due; the shell calls this at a bounded rate.
     fn pending_writes(&mut self, _cache: &ClusterCache, _now: SystemTime) -> Vec<AnnotationWrite> {
         Vec::new()
@@ -401,6 +418,35 @@ fn fits_beside_held_pods(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection
     }
 }
 
+/// kube-scheduler's NodeResourcesFit as it sees the node: every requested
+/// resource (and one pod slot) within allocatable minus what the pods on
+/// the node request. The `koordinator.sh/` names are left to DeviceShare:
+/// the chart lists them as ignored by kube-scheduler.
+fn kube_resource_fit(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    let mut insufficient = Vec::new();
+    let pod_slots = node.allocatable.get(crate::resources::RESOURCE_PODS);
+    if pod_slots > 0 && node.pods.len() as i64 >= pod_slots {
+        insufficient.push(format!("Insufficient {}", crate::resources::RESOURCE_PODS));
+    }
+    for (name, request) in pod.requests.iter() {
+        if request <= 0 || name.starts_with("koordinator.sh/") {
+            continue;
+        }
+        let free = node
+            .allocatable
+            .get(name)
+            .saturating_sub(node.requested.get(name));
+        if request > free {
+            insufficient.push(format!("Insufficient {name}"));
+        }
+    }
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(insufficient.join(", "))
+    }
+}
+
 /// A completed reservation: what the binder must persist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reserved {
@@ -487,6 +533,65 @@ impl Scheduler {
             entry.plugin.pre_filter(pod, &self.cache, &mut state)?;
         }
         Ok(state)
+    }
+
+    /// Preemption: the first plugin rule that forbids evicting `victim` for
+    /// `preemptor`, as (plugin, reason).
+    pub fn victim_protection(
+        &self,
+        preemptor: &PodInfo,
+        victim: &PodInfo,
+    ) -> Option<(&'static str, String)> {
+        self.plugins.iter().find_map(|entry| {
+            entry
+                .plugin
+                .protects_victim(preemptor, victim, &self.cache)
+                .map(|reason| (entry.plugin.name(), reason))
+        })
+    }
+
+    /// Preemption: the unit (gang) `pod` is evicted with, if any.
+    pub fn preemption_unit(&self, pod: &PodInfo) -> Option<String> {
+        self.plugins
+            .iter()
+            .find_map(|entry| entry.plugin.preemption_unit(pod, &self.cache))
+    }
+
+    /// Whether `pod` fits `node` once the cached pods `victims` are gone:
+    /// kube-scheduler's own resource fit (which it does not re-check after
+    /// an extender shrinks its victims) and every plugin's pre-filter and
+    /// filter. The victims are taken out of the cache (and the plugins'
+    /// indexes) for the check and put back exactly as they were; the
+    /// caller holds the write lock, so no reader sees the interim.
+    pub fn fits_without(
+        &mut self,
+        pod: &PodInfo,
+        node: &str,
+        victims: &[String],
+        now: SystemTime,
+    ) -> Result<(), String> {
+        let mut detached = Vec::with_capacity(victims.len());
+        for key in victims {
+            if let Some((info, event)) = self.cache.detach_pod(key) {
+                self.broadcast(&event);
+                detached.push(info);
+            }
+        }
+        let verdict = self.fits_now(pod, node, now);
+        for info in detached.iter().rev() {
+            let event = self.cache.reattach_pod(info);
+            self.broadcast(&event);
+        }
+        verdict
+    }
+
+    fn fits_now(&self, pod: &PodInfo, node: &str, now: SystemTime) -> Result<(), String> {
+        let Some(info) = self.cache.node(node) else {
+            return Err(format!("node {node} is not in the scheduler cache"));
+        };
+        kube_resource_fit(pod, info)?;
+        let state = self.pre_filter(pod, now).map_err(|r| r.reason)?;
+        self.filter_node(pod, info, &state).map_err(|r| r.reason)
     }
 
     /// Runs the filters on one node; the first rejection wins. A node whose

@@ -857,6 +857,39 @@ impl Plugin for ElasticQuota {
         NAME
     }
 
+    /// Upstream's `canPreempt`: only pods charged to the preemptor's own
+    /// quota, never one labelled `preemptible=false`, and (with
+    /// `disableDefaultQuotaPreemption`, the default) never one of the
+    /// default quota. Taking from another quota would take from what its
+    /// min guarantees, or lend across the tree.
+    fn protects_victim(
+        &self,
+        preemptor: &PodInfo,
+        victim: &PodInfo,
+        _cache: &ClusterCache,
+    ) -> Option<String> {
+        if is_pod_non_preemptible(victim.labels()) {
+            return Some(format!(
+                "pod is labelled {}=false",
+                apis::extension::elastic_quota::LABEL_PREEMPTIBLE
+            ));
+        }
+        let victim_quota = self.quota_of(victim);
+        if self.args.disable_default_quota_preemption && victim_quota == DEFAULT_QUOTA_NAME {
+            return Some(format!(
+                "pod is charged to {DEFAULT_QUOTA_NAME}, which disableDefaultQuotaPreemption protects"
+            ));
+        }
+        let preemptor_quota = self.quota_of(preemptor);
+        if victim_quota != preemptor_quota {
+            return Some(format!(
+                "pod is charged to quota {victim_quota}, the preemptor to {preemptor_quota}: \
+                 only pods of the same quota preempt each other"
+            ));
+        }
+        None
+    }
+
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
             ClusterEvent::Pod { old, new, .. } => match (old, new) {

@@ -411,6 +411,27 @@ impl Plugin for ReservationPlugin {
         NAME
     }
 
+    /// A pod running on a reservation's resources may only be evicted for
+    /// another owner of that reservation: the capacity is the owners', so
+    /// evicting it frees nothing for anyone else (upstream: pods outside a
+    /// reservation cannot preempt pods in it).
+    fn protects_victim(
+        &self,
+        preemptor: &PodInfo,
+        victim: &PodInfo,
+        _cache: &ClusterCache,
+    ) -> Option<String> {
+        let reservation = allocated_from(victim)?;
+        match self.reservations.get(&reservation) {
+            Some(info) if info.is_owner(preemptor) => None,
+            Some(_) => Some(format!(
+                "pod runs on reservation {reservation}, and the preemptor is not one of its owners"
+            )),
+            // Gone from the cache: the pod holds plain node capacity now.
+            None => None,
+        }
+    }
+
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
             ClusterEvent::Object {
