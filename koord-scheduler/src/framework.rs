@@ -216,15 +216,17 @@ pub trait Plugin: Send + Sync {
         Ok(BTreeMap::new())
     }
 
-    /// Preemption (`/preempt`): why this plugin's rules forbid evicting
-    /// `victim` for `preemptor`, or `None` when they allow it.
-    fn protects_victim(
+    /// Preemption (`/preempt`): for each of one node's proposed `victims`,
+    /// why this plugin's rules forbid evicting it for `preemptor`, or `None`
+    /// when they allow it. Node-level, because a rule may depend on what
+    /// the other victims take (a quota's min).
+    fn protects_victims(
         &self,
         _preemptor: &PodInfo,
-        _victim: &PodInfo,
+        victims: &[&PodInfo],
         _cache: &ClusterCache,
-    ) -> Option<String> {
-        None
+    ) -> Vec<Option<String>> {
+        vec![None; victims.len()]
     }
 
     /// Preemption: the unit `pod` is evicted with as a whole (a gang), if
@@ -535,19 +537,26 @@ impl Scheduler {
         Ok(state)
     }
 
-    /// Preemption: the first plugin rule that forbids evicting `victim` for
-    /// `preemptor`, as (plugin, reason).
-    pub fn victim_protection(
+    /// Preemption: for each of one node's proposed victims, the first
+    /// plugin rule that forbids evicting it for `preemptor`, as
+    /// `plugin: reason`.
+    pub fn victim_protections(
         &self,
         preemptor: &PodInfo,
-        victim: &PodInfo,
-    ) -> Option<(&'static str, String)> {
-        self.plugins.iter().find_map(|entry| {
-            entry
+        victims: &[&PodInfo],
+    ) -> Vec<Option<String>> {
+        let mut reasons: Vec<Option<String>> = vec![None; victims.len()];
+        for entry in &self.plugins {
+            let verdicts = entry
                 .plugin
-                .protects_victim(preemptor, victim, &self.cache)
-                .map(|reason| (entry.plugin.name(), reason))
-        })
+                .protects_victims(preemptor, victims, &self.cache);
+            for (slot, verdict) in reasons.iter_mut().zip(verdicts) {
+                if slot.is_none() {
+                    *slot = verdict.map(|reason| format!("{}: {reason}", entry.plugin.name()));
+                }
+            }
+        }
+        reasons
     }
 
     /// Preemption: the unit (gang) `pod` is evicted with, if any.

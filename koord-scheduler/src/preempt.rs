@@ -342,33 +342,51 @@ pub fn run_preemption(
     let mut facts_by_node = Vec::with_capacity(proposals.len());
     let mut units = BTreeSet::new();
     for proposal in proposals {
-        let facts: Vec<VictimFacts> = proposal
+        let known: Vec<Option<std::sync::Arc<PodInfo>>> = proposal
             .victim_uids
             .iter()
             .map(|uid| {
-                let pod = scheduler
+                scheduler
                     .cache
                     .pod_by_uid(uid)
                     .filter(|p| p.node.as_deref() == Some(proposal.node.as_str()))
-                    .cloned();
-                match pod {
-                    None => VictimFacts {
-                        uid: uid.clone(),
-                        key: None,
-                        protected: None,
-                        unit: None,
+                    .cloned()
+            })
+            .collect();
+        // The generic rules first; the plugins judge the rest together.
+        let generic: Vec<Option<String>> = known
+            .iter()
+            .map(|pod| pod.as_deref().and_then(|v| generic_protection(preemptor, v)))
+            .collect();
+        let judged: Vec<&PodInfo> = known
+            .iter()
+            .zip(&generic)
+            .filter(|(_, reason)| reason.is_none())
+            .filter_map(|(pod, _)| pod.as_deref())
+            .collect();
+        let mut plugin_reasons = scheduler
+            .victim_protections(preemptor, &judged)
+            .into_iter();
+        let facts: Vec<VictimFacts> = proposal
+            .victim_uids
+            .iter()
+            .zip(known.iter().zip(generic))
+            .map(|(uid, (pod, generic))| match pod {
+                None => VictimFacts {
+                    uid: uid.clone(),
+                    key: None,
+                    protected: None,
+                    unit: None,
+                },
+                Some(victim) => VictimFacts {
+                    uid: uid.clone(),
+                    key: Some(victim.key.clone()),
+                    protected: match generic {
+                        Some(reason) => Some(reason),
+                        None => plugin_reasons.next().flatten(),
                     },
-                    Some(victim) => VictimFacts {
-                        uid: uid.clone(),
-                        key: Some(victim.key.clone()),
-                        protected: generic_protection(preemptor, &victim).or_else(|| {
-                            scheduler
-                                .victim_protection(preemptor, &victim)
-                                .map(|(plugin, reason)| format!("{plugin}: {reason}"))
-                        }),
-                        unit: scheduler.preemption_unit(&victim),
-                    },
-                }
+                    unit: scheduler.preemption_unit(victim),
+                },
             })
             .collect();
         units.extend(facts.iter().filter_map(|f| f.unit.clone()));

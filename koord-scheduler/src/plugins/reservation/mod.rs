@@ -415,21 +415,26 @@ impl Plugin for ReservationPlugin {
     /// another owner of that reservation: the capacity is the owners', so
     /// evicting it frees nothing for anyone else (upstream: pods outside a
     /// reservation cannot preempt pods in it).
-    fn protects_victim(
+    fn protects_victims(
         &self,
         preemptor: &PodInfo,
-        victim: &PodInfo,
+        victims: &[&PodInfo],
         _cache: &ClusterCache,
-    ) -> Option<String> {
-        let reservation = allocated_from(victim)?;
-        match self.reservations.get(&reservation) {
-            Some(info) if info.is_owner(preemptor) => None,
-            Some(_) => Some(format!(
-                "pod runs on reservation {reservation}, and the preemptor is not one of its owners"
-            )),
-            // Gone from the cache: the pod holds plain node capacity now.
-            None => None,
-        }
+    ) -> Vec<Option<String>> {
+        victims
+            .iter()
+            .map(|victim| {
+                let reservation = allocated_from(victim)?;
+                match self.reservations.get(&reservation) {
+                    Some(info) if !info.is_owner(preemptor) => Some(format!(
+                        "pod runs on reservation {reservation}, and the preemptor is not one of its owners"
+                    )),
+                    // An owner may preempt; a reservation gone from the
+                    // cache leaves plain node capacity.
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
