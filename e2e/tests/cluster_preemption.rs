@@ -272,7 +272,11 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
             .and_then(|s| s.nominated_node_name.clone())
             .unwrap_or_default();
         ensure!(
-            urgent.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+            urgent
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()
                 && nominated.is_empty(),
             "the urgent pod was placed or nominated ({nominated:?}) on the gang's node"
         );

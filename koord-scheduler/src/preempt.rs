@@ -4,12 +4,13 @@
 //! priority and its own filters only, then sends them here
 //! (`ExtenderPreemptionArgs`) and evicts what comes back
 //! (`ExtenderPreemptionResult`). The extender takes out the victims that
-//! Koordinator's rules keep — ElasticQuota (same quota only, `preemptible`
-//! label, default quota), Reservation (only owners evict pods on a
-//! reservation), non-preemptible pods, and Coscheduling (a gang goes whole
-//! or not at all) — and drops a node whose remaining victims no longer make
-//! room for the preemptor by kube-scheduler's resource fit and every plugin's
-//! filter. Victims are never added.
+//! Koordinator's rules keep — ElasticQuota (the `preemptible` label, the
+//! default quota, another quota only above its min), Reservation (only
+//! owners evict pods on a reservation), non-preemptible pods, and
+//! Coscheduling (a gang goes whole or not at all) — and drops a node whose
+//! remaining victims no longer make room for the preemptor by
+//! kube-scheduler's resource fit and every plugin's filter. Victims are
+//! never added (see `docs/extender.md`, Preemption).
 //!
 //! [`decide_node`] is the pure core; [`run_preemption`] gathers the facts
 //! from the scheduler and evaluates the fit.
@@ -128,8 +129,7 @@ pub fn parse_preemption_args(body: &[u8]) -> Result<(Pod, Vec<NodeProposal>), St
         "NodeNameToVictims"
     } else {
         return Err(
-            "ExtenderPreemptionArgs has neither NodeNameToMetaVictims nor NodeNameToVictims"
-                .into(),
+            "ExtenderPreemptionArgs has neither NodeNameToMetaVictims nor NodeNameToVictims".into(),
         );
     };
     if raw.len() > crate::extender::MAX_CANDIDATE_NODES {
@@ -285,7 +285,9 @@ pub fn decide_node(
     let keys: Vec<String> = kept.iter().filter_map(|v| v.key.clone()).collect();
     if let Err(reason) = fits(&keys) {
         return NodeDecision::Drop {
-            reason: format!("the preemptor does not fit once the remaining victims are gone: {reason}"),
+            reason: format!(
+                "the preemptor does not fit once the remaining victims are gone: {reason}"
+            ),
         };
     }
     NodeDecision::Preempt {
@@ -356,7 +358,10 @@ pub fn run_preemption(
         // The generic rules first; the plugins judge the rest together.
         let generic: Vec<Option<String>> = known
             .iter()
-            .map(|pod| pod.as_deref().and_then(|v| generic_protection(preemptor, v)))
+            .map(|pod| {
+                pod.as_deref()
+                    .and_then(|v| generic_protection(preemptor, v))
+            })
             .collect();
         let judged: Vec<&PodInfo> = known
             .iter()
@@ -364,9 +369,7 @@ pub fn run_preemption(
             .filter(|(_, reason)| reason.is_none())
             .filter_map(|(pod, _)| pod.as_deref())
             .collect();
-        let mut plugin_reasons = scheduler
-            .victim_protections(preemptor, &judged)
-            .into_iter();
+        let mut plugin_reasons = scheduler.victim_protections(preemptor, &judged).into_iter();
         let facts: Vec<VictimFacts> = proposal
             .victim_uids
             .iter()
@@ -396,7 +399,10 @@ pub fn run_preemption(
     if !units.is_empty() {
         for pod in scheduler.cache.pods().filter(|p| p.node.is_some()) {
             if let Some(unit) = scheduler.preemption_unit(pod).filter(|u| units.contains(u)) {
-                unit_members.entry(unit).or_default().insert(pod.key.clone());
+                unit_members
+                    .entry(unit)
+                    .or_default()
+                    .insert(pod.key.clone());
             }
         }
     }
@@ -419,9 +425,7 @@ pub fn run_preemption(
                     ),
                     // Only victims are taken out, so the count can only fall;
                     // which PDBs the kept ones matched is kube-scheduler's.
-                    num_pdb_violations: proposal
-                        .num_pdb_violations
-                        .min(victims.len() as i64),
+                    num_pdb_violations: proposal.num_pdb_violations.min(victims.len() as i64),
                 },
             );
         }

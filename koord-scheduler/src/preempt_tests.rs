@@ -90,7 +90,10 @@ fn core_table() {
         },
         Case {
             name: "the remaining victims do not make room: the node goes",
-            victims: vec![facts("a", Some("reservation"), None), facts("b", None, None)],
+            victims: vec![
+                facts("a", Some("reservation"), None),
+                facts("b", None, None),
+            ],
             units: units(&[]),
             fit: Err("Insufficient cpu"),
             want: None,
@@ -98,7 +101,10 @@ fn core_table() {
         },
         Case {
             name: "a whole gang on the node goes together",
-            victims: vec![facts("g1", None, Some("default/job")), facts("g2", None, Some("default/job"))],
+            victims: vec![
+                facts("g1", None, Some("default/job")),
+                facts("g2", None, Some("default/job")),
+            ],
             units: units(&[("default/job", &["g1", "g2"])]),
             fit: Ok(()),
             want: Some(vec!["g1", "g2"]),
@@ -164,7 +170,11 @@ fn core_table() {
 #[test]
 fn dropped_victims_carry_their_reason() {
     let victims = vec![
-        facts("a", Some("ElasticQuota: pod is labelled quota.scheduling.koordinator.sh/preemptible=false"), None),
+        facts(
+            "a",
+            Some("ElasticQuota: pod is labelled quota.scheduling.koordinator.sh/preemptible=false"),
+            None,
+        ),
         facts("g1", None, Some("default/job")),
         facts("b", None, None),
     ];
@@ -176,7 +186,8 @@ fn dropped_victims_carry_their_reason() {
     assert_eq!(dropped.len(), 2);
     assert!(dropped[0].1.contains("preemptible=false"), "{dropped:?}");
     assert!(
-        dropped[1].1.contains("gang default/job would be split") && dropped[1].1.contains("default/g9"),
+        dropped[1].1.contains("gang default/job would be split")
+            && dropped[1].1.contains("default/g9"),
         "{dropped:?}"
     );
 }
@@ -250,7 +261,12 @@ fn outcome(
                 .pods
                 .unwrap()
                 .into_iter()
-                .map(|p| p.unwrap().uid.trim_start_matches("uid-default-").to_string())
+                .map(|p| {
+                    p.unwrap()
+                        .uid
+                        .trim_start_matches("uid-default-")
+                        .to_string()
+                })
                 .collect();
             (node, uids)
         })
@@ -339,8 +355,26 @@ fn victims_above_min_are_taken_lowest_priority_first_until_min() {
 #[test]
 fn non_preemptible_and_default_quota_pods_are_kept() {
     let mut s = quota_cluster(vec![
-        running("a1", "n1", "2", &[(QUOTA, "team-a"), ("quota.scheduling.koordinator.sh/preemptible", "false")], &[]),
-        running("a2", "n1", "2", &[(QUOTA, "team-a"), ("scheduling.koordinator.sh/disable-preemptible", "true")], &[]),
+        running(
+            "a1",
+            "n1",
+            "2",
+            &[
+                (QUOTA, "team-a"),
+                ("quota.scheduling.koordinator.sh/preemptible", "false"),
+            ],
+            &[],
+        ),
+        running(
+            "a2",
+            "n1",
+            "2",
+            &[
+                (QUOTA, "team-a"),
+                ("scheduling.koordinator.sh/disable-preemptible", "true"),
+            ],
+            &[],
+        ),
         running("plain", "n2", "2", &[], &[]),
         running("a3", "n2", "2", &[(QUOTA, "team-a")], &[]),
     ]);
@@ -348,7 +382,10 @@ fn non_preemptible_and_default_quota_pods_are_kept() {
     let got = outcome(
         &mut s,
         &p,
-        vec![propose("n1", &["a1", "a2"]), propose("n2", &["plain", "a3"])],
+        vec![
+            propose("n1", &["a1", "a2"]),
+            propose("n2", &["plain", "a3"]),
+        ],
     );
     assert_eq!(got, want(&[("n2", &["a3"])]));
     // Between two default-quota pods the quota has no say.
@@ -469,7 +506,14 @@ fn victims_chosen_fit_the_preemptor_by_the_koordinator_filters() {
     load(
         &mut s,
         vec![
-            node("n1", &[("cpu", "4"), ("kubernetes.io/batch-cpu", "2000"), ("pods", "110")]),
+            node(
+                "n1",
+                &[
+                    ("cpu", "4"),
+                    ("kubernetes.io/batch-cpu", "2000"),
+                    ("pods", "110"),
+                ],
+            ),
             running("low", "n1", "2", &[], &[]),
             pod(PodSpec {
                 name: "batch",
@@ -481,7 +525,13 @@ fn victims_chosen_fit_the_preemptor_by_the_koordinator_filters() {
             }),
         ],
     );
-    let p = preemptor(&mut s, "p11", &[("kubernetes.io/batch-cpu", "1000")], &[], 100);
+    let p = preemptor(
+        &mut s,
+        "p11",
+        &[("kubernetes.io/batch-cpu", "1000")],
+        &[],
+        100,
+    );
     assert!(outcome(&mut s, &p, vec![propose("n1", &["low"])]).is_empty());
     // The cache is as before the what-if: the two pods still count.
     let node = s.cache.node("n1").unwrap();
@@ -540,7 +590,10 @@ fn parses_both_shapes_and_bounds_them() {
     let refused = [
         (serde_json::json!([]), "expected a JSON object"),
         (serde_json::json!({"Pod": pod}), "neither"),
-        (serde_json::json!({"NodeNameToMetaVictims": {}}), "Pod is missing"),
+        (
+            serde_json::json!({"NodeNameToMetaVictims": {}}),
+            "Pod is missing",
+        ),
         (
             serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": ""}]}}}),
             "has no UID",

@@ -166,7 +166,10 @@ async fn malformed_preemption_args_get_400() {
     for (body, message) in [
         ("[]".to_string(), "expected a JSON object"),
         ("{".to_string(), "malformed ExtenderPreemptionArgs"),
-        (json!({"NodeNameToMetaVictims": {}}).to_string(), "Pod is missing"),
+        (
+            json!({"NodeNameToMetaVictims": {}}).to_string(),
+            "Pod is missing",
+        ),
         (json!({"Pod": preemptor()}).to_string(), "neither"),
         (
             json!({"Pod": preemptor(), "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 7}]}}})

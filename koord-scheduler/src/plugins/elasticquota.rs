@@ -882,7 +882,12 @@ impl Plugin for ElasticQuota {
         let figures = self.figures();
         let mut taken: HashMap<String, Resources> = HashMap::new();
         let mut order: Vec<usize> = (0..victims.len()).collect();
-        order.sort_by_key(|&i| (crate::preempt::pod_priority(victims[i]), victims[i].key.as_str()));
+        order.sort_by_key(|&i| {
+            (
+                crate::preempt::pod_priority(victims[i]),
+                victims[i].key.as_str(),
+            )
+        });
         for index in order {
             let victim = victims[index];
             if is_pod_non_preemptible(victim.labels()) {
