@@ -304,7 +304,7 @@ fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
         ));
     }
     for extender in &with_verbs {
-        for verb in ["filterVerb", "prioritizeVerb", "bindVerb"] {
+        for verb in ["filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb"] {
             if !has_verb(extender, verb) {
                 problems.push(format!("the extender has no {verb}"));
             }
@@ -777,7 +777,7 @@ fn extender_interest_and_kube_scheduler_validation_are_checked() {
         .iter()
         .map(|name| format!("  - {{name: {name}, ignoredByScheduler: true}}\n"))
         .collect();
-    let verbs = "- urlPrefix: http://127.0.0.1:10251\n  filterVerb: filter\n  prioritizeVerb: prioritize\n  bindVerb: bind\n  weight: 1\n";
+    let verbs = "- urlPrefix: http://127.0.0.1:10251\n  filterVerb: filter\n  prioritizeVerb: prioritize\n  bindVerb: bind\n  preemptVerb: preempt\n  weight: 1\n";
     let good = format!(
         "extenders:\n{verbs}- urlPrefix: http://127.0.0.1:10251\n  managedResources:\n{devices}"
     );
@@ -813,6 +813,11 @@ fn extender_interest_and_kube_scheduler_validation_are_checked() {
         "{problems}"
     );
     assert!(problems.contains("2 extenders with verbs"), "{problems}");
+
+    // Without preemptVerb kube-scheduler's victims bypass Koordinator's rules.
+    let no_preempt = good.replace("  preemptVerb: preempt\n", "");
+    let problems = check_kube_scheduler_extenders(&no_preempt).join("\n");
+    assert!(problems.contains("no preemptVerb"), "{problems}");
 }
 
 #[test]

@@ -697,6 +697,20 @@ impl ClusterCache {
         }
     }
 
+    /// Takes a pod out of the cache as it is (assumed or held state
+    /// included), for a what-if evaluation that [`ClusterCache::reattach_pod`]
+    /// undoes exactly.
+    pub fn detach_pod(&mut self, key: &str) -> Option<(Arc<PodInfo>, ClusterEvent)> {
+        let pod = self.pods.get(key).cloned()?;
+        Some((pod, self.remove_pod(key)))
+    }
+
+    /// Puts back a pod taken out by [`ClusterCache::detach_pod`].
+    pub fn reattach_pod(&mut self, pod: &PodInfo) -> ClusterEvent {
+        let old = self.pods.get(&pod.key).cloned();
+        self.replace_pod(old, pod.clone())
+    }
+
     /// Assumes a pending pod onto `node` with `annotations` merged in, until
     /// the watch confirms it or `until` passes.
     pub fn assume(

@@ -723,13 +723,45 @@ async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
     json_response(&result)
 }
 
-/// The `/filter`, `/prioritize` and `/bind` routes; bodies up to
-/// [`MAX_BODY_BYTES`].
+/// `/preempt` (kube-scheduler's `preemptVerb`): see [`crate::preempt`].
+async fn preempt(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let (pod, proposals) = match crate::preempt::parse_preemption_args(&body) {
+        Ok(parsed) => parsed,
+        Err(message) => return bad_request(message),
+    };
+    let pod = PodInfo::new(Arc::new(pod));
+    let (result, reports) = {
+        let Ok(mut scheduler) = state.scheduler.write() else {
+            return internal_error("scheduler state lock poisoned");
+        };
+        crate::preempt::run_preemption(&mut scheduler, &pod, proposals, SystemTime::now())
+    };
+    for report in &reports {
+        match &report.decision {
+            crate::preempt::NodeDecision::Preempt { victims, dropped } => {
+                for (uid, reason) in dropped {
+                    tracing::info!(pod = %pod.key, node = %report.node, victim = %uid, %reason, "preemption victim kept");
+                }
+                tracing::debug!(pod = %pod.key, node = %report.node, victims = victims.len(), "preemption allowed");
+            }
+            crate::preempt::NodeDecision::Drop { reason } => {
+                tracing::info!(pod = %pod.key, node = %report.node, %reason, "preemption node dropped");
+            }
+        }
+    }
+    state.metrics.observe("PostFilter", "Success", started);
+    json_response(&result)
+}
+
+/// The `/filter`, `/prioritize`, `/bind` and `/preempt` routes; bodies up
+/// to [`MAX_BODY_BYTES`].
 pub fn router(state: ExtenderState) -> Router {
     Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
+        .route("/preempt", post(preempt))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

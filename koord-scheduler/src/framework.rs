@@ -222,6 +222,25 @@ pub trait Plugin: Send + Sync {
         Ok(BTreeMap::new())
     }
 
+    /// Preemption (`/preempt`): for each of one node's proposed `victims`,
+    /// why this plugin's rules forbid evicting it for `preemptor`, or `None`
+    /// when they allow it. Node-level, because a rule may depend on what
+    /// the other victims take (a quota's min).
+    fn protects_victims(
+        &self,
+        _preemptor: &PodInfo,
+        victims: &[&PodInfo],
+        _cache: &ClusterCache,
+    ) -> Vec<Option<String>> {
+        vec![None; victims.len()]
+    }
+
+    /// Preemption: the unit `pod` is evicted with as a whole (a gang), if
+    /// any; every bound member of the unit goes, or none does.
+    fn preemption_unit(&self, _pod: &PodInfo, _cache: &ClusterCache) -> Option<String> {
+        None
+    }
+
     /// Status writes that are due; the shell calls this at a bounded rate.
     fn pending_writes(&mut self, _cache: &ClusterCache, _now: SystemTime) -> Vec<AnnotationWrite> {
         Vec::new()
@@ -407,6 +426,35 @@ fn fits_beside_held_pods(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection
     }
 }
 
+/// kube-scheduler's NodeResourcesFit as it sees the node: every requested
+/// resource (and one pod slot) within allocatable minus what the pods on
+/// the node request. The `koordinator.sh/` names are left to DeviceShare:
+/// the chart lists them as ignored by kube-scheduler.
+fn kube_resource_fit(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    let mut insufficient = Vec::new();
+    let pod_slots = node.allocatable.get(crate::resources::RESOURCE_PODS);
+    if pod_slots > 0 && node.pods.len() as i64 >= pod_slots {
+        insufficient.push(format!("Insufficient {}", crate::resources::RESOURCE_PODS));
+    }
+    for (name, request) in pod.requests.iter() {
+        if request <= 0 || name.starts_with("koordinator.sh/") {
+            continue;
+        }
+        let free = node
+            .allocatable
+            .get(name)
+            .saturating_sub(node.requested.get(name));
+        if request > free {
+            insufficient.push(format!("Insufficient {name}"));
+        }
+    }
+    if insufficient.is_empty() {
+        Ok(())
+    } else {
+        Err(insufficient.join(", "))
+    }
+}
+
 /// A completed reservation: what the binder must persist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reserved {
@@ -493,6 +541,72 @@ impl Scheduler {
             entry.plugin.pre_filter(pod, &self.cache, &mut state)?;
         }
         Ok(state)
+    }
+
+    /// Preemption: for each of one node's proposed victims, the first
+    /// plugin rule that forbids evicting it for `preemptor`, as
+    /// `plugin: reason`.
+    pub fn victim_protections(
+        &self,
+        preemptor: &PodInfo,
+        victims: &[&PodInfo],
+    ) -> Vec<Option<String>> {
+        let mut reasons: Vec<Option<String>> = vec![None; victims.len()];
+        for entry in &self.plugins {
+            let verdicts = entry
+                .plugin
+                .protects_victims(preemptor, victims, &self.cache);
+            for (slot, verdict) in reasons.iter_mut().zip(verdicts) {
+                if slot.is_none() {
+                    *slot = verdict.map(|reason| format!("{}: {reason}", entry.plugin.name()));
+                }
+            }
+        }
+        reasons
+    }
+
+    /// Preemption: the unit (gang) `pod` is evicted with, if any.
+    pub fn preemption_unit(&self, pod: &PodInfo) -> Option<String> {
+        self.plugins
+            .iter()
+            .find_map(|entry| entry.plugin.preemption_unit(pod, &self.cache))
+    }
+
+    /// Whether `pod` fits `node` once the cached pods `victims` are gone:
+    /// kube-scheduler's own resource fit (which it does not re-check after
+    /// an extender shrinks its victims) and every plugin's pre-filter and
+    /// filter. The victims are taken out of the cache (and the plugins'
+    /// indexes) for the check and put back exactly as they were; the
+    /// caller holds the write lock, so no reader sees the interim.
+    pub fn fits_without(
+        &mut self,
+        pod: &PodInfo,
+        node: &str,
+        victims: &[String],
+        now: SystemTime,
+    ) -> Result<(), String> {
+        let mut detached = Vec::with_capacity(victims.len());
+        for key in victims {
+            if let Some((info, event)) = self.cache.detach_pod(key) {
+                self.broadcast(&event);
+                detached.push(info);
+            }
+        }
+        let verdict = self.fits_now(pod, node, now);
+        for info in detached.iter().rev() {
+            let event = self.cache.reattach_pod(info);
+            self.broadcast(&event);
+        }
+        verdict
+    }
+
+    fn fits_now(&self, pod: &PodInfo, node: &str, now: SystemTime) -> Result<(), String> {
+        let Some(info) = self.cache.node(node) else {
+            return Err(format!("node {node} is not in the scheduler cache"));
+        };
+        kube_resource_fit(pod, info)?;
+        let state = self.pre_filter(pod, now).map_err(|r| r.reason)?;
+        self.filter_node(pod, info, &state).map_err(|r| r.reason)
     }
 
     /// Runs the filters on one node; the first rejection wins. A node whose

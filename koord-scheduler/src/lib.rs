@@ -20,6 +20,7 @@ pub mod filtered;
 pub mod framework;
 pub mod permit;
 pub mod plugins;
+pub mod preempt;
 pub mod reservation_controller;
 pub mod resources;
 pub mod simulator;

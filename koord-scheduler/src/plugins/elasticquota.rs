@@ -857,6 +857,98 @@ impl Plugin for ElasticQuota {
         NAME
     }
 
+    /// Which victims the quota rules keep:
+    /// - a pod labelled `preemptible=false` (upstream's `canPreempt`);
+    /// - a pod of the preemptor's own quota may always go (upstream's
+    ///   ElasticQuota preemption);
+    /// - with `disableDefaultQuotaPreemption` (the default), a pod of the
+    ///   default quota is kept from a preemptor charged to another quota
+    ///   (pods not placed through quotas land there); between two
+    ///   default-quota pods the quota has no say, as upstream, where
+    ///   DefaultPreemption follows ElasticQuota's PostFilter;
+    /// - a pod of another quota may go only while its quota's used stays at
+    ///   or above its min on every resource the pod requests: min is
+    ///   guaranteed, only what a quota borrowed beyond it can be taken back.
+    ///   Victims are taken lowest priority first, each counted against the
+    ///   quota before the next.
+    fn protects_victims(
+        &self,
+        preemptor: &PodInfo,
+        victims: &[&PodInfo],
+        _cache: &ClusterCache,
+    ) -> Vec<Option<String>> {
+        let mut reasons: Vec<Option<String>> = vec![None; victims.len()];
+        let preemptor_quota = self.quota_of(preemptor);
+        let figures = self.figures();
+        let mut taken: HashMap<String, Resources> = HashMap::new();
+        let mut order: Vec<usize> = (0..victims.len()).collect();
+        order.sort_by_key(|&i| {
+            (
+                crate::preempt::pod_priority(victims[i]),
+                victims[i].key.as_str(),
+            )
+        });
+        for index in order {
+            let victim = victims[index];
+            if is_pod_non_preemptible(victim.labels()) {
+                reasons[index] = Some(format!(
+                    "pod is labelled {}=false",
+                    apis::extension::elastic_quota::LABEL_PREEMPTIBLE
+                ));
+                continue;
+            }
+            let victim_quota = self.quota_of(victim);
+            if victim_quota == preemptor_quota {
+                continue;
+            }
+            if victim_quota == DEFAULT_QUOTA_NAME {
+                if self.args.disable_default_quota_preemption {
+                    reasons[index] = Some(format!(
+                        "pod is charged to {DEFAULT_QUOTA_NAME}, which disableDefaultQuotaPreemption \
+                         protects from pods of quota {preemptor_quota}"
+                    ));
+                }
+                continue;
+            }
+            let min = self
+                .quotas
+                .get(&victim_quota)
+                .map(|q| q.min.clone())
+                .unwrap_or_default();
+            let used = figures
+                .subtree_used
+                .get(&victim_quota)
+                .cloned()
+                .unwrap_or_default();
+            let already = taken.entry(victim_quota.clone()).or_default();
+            let below: Vec<&str> = victim
+                .requests
+                .iter()
+                .filter(|(name, request)| {
+                    let floor = min.get(name);
+                    *request > 0
+                        && floor > 0
+                        && used
+                            .get(name)
+                            .saturating_sub(already.get(name))
+                            .saturating_sub(*request)
+                            < floor
+                })
+                .map(|(name, _)| name)
+                .collect();
+            if below.is_empty() {
+                already.add(&victim.requests);
+            } else {
+                reasons[index] = Some(format!(
+                    "pod is charged to quota {victim_quota}, whose used would fall below its min \
+                     on [{}]; the preemptor is charged to quota {preemptor_quota}",
+                    below.join(", ")
+                ));
+            }
+        }
+        reasons
+    }
+
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
             ClusterEvent::Pod { old, new, .. } => match (old, new) {

@@ -740,6 +740,11 @@ impl Plugin for Coscheduling {
         NAME
     }
 
+    /// A gang is evicted whole or not at all.
+    fn preemption_unit(&self, pod: &PodInfo, _cache: &ClusterCache) -> Option<String> {
+        gang::gang_key_of(pod)
+    }
+
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
             ClusterEvent::Pod { old, new, ended } => {

@@ -411,6 +411,32 @@ impl Plugin for ReservationPlugin {
         NAME
     }
 
+    /// A pod running on a reservation's resources may only be evicted for
+    /// another owner of that reservation: the capacity is the owners', so
+    /// evicting it frees nothing for anyone else (upstream: pods outside a
+    /// reservation cannot preempt pods in it).
+    fn protects_victims(
+        &self,
+        preemptor: &PodInfo,
+        victims: &[&PodInfo],
+        _cache: &ClusterCache,
+    ) -> Vec<Option<String>> {
+        victims
+            .iter()
+            .map(|victim| {
+                let reservation = allocated_from(victim)?;
+                match self.reservations.get(&reservation) {
+                    Some(info) if !info.is_owner(preemptor) => Some(format!(
+                        "pod runs on reservation {reservation}, and the preemptor is not one of its owners"
+                    )),
+                    // An owner may preempt; a reservation gone from the
+                    // cache leaves plain node capacity.
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
         match event {
             ClusterEvent::Object {

@@ -1,0 +1,325 @@
+//! Preemption through the extender's `preemptVerb` on the local cluster: kube-scheduler's
+//! DefaultPreemption proposes victims, koord-scheduler's `/preempt` takes out the ones
+//! Koordinator's rules keep.
+//!
+//! On a KWOK-simulated node of 2 cpus (`local-cluster.sh kwok node`, tainted so that only the
+//! test's pods land there; kwok runs them), with two PriorityClasses of the test's own (100 and
+//! 1000):
+//! 1. **forbidden**: a low-priority gang of two (`gang.scheduling.koordinator.sh/name`,
+//!    min-available 2) has one member filling the KWOK node and the other on a real node. A
+//!    high-priority pod that fits only the KWOK node would need the first member evicted, which
+//!    splits the gang: kube-scheduler proposes it, the extender drops the node, so the pod stays
+//!    Pending without a nominated node and the member keeps running.
+//! 2. **permitted**: the gang and the pending pod are deleted and a plain low-priority pod fills
+//!    the KWOK node instead; a new high-priority pod makes kube-scheduler propose it, the extender
+//!    keeps it, the plain pod is evicted and the high-priority pod runs on the KWOK node.
+//!
+//! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`) and
+//! the chart's default extender configuration, which includes `preemptVerb: preempt` (no extra
+//! helm flags). Everything the test creates (namespace, node, NodeMetric, PriorityClasses) is
+//! deleted afterwards, also when it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use apis::slo::v1alpha1::NodeMetric;
+use e2e::cluster::{
+    EXTENDER_RETRY, KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually_within, pod,
+    worker_nodes,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const NODE: &str = "koord-e2e-preempt";
+/// The taint of KWOK's simulated nodes (hack/local-cluster/lib.sh).
+const FAKE_TAINT: &str = "kwok.x-k8s.io/node";
+const LOW: &str = "koord-e2e-preempt-low";
+const HIGH: &str = "koord-e2e-preempt-high";
+
+/// Runs the local cluster's script with `args` (kwok up, kwok node …).
+fn local_cluster(args: &[&str]) -> anyhow::Result<()> {
+    let script = std::env::var("KOORD_E2E_LOCAL_CLUSTER").context(
+        "KOORD_E2E_LOCAL_CLUSTER (the local cluster's local-cluster.sh) is needed for kwok",
+    )?;
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {script} {args:?}"))?;
+    ensure!(
+        output.status.success(),
+        "{script} {args:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+/// Keeps the KWOK node's NodeMetric fresh at zero usage, so LoadAware does not turn it away.
+async fn heartbeat(client: &Client) -> anyhow::Result<()> {
+    let zero = json!({"resources": {"cpu": "0", "memory": "0"}});
+    let metric = json!({"status": {
+        "updateTime": Timestamp::now().to_string(),
+        "nodeMetric": {"nodeUsage": zero, "systemUsage": zero},
+        "podsMetric": []
+    }});
+    Api::<NodeMetric>::all(client.clone())
+        .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&metric))
+        .await
+        .context("the KWOK node's NodeMetric status")?;
+    Ok(())
+}
+
+fn ignore_not_found(err: kube::Error) -> Result<(), kube::Error> {
+    match err {
+        kube::Error::Api(status) if status.code == 404 => Ok(()),
+        err => Err(err),
+    }
+}
+
+/// Deletes the cluster-scoped objects when the test ends, also when it fails.
+struct Cleanup;
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let node = delete_from_drop(|client| async move {
+            Api::<Node>::all(client.clone())
+                .delete(NODE, &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .or_else(ignore_not_found)?;
+            Api::<NodeMetric>::all(client)
+                .delete(NODE, &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .or_else(ignore_not_found)
+        });
+        let classes = delete_from_drop(|client| async move {
+            let api = Api::<PriorityClass>::all(client);
+            for name in [LOW, HIGH] {
+                api.delete(name, &DeleteParams::background())
+                    .await
+                    .map(|_| ())
+                    .or_else(ignore_not_found)?;
+            }
+            Ok::<(), kube::Error>(())
+        });
+        if !(node && classes) {
+            eprintln!(
+                "cleanup incomplete (node {node}, priority classes {classes}): delete node and \
+                 NodeMetric {NODE} and PriorityClasses {LOW}, {HIGH} by hand"
+            );
+        }
+    }
+}
+
+/// A koord-scheduler pod of `cpu` on `node`, tolerating the KWOK taint.
+fn test_pod(
+    namespace: &str,
+    name: &str,
+    node: &str,
+    priority_class: &str,
+    cpu: &str,
+    annotations: Value,
+) -> anyhow::Result<Pod> {
+    pod(
+        namespace,
+        name,
+        json!({
+            "metadata": {"annotations": annotations},
+            "spec": {
+                "schedulerName": "koord-scheduler",
+                "priorityClassName": priority_class,
+                "terminationGracePeriodSeconds": 0,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "tolerations": [{"key": FAKE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{
+                    "name": "main", "image": e2e::busybox_image(), "command": ["sleep", "3600"],
+                    "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}
+                }]
+            }
+        }),
+    )
+}
+
+async fn bound_node(pods: &Api<Pod>, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(pods
+        .get(name)
+        .await?
+        .spec
+        .and_then(|s| s.node_name)
+        .filter(|n| !n.is_empty()))
+}
+
+#[tokio::test]
+async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> anyhow::Result<()> {
+    let Some(client) =
+        e2e::cluster_or_skip("the_extender_keeps_gangs_whole_under_kube_scheduler_preemption")
+            .await
+    else {
+        return Ok(());
+    };
+    let config = Api::<ConfigMap>::namespaced(client.clone(), KOORD_NAMESPACE)
+        .get("koord-scheduler-config")
+        .await
+        .context("the koord-scheduler-config ConfigMap")?;
+    let kube_config = config
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kube-scheduler-config"))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        kube_config.contains("preemptVerb: preempt"),
+        "kube-scheduler's configuration has no preemptVerb; install the chart from this tree"
+    );
+    let real_node = worker_nodes(&client)
+        .await?
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .find(|n| n != NODE)
+        .context("a real worker node")?;
+
+    let _cleanup = Cleanup;
+    let classes = Api::<PriorityClass>::all(client.clone());
+    for (name, value) in [(LOW, 100), (HIGH, 1000)] {
+        let class: PriorityClass = serde_json::from_value(json!({
+            "metadata": {"name": name}, "value": value,
+            "preemptionPolicy": "PreemptLowerPriority"
+        }))?;
+        match classes.create(&PostParams::default(), &class).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => return Err(err).context(format!("PriorityClass {name}")),
+        }
+    }
+    local_cluster(&["kwok", "up"])?;
+    local_cluster(&["kwok", "node", NODE, "2", "4Gi"])?;
+    let metric: NodeMetric = serde_json::from_value(json!({
+        "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+        "metadata": {"name": NODE}, "spec": {}
+    }))?;
+    match Api::<NodeMetric>::all(client.clone())
+        .create(&PostParams::default(), &metric)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) => return Err(err).context("the KWOK node's NodeMetric"),
+    }
+    heartbeat(&client).await?;
+    let beating = tokio::spawn({
+        let client = client.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                if let Err(err) = heartbeat(&client).await {
+                    eprintln!("heartbeat: {err:#}");
+                }
+            }
+        }
+    });
+
+    let namespace = TestNamespace::create(&client, "koord-e2e-preempt").await?;
+    let ns = namespace.name.as_str();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let create = PostParams::default();
+
+    // 1. A gang across the KWOK node and a real node.
+    let gang = json!({
+        "gang.scheduling.koordinator.sh/name": "job",
+        "gang.scheduling.koordinator.sh/min-available": "2"
+    });
+    pods.create(
+        &create,
+        &test_pod(ns, "gang-kwok", NODE, LOW, "1500m", gang.clone())?,
+    )
+    .await?;
+    pods.create(
+        &create,
+        &test_pod(ns, "gang-real", &real_node, LOW, "10m", gang)?,
+    )
+    .await?;
+    for name in ["gang-kwok", "gang-real"] {
+        eventually_within(&format!("{name} bound"), EXTENDER_RETRY, || async {
+            Ok(bound_node(&pods, name).await?.map(|_| ()))
+        })
+        .await?;
+    }
+    pods.create(
+        &create,
+        &test_pod(ns, "urgent", NODE, HIGH, "1", json!({}))?,
+    )
+    .await?;
+    // kube-scheduler tries, proposes gang-kwok, the extender refuses: for a minute the member
+    // keeps running and the urgent pod gets no node and no nomination.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let member = pods.get("gang-kwok").await?;
+        ensure!(
+            member.metadata.deletion_timestamp.is_none(),
+            "the gang member on {NODE} was preempted although that splits its gang"
+        );
+        let urgent = pods.get("urgent").await?;
+        let nominated = urgent
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .unwrap_or_default();
+        ensure!(
+            urgent
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()
+                && nominated.is_empty(),
+            "the urgent pod was placed or nominated ({nominated:?}) on the gang's node"
+        );
+    }
+
+    // 2. Everything goes; a plain low-priority pod fills the node, and a new urgent pod may
+    //    preempt it.
+    for name in ["urgent", "gang-kwok", "gang-real"] {
+        pods.delete(name, &DeleteParams::background()).await?;
+    }
+    for name in ["urgent", "gang-kwok", "gang-real"] {
+        eventually_within(&format!("{name} gone"), Duration::from_secs(60), || async {
+            Ok(pods.get_opt(name).await?.is_none().then_some(()))
+        })
+        .await?;
+    }
+    pods.create(
+        &create,
+        &test_pod(ns, "plain", NODE, LOW, "1500m", json!({}))?,
+    )
+    .await?;
+    eventually_within("plain bound", EXTENDER_RETRY, || async {
+        Ok(bound_node(&pods, "plain").await?.map(|_| ()))
+    })
+    .await?;
+    pods.create(
+        &create,
+        &test_pod(ns, "urgent-2", NODE, HIGH, "1", json!({}))?,
+    )
+    .await?;
+    // The plain pod is no gang and in the urgent pod's (default) quota: the extender keeps
+    // kube-scheduler's victim, the plain pod is evicted and the urgent pod takes the node.
+    let urgent_node = eventually_within("urgent-2 placed", EXTENDER_RETRY, || async {
+        bound_node(&pods, "urgent-2").await
+    })
+    .await?;
+    ensure!(urgent_node == NODE, "urgent-2 went to {urgent_node}");
+    let plain = pods.get_opt("plain").await?;
+    ensure!(
+        plain.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the plain pod still runs on {NODE} next to urgent-2, beyond the node's 2 cpus"
+    );
+    beating.abort();
+    drop(namespace);
+    Ok(())
+}

@@ -1,0 +1,648 @@
+//! `/preempt` decisions: the pure core by table, then through a scheduler
+//! built from hand-made snapshots.
+#![allow(clippy::unwrap_used)]
+
+use std::cell::RefCell;
+
+use super::*;
+use crate::cache::Object;
+use crate::testutil::*;
+
+fn facts(uid: &str, protected: Option<&str>, unit: Option<&str>) -> VictimFacts {
+    VictimFacts {
+        uid: uid.to_string(),
+        key: Some(format!("default/{uid}")),
+        protected: protected.map(str::to_string),
+        unit: unit.map(str::to_string),
+    }
+}
+
+fn units(entries: &[(&str, &[&str])]) -> HashMap<String, BTreeSet<String>> {
+    entries
+        .iter()
+        .map(|(unit, members)| {
+            (
+                unit.to_string(),
+                members.iter().map(|m| format!("default/{m}")).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Runs [`decide_node`] with a fit oracle that records the keys it was
+/// asked about and answers `fit`.
+fn decide(
+    victims: &[VictimFacts],
+    unit_members: &HashMap<String, BTreeSet<String>>,
+    fit: Result<(), &str>,
+) -> (NodeDecision, Option<Vec<String>>) {
+    let asked = RefCell::new(None);
+    let decision = decide_node(victims, unit_members, |keys| {
+        *asked.borrow_mut() = Some(keys.to_vec());
+        fit.map_err(str::to_string)
+    });
+    (decision, asked.into_inner())
+}
+
+fn preempted(decision: &NodeDecision) -> Vec<&str> {
+    match decision {
+        NodeDecision::Preempt { victims, .. } => victims.iter().map(String::as_str).collect(),
+        NodeDecision::Drop { .. } => Vec::new(),
+    }
+}
+
+#[test]
+fn core_table() {
+    struct Case {
+        name: &'static str,
+        victims: Vec<VictimFacts>,
+        units: HashMap<String, BTreeSet<String>>,
+        fit: Result<(), &'static str>,
+        /// `None`: the node is dropped.
+        want: Option<Vec<&'static str>>,
+        /// The keys the fit check must see (`None`: not called).
+        want_asked: Option<Vec<&'static str>>,
+    }
+    let cases = vec![
+        Case {
+            name: "nothing protected: kube-scheduler's victims stand",
+            victims: vec![facts("a", None, None), facts("b", None, None)],
+            units: units(&[]),
+            fit: Ok(()),
+            want: Some(vec!["a", "b"]),
+            want_asked: Some(vec!["default/a", "default/b"]),
+        },
+        Case {
+            name: "a protected victim is taken out, the fit is checked without it",
+            victims: vec![facts("a", Some("quota"), None), facts("b", None, None)],
+            units: units(&[]),
+            fit: Ok(()),
+            want: Some(vec!["b"]),
+            want_asked: Some(vec!["default/b"]),
+        },
+        Case {
+            name: "every victim protected: the node goes without a fit check",
+            victims: vec![facts("a", Some("quota"), None)],
+            units: units(&[]),
+            fit: Ok(()),
+            want: None,
+            want_asked: None,
+        },
+        Case {
+            name: "the remaining victims do not make room: the node goes",
+            victims: vec![
+                facts("a", Some("reservation"), None),
+                facts("b", None, None),
+            ],
+            units: units(&[]),
+            fit: Err("Insufficient cpu"),
+            want: None,
+            want_asked: Some(vec!["default/b"]),
+        },
+        Case {
+            name: "a whole gang on the node goes together",
+            victims: vec![
+                facts("g1", None, Some("default/job")),
+                facts("g2", None, Some("default/job")),
+            ],
+            units: units(&[("default/job", &["g1", "g2"])]),
+            fit: Ok(()),
+            want: Some(vec!["g1", "g2"]),
+            want_asked: Some(vec!["default/g1", "default/g2"]),
+        },
+        Case {
+            name: "a gang with a member on another node is never split",
+            victims: vec![
+                facts("g1", None, Some("default/job")),
+                facts("x", None, None),
+            ],
+            units: units(&[("default/job", &["g1", "g3"])]),
+            fit: Ok(()),
+            want: Some(vec!["x"]),
+            want_asked: Some(vec!["default/x"]),
+        },
+        Case {
+            name: "a protected gang member keeps its whole gang",
+            victims: vec![
+                facts("g1", None, Some("default/job")),
+                facts("g2", Some("non-preemptible"), Some("default/job")),
+            ],
+            units: units(&[("default/job", &["g1", "g2"])]),
+            fit: Ok(()),
+            want: None,
+            want_asked: None,
+        },
+        Case {
+            name: "a victim the cache does not know passes through",
+            victims: vec![VictimFacts {
+                uid: "ghost".into(),
+                key: None,
+                protected: None,
+                unit: None,
+            }],
+            units: units(&[]),
+            fit: Ok(()),
+            want: Some(vec!["ghost"]),
+            want_asked: Some(vec![]),
+        },
+    ];
+    for case in cases {
+        let (decision, asked) = decide(&case.victims, &case.units, case.fit);
+        match &case.want {
+            Some(want) => assert_eq!(&preempted(&decision), want, "{}", case.name),
+            None => assert!(
+                matches!(decision, NodeDecision::Drop { .. }),
+                "{}: {decision:?}",
+                case.name
+            ),
+        }
+        let asked: Option<Vec<String>> = asked;
+        assert_eq!(
+            asked,
+            case.want_asked
+                .map(|keys| keys.into_iter().map(str::to_string).collect::<Vec<_>>()),
+            "{}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn dropped_victims_carry_their_reason() {
+    let victims = vec![
+        facts(
+            "a",
+            Some("ElasticQuota: pod is labelled quota.scheduling.koordinator.sh/preemptible=false"),
+            None,
+        ),
+        facts("g1", None, Some("default/job")),
+        facts("b", None, None),
+    ];
+    let (decision, _) = decide(&victims, &units(&[("default/job", &["g1", "g9"])]), Ok(()));
+    let NodeDecision::Preempt { victims, dropped } = decision else {
+        panic!("dropped the node");
+    };
+    assert_eq!(victims, vec!["b"]);
+    assert_eq!(dropped.len(), 2);
+    assert!(dropped[0].1.contains("preemptible=false"), "{dropped:?}");
+    assert!(
+        dropped[1].1.contains("gang default/job would be split")
+            && dropped[1].1.contains("default/g9"),
+        "{dropped:?}"
+    );
+}
+
+// ---------- through the scheduler ----------
+
+const QUOTA: &str = "quota.scheduling.koordinator.sh/name";
+const GANG: &str = "gang.scheduling.koordinator.sh/name";
+const GANG_MIN: &str = "gang.scheduling.koordinator.sh/min-available";
+
+/// The preemptor, pending in the cache as kube-scheduler's watch would
+/// have it (its quota's request counts it).
+fn preemptor(
+    s: &mut Scheduler,
+    name: &'static str,
+    requests: &'static [(&'static str, &'static str)],
+    labels: &'static [(&'static str, &'static str)],
+    priority: i32,
+) -> PodInfo {
+    load(
+        s,
+        vec![pod(PodSpec {
+            name,
+            requests,
+            labels,
+            priority: Some(priority),
+            ..PodSpec::default()
+        })],
+    );
+    (**s.cache.pod(&format!("default/{name}")).unwrap()).clone()
+}
+
+fn running(
+    name: &'static str,
+    node: &'static str,
+    cpu: &'static str,
+    labels: &'static [(&'static str, &'static str)],
+    annotations: &'static [(&'static str, &'static str)],
+) -> Object {
+    pod(PodSpec {
+        name,
+        node: Some(node),
+        requests: &[("cpu", cpu)],
+        labels,
+        annotations,
+        priority: Some(0),
+        scheduled_at: Some(t0()),
+        ..PodSpec::default()
+    })
+}
+
+fn propose(node: &str, victims: &[&str]) -> NodeProposal {
+    NodeProposal {
+        node: node.to_string(),
+        victim_uids: victims.iter().map(|v| format!("uid-default-{v}")).collect(),
+        num_pdb_violations: 0,
+    }
+}
+
+fn outcome(
+    s: &mut Scheduler,
+    pod: &PodInfo,
+    proposals: Vec<NodeProposal>,
+) -> BTreeMap<String, Vec<String>> {
+    let (result, _) = run_preemption(s, pod, proposals, t0());
+    result
+        .node_name_to_meta_victims
+        .into_iter()
+        .map(|(node, victims)| {
+            let uids = victims
+                .pods
+                .unwrap()
+                .into_iter()
+                .map(|p| {
+                    p.unwrap()
+                        .uid
+                        .trim_start_matches("uid-default-")
+                        .to_string()
+                })
+                .collect();
+            (node, uids)
+        })
+        .collect()
+}
+
+fn want(entries: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    entries
+        .iter()
+        .map(|(node, victims)| {
+            (
+                node.to_string(),
+                victims.iter().map(|v| v.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Two 4-cpu nodes; quotas team-a and team-b (min 2 cpu each, max 8).
+fn quota_cluster(extra: Vec<Object>) -> Scheduler {
+    let mut s = scheduler("");
+    let mut objects = vec![
+        node("n1", &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")]),
+        node("n2", &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")]),
+        quota("team-a", &[("cpu", "2")], &[("cpu", "8")], &[], &[]),
+        quota("team-b", &[("cpu", "2")], &[("cpu", "8")], &[], &[]),
+    ];
+    objects.extend(extra);
+    load(&mut s, objects);
+    s
+}
+
+#[test]
+fn same_quota_victims_go_and_a_quota_at_min_is_never_taken_from() {
+    let mut s = quota_cluster(vec![
+        // team-b uses exactly its min (2 cpu): nothing of it can be taken.
+        running("b1", "n1", "2", &[(QUOTA, "team-b")], &[]),
+        running("a1", "n1", "2", &[(QUOTA, "team-a")], &[]),
+        running("b2", "n2", "2", &[(QUOTA, "team-b")], &[]),
+        running("b3", "n2", "2", &[(QUOTA, "team-b")], &[]),
+    ]);
+    // team-b uses 6 cpu (min 2): on n2 taking b2 leaves 4, then b3 leaves
+    // 2 — both allowed; on n1 taking b1 leaves 4. Each node is judged on
+    // its own (only one of them is preempted on).
+    let p = preemptor(&mut s, "p1", &[("cpu", "2")], &[(QUOTA, "team-a")], 100);
+    let got = outcome(
+        &mut s,
+        &p,
+        vec![propose("n1", &["b1", "a1"]), propose("n2", &["b2", "b3"])],
+    );
+    assert_eq!(got, want(&[("n1", &["b1", "a1"]), ("n2", &["b2", "b3"])]));
+
+    // team-b at its min: only the same-quota victim on n1 goes; n2 (team-b
+    // only) is dropped.
+    let mut s = quota_cluster(vec![
+        running("b1", "n1", "1", &[(QUOTA, "team-b")], &[]),
+        running("a1", "n1", "2", &[(QUOTA, "team-a")], &[]),
+        running("b2", "n2", "1", &[(QUOTA, "team-b")], &[]),
+        running("x", "n2", "2", &[(QUOTA, "team-a")], &[]),
+        running("y", "n2", "1", &[(QUOTA, "team-a")], &[]),
+    ]);
+    let p = preemptor(&mut s, "p1b", &[("cpu", "2")], &[(QUOTA, "team-a")], 100);
+    let got = outcome(
+        &mut s,
+        &p,
+        vec![propose("n1", &["b1", "a1"]), propose("n2", &["b2"])],
+    );
+    assert_eq!(got, want(&[("n1", &["a1"])]));
+}
+
+#[test]
+fn victims_above_min_are_taken_lowest_priority_first_until_min() {
+    // team-b uses 3 cpu (min 2): one 1-cpu victim may go, the second not.
+    let mut s = quota_cluster(vec![
+        running("b1", "n1", "1", &[(QUOTA, "team-b")], &[]),
+        running("b2", "n1", "1", &[(QUOTA, "team-b")], &[]),
+        running("b3", "n1", "1", &[(QUOTA, "team-b")], &[]),
+    ]);
+    let p = preemptor(&mut s, "p2", &[("cpu", "2")], &[(QUOTA, "team-a")], 100);
+    let got = outcome(&mut s, &p, vec![propose("n1", &["b1", "b2"])]);
+    // b2 is kept (it would bring team-b under its min); with b1 gone
+    // 4 - 2 = 2 cpu are free: the preemptor fits.
+    assert_eq!(got, want(&[("n1", &["b1"])]));
+}
+
+#[test]
+fn non_preemptible_and_default_quota_pods_are_kept() {
+    let mut s = quota_cluster(vec![
+        running(
+            "a1",
+            "n1",
+            "2",
+            &[
+                (QUOTA, "team-a"),
+                ("quota.scheduling.koordinator.sh/preemptible", "false"),
+            ],
+            &[],
+        ),
+        running(
+            "a2",
+            "n1",
+            "2",
+            &[
+                (QUOTA, "team-a"),
+                ("scheduling.koordinator.sh/disable-preemptible", "true"),
+            ],
+            &[],
+        ),
+        running("plain", "n2", "2", &[], &[]),
+        running("a3", "n2", "2", &[(QUOTA, "team-a")], &[]),
+    ]);
+    let p = preemptor(&mut s, "p3", &[("cpu", "2")], &[(QUOTA, "team-a")], 100);
+    let got = outcome(
+        &mut s,
+        &p,
+        vec![
+            propose("n1", &["a1", "a2"]),
+            propose("n2", &["plain", "a3"]),
+        ],
+    );
+    assert_eq!(got, want(&[("n2", &["a3"])]));
+    // Between two default-quota pods the quota has no say.
+    let p = preemptor(&mut s, "p4", &[("cpu", "2")], &[], 100);
+    let got = outcome(&mut s, &p, vec![propose("n2", &["plain"])]);
+    assert_eq!(got, want(&[("n2", &["plain"])]));
+}
+
+#[test]
+fn equal_or_higher_priority_victims_are_kept() {
+    let mut s = quota_cluster(vec![running("a1", "n1", "4", &[(QUOTA, "team-a")], &[])]);
+    let p = preemptor(&mut s, "p5", &[("cpu", "2")], &[(QUOTA, "team-a")], 0);
+    assert!(outcome(&mut s, &p, vec![propose("n1", &["a1"])]).is_empty());
+}
+
+#[test]
+fn gang_members_are_preempted_whole_or_not_at_all() {
+    let gang: &'static [(&str, &str)] = &[(GANG, "job"), (GANG_MIN, "2")];
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            node("n2", &[("cpu", "4"), ("pods", "110")]),
+            running("g1", "n1", "2", &[], gang),
+            running("g2", "n2", "2", &[], gang),
+            running("g3", "n2", "2", &[], gang),
+            running("solo", "n1", "2", &[], &[]),
+        ],
+    );
+    let p = preemptor(&mut s, "p6", &[("cpu", "2")], &[], 100);
+    // n1: g1 would go without g2, g3 — kept; solo makes room alone.
+    // n2: g2, g3 are not the whole gang either (g1 on n1) — node dropped.
+    let got = outcome(
+        &mut s,
+        &p,
+        vec![propose("n1", &["g1", "solo"]), propose("n2", &["g2", "g3"])],
+    );
+    assert_eq!(got, want(&[("n1", &["solo"])]));
+
+    // The whole gang on one node goes together.
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            running("g1", "n1", "2", &[], gang),
+            running("g2", "n1", "2", &[], gang),
+        ],
+    );
+    let p = preemptor(&mut s, "p6b", &[("cpu", "2")], &[], 100);
+    let got = outcome(&mut s, &p, vec![propose("n1", &["g1", "g2"])]);
+    assert_eq!(got, want(&[("n1", &["g1", "g2"])]));
+}
+
+#[test]
+fn pods_on_a_reservation_are_kept_from_non_owners() {
+    let allocated: &'static [(&str, &str)] = &[(
+        "scheduling.koordinator.sh/reservation-allocated",
+        r#"{"name":"r1","uid":"r1-uid"}"#,
+    )];
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            Object::Reservation(reservation(ReservationSpec {
+                template: reservation_template(&[("cpu", "2")]),
+                status: available_on("n1", &[("cpu", "2")]),
+                ..ReservationSpec::default()
+            })),
+            running("in-r", "n1", "2", &[], allocated),
+            running("other", "n1", "2", &[], &[]),
+        ],
+    );
+    // A non-owner may not take the reservation's pod; evicting `other`
+    // alone frees 2 cpu, enough.
+    let p = preemptor(&mut s, "p7", &[("cpu", "2")], &[], 100);
+    let got = outcome(&mut s, &p, vec![propose("n1", &["in-r", "other"])]);
+    assert_eq!(got, want(&[("n1", &["other"])]));
+    // Needing 4 cpu, it cannot have them without the reservation's.
+    let p = preemptor(&mut s, "p8", &[("cpu", "4")], &[], 100);
+    assert!(outcome(&mut s, &p, vec![propose("n1", &["in-r", "other"])]).is_empty());
+}
+
+#[test]
+fn reservation_capacity_stays_held_when_its_pods_are_not_victims() {
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            // 2 cpu held for the owner, nobody on it yet.
+            Object::Reservation(reservation(ReservationSpec {
+                template: reservation_template(&[("cpu", "2")]),
+                status: available_on("n1", &[("cpu", "2")]),
+                ..ReservationSpec::default()
+            })),
+            running("low", "n1", "2", &[], &[]),
+        ],
+    );
+    // kube-scheduler (blind to the reservation) thinks evicting `low`
+    // frees 4 cpu; 2 stay reserved, so a 3-cpu pod does not fit.
+    let p = preemptor(&mut s, "p9", &[("cpu", "3")], &[], 100);
+    assert!(outcome(&mut s, &p, vec![propose("n1", &["low"])]).is_empty());
+    let p = preemptor(&mut s, "p10", &[("cpu", "2")], &[], 100);
+    assert_eq!(
+        outcome(&mut s, &p, vec![propose("n1", &["low"])]),
+        want(&[("n1", &["low"])])
+    );
+}
+
+#[test]
+fn victims_chosen_fit_the_preemptor_by_the_koordinator_filters() {
+    // Batch resources: kube-scheduler's victims free cpu, but the
+    // preemptor needs batch-cpu that a non-victim holds.
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node(
+                "n1",
+                &[
+                    ("cpu", "4"),
+                    ("kubernetes.io/batch-cpu", "2000"),
+                    ("pods", "110"),
+                ],
+            ),
+            running("low", "n1", "2", &[], &[]),
+            pod(PodSpec {
+                name: "batch",
+                node: Some("n1"),
+                requests: &[("kubernetes.io/batch-cpu", "2000")],
+                priority: Some(200),
+                scheduled_at: Some(t0()),
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    let p = preemptor(
+        &mut s,
+        "p11",
+        &[("kubernetes.io/batch-cpu", "1000")],
+        &[],
+        100,
+    );
+    assert!(outcome(&mut s, &p, vec![propose("n1", &["low"])]).is_empty());
+    // The cache is as before the what-if: the two pods still count.
+    let node = s.cache.node("n1").unwrap();
+    assert_eq!(node.pods.len(), 2);
+    assert_eq!(node.requested.get("cpu"), 2000);
+}
+
+#[test]
+fn the_cache_and_plugin_state_are_restored_after_the_check() {
+    let mut s = quota_cluster(vec![
+        running("a1", "n1", "2", &[(QUOTA, "team-a")], &[]),
+        running("a2", "n1", "2", &[(QUOTA, "team-a")], &[]),
+    ]);
+    let p = preemptor(&mut s, "p12", &[("cpu", "2")], &[(QUOTA, "team-a")], 100);
+    let before = filter_for(&s, &p);
+    let got = outcome(&mut s, &p, vec![propose("n1", &["a1"])]);
+    assert_eq!(got, want(&[("n1", &["a1"])]));
+    let after = filter_for(&s, &p);
+    assert_eq!(before, after);
+    assert_eq!(s.cache.node("n1").unwrap().requested.get("cpu"), 4000);
+}
+
+fn filter_for(s: &Scheduler, pod: &PodInfo) -> crate::framework::FilterOutcome {
+    match s.pre_filter(pod, t0()) {
+        Ok(state) => s.filter(pod, None, &state),
+        Err(rejection) => Scheduler::reject_all(&s.cache.node_names_sorted(), &rejection),
+    }
+}
+
+// ---------- parsing ----------
+
+#[test]
+fn parses_both_shapes_and_bounds_them() {
+    let pod = serde_json::json!({"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": {"containers": []}});
+    let meta = serde_json::json!({
+        "Pod": pod,
+        "NodeNameToVictims": null,
+        "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "v1"}, {"UID": "v2"}], "NumPDBViolations": 1}}
+    });
+    let (_, proposals) = parse_preemption_args(meta.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        proposals,
+        vec![NodeProposal {
+            node: "n1".into(),
+            victim_uids: vec!["v1".into(), "v2".into()],
+            num_pdb_violations: 1
+        }]
+    );
+    let full = serde_json::json!({
+        "Pod": pod,
+        "NodeNameToVictims": {"n1": {"Pods": [{"metadata": {"name": "v", "uid": "v1"}}], "NumPDBViolations": 0}}
+    });
+    let (_, proposals) = parse_preemption_args(full.to_string().as_bytes()).unwrap();
+    assert_eq!(proposals[0].victim_uids, vec!["v1"]);
+
+    let refused = [
+        (serde_json::json!([]), "expected a JSON object"),
+        (serde_json::json!({"Pod": pod}), "neither"),
+        (
+            serde_json::json!({"NodeNameToMetaVictims": {}}),
+            "Pod is missing",
+        ),
+        (
+            serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": ""}]}}}),
+            "has no UID",
+        ),
+        (
+            serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [null]}}}),
+            "has no UID",
+        ),
+        (
+            serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "a"}, {"UID": "a"}]}}}),
+            "twice",
+        ),
+        (
+            serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "x".repeat(200)}]}}}),
+            "more than the 128 allowed",
+        ),
+        (
+            serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"": {"Pods": [{"UID": "a"}]}}}),
+            "node name of 0 bytes",
+        ),
+    ];
+    for (body, message) in refused {
+        let err = parse_preemption_args(body.to_string().as_bytes()).unwrap_err();
+        assert!(err.contains(message), "{body}: {err}");
+    }
+    let many: Vec<serde_json::Value> = (0..=MAX_VICTIMS_PER_NODE)
+        .map(|i| serde_json::json!({"UID": format!("u{i}")}))
+        .collect();
+    let body = serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": many}}});
+    let err = parse_preemption_args(body.to_string().as_bytes()).unwrap_err();
+    assert!(err.contains("5001 victims"), "{err}");
+    // A null victim list is an empty one.
+    let body = serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"n1": null}});
+    let (_, proposals) = parse_preemption_args(body.to_string().as_bytes()).unwrap();
+    assert!(proposals[0].victim_uids.is_empty());
+}
+
+#[test]
+fn the_answer_is_kube_schedulers_json() {
+    let mut result = ExtenderPreemptionResult::default();
+    result.node_name_to_meta_victims.insert(
+        "n1".into(),
+        MetaVictims {
+            pods: Some(vec![Some(MetaPod { uid: "v1".into() })]),
+            num_pdb_violations: 0,
+        },
+    );
+    assert_eq!(
+        serde_json::to_value(&result).unwrap(),
+        serde_json::json!({"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "v1"}], "NumPDBViolations": 0}}})
+    );
+}

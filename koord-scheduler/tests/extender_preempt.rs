@@ -1,0 +1,202 @@
+#![allow(clippy::unwrap_used)]
+//! `/preempt` over real HTTP with kube-scheduler's `ExtenderPreemptionArgs`
+//! (`k8s.io/kube-scheduler/extender/v1`), in both of its shapes.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use common::post;
+use koord_scheduler::cache::{Change, Object};
+use koord_scheduler::config::SchedulerConfiguration;
+use koord_scheduler::extender::{ExtenderMetrics, ExtenderState};
+use koord_scheduler::framework::RecordingBinder;
+use serde_json::{Value, json};
+
+fn node(name: &str) -> Value {
+    json!({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}})
+}
+
+/// A bound pod of priority 0 as the watch shows it.
+fn running(name: &str, node: &str, labels: Value, annotations: Value) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                     "labels": labels, "annotations": annotations},
+        "spec": {"nodeName": node, "priority": 0, "containers": [{"name": "c", "image": "busybox",
+                 "resources": {"requests": {"cpu": "2"}}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    })
+}
+
+/// n1: a low-priority gang member (its gang has a second member on n2)
+/// and a plain low-priority pod; n2: the other gang member and a pod of
+/// quota team-b, which uses exactly its min.
+fn cluster() -> Vec<Value> {
+    let gang = json!({"gang.scheduling.koordinator.sh/name": "job", "gang.scheduling.koordinator.sh/min-available": "2"});
+    vec![
+        node("n1"),
+        node("n2"),
+        json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": "team-b", "namespace": "default"},
+            "spec": {"min": {"cpu": "2"}, "max": {"cpu": "8"}}
+        }),
+        running("gang-1", "n1", json!({}), gang.clone()),
+        running("plain", "n1", json!({}), json!({})),
+        running("gang-2", "n2", json!({}), gang),
+        running(
+            "team-b-pod",
+            "n2",
+            json!({"quota.scheduling.koordinator.sh/name": "team-b"}),
+            json!({}),
+        ),
+    ]
+}
+
+fn preemptor() -> Value {
+    json!({
+        "metadata": {"name": "urgent", "namespace": "default", "uid": "uid-urgent"},
+        "spec": {"priority": 1000, "schedulerName": "koord-scheduler",
+                 "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "2"}}}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+fn state() -> ExtenderState {
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    for value in cluster() {
+        let object = match value["kind"].as_str() {
+            Some("ElasticQuota") => Object::ElasticQuota(serde_json::from_value(value).unwrap()),
+            _ if value["spec"].get("containers").is_some() => {
+                Object::Pod(serde_json::from_value(value).unwrap())
+            }
+            _ => Object::Node(serde_json::from_value(value).unwrap()),
+        };
+        scheduler.apply(Change::Upsert(object));
+    }
+    scheduler.apply(Change::Upsert(Object::Pod(
+        serde_json::from_value(preemptor()).unwrap(),
+    )));
+    ExtenderState {
+        scheduler: Arc::new(RwLock::new(scheduler)),
+        binder: Arc::new(RecordingBinder::default()),
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    }
+}
+
+async fn serve() -> SocketAddr {
+    common::serve_extender(state()).await
+}
+
+fn meta(uids: &[&str], pdb: i64) -> Value {
+    json!({"Pods": uids.iter().map(|u| json!({"UID": u})).collect::<Vec<_>>(), "NumPDBViolations": pdb})
+}
+
+#[tokio::test]
+async fn meta_victims_keep_the_gang_whole_and_the_quota_at_min() {
+    let addr = serve().await;
+    // As kube-scheduler sends it with nodeCacheCapable: true.
+    let args = json!({
+        "Pod": preemptor(),
+        "NodeNameToVictims": null,
+        "NodeNameToMetaVictims": {
+            "n1": meta(&["uid-gang-1", "uid-plain"], 0),
+            "n2": meta(&["uid-gang-2", "uid-team-b-pod"], 1),
+        }
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    // n1: the gang member stays (its gang has a member on n2), `plain`
+    // alone makes room. n2: neither victim may go (the gang would split,
+    // team-b would fall below its min): dropped, so kube-scheduler never
+    // sees an empty victim list.
+    assert_eq!(
+        result,
+        json!({"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-plain"}], "NumPDBViolations": 0}}})
+    );
+}
+
+#[tokio::test]
+async fn full_victims_are_answered_with_meta_victims() {
+    let addr = serve().await;
+    // nodeCacheCapable: false sends whole pods; the answer is always meta.
+    let victims: Vec<Value> = cluster()
+        .into_iter()
+        .filter(|v| v["metadata"]["name"] == "plain")
+        .collect();
+    let args = json!({
+        "Pod": preemptor(),
+        "NodeNameToVictims": {"n1": {"Pods": victims, "NumPDBViolations": 0}},
+        "NodeNameToMetaVictims": null
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        result,
+        json!({"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-plain"}], "NumPDBViolations": 0}}})
+    );
+}
+
+#[tokio::test]
+async fn a_whole_gang_on_the_victim_list_goes() {
+    let addr = serve().await;
+    // Both members listed, but on two nodes: each node's list alone would
+    // split the gang, so neither node keeps them.
+    let args = json!({
+        "Pod": preemptor(),
+        "NodeNameToMetaVictims": {"n1": meta(&["uid-gang-1"], 0), "n2": meta(&["uid-gang-2"], 0)}
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result, json!({"NodeNameToMetaVictims": {}}));
+}
+
+#[tokio::test]
+async fn malformed_preemption_args_get_400() {
+    let addr = serve().await;
+    for (body, message) in [
+        ("[]".to_string(), "expected a JSON object"),
+        ("{".to_string(), "malformed ExtenderPreemptionArgs"),
+        (
+            json!({"NodeNameToMetaVictims": {}}).to_string(),
+            "Pod is missing",
+        ),
+        (json!({"Pod": preemptor()}).to_string(), "neither"),
+        (
+            json!({"Pod": preemptor(), "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 7}]}}})
+                .to_string(),
+            "malformed ExtenderPreemptionArgs",
+        ),
+    ] {
+        let (status, text) = post(addr, "/preempt", &body).await;
+        assert_eq!(status, 400, "{body}: {text}");
+        assert!(text.contains(message), "{body}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_preempt_body_beyond_the_limit_is_refused_with_413() {
+    use tower::ServiceExt as _;
+    let state = state();
+    let limit = koord_scheduler::extender::MAX_BODY_BYTES;
+    for (size, expected) in [(limit + 1, 413), (limit, 400)] {
+        let request = axum::http::Request::post("/preempt")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(vec![b' '; size]))
+            .unwrap();
+        let response = koord_scheduler::extender::router(state.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected, "{size} bytes");
+    }
+}
