@@ -206,6 +206,13 @@ pub struct CapabilitiesReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub kubelet_cpu_manager: Option<KubeletCpuManagerView>,
+    /// The CPU reaction path's event source (`qosmanager::reaction`).
+    #[serde(
+        default,
+        rename = "cpuReaction",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_reaction: Option<crate::qosmanager::reaction::ReactionCapability>,
 }
 
 impl CapabilitiesReport {
@@ -228,7 +235,17 @@ impl CapabilitiesReport {
                 ),
             },
             kubelet_cpu_manager: None,
+            cpu_reaction: None,
         }
+    }
+
+    /// Adds which event source the CPU reaction path would use.
+    pub fn with_cpu_reaction(
+        mut self,
+        reaction: crate::qosmanager::reaction::ReactionCapability,
+    ) -> Self {
+        self.cpu_reaction = Some(reaction);
+        self
     }
 
     /// Adds what the kubelet's CPU manager checkpoint says.

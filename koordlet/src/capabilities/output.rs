@@ -56,6 +56,13 @@ pub fn render_report(
             if let Some(kubelet) = &report.kubelet_cpu_manager {
                 rows.extend(kubelet_rows(kubelet));
             }
+            if let Some(reaction) = &report.cpu_reaction {
+                rows.push((
+                    "cpuReaction",
+                    reaction.mechanism.clone(),
+                    reaction.detail.clone(),
+                ));
+            }
             Ok(format_rows(&rows))
         }
         OutputFormat::Json => {

@@ -129,6 +129,27 @@ pub fn be_budget(
     }
 }
 
+/// `budget` with LS counted as using at least `floor_milli` (the reaction
+/// path's LS floor, see [`super::reaction`]): a fresh step seen between two
+/// metric collections lowers BE at once, and keeps it lowered until the
+/// floor is released. A floor at or below the measured LS usage changes nothing.
+pub fn with_ls_floor(budget: SuppressBudget, floor_milli: i64) -> SuppressBudget {
+    if floor_milli <= budget.non_be_used_milli {
+        return budget;
+    }
+    let mut budget_milli = budget.capacity_milli * budget.threshold_percent / 100
+        - floor_milli
+        - budget.system_used_milli;
+    if let Some(min) = budget.min_milli {
+        budget_milli = budget_milli.max(min);
+    }
+    SuppressBudget {
+        non_be_used_milli: floor_milli,
+        budget_milli,
+        ..budget
+    }
+}
+
 /// Upstream's CFS quota step: target, unless too close to `current` (then
 /// `None`), and grown by at most 10% of the node per round.
 pub fn next_be_quota(budget_milli: i64, current: Option<i64>, capacity_cores: i64) -> Option<i64> {
@@ -494,7 +515,7 @@ impl Strategy for CpuSuppress {
             decision.skip("no fresh pod CPU usage sample; BE left as it is");
             return decision;
         }
-        let budget = be_budget(
+        let mut budget = be_budget(
             capacity,
             snapshot.node.cpu_reserved_milli,
             threshold,
@@ -502,6 +523,24 @@ impl Strategy for CpuSuppress {
             node_used,
             fresh_pods,
         );
+        let mut floor_note = String::new();
+        match snapshot.ls_floor {
+            Some(floor) if floor.is_fresh(snapshot.now) => {
+                if floor.milli > budget.non_be_used_milli {
+                    floor_note = format!(
+                        " (non-BE raised from the collected {}m to the reaction floor {}m)",
+                        budget.non_be_used_milli, floor.milli
+                    );
+                }
+                budget = with_ls_floor(budget, floor.milli);
+            }
+            Some(floor) => decision.info(format!(
+                "reaction LS floor {}m ignored: its latest sample is older than {}s",
+                floor.milli,
+                super::reaction::LS_FLOOR_MAX_AGE.as_secs()
+            )),
+            None => {}
+        }
         decision.gauge(
             GAUGE_LS_USED,
             vec![],
@@ -519,7 +558,7 @@ impl Strategy for CpuSuppress {
                 .min_milli
                 .map(|m| format!(" (floor {m}m)"))
                 .unwrap_or_default()
-        );
+        ) + &floor_note;
         decision.info(formula.clone());
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
         if policy == CPUSuppressPolicy::CfsQuota {
