@@ -1291,4 +1291,79 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(sorted, (0..8).collect::<Vec<_>>());
     }
+
+    #[test]
+    fn ls_floor_only_ever_lowers_the_budget() {
+        // 8 cores x 65% = 5200m; LS 3000m; system 500m → 1700m.
+        let base = be_budget(8000, 0, 65, None, 4.5, [(false, 3.0), (true, 1.0)]);
+        let floored = be_budget(8000, 0, 65, Some(10), 4.5, [(false, 3.0), (true, 1.0)]);
+        // (budget, floor, expected non-BE, expected budget)
+        let cases = [
+            (base, 0, 3000, 1700),
+            (base, 3000, 3000, 1700),
+            (base, 3500, 3500, 1200),
+            (base, 6000, 6000, -1300),
+            // cpuSuppressMinPercent still floors the budget.
+            (floored, 6000, 6000, 800),
+        ];
+        for (budget, floor, non_be, expected) in cases {
+            let got = with_ls_floor(budget, floor);
+            assert_eq!(
+                (got.non_be_used_milli, got.budget_milli),
+                (non_be, expected),
+                "floor {floor}"
+            );
+            assert_eq!(got.system_used_milli, budget.system_used_milli);
+        }
+    }
+
+    #[test]
+    fn a_fresh_reaction_floor_suppresses_and_a_stale_one_is_ignored() {
+        use crate::qosmanager::reaction::{LS_FLOOR_MAX_AGE, LsFloor};
+        let quota = |floor: Option<LsFloor>| {
+            let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+            snapshot.ls_floor = floor;
+            let decision = CpuSuppress::default().decide(&snapshot);
+            (
+                decision
+                    .write_for(&be_dir(), CgroupResource::CpuCfsQuota)
+                    .cloned(),
+                decision,
+            )
+        };
+        // Without a floor: the collected metrics decide (1700m).
+        assert_eq!(quota(None).0, Some(CgroupValue::Int(170_000)));
+        // A fresh floor of 4.5 cores: 5200 - 4500 - 500 = 200m.
+        let (written, decision) = quota(Some(LsFloor {
+            milli: 4500,
+            sampled_at: now(),
+        }));
+        assert_eq!(written, Some(CgroupValue::Int(20_000)), "{decision:?}");
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("reaction floor 4500m")),
+            "{decision:?}"
+        );
+        // A floor below the collected usage changes nothing.
+        assert_eq!(
+            quota(Some(LsFloor {
+                milli: 1000,
+                sampled_at: now(),
+            }))
+            .0,
+            Some(CgroupValue::Int(170_000))
+        );
+        // A stale floor is ignored, with a note.
+        let (written, decision) = quota(Some(LsFloor {
+            milli: 4500,
+            sampled_at: now() - LS_FLOOR_MAX_AGE - Duration::from_millis(1),
+        }));
+        assert_eq!(written, Some(CgroupValue::Int(170_000)));
+        assert!(
+            decision.notes.iter().any(|n| n.text.contains("ignored")),
+            "{decision:?}"
+        );
+    }
 }
