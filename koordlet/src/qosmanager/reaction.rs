@@ -24,8 +24,8 @@
 //! has written its files).
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -424,12 +424,11 @@ impl PsiTrigger {
     }
 }
 
-/// Reads the two counters the sampler needs; files stay open and are re-read
-/// with a seek (one `pread`-like read each per sample).
+/// Reads the two counters the sampler needs; the files stay open and are
+/// re-read with `pread` (one syscall each per sample).
 pub struct CpuacctSource {
     kubepods: (PathBuf, File),
     besteffort: (PathBuf, File),
-    buffer: String,
 }
 
 impl CpuacctSource {
@@ -451,26 +450,32 @@ impl CpuacctSource {
         let mut source = Self {
             kubepods: open(QosTier::Guaranteed)?,
             besteffort: open(QosTier::BestEffort)?,
-            buffer: String::with_capacity(32),
         };
         source.read(Duration::ZERO)?;
         Ok(source)
     }
 
-    fn read_one(buffer: &mut String, (path, file): &mut (PathBuf, File)) -> Result<u64, String> {
-        buffer.clear();
-        file.seek(SeekFrom::Start(0))
-            .and_then(|_| file.take(64).read_to_string(buffer))
+    /// One positioned read (the value is far shorter than the buffer, and
+    /// cgroup files return it whole), so one syscall per counter.
+    fn read_one((path, file): &(PathBuf, File)) -> Result<u64, String> {
+        let mut buffer = [0u8; 32];
+        let read = file
+            .read_at(&mut buffer, 0)
             .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-        parse_cpuacct_usage(buffer).map_err(|err| format!("{}: {err}", path.display()))
+        let text = std::str::from_utf8(&buffer[..read])
+            .map_err(|_| format!("{}: not text", path.display()))?;
+        if read == buffer.len() {
+            return Err(format!("{}: value too long", path.display()));
+        }
+        parse_cpuacct_usage(text).map_err(|err| format!("{}: {err}", path.display()))
     }
 
     /// Both counters, labelled with monotonic time `at`.
     pub fn read(&mut self, at: Duration) -> Result<CpuacctReading, String> {
         // BE first: a BE update between the two reads then only makes LS
         // look smaller, never larger.
-        let besteffort_ns = Self::read_one(&mut self.buffer, &mut self.besteffort)?;
-        let kubepods_ns = Self::read_one(&mut self.buffer, &mut self.kubepods)?;
+        let besteffort_ns = Self::read_one(&self.besteffort)?;
+        let kubepods_ns = Self::read_one(&self.kubepods)?;
         Ok(CpuacctReading {
             at,
             kubepods_ns,
