@@ -346,7 +346,10 @@ pub fn choose_mechanism(
     let sampler = format!("cpuacct sampler every {}ms", interval.as_millis());
     let (mechanism, detail) = match (mode, psi, cpuacct) {
         (ReactionMode::Off, _, _) => ("off", "switched off by --cpu-reaction=off".to_string()),
-        (_, _, Err(err)) => ("off", format!("cannot sample LS CPU usage: {err}")),
+        (_, _, Err(err)) => (
+            "off",
+            format!("cannot sample LS CPU usage: {err}; {psi_text}"),
+        ),
         (ReactionMode::Auto | ReactionMode::Psi, Some(Ok(())), Ok(())) => {
             ("psi+cpuacct", format!("{psi_text}; {sampler}"))
         }
