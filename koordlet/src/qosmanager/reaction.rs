@@ -46,6 +46,10 @@ pub const PSI_WINDOW: Duration = Duration::from_secs(1);
 const PSI_WINDOW_MIN: Duration = Duration::from_millis(500);
 const PSI_WINDOW_MAX: Duration = Duration::from_secs(10);
 
+/// The shortest interval a usage sample is computed over (CPU time is
+/// accounted at scheduler ticks, every 1–10 ms).
+const MIN_SAMPLE_WINDOW: Duration = Duration::from_millis(5);
+
 /// A floor older than this is ignored by `cpusuppress` (the sampler is
 /// gone or stuck): a stale floor must not keep BE suppressed.
 pub const LS_FLOOR_MAX_AGE: Duration = Duration::from_secs(2);
@@ -665,6 +669,15 @@ fn sample_loop(
                 false
             }
         };
+        if fired
+            && let Some(prev) = previous
+            && let Some(short) =
+                MIN_SAMPLE_WINDOW.checked_sub(started.elapsed().saturating_sub(prev.at))
+        {
+            // A trigger right after a timer sample: widen the window so the
+            // scheduler tick's accounting granularity does not dominate it.
+            std::thread::sleep(short);
+        }
         let at = started.elapsed();
         let reading = match source.read(at) {
             Ok(reading) => reading,
