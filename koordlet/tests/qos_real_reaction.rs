@@ -255,9 +255,19 @@ fn trial(index: usize) -> Option<Duration> {
     assert_eq!(expected.expected, lowered.to_string(), "{}", path.display());
     assert!(expected.reason.contains("reaction floor"), "{expected:?}");
     let body = registry.encode().unwrap();
-    assert!(
-        body.contains("koordlet_cpu_reaction_latency_seconds_count"),
-        "{body}"
+    let sample = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {body}"))
+    };
+    let (sum, count) = (
+        sample("koordlet_cpu_reaction_latency_seconds_sum"),
+        sample("koordlet_cpu_reaction_latency_seconds_count"),
+    );
+    assert!(count >= 1.0, "{body}");
+    println!(
+        "trial {index}: detected -> written (histogram): {count} rounds, mean {:.2} ms",
+        sum / count * 1000.0
     );
 
     shutdown.trigger(ShutdownReason::Requested("trial over".into()));
