@@ -27,6 +27,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -500,17 +501,44 @@ pub fn detect(proc_root: &Path, layout: &CgroupLayout, args: &ReactionArgs) -> R
     choose_mechanism(args.mode, psi.as_ref(), &cpuacct, args.sample_interval())
 }
 
-/// The floor the sampler publishes and the runner reads.
-#[derive(Clone, Default)]
-pub struct SharedFloor(Arc<Mutex<Option<LsFloor>>>);
+/// How often a disarmed sampler looks whether it is armed again.
+const DISARMED_POLL: Duration = Duration::from_millis(500);
+
+/// The floor the sampler publishes and the runner reads, and whether the
+/// runner wants samples at all.
+#[derive(Clone)]
+pub struct SharedFloor {
+    floor: Arc<Mutex<Option<LsFloor>>>,
+    armed: Arc<AtomicBool>,
+}
+
+impl Default for SharedFloor {
+    /// Armed until the runner's first round says otherwise.
+    fn default() -> Self {
+        Self {
+            floor: Arc::default(),
+            armed: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
 
 impl SharedFloor {
     pub fn get(&self) -> Option<LsFloor> {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *self.floor.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn set(&self, floor: LsFloor) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(floor);
+        *self.floor.lock().unwrap_or_else(|p| p.into_inner()) = Some(floor);
+    }
+
+    /// Whether the sampler samples at its period (else it checks twice a
+    /// second and costs next to nothing).
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Relaxed)
+    }
+
+    pub fn set_armed(&self, armed: bool) {
+        self.armed.store(armed, Ordering::Relaxed);
     }
 }
 
@@ -655,6 +683,14 @@ fn sample_loop(
     let mut psi = psi;
     let mut failures = 0u32;
     while !shutdown.is_triggered() {
+        if !floor.is_armed() {
+            // Nothing to suppress: start afresh when armed again, so no
+            // sample spans the idle time.
+            previous = None;
+            state = None;
+            std::thread::sleep(DISARMED_POLL);
+            continue;
+        }
         let fired = match psi {
             Some(trigger) => match trigger.wait(interval) {
                 Ok(fired) => fired,
@@ -1050,6 +1086,18 @@ mod tests {
         assert!(
             floor.milli > 200 && floor.is_fresh(SystemTime::now()),
             "{floor:?}"
+        );
+
+        // Disarmed (suppression off or no BE pod): a further step wakes nobody.
+        link.floor.set_armed(false);
+        std::thread::sleep(Duration::from_millis(30));
+        while link.wakeups.try_recv().is_ok() {}
+        std::fs::write(&file, format!("{}\n", 1000 + 5_000_000_000u64)).unwrap();
+        assert!(
+            link.wakeups
+                .recv_timeout(Duration::from_millis(200))
+                .is_err(),
+            "a disarmed sampler must not wake the runner"
         );
         shutdown.trigger(koord_common::shutdown::ShutdownReason::Requested(
             "test over".into(),

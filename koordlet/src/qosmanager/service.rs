@@ -360,6 +360,11 @@ pub fn spawn_runner_with_reaction(
                 snapshot.eviction_pending_window = runner.eviction_pending_window();
                 if let Some(link) = &reaction {
                     snapshot.ls_floor = link.floor.get();
+                    // Sample fast only while there is BE to suppress.
+                    let suppressing = super::cpusuppress::threshold_strategy(&snapshot).enable
+                        == Some(true)
+                        && snapshot.be_pods().next().is_some();
+                    link.floor.set_armed(suppressing);
                 }
                 match (woken.take(), &reaction) {
                     (Some(wake), Some(link)) => {
