@@ -454,6 +454,7 @@ fn start_qos_manager(
         evictor,
         &context.metrics,
         managed,
+        &args.qos.reaction,
         context.shutdown.clone(),
     );
     if let Err(err) = started {
@@ -472,7 +473,7 @@ fn resource_executor(args: &KoordletArgs, layout: CgroupLayout) -> ResourceExecu
 
 /// The cgroup layout the detected capabilities describe; an undetected
 /// driver means cgroupfs (the kubelet's default), hybrid hosts count as v1.
-fn cgroup_layout_of(
+pub fn cgroup_layout_of(
     system: &system::SystemArgs,
     caps: &capabilities::NodeCapabilities,
 ) -> CgroupLayout {

@@ -27,7 +27,15 @@ async fn main() -> ExitCode {
 /// needed. A koordlet daemon serving on `--addr` is asked whether its NRI
 /// plugin is registered.
 fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesArgs) -> ExitCode {
-    let report = capabilities::detect_report(&args.system, &command.detect_options(), &args.nri)
+    let detected = capabilities::detect_report(&args.system, &command.detect_options(), &args.nri);
+    let layout = koordlet::cgroup_layout_of(&args.system, &detected.node);
+    let reaction = koordlet::qosmanager::reaction::detect(
+        &args.system.proc_root_dir,
+        &layout,
+        &args.qos.reaction,
+    );
+    let report = detected
+        .with_cpu_reaction(reaction)
         .with_daemon(capabilities::query_daemon_nri(
             args.addr.socket_addr(),
             capabilities::DAEMON_QUERY_TIMEOUT,

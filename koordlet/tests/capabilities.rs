@@ -379,12 +379,14 @@ fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
         .unwrap();
     let published: Value = serde_json::from_str(annotation).unwrap();
     // ... without the `nri` entry, which describes the runtime, not the
-    // node, nor the kubelet's CPU manager (it changes with every pinned pod).
+    // node, nor the kubelet's CPU manager (it changes with every pinned pod),
+    // nor the CPU reaction path (a daemon setting probed by the command).
     let mut printed = json_output();
     printed.as_object_mut().unwrap().remove("nri");
     printed.as_object_mut().unwrap().remove("kubeletCpuManager");
     // Nor device discovery (the Device object carries it).
     printed.as_object_mut().unwrap().remove("devices");
+    printed.as_object_mut().unwrap().remove("cpuReaction");
     printed["reasons"].as_object_mut().unwrap().remove("nri");
     assert_eq!(published, printed);
     assert!(published.get("nri").is_none());

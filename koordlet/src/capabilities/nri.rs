@@ -210,6 +210,13 @@ pub struct CapabilitiesReport {
     /// GPUs (NVML) and RDMA NICs found, and whether the Device is reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<DevicesCapability>,
+    /// The CPU reaction path's event source (`qosmanager::reaction`).
+    #[serde(
+        default,
+        rename = "cpuReaction",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_reaction: Option<crate::qosmanager::reaction::ReactionCapability>,
 }
 
 impl CapabilitiesReport {
@@ -233,7 +240,17 @@ impl CapabilitiesReport {
             },
             kubelet_cpu_manager: None,
             devices: None,
+            cpu_reaction: None,
         }
+    }
+
+    /// Adds which event source the CPU reaction path would use.
+    pub fn with_cpu_reaction(
+        mut self,
+        reaction: crate::qosmanager::reaction::ReactionCapability,
+    ) -> Self {
+        self.cpu_reaction = Some(reaction);
+        self
     }
 
     /// Adds what the kubelet's CPU manager checkpoint says.

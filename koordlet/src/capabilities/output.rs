@@ -59,6 +59,13 @@ pub fn render_report(
             if let Some(devices) = &report.devices {
                 rows.extend(devices.rows());
             }
+            if let Some(reaction) = &report.cpu_reaction {
+                rows.push((
+                    "cpuReaction",
+                    reaction.mechanism.clone(),
+                    reaction.detail.clone(),
+                ));
+            }
             Ok(format_rows(&rows))
         }
         OutputFormat::Json => {

@@ -725,3 +725,42 @@ fn detect_report_probes_the_socket_even_with_the_plugin_disabled() {
     assert!(report.nri.accepting);
     assert!(!report.nri.plugin_enabled);
 }
+
+#[test]
+fn report_shows_the_cpu_reaction_mechanism_and_why() {
+    use crate::qosmanager::reaction::{ReactionCapability, ReactionMode, choose_mechanism};
+    let dir = TempDir::new("caps-reaction").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let refused: Result<(), String> = Err("Invalid argument (os error 22)".into());
+    let reaction: ReactionCapability = choose_mechanism(
+        ReactionMode::Auto,
+        Some(&refused),
+        &Ok(()),
+        std::time::Duration::from_millis(20),
+    );
+    let plain = CapabilitiesReport::new(caps, nri_probe("/run/nri.sock", true, true), false);
+    // Without a probe there is no row and no JSON key.
+    assert!(
+        !render_report(&plain, OutputFormat::Table)
+            .unwrap()
+            .contains("cpuReaction")
+    );
+    let report = plain.with_cpu_reaction(reaction);
+    let table = render_report(&report, OutputFormat::Table).unwrap();
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("cpuReaction "))
+        .unwrap_or_else(|| panic!("no cpuReaction row in\n{table}"));
+    assert!(row.contains(" cpuacct "), "{row}");
+    assert!(
+        row.contains("PSI trigger refused: Invalid argument"),
+        "{row}"
+    );
+    let text = render_report(&report, OutputFormat::Json).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["cpuReaction"]["mechanism"], "cpuacct");
+    assert_eq!(json["cpuReaction"]["psiTrigger"], false);
+    let back: CapabilitiesReport = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, report);
+}

@@ -129,6 +129,27 @@ pub fn be_budget(
     }
 }
 
+/// `budget` with LS counted as using at least `floor_milli` (the reaction
+/// path's LS floor, see [`super::reaction`]): a fresh step seen between two
+/// metric collections lowers BE at once, and keeps it lowered until the
+/// floor is released. A floor at or below the measured LS usage changes nothing.
+pub fn with_ls_floor(budget: SuppressBudget, floor_milli: i64) -> SuppressBudget {
+    if floor_milli <= budget.non_be_used_milli {
+        return budget;
+    }
+    let mut budget_milli = budget.capacity_milli * budget.threshold_percent / 100
+        - floor_milli
+        - budget.system_used_milli;
+    if let Some(min) = budget.min_milli {
+        budget_milli = budget_milli.max(min);
+    }
+    SuppressBudget {
+        non_be_used_milli: floor_milli,
+        budget_milli,
+        ..budget
+    }
+}
+
 /// Upstream's CFS quota step: target, unless too close to `current` (then
 /// `None`), and grown by at most 10% of the node per round.
 pub fn next_be_quota(budget_milli: i64, current: Option<i64>, capacity_cores: i64) -> Option<i64> {
@@ -494,7 +515,7 @@ impl Strategy for CpuSuppress {
             decision.skip("no fresh pod CPU usage sample; BE left as it is");
             return decision;
         }
-        let budget = be_budget(
+        let mut budget = be_budget(
             capacity,
             snapshot.node.cpu_reserved_milli,
             threshold,
@@ -502,6 +523,24 @@ impl Strategy for CpuSuppress {
             node_used,
             fresh_pods,
         );
+        let mut floor_note = String::new();
+        match snapshot.ls_floor {
+            Some(floor) if floor.is_fresh(snapshot.now) => {
+                if floor.milli > budget.non_be_used_milli {
+                    floor_note = format!(
+                        " (non-BE raised from the collected {}m to the reaction floor {}m)",
+                        budget.non_be_used_milli, floor.milli
+                    );
+                }
+                budget = with_ls_floor(budget, floor.milli);
+            }
+            Some(floor) => decision.info(format!(
+                "reaction LS floor {}m ignored: its latest sample is older than {}s",
+                floor.milli,
+                super::reaction::LS_FLOOR_MAX_AGE.as_secs()
+            )),
+            None => {}
+        }
         decision.gauge(
             GAUGE_LS_USED,
             vec![],
@@ -519,7 +558,7 @@ impl Strategy for CpuSuppress {
                 .min_milli
                 .map(|m| format!(" (floor {m}m)"))
                 .unwrap_or_default()
-        );
+        ) + &floor_note;
         decision.info(formula.clone());
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
         if policy == CPUSuppressPolicy::CfsQuota {
@@ -1251,5 +1290,80 @@ mod tests {
         let mut sorted = all.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn ls_floor_only_ever_lowers_the_budget() {
+        // 8 cores x 65% = 5200m; LS 3000m; system 500m → 1700m.
+        let base = be_budget(8000, 0, 65, None, 4.5, [(false, 3.0), (true, 1.0)]);
+        let floored = be_budget(8000, 0, 65, Some(10), 4.5, [(false, 3.0), (true, 1.0)]);
+        // (budget, floor, expected non-BE, expected budget)
+        let cases = [
+            (base, 0, 3000, 1700),
+            (base, 3000, 3000, 1700),
+            (base, 3500, 3500, 1200),
+            (base, 6000, 6000, -1300),
+            // cpuSuppressMinPercent still floors the budget.
+            (floored, 6000, 6000, 800),
+        ];
+        for (budget, floor, non_be, expected) in cases {
+            let got = with_ls_floor(budget, floor);
+            assert_eq!(
+                (got.non_be_used_milli, got.budget_milli),
+                (non_be, expected),
+                "floor {floor}"
+            );
+            assert_eq!(got.system_used_milli, budget.system_used_milli);
+        }
+    }
+
+    #[test]
+    fn a_fresh_reaction_floor_suppresses_and_a_stale_one_is_ignored() {
+        use crate::qosmanager::reaction::{LS_FLOOR_MAX_AGE, LsFloor};
+        let quota = |floor: Option<LsFloor>| {
+            let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+            snapshot.ls_floor = floor;
+            let decision = CpuSuppress::default().decide(&snapshot);
+            (
+                decision
+                    .write_for(&be_dir(), CgroupResource::CpuCfsQuota)
+                    .cloned(),
+                decision,
+            )
+        };
+        // Without a floor: the collected metrics decide (1700m).
+        assert_eq!(quota(None).0, Some(CgroupValue::Int(170_000)));
+        // A fresh floor of 4.5 cores: 5200 - 4500 - 500 = 200m.
+        let (written, decision) = quota(Some(LsFloor {
+            milli: 4500,
+            sampled_at: now(),
+        }));
+        assert_eq!(written, Some(CgroupValue::Int(20_000)), "{decision:?}");
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("reaction floor 4500m")),
+            "{decision:?}"
+        );
+        // A floor below the collected usage changes nothing.
+        assert_eq!(
+            quota(Some(LsFloor {
+                milli: 1000,
+                sampled_at: now(),
+            }))
+            .0,
+            Some(CgroupValue::Int(170_000))
+        );
+        // A stale floor is ignored, with a note.
+        let (written, decision) = quota(Some(LsFloor {
+            milli: 4500,
+            sampled_at: now() - LS_FLOOR_MAX_AGE - Duration::from_millis(1),
+        }));
+        assert_eq!(written, Some(CgroupValue::Int(170_000)));
+        assert!(
+            decision.notes.iter().any(|n| n.text.contains("ignored")),
+            "{decision:?}"
+        );
     }
 }

@@ -307,6 +307,10 @@ pub struct QosSnapshot {
     /// its resources: two minutes for evictions; zero when the evictor
     /// stops containers, which the kubelet restarts. From the [`Evictor`].
     pub eviction_pending_window: Duration,
+    /// The LS usage the reaction path has seen recently (see
+    /// [`super::reaction`]); `cpusuppress` counts LS as using at least this.
+    /// `None` without the reaction path.
+    pub ls_floor: Option<super::reaction::LsFloor>,
 }
 
 impl std::fmt::Debug for QosSnapshot {
@@ -344,6 +348,7 @@ impl QosSnapshot {
             config: QosManagerConfig::default(),
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::EVICTED_MEMORY,
+            ls_floor: None,
         }
     }
 
@@ -1090,6 +1095,11 @@ impl QosRunner {
 
     pub fn strategies(&self) -> &[Box<dyn Strategy>] {
         &self.strategies
+    }
+
+    /// The index of the strategy called `name`, for [`QosRunner::run_one`].
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.strategies.iter().position(|s| s.name() == name)
     }
 
     /// Pods whose latest eviction was refused (see [`QosSnapshot::eviction_refused`]).

@@ -15,6 +15,7 @@ pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;
 pub mod memoryevict;
+pub mod reaction;
 pub mod resctrl;
 pub mod service;
 pub mod sysreconcile;
@@ -67,6 +68,9 @@ pub struct QosManagerArgs {
     /// CPUEvict, CPUAllocatableEvict). The feature's gate must be on.
     #[arg(long = "evict-dry-run-features", value_delimiter = ',', value_parser = parse_eviction_feature, value_name = "FEATURES")]
     pub evict_dry_run_features: Vec<&'static str>,
+    /// (ours) The CPU reaction path that wakes cpusuppress between ticks.
+    #[command(flatten)]
+    pub reaction: reaction::ReactionArgs,
 }
 
 /// Every eviction feature name (upstream's feature gates).
@@ -103,6 +107,7 @@ impl Default for QosManagerArgs {
             memory_evict_cool_time_seconds: 4,
             cpu_evict_cool_time_seconds: 20,
             evict_dry_run_features: Vec::new(),
+            reaction: reaction::ReactionArgs::default(),
         }
     }
 }
@@ -172,8 +177,10 @@ pub fn standard_strategies(
     strategies
 }
 
-/// Registers the strategy metrics and starts the runner thread; `managed`
-/// is the registry the explain endpoint reads.
+/// Registers the strategy metrics and starts the runner thread (and, when
+/// cpusuppress runs and the node allows it, the CPU reaction sampler);
+/// `managed` is the registry the explain endpoint reads.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     source: SnapshotSource,
     strategies: Vec<Box<dyn Strategy>>,
@@ -181,16 +188,57 @@ pub fn start(
     evictor: Arc<dyn Evictor>,
     metrics: &koord_common::MetricsRegistry,
     managed: ManagedFiles,
+    reaction_args: &reaction::ReactionArgs,
     shutdown: koord_common::Shutdown,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let qos_metrics = QosMetrics::register(metrics, source.states.node_name(), &strategies);
     let names: Vec<&str> = strategies.iter().map(|s| s.name()).collect();
     tracing::info!(strategies = ?names, "QoS manager starts");
+    let link = if names.contains(&cpusuppress::NAME) {
+        start_reaction(&source, reaction_args, metrics, shutdown.clone())
+    } else {
+        None
+    };
     let runner = QosRunner::new(strategies, executor)
         .with_evictor(evictor)
         .with_metrics(qos_metrics)
         .with_managed_files(managed);
-    spawn_runner(runner, source, shutdown, Duration::from_secs(1))
+    service::spawn_runner_with_reaction(runner, source, shutdown, Duration::from_secs(1), link)
+}
+
+/// Detects and starts the CPU reaction sampler; `None` (logged) when it is
+/// off or cannot run here.
+fn start_reaction(
+    source: &SnapshotSource,
+    args: &reaction::ReactionArgs,
+    metrics: &koord_common::MetricsRegistry,
+    shutdown: koord_common::Shutdown,
+) -> Option<reaction::ReactionLink> {
+    let capability = reaction::detect(&source.proc_root, &source.layout, args);
+    let capacity_milli = i64::from(source.capabilities.cpus) * 1000;
+    let started = reaction::spawn_sampler(
+        &capability,
+        args,
+        &source.proc_root,
+        &source.layout,
+        capacity_milli,
+        reaction::ReactionMetrics::register(metrics),
+        shutdown,
+    );
+    match started {
+        Ok(Some(link)) => {
+            tracing::info!(mechanism = %capability.mechanism, "CPU reaction path on: {}", capability.detail);
+            Some(link)
+        }
+        Ok(None) => {
+            tracing::info!("CPU reaction path off: {}", capability.detail);
+            None
+        }
+        Err(err) => {
+            tracing::warn!("CPU reaction path off: {err}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +19,7 @@ use super::framework::{
     CgroupReader, LayoutReader, ManagedFile, ManagedFiles, MetricSample, NodeInfo, NodeUsage,
     QosContainer, QosManagerConfig, QosPod, QosRunner, QosSnapshot, read_actual,
 };
+use super::reaction::{ReactionLink, Wakeup};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::{BeLabel, MetricCache, MetricKind, SeriesKey, SeriesLabel};
 use crate::metricsadvisor::CpuTopology;
@@ -90,6 +92,7 @@ impl SnapshotSource {
             config: self.config.clone(),
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::EVICTED_MEMORY,
+            ls_floor: None,
         }
     }
 }
@@ -327,10 +330,25 @@ pub fn spawn_runner(
     shutdown: Shutdown,
     tick: Duration,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    spawn_runner_with_reaction(runner, source, shutdown, tick, None)
+}
+
+/// [`spawn_runner`], also woken by the CPU reaction path: a wakeup runs
+/// `cpusuppress` at once through the same [`QosRunner::run_one`] path as a
+/// tick (expected values, explain, metrics), and every round's snapshot
+/// carries the reaction's LS floor.
+pub fn spawn_runner_with_reaction(
+    runner: QosRunner,
+    source: SnapshotSource,
+    shutdown: Shutdown,
+    tick: Duration,
+    reaction: Option<ReactionLink>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let runner = Arc::new(Mutex::new(runner));
     std::thread::Builder::new()
         .name("qos-manager".to_string())
         .spawn(move || {
+            let mut woken: Option<Wakeup> = None;
             loop {
                 if shutdown.is_triggered() {
                     return;
@@ -340,7 +358,33 @@ pub fn spawn_runner(
                 let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
                 snapshot.eviction_refused = runner.refused_evictions();
                 snapshot.eviction_pending_window = runner.eviction_pending_window();
-                runner.run_due(&snapshot);
+                if let Some(link) = &reaction {
+                    snapshot.ls_floor = link.floor.get();
+                    // Sample fast only while there is BE to suppress.
+                    let suppressing = super::cpusuppress::threshold_strategy(&snapshot).enable
+                        == Some(true)
+                        && snapshot.be_pods().next().is_some();
+                    link.floor.set_armed(suppressing);
+                }
+                match (woken.take(), &reaction) {
+                    (Some(wake), Some(link)) => {
+                        if let Some(index) = runner.index_of(super::cpusuppress::NAME) {
+                            let outcome = runner.run_one(index, &snapshot);
+                            let latency = wake.detected_at.elapsed();
+                            link.metrics.record_wakeup(wake.source, latency);
+                            tracing::debug!(
+                                source = wake.source.as_str(),
+                                floor_milli = wake.floor_milli,
+                                latency_ms = latency.as_secs_f64() * 1000.0,
+                                actions = outcome.actions,
+                                "cpusuppress woken by an LS CPU step"
+                            );
+                        }
+                    }
+                    _ => {
+                        runner.run_due(&snapshot);
+                    }
+                }
                 let wait = runner
                     .next_due()
                     .and_then(|due| due.duration_since(SystemTime::now()).ok())
@@ -348,9 +392,36 @@ pub fn spawn_runner(
                     .min(tick)
                     .max(Duration::from_millis(50));
                 drop(runner);
-                std::thread::sleep(wait);
+                woken = match &reaction {
+                    Some(link) => wait_for_wakeup(&link.wakeups, wait),
+                    None => {
+                        std::thread::sleep(wait);
+                        None
+                    }
+                };
             }
         })
+}
+
+/// Waits up to `wait` for a wakeup; several queued ones count as one, the
+/// earliest (its detection time is what the latency is measured from).
+fn wait_for_wakeup(wakeups: &Receiver<Wakeup>, wait: Duration) -> Option<Wakeup> {
+    let first = match wakeups.recv_timeout(wait) {
+        Ok(wake) => wake,
+        Err(RecvTimeoutError::Timeout) => return None,
+        // The sampler is gone: keep ticking.
+        Err(RecvTimeoutError::Disconnected) => {
+            std::thread::sleep(wait);
+            return None;
+        }
+    };
+    let mut earliest = first;
+    while let Ok(next) = wakeups.try_recv() {
+        if next.detected_at < earliest.detected_at {
+            earliest = next;
+        }
+    }
+    Some(earliest)
 }
 
 /// One row of the explain output.
