@@ -5,6 +5,7 @@
 pub mod addr;
 pub mod cli;
 pub mod cluster;
+pub mod features;
 pub mod health;
 pub mod leader;
 pub mod logging;

@@ -147,16 +147,16 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<ShutdownReason> {
             let colocation_profile = (args
                 .controller
                 .is_enabled(colocation_profile::CONTROLLER_NAME)
-                && args.webhook.feature_gates.enabled(
-                    colocation_profile::FEATURE_GATE,
-                    colocation_profile::FEATURE_GATE_DEFAULT,
-                ))
+                && args
+                    .webhook
+                    .feature_gates
+                    .enabled(colocation_profile::FEATURE_GATE))
             .then(|| args.colocation_profile.clone());
             let mut controller_args = args.controller.clone();
             controller_args.sync_gpu_shared_resource = args
                 .webhook
                 .feature_gates
-                .enabled("EnableSyncGPUSharedResource", false);
+                .enabled("EnableSyncGPUSharedResource");
             tokio::spawn(controllers::run_controllers(
                 client,
                 controller_args,

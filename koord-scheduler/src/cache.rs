@@ -132,32 +132,13 @@ fn is_terminated(pod: &Pod) -> bool {
     matches!(pod_phase(pod), Some("Succeeded" | "Failed"))
 }
 
-/// FNV-1a: node and pod keys are short trusted strings hashed on every
-/// request, where SipHash's DoS resistance is not needed.
-#[derive(Debug, Clone, Copy)]
-pub struct FnvHasher(u64);
-
-impl Default for FnvHasher {
-    fn default() -> Self {
-        FnvHasher(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for FnvHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
+/// How maps keyed by node and pod names hash. The names are chosen by users,
+/// so the hasher is keyed at random per process (aHash): crafted names cannot
+/// pile into one bucket, and short strings hash about as fast as with FNV.
+pub type NameHasher = ahash::RandomState;
 
 /// Hash maps keyed by node or pod names.
-pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FnvHasher>>;
+pub type FastMap<K, V> = HashMap<K, V, NameHasher>;
 
 /// A node with precomputed aggregates of the pods on it.
 #[derive(Debug, Clone)]

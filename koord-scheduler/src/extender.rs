@@ -21,7 +21,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::{Deserialize, Serialize};
 
 use crate::admission;
-use crate::cache::{FnvHasher, Object, PodInfo, object_key};
+use crate::cache::{NameHasher, Object, PodInfo, object_key};
 use crate::framework::{
     Binder, FilterOutcome, PermitStep, ReleasedHold, Reserved, Scheduler, SharedScheduler,
 };
@@ -225,9 +225,9 @@ fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
             names.len()
         ));
     }
-    // FNV, as the cache's name maps: 5,000 names per request.
-    let mut seen: std::collections::HashSet<&str, std::hash::BuildHasherDefault<FnvHasher>> =
-        std::collections::HashSet::with_capacity_and_hasher(names.len(), Default::default());
+    // Keyed as the cache's name maps: up to 5,000 user-chosen names per request.
+    let mut seen: std::collections::HashSet<&str, NameHasher> =
+        std::collections::HashSet::with_capacity_and_hasher(names.len(), NameHasher::new());
     for (index, name) in names.iter().enumerate() {
         if name.is_empty() {
             return Err(format!("ExtenderArgs.{field}[{index}] has no name"));

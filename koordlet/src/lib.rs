@@ -8,6 +8,7 @@ pub mod bounds;
 pub mod capabilities;
 pub mod cli;
 pub mod evictor;
+pub mod features;
 pub mod metriccache;
 pub mod metricsadvisor;
 pub mod prediction;
@@ -447,8 +448,7 @@ fn start_qos_manager(
         qosmanager::standard_strategies(
             &args.system,
             // Malformed gates are refused when the runtime hooks start.
-            &runtimehooks::hooks::parse_feature_gates(&args.runtime_hooks.feature_gates())
-                .unwrap_or_default(),
+            &features::parse_feature_gates(&args.runtime_hooks.feature_gates()).unwrap_or_default(),
         ),
         executor.clone(),
         evictor,

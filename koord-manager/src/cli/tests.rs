@@ -330,12 +330,7 @@ fn upstream_values_reach_the_flags_this_manager_honours() {
     assert_eq!(args.controller.slo_config_name, "my-slo");
     assert_eq!(args.controller.config_namespace, "koord");
     assert!(args.controller.require_node_strategy_names());
-    assert!(
-        !args
-            .webhook
-            .feature_gates
-            .enabled("PodMutatingWebhook", true)
-    );
+    assert!(!args.webhook.feature_gates.enabled("PodMutatingWebhook"));
     assert_eq!(
         args.cluster.kubeconfig.as_deref(),
         Some(std::path::Path::new("/etc/kubernetes/admin.conf"))

@@ -1,8 +1,11 @@
 //! `--feature-gates` (upstream `k8s.io/component-base/featuregate` syntax:
-//! `Name=true,Other=false`) and the webhook gates with upstream's defaults.
+//! `Name=true,Other=false`), read through koord-common's registry against
+//! the manager's gate table (names and defaults there), and the webhook
+//! paths and admission switches they turn on.
 
-use std::collections::BTreeMap;
 use std::str::FromStr;
+
+use koord_common::features::{self, MANAGER_GATES};
 
 use super::handlers::{
     AdmissionGates, PATH_MUTATE_ELASTIC_QUOTA, PATH_MUTATE_NODE_STATUS, PATH_MUTATE_POD,
@@ -11,32 +14,30 @@ use super::handlers::{
 };
 use super::handlers::{PATH_MUTATE_RESERVATION, PATH_VALIDATE_POD_BINDING};
 
-/// Gates as given; names nobody here knows are kept (other parts of the
-/// manager or later builds may read them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FeatureGates(BTreeMap<String, bool>);
+/// Every manager gate's value; a name outside [`MANAGER_GATES`] is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureGates(features::FeatureGates);
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        FeatureGates(features::FeatureGates::defaults(MANAGER_GATES))
+    }
+}
 
 impl FromStr for FeatureGates {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let mut gates = BTreeMap::new();
-        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, value) = entry
-                .split_once('=')
-                .ok_or_else(|| format!("missing bool value for {entry}"))?;
-            let value = apis::extension::parse_go_bool(value.trim())
-                .ok_or_else(|| format!("invalid value of {name}={value}, err: not a bool"))?;
-            gates.insert(name.trim().to_owned(), value);
-        }
-        Ok(FeatureGates(gates))
+        features::FeatureGates::parse(MANAGER_GATES, text)
+            .map(FeatureGates)
+            .map_err(|error| error.to_string())
     }
 }
 
 impl FeatureGates {
-    /// The gate's value, else `default`.
-    pub fn enabled(&self, name: &str, default: bool) -> bool {
-        self.0.get(name).copied().unwrap_or(default)
+    /// The gate's value (given, else its default in [`MANAGER_GATES`]).
+    pub fn enabled(&self, name: &str) -> bool {
+        self.0.enabled(name)
     }
 
     /// The admission paths whose gates are on. Upstream leaves
@@ -44,59 +45,51 @@ impl FeatureGates {
     /// invalid slo-controller-config is refused at the door. `NodeScopedEvictionWebhook` is ours.
     pub fn enabled_paths(&self) -> Vec<&'static str> {
         [
-            (PATH_MUTATE_POD, "PodMutatingWebhook", true),
-            (PATH_VALIDATE_POD, "PodValidatingWebhook", true),
-            (PATH_MUTATE_ELASTIC_QUOTA, "ElasticMutatingWebhook", true),
-            (
-                PATH_VALIDATE_ELASTIC_QUOTA,
-                "ElasticValidatingWebhook",
-                true,
-            ),
-            (PATH_VALIDATE_CONFIGMAP, "ConfigMapValidatingWebhook", true),
-            (
-                PATH_VALIDATE_POD_EVICTION,
-                "NodeScopedEvictionWebhook",
-                true,
-            ),
-            (PATH_MUTATE_NODE_STATUS, "NodeMutatingWebhook", false),
-            (PATH_VALIDATE_NODE, "NodeValidatingWebhook", false),
-            (PATH_VALIDATE_POD_BINDING, "BindingAdmissionWebhook", false),
-            (PATH_MUTATE_RESERVATION, "ReservationMutatingWebhook", false),
+            (PATH_MUTATE_POD, "PodMutatingWebhook"),
+            (PATH_VALIDATE_POD, "PodValidatingWebhook"),
+            (PATH_MUTATE_ELASTIC_QUOTA, "ElasticMutatingWebhook"),
+            (PATH_VALIDATE_ELASTIC_QUOTA, "ElasticValidatingWebhook"),
+            (PATH_VALIDATE_CONFIGMAP, "ConfigMapValidatingWebhook"),
+            (PATH_VALIDATE_POD_EVICTION, "NodeScopedEvictionWebhook"),
+            (PATH_MUTATE_NODE_STATUS, "NodeMutatingWebhook"),
+            (PATH_VALIDATE_NODE, "NodeValidatingWebhook"),
+            (PATH_VALIDATE_POD_BINDING, "BindingAdmissionWebhook"),
+            (PATH_MUTATE_RESERVATION, "ReservationMutatingWebhook"),
         ]
         .into_iter()
-        .filter(|(_, gate, default)| self.enabled(gate, *default))
+        .filter(|(_, gate)| self.enabled(gate))
         // Upstream registers the binding handler with the pod validating ones.
-        .filter(|(path, _, _)| {
-            *path != PATH_VALIDATE_POD_BINDING || self.enabled("PodValidatingWebhook", true)
+        .filter(|(path, _)| {
+            *path != PATH_VALIDATE_POD_BINDING || self.enabled("PodValidatingWebhook")
         })
-        .map(|(path, _, _)| path)
+        .map(|(path, _)| path)
         .collect()
     }
 
     /// `WebhookFramework`, upstream's switch for all webhooks.
     pub fn webhook_framework(&self) -> bool {
-        self.enabled("WebhookFramework", true)
+        self.enabled("WebhookFramework")
     }
 
     pub fn admission_gates(&self) -> AdmissionGates {
         AdmissionGates {
             colocation_profile_skip_mutating_resources: self
-                .enabled("ColocationProfileSkipMutatingResources", false),
+                .enabled("ColocationProfileSkipMutatingResources"),
             colocation_profile_skip_validating_priority: self
-                .enabled("ColocationProfileSkipValidatingPriority", false),
-            disable_extended_resource_spec: self.enabled("DisableExtendedResourceSpec", false),
+                .enabled("ColocationProfileSkipValidatingPriority"),
+            disable_extended_resource_spec: self.enabled("DisableExtendedResourceSpec"),
             elastic_quota_enable_update_resource_key: self
-                .enabled("ElasticQuotaEnableUpdateResourceKey", false),
+                .enabled("ElasticQuotaEnableUpdateResourceKey"),
             quota_evaluation: super::quota_evaluate::EvaluationGates {
-                enabled: self.enabled("EnableQuotaAdmission", false),
-                on_update: self.enabled("EnableQuotaAdmissionOnUpdate", false),
-                transform_pod: self.enabled("ElasticQuotaEvaluationTransformPod", false),
-                replace_resources_transformer: self.enabled("ReplaceResourcesTransformer", false),
-                disable_default_quota: self.enabled("DisableDefaultQuota", false),
+                enabled: self.enabled("EnableQuotaAdmission"),
+                on_update: self.enabled("EnableQuotaAdmissionOnUpdate"),
+                transform_pod: self.enabled("ElasticQuotaEvaluationTransformPod"),
+                replace_resources_transformer: self.enabled("ReplaceResourcesTransformer"),
+                disable_default_quota: self.enabled("DisableDefaultQuota"),
             },
-            multi_quota_tree: self.enabled("MultiQuotaTree", false),
-            disable_device_resource_spec: self.enabled("DisableDeviceResourceSpec", false),
-            validate_pod_device_resource: self.enabled("ValidatePodDeviceResource", false),
+            multi_quota_tree: self.enabled("MultiQuotaTree"),
+            disable_device_resource_spec: self.enabled("DisableDeviceResourceSpec"),
+            validate_pod_device_resource: self.enabled("ValidatePodDeviceResource"),
         }
     }
 }
@@ -110,17 +103,22 @@ mod tests {
         let empty: FeatureGates = "".parse().unwrap();
         assert_eq!(empty.enabled_paths().len(), 6);
         assert!(empty.webhook_framework());
+        assert_eq!(
+            empty.enabled(crate::colocation_profile::FEATURE_GATE),
+            crate::colocation_profile::FEATURE_GATE_DEFAULT
+        );
 
-        let gates: FeatureGates = "PodMutatingWebhook=false, ColocationProfileSkipMutatingResources=true,SomethingElse=True"
-            .parse()
-            .unwrap();
+        let gates: FeatureGates =
+            "PodMutatingWebhook=false, ColocationProfileSkipMutatingResources=true,DisablePVCReservation=True"
+                .parse()
+                .unwrap();
         assert!(!gates.enabled_paths().contains(&PATH_MUTATE_POD));
         assert!(
             gates
                 .admission_gates()
                 .colocation_profile_skip_mutating_resources
         );
-        assert!(gates.enabled("SomethingElse", false));
+        assert!(gates.enabled("DisablePVCReservation"));
 
         // Upstream's node webhooks are off unless asked for.
         assert!(!empty.enabled_paths().contains(&PATH_MUTATE_NODE_STATUS));
@@ -158,5 +156,8 @@ mod tests {
 
         assert!("PodMutatingWebhook".parse::<FeatureGates>().is_err());
         assert!("PodMutatingWebhook=maybe".parse::<FeatureGates>().is_err());
+        assert!("PodMutatingWebhook=tRuE".parse::<FeatureGates>().is_err());
+        let unknown = "SomethingElse=true".parse::<FeatureGates>().unwrap_err();
+        assert_eq!(unknown, "unrecognized feature gate: SomethingElse");
     }
 }

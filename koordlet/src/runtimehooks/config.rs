@@ -154,7 +154,7 @@ pub enum ConfigError {
         source: FailurePolicyConfigError,
     },
     #[error(transparent)]
-    FeatureGates(#[from] super::hooks::FeatureGateError),
+    FeatureGates(#[from] crate::features::FeatureGateError),
 }
 
 impl RuntimeHooksArgs {

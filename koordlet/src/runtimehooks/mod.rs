@@ -66,7 +66,7 @@ impl RuntimeHooks {
         metrics: &MetricsRegistry,
         node_name: &str,
     ) -> Result<Self, config::ConfigError> {
-        let gates = hooks::parse_feature_gates(&args.feature_gates())?;
+        let gates = crate::features::parse_feature_gates(&args.feature_gates())?;
         let options = hooks::HookOptions {
             disable_unset_cpu_quota: args.disable_unset_cpu_quota,
         };

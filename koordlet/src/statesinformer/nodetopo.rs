@@ -1281,7 +1281,7 @@ pub async fn sync_to_api(
 
 /// Whether `--feature-gates` leaves `NodeTopologyReport` on (the default).
 pub fn report_gate(feature_gates: &str) -> bool {
-    crate::runtimehooks::hooks::parse_feature_gates(feature_gates)
+    crate::features::parse_feature_gates(feature_gates)
         .ok()
         .and_then(|gates| gates.get(NODE_TOPOLOGY_REPORT_GATE).copied())
         .unwrap_or(true)
@@ -1753,7 +1753,7 @@ mod tests {
     fn report_gate_defaults_on() {
         assert!(report_gate(""));
         assert!(report_gate("CPUSetAllocator=false"));
-        assert!(!report_gate("NodeTopologyReport=false,Foo=true"));
+        assert!(!report_gate("NodeTopologyReport=false,CPUBurst=true"));
     }
 
     #[test]

@@ -98,28 +98,9 @@ pub fn all_hooks(options: &HookOptions) -> Vec<(Arc<dyn Hook>, bool)> {
     ]
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("feature gate {0:?} is not NAME=true|false")]
-pub struct FeatureGateError(pub String);
-
-/// Parses upstream's `--feature-gates` value (`A=true,B=false`). Names of
-/// gates that are not runtime hooks are kept too (other modules share it).
-pub fn parse_feature_gates(text: &str) -> Result<BTreeMap<String, bool>, FeatureGateError> {
-    let mut gates = BTreeMap::new();
-    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, value) = item
-            .split_once('=')
-            .ok_or_else(|| FeatureGateError(item.to_string()))?;
-        // Go's strconv.ParseBool spellings, as upstream's map flag reads them.
-        let value = match value.trim().to_ascii_lowercase().as_str() {
-            "true" | "t" | "1" => true,
-            "false" | "f" | "0" => false,
-            _ => return Err(FeatureGateError(item.to_string())),
-        };
-        gates.insert(name.trim().to_string(), value);
-    }
-    Ok(gates)
-}
+// The parser moved to `crate::features` (one registry for every koordlet part);
+// re-exported for callers of the old path.
+pub use crate::features::{FeatureGateError, parse_feature_gates};
 
 /// Applies gate overrides to the defaults of [`all_hooks`].
 pub fn gated_hooks(
@@ -243,24 +224,22 @@ mod tests {
 
     #[test]
     fn feature_gates_override_defaults() {
-        let gates =
-            parse_feature_gates("GPUEnvInject=true, BatchResource=false,Other=true").unwrap();
+        let gates = parse_feature_gates("GPUEnvInject=true, BatchResource=false").unwrap();
         let hooks = gated_hooks(&HookOptions::default(), &gates);
         let enabled = |name: &str| hooks.iter().find(|(h, _)| h.name() == name).unwrap().1;
         assert!(enabled("GPUEnvInject"));
         assert!(!enabled("BatchResource"));
         assert!(enabled("CPUSetAllocator"));
         assert!(!enabled("OOMScoreAdj"));
-        assert_eq!(
-            parse_feature_gates("A=1,B=F,C=True,D=0").unwrap(),
-            BTreeMap::from([
-                ("A".to_string(), true),
-                ("B".to_string(), false),
-                ("C".to_string(), true),
-                ("D".to_string(), false),
-            ])
-        );
-        assert!(parse_feature_gates("A=yes").is_err());
-        assert!(parse_feature_gates("A").is_err());
+        let gates =
+            parse_feature_gates("GPUEnvInject=1,BatchResource=F,CoreSched=True,CPUSetAllocator=0")
+                .unwrap();
+        let hooks = gated_hooks(&HookOptions::default(), &gates);
+        let enabled = |name: &str| hooks.iter().find(|(h, _)| h.name() == name).unwrap().1;
+        assert!(enabled("GPUEnvInject") && enabled("CoreSched"));
+        assert!(!enabled("BatchResource") && !enabled("CPUSetAllocator"));
+        assert!(parse_feature_gates("GPUEnvInject=yes").is_err());
+        assert!(parse_feature_gates("GPUEnvInject").is_err());
+        assert!(parse_feature_gates("Other=true").is_err());
     }
 }
