@@ -200,6 +200,16 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
     }
     local_cluster(&["kwok", "up"])?;
     local_cluster(&["kwok", "node", NODE, "2", "4Gi"])?;
+    // LoadAware would count the estimates of the pods kwok "runs" (the koordlet DaemonSet's
+    // among them) against this small node and turn it away before preemption is asked; the
+    // node's own thresholds leave cpu out (a memory threshold keeps the annotation in force).
+    let thresholds = json!({"metadata": {"annotations": {
+        "scheduling.koordinator.sh/usage-thresholds": r#"{"usageThresholds":{"memory":100}}"#
+    }}});
+    Api::<Node>::all(client.clone())
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&thresholds))
+        .await
+        .context("the KWOK node's usage thresholds")?;
     let metric: NodeMetric = serde_json::from_value(json!({
         "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
         "metadata": {"name": NODE}, "spec": {}
