@@ -359,3 +359,43 @@ pub async fn require_manager_gates(client: &Client, gates: &[&str]) -> anyhow::R
     }
     Ok(())
 }
+
+/// Runs the local cluster's script (`KOORD_E2E_LOCAL_CLUSTER`) with `args`
+/// (`kwok up`, `kwok node NAME CPU MEMORY`, …).
+pub fn local_cluster(args: &[&str]) -> anyhow::Result<()> {
+    let script = std::env::var("KOORD_E2E_LOCAL_CLUSTER").context(
+        "KOORD_E2E_LOCAL_CLUSTER (the local cluster's local-cluster.sh) is needed for kwok",
+    )?;
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {script} {args:?}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{script} {args:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+/// Writes a fresh, zero-usage NodeMetric status for a simulated node (no
+/// koordlet reports for it), so LoadAware does not count its metric as expired.
+pub async fn zero_usage_heartbeat(client: &Client, node: &str) -> anyhow::Result<()> {
+    let zero = json!({"resources": {"cpu": "0", "memory": "0"}});
+    let metric = json!({"status": {
+        "updateTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "nodeMetric": {"nodeUsage": zero, "systemUsage": zero},
+        "podsMetric": []
+    }});
+    Api::<apis::slo::v1alpha1::NodeMetric>::all(client.clone())
+        .patch_status(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&metric),
+        )
+        .await
+        .with_context(|| format!("the NodeMetric status of {node}"))?;
+    Ok(())
+}

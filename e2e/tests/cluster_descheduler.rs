@@ -43,7 +43,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -140,44 +140,6 @@ async fn check_chart_settings(client: &Client) -> anyhow::Result<()> {
             "koord-descheduler-config lacks {needle:?}: install the chart with {FLAGS}"
         );
     }
-    Ok(())
-}
-
-fn now() -> String {
-    Timestamp::now().to_string()
-}
-
-/// Runs the local cluster's script with `args` (kwok up, kwok node …).
-fn local_cluster(args: &[&str]) -> anyhow::Result<()> {
-    let script = std::env::var("KOORD_E2E_LOCAL_CLUSTER").context(
-        "KOORD_E2E_LOCAL_CLUSTER (the local cluster's local-cluster.sh) is needed for kwok",
-    )?;
-    let output = std::process::Command::new("bash")
-        .arg(&script)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {script} {args:?}"))?;
-    ensure!(
-        output.status.success(),
-        "{script} {args:?}: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(())
-}
-
-/// Keeps the cold node's NodeMetric fresh at zero usage (kwok keeps the node itself Ready).
-async fn heartbeat(client: &Client) -> anyhow::Result<()> {
-    let zero = json!({"resources": {"cpu": "0", "memory": "0"}});
-    let metric = json!({"status": {
-        "updateTime": now(),
-        "nodeMetric": {"nodeUsage": zero, "systemUsage": zero},
-        "podsMetric": []
-    }});
-    Api::<NodeMetric>::all(client.clone())
-        .patch_status(COLD_NODE, &PatchParams::default(), &Patch::Merge(&metric))
-        .await
-        .context("the cold node's NodeMetric status")?;
     Ok(())
 }
 
@@ -328,8 +290,8 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
         .context("the PodDisruptionBudget")?;
 
     // A cold node joins: simulated by kwok.
-    local_cluster(&["kwok", "up"])?;
-    local_cluster(&["kwok", "node", COLD_NODE, "32", "64Gi"])?;
+    e2e::cluster::local_cluster(&["kwok", "up"])?;
+    e2e::cluster::local_cluster(&["kwok", "node", COLD_NODE, "32", "64Gi"])?;
     let metric: NodeMetric = serde_json::from_value(json!({
         "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
         "metadata": {"name": COLD_NODE}, "spec": {}
@@ -343,13 +305,13 @@ async fn descheduler_leads_and_migrates_a_pod_off_the_hot_node() -> anyhow::Resu
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(err) => return Err(err).context("the cold node's NodeMetric"),
     }
-    heartbeat(&client).await?;
+    e2e::cluster::zero_usage_heartbeat(&client, COLD_NODE).await?;
     let beating = tokio::spawn({
         let client = client.clone();
         async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                if let Err(err) = heartbeat(&client).await {
+                if let Err(err) = e2e::cluster::zero_usage_heartbeat(&client, COLD_NODE).await {
                     eprintln!("heartbeat: {err:#}");
                 }
             }

@@ -30,9 +30,8 @@ use e2e::cluster::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::jiff::Timestamp;
+use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const NODE: &str = "koord-e2e-preempt";
@@ -40,40 +39,6 @@ const NODE: &str = "koord-e2e-preempt";
 const FAKE_TAINT: &str = "kwok.x-k8s.io/node";
 const LOW: &str = "koord-e2e-preempt-low";
 const HIGH: &str = "koord-e2e-preempt-high";
-
-/// Runs the local cluster's script with `args` (kwok up, kwok node …).
-fn local_cluster(args: &[&str]) -> anyhow::Result<()> {
-    let script = std::env::var("KOORD_E2E_LOCAL_CLUSTER").context(
-        "KOORD_E2E_LOCAL_CLUSTER (the local cluster's local-cluster.sh) is needed for kwok",
-    )?;
-    let output = std::process::Command::new("bash")
-        .arg(&script)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {script} {args:?}"))?;
-    ensure!(
-        output.status.success(),
-        "{script} {args:?}: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(())
-}
-
-/// Keeps the KWOK node's NodeMetric fresh at zero usage, so LoadAware does not turn it away.
-async fn heartbeat(client: &Client) -> anyhow::Result<()> {
-    let zero = json!({"resources": {"cpu": "0", "memory": "0"}});
-    let metric = json!({"status": {
-        "updateTime": Timestamp::now().to_string(),
-        "nodeMetric": {"nodeUsage": zero, "systemUsage": zero},
-        "podsMetric": []
-    }});
-    Api::<NodeMetric>::all(client.clone())
-        .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&metric))
-        .await
-        .context("the KWOK node's NodeMetric status")?;
-    Ok(())
-}
 
 fn ignore_not_found(err: kube::Error) -> Result<(), kube::Error> {
     match err {
@@ -198,8 +163,8 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
             Err(err) => return Err(err).context(format!("PriorityClass {name}")),
         }
     }
-    local_cluster(&["kwok", "up"])?;
-    local_cluster(&["kwok", "node", NODE, "2", "4Gi"])?;
+    e2e::cluster::local_cluster(&["kwok", "up"])?;
+    e2e::cluster::local_cluster(&["kwok", "node", NODE, "2", "4Gi"])?;
     // LoadAware would count the estimates of the pods kwok "runs" (the koordlet DaemonSet's
     // among them) against this small node and turn it away before preemption is asked; the
     // node's own thresholds leave cpu out (a memory threshold keeps the annotation in force).
@@ -222,13 +187,13 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(err) => return Err(err).context("the KWOK node's NodeMetric"),
     }
-    heartbeat(&client).await?;
+    e2e::cluster::zero_usage_heartbeat(&client, NODE).await?;
     let beating = tokio::spawn({
         let client = client.clone();
         async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                if let Err(err) = heartbeat(&client).await {
+                if let Err(err) = e2e::cluster::zero_usage_heartbeat(&client, NODE).await {
                     eprintln!("heartbeat: {err:#}");
                 }
             }
