@@ -179,9 +179,35 @@ pub fn key_values(text: &str) -> BTreeMap<String, String> {
 /// decide another's outcome (tests of one binary run in parallel).
 pub static NODE_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The running pods of the chart component labelled `koord-app=<app>`.
+/// The annotation (and taint key) of KWOK-simulated nodes (hack/local-cluster/lib.sh).
+pub const KWOK_NODE_KEY: &str = "kwok.x-k8s.io/node";
+
+/// The names of the nodes a kubelet runs: existing nodes that KWOK does not simulate.
+pub async fn real_nodes(client: &Client) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(nodes
+        .items
+        .into_iter()
+        .filter(|node| {
+            node.metadata.deletion_timestamp.is_none()
+                && !node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(KWOK_NODE_KEY))
+        })
+        .filter_map(|node| node.metadata.name)
+        .collect())
+}
+
+/// The running pods of the chart component labelled `koord-app=<app>` on real nodes. DaemonSet
+/// pods that KWOK "runs" on a simulated node, and pods left behind by a node a test deleted (the
+/// pod GC removes them only later), are not the component's and are left out.
 pub async fn component_pods(client: &Client, app: &str) -> anyhow::Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let real = real_nodes(client).await?;
     let pods = api
         .list(&ListParams::default().labels(&format!("koord-app={app}")))
         .await?
@@ -190,6 +216,11 @@ pub async fn component_pods(client: &Client, app: &str) -> anyhow::Result<Vec<Po
         .filter(|pod| {
             pod.metadata.deletion_timestamp.is_none()
                 && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && pod
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.node_name.as_ref())
+                    .is_some_and(|node| real.contains(node))
         })
         .collect();
     Ok(pods)
@@ -397,5 +428,46 @@ pub async fn zero_usage_heartbeat(client: &Client, node: &str) -> anyhow::Result
         )
         .await
         .with_context(|| format!("the NodeMetric status of {node}"))?;
+    Ok(())
+}
+
+/// Removes a simulated node a test added: the Node, its NodeMetric, and (with no grace, as no
+/// kubelet will ever confirm them) the pods still bound to it, so the suites that run after the
+/// test do not meet the node's DaemonSet pods before the pod GC gets to them.
+pub async fn delete_simulated_node(client: &Client, node: &str) -> Result<(), kube::Error> {
+    fn absent_is_fine<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
+        match result {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+    absent_is_fine(
+        Api::<Node>::all(client.clone())
+            .delete(node, &DeleteParams::background())
+            .await,
+    )?;
+    absent_is_fine(
+        Api::<apis::slo::v1alpha1::NodeMetric>::all(client.clone())
+            .delete(node, &DeleteParams::background())
+            .await,
+    )?;
+    let bound = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    let no_grace = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::background()
+    };
+    for pod in bound.items {
+        let (Some(namespace), Some(name)) = (pod.metadata.namespace, pod.metadata.name) else {
+            continue;
+        };
+        absent_is_fine(
+            Api::<Pod>::namespaced(client.clone(), &namespace)
+                .delete(&name, &no_grace)
+                .await,
+        )?;
+    }
     Ok(())
 }

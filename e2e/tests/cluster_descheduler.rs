@@ -40,7 +40,7 @@ use apis::slo::v1alpha1::NodeMetric;
 use e2e::cluster::{KOORD_NAMESPACE, component_pods, delete_from_drop, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -83,16 +83,7 @@ impl Drop for Cleanup {
                 .or_else(ignore_not_found)
         });
         let node = delete_from_drop(|client| async move {
-            Api::<Node>::all(client.clone())
-                .delete(COLD_NODE, &DeleteParams::background())
-                .await
-                .map(|_| ())
-                .or_else(ignore_not_found)?;
-            Api::<NodeMetric>::all(client)
-                .delete(COLD_NODE, &DeleteParams::background())
-                .await
-                .map(|_| ())
-                .or_else(ignore_not_found)
+            e2e::cluster::delete_simulated_node(&client, COLD_NODE).await
         });
         let namespace = delete_from_drop(|client| async move {
             Api::<Namespace>::all(client)

@@ -53,16 +53,7 @@ struct Cleanup;
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let node = delete_from_drop(|client| async move {
-            Api::<Node>::all(client.clone())
-                .delete(NODE, &DeleteParams::background())
-                .await
-                .map(|_| ())
-                .or_else(ignore_not_found)?;
-            Api::<NodeMetric>::all(client)
-                .delete(NODE, &DeleteParams::background())
-                .await
-                .map(|_| ())
-                .or_else(ignore_not_found)
+            e2e::cluster::delete_simulated_node(&client, NODE).await
         });
         let classes = delete_from_drop(|client| async move {
             let api = Api::<PriorityClass>::all(client);
