@@ -1,0 +1,905 @@
+//! The scale benchmark's harness (run it through `hack/bench-cluster-scale.sh`): simulated
+//! nodes on the local cluster (KWOK keeps them Ready and "runs" their pods), the objects
+//! koordlet and the other controllers would write for them, and timed scheduling and manager
+//! runs against the real API server.
+//!
+//! Parts (every option takes a value):
+//! - `nodes --prefix P --count N`: Nodes (32 CPUs, 128 GiB, 110 pods, KWOK's annotation and
+//!   taint), a NodeMetric per node, a NodeResourceTopology with a CPU topology on every 5th and
+//!   a Device with 8 GPUs on every 10th; waits until KWOK reports them all Ready.
+//! - `converge --prefix P --count N [--manager-pid PID] [--timeout S]`: writes a fresh
+//!   NodeMetric status for every node, then times how long until every Node carries
+//!   `kubernetes.io/batch-cpu` allocatable; reports the node-status writes the API server
+//!   counted meanwhile and, with the manager's pid, its CPU, RSS and transmitted bytes.
+//! - `heartbeat --prefix P --count N [--interval S]`: rewrites every NodeMetric status each
+//!   interval (koordlet's default report interval is 60 s), as the node agents would.
+//! - `schedule --scheduler NAME --namespace NS --pods N [--rate R] [--timeout S]
+//!   [--extender-pods a,b]`: creates the pods (a fixed mix, below) for scheduler NAME, as fast
+//!   as the API server takes them (`--rate 0`) or paced at R pods/s, and reports pods/s from the
+//!   first creation to the last binding, and per-pod latency (creation answered → binding seen
+//!   on a watch) percentiles; with the extender's pods, its share of that time from its own
+//!   `scheduler_framework_extension_point_duration_seconds`. Deletes the pods afterwards.
+//! - `reporters [--seconds S]`: the NodeMetric and NodeResourceTopology writes the real
+//!   koordlets make over S seconds, per 1,000 nodes.
+//! - `cleanup --prefix P`: removes what `nodes` made.
+//!
+//! Output: one JSON object per run on stdout (the script makes the table); progress on stderr.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
+};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+const USAGE: &str =
+    "usage: koord-scale-bench nodes|converge|heartbeat|schedule|cleanup [--key value ...]
+  nodes     --prefix P --count N
+  converge  --prefix P --count N [--manager-pid PID] [--timeout S]
+  heartbeat --prefix P --count N [--interval S]
+  schedule  --scheduler NAME --namespace NS --pods N [--rate PODS_PER_S] [--timeout S]
+            [--extender-pods POD,POD] [--label TEXT]
+  reporters [--seconds S]
+  cleanup   --prefix P";
+
+/// The annotation and taint key KWOK manages nodes by (hack/local-cluster/lib.sh).
+const KWOK_KEY: &str = "kwok.x-k8s.io/node";
+/// Every object this harness makes carries this label, so `cleanup` finds leftovers.
+const SCALE_LABEL: &str = "koord-scale-bench";
+/// Requests in flight at once when creating objects.
+const CONCURRENCY: usize = 32;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some(
+            part @ ("nodes" | "converge" | "heartbeat" | "schedule" | "reporters" | "cleanup"),
+        ) => match Options::parse(&args[1..]) {
+            Ok(options) => run(part, &options).await,
+            Err(err) => Err(err),
+        },
+        _ => Err(anyhow::anyhow!("{USAGE}")),
+    };
+    if let Err(err) = result {
+        eprintln!("koord-scale-bench: {err:#}");
+        std::process::exit(2);
+    }
+}
+
+async fn run(part: &str, options: &Options) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("no cluster (KUBECONFIG)")?;
+    let report = match part {
+        "nodes" => make_nodes(&client, options).await?,
+        "converge" => converge(&client, options).await?,
+        "heartbeat" => heartbeat(&client, options).await?,
+        "schedule" => schedule(&client, options).await?,
+        "reporters" => reporters(&client, options).await?,
+        "cleanup" => cleanup(&client, options).await?,
+        _ => unreachable!("matched in main"),
+    };
+    println!("{report}");
+    Ok(())
+}
+
+/// `--key value` pairs.
+struct Options(HashMap<String, String>);
+
+impl Options {
+    fn parse(args: &[String]) -> anyhow::Result<Self> {
+        let mut map = HashMap::new();
+        let mut iter = args.iter();
+        while let Some(key) = iter.next() {
+            let Some(name) = key.strip_prefix("--") else {
+                bail!("unexpected argument {key:?}\n{USAGE}");
+            };
+            let value = iter
+                .next()
+                .with_context(|| format!("--{name} needs a value"))?;
+            map.insert(name.to_string(), value.clone());
+        }
+        Ok(Self(map))
+    }
+
+    fn text(&self, key: &str) -> anyhow::Result<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .with_context(|| format!("--{key} is required\n{USAGE}"))
+    }
+
+    fn number(&self, key: &str, default: Option<u64>, max: u64) -> anyhow::Result<u64> {
+        let value = match (self.0.get(key), default) {
+            (Some(text), _) => text
+                .parse()
+                .with_context(|| format!("--{key} {text:?} is not a number"))?,
+            (None, Some(default)) => default,
+            (None, None) => bail!("--{key} is required\n{USAGE}"),
+        };
+        ensure!(value <= max, "--{key} {value} is above {max}");
+        Ok(value)
+    }
+
+    /// A name prefix for generated objects: a DNS label start.
+    fn prefix(&self) -> anyhow::Result<String> {
+        let prefix = self.text("prefix")?;
+        ensure!(
+            !prefix.is_empty()
+                && prefix.len() <= 40
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && prefix.as_bytes()[0].is_ascii_lowercase()
+                && !prefix.ends_with('-'),
+            "--prefix {prefix:?}: lowercase letters, digits and '-', from a letter to a letter or digit, at most 40"
+        );
+        Ok(prefix.to_string())
+    }
+}
+
+fn node_name(prefix: &str, index: u64) -> String {
+    format!("{prefix}-{index:05}")
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    e2e::cluster::resource(group, version, kind, plural)
+}
+
+fn node_metrics(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource(
+            "slo.koordinator.sh",
+            "v1alpha1",
+            "NodeMetric",
+            "nodemetrics",
+        ),
+    )
+}
+
+fn topologies(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource(
+            "topology.node.k8s.io",
+            "v1alpha1",
+            "NodeResourceTopology",
+            "noderesourcetopologies",
+        ),
+    )
+}
+
+fn devices(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource("scheduling.koordinator.sh", "v1alpha1", "Device", "devices"),
+    )
+}
+
+fn elastic_quotas(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &resource(
+            "scheduling.sigs.k8s.io",
+            "v1alpha1",
+            "ElasticQuota",
+            "elasticquotas",
+        ),
+    )
+}
+
+/// Deterministic pseudo-random numbers, so every run sees the same cluster and pods.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
+
+/// A creation's result, with "already exists" taken as done (a rerun after an interrupted one).
+fn created<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn dynamic(value: Value) -> anyhow::Result<DynamicObject> {
+    Ok(serde_json::from_value(value)?)
+}
+
+/// A 32-CPU topology: 1 socket, 2 NUMA nodes, 2 threads per core.
+fn cpu_topology() -> String {
+    let detail: Vec<Value> = (0..32)
+        .map(|id| {
+            let core = id % 16;
+            json!({"id": id, "core": core, "socket": 0, "node": core / 8})
+        })
+        .collect();
+    json!({"detail": detail}).to_string()
+}
+
+async fn make_node(client: &Client, prefix: &str, index: u64) -> anyhow::Result<()> {
+    let name = node_name(prefix, index);
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_KEY: "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "type": "kwok", SCALE_LABEL: prefix,
+                "topology.kubernetes.io/zone": format!("zone-{}", index % 3)
+            }
+        },
+        "spec": {"taints": [{"key": KWOK_KEY, "value": "fake", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+            "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}
+        }
+    }))?;
+    created(
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await,
+    )
+    .with_context(|| format!("node {name}"))?;
+    let labels = json!({SCALE_LABEL: prefix});
+    created(
+        node_metrics(client)
+            .create(
+                &PostParams::default(),
+                &dynamic(json!({
+                    "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"collectPolicy": {"reportIntervalSeconds": 60}}
+                }))?,
+            )
+            .await,
+    )
+    .with_context(|| format!("NodeMetric {name}"))?;
+    if index.is_multiple_of(5) {
+        created(
+            topologies(client)
+                .create(&PostParams::default(), &dynamic(json!({
+                "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+                "metadata": {"name": name, "labels": labels,
+                             "annotations": {"node.koordinator.sh/cpu-topology": cpu_topology()}},
+                "topologyPolicies": ["None"],
+                "zones": []
+            }))?)
+            .await,
+        )
+        .with_context(|| format!("NodeResourceTopology {name}"))?;
+    }
+    if index.is_multiple_of(10) {
+        let gpus: Vec<Value> = (0..8)
+            .map(|minor| {
+                json!({"type": "gpu", "id": format!("GPU-{name}-{minor}"), "minor": minor,
+                       "health": true,
+                       "resources": {"koordinator.sh/gpu-core": "100",
+                                     "koordinator.sh/gpu-memory": "80Gi",
+                                     "koordinator.sh/gpu-memory-ratio": "100"}})
+            })
+            .collect();
+        created(
+            devices(client)
+                .create(
+                    &PostParams::default(),
+                    &dynamic(json!({
+                        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+                        "metadata": {"name": name, "labels": labels},
+                        "spec": {"devices": gpus}
+                    }))?,
+                )
+                .await,
+        )
+        .with_context(|| format!("Device {name}"))?;
+    }
+    Ok(())
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+fn scale_nodes(prefix: &str) -> ListParams {
+    ListParams::default().labels(&format!("{SCALE_LABEL}={prefix}"))
+}
+
+async fn make_nodes(client: &Client, options: &Options) -> anyhow::Result<Value> {
+    let prefix = options.prefix()?;
+    let count = options.number("count", None, 20_000)?;
+    let started = Instant::now();
+    futures::stream::iter(0..count)
+        .map(|index| make_node(client, &prefix, index))
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let created = started.elapsed();
+    eprintln!("{count} nodes and their objects created in {created:.1?}");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60 + count / 20);
+    loop {
+        let list = nodes.list(&scale_nodes(&prefix)).await?;
+        let ready = list.items.iter().filter(|n| node_ready(n)).count() as u64;
+        if ready >= count {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "only {ready} of {count} simulated nodes Ready (is kwok running?)"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Ok(json!({
+        "part": "nodes", "nodes": count,
+        "created_seconds": created.as_secs_f64(),
+        "ready_seconds": started.elapsed().as_secs_f64()
+    }))
+}
+
+/// A NodeMetric status as koordlet reports it: node usage between 10 % and 40 % of the node,
+/// no pods (the simulated nodes' pods use nothing).
+fn metric_status(rng: &mut Lcg) -> Value {
+    let usage = json!({"cpu": format!("{}m", 3200 + rng.next(9600)),
+                       "memory": format!("{}Mi", 13_000 + rng.next(39_000))});
+    json!({"status": {
+        "updateTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "nodeMetric": {"nodeUsage": {"resources": usage},
+                       "systemUsage": {"resources": {"cpu": "500m", "memory": "2Gi"}}},
+        "podsMetric": []
+    }})
+}
+
+/// Writes every node's NodeMetric status once; returns the seconds it took.
+async fn write_metrics(
+    client: &Client,
+    prefix: &str,
+    count: u64,
+    seed: u64,
+) -> anyhow::Result<f64> {
+    let api = node_metrics(client);
+    let started = Instant::now();
+    let rng = Arc::new(Mutex::new(Lcg(seed)));
+    futures::stream::iter(0..count)
+        .map(|index| {
+            let api = api.clone();
+            let rng = rng.clone();
+            let name = node_name(prefix, index);
+            async move {
+                let status = metric_status(&mut *rng.lock().await);
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .with_context(|| format!("NodeMetric status {name}"))
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The API server's count of writes (PATCH, PUT, APPLY, CREATE) to `resource` (and
+/// `subresource`, "" for the object itself), from every writer.
+async fn api_writes(client: &Client, resource: &str, subresource: &str) -> anyhow::Result<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let resource = format!("resource=\"{resource}\"");
+    let subresource = format!("subresource=\"{subresource}\"");
+    let mut total = 0.0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let writes = ["PATCH", "PUT", "APPLY", "POST"]
+            .iter()
+            .any(|verb| labels.contains(&format!("verb=\"{verb}\"")));
+        if writes && labels.contains(&resource) && labels.contains(&subresource) {
+            total += value.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    Ok(total)
+}
+
+/// Node status writes (during `converge` the manager is the only writer: KWOK renews Leases,
+/// not Node status, once a node is Ready).
+async fn node_status_writes(client: &Client) -> anyhow::Result<f64> {
+    api_writes(client, "nodes", "status").await
+}
+
+/// The writes the real koordlets make (NodeMetric status, NodeResourceTopology) over
+/// `--seconds`, per 1,000 nodes. Run it while nothing else writes those objects.
+async fn reporters(client: &Client, options: &Options) -> anyhow::Result<Value> {
+    let seconds = options.number("seconds", Some(180), 3600)?.max(10);
+    let real = e2e::cluster::real_nodes(client).await?.len().max(1) as f64;
+    let kinds = [
+        ("nodemetrics", "status"),
+        ("nodemetrics", ""),
+        ("noderesourcetopologies", ""),
+    ];
+    let mut before = Vec::new();
+    for (resource, sub) in kinds {
+        before.push(api_writes(client, resource, sub).await?);
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let mut report = json!({"part": "reporters", "seconds": seconds, "real_nodes": real});
+    for ((resource, sub), before) in kinds.iter().zip(before) {
+        let writes = api_writes(client, resource, sub).await? - before;
+        let key = if sub.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}/{sub}")
+        };
+        report[format!("{key}_writes_per_second_per_1000_nodes")] =
+            json!(writes / seconds as f64 / real * 1000.0);
+    }
+    Ok(report)
+}
+
+/// CPU seconds (user + system), RSS bytes and bytes the process's network namespace sent.
+fn process_usage(pid: u32) -> anyhow::Result<(f64, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("malformed /proc/PID/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11..13)
+        .context("short /proc/PID/stat")?
+        .iter()
+        .map(|f| f.parse::<f64>().unwrap_or(0.0))
+        .sum();
+    // Clock ticks are 100 per second on Linux builds of this kind (CONFIG_HZ does not change
+    // USER_HZ).
+    let cpu = ticks / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev"))?;
+    let sent: u64 = dev
+        .lines()
+        .skip(2)
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.trim() != "lo")
+        .filter_map(|(_, counters)| counters.split_whitespace().nth(8)?.parse::<u64>().ok())
+        .sum();
+    Ok((cpu, rss_kib * 1024, sent))
+}
+
+fn has_batch_allocatable(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.allocatable.as_ref())
+        .and_then(|allocatable| allocatable.get("kubernetes.io/batch-cpu"))
+        .is_some_and(|quantity| quantity.0 != "0")
+}
+
+async fn converge(client: &Client, options: &Options) -> anyhow::Result<Value> {
+    let prefix = options.prefix()?;
+    let count = options.number("count", None, 20_000)?;
+    let timeout = Duration::from_secs(options.number("timeout", Some(300), 3600)?);
+    let manager_pid = match options.0.get("manager-pid") {
+        Some(pid) => Some(pid.parse::<u32>().context("--manager-pid")?),
+        None => None,
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let already = nodes
+        .list(&scale_nodes(&prefix))
+        .await?
+        .items
+        .iter()
+        .filter(|n| has_batch_allocatable(n))
+        .count();
+    ensure!(
+        already == 0,
+        "{already} simulated nodes already carry batch allocatable: converge needs fresh nodes"
+    );
+    let writes_before = node_status_writes(client).await?;
+    let usage_before = manager_pid.map(process_usage).transpose()?;
+    let started = Instant::now();
+    let write_seconds = write_metrics(client, &prefix, count, 7).await?;
+    eprintln!("{count} NodeMetrics written in {write_seconds:.1} s");
+    let converged = loop {
+        let list = nodes.list(&scale_nodes(&prefix)).await?;
+        let converged = list
+            .items
+            .iter()
+            .filter(|n| has_batch_allocatable(n))
+            .count() as u64;
+        if converged >= count || started.elapsed() > timeout {
+            break converged;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let writes = node_status_writes(client).await? - writes_before;
+    let mut report = json!({
+        "part": "converge", "nodes": count, "converged": converged,
+        "seconds": seconds, "metrics_write_seconds": write_seconds,
+        "node_status_writes": writes, "node_status_writes_per_second": writes / seconds,
+    });
+    if let (Some(pid), Some((cpu0, _, sent0))) = (manager_pid, usage_before) {
+        let (cpu1, rss, sent1) = process_usage(pid)?;
+        report["manager_cpu_seconds"] = json!(cpu1 - cpu0);
+        report["manager_rss_bytes"] = json!(rss);
+        report["manager_sent_bytes_per_second"] = json!((sent1 - sent0) as f64 / seconds);
+    }
+    ensure!(
+        converged >= count,
+        "{converged} of {count} nodes carry batch allocatable after {seconds:.0} s: {report}"
+    );
+    Ok(report)
+}
+
+async fn heartbeat(client: &Client, options: &Options) -> anyhow::Result<Value> {
+    let prefix = options.prefix()?;
+    let count = options.number("count", None, 20_000)?;
+    let interval = Duration::from_secs(options.number("interval", Some(60), 3600)?.max(1));
+    let mut round = 0u64;
+    loop {
+        let started = Instant::now();
+        round += 1;
+        match write_metrics(client, &prefix, count, round).await {
+            Ok(seconds) => eprintln!("heartbeat {round}: {count} NodeMetrics in {seconds:.1} s"),
+            Err(err) => eprintln!("heartbeat {round}: {err:#}"),
+        }
+        tokio::time::sleep(interval.saturating_sub(started.elapsed())).await;
+    }
+}
+
+/// The benchmark's pod mix (by index): a third batch pods (batch resources, koord-batch
+/// priority), LSR pods with whole CPUs (2 %), shared-GPU pods (2 %), the rest prod pods; each
+/// in one of ten ElasticQuotas. Pods go only to the simulated nodes.
+fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> {
+    let mut labels = json!({"quota.scheduling.koordinator.sh/name": format!("team-{}", index % 10),
+                            "app": "scale-bench"});
+    let mut limits = json!({});
+    let (requests, priority) = match index % 100 {
+        20 | 70 => {
+            labels["koordinator.sh/qosClass"] = json!("LSR");
+            limits = json!({"cpu": "4", "memory": "8Gi"});
+            (json!({"cpu": "4", "memory": "8Gi"}), "koord-prod")
+        }
+        30 | 80 => {
+            let shared =
+                json!({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"});
+            limits = shared.clone();
+            let mut requests = shared;
+            requests["cpu"] = json!("1");
+            (requests, "koord-prod")
+        }
+        _ if index.is_multiple_of(3) => {
+            labels["koordinator.sh/qosClass"] = json!("BE");
+            (
+                json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)),
+                       "kubernetes.io/batch-memory": "1Gi"}),
+                "koord-batch",
+            )
+        }
+        _ => (
+            json!({"cpu": format!("{}m", 250 + rng.next(1750)),
+                   "memory": format!("{}Mi", 256 + rng.next(3840))}),
+            "koord-prod",
+        ),
+    };
+    if let Some(batch) = requests.get("kubernetes.io/batch-cpu") {
+        limits = json!({"kubernetes.io/batch-cpu": batch, "kubernetes.io/batch-memory": "1Gi"});
+    }
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": format!("p-{index:06}"), "labels": labels},
+        "spec": {
+            "schedulerName": scheduler,
+            "priorityClassName": priority,
+            "nodeSelector": {"type": "kwok"},
+            "tolerations": [{"key": KWOK_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "scale-bench/none",
+                            "resources": {"requests": requests, "limits": limits}}]
+        }
+    }))?)
+}
+
+/// Sum of the extender's extension-point time (seconds) over its pods, read through the API
+/// server's pod proxy.
+async fn extender_seconds(client: &Client, pods: &[String]) -> anyhow::Result<f64> {
+    let mut total = 0.0;
+    for pod in pods {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/http:{pod}:10261/proxy/metrics",
+            e2e::cluster::KOORD_NAMESPACE
+        );
+        let text = client
+            .request_text(http::Request::get(path).body(Vec::new())?)
+            .await
+            .with_context(|| format!("metrics of {pod}"))?;
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("scheduler_framework_extension_point_duration_seconds_sum"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(total)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+async fn ensure_namespace(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let object: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
+    created(
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &object)
+            .await,
+    )?;
+    let quotas = elastic_quotas(client, namespace);
+    for team in 0..10 {
+        // The quota webhook refuses a second one of a name with 400, not 409.
+        if quotas.get_opt(&format!("team-{team}")).await?.is_some() {
+            continue;
+        }
+        created(
+            elastic_quotas(client, namespace)
+                .create(
+                    &PostParams::default(),
+                    &dynamic(json!({
+                        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                        "metadata": {"name": format!("team-{team}"), "namespace": namespace},
+                        "spec": {"min": {"cpu": "20000", "memory": "80000Gi"},
+                                 "max": {"cpu": "200000", "memory": "800000Gi",
+                                         "kubernetes.io/batch-cpu": "100000000",
+                                         "kubernetes.io/batch-memory": "800000Gi"}}
+                    }))?,
+                )
+                .await,
+        )
+        .with_context(|| format!("ElasticQuota team-{team}"))?;
+    }
+    Ok(())
+}
+
+async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
+    let no_grace = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::background()
+    };
+    pods.delete_collection(&no_grace, &ListParams::default().labels("app=scale-bench"))
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let left = pods
+            .list(&ListParams::default().labels("app=scale-bench"))
+            .await?
+            .items
+            .len();
+        if left == 0 {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{left} bench pods still there after 600 s"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
+    let scheduler = options.text("scheduler")?.to_string();
+    let namespace = options.text("namespace")?.to_string();
+    let count = options.number("pods", None, 100_000)?;
+    let rate = options.number("rate", Some(0), 10_000)?;
+    let timeout = Duration::from_secs(options.number("timeout", Some(900), 7200)?);
+    let label = options.0.get("label").cloned().unwrap_or(scheduler.clone());
+    let extender_pods: Vec<String> = options
+        .0
+        .get("extender-pods")
+        .map(|list| {
+            list.split(',')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    ensure_namespace(client, &namespace).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    delete_pods(&pods).await?;
+
+    // Bindings are seen on a watch started before the first creation.
+    let list = pods.list(&ListParams::default().limit(1)).await?;
+    let version = list.metadata.resource_version.unwrap_or_default();
+    let created_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let watcher = tokio::spawn({
+        let pods = pods.clone();
+        let bound_at = bound_at.clone();
+        async move {
+            let mut version = version;
+            loop {
+                let params = WatchParams::default()
+                    .labels("app=scale-bench")
+                    .timeout(290);
+                let mut stream = match pods.watch(&params, &version).await {
+                    Ok(stream) => stream.boxed(),
+                    Err(err) => {
+                        eprintln!("watch: {err}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                while let Some(event) = stream.next().await {
+                    let pod = match event {
+                        Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => pod,
+                        Ok(WatchEvent::Bookmark(mark)) => {
+                            version = mark.metadata.resource_version;
+                            continue;
+                        }
+                        Ok(WatchEvent::Error(status)) => {
+                            eprintln!("watch: {}", status.message);
+                            break;
+                        }
+                        Ok(WatchEvent::Deleted(_)) => continue,
+                        Err(err) => {
+                            eprintln!("watch: {err}");
+                            break;
+                        }
+                    };
+                    if let Some(v) = pod.metadata.resource_version.clone() {
+                        version = v;
+                    }
+                    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                    if let (Some(_), Some(name)) = (node, pod.metadata.name) {
+                        bound_at
+                            .lock()
+                            .await
+                            .entry(name)
+                            .or_insert_with(Instant::now);
+                    }
+                }
+            }
+        }
+    });
+
+    let extender_before = extender_seconds(client, &extender_pods).await?;
+    let started = Instant::now();
+    let pace = (rate > 0).then(|| Duration::from_secs_f64(1.0 / rate as f64));
+    let mut rng = Lcg(11);
+    let bodies: Vec<Pod> = (0..count)
+        .map(|index| bench_pod(index, &scheduler, &mut rng))
+        .collect::<anyhow::Result<_>>()?;
+    let concurrency = if pace.is_some() { 4 } else { CONCURRENCY };
+    futures::stream::iter(bodies.into_iter().enumerate())
+        .map(|(index, body)| {
+            let pods = pods.clone();
+            let created_at = created_at.clone();
+            async move {
+                if let Some(pace) = pace {
+                    tokio::time::sleep_until((started + pace * index as u32).into()).await;
+                }
+                let name = body.metadata.name.clone().unwrap_or_default();
+                pods.create(&PostParams::default(), &body)
+                    .await
+                    .with_context(|| format!("pod {name}"))?;
+                created_at.lock().await.insert(name, Instant::now());
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let creation_seconds = started.elapsed().as_secs_f64();
+    eprintln!("{label}: {count} pods created in {creation_seconds:.1} s");
+
+    let deadline = started + timeout;
+    let mut last_progress = (0, Instant::now());
+    loop {
+        let bound = bound_at.lock().await.len();
+        if bound >= count as usize {
+            break;
+        }
+        if bound != last_progress.0 {
+            last_progress = (bound, Instant::now());
+        }
+        // Stop once nothing has been bound for a minute: the rest does not fit.
+        if Instant::now() > deadline || last_progress.1.elapsed() > Duration::from_secs(60) {
+            eprintln!("{label}: {bound} of {count} bound; giving up on the rest");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    watcher.abort();
+    let extender = extender_seconds(client, &extender_pods).await? - extender_before;
+
+    let created_at = created_at.lock().await;
+    let bound_at = bound_at.lock().await;
+    let mut latencies: Vec<f64> = bound_at
+        .iter()
+        .filter_map(|(name, bound)| {
+            let created = created_at.get(name)?;
+            Some(bound.saturating_duration_since(*created).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let last_bound = bound_at.values().max().copied().unwrap_or(started);
+    let span = last_bound.duration_since(started).as_secs_f64();
+    let bound = bound_at.len();
+    let mut report = json!({
+        "part": "schedule", "label": label, "scheduler": scheduler, "rate": rate,
+        "pods": count, "bound": bound, "creation_seconds": creation_seconds,
+        "span_seconds": span,
+        "pods_per_second": if span > 0.0 { bound as f64 / span } else { 0.0 },
+        "latency_ms": {"p50": percentile(&latencies, 50.0), "p90": percentile(&latencies, 90.0),
+                        "p99": percentile(&latencies, 99.0), "max": percentile(&latencies, 100.0)},
+    });
+    if !extender_pods.is_empty() && bound > 0 {
+        report["extender_ms_per_pod"] = json!(extender * 1000.0 / bound as f64);
+        report["extender_share_of_latency_p50"] =
+            json!(extender * 1000.0 / bound as f64 / percentile(&latencies, 50.0));
+    }
+    drop((created_at, bound_at));
+    delete_pods(&pods).await?;
+    Ok(report)
+}
+
+async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
+    let prefix = options.prefix()?;
+    let selector = scale_nodes(&prefix);
+    let mut deleted = 0;
+    for api in [node_metrics(client), topologies(client), devices(client)] {
+        deleted += api.list(&selector).await?.items.len();
+        api.delete_collection(&DeleteParams::background(), &selector)
+            .await?;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> = nodes
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    futures::stream::iter(names.iter())
+        .map(|name| e2e::cluster::delete_simulated_node(client, name))
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    deleted += names.len();
+    Ok(json!({"part": "cleanup", "deleted": deleted}))
+}

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The scale benchmark (issue 24; not part of .ci/run): simulated nodes on the local cluster
+# (hack/local-cluster, KWOK), then, per node count:
+#   - the manager's convergence: every node's NodeMetric written at once, time until every Node
+#     carries batch allocatable, node-status writes, the manager's CPU, RSS and bytes sent;
+#   - scheduling: the same pods for kube-scheduler alone (the control plane's default-scheduler),
+#     for kube-scheduler with our extender (the chart's koord-scheduler), and for upstream's
+#     koord-scheduler when given as a binary; a burst (throughput) and a paced run (latency);
+# and the NodeMetric/NRT writes the real koordlet makes, per 1,000 nodes.
+#
+#   hack/bench-cluster-scale.sh [--nodes 1000,5000] [--pods 10000] [--paced-pods 300]
+#       [--paced-rate 5] [--upstream-scheduler PATH] [--out DIR] [--skip-images]
+#
+# The upstream binary is built by the person running the benchmark, outside this repository,
+# from a fetched copy of upstream Koordinator (this repository never builds it). It runs on the
+# host against the local cluster's API server with the admin kubeconfig and scheduler name
+# koord-scheduler-upstream.
+#
+# KOORD_BENCH_IMAGE_PROFILE=dev uses debug builds of our images (faster to build, slower to
+# run: only for trying the harness). Prints a table and writes results.jsonl to --out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+LC=$REPO/hack/local-cluster/local-cluster.sh
+
+nodes_list=1000,5000 pods=10000 paced_pods=300 paced_rate=5 upstream="" skip_images=0
+out=$REPO/target/bench-cluster-scale
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) nodes_list=$2; shift 2 ;;
+    --pods) pods=$2; shift 2 ;;
+    --paced-pods) paced_pods=$2; shift 2 ;;
+    --paced-rate) paced_rate=$2; shift 2 ;;
+    --upstream-scheduler) upstream=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --skip-images) skip_images=1; shift ;;
+    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+  esac
+done
+[[ $nodes_list =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "--nodes: a comma-separated list of counts" >&2; exit 2; }
+for n in $pods $paced_pods $paced_rate; do
+  [[ $n =~ ^[0-9]+$ ]] || { echo "not a number: $n" >&2; exit 2; }
+done
+if [ -n "$upstream" ]; then
+  [ -x "$upstream" ] || { echo "--upstream-scheduler $upstream is not an executable" >&2; exit 2; }
+  upstream=$(realpath "$upstream")
+fi
+mkdir -p "$out"
+results=$out/results.jsonl
+: > "$results"
+log() { echo "[bench-cluster-scale $(date +%H:%M:%S)] $*" >&2; }
+
+export KUBECONFIG=/var/lib/koord-local/admin.kubeconfig
+KUBECTL=$(ls -d /var/cache/koord-local-cluster/kubernetes-*/bin/kubectl | head -1)
+kubectl() { "$KUBECTL" "$@"; }
+
+log "building the harness"
+cargo build --locked --release -p e2e --bin koord-scale-bench 2>&1 | tail -1
+BENCH=$REPO/target/release/koord-scale-bench
+
+flock -o /var/lock/koord-cluster.lock bash -c "'$REPO/hack/local-cluster/status' >/dev/null 2>&1 || '$REPO/hack/local-cluster/up'"
+if [ "$skip_images" = 0 ]; then
+  "$LC" images --profile "${KOORD_BENCH_IMAGE_PROFILE:-release}" | tail -1
+fi
+# Defaults, plus: extender metrics on (its share of each cycle), and koordlet only on the real
+# node (the simulated nodes' NodeMetrics come from the harness, at koordlet's cadence).
+"$LC" install --set scheduler.monitorEnabled=true \
+  --set-json 'koordlet.nodeAffinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["kwok"]}]}]}}}' | tail -1
+"$LC" kwok up 2>&1 | tail -1
+
+upstream_pid=""
+heartbeat_pid=""
+cleanup() {
+  [ -n "$heartbeat_pid" ] && kill "$heartbeat_pid" 2>/dev/null || true
+  [ -n "$upstream_pid" ] && kill "$upstream_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+if [ -n "$upstream" ]; then
+  # Upstream's scheduler with the plugin set and arguments of upstream's chart (v1.8.0 defaults;
+  # ElasticQuota's group namespace is the installation's) and a scheduler name of its own.
+  cat > "$out/upstream-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+clientConnection: {kubeconfig: $KUBECONFIG}
+profiles:
+- schedulerName: koord-scheduler-upstream
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: LeastAllocated
+        resources: [{name: cpu, weight: 1}, {name: memory, weight: 1},
+                    {name: kubernetes.io/batch-cpu, weight: 1}, {name: kubernetes.io/batch-memory, weight: 1}]
+  - name: LoadAwareScheduling
+    args:
+      filterExpiredNodeMetrics: false
+      nodeMetricExpirationSeconds: 300
+      resourceWeights: {cpu: 1, memory: 1}
+      usageThresholds: {cpu: 65, memory: 95}
+      estimatedScalingFactors: {cpu: 85, memory: 70}
+  - name: ElasticQuota
+    args: {quotaGroupNamespace: koordinator-system}
+  - name: Coscheduling
+    args: {awareNetworkTopology: true}
+  plugins:
+    preEnqueue: {enabled: [{name: Coscheduling}]}
+    queueSort: {disabled: [{name: "*"}], enabled: [{name: PrioritySort}]}
+    preFilter: {enabled: [{name: SchedulingHint}, {name: Coscheduling}, {name: Reservation}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: ElasticQuota}]}
+    filter: {enabled: [{name: Reservation}, {name: LoadAwareScheduling}, {name: NodeNUMAResource}, {name: DeviceShare}]}
+    postFilter: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: Coscheduling}, {name: ElasticQuota}, {name: DefaultPreemption}]}
+    preScore: {enabled: [{name: Reservation}, {name: Coscheduling}]}
+    score: {enabled: [{name: LoadAwareScheduling, weight: 1}, {name: NodeNUMAResource, weight: 1}, {name: DeviceShare, weight: 1}, {name: Reservation, weight: 5000}, {name: Coscheduling, weight: 1}]}
+    reserve: {enabled: [{name: Reservation}, {name: LoadAwareScheduling}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Coscheduling}, {name: ElasticQuota}]}
+    permit: {enabled: [{name: Coscheduling}]}
+    preBind: {enabled: [{name: NodeNUMAResource}, {name: DeviceShare}, {name: Reservation}, {name: Coscheduling}, {name: DefaultPreBind}]}
+    bind: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: DefaultBinder}]}
+    postBind: {enabled: [{name: Coscheduling}]}
+EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+clientConnection: {kubeconfig: $KUBECONFIG, qps: 300, burst: 500}
+profiles:
+- schedulerName: koord-scheduler-upstream
+  plugins:
+    queueSort: {disabled: [{name: "*"}], enabled: [{name: Coscheduling}]}
+    preFilter: {enabled: [{name: Reservation}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Coscheduling}, {name: ElasticQuota}]}
+    filter: {enabled: [{name: LoadAwareScheduling}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Reservation}]}
+    postFilter: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: Coscheduling}, {name: ElasticQuota}, {name: DefaultPreemption}]}
+    preScore: {enabled: [{name: Reservation}]}
+    score: {enabled: [{name: LoadAwareScheduling, weight: 1}, {name: NodeNUMAResource, weight: 1}, {name: DeviceShare, weight: 1}, {name: Reservation, weight: 5000}]}
+    reserve: {enabled: [{name: Reservation}, {name: LoadAwareScheduling}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Coscheduling}, {name: ElasticQuota}]}
+    permit: {enabled: [{name: Coscheduling}]}
+    preBind: {enabled: [{name: NodeNUMAResource}, {name: DeviceShare}, {name: Reservation}, {name: DefaultPreBind}]}
+    bind: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: DefaultBinder}]}
+    postBind: {enabled: [{name: Coscheduling}]}
+EOF
+  log "starting upstream's koord-scheduler ($upstream)"
+  "$upstream" --config="$out/upstream-scheduler.yaml" --secure-port=0 --v=1 \
+    > "$out/upstream-scheduler.log" 2>&1 &
+  upstream_pid=$!
+  sleep 10
+  kill -0 "$upstream_pid" 2>/dev/null || { echo "upstream's koord-scheduler exited; see $out/upstream-scheduler.log" >&2; tail -20 "$out/upstream-scheduler.log" >&2; exit 1; }
+fi
+
+# The manager holding the lease, as a host pid (the kubelet's containers are host processes).
+manager_pid() {
+  local holder pod
+  holder=$(kubectl -n koordinator-system get lease koordinator-manager -o jsonpath='{.spec.holderIdentity}')
+  pod=${holder%%_*}
+  for pid in $(pgrep -f '^/koord-manager' || true); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "HOSTNAME=$pod"; then
+      echo "$pid"; return 0
+    fi
+  done
+  echo "no process for the manager pod $pod" >&2
+  return 1
+}
+
+log "the real koordlet's writes (180 s, before any simulated node exists)"
+"$BENCH" reporters --seconds 180 | tee -a "$results"
+
+extender_pods=$(kubectl -n koordinator-system get pods -l koord-app=koord-scheduler \
+  -o jsonpath='{.items[*].metadata.name}' | tr ' ' ,)
+IFS=, read -r -a counts <<< "$nodes_list"
+for count in "${counts[@]}"; do
+  prefix=scale$count
+  log "== $count nodes"
+  "$BENCH" cleanup --prefix "$prefix" > /dev/null
+  uptime | tee "$out/load-$count-before.txt" >&2
+  "$BENCH" nodes --prefix "$prefix" --count "$count" | tee -a "$results"
+  "$BENCH" converge --prefix "$prefix" --count "$count" --manager-pid "$(manager_pid)" --timeout 600 \
+    | tee -a "$results"
+  "$BENCH" heartbeat --prefix "$prefix" --count "$count" --interval 60 2> "$out/heartbeat-$count.log" &
+  heartbeat_pid=$!
+  schedulers=(default-scheduler koord-scheduler)
+  [ -n "$upstream" ] && schedulers+=(koord-scheduler-upstream)
+  for scheduler in "${schedulers[@]}"; do
+    extender=""
+    [ "$scheduler" = koord-scheduler ] && extender="--extender-pods $extender_pods"
+    # shellcheck disable=SC2086
+    "$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench --pods "$pods" \
+      --label "$scheduler burst @$count" $extender | tee -a "$results"
+    # shellcheck disable=SC2086
+    "$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench --pods "$paced_pods" \
+      --rate "$paced_rate" --label "$scheduler paced @$count" $extender | tee -a "$results"
+  done
+  kill "$heartbeat_pid" 2>/dev/null || true
+  heartbeat_pid=""
+  uptime | tee "$out/load-$count-after.txt" >&2
+  "$BENCH" cleanup --prefix "$prefix" | tee -a "$results"
+done
+
+python3 - "$results" <<'EOF'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print()
+for r in rows:
+    if r["part"] == "reporters":
+        print("real koordlet writes per second per 1,000 nodes: NodeMetric status %.2f, NodeMetric %.2f, NRT %.2f"
+              % (r["nodemetrics/status_writes_per_second_per_1000_nodes"],
+                 r["nodemetrics_writes_per_second_per_1000_nodes"],
+                 r["noderesourcetopologies_writes_per_second_per_1000_nodes"]))
+print()
+print("%-40s %7s %7s %9s %9s %9s %9s %10s" % ("scheduling run", "pods", "bound", "pods/s", "p50 ms", "p90 ms", "p99 ms", "ext ms/pod"))
+for r in rows:
+    if r["part"] == "schedule":
+        l = r["latency_ms"]
+        print("%-40s %7d %7d %9.1f %9.1f %9.1f %9.1f %10s" % (r["label"], r["pods"], r["bound"], r["pods_per_second"],
+              l["p50"], l["p90"], l["p99"], "%.2f" % r["extender_ms_per_pod"] if "extender_ms_per_pod" in r else "-"))
+print()
+for r in rows:
+    if r["part"] == "converge":
+        print("manager @%d nodes: converged in %.1f s (NodeMetrics written in %.1f s), %d node-status writes (%.1f/s), CPU %.1f s, RSS %.0f MiB, sent %.0f KiB/s"
+              % (r["nodes"], r["seconds"], r["metrics_write_seconds"], r["node_status_writes"], r["node_status_writes_per_second"],
+                 r.get("manager_cpu_seconds", float("nan")), r.get("manager_rss_bytes", 0) / 2**20,
+                 r.get("manager_sent_bytes_per_second", 0) / 1024))
+EOF
+log "results in $results"
