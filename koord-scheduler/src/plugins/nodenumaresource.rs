@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
 mod accumulator;
+pub mod topologymanager;
 
 use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
