@@ -121,10 +121,7 @@ fn common_cases() -> Vec<MergeCase> {
             "Two providers, both with 2 hints, matching narrower preferred hint from both",
             vec![
                 provider(&[("resource1", Some(&[on(&[0], true), on(&[1], true)]))]),
-                provider(&[(
-                    "resource2",
-                    Some(&[on(&[0], true), on(&[0, 1], false)]),
-                )]),
+                provider(&[("resource2", Some(&[on(&[0], true), on(&[0, 1], false)]))]),
             ],
             on(&[0], true),
             &[],
@@ -132,10 +129,7 @@ fn common_cases() -> Vec<MergeCase> {
         case(
             "Ensure less narrow preferred hints are chosen over narrower non-preferred hints",
             vec![
-                provider(&[(
-                    "resource1",
-                    Some(&[on(&[1], true), on(&[0, 1], false)]),
-                )]),
+                provider(&[("resource1", Some(&[on(&[1], true), on(&[0, 1], false)]))]),
                 provider(&[(
                     "resource2",
                     Some(&[on(&[0], true), on(&[1], true), on(&[0, 1], false)]),
@@ -503,7 +497,11 @@ fn single_numa_filter_keeps_preferred_one_node_hints() {
                     on(&[0, 2], false),
                     on(&[3], false),
                 ],
-                vec![on(&[1, 2], false), on(&[0, 1, 2], false), on(&[0, 2], false)],
+                vec![
+                    on(&[1, 2], false),
+                    on(&[0, 1, 2], false),
+                    on(&[0, 2], false),
+                ],
             ],
             vec![vec![on(&[0], true), on(&[1], true)], vec![], vec![]],
         ),
@@ -518,17 +516,47 @@ fn exclusive_policy_checks() {
     use NumaNodeStatus::{Idle, Shared, Single};
     use NumaTopologyExclusive::{Preferred, Required};
     let cases = [
-        ("preferred policy 1", &[0][..], Preferred, [Shared, Shared], true),
-        ("preferred policy 2", &[0, 1], Preferred, [Shared, Shared], true),
+        (
+            "preferred policy 1",
+            &[0][..],
+            Preferred,
+            [Shared, Shared],
+            true,
+        ),
+        (
+            "preferred policy 2",
+            &[0, 1],
+            Preferred,
+            [Shared, Shared],
+            true,
+        ),
         ("preferred policy 3", &[0], Preferred, [Idle, Single], true),
-        ("preferred policy 4", &[0, 1], Preferred, [Idle, Single], true),
+        (
+            "preferred policy 4",
+            &[0, 1],
+            Preferred,
+            [Idle, Single],
+            true,
+        ),
         ("required policy 1", &[0], Required, [Idle, Single], true),
         ("required policy 2", &[0], Required, [Shared, Single], false),
         ("required policy 3", &[0], Required, [Shared, Shared], false),
         ("required policy 4", &[0], Required, [Single, Shared], true),
-        ("required policy 5", &[0, 1], Required, [Shared, Single], false),
+        (
+            "required policy 5",
+            &[0, 1],
+            Required,
+            [Shared, Single],
+            false,
+        ),
         ("required policy 6", &[0, 1], Required, [Shared, Idle], true),
-        ("required policy 7", &[0, 1], Required, [Shared, Shared], true),
+        (
+            "required policy 7",
+            &[0, 1],
+            Required,
+            [Shared, Shared],
+            true,
+        ),
     ];
     for (name, nodes, exclusive, statuses, want) in cases {
         assert_eq!(
@@ -552,7 +580,10 @@ fn providers_hints_are_flattened_with_reasons_and_summary() {
     assert!(reasons.is_empty());
     assert_eq!(
         summary,
-        ["resource1 prefer [01] among [01]", "resource2 prefer [01] among [01]"]
+        [
+            "resource1 prefer [01] among [01]",
+            "resource2 prefer [01] among [01]"
+        ]
     );
 
     let (all, reasons, summary) = filter_providers_hints(&[
@@ -563,7 +594,10 @@ fn providers_hints_are_flattened_with_reasons_and_summary() {
     assert!(reasons.is_empty());
     assert_eq!(
         summary,
-        ["resource1 prefer [01] among [01]", "resource2 prefer [10] among [10]"]
+        [
+            "resource1 prefer [01] among [01]",
+            "resource2 prefer [10] among [10]"
+        ]
     );
 
     let (all, reasons, summary) = filter_providers_hints(&[provider(&[("resource", Some(&[]))])]);
@@ -591,18 +625,10 @@ fn masks_print_like_upstream_and_order_by_width_then_nodes() {
     assert!(mask(&[3]).is_narrower_than(mask(&[0, 1])));
     assert!(!mask(&[0, 1]).is_narrower_than(mask(&[0, 1])));
     let order: Vec<NumaMask> = NumaMask::subsets(&[0, 1, 2]);
-    let want: Vec<NumaMask> = [
-        &[0][..],
-        &[1],
-        &[2],
-        &[0, 1],
-        &[0, 2],
-        &[1, 2],
-        &[0, 1, 2],
-    ]
-    .iter()
-    .map(|n| mask(n))
-    .collect();
+    let want: Vec<NumaMask> = [&[0][..], &[1], &[2], &[0, 1], &[0, 2], &[1, 2], &[0, 1, 2]]
+        .iter()
+        .map(|n| mask(n))
+        .collect();
     assert_eq!(order, want);
 }
 
