@@ -458,7 +458,8 @@ fn can_admit_follows_preferred() {
 #[test]
 fn single_numa_filter_keeps_preferred_one_node_hints() {
     use NumaHint as H;
-    let cases: Vec<(&str, Vec<Vec<H>>, Vec<Vec<H>>)> = vec![
+    type Lists = Vec<Vec<H>>;
+    let cases: Vec<(&str, Lists, Lists)> = vec![
         ("filter empty resources", vec![], vec![]),
         (
             "filter hints with nil socket mask 1/2",
