@@ -19,7 +19,7 @@ fn numa_scenario_pins_whole_cores_and_rejects_what_cannot_fit() {
     assert_eq!(p["default/too-wide"]["node"], Value::Null);
     assert_eq!(
         p["default/too-wide"]["reasons"]["numa-node"],
-        "Unsatisfied NUMA cpu"
+        "Unaligned NUMA Hint cause cpu prefer [11] among [11]"
     );
     assert_eq!(
         annotation(&p["default/lsr-a"], status),

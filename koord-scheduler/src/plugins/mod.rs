@@ -164,8 +164,16 @@ pub fn build_plugins(profile: &Profile) -> Result<Vec<PluginEntry>, ConfigError>
             continue;
         }
         let plugin = (factory.build)(profile.args_for(factory.name))?;
-        let score_weight = if factory.default_score_weight == 0 || score_disabled(factory.name) {
+        let score_weight = if score_disabled(factory.name) {
             0
+        } else if factory.default_score_weight == 0 {
+            // Does not score by default; a scoring plugin given an explicit
+            // weight does (NodeNUMAResource, as upstream's profiles enable it).
+            if plugin.scores() {
+                weight_of(factory.name).unwrap_or(0).max(0)
+            } else {
+                0
+            }
         } else {
             weight_of(factory.name)
                 .unwrap_or(factory.default_score_weight)

@@ -12,23 +12,26 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
+use crate::resources::format_amount;
 use apis::extension::node_reservation::get_node_reservation;
 use apis::extension::numa_aware::{
     ANNOTATION_NODE_CPU_TOPOLOGY, ANNOTATION_RESOURCE_STATUS, CPUBindPolicy, CPUExclusivePolicy,
     CPUInfo, NUMAAllocateStrategy, NUMANodeResource, NUMATopologyPolicy, NodeCPUBindPolicy,
-    ResourceStatus, get_cpu_topology, get_kubelet_cpu_manager_policy, get_numa_topology_spec,
-    get_pod_cpu_allocs, get_resource_spec, get_resource_status, node_cpu_bind_policy,
-    node_numa_allocate_strategy, node_numa_topology_policy,
+    NumaNodeStatus, NumaTopologyExclusive, ResourceStatus, get_cpu_topology,
+    get_kubelet_cpu_manager_policy, get_numa_topology_spec, get_pod_cpu_allocs, get_resource_spec,
+    get_resource_status, node_cpu_bind_policy, node_numa_allocate_strategy,
+    node_numa_topology_policy,
 };
 use apis::extension::priority::PriorityClass;
 use apis::extension::qos::{QoSClass, pod_qos_class_raw};
 use apis::topology::v1alpha1::NodeResourceTopology;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
 mod accumulator;
+pub mod topologymanager;
 
 use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
+use self::topologymanager::{NumaMask, generate_hints, merge};
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
@@ -44,6 +47,7 @@ pub const ERR_CPU_BIND_POLICY_CONFLICT: &str =
     "node(s) cpu bind policy conflicts with pod's required cpu bind policy";
 pub const ERR_NOT_ENOUGH_CPUS: &str = "not enough cpus available to satisfy request";
 pub const ERR_UNSATISFIED_NUMA_CPU: &str = "Unsatisfied NUMA cpu";
+pub const ERR_MISSING_NUMA_RESOURCES: &str = "node(s) missing NUMA resources";
 
 const STATE_KEY: &str = "NodeNUMAResource/request";
 
@@ -53,6 +57,118 @@ const STATE_KEY: &str = "NodeNUMAResource/request";
 pub struct NodeNUMAResourceArgs {
     #[serde(default, rename = "defaultCPUBindPolicy")]
     pub default_cpu_bind_policy: Option<CPUBindPolicy>,
+    /// How nodes are scored on the NUMA nodes a pod gets.
+    #[serde(default)]
+    pub scoring_strategy: Option<ScoringStrategy>,
+    /// How candidate sets of NUMA nodes are scored against each other.
+    #[serde(default, rename = "numaScoringStrategy")]
+    pub numa_scoring_strategy: Option<ScoringStrategy>,
+}
+
+/// Upstream's `ScoringStrategy`: `LeastAllocated` (the default) or
+/// `MostAllocated`, over weighted resources (default cpu 1, memory 1).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScoringStrategy {
+    #[serde(default, rename = "type")]
+    pub type_: Option<String>,
+    #[serde(default)]
+    pub resources: Vec<ResourceWeight>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResourceWeight {
+    pub name: String,
+    #[serde(default)]
+    pub weight: i64,
+}
+
+/// A validated scoring strategy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NumaScorer {
+    most_allocated: bool,
+    weights: BTreeMap<String, i64>,
+}
+
+impl Default for NumaScorer {
+    fn default() -> Self {
+        Self {
+            most_allocated: false,
+            weights: BTreeMap::from([("cpu".to_string(), 1), ("memory".to_string(), 1)]),
+        }
+    }
+}
+
+impl NumaScorer {
+    fn from_args(args: Option<ScoringStrategy>, field: &str) -> Result<Self, ConfigError> {
+        let Some(args) = args else {
+            return Ok(Self::default());
+        };
+        let most_allocated = match args.type_.as_deref() {
+            None | Some("") | Some("LeastAllocated") => false,
+            Some("MostAllocated") => true,
+            Some(other) => {
+                return Err(ConfigError::InvalidArgs {
+                    plugin: NAME.to_string(),
+                    message: format!(
+                        "{field}.type {other:?} is not LeastAllocated or MostAllocated"
+                    ),
+                });
+            }
+        };
+        let mut weights = BTreeMap::new();
+        for resource in args.resources {
+            if !(0..=100).contains(&resource.weight) {
+                return Err(ConfigError::InvalidArgs {
+                    plugin: NAME.to_string(),
+                    message: format!(
+                        "{field}.resources[{}].weight {} is not within 0..=100",
+                        resource.name, resource.weight
+                    ),
+                });
+            }
+            weights.insert(resource.name, resource.weight);
+        }
+        if weights.is_empty() {
+            weights = Self::default().weights;
+        }
+        Ok(Self {
+            most_allocated,
+            weights,
+        })
+    }
+
+    /// Upstream's least/most-allocated score (0..=100) of `requested` (the
+    /// pod's request included) against `allocatable`, weighted; resources
+    /// with no allocatable are left out.
+    pub fn score(
+        &self,
+        requested: &BTreeMap<String, i64>,
+        allocatable: &BTreeMap<String, i64>,
+    ) -> i64 {
+        let (mut total, mut weight_sum) = (0i128, 0i128);
+        for (name, weight) in &self.weights {
+            let capacity = allocatable.get(name).copied().unwrap_or(0);
+            if capacity <= 0 {
+                continue;
+            }
+            let used = requested.get(name).copied().unwrap_or(0).max(0);
+            let (capacity, used) = (i128::from(capacity), i128::from(used));
+            let score = if used > capacity {
+                0
+            } else if self.most_allocated {
+                used * 100 / capacity
+            } else {
+                (capacity - used) * 100 / capacity
+            };
+            total += score * i128::from(*weight);
+            weight_sum += i128::from(*weight);
+        }
+        if weight_sum == 0 {
+            return 0;
+        }
+        i64::try_from(total / weight_sum).unwrap_or(0)
+    }
 }
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
@@ -62,7 +178,10 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
         None | Some(CPUBindPolicy::Default) => CPUBindPolicy::FullPCPUs,
         Some(policy) => policy,
     };
-    Ok(Box::new(NodeNUMAResource::new(default_policy)))
+    let mut plugin = NodeNUMAResource::new(default_policy);
+    plugin.scorer = NumaScorer::from_args(raw.scoring_strategy, "scoringStrategy")?;
+    plugin.numa_scorer = NumaScorer::from_args(raw.numa_scoring_strategy, "numaScoringStrategy")?;
+    Ok(Box::new(plugin))
 }
 
 pub use crate::cpuset::{CpuListError, CpuSet, MAX_CPU_ID};
@@ -100,6 +219,18 @@ struct Request {
     required_policy: Option<CPUBindPolicy>,
     exclusive: Option<CPUExclusivePolicy>,
     pod_numa_policy: NUMATopologyPolicy,
+    numa_exclusive: Option<NumaTopologyExclusive>,
+}
+
+/// Per NUMA node: resource → amount (cpu in milli-CPUs).
+type NumaAmounts = BTreeMap<i32, BTreeMap<String, i64>>;
+
+/// What a cpuset pod may be given on one node.
+struct CpusetCandidates {
+    free: BTreeSet<i32>,
+    held: BTreeMap<i32, HeldCpu>,
+    required: Option<CPUBindPolicy>,
+    take_request: TakeRequest,
 }
 
 /// One node's CPU topology and the CPUs nobody may get.
@@ -111,6 +242,9 @@ struct NodeTopology {
     kubelet_reserved: CpuSet,
     kubelet_full_pcpus_only: bool,
     nrt_numa_policy: NUMATopologyPolicy,
+    /// NUMA node → allocatable amounts, from the NRT's `node-<id>` zones, or
+    /// (no zones) the CPUs the topology lists per NUMA node.
+    numa_resources: NumaAmounts,
     /// `cpus` arranged for the accumulator.
     layout: CpuLayout,
 }
@@ -120,6 +254,8 @@ struct NodeTopology {
 struct Allocation {
     cpus: CpuSet,
     exclusive: Option<CPUExclusivePolicy>,
+    /// The NUMA amounts its resource-status records.
+    numa: NumaAmounts,
 }
 
 /// See the module docs.
@@ -139,6 +275,10 @@ pub struct NodeNUMAResource {
     node_reserved: HashMap<String, CpuSet>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
+    /// Node score on the NUMA nodes a pod gets (`scoringStrategy`).
+    scorer: NumaScorer,
+    /// Score of a candidate NUMA node set (`numaScoringStrategy`).
+    numa_scorer: NumaScorer,
 }
 
 fn core_key(info: &CPUInfo) -> (i32, i32) {
@@ -147,7 +287,37 @@ fn core_key(info: &CPUInfo) -> (i32, i32) {
 
 fn topology_from_nrt(nrt: &NodeResourceTopology) -> NodeTopology {
     let annotations = nrt.metadata.annotations.clone().unwrap_or_default();
-    topology_from(&annotations, &nrt.topology_policies)
+    let mut topology = topology_from(&annotations, &nrt.topology_policies);
+    let zones = numa_zone_resources(&nrt.zones);
+    if !zones.is_empty() {
+        topology.numa_resources = zones;
+    }
+    topology
+}
+
+/// Allocatable amounts of the NRT's NUMA zones (type `Node`, named
+/// `node-<id>`, id 0..=63); zones or amounts that do not parse are left out.
+fn numa_zone_resources(zones: &[apis::topology::v1alpha1::Zone]) -> NumaAmounts {
+    let mut out = NumaAmounts::new();
+    for zone in zones.iter().filter(|z| z.type_ == "Node") {
+        let Some(id) = zone
+            .name
+            .strip_prefix("node-")
+            .and_then(|id| id.parse::<i32>().ok())
+            .filter(|id| (0..=NumaMask::MAX_NODE).contains(id))
+        else {
+            continue;
+        };
+        let resources = out.entry(id).or_default();
+        for resource in zone.resources.iter().flatten() {
+            if let Ok(amount) =
+                crate::resources::exact_amount(&resource.name, &resource.allocatable)
+            {
+                resources.insert(resource.name.clone(), amount);
+            }
+        }
+    }
+    out
 }
 
 fn topology_from(
@@ -171,6 +341,16 @@ fn topology_from(
     }
     topology.cpus_per_core = per_core.values().copied().max().unwrap_or(0);
     topology.layout = CpuLayout::new(&topology.cpus);
+    for info in topology.cpus.values() {
+        if (0..=NumaMask::MAX_NODE).contains(&info.node) {
+            *topology
+                .numa_resources
+                .entry(info.node)
+                .or_default()
+                .entry("cpu".to_string())
+                .or_default() += 1000;
+        }
+    }
     if let Ok(Some(policy)) = get_kubelet_cpu_manager_policy(annotations) {
         topology
             .kubelet_reserved
@@ -207,21 +387,38 @@ fn topology_from(
 fn allocation_of(pod: &PodInfo) -> Option<Allocation> {
     let status = get_resource_status(pod.annotations()).ok()??;
     let cpus = parse_cpuset(&status.cpuset).ok()?;
-    if cpus.is_empty() {
-        return None;
-    }
     let exclusive = get_resource_spec(pod.annotations())
         .ok()
         .flatten()
         .and_then(|s| s.preferred_cpu_exclusive_policy);
-    Some(Allocation { cpus, exclusive })
+    let mut numa = NumaAmounts::new();
+    for entry in &status.numa_node_resources {
+        if !(0..=NumaMask::MAX_NODE).contains(&entry.node) {
+            continue;
+        }
+        for (name, quantity) in &entry.resources {
+            if let Ok(amount) = crate::resources::exact_amount(name, quantity) {
+                numa.entry(entry.node)
+                    .or_default()
+                    .insert(name.clone(), amount);
+            }
+        }
+    }
+    if cpus.is_empty() && numa.is_empty() {
+        return None;
+    }
+    Some(Allocation {
+        cpus,
+        exclusive,
+        numa,
+    })
 }
 
 /// A chosen cpuset and the NUMA nodes it spans.
 #[derive(Debug, Clone, PartialEq)]
 struct Choice {
     cpus: BTreeSet<i32>,
-    numa_cpus: BTreeMap<i32, usize>,
+    numa: NumaAmounts,
 }
 
 impl NodeNUMAResource {
@@ -235,6 +432,8 @@ impl NodeNUMAResource {
             reserved: BTreeMap::new(),
             node_reserved: HashMap::new(),
             owners: HashMap::new(),
+            scorer: NumaScorer::default(),
+            numa_scorer: NumaScorer::default(),
         }
     }
 
@@ -352,6 +551,7 @@ impl NodeNUMAResource {
             required_policy: None,
             exclusive: None,
             pod_numa_policy: numa_spec.numa_topology_policy,
+            numa_exclusive: numa_spec.single_numa_node_exclusive,
         };
         if allowed {
             let resolve = |p: CPUBindPolicy| {
@@ -380,9 +580,8 @@ impl NodeNUMAResource {
                 }
             }
         }
-        if request.bind_policy.is_none() && request.pod_numa_policy.is_none() {
-            return Ok(None);
-        }
+        // A node's NUMA policy applies to every pod, so the request is kept
+        // even without a cpuset or pod-level policy.
         Ok(Some(request))
     }
 
@@ -423,10 +622,193 @@ impl NodeNUMAResource {
         } else {
             request.pod_numa_policy
         };
-        let Some(mut policy) = request.bind_policy else {
-            // Only a NUMA policy without a cpuset: nothing to pin here.
+        if request.bind_policy.is_none() && numa_policy.is_none() {
             return Ok(None);
+        }
+        let cpus_wanted = match request.bind_policy {
+            Some(policy) => {
+                Some(self.cpuset_candidates(pod, request, node, topology, policy, restrict)?)
+            }
+            None => None,
         };
+        if cpus_wanted
+            .as_ref()
+            .is_some_and(|c| c.free.len() < request.cpus)
+        {
+            return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
+        }
+        let restricted_free = cpus_wanted.as_ref().map(|c| &c.free);
+        let take = |within: Option<NumaMask>| -> Option<BTreeSet<i32>> {
+            let candidates = cpus_wanted.as_ref()?;
+            let free = &candidates.free;
+            let free: BTreeSet<i32> = match within {
+                None => free.clone(),
+                Some(mask) => free
+                    .iter()
+                    .copied()
+                    .filter(|cpu| {
+                        topology
+                            .cpus
+                            .get(cpu)
+                            .is_some_and(|i| mask.contains(i.node))
+                    })
+                    .collect(),
+            };
+            take_preferred_cpus(
+                &topology.layout,
+                &free,
+                preferred,
+                &candidates.held,
+                candidates.take_request,
+            )
+            .filter(|chosen| {
+                candidates
+                    .required
+                    .is_none_or(|r| satisfies_policy(topology, chosen, r))
+            })
+        };
+        if numa_policy.is_none() {
+            let Some(cpus) = take(None) else {
+                return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
+            };
+            return Ok(Some(Choice {
+                cpus,
+                numa: BTreeMap::new(),
+            }));
+        }
+
+        // A NUMA topology policy: upstream's topology manager decides which
+        // NUMA nodes the pod may use, then the pod is placed on them.
+        let numa_nodes: Vec<i32> = topology.numa_resources.keys().copied().collect();
+        if numa_nodes.is_empty() {
+            return Err(Rejection::unresolvable(ERR_MISSING_NUMA_RESOURCES));
+        }
+        let available = self.numa_available(node, topology, &pod.key);
+        let pinned = cpus_wanted.is_some();
+        // The pod's requests the NUMA nodes account for; with a cpuset the
+        // CPU part is decided by the free CPUs, not by amounts.
+        let numa_requests: BTreeMap<String, i64> = pod
+            .requests
+            .iter()
+            .filter(|(name, amount)| {
+                *amount > 0
+                    && topology
+                        .numa_resources
+                        .values()
+                        .any(|resources| resources.contains_key(*name))
+            })
+            .map(|(name, amount)| (name.to_string(), amount))
+            .collect();
+        let resources: BTreeSet<String> = numa_requests.keys().cloned().collect();
+        let free_cpus_on = |numa: i32| {
+            restricted_free.map_or(0, |free| {
+                free.iter()
+                    .filter(|cpu| topology.cpus.get(cpu).is_some_and(|i| i.node == numa))
+                    .count()
+            })
+        };
+        let lacking: BTreeMap<String, Vec<i32>> = resources
+            .iter()
+            .map(|name| {
+                let nodes = numa_nodes
+                    .iter()
+                    .copied()
+                    .filter(|numa| {
+                        if pinned && name == "cpu" {
+                            free_cpus_on(*numa) == 0
+                        } else {
+                            available
+                                .get(numa)
+                                .and_then(|r| r.get(name))
+                                .is_none_or(|amount| *amount <= 0)
+                        }
+                    })
+                    .collect();
+                (name.clone(), nodes)
+            })
+            .collect();
+        let amounts_fit = |mask: NumaMask| {
+            numa_requests.iter().all(|(name, wanted)| {
+                if pinned && name == "cpu" {
+                    return true;
+                }
+                let sum: i64 = mask
+                    .nodes()
+                    .iter()
+                    .filter_map(|n| available.get(n).and_then(|r| r.get(name)))
+                    .sum();
+                sum >= *wanted
+            })
+        };
+        let hints = generate_hints(&numa_nodes, &resources, &lacking, numa_policy, |mask| {
+            let cpus_fit = !pinned || take(Some(mask)).is_some();
+            (cpus_fit && amounts_fit(mask))
+                .then(|| self.numa_score(topology, &available, &numa_requests, mask))
+        });
+        let exclusive = request
+            .numa_exclusive
+            .unwrap_or(if request.pod_numa_policy.is_none() {
+                NumaTopologyExclusive::Preferred
+            } else {
+                NumaTopologyExclusive::Required
+            });
+        let statuses = self.numa_statuses(node, topology, &pod.key, &numa_nodes);
+        let merged = merge(numa_policy, &numa_nodes, &[hints], exclusive, &statuses);
+        if !merged.admit {
+            return Err(Rejection::unschedulable(merged.reasons.join("; ")));
+        }
+        let mask = merged.hint.affinity;
+        let cpus = if pinned {
+            match take(mask).or_else(|| take(None).filter(|_| mask.is_none())) {
+                Some(cpus) => cpus,
+                None => return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS)),
+            }
+        } else {
+            BTreeSet::new()
+        };
+        let Some(mask) = mask else {
+            // No NUMA node set chosen (nothing NUMA-accounted requested).
+            return Ok(Some(Choice {
+                cpus,
+                numa: BTreeMap::new(),
+            }));
+        };
+        let mut numa: BTreeMap<i32, BTreeMap<String, i64>> = BTreeMap::new();
+        let mut spread_requests = numa_requests.clone();
+        if pinned {
+            spread_requests.remove("cpu");
+            for cpu in &cpus {
+                if let Some(info) = topology.cpus.get(cpu) {
+                    *numa
+                        .entry(info.node)
+                        .or_default()
+                        .entry("cpu".to_string())
+                        .or_default() += 1000;
+                }
+            }
+        }
+        let spread = distribute_evenly(&spread_requests, &available, mask)
+            .map_err(Rejection::unschedulable)?;
+        for (numa_node, amounts) in spread {
+            numa.entry(numa_node).or_default().extend(amounts);
+        }
+        Ok(Some(Choice { cpus, numa }))
+    }
+
+    /// The free CPUs a cpuset pod may get on the node (kubelet-reserved,
+    /// node-reserved and other pods' CPUs removed, `restrict` applied, a
+    /// required bind policy's narrowing done), with what the accumulator
+    /// needs; rejects with upstream's reasons for bind policy conflicts and
+    /// whole-core misalignment.
+    fn cpuset_candidates(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        topology: &NodeTopology,
+        mut policy: CPUBindPolicy,
+        restrict: impl Fn(&mut BTreeSet<i32>),
+    ) -> Result<CpusetCandidates, Rejection> {
         if topology.cpus.is_empty() || topology.cpus_per_core == 0 {
             return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
         }
@@ -513,91 +895,117 @@ impl NodeNUMAResource {
         if let Some(required) = required {
             free = cpus_for_required_policy(topology, &free, required);
         }
-        if free.len() < request.cpus {
-            return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
-        }
         let strategy = node_numa_allocate_strategy(node.labels())
             .unwrap_or(NUMAAllocateStrategy::MostAllocated);
-        let numa_ids: BTreeSet<i32> = topology.cpus.values().map(|c| c.node).collect();
-        let free_in = |numa: &BTreeSet<i32>| -> BTreeSet<i32> {
-            free.iter()
-                .copied()
-                .filter(|cpu| {
-                    topology
-                        .cpus
-                        .get(cpu)
-                        .is_some_and(|i| numa.contains(&i.node))
-                })
-                .collect()
+        Ok(CpusetCandidates {
+            free,
+            held,
+            required,
+            take_request: TakeRequest {
+                count: request.cpus,
+                bind_policy: policy,
+                exclusive: request.exclusive,
+                strategy,
+                max_ref_count: 1,
+            },
+        })
+    }
+
+    /// Per NUMA node, what is left for this pod: allocatable minus the NUMA
+    /// amounts other pods hold (a cpuset without recorded amounts counts its
+    /// CPUs on their NUMA nodes), never below zero.
+    fn numa_available(
+        &self,
+        node: &NodeInfo,
+        topology: &NodeTopology,
+        pod_key: &str,
+    ) -> NumaAmounts {
+        let mut available = topology.numa_resources.clone();
+        let Some(allocations) = self.allocations.get(&node.name) else {
+            return available;
         };
-        let take_request = TakeRequest {
-            count: request.cpus,
-            bind_policy: policy,
-            exclusive: request.exclusive,
-            strategy,
-            max_ref_count: 1,
-        };
-        let take = |cpus: &BTreeSet<i32>| {
-            take_preferred_cpus(&topology.layout, cpus, preferred, &held, take_request)
-                .filter(|chosen| required.is_none_or(|r| satisfies_policy(topology, chosen, r)))
-        };
-        let chosen = match numa_policy {
-            NUMATopologyPolicy::None => take(&free),
-            NUMATopologyPolicy::SingleNUMANode => {
-                let mut found = None;
-                for numa in ordered_numa(topology, &free, &numa_ids, strategy) {
-                    if let Some(c) = take(&free_in(&BTreeSet::from([numa]))) {
-                        found = Some(c);
-                        break;
+        for (key, allocation) in allocations {
+            if key == pod_key {
+                continue;
+            }
+            let mut used = allocation.numa.clone();
+            if used.is_empty() && allocation.cpus.len() <= topology.cpus.len() {
+                for cpu in allocation.cpus.iter() {
+                    if let Some(info) = topology.cpus.get(&cpu) {
+                        *used
+                            .entry(info.node)
+                            .or_default()
+                            .entry("cpu".to_string())
+                            .or_default() += 1000;
                     }
-                }
-                match found {
-                    Some(c) => Some(c),
-                    None => return Err(Rejection::unschedulable(ERR_UNSATISFIED_NUMA_CPU)),
                 }
             }
-            NUMATopologyPolicy::Restricted | NUMATopologyPolicy::BestEffort => {
-                // The narrowest set of NUMA nodes whose capacity could hold the pod.
-                let mut by_capacity: Vec<(i32, usize)> = numa_ids
-                    .iter()
-                    .map(|n| (*n, topology.cpus.values().filter(|c| c.node == *n).count()))
-                    .collect();
-                by_capacity.sort_by_key(|entry| std::cmp::Reverse(entry.1));
-                let mut narrowest = 0;
-                let mut sum = 0;
-                for (_, capacity) in &by_capacity {
-                    narrowest += 1;
-                    sum += capacity;
-                    if sum >= request.cpus {
-                        break;
+            for (numa, amounts) in used {
+                if let Some(left) = available.get_mut(&numa) {
+                    for (name, amount) in amounts {
+                        if let Some(value) = left.get_mut(&name) {
+                            *value = value.saturating_sub(amount).max(0);
+                        }
                     }
                 }
-                let ordered = ordered_numa(topology, &free, &numa_ids, strategy);
-                let mut found = None;
-                for window in ordered.windows(narrowest.min(ordered.len()).max(1)) {
-                    let set: BTreeSet<i32> = window.iter().copied().collect();
-                    if let Some(c) = take(&free_in(&set)) {
-                        found = Some(c);
-                        break;
-                    }
-                }
-                match (found, numa_policy) {
-                    (Some(c), _) => Some(c),
-                    (None, NUMATopologyPolicy::BestEffort) => take(&free),
-                    (None, _) => return Err(Rejection::unschedulable(ERR_UNSATISFIED_NUMA_CPU)),
-                }
-            }
-        };
-        let Some(cpus) = chosen else {
-            return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
-        };
-        let mut numa_cpus = BTreeMap::new();
-        for cpu in cpus.iter().filter(|_| !numa_policy.is_none()) {
-            if let Some(info) = topology.cpus.get(cpu) {
-                *numa_cpus.entry(info.node).or_insert(0) += 1;
             }
         }
-        Ok(Some(Choice { cpus, numa_cpus }))
+        available
+    }
+
+    /// The NUMA score of a candidate set (`numaScoringStrategy`): what its
+    /// nodes already have allocated plus the pod, against their allocatable.
+    fn numa_score(
+        &self,
+        topology: &NodeTopology,
+        available: &NumaAmounts,
+        pod_requests: &BTreeMap<String, i64>,
+        mask: NumaMask,
+    ) -> i64 {
+        let (allocatable, requested) = numa_usage(topology, available, pod_requests, mask);
+        self.numa_scorer.score(&requested, &allocatable)
+    }
+
+    /// Upstream's NUMA node statuses for the exclusive check: idle, held by
+    /// single-NUMA pods only, or shared by a pod spanning several.
+    fn numa_statuses(
+        &self,
+        node: &NodeInfo,
+        topology: &NodeTopology,
+        pod_key: &str,
+        numa_nodes: &[i32],
+    ) -> Vec<NumaNodeStatus> {
+        let width = numa_nodes.iter().max().map_or(0, |max| *max as usize + 1);
+        let mut statuses = vec![NumaNodeStatus::Idle; width];
+        let Some(allocations) = self.allocations.get(&node.name) else {
+            return statuses;
+        };
+        for (key, allocation) in allocations {
+            if key == pod_key {
+                continue;
+            }
+            let mut used: BTreeSet<i32> = allocation.numa.keys().copied().collect();
+            if used.is_empty() && allocation.cpus.len() <= topology.cpus.len() {
+                used = allocation
+                    .cpus
+                    .iter()
+                    .filter_map(|cpu| topology.cpus.get(&cpu).map(|i| i.node))
+                    .collect();
+            }
+            let spans = used.len();
+            for numa in used {
+                let Some(status) = usize::try_from(numa).ok().and_then(|i| statuses.get_mut(i))
+                else {
+                    continue;
+                };
+                *status = match (spans, *status) {
+                    (1, NumaNodeStatus::Idle) => NumaNodeStatus::Single,
+                    (1, current) => current,
+                    _ => NumaNodeStatus::Shared,
+                };
+            }
+        }
+        statuses
     }
 
     fn remove_pod(&mut self, key: &str) {
@@ -618,25 +1026,73 @@ impl NodeNUMAResource {
     }
 }
 
-/// NUMA nodes in the order the strategy takes them.
-fn ordered_numa(
+/// Allocatable and allocated-plus-pod amounts summed over a set of NUMA nodes.
+fn numa_usage(
     topology: &NodeTopology,
-    free: &BTreeSet<i32>,
-    numa_ids: &BTreeSet<i32>,
-    strategy: NUMAAllocateStrategy,
-) -> Vec<i32> {
-    let free_count = |numa: i32| {
-        free.iter()
-            .filter(|cpu| topology.cpus.get(cpu).is_some_and(|i| i.node == numa))
-            .count()
-    };
-    let mut ordered: Vec<i32> = numa_ids.iter().copied().collect();
-    match strategy {
-        // Fullest first, so free NUMA nodes stay whole.
-        NUMAAllocateStrategy::MostAllocated => ordered.sort_by_key(|n| (free_count(*n), *n)),
-        _ => ordered.sort_by_key(|n| (std::cmp::Reverse(free_count(*n)), *n)),
+    available: &NumaAmounts,
+    pod_requests: &BTreeMap<String, i64>,
+    mask: NumaMask,
+) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+    let mut allocatable: BTreeMap<String, i64> = BTreeMap::new();
+    let mut requested: BTreeMap<String, i64> = BTreeMap::new();
+    for numa in mask.nodes() {
+        let Some(total) = topology.numa_resources.get(&numa) else {
+            continue;
+        };
+        for (name, amount) in total {
+            let left = available
+                .get(&numa)
+                .and_then(|r| r.get(name))
+                .copied()
+                .unwrap_or(0);
+            *allocatable.entry(name.clone()).or_default() += amount;
+            *requested.entry(name.clone()).or_default() += amount.saturating_sub(left).max(0);
+        }
     }
-    ordered
+    for (name, amount) in pod_requests {
+        *requested.entry(name.clone()).or_default() += amount;
+    }
+    (allocatable, requested)
+}
+
+/// Spreads each request over the set's NUMA nodes as upstream does: nodes
+/// with less of the resource first, each taking an equal share of what is
+/// still wanted (or all it has), the last one the rest. Err names the
+/// first resource that does not fit (upstream's reason).
+fn distribute_evenly(
+    requests: &BTreeMap<String, i64>,
+    available: &NumaAmounts,
+    mask: NumaMask,
+) -> Result<NumaAmounts, String> {
+    let nodes = mask.nodes();
+    let mut out = NumaAmounts::new();
+    for (name, wanted) in requests {
+        let left_on = |numa: i32| {
+            available
+                .get(&numa)
+                .and_then(|r| r.get(name))
+                .copied()
+                .unwrap_or(0)
+                .max(0)
+        };
+        let mut ordered = nodes.clone();
+        ordered.sort_by_key(|numa| (left_on(*numa), *numa));
+        let mut remaining = *wanted;
+        for (i, numa) in ordered.iter().enumerate() {
+            let share_count = i64::try_from(ordered.len() - i).unwrap_or(1);
+            // Equal shares of what is still wanted; the last node's share is
+            // all of it.
+            let taken = (remaining / share_count).min(left_on(*numa));
+            if taken > 0 {
+                out.entry(*numa).or_default().insert(name.clone(), taken);
+                remaining -= taken;
+            }
+        }
+        if remaining > 0 {
+            return Err(format!("Insufficient NUMA {name}"));
+        }
+    }
+    Ok(out)
 }
 
 /// The CPUs a pod with a required bind policy may get: cores whose threads
@@ -804,6 +1260,58 @@ impl Plugin for NodeNUMAResource {
         }
     }
 
+    fn scores(&self) -> bool {
+        true
+    }
+
+    /// Upstream's NodeNUMAResource score under `scoringStrategy`: on a node
+    /// where the pod gets NUMA nodes, their allocated amounts plus the pod
+    /// against their allocatable; elsewhere the node's requested plus the
+    /// pod against its allocatable.
+    fn score(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        _cache: &ClusterCache,
+        state: &CycleState,
+    ) -> i64 {
+        let pod_requests: BTreeMap<String, i64> = pod
+            .requests
+            .iter()
+            .map(|(name, amount)| (name.to_string(), amount))
+            .collect();
+        if let Some(request) = state.read::<Request>(STATE_KEY)
+            && let Some(topology) = self.topologies.get(&node.name)
+            && let Ok(Some(choice)) = self.choose_with_reservations(
+                pod,
+                request,
+                node,
+                owned_reservations(state),
+                state.now,
+            )
+            && let Some(mask) = NumaMask::of(&choice.numa.keys().copied().collect::<Vec<_>>())
+            && mask.count() > 0
+        {
+            let available = self.numa_available(node, topology, &pod.key);
+            let (allocatable, requested) = numa_usage(topology, &available, &pod_requests, mask);
+            return self.scorer.score(&requested, &allocatable);
+        }
+        let allocatable: BTreeMap<String, i64> = node
+            .allocatable
+            .iter()
+            .map(|(name, amount)| (name.to_string(), amount))
+            .collect();
+        let mut requested: BTreeMap<String, i64> = node
+            .requested
+            .iter()
+            .map(|(name, amount)| (name.to_string(), amount))
+            .collect();
+        for (name, amount) in pod_requests {
+            *requested.entry(name).or_default() += amount;
+        }
+        self.scorer.score(&requested, &allocatable)
+    }
+
     fn reserve(
         &mut self,
         pod: &PodInfo,
@@ -822,12 +1330,18 @@ impl Plugin for NodeNUMAResource {
         else {
             return Ok(());
         };
+        if choice.cpus.is_empty() && choice.numa.is_empty() {
+            return Ok(());
+        }
         let numa_node_resources = choice
-            .numa_cpus
+            .numa
             .iter()
-            .map(|(numa, count)| NUMANodeResource {
+            .map(|(numa, amounts)| NUMANodeResource {
                 node: *numa,
-                resources: BTreeMap::from([("cpu".to_string(), Quantity(count.to_string()))]),
+                resources: amounts
+                    .iter()
+                    .map(|(name, amount)| (name.clone(), format_amount(name, *amount)))
+                    .collect(),
             })
             .collect();
         self.pending.insert(
@@ -843,6 +1357,7 @@ impl Plugin for NodeNUMAResource {
             Allocation {
                 cpus: choice.cpus.iter().copied().collect(),
                 exclusive: request.exclusive,
+                numa: choice.numa,
             },
         );
         Ok(())
@@ -1060,10 +1575,12 @@ mod tests {
                 )],
             ),
         ]);
+        // Upstream's reason: CPUs fit only on both NUMA nodes together.
+        let unaligned = "Unaligned NUMA Hint cause cpu prefer [11] among [11]";
         let outcome = testutil::filter(&s, "default/wide", t0());
-        assert_eq!(outcome.failed["n1"], ERR_UNSATISFIED_NUMA_CPU);
+        assert_eq!(outcome.failed["n1"], unaligned);
         // The kubelet policy reported on the NRT counts the same as the label.
-        assert_eq!(outcome.failed["n2"], ERR_UNSATISFIED_NUMA_CPU);
+        assert_eq!(outcome.failed["n2"], unaligned);
         let narrow = bind(&mut s, "narrow", "n1").unwrap();
         assert_eq!(narrow.cpuset, "0-1,4-5");
         assert_eq!(narrow.numa_node_resources.len(), 1);
@@ -1371,5 +1888,242 @@ mod tests {
         assert_eq!(kept.cpuset, "0,4");
         // The placeholder is gone, yet a stranger does not get core 0.
         assert_eq!(bind(&mut s, "stranger", "n1").unwrap().cpuset, "1,5");
+    }
+
+    /// [`nrt`] with `node-0` / `node-1` zones of 4 CPUs and `memory` each.
+    fn nrt_with_zones(name: &str, memory: &str) -> Object {
+        let Object::NodeResourceTopology(mut topology) = nrt(name, &[], &[]) else {
+            unreachable!("nrt builds a NodeResourceTopology");
+        };
+        topology.zones = serde_json::from_value(json!([0, 1].map(|id| json!({
+            "name": format!("node-{id}"),
+            "type": "Node",
+            "resources": [
+                {"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"},
+                {"name": "memory", "capacity": memory, "allocatable": memory, "available": memory}
+            ]
+        }))))
+        .unwrap();
+        Object::NodeResourceTopology(topology)
+    }
+
+    fn plain_pod(name: &str, cpu: &str, memory: &str, annotations: &[(&str, &str)]) -> Object {
+        testutil::pod(PodSpec {
+            name,
+            requests: &[("cpu", cpu), ("memory", memory)],
+            annotations,
+            ..Default::default()
+        })
+    }
+
+    fn numa_amounts(status: &ResourceStatus) -> Vec<(i32, i64, i64)> {
+        status
+            .numa_node_resources
+            .iter()
+            .map(|n| {
+                let get = |name: &str| {
+                    n.resources
+                        .get(name)
+                        .map_or(0, |q| crate::resources::exact_amount(name, q).unwrap())
+                };
+                (n.node, get("cpu"), get("memory"))
+            })
+            .collect()
+    }
+
+    const GI: i64 = 1 << 30;
+
+    #[test]
+    fn topology_policies_admit_align_and_record_numa_amounts_as_upstream() {
+        let policy = "node.koordinator.sh/numa-topology-policy";
+        let mut s = scheduler_with(vec![
+            node("single", &[(policy, "SingleNUMANode")], &[]),
+            nrt_with_zones("single", "16Gi"),
+            node("restricted", &[(policy, "Restricted")], &[]),
+            nrt_with_zones("restricted", "16Gi"),
+            node("best", &[(policy, "BestEffort")], &[]),
+            nrt_with_zones("best", "16Gi"),
+            plain_pod("small", "4", "8Gi", &[]),
+            plain_pod("big-memory", "2", "20Gi", &[]),
+            plain_pod("too-big", "2", "40Gi", &[]),
+        ]);
+
+        // 20Gi fits only on both NUMA nodes: SingleNUMANode rejects with
+        // upstream's reason, Restricted admits (every fitting set is
+        // preferred) and spreads evenly, BestEffort admits too.
+        let outcome = testutil::filter(&s, "default/big-memory", t0());
+        assert_eq!(
+            outcome.failed["single"],
+            "Unaligned NUMA Hint cause cpu prefer [11] among [11],memory prefer [11] among [11]"
+        );
+        assert!(outcome.feasible.contains(&"restricted".to_string()));
+        assert!(outcome.feasible.contains(&"best".to_string()));
+        let big = bind(&mut s, "big-memory", "restricted").unwrap();
+        assert_eq!(numa_amounts(&big), [(0, 1000, 10 * GI), (1, 1000, 10 * GI)]);
+
+        // Upstream's TestReserveByNUMANode: a plain pod on a SingleNUMANode
+        // node gets its CPU and memory amounts on NUMA node 0.
+        let small = bind(&mut s, "small", "single").unwrap();
+        assert_eq!(small.cpuset, "");
+        assert_eq!(numa_amounts(&small), [(0, 4000, 8 * GI)]);
+
+        // More than the NUMA nodes hold: no set fits, each resource fits
+        // nowhere (SingleNUMANode and Restricted); BestEffort admits the
+        // hint but cannot spread the amounts (upstream's reason at reserve).
+        let outcome = testutil::filter(&s, "default/too-big", t0());
+        let unsatisfied = format!(
+            "{}; {}",
+            topologymanager::unsatisfied_numa_resource("cpu"),
+            topologymanager::unsatisfied_numa_resource("memory")
+        );
+        assert_eq!(
+            unsatisfied,
+            format!("{ERR_UNSATISFIED_NUMA_CPU}; Unsatisfied NUMA memory")
+        );
+        assert_eq!(outcome.failed["single"], unsatisfied);
+        assert_eq!(outcome.failed["restricted"], unsatisfied);
+        assert_eq!(outcome.failed["best"], "Insufficient NUMA memory");
+    }
+
+    #[test]
+    fn numa_amounts_held_by_placed_pods_narrow_the_next_pods_choice() {
+        let policy = "node.koordinator.sh/numa-topology-policy";
+        let mut s = scheduler_with(vec![
+            node("n1", &[(policy, "SingleNUMANode")], &[]),
+            nrt_with_zones("n1", "16Gi"),
+            plain_pod("a", "1", "12Gi", &[]),
+            plain_pod("b", "1", "12Gi", &[]),
+            plain_pod("c", "1", "12Gi", &[]),
+        ]);
+        assert_eq!(
+            numa_amounts(&bind(&mut s, "a", "n1").unwrap()),
+            [(0, 1000, 12 * GI)]
+        );
+        // NUMA node 0 has 4Gi left: b goes to node 1, c fits nowhere.
+        assert_eq!(
+            numa_amounts(&bind(&mut s, "b", "n1").unwrap()),
+            [(1, 1000, 12 * GI)]
+        );
+        // 4Gi left on each NUMA node: even both together do not hold 12Gi.
+        let outcome = testutil::filter(&s, "default/c", t0());
+        assert_eq!(
+            outcome.failed["n1"],
+            "Unsatisfied NUMA cpu; Unsatisfied NUMA memory"
+        );
+    }
+
+    #[test]
+    fn a_pod_level_single_numa_policy_requires_exclusive_numa_nodes_by_default() {
+        let spec = r#"{"numaTopologyPolicy":"SingleNUMANode"}"#;
+        let shared_ok =
+            r#"{"numaTopologyPolicy":"SingleNUMANode","singleNUMANodeExclusive":"Preferred"}"#;
+        let numa_spec = "scheduling.koordinator.sh/numa-topology-spec";
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt_with_zones("n1", "16Gi"),
+            plain_pod(
+                "wide",
+                "6",
+                "2Gi",
+                &[(numa_spec, r#"{"numaTopologyPolicy":"Restricted"}"#)],
+            ),
+            plain_pod("single", "1", "1Gi", &[(numa_spec, spec)]),
+            plain_pod("tolerant", "1", "1Gi", &[(numa_spec, shared_ok)]),
+        ]);
+        // A Restricted pod spanning both NUMA nodes makes them shared.
+        let wide = bind(&mut s, "wide", "n1").unwrap();
+        assert_eq!(numa_amounts(&wide).len(), 2);
+        // Required exclusivity: a single-NUMA pod may not join shared nodes.
+        let outcome = testutil::filter(&s, "default/single", t0());
+        assert!(
+            outcome.failed["n1"].starts_with("Unaligned NUMA Hint cause"),
+            "{:?}",
+            outcome.failed
+        );
+        // Preferred exclusivity lets it in.
+        assert_eq!(
+            testutil::filter(&s, "default/tolerant", t0()).feasible,
+            ["n1"]
+        );
+    }
+
+    #[test]
+    fn kubelet_full_pcpus_only_requires_whole_cores_and_reserved_cpus_stay_out() {
+        let kubelet = (
+            "kubelet.koordinator.sh/cpu-manager-policy",
+            r#"{"policy":"static","options":{"full-pcpus-only":"true"},"reservedCPUs":"0,4"}"#
+                .to_string(),
+        );
+        let spread = r#"{"preferredCPUBindPolicy":"SpreadByPCPUs"}"#;
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[kubelet]),
+            lsr_pod("odd", "3", &[]),
+            lsr_pod(
+                "even",
+                "6",
+                &[("scheduling.koordinator.sh/resource-spec", spread)],
+            ),
+            lsr_pod("more", "2", &[]),
+        ]);
+        // Upstream's message for a request that is not whole cores.
+        let outcome = testutil::filter(&s, "default/odd", t0());
+        assert_eq!(outcome.failed_unresolvable["n1"], ERR_SMT_ALIGNMENT);
+        // A preferred spread becomes whole cores; core (0,4) is kubelet's.
+        let even = bind(&mut s, "even", "n1").unwrap();
+        assert_eq!(even.cpuset, "1-3,5-7");
+        let outcome = testutil::filter(&s, "default/more", t0());
+        assert_eq!(outcome.failed["n1"], ERR_NOT_ENOUGH_CPUS);
+    }
+
+    #[test]
+    fn numa_scoring_strategies_prefer_fuller_or_emptier_numa_nodes() {
+        let policy = "node.koordinator.sh/numa-topology-policy";
+        let scores = |args: &str| {
+            let config = format!(
+                "profiles:\n- plugins:\n    multiPoint:\n      disabled: [{{name: '*'}}]\n      enabled: [{{name: NodeNUMAResource, weight: 1}}]\n  pluginConfig:\n  - name: NodeNUMAResource\n    args: {args}\n"
+            );
+            let mut s = testutil::scheduler(&config);
+            testutil::load(
+                &mut s,
+                vec![
+                    node("busy", &[(policy, "SingleNUMANode")], &[]),
+                    nrt_with_zones("busy", "16Gi"),
+                    node("idle", &[(policy, "SingleNUMANode")], &[]),
+                    nrt_with_zones("idle", "16Gi"),
+                    plain_pod("first", "2", "8Gi", &[]),
+                    plain_pod("next", "1", "4Gi", &[]),
+                ],
+            );
+            bind(&mut s, "first", "busy").unwrap();
+            testutil::scores(&s, "default/next", &["busy", "idle"], t0())
+        };
+        // Default (least allocated) NUMA scoring sends the pod to busy's
+        // empty NUMA node 1: 1 of 4 CPUs and 4 of 16Gi on either node.
+        assert_eq!(scores("{}"), [75, 75]);
+        // Most-allocated NUMA scoring packs it onto busy's NUMA node 0 (3 of
+        // 4 CPUs, 12 of 16Gi), which the node score then sees.
+        assert_eq!(
+            scores("{numaScoringStrategy: {type: MostAllocated}}"),
+            [25, 75]
+        );
+        let most = "{type: MostAllocated, resources: [{name: memory, weight: 1}]}";
+        assert_eq!(
+            scores(&format!(
+                "{{scoringStrategy: {most}, numaScoringStrategy: {most}}}"
+            )),
+            [75, 25]
+        );
+        // Bad strategy args are refused.
+        assert!(
+            NumaScorer::from_args(
+                Some(ScoringStrategy {
+                    type_: Some("Balanced".into()),
+                    resources: vec![],
+                }),
+                "scoringStrategy",
+            )
+            .is_err()
+        );
     }
 }

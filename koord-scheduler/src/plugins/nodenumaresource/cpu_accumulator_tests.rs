@@ -410,7 +410,10 @@ fn exclusive_policies_are_preferences() {
 
 /// Pods placed one after another on a node whose CPUs two pods may share:
 /// each result is added to the reference counts before the next request.
-fn shared_sequence(layout: &CpuLayout, steps: &[(CPUBindPolicy, usize, &str)]) {
+fn shared_sequence(
+    layout: &CpuLayout,
+    steps: &[(CPUBindPolicy, usize, &str)],
+) -> BTreeMap<i32, usize> {
     let mut refs: BTreeMap<i32, usize> = BTreeMap::new();
     for (step, (bind_policy, needed, want)) in steps.iter().enumerate() {
         let available: BTreeSet<i32> = all(layout)
@@ -441,11 +444,12 @@ fn shared_sequence(layout: &CpuLayout, steps: &[(CPUBindPolicy, usize, &str)]) {
         }
     }
     assert!(refs.values().all(|n| *n <= 2));
+    refs
 }
 
 #[test]
 fn shared_cpus_go_to_the_least_shared_cores_first() {
-    shared_sequence(
+    let _refs = shared_sequence(
         &layout(1, 1, 4, 2),
         &[
             (CPUBindPolicy::FullPCPUs, 4, "0-3"),
@@ -458,7 +462,7 @@ fn shared_cpus_go_to_the_least_shared_cores_first() {
 #[test]
 fn shared_cpus_sorted_by_reference_count() {
     let layout = layout(1, 1, 16, 2);
-    shared_sequence(
+    let refs = shared_sequence(
         &layout,
         &[
             (
@@ -475,6 +479,10 @@ fn shared_cpus_sorted_by_reference_count() {
             (CPUBindPolicy::FullPCPUs, 16, "16-31"),
         ],
     );
+    // Upstream's last check: every CPU is now shared by two pods, so none
+    // is available any more.
+    assert_eq!(refs.len(), 32);
+    assert!(refs.values().all(|n| *n == 2));
 }
 
 #[test]
