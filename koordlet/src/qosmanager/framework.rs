@@ -48,9 +48,11 @@ use koord_common::metrics::FloatGauge;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use super::distribution::{DistributionMetrics, RuleDistribution};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::MetricCache;
 use crate::metricsadvisor::CpuTopology;
+use crate::statesinformer::ObservedRule;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
 use crate::system::units::CpuSet;
@@ -283,6 +285,9 @@ pub struct QosSnapshot {
     /// The node's NodeSLO spec; `None` before one was received. Strategies
     /// merge upstream defaults (`apis::configuration::defaults`) themselves.
     pub node_slo: Option<Arc<NodeSLOSpec>>,
+    /// The version of `node_slo` and when koordlet received it (rule
+    /// distribution metrics); `None` with no NodeSLO.
+    pub node_slo_rule: Option<ObservedRule>,
     pub node: NodeInfo,
     pub node_usage: NodeUsage,
     pub pods: Vec<QosPod>,
@@ -331,6 +336,7 @@ impl QosSnapshot {
         Self {
             now,
             node_slo: None,
+            node_slo_rule: None,
             node: NodeInfo::default(),
             node_usage: NodeUsage::default(),
             pods: Vec::new(),
@@ -1054,6 +1060,9 @@ pub struct QosRunner {
     evictor: Arc<dyn Evictor>,
     managed: ManagedFiles,
     metrics: Option<QosMetrics>,
+    /// Which NodeSLO version each strategy applied (see [`super::distribution`]).
+    distribution: RuleDistribution,
+    distribution_metrics: Option<DistributionMetrics>,
     /// Last expected value we successfully wrote, per absolute path: a later
     /// read-back that differs is drift.
     applied: HashMap<PathBuf, String>,
@@ -1064,7 +1073,10 @@ pub struct QosRunner {
 impl QosRunner {
     pub fn new(strategies: Vec<Box<dyn Strategy>>, executor: ResourceExecutor) -> Self {
         let count = strategies.len();
+        let distribution = RuleDistribution::new(strategies.iter().map(|s| s.name()));
         Self {
+            distribution,
+            distribution_metrics: None,
             strategies,
             executor,
             evictor: Arc::new(LoggingEvictor),
@@ -1091,6 +1103,17 @@ impl QosRunner {
     pub fn with_metrics(mut self, metrics: QosMetrics) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// Reports rule distribution (NodeSLO versions applied, latency).
+    pub fn with_distribution_metrics(mut self, metrics: DistributionMetrics) -> Self {
+        self.distribution_metrics = Some(metrics);
+        self
+    }
+
+    /// The NodeSLO version `strategy` last applied without errors.
+    pub fn applied_rule(&self, strategy: &str) -> Option<&crate::statesinformer::RuleVersion> {
+        self.distribution.applied(strategy)
     }
 
     pub fn strategies(&self) -> &[Box<dyn Strategy>] {
@@ -1173,6 +1196,15 @@ impl QosRunner {
         }
         if let Some(metrics) = &self.metrics {
             metrics.record(name, &outcome);
+        }
+        let report = self.distribution.round_finished(
+            name,
+            snapshot.node_slo_rule.as_ref(),
+            outcome.errors == 0,
+            snapshot.now + outcome.duration,
+        );
+        if let Some(metrics) = &self.distribution_metrics {
+            metrics.record(name, &report);
         }
         outcome
     }

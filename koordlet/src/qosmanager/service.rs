@@ -76,9 +76,14 @@ impl SnapshotSource {
             &node_info.annotations,
             &kube_pods,
         );
+        let (node_slo, node_slo_rule) = match self.states.node_slo_observed() {
+            Some((slo, rule)) => (Some(Arc::new(slo.spec.clone())), Some(rule)),
+            None => (None, None),
+        };
         QosSnapshot {
             now,
-            node_slo: self.states.node_slo().map(|slo| Arc::new(slo.spec.clone())),
+            node_slo,
+            node_slo_rule,
             node: node_info,
             node_usage: node_usage(&self.cache),
             pods,
