@@ -494,6 +494,23 @@ pub struct Decision {
     /// An eviction strategy's account of the round (tasks, victims, dry
     /// runs), served by `GET /qos/explain?evictions`.
     pub eviction_report: Option<super::evicttask::EvictionReport>,
+    /// Settings the strategy wanted but this kernel cannot take, served by
+    /// `GET /qos/explain?unsupported`; replaced every round.
+    pub unsupported: Vec<UnsupportedSetting>,
+}
+
+/// A setting a strategy did not write because the kernel lacks its file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnsupportedSetting {
+    /// Set by the runner.
+    pub strategy: &'static str,
+    /// The NodeSLO setting(s), e.g. `minLimitPercent`.
+    pub setting: String,
+    /// The kernel file it would have been written to, e.g. `memory.min`.
+    pub file: String,
+    /// How many cgroups would have received it this round.
+    pub cgroups: usize,
 }
 
 impl Decision {
@@ -848,6 +865,8 @@ pub struct ManagedFiles {
     inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
     /// The latest eviction report of each eviction strategy.
     eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evicttask::EvictionReport>>>,
+    /// Each strategy's settings this kernel cannot take, from its latest round.
+    unsupported: Arc<Mutex<BTreeMap<&'static str, Vec<UnsupportedSetting>>>>,
 }
 
 impl ManagedFiles {
@@ -870,6 +889,26 @@ impl ManagedFiles {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(strategy, report);
+    }
+
+    /// Every strategy's unsupported settings from its latest round.
+    pub fn unsupported(&self) -> Vec<UnsupportedSetting> {
+        self.unsupported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    fn set_unsupported(&self, strategy: &'static str, settings: Vec<UnsupportedSetting>) {
+        let mut map = self.unsupported.lock().unwrap_or_else(|p| p.into_inner());
+        if settings.is_empty() {
+            map.remove(strategy);
+        } else {
+            map.insert(strategy, settings);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
@@ -1226,6 +1265,15 @@ impl QosRunner {
         if let Some(report) = decision.eviction_report {
             self.managed.set_eviction_report(name, report);
         }
+        let unsupported = decision
+            .unsupported
+            .into_iter()
+            .map(|setting| UnsupportedSetting {
+                strategy: name,
+                ..setting
+            })
+            .collect();
+        self.managed.set_unsupported(name, unsupported);
         let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
         let layout = self.executor.layout().clone();
 

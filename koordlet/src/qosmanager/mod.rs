@@ -29,7 +29,8 @@ pub use framework::{
     Capability, CgroupReader, Decision, EnsureDir, EvictionRequest, Evictor, FeatureGate,
     FileWrite, GaugeValue, LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles, MapReader,
     MetricSample, NodeInfo, NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig, QosMetrics,
-    QosPod, QosRunner, QosSnapshot, ReadBack, RoundOutcome, Strategy, test_capabilities,
+    QosPod, QosRunner, QosSnapshot, ReadBack, RoundOutcome, Strategy, UnsupportedSetting,
+    test_capabilities,
 };
 pub use hostfiles::{FsHostFiles, HostFiles, MapHostFiles};
 pub use service::{EXPLAIN_PATH, SnapshotSource, explain_router, spawn_runner};

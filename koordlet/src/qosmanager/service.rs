@@ -455,6 +455,9 @@ pub enum ExplainFilter {
     /// The eviction strategies' latest reports (`?evictions`), or one
     /// strategy's (`?evictions=memoryevict`).
     Evictions(Option<String>),
+    /// The settings strategies did not write because this kernel lacks
+    /// their files (`?unsupported`).
+    Unsupported,
 }
 
 /// Errors of the explain query.
@@ -465,7 +468,7 @@ pub enum ExplainError {
     #[error("unknown tier {0:?} (use be, burstable or guaranteed)")]
     UnknownTier(String),
     #[error(
-        "query must be ?pod=<namespace>/<name>, ?tier=<be|burstable|guaranteed> or ?evictions[=<strategy>]: {0}"
+        "query must be ?pod=<namespace>/<name>, ?tier=<be|burstable|guaranteed>, ?evictions[=<strategy>] or ?unsupported: {0}"
     )]
     BadQuery(String),
 }
@@ -477,6 +480,9 @@ pub fn parse_explain_query(query: Option<&str>) -> Result<ExplainFilter, Explain
     };
     if query == "evictions" {
         return Ok(ExplainFilter::Evictions(None));
+    }
+    if query == "unsupported" {
+        return Ok(ExplainFilter::Unsupported);
     }
     let (key, value) = query
         .split_once('=')
@@ -520,7 +526,7 @@ pub fn explain(
                     .map_err(|_| ExplainError::UnknownPod(key.clone()))?,
             )
         }
-        ExplainFilter::Evictions(_) => return Ok(Vec::new()),
+        ExplainFilter::Evictions(_) | ExplainFilter::Unsupported => return Ok(Vec::new()),
         ExplainFilter::Tier(tier) => Some(match tier.as_str() {
             "be" | "besteffort" => layout.qos_dir(QosTier::BestEffort),
             "burstable" | "ls" => layout.qos_dir(QosTier::Burstable),
@@ -565,6 +571,9 @@ pub fn explain(
 /// strategies' latest [`EvictionReport`](super::evicttask::EvictionReport)s
 /// (tasks, victims, dry-run victims, why features did nothing); 404 for a
 /// strategy that has not reported.
+/// `GET /qos/explain?unsupported`: JSON array of
+/// [`UnsupportedSetting`](super::framework::UnsupportedSetting)s, the
+/// settings strategies left unwritten because this kernel lacks their files.
 pub fn explain_router(
     managed: ManagedFiles,
     layout: CgroupLayout,
@@ -598,6 +607,9 @@ pub fn explain_router(
                             .into_response();
                     }
                     return axum::Json(reports).into_response();
+                }
+                if filter == ExplainFilter::Unsupported {
+                    return axum::Json(managed.unsupported()).into_response();
                 }
                 let pods = states
                     .and_then(|s| s.pods())
