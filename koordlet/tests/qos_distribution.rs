@@ -103,7 +103,9 @@ fn node_slo(resource_version: &str, min_percent: i64, updated: SystemTime) -> No
         .as_secs() as i64;
     slo.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
         manager: Some("koord-manager".into()),
-        time: Some(Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())),
+        time: Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+        )),
         ..Default::default()
     }]);
     slo
@@ -121,7 +123,10 @@ fn wait_for(registry: &MetricsRegistry, what: &str, check: impl Fn(&str) -> bool
         if check(&body) {
             return body;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{body}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -189,7 +194,10 @@ fn a_nodeslo_change_is_measured_until_its_cgroup_files_are_written() {
         )
     });
     // The files hold the NodeSLO's values by the time the sample exists.
-    assert_eq!(read(&memory_root.join(POD_DIR).join("memory.min")), GIB.to_string());
+    assert_eq!(
+        read(&memory_root.join(POD_DIR).join("memory.min")),
+        GIB.to_string()
+    );
     let high = (GIB + GIB * 80 / 100) / 4096 * 4096;
     assert_eq!(
         read(&memory_root.join(CONTAINER_DIR).join("memory.high")),
@@ -247,7 +255,10 @@ fn a_nodeslo_change_is_measured_until_its_cgroup_files_are_written() {
         read(&memory_root.join(POD_DIR).join("memory.min")),
         (GIB / 2).to_string()
     );
-    assert!(body.contains("resource_version=\"101\",generation=\"50\"} 1"), "{body}");
+    assert!(
+        body.contains("resource_version=\"101\",generation=\"50\"} 1"),
+        "{body}"
+    );
     assert!(!body.contains("resource_version=\"100\""), "{body}");
 
     shutdown.trigger(ShutdownReason::Requested("test done".into()));

@@ -147,7 +147,8 @@ async fn memory_qos_writes_what_the_kernel_offers_and_names_the_rest() {
     .unwrap();
     let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, root.path());
     let container_dir = cgroup.path(&cgroup.dir().join(CONTAINER), Controller::Memory);
-    let limit_before = std::fs::read_to_string(container_dir.join("memory.limit_in_bytes")).unwrap();
+    let limit_before =
+        std::fs::read_to_string(container_dir.join("memory.limit_in_bytes")).unwrap();
 
     // The node as koordlet sees it at start.
     let caps = detect(&SystemArgs::default());
@@ -211,7 +212,10 @@ async fn memory_qos_writes_what_the_kernel_offers_and_names_the_rest() {
                 );
             }
         } else {
-            assert!(!path.exists(), "{file} appeared although the kernel lacks it");
+            assert!(
+                !path.exists(),
+                "{file} appeared although the kernel lacks it"
+            );
         }
     }
     assert_eq!(
@@ -239,7 +243,10 @@ async fn memory_qos_writes_what_the_kernel_offers_and_names_the_rest() {
     for (file, setting) in MEMORY_QOS_FILES {
         let entry = listed.iter().find(|u| u["file"] == file);
         if offered[file] {
-            assert!(entry.is_none(), "{file} is offered but listed: {listed_files:?}");
+            assert!(
+                entry.is_none(),
+                "{file} is offered but listed: {listed_files:?}"
+            );
         } else {
             let entry = entry.unwrap_or_else(|| panic!("{file} missing in {listed_files:?}"));
             assert_eq!(entry["setting"], setting);
@@ -248,5 +255,8 @@ async fn memory_qos_writes_what_the_kernel_offers_and_names_the_rest() {
         }
     }
     let missing = offered.values().filter(|present| !**present).count();
-    println!("memory QoS files this kernel lacks: {missing} of {}", MEMORY_QOS_FILES.len());
+    println!(
+        "memory QoS files this kernel lacks: {missing} of {}",
+        MEMORY_QOS_FILES.len()
+    );
 }

@@ -934,8 +934,14 @@ fn probe_memory_qos(
             "memory.pagecache_limit.enable",
             &mut caps.pagecache_limit_enable,
         ),
-        ("memory.pagecache_limit.size", &mut caps.pagecache_limit_size),
-        ("memory.pagecache_limit.sync", &mut caps.pagecache_limit_sync),
+        (
+            "memory.pagecache_limit.size",
+            &mut caps.pagecache_limit_size,
+        ),
+        (
+            "memory.pagecache_limit.sync",
+            &mut caps.pagecache_limit_sync,
+        ),
     ];
     let mut missing = Vec::new();
     for (file, found) in knobs {

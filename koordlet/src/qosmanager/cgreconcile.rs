@@ -181,7 +181,11 @@ impl Knobs {
     /// (`None`: unlimited).
     fn page_cache(&mut self, qos: &MemoryQOS, limit: Option<i64>) {
         let limit = limit.filter(|l| *l > 0);
-        let size = match (qos.page_cache_limit_size, qos.page_cache_limit_percent, limit) {
+        let size = match (
+            qos.page_cache_limit_size,
+            qos.page_cache_limit_percent,
+            limit,
+        ) {
             // The kernel takes sizes within [0, memory limit].
             (Some(size), _, Some(limit)) => Some(size.clamp(0, limit)),
             (Some(size), _, None) => Some(size.max(0)),
@@ -667,7 +671,13 @@ mod tests {
     #[test]
     fn page_cache_limit_follows_upstream_table() {
         const MIB: i64 = 1 << 20;
-        type Case = (&'static str, MemoryQOS, Option<i64>, Option<i64>, Option<i64>);
+        type Case = (
+            &'static str,
+            MemoryQOS,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
         let cases: Vec<Case> = vec![
             (
                 "size only",
@@ -758,7 +768,11 @@ mod tests {
             let mut knobs = Knobs::default();
             knobs.page_cache(&qos, Some(GIB));
             assert_eq!(
-                (knobs.pagecache_enable, knobs.pagecache_size, knobs.pagecache_sync),
+                (
+                    knobs.pagecache_enable,
+                    knobs.pagecache_size,
+                    knobs.pagecache_sync
+                ),
                 (enable, size, sync),
                 "{name}"
             );
@@ -872,7 +886,13 @@ mod tests {
     fn container_high_is_raised_to_min_and_uses_node_allocatable() {
         let mut snapshot = snapshot(true);
         // 5000 bytes page-aligned down is 4096 < min (100 % = 5000).
-        snapshot.pods = vec![pod("ls", QoSClass::LS, QosTier::Burstable, 5000, Some(5000))];
+        snapshot.pods = vec![pod(
+            "ls",
+            QoSClass::LS,
+            QosTier::Burstable,
+            5000,
+            Some(5000),
+        )];
         let decision = CgroupReconcile.decide(&snapshot);
         let container = PathBuf::from("kubepods/burstable/poduid-ls/c1");
         assert_eq!(
@@ -897,7 +917,10 @@ mod tests {
         caps.memory_qos.high = false;
         snapshot.capabilities = Arc::new(caps);
         let decision = CgroupReconcile.decide(&snapshot);
-        assert!(!decision.writes.is_empty(), "the supported files are still written");
+        assert!(
+            !decision.writes.is_empty(),
+            "the supported files are still written"
+        );
         let high = decision
             .unsupported
             .iter()

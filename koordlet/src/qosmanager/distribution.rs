@@ -226,7 +226,10 @@ impl DistributionMetrics {
                 metrics.superseded.clone(),
             );
         });
-        metrics.superseded.get_or_create(&metrics.node_labels()).inc_by(0);
+        metrics
+            .superseded
+            .get_or_create(&metrics.node_labels())
+            .inc_by(0);
         metrics
     }
 
@@ -235,7 +238,10 @@ impl DistributionMetrics {
     }
 
     fn strategy_labels(&self, strategy: &'static str) -> Labels {
-        vec![("node", self.node.clone()), ("strategy", strategy.to_string())]
+        vec![
+            ("node", self.node.clone()),
+            ("strategy", strategy.to_string()),
+        ]
     }
 
     /// Records what one round's report says.

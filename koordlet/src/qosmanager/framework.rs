@@ -52,8 +52,8 @@ use super::distribution::{DistributionMetrics, RuleDistribution};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::MetricCache;
 use crate::metricsadvisor::CpuTopology;
-use crate::statesinformer::ObservedRule;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
+use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
 use crate::system::units::CpuSet;
 
