@@ -200,6 +200,47 @@ pub struct MemoryQosCapabilities {
     pub use_priority_oom: bool,
     /// `memory.oom.group`.
     pub oom_group: bool,
+    /// Alibaba Cloud Linux `memory.pagecache_limit.enable`.
+    #[serde(default)]
+    pub pagecache_limit_enable: bool,
+    /// Alibaba Cloud Linux `memory.pagecache_limit.size`.
+    #[serde(default)]
+    pub pagecache_limit_size: bool,
+    /// Alibaba Cloud Linux `memory.pagecache_limit.sync`.
+    #[serde(default)]
+    pub pagecache_limit_sync: bool,
+}
+
+/// Each memory QoS file and the NodeSLO `memoryQOS` settings written to
+/// it, as the capability reasons and the QoS manager name them.
+pub const MEMORY_QOS_FILES: [(&str, &str); 12] = [
+    ("memory.min", "minLimitPercent"),
+    ("memory.low", "lowLimitPercent"),
+    ("memory.high", "throttlingPercent"),
+    ("memory.wmark_ratio", "wmarkRatio"),
+    ("memory.wmark_scale_factor", "wmarkScalePermill"),
+    ("memory.wmark_min_adj", "wmarkMinAdj"),
+    ("memory.priority", "priority"),
+    ("memory.use_priority_oom", "priorityEnable"),
+    ("memory.oom.group", "oomKillGroup"),
+    (
+        "memory.pagecache_limit.enable",
+        "pageCacheEnable/pageCacheLimitSize/pageCacheLimitPercent",
+    ),
+    (
+        "memory.pagecache_limit.size",
+        "pageCacheLimitSize/pageCacheLimitPercent",
+    ),
+    ("memory.pagecache_limit.sync", "pageCacheReclaimSync"),
+];
+
+/// The `memoryQOS` settings a memory QoS file carries (the file name itself
+/// for a file that is not one of them).
+pub fn memory_qos_setting(file: &str) -> &str {
+    MEMORY_QOS_FILES
+        .iter()
+        .find(|(name, _)| *name == file)
+        .map_or(file, |(_, setting)| setting)
 }
 
 /// Where one online CPU sits. `null` fields could not be read (or the kernel

@@ -135,6 +135,9 @@ fn table_rows(caps: &NodeCapabilities) -> Vec<(&'static str, String, String)> {
         ("priority", memory.priority),
         ("usePriorityOom", memory.use_priority_oom),
         ("oomGroup", memory.oom_group),
+        ("pagecacheLimitEnable", memory.pagecache_limit_enable),
+        ("pagecacheLimitSize", memory.pagecache_limit_size),
+        ("pagecacheLimitSync", memory.pagecache_limit_sync),
     ]
     .into_iter()
     .filter_map(|(name, found)| found.then_some(name))

@@ -920,7 +920,7 @@ fn probe_memory_qos(
         reasons.set("memoryQos", "the memory controller is not mounted");
         return caps;
     };
-    let knobs: [(&str, &mut bool); 9] = [
+    let knobs: [(&str, &mut bool); 12] = [
         ("memory.min", &mut caps.min),
         ("memory.low", &mut caps.low),
         ("memory.high", &mut caps.high),
@@ -930,12 +930,25 @@ fn probe_memory_qos(
         ("memory.priority", &mut caps.priority),
         ("memory.use_priority_oom", &mut caps.use_priority_oom),
         ("memory.oom.group", &mut caps.oom_group),
+        (
+            "memory.pagecache_limit.enable",
+            &mut caps.pagecache_limit_enable,
+        ),
+        (
+            "memory.pagecache_limit.size",
+            &mut caps.pagecache_limit_size,
+        ),
+        (
+            "memory.pagecache_limit.sync",
+            &mut caps.pagecache_limit_sync,
+        ),
     ];
     let mut missing = Vec::new();
     for (file, found) in knobs {
         *found = find_in_hierarchy(&dir.path, file).is_some();
         if !*found {
-            missing.push(file);
+            // Name the NodeSLO settings that cannot take effect, not only the file.
+            missing.push(format!("{file} ({})", super::memory_qos_setting(file)));
         }
     }
     if !missing.is_empty() {

@@ -46,6 +46,12 @@ pub fn capability_flags(caps: &NodeCapabilities) -> Vec<(&'static str, bool)> {
             memory.priority && memory.use_priority_oom,
         ),
         ("memory_oom_group", memory.oom_group),
+        (
+            "memory_pagecache_limit",
+            memory.pagecache_limit_enable
+                && memory.pagecache_limit_size
+                && memory.pagecache_limit_sync,
+        ),
     ]
 }
 

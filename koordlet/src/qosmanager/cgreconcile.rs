@@ -8,18 +8,25 @@
 //!   (node allocatable when unlimited, page aligned, `max` for 0), and the
 //!   Anolis knobs (`memory.wmark_*`, `memory.priority`,
 //!   `memory.use_priority_oom`) plus `memory.oom.group` as configured.
+//! - Pod only: the Alibaba Cloud Linux page cache limit
+//!   (`memory.pagecache_limit.{enable,size,sync}`): `pageCacheLimitSize`
+//!   capped at the pod's memory limit, else `pageCacheLimitPercent` of that
+//!   limit; a size of 0 switches the limit off; `pageCacheEnable` overrides
+//!   the switch; reclaim is asynchronous unless `pageCacheReclaimSync`.
 //! - Tiers (Guaranteed → LSR config, Burstable → LS, BestEffort → BE): the
-//!   priority knobs of the tier's class; min/low sum over the pods of every
-//!   tier onto the kubepods root, as upstream does.
+//!   priority knobs of the tier's class; min/low of the burstable and
+//!   besteffort tiers sum over their own pods, the kubepods root (the
+//!   Guaranteed tier, parent of the others) over all pods, as upstream does.
 //! - The class comes from the pod's Koordinator QoS (LSE uses LSR's config);
 //!   the `koordinator.sh/memoryQOS` annotation can switch it off (`none`),
 //!   pick the recommended values (`auto`) or override single knobs.
 //! - A class with `enable: false` gets the "none" values (everything off).
 //!
-//! Files this kernel lacks are left out and named in a note; when none is
+//! Files this kernel lacks are left out and named, with the NodeSLO settings
+//! they carry, in a note and in `GET /qos/explain?unsupported`; when none is
 //! supported the round is skipped as unsupported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,8 +35,8 @@ use apis::configuration::merge::merged;
 use apis::extension::{QoSClass, get_pod_memory_qos_config};
 use apis::slo::v1alpha1::{MemoryQOS, PodMemoryQOSPolicy, ResourceQOS, ResourceQOSStrategy};
 
-use super::framework::{Decision, QosPod, QosSnapshot, Strategy};
-use crate::capabilities::NodeCapabilities;
+use super::framework::{Decision, QosPod, QosSnapshot, Strategy, UnsupportedSetting};
+use crate::capabilities::{NodeCapabilities, memory_qos_setting};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 
 pub const NAME: &str = "cgreconcile";
@@ -116,6 +123,9 @@ struct Knobs {
     priority: Option<i64>,
     use_priority_oom: Option<i64>,
     oom_group: Option<i64>,
+    pagecache_enable: Option<i64>,
+    pagecache_size: Option<i64>,
+    pagecache_sync: Option<i64>,
 }
 
 impl Knobs {
@@ -137,6 +147,18 @@ impl Knobs {
                 int(self.use_priority_oom),
             ),
             (CgroupResource::MemoryOomGroup, int(self.oom_group)),
+            (
+                CgroupResource::MemoryPagecacheLimitEnable,
+                int(self.pagecache_enable),
+            ),
+            (
+                CgroupResource::MemoryPagecacheLimitSize,
+                int(self.pagecache_size),
+            ),
+            (
+                CgroupResource::MemoryPagecacheLimitSync,
+                int(self.pagecache_sync),
+            ),
         ]
         .into_iter()
         .filter_map(|(resource, value)| value.map(|v| (resource, v)))
@@ -152,6 +174,38 @@ impl Knobs {
             use_priority_oom: qos.priority_enable,
             oom_group: qos.oom_kill_group,
             ..Self::default()
+        }
+    }
+
+    /// The pod's page cache limit; `limit` is the pod's memory limit
+    /// (`None`: unlimited).
+    fn page_cache(&mut self, qos: &MemoryQOS, limit: Option<i64>) {
+        let limit = limit.filter(|l| *l > 0);
+        let size = match (
+            qos.page_cache_limit_size,
+            qos.page_cache_limit_percent,
+            limit,
+        ) {
+            // The kernel takes sizes within [0, memory limit].
+            (Some(size), _, Some(limit)) => Some(size.clamp(0, limit)),
+            (Some(size), _, None) => Some(size.max(0)),
+            (None, Some(percent), Some(limit)) => Some(limit * percent / 100),
+            _ => None,
+        };
+        match size {
+            Some(size) if size > 0 => {
+                self.pagecache_size = Some(size);
+                self.pagecache_enable = Some(1);
+                self.pagecache_sync = Some(i64::from(qos.page_cache_reclaim_sync == Some(true)));
+            }
+            Some(_) => {
+                self.pagecache_size = Some(0);
+                self.pagecache_enable = Some(0);
+            }
+            None => {}
+        }
+        if let Some(enable) = qos.page_cache_enable {
+            self.pagecache_enable = Some(i64::from(enable));
         }
     }
 
@@ -180,6 +234,9 @@ pub fn resource_supported(caps: &NodeCapabilities, resource: CgroupResource) -> 
         CgroupResource::MemoryPriority => memory.priority,
         CgroupResource::MemoryUsePriorityOom => memory.use_priority_oom,
         CgroupResource::MemoryOomGroup => memory.oom_group,
+        CgroupResource::MemoryPagecacheLimitEnable => memory.pagecache_limit_enable,
+        CgroupResource::MemoryPagecacheLimitSize => memory.pagecache_limit_size,
+        CgroupResource::MemoryPagecacheLimitSync => memory.pagecache_limit_sync,
         _ => true,
     }
 }
@@ -218,11 +275,16 @@ impl Strategy for CgroupReconcile {
         };
         let mut notes = Vec::new();
         let mut planned: Vec<(PathBuf, Knobs)> = Vec::new();
-        // Upstream sums protection over every tier onto the kubepods root.
-        let mut total_min: Option<i64> = None;
-        let mut total_low: Option<i64> = None;
-        let node_allocatable =
-            (snapshot.node.memory_capacity_bytes - snapshot.node.memory_reserved_bytes).max(0);
+        // Protection summed per tier; the kubepods root gets every tier's.
+        let mut tier_min: HashMap<QosTier, i64> = HashMap::new();
+        let mut tier_low: HashMap<QosTier, i64> = HashMap::new();
+        let node_allocatable = snapshot
+            .node
+            .allocatable
+            .get("memory")
+            .copied()
+            .unwrap_or(snapshot.node.memory_capacity_bytes - snapshot.node.memory_reserved_bytes)
+            .max(0);
 
         for pod in &snapshot.pods {
             if pod.phase == "Succeeded" || pod.phase == "Failed" {
@@ -235,15 +297,25 @@ impl Strategy for CgroupReconcile {
                 .containers
                 .iter()
                 .filter_map(|c| c.memory_request_bytes)
+                .map(|r| r.max(0))
                 .sum();
+            // The pod limit sums the containers that have one; none: unlimited.
+            let limits: Vec<i64> = pod
+                .containers
+                .iter()
+                .filter_map(|c| c.memory_limit_bytes)
+                .filter(|l| *l > 0)
+                .collect();
+            let pod_limit = (!limits.is_empty()).then(|| limits.iter().sum());
             if let Some(p) = qos.min_limit_percent {
-                *total_min.get_or_insert(0) += pod_request * p / 100;
+                *tier_min.entry(pod.kube_qos).or_default() += pod_request * p / 100;
             }
             if let Some(p) = qos.low_limit_percent {
-                *total_low.get_or_insert(0) += pod_request * p / 100;
+                *tier_low.entry(pod.kube_qos).or_default() += pod_request * p / 100;
             }
             let mut pod_knobs = Knobs::common(&qos);
             pod_knobs.protect(&qos, pod_request);
+            pod_knobs.page_cache(&qos, pod_limit);
             planned.push((pod.cgroup_dir.clone(), pod_knobs));
             for container in &pod.containers {
                 let Some(dir) = &container.cgroup_dir else {
@@ -271,19 +343,23 @@ impl Strategy for CgroupReconcile {
         // Tiers first so parents are written before children.
         let mut tiers = Vec::new();
         for tier in QosTier::ALL {
-            let Some(qos) = effective_memory_qos(tier_config(strategy, tier)) else {
+            // Upstream leaves a tier alone when its class has no config.
+            let Some(config) = tier_config(strategy, tier) else {
                 continue;
             };
+            let qos = effective_memory_qos(Some(config)).unwrap_or_default();
             let mut knobs = Knobs {
                 priority: qos.priority,
                 use_priority_oom: qos.priority_enable,
                 oom_group: qos.oom_kill_group,
                 ..Knobs::default()
             };
-            if tier == QosTier::Guaranteed {
-                knobs.min = total_min;
-                knobs.low = total_low;
-            }
+            let sum = |sums: &HashMap<QosTier, i64>| match tier {
+                QosTier::Guaranteed if !sums.is_empty() => Some(sums.values().sum()),
+                _ => sums.get(&tier).copied(),
+            };
+            knobs.min = sum(&tier_min);
+            knobs.low = sum(&tier_low);
             tiers.push((snapshot.layout.qos_dir(tier), knobs));
         }
         tiers.extend(planned);
@@ -305,7 +381,19 @@ impl Strategy for CgroupReconcile {
             decision.info(note);
         }
         if !unsupported.is_empty() {
-            let names: Vec<&str> = unsupported.keys().copied().collect();
+            let names: Vec<String> = unsupported
+                .keys()
+                .map(|file| format!("{} ({file})", memory_qos_setting(file)))
+                .collect();
+            decision.unsupported = unsupported
+                .iter()
+                .map(|(file, cgroups)| UnsupportedSetting {
+                    strategy: NAME,
+                    setting: memory_qos_setting(file).to_string(),
+                    file: file.to_string(),
+                    cgroups: *cgroups,
+                })
+                .collect();
             let text = format!(
                 "unsupported on this kernel, not written: {}",
                 names.join(", ")
@@ -575,6 +663,284 @@ mod tests {
                 .skip_reason()
                 .unwrap()
                 .contains("resourceQOSStrategy")
+        );
+    }
+
+    /// Upstream's page cache limit table (pod with 1 GiB request and limit):
+    /// (case, memoryQOS, enable, size, sync).
+    #[test]
+    fn page_cache_limit_follows_upstream_table() {
+        const MIB: i64 = 1 << 20;
+        type Case = (
+            &'static str,
+            MemoryQOS,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "size only",
+                MemoryQOS {
+                    page_cache_limit_size: Some(512 * MIB),
+                    ..Default::default()
+                },
+                Some(1),
+                Some(512 * MIB),
+                Some(0),
+            ),
+            (
+                "size capped by memory limit",
+                MemoryQOS {
+                    page_cache_limit_size: Some(2 * GIB),
+                    ..Default::default()
+                },
+                Some(1),
+                Some(GIB),
+                Some(0),
+            ),
+            (
+                "size zero resets",
+                MemoryQOS {
+                    page_cache_limit_size: Some(0),
+                    ..Default::default()
+                },
+                Some(0),
+                Some(0),
+                None,
+            ),
+            ("unset does nothing", MemoryQOS::default(), None, None, None),
+            (
+                "explicit enable overrides implicit enable, keeps size",
+                MemoryQOS {
+                    page_cache_limit_size: Some(512 * MIB),
+                    page_cache_enable: Some(false),
+                    ..Default::default()
+                },
+                Some(0),
+                Some(512 * MIB),
+                Some(0),
+            ),
+            (
+                "explicit enable alone toggles switch",
+                MemoryQOS {
+                    page_cache_enable: Some(true),
+                    ..Default::default()
+                },
+                Some(1),
+                None,
+                None,
+            ),
+            (
+                "sync reclaim mode",
+                MemoryQOS {
+                    page_cache_limit_size: Some(512 * MIB),
+                    page_cache_reclaim_sync: Some(true),
+                    ..Default::default()
+                },
+                Some(1),
+                Some(512 * MIB),
+                Some(1),
+            ),
+            (
+                "legacy percent field",
+                MemoryQOS {
+                    page_cache_limit_percent: Some(50),
+                    ..Default::default()
+                },
+                Some(1),
+                Some(GIB / 2),
+                Some(0),
+            ),
+            (
+                "size takes precedence over percent",
+                MemoryQOS {
+                    page_cache_limit_percent: Some(50),
+                    page_cache_limit_size: Some(256 * MIB),
+                    ..Default::default()
+                },
+                Some(1),
+                Some(256 * MIB),
+                Some(0),
+            ),
+        ];
+        for (name, qos, enable, size, sync) in cases {
+            let mut knobs = Knobs::default();
+            knobs.page_cache(&qos, Some(GIB));
+            assert_eq!(
+                (
+                    knobs.pagecache_enable,
+                    knobs.pagecache_size,
+                    knobs.pagecache_sync
+                ),
+                (enable, size, sync),
+                "{name}"
+            );
+        }
+        // Percent of an unlimited pod: nothing; a size stays as given.
+        let mut knobs = Knobs::default();
+        knobs.page_cache(
+            &MemoryQOS {
+                page_cache_limit_percent: Some(50),
+                ..Default::default()
+            },
+            None,
+        );
+        assert_eq!(knobs, Knobs::default());
+        knobs.page_cache(
+            &MemoryQOS {
+                page_cache_limit_size: Some(3 * GIB),
+                ..Default::default()
+            },
+            None,
+        );
+        assert_eq!(knobs.pagecache_size, Some(3 * GIB));
+    }
+
+    #[test]
+    fn page_cache_limit_is_written_on_the_pod_only() {
+        let mut snapshot = snapshot(true);
+        let mut caps = (*snapshot.capabilities).clone();
+        caps.memory_qos.pagecache_limit_enable = true;
+        caps.memory_qos.pagecache_limit_size = true;
+        caps.memory_qos.pagecache_limit_sync = true;
+        snapshot.capabilities = Arc::new(caps);
+        let mut spec = (*snapshot.node_slo.clone().unwrap()).clone();
+        let ls = spec
+            .resource_qos_strategy
+            .as_mut()
+            .unwrap()
+            .ls_class
+            .as_mut()
+            .unwrap()
+            .memory_qos
+            .as_mut()
+            .unwrap();
+        ls.memory_qos.page_cache_limit_percent = Some(25);
+        snapshot.node_slo = Some(Arc::new(spec));
+        let decision = CgroupReconcile.decide(&snapshot);
+        let pod_dir = PathBuf::from("kubepods/burstable/poduid-ls");
+        // 25 % of the 2 GiB limit.
+        assert_eq!(
+            decision.write_for(&pod_dir, CgroupResource::MemoryPagecacheLimitSize),
+            Some(&CgroupValue::Int(GIB / 2))
+        );
+        assert_eq!(
+            decision.write_for(&pod_dir, CgroupResource::MemoryPagecacheLimitEnable),
+            Some(&CgroupValue::Int(1))
+        );
+        assert_eq!(
+            decision.write_for(
+                &pod_dir.join("c1"),
+                CgroupResource::MemoryPagecacheLimitSize
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn tiers_sum_their_own_pods_and_the_root_sums_all() {
+        let mut snapshot = snapshot(true);
+        let mut spec = (*snapshot.node_slo.clone().unwrap()).clone();
+        let be = spec
+            .resource_qos_strategy
+            .as_mut()
+            .unwrap()
+            .be_class
+            .as_mut()
+            .unwrap()
+            .memory_qos
+            .as_mut()
+            .unwrap();
+        be.memory_qos.min_limit_percent = Some(50);
+        be.memory_qos.low_limit_percent = Some(0);
+        snapshot.node_slo = Some(Arc::new(spec));
+        snapshot.pods[1] = pod("be", QoSClass::BE, QosTier::BestEffort, GIB, None);
+        let decision = CgroupReconcile.decide(&snapshot);
+        let get = |dir: &str, r| decision.write_for(Path::new(dir), r).cloned();
+        // LS: 100 % of 1 GiB; BE: 50 % of 1 GiB.
+        assert_eq!(
+            get("kubepods/burstable", CgroupResource::MemoryMin),
+            Some(CgroupValue::Int(GIB))
+        );
+        assert_eq!(
+            get("kubepods/besteffort", CgroupResource::MemoryMin),
+            Some(CgroupValue::Int(GIB / 2))
+        );
+        assert_eq!(
+            get("kubepods", CgroupResource::MemoryMin),
+            Some(CgroupValue::Int(GIB + GIB / 2))
+        );
+        // low: LS 50 %, BE 0 %.
+        assert_eq!(
+            get("kubepods/besteffort", CgroupResource::MemoryLow),
+            Some(CgroupValue::Int(0))
+        );
+        assert_eq!(
+            get("kubepods", CgroupResource::MemoryLow),
+            Some(CgroupValue::Int(GIB / 2))
+        );
+    }
+
+    #[test]
+    fn container_high_is_raised_to_min_and_uses_node_allocatable() {
+        let mut snapshot = snapshot(true);
+        // 5000 bytes page-aligned down is 4096 < min (100 % = 5000).
+        snapshot.pods = vec![pod(
+            "ls",
+            QoSClass::LS,
+            QosTier::Burstable,
+            5000,
+            Some(5000),
+        )];
+        let decision = CgroupReconcile.decide(&snapshot);
+        let container = PathBuf::from("kubepods/burstable/poduid-ls/c1");
+        assert_eq!(
+            decision.write_for(&container, CgroupResource::MemoryHigh),
+            Some(&CgroupValue::Int(5000))
+        );
+        // Unlimited: measured against the Node's allocatable memory when known.
+        snapshot.pods = vec![pod("ls", QoSClass::LS, QosTier::Burstable, GIB, None)];
+        snapshot.node.allocatable.insert("memory".into(), 8 * GIB);
+        let decision = CgroupReconcile.decide(&snapshot);
+        let high = (GIB + 7 * GIB * 80 / 100) / PAGE_SIZE * PAGE_SIZE;
+        assert_eq!(
+            decision.write_for(&container, CgroupResource::MemoryHigh),
+            Some(&CgroupValue::Int(high))
+        );
+    }
+
+    #[test]
+    fn unsupported_settings_are_listed_by_name_with_their_files() {
+        let mut snapshot = snapshot(true);
+        let mut caps = (*snapshot.capabilities).clone();
+        caps.memory_qos.high = false;
+        snapshot.capabilities = Arc::new(caps);
+        let decision = CgroupReconcile.decide(&snapshot);
+        assert!(
+            !decision.writes.is_empty(),
+            "the supported files are still written"
+        );
+        let high = decision
+            .unsupported
+            .iter()
+            .find(|u| u.file == "memory.high")
+            .unwrap();
+        assert_eq!(high.setting, "throttlingPercent");
+        assert_eq!(high.cgroups, 1, "one LS container");
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("throttlingPercent (memory.high)")),
+            "{:?}",
+            decision.notes
+        );
+        assert!(
+            decision
+                .writes
+                .iter()
+                .all(|w| w.resource != CgroupResource::MemoryHigh)
         );
     }
 }

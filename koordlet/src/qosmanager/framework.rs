@@ -48,10 +48,12 @@ use koord_common::metrics::FloatGauge;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use super::distribution::{DistributionMetrics, RuleDistribution};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::MetricCache;
 use crate::metricsadvisor::CpuTopology;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
+use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
 use crate::system::units::CpuSet;
 
@@ -283,6 +285,9 @@ pub struct QosSnapshot {
     /// The node's NodeSLO spec; `None` before one was received. Strategies
     /// merge upstream defaults (`apis::configuration::defaults`) themselves.
     pub node_slo: Option<Arc<NodeSLOSpec>>,
+    /// The version of `node_slo` and when koordlet received it (rule
+    /// distribution metrics); `None` with no NodeSLO.
+    pub node_slo_rule: Option<ObservedRule>,
     pub node: NodeInfo,
     pub node_usage: NodeUsage,
     pub pods: Vec<QosPod>,
@@ -331,6 +336,7 @@ impl QosSnapshot {
         Self {
             now,
             node_slo: None,
+            node_slo_rule: None,
             node: NodeInfo::default(),
             node_usage: NodeUsage::default(),
             pods: Vec::new(),
@@ -488,6 +494,23 @@ pub struct Decision {
     /// An eviction strategy's account of the round (tasks, victims, dry
     /// runs), served by `GET /qos/explain?evictions`.
     pub eviction_report: Option<super::evicttask::EvictionReport>,
+    /// Settings the strategy wanted but this kernel cannot take, served by
+    /// `GET /qos/explain?unsupported`; replaced every round.
+    pub unsupported: Vec<UnsupportedSetting>,
+}
+
+/// A setting a strategy did not write because the kernel lacks its file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnsupportedSetting {
+    /// Set by the runner.
+    pub strategy: &'static str,
+    /// The NodeSLO setting(s), e.g. `minLimitPercent`.
+    pub setting: String,
+    /// The kernel file it would have been written to, e.g. `memory.min`.
+    pub file: String,
+    /// How many cgroups would have received it this round.
+    pub cgroups: usize,
 }
 
 impl Decision {
@@ -842,6 +865,8 @@ pub struct ManagedFiles {
     inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
     /// The latest eviction report of each eviction strategy.
     eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evicttask::EvictionReport>>>,
+    /// Each strategy's settings this kernel cannot take, from its latest round.
+    unsupported: Arc<Mutex<BTreeMap<&'static str, Vec<UnsupportedSetting>>>>,
 }
 
 impl ManagedFiles {
@@ -864,6 +889,26 @@ impl ManagedFiles {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(strategy, report);
+    }
+
+    /// Every strategy's unsupported settings from its latest round.
+    pub fn unsupported(&self) -> Vec<UnsupportedSetting> {
+        self.unsupported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    fn set_unsupported(&self, strategy: &'static str, settings: Vec<UnsupportedSetting>) {
+        let mut map = self.unsupported.lock().unwrap_or_else(|p| p.into_inner());
+        if settings.is_empty() {
+            map.remove(strategy);
+        } else {
+            map.insert(strategy, settings);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
@@ -1054,6 +1099,9 @@ pub struct QosRunner {
     evictor: Arc<dyn Evictor>,
     managed: ManagedFiles,
     metrics: Option<QosMetrics>,
+    /// Which NodeSLO version each strategy applied (see [`super::distribution`]).
+    distribution: RuleDistribution,
+    distribution_metrics: Option<DistributionMetrics>,
     /// Last expected value we successfully wrote, per absolute path: a later
     /// read-back that differs is drift.
     applied: HashMap<PathBuf, String>,
@@ -1064,7 +1112,10 @@ pub struct QosRunner {
 impl QosRunner {
     pub fn new(strategies: Vec<Box<dyn Strategy>>, executor: ResourceExecutor) -> Self {
         let count = strategies.len();
+        let distribution = RuleDistribution::new(strategies.iter().map(|s| s.name()));
         Self {
+            distribution,
+            distribution_metrics: None,
             strategies,
             executor,
             evictor: Arc::new(LoggingEvictor),
@@ -1091,6 +1142,17 @@ impl QosRunner {
     pub fn with_metrics(mut self, metrics: QosMetrics) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// Reports rule distribution (NodeSLO versions applied, latency).
+    pub fn with_distribution_metrics(mut self, metrics: DistributionMetrics) -> Self {
+        self.distribution_metrics = Some(metrics);
+        self
+    }
+
+    /// The NodeSLO version `strategy` last applied without errors.
+    pub fn applied_rule(&self, strategy: &str) -> Option<&crate::statesinformer::RuleVersion> {
+        self.distribution.applied(strategy)
     }
 
     pub fn strategies(&self) -> &[Box<dyn Strategy>] {
@@ -1174,6 +1236,15 @@ impl QosRunner {
         if let Some(metrics) = &self.metrics {
             metrics.record(name, &outcome);
         }
+        let report = self.distribution.round_finished(
+            name,
+            snapshot.node_slo_rule.as_ref(),
+            outcome.errors == 0,
+            snapshot.now + outcome.duration,
+        );
+        if let Some(metrics) = &self.distribution_metrics {
+            metrics.record(name, &report);
+        }
         outcome
     }
 
@@ -1194,6 +1265,15 @@ impl QosRunner {
         if let Some(report) = decision.eviction_report {
             self.managed.set_eviction_report(name, report);
         }
+        let unsupported = decision
+            .unsupported
+            .into_iter()
+            .map(|setting| UnsupportedSetting {
+                strategy: name,
+                ..setting
+            })
+            .collect();
+        self.managed.set_unsupported(name, unsupported);
         let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
         let layout = self.executor.layout().clone();
 

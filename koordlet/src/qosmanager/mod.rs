@@ -11,6 +11,7 @@ pub mod cgreconcile;
 pub mod cpuburst;
 pub mod cpuevict;
 pub mod cpusuppress;
+pub mod distribution;
 pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;
@@ -28,7 +29,8 @@ pub use framework::{
     Capability, CgroupReader, Decision, EnsureDir, EvictionRequest, Evictor, FeatureGate,
     FileWrite, GaugeValue, LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles, MapReader,
     MetricSample, NodeInfo, NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig, QosMetrics,
-    QosPod, QosRunner, QosSnapshot, ReadBack, RoundOutcome, Strategy, test_capabilities,
+    QosPod, QosRunner, QosSnapshot, ReadBack, RoundOutcome, Strategy, UnsupportedSetting,
+    test_capabilities,
 };
 pub use hostfiles::{FsHostFiles, HostFiles, MapHostFiles};
 pub use service::{EXPLAIN_PATH, SnapshotSource, explain_router, spawn_runner};
@@ -202,6 +204,10 @@ pub fn start(
     let runner = QosRunner::new(strategies, executor)
         .with_evictor(evictor)
         .with_metrics(qos_metrics)
+        .with_distribution_metrics(distribution::DistributionMetrics::register(
+            metrics,
+            source.states.node_name(),
+        ))
         .with_managed_files(managed);
     service::spawn_runner_with_reaction(runner, source, shutdown, Duration::from_secs(1), link)
 }

@@ -76,9 +76,14 @@ impl SnapshotSource {
             &node_info.annotations,
             &kube_pods,
         );
+        let (node_slo, node_slo_rule) = match self.states.node_slo_observed() {
+            Some((slo, rule)) => (Some(Arc::new(slo.spec.clone())), Some(rule)),
+            None => (None, None),
+        };
         QosSnapshot {
             now,
-            node_slo: self.states.node_slo().map(|slo| Arc::new(slo.spec.clone())),
+            node_slo,
+            node_slo_rule,
             node: node_info,
             node_usage: node_usage(&self.cache),
             pods,
@@ -450,6 +455,9 @@ pub enum ExplainFilter {
     /// The eviction strategies' latest reports (`?evictions`), or one
     /// strategy's (`?evictions=memoryevict`).
     Evictions(Option<String>),
+    /// The settings strategies did not write because this kernel lacks
+    /// their files (`?unsupported`).
+    Unsupported,
 }
 
 /// Errors of the explain query.
@@ -460,7 +468,7 @@ pub enum ExplainError {
     #[error("unknown tier {0:?} (use be, burstable or guaranteed)")]
     UnknownTier(String),
     #[error(
-        "query must be ?pod=<namespace>/<name>, ?tier=<be|burstable|guaranteed> or ?evictions[=<strategy>]: {0}"
+        "query must be ?pod=<namespace>/<name>, ?tier=<be|burstable|guaranteed>, ?evictions[=<strategy>] or ?unsupported: {0}"
     )]
     BadQuery(String),
 }
@@ -472,6 +480,9 @@ pub fn parse_explain_query(query: Option<&str>) -> Result<ExplainFilter, Explain
     };
     if query == "evictions" {
         return Ok(ExplainFilter::Evictions(None));
+    }
+    if query == "unsupported" {
+        return Ok(ExplainFilter::Unsupported);
     }
     let (key, value) = query
         .split_once('=')
@@ -515,7 +526,7 @@ pub fn explain(
                     .map_err(|_| ExplainError::UnknownPod(key.clone()))?,
             )
         }
-        ExplainFilter::Evictions(_) => return Ok(Vec::new()),
+        ExplainFilter::Evictions(_) | ExplainFilter::Unsupported => return Ok(Vec::new()),
         ExplainFilter::Tier(tier) => Some(match tier.as_str() {
             "be" | "besteffort" => layout.qos_dir(QosTier::BestEffort),
             "burstable" | "ls" => layout.qos_dir(QosTier::Burstable),
@@ -560,6 +571,9 @@ pub fn explain(
 /// strategies' latest [`EvictionReport`](super::evicttask::EvictionReport)s
 /// (tasks, victims, dry-run victims, why features did nothing); 404 for a
 /// strategy that has not reported.
+/// `GET /qos/explain?unsupported`: JSON array of
+/// [`UnsupportedSetting`](super::framework::UnsupportedSetting)s, the
+/// settings strategies left unwritten because this kernel lacks their files.
 pub fn explain_router(
     managed: ManagedFiles,
     layout: CgroupLayout,
@@ -593,6 +607,9 @@ pub fn explain_router(
                             .into_response();
                     }
                     return axum::Json(reports).into_response();
+                }
+                if filter == ExplainFilter::Unsupported {
+                    return axum::Json(managed.unsupported()).into_response();
                 }
                 let pods = states
                     .and_then(|s| s.pods())

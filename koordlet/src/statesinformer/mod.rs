@@ -21,12 +21,13 @@ pub mod nodetopo;
 pub mod podmeta;
 pub mod pods;
 pub mod podsfile;
+pub mod ruleversion;
 pub mod standalone;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use apis::extension::GoDuration;
@@ -42,6 +43,7 @@ pub use nodemetric::{
     WindowValue, build_node_metric_status,
 };
 pub use pods::{PodSource, PodSourceError, PodsSyncer};
+pub use ruleversion::{ObservedRule, RuleVersion};
 
 /// Name of the readiness check that passes once every source has synced once.
 pub const STATES_CHECK: &str = "states";
@@ -361,6 +363,7 @@ struct Inner {
     pods: Slot<PodsSnapshot>,
     node: Slot<Node>,
     node_slo: Slot<NodeSLO>,
+    node_slo_observed: Mutex<Option<ObservedRule>>,
     node_metric: Slot<NodeMetric>,
     device: Slot<Device>,
     pods_stats: PodsSyncStats,
@@ -382,6 +385,7 @@ impl StatesInformer {
                 pods: Slot::new(),
                 node: Slot::new(),
                 node_slo: Slot::new(),
+                node_slo_observed: Mutex::new(None),
                 node_metric: Slot::new(),
                 device: Slot::new(),
                 pods_stats: PodsSyncStats::default(),
@@ -450,8 +454,51 @@ impl StatesInformer {
         self.inner.node.set(node);
     }
 
+    /// Publishes the NodeSLO; a new version (see [`RuleVersion`]) is stamped
+    /// with the time it arrived, a repeat of the current one keeps its stamp.
     pub fn set_node_slo(&self, node_slo: Option<NodeSLO>) {
+        self.set_node_slo_at(node_slo, SystemTime::now());
+    }
+
+    /// [`StatesInformer::set_node_slo`] with the arrival time given.
+    pub fn set_node_slo_at(&self, node_slo: Option<NodeSLO>, received_at: SystemTime) {
+        {
+            let mut observed = self
+                .inner
+                .node_slo_observed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *observed = node_slo.as_ref().map(|slo| {
+                let version = RuleVersion::of(slo);
+                match observed.take() {
+                    Some(previous) if previous.version == version => previous,
+                    _ => ObservedRule {
+                        version,
+                        observed_at: received_at,
+                    },
+                }
+            });
+        }
         self.inner.node_slo.set(node_slo);
+    }
+
+    /// The current NodeSLO with its version and arrival time, read together.
+    pub fn node_slo_observed(&self) -> Option<(Arc<NodeSLO>, ObservedRule)> {
+        let slo = self.inner.node_slo.get()?;
+        let version = RuleVersion::of(&slo);
+        let observed = self
+            .inner
+            .node_slo_observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|o| o.version == version)
+            // Published between the two reads: its stamp is about now.
+            .unwrap_or_else(|| ObservedRule {
+                version,
+                observed_at: SystemTime::now(),
+            });
+        Some((slo, observed))
     }
 
     pub fn set_node_metric(&self, node_metric: Option<NodeMetric>) {

@@ -743,6 +743,11 @@ cgroup_resources! {
     MemoryPriority => Memory, "memory.priority", "memory.priority";
     MemoryUsePriorityOom => Memory, "memory.use_priority_oom", "memory.use_priority_oom";
     MemoryOomGroup => Memory, "memory.oom.group", "memory.oom.group";
+    /// Alibaba Cloud Linux per-memcg page cache limit: switch, bytes, and
+    /// synchronous (1) or asynchronous (0) reclaim.
+    MemoryPagecacheLimitEnable => Memory, "memory.pagecache_limit.enable", "memory.pagecache_limit.enable";
+    MemoryPagecacheLimitSize => Memory, "memory.pagecache_limit.size", "memory.pagecache_limit.size";
+    MemoryPagecacheLimitSync => Memory, "memory.pagecache_limit.sync", "memory.pagecache_limit.sync";
     PidsMax => Pids, "pids.max", "pids.max";
     PidsCurrent => Pids, "pids.current", "pids.current";
     /// Process IDs of the cgroup (v1: in the cpu hierarchy); writing one moves the process.
@@ -787,7 +792,12 @@ impl CgroupResource {
             Self::CpuCfsQuota => int(MIN_CFS_QUOTA_US as i64, I64_MAX, true),
             Self::CpuCfsPeriod => int(1_000, 1_000_000, false),
             Self::CpuBurst => int(0, 100 * 10 * DEFAULT_CFS_PERIOD_US as i64, false),
-            Self::CpuIdle | Self::MemoryUsePriorityOom | Self::MemoryOomGroup => int(0, 1, false),
+            Self::CpuIdle
+            | Self::MemoryUsePriorityOom
+            | Self::MemoryOomGroup
+            | Self::MemoryPagecacheLimitEnable
+            | Self::MemoryPagecacheLimitSync => int(0, 1, false),
+            Self::MemoryPagecacheLimitSize => int(0, I64_MAX, false),
             Self::CpuBvtWarpNs => int(-1, 2, false),
             Self::CpuacctUsage | Self::MemoryUsage | Self::PidsCurrent => int(0, I64_MAX, false),
             Self::CpusetCpus
