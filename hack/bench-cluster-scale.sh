@@ -54,13 +54,14 @@ export KUBECONFIG=/var/lib/koord-local/admin.kubeconfig
 KUBECTL=$(ls -d /var/cache/koord-local-cluster/kubernetes-*/bin/kubectl | head -1)
 kubectl() { "$KUBECTL" "$@"; }
 
-log "building the harness"
-cargo build --locked --release -p e2e --bin koord-scale-bench 2>&1 | tail -1
-BENCH=$REPO/target/release/koord-scale-bench
+profile=${KOORD_BENCH_IMAGE_PROFILE:-release}
+log "building the harness ($profile)"
+cargo build --locked --profile "$profile" -p e2e --bin koord-scale-bench 2>&1 | tail -1
+BENCH=$REPO/target/$([ "$profile" = dev ] && echo debug || echo release)/koord-scale-bench
 
 flock -o /var/lock/koord-cluster.lock bash -c "'$REPO/hack/local-cluster/status' >/dev/null 2>&1 || '$REPO/hack/local-cluster/up'"
 if [ "$skip_images" = 0 ]; then
-  "$LC" images --profile "${KOORD_BENCH_IMAGE_PROFILE:-release}" | tail -1
+  "$LC" images --profile "$profile" | tail -1
 fi
 # Defaults, plus: extender metrics on (its share of each cycle), and koordlet only on the real
 # node (the simulated nodes' NodeMetrics come from the harness, at koordlet's cadence).

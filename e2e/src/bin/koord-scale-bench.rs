@@ -878,14 +878,41 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
     Ok(report)
 }
 
+/// Deletes one object, retrying a few times (a loaded API server drops requests), with
+/// "not found" taken as done.
+async fn delete_one(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
+    let mut attempt = 0;
+    loop {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(err) if attempt >= 4 => return Err(err).context(format!("deleting {name}")),
+            Err(_) => attempt += 1,
+        }
+        tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
+    }
+}
+
 async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
     let prefix = options.prefix()?;
     let selector = scale_nodes(&prefix);
     let mut deleted = 0;
+    // One object per request, a few at a time: a collection delete of thousands of objects
+    // outlives the API server's request timeout on a loaded machine.
     for api in [node_metrics(client), topologies(client), devices(client)] {
-        deleted += api.list(&selector).await?.items.len();
-        api.delete_collection(&DeleteParams::background(), &selector)
+        let names: Vec<String> = api
+            .list(&selector)
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        futures::stream::iter(names.iter())
+            .map(|name| delete_one(&api, name))
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<()>>()
             .await?;
+        deleted += names.len();
     }
     let nodes: Api<Node> = Api::all(client.clone());
     let names: Vec<String> = nodes
