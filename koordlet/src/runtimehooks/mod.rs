@@ -69,6 +69,7 @@ impl RuntimeHooks {
         let gates = crate::features::parse_feature_gates(&args.feature_gates())?;
         let options = hooks::HookOptions {
             disable_unset_cpu_quota: args.disable_unset_cpu_quota,
+            sys_root: system.sys_root_dir.clone(),
         };
         let dispatcher = HookDispatcher::new(
             hooks::gated_hooks(&options, &gates),
