@@ -7,6 +7,7 @@
 //! - [`rules`]: node-level inputs rebuilt from the states informer;
 //! - [`server`]: the RuntimeHookService gRPC server and registration file;
 //! - [`reconciler`]: periodic re-application and drift repair;
+//! - [`hostapp`]: the NodeSLO's host applications and their cgroup paths;
 //! - [`scope`]: which cgroups a request may touch (issue 16);
 //! - [`config`]: flags and the failure-policy file;
 //! - [`metrics`]: per-hook calls, errors, latency and repaired drift;
@@ -17,6 +18,7 @@
 pub mod apply;
 pub mod config;
 pub mod hooks;
+pub mod hostapp;
 pub mod metrics;
 pub mod nri;
 pub mod protocol;
@@ -177,6 +179,7 @@ impl RuntimeHooks {
             online_cpus,
             kubelet_root,
             reported_denials: Default::default(),
+            reported_host_app_refusals: Default::default(),
         };
         let plugin = nri::NriPlugin::new(
             Arc::clone(&self.dispatcher),

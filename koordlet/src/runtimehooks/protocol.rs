@@ -729,6 +729,17 @@ pub trait Hook: Send + Sync {
     ) -> Result<(), HookError> {
         Ok(())
     }
+    /// Decides for a host application of the NodeSLO (its cgroup path is
+    /// already validated); only the reconciler asks. Adds cgroup writes to
+    /// `out`.
+    fn host_app(
+        &self,
+        _app: &super::hostapp::HostAppContext,
+        _env: &HookEnv,
+        _out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
     /// Decides for a container-level stage, adding to `out`.
     fn container(
         &self,
@@ -1106,6 +1117,23 @@ impl HookDispatcher {
     }
 
     /// Runs the active hooks' QoS-tier decisions (reconciler).
+    /// The merged decision of the active hooks for a host application;
+    /// a hook that cannot decide is logged and left out.
+    pub fn run_host_app(&self, app: &super::hostapp::HostAppContext) -> Adjustment {
+        let env = self.env();
+        let mut merged = Adjustment::default();
+        for entry in self.hooks.iter().filter(|e| e.active()) {
+            let mut out = Adjustment::default();
+            match entry.hook.host_app(app, &env, &mut out) {
+                Ok(()) => merged.merge_from(out),
+                Err(error) => {
+                    tracing::warn!(hook = entry.hook.name(), app = %crate::bounds::Bounded(&app.name), %error, "host application decision failed")
+                }
+            }
+        }
+        merged
+    }
+
     pub fn run_qos_tier(&self, tier: QosTier) -> Adjustment {
         let env = self.env();
         let mut merged = Adjustment::default();
