@@ -31,8 +31,10 @@ use apis::extension::{
 };
 
 use crate::runtimehooks::protocol::*;
-use crate::statesinformer::device::DiscoveryError;
-use crate::statesinformer::device::sysfs::{is_pci_address, list_dir, read_attr};
+use crate::statesinformer::device::sysfs::is_pci_address;
+use crate::statesinformer::device::uverbs::{self, UverbsError};
+
+pub use crate::statesinformer::device::uverbs::CharDevice;
 
 /// Upstream's directory of RDMA device nodes (inside the container and on
 /// the host).
@@ -44,9 +46,6 @@ pub const DEVICE_FILE_MODE: u32 = 0o666;
 /// The most PCI functions (devices plus VFs) one pod may be given; a node
 /// has a handful of NICs, each with at most a few hundred VFs.
 pub const MAX_RDMA_FUNCTIONS: usize = 256;
-/// The most entries of one `infiniband_verbs` directory (one per port
-/// function; a few in practice).
-const MAX_VERBS_ENTRIES: usize = 64;
 
 /// Why the RDMA devices of an allocation cannot be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -57,21 +56,8 @@ pub enum RdmaError {
     NotABusId(String),
     #[error("the allocation names {count} PCI functions; at most {limit} are accepted")]
     TooMany { count: usize, limit: usize },
-    #[error("PCI function {bdf} has no uverbs device (no uverbs<N> in {dir})")]
-    NoUverbs { bdf: String, dir: PathBuf },
-    #[error("{path} holds {text:?}, not <major>:<minor>")]
-    BadDeviceNumbers { path: PathBuf, text: String },
     #[error(transparent)]
-    Sysfs(#[from] DiscoveryError),
-}
-
-/// A character device known by name and numbers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CharDevice {
-    /// The node's name below `/dev/infiniband` (`uverbs3`, `rdma_cm`).
-    pub name: String,
-    pub major: i64,
-    pub minor: i64,
+    Node(#[from] UverbsError),
 }
 
 /// What the hook reads from the node (the sysfs adapter, or a table in tests).
@@ -153,26 +139,6 @@ pub fn plan_rdma_devices(
     Ok(devices)
 }
 
-/// `<major>:<minor>` as sysfs `dev` attributes hold them.
-fn parse_dev_numbers(path: PathBuf, text: &str) -> Result<(i64, i64), RdmaError> {
-    let parsed = text.split_once(':').and_then(|(major, minor)| {
-        let major = major.parse::<u32>().ok()?;
-        let minor = minor.parse::<u32>().ok()?;
-        Some((i64::from(major), i64::from(minor)))
-    });
-    parsed.ok_or_else(|| RdmaError::BadDeviceNumbers {
-        path,
-        text: crate::bounds::cut(text.to_string()),
-    })
-}
-
-/// Whether `name` is a uverbs device name (`uverbs` and 1-5 digits).
-fn is_uverbs_name(name: &str) -> bool {
-    name.strip_prefix("uverbs").is_some_and(|digits| {
-        !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit())
-    })
-}
-
 /// The sysfs adapter: `<sys>/bus/pci/devices/<bdf>/infiniband_verbs/` and
 /// `<sys>/class/misc/rdma_cm/dev`, every read bounded.
 #[derive(Debug, Clone)]
@@ -190,38 +156,11 @@ impl SysfsRdmaView {
 
 impl RdmaNodeView for SysfsRdmaView {
     fn uverbs_of(&self, bdf: &str) -> Result<CharDevice, RdmaError> {
-        if !is_pci_address(bdf) {
-            return Err(RdmaError::NotABusId(crate::bounds::cut(bdf.to_string())));
-        }
-        let dir = self
-            .sys_root
-            .join("bus/pci/devices")
-            .join(bdf)
-            .join("infiniband_verbs");
-        // Upstream takes the first entry in name order; only uverbs names
-        // are considered here.
-        let name = list_dir(&dir, MAX_VERBS_ENTRIES)?
-            .into_iter()
-            .find(|name| is_uverbs_name(name))
-            .ok_or_else(|| RdmaError::NoUverbs {
-                bdf: bdf.to_string(),
-                dir: dir.clone(),
-            })?;
-        let dev = dir.join(&name).join("dev");
-        let text = read_attr(&dev)?;
-        let (major, minor) = parse_dev_numbers(dev, &text)?;
-        Ok(CharDevice { name, major, minor })
+        Ok(uverbs::uverbs_of(&self.sys_root, bdf)?)
     }
 
     fn rdma_cm(&self) -> Result<CharDevice, RdmaError> {
-        let dev = self.sys_root.join("class/misc/rdma_cm/dev");
-        let text = read_attr(&dev)?;
-        let (major, minor) = parse_dev_numbers(dev, &text)?;
-        Ok(CharDevice {
-            name: "rdma_cm".to_string(),
-            major,
-            minor,
-        })
+        Ok(uverbs::rdma_cm(&self.sys_root)?)
     }
 }
 
@@ -301,7 +240,7 @@ mod tests {
                 self.uverbs
                     .get(bdf)
                     .copied()
-                    .ok_or_else(|| RdmaError::NoUverbs {
+                    .ok_or_else(|| UverbsError::NoUverbs {
                         bdf: bdf.to_string(),
                         dir: PathBuf::from("table"),
                     })?;
@@ -312,7 +251,7 @@ mod tests {
             })
         }
         fn rdma_cm(&self) -> Result<CharDevice, RdmaError> {
-            let (major, minor) = self.rdma_cm.ok_or_else(|| RdmaError::NoUverbs {
+            let (major, minor) = self.rdma_cm.ok_or_else(|| UverbsError::NoUverbs {
                 bdf: "rdma_cm".into(),
                 dir: PathBuf::from("table"),
             })?;
@@ -541,19 +480,19 @@ mod tests {
         assert_eq!(view.rdma_cm().unwrap().major, 10);
         assert!(matches!(
             view.uverbs_of("0000:3b:00.0"),
-            Err(RdmaError::NoUverbs { .. })
+            Err(RdmaError::Node(UverbsError::NoUverbs { .. }))
         ));
         assert!(matches!(
             view.uverbs_of("0000:77:00.0"),
-            Err(RdmaError::NoUverbs { .. })
+            Err(RdmaError::Node(UverbsError::NoUverbs { .. }))
         ));
         assert!(matches!(
             view.uverbs_of("0000:3c:00.0"),
-            Err(RdmaError::BadDeviceNumbers { .. })
+            Err(RdmaError::Node(UverbsError::BadDeviceNumbers { .. }))
         ));
         assert!(matches!(
             view.uverbs_of("../../etc"),
-            Err(RdmaError::NotABusId(_))
+            Err(RdmaError::Node(UverbsError::NotABusId(_)))
         ));
 
         // The hook on this tree.
@@ -587,6 +526,9 @@ mod tests {
             tmp.path().join("class/misc/rdma_cm/dev"),
             &"1".repeat(10_000),
         );
-        assert!(matches!(view.rdma_cm(), Err(RdmaError::Sysfs(_))));
+        assert!(matches!(
+            view.rdma_cm(),
+            Err(RdmaError::Node(UverbsError::Sysfs(_)))
+        ));
     }
 }
