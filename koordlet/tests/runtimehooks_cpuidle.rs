@@ -190,6 +190,7 @@ fn the_be_tier_becomes_an_idle_cgroup_and_yields_the_cpu() {
         online_cpus: None,
         kubelet_root: None,
         reported_denials: Default::default(),
+        reported_host_app_refusals: Default::default(),
     };
 
     // No NodeSLO yet: nothing is decided.

@@ -202,6 +202,7 @@ fn reconciler_applies_decisions_and_repairs_hand_written_drift() {
         online_cpus: Some(CpuSet::from_range(0, 0).unwrap()),
         kubelet_root: None,
         reported_denials: Default::default(),
+        reported_host_app_refusals: Default::default(),
     };
 
     // Round 1 applies the decisions.

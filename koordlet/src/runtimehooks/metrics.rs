@@ -18,7 +18,9 @@
 //!   RuntimeHookService calls;
 //! - `koordlet_runtime_hook_cgroup_scope_refused_total{reason}` counter of
 //!   requests refused because a cgroup they name is not the pod's own (see
-//!   `runtimehooks::scope`; not an upstream metric).
+//!   `runtimehooks::scope`; not an upstream metric);
+//! - `koordlet_runtime_hook_host_applications{state}` gauge: NodeSLO host
+//!   applications enforced or refused for their cgroup path (not upstream).
 
 use std::time::Duration;
 
@@ -46,6 +48,7 @@ pub struct HookMetrics {
     server_requests: Family<Labels, Counter>,
     permission_denied: Family<Labels, Counter>,
     scope_refused: Family<Labels, Counter>,
+    host_apps: Family<Labels, Gauge>,
 }
 
 fn ms_histogram() -> Histogram {
@@ -67,6 +70,7 @@ impl HookMetrics {
             server_requests: Family::default(),
             permission_denied: Family::default(),
             scope_refused: Family::default(),
+            host_apps: Family::default(),
         }
     }
 
@@ -125,6 +129,11 @@ impl HookMetrics {
                 "runtime_hook_cgroup_scope_refused",
                 "runtime hook requests refused because a cgroup they name is not the pod's own directory below kubepods, by reason",
                 m.scope_refused,
+            );
+            r.register(
+                "runtime_hook_host_applications",
+                "NodeSLO host applications whose cgroup QoS the runtime hooks enforce (state=enforced) or refuse because of their cgroup path (state=refused)",
+                m.host_apps,
             );
             r.register(
                 "runtime_hook_server_requests",
@@ -233,6 +242,22 @@ impl HookMetrics {
     pub fn scope_refused(&self, reason: &str) -> u64 {
         self.scope_refused
             .get_or_create(&vec![("reason", reason.to_string())])
+            .get()
+    }
+
+    /// Sets the host application gauges.
+    pub fn set_host_apps(&self, enforced: usize, refused: usize) {
+        for (state, count) in [("enforced", enforced), ("refused", refused)] {
+            self.host_apps
+                .get_or_create(&vec![("state", state.to_string())])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// The host application gauge of `state`.
+    pub fn host_apps(&self, state: &str) -> i64 {
+        self.host_apps
+            .get_or_create(&vec![("state", state.to_string())])
             .get()
     }
 

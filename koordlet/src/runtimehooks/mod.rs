@@ -7,6 +7,7 @@
 //! - [`rules`]: node-level inputs rebuilt from the states informer;
 //! - [`server`]: the RuntimeHookService gRPC server and registration file;
 //! - [`reconciler`]: periodic re-application and drift repair;
+//! - [`hostapp`]: the NodeSLO's host applications and their cgroup paths;
 //! - [`scope`]: which cgroups a request may touch (issue 16);
 //! - [`config`]: flags and the failure-policy file;
 //! - [`metrics`]: per-hook calls, errors, latency and repaired drift;
@@ -17,6 +18,7 @@
 pub mod apply;
 pub mod config;
 pub mod hooks;
+pub mod hostapp;
 pub mod metrics;
 pub mod nri;
 pub mod protocol;
@@ -69,6 +71,7 @@ impl RuntimeHooks {
         let gates = crate::features::parse_feature_gates(&args.feature_gates())?;
         let options = hooks::HookOptions {
             disable_unset_cpu_quota: args.disable_unset_cpu_quota,
+            sys_root: system.sys_root_dir.clone(),
         };
         let dispatcher = HookDispatcher::new(
             hooks::gated_hooks(&options, &gates),
@@ -176,6 +179,7 @@ impl RuntimeHooks {
             online_cpus,
             kubelet_root,
             reported_denials: Default::default(),
+            reported_host_app_refusals: Default::default(),
         };
         let plugin = nri::NriPlugin::new(
             Arc::clone(&self.dispatcher),

@@ -539,6 +539,19 @@ pub struct HookFailure {
     pub message: String,
 }
 
+/// A device node a container gets (OCI `linux.devices`; NRI `LinuxDevice`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinuxDevice {
+    /// Path inside the container (the same as on the host for the hooks here).
+    pub path: String,
+    /// `c` (character) or `b` (block).
+    pub kind: char,
+    pub major: i64,
+    pub minor: i64,
+    /// Permission bits of the node (e.g. `0o666`).
+    pub file_mode: u32,
+}
+
 /// The merged decision of the hooks that ran.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Adjustment {
@@ -552,6 +565,10 @@ pub struct Adjustment {
     /// the `ContainerAdjustment`; the runtime proxy's CRI messages have no
     /// such field, so there the tasks are moved after start.
     pub rdt_class: Option<String>,
+    /// Device nodes to add to a container being created (container
+    /// creation only). Only the NRI transport can carry them: the runtime
+    /// proxy's RuntimeHookService response has no device field.
+    pub devices: Vec<LinuxDevice>,
     pub side_effects: Vec<SideEffect>,
     /// Failures of fail-open hooks (the call proceeds).
     pub ignored_failures: Vec<HookFailure>,
@@ -563,6 +580,7 @@ impl Adjustment {
             && self.env.is_empty()
             && self.annotations.is_empty()
             && self.rdt_class.is_none()
+            && self.devices.is_empty()
             && self.side_effects.is_empty()
     }
 
@@ -587,6 +605,11 @@ impl Adjustment {
         self.annotations.extend(other.annotations);
         if other.rdt_class.is_some() {
             self.rdt_class = other.rdt_class;
+        }
+        for device in other.devices {
+            if !self.devices.iter().any(|known| known.path == device.path) {
+                self.devices.push(device);
+            }
         }
         self.side_effects.extend(other.side_effects);
         self.ignored_failures.extend(other.ignored_failures);
@@ -701,6 +724,17 @@ pub trait Hook: Send + Sync {
     fn qos_tier(
         &self,
         _tier: QosTier,
+        _env: &HookEnv,
+        _out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+    /// Decides for a host application of the NodeSLO (its cgroup path is
+    /// already validated); only the reconciler asks. Adds cgroup writes to
+    /// `out`.
+    fn host_app(
+        &self,
+        _app: &super::hostapp::HostAppContext,
         _env: &HookEnv,
         _out: &mut Adjustment,
     ) -> Result<(), HookError> {
@@ -1083,6 +1117,23 @@ impl HookDispatcher {
     }
 
     /// Runs the active hooks' QoS-tier decisions (reconciler).
+    /// The merged decision of the active hooks for a host application;
+    /// a hook that cannot decide is logged and left out.
+    pub fn run_host_app(&self, app: &super::hostapp::HostAppContext) -> Adjustment {
+        let env = self.env();
+        let mut merged = Adjustment::default();
+        for entry in self.hooks.iter().filter(|e| e.active()) {
+            let mut out = Adjustment::default();
+            match entry.hook.host_app(app, &env, &mut out) {
+                Ok(()) => merged.merge_from(out),
+                Err(error) => {
+                    tracing::warn!(hook = entry.hook.name(), app = %crate::bounds::Bounded(&app.name), %error, "host application decision failed")
+                }
+            }
+        }
+        merged
+    }
+
     pub fn run_qos_tier(&self, tier: QosTier) -> Adjustment {
         let env = self.env();
         let mut merged = Adjustment::default();

@@ -7,7 +7,9 @@
 //! - `container`: `PreCreateContainer` (+ `PostStartContainer` for
 //!   per-process effects) on each started container's cgroup;
 //! - `sandbox`: the cpuset decision on the pod's sandbox container (any
-//!   container cgroup of the pod that is not an app container).
+//!   container cgroup of the pod that is not an app container);
+//! - `hostapp`: the NodeSLO's host applications ([`Hook::host_app`]), whose
+//!   cgroup paths are validated first ([`super::hostapp`]).
 //!
 //! A cgroup file is rewritten only when the value read back differs from
 //! the decision; each such repair counts in
@@ -30,6 +32,7 @@ use koord_common::Shutdown;
 use super::apply::{EffectStatus, SideEffectApplier};
 use super::hooks::resctrl::stale_groups;
 use super::hooks::{milli_cpu_to_quota, milli_cpu_to_shares};
+use super::hostapp::HostAppRefusal;
 use super::protocol::*;
 use super::rules::NodeRules;
 use crate::resourceexecutor::{ResourceUpdate, WriteStatus};
@@ -221,6 +224,11 @@ pub trait NodeView {
     fn pids(&self, dir: &Path) -> Vec<u32>;
     /// Names of the child cgroups of `dir`.
     fn children(&self, dir: &Path) -> Vec<String>;
+    /// Whether a host application's cgroup may be written (no symlink or
+    /// file on the way); a generated tree without links passes.
+    fn check_host_app_dir(&self, _dir: &Path) -> Result<(), HostAppRefusal> {
+        Ok(())
+    }
 }
 
 /// Reads the real (or generated) cgroup tree.
@@ -247,6 +255,9 @@ impl NodeView for CgroupNodeView<'_> {
                     .collect()
             })
             .unwrap_or_default()
+    }
+    fn check_host_app_dir(&self, dir: &Path) -> Result<(), HostAppRefusal> {
+        super::hostapp::check_fs(self.0, dir)
     }
 }
 
@@ -376,6 +387,45 @@ pub fn plan_round(dispatcher: &HookDispatcher, pods: &[Pod], view: &dyn NodeView
         }
     }
     desired
+}
+
+/// A host application whose cgroup is left alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostAppRefused {
+    pub name: String,
+    pub refusal: HostAppRefusal,
+}
+
+/// The decided effects for the NodeSLO's host applications (level
+/// `hostapp`), and the applications refused (pure apart from `view`).
+pub fn plan_host_apps(
+    dispatcher: &HookDispatcher,
+    view: &dyn NodeView,
+) -> (Vec<Desired>, Vec<HostAppRefused>) {
+    let rules = dispatcher.rules();
+    let mut desired = Vec::new();
+    let mut refused = Vec::new();
+    for (name, resolved) in
+        super::hostapp::resolve_all(dispatcher.layout(), &rules.host_applications)
+    {
+        let checked = resolved.and_then(|app| {
+            view.check_host_app_dir(&app.cgroup_dir)?;
+            Ok(app)
+        });
+        match checked {
+            Ok(app) => {
+                let adjustment = dispatcher.run_host_app(&app);
+                push_effects(
+                    &mut desired,
+                    "hostapp",
+                    &format!("hostapp/{name}"),
+                    adjustment.side_effects,
+                );
+            }
+            Err(refusal) => refused.push(HostAppRefused { name, refusal }),
+        }
+    }
+    (desired, refused)
 }
 
 fn without_oom(resources: &LinuxResources) -> LinuxResources {
@@ -582,6 +632,8 @@ pub struct Reconciler {
     pub kubelet_root: Option<std::path::PathBuf>,
     /// Refused `oom_score_adj` lowerings already reported (warned once each).
     pub reported_denials: std::sync::Mutex<std::collections::BTreeSet<(u32, i64)>>,
+    /// Host application refusals already warned about: (name, refusal).
+    pub reported_host_app_refusals: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 impl Reconciler {
@@ -611,7 +663,11 @@ impl Reconciler {
             return RoundReport::default();
         };
         let layout = self.dispatcher.layout().clone();
-        let desired = plan_round(&self.dispatcher, &snapshot.pods, &CgroupNodeView(&layout));
+        let view = CgroupNodeView(&layout);
+        let mut desired = plan_round(&self.dispatcher, &snapshot.pods, &view);
+        let (host_app_effects, refused) = plan_host_apps(&self.dispatcher, &view);
+        desired.extend(host_app_effects);
+        self.report_host_app_refusals(&refused);
         let report = repair_blocking(desired, &self.dispatcher, &self.applier);
         resctrl_gc(&self.dispatcher, &self.applier, &snapshot.pods);
         let mut reported = self
@@ -631,6 +687,34 @@ impl Reconciler {
         reported.retain(|entry| report.oom_lowering_denied.contains(entry));
         drop(reported);
         report
+    }
+
+    /// Warns once per refused host application (and refusal), and sets
+    /// the refused / enforced gauges.
+    fn report_host_app_refusals(&self, refused: &[HostAppRefused]) {
+        let total = self
+            .dispatcher
+            .rules()
+            .host_applications
+            .len()
+            .min(super::hostapp::MAX_HOST_APPS);
+        if let Some(metrics) = self.dispatcher.metrics() {
+            metrics.set_host_apps(total.saturating_sub(refused.len()), refused.len());
+        }
+        let mut reported = self
+            .reported_host_app_refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let current: std::collections::BTreeSet<(String, String)> = refused
+            .iter()
+            .map(|r| (r.name.clone(), r.refusal.to_string()))
+            .collect();
+        for (name, refusal) in &current {
+            if !reported.contains(&(name.clone(), refusal.clone())) {
+                tracing::warn!(app = %name, %refusal, "host application cgroup refused; its QoS is not enforced");
+            }
+        }
+        *reported = current;
     }
 
     /// Runs rounds every interval (and refreshes rules when the pods change)

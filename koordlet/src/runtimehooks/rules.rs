@@ -7,7 +7,9 @@ use apis::extension::{
     KUBELET_CPU_MANAGER_POLICY_STATIC, QoSClass, get_cpu_normalization_ratio,
     get_kubelet_cpu_manager_policy, get_system_qos_resource,
 };
-use apis::slo::v1alpha1::{CPUQOSPolicy, CPUSuppressPolicy, NodeSLO, ResourceQOS};
+use apis::slo::v1alpha1::{
+    CPUQOSPolicy, CPUSuppressPolicy, HostApplicationSpec, NodeSLO, ResourceQOS,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::metricsadvisor::{CpuInfo, CpuTopology};
@@ -91,6 +93,9 @@ pub struct NodeRules {
     /// The node's online CPUs (capabilities), when known: a scheduler
     /// cpuset naming others is refused.
     pub online_cpus: Option<CpuSet>,
+    /// The NodeSLO's `spec.hostApplications`, as given (the reconciler
+    /// validates their cgroup paths against the layout).
+    pub host_applications: Vec<HostApplicationSpec>,
 }
 
 impl Default for NodeRules {
@@ -107,6 +112,7 @@ impl Default for NodeRules {
             resctrl: BTreeMap::new(),
             resctrl_info: None,
             online_cpus: None,
+            host_applications: Vec::new(),
         }
     }
 }
@@ -220,6 +226,12 @@ impl NodeRules {
             let suppress_by_quota = threshold.enable.unwrap_or(false)
                 && threshold.cpu_suppress_policy == Some(CPUSuppressPolicy::CfsQuota);
             rules.be_cfs_quota_enabled = !suppress_by_quota;
+        }
+
+        if let Some(slo) = node_slo {
+            rules
+                .host_applications
+                .clone_from(&slo.spec.host_applications);
         }
 
         if node_slo.is_some() {

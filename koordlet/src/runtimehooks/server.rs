@@ -142,6 +142,15 @@ impl HookService {
         let adjustment = self
             .decide(method, stage, HookRequest::Container(context))
             .await?;
+        if !adjustment.devices.is_empty() {
+            // Upstream drops them silently here too; say so instead.
+            let paths: Vec<&str> = adjustment.devices.iter().map(|d| d.path.as_str()).collect();
+            tracing::warn!(
+                method,
+                devices = ?paths,
+                "the RuntimeHookService response cannot carry device nodes; they are not added (use the NRI transport for RDMADeviceInject)"
+            );
+        }
         Ok(Response::new(adjustment.to_container_response(&request)))
     }
 

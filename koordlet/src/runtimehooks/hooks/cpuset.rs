@@ -23,8 +23,9 @@ use apis::extension::{
     ANNOTATION_RESOURCE_STATUS, QoSClass, ResourceStatus, StringMap, get_resource_status,
 };
 
+use crate::runtimehooks::hostapp::HostAppContext;
 use crate::runtimehooks::protocol::*;
-use crate::system::cgroup::QosTier;
+use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 use crate::system::units::CpuSet;
 
 pub struct CpuSetAllocator {
@@ -136,6 +137,30 @@ impl Hook for CpuSetAllocator {
         }
         Ok(())
     }
+
+    /// An LS host application gets the LS share pool (upstream's rule: all
+    /// share pools). Upstream answers other classes with an error every
+    /// round; they are left alone here without one.
+    fn host_app(
+        &self,
+        app: &HostAppContext,
+        env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        if app.qos != apis::extension::QoSClass::LS {
+            return Ok(());
+        }
+        let Some(pool) = env.rules.ls_share_pool.as_ref().filter(|p| !p.is_empty()) else {
+            return Ok(());
+        };
+        out.cgroup_write(
+            app.cgroup_dir.clone(),
+            CgroupResource::CpusetCpus,
+            CgroupValue::CpuSet(pool.clone()),
+            "CPUSetAllocator: LS host application share pool",
+        );
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -153,6 +178,40 @@ mod tests {
             system_qos_cpus: Some("0".parse::<CpuSet>().unwrap()),
             ..NodeRules::default()
         }
+    }
+
+    /// Upstream's `Test_cpusetRule_getHostAppCpuset` cases, as facts: an LS
+    /// application gets the share pool, LSR none (upstream: an error).
+    #[test]
+    fn host_applications_get_the_ls_share_pool() {
+        let hook = CpuSetAllocator {
+            disable_unset_cpu_quota: false,
+        };
+        let app = |qos| HostAppContext {
+            name: "test-app".into(),
+            qos,
+            cgroup_dir: "host-latency-sensitive/test-app".into(),
+        };
+        let decide_app = |qos, rules: NodeRules| {
+            let mut out = Adjustment::default();
+            hook.host_app(&app(qos), &env_with(rules), &mut out)
+                .unwrap();
+            out.side_effects
+        };
+        let effects = decide_app(apis::extension::QoSClass::LS, rules());
+        assert_eq!(
+            effects,
+            vec![SideEffect::CgroupWrite {
+                dir: "host-latency-sensitive/test-app".into(),
+                resource: CgroupResource::CpusetCpus,
+                value: CgroupValue::CpuSet("4-7".parse().unwrap()),
+                reason: "CPUSetAllocator: LS host application share pool".into(),
+            }]
+        );
+        assert!(decide_app(apis::extension::QoSClass::LSR, rules()).is_empty());
+        assert!(decide_app(apis::extension::QoSClass::BE, rules()).is_empty());
+        // The pool is not known yet: nothing.
+        assert!(decide_app(apis::extension::QoSClass::LS, NodeRules::default()).is_empty());
     }
 
     fn decide(hook: &CpuSetAllocator, pod: PodContext, rules: NodeRules) -> Adjustment {

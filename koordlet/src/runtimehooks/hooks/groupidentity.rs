@@ -82,6 +82,29 @@ impl Hook for GroupIdentity {
         Ok(())
     }
 
+    /// A host application takes its class's value (LSE as LSR); SYSTEM and
+    /// none get 0, as upstream's `getHostQOSBvtValue`.
+    fn host_app(
+        &self,
+        app: &crate::runtimehooks::hostapp::HostAppContext,
+        env: &HookEnv,
+        out: &mut Adjustment,
+    ) -> Result<(), HookError> {
+        let value = match app.qos {
+            QoSClass::LSE | QoSClass::LSR => class_value(&env.rules, QoSClass::LSR),
+            QoSClass::LS => class_value(&env.rules, QoSClass::LS),
+            QoSClass::BE => class_value(&env.rules, QoSClass::BE),
+            QoSClass::System | QoSClass::None => 0,
+        };
+        out.cgroup_write(
+            app.cgroup_dir.clone(),
+            CgroupResource::CpuBvtWarpNs,
+            CgroupValue::Int(value),
+            "GroupIdentity: host application bvt",
+        );
+        Ok(())
+    }
+
     fn qos_tier(
         &self,
         tier: QosTier,
@@ -137,6 +160,39 @@ mod tests {
             },
         );
         assert_eq!(pod_bvt(&pod("BE", "besteffort", &[]), &rules), -1);
+        // Host applications (upstream's Test_bvtPlugin_ruleUpdateCbForHostApp:
+        // an LS app gets the LS value 2).
+        let host_app = |qos| {
+            let app = crate::runtimehooks::hostapp::HostAppContext {
+                name: "test-app".into(),
+                qos,
+                cgroup_dir: "test-ls/test-app".into(),
+            };
+            let mut out = Adjustment::default();
+            GroupIdentity
+                .host_app(&app, &env_with(rules.clone()), &mut out)
+                .unwrap();
+            match out.side_effects.as_slice() {
+                [
+                    SideEffect::CgroupWrite {
+                        dir,
+                        resource,
+                        value: CgroupValue::Int(v),
+                        ..
+                    },
+                ] => {
+                    assert_eq!(dir, std::path::Path::new("test-ls/test-app"));
+                    assert_eq!(*resource, CgroupResource::CpuBvtWarpNs);
+                    *v
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(host_app(QoSClass::LS), 2);
+        assert_eq!(host_app(QoSClass::LSE), 2);
+        assert_eq!(host_app(QoSClass::BE), -1);
+        assert_eq!(host_app(QoSClass::System), 0);
+        assert_eq!(host_app(QoSClass::None), 0);
         assert_eq!(pod_bvt(&pod("", "", &[]), &rules), 2);
         assert_eq!(pod_bvt(&pod("LSE", "", &[]), &rules), 2);
         rules.cpu_qos.insert(

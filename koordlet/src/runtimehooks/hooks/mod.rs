@@ -10,6 +10,7 @@
 //! | GPUEnvInject | off | PreCreateContainer | — |
 //! | GroupIdentity | on | PreRunPodSandbox | group identity |
 //! | OOMScoreAdj | off | PreCreateContainer, PostStartContainer | — |
+//! | RDMADeviceInject | off | PreCreateContainer (NRI only carries devices) | — |
 //! | Resctrl | off | PreRunPodSandbox, PreCreateContainer, PostStartContainer, PreRemoveRunPodSandbox, PostStopPodSandbox | resctrl |
 
 pub mod batchresource;
@@ -19,6 +20,7 @@ pub mod cpuset;
 pub mod gpu;
 pub mod groupidentity;
 pub mod oomscoreadj;
+pub mod rdma;
 pub mod resctrl;
 
 use std::collections::BTreeMap;
@@ -72,11 +74,23 @@ pub fn resource_value(list: &ResourceList, name: &str) -> Result<Option<i64>, Ho
 }
 
 /// Per-hook settings from flags.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookOptions {
     /// Upstream `--disable-unset-cpu-quota`: keep the CFS quota of
     /// cpuset-bound containers.
     pub disable_unset_cpu_quota: bool,
+    /// The host's /sys (`--sys-root-dir`): RDMADeviceInject finds the
+    /// uverbs devices of PCI functions there.
+    pub sys_root: std::path::PathBuf,
+}
+
+impl Default for HookOptions {
+    fn default() -> Self {
+        Self {
+            disable_unset_cpu_quota: false,
+            sys_root: "/sys/".into(),
+        }
+    }
 }
 
 /// Every hook with its upstream feature-gate default.
@@ -94,6 +108,10 @@ pub fn all_hooks(options: &HookOptions) -> Vec<(Arc<dyn Hook>, bool)> {
         (Arc::new(gpu::GpuEnvInject), false),
         (Arc::new(groupidentity::GroupIdentity), true),
         (Arc::new(oomscoreadj::OomScoreAdj), false),
+        (
+            Arc::new(rdma::RdmaDeviceInject::with_sys_root(&options.sys_root)),
+            false,
+        ),
         (Arc::new(resctrl::ResctrlHook), false),
     ]
 }

@@ -269,14 +269,36 @@ pub fn container_adjustment(adjustment: &Adjustment) -> api::ContainerAdjustment
                 value: value.clone(),
             })
             .collect(),
-        linux: nri_resources(&adjustment.resources, adjustment.rdt_class.as_deref()).map(
-            |resources| api::LinuxContainerAdjustment {
-                resources: Some(resources),
-                ..Default::default()
-            },
-        ),
+        linux: linux_adjustment(adjustment),
         ..Default::default()
     }
+}
+
+/// The Linux part of a creation adjustment: resources, RDT class and
+/// device nodes; `None` when there is none of them.
+fn linux_adjustment(adjustment: &Adjustment) -> Option<api::LinuxContainerAdjustment> {
+    let resources = nri_resources(&adjustment.resources, adjustment.rdt_class.as_deref());
+    if resources.is_none() && adjustment.devices.is_empty() {
+        return None;
+    }
+    Some(api::LinuxContainerAdjustment {
+        resources,
+        devices: adjustment
+            .devices
+            .iter()
+            .map(|device| api::LinuxDevice {
+                path: device.path.clone(),
+                r#type: device.kind.to_string(),
+                major: device.major,
+                minor: device.minor,
+                file_mode: Some(api::OptionalFileMode {
+                    value: device.file_mode,
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    })
 }
 
 /// The update of an existing container; `None` when nothing changes. The

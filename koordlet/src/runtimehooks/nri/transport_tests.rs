@@ -1058,3 +1058,87 @@ async fn a_states_informer_that_never_syncs_delays_the_plugin_only_until_the_tim
         .trigger(koord_common::ShutdownReason::Requested("test".into()));
     let _ = std::fs::remove_dir_all(&hooks.base);
 }
+
+#[test]
+fn create_container_adds_the_allocated_rdma_device_nodes() {
+    use crate::runtimehooks::hooks::rdma::RdmaDeviceInject;
+    let base = temp_dir("rdma");
+    let sys = base.join("sys");
+    let write = |path: PathBuf, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(sys.join("class/misc/rdma_cm/dev"), "10:58\n");
+    write(
+        sys.join("bus/pci/devices/0000:1f:00.2/infiniband_verbs/uverbs4/dev"),
+        "231:196\n",
+    );
+    let caps = caps_with(&["cpu", "cpuset", "memory"]);
+    let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, base.join("cg"));
+    let dispatcher = Arc::new(HookDispatcher::new(
+        vec![(
+            Arc::new(RdmaDeviceInject::with_sys_root(&sys)) as Arc<dyn Hook>,
+            true,
+        )],
+        &caps,
+        layout,
+        FailurePolicyConfig::default(),
+    ));
+    assert!(dispatcher.is_active("RDMADeviceInject"));
+    let plugin = NriPlugin::new(dispatcher, None, NriStatus::new(NriState::Disabled));
+    let request = |annotation: Option<&str>| {
+        let mut pod = nri_pod("sb1", &[("koordinator.sh/qosClass", "LS")]);
+        if let Some(value) = annotation {
+            pod.annotations.insert(
+                apis::extension::ANNOTATION_DEVICE_ALLOCATED.to_string(),
+                value.to_string(),
+            );
+        }
+        api::CreateContainerRequest {
+            pod: Some(pod),
+            container: Some(nri_container("c1", "sb1")),
+        }
+    };
+    let devices = |response: api::CreateContainerResponse| {
+        response
+            .adjust
+            .and_then(|a| a.linux)
+            .map(|l| l.devices)
+            .unwrap_or_default()
+    };
+
+    let response = plugin
+        .create_container(&request(Some(
+            r#"{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},"id":"0000:1f:00.0","extension":{"vfs":[{"minor":2,"busID":"0000:1f:00.2"}]}}]}"#,
+        )))
+        .unwrap();
+    let added = devices(response);
+    let summary: Vec<(&str, &str, i64, i64, u32)> = added
+        .iter()
+        .map(|d| {
+            (
+                d.path.as_str(),
+                d.r#type.as_str(),
+                d.major,
+                d.minor,
+                d.file_mode.as_ref().map(|m| m.value).unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("/dev/infiniband/rdma_cm", "c", 10, 58, 0o666),
+            ("/dev/infiniband/uverbs4", "c", 231, 196, 0o666),
+        ]
+    );
+
+    // No allocation: no devices. A bad one under the default (Ignore)
+    // policy: the container is created without devices.
+    assert!(devices(plugin.create_container(&request(None)).unwrap()).is_empty());
+    let bad = plugin
+        .create_container(&request(Some(r#"{"rdma":[{"minor":0,"id":"../etc"}]}"#)))
+        .unwrap();
+    assert!(devices(bad).is_empty());
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::nvml::NvmlGpuSource;
+use super::uverbs;
 use super::{
     ACCELERATORS_GATE, DeviceSnapshot, DeviceSource, PciSysfs, RDMA_DEVICES_GATE, RdmaSysfsSource,
     discover_all,
@@ -33,6 +34,14 @@ pub struct DevicesCapability {
     pub report: String,
     /// Devices or attributes discovery skipped.
     pub problems: Vec<String>,
+    /// RDMADeviceInject could add the nodes of every RDMA function found
+    /// (`rdma_cm` and a uverbs device for each PF, or each VF when SR-IOV is
+    /// configured); false when there is none or one is missing.
+    #[serde(default)]
+    pub rdma_inject: bool,
+    /// What was found, or what is missing.
+    #[serde(default)]
+    pub rdma_inject_detail: String,
 }
 
 impl DevicesCapability {
@@ -80,6 +89,8 @@ impl DevicesCapability {
                 .sum(),
             report,
             problems: snapshot.problems.clone(),
+            rdma_inject: false,
+            rdma_inject_detail: "not checked".to_string(),
         }
     }
 
@@ -107,6 +118,11 @@ impl DevicesCapability {
                     .to_string(),
                 self.report.clone(),
             ),
+            (
+                "devices.rdmaInject",
+                self.rdma_inject.to_string(),
+                self.rdma_inject_detail.clone(),
+            ),
         ];
         if !self.problems.is_empty() {
             rows.push((
@@ -132,5 +148,41 @@ pub fn detect(sys_root: &Path, feature_gates: &str) -> DevicesCapability {
         Err(reason) => Some(reason),
     };
     let snapshot = discover_all(&sources, &PciSysfs::new(sys_root));
-    DevicesCapability::from_discovery(no_nvml, &snapshot, accelerators, rdma_gate)
+    let (rdma_inject, rdma_inject_detail) = rdma_inject_check(sys_root, &snapshot);
+    DevicesCapability {
+        rdma_inject,
+        rdma_inject_detail,
+        ..DevicesCapability::from_discovery(no_nvml, &snapshot, accelerators, rdma_gate)
+    }
+}
+
+/// Whether the device nodes RDMADeviceInject would add exist for every
+/// RDMA function discovery found (reads sysfs below `sys_root`).
+pub fn rdma_inject_check(sys_root: &Path, snapshot: &DeviceSnapshot) -> (bool, String) {
+    let functions: Vec<&str> = snapshot
+        .rdma
+        .iter()
+        .flat_map(|nic| match nic.vfs.as_deref() {
+            Some(vfs) if !vfs.is_empty() => vfs.iter().map(String::as_str).collect(),
+            _ => vec![nic.bus_id.as_str()],
+        })
+        .collect();
+    if functions.is_empty() {
+        return (false, "no RDMA function to inject".to_string());
+    }
+    let cm = match uverbs::rdma_cm(sys_root) {
+        Ok(cm) => format!("rdma_cm {}:{}", cm.major, cm.minor),
+        Err(error) => return (false, format!("no rdma_cm (is rdma_ucm loaded?): {error}")),
+    };
+    let missing: Vec<String> = functions
+        .iter()
+        .filter_map(|bdf| uverbs::uverbs_of(sys_root, bdf).err())
+        .map(|error| error.to_string())
+        .collect();
+    let found = functions.len() - missing.len();
+    let mut detail = format!("{cm}; uverbs for {found}/{} PCI functions", functions.len());
+    if let Some(first) = missing.first() {
+        detail.push_str(&format!("; {first}"));
+    }
+    (missing.is_empty(), crate::bounds::cut(detail))
 }

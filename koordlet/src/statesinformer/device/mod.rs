@@ -24,6 +24,7 @@ pub mod spec;
 pub mod sysfs;
 #[cfg(test)]
 mod tests;
+pub mod uverbs;
 
 use std::path::PathBuf;
 use std::sync::Arc;

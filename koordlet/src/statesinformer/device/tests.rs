@@ -858,13 +858,52 @@ fn the_capability_rows_say_what_was_found_and_whether_it_is_reported() {
         "false".to_string(),
         "not reported: feature gate Accelerators is off (upstream's default); RDMA also needs RDMADevices".to_string()
     ));
-    assert_eq!(rows[4].0, "devices.problems");
+    assert_eq!(rows[4].0, "devices.rdmaInject");
+    assert_eq!(rows[5].0, "devices.problems");
     let on = DevicesCapability::from_discovery(None, &snapshot, true, true);
     assert_eq!(on.rows()[3].1, "true");
     let empty = DevicesCapability::from_discovery(None, &DeviceSnapshot::default(), true, true);
     assert_eq!(empty.rows()[3].1, "false");
     assert!(empty.report.contains("no GPU or RDMA device"));
     assert_eq!(DeviceType::Rdma.as_str(), "rdma");
+}
+
+#[test]
+fn the_rdma_inject_row_checks_rdma_cm_and_a_uverbs_device_per_function() {
+    use super::capability::rdma_inject_check;
+    let sys = rdma_tree();
+    let snapshot = discover_all(
+        &sources(vec![Arc::new(RdmaSysfsSource::new(sys.root()))]),
+        &PciSysfs::new(sys.root()),
+    );
+    let (ok, detail) = rdma_inject_check(sys.root(), &snapshot);
+    assert!(!ok);
+    assert!(detail.starts_with("no rdma_cm"), "{detail}");
+    let write = |path: std::path::PathBuf, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(sys.root().join("class/misc/rdma_cm/dev"), "10:58\n");
+    // The PF with VFs is exposed through its VFs, the other through itself.
+    let mut functions: Vec<String> = snapshot.rdma[0].vfs.clone().unwrap();
+    functions.push(snapshot.rdma[1].bus_id.clone());
+    assert_eq!(functions.len(), 13);
+    let (ok, detail) = rdma_inject_check(sys.root(), &snapshot);
+    assert!(!ok);
+    assert!(detail.contains("uverbs for 0/13"), "{detail}");
+    for (index, bdf) in functions.iter().enumerate() {
+        write(
+            sys.root()
+                .join("bus/pci/devices")
+                .join(bdf)
+                .join(format!("infiniband_verbs/uverbs{index}/dev")),
+            &format!("231:{}\n", 192 + index),
+        );
+    }
+    let (ok, detail) = rdma_inject_check(sys.root(), &snapshot);
+    assert!(ok, "{detail}");
+    assert_eq!(detail, "rdma_cm 10:58; uverbs for 13/13 PCI functions");
+    assert!(!rdma_inject_check(sys.root(), &DeviceSnapshot::default()).0);
 }
 
 #[test]
