@@ -106,8 +106,12 @@ fn add_address(socket: &mut RouteSocket, index: u32, ip: Ipv4Addr) {
     message.header.family = AddressFamily::Inet;
     message.header.prefix_len = 24;
     message.header.index = index;
-    message.attributes.push(AddressAttribute::Local(IpAddr::V4(ip)));
-    message.attributes.push(AddressAttribute::Address(IpAddr::V4(ip)));
+    message
+        .attributes
+        .push(AddressAttribute::Local(IpAddr::V4(ip)));
+    message
+        .attributes
+        .push(AddressAttribute::Address(IpAddr::V4(ip)));
     socket
         .request(
             RouteNetlinkMessage::NewAddress(message),
@@ -124,10 +128,13 @@ fn build_link(sender: &Netns, receiver: &Netns) -> u32 {
     let sender_index = sender.run(|| {
         let mut socket = RouteSocket::open().expect("route socket");
         let mut peer = LinkMessage::default();
-        peer.attributes.push(LinkAttribute::IfName(RECEIVER_LINK.to_string()));
+        peer.attributes
+            .push(LinkAttribute::IfName(RECEIVER_LINK.to_string()));
         peer.attributes.push(LinkAttribute::NetNsFd(receiver_fd));
         let mut message = LinkMessage::default();
-        message.attributes.push(LinkAttribute::IfName(SENDER_LINK.to_string()));
+        message
+            .attributes
+            .push(LinkAttribute::IfName(SENDER_LINK.to_string()));
         message.attributes.push(LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::Veth),
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
@@ -203,8 +210,11 @@ fn measure(
     warmup: Duration,
     window: Duration,
 ) -> (f64, f64) {
-    let received: Arc<BTreeMap<Ipv4Addr, AtomicU64>> =
-        Arc::new([(LS_IP, AtomicU64::new(0)), (BE_IP, AtomicU64::new(0))].into_iter().collect());
+    let received: Arc<BTreeMap<Ipv4Addr, AtomicU64>> = Arc::new(
+        [(LS_IP, AtomicU64::new(0)), (BE_IP, AtomicU64::new(0))]
+            .into_iter()
+            .collect(),
+    );
     let stop = AtomicBool::new(false);
     let (port_tx, port_rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
@@ -213,11 +223,15 @@ fn measure(
         scope.spawn(move || {
             receiver.enter();
             let listener = TcpListener::bind(SocketAddrV4::new(RECEIVER_IP, 0)).expect("listen");
-            port_tx.send(listener.local_addr().expect("addr").port()).expect("port");
+            port_tx
+                .send(listener.local_addr().expect("addr").port())
+                .expect("port");
             std::thread::scope(|inner| {
                 for _ in 0..sources.len() {
                     let (mut stream, peer) = listener.accept().expect("accept");
-                    let IpAddr::V4(source) = peer.ip() else { panic!("IPv6 peer") };
+                    let IpAddr::V4(source) = peer.ip() else {
+                        panic!("IPv6 peer")
+                    };
                     let counter = &received_ref[&source];
                     inner.spawn(move || {
                         let mut buffer = vec![0u8; 256 * 1024];
@@ -231,30 +245,47 @@ fn measure(
                 }
             });
         });
-        let port = port_rx.recv_timeout(Duration::from_secs(5)).expect("receiver port");
+        let port = port_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("receiver port");
         for &source in sources {
             scope.spawn(move || {
                 sender.enter();
                 let mut stream = connect_from(source, SocketAddrV4::new(RECEIVER_IP, port));
-                stream.set_write_timeout(Some(Duration::from_millis(200))).expect("timeout");
+                stream
+                    .set_write_timeout(Some(Duration::from_millis(200)))
+                    .expect("timeout");
                 let chunk = vec![0x5au8; 64 * 1024];
                 while !stop_ref.load(Ordering::Relaxed) {
                     match stream.write(&chunk) {
                         Ok(_) => {}
-                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
                         Err(e) => panic!("send from {source}: {e}"),
                     }
                 }
             });
         }
         std::thread::sleep(warmup);
-        let start = (received[&LS_IP].load(Ordering::Relaxed), received[&BE_IP].load(Ordering::Relaxed));
+        let start = (
+            received[&LS_IP].load(Ordering::Relaxed),
+            received[&BE_IP].load(Ordering::Relaxed),
+        );
         let began = Instant::now();
         std::thread::sleep(window);
-        let end = (received[&LS_IP].load(Ordering::Relaxed), received[&BE_IP].load(Ordering::Relaxed));
+        let end = (
+            received[&LS_IP].load(Ordering::Relaxed),
+            received[&BE_IP].load(Ordering::Relaxed),
+        );
         let seconds = began.elapsed().as_secs_f64();
         stop.store(true, Ordering::Relaxed);
-        ((end.0 - start.0) as f64 * 8.0 / seconds, (end.1 - start.1) as f64 * 8.0 / seconds)
+        (
+            (end.0 - start.0) as f64 * 8.0 / seconds,
+            (end.1 - start.1) as f64 * 8.0 / seconds,
+        )
     })
 }
 
@@ -293,10 +324,19 @@ fn be_is_capped_and_ls_keeps_its_guarantee_on_a_real_veth() {
     // Control: without the plan BE is far above its cap, so the shaped
     // assertions below can fail.
     let both = [LS_IP, BE_IP];
-    let (ls_free, be_free) =
-        measure(&sender, &receiver, &both, Duration::from_millis(300), Duration::from_secs(1));
+    let (ls_free, be_free) = measure(
+        &sender,
+        &receiver,
+        &both,
+        Duration::from_millis(300),
+        Duration::from_secs(1),
+    );
     println!("unshaped: LS {} BE {}", mbit(ls_free), mbit(be_free));
-    assert!(be_free > 3.0 * be_cap, "unshaped BE only {}: veth too slow to tell", mbit(be_free));
+    assert!(
+        be_free > 3.0 * be_cap,
+        "unshaped BE only {}: veth too slow to tell",
+        mbit(be_free)
+    );
 
     let spec = node_slo(true);
     let NetQosDecision::Apply(plan) = decide(Some(&spec), &pods(true), None) else {
@@ -304,39 +344,73 @@ fn be_is_capped_and_ls_keeps_its_guarantee_on_a_real_veth() {
     };
     let observed = sender.run(|| {
         let mut socket = RouteSocket::open().expect("route socket");
-        let first = run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("first round");
+        let first =
+            run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("first round");
         assert!(first.errors.is_empty(), "{:?}", first.errors);
         assert_eq!(first.applied, 1 + 4 + 2);
-        let second = run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("second round");
-        assert_eq!((second.applied, second.errors.len()), (0, 0), "second round changed something");
+        let second =
+            run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("second round");
+        assert_eq!(
+            (second.applied, second.errors.len()),
+            (0, 0),
+            "second round changed something"
+        );
         socket.observe(ifindex).expect("read back")
     });
     // Read back through netlink: the classes as planned, one filter per pod.
     assert!(observed.has_our_qdisc());
-    assert_eq!(observed.root_qdisc.as_ref().and_then(|q| q.default_minor), Some(2));
+    assert_eq!(
+        observed.root_qdisc.as_ref().and_then(|q| q.default_minor),
+        Some(2)
+    );
     for spec in &plan.classes {
         let want = wire_class(spec);
         let have = observed.classes.iter().find(|c| c.handle == want.handle);
         assert_eq!(have, Some(&want), "class 1:{}", spec.minor);
     }
-    let filters: Vec<(Option<IpAddr>, Option<u32>)> =
-        observed.filters.iter().map(|f| (f.source, f.class)).collect();
-    assert_eq!(
-        filters.len(),
-        2,
-        "{filters:?}"
-    );
+    let filters: Vec<(Option<IpAddr>, Option<u32>)> = observed
+        .filters
+        .iter()
+        .map(|f| (f.source, f.class))
+        .collect();
+    assert_eq!(filters.len(), 2, "{filters:?}");
     assert!(filters.contains(&(Some(IpAddr::V4(LS_IP)), Some(class_handle(NetQosClass::Ls)))));
     assert!(filters.contains(&(Some(IpAddr::V4(BE_IP)), Some(class_handle(NetQosClass::Be)))));
 
     // BE alone: it borrows up to its limit (ceil) and no further.
-    let (_, be_alone) = measure(&sender, &receiver, &[BE_IP], Duration::from_millis(700), Duration::from_secs(2));
-    println!("shaped, BE alone: BE {} (limit {})", mbit(be_alone), mbit(be_cap));
-    assert!(be_alone <= 1.1 * be_cap, "BE alone {} above its limit {}", mbit(be_alone), mbit(be_cap));
-    assert!(be_alone >= 0.8 * be_cap, "BE alone {} far below its limit {}", mbit(be_alone), mbit(be_cap));
+    let (_, be_alone) = measure(
+        &sender,
+        &receiver,
+        &[BE_IP],
+        Duration::from_millis(700),
+        Duration::from_secs(2),
+    );
+    println!(
+        "shaped, BE alone: BE {} (limit {})",
+        mbit(be_alone),
+        mbit(be_cap)
+    );
+    assert!(
+        be_alone <= 1.1 * be_cap,
+        "BE alone {} above its limit {}",
+        mbit(be_alone),
+        mbit(be_cap)
+    );
+    assert!(
+        be_alone >= 0.8 * be_cap,
+        "BE alone {} far below its limit {}",
+        mbit(be_alone),
+        mbit(be_cap)
+    );
     // Both at once: LS (lower HTB prio number) borrows the spare bandwidth
     // first, so BE is held to its guarantee and LS gets at least its own.
-    let (ls, be) = measure(&sender, &receiver, &both, Duration::from_millis(700), Duration::from_secs(2));
+    let (ls, be) = measure(
+        &sender,
+        &receiver,
+        &both,
+        Duration::from_millis(700),
+        Duration::from_secs(2),
+    );
     let be_guarantee = TOTAL_BPS * f64::from(BE_REQUEST_PCT) / 100.0;
     println!(
         "shaped, both: LS {} (guarantee {}) BE {} (guarantee {}, limit {})",
@@ -346,26 +420,62 @@ fn be_is_capped_and_ls_keeps_its_guarantee_on_a_real_veth() {
         mbit(be_guarantee),
         mbit(be_cap)
     );
-    assert!(be <= 1.1 * be_cap, "BE {} above its limit {}", mbit(be), mbit(be_cap));
-    assert!(be >= 0.8 * be_guarantee, "BE {} below its guarantee {}", mbit(be), mbit(be_guarantee));
-    assert!(ls >= 0.9 * ls_guarantee, "LS {} below its guarantee {}", mbit(ls), mbit(ls_guarantee));
-    assert!(ls + be <= 1.1 * TOTAL_BPS, "together {} above the total", mbit(ls + be));
+    assert!(
+        be <= 1.1 * be_cap,
+        "BE {} above its limit {}",
+        mbit(be),
+        mbit(be_cap)
+    );
+    assert!(
+        be >= 0.8 * be_guarantee,
+        "BE {} below its guarantee {}",
+        mbit(be),
+        mbit(be_guarantee)
+    );
+    assert!(
+        ls >= 0.9 * ls_guarantee,
+        "LS {} below its guarantee {}",
+        mbit(ls),
+        mbit(ls_guarantee)
+    );
+    assert!(
+        ls + be <= 1.1 * TOTAL_BPS,
+        "together {} above the total",
+        mbit(ls + be)
+    );
 
     // The BE pod goes: its filter is removed, LS's stays; then disabling
     // removes the whole tree.
     sender.run(|| {
         let mut socket = RouteSocket::open().expect("route socket");
-        let round = run_round(&mut socket, ifindex, Some(&spec), &pods(false), None).expect("round");
+        let round =
+            run_round(&mut socket, ifindex, Some(&spec), &pods(false), None).expect("round");
         assert_eq!((round.applied, round.errors.len()), (1, 0));
         let after = socket.observe(ifindex).expect("read back");
         let sources: Vec<Option<IpAddr>> = after.filters.iter().map(|f| f.source).collect();
         assert_eq!(sources, vec![Some(IpAddr::V4(LS_IP))]);
-        assert!(after.classes.iter().any(|c| c.handle == (1 << 16 | u32::from(BE_CLASS_MINOR))));
-        let off = run_round(&mut socket, ifindex, Some(&node_slo(false)), &pods(false), None).expect("round");
+        assert!(
+            after
+                .classes
+                .iter()
+                .any(|c| c.handle == (1 << 16 | u32::from(BE_CLASS_MINOR)))
+        );
+        let off = run_round(
+            &mut socket,
+            ifindex,
+            Some(&node_slo(false)),
+            &pods(false),
+            None,
+        )
+        .expect("round");
         assert_eq!((off.applied, off.errors.len()), (1, 0));
         let gone = socket.observe(ifindex).expect("read back");
         assert!(!gone.has_our_qdisc(), "{:?}", gone.root_qdisc);
         assert!(gone.classes.is_empty() && gone.filters.is_empty());
     });
-    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
 }

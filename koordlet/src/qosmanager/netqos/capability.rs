@@ -38,7 +38,11 @@ const CGROUP: (&str, &str) = ("cls_cgroup_classify", "cls_cgroup");
 /// Probes with `proc_root` (for kallsyms and the kernel release) and
 /// `modules_root` (`/lib/modules`); `netlink_ok` is the outcome of opening
 /// a route socket (the caller's, so tests can vary it).
-pub fn probe(proc_root: &Path, modules_root: &Path, netlink: Result<(), String>) -> NetQosCapability {
+pub fn probe(
+    proc_root: &Path,
+    modules_root: &Path,
+    netlink: Result<(), String>,
+) -> NetQosCapability {
     let symbols = kernel_symbols(&proc_root.join("kallsyms"), &[HTB.0, U32.0, CGROUP.0]);
     let release = std::fs::read_to_string(proc_root.join("sys/kernel/osrelease"))
         .ok()
@@ -46,7 +50,9 @@ pub fn probe(proc_root: &Path, modules_root: &Path, netlink: Result<(), String>)
         .filter(|s| !s.is_empty() && s.len() < 256 && !s.contains('/'));
     let module_dir = release.map(|r| modules_root.join(r).join("kernel/net/sched"));
     let present = |(symbol, module): (&str, &str)| -> Option<bool> {
-        let built_in_or_loaded = symbols.as_ref().map(|found| found.iter().any(|s| s == symbol));
+        let built_in_or_loaded = symbols
+            .as_ref()
+            .map(|found| found.iter().any(|s| s == symbol));
         let loadable = module_dir.as_ref().map(|dir| {
             ["ko", "ko.xz", "ko.zst", "ko.gz"]
                 .iter()
@@ -65,11 +71,18 @@ pub fn probe(proc_root: &Path, modules_root: &Path, netlink: Result<(), String>)
     if let Err(err) = &netlink {
         missing.push(format!("no rtnetlink socket: {err}"));
     }
-    for (name, state) in [("HTB qdisc (sch_htb)", htb), ("u32 classifier (cls_u32)", u32_classifier)] {
+    for (name, state) in [
+        ("HTB qdisc (sch_htb)", htb),
+        ("u32 classifier (cls_u32)", u32_classifier),
+    ] {
         match state {
             Some(true) => {}
-            Some(false) => missing.push(format!("{name} is neither built in, loaded nor installed as a module")),
-            None => missing.push(format!("{name}: cannot tell (kallsyms unreadable and no module directory)")),
+            Some(false) => missing.push(format!(
+                "{name} is neither built in, loaded nor installed as a module"
+            )),
+            None => missing.push(format!(
+                "{name}: cannot tell (kallsyms unreadable and no module directory)"
+            )),
         }
     }
     let supported = missing.is_empty();

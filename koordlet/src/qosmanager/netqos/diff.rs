@@ -72,13 +72,19 @@ impl ObservedTc {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TcAction {
     /// Install HTB `1:0` at the root (replacing whatever qdisc is there).
-    ReplaceRootQdisc { default_minor: u16 },
+    ReplaceRootQdisc {
+        default_minor: u16,
+    },
     /// Delete the HTB `1:0` at the root (and with it its classes and filters).
     DeleteRootQdisc,
     AddClass(HtbClassSpec),
     ChangeClass(HtbClassSpec),
     AddFilter(PodIpFilter),
-    DeleteFilter { prio: u16, protocol: u16, handle: u32 },
+    DeleteFilter {
+        prio: u16,
+        protocol: u16,
+        handle: u32,
+    },
 }
 
 /// The changes of one round and how many were left for the next.
@@ -156,7 +162,11 @@ pub fn reconcile(observed: &ObservedTc, plan: &NetQosPlan) -> TcChanges {
     let wanted: BTreeMap<IpAddr, &PodIpFilter> = plan.filters.iter().map(|f| (f.ip, f)).collect();
     let mut kept: BTreeMap<IpAddr, ()> = BTreeMap::new();
     let our_slots = [POD_FILTER_PRIO_V4, POD_FILTER_PRIO_V6];
-    for filter in observed.filters.iter().filter(|f| our_slots.contains(&f.prio)) {
+    for filter in observed
+        .filters
+        .iter()
+        .filter(|f| our_slots.contains(&f.prio))
+    {
         let keep = filter.source.is_some_and(|ip| {
             let slot_matches = filter_slot(&ip) == (filter.prio, filter.protocol);
             let class_matches = wanted

@@ -48,7 +48,11 @@ pub fn net_qos_pod(pod: &Pod) -> NetQosPod {
         .into_iter()
         .flatten()
         .map(|ip| ip.ip.as_str());
-    for text in status.and_then(|s| s.pod_ip.as_deref()).into_iter().chain(listed) {
+    for text in status
+        .and_then(|s| s.pod_ip.as_deref())
+        .into_iter()
+        .chain(listed)
+    {
         if let Ok(ip) = text.trim().parse::<IpAddr>()
             && !ips.contains(&ip)
         {
@@ -81,8 +85,16 @@ pub fn link_speed_mbps(sys_root: &Path, interface: &str) -> Option<u64> {
     }
     let path = sys_root.join("class/net").join(interface).join("speed");
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(std::fs::File::open(path).ok()?, 64), &mut text).ok()?;
-    text.trim().parse::<i64>().ok().filter(|v| *v > 0).map(i64::unsigned_abs)
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::open(path).ok()?, 64),
+        &mut text,
+    )
+    .ok()?;
+    text.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|v| *v > 0)
+        .map(i64::unsigned_abs)
 }
 
 /// What one round did.
@@ -138,7 +150,11 @@ pub fn run_round(
                 report.applied += 1;
             }
             Err(err) => {
-                tracing::warn!(feature = FEATURE, ?action, "network QoS change failed: {err}");
+                tracing::warn!(
+                    feature = FEATURE,
+                    ?action,
+                    "network QoS change failed: {err}"
+                );
                 report.errors.push(err.to_string());
             }
         }
@@ -160,7 +176,11 @@ pub fn spawn(
         .spawn(move || {
             let capability = capability::probe_host(&proc_root);
             if !capability.supported {
-                tracing::warn!(feature = FEATURE, "network QoS not supported here: {}", capability.detail);
+                tracing::warn!(
+                    feature = FEATURE,
+                    "network QoS not supported here: {}",
+                    capability.detail
+                );
                 return;
             }
             let mut socket = match RouteSocket::open() {
@@ -177,11 +197,18 @@ pub fn spawn(
         })
 }
 
-fn round_on_uplink(socket: &mut RouteSocket, states: &crate::statesinformer::StatesInformer, sys_root: &Path) {
+fn round_on_uplink(
+    socket: &mut RouteSocket,
+    states: &crate::statesinformer::StatesInformer,
+    sys_root: &Path,
+) {
     let ifindex = match socket.default_route_link() {
         Ok(Some(index)) => index,
         Ok(None) => {
-            tracing::debug!(feature = FEATURE, "no IPv4 default route: no uplink to shape");
+            tracing::debug!(
+                feature = FEATURE,
+                "no IPv4 default route: no uplink to shape"
+            );
             return;
         }
         Err(err) => {

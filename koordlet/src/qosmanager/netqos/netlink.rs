@@ -142,11 +142,15 @@ impl RouteSocket {
                     buffer[offset + 3],
                 ]) as usize;
                 if length < NETLINK_HEADER_BYTES || offset + length > buffer.len() {
-                    return Err(NetlinkError::malformed(operation, "truncated netlink message"));
+                    return Err(NetlinkError::malformed(
+                        operation,
+                        "truncated netlink message",
+                    ));
                 }
                 let chunk = &buffer[offset..offset + length];
                 offset += (length + 3) & !3;
-                let sequence_of_chunk = u32::from_ne_bytes([chunk[8], chunk[9], chunk[10], chunk[11]]);
+                let sequence_of_chunk =
+                    u32::from_ne_bytes([chunk[8], chunk[9], chunk[10], chunk[11]]);
                 if sequence_of_chunk != sequence {
                     continue;
                 }
@@ -191,7 +195,9 @@ impl RouteSocket {
     /// The index of the interface `name`.
     pub fn link_index(&mut self, name: &str) -> Result<u32, NetlinkError> {
         let mut message = LinkMessage::default();
-        message.attributes.push(LinkAttribute::IfName(name.to_string()));
+        message
+            .attributes
+            .push(LinkAttribute::IfName(name.to_string()));
         let answers = self.request(
             RouteNetlinkMessage::GetLink(message),
             0,
@@ -215,10 +221,12 @@ impl RouteSocket {
         answers
             .into_iter()
             .find_map(|answer| match answer {
-                RouteNetlinkMessage::NewLink(link) => link.attributes.into_iter().find_map(|a| match a {
-                    LinkAttribute::IfName(name) => Some(name),
-                    _ => None,
-                }),
+                RouteNetlinkMessage::NewLink(link) => {
+                    link.attributes.into_iter().find_map(|a| match a {
+                        LinkAttribute::IfName(name) => Some(name),
+                        _ => None,
+                    })
+                }
                 _ => None,
             })
             .ok_or_else(|| NetlinkError::malformed(operation, "no name in the answer"))
@@ -229,7 +237,11 @@ impl RouteSocket {
     pub fn default_route_link(&mut self) -> Result<Option<u32>, NetlinkError> {
         let mut message = RouteMessage::default();
         message.header.address_family = netlink_packet_route::AddressFamily::Inet;
-        let answers = self.request(RouteNetlinkMessage::GetRoute(message), NLM_F_DUMP, "dump routes")?;
+        let answers = self.request(
+            RouteNetlinkMessage::GetRoute(message),
+            NLM_F_DUMP,
+            "dump routes",
+        )?;
         const MAIN_TABLE: u32 = 254;
         Ok(answers.into_iter().find_map(|answer| {
             let RouteNetlinkMessage::NewRoute(route) = answer else {
@@ -287,7 +299,9 @@ impl RouteSocket {
         observed.classes = classes
             .into_iter()
             .filter_map(|answer| match answer {
-                RouteNetlinkMessage::NewTrafficClass(c) if c.header.index == index => observed_class(&c),
+                RouteNetlinkMessage::NewTrafficClass(c) if c.header.index == index => {
+                    observed_class(&c)
+                }
                 _ => None,
             })
             .collect();
@@ -301,7 +315,9 @@ impl RouteSocket {
         observed.filters = filters
             .into_iter()
             .filter_map(|answer| match answer {
-                RouteNetlinkMessage::NewTrafficFilter(f) if f.header.index == index => observed_filter(&f),
+                RouteNetlinkMessage::NewTrafficFilter(f) if f.header.index == index => {
+                    observed_filter(&f)
+                }
                 _ => None,
             })
             .collect();
@@ -329,14 +345,18 @@ impl RouteSocket {
                     ))]),
                 ];
                 self.request(
-                    RouteNetlinkMessage::NewQueueDiscipline(TcMessage::from_parts(header, attributes)),
+                    RouteNetlinkMessage::NewQueueDiscipline(TcMessage::from_parts(
+                        header, attributes,
+                    )),
                     NLM_F_CREATE | NLM_F_REPLACE,
                     "add root htb qdisc 1:",
                 )?;
                 Ok(())
             }
             TcAction::DeleteRootQdisc => self.delete_root_qdisc(index),
-            TcAction::AddClass(spec) => self.put_class(index, spec, NLM_F_CREATE | NLM_F_EXCL, "add"),
+            TcAction::AddClass(spec) => {
+                self.put_class(index, spec, NLM_F_CREATE | NLM_F_EXCL, "add")
+            }
             TcAction::ChangeClass(spec) => self.put_class(index, spec, 0, "change"),
             TcAction::AddFilter(filter) => self.add_filter(index, filter),
             TcAction::DeleteFilter {
@@ -373,7 +393,13 @@ impl RouteSocket {
         Ok(())
     }
 
-    fn put_class(&mut self, index: i32, spec: &HtbClassSpec, flags: u16, verb: &str) -> Result<(), NetlinkError> {
+    fn put_class(
+        &mut self,
+        index: i32,
+        spec: &HtbClassSpec,
+        flags: u16,
+        verb: &str,
+    ) -> Result<(), NetlinkError> {
         let header = tc_header(index, spec.handle(), spec.parent, 0);
         let attributes = vec![
             TcAttribute::Kind("htb".to_string()),
@@ -392,9 +418,16 @@ impl RouteSocket {
 
     fn add_filter(&mut self, index: i32, filter: &PodIpFilter) -> Result<(), NetlinkError> {
         let (prio, protocol) = filter_slot(&filter.ip);
-        let header = tc_header(index, 0, handle(MAJOR, QDISC_MINOR), filter_info(prio, protocol));
+        let header = tc_header(
+            index,
+            0,
+            handle(MAJOR, QDISC_MINOR),
+            filter_info(prio, protocol),
+        );
         let options = vec![
-            TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(class_handle(filter.class)))),
+            TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(class_handle(
+                filter.class,
+            )))),
             TcOption::U32(TcFilterU32Option::Selector(source_selector(&filter.ip))),
         ];
         let attributes = vec![
@@ -404,14 +437,20 @@ impl RouteSocket {
         self.request(
             RouteNetlinkMessage::NewTrafficFilter(TcMessage::from_parts(header, attributes)),
             NLM_F_CREATE | NLM_F_EXCL,
-            &format!("add u32 filter src {} -> {} ({})", filter.ip, filter.class.name(), filter.pod),
+            &format!(
+                "add u32 filter src {} -> {} ({})",
+                filter.ip,
+                filter.class.name(),
+                filter.pod
+            ),
         )?;
         Ok(())
     }
 }
 
 fn to_index(ifindex: u32) -> Result<i32, NetlinkError> {
-    i32::try_from(ifindex).map_err(|_| NetlinkError::malformed("interface", format!("index {ifindex} out of range")))
+    i32::try_from(ifindex)
+        .map_err(|_| NetlinkError::malformed("interface", format!("index {ifindex} out of range")))
 }
 
 fn tc_header(index: i32, own: u32, parent: u32, info: u32) -> TcHeader {
@@ -438,7 +477,12 @@ pub fn source_selector(ip: &IpAddr) -> TcU32Selector {
             .octets()
             .chunks_exact(4)
             .zip([8, 12, 16, 20])
-            .map(|(word, off)| (off, u32::from_be_bytes([word[0], word[1], word[2], word[3]])))
+            .map(|(word, off)| {
+                (
+                    off,
+                    u32::from_be_bytes([word[0], word[1], word[2], word[3]]),
+                )
+            })
             .collect(),
     };
     let mut selector = TcU32Selector::default();
@@ -460,7 +504,10 @@ pub fn source_selector(ip: &IpAddr) -> TcU32Selector {
 /// The source address a selector matches, when it is exactly the shape
 /// [`source_selector`] builds.
 pub fn selector_source(selector: &TcU32Selector, protocol: u16) -> Option<IpAddr> {
-    let full = selector.keys.iter().all(|k| k.mask == u32::MAX && k.offmask == 0);
+    let full = selector
+        .keys
+        .iter()
+        .all(|k| k.mask == u32::MAX && k.offmask == 0);
     if !full {
         return None;
     }
@@ -500,15 +547,27 @@ fn htb_class_options(spec: &HtbClassSpec) -> Vec<TcOption> {
     let mut opt = Vec::with_capacity(TC_HTB_OPT_BYTES);
     opt.extend_from_slice(&ratespec(wire.rate_bytes));
     opt.extend_from_slice(&ratespec(wire.ceil_bytes));
-    for word in [wire.buffer_ticks, wire.cbuffer_ticks, wire.quantum, 0, wire.prio] {
+    for word in [
+        wire.buffer_ticks,
+        wire.cbuffer_ticks,
+        wire.quantum,
+        0,
+        wire.prio,
+    ] {
         opt.extend_from_slice(&word.to_ne_bytes());
     }
     let mut options = vec![TcOption::Other(DefaultNla::new(TCA_HTB_PARMS, opt))];
     if wire.rate_bytes > u64::from(u32::MAX) {
-        options.push(TcOption::Other(DefaultNla::new(TCA_HTB_RATE64, wire.rate_bytes.to_ne_bytes().to_vec())));
+        options.push(TcOption::Other(DefaultNla::new(
+            TCA_HTB_RATE64,
+            wire.rate_bytes.to_ne_bytes().to_vec(),
+        )));
     }
     if wire.ceil_bytes > u64::from(u32::MAX) {
-        options.push(TcOption::Other(DefaultNla::new(TCA_HTB_CEIL64, wire.ceil_bytes.to_ne_bytes().to_vec())));
+        options.push(TcOption::Other(DefaultNla::new(
+            TCA_HTB_CEIL64,
+            wire.ceil_bytes.to_ne_bytes().to_vec(),
+        )));
     }
     options
 }
@@ -587,7 +646,10 @@ fn observed_class(message: &TcMessage) -> Option<ObservedClass> {
         return None;
     }
     let nested = htb_nested(message);
-    let parms = nested.iter().find(|(k, _)| *k == TCA_HTB_PARMS).map(|(_, v)| v)?;
+    let parms = nested
+        .iter()
+        .find(|(k, _)| *k == TCA_HTB_PARMS)
+        .map(|(_, v)| v)?;
     if parms.len() < TC_HTB_OPT_BYTES {
         return None;
     }

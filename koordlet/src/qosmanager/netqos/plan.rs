@@ -240,7 +240,9 @@ pub fn bandwidth_value(
         {
             Some(value) if value >= 0 => Some(value.unsigned_abs()),
             _ => {
-                notes.push(format!("{field}: {text:?} is not a bandwidth quantity; counts as 0"));
+                notes.push(format!(
+                    "{field}: {text:?} is not a bandwidth quantity; counts as 0"
+                ));
                 Some(0)
             }
         },
@@ -263,9 +265,12 @@ pub fn total_bandwidth(spec: &NodeSLOSpec, link_speed_mbps: Option<u64>) -> Opti
             "systemStrategy.totalNetworkBandwidth".to_string(),
         ));
     }
-    link_speed_mbps
-        .filter(|speed| *speed > 0)
-        .map(|speed| (speed.saturating_mul(1_000_000), format!("interface speed {speed} Mbit/s")))
+    link_speed_mbps.filter(|speed| *speed > 0).map(|speed| {
+        (
+            speed.saturating_mul(1_000_000),
+            format!("interface speed {speed} Mbit/s"),
+        )
+    })
 }
 
 fn enabled_config(class: Option<&ResourceQOS>) -> Option<&NetworkQOS> {
@@ -289,12 +294,16 @@ fn class_limits(
         limit = request;
     }
     if limit > total {
-        notes.push(format!("{field}Limit {limit} bit/s is above the total {total}; using the total"));
+        notes.push(format!(
+            "{field}Limit {limit} bit/s is above the total {total}; using the total"
+        ));
         limit = total;
     }
     let mut rate = request;
     if rate > limit {
-        notes.push(format!("{field}Request {rate} bit/s is above its limit {limit}; using the limit"));
+        notes.push(format!(
+            "{field}Request {rate} bit/s is above its limit {limit}; using the limit"
+        ));
         rate = limit;
     }
     RateCeil {
@@ -304,7 +313,11 @@ fn class_limits(
 }
 
 /// The decision for one round.
-pub fn decide(spec: Option<&NodeSLOSpec>, pods: &[NetQosPod], link_speed_mbps: Option<u64>) -> NetQosDecision {
+pub fn decide(
+    spec: Option<&NodeSLOSpec>,
+    pods: &[NetQosPod],
+    link_speed_mbps: Option<u64>,
+) -> NetQosDecision {
     let Some(spec) = spec else {
         return NetQosDecision::Leave {
             reason: "no NodeSLO received yet".to_string(),
@@ -337,23 +350,24 @@ pub fn decide(spec: Option<&NodeSLOSpec>, pods: &[NetQosPod], link_speed_mbps: O
         rate_bps: MIN_CLASS_RATE_BPS,
         ceil_bps: total.max(MIN_CLASS_RATE_BPS),
     };
-    let direction = |cfg: Option<&NetworkQOS>, class: &str, egress: bool, notes: &mut Vec<String>| match cfg {
-        Some(cfg) if egress => class_limits(
-            total,
-            cfg.egress_request.as_ref(),
-            cfg.egress_limit.as_ref(),
-            &format!("{class}.networkQOS.egress"),
-            notes,
-        ),
-        Some(cfg) => class_limits(
-            total,
-            cfg.ingress_request.as_ref(),
-            cfg.ingress_limit.as_ref(),
-            &format!("{class}.networkQOS.ingress"),
-            notes,
-        ),
-        None => unlimited,
-    };
+    let direction =
+        |cfg: Option<&NetworkQOS>, class: &str, egress: bool, notes: &mut Vec<String>| match cfg {
+            Some(cfg) if egress => class_limits(
+                total,
+                cfg.egress_request.as_ref(),
+                cfg.egress_limit.as_ref(),
+                &format!("{class}.networkQOS.egress"),
+                notes,
+            ),
+            Some(cfg) => class_limits(
+                total,
+                cfg.ingress_request.as_ref(),
+                cfg.ingress_limit.as_ref(),
+                &format!("{class}.networkQOS.ingress"),
+                notes,
+            ),
+            None => unlimited,
+        };
     let ls_egress = direction(ls, "lsClass", true, &mut notes);
     let be_egress = direction(be, "beClass", true, &mut notes);
     let ingress = IngressFigures {

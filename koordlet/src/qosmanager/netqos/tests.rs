@@ -44,7 +44,10 @@ fn bandwidth_values_follow_upstream_table() {
     }
     let mut notes = Vec::new();
     bandwidth_value(1000, pct(200).as_ref(), "lsClass.x", &mut notes);
-    assert!(notes[0].contains("lsClass.x") && notes[0].contains("200"), "{notes:?}");
+    assert!(
+        notes[0].contains("lsClass.x") && notes[0].contains("200"),
+        "{notes:?}"
+    );
 }
 
 fn slo(total: Option<&str>, ls: Option<NetworkQOSCfg>, be: Option<NetworkQOSCfg>) -> NodeSLOSpec {
@@ -68,7 +71,11 @@ fn slo(total: Option<&str>, ls: Option<NetworkQOSCfg>, be: Option<NetworkQOSCfg>
     }
 }
 
-fn cfg(enable: bool, egress_request: Option<IntOrString>, egress_limit: Option<IntOrString>) -> NetworkQOSCfg {
+fn cfg(
+    enable: bool,
+    egress_request: Option<IntOrString>,
+    egress_limit: Option<IntOrString>,
+) -> NetworkQOSCfg {
     NetworkQOSCfg {
         enable: Some(enable),
         network_qos: NetworkQOS {
@@ -103,9 +110,15 @@ fn total_bandwidth_from_slo_or_interface_speed() {
     let plan = plan_of(decide(Some(&spec), &[], Some(1000)));
     assert_eq!(plan.total_bps, 1_000_000_000);
     assert!(plan.total_source.contains("interface speed"));
-    assert!(matches!(decide(Some(&spec), &[], None), NetQosDecision::Leave { .. }));
+    assert!(matches!(
+        decide(Some(&spec), &[], None),
+        NetQosDecision::Leave { .. }
+    ));
     let zero = slo(Some("0"), Some(cfg(true, pct(10), None)), None);
-    assert!(matches!(decide(Some(&zero), &[], None), NetQosDecision::Leave { .. }));
+    assert!(matches!(
+        decide(Some(&zero), &[], None),
+        NetQosDecision::Leave { .. }
+    ));
 }
 
 #[test]
@@ -121,8 +134,14 @@ fn disabled_or_other_policy_removes_the_tree() {
         net_qos_policy: Some(NETQOSPolicy::TerwayQos),
         ..ResourceQOSPolicies::default()
     });
-    assert!(matches!(decide(Some(&terway), &[], None), NetQosDecision::Remove { .. }));
-    assert!(matches!(decide(None, &[], None), NetQosDecision::Leave { .. }));
+    assert!(matches!(
+        decide(Some(&terway), &[], None),
+        NetQosDecision::Remove { .. }
+    ));
+    assert!(matches!(
+        decide(None, &[], None),
+        NetQosDecision::Leave { .. }
+    ));
 }
 
 #[test]
@@ -170,13 +189,19 @@ fn clamps_and_unenabled_classes() {
     assert_eq!((ls.rate_bps, ls.ceil_bps), (50_000_000, 50_000_000));
     let be = plan.class(BE_CLASS_MINOR).unwrap();
     assert_eq!((be.rate_bps, be.ceil_bps), (50_000_000, 100_000_000));
-    assert_eq!(plan.class(SYSTEM_CLASS_MINOR).unwrap().rate_bps, MIN_CLASS_RATE_BPS);
+    assert_eq!(
+        plan.class(SYSTEM_CLASS_MINOR).unwrap().rate_bps,
+        MIN_CLASS_RATE_BPS
+    );
     assert_eq!(plan.notes.len(), 3, "{:?}", plan.notes);
     // Only BE enabled: LS has no guarantee and no limit.
     let spec = slo(Some("100M"), None, Some(cfg(true, pct(5), pct(20))));
     let plan = plan_of(decide(Some(&spec), &[], None));
     let ls = plan.class(LS_CLASS_MINOR).unwrap();
-    assert_eq!((ls.rate_bps, ls.ceil_bps), (MIN_CLASS_RATE_BPS, 100_000_000));
+    assert_eq!(
+        (ls.rate_bps, ls.ceil_bps),
+        (MIN_CLASS_RATE_BPS, 100_000_000)
+    );
     // A limit of 0 is the request (upstream: ceil 0 becomes the rate).
     let spec = slo(Some("100M"), None, Some(cfg(true, pct(5), pct(0))));
     let be = plan_of(decide(Some(&spec), &[], None)).classes[3].clone();
@@ -195,7 +220,11 @@ fn pod(key: &str, label: Option<&str>, ips: &[&str]) -> NetQosPod {
 
 #[test]
 fn pods_are_classified_by_label_and_address() {
-    let spec = slo(Some("100M"), Some(cfg(true, pct(50), None)), Some(cfg(true, pct(5), pct(20))));
+    let spec = slo(
+        Some("100M"),
+        Some(cfg(true, pct(50), None)),
+        Some(cfg(true, pct(5), pct(20))),
+    );
     let mut host = pod("ns/host", Some("BE"), &["192.168.0.1"]);
     host.host_network = true;
     let mut done = pod("ns/done", Some("BE"), &["10.0.0.9"]);
@@ -212,7 +241,11 @@ fn pods_are_classified_by_label_and_address() {
         done,
     ];
     let plan = plan_of(decide(Some(&spec), &pods, None));
-    let got: Vec<(String, NetQosClass)> = plan.filters.iter().map(|f| (f.ip.to_string(), f.class)).collect();
+    let got: Vec<(String, NetQosClass)> = plan
+        .filters
+        .iter()
+        .map(|f| (f.ip.to_string(), f.class))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -223,8 +256,16 @@ fn pods_are_classified_by_label_and_address() {
             ("fd00::3".to_string(), NetQosClass::Be),
         ]
     );
-    assert!(plan.notes.iter().any(|n| n.contains("host network")), "{:?}", plan.notes);
-    assert!(plan.notes.iter().any(|n| n.contains("claimed by pods ns/lsr and ns/zz-dup")));
+    assert!(
+        plan.notes.iter().any(|n| n.contains("host network")),
+        "{:?}",
+        plan.notes
+    );
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("claimed by pods ns/lsr and ns/zz-dup"))
+    );
 }
 
 #[test]
@@ -250,7 +291,10 @@ fn u32_selectors_match_source_addresses() {
     let v4: IpAddr = "10.211.248.149".parse().unwrap();
     let selector = source_selector(&v4);
     assert_eq!(selector.keys.len(), 1);
-    assert_eq!((selector.keys[0].val, selector.keys[0].off), (0x0ad3_f895, 12));
+    assert_eq!(
+        (selector.keys[0].val, selector.keys[0].off),
+        (0x0ad3_f895, 12)
+    );
     assert_eq!(selector_source(&selector, ETH_P_IP), Some(v4));
     assert_eq!(selector_source(&selector, ETH_P_IPV6), None);
     let v6: IpAddr = "fd00::1:2".parse().unwrap();
@@ -264,11 +308,18 @@ fn u32_selectors_match_source_addresses() {
     partial.keys[0].mask = 0xffff_ff00;
     assert_eq!(selector_source(&partial, ETH_P_IP), None);
     // prio 4, protocol 0x0800 in network order.
-    assert_eq!(filter_info(4, ETH_P_IP), (4 << 16) | u32::from(0x0800u16.to_be()));
+    assert_eq!(
+        filter_info(4, ETH_P_IP),
+        (4 << 16) | u32::from(0x0800u16.to_be())
+    );
 }
 
 fn sample_plan(pods: &[NetQosPod]) -> NetQosPlan {
-    let spec = slo(Some("100M"), Some(cfg(true, pct(50), None)), Some(cfg(true, pct(5), pct(20))));
+    let spec = slo(
+        Some("100M"),
+        Some(cfg(true, pct(50), None)),
+        Some(cfg(true, pct(5), pct(20))),
+    );
     plan_of(decide(Some(&spec), pods, None))
 }
 
@@ -300,7 +351,10 @@ fn in_sync(plan: &NetQosPlan) -> ObservedTc {
 
 #[test]
 fn reconcile_is_idempotent_and_changes_only_differences() {
-    let pods = vec![pod("ns/ls", Some("LS"), &["10.0.0.1"]), pod("ns/be", Some("BE"), &["10.0.0.2"])];
+    let pods = vec![
+        pod("ns/ls", Some("LS"), &["10.0.0.1"]),
+        pod("ns/be", Some("BE"), &["10.0.0.2"]),
+    ];
     let plan = sample_plan(&pods);
     // Foreign root qdisc: everything is installed fresh.
     let foreign = ObservedTc {
@@ -313,7 +367,10 @@ fn reconcile_is_idempotent_and_changes_only_differences() {
     };
     let changes = reconcile(&foreign, &plan);
     assert_eq!(changes.actions.len(), 1 + 4 + 2);
-    assert_eq!(changes.actions[0], TcAction::ReplaceRootQdisc { default_minor: 2 });
+    assert_eq!(
+        changes.actions[0],
+        TcAction::ReplaceRootQdisc { default_minor: 2 }
+    );
     // In sync: nothing.
     let mut observed = in_sync(&plan);
     assert_eq!(reconcile(&observed, &plan), TcChanges::default());
@@ -341,8 +398,16 @@ fn reconcile_is_idempotent_and_changes_only_differences() {
         changes.actions,
         vec![
             TcAction::ChangeClass(plan.classes[3].clone()),
-            TcAction::DeleteFilter { prio: 4, protocol: ETH_P_IP, handle: 0x8000_0800 },
-            TcAction::DeleteFilter { prio: 4, protocol: ETH_P_IP, handle: 0x8000_0900 },
+            TcAction::DeleteFilter {
+                prio: 4,
+                protocol: ETH_P_IP,
+                handle: 0x8000_0800
+            },
+            TcAction::DeleteFilter {
+                prio: 4,
+                protocol: ETH_P_IP,
+                handle: 0x8000_0900
+            },
             TcAction::AddFilter(plan.filters[0].clone()),
         ]
     );
@@ -351,7 +416,10 @@ fn reconcile_is_idempotent_and_changes_only_differences() {
     other_default.root_qdisc.as_mut().unwrap().default_minor = Some(3);
     assert_eq!(reconcile(&other_default, &plan).actions.len(), 1 + 4 + 2);
     // Removal touches only our qdisc.
-    assert_eq!(removal(&in_sync(&plan)).actions, vec![TcAction::DeleteRootQdisc]);
+    assert_eq!(
+        removal(&in_sync(&plan)).actions,
+        vec![TcAction::DeleteRootQdisc]
+    );
     assert!(removal(&foreign).actions.is_empty());
 }
 
@@ -379,7 +447,10 @@ fn wire_values_use_kernel_units() {
     // 5 % of 100 Mbit/s = 625000 B/s; 20 % = 2.5 MB/s.
     assert_eq!((be.rate_bytes, be.ceil_bytes), (625_000, 2_500_000));
     // burst 625 + 1600 bytes at 625000 B/s = 3.56 ms = 55616 ticks of 64 ns.
-    assert_eq!(be.buffer_ticks, ((2_225u128 * 1_000_000_000 / 625_000) >> 6) as u32);
+    assert_eq!(
+        be.buffer_ticks,
+        ((2_225u128 * 1_000_000_000 / 625_000) >> 6) as u32
+    );
     assert_eq!(burst_ticks(1, 0), u32::MAX);
 }
 
@@ -404,11 +475,18 @@ fn capability_probe_reports_what_is_missing() {
     let root = std::env::temp_dir().join(format!("netqos-cap-{}", std::process::id()));
     std::fs::create_dir_all(root.join("sys/kernel")).unwrap();
     std::fs::write(root.join("sys/kernel/osrelease"), "6.1.0\n").unwrap();
-    std::fs::write(root.join("kallsyms"), "ffffffff81f47eb0 t htb_enqueue\n0000000000000000 T other\n").unwrap();
+    std::fs::write(
+        root.join("kallsyms"),
+        "ffffffff81f47eb0 t htb_enqueue\n0000000000000000 T other\n",
+    )
+    .unwrap();
     let modules = root.join("modules");
     let probe = super::capability::probe(&root, &modules, Ok(()));
     assert!(!probe.supported);
-    assert_eq!((probe.htb, probe.u32_classifier, probe.cgroup_classifier), (Some(true), Some(false), Some(false)));
+    assert_eq!(
+        (probe.htb, probe.u32_classifier, probe.cgroup_classifier),
+        (Some(true), Some(false), Some(false))
+    );
     assert!(probe.detail.contains("u32 classifier"), "{}", probe.detail);
     // cls_u32 installed as a module: loadable on first use.
     std::fs::create_dir_all(modules.join("6.1.0/kernel/net/sched")).unwrap();
