@@ -47,6 +47,10 @@ mod tests {
             (qosmanager::resctrl::FEATURE, true),
             (qosmanager::sysreconcile::FEATURE, false),
             (qosmanager::blkio::FEATURE, false),
+            (
+                qosmanager::netqos::FEATURE,
+                qosmanager::netqos::FEATURE_DEFAULT,
+            ),
         ] {
             assert_eq!(table_default(name), default, "{name}");
         }

@@ -344,6 +344,7 @@ pub async fn run(
         qos_managed,
         qos_evictor(&args, &node_name, &layout, &sink, &context),
     );
+    start_network_qos(&args, &states, &context);
     let reporter = start_node_modules(
         &args,
         &context,
@@ -459,6 +460,27 @@ fn start_qos_manager(
     );
     if let Err(err) = started {
         tracing::error!(error = %err, "cannot start the QoS manager thread: {err}");
+    }
+}
+
+/// Network QoS on the uplink (`TCNetworkQoS`, off by default; `docs/netqos.md`).
+fn start_network_qos(args: &KoordletArgs, states: &StatesInformer, context: &ComponentContext) {
+    let gates =
+        features::parse_feature_gates(&args.runtime_hooks.feature_gates()).unwrap_or_default();
+    let on = gates
+        .get(qosmanager::netqos::FEATURE)
+        .copied()
+        .unwrap_or(qosmanager::netqos::FEATURE_DEFAULT);
+    if !on {
+        return;
+    }
+    if let Err(err) = qosmanager::netqos::spawn(
+        states.clone(),
+        args.system.proc_root_dir.clone(),
+        args.system.sys_root_dir.clone(),
+        context.shutdown.clone(),
+    ) {
+        tracing::error!(error = %err, "cannot start the network QoS thread: {err}");
     }
 }
 

@@ -36,6 +36,9 @@ fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesA
     );
     let report = detected
         .with_cpu_reaction(reaction)
+        .with_network_qos(koordlet::qosmanager::netqos::capability::probe_host(
+            &args.system.proc_root_dir,
+        ))
         .with_daemon(capabilities::query_daemon_nri(
             args.addr.socket_addr(),
             capabilities::DAEMON_QUERY_TIMEOUT,

@@ -387,7 +387,13 @@ fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
     // Nor device discovery (the Device object carries it).
     printed.as_object_mut().unwrap().remove("devices");
     printed.as_object_mut().unwrap().remove("cpuReaction");
+    // Nor network QoS (probed by the command; the daemon logs it).
+    printed.as_object_mut().unwrap().remove("networkQos");
     printed["reasons"].as_object_mut().unwrap().remove("nri");
+    printed["reasons"]
+        .as_object_mut()
+        .unwrap()
+        .remove("networkQos");
     assert_eq!(published, printed);
     assert!(published.get("nri").is_none());
 }

@@ -217,6 +217,13 @@ pub struct CapabilitiesReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_reaction: Option<crate::qosmanager::reaction::ReactionCapability>,
+    /// Network QoS (`TCNetworkQoS`): rtnetlink, HTB and the u32 classifier.
+    #[serde(
+        default,
+        rename = "networkQos",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network_qos: Option<crate::qosmanager::netqos::capability::NetQosCapability>,
 }
 
 impl CapabilitiesReport {
@@ -241,7 +248,24 @@ impl CapabilitiesReport {
             kubelet_cpu_manager: None,
             devices: None,
             cpu_reaction: None,
+            network_qos: None,
         }
+    }
+
+    /// Adds whether network QoS can run here; when it cannot, the reason is
+    /// also under `reasons["networkQos"]`.
+    pub fn with_network_qos(
+        mut self,
+        network_qos: crate::qosmanager::netqos::capability::NetQosCapability,
+    ) -> Self {
+        if !network_qos.supported {
+            self.node.reasons.insert(
+                crate::qosmanager::netqos::capability::NETWORK_QOS_KEY.to_string(),
+                network_qos.detail.clone(),
+            );
+        }
+        self.network_qos = Some(network_qos);
+        self
     }
 
     /// Adds which event source the CPU reaction path would use.

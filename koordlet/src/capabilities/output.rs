@@ -59,6 +59,13 @@ pub fn render_report(
             if let Some(devices) = &report.devices {
                 rows.extend(devices.rows());
             }
+            if let Some(network) = &report.network_qos {
+                rows.push((
+                    "networkQos",
+                    network.supported.to_string(),
+                    network.detail.clone(),
+                ));
+            }
             if let Some(reaction) = &report.cpu_reaction {
                 rows.push((
                     "cpuReaction",

@@ -764,3 +764,39 @@ fn report_shows_the_cpu_reaction_mechanism_and_why() {
     let back: CapabilitiesReport = serde_json::from_str(&text).unwrap();
     assert_eq!(back, report);
 }
+
+#[test]
+fn report_shows_the_network_qos_row_and_why_not() {
+    use crate::qosmanager::netqos::capability::{NETWORK_QOS_KEY, NetQosCapability};
+    let dir = TempDir::new("caps-netqos").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let plain = CapabilitiesReport::new(caps, nri_probe("/run/nri.sock", true, true), false);
+    assert!(
+        !render_report(&plain, OutputFormat::Table)
+            .unwrap()
+            .contains("networkQos")
+    );
+    let missing = NetQosCapability {
+        supported: false,
+        netlink: true,
+        htb: Some(true),
+        u32_classifier: Some(false),
+        cgroup_classifier: Some(false),
+        detail: "u32 classifier (cls_u32) is neither built in, loaded nor installed as a module"
+            .to_string(),
+    };
+    let report = plain.with_network_qos(missing);
+    let table = render_report(&report, OutputFormat::Table).unwrap();
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("networkQos "))
+        .unwrap_or_else(|| panic!("no networkQos row in\n{table}"));
+    assert!(row.contains(" false ") && row.contains("cls_u32"), "{row}");
+    assert!(report.node.reasons[NETWORK_QOS_KEY].contains("cls_u32"));
+    let text = render_report(&report, OutputFormat::Json).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["networkQos"]["u32Classifier"], false);
+    let back: CapabilitiesReport = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, report);
+}

@@ -16,6 +16,7 @@ pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;
 pub mod memoryevict;
+pub mod netqos;
 pub mod reaction;
 pub mod resctrl;
 pub mod service;
