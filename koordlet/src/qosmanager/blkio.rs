@@ -26,10 +26,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use apis::slo::v1alpha1::{BlockCfg, BlockType, ResourceQOS};
+use apis::extension::QoSClass;
+use apis::extension::slo_pod::get_pod_blkio_qos;
+use apis::slo::v1alpha1::{
+    ANNOTATION_POD_BLKIO_QOS, BlkIOQOS, BlockCfg, BlockType, IOCfg, ResourceQOS,
+};
+use k8s_openapi::api::core::v1::Pod;
 
+use super::blkvolume::VolumeResolver;
 use super::framework::FeatureGate;
-use super::framework::{Capability, Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
+use super::framework::{
+    Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy,
+};
 use super::hostfiles::{FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
@@ -41,6 +49,20 @@ pub const FEATURE: &str = "BlkIOReconcile";
 pub const IO_WEIGHT_FILE: &str = "blkio.cost.weight";
 /// Upstream's default weight (percent) for a configured device.
 pub const DEFAULT_IO_WEIGHT_PERCENT: i64 = 100;
+/// blk-iocost files at the hierarchy root: Anolis' v1 names, mainline v2 names.
+pub const IOCOST_QOS_FILE: &str = "blkio.cost.qos";
+pub const IOCOST_MODEL_FILE: &str = "blkio.cost.model";
+pub const IOCOST_QOS_FILE_V2: &str = "io.cost.qos";
+pub const IOCOST_MODEL_FILE_V2: &str = "io.cost.model";
+/// Upstream's iocost defaults: latency target (µs) and its percentile.
+pub const DEFAULT_IO_LATENCY_US: i64 = 3000;
+pub const DEFAULT_LATENCY_PERCENT: i64 = 95;
+/// Most blocks used from one class or pod.
+pub const MAX_BLOCKS: usize = 256;
+/// Largest `koordinator.sh/blkioQOS` annotation read.
+pub const MAX_POD_ANNOTATION_BYTES: usize = 64 * 1024;
+/// Largest iocost file read.
+pub const MAX_IOCOST_FILE_BYTES: usize = 1024 * 1024;
 
 /// A block device number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -135,8 +157,7 @@ impl DeviceResolver<'_> {
                 let path = self.roots.proc_root_dir.join("self/mountinfo");
                 let mountinfo = self
                     .files
-                    .read(&path)
-                    .ok_or_else(|| format!("cannot read {}", path.display()))?;
+                    .read_bounded(&path, super::blkvolume::MAX_MOUNTINFO_BYTES)?;
                 device_of_mount(&mountinfo, name)?
                     .ok_or_else(|| format!("{name} is neither a device nor a mount point"))?
             }
@@ -144,7 +165,8 @@ impl DeviceResolver<'_> {
         self.whole_disk(device)
     }
 
-    fn by_device_name(&self, device: &str) -> Result<DeviceNumber, String> {
+    /// `<sys>/class/block/<device>/dev`.
+    pub(crate) fn by_device_name(&self, device: &str) -> Result<DeviceNumber, String> {
         if device.is_empty() || device.contains('/') || device == ".." {
             return Err(format!("{device:?} is not a block device name"));
         }
@@ -154,17 +176,20 @@ impl DeviceResolver<'_> {
             .join("class/block")
             .join(device)
             .join("dev");
-        let content = self.files.read(&path).ok_or_else(|| {
-            format!(
+        if !self.files.exists(&path) {
+            return Err(format!(
                 "block device {device} not found ({} is missing)",
                 path.display()
-            )
-        })?;
+            ));
+        }
+        let content = self
+            .files
+            .read_bounded(&path, super::blkvolume::MAX_SYSFS_BYTES)?;
         DeviceNumber::parse(&content)
     }
 
     /// A partition's disk: the parent directory of its sysfs device.
-    fn whole_disk(&self, device: DeviceNumber) -> Result<DeviceNumber, String> {
+    pub(crate) fn whole_disk(&self, device: DeviceNumber) -> Result<DeviceNumber, String> {
         let link = self
             .roots
             .sys_root_dir
@@ -331,105 +356,302 @@ impl Strategy for BlkioReconcile {
                 && !blocks.is_empty()
             {
                 decision.info(format!(
-                    "blkioQOS of the {class} class is not supported (as upstream); only beClass applies"
+                    "blkioQOS of the {class} class is not supported (as upstream); only beClass, cgroupRoot and pod annotations apply"
                 ));
             }
         }
-        let Some((enabled, blocks)) = class_blocks(strategy.be_class.as_ref()) else {
-            decision.skip("beClass.blkioQOS is not configured");
-            return decision;
-        };
-        // v2 keeps all four limits in `io.max` (`maj:min rbps=.. wbps=.. riops=.. wiops=..`).
-        let v2 = snapshot.layout.version == CgroupVersion::V2;
-        let blocks = if enabled { blocks } else { &[] };
-        let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
-        let resolver = DeviceResolver {
-            files: self.files.as_ref(),
-            roots: &self.roots,
-        };
-        // Desired value per device and throttle file (0 removes a limit).
-        let mut desired: BTreeMap<DeviceNumber, &BlockCfg> = BTreeMap::new();
-        for block in blocks {
-            match &block.block_type {
-                None | Some(BlockType::Device) => match resolver.resolve(&block.name) {
-                    Ok(device) => {
-                        desired.insert(device, block);
-                    }
-                    Err(err) => decision.info(format!("block {}: {err}", block.name)),
-                },
-                Some(other) => decision.info(format!(
-                    "block {}: blockType {} is not supported",
-                    block.name,
-                    other.as_str()
-                )),
+        // Re-resolved every round: a volume mounted or a claim bound since
+        // the last round is picked up now.
+        let resolver = VolumeResolver::new(
+            self.files.as_ref(),
+            &self.roots,
+            snapshot.kubelet_root.as_path(),
+        );
+        let mut configured = false;
+        match class_blocks(strategy.be_class.as_ref()) {
+            None => decision.info("beClass.blkioQOS is not configured"),
+            Some((enabled, blocks)) => {
+                configured |= enabled && !blocks.is_empty();
+                let blocks = if enabled { blocks } else { &[] };
+                let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+                let desired = resolve_blocks(blocks, None, &resolver, snapshot, &mut decision);
+                plan_throttles(snapshot, &dir, "beClass.blkioQOS", &desired, &mut decision);
+                self.io_weight(snapshot, &dir, &desired, &mut decision);
             }
         }
-        for (resource, field) in THROTTLES {
-            let current = match snapshot.current(&dir, resource) {
-                Some(CgroupValue::Text(text)) => match if v2 {
-                    parse_io_max(&text, io_max_key(resource))
-                } else {
-                    parse_device_values(&text)
-                } {
-                    Ok(values) => values,
-                    Err(err) => {
-                        decision.info(format!("{}: {err}", resource.name()));
-                        continue;
-                    }
-                },
-                _ => {
-                    decision.info(format!(
-                        "unsupported: {} of {} is missing",
-                        resource.name(),
-                        dir.display()
-                    ));
-                    continue;
-                }
-            };
-            let Ok(path) = snapshot.layout.file_path(&dir, resource) else {
-                continue;
-            };
-            let devices: Vec<DeviceNumber> =
-                desired.keys().chain(current.keys()).copied().collect();
-            let mut seen = std::collections::BTreeSet::new();
-            for device in devices.into_iter().filter(|d| seen.insert(*d)) {
-                let want = desired
-                    .get(&device)
-                    .map_or(0, |block| configured_value(block, resource));
-                let have = current.get(&device).copied().unwrap_or(0);
-                if want == have {
-                    continue;
-                }
-                let source = match desired.get(&device) {
-                    Some(block) => format!("beClass.blkioQOS {} {field}", block.name),
-                    None => "device no longer configured".to_string(),
-                };
-                decision.file_writes.push(FileWrite {
-                    path: path.clone(),
-                    value: match (v2, want) {
-                        (false, want) => format!("{device} {want}"),
-                        (true, 0) => format!("{device} {}=max", io_max_key(resource)),
-                        (true, want) => format!("{device} {}={want}", io_max_key(resource)),
-                    },
-                    reason: source,
-                    read_back: ReadBack::None,
-                });
-            }
+        if let Some((enabled, blocks)) = class_blocks(strategy.cgroup_root.as_ref()) {
+            configured |= enabled && !blocks.is_empty();
+            let blocks = if enabled { blocks } else { &[] };
+            self.root_iocost(snapshot, blocks, &resolver, &mut decision);
         }
-        self.io_weight(snapshot, &dir, &desired, &mut decision);
-        if decision.file_writes.is_empty() && desired.is_empty() && blocks.is_empty() {
-            decision.skip("beClass.blkioQOS configures no block device");
+        configured |= self.pod_blocks(snapshot, &resolver, &mut decision);
+        if decision.file_writes.is_empty() && !configured {
+            decision.skip("blkioQOS configures no block device");
         }
         decision
     }
 }
 
+/// Desired settings per device; a later block naming the same device wins,
+/// as upstream's updaters apply in order.
+type Desired<'b> = BTreeMap<DeviceNumber, &'b BlockCfg>;
+
+/// Resolves each block to its disk; a block that cannot be resolved is
+/// dropped with its reason (upstream drops the whole class instead).
+/// `pod` is `Some` for a pod's annotation, the only place `podvolume`
+/// blocks mean something.
+fn resolve_blocks<'b>(
+    blocks: &'b [BlockCfg],
+    pod: Option<(&QosPod, &Pod)>,
+    resolver: &VolumeResolver<'_>,
+    snapshot: &QosSnapshot,
+    decision: &mut Decision,
+) -> Desired<'b> {
+    let mut desired = BTreeMap::new();
+    let origin = pod.map_or_else(String::new, |(pod, _)| format!("pod {}: ", pod.key()));
+    for block in blocks.iter().take(MAX_BLOCKS) {
+        let resolved = match (&block.block_type, pod) {
+            (None | Some(BlockType::Device), _) => resolver.device(&block.name),
+            (Some(BlockType::VolumeGroup), _) => resolver.volume_group(&block.name),
+            (Some(BlockType::PodVolume), Some((_, kube_pod))) => {
+                resolver.pod_volume(kube_pod, &block.name, snapshot.volumes.as_ref())
+            }
+            (Some(BlockType::PodVolume), None) => Err(
+                "podvolume blocks apply only in a pod's koordinator.sh/blkioQOS annotation"
+                    .to_string(),
+            ),
+            (Some(other), _) => Err(format!("blockType {} is not supported", other.as_str())),
+        };
+        match resolved {
+            Ok(device) => {
+                desired.insert(device, block);
+            }
+            Err(err) => decision.info(format!(
+                "{origin}block {}: {err}; dropped",
+                crate::bounds::for_log(&block.name)
+            )),
+        }
+    }
+    if blocks.len() > MAX_BLOCKS {
+        decision.info(format!(
+            "{origin}{} blocks configured; only the first {MAX_BLOCKS} are used",
+            blocks.len()
+        ));
+    }
+    desired
+}
+
+/// The throttle writes that bring `dir`'s four throttle files (v2: `io.max`)
+/// to `desired`: a device whose value differs is written, a device listed
+/// but no longer desired is reset to 0 (upstream's recorder).
+pub fn plan_throttles(
+    snapshot: &QosSnapshot,
+    dir: &Path,
+    origin: &str,
+    desired: &Desired<'_>,
+    decision: &mut Decision,
+) {
+    let v2 = snapshot.layout.version == CgroupVersion::V2;
+    for (resource, field) in THROTTLES {
+        let current = match snapshot.current(dir, resource) {
+            Some(CgroupValue::Text(text)) => match if v2 {
+                parse_io_max(&text, io_max_key(resource))
+            } else {
+                parse_device_values(&text)
+            } {
+                Ok(values) => values,
+                Err(err) => {
+                    decision.info(format!("{}: {err}", resource.name()));
+                    continue;
+                }
+            },
+            _ => {
+                decision.info(format!(
+                    "unsupported: {} of {} is missing",
+                    resource.name(),
+                    dir.display()
+                ));
+                continue;
+            }
+        };
+        let Ok(path) = snapshot.layout.file_path(dir, resource) else {
+            continue;
+        };
+        let devices: std::collections::BTreeSet<DeviceNumber> =
+            desired.keys().chain(current.keys()).copied().collect();
+        for device in devices {
+            let want = desired
+                .get(&device)
+                .map_or(0, |block| configured_value(block, resource));
+            let have = current.get(&device).copied().unwrap_or(0);
+            if want == have {
+                continue;
+            }
+            let reason = match desired.get(&device) {
+                Some(block) => format!("{origin} {} {field}", block.name),
+                None => format!("{origin}: device no longer configured"),
+            };
+            decision.file_writes.push(FileWrite {
+                path: path.clone(),
+                value: throttle_line(device, resource, want, v2),
+                reason,
+                read_back: ReadBack::None,
+            });
+        }
+    }
+}
+
+/// One throttle line: v1 `major:minor value`, v2 `major:minor key=value`
+/// (0 is `max` there).
+pub fn throttle_line(device: DeviceNumber, resource: CgroupResource, value: i64, v2: bool) -> String {
+    match (v2, value) {
+        (false, value) => format!("{device} {value}"),
+        (true, 0) => format!("{device} {}=max", io_max_key(resource)),
+        (true, value) => format!("{device} {}={value}", io_max_key(resource)),
+    }
+}
+
 impl BlkioReconcile {
+    /// Pods with a `koordinator.sh/blkioQOS` annotation (upstream: Running
+    /// pods carrying a koordinator QoS label): throttles at the pod's own
+    /// cgroup. Returns whether any pod configures a block.
+    fn pod_blocks(
+        &self,
+        snapshot: &QosSnapshot,
+        resolver: &VolumeResolver<'_>,
+        decision: &mut Decision,
+    ) -> bool {
+        let mut configured = false;
+        for pod in &snapshot.pods {
+            if pod.qos_label == QoSClass::None || pod.phase != "Running" {
+                continue;
+            }
+            let Some(kube_pod) = pod.kube_index.and_then(|i| snapshot.kube_pods.get(i)) else {
+                continue;
+            };
+            let Some(annotations) = kube_pod.metadata.annotations.as_ref() else {
+                continue;
+            };
+            let Some(text) = annotations.get(ANNOTATION_POD_BLKIO_QOS) else {
+                continue;
+            };
+            if text.len() > MAX_POD_ANNOTATION_BYTES {
+                decision.info(format!(
+                    "pod {}: {ANNOTATION_POD_BLKIO_QOS} is {} bytes, more than {MAX_POD_ANNOTATION_BYTES}; ignored",
+                    pod.key(),
+                    text.len()
+                ));
+                continue;
+            }
+            // An empty value removes the pod's limits, as upstream.
+            let config = if text.is_empty() {
+                BlkIOQOS::default()
+            } else {
+                match get_pod_blkio_qos(annotations) {
+                    Ok(config) => config.unwrap_or_default(),
+                    Err(err) => {
+                        decision.info(format!(
+                            "pod {}: {}",
+                            pod.key(),
+                            crate::bounds::cut(err.to_string())
+                        ));
+                        continue;
+                    }
+                }
+            };
+            configured |= !config.blocks.is_empty();
+            let desired = resolve_blocks(
+                &config.blocks,
+                Some((pod, kube_pod)),
+                resolver,
+                snapshot,
+                decision,
+            );
+            let origin = format!("pod {} blkioQOS", pod.key());
+            plan_throttles(snapshot, &pod.cgroup_dir, &origin, &desired, decision);
+            self.io_weight(snapshot, &pod.cgroup_dir, &desired, decision);
+        }
+        configured
+    }
+
+    /// cgroupRoot blocks: blk-iocost's QoS and cost model at the hierarchy
+    /// root, where the kernel has them (Anolis `blkio.cost.*` on v1,
+    /// `io.cost.*` on v2); reported unsupported otherwise.
+    fn root_iocost(
+        &self,
+        snapshot: &QosSnapshot,
+        blocks: &[BlockCfg],
+        resolver: &VolumeResolver<'_>,
+        decision: &mut Decision,
+    ) {
+        let v2 = snapshot.layout.version == CgroupVersion::V2;
+        let Ok(root) = snapshot.layout.controller_path("", Controller::Blkio) else {
+            return;
+        };
+        let (qos_file, model_file) = if v2 {
+            (IOCOST_QOS_FILE_V2, IOCOST_MODEL_FILE_V2)
+        } else {
+            (IOCOST_QOS_FILE, IOCOST_MODEL_FILE)
+        };
+        let qos_path = root.join(qos_file);
+        let model_path = root.join(model_file);
+        if !self.files.exists(&qos_path) || !self.files.exists(&model_path) {
+            if !blocks.is_empty() {
+                decision.info(format!(
+                    "cgroupRoot.blkioQOS: iocost unsupported: {} is missing (needs blk-iocost)",
+                    qos_path.display()
+                ));
+            }
+            return;
+        }
+        let read = |path: &Path| {
+            self.files
+                .read_bounded(path, MAX_IOCOST_FILE_BYTES)
+                .and_then(|text| parse_iocost(&text))
+        };
+        let (current_qos, current_model) = match (read(&qos_path), read(&model_path)) {
+            (Ok(qos), Ok(model)) => (qos, model),
+            (Err(err), _) | (_, Err(err)) => {
+                decision.info(format!("cgroupRoot.blkioQOS: {err}"));
+                return;
+            }
+        };
+        let desired = resolve_blocks(blocks, None, resolver, snapshot, decision);
+        for (device, block) in &desired {
+            for (path, current, line) in [
+                (&qos_path, &current_qos, iocost_qos_line(*device, &block.io_cfg)),
+                (&model_path, &current_model, iocost_model_line(*device, &block.io_cfg)),
+            ] {
+                if iocost_converged(current.get(device), &line) {
+                    continue;
+                }
+                decision.file_writes.push(FileWrite {
+                    path: path.clone(),
+                    value: line,
+                    reason: format!("cgroupRoot.blkioQOS {}", block.name),
+                    read_back: ReadBack::None,
+                });
+            }
+        }
+        for (device, fields) in &current_qos {
+            if desired.contains_key(device) || fields.get("enable").map(String::as_str) != Some("1")
+            {
+                continue;
+            }
+            decision.file_writes.push(FileWrite {
+                path: qos_path.clone(),
+                value: format!("{device} enable=0"),
+                reason: "cgroupRoot.blkioQOS: device no longer configured".to_string(),
+                read_back: ReadBack::None,
+            });
+        }
+    }
+
     fn io_weight(
         &self,
         snapshot: &QosSnapshot,
         dir: &Path,
-        desired: &BTreeMap<DeviceNumber, &BlockCfg>,
+        desired: &Desired<'_>,
         decision: &mut Decision,
     ) {
         let weighted: Vec<(DeviceNumber, i64)> = desired
@@ -460,11 +682,80 @@ impl BlkioReconcile {
             decision.file_writes.push(FileWrite {
                 path: path.clone(),
                 value: format!("{device} {weight}"),
-                reason: "beClass.blkioQOS ioWeightPercent".to_string(),
+                reason: "blkioQOS ioWeightPercent".to_string(),
                 read_back: ReadBack::None,
             });
         }
     }
+}
+
+/// blk-iocost's QoS line (upstream's defaults: latency 3000 µs at the 95th
+/// percentile).
+pub fn iocost_qos_line(device: DeviceNumber, io: &IOCfg) -> String {
+    format!(
+        "{device} enable=1 ctrl=user rpct={} rlat={} wpct={} wlat={}",
+        io.read_latency_percent.unwrap_or(DEFAULT_LATENCY_PERCENT),
+        io.read_latency.unwrap_or(DEFAULT_IO_LATENCY_US),
+        io.write_latency_percent.unwrap_or(DEFAULT_LATENCY_PERCENT),
+        io.write_latency.unwrap_or(DEFAULT_IO_LATENCY_US),
+    )
+}
+
+/// blk-iocost's cost model line: the user's model when `enableUserModel`
+/// (unset values 0, as upstream), else the kernel's own.
+pub fn iocost_model_line(device: DeviceNumber, io: &IOCfg) -> String {
+    if io.enable_user_model != Some(true) {
+        return format!("{device} ctrl=auto");
+    }
+    format!(
+        "{device} ctrl=user rbps={} rseqiops={} rrandiops={} wbps={} wseqiops={} wrandiops={}",
+        io.model_read_bps.unwrap_or(0),
+        io.model_read_seq_iops.unwrap_or(0),
+        io.model_read_rand_iops.unwrap_or(0),
+        io.model_write_bps.unwrap_or(0),
+        io.model_write_seq_iops.unwrap_or(0),
+        io.model_write_rand_iops.unwrap_or(0),
+    )
+}
+
+/// `major:minor key=value ...` lines of `*.cost.qos` / `*.cost.model`.
+pub fn parse_iocost(
+    content: &str,
+) -> Result<BTreeMap<DeviceNumber, BTreeMap<String, String>>, String> {
+    let mut devices = BTreeMap::new();
+    for line in content.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut fields = line.split_whitespace();
+        let device = DeviceNumber::parse(fields.next().unwrap_or_default())?;
+        let mut values = BTreeMap::new();
+        for field in fields {
+            let (key, value) = field
+                .split_once('=')
+                .ok_or_else(|| format!("malformed iocost field {field:?}"))?;
+            values.insert(key.to_string(), value.to_string());
+        }
+        devices.insert(device, values);
+    }
+    Ok(devices)
+}
+
+/// Whether the kernel's fields already say what `line` would write (the
+/// kernel prints percentiles as `90.00`, so numbers compare as numbers).
+pub fn iocost_converged(current: Option<&BTreeMap<String, String>>, line: &str) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    line.split_whitespace().skip(1).all(|field| {
+        let Some((key, want)) = field.split_once('=') else {
+            return false;
+        };
+        match (current.get(key), want.parse::<f64>()) {
+            (Some(have), Ok(want)) => have
+                .parse::<f64>()
+                .is_ok_and(|have| (have - want).abs() < 1e-6),
+            (Some(have), Err(_)) => have == want,
+            (None, _) => false,
+        }
+    })
 }
 
 #[cfg(test)]
