@@ -34,8 +34,14 @@ fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesA
         &layout,
         &args.qos.reaction,
     );
+    let blkio_volumes = koordlet::qosmanager::blkvolume::detect_capability(
+        &koordlet::qosmanager::FsHostFiles,
+        &args.system,
+        &layout,
+    );
     let report = detected
         .with_cpu_reaction(reaction)
+        .with_blkio_volumes(blkio_volumes)
         .with_daemon(capabilities::query_daemon_nri(
             args.addr.socket_addr(),
             capabilities::DAEMON_QUERY_TIMEOUT,

@@ -217,6 +217,13 @@ pub struct CapabilitiesReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_reaction: Option<crate::qosmanager::reaction::ReactionCapability>,
+    /// Whether blkio throttles can reach volumes (`qosmanager::blkvolume`).
+    #[serde(
+        default,
+        rename = "blkioVolumes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub blkio_volumes: Option<crate::qosmanager::blkvolume::BlkioVolumesCapability>,
 }
 
 impl CapabilitiesReport {
@@ -241,7 +248,17 @@ impl CapabilitiesReport {
             kubelet_cpu_manager: None,
             devices: None,
             cpu_reaction: None,
+            blkio_volumes: None,
         }
+    }
+
+    /// Adds what blkio volume throttling can do here.
+    pub fn with_blkio_volumes(
+        mut self,
+        volumes: crate::qosmanager::blkvolume::BlkioVolumesCapability,
+    ) -> Self {
+        self.blkio_volumes = Some(volumes);
+        self
     }
 
     /// Adds which event source the CPU reaction path would use.

@@ -762,6 +762,7 @@ pub fn iocost_converged(current: Option<&BTreeMap<String, String>>, line: &str) 
 mod tests {
     use super::*;
     use crate::qosmanager::framework::MapReader;
+    use apis::extension::QoSClass;
     use crate::qosmanager::hostfiles::MapHostFiles;
     use apis::slo::v1alpha1::{BlkIOQOS, BlkIOQOSCfg, IOCfg, NodeSLOSpec, ResourceQOSStrategy};
     use std::time::SystemTime;
@@ -1010,7 +1011,7 @@ mod tests {
             decision
                 .notes
                 .iter()
-                .any(|n| n.text.contains("volumegroup is not supported"))
+                .any(|n| n.text.contains("volume group pool has no logical volume"))
         );
         assert!(
             decision
@@ -1071,5 +1072,219 @@ mod tests {
         assert!(parse_device_values("8-0 1").is_err());
         assert!(parse_device_values("8:0 x").is_err());
         assert!(device_of_mount("garbage", "/").is_err());
+    }
+
+    /// Upstream's reconcile test (`newNodeSLO`, pods with a PVC and an
+    /// inline CSI volume, one Pending) on upstream's storage host.
+    #[test]
+    fn upstream_reconcile_table() {
+        use crate::qosmanager::blkvolume::tests::{
+            csi_volume, pvc_volume, upstream_claims, upstream_host,
+        };
+        use crate::qosmanager::framework::QosPod;
+        use k8s_openapi::api::core::v1::{PodSpec, Volume};
+        use kube::api::ObjectMeta;
+
+        let io = |f: fn(&mut IOCfg)| {
+            let mut io = IOCfg::default();
+            f(&mut io);
+            io
+        };
+        let class = |blocks: Vec<BlockCfg>| ResourceQOS {
+            blkio_qos: Some(BlkIOQOSCfg {
+                enable: Some(true),
+                blkio_qos: BlkIOQOS { blocks },
+            }),
+            ..ResourceQOS::default()
+        };
+        let vg = BlockCfg {
+            name: "yoda-pool0".into(),
+            block_type: Some(BlockType::VolumeGroup),
+            io_cfg: io(|io| {
+                io.io_weight_percent = Some(40);
+                io.read_iops = Some(1024);
+                io.write_iops = Some(1024);
+                io.read_bps = Some(1_048_576);
+                io.write_bps = Some(1_048_576);
+            }),
+        };
+        let root = BlockCfg {
+            name: "/dev/vdb".into(),
+            block_type: Some(BlockType::Device),
+            io_cfg: io(|io| {
+                io.read_latency = Some(1000);
+                io.write_latency = Some(1000);
+                io.read_latency_percent = Some(90);
+                io.write_latency_percent = Some(90);
+                io.enable_user_model = Some(true);
+                io.model_read_bps = Some(3_324_911_720);
+                io.model_write_bps = Some(2_765_819_289);
+                io.model_read_seq_iops = Some(168_274);
+                io.model_write_seq_iops = Some(367_565);
+                io.model_read_rand_iops = Some(352_545);
+                io.model_write_rand_iops = Some(339_390);
+            }),
+        };
+        let weight100 = io(|io| io.io_weight_percent = Some(100));
+        let mut snap = QosSnapshot::for_test(SystemTime::UNIX_EPOCH);
+        snap.node_slo = Some(Arc::new(NodeSLOSpec {
+            resource_qos_strategy: Some(ResourceQOSStrategy {
+                lsr_class: Some(class(vec![block("/dev/vdc", weight100.clone())])),
+                ls_class: Some(class(vec![block("/dev/vdd", weight100)])),
+                be_class: Some(class(vec![vg])),
+                cgroup_root: Some(class(vec![root])),
+                ..ResourceQOSStrategy::default()
+            }),
+            ..NodeSLOSpec::default()
+        }));
+        // Upstream's pod annotation, with its `iocfg` spelling.
+        let annotation = r#"{"blocks":[{"name":"html","type":"podvolume","iocfg":{"readIOPS":1024,"writeIOPS":512}}]}"#;
+        let kube_pod = |uid: &str, volume: Volume| Pod {
+            metadata: ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some(uid.replace("uid", "pod")),
+                uid: Some(uid.into()),
+                annotations: Some([(ANNOTATION_POD_BLKIO_QOS.to_string(), annotation.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(vec![volume]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        snap.kube_pods = Arc::new(vec![
+            kube_pod("uid-0", pvc_volume("html", "test-pvc")),
+            kube_pod("uid-1", csi_volume("html")),
+            kube_pod("uid-2", csi_volume("html")),
+        ]);
+        let be_dir = snap.layout.qos_dir(QosTier::BestEffort);
+        snap.pods = (0..3)
+            .map(|i| QosPod {
+                uid: format!("uid-{i}"),
+                namespace: "default".into(),
+                name: format!("pod-{i}"),
+                qos: QoSClass::BE,
+                qos_label: QoSClass::BE,
+                kube_qos: QosTier::BestEffort,
+                priority: apis::extension::PriorityClass::None,
+                priority_value: 0,
+                phase: if i == 2 { "Pending" } else { "Running" }.into(),
+                cgroup_dir: be_dir.join(format!("pod{i}")),
+                containers: Vec::new(),
+                allocated_cpus: None,
+                cpu_usage: None,
+                memory_usage: None,
+                kube_index: Some(i),
+            })
+            .collect();
+        snap.volumes = Arc::new(upstream_claims());
+        // The files upstream's test starts from.
+        let mut reader = MapReader::default();
+        for (dir, contents) in [
+            (
+                be_dir.clone(),
+                ["253:16 2048", "253:0 2048", "253:16 2048", "253:0 2048"],
+            ),
+            (be_dir.join("pod0"), ["253:16 2048", "253:16 10485760", "253:16 2048", "253:16 10485760"]),
+            (be_dir.join("pod1"), ["253:16 2048", "253:16 10485760", "253:16 2048", "253:16 10485760"]),
+            (be_dir.join("pod2"), ["253:16 2048", "253:16 10485760", "253:16 2048", "253:16 10485760"]),
+        ] {
+            for ((resource, _), content) in THROTTLES.iter().zip(contents) {
+                reader = reader.with(dir.clone(), *resource, CgroupValue::Text(content.into()));
+            }
+        }
+        snap.reader = Arc::new(reader);
+        let files = upstream_host()
+            .with("/sys/fs/cgroup/blkio/blkio.cost.qos", "253:16 enable=1 ctrl=user rlat=2000 wlat=2000\n")
+            .with("/sys/fs/cgroup/blkio/blkio.cost.model", "")
+            .with("/sys/fs/cgroup/blkio/kubepods/besteffort/blkio.cost.weight", "253:16 100\n")
+            .with("/sys/fs/cgroup/blkio/kubepods/besteffort/pod0/blkio.cost.weight", "");
+        let roots = SystemArgs::under(Path::new("/"));
+        let decision = BlkioReconcile::new(roots, Arc::new(files)).decide(&snap);
+        let got: Vec<String> = decision
+            .file_writes
+            .iter()
+            .map(|w| {
+                let path = w.path.strip_prefix("/sys/fs/cgroup/blkio").unwrap_or(&w.path);
+                format!("{} <- {}", path.display(), w.value)
+            })
+            .collect();
+        let be = "kubepods/besteffort";
+        let mut want: Vec<String> = vec![
+            // BE: yoda-pool0 is on vdc3, so vdc (253:32); old devices reset.
+            format!("{be}/blkio.throttle.read_iops_device <- 253:16 0"),
+            format!("{be}/blkio.throttle.read_iops_device <- 253:32 1024"),
+            format!("{be}/blkio.throttle.read_bps_device <- 253:0 0"),
+            format!("{be}/blkio.throttle.read_bps_device <- 253:32 1048576"),
+            format!("{be}/blkio.throttle.write_iops_device <- 253:16 0"),
+            format!("{be}/blkio.throttle.write_iops_device <- 253:32 1024"),
+            format!("{be}/blkio.throttle.write_bps_device <- 253:0 0"),
+            format!("{be}/blkio.throttle.write_bps_device <- 253:32 1048576"),
+            format!("{be}/blkio.cost.weight <- 253:32 40"),
+            // cgroupRoot: vdb's iocost QoS and user model.
+            "blkio.cost.qos <- 253:16 enable=1 ctrl=user rpct=90 rlat=1000 wpct=90 wlat=1000".into(),
+            "blkio.cost.model <- 253:16 ctrl=user rbps=3324911720 rseqiops=168274 rrandiops=352545 wbps=2765819289 wseqiops=367565 wrandiops=339390".into(),
+        ];
+        // pod0 (PVC → LV on vdc3) and pod1 (inline CSI on vdc3); pod2 is Pending.
+        for pod in ["pod0", "pod1"] {
+            want.extend([
+                format!("{be}/{pod}/blkio.throttle.read_iops_device <- 253:16 0"),
+                format!("{be}/{pod}/blkio.throttle.read_iops_device <- 253:32 1024"),
+                format!("{be}/{pod}/blkio.throttle.read_bps_device <- 253:16 0"),
+                format!("{be}/{pod}/blkio.throttle.write_iops_device <- 253:16 0"),
+                format!("{be}/{pod}/blkio.throttle.write_iops_device <- 253:32 512"),
+                format!("{be}/{pod}/blkio.throttle.write_bps_device <- 253:16 0"),
+            ]);
+        }
+        assert_eq!(got, want, "{:?}", decision.notes);
+        let notes: Vec<&str> = decision.notes.iter().map(|n| n.text.as_str()).collect();
+        assert!(notes.iter().any(|n| n.contains("LSR class is not supported")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("LS class is not supported")), "{notes:?}");
+
+        // Converged: the kernel's own spelling of the same iocost values.
+        let qos = parse_iocost("253:16 enable=1 ctrl=user rpct=90.00 rlat=1000 wpct=90.00 wlat=1000 min=1.00 max=10000.00").unwrap();
+        assert!(iocost_converged(qos.get(&DeviceNumber { major: 253, minor: 16 }), &want[9].replace("blkio.cost.qos <- ", "")));
+        assert!(!iocost_converged(None, "253:16 enable=1"));
+        assert!(parse_iocost("253:16 enable").is_err());
+    }
+
+    #[test]
+    fn iocost_unsupported_is_reported_and_stale_devices_disabled() {
+        let root = BlockCfg {
+            name: "vda".into(),
+            block_type: Some(BlockType::Device),
+            io_cfg: IOCfg::default(),
+        };
+        let mut snap = snapshot(true, vec![], &all_empty());
+        let strategy = Arc::make_mut(snap.node_slo.as_mut().unwrap())
+            .resource_qos_strategy
+            .as_mut()
+            .unwrap();
+        strategy.cgroup_root = Some(ResourceQOS {
+            blkio_qos: Some(BlkIOQOSCfg {
+                enable: Some(true),
+                blkio_qos: BlkIOQOS { blocks: vec![root] },
+            }),
+            ..ResourceQOS::default()
+        });
+        // No blk-iocost files (this kernel): reported, nothing written.
+        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide(&snap);
+        assert!(decision.file_writes.is_empty());
+        assert!(decision.notes.iter().any(|n| n.text.contains("iocost unsupported")));
+        // With them: defaults (upstream: 95th percentile, 3000 µs, auto model),
+        // and a device no longer configured is disabled.
+        let files = host_files()
+            .with("/sys/fs/cgroup/blkio/blkio.cost.qos", "8:0 enable=1 ctrl=user\n")
+            .with("/sys/fs/cgroup/blkio/blkio.cost.model", "");
+        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide(&snap);
+        assert_eq!(
+            writes(&decision),
+            [
+                ("blkio.cost.qos".to_string(), "254:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000".to_string()),
+                ("blkio.cost.model".to_string(), "254:0 ctrl=auto".to_string()),
+                ("blkio.cost.qos".to_string(), "8:0 enable=0".to_string()),
+            ]
+        );
     }
 }

@@ -306,8 +306,114 @@ impl<'a> VolumeResolver<'a> {
     }
 }
 
+/// What `koordlet capabilities` says about blkio by volume.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlkioVolumesCapability {
+    /// The throttle files exist where the strategy writes them.
+    pub throttle: bool,
+    /// Device-mapper devices exist (LVM volume groups can resolve).
+    pub device_mapper: bool,
+    /// LVM volume groups seen through their logical volumes.
+    pub volume_groups: Vec<String>,
+    /// blk-iocost's QoS and model files exist at the hierarchy root.
+    pub iocost: bool,
+    pub throttle_detail: String,
+    pub iocost_detail: String,
+}
+
+impl BlkioVolumesCapability {
+    /// Table rows `blkio.volumes` and `blkio.iocost`.
+    pub fn rows(&self) -> Vec<(&'static str, String, String)> {
+        let volumes = match (self.device_mapper, self.volume_groups.is_empty()) {
+            (false, _) => "no device-mapper devices: volumegroup blocks and LVM-backed pod volumes cannot resolve".to_string(),
+            (true, true) => "device-mapper present, no LVM volume group seen".to_string(),
+            (true, false) => format!("volume groups: {}", self.volume_groups.join(", ")),
+        };
+        vec![
+            (
+                "blkio.volumes",
+                if self.throttle { "throttle" } else { "unsupported" }.to_string(),
+                format!("{}; {volumes}", self.throttle_detail),
+            ),
+            (
+                "blkio.iocost",
+                if self.iocost { "supported" } else { "unsupported" }.to_string(),
+                self.iocost_detail.clone(),
+            ),
+        ]
+    }
+}
+
+/// Detects throttle files, device-mapper devices, LVM volume groups and
+/// blk-iocost (read-only, bounded like the strategy's own reads).
+pub fn detect_capability(
+    files: &dyn HostFiles,
+    roots: &SystemArgs,
+    layout: &crate::system::cgroup::CgroupLayout,
+) -> BlkioVolumesCapability {
+    use crate::system::cgroup::{CgroupResource, CgroupVersion, QosTier};
+    let v2 = layout.version == CgroupVersion::V2;
+    let be = layout.qos_dir(QosTier::BestEffort);
+    let throttle_path = layout
+        .file_path(&be, CgroupResource::BlkioThrottleReadBps)
+        .ok();
+    let throttle = throttle_path.as_deref().is_some_and(|p| files.exists(p));
+    let throttle_detail = match (&throttle_path, throttle) {
+        (Some(path), true) => format!("{} present", path.display()),
+        (Some(path), false) => format!("{} is missing", path.display()),
+        (None, _) => "no BE cgroup path".to_string(),
+    };
+    let block_dir = roots.sys_root_dir.join("block");
+    let mut device_mapper = false;
+    let mut volume_groups = BTreeSet::new();
+    for entry in files
+        .list(&block_dir)
+        .iter()
+        .take(MAX_BLOCK_ENTRIES)
+        .filter(|name| name.starts_with("dm-"))
+    {
+        device_mapper = true;
+        if let Ok(name) = files.read_bounded(&block_dir.join(entry).join("dm/name"), MAX_SYSFS_BYTES)
+            && let Some((vg, _)) = split_lvm_dm_name(name.trim())
+        {
+            volume_groups.insert(vg);
+        }
+    }
+    let (qos_file, model_file) = if v2 {
+        ("io.cost.qos", "io.cost.model")
+    } else {
+        ("blkio.cost.qos", "blkio.cost.model")
+    };
+    let root = layout
+        .controller_path("", crate::system::cgroup::Controller::Blkio)
+        .unwrap_or_default();
+    let iocost = files.exists(&root.join(qos_file)) && files.exists(&root.join(model_file));
+    let iocost_detail = if iocost {
+        format!("{} present", root.join(qos_file).display())
+    } else if v2 {
+        format!(
+            "{} is missing (kernel without blk-iocost); cgroupRoot.blkioQOS is not applied",
+            root.join(qos_file).display()
+        )
+    } else {
+        format!(
+            "{} is missing: cgroup v1 has blk-iocost only on Anolis/Alibaba Cloud Linux kernels; cgroupRoot.blkioQOS and ioWeightPercent are not applied",
+            root.join(qos_file).display()
+        )
+    };
+    BlkioVolumesCapability {
+        throttle,
+        device_mapper,
+        volume_groups: volume_groups.into_iter().collect(),
+        iocost,
+        throttle_detail,
+        iocost_detail,
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::qosmanager::hostfiles::MapHostFiles;
     use crate::statesinformer::volumes::{BoundVolume, MapVolumeLookup};
