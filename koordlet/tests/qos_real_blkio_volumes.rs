@@ -124,7 +124,9 @@ fn snapshot(
             namespace: Some("default".into()),
             name: Some("web".into()),
             uid: Some("uid-web".into()),
-            annotations: Some([(ANNOTATION_POD_BLKIO_QOS.to_string(), annotation.to_string())].into()),
+            annotations: Some(
+                [(ANNOTATION_POD_BLKIO_QOS.to_string(), annotation.to_string())].into(),
+            ),
             ..Default::default()
         },
         spec: Some(PodSpec {
@@ -190,7 +192,9 @@ fn loop_devices_and_a_pod_volume_appearing_later_are_throttled() {
 
     let mut cgroup = ThrowawayCgroup::new(&host, "blkio-volumes", &[Controller::Blkio]).unwrap();
     let be = cgroup.create_child("kubepods/besteffort").unwrap();
-    let pod = cgroup.create_child("kubepods/besteffort/poduid-web").unwrap();
+    let pod = cgroup
+        .create_child("kubepods/besteffort/poduid-web")
+        .unwrap();
     let root = TempDir::new("blkio-volumes-root").unwrap();
     std::os::unix::fs::symlink(
         host.root.join("blkio").join(cgroup.dir()),
@@ -232,7 +236,10 @@ fn loop_devices_and_a_pod_volume_appearing_later_are_throttled() {
     );
     assert_eq!(read(&pod_dir.join("blkio.throttle.read_bps_device")), "");
     assert!(
-        first.notes.iter().any(|n| n.text.contains("not mounted yet")),
+        first
+            .notes
+            .iter()
+            .any(|n| n.text.contains("not mounted yet")),
         "{first:?}"
     );
 

@@ -35,9 +35,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::blkvolume::VolumeResolver;
 use super::framework::FeatureGate;
-use super::framework::{
-    Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy,
-};
+use super::framework::{Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy};
 use super::hostfiles::{FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
@@ -503,7 +501,12 @@ pub fn plan_throttles(
 
 /// One throttle line: v1 `major:minor value`, v2 `major:minor key=value`
 /// (0 is `max` there).
-pub fn throttle_line(device: DeviceNumber, resource: CgroupResource, value: i64, v2: bool) -> String {
+pub fn throttle_line(
+    device: DeviceNumber,
+    resource: CgroupResource,
+    value: i64,
+    v2: bool,
+) -> String {
     match (v2, value) {
         (false, value) => format!("{device} {value}"),
         (true, 0) => format!("{device} {}=max", io_max_key(resource)),
@@ -619,8 +622,16 @@ impl BlkioReconcile {
         let desired = resolve_blocks(blocks, None, resolver, snapshot, decision);
         for (device, block) in &desired {
             for (path, current, line) in [
-                (&qos_path, &current_qos, iocost_qos_line(*device, &block.io_cfg)),
-                (&model_path, &current_model, iocost_model_line(*device, &block.io_cfg)),
+                (
+                    &qos_path,
+                    &current_qos,
+                    iocost_qos_line(*device, &block.io_cfg),
+                ),
+                (
+                    &model_path,
+                    &current_model,
+                    iocost_model_line(*device, &block.io_cfg),
+                ),
             ] {
                 if iocost_converged(current.get(device), &line) {
                     continue;
@@ -762,8 +773,8 @@ pub fn iocost_converged(current: Option<&BTreeMap<String, String>>, line: &str) 
 mod tests {
     use super::*;
     use crate::qosmanager::framework::MapReader;
-    use apis::extension::QoSClass;
     use crate::qosmanager::hostfiles::MapHostFiles;
+    use apis::extension::QoSClass;
     use apis::slo::v1alpha1::{BlkIOQOS, BlkIOQOSCfg, IOCfg, NodeSLOSpec, ResourceQOSStrategy};
     use std::time::SystemTime;
 
@@ -1144,7 +1155,9 @@ mod tests {
                 namespace: Some("default".into()),
                 name: Some(uid.replace("uid", "pod")),
                 uid: Some(uid.into()),
-                annotations: Some([(ANNOTATION_POD_BLKIO_QOS.to_string(), annotation.to_string())].into()),
+                annotations: Some(
+                    [(ANNOTATION_POD_BLKIO_QOS.to_string(), annotation.to_string())].into(),
+                ),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -1186,9 +1199,33 @@ mod tests {
                 be_dir.clone(),
                 ["253:16 2048", "253:0 2048", "253:16 2048", "253:0 2048"],
             ),
-            (be_dir.join("pod0"), ["253:16 2048", "253:16 10485760", "253:16 2048", "253:16 10485760"]),
-            (be_dir.join("pod1"), ["253:16 2048", "253:16 10485760", "253:16 2048", "253:16 10485760"]),
-            (be_dir.join("pod2"), ["253:16 2048", "253:16 10485760", "253:16 2048", "253:16 10485760"]),
+            (
+                be_dir.join("pod0"),
+                [
+                    "253:16 2048",
+                    "253:16 10485760",
+                    "253:16 2048",
+                    "253:16 10485760",
+                ],
+            ),
+            (
+                be_dir.join("pod1"),
+                [
+                    "253:16 2048",
+                    "253:16 10485760",
+                    "253:16 2048",
+                    "253:16 10485760",
+                ],
+            ),
+            (
+                be_dir.join("pod2"),
+                [
+                    "253:16 2048",
+                    "253:16 10485760",
+                    "253:16 2048",
+                    "253:16 10485760",
+                ],
+            ),
         ] {
             for ((resource, _), content) in THROTTLES.iter().zip(contents) {
                 reader = reader.with(dir.clone(), *resource, CgroupValue::Text(content.into()));
@@ -1196,17 +1233,29 @@ mod tests {
         }
         snap.reader = Arc::new(reader);
         let files = upstream_host()
-            .with("/sys/fs/cgroup/blkio/blkio.cost.qos", "253:16 enable=1 ctrl=user rlat=2000 wlat=2000\n")
+            .with(
+                "/sys/fs/cgroup/blkio/blkio.cost.qos",
+                "253:16 enable=1 ctrl=user rlat=2000 wlat=2000\n",
+            )
             .with("/sys/fs/cgroup/blkio/blkio.cost.model", "")
-            .with("/sys/fs/cgroup/blkio/kubepods/besteffort/blkio.cost.weight", "253:16 100\n")
-            .with("/sys/fs/cgroup/blkio/kubepods/besteffort/pod0/blkio.cost.weight", "");
+            .with(
+                "/sys/fs/cgroup/blkio/kubepods/besteffort/blkio.cost.weight",
+                "253:16 100\n",
+            )
+            .with(
+                "/sys/fs/cgroup/blkio/kubepods/besteffort/pod0/blkio.cost.weight",
+                "",
+            );
         let roots = SystemArgs::under(Path::new("/"));
         let decision = BlkioReconcile::new(roots, Arc::new(files)).decide(&snap);
         let got: Vec<String> = decision
             .file_writes
             .iter()
             .map(|w| {
-                let path = w.path.strip_prefix("/sys/fs/cgroup/blkio").unwrap_or(&w.path);
+                let path = w
+                    .path
+                    .strip_prefix("/sys/fs/cgroup/blkio")
+                    .unwrap_or(&w.path);
                 format!("{} <- {}", path.display(), w.value)
             })
             .collect();
@@ -1239,12 +1288,28 @@ mod tests {
         }
         assert_eq!(got, want, "{:?}", decision.notes);
         let notes: Vec<&str> = decision.notes.iter().map(|n| n.text.as_str()).collect();
-        assert!(notes.iter().any(|n| n.contains("LSR class is not supported")), "{notes:?}");
-        assert!(notes.iter().any(|n| n.contains("LS class is not supported")), "{notes:?}");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("LSR class is not supported")),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("LS class is not supported")),
+            "{notes:?}"
+        );
 
         // Converged: the kernel's own spelling of the same iocost values.
         let qos = parse_iocost("253:16 enable=1 ctrl=user rpct=90.00 rlat=1000 wpct=90.00 wlat=1000 min=1.00 max=10000.00").unwrap();
-        assert!(iocost_converged(qos.get(&DeviceNumber { major: 253, minor: 16 }), &want[9].replace("blkio.cost.qos <- ", "")));
+        assert!(iocost_converged(
+            qos.get(&DeviceNumber {
+                major: 253,
+                minor: 16
+            }),
+            &want[9].replace("blkio.cost.qos <- ", "")
+        ));
         assert!(!iocost_converged(None, "253:16 enable=1"));
         assert!(parse_iocost("253:16 enable").is_err());
     }
@@ -1271,18 +1336,32 @@ mod tests {
         // No blk-iocost files (this kernel): reported, nothing written.
         let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide(&snap);
         assert!(decision.file_writes.is_empty());
-        assert!(decision.notes.iter().any(|n| n.text.contains("iocost unsupported")));
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("iocost unsupported"))
+        );
         // With them: defaults (upstream: 95th percentile, 3000 µs, auto model),
         // and a device no longer configured is disabled.
         let files = host_files()
-            .with("/sys/fs/cgroup/blkio/blkio.cost.qos", "8:0 enable=1 ctrl=user\n")
+            .with(
+                "/sys/fs/cgroup/blkio/blkio.cost.qos",
+                "8:0 enable=1 ctrl=user\n",
+            )
             .with("/sys/fs/cgroup/blkio/blkio.cost.model", "");
         let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide(&snap);
         assert_eq!(
             writes(&decision),
             [
-                ("blkio.cost.qos".to_string(), "254:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000".to_string()),
-                ("blkio.cost.model".to_string(), "254:0 ctrl=auto".to_string()),
+                (
+                    "blkio.cost.qos".to_string(),
+                    "254:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000".to_string()
+                ),
+                (
+                    "blkio.cost.model".to_string(),
+                    "254:0 ctrl=auto".to_string()
+                ),
                 ("blkio.cost.qos".to_string(), "8:0 enable=0".to_string()),
             ]
         );

@@ -154,7 +154,9 @@ impl<'a> VolumeResolver<'a> {
         }
         let slaves = self.files.list(&sys_dev.join("slaves"));
         if slaves.len() > MAX_BLOCK_ENTRIES {
-            return Err(format!("{device} lists more than {MAX_BLOCK_ENTRIES} slaves"));
+            return Err(format!(
+                "{device} lists more than {MAX_BLOCK_ENTRIES} slaves"
+            ));
         }
         let mut disks = BTreeSet::new();
         for slave in &slaves {
@@ -219,7 +221,10 @@ impl<'a> VolumeResolver<'a> {
                 "volume group {vg} has no logical volume under {} (no dm-*/dm/name of {vg}-*)",
                 block_dir.display()
             )),
-            1 => Ok(disks.into_iter().next().unwrap_or(DeviceNumber { major: 0, minor: 0 })),
+            1 => Ok(disks
+                .into_iter()
+                .next()
+                .unwrap_or(DeviceNumber { major: 0, minor: 0 })),
             n => Err(format!(
                 "volume group {vg} spans {n} disks; only single-disk volume groups are throttled, as upstream"
             )),
@@ -333,12 +338,22 @@ impl BlkioVolumesCapability {
         vec![
             (
                 "blkio.volumes",
-                if self.throttle { "throttle" } else { "unsupported" }.to_string(),
+                if self.throttle {
+                    "throttle"
+                } else {
+                    "unsupported"
+                }
+                .to_string(),
                 format!("{}; {volumes}", self.throttle_detail),
             ),
             (
                 "blkio.iocost",
-                if self.iocost { "supported" } else { "unsupported" }.to_string(),
+                if self.iocost {
+                    "supported"
+                } else {
+                    "unsupported"
+                }
+                .to_string(),
                 self.iocost_detail.clone(),
             ),
         ]
@@ -374,7 +389,8 @@ pub fn detect_capability(
         .filter(|name| name.starts_with("dm-"))
     {
         device_mapper = true;
-        if let Ok(name) = files.read_bounded(&block_dir.join(entry).join("dm/name"), MAX_SYSFS_BYTES)
+        if let Ok(name) =
+            files.read_bounded(&block_dir.join(entry).join("dm/name"), MAX_SYSFS_BYTES)
             && let Some((vg, _)) = split_lvm_dm_name(name.trim())
         {
             volume_groups.insert(vg);
@@ -443,7 +459,10 @@ pub(crate) mod tests {
             ("vde", "253:64"),
         ] {
             files = files
-                .with(format!("/sys/class/block/{name}/dev"), format!("{number}\n"))
+                .with(
+                    format!("/sys/class/block/{name}/dev"),
+                    format!("{number}\n"),
+                )
                 .with(format!("/sys/block/{name}/dev"), format!("{number}\n"))
                 .with_link(
                     format!("/sys/dev/block/{number}"),
@@ -452,7 +471,10 @@ pub(crate) mod tests {
         }
         for (disk, part, number) in [("vda", "vda1", "253:1"), ("vdc", "vdc3", "253:35")] {
             files = files
-                .with(format!("/sys/class/block/{part}/dev"), format!("{number}\n"))
+                .with(
+                    format!("/sys/class/block/{part}/dev"),
+                    format!("{number}\n"),
+                )
                 .with(format!("/sys/dev/block/{number}/partition"), "1\n")
                 .with_link(
                     format!("/sys/dev/block/{number}"),
@@ -471,7 +493,10 @@ pub(crate) mod tests {
                 .with(format!("/sys/block/{dm}/dev"), format!("{number}\n"))
                 .with(format!("/sys/block/{dm}/dm/name"), format!("{name}\n"))
                 .with(format!("/sys/class/block/{dm}/dev"), format!("{number}\n"))
-                .with(format!("/sys/dev/block/{number}/dm/name"), format!("{name}\n"));
+                .with(
+                    format!("/sys/dev/block/{number}/dm/name"),
+                    format!("{name}\n"),
+                );
             for slave in slaves {
                 files = files.with(format!("/sys/dev/block/{number}/slaves/{slave}"), "");
             }
@@ -597,10 +622,16 @@ pub(crate) mod tests {
         // Upstream's pod0: PVC test-pvc → PV yoda-87d8… → its CSI mount on
         // an LV of yoda-pool0 → /dev/vdc.
         let pod0 = pod("uid-0", pvc_volume("html", "test-pvc"));
-        assert_eq!(resolver.pod_volume(&pod0, "html", &claims), Ok(dev(253, 32)));
+        assert_eq!(
+            resolver.pod_volume(&pod0, "html", &claims),
+            Ok(dev(253, 32))
+        );
         // Upstream's pod1: an inline CSI volume "html".
         let pod1 = pod("uid-1", csi_volume("html"));
-        assert_eq!(resolver.pod_volume(&pod1, "html", &claims), Ok(dev(253, 32)));
+        assert_eq!(
+            resolver.pod_volume(&pod1, "html", &claims),
+            Ok(dev(253, 32))
+        );
         // A local PV bind-mounted from a partition of vda.
         let pod3 = pod("uid-3", pvc_volume("data", "local-claim"));
         assert_eq!(resolver.pod_volume(&pod3, "data", &claims), Ok(dev(253, 0)));
@@ -617,7 +648,9 @@ pub(crate) mod tests {
         assert_eq!(resolver.pod_volume(&pod4, "data", &raw), Ok(dev(253, 64)));
 
         let not_mounted = pod("uid-9", csi_volume("html"));
-        let err = resolver.pod_volume(&not_mounted, "html", &claims).unwrap_err();
+        let err = resolver
+            .pod_volume(&not_mounted, "html", &claims)
+            .unwrap_err();
         assert!(err.contains("not mounted yet"), "{err}");
         assert!(err.contains("/var/lib/kubelet/pods/uid-9/volumes/kubernetes.io~csi/html/mount"));
         let unbound = pod("uid-0", pvc_volume("html", "other"));
@@ -659,10 +692,8 @@ pub(crate) mod tests {
     #[test]
     fn oversized_and_garbage_inputs_are_refused() {
         let roots = SystemArgs::under(Path::new("/"));
-        let huge = MapHostFiles::default().with(
-            "/proc/self/mountinfo",
-            "x".repeat(MAX_MOUNTINFO_BYTES + 1),
-        );
+        let huge = MapHostFiles::default()
+            .with("/proc/self/mountinfo", "x".repeat(MAX_MOUNTINFO_BYTES + 1));
         let resolver = VolumeResolver::new(&huge, &roots, Path::new("/var/lib/kubelet"));
         let pod1 = pod("uid-1", csi_volume("html"));
         assert!(

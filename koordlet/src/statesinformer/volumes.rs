@@ -101,9 +101,7 @@ impl KubeVolumeLookup {
 
 impl VolumeLookup for KubeVolumeLookup {
     fn claim(&self, namespace: &str, claim: &str) -> Result<BoundVolume, String> {
-        let object = self
-            .claims
-            .get(&ObjectRef::new(claim).within(namespace));
+        let object = self.claims.get(&ObjectRef::new(claim).within(namespace));
         Self::bound(
             object.as_deref(),
             |pv| self.volumes.get(&ObjectRef::new(pv)),
@@ -148,7 +146,11 @@ pub fn spawn_volume_watchers(
     .reflect(volume_writer)
     .applied_objects();
     let tasks = vec![
-        tokio::spawn(drain("PersistentVolumeClaim", claim_stream, shutdown.clone())),
+        tokio::spawn(drain(
+            "PersistentVolumeClaim",
+            claim_stream,
+            shutdown.clone(),
+        )),
         tokio::spawn(drain("PersistentVolume", volume_stream, shutdown.clone())),
     ];
     (Arc::new(KubeVolumeLookup { claims, volumes }), tasks)
