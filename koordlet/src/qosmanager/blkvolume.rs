@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::blkio::{DeviceNumber, DeviceResolver, device_of_mount};
 use super::hostfiles::HostFiles;
 use crate::statesinformer::volumes::VolumeLookup;
 use crate::system::SystemArgs;
@@ -43,6 +42,149 @@ pub const MAX_BLOCK_ENTRIES: usize = 8192;
 pub const MAX_STACK_DEPTH: usize = 8;
 /// Longest volume group, volume or uid accepted (a DNS subdomain).
 pub const MAX_NAME_BYTES: usize = 253;
+
+/// A block device number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceNumber {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DeviceNumber {
+    /// Parses `major:minor`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let parsed = text
+            .split_once(':')
+            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+        match parsed {
+            Some((major, minor)) => Ok(Self { major, minor }),
+            None => Err(format!("malformed device number {text:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape_mount_point(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d)));
+        match octal {
+            Some(digits) => {
+                let value = digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The device mounted at `mount_point` per `/proc/self/mountinfo` (the last
+/// matching line wins: later mounts hide earlier ones).
+pub fn device_of_mount(mountinfo: &str, mount_point: &str) -> Result<Option<DeviceNumber>, String> {
+    let wanted = mount_point.trim_end_matches('/');
+    let wanted = if wanted.is_empty() { "/" } else { wanted };
+    let mut found = None;
+    for (index, line) in mountinfo.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(device), Some(point)) = (fields.get(2), fields.get(4)) else {
+            return Err(format!(
+                "mountinfo line {} is malformed: {line:?}",
+                index + 1
+            ));
+        };
+        if unescape_mount_point(point) == wanted {
+            found = Some(DeviceNumber::parse(device)?);
+        }
+    }
+    Ok(found)
+}
+
+/// Resolves configured block names to whole-disk device numbers.
+pub struct DeviceResolver<'a> {
+    pub files: &'a dyn HostFiles,
+    pub roots: &'a SystemArgs,
+}
+
+impl DeviceResolver<'_> {
+    /// A device name (`/dev/vdb`, `vdb`) or a mount point (`/data`).
+    pub fn resolve(&self, name: &str) -> Result<DeviceNumber, String> {
+        let device = match name.strip_prefix("/dev/") {
+            Some(device) => self.by_device_name(device)?,
+            None if !name.starts_with('/') => self.by_device_name(name)?,
+            None => {
+                let path = self.roots.proc_root_dir.join("self/mountinfo");
+                let mountinfo = self.files.read_bounded(&path, MAX_MOUNTINFO_BYTES)?;
+                device_of_mount(&mountinfo, name)?
+                    .ok_or_else(|| format!("{name} is neither a device nor a mount point"))?
+            }
+        };
+        self.whole_disk(device)
+    }
+
+    /// `<sys>/class/block/<device>/dev`.
+    pub(crate) fn by_device_name(&self, device: &str) -> Result<DeviceNumber, String> {
+        if device.is_empty() || device.contains('/') || device == ".." {
+            return Err(format!("{device:?} is not a block device name"));
+        }
+        let path = self
+            .roots
+            .sys_root_dir
+            .join("class/block")
+            .join(device)
+            .join("dev");
+        if !self.files.exists(&path) {
+            return Err(format!(
+                "block device {device} not found ({} is missing)",
+                path.display()
+            ));
+        }
+        let content = self.files.read_bounded(&path, MAX_SYSFS_BYTES)?;
+        DeviceNumber::parse(&content)
+    }
+
+    /// A partition's disk: the parent directory of its sysfs device.
+    pub(crate) fn whole_disk(&self, device: DeviceNumber) -> Result<DeviceNumber, String> {
+        let link = self
+            .roots
+            .sys_root_dir
+            .join("dev/block")
+            .join(device.to_string());
+        if !self.files.exists(&link.join("partition")) {
+            return Ok(device);
+        }
+        let target = self
+            .files
+            .link_target(&link)
+            .ok_or_else(|| format!("cannot follow {}", link.display()))?;
+        let disk = target
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|name| name.to_str())
+            .ok_or_else(|| format!("cannot find the disk of partition {device}"))?;
+        self.by_device_name(disk)
+    }
+}
 
 /// Splits an LVM device-mapper name into (volume group, logical volume):
 /// the first `-` that is not part of a `--` separates them, and `--`
