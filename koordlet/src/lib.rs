@@ -287,6 +287,20 @@ pub async fn run(
                         &states,
                         &context.shutdown,
                     );
+                    // podvolume blocks need PVC → PV; watched only when blkio runs.
+                    let gates = features::parse_feature_gates(&args.runtime_hooks.feature_gates())
+                        .unwrap_or_default();
+                    if gates
+                        .get(qosmanager::blkio::FEATURE)
+                        .copied()
+                        .unwrap_or(false)
+                    {
+                        let (lookup, _tasks) = statesinformer::volumes::spawn_volume_watchers(
+                            &cluster.client,
+                            &context.shutdown,
+                        );
+                        states.set_volume_lookup(lookup);
+                    }
                     tokio::spawn(statesinformer::pods::run_cluster_pods(
                         args.states.clone(),
                         cluster.client.clone(),

@@ -34,11 +34,17 @@ fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesA
         &layout,
         &args.qos.reaction,
     );
+    let blkio_volumes = koordlet::qosmanager::blkvolume::detect_capability(
+        &koordlet::qosmanager::FsHostFiles,
+        &args.system,
+        &layout,
+    );
     let report = detected
         .with_cpu_reaction(reaction)
         .with_network_qos(koordlet::qosmanager::netqos::capability::probe_host(
             &args.system.proc_root_dir,
         ))
+        .with_blkio_volumes(blkio_volumes)
         .with_daemon(capabilities::query_daemon_nri(
             args.addr.socket_addr(),
             capabilities::DAEMON_QUERY_TIMEOUT,

@@ -389,6 +389,8 @@ fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
     printed.as_object_mut().unwrap().remove("cpuReaction");
     // Nor network QoS (probed by the command; the daemon logs it).
     printed.as_object_mut().unwrap().remove("networkQos");
+    // Nor blkio volume support (probed by the command, like the reaction path).
+    printed.as_object_mut().unwrap().remove("blkioVolumes");
     printed["reasons"].as_object_mut().unwrap().remove("nri");
     printed["reasons"]
         .as_object_mut()
@@ -512,4 +514,51 @@ fn the_kubelet_cpu_manager_entry_names_policy_and_pinned_cpus() {
         problem.contains("cpu_manager_state") && problem.contains("policyName"),
         "{problem}"
     );
+}
+
+/// `blkio.volumes` and `blkio.iocost` describe this machine: the BE tier's
+/// throttle file, device-mapper devices, and blk-iocost at the root.
+#[test]
+fn blkio_volume_rows_match_this_machine() {
+    let table = stdout_of(&["capabilities"]);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
+            .to_string()
+    };
+    let throttle =
+        Path::new("/sys/fs/cgroup/blkio/kubepods/besteffort/blkio.throttle.read_bps_device")
+            .exists();
+    let volumes = row("blkio.volumes");
+    assert_eq!(
+        volumes.split_whitespace().nth(1),
+        Some(if throttle { "throttle" } else { "unsupported" }),
+        "{volumes}"
+    );
+    let device_mapper = fs::read_dir("/sys/block")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .any(|e| e.file_name().to_string_lossy().starts_with("dm-"))
+        })
+        .unwrap_or(false);
+    assert_eq!(
+        volumes.contains("no device-mapper devices"),
+        !device_mapper,
+        "{volumes}"
+    );
+    let iocost = Path::new("/sys/fs/cgroup/blkio/blkio.cost.qos").exists()
+        || Path::new("/sys/fs/cgroup/io.cost.qos").exists();
+    let iocost_row = row("blkio.iocost");
+    assert_eq!(
+        iocost_row.split_whitespace().nth(1),
+        Some(if iocost { "supported" } else { "unsupported" }),
+        "{iocost_row}"
+    );
+    println!("{volumes}\n{iocost_row}");
+    let json = json_output();
+    assert_eq!(json["blkioVolumes"]["iocost"], iocost);
+    assert_eq!(json["blkioVolumes"]["deviceMapper"], device_mapper);
 }

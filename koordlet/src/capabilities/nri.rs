@@ -224,6 +224,13 @@ pub struct CapabilitiesReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub network_qos: Option<crate::qosmanager::netqos::capability::NetQosCapability>,
+    /// Whether blkio throttles can reach volumes (`qosmanager::blkvolume`).
+    #[serde(
+        default,
+        rename = "blkioVolumes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub blkio_volumes: Option<crate::qosmanager::blkvolume::BlkioVolumesCapability>,
 }
 
 impl CapabilitiesReport {
@@ -249,6 +256,7 @@ impl CapabilitiesReport {
             devices: None,
             cpu_reaction: None,
             network_qos: None,
+            blkio_volumes: None,
         }
     }
 
@@ -265,6 +273,15 @@ impl CapabilitiesReport {
             );
         }
         self.network_qos = Some(network_qos);
+        self
+    }
+
+    /// Adds what blkio volume throttling can do here.
+    pub fn with_blkio_volumes(
+        mut self,
+        volumes: crate::qosmanager::blkvolume::BlkioVolumesCapability,
+    ) -> Self {
+        self.blkio_volumes = Some(volumes);
         self
     }
 

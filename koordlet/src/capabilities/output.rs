@@ -73,6 +73,9 @@ pub fn render_report(
                     reaction.detail.clone(),
                 ));
             }
+            if let Some(volumes) = &report.blkio_volumes {
+                rows.extend(volumes.rows());
+            }
             Ok(format_rows(&rows))
         }
         OutputFormat::Json => {

@@ -26,10 +26,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use apis::slo::v1alpha1::{BlockCfg, BlockType, ResourceQOS};
+use apis::extension::QoSClass;
+use apis::extension::slo_pod::get_pod_blkio_qos;
+use apis::slo::v1alpha1::{
+    ANNOTATION_POD_BLKIO_QOS, BlkIOQOS, BlockCfg, BlockType, IOCfg, ResourceQOS,
+};
+use k8s_openapi::api::core::v1::Pod;
 
+use super::blkvolume::VolumeResolver;
+pub use super::blkvolume::{DeviceNumber, DeviceResolver, device_of_mount};
 use super::framework::FeatureGate;
-use super::framework::{Capability, Decision, FileWrite, QosSnapshot, ReadBack, Strategy};
+use super::framework::{Capability, Decision, FileWrite, QosPod, QosSnapshot, ReadBack, Strategy};
 use super::hostfiles::{FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupResource, CgroupValue, CgroupVersion, Controller, QosTier};
@@ -41,150 +48,20 @@ pub const FEATURE: &str = "BlkIOReconcile";
 pub const IO_WEIGHT_FILE: &str = "blkio.cost.weight";
 /// Upstream's default weight (percent) for a configured device.
 pub const DEFAULT_IO_WEIGHT_PERCENT: i64 = 100;
-
-/// A block device number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DeviceNumber {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl DeviceNumber {
-    /// Parses `major:minor`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let text = text.trim();
-        let parsed = text
-            .split_once(':')
-            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
-        match parsed {
-            Some((major, minor)) => Ok(Self { major, minor }),
-            None => Err(format!("malformed device number {text:?}")),
-        }
-    }
-}
-
-impl std::fmt::Display for DeviceNumber {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape_mount_point(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d)));
-        match octal {
-            Some(digits) => {
-                let value = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The device mounted at `mount_point` per `/proc/self/mountinfo` (the last
-/// matching line wins: later mounts hide earlier ones).
-pub fn device_of_mount(mountinfo: &str, mount_point: &str) -> Result<Option<DeviceNumber>, String> {
-    let wanted = mount_point.trim_end_matches('/');
-    let wanted = if wanted.is_empty() { "/" } else { wanted };
-    let mut found = None;
-    for (index, line) in mountinfo.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (Some(device), Some(point)) = (fields.get(2), fields.get(4)) else {
-            return Err(format!(
-                "mountinfo line {} is malformed: {line:?}",
-                index + 1
-            ));
-        };
-        if unescape_mount_point(point) == wanted {
-            found = Some(DeviceNumber::parse(device)?);
-        }
-    }
-    Ok(found)
-}
-
-/// Resolves configured block names to whole-disk device numbers.
-pub struct DeviceResolver<'a> {
-    pub files: &'a dyn HostFiles,
-    pub roots: &'a SystemArgs,
-}
-
-impl DeviceResolver<'_> {
-    /// A device name (`/dev/vdb`, `vdb`) or a mount point (`/data`).
-    pub fn resolve(&self, name: &str) -> Result<DeviceNumber, String> {
-        let device = match name.strip_prefix("/dev/") {
-            Some(device) => self.by_device_name(device)?,
-            None if !name.starts_with('/') => self.by_device_name(name)?,
-            None => {
-                let path = self.roots.proc_root_dir.join("self/mountinfo");
-                let mountinfo = self
-                    .files
-                    .read(&path)
-                    .ok_or_else(|| format!("cannot read {}", path.display()))?;
-                device_of_mount(&mountinfo, name)?
-                    .ok_or_else(|| format!("{name} is neither a device nor a mount point"))?
-            }
-        };
-        self.whole_disk(device)
-    }
-
-    fn by_device_name(&self, device: &str) -> Result<DeviceNumber, String> {
-        if device.is_empty() || device.contains('/') || device == ".." {
-            return Err(format!("{device:?} is not a block device name"));
-        }
-        let path = self
-            .roots
-            .sys_root_dir
-            .join("class/block")
-            .join(device)
-            .join("dev");
-        let content = self.files.read(&path).ok_or_else(|| {
-            format!(
-                "block device {device} not found ({} is missing)",
-                path.display()
-            )
-        })?;
-        DeviceNumber::parse(&content)
-    }
-
-    /// A partition's disk: the parent directory of its sysfs device.
-    fn whole_disk(&self, device: DeviceNumber) -> Result<DeviceNumber, String> {
-        let link = self
-            .roots
-            .sys_root_dir
-            .join("dev/block")
-            .join(device.to_string());
-        if !self.files.exists(&link.join("partition")) {
-            return Ok(device);
-        }
-        let target = self
-            .files
-            .link_target(&link)
-            .ok_or_else(|| format!("cannot follow {}", link.display()))?;
-        let disk = target
-            .parent()
-            .and_then(Path::file_name)
-            .and_then(|name| name.to_str())
-            .ok_or_else(|| format!("cannot find the disk of partition {device}"))?;
-        self.by_device_name(disk)
-    }
-}
+/// blk-iocost files at the hierarchy root: Anolis' v1 names, mainline v2 names.
+pub const IOCOST_QOS_FILE: &str = "blkio.cost.qos";
+pub const IOCOST_MODEL_FILE: &str = "blkio.cost.model";
+pub const IOCOST_QOS_FILE_V2: &str = "io.cost.qos";
+pub const IOCOST_MODEL_FILE_V2: &str = "io.cost.model";
+/// Upstream's iocost defaults: latency target (µs) and its percentile.
+pub const DEFAULT_IO_LATENCY_US: i64 = 3000;
+pub const DEFAULT_LATENCY_PERCENT: i64 = 95;
+/// Most blocks used from one class or pod.
+pub const MAX_BLOCKS: usize = 256;
+/// Largest `koordinator.sh/blkioQOS` annotation read.
+pub const MAX_POD_ANNOTATION_BYTES: usize = 64 * 1024;
+/// Largest iocost file read.
+pub const MAX_IOCOST_FILE_BYTES: usize = 1024 * 1024;
 
 /// One line per device: `major:minor value`.
 pub fn parse_device_values(content: &str) -> Result<BTreeMap<DeviceNumber, i64>, String> {
@@ -331,105 +208,315 @@ impl Strategy for BlkioReconcile {
                 && !blocks.is_empty()
             {
                 decision.info(format!(
-                    "blkioQOS of the {class} class is not supported (as upstream); only beClass applies"
+                    "blkioQOS of the {class} class is not supported (as upstream); only beClass, cgroupRoot and pod annotations apply"
                 ));
             }
         }
-        let Some((enabled, blocks)) = class_blocks(strategy.be_class.as_ref()) else {
-            decision.skip("beClass.blkioQOS is not configured");
-            return decision;
-        };
-        // v2 keeps all four limits in `io.max` (`maj:min rbps=.. wbps=.. riops=.. wiops=..`).
-        let v2 = snapshot.layout.version == CgroupVersion::V2;
-        let blocks = if enabled { blocks } else { &[] };
-        let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
-        let resolver = DeviceResolver {
-            files: self.files.as_ref(),
-            roots: &self.roots,
-        };
-        // Desired value per device and throttle file (0 removes a limit).
-        let mut desired: BTreeMap<DeviceNumber, &BlockCfg> = BTreeMap::new();
-        for block in blocks {
-            match &block.block_type {
-                None | Some(BlockType::Device) => match resolver.resolve(&block.name) {
-                    Ok(device) => {
-                        desired.insert(device, block);
-                    }
-                    Err(err) => decision.info(format!("block {}: {err}", block.name)),
-                },
-                Some(other) => decision.info(format!(
-                    "block {}: blockType {} is not supported",
-                    block.name,
-                    other.as_str()
-                )),
+        // Re-resolved every round: a volume mounted or a claim bound since
+        // the last round is picked up now.
+        let resolver = VolumeResolver::new(
+            self.files.as_ref(),
+            &self.roots,
+            snapshot.kubelet_root.as_path(),
+        );
+        let mut configured = false;
+        match class_blocks(strategy.be_class.as_ref()) {
+            None => decision.info("beClass.blkioQOS is not configured"),
+            Some((enabled, blocks)) => {
+                configured |= enabled && !blocks.is_empty();
+                let blocks = if enabled { blocks } else { &[] };
+                let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
+                let desired = resolve_blocks(blocks, None, &resolver, snapshot, &mut decision);
+                plan_throttles(snapshot, &dir, "beClass.blkioQOS", &desired, &mut decision);
+                self.io_weight(snapshot, &dir, &desired, &mut decision);
             }
         }
-        for (resource, field) in THROTTLES {
-            let current = match snapshot.current(&dir, resource) {
-                Some(CgroupValue::Text(text)) => match if v2 {
-                    parse_io_max(&text, io_max_key(resource))
-                } else {
-                    parse_device_values(&text)
-                } {
-                    Ok(values) => values,
-                    Err(err) => {
-                        decision.info(format!("{}: {err}", resource.name()));
-                        continue;
-                    }
-                },
-                _ => {
-                    decision.info(format!(
-                        "unsupported: {} of {} is missing",
-                        resource.name(),
-                        dir.display()
-                    ));
-                    continue;
-                }
-            };
-            let Ok(path) = snapshot.layout.file_path(&dir, resource) else {
-                continue;
-            };
-            let devices: Vec<DeviceNumber> =
-                desired.keys().chain(current.keys()).copied().collect();
-            let mut seen = std::collections::BTreeSet::new();
-            for device in devices.into_iter().filter(|d| seen.insert(*d)) {
-                let want = desired
-                    .get(&device)
-                    .map_or(0, |block| configured_value(block, resource));
-                let have = current.get(&device).copied().unwrap_or(0);
-                if want == have {
-                    continue;
-                }
-                let source = match desired.get(&device) {
-                    Some(block) => format!("beClass.blkioQOS {} {field}", block.name),
-                    None => "device no longer configured".to_string(),
-                };
-                decision.file_writes.push(FileWrite {
-                    path: path.clone(),
-                    value: match (v2, want) {
-                        (false, want) => format!("{device} {want}"),
-                        (true, 0) => format!("{device} {}=max", io_max_key(resource)),
-                        (true, want) => format!("{device} {}={want}", io_max_key(resource)),
-                    },
-                    reason: source,
-                    read_back: ReadBack::None,
-                });
-            }
+        if let Some((enabled, blocks)) = class_blocks(strategy.cgroup_root.as_ref()) {
+            configured |= enabled && !blocks.is_empty();
+            let blocks = if enabled { blocks } else { &[] };
+            self.root_iocost(snapshot, blocks, &resolver, &mut decision);
         }
-        self.io_weight(snapshot, &dir, &desired, &mut decision);
-        if decision.file_writes.is_empty() && desired.is_empty() && blocks.is_empty() {
-            decision.skip("beClass.blkioQOS configures no block device");
+        configured |= self.pod_blocks(snapshot, &resolver, &mut decision);
+        if decision.file_writes.is_empty() && !configured {
+            decision.skip("blkioQOS configures no block device");
         }
         decision
     }
 }
 
+/// Desired settings per device; a later block naming the same device wins,
+/// as upstream's updaters apply in order.
+type Desired<'b> = BTreeMap<DeviceNumber, &'b BlockCfg>;
+
+/// Resolves each block to its disk; a block that cannot be resolved is
+/// dropped with its reason (upstream drops the whole class instead).
+/// `pod` is `Some` for a pod's annotation, the only place `podvolume`
+/// blocks mean something.
+fn resolve_blocks<'b>(
+    blocks: &'b [BlockCfg],
+    pod: Option<(&QosPod, &Pod)>,
+    resolver: &VolumeResolver<'_>,
+    snapshot: &QosSnapshot,
+    decision: &mut Decision,
+) -> Desired<'b> {
+    let mut desired = BTreeMap::new();
+    let origin = pod.map_or_else(String::new, |(pod, _)| format!("pod {}: ", pod.key()));
+    for block in blocks.iter().take(MAX_BLOCKS) {
+        let resolved = match (&block.block_type, pod) {
+            (None | Some(BlockType::Device), _) => resolver.device(&block.name),
+            (Some(BlockType::VolumeGroup), _) => resolver.volume_group(&block.name),
+            (Some(BlockType::PodVolume), Some((_, kube_pod))) => {
+                resolver.pod_volume(kube_pod, &block.name, snapshot.volumes.as_ref())
+            }
+            (Some(BlockType::PodVolume), None) => Err(
+                "podvolume blocks apply only in a pod's koordinator.sh/blkioQOS annotation"
+                    .to_string(),
+            ),
+            (Some(other), _) => Err(format!("blockType {} is not supported", other.as_str())),
+        };
+        match resolved {
+            Ok(device) => {
+                desired.insert(device, block);
+            }
+            Err(err) => decision.info(format!(
+                "{origin}block {}: {err}; dropped",
+                crate::bounds::for_log(&block.name)
+            )),
+        }
+    }
+    if blocks.len() > MAX_BLOCKS {
+        decision.info(format!(
+            "{origin}{} blocks configured; only the first {MAX_BLOCKS} are used",
+            blocks.len()
+        ));
+    }
+    desired
+}
+
+/// The throttle writes that bring `dir`'s four throttle files (v2: `io.max`)
+/// to `desired`: a device whose value differs is written, a device listed
+/// but no longer desired is reset to 0 (upstream's recorder).
+pub fn plan_throttles(
+    snapshot: &QosSnapshot,
+    dir: &Path,
+    origin: &str,
+    desired: &Desired<'_>,
+    decision: &mut Decision,
+) {
+    let v2 = snapshot.layout.version == CgroupVersion::V2;
+    for (resource, field) in THROTTLES {
+        let current = match snapshot.current(dir, resource) {
+            Some(CgroupValue::Text(text)) => match if v2 {
+                parse_io_max(&text, io_max_key(resource))
+            } else {
+                parse_device_values(&text)
+            } {
+                Ok(values) => values,
+                Err(err) => {
+                    decision.info(format!("{}: {err}", resource.name()));
+                    continue;
+                }
+            },
+            _ => {
+                decision.info(format!(
+                    "unsupported: {} of {} is missing",
+                    resource.name(),
+                    dir.display()
+                ));
+                continue;
+            }
+        };
+        let Ok(path) = snapshot.layout.file_path(dir, resource) else {
+            continue;
+        };
+        let devices: std::collections::BTreeSet<DeviceNumber> =
+            desired.keys().chain(current.keys()).copied().collect();
+        for device in devices {
+            let want = desired
+                .get(&device)
+                .map_or(0, |block| configured_value(block, resource));
+            let have = current.get(&device).copied().unwrap_or(0);
+            if want == have {
+                continue;
+            }
+            let reason = match desired.get(&device) {
+                Some(block) => format!("{origin} {} {field}", block.name),
+                None => format!("{origin}: device no longer configured"),
+            };
+            decision.file_writes.push(FileWrite {
+                path: path.clone(),
+                value: throttle_line(device, resource, want, v2),
+                reason,
+                read_back: ReadBack::None,
+            });
+        }
+    }
+}
+
+/// One throttle line: v1 `major:minor value`, v2 `major:minor key=value`
+/// (0 is `max` there).
+pub fn throttle_line(
+    device: DeviceNumber,
+    resource: CgroupResource,
+    value: i64,
+    v2: bool,
+) -> String {
+    match (v2, value) {
+        (false, value) => format!("{device} {value}"),
+        (true, 0) => format!("{device} {}=max", io_max_key(resource)),
+        (true, value) => format!("{device} {}={value}", io_max_key(resource)),
+    }
+}
+
 impl BlkioReconcile {
+    /// Pods with a `koordinator.sh/blkioQOS` annotation (upstream: Running
+    /// pods carrying a koordinator QoS label): throttles at the pod's own
+    /// cgroup. Returns whether any pod configures a block.
+    fn pod_blocks(
+        &self,
+        snapshot: &QosSnapshot,
+        resolver: &VolumeResolver<'_>,
+        decision: &mut Decision,
+    ) -> bool {
+        let mut configured = false;
+        for pod in &snapshot.pods {
+            if pod.qos_label == QoSClass::None || pod.phase != "Running" {
+                continue;
+            }
+            let Some(kube_pod) = pod.kube_index.and_then(|i| snapshot.kube_pods.get(i)) else {
+                continue;
+            };
+            let Some(annotations) = kube_pod.metadata.annotations.as_ref() else {
+                continue;
+            };
+            let Some(text) = annotations.get(ANNOTATION_POD_BLKIO_QOS) else {
+                continue;
+            };
+            if text.len() > MAX_POD_ANNOTATION_BYTES {
+                decision.info(format!(
+                    "pod {}: {ANNOTATION_POD_BLKIO_QOS} is {} bytes, more than {MAX_POD_ANNOTATION_BYTES}; ignored",
+                    pod.key(),
+                    text.len()
+                ));
+                continue;
+            }
+            // An empty value removes the pod's limits, as upstream.
+            let config = if text.is_empty() {
+                BlkIOQOS::default()
+            } else {
+                match get_pod_blkio_qos(annotations) {
+                    Ok(config) => config.unwrap_or_default(),
+                    Err(err) => {
+                        decision.info(format!(
+                            "pod {}: {}",
+                            pod.key(),
+                            crate::bounds::cut(err.to_string())
+                        ));
+                        continue;
+                    }
+                }
+            };
+            configured |= !config.blocks.is_empty();
+            let desired = resolve_blocks(
+                &config.blocks,
+                Some((pod, kube_pod)),
+                resolver,
+                snapshot,
+                decision,
+            );
+            let origin = format!("pod {} blkioQOS", pod.key());
+            plan_throttles(snapshot, &pod.cgroup_dir, &origin, &desired, decision);
+            self.io_weight(snapshot, &pod.cgroup_dir, &desired, decision);
+        }
+        configured
+    }
+
+    /// cgroupRoot blocks: blk-iocost's QoS and cost model at the hierarchy
+    /// root, where the kernel has them (Anolis `blkio.cost.*` on v1,
+    /// `io.cost.*` on v2); reported unsupported otherwise.
+    fn root_iocost(
+        &self,
+        snapshot: &QosSnapshot,
+        blocks: &[BlockCfg],
+        resolver: &VolumeResolver<'_>,
+        decision: &mut Decision,
+    ) {
+        let v2 = snapshot.layout.version == CgroupVersion::V2;
+        let Ok(root) = snapshot.layout.controller_path("", Controller::Blkio) else {
+            return;
+        };
+        let (qos_file, model_file) = if v2 {
+            (IOCOST_QOS_FILE_V2, IOCOST_MODEL_FILE_V2)
+        } else {
+            (IOCOST_QOS_FILE, IOCOST_MODEL_FILE)
+        };
+        let qos_path = root.join(qos_file);
+        let model_path = root.join(model_file);
+        if !self.files.exists(&qos_path) || !self.files.exists(&model_path) {
+            if !blocks.is_empty() {
+                decision.info(format!(
+                    "cgroupRoot.blkioQOS: iocost unsupported: {} is missing (needs blk-iocost)",
+                    qos_path.display()
+                ));
+            }
+            return;
+        }
+        let read = |path: &Path| {
+            self.files
+                .read_bounded(path, MAX_IOCOST_FILE_BYTES)
+                .and_then(|text| parse_iocost(&text))
+        };
+        let (current_qos, current_model) = match (read(&qos_path), read(&model_path)) {
+            (Ok(qos), Ok(model)) => (qos, model),
+            (Err(err), _) | (_, Err(err)) => {
+                decision.info(format!("cgroupRoot.blkioQOS: {err}"));
+                return;
+            }
+        };
+        let desired = resolve_blocks(blocks, None, resolver, snapshot, decision);
+        for (device, block) in &desired {
+            for (path, current, line) in [
+                (
+                    &qos_path,
+                    &current_qos,
+                    iocost_qos_line(*device, &block.io_cfg),
+                ),
+                (
+                    &model_path,
+                    &current_model,
+                    iocost_model_line(*device, &block.io_cfg),
+                ),
+            ] {
+                if iocost_converged(current.get(device), &line) {
+                    continue;
+                }
+                decision.file_writes.push(FileWrite {
+                    path: path.clone(),
+                    value: line,
+                    reason: format!("cgroupRoot.blkioQOS {}", block.name),
+                    read_back: ReadBack::None,
+                });
+            }
+        }
+        for (device, fields) in &current_qos {
+            if desired.contains_key(device) || fields.get("enable").map(String::as_str) != Some("1")
+            {
+                continue;
+            }
+            decision.file_writes.push(FileWrite {
+                path: qos_path.clone(),
+                value: format!("{device} enable=0"),
+                reason: "cgroupRoot.blkioQOS: device no longer configured".to_string(),
+                read_back: ReadBack::None,
+            });
+        }
+    }
+
     fn io_weight(
         &self,
         snapshot: &QosSnapshot,
         dir: &Path,
-        desired: &BTreeMap<DeviceNumber, &BlockCfg>,
+        desired: &Desired<'_>,
         decision: &mut Decision,
     ) {
         let weighted: Vec<(DeviceNumber, i64)> = desired
@@ -460,11 +547,80 @@ impl BlkioReconcile {
             decision.file_writes.push(FileWrite {
                 path: path.clone(),
                 value: format!("{device} {weight}"),
-                reason: "beClass.blkioQOS ioWeightPercent".to_string(),
+                reason: "blkioQOS ioWeightPercent".to_string(),
                 read_back: ReadBack::None,
             });
         }
     }
+}
+
+/// blk-iocost's QoS line (upstream's defaults: latency 3000 µs at the 95th
+/// percentile).
+pub fn iocost_qos_line(device: DeviceNumber, io: &IOCfg) -> String {
+    format!(
+        "{device} enable=1 ctrl=user rpct={} rlat={} wpct={} wlat={}",
+        io.read_latency_percent.unwrap_or(DEFAULT_LATENCY_PERCENT),
+        io.read_latency.unwrap_or(DEFAULT_IO_LATENCY_US),
+        io.write_latency_percent.unwrap_or(DEFAULT_LATENCY_PERCENT),
+        io.write_latency.unwrap_or(DEFAULT_IO_LATENCY_US),
+    )
+}
+
+/// blk-iocost's cost model line: the user's model when `enableUserModel`
+/// (unset values 0, as upstream), else the kernel's own.
+pub fn iocost_model_line(device: DeviceNumber, io: &IOCfg) -> String {
+    if io.enable_user_model != Some(true) {
+        return format!("{device} ctrl=auto");
+    }
+    format!(
+        "{device} ctrl=user rbps={} rseqiops={} rrandiops={} wbps={} wseqiops={} wrandiops={}",
+        io.model_read_bps.unwrap_or(0),
+        io.model_read_seq_iops.unwrap_or(0),
+        io.model_read_rand_iops.unwrap_or(0),
+        io.model_write_bps.unwrap_or(0),
+        io.model_write_seq_iops.unwrap_or(0),
+        io.model_write_rand_iops.unwrap_or(0),
+    )
+}
+
+/// `major:minor key=value ...` lines of `*.cost.qos` / `*.cost.model`.
+pub fn parse_iocost(
+    content: &str,
+) -> Result<BTreeMap<DeviceNumber, BTreeMap<String, String>>, String> {
+    let mut devices = BTreeMap::new();
+    for line in content.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut fields = line.split_whitespace();
+        let device = DeviceNumber::parse(fields.next().unwrap_or_default())?;
+        let mut values = BTreeMap::new();
+        for field in fields {
+            let (key, value) = field
+                .split_once('=')
+                .ok_or_else(|| format!("malformed iocost field {field:?}"))?;
+            values.insert(key.to_string(), value.to_string());
+        }
+        devices.insert(device, values);
+    }
+    Ok(devices)
+}
+
+/// Whether the kernel's fields already say what `line` would write (the
+/// kernel prints percentiles as `90.00`, so numbers compare as numbers).
+pub fn iocost_converged(current: Option<&BTreeMap<String, String>>, line: &str) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    line.split_whitespace().skip(1).all(|field| {
+        let Some((key, want)) = field.split_once('=') else {
+            return false;
+        };
+        match (current.get(key), want.parse::<f64>()) {
+            (Some(have), Ok(want)) => have
+                .parse::<f64>()
+                .is_ok_and(|have| (have - want).abs() < 1e-6),
+            (Some(have), Err(_)) => have == want,
+            (None, _) => false,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -472,6 +628,7 @@ mod tests {
     use super::*;
     use crate::qosmanager::framework::MapReader;
     use crate::qosmanager::hostfiles::MapHostFiles;
+    use apis::extension::QoSClass;
     use apis::slo::v1alpha1::{BlkIOQOS, BlkIOQOSCfg, IOCfg, NodeSLOSpec, ResourceQOSStrategy};
     use std::time::SystemTime;
 
@@ -719,7 +876,7 @@ mod tests {
             decision
                 .notes
                 .iter()
-                .any(|n| n.text.contains("volumegroup is not supported"))
+                .any(|n| n.text.contains("volume group pool has no logical volume"))
         );
         assert!(
             decision
@@ -780,5 +937,287 @@ mod tests {
         assert!(parse_device_values("8-0 1").is_err());
         assert!(parse_device_values("8:0 x").is_err());
         assert!(device_of_mount("garbage", "/").is_err());
+    }
+
+    /// Upstream's reconcile test (`newNodeSLO`, pods with a PVC and an
+    /// inline CSI volume, one Pending) on upstream's storage host.
+    #[test]
+    fn upstream_reconcile_table() {
+        use crate::qosmanager::blkvolume::tests::{
+            csi_volume, pvc_volume, upstream_claims, upstream_host,
+        };
+        use crate::qosmanager::framework::QosPod;
+        use k8s_openapi::api::core::v1::{PodSpec, Volume};
+        use kube::api::ObjectMeta;
+
+        let io = |f: fn(&mut IOCfg)| {
+            let mut io = IOCfg::default();
+            f(&mut io);
+            io
+        };
+        let class = |blocks: Vec<BlockCfg>| ResourceQOS {
+            blkio_qos: Some(BlkIOQOSCfg {
+                enable: Some(true),
+                blkio_qos: BlkIOQOS { blocks },
+            }),
+            ..ResourceQOS::default()
+        };
+        let vg = BlockCfg {
+            name: "yoda-pool0".into(),
+            block_type: Some(BlockType::VolumeGroup),
+            io_cfg: io(|io| {
+                io.io_weight_percent = Some(40);
+                io.read_iops = Some(1024);
+                io.write_iops = Some(1024);
+                io.read_bps = Some(1_048_576);
+                io.write_bps = Some(1_048_576);
+            }),
+        };
+        let root = BlockCfg {
+            name: "/dev/vdb".into(),
+            block_type: Some(BlockType::Device),
+            io_cfg: io(|io| {
+                io.read_latency = Some(1000);
+                io.write_latency = Some(1000);
+                io.read_latency_percent = Some(90);
+                io.write_latency_percent = Some(90);
+                io.enable_user_model = Some(true);
+                io.model_read_bps = Some(3_324_911_720);
+                io.model_write_bps = Some(2_765_819_289);
+                io.model_read_seq_iops = Some(168_274);
+                io.model_write_seq_iops = Some(367_565);
+                io.model_read_rand_iops = Some(352_545);
+                io.model_write_rand_iops = Some(339_390);
+            }),
+        };
+        let weight100 = io(|io| io.io_weight_percent = Some(100));
+        let mut snap = QosSnapshot::for_test(SystemTime::UNIX_EPOCH);
+        snap.node_slo = Some(Arc::new(NodeSLOSpec {
+            resource_qos_strategy: Some(ResourceQOSStrategy {
+                lsr_class: Some(class(vec![block("/dev/vdc", weight100.clone())])),
+                ls_class: Some(class(vec![block("/dev/vdd", weight100)])),
+                be_class: Some(class(vec![vg])),
+                cgroup_root: Some(class(vec![root])),
+                ..ResourceQOSStrategy::default()
+            }),
+            ..NodeSLOSpec::default()
+        }));
+        // Upstream's pod annotation, with its `iocfg` spelling.
+        let annotation = r#"{"blocks":[{"name":"html","type":"podvolume","iocfg":{"readIOPS":1024,"writeIOPS":512}}]}"#;
+        let kube_pod = |uid: &str, volume: Volume| Pod {
+            metadata: ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some(uid.replace("uid", "pod")),
+                uid: Some(uid.into()),
+                annotations: Some(
+                    [(ANNOTATION_POD_BLKIO_QOS.to_string(), annotation.to_string())].into(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(vec![volume]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        snap.kube_pods = Arc::new(vec![
+            kube_pod("uid-0", pvc_volume("html", "test-pvc")),
+            kube_pod("uid-1", csi_volume("html")),
+            kube_pod("uid-2", csi_volume("html")),
+        ]);
+        let be_dir = snap.layout.qos_dir(QosTier::BestEffort);
+        snap.pods = (0..3)
+            .map(|i| QosPod {
+                uid: format!("uid-{i}"),
+                namespace: "default".into(),
+                name: format!("pod-{i}"),
+                qos: QoSClass::BE,
+                qos_label: QoSClass::BE,
+                kube_qos: QosTier::BestEffort,
+                priority: apis::extension::PriorityClass::None,
+                priority_value: 0,
+                phase: if i == 2 { "Pending" } else { "Running" }.into(),
+                cgroup_dir: be_dir.join(format!("pod{i}")),
+                containers: Vec::new(),
+                allocated_cpus: None,
+                cpu_usage: None,
+                memory_usage: None,
+                kube_index: Some(i),
+            })
+            .collect();
+        snap.volumes = Arc::new(upstream_claims());
+        // The files upstream's test starts from.
+        let mut reader = MapReader::default();
+        for (dir, contents) in [
+            (
+                be_dir.clone(),
+                ["253:16 2048", "253:0 2048", "253:16 2048", "253:0 2048"],
+            ),
+            (
+                be_dir.join("pod0"),
+                [
+                    "253:16 2048",
+                    "253:16 10485760",
+                    "253:16 2048",
+                    "253:16 10485760",
+                ],
+            ),
+            (
+                be_dir.join("pod1"),
+                [
+                    "253:16 2048",
+                    "253:16 10485760",
+                    "253:16 2048",
+                    "253:16 10485760",
+                ],
+            ),
+            (
+                be_dir.join("pod2"),
+                [
+                    "253:16 2048",
+                    "253:16 10485760",
+                    "253:16 2048",
+                    "253:16 10485760",
+                ],
+            ),
+        ] {
+            for ((resource, _), content) in THROTTLES.iter().zip(contents) {
+                reader = reader.with(dir.clone(), *resource, CgroupValue::Text(content.into()));
+            }
+        }
+        snap.reader = Arc::new(reader);
+        let files = upstream_host()
+            .with(
+                "/sys/fs/cgroup/blkio/blkio.cost.qos",
+                "253:16 enable=1 ctrl=user rlat=2000 wlat=2000\n",
+            )
+            .with("/sys/fs/cgroup/blkio/blkio.cost.model", "")
+            .with(
+                "/sys/fs/cgroup/blkio/kubepods/besteffort/blkio.cost.weight",
+                "253:16 100\n",
+            )
+            .with(
+                "/sys/fs/cgroup/blkio/kubepods/besteffort/pod0/blkio.cost.weight",
+                "",
+            );
+        let roots = SystemArgs::under(Path::new("/"));
+        let decision = BlkioReconcile::new(roots, Arc::new(files)).decide(&snap);
+        let got: Vec<String> = decision
+            .file_writes
+            .iter()
+            .map(|w| {
+                let path = w
+                    .path
+                    .strip_prefix("/sys/fs/cgroup/blkio")
+                    .unwrap_or(&w.path);
+                format!("{} <- {}", path.display(), w.value)
+            })
+            .collect();
+        let be = "kubepods/besteffort";
+        let mut want: Vec<String> = vec![
+            // BE: yoda-pool0 is on vdc3, so vdc (253:32); old devices reset.
+            format!("{be}/blkio.throttle.read_iops_device <- 253:16 0"),
+            format!("{be}/blkio.throttle.read_iops_device <- 253:32 1024"),
+            format!("{be}/blkio.throttle.read_bps_device <- 253:0 0"),
+            format!("{be}/blkio.throttle.read_bps_device <- 253:32 1048576"),
+            format!("{be}/blkio.throttle.write_iops_device <- 253:16 0"),
+            format!("{be}/blkio.throttle.write_iops_device <- 253:32 1024"),
+            format!("{be}/blkio.throttle.write_bps_device <- 253:0 0"),
+            format!("{be}/blkio.throttle.write_bps_device <- 253:32 1048576"),
+            format!("{be}/blkio.cost.weight <- 253:32 40"),
+            // cgroupRoot: vdb's iocost QoS and user model.
+            "blkio.cost.qos <- 253:16 enable=1 ctrl=user rpct=90 rlat=1000 wpct=90 wlat=1000".into(),
+            "blkio.cost.model <- 253:16 ctrl=user rbps=3324911720 rseqiops=168274 rrandiops=352545 wbps=2765819289 wseqiops=367565 wrandiops=339390".into(),
+        ];
+        // pod0 (PVC → LV on vdc3) and pod1 (inline CSI on vdc3); pod2 is Pending.
+        for pod in ["pod0", "pod1"] {
+            want.extend([
+                format!("{be}/{pod}/blkio.throttle.read_iops_device <- 253:16 0"),
+                format!("{be}/{pod}/blkio.throttle.read_iops_device <- 253:32 1024"),
+                format!("{be}/{pod}/blkio.throttle.read_bps_device <- 253:16 0"),
+                format!("{be}/{pod}/blkio.throttle.write_iops_device <- 253:16 0"),
+                format!("{be}/{pod}/blkio.throttle.write_iops_device <- 253:32 512"),
+                format!("{be}/{pod}/blkio.throttle.write_bps_device <- 253:16 0"),
+            ]);
+        }
+        assert_eq!(got, want, "{:?}", decision.notes);
+        let notes: Vec<&str> = decision.notes.iter().map(|n| n.text.as_str()).collect();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("LSR class is not supported")),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("LS class is not supported")),
+            "{notes:?}"
+        );
+
+        // Converged: the kernel's own spelling of the same iocost values.
+        let qos = parse_iocost("253:16 enable=1 ctrl=user rpct=90.00 rlat=1000 wpct=90.00 wlat=1000 min=1.00 max=10000.00").unwrap();
+        assert!(iocost_converged(
+            qos.get(&DeviceNumber {
+                major: 253,
+                minor: 16
+            }),
+            &want[9].replace("blkio.cost.qos <- ", "")
+        ));
+        assert!(!iocost_converged(None, "253:16 enable=1"));
+        assert!(parse_iocost("253:16 enable").is_err());
+    }
+
+    #[test]
+    fn iocost_unsupported_is_reported_and_stale_devices_disabled() {
+        let root = BlockCfg {
+            name: "vda".into(),
+            block_type: Some(BlockType::Device),
+            io_cfg: IOCfg::default(),
+        };
+        let mut snap = snapshot(true, vec![], &all_empty());
+        let strategy = Arc::make_mut(snap.node_slo.as_mut().unwrap())
+            .resource_qos_strategy
+            .as_mut()
+            .unwrap();
+        strategy.cgroup_root = Some(ResourceQOS {
+            blkio_qos: Some(BlkIOQOSCfg {
+                enable: Some(true),
+                blkio_qos: BlkIOQOS { blocks: vec![root] },
+            }),
+            ..ResourceQOS::default()
+        });
+        // No blk-iocost files (this kernel): reported, nothing written.
+        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide(&snap);
+        assert!(decision.file_writes.is_empty());
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("iocost unsupported"))
+        );
+        // With them: defaults (upstream: 95th percentile, 3000 µs, auto model),
+        // and a device no longer configured is disabled.
+        let files = host_files()
+            .with(
+                "/sys/fs/cgroup/blkio/blkio.cost.qos",
+                "8:0 enable=1 ctrl=user\n",
+            )
+            .with("/sys/fs/cgroup/blkio/blkio.cost.model", "");
+        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide(&snap);
+        assert_eq!(
+            writes(&decision),
+            [
+                (
+                    "blkio.cost.qos".to_string(),
+                    "254:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000".to_string()
+                ),
+                (
+                    "blkio.cost.model".to_string(),
+                    "254:0 ctrl=auto".to_string()
+                ),
+                ("blkio.cost.qos".to_string(), "8:0 enable=0".to_string()),
+            ]
+        );
     }
 }

@@ -277,6 +277,9 @@ impl CgroupReader for MapReader {
     }
 }
 
+/// Upstream's default `--var-lib-kubelet-dir`.
+pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
+
 /// Everything a strategy may look at, gathered once per round.
 #[derive(Clone)]
 pub struct QosSnapshot {
@@ -316,6 +319,11 @@ pub struct QosSnapshot {
     /// [`super::reaction`]); `cpusuppress` counts LS as using at least this.
     /// `None` without the reaction path.
     pub ls_floor: Option<super::reaction::LsFloor>,
+    /// PVC → PV lookups (blkio `podvolume` blocks).
+    pub volumes: Arc<dyn crate::statesinformer::volumes::VolumeLookup>,
+    /// The kubelet's root directory (`--var-lib-kubelet-dir`), under which
+    /// pod volumes are mounted.
+    pub kubelet_root: PathBuf,
 }
 
 impl std::fmt::Debug for QosSnapshot {
@@ -355,6 +363,8 @@ impl QosSnapshot {
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::EVICTED_MEMORY,
             ls_floor: None,
+            volumes: Arc::new(crate::statesinformer::volumes::MapVolumeLookup::default()),
+            kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
         }
     }
 

@@ -17,6 +17,17 @@ pub trait HostFiles: Send + Sync {
     fn list(&self, path: &Path) -> Vec<String>;
     /// Where a symlink points, if `path` is one.
     fn link_target(&self, path: &Path) -> Option<PathBuf>;
+    /// The file's content, refused when missing, unreadable, not UTF-8 or
+    /// longer than `max` bytes (the error names the path and the reason).
+    fn read_bounded(&self, path: &Path, max: usize) -> Result<String, String> {
+        let content = self
+            .read(path)
+            .ok_or_else(|| format!("cannot read {}", path.display()))?;
+        if content.len() > max {
+            return Err(format!("{} is longer than {max} bytes", path.display()));
+        }
+        Ok(content)
+    }
 }
 
 /// [`HostFiles`] over the real filesystem.
@@ -46,6 +57,20 @@ impl HostFiles for FsHostFiles {
 
     fn link_target(&self, path: &Path) -> Option<PathBuf> {
         std::fs::read_link(path).ok()
+    }
+
+    fn read_bounded(&self, path: &Path, max: usize) -> Result<String, String> {
+        use std::io::Read;
+        let file = std::fs::File::open(path)
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let mut bytes = Vec::new();
+        file.take(max as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        if bytes.len() > max {
+            return Err(format!("{} is longer than {max} bytes", path.display()));
+        }
+        String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))
     }
 }
 

@@ -7,6 +7,7 @@
 //! runs the runner on its own thread and serves `GET /qos/explain`.
 
 pub mod blkio;
+pub mod blkvolume;
 pub mod cgreconcile;
 pub mod cpuburst;
 pub mod cpuevict;

@@ -98,6 +98,11 @@ impl SnapshotSource {
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::EVICTED_MEMORY,
             ls_floor: None,
+            volumes: self.states.volume_lookup(),
+            kubelet_root: self
+                .kubelet_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(super::framework::DEFAULT_KUBELET_ROOT)),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod pods;
 pub mod podsfile;
 pub mod ruleversion;
 pub mod standalone;
+pub mod volumes;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -367,6 +368,8 @@ struct Inner {
     node_metric: Slot<NodeMetric>,
     device: Slot<Device>,
     pods_stats: PodsSyncStats,
+    /// PVC → PV lookups for blkio `podvolume` blocks.
+    volumes: std::sync::RwLock<Arc<dyn volumes::VolumeLookup>>,
 }
 
 /// Shared, cheaply cloned view of the node's state. Writers are the sources
@@ -389,12 +392,29 @@ impl StatesInformer {
                 node_metric: Slot::new(),
                 device: Slot::new(),
                 pods_stats: PodsSyncStats::default(),
+                volumes: std::sync::RwLock::new(Arc::new(volumes::NoVolumeLookup(
+                    "no PersistentVolumeClaim watch (standalone mode or BlkIOReconcile off)",
+                ))),
             }),
         }
     }
 
     pub fn node_name(&self) -> &str {
         &self.inner.node_name
+    }
+
+    /// Where PVCs are looked up (cluster mode sets the API server's).
+    pub fn set_volume_lookup(&self, lookup: Arc<dyn volumes::VolumeLookup>) {
+        if let Ok(mut slot) = self.inner.volumes.write() {
+            *slot = lookup;
+        }
+    }
+
+    pub fn volume_lookup(&self) -> Arc<dyn volumes::VolumeLookup> {
+        match self.inner.volumes.read() {
+            Ok(slot) => Arc::clone(&slot),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
     }
 
     /// The latest pods snapshot; `None` before the first successful sync.

@@ -278,7 +278,10 @@ pub struct BlockCfg {
     pub name: String,
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub block_type: Option<BlockType>,
-    #[serde(default, skip_serializing_if = "IOCfg::is_empty")]
+    // Go decodes JSON keys case-insensitively; upstream's own pod
+    // annotations spell this key `iocfg`. (A plain comment: a doc comment
+    // would become the CRD field's description.)
+    #[serde(default, alias = "iocfg", skip_serializing_if = "IOCfg::is_empty")]
     pub io_cfg: IOCfg,
 }
 
