@@ -823,3 +823,848 @@ pub fn created_id(answer: &[u8]) -> Option<String> {
     let value: Value = serde_json::from_slice(answer).ok()?;
     value.get("Id")?.as_str().map(str::to_string)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::http::Method;
+    use serde_json::json;
+
+    fn pairs(items: &[(&str, &str)]) -> BTreeMap<String, String> {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn routes_with_and_without_version_prefix() {
+        let cases: &[(Method, &str, Route)] = &[
+            (Method::POST, "/containers/create", Route::Create),
+            (Method::POST, "/v1.41/containers/create", Route::Create),
+            // Upstream's own test uses a one-digit minor version.
+            (Method::POST, "/v1.3/containers/create", Route::Create),
+            (
+                Method::POST,
+                "/v1.41/containers/abc123/start",
+                Route::Start("abc123".into()),
+            ),
+            // Upstream's getContainerID case.
+            (
+                Method::POST,
+                "/1.3/containers/5345hjkhjkf/start",
+                Route::PassThrough,
+            ),
+            (
+                Method::POST,
+                "/containers/5345hjkhjkf/start",
+                Route::Start("5345hjkhjkf".into()),
+            ),
+            (
+                Method::POST,
+                "/v1.24/containers/k8s_POD_a-b.c/stop",
+                Route::Stop("k8s_POD_a-b.c".into()),
+            ),
+            (
+                Method::POST,
+                "/v1.41/containers/abc/update",
+                Route::Update("abc".into()),
+            ),
+            (
+                Method::DELETE,
+                "/v1.41/containers/abc",
+                Route::Remove("abc".into()),
+            ),
+            // Upstream's stop pattern has no end anchor; ours is exact.
+            (
+                Method::POST,
+                "/v1.41/containers/abc/stopped",
+                Route::PassThrough,
+            ),
+            (Method::GET, "/v1.41/containers/create", Route::PassThrough),
+            (
+                Method::GET,
+                "/v1.41/containers/abc/json",
+                Route::PassThrough,
+            ),
+            (
+                Method::POST,
+                "/v1.41/containers/abc/attach",
+                Route::PassThrough,
+            ),
+            (Method::POST, "/v1.41/exec/abc/start", Route::PassThrough),
+            (Method::POST, "/v1.41/containers//start", Route::PassThrough),
+            (
+                Method::POST,
+                "/v1.41/containers/a%2Fb/start",
+                Route::PassThrough,
+            ),
+            (Method::POST, "/vX.41/containers/create", Route::PassThrough),
+            (Method::POST, "/v1./containers/create", Route::PassThrough),
+            (Method::POST, "/containers/create/extra", Route::PassThrough),
+            (Method::GET, "/_ping", Route::PassThrough),
+        ];
+        for (method, path, expected) in cases {
+            assert_eq!(&route(method, path), expected, "{method} {path}");
+        }
+        let long = format!("/containers/{}/start", "a".repeat(MAX_ID_LEN + 1));
+        assert_eq!(route(&Method::POST, &long), Route::PassThrough);
+    }
+
+    #[test]
+    fn query_parameters_are_decoded() {
+        let query = Some("fromImage=x&name=k8s_POD_nginx_default_uid%2D1_0&x");
+        assert_eq!(
+            query_param(query, "name").as_deref(),
+            Some("k8s_POD_nginx_default_uid-1_0")
+        );
+        assert_eq!(query_param(query, "x").as_deref(), Some(""));
+        assert_eq!(query_param(query, "missing"), None);
+        assert_eq!(query_param(None, "name"), None);
+        assert_eq!(query_param(Some("name=%zz"), "name"), None);
+        assert_eq!(query_param(Some("name=%ff"), "name"), None);
+        assert_eq!(query_param(Some("name=%4"), "name"), None);
+    }
+
+    #[test]
+    fn upstream_cri_cgroup_paths() {
+        use CgroupDriver::*;
+        let cases = [
+            (
+                Systemd,
+                "kubepods-burstable-djfklsjdf98.slice",
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-djfklsjdf98.slice",
+            ),
+            (
+                Cgroupfs,
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-djfklsjdf98.slice",
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-djfklsjdf98.slice",
+            ),
+            (
+                Systemd,
+                "kubepods-besteffort-fsdfsdf.slice",
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-fsdfsdf.slice",
+            ),
+            (
+                Systemd,
+                "kubepods-dfsdfsdf.slice",
+                "/kubepods.slice/kubepods-dfsdfsdf.slice",
+            ),
+            (
+                Systemd,
+                "koordinator-dfsdfsdf.slice",
+                "/koordinator.slice/koordinator-dfsdfsdf.slice",
+            ),
+            (Systemd, "dfsdfsdf.slice", "/dfsdfsdf.slice"),
+            // Not in upstream's table: nothing to convert.
+            (Systemd, "", ""),
+            (
+                Systemd,
+                "/kubepods.slice/x.slice",
+                "/kubepods.slice/x.slice",
+            ),
+            (
+                Cgroupfs,
+                "/kubepods/burstable/pod1",
+                "/kubepods/burstable/pod1",
+            ),
+        ];
+        for (driver, parent, expected) in cases {
+            assert_eq!(
+                to_cri_cgroup_path(driver, parent),
+                expected,
+                "{driver:?} {parent}"
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_expected_cgroup_parents() {
+        use CgroupDriver::*;
+        let cases = [
+            (
+                Cgroupfs,
+                "/kubepods/besteffort/poddjfklsjdf98",
+                "/kubepods/besteffort/poddjfklsjdf98",
+            ),
+            (
+                Systemd,
+                "/kubepods.slice/kubepods-dfsdfsdf.slice",
+                "kubepods-dfsdfsdf.slice",
+            ),
+            (
+                Systemd,
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-fsdfsdf.slice",
+                "kubepods-burstable-fsdfsdf.slice",
+            ),
+            (
+                Systemd,
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-fsdfsdf.slice",
+                "kubepods-besteffort-fsdfsdf.slice",
+            ),
+            (
+                Systemd,
+                "/koordinator.slice/koordinator-fsdfsdf.slice",
+                "koordinator-fsdfsdf.slice",
+            ),
+            (Systemd, "kubepods-x.slice", "kubepods-x.slice"),
+        ];
+        for (driver, parent, expected) in cases {
+            assert_eq!(
+                docker_cgroup_parent(driver, parent),
+                expected,
+                "{driver:?} {parent}"
+            );
+        }
+        assert_eq!(CgroupDriver::from_info("systemd"), Systemd);
+        assert_eq!(CgroupDriver::from_info("cgroupfs"), Cgroupfs);
+        assert_eq!(CgroupDriver::from_info(""), Cgroupfs);
+    }
+
+    #[test]
+    fn upstream_label_and_annotation_split() {
+        let (labels, annotations) = split_labels(&pairs(&[
+            (
+                "annotation.dummy.koordinator.sh/test_splitLabelsAndAnnotations",
+                "true",
+            ),
+            ("io.kubernetes.docker.type", "podsandbox"),
+        ]));
+        assert_eq!(
+            labels,
+            pairs(&[("io.kubernetes.docker.type", "podsandbox")])
+        );
+        assert_eq!(
+            annotations,
+            pairs(&[(
+                "dummy.koordinator.sh/test_splitLabelsAndAnnotations",
+                "true"
+            )])
+        );
+    }
+
+    #[test]
+    fn upstream_env_split() {
+        let env = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            env_map(&env(&["a=b", "b=c"])),
+            pairs(&[("a", "b"), ("b", "c")])
+        );
+        assert_eq!(env_map(&env(&["a=b=c"])), pairs(&[("a", "b=c")]));
+        assert_eq!(env_map(&env(&["a"])), pairs(&[]));
+    }
+
+    #[test]
+    fn kubernetes_identity_from_labels_and_names() {
+        // cri-dockerd's sandbox: labels and name agree.
+        let sandbox = kube_meta(
+            &pairs(&[
+                (CONTAINER_TYPE_LABEL, CONTAINER_TYPE_SANDBOX),
+                (POD_NAME_LABEL, "nginx"),
+                (POD_NAMESPACE_LABEL, "default"),
+                (POD_UID_LABEL, "uid-1"),
+            ]),
+            "k8s_POD_nginx_default_uid-1_2",
+        )
+        .unwrap();
+        assert_eq!(sandbox.kind, Kind::Sandbox);
+        assert_eq!(
+            (
+                sandbox.pod_name.as_str(),
+                sandbox.pod_namespace.as_str(),
+                sandbox.pod_uid.as_str()
+            ),
+            ("nginx", "default", "uid-1")
+        );
+        assert_eq!(sandbox.attempt, 2);
+        assert_eq!(sandbox.container_name, "");
+
+        // A container: labels win over the name.
+        let container = kube_meta(
+            &pairs(&[
+                (CONTAINER_TYPE_LABEL, CONTAINER_TYPE_CONTAINER),
+                (CONTAINER_NAME_LABEL, "app"),
+                (POD_NAME_LABEL, "nginx"),
+                (SANDBOX_ID_LABEL, "sandbox1"),
+            ]),
+            "/k8s_other_nginx_default_uid-1_0",
+        )
+        .unwrap();
+        assert_eq!(container.kind, Kind::Container);
+        assert_eq!(container.container_name, "app");
+        assert_eq!(container.pod_namespace, "default");
+        assert_eq!(container.sandbox_id.as_deref(), Some("sandbox1"));
+
+        // Upstream's GetRuntimeResourceType: anything but podsandbox is a container.
+        let other_type = kube_meta(&pairs(&[(CONTAINER_TYPE_LABEL, "x")]), "").unwrap();
+        assert_eq!(other_type.kind, Kind::Container);
+
+        // Name only (upstream's rule): POD means the sandbox.
+        let named = kube_meta(&pairs(&[]), "k8s_POD_p_ns_uid_x").unwrap();
+        assert_eq!((named.kind, named.attempt), (Kind::Sandbox, 0));
+
+        // Neither: not a Kubernetes container (upstream refuses these; we pass them).
+        assert_eq!(kube_meta(&pairs(&[]), "my_web_server"), None);
+        assert_eq!(kube_meta(&pairs(&[]), "k8s_too_few_parts"), None);
+        assert_eq!(kube_meta(&pairs(&[]), "xx_xx_xx_xx_xx_xx"), None);
+    }
+
+    fn sandbox_body() -> Vec<u8> {
+        json!({
+            "Image": "pause",
+            "Labels": {
+                CONTAINER_TYPE_LABEL: CONTAINER_TYPE_SANDBOX,
+                "app": "web",
+                "annotation.kubernetes.io/config.source": "api",
+            },
+            "HostConfig": {
+                "CgroupParent": "kubepods-burstable-pod1.slice",
+                "Memory": 100,
+                "CpuPeriod": 200,
+                "NetworkMode": "none",
+                "FutureField": {"kept": true},
+            },
+            "NetworkingConfig": {"EndpointsConfig": {}},
+            "UnknownTopLevel": [1, 2],
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn sandbox_meta() -> KubeMeta {
+        kube_meta(&pairs(&[]), "k8s_POD_web_default_uid-1_0").unwrap()
+    }
+
+    #[test]
+    fn pod_hook_request_from_a_sandbox_body() {
+        let body = CreateBody::parse(&sandbox_body()).unwrap();
+        let request = pod_hook_request(&sandbox_meta(), &body, CgroupDriver::Systemd);
+        let meta = request.pod_meta.clone().unwrap();
+        assert_eq!(
+            (
+                meta.name.as_str(),
+                meta.namespace.as_str(),
+                meta.uid.as_str()
+            ),
+            ("web", "default", "uid-1")
+        );
+        assert_eq!(
+            request.cgroup_parent,
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice"
+        );
+        assert_eq!(request.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(
+            request
+                .annotations
+                .get("kubernetes.io/config.source")
+                .map(String::as_str),
+            Some("api")
+        );
+        let resources = request.resources.unwrap();
+        assert_eq!(
+            (resources.memory_limit_in_bytes, resources.cpu_period),
+            (100, 200)
+        );
+        assert_eq!(request.runtime_handler, DOCKER_RUNTIME_HANDLER);
+    }
+
+    /// (case, hook answer, expected HostConfig fields after, fields reported)
+    #[test]
+    fn pod_answers_rewrite_the_sandbox_body() {
+        let cases: Vec<(
+            &str,
+            hook::PodSandboxHookResponse,
+            serde_json::Value,
+            Vec<&str>,
+        )> = vec![
+            (
+                "empty answer changes nothing",
+                Default::default(),
+                json!({"CgroupParent": "kubepods-burstable-pod1.slice", "Memory": 100, "CpuPeriod": 200}),
+                vec![],
+            ),
+            (
+                "cgroup parent, as a slice name under systemd",
+                hook::PodSandboxHookResponse {
+                    cgroup_parent:
+                        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
+                            .into(),
+                    ..Default::default()
+                },
+                json!({"CgroupParent": "kubepods-besteffort-pod1.slice", "Memory": 100, "CpuPeriod": 200}),
+                vec!["HostConfig.CgroupParent"],
+            ),
+            (
+                "resources: set fields replace, zero fields keep (CRI mode's merge)",
+                hook::PodSandboxHookResponse {
+                    resources: Some(hook::LinuxContainerResources {
+                        cpu_shares: 2,
+                        cpu_quota: -1,
+                        cpuset_cpus: "0-1".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                json!({"CgroupParent": "kubepods-burstable-pod1.slice", "Memory": 100, "CpuPeriod": 200, "CpuShares": 2, "CpuQuota": -1, "CpusetCpus": "0-1"}),
+                vec!["CpuQuota", "CpuShares", "CpusetCpus"],
+            ),
+        ];
+        for (case, answer, expected, fields) in cases {
+            let mut body = CreateBody::parse(&sandbox_body()).unwrap();
+            let mut context = pod_hook_request(&sandbox_meta(), &body, CgroupDriver::Systemd);
+            let applied = apply_pod_answer(&mut body, &mut context, &answer, CgroupDriver::Systemd);
+            assert_eq!(applied.fields, fields, "{case}");
+            let rewritten = parse_object(&body.to_bytes()).unwrap();
+            let host = rewritten["HostConfig"].as_object().unwrap();
+            for (key, value) in expected.as_object().unwrap() {
+                assert_eq!(&host[key], value, "{case}: {key}");
+            }
+            // Fields the proxy does not know survive the rewrite.
+            assert_eq!(host["FutureField"], json!({"kept": true}), "{case}");
+            assert_eq!(host["NetworkMode"], json!("none"), "{case}");
+            assert_eq!(rewritten["UnknownTopLevel"], json!([1, 2]), "{case}");
+            assert_eq!(
+                rewritten["NetworkingConfig"],
+                json!({"EndpointsConfig": {}}),
+                "{case}"
+            );
+            if case.starts_with("cgroup") {
+                assert_eq!(
+                    context.cgroup_parent,
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pod_answer_labels_and_annotations_become_labels() {
+        let mut body = CreateBody::parse(&sandbox_body()).unwrap();
+        let mut context = pod_hook_request(&sandbox_meta(), &body, CgroupDriver::Cgroupfs);
+        let answer = hook::PodSandboxHookResponse {
+            labels: pairs(&[("koordinator.sh/qosClass", "BE")]),
+            annotations: pairs(&[("note", "x")]),
+            ..Default::default()
+        };
+        let applied = apply_pod_answer(&mut body, &mut context, &answer, CgroupDriver::Cgroupfs);
+        assert_eq!(applied.fields, vec!["Labels"]);
+        let labels = &parse_object(&body.to_bytes()).unwrap()["Labels"];
+        assert_eq!(labels["koordinator.sh/qosClass"], json!("BE"));
+        assert_eq!(labels["annotation.note"], json!("x"));
+        assert_eq!(labels["app"], json!("web"));
+        assert_eq!(
+            context.annotations.get("note").map(String::as_str),
+            Some("x")
+        );
+    }
+
+    fn container_body() -> Vec<u8> {
+        json!({
+            "Image": "busybox",
+            "Env": ["PATH=/bin", "KEEP=1", "BARE"],
+            "Labels": {
+                CONTAINER_TYPE_LABEL: CONTAINER_TYPE_CONTAINER,
+                CONTAINER_NAME_LABEL: "app",
+                SANDBOX_ID_LABEL: "sb1",
+                "annotation.io.kubernetes.container.hash": "abc",
+            },
+            "HostConfig": {"CgroupParent": "/kubepods/burstable/pod1", "CpuShares": 512, "OomScoreAdj": 1000},
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn container_hook_request_with_and_without_its_pod() {
+        let body = CreateBody::parse(&container_body()).unwrap();
+        let meta = kube_meta(&body.labels, "k8s_app_web_default_uid-1_3").unwrap();
+        let pod = hook::PodSandboxHookRequest {
+            pod_meta: Some(hook::PodSandboxMetadata {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "uid-1".into(),
+                attempt: 0,
+            }),
+            labels: pairs(&[("app", "web")]),
+            cgroup_parent: "/kubepods/besteffort/pod1".into(),
+            ..Default::default()
+        };
+        let with_pod = container_hook_request(&meta, &body, Some(&pod), CgroupDriver::Cgroupfs);
+        assert_eq!(with_pod.pod_cgroup_parent, "/kubepods/besteffort/pod1");
+        assert_eq!(with_pod.pod_labels, pairs(&[("app", "web")]));
+        let container_meta = with_pod.container_meta.clone().unwrap();
+        assert_eq!(
+            (container_meta.name.as_str(), container_meta.attempt),
+            ("app", 3)
+        );
+        assert_eq!(
+            with_pod.container_envs,
+            pairs(&[("KEEP", "1"), ("PATH", "/bin")])
+        );
+        assert_eq!(
+            with_pod.container_annotations,
+            pairs(&[("io.kubernetes.container.hash", "abc")])
+        );
+        assert_eq!(with_pod.container_resources.unwrap().cpu_shares, 512);
+
+        let without = container_hook_request(&meta, &body, None, CgroupDriver::Cgroupfs);
+        assert_eq!(without.pod_cgroup_parent, "/kubepods/burstable/pod1");
+        assert_eq!(without.pod_meta.unwrap().name, "web");
+        assert!(without.pod_labels.is_empty());
+    }
+
+    #[test]
+    fn container_answers_rewrite_the_create_body() {
+        let mut body = CreateBody::parse(&container_body()).unwrap();
+        let meta = kube_meta(&body.labels, "").unwrap();
+        let mut context = container_hook_request(&meta, &body, None, CgroupDriver::Cgroupfs);
+        let answer = hook::ContainerResourceHookResponse {
+            container_annotations: pairs(&[("koord", "yes")]),
+            container_resources: Some(hook::LinuxContainerResources {
+                cpu_shares: 2,
+                cpu_period: 100_000,
+                cpu_quota: 50_000,
+                memory_limit_in_bytes: 1 << 30,
+                cpuset_cpus: "1".into(),
+                // Out of range: keeps the body's value (CRI mode's merge).
+                oom_score_adj: 5000,
+                ..Default::default()
+            }),
+            pod_cgroup_parent: "/kubepods/besteffort/pod1".into(),
+            container_envs: pairs(&[("KEEP", "2"), ("NEW", "x")]),
+            ..Default::default()
+        };
+        let applied = apply_create_answer(&mut body, &mut context, &answer, CgroupDriver::Cgroupfs);
+        assert_eq!(
+            applied.fields,
+            vec![
+                "Labels",
+                "CpuPeriod",
+                "CpuQuota",
+                "CpuShares",
+                "Memory",
+                "CpusetCpus",
+                "HostConfig.CgroupParent",
+                "Env"
+            ]
+        );
+        let rewritten = parse_object(&body.to_bytes()).unwrap();
+        assert_eq!(
+            rewritten["HostConfig"],
+            json!({
+                "CgroupParent": "/kubepods/besteffort/pod1",
+                "CpuShares": 2,
+                "CpuPeriod": 100_000,
+                "CpuQuota": 50_000,
+                "Memory": 1_073_741_824,
+                "CpusetCpus": "1",
+                "OomScoreAdj": 1000,
+            })
+        );
+        // Existing keys keep their place, new ones are appended; a bare name stays.
+        assert_eq!(
+            rewritten["Env"],
+            json!(["PATH=/bin", "KEEP=2", "BARE", "NEW=x"])
+        );
+        assert_eq!(rewritten["Labels"]["annotation.koord"], json!("yes"));
+        assert_eq!(rewritten["Labels"][SANDBOX_ID_LABEL], json!("sb1"));
+        assert_eq!(rewritten["Image"], json!("busybox"));
+        assert_eq!(
+            context.container_envs.get("NEW").map(String::as_str),
+            Some("x")
+        );
+        assert_eq!(context.pod_cgroup_parent, "/kubepods/besteffort/pod1");
+        assert_eq!(context.container_resources.unwrap().cpu_shares, 2);
+    }
+
+    #[test]
+    fn a_body_without_host_config_or_labels_gets_them() {
+        let mut body =
+            CreateBody::parse(br#"{"Image":"x","HostConfig":null,"Labels":null,"Env":null}"#)
+                .unwrap();
+        let meta = kube_meta(&pairs(&[]), "k8s_c_p_ns_u_0").unwrap();
+        let mut context = container_hook_request(&meta, &body, None, CgroupDriver::Cgroupfs);
+        let answer = hook::ContainerResourceHookResponse {
+            container_annotations: pairs(&[("a", "b")]),
+            pod_cgroup_parent: "/p".into(),
+            container_envs: pairs(&[("E", "1")]),
+            ..Default::default()
+        };
+        apply_create_answer(&mut body, &mut context, &answer, CgroupDriver::Cgroupfs);
+        let rewritten = parse_object(&body.to_bytes()).unwrap();
+        assert_eq!(rewritten["HostConfig"], json!({"CgroupParent": "/p"}));
+        assert_eq!(rewritten["Labels"], json!({"annotation.a": "b"}));
+        assert_eq!(rewritten["Env"], json!(["E=1"]));
+    }
+
+    #[test]
+    fn malformed_bodies_are_reported_not_guessed() {
+        let cases: &[(&[u8], BodyError)] = &[
+            (b"{not json", BodyError::NotJson(String::new())),
+            (b"[1,2]", BodyError::NotObject),
+            (
+                br#"{"HostConfig": 3}"#,
+                BodyError::Field {
+                    field: "HostConfig",
+                    problem: "is not an object",
+                },
+            ),
+            (
+                br#"{"HostConfig": {"CpuShares": "512"}}"#,
+                BodyError::Field {
+                    field: "CpuShares",
+                    problem: "is not an integer",
+                },
+            ),
+            (
+                br#"{"HostConfig": {"Memory": 1.5}}"#,
+                BodyError::Field {
+                    field: "Memory",
+                    problem: "is not an integer",
+                },
+            ),
+            (
+                br#"{"HostConfig": {"CgroupParent": 1}}"#,
+                BodyError::Field {
+                    field: "CgroupParent",
+                    problem: "is not a string",
+                },
+            ),
+            (
+                br#"{"Labels": ["a"]}"#,
+                BodyError::Field {
+                    field: "Labels",
+                    problem: "is not an object",
+                },
+            ),
+            (
+                br#"{"Labels": {"a": 1}}"#,
+                BodyError::Field {
+                    field: "Labels",
+                    problem: "has a value that is not a string",
+                },
+            ),
+            (
+                br#"{"Env": "A=1"}"#,
+                BodyError::Field {
+                    field: "Env",
+                    problem: "is not an array",
+                },
+            ),
+            (
+                br#"{"Env": [1]}"#,
+                BodyError::Field {
+                    field: "Env",
+                    problem: "has an entry that is not a string",
+                },
+            ),
+        ];
+        for (input, expected) in cases {
+            let error = CreateBody::parse(input).unwrap_err();
+            match (expected, &error) {
+                (BodyError::NotJson(_), BodyError::NotJson(_)) => {}
+                _ => assert_eq!(&error, expected, "{}", String::from_utf8_lossy(input)),
+            }
+        }
+        assert_eq!(
+            UpdateBody::parse(b"")
+                .unwrap_err()
+                .to_string()
+                .split(':')
+                .next(),
+            Some("body is not JSON")
+        );
+        assert!(matches!(
+            UpdateBody::parse(br#"{"CpuQuota": "x"}"#),
+            Err(BodyError::Field {
+                field: "CpuQuota",
+                ..
+            })
+        ));
+    }
+
+    fn stored_container() -> hook::ContainerResourceHookRequest {
+        hook::ContainerResourceHookRequest {
+            container_resources: Some(hook::LinuxContainerResources {
+                cpu_period: 10000,
+                cpu_quota: 10000,
+                cpu_shares: 1000,
+                oom_score_adj: -998,
+                cpuset_cpus: "0-63".into(),
+                memory_swap_limit_in_bytes: 1000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn upstream_update_merge_cases() {
+        // "normal case": every field of the update replaces the stored one.
+        let mut context = hook::ContainerResourceHookRequest {
+            container_resources: Some(hook::LinuxContainerResources {
+                cpu_period: 20,
+                cpu_quota: 30,
+                cpu_shares: 10,
+                memory_limit_in_bytes: 40,
+                oom_score_adj: -998,
+                memory_swap_limit_in_bytes: 50,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let body = UpdateBody::parse(
+            br#"{"CpuShares":100,"CpuPeriod":200,"CpuQuota":300,"CpusetCpus":"0-64","CpusetMems":"0-2","Memory":400,"MemorySwap":500}"#,
+        )
+        .unwrap();
+        update_context(&mut context, &body);
+        let merged = context.container_resources.unwrap();
+        assert_eq!(
+            (
+                merged.cpu_period,
+                merged.cpu_quota,
+                merged.cpu_shares,
+                merged.memory_limit_in_bytes
+            ),
+            (200, 300, 100, 400)
+        );
+        assert_eq!(
+            (merged.cpuset_cpus.as_str(), merged.cpuset_mems.as_str()),
+            ("0-64", "0-2")
+        );
+        assert_eq!(
+            (merged.oom_score_adj, merged.memory_swap_limit_in_bytes),
+            (-998, 500)
+        );
+
+        // "only a cpuset": the rest is kept.
+        let mut context = stored_container();
+        update_context(
+            &mut context,
+            &UpdateBody::parse(br#"{"CpusetCpus":"0-31"}"#).unwrap(),
+        );
+        let mut expected = stored_container().container_resources.unwrap();
+        expected.cpuset_cpus = "0-31".into();
+        assert_eq!(context.container_resources.unwrap(), expected);
+    }
+
+    #[test]
+    fn update_answers_write_only_what_the_hook_changed() {
+        let cases: Vec<(
+            &str,
+            Option<hook::LinuxContainerResources>,
+            serde_json::Value,
+        )> = vec![
+            (
+                "no resources in the answer",
+                None,
+                json!({"CpuShares": 700, "RestartPolicy": {"Name": "no"}}),
+            ),
+            (
+                "the hook's values, stored values untouched by it not added",
+                Some(hook::LinuxContainerResources {
+                    cpu_shares: 2,
+                    cpuset_cpus: "2-3".into(),
+                    ..Default::default()
+                }),
+                json!({"CpuShares": 2, "CpusetCpus": "2-3", "RestartPolicy": {"Name": "no"}}),
+            ),
+            (
+                "OomScoreAdj cannot be updated in Docker",
+                Some(hook::LinuxContainerResources {
+                    oom_score_adj: 100,
+                    memory_limit_in_bytes: 4096,
+                    ..Default::default()
+                }),
+                json!({"CpuShares": 700, "Memory": 4096, "RestartPolicy": {"Name": "no"}}),
+            ),
+        ];
+        for (case, resources, expected) in cases {
+            let mut body =
+                UpdateBody::parse(br#"{"CpuShares":700,"RestartPolicy":{"Name":"no"}}"#).unwrap();
+            let mut context = stored_container();
+            update_context(&mut context, &body);
+            let answer = hook::ContainerResourceHookResponse {
+                container_resources: resources,
+                ..Default::default()
+            };
+            apply_update_answer(&mut body, &mut context, &answer);
+            assert_eq!(
+                serde_json::Value::Object(body.into_map()),
+                expected,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn inspected_containers_are_described_for_the_store() {
+        let sandbox = json!({
+            "Id": "sb1",
+            "Name": "/k8s_POD_web_default_uid-1_0",
+            "Config": {"Labels": {
+                CONTAINER_TYPE_LABEL: CONTAINER_TYPE_SANDBOX,
+                POD_NAME_LABEL: "web", POD_NAMESPACE_LABEL: "default", POD_UID_LABEL: "uid-1",
+                "annotation.a": "b", "app": "web",
+            }},
+            "HostConfig": {"CgroupParent": "kubepods-besteffort-poduid.slice"},
+        });
+        match describe(&sandbox, CgroupDriver::Systemd).unwrap() {
+            Described::Sandbox {
+                sandbox,
+                cgroup_parent,
+            } => {
+                assert_eq!(sandbox.id, "sb1");
+                assert_eq!(sandbox.metadata.unwrap().name, "web");
+                assert_eq!(sandbox.annotations, pairs(&[("a", "b")]));
+                assert_eq!(sandbox.labels.get("app").map(String::as_str), Some("web"));
+                assert_eq!(
+                    cgroup_parent,
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid.slice"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let container = json!({
+            "Id": "c1",
+            "Name": "/k8s_app_web_default_uid-1_1",
+            "Config": {"Labels": {SANDBOX_ID_LABEL: "sb1", CONTAINER_TYPE_LABEL: CONTAINER_TYPE_CONTAINER}},
+            "HostConfig": {"CpuShares": 2, "CpuQuota": -1},
+        });
+        match describe(&container, CgroupDriver::Cgroupfs).unwrap() {
+            Described::Container {
+                container,
+                resources,
+            } => {
+                assert_eq!(
+                    (container.id.as_str(), container.pod_sandbox_id.as_str()),
+                    ("c1", "sb1")
+                );
+                let meta = container.metadata.unwrap();
+                assert_eq!((meta.name.as_str(), meta.attempt), ("app", 1));
+                assert_eq!((resources.cpu_shares, resources.cpu_quota), (2, -1));
+            }
+            other => panic!("{other:?}"),
+        }
+        let plain = json!({"Id": "x", "Name": "/web", "Config": {"Labels": {}}, "HostConfig": {}});
+        assert_eq!(
+            describe(&plain, CgroupDriver::Cgroupfs).unwrap(),
+            Described::Other
+        );
+        assert_eq!(
+            describe(&json!([]), CgroupDriver::Cgroupfs).unwrap_err(),
+            BodyError::NotObject
+        );
+    }
+
+    #[test]
+    fn engine_answers_and_errors() {
+        assert_eq!(
+            created_id(br#"{"Id":"abc","Warnings":[]}"#).as_deref(),
+            Some("abc")
+        );
+        assert_eq!(created_id(br#"{"Warnings":[]}"#), None);
+        assert_eq!(created_id(b"nope"), None);
+        assert_eq!(error_body("a \"b\""), br#"{"message":"a \"b\""}"#.to_vec());
+    }
+}
