@@ -168,6 +168,15 @@ fn pings(socket: &Path) -> bool {
     answer.starts_with("HTTP/1.1 200")
 }
 
+/// Removes a directory tree on drop.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Removes the test's cgroup parents in every v1 hierarchy, deepest first.
 struct CgroupCleanup(String);
 
@@ -265,18 +274,19 @@ async fn hooks_change_a_real_dockerd_containers_cgroup_parent_and_cpu_shares() {
         .subsec_nanos();
     let tag = format!("{}-{}", std::process::id(), nanos % 100_000);
     let root = PathBuf::from(format!("/tmp/koord-dockerd-{tag}"));
-    let _ = std::fs::remove_dir_all(&root);
+    // Guards drop in reverse order: dockerd (and its containers) first, then
+    // the cgroups they used, then the directory, also when an assert fails.
+    let _root_cleanup = RemoveDir(root.clone());
+    let cgroup_root = format!("koord-docker-test-{tag}");
+    let _cgroups = CgroupCleanup(cgroup_root.clone());
     let (dockerd, took) = match Dockerd::start(&root.join("d")) {
         Ok(started) => started,
         Err(reason) => {
             println!("SKIP docker_real: {reason}");
-            let _ = std::fs::remove_dir_all(&root);
             return;
         }
     };
     println!("dockerd served after {took:?}");
-    let cgroup_root = format!("koord-docker-test-{tag}");
-    let _cgroups = CgroupCleanup(cgroup_root.clone());
     let kubelet_parent = format!("/{cgroup_root}/kubepods/burstable/poduid-1");
     let koord_parent = format!("/{cgroup_root}/kubepods/besteffort/poduid-1");
 
@@ -587,5 +597,4 @@ async fn hooks_change_a_real_dockerd_containers_cgroup_parent_and_cpu_shares() {
     assert_eq!(served.proxy.store.counts(), (0, 0));
     drop(served);
     drop(dockerd);
-    let _ = std::fs::remove_dir_all(&root);
 }
