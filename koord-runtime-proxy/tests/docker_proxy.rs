@@ -324,25 +324,73 @@ async fn bodies_the_proxy_cannot_use_are_passed_on_or_refused_by_size() {
     assert_eq!(&s.engine.forwarded()[1].body[..], typed);
     assert!(s.hooks.stages().is_empty());
 
-    // Over the 4 MiB limit: refused with a Docker-style error, nothing forwarded.
+    // Over the 4 MiB limit, declared or chunked: refused with a Docker-style
+    // error, nothing forwarded.
     s.engine.clear();
-    let huge = vec![b' '; koord_runtime_proxy::docker::core::MAX_BODY_BYTES + 1];
-    let refused = call(
-        proxy,
-        "POST",
-        "/v1.41/containers/create",
-        Some(&huge),
-        "application/json",
-    )
-    .await;
-    assert_eq!(refused.status, 413);
-    assert!(
-        refused.json()["message"]
-            .as_str()
-            .unwrap()
-            .contains("larger than 4194304 bytes")
-    );
+    let limit = koord_runtime_proxy::docker::core::MAX_BODY_BYTES;
+    for chunked in [false, true] {
+        let answer = send_oversized(proxy, limit + 1, chunked).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 413"),
+            "chunked={chunked}: {answer}"
+        );
+        assert!(
+            answer.contains(
+                r#"{"message":"koord-runtime-proxy: request body is larger than 4194304 bytes"}"#
+            ),
+            "{answer}"
+        );
+    }
     assert!(s.engine.forwarded().is_empty());
+}
+
+/// Sends a create with a body of `size` bytes (the writer may be cut off
+/// when the proxy answers early) and returns the raw answer.
+async fn send_oversized(proxy: &Path, size: usize, chunked: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::UnixStream::connect(proxy).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let framing = if chunked {
+        "Transfer-Encoding: chunked".to_string()
+    } else {
+        format!("Content-Length: {size}")
+    };
+    tokio::spawn(async move {
+        let head = format!(
+            "POST /v1.41/containers/create HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n{framing}\r\n\r\n"
+        );
+        writer.write_all(head.as_bytes()).await?;
+        let block = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < size {
+            let n = block.len().min(size - sent);
+            if chunked {
+                writer.write_all(format!("{n:x}\r\n").as_bytes()).await?;
+                writer.write_all(&block[..n]).await?;
+                writer.write_all(b"\r\n").await?;
+            } else {
+                writer.write_all(&block[..n]).await?;
+            }
+            sent += n;
+        }
+        if chunked {
+            writer.write_all(b"0\r\n\r\n").await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains('}') {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), reader.read(&mut buffer))
+            .await
+            .expect("no answer")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buffer[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
