@@ -734,12 +734,12 @@ pub fn apply_update_answer(
 #[derive(Debug, Clone, PartialEq)]
 pub enum Described {
     Sandbox {
-        sandbox: cri::PodSandbox,
+        sandbox: Box<cri::PodSandbox>,
         cgroup_parent: String,
     },
     Container {
-        container: cri::Container,
-        resources: cri::LinuxContainerResources,
+        container: Box<cri::Container>,
+        resources: Box<cri::LinuxContainerResources>,
     },
     /// Not a Kubernetes container: no hooks.
     Other,
@@ -781,7 +781,7 @@ pub fn describe(inspect: &Value, driver: CgroupDriver) -> Result<Described, Body
     let parent = to_cri_cgroup_path(driver, &string_field(&host, "CgroupParent")?);
     Ok(match meta.kind {
         Kind::Sandbox => Described::Sandbox {
-            sandbox: cri::PodSandbox {
+            sandbox: Box::new(cri::PodSandbox {
                 id,
                 metadata: Some(cri::PodSandboxMetadata {
                     name: meta.pod_name,
@@ -793,11 +793,11 @@ pub fn describe(inspect: &Value, driver: CgroupDriver) -> Result<Described, Body
                 annotations,
                 runtime_handler: DOCKER_RUNTIME_HANDLER.to_string(),
                 ..Default::default()
-            },
+            }),
             cgroup_parent: parent,
         },
         Kind::Container => Described::Container {
-            container: cri::Container {
+            container: Box::new(cri::Container {
                 id,
                 pod_sandbox_id: meta.sandbox_id.unwrap_or_default(),
                 metadata: Some(cri::ContainerMetadata {
@@ -807,8 +807,8 @@ pub fn describe(inspect: &Value, driver: CgroupDriver) -> Result<Described, Body
                 labels: plain,
                 annotations,
                 ..Default::default()
-            },
-            resources: to_cri_resources(&resources_of(&host)?),
+            }),
+            resources: Box::new(to_cri_resources(&resources_of(&host)?)),
         },
     })
 }
@@ -1332,7 +1332,6 @@ mod tests {
             }),
             pod_cgroup_parent: "/kubepods/besteffort/pod1".into(),
             container_envs: pairs(&[("KEEP", "2"), ("NEW", "x")]),
-            ..Default::default()
         };
         let applied = apply_create_answer(&mut body, &mut context, &answer, CgroupDriver::Cgroupfs);
         assert_eq!(

@@ -97,18 +97,22 @@ pub fn error_response(status: StatusCode, message: &str) -> Response<ProxyBody> 
     response
 }
 
-/// A pre-hook's outcome: the answer to apply, nothing, or the refusal
-/// (failure policy `Fail`), as in CRI mode.
-fn pre_hook_outcome<T>(dispatched: Dispatched<T>) -> Result<Option<T>, Response<ProxyBody>> {
+/// A pre-hook's outcome: the answer to apply, nothing, or why the call is
+/// refused (failure policy `Fail`), as in CRI mode.
+fn pre_hook_outcome<T>(dispatched: Dispatched<T>) -> Result<Option<T>, String> {
     match dispatched {
         None => Ok(None),
         Some((Ok(answer), _)) => Ok(Some(answer)),
-        Some((Err(error), FailurePolicy::Fail)) => Err(error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("hook server err (failure-policy Fail): {error}"),
-        )),
+        Some((Err(error), FailurePolicy::Fail)) => {
+            Err(format!("hook server err (failure-policy Fail): {error}"))
+        }
         Some((Err(_), _)) => Ok(None),
     }
+}
+
+/// The answer refusing a call a pre-hook failed under `Fail`.
+fn refused(message: &str) -> Response<ProxyBody> {
+    error_response(StatusCode::INTERNAL_SERVER_ERROR, message)
 }
 
 /// The metrics label of a route.
@@ -398,7 +402,7 @@ impl DockerProxy {
                         cgroup_parent,
                     },
                 )) => {
-                    snapshot.sandboxes.push((sandbox, cgroup_parent));
+                    snapshot.sandboxes.push((*sandbox, cgroup_parent));
                 }
                 Ok((
                     _,
@@ -407,7 +411,7 @@ impl DockerProxy {
                         resources,
                     },
                 )) => {
-                    snapshot.containers.push((container, Some(resources)));
+                    snapshot.containers.push((*container, Some(*resources)));
                 }
                 Ok((_, Described::Other)) => {}
                 // Removed since the listing, or unreadable: it cannot get hooks either way.
@@ -524,7 +528,11 @@ impl DockerProxy {
                     .unwrap_or_default();
                 let entry = ContainerEntry {
                     pod_id: container.pod_sandbox_id.clone(),
-                    request: store::container_from_runtime(&container, Some(&resources), &pod),
+                    request: store::container_from_runtime(
+                        &container,
+                        Some(resources.as_ref()),
+                        &pod,
+                    ),
                 };
                 tracing::info!(container = %full_id, "container missing from the store; context taken from the engine");
                 self.store.put_container(&full_id, entry.clone());
@@ -569,7 +577,7 @@ impl DockerProxy {
                                 core::apply_pod_answer(&mut body, &mut context, &answer, driver);
                         }
                         Ok(None) => {}
-                        Err(refusal) => return refusal,
+                        Err(message) => return refused(&message),
                     }
                 }
                 Record::Pod(context)
@@ -591,7 +599,7 @@ impl DockerProxy {
                                 core::apply_create_answer(&mut body, &mut context, &answer, driver);
                         }
                         Ok(None) => {}
-                        Err(refusal) => return refusal,
+                        Err(message) => return refused(&message),
                     }
                 }
                 Record::Container(meta.sandbox_id.clone().unwrap_or_default(), context)
@@ -665,8 +673,8 @@ impl DockerProxy {
                 .dispatcher
                 .container_hook(HookType::PreStartContainer, entry.request.clone())
                 .await;
-            if let Err(refusal) = pre_hook_outcome(dispatched) {
-                return refusal;
+            if let Err(message) = pre_hook_outcome(dispatched) {
+                return refused(&message);
             }
         }
         let response = self.pass_through(request).await;
@@ -729,7 +737,7 @@ impl DockerProxy {
                     applied = core::apply_update_answer(&mut body, &mut entry.request, &answer);
                 }
                 Ok(None) => {}
-                Err(refusal) => return refusal,
+                Err(message) => return refused(&message),
             }
             updated = Some((full_id, entry));
         }
