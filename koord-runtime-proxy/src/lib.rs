@@ -127,7 +127,7 @@ impl FromStr for CriEndpoint {
 /// plus the serving address, image endpoint and hook config directory (no upstream flag).
 /// Parse with [`cli::parse_args`], which takes Go's spellings.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koord-runtime-proxy", version = koord_common::cli::version(), about = "Koordinator runtime proxy (CRI)")]
+#[command(name = "koord-runtime-proxy", version = koord_common::cli::version(), about = "Koordinator runtime proxy (CRI, or the Docker Engine API with --backend-runtime-mode=Docker)")]
 pub struct RuntimeProxyArgs {
     /// Unix socket the proxy serves CRI on (the kubelet's --container-runtime-endpoint).
     #[arg(long = "koord-runtimeproxy-endpoint", default_value = DEFAULT_RUNTIME_PROXY_ENDPOINT, value_name = "PATH")]
