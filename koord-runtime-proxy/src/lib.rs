@@ -6,6 +6,7 @@ pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod dispatcher;
+pub mod docker;
 pub mod health;
 pub mod hookdir;
 pub mod merge;
@@ -126,7 +127,7 @@ impl FromStr for CriEndpoint {
 /// plus the serving address, image endpoint and hook config directory (no upstream flag).
 /// Parse with [`cli::parse_args`], which takes Go's spellings.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "koord-runtime-proxy", version = koord_common::cli::version(), about = "Koordinator runtime proxy (CRI)")]
+#[command(name = "koord-runtime-proxy", version = koord_common::cli::version(), about = "Koordinator runtime proxy (CRI, or the Docker Engine API with --backend-runtime-mode=Docker)")]
 pub struct RuntimeProxyArgs {
     /// Unix socket the proxy serves CRI on (the kubelet's --container-runtime-endpoint).
     #[arg(long = "koord-runtimeproxy-endpoint", default_value = DEFAULT_RUNTIME_PROXY_ENDPOINT, value_name = "PATH")]
@@ -222,12 +223,6 @@ fn parse_message_size(input: &str) -> Result<usize, String> {
     Ok(size)
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeProxyError {
-    #[error("backend runtime mode Docker is not supported by this build; only Containerd (CRI) is")]
-    DockerUnsupported,
-}
-
 /// How long start-up waits for the runtime before serving without a rebuilt store.
 pub const STORE_REBUILD_WAIT: Duration = Duration::from_secs(10);
 
@@ -277,9 +272,6 @@ pub async fn rebuild_store(proxy: &proxy::Proxy) {
 
 /// Runs until a signal or a failure; `Err` means start-up failed.
 pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
-    if args.backend_runtime_mode == BackendRuntimeMode::Docker {
-        return Err(RuntimeProxyError::DockerUnsupported.into());
-    }
     let context = ComponentContext::new(COMPONENT);
     if let Err(error) = unknown_fields::Schema::cri() {
         tracing::warn!(%error, "request fields unknown to the CRI API will be dropped when hooks merge answers");
@@ -318,6 +310,12 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
         metrics.clone(),
     )
     .await;
+    if args.backend_runtime_mode == BackendRuntimeMode::Docker {
+        let dispatcher =
+            dispatcher::Dispatcher::new(registry, args.hook_call_timeout, metrics.clone())
+                .with_max_message_size(args.hook_max_message_size);
+        return run_docker(&args, context, server, ready, dispatcher, metrics).await;
+    }
     let runtime = unix_channel(args.remote_runtime_service_endpoint.path().to_path_buf());
     let image = match &args.remote_image_service_endpoint {
         Some(endpoint) => unix_channel(endpoint.path().to_path_buf()),
@@ -353,19 +351,76 @@ pub async fn run(args: RuntimeProxyArgs) -> anyhow::Result<ShutdownReason> {
     }
 
     let socket = args.runtime_proxy_endpoint.path().to_path_buf();
-    if let Some(parent) = socket.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    // A socket left by a previous run would make bind fail.
-    match std::fs::remove_file(&socket) {
-        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err.into()),
-        _ => {}
-    }
-    let listener = tokio::net::UnixListener::bind(&socket)?;
+    let listener = bind_socket(&socket)?;
     tracing::info!(
         endpoint = %args.runtime_proxy_endpoint,
         backend = %args.remote_runtime_service_endpoint,
         "serving CRI"
+    );
+    let shutdown = context.shutdown.clone();
+    let serving = tokio::spawn(Arc::clone(&proxy).serve(listener, async move {
+        shutdown.wait().await;
+    }));
+    let reason = context.wait_for_shutdown(server).await;
+    let _ = serving.await;
+    let _ = std::fs::remove_file(&socket);
+    Ok(reason)
+}
+
+/// Binds the proxy's unix socket, making its directory and replacing a
+/// socket a previous run left (it would make bind fail).
+fn bind_socket(socket: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    if let Some(parent) = socket.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::remove_file(socket) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+        _ => {}
+    }
+    tokio::net::UnixListener::bind(socket)
+}
+
+/// Docker mode: serves the Engine API in front of dockerd's socket
+/// (`--remote-runtime-service-endpoint`) on `--koord-runtimeproxy-endpoint`.
+async fn run_docker(
+    args: &RuntimeProxyArgs,
+    context: ComponentContext,
+    server: Option<koord_common::RunningServer>,
+    ready: koord_common::health::StatusCheck,
+    dispatcher: dispatcher::Dispatcher,
+    metrics: metrics::ProxyMetrics,
+) -> anyhow::Result<ShutdownReason> {
+    let proxy = Arc::new(docker::DockerProxy::new(
+        args.remote_runtime_service_endpoint.path().to_path_buf(),
+        dispatcher,
+        metrics,
+        proxy::SkipLabel {
+            key: args.runtime_hook_server_key.clone(),
+            value: args.runtime_hook_server_val.clone(),
+        },
+    ));
+    // As in CRI mode: give the engine a moment to describe its containers
+    // before serving, so calls about them find their pod context.
+    let rebuilt = {
+        let proxy = Arc::clone(&proxy);
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            proxy.rebuild_store().await;
+            ready.set_passing();
+        })
+    };
+    if tokio::time::timeout(STORE_REBUILD_WAIT, rebuilt)
+        .await
+        .is_err()
+    {
+        tracing::warn!("serving the Docker API before the metadata store could be rebuilt");
+    }
+    let socket = args.runtime_proxy_endpoint.path().to_path_buf();
+    let listener = bind_socket(&socket)?;
+    tracing::info!(
+        endpoint = %args.runtime_proxy_endpoint,
+        backend = %args.remote_runtime_service_endpoint,
+        "serving the Docker Engine API"
     );
     let shutdown = context.shutdown.clone();
     let serving = tokio::spawn(Arc::clone(&proxy).serve(listener, async move {

@@ -49,12 +49,70 @@ fn probe_flags_are_validated() {
     }
 }
 
+/// A minimal dockerd on a unix socket for the binary's start-up: it answers
+/// `/info`, an empty container list and `/_ping`, one request per connection.
+fn serve_fake_dockerd(path: &std::path::Path) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            let _ = reader.read_line(&mut request_line);
+            // The rest of the head; the requests the proxy sends here have no body.
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = if request_line.contains("/info") {
+                r#"{"CgroupDriver":"cgroupfs"}"#
+            } else if request_line.contains("/containers/json") {
+                "[]"
+            } else {
+                "OK"
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+}
+
 #[test]
-fn docker_mode_is_refused() {
+fn docker_mode_serves_the_engine_api_once_the_store_is_rebuilt() {
+    use std::io::{Read, Write};
     let dir = TempDir::new("proxy-docker").unwrap();
-    let mut command = proxy(&dir, &dir.path().join("containerd.sock"));
+    let engine = dir.path().join("docker.sock");
+    serve_fake_dockerd(&engine);
+    let mut command = proxy(&dir, &engine);
     command.args(["--backend-runtime-mode", "Docker"]);
-    expect_failed_exit(command, WAIT, &["Docker is not supported"]).unwrap();
+    let mut process = TestProcess::spawn(command).unwrap();
+    let addr = process.serving_addr("health and metrics", WAIT).unwrap();
+    let readyz = wait_for_http_status(addr, "/readyz", 200, Duration::from_secs(30)).unwrap();
+    assert!(readyz.body.contains("ok"), "{}", readyz.body);
+
+    // The proxy socket answers Engine API calls with the engine's answers.
+    let socket = dir.path().join("runtimeproxy.sock");
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut stream = loop {
+        match std::os::unix::net::UnixStream::connect(&socket) {
+            Ok(stream) => break stream,
+            Err(error) if std::time::Instant::now() > deadline => panic!("{error}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    stream.set_read_timeout(Some(HTTP)).unwrap();
+    stream
+        .write_all(b"GET /v1.41/_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("OK"), "{answer}");
+    process.stop_cleanly("TERM", WAIT).unwrap();
 }
 
 #[test]

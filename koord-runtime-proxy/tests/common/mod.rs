@@ -4,6 +4,7 @@
 // Each test file uses a part of these helpers.
 #![allow(dead_code)]
 
+pub mod docker;
 pub mod runtime;
 
 use std::path::Path;
