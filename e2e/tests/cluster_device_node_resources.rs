@@ -218,16 +218,28 @@ async fn a_device_becomes_gpu_resources_on_its_node_and_leaves_with_it() -> anyh
         (RESOURCE_GPU_MEMORY, two_gpus_memory),
         (RESOURCE_GPU_MEMORY_RATIO, 200),
     ]);
-    let found = eventually(&format!("GPU resources on node {node}"), || async {
-        let current = nodes.get(&node).await?;
-        match gpu_resources(&current)? {
-            Some(found) if found == want => Ok(Some(current)),
-            Some(other) if other[RESOURCE_GPU_CORE] > 200 => {
-                bail!("more than the healthy GPUs counted: {other:?}")
+    // The manager writes the resources (node status) and the model label (node metadata) in two
+    // writes, so both are awaited.
+    let has_model = |node: &Node| {
+        node.metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(LABEL_GPU_MODEL))
+            .is_some_and(|model| model == MODEL)
+    };
+    let found = eventually(
+        &format!("GPU resources and model label on node {node}"),
+        || async {
+            let current = nodes.get(&node).await?;
+            match gpu_resources(&current)? {
+                Some(found) if found == want && has_model(&current) => Ok(Some(current)),
+                Some(other) if other[RESOURCE_GPU_CORE] > 200 => {
+                    bail!("more than the healthy GPUs counted: {other:?}")
+                }
+                _ => Ok(None),
             }
-            _ => Ok(None),
-        }
-    })
+        },
+    )
     .await?;
     let labels = found.metadata.labels.unwrap_or_default();
     ensure!(
