@@ -9,6 +9,7 @@ pub mod dispatcher;
 pub mod docker;
 pub mod health;
 pub mod hookdir;
+pub mod listen;
 pub mod merge;
 pub mod metrics;
 pub mod proxy;

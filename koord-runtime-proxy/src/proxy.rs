@@ -168,18 +168,7 @@ impl Proxy {
         listener: UnixListener,
         shutdown: impl Future<Output = ()>,
     ) {
-        tokio::pin!(shutdown);
-        loop {
-            let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        tracing::warn!(%error, "accepting a CRI connection failed");
-                        continue;
-                    }
-                },
-                () = &mut shutdown => return,
-            };
+        crate::listen::accept_until(listener, shutdown, "CRI", |stream| {
             let proxy = Arc::clone(&self);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
@@ -193,7 +182,8 @@ impl Proxy {
                     tracing::debug!(%error, "CRI connection ended");
                 }
             });
-        }
+        })
+        .await;
     }
 
     /// Answers one CRI request.

@@ -161,18 +161,7 @@ impl DockerProxy {
         listener: UnixListener,
         shutdown: impl Future<Output = ()>,
     ) {
-        tokio::pin!(shutdown);
-        loop {
-            let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(error) => {
-                        tracing::warn!(%error, "accepting a Docker API connection failed");
-                        continue;
-                    }
-                },
-                () = &mut shutdown => return,
-            };
+        crate::listen::accept_until(listener, shutdown, "Docker API", |stream| {
             let proxy = Arc::clone(&self);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
@@ -187,7 +176,8 @@ impl DockerProxy {
                     tracing::debug!(%error, "Docker API connection ended");
                 }
             });
-        }
+        })
+        .await;
     }
 
     /// Answers one Engine API request.
