@@ -471,3 +471,97 @@ pub async fn delete_simulated_node(client: &Client, node: &str) -> Result<(), ku
     }
     Ok(())
 }
+
+/// Fails unless koord-manager can turn a node's Device into node resources: its
+/// `GPUDeviceResource` plugin is selected (`--noderesource-plugins`, all by default) and
+/// colocation is on in `slo-controller-config` (upstream's node-resource plugins do not run for
+/// a node with colocation off). `selects_gpu` is the manager's own reading of that flag
+/// (`NodeResourcePlugins::from_flag`). The error names the setting to change.
+pub async fn require_gpu_device_resource(
+    client: &Client,
+    selects_gpu: impl Fn(Option<&[String]>) -> bool,
+) -> anyhow::Result<()> {
+    let manager =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), KOORD_NAMESPACE)
+            .get("koord-manager")
+            .await?;
+    let args: Vec<String> = manager
+        .spec
+        .and_then(|spec| spec.template.spec)
+        .map(|spec| {
+            spec.containers
+                .into_iter()
+                .flat_map(|c| c.args.unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    let selected: Option<Vec<String>> = args.iter().find_map(|arg| {
+        let value = arg
+            .trim_start_matches('-')
+            .strip_prefix("noderesource-plugins=")?;
+        Some(value.split(',').map(str::to_owned).collect())
+    });
+    if !selects_gpu(selected.as_deref()) {
+        bail!(
+            "koord-manager runs with --noderesource-plugins={selected:?}, which leaves GPUDeviceResource out"
+        );
+    }
+    let config =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), KOORD_NAMESPACE)
+            .get("slo-controller-config")
+            .await?;
+    let colocation = config
+        .data
+        .as_ref()
+        .and_then(|data| data.get("colocation-config"))
+        .map(|text| serde_json::from_str::<Value>(text))
+        .transpose()?;
+    if !colocation.as_ref().is_some_and(|c| c["enable"] == true) {
+        bail!(
+            "colocation is off in slo-controller-config ({colocation:?}): the device plugins do not run"
+        );
+    }
+    Ok(())
+}
+
+/// Deletes the node's Device (the test's) and removes the GPU model label it caused, when the
+/// guard drops, even when the test failed.
+pub struct DeviceCleanup {
+    pub node: String,
+}
+
+impl Drop for DeviceCleanup {
+    fn drop(&mut self) {
+        let name = self.node.clone();
+        let device_gone = delete_from_drop(move |client| async move {
+            match Api::<apis::scheduling::v1alpha1::Device>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await
+            {
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                other => other.map(|_| ()),
+            }
+        });
+        if !device_gone {
+            eprintln!("could not delete the test's Device {}", self.node);
+        }
+        let name = self.node.clone();
+        let unlabelled = delete_from_drop(move |client| async move {
+            let patch = json!({"metadata": {"labels": {apis::extension::LABEL_GPU_MODEL: null}}});
+            Api::<Node>::all(client)
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+        });
+        if !unlabelled {
+            eprintln!(
+                "could not remove {} from node {}",
+                apis::extension::LABEL_GPU_MODEL,
+                self.node
+            );
+        }
+    }
+}

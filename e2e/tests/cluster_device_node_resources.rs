@@ -23,13 +23,12 @@ use apis::extension::{
     RESOURCE_GPU_MEMORY_RATIO,
 };
 use apis::scheduling::v1alpha1::Device;
-use e2e::cluster::{KOORD_NAMESPACE, delete_from_drop, eventually, worker_nodes};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use e2e::cluster::{DeviceCleanup, eventually, require_gpu_device_resource, worker_nodes};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use koord_manager::slo_controller::node_meta::NodeResourcePlugins;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 
 /// The GPU model label value the test's Device carries.
@@ -102,88 +101,16 @@ fn gpu(minor: i32, health: bool) -> serde_json::Value {
     })
 }
 
-/// Deletes the test's Device and removes the label it caused, even when the
-/// test fails.
-struct Cleanup {
-    node: String,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let name = self.node.clone();
-        let device_gone = delete_from_drop(move |client| async move {
-            match Api::<Device>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await
-            {
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            }
-        });
-        if !device_gone {
-            eprintln!("could not delete the test's Device {}", self.node);
-        }
-        let name = self.node.clone();
-        let unlabelled = delete_from_drop(move |client| async move {
-            let patch = json!({"metadata": {"labels": {LABEL_GPU_MODEL: null}}});
-            Api::<Node>::all(client)
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-        });
-        if !unlabelled {
-            eprintln!("could not remove {LABEL_GPU_MODEL} from node {}", self.node);
-        }
-    }
-}
-
-/// Refuses to run where the plugin cannot act, naming the setting to change.
-async fn check_setup(client: &Client) -> anyhow::Result<()> {
-    let manager = Api::<Deployment>::namespaced(client.clone(), KOORD_NAMESPACE)
-        .get("koord-manager")
-        .await?;
-    let args: Vec<String> = manager
-        .spec
-        .and_then(|spec| spec.template.spec)
-        .map(|spec| {
-            spec.containers
-                .into_iter()
-                .flat_map(|c| c.args.unwrap_or_default())
-                .collect()
-        })
-        .unwrap_or_default();
-    let selected: Option<Vec<String>> = args.iter().find_map(|arg| {
-        let value = arg
-            .trim_start_matches('-')
-            .strip_prefix("noderesource-plugins=")?;
-        Some(value.split(',').map(str::to_owned).collect())
-    });
-    ensure!(
-        NodeResourcePlugins::from_flag(selected.as_deref()).gpu_device_resource,
-        "koord-manager runs with --noderesource-plugins={selected:?}, which leaves GPUDeviceResource out"
-    );
-    let config = Api::<ConfigMap>::namespaced(client.clone(), KOORD_NAMESPACE)
-        .get("slo-controller-config")
-        .await?;
-    let colocation = config
-        .data
-        .as_ref()
-        .and_then(|data| data.get("colocation-config"))
-        .map(|text| serde_json::from_str::<serde_json::Value>(text))
-        .transpose()?;
-    ensure!(
-        colocation.as_ref().is_some_and(|c| c["enable"] == true),
-        "colocation is off in slo-controller-config ({colocation:?}): the device plugins do not run"
-    );
-    Ok(())
-}
-
 #[tokio::test]
 async fn a_device_becomes_gpu_resources_on_its_node_and_leaves_with_it() -> anyhow::Result<()> {
     let test = "a_device_becomes_gpu_resources_on_its_node_and_leaves_with_it";
     let Some(client) = e2e::cluster_or_skip(test).await else {
         return Ok(());
     };
-    check_setup(&client).await?;
+    require_gpu_device_resource(&client, |selected| {
+        NodeResourcePlugins::from_flag(selected).gpu_device_resource
+    })
+    .await?;
     let mut workers = worker_nodes(&client).await?;
     workers.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let node = workers
@@ -204,7 +131,7 @@ async fn a_device_becomes_gpu_resources_on_its_node_and_leaves_with_it() -> anyh
         "metadata": {"name": node, "labels": {LABEL_GPU_MODEL: MODEL}},
         "spec": {"devices": [gpu(0, true), gpu(1, true), gpu(2, false)]}
     }))?;
-    let _cleanup = Cleanup { node: node.clone() };
+    let _cleanup = DeviceCleanup { node: node.clone() };
     devices
         .create(&PostParams::default(), &device)
         .await

@@ -23,6 +23,7 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- else -}}
 {{- $q := .Values.koordlet.qos -}}
 BECPUSuppress={{ $q.cpuSuppress }},CPUBurst={{ $q.cpuBurst }},CgroupReconcile={{ $q.cgroupReconcile }},BECPUEvict={{ $q.cpuEvict }},BEMemoryEvict={{ $q.memoryEvict }},BlkIOReconcile={{ $q.blkioReconcile }},SystemConfig={{ $q.systemConfig }},RdtResctrl={{ $q.resctrl }}
+{{- if .Values.koordlet.runtimeHooks.gpuEnvInject }},GPUEnvInject=true{{ end }}
 {{- end -}}
 {{- end -}}
 
