@@ -13,7 +13,9 @@
 //!
 //! Needs: koordlet's gate `GPUEnvInject=true` (chart value `koordlet.runtimeHooks.gpuEnvInject`)
 //! with NRI hooks on (the chart's default), the manager's GPUDeviceResource plugin and colocation
-//! on (chart defaults). Everything the test creates is deleted afterwards.
+//! on (chart defaults). For its duration the test gives the real node LoadAware thresholds
+//! without CPU (the machine's own load is not what is tested). Everything the test creates is
+//! deleted afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -37,7 +39,7 @@ use koordlet::statesinformer::device::{
     DeviceHealth, DeviceSnapshot, DeviceSource, DiscoveryError, GpuInfo, PciSysfs,
     build_desired_device, discover_all,
 };
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -162,6 +164,48 @@ fn gpu_pod(namespace: &str, name: &str, gpu_request: serde_json::Value) -> anyho
     )
 }
 
+/// The real node's own LoadAware thresholds, leaving CPU out while the test runs: the test is
+/// about devices, and on this two-CPU machine the node's CPU usage (builds, other suites) can
+/// stay above the default threshold for minutes. Removed again when the guard drops.
+struct NoCpuThreshold {
+    node: String,
+}
+
+const USAGE_THRESHOLDS: &str = "scheduling.koordinator.sh/usage-thresholds";
+
+impl NoCpuThreshold {
+    async fn set(client: &Client, node: &str) -> anyhow::Result<Self> {
+        let patch = json!({"metadata": {"annotations": {
+            USAGE_THRESHOLDS: r#"{"usageThresholds":{"memory":100}}"#
+        }}});
+        Api::<Node>::all(client.clone())
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("the usage thresholds of node {node}"))?;
+        Ok(Self {
+            node: node.to_string(),
+        })
+    }
+}
+
+impl Drop for NoCpuThreshold {
+    fn drop(&mut self) {
+        let name = self.node.clone();
+        let removed = e2e::cluster::delete_from_drop(move |client| async move {
+            let patch = json!({"metadata": {"annotations": {USAGE_THRESHOLDS: null}}});
+            Api::<Node>::all(client)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        });
+        if !removed {
+            eprintln!(
+                "could not remove {USAGE_THRESHOLDS} from node {}",
+                self.node
+            );
+        }
+    }
+}
+
 /// The pod's one GPU allocation from DeviceShare's annotation.
 fn gpu_allocation(pod: &Pod) -> anyhow::Result<DeviceAllocation> {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
@@ -215,6 +259,17 @@ async fn a_shared_gpu_pod_gets_its_allocation_and_the_env_of_its_gpu() -> anyhow
     if devices.get_opt(&node_name).await?.is_some() {
         bail!("node {node_name} already has a Device; the test does not touch it");
     }
+
+    let had_thresholds = node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(USAGE_THRESHOLDS));
+    ensure!(
+        !had_thresholds,
+        "node {node_name} has its own {USAGE_THRESHOLDS}; the test would overwrite it"
+    );
+    let _no_cpu_threshold = NoCpuThreshold::set(&client, &node_name).await?;
 
     let device = device_for(&node)?;
     let _device_cleanup = DeviceCleanup {

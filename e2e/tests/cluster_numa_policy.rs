@@ -66,9 +66,7 @@ fn cpu_topology() -> String {
 }
 
 fn numa_zone(id: i32) -> Value {
-    let resource = |name: &str, amount: &str| {
-        json!({"name": name, "capacity": amount, "allocatable": amount, "available": amount})
-    };
+    let resource = |name: &str, amount: &str| json!({"name": name, "capacity": amount, "allocatable": amount, "available": amount});
     json!({
         "name": format!("node-{id}"), "type": "Node",
         "resources": [resource("cpu", "2"), resource("memory", "4Gi")]
@@ -209,7 +207,10 @@ async fn run(client: &kube::Client) -> anyhow::Result<()> {
     let reason = eventually_within("the wide pod refused", EXTENDER_RETRY, || async {
         let pod = pods.get("wide").await?;
         ensure!(
-            pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(),
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none(),
             "the 3-CPU pod was bound on a SingleNUMANode node with 2-CPU NUMA nodes"
         );
         Ok(pod
