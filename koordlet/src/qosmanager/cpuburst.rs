@@ -19,7 +19,6 @@
 //! (upstream starts them at a random 0–50%).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use apis::configuration::defaults::default_cpu_burst_strategy;
@@ -150,9 +149,15 @@ impl BurstLimiter {
     }
 }
 
+/// The strategy (its configuration is in the NodeSLO and pod annotations).
 #[derive(Debug, Default)]
-pub struct CpuBurst {
-    limiters: Mutex<HashMap<String, BurstLimiter>>,
+pub struct CpuBurst;
+
+/// What cpuburst carries between rounds: the CFS quota burst token bucket
+/// of each running container, by container ID.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuBurstState {
+    pub limiters: HashMap<String, BurstLimiter>,
 }
 
 fn burst_enabled(policy: &Option<CPUBurstPolicy>) -> bool {
@@ -202,7 +207,7 @@ impl CpuBurst {
 
     /// Share pool usage over a short window: (node usage − LSR/LSE/BE usage)
     /// / (CPUs − LSR/LSE requests).
-    fn share_pool_state(&self, snapshot: &QosSnapshot, threshold_percent: i64) -> NodeBurstState {
+    fn share_pool_state(snapshot: &QosSnapshot, threshold_percent: i64) -> NodeBurstState {
         let window = (snapshot.config.cpu_burst_interval * 5).min(Duration::from_secs(10));
         let start = snapshot.now.checked_sub(window).unwrap_or(snapshot.now);
         let Some(cache) = snapshot.metric_cache.as_deref() else {
@@ -240,14 +245,15 @@ impl CpuBurst {
     }
 
     fn wanted_operation(
-        &self,
+        limiters: &mut HashMap<String, BurstLimiter>,
         snapshot: &QosSnapshot,
         config: &CPUBurstConfig,
         container: &QosContainer,
         id: &str,
         limit_milli: i64,
     ) -> CfsOperation {
-        let allowed = self.allowed_by_limiter(snapshot, config, container, id, limit_milli);
+        let allowed =
+            Self::allowed_by_limiter(limiters, snapshot, config, container, id, limit_milli);
         if !quota_burst_enabled(&config.policy) {
             return CfsOperation::Reset;
         }
@@ -270,7 +276,7 @@ impl CpuBurst {
     }
 
     fn allowed_by_limiter(
-        &self,
+        limiters: &mut HashMap<String, BurstLimiter>,
         snapshot: &QosSnapshot,
         config: &CPUBurstConfig,
         container: &QosContainer,
@@ -288,7 +294,6 @@ impl CpuBurst {
             .cpu_usage
             .filter(|s| s.is_fresh(snapshot.now, snapshot.max_metric_age()))
             .map_or(limit, |s| s.value);
-        let mut limiters = self.limiters.lock().unwrap_or_else(|p| p.into_inner());
         let limiter = limiters
             .entry(id.to_string())
             .or_insert_with(|| BurstLimiter::new(period, percent, snapshot.now));
@@ -313,6 +318,8 @@ impl CpuBurst {
 }
 
 impl Strategy for CpuBurst {
+    type State = CpuBurstState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -321,7 +328,16 @@ impl Strategy for CpuBurst {
         snapshot.config.cpu_burst_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, state: &CpuBurstState) -> (Decision, CpuBurstState) {
+        let mut next = state.clone();
+        let decision = Self::burst(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl CpuBurst {
+    /// The round's burst and quota writes; `next` is this round's state.
+    fn burst(snapshot: &QosSnapshot, next: &mut CpuBurstState) -> Decision {
         let Some(node_strategy) = snapshot
             .node_slo
             .as_deref()
@@ -331,7 +347,7 @@ impl Strategy for CpuBurst {
         };
         let strategy = merged(&default_cpu_burst_strategy(), node_strategy);
         let threshold = strategy.share_pool_threshold_percent.unwrap_or(50);
-        let node_state = self.share_pool_state(snapshot, threshold);
+        let node_state = Self::share_pool_state(snapshot, threshold);
         let kernel_burst = snapshot.capabilities.cpu_burst;
         let mut decision = Decision::default();
         if !kernel_burst {
@@ -379,7 +395,14 @@ impl Strategy for CpuBurst {
                     ));
                     continue;
                 };
-                let wanted = self.wanted_operation(snapshot, &config, container, id, limit);
+                let wanted = Self::wanted_operation(
+                    &mut next.limiters,
+                    snapshot,
+                    &config,
+                    container,
+                    id,
+                    limit,
+                );
                 let op = operation_for_node(node_state, wanted);
                 let target = next_quota(op, current, base, config.cfs_quota_burst_percent);
                 if target != current {
@@ -413,8 +436,8 @@ impl Strategy for CpuBurst {
                 );
             }
         }
-        let mut limiters = self.limiters.lock().unwrap_or_else(|p| p.into_inner());
-        limiters.retain(|id, limiter| live_ids.contains(id) && !limiter.expired(snapshot.now));
+        next.limiters
+            .retain(|id, limiter| live_ids.contains(id) && !limiter.expired(snapshot.now));
         decision
     }
 }

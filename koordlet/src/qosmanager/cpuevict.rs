@@ -29,7 +29,6 @@
 //! from start-up, as upstream. The strategy keeps its windows of samples.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use apis::extension::BATCH_CPU;
@@ -335,10 +334,18 @@ pub fn release_by_node_usage(
 pub struct CpuEvict {
     gates: [FeatureGate; 3],
     dry_run: Vec<&'static str>,
-    memory: Mutex<Option<EvictionMemory>>,
-    be_history: Mutex<VecDeque<BeCpuSample>>,
+}
+
+/// What cpuevict carries between rounds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuEvictState {
+    /// Cool time and pending victims; `None` before the first round
+    /// (upstream cools down from start-up, so the first round starts it).
+    pub memory: Option<EvictionMemory>,
+    /// BE samples for `BECPUEvict`'s window.
+    pub be_history: VecDeque<BeCpuSample>,
     /// Node CPU usage samples (time, cores) for `CPUEvict`'s window.
-    node_history: Mutex<VecDeque<(SystemTime, f64)>>,
+    pub node_history: VecDeque<(SystemTime, f64)>,
 }
 
 impl Default for CpuEvict {
@@ -376,9 +383,6 @@ impl CpuEvict {
                 enabled: on.contains(&name),
             }),
             dry_run: Vec::new(),
-            memory: Mutex::new(None),
-            be_history: Mutex::new(VecDeque::new()),
-            node_history: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -415,29 +419,31 @@ impl CpuEvict {
 
     /// Adds this round's BE sample (if any) and returns the window.
     fn be_window(
-        &self,
+        history: &mut VecDeque<BeCpuSample>,
         sample: Option<BeCpuSample>,
         now: SystemTime,
         window: Duration,
     ) -> Vec<BeCpuSample> {
-        let mut history = self.be_history.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sample) = sample {
             history.push_back(sample);
         }
-        trim(&mut history, |s| s.time, now, window);
+        trim(history, |s| s.time, now, window);
         history.iter().copied().collect()
     }
 
     /// Adds this round's node CPU sample (if fresh) and returns the window average.
-    fn node_average(&self, snapshot: &QosSnapshot, window: Duration) -> Result<f64, String> {
+    fn node_average(
+        history: &mut VecDeque<(SystemTime, f64)>,
+        snapshot: &QosSnapshot,
+        window: Duration,
+    ) -> Result<f64, String> {
         let sample = snapshot.fresh("node CPU usage", snapshot.node_usage.cpu);
-        let mut history = self.node_history.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(sample) = sample
             && history.back().is_none_or(|(time, _)| *time < sample.time)
         {
             history.push_back((sample.time, sample.value));
         }
-        trim(&mut history, |s| s.0, snapshot.now, window);
+        trim(history, |s| s.0, snapshot.now, window);
         sample?;
         if history.is_empty() {
             return Err("no node CPU usage sample in the window".to_string());
@@ -448,7 +454,7 @@ impl CpuEvict {
     /// Records this round's samples for every enabled feature's window, so
     /// a window is full when its feature first needs it.
     fn observe(
-        &self,
+        history: &mut VecDeque<BeCpuSample>,
         snapshot: &QosSnapshot,
         config: &ResourceThresholdStrategy,
     ) -> Result<Vec<BeCpuSample>, String> {
@@ -479,7 +485,7 @@ impl CpuEvict {
             Ok(sample) => (Some(sample), None),
             Err(err) => (None, Some(err)),
         };
-        let history = self.be_window(sample, snapshot.now, window);
+        let history = Self::be_window(history, sample, snapshot.now, window);
         match error {
             Some(err) => Err(err),
             None => Ok(history),
@@ -576,6 +582,8 @@ impl CpuEvict {
 }
 
 impl Strategy for CpuEvict {
+    type State = CpuEvictState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -584,7 +592,16 @@ impl Strategy for CpuEvict {
         snapshot.config.cpu_evict_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, state: &CpuEvictState) -> (Decision, CpuEvictState) {
+        let mut next = state.clone();
+        let decision = self.evict(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl CpuEvict {
+    /// The round's evictions; `next` is this round's state.
+    fn evict(&self, snapshot: &QosSnapshot, next: &mut CpuEvictState) -> Decision {
         let now = snapshot.now;
         let features = self.enabled_features();
         if features.is_empty() {
@@ -597,18 +614,23 @@ impl Strategy for CpuEvict {
         // Samples are kept whatever else happens, so the windows fill up
         // during the cool time as upstream's metric cache does.
         let be_window = if features.contains(&FEATURE) {
-            self.observe(snapshot, &config)
+            Self::observe(&mut next.be_history, snapshot, &config)
         } else {
             Err("BECPUEvict is off".to_string())
         };
         let node_average = if features.contains(&FEATURE_CPU_EVICT) {
-            self.node_average(snapshot, Self::window_seconds(snapshot, &config))
+            Self::node_average(
+                &mut next.node_history,
+                snapshot,
+                Self::window_seconds(snapshot, &config),
+            )
         } else {
             Err("CPUEvict is off".to_string())
         };
-        let mut memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
         // Upstream cools down from start-up too.
-        let memory = memory.get_or_insert_with(|| EvictionMemory::cooling_from(now));
+        let memory = next
+            .memory
+            .get_or_insert_with(|| EvictionMemory::cooling_from(now));
         if let Some(left) = memory.cooling(now, snapshot.config.cpu_evict_cool_time) {
             return Decision::skipped(format!(
                 "cooling down after the last eviction ({}s left)",

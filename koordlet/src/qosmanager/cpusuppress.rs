@@ -24,7 +24,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use apis::configuration::defaults::default_resource_threshold_strategy;
@@ -55,13 +54,19 @@ pub const GAUGE_BE_USED: &str = "be_suppress_be_used_cpu_cores";
 
 const REASON: &str = "adjustBEByNodeCPUUsage";
 
-/// The strategy. Its one piece of state mirrors upstream's policy status:
-/// the BE quota is restored to unlimited once after the cfsQuota policy
-/// stops being used (or once at start), not every round, so a quota set by
-/// someone else while suppression is off is left alone.
+/// The strategy (no configuration of its own: everything is in the NodeSLO).
 #[derive(Debug, Default)]
-pub struct CpuSuppress {
-    quota_restored: AtomicBool,
+pub struct CpuSuppress;
+
+/// What cpusuppress carries between rounds; it mirrors upstream's policy
+/// status: the BE quota is restored to unlimited once after the cfsQuota
+/// policy stops being used (or once at start), not every round, so a quota
+/// set by someone else while suppression is off is left alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuSuppressState {
+    /// The restore was decided and (as the runner commits this state only
+    /// after the writes succeeded) carried out.
+    pub quota_restored: bool,
 }
 
 /// The threshold strategy of `snapshot` over upstream's defaults.
@@ -402,8 +407,13 @@ fn write_plan(decision: &mut Decision, plan: Vec<(PathBuf, CpuSet)>, reason: &st
 }
 
 impl CpuSuppress {
-    fn restore_quota(&self, decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
-        if self.quota_restored.load(Ordering::Relaxed) {
+    fn restore_quota(
+        state: &mut CpuSuppressState,
+        decision: &mut Decision,
+        snapshot: &QosSnapshot,
+        why: &str,
+    ) {
+        if state.quota_restored {
             return;
         }
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
@@ -423,7 +433,7 @@ impl CpuSuppress {
             CgroupValue::Unlimited,
             format!("{REASON}: restore BE cfs quota ({why})"),
         );
-        self.quota_restored.store(true, Ordering::Relaxed);
+        state.quota_restored = true;
     }
 }
 
@@ -447,6 +457,8 @@ fn restore_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
 }
 
 impl Strategy for CpuSuppress {
+    type State = CpuSuppressState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -466,7 +478,20 @@ impl Strategy for CpuSuppress {
         ]
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(
+        &self,
+        snapshot: &QosSnapshot,
+        state: &CpuSuppressState,
+    ) -> (Decision, CpuSuppressState) {
+        let mut next = state.clone();
+        let decision = Self::suppress(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl CpuSuppress {
+    /// The round's BE quota or cpuset; `next` is this round's state.
+    fn suppress(snapshot: &QosSnapshot, next: &mut CpuSuppressState) -> Decision {
         let strategy = threshold_strategy(snapshot);
         let policy = strategy
             .cpu_suppress_policy
@@ -477,7 +502,7 @@ impl Strategy for CpuSuppress {
             decision.info(format!("kubelet CPU manager input left out: {problem}"));
         }
         if strategy.enable != Some(true) {
-            self.restore_quota(&mut decision, snapshot, "suppress disabled");
+            Self::restore_quota(next, &mut decision, snapshot, "suppress disabled");
             restore_cpuset(&mut decision, snapshot, "suppress disabled");
             decision.skip(
                 "disabled by NodeSLO (resourceUsedThresholdWithBE.enable is not true); BE restored",
@@ -574,7 +599,7 @@ impl Strategy for CpuSuppress {
                 }
             };
             let capacity_cores = (capacity + 999) / 1000;
-            self.quota_restored.store(false, Ordering::Relaxed);
+            next.quota_restored = false;
             match next_be_quota(budget.budget_milli, current, capacity_cores) {
                 Some(quota) => {
                     decision.write(
@@ -629,7 +654,7 @@ impl Strategy for CpuSuppress {
                 be_cpuset_plan(snapshot, &full, Some(&set)),
                 &format!("{REASON}: {formula}; {}{levels}", kubelet.summary()),
             );
-            self.restore_quota(&mut decision, snapshot, "policy is cpuset");
+            Self::restore_quota(next, &mut decision, snapshot, "policy is cpuset");
         }
         decision
     }

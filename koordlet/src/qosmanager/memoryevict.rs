@@ -190,7 +190,6 @@ pub fn release_by_usage(
 pub struct MemoryEvict {
     gates: [FeatureGate; 3],
     dry_run: Vec<&'static str>,
-    memory: EvictionMemory,
 }
 
 impl Default for MemoryEvict {
@@ -214,7 +213,6 @@ impl MemoryEvict {
                 enabled: on.contains(&name),
             }),
             dry_run: Vec::new(),
-            memory: EvictionMemory::default(),
         }
     }
 
@@ -318,6 +316,8 @@ impl MemoryEvict {
 }
 
 impl Strategy for MemoryEvict {
+    type State = EvictionMemory;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -326,7 +326,17 @@ impl Strategy for MemoryEvict {
         snapshot.config.memory_evict_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    /// The state is the eviction memory: cool time and pending victims.
+    fn decide(&self, snapshot: &QosSnapshot, state: &EvictionMemory) -> (Decision, EvictionMemory) {
+        let mut next = state.clone();
+        let decision = self.evict(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl MemoryEvict {
+    /// The round's evictions; `memory` is this round's eviction memory.
+    fn evict(&self, snapshot: &QosSnapshot, memory: &mut EvictionMemory) -> Decision {
         let features = self.enabled_features();
         if features.is_empty() {
             return Decision::skipped(format!(
@@ -334,10 +344,7 @@ impl Strategy for MemoryEvict {
                 FEATURES.join(", ")
             ));
         }
-        if let Some(left) = self
-            .memory
-            .cooling(snapshot.now, snapshot.config.memory_evict_cool_time)
-        {
+        if let Some(left) = memory.cooling(snapshot.now, snapshot.config.memory_evict_cool_time) {
             return Decision::skipped(format!(
                 "cooling down after the last eviction ({}s left)",
                 left.as_secs()
@@ -376,15 +383,7 @@ impl Strategy for MemoryEvict {
         };
         let mut dry_run = self.dry_run.clone();
         dry_run.extend(snapshot.config.evict_dry_run_features.iter().copied());
-        evicttask::decide_round(
-            snapshot,
-            NAME,
-            tasks,
-            &dry_run,
-            &self.memory,
-            notes,
-            &detail,
-        )
+        evicttask::decide_round(snapshot, NAME, tasks, &dry_run, memory, notes, &detail)
     }
 }
 
