@@ -664,6 +664,7 @@ impl CpuEvict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
     use crate::qosmanager::framework::{MapReader, MetricSample};
     use crate::qosmanager::memoryevict::test_pods::*;
     use apis::extension::{MID_CPU, QoSClass};
@@ -780,7 +781,7 @@ mod tests {
 
     #[test]
     fn starving_be_evicts_lowest_priority_then_busiest_after_window_and_cool_time() {
-        let strategy = CpuEvict::new();
+        let mut strategy = Rounds::new(CpuEvict::new());
         let start = t0();
         // BE squeezed to 2 CPUs, using 1.95 of them, 6 cores requested.
         let first = strategy.decide(&snapshot(start, 2, None, 1.95, be_pods(start)));
@@ -821,7 +822,7 @@ mod tests {
     fn idle_or_satisfied_be_and_missing_metrics_do_nothing() {
         let start = t0() + Duration::from_secs(100);
         // Idle BE: usage 0.5 of 2 cores.
-        let idle = CpuEvict::new();
+        let mut idle = Rounds::new(CpuEvict::new());
         let _ = idle.decide(&snapshot(t0(), 2, None, 0.5, be_pods(start)));
         let decision = idle.decide(&snapshot(start, 2, None, 0.5, be_pods(start)));
         assert!(decision.evictions.is_empty());
@@ -830,7 +831,7 @@ mod tests {
             "{decision:?}"
         );
         // Satisfied BE: 6 CPUs for 6 cores requested.
-        let satisfied = CpuEvict::new();
+        let mut satisfied = Rounds::new(CpuEvict::new());
         let _ = satisfied.decide(&snapshot(t0(), 6, None, 5.9, be_pods(start)));
         let decision = satisfied.decide(&snapshot(start, 6, None, 5.9, be_pods(start)));
         assert!(
@@ -858,9 +859,10 @@ mod tests {
     }
 
     /// A strategy whose start-up cool time ended (first round at t0).
-    fn warmed(strategy: CpuEvict) -> CpuEvict {
-        let _ = strategy.decide(&snapshot(t0(), 2, None, 1.95, vec![]));
-        strategy
+    fn warmed(strategy: CpuEvict) -> Rounds<CpuEvict> {
+        let mut rounds = Rounds::new(strategy);
+        let _ = rounds.decide(&snapshot(t0(), 2, None, 1.95, vec![]));
+        rounds
     }
 
     #[test]
@@ -901,7 +903,7 @@ mod tests {
     fn evict_by_allocatable_uses_the_node_batch_allocatable() {
         let mut config = threshold();
         config.cpu_evict_policy = Some(CPUEvictPolicy::EvictByAllocatable);
-        let strategy = warmed(CpuEvict::new());
+        let mut strategy = warmed(CpuEvict::new());
         let mut decisions = Vec::new();
         for second in 18..=21 {
             let now = t0() + Duration::from_secs(second);
@@ -1062,7 +1064,7 @@ mod tests {
         config.cpu_evict_threshold_percent = Some(80);
         config.cpu_evict_lower_percent = Some(70);
         config.evict_enabled_priority_threshold = Some(5999);
-        let strategy = warmed(CpuEvict::with_features(&[FEATURE_CPU_EVICT]));
+        let mut strategy = warmed(CpuEvict::with_features(&[FEATURE_CPU_EVICT]));
         let now = t0() + Duration::from_secs(25);
         let mut snap = snapshot(now, 8, None, 0.0, vec![]);
         snap.node_slo = snapshot_with(config, now).node_slo;
@@ -1172,7 +1174,7 @@ mod tests {
         config.cpu_allocatable_evict_threshold_percent = Some(80);
         config.cpu_allocatable_evict_lower_percent = Some(70);
         config.allocatable_evict_priority_threshold = Some(5999);
-        let strategy = warmed(CpuEvict::with_features(&[FEATURE_ALLOCATABLE]));
+        let mut strategy = warmed(CpuEvict::with_features(&[FEATURE_ALLOCATABLE]));
         let now = t0() + Duration::from_secs(25);
         let mut snap = snapshot(now, 8, None, 0.0, vec![]);
         snap.node_slo = snapshot_with(config, now).node_slo;

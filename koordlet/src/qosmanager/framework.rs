@@ -1767,6 +1767,7 @@ mod tests {
     }
 
     impl Strategy for FixedQuota {
+        type State = ();
         fn name(&self) -> &'static str {
             "fixed"
         }
@@ -1779,7 +1780,7 @@ mod tests {
         fn gauges(&self) -> &'static [(&'static str, &'static str)] {
             &[("test_gauge", "a test gauge")]
         }
-        fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
             let mut decision = Decision::default();
             decision.write(
                 snapshot.layout.qos_dir(QosTier::BestEffort),
@@ -1799,7 +1800,7 @@ mod tests {
                     container_ids: Vec::new(),
                 });
             }
-            decision
+            (decision, ())
         }
     }
 
@@ -1835,7 +1836,7 @@ mod tests {
         let (_dir, layout, file) = tree();
         let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
         let registry = MetricsRegistry::new("koordlet");
-        let strategies: Vec<Box<dyn Strategy>> = vec![Box::new(FixedQuota {
+        let strategies: Vec<Box<dyn AnyStrategy>> = vec![Box::new(FixedQuota {
             quota: 50_000,
             evict: true,
             needs: &[],
@@ -1919,13 +1920,14 @@ mod tests {
     }
 
     impl Strategy for GroupDir {
+        type State = ();
         fn name(&self) -> &'static str {
             "groupdir"
         }
         fn interval(&self, _: &QosSnapshot) -> Duration {
             Duration::from_secs(1)
         }
-        fn decide(&self, _: &QosSnapshot) -> Decision {
+        fn decide(&self, _: &QosSnapshot, _: &()) -> (Decision, ()) {
             let mut decision = Decision::default();
             decision.ensure_dir(&self.dir, "test group");
             decision.file_writes.push(FileWrite {
@@ -1934,7 +1936,7 @@ mod tests {
                 reason: "test".into(),
                 read_back: ReadBack::Exact,
             });
-            decision
+            (decision, ())
         }
     }
 
@@ -1943,7 +1945,7 @@ mod tests {
         dir: PathBuf,
         registry: &MetricsRegistry,
     ) -> (QosRunner, QosMetrics) {
-        let strategies: Vec<Box<dyn Strategy>> = vec![Box::new(GroupDir { dir })];
+        let strategies: Vec<Box<dyn AnyStrategy>> = vec![Box::new(GroupDir { dir })];
         let metrics = QosMetrics::register(registry, "node-a", &strategies);
         let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
         let runner = QosRunner::new(strategies, executor).with_metrics(metrics.clone());

@@ -580,6 +580,7 @@ mod tests {
 
     use super::test_pods::*;
     use super::*;
+    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
     use crate::qosmanager::framework::MetricSample;
 
     const GIB: i64 = 1 << 30;
@@ -798,7 +799,7 @@ mod tests {
         for (threshold, lower, used, want) in cases {
             let mut snapshot = upstream_node(enabled(threshold, lower));
             snapshot.node_usage.memory = Some(MetricSample::new((used * G) as f64, t0()));
-            let decision = MemoryEvict::new().decide(&snapshot);
+            let decision = MemoryEvict::new().decide_fresh(&snapshot);
             assert_eq!(
                 evicted(&decision),
                 want,
@@ -810,9 +811,9 @@ mod tests {
 
     #[test]
     fn invalid_or_missing_config_and_inputs_skip_with_a_reason() {
-        let decision = MemoryEvict::new().decide(&QosSnapshot::for_test(t0()));
+        let decision = MemoryEvict::new().decide_fresh(&QosSnapshot::for_test(t0()));
         assert_eq!(decision.skip_reason(), Some("no NodeSLO yet"));
-        let decision = MemoryEvict::new().decide(&upstream_node(enabled(-1, None)));
+        let decision = MemoryEvict::new().decide_fresh(&upstream_node(enabled(-1, None)));
         assert!(decision.evictions.is_empty());
         assert!(
             decision
@@ -823,11 +824,11 @@ mod tests {
         );
         let mut off = enabled(80, None);
         off.enable = Some(false);
-        let decision = MemoryEvict::new().decide(&upstream_node(off));
+        let decision = MemoryEvict::new().decide_fresh(&upstream_node(off));
         assert!(decision.skip_reason().unwrap().contains("enable"));
         let mut no_metric = upstream_node(enabled(80, None));
         no_metric.node_usage.memory = None;
-        let decision = MemoryEvict::new().decide(&no_metric);
+        let decision = MemoryEvict::new().decide_fresh(&no_metric);
         assert!(
             decision
                 .skip_reason()
@@ -841,7 +842,7 @@ mod tests {
         ));
         assert!(
             MemoryEvict::new()
-                .decide(&stale)
+                .decide_fresh(&stale)
                 .skip_reason()
                 .unwrap()
                 .contains("stale")
@@ -850,7 +851,7 @@ mod tests {
         no_capacity.node.memory_capacity_bytes = 0;
         assert!(
             MemoryEvict::new()
-                .decide(&no_capacity)
+                .decide_fresh(&no_capacity)
                 .skip_reason()
                 .unwrap()
                 .contains("capacity")
@@ -858,7 +859,7 @@ mod tests {
         let gates_off = MemoryEvict::new().with_feature_gates(&BTreeMap::new());
         assert!(
             gates_off
-                .decide(&upstream_node(enabled(80, None)))
+                .decide_fresh(&upstream_node(enabled(80, None)))
                 .skip_reason()
                 .unwrap()
                 .contains("BEMemoryEvict")
@@ -898,7 +899,7 @@ mod tests {
             &[("batch-pod-1", 10 * G), ("batch-pod-2", 20 * G)],
             &[],
         );
-        let decision = MemoryEvict::with_features(&[FEATURE_ALLOCATABLE]).decide(&snapshot);
+        let decision = MemoryEvict::with_features(&[FEATURE_ALLOCATABLE]).decide_fresh(&snapshot);
         assert_eq!(
             evicted(&decision),
             ["batch-pod-2", "batch-pod-1"],
@@ -951,7 +952,7 @@ mod tests {
             ],
             &[],
         );
-        let strategy = MemoryEvict::with_features(&FEATURES);
+        let mut strategy = Rounds::new(MemoryEvict::with_features(&FEATURES));
         let decision = strategy.decide(&snapshot);
         assert_eq!(
             evicted(&decision),
@@ -1134,7 +1135,7 @@ mod tests {
     #[test]
     fn dry_run_reports_victims_without_evicting_or_cooling() {
         let snapshot = upstream_node(enabled(80, None));
-        let strategy = MemoryEvict::new().with_dry_run(&[FEATURE]);
+        let mut strategy = Rounds::new(MemoryEvict::new().with_dry_run(&[FEATURE]));
         for _ in 0..2 {
             let decision = strategy.decide(&snapshot);
             assert!(decision.evictions.is_empty(), "{decision:?}");
@@ -1157,7 +1158,7 @@ mod tests {
 
     #[test]
     fn pending_evictions_prevent_extra_victims_but_refused_ones_do_not() {
-        let strategy = MemoryEvict::new();
+        let mut strategy = Rounds::new(MemoryEvict::new());
         let first = upstream_node(enabled(82, Some(80)));
         assert_eq!(
             evicted(&strategy.decide(&first)),
@@ -1190,7 +1191,7 @@ mod tests {
 
     #[test]
     fn eviction_requests_carry_the_containers_and_upstream_message() {
-        let decision = MemoryEvict::new().decide(&upstream_node(enabled(82, None)));
+        let decision = MemoryEvict::new().decide_fresh(&upstream_node(enabled(82, None)));
         let request = &decision.evictions[0];
         assert_eq!(
             request.container_ids,
