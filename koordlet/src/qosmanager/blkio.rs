@@ -808,7 +808,13 @@ mod tests {
             CgroupResource::BlkioThrottleReadBps,
             "254:0 1048576\n8:0 500\n",
         );
-        let decision = strategy.decide_fresh(&snapshot(true, vec![block("vda", io)], &current));
+        // Decided twice on the same inputs: the same writes (the strategy is pure).
+        let decision = assert_deterministic(
+            &strategy,
+            &snapshot(true, vec![block("vda", io)], &current),
+            &(),
+        )
+        .0;
         // 254:0 is converged; 8:0 is no longer configured → reset to 0.
         assert_eq!(
             writes(&decision),

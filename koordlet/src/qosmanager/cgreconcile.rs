@@ -532,7 +532,8 @@ mod tests {
     #[test]
     fn ls_pod_gets_protection_and_throttling() {
         let snapshot = snapshot(true);
-        let decision = CgroupReconcile.decide_fresh(&snapshot);
+        // Decided twice on the same inputs: the same writes (the strategy is pure).
+        let decision = assert_deterministic(&CgroupReconcile, &snapshot, &()).0;
         let ls_dir = PathBuf::from("kubepods/burstable/poduid-ls");
         let container = ls_dir.join("c1");
         let get = |dir: &Path, r| decision.write_for(dir, r).cloned();

@@ -450,10 +450,10 @@ mod tests {
     use apis::slo::v1alpha1::{CPUBurstStrategy, NodeSLOSpec};
 
     use super::*;
-    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
     use crate::metriccache::{MetricCache, MetricCacheConfig, Sample};
     use crate::metricsadvisor::{CpuInfo, CpuTopology};
     use crate::qosmanager::framework::MapReader;
+    use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::system::cgroup::QosTier;
 
     fn now() -> SystemTime {
@@ -600,8 +600,11 @@ mod tests {
     #[test]
     fn quota_scales_with_share_pool_state() {
         // Idle (0.5/4 = 12.5% < 45%): throttled container scales up, pod follows.
-        let decision =
-            CpuBurst::default().decide_fresh(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 0.5, 0.3));
+        let decision = CpuBurst::default().decide_fresh(&snapshot(
+            CPUBurstPolicy::CFSQuotaBurstOnly,
+            0.5,
+            0.3,
+        ));
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(240_000))
@@ -614,8 +617,11 @@ mod tests {
             Some(&CgroupValue::Int(240_000))
         );
         // Cooling (1.9/4 = 47.5%): hold.
-        let decision =
-            CpuBurst::default().decide_fresh(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 1.9, 0.3));
+        let decision = CpuBurst::default().decide_fresh(&snapshot(
+            CPUBurstPolicy::CFSQuotaBurstOnly,
+            1.9,
+            0.3,
+        ));
         assert_eq!(decision.write_for(&c1(), CgroupResource::CpuCfsQuota), None);
         // Overload (3/4 = 75%) with a raised quota: scale down, never below base.
         let mut overloaded = snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 3.0, 0.3);
@@ -644,6 +650,33 @@ mod tests {
     }
 
     #[test]
+    fn decide_is_deterministic_and_state_keeps_limiters_of_live_containers() {
+        let mut round = snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 0.5, 0.3);
+        // A burst period makes the token bucket count (upstream's default -1
+        // does not limit, and keeps no limiter).
+        let mut spec = round.node_slo.as_deref().unwrap().clone();
+        let config = &mut spec.cpu_burst_strategy.as_mut().unwrap().cpu_burst_config;
+        config.cfs_quota_burst_period_seconds = Some(60);
+        config.cfs_quota_burst_percent = Some(300);
+        round.node_slo = Some(Arc::new(spec));
+
+        let (decision, state) = assert_deterministic(&CpuBurst, &round, &CpuBurstState::default());
+        assert_eq!(
+            decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Int(240_000))
+        );
+        assert!(state.limiters.contains_key(ID), "{state:?}");
+        // From a state with a limiter, later: deterministic too.
+        round.now += Duration::from_secs(5);
+        let (_, next) = assert_deterministic(&CpuBurst, &round, &state);
+        assert!(next.limiters.contains_key(ID), "{next:?}");
+        // The container is gone: so is its limiter.
+        round.pods.clear();
+        let (_, after) = assert_deterministic(&CpuBurst, &round, &next);
+        assert!(after.limiters.is_empty(), "{after:?}");
+    }
+
+    #[test]
     fn unknown_node_state_never_scales_up() {
         let mut snapshot = snapshot(CPUBurstPolicy::Auto, 0.5, 0.3);
         snapshot.metric_cache = None;
@@ -655,7 +688,12 @@ mod tests {
     fn lsr_and_be_pods_are_left_alone_and_missing_strategy_skips() {
         let mut snapshot = snapshot(CPUBurstPolicy::Auto, 0.5, 0.3);
         snapshot.pods = vec![pod(QoSClass::LSR), pod(QoSClass::BE)];
-        assert!(CpuBurst::default().decide_fresh(&snapshot).writes.is_empty());
+        assert!(
+            CpuBurst::default()
+                .decide_fresh(&snapshot)
+                .writes
+                .is_empty()
+        );
         snapshot.node_slo = None;
         assert!(CpuBurst::default().decide_fresh(&snapshot).is_skipped());
     }

@@ -664,7 +664,7 @@ impl CpuEvict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
+    use crate::qosmanager::framework::testing::{Rounds, assert_deterministic};
     use crate::qosmanager::framework::{MapReader, MetricSample};
     use crate::qosmanager::memoryevict::test_pods::*;
     use apis::extension::{MID_CPU, QoSClass};
@@ -804,6 +804,29 @@ mod tests {
         let uids: Vec<&str> = decision.evictions.iter().map(|e| e.uid.as_str()).collect();
         assert_eq!(uids, ["c", "b"], "{decision:?}");
         assert!(decision.evictions.iter().all(|e| e.reason == FEATURE));
+    }
+
+    #[test]
+    fn decide_is_deterministic_and_state_carries_windows_and_cool_time() {
+        let start = t0();
+        let mut rounds = Rounds::new(CpuEvict::new());
+        for second in [0, 17, 18, 19] {
+            let now = start + Duration::from_secs(second);
+            rounds.decide(&snapshot(now, 2, None, 1.95, be_pods(now)));
+        }
+        let now = start + Duration::from_secs(20);
+        let round = snapshot(now, 2, None, 1.95, be_pods(now));
+        let (decision, next) = assert_deterministic(&rounds.strategy, &round, &rounds.state);
+        let uids: Vec<&str> = decision.evictions.iter().map(|e| e.uid.as_str()).collect();
+        assert_eq!(uids, ["c", "b"], "{decision:?}");
+        // The window holds the samples of the last 3 s; the eviction starts a cool time.
+        let times: Vec<SystemTime> = next.be_history.iter().map(|s| s.time).collect();
+        assert_eq!(times.first(), Some(&(start + Duration::from_secs(18))));
+        assert_eq!(times.last(), Some(&now));
+        let cool = round.config.cpu_evict_cool_time;
+        assert!(next.memory.as_ref().unwrap().cooling(now, cool).is_some());
+        // The input state was not touched: from it the same round evicts again.
+        assert_eq!(rounds.decide(&round), decision);
     }
 
     #[test]

@@ -795,8 +795,12 @@ mod tests {
 
     #[test]
     fn cfs_quota_policy_writes_the_formula_value() {
-        let decision =
-            CpuSuppress::default().decide_fresh(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
+        let decision = CpuSuppress::default().decide_fresh(&snapshot(
+            CPUSuppressPolicy::CfsQuota,
+            4.5,
+            3.0,
+            1.0,
+        ));
         // Current quota is unlimited, so the target is written without step limits.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -831,8 +835,12 @@ mod tests {
     #[test]
     fn cpuset_policy_picks_whole_cores_and_restores_quota() {
         // Budget 5200 - 3000 - 500 = 1700m -> 2 CPUs: one whole core.
-        let decision =
-            CpuSuppress::default().decide_fresh(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
+        let decision = CpuSuppress::default().decide_fresh(&snapshot(
+            CPUSuppressPolicy::CPUSet,
+            4.5,
+            3.0,
+            1.0,
+        ));
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -909,6 +917,118 @@ mod tests {
             Some(&CgroupValue::CpuSet(CpuSet::from_range(0, 7).unwrap()))
         );
         assert!(decision.skip_reason().unwrap().contains("disabled"));
+    }
+
+    /// The three kinds of round: cfsQuota, cpuset, suppression disabled.
+    fn rounds_of_each_policy() -> [(&'static str, QosSnapshot); 3] {
+        let mut disabled = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        disabled.node_slo = None;
+        [
+            (
+                "cfsQuota",
+                snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0),
+            ),
+            ("cpuset", snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0)),
+            ("disabled", disabled),
+        ]
+    }
+
+    #[test]
+    fn decide_is_deterministic_for_every_policy_and_state() {
+        for (kind, snapshot) in rounds_of_each_policy() {
+            for quota_restored in [false, true] {
+                let state = CpuSuppressState { quota_restored };
+                let (decision, _) = assert_deterministic(&CpuSuppress, &snapshot, &state);
+                assert!(!decision.writes.is_empty(), "{kind}: {decision:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn state_records_whether_the_quota_restore_is_still_owed() {
+        use CgroupValue::{Int, Unlimited};
+        // (round, restored before, BE quota written, restored after)
+        let cases: [(&str, bool, Option<CgroupValue>, bool); 6] = [
+            ("cfsQuota", false, Some(Int(170_000)), false),
+            ("cfsQuota", true, Some(Int(170_000)), false),
+            ("cpuset", false, Some(Unlimited), true),
+            ("cpuset", true, None, true),
+            ("disabled", false, Some(Unlimited), true),
+            ("disabled", true, None, true),
+        ];
+        let rounds = rounds_of_each_policy();
+        for (kind, before, quota, after) in cases {
+            let (_, snapshot) = rounds.iter().find(|(k, _)| *k == kind).unwrap();
+            let state = CpuSuppressState {
+                quota_restored: before,
+            };
+            let (decision, next) = CpuSuppress.decide(snapshot, &state);
+            assert_eq!(
+                decision
+                    .write_for(&be_dir(), CgroupResource::CpuCfsQuota)
+                    .cloned(),
+                quota,
+                "{kind}, restored before: {before}"
+            );
+            assert_eq!(
+                next.quota_restored, after,
+                "{kind}, restored before: {before}"
+            );
+        }
+    }
+
+    /// The bug explicit state fixes: the restore used to be marked done
+    /// when decided, so a failed write was never retried.
+    #[test]
+    fn failed_quota_restore_is_retried_next_round() {
+        use crate::resourceexecutor::{ExecutorConfig, ResourceExecutor};
+        use crate::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
+
+        let dir = koord_common::testing::TempDir::new("qos-cpusuppress-retry").unwrap();
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, dir.path());
+        let quota_file = dir.path().join("cpu/kubepods/besteffort/cpu.cfs_quota_us");
+        // A directory where the file should be: the write fails.
+        std::fs::create_dir_all(&quota_file).unwrap();
+
+        // Suppression off: the quota is owed a restore to unlimited. No
+        // topology, so the cpuset restore is left out and the quota is the
+        // round's only write.
+        let mut round = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        round.node_slo = None;
+        round.topology = None;
+        round.layout = layout.clone();
+        let executor = ResourceExecutor::new(layout, ExecutorConfig::default());
+        let mut runner = crate::qosmanager::QosRunner::new(vec![Box::new(CpuSuppress)], executor);
+
+        let failed = runner.run_one(0, &round);
+        assert_eq!((failed.errors, failed.actions), (1, 0), "{failed:?}");
+        assert_eq!(
+            runner.committed_state::<CpuSuppressState>(0),
+            Some(&CpuSuppressState::default()),
+            "a round with a failed write commits nothing"
+        );
+
+        // The file is back with someone's quota: the restore is decided again.
+        std::fs::remove_dir(&quota_file).unwrap();
+        std::fs::write(&quota_file, "50000\n").unwrap();
+        let retried = runner.run_one(0, &round);
+        assert_eq!((retried.errors, retried.actions), (0, 1), "{retried:?}");
+        assert_eq!(std::fs::read_to_string(&quota_file).unwrap().trim(), "-1");
+        assert_eq!(
+            runner.committed_state::<CpuSuppressState>(0),
+            Some(&CpuSuppressState {
+                quota_restored: true
+            })
+        );
+
+        // Restored once: a quota set later while suppression is off stays.
+        std::fs::write(&quota_file, "50000\n").unwrap();
+        let later = runner.run_one(0, &round);
+        assert_eq!((later.errors, later.actions), (0, 0), "{later:?}");
+        assert_eq!(
+            std::fs::read_to_string(&quota_file).unwrap().trim(),
+            "50000"
+        );
     }
 
     #[test]

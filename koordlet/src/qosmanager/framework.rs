@@ -1360,6 +1360,12 @@ impl QosRunner {
         outcomes
     }
 
+    /// The committed state of strategy `index` as `T`; `None` when there is
+    /// no such strategy or its state is of another type.
+    pub fn committed_state<T: 'static>(&self, index: usize) -> Option<&T> {
+        self.states.get(index)?.get()
+    }
+
     /// The earliest time a strategy is due (`None`: run now).
     pub fn next_due(&self) -> Option<SystemTime> {
         self.next_due.iter().copied().min().flatten()

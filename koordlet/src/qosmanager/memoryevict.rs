@@ -580,8 +580,8 @@ mod tests {
 
     use super::test_pods::*;
     use super::*;
-    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
     use crate::qosmanager::framework::MetricSample;
+    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
 
     const GIB: i64 = 1 << 30;
     const G: i64 = 1_000_000_000;
@@ -1154,6 +1154,26 @@ mod tests {
                 ]
             );
         }
+    }
+
+    #[test]
+    fn decide_is_deterministic_and_state_remembers_victims() {
+        let strategy = MemoryEvict::new();
+        let first = upstream_node(enabled(82, Some(80)));
+        let (decision, state) = assert_deterministic(&strategy, &first, &EvictionMemory::default());
+        assert_eq!(evicted(&decision), ["test_be_pod_priority100_2"]);
+        let cool = first.config.memory_evict_cool_time;
+        assert!(state.cooling(first.now, cool).is_some(), "{state:?}");
+        // From the remembered state after the cool time: deterministic, and
+        // the victim counts as pending.
+        let mut later = first.clone();
+        later.now = first.now + cool + Duration::from_secs(1);
+        let (decision, _) = assert_deterministic(&strategy, &later, &state);
+        assert!(decision.evictions.is_empty(), "{decision:?}");
+        assert_eq!(
+            decision.eviction_report.unwrap().tasks[0].pending,
+            ["test_be_pod_priority100_2"]
+        );
     }
 
     #[test]

@@ -597,7 +597,8 @@ mod tests {
             cat_range_end_percent: Some(30),
             mba_percent: Some(35),
         };
-        let decision = strategy.decide_fresh(&snapshot(be, true));
+        // Decided twice on the same inputs: the same groups and writes.
+        let decision = assert_deterministic(&strategy, &snapshot(be, true), &()).0;
         assert_eq!(dirs(&decision), ["LSR", "LS", "BE"]);
         // LSR and LS keep the default whole cache and 100 % MBA; BE gets
         // ceil(12 × 0.3) = 4 ways and 35 % rounded up to 40.

@@ -316,7 +316,8 @@ mod tests {
             ..SystemStrategy::default()
         };
         let sys = SysReconcile::new(roots(), Arc::new(vm_files()));
-        let decision = sys.decide_fresh(&snapshot(strategy, 64 * GIB));
+        // Decided twice on the same inputs: the same writes (the strategy is pure).
+        let decision = assert_deterministic(&sys, &snapshot(strategy, 64 * GIB), &()).0;
         // 64 GiB = 67108864 KiB; × 100 / 10000 = 671088.
         assert_eq!(
             writes(&decision),
