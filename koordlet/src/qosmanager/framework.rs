@@ -10,9 +10,13 @@
 //!    - [`Strategy::required_capabilities`]: what the kernel must offer; when
 //!      one is missing the runner does not call `decide` and records
 //!      "skipped: unsupported ..." instead.
+//!    - [`Strategy::State`]: what the strategy remembers between rounds
+//!      (`()` when nothing; e.g. cpuevict's sample windows and cool time).
+//!      A plain value, never a `Mutex` or atomic inside the strategy.
 //!    - [`Strategy::decide`]: PURE. Read only the snapshot (NodeSLO, metrics
 //!      with sample times, pods and their cgroup dirs, topology, capabilities,
-//!      current file values through [`QosSnapshot::current`]) and return a
+//!      current file values through [`QosSnapshot::current`]) and the previous
+//!      state, and return the next state and a
 //!      [`Decision`]: directories to create ([`EnsureDir`], e.g. a resctrl
 //!      group), cgroup writes ([`ResourceUpdate`]), plain file writes
 //!      ([`FileWrite`], for /proc/sys or resctrl), evictions
@@ -25,7 +29,10 @@
 //!      such as `be_suppress_cpu_cores`) filled from [`Decision::gauges`].
 //! 2. Add it to [`standard_strategies`] (in `qosmanager/mod.rs`).
 //! 3. Unit-test `decide` on hand-built snapshots: [`QosSnapshot::for_test`]
-//!    and [`MapReader`] give a snapshot without any I/O.
+//!    and [`MapReader`] give a snapshot without any I/O; the test helpers in
+//!    `framework::testing` decide once (`DecideFresh`), thread the state over
+//!    several rounds (`Rounds`) and check that two calls on the same inputs
+//!    agree (`assert_deterministic`, one test per strategy).
 //!
 //! The runner first creates the requested directories (a write under one it
 //! could not create is not attempted), then applies writes through the
@@ -33,7 +40,10 @@
 //! the audit trail come for free), reads every managed file back first to
 //! count drift repaired, hands evictions to the configured [`Evictor`],
 //! records expected values for `GET /qos/explain`, and exports per-strategy
-//! metrics.
+//! metrics. It keeps each strategy's state (type-erased, see
+//! [`AnyStrategy`]) and commits the next state only after a round without
+//! errors: a failed write leaves the old state, so the next round decides
+//! (and writes) again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
