@@ -699,15 +699,53 @@ mod tests {
     }
 
     #[test]
-    fn ceiling_and_limiter() {
-        assert_eq!(
-            next_quota(CfsOperation::ScaleUp, 550_000, 200_000, Some(300)),
-            600_000
-        );
-        assert_eq!(
-            next_quota(CfsOperation::ScaleDown, 210_000, 200_000, Some(300)),
-            200_000
-        );
+    fn static_burst_table() {
+        // (container limit m, cpuBurstPercent) -> cpu.cfs_burst_us
+        let cases = [
+            ((2000, 1000), 2_000_000),
+            ((500, 100), 50_000),
+            ((1500, 150), 225_000),
+            // No limit: no burst.
+            ((0, 1000), 0),
+            ((-5, 1000), 0),
+        ];
+        for ((limit, percent), burst) in cases {
+            assert_eq!(
+                static_burst_us(limit, percent),
+                burst,
+                "limit {limit}m at {percent}%"
+            );
+        }
+    }
+
+    #[test]
+    fn quota_steps_stay_between_base_and_ceiling() {
+        use CfsOperation::{Remain, Reset, ScaleDown, ScaleUp};
+        // (operation, current, cfsQuotaBurstPercent) -> next quota; base 200000.
+        let cases = [
+            ((ScaleUp, 200_000, Some(300)), 240_000),
+            // Capped at base x 300%.
+            ((ScaleUp, 550_000, Some(300)), 600_000),
+            // No burst percent (or <= 100%): the ceiling is the base.
+            ((ScaleUp, 200_000, None), 200_000),
+            ((ScaleUp, 200_000, Some(100)), 200_000),
+            ((ScaleDown, 400_000, Some(300)), 320_000),
+            // Never below the base.
+            ((ScaleDown, 210_000, Some(300)), 200_000),
+            ((Remain, 250_000, Some(300)), 250_000),
+            ((Reset, 400_000, Some(300)), 200_000),
+        ];
+        for ((op, current, percent), expected) in cases {
+            assert_eq!(
+                next_quota(op, current, 200_000, percent),
+                expected,
+                "{op:?} from {current} at {percent:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn limiter_spends_above_the_limit_and_saves_when_idle() {
         // 10 s period at 300%: capacity 2000 tokens, starts with 500.
         let mut limiter = BurstLimiter::new(10, 300, now());
         // 3 s at 300% usage costs 600 tokens: over.

@@ -745,19 +745,37 @@ mod tests {
 
     #[test]
     fn satisfaction_formula_matches_upstream() {
-        // limit 2000m for 6000m requested: satisfaction 0.33 <= 0.4 →
-        // release 6000 × (0.8 − 0.333) = 2800m.
-        assert_eq!(release_by_satisfaction(6000.0, 2000.0, &settings()), 2800);
-        // Satisfaction 0.5 > lower 0.4: nothing.
-        assert_eq!(release_by_satisfaction(4000.0, 2000.0, &settings()), 0);
-        assert_eq!(release_by_satisfaction(0.0, 2000.0, &settings()), 0);
-        assert!(usage_high_enough(1900.0, 2000.0, 90));
-        assert!(!usage_high_enough(1700.0, 2000.0, 90));
-        assert!(
-            usage_high_enough(10.0, 500.0, 90),
-            "a limit under one core always counts"
-        );
-        assert!(!usage_high_enough(10.0, 0.0, 90));
+        // (BE request m, BE limit m) -> release m; lower 40%, upper 80%.
+        let releases = [
+            // Satisfaction 0.33 <= 0.4: release 6000 × (0.8 − 0.333) = 2800m.
+            ((6000.0, 2000.0), 2800),
+            // Satisfaction 0.5 > lower 0.4: nothing.
+            ((4000.0, 2000.0), 0),
+            // Nothing requested: nothing.
+            ((0.0, 2000.0), 0),
+        ];
+        for ((request, limit), release) in releases {
+            assert_eq!(
+                release_by_satisfaction(request, limit, &settings()),
+                release,
+                "request {request}m, limit {limit}m"
+            );
+        }
+        // (BE usage m, BE limit m) -> usage over 90% of the limit; a limit
+        // under one core always counts, no limit never does.
+        let usages = [
+            ((1900.0, 2000.0), true),
+            ((1700.0, 2000.0), false),
+            ((10.0, 500.0), true),
+            ((10.0, 0.0), false),
+        ];
+        for ((usage, limit), high) in usages {
+            assert_eq!(
+                usage_high_enough(usage, limit, 90),
+                high,
+                "usage {usage}m, limit {limit}m"
+            );
+        }
     }
 
     #[test]

@@ -782,15 +782,46 @@ mod tests {
 
     #[test]
     fn budget_follows_upstream_formula() {
-        // 8 cores x 65% = 5200m; LS 3 cores; system = 4.5 - (3 + 1) = 0.5 core.
-        let budget = be_budget(8000, 0, 65, None, 4.5, [(false, 3.0), (true, 1.0)]);
-        assert_eq!(budget.non_be_used_milli, 3000);
-        assert_eq!(budget.system_used_milli, 500);
-        assert_eq!(budget.budget_milli, 5200 - 3000 - 500);
-        // Reserved CPU raises the system share; the min percent floors the budget.
-        let budget = be_budget(8000, 1000, 65, Some(10), 7.0, [(false, 6.0), (true, 0.5)]);
-        assert_eq!(budget.system_used_milli, 1000);
-        assert_eq!(budget.budget_milli, 800);
+        // (capacity m, reserved m, threshold %, min %, node used cores,
+        //  (is BE, used cores) per pod) -> (non-BE m, system m, budget m)
+        type Case = (
+            (i64, i64, i64, Option<i64>, f64, Vec<(bool, f64)>),
+            (i64, i64, i64),
+        );
+        let cases: Vec<Case> = vec![
+            // 8 cores x 65% = 5200m; LS 3 cores; system = 4.5 - (3 + 1) = 0.5 core.
+            (
+                (8000, 0, 65, None, 4.5, vec![(false, 3.0), (true, 1.0)]),
+                (3000, 500, 5200 - 3000 - 500),
+            ),
+            // Reserved CPU raises the system share (0.5 -> 1 core); the min
+            // percent floors the budget (5200 - 6000 - 1000 < 10% of 8000).
+            (
+                (
+                    8000,
+                    1000,
+                    65,
+                    Some(10),
+                    7.0,
+                    vec![(false, 6.0), (true, 0.5)],
+                ),
+                (6000, 1000, 800),
+            ),
+            // No pods: the whole node usage is the system's.
+            ((8000, 0, 65, None, 2.0, vec![]), (0, 2000, 5200 - 2000)),
+        ];
+        for ((capacity, reserved, threshold, min, node_used, pods), expected) in cases {
+            let budget = be_budget(capacity, reserved, threshold, min, node_used, pods.clone());
+            assert_eq!(
+                (
+                    budget.non_be_used_milli,
+                    budget.system_used_milli,
+                    budget.budget_milli
+                ),
+                expected,
+                "capacity {capacity}, reserved {reserved}, node used {node_used}, pods {pods:?}"
+            );
+        }
     }
 
     #[test]
@@ -822,14 +853,28 @@ mod tests {
 
     #[test]
     fn quota_never_goes_below_minimum_and_grows_in_steps() {
-        assert_eq!(
-            next_be_quota(-3000, Some(500_000), 8),
-            Some(BE_MIN_QUOTA_US)
-        );
-        // From 100000 to 600000 on 8 cores: at most +80000 per round.
-        assert_eq!(next_be_quota(6000, Some(100_000), 8), Some(180_000));
-        // Below 1% of the node (8000 µs): not written.
-        assert_eq!(next_be_quota(1050, Some(100_000), 8), None);
+        // (budget m, current quota (None: unlimited), node cores) -> quota to write
+        let cases: [((i64, Option<i64>, i64), Option<i64>); 6] = [
+            // A negative budget: the minimum.
+            ((-3000, Some(500_000), 8), Some(BE_MIN_QUOTA_US)),
+            // At the minimum already: written anyway (upstream).
+            ((20, Some(BE_MIN_QUOTA_US), 8), Some(BE_MIN_QUOTA_US)),
+            // From 100000 to 600000 on 8 cores: at most +80000 per round.
+            ((6000, Some(100_000), 8), Some(180_000)),
+            // Shrinking has no step limit.
+            ((1000, Some(600_000), 8), Some(100_000)),
+            // From unlimited: the target at once.
+            ((1700, None, 8), Some(170_000)),
+            // Below 1% of the node (8000 µs): not written.
+            ((1050, Some(100_000), 8), None),
+        ];
+        for ((budget, current, cores), expected) in cases {
+            assert_eq!(
+                next_be_quota(budget, current, cores),
+                expected,
+                "budget {budget}m, current {current:?}, {cores} cores"
+            );
+        }
     }
 
     #[test]
@@ -1105,19 +1150,22 @@ mod tests {
                 .cpu_suppress_threshold_percent = Some(percent);
             snapshot.node_slo = Some(Arc::new(spec));
         };
-        set_threshold(&mut snapshot, 0);
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
-        assert_eq!(
-            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
-            Some(&CgroupValue::Int(BE_MIN_QUOTA_US))
-        );
-        set_threshold(&mut snapshot, 100);
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
-        // 8000 - 3000 - 500 = 4500m.
-        assert_eq!(
-            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
-            Some(&CgroupValue::Int(450_000))
-        );
+        // (threshold %, BE quota): LS uses 3000m, the system 500m of 8000m.
+        let cases = [
+            (0, BE_MIN_QUOTA_US),
+            (65, 170_000),
+            // 8000 - 3000 - 500 = 4500m.
+            (100, 450_000),
+        ];
+        for (percent, quota) in cases {
+            set_threshold(&mut snapshot, percent);
+            let decision = CpuSuppress::default().decide_fresh(&snapshot);
+            assert_eq!(
+                decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+                Some(&CgroupValue::Int(quota)),
+                "threshold {percent}%"
+            );
+        }
     }
 
     /// The kubelet view a `cpu_manager_state` with `policy` and one
