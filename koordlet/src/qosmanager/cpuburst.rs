@@ -553,8 +553,7 @@ mod tests {
 
     #[test]
     fn cpu_burst_is_limit_times_percent() {
-        let decision =
-            CpuBurst::default().decide_fresh(&snapshot(CPUBurstPolicy::CPUBurstOnly, 0.5, 0.0));
+        let decision = CpuBurst.decide_fresh(&snapshot(CPUBurstPolicy::CPUBurstOnly, 0.5, 0.0));
         // 2 cores x 1000% x 100000 µs.
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuBurst),
@@ -577,7 +576,7 @@ mod tests {
         let mut caps = (*snapshot.capabilities).clone();
         caps.cpu_burst = false;
         snapshot.capabilities = Arc::new(caps);
-        let decision = CpuBurst::default().decide_fresh(&snapshot);
+        let decision = CpuBurst.decide_fresh(&snapshot);
         assert!(
             decision
                 .writes
@@ -600,11 +599,8 @@ mod tests {
     #[test]
     fn quota_scales_with_share_pool_state() {
         // Idle (0.5/4 = 12.5% < 45%): throttled container scales up, pod follows.
-        let decision = CpuBurst::default().decide_fresh(&snapshot(
-            CPUBurstPolicy::CFSQuotaBurstOnly,
-            0.5,
-            0.3,
-        ));
+        let decision =
+            CpuBurst.decide_fresh(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 0.5, 0.3));
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(240_000))
@@ -617,11 +613,8 @@ mod tests {
             Some(&CgroupValue::Int(240_000))
         );
         // Cooling (1.9/4 = 47.5%): hold.
-        let decision = CpuBurst::default().decide_fresh(&snapshot(
-            CPUBurstPolicy::CFSQuotaBurstOnly,
-            1.9,
-            0.3,
-        ));
+        let decision =
+            CpuBurst.decide_fresh(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 1.9, 0.3));
         assert_eq!(decision.write_for(&c1(), CgroupResource::CpuCfsQuota), None);
         // Overload (3/4 = 75%) with a raised quota: scale down, never below base.
         let mut overloaded = snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 3.0, 0.3);
@@ -634,7 +627,7 @@ mod tests {
                     CgroupValue::Int(400_000),
                 ),
         );
-        let decision = CpuBurst::default().decide_fresh(&overloaded);
+        let decision = CpuBurst.decide_fresh(&overloaded);
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(320_000))
@@ -642,7 +635,7 @@ mod tests {
         // Policy off: reset to base.
         let mut off = overloaded.clone();
         off.node_slo = snapshot(CPUBurstPolicy::None, 0.5, 0.0).node_slo;
-        let decision = CpuBurst::default().decide_fresh(&off);
+        let decision = CpuBurst.decide_fresh(&off);
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(200_000))
@@ -680,7 +673,7 @@ mod tests {
     fn unknown_node_state_never_scales_up() {
         let mut snapshot = snapshot(CPUBurstPolicy::Auto, 0.5, 0.3);
         snapshot.metric_cache = None;
-        let decision = CpuBurst::default().decide_fresh(&snapshot);
+        let decision = CpuBurst.decide_fresh(&snapshot);
         assert_eq!(decision.write_for(&c1(), CgroupResource::CpuCfsQuota), None);
     }
 
@@ -688,14 +681,9 @@ mod tests {
     fn lsr_and_be_pods_are_left_alone_and_missing_strategy_skips() {
         let mut snapshot = snapshot(CPUBurstPolicy::Auto, 0.5, 0.3);
         snapshot.pods = vec![pod(QoSClass::LSR), pod(QoSClass::BE)];
-        assert!(
-            CpuBurst::default()
-                .decide_fresh(&snapshot)
-                .writes
-                .is_empty()
-        );
+        assert!(CpuBurst.decide_fresh(&snapshot).writes.is_empty());
         snapshot.node_slo = None;
-        assert!(CpuBurst::default().decide_fresh(&snapshot).is_skipped());
+        assert!(CpuBurst.decide_fresh(&snapshot).is_skipped());
     }
 
     #[test]

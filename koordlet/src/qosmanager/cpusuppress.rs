@@ -826,12 +826,8 @@ mod tests {
 
     #[test]
     fn cfs_quota_policy_writes_the_formula_value() {
-        let decision = CpuSuppress::default().decide_fresh(&snapshot(
-            CPUSuppressPolicy::CfsQuota,
-            4.5,
-            3.0,
-            1.0,
-        ));
+        let decision =
+            CpuSuppress.decide_fresh(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
         // Current quota is unlimited, so the target is written without step limits.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -854,7 +850,8 @@ mod tests {
     #[test]
     fn quota_never_goes_below_minimum_and_grows_in_steps() {
         // (budget m, current quota (None: unlimited), node cores) -> quota to write
-        let cases: [((i64, Option<i64>, i64), Option<i64>); 6] = [
+        type Case = ((i64, Option<i64>, i64), Option<i64>);
+        let cases: [Case; 6] = [
             // A negative budget: the minimum.
             ((-3000, Some(500_000), 8), Some(BE_MIN_QUOTA_US)),
             // At the minimum already: written anyway (upstream).
@@ -880,12 +877,8 @@ mod tests {
     #[test]
     fn cpuset_policy_picks_whole_cores_and_restores_quota() {
         // Budget 5200 - 3000 - 500 = 1700m -> 2 CPUs: one whole core.
-        let decision = CpuSuppress::default().decide_fresh(&snapshot(
-            CPUSuppressPolicy::CPUSet,
-            4.5,
-            3.0,
-            1.0,
-        ));
+        let decision =
+            CpuSuppress.decide_fresh(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -923,7 +916,7 @@ mod tests {
             CgroupResource::CpusetCpus,
             CgroupValue::CpuSet(CpuSet::from_ids([2, 6]).unwrap()),
         ));
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -952,7 +945,7 @@ mod tests {
     fn disabled_restores_everything_and_says_so() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         snapshot.node_slo = None;
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Unlimited)
@@ -1102,7 +1095,7 @@ mod tests {
     fn stale_or_missing_metrics_do_nothing() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         snapshot.node_usage.cpu = Some(MetricSample::new(4.5, now() - Duration::from_secs(120)));
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(decision.writes.is_empty());
         assert!(
             decision.skip_reason().unwrap().contains("stale"),
@@ -1110,7 +1103,7 @@ mod tests {
         );
 
         snapshot.node_usage.cpu = None;
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(decision.is_skipped());
         assert!(
             decision
@@ -1123,7 +1116,7 @@ mod tests {
         for pod in &mut snapshot.pods {
             pod.cpu_usage = None;
         }
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(decision.is_skipped(), "{decision:?}");
     }
 
@@ -1131,7 +1124,7 @@ mod tests {
     fn no_be_pods_still_caps_the_tier() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 3.5, 3.0, 0.0);
         snapshot.pods.retain(|p| !p.is_be());
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         // 5200 - 3000 - 500 = 1700m.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -1159,7 +1152,7 @@ mod tests {
         ];
         for (percent, quota) in cases {
             set_threshold(&mut snapshot, percent);
-            let decision = CpuSuppress::default().decide_fresh(&snapshot);
+            let decision = CpuSuppress.decide_fresh(&snapshot);
             assert_eq!(
                 decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
                 Some(&CgroupValue::Int(quota)),
@@ -1406,7 +1399,7 @@ mod tests {
 
         // Static, a Guaranteed pod pinned to the core of CPUs 1 and 5.
         snapshot.node.kubelet_cpu_manager = kubelet_view("static", "1,5");
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert_eq!(set_of(&decision, &container), "0,2-4,6-7");
         assert_eq!(set_of(&decision, &pod_dir), "0,2-4,6-7");
         assert_eq!(set_of(&decision, &be_dir()), "0,2-4,6-7");
@@ -1426,7 +1419,7 @@ mod tests {
         let mut busy = snapshot.clone();
         busy.node_usage.cpu = Some(MetricSample::new(4.5, now()));
         busy.pods[0].cpu_usage = Some(MetricSample::new(4.0, now()));
-        let decision = CpuSuppress::default().decide_fresh(&busy);
+        let decision = CpuSuppress.decide_fresh(&busy);
         let narrowed: CpuSet = set_of(&decision, &container).parse().unwrap();
         assert_eq!(narrowed.len(), 4, "8000 - 4000 - 500 = 3500m: {narrowed}");
         assert!(!narrowed.contains(1) && !narrowed.contains(5), "{narrowed}");
@@ -1436,19 +1429,19 @@ mod tests {
         // Disabled: restored to every CPU but the pinned ones.
         let mut disabled = snapshot.clone();
         disabled.node_slo = None;
-        let decision = CpuSuppress::default().decide_fresh(&disabled);
+        let decision = CpuSuppress.decide_fresh(&disabled);
         assert_eq!(set_of(&decision, &container), "0,2-4,6-7");
 
         // The none policy: behaviour unchanged, BE may use CPUs 1 and 5.
         snapshot.node.kubelet_cpu_manager = kubelet_view("none", "1,5");
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert_eq!(set_of(&decision, &container), "0-7");
         assert_eq!(set_of(&decision, &be_dir()), "0-7");
 
         // Under none, fewer eligible CPUs than wanted still writes nothing
         // (upstream); under static BE got every eligible CPU above.
         snapshot.node.reserved_cpus = CpuSet::from_ids([1, 5]).unwrap();
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(
             decision
                 .write_for(&container, CgroupResource::CpusetCpus)
@@ -1458,7 +1451,7 @@ mod tests {
 
         // Every CPU pinned: nothing is left for BE, nothing is written.
         snapshot.node.kubelet_cpu_manager = kubelet_view("static", "0-7");
-        let decision = CpuSuppress::default().decide_fresh(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(
             decision
                 .write_for(&container, CgroupResource::CpusetCpus)
@@ -1517,7 +1510,7 @@ mod tests {
         let quota = |floor: Option<LsFloor>| {
             let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
             snapshot.ls_floor = floor;
-            let decision = CpuSuppress::default().decide_fresh(&snapshot);
+            let decision = CpuSuppress.decide_fresh(&snapshot);
             (
                 decision
                     .write_for(&be_dir(), CgroupResource::CpuCfsQuota)

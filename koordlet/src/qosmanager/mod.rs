@@ -155,10 +155,10 @@ pub fn standard_strategies(
 ) -> Vec<Box<dyn AnyStrategy>> {
     let mut strategies: Vec<Box<dyn AnyStrategy>> = Vec::new();
     if gate(gates, FEATURE_CPU_BURST) {
-        strategies.push(Box::new(cpuburst::CpuBurst::default()));
+        strategies.push(Box::new(cpuburst::CpuBurst));
     }
     if gate(gates, FEATURE_BE_CPU_SUPPRESS) {
-        strategies.push(Box::new(cpusuppress::CpuSuppress::default()));
+        strategies.push(Box::new(cpusuppress::CpuSuppress));
     }
     strategies.push(Box::new(
         cpuevict::CpuEvict::new().with_feature_gates(gates),
