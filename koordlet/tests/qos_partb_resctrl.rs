@@ -207,9 +207,10 @@ fn real_machine_without_resctrl_reports_unsupported() {
         SystemTime::now(),
     );
     direct.pods.clear();
-    let decision = koordlet::qosmanager::Strategy::decide(
+    let (decision, ()) = koordlet::qosmanager::Strategy::decide(
         &ResctrlReconcile::on_host(SystemArgs::default()),
         &direct,
+        &(),
     );
     assert!(
         decision

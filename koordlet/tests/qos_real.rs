@@ -197,7 +197,7 @@ impl Harness {
             kubelet_root: None,
         };
         let executor = ResourceExecutor::new(tree.layout.clone(), ExecutorConfig::default());
-        let runner = QosRunner::new(vec![Box::new(CpuSuppress::default())], executor);
+        let runner = QosRunner::new(vec![Box::new(CpuSuppress)], executor);
         Self {
             states,
             cache,

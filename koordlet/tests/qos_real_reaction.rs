@@ -191,8 +191,8 @@ fn trial(index: usize) -> Option<Duration> {
     .unwrap();
     let managed = ManagedFiles::default();
     let executor = ResourceExecutor::new(tree.layout.clone(), ExecutorConfig::default());
-    let runner = QosRunner::new(vec![Box::new(CpuSuppress::default())], executor)
-        .with_managed_files(managed.clone());
+    let runner =
+        QosRunner::new(vec![Box::new(CpuSuppress)], executor).with_managed_files(managed.clone());
     let thread = spawn_runner_with_reaction(
         runner,
         source,

@@ -134,7 +134,7 @@ impl Harness {
             kubelet_root: Some(kubelet_root.path().to_path_buf()),
         };
         let executor = ResourceExecutor::new(tree.layout.clone(), ExecutorConfig::default());
-        let runner = QosRunner::new(vec![Box::new(CpuSuppress::default())], executor);
+        let runner = QosRunner::new(vec![Box::new(CpuSuppress)], executor);
         Self {
             states,
             cache,

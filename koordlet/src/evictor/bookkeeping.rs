@@ -3,43 +3,31 @@
 //! resources count as pending release until the pods are gone).
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use super::EVICTED_MEMORY;
 
-#[derive(Debug, Default)]
-struct State {
-    last_eviction: Option<SystemTime>,
-    requested: BTreeMap<String, SystemTime>,
-}
-
-/// Round-to-round memory of an eviction strategy; times come from the snapshot.
-#[derive(Debug, Default)]
+/// Round-to-round memory of an eviction strategy (part of its state);
+/// times come from the snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EvictionMemory {
-    state: Mutex<State>,
+    last_eviction: Option<SystemTime>,
+    /// UID → when its eviction was asked for.
+    requested: BTreeMap<String, SystemTime>,
 }
 
 impl EvictionMemory {
     /// Starts cooling at `now` (upstream's CPU evictor cools from start-up).
     pub fn cooling_from(now: SystemTime) -> Self {
         Self {
-            state: Mutex::new(State {
-                last_eviction: Some(now),
-                requested: BTreeMap::new(),
-            }),
+            last_eviction: Some(now),
+            requested: BTreeMap::new(),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// `Some(remaining)` while within `cool_time` of the last eviction.
     pub fn cooling(&self, now: SystemTime, cool_time: Duration) -> Option<Duration> {
-        let last = self.lock().last_eviction?;
+        let last = self.last_eviction?;
         let since = now.duration_since(last).unwrap_or_default();
         (since < cool_time).then(|| cool_time - since)
     }
@@ -48,19 +36,17 @@ impl EvictionMemory {
     /// [`EVICTED_MEMORY`]) ago and still present (`present` holds the UIDs
     /// of the current pods).
     pub fn pending(
-        &self,
+        &mut self,
         now: SystemTime,
         present: &HashSet<&str>,
         window: Duration,
     ) -> HashSet<String> {
         let window = window.min(EVICTED_MEMORY);
-        let mut state = self.lock();
-        state.requested.retain(|uid, at| {
+        self.requested.retain(|uid, at| {
             present.contains(uid.as_str())
                 && now.duration_since(*at).unwrap_or_default() < EVICTED_MEMORY
         });
-        state
-            .requested
+        self.requested
             .iter()
             .filter(|(_, at)| now.duration_since(**at).unwrap_or_default() < window)
             .map(|(uid, _)| uid.clone())
@@ -68,15 +54,14 @@ impl EvictionMemory {
     }
 
     /// Records new eviction requests made at `now`.
-    pub fn record(&self, now: SystemTime, uids: impl IntoIterator<Item = String>) {
-        let mut state = self.lock();
+    pub fn record(&mut self, now: SystemTime, uids: impl IntoIterator<Item = String>) {
         let mut any = false;
         for uid in uids {
-            state.requested.insert(uid, now);
+            self.requested.insert(uid, now);
             any = true;
         }
         if any {
-            state.last_eviction = Some(now);
+            self.last_eviction = Some(now);
         }
     }
 }
@@ -88,7 +73,7 @@ mod tests {
     #[test]
     fn cool_time_and_pending_expire() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
-        let memory = EvictionMemory::default();
+        let mut memory = EvictionMemory::default();
         assert_eq!(memory.cooling(t0, Duration::from_secs(4)), None);
         memory.record(t0, ["a".to_string()]);
         assert_eq!(

@@ -179,6 +179,8 @@ impl BlkioReconcile {
 }
 
 impl Strategy for BlkioReconcile {
+    type State = ();
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -191,7 +193,14 @@ impl Strategy for BlkioReconcile {
         &[Capability::Blkio]
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
+        (self.reconcile(snapshot), ())
+    }
+}
+
+impl BlkioReconcile {
+    /// The round's blkio writes (the strategy keeps no state between rounds).
+    fn reconcile(&self, snapshot: &QosSnapshot) -> Decision {
         if let Err(off) = self.gate.check() {
             return Decision::skipped(off);
         }
@@ -627,6 +636,7 @@ pub fn iocost_converged(current: Option<&BTreeMap<String, String>>, line: &str) 
 mod tests {
     use super::*;
     use crate::qosmanager::framework::MapReader;
+    use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::qosmanager::hostfiles::MapHostFiles;
     use apis::extension::QoSClass;
     use apis::slo::v1alpha1::{BlkIOQOS, BlkIOQOSCfg, IOCfg, NodeSLOSpec, ResourceQOSStrategy};
@@ -758,7 +768,8 @@ mod tests {
             ..IOCfg::default()
         };
         let strategy = BlkioReconcile::new(roots(), Arc::new(host_files()));
-        let decision = strategy.decide(&snapshot(true, vec![block("/data", io)], &all_empty()));
+        let decision =
+            strategy.decide_fresh(&snapshot(true, vec![block("/data", io)], &all_empty()));
         assert_eq!(
             writes(&decision),
             [
@@ -797,7 +808,13 @@ mod tests {
             CgroupResource::BlkioThrottleReadBps,
             "254:0 1048576\n8:0 500\n",
         );
-        let decision = strategy.decide(&snapshot(true, vec![block("vda", io)], &current));
+        // Decided twice on the same inputs: the same writes (the strategy is pure).
+        let decision = assert_deterministic(
+            &strategy,
+            &snapshot(true, vec![block("vda", io)], &current),
+            &(),
+        )
+        .0;
         // 254:0 is converged; 8:0 is no longer configured → reset to 0.
         assert_eq!(
             writes(&decision),
@@ -807,7 +824,7 @@ mod tests {
             )]
         );
         // Disabled: every limit is removed.
-        let disabled = strategy.decide(&snapshot(false, vec![], &current));
+        let disabled = strategy.decide_fresh(&snapshot(false, vec![], &current));
         assert_eq!(
             writes(&disabled),
             [
@@ -833,7 +850,7 @@ mod tests {
             io_weight_percent: Some(60),
             ..IOCfg::default()
         };
-        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide(&snapshot(
+        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide_fresh(&snapshot(
             true,
             vec![block("vda", io)],
             &all_empty(),
@@ -852,7 +869,7 @@ mod tests {
             ..IOCfg::default()
         };
         // No throttle files at all (blkio controller without throttling).
-        let decision = strategy.decide(&snapshot(true, vec![block("vda", io.clone())], &[]));
+        let decision = strategy.decide_fresh(&snapshot(true, vec![block("vda", io.clone())], &[]));
         assert!(decision.file_writes.is_empty());
         assert_eq!(
             decision
@@ -866,7 +883,7 @@ mod tests {
             block_type: Some(BlockType::VolumeGroup),
             ..block("pool", io.clone())
         };
-        let decision = strategy.decide(&snapshot(
+        let decision = strategy.decide_fresh(&snapshot(
             true,
             vec![vg, block("/dev/sdz", io)],
             &all_empty(),
@@ -884,7 +901,7 @@ mod tests {
                 .iter()
                 .any(|n| n.text.contains("sdz not found"))
         );
-        let none = strategy.decide(&QosSnapshot::for_test(SystemTime::UNIX_EPOCH));
+        let none = strategy.decide_fresh(&QosSnapshot::for_test(SystemTime::UNIX_EPOCH));
         assert!(none.skip_reason().unwrap().contains("resourceQOSStrategy"));
     }
 
@@ -914,7 +931,7 @@ mod tests {
             );
         }
         snap.reader = Arc::new(reader);
-        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide(&snap);
+        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide_fresh(&snap);
         let mut got = writes(&decision);
         got.sort();
         assert_eq!(
@@ -1101,7 +1118,7 @@ mod tests {
                 "",
             );
         let roots = SystemArgs::under(Path::new("/"));
-        let decision = BlkioReconcile::new(roots, Arc::new(files)).decide(&snap);
+        let decision = BlkioReconcile::new(roots, Arc::new(files)).decide_fresh(&snap);
         let got: Vec<String> = decision
             .file_writes
             .iter()
@@ -1188,7 +1205,7 @@ mod tests {
             ..ResourceQOS::default()
         });
         // No blk-iocost files (this kernel): reported, nothing written.
-        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide(&snap);
+        let decision = BlkioReconcile::new(roots(), Arc::new(host_files())).decide_fresh(&snap);
         assert!(decision.file_writes.is_empty());
         assert!(
             decision
@@ -1204,7 +1221,7 @@ mod tests {
                 "8:0 enable=1 ctrl=user\n",
             )
             .with("/sys/fs/cgroup/blkio/blkio.cost.model", "");
-        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide(&snap);
+        let decision = BlkioReconcile::new(roots(), Arc::new(files)).decide_fresh(&snap);
         assert_eq!(
             writes(&decision),
             [

@@ -257,6 +257,8 @@ fn container_high(
 }
 
 impl Strategy for CgroupReconcile {
+    type State = ();
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -265,7 +267,14 @@ impl Strategy for CgroupReconcile {
         snapshot.config.reconcile_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
+        (self.reconcile(snapshot), ())
+    }
+}
+
+impl CgroupReconcile {
+    /// The round's cgroup writes (the strategy keeps no state between rounds).
+    fn reconcile(&self, snapshot: &QosSnapshot) -> Decision {
         let Some(strategy) = snapshot
             .node_slo
             .as_deref()
@@ -419,6 +428,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
+    use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::qosmanager::framework::{MetricSample, QosContainer};
 
     fn now() -> SystemTime {
@@ -522,7 +532,8 @@ mod tests {
     #[test]
     fn ls_pod_gets_protection_and_throttling() {
         let snapshot = snapshot(true);
-        let decision = CgroupReconcile.decide(&snapshot);
+        // Decided twice on the same inputs: the same writes (the strategy is pure).
+        let decision = assert_deterministic(&CgroupReconcile, &snapshot, &()).0;
         let ls_dir = PathBuf::from("kubepods/burstable/poduid-ls");
         let container = ls_dir.join("c1");
         let get = |dir: &Path, r| decision.write_for(dir, r).cloned();
@@ -580,7 +591,7 @@ mod tests {
     #[test]
     fn unsupported_files_are_skipped_and_named() {
         // The test capabilities have no memory QoS files (like this CI kernel).
-        let decision = CgroupReconcile.decide(&snapshot(false));
+        let decision = CgroupReconcile.decide_fresh(&snapshot(false));
         assert!(decision.writes.is_empty());
         let reason = decision.skip_reason().unwrap();
         assert!(
@@ -603,7 +614,7 @@ mod tests {
             .unwrap()
             .enable = Some(false);
         snapshot.node_slo = Some(Arc::new(spec));
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         let container = PathBuf::from("kubepods/burstable/poduid-ls/c1");
         assert_eq!(
             decision.write_for(&container, CgroupResource::MemoryMin),
@@ -633,7 +644,7 @@ mod tests {
         second.kube_index = Some(1);
         snapshot.pods[0].kube_index = Some(0);
         snapshot.pods.push(second);
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         let first = PathBuf::from("kubepods/burstable/poduid-ls");
         assert_eq!(
             decision.write_for(&first, CgroupResource::MemoryMin),
@@ -656,7 +667,7 @@ mod tests {
     fn without_resource_qos_strategy_nothing_happens() {
         let mut snapshot = snapshot(true);
         snapshot.node_slo = None;
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         assert!(decision.is_skipped());
         assert!(
             decision
@@ -818,7 +829,7 @@ mod tests {
             .unwrap();
         ls.memory_qos.page_cache_limit_percent = Some(25);
         snapshot.node_slo = Some(Arc::new(spec));
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         let pod_dir = PathBuf::from("kubepods/burstable/poduid-ls");
         // 25 % of the 2 GiB limit.
         assert_eq!(
@@ -856,7 +867,7 @@ mod tests {
         be.memory_qos.low_limit_percent = Some(0);
         snapshot.node_slo = Some(Arc::new(spec));
         snapshot.pods[1] = pod("be", QoSClass::BE, QosTier::BestEffort, GIB, None);
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         let get = |dir: &str, r| decision.write_for(Path::new(dir), r).cloned();
         // LS: 100 % of 1 GiB; BE: 50 % of 1 GiB.
         assert_eq!(
@@ -893,7 +904,7 @@ mod tests {
             5000,
             Some(5000),
         )];
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         let container = PathBuf::from("kubepods/burstable/poduid-ls/c1");
         assert_eq!(
             decision.write_for(&container, CgroupResource::MemoryHigh),
@@ -902,7 +913,7 @@ mod tests {
         // Unlimited: measured against the Node's allocatable memory when known.
         snapshot.pods = vec![pod("ls", QoSClass::LS, QosTier::Burstable, GIB, None)];
         snapshot.node.allocatable.insert("memory".into(), 8 * GIB);
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         let high = (GIB + 7 * GIB * 80 / 100) / PAGE_SIZE * PAGE_SIZE;
         assert_eq!(
             decision.write_for(&container, CgroupResource::MemoryHigh),
@@ -916,7 +927,7 @@ mod tests {
         let mut caps = (*snapshot.capabilities).clone();
         caps.memory_qos.high = false;
         snapshot.capabilities = Arc::new(caps);
-        let decision = CgroupReconcile.decide(&snapshot);
+        let decision = CgroupReconcile.decide_fresh(&snapshot);
         assert!(
             !decision.writes.is_empty(),
             "the supported files are still written"

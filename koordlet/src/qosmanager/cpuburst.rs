@@ -19,7 +19,6 @@
 //! (upstream starts them at a random 0–50%).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use apis::configuration::defaults::default_cpu_burst_strategy;
@@ -150,9 +149,15 @@ impl BurstLimiter {
     }
 }
 
+/// The strategy (its configuration is in the NodeSLO and pod annotations).
 #[derive(Debug, Default)]
-pub struct CpuBurst {
-    limiters: Mutex<HashMap<String, BurstLimiter>>,
+pub struct CpuBurst;
+
+/// What cpuburst carries between rounds: the CFS quota burst token bucket
+/// of each running container, by container ID.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuBurstState {
+    pub limiters: HashMap<String, BurstLimiter>,
 }
 
 fn burst_enabled(policy: &Option<CPUBurstPolicy>) -> bool {
@@ -202,7 +207,7 @@ impl CpuBurst {
 
     /// Share pool usage over a short window: (node usage − LSR/LSE/BE usage)
     /// / (CPUs − LSR/LSE requests).
-    fn share_pool_state(&self, snapshot: &QosSnapshot, threshold_percent: i64) -> NodeBurstState {
+    fn share_pool_state(snapshot: &QosSnapshot, threshold_percent: i64) -> NodeBurstState {
         let window = (snapshot.config.cpu_burst_interval * 5).min(Duration::from_secs(10));
         let start = snapshot.now.checked_sub(window).unwrap_or(snapshot.now);
         let Some(cache) = snapshot.metric_cache.as_deref() else {
@@ -240,14 +245,15 @@ impl CpuBurst {
     }
 
     fn wanted_operation(
-        &self,
+        limiters: &mut HashMap<String, BurstLimiter>,
         snapshot: &QosSnapshot,
         config: &CPUBurstConfig,
         container: &QosContainer,
         id: &str,
         limit_milli: i64,
     ) -> CfsOperation {
-        let allowed = self.allowed_by_limiter(snapshot, config, container, id, limit_milli);
+        let allowed =
+            Self::allowed_by_limiter(limiters, snapshot, config, container, id, limit_milli);
         if !quota_burst_enabled(&config.policy) {
             return CfsOperation::Reset;
         }
@@ -270,7 +276,7 @@ impl CpuBurst {
     }
 
     fn allowed_by_limiter(
-        &self,
+        limiters: &mut HashMap<String, BurstLimiter>,
         snapshot: &QosSnapshot,
         config: &CPUBurstConfig,
         container: &QosContainer,
@@ -288,7 +294,6 @@ impl CpuBurst {
             .cpu_usage
             .filter(|s| s.is_fresh(snapshot.now, snapshot.max_metric_age()))
             .map_or(limit, |s| s.value);
-        let mut limiters = self.limiters.lock().unwrap_or_else(|p| p.into_inner());
         let limiter = limiters
             .entry(id.to_string())
             .or_insert_with(|| BurstLimiter::new(period, percent, snapshot.now));
@@ -313,6 +318,8 @@ impl CpuBurst {
 }
 
 impl Strategy for CpuBurst {
+    type State = CpuBurstState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -321,7 +328,16 @@ impl Strategy for CpuBurst {
         snapshot.config.cpu_burst_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, state: &CpuBurstState) -> (Decision, CpuBurstState) {
+        let mut next = state.clone();
+        let decision = Self::burst(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl CpuBurst {
+    /// The round's burst and quota writes; `next` is this round's state.
+    fn burst(snapshot: &QosSnapshot, next: &mut CpuBurstState) -> Decision {
         let Some(node_strategy) = snapshot
             .node_slo
             .as_deref()
@@ -331,7 +347,7 @@ impl Strategy for CpuBurst {
         };
         let strategy = merged(&default_cpu_burst_strategy(), node_strategy);
         let threshold = strategy.share_pool_threshold_percent.unwrap_or(50);
-        let node_state = self.share_pool_state(snapshot, threshold);
+        let node_state = Self::share_pool_state(snapshot, threshold);
         let kernel_burst = snapshot.capabilities.cpu_burst;
         let mut decision = Decision::default();
         if !kernel_burst {
@@ -379,7 +395,14 @@ impl Strategy for CpuBurst {
                     ));
                     continue;
                 };
-                let wanted = self.wanted_operation(snapshot, &config, container, id, limit);
+                let wanted = Self::wanted_operation(
+                    &mut next.limiters,
+                    snapshot,
+                    &config,
+                    container,
+                    id,
+                    limit,
+                );
                 let op = operation_for_node(node_state, wanted);
                 let target = next_quota(op, current, base, config.cfs_quota_burst_percent);
                 if target != current {
@@ -413,8 +436,8 @@ impl Strategy for CpuBurst {
                 );
             }
         }
-        let mut limiters = self.limiters.lock().unwrap_or_else(|p| p.into_inner());
-        limiters.retain(|id, limiter| live_ids.contains(id) && !limiter.expired(snapshot.now));
+        next.limiters
+            .retain(|id, limiter| live_ids.contains(id) && !limiter.expired(snapshot.now));
         decision
     }
 }
@@ -430,6 +453,7 @@ mod tests {
     use crate::metriccache::{MetricCache, MetricCacheConfig, Sample};
     use crate::metricsadvisor::{CpuInfo, CpuTopology};
     use crate::qosmanager::framework::MapReader;
+    use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::system::cgroup::QosTier;
 
     fn now() -> SystemTime {
@@ -529,8 +553,7 @@ mod tests {
 
     #[test]
     fn cpu_burst_is_limit_times_percent() {
-        let decision =
-            CpuBurst::default().decide(&snapshot(CPUBurstPolicy::CPUBurstOnly, 0.5, 0.0));
+        let decision = CpuBurst.decide_fresh(&snapshot(CPUBurstPolicy::CPUBurstOnly, 0.5, 0.0));
         // 2 cores x 1000% x 100000 µs.
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuBurst),
@@ -553,7 +576,7 @@ mod tests {
         let mut caps = (*snapshot.capabilities).clone();
         caps.cpu_burst = false;
         snapshot.capabilities = Arc::new(caps);
-        let decision = CpuBurst::default().decide(&snapshot);
+        let decision = CpuBurst.decide_fresh(&snapshot);
         assert!(
             decision
                 .writes
@@ -577,7 +600,7 @@ mod tests {
     fn quota_scales_with_share_pool_state() {
         // Idle (0.5/4 = 12.5% < 45%): throttled container scales up, pod follows.
         let decision =
-            CpuBurst::default().decide(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 0.5, 0.3));
+            CpuBurst.decide_fresh(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 0.5, 0.3));
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(240_000))
@@ -591,7 +614,7 @@ mod tests {
         );
         // Cooling (1.9/4 = 47.5%): hold.
         let decision =
-            CpuBurst::default().decide(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 1.9, 0.3));
+            CpuBurst.decide_fresh(&snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 1.9, 0.3));
         assert_eq!(decision.write_for(&c1(), CgroupResource::CpuCfsQuota), None);
         // Overload (3/4 = 75%) with a raised quota: scale down, never below base.
         let mut overloaded = snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 3.0, 0.3);
@@ -604,7 +627,7 @@ mod tests {
                     CgroupValue::Int(400_000),
                 ),
         );
-        let decision = CpuBurst::default().decide(&overloaded);
+        let decision = CpuBurst.decide_fresh(&overloaded);
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(320_000))
@@ -612,7 +635,7 @@ mod tests {
         // Policy off: reset to base.
         let mut off = overloaded.clone();
         off.node_slo = snapshot(CPUBurstPolicy::None, 0.5, 0.0).node_slo;
-        let decision = CpuBurst::default().decide(&off);
+        let decision = CpuBurst.decide_fresh(&off);
         assert_eq!(
             decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Int(200_000))
@@ -620,10 +643,37 @@ mod tests {
     }
 
     #[test]
+    fn decide_is_deterministic_and_state_keeps_limiters_of_live_containers() {
+        let mut round = snapshot(CPUBurstPolicy::CFSQuotaBurstOnly, 0.5, 0.3);
+        // A burst period makes the token bucket count (upstream's default -1
+        // does not limit, and keeps no limiter).
+        let mut spec = round.node_slo.as_deref().unwrap().clone();
+        let config = &mut spec.cpu_burst_strategy.as_mut().unwrap().cpu_burst_config;
+        config.cfs_quota_burst_period_seconds = Some(60);
+        config.cfs_quota_burst_percent = Some(300);
+        round.node_slo = Some(Arc::new(spec));
+
+        let (decision, state) = assert_deterministic(&CpuBurst, &round, &CpuBurstState::default());
+        assert_eq!(
+            decision.write_for(&c1(), CgroupResource::CpuCfsQuota),
+            Some(&CgroupValue::Int(240_000))
+        );
+        assert!(state.limiters.contains_key(ID), "{state:?}");
+        // From a state with a limiter, later: deterministic too.
+        round.now += Duration::from_secs(5);
+        let (_, next) = assert_deterministic(&CpuBurst, &round, &state);
+        assert!(next.limiters.contains_key(ID), "{next:?}");
+        // The container is gone: so is its limiter.
+        round.pods.clear();
+        let (_, after) = assert_deterministic(&CpuBurst, &round, &next);
+        assert!(after.limiters.is_empty(), "{after:?}");
+    }
+
+    #[test]
     fn unknown_node_state_never_scales_up() {
         let mut snapshot = snapshot(CPUBurstPolicy::Auto, 0.5, 0.3);
         snapshot.metric_cache = None;
-        let decision = CpuBurst::default().decide(&snapshot);
+        let decision = CpuBurst.decide_fresh(&snapshot);
         assert_eq!(decision.write_for(&c1(), CgroupResource::CpuCfsQuota), None);
     }
 
@@ -631,21 +681,59 @@ mod tests {
     fn lsr_and_be_pods_are_left_alone_and_missing_strategy_skips() {
         let mut snapshot = snapshot(CPUBurstPolicy::Auto, 0.5, 0.3);
         snapshot.pods = vec![pod(QoSClass::LSR), pod(QoSClass::BE)];
-        assert!(CpuBurst::default().decide(&snapshot).writes.is_empty());
+        assert!(CpuBurst.decide_fresh(&snapshot).writes.is_empty());
         snapshot.node_slo = None;
-        assert!(CpuBurst::default().decide(&snapshot).is_skipped());
+        assert!(CpuBurst.decide_fresh(&snapshot).is_skipped());
     }
 
     #[test]
-    fn ceiling_and_limiter() {
-        assert_eq!(
-            next_quota(CfsOperation::ScaleUp, 550_000, 200_000, Some(300)),
-            600_000
-        );
-        assert_eq!(
-            next_quota(CfsOperation::ScaleDown, 210_000, 200_000, Some(300)),
-            200_000
-        );
+    fn static_burst_table() {
+        // (container limit m, cpuBurstPercent) -> cpu.cfs_burst_us
+        let cases = [
+            ((2000, 1000), 2_000_000),
+            ((500, 100), 50_000),
+            ((1500, 150), 225_000),
+            // No limit: no burst.
+            ((0, 1000), 0),
+            ((-5, 1000), 0),
+        ];
+        for ((limit, percent), burst) in cases {
+            assert_eq!(
+                static_burst_us(limit, percent),
+                burst,
+                "limit {limit}m at {percent}%"
+            );
+        }
+    }
+
+    #[test]
+    fn quota_steps_stay_between_base_and_ceiling() {
+        use CfsOperation::{Remain, Reset, ScaleDown, ScaleUp};
+        // (operation, current, cfsQuotaBurstPercent) -> next quota; base 200000.
+        let cases = [
+            ((ScaleUp, 200_000, Some(300)), 240_000),
+            // Capped at base x 300%.
+            ((ScaleUp, 550_000, Some(300)), 600_000),
+            // No burst percent (or <= 100%): the ceiling is the base.
+            ((ScaleUp, 200_000, None), 200_000),
+            ((ScaleUp, 200_000, Some(100)), 200_000),
+            ((ScaleDown, 400_000, Some(300)), 320_000),
+            // Never below the base.
+            ((ScaleDown, 210_000, Some(300)), 200_000),
+            ((Remain, 250_000, Some(300)), 250_000),
+            ((Reset, 400_000, Some(300)), 200_000),
+        ];
+        for ((op, current, percent), expected) in cases {
+            assert_eq!(
+                next_quota(op, current, 200_000, percent),
+                expected,
+                "{op:?} from {current} at {percent:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn limiter_spends_above_the_limit_and_saves_when_idle() {
         // 10 s period at 300%: capacity 2000 tokens, starts with 500.
         let mut limiter = BurstLimiter::new(10, 300, now());
         // 3 s at 300% usage costs 600 tokens: over.

@@ -29,7 +29,6 @@
 //! from start-up, as upstream. The strategy keeps its windows of samples.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use apis::extension::BATCH_CPU;
@@ -335,10 +334,18 @@ pub fn release_by_node_usage(
 pub struct CpuEvict {
     gates: [FeatureGate; 3],
     dry_run: Vec<&'static str>,
-    memory: Mutex<Option<EvictionMemory>>,
-    be_history: Mutex<VecDeque<BeCpuSample>>,
+}
+
+/// What cpuevict carries between rounds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuEvictState {
+    /// Cool time and pending victims; `None` before the first round
+    /// (upstream cools down from start-up, so the first round starts it).
+    pub memory: Option<EvictionMemory>,
+    /// BE samples for `BECPUEvict`'s window.
+    pub be_history: VecDeque<BeCpuSample>,
     /// Node CPU usage samples (time, cores) for `CPUEvict`'s window.
-    node_history: Mutex<VecDeque<(SystemTime, f64)>>,
+    pub node_history: VecDeque<(SystemTime, f64)>,
 }
 
 impl Default for CpuEvict {
@@ -376,9 +383,6 @@ impl CpuEvict {
                 enabled: on.contains(&name),
             }),
             dry_run: Vec::new(),
-            memory: Mutex::new(None),
-            be_history: Mutex::new(VecDeque::new()),
-            node_history: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -415,29 +419,31 @@ impl CpuEvict {
 
     /// Adds this round's BE sample (if any) and returns the window.
     fn be_window(
-        &self,
+        history: &mut VecDeque<BeCpuSample>,
         sample: Option<BeCpuSample>,
         now: SystemTime,
         window: Duration,
     ) -> Vec<BeCpuSample> {
-        let mut history = self.be_history.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sample) = sample {
             history.push_back(sample);
         }
-        trim(&mut history, |s| s.time, now, window);
+        trim(history, |s| s.time, now, window);
         history.iter().copied().collect()
     }
 
     /// Adds this round's node CPU sample (if fresh) and returns the window average.
-    fn node_average(&self, snapshot: &QosSnapshot, window: Duration) -> Result<f64, String> {
+    fn node_average(
+        history: &mut VecDeque<(SystemTime, f64)>,
+        snapshot: &QosSnapshot,
+        window: Duration,
+    ) -> Result<f64, String> {
         let sample = snapshot.fresh("node CPU usage", snapshot.node_usage.cpu);
-        let mut history = self.node_history.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(sample) = sample
             && history.back().is_none_or(|(time, _)| *time < sample.time)
         {
             history.push_back((sample.time, sample.value));
         }
-        trim(&mut history, |s| s.0, snapshot.now, window);
+        trim(history, |s| s.0, snapshot.now, window);
         sample?;
         if history.is_empty() {
             return Err("no node CPU usage sample in the window".to_string());
@@ -448,7 +454,7 @@ impl CpuEvict {
     /// Records this round's samples for every enabled feature's window, so
     /// a window is full when its feature first needs it.
     fn observe(
-        &self,
+        history: &mut VecDeque<BeCpuSample>,
         snapshot: &QosSnapshot,
         config: &ResourceThresholdStrategy,
     ) -> Result<Vec<BeCpuSample>, String> {
@@ -479,7 +485,7 @@ impl CpuEvict {
             Ok(sample) => (Some(sample), None),
             Err(err) => (None, Some(err)),
         };
-        let history = self.be_window(sample, snapshot.now, window);
+        let history = Self::be_window(history, sample, snapshot.now, window);
         match error {
             Some(err) => Err(err),
             None => Ok(history),
@@ -576,6 +582,8 @@ impl CpuEvict {
 }
 
 impl Strategy for CpuEvict {
+    type State = CpuEvictState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -584,7 +592,16 @@ impl Strategy for CpuEvict {
         snapshot.config.cpu_evict_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, state: &CpuEvictState) -> (Decision, CpuEvictState) {
+        let mut next = state.clone();
+        let decision = self.evict(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl CpuEvict {
+    /// The round's evictions; `next` is this round's state.
+    fn evict(&self, snapshot: &QosSnapshot, next: &mut CpuEvictState) -> Decision {
         let now = snapshot.now;
         let features = self.enabled_features();
         if features.is_empty() {
@@ -597,18 +614,23 @@ impl Strategy for CpuEvict {
         // Samples are kept whatever else happens, so the windows fill up
         // during the cool time as upstream's metric cache does.
         let be_window = if features.contains(&FEATURE) {
-            self.observe(snapshot, &config)
+            Self::observe(&mut next.be_history, snapshot, &config)
         } else {
             Err("BECPUEvict is off".to_string())
         };
         let node_average = if features.contains(&FEATURE_CPU_EVICT) {
-            self.node_average(snapshot, Self::window_seconds(snapshot, &config))
+            Self::node_average(
+                &mut next.node_history,
+                snapshot,
+                Self::window_seconds(snapshot, &config),
+            )
         } else {
             Err("CPUEvict is off".to_string())
         };
-        let mut memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
         // Upstream cools down from start-up too.
-        let memory = memory.get_or_insert_with(|| EvictionMemory::cooling_from(now));
+        let memory = next
+            .memory
+            .get_or_insert_with(|| EvictionMemory::cooling_from(now));
         if let Some(left) = memory.cooling(now, snapshot.config.cpu_evict_cool_time) {
             return Decision::skipped(format!(
                 "cooling down after the last eviction ({}s left)",
@@ -642,6 +664,7 @@ impl Strategy for CpuEvict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qosmanager::framework::testing::{Rounds, assert_deterministic};
     use crate::qosmanager::framework::{MapReader, MetricSample};
     use crate::qosmanager::memoryevict::test_pods::*;
     use apis::extension::{MID_CPU, QoSClass};
@@ -722,19 +745,37 @@ mod tests {
 
     #[test]
     fn satisfaction_formula_matches_upstream() {
-        // limit 2000m for 6000m requested: satisfaction 0.33 <= 0.4 →
-        // release 6000 × (0.8 − 0.333) = 2800m.
-        assert_eq!(release_by_satisfaction(6000.0, 2000.0, &settings()), 2800);
-        // Satisfaction 0.5 > lower 0.4: nothing.
-        assert_eq!(release_by_satisfaction(4000.0, 2000.0, &settings()), 0);
-        assert_eq!(release_by_satisfaction(0.0, 2000.0, &settings()), 0);
-        assert!(usage_high_enough(1900.0, 2000.0, 90));
-        assert!(!usage_high_enough(1700.0, 2000.0, 90));
-        assert!(
-            usage_high_enough(10.0, 500.0, 90),
-            "a limit under one core always counts"
-        );
-        assert!(!usage_high_enough(10.0, 0.0, 90));
+        // (BE request m, BE limit m) -> release m; lower 40%, upper 80%.
+        let releases = [
+            // Satisfaction 0.33 <= 0.4: release 6000 × (0.8 − 0.333) = 2800m.
+            ((6000.0, 2000.0), 2800),
+            // Satisfaction 0.5 > lower 0.4: nothing.
+            ((4000.0, 2000.0), 0),
+            // Nothing requested: nothing.
+            ((0.0, 2000.0), 0),
+        ];
+        for ((request, limit), release) in releases {
+            assert_eq!(
+                release_by_satisfaction(request, limit, &settings()),
+                release,
+                "request {request}m, limit {limit}m"
+            );
+        }
+        // (BE usage m, BE limit m) -> usage over 90% of the limit; a limit
+        // under one core always counts, no limit never does.
+        let usages = [
+            ((1900.0, 2000.0), true),
+            ((1700.0, 2000.0), false),
+            ((10.0, 500.0), true),
+            ((10.0, 0.0), false),
+        ];
+        for ((usage, limit), high) in usages {
+            assert_eq!(
+                usage_high_enough(usage, limit, 90),
+                high,
+                "usage {usage}m, limit {limit}m"
+            );
+        }
     }
 
     #[test]
@@ -758,7 +799,7 @@ mod tests {
 
     #[test]
     fn starving_be_evicts_lowest_priority_then_busiest_after_window_and_cool_time() {
-        let strategy = CpuEvict::new();
+        let mut strategy = Rounds::new(CpuEvict::new());
         let start = t0();
         // BE squeezed to 2 CPUs, using 1.95 of them, 6 cores requested.
         let first = strategy.decide(&snapshot(start, 2, None, 1.95, be_pods(start)));
@@ -784,6 +825,29 @@ mod tests {
     }
 
     #[test]
+    fn decide_is_deterministic_and_state_carries_windows_and_cool_time() {
+        let start = t0();
+        let mut rounds = Rounds::new(CpuEvict::new());
+        for second in [0, 17, 18, 19] {
+            let now = start + Duration::from_secs(second);
+            rounds.decide(&snapshot(now, 2, None, 1.95, be_pods(now)));
+        }
+        let now = start + Duration::from_secs(20);
+        let round = snapshot(now, 2, None, 1.95, be_pods(now));
+        let (decision, next) = assert_deterministic(&rounds.strategy, &round, &rounds.state);
+        let uids: Vec<&str> = decision.evictions.iter().map(|e| e.uid.as_str()).collect();
+        assert_eq!(uids, ["c", "b"], "{decision:?}");
+        // The window holds the samples of the last 3 s; the eviction starts a cool time.
+        let times: Vec<SystemTime> = next.be_history.iter().map(|s| s.time).collect();
+        assert_eq!(times.first(), Some(&(start + Duration::from_secs(18))));
+        assert_eq!(times.last(), Some(&now));
+        let cool = round.config.cpu_evict_cool_time;
+        assert!(next.memory.as_ref().unwrap().cooling(now, cool).is_some());
+        // The input state was not touched: from it the same round evicts again.
+        assert_eq!(rounds.decide(&round), decision);
+    }
+
+    #[test]
     fn quota_caps_the_real_limit() {
         let now = t0();
         let snap = snapshot(now, 4, Some(150_000), 1.0, vec![]);
@@ -799,7 +863,7 @@ mod tests {
     fn idle_or_satisfied_be_and_missing_metrics_do_nothing() {
         let start = t0() + Duration::from_secs(100);
         // Idle BE: usage 0.5 of 2 cores.
-        let idle = CpuEvict::new();
+        let mut idle = Rounds::new(CpuEvict::new());
         let _ = idle.decide(&snapshot(t0(), 2, None, 0.5, be_pods(start)));
         let decision = idle.decide(&snapshot(start, 2, None, 0.5, be_pods(start)));
         assert!(decision.evictions.is_empty());
@@ -808,7 +872,7 @@ mod tests {
             "{decision:?}"
         );
         // Satisfied BE: 6 CPUs for 6 cores requested.
-        let satisfied = CpuEvict::new();
+        let mut satisfied = Rounds::new(CpuEvict::new());
         let _ = satisfied.decide(&snapshot(t0(), 6, None, 5.9, be_pods(start)));
         let decision = satisfied.decide(&snapshot(start, 6, None, 5.9, be_pods(start)));
         assert!(
@@ -836,9 +900,10 @@ mod tests {
     }
 
     /// A strategy whose start-up cool time ended (first round at t0).
-    fn warmed(strategy: CpuEvict) -> CpuEvict {
-        let _ = strategy.decide(&snapshot(t0(), 2, None, 1.95, vec![]));
-        strategy
+    fn warmed(strategy: CpuEvict) -> Rounds<CpuEvict> {
+        let mut rounds = Rounds::new(strategy);
+        let _ = rounds.decide(&snapshot(t0(), 2, None, 1.95, vec![]));
+        rounds
     }
 
     #[test]
@@ -879,7 +944,7 @@ mod tests {
     fn evict_by_allocatable_uses_the_node_batch_allocatable() {
         let mut config = threshold();
         config.cpu_evict_policy = Some(CPUEvictPolicy::EvictByAllocatable);
-        let strategy = warmed(CpuEvict::new());
+        let mut strategy = warmed(CpuEvict::new());
         let mut decisions = Vec::new();
         for second in 18..=21 {
             let now = t0() + Duration::from_secs(second);
@@ -1040,7 +1105,7 @@ mod tests {
         config.cpu_evict_threshold_percent = Some(80);
         config.cpu_evict_lower_percent = Some(70);
         config.evict_enabled_priority_threshold = Some(5999);
-        let strategy = warmed(CpuEvict::with_features(&[FEATURE_CPU_EVICT]));
+        let mut strategy = warmed(CpuEvict::with_features(&[FEATURE_CPU_EVICT]));
         let now = t0() + Duration::from_secs(25);
         let mut snap = snapshot(now, 8, None, 0.0, vec![]);
         snap.node_slo = snapshot_with(config, now).node_slo;
@@ -1150,7 +1215,7 @@ mod tests {
         config.cpu_allocatable_evict_threshold_percent = Some(80);
         config.cpu_allocatable_evict_lower_percent = Some(70);
         config.allocatable_evict_priority_threshold = Some(5999);
-        let strategy = warmed(CpuEvict::with_features(&[FEATURE_ALLOCATABLE]));
+        let mut strategy = warmed(CpuEvict::with_features(&[FEATURE_ALLOCATABLE]));
         let now = t0() + Duration::from_secs(25);
         let mut snap = snapshot(now, 8, None, 0.0, vec![]);
         snap.node_slo = snapshot_with(config, now).node_slo;

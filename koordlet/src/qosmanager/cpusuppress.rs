@@ -24,7 +24,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use apis::configuration::defaults::default_resource_threshold_strategy;
@@ -55,13 +54,19 @@ pub const GAUGE_BE_USED: &str = "be_suppress_be_used_cpu_cores";
 
 const REASON: &str = "adjustBEByNodeCPUUsage";
 
-/// The strategy. Its one piece of state mirrors upstream's policy status:
-/// the BE quota is restored to unlimited once after the cfsQuota policy
-/// stops being used (or once at start), not every round, so a quota set by
-/// someone else while suppression is off is left alone.
+/// The strategy (no configuration of its own: everything is in the NodeSLO).
 #[derive(Debug, Default)]
-pub struct CpuSuppress {
-    quota_restored: AtomicBool,
+pub struct CpuSuppress;
+
+/// What cpusuppress carries between rounds; it mirrors upstream's policy
+/// status: the BE quota is restored to unlimited once after the cfsQuota
+/// policy stops being used (or once at start), not every round, so a quota
+/// set by someone else while suppression is off is left alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuSuppressState {
+    /// The restore was decided and (as the runner commits this state only
+    /// after the writes succeeded) carried out.
+    pub quota_restored: bool,
 }
 
 /// The threshold strategy of `snapshot` over upstream's defaults.
@@ -402,8 +407,13 @@ fn write_plan(decision: &mut Decision, plan: Vec<(PathBuf, CpuSet)>, reason: &st
 }
 
 impl CpuSuppress {
-    fn restore_quota(&self, decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
-        if self.quota_restored.load(Ordering::Relaxed) {
+    fn restore_quota(
+        state: &mut CpuSuppressState,
+        decision: &mut Decision,
+        snapshot: &QosSnapshot,
+        why: &str,
+    ) {
+        if state.quota_restored {
             return;
         }
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
@@ -423,7 +433,7 @@ impl CpuSuppress {
             CgroupValue::Unlimited,
             format!("{REASON}: restore BE cfs quota ({why})"),
         );
-        self.quota_restored.store(true, Ordering::Relaxed);
+        state.quota_restored = true;
     }
 }
 
@@ -447,6 +457,8 @@ fn restore_cpuset(decision: &mut Decision, snapshot: &QosSnapshot, why: &str) {
 }
 
 impl Strategy for CpuSuppress {
+    type State = CpuSuppressState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -466,7 +478,20 @@ impl Strategy for CpuSuppress {
         ]
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(
+        &self,
+        snapshot: &QosSnapshot,
+        state: &CpuSuppressState,
+    ) -> (Decision, CpuSuppressState) {
+        let mut next = state.clone();
+        let decision = Self::suppress(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl CpuSuppress {
+    /// The round's BE quota or cpuset; `next` is this round's state.
+    fn suppress(snapshot: &QosSnapshot, next: &mut CpuSuppressState) -> Decision {
         let strategy = threshold_strategy(snapshot);
         let policy = strategy
             .cpu_suppress_policy
@@ -477,7 +502,7 @@ impl Strategy for CpuSuppress {
             decision.info(format!("kubelet CPU manager input left out: {problem}"));
         }
         if strategy.enable != Some(true) {
-            self.restore_quota(&mut decision, snapshot, "suppress disabled");
+            Self::restore_quota(next, &mut decision, snapshot, "suppress disabled");
             restore_cpuset(&mut decision, snapshot, "suppress disabled");
             decision.skip(
                 "disabled by NodeSLO (resourceUsedThresholdWithBE.enable is not true); BE restored",
@@ -574,7 +599,7 @@ impl Strategy for CpuSuppress {
                 }
             };
             let capacity_cores = (capacity + 999) / 1000;
-            self.quota_restored.store(false, Ordering::Relaxed);
+            next.quota_restored = false;
             match next_be_quota(budget.budget_milli, current, capacity_cores) {
                 Some(quota) => {
                     decision.write(
@@ -629,7 +654,7 @@ impl Strategy for CpuSuppress {
                 be_cpuset_plan(snapshot, &full, Some(&set)),
                 &format!("{REASON}: {formula}; {}{levels}", kubelet.summary()),
             );
-            self.restore_quota(&mut decision, snapshot, "policy is cpuset");
+            Self::restore_quota(next, &mut decision, snapshot, "policy is cpuset");
         }
         decision
     }
@@ -643,6 +668,7 @@ mod tests {
     use apis::slo::v1alpha1::NodeSLOSpec;
 
     use super::*;
+    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
     use crate::qosmanager::framework::{MapReader, MetricSample, QosContainer, QosPod};
     use crate::statesinformer::cpumanager::{
         KubeletCpuManagerView, PolicySource, kubelet_cpu_manager_view, parse_cpu_manager_checkpoint,
@@ -756,21 +782,52 @@ mod tests {
 
     #[test]
     fn budget_follows_upstream_formula() {
-        // 8 cores x 65% = 5200m; LS 3 cores; system = 4.5 - (3 + 1) = 0.5 core.
-        let budget = be_budget(8000, 0, 65, None, 4.5, [(false, 3.0), (true, 1.0)]);
-        assert_eq!(budget.non_be_used_milli, 3000);
-        assert_eq!(budget.system_used_milli, 500);
-        assert_eq!(budget.budget_milli, 5200 - 3000 - 500);
-        // Reserved CPU raises the system share; the min percent floors the budget.
-        let budget = be_budget(8000, 1000, 65, Some(10), 7.0, [(false, 6.0), (true, 0.5)]);
-        assert_eq!(budget.system_used_milli, 1000);
-        assert_eq!(budget.budget_milli, 800);
+        // (capacity m, reserved m, threshold %, min %, node used cores,
+        //  (is BE, used cores) per pod) -> (non-BE m, system m, budget m)
+        type Case = (
+            (i64, i64, i64, Option<i64>, f64, Vec<(bool, f64)>),
+            (i64, i64, i64),
+        );
+        let cases: Vec<Case> = vec![
+            // 8 cores x 65% = 5200m; LS 3 cores; system = 4.5 - (3 + 1) = 0.5 core.
+            (
+                (8000, 0, 65, None, 4.5, vec![(false, 3.0), (true, 1.0)]),
+                (3000, 500, 5200 - 3000 - 500),
+            ),
+            // Reserved CPU raises the system share (0.5 -> 1 core); the min
+            // percent floors the budget (5200 - 6000 - 1000 < 10% of 8000).
+            (
+                (
+                    8000,
+                    1000,
+                    65,
+                    Some(10),
+                    7.0,
+                    vec![(false, 6.0), (true, 0.5)],
+                ),
+                (6000, 1000, 800),
+            ),
+            // No pods: the whole node usage is the system's.
+            ((8000, 0, 65, None, 2.0, vec![]), (0, 2000, 5200 - 2000)),
+        ];
+        for ((capacity, reserved, threshold, min, node_used, pods), expected) in cases {
+            let budget = be_budget(capacity, reserved, threshold, min, node_used, pods.clone());
+            assert_eq!(
+                (
+                    budget.non_be_used_milli,
+                    budget.system_used_milli,
+                    budget.budget_milli
+                ),
+                expected,
+                "capacity {capacity}, reserved {reserved}, node used {node_used}, pods {pods:?}"
+            );
+        }
     }
 
     #[test]
     fn cfs_quota_policy_writes_the_formula_value() {
         let decision =
-            CpuSuppress::default().decide(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
+            CpuSuppress.decide_fresh(&snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0));
         // Current quota is unlimited, so the target is written without step limits.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -792,21 +849,36 @@ mod tests {
 
     #[test]
     fn quota_never_goes_below_minimum_and_grows_in_steps() {
-        assert_eq!(
-            next_be_quota(-3000, Some(500_000), 8),
-            Some(BE_MIN_QUOTA_US)
-        );
-        // From 100000 to 600000 on 8 cores: at most +80000 per round.
-        assert_eq!(next_be_quota(6000, Some(100_000), 8), Some(180_000));
-        // Below 1% of the node (8000 µs): not written.
-        assert_eq!(next_be_quota(1050, Some(100_000), 8), None);
+        // (budget m, current quota (None: unlimited), node cores) -> quota to write
+        type Case = ((i64, Option<i64>, i64), Option<i64>);
+        let cases: [Case; 6] = [
+            // A negative budget: the minimum.
+            ((-3000, Some(500_000), 8), Some(BE_MIN_QUOTA_US)),
+            // At the minimum already: written anyway (upstream).
+            ((20, Some(BE_MIN_QUOTA_US), 8), Some(BE_MIN_QUOTA_US)),
+            // From 100000 to 600000 on 8 cores: at most +80000 per round.
+            ((6000, Some(100_000), 8), Some(180_000)),
+            // Shrinking has no step limit.
+            ((1000, Some(600_000), 8), Some(100_000)),
+            // From unlimited: the target at once.
+            ((1700, None, 8), Some(170_000)),
+            // Below 1% of the node (8000 µs): not written.
+            ((1050, Some(100_000), 8), None),
+        ];
+        for ((budget, current, cores), expected) in cases {
+            assert_eq!(
+                next_be_quota(budget, current, cores),
+                expected,
+                "budget {budget}m, current {current:?}, {cores} cores"
+            );
+        }
     }
 
     #[test]
     fn cpuset_policy_picks_whole_cores_and_restores_quota() {
         // Budget 5200 - 3000 - 500 = 1700m -> 2 CPUs: one whole core.
         let decision =
-            CpuSuppress::default().decide(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
+            CpuSuppress.decide_fresh(&snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0));
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -844,7 +916,7 @@ mod tests {
             CgroupResource::CpusetCpus,
             CgroupValue::CpuSet(CpuSet::from_ids([2, 6]).unwrap()),
         ));
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         let Some(CgroupValue::CpuSet(set)) =
             decision.write_for(&be_dir(), CgroupResource::CpusetCpus)
         else {
@@ -873,7 +945,7 @@ mod tests {
     fn disabled_restores_everything_and_says_so() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         snapshot.node_slo = None;
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
             Some(&CgroupValue::Unlimited)
@@ -885,9 +957,121 @@ mod tests {
         assert!(decision.skip_reason().unwrap().contains("disabled"));
     }
 
+    /// The three kinds of round: cfsQuota, cpuset, suppression disabled.
+    fn rounds_of_each_policy() -> [(&'static str, QosSnapshot); 3] {
+        let mut disabled = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        disabled.node_slo = None;
+        [
+            (
+                "cfsQuota",
+                snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0),
+            ),
+            ("cpuset", snapshot(CPUSuppressPolicy::CPUSet, 4.5, 3.0, 1.0)),
+            ("disabled", disabled),
+        ]
+    }
+
+    #[test]
+    fn decide_is_deterministic_for_every_policy_and_state() {
+        for (kind, snapshot) in rounds_of_each_policy() {
+            for quota_restored in [false, true] {
+                let state = CpuSuppressState { quota_restored };
+                let (decision, _) = assert_deterministic(&CpuSuppress, &snapshot, &state);
+                assert!(!decision.writes.is_empty(), "{kind}: {decision:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn state_records_whether_the_quota_restore_is_still_owed() {
+        use CgroupValue::{Int, Unlimited};
+        // (round, restored before, BE quota written, restored after)
+        let cases: [(&str, bool, Option<CgroupValue>, bool); 6] = [
+            ("cfsQuota", false, Some(Int(170_000)), false),
+            ("cfsQuota", true, Some(Int(170_000)), false),
+            ("cpuset", false, Some(Unlimited), true),
+            ("cpuset", true, None, true),
+            ("disabled", false, Some(Unlimited), true),
+            ("disabled", true, None, true),
+        ];
+        let rounds = rounds_of_each_policy();
+        for (kind, before, quota, after) in cases {
+            let (_, snapshot) = rounds.iter().find(|(k, _)| *k == kind).unwrap();
+            let state = CpuSuppressState {
+                quota_restored: before,
+            };
+            let (decision, next) = CpuSuppress.decide(snapshot, &state);
+            assert_eq!(
+                decision
+                    .write_for(&be_dir(), CgroupResource::CpuCfsQuota)
+                    .cloned(),
+                quota,
+                "{kind}, restored before: {before}"
+            );
+            assert_eq!(
+                next.quota_restored, after,
+                "{kind}, restored before: {before}"
+            );
+        }
+    }
+
+    /// The bug explicit state fixes: the restore used to be marked done
+    /// when decided, so a failed write was never retried.
+    #[test]
+    fn failed_quota_restore_is_retried_next_round() {
+        use crate::resourceexecutor::{ExecutorConfig, ResourceExecutor};
+        use crate::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
+
+        let dir = koord_common::testing::TempDir::new("qos-cpusuppress-retry").unwrap();
+        let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, dir.path());
+        let quota_file = dir.path().join("cpu/kubepods/besteffort/cpu.cfs_quota_us");
+        // A directory where the file should be: the write fails.
+        std::fs::create_dir_all(&quota_file).unwrap();
+
+        // Suppression off: the quota is owed a restore to unlimited. No
+        // topology, so the cpuset restore is left out and the quota is the
+        // round's only write.
+        let mut round = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
+        round.node_slo = None;
+        round.topology = None;
+        round.layout = layout.clone();
+        let executor = ResourceExecutor::new(layout, ExecutorConfig::default());
+        let mut runner = crate::qosmanager::QosRunner::new(vec![Box::new(CpuSuppress)], executor);
+
+        let failed = runner.run_one(0, &round);
+        assert_eq!((failed.errors, failed.actions), (1, 0), "{failed:?}");
+        assert_eq!(
+            runner.committed_state::<CpuSuppressState>(0),
+            Some(&CpuSuppressState::default()),
+            "a round with a failed write commits nothing"
+        );
+
+        // The file is back with someone's quota: the restore is decided again.
+        std::fs::remove_dir(&quota_file).unwrap();
+        std::fs::write(&quota_file, "50000\n").unwrap();
+        let retried = runner.run_one(0, &round);
+        assert_eq!((retried.errors, retried.actions), (0, 1), "{retried:?}");
+        assert_eq!(std::fs::read_to_string(&quota_file).unwrap().trim(), "-1");
+        assert_eq!(
+            runner.committed_state::<CpuSuppressState>(0),
+            Some(&CpuSuppressState {
+                quota_restored: true
+            })
+        );
+
+        // Restored once: a quota set later while suppression is off stays.
+        std::fs::write(&quota_file, "50000\n").unwrap();
+        let later = runner.run_one(0, &round);
+        assert_eq!((later.errors, later.actions), (0, 0), "{later:?}");
+        assert_eq!(
+            std::fs::read_to_string(&quota_file).unwrap().trim(),
+            "50000"
+        );
+    }
+
     #[test]
     fn quota_is_restored_once_until_the_policy_is_used_again() {
-        let strategy = CpuSuppress::default();
+        let mut strategy = Rounds::new(CpuSuppress);
         let mut disabled = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         disabled.node_slo = None;
         let quota = |d: &Decision| d.write_for(&be_dir(), CgroupResource::CpuCfsQuota).cloned();
@@ -911,7 +1095,7 @@ mod tests {
     fn stale_or_missing_metrics_do_nothing() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
         snapshot.node_usage.cpu = Some(MetricSample::new(4.5, now() - Duration::from_secs(120)));
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(decision.writes.is_empty());
         assert!(
             decision.skip_reason().unwrap().contains("stale"),
@@ -919,7 +1103,7 @@ mod tests {
         );
 
         snapshot.node_usage.cpu = None;
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(decision.is_skipped());
         assert!(
             decision
@@ -932,7 +1116,7 @@ mod tests {
         for pod in &mut snapshot.pods {
             pod.cpu_usage = None;
         }
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(decision.is_skipped(), "{decision:?}");
     }
 
@@ -940,7 +1124,7 @@ mod tests {
     fn no_be_pods_still_caps_the_tier() {
         let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 3.5, 3.0, 0.0);
         snapshot.pods.retain(|p| !p.is_be());
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         // 5200 - 3000 - 500 = 1700m.
         assert_eq!(
             decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
@@ -959,19 +1143,22 @@ mod tests {
                 .cpu_suppress_threshold_percent = Some(percent);
             snapshot.node_slo = Some(Arc::new(spec));
         };
-        set_threshold(&mut snapshot, 0);
-        let decision = CpuSuppress::default().decide(&snapshot);
-        assert_eq!(
-            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
-            Some(&CgroupValue::Int(BE_MIN_QUOTA_US))
-        );
-        set_threshold(&mut snapshot, 100);
-        let decision = CpuSuppress::default().decide(&snapshot);
-        // 8000 - 3000 - 500 = 4500m.
-        assert_eq!(
-            decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
-            Some(&CgroupValue::Int(450_000))
-        );
+        // (threshold %, BE quota): LS uses 3000m, the system 500m of 8000m.
+        let cases = [
+            (0, BE_MIN_QUOTA_US),
+            (65, 170_000),
+            // 8000 - 3000 - 500 = 4500m.
+            (100, 450_000),
+        ];
+        for (percent, quota) in cases {
+            set_threshold(&mut snapshot, percent);
+            let decision = CpuSuppress.decide_fresh(&snapshot);
+            assert_eq!(
+                decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota),
+                Some(&CgroupValue::Int(quota)),
+                "threshold {percent}%"
+            );
+        }
     }
 
     /// The kubelet view a `cpu_manager_state` with `policy` and one
@@ -1212,7 +1399,7 @@ mod tests {
 
         // Static, a Guaranteed pod pinned to the core of CPUs 1 and 5.
         snapshot.node.kubelet_cpu_manager = kubelet_view("static", "1,5");
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert_eq!(set_of(&decision, &container), "0,2-4,6-7");
         assert_eq!(set_of(&decision, &pod_dir), "0,2-4,6-7");
         assert_eq!(set_of(&decision, &be_dir()), "0,2-4,6-7");
@@ -1232,7 +1419,7 @@ mod tests {
         let mut busy = snapshot.clone();
         busy.node_usage.cpu = Some(MetricSample::new(4.5, now()));
         busy.pods[0].cpu_usage = Some(MetricSample::new(4.0, now()));
-        let decision = CpuSuppress::default().decide(&busy);
+        let decision = CpuSuppress.decide_fresh(&busy);
         let narrowed: CpuSet = set_of(&decision, &container).parse().unwrap();
         assert_eq!(narrowed.len(), 4, "8000 - 4000 - 500 = 3500m: {narrowed}");
         assert!(!narrowed.contains(1) && !narrowed.contains(5), "{narrowed}");
@@ -1242,19 +1429,19 @@ mod tests {
         // Disabled: restored to every CPU but the pinned ones.
         let mut disabled = snapshot.clone();
         disabled.node_slo = None;
-        let decision = CpuSuppress::default().decide(&disabled);
+        let decision = CpuSuppress.decide_fresh(&disabled);
         assert_eq!(set_of(&decision, &container), "0,2-4,6-7");
 
         // The none policy: behaviour unchanged, BE may use CPUs 1 and 5.
         snapshot.node.kubelet_cpu_manager = kubelet_view("none", "1,5");
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert_eq!(set_of(&decision, &container), "0-7");
         assert_eq!(set_of(&decision, &be_dir()), "0-7");
 
         // Under none, fewer eligible CPUs than wanted still writes nothing
         // (upstream); under static BE got every eligible CPU above.
         snapshot.node.reserved_cpus = CpuSet::from_ids([1, 5]).unwrap();
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(
             decision
                 .write_for(&container, CgroupResource::CpusetCpus)
@@ -1264,7 +1451,7 @@ mod tests {
 
         // Every CPU pinned: nothing is left for BE, nothing is written.
         snapshot.node.kubelet_cpu_manager = kubelet_view("static", "0-7");
-        let decision = CpuSuppress::default().decide(&snapshot);
+        let decision = CpuSuppress.decide_fresh(&snapshot);
         assert!(
             decision
                 .write_for(&container, CgroupResource::CpusetCpus)
@@ -1323,7 +1510,7 @@ mod tests {
         let quota = |floor: Option<LsFloor>| {
             let mut snapshot = snapshot(CPUSuppressPolicy::CfsQuota, 4.5, 3.0, 1.0);
             snapshot.ls_floor = floor;
-            let decision = CpuSuppress::default().decide(&snapshot);
+            let decision = CpuSuppress.decide_fresh(&snapshot);
             (
                 decision
                     .write_for(&be_dir(), CgroupResource::CpuCfsQuota)

@@ -724,7 +724,7 @@ pub fn decide_round(
     strategy: &'static str,
     tasks: Vec<EvictTask>,
     dry_run: &[&str],
-    memory: &crate::evictor::bookkeeping::EvictionMemory,
+    memory: &mut crate::evictor::bookkeeping::EvictionMemory,
     notes: Vec<String>,
     detail: &dyn Fn(&EvictTask) -> String,
 ) -> super::framework::Decision {

@@ -10,9 +10,13 @@
 //!    - [`Strategy::required_capabilities`]: what the kernel must offer; when
 //!      one is missing the runner does not call `decide` and records
 //!      "skipped: unsupported ..." instead.
+//!    - [`Strategy::State`]: what the strategy remembers between rounds
+//!      (`()` when nothing; e.g. cpuevict's sample windows and cool time).
+//!      A plain value, never a `Mutex` or atomic inside the strategy.
 //!    - [`Strategy::decide`]: PURE. Read only the snapshot (NodeSLO, metrics
 //!      with sample times, pods and their cgroup dirs, topology, capabilities,
-//!      current file values through [`QosSnapshot::current`]) and return a
+//!      current file values through [`QosSnapshot::current`]) and the previous
+//!      state, and return the next state and a
 //!      [`Decision`]: directories to create ([`EnsureDir`], e.g. a resctrl
 //!      group), cgroup writes ([`ResourceUpdate`]), plain file writes
 //!      ([`FileWrite`], for /proc/sys or resctrl), evictions
@@ -25,7 +29,10 @@
 //!      such as `be_suppress_cpu_cores`) filled from [`Decision::gauges`].
 //! 2. Add it to [`standard_strategies`] (in `qosmanager/mod.rs`).
 //! 3. Unit-test `decide` on hand-built snapshots: [`QosSnapshot::for_test`]
-//!    and [`MapReader`] give a snapshot without any I/O.
+//!    and [`MapReader`] give a snapshot without any I/O; the test helpers in
+//!    `framework::testing` decide once (`DecideFresh`), thread the state over
+//!    several rounds (`Rounds`) and check that two calls on the same inputs
+//!    agree (`assert_deterministic`, one test per strategy).
 //!
 //! The runner first creates the requested directories (a write under one it
 //! could not create is not attempted), then applies writes through the
@@ -33,7 +40,10 @@
 //! the audit trail come for free), reads every managed file back first to
 //! count drift repaired, hands evictions to the configured [`Evictor`],
 //! records expected values for `GET /qos/explain`, and exports per-strategy
-//! metrics.
+//! metrics. It keeps each strategy's state (type-erased, see
+//! [`AnyStrategy`]) and commits the next state only after a round without
+//! errors: a failed write leaves the old state, so the next round decides
+//! (and writes) again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -753,7 +763,14 @@ impl FeatureGate {
 }
 
 /// A QoS strategy. See the module documentation for how to add one.
-pub trait Strategy: Send + Sync {
+pub trait Strategy: Send + Sync + 'static {
+    /// What the strategy carries from one round to the next (`()` when
+    /// nothing). The runner keeps it and hands it back to the next `decide`;
+    /// it commits a new state only when every write of the decision that
+    /// produced it succeeded, so a failed round is decided again from the
+    /// same state.
+    type State: Clone + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static;
+
     /// Short upstream plugin name, e.g. `cpusuppress`.
     fn name(&self) -> &'static str;
 
@@ -771,8 +788,142 @@ pub trait Strategy: Send + Sync {
         &[]
     }
 
-    /// The pure decision for one round.
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision;
+    /// The pure decision for one round: the actions, and the state to keep
+    /// if they are carried out. Same snapshot and state, same result.
+    fn decide(&self, snapshot: &QosSnapshot, state: &Self::State) -> (Decision, Self::State);
+}
+
+/// A strategy's state between rounds, as the runner holds it (the
+/// strategies' state types differ).
+pub struct StrategyState(Box<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for StrategyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StrategyState(..)")
+    }
+}
+
+impl StrategyState {
+    /// The state as `T`, `None` when it holds another type.
+    pub fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+/// The form of a [`Strategy`] the runner keeps in a list: the state is
+/// type-erased. Implemented for every [`Strategy`]; do not implement it
+/// directly.
+pub trait AnyStrategy: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn interval(&self, snapshot: &QosSnapshot) -> Duration;
+    fn required_capabilities(&self) -> &'static [Capability];
+    fn gauges(&self) -> &'static [(&'static str, &'static str)];
+    /// The state before the first round.
+    fn initial_state(&self) -> StrategyState;
+    /// [`Strategy::decide`] on an erased state.
+    fn decide_erased(
+        &self,
+        snapshot: &QosSnapshot,
+        state: &StrategyState,
+    ) -> (Decision, StrategyState);
+}
+
+impl<S: Strategy> AnyStrategy for S {
+    fn name(&self) -> &'static str {
+        Strategy::name(self)
+    }
+
+    fn interval(&self, snapshot: &QosSnapshot) -> Duration {
+        Strategy::interval(self, snapshot)
+    }
+
+    fn required_capabilities(&self) -> &'static [Capability] {
+        Strategy::required_capabilities(self)
+    }
+
+    fn gauges(&self) -> &'static [(&'static str, &'static str)] {
+        Strategy::gauges(self)
+    }
+
+    fn initial_state(&self) -> StrategyState {
+        StrategyState(Box::new(S::State::default()))
+    }
+
+    fn decide_erased(
+        &self,
+        snapshot: &QosSnapshot,
+        state: &StrategyState,
+    ) -> (Decision, StrategyState) {
+        // The runner only hands back states this strategy produced; a
+        // foreign one (a programming error) starts over from the default.
+        let default_state;
+        let previous = match state.get::<S::State>() {
+            Some(state) => state,
+            None => {
+                tracing::error!(
+                    strategy = Strategy::name(self),
+                    "state of another type; starting from the default"
+                );
+                default_state = S::State::default();
+                &default_state
+            }
+        };
+        let (decision, next) = Strategy::decide(self, snapshot, previous);
+        (decision, StrategyState(Box::new(next)))
+    }
+}
+
+/// Test helpers for calling strategies outside the runner.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Decision, QosSnapshot, Strategy};
+
+    /// One decision from the initial state, the next state dropped (for
+    /// strategies or cases where the state does not matter).
+    pub(crate) trait DecideFresh: Strategy {
+        fn decide_fresh(&self, snapshot: &QosSnapshot) -> Decision {
+            self.decide(snapshot, &Self::State::default()).0
+        }
+    }
+
+    impl<S: Strategy> DecideFresh for S {}
+
+    /// Decides twice on the same snapshot and state, asserts both results
+    /// are equal and returns them: the purity check every strategy runs.
+    pub(crate) fn assert_deterministic<S: Strategy>(
+        strategy: &S,
+        snapshot: &QosSnapshot,
+        state: &S::State,
+    ) -> (Decision, S::State) {
+        let first = strategy.decide(snapshot, state);
+        let second = strategy.decide(snapshot, state);
+        assert_eq!(first.0, second.0, "{}: decisions differ", strategy.name());
+        assert_eq!(first.1, second.1, "{}: next states differ", strategy.name());
+        first
+    }
+
+    /// A strategy with its state, committed after every round as if every
+    /// write succeeded: successive rounds without a runner.
+    pub(crate) struct Rounds<S: Strategy> {
+        pub strategy: S,
+        pub state: S::State,
+    }
+
+    impl<S: Strategy> Rounds<S> {
+        pub(crate) fn new(strategy: S) -> Self {
+            Self {
+                strategy,
+                state: S::State::default(),
+            }
+        }
+
+        /// One round; its state is committed.
+        pub(crate) fn decide(&mut self, snapshot: &QosSnapshot) -> Decision {
+            let (decision, next) = self.strategy.decide(snapshot, &self.state);
+            self.state = next;
+            decision
+        }
+    }
 }
 
 /// Executes evictions. Part of the runner's output; the real implementation
@@ -971,7 +1122,7 @@ impl QosMetrics {
     pub fn register(
         registry: &MetricsRegistry,
         node: &str,
-        strategies: &[Box<dyn Strategy>],
+        strategies: &[Box<dyn AnyStrategy>],
     ) -> Self {
         let mut metrics = Self {
             node: node.to_string(),
@@ -1104,7 +1255,9 @@ pub struct RoundOutcome {
 
 /// Runs strategies against snapshots and applies their decisions.
 pub struct QosRunner {
-    strategies: Vec<Box<dyn Strategy>>,
+    strategies: Vec<Box<dyn AnyStrategy>>,
+    /// Each strategy's committed state, by index.
+    states: Vec<StrategyState>,
     executor: ResourceExecutor,
     evictor: Arc<dyn Evictor>,
     managed: ManagedFiles,
@@ -1120,11 +1273,13 @@ pub struct QosRunner {
 }
 
 impl QosRunner {
-    pub fn new(strategies: Vec<Box<dyn Strategy>>, executor: ResourceExecutor) -> Self {
+    pub fn new(strategies: Vec<Box<dyn AnyStrategy>>, executor: ResourceExecutor) -> Self {
         let count = strategies.len();
         let distribution = RuleDistribution::new(strategies.iter().map(|s| s.name()));
+        let states = strategies.iter().map(|s| s.initial_state()).collect();
         Self {
             distribution,
+            states,
             distribution_metrics: None,
             strategies,
             executor,
@@ -1165,7 +1320,7 @@ impl QosRunner {
         self.distribution.applied(strategy)
     }
 
-    pub fn strategies(&self) -> &[Box<dyn Strategy>] {
+    pub fn strategies(&self) -> &[Box<dyn AnyStrategy>] {
         &self.strategies
     }
 
@@ -1215,6 +1370,12 @@ impl QosRunner {
         outcomes
     }
 
+    /// The committed state of strategy `index` as `T`; `None` when there is
+    /// no such strategy or its state is of another type.
+    pub fn committed_state<T: 'static>(&self, index: usize) -> Option<&T> {
+        self.states.get(index)?.get()
+    }
+
     /// The earliest time a strategy is due (`None`: run now).
     pub fn next_due(&self) -> Option<SystemTime> {
         self.next_due.iter().copied().min().flatten()
@@ -1223,20 +1384,49 @@ impl QosRunner {
     /// Runs strategy `index` now, regardless of its schedule.
     pub fn run_one(&mut self, index: usize, snapshot: &QosSnapshot) -> RoundOutcome {
         let started = Instant::now();
+        let name = self.strategies[index].name();
+        let (decision, next_state) = self.decide(index, snapshot);
+        let mut outcome = self.apply(name, decision, snapshot);
+        outcome.duration = started.elapsed();
+        self.commit_state(index, next_state, &outcome);
+        self.report_round(name, &outcome, snapshot);
+        outcome
+    }
+
+    /// Step 1: the strategy's decision from its committed state, or a skip
+    /// (and no next state) when the node lacks a capability it needs.
+    fn decide(&self, index: usize, snapshot: &QosSnapshot) -> (Decision, Option<StrategyState>) {
         let strategy = &self.strategies[index];
-        let name = strategy.name();
         let unsupported: Vec<String> = strategy
             .required_capabilities()
             .iter()
             .filter_map(|cap| cap.check(&snapshot.capabilities).err())
             .collect();
-        let decision = if unsupported.is_empty() {
-            strategy.decide(snapshot)
+        if !unsupported.is_empty() {
+            return (Decision::skipped(unsupported.join("; ")), None);
+        }
+        let (decision, next) = strategy.decide_erased(snapshot, &self.states[index]);
+        (decision, Some(next))
+    }
+
+    /// Step 3: the next state becomes the strategy's state only when the
+    /// round had no error; otherwise the next round decides again from the
+    /// old one (and so retries what failed, e.g. cpusuppress's quota restore).
+    fn commit_state(&mut self, index: usize, next: Option<StrategyState>, outcome: &RoundOutcome) {
+        let Some(next) = next else { return };
+        if outcome.errors == 0 {
+            self.states[index] = next;
         } else {
-            Decision::skipped(unsupported.join("; "))
-        };
-        let mut outcome = self.apply(name, decision, snapshot);
-        outcome.duration = started.elapsed();
+            tracing::debug!(
+                strategy = self.strategies[index].name(),
+                errors = outcome.errors,
+                "state not committed: the round had errors"
+            );
+        }
+    }
+
+    /// Step 4: logs the notes, records metrics and rule distribution.
+    fn report_round(&mut self, name: &'static str, outcome: &RoundOutcome, snapshot: &QosSnapshot) {
         for note in &outcome.notes {
             match note.kind {
                 NoteKind::Skipped => tracing::debug!(strategy = name, "skipped: {}", note.text),
@@ -1244,7 +1434,7 @@ impl QosRunner {
             }
         }
         if let Some(metrics) = &self.metrics {
-            metrics.record(name, &outcome);
+            metrics.record(name, outcome);
         }
         let report = self.distribution.round_finished(
             name,
@@ -1255,28 +1445,67 @@ impl QosRunner {
         if let Some(metrics) = &self.distribution_metrics {
             metrics.record(name, &report);
         }
-        outcome
     }
 
+    /// Step 2: carries out a decision: reports first, then directories,
+    /// cgroup writes, plain file writes and evictions, in that order.
     fn apply(
         &mut self,
         name: &'static str,
         decision: Decision,
         snapshot: &QosSnapshot,
     ) -> RoundOutcome {
+        let skipped = decision.is_skipped();
+        let Decision {
+            dirs,
+            writes,
+            file_writes,
+            evictions,
+            notes,
+            gauges,
+            eviction_report,
+            unsupported,
+        } = decision;
         let mut outcome = RoundOutcome {
-            skipped: decision.is_skipped(),
-            notes: decision.notes,
+            skipped,
+            notes,
             ..RoundOutcome::default()
         };
+        self.publish_reports(name, &gauges, eviction_report, unsupported);
+        let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
+        let missing_dirs = self.create_dirs(name, dirs, &mut outcome);
+        let blocked = Blocked {
+            strategy: name,
+            missing_dirs: &missing_dirs,
+        };
+        self.apply_cgroup_writes(
+            name,
+            writes,
+            &blocked,
+            &decided_at,
+            snapshot.now,
+            &mut outcome,
+        );
+        self.apply_file_writes(name, file_writes, &blocked, &decided_at, &mut outcome);
+        self.hand_over_evictions(name, evictions, &mut outcome);
+        outcome
+    }
+
+    /// Gauges, the eviction report and the unsupported settings of the round.
+    fn publish_reports(
+        &self,
+        name: &'static str,
+        gauges: &[GaugeValue],
+        eviction_report: Option<super::evicttask::EvictionReport>,
+        unsupported: Vec<UnsupportedSetting>,
+    ) {
         if let Some(metrics) = &self.metrics {
-            metrics.set_gauges(&decision.gauges);
+            metrics.set_gauges(gauges);
         }
-        if let Some(report) = decision.eviction_report {
+        if let Some(report) = eviction_report {
             self.managed.set_eviction_report(name, report);
         }
-        let unsupported = decision
-            .unsupported
+        let unsupported = unsupported
             .into_iter()
             .map(|setting| UnsupportedSetting {
                 strategy: name,
@@ -1284,12 +1513,18 @@ impl QosRunner {
             })
             .collect();
         self.managed.set_unsupported(name, unsupported);
-        let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
-        let layout = self.executor.layout().clone();
+    }
 
-        // Directories first: the writes below may target files inside them.
+    /// Creates the requested directories (before any write: the writes may
+    /// target files inside them); returns those that could not be created.
+    fn create_dirs(
+        &self,
+        name: &'static str,
+        dirs: Vec<EnsureDir>,
+        outcome: &mut RoundOutcome,
+    ) -> Vec<PathBuf> {
         let mut missing_dirs = Vec::new();
-        for dir in decision.dirs {
+        for dir in dirs {
             match create_dir_if_missing(&dir.path) {
                 Ok(true) => {
                     outcome.dirs_created += 1;
@@ -1312,30 +1547,31 @@ impl QosRunner {
                 }
             }
         }
-        // A write under a directory that could not be created would only
-        // fail again: its error is already counted once, for the directory.
-        let blocked = |path: &Path| {
-            let blocked = missing_dirs.iter().any(|dir| path.starts_with(dir));
-            if blocked {
-                tracing::debug!(
-                    strategy = name,
-                    path = %path.display(),
-                    "not written: its directory is missing"
-                );
-            }
-            blocked
-        };
+        missing_dirs
+    }
 
-        // Cgroup writes: read back first; equal → nothing to do; different
-        // from a value we wrote before → drift, bypass the executor's cache.
+    /// Cgroup writes: each is registered as expected, read back first
+    /// (equal: nothing to do; different from a value we wrote before:
+    /// drift, bypassing the executor's cache), then the rest go through the
+    /// executor together.
+    fn apply_cgroup_writes(
+        &mut self,
+        name: &'static str,
+        writes: Vec<ResourceUpdate>,
+        blocked: &Blocked<'_>,
+        decided_at: &str,
+        now: SystemTime,
+        outcome: &mut RoundOutcome,
+    ) {
+        let layout = self.executor.layout().clone();
         let mut to_apply = Vec::new();
         let mut drifted = Vec::new();
-        for update in crate::resourceexecutor::merge_updates(decision.writes) {
+        for update in crate::resourceexecutor::merge_updates(writes) {
             let Ok(path) = layout.file_path(&update.dir, update.resource) else {
                 outcome.errors += 1;
                 continue;
             };
-            if blocked(&path) {
+            if blocked.contains(&path) {
                 continue;
             }
             let expected = update.value.to_string();
@@ -1346,7 +1582,7 @@ impl QosRunner {
                 expected: expected.clone(),
                 strategy: name,
                 reason: update.reason.clone(),
-                decided_at: decided_at.clone(),
+                decided_at: decided_at.to_string(),
             });
             let actual = layout.read_value(&update.dir, update.resource).ok();
             if actual.as_ref() == Some(&update.value) {
@@ -1366,46 +1602,56 @@ impl QosRunner {
             }
             to_apply.push((path, update));
         }
-        if !to_apply.is_empty() {
-            let paths: Vec<(PathBuf, String)> = to_apply
-                .iter()
-                .map(|(path, update)| (path.clone(), update.value.to_string()))
-                .collect();
-            let report = self
-                .executor
-                .apply_blocking(to_apply.into_iter().map(|(_, u)| u), snapshot.now);
-            for write in &report.writes {
-                match &write.status {
-                    WriteStatus::Written
-                        if write.step != crate::resourceexecutor::StepKind::Loosen =>
-                    {
-                        outcome.actions += 1
-                    }
-                    WriteStatus::Failed { error, .. } => {
-                        outcome.errors += 1;
-                        tracing::warn!(strategy = name, "cgroup write failed: {error}");
-                    }
-                    _ => {}
+        if to_apply.is_empty() {
+            return;
+        }
+        let paths: Vec<(PathBuf, String)> = to_apply
+            .iter()
+            .map(|(path, update)| (path.clone(), update.value.to_string()))
+            .collect();
+        let report = self
+            .executor
+            .apply_blocking(to_apply.into_iter().map(|(_, u)| u), now);
+        for write in &report.writes {
+            match &write.status {
+                WriteStatus::Written if write.step != crate::resourceexecutor::StepKind::Loosen => {
+                    outcome.actions += 1
                 }
-            }
-            for (path, expected) in paths {
-                let failed = report.writes.iter().any(|w| {
-                    matches!(w.status, WriteStatus::Failed { .. })
-                        && layout.file_path(&w.dir, w.resource).ok().as_ref() == Some(&path)
-                });
-                if failed {
-                    self.applied.remove(&path);
-                } else {
-                    if drifted.contains(&path) {
-                        outcome.drifts_repaired += 1;
-                    }
-                    self.applied.insert(path, expected);
+                WriteStatus::Failed { error, .. } => {
+                    outcome.errors += 1;
+                    tracing::warn!(strategy = name, "cgroup write failed: {error}");
                 }
+                _ => {}
             }
         }
+        for (path, expected) in paths {
+            let failed = report.writes.iter().any(|w| {
+                matches!(w.status, WriteStatus::Failed { .. })
+                    && layout.file_path(&w.dir, w.resource).ok().as_ref() == Some(&path)
+            });
+            if failed {
+                self.applied.remove(&path);
+            } else {
+                if drifted.contains(&path) {
+                    outcome.drifts_repaired += 1;
+                }
+                self.applied.insert(path, expected);
+            }
+        }
+    }
 
-        for write in decision.file_writes {
-            if blocked(&write.path) {
+    /// Plain file writes (/proc/sys, resctrl), each read back first as its
+    /// [`ReadBack`] says.
+    fn apply_file_writes(
+        &mut self,
+        name: &'static str,
+        file_writes: Vec<FileWrite>,
+        blocked: &Blocked<'_>,
+        decided_at: &str,
+        outcome: &mut RoundOutcome,
+    ) {
+        for write in file_writes {
+            if blocked.contains(&write.path) {
                 continue;
             }
             self.managed.insert(ManagedFile {
@@ -1415,7 +1661,7 @@ impl QosRunner {
                 expected: write.value.clone(),
                 strategy: name,
                 reason: write.reason.clone(),
-                decided_at: decided_at.clone(),
+                decided_at: decided_at.to_string(),
             });
             let actual = std::fs::read_to_string(&write.path)
                 .ok()
@@ -1452,13 +1698,41 @@ impl QosRunner {
                 }
             }
         }
+    }
 
-        for mut eviction in decision.evictions {
+    /// Hands the evictions to the evictor (which queues them).
+    fn hand_over_evictions(
+        &self,
+        name: &'static str,
+        evictions: Vec<EvictionRequest>,
+        outcome: &mut RoundOutcome,
+    ) {
+        for mut eviction in evictions {
             eviction.strategy = name;
             outcome.actions += 1;
             self.evictor.evict(eviction);
         }
-        outcome
+    }
+}
+
+/// The directories of a round that could not be created: a write under one
+/// would only fail again, and its error is already counted once.
+struct Blocked<'a> {
+    strategy: &'static str,
+    missing_dirs: &'a [PathBuf],
+}
+
+impl Blocked<'_> {
+    fn contains(&self, path: &Path) -> bool {
+        let blocked = self.missing_dirs.iter().any(|dir| path.starts_with(dir));
+        if blocked {
+            tracing::debug!(
+                strategy = self.strategy,
+                path = %path.display(),
+                "not written: its directory is missing"
+            );
+        }
+        blocked
     }
 }
 
@@ -1509,6 +1783,7 @@ mod tests {
     }
 
     impl Strategy for FixedQuota {
+        type State = ();
         fn name(&self) -> &'static str {
             "fixed"
         }
@@ -1521,7 +1796,7 @@ mod tests {
         fn gauges(&self) -> &'static [(&'static str, &'static str)] {
             &[("test_gauge", "a test gauge")]
         }
-        fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+        fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
             let mut decision = Decision::default();
             decision.write(
                 snapshot.layout.qos_dir(QosTier::BestEffort),
@@ -1541,7 +1816,7 @@ mod tests {
                     container_ids: Vec::new(),
                 });
             }
-            decision
+            (decision, ())
         }
     }
 
@@ -1577,7 +1852,7 @@ mod tests {
         let (_dir, layout, file) = tree();
         let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
         let registry = MetricsRegistry::new("koordlet");
-        let strategies: Vec<Box<dyn Strategy>> = vec![Box::new(FixedQuota {
+        let strategies: Vec<Box<dyn AnyStrategy>> = vec![Box::new(FixedQuota {
             quota: 50_000,
             evict: true,
             needs: &[],
@@ -1661,13 +1936,14 @@ mod tests {
     }
 
     impl Strategy for GroupDir {
+        type State = ();
         fn name(&self) -> &'static str {
             "groupdir"
         }
         fn interval(&self, _: &QosSnapshot) -> Duration {
             Duration::from_secs(1)
         }
-        fn decide(&self, _: &QosSnapshot) -> Decision {
+        fn decide(&self, _: &QosSnapshot, _: &()) -> (Decision, ()) {
             let mut decision = Decision::default();
             decision.ensure_dir(&self.dir, "test group");
             decision.file_writes.push(FileWrite {
@@ -1676,7 +1952,7 @@ mod tests {
                 reason: "test".into(),
                 read_back: ReadBack::Exact,
             });
-            decision
+            (decision, ())
         }
     }
 
@@ -1685,7 +1961,7 @@ mod tests {
         dir: PathBuf,
         registry: &MetricsRegistry,
     ) -> (QosRunner, QosMetrics) {
-        let strategies: Vec<Box<dyn Strategy>> = vec![Box::new(GroupDir { dir })];
+        let strategies: Vec<Box<dyn AnyStrategy>> = vec![Box::new(GroupDir { dir })];
         let metrics = QosMetrics::register(registry, "node-a", &strategies);
         let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());
         let runner = QosRunner::new(strategies, executor).with_metrics(metrics.clone());

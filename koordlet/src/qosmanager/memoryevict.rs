@@ -190,7 +190,6 @@ pub fn release_by_usage(
 pub struct MemoryEvict {
     gates: [FeatureGate; 3],
     dry_run: Vec<&'static str>,
-    memory: EvictionMemory,
 }
 
 impl Default for MemoryEvict {
@@ -214,7 +213,6 @@ impl MemoryEvict {
                 enabled: on.contains(&name),
             }),
             dry_run: Vec::new(),
-            memory: EvictionMemory::default(),
         }
     }
 
@@ -318,6 +316,8 @@ impl MemoryEvict {
 }
 
 impl Strategy for MemoryEvict {
+    type State = EvictionMemory;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -326,7 +326,17 @@ impl Strategy for MemoryEvict {
         snapshot.config.memory_evict_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    /// The state is the eviction memory: cool time and pending victims.
+    fn decide(&self, snapshot: &QosSnapshot, state: &EvictionMemory) -> (Decision, EvictionMemory) {
+        let mut next = state.clone();
+        let decision = self.evict(snapshot, &mut next);
+        (decision, next)
+    }
+}
+
+impl MemoryEvict {
+    /// The round's evictions; `memory` is this round's eviction memory.
+    fn evict(&self, snapshot: &QosSnapshot, memory: &mut EvictionMemory) -> Decision {
         let features = self.enabled_features();
         if features.is_empty() {
             return Decision::skipped(format!(
@@ -334,10 +344,7 @@ impl Strategy for MemoryEvict {
                 FEATURES.join(", ")
             ));
         }
-        if let Some(left) = self
-            .memory
-            .cooling(snapshot.now, snapshot.config.memory_evict_cool_time)
-        {
+        if let Some(left) = memory.cooling(snapshot.now, snapshot.config.memory_evict_cool_time) {
             return Decision::skipped(format!(
                 "cooling down after the last eviction ({}s left)",
                 left.as_secs()
@@ -376,15 +383,7 @@ impl Strategy for MemoryEvict {
         };
         let mut dry_run = self.dry_run.clone();
         dry_run.extend(snapshot.config.evict_dry_run_features.iter().copied());
-        evicttask::decide_round(
-            snapshot,
-            NAME,
-            tasks,
-            &dry_run,
-            &self.memory,
-            notes,
-            &detail,
-        )
+        evicttask::decide_round(snapshot, NAME, tasks, &dry_run, memory, notes, &detail)
     }
 }
 
@@ -582,6 +581,7 @@ mod tests {
     use super::test_pods::*;
     use super::*;
     use crate::qosmanager::framework::MetricSample;
+    use crate::qosmanager::framework::testing::{DecideFresh, Rounds, assert_deterministic};
 
     const GIB: i64 = 1 << 30;
     const G: i64 = 1_000_000_000;
@@ -799,7 +799,7 @@ mod tests {
         for (threshold, lower, used, want) in cases {
             let mut snapshot = upstream_node(enabled(threshold, lower));
             snapshot.node_usage.memory = Some(MetricSample::new((used * G) as f64, t0()));
-            let decision = MemoryEvict::new().decide(&snapshot);
+            let decision = MemoryEvict::new().decide_fresh(&snapshot);
             assert_eq!(
                 evicted(&decision),
                 want,
@@ -811,9 +811,9 @@ mod tests {
 
     #[test]
     fn invalid_or_missing_config_and_inputs_skip_with_a_reason() {
-        let decision = MemoryEvict::new().decide(&QosSnapshot::for_test(t0()));
+        let decision = MemoryEvict::new().decide_fresh(&QosSnapshot::for_test(t0()));
         assert_eq!(decision.skip_reason(), Some("no NodeSLO yet"));
-        let decision = MemoryEvict::new().decide(&upstream_node(enabled(-1, None)));
+        let decision = MemoryEvict::new().decide_fresh(&upstream_node(enabled(-1, None)));
         assert!(decision.evictions.is_empty());
         assert!(
             decision
@@ -824,11 +824,11 @@ mod tests {
         );
         let mut off = enabled(80, None);
         off.enable = Some(false);
-        let decision = MemoryEvict::new().decide(&upstream_node(off));
+        let decision = MemoryEvict::new().decide_fresh(&upstream_node(off));
         assert!(decision.skip_reason().unwrap().contains("enable"));
         let mut no_metric = upstream_node(enabled(80, None));
         no_metric.node_usage.memory = None;
-        let decision = MemoryEvict::new().decide(&no_metric);
+        let decision = MemoryEvict::new().decide_fresh(&no_metric);
         assert!(
             decision
                 .skip_reason()
@@ -842,7 +842,7 @@ mod tests {
         ));
         assert!(
             MemoryEvict::new()
-                .decide(&stale)
+                .decide_fresh(&stale)
                 .skip_reason()
                 .unwrap()
                 .contains("stale")
@@ -851,7 +851,7 @@ mod tests {
         no_capacity.node.memory_capacity_bytes = 0;
         assert!(
             MemoryEvict::new()
-                .decide(&no_capacity)
+                .decide_fresh(&no_capacity)
                 .skip_reason()
                 .unwrap()
                 .contains("capacity")
@@ -859,7 +859,7 @@ mod tests {
         let gates_off = MemoryEvict::new().with_feature_gates(&BTreeMap::new());
         assert!(
             gates_off
-                .decide(&upstream_node(enabled(80, None)))
+                .decide_fresh(&upstream_node(enabled(80, None)))
                 .skip_reason()
                 .unwrap()
                 .contains("BEMemoryEvict")
@@ -899,7 +899,7 @@ mod tests {
             &[("batch-pod-1", 10 * G), ("batch-pod-2", 20 * G)],
             &[],
         );
-        let decision = MemoryEvict::with_features(&[FEATURE_ALLOCATABLE]).decide(&snapshot);
+        let decision = MemoryEvict::with_features(&[FEATURE_ALLOCATABLE]).decide_fresh(&snapshot);
         assert_eq!(
             evicted(&decision),
             ["batch-pod-2", "batch-pod-1"],
@@ -952,7 +952,7 @@ mod tests {
             ],
             &[],
         );
-        let strategy = MemoryEvict::with_features(&FEATURES);
+        let mut strategy = Rounds::new(MemoryEvict::with_features(&FEATURES));
         let decision = strategy.decide(&snapshot);
         assert_eq!(
             evicted(&decision),
@@ -1135,7 +1135,7 @@ mod tests {
     #[test]
     fn dry_run_reports_victims_without_evicting_or_cooling() {
         let snapshot = upstream_node(enabled(80, None));
-        let strategy = MemoryEvict::new().with_dry_run(&[FEATURE]);
+        let mut strategy = Rounds::new(MemoryEvict::new().with_dry_run(&[FEATURE]));
         for _ in 0..2 {
             let decision = strategy.decide(&snapshot);
             assert!(decision.evictions.is_empty(), "{decision:?}");
@@ -1157,8 +1157,28 @@ mod tests {
     }
 
     #[test]
-    fn pending_evictions_prevent_extra_victims_but_refused_ones_do_not() {
+    fn decide_is_deterministic_and_state_remembers_victims() {
         let strategy = MemoryEvict::new();
+        let first = upstream_node(enabled(82, Some(80)));
+        let (decision, state) = assert_deterministic(&strategy, &first, &EvictionMemory::default());
+        assert_eq!(evicted(&decision), ["test_be_pod_priority100_2"]);
+        let cool = first.config.memory_evict_cool_time;
+        assert!(state.cooling(first.now, cool).is_some(), "{state:?}");
+        // From the remembered state after the cool time: deterministic, and
+        // the victim counts as pending.
+        let mut later = first.clone();
+        later.now = first.now + cool + Duration::from_secs(1);
+        let (decision, _) = assert_deterministic(&strategy, &later, &state);
+        assert!(decision.evictions.is_empty(), "{decision:?}");
+        assert_eq!(
+            decision.eviction_report.unwrap().tasks[0].pending,
+            ["test_be_pod_priority100_2"]
+        );
+    }
+
+    #[test]
+    fn pending_evictions_prevent_extra_victims_but_refused_ones_do_not() {
+        let mut strategy = Rounds::new(MemoryEvict::new());
         let first = upstream_node(enabled(82, Some(80)));
         assert_eq!(
             evicted(&strategy.decide(&first)),
@@ -1191,7 +1211,7 @@ mod tests {
 
     #[test]
     fn eviction_requests_carry_the_containers_and_upstream_message() {
-        let decision = MemoryEvict::new().decide(&upstream_node(enabled(82, None)));
+        let decision = MemoryEvict::new().decide_fresh(&upstream_node(enabled(82, None)));
         let request = &decision.evictions[0];
         assert_eq!(
             request.container_ids,

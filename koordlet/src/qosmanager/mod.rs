@@ -28,11 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use framework::{
-    Capability, CgroupReader, Decision, EnsureDir, EvictionRequest, Evictor, FeatureGate,
-    FileWrite, GaugeValue, LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles, MapReader,
-    MetricSample, NodeInfo, NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig, QosMetrics,
-    QosPod, QosRunner, QosSnapshot, ReadBack, RoundOutcome, Strategy, UnsupportedSetting,
-    test_capabilities,
+    AnyStrategy, Capability, CgroupReader, Decision, EnsureDir, EvictionRequest, Evictor,
+    FeatureGate, FileWrite, GaugeValue, LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles,
+    MapReader, MetricSample, NodeInfo, NodeUsage, Note, NoteKind, QosContainer, QosManagerConfig,
+    QosMetrics, QosPod, QosRunner, QosSnapshot, ReadBack, RoundOutcome, Strategy, StrategyState,
+    UnsupportedSetting, test_capabilities,
 };
 pub use hostfiles::{FsHostFiles, HostFiles, MapHostFiles};
 pub use service::{EXPLAIN_PATH, SnapshotSource, explain_router, spawn_runner};
@@ -152,13 +152,13 @@ fn gate(gates: &BTreeMap<String, bool>, (name, default): (&str, bool)) -> bool {
 pub fn standard_strategies(
     system: &crate::system::SystemArgs,
     gates: &BTreeMap<String, bool>,
-) -> Vec<Box<dyn Strategy>> {
-    let mut strategies: Vec<Box<dyn Strategy>> = Vec::new();
+) -> Vec<Box<dyn AnyStrategy>> {
+    let mut strategies: Vec<Box<dyn AnyStrategy>> = Vec::new();
     if gate(gates, FEATURE_CPU_BURST) {
-        strategies.push(Box::new(cpuburst::CpuBurst::default()));
+        strategies.push(Box::new(cpuburst::CpuBurst));
     }
     if gate(gates, FEATURE_BE_CPU_SUPPRESS) {
-        strategies.push(Box::new(cpusuppress::CpuSuppress::default()));
+        strategies.push(Box::new(cpusuppress::CpuSuppress));
     }
     strategies.push(Box::new(
         cpuevict::CpuEvict::new().with_feature_gates(gates),
@@ -187,7 +187,7 @@ pub fn standard_strategies(
 #[allow(clippy::too_many_arguments)]
 pub fn start(
     source: SnapshotSource,
-    strategies: Vec<Box<dyn Strategy>>,
+    strategies: Vec<Box<dyn AnyStrategy>>,
     executor: crate::resourceexecutor::ResourceExecutor,
     evictor: Arc<dyn Evictor>,
     metrics: &koord_common::MetricsRegistry,

@@ -343,6 +343,8 @@ fn is_active(pod: &QosPod) -> bool {
 }
 
 impl Strategy for ResctrlReconcile {
+    type State = ();
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -355,7 +357,14 @@ impl Strategy for ResctrlReconcile {
         &[Capability::Resctrl]
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
+        (self.reconcile(snapshot), ())
+    }
+}
+
+impl ResctrlReconcile {
+    /// The round's resctrl groups and writes (no state between rounds).
+    fn reconcile(&self, snapshot: &QosSnapshot) -> Decision {
         if let Err(off) = self.gate.check() {
             return Decision::skipped(off);
         }
@@ -467,6 +476,7 @@ impl Strategy for ResctrlReconcile {
 mod tests {
     use super::*;
     use crate::qosmanager::framework::QosContainer;
+    use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::qosmanager::hostfiles::MapHostFiles;
     use crate::qosmanager::memoryevict::test_pods::{pod, t0};
     use apis::slo::v1alpha1::{NodeSLOSpec, ResctrlQOS, ResourceQOS};
@@ -587,7 +597,8 @@ mod tests {
             cat_range_end_percent: Some(30),
             mba_percent: Some(35),
         };
-        let decision = strategy.decide(&snapshot(be, true));
+        // Decided twice on the same inputs: the same groups and writes.
+        let decision = assert_deterministic(&strategy, &snapshot(be, true), &()).0;
         assert_eq!(dirs(&decision), ["LSR", "LS", "BE"]);
         // LSR and LS keep the default whole cache and 100 % MBA; BE gets
         // ceil(12 × 0.3) = 4 ways and 35 % rounded up to 40.
@@ -661,7 +672,7 @@ mod tests {
         finished.uid = "done".into();
         finished.phase = "Succeeded".into();
         snap.pods = vec![be_pod.clone(), finished];
-        let decision = strategy.decide(&snap);
+        let decision = strategy.decide_fresh(&snap);
         assert_eq!(
             writes(&decision),
             [("BE/tasks".to_string(), "101\n102".to_string())],
@@ -677,13 +688,13 @@ mod tests {
             false,
         );
         disabled.pods = vec![be_pod];
-        assert!(strategy.decide(&disabled).file_writes.is_empty());
+        assert!(strategy.decide_fresh(&disabled).file_writes.is_empty());
     }
 
     #[test]
     fn missing_resctrl_or_features_are_reported() {
         let no_mount = strategy(MapHostFiles::default());
-        let decision = no_mount.decide(&snapshot(ResctrlQOS::default(), true));
+        let decision = no_mount.decide_fresh(&snapshot(ResctrlQOS::default(), true));
         assert!(
             decision
                 .skip_reason()
@@ -704,11 +715,11 @@ mod tests {
             cat_range_end_percent: Some(30),
             mba_percent: Some(50),
         };
-        let decision = strategy.decide(&snapshot(be, true));
+        let decision = strategy.decide_fresh(&snapshot(be, true));
         assert!(decision.notes.iter().any(|n| n.text.contains("no L3 CAT")));
         assert!(writes(&decision).contains(&("BE/schemata".to_string(), "MB:0=50".to_string())));
 
-        let no_slo = no_mount.decide(&QosSnapshot::for_test(t0()));
+        let no_slo = no_mount.decide_fresh(&QosSnapshot::for_test(t0()));
         assert!(
             no_slo
                 .skip_reason()
@@ -723,13 +734,13 @@ mod tests {
         let on = strategy(tree());
         let on = on.with_feature_gates(&BTreeMap::new());
         assert!(
-            !on.decide(&snapshot(ResctrlQOS::default(), true))
+            !on.decide_fresh(&snapshot(ResctrlQOS::default(), true))
                 .file_writes
                 .is_empty()
         );
         let off = strategy(tree());
         let off = off.with_feature_gates(&BTreeMap::from([("RdtResctrl".to_string(), false)]));
-        let decision = off.decide(&snapshot(ResctrlQOS::default(), true));
+        let decision = off.decide_fresh(&snapshot(ResctrlQOS::default(), true));
         assert!(decision.skip_reason().unwrap().contains("RdtResctrl"));
         assert!(decision.dirs.is_empty(), "no group is created when off");
     }
@@ -743,7 +754,7 @@ mod tests {
             cat_range_end_percent: None,
             mba_percent: Some(50),
         };
-        let decision = strategy.decide(&snapshot(be, true));
+        let decision = strategy.decide_fresh(&snapshot(be, true));
         assert!(
             writes(&decision)
                 .iter()

@@ -792,13 +792,14 @@ mod tests {
 
         struct Writes;
         impl crate::qosmanager::Strategy for Writes {
+            type State = ();
             fn name(&self) -> &'static str {
                 "writes"
             }
             fn interval(&self, _: &QosSnapshot) -> Duration {
                 Duration::from_secs(1)
             }
-            fn decide(&self, _: &QosSnapshot) -> crate::qosmanager::Decision {
+            fn decide(&self, _: &QosSnapshot, _: &()) -> (crate::qosmanager::Decision, ()) {
                 let mut decision = crate::qosmanager::Decision::default();
                 for (dir, value) in [
                     ("kubepods/besteffort", 200_000),
@@ -812,7 +813,7 @@ mod tests {
                         "test",
                     );
                 }
-                decision
+                (decision, ())
             }
         }
         let executor = ResourceExecutor::new(layout.clone(), ExecutorConfig::default());

@@ -158,6 +158,8 @@ impl SysReconcile {
 }
 
 impl Strategy for SysReconcile {
+    type State = ();
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -166,7 +168,14 @@ impl Strategy for SysReconcile {
         snapshot.config.reconcile_interval
     }
 
-    fn decide(&self, snapshot: &QosSnapshot) -> Decision {
+    fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
+        (self.reconcile(snapshot), ())
+    }
+}
+
+impl SysReconcile {
+    /// The round's sysctl writes (the strategy keeps no state between rounds).
+    fn reconcile(&self, snapshot: &QosSnapshot) -> Decision {
         if let Err(off) = self.gate.check() {
             return Decision::skipped(off);
         }
@@ -262,6 +271,7 @@ impl SysReconcile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::qosmanager::hostfiles::MapHostFiles;
     use apis::slo::v1alpha1::NodeSLOSpec;
     use std::path::Path;
@@ -306,7 +316,8 @@ mod tests {
             ..SystemStrategy::default()
         };
         let sys = SysReconcile::new(roots(), Arc::new(vm_files()));
-        let decision = sys.decide(&snapshot(strategy, 64 * GIB));
+        // Decided twice on the same inputs: the same writes (the strategy is pure).
+        let decision = assert_deterministic(&sys, &snapshot(strategy, 64 * GIB), &()).0;
         // 64 GiB = 67108864 KiB; × 100 / 10000 = 671088.
         assert_eq!(
             writes(&decision),
@@ -339,7 +350,7 @@ mod tests {
         };
         let sys = SysReconcile::new(roots(), Arc::new(vm_files()));
         // 1 GiB × 1 / 10000 = 104 KiB < 10 MiB.
-        let decision = sys.decide(&snapshot(strategy, GIB));
+        let decision = sys.decide_fresh(&snapshot(strategy, GIB));
         assert!(decision.file_writes.is_empty());
         assert_eq!(
             decision
@@ -354,9 +365,9 @@ mod tests {
     #[test]
     fn nothing_configured_or_no_memory_is_a_skip() {
         let sys = SysReconcile::new(roots(), Arc::new(vm_files()));
-        let empty = sys.decide(&snapshot(SystemStrategy::default(), GIB));
+        let empty = sys.decide_fresh(&snapshot(SystemStrategy::default(), GIB));
         assert!(empty.skip_reason().unwrap().contains("no kernel knob"));
-        let no_memory = sys.decide(&snapshot(
+        let no_memory = sys.decide_fresh(&snapshot(
             SystemStrategy {
                 watermark_scale_factor: Some(100),
                 ..SystemStrategy::default()
@@ -364,7 +375,7 @@ mod tests {
             0,
         ));
         assert!(no_memory.skip_reason().unwrap().contains("memory capacity"));
-        let no_slo = sys.decide(&QosSnapshot::for_test(SystemTime::UNIX_EPOCH));
+        let no_slo = sys.decide_fresh(&QosSnapshot::for_test(SystemTime::UNIX_EPOCH));
         assert!(no_slo.skip_reason().unwrap().contains("systemStrategy"));
     }
 
@@ -382,7 +393,8 @@ mod tests {
             ]),
             ..SystemStrategy::default()
         };
-        let decision = SysReconcile::new(roots(), Arc::new(files)).decide(&snapshot(strategy, GIB));
+        let decision =
+            SysReconcile::new(roots(), Arc::new(files)).decide_fresh(&snapshot(strategy, GIB));
         let values: Vec<&str> = decision
             .file_writes
             .iter()
