@@ -18,11 +18,14 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 
 {{/* koordlet feature gates: the explicit value, else the qos switches. */}}
 {{- define "koordinator.koordletFeatureGates" -}}
+{{- $netqos := and .Values.koordlet.networkQos .Values.koordlet.networkQos.enabled -}}
 {{- if .Values.koordlet.features -}}
 {{ .Values.koordlet.features }}
+{{- if and $netqos (not (contains "TCNetworkQoS" .Values.koordlet.features)) -}},TCNetworkQoS=true{{- end -}}
 {{- else -}}
 {{- $q := .Values.koordlet.qos -}}
 BECPUSuppress={{ $q.cpuSuppress }},CPUBurst={{ $q.cpuBurst }},CgroupReconcile={{ $q.cgroupReconcile }},BECPUEvict={{ $q.cpuEvict }},BEMemoryEvict={{ $q.memoryEvict }},BlkIOReconcile={{ $q.blkioReconcile }},SystemConfig={{ $q.systemConfig }},RdtResctrl={{ $q.resctrl }}
+{{- if $netqos -}},TCNetworkQoS=true{{- end -}}
 {{- end -}}
 {{- end -}}
 
