@@ -517,8 +517,7 @@ fn be_is_capped_and_ls_keeps_its_guarantee_on_a_real_veth() {
     // The annotation goes: back to the LS class, the pod class deleted.
     sender.run(|| {
         let mut socket = RouteSocket::open().expect("route socket");
-        let round =
-            run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("round");
+        let round = run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("round");
         assert!(round.errors.is_empty(), "{:?}", round.errors);
         assert_eq!(round.applied, 3);
         let after = socket.observe(ifindex).expect("read back");

@@ -849,5 +849,9 @@ fn report_shows_what_host_applications_get() {
     caps.group_identity = false;
     let host_apps = crate::runtimehooks::hostapp::capability(&caps);
     assert_eq!(host_apps.knobs(), "none");
-    assert!(host_apps.detail.contains("no cpuset controller"), "{}", host_apps.detail);
+    assert!(
+        host_apps.detail.contains("no cpuset controller"),
+        "{}",
+        host_apps.detail
+    );
 }

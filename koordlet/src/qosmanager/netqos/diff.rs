@@ -210,7 +210,10 @@ pub fn reconcile(observed: &ObservedTc, plan: &NetQosPlan) -> TcChanges {
     for class in &observed.classes {
         let ours_major = class.handle >> 16 == u32::from(MAJOR);
         let minor = class.handle & 0xFFFF;
-        let planned = plan.classes.iter().any(|spec| spec.handle() == class.handle);
+        let planned = plan
+            .classes
+            .iter()
+            .any(|spec| spec.handle() == class.handle);
         if ours_major && minor > u32::from(BE_CLASS_MINOR) && !planned {
             actions.push(TcAction::DeleteClass {
                 handle: class.handle,

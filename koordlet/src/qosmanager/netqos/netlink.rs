@@ -364,10 +364,7 @@ impl RouteSocket {
             } => {
                 let header = tc_header(index, *doomed, *parent, 0);
                 self.request(
-                    RouteNetlinkMessage::DelTrafficClass(TcMessage::from_parts(
-                        header,
-                        Vec::new(),
-                    )),
+                    RouteNetlinkMessage::DelTrafficClass(TcMessage::from_parts(header, Vec::new())),
                     0,
                     &format!("delete htb class 1:{:x}", doomed & 0xFFFF),
                 )?;

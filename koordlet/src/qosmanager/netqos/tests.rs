@@ -561,14 +561,8 @@ fn pod_annotation_is_parsed_as_upstream_and_validated() {
                 reason: String::new(),
             }),
         ),
-        (
-            "[]",
-            Err(PodAnnotationError::NotAnObject(String::new())),
-        ),
-        (
-            "10M",
-            Err(PodAnnotationError::NotAnObject(String::new())),
-        ),
+        ("[]", Err(PodAnnotationError::NotAnObject(String::new()))),
+        ("10M", Err(PodAnnotationError::NotAnObject(String::new()))),
     ];
     // Reasons come from other parsers: compare everything else.
     let shape = |r: Result<PodBandwidthLimits, PodAnnotationError>| match r {
@@ -592,7 +586,10 @@ fn pod_annotation_is_parsed_as_upstream_and_validated() {
         parse_pod_network_qos(&long),
         Err(PodAnnotationError::TooLong(_))
     ));
-    assert_eq!(PodNetworkQos::from_annotation(Some("")), PodNetworkQos::Unset);
+    assert_eq!(
+        PodNetworkQos::from_annotation(Some("")),
+        PodNetworkQos::Unset
+    );
     assert_eq!(PodNetworkQos::from_annotation(None), PodNetworkQos::Unset);
     assert!(matches!(
         PodNetworkQos::from_annotation(Some("{")),
@@ -670,7 +667,10 @@ fn pods_with_their_own_limit_get_a_class_under_the_root() {
         // Upstream: parent 1:1, rate = ceil = egress, the QoS class's prio.
         let spec = plan.class(pod_class.minor).unwrap();
         assert_eq!(spec.parent, handle(MAJOR, ROOT_CLASS_MINOR));
-        assert_eq!((spec.rate_bps, spec.ceil_bps), (pod_class.egress_bps, pod_class.egress_bps));
+        assert_eq!(
+            (spec.rate_bps, spec.ceil_bps),
+            (pod_class.egress_bps, pod_class.egress_bps)
+        );
         assert_eq!(spec.prio, pod_class.class.prio());
     }
     assert_eq!(plan.classes.len(), 4 + 2);
@@ -689,8 +689,7 @@ fn pods_with_their_own_limit_get_a_class_under_the_root() {
             ("fd00::1".to_string(), minor_of("ns/ls-limited")),
         ]
     );
-    let refusals: Vec<(PodRefusal, usize)> =
-        plan.refusals.iter().map(|(r, n)| (*r, *n)).collect();
+    let refusals: Vec<(PodRefusal, usize)> = plan.refusals.iter().map(|(r, n)| (*r, *n)).collect();
     assert_eq!(
         refusals,
         vec![
@@ -808,7 +807,11 @@ fn a_pod_class_no_longer_planned_is_deleted_after_its_filters() {
     // Kinds for the metrics.
     assert_eq!(changes.actions[0].kind(), ("class", "change"));
     assert_eq!(
-        TcAction::DeleteClass { handle: 0, parent: 0 }.kind(),
+        TcAction::DeleteClass {
+            handle: 0,
+            parent: 0
+        }
+        .kind(),
         ("class", "delete")
     );
 }
