@@ -607,6 +607,37 @@ fn check_koordlet_serving(pod: &PodSpec, services: &[Service]) -> Vec<String> {
 
 /// koord-descheduler's file as the binary loads it at start: upstream's
 /// schema and defaults, the args its rounds need, the leader election.
+/// Network QoS in the koordlet DaemonSet (`koordlet.networkQos.enabled`):
+/// the `TCNetworkQoS` gate and the `NET_ADMIN` capability come together or
+/// not at all. Answers whether it is on.
+fn koordlet_network_qos(pod: &PodSpec) -> Result<bool, String> {
+    let Some(container) = pod
+        .containers
+        .iter()
+        .find(|c| c.command.iter().flatten().next().map(String::as_str) == Some("/koordlet"))
+    else {
+        return Err("no /koordlet container".to_string());
+    };
+    let gate_on = container
+        .args
+        .iter()
+        .flatten()
+        .filter_map(|arg| arg.strip_prefix("--feature-gates="))
+        .flat_map(|gates| gates.split(','))
+        .any(|gate| gate.trim() == "TCNetworkQoS=true");
+    let net_admin = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.capabilities.as_ref())
+        .and_then(|c| c.add.as_ref())
+        .is_some_and(|add| add.iter().any(|cap| cap == "NET_ADMIN"));
+    match (gate_on, net_admin) {
+        (true, false) => Err("TCNetworkQoS=true without the NET_ADMIN capability".to_string()),
+        (false, true) => Err("NET_ADMIN granted without the TCNetworkQoS gate".to_string()),
+        (on, _) => Ok(on),
+    }
+}
+
 fn check_descheduler_config(text: &str) -> Result<(), String> {
     let configuration = koord_descheduler::config::load(text).map_err(|e| e.to_string())?;
     koord_descheduler::live::round::Descheduler::new(&configuration).map_err(|e| e.to_string())?;
@@ -698,6 +729,17 @@ fn check_set(name: &str, text: &str) -> Vec<String> {
         Some(pod) => {
             for problem in check_koordlet_serving(pod, &services) {
                 problems.push(format!("{name}: DaemonSet/koordlet: {problem}"));
+            }
+            // The all-features values switch network QoS on; the defaults leave it off.
+            let wanted = name.contains("all-features");
+            match koordlet_network_qos(pod) {
+                Ok(on) if on != wanted => problems.push(format!(
+                    "{name}: DaemonSet/koordlet: network QoS is {} (want {})",
+                    if on { "on" } else { "off" },
+                    if wanted { "on" } else { "off" }
+                )),
+                Ok(_) => {}
+                Err(problem) => problems.push(format!("{name}: DaemonSet/koordlet: {problem}")),
             }
         }
         None => problems.push(format!("{name}: no DaemonSet/koordlet rendered")),
@@ -950,6 +992,36 @@ fn unreachable_koordlet_probes_or_exposed_loopback_ports_are_caught() {
         check_koordlet_serving(&open, &[service]),
         Vec::<String>::new()
     );
+}
+
+#[test]
+fn network_qos_gate_and_capability_must_come_together() {
+    let pod = |gates: &str, caps: &[&str]| -> PodSpec {
+        serde_json::from_value(serde_json::json!({
+            "containers": [{
+                "name": "koordlet",
+                "command": ["/koordlet"],
+                "args": [format!("--feature-gates={gates}")],
+                "securityContext": {"capabilities": {"add": caps}}
+            }]
+        }))
+        .unwrap()
+    };
+    assert_eq!(
+        koordlet_network_qos(&pod("CPUBurst=true", &["SYS_ADMIN"])),
+        Ok(false)
+    );
+    assert_eq!(
+        koordlet_network_qos(&pod(
+            "CPUBurst=true,TCNetworkQoS=true",
+            &["SYS_ADMIN", "NET_ADMIN"]
+        )),
+        Ok(true)
+    );
+    let missing = koordlet_network_qos(&pod("TCNetworkQoS=true", &["SYS_ADMIN"])).unwrap_err();
+    assert!(missing.contains("without the NET_ADMIN"), "{missing}");
+    let stray = koordlet_network_qos(&pod("TCNetworkQoS=false", &["NET_ADMIN"])).unwrap_err();
+    assert!(stray.contains("without the TCNetworkQoS gate"), "{stray}");
 }
 
 #[test]

@@ -337,6 +337,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = context.load_extended_resources_from_annotations();
     let _ = koordlet::statesinformer::podmeta::pod_meta_of(&pod);
+    let _ = koordlet::qosmanager::netqos::net_qos_pod(&pod);
     let _ = koordlet::prediction::reclaim::pod_requests(&pod);
 
     // koordlet: node-level readers, and the hook rules built from them.

@@ -488,10 +488,12 @@ fn start_network_qos(args: &KoordletArgs, states: &StatesInformer, context: &Com
     if !on {
         return;
     }
+    let metrics = qosmanager::netqos::NetQosMetrics::register(&context.metrics, states.node_name());
     if let Err(err) = qosmanager::netqos::spawn(
         states.clone(),
         args.system.proc_root_dir.clone(),
         args.system.sys_root_dir.clone(),
+        metrics,
         context.shutdown.clone(),
     ) {
         tracing::error!(error = %err, "cannot start the network QoS thread: {err}");

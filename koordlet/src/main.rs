@@ -45,6 +45,7 @@ fn print_capabilities(args: &KoordletArgs, command: &capabilities::CapabilitiesA
             &args.system.proc_root_dir,
         ))
         .with_blkio_volumes(blkio_volumes)
+        .with_host_applications()
         .with_daemon(capabilities::query_daemon_nri(
             args.addr.socket_addr(),
             capabilities::DAEMON_QUERY_TIMEOUT,

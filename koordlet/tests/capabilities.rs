@@ -248,6 +248,36 @@ fn table_states_the_same_facts() {
     assert_eq!(value("cgroup.controllers"), controllers.join(","));
     let osrelease = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert!(table.contains(osrelease.trim()));
+    // Host applications: the knobs follow the cpuset controller and group
+    // identity as the matrix reports them.
+    let cpuset = caps["cgroup"]["controllers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c == "cpuset");
+    let bvt = caps["groupIdentity"] == Value::Bool(true);
+    assert_eq!(caps["hostApplications"]["cpuset"], Value::Bool(cpuset));
+    assert_eq!(caps["hostApplications"]["groupIdentity"], Value::Bool(bvt));
+    let knobs: Vec<&str> = [("cpuset.cpus", cpuset), ("cpu.bvt_warp_ns", bvt)]
+        .into_iter()
+        .filter_map(|(knob, ok)| ok.then_some(knob))
+        .collect();
+    let want = if knobs.is_empty() {
+        "none".to_string()
+    } else {
+        knobs.join(",")
+    };
+    assert_eq!(value("hostApplications"), want);
+    if !bvt {
+        assert!(
+            caps["reasons"]["hostApplications"]
+                .as_str()
+                .unwrap()
+                .contains("cpu.bvt_warp_ns not enforced"),
+            "{}",
+            caps["reasons"]
+        );
+    }
 }
 
 #[test]
@@ -396,6 +426,12 @@ fn cluster_mode_patches_the_node_with_the_capability_labels_and_annotation() {
         .as_object_mut()
         .unwrap()
         .remove("networkQos");
+    // Nor the host-application row (derived from the matrix by the command).
+    printed.as_object_mut().unwrap().remove("hostApplications");
+    printed["reasons"]
+        .as_object_mut()
+        .unwrap()
+        .remove("hostApplications");
     assert_eq!(published, printed);
     assert!(published.get("nri").is_none());
 }

@@ -2,9 +2,11 @@
 //! joined by a veth pair (10.250.0.0/24), the sender side carrying an "LS
 //! pod" and a "BE pod" address. koordlet's netqos shell installs its plan on
 //! the sender's veth through rtnetlink; TCP from both addresses at once shows
-//! BE held near its class limit while LS keeps its guarantee. Classes and
-//! filters are read back, a second round changes nothing, a gone pod's
-//! filter is removed, and disabling removes the tree.
+//! BE held near its class limit while LS keeps its guarantee; an LS pod
+//! whose `koordinator.sh/networkQOS` sets an egress limit is held near that
+//! limit by a class of its own. Classes and filters are read back, a second
+//! round changes nothing, a gone pod's filter and a dropped pod class are
+//! removed, and disabling removes the tree.
 //!
 //! Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN for namespaces); otherwise, or
 //! when a namespace cannot be made, it prints SKIP with the reason. Nothing
@@ -26,8 +28,10 @@ use apis::slo::v1alpha1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use koordlet::qosmanager::netqos::diff::{class_handle, wire_class};
-use koordlet::qosmanager::netqos::plan::{BE_CLASS_MINOR, NetQosClass};
-use koordlet::qosmanager::netqos::{NetQosDecision, NetQosPod, RouteSocket, decide, run_round};
+use koordlet::qosmanager::netqos::plan::{BE_CLASS_MINOR, MAJOR, NetQosClass, handle};
+use koordlet::qosmanager::netqos::{
+    NetQosDecision, NetQosPod, PodNetworkQos, RouteSocket, decide, run_round,
+};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
@@ -47,6 +51,9 @@ const TOTAL_BPS: f64 = 100e6;
 const LS_REQUEST_PCT: i32 = 50;
 const BE_REQUEST_PCT: i32 = 5;
 const BE_LIMIT_PCT: i32 = 20;
+/// The LS pod's own egress limit (`koordinator.sh/networkQOS`), bit/s.
+const LS_POD_LIMIT: &str = "10M";
+const LS_POD_LIMIT_BPS: f64 = 10e6;
 
 /// A network namespace kept alive by an open handle; gone on drop.
 struct Netns {
@@ -187,14 +194,23 @@ fn node_slo(enabled: bool) -> NodeSLOSpec {
 }
 
 fn pods(with_be: bool) -> Vec<NetQosPod> {
+    pods_with_ls_annotation(with_be, None)
+}
+
+/// The LS pod (with `koordinator.sh/networkQOS` = `ls_annotation`) and,
+/// with `with_be`, the BE pod.
+fn pods_with_ls_annotation(with_be: bool, ls_annotation: Option<&str>) -> Vec<NetQosPod> {
     let pod = |key: &str, label: &str, ip: Ipv4Addr| NetQosPod {
         key: key.to_string(),
         qos_label: Some(label.to_string()),
         ips: vec![IpAddr::V4(ip)],
         host_network: false,
         terminated: false,
+        network_qos: PodNetworkQos::Unset,
     };
-    let mut pods = vec![pod("test/ls", "LS", LS_IP)];
+    let mut ls = pod("test/ls", "LS", LS_IP);
+    ls.network_qos = PodNetworkQos::from_annotation(ls_annotation);
+    let mut pods = vec![ls];
     if with_be {
         pods.push(pod("test/be", "BE", BE_IP));
     }
@@ -443,6 +459,82 @@ fn be_is_capped_and_ls_keeps_its_guarantee_on_a_real_veth() {
         "together {} above the total",
         mbit(ls + be)
     );
+
+    // The LS pod asks for its own egress limit: it gets a class of its own
+    // (rate = ceil = the limit) and alone, where its QoS class would let it
+    // take the whole 100 Mbit/s, it is held near 10 Mbit/s.
+    let annotation = format!(r#"{{"egressLimit": "{LS_POD_LIMIT}"}}"#);
+    let limited = pods_with_ls_annotation(true, Some(&annotation));
+    let NetQosDecision::Apply(limited_plan) = decide(Some(&spec), &limited, None) else {
+        panic!("expected a plan")
+    };
+    let pod_class = limited_plan.pod_classes[0].clone();
+    sender.run(|| {
+        let mut socket = RouteSocket::open().expect("route socket");
+        let round = run_round(&mut socket, ifindex, Some(&spec), &limited, None).expect("round");
+        assert!(round.errors.is_empty(), "{:?}", round.errors);
+        // The class added, the LS filter replaced.
+        assert_eq!(round.applied, 3);
+        let again = run_round(&mut socket, ifindex, Some(&spec), &limited, None).expect("round");
+        assert_eq!((again.applied, again.errors.len()), (0, 0));
+        let after = socket.observe(ifindex).expect("read back");
+        let want = wire_class(limited_plan.class(pod_class.minor).expect("pod class"));
+        assert_eq!(
+            after.classes.iter().find(|c| c.handle == want.handle),
+            Some(&want)
+        );
+        let ls_filter = after
+            .filters
+            .iter()
+            .find(|f| f.source == Some(IpAddr::V4(LS_IP)))
+            .expect("LS filter");
+        assert_eq!(ls_filter.class, Some(handle(MAJOR, pod_class.minor)));
+    });
+    let (ls_alone, _) = measure(
+        &sender,
+        &receiver,
+        &[LS_IP],
+        Duration::from_millis(700),
+        Duration::from_secs(2),
+    );
+    println!(
+        "shaped, LS pod with its own limit: {} (limit {})",
+        mbit(ls_alone),
+        mbit(LS_POD_LIMIT_BPS)
+    );
+    assert!(
+        ls_alone <= 1.1 * LS_POD_LIMIT_BPS,
+        "LS pod {} above its own limit {}",
+        mbit(ls_alone),
+        mbit(LS_POD_LIMIT_BPS)
+    );
+    assert!(
+        ls_alone >= 0.8 * LS_POD_LIMIT_BPS,
+        "LS pod {} far below its own limit {}",
+        mbit(ls_alone),
+        mbit(LS_POD_LIMIT_BPS)
+    );
+    // The annotation goes: back to the LS class, the pod class deleted.
+    sender.run(|| {
+        let mut socket = RouteSocket::open().expect("route socket");
+        let round = run_round(&mut socket, ifindex, Some(&spec), &pods(true), None).expect("round");
+        assert!(round.errors.is_empty(), "{:?}", round.errors);
+        assert_eq!(round.applied, 3);
+        let after = socket.observe(ifindex).expect("read back");
+        assert!(
+            !after
+                .classes
+                .iter()
+                .any(|c| c.handle == handle(MAJOR, pod_class.minor)),
+            "pod class left behind"
+        );
+        let ls_filter = after
+            .filters
+            .iter()
+            .find(|f| f.source == Some(IpAddr::V4(LS_IP)))
+            .expect("LS filter");
+        assert_eq!(ls_filter.class, Some(class_handle(NetQosClass::Ls)));
+    });
 
     // The BE pod goes: its filter is removed, LS's stays; then disabling
     // removes the whole tree.

@@ -16,14 +16,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 
-{{/* koordlet feature gates: the explicit value, else the qos switches. */}}
+{{/* koordlet feature gates: the explicit value, else the qos switches and the hook switches. */}}
 {{- define "koordinator.koordletFeatureGates" -}}
+{{- $netqos := and .Values.koordlet.networkQos .Values.koordlet.networkQos.enabled -}}
 {{- if .Values.koordlet.features -}}
 {{ .Values.koordlet.features }}
+{{- if and $netqos (not (contains "TCNetworkQoS" .Values.koordlet.features)) -}},TCNetworkQoS=true{{- end -}}
+{{- if and .Values.koordlet.runtimeHooks.gpuEnvInject (not (contains "GPUEnvInject" .Values.koordlet.features)) -}},GPUEnvInject=true{{- end -}}
 {{- else -}}
 {{- $q := .Values.koordlet.qos -}}
 BECPUSuppress={{ $q.cpuSuppress }},CPUBurst={{ $q.cpuBurst }},CgroupReconcile={{ $q.cgroupReconcile }},BECPUEvict={{ $q.cpuEvict }},BEMemoryEvict={{ $q.memoryEvict }},BlkIOReconcile={{ $q.blkioReconcile }},SystemConfig={{ $q.systemConfig }},RdtResctrl={{ $q.resctrl }}
-{{- if .Values.koordlet.runtimeHooks.gpuEnvInject }},GPUEnvInject=true{{ end }}
+{{- if $netqos -}},TCNetworkQoS=true{{- end -}}
+{{- if .Values.koordlet.runtimeHooks.gpuEnvInject -}},GPUEnvInject=true{{- end -}}
 {{- end -}}
 {{- end -}}
 

@@ -231,6 +231,13 @@ pub struct CapabilitiesReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub blkio_volumes: Option<crate::qosmanager::blkvolume::BlkioVolumesCapability>,
+    /// What can be enforced on NodeSLO host applications' cgroups.
+    #[serde(
+        default,
+        rename = "hostApplications",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub host_applications: Option<crate::runtimehooks::hostapp::HostAppsCapability>,
 }
 
 impl CapabilitiesReport {
@@ -257,6 +264,7 @@ impl CapabilitiesReport {
             cpu_reaction: None,
             network_qos: None,
             blkio_volumes: None,
+            host_applications: None,
         }
     }
 
@@ -273,6 +281,21 @@ impl CapabilitiesReport {
             );
         }
         self.network_qos = Some(network_qos);
+        self
+    }
+
+    /// Adds what can be enforced on host applications, derived from the
+    /// node matrix; a knob that cannot is explained under
+    /// `reasons["hostApplications"]`.
+    pub fn with_host_applications(mut self) -> Self {
+        let host_apps = crate::runtimehooks::hostapp::capability(&self.node);
+        if !host_apps.complete() {
+            self.node.reasons.insert(
+                crate::runtimehooks::hostapp::HOST_APPLICATIONS_KEY.to_string(),
+                host_apps.detail.clone(),
+            );
+        }
+        self.host_applications = Some(host_apps);
         self
     }
 

@@ -76,6 +76,13 @@ pub fn render_report(
             if let Some(volumes) = &report.blkio_volumes {
                 rows.extend(volumes.rows());
             }
+            if let Some(host_apps) = &report.host_applications {
+                rows.push((
+                    crate::runtimehooks::hostapp::HOST_APPLICATIONS_KEY,
+                    host_apps.knobs(),
+                    host_apps.detail.clone(),
+                ));
+            }
             Ok(format_rows(&rows))
         }
         OutputFormat::Json => {

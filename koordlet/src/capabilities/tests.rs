@@ -800,3 +800,58 @@ fn report_shows_the_network_qos_row_and_why_not() {
     let back: CapabilitiesReport = serde_json::from_str(&text).unwrap();
     assert_eq!(back, report);
 }
+
+#[test]
+fn report_shows_what_host_applications_get() {
+    use crate::runtimehooks::hostapp::HOST_APPLICATIONS_KEY;
+    let row_of = |report: &CapabilitiesReport| {
+        let table = render_report(report, OutputFormat::Table).unwrap();
+        table
+            .lines()
+            .find(|line| line.starts_with("hostApplications "))
+            .unwrap_or_else(|| panic!("no hostApplications row in\n{table}"))
+            .to_string()
+    };
+    // cgroup v2 without Anolis: cpuset yes, bvt no, with the probe's reason.
+    let dir = TempDir::new("caps-hostapps-v2").unwrap();
+    v2_systemd_resctrl_tree(dir.path());
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let gi_reason = caps.reasons["groupIdentity"].clone();
+    let report = CapabilitiesReport::new(caps, nri_probe("/run/nri.sock", true, true), false)
+        .with_host_applications();
+    let host_apps = report.host_applications.clone().unwrap();
+    assert!(host_apps.cpuset && !host_apps.group_identity);
+    let row = row_of(&report);
+    assert!(row.contains(" cpuset.cpus "), "{row}");
+    assert!(row.contains("cpu.bvt_warp_ns not enforced"), "{row}");
+    assert!(row.contains(&gi_reason), "{row} lacks {gi_reason}");
+    assert!(report.node.reasons[HOST_APPLICATIONS_KEY].contains("cpu.bvt_warp_ns"));
+    let text = render_report(&report, OutputFormat::Json).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["hostApplications"]["cpuset"], true);
+    assert_eq!(json["hostApplications"]["groupIdentity"], false);
+    let back: CapabilitiesReport = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, report);
+
+    // Anolis v1 with bvt: both knobs, no reason recorded.
+    let dir = TempDir::new("caps-hostapps-anolis").unwrap();
+    v1_anolis_tree(dir.path(), "");
+    let caps = detect_with(&SystemArgs::under(dir.path()), &no_syscall());
+    let report = CapabilitiesReport::new(caps, nri_probe("/run/nri.sock", true, true), false)
+        .with_host_applications();
+    let row = row_of(&report);
+    assert!(row.contains(" cpuset.cpus,cpu.bvt_warp_ns "), "{row}");
+    assert!(!report.node.reasons.contains_key(HOST_APPLICATIONS_KEY));
+
+    // No cpuset controller and no bvt: nothing is enforceable.
+    let mut caps = report.node.clone();
+    caps.cgroup.controllers.retain(|c| c != "cpuset");
+    caps.group_identity = false;
+    let host_apps = crate::runtimehooks::hostapp::capability(&caps);
+    assert_eq!(host_apps.knobs(), "none");
+    assert!(
+        host_apps.detail.contains("no cpuset controller"),
+        "{}",
+        host_apps.detail
+    );
+}

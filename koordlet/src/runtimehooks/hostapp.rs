@@ -98,6 +98,81 @@ impl HostAppRefusal {
     }
 }
 
+/// Key of the row in `koordlet capabilities`.
+pub const HOST_APPLICATIONS_KEY: &str = "hostApplications";
+
+/// What the hooks can enforce on host applications' cgroups on this node:
+/// the two knobs upstream's host application reconciler writes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostAppsCapability {
+    /// `cpuset.cpus` (CPUSetAllocator: LS applications get the LS share
+    /// pool): the cpuset controller is mounted.
+    pub cpuset: bool,
+    /// `cpu.bvt_warp_ns` (GroupIdentity: each application its class's bvt):
+    /// the kernel has Anolis group identity.
+    pub group_identity: bool,
+    /// What is enforced and, for each knob that is not, why.
+    pub detail: String,
+}
+
+impl HostAppsCapability {
+    /// The knobs enforceable here, comma separated, or `none`.
+    pub fn knobs(&self) -> String {
+        let knobs: Vec<&str> = [
+            ("cpuset.cpus", self.cpuset),
+            ("cpu.bvt_warp_ns", self.group_identity),
+        ]
+        .into_iter()
+        .filter_map(|(knob, ok)| ok.then_some(knob))
+        .collect();
+        if knobs.is_empty() {
+            "none".to_string()
+        } else {
+            knobs.join(",")
+        }
+    }
+
+    /// Both knobs are enforceable.
+    pub fn complete(&self) -> bool {
+        self.cpuset && self.group_identity
+    }
+}
+
+/// Derives the host application row from the node matrix (pure).
+pub fn capability(node: &crate::capabilities::NodeCapabilities) -> HostAppsCapability {
+    let cpuset = node.cgroup.controllers.iter().any(|c| c == "cpuset");
+    let group_identity = node.group_identity;
+    let mut parts = Vec::new();
+    if cpuset {
+        parts.push("cpuset.cpus for LS applications (CPUSetAllocator)".to_string());
+    } else {
+        parts.push(format!(
+            "cpuset.cpus not enforced: no cpuset controller among the mounted ones ({})",
+            if node.cgroup.controllers.is_empty() {
+                "none".to_string()
+            } else {
+                node.cgroup.controllers.join(",")
+            }
+        ));
+    }
+    if group_identity {
+        parts.push("cpu.bvt_warp_ns for every class (GroupIdentity)".to_string());
+    } else {
+        let why = node
+            .reasons
+            .get("groupIdentity")
+            .cloned()
+            .unwrap_or_else(|| "the kernel has no group identity".to_string());
+        parts.push(format!("cpu.bvt_warp_ns not enforced: {why}"));
+    }
+    HostAppsCapability {
+        cpuset,
+        group_identity,
+        detail: parts.join("; "),
+    }
+}
+
 fn quoted(text: &str) -> String {
     for_log(text).into_owned()
 }

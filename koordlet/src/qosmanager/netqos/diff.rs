@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::plan::{
-    HtbClassSpec, MAJOR, NetQosClass, NetQosPlan, POD_FILTER_PRIO_V4, POD_FILTER_PRIO_V6,
-    PodIpFilter, QDISC_MINOR, SYSTEM_CLASS_MINOR, handle,
+    BE_CLASS_MINOR, HtbClassSpec, MAJOR, NetQosClass, NetQosPlan, POD_FILTER_PRIO_V4,
+    POD_FILTER_PRIO_V6, PodIpFilter, QDISC_MINOR, SYSTEM_CLASS_MINOR, handle,
 };
 
 /// At most this many changes are made in one round; the rest wait for the
@@ -79,12 +79,34 @@ pub enum TcAction {
     DeleteRootQdisc,
     AddClass(HtbClassSpec),
     ChangeClass(HtbClassSpec),
+    /// Delete a pod's class that is no longer planned (after the filters
+    /// sending to it: the kernel refuses a class still bound to a filter).
+    DeleteClass {
+        handle: u32,
+        parent: u32,
+    },
     AddFilter(PodIpFilter),
     DeleteFilter {
         prio: u16,
         protocol: u16,
         handle: u32,
     },
+}
+
+impl TcAction {
+    /// `(object, operation)` for the metrics: qdisc/class/filter and
+    /// add/change/delete (a replaced qdisc counts as an add).
+    pub const fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::ReplaceRootQdisc { .. } => ("qdisc", "add"),
+            Self::DeleteRootQdisc => ("qdisc", "delete"),
+            Self::AddClass(_) => ("class", "add"),
+            Self::ChangeClass(_) => ("class", "change"),
+            Self::DeleteClass { .. } => ("class", "delete"),
+            Self::AddFilter(_) => ("filter", "add"),
+            Self::DeleteFilter { .. } => ("filter", "delete"),
+        }
+    }
 }
 
 /// The changes of one round and how many were left for the next.
@@ -132,8 +154,9 @@ pub fn burst_ticks(bytes: u64, rate_bytes: u64) -> u32 {
 }
 
 /// The changes that bring `observed` to `plan`: the qdisc first, then the
-/// classes (parents first), then filter deletions, then filter additions;
-/// at most [`MAX_ACTIONS_PER_ROUND`].
+/// classes (parents first), then filter deletions, then deletions of pod
+/// classes no longer planned, then filter additions; at most
+/// [`MAX_ACTIONS_PER_ROUND`].
 pub fn reconcile(observed: &ObservedTc, plan: &NetQosPlan) -> TcChanges {
     let mut actions = Vec::new();
     let fresh = !observed.has_our_qdisc()
@@ -171,7 +194,7 @@ pub fn reconcile(observed: &ObservedTc, plan: &NetQosPlan) -> TcChanges {
             let slot_matches = filter_slot(&ip) == (filter.prio, filter.protocol);
             let class_matches = wanted
                 .get(&ip)
-                .is_some_and(|want| Some(handle(MAJOR, want.class.minor())) == filter.class);
+                .is_some_and(|want| Some(handle(MAJOR, want.target_minor)) == filter.class);
             slot_matches && class_matches && kept.insert(ip, ()).is_none()
         });
         if !keep {
@@ -179,6 +202,22 @@ pub fn reconcile(observed: &ObservedTc, plan: &NetQosPlan) -> TcChanges {
                 prio: filter.prio,
                 protocol: filter.protocol,
                 handle: filter.handle,
+            });
+        }
+    }
+    // Classes below `1:` beyond the fixed four are pod classes (ours, or
+    // upstream's random minors): the ones not planned go.
+    for class in &observed.classes {
+        let ours_major = class.handle >> 16 == u32::from(MAJOR);
+        let minor = class.handle & 0xFFFF;
+        let planned = plan
+            .classes
+            .iter()
+            .any(|spec| spec.handle() == class.handle);
+        if ours_major && minor > u32::from(BE_CLASS_MINOR) && !planned {
+            actions.push(TcAction::DeleteClass {
+                handle: class.handle,
+                parent: class.parent,
             });
         }
     }

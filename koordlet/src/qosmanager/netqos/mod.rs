@@ -6,26 +6,30 @@
 //!   and per-IP filters);
 //! - [`diff`]: the pure reconcile (read-back state + plan → bounded changes);
 //! - [`netlink`]: the rtnetlink shell that reads back and applies;
-//! - [`capability`]: whether this kernel has what it takes.
+//! - [`capability`]: whether this kernel has what it takes;
+//! - [`metrics`]: what rounds decide and change, as Prometheus metrics.
 //!
 //! [`spawn`] runs rounds on a thread of their own while the gate is on.
 
 pub mod capability;
 pub mod diff;
+pub mod metrics;
 pub mod netlink;
 pub mod plan;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use apis::extension::constants::LABEL_POD_QOS;
+use apis::extension::constants::{ANNOTATION_NETWORK_QOS, LABEL_POD_QOS};
 use apis::slo::v1alpha1::NodeSLOSpec;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use diff::{ObservedTc, TcAction, TcChanges, reconcile, removal};
+pub use metrics::NetQosMetrics;
 pub use netlink::{NetlinkError, RouteSocket};
-pub use plan::{NetQosDecision, NetQosPlan, NetQosPod, decide};
+pub use plan::{NetQosDecision, NetQosPlan, NetQosPod, PodNetworkQos, decide};
 
 /// Upstream's feature gate (default off).
 pub const FEATURE: &str = "TCNetworkQoS";
@@ -74,6 +78,13 @@ pub fn net_qos_pod(pod: &Pod) -> NetQosPod {
             .and_then(|s| s.host_network)
             .unwrap_or(false),
         terminated: matches!(phase, "Succeeded" | "Failed"),
+        network_qos: PodNetworkQos::from_annotation(
+            metadata
+                .annotations
+                .as_ref()
+                .and_then(|annotations| annotations.get(ANNOTATION_NETWORK_QOS))
+                .map(String::as_str),
+        ),
     }
 }
 
@@ -105,6 +116,10 @@ pub struct RoundReport {
     pub errors: Vec<String>,
     /// Why nothing was applied, for Leave decisions.
     pub left: Option<String>,
+    /// Changes made, by [`TcAction::kind`].
+    pub applied_by_kind: BTreeMap<(&'static str, &'static str), usize>,
+    /// Changes the kernel refused, by [`TcAction::kind`].
+    pub failed: BTreeMap<(&'static str, &'static str), usize>,
 }
 
 /// One round on the interface `ifindex`: decide, read back, change what
@@ -117,8 +132,17 @@ pub fn run_round(
     link_speed_mbps: Option<u64>,
 ) -> Result<RoundReport, NetlinkError> {
     let decision = decide(spec, pods, link_speed_mbps);
+    apply_decision(socket, ifindex, &decision)
+}
+
+/// Reads the uplink back and carries out `decision` on it.
+pub fn apply_decision(
+    socket: &mut RouteSocket,
+    ifindex: u32,
+    decision: &NetQosDecision,
+) -> Result<RoundReport, NetlinkError> {
     let observed = socket.observe(ifindex)?;
-    let changes = match &decision {
+    let changes = match decision {
         NetQosDecision::Apply(plan) => {
             for note in &plan.notes {
                 tracing::info!(feature = FEATURE, "network QoS: {note}");
@@ -148,6 +172,7 @@ pub fn run_round(
             Ok(()) => {
                 tracing::debug!(feature = FEATURE, ?action, "network QoS change applied");
                 report.applied += 1;
+                *report.applied_by_kind.entry(action.kind()).or_insert(0) += 1;
             }
             Err(err) => {
                 tracing::warn!(
@@ -156,6 +181,7 @@ pub fn run_round(
                     "network QoS change failed: {err}"
                 );
                 report.errors.push(err.to_string());
+                *report.failed.entry(action.kind()).or_insert(0) += 1;
             }
         }
     }
@@ -169,12 +195,14 @@ pub fn spawn(
     states: crate::statesinformer::StatesInformer,
     proc_root: PathBuf,
     sys_root: PathBuf,
+    metrics: NetQosMetrics,
     shutdown: koord_common::Shutdown,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("koordlet-netqos".to_string())
         .spawn(move || {
             let capability = capability::probe_host(&proc_root);
+            metrics.record_capability(&capability);
             if !capability.supported {
                 tracing::warn!(
                     feature = FEATURE,
@@ -191,7 +219,7 @@ pub fn spawn(
                 }
             };
             while !shutdown.is_triggered() {
-                round_on_uplink(&mut socket, &states, &sys_root);
+                round_on_uplink(&mut socket, &states, &sys_root, &metrics);
                 std::thread::sleep(ROUND_INTERVAL);
             }
         })
@@ -201,6 +229,7 @@ fn round_on_uplink(
     socket: &mut RouteSocket,
     states: &crate::statesinformer::StatesInformer,
     sys_root: &Path,
+    metrics: &NetQosMetrics,
 ) {
     let ifindex = match socket.default_route_link() {
         Ok(Some(index)) => index,
@@ -209,10 +238,12 @@ fn round_on_uplink(
                 feature = FEATURE,
                 "no IPv4 default route: no uplink to shape"
             );
+            metrics.record_failed_round();
             return;
         }
         Err(err) => {
             tracing::warn!(feature = FEATURE, "cannot find the uplink: {err}");
+            metrics.record_failed_round();
             return;
         }
     };
@@ -225,16 +256,25 @@ fn round_on_uplink(
         .pods()
         .map(|snapshot| snapshot.pods.iter().map(net_qos_pod).collect())
         .unwrap_or_default();
-    match run_round(socket, ifindex, slo.as_ref().map(|s| &s.spec), &pods, speed) {
-        Ok(report) if !report.errors.is_empty() || report.deferred > 0 => tracing::warn!(
-            feature = FEATURE,
-            applied = report.applied,
-            deferred = report.deferred,
-            errors = report.errors.len(),
-            "network QoS round incomplete"
-        ),
-        Ok(_) => {}
-        Err(err) => tracing::warn!(feature = FEATURE, "network QoS round failed: {err}"),
+    let decision = decide(slo.as_ref().map(|s| &s.spec), &pods, speed);
+    metrics.record_decision(&decision);
+    match apply_decision(socket, ifindex, &decision) {
+        Ok(report) => {
+            if !report.errors.is_empty() || report.deferred > 0 {
+                tracing::warn!(
+                    feature = FEATURE,
+                    applied = report.applied,
+                    deferred = report.deferred,
+                    errors = report.errors.len(),
+                    "network QoS round incomplete"
+                );
+            }
+            metrics.record_round(&report);
+        }
+        Err(err) => {
+            tracing::warn!(feature = FEATURE, "network QoS round failed: {err}");
+            metrics.record_failed_round();
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 use super::diff::{
     ETH_P_IP, ETH_P_IPV6, ObservedClass, ObservedFilter, ObservedQdisc, ObservedTc, TcAction,
-    class_handle, filter_slot, wire_class,
+    filter_slot, wire_class,
 };
 use super::plan::{
     HtbClassSpec, MAJOR, PodIpFilter, QDISC_MINOR, RATE_TO_QUANTUM, TC_H_ROOT, handle,
@@ -358,6 +358,18 @@ impl RouteSocket {
                 self.put_class(index, spec, NLM_F_CREATE | NLM_F_EXCL, "add")
             }
             TcAction::ChangeClass(spec) => self.put_class(index, spec, 0, "change"),
+            TcAction::DeleteClass {
+                handle: doomed,
+                parent,
+            } => {
+                let header = tc_header(index, *doomed, *parent, 0);
+                self.request(
+                    RouteNetlinkMessage::DelTrafficClass(TcMessage::from_parts(header, Vec::new())),
+                    0,
+                    &format!("delete htb class 1:{:x}", doomed & 0xFFFF),
+                )?;
+                Ok(())
+            }
             TcAction::AddFilter(filter) => self.add_filter(index, filter),
             TcAction::DeleteFilter {
                 prio,
@@ -425,8 +437,9 @@ impl RouteSocket {
             filter_info(prio, protocol),
         );
         let options = vec![
-            TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(class_handle(
-                filter.class,
+            TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(handle(
+                MAJOR,
+                filter.target_minor,
             )))),
             TcOption::U32(TcFilterU32Option::Selector(source_selector(&filter.ip))),
         ];

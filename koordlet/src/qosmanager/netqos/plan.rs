@@ -12,7 +12,13 @@
 //!   into the default, system, class);
 //! - a percentage (integer) outside 0..=100 and an unparsable quantity count
 //!   as 0; bandwidth values are bits per second (upstream divides by 8 for
-//!   the kernel's bytes per second).
+//!   the kernel's bytes per second);
+//! - a pod whose `koordinator.sh/networkQOS` annotation
+//!   (`{"ingressLimit": "...", "egressLimit": "..."}`, quantities in bits per
+//!   second) sets a non-zero limit gets an HTB class of its own under `1:1`,
+//!   rate = ceil = its egress limit, with its QoS class's priority, and its
+//!   address filter sends there; a bad annotation is logged and the pod
+//!   stays in its QoS class; the ingress limit is parsed, not enforced.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -53,6 +59,15 @@ pub const MIN_QUANTUM_BYTES: u32 = 1_000;
 pub const MAX_QUANTUM_BYTES: u32 = 200_000;
 /// At most this many pod-IP filters are planned (bounded work per round).
 pub const MAX_POD_FILTERS: usize = 4096;
+/// Minors of the per-pod classes: `POD_CLASS_MINOR_FIRST` and the
+/// `MAX_POD_CLASSES - 1` after it (upstream picks random minors, which may
+/// collide with its fixed classes).
+pub const POD_CLASS_MINOR_FIRST: u16 = 0x100;
+/// At most this many pods get a class of their own; the rest stay in their
+/// QoS class (noted).
+pub const MAX_POD_CLASSES: u16 = 1024;
+/// Longest `koordinator.sh/networkQOS` value accepted.
+pub const MAX_POD_ANNOTATION_BYTES: usize = 1024;
 
 /// The kernel's handle of "the root" as a parent (`TC_H_ROOT`).
 pub const TC_H_ROOT: u32 = 0xFFFF_FFFF;
@@ -97,6 +112,117 @@ impl NetQosClass {
             Self::Be => "be",
         }
     }
+
+    /// The HTB priority of the class (and of pod classes of its pods).
+    pub const fn prio(self) -> u32 {
+        match self {
+            Self::System => SYSTEM_CLASS_PRIO,
+            Self::Ls => LS_CLASS_PRIO,
+            Self::Be => BE_CLASS_PRIO,
+        }
+    }
+}
+
+/// A pod's own limits from `koordinator.sh/networkQOS`, bits per second;
+/// 0 means no limit in that direction (upstream's default "0").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PodBandwidthLimits {
+    pub ingress_bps: u64,
+    pub egress_bps: u64,
+}
+
+/// Why a `koordinator.sh/networkQOS` annotation was not used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodAnnotationError {
+    #[error("{0} bytes is longer than the {MAX_POD_ANNOTATION_BYTES} accepted")]
+    TooLong(usize),
+    #[error("not a JSON object: {0}")]
+    NotAnObject(String),
+    #[error("{field} is not a string")]
+    NotAString { field: &'static str },
+    #[error("{field} {value:?} is not a quantity: {reason}")]
+    BadQuantity {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{field} {value:?} is negative")]
+    Negative { field: &'static str, value: String },
+}
+
+/// What a pod's annotation said.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PodNetworkQos {
+    /// Absent or empty: the pod's QoS class decides.
+    #[default]
+    Unset,
+    Limits(PodBandwidthLimits),
+    Invalid(PodAnnotationError),
+}
+
+impl PodNetworkQos {
+    /// From the annotation's value, if any (upstream ignores an empty one).
+    pub fn from_annotation(value: Option<&str>) -> Self {
+        match value {
+            None | Some("") => Self::Unset,
+            Some(text) => match parse_pod_network_qos(text) {
+                Ok(limits) => Self::Limits(limits),
+                Err(err) => Self::Invalid(err),
+            },
+        }
+    }
+}
+
+/// Parses `{"ingressLimit": "10M", "egressLimit": "20M"}` (upstream's
+/// `NetworkQoS`): both optional, quantities in bits per second. As Go's
+/// decoder, key case does not matter (an exact match wins), unknown keys and
+/// `null` values are ignored. Unlike upstream, a negative quantity is an
+/// error (Go would wrap it into a huge unsigned rate).
+pub fn parse_pod_network_qos(text: &str) -> Result<PodBandwidthLimits, PodAnnotationError> {
+    if text.len() > MAX_POD_ANNOTATION_BYTES {
+        return Err(PodAnnotationError::TooLong(text.len()));
+    }
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|err| PodAnnotationError::NotAnObject(err.to_string()))?;
+    let serde_json::Value::Object(object) = value else {
+        return Err(PodAnnotationError::NotAnObject(
+            "the value is not an object".to_string(),
+        ));
+    };
+    let field = |name: &'static str| -> Result<u64, PodAnnotationError> {
+        let found = object.get(name).or_else(|| {
+            object
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value)
+        });
+        let text = match found {
+            None | Some(serde_json::Value::Null) => return Ok(0),
+            Some(serde_json::Value::String(text)) => text,
+            Some(_) => return Err(PodAnnotationError::NotAString { field: name }),
+        };
+        let quantity =
+            QuantityValue::parse(text).map_err(|err| PodAnnotationError::BadQuantity {
+                field: name,
+                value: text.clone(),
+                reason: err.to_string(),
+            })?;
+        let value = quantity
+            .checked_value()
+            .ok_or_else(|| PodAnnotationError::BadQuantity {
+                field: name,
+                value: text.clone(),
+                reason: "beyond the 64-bit range".to_string(),
+            })?;
+        u64::try_from(value).map_err(|_| PodAnnotationError::Negative {
+            field: name,
+            value: text.clone(),
+        })
+    };
+    Ok(PodBandwidthLimits {
+        ingress_bps: field("ingressLimit")?,
+        egress_bps: field("egressLimit")?,
+    })
 }
 
 /// What the core needs of a pod.
@@ -114,6 +240,8 @@ pub struct NetQosPod {
     pub host_network: bool,
     /// Succeeded or Failed: its IPs may already belong to another pod.
     pub terminated: bool,
+    /// The `koordinator.sh/networkQOS` annotation.
+    pub network_qos: PodNetworkQos,
 }
 
 /// Rate (guarantee) and ceil (limit) of one direction, bits per second.
@@ -160,13 +288,70 @@ impl HtbClassSpec {
     }
 }
 
-/// One u32 filter: packets whose source is `ip` go to class `1:<minor>`.
+/// One u32 filter: packets whose source is `ip` go to class `1:<target_minor>`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PodIpFilter {
     pub ip: IpAddr,
+    /// The pod's QoS class.
     pub class: NetQosClass,
     /// The pod this address belongs to (`namespace/name`).
     pub pod: String,
+    /// The class the filter sends to: the QoS class's minor, or the pod's own
+    /// class when its annotation limits it.
+    pub target_minor: u16,
+}
+
+/// A pod with a class of its own (from `koordinator.sh/networkQOS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodClass {
+    pub pod: String,
+    pub class: NetQosClass,
+    pub minor: u16,
+    /// The egress limit enforced (rate = ceil), after clamping to the total.
+    pub egress_bps: u64,
+    /// Parsed, not enforced.
+    pub ingress_bps: u64,
+}
+
+/// Why a pod, or part of what it asked, was not enforced: the bounded set
+/// of reasons the metrics count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PodRefusal {
+    /// Host network: its packets carry the node's address.
+    HostNetwork,
+    /// Its `koordinator.sh/networkQOS` is malformed; the QoS class decides.
+    InvalidAnnotation,
+    /// It asks for an ingress limit, which is not enforced.
+    IngressNotEnforced,
+    /// One of its addresses is claimed by another pod.
+    AddressConflict,
+    /// Beyond [`MAX_POD_FILTERS`] addresses.
+    FilterLimit,
+    /// Beyond [`MAX_POD_CLASSES`] pods with their own class.
+    PodClassLimit,
+}
+
+impl PodRefusal {
+    pub const ALL: [Self; 6] = [
+        Self::HostNetwork,
+        Self::InvalidAnnotation,
+        Self::IngressNotEnforced,
+        Self::AddressConflict,
+        Self::FilterLimit,
+        Self::PodClassLimit,
+    ];
+
+    /// The `reason` label value.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::HostNetwork => "host_network",
+            Self::InvalidAnnotation => "invalid_annotation",
+            Self::IngressNotEnforced => "ingress_not_enforced",
+            Self::AddressConflict => "address_conflict",
+            Self::FilterLimit => "filter_limit",
+            Self::PodClassLimit => "pod_class_limit",
+        }
+    }
 }
 
 /// Ingress figures of a class: computed as upstream does, not enforced here
@@ -189,6 +374,11 @@ pub struct NetQosPlan {
     pub classes: Vec<HtbClassSpec>,
     /// Sorted by address.
     pub filters: Vec<PodIpFilter>,
+    /// Pods with a class of their own, in pod key order (their classes are
+    /// in `classes` after the four fixed ones).
+    pub pod_classes: Vec<PodClass>,
+    /// How many pods each refusal touched this round.
+    pub refusals: BTreeMap<PodRefusal, usize>,
     pub ingress: IngressFigures,
     /// Clamps, skipped pods, conflicts: one sentence each.
     pub notes: Vec<String>,
@@ -388,7 +578,7 @@ pub fn decide(
         rate_bps: total.max(MIN_CLASS_RATE_BPS),
         ceil_bps: total.max(MIN_CLASS_RATE_BPS),
     };
-    let classes = vec![
+    let mut classes = vec![
         HtbClassSpec::new(ROOT_CLASS_MINOR, root_parent, whole, 0),
         HtbClassSpec::new(
             SYSTEM_CLASS_MINOR,
@@ -402,24 +592,79 @@ pub fn decide(
         HtbClassSpec::new(LS_CLASS_MINOR, root, ls_egress, LS_CLASS_PRIO),
         HtbClassSpec::new(BE_CLASS_MINOR, root, be_egress, BE_CLASS_PRIO),
     ];
-    let filters = pod_filters(pods, &mut notes);
+    let classified = classify_pods(pods, total, &mut notes);
+    classes.extend(classified.pod_classes.iter().map(|pod_class| {
+        HtbClassSpec::new(
+            pod_class.minor,
+            root,
+            RateCeil {
+                rate_bps: pod_class.egress_bps,
+                ceil_bps: pod_class.egress_bps,
+            },
+            pod_class.class.prio(),
+        )
+    }));
     NetQosDecision::Apply(NetQosPlan {
         total_bps: total,
         total_source,
         classes,
-        filters,
+        filters: classified.filters,
+        pod_classes: classified.pod_classes,
+        refusals: classified.refusals,
         ingress,
         notes,
     })
 }
 
+/// FNV-1a: a per-pod starting minor that is the same in every process (the
+/// standard hasher promises no stability).
+fn stable_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Minors of the per-pod classes: each pod starts at the slot its key hashes
+/// to and takes the next free one, in pod key order, so a pod keeps its
+/// minor across rounds unless a colliding pod comes or goes.
+#[derive(Debug, Default)]
+struct PodMinors {
+    used: std::collections::BTreeSet<u16>,
+}
+
+impl PodMinors {
+    fn allocate(&mut self, key: &str) -> Option<u16> {
+        let slots = u64::from(MAX_POD_CLASSES);
+        let start = stable_hash(key) % slots;
+        (0..slots).find_map(|step| {
+            let offset = u16::try_from((start + step) % slots).ok()?;
+            let minor = POD_CLASS_MINOR_FIRST + offset;
+            self.used.insert(minor).then_some(minor)
+        })
+    }
+}
+
+/// Filters, per-pod classes and refusals of one round.
+#[derive(Debug, Default)]
+struct Classified {
+    filters: Vec<PodIpFilter>,
+    pod_classes: Vec<PodClass>,
+    refusals: BTreeMap<PodRefusal, usize>,
+}
+
 /// One filter per distinct pod address; a conflicting claim on an address
-/// keeps the first pod in key order and is noted.
-fn pod_filters(pods: &[NetQosPod], notes: &mut Vec<String>) -> Vec<PodIpFilter> {
+/// keeps the first pod in key order and is noted. A pod whose annotation
+/// sets an egress limit gets a class of its own.
+fn classify_pods(pods: &[NetQosPod], total: u64, notes: &mut Vec<String>) -> Classified {
     let mut ordered: Vec<&NetQosPod> = pods.iter().collect();
     ordered.sort_by(|a, b| a.key.cmp(&b.key));
     let mut by_ip: BTreeMap<IpAddr, PodIpFilter> = BTreeMap::new();
-    let mut overflow = 0usize;
+    let mut out = Classified::default();
+    let mut minors = PodMinors::default();
+    let mut filter_overflow = 0usize;
+    let refuse = |out: &mut Classified, reason: PodRefusal| {
+        *out.refusals.entry(reason).or_insert(0) += 1;
+    };
     for pod in ordered {
         let Some(class) = pod.qos_label.as_deref().and_then(NetQosClass::from_label) else {
             continue;
@@ -427,41 +672,114 @@ fn pod_filters(pods: &[NetQosPod], notes: &mut Vec<String>) -> Vec<PodIpFilter> 
         if pod.terminated {
             continue;
         }
+        let limits = match &pod.network_qos {
+            PodNetworkQos::Unset => PodBandwidthLimits::default(),
+            PodNetworkQos::Limits(limits) => *limits,
+            PodNetworkQos::Invalid(err) => {
+                notes.push(format!(
+                    "pod {}: {} ignored ({err}); it stays in the {} class",
+                    pod.key,
+                    apis::extension::constants::ANNOTATION_NETWORK_QOS,
+                    class.name()
+                ));
+                refuse(&mut out, PodRefusal::InvalidAnnotation);
+                PodBandwidthLimits::default()
+            }
+        };
+        if limits.ingress_bps > 0 {
+            notes.push(format!(
+                "pod {}: ingressLimit {} bit/s is not enforced (no ingress shaping)",
+                pod.key, limits.ingress_bps
+            ));
+            refuse(&mut out, PodRefusal::IngressNotEnforced);
+        }
         if pod.host_network {
             notes.push(format!(
                 "pod {} uses the host network: its traffic carries the node's address and is not classified",
                 pod.key
             ));
+            refuse(&mut out, PodRefusal::HostNetwork);
             continue;
         }
+        let mut free_ips = Vec::new();
+        let mut conflicted = false;
         for ip in &pod.ips {
-            if let Some(existing) = by_ip.get(ip) {
-                if existing.pod != pod.key {
+            match by_ip.get(ip) {
+                Some(existing) if existing.pod != pod.key => {
                     notes.push(format!(
                         "address {ip} is claimed by pods {} and {}; keeping {}",
                         existing.pod, pod.key, existing.pod
                     ));
+                    conflicted = true;
                 }
-                continue;
+                Some(_) => {}
+                None if !free_ips.contains(ip) => free_ips.push(*ip),
+                None => {}
             }
+        }
+        if conflicted {
+            refuse(&mut out, PodRefusal::AddressConflict);
+        }
+        if free_ips.is_empty() {
+            continue;
+        }
+        let mut target_minor = class.minor();
+        if limits.egress_bps > 0 {
+            match minors.allocate(&pod.key) {
+                Some(minor) => {
+                    let mut egress = limits.egress_bps;
+                    if egress > total {
+                        notes.push(format!(
+                            "pod {}: egressLimit {egress} bit/s is above the total {total}; using the total",
+                            pod.key
+                        ));
+                        egress = total;
+                    }
+                    target_minor = minor;
+                    out.pod_classes.push(PodClass {
+                        pod: pod.key.clone(),
+                        class,
+                        minor,
+                        egress_bps: egress.max(MIN_CLASS_RATE_BPS),
+                        ingress_bps: limits.ingress_bps,
+                    });
+                }
+                None => {
+                    notes.push(format!(
+                        "pod {}: more than {MAX_POD_CLASSES} pods have their own limit; it stays in the {} class",
+                        pod.key,
+                        class.name()
+                    ));
+                    refuse(&mut out, PodRefusal::PodClassLimit);
+                }
+            }
+        }
+        let mut overflowed = false;
+        for ip in free_ips {
             if by_ip.len() >= MAX_POD_FILTERS {
-                overflow += 1;
+                filter_overflow += 1;
+                overflowed = true;
                 continue;
             }
             by_ip.insert(
-                *ip,
+                ip,
                 PodIpFilter {
-                    ip: *ip,
+                    ip,
                     class,
                     pod: pod.key.clone(),
+                    target_minor,
                 },
             );
         }
+        if overflowed {
+            refuse(&mut out, PodRefusal::FilterLimit);
+        }
     }
-    if overflow > 0 {
+    if filter_overflow > 0 {
         notes.push(format!(
-            "{overflow} pod addresses beyond the limit of {MAX_POD_FILTERS} filters are not classified"
+            "{filter_overflow} pod addresses beyond the limit of {MAX_POD_FILTERS} filters are not classified"
         ));
     }
-    by_ip.into_values().collect()
+    out.filters = by_ip.into_values().collect();
+    out
 }

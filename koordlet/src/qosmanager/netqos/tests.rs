@@ -215,6 +215,7 @@ fn pod(key: &str, label: Option<&str>, ips: &[&str]) -> NetQosPod {
         ips: ips.iter().map(|ip| ip.parse().unwrap()).collect(),
         host_network: false,
         terminated: false,
+        network_qos: PodNetworkQos::Unset,
     }
 }
 
@@ -278,6 +279,7 @@ fn filter_count_is_bounded() {
             ips: vec![IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))],
             host_network: false,
             terminated: false,
+            network_qos: PodNetworkQos::Unset,
         })
         .collect();
     let plan = plan_of(decide(Some(&spec), &pods, None));
@@ -341,7 +343,7 @@ fn in_sync(plan: &NetQosPlan) -> ObservedTc {
                     prio,
                     protocol,
                     handle: 0x8000_0800 + i as u32,
-                    class: Some(class_handle(f.class)),
+                    class: Some(handle(MAJOR, f.target_minor)),
                     source: Some(f.ip),
                 }
             })
@@ -432,6 +434,7 @@ fn reconcile_work_is_bounded() {
             ips: vec![IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))],
             host_network: false,
             terminated: false,
+            network_qos: PodNetworkQos::Unset,
         })
         .collect();
     let plan = sample_plan(&pods);
@@ -500,4 +503,413 @@ fn capability_probe_reports_what_is_missing() {
     assert_eq!(probe.htb, None);
     assert!(!probe.supported);
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn pod_annotation_is_parsed_as_upstream_and_validated() {
+    let limits = |ingress_bps, egress_bps| {
+        Ok(PodBandwidthLimits {
+            ingress_bps,
+            egress_bps,
+        })
+    };
+    let cases: Vec<(&str, Result<PodBandwidthLimits, PodAnnotationError>)> = vec![
+        (
+            r#"{"ingressLimit": "10M", "egressLimit": "20M"}"#,
+            limits(10_000_000, 20_000_000),
+        ),
+        // upstream terwayqos_test: Go's decoder ignores key case.
+        (
+            r#"{"IngressLimit": "1000", "EgressLimit": "2000"}"#,
+            limits(1000, 2000),
+        ),
+        (
+            r#"{"IngressLimit": "invalid", "EgressLimit": "2000"}"#,
+            Err(PodAnnotationError::BadQuantity {
+                field: "ingressLimit",
+                value: "invalid".into(),
+                reason: String::new(),
+            }),
+        ),
+        // Absent and null keep upstream's default "0"; unknown keys are ignored.
+        (r#"{}"#, limits(0, 0)),
+        (r#"{"egressLimit": null, "other": 1}"#, limits(0, 0)),
+        (r#"{"egressLimit": "1.5k"}"#, limits(0, 1500)),
+        // An exact key wins over another spelling.
+        (
+            r#"{"EGRESSLIMIT": "1k", "egressLimit": "2k"}"#,
+            limits(0, 2000),
+        ),
+        (
+            r#"{"egressLimit": 5}"#,
+            Err(PodAnnotationError::NotAString {
+                field: "egressLimit",
+            }),
+        ),
+        (
+            r#"{"egressLimit": "-1M"}"#,
+            Err(PodAnnotationError::Negative {
+                field: "egressLimit",
+                value: "-1M".into(),
+            }),
+        ),
+        (
+            r#"{"egressLimit": "1e30"}"#,
+            Err(PodAnnotationError::BadQuantity {
+                field: "egressLimit",
+                value: "1e30".into(),
+                reason: String::new(),
+            }),
+        ),
+        ("[]", Err(PodAnnotationError::NotAnObject(String::new()))),
+        ("10M", Err(PodAnnotationError::NotAnObject(String::new()))),
+    ];
+    // Reasons come from other parsers: compare everything else.
+    let shape = |r: Result<PodBandwidthLimits, PodAnnotationError>| match r {
+        Err(PodAnnotationError::BadQuantity { field, value, .. }) => {
+            Err(PodAnnotationError::BadQuantity {
+                field,
+                value,
+                reason: String::new(),
+            })
+        }
+        Err(PodAnnotationError::NotAnObject(_)) => {
+            Err(PodAnnotationError::NotAnObject(String::new()))
+        }
+        other => other,
+    };
+    for (text, want) in cases {
+        assert_eq!(shape(parse_pod_network_qos(text)), want, "{text}");
+    }
+    let long = format!(r#"{{"egressLimit": "{}"}}"#, "1".repeat(2000));
+    assert!(matches!(
+        parse_pod_network_qos(&long),
+        Err(PodAnnotationError::TooLong(_))
+    ));
+    assert_eq!(
+        PodNetworkQos::from_annotation(Some("")),
+        PodNetworkQos::Unset
+    );
+    assert_eq!(PodNetworkQos::from_annotation(None), PodNetworkQos::Unset);
+    assert!(matches!(
+        PodNetworkQos::from_annotation(Some("{")),
+        PodNetworkQos::Invalid(_)
+    ));
+}
+
+fn with_qos(mut pod: NetQosPod, annotation: &str) -> NetQosPod {
+    pod.network_qos = PodNetworkQos::from_annotation(Some(annotation));
+    pod
+}
+
+#[test]
+fn pods_with_their_own_limit_get_a_class_under_the_root() {
+    let spec = slo(
+        Some("100M"),
+        Some(cfg(true, pct(50), None)),
+        Some(cfg(true, pct(5), pct(20))),
+    );
+    let mut host = with_qos(
+        pod("ns/host", Some("LS"), &["192.168.0.1"]),
+        r#"{"egressLimit": "5M"}"#,
+    );
+    host.host_network = true;
+    let pods = vec![
+        with_qos(
+            pod("ns/ls-limited", Some("LS"), &["10.0.0.1", "fd00::1"]),
+            r#"{"egressLimit": "10M"}"#,
+        ),
+        with_qos(
+            pod("ns/be-limited", Some("BE"), &["10.0.0.2"]),
+            r#"{"egressLimit": "1G", "ingressLimit": "3M"}"#,
+        ),
+        with_qos(
+            pod("ns/be-bad", Some("BE"), &["10.0.0.3"]),
+            r#"{"egressLimit": "lots"}"#,
+        ),
+        with_qos(
+            pod("ns/ls-ingress", Some("LS"), &["10.0.0.4"]),
+            r#"{"ingressLimit": "3M"}"#,
+        ),
+        // No QoS label: not classified at all, annotation or not.
+        with_qos(
+            pod("ns/unlabelled", None, &["10.0.0.5"]),
+            r#"{"egressLimit": "1M"}"#,
+        ),
+        host,
+    ];
+    let plan = plan_of(decide(Some(&spec), &pods, None));
+    let own: Vec<(&str, NetQosClass, u64, u64)> = plan
+        .pod_classes
+        .iter()
+        .map(|c| (c.pod.as_str(), c.class, c.egress_bps, c.ingress_bps))
+        .collect();
+    // In key order; the 1G limit is clamped to the 100M total.
+    assert_eq!(
+        own,
+        vec![
+            ("ns/be-limited", NetQosClass::Be, 100_000_000, 3_000_000),
+            ("ns/ls-limited", NetQosClass::Ls, 10_000_000, 0),
+        ]
+    );
+    let minor_of = |pod: &str| {
+        plan.pod_classes
+            .iter()
+            .find(|c| c.pod == pod)
+            .map(|c| c.minor)
+            .unwrap()
+    };
+    for pod_class in &plan.pod_classes {
+        assert!(
+            (POD_CLASS_MINOR_FIRST..POD_CLASS_MINOR_FIRST + MAX_POD_CLASSES)
+                .contains(&pod_class.minor)
+        );
+        // Upstream: parent 1:1, rate = ceil = egress, the QoS class's prio.
+        let spec = plan.class(pod_class.minor).unwrap();
+        assert_eq!(spec.parent, handle(MAJOR, ROOT_CLASS_MINOR));
+        assert_eq!(
+            (spec.rate_bps, spec.ceil_bps),
+            (pod_class.egress_bps, pod_class.egress_bps)
+        );
+        assert_eq!(spec.prio, pod_class.class.prio());
+    }
+    assert_eq!(plan.classes.len(), 4 + 2);
+    let targets: Vec<(String, u16)> = plan
+        .filters
+        .iter()
+        .map(|f| (f.ip.to_string(), f.target_minor))
+        .collect();
+    assert_eq!(
+        targets,
+        vec![
+            ("10.0.0.1".to_string(), minor_of("ns/ls-limited")),
+            ("10.0.0.2".to_string(), minor_of("ns/be-limited")),
+            ("10.0.0.3".to_string(), BE_CLASS_MINOR),
+            ("10.0.0.4".to_string(), LS_CLASS_MINOR),
+            ("fd00::1".to_string(), minor_of("ns/ls-limited")),
+        ]
+    );
+    let refusals: Vec<(PodRefusal, usize)> = plan.refusals.iter().map(|(r, n)| (*r, *n)).collect();
+    assert_eq!(
+        refusals,
+        vec![
+            (PodRefusal::HostNetwork, 1),
+            (PodRefusal::InvalidAnnotation, 1),
+            (PodRefusal::IngressNotEnforced, 2),
+        ]
+    );
+    for expected in [
+        "pod ns/be-bad: koordinator.sh/networkQOS ignored",
+        "ingressLimit 3000000 bit/s is not enforced",
+        "egressLimit 1000000000 bit/s is above the total",
+        "pod ns/host uses the host network",
+    ] {
+        assert!(
+            plan.notes.iter().any(|n| n.contains(expected)),
+            "{expected} not in {:?}",
+            plan.notes
+        );
+    }
+}
+
+#[test]
+fn pod_class_minors_are_stable_and_bounded() {
+    let spec = slo(Some("100M"), Some(cfg(true, pct(50), None)), None);
+    let limited = |i: u32| {
+        with_qos(
+            NetQosPod {
+                key: format!("ns/p{i:05}"),
+                qos_label: Some("LS".into()),
+                ips: vec![IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))],
+                host_network: false,
+                terminated: false,
+                network_qos: PodNetworkQos::Unset,
+            },
+            r#"{"egressLimit": "1M"}"#,
+        )
+    };
+    let minors = |pods: &[NetQosPod]| -> std::collections::BTreeMap<String, u16> {
+        plan_of(decide(Some(&spec), pods, None))
+            .pod_classes
+            .into_iter()
+            .map(|c| (c.pod, c.minor))
+            .collect()
+    };
+    let pods: Vec<NetQosPod> = (0..20).map(limited).collect();
+    let first = minors(&pods);
+    let mut reversed = pods.clone();
+    reversed.reverse();
+    assert_eq!(minors(&reversed), first, "input order changes nothing");
+    // A pod leaving keeps everyone else's minor unless they collided with it.
+    let fewer = minors(&pods[1..]);
+    let moved = fewer
+        .iter()
+        .filter(|(pod, minor)| first[pod.as_str()] != **minor)
+        .count();
+    assert!(moved <= 1, "{moved} minors moved");
+
+    // More pods than pod classes: the rest stay in their class.
+    let many: Vec<NetQosPod> = (0..u32::from(MAX_POD_CLASSES) + 10).map(limited).collect();
+    let plan = plan_of(decide(Some(&spec), &many, None));
+    assert_eq!(plan.pod_classes.len(), usize::from(MAX_POD_CLASSES));
+    let distinct: std::collections::BTreeSet<u16> =
+        plan.pod_classes.iter().map(|c| c.minor).collect();
+    assert_eq!(distinct.len(), usize::from(MAX_POD_CLASSES));
+    assert_eq!(plan.refusals.get(&PodRefusal::PodClassLimit), Some(&10));
+    assert_eq!(
+        plan.filters
+            .iter()
+            .filter(|f| f.target_minor == LS_CLASS_MINOR)
+            .count(),
+        10
+    );
+}
+
+#[test]
+fn a_pod_class_no_longer_planned_is_deleted_after_its_filters() {
+    let limited = with_qos(
+        pod("ns/ls", Some("LS"), &["10.0.0.1"]),
+        r#"{"egressLimit": "10M"}"#,
+    );
+    let with_limit = sample_plan(std::slice::from_ref(&limited));
+    let minor = with_limit.pod_classes[0].minor;
+    let observed = in_sync(&with_limit);
+    assert_eq!(reconcile(&observed, &with_limit), TcChanges::default());
+    // The annotation goes: the filter moves to the LS class, the pod class goes.
+    let plain = sample_plan(&[pod("ns/ls", Some("LS"), &["10.0.0.1"])]);
+    let changes = reconcile(&observed, &plain);
+    assert_eq!(
+        changes.actions,
+        vec![
+            TcAction::DeleteFilter {
+                prio: 4,
+                protocol: ETH_P_IP,
+                handle: 0x8000_0800
+            },
+            TcAction::DeleteClass {
+                handle: handle(MAJOR, minor),
+                parent: handle(MAJOR, ROOT_CLASS_MINOR)
+            },
+            TcAction::AddFilter(plain.filters[0].clone()),
+        ]
+    );
+    assert_eq!(plain.filters[0].target_minor, LS_CLASS_MINOR);
+    // The limit changes: the class is changed in place, the filter kept.
+    let tighter = sample_plan(&[with_qos(
+        pod("ns/ls", Some("LS"), &["10.0.0.1"]),
+        r#"{"egressLimit": "5M"}"#,
+    )]);
+    let changes = reconcile(&observed, &tighter);
+    assert_eq!(
+        changes.actions,
+        vec![TcAction::ChangeClass(tighter.classes[4].clone())]
+    );
+    // Kinds for the metrics.
+    assert_eq!(changes.actions[0].kind(), ("class", "change"));
+    assert_eq!(
+        TcAction::DeleteClass {
+            handle: 0,
+            parent: 0
+        }
+        .kind(),
+        ("class", "delete")
+    );
+}
+
+#[test]
+fn pod_adapter_reads_the_network_qos_annotation() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "ns", "name": "p",
+                     "labels": {"koordinator.sh/qosClass": "LS"},
+                     "annotations": {"koordinator.sh/networkQOS": "{\"egressLimit\": \"10M\"}"}},
+        "status": {"phase": "Running", "podIP": "10.1.0.5"}
+    }))
+    .unwrap();
+    assert_eq!(
+        super::net_qos_pod(&pod).network_qos,
+        PodNetworkQos::Limits(PodBandwidthLimits {
+            ingress_bps: 0,
+            egress_bps: 10_000_000
+        })
+    );
+}
+
+#[test]
+fn metrics_report_decisions_rounds_and_refusals() {
+    use super::metrics::NetQosMetrics;
+    use koord_common::MetricsRegistry;
+    let registry = MetricsRegistry::new("koordlet");
+    let metrics = NetQosMetrics::register(&registry, "node-a");
+    metrics.record_capability(&super::capability::NetQosCapability {
+        supported: false,
+        netlink: true,
+        htb: Some(true),
+        u32_classifier: Some(false),
+        cgroup_classifier: None,
+        detail: String::new(),
+    });
+    let pods = vec![
+        with_qos(
+            pod("ns/ls", Some("LS"), &["10.0.0.1"]),
+            r#"{"egressLimit": "10M"}"#,
+        ),
+        pod("ns/be", Some("BE"), &["10.0.0.2", "10.0.0.3"]),
+        with_qos(pod("ns/bad", Some("BE"), &["10.0.0.4"]), "{"),
+    ];
+    let spec = slo(
+        Some("100M"),
+        Some(cfg(true, pct(50), None)),
+        Some(cfg(true, pct(5), pct(20))),
+    );
+    metrics.record_decision(&decide(Some(&spec), &pods, None));
+    let mut report = super::RoundReport {
+        applied: 3,
+        deferred: 2,
+        ..Default::default()
+    };
+    report.applied_by_kind.insert(("class", "add"), 2);
+    report.applied_by_kind.insert(("filter", "add"), 1);
+    report.failed.insert(("filter", "add"), 1);
+    metrics.record_round(&report);
+    metrics.record_round(&super::RoundReport::default());
+    metrics.record_failed_round();
+    let body = registry.encode().unwrap();
+    for expected in [
+        "koordlet_netqos_supported{node=\"node-a\"} 0",
+        "koordlet_netqos_missing{node=\"node-a\",part=\"u32\"} 1",
+        "koordlet_netqos_missing{node=\"node-a\",part=\"htb\"} 0",
+        "koordlet_netqos_decision{node=\"node-a\",decision=\"apply\"} 1",
+        "koordlet_netqos_decision{node=\"node-a\",decision=\"leave\"} 0",
+        "koordlet_netqos_total_bandwidth_bits_per_second{node=\"node-a\"} 100000000",
+        "koordlet_netqos_class_bandwidth_bits_per_second{node=\"node-a\",class=\"be\",direction=\"egress\",bound=\"ceil\"} 20000000",
+        "koordlet_netqos_class_bandwidth_bits_per_second{node=\"node-a\",class=\"ls\",direction=\"egress\",bound=\"rate\"} 50000000",
+        "koordlet_netqos_class_bandwidth_bits_per_second{node=\"node-a\",class=\"root\",direction=\"egress\",bound=\"ceil\"} 100000000",
+        "koordlet_netqos_class_bandwidth_bits_per_second{node=\"node-a\",class=\"ls\",direction=\"ingress\",bound=\"ceil\"} 100000000",
+        "koordlet_netqos_classified_pods{node=\"node-a\",class=\"be\"} 2",
+        "koordlet_netqos_classified_pods{node=\"node-a\",class=\"ls\"} 1",
+        "koordlet_netqos_classified_pods{node=\"node-a\",class=\"system\"} 0",
+        "koordlet_netqos_pod_classes{node=\"node-a\"} 1",
+        "koordlet_netqos_filters{node=\"node-a\"} 4",
+        "koordlet_netqos_refused_pods{node=\"node-a\",reason=\"invalid_annotation\"} 1",
+        "koordlet_netqos_refused_pods{node=\"node-a\",reason=\"host_network\"} 0",
+        "koordlet_netqos_rounds_total{node=\"node-a\",result=\"incomplete\"} 1",
+        "koordlet_netqos_rounds_total{node=\"node-a\",result=\"unchanged\"} 1",
+        "koordlet_netqos_rounds_total{node=\"node-a\",result=\"failed\"} 1",
+        "koordlet_netqos_changes_total{node=\"node-a\",object=\"class\",op=\"add\"} 2",
+        "koordlet_netqos_change_errors_total{node=\"node-a\",object=\"filter\",op=\"add\"} 1",
+        "koordlet_netqos_deferred_changes{node=\"node-a\"} 0",
+    ] {
+        assert!(body.contains(expected), "{expected} missing in\n{body}");
+    }
+    // Nothing planned any more: the class figures go, the counts drop to 0.
+    metrics.record_decision(&decide(Some(&slo(Some("100M"), None, None)), &pods, None));
+    let body = registry.encode().unwrap();
+    assert!(
+        !body.contains("koordlet_netqos_class_bandwidth_bits_per_second{"),
+        "{body}"
+    );
+    assert!(!body.contains("koordlet_netqos_total_bandwidth_bits_per_second{"));
+    assert!(body.contains("koordlet_netqos_decision{node=\"node-a\",decision=\"remove\"} 1"));
+    assert!(body.contains("koordlet_netqos_filters{node=\"node-a\"} 0"));
+    assert!(!body.contains("koordlet_netqos_refused_pods{"));
 }
