@@ -1214,6 +1214,12 @@ mod tests {
             UsageSeries::HostAppMemory { name, .. } => format!("app/{name}/memory"),
             UsageSeries::NumaCpu { node } => format!("numa/{node}/cpu"),
             UsageSeries::NumaMemory { node } => format!("numa/{node}/memory"),
+            UsageSeries::GpuCore { pod, gpu } => {
+                format!("gpu/{}/{}/core", pod.unwrap_or("node"), gpu.minor)
+            }
+            UsageSeries::GpuMemory { pod, gpu } => {
+                format!("gpu/{}/{}/memory", pod.unwrap_or("node"), gpu.minor)
+            }
         }
     }
 
