@@ -171,7 +171,10 @@ fn injected(placement: &Placement, container: &str) -> Adjustment {
 }
 
 fn visible_devices(placement: &Placement, container: &str) -> Option<String> {
-    injected(placement, container).env.get(GPU_ALLOC_ENV).cloned()
+    injected(placement, container)
+        .env
+        .get(GPU_ALLOC_ENV)
+        .cloned()
 }
 
 fn joined(minors: &[i64]) -> String {
@@ -190,9 +193,16 @@ fn whole_gpus_are_the_visible_devices_in_every_container() {
         assert_eq!(placement.node.as_deref(), Some("gpu-node"), "{placement:?}");
         let minors = allocated_minors(placement);
         assert_eq!(minors.len(), 2, "{requests}: {placement:?}");
-        assert!(minors.iter().all(|m| DEVICE_MINORS.contains(m)), "{minors:?}");
+        assert!(
+            minors.iter().all(|m| DEVICE_MINORS.contains(m)),
+            "{minors:?}"
+        );
         let expected = joined(&minors);
-        assert_eq!(visible_devices(placement, "main"), Some(expected.clone()), "{requests}");
+        assert_eq!(
+            visible_devices(placement, "main"),
+            Some(expected.clone()),
+            "{requests}"
+        );
         // The annotation is the pod's: the sidecar sees the same GPUs, as upstream.
         assert_eq!(visible_devices(placement, "sidecar"), Some(expected));
     }
@@ -220,7 +230,10 @@ fn a_shared_gpu_is_the_one_allocated_minor() {
     assert_eq!(visible_devices(b, "main"), Some(joined(&minors_b)));
     // The whole GPUs avoid the shared one.
     let minors_whole = allocated_minors(whole);
-    assert!(!minors_whole.contains(&minors_a[0]), "{minors_whole:?} vs {minors_a:?}");
+    assert!(
+        !minors_whole.contains(&minors_a[0]),
+        "{minors_whole:?} vs {minors_a:?}"
+    );
     assert_eq!(visible_devices(whole, "main"), Some(joined(&minors_whole)));
 }
 

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{Collector, PodsSnapshot};
-use crate::metriccache::{Entity, GpuDevice, MetricCache, MetricKind, Sample, SeriesKey, SeriesLabel};
+use crate::metriccache::{
+    Entity, GpuDevice, MetricCache, MetricKind, Sample, SeriesKey, SeriesLabel,
+};
 use crate::statesinformer::device::{DeviceSource, GpuProcessUsage, GpuUsageSnapshot};
 use crate::system::cgroup::{CgroupLayout, CgroupResource};
 
@@ -93,7 +95,10 @@ pub fn gpu_usage_samples(
         let mut sum = Sum::default();
         for process in processes {
             sum.add(process);
-            by_pid.entry(process.pid).or_default().push((index, *process));
+            by_pid
+                .entry(process.pid)
+                .or_default()
+                .push((index, *process));
         }
         out.push(Sample::new(
             node(MetricKind::NodeGpuCoreUsage),
@@ -189,7 +194,11 @@ pub struct GpuCollector {
 }
 
 impl GpuCollector {
-    pub fn new(source: Arc<dyn DeviceSource>, cache: Arc<MetricCache>, layout: CgroupLayout) -> Self {
+    pub fn new(
+        source: Arc<dyn DeviceSource>,
+        cache: Arc<MetricCache>,
+        layout: CgroupLayout,
+    ) -> Self {
         Self {
             source,
             cache,
@@ -251,7 +260,10 @@ impl Collector for GpuCollector {
             Ok(snapshot) => snapshot,
             Err(err) => {
                 // The GPUs stay known: their older samples still count.
-                self.report(vec![format!("{} usage query failed: {err}", self.source.name())]);
+                self.report(vec![format!(
+                    "{} usage query failed: {err}",
+                    self.source.name()
+                )]);
                 return Vec::new();
             }
         };
@@ -281,7 +293,9 @@ mod tests {
     use crate::metriccache::MetricCacheConfig;
     use crate::metricsadvisor::{ContainerMeta, PodMeta};
     use crate::statesinformer::device::{DeviceSnapshot, DiscoveryError, GpuUsage};
-    use crate::statesinformer::nodemetric::{CollectPolicy, ReportInputs, build_node_metric_status};
+    use crate::statesinformer::nodemetric::{
+        CollectPolicy, ReportInputs, build_node_metric_status,
+    };
     use crate::system::cgroup::{CgroupDriver, CgroupVersion, QosTier};
     use apis::extension::{PriorityClass, QoSClass};
     use k8s_openapi::api::core::v1::Pod;
@@ -326,7 +340,11 @@ mod tests {
         }
 
         fn gpu_usage(&self) -> Result<GpuUsageSnapshot, DiscoveryError> {
-            self.answer.lock().unwrap().clone().map_err(DiscoveryError::Nvml)
+            self.answer
+                .lock()
+                .unwrap()
+                .clone()
+                .map_err(DiscoveryError::Nvml)
         }
     }
 
@@ -363,8 +381,12 @@ mod tests {
             let tmp = TempDir::new("gpu-collector").unwrap();
             let layout = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs, tmp.path());
             let mut pods = Vec::new();
-            for (uid, container, pids) in [(POD_A, CONTAINER_A, pids_a), (POD_B, CONTAINER_B, pids_b)] {
-                let dir = layout.container_dir(QosTier::Burstable, uid, container).unwrap();
+            for (uid, container, pids) in
+                [(POD_A, CONTAINER_A, pids_a), (POD_B, CONTAINER_B, pids_b)]
+            {
+                let dir = layout
+                    .container_dir(QosTier::Burstable, uid, container)
+                    .unwrap();
                 let path = layout.file_path(&dir, CgroupResource::CgroupProcs).unwrap();
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 std::fs::write(&path, pids).unwrap();
@@ -415,12 +437,20 @@ mod tests {
     fn cpu_memory_samples(cache: &MetricCache, at: SystemTime) {
         let mut samples = vec![
             Sample::new(SeriesKey::node(MetricKind::NodeCpuUsage), at, 4.0),
-            Sample::new(SeriesKey::node(MetricKind::NodeMemoryUsage), at, 8.0 * GIB as f64),
+            Sample::new(
+                SeriesKey::node(MetricKind::NodeMemoryUsage),
+                at,
+                8.0 * GIB as f64,
+            ),
             Sample::new(SeriesKey::node(MetricKind::SysCpuUsage), at, 0.5),
             Sample::new(SeriesKey::node(MetricKind::SysMemoryUsage), at, GIB as f64),
         ];
         for uid in [POD_A, POD_B] {
-            samples.push(Sample::new(SeriesKey::pod(MetricKind::PodCpuUsage, uid), at, 1.0));
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodCpuUsage, uid),
+                at,
+                1.0,
+            ));
             samples.push(Sample::new(
                 SeriesKey::pod(MetricKind::PodMemoryUsage, uid),
                 at,
@@ -431,7 +461,12 @@ mod tests {
     }
 
     /// Runs `rounds` collection rounds 1 s apart and returns the last one's samples.
-    fn run(collector: &mut GpuCollector, node: &Node, cache: &MetricCache, rounds: u32) -> Vec<Sample> {
+    fn run(
+        collector: &mut GpuCollector,
+        node: &Node,
+        cache: &MetricCache,
+        rounds: u32,
+    ) -> Vec<Sample> {
         let mut last = Vec::new();
         for round in 0..rounds {
             let at = t0() + Duration::from_secs(u64::from(round));
@@ -508,7 +543,10 @@ mod tests {
 
         let pod_a = Entity::pod(POD_A);
         let container_a = Entity::container(CONTAINER_A);
-        assert_eq!(value(&samples, MetricKind::NodeGpuCoreUsage, &Entity::Node, 0), Some(50.0));
+        assert_eq!(
+            value(&samples, MetricKind::NodeGpuCoreUsage, &Entity::Node, 0),
+            Some(50.0)
+        );
         assert_eq!(
             value(&samples, MetricKind::NodeGpuMemoryUsage, &Entity::Node, 0),
             Some(3.0 * GIB as f64)
@@ -517,12 +555,18 @@ mod tests {
             value(&samples, MetricKind::NodeGpuMemoryTotal, &Entity::Node, 0),
             Some(80.0 * GIB as f64)
         );
-        assert_eq!(value(&samples, MetricKind::PodGpuCoreUsage, &pod_a, 0), Some(30.0));
+        assert_eq!(
+            value(&samples, MetricKind::PodGpuCoreUsage, &pod_a, 0),
+            Some(30.0)
+        );
         assert_eq!(
             value(&samples, MetricKind::PodGpuMemoryUsage, &pod_a, 0),
             Some(2.0 * GIB as f64)
         );
-        assert_eq!(value(&samples, MetricKind::ContainerGpuCoreUsage, &container_a, 0), Some(30.0));
+        assert_eq!(
+            value(&samples, MetricKind::ContainerGpuCoreUsage, &container_a, 0),
+            Some(30.0)
+        );
         // Pod b has no process on the GPU: no GPU series at all (upstream).
         assert!(samples.iter().all(|s| s.key.entity != Entity::pod(POD_B)));
         assert_eq!(cache.gpu_devices().unwrap().len(), 1);
@@ -538,7 +582,10 @@ mod tests {
         );
         // The system usage carries no devices, as upstream.
         assert!(status["nodeMetric"]["systemUsage"].get("devices").is_none());
-        assert_eq!(pod_devices(&status, "a"), json!([gpu_entry(0, "30", "2Gi", "2")]));
+        assert_eq!(
+            pod_devices(&status, "a"),
+            json!([gpu_entry(0, "30", "2Gi", "2")])
+        );
         assert_eq!(pod_devices(&status, "b"), Value::Null);
     }
 
@@ -556,10 +603,14 @@ mod tests {
             })
             .collect();
         let cache = cache();
-        let mut collector = GpuCollector::new(FakeNvml::new(gpus), cache.clone(), node.layout.clone());
+        let mut collector =
+            GpuCollector::new(FakeNvml::new(gpus), cache.clone(), node.layout.clone());
         run(&mut collector, &node, &cache, 30);
         let status = status_json(&cache, t0() + Duration::from_secs(29));
-        let devices = status["nodeMetric"]["nodeUsage"]["devices"].as_array().unwrap().clone();
+        let devices = status["nodeMetric"]["nodeUsage"]["devices"]
+            .as_array()
+            .unwrap()
+            .clone();
         assert_eq!(devices.len(), 8);
         for (minor, device) in devices.iter().enumerate() {
             let (core, memory) = if minor == 3 || minor == 5 {
@@ -568,18 +619,27 @@ mod tests {
                 (10 + minor, "1Gi")
             };
             let ratio = if memory == "5Gi" { "6" } else { "1" };
-            assert_eq!(device, &gpu_entry(minor as i32, &core.to_string(), memory, ratio));
+            assert_eq!(
+                device,
+                &gpu_entry(minor as i32, &core.to_string(), memory, ratio)
+            );
         }
         assert_eq!(
             pod_devices(&status, "a"),
-            json!([gpu_entry(3, "40", "4Gi", "5"), gpu_entry(5, "40", "4Gi", "5")])
+            json!([
+                gpu_entry(3, "40", "4Gi", "5"),
+                gpu_entry(5, "40", "4Gi", "5")
+            ])
         );
     }
 
     #[test]
     fn a_gpu_that_disappears_is_no_longer_reported() {
         let node = Node::new("", "");
-        let nvml = FakeNvml::new(vec![gpu(0, vec![process(7, 10, 1)]), gpu(1, vec![process(8, 20, 2)])]);
+        let nvml = FakeNvml::new(vec![
+            gpu(0, vec![process(7, 10, 1)]),
+            gpu(1, vec![process(8, 20, 2)]),
+        ]);
         let cache = cache();
         let mut collector = GpuCollector::new(nvml.clone(), cache.clone(), node.layout.clone());
         run(&mut collector, &node, &cache, 5);
@@ -589,7 +649,11 @@ mod tests {
             problems: Vec::new(),
         }));
         let samples = collector.collect(t0() + Duration::from_secs(5), &node.pods);
-        assert!(samples.iter().all(|s| !matches!(&s.key.label, SeriesLabel::Gpu(g) if g.minor == 0)));
+        assert!(
+            samples
+                .iter()
+                .all(|s| !matches!(&s.key.label, SeriesLabel::Gpu(g) if g.minor == 0))
+        );
         let devices = cache.gpu_devices().unwrap();
         assert_eq!(devices.len(), 1);
         assert_eq!(devices[0].minor, 1);
@@ -610,9 +674,17 @@ mod tests {
 
         // The whole query fails: no samples, no panic, the GPUs stay known.
         nvml.set(Err("device count: Unknown Error".to_string()));
-        assert!(collector.collect(t0() + Duration::from_secs(3), &node.pods).is_empty());
+        assert!(
+            collector
+                .collect(t0() + Duration::from_secs(3), &node.pods)
+                .is_empty()
+        );
         assert_eq!(collector.last_problems.len(), 1);
-        assert!(collector.last_problems[0].contains("Unknown Error"), "{:?}", collector.last_problems);
+        assert!(
+            collector.last_problems[0].contains("Unknown Error"),
+            "{:?}",
+            collector.last_problems
+        );
         assert_eq!(cache.gpu_devices().unwrap().len(), 1);
 
         // One GPU's process query fails: its usage is unknown (no usage
@@ -624,13 +696,22 @@ mod tests {
             problems: vec!["GPU 1: cannot list its processes: GPU is lost".to_string()],
         }));
         let samples = collector.collect(t0() + Duration::from_secs(4), &node.pods);
-        assert_eq!(value(&samples, MetricKind::NodeGpuCoreUsage, &Entity::Node, 0), Some(10.0));
-        assert_eq!(value(&samples, MetricKind::NodeGpuCoreUsage, &Entity::Node, 1), None);
+        assert_eq!(
+            value(&samples, MetricKind::NodeGpuCoreUsage, &Entity::Node, 0),
+            Some(10.0)
+        );
+        assert_eq!(
+            value(&samples, MetricKind::NodeGpuCoreUsage, &Entity::Node, 1),
+            None
+        );
         assert_eq!(
             value(&samples, MetricKind::NodeGpuMemoryTotal, &Entity::Node, 1),
             Some(80.0 * GIB as f64)
         );
-        assert_eq!(collector.last_problems, vec!["GPU 1: cannot list its processes: GPU is lost".to_string()]);
+        assert_eq!(
+            collector.last_problems,
+            vec!["GPU 1: cannot list its processes: GPU is lost".to_string()]
+        );
     }
 
     #[test]
@@ -651,9 +732,20 @@ mod tests {
 
     #[test]
     fn cgroup_procs_are_bounded_and_malformed_ones_reported() {
-        assert_eq!(parse_pids("1\n2\n 3 \n", 10).unwrap(), BTreeSet::from([1, 2, 3]));
-        assert!(parse_pids("1\n2\n3\n", 2).unwrap_err().contains("more than 2"));
-        assert!(parse_pids("1\nabc\n", 10).unwrap_err().contains("not a PID"));
+        assert_eq!(
+            parse_pids("1\n2\n 3 \n", 10).unwrap(),
+            BTreeSet::from([1, 2, 3])
+        );
+        assert!(
+            parse_pids("1\n2\n3\n", 2)
+                .unwrap_err()
+                .contains("more than 2")
+        );
+        assert!(
+            parse_pids("1\nabc\n", 10)
+                .unwrap_err()
+                .contains("not a PID")
+        );
 
         // Pod a's cgroup.procs is garbage: reported, pod b still measured.
         let node = Node::new("12x\n", "200\n");
@@ -661,8 +753,20 @@ mod tests {
         let cache = cache();
         let mut collector = GpuCollector::new(nvml, cache.clone(), node.layout.clone());
         let samples = collector.collect(t0(), &node.pods);
-        assert_eq!(value(&samples, MetricKind::PodGpuCoreUsage, &Entity::pod(POD_B), 0), Some(25.0));
+        assert_eq!(
+            value(
+                &samples,
+                MetricKind::PodGpuCoreUsage,
+                &Entity::pod(POD_B),
+                0
+            ),
+            Some(25.0)
+        );
         assert_eq!(collector.last_problems.len(), 1);
-        assert!(collector.last_problems[0].contains("not a PID"), "{:?}", collector.last_problems);
+        assert!(
+            collector.last_problems[0].contains("not a PID"),
+            "{:?}",
+            collector.last_problems
+        );
     }
 }

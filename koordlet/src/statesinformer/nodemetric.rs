@@ -302,20 +302,23 @@ impl UsageQuery for MetricCache {
                 SeriesKey::node(MetricKind::NodeNumaMemoryUsage).with_label(SeriesLabel::Numa(node))
             }
             UsageSeries::GpuCore { pod: None, gpu } => {
-                SeriesKey::node(MetricKind::NodeGpuCoreUsage).with_label(SeriesLabel::Gpu(gpu.label()))
+                SeriesKey::node(MetricKind::NodeGpuCoreUsage)
+                    .with_label(SeriesLabel::Gpu(gpu.label()))
             }
             UsageSeries::GpuMemory { pod: None, gpu } => {
                 SeriesKey::node(MetricKind::NodeGpuMemoryUsage)
                     .with_label(SeriesLabel::Gpu(gpu.label()))
             }
-            UsageSeries::GpuCore { pod: Some(uid), gpu } => {
-                SeriesKey::pod(MetricKind::PodGpuCoreUsage, uid)
-                    .with_label(SeriesLabel::Gpu(gpu.label()))
-            }
-            UsageSeries::GpuMemory { pod: Some(uid), gpu } => {
-                SeriesKey::pod(MetricKind::PodGpuMemoryUsage, uid)
-                    .with_label(SeriesLabel::Gpu(gpu.label()))
-            }
+            UsageSeries::GpuCore {
+                pod: Some(uid),
+                gpu,
+            } => SeriesKey::pod(MetricKind::PodGpuCoreUsage, uid)
+                .with_label(SeriesLabel::Gpu(gpu.label())),
+            UsageSeries::GpuMemory {
+                pod: Some(uid),
+                gpu,
+            } => SeriesKey::pod(MetricKind::PodGpuMemoryUsage, uid)
+                .with_label(SeriesLabel::Gpu(gpu.label())),
         };
         let aggregation = match statistic {
             UsageStatistic::Avg => Aggregation::Avg,

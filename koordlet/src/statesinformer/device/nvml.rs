@@ -22,8 +22,8 @@ use nvml_wrapper::error::NvmlError;
 
 use super::sysfs::is_pci_address;
 use super::{
-    DeviceHealth, DeviceSnapshot, DeviceSource, DiscoveryError, GpuInfo, GpuProcessUsage,
-    GpuUsage, GpuUsageSnapshot, MAX_PROCESSES_PER_GPU,
+    DeviceHealth, DeviceSnapshot, DeviceSource, DiscoveryError, GpuInfo, GpuProcessUsage, GpuUsage,
+    GpuUsageSnapshot, MAX_PROCESSES_PER_GPU,
 };
 
 /// The most GPUs considered (NVML's own limit is far below).
@@ -133,9 +133,9 @@ impl NvmlGpuSource {
             memory_total_bytes,
             processes: None,
         };
-        let processes = device.running_compute_processes().map_err(|err| {
-            format!("GPU {}: cannot list its processes: {err}", usage.uuid)
-        });
+        let processes = device
+            .running_compute_processes()
+            .map_err(|err| format!("GPU {}: cannot list its processes: {err}", usage.uuid));
         // NVML answers NotFound when no process left a utilisation sample.
         // Upstream passes 1024 µs as the last-seen time: every sample NVML
         // still buffers.

@@ -929,10 +929,7 @@ struct FakeEvents {
 }
 
 impl health::GpuEventSource for FakeEvents {
-    fn wait(
-        &mut self,
-        _timeout: std::time::Duration,
-    ) -> Result<Option<health::GpuEvent>, String> {
+    fn wait(&mut self, _timeout: std::time::Duration) -> Result<Option<health::GpuEvent>, String> {
         match self.queue.pop_front() {
             Some(next) => next,
             None => {
@@ -991,8 +988,10 @@ fn health_of(desired: &DesiredDevice) -> Vec<(bool, Option<String>)> {
 fn a_critical_xid_event_turns_that_gpu_unhealthy_in_the_device() {
     let (sys, gpus) = two_gpu_tree();
     let book = health::GpuHealthBook::new();
-    let tracked: Arc<dyn DeviceSource> =
-        Arc::new(health::HealthTrackedSource::new(FakeNvml::new(gpus), book.clone()));
+    let tracked: Arc<dyn DeviceSource> = Arc::new(health::HealthTrackedSource::new(
+        FakeNvml::new(gpus),
+        book.clone(),
+    ));
     let pci = PciSysfs::new(sys.root());
     let before = build_desired_device(&discover_all(&[tracked.clone()], &pci), &now());
     assert_eq!(health_of(&before), vec![(true, None), (true, None)]);
@@ -1056,7 +1055,10 @@ fn an_xid_without_a_gpu_hits_all_and_unsupported_gpus_are_unhealthy() {
     ));
     let desired = build_desired_device(&discover_all(&[tracked], &pci), &now());
     let xid62 = Some("Xid62".to_string());
-    assert_eq!(health_of(&desired), vec![(false, xid62.clone()), (false, xid62)]);
+    assert_eq!(
+        health_of(&desired),
+        vec![(false, xid62.clone()), (false, xid62)]
+    );
 
     let book = health::GpuHealthBook::new();
     watch(
@@ -1109,8 +1111,19 @@ fn nvml_processes_join_their_latest_utilisation_sample_bounded() {
     use super::nvml::join_process_usage;
     let joined = join_process_usage(
         // pid 30 has no sample: left out, as upstream.
-        &[(20, Some(GIB)), (10, None), (30, Some(GIB)), (20, Some(GIB))],
-        &[(10, 5, 40), (20, 1, 10), (20, 9, 35), (20, 3, 99), (10, 7, 250)],
+        &[
+            (20, Some(GIB)),
+            (10, None),
+            (30, Some(GIB)),
+            (20, Some(GIB)),
+        ],
+        &[
+            (10, 5, 40),
+            (20, 1, 10),
+            (20, 9, 35),
+            (20, 3, 99),
+            (10, 7, 250),
+        ],
     );
     assert_eq!(
         joined,
@@ -1129,5 +1142,8 @@ fn nvml_processes_join_their_latest_utilisation_sample_bounded() {
     );
     let many: Vec<(u32, Option<u64>)> = (0..5000).map(|pid| (pid, Some(1))).collect();
     let samples: Vec<(u32, u64, u32)> = (0..5000).map(|pid| (pid, 1, 1)).collect();
-    assert_eq!(join_process_usage(&many, &samples).len(), MAX_PROCESSES_PER_GPU);
+    assert_eq!(
+        join_process_usage(&many, &samples).len(),
+        MAX_PROCESSES_PER_GPU
+    );
 }
