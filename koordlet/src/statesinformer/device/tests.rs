@@ -993,7 +993,7 @@ fn a_critical_xid_event_turns_that_gpu_unhealthy_in_the_device() {
         book.clone(),
     ));
     let pci = PciSysfs::new(sys.root());
-    let before = build_desired_device(&discover_all(&[tracked.clone()], &pci), &now());
+    let before = build_desired_device(&discover_all(std::slice::from_ref(&tracked), &pci), &now());
     assert_eq!(health_of(&before), vec![(true, None), (true, None)]);
 
     watch(
