@@ -335,10 +335,26 @@ pub async fn run(
         statesinformer::nodetopo::report_gate(&args.runtime_hooks.feature_gates()),
         context.shutdown.clone(),
     );
-    // Device (see koordlet/docs/devices.md).
+    // Device and GPU usage (see koordlet/docs/devices.md): NVML is loaded
+    // once, for both, when Accelerators is on.
+    let gpu_sources = {
+        let gates = args.runtime_hooks.feature_gates();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let shutdown = context.shutdown.clone();
+        let stop_on_shutdown = Arc::clone(&stop);
+        tokio::spawn(async move {
+            shutdown.wait().await;
+            stop_on_shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        tokio::task::spawn_blocking(move || {
+            statesinformer::device::reporter::load_gpu_sources(&gates, stop)
+        })
+        .await?
+    };
     statesinformer::device::reporter::spawn(
         &args.runtime_hooks.feature_gates(),
         args.system.sys_root_dir.clone(),
+        gpu_sources.as_ref().map(|gpu| Arc::clone(&gpu.report)),
         &states,
         match &sink {
             Some(ReportSink::ApiServer(client)) => Some(client.clone()),
@@ -367,6 +383,7 @@ pub async fn run(
         cache,
         sink,
         states_metrics,
+        gpu_sources.map(|gpu| gpu.usage),
     )
     .await;
     let reason = context.wait_for_shutdown(Some(server)).await;
@@ -605,6 +622,7 @@ fn start_standalone_sources(
 /// reporter (whose prediction checkpoint is read before the advisor adds
 /// samples, so the restored usage history comes first). Returns the
 /// reporter's task.
+#[allow(clippy::too_many_arguments)] // one caller; each input is a distinct module's
 async fn start_node_modules(
     args: &KoordletArgs,
     context: &ComponentContext,
@@ -613,6 +631,7 @@ async fn start_node_modules(
     cache: Arc<MetricCache>,
     sink: Option<ReportSink>,
     states_metrics: StatesMetrics,
+    gpu_usage: Option<Arc<dyn statesinformer::device::DeviceSource>>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let shutdown = &context.shutdown;
     let reporting = sink.is_some() && args.states.enable_node_metric_report;
@@ -635,10 +654,10 @@ async fn start_node_modules(
         _ => None,
     };
     let pods = statesinformer::podmeta::spawn_advisor_pods_feed(states, shutdown.clone());
-    let advisor = metricsadvisor::MetricsAdvisor::standard(
+    let mut advisor = metricsadvisor::MetricsAdvisor::standard(
         &args.collector,
         &args.system,
-        layout,
+        layout.clone(),
         Arc::clone(&cache),
         pods,
         Some(metricsadvisor::AdvisorMetrics::register(
@@ -646,6 +665,13 @@ async fn start_node_modules(
             states.node_name(),
         )),
     );
+    if let Some(source) = gpu_usage {
+        advisor = advisor.with_collector(Box::new(metricsadvisor::GpuCollector::new(
+            source,
+            Arc::clone(&cache),
+            layout,
+        )));
+    }
     tokio::spawn(advisor.run(args.collector.collect_res_used_interval, shutdown.clone()));
     match sink {
         Some(sink) if args.states.enable_node_metric_report => {

@@ -56,10 +56,26 @@ pub enum MetricKind {
     /// Memory in use on one NUMA node (`MemTotal - MemFree` of its meminfo);
     /// labelled with [`SeriesLabel::Numa`], bytes.
     NodeNumaMemoryUsage,
+    /// Σ SM utilisation of the processes on one GPU; labelled with
+    /// [`SeriesLabel::Gpu`], percent of one GPU (upstream `node_gpu_core_usage`).
+    NodeGpuCoreUsage,
+    /// Σ GPU memory of the processes on one GPU; labelled with
+    /// [`SeriesLabel::Gpu`], bytes.
+    NodeGpuMemoryUsage,
+    /// One GPU's total memory; labelled with [`SeriesLabel::Gpu`], bytes.
+    NodeGpuMemoryTotal,
+    /// A pod's SM utilisation on one GPU; labelled with [`SeriesLabel::Gpu`], percent.
+    PodGpuCoreUsage,
+    /// A pod's GPU memory on one GPU; labelled with [`SeriesLabel::Gpu`], bytes.
+    PodGpuMemoryUsage,
+    /// A container's SM utilisation on one GPU; labelled with [`SeriesLabel::Gpu`], percent.
+    ContainerGpuCoreUsage,
+    /// A container's GPU memory on one GPU; labelled with [`SeriesLabel::Gpu`], bytes.
+    ContainerGpuMemoryUsage,
 }
 
 impl MetricKind {
-    pub const ALL: [MetricKind; 23] = [
+    pub const ALL: [MetricKind; 30] = [
         MetricKind::NodeCpuUsage,
         MetricKind::NodeMemoryUsage,
         MetricKind::NodeMemoryUsageWithPageCache,
@@ -83,6 +99,13 @@ impl MetricKind {
         MetricKind::NodeMemoryTotal,
         MetricKind::NodeNumaCpuUsage,
         MetricKind::NodeNumaMemoryUsage,
+        MetricKind::NodeGpuCoreUsage,
+        MetricKind::NodeGpuMemoryUsage,
+        MetricKind::NodeGpuMemoryTotal,
+        MetricKind::PodGpuCoreUsage,
+        MetricKind::PodGpuMemoryUsage,
+        MetricKind::ContainerGpuCoreUsage,
+        MetricKind::ContainerGpuMemoryUsage,
     ];
 
     /// Upstream's name for the kind (ours where upstream has none).
@@ -113,6 +136,13 @@ impl MetricKind {
             MetricKind::NodeMemoryTotal => "node_memory_total",
             MetricKind::NodeNumaCpuUsage => "node_numa_cpu_usage",
             MetricKind::NodeNumaMemoryUsage => "node_numa_memory_usage",
+            MetricKind::NodeGpuCoreUsage => "node_gpu_core_usage",
+            MetricKind::NodeGpuMemoryUsage => "node_gpu_memory_usage",
+            MetricKind::NodeGpuMemoryTotal => "node_gpu_memory_total",
+            MetricKind::PodGpuCoreUsage => "pod_gpu_core_usage",
+            MetricKind::PodGpuMemoryUsage => "pod_gpu_memory_usage",
+            MetricKind::ContainerGpuCoreUsage => "container_gpu_core_usage",
+            MetricKind::ContainerGpuMemoryUsage => "container_gpu_memory_usage",
         }
     }
 }
@@ -250,8 +280,26 @@ pub enum BeLabel {
     MemoryUsage,
 }
 
+/// Which GPU a GPU series is about: upstream's `gpu_minor` and
+/// `gpu_device_uuid` properties. The UUID keeps a GPU replaced at the same
+/// minor from continuing its predecessor's series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GpuLabel {
+    pub minor: i32,
+    pub uuid: Arc<str>,
+}
+
+impl GpuLabel {
+    pub fn new(minor: i32, uuid: impl Into<Arc<str>>) -> Self {
+        Self {
+            minor,
+            uuid: uuid.into(),
+        }
+    }
+}
+
 /// Splits one kind into several series; `None` for kinds with one series per entity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum SeriesLabel {
     #[default]
     None,
@@ -259,6 +307,8 @@ pub enum SeriesLabel {
     Be(BeLabel),
     /// A NUMA node id.
     Numa(u32),
+    /// One GPU.
+    Gpu(GpuLabel),
 }
 
 /// Identifies one time series.
@@ -299,7 +349,7 @@ impl SeriesKey {
 impl fmt::Display for SeriesKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} of {}", self.kind, self.entity)?;
-        match self.label {
+        match &self.label {
             SeriesLabel::None => Ok(()),
             SeriesLabel::Psi(psi) => write!(
                 f,
@@ -311,6 +361,7 @@ impl fmt::Display for SeriesKey {
             SeriesLabel::Be(BeLabel::CpuUsage) => f.write_str(" (cpu usage)"),
             SeriesLabel::Be(BeLabel::MemoryUsage) => f.write_str(" (memory usage)"),
             SeriesLabel::Numa(node) => write!(f, " (NUMA node {node})"),
+            SeriesLabel::Gpu(gpu) => write!(f, " (GPU {} {})", gpu.minor, gpu.uuid),
         }
     }
 }

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use aggregate::{Aggregation, WindowValues, percentile_of_sorted};
 pub use key::{
-    BeLabel, Entity, MetricKind, PsiDegree, PsiLabel, PsiResource, PsiWindow, SeriesKey,
+    BeLabel, Entity, GpuLabel, MetricKind, PsiDegree, PsiLabel, PsiResource, PsiWindow, SeriesKey,
     SeriesLabel,
 };
 pub use series::BYTES_PER_SAMPLE;
@@ -209,6 +209,22 @@ pub struct MetricCache {
     retention_ms: i64,
     series: RwLock<HashMap<SeriesKey, Series>>,
     cpu_topology: RwLock<Option<Arc<CpuTopology>>>,
+    gpu_devices: RwLock<Option<Arc<[GpuDevice]>>>,
+}
+
+/// A GPU the usage collector last saw (upstream's `GPUDeviceType` KV entry):
+/// the NodeMetric reporter asks for the usage of exactly these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuDevice {
+    pub minor: i32,
+    pub uuid: Arc<str>,
+    pub memory_total_bytes: u64,
+}
+
+impl GpuDevice {
+    pub fn label(&self) -> GpuLabel {
+        GpuLabel::new(self.minor, self.uuid.clone())
+    }
 }
 
 impl MetricCache {
@@ -220,6 +236,7 @@ impl MetricCache {
             config,
             series: RwLock::new(HashMap::new()),
             cpu_topology: RwLock::new(None),
+            gpu_devices: RwLock::new(None),
         })
     }
 
@@ -392,6 +409,19 @@ impl MetricCache {
 
     pub fn cpu_topology(&self) -> Option<Arc<CpuTopology>> {
         self.cpu_topology
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Stores the GPUs the usage collector found; `None` when the node has
+    /// none (or NVML stopped answering), so nothing GPU is reported.
+    pub fn set_gpu_devices(&self, devices: Option<Arc<[GpuDevice]>>) {
+        *self.gpu_devices.write().unwrap_or_else(|p| p.into_inner()) = devices;
+    }
+
+    pub fn gpu_devices(&self) -> Option<Arc<[GpuDevice]>> {
+        self.gpu_devices
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()

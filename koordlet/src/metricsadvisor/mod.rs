@@ -19,6 +19,7 @@
 
 mod advisor;
 mod derived;
+mod gpu;
 mod hostapp;
 mod node;
 mod numa;
@@ -42,6 +43,9 @@ use crate::system::cgroup::{CgroupPathError, QosTier};
 
 pub use advisor::{CollectorArgs, MetricsAdvisor};
 pub use derived::derive_node_aggregates;
+pub use gpu::{
+    ContainerPids, GpuCollector, PodPids, gpu_devices_of, gpu_usage_samples, parse_pids,
+};
 pub use hostapp::{HostAppCollector, host_app_cgroup_dir};
 pub use node::NodeResourceCollector;
 pub use numa::NumaResourceCollector;

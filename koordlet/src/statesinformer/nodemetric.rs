@@ -16,6 +16,8 @@ use std::time::{Duration, SystemTime};
 use apis::extension::{
     AggregationType, GoDuration, QuantityValue, priority_class_of_pod, qos_class_of_pod,
 };
+use apis::extension::{RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO};
+use apis::scheduling::v1alpha1::{DeviceInfo, DeviceType};
 use apis::slo::v1alpha1::{
     AggregatePolicy, AggregatedUsage, HostApplicationMetricInfo, HostApplicationSpec, NUMAUsage,
     NodeMemoryCollectPolicy, NodeMetric, NodeMetricCollectPolicy, NodeMetricInfo, NodeMetricSpec,
@@ -29,7 +31,9 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::StatesInformer;
 use super::metrics::StatesMetrics;
-use crate::metriccache::{Aggregation, Entity, MetricCache, MetricKind, SeriesKey, SeriesLabel};
+use crate::metriccache::{
+    Aggregation, Entity, GpuDevice, MetricCache, MetricKind, SeriesKey, SeriesLabel,
+};
 use crate::prediction::checkpoint::Checkpointer;
 use crate::prediction::{
     CpuMemory, PeakPredictor, PodForPrediction, PodTrainingSample, Prediction, PredictionConfig,
@@ -176,6 +180,16 @@ pub enum UsageSeries<'a> {
     NumaMemory {
         node: u32,
     },
+    /// Σ SM utilisation on one GPU, percent; `pod` narrows it to one pod.
+    GpuCore {
+        pod: Option<&'a str>,
+        gpu: &'a GpuDevice,
+    },
+    /// Σ GPU memory on one GPU, bytes; `pod` narrows it to one pod.
+    GpuMemory {
+        pod: Option<&'a str>,
+        gpu: &'a GpuDevice,
+    },
 }
 
 /// The statistic computed over a window.
@@ -239,6 +253,11 @@ pub trait UsageQuery {
     fn machine_capacity(&self) -> Option<CpuMemory> {
         None
     }
+
+    /// The GPUs the usage collector last saw (none without NVML).
+    fn gpu_devices(&self) -> Vec<GpuDevice> {
+        Vec::new()
+    }
 }
 
 /// Reads the metric cache the metrics advisor fills. Memory with the hot
@@ -282,6 +301,24 @@ impl UsageQuery for MetricCache {
             UsageSeries::NumaMemory { node } => {
                 SeriesKey::node(MetricKind::NodeNumaMemoryUsage).with_label(SeriesLabel::Numa(node))
             }
+            UsageSeries::GpuCore { pod: None, gpu } => {
+                SeriesKey::node(MetricKind::NodeGpuCoreUsage)
+                    .with_label(SeriesLabel::Gpu(gpu.label()))
+            }
+            UsageSeries::GpuMemory { pod: None, gpu } => {
+                SeriesKey::node(MetricKind::NodeGpuMemoryUsage)
+                    .with_label(SeriesLabel::Gpu(gpu.label()))
+            }
+            UsageSeries::GpuCore {
+                pod: Some(uid),
+                gpu,
+            } => SeriesKey::pod(MetricKind::PodGpuCoreUsage, uid)
+                .with_label(SeriesLabel::Gpu(gpu.label())),
+            UsageSeries::GpuMemory {
+                pod: Some(uid),
+                gpu,
+            } => SeriesKey::pod(MetricKind::PodGpuMemoryUsage, uid)
+                .with_label(SeriesLabel::Gpu(gpu.label())),
         };
         let aggregation = match statistic {
             UsageStatistic::Avg => Aggregation::Avg,
@@ -309,6 +346,12 @@ impl UsageQuery for MetricCache {
         nodes.sort_unstable();
         nodes.dedup();
         nodes
+    }
+
+    fn gpu_devices(&self) -> Vec<GpuDevice> {
+        MetricCache::gpu_devices(self)
+            .map(|devices| devices.to_vec())
+            .unwrap_or_default()
     }
 
     fn machine_capacity(&self) -> Option<CpuMemory> {
@@ -368,6 +411,7 @@ fn is_cold(start: SystemTime, end: SystemTime, span: Duration) -> bool {
 /// CPU and memory of one subject over a window; empty when either is
 /// missing, or (with `cold_start_filter`) when the samples cover too little
 /// of the window.
+#[allow(clippy::too_many_arguments)]
 fn pair(
     usage: &dyn UsageQuery,
     cpu: UsageSeries<'_>,
@@ -376,6 +420,7 @@ fn pair(
     end: SystemTime,
     statistic: UsageStatistic,
     cold_start_filter: bool,
+    gpus: Option<GpuSubject<'_>>,
 ) -> ResourceMap {
     let (Some(cpu), Some(memory)) = (
         usage.query(cpu, start, end, statistic),
@@ -388,14 +433,67 @@ fn pair(
     }
     ResourceMap {
         resources: cpu_memory_resources(cpu.value, memory.value),
-        devices: Vec::new(),
+        devices: gpus
+            .map(|subject| gpu_usages(usage, subject, start, end, statistic))
+            .unwrap_or_default(),
     }
+}
+
+/// Whose GPU usage goes with a CPU and memory pair: the node's (`pod`
+/// `None`) or one pod's, over `gpus`.
+#[derive(Debug, Clone, Copy)]
+struct GpuSubject<'a> {
+    pod: Option<&'a str>,
+    gpus: &'a [GpuDevice],
+}
+
+/// Upstream's per-GPU usage entries: `gpu-core` (Σ SM %), `gpu-memory`
+/// (bytes) and `gpu-memory-ratio` (percent of the GPU's memory), each
+/// truncated to an integer; a GPU missing either series is left out. The
+/// ratio is 0 for a GPU whose total memory is unknown.
+fn gpu_usages(
+    usage: &dyn UsageQuery,
+    subject: GpuSubject<'_>,
+    start: SystemTime,
+    end: SystemTime,
+    statistic: UsageStatistic,
+) -> Vec<DeviceInfo> {
+    subject
+        .gpus
+        .iter()
+        .filter_map(|gpu| {
+            let pod = subject.pod;
+            let core = usage.query(UsageSeries::GpuCore { pod, gpu }, start, end, statistic)?;
+            let memory = usage.query(UsageSeries::GpuMemory { pod, gpu }, start, end, statistic)?;
+            let ratio = if gpu.memory_total_bytes > 0 {
+                (100.0 * memory.value / gpu.memory_total_bytes as f64) as i64
+            } else {
+                0
+            };
+            let decimal = |value: i64| Quantity(QuantityValue::from_units(value).to_decimal_si());
+            Some(DeviceInfo {
+                type_: Some(DeviceType::Gpu),
+                uuid: Some(gpu.uuid.to_string()),
+                minor: Some(gpu.minor),
+                resources: Some(BTreeMap::from([
+                    (RESOURCE_GPU_CORE.to_string(), decimal(core.value as i64)),
+                    (
+                        RESOURCE_GPU_MEMORY.to_string(),
+                        Quantity(QuantityValue::from_units(memory.value as i64).to_binary_si()),
+                    ),
+                    (RESOURCE_GPU_MEMORY_RATIO.to_string(), decimal(ratio)),
+                ])),
+                ..DeviceInfo::default()
+            })
+        })
+        .collect()
 }
 
 fn aggregated(
     inputs: &ReportInputs<'_>,
     cpu: UsageSeries<'_>,
     memory: UsageSeries<'_>,
+    gpus: Option<GpuSubject<'_>>,
 ) -> Vec<AggregatedUsage> {
     let end = inputs.now;
     inputs
@@ -409,7 +507,16 @@ fn aggregated(
                 .map(|statistic| {
                     (
                         statistic.aggregation_type().as_str().to_string(),
-                        pair(inputs.usage, cpu, memory, start, end, *statistic, true),
+                        pair(
+                            inputs.usage,
+                            cpu,
+                            memory,
+                            start,
+                            end,
+                            *statistic,
+                            true,
+                            gpus,
+                        ),
                     )
                 })
                 .collect();
@@ -434,9 +541,25 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
     let system_cpu = UsageSeries::SystemCpu;
     let system_memory = UsageSeries::SystemMemory;
 
+    // As upstream: GPU usage goes with the node usage (average and
+    // aggregated) and each pod's usage, not with the system usage.
+    let gpus = inputs.usage.gpu_devices();
+    let node_gpus = (!gpus.is_empty()).then_some(GpuSubject {
+        pod: None,
+        gpus: &gpus,
+    });
     let node_metric = NodeMetricInfo {
-        node_usage: pair(inputs.usage, node_cpu, node_memory, start, end, avg, false),
-        aggregated_node_usages: aggregated(inputs, node_cpu, node_memory),
+        node_usage: pair(
+            inputs.usage,
+            node_cpu,
+            node_memory,
+            start,
+            end,
+            avg,
+            false,
+            node_gpus,
+        ),
+        aggregated_node_usages: aggregated(inputs, node_cpu, node_memory, node_gpus),
         system_usage: pair(
             inputs.usage,
             system_cpu,
@@ -445,8 +568,9 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
             end,
             avg,
             false,
+            None,
         ),
-        aggregated_system_usages: aggregated(inputs, system_cpu, system_memory),
+        aggregated_system_usages: aggregated(inputs, system_cpu, system_memory, None),
         numa_usages: numa_usages(inputs.usage, start, end),
     };
     let mut estimator = inputs.prediction.as_ref().map(|prediction| {
@@ -474,6 +598,10 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
                 end,
                 avg,
                 false,
+                (!gpus.is_empty()).then_some(GpuSubject {
+                    pod: Some(uid),
+                    gpus: &gpus,
+                }),
             );
             // Upstream leaves out pods the cache has no samples of, from
             // the estimate too.
@@ -514,6 +642,7 @@ pub fn build_node_metric_status(inputs: &ReportInputs<'_>) -> NodeMetricStatus {
                 end,
                 avg,
                 false,
+                None,
             );
             (!usage.is_empty()).then(|| HostApplicationMetricInfo {
                 name: app.name.clone(),
@@ -594,6 +723,7 @@ fn numa_usages(usage: &dyn UsageQuery, start: SystemTime, end: SystemTime) -> Ve
                 end,
                 UsageStatistic::Avg,
                 false,
+                None,
             );
             if node_usage.is_empty() {
                 return None;
@@ -1087,6 +1217,12 @@ mod tests {
             UsageSeries::HostAppMemory { name, .. } => format!("app/{name}/memory"),
             UsageSeries::NumaCpu { node } => format!("numa/{node}/cpu"),
             UsageSeries::NumaMemory { node } => format!("numa/{node}/memory"),
+            UsageSeries::GpuCore { pod, gpu } => {
+                format!("gpu/{}/{}/core", pod.unwrap_or("node"), gpu.minor)
+            }
+            UsageSeries::GpuMemory { pod, gpu } => {
+                format!("gpu/{}/{}/memory", pod.unwrap_or("node"), gpu.minor)
+            }
         }
     }
 

@@ -18,6 +18,7 @@
 //! See `koordlet/docs/devices.md`.
 
 pub mod capability;
+pub mod health;
 pub mod nvml;
 pub mod reporter;
 pub mod spec;
@@ -140,13 +141,52 @@ impl DeviceSnapshot {
     }
 }
 
-/// A way to find devices. `discover` does blocking I/O: call it from a
-/// blocking thread.
+/// One process's use of one GPU: NVML's running compute process (its
+/// memory) joined with its latest per-process utilisation sample, as
+/// upstream's GPU collector joins them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuProcessUsage {
+    /// Host PID (koordlet runs in the host PID namespace).
+    pub pid: u32,
+    /// SM utilisation, percent of this GPU.
+    pub sm_util: u32,
+    pub memory_used_bytes: u64,
+}
+
+/// The usage of one GPU, process by process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUsage {
+    pub minor: i32,
+    pub uuid: String,
+    pub memory_total_bytes: u64,
+    /// `None` when NVML could not list the processes or their utilisation
+    /// this round (the reason is in the snapshot's problems): the GPU's
+    /// usage is unknown, not zero.
+    pub processes: Option<Vec<GpuProcessUsage>>,
+}
+
+/// What a usage query found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuUsageSnapshot {
+    pub gpus: Vec<GpuUsage>,
+    /// GPUs or queries skipped, one sentence each.
+    pub problems: Vec<String>,
+}
+
+/// The most processes considered per GPU.
+pub const MAX_PROCESSES_PER_GPU: usize = 1024;
+
+/// A way to find devices. `discover` and `gpu_usage` do blocking I/O: call
+/// them from a blocking thread.
 pub trait DeviceSource: Send + Sync {
     /// Short name for logs and `koordlet capabilities` (`nvml`, `rdma-sysfs`).
     fn name(&self) -> &'static str;
     /// The devices present now.
     fn discover(&self) -> Result<DeviceSnapshot, DiscoveryError>;
+    /// The GPUs' usage now, per process. Sources without GPUs have none.
+    fn gpu_usage(&self) -> Result<GpuUsageSnapshot, DiscoveryError> {
+        Ok(GpuUsageSnapshot::default())
+    }
 }
 
 /// Runs every source, merges what they found and resolves the PCI topology

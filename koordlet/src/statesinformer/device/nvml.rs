@@ -7,18 +7,31 @@
 //! NVML error as the reason. Upstream additionally listens for critical Xid
 //! events; that listener is not built here (see `koordlet/docs/devices.md`).
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
 use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::event::EventSet;
+
+use super::health::{GpuEvent, GpuEventSource, GpuHealthBook, watch_health};
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
 use super::sysfs::is_pci_address;
-use super::{DeviceHealth, DeviceSnapshot, DeviceSource, DiscoveryError, GpuInfo};
+use super::{
+    DeviceHealth, DeviceSnapshot, DeviceSource, DiscoveryError, GpuInfo, GpuProcessUsage, GpuUsage,
+    GpuUsageSnapshot, MAX_PROCESSES_PER_GPU,
+};
 
 /// The most GPUs considered (NVML's own limit is far below).
 pub const MAX_GPUS: u32 = 64;
 
-/// NVML, loaded.
+/// NVML, loaded. Shared with the health watcher's thread.
 pub struct NvmlGpuSource {
-    nvml: Nvml,
+    nvml: Arc<Nvml>,
 }
 
 impl std::fmt::Debug for NvmlGpuSource {
@@ -31,7 +44,10 @@ impl NvmlGpuSource {
     /// Loads `libnvidia-ml.so.1` and initialises NVML; the error says why
     /// there is no NVML (library missing, driver not loaded, ...).
     pub fn load() -> Result<Self, String> {
-        Nvml::init().map(|nvml| Self { nvml }).map_err(|err| match err {
+        Nvml::init()
+            .map(|nvml| Self {
+                nvml: Arc::new(nvml),
+            }).map_err(|err| match err {
             NvmlError::LibloadingError(inner) => {
                 format!("libnvidia-ml.so.1 cannot be loaded ({inner}); no NVIDIA driver on this node?")
             }
@@ -93,6 +109,100 @@ impl NvmlGpuSource {
     }
 }
 
+impl NvmlGpuSource {
+    fn usage_of(&self, index: u32) -> Result<GpuUsage, String> {
+        let device = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|err| format!("GPU index {index}: {err}"))?;
+        let uuid = device
+            .uuid()
+            .map_err(|err| format!("GPU index {index}: no UUID: {err}"))?;
+        let minor = device
+            .minor_number()
+            .map_err(|err| format!("GPU {uuid}: no minor number: {err}"))?;
+        let minor =
+            i32::try_from(minor).map_err(|_| format!("GPU {uuid}: minor {minor} out of range"))?;
+        let memory_total_bytes = device
+            .memory_info()
+            .map_err(|err| format!("GPU {uuid}: no memory size: {err}"))?
+            .total;
+        let mut usage = GpuUsage {
+            minor,
+            uuid,
+            memory_total_bytes,
+            processes: None,
+        };
+        let processes = device
+            .running_compute_processes()
+            .map_err(|err| format!("GPU {}: cannot list its processes: {err}", usage.uuid));
+        // NVML answers NotFound when no process left a utilisation sample.
+        // Upstream passes 1024 µs as the last-seen time: every sample NVML
+        // still buffers.
+        let samples = match device.process_utilization_stats(1024u64) {
+            Ok(samples) => Ok(samples),
+            Err(NvmlError::NotFound) => Ok(Vec::new()),
+            Err(err) => Err(format!(
+                "GPU {}: no per-process utilisation: {err}",
+                usage.uuid
+            )),
+        };
+        let (processes, samples) = match (processes, samples) {
+            (Ok(processes), Ok(samples)) => (processes, samples),
+            (Err(problem), _) | (_, Err(problem)) => return Err(problem),
+        };
+        let listed: Vec<(u32, Option<u64>)> = processes
+            .iter()
+            .map(|process| {
+                let memory = match process.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some(bytes),
+                    UsedGpuMemory::Unavailable => None,
+                };
+                (process.pid, memory)
+            })
+            .collect();
+        let sampled: Vec<(u32, u64, u32)> = samples
+            .iter()
+            .map(|sample| (sample.pid, sample.timestamp, sample.sm_util))
+            .collect();
+        usage.processes = Some(join_process_usage(&listed, &sampled));
+        Ok(usage)
+    }
+}
+
+/// Joins NVML's process list (pid, memory used when known) with its
+/// utilisation samples (pid, timestamp µs, SM %): a process without a
+/// sample is left out, as upstream does; of several samples the latest
+/// counts. Sorted by pid, at most [`MAX_PROCESSES_PER_GPU`], SM utilisation
+/// capped at 100.
+pub fn join_process_usage(
+    processes: &[(u32, Option<u64>)],
+    samples: &[(u32, u64, u32)],
+) -> Vec<GpuProcessUsage> {
+    let mut latest: std::collections::BTreeMap<u32, (u64, u32)> = Default::default();
+    for &(pid, timestamp, sm_util) in samples {
+        let entry = latest.entry(pid).or_insert((timestamp, sm_util));
+        if timestamp >= entry.0 {
+            *entry = (timestamp, sm_util);
+        }
+    }
+    let mut joined: Vec<GpuProcessUsage> = processes
+        .iter()
+        .filter_map(|&(pid, memory)| {
+            let &(_, sm_util) = latest.get(&pid)?;
+            Some(GpuProcessUsage {
+                pid,
+                sm_util: sm_util.min(100),
+                memory_used_bytes: memory.unwrap_or(0),
+            })
+        })
+        .collect();
+    joined.sort_by_key(|usage| usage.pid);
+    joined.dedup_by_key(|usage| usage.pid);
+    joined.truncate(MAX_PROCESSES_PER_GPU);
+    joined
+}
+
 impl DeviceSource for NvmlGpuSource {
     fn name(&self) -> &'static str {
         "nvml"
@@ -119,6 +229,159 @@ impl DeviceSource for NvmlGpuSource {
             }
         }
         Ok(snapshot)
+    }
+
+    fn gpu_usage(&self) -> Result<GpuUsageSnapshot, DiscoveryError> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|err| DiscoveryError::Nvml(format!("device count: {err}")))?;
+        let mut snapshot = GpuUsageSnapshot::default();
+        for index in 0..count.min(MAX_GPUS) {
+            match self.usage_of(index) {
+                Ok(usage) => snapshot.gpus.push(usage),
+                Err(problem) => snapshot.problems.push(problem),
+            }
+        }
+        Ok(snapshot)
+    }
+}
+
+impl NvmlGpuSource {
+    /// Starts the Xid watcher on its own thread: the GPUs present now are
+    /// registered for critical Xid events, those that cannot deliver them
+    /// are recorded as such. Returns the watched PCI addresses.
+    pub fn spawn_health_watch(
+        &self,
+        book: GpuHealthBook,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<String>, String> {
+        let nvml = self.nvml.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("koordlet-gpu-xid".to_string())
+            .spawn(move || {
+                let mut events = match NvmlEvents::register(&nvml) {
+                    Ok(events) => events,
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                        return;
+                    }
+                };
+                let gpus = events.gpus.clone();
+                for bus_id in std::mem::take(&mut events.unsupported) {
+                    book.record(&GpuEvent::HealthCheckNotSupported { bus_id }, &gpus);
+                }
+                let _ = ready_tx.send(Ok(gpus.clone()));
+                watch_health(&mut events, &book, &gpus, &stop, Duration::from_secs(5));
+            })
+            .map_err(|err| format!("cannot start the GPU health thread: {err}"))?;
+        ready_rx
+            .recv()
+            .map_err(|_| "the GPU health thread ended before registering".to_string())?
+    }
+}
+
+/// NVML's event set with every GPU's critical Xid events registered.
+struct NvmlEvents<'nvml> {
+    set: EventSet<'nvml>,
+    /// PCI addresses (sysfs form) of the GPUs registered or not supported.
+    gpus: Vec<String>,
+    unsupported: Vec<String>,
+}
+
+impl<'nvml> NvmlEvents<'nvml> {
+    fn register(nvml: &'nvml Nvml) -> Result<Self, String> {
+        let count = nvml
+            .device_count()
+            .map_err(|err| format!("device count: {err}"))?;
+        let mut gpus = Vec::new();
+        let mut unsupported = Vec::new();
+        let mut set = nvml
+            .create_event_set()
+            .map_err(|err| format!("cannot create an NVML event set: {err}"))?;
+        for index in 0..count.min(MAX_GPUS) {
+            let Ok(device) = nvml.device_by_index(index) else {
+                continue;
+            };
+            let Some(bus_id) = device
+                .pci_info()
+                .ok()
+                .and_then(|pci| normalize_bus_id(&pci.bus_id))
+            else {
+                continue;
+            };
+            let supported = device
+                .supported_event_types()
+                .is_ok_and(|types| types.contains(EventTypes::CRITICAL_XID_ERROR));
+            if !supported {
+                unsupported.push(bus_id.clone());
+                gpus.push(bus_id);
+                continue;
+            }
+            match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(registered) => {
+                    set = registered;
+                    gpus.push(bus_id);
+                }
+                Err(err) => {
+                    // The failed call consumed the set: start a new one and
+                    // register the GPUs already done again.
+                    tracing::warn!(gpu = %bus_id, error = %err, "cannot watch GPU {bus_id} for Xid errors: {err}");
+                    set = nvml
+                        .create_event_set()
+                        .map_err(|err| format!("cannot create an NVML event set: {err}"))?;
+                    for done in gpus.iter().filter(|gpu| !unsupported.contains(gpu)) {
+                        let device = nvml
+                            .device_by_pci_bus_id(done.as_str())
+                            .map_err(|err| format!("GPU {done}: {err}"))?;
+                        set = device
+                            .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                            .map_err(|err| format!("GPU {done}: {err}"))?;
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            set,
+            gpus,
+            unsupported,
+        })
+    }
+}
+
+impl GpuEventSource for NvmlEvents<'_> {
+    fn wait(&mut self, timeout: Duration) -> Result<Option<GpuEvent>, String> {
+        let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+        let event = match self.set.wait(timeout_ms) {
+            Ok(event) => event,
+            Err(NvmlError::Timeout) => return Ok(None),
+            Err(err) => return Err(err.to_string()),
+        };
+        if !event.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+            return Ok(None);
+        }
+        let xid = match event.event_data {
+            Some(XidError::Value(xid)) => xid,
+            // An unknown Xid is still critical; 0 is no documented code.
+            Some(XidError::Unknown) | None => 0,
+        };
+        // An empty UUID means NVML could not say which GPU: all are
+        // affected. A GPU that cannot be identified is skipped (upstream).
+        let bus_id = match event.device.uuid() {
+            Ok(uuid) if uuid.is_empty() => None,
+            Ok(_) => match event
+                .device
+                .pci_info()
+                .ok()
+                .and_then(|pci| normalize_bus_id(&pci.bus_id))
+            {
+                Some(bus_id) => Some(bus_id),
+                None => return Ok(None),
+            },
+            Err(_) => return Ok(None),
+        };
+        Ok(Some(GpuEvent::CriticalXid { bus_id, xid }))
     }
 }
 

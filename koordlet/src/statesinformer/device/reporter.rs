@@ -11,6 +11,9 @@ use apis::scheduling::v1alpha1::Device;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use koord_common::Shutdown;
 
+use std::sync::atomic::AtomicBool;
+
+use super::health::{GpuHealthBook, HealthTrackedSource};
 use super::spec::{DesiredDevice, build_desired_device};
 use super::{DeviceSnapshot, DeviceSource, PciSysfs, discover_all};
 use crate::statesinformer::StatesInformer;
@@ -205,23 +208,40 @@ impl DeviceReporter {
     }
 }
 
-/// The sources the gates ask for: NVML when it loads (`Accelerators`), the
-/// RDMA sysfs reader with `RDMADevices` too. The reason NVML is absent is
-/// returned for logs.
-pub fn sources_for(
-    sys_root: &std::path::Path,
-    rdma: bool,
-) -> (Vec<Arc<dyn DeviceSource>>, Option<String>) {
-    let mut sources: Vec<Arc<dyn DeviceSource>> = Vec::new();
-    let mut no_nvml = None;
-    match super::nvml::NvmlGpuSource::load() {
-        Ok(nvml) => sources.push(Arc::new(nvml)),
-        Err(reason) => no_nvml = Some(reason),
+/// The node's GPU source, loaded once for the Device report and the GPU
+/// usage collector: NVML when `Accelerators` is on and the library loads,
+/// with the Xid health watcher started and its book applied to discovery.
+pub struct GpuSources {
+    /// For the Device report (health from discovery and from Xid events).
+    pub report: Arc<dyn DeviceSource>,
+    /// For the usage collector.
+    pub usage: Arc<dyn DeviceSource>,
+}
+
+/// Loads NVML and starts the Xid watcher when `Accelerators` is on; `None`
+/// (with the reason logged) otherwise. Blocking.
+pub fn load_gpu_sources(feature_gates: &str, stop: Arc<AtomicBool>) -> Option<GpuSources> {
+    let (accelerators, _) = report_gates(feature_gates);
+    if !accelerators {
+        return None;
     }
-    if rdma {
-        sources.push(Arc::new(super::RdmaSysfsSource::new(sys_root)));
+    let nvml = match super::nvml::NvmlGpuSource::load() {
+        Ok(nvml) => Arc::new(nvml),
+        Err(reason) => {
+            tracing::info!(reason = %reason, "no NVML: GPUs are not reported or measured");
+            return None;
+        }
+    };
+    let book = GpuHealthBook::new();
+    match nvml.spawn_health_watch(book.clone(), stop) {
+        Ok(gpus) => tracing::info!(gpus = ?gpus, "watching GPUs for critical Xid errors"),
+        Err(err) => tracing::warn!(error = %err, "GPU Xid errors are not watched: {err}"),
     }
-    (sources, no_nvml)
+    let usage: Arc<dyn DeviceSource> = nvml;
+    Some(GpuSources {
+        report: Arc::new(HealthTrackedSource::new(usage.clone(), book)),
+        usage,
+    })
 }
 
 /// `(Accelerators, RDMADevices)` from `--feature-gates`; both default off,
@@ -238,10 +258,12 @@ pub fn report_gates(feature_gates: &str) -> (bool, bool) {
 }
 
 /// Starts the reporter in cluster mode when `Accelerators` is on (upstream's
-/// gate, default off). NVML is loaded off the async reactor.
+/// gate, default off), with the GPU source [`load_gpu_sources`] gave and the
+/// RDMA sysfs reader when `RDMADevices` is on too.
 pub fn spawn(
     feature_gates: &str,
     sys_root: std::path::PathBuf,
+    gpu: Option<Arc<dyn DeviceSource>>,
     states: &StatesInformer,
     client: Option<kube::Client>,
     interval: Duration,
@@ -258,29 +280,16 @@ pub fn spawn(
         tracing::info!("devices are not reported (no API server)");
         return;
     };
-    let states = states.clone();
-    tokio::spawn(async move {
-        let root = sys_root.clone();
-        let loaded = tokio::task::spawn_blocking(move || sources_for(&root, rdma)).await;
-        let (sources, no_nvml) = match loaded {
-            Ok(loaded) => loaded,
-            Err(err) => {
-                tracing::warn!(error = %err, "device sources failed to start; devices are not reported");
-                return;
-            }
-        };
-        if let Some(reason) = no_nvml {
-            tracing::info!(reason = %reason, "no NVML: GPUs are not reported");
-        }
-        if !rdma {
-            tracing::info!("RDMA NICs are not reported (feature gate RDMADevices is off)");
-        }
-        if sources.is_empty() {
-            return;
-        }
-        DeviceReporter::new(states, sources, PciSysfs::new(sys_root), client)
-            .with_interval(interval)
-            .run(shutdown)
-            .await;
-    });
+    let mut sources: Vec<Arc<dyn DeviceSource>> = gpu.into_iter().collect();
+    if rdma {
+        sources.push(Arc::new(super::RdmaSysfsSource::new(&sys_root)));
+    } else {
+        tracing::info!("RDMA NICs are not reported (feature gate RDMADevices is off)");
+    }
+    if sources.is_empty() {
+        return;
+    }
+    let reporter = DeviceReporter::new(states.clone(), sources, PciSysfs::new(sys_root), client)
+        .with_interval(interval);
+    tokio::spawn(reporter.run(shutdown));
 }

@@ -921,3 +921,229 @@ fn the_report_follows_upstreams_gates() {
         (false, false)
     );
 }
+
+/// Fake NVML events: a queue a test fills; an empty queue times out.
+struct FakeEvents {
+    queue: std::collections::VecDeque<Result<Option<health::GpuEvent>, String>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl health::GpuEventSource for FakeEvents {
+    fn wait(&mut self, _timeout: std::time::Duration) -> Result<Option<health::GpuEvent>, String> {
+        match self.queue.pop_front() {
+            Some(next) => next,
+            None => {
+                // Everything delivered: end the watch.
+                self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn two_gpu_tree() -> (SysTree, Vec<GpuInfo>) {
+    let sys = SysTree::new();
+    for bus in ["0000:3b:00.0", "0000:86:00.0"] {
+        sys.add_pci(&["pci0000:3a", "0000:3a:00.0", bus], "0", "0x030200");
+    }
+    let gpus = vec![
+        gpu(0, "0000:3b:00.0", 80 * GIB),
+        gpu(1, "0000:86:00.0", 80 * GIB),
+    ];
+    (sys, gpus)
+}
+
+fn watch(events: Vec<Result<Option<health::GpuEvent>, String>>, book: &health::GpuHealthBook) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut source = FakeEvents {
+        queue: events.into(),
+        stop: stop.clone(),
+    };
+    let gpus = vec!["0000:3b:00.0".to_string(), "0000:86:00.0".to_string()];
+    health::watch_health(
+        &mut source,
+        book,
+        &gpus,
+        &stop,
+        std::time::Duration::from_millis(1),
+    );
+}
+
+fn health_of(desired: &DesiredDevice) -> Vec<(bool, Option<String>)> {
+    desired
+        .devices
+        .iter()
+        .map(|info| {
+            (
+                info.health,
+                info.conditions
+                    .as_ref()
+                    .map(|conditions| conditions[0].reason.clone()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_critical_xid_event_turns_that_gpu_unhealthy_in_the_device() {
+    let (sys, gpus) = two_gpu_tree();
+    let book = health::GpuHealthBook::new();
+    let tracked: Arc<dyn DeviceSource> = Arc::new(health::HealthTrackedSource::new(
+        FakeNvml::new(gpus),
+        book.clone(),
+    ));
+    let pci = PciSysfs::new(sys.root());
+    let before = build_desired_device(&discover_all(std::slice::from_ref(&tracked), &pci), &now());
+    assert_eq!(health_of(&before), vec![(true, None), (true, None)]);
+
+    watch(
+        vec![
+            // Application errors leave the GPU healthy (upstream's list).
+            Ok(Some(health::GpuEvent::CriticalXid {
+                bus_id: Some("0000:3b:00.0".to_string()),
+                xid: 13,
+            })),
+            // A failing wait is logged and retried, not fatal.
+            Err("Unknown Error".to_string()),
+            Ok(None),
+            Ok(Some(health::GpuEvent::CriticalXid {
+                bus_id: Some("0000:86:00.0".to_string()),
+                xid: 79,
+            })),
+            // An event for a GPU not watched is ignored.
+            Ok(Some(health::GpuEvent::CriticalXid {
+                bus_id: Some("0000:99:00.0".to_string()),
+                xid: 48,
+            })),
+        ],
+        &book,
+    );
+    let after = build_desired_device(&discover_all(&[tracked], &pci), &later());
+    assert_eq!(
+        health_of(&after),
+        vec![(true, None), (false, Some("Xid79".to_string()))]
+    );
+    assert_eq!(
+        after.devices[1].conditions.as_ref().unwrap()[0].message,
+        "Xid error detected on device, error code: 79"
+    );
+    let mut stored = before.new_object(&node());
+    assert_eq!(
+        after.change_reason(&stored).as_deref(),
+        Some("device health, resources or topology changed")
+    );
+    after.apply_to(&mut stored);
+    assert!(!stored.spec.devices.as_ref().unwrap()[1].health);
+}
+
+#[test]
+fn an_xid_without_a_gpu_hits_all_and_unsupported_gpus_are_unhealthy() {
+    let (sys, gpus) = two_gpu_tree();
+    let pci = PciSysfs::new(sys.root());
+
+    let book = health::GpuHealthBook::new();
+    watch(
+        vec![Ok(Some(health::GpuEvent::CriticalXid {
+            bus_id: None,
+            xid: 62,
+        }))],
+        &book,
+    );
+    let tracked: Arc<dyn DeviceSource> = Arc::new(health::HealthTrackedSource::new(
+        FakeNvml::new(gpus.clone()),
+        book,
+    ));
+    let desired = build_desired_device(&discover_all(&[tracked], &pci), &now());
+    let xid62 = Some("Xid62".to_string());
+    assert_eq!(
+        health_of(&desired),
+        vec![(false, xid62.clone()), (false, xid62)]
+    );
+
+    let book = health::GpuHealthBook::new();
+    watch(
+        vec![Ok(Some(health::GpuEvent::HealthCheckNotSupported {
+            bus_id: "0000:3b:00.0".to_string(),
+        }))],
+        &book,
+    );
+    let tracked: Arc<dyn DeviceSource> =
+        Arc::new(health::HealthTrackedSource::new(FakeNvml::new(gpus), book));
+    let desired = build_desired_device(&discover_all(&[tracked], &pci), &now());
+    assert_eq!(
+        health_of(&desired),
+        vec![
+            (false, Some(health::HEALTH_CHECK_NOT_SUPPORTED.to_string())),
+            (true, None)
+        ]
+    );
+}
+
+#[test]
+fn discovery_failures_keep_their_reason_over_a_later_xid() {
+    let (sys, mut gpus) = two_gpu_tree();
+    gpus[0].health = DeviceHealth::Unhealthy {
+        code: "GpuLost".to_string(),
+        message: "NVML cannot read the PCI address: GPU is lost".to_string(),
+    };
+    let book = health::GpuHealthBook::new();
+    watch(
+        vec![Ok(Some(health::GpuEvent::CriticalXid {
+            bus_id: Some("0000:3b:00.0".to_string()),
+            xid: 79,
+        }))],
+        &book,
+    );
+    let tracked: Arc<dyn DeviceSource> =
+        Arc::new(health::HealthTrackedSource::new(FakeNvml::new(gpus), book));
+    let desired = build_desired_device(
+        &discover_all(&[tracked], &PciSysfs::new(sys.root())),
+        &now(),
+    );
+    assert_eq!(
+        health_of(&desired),
+        vec![(false, Some("GpuLost".to_string())), (true, None)]
+    );
+}
+
+#[test]
+fn nvml_processes_join_their_latest_utilisation_sample_bounded() {
+    use super::nvml::join_process_usage;
+    let joined = join_process_usage(
+        // pid 30 has no sample: left out, as upstream.
+        &[
+            (20, Some(GIB)),
+            (10, None),
+            (30, Some(GIB)),
+            (20, Some(GIB)),
+        ],
+        &[
+            (10, 5, 40),
+            (20, 1, 10),
+            (20, 9, 35),
+            (20, 3, 99),
+            (10, 7, 250),
+        ],
+    );
+    assert_eq!(
+        joined,
+        vec![
+            GpuProcessUsage {
+                pid: 10,
+                sm_util: 100,
+                memory_used_bytes: 0
+            },
+            GpuProcessUsage {
+                pid: 20,
+                sm_util: 35,
+                memory_used_bytes: GIB
+            },
+        ]
+    );
+    let many: Vec<(u32, Option<u64>)> = (0..5000).map(|pid| (pid, Some(1))).collect();
+    let samples: Vec<(u32, u64, u32)> = (0..5000).map(|pid| (pid, 1, 1)).collect();
+    assert_eq!(
+        join_process_usage(&many, &samples).len(),
+        MAX_PROCESSES_PER_GPU
+    );
+}
