@@ -35,12 +35,12 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::RoundReport;
 use super::capability::NetQosCapability;
 use super::plan::{
     BE_CLASS_MINOR, LS_CLASS_MINOR, NetQosClass, NetQosDecision, PodRefusal, ROOT_CLASS_MINOR,
     SYSTEM_CLASS_MINOR,
 };
+use super::report::RoundReport;
 
 type Labels = Vec<(&'static str, String)>;
 

@@ -16,8 +16,8 @@ pub mod diff;
 pub mod metrics;
 pub mod netlink;
 pub mod plan;
+pub mod report;
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,6 +30,7 @@ pub use diff::{ObservedTc, TcAction, TcChanges, reconcile, removal};
 pub use metrics::NetQosMetrics;
 pub use netlink::{NetlinkError, RouteSocket};
 pub use plan::{NetQosDecision, NetQosPlan, NetQosPod, PodNetworkQos, decide};
+pub use report::RoundReport;
 
 /// Upstream's feature gate (default off).
 pub const FEATURE: &str = "TCNetworkQoS";
@@ -106,20 +107,6 @@ pub fn link_speed_mbps(sys_root: &Path, interface: &str) -> Option<u64> {
         .ok()
         .filter(|v| *v > 0)
         .map(i64::unsigned_abs)
-}
-
-/// What one round did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RoundReport {
-    pub applied: usize,
-    pub deferred: usize,
-    pub errors: Vec<String>,
-    /// Why nothing was applied, for Leave decisions.
-    pub left: Option<String>,
-    /// Changes made, by [`TcAction::kind`].
-    pub applied_by_kind: BTreeMap<(&'static str, &'static str), usize>,
-    /// Changes the kernel refused, by [`TcAction::kind`].
-    pub failed: BTreeMap<(&'static str, &'static str), usize>,
 }
 
 /// One round on the interface `ifindex`: decide, read back, change what
