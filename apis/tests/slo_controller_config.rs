@@ -19,7 +19,11 @@ fn complete_configmap_data() -> BTreeMap<String, String> {
         env!("CARGO_MANIFEST_DIR")
     );
     let configmap: ConfigMap =
-        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        apis::yaml::from_str(
+            &std::fs::read_to_string(path).unwrap(),
+            &apis::yaml::Limits::CONFIG,
+        )
+        .unwrap();
     assert_eq!(
         configmap.metadata.name.as_deref(),
         Some(DEFAULT_SLO_CONTROLLER_CONFIG_NAME)
