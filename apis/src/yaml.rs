@@ -167,13 +167,12 @@ pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {
         .map_err(|error| YamlError::Write(error.to_string()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-
-    /// Nine levels of ten aliases each: 10^9 strings once expanded.
-    pub(crate) fn alias_bomb() -> String {
+/// Hostile YAML for the tests of every reader: what each must refuse
+/// within its budget.
+pub mod hostile {
+    /// Nine levels of ten aliases each: 10^9 strings once expanded, from
+    /// about 400 bytes of text.
+    pub fn alias_bomb() -> String {
         let mut text = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
         for level in 1..10 {
             let previous = format!("*a{}", level - 1);
@@ -183,16 +182,25 @@ mod tests {
         text
     }
 
-    fn deep_flow(depth: usize) -> String {
+    /// `depth` nested flow sequences under the key `x`.
+    pub fn deep_flow(depth: usize) -> String {
         format!("x: {}{}\n", "[".repeat(depth), "]".repeat(depth))
     }
 
-    fn deep_block(depth: usize) -> String {
+    /// `depth` nested block mappings, each under the key `k`.
+    pub fn deep_block(depth: usize) -> String {
         (0..depth)
             .map(|level| format!("{}k:\n", " ".repeat(level)))
             .collect::<String>()
             + &format!("{}v: 1\n", " ".repeat(depth))
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hostile::*;
+    use super::*;
+    use serde_json::Value;
 
     #[test]
     fn an_alias_bomb_is_refused_for_its_budget() {
