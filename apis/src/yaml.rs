@@ -156,6 +156,59 @@ pub fn from_str_multiple<T: DeserializeOwned>(
     )?)
 }
 
+/// Reads each document of `text` as an `Option<T>` (`None` for an empty or
+/// null document), numbered from 0 as they appear in the stream, so that an
+/// error names the document it is in. The size limit applies to the whole
+/// text, the budgets to each document.
+pub fn from_str_each<'t, T: DeserializeOwned>(
+    text: &'t str,
+    limits: &'t Limits,
+) -> Result<impl Iterator<Item = (usize, Result<Option<T>, YamlError>)> + 't, YamlError> {
+    check_size(text, limits)?;
+    Ok(split_documents(text)
+        .into_iter()
+        .enumerate()
+        .map(move |(index, document)| {
+            let value = serde_saphyr::from_str_with_options(document, options(document, limits));
+            (index, value.map_err(YamlError::from))
+        }))
+}
+
+/// Cuts a YAML stream into its documents at `---` lines. YAML forbids a line
+/// starting with `---` (then a space or the line's end) inside any scalar,
+/// so such a line always starts a document. Directives and comments before
+/// a marker stay with the document the marker starts.
+pub fn split_documents(text: &str) -> Vec<&str> {
+    let mut documents = Vec::new();
+    let mut start = 0;
+    // Whether the current piece has anything besides blank lines,
+    // comments and directives.
+    let mut has_content = false;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let is_marker = body.strip_prefix("---").is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with([' ', '\t'])
+        });
+        if is_marker && has_content {
+            documents.push(&text[start..offset]);
+            start = offset;
+            has_content = false;
+        }
+        let trimmed = body.trim_start();
+        if is_marker
+            || !(trimmed.is_empty() || trimmed.starts_with('#') || body.starts_with('%'))
+        {
+            has_content = true;
+        }
+        offset += line.len();
+    }
+    if has_content || documents.is_empty() {
+        documents.push(&text[start..]);
+    }
+    documents
+}
+
 /// Writes `value` as one YAML document. Strings with line breaks become
 /// literal blocks and long single-line strings stay on one line (as
 /// serde_yaml wrote them), so generated files diff line by line.
@@ -264,6 +317,38 @@ mod tests {
         let values: Vec<Value> = from_str_multiple("a: 1\n---\n---\nb: 2\n", &Limits::CONFIG).unwrap();
         assert_eq!(values.len(), 2);
         assert_eq!(values[1]["b"], 2);
+    }
+
+    #[test]
+    fn documents_are_numbered_as_in_the_stream() {
+        assert_eq!(split_documents(""), [""]);
+        assert_eq!(split_documents("a: 1\n"), ["a: 1\n"]);
+        assert_eq!(
+            split_documents("# c\n%YAML 1.2\n---\na: 1\n--- b\n---\n"),
+            ["# c\n%YAML 1.2\n---\na: 1\n", "--- b\n", "---\n"]
+        );
+        assert_eq!(
+            split_documents("a: |\n  ---x\n----\n"),
+            ["a: |\n  ---x\n----\n"]
+        );
+        let read: Vec<(usize, Option<Value>)> =
+            from_str_each("a: 1\n---\n---\n[2]\n", &Limits::CONFIG)
+                .unwrap()
+                .map(|(index, value)| (index, value.unwrap()))
+                .collect();
+        assert_eq!(
+            read,
+            [
+                (0, Some(serde_json::json!({"a": 1}))),
+                (1, None),
+                (2, Some(serde_json::json!([2])))
+            ]
+        );
+        let errors: Vec<usize> = from_str_each::<Value>("a: 1\n---\n{not closed\n", &Limits::CONFIG)
+            .unwrap()
+            .filter_map(|(index, value)| value.is_err().then_some(index))
+            .collect();
+        assert_eq!(errors, [1]);
     }
 
     #[test]

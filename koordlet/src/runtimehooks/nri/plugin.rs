@@ -76,7 +76,8 @@ pub fn parse_plugin_config(config: &str) -> Result<Option<i32>, PluginConfigErro
         return Ok(None);
     }
     let parsed: Config =
-        serde_yaml::from_str(config).map_err(|err| PluginConfigError::Syntax(err.to_string()))?;
+        apis::yaml::from_str(config, &apis::yaml::Limits::CONFIG)
+            .map_err(|err| PluginConfigError::Syntax(err.to_string()))?;
     if parsed.events.is_empty() {
         return Ok(None);
     }
