@@ -2377,6 +2377,45 @@ items:
         );
     }
 
+    /// The built-in reader against serde-saphyr on one snapshot file, in one
+    /// run (the module doc of `fast_yaml` records the figures):
+    /// `KOORD_PREVIEW_SNAPSHOT=FILE cargo test --release -p koord-manager --lib
+    /// -- --ignored readers_on_one_snapshot --nocapture`; `hack/bench-manager-preview.sh
+    /// --format kubectl --keep FILE` writes such a file.
+    #[test]
+    #[ignore = "a measurement: needs KOORD_PREVIEW_SNAPSHOT and a release build"]
+    fn readers_on_one_snapshot() {
+        let path = std::env::var("KOORD_PREVIEW_SNAPSHOT").expect("KOORD_PREVIEW_SNAPSHOT");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut fast = Builder::default();
+        let started = std::time::Instant::now();
+        fast_yaml::for_each_document(&text, |object: Option<LeanObject>| {
+            if let Some(object) = object {
+                fast.next_document();
+                fast.add_lean(object);
+            }
+        })
+        .unwrap();
+        let fast_time = started.elapsed();
+        let started = std::time::Instant::now();
+        let LeanDocuments(saphyr) = serde_saphyr::from_str_multiple_with_options::<
+            Option<LeanObject>,
+            LeanDocuments,
+        >(&text, saphyr_options(&text))
+        .unwrap();
+        let saphyr_time = started.elapsed();
+        let fast = fast.finish(SnapshotReader::FastYaml, "fast").unwrap();
+        let saphyr = saphyr.finish(SnapshotReader::LeanYaml, "saphyr").unwrap();
+        assert_eq!(report_json(&fast), report_json(&saphyr));
+        println!(
+            "{} MiB: built-in reader {:.3} s, serde-saphyr {:.3} s ({:.1}x)",
+            text.len() >> 20,
+            fast_time.as_secs_f64(),
+            saphyr_time.as_secs_f64(),
+            saphyr_time.as_secs_f64() / fast_time.as_secs_f64()
+        );
+    }
+
     #[test]
     fn alias_bombs_and_deep_nesting_are_refused_for_their_budget() {
         use apis::yaml::hostile;

@@ -1817,6 +1817,46 @@ metadata:
     }
 
     #[test]
+    fn work_stays_linear_at_the_deepest_nesting_read() {
+        // Just inside MAX_DEPTH (the document's mapping is the first level):
+        // what a depth-quadratic reader would spend most on.
+        let depth = MAX_DEPTH - 2;
+        let repeat = 200;
+        let flow = format!(
+            "x:\n{}",
+            format!("- {}y{}\n", "[".repeat(depth), "]".repeat(depth)).repeat(repeat)
+        );
+        let flow_maps = format!(
+            "x:\n{}",
+            format!("- {}y{}\n", "{k: ".repeat(depth), "}".repeat(depth)).repeat(repeat)
+        );
+        let block: String = (0..repeat)
+            .map(|i| {
+                (0..depth)
+                    .map(|d| format!("{}k{i}x{d}:\n", " ".repeat(d)))
+                    .collect::<String>()
+                    + &format!("{}v: x\n", " ".repeat(depth))
+            })
+            .collect();
+        let sequences = format!("x:\n{}", format!("{}y\n", "- ".repeat(depth)).repeat(repeat));
+        for text in [flow, flow_maps, block, sequences] {
+            let (read, work) = work(&text);
+            assert!(read, "{}", &text[..200.min(text.len())]);
+            assert!(
+                work <= 16 * text.len(),
+                "{} bytes examined for {} bytes of {:?}...",
+                work,
+                text.len(),
+                &text[..80.min(text.len())]
+            );
+        }
+        // One level deeper is refused as a limit, without a hand-over.
+        let too_deep = format!("x: {}y{}\n", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        let refused = for_each_document(&too_deep, |_: Option<Value>| {}).unwrap_err();
+        assert!(refused.is_limit(), "{refused}");
+    }
+
+    #[test]
     fn unknown_fields_are_skipped() {
         #[derive(Deserialize)]
         struct Kind {
