@@ -187,18 +187,16 @@ pub fn split_documents(text: &str) -> Vec<&str> {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches(['\n', '\r']);
-        let is_marker = body.strip_prefix("---").is_some_and(|rest| {
-            rest.is_empty() || rest.starts_with([' ', '\t'])
-        });
+        let is_marker = body
+            .strip_prefix("---")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']));
         if is_marker && has_content {
             documents.push(&text[start..offset]);
             start = offset;
             has_content = false;
         }
         let trimmed = body.trim_start();
-        if is_marker
-            || !(trimmed.is_empty() || trimmed.starts_with('#') || body.starts_with('%'))
-        {
+        if is_marker || !(trimmed.is_empty() || trimmed.starts_with('#') || body.starts_with('%')) {
             has_content = true;
         }
         offset += line.len();
@@ -287,7 +285,13 @@ mod tests {
             ..Limits::CONFIG
         };
         let error = from_str::<Value>("key: a long value\n", &limits).unwrap_err();
-        assert!(matches!(error, YamlError::TooLarge { bytes: 18, limit: 10 }));
+        assert!(matches!(
+            error,
+            YamlError::TooLarge {
+                bytes: 18,
+                limit: 10
+            }
+        ));
     }
 
     #[test]
@@ -314,7 +318,8 @@ mod tests {
 
     #[test]
     fn documents_are_read_in_order() {
-        let values: Vec<Value> = from_str_multiple("a: 1\n---\n---\nb: 2\n", &Limits::CONFIG).unwrap();
+        let values: Vec<Value> =
+            from_str_multiple("a: 1\n---\n---\nb: 2\n", &Limits::CONFIG).unwrap();
         assert_eq!(values.len(), 2);
         assert_eq!(values[1]["b"], 2);
     }
@@ -344,10 +349,11 @@ mod tests {
                 (2, Some(serde_json::json!([2])))
             ]
         );
-        let errors: Vec<usize> = from_str_each::<Value>("a: 1\n---\n{not closed\n", &Limits::CONFIG)
-            .unwrap()
-            .filter_map(|(index, value)| value.is_err().then_some(index))
-            .collect();
+        let errors: Vec<usize> =
+            from_str_each::<Value>("a: 1\n---\n{not closed\n", &Limits::CONFIG)
+                .unwrap()
+                .filter_map(|(index, value)| value.is_err().then_some(index))
+                .collect();
         assert_eq!(errors, [1]);
     }
 

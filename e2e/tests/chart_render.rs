@@ -425,7 +425,8 @@ fn check_scheduler_serving(
     let plain = transport == koord_scheduler::tls::Transport::Plain;
 
     // kube-scheduler calls the extender where it listens, in this pod.
-    let config: Value = apis::yaml::from_str(kube_scheduler_config, &RENDERED).unwrap_or(Value::Null);
+    let config: Value =
+        apis::yaml::from_str(kube_scheduler_config, &RENDERED).unwrap_or(Value::Null);
     for extender in config["extenders"].as_array().into_iter().flatten() {
         let url = extender["urlPrefix"].as_str().unwrap_or_default();
         let expected_scheme = if plain { "http" } else { "https" };

@@ -91,8 +91,7 @@ pub struct PluginConfig {
 
 impl SchedulerConfiguration {
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        apis::yaml::from_str(text, &apis::yaml::Limits::CONFIG)
-            .map_err(ConfigError::Malformed)
+        apis::yaml::from_str(text, &apis::yaml::Limits::CONFIG).map_err(ConfigError::Malformed)
     }
 
     pub fn load(path: &Path) -> Result<Self, ConfigError> {

@@ -50,11 +50,7 @@ pub const MAX_SNAPSHOT_BYTES: usize = 512 << 20;
 /// a 2 MiB thread stack even in a debug build (100 does not).
 pub const MAX_SNAPSHOT_NESTING: usize = 64;
 
-fn decode(
-    index: usize,
-    value: Value,
-    snapshot: &mut Snapshot,
-) -> Result<(), SnapshotError> {
+fn decode(index: usize, value: Value, snapshot: &mut Snapshot) -> Result<(), SnapshotError> {
     if value.is_null() {
         return Ok(());
     }

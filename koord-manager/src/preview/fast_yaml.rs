@@ -1838,7 +1838,10 @@ metadata:
                     + &format!("{}v: x\n", " ".repeat(depth))
             })
             .collect();
-        let sequences = format!("x:\n{}", format!("{}y\n", "- ".repeat(depth)).repeat(repeat));
+        let sequences = format!(
+            "x:\n{}",
+            format!("{}y\n", "- ".repeat(depth)).repeat(repeat)
+        );
         for text in [flow, flow_maps, block, sequences] {
             let (read, work) = work(&text);
             assert!(read, "{}", &text[..200.min(text.len())]);

@@ -65,12 +65,11 @@ pub fn parse_pods_document(text: &str) -> Result<Vec<Pod>, PodsDocumentError> {
     let mut pods = Vec::new();
     let mut lists = 0;
     let limits = apis::yaml::Limits::objects(MAX_INPUT_FILE_BYTES as usize, MAX_POD_FILE_NESTING);
-    let documents = apis::yaml::from_str_each(text, &limits).map_err(|source| {
-        PodsDocumentError::Syntax {
+    let documents =
+        apis::yaml::from_str_each(text, &limits).map_err(|source| PodsDocumentError::Syntax {
             document: 0,
             source,
-        }
-    })?;
+        })?;
     for (document, value) in documents {
         let value = value.map_err(|source| PodsDocumentError::Syntax { document, source })?;
         if let Some(value) = value {
@@ -231,7 +230,10 @@ mod tests {
         use apis::yaml::hostile;
         for text in [
             hostile::alias_bomb(),
-            format!("- metadata: {{name: a}}\n---\n{}", hostile::deep_flow(10_000)),
+            format!(
+                "- metadata: {{name: a}}\n---\n{}",
+                hostile::deep_flow(10_000)
+            ),
             hostile::deep_block(10_000),
         ] {
             match parse_pods_document(&text) {
