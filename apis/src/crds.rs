@@ -28,12 +28,12 @@ pub struct RenderedCrd {
 }
 
 /// Renders every CRD as YAML, one document per file.
-pub fn render_all() -> Result<Vec<RenderedCrd>, serde_yaml::Error> {
+pub fn render_all() -> Result<Vec<RenderedCrd>, crate::yaml::YamlError> {
     all()
         .into_iter()
         .map(|crd| {
             let file_name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
-            let body = serde_yaml::to_string(&crd)?;
+            let body = crate::yaml::to_string(&crd)?;
             Ok(RenderedCrd {
                 file_name,
                 yaml: format!("{GENERATED_HEADER}{body}"),

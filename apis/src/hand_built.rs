@@ -425,7 +425,7 @@ mod tests {
 
         let quota = ElasticQuota::new("team-a", ElasticQuotaSpec::default());
         assert_eq!(
-            serde_yaml::to_string(&quota).unwrap(),
+            crate::yaml::to_string(&quota).unwrap(),
             "apiVersion: scheduling.sigs.k8s.io/v1alpha1\nkind: ElasticQuota\nmetadata:\n  name: team-a\nspec: {}\n"
         );
     }

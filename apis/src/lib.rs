@@ -18,3 +18,4 @@ pub mod schema;
 pub mod slo;
 pub mod topology;
 pub mod wire_enum;
+pub mod yaml;

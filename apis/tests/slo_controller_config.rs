@@ -18,8 +18,11 @@ fn complete_configmap_data() -> BTreeMap<String, String> {
         "{}/tests/fixtures/slo/slo-controller-config.yaml",
         env!("CARGO_MANIFEST_DIR")
     );
-    let configmap: ConfigMap =
-        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let configmap: ConfigMap = apis::yaml::from_str(
+        &std::fs::read_to_string(path).unwrap(),
+        &apis::yaml::Limits::CONFIG,
+    )
+    .unwrap();
     assert_eq!(
         configmap.metadata.name.as_deref(),
         Some(DEFAULT_SLO_CONTROLLER_CONFIG_NAME)

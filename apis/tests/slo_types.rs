@@ -24,8 +24,8 @@ fn assert_wire_round_trip<T>(yaml: &str) -> T
 where
     T: serde::de::DeserializeOwned + serde::Serialize + PartialEq + std::fmt::Debug,
 {
-    let input: Value = serde_yaml::from_str(yaml).unwrap();
-    let decoded: T = serde_yaml::from_str(yaml).unwrap();
+    let input: Value = apis::yaml::from_str(yaml, &apis::yaml::Limits::CONFIG).unwrap();
+    let decoded: T = apis::yaml::from_str(yaml, &apis::yaml::Limits::CONFIG).unwrap();
     let encoded = serde_json::to_value(&decoded).unwrap();
     assert_eq!(encoded, input, "re-encoding changed the manifest");
     let again: T = serde_json::from_value(encoded).unwrap();
@@ -220,7 +220,7 @@ fn upstream_sample_nodemetric_with_empty_spec_decodes() {
     // The shape of upstream's config/samples NodeMetric: the spec holds only a
     // comment, i.e. it is null.
     let yaml = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeMetric\nmetadata:\n  name: nodemetric-sample\nspec:\n  # to be filled by koordlet\n";
-    let metric: NodeMetric = serde_yaml::from_str(yaml).unwrap();
+    let metric: NodeMetric = apis::yaml::from_str(yaml, &apis::yaml::Limits::CONFIG).unwrap();
     assert_eq!(metric.metadata.name.as_deref(), Some("nodemetric-sample"));
     assert_eq!(metric.spec, NodeMetricSpec::default());
     assert!(metric.status.is_none());

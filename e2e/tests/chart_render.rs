@@ -84,15 +84,16 @@ fn rendered_sets() -> Result<Vec<(String, String)>, String> {
     Ok(sets)
 }
 
+/// Limits for what helm renders (the chart's own output, read whole).
+const RENDERED: apis::yaml::Limits = apis::yaml::Limits::objects(usize::MAX, 64);
+
 fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap())
-        .filter(|doc| !doc.is_null())
-        .map(|doc| serde_json::to_value(doc).unwrap())
+    apis::yaml::from_str_multiple::<Option<Value>>(text, &RENDERED)
+        .unwrap()
+        .into_iter()
+        .flatten()
         .collect()
 }
-
-use serde::Deserialize;
 
 /// Paths present in `original` but missing or different after the typed
 /// round trip: unknown (e.g. misspelled) fields, nulls, coerced values.
@@ -283,7 +284,7 @@ fn is_extended_resource_name(name: &str) -> bool {
 /// and prod/LS pods never see the Koordinator plugins. Every Koordinator
 /// device resource must be declared `ignoredByScheduler`.
 fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
-    let config: Value = match serde_yaml::from_str(text) {
+    let config: Value = match apis::yaml::from_str(text, &RENDERED) {
         Ok(config) => config,
         Err(e) => return vec![format!("malformed: {e}")],
     };
@@ -424,7 +425,8 @@ fn check_scheduler_serving(
     let plain = transport == koord_scheduler::tls::Transport::Plain;
 
     // kube-scheduler calls the extender where it listens, in this pod.
-    let config: Value = serde_yaml::from_str(kube_scheduler_config).unwrap_or(Value::Null);
+    let config: Value =
+        apis::yaml::from_str(kube_scheduler_config, &RENDERED).unwrap_or(Value::Null);
     for extender in config["extenders"].as_array().into_iter().flatten() {
         let url = extender["urlPrefix"].as_str().unwrap_or_default();
         let expected_scheme = if plain { "http" } else { "https" };

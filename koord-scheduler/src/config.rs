@@ -23,7 +23,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     #[error("malformed scheduler config: {0}")]
-    Malformed(String),
+    Malformed(#[source] apis::yaml::YamlError),
     #[error("invalid args for plugin {plugin}: {message}")]
     InvalidArgs { plugin: String, message: String },
     #[error("unknown plugin {0:?}")]
@@ -91,7 +91,7 @@ pub struct PluginConfig {
 
 impl SchedulerConfiguration {
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        serde_yaml::from_str(text).map_err(|e| ConfigError::Malformed(e.to_string()))
+        apis::yaml::from_str(text, &apis::yaml::Limits::CONFIG).map_err(ConfigError::Malformed)
     }
 
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -424,6 +424,21 @@ pub struct ScarceResourceAvoidanceArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_are_refused_for_their_budget() {
+        use apis::yaml::hostile;
+        for text in [
+            hostile::alias_bomb(),
+            hostile::deep_flow(10_000),
+            hostile::deep_block(10_000),
+        ] {
+            match SchedulerConfiguration::from_yaml(&text) {
+                Err(ConfigError::Malformed(error)) => assert!(error.is_budget(), "{error}"),
+                other => panic!("not refused for its budget: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn load_aware_defaults_match_upstream() {

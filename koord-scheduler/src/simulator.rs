@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::SystemTime;
 
-use serde::{Deserialize as _, Serialize};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::cache::{Change, NodeInfo, Object, PodInfo};
 use crate::framework::Scheduler;
@@ -13,8 +14,8 @@ use crate::framework::Scheduler;
 /// Errors reading a snapshot.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("document {index}: malformed YAML: {message}")]
-    Yaml { index: usize, message: String },
+    #[error("malformed YAML: {0}")]
+    Yaml(#[source] apis::yaml::YamlError),
     #[error("document {index}: malformed {kind}: {message}")]
     Object {
         index: usize,
@@ -42,11 +43,14 @@ pub struct Snapshot {
     seen: HashSet<(crate::cache::ObjectKind, String)>,
 }
 
-fn decode(
-    index: usize,
-    value: serde_yaml::Value,
-    snapshot: &mut Snapshot,
-) -> Result<(), SnapshotError> {
+/// Largest snapshot or pods file read.
+pub const MAX_SNAPSHOT_BYTES: usize = 512 << 20;
+/// Deepest nesting of mappings and sequences in a snapshot: Kubernetes
+/// objects nest about 15 levels; reading 64 levels into JSON values fits in
+/// a 2 MiB thread stack even in a debug build (100 does not).
+pub const MAX_SNAPSHOT_NESTING: usize = 64;
+
+fn decode(index: usize, value: Value, snapshot: &mut Snapshot) -> Result<(), SnapshotError> {
     if value.is_null() {
         return Ok(());
     }
@@ -56,7 +60,7 @@ fn decode(
         .unwrap_or_default()
         .to_string();
     if kind == "List" || kind.ends_with("List") {
-        if let Some(items) = value.get("items").and_then(|i| i.as_sequence()) {
+        if let Some(items) = value.get("items").and_then(|i| i.as_array()) {
             for item in items.clone() {
                 decode(index, item, snapshot)?;
             }
@@ -70,7 +74,7 @@ fn decode(
     };
     macro_rules! typed {
         ($variant:ident) => {
-            Object::$variant(serde_yaml::from_value(value).map_err(|e| fail(e.to_string()))?)
+            Object::$variant(serde_json::from_value(value).map_err(|e| fail(e.to_string()))?)
         };
     }
     let object = match kind.as_str() {
@@ -110,15 +114,16 @@ fn decode(
 }
 
 impl Snapshot {
-    /// Parses multi-document YAML (a `List` document is expanded).
+    /// Parses multi-document YAML (a `List` document is expanded) within
+    /// [`MAX_SNAPSHOT_BYTES`] and [`MAX_SNAPSHOT_NESTING`], aliases bounded
+    /// by the text's size. Documents are numbered from 0, empty ones not
+    /// counted.
     pub fn from_yaml(text: &str) -> Result<Self, SnapshotError> {
+        let limits = apis::yaml::Limits::objects(MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_NESTING);
+        let documents: Vec<Option<Value>> =
+            apis::yaml::from_str_multiple(text, &limits).map_err(SnapshotError::Yaml)?;
         let mut snapshot = Snapshot::default();
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let value =
-                serde_yaml::Value::deserialize(document).map_err(|e| SnapshotError::Yaml {
-                    index,
-                    message: e.to_string(),
-                })?;
+        for (index, value) in documents.into_iter().flatten().enumerate() {
             decode(index, value, &mut snapshot)?;
         }
         Ok(snapshot)
@@ -421,6 +426,21 @@ mod tests {
     use crate::framework::{CycleState, Plugin, PluginEntry, Rejection};
     use crate::testutil::*;
     use serde_json::json;
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_are_refused_for_their_budget() {
+        use apis::yaml::hostile;
+        for text in [
+            hostile::alias_bomb(),
+            hostile::deep_flow(10_000),
+            hostile::deep_block(10_000),
+        ] {
+            match Snapshot::from_yaml(&text) {
+                Err(SnapshotError::Yaml(error)) => assert!(error.is_budget(), "{error}"),
+                other => panic!("not refused for its budget: {other:?}"),
+            }
+        }
+    }
 
     fn cluster() -> Vec<Object> {
         let mut objects = vec![quota(

@@ -383,7 +383,8 @@ fn standalone_mode_needs_no_cluster_and_gates_readiness_on_the_pods_file() {
     let deadline = Instant::now() + wait;
     let report = loop {
         if let Ok(text) = fs::read_to_string(&output)
-            && let Ok(report) = serde_yaml::from_str::<serde_json::Value>(&text)
+            && let Ok(report) =
+                apis::yaml::from_str::<serde_json::Value>(&text, &apis::yaml::Limits::CONFIG)
             && report["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"].is_string()
         {
             break report;

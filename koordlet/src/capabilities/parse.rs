@@ -309,14 +309,14 @@ pub enum KubeletCgroupDriver {
 /// Reads `cgroupDriver` from a KubeletConfiguration file (YAML or JSON).
 pub fn parse_kubelet_cgroup_driver(text: &str) -> Result<KubeletCgroupDriver, ParseError> {
     const WHAT: &str = "kubelet config";
-    let document: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|err| ParseError::new(WHAT, err.to_string(), ""))?;
-    let serde_yaml::Value::Mapping(mapping) = document else {
+    let document: serde_json::Value = apis::yaml::from_str(text, &apis::yaml::Limits::CONFIG)
+        .map_err(|err| ParseError::new(WHAT, err.to_string(), ""))?;
+    let serde_json::Value::Object(mapping) = document else {
         return Err(ParseError::new(WHAT, "top level is not a mapping", ""));
     };
     match mapping.get("cgroupDriver") {
-        None | Some(serde_yaml::Value::Null) => Ok(KubeletCgroupDriver::Defaulted),
-        Some(serde_yaml::Value::String(driver)) => match driver.as_str() {
+        None | Some(serde_json::Value::Null) => Ok(KubeletCgroupDriver::Defaulted),
+        Some(serde_json::Value::String(driver)) => match driver.as_str() {
             "systemd" => Ok(KubeletCgroupDriver::Systemd),
             "cgroupfs" => Ok(KubeletCgroupDriver::Cgroupfs),
             other => Err(ParseError::new(

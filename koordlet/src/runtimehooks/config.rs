@@ -147,7 +147,10 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     #[error("--runtime-hooks-failure-policy-config {path} is not valid: {error}")]
-    Parse { path: PathBuf, error: String },
+    Parse {
+        path: PathBuf,
+        error: apis::yaml::YamlError,
+    },
     #[error("--runtime-hooks-failure-policy-config {path}: {source}")]
     Invalid {
         path: PathBuf,
@@ -195,18 +198,16 @@ pub fn load_failure_policy_config(
         path: path.to_path_buf(),
         source,
     })?;
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|error| ConfigError::Parse {
+    let value: serde_json::Value = apis::yaml::from_str(&text, &apis::yaml::Limits::CONFIG)
+        .map_err(|error| ConfigError::Parse {
             path: path.to_path_buf(),
-            error: error.to_string(),
+            error,
         })?;
-    let has_default = value
-        .as_mapping()
-        .is_some_and(|m| m.contains_key(serde_yaml::Value::from("default")));
+    let has_default = value.as_object().is_some_and(|m| m.contains_key("default"));
     let mut config: FailurePolicyConfig =
-        serde_yaml::from_value(value).map_err(|error| ConfigError::Parse {
+        serde_json::from_value(value).map_err(|error| ConfigError::Parse {
             path: path.to_path_buf(),
-            error: error.to_string(),
+            error: apis::yaml::YamlError::Invalid(error.to_string()),
         })?;
     if !has_default {
         config.default = default;
@@ -222,6 +223,26 @@ pub fn load_failure_policy_config(
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_are_refused_for_their_budget() {
+        use apis::yaml::hostile;
+        let dir = std::env::temp_dir().join(format!("koordlet-rh-hostile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("failure-policy.yaml");
+        for text in [
+            hostile::alias_bomb(),
+            hostile::deep_flow(10_000),
+            hostile::deep_block(10_000),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            match load_failure_policy_config(&path, FailurePolicy::Ignore) {
+                Err(ConfigError::Parse { error, .. }) => assert!(error.is_budget(), "{error}"),
+                other => panic!("not refused for its budget: {other:?}"),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[derive(Parser)]
     struct Cli {

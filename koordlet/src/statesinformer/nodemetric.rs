@@ -820,7 +820,7 @@ pub fn encode_for_path(path: &Path, object: &NodeMetric) -> Result<String, Strin
         .and_then(|ext| ext.to_str())
         .is_some_and(|ext| ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml"));
     if yaml {
-        serde_yaml::to_string(object).map_err(|err| err.to_string())
+        apis::yaml::to_string(object).map_err(|err| err.to_string())
     } else {
         serde_json::to_string_pretty(object)
             .map(|text| text + "\n")
@@ -1713,7 +1713,7 @@ mod tests {
         assert_eq!(parsed["status"]["podsMetric"][0]["name"], "p");
         let yaml = encode_for_path(Path::new("/x/nm.YML"), &object).unwrap();
         assert!(yaml.contains("kind: NodeMetric"), "{yaml}");
-        let back: NodeMetric = serde_yaml::from_str(&yaml).unwrap();
+        let back: NodeMetric = apis::yaml::from_str(&yaml, &apis::yaml::Limits::CONFIG).unwrap();
         assert_eq!(back, object);
     }
 

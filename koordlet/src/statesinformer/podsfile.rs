@@ -11,7 +11,6 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
 
 use super::inputfile::{InputFileError, MAX_INPUT_FILE_BYTES, read_input_file};
 use super::kubelet::{PodListError, validate_pods};
@@ -22,14 +21,14 @@ pub enum PodsDocumentError {
     Syntax {
         document: usize,
         #[source]
-        source: serde_yaml::Error,
+        source: apis::yaml::YamlError,
     },
     #[error("document {document}: {what} is not a Pod: {source}")]
     NotAPod {
         document: usize,
         what: String,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_json::Error,
     },
     #[error("document {document} has kind {kind:?}; expected PodList, List or Pod")]
     WrongKind { document: usize, kind: String },
@@ -57,17 +56,26 @@ pub enum PodsFileError {
     },
 }
 
+/// Deepest nesting of mappings and sequences in a pods file (a pod nests
+/// about 12 levels).
+const MAX_POD_FILE_NESTING: usize = 64;
+
 /// Parses the text of a pods file (documents are numbered from 0).
 pub fn parse_pods_document(text: &str) -> Result<Vec<Pod>, PodsDocumentError> {
     let mut pods = Vec::new();
     let mut lists = 0;
-    for (document, deserializer) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = serde_yaml::Value::deserialize(deserializer)
-            .map_err(|source| PodsDocumentError::Syntax { document, source })?;
-        if !value.is_null() {
+    let limits = apis::yaml::Limits::objects(MAX_INPUT_FILE_BYTES as usize, MAX_POD_FILE_NESTING);
+    let documents =
+        apis::yaml::from_str_each(text, &limits).map_err(|source| PodsDocumentError::Syntax {
+            document: 0,
+            source,
+        })?;
+    for (document, value) in documents {
+        let value = value.map_err(|source| PodsDocumentError::Syntax { document, source })?;
+        if let Some(value) = value {
             lists += 1;
+            collect_pods(document, value, &mut pods)?;
         }
-        collect_pods(document, value, &mut pods)?;
     }
     if lists == 0 {
         return Err(PodsDocumentError::Empty);
@@ -78,12 +86,12 @@ pub fn parse_pods_document(text: &str) -> Result<Vec<Pod>, PodsDocumentError> {
 
 fn collect_pods(
     document: usize,
-    value: serde_yaml::Value,
+    value: serde_json::Value,
     pods: &mut Vec<Pod>,
 ) -> Result<(), PodsDocumentError> {
-    use serde_yaml::Value;
+    use serde_json::Value;
     let to_pod = |what: String, value: Value| {
-        serde_yaml::from_value::<Pod>(value).map_err(|source| PodsDocumentError::NotAPod {
+        serde_json::from_value::<Pod>(value).map_err(|source| PodsDocumentError::NotAPod {
             document,
             what,
             source,
@@ -91,13 +99,13 @@ fn collect_pods(
     };
     match value {
         Value::Null => Ok(()),
-        Value::Sequence(items) => {
+        Value::Array(items) => {
             for (index, item) in items.into_iter().enumerate() {
                 pods.push(to_pod(format!("item {index}"), item)?);
             }
             Ok(())
         }
-        Value::Mapping(mut map) => {
+        Value::Object(mut map) => {
             let kind = map
                 .get("kind")
                 .and_then(Value::as_str)
@@ -108,7 +116,7 @@ fn collect_pods(
             if is_list {
                 match map.remove("items") {
                     None | Some(Value::Null) => Ok(()),
-                    Some(Value::Sequence(items)) => {
+                    Some(Value::Array(items)) => {
                         for (index, item) in items.into_iter().enumerate() {
                             pods.push(to_pod(format!("items[{index}]"), item)?);
                         }
@@ -124,7 +132,7 @@ fn collect_pods(
                     }),
                 }
             } else if kind.is_empty() || kind == "Pod" {
-                pods.push(to_pod("the document".to_string(), Value::Mapping(map))?);
+                pods.push(to_pod("the document".to_string(), Value::Object(map))?);
                 Ok(())
             } else {
                 Err(PodsDocumentError::WrongKind { document, kind })
@@ -141,16 +149,15 @@ fn collect_pods(
     }
 }
 
-fn yaml_type_name(value: &serde_yaml::Value) -> &'static str {
-    use serde_yaml::Value;
+fn yaml_type_name(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
         Value::Number(_) => "a number",
         Value::String(_) => "a string",
-        Value::Sequence(_) => "a sequence",
-        Value::Mapping(_) => "a mapping",
-        Value::Tagged(_) => "a tagged value",
+        Value::Array(_) => "a sequence",
+        Value::Object(_) => "a mapping",
     }
 }
 
@@ -215,6 +222,26 @@ mod tests {
                 matches!(parse_pods_document(nothing), Err(PodsDocumentError::Empty)),
                 "{nothing:?}"
             );
+        }
+    }
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_are_refused_for_their_budget() {
+        use apis::yaml::hostile;
+        for text in [
+            hostile::alias_bomb(),
+            format!(
+                "- metadata: {{name: a}}\n---\n{}",
+                hostile::deep_flow(10_000)
+            ),
+            hostile::deep_block(10_000),
+        ] {
+            match parse_pods_document(&text) {
+                Err(PodsDocumentError::Syntax { source, .. }) => {
+                    assert!(source.is_budget(), "{source}")
+                }
+                other => panic!("not refused for its budget: {other:?}"),
+            }
         }
     }
 

@@ -39,7 +39,7 @@ pub enum NodeSloFileError {
     Syntax {
         path: PathBuf,
         #[source]
-        source: serde_yaml::Error,
+        source: apis::yaml::YamlError,
     },
     #[error("NodeSLO file {path} holds kind {kind:?}, expected NodeSLO")]
     WrongKind { path: PathBuf, kind: String },
@@ -47,7 +47,7 @@ pub enum NodeSloFileError {
     Invalid {
         path: PathBuf,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_json::Error,
     },
     #[error("NodeSLO file {path} is out of range: {}", .problems.join("; "))]
     OutOfRange {
@@ -130,13 +130,15 @@ pub fn validate_node_slo(node_slo: &NodeSLO) -> Result<(), Vec<String>> {
 /// Parses a NodeSLO object; `apiVersion`, `kind` and `metadata` may be left
 /// out, but a `kind` other than NodeSLO is refused.
 pub fn parse_node_slo(path: &Path, text: &str) -> Result<NodeSLO, NodeSloFileError> {
-    use serde_yaml::Value;
+    use serde_json::Value;
     let mut value: Value =
-        serde_yaml::from_str(text).map_err(|source| NodeSloFileError::Syntax {
-            path: path.to_path_buf(),
-            source,
+        apis::yaml::from_str(text, &apis::yaml::Limits::CONFIG).map_err(|source| {
+            NodeSloFileError::Syntax {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
-    if let Value::Mapping(map) = &mut value {
+    if let Value::Object(map) = &mut value {
         match map.get("kind").and_then(Value::as_str) {
             None | Some("NodeSLO") => {}
             Some(kind) => {
@@ -147,13 +149,13 @@ pub fn parse_node_slo(path: &Path, text: &str) -> Result<NodeSLO, NodeSloFileErr
             }
         }
         if !map.contains_key("metadata") {
-            map.insert("metadata".into(), Value::Mapping(Default::default()));
+            map.insert("metadata".into(), Value::Object(Default::default()));
         }
         if !map.contains_key("spec") {
-            map.insert("spec".into(), Value::Mapping(Default::default()));
+            map.insert("spec".into(), Value::Object(Default::default()));
         }
     }
-    serde_yaml::from_value(value).map_err(|source| NodeSloFileError::Invalid {
+    serde_json::from_value(value).map_err(|source| NodeSloFileError::Invalid {
         path: path.to_path_buf(),
         source,
     })
@@ -248,6 +250,24 @@ pub async fn run_node_slo_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_are_refused_for_their_budget() {
+        use apis::yaml::hostile;
+        let path = Path::new("/etc/koordlet/nodeslo.yaml");
+        for text in [
+            hostile::alias_bomb(),
+            hostile::deep_flow(10_000),
+            hostile::deep_block(10_000),
+        ] {
+            match parse_node_slo(path, &text) {
+                Err(NodeSloFileError::Syntax { source, .. }) => {
+                    assert!(source.is_budget(), "{source}")
+                }
+                other => panic!("not refused for its budget: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn node_slo_files_parse_with_or_without_the_envelope() {

@@ -75,8 +75,8 @@ pub fn parse_plugin_config(config: &str) -> Result<Option<i32>, PluginConfigErro
     if config.trim().is_empty() {
         return Ok(None);
     }
-    let parsed: Config =
-        serde_yaml::from_str(config).map_err(|err| PluginConfigError::Syntax(err.to_string()))?;
+    let parsed: Config = apis::yaml::from_str(config, &apis::yaml::Limits::CONFIG)
+        .map_err(|err| PluginConfigError::Syntax(err.to_string()))?;
     if parsed.events.is_empty() {
         return Ok(None);
     }
