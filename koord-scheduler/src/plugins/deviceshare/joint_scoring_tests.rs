@@ -375,6 +375,50 @@ fn required_topology_scope_keeps_gpus_within_one_switch_or_numa_node() {
 }
 
 #[test]
+fn several_gpus_without_a_required_scope_still_prefer_one_switch_then_one_numa_node() {
+    // Upstream's tree walk runs without a required scope too: the deepest
+    // scope holding enough free GPUs wins, the busier one among equals.
+    let base = |held: &[i32]| {
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("n1", &[("cpu", "64")]),
+                topology_device("n1", &[]),
+                holding("held", held),
+                pod("two", &[("nvidia.com/gpu", "2")], None),
+            ],
+        );
+        s
+    };
+    // Nothing used: the first switch.
+    assert_eq!(
+        allocated_minors(&mut base(&[]), "two", "n1").unwrap().0,
+        vec![0, 1]
+    );
+    // GPUs 0 and 5 used: switches 1 (2, 3) and 3 (6, 7) have two free; 2 and
+    // 3 come first, not 1 and 2 across two switches.
+    assert_eq!(
+        allocated_minors(&mut base(&[0, 5]), "two", "n1").unwrap().0,
+        vec![2, 3]
+    );
+    // No switch has two free: one NUMA node (4, 6), not 3 and 4 across both.
+    assert_eq!(
+        allocated_minors(&mut base(&[0, 1, 2, 5, 7]), "two", "n1")
+            .unwrap()
+            .0,
+        vec![4, 6]
+    );
+    // One free GPU per NUMA node: wherever they are.
+    assert_eq!(
+        allocated_minors(&mut base(&[0, 1, 2, 4, 5, 6]), "two", "n1")
+            .unwrap()
+            .0,
+        vec![3, 7]
+    );
+}
+
+#[test]
 fn a_required_scope_needs_topology_and_whole_gpus_when_several() {
     let mut s = testutil::scheduler("");
     testutil::load(

@@ -792,6 +792,17 @@ impl DeviceShare {
         candidates.sort_by_key(|g| (g.core_free() + g.ratio_free(), g.minor));
         if let Some(scope) = request.scope.filter(|s| *s != DeviceTopologyScope::Node) {
             candidates = Self::within_scope(gpus, candidates, request, scope)?;
+        } else if request.count > 1 {
+            // Not required but still preferred, as upstream's tree walk does
+            // without a required scope: several GPUs under one PCIe switch,
+            // else on one NUMA node, else wherever they are free.
+            for preferred in [DeviceTopologyScope::PCIe, DeviceTopologyScope::NUMANode] {
+                if let Ok(scoped) = Self::within_scope(gpus, candidates.clone(), request, preferred)
+                {
+                    candidates = scoped;
+                    break;
+                }
+            }
         }
         if (candidates.len() as i64) < request.count {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
