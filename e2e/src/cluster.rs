@@ -524,8 +524,33 @@ pub async fn require_gpu_device_resource(
     Ok(())
 }
 
-/// Deletes the node's Device (the test's) and removes the GPU model label it caused, when the
-/// guard drops, even when the test failed.
+/// Whether any of the GPU resources koord-manager derives from a Device (upstream's
+/// `koordinator.sh/gpu`, `gpu-core`, `gpu-memory`, `gpu-memory-ratio`) is on the node, in its
+/// allocatable or its capacity.
+pub fn carries_gpu_resources(node: &Node) -> bool {
+    use apis::extension::{
+        RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
+    };
+    let status = node.status.as_ref();
+    [
+        RESOURCE_GPU,
+        RESOURCE_GPU_CORE,
+        RESOURCE_GPU_MEMORY,
+        RESOURCE_GPU_MEMORY_RATIO,
+    ]
+    .iter()
+    .any(|name| {
+        status.is_some_and(|status| {
+            [&status.allocatable, &status.capacity]
+                .iter()
+                .any(|list| list.as_ref().is_some_and(|list| list.contains_key(*name)))
+        })
+    })
+}
+
+/// Deletes the node's Device (the test's), waits until the manager has taken the GPU resources
+/// off the node, and removes the GPU model label the Device caused, when the guard drops, even
+/// when the test failed.
 pub struct DeviceCleanup {
     pub node: String,
 }
@@ -544,6 +569,28 @@ impl Drop for DeviceCleanup {
         });
         if !device_gone {
             eprintln!("could not delete the test's Device {}", self.node);
+        }
+        // The manager takes the GPU resources off the node a moment later; the suites after
+        // this one expect a node without GPUs, so the guard waits for that (up to two minutes).
+        let name = self.node.clone();
+        let cleared = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = cleared.clone();
+        delete_from_drop(move |client| async move {
+            let nodes = Api::<Node>::all(client);
+            for _ in 0..120 {
+                if !carries_gpu_resources(&nodes.get(&name).await?) {
+                    seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Ok::<(), kube::Error>(())
+        });
+        if !cleared.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "node {} still carries GPU resources after its Device went",
+                self.node
+            );
         }
         let name = self.node.clone();
         let unlabelled = delete_from_drop(move |client| async move {

@@ -23,7 +23,10 @@ use apis::extension::{
     RESOURCE_GPU_MEMORY_RATIO,
 };
 use apis::scheduling::v1alpha1::Device;
-use e2e::cluster::{DeviceCleanup, eventually, require_gpu_device_resource, worker_nodes};
+use e2e::cluster::{
+    DeviceCleanup, carries_gpu_resources, eventually, eventually_within,
+    require_gpu_device_resource, worker_nodes,
+};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use koord_manager::slo_controller::node_meta::NodeResourcePlugins;
@@ -71,25 +74,6 @@ fn gpu_resources(node: &Node) -> anyhow::Result<Option<BTreeMap<&'static str, i6
     Ok(Some(found))
 }
 
-/// Whether any of the plugin's GPU resources is still on the node.
-fn any_gpu_resource(node: &Node) -> bool {
-    let status = node.status.as_ref();
-    [
-        RESOURCE_GPU,
-        RESOURCE_GPU_CORE,
-        RESOURCE_GPU_MEMORY,
-        RESOURCE_GPU_MEMORY_RATIO,
-    ]
-    .iter()
-    .any(|name| {
-        status.is_some_and(|status| {
-            [&status.allocatable, &status.capacity]
-                .iter()
-                .any(|list| list.as_ref().is_some_and(|list| list.contains_key(*name)))
-        })
-    })
-}
-
 fn gpu(minor: i32, health: bool) -> serde_json::Value {
     json!({
         "type": "gpu", "id": format!("GPU-koord-e2e-{minor}"), "minor": minor, "health": health,
@@ -122,9 +106,15 @@ async fn a_device_becomes_gpu_resources_on_its_node_and_leaves_with_it() -> anyh
     if devices.get_opt(&node).await?.is_some() {
         bail!("node {node} already has a Device; the test does not touch it");
     }
-    if any_gpu_resource(&nodes.get(&node).await?) {
-        bail!("node {node} already carries GPU resources; the test needs a node without GPUs");
-    }
+    // A Device an earlier suite deleted may still be leaving (the manager removes its resources
+    // a moment later).
+    eventually_within(
+        &format!("node {node} without GPU resources"),
+        Duration::from_secs(120),
+        || async { Ok((!carries_gpu_resources(&nodes.get(&node).await?)).then_some(())) },
+    )
+    .await
+    .context("the test needs a node without GPUs")?;
 
     let device: Device = serde_json::from_value(json!({
         "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
@@ -191,7 +181,7 @@ async fn a_device_becomes_gpu_resources_on_its_node_and_leaves_with_it() -> anyh
         &format!("GPU resources removed from node {node}"),
         || async {
             let current = nodes.get(&node).await?;
-            Ok((!any_gpu_resource(&current)).then_some(current))
+            Ok((!carries_gpu_resources(&current)).then_some(current))
         },
     )
     .await?;
