@@ -60,7 +60,9 @@ impl NvmlGpuSource {
         self.nvml.sys_driver_version().ok()
     }
 
-    fn gpu(&self, index: u32) -> Result<GpuInfo, String> {
+    /// The GPU at `index` with its UUID and minor number, which every
+    /// question about it starts from.
+    fn identify(&self, index: u32) -> Result<(nvml_wrapper::Device<'_>, String, i32), String> {
         let device = self
             .nvml
             .device_by_index(index)
@@ -73,6 +75,11 @@ impl NvmlGpuSource {
             .map_err(|err| format!("GPU {uuid}: no minor number: {err}"))?;
         let minor =
             i32::try_from(minor).map_err(|_| format!("GPU {uuid}: minor {minor} out of range"))?;
+        Ok((device, uuid, minor))
+    }
+
+    fn gpu(&self, index: u32) -> Result<GpuInfo, String> {
+        let (device, uuid, minor) = self.identify(index)?;
         let mut health = DeviceHealth::Healthy;
         let mut fail = |what: &str, err: NvmlError| {
             if health.is_healthy() {
@@ -111,18 +118,7 @@ impl NvmlGpuSource {
 
 impl NvmlGpuSource {
     fn usage_of(&self, index: u32) -> Result<GpuUsage, String> {
-        let device = self
-            .nvml
-            .device_by_index(index)
-            .map_err(|err| format!("GPU index {index}: {err}"))?;
-        let uuid = device
-            .uuid()
-            .map_err(|err| format!("GPU index {index}: no UUID: {err}"))?;
-        let minor = device
-            .minor_number()
-            .map_err(|err| format!("GPU {uuid}: no minor number: {err}"))?;
-        let minor =
-            i32::try_from(minor).map_err(|_| format!("GPU {uuid}: minor {minor} out of range"))?;
+        let (device, uuid, minor) = self.identify(index)?;
         let memory_total_bytes = device
             .memory_info()
             .map_err(|err| format!("GPU {uuid}: no memory size: {err}"))?
