@@ -612,3 +612,55 @@ impl Drop for DeviceCleanup {
         }
     }
 }
+
+/// Adds a KWOK-simulated node (`kwok node NAME CPU MEMORY`) for a test's pods: `metadata` (labels,
+/// annotations) is merged into it, LoadAware's node thresholds leave CPU out (it would count the
+/// estimates of the pods kwok "runs", the DaemonSets' among them, against the small node; a
+/// memory threshold keeps the annotation in force), and a NodeMetric gets a zero-usage heartbeat
+/// every 5 s. Abort the returned task to stop the heartbeat; remove the node with
+/// [`delete_simulated_node`].
+pub async fn simulated_node_with_heartbeat(
+    client: &Client,
+    name: &str,
+    cpu: &str,
+    memory: &str,
+    metadata: Value,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    local_cluster(&["kwok", "up"])?;
+    local_cluster(&["kwok", "node", name, cpu, memory])?;
+    let mut patch = json!({"metadata": {"annotations": {
+        "scheduling.koordinator.sh/usage-thresholds": r#"{"usageThresholds":{"memory":100}}"#
+    }}});
+    merge(&mut patch, json!({ "metadata": metadata }));
+    Api::<Node>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .with_context(|| format!("the metadata of simulated node {name}"))?;
+    let metric: apis::slo::v1alpha1::NodeMetric = serde_json::from_value(json!({
+        "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+        "metadata": {"name": name}, "spec": {}
+    }))?;
+    match Api::<apis::slo::v1alpha1::NodeMetric>::all(client.clone())
+        .create(&PostParams::default(), &metric)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) => return Err(err).with_context(|| format!("the NodeMetric of {name}")),
+    }
+    zero_usage_heartbeat(client, name).await?;
+    let client = client.clone();
+    let name = name.to_string();
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if let Err(err) = zero_usage_heartbeat(&client, &name).await {
+                eprintln!("heartbeat: {err:#}");
+            }
+        }
+    }))
+}

@@ -14,20 +14,18 @@
 //! deleted afterwards, also when it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
 use anyhow::{Context, bail, ensure};
 use apis::extension::{
     LABEL_NUMA_TOPOLOGY_POLICY, LABEL_POD_QOS, ResourceStatus, get_resource_status,
 };
-use apis::slo::v1alpha1::NodeMetric;
 use apis::topology::v1alpha1::NodeResourceTopology;
 use e2e::cluster::{
-    EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually_within, pod, zero_usage_heartbeat,
+    EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually_within, pod,
+    simulated_node_with_heartbeat,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 const NODE: &str = "koord-e2e-numa";
@@ -141,20 +139,14 @@ async fn single_numa_node_policy_refuses_wide_pods_and_places_the_rest_on_one_nu
         return Ok(());
     };
     let _cleanup = Cleanup;
-    e2e::cluster::local_cluster(&["kwok", "up"])?;
-    e2e::cluster::local_cluster(&["kwok", "node", NODE, "4", "8Gi"])?;
-    // LoadAware would count the estimates of the pods kwok "runs" against this small node; the
-    // node's own thresholds leave cpu out (a memory threshold keeps the annotation in force).
-    let node_patch = json!({"metadata": {
-        "labels": {LABEL_NUMA_TOPOLOGY_POLICY: "SingleNUMANode"},
-        "annotations": {
-            "scheduling.koordinator.sh/usage-thresholds": r#"{"usageThresholds":{"memory":100}}"#
-        }
-    }});
-    Api::<Node>::all(client.clone())
-        .patch(NODE, &PatchParams::default(), &Patch::Merge(&node_patch))
-        .await
-        .context("labelling the KWOK node")?;
+    let beating = simulated_node_with_heartbeat(
+        &client,
+        NODE,
+        "4",
+        "8Gi",
+        json!({"labels": {LABEL_NUMA_TOPOLOGY_POLICY: "SingleNUMANode"}}),
+    )
+    .await?;
     let nrt: NodeResourceTopology = serde_json::from_value(json!({
         "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
         "metadata": {"name": NODE,
@@ -166,30 +158,6 @@ async fn single_numa_node_policy_refuses_wide_pods_and_places_the_rest_on_one_nu
         .create(&PostParams::default(), &nrt)
         .await
         .context("the KWOK node's NodeResourceTopology")?;
-    let metric: NodeMetric = serde_json::from_value(json!({
-        "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
-        "metadata": {"name": NODE}, "spec": {}
-    }))?;
-    match Api::<NodeMetric>::all(client.clone())
-        .create(&PostParams::default(), &metric)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(err) => return Err(err).context("the KWOK node's NodeMetric"),
-    }
-    zero_usage_heartbeat(&client, NODE).await?;
-    let beating = tokio::spawn({
-        let client = client.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                if let Err(err) = zero_usage_heartbeat(&client, NODE).await {
-                    eprintln!("heartbeat: {err:#}");
-                }
-            }
-        }
-    });
     let result = run(&client).await;
     beating.abort();
     result

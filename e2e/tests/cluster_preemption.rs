@@ -23,15 +23,14 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use apis::slo::v1alpha1::NodeMetric;
 use e2e::cluster::{
     EXTENDER_RETRY, KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually_within, pod,
     worker_nodes,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 const NODE: &str = "koord-e2e-preempt";
@@ -154,42 +153,8 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
             Err(err) => return Err(err).context(format!("PriorityClass {name}")),
         }
     }
-    e2e::cluster::local_cluster(&["kwok", "up"])?;
-    e2e::cluster::local_cluster(&["kwok", "node", NODE, "2", "4Gi"])?;
-    // LoadAware would count the estimates of the pods kwok "runs" (the koordlet DaemonSet's
-    // among them) against this small node and turn it away before preemption is asked; the
-    // node's own thresholds leave cpu out (a memory threshold keeps the annotation in force).
-    let thresholds = json!({"metadata": {"annotations": {
-        "scheduling.koordinator.sh/usage-thresholds": r#"{"usageThresholds":{"memory":100}}"#
-    }}});
-    Api::<Node>::all(client.clone())
-        .patch(NODE, &PatchParams::default(), &Patch::Merge(&thresholds))
-        .await
-        .context("the KWOK node's usage thresholds")?;
-    let metric: NodeMetric = serde_json::from_value(json!({
-        "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
-        "metadata": {"name": NODE}, "spec": {}
-    }))?;
-    match Api::<NodeMetric>::all(client.clone())
-        .create(&PostParams::default(), &metric)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(err) => return Err(err).context("the KWOK node's NodeMetric"),
-    }
-    e2e::cluster::zero_usage_heartbeat(&client, NODE).await?;
-    let beating = tokio::spawn({
-        let client = client.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                if let Err(err) = e2e::cluster::zero_usage_heartbeat(&client, NODE).await {
-                    eprintln!("heartbeat: {err:#}");
-                }
-            }
-        }
-    });
+    let beating =
+        e2e::cluster::simulated_node_with_heartbeat(&client, NODE, "2", "4Gi", json!({})).await?;
 
     let namespace = TestNamespace::create(&client, "koord-e2e-preempt").await?;
     let ns = namespace.name.as_str();
