@@ -356,6 +356,15 @@ pub async fn set_threshold_config(
     Ok(())
 }
 
+/// The gates a component's `--feature-gates` arguments set to `true`.
+pub fn gates_set_true(args: &[String]) -> Vec<&str> {
+    args.iter()
+        .filter_map(|arg| arg.trim_start_matches('-').strip_prefix("feature-gates="))
+        .flat_map(|list| list.split(','))
+        .filter_map(|entry| entry.trim().strip_suffix("=true"))
+        .collect()
+}
+
 /// Fails unless the koord-manager Deployment runs with every one of `gates` set to `true` in its
 /// `--feature-gates` argument; the error names the helm flag that turns them on.
 pub async fn require_manager_gates(client: &Client, gates: &[&str]) -> anyhow::Result<()> {
@@ -373,12 +382,7 @@ pub async fn require_manager_gates(client: &Client, gates: &[&str]) -> anyhow::R
         .into_iter()
         .flat_map(|container| container.args.unwrap_or_default())
         .collect();
-    let enabled: Vec<&str> = args
-        .iter()
-        .filter_map(|arg| arg.trim_start_matches('-').strip_prefix("feature-gates="))
-        .flat_map(|list| list.split(','))
-        .filter_map(|entry| entry.trim().strip_suffix("=true"))
-        .collect();
+    let enabled = gates_set_true(&args);
     let missing: Vec<&&str> = gates.iter().filter(|g| !enabled.contains(g)).collect();
     if !missing.is_empty() {
         let flag: Vec<String> = missing.iter().map(|g| format!("{g}=true")).collect();

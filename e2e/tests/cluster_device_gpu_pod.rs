@@ -130,11 +130,7 @@ async fn require_gpu_env_inject(client: &Client) -> anyhow::Result<()> {
         .into_iter()
         .flat_map(|container| container.args.unwrap_or_default())
         .collect();
-    let on = args
-        .iter()
-        .filter_map(|arg| arg.trim_start_matches('-').strip_prefix("feature-gates="))
-        .flat_map(|list| list.split(','))
-        .any(|entry| entry.trim() == "GPUEnvInject=true");
+    let on = e2e::cluster::gates_set_true(&args).contains(&"GPUEnvInject");
     ensure!(
         on,
         "koordlet runs without GPUEnvInject=true (args {args:?}); install the chart with \
