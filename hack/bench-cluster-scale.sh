@@ -119,25 +119,6 @@ profiles:
     bind: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: DefaultBinder}]}
     postBind: {enabled: [{name: Coscheduling}]}
 EOF
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection: {leaderElect: false}
-clientConnection: {kubeconfig: $KUBECONFIG, qps: 300, burst: 500}
-profiles:
-- schedulerName: koord-scheduler-upstream
-  plugins:
-    queueSort: {disabled: [{name: "*"}], enabled: [{name: Coscheduling}]}
-    preFilter: {enabled: [{name: Reservation}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Coscheduling}, {name: ElasticQuota}]}
-    filter: {enabled: [{name: LoadAwareScheduling}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Reservation}]}
-    postFilter: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: Coscheduling}, {name: ElasticQuota}, {name: DefaultPreemption}]}
-    preScore: {enabled: [{name: Reservation}]}
-    score: {enabled: [{name: LoadAwareScheduling, weight: 1}, {name: NodeNUMAResource, weight: 1}, {name: DeviceShare, weight: 1}, {name: Reservation, weight: 5000}]}
-    reserve: {enabled: [{name: Reservation}, {name: LoadAwareScheduling}, {name: NodeNUMAResource}, {name: DeviceShare}, {name: Coscheduling}, {name: ElasticQuota}]}
-    permit: {enabled: [{name: Coscheduling}]}
-    preBind: {enabled: [{name: NodeNUMAResource}, {name: DeviceShare}, {name: Reservation}, {name: DefaultPreBind}]}
-    bind: {disabled: [{name: "*"}], enabled: [{name: Reservation}, {name: DefaultBinder}]}
-    postBind: {enabled: [{name: Coscheduling}]}
-EOF
   log "starting upstream's koord-scheduler ($upstream)"
   "$upstream" --config="$out/upstream-scheduler.yaml" --secure-port=0 --v=1 \
     > "$out/upstream-scheduler.log" 2>&1 &
