@@ -371,7 +371,7 @@ impl QosSnapshot {
             reader: Arc::new(MapReader::default()),
             config: QosManagerConfig::default(),
             eviction_refused: Default::default(),
-            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
+            eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
             volumes: Arc::new(crate::statesinformer::volumes::MapVolumeLookup::default()),
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
@@ -513,7 +513,7 @@ pub struct Decision {
     pub gauges: Vec<GaugeValue>,
     /// An eviction strategy's account of the round (tasks, victims, dry
     /// runs), served by `GET /qos/explain?evictions`.
-    pub eviction_report: Option<super::evicttask::EvictionReport>,
+    pub eviction_report: Option<super::evictreport::EvictionReport>,
     /// Settings the strategy wanted but this kernel cannot take, served by
     /// `GET /qos/explain?unsupported`; replaced every round.
     pub unsupported: Vec<UnsupportedSetting>,
@@ -941,7 +941,7 @@ pub trait Evictor: Send + Sync {
     /// How long a pod asked to go still counts as releasing its resources
     /// (see [`QosSnapshot::eviction_pending_window`]).
     fn pending_window(&self) -> Duration {
-        crate::evictor::EVICTED_MEMORY
+        crate::evictor::request::EVICTED_MEMORY
     }
 }
 
@@ -1025,14 +1025,14 @@ pub struct ManagedFile {
 pub struct ManagedFiles {
     inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
     /// The latest eviction report of each eviction strategy.
-    eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evicttask::EvictionReport>>>,
+    eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evictreport::EvictionReport>>>,
     /// Each strategy's settings this kernel cannot take, from its latest round.
     unsupported: Arc<Mutex<BTreeMap<&'static str, Vec<UnsupportedSetting>>>>,
 }
 
 impl ManagedFiles {
     /// The latest report of every eviction strategy, by strategy name.
-    pub fn eviction_reports(&self) -> Vec<super::evicttask::EvictionReport> {
+    pub fn eviction_reports(&self) -> Vec<super::evictreport::EvictionReport> {
         self.eviction_reports
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1044,7 +1044,7 @@ impl ManagedFiles {
     fn set_eviction_report(
         &self,
         strategy: &'static str,
-        report: super::evicttask::EvictionReport,
+        report: super::evictreport::EvictionReport,
     ) {
         self.eviction_reports
             .lock()
@@ -1496,7 +1496,7 @@ impl QosRunner {
         &self,
         name: &'static str,
         gauges: &[GaugeValue],
-        eviction_report: Option<super::evicttask::EvictionReport>,
+        eviction_report: Option<super::evictreport::EvictionReport>,
         unsupported: Vec<UnsupportedSetting>,
     ) {
         if let Some(metrics) = &self.metrics {

@@ -96,7 +96,7 @@ impl SnapshotSource {
             reader: Arc::new(LayoutReader(self.layout.clone())) as Arc<dyn CgroupReader>,
             config: self.config.clone(),
             eviction_refused: Default::default(),
-            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
+            eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
             volumes: self.states.volume_lookup(),
             kubelet_root: self
@@ -573,7 +573,7 @@ pub fn explain(
 /// `GET /qos/explain[?pod=<ns>/<name>|?tier=be]`: JSON array of
 /// [`ExplainEntry`]; 400 for a bad query, 404 for an unknown pod.
 /// `GET /qos/explain?evictions[=<strategy>]`: JSON array of the eviction
-/// strategies' latest [`EvictionReport`](super::evicttask::EvictionReport)s
+/// strategies' latest [`EvictionReport`](super::evictreport::EvictionReport)s
 /// (tasks, victims, dry-run victims, why features did nothing); 404 for a
 /// strategy that has not reported.
 /// `GET /qos/explain?unsupported`: JSON array of

@@ -230,14 +230,14 @@ pub fn resolve_node_name(
     env: Option<OsString>,
     standalone: bool,
     hostname: impl FnOnce() -> Option<String>,
-) -> Result<String, crate::NodeNameError> {
+) -> Result<String, crate::identity::NodeNameError> {
     if let Some(name) = flag {
-        return crate::node_name_from(Some(OsString::from(name)));
+        return crate::identity::node_name_from(Some(OsString::from(name)));
     }
-    match crate::node_name_from(env) {
-        Err(crate::NodeNameError::Missing) if standalone => {
+    match crate::identity::node_name_from(env) {
+        Err(crate::identity::NodeNameError::Missing) if standalone => {
             let host = hostname().map(|name| name.trim().to_ascii_lowercase());
-            crate::node_name_from(host.map(OsString::from))
+            crate::identity::node_name_from(host.map(OsString::from))
         }
         other => other,
     }
@@ -677,11 +677,11 @@ mod tests {
         );
         assert_eq!(
             resolve_node_name(None, None, false, || Some("host".into())),
-            Err(crate::NodeNameError::Missing)
+            Err(crate::identity::NodeNameError::Missing)
         );
         assert!(matches!(
             resolve_node_name(Some("Bad_Name"), None, true, no_host),
-            Err(crate::NodeNameError::Invalid(_))
+            Err(crate::identity::NodeNameError::Invalid(_))
         ));
     }
 
