@@ -38,9 +38,9 @@ pub use key::{
     BeLabel, Entity, GpuLabel, MetricKind, PsiDegree, PsiLabel, PsiResource, PsiWindow, SeriesKey,
     SeriesLabel,
 };
-pub use series::BYTES_PER_SAMPLE;
+pub use series::{AppendError, BYTES_PER_SAMPLE};
 
-use crate::metricsadvisor::CpuTopology;
+use crate::system::cputopology::CpuTopology;
 use series::Series;
 
 /// Default retention of samples (upstream keeps 12 h on disk; 30 min covers
@@ -137,17 +137,6 @@ impl MetricCacheConfig {
     pub fn max_bytes_for(&self, series: usize) -> usize {
         series * (self.max_samples_per_series() * BYTES_PER_SAMPLE + APPROX_BYTES_PER_SERIES)
     }
-}
-
-/// Why one sample was not stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AppendError {
-    #[error(
-        "sample at {sample_ms} ms is older than the newest sample of its series at {newest_ms} ms"
-    )]
-    OutOfOrder { newest_ms: i64, sample_ms: i64 },
-    #[error("sample value is not a finite number")]
-    NotFinite,
 }
 
 #[derive(Debug, Clone, PartialEq)]

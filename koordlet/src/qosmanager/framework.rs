@@ -61,10 +61,10 @@ use prometheus_client::metrics::family::Family;
 use super::distribution::{DistributionMetrics, RuleDistribution};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::MetricCache;
-use crate::metricsadvisor::CpuTopology;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
+use crate::system::cputopology::CpuTopology;
 use crate::system::units::CpuSet;
 
 // ---------------------------------------------------------------------------

@@ -22,11 +22,11 @@ use super::framework::{
 use super::reaction::{ReactionLink, Wakeup};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::{BeLabel, MetricCache, MetricKind, SeriesKey, SeriesLabel};
-use crate::metricsadvisor::CpuTopology;
 use crate::statesinformer::StatesInformer;
 use crate::statesinformer::cpumanager::read_kubelet_cpu_manager_view;
 use crate::statesinformer::podmeta::pod_meta_of;
 use crate::system::cgroup::CgroupLayout;
+use crate::system::cputopology::CpuTopology;
 use crate::system::units::CpuSet;
 
 /// The explain endpoint's path.

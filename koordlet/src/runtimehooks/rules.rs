@@ -12,8 +12,8 @@ use apis::slo::v1alpha1::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::metricsadvisor::{CpuInfo, CpuTopology};
 use crate::statesinformer::nodetopo;
+use crate::system::cputopology::{CpuInfo, CpuTopology};
 use crate::system::units::CpuSet;
 
 /// Upstream's default CFS period (µs).

@@ -39,8 +39,9 @@ use koord_common::Shutdown;
 
 use super::StatesInformer;
 use crate::metriccache::MetricCache;
-use crate::metricsadvisor::{CpuInfo, CpuTopology, read_cpu_topology};
+use crate::metricsadvisor::read_cpu_topology;
 use crate::system::SystemArgs;
+use crate::system::cputopology::{CpuInfo, CpuTopology};
 use crate::system::units::CpuSet;
 
 /// Zone type of a NUMA node (upstream `NodeZoneType`).

@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 pub mod cgroupfs;
+pub mod cputopology;
 pub mod units;
 
 use std::path::{Path, PathBuf};
