@@ -257,7 +257,7 @@ impl SideEffectApplier {
     }
 
     fn group_dir(&self, group: &str) -> Result<PathBuf, EffectStatus> {
-        if super::hooks::resctrl::is_group_name(group) {
+        if super::resctrlnode::is_group_name(group) {
             Ok(self.resctrl_root.join(group))
         } else {
             Err(EffectStatus::Failed(format!(

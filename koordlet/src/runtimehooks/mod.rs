@@ -17,12 +17,14 @@
 
 pub mod apply;
 pub mod config;
+pub mod dispatcher;
 pub mod hooks;
 pub mod hostapp;
 pub mod metrics;
 pub mod nri;
 pub mod protocol;
 pub mod reconciler;
+pub mod resctrlnode;
 pub mod rules;
 pub mod scope;
 pub mod server;
@@ -36,8 +38,8 @@ use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
 pub use config::RuntimeHooksArgs;
 
 use self::apply::SideEffectApplier;
-use self::hooks::resctrl::ResctrlNodeInfo;
-use self::protocol::HookDispatcher;
+use self::dispatcher::HookDispatcher;
+use self::resctrlnode::ResctrlNodeInfo;
 use crate::capabilities::NodeCapabilities;
 use crate::resourceexecutor::ResourceExecutor;
 use crate::statesinformer::StatesInformer;

@@ -30,8 +30,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use koord_common::Shutdown;
 
 use super::apply::{EffectStatus, SideEffectApplier};
+use super::dispatcher::HookDispatcher;
+use super::hooks::cpumath::{milli_cpu_to_quota, milli_cpu_to_shares};
 use super::hooks::resctrl::stale_groups;
-use super::hooks::{milli_cpu_to_quota, milli_cpu_to_shares};
 use super::hostapp::HostAppRefusal;
 use super::protocol::*;
 use super::rules::NodeRules;
@@ -920,7 +921,7 @@ mod tests {
         assert_eq!(context.resources.cpu_quota, Some(-1));
         assert_eq!(
             context.resources.cpu_shares,
-            Some(crate::runtimehooks::hooks::CPU_SHARES_MAX)
+            Some(crate::runtimehooks::hooks::cpumath::CPU_SHARES_MAX)
         );
         // Sums that fit stay exact.
         pod.spec = Some(PodSpec {

@@ -89,7 +89,7 @@ pub struct NodeRules {
     pub resctrl: BTreeMap<QoSClass, ResctrlRule>,
     /// The resctrl root's CBM mask and cache ids (read at start when
     /// resctrl is mounted).
-    pub resctrl_info: Option<super::hooks::resctrl::ResctrlNodeInfo>,
+    pub resctrl_info: Option<super::resctrlnode::ResctrlNodeInfo>,
     /// The node's online CPUs (capabilities), when known: a scheduler
     /// cpuset naming others is refused.
     pub online_cpus: Option<CpuSet>,

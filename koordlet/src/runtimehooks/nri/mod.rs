@@ -29,7 +29,7 @@ use koord_common::health::FnCheck;
 use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
 
 use crate::runtimehooks::apply::SideEffectApplier;
-use crate::runtimehooks::protocol::HookDispatcher;
+use crate::runtimehooks::dispatcher::HookDispatcher;
 
 pub use plugin::NriPlugin;
 pub use status::{NriState, NriStatus, NriStatusSnapshot};
