@@ -602,7 +602,7 @@ pub fn refresh_rules(
     // Absent, unreadable or malformed: no kubelet information, as in the
     // NodeResourceTopology report.
     let (checkpoint, checkpoint_problem) =
-        match kubelet_root.map(crate::statesinformer::nodetopo::read_cpu_manager_checkpoint) {
+        match kubelet_root.map(crate::statesinformer::cpumanager::read_cpu_manager_checkpoint) {
             Some(Ok(checkpoint)) => (checkpoint, None),
             Some(Err(error)) => (None, Some(error.to_string())),
             None => (None, None),

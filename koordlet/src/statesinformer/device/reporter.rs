@@ -66,7 +66,7 @@ impl DeviceReporter {
             sources,
             pci,
             client,
-            interval: super::super::nodetopo::DEFAULT_SYNC_INTERVAL,
+            interval: crate::statesinformer::nodetopo::reporter::DEFAULT_SYNC_INTERVAL,
             resync: Duration::from_secs(60),
             last_reported: None,
             last_checked: None,
