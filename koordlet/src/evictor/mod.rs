@@ -200,7 +200,7 @@ impl PodEvictor {
             Some(client) if args.only_evict_by_api => EvictionBackend::Api(client),
             Some(client) => EvictionBackend::RuntimeKill {
                 stopper: Arc::new(runtime::CriStopper::new(runtime::CriEndpoints {
-                    var_run_root: PathBuf::from(crate::runtimehooks::nri::VAR_RUN_ROOT),
+                    var_run_root: PathBuf::from(crate::system::VAR_RUN_ROOT),
                     containerd: args.containerd_endpoint.clone(),
                 })),
                 events: Some(client),
