@@ -272,7 +272,11 @@ pub enum NodeDecision {
 fn name_some(items: &[&str]) -> String {
     let shown: Vec<&str> = items.iter().take(3).copied().collect();
     if items.len() > shown.len() {
-        format!("{} and {} more", shown.join(", "), items.len() - shown.len())
+        format!(
+            "{} and {} more",
+            shown.join(", "),
+            items.len() - shown.len()
+        )
     } else {
         shown.join(", ")
     }
@@ -436,9 +440,11 @@ fn add_victims(
         }
     }
     if units.is_empty() {
-        return Err("no other pod on the node may go (every one is protected, or of a gang \
+        return Err(
+            "no other pod on the node may go (every one is protected, or of a gang \
                     that cannot go whole)"
-            .into());
+                .into(),
+        );
     }
     // Most important first: the highest priority of the unit, then the
     // earliest start, then the key (a stable answer).
@@ -534,8 +540,10 @@ pub const MAX_GANG_RELEASED_VICTIMS: usize = 10_000;
 struct NodeWork {
     proposal: NodeProposal,
     facts: Vec<VictimFacts>,
-    extras: Vec<ExtraCandidate>,
-    /// Every cached pod named above, by UID.
+    /// kube-scheduler's victims the generic rules let go (the plugins
+    /// judge extras together with them).
+    judged: Vec<Arc<PodInfo>>,
+    /// Every cached pod named by `facts` (and later the extras), by UID.
     pods: HashMap<String, Arc<PodInfo>>,
 }
 
@@ -548,8 +556,7 @@ fn started_at(pod: &PodInfo) -> i64 {
         .map_or(i64::MAX, |t| t.0.as_second())
 }
 
-/// Gathers one node's facts: kube-scheduler's victims judged by the rules,
-/// and the node's other pods the rules would let go.
+/// Gathers one node's facts: kube-scheduler's victims judged by the rules.
 fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposal) -> NodeWork {
     let known: Vec<Option<Arc<PodInfo>>> = proposal
         .victim_uids
@@ -570,13 +577,16 @@ fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposa
                 .and_then(|v| generic_protection(preemptor, v))
         })
         .collect();
-    let judged: Vec<&PodInfo> = known
+    let judged: Vec<Arc<PodInfo>> = known
         .iter()
         .zip(&generic)
         .filter(|(_, reason)| reason.is_none())
-        .filter_map(|(pod, _)| pod.as_deref())
+        .filter_map(|(pod, _)| pod.clone())
         .collect();
-    let mut plugin_reasons = scheduler.victim_protections(preemptor, &judged).into_iter();
+    let judged_refs: Vec<&PodInfo> = judged.iter().map(|p| p.as_ref()).collect();
+    let mut plugin_reasons = scheduler
+        .victim_protections(preemptor, &judged_refs)
+        .into_iter();
     let facts: Vec<VictimFacts> = proposal
         .victim_uids
         .iter()
@@ -599,14 +609,37 @@ fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposa
             },
         })
         .collect();
+    let pods = known
+        .into_iter()
+        .flatten()
+        .map(|pod| (pod.uid.clone(), pod))
+        .collect();
+    NodeWork {
+        proposal,
+        facts,
+        judged,
+        pods,
+    }
+}
 
-    // The node's other pods kube-scheduler could evict: bound through the
-    // API (an assumed pod may not be in kube-scheduler's snapshot, and an
-    // unknown UID fails its whole preemption), below the preemptor.
-    let proposed: BTreeSet<&str> = proposal.victim_uids.iter().map(String::as_str).collect();
+/// The node's other pods kube-scheduler could evict that the rules let
+/// go (see [`ExtraCandidate`]); they join `work.pods`. Only pods bound
+/// through the API: an assumed pod may not be in kube-scheduler's snapshot,
+/// and a UID it cannot find fails its whole preemption attempt.
+fn gather_extras(
+    scheduler: &Scheduler,
+    preemptor: &PodInfo,
+    work: &mut NodeWork,
+) -> Vec<ExtraCandidate> {
+    let proposed: BTreeSet<&str> = work
+        .proposal
+        .victim_uids
+        .iter()
+        .map(String::as_str)
+        .collect();
     let mut pool: Vec<Arc<PodInfo>> = scheduler
         .cache
-        .pods_on_node(&proposal.node)
+        .pods_on_node(&work.proposal.node)
         .filter(|p| {
             !p.is_assumed()
                 && !p.uid.is_empty()
@@ -616,52 +649,64 @@ fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposa
         })
         .cloned()
         .collect();
+    if pool.is_empty() {
+        return Vec::new();
+    }
     // The least important first, should the node have more than allowed.
     pool.sort_by(|a, b| {
-        (pod_priority(a), std::cmp::Reverse(started_at(a)), a.key.as_str()).cmp(&(
-            pod_priority(b),
-            std::cmp::Reverse(started_at(b)),
-            b.key.as_str(),
-        ))
+        (
+            pod_priority(a),
+            std::cmp::Reverse(started_at(a)),
+            a.key.as_str(),
+        )
+            .cmp(&(
+                pod_priority(b),
+                std::cmp::Reverse(started_at(b)),
+                b.key.as_str(),
+            ))
     });
     pool.truncate(MAX_EXTRA_CANDIDATES_PER_NODE);
+    // Judged together with kube-scheduler's remaining victims: the quota
+    // rule counts victims lowest priority first.
+    let together: Vec<&PodInfo> = work
+        .judged
+        .iter()
+        .chain(pool.iter())
+        .map(|p| p.as_ref())
+        .collect();
+    let verdicts = scheduler.victim_protections(preemptor, &together);
     let mut extras = Vec::new();
-    if !pool.is_empty() {
-        // Judged together with kube-scheduler's remaining victims: the
-        // quota rule counts victims lowest priority first.
-        let together: Vec<&PodInfo> = judged
-            .iter()
-            .copied()
-            .chain(pool.iter().map(|p| p.as_ref()))
-            .collect();
-        let verdicts = scheduler.victim_protections(preemptor, &together);
-        for (pod, verdict) in pool.iter().zip(verdicts.into_iter().skip(judged.len())) {
-            if verdict.is_none() {
-                extras.push(ExtraCandidate {
-                    uid: pod.uid.clone(),
-                    key: pod.key.clone(),
-                    priority: pod_priority(pod),
-                    started: started_at(pod),
-                    unit: scheduler.preemption_unit(pod),
-                });
-            }
+    for (pod, verdict) in pool
+        .iter()
+        .zip(verdicts.into_iter().skip(work.judged.len()))
+    {
+        if verdict.is_none() {
+            extras.push(ExtraCandidate {
+                uid: pod.uid.clone(),
+                key: pod.key.clone(),
+                priority: pod_priority(pod),
+                started: started_at(pod),
+                unit: scheduler.preemption_unit(pod),
+            });
+            work.pods.insert(pod.uid.clone(), Arc::clone(pod));
         }
     }
-    let mut pods: HashMap<String, Arc<PodInfo>> = HashMap::new();
-    for pod in known.into_iter().flatten() {
-        pods.insert(pod.uid.clone(), pod);
+    extras
+}
+
+/// The cache keys of every bound member of `units`, added to `members`.
+fn add_unit_members(
+    scheduler: &Scheduler,
+    units: &BTreeSet<String>,
+    members: &mut HashMap<String, BTreeSet<String>>,
+) {
+    if units.is_empty() {
+        return;
     }
-    let extra_uids: BTreeSet<&str> = extras.iter().map(|e| e.uid.as_str()).collect();
-    for pod in pool {
-        if extra_uids.contains(pod.uid.as_str()) {
-            pods.insert(pod.uid.clone(), pod);
+    for pod in scheduler.cache.pods().filter(|p| p.node.is_some()) {
+        if let Some(unit) = scheduler.preemption_unit(pod).filter(|u| units.contains(u)) {
+            members.entry(unit).or_default().insert(pod.key.clone());
         }
-    }
-    NodeWork {
-        proposal,
-        facts,
-        extras,
-        pods,
     }
 }
 
@@ -677,7 +722,9 @@ fn gang_released_victims(
         return Vec::new();
     };
     let others_pending = scheduler.cache.pods().any(|p| {
-        p.node.is_none() && p.key != preemptor.key && scheduler.preemption_unit(p).as_ref() == Some(&unit)
+        p.node.is_none()
+            && p.key != preemptor.key
+            && scheduler.preemption_unit(p).as_ref() == Some(&unit)
     });
     if !others_pending {
         return Vec::new();
@@ -703,7 +750,10 @@ fn gang_released_victims(
 /// node choice reads the first one's priority); unknown pods last.
 fn order_victims(victims: &mut [String], pods: &HashMap<String, Arc<PodInfo>>) {
     victims.sort_by_key(|uid| {
-        std::cmp::Reverse(pods.get(uid).map_or(i64::MIN, |p| i64::from(pod_priority(p))))
+        std::cmp::Reverse(
+            pods.get(uid)
+                .map_or(i64::MIN, |p| i64::from(pod_priority(p))),
+        )
     });
 }
 
@@ -733,24 +783,10 @@ pub fn run_preemption(
         .collect();
     let units: BTreeSet<String> = works
         .iter()
-        .flat_map(|w| {
-            w.facts
-                .iter()
-                .filter_map(|f| f.unit.clone())
-                .chain(w.extras.iter().filter_map(|e| e.unit.clone()))
-        })
+        .flat_map(|w| w.facts.iter().filter_map(|f| f.unit.clone()))
         .collect();
     let mut unit_members: HashMap<String, BTreeSet<String>> = HashMap::new();
-    if !units.is_empty() {
-        for pod in scheduler.cache.pods().filter(|p| p.node.is_some()) {
-            if let Some(unit) = scheduler.preemption_unit(pod).filter(|u| units.contains(u)) {
-                unit_members
-                    .entry(unit)
-                    .or_default()
-                    .insert(pod.key.clone());
-            }
-        }
-    }
+    add_unit_members(scheduler, &units, &mut unit_members);
     let released = gang_released_victims(scheduler, preemptor, &works);
     let mut released_by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (node, key) in released {
@@ -762,9 +798,8 @@ pub fn run_preemption(
         .collect();
 
     let mut budget = FitBudget::new(MAX_EXTRA_FIT_CHECKS);
-    let mut result = ExtenderPreemptionResult::default();
-    let mut reports = Vec::with_capacity(works.len());
-    for work in works {
+    let mut decided = Vec::with_capacity(works.len());
+    for mut work in works {
         let node = work.proposal.node.clone();
         // This node's own victims are judged by its own decision.
         if let Some(own) = detached.remove(&node) {
@@ -772,26 +807,55 @@ pub fn run_preemption(
         }
         let mut decision = decide_node(
             &work.facts,
-            &work.extras,
+            &[],
             &unit_members,
             |keys| scheduler.fits_without(preemptor, &node, keys, now),
             &mut budget,
         );
+        if matches!(decision, NodeDecision::Drop { .. }) {
+            // kube-scheduler's victims are not enough: the node's other
+            // pods the rules let go are looked at only now.
+            let extras = gather_extras(scheduler, preemptor, &mut work);
+            if !extras.is_empty() {
+                let new_units: BTreeSet<String> = extras
+                    .iter()
+                    .filter_map(|e| e.unit.clone())
+                    .filter(|u| !unit_members.contains_key(u))
+                    .collect();
+                add_unit_members(scheduler, &new_units, &mut unit_members);
+                decision = decide_node(
+                    &work.facts,
+                    &extras,
+                    &unit_members,
+                    |keys| scheduler.fits_without(preemptor, &node, keys, now),
+                    &mut budget,
+                );
+            }
+        }
         if let Some(keys) = released_by_node.get(&node) {
             detached.insert(node.clone(), scheduler.detach_pods(keys));
         }
-        if let NodeDecision::Preempt { victims, added, .. } = &mut decision {
-            if !added.is_empty() {
-                match recheck_together(scheduler, preemptor, victims, &work.pods) {
-                    Some(reason) => decision = NodeDecision::Drop { reason },
-                    None => order_victims(victims, &work.pods),
-                }
+        decided.push((work, decision));
+    }
+    for own in detached.into_values() {
+        scheduler.reattach_pods(&own);
+    }
+    // With the cache whole again.
+    let mut result = ExtenderPreemptionResult::default();
+    let mut reports = Vec::with_capacity(decided.len());
+    for (work, mut decision) in decided {
+        if let NodeDecision::Preempt { victims, added, .. } = &mut decision
+            && !added.is_empty()
+        {
+            match recheck_together(scheduler, preemptor, victims, &work.pods) {
+                Some(reason) => decision = NodeDecision::Drop { reason },
+                None => order_victims(victims, &work.pods),
             }
         }
         if let NodeDecision::Preempt { victims, added, .. } = &decision {
             let from_kube = victims.len() - added.len();
             result.node_name_to_meta_victims.insert(
-                node.clone(),
+                work.proposal.node.clone(),
                 MetaVictims {
                     pods: Some(
                         victims
@@ -806,10 +870,10 @@ pub fn run_preemption(
                 },
             );
         }
-        reports.push(NodeReport { node, decision });
-    }
-    for own in detached.into_values() {
-        scheduler.reattach_pods(&own);
+        reports.push(NodeReport {
+            node: work.proposal.node,
+            decision,
+        });
     }
     (result, reports)
 }

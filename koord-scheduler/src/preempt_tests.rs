@@ -242,7 +242,9 @@ fn decide_with_extras(
             if total >= need {
                 Ok(())
             } else {
-                Err(format!("Insufficient koordinator.sh/gpu: {total} of {need} freed"))
+                Err(format!(
+                    "Insufficient koordinator.sh/gpu: {total} of {need} freed"
+                ))
             }
         },
         &mut FitBudget::new(budget),
@@ -337,7 +339,10 @@ fn with_every_proposed_victim_protected_extras_alone_may_make_room() {
     else {
         panic!("dropped: {decision:?}");
     };
-    assert_eq!((victims, added), (vec!["e".to_string()], vec!["e".to_string()]));
+    assert_eq!(
+        (victims, added),
+        (vec!["e".to_string()], vec!["e".to_string()])
+    );
     assert_eq!(dropped, vec![("a".to_string(), "quota min".to_string())]);
 }
 
@@ -364,7 +369,10 @@ fn a_node_where_even_every_extra_does_not_make_room_is_dropped() {
 fn extra_gangs_go_whole_or_not_at_all() {
     // g1, g2 are the whole gang `job` and both on this node: they go
     // together. h1's gang has a member on another node: never added.
-    let unit_members = units(&[("default/job", &["g1", "g2"]), ("default/other", &["h1", "h9"])]);
+    let unit_members = units(&[
+        ("default/job", &["g1", "g2"]),
+        ("default/other", &["h1", "h9"]),
+    ]);
     let extras = [
         extra("g1", 0, 0, Some("default/job")),
         extra("g2", 0, 0, Some("default/job")),
@@ -373,8 +381,7 @@ fn extra_gangs_go_whole_or_not_at_all() {
     let (decision, _) = decide_with_extras(&[], &extras, &unit_members, &[], 1, 10);
     assert_eq!(added(&decision), vec!["g1", "g2"]);
     // Only the split gang: nothing may go.
-    let (decision, calls) =
-        decide_with_extras(&[], &extras[2..], &unit_members, &[], 1, 10);
+    let (decision, calls) = decide_with_extras(&[], &extras[2..], &unit_members, &[], 1, 10);
     assert!(
         drop_reason(&decision).contains("of a gang that cannot go whole"),
         "{decision:?}"
@@ -885,8 +892,22 @@ fn batch_resources_come_from_the_least_important_batch_pods() {
                 ],
             ),
             bound("low", "n1", &[("cpu", "2")], &[], &[], 0),
-            bound("batch-10", "n1", &[("kubernetes.io/batch-cpu", "1000")], &[], &[], 10),
-            bound("batch-50", "n1", &[("kubernetes.io/batch-cpu", "1000")], &[], &[], 50),
+            bound(
+                "batch-10",
+                "n1",
+                &[("kubernetes.io/batch-cpu", "1000")],
+                &[],
+                &[],
+                10,
+            ),
+            bound(
+                "batch-50",
+                "n1",
+                &[("kubernetes.io/batch-cpu", "1000")],
+                &[],
+                &[],
+                50,
+            ),
         ],
     );
     let p = preemptor(
@@ -941,11 +962,58 @@ fn an_exclusive_cpuset_holder_is_added_for_a_whole_core() {
             node("n1", &[("cpu", "8"), ("memory", "32Gi"), ("pods", "110")]),
             nrt,
             // One thread of every core is taken: no whole core is free.
-            bound("t0", "n1", one_cpu, lsr, &[("scheduling.koordinator.sh/resource-status", r#"{"cpuset":"0"}"#)], 0),
-            bound("t1", "n1", one_cpu, lsr, &[("scheduling.koordinator.sh/resource-status", r#"{"cpuset":"1"}"#)], 0),
-            bound("t2", "n1", one_cpu, lsr, &[("scheduling.koordinator.sh/resource-status", r#"{"cpuset":"2"}"#)], 0),
-            bound("t3", "n1", one_cpu, lsr, &[("scheduling.koordinator.sh/resource-status", r#"{"cpuset":"3"}"#)], 0),
-            bound("shared", "n1", &[("cpu", "3"), ("memory", "1Gi")], &[], &[], 0),
+            bound(
+                "t0",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"0"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "t1",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"1"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "t2",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"2"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "t3",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"3"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "shared",
+                "n1",
+                &[("cpu", "3"), ("memory", "1Gi")],
+                &[],
+                &[],
+                0,
+            ),
         ],
     );
     load(
@@ -1053,7 +1121,14 @@ fn an_assumed_pod_is_never_added() {
     load(
         &mut s,
         vec![
-            node("n1", &[("cpu", "4"), ("kubernetes.io/batch-cpu", "1000"), ("pods", "110")]),
+            node(
+                "n1",
+                &[
+                    ("cpu", "4"),
+                    ("kubernetes.io/batch-cpu", "1000"),
+                    ("pods", "110"),
+                ],
+            ),
             bound("low", "n1", &[("cpu", "2")], &[], &[], 0),
             pod(PodSpec {
                 name: "assumed-batch",
@@ -1089,7 +1164,14 @@ fn a_whole_gang_on_the_node_is_added_whole() {
             one_gpu("n1"),
             bound("low", "n1", &[("cpu", "4")], &[], &[], 0),
             bound("g-gpu", "n1", WHOLE_GPU, &[], OLD_GANG_WITH_GPU, 0),
-            bound("g-cpu", "n1", &[("cpu", "1")], &[], &[(GANG, "old-job"), (GANG_MIN, "2")], 0),
+            bound(
+                "g-cpu",
+                "n1",
+                &[("cpu", "1")],
+                &[],
+                &[(GANG, "old-job"), (GANG_MIN, "2")],
+                0,
+            ),
         ],
     );
     let p = preemptor(
@@ -1152,7 +1234,10 @@ fn a_gang_preempts_when_every_pending_member_can_be_placed() {
     let NodeDecision::Drop { reason } = &reports[0].decision else {
         panic!("{reports:?}");
     };
-    assert!(reason.contains("members can be placed together"), "{reason}");
+    assert!(
+        reason.contains("members can be placed together"),
+        "{reason}"
+    );
     // The cache is as before: both victims still count.
     assert_eq!(s.cache.node("n1").unwrap().requested.get("cpu"), 4000);
     assert_eq!(s.cache.node("n2").unwrap().requested.get("cpu"), 4000);
