@@ -227,7 +227,7 @@ pub struct ExtraCandidate {
 /// How many extra fit checks one `/preempt` request may spend choosing
 /// added victims (each takes the victims out of the cache and the plugins'
 /// indexes under the write lock, so the request stays bounded).
-pub const MAX_EXTRA_FIT_CHECKS: usize = 2_000;
+pub const MAX_EXTRA_FIT_CHECKS: usize = 1_000;
 
 /// The most pods of one node considered as added victims (kubelet's
 /// `maxPods` defaults to 110); beyond it the least important are taken.

@@ -264,3 +264,54 @@ async fn a_preempt_body_beyond_the_limit_is_refused_with_413() {
         assert_eq!(response.status().as_u16(), expected, "{size} bytes");
     }
 }
+
+#[tokio::test]
+async fn a_gang_preemptor_preempts_only_when_its_whole_gang_can_follow() {
+    let small = |name: &str| {
+        json!({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}}})
+    };
+    let member = |name: &str| {
+        json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                         "annotations": {"gang.scheduling.koordinator.sh/name": "trainers",
+                                         "gang.scheduling.koordinator.sh/min-available": "2"}},
+            "spec": {"priority": 1000, "schedulerName": "koord-scheduler",
+                     "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Pending"}
+        })
+    };
+    let objects = vec![
+        small("n1"),
+        small("n2"),
+        running("low-1", "n1", json!({}), json!({})),
+        running("low-2", "n2", json!({}), json!({})),
+        member("trainer-b"),
+    ];
+    let addr = common::serve_extender(state_with(objects, member("trainer-a"))).await;
+    // Both nodes proposed: with the other node's victim counted as gone,
+    // trainer-b can follow trainer-a; both nodes stay candidates.
+    let args = json!({
+        "Pod": member("trainer-a"),
+        "NodeNameToMetaVictims": {"n1": meta(&["uid-low-1"], 0), "n2": meta(&["uid-low-2"], 0)}
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        result,
+        json!({"NodeNameToMetaVictims": {
+            "n1": {"Pods": [{"UID": "uid-low-1"}], "NumPDBViolations": 0},
+            "n2": {"Pods": [{"UID": "uid-low-2"}], "NumPDBViolations": 0}
+        }})
+    );
+    // One node proposed: trainer-b would have nowhere to go, so nothing
+    // is evicted for trainer-a.
+    let args = json!({
+        "Pod": member("trainer-a"),
+        "NodeNameToMetaVictims": {"n1": meta(&["uid-low-1"], 0)}
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result, json!({"NodeNameToMetaVictims": {}}));
+}
