@@ -69,18 +69,18 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let name = self.node;
         let device = !self.device
-            || delete_from_drop(|client| async move {
+            || delete_from_drop(move |client| async move {
                 Api::<apis::scheduling::v1alpha1::Device>::all(client)
                     .delete(name, &DeleteParams::background())
                     .await
                     .map(|_| ())
                     .or_else(ignore_not_found)
             });
-        let node = delete_from_drop(|client| async move {
+        let node = delete_from_drop(move |client| async move {
             e2e::cluster::delete_simulated_node(&client, name).await
         });
         let names = self.classes;
-        let classes = delete_from_drop(|client| async move {
+        let classes = delete_from_drop(move |client| async move {
             let api = Api::<PriorityClass>::all(client);
             for name in names {
                 api.delete(name, &DeleteParams::background())

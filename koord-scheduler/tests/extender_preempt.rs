@@ -267,9 +267,7 @@ async fn a_preempt_body_beyond_the_limit_is_refused_with_413() {
 
 #[tokio::test]
 async fn a_gang_preemptor_preempts_only_when_its_whole_gang_can_follow() {
-    let small = |name: &str| {
-        json!({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}}})
-    };
+    let small = |name: &str| json!({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}}});
     let member = |name: &str| {
         json!({
             "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
