@@ -739,9 +739,16 @@ async fn preempt(State(state): State<ExtenderState>, body: Bytes) -> Response {
     };
     for report in &reports {
         match &report.decision {
-            crate::preempt::NodeDecision::Preempt { victims, dropped } => {
+            crate::preempt::NodeDecision::Preempt {
+                victims,
+                added,
+                dropped,
+            } => {
                 for (uid, reason) in dropped {
                     tracing::info!(pod = %pod.key, node = %report.node, victim = %uid, %reason, "preemption victim kept");
+                }
+                if !added.is_empty() {
+                    tracing::info!(pod = %pod.key, node = %report.node, added = ?added, "preemption victims added for resources kube-scheduler does not see");
                 }
                 tracing::debug!(pod = %pod.key, node = %report.node, victims = victims.len(), "preemption allowed");
             }

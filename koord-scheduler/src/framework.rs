@@ -585,19 +585,33 @@ impl Scheduler {
         victims: &[String],
         now: SystemTime,
     ) -> Result<(), String> {
-        let mut detached = Vec::with_capacity(victims.len());
-        for key in victims {
+        let detached = self.detach_pods(victims);
+        let verdict = self.fits_now(pod, node, now);
+        self.reattach_pods(&detached);
+        verdict
+    }
+
+    /// Takes the cached pods `keys` out of the cache and the plugins'
+    /// indexes for a what-if (unknown keys are skipped);
+    /// [`Scheduler::reattach_pods`] puts them back exactly as they were.
+    /// The caller holds the write lock throughout.
+    pub fn detach_pods(&mut self, keys: &[String]) -> Vec<Arc<PodInfo>> {
+        let mut detached = Vec::with_capacity(keys.len());
+        for key in keys {
             if let Some((info, event)) = self.cache.detach_pod(key) {
                 self.broadcast(&event);
                 detached.push(info);
             }
         }
-        let verdict = self.fits_now(pod, node, now);
+        detached
+    }
+
+    /// Undoes [`Scheduler::detach_pods`], last taken out first back.
+    pub fn reattach_pods(&mut self, detached: &[Arc<PodInfo>]) {
         for info in detached.iter().rev() {
             let event = self.cache.reattach_pod(info);
             self.broadcast(&event);
         }
-        verdict
     }
 
     fn fits_now(&self, pod: &PodInfo, node: &str, now: SystemTime) -> Result<(), String> {
