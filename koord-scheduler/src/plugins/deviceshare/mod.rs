@@ -2278,3 +2278,6 @@ mod reservation_tests;
 
 #[cfg(test)]
 mod joint_scoring_tests;
+
+#[cfg(test)]
+mod partition_tests;
