@@ -28,12 +28,12 @@ use std::time::SystemTime;
 
 use apis::extension::device_share::DeviceTopologyScope;
 use apis::extension::device_share::{
-    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_AMD_GPU,
-    RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
-    RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE, RESOURCE_HUAWEI_NPU_CPU,
-    RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
-    GPUPartitionPolicy, get_device_allocate_hints, get_device_allocations,
-    get_device_joint_allocate, get_gpu_partition_table, gpu_partition_policy,
+    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, GPUPartitionPolicy,
+    RESOURCE_AMD_GPU, RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE,
+    RESOURCE_HUAWEI_NPU_CPU, RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU,
+    VirtualFunction, get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
+    get_gpu_partition_table, gpu_partition_policy,
 };
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -1430,13 +1430,8 @@ impl Plugin for DeviceShare {
             .node(node)
             .and_then(|n| n.node.as_ref())
             .and_then(|n| n.metadata.labels.as_ref());
-        let (gpu, common) = self.allocate(
-            node,
-            labels,
-            request,
-            owned_reservations(state),
-            state.now,
-        )?;
+        let (gpu, common) =
+            self.allocate(node, labels, request, owned_reservations(state), state.now)?;
         if gpu.is_empty() && common.is_empty() {
             tracing::debug!(pod = %pod.key, node, "no device information for the node; devices left to kube-scheduler and the device plugin");
             return Ok(());

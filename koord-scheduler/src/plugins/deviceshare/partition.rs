@@ -28,11 +28,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
+use apis::extension::QuantityValue;
 use apis::extension::device_share::{
     GPU_VENDOR_NVIDIA, GPUPartitionAllocatePolicy, GPUPartitionPolicy, GPUPartitionTable,
     LABEL_GPU_MODEL, LABEL_GPU_VENDOR, get_gpu_partition_spec, gpu_partition_policy,
 };
-use apis::extension::QuantityValue;
 
 use crate::framework::Rejection;
 
@@ -309,7 +309,9 @@ fn allocate_binding(
         }
     }
     if feasible.is_empty() {
-        return Err(Rejection::unschedulable(ERR_INSUFFICIENT_PARTITIONED_DEVICE));
+        return Err(Rejection::unschedulable(
+            ERR_INSUFFICIENT_PARTITIONED_DEVICE,
+        ));
     }
     let chosen = select_by_bin_pack(index, &feasible, occupancy.used, count);
     Ok(Some(chosen.minors.clone()))
@@ -337,8 +339,7 @@ fn select_by_bin_pack<'a>(
             };
             for partition in &first_tier.partitions {
                 if !partition.set.overlaps(allocated) {
-                    score =
-                        score.saturating_add(weight.saturating_mul(partition.allocation_score));
+                    score = score.saturating_add(weight.saturating_mul(partition.allocation_score));
                 }
             }
         }

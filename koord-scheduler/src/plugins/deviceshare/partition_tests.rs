@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use apis::extension::device_share::{
-    ANNOTATION_GPU_PARTITION_SPEC, ANNOTATION_GPU_PARTITIONS, GPUPartitionTable,
-    LABEL_GPU_MODEL, LABEL_GPU_PARTITION_POLICY,
+    ANNOTATION_GPU_PARTITION_SPEC, ANNOTATION_GPU_PARTITIONS, GPUPartitionTable, LABEL_GPU_MODEL,
+    LABEL_GPU_PARTITION_POLICY,
 };
 use serde_json::{Value, json};
 
 use super::partition::{
     ERR_INSUFFICIENT_PARTITIONED_DEVICE, ERR_NODE_MISSING_GPU_PARTITION_TABLE,
-    ERR_UNSUPPORTED_GPU_REQUESTS, MinorSet, NodePartitions, Occupancy, PartitionIndex,
-    PodPartitionSpec, Placement, allocate,
+    ERR_UNSUPPORTED_GPU_REQUESTS, MinorSet, NodePartitions, Occupancy, PartitionIndex, Placement,
+    PodPartitionSpec, allocate,
 };
 use super::*;
 use crate::cache::Object;
@@ -41,12 +41,7 @@ fn place(
     count: i64,
     used: &[i32],
 ) -> Result<Option<Vec<i32>>, Rejection> {
-    allocate(
-        Placement { node, pod },
-        count,
-        false,
-        occupancy(used, 0..8),
-    )
+    allocate(Placement { node, pod }, count, false, occupancy(used, 0..8))
 }
 
 #[test]
@@ -171,7 +166,9 @@ fn score_tiers_restricted_best_effort_and_ring_bandwidth() {
         Some(vec![4, 5])
     );
     assert_eq!(
-        place(&node, Some(&restricted), 2, &[0, 2]).unwrap_err().reason,
+        place(&node, Some(&restricted), 2, &[0, 2])
+            .unwrap_err()
+            .reason,
         ERR_INSUFFICIENT_PARTITIONED_DEVICE
     );
     // A bandwidth wish skips partitions below it or without one.
@@ -327,9 +324,19 @@ fn hopper_node(model: &str, policy: &str, held: &[i32], count: &str) -> Schedule
     s
 }
 
+/// (GPU model label, partition policy label, GPUs held, GPUs wanted,
+/// expected minors).
+type Case = (
+    &'static str,
+    &'static str,
+    &'static [i32],
+    &'static str,
+    &'static [i32],
+);
+
 #[test]
 fn upstreams_allocate_by_partition_cases_on_the_h800_device() {
-    let cases: [(&str, &str, &[i32], &str, &[i32]); 10] = [
+    let cases: [Case; 10] = [
         // (model, policy, held, wanted, expected minors)
         ("H800", "Honor", &[], "1", &[0]),
         ("H800", "Honor", &[], "2", &[0, 1]),
@@ -435,7 +442,10 @@ fn the_pods_partition_spec_binds_and_is_validated() {
         outcome.failed_unresolvable["plain"],
         ERR_NODE_MISSING_GPU_PARTITION_TABLE
     );
-    assert!(outcome.feasible.contains(&"hopper".to_string()), "{outcome:?}");
+    assert!(
+        outcome.feasible.contains(&"hopper".to_string()),
+        "{outcome:?}"
+    );
     assert_eq!(gpu_minors(&mut s, "spec", "hopper").unwrap(), vec![0, 1]);
     // With a spec, three GPUs cannot be placed on the Hopper node; without
     // one, the preferred table falls back to the topology walk.

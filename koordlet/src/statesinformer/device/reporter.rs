@@ -294,7 +294,9 @@ pub fn spawn(
         super::xpu::XpuDeviceInfoSource::new(&device_args.xpu_device_infos_dir),
     )];
     if device_args.xpu_enforce_collect_from_device_infos {
-        tracing::info!("GPUs are reported from the XPU device-info files only (--xpu-enforce-collect-from-device-infos)");
+        tracing::info!(
+            "GPUs are reported from the XPU device-info files only (--xpu-enforce-collect-from-device-infos)"
+        );
     } else {
         sources.extend(gpu);
     }

@@ -514,7 +514,10 @@ pub fn gpu_partition_table(
     let mut table = GPUPartitionTable::new();
     let mut seen: std::collections::BTreeSet<Vec<i32>> = std::collections::BTreeSet::new();
     for xpu in xpus {
-        let links = xpu.topology.iter().flat_map(|t| t.p2p_links.iter().flatten());
+        let links = xpu
+            .topology
+            .iter()
+            .flat_map(|t| t.p2p_links.iter().flatten());
         for link in links {
             if link.peer_minor.is_empty() || link.link_type.is_empty() {
                 problems.push(format!(

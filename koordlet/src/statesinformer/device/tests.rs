@@ -1173,31 +1173,54 @@ fn upstream_ascend_file() -> String {
         "koordinator.sh/gpu-memory": "32Gi",
         "huawei.com/npu-dvpp": "100"
     });
-    let device = |uuid: &str, minor: &str, links: Option<Value>, node: &str, bus: &str, status: Value| {
-        let mut topology = json!({"socketID": "0", "nodeID": node, "pcieID": "0000:00:08.0", "busID": bus});
-        if let Some(links) = links {
-            topology["p2pLinks"] = links;
-            topology["mustHonorPartition"] = json!(true);
-        }
-        let mut device = json!({"vendor": "huawei", "model": "Ascend-910B", "uuid": uuid,
+    let device =
+        |uuid: &str, minor: &str, links: Option<Value>, node: &str, bus: &str, status: Value| {
+            let mut topology =
+                json!({"socketID": "0", "nodeID": node, "pcieID": "0000:00:08.0", "busID": bus});
+            if let Some(links) = links {
+                topology["p2pLinks"] = links;
+                topology["mustHonorPartition"] = json!(true);
+            }
+            let mut device = json!({"vendor": "huawei", "model": "Ascend-910B", "uuid": uuid,
             "minor": minor, "resources": resources, "topology": topology});
-        if !status.is_null() {
-            device["status"] = status;
-        }
-        device
-    };
+            if !status.is_null() {
+                device["status"] = status;
+            }
+            device
+        };
     json!([
-        device("185011D4-21104518-A0C4ED94-14CC040A-56102003", "0",
-            Some(json!([{"peerMinor": "1,2,3,g", "type": "HCCS"}])), "0", "0000:00:08.0",
-            json!({"healthy": true})),
-        device("185011D4-21104518-A0C4ED94-14CC040A-56102001", "1",
-            Some(json!([{"peerMinor": "0,1,2,3", "type": "HCCS"}])), "1", "0000:00:08.1",
-            json!({"healthy": true})),
-        device("185011D4-21104518-A0C4ED94-14CC040A-56102002", "2", None, "2", "0000:00:08.2",
-            Value::Null),
-        device("185011D4-21104518-A0C4ED94-14CC040A-56102004", "4",
-            Some(json!([{"peerMinor": "5,6,7,7,g", "type": "HCCS"}])), "4", "0000:00:08.4",
-            json!({"healthy": false, "errCode": "-8001"})),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102003",
+            "0",
+            Some(json!([{"peerMinor": "1,2,3,g", "type": "HCCS"}])),
+            "0",
+            "0000:00:08.0",
+            json!({"healthy": true})
+        ),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102001",
+            "1",
+            Some(json!([{"peerMinor": "0,1,2,3", "type": "HCCS"}])),
+            "1",
+            "0000:00:08.1",
+            json!({"healthy": true})
+        ),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102002",
+            "2",
+            None,
+            "2",
+            "0000:00:08.2",
+            Value::Null
+        ),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102004",
+            "4",
+            Some(json!([{"peerMinor": "5,6,7,7,g", "type": "HCCS"}])),
+            "4",
+            "0000:00:08.4",
+            json!({"healthy": false, "errCode": "-8001"})
+        ),
     ])
     .to_string()
 }
@@ -1223,9 +1246,7 @@ fn upstreams_ascend_devices_become_its_device_field_by_field_and_replace_nvml() 
     });
     let healthy = json!([{"type": "Healthy", "status": "True", "reason": "DeviceHealthy",
         "message": "device is healthy", "lastTransitionTime": "2026-01-02T03:04:05Z"}]);
-    let topology = |node: i32, bus: &str| {
-        json!({"socketID": -1, "nodeID": node, "pcieID": "0000:00:08.0", "busID": bus})
-    };
+    let topology = |node: i32, bus: &str| json!({"socketID": -1, "nodeID": node, "pcieID": "0000:00:08.0", "busID": bus});
     assert_eq!(
         as_json(&desired),
         json!([
@@ -1275,7 +1296,10 @@ fn upstreams_ascend_devices_become_its_device_field_by_field_and_replace_nvml() 
         desired.problems
     );
     assert!(
-        desired.problems.iter().any(|p| p.contains("NVML GPUs not reported")),
+        desired
+            .problems
+            .iter()
+            .any(|p| p.contains("NVML GPUs not reported")),
         "{:?}",
         desired.problems
     );
@@ -1365,11 +1389,11 @@ fn eight_nvlink_gpus_give_upstreams_partition_table_and_pcie_topology() {
                "koordinator.sh/gpu-memory-ratio": "100"})
     );
     // The table is the one upstream's scheduler builds in for Hopper boards.
-    let table: Value = serde_json::from_str(
-        &desired.annotations["scheduling.koordinator.sh/gpu-partitions"],
-    )
-    .unwrap();
-    let partition = |minors: &[i32]| json!({"minors": minors, "gpuLinkType": "NVLink", "allocationScore": 1});
+    let table: Value =
+        serde_json::from_str(&desired.annotations["scheduling.koordinator.sh/gpu-partitions"])
+            .unwrap();
+    let partition =
+        |minors: &[i32]| json!({"minors": minors, "gpuLinkType": "NVLink", "allocationScore": 1});
     assert_eq!(
         table,
         json!({
@@ -1386,11 +1410,10 @@ fn eight_nvlink_gpus_give_upstreams_partition_table_and_pcie_topology() {
     assert_eq!(desired.labels["node.koordinator.sh/gpu-vendor"], "nvidia");
     // The scheduler reads it back with the API crate.
     let mut stored = desired.new_object(&node());
-    let parsed = apis::extension::get_gpu_partition_table(
-        stored.metadata.annotations.as_ref().unwrap(),
-    )
-    .unwrap()
-    .unwrap();
+    let parsed =
+        apis::extension::get_gpu_partition_table(stored.metadata.annotations.as_ref().unwrap())
+            .unwrap()
+            .unwrap();
     assert_eq!(parsed[&4][1].minors, vec![4, 5, 6, 7]);
 
     // Without mustHonorPartition the policy is Prefer; a change of the
@@ -1433,7 +1456,10 @@ fn losing_the_peer_links_removes_the_table_and_policy_and_keeps_foreign_annotati
         .unwrap()
         .into_iter()
         .map(|mut device| {
-            device["topology"].as_object_mut().unwrap().remove("p2pLinks");
+            device["topology"]
+                .as_object_mut()
+                .unwrap()
+                .remove("p2pLinks");
             device
         })
         .collect();
@@ -1444,7 +1470,11 @@ fn losing_the_peer_links_removes_the_table_and_policy_and_keeps_foreign_annotati
     .unwrap();
     let plain = build_desired_device(&discover_all(&source, &pci), &now());
     assert!(plain.annotations.is_empty());
-    assert!(!plain.labels.contains_key("node.koordinator.sh/gpu-partition-policy"));
+    assert!(
+        !plain
+            .labels
+            .contains_key("node.koordinator.sh/gpu-partition-policy")
+    );
     assert_eq!(
         plain.change_reason(&stored).as_deref(),
         Some("label node.koordinator.sh/gpu-partition-policy changed")
@@ -1490,7 +1520,10 @@ fn garbage_oversized_and_unbounded_device_info_files_keep_the_last_report() {
         assert!(snapshot.xpus.is_empty());
         assert_eq!(snapshot.gpus.len(), 1);
     };
-    check(&[("bad.json", "{not json")], "bad.json: not a JSON list of device infos");
+    check(
+        &[("bad.json", "{not json")],
+        "bad.json: not a JSON list of device infos",
+    );
     check(
         &[("object.json", r#"{"vendor": "nvidia"}"#)],
         "not a JSON list of device infos",

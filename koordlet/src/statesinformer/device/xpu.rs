@@ -190,7 +190,11 @@ pub fn read_device_infos_dir(dir: &Path) -> Result<Vec<XpuDeviceInfo>, Discovery
         let entry = entry.map_err(|err| io(dir, err))?;
         // As upstream: directories are skipped, anything else (a symlink
         // included) is opened as a file.
-        if entry.file_type().map_err(|err| io(&entry.path(), err))?.is_dir() {
+        if entry
+            .file_type()
+            .map_err(|err| io(&entry.path(), err))?
+            .is_dir()
+        {
             continue;
         }
         files.push(entry.path());
