@@ -102,9 +102,8 @@ fn nvlink_board_file() -> String {
 fn device_for(node: &Node) -> anyhow::Result<Device> {
     let infos = TempDir::new("e2e-xpu-device-infos")?;
     std::fs::write(infos.path().join("nvidia.json"), nvlink_board_file())?;
-    let sources: Vec<Arc<dyn DeviceSource>> = vec![Arc::new(XpuDeviceInfoSource::new(
-        infos.path(),
-    ))];
+    let sources: Vec<Arc<dyn DeviceSource>> =
+        vec![Arc::new(XpuDeviceInfoSource::new(infos.path()))];
     let snapshot = discover_all(&sources, &PciSysfs::new(infos.path()));
     ensure!(
         snapshot.problems.is_empty() && snapshot.report_blocking_failures.is_empty(),
@@ -205,15 +204,18 @@ async fn run(client: &kube::Client) -> anyhow::Result<()> {
         .create(&PostParams::default(), &device_for(&node)?)
         .await
         .context("creating the Device")?;
-    eventually(&format!("{RESOURCE_GPU_CORE} 800 on node {NODE}"), || async {
-        let current = nodes.get(NODE).await?;
-        Ok(current
-            .status
-            .and_then(|s| s.allocatable)
-            .and_then(|list| list.get(RESOURCE_GPU_CORE).cloned())
-            .filter(|quantity| quantity.0 == "800")
-            .map(|_| ()))
-    })
+    eventually(
+        &format!("{RESOURCE_GPU_CORE} 800 on node {NODE}"),
+        || async {
+            let current = nodes.get(NODE).await?;
+            Ok(current
+                .status
+                .and_then(|s| s.allocatable)
+                .and_then(|list| list.get(RESOURCE_GPU_CORE).cloned())
+                .filter(|quantity| quantity.0 == "800")
+                .map(|_| ()))
+        },
+    )
     .await?;
 
     let namespace = TestNamespace::create(client, "koord-e2e-nvlink").await?;
