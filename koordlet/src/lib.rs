@@ -108,6 +108,9 @@ pub struct KoordletArgs {
     pub node_topology: statesinformer::nodetopo::NodeTopologyArgs,
 
     #[command(flatten)]
+    pub devices: statesinformer::device::DeviceArgs,
+
+    #[command(flatten)]
     pub prediction: prediction::PredictionArgs,
 
     #[command(flatten)]
@@ -314,6 +317,7 @@ pub async fn run(
     statesinformer::device::reporter::spawn(
         &args.runtime_hooks.feature_gates(),
         args.system.sys_root_dir.clone(),
+        &args.devices,
         gpu_sources.as_ref().map(|gpu| Arc::clone(&gpu.report)),
         &states,
         match &sink {
