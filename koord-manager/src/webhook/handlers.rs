@@ -13,6 +13,7 @@ use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -335,7 +336,7 @@ impl Handlers {
 
     /// A number in `0..100` for profile probabilities (xorshift; fairness is all that matters).
     fn roll(&self) -> i64 {
-        let mut state = self.random_state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.random_state.lock_or_recover();
         let mut x = *state
             ^ self
                 .sequence

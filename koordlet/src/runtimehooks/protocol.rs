@@ -44,6 +44,7 @@ use apis::extension::{
     priority_class_for_qos, qos_class_from_labels,
 };
 use apis::runtime::v1alpha1 as wire;
+use koord_common::sync::RwLockExt;
 
 use super::metrics::HookMetrics;
 use super::rules::NodeRules;
@@ -943,12 +944,12 @@ impl HookDispatcher {
     }
 
     pub fn set_rules(&self, rules: NodeRules) {
-        let mut slot = self.rules.write().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.rules.write_or_recover();
         *slot = Arc::new(rules);
     }
 
     pub fn rules(&self) -> Arc<NodeRules> {
-        Arc::clone(&self.rules.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.rules.read_or_recover())
     }
 
     pub fn env(&self) -> HookEnv {
