@@ -488,7 +488,7 @@ nested:
         #[derive(Debug, serde::Deserialize)]
         #[allow(dead_code)]
         struct Bombed {
-            a9: Vec<Vec<Vec<Vec<Vec<Vec<Vec<Vec<Vec<Vec<String>>>>>>>>>>,
+            a9: Vec<Vec<Value>>,
         }
         let error = from_str::<Bombed>(&alias_bomb(), &Limits::CONFIG).unwrap_err();
         assert!(error.is_budget(), "{error}");
