@@ -1298,10 +1298,34 @@ impl Scheduler {
 pub type BindFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BindError>> + Send + 'a>>;
 
-/// A failed pod patch or Binding.
+/// Why a reservation was not persisted.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-#[error("{0}")]
-pub struct BindError(pub String);
+pub enum BindError {
+    /// The pod patch carrying the reservation's annotations failed.
+    #[error("patching pod annotations: {0}")]
+    PatchAnnotations(String),
+    /// The API server refused the Binding.
+    #[error("creating the Binding: {0}")]
+    CreateBinding(String),
+    /// No client yet: the API server has not been reached.
+    #[error("not connected to the API server yet")]
+    NotConnected,
+    /// A recording binder told to fail (simulator, tests).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl BindError {
+    /// A short, fixed label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BindError::PatchAnnotations(_) => "patch_annotations",
+            BindError::CreateBinding(_) => "create_binding",
+            BindError::NotConnected => "not_connected",
+            BindError::Refused(_) => "refused",
+        }
+    }
+}
 
 /// Persists a reservation: one pod patch with the annotations (if any), then
 /// the Binding.
@@ -1320,7 +1344,7 @@ impl Binder for RecordingBinder {
     fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a> {
         Box::pin(async move {
             if let Some(message) = &self.fail_with {
-                return Err(BindError(message.clone()));
+                return Err(BindError::Refused(message.clone()));
             }
             if let Ok(mut bound) = self.bound.lock() {
                 bound.push(reserved.clone());

@@ -38,6 +38,7 @@ pub use key::{
     BeLabel, Entity, GpuLabel, MetricKind, PsiDegree, PsiLabel, PsiResource, PsiWindow, SeriesKey,
     SeriesLabel,
 };
+use koord_common::sync::RwLockExt;
 pub use series::{AppendError, BYTES_PER_SAMPLE};
 
 use crate::system::cputopology::CpuTopology;
@@ -236,11 +237,11 @@ impl MetricCache {
     // A panic while holding the lock cannot leave a series half-written in a
     // way later readers would misread, so a poisoned lock is still usable.
     fn read(&self) -> RwLockReadGuard<'_, HashMap<SeriesKey, Series>> {
-        self.series.read().unwrap_or_else(|p| p.into_inner())
+        self.series.read_or_recover()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, HashMap<SeriesKey, Series>> {
-        self.series.write().unwrap_or_else(|p| p.into_inner())
+        self.series.write_or_recover()
     }
 
     /// Stores a batch under one lock. Samples of one series must come in time
@@ -393,27 +394,21 @@ impl MetricCache {
 
     /// Stores the latest CPU topology snapshot (upstream's `node_cpu_info` KV entry).
     pub fn set_cpu_topology(&self, topology: Arc<CpuTopology>) {
-        *self.cpu_topology.write().unwrap_or_else(|p| p.into_inner()) = Some(topology);
+        *self.cpu_topology.write_or_recover() = Some(topology);
     }
 
     pub fn cpu_topology(&self) -> Option<Arc<CpuTopology>> {
-        self.cpu_topology
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.cpu_topology.read_or_recover().clone()
     }
 
     /// Stores the GPUs the usage collector found; `None` when the node has
     /// none (or NVML stopped answering), so nothing GPU is reported.
     pub fn set_gpu_devices(&self, devices: Option<Arc<[GpuDevice]>>) {
-        *self.gpu_devices.write().unwrap_or_else(|p| p.into_inner()) = devices;
+        *self.gpu_devices.write_or_recover() = devices;
     }
 
     pub fn gpu_devices(&self) -> Option<Arc<[GpuDevice]>> {
-        self.gpu_devices
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.gpu_devices.read_or_recover().clone()
     }
 }
 

@@ -55,6 +55,7 @@ use apis::slo::v1alpha1::NodeSLOSpec;
 use k8s_openapi::api::core::v1::Pod;
 use koord_common::MetricsRegistry;
 use koord_common::metrics::FloatGauge;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -1034,8 +1035,7 @@ impl ManagedFiles {
     /// The latest report of every eviction strategy, by strategy name.
     pub fn eviction_reports(&self) -> Vec<super::evictreport::EvictionReport> {
         self.eviction_reports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .values()
             .cloned()
             .collect()
@@ -1047,16 +1047,14 @@ impl ManagedFiles {
         report: super::evictreport::EvictionReport,
     ) {
         self.eviction_reports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .insert(strategy, report);
     }
 
     /// Every strategy's unsupported settings from its latest round.
     pub fn unsupported(&self) -> Vec<UnsupportedSetting> {
         self.unsupported
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .values()
             .flatten()
             .cloned()
@@ -1064,7 +1062,7 @@ impl ManagedFiles {
     }
 
     fn set_unsupported(&self, strategy: &'static str, settings: Vec<UnsupportedSetting>) {
-        let mut map = self.unsupported.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.unsupported.lock_or_recover();
         if settings.is_empty() {
             map.remove(strategy);
         } else {
@@ -1073,7 +1071,7 @@ impl ManagedFiles {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_recover()
     }
 
     pub fn get(&self, path: &str) -> Option<ManagedFile> {

@@ -14,6 +14,7 @@ use apis::extension::{
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use koord_common::Shutdown;
+use koord_common::sync::MutexExt;
 
 use super::framework::{
     CgroupReader, LayoutReader, ManagedFile, ManagedFiles, MetricSample, NodeInfo, NodeUsage,
@@ -365,7 +366,7 @@ pub fn spawn_runner_with_reaction(
                 }
                 let now = SystemTime::now();
                 let mut snapshot = source.snapshot(now);
-                let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
+                let mut runner = runner.lock_or_recover();
                 snapshot.eviction_refused = runner.refused_evictions();
                 snapshot.eviction_pending_window = runner.eviction_pending_window();
                 if let Some(link) = &reaction {

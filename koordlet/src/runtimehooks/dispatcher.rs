@@ -4,6 +4,7 @@
 //! Above the protocol types and the hooks, below the transports (gRPC server,
 //! NRI plugin, reconciler). See [`super::protocol`] for how a transport uses it.
 
+use koord_common::sync::RwLockExt;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -209,12 +210,12 @@ impl HookDispatcher {
     }
 
     pub fn set_rules(&self, rules: NodeRules) {
-        let mut slot = self.rules.write().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.rules.write_or_recover();
         *slot = Arc::new(rules);
     }
 
     pub fn rules(&self) -> Arc<NodeRules> {
-        Arc::clone(&self.rules.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.rules.read_or_recover())
     }
 
     pub fn env(&self) -> HookEnv {

@@ -28,6 +28,7 @@ use apis::extension::{
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
 use koord_common::Shutdown;
+use koord_common::sync::MutexExt;
 
 use super::apply::{EffectStatus, SideEffectApplier};
 use super::dispatcher::HookDispatcher;
@@ -671,10 +672,7 @@ impl Reconciler {
         self.report_host_app_refusals(&refused);
         let report = repair_blocking(desired, &self.dispatcher, &self.applier);
         resctrl_gc(&self.dispatcher, &self.applier, &snapshot.pods);
-        let mut reported = self
-            .reported_denials
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut reported = self.reported_denials.lock_or_recover();
         for (pid, value) in &report.oom_lowering_denied {
             if reported.insert((*pid, *value)) {
                 tracing::warn!(
@@ -702,10 +700,7 @@ impl Reconciler {
         if let Some(metrics) = self.dispatcher.metrics() {
             metrics.set_host_apps(total.saturating_sub(refused.len()), refused.len());
         }
-        let mut reported = self
-            .reported_host_app_refusals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut reported = self.reported_host_app_refusals.lock_or_recover();
         let current: std::collections::BTreeSet<(String, String)> = refused
             .iter()
             .map(|r| (r.name.clone(), r.refusal.to_string()))

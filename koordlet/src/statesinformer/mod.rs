@@ -36,6 +36,7 @@ use apis::scheduling::v1alpha1::Device;
 use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use koord_common::health::{FnCheck, HealthRegistry};
+use koord_common::sync::{MutexExt, RwLockExt};
 use tokio::sync::watch;
 
 pub use kubelet::{KubeletClient, KubeletError, PodListError, parse_pod_list};
@@ -411,10 +412,7 @@ impl StatesInformer {
     }
 
     pub fn volume_lookup(&self) -> Arc<dyn volumes::VolumeLookup> {
-        match self.inner.volumes.read() {
-            Ok(slot) => Arc::clone(&slot),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
+        Arc::clone(&self.inner.volumes.read_or_recover())
     }
 
     /// The latest pods snapshot; `None` before the first successful sync.
@@ -483,11 +481,7 @@ impl StatesInformer {
     /// [`StatesInformer::set_node_slo`] with the arrival time given.
     pub fn set_node_slo_at(&self, node_slo: Option<NodeSLO>, received_at: SystemTime) {
         {
-            let mut observed = self
-                .inner
-                .node_slo_observed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut observed = self.inner.node_slo_observed.lock_or_recover();
             *observed = node_slo.as_ref().map(|slo| {
                 let version = RuleVersion::of(slo);
                 match observed.take() {
@@ -509,8 +503,7 @@ impl StatesInformer {
         let observed = self
             .inner
             .node_slo_observed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .clone()
             .filter(|o| o.version == version)
             // Published between the two reads: its stamp is about now.
