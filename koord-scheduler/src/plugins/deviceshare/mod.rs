@@ -52,7 +52,9 @@ pub mod scoring;
 
 use common::{CommonDevice, CommonDevices, CommonKind, CommonPick, CommonRequest, common_requests};
 use joint::{JointRule, JointType};
-use partition::{MinorSet, NodePartitions, Occupancy, PartitionIndex, PodPartitionSpec};
+use partition::{
+    MinorSet, NodePartitions, Occupancy, PartitionIndex, PartitionRefusal, PodPartitionSpec,
+};
 use scoring::{ScoringStrategy, ScoringStrategyArgs};
 
 pub const NAME: &str = "DeviceShare";
@@ -2273,6 +2275,15 @@ mod reservation_tests;
 
 #[cfg(test)]
 mod joint_scoring_tests;
+
+impl From<PartitionRefusal> for Rejection {
+    fn from(refusal: PartitionRefusal) -> Self {
+        Self {
+            reason: refusal.reason.to_string(),
+            unresolvable: refusal.unresolvable,
+        }
+    }
+}
 
 #[cfg(test)]
 mod partition_tests;

@@ -34,7 +34,30 @@ use apis::extension::device_share::{
     LABEL_GPU_MODEL, LABEL_GPU_VENDOR, get_gpu_partition_spec, gpu_partition_policy,
 };
 
-use crate::framework::Rejection;
+/// Why the partition table refuses a request. The plugin turns it into its
+/// `Rejection`; this module stays below the framework.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionRefusal {
+    pub reason: &'static str,
+    /// Preemption would not help (kube-scheduler's UnschedulableAndUnresolvable).
+    pub unresolvable: bool,
+}
+
+impl PartitionRefusal {
+    const fn unresolvable(reason: &'static str) -> Self {
+        Self {
+            reason,
+            unresolvable: true,
+        }
+    }
+
+    const fn unschedulable(reason: &'static str) -> Self {
+        Self {
+            reason,
+            unresolvable: false,
+        }
+    }
+}
 
 pub const ERR_INSUFFICIENT_PARTITIONED_DEVICE: &str = "Insufficient Partitioned GPU Devices";
 pub const ERR_NODE_MISSING_GPU_PARTITION_TABLE: &str = "node(s) missing GPU Partition Table";
@@ -264,7 +287,7 @@ pub fn allocate(
     count: i64,
     shared: bool,
     occupancy: Occupancy,
-) -> Result<Option<Vec<i32>>, Rejection> {
+) -> Result<Option<Vec<i32>>, PartitionRefusal> {
     let binding = placement.pod.is_some() || placement.node.honor;
     match allocate_binding(placement, count, shared, occupancy) {
         Ok(minors) => Ok(minors),
@@ -278,18 +301,18 @@ fn allocate_binding(
     count: i64,
     shared: bool,
     occupancy: Occupancy,
-) -> Result<Option<Vec<i32>>, Rejection> {
+) -> Result<Option<Vec<i32>>, PartitionRefusal> {
     if shared {
         // Upstream leaves shared GPUs to the topology placement.
         return Ok(None);
     }
     let Some(index) = placement.node.index.as_deref() else {
-        return Err(Rejection::unresolvable(
+        return Err(PartitionRefusal::unresolvable(
             ERR_NODE_MISSING_GPU_PARTITION_TABLE,
         ));
     };
     let Some(tiers) = index.tiers(count) else {
-        return Err(Rejection::unresolvable(ERR_UNSUPPORTED_GPU_REQUESTS));
+        return Err(PartitionRefusal::unresolvable(ERR_UNSUPPORTED_GPU_REQUESTS));
     };
     let restricted = placement.pod.is_some_and(|pod| pod.restricted);
     let wanted_bandwidth = placement.pod.and_then(|pod| pod.ring_bus_bandwidth);
@@ -309,7 +332,7 @@ fn allocate_binding(
         }
     }
     if feasible.is_empty() {
-        return Err(Rejection::unschedulable(
+        return Err(PartitionRefusal::unschedulable(
             ERR_INSUFFICIENT_PARTITIONED_DEVICE,
         ));
     }

@@ -40,7 +40,7 @@ fn place(
     pod: Option<&PodPartitionSpec>,
     count: i64,
     used: &[i32],
-) -> Result<Option<Vec<i32>>, Rejection> {
+) -> Result<Option<Vec<i32>>, PartitionRefusal> {
     allocate(Placement { node, pod }, count, false, occupancy(used, 0..8))
 }
 

@@ -30,6 +30,7 @@ pub mod sysfs;
 mod tests;
 pub mod uverbs;
 pub mod xpu;
+pub mod xpuinfo;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,7 +46,7 @@ pub struct DeviceArgs {
     /// a vendor's device daemon writes; read when the feature gate Accelerators is on.
     #[arg(
         long = "xpu-device-infos-dir",
-        default_value = xpu::DEFAULT_XPU_DEVICE_INFOS_DIR,
+        default_value = xpuinfo::DEFAULT_XPU_DEVICE_INFOS_DIR,
         value_name = "DIR"
     )]
     pub xpu_device_infos_dir: PathBuf,
@@ -58,7 +59,7 @@ pub struct DeviceArgs {
 impl Default for DeviceArgs {
     fn default() -> Self {
         Self {
-            xpu_device_infos_dir: PathBuf::from(xpu::DEFAULT_XPU_DEVICE_INFOS_DIR),
+            xpu_device_infos_dir: PathBuf::from(xpuinfo::DEFAULT_XPU_DEVICE_INFOS_DIR),
             xpu_enforce_collect_from_device_infos: false,
         }
     }
@@ -150,7 +151,7 @@ pub struct DeviceSnapshot {
     pub gpus: Vec<GpuInfo>,
     /// Devices from the XPU device-info files; when there are any, they
     /// are the node's GPUs and NVML's are not reported (upstream's rule).
-    pub xpus: Vec<xpu::XpuDeviceInfo>,
+    pub xpus: Vec<xpuinfo::XpuDeviceInfo>,
     /// The NVIDIA driver version (`535.104.05`) when NVML gave it.
     pub gpu_driver_version: Option<String>,
     pub rdma: Vec<RdmaNic>,

@@ -44,7 +44,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 
-use super::xpu::XpuDeviceInfo;
+use super::xpuinfo::XpuDeviceInfo;
 use super::{DeviceHealth, DeviceSnapshot, GpuInfo, PciTopology, RdmaNic};
 
 /// Whole-device amounts upstream gives each GPU and RDMA NIC.
