@@ -13,9 +13,16 @@
 //! option: only `true`/`false` (any case form YAML 1.2 allows) are booleans,
 //! a plain null read into a string is its text, and repeated keys are left
 //! to the receiving type (derived structs refuse them, maps keep the last).
+//! An empty value (`items:` with nothing after it) read into a list, map or
+//! struct gives an empty one, as serde_yaml and Kubernetes' YAML-through-JSON
+//! gave (see [`null_as_empty`]).
+
+pub mod null_as_empty;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use null_as_empty::EmptyOnNull;
 
 /// Bounds for one kind of input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,10 +144,8 @@ fn check_size(text: &str, limits: &Limits) -> Result<(), YamlError> {
 /// Reads one document of `text` as a `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str, limits: &Limits) -> Result<T, YamlError> {
     check_size(text, limits)?;
-    Ok(serde_saphyr::from_str_with_options(
-        text,
-        options(text, limits),
-    )?)
+    let EmptyOnNull(value) = serde_saphyr::from_str_with_options(text, options(text, limits))?;
+    Ok(value)
 }
 
 /// Reads every document of `text` as a `T`; empty and null documents are
@@ -150,10 +155,9 @@ pub fn from_str_multiple<T: DeserializeOwned>(
     limits: &Limits,
 ) -> Result<Vec<T>, YamlError> {
     check_size(text, limits)?;
-    Ok(serde_saphyr::from_multiple_with_options(
-        text,
-        options(text, limits),
-    )?)
+    let values: Vec<EmptyOnNull<T>> =
+        serde_saphyr::from_multiple_with_options(text, options(text, limits))?;
+    Ok(values.into_iter().map(|EmptyOnNull(value)| value).collect())
 }
 
 /// Reads each document of `text` as an `Option<T>` (`None` for an empty or
@@ -169,7 +173,9 @@ pub fn from_str_each<'t, T: DeserializeOwned>(
         .into_iter()
         .enumerate()
         .map(move |(index, document)| {
-            let value = serde_saphyr::from_str_with_options(document, options(document, limits));
+            let value: Result<Option<EmptyOnNull<T>>, _> =
+                serde_saphyr::from_str_with_options(document, options(document, limits));
+            let value = value.map(|read| read.map(|EmptyOnNull(value)| value));
             (index, value.map_err(YamlError::from))
         }))
 }
@@ -355,6 +361,141 @@ mod tests {
                 .filter_map(|(index, value)| value.is_err().then_some(index))
                 .collect();
         assert_eq!(errors, [1]);
+    }
+
+    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
+    struct Inner {
+        #[serde(default)]
+        name: String,
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Shapes {
+        list: Vec<i32>,
+        map: std::collections::BTreeMap<String, i32>,
+        record: Inner,
+        optional: Option<Vec<i32>>,
+        nested: Vec<Inner>,
+    }
+
+    #[test]
+    fn empty_values_read_as_empty_lists_maps_and_structs() {
+        let text = "list:
+map:
+record:
+optional:
+nested:
+- name:
+-
+";
+        let shapes: Shapes = from_str(text, &Limits::CONFIG).unwrap();
+        assert_eq!(
+            shapes,
+            Shapes {
+                list: vec![],
+                map: Default::default(),
+                record: Inner::default(),
+                optional: None,
+                nested: vec![Inner::default(), Inner::default()],
+            }
+        );
+        // `~` and `null` are the same null.
+        let shapes: Shapes = from_str(
+            "list: ~
+map: null
+record: ~
+optional: ~
+nested: []
+",
+            &Limits::CONFIG,
+        )
+        .unwrap();
+        assert!(shapes.list.is_empty() && shapes.map.is_empty() && shapes.optional.is_none());
+        // Present values read as before.
+        let shapes: Shapes = from_str(
+            "list: [1, 2]
+map: {a: 1}
+record: {name: x}
+optional: [3]
+nested: [{name: y}]
+",
+            &Limits::CONFIG,
+        )
+        .unwrap();
+        assert_eq!(shapes.list, [1, 2]);
+        assert_eq!(shapes.map["a"], 1);
+        assert_eq!(shapes.record.name, "x");
+        assert_eq!(shapes.optional, Some(vec![3]));
+        assert_eq!(shapes.nested[0].name, "y");
+    }
+
+    #[test]
+    fn empty_values_read_as_empty_in_every_reader() {
+        let text = "list:
+map:
+record:
+optional:
+nested:
+";
+        let all: Vec<Shapes> = from_str_multiple(
+            &format!(
+                "{text}---
+{text}"
+            ),
+            &Limits::CONFIG,
+        )
+        .unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all.iter().all(|shapes| shapes.list.is_empty()));
+        let each: Vec<Option<Shapes>> = from_str_each(
+            &format!(
+                "{text}---
+---
+"
+            ),
+            &Limits::CONFIG,
+        )
+        .unwrap()
+        .map(|(_, read)| read.unwrap())
+        .collect();
+        assert!(
+            each[0]
+                .as_ref()
+                .is_some_and(|shapes| shapes.nested.is_empty())
+        );
+        assert!(each[1].is_none());
+        // Through a JSON value too (the preview's path).
+        let value = serde_json::json!({"list": null, "map": null, "record": null, "optional": null, "nested": null});
+        let shapes: Shapes = null_as_empty::deserialize(value).unwrap();
+        assert!(shapes.nested.is_empty() && shapes.record == Inner::default());
+    }
+
+    #[test]
+    fn empty_values_leave_wrong_types_and_budgets_refused() {
+        // A scalar where a list belongs is still an error.
+        let error = from_str::<Shapes>(
+            "list: 3
+map:
+record:
+optional:
+nested:
+",
+            &Limits::CONFIG,
+        )
+        .unwrap_err();
+        assert!(!error.is_budget(), "{error}");
+        // Hostile input read into the lenient shapes is refused for its budget.
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Bombed {
+            a9: Vec<Vec<Value>>,
+        }
+        let error = from_str::<Bombed>(&alias_bomb(), &Limits::CONFIG).unwrap_err();
+        assert!(error.is_budget(), "{error}");
+        let error = from_str::<Shapes>(&deep_block(10_000), &Limits::CONFIG).unwrap_err();
+        assert!(error.is_budget(), "{error}");
+        let error = from_str_multiple::<Shapes>(&deep_flow(10_000), &Limits::CONFIG).unwrap_err();
+        assert!(error.is_budget(), "{error}");
     }
 
     #[test]

@@ -1072,6 +1072,17 @@ fn gpu_partition_annotations_round_trip() {
         set_gpu_partition_table,
     );
     assert_eq!(table[&4][0].minors, vec![0, 1, 2, 3]);
+    // Link types other than NVLink (Huawei's HCCS) survive verbatim.
+    let hccs = assert_exact_round_trip(
+        ANNOTATION_GPU_PARTITIONS,
+        r#"{"4":[{"minors":[0,1,2,3],"gpuLinkType":"HCCS","allocationScore":1}]}"#,
+        get_gpu_partition_table,
+        set_gpu_partition_table,
+    );
+    assert_eq!(
+        hccs[&4][0].gpu_link_type,
+        Some(GPULinkType::Other("HCCS".to_string()))
+    );
     assert_eq!(
         get_gpu_partition_table(&one(ANNOTATION_GPU_PARTITIONS, "")).unwrap(),
         None

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use koord_common::sync::MutexExt;
 use koord_common::testing::{TestProcess, http_get_blocking};
 
 /// Why a node test cannot run here; the test prints it and passes.
@@ -108,7 +109,7 @@ pub fn prepared_kit() -> Result<PathBuf, Skip> {
             "not root: containerd and cgroup writes need root".into(),
         ));
     }
-    let mut guard = SETUP.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = SETUP.lock_or_recover();
     if let Some(result) = guard.as_ref() {
         return result.clone().map_err(Skip);
     }
@@ -348,7 +349,7 @@ pub fn workspace_binary(
     package: &str,
     bin: &str,
 ) -> Result<PathBuf, String> {
-    let mut guard = built.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = built.lock_or_recover();
     if let Some(result) = guard.as_ref() {
         return result.clone();
     }

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use koord_common::sync::MutexExt;
 use koord_common::testing::{TestProcess, http_get_blocking};
 
 use crate::cri::{self, RuntimeClient, v1};
@@ -485,8 +486,7 @@ impl HookRecorder {
         request: tonic::Request<apis::runtime::v1alpha1::ContainerResourceHookRequest>,
     ) -> HookReply<apis::runtime::v1alpha1::ContainerResourceHookResponse> {
         self.calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .push((stage.to_string(), request.into_inner()));
         Ok(tonic::Response::new(Default::default()))
     }
@@ -513,7 +513,7 @@ impl HookRecorder {
         String,
         apis::runtime::v1alpha1::ContainerResourceHookRequest,
     )> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.calls.lock_or_recover().clone()
     }
 }
 

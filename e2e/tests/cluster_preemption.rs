@@ -14,10 +14,17 @@
 //!    the KWOK node instead; a new high-priority pod makes kube-scheduler propose it, the extender
 //!    keeps it, the plain pod is evicted and the high-priority pod runs on the KWOK node.
 //!
+//!
+//! A second test, on its own KWOK node of 2 cpus with a Device of one GPU (created by the test):
+//! a low-priority pod holds the GPU and another low-priority pod most of the cpu. A high-priority
+//! pod asking for cpu and the whole GPU makes kube-scheduler propose the cpu pod only
+//! (`koordinator.sh/gpu-memory-ratio` is `ignoredByScheduler`); the extender adds the GPU holder,
+//! both are evicted and the high-priority pod runs there with the GPU.
+//!
 //! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`) and
-//! the chart's default extender configuration, which includes `preemptVerb: preempt` (no extra
-//! helm flags). Everything the test creates (namespace, node, NodeMetric, PriorityClasses) is
-//! deleted afterwards, also when it fails.
+//! the chart's default extender configuration, which includes `preemptVerb: preempt` and the
+//! DeviceShare plugin (no extra helm flags). Everything the tests create (namespaces, nodes,
+//! NodeMetrics, the Device, PriorityClasses) is deleted afterwards, also when they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -38,6 +45,9 @@ const NODE: &str = "koord-e2e-preempt";
 const FAKE_TAINT: &str = "kwok.x-k8s.io/node";
 const LOW: &str = "koord-e2e-preempt-low";
 const HIGH: &str = "koord-e2e-preempt-high";
+const GPU_NODE: &str = "koord-e2e-preempt-gpu";
+const GPU_LOW: &str = "koord-e2e-preempt-gpu-low";
+const GPU_HIGH: &str = "koord-e2e-preempt-gpu-high";
 
 fn ignore_not_found(err: kube::Error) -> Result<(), kube::Error> {
     match err {
@@ -46,17 +56,33 @@ fn ignore_not_found(err: kube::Error) -> Result<(), kube::Error> {
     }
 }
 
-/// Deletes the cluster-scoped objects when the test ends, also when it fails.
-struct Cleanup;
+/// Deletes the cluster-scoped objects when the test ends, also when it fails: the simulated
+/// node (with its NodeMetric and pods), its Device if the test made one, and the
+/// PriorityClasses.
+struct Cleanup {
+    node: &'static str,
+    classes: [&'static str; 2],
+    device: bool,
+}
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let node = delete_from_drop(|client| async move {
-            e2e::cluster::delete_simulated_node(&client, NODE).await
+        let name = self.node;
+        let device = !self.device
+            || delete_from_drop(move |client| async move {
+                Api::<apis::scheduling::v1alpha1::Device>::all(client)
+                    .delete(name, &DeleteParams::background())
+                    .await
+                    .map(|_| ())
+                    .or_else(ignore_not_found)
+            });
+        let node = delete_from_drop(move |client| async move {
+            e2e::cluster::delete_simulated_node(&client, name).await
         });
-        let classes = delete_from_drop(|client| async move {
+        let names = self.classes;
+        let classes = delete_from_drop(move |client| async move {
             let api = Api::<PriorityClass>::all(client);
-            for name in [LOW, HIGH] {
+            for name in names {
                 api.delete(name, &DeleteParams::background())
                     .await
                     .map(|_| ())
@@ -64,13 +90,49 @@ impl Drop for Cleanup {
             }
             Ok::<(), kube::Error>(())
         });
-        if !(node && classes) {
+        if !(node && classes && device) {
             eprintln!(
-                "cleanup incomplete (node {node}, priority classes {classes}): delete node and \
-                 NodeMetric {NODE} and PriorityClasses {LOW}, {HIGH} by hand"
+                "cleanup incomplete (node {node}, priority classes {classes}, device {device}): \
+                 delete node, NodeMetric and Device {name} and PriorityClasses {names:?} by hand"
             );
         }
     }
+}
+
+/// Creates the PriorityClasses `(name, value)`, leaving existing ones.
+async fn priority_classes(client: &kube::Client, classes: [(&str, i32); 2]) -> anyhow::Result<()> {
+    let api = Api::<PriorityClass>::all(client.clone());
+    for (name, value) in classes {
+        let class: PriorityClass = serde_json::from_value(json!({
+            "metadata": {"name": name}, "value": value,
+            "preemptionPolicy": "PreemptLowerPriority"
+        }))?;
+        match api.create(&PostParams::default(), &class).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => return Err(err).context(format!("PriorityClass {name}")),
+        }
+    }
+    Ok(())
+}
+
+/// Fails unless kube-scheduler's configuration calls the extender's `/preempt`.
+async fn require_preempt_verb(client: &kube::Client) -> anyhow::Result<()> {
+    let config = Api::<ConfigMap>::namespaced(client.clone(), KOORD_NAMESPACE)
+        .get("koord-scheduler-config")
+        .await
+        .context("the koord-scheduler-config ConfigMap")?;
+    let kube_config = config
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kube-scheduler-config"))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        kube_config.contains("preemptVerb: preempt"),
+        "kube-scheduler's configuration has no preemptVerb; install the chart from this tree"
+    );
+    Ok(())
 }
 
 /// A koord-scheduler pod of `cpu` on `node`, tolerating the KWOK taint.
@@ -80,6 +142,25 @@ fn test_pod(
     node: &str,
     priority_class: &str,
     cpu: &str,
+    annotations: Value,
+) -> anyhow::Result<Pod> {
+    resources_pod(
+        namespace,
+        name,
+        node,
+        priority_class,
+        json!({"requests": {"cpu": cpu, "memory": "16Mi"}}),
+        annotations,
+    )
+}
+
+/// A koord-scheduler pod with `resources` on `node`, tolerating the KWOK taint.
+fn resources_pod(
+    namespace: &str,
+    name: &str,
+    node: &str,
+    priority_class: &str,
+    resources: Value,
     annotations: Value,
 ) -> anyhow::Result<Pod> {
     pod(
@@ -95,10 +176,23 @@ fn test_pod(
                 "tolerations": [{"key": FAKE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
                 "containers": [{
                     "name": "main", "image": e2e::busybox_image(), "command": ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}
+                    "resources": resources
                 }]
             }
         }),
+    )
+}
+
+/// A pod asking for `cpu` and a whole GPU's memory share, as requests and limits.
+fn gpu_pod(namespace: &str, name: &str, priority_class: &str, cpu: &str) -> anyhow::Result<Pod> {
+    let amounts = json!({"cpu": cpu, "memory": "16Mi", "koordinator.sh/gpu-memory-ratio": "100"});
+    resources_pod(
+        namespace,
+        name,
+        GPU_NODE,
+        priority_class,
+        json!({"requests": amounts.clone(), "limits": amounts}),
+        json!({}),
     )
 }
 
@@ -119,20 +213,7 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
     else {
         return Ok(());
     };
-    let config = Api::<ConfigMap>::namespaced(client.clone(), KOORD_NAMESPACE)
-        .get("koord-scheduler-config")
-        .await
-        .context("the koord-scheduler-config ConfigMap")?;
-    let kube_config = config
-        .data
-        .as_ref()
-        .and_then(|d| d.get("kube-scheduler-config"))
-        .cloned()
-        .unwrap_or_default();
-    ensure!(
-        kube_config.contains("preemptVerb: preempt"),
-        "kube-scheduler's configuration has no preemptVerb; install the chart from this tree"
-    );
+    require_preempt_verb(&client).await?;
     let real_node = worker_nodes(&client)
         .await?
         .into_iter()
@@ -140,19 +221,12 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
         .find(|n| n != NODE)
         .context("a real worker node")?;
 
-    let _cleanup = Cleanup;
-    let classes = Api::<PriorityClass>::all(client.clone());
-    for (name, value) in [(LOW, 100), (HIGH, 1000)] {
-        let class: PriorityClass = serde_json::from_value(json!({
-            "metadata": {"name": name}, "value": value,
-            "preemptionPolicy": "PreemptLowerPriority"
-        }))?;
-        match classes.create(&PostParams::default(), &class).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(err) => return Err(err).context(format!("PriorityClass {name}")),
-        }
-    }
+    let _cleanup = Cleanup {
+        node: NODE,
+        classes: [LOW, HIGH],
+        device: false,
+    };
+    priority_classes(&client, [(LOW, 100), (HIGH, 1000)]).await?;
     let beating =
         e2e::cluster::simulated_node_with_heartbeat(&client, NODE, "2", "4Gi", json!({})).await?;
 
@@ -250,6 +324,92 @@ async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> any
         plain.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         "the plain pod still runs on {NODE} next to urgent-2, beyond the node's 2 cpus"
     );
+    beating.abort();
+    drop(namespace);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::Result<()> {
+    let Some(client) =
+        e2e::cluster_or_skip("the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see").await
+    else {
+        return Ok(());
+    };
+    require_preempt_verb(&client).await?;
+    let devices = Api::<apis::scheduling::v1alpha1::Device>::all(client.clone());
+    ensure!(
+        devices.get_opt(GPU_NODE).await?.is_none(),
+        "a Device {GPU_NODE} exists already; the test does not touch it"
+    );
+    let _cleanup = Cleanup {
+        node: GPU_NODE,
+        classes: [GPU_LOW, GPU_HIGH],
+        device: true,
+    };
+    priority_classes(&client, [(GPU_LOW, 100), (GPU_HIGH, 1000)]).await?;
+    let beating =
+        e2e::cluster::simulated_node_with_heartbeat(&client, GPU_NODE, "2", "4Gi", json!({}))
+            .await?;
+    let gpu = json!({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+                     "koordinator.sh/gpu-memory-ratio": "100"});
+    let device: apis::scheduling::v1alpha1::Device = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+        "metadata": {"name": GPU_NODE},
+        "spec": {"devices": [{"type": "gpu", "id": "GPU-e2e-preempt", "minor": 0, "health": true,
+                              "resources": gpu}]}
+    }))?;
+    devices
+        .create(&PostParams::default(), &device)
+        .await
+        .context("creating the Device")?;
+
+    let namespace = TestNamespace::create(&client, "koord-e2e-preempt-gpu").await?;
+    let ns = namespace.name.as_str();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let create = PostParams::default();
+    // The GPU holder first (placed only once the extender has the Device), then the cpu pod.
+    pods.create(&create, &gpu_pod(ns, "gpu-holder", GPU_LOW, "500m")?)
+        .await?;
+    eventually_within("gpu-holder bound", EXTENDER_RETRY, || async {
+        Ok(bound_node(&pods, "gpu-holder").await?.map(|_| ()))
+    })
+    .await?;
+    let holder = pods.get("gpu-holder").await?;
+    ensure!(
+        holder
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("scheduling.koordinator.sh/device-allocated")),
+        "gpu-holder was bound without a GPU allocation"
+    );
+    pods.create(
+        &create,
+        &test_pod(ns, "cpu-holder", GPU_NODE, GPU_LOW, "1200m", json!({}))?,
+    )
+    .await?;
+    eventually_within("cpu-holder bound", EXTENDER_RETRY, || async {
+        Ok(bound_node(&pods, "cpu-holder").await?.map(|_| ()))
+    })
+    .await?;
+
+    // 0.5 + 1.2 of 2 cpus are taken: kube-scheduler evicts cpu-holder for cpu and sees no need
+    // for the GPU; the extender adds gpu-holder, so the urgent pod gets both.
+    pods.create(&create, &gpu_pod(ns, "urgent", GPU_HIGH, "1")?)
+        .await?;
+    let urgent_node = eventually_within("urgent placed", EXTENDER_RETRY, || async {
+        bound_node(&pods, "urgent").await
+    })
+    .await?;
+    ensure!(urgent_node == GPU_NODE, "urgent went to {urgent_node}");
+    for name in ["gpu-holder", "cpu-holder"] {
+        let pod = pods.get_opt(name).await?;
+        ensure!(
+            pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+            "{name} still runs on {GPU_NODE} next to the urgent pod"
+        );
+    }
     beating.abort();
     drop(namespace);
     Ok(())

@@ -10,6 +10,8 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::sync::RwLockExt;
+
 /// `Ok(())` when the check passes, otherwise the reason it fails.
 pub type CheckOutcome = Result<(), String>;
 
@@ -63,18 +65,12 @@ impl StatusCheck {
 
     pub fn set(&self, outcome: CheckOutcome) {
         // A poisoned lock only means a writer panicked mid-assignment; the value is still usable.
-        let mut guard = self
-            .state
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self.state.write_or_recover();
         *guard = outcome;
     }
 
     pub fn current(&self) -> CheckOutcome {
-        self.state
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.state.read_or_recover().clone()
     }
 }
 
@@ -213,10 +209,7 @@ impl HealthRegistry {
     }
 
     pub fn remove_check(&self, name: &str) -> bool {
-        let mut checks = self
-            .checks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut checks = self.checks.write_or_recover();
         let before = checks.len();
         checks.retain(|registered| registered.name != name);
         checks.len() != before
@@ -230,10 +223,7 @@ impl HealthRegistry {
     }
 
     fn add(&self, name: String, kind: Kind, check: Arc<dyn HealthCheck>) {
-        let mut checks = self
-            .checks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut checks = self.checks.write_or_recover();
         match checks.iter_mut().find(|registered| registered.name == name) {
             Some(existing) => {
                 existing.kind = kind;
@@ -244,10 +234,7 @@ impl HealthRegistry {
     }
 
     fn selected(&self, probe: Probe, only: Option<&str>) -> Vec<(String, Arc<dyn HealthCheck>)> {
-        let checks = self
-            .checks
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let checks = self.checks.read_or_recover();
         checks
             .iter()
             .filter(|registered| probe == Probe::Readiness || registered.kind == Kind::Liveness)

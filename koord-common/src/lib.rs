@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod process;
 pub mod server;
 pub mod shutdown;
+pub mod sync;
 pub mod tls;
 
 pub use addr::{AddrParseError, ListenAddr, ServeAt};

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::sync::RwLockExt;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -46,10 +47,7 @@ impl MetricsRegistry {
 
     /// Registers into the unprefixed root registry.
     pub fn register_root<R>(&self, register: impl FnOnce(&mut Registry) -> R) -> R {
-        let mut root = self
-            .root
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut root = self.root.write_or_recover();
         register(&mut root)
     }
 
@@ -67,10 +65,7 @@ impl MetricsRegistry {
 
     /// The OpenMetrics text exposition of everything registered.
     pub fn encode(&self) -> Result<String, EncodeError> {
-        let root = self
-            .root
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let root = self.root.read_or_recover();
         let mut body = String::new();
         encode(&mut body, &root)?;
         Ok(body)

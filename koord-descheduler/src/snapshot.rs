@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use apis::scheduling::v1alpha1::PodMigrationJob;
 use apis::slo::v1alpha1::NodeMetric;
+use apis::yaml::null_as_empty;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -151,30 +152,31 @@ impl Snapshot {
         let decode_error = |err: serde_json::Error| fail(err.to_string());
         match kind.as_str() {
             "Node" => {
-                let node: Node = serde_json::from_value(value).map_err(decode_error)?;
+                let node: Node = null_as_empty::deserialize(value).map_err(decode_error)?;
                 let view = NodeView::of(&node);
                 self.note(&kind, &view.name, &view.problems);
                 self.view.nodes.push(view);
             }
             "Pod" => {
-                let pod: Pod = serde_json::from_value(value).map_err(decode_error)?;
+                let pod: Pod = null_as_empty::deserialize(value).map_err(decode_error)?;
                 let view = PodView::of(&pod);
                 self.note(&kind, view.key(), &view.problems);
                 self.view.pods.push(view);
             }
             "NodeMetric" => {
-                let metric: NodeMetric = serde_json::from_value(value).map_err(decode_error)?;
+                let metric: NodeMetric = null_as_empty::deserialize(value).map_err(decode_error)?;
                 let view = MetricView::of(&metric);
                 self.note(&kind, &view.node, &view.problems);
                 self.view.node_metrics.insert(view.node.clone(), view);
             }
             "PodDisruptionBudget" => {
                 let pdb: PodDisruptionBudget =
-                    serde_json::from_value(value).map_err(decode_error)?;
+                    null_as_empty::deserialize(value).map_err(decode_error)?;
                 self.view.pdbs.push(PdbView::of(&pdb));
             }
             "PodMigrationJob" => {
-                let job: PodMigrationJob = serde_json::from_value(value).map_err(decode_error)?;
+                let job: PodMigrationJob =
+                    null_as_empty::deserialize(value).map_err(decode_error)?;
                 self.view.migration_jobs.push(MigrationJobView::of(&job));
             }
             "PriorityClass" => {
@@ -199,7 +201,7 @@ impl Snapshot {
                 let metadata: ObjectMeta = value
                     .get("metadata")
                     .cloned()
-                    .map(serde_json::from_value)
+                    .map(null_as_empty::deserialize)
                     .transpose()
                     .map_err(decode_error)?
                     .unwrap_or_default();

@@ -19,6 +19,7 @@ use apis::slo::v1alpha1::{
     NodeSLOSpec, PeakMetric, PodMetricInfo, ReclaimableMetric,
 };
 use apis::topology::v1alpha1::Zone;
+use apis::yaml::null_as_empty::{self, EmptyOnNull};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
@@ -804,9 +805,9 @@ fn saphyr_message(error: &serde_saphyr::Error) -> String {
 #[derive(Default)]
 struct LeanDocuments(Builder);
 
-impl Extend<Option<LeanObject>> for LeanDocuments {
-    fn extend<I: IntoIterator<Item = Option<LeanObject>>>(&mut self, documents: I) {
-        for document in documents.into_iter().flatten() {
+impl Extend<Option<EmptyOnNull<LeanObject>>> for LeanDocuments {
+    fn extend<I: IntoIterator<Item = Option<EmptyOnNull<LeanObject>>>>(&mut self, documents: I) {
+        for EmptyOnNull(document) in documents.into_iter().flatten() {
             self.0.next_document();
             self.0.add_lean(document);
         }
@@ -851,8 +852,8 @@ impl Snapshot {
             };
         }
         let mut builder = Builder::default();
-        let fast = fast_yaml::for_each_document(text, |object: Option<LeanObject>| {
-            if let Some(object) = object {
+        let fast = fast_yaml::for_each_document(text, |object: Option<EmptyOnNull<LeanObject>>| {
+            if let Some(EmptyOnNull(object)) = object {
                 builder.next_document();
                 builder.add_lean(object);
             }
@@ -874,10 +875,11 @@ impl Snapshot {
             }
             Err(reason) => tracing::debug!(%reason, "snapshot left to serde-saphyr"),
         }
-        match serde_saphyr::from_str_multiple_with_options::<Option<LeanObject>, LeanDocuments>(
-            text,
-            saphyr_options(text),
-        ) {
+        match serde_saphyr::from_str_multiple_with_options::<
+            Option<EmptyOnNull<LeanObject>>,
+            LeanDocuments,
+        >(text, saphyr_options(text))
+        {
             Ok(LeanDocuments(builder)) => builder.finish(SnapshotReader::LeanYaml, source_name),
             Err(error) => {
                 tracing::debug!(error = %error, "lean read failed; reading full objects");
@@ -979,11 +981,12 @@ fn add_value(builder: &mut Builder, value: Value, source_name: &str) -> Result<(
     if value.is_null() {
         return Ok(());
     }
-    let header = Header::deserialize(&value).map_err(|err| PreviewError::Refused {
-        source_name: source_name.to_owned(),
-        location: builder.position.to_string(),
-        message: err.to_string(),
-    })?;
+    let header =
+        null_as_empty::deserialize::<Header, _>(&value).map_err(|err| PreviewError::Refused {
+            source_name: source_name.to_owned(),
+            location: builder.position.to_string(),
+            message: err.to_string(),
+        })?;
     let name = header.metadata.and_then(|m| m.name).unwrap_or_default();
     let fail = |err: serde_json::Error| PreviewError::Object {
         source_name: source_name.to_owned(),
@@ -992,24 +995,25 @@ fn add_value(builder: &mut Builder, value: Value, source_name: &str) -> Result<(
         message: err.to_string(),
     };
     match header.kind.as_str() {
-        "Node" => builder.add_node(serde_json::from_value(value).map_err(fail)?),
-        "NodeMetric" => builder.add_node_metric(serde_json::from_value(value).map_err(fail)?),
+        "Node" => builder.add_node(null_as_empty::deserialize(value).map_err(fail)?),
+        "NodeMetric" => builder.add_node_metric(null_as_empty::deserialize(value).map_err(fail)?),
         "Pod" => {
-            let pod: Pod = serde_json::from_value(value).map_err(fail)?;
+            let pod: Pod = null_as_empty::deserialize(value).map_err(fail)?;
             builder.add_pod(&pod);
         }
-        "ConfigMap" => builder.add_config_map(serde_json::from_value(value).map_err(fail)?),
+        "ConfigMap" => builder.add_config_map(null_as_empty::deserialize(value).map_err(fail)?),
         "Device" => {
-            let mut device: Device = serde_json::from_value(value).map_err(fail)?;
+            let mut device: Device = null_as_empty::deserialize(value).map_err(fail)?;
             // The allocations are not read.
             device.status = None;
             builder.add_device(device);
         }
         "NodeResourceTopology" => {
             let metadata = value.get("metadata").cloned().unwrap_or(Value::Null);
-            let metadata: Option<ObjectMeta> = serde_json::from_value(metadata).map_err(fail)?;
+            let metadata: Option<ObjectMeta> =
+                null_as_empty::deserialize(metadata).map_err(fail)?;
             let zones = value.get("zones").cloned().unwrap_or(Value::Null);
-            let zones: Option<Vec<Zone>> = serde_json::from_value(zones).map_err(fail)?;
+            let zones: Option<Vec<Zone>> = null_as_empty::deserialize(zones).map_err(fail)?;
             builder.add_topology(metadata.unwrap_or_default(), zones.unwrap_or_default());
         }
         kind if kind.ends_with("List") => {
@@ -2316,6 +2320,24 @@ items:
     }
 
     #[test]
+    fn empty_values_read_as_empty_in_every_yaml_reader() {
+        // `labels:`, `annotations:` and `containers:` left empty, as people
+        // write them; Kubernetes reads them as empty.
+        let text = "kind: Node\nmetadata:\n  name: n1\n  labels:\n  annotations:\nstatus:\n  allocatable: {cpu: \"4\", memory: 8Gi}\n  capacity: {cpu: \"4\", memory: 8Gi}\n---\nkind: Pod\nmetadata:\n  name: p\n  namespace: d\n  labels:\nspec:\n  nodeName: n1\n  containers:\n";
+        let fast = Snapshot::parse(text, "snap.yaml").unwrap();
+        assert_eq!(fast.read_by, SnapshotReader::FastYaml);
+        let with_anchor = text.replacen("capacity: {", "capacity: &cap {", 1);
+        let lean = Snapshot::parse(&with_anchor, "snap.yaml").unwrap();
+        assert_eq!(lean.read_by, SnapshotReader::LeanYaml);
+        let full = Snapshot::parse_full_yaml(text, "snap.yaml").unwrap();
+        for snapshot in [&fast, &lean, &full] {
+            assert_eq!(snapshot.nodes.len(), 1);
+            assert_eq!(snapshot.pod_count, 1);
+            assert_eq!(snapshot.pods["n1"].len(), 1);
+        }
+    }
+
+    #[test]
     fn malformed_yaml_is_an_error_with_its_location() {
         // Positions as serde-saphyr reports them (an unclosed bracket or
         // quote at its opening).
@@ -2389,8 +2411,8 @@ items:
         let text = std::fs::read_to_string(path).unwrap();
         let mut fast = Builder::default();
         let started = std::time::Instant::now();
-        fast_yaml::for_each_document(&text, |object: Option<LeanObject>| {
-            if let Some(object) = object {
+        fast_yaml::for_each_document(&text, |object: Option<EmptyOnNull<LeanObject>>| {
+            if let Some(EmptyOnNull(object)) = object {
                 fast.next_document();
                 fast.add_lean(object);
             }
@@ -2399,7 +2421,7 @@ items:
         let fast_time = started.elapsed();
         let started = std::time::Instant::now();
         let LeanDocuments(saphyr) = serde_saphyr::from_str_multiple_with_options::<
-            Option<LeanObject>,
+            Option<EmptyOnNull<LeanObject>>,
             LeanDocuments,
         >(&text, saphyr_options(&text))
         .unwrap();

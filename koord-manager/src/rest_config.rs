@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::Request;
+use koord_common::sync::MutexExt;
 use kube::client::Body;
 
 /// Upstream's `--rest-config-qps` default.
@@ -156,10 +157,7 @@ impl Limiter {
 
     /// How long a request to `key` at `now` must wait (its token is taken).
     pub fn reserve(&self, key: &str, now: Instant) -> Duration {
-        let mut buckets = self
-            .buckets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut buckets = self.buckets.lock_or_recover();
         buckets
             .entry(key.to_owned())
             .or_insert_with(|| TokenBucket::new(self.limits, now))

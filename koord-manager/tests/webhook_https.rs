@@ -727,11 +727,15 @@ async fn malformed_bodies_get_400_and_the_server_keeps_serving() {
     );
 
     let metrics = harness.metrics.encode().unwrap();
-    assert!(
-        metrics
-            .contains("koord_manager_webhook_malformed_requests_total{path=\"/validate-pod\"} 4"),
-        "{metrics}"
-    );
+    // Three bodies that are not a review, one review without a request.
+    for series in [
+        "koord_manager_webhook_malformed_requests_total{path=\"/validate-pod\",reason=\"malformed\"} 3",
+        "koord_manager_webhook_malformed_requests_total{path=\"/validate-pod\",reason=\"no_request\"} 1",
+        "koord_manager_webhook_rejections_total{webhook_type=\"validate\",object_type=\"pod\",",
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
+    assert!(metrics.contains("reason=\"bad_request\"} 1"), "{metrics}");
     assert!(
         metrics.contains("koord_manager_webhook_webhook_duration_milliseconds_count{"),
         "{metrics}"
@@ -759,8 +763,9 @@ async fn bodies_beyond_the_size_limit_are_refused_by_name() {
     );
     let metrics = harness.metrics.encode().unwrap();
     assert!(
-        metrics
-            .contains("koord_manager_webhook_malformed_requests_total{path=\"/validate-pod\"} 1"),
+        metrics.contains(
+            "koord_manager_webhook_malformed_requests_total{path=\"/validate-pod\",reason=\"too_large\"} 1"
+        ),
         "{metrics}"
     );
     harness.stop().await;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use koord_common::sync::RwLockExt;
 use serde::Deserialize;
 
 /// What the proxy does when a hook server fails or cannot be reached.
@@ -459,20 +460,12 @@ impl Registry {
     }
 
     pub fn snapshot(&self) -> Arc<Registrations> {
-        Arc::clone(
-            &self
-                .current
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        )
+        Arc::clone(&self.current.read_or_recover())
     }
 
     pub(crate) fn publish(&self, registrations: Vec<Registration>) {
         let published = Arc::new(Registrations::new(registrations));
-        *self
-            .current
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = published;
+        *self.current.write_or_recover() = published;
     }
 
     /// The first server registered for `hook` (upstream's order: file name).

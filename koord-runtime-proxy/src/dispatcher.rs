@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use apis::runtime::v1alpha1 as hook;
 use apis::runtime::v1alpha1::runtime_hook_service_client::RuntimeHookServiceClient;
+use koord_common::sync::MutexExt;
 use tonic::transport::Channel;
 
 use crate::config::{FailurePolicy, HookType, Registry};
@@ -73,7 +74,7 @@ impl Dispatcher {
     /// registered are dropped when a new one is made, so rewriting the
     /// registrations cannot grow the cache.
     fn client(&self, endpoint: &str) -> RuntimeHookServiceClient<Channel> {
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clients = self.clients.lock_or_recover();
         if let Some(client) = clients.get(endpoint) {
             return client.clone();
         }
@@ -88,7 +89,7 @@ impl Dispatcher {
 
     /// How many hook-server clients are cached.
     pub fn cached_clients(&self) -> usize {
-        self.clients.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.clients.lock_or_recover().len()
     }
 
     async fn call<Req, Resp, F, Fut>(

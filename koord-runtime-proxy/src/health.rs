@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use koord_common::health::{CheckFuture, CheckOutcome, HealthCheck};
+use koord_common::sync::MutexExt;
 
 use crate::CriEndpoint;
 
@@ -125,10 +126,7 @@ impl BackendMonitor {
         if let Err(reason) = &outcome {
             tracing::debug!(%reason, "backend runtime probe failed");
         }
-        self.history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .record(outcome);
+        self.history.lock_or_recover().record(outcome);
     }
 
     /// Probes now and then every interval, until the task is dropped.
@@ -146,8 +144,7 @@ impl BackendMonitor {
 
     pub fn verdict(&self) -> CheckOutcome {
         self.history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .lock_or_recover()
             .verdict(self.socket.endpoint(), self.interval)
     }
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use koord_common::sync::MutexExt;
 use rustix::fs::{Mode, OFlags};
 
 use crate::config::{
@@ -195,10 +196,7 @@ struct Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(&self.path);
+        self.set.lock_or_recover().remove(&self.path);
     }
 }
 
@@ -258,10 +256,7 @@ impl Watcher {
 
     async fn read(&self, path: &Path) -> Result<HookServerConfig, ConfigError> {
         {
-            let mut running = self
-                .running
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut running = self.running.lock_or_recover();
             if running.contains(path) {
                 return Err(ConfigError::StillReading(path.to_path_buf()));
             }

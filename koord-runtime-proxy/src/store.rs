@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use apis::runtime::v1alpha1 as hook;
+use koord_common::sync::RwLockExt;
 
 use crate::cri::v1 as cri;
 use crate::merge::to_hook_resources;
@@ -74,11 +75,11 @@ pub struct MetaStore {
 
 impl MetaStore {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+        self.inner.read_or_recover()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|p| p.into_inner())
+        self.inner.write_or_recover()
     }
 
     /// Records a pod from a live call.

@@ -69,7 +69,7 @@ impl Binder for KubeBinder {
                     .collect();
                 self.patch_annotations(&api, &reserved.name, &set)
                     .await
-                    .map_err(|e| BindError(format!("patching pod annotations: {e}")))?;
+                    .map_err(|e| BindError::PatchAnnotations(e.to_string()))?;
             }
             let binding = Binding {
                 metadata: ObjectMeta {
@@ -100,7 +100,7 @@ impl Binder for KubeBinder {
                         tracing::warn!(pod = %reserved.pod_key, error = %cleanup, "could not remove annotations after a failed binding");
                     }
                 }
-                return Err(BindError(format!("creating the Binding: {err}")));
+                return Err(BindError::CreateBinding(err.to_string()));
             }
             Ok(())
         })

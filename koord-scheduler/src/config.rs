@@ -125,8 +125,9 @@ pub fn parse_args<T: serde::de::DeserializeOwned + Default>(
 ) -> Result<T, ConfigError> {
     match args {
         None => Ok(T::default()),
+        // Through `null_as_empty`, as the file they came from.
         Some(value) => {
-            serde_json::from_value(value.clone()).map_err(|e| ConfigError::InvalidArgs {
+            apis::yaml::null_as_empty::deserialize(value).map_err(|e| ConfigError::InvalidArgs {
                 plugin: plugin.to_string(),
                 message: e.to_string(),
             })
@@ -438,6 +439,25 @@ mod tests {
                 other => panic!("not refused for its budget: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn empty_plugin_args_read_as_empty() {
+        let args: serde_json::Value =
+            apis::yaml::from_str("resources:\n", &apis::yaml::Limits::CONFIG).unwrap();
+        assert!(args["resources"].is_null());
+        let scarce: ScarceResourceAvoidanceArgs =
+            parse_args("ScarceResourceAvoidance", Some(&args)).unwrap();
+        assert!(scarce.resources.is_empty());
+        let fit_plus: NodeResourcesFitPlusArgs =
+            parse_args("NodeResourcesFitPlus", Some(&args)).unwrap();
+        assert!(fit_plus.resources.is_empty());
+        // A wrong type is still refused.
+        let wrong = serde_json::json!({"resources": "gpu"});
+        assert!(
+            parse_args::<ScarceResourceAvoidanceArgs>("ScarceResourceAvoidance", Some(&wrong))
+                .is_err()
+        );
     }
 
     #[test]

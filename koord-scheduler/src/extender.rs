@@ -20,6 +20,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::{Deserialize, Serialize};
 
+use koord_common::sync::MutexExt;
+
 use crate::admission;
 use crate::cache::{NameHasher, Object, PodInfo, object_key};
 use crate::framework::{
@@ -315,8 +317,7 @@ pub fn filter_and_record(
     if let Some((outcome, feasible)) = filter_held(scheduler, pod, &candidates) {
         scheduler
             .filtered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .lock_or_recover()
             .record(&pod.key, &pod.uid, feasible, now);
         return outcome;
     }
@@ -326,8 +327,7 @@ pub fn filter_and_record(
     };
     scheduler
         .filtered
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .lock_or_recover()
         .record(&pod.key, &pod.uid, feasible, now);
     outcome
 }
@@ -534,10 +534,7 @@ fn reserve_for_bind(
 ) -> Result<Reserved, String> {
     let node_index = scheduler.cache.node(&args.node).map(|n| n.index);
     let cached_uid = scheduler.cache.pod(key).map(|p| p.uid.clone());
-    let filtered = scheduler
-        .filtered
-        .get_mut()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let filtered = scheduler.filtered.get_mut_or_recover();
     filtered
         .check(key, &args.pod_uid, &args.node, node_index, now)
         .map_err(|e| e.to_string())?;
@@ -739,9 +736,16 @@ async fn preempt(State(state): State<ExtenderState>, body: Bytes) -> Response {
     };
     for report in &reports {
         match &report.decision {
-            crate::preempt::NodeDecision::Preempt { victims, dropped } => {
+            crate::preempt::NodeDecision::Preempt {
+                victims,
+                added,
+                dropped,
+            } => {
                 for (uid, reason) in dropped {
                     tracing::info!(pod = %pod.key, node = %report.node, victim = %uid, %reason, "preemption victim kept");
+                }
+                if !added.is_empty() {
+                    tracing::info!(pod = %pod.key, node = %report.node, added = ?added, "preemption victims added for resources kube-scheduler does not see");
                 }
                 tracing::debug!(pod = %pod.key, node = %report.node, victims = victims.len(), "preemption allowed");
             }

@@ -585,19 +585,33 @@ impl Scheduler {
         victims: &[String],
         now: SystemTime,
     ) -> Result<(), String> {
-        let mut detached = Vec::with_capacity(victims.len());
-        for key in victims {
+        let detached = self.detach_pods(victims);
+        let verdict = self.fits_now(pod, node, now);
+        self.reattach_pods(&detached);
+        verdict
+    }
+
+    /// Takes the cached pods `keys` out of the cache and the plugins'
+    /// indexes for a what-if (unknown keys are skipped);
+    /// [`Scheduler::reattach_pods`] puts them back exactly as they were.
+    /// The caller holds the write lock throughout.
+    pub fn detach_pods(&mut self, keys: &[String]) -> Vec<Arc<PodInfo>> {
+        let mut detached = Vec::with_capacity(keys.len());
+        for key in keys {
             if let Some((info, event)) = self.cache.detach_pod(key) {
                 self.broadcast(&event);
                 detached.push(info);
             }
         }
-        let verdict = self.fits_now(pod, node, now);
+        detached
+    }
+
+    /// Undoes [`Scheduler::detach_pods`], last taken out first back.
+    pub fn reattach_pods(&mut self, detached: &[Arc<PodInfo>]) {
         for info in detached.iter().rev() {
             let event = self.cache.reattach_pod(info);
             self.broadcast(&event);
         }
-        verdict
     }
 
     fn fits_now(&self, pod: &PodInfo, node: &str, now: SystemTime) -> Result<(), String> {
@@ -1284,10 +1298,34 @@ impl Scheduler {
 pub type BindFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BindError>> + Send + 'a>>;
 
-/// A failed pod patch or Binding.
+/// Why a reservation was not persisted.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-#[error("{0}")]
-pub struct BindError(pub String);
+pub enum BindError {
+    /// The pod patch carrying the reservation's annotations failed.
+    #[error("patching pod annotations: {0}")]
+    PatchAnnotations(String),
+    /// The API server refused the Binding.
+    #[error("creating the Binding: {0}")]
+    CreateBinding(String),
+    /// No client yet: the API server has not been reached.
+    #[error("not connected to the API server yet")]
+    NotConnected,
+    /// A recording binder told to fail (simulator, tests).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl BindError {
+    /// A short, fixed label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BindError::PatchAnnotations(_) => "patch_annotations",
+            BindError::CreateBinding(_) => "create_binding",
+            BindError::NotConnected => "not_connected",
+            BindError::Refused(_) => "refused",
+        }
+    }
+}
 
 /// Persists a reservation: one pod patch with the annotations (if any), then
 /// the Binding.
@@ -1306,7 +1344,7 @@ impl Binder for RecordingBinder {
     fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a> {
         Box::pin(async move {
             if let Some(message) = &self.fail_with {
-                return Err(BindError(message.clone()));
+                return Err(BindError::Refused(message.clone()));
             }
             if let Ok(mut bound) = self.bound.lock() {
                 bound.push(reserved.clone());

@@ -542,9 +542,7 @@ impl framework::Binder for DeferredBinder {
         Box::pin(async move {
             match binder {
                 Some(binder) => binder.bind(reserved).await,
-                None => Err(framework::BindError(
-                    "not connected to the API server yet".into(),
-                )),
+                None => Err(framework::BindError::NotConnected),
             }
         })
     }

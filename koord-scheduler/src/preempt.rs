@@ -7,15 +7,20 @@
 //! Koordinator's rules keep — ElasticQuota (the `preemptible` label, the
 //! default quota, another quota only above its min), Reservation (only
 //! owners evict pods on a reservation), non-preemptible pods, and
-//! Coscheduling (a gang goes whole or not at all) — and drops a node whose
-//! remaining victims no longer make room for the preemptor by
-//! kube-scheduler's resource fit and every plugin's filter. Victims are
-//! never added (see `docs/extender.md`, Preemption).
+//! Coscheduling (a gang goes whole or not at all) — and, where the victims
+//! left do not make room by kube-scheduler's resource fit and every
+//! plugin's filter (kube-scheduler does not see batch/mid resources, quota
+//! runtime, cpusets, devices, reservations), adds the fewest, least
+//! important other pods of that node the same rules let go, or drops the
+//! node. A gang preemptor is judged for its whole gang. See
+//! `docs/extender.md`, Preemption, for what kube-scheduler's protocol
+//! allows and what it does not.
 //!
 //! [`decide_node`] is the pure core; [`run_preemption`] gathers the facts
 //! from the scheduler and evaluates the fit.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -201,26 +206,101 @@ pub struct VictimFacts {
     pub unit: Option<String>,
 }
 
+/// A pod on the node that kube-scheduler did not propose but Koordinator's
+/// rules let go: kube-scheduler cannot see what it holds of the resources
+/// only Koordinator models (batch/mid, quota runtime, exclusive cpusets,
+/// devices), so the extender may add it to the node's victims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraCandidate {
+    pub uid: String,
+    /// The cache key.
+    pub key: String,
+    pub priority: i32,
+    /// When the pod started (seconds since the epoch, `i64::MAX` when
+    /// unknown): among equal priorities the earlier one is more important,
+    /// as kube-scheduler's `MoreImportantPod` has it.
+    pub started: i64,
+    /// The gang the pod is evicted with, if any.
+    pub unit: Option<String>,
+}
+
+/// How many extra fit checks one `/preempt` request may spend choosing
+/// added victims (each takes the victims out of the cache and the plugins'
+/// indexes under the write lock, so the request stays bounded).
+pub const MAX_EXTRA_FIT_CHECKS: usize = 1_000;
+
+/// The most pods of one node considered as added victims (kubelet's
+/// `maxPods` defaults to 110); beyond it the least important are taken.
+pub const MAX_EXTRA_CANDIDATES_PER_NODE: usize = 512;
+
+/// Fit checks left for choosing added victims in one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitBudget {
+    pub left: usize,
+}
+
+impl FitBudget {
+    pub fn new(left: usize) -> Self {
+        Self { left }
+    }
+
+    fn take(&mut self) -> bool {
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+}
+
 /// The verdict for one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeDecision {
-    /// Preempt these victims (UIDs, in kube-scheduler's order); `dropped`
-    /// are the proposed victims kept alive, with the reason.
+    /// Preempt these victims (UIDs): kube-scheduler's kept ones in its
+    /// order, then `added`; `dropped` are the proposed victims kept alive,
+    /// with the reason.
     Preempt {
         victims: Vec<String>,
+        added: Vec<String>,
         dropped: Vec<(String, String)>,
     },
     /// Not a preemption candidate any more.
     Drop { reason: String },
 }
 
+/// Names at most three of `items`, then how many more.
+fn name_some(items: &[&str]) -> String {
+    let shown: Vec<&str> = items.iter().take(3).copied().collect();
+    if items.len() > shown.len() {
+        format!(
+            "{} and {} more",
+            shown.join(", "),
+            items.len() - shown.len()
+        )
+    } else {
+        shown.join(", ")
+    }
+}
+
 /// The pure decision for one node. `unit_members` names the cache keys of
-/// every bound member of a gang (on any node); `fits` says whether the
-/// preemptor fits the node once the given cache keys are gone.
+/// every bound member of a gang (on any node); `extras` are the node's
+/// other pods the rules let go (see [`ExtraCandidate`]); `fits` says
+/// whether the preemptor fits the node once the given cache keys are gone.
+///
+/// kube-scheduler's victims (less the protected ones and split gangs) are
+/// kept as they are. Only when they do not make room are extras added,
+/// the way kube-scheduler picks its own: all of them out, then each unit
+/// (a pod, or a gang whose every bound member is among the extras) put
+/// back, most important first, while the preemptor still fits. The fit
+/// checks of that search come out of `budget`; a node whose search runs
+/// out of it is dropped rather than answered with more victims than
+/// needed.
 pub fn decide_node(
     victims: &[VictimFacts],
+    extras: &[ExtraCandidate],
     unit_members: &HashMap<String, BTreeSet<String>>,
-    fits: impl FnOnce(&[String]) -> Result<(), String>,
+    mut fits: impl FnMut(&[String]) -> Result<(), String>,
+    budget: &mut FitBudget,
 ) -> NodeDecision {
     let mut dropped: Vec<(String, String)> = Vec::new();
     let mut kept: Vec<&VictimFacts> = Vec::new();
@@ -249,17 +329,11 @@ pub fn decide_node(
             .filter(|member| !kept_keys.contains(member))
             .collect();
         if !missing.is_empty() {
-            let shown: Vec<&str> = missing.iter().take(3).copied().collect();
-            let more = if missing.len() > shown.len() {
-                format!(" and {} more", missing.len() - shown.len())
-            } else {
-                String::new()
-            };
             broken_units.insert(
                 unit,
                 format!(
-                    "gang {unit} would be split: member(s) {}{more} would stay",
-                    shown.join(", ")
+                    "gang {unit} would be split: member(s) {} would stay",
+                    name_some(&missing)
                 ),
             );
         }
@@ -277,23 +351,149 @@ pub fn decide_node(
             None => true,
         }
     });
-    if kept.is_empty() {
+    if kept.is_empty() && extras.is_empty() {
         return NodeDecision::Drop {
             reason: "no victim is left once Koordinator's rules are applied".into(),
         };
     }
     let keys: Vec<String> = kept.iter().filter_map(|v| v.key.clone()).collect();
-    if let Err(reason) = fits(&keys) {
+    let kept_uids: Vec<String> = kept.iter().map(|v| v.uid.clone()).collect();
+    let shortfall = if kept.is_empty() {
+        "no victim is left once Koordinator's rules are applied".to_string()
+    } else {
+        match fits(&keys) {
+            Ok(()) => {
+                return NodeDecision::Preempt {
+                    victims: kept_uids,
+                    added: Vec::new(),
+                    dropped,
+                };
+            }
+            Err(reason) => reason,
+        }
+    };
+    if extras.is_empty() {
         return NodeDecision::Drop {
             reason: format!(
-                "the preemptor does not fit once the remaining victims are gone: {reason}"
+                "the preemptor does not fit once the remaining victims are gone: {shortfall}"
             ),
         };
     }
-    NodeDecision::Preempt {
-        victims: kept.iter().map(|v| v.uid.clone()).collect(),
-        dropped,
+    match add_victims(&keys, extras, unit_members, &mut fits, budget) {
+        Ok(added) => {
+            let mut victims = kept_uids;
+            let added: Vec<String> = added.into_iter().map(|i| extras[i].uid.clone()).collect();
+            victims.extend(added.iter().cloned());
+            if victims.is_empty() {
+                // kube-scheduler refuses an empty list; nothing needs to go.
+                return NodeDecision::Drop {
+                    reason: "the preemptor fits the node without evicting anything".into(),
+                };
+            }
+            NodeDecision::Preempt {
+                victims,
+                added,
+                dropped,
+            }
+        }
+        Err(reason) => NodeDecision::Drop {
+            reason: format!(
+                "the preemptor does not fit once the remaining victims are gone ({shortfall}), \
+                 and {reason}"
+            ),
+        },
     }
+}
+
+/// The extras (indexes) to evict beside `base` (see [`decide_node`]).
+fn add_victims(
+    base: &[String],
+    extras: &[ExtraCandidate],
+    unit_members: &HashMap<String, BTreeSet<String>>,
+    fits: &mut impl FnMut(&[String]) -> Result<(), String>,
+    budget: &mut FitBudget,
+) -> Result<Vec<usize>, String> {
+    // Units: a pod alone, or a gang whose every bound member is an extra
+    // here (a gang with a member elsewhere, or among kube-scheduler's
+    // victims, cannot be added whole).
+    let extra_keys: BTreeSet<&str> = extras.iter().map(|e| e.key.as_str()).collect();
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut by_unit: BTreeMap<&str, usize> = BTreeMap::new();
+    for (index, extra) in extras.iter().enumerate() {
+        match extra.unit.as_deref() {
+            None => units.push(vec![index]),
+            Some(unit) => {
+                let whole = unit_members
+                    .get(unit)
+                    .is_none_or(|members| members.iter().all(|m| extra_keys.contains(m.as_str())));
+                if !whole {
+                    continue;
+                }
+                match by_unit.get(unit) {
+                    Some(&slot) => units[slot].push(index),
+                    None => {
+                        by_unit.insert(unit, units.len());
+                        units.push(vec![index]);
+                    }
+                }
+            }
+        }
+    }
+    if units.is_empty() {
+        return Err(
+            "no other pod on the node may go (every one is protected, or of a gang \
+                    that cannot go whole)"
+                .into(),
+        );
+    }
+    // Most important first: the highest priority of the unit, then the
+    // earliest start, then the key (a stable answer).
+    let importance = |unit: &Vec<usize>| {
+        let top = unit
+            .iter()
+            .map(|&i| &extras[i])
+            .max_by_key(|e| (e.priority, std::cmp::Reverse(e.started)))
+            .map(|e| (e.priority, e.started, e.key.as_str()));
+        top.unwrap_or((i32::MIN, i64::MAX, ""))
+    };
+    units.sort_by(|a, b| {
+        let (pa, sa, ka) = importance(a);
+        let (pb, sb, kb) = importance(b);
+        pb.cmp(&pa).then(sa.cmp(&sb)).then(ka.cmp(kb))
+    });
+    let mut evicted = vec![true; units.len()];
+    let gone = |evicted: &[bool]| -> Vec<String> {
+        let mut keys = base.to_vec();
+        for (unit, out) in units.iter().zip(evicted) {
+            if *out {
+                keys.extend(unit.iter().map(|&i| extras[i].key.clone()));
+            }
+        }
+        keys
+    };
+    if !budget.take() {
+        return Err("the request's budget of fit checks for added victims is spent".into());
+    }
+    fits(&gone(&evicted)).map_err(|reason| {
+        format!("it does not fit even with every other pod the rules let go gone: {reason}")
+    })?;
+    for slot in 0..units.len() {
+        if !budget.take() {
+            return Err("the request's budget of fit checks for added victims is spent".into());
+        }
+        evicted[slot] = false;
+        if fits(&gone(&evicted)).is_err() {
+            evicted[slot] = true;
+        }
+    }
+    let mut chosen: Vec<usize> = units
+        .iter()
+        .zip(&evicted)
+        .filter(|(_, out)| **out)
+        .flat_map(|(unit, _)| unit.iter().copied())
+        .collect();
+    chosen.sort_unstable();
+    Ok(chosen)
 }
 
 /// A pod's priority (`spec.priority`, 0 when unset).
@@ -331,91 +531,331 @@ pub struct NodeReport {
     pub decision: NodeDecision,
 }
 
-/// `/preempt` outside HTTP: screens every node's victims and checks the
-/// fit; needs the write lock (see [`Scheduler::fits_without`]). A victim
-/// the cache does not know on that node is passed through unchanged: it is
-/// kube-scheduler's to judge, and the fit is checked with it still there.
+/// The most victims a gang preemptor's check releases on the other
+/// proposed nodes (see [`run_preemption`]); beyond it none is released and
+/// the gang must fit with the one node's victims alone.
+pub const MAX_GANG_RELEASED_VICTIMS: usize = 10_000;
+
+/// What one proposed node brings to the decision.
+struct NodeWork {
+    proposal: NodeProposal,
+    facts: Vec<VictimFacts>,
+    /// kube-scheduler's victims the generic rules let go (the plugins
+    /// judge extras together with them).
+    judged: Vec<Arc<PodInfo>>,
+    /// Every cached pod named by `facts` (and later the extras), by UID.
+    pods: HashMap<String, Arc<PodInfo>>,
+}
+
+/// When a pod started, for [`ExtraCandidate::started`].
+fn started_at(pod: &PodInfo) -> i64 {
+    pod.pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(i64::MAX, |t| t.0.as_second())
+}
+
+/// Gathers one node's facts: kube-scheduler's victims judged by the rules.
+fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposal) -> NodeWork {
+    let known: Vec<Option<Arc<PodInfo>>> = proposal
+        .victim_uids
+        .iter()
+        .map(|uid| {
+            scheduler
+                .cache
+                .pod_by_uid(uid)
+                .filter(|p| p.node.as_deref() == Some(proposal.node.as_str()))
+                .cloned()
+        })
+        .collect();
+    // The generic rules first; the plugins judge the rest together.
+    let generic: Vec<Option<String>> = known
+        .iter()
+        .map(|pod| {
+            pod.as_deref()
+                .and_then(|v| generic_protection(preemptor, v))
+        })
+        .collect();
+    let judged: Vec<Arc<PodInfo>> = known
+        .iter()
+        .zip(&generic)
+        .filter(|(_, reason)| reason.is_none())
+        .filter_map(|(pod, _)| pod.clone())
+        .collect();
+    let judged_refs: Vec<&PodInfo> = judged.iter().map(|p| p.as_ref()).collect();
+    let mut plugin_reasons = scheduler
+        .victim_protections(preemptor, &judged_refs)
+        .into_iter();
+    let facts: Vec<VictimFacts> = proposal
+        .victim_uids
+        .iter()
+        .zip(known.iter().zip(generic))
+        .map(|(uid, (pod, generic))| match pod {
+            None => VictimFacts {
+                uid: uid.clone(),
+                key: None,
+                protected: None,
+                unit: None,
+            },
+            Some(victim) => VictimFacts {
+                uid: uid.clone(),
+                key: Some(victim.key.clone()),
+                protected: match generic {
+                    Some(reason) => Some(reason),
+                    None => plugin_reasons.next().flatten(),
+                },
+                unit: scheduler.preemption_unit(victim),
+            },
+        })
+        .collect();
+    let pods = known
+        .into_iter()
+        .flatten()
+        .map(|pod| (pod.uid.clone(), pod))
+        .collect();
+    NodeWork {
+        proposal,
+        facts,
+        judged,
+        pods,
+    }
+}
+
+/// The node's other pods kube-scheduler could evict that the rules let
+/// go (see [`ExtraCandidate`]); they join `work.pods`. Only pods bound
+/// through the API: an assumed pod may not be in kube-scheduler's snapshot,
+/// and a UID it cannot find fails its whole preemption attempt.
+fn gather_extras(
+    scheduler: &Scheduler,
+    preemptor: &PodInfo,
+    work: &mut NodeWork,
+) -> Vec<ExtraCandidate> {
+    let proposed: BTreeSet<&str> = work
+        .proposal
+        .victim_uids
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let mut pool: Vec<Arc<PodInfo>> = scheduler
+        .cache
+        .pods_on_node(&work.proposal.node)
+        .filter(|p| {
+            !p.is_assumed()
+                && !p.uid.is_empty()
+                && p.key != preemptor.key
+                && !proposed.contains(p.uid.as_str())
+                && generic_protection(preemptor, p).is_none()
+        })
+        .cloned()
+        .collect();
+    if pool.is_empty() {
+        return Vec::new();
+    }
+    // The least important first, should the node have more than allowed.
+    pool.sort_by(|a, b| {
+        (
+            pod_priority(a),
+            std::cmp::Reverse(started_at(a)),
+            a.key.as_str(),
+        )
+            .cmp(&(
+                pod_priority(b),
+                std::cmp::Reverse(started_at(b)),
+                b.key.as_str(),
+            ))
+    });
+    pool.truncate(MAX_EXTRA_CANDIDATES_PER_NODE);
+    // Judged together with kube-scheduler's remaining victims: the quota
+    // rule counts victims lowest priority first.
+    let together: Vec<&PodInfo> = work
+        .judged
+        .iter()
+        .chain(pool.iter())
+        .map(|p| p.as_ref())
+        .collect();
+    let verdicts = scheduler.victim_protections(preemptor, &together);
+    let mut extras = Vec::new();
+    for (pod, verdict) in pool
+        .iter()
+        .zip(verdicts.into_iter().skip(work.judged.len()))
+    {
+        if verdict.is_none() {
+            extras.push(ExtraCandidate {
+                uid: pod.uid.clone(),
+                key: pod.key.clone(),
+                priority: pod_priority(pod),
+                started: started_at(pod),
+                unit: scheduler.preemption_unit(pod),
+            });
+            work.pods.insert(pod.uid.clone(), Arc::clone(pod));
+        }
+    }
+    extras
+}
+
+/// The cache keys of every bound member of `units`, added to `members`.
+fn add_unit_members(
+    scheduler: &Scheduler,
+    units: &BTreeSet<String>,
+    members: &mut HashMap<String, BTreeSet<String>>,
+) {
+    if units.is_empty() {
+        return;
+    }
+    for pod in scheduler.cache.pods().filter(|p| p.node.is_some()) {
+        if let Some(unit) = scheduler.preemption_unit(pod).filter(|u| units.contains(u)) {
+            members.entry(unit).or_default().insert(pod.key.clone());
+        }
+    }
+}
+
+/// A gang preemptor whose gang still has other members waiting to be
+/// placed: the cache keys of the victims on the proposed nodes that its
+/// check may count as gone (see [`run_preemption`]). Empty otherwise.
+fn gang_released_victims(
+    scheduler: &Scheduler,
+    preemptor: &PodInfo,
+    works: &[NodeWork],
+) -> Vec<(String, String)> {
+    let Some(unit) = scheduler.preemption_unit(preemptor) else {
+        return Vec::new();
+    };
+    let others_pending = scheduler.cache.pods().any(|p| {
+        p.node.is_none()
+            && p.key != preemptor.key
+            && scheduler.preemption_unit(p).as_ref() == Some(&unit)
+    });
+    if !others_pending {
+        return Vec::new();
+    }
+    let released: Vec<(String, String)> = works
+        .iter()
+        .flat_map(|work| {
+            work.facts
+                .iter()
+                .filter(|f| f.protected.is_none() && f.unit.is_none())
+                .filter_map(|f| f.key.clone())
+                .map(|key| (work.proposal.node.clone(), key))
+        })
+        .collect();
+    if released.len() > MAX_GANG_RELEASED_VICTIMS {
+        tracing::info!(pod = %preemptor.key, victims = released.len(), "gang preemption: too many victims to release for the whole-gang check; each node is judged with its own victims only");
+        return Vec::new();
+    }
+    released
+}
+
+/// kube-scheduler's order of a node's victims: most important first (its
+/// node choice reads the first one's priority); unknown pods last.
+fn order_victims(victims: &mut [String], pods: &HashMap<String, Arc<PodInfo>>) {
+    victims.sort_by_key(|uid| {
+        std::cmp::Reverse(
+            pods.get(uid)
+                .map_or(i64::MIN, |p| i64::from(pod_priority(p))),
+        )
+    });
+}
+
+/// `/preempt` outside HTTP: screens every node's victims, adds victims
+/// where the remaining ones do not make room (see [`decide_node`]) and
+/// checks the fit; needs the write lock (see [`Scheduler::fits_without`]).
+/// A victim the cache does not know on that node is passed through
+/// unchanged: it is kube-scheduler's to judge, and the fit is checked with
+/// it still there.
+///
+/// A gang preemptor whose gang has other members still pending is judged
+/// for the whole gang, as upstream's job-level preemption: Coscheduling's
+/// pre-filter (run by the fit check) packs the members still needed, and
+/// while one node is judged the victims kube-scheduler proposed on the
+/// *other* nodes count as gone (each member preempts its own node in its
+/// own cycle). A node where the gang cannot be placed whole is dropped, so
+/// nothing is evicted for one member when the others cannot follow.
 pub fn run_preemption(
     scheduler: &mut Scheduler,
     preemptor: &PodInfo,
     proposals: Vec<NodeProposal>,
     now: SystemTime,
 ) -> (ExtenderPreemptionResult, Vec<NodeReport>) {
-    let mut facts_by_node = Vec::with_capacity(proposals.len());
-    let mut units = BTreeSet::new();
-    for proposal in proposals {
-        let known: Vec<Option<std::sync::Arc<PodInfo>>> = proposal
-            .victim_uids
-            .iter()
-            .map(|uid| {
-                scheduler
-                    .cache
-                    .pod_by_uid(uid)
-                    .filter(|p| p.node.as_deref() == Some(proposal.node.as_str()))
-                    .cloned()
-            })
-            .collect();
-        // The generic rules first; the plugins judge the rest together.
-        let generic: Vec<Option<String>> = known
-            .iter()
-            .map(|pod| {
-                pod.as_deref()
-                    .and_then(|v| generic_protection(preemptor, v))
-            })
-            .collect();
-        let judged: Vec<&PodInfo> = known
-            .iter()
-            .zip(&generic)
-            .filter(|(_, reason)| reason.is_none())
-            .filter_map(|(pod, _)| pod.as_deref())
-            .collect();
-        let mut plugin_reasons = scheduler.victim_protections(preemptor, &judged).into_iter();
-        let facts: Vec<VictimFacts> = proposal
-            .victim_uids
-            .iter()
-            .zip(known.iter().zip(generic))
-            .map(|(uid, (pod, generic))| match pod {
-                None => VictimFacts {
-                    uid: uid.clone(),
-                    key: None,
-                    protected: None,
-                    unit: None,
-                },
-                Some(victim) => VictimFacts {
-                    uid: uid.clone(),
-                    key: Some(victim.key.clone()),
-                    protected: match generic {
-                        Some(reason) => Some(reason),
-                        None => plugin_reasons.next().flatten(),
-                    },
-                    unit: scheduler.preemption_unit(victim),
-                },
-            })
-            .collect();
-        units.extend(facts.iter().filter_map(|f| f.unit.clone()));
-        facts_by_node.push((proposal, facts));
-    }
+    let works: Vec<NodeWork> = proposals
+        .into_iter()
+        .map(|proposal| gather_node(scheduler, preemptor, proposal))
+        .collect();
+    let units: BTreeSet<String> = works
+        .iter()
+        .flat_map(|w| w.facts.iter().filter_map(|f| f.unit.clone()))
+        .collect();
     let mut unit_members: HashMap<String, BTreeSet<String>> = HashMap::new();
-    if !units.is_empty() {
-        for pod in scheduler.cache.pods().filter(|p| p.node.is_some()) {
-            if let Some(unit) = scheduler.preemption_unit(pod).filter(|u| units.contains(u)) {
-                unit_members
-                    .entry(unit)
-                    .or_default()
-                    .insert(pod.key.clone());
+    add_unit_members(scheduler, &units, &mut unit_members);
+    let released = gang_released_victims(scheduler, preemptor, &works);
+    let mut released_by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (node, key) in released {
+        released_by_node.entry(node).or_default().push(key);
+    }
+    let mut detached: BTreeMap<String, Vec<Arc<PodInfo>>> = released_by_node
+        .iter()
+        .map(|(node, keys)| (node.clone(), scheduler.detach_pods(keys)))
+        .collect();
+
+    let mut budget = FitBudget::new(MAX_EXTRA_FIT_CHECKS);
+    let mut decided = Vec::with_capacity(works.len());
+    for mut work in works {
+        let node = work.proposal.node.clone();
+        // This node's own victims are judged by its own decision.
+        if let Some(own) = detached.remove(&node) {
+            scheduler.reattach_pods(&own);
+        }
+        let mut decision = decide_node(
+            &work.facts,
+            &[],
+            &unit_members,
+            |keys| scheduler.fits_without(preemptor, &node, keys, now),
+            &mut budget,
+        );
+        if matches!(decision, NodeDecision::Drop { .. }) {
+            // kube-scheduler's victims are not enough: the node's other
+            // pods the rules let go are looked at only now.
+            let extras = gather_extras(scheduler, preemptor, &mut work);
+            if !extras.is_empty() {
+                let new_units: BTreeSet<String> = extras
+                    .iter()
+                    .filter_map(|e| e.unit.clone())
+                    .filter(|u| !unit_members.contains_key(u))
+                    .collect();
+                add_unit_members(scheduler, &new_units, &mut unit_members);
+                decision = decide_node(
+                    &work.facts,
+                    &extras,
+                    &unit_members,
+                    |keys| scheduler.fits_without(preemptor, &node, keys, now),
+                    &mut budget,
+                );
             }
         }
+        if let Some(keys) = released_by_node.get(&node) {
+            detached.insert(node.clone(), scheduler.detach_pods(keys));
+        }
+        decided.push((work, decision));
     }
+    for own in detached.into_values() {
+        scheduler.reattach_pods(&own);
+    }
+    // With the cache whole again.
     let mut result = ExtenderPreemptionResult::default();
-    let mut reports = Vec::with_capacity(facts_by_node.len());
-    for (proposal, facts) in facts_by_node {
-        let node = proposal.node.clone();
-        let decision = decide_node(&facts, &unit_members, |keys| {
-            scheduler.fits_without(preemptor, &node, keys, now)
-        });
-        if let NodeDecision::Preempt { victims, .. } = &decision {
+    let mut reports = Vec::with_capacity(decided.len());
+    for (work, mut decision) in decided {
+        if let NodeDecision::Preempt { victims, added, .. } = &mut decision
+            && !added.is_empty()
+        {
+            match recheck_together(scheduler, preemptor, victims, &work.pods) {
+                Some(reason) => decision = NodeDecision::Drop { reason },
+                None => order_victims(victims, &work.pods),
+            }
+        }
+        if let NodeDecision::Preempt { victims, added, .. } = &decision {
+            let from_kube = victims.len() - added.len();
             result.node_name_to_meta_victims.insert(
-                node.clone(),
+                work.proposal.node.clone(),
                 MetaVictims {
                     pods: Some(
                         victims
@@ -423,15 +863,42 @@ pub fn run_preemption(
                             .map(|uid| Some(MetaPod { uid: uid.clone() }))
                             .collect(),
                     ),
-                    // Only victims are taken out, so the count can only fall;
-                    // which PDBs the kept ones matched is kube-scheduler's.
-                    num_pdb_violations: proposal.num_pdb_violations.min(victims.len() as i64),
+                    // Only kube-scheduler's victims were checked against
+                    // PDBs (the extender does not watch them), and fewer of
+                    // them can only violate fewer.
+                    num_pdb_violations: work.proposal.num_pdb_violations.min(from_kube as i64),
                 },
             );
         }
-        reports.push(NodeReport { node, decision });
+        reports.push(NodeReport {
+            node: work.proposal.node,
+            decision,
+        });
     }
     (result, reports)
+}
+
+/// The plugins judge a node's final victims together once more (the quota
+/// rule counts victims lowest priority first, so added ones may change the
+/// verdict on others); a protected one drops the node.
+fn recheck_together(
+    scheduler: &Scheduler,
+    preemptor: &PodInfo,
+    victims: &[String],
+    pods: &HashMap<String, Arc<PodInfo>>,
+) -> Option<String> {
+    let known: Vec<&PodInfo> = victims
+        .iter()
+        .filter_map(|uid| pods.get(uid).map(|p| p.as_ref()))
+        .collect();
+    let verdicts = scheduler.victim_protections(preemptor, &known);
+    known
+        .iter()
+        .zip(verdicts)
+        .find_map(|(pod, verdict)| verdict.map(|reason| (pod.key.clone(), reason)))
+        .map(|(key, reason)| {
+            format!("with the added victims, {key} would be protected after all: {reason}")
+        })
 }
 
 #[cfg(test)]

@@ -37,10 +37,16 @@ fn decide(
     fit: Result<(), &str>,
 ) -> (NodeDecision, Option<Vec<String>>) {
     let asked = RefCell::new(None);
-    let decision = decide_node(victims, unit_members, |keys| {
-        *asked.borrow_mut() = Some(keys.to_vec());
-        fit.map_err(str::to_string)
-    });
+    let decision = decide_node(
+        victims,
+        &[],
+        unit_members,
+        |keys| {
+            *asked.borrow_mut() = Some(keys.to_vec());
+            fit.map_err(str::to_string)
+        },
+        &mut FitBudget::new(MAX_EXTRA_FIT_CHECKS),
+    );
     (decision, asked.into_inner())
 }
 
@@ -179,7 +185,10 @@ fn dropped_victims_carry_their_reason() {
         facts("b", None, None),
     ];
     let (decision, _) = decide(&victims, &units(&[("default/job", &["g1", "g9"])]), Ok(()));
-    let NodeDecision::Preempt { victims, dropped } = decision else {
+    let NodeDecision::Preempt {
+        victims, dropped, ..
+    } = decision
+    else {
         panic!("dropped the node");
     };
     assert_eq!(victims, vec!["b"]);
@@ -189,6 +198,231 @@ fn dropped_victims_carry_their_reason() {
         dropped[1].1.contains("gang default/job would be split")
             && dropped[1].1.contains("default/g9"),
         "{dropped:?}"
+    );
+}
+
+// ---------- added victims, by table ----------
+
+fn extra(uid: &str, priority: i32, started: i64, unit: Option<&str>) -> ExtraCandidate {
+    ExtraCandidate {
+        uid: uid.to_string(),
+        key: format!("default/{uid}"),
+        priority,
+        started,
+        unit: unit.map(str::to_string),
+    }
+}
+
+/// Runs [`decide_node`] where each key frees the amount `freed` names
+/// (1 when unnamed) and the preemptor fits once `need` is freed.
+fn decide_with_extras(
+    victims: &[VictimFacts],
+    extras: &[ExtraCandidate],
+    unit_members: &HashMap<String, BTreeSet<String>>,
+    freed: &[(&str, i64)],
+    need: i64,
+    budget: usize,
+) -> (NodeDecision, usize) {
+    let calls = RefCell::new(0usize);
+    let decision = decide_node(
+        victims,
+        extras,
+        unit_members,
+        |keys| {
+            *calls.borrow_mut() += 1;
+            let total: i64 = keys
+                .iter()
+                .map(|key| {
+                    freed
+                        .iter()
+                        .find(|(name, _)| format!("default/{name}") == *key)
+                        .map_or(1, |(_, amount)| *amount)
+                })
+                .sum();
+            if total >= need {
+                Ok(())
+            } else {
+                Err(format!(
+                    "Insufficient koordinator.sh/gpu: {total} of {need} freed"
+                ))
+            }
+        },
+        &mut FitBudget::new(budget),
+    );
+    (decision, calls.into_inner())
+}
+
+fn added(decision: &NodeDecision) -> Vec<&str> {
+    match decision {
+        NodeDecision::Preempt { added, .. } => added.iter().map(String::as_str).collect(),
+        NodeDecision::Drop { .. } => Vec::new(),
+    }
+}
+
+fn drop_reason(decision: &NodeDecision) -> &str {
+    match decision {
+        NodeDecision::Drop { reason } => reason,
+        NodeDecision::Preempt { .. } => "",
+    }
+}
+
+#[test]
+fn extras_are_left_alone_while_kube_schedulers_victims_make_room() {
+    let (decision, calls) = decide_with_extras(
+        &[facts("a", None, None)],
+        &[extra("e", 0, 0, None)],
+        &units(&[]),
+        &[],
+        1,
+        10,
+    );
+    assert_eq!(preempted(&decision), vec!["a"]);
+    assert!(added(&decision).is_empty());
+    assert_eq!(calls, 1);
+}
+
+#[test]
+fn the_least_important_extras_that_make_room_are_added() {
+    // kube-scheduler's `a` frees 1 of the 2 needed: one extra more. `low`
+    // (priority 1) goes before `high` (priority 5); between equal
+    // priorities the later started (less important) goes.
+    let extras = [
+        extra("high", 5, 0, None),
+        extra("low", 1, 0, None),
+        extra("early", 3, 100, None),
+        extra("late", 3, 200, None),
+    ];
+    let (decision, _) =
+        decide_with_extras(&[facts("a", None, None)], &extras, &units(&[]), &[], 2, 10);
+    assert_eq!(preempted(&decision), vec!["a", "low"]);
+    assert_eq!(added(&decision), vec!["low"]);
+    // Needing two more, the two least important: low, then late.
+    let (decision, _) =
+        decide_with_extras(&[facts("a", None, None)], &extras, &units(&[]), &[], 3, 10);
+    assert_eq!(added(&decision), vec!["low", "late"]);
+    // Priority first, as kube-scheduler: a big low-priority pod spares
+    // three small ones above it, but three small low-priority pods go
+    // before one big pod above them.
+    let extras = [
+        extra("s1", 1, 0, None),
+        extra("s2", 1, 0, None),
+        extra("s3", 1, 0, None),
+        extra("big", 0, 0, None),
+    ];
+    let (decision, _) = decide_with_extras(&[], &extras, &units(&[]), &[("big", 3)], 3, 10);
+    assert_eq!(added(&decision), vec!["big"]);
+    let extras = [
+        extra("s1", 0, 0, None),
+        extra("s2", 0, 0, None),
+        extra("s3", 0, 0, None),
+        extra("big", 1, 0, None),
+    ];
+    let (decision, _) = decide_with_extras(&[], &extras, &units(&[]), &[("big", 3)], 3, 10);
+    assert_eq!(added(&decision), vec!["s1", "s2", "s3"]);
+}
+
+#[test]
+fn with_every_proposed_victim_protected_extras_alone_may_make_room() {
+    let (decision, _) = decide_with_extras(
+        &[facts("a", Some("quota min"), None)],
+        &[extra("e", 0, 0, None)],
+        &units(&[]),
+        &[],
+        1,
+        10,
+    );
+    let NodeDecision::Preempt {
+        victims,
+        added,
+        dropped,
+    } = decision
+    else {
+        panic!("dropped: {decision:?}");
+    };
+    assert_eq!(
+        (victims, added),
+        (vec!["e".to_string()], vec!["e".to_string()])
+    );
+    assert_eq!(dropped, vec![("a".to_string(), "quota min".to_string())]);
+}
+
+#[test]
+fn a_node_where_even_every_extra_does_not_make_room_is_dropped() {
+    let (decision, calls) = decide_with_extras(
+        &[facts("a", None, None)],
+        &[extra("e", 0, 0, None)],
+        &units(&[]),
+        &[],
+        3,
+        10,
+    );
+    let reason = drop_reason(&decision);
+    assert!(
+        reason.contains("does not fit even with every other pod the rules let go gone")
+            && reason.contains("2 of 3 freed"),
+        "{reason}"
+    );
+    assert_eq!(calls, 2);
+}
+
+#[test]
+fn extra_gangs_go_whole_or_not_at_all() {
+    // g1, g2 are the whole gang `job` and both on this node: they go
+    // together. h1's gang has a member on another node: never added.
+    let unit_members = units(&[
+        ("default/job", &["g1", "g2"]),
+        ("default/other", &["h1", "h9"]),
+    ]);
+    let extras = [
+        extra("g1", 0, 0, Some("default/job")),
+        extra("g2", 0, 0, Some("default/job")),
+        extra("h1", 0, 0, Some("default/other")),
+    ];
+    let (decision, _) = decide_with_extras(&[], &extras, &unit_members, &[], 1, 10);
+    assert_eq!(added(&decision), vec!["g1", "g2"]);
+    // Only the split gang: nothing may go.
+    let (decision, calls) = decide_with_extras(&[], &extras[2..], &unit_members, &[], 1, 10);
+    assert!(
+        drop_reason(&decision).contains("of a gang that cannot go whole"),
+        "{decision:?}"
+    );
+    assert_eq!(calls, 0);
+}
+
+#[test]
+fn a_spent_budget_drops_the_node_rather_than_over_evicting() {
+    let extras = [extra("e1", 0, 0, None), extra("e2", 1, 0, None)];
+    // 1 base check is not from the budget; the search needs 1 + 2.
+    let (decision, _) =
+        decide_with_extras(&[facts("a", None, None)], &extras, &units(&[]), &[], 2, 2);
+    assert!(
+        drop_reason(&decision).contains("budget of fit checks"),
+        "{decision:?}"
+    );
+    let (decision, _) =
+        decide_with_extras(&[facts("a", None, None)], &extras, &units(&[]), &[], 2, 3);
+    assert_eq!(added(&decision), vec!["e1"]);
+    let (decision, calls) =
+        decide_with_extras(&[facts("a", None, None)], &extras, &units(&[]), &[], 2, 0);
+    assert!(drop_reason(&decision).contains("budget"), "{decision:?}");
+    assert_eq!(calls, 1);
+}
+
+#[test]
+fn nothing_to_evict_is_never_answered() {
+    // Every proposed victim protected, and the preemptor fits already
+    // (the cache moved on): kube-scheduler refuses an empty list.
+    let (decision, _) = decide_with_extras(
+        &[facts("a", Some("reservation"), None)],
+        &[extra("e", 0, 0, None)],
+        &units(&[]),
+        &[],
+        0,
+        10,
+    );
+    assert!(
+        drop_reason(&decision).contains("without evicting anything"),
+        "{decision:?}"
     );
 }
 
@@ -319,8 +553,9 @@ fn same_quota_victims_go_and_a_quota_at_min_is_never_taken_from() {
     );
     assert_eq!(got, want(&[("n1", &["b1", "a1"]), ("n2", &["b2", "b3"])]));
 
-    // team-b at its min: only the same-quota victim on n1 goes; n2 (team-b
-    // only) is dropped.
+    // team-b at its min: only the same-quota victim on n1 goes. On n2 the
+    // proposed b2 stays, and the preemptor's own quota's x is added
+    // instead (y alone frees too little).
     let mut s = quota_cluster(vec![
         running("b1", "n1", "1", &[(QUOTA, "team-b")], &[]),
         running("a1", "n1", "2", &[(QUOTA, "team-a")], &[]),
@@ -334,7 +569,7 @@ fn same_quota_victims_go_and_a_quota_at_min_is_never_taken_from() {
         &p,
         vec![propose("n1", &["b1", "a1"]), propose("n2", &["b2"])],
     );
-    assert_eq!(got, want(&[("n1", &["a1"])]));
+    assert_eq!(got, want(&[("n1", &["a1"]), ("n2", &["x"])]));
 }
 
 #[test]
@@ -552,6 +787,495 @@ fn the_cache_and_plugin_state_are_restored_after_the_check() {
     let after = filter_for(&s, &p);
     assert_eq!(before, after);
     assert_eq!(s.cache.node("n1").unwrap().requested.get("cpu"), 4000);
+}
+
+// ---------- added victims, through the scheduler ----------
+
+/// A bound pod of `priority` with any requests.
+fn bound(
+    name: &'static str,
+    node: &'static str,
+    requests: &'static [(&'static str, &'static str)],
+    labels: &'static [(&'static str, &'static str)],
+    annotations: &'static [(&'static str, &'static str)],
+    priority: i32,
+) -> Object {
+    pod(PodSpec {
+        name,
+        node: Some(node),
+        requests,
+        limits: requests,
+        labels,
+        annotations,
+        priority: Some(priority),
+        scheduled_at: Some(t0()),
+        ..PodSpec::default()
+    })
+}
+
+/// A Device CR with one healthy whole GPU.
+fn one_gpu(node: &str) -> Object {
+    Object::Device(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Device",
+            "metadata": {"name": node},
+            "spec": {"devices": [{"type": "gpu", "id": "GPU-0", "minor": 0, "health": true,
+                "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+                              "koordinator.sh/gpu-memory-ratio": "100"}}]}
+        }))
+        .unwrap(),
+    )
+}
+
+const DEVICE_ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
+const ONE_GPU_ALLOCATED: &str = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory":"16Gi","koordinator.sh/gpu-memory-ratio":"100"}}]}"#;
+const WHOLE_GPU: &[(&str, &str)] = &[("cpu", "500m"), ("koordinator.sh/gpu", "100")];
+
+#[test]
+fn a_device_holder_kube_scheduler_cannot_see_is_added() {
+    // kube-scheduler ignores koordinator.sh/gpu (ignoredByScheduler): it
+    // evicts `cpu-low` for cpu and would leave the GPU taken.
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "8"), ("memory", "8Gi"), ("pods", "110")]),
+            one_gpu("n1"),
+            bound(
+                "gpu-low",
+                "n1",
+                WHOLE_GPU,
+                &[],
+                &[(DEVICE_ALLOCATED, ONE_GPU_ALLOCATED)],
+                0,
+            ),
+            bound("cpu-low", "n1", &[("cpu", "6")], &[], &[], 0),
+        ],
+    );
+    let p = preemptor(
+        &mut s,
+        "wants-gpu",
+        &[("cpu", "2"), ("koordinator.sh/gpu", "100")],
+        &[],
+        100,
+    );
+    let got = outcome(&mut s, &p, vec![propose("n1", &["cpu-low"])]);
+    assert_eq!(got, want(&[("n1", &["cpu-low", "gpu-low"])]));
+    // A pod that needs no GPU keeps kube-scheduler's choice.
+    let p = preemptor(&mut s, "wants-cpu", &[("cpu", "2")], &[], 100);
+    let got = outcome(&mut s, &p, vec![propose("n1", &["cpu-low"])]);
+    assert_eq!(got, want(&[("n1", &["cpu-low"])]));
+    // The GPU holder above the preemptor's priority is never added.
+    let p = preemptor(
+        &mut s,
+        "low-priority-gpu",
+        &[("cpu", "2"), ("koordinator.sh/gpu", "100")],
+        &[],
+        0,
+    );
+    assert!(outcome(&mut s, &p, vec![propose("n1", &["cpu-low"])]).is_empty());
+}
+
+#[test]
+fn batch_resources_come_from_the_least_important_batch_pods() {
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node(
+                "n1",
+                &[
+                    ("cpu", "4"),
+                    ("kubernetes.io/batch-cpu", "2000"),
+                    ("pods", "110"),
+                ],
+            ),
+            bound("low", "n1", &[("cpu", "2")], &[], &[], 0),
+            bound(
+                "batch-10",
+                "n1",
+                &[("kubernetes.io/batch-cpu", "1000")],
+                &[],
+                &[],
+                10,
+            ),
+            bound(
+                "batch-50",
+                "n1",
+                &[("kubernetes.io/batch-cpu", "1000")],
+                &[],
+                &[],
+                50,
+            ),
+        ],
+    );
+    let p = preemptor(
+        &mut s,
+        "wants-batch",
+        &[("cpu", "1"), ("kubernetes.io/batch-cpu", "1000")],
+        &[],
+        100,
+    );
+    // Most important first in the answer (kube-scheduler reads the first
+    // victim's priority when it picks a node).
+    let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
+    assert_eq!(got, want(&[("n1", &["batch-10", "low"])]));
+    // Needing all of it: both batch pods.
+    let p = preemptor(
+        &mut s,
+        "wants-all-batch",
+        &[("cpu", "1"), ("kubernetes.io/batch-cpu", "2000")],
+        &[],
+        100,
+    );
+    let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
+    assert_eq!(got, want(&[("n1", &["batch-50", "batch-10", "low"])]));
+}
+
+#[test]
+fn an_exclusive_cpuset_holder_is_added_for_a_whole_core() {
+    // 2 NUMA nodes x 2 cores x 2 threads (cores: 0/4, 1/5, 2/6, 3/7).
+    let detail: Vec<serde_json::Value> = (0..8)
+        .map(|id| {
+            let core = id % 4;
+            serde_json::json!({"id": id, "core": core, "socket": core / 2, "node": core / 2})
+        })
+        .collect();
+    let topology = serde_json::json!({"detail": detail}).to_string();
+    let nrt = Object::NodeResourceTopology(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha1",
+            "kind": "NodeResourceTopology",
+            "metadata": {"name": "n1", "annotations": {"node.koordinator.sh/cpu-topology": topology}},
+            "topologyPolicies": [],
+            "zones": []
+        }))
+        .unwrap(),
+    );
+    let lsr: &'static [(&str, &str)] = &[("koordinator.sh/qosClass", "LSR")];
+    let one_cpu: &'static [(&str, &str)] = &[("cpu", "1"), ("memory", "1Gi")];
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "8"), ("memory", "32Gi"), ("pods", "110")]),
+            nrt,
+            // One thread of every core is taken: no whole core is free.
+            bound(
+                "t0",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"0"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "t1",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"1"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "t2",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"2"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "t3",
+                "n1",
+                one_cpu,
+                lsr,
+                &[(
+                    "scheduling.koordinator.sh/resource-status",
+                    r#"{"cpuset":"3"}"#,
+                )],
+                0,
+            ),
+            bound(
+                "shared",
+                "n1",
+                &[("cpu", "3"), ("memory", "1Gi")],
+                &[],
+                &[],
+                0,
+            ),
+        ],
+    );
+    load(
+        &mut s,
+        vec![pod(PodSpec {
+            name: "whole-core",
+            requests: &[("cpu", "2"), ("memory", "1Gi")],
+            limits: &[("cpu", "2"), ("memory", "1Gi")],
+            labels: lsr,
+            annotations: &[(
+                "scheduling.koordinator.sh/resource-spec",
+                r#"{"requiredCPUBindPolicy":"FullPCPUs"}"#,
+            )],
+            priority: Some(100),
+            ..PodSpec::default()
+        })],
+    );
+    let p = (**s.cache.pod("default/whole-core").unwrap()).clone();
+    // kube-scheduler counts cpus only: evicting `shared` frees 3 of them.
+    // A whole core needs one of the single-thread pods gone too; t3 is the
+    // one put back last (equal priorities go by start, then by name).
+    let got = outcome(&mut s, &p, vec![propose("n1", &["shared"])]);
+    assert_eq!(got, want(&[("n1", &["shared", "t3"])]));
+}
+
+#[test]
+fn a_quota_over_its_limit_gets_room_from_its_own_pods_on_the_node() {
+    // team-a may use at most 4 cpu and uses 4; team-b sits at its min.
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "6"), ("memory", "8Gi"), ("pods", "110")]),
+            node("n2", &[("cpu", "8"), ("memory", "8Gi"), ("pods", "110")]),
+            quota("team-a", &[("cpu", "4")], &[("cpu", "4")], &[], &[]),
+            quota("team-b", &[("cpu", "4")], &[("cpu", "8")], &[], &[]),
+            running("a1", "n1", "2", &[(QUOTA, "team-a")], &[]),
+            running("b1", "n1", "4", &[(QUOTA, "team-b")], &[]),
+            running("a2", "n2", "2", &[(QUOTA, "team-a")], &[]),
+        ],
+    );
+    let p = preemptor(&mut s, "p-a", &[("cpu", "2")], &[(QUOTA, "team-a")], 100);
+    // n1 is full. kube-scheduler proposes b1 (cpu): team-b is at its min,
+    // so b1 stays; a1 is team-a's own and frees both the cpu and team-a's
+    // quota, which kube-scheduler does not model.
+    let (result, reports) = run_preemption(&mut s, &p, vec![propose("n1", &["b1"])], t0());
+    assert!(
+        result.node_name_to_meta_victims.contains_key("n1"),
+        "{reports:?}"
+    );
+    assert_eq!(
+        result.node_name_to_meta_victims["n1"].pods,
+        Some(vec![Some(MetaPod {
+            uid: "uid-default-a1".into()
+        })])
+    );
+    let NodeDecision::Preempt { added, dropped, .. } = &reports[0].decision else {
+        panic!("{reports:?}");
+    };
+    assert_eq!(added, &vec!["uid-default-a1".to_string()]);
+    assert!(dropped[0].1.contains("below its min"), "{dropped:?}");
+}
+
+#[test]
+fn pods_on_a_reservation_are_never_added_for_non_owners() {
+    let allocated: &'static [(&str, &str)] = &[(
+        "scheduling.koordinator.sh/reservation-allocated",
+        r#"{"name":"r1","uid":"r1-uid"}"#,
+    )];
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            one_gpu("n1"),
+            Object::Reservation(reservation(ReservationSpec {
+                template: reservation_template(&[("cpu", "1")]),
+                status: available_on("n1", &[("cpu", "1")]),
+                ..ReservationSpec::default()
+            })),
+            bound("in-r", "n1", &[("cpu", "1")], &[], allocated, 0),
+            bound("low", "n1", &[("cpu", "2")], &[], &[], 0),
+        ],
+    );
+    // 4 cpu needed: with `low` gone 3 are free; the fourth is the
+    // reservation's, and its pod may not go for a non-owner.
+    let p = preemptor(&mut s, "p-r", &[("cpu", "4")], &[], 100);
+    let (result, reports) = run_preemption(&mut s, &p, vec![propose("n1", &["low"])], t0());
+    assert!(result.node_name_to_meta_victims.is_empty(), "{reports:?}");
+    let NodeDecision::Drop { reason } = &reports[0].decision else {
+        panic!("{reports:?}");
+    };
+    // The reservation's pod was no candidate at all.
+    assert!(
+        reason.contains("does not fit once the remaining victims are gone: Insufficient cpu"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_assumed_pod_is_never_added() {
+    // kube-scheduler's snapshot may not have a pod the extender only
+    // assumed (held at Permit); naming it would fail the whole preemption.
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node(
+                "n1",
+                &[
+                    ("cpu", "4"),
+                    ("kubernetes.io/batch-cpu", "1000"),
+                    ("pods", "110"),
+                ],
+            ),
+            bound("low", "n1", &[("cpu", "2")], &[], &[], 0),
+            pod(PodSpec {
+                name: "assumed-batch",
+                requests: &[("kubernetes.io/batch-cpu", "1000")],
+                priority: Some(0),
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    s.reserve("default/assumed-batch", "n1", t0()).unwrap();
+    let p = preemptor(
+        &mut s,
+        "wants-batch",
+        &[("cpu", "1"), ("kubernetes.io/batch-cpu", "1000")],
+        &[],
+        100,
+    );
+    assert!(outcome(&mut s, &p, vec![propose("n1", &["low"])]).is_empty());
+}
+
+#[test]
+fn a_whole_gang_on_the_node_is_added_whole() {
+    const OLD_GANG_WITH_GPU: &[(&str, &str)] = &[
+        (GANG, "old-job"),
+        (GANG_MIN, "2"),
+        (DEVICE_ALLOCATED, ONE_GPU_ALLOCATED),
+    ];
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "8"), ("pods", "110")]),
+            one_gpu("n1"),
+            bound("low", "n1", &[("cpu", "4")], &[], &[], 0),
+            bound("g-gpu", "n1", WHOLE_GPU, &[], OLD_GANG_WITH_GPU, 0),
+            bound(
+                "g-cpu",
+                "n1",
+                &[("cpu", "1")],
+                &[],
+                &[(GANG, "old-job"), (GANG_MIN, "2")],
+                0,
+            ),
+        ],
+    );
+    let p = preemptor(
+        &mut s,
+        "wants-gpu",
+        &[("cpu", "2"), ("koordinator.sh/gpu", "100")],
+        &[],
+        100,
+    );
+    // The GPU holder's gang goes with it.
+    let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
+    assert_eq!(got, want(&[("n1", &["low", "g-cpu", "g-gpu"])]));
+}
+
+// ---------- gang preemptors ----------
+
+#[test]
+fn a_gang_preempts_when_every_pending_member_can_be_placed() {
+    let gang: &'static [(&str, &str)] = &[(GANG, "new-job"), (GANG_MIN, "2")];
+    let mut s = scheduler("");
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            node("n2", &[("cpu", "4"), ("pods", "110")]),
+            running("low1", "n1", "4", &[], &[]),
+            running("low2", "n2", "4", &[], &[]),
+            pod(PodSpec {
+                name: "member-b",
+                requests: &[("cpu", "4")],
+                annotations: gang,
+                priority: Some(100),
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    load(
+        &mut s,
+        vec![pod(PodSpec {
+            name: "member-a",
+            requests: &[("cpu", "4")],
+            annotations: gang,
+            priority: Some(100),
+            ..PodSpec::default()
+        })],
+    );
+    let p = (**s.cache.pod("default/member-a").unwrap()).clone();
+    // Each node alone frees room for one member only; with the other
+    // node's victims counted as gone (member-b's own preemption) the gang
+    // is placed whole, so both nodes stay candidates.
+    let got = outcome(
+        &mut s,
+        &p,
+        vec![propose("n1", &["low1"]), propose("n2", &["low2"])],
+    );
+    assert_eq!(got, want(&[("n1", &["low1"]), ("n2", &["low2"])]));
+    // Only one node proposed: member-b could not follow, nothing goes.
+    let (result, reports) = run_preemption(&mut s, &p, vec![propose("n1", &["low1"])], t0());
+    assert!(result.node_name_to_meta_victims.is_empty(), "{reports:?}");
+    let NodeDecision::Drop { reason } = &reports[0].decision else {
+        panic!("{reports:?}");
+    };
+    assert!(
+        reason.contains("members can be placed together"),
+        "{reason}"
+    );
+    // The cache is as before: both victims still count.
+    assert_eq!(s.cache.node("n1").unwrap().requested.get("cpu"), 4000);
+    assert_eq!(s.cache.node("n2").unwrap().requested.get("cpu"), 4000);
+}
+
+#[test]
+fn a_gang_that_cannot_be_placed_whole_evicts_nothing() {
+    let gang: &'static [(&str, &str)] = &[(GANG, "big-job"), (GANG_MIN, "3")];
+    let mut s = scheduler("");
+    let member = |name: &'static str| {
+        pod(PodSpec {
+            name,
+            requests: &[("cpu", "4")],
+            annotations: gang,
+            priority: Some(100),
+            ..PodSpec::default()
+        })
+    };
+    load(
+        &mut s,
+        vec![
+            node("n1", &[("cpu", "4"), ("pods", "110")]),
+            node("n2", &[("cpu", "4"), ("pods", "110")]),
+            running("low1", "n1", "4", &[], &[]),
+            running("low2", "n2", "4", &[], &[]),
+            member("m2"),
+            member("m3"),
+            member("m1"),
+        ],
+    );
+    let p = (**s.cache.pod("default/m1").unwrap()).clone();
+    // Three members, room for two even with every victim gone.
+    let got = outcome(
+        &mut s,
+        &p,
+        vec![propose("n1", &["low1"]), propose("n2", &["low2"])],
+    );
+    assert!(got.is_empty(), "{got:?}");
 }
 
 fn filter_for(s: &Scheduler, pod: &PodInfo) -> crate::framework::FilterOutcome {

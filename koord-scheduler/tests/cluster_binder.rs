@@ -147,8 +147,12 @@ async fn failed_patch_stops_before_the_binding() {
         .bind(&reserved(&[(RESOURCE_STATUS, "{}")]))
         .await
         .unwrap_err();
-    assert!(err.0.contains("patching pod annotations"), "{err:?}");
-    assert!(err.0.contains("no patch for you"), "{err:?}");
+    assert_eq!(err.metric_label(), "patch_annotations", "{err:?}");
+    assert!(
+        err.to_string().starts_with("patching pod annotations: "),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no patch for you"), "{err:?}");
     let calls = api_calls(&api);
     assert!(
         calls.iter().all(|c| c.path() != BINDING_PATH),

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used)]
 //! DeviceShare end to end: the committed
-//! tests/data/scenarios/deviceshare-rdma-fpga.yaml and
-//! deviceshare-topology.yaml through `koord-scheduler simulate --output json`.
+//! tests/data/scenarios/deviceshare-rdma-fpga.yaml,
+//! deviceshare-topology.yaml and deviceshare-partitions.yaml through
+//! `koord-scheduler simulate --output json`.
 
 mod common;
 
@@ -139,5 +140,31 @@ fn most_allocated_scoring_packs_gpu_shares_onto_one_gpu() {
     assert!(
         scores["gpu-a"].as_i64().unwrap() > scores["gpu-b"].as_i64().unwrap(),
         "{scores}"
+    );
+}
+
+#[test]
+fn nvlink_partitions_keep_larger_partitions_whole_and_refuse_other_counts() {
+    let p = simulate("deviceshare-partitions", &[]);
+    let minors = |pod: &str| -> Vec<i64> {
+        allocated(&p[pod])["gpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["minor"].as_i64().unwrap())
+            .collect()
+    };
+    // GPU 4 is held: the pair 6-7 keeps the quad 0-3 whole.
+    assert_eq!(minors("default/pair"), vec![6, 7]);
+    assert_eq!(p["default/three"]["node"], Value::Null);
+    assert_eq!(
+        p["default/three"]["reasons"]["nvlink"],
+        "node(s) Unsupported number of GPU requests"
+    );
+    assert_eq!(minors("default/quad"), vec![0, 1, 2, 3]);
+    assert_eq!(p["default/second-quad"]["node"], Value::Null);
+    assert_eq!(
+        p["default/second-quad"]["reasons"]["nvlink"],
+        "Insufficient Partitioned GPU Devices"
     );
 }

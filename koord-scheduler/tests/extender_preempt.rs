@@ -65,14 +65,20 @@ fn preemptor() -> Value {
 }
 
 fn state() -> ExtenderState {
+    state_with(cluster(), preemptor())
+}
+
+/// A scheduler whose cache holds `objects` and the pending `preemptor`.
+fn state_with(objects: Vec<Value>, preemptor: Value) -> ExtenderState {
     let mut scheduler = koord_scheduler::build_scheduler(
         &SchedulerConfiguration::default(),
         Duration::from_secs(300),
     )
     .unwrap();
-    for value in cluster() {
+    for value in objects {
         let object = match value["kind"].as_str() {
             Some("ElasticQuota") => Object::ElasticQuota(serde_json::from_value(value).unwrap()),
+            Some("Device") => Object::Device(serde_json::from_value(value).unwrap()),
             _ if value["spec"].get("containers").is_some() => {
                 Object::Pod(serde_json::from_value(value).unwrap())
             }
@@ -81,7 +87,7 @@ fn state() -> ExtenderState {
         scheduler.apply(Change::Upsert(object));
     }
     scheduler.apply(Change::Upsert(Object::Pod(
-        serde_json::from_value(preemptor()).unwrap(),
+        serde_json::from_value(preemptor).unwrap(),
     )));
     ExtenderState {
         scheduler: Arc::new(RwLock::new(scheduler)),
@@ -149,7 +155,9 @@ async fn full_victims_are_answered_with_meta_victims() {
 async fn a_whole_gang_on_the_victim_list_goes() {
     let addr = serve().await;
     // Both members listed, but on two nodes: each node's list alone would
-    // split the gang, so neither node keeps them.
+    // split the gang, so neither node keeps them. On n1 the extender adds
+    // `plain` instead, which kube-scheduler did not need to name; on n2
+    // the only other pod keeps team-b at its min.
     let args = json!({
         "Pod": preemptor(),
         "NodeNameToMetaVictims": {"n1": meta(&["uid-gang-1"], 0), "n2": meta(&["uid-gang-2"], 0)}
@@ -157,7 +165,63 @@ async fn a_whole_gang_on_the_victim_list_goes() {
     let (status, body) = post(addr, "/preempt", &args.to_string()).await;
     assert_eq!(status, 200, "{body}");
     let result: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(result, json!({"NodeNameToMetaVictims": {}}));
+    assert_eq!(
+        result,
+        json!({"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-plain"}], "NumPDBViolations": 0}}})
+    );
+}
+
+#[tokio::test]
+async fn a_gpu_holder_kube_scheduler_does_not_see_is_added_to_its_victims() {
+    let gpu = json!({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+                     "koordinator.sh/gpu-memory-ratio": "100"});
+    let objects = vec![
+        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}}),
+        json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+            "metadata": {"name": "n1"},
+            "spec": {"devices": [{"type": "gpu", "id": "GPU-0", "minor": 0, "health": true, "resources": gpu}]}
+        }),
+        json!({
+            "metadata": {"name": "gpu-holder", "namespace": "default", "uid": "uid-gpu-holder",
+                         "annotations": {"scheduling.koordinator.sh/device-allocated":
+                            json!({"gpu": [{"minor": 0, "resources": gpu}]}).to_string()}},
+            "spec": {"nodeName": "n1", "priority": 0, "containers": [{"name": "c", "image": "busybox",
+                     "resources": {"requests": {"cpu": "500m", "koordinator.sh/gpu": "100"},
+                                   "limits": {"koordinator.sh/gpu": "100"}}}]},
+            "status": {"phase": "Running"}
+        }),
+        running("cpu-low", "n1", json!({}), json!({})),
+        running("cpu-low-2", "n1", json!({}), json!({})),
+        running("cpu-low-3", "n1", json!({}), json!({})),
+    ];
+    let gpu_preemptor = json!({
+        "metadata": {"name": "trainer", "namespace": "default", "uid": "uid-trainer"},
+        "spec": {"priority": 1000, "schedulerName": "koord-scheduler",
+                 "containers": [{"name": "c", "image": "busybox", "resources": {
+                     "requests": {"cpu": "2", "koordinator.sh/gpu": "100"},
+                     "limits": {"koordinator.sh/gpu": "100"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let addr = common::serve_extender(state_with(objects, gpu_preemptor.clone())).await;
+    // kube-scheduler (koordinator.sh/gpu is ignoredByScheduler) evicts one
+    // 2-cpu pod for cpu; the GPU stays taken unless its holder goes too.
+    let args = json!({
+        "Pod": gpu_preemptor,
+        "NodeNameToVictims": null,
+        "NodeNameToMetaVictims": {"n1": meta(&["uid-cpu-low"], 1)}
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    // The PDB count is kube-scheduler's, for its own victims.
+    assert_eq!(
+        result,
+        json!({"NodeNameToMetaVictims": {"n1": {
+            "Pods": [{"UID": "uid-cpu-low"}, {"UID": "uid-gpu-holder"}],
+            "NumPDBViolations": 1
+        }}})
+    );
 }
 
 #[tokio::test]
@@ -199,4 +263,53 @@ async fn a_preempt_body_beyond_the_limit_is_refused_with_413() {
             .unwrap();
         assert_eq!(response.status().as_u16(), expected, "{size} bytes");
     }
+}
+
+#[tokio::test]
+async fn a_gang_preemptor_preempts_only_when_its_whole_gang_can_follow() {
+    let small = |name: &str| json!({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}}});
+    let member = |name: &str| {
+        json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                         "annotations": {"gang.scheduling.koordinator.sh/name": "trainers",
+                                         "gang.scheduling.koordinator.sh/min-available": "2"}},
+            "spec": {"priority": 1000, "schedulerName": "koord-scheduler",
+                     "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Pending"}
+        })
+    };
+    let objects = vec![
+        small("n1"),
+        small("n2"),
+        running("low-1", "n1", json!({}), json!({})),
+        running("low-2", "n2", json!({}), json!({})),
+        member("trainer-b"),
+    ];
+    let addr = common::serve_extender(state_with(objects, member("trainer-a"))).await;
+    // Both nodes proposed: with the other node's victim counted as gone,
+    // trainer-b can follow trainer-a; both nodes stay candidates.
+    let args = json!({
+        "Pod": member("trainer-a"),
+        "NodeNameToMetaVictims": {"n1": meta(&["uid-low-1"], 0), "n2": meta(&["uid-low-2"], 0)}
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        result,
+        json!({"NodeNameToMetaVictims": {
+            "n1": {"Pods": [{"UID": "uid-low-1"}], "NumPDBViolations": 0},
+            "n2": {"Pods": [{"UID": "uid-low-2"}], "NumPDBViolations": 0}
+        }})
+    );
+    // One node proposed: trainer-b would have nowhere to go, so nothing
+    // is evicted for trainer-a.
+    let args = json!({
+        "Pod": member("trainer-a"),
+        "NodeNameToMetaVictims": {"n1": meta(&["uid-low-1"], 0)}
+    });
+    let (status, body) = post(addr, "/preempt", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result, json!({"NodeNameToMetaVictims": {}}));
 }

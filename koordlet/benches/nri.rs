@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, all_hooks};
 use koordlet::runtimehooks::nri::connection::{PLUGIN_SERVICE, Registration, answer};
 use koordlet::runtimehooks::nri::proto::{api, ttrpc as envelope};
@@ -19,7 +20,7 @@ use koordlet::runtimehooks::nri::ttrpc::{
     FrameDecoder, MessageKind, PLUGIN_CONN, RUNTIME_CONN, encode_message,
 };
 use koordlet::runtimehooks::nri::{Backoff, NriPlugin, NriState, NriStatus, NriSupervisor};
-use koordlet::runtimehooks::protocol::{FailurePolicyConfig, HookDispatcher};
+use koordlet::runtimehooks::protocol::FailurePolicyConfig;
 use koordlet::system::SystemArgs;
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
 use prost::Message as _;

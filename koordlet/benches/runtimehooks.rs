@@ -20,10 +20,11 @@ use apis::runtime::v1alpha1::runtime_hook_service_client::RuntimeHookServiceClie
 use hyper_util::rt::TokioIo;
 use koordlet::resourceexecutor::{ExecutorConfig, ResourceExecutor};
 use koordlet::runtimehooks::apply::SideEffectApplier;
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, all_hooks};
 use koordlet::runtimehooks::metrics::HookMetrics;
 use koordlet::runtimehooks::protocol::{
-    ContainerContext, FailurePolicyConfig, HookDispatcher, HookRequest, HookStage,
+    ContainerContext, FailurePolicyConfig, HookRequest, HookStage,
 };
 use koordlet::runtimehooks::server::{self, HookService};
 use koordlet::system::SystemArgs;

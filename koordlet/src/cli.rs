@@ -62,7 +62,6 @@ const NO_PPROF: &str =
 const NO_CLIENT_RATE_LIMIT: &str = "the Kubernetes client applies no client-side rate limit here";
 const NO_KOORDLET_CONFIGMAP: &str = "the koordlet-config ConfigMap (settings of QoS extension plugins) is not read: there are no QoS extension plugins here";
 const NO_RUNTIME_CLIENT: &str = "there is no container runtime client: container details come from the kubelet and from the runtime hook requests";
-const NO_XPU: &str = "there is no XPU device-info collector";
 const NO_RESCTRL_COLLECTOR: &str =
     "there is no resctrl (RDT) metrics collector; resctrl settings are only enforced";
 const NO_CPI: &str = "there is no CPI (perf counter) collector";
@@ -98,7 +97,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
         "pod-resources-proxy-path",
         "there is no proxy of the kubelet's pod-resources API",
     ),
-    value("xpu-device-infos-dir", NO_XPU),
     // pkg/koordlet/statesinformer/impl
     boolean(
         "disable-query-kubelet-config",
@@ -112,7 +110,6 @@ pub const UPSTREAM_INERT_FLAGS: &[InertFlag] = &[
         "enable-pod-taskids",
         "the states informer keeps no per-pod thread ids; the resctrl strategy reads the cgroup tasks files itself",
     ),
-    boolean("xpu-enforce-collect-from-device-infos", NO_XPU),
     // pkg/koordlet/metricsadvisor/framework
     value(
         "collect-sys-metric-outdated-interval",

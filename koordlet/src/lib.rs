@@ -9,6 +9,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod evictor;
 pub mod features;
+pub mod identity;
 pub mod metriccache;
 pub mod metricsadvisor;
 pub mod prediction;
@@ -24,7 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 use koord_common::metrics::{FloatGauge, MetricsRegistry, unix_seconds};
-use koord_common::process::{Component, ComponentContext, connect_required_cluster};
+use koord_common::process::{ComponentContext, connect_required_cluster};
 use koord_common::{ClusterArgs, Endpoints, ListenAddr, ListenerSpec, LogArgs, ShutdownReason};
 use prometheus_client::metrics::family::Family;
 
@@ -36,19 +37,11 @@ use crate::statesinformer::{
 };
 use crate::system::cgroup::CgroupLayout;
 
-pub const COMPONENT: Component = Component {
-    name: "koordlet",
-    metric_prefix: "koordlet",
-};
-
 /// Readiness check of the standalone pods file: failing, with the reason,
 /// while the file cannot be used (the last good pods are kept).
 pub const PODS_FILE_CHECK: &str = "pods-file";
 /// Readiness check of the standalone NodeSLO file.
 pub const NODE_SLO_FILE_CHECK: &str = "node-slo-file";
-
-/// Environment variable naming this node; upstream's DaemonSet sets it from `spec.nodeName`.
-pub const NODE_NAME_ENV: &str = "NODE_NAME";
 
 /// Command-line flags; names and defaults follow upstream `cmd/koordlet`
 /// (Go-style single-dash spellings such as `-addr=:9316` are accepted too).
@@ -115,6 +108,9 @@ pub struct KoordletArgs {
     pub node_topology: statesinformer::nodetopo::NodeTopologyArgs,
 
     #[command(flatten)]
+    pub devices: statesinformer::device::DeviceArgs,
+
+    #[command(flatten)]
     pub prediction: prediction::PredictionArgs,
 
     #[command(flatten)]
@@ -131,39 +127,6 @@ pub enum Command {
     /// Print what this node's kernel supports (cgroup layout, CPU burst, PSI,
     /// core scheduling, resctrl, topology…) and exit; needs no cluster.
     Capabilities(capabilities::CapabilitiesArgs),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NodeNameError {
-    #[error(
-        "the {NODE_NAME_ENV} environment variable is not set; koordlet must know which node it runs on \
-         (its DaemonSet sets it from spec.nodeName)"
-    )]
-    Missing,
-    #[error("the {NODE_NAME_ENV} environment variable is not valid UTF-8: {0:?}")]
-    NotUtf8(OsString),
-    #[error("the {NODE_NAME_ENV} environment variable {0:?} is not a valid node name")]
-    Invalid(String),
-}
-
-/// Validates the node name taken from the environment.
-pub fn node_name_from(value: Option<OsString>) -> Result<String, NodeNameError> {
-    let value = value.ok_or(NodeNameError::Missing)?;
-    let name = value.into_string().map_err(NodeNameError::NotUtf8)?;
-    let name = name.trim().to_string();
-    if name.is_empty() {
-        return Err(NodeNameError::Missing);
-    }
-    // Node names are DNS subdomains: lowercase alphanumerics, '-' and '.', at most 253 characters.
-    let valid_chars = name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-    let valid_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if name.len() > 253 || !valid_chars || !valid_ends {
-        return Err(NodeNameError::Invalid(name));
-    }
-    Ok(name)
 }
 
 /// Registers `koordlet_start_time{node}` as upstream does (seconds since the epoch).
@@ -200,7 +163,7 @@ pub async fn run(
     };
     tracing::info!(node = %node_name, mode, "koordlet runs on node {node_name} ({mode} mode)");
 
-    let context = ComponentContext::new(COMPONENT);
+    let context = ComponentContext::new(identity::COMPONENT);
     register_start_time(&context.metrics, &node_name, context.started_at);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
 
@@ -354,6 +317,7 @@ pub async fn run(
     statesinformer::device::reporter::spawn(
         &args.runtime_hooks.feature_gates(),
         args.system.sys_root_dir.clone(),
+        &args.devices,
         gpu_sources.as_ref().map(|gpu| Arc::clone(&gpu.report)),
         &states,
         match &sink {
@@ -765,28 +729,6 @@ mod tests {
             KoordletArgs::try_parse_from(["koordlet", "--resource-force-update-seconds=-1"])
                 .is_err()
         );
-    }
-
-    #[test]
-    fn node_name_is_required_and_validated() {
-        assert_eq!(node_name_from(None), Err(NodeNameError::Missing));
-        assert_eq!(
-            node_name_from(Some("  ".into())),
-            Err(NodeNameError::Missing)
-        );
-        assert_eq!(
-            node_name_from(Some("node-1.example".into())),
-            Ok("node-1.example".to_string())
-        );
-        assert!(matches!(
-            node_name_from(Some("Node_1".into())),
-            Err(NodeNameError::Invalid(_))
-        ));
-        assert!(matches!(
-            node_name_from(Some("-node".into())),
-            Err(NodeNameError::Invalid(_))
-        ));
-        assert!(NodeNameError::Missing.to_string().contains("NODE_NAME"));
     }
 
     #[test]

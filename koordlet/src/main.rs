@@ -1,7 +1,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use koordlet::{COMPONENT, Command, KoordletArgs, NODE_NAME_ENV, capabilities, cli, run};
+use koordlet::identity::{COMPONENT, NODE_NAME_ENV};
+use koordlet::{Command, KoordletArgs, capabilities, cli, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {

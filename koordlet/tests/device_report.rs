@@ -3,12 +3,15 @@
 //! nothing is written while the node has no devices, the Device is created
 //! when a GPU appears, left alone while unchanged, replaced on a health
 //! change and emptied when the GPU is unplugged. The GPU comes from a fake
-//! NVML source, its topology from a generated sysfs tree.
+//! NVML source, its topology from a generated sysfs tree. XPU device-info
+//! files: the partition table and policy reach the Device, and a garbage
+//! file leaves the Device as it was.
 
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
 use koord_common::testing::{FakeApiServer, RecordedRequest, TempDir};
+use koordlet::statesinformer::device::xpu::XpuDeviceInfoSource;
 use koordlet::statesinformer::device::{
     DeviceHealth, DeviceReporter, DeviceSnapshot, DeviceSource, DiscoveryError, GpuInfo, PciSysfs,
     SyncOutcome,
@@ -210,4 +213,87 @@ async fn creates_the_device_when_a_gpu_appears_then_updates_it_on_changes() {
     assert_eq!(object["spec"]["devices"], json!([]));
     assert!(object["metadata"].get("labels").is_none(), "{object}");
     assert_eq!(count(&api, "POST"), 1);
+}
+
+/// Two NVLink-paired GPUs as a device daemon's file describes them.
+fn nvlink_pair_file(linked: bool) -> String {
+    let device = |minor: u32, peer: u32| {
+        let mut topology = json!({"nodeID": "0", "pcieID": "pci0000:3a",
+            "busID": format!("0000:3b:0{minor}.0")});
+        if linked {
+            topology["p2pLinks"] = json!([{"peerMinor": peer.to_string(), "type": "NVLink"}]);
+        }
+        json!({"vendor": "nvidia", "model": "H800", "uuid": format!("GPU-{minor}"),
+               "minor": minor.to_string(),
+               "resources": {"gpu-core": "100", "gpu-memory": "80Gi"},
+               "topology": topology, "status": {"healthy": true}})
+    };
+    json!([device(0, 1), device(1, 0)]).to_string()
+}
+
+#[tokio::test]
+async fn device_info_files_report_partitions_and_a_garbage_file_keeps_the_device() {
+    let infos = TempDir::new("device-report-xpu").unwrap();
+    let file = infos.path().join("nvidia.json");
+    std::fs::write(&file, nvlink_pair_file(true)).unwrap();
+    let api = FakeApiServer::start().unwrap();
+    let stored = object_store(&api);
+    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let states = StatesInformer::new("node-a", RequiredSyncs::CLUSTER);
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": "node-a", "uid": "uid-7"}})).unwrap();
+    states.set_node(Some(node));
+    let sources: Vec<Arc<dyn DeviceSource>> =
+        vec![Arc::new(XpuDeviceInfoSource::new(infos.path()))];
+    let mut reporter =
+        DeviceReporter::new(states.clone(), sources, PciSysfs::new(infos.path()), client)
+            .with_resync(std::time::Duration::ZERO);
+
+    assert_eq!(
+        reporter.report_once().await.unwrap(),
+        Some(SyncOutcome::Created)
+    );
+    let created = stored.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        created["metadata"]["annotations"],
+        json!({"scheduling.koordinator.sh/gpu-partitions":
+            r#"{"2":[{"minors":[0,1],"gpuLinkType":"NVLink","allocationScore":1}]}"#})
+    );
+    assert_eq!(
+        created["metadata"]["labels"],
+        json!({"node.koordinator.sh/gpu-model": "H800",
+               "node.koordinator.sh/gpu-partition-policy": "Prefer",
+               "node.koordinator.sh/gpu-vendor": "nvidia"})
+    );
+    assert_eq!(created["spec"]["devices"].as_array().unwrap().len(), 2);
+
+    // The daemon leaves a half-written file: the round fails, naming the
+    // file, and the Device is not touched.
+    std::fs::write(&file, "[{\"vendor\": \"nvid").unwrap();
+    let writes = count(&api, "POST") + count(&api, "PUT");
+    let err = reporter.report_once().await.unwrap_err().to_string();
+    assert!(
+        err.contains("nvidia.json") && err.contains("left as last reported"),
+        "{err}"
+    );
+    assert_eq!(count(&api, "POST") + count(&api, "PUT"), writes);
+    assert_eq!(stored.lock().unwrap().clone().unwrap(), created);
+
+    // Readable again, without links: the table and the policy go.
+    std::fs::write(&file, nvlink_pair_file(false)).unwrap();
+    let outcome = reporter.report_once().await.unwrap().unwrap();
+    assert!(
+        matches!(&outcome, SyncOutcome::Updated(reason) if reason.contains("gpu-partition-policy")),
+        "{outcome:?}"
+    );
+    let updated = stored.lock().unwrap().clone().unwrap();
+    assert_eq!(updated["metadata"].get("annotations"), None);
+    assert_eq!(
+        updated["metadata"]["labels"],
+        json!({"node.koordinator.sh/gpu-model": "H800", "node.koordinator.sh/gpu-vendor": "nvidia"})
+    );
+    assert_eq!(
+        reporter.report_once().await.unwrap(),
+        Some(SyncOutcome::Unchanged)
+    );
 }

@@ -12,10 +12,11 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koordlet::resourceexecutor::{ExecutorConfig, ResourceExecutor};
 use koordlet::runtimehooks::apply::{EffectStatus, SideEffectApplier, same_schemata_line};
-use koordlet::runtimehooks::hooks::resctrl::ResctrlNodeInfo;
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, gated_hooks, parse_feature_gates};
 use koordlet::runtimehooks::protocol::*;
 use koordlet::runtimehooks::reconciler::resctrl_gc;
+use koordlet::runtimehooks::resctrlnode::ResctrlNodeInfo;
 use koordlet::system::SystemArgs;
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
 

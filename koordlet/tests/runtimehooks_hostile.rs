@@ -17,9 +17,10 @@
 use std::collections::BTreeMap;
 
 use apis::runtime::v1alpha1 as wire;
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, gated_hooks, parse_feature_gates};
 use koordlet::runtimehooks::protocol::{
-    ContainerContext, FailurePolicyConfig, HookDispatcher, HookRequest, HookStage,
+    ContainerContext, FailurePolicyConfig, HookRequest, HookStage,
 };
 use koordlet::system::SystemArgs;
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};

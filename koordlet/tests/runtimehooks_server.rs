@@ -16,11 +16,10 @@ use koord_common::HealthRegistry;
 use koordlet::capabilities::NodeCapabilities;
 use koordlet::resourceexecutor::{ExecutorConfig, ResourceExecutor};
 use koordlet::runtimehooks::apply::SideEffectApplier;
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, all_hooks};
 use koordlet::runtimehooks::metrics::HookMetrics;
-use koordlet::runtimehooks::protocol::{
-    FailurePolicy, FailurePolicyConfig, HookDispatcher, HookStage,
-};
+use koordlet::runtimehooks::protocol::{FailurePolicy, FailurePolicyConfig, HookStage};
 use koordlet::runtimehooks::server::{self, HookService, RegistrationFile, ServerConfig};
 use koordlet::system::SystemArgs;
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};

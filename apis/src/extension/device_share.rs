@@ -251,7 +251,9 @@ wire_enum! {
 }
 
 wire_enum! {
-    pub enum GPULinkType closed {
+    /// Open as upstream's Go string: device-info files name other links
+    /// (Huawei's `HCCS`), which koordlet passes through to the table.
+    pub enum GPULinkType open {
         NVLink = "NVLink",
     }
 }

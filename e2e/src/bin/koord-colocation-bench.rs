@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use koord_common::sync::MutexExt;
+
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];
 /// Cgroups this harness makes carry this prefix, so a crashed run's leftovers
@@ -214,7 +216,7 @@ fn load(options: &Options) -> Result<(), String> {
             let mut records: Vec<(u32, u32)> = Vec::new();
             let mut connection: Option<(TcpStream, BufReader<TcpStream>)> = None;
             loop {
-                let due = match due_rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                let due = match due_rx.lock_or_recover().recv() {
                     Ok(due) => due,
                     Err(_) => break,
                 };
@@ -826,8 +828,7 @@ fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult,
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(units) = line.split_whitespace().nth(1).and_then(|u| u.parse().ok()) {
                     batch_log
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .lock_or_recover()
                         .push((run_start.elapsed().as_secs_f64(), units));
                 }
             }
@@ -916,7 +917,7 @@ fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult,
     drop(children);
 
     let records = read_latencies(&latency_file)?;
-    let batch_log = batch_log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let batch_log = batch_log.lock_or_recover().clone();
     let result = summarise(
         config,
         kind,

@@ -147,7 +147,7 @@ pub fn load(text: &str) -> Result<Configuration, ConfigError> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(ConfigError::TooLarge);
     }
-    let file: DeschedulerConfiguration =
+    let apis::yaml::null_as_empty::EmptyOnNull::<DeschedulerConfiguration>(file) =
         serde_saphyr::from_str_with_options(text, yaml_options(text))
             .map_err(|err| ConfigError::Decode(err.to_string()))?;
     from_file(file)
@@ -244,7 +244,7 @@ fn decode_args<T: serde::de::DeserializeOwned>(
             "apiVersion {version:?} is not supported: use {API_VERSION:?}"
         ));
     }
-    serde_json::from_value(args).map_err(|err| err.to_string())
+    apis::yaml::null_as_empty::deserialize(args).map_err(|err| err.to_string())
 }
 
 fn build_profiles(

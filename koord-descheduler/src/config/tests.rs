@@ -449,3 +449,23 @@ fn bind_addresses_get_upstreams_defaults() {
         "MigrationController"
     );
 }
+
+#[test]
+fn empty_values_read_as_empty() {
+    // `exclude:` left empty in the file and in a plugin's args: no namespace
+    // excluded, as Kubernetes reads it.
+    let text = CHART_CONFIG.replace(
+        "        exclude:\n          - kube-system\n          - koordinator-system\n      evictQPS",
+        "        exclude:\n      evictQPS",
+    );
+    assert_ne!(text, CHART_CONFIG);
+    let configuration = load(&text).unwrap();
+    assert_eq!(configuration.file.profiles.len(), 1);
+    let args = configuration.file.profiles[0]
+        .plugin_config
+        .iter()
+        .find(|config| config.name == "MigrationController")
+        .and_then(|config| config.args.as_ref())
+        .unwrap();
+    assert!(args["namespaces"]["exclude"].is_null());
+}

@@ -23,6 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use koord_common::leader::Leadership;
 use koord_common::metrics::MetricsRegistry;
 use koord_common::shutdown::Shutdown;
+use koord_common::sync::MutexExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -160,9 +161,7 @@ impl MigrationHandle {
     }
 
     fn lock_limiters(&self) -> std::sync::MutexGuard<'_, ObjectLimiters> {
-        self.limiters
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.limiters.lock_or_recover()
     }
 
     /// `Some(message)` when an object limiter holds `pod` back now.

@@ -6,6 +6,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use koord_common::sync::RwLockExt;
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -350,7 +351,7 @@ impl Default for ReloadableCert {
 
 impl ReloadableCert {
     pub fn set(&self, key: CertifiedKey) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(key));
+        *self.current.write_or_recover() = Some(Arc::new(key));
     }
 
     pub fn set_pem(&self, cert_pem: &str, key_pem: &str) -> Result<(), CertError> {
@@ -359,15 +360,12 @@ impl ReloadableCert {
     }
 
     pub fn is_loaded(&self) -> bool {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.current.read_or_recover().is_some()
     }
 
     /// The DER of the certificate presented now, if any.
     pub fn current_der(&self) -> Option<Vec<u8>> {
-        let current = self.current.read().unwrap_or_else(|p| p.into_inner());
+        let current = self.current.read_or_recover();
         current
             .as_ref()
             .and_then(|k| k.cert.first().map(|c| c.to_vec()))
@@ -386,10 +384,7 @@ impl ReloadableCert {
 
 impl ResolvesServerCert for ReloadableCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current.read_or_recover().clone()
     }
 }
 

@@ -10,6 +10,7 @@ use apis::quota::v1alpha1::ElasticQuotaProfile;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_common::sync::RwLockExt;
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
@@ -41,13 +42,13 @@ fn key_of<K: kube::Resource>(object: &K) -> String {
 impl<K: kube::Resource + Clone> ObjectCache<K> {
     /// Adds or replaces `object` and marks the cache synced (tests start here).
     pub fn insert(&self, object: K) {
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let mut objects = self.objects.write_or_recover();
         objects.insert(key_of(&object), Arc::new(object));
         self.synced.store(true, Ordering::Relaxed);
     }
 
     pub fn remove(&self, object: &K) {
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let mut objects = self.objects.write_or_recover();
         objects.remove(&key_of(object));
     }
 
@@ -55,27 +56,22 @@ impl<K: kube::Resource + Clone> ObjectCache<K> {
     pub fn apply(&self, event: Event<K>) {
         match event {
             Event::Apply(object) => {
-                let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+                let mut objects = self.objects.write_or_recover();
                 objects.insert(key_of(&object), Arc::new(object));
             }
             Event::Delete(object) => self.remove(&object),
             Event::Init => {
-                *self.relisting.write().unwrap_or_else(|p| p.into_inner()) = Some(BTreeMap::new());
+                *self.relisting.write_or_recover() = Some(BTreeMap::new());
             }
             Event::InitApply(object) => {
-                let mut relisting = self.relisting.write().unwrap_or_else(|p| p.into_inner());
+                let mut relisting = self.relisting.write_or_recover();
                 relisting
                     .get_or_insert_with(BTreeMap::new)
                     .insert(key_of(&object), Arc::new(object));
             }
             Event::InitDone => {
-                let fresh = self
-                    .relisting
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_default();
-                *self.objects.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+                let fresh = self.relisting.write_or_recover().take().unwrap_or_default();
+                *self.objects.write_or_recover() = fresh;
                 self.synced.store(true, Ordering::Relaxed);
             }
         }
@@ -90,20 +86,11 @@ impl<K: kube::Resource + Clone> ObjectCache<K> {
     }
 
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.objects
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.objects.read_or_recover().values().cloned().collect()
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<K>> {
-        self.objects
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()
+        self.objects.read_or_recover().get(key).cloned()
     }
 }
 

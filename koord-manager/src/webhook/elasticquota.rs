@@ -20,6 +20,55 @@ use super::review::Operation;
 
 type Amounts = BTreeMap<String, QuantityValue>;
 
+/// Why a quota (or a pod's quota) is refused. Messages are upstream's, as
+/// users and tests match them; [`QuotaError::metric_label`] groups them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaError {
+    /// A quantity, label or annotation of the quota cannot be read.
+    #[error("{0}")]
+    Malformed(String),
+    /// The request or the tree lacks what the operation needs (the object,
+    /// the quota being updated or deleted, the parent).
+    #[error("{0}")]
+    Missing(String),
+    #[error("AddQuota quota already exist:{0}")]
+    AlreadyExists(String),
+    /// A built-in quota changed or deleted, or a field that is fixed once
+    /// set changed (isParent, tree ID, a pod's preemptible label).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The quota's own amounts disagree: negative, min above max, max below used.
+    #[error("{0}")]
+    InvalidAmounts(String),
+    /// The quota does not fit the tree: namespace taken, parent not a parent,
+    /// a cycle, resource keys or min sums that disagree with its relatives,
+    /// a pod charged to a parent quota.
+    #[error("{0}")]
+    InvalidTree(String),
+    /// A delete of a quota that still has children or pods.
+    #[error("delete quota failed, quota {name} has {count} child {what}")]
+    InUse {
+        name: String,
+        count: usize,
+        what: &'static str,
+    },
+}
+
+impl QuotaError {
+    /// The `reason` label of the webhook's rejection counter.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            QuotaError::Malformed(_) => "malformed",
+            QuotaError::Missing(_) => "missing",
+            QuotaError::AlreadyExists(_) => "already_exists",
+            QuotaError::Forbidden(_) => "forbidden",
+            QuotaError::InvalidAmounts(_) => "invalid_amounts",
+            QuotaError::InvalidTree(_) => "invalid_tree",
+            QuotaError::InUse { .. } => "in_use",
+        }
+    }
+}
+
 /// What the tree checks need from one quota.
 #[derive(Clone, Debug)]
 struct QuotaInfo {
@@ -33,13 +82,13 @@ struct QuotaInfo {
     max: Amounts,
 }
 
-fn amounts(list: Option<&BTreeMap<String, Quantity>>) -> Result<Amounts, String> {
+fn amounts(list: Option<&BTreeMap<String, Quantity>>) -> Result<Amounts, QuotaError> {
     list.into_iter()
         .flatten()
         .map(|(name, q)| {
             QuantityValue::of(q)
                 .map(|v| (name.clone(), v))
-                .map_err(|e| format!("resource {name}: {e}"))
+                .map_err(|e| QuotaError::Malformed(format!("resource {name}: {e}")))
         })
         .collect()
 }
@@ -57,7 +106,7 @@ fn annotations_of(quota: &ElasticQuota) -> BTreeMap<String, String> {
 }
 
 impl QuotaInfo {
-    fn of(quota: &ElasticQuota) -> Result<Self, String> {
+    fn of(quota: &ElasticQuota) -> Result<Self, QuotaError> {
         let labels = labels_of(quota);
         let name = name_of(quota).to_owned();
         Ok(QuotaInfo {
@@ -66,8 +115,10 @@ impl QuotaInfo {
             tree_id: quota_tree_id(&labels).to_owned(),
             is_tree_root: is_tree_root_quota(&labels),
             allow_force_update: is_allow_force_update(&labels),
-            min: amounts(quota.spec.min.as_ref()).map_err(|e| format!("{name} spec.min: {e}"))?,
-            max: amounts(quota.spec.max.as_ref()).map_err(|e| format!("{name} spec.max: {e}"))?,
+            min: amounts(quota.spec.min.as_ref())
+                .map_err(|e| QuotaError::Malformed(format!("{name} spec.min: {e}")))?,
+            max: amounts(quota.spec.max.as_ref())
+                .map_err(|e| QuotaError::Malformed(format!("{name} spec.max: {e}")))?,
             name,
         })
     }
@@ -158,7 +209,7 @@ fn negative(list: &Amounts) -> Vec<&str> {
 pub fn fill_quota_defaults(
     quota: &mut ElasticQuota,
     existing: &[&ElasticQuota],
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     let name = name_of(quota).to_owned();
     if name == ROOT_QUOTA_NAME {
         return Ok(());
@@ -172,7 +223,9 @@ pub fn fill_quota_defaults(
         let parent_quota = existing
             .iter()
             .find(|q| name_of(q) == parent)
-            .ok_or_else(|| format!("fill quota {name} failed, parent not exist"))?;
+            .ok_or_else(|| {
+                QuotaError::Missing(format!("fill quota {name} failed, parent not exist"))
+            })?;
         let tree_id = quota_tree_id(&labels_of(parent_quota)).to_owned();
         if !tree_id.is_empty() {
             labels.insert(LABEL_QUOTA_TREE_ID.to_owned(), tree_id);
@@ -185,13 +238,18 @@ pub fn fill_quota_defaults(
         .cloned()
         .unwrap_or_default();
     let encode = |value: &Option<BTreeMap<String, Quantity>>| {
-        serde_json::to_string(value).map_err(|e| format!("cannot encode shared weight: {e}"))
+        serde_json::to_string(value)
+            .map_err(|e| QuotaError::Malformed(format!("cannot encode shared weight: {e}")))
     };
     if current.is_empty() {
         annotations.insert(ANNOTATION_SHARED_WEIGHT.to_owned(), encode(&max)?);
     } else {
-        let mut weight: BTreeMap<String, Quantity> = serde_json::from_str(&current)
-            .map_err(|e| format!("fillDefaultQuotaInfo unmarshal sharedWeight failed:{e}"))?;
+        let mut weight: BTreeMap<String, Quantity> =
+            serde_json::from_str(&current).map_err(|e| {
+                QuotaError::Malformed(format!(
+                    "fillDefaultQuotaInfo unmarshal sharedWeight failed:{e}"
+                ))
+            })?;
         let max = max.unwrap_or_default();
         let before = weight.clone();
         weight.retain(|key, _| max.contains_key(key));
@@ -221,7 +279,7 @@ pub fn validate_quota(
     old: Option<&ElasticQuota>,
     existing: &[&ElasticQuota],
     bound_pods: Option<usize>,
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     validate_quota_with(
         operation,
         new,
@@ -240,21 +298,22 @@ pub fn validate_quota_with(
     existing: &[&ElasticQuota],
     bound_pods: Option<usize>,
     options: QuotaOptions,
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     let topology = Topology::new(existing);
     match operation {
         Operation::Create => {
-            let quota = new.ok_or("AddQuota param is nil")?;
+            let quota = new.ok_or_else(|| QuotaError::Missing("AddQuota param is nil".into()))?;
             let name = name_of(quota);
             if topology.quotas.contains_key(name) {
-                return Err(format!("AddQuota quota already exist:{name}"));
+                return Err(QuotaError::AlreadyExists(name.to_owned()));
             }
             check_namespaces(quota, &topology)?;
             check_self(quota)?;
             check_topology(&topology, None, &QuotaInfo::of(quota)?, bound_pods, options)
         }
         Operation::Update => {
-            let quota = new.ok_or("UpdateQuota param is nil")?;
+            let quota =
+                new.ok_or_else(|| QuotaError::Missing("UpdateQuota param is nil".into()))?;
             if let Some(old) = old
                 && tree_fields(old) == tree_fields(quota)
             {
@@ -262,13 +321,16 @@ pub fn validate_quota_with(
             }
             let name = name_of(quota);
             if is_forbidden_modify(name) {
-                return Err(format!("{name} is forbidden to modify"));
+                return Err(QuotaError::Forbidden(format!(
+                    "{name} is forbidden to modify"
+                )));
             }
             check_namespaces(quota, &topology)?;
-            let old_info = topology
-                .quotas
-                .get(name)
-                .ok_or_else(|| format!("UpdateQuota quota not exist in quotaInfoMap:{name}"))?;
+            let old_info = topology.quotas.get(name).ok_or_else(|| {
+                QuotaError::Missing(format!(
+                    "UpdateQuota quota not exist in quotaInfoMap:{name}"
+                ))
+            })?;
             check_self(quota)?;
             check_topology(
                 &topology,
@@ -285,21 +347,27 @@ pub fn validate_quota_with(
             };
             let name = name_of(quota);
             if [SYSTEM_QUOTA_NAME, ROOT_QUOTA_NAME, DEFAULT_QUOTA_NAME].contains(&name) {
-                return Err(format!("can not delete quotaGroup :{name}"));
+                return Err(QuotaError::Forbidden(format!(
+                    "can not delete quotaGroup :{name}"
+                )));
             }
             if !topology.quotas.contains_key(name) {
-                return Err(format!("not found quota:{name}"));
+                return Err(QuotaError::Missing(format!("not found quota:{name}")));
             }
             let children = topology.children_of(name).count();
             if children > 0 {
-                return Err(format!(
-                    "delete quota failed, quota {name} has {children} child quotas"
-                ));
+                return Err(QuotaError::InUse {
+                    name: name.to_owned(),
+                    count: children,
+                    what: "quotas",
+                });
             }
             match bound_pods {
-                Some(count) if count > 0 => Err(format!(
-                    "delete quota failed, quota {name} has {count} child pods"
-                )),
+                Some(count) if count > 0 => Err(QuotaError::InUse {
+                    name: name.to_owned(),
+                    count,
+                    what: "pods",
+                }),
                 _ => Ok(()),
             }
         }
@@ -346,7 +414,7 @@ pub fn validate_pod_quota(
     new_pod: &Pod,
     old_pod: Option<&Pod>,
     quotas: &[&ElasticQuota],
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     if let (Operation::Update, Some(old_pod)) = (operation, old_pod) {
         let preemptible = |pod: &Pod| {
             pod.metadata
@@ -355,7 +423,9 @@ pub fn validate_pod_quota(
                 .and_then(|l| l.get(apis::extension::LABEL_PREEMPTIBLE).cloned())
         };
         if preemptible(old_pod) != preemptible(new_pod) {
-            return Err("Preemptible label is forbidden modify now.".to_owned());
+            return Err(QuotaError::Forbidden(
+                "Preemptible label is forbidden modify now.".to_owned(),
+            ));
         }
     }
     if !matches!(operation, Operation::Create | Operation::Update) {
@@ -365,11 +435,11 @@ pub fn validate_pod_quota(
         Some(quota)
             if name_of(quota) != DEFAULT_QUOTA_NAME && is_parent_quota(&labels_of(quota)) =>
         {
-            Err(format!(
+            Err(QuotaError::InvalidTree(format!(
                 "pod can not be linked to a parentQuotaGroup,quota:{}, pod:{}",
                 name_of(quota),
                 new_pod.metadata.name.as_deref().unwrap_or("")
-            ))
+            )))
         }
         _ => Ok(()),
     }
@@ -395,10 +465,10 @@ fn tree_fields(quota: &ElasticQuota) -> (Vec<Option<String>>, Option<String>, St
     )
 }
 
-fn check_namespaces(quota: &ElasticQuota, topology: &Topology) -> Result<(), String> {
+fn check_namespaces(quota: &ElasticQuota, topology: &Topology) -> Result<(), QuotaError> {
     let name = name_of(quota);
     let namespaces = get_quota_namespaces(&annotations_of(quota))
-        .map_err(|e| e.to_string())?
+        .map_err(|e| QuotaError::Malformed(e.to_string()))?
         .unwrap_or_default();
     for namespace in namespaces {
         if let Some(owner) = topology
@@ -406,77 +476,79 @@ fn check_namespaces(quota: &ElasticQuota, topology: &Topology) -> Result<(), Str
             .get(&namespace)
             .filter(|owner| *owner != name)
         {
-            return Err(format!(
+            return Err(QuotaError::InvalidTree(format!(
                 "quota {name}'s annotation namespace {namespace} is already bound to quota {owner}"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
-fn check_self(quota: &ElasticQuota) -> Result<(), String> {
+fn check_self(quota: &ElasticQuota) -> Result<(), QuotaError> {
     let info = QuotaInfo::of(quota)?;
     let name = &info.name;
     let bad = negative(&info.max);
     if !bad.is_empty() {
-        return Err(format!(
+        return Err(QuotaError::InvalidAmounts(format!(
             "{name} quota.Spec.Max's value < 0, in dimensions :{bad:?}"
-        ));
+        )));
     }
     let bad = negative(&info.min);
     if !bad.is_empty() {
-        return Err(format!(
+        return Err(QuotaError::InvalidAmounts(format!(
             "{name} quota.Spec.Min's value < 0, in dimensions :{bad:?}"
-        ));
+        )));
     }
     let annotations = annotations_of(quota);
-    if let Some(weight) = get_shared_weight(&annotations).map_err(|e| e.to_string())? {
+    if let Some(weight) =
+        get_shared_weight(&annotations).map_err(|e| QuotaError::Malformed(e.to_string()))?
+    {
         let weight = amounts(Some(&weight))?;
         let bad = negative(&weight);
         if !bad.is_empty() {
-            return Err(format!(
+            return Err(QuotaError::InvalidAmounts(format!(
                 "{name} quota.Annotation[{ANNOTATION_SHARED_WEIGHT}]'s value < 0, in dimension :{bad:?}"
-            ));
+            )));
         }
     }
     for (key, min) in &info.min {
         match info.max.get(key) {
             Some(max) if max.nanos() < min.nanos() => {
-                return Err(format!(
+                return Err(QuotaError::InvalidAmounts(format!(
                     "resourceKey {key} of quota {name} min {} > max {}",
                     min.to_decimal_si(),
                     max.to_decimal_si()
-                ));
+                )));
             }
             Some(_) => {}
             None => {
-                return Err(format!(
+                return Err(QuotaError::InvalidAmounts(format!(
                     "resourceKey {key} of quota {name} is included in min, which is not included in max"
-                ));
+                )));
             }
         }
     }
     let strict = get_max_strict_check_resource_keys(&annotations).map_err(|e| {
-        format!(
+        QuotaError::Malformed(format!(
             "{name} quota.Annotation[{}]'s value is invalid: {e}",
             apis::extension::ANNOTATION_MAX_STRICT_CHECK_RESOURCE_KEYS
-        )
+        ))
     })?;
     let used = amounts(quota.status.as_ref().and_then(|s| s.used.as_ref()))?;
     for key in strict.unwrap_or_default() {
         let Some(used) = used.get(&key) else { continue };
         match info.max.get(&key) {
             None => {
-                return Err(format!(
+                return Err(QuotaError::InvalidAmounts(format!(
                     "resourceKey {key} of quota {name} is included in used, which is not included in max but should check max >= used"
-                ));
+                )));
             }
             Some(max) if max.nanos() < used.nanos() => {
-                return Err(format!(
+                return Err(QuotaError::InvalidAmounts(format!(
                     "resourceKey {key} of quota {name} max {} < used {}",
                     max.to_decimal_si(),
                     used.to_decimal_si()
-                ));
+                )));
             }
             Some(_) => {}
         }
@@ -542,7 +614,7 @@ fn check_topology(
     new: &QuotaInfo,
     bound_pods: Option<usize>,
     options: QuotaOptions,
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     let name = &new.name;
     if name == ROOT_QUOTA_NAME {
         return Ok(());
@@ -551,39 +623,39 @@ fn check_topology(
         && old.is_parent != new.is_parent
     {
         if !new.is_parent && topology.children_of(name).next().is_some() {
-            return Err(format!(
+            return Err(QuotaError::Forbidden(format!(
                 "quota has children, isParent is forbidden to modify as false, quotaName:{name}"
-            ));
+            )));
         }
         if new.is_parent && bound_pods.is_some_and(|count| count > 0) {
-            return Err(format!(
+            return Err(QuotaError::Forbidden(format!(
                 "quota has bound pods, isParent is forbidden to modify as true, quotaName: {name}"
-            ));
+            )));
         }
     }
     if let Some(old) = old
         && old.tree_id != new.tree_id
     {
-        return Err(format!(
+        return Err(QuotaError::Forbidden(format!(
             "{name} tree id changed [{}] vs [{}]",
             old.tree_id, new.tree_id
-        ));
+        )));
     }
     if new.parent != ROOT_QUOTA_NAME
         && let Some(parent) = topology.quotas.get(&new.parent)
         && parent.tree_id != new.tree_id
     {
-        return Err(format!(
+        return Err(QuotaError::InvalidTree(format!(
             "{name} tree id is different from parent {}, [{}] vs [{}]",
             parent.name, new.tree_id, parent.tree_id
-        ));
+        )));
     }
     for child in topology.children_of(name) {
         if child.tree_id != new.tree_id {
-            return Err(format!(
+            return Err(QuotaError::InvalidTree(format!(
                 "{name} tree id is different from child {}, [{}] vs [{}]",
                 child.name, new.tree_id, child.tree_id
-            ));
+            )));
         }
     }
     if new.parent == ROOT_QUOTA_NAME && !new.is_parent {
@@ -594,16 +666,16 @@ fn check_topology(
         None
     } else {
         let parent = topology.quotas.get(&new.parent).ok_or_else(|| {
-            format!(
+            QuotaError::Missing(format!(
                 "{name} has parentName {} but not find parentInfo in quotaInfoMap",
                 new.parent
-            )
+            ))
         })?;
         if !parent.is_parent {
-            return Err(format!(
+            return Err(QuotaError::InvalidTree(format!(
                 "{name} has parentName {} but the parentQuotaInfo's IsParent is false",
                 new.parent
-            ));
+            )));
         }
         Some(parent)
     };
@@ -613,10 +685,10 @@ fn check_topology(
     let mut seen = BTreeSet::new();
     while cursor != ROOT_QUOTA_NAME && !cursor.is_empty() {
         if cursor == *name || !seen.insert(cursor.clone()) {
-            return Err(format!(
+            return Err(QuotaError::InvalidTree(format!(
                 "quota {name} cannot have parent {}: the quota tree would contain a cycle",
                 new.parent
-            ));
+            )));
         }
         cursor = topology
             .quotas
@@ -625,8 +697,11 @@ fn check_topology(
             .unwrap_or_default();
     }
 
-    check_resource_keys(topology, parent, new, options)
-        .map_err(|err| format!("failed to check sub and parent group quotaKey, err: {err}"))?;
+    check_resource_keys(topology, parent, new, options).map_err(|err| {
+        QuotaError::InvalidTree(format!(
+            "failed to check sub and parent group quotaKey, err: {err}"
+        ))
+    })?;
 
     if new.allow_force_update || new.is_tree_root {
         return Ok(());
@@ -641,17 +716,17 @@ fn check_topology(
             *entry = entry.checked_add(*value).unwrap_or(*entry);
         }
         if !within(&total, &parent.min) {
-            return Err(format!(
+            return Err(QuotaError::InvalidTree(format!(
                 "checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: {}",
                 parent.name
-            ));
+            )));
         }
     }
     let children_min = sum_min(topology.children_of(name));
     if !within(&children_min, &new.min) {
-        return Err(format!(
+        return Err(QuotaError::InvalidTree(format!(
             "checkMinQuotaSum all children's MinQuota > current MinQuota, current: {name}"
-        ));
+        )));
     }
     Ok(())
 }
@@ -685,6 +760,36 @@ mod tests {
 
     fn create(new: &ElasticQuota, existing: &[&ElasticQuota]) -> Result<(), String> {
         validate_quota(Operation::Create, Some(new), None, existing, None)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn errors_keep_upstream_messages_and_carry_a_metric_label() {
+        let parent = quota("p", None, true, json!({}), json!({"cpu": "20"}));
+        let child = quota("c", Some("p"), false, json!({}), json!({"cpu": "20"}));
+        let existing = [&parent, &child];
+        let in_use =
+            validate_quota(Operation::Delete, None, Some(&child), &existing, Some(2)).unwrap_err();
+        assert_eq!(
+            in_use.to_string(),
+            "delete quota failed, quota c has 2 child pods"
+        );
+        assert_eq!(in_use.metric_label(), "in_use");
+        let exists =
+            validate_quota(Operation::Create, Some(&child), None, &existing, None).unwrap_err();
+        assert_eq!(exists.to_string(), "AddQuota quota already exist:c");
+        assert_eq!(exists.metric_label(), "already_exists");
+        let root = quota(ROOT_QUOTA_NAME, None, true, json!({}), json!({}));
+        let forbidden =
+            validate_quota(Operation::Delete, None, Some(&root), &[&root], None).unwrap_err();
+        assert_eq!(forbidden.metric_label(), "forbidden");
+        let amounts = quota("a", None, false, json!({"cpu": "10"}), json!({"cpu": "5"}));
+        let invalid =
+            validate_quota(Operation::Create, Some(&amounts), None, &[], None).unwrap_err();
+        assert_eq!(invalid.metric_label(), "invalid_amounts");
+        let malformed = quota("m", None, false, json!({"cpu": "ten"}), json!({"cpu": "5"}));
+        let error = validate_quota(Operation::Create, Some(&malformed), None, &[], None);
+        assert_eq!(error.map_err(|e| e.metric_label()), Err("malformed"));
     }
 
     #[test]
@@ -753,7 +858,8 @@ mod tests {
             &[&parent, &first],
             None,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("all children's MinQuota > current MinQuota"),
             "{err}"
@@ -828,7 +934,8 @@ mod tests {
             None,
             gated,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("max keys are not all included"), "{err}");
     }
 
@@ -837,8 +944,9 @@ mod tests {
         let a = quota("a", None, true, json!({}), json!({"cpu": "20"}));
         let b = quota("b", Some("a"), true, json!({}), json!({"cpu": "20"}));
         let moved = quota("a", Some("b"), true, json!({}), json!({"cpu": "20"}));
-        let err =
-            validate_quota(Operation::Update, Some(&moved), Some(&a), &[&a, &b], None).unwrap_err();
+        let err = validate_quota(Operation::Update, Some(&moved), Some(&a), &[&a, &b], None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cycle"), "{err}");
     }
 
@@ -847,11 +955,13 @@ mod tests {
         let parent = quota("p", None, true, json!({}), json!({"cpu": "20"}));
         let child = quota("c", Some("p"), false, json!({}), json!({"cpu": "20"}));
         let existing = [&parent, &child];
-        let err =
-            validate_quota(Operation::Delete, None, Some(&parent), &existing, Some(0)).unwrap_err();
+        let err = validate_quota(Operation::Delete, None, Some(&parent), &existing, Some(0))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("has 1 child quotas"), "{err}");
-        let err =
-            validate_quota(Operation::Delete, None, Some(&child), &existing, Some(3)).unwrap_err();
+        let err = validate_quota(Operation::Delete, None, Some(&child), &existing, Some(3))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("has 3 child pods"), "{err}");
         assert!(validate_quota(Operation::Delete, None, Some(&child), &existing, Some(0)).is_ok());
         let root = quota(ROOT_QUOTA_NAME, None, true, json!({}), json!({}));
@@ -887,7 +997,9 @@ mod tests {
             "x",
             json!({"quota.scheduling.koordinator.sh/name": "parent"}),
         );
-        let err = validate_pod_quota(Operation::Create, &labelled, None, &quotas).unwrap_err();
+        let err = validate_pod_quota(Operation::Create, &labelled, None, &quotas)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "pod can not be linked to a parentQuotaGroup,quota:parent, pod:p"

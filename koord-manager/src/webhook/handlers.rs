@@ -13,6 +13,7 @@ use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -74,6 +75,9 @@ pub const ADMISSION_PATHS: [&str; 10] = [
 pub struct WebhookMetrics {
     pub duration_milliseconds: Family<Vec<(String, String)>, Histogram>,
     pub malformed_requests: Family<Vec<(String, String)>, Counter>,
+    /// Refused admissions by plugin and `reason` (the error's metric label,
+    /// else the kind of refusal the response code says).
+    pub rejections: Family<Vec<(String, String)>, Counter>,
     /// Upstream's `koord_manager_webhook_binding_admission_decisions_total{decision}`.
     pub binding_admission_decisions: Family<Vec<(String, String)>, Counter>,
 }
@@ -85,6 +89,7 @@ impl Default for WebhookMetrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 20))
             }),
             malformed_requests: Family::default(),
+            rejections: Family::default(),
             binding_admission_decisions: Family::default(),
         }
     }
@@ -102,8 +107,13 @@ impl WebhookMetrics {
             );
             root.register(
                 "koord_manager_webhook_malformed_requests",
-                "Admission requests whose body was not a decodable AdmissionReview",
+                "Admission requests whose body was not a decodable AdmissionReview, by reason",
                 self.malformed_requests.clone(),
+            );
+            root.register(
+                "koord_manager_webhook_rejections",
+                "Admission requests refused, by plugin and reason",
+                self.rejections.clone(),
             );
             root.register(
                 "koord_manager_webhook_binding_admission_decisions",
@@ -140,11 +150,26 @@ impl WebhookMetrics {
         self.duration_milliseconds
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64() * 1000.0);
+        if !decision.allowed {
+            self.rejections
+                .get_or_create(&vec![
+                    ("webhook_type".to_owned(), webhook_type.to_owned()),
+                    ("object_type".to_owned(), object_type.to_owned()),
+                    ("plugin_name".to_owned(), plugin.to_owned()),
+                    ("reason".to_owned(), decision.metric_label().to_owned()),
+                ])
+                .inc();
+        }
     }
 
-    pub fn count_malformed(&self, path: &str) {
+    /// Counts a request answered without a review, by `reason` (a
+    /// `BodyRefused` label).
+    pub fn count_malformed(&self, path: &str, reason: &str) {
         self.malformed_requests
-            .get_or_create(&vec![("path".to_owned(), path.to_owned())])
+            .get_or_create(&vec![
+                ("path".to_owned(), path.to_owned()),
+                ("reason".to_owned(), reason.to_owned()),
+            ])
             .inc();
     }
 }
@@ -335,7 +360,7 @@ impl Handlers {
 
     /// A number in `0..100` for profile probabilities (xorshift; fairness is all that matters).
     fn roll(&self) -> i64 {
-        let mut state = self.random_state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.random_state.lock_or_recover();
         let mut x = *state
             ^ self
                 .sequence
@@ -748,7 +773,7 @@ impl Handlers {
             if let Err(reason) =
                 validate_pod_quota(request.operation, &new_pod, old_pod.as_ref(), &quotas)
             {
-                errors.push(reason);
+                errors.push(reason.to_string());
             }
         }
         if !errors.is_empty() {
@@ -805,7 +830,7 @@ impl Handlers {
         };
         let mut filled = quota;
         if let Err(reason) = fill_quota_defaults(&mut filled, &existing) {
-            return Decision::bad_request(reason);
+            return Decision::bad_request(reason.to_string()).with_reason(reason.metric_label());
         }
         match serde_json::to_value(&filled) {
             Ok(value) => Decision::patch_between(&original, &value),
@@ -876,7 +901,9 @@ impl Handlers {
             options,
         ) {
             Ok(()) => Decision::allow(),
-            Err(reason) => Decision::bad_request(reason),
+            Err(reason) => {
+                Decision::bad_request(reason.to_string()).with_reason(reason.metric_label())
+            }
         }
     }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 use apis::extension::ANNOTATION_CHILD_REQUEST;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use futures::future::BoxFuture;
+use koord_common::sync::MutexExt;
 use kube::ResourceExt;
 use tokio::sync::{Semaphore, oneshot};
 
@@ -122,7 +123,7 @@ impl QuotaEvaluator {
         let key = attributes.key();
         let (reply, answer) = oneshot::channel();
         let start_worker = {
-            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queues = self.inner.queues.lock_or_recover();
             let queue = queues.entry(key.clone()).or_default();
             queue.waiting.push(Waiter { attributes, reply });
             !std::mem::replace(&mut queue.busy, true)
@@ -151,7 +152,7 @@ struct DrainGuard {
 impl Drop for DrainGuard {
     fn drop(&mut self) {
         if !self.done {
-            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queues = self.inner.queues.lock_or_recover();
             queues.remove(&self.key);
         }
     }
@@ -171,7 +172,7 @@ impl Inner {
                 return;
             };
             let batch: Vec<Waiter> = {
-                let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                let mut queues = self.queues.lock_or_recover();
                 let Some(queue) = queues.get_mut(&key) else {
                     guard.done = true;
                     return;
@@ -370,10 +371,7 @@ impl KubeQuotaAccess {
     }
 
     fn remember(&self, key: String, quota: ElasticQuota) {
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remember(key, quota);
+        self.written.lock_or_recover().remember(key, quota);
     }
 }
 
@@ -411,7 +409,7 @@ impl QuotaAccess for KubeQuotaAccess {
                     .await
                     .map_err(|err| api_message(&err))?,
             };
-            let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+            let mut written = self.written.lock_or_recover();
             match written.quotas.get(&key) {
                 Some(mine) if !at_least_as_new(&read, mine) => Ok(mine.clone()),
                 Some(_) => {
@@ -456,7 +454,7 @@ impl QuotaAccess for KubeQuotaAccess {
                 Err(kube::Error::Api(status)) if status.code == 409 => {
                     if !jitter.is_zero() {
                         let pause = {
-                            let mut state = self.random.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut state = self.random.lock_or_recover();
                             jittered(&mut state, jitter)
                         };
                         tokio::time::sleep(pause).await;

@@ -144,6 +144,9 @@ pub struct Decision {
     pub code: u16,
     pub message: String,
     pub patch: Option<json_patch::Patch>,
+    /// Why it was refused, as a metric label, when the webhook's error type
+    /// says more than the code.
+    pub reason: Option<&'static str>,
 }
 
 impl Decision {
@@ -153,6 +156,7 @@ impl Decision {
             code: 200,
             message: String::new(),
             patch: None,
+            reason: None,
         }
     }
 
@@ -176,6 +180,7 @@ impl Decision {
             code: 403,
             message: message.into(),
             patch: None,
+            reason: None,
         }
     }
 
@@ -184,6 +189,25 @@ impl Decision {
         Decision {
             code: 400,
             ..Decision::deny(message)
+        }
+    }
+
+    /// The refusal's metric label (see [`Decision::metric_label`]).
+    pub fn with_reason(self, reason: &'static str) -> Self {
+        Decision {
+            reason: Some(reason),
+            ..self
+        }
+    }
+
+    /// The `reason` label of a refusal: the one given, else what the code
+    /// says (400 bad request, 403 denied, anything else internal).
+    pub fn metric_label(&self) -> &'static str {
+        match (self.reason, self.code) {
+            (Some(reason), _) => reason,
+            (None, 400) => "bad_request",
+            (None, 403) => "denied",
+            (None, _) => "internal",
         }
     }
 
@@ -324,6 +348,16 @@ mod tests {
     fn equal_objects_give_a_plain_allow() {
         let same = json!({"a": 1});
         assert_eq!(Decision::patch_between(&same, &same), Decision::allow());
+    }
+
+    #[test]
+    fn refusals_carry_a_metric_label() {
+        assert_eq!(Decision::bad_request("x").metric_label(), "bad_request");
+        assert_eq!(Decision::deny("x").metric_label(), "denied");
+        assert_eq!(Decision::internal("x").metric_label(), "internal");
+        let labelled = Decision::bad_request("x").with_reason("in_use");
+        assert_eq!(labelled.metric_label(), "in_use");
+        assert_eq!(labelled.message, "x");
     }
 
     #[test]

@@ -37,6 +37,45 @@ pub enum ServeError {
     Tls(#[from] crate::cert::CertError),
 }
 
+/// Why a request got no AdmissionReview answer. The messages are the
+/// plain-text bodies; [`BodyRefused::metric_label`] is the `reason` label of
+/// `koord_manager_webhook_malformed_requests`.
+#[derive(Debug, thiserror::Error)]
+enum BodyRefused {
+    #[error("AdmissionReview body larger than {MAX_REVIEW_BYTES} bytes")]
+    TooLarge,
+    #[error("cannot read the AdmissionReview body: {0}")]
+    Unreadable(String),
+    #[error("AdmissionReview body not received within {}s", BODY_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("malformed AdmissionReview: {0}")]
+    Malformed(#[source] serde_json::Error),
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+impl BodyRefused {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            BodyRefused::TooLarge => "too_large",
+            BodyRefused::Unreadable(_) => "unreadable",
+            BodyRefused::Timeout => "timeout",
+            BodyRefused::Malformed(_) => "malformed",
+            BodyRefused::NoRequest => "no_request",
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            BodyRefused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyRefused::Timeout => StatusCode::REQUEST_TIMEOUT,
+            BodyRefused::Unreadable(_) | BodyRefused::Malformed(_) | BodyRefused::NoRequest => {
+                StatusCode::BAD_REQUEST
+            }
+        }
+    }
+}
+
 /// The admission routes plus `/healthz`.
 pub fn router(handlers: Arc<Handlers>) -> Router {
     let mut router = Router::new();
@@ -48,9 +87,9 @@ pub fn router(handlers: Arc<Handlers>) -> Router {
                     match read_body(request).await {
                         Ok(body) => admit(&handlers, path, &body).await,
                         Err(refused) => {
-                            handlers.metrics.count_malformed(path);
-                            tracing::warn!(path, reason = %refused.1, "admission request body refused");
-                            refused_body(refused)
+                            handlers.metrics.count_malformed(path, refused.metric_label());
+                            tracing::warn!(path, reason = %refused, "admission request body refused");
+                            refused_body(&refused)
                         }
                     }
                 },
@@ -64,34 +103,23 @@ pub fn router(handlers: Arc<Handlers>) -> Router {
 
 /// The body of a review: at most [`MAX_REVIEW_BYTES`] (a larger announced
 /// length is refused before anything is read), within [`BODY_TIMEOUT`].
-async fn read_body(request: Request) -> Result<Bytes, (StatusCode, String)> {
-    let too_large = || {
-        (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("AdmissionReview body larger than {MAX_REVIEW_BYTES} bytes"),
-        )
-    };
+async fn read_body(request: Request) -> Result<Bytes, BodyRefused> {
     let announced = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if announced.is_some_and(|length| length > MAX_REVIEW_BYTES as u64) {
-        return Err(too_large());
+        return Err(BodyRefused::TooLarge);
     }
     let read = async {
         use futures::StreamExt;
         let mut chunks = request.into_body().into_data_stream();
         let mut body = Vec::new();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|error| {
-                (
-                    StatusCode::BAD_REQUEST,
-                    format!("cannot read the AdmissionReview body: {error}"),
-                )
-            })?;
+            let chunk = chunk.map_err(|error| BodyRefused::Unreadable(error.to_string()))?;
             if body.len() + chunk.len() > MAX_REVIEW_BYTES {
-                return Err(too_large());
+                return Err(BodyRefused::TooLarge);
             }
             body.extend_from_slice(&chunk);
         }
@@ -99,26 +127,20 @@ async fn read_body(request: Request) -> Result<Bytes, (StatusCode, String)> {
     };
     match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Ok(read) => read,
-        Err(_) => Err((
-            StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "AdmissionReview body not received within {}s",
-                BODY_TIMEOUT.as_secs()
-            ),
-        )),
+        Err(_) => Err(BodyRefused::Timeout),
     }
 }
 
 /// A refused body: the reason, and the connection closed (the rest of the
 /// body is not read).
-fn refused_body((status, message): (StatusCode, String)) -> Response {
+fn refused_body(refused: &BodyRefused) -> Response {
     (
-        status,
+        refused.status(),
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
             (header::CONNECTION, "close"),
         ],
-        message,
+        refused.to_string(),
     )
         .into_response()
 }
@@ -133,23 +155,20 @@ fn plain(status: StatusCode, message: String) -> Response {
 }
 
 async fn admit(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
+    // The body was read whole: the connection may stay open.
+    let refuse = |refused: BodyRefused| {
+        handlers
+            .metrics
+            .count_malformed(path, refused.metric_label());
+        tracing::warn!(path, reason = %refused, "malformed admission request body");
+        plain(refused.status(), refused.to_string())
+    };
     let review: AdmissionReview = match serde_json::from_slice(body) {
         Ok(review) => review,
-        Err(err) => {
-            handlers.metrics.count_malformed(path);
-            tracing::warn!(path, error = %err, "malformed admission request body");
-            return plain(
-                StatusCode::BAD_REQUEST,
-                format!("malformed AdmissionReview: {err}"),
-            );
-        }
+        Err(err) => return refuse(BodyRefused::Malformed(err)),
     };
     let Some(request) = review.request else {
-        handlers.metrics.count_malformed(path);
-        return plain(
-            StatusCode::BAD_REQUEST,
-            "AdmissionReview has no request".to_owned(),
-        );
+        return refuse(BodyRefused::NoRequest);
     };
     let decision = handlers.handle(path, &request).await;
     match response_review(&review.api_version, &request.uid, &decision) {

@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::http::{self, HeaderValue, Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
+use koord_common::sync::RwLockExt;
 use serde_json::Value;
 use tokio::net::{UnixListener, UnixStream};
 
@@ -326,7 +327,7 @@ impl DockerProxy {
     /// The engine's cgroup driver, asked once; cgroupfs (with a warning)
     /// while the engine cannot say.
     pub async fn cgroup_driver(&self) -> CgroupDriver {
-        if let Some(driver) = *self.driver.read().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(driver) = *self.driver.read_or_recover() {
             return driver;
         }
         match self.get_json("/info").await {
@@ -337,7 +338,7 @@ impl DockerProxy {
                     .unwrap_or_default();
                 let driver = CgroupDriver::from_info(name);
                 tracing::info!(cgroup_driver = name, "Docker engine's cgroup driver");
-                *self.driver.write().unwrap_or_else(|p| p.into_inner()) = Some(driver);
+                *self.driver.write_or_recover() = Some(driver);
                 driver
             }
             Err(error) => {

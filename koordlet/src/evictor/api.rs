@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use kube::api::{Patch, PatchParams, PostParams};
 
-use super::{EVICTED_REASON, EvictionOutcome, EvictionRequest, PodRef};
+use super::request::{EVICTED_REASON, EvictionOutcome, EvictionRequest, PodRef};
 
 /// Event reasons upstream's koordlet records.
 pub const EVENT_REASON_EVICT_SUCCESS: &str = "evictPodSuccess";
@@ -170,10 +170,10 @@ async fn record_event(
         message: Some(message.to_string()),
         type_: Some("Warning".to_string()),
         source: Some(EventSource {
-            component: Some(crate::COMPONENT.name.to_string()),
+            component: Some(crate::identity::COMPONENT.name.to_string()),
             host: Some(node_name.to_string()),
         }),
-        reporting_component: Some(crate::COMPONENT.name.to_string()),
+        reporting_component: Some(crate::identity::COMPONENT.name.to_string()),
         reporting_instance: Some(node_name.to_string()),
         first_timestamp: time.clone(),
         last_timestamp: time,

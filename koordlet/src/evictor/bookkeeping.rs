@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use super::EVICTED_MEMORY;
+use super::request::EVICTED_MEMORY;
 
 /// Round-to-round memory of an eviction strategy (part of its state);
 /// times come from the snapshot.

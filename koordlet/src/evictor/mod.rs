@@ -25,6 +25,7 @@ pub mod bookkeeping;
 pub mod kill;
 pub mod qos;
 pub mod ratelimit;
+pub mod request;
 pub mod runtime;
 
 use std::collections::HashMap;
@@ -41,13 +42,7 @@ pub use api::{
     EVENT_REASON_EVICT_SUCCESS, eviction_body, eviction_path,
 };
 use ratelimit::TokenBucket;
-
-/// Upstream's reason string for every koordlet eviction (metric label and
-/// Event message).
-pub const EVICTED_REASON: &str = "evicted";
-
-/// How long a pod stays "already evicted" (upstream's expiring cache).
-pub const EVICTED_MEMORY: Duration = Duration::from_secs(120);
+pub use request::{EVICTED_MEMORY, EVICTED_REASON, EvictionOutcome, EvictionRequest, PodRef};
 
 /// Eviction flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -90,102 +85,6 @@ impl Default for EvictorArgs {
             qps: 1.0,
             burst: 5,
             containerd_endpoint: None,
-        }
-    }
-}
-
-/// The pod to evict.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-impl std::fmt::Display for PodRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// One eviction a strategy asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictionRequest {
-    pub pod: PodRef,
-    /// The upstream feature that decided it (`BEMemoryEvict`, `BECPUEvict`).
-    pub trigger: String,
-    /// Why, for humans (logged, in the Event and the annotation).
-    pub message: String,
-    /// Absolute cgroup directories of the pod (for the standalone kill).
-    pub cgroup_dirs: Vec<PathBuf>,
-    /// Runtime IDs (`containerd://<id>`) of the pod's started containers
-    /// (for stopping them through the runtime).
-    pub containers: Vec<String>,
-}
-
-impl EvictionRequest {
-    /// Upstream's wording: `trigger by koordlet feature <trigger>, kill pod: <name>`.
-    pub fn upstream_message(&self) -> String {
-        format!(
-            "trigger by koordlet feature {}, kill pod: {}",
-            self.trigger, self.pod.name
-        )
-    }
-}
-
-/// What happened to one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EvictionOutcome {
-    /// The API server accepted the eviction.
-    Evicted,
-    /// The pod's processes were killed (standalone).
-    Killed { processes: usize },
-    /// The pod's containers were stopped through the runtime.
-    Stopped { containers: usize },
-    /// Evicted by an earlier round and not gone yet.
-    AlreadyEvicted,
-    /// An eviction of the same pod is still under way.
-    InProgress,
-    /// `--evict-dry-run`: only logged.
-    DryRun,
-    /// Standalone without `--evict-standalone-kill`: only logged.
-    LoggedOnly,
-    /// The rate limit is exhausted; try again later.
-    RateLimited,
-    /// The API server refused for now (429: a PodDisruptionBudget does not
-    /// allow it yet); retried at a later round.
-    Blocked { message: String },
-    /// Anything else.
-    Failed { error: String },
-}
-
-impl EvictionOutcome {
-    /// Whether the strategy may count the pod's resources as released
-    /// (dry runs count, so a dry run shows the victims a real run would pick).
-    pub fn releases(&self) -> bool {
-        matches!(
-            self,
-            Self::Evicted
-                | Self::Killed { .. }
-                | Self::Stopped { .. }
-                | Self::AlreadyEvicted
-                | Self::DryRun
-        )
-    }
-
-    /// The metric label.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Evicted => "evicted",
-            Self::Killed { .. } => "killed",
-            Self::Stopped { .. } => "containers_stopped",
-            Self::AlreadyEvicted => "already_evicted",
-            Self::InProgress => "in_progress",
-            Self::DryRun => "dry_run",
-            Self::LoggedOnly => "logged_only",
-            Self::RateLimited => "rate_limited",
-            Self::Blocked { .. } => "blocked",
-            Self::Failed { .. } => "failed",
         }
     }
 }
@@ -301,7 +200,7 @@ impl PodEvictor {
             Some(client) if args.only_evict_by_api => EvictionBackend::Api(client),
             Some(client) => EvictionBackend::RuntimeKill {
                 stopper: Arc::new(runtime::CriStopper::new(runtime::CriEndpoints {
-                    var_run_root: PathBuf::from(crate::runtimehooks::nri::VAR_RUN_ROOT),
+                    var_run_root: PathBuf::from(crate::system::VAR_RUN_ROOT),
                     containerd: args.containerd_endpoint.clone(),
                 })),
                 events: Some(client),

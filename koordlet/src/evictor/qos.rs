@@ -49,7 +49,7 @@ pub async fn runner_evictor(
         Some((_, connected)) if !args.only_evict_by_api => EvictionBackend::RuntimeKill {
             stopper: Arc::new(super::runtime::CriStopper::new(
                 super::runtime::CriEndpoints {
-                    var_run_root: PathBuf::from(crate::runtimehooks::nri::VAR_RUN_ROOT),
+                    var_run_root: PathBuf::from(crate::system::VAR_RUN_ROOT),
                     containerd: args.containerd_endpoint.clone(),
                 },
             )),

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
+use koord_common::sync::MutexExt;
+
 /// Upstream's CRI call timeout (`defaultConnectionTimeout`).
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -166,7 +168,7 @@ impl CriStopper {
     }
 
     fn channel(&self, socket: &Path) -> tonic::transport::Channel {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = self.channels.lock_or_recover();
         channels
             .entry(socket.to_path_buf())
             .or_insert_with(|| unix_channel(socket.to_path_buf()))

@@ -38,9 +38,10 @@ pub use key::{
     BeLabel, Entity, GpuLabel, MetricKind, PsiDegree, PsiLabel, PsiResource, PsiWindow, SeriesKey,
     SeriesLabel,
 };
-pub use series::BYTES_PER_SAMPLE;
+use koord_common::sync::RwLockExt;
+pub use series::{AppendError, BYTES_PER_SAMPLE};
 
-use crate::metricsadvisor::CpuTopology;
+use crate::system::cputopology::CpuTopology;
 use series::Series;
 
 /// Default retention of samples (upstream keeps 12 h on disk; 30 min covers
@@ -137,17 +138,6 @@ impl MetricCacheConfig {
     pub fn max_bytes_for(&self, series: usize) -> usize {
         series * (self.max_samples_per_series() * BYTES_PER_SAMPLE + APPROX_BYTES_PER_SERIES)
     }
-}
-
-/// Why one sample was not stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AppendError {
-    #[error(
-        "sample at {sample_ms} ms is older than the newest sample of its series at {newest_ms} ms"
-    )]
-    OutOfOrder { newest_ms: i64, sample_ms: i64 },
-    #[error("sample value is not a finite number")]
-    NotFinite,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -247,11 +237,11 @@ impl MetricCache {
     // A panic while holding the lock cannot leave a series half-written in a
     // way later readers would misread, so a poisoned lock is still usable.
     fn read(&self) -> RwLockReadGuard<'_, HashMap<SeriesKey, Series>> {
-        self.series.read().unwrap_or_else(|p| p.into_inner())
+        self.series.read_or_recover()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, HashMap<SeriesKey, Series>> {
-        self.series.write().unwrap_or_else(|p| p.into_inner())
+        self.series.write_or_recover()
     }
 
     /// Stores a batch under one lock. Samples of one series must come in time
@@ -404,27 +394,21 @@ impl MetricCache {
 
     /// Stores the latest CPU topology snapshot (upstream's `node_cpu_info` KV entry).
     pub fn set_cpu_topology(&self, topology: Arc<CpuTopology>) {
-        *self.cpu_topology.write().unwrap_or_else(|p| p.into_inner()) = Some(topology);
+        *self.cpu_topology.write_or_recover() = Some(topology);
     }
 
     pub fn cpu_topology(&self) -> Option<Arc<CpuTopology>> {
-        self.cpu_topology
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.cpu_topology.read_or_recover().clone()
     }
 
     /// Stores the GPUs the usage collector found; `None` when the node has
     /// none (or NVML stopped answering), so nothing GPU is reported.
     pub fn set_gpu_devices(&self, devices: Option<Arc<[GpuDevice]>>) {
-        *self.gpu_devices.write().unwrap_or_else(|p| p.into_inner()) = devices;
+        *self.gpu_devices.write_or_recover() = devices;
     }
 
     pub fn gpu_devices(&self) -> Option<Arc<[GpuDevice]>> {
-        self.gpu_devices
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.gpu_devices.read_or_recover().clone()
     }
 }
 

@@ -21,7 +21,16 @@
 
 use std::collections::VecDeque;
 
-use super::AppendError;
+/// Why one sample was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    #[error(
+        "sample at {sample_ms} ms is older than the newest sample of its series at {newest_ms} ms"
+    )]
+    OutOfOrder { newest_ms: i64, sample_ms: i64 },
+    #[error("sample value is not a finite number")]
+    NotFinite,
+}
 
 /// Samples per block: large enough that the block header (~60 bytes with
 /// the allocation) is under half a byte a sample, small enough that expiry

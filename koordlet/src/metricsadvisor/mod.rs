@@ -50,13 +50,14 @@ pub use hostapp::{HostAppCollector, host_app_cgroup_dir};
 pub use node::NodeResourceCollector;
 pub use numa::NumaResourceCollector;
 pub use parse::ParseError;
+pub use parse::PsiByResource;
 pub use pods::PodResourceCollector;
 pub use prom::{AdvisorMetrics, PsiOwner, PsiRecorder};
-pub use psi::{PsiByResource, PsiCollector, node_psi_available, psi_samples};
+pub use psi::{PsiCollector, node_psi_available, psi_samples};
 pub use rate::Previous;
 pub use topology::{
-    CpuFacts, CpuInfo, CpuTopology, CpuTopologyCollector, TopologySurvey, parse_topology_id,
-    read_cpu_topology, survey_cpu_topology,
+    CpuFacts, CpuTopologyCollector, TopologySurvey, parse_topology_id, read_cpu_topology,
+    survey_cpu_topology,
 };
 
 /// What the collectors need to know about a pod on this node. The states

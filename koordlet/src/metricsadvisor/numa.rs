@@ -129,7 +129,7 @@ impl Collector for NumaResourceCollector {
 mod tests {
     use super::*;
     use crate::metriccache::MetricCacheConfig;
-    use crate::metricsadvisor::{CpuInfo, CpuTopology};
+    use crate::system::cputopology::{CpuInfo, CpuTopology};
     use koord_common::testing::TempDir;
     use std::fs;
     use std::time::{Duration, UNIX_EPOCH};

@@ -3,6 +3,8 @@
 
 use std::num::ParseIntError;
 
+use crate::metriccache::PsiResource;
+
 /// Why the content of a kernel file could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
@@ -582,6 +584,24 @@ pub struct PsiLine {
 pub struct PsiStats {
     pub some: PsiLine,
     pub full: Option<PsiLine>,
+}
+
+/// PSI of the three resources of one cgroup or the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PsiByResource {
+    pub cpu: PsiStats,
+    pub memory: PsiStats,
+    pub io: PsiStats,
+}
+
+impl PsiByResource {
+    pub fn get(&self, resource: PsiResource) -> &PsiStats {
+        match resource {
+            PsiResource::Cpu => &self.cpu,
+            PsiResource::Memory => &self.memory,
+            PsiResource::Io => &self.io,
+        }
+    }
 }
 
 const PSI: &str = "pressure";

@@ -10,7 +10,7 @@ use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::family::Family;
 
 use super::PodMeta;
-use super::psi::PsiByResource;
+use super::parse::PsiByResource;
 use crate::metriccache::{MetricKind, PsiDegree, PsiResource, PsiWindow, Sample};
 
 type Labels = Vec<(String, String)>;

@@ -7,31 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::parse::{PsiStats, parse_psi};
+use super::parse::{PsiByResource, parse_psi};
 use super::prom::{PsiOwner, PsiRecorder};
 use super::{CollectError, Collector, PodsSnapshot, read_parsed};
 use crate::metriccache::{
     Entity, MetricKind, PsiDegree, PsiLabel, PsiResource, PsiWindow, Sample, SeriesKey, SeriesLabel,
 };
 use crate::system::cgroup::{CgroupLayout, CgroupResource};
-
-/// PSI of the three resources of one cgroup or the node.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PsiByResource {
-    pub cpu: PsiStats,
-    pub memory: PsiStats,
-    pub io: PsiStats,
-}
-
-impl PsiByResource {
-    pub fn get(&self, resource: PsiResource) -> &PsiStats {
-        match resource {
-            PsiResource::Cpu => &self.cpu,
-            PsiResource::Memory => &self.memory,
-            PsiResource::Io => &self.io,
-        }
-    }
-}
 
 fn cgroup_resource(resource: PsiResource) -> CgroupResource {
     match resource {

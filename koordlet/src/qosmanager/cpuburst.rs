@@ -451,10 +451,10 @@ mod tests {
 
     use super::*;
     use crate::metriccache::{MetricCache, MetricCacheConfig, Sample};
-    use crate::metricsadvisor::{CpuInfo, CpuTopology};
     use crate::qosmanager::framework::MapReader;
     use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::system::cgroup::QosTier;
+    use crate::system::cputopology::{CpuInfo, CpuTopology};
 
     fn now() -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)

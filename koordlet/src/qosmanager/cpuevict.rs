@@ -34,9 +34,10 @@ use std::time::{Duration, SystemTime};
 use apis::extension::BATCH_CPU;
 use apis::slo::v1alpha1::{CPUEvictPolicy, ResourceThresholdStrategy};
 
+use super::evictreport::{ReleaseTarget, ResourceList};
 use super::evicttask::{
-    self, EvictTask, PodRelease, ReleaseTarget, RequestKind, ResourceList, be_candidates,
-    be_cpu_order, cpu_request_desc, cpu_used_desc, priority_candidates,
+    self, EvictTask, PodRelease, RequestKind, be_candidates, be_cpu_order, cpu_request_desc,
+    cpu_used_desc, priority_candidates,
 };
 use super::framework::{Decision, FeatureGate, QosSnapshot, Strategy};
 use super::memoryevict::{allocatable_thresholds, disabled_by_node_slo, effective_thresholds};

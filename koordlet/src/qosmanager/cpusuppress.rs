@@ -32,8 +32,8 @@ use apis::extension::QoSClass;
 use apis::slo::v1alpha1::{CPUSuppressPolicy, ResourceThresholdStrategy};
 
 use super::framework::{Decision, QosSnapshot, Strategy};
-use crate::metricsadvisor::{CpuInfo, CpuTopology};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
+use crate::system::cputopology::{CpuInfo, CpuTopology};
 use crate::system::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
 
 pub const NAME: &str = "cpusuppress";

@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use koord_common::MetricsRegistry;
 use koord_common::metrics::FloatGauge;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -272,8 +273,7 @@ impl DistributionMetrics {
             labels.push(("generation", version.generation_label()));
             self.rule_version.get_or_create(&labels).set(1.0);
             self.version_labels
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_or_recover()
                 .insert(strategy, labels);
             let labels = self.strategy_labels(strategy);
             match version.updated_at {
@@ -313,11 +313,7 @@ impl DistributionMetrics {
     /// Removes `strategy`'s version series (a family cannot be listed, so
     /// the labels of each strategy's current series are kept).
     fn clear_strategy_versions(&self, strategy: &'static str) {
-        let previous = self
-            .version_labels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(strategy);
+        let previous = self.version_labels.lock_or_recover().remove(strategy);
         if let Some(previous) = previous {
             self.rule_version.remove(&previous);
         }

@@ -55,16 +55,17 @@ use apis::slo::v1alpha1::NodeSLOSpec;
 use k8s_openapi::api::core::v1::Pod;
 use koord_common::MetricsRegistry;
 use koord_common::metrics::FloatGauge;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::distribution::{DistributionMetrics, RuleDistribution};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::MetricCache;
-use crate::metricsadvisor::CpuTopology;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
+use crate::system::cputopology::CpuTopology;
 use crate::system::units::CpuSet;
 
 // ---------------------------------------------------------------------------
@@ -371,7 +372,7 @@ impl QosSnapshot {
             reader: Arc::new(MapReader::default()),
             config: QosManagerConfig::default(),
             eviction_refused: Default::default(),
-            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
+            eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
             volumes: Arc::new(crate::statesinformer::volumes::MapVolumeLookup::default()),
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
@@ -513,7 +514,7 @@ pub struct Decision {
     pub gauges: Vec<GaugeValue>,
     /// An eviction strategy's account of the round (tasks, victims, dry
     /// runs), served by `GET /qos/explain?evictions`.
-    pub eviction_report: Option<super::evicttask::EvictionReport>,
+    pub eviction_report: Option<super::evictreport::EvictionReport>,
     /// Settings the strategy wanted but this kernel cannot take, served by
     /// `GET /qos/explain?unsupported`; replaced every round.
     pub unsupported: Vec<UnsupportedSetting>,
@@ -941,7 +942,7 @@ pub trait Evictor: Send + Sync {
     /// How long a pod asked to go still counts as releasing its resources
     /// (see [`QosSnapshot::eviction_pending_window`]).
     fn pending_window(&self) -> Duration {
-        crate::evictor::EVICTED_MEMORY
+        crate::evictor::request::EVICTED_MEMORY
     }
 }
 
@@ -1025,17 +1026,16 @@ pub struct ManagedFile {
 pub struct ManagedFiles {
     inner: Arc<Mutex<BTreeMap<String, ManagedFile>>>,
     /// The latest eviction report of each eviction strategy.
-    eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evicttask::EvictionReport>>>,
+    eviction_reports: Arc<Mutex<BTreeMap<&'static str, super::evictreport::EvictionReport>>>,
     /// Each strategy's settings this kernel cannot take, from its latest round.
     unsupported: Arc<Mutex<BTreeMap<&'static str, Vec<UnsupportedSetting>>>>,
 }
 
 impl ManagedFiles {
     /// The latest report of every eviction strategy, by strategy name.
-    pub fn eviction_reports(&self) -> Vec<super::evicttask::EvictionReport> {
+    pub fn eviction_reports(&self) -> Vec<super::evictreport::EvictionReport> {
         self.eviction_reports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .values()
             .cloned()
             .collect()
@@ -1044,19 +1044,17 @@ impl ManagedFiles {
     fn set_eviction_report(
         &self,
         strategy: &'static str,
-        report: super::evicttask::EvictionReport,
+        report: super::evictreport::EvictionReport,
     ) {
         self.eviction_reports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .insert(strategy, report);
     }
 
     /// Every strategy's unsupported settings from its latest round.
     pub fn unsupported(&self) -> Vec<UnsupportedSetting> {
         self.unsupported
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .values()
             .flatten()
             .cloned()
@@ -1064,7 +1062,7 @@ impl ManagedFiles {
     }
 
     fn set_unsupported(&self, strategy: &'static str, settings: Vec<UnsupportedSetting>) {
-        let mut map = self.unsupported.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.unsupported.lock_or_recover();
         if settings.is_empty() {
             map.remove(strategy);
         } else {
@@ -1073,7 +1071,7 @@ impl ManagedFiles {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ManagedFile>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_recover()
     }
 
     pub fn get(&self, path: &str) -> Option<ManagedFile> {
@@ -1496,7 +1494,7 @@ impl QosRunner {
         &self,
         name: &'static str,
         gauges: &[GaugeValue],
-        eviction_report: Option<super::evicttask::EvictionReport>,
+        eviction_report: Option<super::evictreport::EvictionReport>,
         unsupported: Vec<UnsupportedSetting>,
     ) {
         if let Some(metrics) = &self.metrics {

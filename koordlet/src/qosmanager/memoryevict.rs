@@ -31,9 +31,10 @@ use apis::configuration::merge::merged;
 use apis::extension::PRIORITY_MID_VALUE_MAX;
 use apis::slo::v1alpha1::ResourceThresholdStrategy;
 
+use super::evictreport::{ReleaseTarget, ResourceList};
 use super::evicttask::{
-    self, EvictTask, PodRelease, ReleaseTarget, RequestKind, ResourceList, be_candidates,
-    be_memory_order, memory_request_desc, memory_used_desc, priority_candidates,
+    self, EvictTask, PodRelease, RequestKind, be_candidates, be_memory_order, memory_request_desc,
+    memory_used_desc, priority_candidates,
 };
 use super::framework::{Decision, FeatureGate, QosSnapshot, Strategy};
 use crate::evictor::bookkeeping::EvictionMemory;

@@ -13,6 +13,7 @@ pub mod cpuburst;
 pub mod cpuevict;
 pub mod cpusuppress;
 pub mod distribution;
+pub mod evictreport;
 pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;

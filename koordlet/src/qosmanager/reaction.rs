@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use koord_common::MetricsRegistry;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -524,11 +525,11 @@ impl Default for SharedFloor {
 
 impl SharedFloor {
     pub fn get(&self) -> Option<LsFloor> {
-        *self.floor.lock().unwrap_or_else(|p| p.into_inner())
+        *self.floor.lock_or_recover()
     }
 
     pub fn set(&self, floor: LsFloor) {
-        *self.floor.lock().unwrap_or_else(|p| p.into_inner()) = Some(floor);
+        *self.floor.lock_or_recover() = Some(floor);
     }
 
     /// Whether the sampler samples at its period (else it checks twice a

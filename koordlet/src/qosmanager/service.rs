@@ -14,6 +14,7 @@ use apis::extension::{
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use koord_common::Shutdown;
+use koord_common::sync::MutexExt;
 
 use super::framework::{
     CgroupReader, LayoutReader, ManagedFile, ManagedFiles, MetricSample, NodeInfo, NodeUsage,
@@ -22,11 +23,11 @@ use super::framework::{
 use super::reaction::{ReactionLink, Wakeup};
 use crate::capabilities::NodeCapabilities;
 use crate::metriccache::{BeLabel, MetricCache, MetricKind, SeriesKey, SeriesLabel};
-use crate::metricsadvisor::CpuTopology;
 use crate::statesinformer::StatesInformer;
 use crate::statesinformer::cpumanager::read_kubelet_cpu_manager_view;
 use crate::statesinformer::podmeta::pod_meta_of;
 use crate::system::cgroup::CgroupLayout;
+use crate::system::cputopology::CpuTopology;
 use crate::system::units::CpuSet;
 
 /// The explain endpoint's path.
@@ -96,7 +97,7 @@ impl SnapshotSource {
             reader: Arc::new(LayoutReader(self.layout.clone())) as Arc<dyn CgroupReader>,
             config: self.config.clone(),
             eviction_refused: Default::default(),
-            eviction_pending_window: crate::evictor::EVICTED_MEMORY,
+            eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
             volumes: self.states.volume_lookup(),
             kubelet_root: self
@@ -365,7 +366,7 @@ pub fn spawn_runner_with_reaction(
                 }
                 let now = SystemTime::now();
                 let mut snapshot = source.snapshot(now);
-                let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
+                let mut runner = runner.lock_or_recover();
                 snapshot.eviction_refused = runner.refused_evictions();
                 snapshot.eviction_pending_window = runner.eviction_pending_window();
                 if let Some(link) = &reaction {
@@ -573,7 +574,7 @@ pub fn explain(
 /// `GET /qos/explain[?pod=<ns>/<name>|?tier=be]`: JSON array of
 /// [`ExplainEntry`]; 400 for a bad query, 404 for an unknown pod.
 /// `GET /qos/explain?evictions[=<strategy>]`: JSON array of the eviction
-/// strategies' latest [`EvictionReport`](super::evicttask::EvictionReport)s
+/// strategies' latest [`EvictionReport`](super::evictreport::EvictionReport)s
 /// (tasks, victims, dry-run victims, why features did nothing); 404 for a
 /// strategy that has not reported.
 /// `GET /qos/explain?unsupported`: JSON array of

@@ -1,5 +1,5 @@
 //! The audit trail: a bounded ring of recent cgroup writes (time, file, old
-//! value, new value, reason, result), served as JSON.
+//! value, new value, reason, result), served as JSON by [`super::http`].
 //!
 //! Bounded twice (issue 16): every text field is cut to
 //! [`crate::bounds::MAX_LOGGED_BYTES`] plus its length, and the ring holds at
@@ -131,35 +131,6 @@ impl AuditRing {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
-}
-
-/// Path of the audit endpoint served by [`audit_router`].
-pub const AUDIT_PATH: &str = "/resource-executor/writes";
-
-/// Records returned when the request gives no `limit`.
-pub const DEFAULT_AUDIT_LIMIT: usize = 100;
-
-#[derive(Debug, serde::Deserialize)]
-struct AuditQuery {
-    limit: Option<usize>,
-}
-
-/// `GET /resource-executor/writes[?limit=N]`: the executor's recent writes as
-/// a JSON array of [`AuditRecord`], newest first (default 100 records). Merge
-/// the returned router into koordlet's local HTTP server.
-pub fn audit_router(executor: super::ResourceExecutor) -> axum::Router {
-    use axum::extract::{Query, State};
-    axum::Router::new()
-        .route(
-            AUDIT_PATH,
-            axum::routing::get(
-                |State(executor): State<super::ResourceExecutor>,
-                 Query(query): Query<AuditQuery>| async move {
-                    axum::Json(executor.recent_writes(query.limit.unwrap_or(DEFAULT_AUDIT_LIMIT)))
-                },
-            ),
-        )
-        .with_state(executor)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a wall-clock time (the epoch if earlier).

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use koord_common::MetricsRegistry;
+use koord_common::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -273,11 +274,7 @@ impl ResourceExecutor {
         updates: impl IntoIterator<Item = ResourceUpdate>,
         now: SystemTime,
     ) -> ApplyReport {
-        let _serialised = self
-            .inner
-            .apply_lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _serialised = self.inner.apply_lock.lock_or_recover();
         let mut report = ApplyReport::default();
 
         let mut to_write = Vec::new();
@@ -438,10 +435,7 @@ impl ResourceExecutor {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.state.lock_or_recover()
     }
 
     #[cfg(test)]

@@ -7,8 +7,8 @@
 //!   thread, skips values written less than the force-update interval ago
 //!   (upstream `-resource-force-update-seconds`, 60 s), and keeps an audit
 //!   ring of recent writes.
-//! - [`audit`]: the audit records and [`audit_router`], which serves them as
-//!   JSON at [`AUDIT_PATH`].
+//! - [`audit`]: the audit records; [`http`]: [`audit_router`], which serves
+//!   them as JSON at [`AUDIT_PATH`].
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,11 +25,13 @@
 
 pub mod audit;
 pub mod executor;
+pub mod http;
 pub mod planner;
 
-pub use audit::{AUDIT_PATH, AuditRecord, AuditResult, audit_router};
+pub use audit::{AuditRecord, AuditResult};
 pub use executor::{
     ApplyReport, DEFAULT_FORCE_UPDATE_INTERVAL, ExecutorConfig, ExecutorError, ResourceExecutor,
     WriteReport, WriteStatus,
 };
+pub use http::{AUDIT_PATH, audit_router};
 pub use planner::{MergePolicy, PlannedWrite, ResourceUpdate, StepKind, merge_updates, plan};

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
+use koord_common::sync::MutexExt;
+
 use super::hooks::coresched::cookie::{CookieManager, CookieOutcome};
 use super::protocol::SideEffect;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
@@ -192,7 +194,7 @@ impl SideEffectApplier {
                 .iter()
                 .any(|effect| matches!(effect, SideEffect::CoreSchedCookie { .. }))
         {
-            let mut manager = cookies.lock().unwrap_or_else(|p| p.into_inner());
+            let mut manager = cookies.lock_or_recover();
             manager.expire(now);
         }
         for (index, effect) in effects.iter().enumerate() {
@@ -231,7 +233,7 @@ impl SideEffectApplier {
                 "core scheduling is not available on this node (no cookie manager)".to_string(),
             );
         };
-        let mut manager = cookies.lock().unwrap_or_else(|p| p.into_inner());
+        let mut manager = cookies.lock_or_recover();
         let outcome = match group {
             Some(group) => manager.enable(container, group, pids, now),
             None => manager.disable(container, pids),
@@ -257,7 +259,7 @@ impl SideEffectApplier {
     }
 
     fn group_dir(&self, group: &str) -> Result<PathBuf, EffectStatus> {
-        if super::hooks::resctrl::is_group_name(group) {
+        if super::resctrlnode::is_group_name(group) {
             Ok(self.resctrl_root.join(group))
         } else {
             Err(EffectStatus::Failed(format!(

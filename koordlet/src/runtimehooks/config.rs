@@ -205,7 +205,7 @@ pub fn load_failure_policy_config(
         })?;
     let has_default = value.as_object().is_some_and(|m| m.contains_key("default"));
     let mut config: FailurePolicyConfig =
-        serde_json::from_value(value).map_err(|error| ConfigError::Parse {
+        apis::yaml::null_as_empty::deserialize(value).map_err(|error| ConfigError::Parse {
             path: path.to_path_buf(),
             error: apis::yaml::YamlError::Invalid(error.to_string()),
         })?;

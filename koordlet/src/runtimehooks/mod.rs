@@ -1,28 +1,39 @@
 //! Runtime hooks: container parameters decided at creation time and kept
 //! right afterwards.
 //!
-//! - [`protocol`]: the transport-neutral hook API and [`protocol::HookDispatcher`];
-//! - [`hooks`]: the hooks and their feature gates;
-//! - [`apply`]: applies decisions that are not part of a runtime reply;
-//! - [`rules`]: node-level inputs rebuilt from the states informer;
-//! - [`server`]: the RuntimeHookService gRPC server and registration file;
-//! - [`reconciler`]: periodic re-application and drift repair;
-//! - [`hostapp`]: the NodeSLO's host applications and their cgroup paths;
-//! - [`scope`]: which cgroups a request may touch (issue 16);
-//! - [`config`]: flags and the failure-policy file;
-//! - [`metrics`]: per-hook calls, errors, latency and repaired drift;
-//! - [`nri`]: the NRI plugin transport.
+//! Layered bottom-up; a module names only modules on its own or a lower
+//! line (`hack/check-module-cycles.py` keeps the files free of circles):
+//!
+//! 0. below this module: feature gates (`crate::features`), capabilities,
+//!    the CPU topology (`crate::system::cputopology`) and the pure share-pool
+//!    arithmetic (`crate::statesinformer::nodetopo::pools`);
+//! 1. node inputs: [`rules`] (node-level inputs rebuilt from the states
+//!    informer), [`resctrlnode`] (the resctrl root and group naming),
+//!    [`scope`] (which cgroups a request may touch, issue 16) and
+//!    [`hostapp`] (the NodeSLO's host applications);
+//! 2. [`protocol`]: the transport-neutral types and the [`protocol::Hook`]
+//!    trait;
+//! 3. [`hooks`]: the hooks, their shared CPU arithmetic and feature gates;
+//! 4. [`dispatcher`] (runs a stage's hooks under the failure policy),
+//!    [`metrics`] and [`apply`] (applies decisions that are not part of a
+//!    runtime reply);
+//! 5. transports: [`server`] (RuntimeHookService gRPC server and
+//!    registration file), [`nri`] (the NRI plugin) and [`reconciler`]
+//!    (periodic re-application and drift repair), with [`config`] (their
+//!    flags and the failure-policy file); this file wires them up.
 //!
 //! User documentation: `koordlet/docs/runtimehooks.md`.
 
 pub mod apply;
 pub mod config;
+pub mod dispatcher;
 pub mod hooks;
 pub mod hostapp;
 pub mod metrics;
 pub mod nri;
 pub mod protocol;
 pub mod reconciler;
+pub mod resctrlnode;
 pub mod rules;
 pub mod scope;
 pub mod server;
@@ -36,8 +47,8 @@ use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
 pub use config::RuntimeHooksArgs;
 
 use self::apply::SideEffectApplier;
-use self::hooks::resctrl::ResctrlNodeInfo;
-use self::protocol::HookDispatcher;
+use self::dispatcher::HookDispatcher;
+use self::resctrlnode::ResctrlNodeInfo;
 use crate::capabilities::NodeCapabilities;
 use crate::resourceexecutor::ResourceExecutor;
 use crate::statesinformer::StatesInformer;

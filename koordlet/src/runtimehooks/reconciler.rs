@@ -28,10 +28,12 @@ use apis::extension::{
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
 use koord_common::Shutdown;
+use koord_common::sync::MutexExt;
 
 use super::apply::{EffectStatus, SideEffectApplier};
+use super::dispatcher::HookDispatcher;
+use super::hooks::cpumath::{milli_cpu_to_quota, milli_cpu_to_shares};
 use super::hooks::resctrl::stale_groups;
-use super::hooks::{milli_cpu_to_quota, milli_cpu_to_shares};
 use super::hostapp::HostAppRefusal;
 use super::protocol::*;
 use super::rules::NodeRules;
@@ -601,7 +603,7 @@ pub fn refresh_rules(
     // Absent, unreadable or malformed: no kubelet information, as in the
     // NodeResourceTopology report.
     let (checkpoint, checkpoint_problem) =
-        match kubelet_root.map(crate::statesinformer::nodetopo::read_cpu_manager_checkpoint) {
+        match kubelet_root.map(crate::statesinformer::cpumanager::read_cpu_manager_checkpoint) {
             Some(Ok(checkpoint)) => (checkpoint, None),
             Some(Err(error)) => (None, Some(error.to_string())),
             None => (None, None),
@@ -670,10 +672,7 @@ impl Reconciler {
         self.report_host_app_refusals(&refused);
         let report = repair_blocking(desired, &self.dispatcher, &self.applier);
         resctrl_gc(&self.dispatcher, &self.applier, &snapshot.pods);
-        let mut reported = self
-            .reported_denials
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut reported = self.reported_denials.lock_or_recover();
         for (pid, value) in &report.oom_lowering_denied {
             if reported.insert((*pid, *value)) {
                 tracing::warn!(
@@ -701,10 +700,7 @@ impl Reconciler {
         if let Some(metrics) = self.dispatcher.metrics() {
             metrics.set_host_apps(total.saturating_sub(refused.len()), refused.len());
         }
-        let mut reported = self
-            .reported_host_app_refusals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut reported = self.reported_host_app_refusals.lock_or_recover();
         let current: std::collections::BTreeSet<(String, String)> = refused
             .iter()
             .map(|r| (r.name.clone(), r.refusal.to_string()))
@@ -920,7 +916,7 @@ mod tests {
         assert_eq!(context.resources.cpu_quota, Some(-1));
         assert_eq!(
             context.resources.cpu_shares,
-            Some(crate::runtimehooks::hooks::CPU_SHARES_MAX)
+            Some(crate::runtimehooks::hooks::cpumath::CPU_SHARES_MAX)
         );
         // Sums that fit stay exact.
         pod.spec = Some(PodSpec {

@@ -12,8 +12,9 @@ use apis::slo::v1alpha1::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::metricsadvisor::{CpuInfo, CpuTopology};
-use crate::statesinformer::nodetopo;
+use crate::statesinformer::cpumanager::{CpuManagerCheckpoint, kubelet_cpu_state};
+use crate::statesinformer::nodetopo::pools::{cpu_share_pools, node_reservation};
+use crate::system::cputopology::{CpuInfo, CpuTopology};
 use crate::system::units::CpuSet;
 
 /// Upstream's default CFS period (µs).
@@ -89,7 +90,7 @@ pub struct NodeRules {
     pub resctrl: BTreeMap<QoSClass, ResctrlRule>,
     /// The resctrl root's CBM mask and cache ids (read at start when
     /// resctrl is mounted).
-    pub resctrl_info: Option<super::hooks::resctrl::ResctrlNodeInfo>,
+    pub resctrl_info: Option<super::resctrlnode::ResctrlNodeInfo>,
     /// The node's online CPUs (capabilities), when known: a scheduler
     /// cpuset naming others is refused.
     pub online_cpus: Option<CpuSet>,
@@ -142,7 +143,7 @@ impl NodeRules {
         node_slo: Option<&NodeSLO>,
         pods: Option<&[Pod]>,
         online_cpus: Option<&CpuSet>,
-        kubelet_checkpoint: Option<&nodetopo::CpuManagerCheckpoint>,
+        kubelet_checkpoint: Option<&CpuManagerCheckpoint>,
     ) -> (Self, Vec<String>) {
         let mut problems = Vec::new();
         let mut rules = NodeRules {
@@ -176,7 +177,7 @@ impl NodeRules {
         // The checkpoint is what the kubelet does; the Node annotation is
         // only a statement for nodes whose checkpoint koordlet cannot see.
         let (kubelet, kubelet_problems) =
-            nodetopo::kubelet_cpu_state(kubelet_checkpoint, pods.unwrap_or_default());
+            kubelet_cpu_state(kubelet_checkpoint, pods.unwrap_or_default());
         problems.extend(kubelet_problems);
         if kubelet_checkpoint.is_some() {
             rules.kubelet_static_cpu_policy = kubelet.is_static();
@@ -207,10 +208,10 @@ impl NodeRules {
             // hook has no core layout: a reservation given as a CPU amount
             // is resolved over the online CPUs in id order.
             let flat = flat_topology(online);
-            let (_, reserved, problem) = nodetopo::node_reservation(node_annotations, &flat);
+            let (_, reserved, problem) = node_reservation(node_annotations, &flat);
             problems.extend(problem);
             let withheld = reserved.union(&system_exclusive).union(&kubelet.pinned);
-            let (pools, pool_problems) = nodetopo::cpu_share_pools(online, pods, &withheld);
+            let (pools, pool_problems) = cpu_share_pools(online, pods, &withheld);
             problems.extend(pool_problems);
             // An empty pool would starve LS pods; keep all online CPUs instead.
             rules.ls_share_pool = Some(if pools.ls.is_empty() {
@@ -303,6 +304,7 @@ impl NodeRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::statesinformer::nodetopo;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(qos: &str, cpuset: Option<&str>) -> Pod {
@@ -397,7 +399,7 @@ mod tests {
         pod
     }
 
-    fn checkpoint(policy: &str) -> nodetopo::CpuManagerCheckpoint {
+    fn checkpoint(policy: &str) -> CpuManagerCheckpoint {
         serde_json::from_value(serde_json::json!({
             "policyName": policy,
             "defaultCpuSet": "0-1,4-7",
@@ -442,7 +444,7 @@ mod tests {
         // The none policy pins nothing, and its checkpoint outranks a Node
         // annotation claiming static.
         let claims_static = node_with_reservation_and_policy("static");
-        let none_policy = nodetopo::CpuManagerCheckpoint {
+        let none_policy = CpuManagerCheckpoint {
             policy_name: "none".to_string(),
             ..static_policy
         };

@@ -24,7 +24,6 @@
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
-use super::protocol::{HookRequest, expand_slice};
 use crate::bounds::Bounded;
 use crate::system::cgroup::{CgroupDriver, CgroupLayout, Controller, QosTier};
 
@@ -308,22 +307,21 @@ pub fn container_scope(
     Ok((pod, relative))
 }
 
-/// Validates what a request would touch. `Ok` with an empty scope when the
-/// runtime named no cgroup (nothing is derived from it then).
+/// Validates what a request would touch: the pod's cgroup parent and, for a
+/// container request, the container's cgroup directory. `Ok` with an empty
+/// scope when the runtime named no cgroup (nothing is derived from it then).
 pub fn check_request(
-    request: &HookRequest,
+    cgroup_parent: &str,
+    pod_uid: &str,
+    container_dir: Option<&Path>,
     layout: &CgroupLayout,
 ) -> Result<RequestScope, ScopeRefusal> {
-    let pod = request.pod();
-    let uid = pod.meta.uid.as_str();
     let mut scope = RequestScope::default();
-    if !pod.cgroup_parent.is_empty() {
-        scope.pod = Some(pod_scope(&pod.cgroup_parent, uid, layout)?);
+    if !cgroup_parent.is_empty() {
+        scope.pod = Some(pod_scope(cgroup_parent, pod_uid, layout)?);
     }
-    if let HookRequest::Container(container) = request
-        && let Some(dir) = &container.cgroup_dir
-    {
-        let (container_pod, dir) = container_scope(dir, uid, layout)?;
+    if let Some(dir) = container_dir {
+        let (container_pod, dir) = container_scope(dir, pod_uid, layout)?;
         match &scope.pod {
             Some(pod) if pod.dir != container_pod.dir => {
                 return Err(ScopeRefusal::new(
@@ -341,6 +339,27 @@ pub fn check_request(
         scope.container_dir = Some(dir);
     }
     Ok(scope)
+}
+
+/// `a-b-c.slice` → `a.slice/a-b.slice/a-b-c.slice` (systemd's nesting).
+pub fn expand_slice(slice: &str) -> Option<PathBuf> {
+    let stem = slice.strip_suffix(".slice")?;
+    if stem.is_empty() || stem == "-" {
+        return Some(PathBuf::from("/"));
+    }
+    let mut path = PathBuf::new();
+    let mut prefix = String::new();
+    for part in stem.split('-') {
+        if part.is_empty() {
+            return None;
+        }
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        path.push(format!("{prefix}.slice"));
+    }
+    Some(path)
 }
 
 /// The node half: no component of `dir` below the kubepods directory is a
@@ -397,7 +416,6 @@ pub fn check_fs(layout: &CgroupLayout, dir: &Path) -> Result<(), ScopeRefusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimehooks::protocol::{ContainerContext, PodContext, PodMeta};
     use crate::system::cgroup::CgroupVersion;
 
     const UID: &str = "0f0e0d0c-0b0a-0908-0706-050403020100";
@@ -508,33 +526,21 @@ mod tests {
         );
     }
 
-    fn container(parent: &str, dir: Option<&str>) -> HookRequest {
-        HookRequest::Container(ContainerContext {
-            pod: PodContext {
-                meta: PodMeta {
-                    uid: UID.into(),
-                    ..PodMeta::default()
-                },
-                cgroup_parent: parent.into(),
-                ..PodContext::default()
-            },
-            cgroup_dir: dir.map(PathBuf::from),
-            ..ContainerContext::default()
-        })
+    fn container(parent: &str, dir: Option<&str>) -> Result<RequestScope, ScopeRefusal> {
+        check_request(parent, UID, dir.map(Path::new), &cgroupfs())
     }
 
     #[test]
     fn container_directories_sit_one_name_below_their_pod() {
-        let layout = cgroupfs();
         let pod = format!("/kubepods/besteffort/pod{UID}");
-        let scope = check_request(&container(&pod, Some(&format!("{pod}/c1"))), &layout).unwrap();
+        let scope = container(&pod, Some(&format!("{pod}/c1"))).unwrap();
         assert_eq!(
             scope.container_dir,
             Some(PathBuf::from(format!("kubepods/besteffort/pod{UID}/c1")))
         );
         assert_eq!(scope.dirs().count(), 2);
         // Without a parent the container directory's own parent is checked.
-        assert!(check_request(&container("", Some(&format!("{pod}/c1"))), &layout).is_ok());
+        assert!(container("", Some(&format!("{pod}/c1"))).is_ok());
         for dir in [
             "/kubepods/besteffort".to_string(),
             "/kubepods/besteffort/c1".to_string(),
@@ -543,7 +549,7 @@ mod tests {
             format!("/kubepods/burstable/pod{UID}/c1"),
             pod.clone(),
         ] {
-            let refusal = check_request(&container(&pod, Some(&dir)), &layout).unwrap_err();
+            let refusal = container(&pod, Some(&dir)).unwrap_err();
             assert!(
                 matches!(
                     refusal.reason,
@@ -553,10 +559,7 @@ mod tests {
             );
         }
         // Nothing named: nothing to check.
-        assert_eq!(
-            check_request(&container("", None), &layout).unwrap(),
-            RequestScope::default()
-        );
+        assert_eq!(container("", None).unwrap(), RequestScope::default());
     }
 
     #[test]

@@ -20,9 +20,9 @@ use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
 
 use super::apply::{EffectStatus, SideEffectApplier};
+use super::dispatcher::HookDispatcher;
 use super::protocol::{
-    Adjustment, ContainerContext, FailurePolicy, HookDispatcher, HookFailure, HookRequest,
-    HookStage, PodContext,
+    Adjustment, ContainerContext, FailurePolicy, HookFailure, HookRequest, HookStage, PodContext,
 };
 use crate::bounds::Bounded;
 use crate::system::cgroup::CgroupResource;

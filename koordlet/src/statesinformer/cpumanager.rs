@@ -15,13 +15,14 @@
 //! annotation) means for the BE cpuset — the policy and the CPUs pinned to
 //! pods koordinator does not manage.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use apis::extension::{
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY, KUBELET_CPU_MANAGER_POLICY_NONE,
-    KUBELET_CPU_MANAGER_POLICY_STATIC, StringMap, get_kubelet_cpu_manager_policy,
+    KUBELET_CPU_MANAGER_POLICY_STATIC, KubeletCPUManagerPolicy, PodCPUAlloc, QoSClass, StringMap,
+    get_kubelet_cpu_manager_policy, get_resource_status, pod_qos_class_raw,
 };
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
@@ -312,7 +313,7 @@ pub fn kubelet_cpu_manager_view(
                     view.policy
                 ));
             }
-            let (state, problems) = super::nodetopo::kubelet_cpu_state(Some(checkpoint), pods);
+            let (state, problems) = kubelet_cpu_state(Some(checkpoint), pods);
             view.problems.extend(problems);
             view.pinned_cpus = state.pinned;
             view.pinned_pods = state
@@ -358,6 +359,112 @@ pub fn read_kubelet_cpu_manager_view(
     };
     let path = kubelet_root.map(cpu_manager_state_path);
     kubelet_cpu_manager_view(checkpoint, path.as_deref(), node_annotations, pods)
+}
+
+/// Pods whose CPUs the kubelet's static policy pinned, from its checkpoint,
+/// leaving out the pods koordinator manages (labelled LS/BE, or bound by the
+/// scheduler through resource-status). Returns the allocations (ordered by
+/// UID) and the union of their CPUs.
+pub fn kubelet_pod_allocs(
+    checkpoint: &CpuManagerCheckpoint,
+    pods: &[Pod],
+) -> (Vec<PodCPUAlloc>, CpuSet, Vec<String>) {
+    let mut problems = Vec::new();
+    let empty = BTreeMap::new();
+    let mut by_uid = BTreeMap::new();
+    let mut managed = BTreeSet::new();
+    for pod in pods {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            continue;
+        };
+        by_uid.insert(uid, pod);
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let bound = get_resource_status(annotations)
+            .ok()
+            .flatten()
+            .and_then(|status| status.cpuset.trim().parse::<CpuSet>().ok())
+            .is_some_and(|cpus| !cpus.is_empty());
+        if matches!(pod_qos_class_raw(pod), QoSClass::LS | QoSClass::BE) || bound {
+            managed.insert(uid);
+        }
+    }
+    let mut allocs = Vec::new();
+    let mut pinned = CpuSet::new();
+    for (uid, containers) in &checkpoint.entries {
+        if managed.contains(uid.as_str()) {
+            continue;
+        }
+        let mut cpus = CpuSet::new();
+        for (container, text) in containers {
+            match text.trim().parse::<CpuSet>() {
+                Ok(set) => cpus = cpus.union(&set),
+                Err(error) => problems.push(format!(
+                    "kubelet cpu_manager_state: pod {uid} container {container}: {error}"
+                )),
+            }
+        }
+        if cpus.is_empty() {
+            continue;
+        }
+        let pod = by_uid.get(uid.as_str());
+        allocs.push(PodCPUAlloc {
+            namespace: pod
+                .and_then(|p| p.metadata.namespace.clone())
+                .unwrap_or_default(),
+            name: pod
+                .and_then(|p| p.metadata.name.clone())
+                .unwrap_or_default(),
+            uid: uid.clone(),
+            cpuset: cpus.to_string(),
+            managed_by_kubelet: true,
+        });
+        pinned = pinned.union(&cpus);
+    }
+    (allocs, pinned, problems)
+}
+
+/// What the kubelet's CPU manager checkpoint means for the CPU pools.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeletCpuState {
+    /// The checkpoint's policy name; empty without a checkpoint.
+    pub policy: KubeletCPUManagerPolicy,
+    /// Pods the static policy pinned (see [`kubelet_pod_allocs`]).
+    pub allocs: Vec<PodCPUAlloc>,
+    /// Their CPUs, which leave the share pools.
+    pub pinned: CpuSet,
+}
+
+impl KubeletCpuState {
+    /// The kubelet runs the static policy (it owns the cpusets of the pods it pins).
+    pub fn is_static(&self) -> bool {
+        self.policy.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
+    }
+}
+
+/// The kubelet's policy and pinned pods from its checkpoint (`None`: no
+/// kubelet information). Only the static policy pins; the NodeResourceTopology
+/// report and the runtime hooks' share pool both use this.
+pub fn kubelet_cpu_state(
+    checkpoint: Option<&CpuManagerCheckpoint>,
+    pods: &[Pod],
+) -> (KubeletCpuState, Vec<String>) {
+    let Some(checkpoint) = checkpoint else {
+        return (KubeletCpuState::default(), Vec::new());
+    };
+    let mut state = KubeletCpuState {
+        policy: KubeletCPUManagerPolicy {
+            policy: checkpoint.policy_name.clone(),
+            ..KubeletCPUManagerPolicy::default()
+        },
+        ..KubeletCpuState::default()
+    };
+    if !state.is_static() {
+        return (state, Vec::new());
+    }
+    let (allocs, pinned, problems) = kubelet_pod_allocs(checkpoint, pods);
+    state.allocs = allocs;
+    state.pinned = pinned;
+    (state, problems)
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ use apis::scheduling::v1alpha1::Device;
 use apis::slo::v1alpha1::{NodeMetric, NodeSLO};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use koord_common::health::{FnCheck, HealthRegistry};
+use koord_common::sync::{MutexExt, RwLockExt};
 use tokio::sync::watch;
 
 pub use kubelet::{KubeletClient, KubeletError, PodListError, parse_pod_list};
@@ -230,14 +231,14 @@ pub fn resolve_node_name(
     env: Option<OsString>,
     standalone: bool,
     hostname: impl FnOnce() -> Option<String>,
-) -> Result<String, crate::NodeNameError> {
+) -> Result<String, crate::identity::NodeNameError> {
     if let Some(name) = flag {
-        return crate::node_name_from(Some(OsString::from(name)));
+        return crate::identity::node_name_from(Some(OsString::from(name)));
     }
-    match crate::node_name_from(env) {
-        Err(crate::NodeNameError::Missing) if standalone => {
+    match crate::identity::node_name_from(env) {
+        Err(crate::identity::NodeNameError::Missing) if standalone => {
             let host = hostname().map(|name| name.trim().to_ascii_lowercase());
-            crate::node_name_from(host.map(OsString::from))
+            crate::identity::node_name_from(host.map(OsString::from))
         }
         other => other,
     }
@@ -411,10 +412,7 @@ impl StatesInformer {
     }
 
     pub fn volume_lookup(&self) -> Arc<dyn volumes::VolumeLookup> {
-        match self.inner.volumes.read() {
-            Ok(slot) => Arc::clone(&slot),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
+        Arc::clone(&self.inner.volumes.read_or_recover())
     }
 
     /// The latest pods snapshot; `None` before the first successful sync.
@@ -483,11 +481,7 @@ impl StatesInformer {
     /// [`StatesInformer::set_node_slo`] with the arrival time given.
     pub fn set_node_slo_at(&self, node_slo: Option<NodeSLO>, received_at: SystemTime) {
         {
-            let mut observed = self
-                .inner
-                .node_slo_observed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut observed = self.inner.node_slo_observed.lock_or_recover();
             *observed = node_slo.as_ref().map(|slo| {
                 let version = RuleVersion::of(slo);
                 match observed.take() {
@@ -509,8 +503,7 @@ impl StatesInformer {
         let observed = self
             .inner
             .node_slo_observed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_or_recover()
             .clone()
             .filter(|o| o.version == version)
             // Published between the two reads: its stamp is about now.
@@ -677,11 +670,11 @@ mod tests {
         );
         assert_eq!(
             resolve_node_name(None, None, false, || Some("host".into())),
-            Err(crate::NodeNameError::Missing)
+            Err(crate::identity::NodeNameError::Missing)
         );
         assert!(matches!(
             resolve_node_name(Some("Bad_Name"), None, true, no_host),
-            Err(crate::NodeNameError::Invalid(_))
+            Err(crate::identity::NodeNameError::Invalid(_))
         ));
     }
 

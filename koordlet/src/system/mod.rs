@@ -4,9 +4,15 @@
 
 pub mod cgroup;
 pub mod cgroupfs;
+pub mod cputopology;
 pub mod units;
 
 use std::path::{Path, PathBuf};
+
+/// Default `--var-run-root-dir` (upstream's host-mode value, like the other
+/// roots' defaults), which relative socket paths (NRI, the container
+/// runtimes' CRI sockets) are resolved against.
+pub const VAR_RUN_ROOT: &str = "/var/run/";
 
 /// Host filesystem roots, as upstream's `-cgroup-root-dir`, `-proc-root-dir`,
 /// `-sys-root-dir` and `-sys-fs-root-dir` flags.

@@ -32,6 +32,7 @@ pub use gang::{DEFAULT_TIMEOUT, Gang, GangDefaults, GangError, GangSource, gang_
 pub use status::{Members, desired_status};
 
 use k8s_openapi::api::core::v1::{NodeSelector, Toleration};
+use koord_common::sync::MutexExt;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::ConfigError;
@@ -178,9 +179,7 @@ impl Coscheduling {
 
     fn runtime(&self) -> MutexGuard<'_, Runtime> {
         // A panic while holding the lock leaves plain data behind; keep going.
-        self.runtime
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.runtime.lock_or_recover()
     }
 
     fn member_pods<'a>(
@@ -790,10 +789,7 @@ impl Plugin for Coscheduling {
                     if new.node.is_some() {
                         // Bound members leave the admitted batch; a binding
                         // the watch confirmed satisfies the group for good.
-                        let runtime = self
-                            .runtime
-                            .get_mut()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let runtime = self.runtime.get_mut_or_recover();
                         for batch in runtime.admitted.values_mut() {
                             batch.remove(&new.key);
                         }
@@ -811,10 +807,7 @@ impl Plugin for Coscheduling {
                     self.marked_timed_out.remove(&old.key);
                 }
                 if old.is_some() && new.is_none() {
-                    let runtime = self
-                        .runtime
-                        .get_mut()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let runtime = self.runtime.get_mut_or_recover();
                     if let Some(old) = old {
                         for batch in runtime.admitted.values_mut() {
                             batch.remove(&old.key);
@@ -886,10 +879,7 @@ impl Plugin for Coscheduling {
         }
         let batch = self.admit(pod, &gang, cache, state.now)?;
         if !batch.is_empty() {
-            let runtime = self
-                .runtime
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let runtime = self.runtime.get_mut_or_recover();
             runtime
                 .admitted
                 .insert(gang.group_id(), batch.into_iter().collect());
@@ -912,10 +902,7 @@ impl Plugin for Coscheduling {
         if gang.mode != GangMode::Strict {
             return;
         }
-        let runtime = self
-            .runtime
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let runtime = self.runtime.get_mut_or_recover();
         let group_id = gang.group_id();
         if runtime
             .admitted
@@ -1039,10 +1026,7 @@ impl Plugin for Coscheduling {
 impl Coscheduling {
     fn forget_gang(&mut self, key: &str) {
         self.ever_bound.remove(key);
-        let runtime = self
-            .runtime
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let runtime = self.runtime.get_mut_or_recover();
         runtime.waiting_since.remove(key);
     }
 }

@@ -6,7 +6,9 @@
 //! share, `gpu.shared` spreads a share over several GPUs; see
 //! [`gpu_request`]). Memory in bytes becomes a ratio of the chosen GPU.
 //! Whole-GPU requests take untouched GPUs; shares go to the fullest GPU they
-//! fit on, leaving whole GPUs free (least fragmentation). RDMA and FPGA devices are in
+//! fit on, leaving whole GPUs free (least fragmentation). Whole-GPU requests
+//! on a node with a GPU partition table (NVLink/HCCS groups) take a free
+//! partition first ([`partition`]). RDMA and FPGA devices are in
 //! [`common`]. The result is the device-allocated annotation.
 //!
 //! A node DeviceShare knows nothing about (no Device CR, and no bound pod
@@ -26,11 +28,12 @@ use std::time::SystemTime;
 
 use apis::extension::device_share::DeviceTopologyScope;
 use apis::extension::device_share::{
-    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, RESOURCE_AMD_GPU,
-    RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO,
-    RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE, RESOURCE_HUAWEI_NPU_CPU,
-    RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU, VirtualFunction,
-    get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
+    ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, DeviceAllocationExtension, GPUPartitionPolicy,
+    RESOURCE_AMD_GPU, RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED, RESOURCE_HUAWEI_NPU_CORE,
+    RESOURCE_HUAWEI_NPU_CPU, RESOURCE_HUAWEI_NPU_DVPP, RESOURCE_HYGON_DCU, RESOURCE_NVIDIA_GPU,
+    VirtualFunction, get_device_allocate_hints, get_device_allocations, get_device_joint_allocate,
+    get_gpu_partition_table, gpu_partition_policy,
 };
 use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -44,10 +47,14 @@ use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
 pub mod common;
 pub mod joint;
+pub mod partition;
 pub mod scoring;
 
 use common::{CommonDevice, CommonDevices, CommonKind, CommonPick, CommonRequest, common_requests};
 use joint::{JointRule, JointType};
+use partition::{
+    MinorSet, NodePartitions, Occupancy, PartitionIndex, PartitionRefusal, PodPartitionSpec,
+};
 use scoring::{ScoringStrategy, ScoringStrategyArgs};
 
 pub const NAME: &str = "DeviceShare";
@@ -104,6 +111,13 @@ pub struct GpuRequest {
     /// The GPU hint's `requiredTopologyScope`: every GPU within one PCIe
     /// switch / NUMA node / device.
     pub scope: Option<DeviceTopologyScope>,
+}
+
+impl GpuRequest {
+    /// Less than a whole GPU each (upstream's shared GPU request).
+    pub fn is_shared(&self) -> bool {
+        self.core.unwrap_or(0) < 100 || self.memory_ratio.is_none_or(|r| r < 100)
+    }
 }
 
 /// The pod resources upstream counts as GPU requests.
@@ -260,6 +274,8 @@ fn huawei_npu_accepted_upstream(
 #[derive(Debug, Clone, Default)]
 struct PodDeviceRequest {
     gpu: Option<GpuRequest>,
+    /// The pod's `gpu-partition-spec`, when it asks for GPUs and has one.
+    partition: Option<PodPartitionSpec>,
     common: Vec<CommonRequest>,
     /// The device-joint-allocate annotation, when it joins two or more
     /// requested types.
@@ -435,6 +451,8 @@ pub struct DeviceShare {
     reserved: BTreeMap<String, ReservedDevices>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
+    /// node → the partition table and policy of its Device.
+    partitions: HashMap<String, NodePartitions>,
     strategy: ScoringStrategy,
 }
 
@@ -663,8 +681,49 @@ impl DeviceShare {
         }
         self.gpus.insert(node.to_string(), gpus);
         self.common.insert(node.to_string(), common);
+        self.partitions
+            .insert(node.to_string(), Self::device_partitions(node, device));
         self.recount(node);
         self.recount_common(node);
+    }
+
+    /// The partition table and policy of a Device. A table that cannot be
+    /// read is no table (upstream logs it the same way); partitions it
+    /// cannot use are left out.
+    fn device_partitions(node: &str, device: &Device) -> NodePartitions {
+        let annotations = device.metadata.annotations.clone().unwrap_or_default();
+        let labels = device.metadata.labels.clone().unwrap_or_default();
+        let index = match get_gpu_partition_table(&annotations) {
+            Ok(Some(table)) => {
+                let (index, problems) = PartitionIndex::from_table(&table);
+                for problem in problems {
+                    tracing::warn!(node, problem = %problem, "GPU partition table: {problem}");
+                }
+                Some(std::sync::Arc::new(index))
+            }
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(node, error = %err, "invalid GPU partition table on the Device: {err}");
+                None
+            }
+        };
+        NodePartitions {
+            index,
+            honor: gpu_partition_policy(&labels) == GPUPartitionPolicy::Honor,
+        }
+    }
+
+    /// The partitions that apply on `node`: its Device's table, else the
+    /// built-in one its labels designate.
+    fn node_partitions(
+        &self,
+        node: &str,
+        node_labels: Option<&BTreeMap<String, String>>,
+    ) -> NodePartitions {
+        match self.partitions.get(node) {
+            Some(partitions) if partitions.index.is_some() => partitions.clone(),
+            _ => NodePartitions::designated(node_labels.unwrap_or(&BTreeMap::new())),
+        }
     }
 
     /// A deleted Device CR: its devices stay known but offer nothing.
@@ -773,15 +832,47 @@ impl DeviceShare {
         }
     }
 
+    /// The share of `gpu` a request takes.
+    fn pick_of(gpu: &Gpu, request: &GpuRequest) -> GpuPick {
+        let ratio = Self::ratio_of(gpu, request);
+        let memory_bytes = request
+            .memory_bytes
+            .unwrap_or_else(|| saturate(i128::from(gpu.memory_total) * i128::from(ratio) / 100));
+        GpuPick {
+            core: request.core,
+            ratio,
+            memory_bytes,
+        }
+    }
+
     /// Picks GPUs: minor → share. A whole-GPU request (100 % core and
-    /// memory) only fits untouched GPUs.
+    /// memory) only fits untouched GPUs; it takes a partition of the node's
+    /// table first (see [`partition`]).
     fn choose(
         gpus: Option<&BTreeMap<i32, Gpu>>,
         request: &GpuRequest,
+        placement: partition::Placement<'_>,
     ) -> Result<BTreeMap<i32, GpuPick>, Rejection> {
         let Some(gpus) = gpus.filter(|g| !g.is_empty()) else {
             return Err(Rejection::unresolvable(ERR_NO_GPU_DEVICES));
         };
+        let occupancy = Occupancy {
+            used: MinorSet::of(
+                gpus.values()
+                    .filter(|g| g.core_used > 0 || g.ratio_used > 0)
+                    .map(|g| g.minor),
+            ),
+            total: MinorSet::of(gpus.values().filter(|g| g.healthy).map(|g| g.minor)),
+        };
+        if let Some(minors) =
+            partition::allocate(placement, request.count, request.is_shared(), occupancy)?
+        {
+            return Ok(minors
+                .into_iter()
+                .filter_map(|minor| gpus.get(&minor))
+                .map(|g| (g.minor, Self::pick_of(g, request)))
+                .collect());
+        }
         let core = request.core.unwrap_or(0);
         let mut candidates: Vec<&Gpu> = gpus
             .values()
@@ -810,18 +901,7 @@ impl DeviceShare {
         Ok(candidates
             .into_iter()
             .take(usize::try_from(request.count).unwrap_or(0))
-            .map(|g| {
-                let ratio = Self::ratio_of(g, request);
-                let memory_bytes = request.memory_bytes.unwrap_or_else(|| {
-                    saturate(i128::from(g.memory_total) * i128::from(ratio) / 100)
-                });
-                let pick = GpuPick {
-                    core: request.core,
-                    ratio,
-                    memory_bytes,
-                };
-                (g.minor, pick)
-            })
+            .map(|g| (g.minor, Self::pick_of(g, request)))
             .collect())
     }
 
@@ -837,9 +917,7 @@ impl DeviceShare {
         request: &GpuRequest,
         scope: DeviceTopologyScope,
     ) -> Result<Vec<&'a Gpu>, Rejection> {
-        let shared =
-            request.core.unwrap_or(0) < 100 || request.memory_ratio.is_none_or(|r| r < 100);
-        if shared && request.count > 1 {
+        if request.is_shared() && request.count > 1 {
             return Err(Rejection::unresolvable(ERR_UNSUPPORTED_MULTI_SHARED_GPU));
         }
         let key_at = |g: &Gpu, level: DeviceTopologyScope| -> Option<String> {
@@ -904,15 +982,20 @@ impl DeviceShare {
         common: Option<&BTreeMap<CommonKind, CommonDevices>>,
         request: &PodDeviceRequest,
         pack: bool,
+        partitions: &NodePartitions,
     ) -> Result<Picks, Rejection> {
+        let placement = partition::Placement {
+            node: partitions,
+            pod: request.partition.as_ref(),
+        };
         let (mut gpu, mut chosen) = match &request.joint {
-            Some(rule) => Self::pick_joint(gpus, common, request, rule, pack)?,
+            Some(rule) => Self::pick_joint(gpus, common, request, rule, pack, placement)?,
             None => Picks::default(),
         };
         if let Some(wanted) = &request.gpu
             && gpu.is_empty()
         {
-            gpu = Self::choose(gpus, wanted)?;
+            gpu = Self::choose(gpus, wanted, placement)?;
         }
         Self::choose_common(common, &request.common, pack, &mut chosen)?;
         Ok((gpu, chosen))
@@ -925,6 +1008,7 @@ impl DeviceShare {
         request: &PodDeviceRequest,
         rule: &JointRule,
         pack: bool,
+        placement: partition::Placement<'_>,
     ) -> Result<Picks, Rejection> {
         let gpu_pcies = |picks: &BTreeMap<i32, GpuPick>| -> BTreeSet<String> {
             let all = gpus.into_iter().flatten();
@@ -946,7 +1030,7 @@ impl DeviceShare {
                 let wanted = request.gpu.as_ref().ok_or_else(|| {
                     Rejection::unschedulable(joint::ERR_INSUFFICIENT_PRIMARY_DEVICE)
                 })?;
-                picks.0 = Self::choose(gpus, wanted)?;
+                picks.0 = Self::choose(gpus, wanted, placement)?;
                 gpu_pcies(&picks.0)
             }
             JointType::Common(kind) => {
@@ -966,7 +1050,7 @@ impl DeviceShare {
                 // a required scope is still checked below.
                 JointType::Gpu => match &request.gpu {
                     Some(wanted) => {
-                        picks.0 = Self::choose(gpus, wanted)?;
+                        picks.0 = Self::choose(gpus, wanted, placement)?;
                         gpu_pcies(&picks.0)
                     }
                     None => continue,
@@ -1073,6 +1157,7 @@ impl DeviceShare {
     fn allocate(
         &self,
         node: &str,
+        node_labels: Option<&BTreeMap<String, String>>,
         request: &PodDeviceRequest,
         (owned, required): (&[String], bool),
         now: SystemTime,
@@ -1081,8 +1166,15 @@ impl DeviceShare {
             return Ok(Picks::default());
         }
         let pack = self.strategy.packs();
+        let partitions = &self.node_partitions(node, node_labels);
         if !self.reserved.values().any(|r| r.holder.node == node) {
-            return Self::pick(self.gpus.get(node), self.common.get(node), request, pack);
+            return Self::pick(
+                self.gpus.get(node),
+                self.common.get(node),
+                request,
+                pack,
+                partitions,
+            );
         }
         for name in owned {
             let Some(reserved) = self.reserved.get(name).filter(|r| r.holder.node == node) else {
@@ -1093,11 +1185,23 @@ impl DeviceShare {
             };
             let view = self.view(node, now, Some(name));
             let within = view.within(&gpu_left, &common_left);
-            if let Ok(picks) = Self::pick(Some(&within.gpus), Some(&within.common), request, pack) {
+            if let Ok(picks) = Self::pick(
+                Some(&within.gpus),
+                Some(&within.common),
+                request,
+                pack,
+                partitions,
+            ) {
                 return Ok(picks);
             }
             if !reserved.holder.restricted
-                && let Ok(picks) = Self::pick(Some(&view.gpus), Some(&view.common), request, pack)
+                && let Ok(picks) = Self::pick(
+                    Some(&view.gpus),
+                    Some(&view.common),
+                    request,
+                    pack,
+                    partitions,
+                )
             {
                 return Ok(picks);
             }
@@ -1106,7 +1210,13 @@ impl DeviceShare {
             return Err(Rejection::unschedulable(ERR_INSUFFICIENT_GPU_DEVICES));
         }
         let view = self.view(node, now, None);
-        Self::pick(Some(&view.gpus), Some(&view.common), request, pack)
+        Self::pick(
+            Some(&view.gpus),
+            Some(&view.common),
+            request,
+            pack,
+            partitions,
+        )
     }
 
     fn forget(&mut self, key: &str) {
@@ -1141,6 +1251,7 @@ impl Plugin for DeviceShare {
             } if cache.node(key).is_none() && !cache.devices.contains_key(key) => {
                 self.gpus.remove(key);
                 self.common.remove(key);
+                self.partitions.remove(key);
             }
             ClusterEvent::Object {
                 kind: ObjectKind::Reservation,
@@ -1215,6 +1326,13 @@ impl Plugin for DeviceShare {
         if gpu.is_none() && common.is_empty() {
             return Ok(());
         }
+        // Read only for GPU requests, as upstream.
+        let partition = match &gpu {
+            Some(_) => partition::pod_partition_spec(pod.annotations()).map_err(|e| {
+                Rejection::unresolvable(format!("invalid GPUPartitionSpec annotation, err: {e}"))
+            })?,
+            None => None,
+        };
         let invalid_joint = |e: String| {
             Rejection::unresolvable(format!("invalid DeviceJointAllocate annotation, err: {e}"))
         };
@@ -1238,6 +1356,7 @@ impl Plugin for DeviceShare {
             STATE_KEY,
             PodDeviceRequest {
                 gpu,
+                partition,
                 common,
                 joint,
                 raw,
@@ -1259,8 +1378,15 @@ impl Plugin for DeviceShare {
         if !self.knows(&node.name) {
             return fits_node_allocatable(request, node);
         }
-        self.allocate(&node.name, request, owned_reservations(state), state.now)
-            .map(|_| ())
+        let labels = node.node.as_ref().and_then(|n| n.metadata.labels.as_ref());
+        self.allocate(
+            &node.name,
+            labels,
+            request,
+            owned_reservations(state),
+            state.now,
+        )
+        .map(|_| ())
     }
 
     fn scores(&self) -> bool {
@@ -1296,13 +1422,18 @@ impl Plugin for DeviceShare {
         &mut self,
         pod: &PodInfo,
         node: &str,
-        _cache: &ClusterCache,
+        cache: &ClusterCache,
         state: &CycleState,
     ) -> Result<(), Rejection> {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
-        let (gpu, common) = self.allocate(node, request, owned_reservations(state), state.now)?;
+        let labels = cache
+            .node(node)
+            .and_then(|n| n.node.as_ref())
+            .and_then(|n| n.metadata.labels.as_ref());
+        let (gpu, common) =
+            self.allocate(node, labels, request, owned_reservations(state), state.now)?;
         if gpu.is_empty() && common.is_empty() {
             tracing::debug!(pod = %pod.key, node, "no device information for the node; devices left to kube-scheduler and the device plugin");
             return Ok(());
@@ -2144,3 +2275,15 @@ mod reservation_tests;
 
 #[cfg(test)]
 mod joint_scoring_tests;
+
+impl From<PartitionRefusal> for Rejection {
+    fn from(refusal: PartitionRefusal) -> Self {
+        Self {
+            reason: refusal.reason.to_string(),
+            unresolvable: refusal.unresolvable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod partition_tests;

@@ -15,7 +15,7 @@
 
 use apis::extension::{BATCH_CPU, BATCH_MEMORY, ExtendedResourceContainerSpec, QoSClass};
 
-use super::{milli_cpu_to_quota, milli_cpu_to_shares, resource_value, scale_quota};
+use super::cpumath::{milli_cpu_to_quota, milli_cpu_to_shares, resource_value, scale_quota};
 use crate::runtimehooks::protocol::*;
 
 pub struct BatchResource;
@@ -234,7 +234,7 @@ mod tests {
             assert_eq!(out.resources.cpu_quota, Some(-1), "{cpu}");
             assert_eq!(
                 out.resources.cpu_shares,
-                Some(crate::runtimehooks::hooks::CPU_SHARES_MAX)
+                Some(crate::runtimehooks::hooks::cpumath::CPU_SHARES_MAX)
             );
             // Per container: no sum, the value itself (or its clamp).
             let mut out = Adjustment::default();

@@ -6,8 +6,8 @@
 
 use apis::extension::QoSClass;
 
+use super::cpumath::scale_quota;
 use super::cpuset::bound_cpuset;
-use super::scale_quota;
 use crate::runtimehooks::protocol::*;
 
 pub struct CpuNormalization;

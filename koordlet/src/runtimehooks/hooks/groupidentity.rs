@@ -129,6 +129,7 @@ impl Hook for GroupIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtimehooks::dispatcher::HookDispatcher;
     use crate::runtimehooks::hooks::testutil::*;
     use crate::runtimehooks::rules::CpuQosRule;
 

@@ -29,15 +29,11 @@ use koord_common::health::FnCheck;
 use koord_common::{HealthRegistry, MetricsRegistry, Shutdown};
 
 use crate::runtimehooks::apply::SideEffectApplier;
-use crate::runtimehooks::protocol::HookDispatcher;
+use crate::runtimehooks::dispatcher::HookDispatcher;
 
 pub use plugin::NriPlugin;
 pub use status::{NriState, NriStatus, NriStatusSnapshot};
 pub use supervisor::{Backoff, NriSupervisor};
-
-/// Default `--var-run-root-dir` (upstream's host-mode value, like the other
-/// roots' defaults), which relative socket paths are resolved against.
-pub const VAR_RUN_ROOT: &str = "/var/run/";
 
 /// Upstream's default `--runtime-hooks-nri-backoff-steps` (Go's MaxInt32).
 pub const DEFAULT_BACKOFF_STEPS: u64 = 2_147_483_647;
@@ -62,7 +58,7 @@ pub struct NriArgs {
     /// runtime socket paths are taken below it.
     #[arg(
         long = "var-run-root-dir",
-        default_value = VAR_RUN_ROOT,
+        default_value = crate::system::VAR_RUN_ROOT,
         value_name = "DIR"
     )]
     pub var_run_root_dir: PathBuf,

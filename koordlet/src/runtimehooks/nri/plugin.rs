@@ -28,9 +28,10 @@ use super::proto::api;
 use super::status::NriStatus;
 use crate::bounds::Bounded;
 use crate::runtimehooks::apply::{EffectStatus, SideEffectApplier};
+use crate::runtimehooks::dispatcher::HookDispatcher;
 use crate::runtimehooks::protocol::{
-    Adjustment, ContainerContext, ContainerMeta, HookDispatcher, HookRequest, HookStage,
-    LinuxResources, PodContext, PodMeta, SideEffect,
+    Adjustment, ContainerContext, ContainerMeta, HookRequest, HookStage, LinuxResources,
+    PodContext, PodMeta, SideEffect,
 };
 use crate::runtimehooks::reconciler::pod_container_spec_resources;
 use crate::statesinformer::StatesInformer;

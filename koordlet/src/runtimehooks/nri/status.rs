@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 use koord_common::metrics::MetricsRegistry;
+use koord_common::sync::RwLockExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -161,20 +162,12 @@ impl NriStatus {
     }
 
     pub fn snapshot(&self) -> NriStatusSnapshot {
-        self.0
-            .snapshot
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.0.snapshot.read_or_recover().clone()
     }
 
     fn update(&self, change: impl FnOnce(&mut NriStatusSnapshot)) {
         let connected = {
-            let mut guard = self
-                .0
-                .snapshot
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut guard = self.0.snapshot.write_or_recover();
             change(&mut guard);
             guard.is_connected()
         };

@@ -19,9 +19,10 @@ use super::proto::{api, ttrpc as envelope};
 use super::status::{NriState, NriStatus};
 use super::supervisor::{Backoff, NriSupervisor};
 use super::ttrpc::{FrameDecoder, Message, MessageKind, PLUGIN_CONN, RUNTIME_CONN, encode_message};
+use crate::runtimehooks::dispatcher::HookDispatcher;
 use crate::runtimehooks::protocol::{
-    Adjustment, ContainerContext, FailurePolicy, FailurePolicyConfig, Hook, HookDispatcher,
-    HookEnv, HookError, HookStage, PodContext,
+    Adjustment, ContainerContext, FailurePolicy, FailurePolicyConfig, Hook, HookEnv, HookError,
+    HookStage, PodContext,
 };
 use crate::system::SystemArgs;
 use crate::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};

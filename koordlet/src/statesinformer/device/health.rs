@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use koord_common::sync::MutexExt;
+
 use super::{DeviceHealth, DeviceSnapshot, DeviceSource, DiscoveryError, GpuUsageSnapshot};
 
 /// Xid codes NVIDIA documents as application errors: the GPU stays usable.
@@ -76,7 +78,7 @@ impl GpuHealthBook {
 
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, DeviceHealth>> {
         // Entries are whole values: a poisoned lock still holds a valid map.
-        self.unhealthy.lock().unwrap_or_else(|p| p.into_inner())
+        self.unhealthy.lock_or_recover()
     }
 
     /// Records `event`; `gpus` are the PCI addresses of the watched GPUs

@@ -7,10 +7,13 @@
 //!   [`DeviceSnapshot`]. [`nvml::NvmlGpuSource`] asks NVML (loaded at run
 //!   time; a node without the driver just has no GPU source) and
 //!   [`sysfs::RdmaSysfsSource`] reads `/sys/class/infiniband` and the PCI
-//!   devices. [`discover_all`] merges the sources and resolves each device's
-//!   PCI topology (NUMA node, PCIe root) from sysfs.
+//!   devices. [`xpu::XpuDeviceInfoSource`] reads the device-info files a
+//!   vendor's daemon writes (GPUs/NPUs with peer links). [`discover_all`]
+//!   merges the sources and resolves each NVML GPU's and NIC's PCI topology
+//!   (NUMA node, PCIe root) from sysfs.
 //! - Pure core: [`spec::build_desired_device`] turns a snapshot into the
-//!   Device's devices and labels; [`spec::DesiredDevice`] compares itself
+//!   Device's devices, labels and GPU partition table (from the XPU peer
+//!   links); [`spec::DesiredDevice`] compares itself
 //!   with the stored object and merges into it.
 //! - I/O shell: [`reporter::DeviceReporter`] re-discovers every
 //!   `--node-topology-sync-interval` and creates or replaces the object.
@@ -26,6 +29,8 @@ pub mod sysfs;
 #[cfg(test)]
 mod tests;
 pub mod uverbs;
+pub mod xpu;
+pub mod xpuinfo;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +38,32 @@ use std::sync::Arc;
 pub use reporter::{DeviceReporter, SyncOutcome};
 pub use spec::{DesiredDevice, build_desired_device};
 pub use sysfs::{PciSysfs, RdmaSysfsSource};
+
+/// Flags of the Device report (upstream's names and defaults).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct DeviceArgs {
+    /// The directory of XPU device-info files (JSON lists of GPUs/NPUs and their peer links)
+    /// a vendor's device daemon writes; read when the feature gate Accelerators is on.
+    #[arg(
+        long = "xpu-device-infos-dir",
+        default_value = xpuinfo::DEFAULT_XPU_DEVICE_INFOS_DIR,
+        value_name = "DIR"
+    )]
+    pub xpu_device_infos_dir: PathBuf,
+
+    /// Report GPUs only from the XPU device-info files, never from NVML.
+    #[arg(long = "xpu-enforce-collect-from-device-infos", default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
+    pub xpu_enforce_collect_from_device_infos: bool,
+}
+
+impl Default for DeviceArgs {
+    fn default() -> Self {
+        Self {
+            xpu_device_infos_dir: PathBuf::from(xpuinfo::DEFAULT_XPU_DEVICE_INFOS_DIR),
+            xpu_enforce_collect_from_device_infos: false,
+        }
+    }
+}
 
 /// The feature gate (upstream's, default off) that turns the Device report on.
 pub const ACCELERATORS_GATE: &str = "Accelerators";
@@ -118,23 +149,33 @@ pub struct RdmaNic {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeviceSnapshot {
     pub gpus: Vec<GpuInfo>,
+    /// Devices from the XPU device-info files; when there are any, they
+    /// are the node's GPUs and NVML's are not reported (upstream's rule).
+    pub xpus: Vec<xpuinfo::XpuDeviceInfo>,
     /// The NVIDIA driver version (`535.104.05`) when NVML gave it.
     pub gpu_driver_version: Option<String>,
     pub rdma: Vec<RdmaNic>,
     /// Devices or attributes skipped, one sentence each.
     pub problems: Vec<String>,
+    /// Failures of sources whose failure must not change the report (see
+    /// [`DeviceSource::failure_keeps_report`]): while any is here the
+    /// reporter keeps the Device as it is.
+    pub report_blocking_failures: Vec<String>,
 }
 
 impl DeviceSnapshot {
     pub fn is_empty(&self) -> bool {
-        self.gpus.is_empty() && self.rdma.is_empty()
+        self.gpus.is_empty() && self.xpus.is_empty() && self.rdma.is_empty()
     }
 
     /// Adds `other`'s devices and problems.
     pub fn merge(&mut self, other: DeviceSnapshot) {
         self.gpus.extend(other.gpus);
+        self.xpus.extend(other.xpus);
         self.rdma.extend(other.rdma);
         self.problems.extend(other.problems);
+        self.report_blocking_failures
+            .extend(other.report_blocking_failures);
         if self.gpu_driver_version.is_none() {
             self.gpu_driver_version = other.gpu_driver_version;
         }
@@ -187,6 +228,13 @@ pub trait DeviceSource: Send + Sync {
     fn gpu_usage(&self) -> Result<GpuUsageSnapshot, DiscoveryError> {
         Ok(GpuUsageSnapshot::default())
     }
+    /// Whether a failed discovery must leave the Device as last reported
+    /// (true for files another process writes, where a failure says
+    /// nothing about the devices) rather than report the others without
+    /// this source's devices.
+    fn failure_keeps_report(&self) -> bool {
+        false
+    }
 }
 
 /// Runs every source, merges what they found and resolves the PCI topology
@@ -198,6 +246,9 @@ pub fn discover_all(sources: &[Arc<dyn DeviceSource>], pci: &PciSysfs) -> Device
     for source in sources {
         match source.discover() {
             Ok(found) => snapshot.merge(found),
+            Err(err) if source.failure_keeps_report() => snapshot
+                .report_blocking_failures
+                .push(format!("{} discovery failed: {err}", source.name())),
             Err(err) => snapshot
                 .problems
                 .push(format!("{} discovery failed: {err}", source.name())),

@@ -66,7 +66,7 @@ impl DeviceReporter {
             sources,
             pci,
             client,
-            interval: super::super::nodetopo::DEFAULT_SYNC_INTERVAL,
+            interval: crate::statesinformer::nodetopo::reporter::DEFAULT_SYNC_INTERVAL,
             resync: Duration::from_secs(60),
             last_reported: None,
             last_checked: None,
@@ -112,6 +112,13 @@ impl DeviceReporter {
             return Ok(None);
         };
         let snapshot = self.discover().await?;
+        if !snapshot.report_blocking_failures.is_empty() {
+            // Keep the Device as last reported (see DeviceSource::failure_keeps_report).
+            return Err(DeviceReportError::Discovery(format!(
+                "{}; the Device is left as last reported",
+                snapshot.report_blocking_failures.join("; ")
+            )));
+        }
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let desired = build_desired_device(&snapshot, &now);
         let mut problems = snapshot.problems;
@@ -258,11 +265,14 @@ pub fn report_gates(feature_gates: &str) -> (bool, bool) {
 }
 
 /// Starts the reporter in cluster mode when `Accelerators` is on (upstream's
-/// gate, default off), with the GPU source [`load_gpu_sources`] gave and the
-/// RDMA sysfs reader when `RDMADevices` is on too.
+/// gate, default off), with the XPU device-info files, the GPU source
+/// [`load_gpu_sources`] gave (unless `--xpu-enforce-collect-from-device-infos`)
+/// and the RDMA sysfs reader when `RDMADevices` is on too.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     feature_gates: &str,
     sys_root: std::path::PathBuf,
+    device_args: &super::DeviceArgs,
     gpu: Option<Arc<dyn DeviceSource>>,
     states: &StatesInformer,
     client: Option<kube::Client>,
@@ -280,14 +290,20 @@ pub fn spawn(
         tracing::info!("devices are not reported (no API server)");
         return;
     };
-    let mut sources: Vec<Arc<dyn DeviceSource>> = gpu.into_iter().collect();
+    let mut sources: Vec<Arc<dyn DeviceSource>> = vec![Arc::new(
+        super::xpu::XpuDeviceInfoSource::new(&device_args.xpu_device_infos_dir),
+    )];
+    if device_args.xpu_enforce_collect_from_device_infos {
+        tracing::info!(
+            "GPUs are reported from the XPU device-info files only (--xpu-enforce-collect-from-device-infos)"
+        );
+    } else {
+        sources.extend(gpu);
+    }
     if rdma {
         sources.push(Arc::new(super::RdmaSysfsSource::new(&sys_root)));
     } else {
         tracing::info!("RDMA NICs are not reported (feature gate RDMADevices is off)");
-    }
-    if sources.is_empty() {
-        return;
     }
     let reporter = DeviceReporter::new(states.clone(), sources, PciSysfs::new(sys_root), client)
         .with_interval(interval);

@@ -1147,3 +1147,462 @@ fn nvml_processes_join_their_latest_utilisation_sample_bounded() {
         MAX_PROCESSES_PER_GPU
     );
 }
+
+// ---- XPU device-info files: GPUs with peer links and partitions ----
+
+use super::xpu::{
+    MAX_DEVICES, MAX_FILE_BYTES, MAX_LINKS_PER_DEVICE, XpuDeviceInfoSource, read_device_infos_dir,
+};
+
+/// A device-info directory with the given files.
+fn device_infos_dir(files: &[(&str, &str)]) -> TempDir {
+    let dir = TempDir::new("xpu-device-infos").unwrap();
+    for (name, content) in files {
+        std::fs::write(dir.path().join(name), content).unwrap();
+    }
+    dir
+}
+
+/// Upstream's `Test_reportXPUDevice` devices (Huawei Ascend-910B, HCCS
+/// links, one peer list with garbage, one device unhealthy), as the file a
+/// device daemon writes.
+fn upstream_ascend_file() -> String {
+    let resources = json!({
+        "huawei.com/npu-core": "32",
+        "huawei.com/npu-cpu": "14",
+        "koordinator.sh/gpu-memory": "32Gi",
+        "huawei.com/npu-dvpp": "100"
+    });
+    let device =
+        |uuid: &str, minor: &str, links: Option<Value>, node: &str, bus: &str, status: Value| {
+            let mut topology =
+                json!({"socketID": "0", "nodeID": node, "pcieID": "0000:00:08.0", "busID": bus});
+            if let Some(links) = links {
+                topology["p2pLinks"] = links;
+                topology["mustHonorPartition"] = json!(true);
+            }
+            let mut device = json!({"vendor": "huawei", "model": "Ascend-910B", "uuid": uuid,
+            "minor": minor, "resources": resources, "topology": topology});
+            if !status.is_null() {
+                device["status"] = status;
+            }
+            device
+        };
+    json!([
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102003",
+            "0",
+            Some(json!([{"peerMinor": "1,2,3,g", "type": "HCCS"}])),
+            "0",
+            "0000:00:08.0",
+            json!({"healthy": true})
+        ),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102001",
+            "1",
+            Some(json!([{"peerMinor": "0,1,2,3", "type": "HCCS"}])),
+            "1",
+            "0000:00:08.1",
+            json!({"healthy": true})
+        ),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102002",
+            "2",
+            None,
+            "2",
+            "0000:00:08.2",
+            Value::Null
+        ),
+        device(
+            "185011D4-21104518-A0C4ED94-14CC040A-56102004",
+            "4",
+            Some(json!([{"peerMinor": "5,6,7,7,g", "type": "HCCS"}])),
+            "4",
+            "0000:00:08.4",
+            json!({"healthy": false, "errCode": "-8001"})
+        ),
+    ])
+    .to_string()
+}
+
+#[test]
+fn upstreams_ascend_devices_become_its_device_field_by_field_and_replace_nvml() {
+    let dir = device_infos_dir(&[("huawei-Ascend-910B.json", &upstream_ascend_file())]);
+    let sys = SysTree::new();
+    // NVML also sees GPUs: with device-info files present they are not reported.
+    let nvml = FakeNvml::new(vec![gpu(1, "0000:3b:00.0", 8 * GIB)]);
+    let all = sources(vec![Arc::new(XpuDeviceInfoSource::new(dir.path())), nvml]);
+    let snapshot = discover_all(&all, &PciSysfs::new(sys.root()));
+    assert!(snapshot.report_blocking_failures.is_empty());
+    assert_eq!(snapshot.xpus.len(), 4);
+    let desired = build_desired_device(&snapshot, &now());
+
+    let resources = json!({
+        "huawei.com/npu-core": "32",
+        "huawei.com/npu-cpu": "14",
+        "huawei.com/npu-dvpp": "100",
+        "koordinator.sh/gpu-memory": "32Gi",
+        "koordinator.sh/gpu-memory-ratio": "100"
+    });
+    let healthy = json!([{"type": "Healthy", "status": "True", "reason": "DeviceHealthy",
+        "message": "device is healthy", "lastTransitionTime": "2026-01-02T03:04:05Z"}]);
+    let topology = |node: i32, bus: &str| json!({"socketID": -1, "nodeID": node, "pcieID": "0000:00:08.0", "busID": bus});
+    assert_eq!(
+        as_json(&desired),
+        json!([
+            {"type": "gpu", "id": "185011D4-21104518-A0C4ED94-14CC040A-56102003", "minor": 0,
+             "health": true, "resources": resources, "topology": topology(0, "0000:00:08.0"),
+             "conditions": healthy},
+            {"type": "gpu", "id": "185011D4-21104518-A0C4ED94-14CC040A-56102001", "minor": 1,
+             "health": true, "resources": resources, "topology": topology(1, "0000:00:08.1"),
+             "conditions": healthy},
+            {"type": "gpu", "id": "185011D4-21104518-A0C4ED94-14CC040A-56102002", "minor": 2,
+             "health": true, "resources": resources, "topology": topology(2, "0000:00:08.2")},
+            // Upstream writes the code `-8001` as the reason, which the API
+            // server refuses for a condition; it goes into the message here.
+            {"type": "gpu", "id": "185011D4-21104518-A0C4ED94-14CC040A-56102004", "minor": 4,
+             "health": false, "resources": resources, "topology": topology(4, "0000:00:08.4"),
+             "conditions": [{"type": "Healthy", "status": "False", "reason": "Unknown",
+                "message": "device is unhealthy (error code -8001)",
+                "lastTransitionTime": "2026-01-02T03:04:05Z"}]},
+        ])
+    );
+    assert_eq!(
+        desired.labels,
+        BTreeMap::from([
+            (
+                "node.koordinator.sh/gpu-model".to_string(),
+                "Ascend-910B".to_string()
+            ),
+            (
+                "node.koordinator.sh/gpu-partition-policy".to_string(),
+                "Honor".to_string()
+            ),
+            (
+                "node.koordinator.sh/gpu-vendor".to_string(),
+                "huawei".to_string()
+            ),
+        ])
+    );
+    // Upstream's expected annotation, byte for byte.
+    assert_eq!(
+        desired.annotations["scheduling.koordinator.sh/gpu-partitions"],
+        r#"{"4":[{"minors":[0,1,2,3],"gpuLinkType":"HCCS","allocationScore":1},{"minors":[4,5,6,7],"gpuLinkType":"HCCS","allocationScore":1}]}"#
+    );
+    // The garbage peer minors and the NVML GPUs are reported as problems.
+    assert!(
+        desired.problems.iter().any(|p| p.contains("\"g\"")),
+        "{:?}",
+        desired.problems
+    );
+    assert!(
+        desired
+            .problems
+            .iter()
+            .any(|p| p.contains("NVML GPUs not reported")),
+        "{:?}",
+        desired.problems
+    );
+    let object = serde_json::to_value(desired.new_object(&node())).unwrap();
+    assert_eq!(
+        object["metadata"]["annotations"]["scheduling.koordinator.sh/gpu-partitions"],
+        desired.annotations["scheduling.koordinator.sh/gpu-partitions"]
+    );
+}
+
+/// Eight NVIDIA GPUs as an NVLink (Hopper-style) board reports them: pairs,
+/// quads and the whole board linked, two NUMA nodes, one PCIe root per pair.
+fn eight_nvlink_gpus_file(must_honor: bool) -> String {
+    let devices: Vec<Value> = (0..8)
+        .map(|minor: i32| {
+            let peers = |group: i32| -> String {
+                let first = minor / group * group;
+                (first..first + group)
+                    .filter(|m| *m != minor)
+                    .map(|m| m.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            json!({
+                "vendor": "nvidia",
+                "model": "H800",
+                "uuid": format!("GPU-{minor:08}-0000-0000-0000-000000000000"),
+                "minor": minor.to_string(),
+                "resources": {"gpu-core": "100", "gpu-memory": "80Gi"},
+                "topology": {
+                    "p2pLinks": [
+                        {"peerMinor": peers(2), "type": "NVLink"},
+                        {"peerMinor": peers(4), "type": "NVLink"},
+                        {"peerMinor": peers(8), "type": "NVLink"}
+                    ],
+                    "mustHonorPartition": must_honor,
+                    "nodeID": (minor / 4).to_string(),
+                    "pcieID": format!("pci0000:{:02x}", 0x10 * (minor / 2)),
+                    "busID": format!("0000:{:02x}:00.0", 0x10 * (minor / 2) + 1 + minor % 2)
+                },
+                "status": {"healthy": true}
+            })
+        })
+        .collect();
+    Value::Array(devices).to_string()
+}
+
+#[test]
+fn eight_nvlink_gpus_give_upstreams_partition_table_and_pcie_topology() {
+    let dir = device_infos_dir(&[("nvidia-H800.json", &eight_nvlink_gpus_file(true))]);
+    let snapshot = discover_all(
+        &sources(vec![Arc::new(XpuDeviceInfoSource::new(dir.path()))]),
+        &PciSysfs::new(dir.path()),
+    );
+    let desired = build_desired_device(&snapshot, &now());
+    assert!(desired.problems.is_empty(), "{:?}", desired.problems);
+    assert_eq!(desired.devices.len(), 8);
+    let topologies: Vec<(i32, i32, String, String)> = desired
+        .devices
+        .iter()
+        .map(|d| {
+            let t = d.topology.as_ref().unwrap();
+            (
+                d.minor.unwrap(),
+                t.node_id,
+                t.pcie_id.clone(),
+                t.bus_id.clone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        topologies[..3],
+        [
+            (0, 0, "pci0000:00".to_string(), "0000:01:00.0".to_string()),
+            (1, 0, "pci0000:00".to_string(), "0000:02:00.0".to_string()),
+            (2, 0, "pci0000:10".to_string(), "0000:11:00.0".to_string()),
+        ]
+    );
+    assert_eq!(
+        topologies[7],
+        (7, 1, "pci0000:30".to_string(), "0000:32:00.0".to_string())
+    );
+    // The bare gpu-core / gpu-memory names get koordinator's domain.
+    assert_eq!(
+        serde_json::to_value(desired.devices[5].resources.as_ref().unwrap()).unwrap(),
+        json!({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "80Gi",
+               "koordinator.sh/gpu-memory-ratio": "100"})
+    );
+    // The table is the one upstream's scheduler builds in for Hopper boards.
+    let table: Value =
+        serde_json::from_str(&desired.annotations["scheduling.koordinator.sh/gpu-partitions"])
+            .unwrap();
+    let partition =
+        |minors: &[i32]| json!({"minors": minors, "gpuLinkType": "NVLink", "allocationScore": 1});
+    assert_eq!(
+        table,
+        json!({
+            "2": [partition(&[0, 1]), partition(&[2, 3]), partition(&[4, 5]), partition(&[6, 7])],
+            "4": [partition(&[0, 1, 2, 3]), partition(&[4, 5, 6, 7])],
+            "8": [partition(&[0, 1, 2, 3, 4, 5, 6, 7])]
+        })
+    );
+    assert_eq!(
+        desired.labels["node.koordinator.sh/gpu-partition-policy"],
+        "Honor"
+    );
+    assert_eq!(desired.labels["node.koordinator.sh/gpu-model"], "H800");
+    assert_eq!(desired.labels["node.koordinator.sh/gpu-vendor"], "nvidia");
+    // The scheduler reads it back with the API crate.
+    let mut stored = desired.new_object(&node());
+    let parsed =
+        apis::extension::get_gpu_partition_table(stored.metadata.annotations.as_ref().unwrap())
+            .unwrap()
+            .unwrap();
+    assert_eq!(parsed[&4][1].minors, vec![4, 5, 6, 7]);
+
+    // Without mustHonorPartition the policy is Prefer; a change of the
+    // label alone is a change.
+    let dir = device_infos_dir(&[("nvidia-H800.json", &eight_nvlink_gpus_file(false))]);
+    let prefer = build_desired_device(
+        &discover_all(
+            &sources(vec![Arc::new(XpuDeviceInfoSource::new(dir.path()))]),
+            &PciSysfs::new(dir.path()),
+        ),
+        &now(),
+    );
+    assert_eq!(
+        prefer.labels["node.koordinator.sh/gpu-partition-policy"],
+        "Prefer"
+    );
+    assert_eq!(
+        prefer.change_reason(&stored).as_deref(),
+        Some("label node.koordinator.sh/gpu-partition-policy changed")
+    );
+    prefer.apply_to(&mut stored);
+    assert_eq!(prefer.change_reason(&stored), None);
+}
+
+#[test]
+fn losing_the_peer_links_removes_the_table_and_policy_and_keeps_foreign_annotations() {
+    let dir = device_infos_dir(&[("nvidia-H800.json", &eight_nvlink_gpus_file(true))]);
+    let source: Vec<Arc<dyn DeviceSource>> = vec![Arc::new(XpuDeviceInfoSource::new(dir.path()))];
+    let pci = PciSysfs::new(dir.path());
+    let linked = build_desired_device(&discover_all(&source, &pci), &now());
+    let mut stored = linked.new_object(&node());
+    stored
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert("team".to_string(), "ml".to_string());
+    assert_eq!(linked.change_reason(&stored), None);
+
+    let unlinked: Vec<Value> = serde_json::from_str::<Vec<Value>>(&eight_nvlink_gpus_file(true))
+        .unwrap()
+        .into_iter()
+        .map(|mut device| {
+            device["topology"]
+                .as_object_mut()
+                .unwrap()
+                .remove("p2pLinks");
+            device
+        })
+        .collect();
+    std::fs::write(
+        dir.path().join("nvidia-H800.json"),
+        Value::Array(unlinked).to_string(),
+    )
+    .unwrap();
+    let plain = build_desired_device(&discover_all(&source, &pci), &now());
+    assert!(plain.annotations.is_empty());
+    assert!(
+        !plain
+            .labels
+            .contains_key("node.koordinator.sh/gpu-partition-policy")
+    );
+    assert_eq!(
+        plain.change_reason(&stored).as_deref(),
+        Some("label node.koordinator.sh/gpu-partition-policy changed")
+    );
+    plain.apply_to(&mut stored);
+    assert_eq!(
+        stored.metadata.annotations,
+        Some(BTreeMap::from([("team".to_string(), "ml".to_string())]))
+    );
+    assert_eq!(plain.change_reason(&stored), None);
+}
+
+#[test]
+fn garbage_oversized_and_unbounded_device_info_files_keep_the_last_report() {
+    // No directory: no daemon, no devices, nothing blocks the report.
+    let missing = TempDir::new("xpu-missing").unwrap();
+    assert_eq!(
+        read_device_infos_dir(&missing.path().join("absent")).unwrap(),
+        vec![]
+    );
+    // A subdirectory is skipped, `null` and `[]` are no devices.
+    let dir = device_infos_dir(&[("a.json", "null"), ("b.json", "[]")]);
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    assert_eq!(read_device_infos_dir(dir.path()).unwrap(), vec![]);
+
+    let check = |files: &[(&str, &str)], expected: &str| {
+        let dir = device_infos_dir(files);
+        let err = read_device_infos_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(expected), "{err}");
+        // Through discovery, the failure blocks the report instead of
+        // dropping the devices; the other sources still ran.
+        let nvml = FakeNvml::new(vec![gpu(0, "0000:3b:00.0", GIB)]);
+        let snapshot = discover_all(
+            &sources(vec![Arc::new(XpuDeviceInfoSource::new(dir.path())), nvml]),
+            &PciSysfs::new(dir.path()),
+        );
+        assert_eq!(snapshot.report_blocking_failures.len(), 1);
+        assert!(
+            snapshot.report_blocking_failures[0].starts_with("xpu-device-infos discovery failed"),
+            "{:?}",
+            snapshot.report_blocking_failures
+        );
+        assert!(snapshot.xpus.is_empty());
+        assert_eq!(snapshot.gpus.len(), 1);
+    };
+    check(
+        &[("bad.json", "{not json")],
+        "bad.json: not a JSON list of device infos",
+    );
+    check(
+        &[("object.json", r#"{"vendor": "nvidia"}"#)],
+        "not a JSON list of device infos",
+    );
+    // A minor must be a string, as in upstream's Go type.
+    check(
+        &[("number.json", r#"[{"vendor": "nvidia", "minor": 0}]"#)],
+        "not a JSON list of device infos",
+    );
+    let oversized = " ".repeat(MAX_FILE_BYTES as usize + 1);
+    check(
+        &[("big.json", &oversized)],
+        &format!("is larger than {MAX_FILE_BYTES} bytes"),
+    );
+    let many: Vec<Value> = (0..=MAX_DEVICES)
+        .map(|m| json!({"minor": (m % 100).to_string()}))
+        .collect();
+    check(
+        &[("many.json", &Value::Array(many).to_string())],
+        &format!("has more than {MAX_DEVICES} entries"),
+    );
+    let links: Vec<Value> = (0..=MAX_LINKS_PER_DEVICE)
+        .map(|_| json!({"peerMinor": "1", "type": "NVLink"}))
+        .collect();
+    check(
+        &[(
+            "links.json",
+            &json!([{"uuid": "u", "minor": "0", "topology": {"p2pLinks": links}}]).to_string(),
+        )],
+        &format!("more than {MAX_LINKS_PER_DEVICE}"),
+    );
+}
+
+#[test]
+fn unusable_device_info_fields_are_left_out_each_with_a_problem() {
+    let file = json!([
+        {"vendor": "acme", "model": "X 1", "uuid": "a", "minor": "x"},
+        {"vendor": "acme", "model": "X 1", "uuid": "b", "minor": "1",
+         "resources": {"gpu-core": "lots", "bad name!": "1", "acme.com/cores": "-2", "acme.com/mem": "16Gi"},
+         "topology": {"nodeID": "zero", "pcieID": "p", "busID": ""}},
+        {"vendor": "acme", "model": "X 1", "uuid": "c", "minor": "1"},
+        {"vendor": "acme", "model": "X 1", "uuid": "d", "minor": "200"}
+    ])
+    .to_string();
+    let dir = device_infos_dir(&[("acme.json", &file)]);
+    let snapshot = discover_all(
+        &sources(vec![Arc::new(XpuDeviceInfoSource::new(dir.path()))]),
+        &PciSysfs::new(dir.path()),
+    );
+    let desired = build_desired_device(&snapshot, &now());
+    assert_eq!(
+        as_json(&desired),
+        json!([{"type": "gpu", "id": "b", "minor": 1, "health": true,
+            "resources": {"acme.com/mem": "16Gi", "koordinator.sh/gpu-memory-ratio": "100"},
+            "topology": {"socketID": -1, "nodeID": -1, "pcieID": "p"}}])
+    );
+    // The model has a space: no model label; the vendor is fine.
+    assert_eq!(
+        desired.labels,
+        BTreeMap::from([(
+            "node.koordinator.sh/gpu-vendor".to_string(),
+            "acme".to_string()
+        )])
+    );
+    let expect = [
+        "minor \"x\" is not a number",
+        "resource koordinator.sh/gpu-core",
+        "resource name \"bad name!\"",
+        "resource acme.com/cores",
+        "nodeID \"zero\"",
+        "minor 1 is already taken",
+        "minor \"200\" is not a number from 0 to 127",
+        "gpu-model left out",
+    ];
+    for expected in expect {
+        assert!(
+            desired.problems.iter().any(|p| p.contains(expected)),
+            "{expected}: {:?}",
+            desired.problems
+        );
+    }
+}

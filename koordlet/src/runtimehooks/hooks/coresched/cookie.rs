@@ -25,6 +25,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use koord_common::sync::MutexExt;
+
 /// The cookie every task has unless given another.
 pub const DEFAULT_COOKIE: u64 = 0;
 
@@ -691,7 +693,7 @@ impl SharedFake {
     }
 
     pub fn with<T>(&self, f: impl FnOnce(&mut FakeCoreSched) -> T) -> T {
-        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.0.lock_or_recover();
         f(&mut guard)
     }
 }

@@ -210,6 +210,7 @@ impl Hook for CoreSched {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtimehooks::dispatcher::HookDispatcher;
     use crate::runtimehooks::hooks::testutil::*;
     use crate::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
     use std::sync::Arc;
