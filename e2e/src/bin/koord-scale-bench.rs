@@ -701,23 +701,29 @@ async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
         grace_period_seconds: Some(0),
         ..DeleteParams::background()
     };
-    pods.delete_collection(&no_grace, &ListParams::default().labels("app=scale-bench"))
-        .await?;
+    let selector = ListParams::default().labels("app=scale-bench");
     let deadline = Instant::now() + Duration::from_secs(600);
+    // A loaded API server may close the connection of a collection delete of thousands of pods
+    // (seen at 1,000 nodes), so the delete is repeated, being idempotent, until none is left.
     loop {
-        let left = pods
-            .list(&ListParams::default().labels("app=scale-bench"))
-            .await?
-            .items
-            .len();
-        if left == 0 {
+        let left = match pods.list(&selector).await {
+            Ok(list) => Some(list.items.len()),
+            Err(err) => {
+                eprintln!("listing bench pods: {err}; retrying");
+                None
+            }
+        };
+        if left == Some(0) {
             return Ok(());
         }
         ensure!(
             Instant::now() < deadline,
-            "{left} bench pods still there after 600 s"
+            "bench pods still there after 600 s (last count {left:?})"
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        if let Err(err) = pods.delete_collection(&no_grace, &selector).await {
+            eprintln!("deleting bench pods: {err}; retrying");
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }
 
@@ -874,7 +880,10 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
             json!(extender * 1000.0 / bound as f64 / percentile(&latencies, 50.0));
     }
     drop((created_at, bound_at));
-    delete_pods(&pods).await?;
+    // The figures are kept even when the pods cannot be removed; the row says so.
+    if let Err(err) = delete_pods(&pods).await {
+        report["cleanup_error"] = json!(format!("{err:#}"));
+    }
     Ok(report)
 }
 
