@@ -23,7 +23,7 @@ use koord_fuzz::{DISPATCHERS, select};
 use koordlet::runtimehooks::protocol::{ContainerContext, ContainerMeta, HookRequest, HookStage};
 use koordlet::runtimehooks::reconciler::{pod_container_spec_resources, pod_context_of};
 use koordlet::runtimehooks::rules::NodeRules;
-use koordlet::statesinformer::nodetopo::{self, CpuManagerCheckpoint};
+use koordlet::statesinformer::cpumanager::{self, CpuManagerCheckpoint};
 use koordlet::statesinformer::{kubelet, podmeta, podsfile, standalone};
 use koordlet::system::units::CpuSet;
 use libfuzzer_sys::fuzz_target;
@@ -72,7 +72,7 @@ fn decide(
         Some(checkpoint),
     );
     let _ = podmeta::advisor_snapshot_of(pods);
-    let _ = nodetopo::kubelet_pod_allocs(checkpoint, pods);
+    let _ = cpumanager::kubelet_pod_allocs(checkpoint, pods);
     for pod in pods {
         let _ = koordlet::prediction::reclaim::PodForPrediction::from_pod(pod);
         let _ = koordlet::prediction::reclaim::pod_requests(pod);

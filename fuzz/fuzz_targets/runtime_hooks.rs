@@ -19,12 +19,13 @@
 
 use apis::runtime::v1alpha1 as wire;
 use koord_fuzz::{DISPATCHERS, select};
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::nri::connection::{PLUGIN_SERVICE, answer};
 use koordlet::runtimehooks::nri::proto::ttrpc as envelope;
 use koordlet::runtimehooks::nri::ttrpc::{FrameDecoder, MessageKind, PLUGIN_CONN};
 use koordlet::runtimehooks::nri::{NriPlugin, NriState, NriStatus};
 use koordlet::runtimehooks::protocol::{
-    Adjustment, ContainerContext, HookDispatcher, HookRequest, HookStage, PodContext,
+    Adjustment, ContainerContext, HookRequest, HookStage, PodContext,
 };
 use koordlet::runtimehooks::scope::check_fs;
 use libfuzzer_sys::fuzz_target;

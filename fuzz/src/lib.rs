@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
-use koordlet::runtimehooks::hooks::resctrl::ResctrlNodeInfo;
+use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, all_hooks};
-use koordlet::runtimehooks::protocol::{FailurePolicy, FailurePolicyConfig, HookDispatcher};
+use koordlet::runtimehooks::protocol::{FailurePolicy, FailurePolicyConfig};
+use koordlet::runtimehooks::resctrlnode::ResctrlNodeInfo;
 use koordlet::runtimehooks::rules::{CpuQosRule, NodeRules, ResctrlRule};
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
 use koordlet::system::units::CpuSet;
