@@ -293,6 +293,34 @@ pub async fn running_pod(api: &Api<Pod>, name: &str) -> anyhow::Result<Pod> {
     running_pod_within(api, name, WAIT).await
 }
 
+/// Waits up to `limit` until pod `name` is reported unschedulable and returns kube-scheduler's
+/// message (its `PodScheduled=False` condition); a pod that is bound meanwhile is an error,
+/// reported if it stays bound until `limit`.
+pub async fn unschedulable_message(
+    api: &Api<Pod>,
+    name: &str,
+    limit: Duration,
+) -> anyhow::Result<String> {
+    eventually_within(
+        &format!("pod {name} reported unschedulable"),
+        limit,
+        || async {
+            let pod = api.get(name).await?;
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
+                bail!("pod {name} was bound to {node}");
+            }
+            Ok(pod
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .and_then(|c| c.message))
+        },
+    )
+    .await
+}
+
 /// kube-scheduler retries a pod that the extender rejected (for node load, say) on cluster events
 /// it cannot tie to the extender's reasons, at the latest after five minutes in its
 /// unschedulable queue: a pod of koord-scheduler may take that long to be placed.

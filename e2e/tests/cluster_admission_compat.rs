@@ -17,7 +17,8 @@
 
 use anyhow::{Context, ensure};
 use e2e::cluster::{
-    KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually, pod, resource, worker_nodes,
+    KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually, pod, resource,
+    unschedulable_message, worker_nodes,
 };
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -104,27 +105,7 @@ async fn deprecated_batch_names_are_scheduled_as_the_current_ones() -> anyhow::R
         &batch_pod(&namespace.name, "old-names-too-big", "1000000000000", "1Mi")?,
     )
     .await?;
-    let message = eventually(
-        "the oversized old-name pod reported unschedulable",
-        || async {
-            let pod = pods.get("old-names-too-big").await?;
-            ensure!(
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_none(),
-                "the oversized pod was scheduled"
-            );
-            let condition = pod
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .into_iter()
-                .find(|c| c.type_ == "PodScheduled" && c.status == "False");
-            Ok(condition.and_then(|c| c.message))
-        },
-    )
-    .await?;
+    let message = unschedulable_message(&pods, "old-names-too-big", e2e::cluster::WAIT).await?;
     ensure!(
         message.contains("kubernetes.io/batch-cpu"),
         "unschedulable for another reason: {message}"

@@ -21,7 +21,7 @@ use apis::extension::{DEVICE_TYPE_GPU, RESOURCE_GPU_CORE, get_device_allocations
 use apis::scheduling::v1alpha1::Device;
 use e2e::cluster::{
     EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually, eventually_within, pod,
-    require_gpu_device_resource, simulated_node_with_heartbeat,
+    require_gpu_device_resource, simulated_node_with_heartbeat, unschedulable_message,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -238,24 +238,7 @@ async fn run(client: &kube::Client) -> anyhow::Result<()> {
 
     // Three GPUs: the honoured table has no partition of three.
     pods.create(&create, &gpu_pod(ns, "three", 3)?).await?;
-    let reason = eventually_within("the 3-GPU pod refused", EXTENDER_RETRY, || async {
-        let pod = pods.get("three").await?;
-        ensure!(
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_none(),
-            "the 3-GPU pod was bound on a node whose honoured table has no partition of three"
-        );
-        Ok(pod
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.message))
-    })
-    .await?;
+    let reason = unschedulable_message(&pods, "three", EXTENDER_RETRY).await?;
     ensure!(
         reason.contains("node(s) Unsupported number of GPU requests"),
         "the 3-GPU pod's reason does not name the partition table: {reason}"

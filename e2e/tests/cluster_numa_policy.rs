@@ -21,7 +21,7 @@ use apis::extension::{
 use apis::topology::v1alpha1::NodeResourceTopology;
 use e2e::cluster::{
     EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually_within, pod,
-    simulated_node_with_heartbeat,
+    simulated_node_with_heartbeat, unschedulable_message,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -172,24 +172,7 @@ async fn run(client: &kube::Client) -> anyhow::Result<()> {
     // 1. Three CPUs: the node has four, no NUMA node has more than two.
     pods.create(&create, &numa_pod(ns, "wide", "3", false)?)
         .await?;
-    let reason = eventually_within("the wide pod refused", EXTENDER_RETRY, || async {
-        let pod = pods.get("wide").await?;
-        ensure!(
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_none(),
-            "the 3-CPU pod was bound on a SingleNUMANode node with 2-CPU NUMA nodes"
-        );
-        Ok(pod
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.message))
-    })
-    .await?;
+    let reason = unschedulable_message(&pods, "wide", EXTENDER_RETRY).await?;
     ensure!(
         reason.contains("Unaligned NUMA Hint"),
         "the wide pod's reason does not name the NUMA alignment: {reason}"

@@ -72,6 +72,25 @@ impl Default for PodSpec<'_> {
     }
 }
 
+/// A bound pod holding the given GPUs of `node` whole (its `device-allocated` annotation).
+pub fn whole_gpu_holder(name: &str, node: &str, minors: &[i32]) -> Object {
+    let entries: Vec<Value> = minors
+        .iter()
+        .map(|m| json!({"minor": m, "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}}))
+        .collect();
+    let annotation = json!({"gpu": entries}).to_string();
+    pod(PodSpec {
+        name,
+        node: Some(node),
+        requests: &[("cpu", "1")],
+        annotations: &[(
+            apis::extension::device_share::ANNOTATION_DEVICE_ALLOCATED,
+            &annotation,
+        )],
+        ..Default::default()
+    })
+}
+
 pub fn pod(spec: PodSpec<'_>) -> Object {
     let mut pod_spec = json!({
         "containers": [{"name": "main", "resources": {"requests": map(spec.requests), "limits": map(spec.limits)}}]

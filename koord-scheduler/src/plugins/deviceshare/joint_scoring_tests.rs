@@ -307,22 +307,6 @@ fn invalid_scoring_args_are_refused() {
     assert!(build(json!({"scoringStrategy": {"type": "LeastAllocated"}})).is_none());
 }
 
-/// A bound pod holding the given GPUs of n1 whole.
-fn holding(name: &str, minors: &[i32]) -> Object {
-    let entries: Vec<Value> = minors
-        .iter()
-        .map(|m| json!({"minor": m, "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}}))
-        .collect();
-    let annotation = json!({"gpu": entries}).to_string();
-    testutil::pod(PodSpec {
-        name,
-        node: Some("n1"),
-        requests: &[("cpu", "1")],
-        annotations: &[(ANNOTATION_DEVICE_ALLOCATED, &annotation)],
-        ..Default::default()
-    })
-}
-
 fn scoped(name: &str, requests: &[(&str, &str)], scope: &str) -> Object {
     let hint = format!(r#"{{"gpu":{{"requiredTopologyScope":"{scope}"}}}}"#);
     testutil::pod(PodSpec {
@@ -347,7 +331,7 @@ fn required_topology_scope_keeps_gpus_within_one_switch_or_numa_node() {
             vec![
                 testutil::node("n1", &[("cpu", "64")]),
                 topology_device("n1", &[]),
-                holding("held", held),
+                testutil::whole_gpu_holder("held", "n1", held),
                 scoped("pcie", &[("nvidia.com/gpu", "2")], "PCIe"),
                 scoped("numa", &[("nvidia.com/gpu", "4")], "NUMANode"),
             ],
@@ -385,7 +369,7 @@ fn several_gpus_without_a_required_scope_still_prefer_one_switch_then_one_numa_n
             vec![
                 testutil::node("n1", &[("cpu", "64")]),
                 topology_device("n1", &[]),
-                holding("held", held),
+                testutil::whole_gpu_holder("held", "n1", held),
                 pod("two", &[("nvidia.com/gpu", "2")], None),
             ],
         );

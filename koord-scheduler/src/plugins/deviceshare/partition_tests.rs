@@ -278,22 +278,6 @@ fn gpus_pod(name: &str, count: &str, spec: Option<&str>) -> Object {
     })
 }
 
-/// A bound pod holding the given GPUs of `node` whole.
-fn holding(name: &str, node: &str, minors: &[i32]) -> Object {
-    let entries: Vec<Value> = minors
-        .iter()
-        .map(|m| json!({"minor": m, "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}}))
-        .collect();
-    let annotation = json!({"gpu": entries}).to_string();
-    testutil::pod(PodSpec {
-        name,
-        node: Some(node),
-        requests: &[("cpu", "1")],
-        annotations: &[(ANNOTATION_DEVICE_ALLOCATED, &annotation)],
-        ..Default::default()
-    })
-}
-
 fn gpu_minors(s: &mut Scheduler, pod: &str, node: &str) -> Result<Vec<i32>, String> {
     let reserved = s
         .reserve(&format!("default/{pod}"), node, t0())
@@ -318,7 +302,7 @@ fn hopper_node(model: &str, policy: &str, held: &[i32], count: &str) -> Schedule
         gpus_pod("want", count, None),
     ];
     if !held.is_empty() {
-        objects.push(holding("held", "n1", held));
+        objects.push(testutil::whole_gpu_holder("held", "n1", held));
     }
     testutil::load(&mut s, objects);
     s
@@ -408,7 +392,7 @@ fn the_devices_own_table_and_policy_win_over_the_node_labels() {
             ),
             gpus_pod("two", "2", None),
             gpus_pod("four", "4", None),
-            holding("held", "n1", &[4]),
+            testutil::whole_gpu_holder("held", "n1", &[4]),
         ],
     );
     assert_eq!(gpu_minors(&mut s, "two", "n1").unwrap(), vec![1, 5]);
