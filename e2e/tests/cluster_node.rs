@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use e2e::cluster::{
     EXTENDER_RETRY, KOORD_NAMESPACE, NODE_LOAD, THRESHOLD_KEY, TestNamespace, component_pods,
-    eventually, key_values, node_file_watcher, node_of, pod, pod_cgroup_dir, pod_logs_when_done,
-    running_pod, running_pod_within, set_threshold_config, watched_values,
+    eventually, eventually_within, key_values, node_file_watcher, node_of, pod, pod_cgroup_dir,
+    pod_logs_when_done, running_pod, running_pod_within, set_threshold_config, watched_values,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -287,24 +287,45 @@ async fn memory_eviction(
     )
     .await?;
     // Through the Eviction API: koordlet records the outcome of each call as an Event on the
-    // pod, and the budget's refusal (429) of the second pod is one of them.
+    // pod, and the budget's refusal (429) of the second pod is one of them. koordlet posts the
+    // Event after the Eviction call returns, so the pod can be seen leaving before its Event
+    // exists: wait for the Events rather than reading them once.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
-    let outcomes: Vec<(String, String)> = events
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|e| Some((e.involved_object.name?, e.reason?)))
-        .filter(|(name, _)| name.starts_with("be-mem"))
-        .collect();
+    let outcomes_of_be_pods = || async {
+        let outcomes: Vec<(String, String)> = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|e| Some((e.involved_object.name?, e.reason?)))
+            .filter(|(name, _)| name.starts_with("be-mem"))
+            .collect();
+        anyhow::Ok(outcomes)
+    };
+    let has = |outcomes: &[(String, String)], pod: &str, reason: &str| {
+        outcomes.iter().any(|(n, r)| n == pod && r == reason)
+    };
+    let complete = eventually_within(
+        "evictPodSuccess events for both BE pods",
+        Duration::from_secs(60),
+        || async {
+            let outcomes = outcomes_of_be_pods().await?;
+            Ok((has(&outcomes, first, "evictPodSuccess")
+                && has(&outcomes, second, "evictPodSuccess"))
+            .then_some(outcomes))
+        },
+    )
+    .await;
+    let outcomes = match complete {
+        Ok(outcomes) => outcomes,
+        Err(_) => {
+            let outcomes = outcomes_of_be_pods().await?;
+            anyhow::bail!("no evictPodSuccess event for both pods: {outcomes:?}");
+        }
+    };
     eprintln!("eviction events of the BE pods: {outcomes:?}");
-    let has = |pod: &str, reason: &str| outcomes.iter().any(|(n, r)| n == pod && r == reason);
     ensure!(
-        has(first, "evictPodSuccess") && has(second, "evictPodSuccess"),
-        "no evictPodSuccess event for both pods: {outcomes:?}"
-    );
-    ensure!(
-        has(second, "evictPodFail"),
+        has(&outcomes, second, "evictPodFail"),
         "the PodDisruptionBudget's refusal of {second} was not seen by koordlet: {outcomes:?}"
     );
     Ok(())
