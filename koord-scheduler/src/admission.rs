@@ -224,7 +224,9 @@ pub fn check_amounts(object: &Object) -> Option<RefusedAmount> {
                 DEVICE_SHARE,
             ),
         },
-        Object::PodGroup(_) | Object::NodeResourceTopology(_) => return None,
+        Object::PodGroup(_) | Object::NodeResourceTopology(_) | Object::PodDisruptionBudget(_) => {
+            return None;
+        }
     };
     Some(RefusedAmount {
         kind: object.kind(),
@@ -244,6 +246,7 @@ fn metadata_mut(object: &mut Object) -> &mut ObjectMeta {
         Object::PodGroup(o) => &mut o.metadata,
         Object::Device(o) => &mut o.metadata,
         Object::NodeResourceTopology(o) => &mut o.metadata,
+        Object::PodDisruptionBudget(o) => &mut o.metadata,
     }
 }
 
@@ -390,7 +393,8 @@ pub fn transform_deprecated_names(object: &mut Object) -> bool {
         Object::NodeMetric(_)
         | Object::Reservation(_)
         | Object::PodGroup(_)
-        | Object::NodeResourceTopology(_) => false,
+        | Object::NodeResourceTopology(_)
+        | Object::PodDisruptionBudget(_) => false,
     }
 }
 

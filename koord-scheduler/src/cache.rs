@@ -16,6 +16,7 @@ use apis::scheduling_sigs::v1alpha1::{ElasticQuota, PodGroup};
 use apis::slo::v1alpha1::NodeMetric;
 use apis::topology::v1alpha1::NodeResourceTopology;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::resources::{
     InvalidAmount, Resources, exact_resources, pod_limits_checked, pod_non_zero_requests,
@@ -226,6 +227,7 @@ pub enum Object {
     PodGroup(PodGroup),
     Device(Device),
     NodeResourceTopology(NodeResourceTopology),
+    PodDisruptionBudget(PodDisruptionBudget),
 }
 
 /// The kind of an [`Object`], for events and errors.
@@ -239,6 +241,7 @@ pub enum ObjectKind {
     PodGroup,
     Device,
     NodeResourceTopology,
+    PodDisruptionBudget,
 }
 
 impl Object {
@@ -252,6 +255,7 @@ impl Object {
             Object::PodGroup(_) => ObjectKind::PodGroup,
             Object::Device(_) => ObjectKind::Device,
             Object::NodeResourceTopology(_) => ObjectKind::NodeResourceTopology,
+            Object::PodDisruptionBudget(_) => ObjectKind::PodDisruptionBudget,
         }
     }
 
@@ -265,6 +269,7 @@ impl Object {
             Object::PodGroup(o) => &o.metadata,
             Object::Device(o) => &o.metadata,
             Object::NodeResourceTopology(o) => &o.metadata,
+            Object::PodDisruptionBudget(o) => &o.metadata,
         }
     }
 
@@ -346,6 +351,9 @@ pub struct ClusterCache {
     pub pod_groups: BTreeMap<String, Arc<PodGroup>>,
     pub devices: BTreeMap<String, Arc<Device>>,
     pub node_resource_topologies: BTreeMap<String, Arc<NodeResourceTopology>>,
+    /// `policy/v1` PodDisruptionBudgets by `namespace/name` (preemption
+    /// counts the victims it adds against them).
+    pub disruption_budgets: BTreeMap<String, Arc<PodDisruptionBudget>>,
 }
 
 impl ClusterCache {
@@ -507,6 +515,11 @@ impl ClusterCache {
                 wanted,
                 Object::NodeResourceTopology,
             ),
+            ObjectKind::PodDisruptionBudget => wrap(
+                &self.disruption_budgets,
+                wanted,
+                Object::PodDisruptionBudget,
+            ),
         }
     }
 
@@ -600,7 +613,25 @@ impl ClusterCache {
             Object::NodeResourceTopology(o) => {
                 store_sorted(&mut self.node_resource_topologies, kind, key, o, deleted)
             }
+            Object::PodDisruptionBudget(o) => {
+                store_sorted(&mut self.disruption_budgets, kind, key, o, deleted)
+            }
         }
+    }
+
+    /// The PodDisruptionBudgets of one namespace, in name order (keys are
+    /// `namespace/name`, so they sit together in the sorted map).
+    pub fn disruption_budgets_in<'a>(
+        &'a self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<PodDisruptionBudget>> + 'a {
+        self.disruption_budgets
+            .range(format!("{namespace}/")..)
+            .take_while(move |(key, _)| {
+                key.strip_prefix(namespace)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .map(|(_, budget)| budget)
     }
 
     fn upsert_pod(&mut self, pod: Pod) -> ClusterEvent {

@@ -17,6 +17,7 @@ use apis::slo::v1alpha1::NodeMetric;
 use apis::topology::v1alpha1::NodeResourceTopology;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koord_common::Shutdown;
 use koord_common::health::StatusCheck;
@@ -304,6 +305,13 @@ pub fn start_watchers_counted(
     spawn_feed!(
         NodeResourceTopology,
         NodeResourceTopology,
+        watch::channel(false).0
+    );
+    // Preemption counts the victims it adds against these; until they are
+    // listed it sees none (as kube-scheduler with an empty lister).
+    spawn_feed!(
+        PodDisruptionBudget,
+        PodDisruptionBudget,
         watch::channel(false).0
     );
     tokio::spawn(async move {

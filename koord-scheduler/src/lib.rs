@@ -15,6 +15,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod cpuset;
+pub mod disruption;
 pub mod extender;
 pub mod filtered;
 pub mod framework;

@@ -465,6 +465,7 @@ fn at_version(mut object: Object, version: &str) -> Object {
         Object::Device(o) => &mut o.metadata,
         Object::PodGroup(o) => &mut o.metadata,
         Object::NodeResourceTopology(o) => &mut o.metadata,
+        Object::PodDisruptionBudget(o) => &mut o.metadata,
     };
     meta.resource_version = Some(version.to_string());
     object
