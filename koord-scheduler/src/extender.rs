@@ -739,13 +739,14 @@ async fn preempt(State(state): State<ExtenderState>, body: Bytes) -> Response {
             crate::preempt::NodeDecision::Preempt {
                 victims,
                 added,
+                added_pdb_violations,
                 dropped,
             } => {
                 for (uid, reason) in dropped {
                     tracing::info!(pod = %pod.key, node = %report.node, victim = %uid, %reason, "preemption victim kept");
                 }
                 if !added.is_empty() {
-                    tracing::info!(pod = %pod.key, node = %report.node, added = ?added, "preemption victims added for resources kube-scheduler does not see");
+                    tracing::info!(pod = %pod.key, node = %report.node, added = ?added, pdb_violations = added_pdb_violations, "preemption victims added for resources kube-scheduler does not see");
                 }
                 tracing::debug!(pod = %pod.key, node = %report.node, victims = victims.len(), "preemption allowed");
             }

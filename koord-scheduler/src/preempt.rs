@@ -12,7 +12,11 @@
 //! plugin's filter (kube-scheduler does not see batch/mid resources, quota
 //! runtime, cpusets, devices, reservations), adds the fewest, least
 //! important other pods of that node the same rules let go, or drops the
-//! node. A gang preemptor is judged for its whole gang. See
+//! node. Added victims are weighed against PodDisruptionBudgets as
+//! kube-scheduler weighs its own (see [`crate::disruption`]): those whose
+//! eviction violates no budget are preferred, and the ones that do add to
+//! the node's `NumPDBViolations`. A gang preemptor is judged for its whole
+//! gang. See
 //! `docs/extender.md`, Preemption, for what kube-scheduler's protocol
 //! allows and what it does not.
 //!
@@ -27,7 +31,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 use crate::admission;
-use crate::cache::{Object, PodInfo};
+use crate::cache::{ClusterCache, Object, PodInfo};
+use crate::disruption::{DisruptionBudget, Ledger, charged_budgets};
 use crate::framework::Scheduler;
 
 /// `MetaPod`: a victim named by UID.
@@ -204,6 +209,10 @@ pub struct VictimFacts {
     pub protected: Option<String>,
     /// The gang the pod is evicted with, if any.
     pub unit: Option<String>,
+    /// The PodDisruptionBudgets (indexes into the request's list) its
+    /// eviction takes a disruption from; filled only when victims are
+    /// added on its node.
+    pub budgets: Vec<usize>,
 }
 
 /// A pod on the node that kube-scheduler did not propose but Koordinator's
@@ -222,6 +231,9 @@ pub struct ExtraCandidate {
     pub started: i64,
     /// The gang the pod is evicted with, if any.
     pub unit: Option<String>,
+    /// The PodDisruptionBudgets (indexes into the request's list) its
+    /// eviction takes a disruption from.
+    pub budgets: Vec<usize>,
 }
 
 /// How many extra fit checks one `/preempt` request may spend choosing
@@ -258,10 +270,13 @@ impl FitBudget {
 pub enum NodeDecision {
     /// Preempt these victims (UIDs): kube-scheduler's kept ones in its
     /// order, then `added`; `dropped` are the proposed victims kept alive,
-    /// with the reason.
+    /// with the reason. `added_pdb_violations` counts the added victims
+    /// whose eviction violates a PodDisruptionBudget (kube-scheduler's
+    /// victims take from the budgets first).
     Preempt {
         victims: Vec<String>,
         added: Vec<String>,
+        added_pdb_violations: usize,
         dropped: Vec<(String, String)>,
     },
     /// Not a preemption candidate any more.
@@ -285,13 +300,17 @@ fn name_some(items: &[&str]) -> String {
 /// The pure decision for one node. `unit_members` names the cache keys of
 /// every bound member of a gang (on any node); `extras` are the node's
 /// other pods the rules let go (see [`ExtraCandidate`]); `fits` says
-/// whether the preemptor fits the node once the given cache keys are gone.
+/// whether the preemptor fits the node once the given cache keys are gone;
+/// `budgets_allowed` is `status.disruptionsAllowed` of each
+/// PodDisruptionBudget the victims' and extras' `budgets` index.
 ///
 /// kube-scheduler's victims (less the protected ones and split gangs) are
 /// kept as they are. Only when they do not make room are extras added,
 /// the way kube-scheduler picks its own: all of them out, then each unit
 /// (a pod, or a gang whose every bound member is among the extras) put
-/// back, most important first, while the preemptor still fits. The fit
+/// back while the preemptor still fits: first the units whose eviction
+/// would violate a PodDisruptionBudget, then the others, each group most
+/// important first (kube-scheduler's `SelectVictimsOnNode`). The fit
 /// checks of that search come out of `budget`; a node whose search runs
 /// out of it is dropped rather than answered with more victims than
 /// needed.
@@ -299,6 +318,7 @@ pub fn decide_node(
     victims: &[VictimFacts],
     extras: &[ExtraCandidate],
     unit_members: &HashMap<String, BTreeSet<String>>,
+    budgets_allowed: &[i32],
     mut fits: impl FnMut(&[String]) -> Result<(), String>,
     budget: &mut FitBudget,
 ) -> NodeDecision {
@@ -366,6 +386,7 @@ pub fn decide_node(
                 return NodeDecision::Preempt {
                     victims: kept_uids,
                     added: Vec::new(),
+                    added_pdb_violations: 0,
                     dropped,
                 };
             }
@@ -379,8 +400,14 @@ pub fn decide_node(
             ),
         };
     }
-    match add_victims(&keys, extras, unit_members, &mut fits, budget) {
-        Ok(added) => {
+    // kube-scheduler's victims go whatever is added: they take from the
+    // budgets first.
+    let mut ledger = Ledger::new(budgets_allowed);
+    for victim in &kept {
+        ledger.charge(&victim.budgets);
+    }
+    match add_victims(&keys, extras, unit_members, &ledger, &mut fits, budget) {
+        Ok((added, added_pdb_violations)) => {
             let mut victims = kept_uids;
             let added: Vec<String> = added.into_iter().map(|i| extras[i].uid.clone()).collect();
             victims.extend(added.iter().cloned());
@@ -393,6 +420,7 @@ pub fn decide_node(
             NodeDecision::Preempt {
                 victims,
                 added,
+                added_pdb_violations,
                 dropped,
             }
         }
@@ -405,14 +433,17 @@ pub fn decide_node(
     }
 }
 
-/// The extras (indexes) to evict beside `base` (see [`decide_node`]).
+/// The extras (indexes) to evict beside `base` (see [`decide_node`]), and
+/// how many of them violate a PodDisruptionBudget once `ledger` (what
+/// `base` took) is charged with them, most important first.
 fn add_victims(
     base: &[String],
     extras: &[ExtraCandidate],
     unit_members: &HashMap<String, BTreeSet<String>>,
+    ledger: &Ledger<'_>,
     fits: &mut impl FnMut(&[String]) -> Result<(), String>,
     budget: &mut FitBudget,
-) -> Result<Vec<usize>, String> {
+) -> Result<(Vec<usize>, usize), String> {
     // Units: a pod alone, or a gang whose every bound member is an extra
     // here (a gang with a member elsewhere, or among kube-scheduler's
     // victims, cannot be added whole).
@@ -461,6 +492,22 @@ fn add_victims(
         let (pb, sb, kb) = importance(b);
         pb.cmp(&pa).then(sa.cmp(&sb)).then(ka.cmp(kb))
     });
+    // As kube-scheduler's `filterPodsWithPDBViolation`: every unit, most
+    // important first, takes from the budgets; one that finds a budget
+    // exhausted violates it. Those are tried for a reprieve first.
+    let mut classifying = ledger.clone();
+    let violating: Vec<bool> = units
+        .iter()
+        .map(|unit| {
+            unit.iter().fold(false, |any, &i| {
+                classifying.charge(&extras[i].budgets) | any
+            })
+        })
+        .collect();
+    let reprieve_order: Vec<usize> = (0..units.len())
+        .filter(|&slot| violating[slot])
+        .chain((0..units.len()).filter(|&slot| !violating[slot]))
+        .collect();
     let mut evicted = vec![true; units.len()];
     let gone = |evicted: &[bool]| -> Vec<String> {
         let mut keys = base.to_vec();
@@ -477,7 +524,7 @@ fn add_victims(
     fits(&gone(&evicted)).map_err(|reason| {
         format!("it does not fit even with every other pod the rules let go gone: {reason}")
     })?;
-    for slot in 0..units.len() {
+    for slot in reprieve_order {
         if !budget.take() {
             return Err("the request's budget of fit checks for added victims is spent".into());
         }
@@ -486,14 +533,21 @@ fn add_victims(
             evicted[slot] = true;
         }
     }
+    // The units stay most important first: the victims that stay out are
+    // counted in that order against what the budgets have left after `base`.
     let mut chosen: Vec<usize> = units
         .iter()
         .zip(&evicted)
         .filter(|(_, out)| **out)
         .flat_map(|(unit, _)| unit.iter().copied())
         .collect();
+    let mut counting = ledger.clone();
+    let violations = chosen
+        .iter()
+        .filter(|&&i| counting.charge(&extras[i].budgets))
+        .count();
     chosen.sort_unstable();
-    Ok(chosen)
+    Ok((chosen, violations))
 }
 
 /// A pod's priority (`spec.priority`, 0 when unset).
@@ -597,6 +651,7 @@ fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposa
                 key: None,
                 protected: None,
                 unit: None,
+                budgets: Vec::new(),
             },
             Some(victim) => VictimFacts {
                 uid: uid.clone(),
@@ -606,6 +661,7 @@ fn gather_node(scheduler: &Scheduler, preemptor: &PodInfo, proposal: NodeProposa
                     None => plugin_reasons.next().flatten(),
                 },
                 unit: scheduler.preemption_unit(victim),
+                budgets: Vec::new(),
             },
         })
         .collect();
@@ -687,11 +743,65 @@ fn gather_extras(
                 priority: pod_priority(pod),
                 started: started_at(pod),
                 unit: scheduler.preemption_unit(pod),
+                budgets: Vec::new(),
             });
             work.pods.insert(pod.uid.clone(), Arc::clone(pod));
         }
     }
     extras
+}
+
+/// The PodDisruptionBudgets one request weighs, each namespace's loaded
+/// from the cache when a pod of it is first weighed. Budgets that select
+/// nothing (see [`crate::disruption`]) are left out.
+#[derive(Debug, Default)]
+struct RequestBudgets {
+    list: Vec<DisruptionBudget>,
+    /// `status.disruptionsAllowed` of each in `list`.
+    allowed: Vec<i32>,
+    by_namespace: HashMap<String, Vec<usize>>,
+}
+
+impl RequestBudgets {
+    /// The budgets evicting `pod` takes a disruption from.
+    fn charged_by(&mut self, cache: &ClusterCache, pod: &PodInfo) -> Vec<usize> {
+        if pod.labels().is_empty() {
+            return Vec::new();
+        }
+        if !self.by_namespace.contains_key(&pod.namespace) {
+            let mut indexes = Vec::new();
+            for budget in cache.disruption_budgets_in(&pod.namespace) {
+                let budget = DisruptionBudget::new(budget);
+                if let Some(reason) = budget.unusable() {
+                    tracing::debug!(budget = %budget.key, %reason, "PodDisruptionBudget selects no pod");
+                    continue;
+                }
+                indexes.push(self.list.len());
+                self.allowed.push(budget.disruptions_allowed);
+                self.list.push(budget);
+            }
+            self.by_namespace.insert(pod.namespace.clone(), indexes);
+        }
+        let indexes = self
+            .by_namespace
+            .get(&pod.namespace)
+            .map_or(&[][..], Vec::as_slice);
+        charged_budgets(&self.list, indexes, &pod.namespace, &pod.name, pod.labels())
+    }
+
+    /// Fills `budgets` of the node's evictable victims and of `extras`.
+    fn attach(&mut self, cache: &ClusterCache, work: &mut NodeWork, extras: &mut [ExtraCandidate]) {
+        for fact in work.facts.iter_mut().filter(|f| f.protected.is_none()) {
+            if let Some(pod) = work.pods.get(&fact.uid) {
+                fact.budgets = self.charged_by(cache, pod);
+            }
+        }
+        for extra in extras.iter_mut() {
+            if let Some(pod) = work.pods.get(&extra.uid) {
+                extra.budgets = self.charged_by(cache, pod);
+            }
+        }
+    }
 }
 
 /// The cache keys of every bound member of `units`, added to `members`.
@@ -798,6 +908,7 @@ pub fn run_preemption(
         .collect();
 
     let mut budget = FitBudget::new(MAX_EXTRA_FIT_CHECKS);
+    let mut disruption_budgets = RequestBudgets::default();
     let mut decided = Vec::with_capacity(works.len());
     for mut work in works {
         let node = work.proposal.node.clone();
@@ -809,13 +920,14 @@ pub fn run_preemption(
             &work.facts,
             &[],
             &unit_members,
+            &[],
             |keys| scheduler.fits_without(preemptor, &node, keys, now),
             &mut budget,
         );
         if matches!(decision, NodeDecision::Drop { .. }) {
             // kube-scheduler's victims are not enough: the node's other
             // pods the rules let go are looked at only now.
-            let extras = gather_extras(scheduler, preemptor, &mut work);
+            let mut extras = gather_extras(scheduler, preemptor, &mut work);
             if !extras.is_empty() {
                 let new_units: BTreeSet<String> = extras
                     .iter()
@@ -823,10 +935,12 @@ pub fn run_preemption(
                     .filter(|u| !unit_members.contains_key(u))
                     .collect();
                 add_unit_members(scheduler, &new_units, &mut unit_members);
+                disruption_budgets.attach(&scheduler.cache, &mut work, &mut extras);
                 decision = decide_node(
                     &work.facts,
                     &extras,
                     &unit_members,
+                    &disruption_budgets.allowed,
                     |keys| scheduler.fits_without(preemptor, &node, keys, now),
                     &mut budget,
                 );
@@ -852,8 +966,22 @@ pub fn run_preemption(
                 None => order_victims(victims, &work.pods),
             }
         }
-        if let NodeDecision::Preempt { victims, added, .. } = &decision {
+        if let NodeDecision::Preempt {
+            victims,
+            added,
+            added_pdb_violations,
+            ..
+        } = &decision
+        {
             let from_kube = victims.len() - added.len();
+            // kube-scheduler counted its own victims against the budgets;
+            // fewer of them (some kept alive here) can only violate fewer.
+            // The added ones were counted after them.
+            let kube_violations = work
+                .proposal
+                .num_pdb_violations
+                .clamp(0, i64::try_from(from_kube).unwrap_or(i64::MAX));
+            let added_violations = i64::try_from(*added_pdb_violations).unwrap_or(i64::MAX);
             result.node_name_to_meta_victims.insert(
                 work.proposal.node.clone(),
                 MetaVictims {
@@ -863,10 +991,7 @@ pub fn run_preemption(
                             .map(|uid| Some(MetaPod { uid: uid.clone() }))
                             .collect(),
                     ),
-                    // Only kube-scheduler's victims were checked against
-                    // PDBs (the extender does not watch them), and fewer of
-                    // them can only violate fewer.
-                    num_pdb_violations: work.proposal.num_pdb_violations.min(from_kube as i64),
+                    num_pdb_violations: kube_violations.saturating_add(added_violations),
                 },
             );
         }

@@ -14,6 +14,7 @@ fn facts(uid: &str, protected: Option<&str>, unit: Option<&str>) -> VictimFacts 
         key: Some(format!("default/{uid}")),
         protected: protected.map(str::to_string),
         unit: unit.map(str::to_string),
+        budgets: Vec::new(),
     }
 }
 
@@ -41,6 +42,7 @@ fn decide(
         victims,
         &[],
         unit_members,
+        &[],
         |keys| {
             *asked.borrow_mut() = Some(keys.to_vec());
             fit.map_err(str::to_string)
@@ -145,6 +147,7 @@ fn core_table() {
                 key: None,
                 protected: None,
                 unit: None,
+                budgets: Vec::new(),
             }],
             units: units(&[]),
             fit: Ok(()),
@@ -210,6 +213,7 @@ fn extra(uid: &str, priority: i32, started: i64, unit: Option<&str>) -> ExtraCan
         priority,
         started,
         unit: unit.map(str::to_string),
+        budgets: Vec::new(),
     }
 }
 
@@ -228,6 +232,7 @@ fn decide_with_extras(
         victims,
         extras,
         unit_members,
+        &[],
         |keys| {
             *calls.borrow_mut() += 1;
             let total: i64 = keys
@@ -334,6 +339,7 @@ fn with_every_proposed_victim_protected_extras_alone_may_make_room() {
     let NodeDecision::Preempt {
         victims,
         added,
+        added_pdb_violations,
         dropped,
     } = decision
     else {
@@ -343,7 +349,140 @@ fn with_every_proposed_victim_protected_extras_alone_may_make_room() {
         (victims, added),
         (vec!["e".to_string()], vec!["e".to_string()])
     );
+    assert_eq!(added_pdb_violations, 0);
     assert_eq!(dropped, vec![("a".to_string(), "quota min".to_string())]);
+}
+
+// ---------- added victims and PodDisruptionBudgets, by table ----------
+
+fn covered(mut candidate: ExtraCandidate, budgets: &[usize]) -> ExtraCandidate {
+    candidate.budgets = budgets.to_vec();
+    candidate
+}
+
+/// [`decide_node`] as [`decide_with_extras`] (each key frees 1), with the
+/// budgets' `disruptionsAllowed`.
+fn decide_with_budgets(
+    victims: &[VictimFacts],
+    extras: &[ExtraCandidate],
+    allowed: &[i32],
+    need: i64,
+) -> NodeDecision {
+    decide_node(
+        victims,
+        extras,
+        &units(&[]),
+        allowed,
+        |keys| {
+            if keys.len() as i64 >= need {
+                Ok(())
+            } else {
+                Err("Insufficient cpu".to_string())
+            }
+        },
+        &mut FitBudget::new(MAX_EXTRA_FIT_CHECKS),
+    )
+}
+
+fn added_violations(decision: &NodeDecision) -> usize {
+    match decision {
+        NodeDecision::Preempt {
+            added_pdb_violations,
+            ..
+        } => *added_pdb_violations,
+        NodeDecision::Drop { reason } => panic!("dropped: {reason}"),
+    }
+}
+
+#[test]
+fn an_extra_whose_budget_is_exhausted_is_spared_for_one_that_violates_none() {
+    // Without budgets the least important (`low`) goes.
+    let extras = [extra("low", 1, 0, None), extra("high", 5, 0, None)];
+    let decision = decide_with_budgets(&[], &extras, &[], 1);
+    assert_eq!(added(&decision), vec!["low"]);
+    // `low` is covered by a budget that allows no disruption: `high`,
+    // which violates none, goes instead, and nothing is violated.
+    let extras = [
+        covered(extra("low", 1, 0, None), &[0]),
+        extra("high", 5, 0, None),
+    ];
+    let decision = decide_with_budgets(&[], &extras, &[0], 1);
+    assert_eq!(added(&decision), vec!["high"]);
+    assert_eq!(added_violations(&decision), 0);
+    // The same budget with a disruption left: `low` goes again.
+    let decision = decide_with_budgets(&[], &extras, &[1], 1);
+    assert_eq!(added(&decision), vec!["low"]);
+    assert_eq!(added_violations(&decision), 0);
+    // When only the covered one makes room, it goes and counts.
+    let decision = decide_with_budgets(&[], &extras[..1], &[0], 1);
+    assert_eq!(added(&decision), vec!["low"]);
+    assert_eq!(added_violations(&decision), 1);
+}
+
+#[test]
+fn two_extras_against_a_budget_allowing_one_count_one_violation() {
+    let extras = [
+        covered(extra("a", 1, 0, None), &[0]),
+        covered(extra("b", 2, 0, None), &[0]),
+    ];
+    let decision = decide_with_budgets(&[], &extras, &[1], 2);
+    assert_eq!(added(&decision), vec!["a", "b"]);
+    assert_eq!(added_violations(&decision), 1);
+    // Needing one: the less important `a` is the one classed violating
+    // (the more important `b` took the disruption), so it is reprieved
+    // and `b` goes within the budget.
+    let decision = decide_with_budgets(&[], &extras, &[1], 1);
+    assert_eq!(added(&decision), vec!["b"]);
+    assert_eq!(added_violations(&decision), 0);
+}
+
+#[test]
+fn kube_schedulers_victims_take_from_the_budgets_first() {
+    // kube-scheduler's `k` takes the budget's one disruption, so the extra
+    // under the same budget violates it; one under another budget does not.
+    let mut kube_victim = facts("k", None, None);
+    kube_victim.budgets = vec![0];
+    let extras = [covered(extra("e", 1, 0, None), &[0])];
+    let decision = decide_with_budgets(std::slice::from_ref(&kube_victim), &extras, &[1], 2);
+    assert_eq!(preempted(&decision), vec!["k", "e"]);
+    assert_eq!(added_violations(&decision), 1);
+    let extras = [covered(extra("e", 1, 0, None), &[1])];
+    let decision = decide_with_budgets(&[kube_victim.clone()], &extras, &[1, 1], 2);
+    assert_eq!(added_violations(&decision), 0);
+    // A protected victim of kube-scheduler's stays, and takes nothing.
+    let mut protected = facts("k", Some("quota min"), None);
+    protected.budgets = vec![0];
+    let extras = [covered(extra("e", 1, 0, None), &[0])];
+    let decision = decide_with_budgets(&[protected], &extras, &[1], 1);
+    assert_eq!(added(&decision), vec!["e"]);
+    assert_eq!(added_violations(&decision), 0);
+}
+
+#[test]
+fn a_gang_violates_when_any_member_does() {
+    // The gang (two members, one covered by an exhausted budget) is tried
+    // for a reprieve before the lone pod, though it is less important.
+    let extras = [
+        covered(extra("g1", 1, 0, Some("default/job")), &[0]),
+        extra("g2", 1, 0, Some("default/job")),
+        extra("solo", 5, 0, None),
+    ];
+    let decision = decide_node(
+        &[],
+        &extras,
+        &units(&[("default/job", &["g1", "g2"])]),
+        &[0],
+        |keys| {
+            if keys.is_empty() {
+                Err("Insufficient cpu".to_string())
+            } else {
+                Ok(())
+            }
+        },
+        &mut FitBudget::new(MAX_EXTRA_FIT_CHECKS),
+    );
+    assert_eq!(added(&decision), vec!["solo"]);
+    assert_eq!(added_violations(&decision), 0);
 }
 
 #[test]
@@ -931,6 +1070,149 @@ fn batch_resources_come_from_the_least_important_batch_pods() {
     );
     let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
     assert_eq!(got, want(&[("n1", &["batch-50", "batch-10", "low"])]));
+}
+
+/// A `policy/v1` PodDisruptionBudget selecting `app=<app>`.
+fn disruption_budget(namespace: &str, name: &str, app: &str, allowed: i32) -> Object {
+    Object::PodDisruptionBudget(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "maxUnavailable": 1},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 2,
+                       "desiredHealthy": 1, "expectedPods": 2}
+        }))
+        .unwrap(),
+    )
+}
+
+/// Two batch pods on a node with room for one more: `batch-10` (labelled
+/// `app=web`) and the more important `batch-50` (`app=api`).
+fn batch_cluster(budgets: Vec<Object>) -> Scheduler {
+    let mut s = scheduler("");
+    let mut objects = vec![
+        node(
+            "n1",
+            &[
+                ("cpu", "4"),
+                ("kubernetes.io/batch-cpu", "2000"),
+                ("pods", "110"),
+            ],
+        ),
+        bound("low", "n1", &[("cpu", "2")], &[("app", "web")], &[], 0),
+        bound(
+            "batch-10",
+            "n1",
+            &[("kubernetes.io/batch-cpu", "1000")],
+            &[("app", "web")],
+            &[],
+            10,
+        ),
+        bound(
+            "batch-50",
+            "n1",
+            &[("kubernetes.io/batch-cpu", "1000")],
+            &[("app", "api")],
+            &[],
+            50,
+        ),
+    ];
+    objects.extend(budgets);
+    load(&mut s, objects);
+    s
+}
+
+/// `NumPDBViolations` per node of the answer.
+fn pdb_violations(
+    s: &mut Scheduler,
+    pod: &PodInfo,
+    proposals: Vec<NodeProposal>,
+) -> BTreeMap<String, i64> {
+    let (result, _) = run_preemption(s, pod, proposals, t0());
+    result
+        .node_name_to_meta_victims
+        .into_iter()
+        .map(|(node, victims)| (node, victims.num_pdb_violations))
+        .collect()
+}
+
+#[test]
+fn added_victims_respect_pod_disruption_budgets() {
+    let wants = |s: &mut Scheduler, name, batch| {
+        preemptor(
+            s,
+            name,
+            if batch == 1 {
+                &[("cpu", "1"), ("kubernetes.io/batch-cpu", "1000")]
+            } else {
+                &[("cpu", "1"), ("kubernetes.io/batch-cpu", "2000")]
+            },
+            &[],
+            100,
+        )
+    };
+    // No budget, or one that does not count (another namespace, another
+    // app): the least important batch pod goes, nothing is violated.
+    for budgets in [
+        vec![],
+        vec![disruption_budget("other", "web", "web", 0)],
+        vec![disruption_budget("default", "db", "db", 0)],
+    ] {
+        let mut s = batch_cluster(budgets.clone());
+        let p = wants(&mut s, "wants-batch", 1);
+        let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
+        assert_eq!(got, want(&[("n1", &["batch-10", "low"])]), "{budgets:?}");
+        let got = pdb_violations(&mut s, &p, vec![propose("n1", &["low"])]);
+        assert_eq!(got, BTreeMap::from([("n1".to_string(), 0)]));
+    }
+    // `batch-10`'s budget allows no disruption: `batch-50` goes instead.
+    let mut s = batch_cluster(vec![disruption_budget("default", "web", "web", 0)]);
+    let p = wants(&mut s, "wants-batch", 1);
+    let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
+    assert_eq!(got, want(&[("n1", &["batch-50", "low"])]));
+    // Needing both, `batch-10` violates its budget; kube-scheduler's own
+    // count (1, for `low`, under the same budget) is kept and added to.
+    let p = wants(&mut s, "wants-all-batch", 2);
+    let mut proposal = propose("n1", &["low"]);
+    proposal.num_pdb_violations = 1;
+    let got = pdb_violations(&mut s, &p, vec![proposal]);
+    assert_eq!(got, BTreeMap::from([("n1".to_string(), 2)]));
+    // Two disruptions allowed: `low` takes one, `batch-10` the other.
+    let mut s = batch_cluster(vec![disruption_budget("default", "web", "web", 2)]);
+    let p = wants(&mut s, "wants-all-batch", 2);
+    let got = pdb_violations(&mut s, &p, vec![propose("n1", &["low"])]);
+    assert_eq!(got, BTreeMap::from([("n1".to_string(), 0)]));
+    // kube-scheduler's count is capped by the victims it still has.
+    let mut proposal = propose("n1", &["low"]);
+    proposal.num_pdb_violations = 7;
+    let got = pdb_violations(&mut s, &p, vec![proposal]);
+    assert_eq!(got, BTreeMap::from([("n1".to_string(), 1)]));
+}
+
+#[test]
+fn budgets_leave_the_cache_when_deleted_and_relisted() {
+    let budget = disruption_budget("default", "web", "web", 0);
+    let mut s = batch_cluster(vec![budget.clone()]);
+    assert_eq!(s.cache.disruption_budgets_in("default").count(), 1);
+    assert_eq!(s.cache.disruption_budgets_in("defaul").count(), 0);
+    assert_eq!(s.cache.disruption_budgets_in("other").count(), 0);
+    let changes = s
+        .cache
+        .relist_changes(crate::cache::ObjectKind::PodDisruptionBudget, Vec::new());
+    for change in changes {
+        s.apply(change);
+    }
+    assert_eq!(s.cache.disruption_budgets_in("default").count(), 0);
+    let p = preemptor(
+        &mut s,
+        "wants-batch",
+        &[("cpu", "1"), ("kubernetes.io/batch-cpu", "1000")],
+        &[],
+        100,
+    );
+    let got = outcome(&mut s, &p, vec![propose("n1", &["low"])]);
+    assert_eq!(got, want(&[("n1", &["batch-10", "low"])]));
 }
 
 #[test]
