@@ -21,6 +21,14 @@
 //! (`koordinator.sh/gpu-memory-ratio` is `ignoredByScheduler`); the extender adds the GPU holder,
 //! both are evicted and the high-priority pod runs there with the GPU.
 //!
+//! A third test, on its own KWOK node of 2 cpus with a Device of two GPUs: two low-priority pods
+//! hold one GPU each — `holder-a-plain`, then `holder-b-guarded`, the less important one (later
+//! start), covered by a PodDisruptionBudget with `minAvailable: 1` (so `disruptionsAllowed` 0) —
+//! and a third most of the cpu. A high-priority pod asking for cpu and one GPU makes
+//! kube-scheduler propose the cpu pod; the extender must add a GPU holder and, though it would
+//! otherwise take the less important one, adds `holder-a-plain`, whose eviction violates no
+//! budget. `holder-b-guarded` keeps running.
+//!
 //! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`) and
 //! the chart's default extender configuration, which includes `preemptVerb: preempt` and the
 //! DeviceShare plugin (no extra helm flags). Everything the tests create (namespaces, nodes,
@@ -35,6 +43,7 @@ use e2e::cluster::{
     worker_nodes,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -48,6 +57,9 @@ const HIGH: &str = "koord-e2e-preempt-high";
 const GPU_NODE: &str = "koord-e2e-preempt-gpu";
 const GPU_LOW: &str = "koord-e2e-preempt-gpu-low";
 const GPU_HIGH: &str = "koord-e2e-preempt-gpu-high";
+const PDB_NODE: &str = "koord-e2e-preempt-pdb";
+const PDB_LOW: &str = "koord-e2e-preempt-pdb-low";
+const PDB_HIGH: &str = "koord-e2e-preempt-pdb-high";
 
 fn ignore_not_found(err: kube::Error) -> Result<(), kube::Error> {
     match err {
@@ -183,13 +195,19 @@ fn resources_pod(
     )
 }
 
-/// A pod asking for `cpu` and a whole GPU's memory share, as requests and limits.
-fn gpu_pod(namespace: &str, name: &str, priority_class: &str, cpu: &str) -> anyhow::Result<Pod> {
+/// A pod on `node` asking for `cpu` and a whole GPU's memory share, as requests and limits.
+fn gpu_pod(
+    namespace: &str,
+    name: &str,
+    node: &str,
+    priority_class: &str,
+    cpu: &str,
+) -> anyhow::Result<Pod> {
     let amounts = json!({"cpu": cpu, "memory": "16Mi", "koordinator.sh/gpu-memory-ratio": "100"});
     resources_pod(
         namespace,
         name,
-        GPU_NODE,
+        node,
         priority_class,
         json!({"requests": amounts.clone(), "limits": amounts}),
         json!({}),
@@ -369,8 +387,11 @@ async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::R
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let create = PostParams::default();
     // The GPU holder first (placed only once the extender has the Device), then the cpu pod.
-    pods.create(&create, &gpu_pod(ns, "gpu-holder", GPU_LOW, "500m")?)
-        .await?;
+    pods.create(
+        &create,
+        &gpu_pod(ns, "gpu-holder", GPU_NODE, GPU_LOW, "500m")?,
+    )
+    .await?;
     eventually_within("gpu-holder bound", EXTENDER_RETRY, || async {
         Ok(bound_node(&pods, "gpu-holder").await?.map(|_| ()))
     })
@@ -396,7 +417,7 @@ async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::R
 
     // 0.5 + 1.2 of 2 cpus are taken: kube-scheduler evicts cpu-holder for cpu and sees no need
     // for the GPU; the extender adds gpu-holder, so the urgent pod gets both.
-    pods.create(&create, &gpu_pod(ns, "urgent", GPU_HIGH, "1")?)
+    pods.create(&create, &gpu_pod(ns, "urgent", GPU_NODE, GPU_HIGH, "1")?)
         .await?;
     let urgent_node = eventually_within("urgent placed", EXTENDER_RETRY, || async {
         bound_node(&pods, "urgent").await
@@ -410,6 +431,134 @@ async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::R
             "{name} still runs on {GPU_NODE} next to the urgent pod"
         );
     }
+    beating.abort();
+    drop(namespace);
+    Ok(())
+}
+
+/// One healthy whole GPU of a Device's spec, minor `minor`.
+fn whole_gpu(minor: i32) -> Value {
+    json!({"type": "gpu", "id": format!("GPU-e2e-preempt-pdb-{minor}"), "minor": minor,
+           "health": true,
+           "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+                         "koordinator.sh/gpu-memory-ratio": "100"}})
+}
+
+#[tokio::test]
+async fn the_extender_adds_the_victim_no_disruption_budget_protects() -> anyhow::Result<()> {
+    let Some(client) =
+        e2e::cluster_or_skip("the_extender_adds_the_victim_no_disruption_budget_protects").await
+    else {
+        return Ok(());
+    };
+    require_preempt_verb(&client).await?;
+    let devices = Api::<apis::scheduling::v1alpha1::Device>::all(client.clone());
+    ensure!(
+        devices.get_opt(PDB_NODE).await?.is_none(),
+        "a Device {PDB_NODE} exists already; the test does not touch it"
+    );
+    let _cleanup = Cleanup {
+        node: PDB_NODE,
+        classes: [PDB_LOW, PDB_HIGH],
+        device: true,
+    };
+    priority_classes(&client, [(PDB_LOW, 100), (PDB_HIGH, 1000)]).await?;
+    let beating =
+        e2e::cluster::simulated_node_with_heartbeat(&client, PDB_NODE, "2", "4Gi", json!({}))
+            .await?;
+    let device: apis::scheduling::v1alpha1::Device = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+        "metadata": {"name": PDB_NODE},
+        "spec": {"devices": [whole_gpu(0), whole_gpu(1)]}
+    }))?;
+    devices
+        .create(&PostParams::default(), &device)
+        .await
+        .context("creating the Device")?;
+
+    let namespace = TestNamespace::create(&client, "koord-e2e-preempt-pdb").await?;
+    let ns = namespace.name.as_str();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let create = PostParams::default();
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded", "namespace": ns},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))?;
+    budgets
+        .create(&create, &budget)
+        .await
+        .context("creating the PodDisruptionBudget")?;
+    // The plain holder first, then (a second later, so it is the less important by start time)
+    // the guarded one.
+    pods.create(
+        &create,
+        &gpu_pod(ns, "holder-a-plain", PDB_NODE, PDB_LOW, "500m")?,
+    )
+    .await?;
+    eventually_within("holder-a-plain bound", EXTENDER_RETRY, || async {
+        Ok(bound_node(&pods, "holder-a-plain").await?.map(|_| ()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let mut guarded = gpu_pod(ns, "holder-b-guarded", PDB_NODE, PDB_LOW, "500m")?;
+    guarded.metadata.labels = Some([("app".to_string(), "guarded".to_string())].into());
+    pods.create(&create, &guarded).await?;
+    eventually_within("holder-b-guarded bound", EXTENDER_RETRY, || async {
+        Ok(bound_node(&pods, "holder-b-guarded").await?.map(|_| ()))
+    })
+    .await?;
+    for name in ["holder-a-plain", "holder-b-guarded"] {
+        let holder = pods.get(name).await?;
+        ensure!(
+            holder
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("scheduling.koordinator.sh/device-allocated")),
+            "{name} was bound without a GPU allocation"
+        );
+    }
+    pods.create(
+        &create,
+        &test_pod(ns, "cpu-holder", PDB_NODE, PDB_LOW, "800m", json!({}))?,
+    )
+    .await?;
+    eventually_within("cpu-holder bound", EXTENDER_RETRY, || async {
+        Ok(bound_node(&pods, "cpu-holder").await?.map(|_| ()))
+    })
+    .await?;
+    // The disruption controller has counted the guarded pod: no disruption is allowed.
+    eventually_within("the budget's status written", EXTENDER_RETRY, || async {
+        let status = budgets.get("guarded").await?.status;
+        Ok(status
+            .filter(|s| s.expected_pods == 1 && s.disruptions_allowed == 0)
+            .map(|_| ()))
+    })
+    .await?;
+
+    // 0.5 + 0.5 + 0.8 of 2 cpus are taken: kube-scheduler evicts cpu-holder for cpu; the extender
+    // adds a GPU holder, the one no budget protects.
+    pods.create(&create, &gpu_pod(ns, "urgent", PDB_NODE, PDB_HIGH, "1")?)
+        .await?;
+    let urgent_node = eventually_within("urgent placed", EXTENDER_RETRY, || async {
+        bound_node(&pods, "urgent").await
+    })
+    .await?;
+    ensure!(urgent_node == PDB_NODE, "urgent went to {urgent_node}");
+    for name in ["holder-a-plain", "cpu-holder"] {
+        let pod = pods.get_opt(name).await?;
+        ensure!(
+            pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+            "{name} still runs on {PDB_NODE} next to the urgent pod"
+        );
+    }
+    let guarded = pods.get_opt("holder-b-guarded").await?;
+    ensure!(
+        guarded.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "holder-b-guarded, protected by its PodDisruptionBudget, was evicted"
+    );
     beating.abort();
     drop(namespace);
     Ok(())
