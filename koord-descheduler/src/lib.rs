@@ -4,7 +4,7 @@
 //! Pure cores: [`loadaware`] (one LowNodeLoad balance round), [`evictor`]
 //! (the MigrationController's filters and limits), [`nodefit`], over the
 //! [`model`] digested from Kubernetes objects; [`config`] reads upstream's
-//! DeschedulerConfiguration. Two shells run them:
+//! DeschedulerConfiguration; [`args`] holds the flags. Two shells run them:
 //! - `koord-descheduler plan` ([`plan`], [`snapshot`]): rounds over a
 //!   snapshot file, no cluster (docs/plan.md);
 //! - the live binary ([`run`], [`live`]): reflector caches, leader election
@@ -18,6 +18,7 @@
 //! (docs/migration.md); [`run`] starts it beside the loop, on the same
 //! leadership.
 
+pub mod args;
 pub mod cli;
 pub mod config;
 pub mod evictor;
@@ -29,17 +30,17 @@ pub mod nodefit;
 pub mod plan;
 pub mod snapshot;
 
-use std::path::PathBuf;
+pub use args::{DeschedulerArgs, DeschedulerCommand};
+
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
+use koord_common::ShutdownReason;
 use koord_common::leader::{
     LeaderElector, Leadership, LeaseTiming, check_object_name, default_identity,
     export_leader_status, spawn_campaign,
 };
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
-use koord_common::{ClusterArgs, Endpoints, ListenerSpec, LogArgs, ServeAt, ShutdownReason};
 
 use crate::config::Configuration;
 
@@ -50,121 +51,6 @@ pub const COMPONENT: Component = Component {
 
 /// Readiness check of the descheduling loop: passes once its caches are synced.
 pub const DESCHEDULER_CHECK: &str = "descheduler";
-
-/// Command-line flags; names and defaults follow upstream `cmd/koord-descheduler`.
-/// Parse with [`cli::parse_args`], which also takes upstream's Go spellings
-/// and its inert flags.
-#[derive(Debug, Clone, Parser)]
-#[command(
-    name = "koord-descheduler",
-    about = "Koordinator descheduler: LowNodeLoad rebalancing through PodMigrationJobs",
-    disable_version_flag = true,
-    args_override_self = true
-)]
-pub struct DeschedulerArgs {
-    /// The path to the DeschedulerConfiguration file.
-    #[arg(long = "config", value_name = "PATH", global = true)]
-    pub config: Option<PathBuf>,
-
-    /// Write the configuration in effect (defaults applied) to this file and exit.
-    #[arg(long = "write-config-to", value_name = "PATH")]
-    pub write_config_to: Option<PathBuf>,
-
-    /// DEPRECATED upstream: the IP address healthz and metrics listen on;
-    /// ignored when --config is given.
-    #[arg(long = "address", value_name = "IP", default_value = "0.0.0.0")]
-    pub address: String,
-
-    /// DEPRECATED upstream: the port healthz and metrics listen on (0 turns
-    /// them off); ignored when --config is given.
-    #[arg(long = "port", value_name = "PORT", default_value_t = config::DEFAULT_INSECURE_PORT)]
-    pub port: u16,
-
-    /// Print the version and exit (`raw` for details).
-    #[arg(
-        long = "version",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = cli::parse_version_request,
-        value_name = "true|false|raw"
-    )]
-    pub version: Option<cli::VersionRequest>,
-
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-
-    #[command(flatten)]
-    pub log: LogArgs,
-
-    #[command(subcommand)]
-    pub command: Option<DeschedulerCommand>,
-}
-
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum DeschedulerCommand {
-    /// Print what LowNodeLoad would do with a cluster snapshot (no cluster needed).
-    Plan(plan::PlanArgs),
-}
-
-impl DeschedulerArgs {
-    /// The configuration: the `--config` file, else upstream's defaults.
-    pub fn configuration(&self) -> anyhow::Result<Configuration> {
-        match &self.config {
-            Some(path) => {
-                config::load_file(path).with_context(|| format!("--config {}", path.display()))
-            }
-            None => Ok(config::from_file(config::default_configuration())?),
-        }
-    }
-
-    /// Where healthz and metrics are served: the file's bind addresses with
-    /// --config, else --address:--port (upstream's deprecated insecure serving).
-    pub fn listeners(&self, configuration: &Configuration) -> anyhow::Result<Vec<ListenerSpec>> {
-        let (healthz, metrics) = if self.config.is_some() {
-            (
-                configuration
-                    .file
-                    .healthz_bind_address
-                    .clone()
-                    .unwrap_or_default(),
-                configuration
-                    .file
-                    .metrics_bind_address
-                    .clone()
-                    .unwrap_or_default(),
-            )
-        } else if self.port == 0 {
-            (String::new(), String::new())
-        } else {
-            let ip: std::net::IpAddr = self
-                .address
-                .parse()
-                .with_context(|| format!("--address {} is an invalid IP address", self.address))?;
-            let both = std::net::SocketAddr::new(ip, self.port).to_string();
-            (both.clone(), both)
-        };
-        let parse = |text: &str| -> anyhow::Result<ServeAt> {
-            // Port 0 turns a server off, as upstream.
-            if text.is_empty() || text.ends_with(":0") {
-                return Ok(ServeAt::Disabled);
-            }
-            text.parse::<ServeAt>()
-                .with_context(|| format!("bind address {text:?}"))
-        };
-        let healthz = parse(&healthz)?;
-        let metrics = parse(&metrics)?;
-        let mut specs = Vec::new();
-        match (healthz.addr(), metrics.addr()) {
-            (Some(h), Some(m)) if h == m => specs.push(ListenerSpec::new(h, Endpoints::ALL)),
-            (h, m) => {
-                specs.extend(h.map(|addr| ListenerSpec::new(addr, Endpoints::HEALTH)));
-                specs.extend(m.map(|addr| ListenerSpec::new(addr, Endpoints::METRICS)));
-            }
-        }
-        Ok(specs)
-    }
-}
 
 /// Writes the configuration in effect (JSON, which YAML readers take).
 pub fn write_config(configuration: &Configuration, path: &std::path::Path) -> anyhow::Result<()> {

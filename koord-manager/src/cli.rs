@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use clap::{CommandFactory, Parser};
 use koord_common::cli::{InertFlag, prepare_go_args};
 
-use crate::ManagerArgs;
+use crate::args::ManagerArgs;
 
 /// Why the klog file-output flags do nothing.
 const LOGS_TO_STDERR: &str =

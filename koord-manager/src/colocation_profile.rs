@@ -63,7 +63,7 @@ pub struct ColocationProfileArgs {
         require_equals = true,
         default_missing_value = "true",
         action = clap::ArgAction::Set,
-        value_parser = crate::cli::parse_go_bool,
+        value_parser = koord_common::cli::parse_go_bool_flag,
         value_name = "BOOL"
     )]
     pub reconcile_by_default: bool,
@@ -429,14 +429,14 @@ pub async fn run(
     shutdown: koord_common::Shutdown,
 ) {
     let notify = Arc::new(Notify::new());
-    let profiles: Store<ClusterColocationProfile> = crate::controllers::spawn_reflector(
+    let profiles: Store<ClusterColocationProfile> = crate::reflector::spawn_reflector(
         Api::all(client.clone()),
         kube::runtime::watcher::Config::default(),
         notify.clone(),
         "clustercolocationprofiles",
     );
     // Namespace changes do not need a pass of their own.
-    let namespaces: Store<Namespace> = crate::controllers::spawn_reflector(
+    let namespaces: Store<Namespace> = crate::reflector::spawn_reflector(
         Api::all(client.clone()),
         kube::runtime::watcher::Config::default(),
         Arc::new(Notify::new()),

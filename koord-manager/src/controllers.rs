@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -30,11 +29,11 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use crate::metrics::ControllerMetrics;
 use crate::quota_profile::reconcile_profile;
+use crate::reflector::spawn_reflector;
 use crate::slo_controller::config::{ConfigOutcome, ConfigSection, ConfigState, node_colocation};
 use crate::slo_controller::device_resources::{self, DevicePlan};
 use crate::slo_controller::node_meta::{
@@ -50,6 +49,10 @@ use crate::slo_controller::pods_by_node;
 pub const MIN_PASS_INTERVAL: Duration = Duration::from_secs(2);
 /// Concurrent API writes during a pass.
 const WRITE_CONCURRENCY: usize = 8;
+
+/// Upstream's leader-election lease (`koordinator-manager`); the elector
+/// itself lives in [`koord_common::leader`].
+pub const DEFAULT_LEASE_NAME: &str = "koordinator-manager";
 
 /// Controller names for `--controllers`.
 pub const ALL_CONTROLLERS: [&str; 4] = ["nodeslo", "nodemetric", "noderesource", "quotaprofile"];
@@ -71,7 +74,7 @@ pub struct ControllerArgs {
         require_equals = true,
         default_missing_value = "true",
         action = clap::ArgAction::Set,
-        value_parser = crate::cli::parse_go_bool,
+        value_parser = koord_common::cli::parse_go_bool_flag,
         value_name = "BOOL"
     )]
     pub enable_leader_election: bool,
@@ -844,31 +847,6 @@ fn node_owner(node: &Node) -> Option<OwnerReference> {
     })
 }
 
-/// Starts a reflector for `api`; every change wakes `notify`.
-pub(crate) fn spawn_reflector<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    notify: Arc<Notify>,
-    what: &'static str,
-) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
-    tokio::spawn(async move {
-        let mut stream = Box::pin(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => notify.notify_one(),
-                Err(err) => tracing::warn!(resource = what, error = %err, "watch failed; retrying"),
-            }
-        }
-    });
-    reader
-}
-
 /// Drops what the manager does not read of a NodeResourceTopology before it
 /// is cached: every annotation but `cpu-basic-info` (koordlet's CPU topology
 /// and allocation annotations are most of the object) and the managed fields.
@@ -1594,7 +1572,6 @@ pub async fn run_controllers(
     readiness: koord_common::StatusCheck,
     shutdown: koord_common::Shutdown,
 ) {
-    use crate::DEFAULT_LEASE_NAME;
     use koord_common::ShutdownReason;
     use koord_common::leader::{LeaderElector, LeaseTiming, default_identity};
 

@@ -34,6 +34,9 @@ use crate::slo_controller::resources::{self, PodSummary};
 use crate::slo_controller::{NodeExtras, NodePlan, plan_node_with, pod_node_name};
 
 mod fast_yaml;
+pub mod limits;
+
+pub use limits::{DEFAULT_MAX_SNAPSHOT_BYTES, MAX_NESTING};
 
 /// Why a preview could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -83,14 +86,6 @@ pub enum PreviewError {
         message: String,
     },
 }
-
-/// The deepest nesting of mappings and sequences (YAML) or objects and
-/// arrays (JSON) a snapshot may have. Kubernetes objects nest about a dozen
-/// levels deep.
-pub const MAX_NESTING: usize = 128;
-
-/// The default of `--max-snapshot-bytes`.
-pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 512 << 20;
 
 /// The objects of a snapshot. Pods are kept only as the summaries the
 /// calculation reads, grouped by node, so large snapshots stay small.

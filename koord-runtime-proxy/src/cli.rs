@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use clap::{CommandFactory, FromArgMatches};
 use koord_common::cli::{InertFlag, prepare_go_args};
 
-use crate::RuntimeProxyArgs;
+use crate::args::RuntimeProxyArgs;
 
 /// Upstream flags accepted without effect: none. Upstream's proxy has five
 /// flags (`--koord-runtimeproxy-endpoint`, `--remote-runtime-service-endpoint`,

@@ -12,8 +12,8 @@ use koord_common::sync::MutexExt;
 use tonic::transport::Channel;
 
 use crate::config::{FailurePolicy, HookType, Registry};
+use crate::endpoint::unix_channel;
 use crate::metrics::ProxyMetrics;
-use crate::unix_channel;
 
 /// Upstream's hook-call timeout.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,7 +54,7 @@ impl Dispatcher {
             clients: Arc::default(),
             timeout,
             metrics,
-            max_message_size: crate::DEFAULT_MAX_MESSAGE_SIZE,
+            max_message_size: crate::args::DEFAULT_MAX_MESSAGE_SIZE,
         }
     }
 

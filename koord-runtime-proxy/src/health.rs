@@ -9,7 +9,7 @@ use std::time::Duration;
 use koord_common::health::{CheckFuture, CheckOutcome, HealthCheck};
 use koord_common::sync::MutexExt;
 
-use crate::CriEndpoint;
+use crate::endpoint::CriEndpoint;
 
 /// How often the background monitor probes the runtime socket.
 pub const DEFAULT_BACKEND_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -210,5 +210,24 @@ mod tests {
                 .verdict(&endpoint(), Duration::from_secs(1))
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn backend_check_reports_missing_and_live_sockets() {
+        let dir = std::env::temp_dir().join(format!("koord-rp-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("containerd.sock");
+        let endpoint: CriEndpoint = socket.to_str().unwrap().parse().unwrap();
+        let check = BackendSocketCheck::new(endpoint.clone());
+        let missing = check.probe().await.unwrap_err();
+        assert!(missing.contains("does not exist"), "{missing}");
+
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        assert_eq!(check.probe().await, Ok(()));
+        drop(listener);
+        // The file stays behind but nobody accepts any more.
+        let refused = check.probe().await.unwrap_err();
+        assert!(refused.contains("cannot connect"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

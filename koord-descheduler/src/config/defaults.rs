@@ -7,8 +7,8 @@ use std::time::Duration;
 use apis::extension::duration::GoDuration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::error::ConfigError;
 use super::types::*;
-use super::{ConfigError, DecodedArgs, LOW_NODE_LOAD, MIGRATION_CONTROLLER};
 
 /// Name of the single profile when the file names none.
 pub const DEFAULT_DESCHEDULER_NAME: &str = "koord-descheduler";
@@ -35,8 +35,8 @@ const DEFAULT_WORKLOAD_LIMITER_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// The configuration upstream runs with when `--config` is not given.
 pub fn default_configuration() -> DeschedulerConfiguration {
     DeschedulerConfiguration {
-        api_version: super::API_VERSION.to_string(),
-        kind: super::KIND.to_string(),
+        api_version: API_VERSION.to_string(),
+        kind: KIND.to_string(),
         ..Default::default()
     }
 }
@@ -247,7 +247,7 @@ fn set_profile_defaults(
         let kind = format!("{name}Args");
         profile.plugin_config.push(PluginConfig {
             name,
-            args: Some(serde_json::json!({"apiVersion": super::API_VERSION, "kind": kind})),
+            args: Some(serde_json::json!({"apiVersion": API_VERSION, "kind": kind})),
         });
     }
     if let Some(low_node_load) = args.low_node_load.as_mut() {
@@ -267,7 +267,7 @@ fn set_profile_defaults(
         if let Some(value) = typed {
             let mut value = value.map_err(|err| ConfigError::Decode(err.to_string()))?;
             if let Some(object) = value.as_object_mut() {
-                object.insert("apiVersion".into(), super::API_VERSION.into());
+                object.insert("apiVersion".into(), API_VERSION.into());
                 object.insert("kind".into(), format!("{}Args", config.name).into());
             }
             config.args = Some(value);

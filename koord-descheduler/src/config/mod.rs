@@ -4,129 +4,25 @@
 //! the decision cores read ([`Profile`], [`LowNodeLoadConfig`]).
 
 pub(crate) mod defaults;
+pub mod error;
+pub mod settings;
 pub mod types;
 pub mod validate;
 
 use std::time::Duration;
 
 use apis::extension::duration::GoDuration;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 pub use defaults::{
     DEFAULT_DESCHEDULER_NAME, DEFAULT_INSECURE_PORT, DEFAULT_NODE_POOL_NAME, default_configuration,
 };
+pub use error::{ConfigError, MAX_CONFIG_BYTES};
+pub use settings::{AnomalyCondition, Configuration, LowNodeLoadConfig, NodePoolConfig, Profile};
 use types::*;
+pub use types::{API_VERSION, KIND, LOW_NODE_LOAD, MIGRATION_CONTROLLER};
 
-/// The `apiVersion` upstream reads.
-pub const API_VERSION: &str = "descheduler/v1alpha2";
-pub const KIND: &str = "DeschedulerConfiguration";
-pub const LOW_NODE_LOAD: &str = "LowNodeLoad";
-pub const MIGRATION_CONTROLLER: &str = "MigrationController";
-
-/// The largest configuration file read (upstream files are a few KiB).
-pub const MAX_CONFIG_BYTES: usize = 4 << 20;
 /// The deepest nesting accepted in the file.
 pub const MAX_NESTING: usize = 64;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read the configuration file {path}: {reason}")]
-    Read { path: String, reason: String },
-    #[error("the configuration is larger than {MAX_CONFIG_BYTES} bytes")]
-    TooLarge,
-    #[error("the configuration cannot be decoded: {0}")]
-    Decode(String),
-    #[error("apiVersion {found:?} is not supported: use {API_VERSION:?}")]
-    ApiVersion { found: String },
-    #[error("kind {found:?} is not {KIND:?}")]
-    Kind { found: String },
-    #[error(
-        "decoding .profiles[{profile}].pluginConfig[{index}]: args for plugin {plugin}: {reason}"
-    )]
-    PluginArgs {
-        profile: usize,
-        index: usize,
-        plugin: String,
-        reason: String,
-    },
-    #[error("the configuration is invalid: {}", .0.join("; "))]
-    Invalid(Vec<String>),
-}
-
-/// A loaded, defaulted and validated configuration.
-#[derive(Clone, Debug)]
-pub struct Configuration {
-    /// The file as upstream would see it after defaulting (plugin args
-    /// included), for `--write-config-to`.
-    pub file: DeschedulerConfiguration,
-    pub profiles: Vec<Profile>,
-}
-
-/// One profile, reduced to what the cores read.
-#[derive(Clone, Debug)]
-pub struct Profile {
-    pub name: String,
-    pub node_selector: Option<LabelSelector>,
-    pub plugins: Plugins,
-    /// Present when `LowNodeLoad` is an enabled balance plugin.
-    pub low_node_load: Option<LowNodeLoadConfig>,
-    pub migration_controller: MigrationControllerArgs,
-}
-
-impl Profile {
-    /// Enabled plugin names of every extension point, for the start-up log.
-    pub fn enabled_plugins(&self) -> Vec<String> {
-        let mut names: Vec<String> = [
-            &self.plugins.deschedule,
-            &self.plugins.balance,
-            &self.plugins.evict,
-            &self.plugins.filter,
-        ]
-        .into_iter()
-        .flat_map(|set| set.enabled.iter().map(|plugin| plugin.name.clone()))
-        .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-}
-
-/// LowNodeLoad's settings after upstream's conversion: the top-level
-/// thresholds become the first pool, `__default_node_pool__`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LowNodeLoadConfig {
-    pub paused: bool,
-    pub dry_run: bool,
-    /// Validated to be non-negative.
-    pub number_of_nodes: i32,
-    pub node_metric_expiration_seconds: Option<i64>,
-    pub evictable_namespaces: Option<Namespaces>,
-    pub pod_selectors: Vec<LabelSelector>,
-    pub node_fit: bool,
-    pub detector_cache_timeout: Duration,
-    pub node_pools: Vec<NodePoolConfig>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct NodePoolConfig {
-    pub name: String,
-    pub node_selector: Option<LabelSelector>,
-    pub use_deviation_thresholds: bool,
-    pub low_thresholds: ResourceThresholds,
-    pub high_thresholds: ResourceThresholds,
-    pub prod_low_thresholds: ResourceThresholds,
-    pub prod_high_thresholds: ResourceThresholds,
-    pub resource_weights: ResourceWeights,
-    pub anomaly_condition: Option<AnomalyCondition>,
-}
-
-/// A pool's anomaly condition with its defaults applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AnomalyCondition {
-    pub timeout: Duration,
-    pub consecutive_abnormalities: u32,
-    pub consecutive_normalities: u32,
-}
 
 /// Reads and loads the file at `path`.
 pub fn load_file(path: &std::path::Path) -> Result<Configuration, ConfigError> {
@@ -184,13 +80,6 @@ pub fn from_file(mut file: DeschedulerConfiguration) -> Result<Configuration, Co
         return Err(ConfigError::Invalid(errors));
     }
     Ok(Configuration { file, profiles })
-}
-
-/// The typed args of one profile's known plugins, by index in `pluginConfig`.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DecodedArgs {
-    pub low_node_load: Option<LowNodeLoadArgs>,
-    pub migration_controller: Option<MigrationControllerArgs>,
 }
 
 fn decode_plugin_args(file: &DeschedulerConfiguration) -> Result<Vec<DecodedArgs>, ConfigError> {

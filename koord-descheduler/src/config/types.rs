@@ -11,6 +11,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 
+/// The `apiVersion` upstream reads.
+pub const API_VERSION: &str = "descheduler/v1alpha2";
+pub const KIND: &str = "DeschedulerConfiguration";
+pub const LOW_NODE_LOAD: &str = "LowNodeLoad";
+pub const MIGRATION_CONTROLLER: &str = "MigrationController";
+
+/// The typed args of one profile's known plugins, by index in `pluginConfig`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DecodedArgs {
+    pub low_node_load: Option<LowNodeLoadArgs>,
+    pub migration_controller: Option<MigrationControllerArgs>,
+}
+
 /// Resource name → percentage (upstream `ResourceThresholds`, a float map).
 pub type ResourceThresholds = BTreeMap<String, f64>;
 

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use apis::configuration::selector::validate_label_selector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::defaults::split_host_port;
+use super::settings::LowNodeLoadConfig;
 use super::types::*;
-use super::{LowNodeLoadConfig, defaults::split_host_port};
 
 /// Eviction gates `skipEvictionGates` may name.
 pub const EVICTION_GATES: &[&str] = &[

@@ -91,7 +91,7 @@ type Result<T> = std::result::Result<T, Unsupported>;
 /// The deepest nesting of mappings and sequences read; deeper text is
 /// refused (serde-saphyr, which reads what this reader leaves, has the same
 /// limit).
-pub const MAX_DEPTH: usize = super::MAX_NESTING;
+pub const MAX_DEPTH: usize = super::limits::MAX_NESTING;
 
 /// Deserializes each document of `text` as a `T`, handing it to `each`.
 pub fn for_each_document<'a, T, F>(text: &'a str, each: F) -> Result<()>

@@ -2,8 +2,10 @@
 //! config in force, NodeSLO, NodeMetric and node resource decisions, and
 //! [`plan_node`], the per-node pass shared by the controllers and `preview`.
 
+pub mod batch_formula;
 pub mod config;
 pub mod cpunormalization;
+pub mod device_items;
 pub mod device_resources;
 pub mod gpudeviceresource;
 pub mod node_meta;

@@ -35,12 +35,13 @@ use apis::extension::{BATCH_CPU, BATCH_MEMORY, QoSClass, RESOURCE_CPU, RESOURCE_
 use apis::topology::v1alpha1::{ResourceInfo, Zone};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::node_meta::NodeMetaPlan;
-use super::noderesource::{
-    BatchTerms, MetricView, batch_by_policy, complete, is_low_priority, is_resource_diff,
-    safety_margin,
+use super::batch_formula::{
+    BatchTerms, MetricView, batch_by_policy, complete, is_low_priority, safety_margin,
 };
-use super::resources::{CpuMem, InputError, PodSummary, bytes_quantity, units_decimal_quantity};
+use super::node_meta::NodeMetaPlan;
+use super::resources::{
+    CpuMem, InputError, PodSummary, bytes_quantity, is_resource_diff, units_decimal_quantity,
+};
 
 /// The zone resources written, in the order upstream sorts them.
 pub const ZONE_BATCH_RESOURCES: [&str; 2] = [BATCH_CPU, BATCH_MEMORY];

@@ -13,8 +13,8 @@ use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::device_resources::{DeviceItems, DeviceResourceError, Sum, healthy_devices};
-use super::noderesource::is_resource_diff;
+use super::device_items::{DeviceItems, DeviceResourceError, Sum, healthy_devices};
+use super::resources::is_resource_diff;
 
 /// The plugin's name in `--noderesource-plugins`.
 pub const PLUGIN_NAME: &str = "RDMADeviceResource";

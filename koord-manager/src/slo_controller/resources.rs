@@ -389,6 +389,23 @@ pub fn bytes_quantity(bytes: i64) -> Quantity {
     Quantity(QuantityValue::from_units(bytes).to_binary_si())
 }
 
+/// Upstream `IsResourceDiff`: appeared or vanished, or moved by more than
+/// `threshold` × the old value (in milli-units). A value that cannot be read
+/// exactly differs from anything (writing replaces it).
+pub fn is_resource_diff(old: Option<&Quantity>, new: Option<&Quantity>, threshold: f64) -> bool {
+    match (old, new) {
+        (None, None) => false,
+        (Some(_), None) | (None, Some(_)) => true,
+        (Some(old), Some(new)) => {
+            let read = |q: &Quantity| QuantityValue::of(q).ok()?.checked_milli_value();
+            match (read(old), read(new)) {
+                (Some(old), Some(new)) => (new as f64 - old as f64).abs() > old as f64 * threshold,
+                _ => true,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

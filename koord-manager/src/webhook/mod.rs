@@ -75,7 +75,7 @@ pub enum CertWriter {
 #[derive(Debug, Clone, clap::Args)]
 pub struct WebhookArgs {
     /// Serve the admission webhooks (upstream feature gate `WebhookFramework`).
-    #[arg(long = "enable-webhook-server", default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
+    #[arg(long = "enable-webhook-server", default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub enabled: bool,
 
     /// Feature gates, e.g. `PodMutatingWebhook=false` (upstream names and syntax).
@@ -185,7 +185,7 @@ pub struct WebhookArgs {
 
     /// After a quota usage write conflict, read the quota from the API server
     /// (not the watch cache) before the retry.
-    #[arg(long = "quota-update-conflict-fresh-get", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
+    #[arg(long = "quota-update-conflict-fresh-get", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub quota_update_conflict_fresh_get: bool,
 
     /// Comma-separated substrings of the user names allowed to bind pods
@@ -198,7 +198,7 @@ pub struct WebhookArgs {
     pub binding_admission_user_name: String,
 
     /// Allow every binding but log and count the ones that would be denied.
-    #[arg(long = "binding-admission-dry-run", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::cli::parse_go_bool, value_name = "BOOL")]
+    #[arg(long = "binding-admission-dry-run", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = koord_common::cli::parse_go_bool_flag, value_name = "BOOL")]
     pub binding_admission_dry_run: bool,
 
     /// Comma-separated namespaces whose bindings are checked; `*` checks all, empty none.

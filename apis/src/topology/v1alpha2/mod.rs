@@ -1,7 +1,7 @@
 //! `topology.node.k8s.io/v1alpha2`: NodeResourceTopology as the CRD stores
 //! it. Adds node-level `attributes` and makes `topologyPolicies` optional;
 //! zones are as in v1alpha1. Its CRD version is emitted together with
-//! v1alpha1's by `topology::v1alpha1::crds()`.
+//! v1alpha1's by `topology::crds()`.
 
 pub use super::v1alpha1::{AttributeInfo, CostInfo, ResourceInfo, TopologyManagerPolicy, Zone};
 use crate::hand_built::{CrdDescription, hand_built_resource, null_as_default};
