@@ -223,6 +223,72 @@ async fn bound_node(pods: &Api<Pod>, name: &str) -> anyhow::Result<Option<String
         .filter(|n| !n.is_empty()))
 }
 
+/// Creates `pod` and waits until it is bound.
+async fn create_bound(pods: &Api<Pod>, pod: &Pod) -> anyhow::Result<()> {
+    let name = pod
+        .metadata
+        .name
+        .clone()
+        .context("test pod without a name")?;
+    pods.create(&PostParams::default(), pod).await?;
+    eventually_within(&format!("{name} bound"), EXTENDER_RETRY, || async {
+        Ok(bound_node(pods, &name).await?.map(|_| ()))
+    })
+    .await
+}
+
+/// Fails unless the bound pod `name` carries a device allocation.
+async fn ensure_gpu_allocated(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
+    let holder = pods.get(name).await?;
+    ensure!(
+        holder
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("scheduling.koordinator.sh/device-allocated")),
+        "{name} was bound without a GPU allocation"
+    );
+    Ok(())
+}
+
+/// Fails if any of `names` still runs (exists without a deletion timestamp) on `node`.
+async fn ensure_preempted(pods: &Api<Pod>, names: &[&str], node: &str) -> anyhow::Result<()> {
+    for name in names {
+        let pod = pods.get_opt(name).await?;
+        ensure!(
+            pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+            "{name} still runs on {node} next to the urgent pod"
+        );
+    }
+    Ok(())
+}
+
+/// Creates the Device of `node` with `gpus`.
+async fn create_gpu_device(
+    devices: &Api<apis::scheduling::v1alpha1::Device>,
+    node: &str,
+    gpus: Vec<Value>,
+) -> anyhow::Result<()> {
+    let device: apis::scheduling::v1alpha1::Device = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+        "metadata": {"name": node},
+        "spec": {"devices": gpus}
+    }))?;
+    devices
+        .create(&PostParams::default(), &device)
+        .await
+        .context("creating the Device")?;
+    Ok(())
+}
+
+/// One healthy whole GPU of a Device's spec, minor `minor`, its id prefixed by `id_prefix`.
+fn whole_gpu(id_prefix: &str, minor: i32) -> Value {
+    json!({"type": "gpu", "id": format!("{id_prefix}-{minor}"), "minor": minor,
+           "health": true,
+           "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
+                         "koordinator.sh/gpu-memory-ratio": "100"}})
+}
+
 #[tokio::test]
 async fn the_extender_keeps_gangs_whole_under_kube_scheduler_preemption() -> anyhow::Result<()> {
     let Some(client) =
@@ -356,6 +422,7 @@ async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::R
     };
     require_preempt_verb(&client).await?;
     let devices = Api::<apis::scheduling::v1alpha1::Device>::all(client.clone());
+    // Checked before the cleanup guard exists: the guard deletes the node's Device.
     ensure!(
         devices.get_opt(GPU_NODE).await?.is_none(),
         "a Device {GPU_NODE} exists already; the test does not touch it"
@@ -369,50 +436,23 @@ async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::R
     let beating =
         e2e::cluster::simulated_node_with_heartbeat(&client, GPU_NODE, "2", "4Gi", json!({}))
             .await?;
-    let gpu = json!({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
-                     "koordinator.sh/gpu-memory-ratio": "100"});
-    let device: apis::scheduling::v1alpha1::Device = serde_json::from_value(json!({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
-        "metadata": {"name": GPU_NODE},
-        "spec": {"devices": [{"type": "gpu", "id": "GPU-e2e-preempt", "minor": 0, "health": true,
-                              "resources": gpu}]}
-    }))?;
-    devices
-        .create(&PostParams::default(), &device)
-        .await
-        .context("creating the Device")?;
+    create_gpu_device(&devices, GPU_NODE, vec![whole_gpu("GPU-e2e-preempt", 0)]).await?;
 
     let namespace = TestNamespace::create(&client, "koord-e2e-preempt-gpu").await?;
     let ns = namespace.name.as_str();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let create = PostParams::default();
     // The GPU holder first (placed only once the extender has the Device), then the cpu pod.
-    pods.create(
-        &create,
+    create_bound(
+        &pods,
         &gpu_pod(ns, "gpu-holder", GPU_NODE, GPU_LOW, "500m")?,
     )
     .await?;
-    eventually_within("gpu-holder bound", EXTENDER_RETRY, || async {
-        Ok(bound_node(&pods, "gpu-holder").await?.map(|_| ()))
-    })
-    .await?;
-    let holder = pods.get("gpu-holder").await?;
-    ensure!(
-        holder
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("scheduling.koordinator.sh/device-allocated")),
-        "gpu-holder was bound without a GPU allocation"
-    );
-    pods.create(
-        &create,
+    ensure_gpu_allocated(&pods, "gpu-holder").await?;
+    create_bound(
+        &pods,
         &test_pod(ns, "cpu-holder", GPU_NODE, GPU_LOW, "1200m", json!({}))?,
     )
-    .await?;
-    eventually_within("cpu-holder bound", EXTENDER_RETRY, || async {
-        Ok(bound_node(&pods, "cpu-holder").await?.map(|_| ()))
-    })
     .await?;
 
     // 0.5 + 1.2 of 2 cpus are taken: kube-scheduler evicts cpu-holder for cpu and sees no need
@@ -424,24 +464,10 @@ async fn the_extender_adds_a_gpu_holder_kube_scheduler_cannot_see() -> anyhow::R
     })
     .await?;
     ensure!(urgent_node == GPU_NODE, "urgent went to {urgent_node}");
-    for name in ["gpu-holder", "cpu-holder"] {
-        let pod = pods.get_opt(name).await?;
-        ensure!(
-            pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
-            "{name} still runs on {GPU_NODE} next to the urgent pod"
-        );
-    }
+    ensure_preempted(&pods, &["gpu-holder", "cpu-holder"], GPU_NODE).await?;
     beating.abort();
     drop(namespace);
     Ok(())
-}
-
-/// One healthy whole GPU of a Device's spec, minor `minor`.
-fn whole_gpu(minor: i32) -> Value {
-    json!({"type": "gpu", "id": format!("GPU-e2e-preempt-pdb-{minor}"), "minor": minor,
-           "health": true,
-           "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi",
-                         "koordinator.sh/gpu-memory-ratio": "100"}})
 }
 
 #[tokio::test]
@@ -453,6 +479,7 @@ async fn the_extender_adds_the_victim_no_disruption_budget_protects() -> anyhow:
     };
     require_preempt_verb(&client).await?;
     let devices = Api::<apis::scheduling::v1alpha1::Device>::all(client.clone());
+    // Checked before the cleanup guard exists: the guard deletes the node's Device.
     ensure!(
         devices.get_opt(PDB_NODE).await?.is_none(),
         "a Device {PDB_NODE} exists already; the test does not touch it"
@@ -466,15 +493,11 @@ async fn the_extender_adds_the_victim_no_disruption_budget_protects() -> anyhow:
     let beating =
         e2e::cluster::simulated_node_with_heartbeat(&client, PDB_NODE, "2", "4Gi", json!({}))
             .await?;
-    let device: apis::scheduling::v1alpha1::Device = serde_json::from_value(json!({
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
-        "metadata": {"name": PDB_NODE},
-        "spec": {"devices": [whole_gpu(0), whole_gpu(1)]}
-    }))?;
-    devices
-        .create(&PostParams::default(), &device)
-        .await
-        .context("creating the Device")?;
+    let gpus = vec![
+        whole_gpu("GPU-e2e-preempt-pdb", 0),
+        whole_gpu("GPU-e2e-preempt-pdb", 1),
+    ];
+    create_gpu_device(&devices, PDB_NODE, gpus).await?;
 
     let namespace = TestNamespace::create(&client, "koord-e2e-preempt-pdb").await?;
     let ns = namespace.name.as_str();
@@ -492,42 +515,22 @@ async fn the_extender_adds_the_victim_no_disruption_budget_protects() -> anyhow:
         .context("creating the PodDisruptionBudget")?;
     // The plain holder first, then (a second later, so it is the less important by start time)
     // the guarded one.
-    pods.create(
-        &create,
+    create_bound(
+        &pods,
         &gpu_pod(ns, "holder-a-plain", PDB_NODE, PDB_LOW, "500m")?,
     )
-    .await?;
-    eventually_within("holder-a-plain bound", EXTENDER_RETRY, || async {
-        Ok(bound_node(&pods, "holder-a-plain").await?.map(|_| ()))
-    })
     .await?;
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let mut guarded = gpu_pod(ns, "holder-b-guarded", PDB_NODE, PDB_LOW, "500m")?;
     guarded.metadata.labels = Some([("app".to_string(), "guarded".to_string())].into());
-    pods.create(&create, &guarded).await?;
-    eventually_within("holder-b-guarded bound", EXTENDER_RETRY, || async {
-        Ok(bound_node(&pods, "holder-b-guarded").await?.map(|_| ()))
-    })
-    .await?;
+    create_bound(&pods, &guarded).await?;
     for name in ["holder-a-plain", "holder-b-guarded"] {
-        let holder = pods.get(name).await?;
-        ensure!(
-            holder
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key("scheduling.koordinator.sh/device-allocated")),
-            "{name} was bound without a GPU allocation"
-        );
+        ensure_gpu_allocated(&pods, name).await?;
     }
-    pods.create(
-        &create,
+    create_bound(
+        &pods,
         &test_pod(ns, "cpu-holder", PDB_NODE, PDB_LOW, "800m", json!({}))?,
     )
-    .await?;
-    eventually_within("cpu-holder bound", EXTENDER_RETRY, || async {
-        Ok(bound_node(&pods, "cpu-holder").await?.map(|_| ()))
-    })
     .await?;
     // The disruption controller has counted the guarded pod: no disruption is allowed.
     eventually_within("the budget's status written", EXTENDER_RETRY, || async {
@@ -547,13 +550,7 @@ async fn the_extender_adds_the_victim_no_disruption_budget_protects() -> anyhow:
     })
     .await?;
     ensure!(urgent_node == PDB_NODE, "urgent went to {urgent_node}");
-    for name in ["holder-a-plain", "cpu-holder"] {
-        let pod = pods.get_opt(name).await?;
-        ensure!(
-            pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
-            "{name} still runs on {PDB_NODE} next to the urgent pod"
-        );
-    }
+    ensure_preempted(&pods, &["holder-a-plain", "cpu-holder"], PDB_NODE).await?;
     let guarded = pods.get_opt("holder-b-guarded").await?;
     ensure!(
         guarded.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
