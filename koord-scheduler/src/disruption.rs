@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use apis::configuration::selector::validate_label_selector;
+use apis::configuration::selector::CompiledSelector;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -31,30 +31,8 @@ pub const MAX_SELECTOR_TERMS: usize = 256;
 /// together; beyond it the budget selects nothing.
 pub const MAX_SELECTOR_VALUES: usize = 4_096;
 
-/// One requirement of a compiled selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Term {
-    Equals(String, String),
-    In(String, BTreeSet<String>),
-    NotIn(String, BTreeSet<String>),
-    Exists(String),
-    DoesNotExist(String),
-}
-
-impl Term {
-    fn holds(&self, labels: &BTreeMap<String, String>) -> bool {
-        match self {
-            Term::Equals(key, value) => labels.get(key) == Some(value),
-            Term::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
-            Term::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
-            Term::Exists(key) => labels.contains_key(key),
-            Term::DoesNotExist(key) => !labels.contains_key(key),
-        }
-    }
-}
-
-/// A selector that selects at least something: terms, all of which hold.
-fn compile(selector: Option<&LabelSelector>) -> Result<Vec<Term>, String> {
+/// A selector that selects at least something, parsed once.
+fn compile(selector: Option<&LabelSelector>) -> Result<CompiledSelector, String> {
     let Some(selector) = selector else {
         return Err("it has no selector".into());
     };
@@ -78,25 +56,7 @@ fn compile(selector: Option<&LabelSelector>) -> Result<Vec<Term>, String> {
             "its selector lists {values} values, more than the {MAX_SELECTOR_VALUES} allowed"
         ));
     }
-    validate_label_selector(selector).map_err(|e| format!("its selector is malformed: {e}"))?;
-    let mut compiled: Vec<Term> = labels
-        .into_iter()
-        .flatten()
-        .map(|(key, value)| Term::Equals(key.clone(), value.clone()))
-        .collect();
-    for expression in expressions {
-        let key = expression.key.clone();
-        let values =
-            || -> BTreeSet<String> { expression.values.iter().flatten().cloned().collect() };
-        compiled.push(match expression.operator.as_str() {
-            "In" => Term::In(key, values()),
-            "NotIn" => Term::NotIn(key, values()),
-            "Exists" => Term::Exists(key),
-            // Validated above: the only operator left.
-            _ => Term::DoesNotExist(key),
-        });
-    }
-    Ok(compiled)
+    CompiledSelector::new(selector).map_err(|e| format!("its selector is malformed: {e}"))
 }
 
 /// One PodDisruptionBudget, ready to be matched against pods.
@@ -106,7 +66,7 @@ pub struct DisruptionBudget {
     pub key: String,
     pub namespace: String,
     /// `Err`: why the budget selects nothing.
-    terms: Result<Vec<Term>, String>,
+    terms: Result<CompiledSelector, String>,
     /// `status.disruptionsAllowed` (0 when the status is not written yet).
     pub disruptions_allowed: i32,
     /// `status.disruptedPods`: pods whose eviction the API server already
@@ -143,7 +103,7 @@ impl DisruptionBudget {
         }
         self.terms
             .as_ref()
-            .is_ok_and(|terms| terms.iter().all(|term| term.holds(labels)))
+            .is_ok_and(|selector| selector.matches(labels))
     }
 }
 

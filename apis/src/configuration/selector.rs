@@ -53,6 +53,64 @@ impl Requirement<'_> {
     }
 }
 
+/// A well-formed selector parsed once, to match many label sets without
+/// parsing and checking it again (the free functions here do both per call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledSelector {
+    requirements: Vec<OwnedRequirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OwnedRequirement {
+    Equals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl OwnedRequirement {
+    fn of(requirement: &Requirement<'_>) -> Self {
+        match *requirement {
+            Requirement::Equals(key, value) => Self::Equals(key.to_owned(), value.to_owned()),
+            Requirement::In(key, values) => Self::In(key.to_owned(), values.to_vec()),
+            Requirement::NotIn(key, values) => Self::NotIn(key.to_owned(), values.to_vec()),
+            Requirement::Exists(key) => Self::Exists(key.to_owned()),
+            Requirement::DoesNotExist(key) => Self::DoesNotExist(key.to_owned()),
+        }
+    }
+
+    fn borrowed(&self) -> Requirement<'_> {
+        match self {
+            Self::Equals(key, value) => Requirement::Equals(key, value),
+            Self::In(key, values) => Requirement::In(key, values),
+            Self::NotIn(key, values) => Requirement::NotIn(key, values),
+            Self::Exists(key) => Requirement::Exists(key),
+            Self::DoesNotExist(key) => Requirement::DoesNotExist(key),
+        }
+    }
+}
+
+impl CompiledSelector {
+    /// Parses and checks `selector` as `LabelSelectorAsSelector` does.
+    pub fn new(selector: &LabelSelector) -> Result<Self, SelectorError> {
+        let requirements = parse(selector)?.iter().map(OwnedRequirement::of).collect();
+        Ok(Self { requirements })
+    }
+
+    /// True when the selector has no terms (it matches every label set).
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether `labels` satisfy every term.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements
+            .iter()
+            .all(|requirement| requirement.borrowed().matches(labels))
+    }
+}
+
 /// Whether `labels` satisfy every term of `selector`; an error when the
 /// selector itself is malformed (whatever the labels).
 pub fn label_selector_matches(
@@ -213,4 +271,64 @@ fn check_value(field: &str, value: &str) -> Result<(), SelectorError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn selector(value: serde_json::Value) -> LabelSelector {
+        serde_json::from_value(value).expect("a selector")
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn compiled_selector_answers_as_the_per_call_matcher() {
+        let selectors = [
+            json!({}),
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}),
+            json!({"matchLabels": {"app": "web"},
+                   "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"},
+                                        {"key": "tier", "operator": "Exists"}]}),
+        ];
+        let label_sets = [
+            labels(&[]),
+            labels(&[("app", "web")]),
+            labels(&[("app", "web"), ("tier", "a")]),
+            labels(&[("app", "web"), ("tier", "c"), ("canary", "1")]),
+            labels(&[("tier", "b")]),
+        ];
+        for value in selectors {
+            let parsed = selector(value.clone());
+            let compiled = CompiledSelector::new(&parsed).expect("well formed");
+            assert_eq!(compiled.is_empty(), is_empty_selector(&parsed), "{value}");
+            for set in &label_sets {
+                assert_eq!(
+                    compiled.matches(set),
+                    label_selector_matches(&parsed, set).unwrap(),
+                    "{value} on {set:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn compiled_selector_refuses_what_the_api_machinery_refuses() {
+        let bad = selector(json!({"matchExpressions": [{"key": "tier", "operator": "In"}]}));
+        assert!(matches!(
+            CompiledSelector::new(&bad),
+            Err(SelectorError::MissingValues { .. })
+        ));
+        let bad_key = selector(json!({"matchLabels": {"-bad": "x"}}));
+        assert!(CompiledSelector::new(&bad_key).is_err());
+    }
 }
