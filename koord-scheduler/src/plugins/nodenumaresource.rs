@@ -879,15 +879,9 @@ impl NodeNUMAResource {
             return Ok(None);
         }
         let offer = match request.bind_policy {
-            Some(policy) => Some(self.cpu_offer(
-                pod,
-                request,
-                node,
-                topology,
-                policy,
-                (restrict, preferred),
-                mode,
-            )?),
+            Some(policy) => {
+                Some(self.cpu_offer(pod, request, node, policy, (restrict, preferred), mode)?)
+            }
             None => None,
         };
         if offer
@@ -1108,11 +1102,13 @@ impl NodeNUMAResource {
         pod: &PodInfo,
         request: &Request,
         node: &NodeInfo,
-        topology: &NodeTopology,
         policy: CPUBindPolicy,
         (restrict, preferred): (Restriction<'_>, &BTreeSet<i32>),
         mode: Mode,
     ) -> Result<CpuOffer<'a>, Rejection> {
+        let Some(topology) = self.topologies.get(&node.name) else {
+            return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
+        };
         let (required, policy) = Self::bind_policies(request, node, topology, policy)?;
         let strategy = node_numa_allocate_strategy(node.labels())
             .unwrap_or(NUMAAllocateStrategy::MostAllocated);
