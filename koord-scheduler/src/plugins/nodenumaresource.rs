@@ -403,9 +403,16 @@ impl CpuOffer<'_> {
     }
 }
 
-/// Check-mode placements per node index, worked out once per cycle and read
-/// by both filter and score; each tagged with the plugin's state generation
-/// it was computed at, so a change in between is never answered from it.
+/// Which plugin step asks for a placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Filter,
+    Score,
+}
+
+/// Check-mode placements per node index that filter worked out for score
+/// in the same cycle; each tagged with the plugin's state generation it was
+/// computed at, so a change in between is never answered from it.
 #[derive(Default)]
 struct Placements(Mutex<HashMap<usize, (u64, PlacementResult)>>);
 
@@ -748,17 +755,22 @@ impl NodeNUMAResource {
         self.choose(pod, request, node, Restriction::Without(&held), mode)
     }
 
-    /// The check-mode placement of the pod on the node, worked out once per
-    /// cycle for filter and score (see [`Placements`]).
+    /// The check-mode placement of the pod on the node. Filter computes it
+    /// and keeps the costly ones (a NUMA node set chosen by the topology
+    /// manager) for score; score reads those and computes the rest, which
+    /// are a few counter reads. Keeping every node's result cost more than
+    /// recomputing the cheap ones (a map insert per node for every pod).
     fn placement(
         &self,
         pod: &PodInfo,
         request: &Request,
         node: &NodeInfo,
         state: &CycleState,
-    ) -> Result<Option<Choice>, Rejection> {
-        let memo = state.read::<Placements>(STATE_PLACEMENTS);
-        if let Some(memo) = memo
+        step: Step,
+    ) -> PlacementResult {
+        let memo = || state.read::<Placements>(STATE_PLACEMENTS);
+        if step == Step::Score
+            && let Some(memo) = memo()
             && let Some((generation, result)) = memo.lock().get(&node.index)
             && *generation == self.generation
         {
@@ -772,9 +784,10 @@ impl NodeNUMAResource {
             state.now,
             Mode::Check,
         );
-        // Score runs only on nodes filter admitted, so only those are kept.
-        if let Some(memo) = memo
-            && result.is_ok()
+        if step == Step::Filter
+            && let Ok(Some(choice)) = &result
+            && choice.affinity.is_some()
+            && let Some(memo) = memo()
         {
             memo.lock()
                 .insert(node.index, (self.generation, result.clone()));
@@ -1620,7 +1633,9 @@ impl Plugin for NodeNUMAResource {
     ) -> Result<(), Rejection> {
         match state.read::<Request>(STATE_KEY) {
             None => Ok(()),
-            Some(request) => self.placement(pod, request, node, state).map(|_| ()),
+            Some(request) => self
+                .placement(pod, request, node, state, Step::Filter)
+                .map(|_| ()),
         }
     }
 
@@ -1646,7 +1661,7 @@ impl Plugin for NodeNUMAResource {
             .collect();
         if let Some(request) = state.read::<Request>(STATE_KEY)
             && let Some(topology) = self.topologies.get(&node.name)
-            && let Ok(Some(checked)) = self.placement(pod, request, node, state)
+            && let Ok(Some(checked)) = self.placement(pod, request, node, state, Step::Score)
             && let Some(choice) = if checked.cpu_numa_unknown {
                 // Only an allocation tells which NUMA nodes the CPUs get.
                 self.choose_with_reservations(
