@@ -2468,6 +2468,39 @@ mod tests {
     }
 
     #[test]
+    fn score_reuses_filter_placements_only_while_nothing_changed() {
+        let policy = "node.koordinator.sh/numa-topology-policy";
+        let config = "profiles:\n- plugins:\n    multiPoint:\n      disabled: [{name: '*'}]\n      enabled: [{name: NodeNUMAResource, weight: 1}]\n  pluginConfig:\n  - name: NodeNUMAResource\n    args: {numaScoringStrategy: {type: MostAllocated}}\n";
+        let mut s = testutil::scheduler(config);
+        testutil::load(
+            &mut s,
+            vec![
+                node("busy", &[(policy, "SingleNUMANode")], &[]),
+                nrt_with_zones("busy", "16Gi"),
+                node("idle", &[(policy, "SingleNUMANode")], &[]),
+                nrt_with_zones("idle", "16Gi"),
+                plain_pod("first", "3", "12Gi", &[]),
+                plain_pod("next", "2", "8Gi", &[]),
+            ],
+        );
+        let names = vec!["busy".to_string(), "idle".to_string()];
+        let pod = s.cache.pod("default/next").unwrap().clone();
+        let scored = |s: &Scheduler, state: &CycleState| s.score(&pod, &names, state).totals;
+        let fresh = |s: &Scheduler| scored(s, &s.pre_filter(&pod, t0()).unwrap());
+        // Filter keeps the NUMA placements (NUMA node 0 on both nodes);
+        // score in the same cycle gives what score alone gives.
+        let state = s.pre_filter(&pod, t0()).unwrap();
+        let filtered = s.filter(&pod, Some(&names[..]), &state);
+        assert_eq!(filtered.feasible.len(), 2, "{filtered:?}");
+        assert_eq!(scored(&s, &state), fresh(&s));
+        // A bind in between leaves busy's NUMA node 0 too small for the
+        // pod: the cycle's kept placement there is stale, and score works
+        // out NUMA node 1 again instead of scoring the full node 0.
+        bind(&mut s, "first", "busy").unwrap();
+        assert_eq!(scored(&s, &state), fresh(&s));
+    }
+
+    #[test]
     fn numa_scoring_strategies_prefer_fuller_or_emptier_numa_nodes() {
         let policy = "node.koordinator.sh/numa-topology-policy";
         let scores = |args: &str| {
