@@ -9,7 +9,9 @@
 //! and holds that cpuset: other pods cannot get those CPUs; its owners take
 //! them first, and a Restricted reservation's owners only them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use crate::resources::format_amount;
@@ -28,6 +30,8 @@ use apis::topology::v1alpha1::NodeResourceTopology;
 use serde::Deserialize;
 
 mod accumulator;
+#[cfg(test)]
+mod feasibility_tests;
 pub mod topologymanager;
 
 use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
@@ -50,6 +54,7 @@ pub const ERR_UNSATISFIED_NUMA_CPU: &str = "Unsatisfied NUMA cpu";
 pub const ERR_MISSING_NUMA_RESOURCES: &str = "node(s) missing NUMA resources";
 
 const STATE_KEY: &str = "NodeNUMAResource/request";
+const STATE_PLACEMENTS: &str = "NodeNUMAResource/placements";
 
 /// `NodeNUMAResourceArgs` (only the fields this extender uses).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -225,12 +230,202 @@ struct Request {
 /// Per NUMA node: resource → amount (cpu in milli-CPUs).
 type NumaAmounts = BTreeMap<i32, BTreeMap<String, i64>>;
 
+/// How a placement is worked out. `Allocate` (reserve, at bind time) picks
+/// the cpuset; `Check` (filter and score) only finds whether one exists and
+/// which NUMA nodes it would use, from counts of free CPUs, which costs a
+/// few additions per node instead of an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Allocate,
+    Check,
+}
+
+/// Which of the node's free CPUs a reservation leaves to the pod.
+#[derive(Debug, Clone, Copy)]
+enum Restriction<'a> {
+    Unrestricted,
+    Within(&'a CpuSet),
+    Without(&'a CpuSet),
+}
+
+impl Restriction<'_> {
+    fn allows(self, cpu: i32) -> bool {
+        match self {
+            Self::Unrestricted => true,
+            Self::Within(cpus) => cpus.contains(cpu),
+            Self::Without(cpus) => !cpus.contains(cpu),
+        }
+    }
+}
+
+/// The candidates a required bind policy leaves of the free CPUs (as
+/// [`cpus_for_required_policy`] does), as an index into [`FreeCounts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Narrowing {
+    AnyCpu = 0,
+    WholeCores = 1,
+    OnePerCore = 2,
+}
+
+impl Narrowing {
+    fn of(required: Option<CPUBindPolicy>) -> Self {
+        match required {
+            Some(CPUBindPolicy::FullPCPUs) => Self::WholeCores,
+            Some(CPUBindPolicy::SpreadByPCPUs) => Self::OnePerCore,
+            _ => Self::AnyCpu,
+        }
+    }
+}
+
+/// Free CPUs counted under each [`Narrowing`]: in all, and per NUMA node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct FreeCounts {
+    total: [usize; 3],
+    per_numa: BTreeMap<i32, [usize; 3]>,
+}
+
+impl FreeCounts {
+    /// Counts the CPUs `is_free` accepts, core by core: every one; those of
+    /// cores with all `cpus_per_core` threads free; each core's lowest.
+    fn of(topology: &NodeTopology, is_free: impl Fn(i32) -> bool) -> Self {
+        let mut counts = Self::default();
+        let per_core = topology.layout.cpus_per_core();
+        let mut threads: Vec<(i32, i32)> = Vec::new();
+        for core in &topology.cores {
+            threads.clear();
+            threads.extend(core.iter().copied().filter(|(cpu, _)| is_free(*cpu)));
+            let Some((_, first_numa)) = threads.first().copied() else {
+                continue;
+            };
+            counts.add(first_numa, Narrowing::OnePerCore);
+            let whole = threads.len() == per_core;
+            for (_, numa) in &threads {
+                counts.add(*numa, Narrowing::AnyCpu);
+                if whole {
+                    counts.add(*numa, Narrowing::WholeCores);
+                }
+            }
+        }
+        counts
+    }
+
+    fn add(&mut self, numa: i32, narrowing: Narrowing) {
+        let index = narrowing as usize;
+        self.total[index] += 1;
+        // A mask names NUMA nodes 0..=63 only; others count in the total.
+        if (0..=NumaMask::MAX_NODE).contains(&numa) {
+            self.per_numa.entry(numa).or_default()[index] += 1;
+        }
+    }
+
+    /// The candidates on the mask's NUMA nodes (None: anywhere).
+    fn within(&self, narrowing: Narrowing, mask: Option<NumaMask>) -> usize {
+        let index = narrowing as usize;
+        match mask {
+            None => self.total[index],
+            Some(mask) => self
+                .per_numa
+                .iter()
+                .filter(|(numa, _)| mask.contains(**numa))
+                .map(|(_, counts)| counts[index])
+                .sum(),
+        }
+    }
+}
+
+/// One node's CPUs left after kubelet's, the node's reservation and every
+/// placed pod's cpusets, and their counts; refreshed whenever one of those
+/// changes, so filter only reads them.
+#[derive(Debug, Clone, Default)]
+struct NodeFree {
+    cpus: CpuSet,
+    counts: FreeCounts,
+}
+
 /// What a cpuset pod may be given on one node.
-struct CpusetCandidates {
-    free: BTreeSet<i32>,
-    held: BTreeMap<i32, HeldCpu>,
+struct CpuOffer<'a> {
+    counts: Cow<'a, FreeCounts>,
+    narrowing: Narrowing,
     required: Option<CPUBindPolicy>,
     take_request: TakeRequest,
+    /// The candidate CPUs (narrowed) and what other pods hold, for a real
+    /// allocation: always in allocate mode, in check mode only where the
+    /// counts cannot decide.
+    cpus: Option<(BTreeSet<i32>, BTreeMap<i32, HeldCpu>)>,
+}
+
+impl CpuOffer<'_> {
+    /// How many candidate CPUs lie on the mask's NUMA nodes (None: all).
+    fn available(&self, within: Option<NumaMask>) -> usize {
+        self.counts.within(self.narrowing, within)
+    }
+
+    /// The cpuset on the mask's NUMA nodes (None: anywhere): allocated in
+    /// allocate mode; in check mode an empty set when one exists. The
+    /// accumulator always finds `count` CPUs among at least as many
+    /// candidates, and with a required policy the candidates are whole
+    /// cores / one thread per core, so the count alone decides except where
+    /// [`NodeNUMAResource::cpu_offer`] kept the CPUs for a real allocation.
+    fn pick(
+        &self,
+        topology: &NodeTopology,
+        within: Option<NumaMask>,
+        preferred: &BTreeSet<i32>,
+        mode: Mode,
+    ) -> Option<BTreeSet<i32>> {
+        let Some((free, held)) = &self.cpus else {
+            return (self.available(within) >= self.take_request.count).then(BTreeSet::new);
+        };
+        let free: BTreeSet<i32> = match within {
+            None => free.clone(),
+            Some(mask) => free
+                .iter()
+                .copied()
+                .filter(|cpu| {
+                    topology
+                        .cpus
+                        .get(cpu)
+                        .is_some_and(|i| mask.contains(i.node))
+                })
+                .collect(),
+        };
+        let chosen =
+            take_preferred_cpus(&topology.layout, &free, preferred, held, self.take_request)
+                .filter(|chosen| {
+                    self.required
+                        .is_none_or(|r| satisfies_policy(topology, chosen, r))
+                })?;
+        Some(if mode == Mode::Check {
+            BTreeSet::new()
+        } else {
+            chosen
+        })
+    }
+}
+
+/// Which plugin step asks for a placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Filter,
+    Score,
+}
+
+/// Check-mode placements per node index that filter worked out for score
+/// in the same cycle; each tagged with the plugin's state generation it was
+/// computed at, so a change in between is never answered from it.
+#[derive(Default)]
+struct Placements(Mutex<HashMap<usize, (u64, PlacementResult)>>);
+
+type PlacementResult = Result<Option<Choice>, Rejection>;
+
+impl Placements {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, (u64, PlacementResult)>> {
+        // A panic elsewhere cannot leave a half-written entry: inserts are
+        // whole, so a poisoned map is still sound.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// One node's CPU topology and the CPUs nobody may get.
@@ -247,6 +442,11 @@ struct NodeTopology {
     numa_resources: NumaAmounts,
     /// `cpus` arranged for the accumulator.
     layout: CpuLayout,
+    /// Each core's threads as (cpu, NUMA node), ascending ids, for counting.
+    cores: Vec<Vec<(i32, i32)>>,
+    /// Every core has exactly `layout.cpus_per_core()` threads, all on one
+    /// NUMA node: then whole-core counts decide a FullPCPUs allocation.
+    regular: bool,
 }
 
 /// One pod's cpuset on a node.
@@ -275,6 +475,11 @@ pub struct NodeNUMAResource {
     node_reserved: HashMap<String, CpuSet>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
+    /// Node name → its free CPUs and their counts (check mode reads them).
+    free: HashMap<String, NodeFree>,
+    /// Bumped on every change of the plugin's state, so per-cycle
+    /// placements computed before a change are not reused after it.
+    generation: u64,
     /// Node score on the NUMA nodes a pod gets (`scoringStrategy`).
     scorer: NumaScorer,
     /// Score of a candidate NUMA node set (`numaScoringStrategy`).
@@ -341,6 +546,18 @@ fn topology_from(
     }
     topology.cpus_per_core = per_core.values().copied().max().unwrap_or(0);
     topology.layout = CpuLayout::new(&topology.cpus);
+    let mut cores: BTreeMap<(i32, i32), Vec<(i32, i32)>> = BTreeMap::new();
+    for (cpu, info) in &topology.cpus {
+        cores
+            .entry(core_key(info))
+            .or_default()
+            .push((*cpu, info.node));
+    }
+    topology.cores = cores.into_values().collect();
+    topology.regular = topology.cores.iter().all(|threads| {
+        threads.len() == topology.layout.cpus_per_core()
+            && threads.iter().all(|(_, numa)| *numa == threads[0].1)
+    });
     for info in topology.cpus.values() {
         if (0..=NumaMask::MAX_NODE).contains(&info.node) {
             *topology
@@ -414,11 +631,18 @@ fn allocation_of(pod: &PodInfo) -> Option<Allocation> {
     })
 }
 
-/// A chosen cpuset and the NUMA nodes it spans.
+/// A chosen cpuset and the NUMA nodes it spans (in check mode: no CPUs,
+/// and only the amounts spread over NUMA nodes besides pinned CPUs).
 #[derive(Debug, Clone, PartialEq)]
 struct Choice {
     cpus: BTreeSet<i32>,
     numa: NumaAmounts,
+    /// The NUMA nodes the topology manager chose.
+    affinity: Option<NumaMask>,
+    /// Check mode, pinned CPUs on a set of several NUMA nodes that the
+    /// spread amounts do not all touch: only an allocation tells which of
+    /// them the CPUs would be on.
+    cpu_numa_unknown: bool,
 }
 
 impl NodeNUMAResource {
@@ -432,6 +656,8 @@ impl NodeNUMAResource {
             reserved: BTreeMap::new(),
             node_reserved: HashMap::new(),
             owners: HashMap::new(),
+            free: HashMap::new(),
+            generation: 0,
             scorer: NumaScorer::default(),
             numa_scorer: NumaScorer::default(),
         }
@@ -487,9 +713,10 @@ impl NodeNUMAResource {
         node: &NodeInfo,
         (owned, required): (&[String], bool),
         now: SystemTime,
+        mode: Mode,
     ) -> Result<Option<Choice>, Rejection> {
         if !self.reserved.values().any(|(h, _)| h.node == node.name) {
-            return self.choose(pod, request, node, |_| {});
+            return self.choose(pod, request, node, Restriction::Unrestricted, mode);
         }
         for name in owned {
             let Some((holder, _)) = self.reserved.get(name).filter(|(h, _)| h.node == node.name)
@@ -499,9 +726,7 @@ impl NodeNUMAResource {
             let Some(left) = self.still_held(name, now) else {
                 continue;
             };
-            let within = self.choose(pod, request, node, |free| {
-                free.retain(|cpu| left.contains(*cpu))
-            });
+            let within = self.choose(pod, request, node, Restriction::Within(&left), mode);
             if let Ok(choice) = within {
                 return Ok(choice);
             }
@@ -514,8 +739,9 @@ impl NodeNUMAResource {
                     pod,
                     request,
                     node,
-                    |free| free.retain(|cpu| !others.contains(*cpu)),
+                    Restriction::Without(&others),
                     &preferred,
+                    mode,
                 );
                 if let Ok(choice) = freed {
                     return Ok(choice);
@@ -526,9 +752,47 @@ impl NodeNUMAResource {
             return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
         }
         let held = self.held_on(&node.name, now, None);
-        self.choose(pod, request, node, |free| {
-            free.retain(|cpu| !held.contains(*cpu))
-        })
+        self.choose(pod, request, node, Restriction::Without(&held), mode)
+    }
+
+    /// The check-mode placement of the pod on the node. Filter computes it
+    /// and keeps the costly ones (a NUMA node set chosen by the topology
+    /// manager) for score; score reads those and computes the rest, which
+    /// are a few counter reads. Keeping every node's result cost more than
+    /// recomputing the cheap ones (a map insert per node for every pod).
+    fn placement(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        state: &CycleState,
+        step: Step,
+    ) -> PlacementResult {
+        let memo = || state.read::<Placements>(STATE_PLACEMENTS);
+        if step == Step::Score
+            && let Some(memo) = memo()
+            && let Some((generation, result)) = memo.lock().get(&node.index)
+            && *generation == self.generation
+        {
+            return result.clone();
+        }
+        let result = self.choose_with_reservations(
+            pod,
+            request,
+            node,
+            owned_reservations(state),
+            state.now,
+            Mode::Check,
+        );
+        if step == Step::Filter
+            && let Ok(Some(choice)) = &result
+            && choice.affinity.is_some()
+            && let Some(memo) = memo()
+        {
+            memo.lock()
+                .insert(node.index, (self.generation, result.clone()));
+        }
+        result
     }
 
     fn request_of(&self, pod: &PodInfo) -> Result<Option<Request>, Rejection> {
@@ -585,16 +849,17 @@ impl NodeNUMAResource {
         Ok(Some(request))
     }
 
-    /// Chooses a cpuset for the pod on the node, against current allocations;
-    /// `restrict` narrows the free CPUs (reservations).
+    /// Places the pod on the node against current allocations (see
+    /// [`Mode`]); `restrict` narrows the free CPUs (reservations).
     fn choose(
         &self,
         pod: &PodInfo,
         request: &Request,
         node: &NodeInfo,
-        restrict: impl Fn(&mut BTreeSet<i32>),
+        restrict: Restriction<'_>,
+        mode: Mode,
     ) -> Result<Option<Choice>, Rejection> {
-        self.choose_preferring(pod, request, node, restrict, &BTreeSet::new())
+        self.choose_preferring(pod, request, node, restrict, &BTreeSet::new(), mode)
     }
 
     /// [`Self::choose`], taking CPUs of `preferred` before any other.
@@ -603,8 +868,9 @@ impl NodeNUMAResource {
         pod: &PodInfo,
         request: &Request,
         node: &NodeInfo,
-        restrict: impl Fn(&mut BTreeSet<i32>),
+        restrict: Restriction<'_>,
         preferred: &BTreeSet<i32>,
+        mode: Mode,
     ) -> Result<Option<Choice>, Rejection> {
         let empty = NodeTopology::default();
         let topology = self.topologies.get(&node.name).unwrap_or(&empty);
@@ -625,55 +891,32 @@ impl NodeNUMAResource {
         if request.bind_policy.is_none() && numa_policy.is_none() {
             return Ok(None);
         }
-        let cpus_wanted = match request.bind_policy {
+        let offer = match request.bind_policy {
             Some(policy) => {
-                Some(self.cpuset_candidates(pod, request, node, topology, policy, restrict)?)
+                Some(self.cpu_offer(pod, request, node, policy, (restrict, preferred), mode)?)
             }
             None => None,
         };
-        if cpus_wanted
+        if offer
             .as_ref()
-            .is_some_and(|c| c.free.len() < request.cpus)
+            .is_some_and(|o| o.available(None) < request.cpus)
         {
             return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
         }
-        let restricted_free = cpus_wanted.as_ref().map(|c| &c.free);
-        let take = |within: Option<NumaMask>| -> Option<BTreeSet<i32>> {
-            let candidates = cpus_wanted.as_ref()?;
-            let free = &candidates.free;
-            let free: BTreeSet<i32> = match within {
-                None => free.clone(),
-                Some(mask) => free
-                    .iter()
-                    .copied()
-                    .filter(|cpu| {
-                        topology
-                            .cpus
-                            .get(cpu)
-                            .is_some_and(|i| mask.contains(i.node))
-                    })
-                    .collect(),
-            };
-            take_preferred_cpus(
-                &topology.layout,
-                &free,
-                preferred,
-                &candidates.held,
-                candidates.take_request,
-            )
-            .filter(|chosen| {
-                candidates
-                    .required
-                    .is_none_or(|r| satisfies_policy(topology, chosen, r))
-            })
+        // The cpuset within a set of NUMA nodes (None: anywhere); in check
+        // mode an empty set stands for "one exists".
+        let pick = |within: Option<NumaMask>| -> Option<BTreeSet<i32>> {
+            offer.as_ref()?.pick(topology, within, preferred, mode)
         };
         if numa_policy.is_none() {
-            let Some(cpus) = take(None) else {
+            let Some(cpus) = pick(None) else {
                 return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS));
             };
             return Ok(Some(Choice {
                 cpus,
                 numa: BTreeMap::new(),
+                affinity: None,
+                cpu_numa_unknown: false,
             }));
         }
 
@@ -684,7 +927,7 @@ impl NodeNUMAResource {
             return Err(Rejection::unresolvable(ERR_MISSING_NUMA_RESOURCES));
         }
         let available = self.numa_available(node, topology, &pod.key);
-        let pinned = cpus_wanted.is_some();
+        let pinned = offer.is_some();
         // The pod's requests the NUMA nodes account for; with a cpuset the
         // CPU part is decided by the free CPUs, not by amounts.
         let numa_requests: BTreeMap<String, i64> = pod
@@ -701,11 +944,10 @@ impl NodeNUMAResource {
             .collect();
         let resources: BTreeSet<String> = numa_requests.keys().cloned().collect();
         let free_cpus_on = |numa: i32| {
-            restricted_free.map_or(0, |free| {
-                free.iter()
-                    .filter(|cpu| topology.cpus.get(cpu).is_some_and(|i| i.node == numa))
-                    .count()
-            })
+            offer
+                .as_ref()
+                .zip(NumaMask::of(&[numa]))
+                .map_or(0, |(offer, mask)| offer.available(Some(mask)))
         };
         let lacking: BTreeMap<String, Vec<i32>> = resources
             .iter()
@@ -741,7 +983,7 @@ impl NodeNUMAResource {
             })
         };
         let hints = generate_hints(&numa_nodes, &resources, &lacking, numa_policy, |mask| {
-            let cpus_fit = !pinned || take(Some(mask)).is_some();
+            let cpus_fit = !pinned || pick(Some(mask)).is_some();
             (cpus_fit && amounts_fit(mask))
                 .then(|| self.numa_score(topology, &available, &numa_requests, mask))
         });
@@ -759,7 +1001,7 @@ impl NodeNUMAResource {
         }
         let mask = merged.hint.affinity;
         let cpus = if pinned {
-            match take(mask).or_else(|| take(None).filter(|_| mask.is_none())) {
+            match pick(mask).or_else(|| pick(None).filter(|_| mask.is_none())) {
                 Some(cpus) => cpus,
                 None => return Err(Rejection::unschedulable(ERR_NOT_ENOUGH_CPUS)),
             }
@@ -771,6 +1013,8 @@ impl NodeNUMAResource {
             return Ok(Some(Choice {
                 cpus,
                 numa: BTreeMap::new(),
+                affinity: None,
+                cpu_numa_unknown: false,
             }));
         };
         let mut numa: BTreeMap<i32, BTreeMap<String, i64>> = BTreeMap::new();
@@ -792,23 +1036,37 @@ impl NodeNUMAResource {
         for (numa_node, amounts) in spread {
             numa.entry(numa_node).or_default().extend(amounts);
         }
-        Ok(Some(Choice { cpus, numa }))
+        // Check mode has no CPUs to place: on a one-node set they all go
+        // there; on a wider set the NUMA nodes are still exact when the
+        // spread amounts already touch every node of the set.
+        let mut cpu_numa_unknown = false;
+        if pinned && mode == Mode::Check {
+            if let [only] = mask.nodes()[..] {
+                let milli = i64::try_from(request.cpus).unwrap_or(i64::MAX / 1000) * 1000;
+                numa.entry(only)
+                    .or_default()
+                    .insert("cpu".to_string(), milli);
+            } else {
+                cpu_numa_unknown = mask.nodes().iter().any(|n| !numa.contains_key(n));
+            }
+        }
+        Ok(Some(Choice {
+            cpus,
+            numa,
+            affinity: Some(mask),
+            cpu_numa_unknown,
+        }))
     }
 
-    /// The free CPUs a cpuset pod may get on the node (kubelet-reserved,
-    /// node-reserved and other pods' CPUs removed, `restrict` applied, a
-    /// required bind policy's narrowing done), with what the accumulator
-    /// needs; rejects with upstream's reasons for bind policy conflicts and
-    /// whole-core misalignment.
-    fn cpuset_candidates(
-        &self,
-        pod: &PodInfo,
+    /// The node's bind policy applied to the pod's: the required policy
+    /// (None: only preferred) and the policy to allocate by; rejects with
+    /// upstream's reasons for conflicts and whole-core misalignment.
+    fn bind_policies(
         request: &Request,
         node: &NodeInfo,
         topology: &NodeTopology,
         mut policy: CPUBindPolicy,
-        restrict: impl Fn(&mut BTreeSet<i32>),
-    ) -> Result<CpusetCandidates, Rejection> {
+    ) -> Result<(Option<CPUBindPolicy>, CPUBindPolicy), Rejection> {
         if topology.cpus.is_empty() || topology.cpus_per_core == 0 {
             return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
         }
@@ -840,7 +1098,90 @@ impl NodeNUMAResource {
         if whole_cores && !request.cpus.is_multiple_of(topology.cpus_per_core) {
             return Err(Rejection::unresolvable(ERR_SMT_ALIGNMENT));
         }
+        Ok((required, policy))
+    }
 
+    /// What a cpuset pod may be given on the node. In check mode, counts of
+    /// the free CPUs per NUMA node: the node's precomputed counts, or (a
+    /// reservation narrows the CPUs, or the pod already holds some there)
+    /// counts over the node's CPUs. Counts decide every case but two with
+    /// FullPCPUs required, where the accumulator may fail to find whole
+    /// cores the counts promise: an irregular topology (cores of unequal
+    /// size, or split over NUMA nodes), and CPUs `preferred` first (a
+    /// reservation's, which may hold half a core). Those cases, and
+    /// allocate mode, get the free CPUs themselves for a real allocation.
+    fn cpu_offer<'a>(
+        &'a self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        policy: CPUBindPolicy,
+        (restrict, preferred): (Restriction<'_>, &BTreeSet<i32>),
+        mode: Mode,
+    ) -> Result<CpuOffer<'a>, Rejection> {
+        let Some(topology) = self.topologies.get(&node.name) else {
+            return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
+        };
+        let (required, policy) = Self::bind_policies(request, node, topology, policy)?;
+        let strategy = node_numa_allocate_strategy(node.labels())
+            .unwrap_or(NUMAAllocateStrategy::MostAllocated);
+        let take_request = TakeRequest {
+            count: request.cpus,
+            bind_policy: policy,
+            exclusive: request.exclusive,
+            strategy,
+            max_ref_count: 1,
+        };
+        let counts_decide = required != Some(CPUBindPolicy::FullPCPUs)
+            || (topology.regular && preferred.is_empty());
+        if mode == Mode::Check && counts_decide {
+            let holds_cpus_here = self
+                .allocations
+                .get(&node.name)
+                .is_some_and(|a| a.contains_key(&pod.key));
+            let base = self.free.get(&node.name);
+            let counts = match (base, restrict, holds_cpus_here) {
+                (Some(base), Restriction::Unrestricted, false) => Cow::Borrowed(&base.counts),
+                (Some(base), _, false) => Cow::Owned(FreeCounts::of(topology, |cpu| {
+                    base.cpus.contains(cpu) && restrict.allows(cpu)
+                })),
+                _ => {
+                    let free = self.free_cpus(&node.name, topology, Some(&pod.key));
+                    Cow::Owned(FreeCounts::of(topology, |cpu| {
+                        free.contains(cpu) && restrict.allows(cpu)
+                    }))
+                }
+            };
+            return Ok(CpuOffer {
+                counts,
+                narrowing: Narrowing::of(required),
+                required,
+                take_request,
+                cpus: None,
+            });
+        }
+        let (free, held) = self.free_and_held(pod, node, topology, restrict, required);
+        let counts = FreeCounts::of(topology, |cpu| free.contains(&cpu));
+        Ok(CpuOffer {
+            counts: Cow::Owned(counts),
+            narrowing: Narrowing::AnyCpu,
+            required,
+            take_request,
+            cpus: Some((free, held)),
+        })
+    }
+
+    /// The free CPUs a cpuset pod may get on the node (kubelet-reserved,
+    /// node-reserved and other pods' CPUs removed, `restrict` applied, a
+    /// required bind policy's narrowing done), and what other pods hold.
+    fn free_and_held(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        topology: &NodeTopology,
+        restrict: Restriction<'_>,
+        required: Option<CPUBindPolicy>,
+    ) -> (BTreeSet<i32>, BTreeMap<i32, HeldCpu>) {
         // Free CPUs: topology minus reserved minus every other pod's cpuset.
         // Every walk is over the node's own CPUs (or a smaller cpuset), so a
         // huge cpuset on some pod costs no more than the node's CPU count.
@@ -889,26 +1230,56 @@ impl NodeNUMAResource {
                 }
             }
         }
-        restrict(&mut free);
+        free.retain(|cpu| restrict.allows(*cpu));
         // A required policy narrows the candidates as upstream does: whole
         // free cores for FullPCPUs, one thread per core for SpreadByPCPUs.
         if let Some(required) = required {
             free = cpus_for_required_policy(topology, &free, required);
         }
-        let strategy = node_numa_allocate_strategy(node.labels())
-            .unwrap_or(NUMAAllocateStrategy::MostAllocated);
-        Ok(CpusetCandidates {
-            free,
-            held,
-            required,
-            take_request: TakeRequest {
-                count: request.cpus,
-                bind_policy: policy,
-                exclusive: request.exclusive,
-                strategy,
-                max_ref_count: 1,
-            },
-        })
+        (free, held)
+    }
+
+    /// The node's CPUs nobody but `skip_pod` holds and no reservation of
+    /// kubelet or the node keeps, as a set (the source of the counts).
+    fn free_cpus(&self, node: &str, topology: &NodeTopology, skip_pod: Option<&str>) -> CpuSet {
+        let node_reserved = self.node_reserved.get(node);
+        let mut free = CpuSet::new();
+        for cpu in topology.cpus.keys() {
+            if !topology.kubelet_reserved.contains(*cpu)
+                && !node_reserved.is_some_and(|r| r.contains(*cpu))
+            {
+                free.insert(*cpu);
+            }
+        }
+        for (key, allocation) in self.allocations.get(node).into_iter().flatten() {
+            if Some(key.as_str()) == skip_pod {
+                continue;
+            }
+            if allocation.cpus.len() <= free.len() {
+                for cpu in allocation.cpus.iter() {
+                    free.remove(cpu);
+                }
+            } else {
+                free.difference_with(&allocation.cpus);
+            }
+        }
+        free
+    }
+
+    /// Recounts the node's free CPUs after its topology, reserved CPUs or
+    /// allocations changed.
+    fn refresh_free(&mut self, node: &str) {
+        match self.topologies.get(node) {
+            Some(topology) => {
+                let cpus = self.free_cpus(node, topology, None);
+                let counts = FreeCounts::of(topology, |cpu| cpus.contains(cpu));
+                self.free
+                    .insert(node.to_string(), NodeFree { cpus, counts });
+            }
+            None => {
+                self.free.remove(node);
+            }
+        }
     }
 
     /// Per NUMA node, what is left for this pod: allocatable minus the NUMA
@@ -1011,8 +1382,9 @@ impl NodeNUMAResource {
     fn remove_pod(&mut self, key: &str) {
         if let Some(node) = self.pod_nodes.remove(key)
             && let Some(allocations) = self.allocations.get_mut(&node)
+            && allocations.remove(key).is_some()
         {
-            allocations.remove(key);
+            self.refresh_free(&node);
         }
     }
 
@@ -1023,6 +1395,7 @@ impl NodeNUMAResource {
             .entry(node.to_string())
             .or_default()
             .insert(key.to_string(), allocation);
+        self.refresh_free(node);
     }
 }
 
@@ -1146,6 +1519,7 @@ impl Plugin for NodeNUMAResource {
     }
 
     fn on_event(&mut self, event: &ClusterEvent, cache: &ClusterCache) {
+        self.generation = self.generation.wrapping_add(1);
         match event {
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
@@ -1190,14 +1564,17 @@ impl Plugin for NodeNUMAResource {
             ClusterEvent::Object {
                 kind: ObjectKind::NodeResourceTopology,
                 key,
-            } => match cache.node_resource_topologies.get(key) {
-                Some(nrt) => {
-                    self.topologies.insert(key.clone(), topology_from_nrt(nrt));
+            } => {
+                match cache.node_resource_topologies.get(key) {
+                    Some(nrt) => {
+                        self.topologies.insert(key.clone(), topology_from_nrt(nrt));
+                    }
+                    None => {
+                        self.topologies.remove(key);
+                    }
                 }
-                None => {
-                    self.topologies.remove(key);
-                }
-            },
+                self.refresh_free(key);
+            }
             ClusterEvent::Object {
                 kind: ObjectKind::Node,
                 key,
@@ -1228,6 +1605,7 @@ impl Plugin for NodeNUMAResource {
                         }
                     }
                 }
+                self.refresh_free(key);
             }
             _ => {}
         }
@@ -1241,6 +1619,7 @@ impl Plugin for NodeNUMAResource {
     ) -> Result<(), Rejection> {
         if let Some(request) = self.request_of(pod)? {
             state.write(STATE_KEY, request);
+            state.write(STATE_PLACEMENTS, Placements::default());
         }
         Ok(())
     }
@@ -1255,7 +1634,7 @@ impl Plugin for NodeNUMAResource {
         match state.read::<Request>(STATE_KEY) {
             None => Ok(()),
             Some(request) => self
-                .choose_with_reservations(pod, request, node, owned_reservations(state), state.now)
+                .placement(pod, request, node, state, Step::Filter)
                 .map(|_| ()),
         }
     }
@@ -1282,13 +1661,22 @@ impl Plugin for NodeNUMAResource {
             .collect();
         if let Some(request) = state.read::<Request>(STATE_KEY)
             && let Some(topology) = self.topologies.get(&node.name)
-            && let Ok(Some(choice)) = self.choose_with_reservations(
-                pod,
-                request,
-                node,
-                owned_reservations(state),
-                state.now,
-            )
+            && let Ok(Some(checked)) = self.placement(pod, request, node, state, Step::Score)
+            && let Some(choice) = if checked.cpu_numa_unknown {
+                // Only an allocation tells which NUMA nodes the CPUs get.
+                self.choose_with_reservations(
+                    pod,
+                    request,
+                    node,
+                    owned_reservations(state),
+                    state.now,
+                    Mode::Allocate,
+                )
+                .ok()
+                .flatten()
+            } else {
+                Some(checked)
+            }
             && let Some(mask) = NumaMask::of(&choice.numa.keys().copied().collect::<Vec<_>>())
             && mask.count() > 0
         {
@@ -1326,7 +1714,9 @@ impl Plugin for NodeNUMAResource {
             .node(node)
             .ok_or_else(|| Rejection::unresolvable("node not found"))?;
         let owned = owned_reservations(state);
-        let Some(choice) = self.choose_with_reservations(pod, request, info, owned, state.now)?
+        self.generation = self.generation.wrapping_add(1);
+        let Some(choice) =
+            self.choose_with_reservations(pod, request, info, owned, state.now, Mode::Allocate)?
         else {
             return Ok(());
         };
@@ -1364,6 +1754,7 @@ impl Plugin for NodeNUMAResource {
     }
 
     fn unreserve(&mut self, pod: &PodInfo, _node: &str, _cache: &ClusterCache) {
+        self.generation = self.generation.wrapping_add(1);
         // Only pods being bound are unreserved, so their cpuset is ours to drop.
         self.pending.remove(&pod.key);
         self.remove_pod(&pod.key);
@@ -2074,6 +2465,39 @@ mod tests {
         assert_eq!(even.cpuset, "1-3,5-7");
         let outcome = testutil::filter(&s, "default/more", t0());
         assert_eq!(outcome.failed["n1"], ERR_NOT_ENOUGH_CPUS);
+    }
+
+    #[test]
+    fn score_reuses_filter_placements_only_while_nothing_changed() {
+        let policy = "node.koordinator.sh/numa-topology-policy";
+        let config = "profiles:\n- plugins:\n    multiPoint:\n      disabled: [{name: '*'}]\n      enabled: [{name: NodeNUMAResource, weight: 1}]\n  pluginConfig:\n  - name: NodeNUMAResource\n    args: {numaScoringStrategy: {type: MostAllocated}}\n";
+        let mut s = testutil::scheduler(config);
+        testutil::load(
+            &mut s,
+            vec![
+                node("busy", &[(policy, "SingleNUMANode")], &[]),
+                nrt_with_zones("busy", "16Gi"),
+                node("idle", &[(policy, "SingleNUMANode")], &[]),
+                nrt_with_zones("idle", "16Gi"),
+                plain_pod("first", "3", "12Gi", &[]),
+                plain_pod("next", "2", "8Gi", &[]),
+            ],
+        );
+        let names = vec!["busy".to_string(), "idle".to_string()];
+        let pod = s.cache.pod("default/next").unwrap().clone();
+        let scored = |s: &Scheduler, state: &CycleState| s.score(&pod, &names, state).totals;
+        let fresh = |s: &Scheduler| scored(s, &s.pre_filter(&pod, t0()).unwrap());
+        // Filter keeps the NUMA placements (NUMA node 0 on both nodes);
+        // score in the same cycle gives what score alone gives.
+        let state = s.pre_filter(&pod, t0()).unwrap();
+        let filtered = s.filter(&pod, Some(&names[..]), &state);
+        assert_eq!(filtered.feasible.len(), 2, "{filtered:?}");
+        assert_eq!(scored(&s, &state), fresh(&s));
+        // A bind in between leaves busy's NUMA node 0 too small for the
+        // pod: the cycle's kept placement there is stale, and score works
+        // out NUMA node 1 again instead of scoring the full node 0.
+        bind(&mut s, "first", "busy").unwrap();
+        assert_eq!(scored(&s, &state), fresh(&s));
     }
 
     #[test]
