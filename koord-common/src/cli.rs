@@ -20,6 +20,54 @@ pub fn version() -> &'static str {
     })
 }
 
+/// `--version` as component-base's verflag takes it (kube-scheduler's and the
+/// descheduler's flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionRequest {
+    /// `--version` or `--version=true`: print the version and exit.
+    Print,
+    /// `--version=raw`: print the version details and exit.
+    Raw,
+    /// `--version=false`: run as usual.
+    No,
+    /// `--version=vX.Y.Z`: upstream reports that version; ignored here.
+    Override(String),
+}
+
+/// Parses a `--version` value.
+pub fn parse_version_request(text: &str) -> Result<VersionRequest, String> {
+    if text == "raw" {
+        return Ok(VersionRequest::Raw);
+    }
+    if text.starts_with('v') {
+        return Ok(VersionRequest::Override(text.to_string()));
+    }
+    parse_go_bool_flag(text)
+        .map(|print| {
+            if print {
+                VersionRequest::Print
+            } else {
+                VersionRequest::No
+            }
+        })
+        .map_err(|_| format!("{text:?}: use true, false, raw or vX.Y.Z"))
+}
+
+impl VersionRequest {
+    /// What `component` prints before exiting, if anything.
+    pub fn output(&self, component: &str) -> Option<String> {
+        match self {
+            VersionRequest::Print => Some(format!("{component} {}", version())),
+            VersionRequest::Raw => Some(format!(
+                "{component} version={} gitCommit={}",
+                env!("CARGO_PKG_VERSION"),
+                git_commit().unwrap_or("unknown")
+            )),
+            VersionRequest::No | VersionRequest::Override(_) => None,
+        }
+    }
+}
+
 /// Rewrites Go `flag`-package spellings (`-addr=:9316`) to the `--addr=:9316`
 /// form clap expects, so upstream manifests keep working. Single-letter flags,
 /// negative numbers and everything after `--` are left alone.

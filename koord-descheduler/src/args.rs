@@ -125,44 +125,4 @@ impl DeschedulerArgs {
     }
 }
 
-/// `--version` as component-base's verflag takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VersionRequest {
-    Print,
-    Raw,
-    No,
-    Override(String),
-}
-
-pub fn parse_version_request(text: &str) -> Result<VersionRequest, String> {
-    if text == "raw" {
-        return Ok(VersionRequest::Raw);
-    }
-    if text.starts_with('v') {
-        return Ok(VersionRequest::Override(text.to_string()));
-    }
-    koord_common::cli::parse_go_bool_flag(text)
-        .map(|print| {
-            if print {
-                VersionRequest::Print
-            } else {
-                VersionRequest::No
-            }
-        })
-        .map_err(|_| format!("{text:?}: use true, false, raw or vX.Y.Z"))
-}
-
-impl VersionRequest {
-    pub fn output(&self) -> Option<String> {
-        let version = koord_common::cli::version();
-        match self {
-            VersionRequest::Print => Some(format!("koord-descheduler {version}")),
-            VersionRequest::Raw => Some(format!(
-                "koord-descheduler version={} gitCommit={}",
-                env!("CARGO_PKG_VERSION"),
-                koord_common::cli::git_commit().unwrap_or("unknown")
-            )),
-            VersionRequest::No | VersionRequest::Override(_) => None,
-        }
-    }
-}
+pub use koord_common::cli::{VersionRequest, parse_version_request};

@@ -27,7 +27,11 @@ async fn main() -> ExitCode {
         Ok(parsed) => parsed,
         Err(err) => err.exit(),
     };
-    if let Some(text) = args.version.as_ref().and_then(cli::VersionRequest::output) {
+    if let Some(text) = args
+        .version
+        .as_ref()
+        .and_then(|v| v.output("koord-descheduler"))
+    {
         println!("{text}");
         return ExitCode::SUCCESS;
     }

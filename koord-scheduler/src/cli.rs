@@ -310,53 +310,7 @@ fn expand_shorthand(arg: &str) -> Option<Vec<String>> {
 
 pub use koord_common::cli::parse_go_bool_flag as parse_go_bool;
 
-/// `--version` as kube-scheduler takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VersionRequest {
-    /// `--version` or `--version=true`: print the version and exit.
-    Print,
-    /// `--version=raw`: print the version details and exit.
-    Raw,
-    /// `--version=false`: run as usual.
-    No,
-    /// `--version=vX.Y.Z`: upstream reports that version; ignored here.
-    Override(String),
-}
-
-/// Parses a `--version` value.
-pub fn parse_version_request(text: &str) -> Result<VersionRequest, String> {
-    if text == "raw" {
-        return Ok(VersionRequest::Raw);
-    }
-    if text.starts_with('v') {
-        return Ok(VersionRequest::Override(text.to_string()));
-    }
-    parse_go_bool(text)
-        .map(|print| {
-            if print {
-                VersionRequest::Print
-            } else {
-                VersionRequest::No
-            }
-        })
-        .map_err(|_| format!("{text:?}: use true, false, raw or vX.Y.Z"))
-}
-
-impl VersionRequest {
-    /// What to print before exiting, if anything.
-    pub fn output(&self) -> Option<String> {
-        let version = koord_common::cli::version();
-        match self {
-            VersionRequest::Print => Some(format!("koord-scheduler {version}")),
-            VersionRequest::Raw => Some(format!(
-                "koord-scheduler version={} gitCommit={}",
-                env!("CARGO_PKG_VERSION"),
-                koord_common::cli::git_commit().unwrap_or("unknown")
-            )),
-            VersionRequest::No | VersionRequest::Override(_) => None,
-        }
-    }
-}
+pub use koord_common::cli::{VersionRequest, parse_version_request};
 
 /// `--controller-plugins`: which plugins' controllers run, with upstream's
 /// rule: the first entry naming the plugin decides (`Name` on, `-Name`

@@ -9,7 +9,11 @@ async fn main() -> ExitCode {
         Err(err) => err.exit(),
     };
     let args = parsed.args;
-    if let Some(text) = args.version.as_ref().and_then(cli::VersionRequest::output) {
+    if let Some(text) = args
+        .version
+        .as_ref()
+        .and_then(|v| v.output("koord-scheduler"))
+    {
         println!("{text}");
         return ExitCode::SUCCESS;
     }

@@ -422,18 +422,23 @@ fn version_follows_kube_scheduler() {
     assert_eq!(version(&["-V"]), Some(VersionRequest::Print));
     assert_eq!(version(&["--version=raw"]), Some(VersionRequest::Raw));
     assert_eq!(version(&["--version=false"]), Some(VersionRequest::No));
-    let printed = VersionRequest::Print.output().unwrap();
+    let printed = VersionRequest::Print.output("koord-scheduler").unwrap();
     assert!(printed.starts_with("koord-scheduler "), "{printed}");
     assert!(printed.contains(env!("CARGO_PKG_VERSION")), "{printed}");
-    assert!(VersionRequest::Raw.output().unwrap().contains("gitCommit="));
-    assert_eq!(VersionRequest::No.output(), None);
+    assert!(
+        VersionRequest::Raw
+            .output("koord-scheduler")
+            .unwrap()
+            .contains("gitCommit=")
+    );
+    assert_eq!(VersionRequest::No.output("koord-scheduler"), None);
     let parsed = parse(&["--version=v1.35.0"]).unwrap();
     assert_eq!(
         parsed
             .args
             .version
             .as_ref()
-            .and_then(VersionRequest::output),
+            .and_then(|v| v.output("koord-scheduler")),
         None
     );
     assert_eq!(parsed.warnings.len(), 1);
