@@ -12,6 +12,8 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
+
+use koord_common::sync::MutexExt;
 use std::time::SystemTime;
 
 use crate::resources::format_amount;
@@ -420,11 +422,8 @@ type PlacementResult = Result<Option<Choice>, Rejection>;
 
 impl Placements {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, (u64, PlacementResult)>> {
-        // A panic elsewhere cannot leave a half-written entry: inserts are
-        // whole, so a poisoned map is still sound.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        // Inserts are whole, so a map poisoned by a panic elsewhere is sound.
+        self.0.lock_or_recover()
     }
 }
 
