@@ -10,6 +10,13 @@
 #
 #   hack/bench-cluster-scale.sh [--nodes 1000,5000] [--pods 10000] [--paced-pods 300]
 #       [--paced-rate 5] [--upstream-scheduler PATH] [--out DIR] [--skip-images]
+#       [--only converge] [--manager-qps N] [--manager-burst N]
+#
+# --only converge runs the manager's convergence alone: no reporters, no scheduling, no KWOK
+# (the manager does not need Ready nodes, and 5,000 KWOK nodes overload a 2-CPU machine).
+# --manager-qps/--manager-burst set the manager's client-side API limit (the chart's
+# manager.apiClient, upstream's --rest-config-qps/-burst; default 30/50): node-status writes
+# are bounded by it, so convergence takes about (nodes - burst) / qps seconds.
 #
 # The upstream binary is built by the person running the benchmark, outside this repository,
 # from a fetched copy of upstream Koordinator (this repository never builds it). It runs on the
@@ -24,6 +31,7 @@ REPO=$PWD
 LC=$REPO/hack/local-cluster/local-cluster.sh
 
 nodes_list=1000,5000 pods=10000 paced_pods=300 paced_rate=5 upstream="" skip_images=0
+only="" manager_qps=30 manager_burst=50
 out=$REPO/target/bench-cluster-scale
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,11 +42,15 @@ while [ $# -gt 0 ]; do
     --upstream-scheduler) upstream=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-images) skip_images=1; shift ;;
-    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+    --only) only=$2; shift 2 ;;
+    --manager-qps) manager_qps=$2; shift 2 ;;
+    --manager-burst) manager_burst=$2; shift 2 ;;
+    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
   esac
 done
 [[ $nodes_list =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "--nodes: a comma-separated list of counts" >&2; exit 2; }
-for n in $pods $paced_pods $paced_rate; do
+[ -z "$only" ] || [ "$only" = converge ] || { echo "--only: converge is the one part that runs alone" >&2; exit 2; }
+for n in $pods $paced_pods $paced_rate $manager_qps $manager_burst; do
   [[ $n =~ ^[0-9]+$ ]] || { echo "not a number: $n" >&2; exit 2; }
 done
 if [ -n "$upstream" ]; then
@@ -66,8 +78,11 @@ fi
 # Defaults, plus: extender metrics on (its share of each cycle), and koordlet only on the real
 # node (the simulated nodes' NodeMetrics come from the harness, at koordlet's cadence).
 "$LC" install --set scheduler.monitorEnabled=true \
+  --set manager.apiClient.qps="$manager_qps" --set manager.apiClient.burst="$manager_burst" \
   --set-json 'koordlet.nodeAffinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["kwok"]}]}]}}}' | tail -1
-"$LC" kwok up 2>&1 | tail -1
+if [ -z "$only" ]; then
+  "$LC" kwok up 2>&1 | tail -1
+fi
 
 upstream_pid=""
 heartbeat_pid=""
@@ -141,8 +156,10 @@ manager_pid() {
   return 1
 }
 
-log "the real koordlet's writes (180 s, before any simulated node exists)"
-"$BENCH" reporters --seconds 180 | tee -a "$results"
+if [ -z "$only" ]; then
+  log "the real koordlet's writes (180 s, before any simulated node exists)"
+  "$BENCH" reporters --seconds 180 | tee -a "$results"
+fi
 
 extender_pods=$(kubectl -n koordinator-system get pods -l koord-app=koord-scheduler \
   -o jsonpath='{.items[*].metadata.name}' | tr ' ' ,)
@@ -152,9 +169,16 @@ for count in "${counts[@]}"; do
   log "== $count nodes"
   "$BENCH" cleanup --prefix "$prefix" > /dev/null
   uptime | tee "$out/load-$count-before.txt" >&2
-  "$BENCH" nodes --prefix "$prefix" --count "$count" | tee -a "$results"
+  ready_timeout=()
+  [ -n "$only" ] && ready_timeout=(--ready-timeout 0)
+  "$BENCH" nodes --prefix "$prefix" --count "$count" "${ready_timeout[@]}" | tee -a "$results"
   "$BENCH" converge --prefix "$prefix" --count "$count" --manager-pid "$(manager_pid)" --timeout 600 \
     | tee -a "$results"
+  if [ -n "$only" ]; then
+    uptime | tee "$out/load-$count-after.txt" >&2
+    "$BENCH" cleanup --prefix "$prefix" | tee -a "$results"
+    continue
+  fi
   "$BENCH" heartbeat --prefix "$prefix" --count "$count" --interval 60 2> "$out/heartbeat-$count.log" &
   heartbeat_pid=$!
   schedulers=(default-scheduler koord-scheduler)
@@ -175,7 +199,7 @@ for count in "${counts[@]}"; do
   "$BENCH" cleanup --prefix "$prefix" | tee -a "$results"
 done
 
-python3 - "$results" <<'EOF'
+python3 - "$results" "$manager_qps" "$manager_burst" <<'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 print()
@@ -195,8 +219,8 @@ for r in rows:
 print()
 for r in rows:
     if r["part"] == "converge":
-        print("manager @%d nodes: converged in %.1f s (NodeMetrics written in %.1f s), %d node-status writes (%.1f/s), CPU %.1f s, RSS %.0f MiB, sent %.0f KiB/s"
-              % (r["nodes"], r["seconds"], r["metrics_write_seconds"], r["node_status_writes"], r["node_status_writes_per_second"],
+        print("manager @%d nodes (client limit %s/s, burst %s): converged in %.1f s (NodeMetrics written in %.1f s), %d node-status writes (%.1f/s), CPU %.1f s, RSS %.0f MiB, sent %.0f KiB/s"
+              % (r["nodes"], sys.argv[2], sys.argv[3], r["seconds"], r["metrics_write_seconds"], r["node_status_writes"], r["node_status_writes_per_second"],
                  r.get("manager_cpu_seconds", float("nan")), r.get("manager_rss_bytes", 0) / 2**20,
                  r.get("manager_sent_bytes_per_second", 0) / 1024))
 EOF
