@@ -142,11 +142,17 @@ EOF
   kill -0 "$upstream_pid" 2>/dev/null || { echo "upstream's koord-scheduler exited; see $out/upstream-scheduler.log" >&2; tail -20 "$out/upstream-scheduler.log" >&2; exit 1; }
 fi
 
+# The manager pod holding the lease.
+manager_pod() {
+  local holder
+  holder=$(kubectl -n koordinator-system get lease koordinator-manager -o jsonpath='{.spec.holderIdentity}')
+  echo "${holder%%_*}"
+}
+
 # The manager holding the lease, as a host pid (the kubelet's containers are host processes).
 manager_pid() {
-  local holder pod
-  holder=$(kubectl -n koordinator-system get lease koordinator-manager -o jsonpath='{.spec.holderIdentity}')
-  pod=${holder%%_*}
+  local pod
+  pod=$(manager_pod)
   for pid in $(pgrep -f '^/koord-manager' || true); do
     if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "HOSTNAME=$pod"; then
       echo "$pid"; return 0
@@ -172,7 +178,8 @@ for count in "${counts[@]}"; do
   ready_timeout=()
   [ -n "$only" ] && ready_timeout=(--ready-timeout 0)
   "$BENCH" nodes --prefix "$prefix" --count "$count" "${ready_timeout[@]}" | tee -a "$results"
-  "$BENCH" converge --prefix "$prefix" --count "$count" --manager-pid "$(manager_pid)" --timeout 600 \
+  "$BENCH" converge --prefix "$prefix" --count "$count" --manager-pid "$(manager_pid)" \
+    --manager-pod "$(manager_pod)" --timeout 600 \
     | tee -a "$results"
   if [ -n "$only" ]; then
     uptime | tee "$out/load-$count-after.txt" >&2
@@ -219,8 +226,8 @@ for r in rows:
 print()
 for r in rows:
     if r["part"] == "converge":
-        print("manager @%d nodes (client limit %s/s, burst %s): converged in %.1f s (NodeMetrics written in %.1f s), %d node-status writes (%.1f/s), CPU %.1f s, RSS %.0f MiB, sent %.0f KiB/s"
-              % (r["nodes"], sys.argv[2], sys.argv[3], r["seconds"], r["metrics_write_seconds"], r["node_status_writes"], r["node_status_writes_per_second"],
+        print("manager @%d nodes (client limit %s/s, burst %s): converged in %.1f s (NodeMetrics written in %.1f s), %d node-status writes (%.1f/s; %s by the manager), CPU %.1f s, RSS %.0f MiB, sent %.0f KiB/s"
+              % (r["nodes"], sys.argv[2], sys.argv[3], r["seconds"], r["metrics_write_seconds"], r["node_status_writes"], r["node_status_writes_per_second"], "%d" % r["manager_node_status_writes"] if "manager_node_status_writes" in r else "?",
                  r.get("manager_cpu_seconds", float("nan")), r.get("manager_rss_bytes", 0) / 2**20,
                  r.get("manager_sent_bytes_per_second", 0) / 1024))
 EOF

@@ -386,6 +386,9 @@ pub struct PassSettings {
     pub topology_last_synced: HashMap<String, SystemTime>,
     /// Upstream's `EnableSyncGPUSharedResource` gate.
     pub sync_gpu_shared_resource: bool,
+    /// Nodes whose last write the cache has not shown yet: their Node
+    /// writes wait for the next pass ([`crate::own_writes`]).
+    pub awaiting_watch: HashSet<String>,
 }
 
 /// Decides every write of one pass with every node resource plugin on.
@@ -559,7 +562,10 @@ pub fn plan_pass_with(
             let device_plan = plan_node_devices(node, devices.as_ref(), &colocation, settings);
             record_device_runs(name, &device_plan, &mut plan);
             let (label_changes, label_reason) = device_resources::label_changes(node, &device_plan);
-            if !meta.patch.is_empty() || !label_changes.is_empty() {
+            // Planned from a cache that has not shown this process's last
+            // write of the node yet: deciding again would repeat it.
+            let awaiting_watch = settings.awaiting_watch.contains(name);
+            if !awaiting_watch && (!meta.patch.is_empty() || !label_changes.is_empty()) {
                 let mut patch = if meta.patch.is_empty() {
                     serde_json::json!({"metadata": {}})
                 } else {
@@ -592,12 +598,14 @@ pub fn plan_pass_with(
                         "{problem}; the node's batch and mid resources are left as they are"
                     ),
                 });
-                plan.actions.extend(device_only_write(
-                    name,
-                    &device_plan,
-                    colocation.strategy.as_ref(),
-                    &current,
-                ));
+                if !awaiting_watch {
+                    plan.actions.extend(device_only_write(
+                        name,
+                        &device_plan,
+                        colocation.strategy.as_ref(),
+                        &current,
+                    ));
+                }
                 continue;
             }
             let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
@@ -623,12 +631,14 @@ pub fn plan_pass_with(
                             "{error}; the node's batch and mid resources are left as they are"
                         ),
                     });
-                    plan.actions.extend(device_only_write(
-                        name,
-                        &device_plan,
-                        colocation.strategy.as_ref(),
-                        &current,
-                    ));
+                    if !awaiting_watch {
+                        plan.actions.extend(device_only_write(
+                            name,
+                            &device_plan,
+                            colocation.strategy.as_ref(),
+                            &current,
+                        ));
+                    }
                     continue;
                 }
             };
@@ -637,7 +647,7 @@ pub fn plan_pass_with(
             // One status write carries every plugin's resources, as
             // upstream's prepared node does.
             desired.extend(device_status.clone());
-            let decision = if desired.is_empty() {
+            let decision = if desired.is_empty() || awaiting_watch {
                 SyncDecision::Skip
             } else {
                 noderesource::sync_decision(
@@ -1018,6 +1028,8 @@ pub struct Reconciler {
     last_synced: HashMap<String, SystemTime>,
     /// When each node's NodeResourceTopology zones were last written.
     topology_last_synced: HashMap<String, SystemTime>,
+    /// Node writes the watch cache has not shown yet.
+    own_writes: crate::own_writes::OwnWrites,
     known_nodes: HashSet<String>,
     /// Nodes refused in the last pass, with the reason.
     refused_nodes: HashMap<String, String>,
@@ -1052,6 +1064,7 @@ impl Reconciler {
             paused: Vec::new(),
             last_synced: HashMap::new(),
             topology_last_synced: HashMap::new(),
+            own_writes: crate::own_writes::OwnWrites::default(),
             known_nodes: HashSet::new(),
             refused_nodes: HashMap::new(),
             refused_unnamed: HashSet::new(),
@@ -1186,11 +1199,32 @@ impl Reconciler {
             .collect();
         self.topology_last_synced
             .retain(|node, _| topologies.contains(node.as_str()));
+        let node_versions: HashMap<&str, Option<&str>> = view
+            .nodes
+            .iter()
+            .filter_map(|node| {
+                Some((
+                    node.metadata.name.as_deref()?,
+                    node.metadata.resource_version.as_deref(),
+                ))
+            })
+            .collect();
+        let awaiting_watch = self.own_writes.still_awaited(
+            |name| node_versions.get(name).copied().flatten(),
+            std::time::Instant::now(),
+        );
+        if !awaiting_watch.is_empty() {
+            tracing::debug!(
+                nodes = awaiting_watch.len(),
+                "node writes wait for the watch to show this process's last write"
+            );
+        }
         let settings = PassSettings {
             plugins: self.plugins,
             unavailable_keys: self.config.unavailable_keys(),
             topology_last_synced: std::mem::take(&mut self.topology_last_synced),
             sync_gpu_shared_resource: self.args.sync_gpu_shared_resource,
+            awaiting_watch,
         };
         let PassPlan {
             actions,
@@ -1225,11 +1259,24 @@ impl Reconciler {
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
+        let written_at = std::time::Instant::now();
         for synced in results.into_iter().flatten() {
             match synced {
-                Synced::NodeStatus { node, at } => self.last_synced.insert(node, at),
-                Synced::TopologyZones { node, at } => self.topology_last_synced.insert(node, at),
-            };
+                Synced::NodeStatus { node, at, version } => {
+                    let planned_from = node_versions.get(node.as_str()).copied().flatten();
+                    self.own_writes
+                        .record(&node, planned_from, version.as_deref(), written_at);
+                    self.last_synced.insert(node, at);
+                }
+                Synced::NodeMeta { node, version } => {
+                    let planned_from = node_versions.get(node.as_str()).copied().flatten();
+                    self.own_writes
+                        .record(&node, planned_from, version.as_deref(), written_at);
+                }
+                Synced::TopologyZones { node, at } => {
+                    self.topology_last_synced.insert(node, at);
+                }
+            }
         }
     }
 
@@ -1330,8 +1377,20 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 /// A successful write whose time the next passes need.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Synced {
-    NodeStatus { node: String, at: SystemTime },
-    TopologyZones { node: String, at: SystemTime },
+    /// `version`: the Node's resourceVersion the API server answered with.
+    NodeStatus {
+        node: String,
+        at: SystemTime,
+        version: Option<String>,
+    },
+    NodeMeta {
+        node: String,
+        version: Option<String>,
+    },
+    TopologyZones {
+        node: String,
+        at: SystemTime,
+    },
 }
 
 /// Applies one action; a successful node status write returns its node and time.
@@ -1341,8 +1400,8 @@ pub async fn apply_action(
     action: Action,
 ) -> Option<(String, SystemTime)> {
     match apply_action_synced(client, metrics, action).await? {
-        Synced::NodeStatus { node, at } => Some((node, at)),
-        Synced::TopologyZones { .. } => None,
+        Synced::NodeStatus { node, at, .. } => Some((node, at)),
+        Synced::NodeMeta { .. } | Synced::TopologyZones { .. } => None,
     }
 }
 
@@ -1438,7 +1497,10 @@ pub async fn apply_action_synced(
             let result = Api::<Node>::all(client.clone())
                 .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
-            let ok = result.is_ok();
+            let version = result
+                .as_ref()
+                .ok()
+                .map(|written| written.metadata.resource_version.clone());
             record(
                 metrics.clone(),
                 Written::Resource,
@@ -1446,10 +1508,11 @@ pub async fn apply_action_synced(
                 &node,
                 result.map(|_| ()),
             );
-            if ok {
+            if let Some(version) = version {
                 return Some(Synced::NodeStatus {
                     node,
                     at: SystemTime::now(),
+                    version,
                 });
             }
         }
@@ -1489,6 +1552,10 @@ pub async fn apply_action_synced(
             let result = Api::<Node>::all(client.clone())
                 .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
+            let version = result
+                .as_ref()
+                .ok()
+                .map(|written| written.metadata.resource_version.clone());
             record(
                 metrics.clone(),
                 Written::Resource,
@@ -1496,6 +1563,9 @@ pub async fn apply_action_synced(
                 &node,
                 result.map(|_| ()),
             );
+            if let Some(version) = version {
+                return Some(Synced::NodeMeta { node, version });
+            }
         }
         Action::LabelProfile {
             namespace,

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod colocation_profile;
 pub mod controllers;
 pub mod metrics;
+pub mod own_writes;
 pub mod preview;
 pub mod quota_profile;
 pub mod reflector;

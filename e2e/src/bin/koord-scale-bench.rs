@@ -8,10 +8,11 @@
 //!   KWOK's annotation and taint), a NodeMetric per node, a NodeResourceTopology with a CPU
 //!   topology on every 5th and a Device with 8 GPUs on every 10th; waits up to S seconds (by
 //!   default 60 + N/20) until KWOK reports them all Ready, or not at all with 0.
-//! - `converge --prefix P --count N [--manager-pid PID] [--timeout S]`: writes a fresh
-//!   NodeMetric status for every node, then times how long until every Node carries
-//!   `kubernetes.io/batch-cpu` allocatable; reports the node-status writes the API server
-//!   counted meanwhile and, with the manager's pid, its CPU, RSS and transmitted bytes.
+//! - `converge --prefix P --count N [--manager-pid PID] [--manager-pod POD] [--timeout S]`:
+//!   writes a fresh NodeMetric status for every node, then times how long until every Node
+//!   carries `kubernetes.io/batch-cpu` allocatable; reports the node-status writes the API
+//!   server counted meanwhile (every writer), with the leading manager's pod the writes it
+//!   counted itself, and with its pid its CPU, RSS and transmitted bytes.
 //! - `heartbeat --prefix P --count N [--interval S]`: rewrites every NodeMetric status each
 //!   interval (koordlet's default report interval is 60 s), as the node agents would.
 //! - `schedule --scheduler NAME --namespace NS --pods N [--rate R] [--timeout S]
@@ -44,7 +45,7 @@ use tokio::sync::Mutex;
 const USAGE: &str =
     "usage: koord-scale-bench nodes|converge|heartbeat|schedule|cleanup [--key value ...]
   nodes     --prefix P --count N [--ready-timeout S]
-  converge  --prefix P --count N [--manager-pid PID] [--timeout S]
+  converge  --prefix P --count N [--manager-pid PID] [--manager-pod POD] [--timeout S]
   heartbeat --prefix P --count N [--interval S]
   schedule  --scheduler NAME --namespace NS --pods N [--rate PODS_PER_S] [--timeout S]
             [--extender-pods POD,POD] [--label TEXT]
@@ -346,17 +347,19 @@ async fn make_nodes(client: &Client, options: &Options) -> anyhow::Result<Value>
     let ready_timeout = options.number("ready-timeout", Some(60 + count / 20), 86_400)?;
     let nodes: Api<Node> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(ready_timeout);
-    while ready_timeout > 0 {
-        let list = nodes.list(&scale_nodes(&prefix)).await?;
-        let ready = list.items.iter().filter(|n| node_ready(n)).count() as u64;
-        if ready >= count {
-            break;
+    if ready_timeout > 0 {
+        loop {
+            let list = nodes.list(&scale_nodes(&prefix)).await?;
+            let ready = list.items.iter().filter(|n| node_ready(n)).count() as u64;
+            if ready >= count {
+                break;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "only {ready} of {count} simulated nodes Ready (is kwok running?)"
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        ensure!(
-            Instant::now() < deadline,
-            "only {ready} of {count} simulated nodes Ready (is kwok running?)"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     Ok(json!({
         "part": "nodes", "nodes": count,
@@ -432,10 +435,31 @@ async fn api_writes(client: &Client, resource: &str, subresource: &str) -> anyho
     Ok(total)
 }
 
-/// Node status writes (during `converge` the manager is the only writer: KWOK renews Leases,
-/// not Node status, once a node is Ready).
+/// Node status writes from every writer: the manager, and kube-controller-manager's node
+/// lifecycle controller for nodes without KWOK (KWOK renews Leases, not Node status, once a
+/// node is Ready).
 async fn node_status_writes(client: &Client) -> anyhow::Result<f64> {
     api_writes(client, "nodes", "status").await
+}
+
+/// The node-status writes one manager pod made (its
+/// `slo_controller_node_resource_reconcile_count{reason="updateNodeStatus"}`), read through
+/// the API server's pod proxy.
+async fn manager_node_status_writes(client: &Client, pod: &str) -> anyhow::Result<f64> {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/http:{pod}:8080/proxy/metrics",
+        e2e::cluster::KOORD_NAMESPACE
+    );
+    let text = client
+        .request_text(http::Request::get(path).body(Vec::new())?)
+        .await
+        .with_context(|| format!("metrics of {pod}"))?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("slo_controller_node_resource_reconcile_count{"))
+        .filter(|l| l.contains("reason=\"updateNodeStatus\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum())
 }
 
 /// The writes the real koordlets make (NodeMetric status, NodeResourceTopology) over
@@ -520,6 +544,7 @@ async fn converge(client: &Client, options: &Options) -> anyhow::Result<Value> {
         Some(pid) => Some(pid.parse::<u32>().context("--manager-pid")?),
         None => None,
     };
+    let manager_pod = options.0.get("manager-pod");
     let nodes: Api<Node> = Api::all(client.clone());
     let already = nodes
         .list(&scale_nodes(&prefix))
@@ -533,6 +558,10 @@ async fn converge(client: &Client, options: &Options) -> anyhow::Result<Value> {
         "{already} simulated nodes already carry batch allocatable: converge needs fresh nodes"
     );
     let writes_before = node_status_writes(client).await?;
+    let manager_writes_before = match manager_pod {
+        Some(pod) => Some(manager_node_status_writes(client, pod).await?),
+        None => None,
+    };
     let usage_before = manager_pid.map(process_usage).transpose()?;
     let started = Instant::now();
     let write_seconds = write_metrics(client, &prefix, count, 7).await?;
@@ -556,6 +585,10 @@ async fn converge(client: &Client, options: &Options) -> anyhow::Result<Value> {
         "seconds": seconds, "metrics_write_seconds": write_seconds,
         "node_status_writes": writes, "node_status_writes_per_second": writes / seconds,
     });
+    if let (Some(pod), Some(before)) = (manager_pod, manager_writes_before) {
+        let writes = manager_node_status_writes(client, pod).await? - before;
+        report["manager_node_status_writes"] = json!(writes);
+    }
     if let (Some(pid), Some((cpu0, _, sent0))) = (manager_pid, usage_before) {
         let (cpu1, rss, sent1) = process_usage(pid)?;
         report["manager_cpu_seconds"] = json!(cpu1 - cpu0);
