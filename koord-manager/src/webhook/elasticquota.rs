@@ -415,7 +415,7 @@ pub fn validate_pod_quota(
     old_pod: Option<&Pod>,
     quotas: &[&ElasticQuota],
 ) -> Result<(), QuotaError> {
-    if let (Operation::Update, Some(old_pod)) = (operation, old_pod) {
+    if let (Operation::Update, Some(old_pod)) = (&operation, old_pod) {
         let preemptible = |pod: &Pod| {
             pod.metadata
                 .labels

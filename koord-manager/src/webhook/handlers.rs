@@ -34,7 +34,7 @@ use super::pod_validating::{PodValidationOptions, validate_pod};
 use super::quota_evaluate::{BatchContext, EvaluationGates, prepare_evaluation};
 use super::quota_evaluator::QuotaEvaluator;
 use super::reservation_mutating::apply_colocation_profiles_to_reservation;
-use super::review::{AdmissionRequest, Decision, Operation, aggregate};
+use super::review::{AdmissionRequest, Decision, Operation, OperationName, RequestExt, aggregate};
 
 /// Served paths, as upstream registers them.
 pub const PATH_MUTATE_POD: &str = "/mutate-pod";
@@ -401,7 +401,7 @@ impl Handlers {
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
         self.metrics
-            .observe(path, request.operation, plugin, &decision, started);
+            .observe(path, request.operation.clone(), plugin, &decision, started);
         if decision.allowed {
             tracing::debug!(path, uid = %request.uid, name = %request.name, namespace = request.namespace(), operation = request.operation.as_str(), %decision, "admission decided");
         } else {
@@ -493,8 +493,7 @@ impl Handlers {
         if !is_binding || !self.binding_admission.is_active() {
             return Decision::allow();
         }
-        let username =
-            super::eviction::Requester::from_user_info(request.user_info.as_ref()).username;
+        let username = super::eviction::Requester::from_request(request).username;
         let (namespace, name) = (request.namespace(), request.name.as_str());
         let outcome = match self.binding_admission.screen(&username, namespace) {
             Screen::Decided(outcome) => outcome,
@@ -725,7 +724,7 @@ impl Handlers {
             let quotas_owned = self.caches.quotas.all();
             let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
             match prepare_evaluation(
-                request.operation,
+                request.operation.clone(),
                 &new_pod,
                 old_pod.as_ref(),
                 &quotas,
@@ -735,7 +734,7 @@ impl Handlers {
                 None => return Ok(()),
             }
         };
-        if request.dry_run == Some(true) {
+        if request.dry_run {
             let key = attributes.key();
             let Some(quota) = self.caches.quotas.get(&key) else {
                 return Err(format!("elastic quota {} not found", attributes.quota_name));
@@ -754,7 +753,10 @@ impl Handlers {
 
     async fn validate_pod(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("pods")
-            || !matches!(request.operation, Operation::Create | Operation::Update)
+            || !matches!(
+                request.operation.clone(),
+                Operation::Create | Operation::Update
+            )
         {
             return Decision::allow();
         }
@@ -765,14 +767,22 @@ impl Handlers {
         let options = PodValidationOptions {
             skip_validating_priority: self.gates.colocation_profile_skip_validating_priority,
         };
-        let mut errors = validate_pod(request.operation, &new_pod, old_pod.as_ref(), options);
+        let mut errors = validate_pod(
+            request.operation.clone(),
+            &new_pod,
+            old_pod.as_ref(),
+            options,
+        );
         // Without the ElasticQuota cache (e.g. no CRD) the quota check is skipped, not failed.
         if errors.is_empty() && self.caches.quotas.is_synced() {
             let quotas_owned = self.caches.quotas.all();
             let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
-            if let Err(reason) =
-                validate_pod_quota(request.operation, &new_pod, old_pod.as_ref(), &quotas)
-            {
+            if let Err(reason) = validate_pod_quota(
+                request.operation.clone(),
+                &new_pod,
+                old_pod.as_ref(),
+                &quotas,
+            ) {
                 errors.push(reason.to_string());
             }
         }
@@ -791,7 +801,7 @@ impl Handlers {
             };
             self.metrics.observe(
                 PATH_VALIDATE_POD,
-                request.operation,
+                request.operation.clone(),
                 "EvaluateQuota",
                 &decision,
                 started,
@@ -893,7 +903,7 @@ impl Handlers {
             enable_update_resource_key: self.gates.elastic_quota_enable_update_resource_key,
         };
         match validate_quota_with(
-            request.operation,
+            request.operation.clone(),
             new.as_ref(),
             old.as_ref(),
             &existing,
@@ -911,7 +921,7 @@ impl Handlers {
         let is_eviction = request.resource.resource == "pods"
             && request.sub_resource.as_deref() == Some("eviction")
             && request.operation == Operation::Create;
-        let requester = Requester::from_user_info(request.user_info.as_ref());
+        let requester = Requester::from_request(request);
         if !is_eviction || !self.eviction_scope.contains(&requester.username) {
             return Decision::allow();
         }
@@ -946,15 +956,18 @@ impl Handlers {
     fn mutate_node_status(&self, request: &AdmissionRequest) -> Decision {
         if request.resource.resource != "nodes"
             || request.sub_resource.as_deref() != Some("status")
-            || !matches!(request.operation, Operation::Create | Operation::Update)
+            || !matches!(
+                request.operation.clone(),
+                Operation::Create | Operation::Update
+            )
         {
             return Decision::allow();
         }
         let annotations = request
             .object
             .as_ref()
-            .and_then(|object| object.pointer("/metadata/annotations"));
-        let carries = |key: &str| annotations.is_some_and(|a| a.get(key).is_some());
+            .and_then(|object| object.metadata.annotations.as_ref());
+        let carries = |key: &str| annotations.is_some_and(|a| a.contains_key(key));
         if !carries(apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO)
             && !carries(apis::extension::ANNOTATION_NODE_RAW_ALLOCATABLE)
         {
@@ -970,7 +983,7 @@ impl Handlers {
         };
         let mut mutated = node;
         if let Err(reason) =
-            super::node_status::admit(request.operation, &mut mutated, old.as_ref())
+            super::node_status::admit(request.operation.clone(), &mut mutated, old.as_ref())
         {
             return Decision::internal(reason);
         }
@@ -1006,7 +1019,10 @@ impl Handlers {
     /// strategies of one key are refused; a conflicting create is logged.
     async fn validate_node(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("nodes")
-            || !matches!(request.operation, Operation::Create | Operation::Update)
+            || !matches!(
+                request.operation.clone(),
+                Operation::Create | Operation::Update
+            )
         {
             return Decision::allow();
         }
@@ -1019,7 +1035,7 @@ impl Handlers {
         }
         let data = self.slo_config_data().await;
         match super::node_validating::validate(
-            request.operation,
+            request.operation.clone(),
             &node,
             old.as_ref(),
             data.as_ref(),
@@ -1048,7 +1064,7 @@ impl Handlers {
             Err(denied) => return denied,
         };
         match validate_configmap(
-            request.operation,
+            request.operation.clone(),
             &config_map,
             request.namespace(),
             &self.slo_config,
@@ -1084,6 +1100,7 @@ mod tests {
             "uid": "d", "operation": "DELETE", "name": "leaf", "namespace": "team",
             "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
             "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
+            "userInfo": {},
             "oldObject": serde_json::to_value(&leaf).unwrap()
         }))
         .unwrap();
@@ -1122,6 +1139,7 @@ mod tests {
             "uid": "e", "operation": "CREATE", "name": "victim", "namespace": "team",
             "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {},
             "subResource": "eviction",
             "userInfo": {"username": username, "extra": {crate::webhook::eviction::NODE_NAME_CLAIM: [node_claim]}},
             "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "victim", "namespace": "team"}}
@@ -1181,6 +1199,7 @@ mod tests {
             "uid": "n", "operation": operation, "name": "n1",
             "kind": {"group": "", "version": "v1", "kind": "Node"},
             "resource": {"group": "", "version": "v1", "resource": "nodes"},
+            "userInfo": {},
             "subResource": "status",
             "object": object,
             "oldObject": old,
@@ -1206,7 +1225,7 @@ mod tests {
             node_status_request("UPDATE", node(ratio.clone(), "4"), Some(node(ratio, "4")));
         let decision = handlers.handle(PATH_MUTATE_NODE_STATUS, &request).await;
         assert!(decision.allowed, "{decision}");
-        let mut patched = request.object.clone().unwrap();
+        let mut patched = serde_json::to_value(request.object.clone().unwrap()).unwrap();
         json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
         assert_eq!(patched["status"]["allocatable"]["cpu"], "8");
         assert_eq!(patched["status"]["allocatable"]["memory"], "8Gi");
@@ -1257,6 +1276,7 @@ mod tests {
             "uid": "b", "operation": "CREATE", "name": pod, "namespace": namespace,
             "kind": {"group": "", "version": "v1", "kind": "Binding"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {},
             "subResource": "binding",
             "userInfo": {"username": username},
             "object": {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": namespace},
@@ -1375,6 +1395,7 @@ mod tests {
             "uid": "r", "operation": "CREATE", "name": "r1",
             "kind": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "kind": "Reservation"},
             "resource": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "resource": "reservations"},
+            "userInfo": {},
             "object": {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
                 "metadata": {"name": "r1", "labels": labels},
                 "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
@@ -1411,7 +1432,7 @@ mod tests {
         );
         let decision = handlers.handle(PATH_MUTATE_RESERVATION, &request).await;
         assert!(decision.allowed, "{decision}");
-        let mut patched = request.object.clone().unwrap();
+        let mut patched = serde_json::to_value(request.object.clone().unwrap()).unwrap();
         json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
         assert_eq!(
             patched["metadata"]["labels"]["koordinator.sh/qosClass"],
@@ -1484,6 +1505,7 @@ mod tests {
             "dryRun": dry_run,
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {},
             "object": {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": "team", "labels": {LABEL_QUOTA_NAME: "small"}},
                 "spec": {"containers": [{"name": "c", "image": "pause",
@@ -1612,6 +1634,7 @@ mod tests {
             "uid": "g", "operation": "CREATE", "name": "g", "namespace": "team",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {},
             "object": {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "g", "namespace": "team"},
                 "spec": {"containers": [{"name": "c", "image": "pause",

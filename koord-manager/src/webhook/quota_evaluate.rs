@@ -475,12 +475,16 @@ pub fn prepare_evaluation(
     }
     let name_of = |pod: &Pod| get_quota_name(pod, quotas, gates.disable_default_quota);
     let new_name = name_of(new_pod);
-    let old_name = match operation {
+    let old_name = match &operation {
         Operation::Update if gates.on_update => old_pod.map(name_of),
         _ => None,
     };
-    let Some(name) = quota_to_evaluate(operation, &new_name, old_name.as_deref(), gates.on_update)
-    else {
+    let Some(name) = quota_to_evaluate(
+        operation.clone(),
+        &new_name,
+        old_name.as_deref(),
+        gates.on_update,
+    ) else {
         return Ok(None);
     };
     let quota = find_quota(quotas, &name)?;
