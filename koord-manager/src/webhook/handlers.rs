@@ -31,10 +31,12 @@ use super::pod_mutating::{
     PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
 };
 use super::pod_validating::{PodValidationOptions, validate_pod};
-use super::quota_evaluate::{BatchContext, EvaluationGates, prepare_evaluation};
+use super::quota_evaluate::{BatchContext, EvaluationError, EvaluationGates, prepare_evaluation};
 use super::quota_evaluator::QuotaEvaluator;
 use super::reservation_mutating::apply_colocation_profiles_to_reservation;
-use super::review::{AdmissionRequest, Decision, Operation, OperationName, RequestExt, aggregate};
+use super::review::{
+    AdmissionRequest, Decision, Operation, OperationName, Refusal, RequestExt, aggregate,
+};
 
 /// Served paths, as upstream registers them.
 pub const PATH_MUTATE_POD: &str = "/mutate-pod";
@@ -228,7 +230,7 @@ pub trait PodMetadataLookup: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>>;
+    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, LookupError>>;
 }
 
 /// Reads the pod's metadata from the API server. Only bindings by users
@@ -241,13 +243,17 @@ impl PodMetadataLookup for ApiPodMetadata {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, LookupError>> {
         Box::pin(async move {
             let pods: kube::Api<Pod> = kube::Api::namespaced(self.0.clone(), namespace);
             pods.get_metadata_opt(name)
                 .await
                 .map(|found| found.map(|partial| partial.metadata))
-                .map_err(|err| format!("cannot read pod {namespace}/{name}: {err}"))
+                .map_err(|err| LookupError::ReadPod {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    message: err.to_string(),
+                })
         })
     }
 }
@@ -258,7 +264,59 @@ pub trait PodPlacementLookup: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>>;
+    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, LookupError>>;
+}
+
+/// Why the API shell could not answer a lookup (the API client's error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("cannot read pod {namespace}/{name}: {message}")]
+    ReadPod {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error("pod {namespace}/{name} not found")]
+    PodNotFound { namespace: String, name: String },
+    #[error("failed list pods for quota: {0}")]
+    ListQuotaPods(String),
+    #[error("reading pod {namespace}/{name} took longer than {timeout:?}")]
+    ReadPodTimedOut {
+        namespace: String,
+        name: String,
+        timeout: std::time::Duration,
+    },
+    #[error("listing the pods of quota {quota} took longer than {timeout:?}")]
+    ListQuotaPodsTimedOut {
+        quota: String,
+        timeout: std::time::Duration,
+    },
+}
+
+impl Refusal for LookupError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            LookupError::ReadPod { .. } => "pod_read_failed",
+            LookupError::PodNotFound { .. } => "pod_not_found",
+            LookupError::ListQuotaPods(_) => "pod_list_failed",
+            LookupError::ReadPodTimedOut { .. } | LookupError::ListQuotaPodsTimedOut { .. } => {
+                "lookup_timeout"
+            }
+        }
+    }
+}
+
+/// A webhook that cannot decide yet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    #[error("the ElasticQuota and ElasticQuotaProfile caches are not synced yet")]
+    QuotaTreeCaches,
+}
+
+impl Refusal for NotReady {
+    fn metric_label(&self) -> &'static str {
+        "not_synced"
+    }
 }
 
 /// Reads the pod from the API server: an eviction must be judged on where the pod is now, and
@@ -270,7 +328,7 @@ impl PodPlacementLookup for ApiPodPlacement {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, LookupError>> {
         Box::pin(async move {
             let pods: kube::Api<Pod> = kube::Api::namespaced(self.0.clone(), namespace);
             match pods.get_opt(name).await {
@@ -280,7 +338,11 @@ impl PodPlacementLookup for ApiPodPlacement {
                     .and_then(|spec| spec.node_name)
                     .filter(|node| !node.is_empty())
                     .map_or(PodPlacement::Unbound, PodPlacement::Bound)),
-                Err(err) => Err(format!("cannot read pod {namespace}/{name}: {err}")),
+                Err(err) => Err(LookupError::ReadPod {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    message: err.to_string(),
+                }),
             }
         })
     }
@@ -288,14 +350,14 @@ impl PodPlacementLookup for ApiPodPlacement {
 
 /// Counts pods charged to an ElasticQuota (the API shell lists them).
 pub trait QuotaPodCounter: Send + Sync {
-    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>>;
+    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, LookupError>>;
 }
 
 /// Lists pods labelled with the quota name through the API server.
 pub struct ApiQuotaPodCounter(pub kube::Client);
 
 impl QuotaPodCounter for ApiQuotaPodCounter {
-    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>> {
+    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, LookupError>> {
         let selector = format!("{LABEL_QUOTA_NAME}={quota}");
         Box::pin(async move {
             let pods: kube::Api<Pod> = kube::Api::all(self.0.clone());
@@ -303,7 +365,7 @@ impl QuotaPodCounter for ApiQuotaPodCounter {
             pods.list_metadata(&params)
                 .await
                 .map(|list| list.items.len())
-                .map_err(|err| format!("failed list pods for quota: {err}"))
+                .map_err(|err| LookupError::ListQuotaPods(err.to_string()))
         })
     }
 }
@@ -507,17 +569,23 @@ impl Handlers {
                     .await
                     {
                         Ok(Ok(Some(meta))) => Ok(meta),
-                        Ok(Ok(None)) => Err(format!("pod {namespace}/{name} not found")),
+                        Ok(Ok(None)) => Err(LookupError::PodNotFound {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                        }),
                         Ok(Err(reason)) => Err(reason),
-                        Err(_) => Err(format!(
-                            "reading pod {namespace}/{name} took longer than {POD_LOOKUP_TIMEOUT:?}"
-                        )),
+                        Err(_) => Err(LookupError::ReadPodTimedOut {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                            timeout: POD_LOOKUP_TIMEOUT,
+                        }),
                     };
                     if let Err(reason) = &found {
                         tracing::info!(namespace, pod = name, %reason, "binding admission: pod unreadable, allowing (fail-open)");
                     }
+                    let found = found.as_ref().map_err(ToString::to_string);
                     self.binding_admission
-                        .judge(Some(found.as_ref().map_err(String::as_str)))
+                        .judge(Some(found.as_ref().copied().map_err(String::as_str)))
                 }
             },
         };
@@ -651,7 +719,7 @@ impl Handlers {
             Ok(changed) if self.gates.multi_quota_tree => {
                 match self.multi_quota_tree_affinity(&mut mutated, &namespace) {
                     Ok(by_tree) => Ok(by_tree || changed),
-                    Err(reason) => return Decision::internal(reason),
+                    Err(reason) => return Decision::internal_for(&reason),
                 }
             }
             other => other,
@@ -673,11 +741,9 @@ impl Handlers {
     }
 
     /// Upstream `addNodeAffinityForMultiQuotaTree` with the caches' quotas and profiles.
-    fn multi_quota_tree_affinity(&self, pod: &mut Pod, namespace: &str) -> Result<bool, String> {
+    fn multi_quota_tree_affinity(&self, pod: &mut Pod, namespace: &str) -> Result<bool, NotReady> {
         if !self.caches.quotas.is_synced() || !self.caches.quota_profiles.is_synced() {
-            return Err(
-                "the ElasticQuota and ElasticQuotaProfile caches are not synced yet".to_owned(),
-            );
+            return Err(NotReady::QuotaTreeCaches);
         }
         let quotas_owned = self.caches.quotas.all();
         let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
@@ -704,13 +770,13 @@ impl Handlers {
         request: &AdmissionRequest,
         new_pod: &Pod,
         old_pod: Option<&Pod>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EvaluationError> {
         let gates = self.gates.quota_evaluation;
         if !gates.enabled {
             return Ok(());
         }
         if !self.caches.quotas.is_synced() {
-            return Err("the ElasticQuota cache is not synced yet".to_owned());
+            return Err(EvaluationError::CacheNotSynced);
         }
         let in_namespace = |pod: &Pod| {
             let mut pod = pod.clone();
@@ -737,7 +803,7 @@ impl Handlers {
         if request.dry_run {
             let key = attributes.key();
             let Some(quota) = self.caches.quotas.get(&key) else {
-                return Err(format!("elastic quota {} not found", attributes.quota_name));
+                return Err(EvaluationError::QuotaNotFound(attributes.quota_name));
             };
             let mut context = BatchContext::default();
             context.load(&quota);
@@ -747,16 +813,13 @@ impl Handlers {
         }
         match &self.quota_evaluator {
             Some(evaluator) => evaluator.evaluate(attributes).await,
-            None => Err("quota evaluation is on but the webhook has no evaluator".to_owned()),
+            None => Err(EvaluationError::NoEvaluator),
         }
     }
 
     async fn validate_pod(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("pods")
-            || !matches!(
-                request.operation.clone(),
-                Operation::Create | Operation::Update
-            )
+            || !matches!(request.operation, Operation::Create | Operation::Update)
         {
             return Decision::allow();
         }
@@ -797,7 +860,7 @@ impl Handlers {
             // Upstream answers every failure of this check with 400 and the message.
             let decision = match evaluated {
                 Ok(()) => Decision::allow(),
-                Err(reason) => Decision::bad_request(reason),
+                Err(reason) => Decision::bad_request_for(&reason),
             };
             self.metrics.observe(
                 PATH_VALIDATE_POD,
@@ -884,11 +947,12 @@ impl Handlers {
             (Some(counter), true) => {
                 match tokio::time::timeout(POD_COUNT_TIMEOUT, counter.count(&name)).await {
                     Ok(Ok(count)) => Some(count),
-                    Ok(Err(reason)) => return Decision::internal(reason),
+                    Ok(Err(reason)) => return Decision::internal_for(&reason),
                     Err(_) => {
-                        return Decision::internal(format!(
-                            "listing the pods of quota {name} took longer than {POD_COUNT_TIMEOUT:?}"
-                        ));
+                        return Decision::internal_for(&LookupError::ListQuotaPodsTimedOut {
+                            quota: name,
+                            timeout: POD_COUNT_TIMEOUT,
+                        });
                     }
                 }
             }
@@ -933,11 +997,13 @@ impl Handlers {
             match tokio::time::timeout(POD_LOOKUP_TIMEOUT, lookup.placement(namespace, name)).await
             {
                 Ok(Ok(placement)) => placement,
-                Ok(Err(reason)) => return Decision::internal(reason),
+                Ok(Err(reason)) => return Decision::internal_for(&reason),
                 Err(_) => {
-                    return Decision::internal(format!(
-                        "reading pod {namespace}/{name} took longer than {POD_LOOKUP_TIMEOUT:?}"
-                    ));
+                    return Decision::internal_for(&LookupError::ReadPodTimedOut {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        timeout: POD_LOOKUP_TIMEOUT,
+                    });
                 }
             };
         super::eviction::decide(
@@ -956,10 +1022,7 @@ impl Handlers {
     fn mutate_node_status(&self, request: &AdmissionRequest) -> Decision {
         if request.resource.resource != "nodes"
             || request.sub_resource.as_deref() != Some("status")
-            || !matches!(
-                request.operation.clone(),
-                Operation::Create | Operation::Update
-            )
+            || !matches!(request.operation, Operation::Create | Operation::Update)
         {
             return Decision::allow();
         }
@@ -1019,10 +1082,7 @@ impl Handlers {
     /// strategies of one key are refused; a conflicting create is logged.
     async fn validate_node(&self, request: &AdmissionRequest) -> Decision {
         if !request.is_for("nodes")
-            || !matches!(
-                request.operation.clone(),
-                Operation::Create | Operation::Update
-            )
+            || !matches!(request.operation, Operation::Create | Operation::Update)
         {
             return Decision::allow();
         }
@@ -1082,7 +1142,10 @@ mod tests {
     struct FixedCount(usize);
 
     impl QuotaPodCounter for FixedCount {
-        fn count(&self, _quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>> {
+        fn count(
+            &self,
+            _quota: &str,
+        ) -> futures::future::BoxFuture<'_, Result<usize, LookupError>> {
             Box::pin(std::future::ready(Ok(self.0)))
         }
     }
@@ -1121,14 +1184,14 @@ mod tests {
     }
 
     /// Pods of a fixed placement; counts lookups.
-    struct FixedPlacement(Result<PodPlacement, String>, std::sync::Arc<AtomicU64>);
+    struct FixedPlacement(Result<PodPlacement, LookupError>, std::sync::Arc<AtomicU64>);
 
     impl PodPlacementLookup for FixedPlacement {
         fn placement<'a>(
             &'a self,
             _namespace: &'a str,
             _name: &'a str,
-        ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>> {
+        ) -> futures::future::BoxFuture<'a, Result<PodPlacement, LookupError>> {
             self.1.fetch_add(1, Ordering::Relaxed);
             Box::pin(std::future::ready(self.0.clone()))
         }
@@ -1139,7 +1202,6 @@ mod tests {
             "uid": "e", "operation": "CREATE", "name": "victim", "namespace": "team",
             "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "userInfo": {},
             "subResource": "eviction",
             "userInfo": {"username": username, "extra": {crate::webhook::eviction::NODE_NAME_CLAIM: [node_claim]}},
             "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "victim", "namespace": "team"}}
@@ -1151,7 +1213,7 @@ mod tests {
     async fn evictions_by_koordlet_are_judged_on_the_pods_current_node() {
         let koordlet = "system:serviceaccount:koordinator-system:koordlet";
         let lookups = std::sync::Arc::new(AtomicU64::new(0));
-        let handlers = |placement: Result<PodPlacement, String>| {
+        let handlers = |placement: Result<PodPlacement, LookupError>| {
             let mut handlers =
                 Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
             handlers.eviction_scope =
@@ -1173,7 +1235,11 @@ mod tests {
         assert!(denied.message.contains("team/victim"), "{denied}");
 
         // A lookup that fails refuses the eviction (the webhook fails closed, as its policy).
-        let broken = handlers(Err("apiserver said no".into()));
+        let broken = handlers(Err(LookupError::ReadPod {
+            namespace: "team".into(),
+            name: "victim".into(),
+            message: "apiserver said no".into(),
+        }));
         let refused = broken.handle(PATH_VALIDATE_POD_EVICTION, &request).await;
         assert_eq!(refused.code, 500, "{refused}");
         assert!(refused.message.contains("apiserver said no"), "{refused}");
@@ -1265,7 +1331,7 @@ mod tests {
             &'a self,
             _namespace: &'a str,
             name: &'a str,
-        ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+        ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, LookupError>> {
             self.1.fetch_add(1, Ordering::Relaxed);
             Box::pin(std::future::ready(Ok(self.0.get(name).cloned())))
         }
@@ -1276,7 +1342,6 @@ mod tests {
             "uid": "b", "operation": "CREATE", "name": pod, "namespace": namespace,
             "kind": {"group": "", "version": "v1", "kind": "Binding"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "userInfo": {},
             "subResource": "binding",
             "userInfo": {"username": username},
             "object": {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": namespace},
@@ -1472,7 +1537,10 @@ mod tests {
             &'a self,
             _namespace: &'a str,
             _name: &'a str,
-        ) -> futures::future::BoxFuture<'a, Result<ElasticQuota, String>> {
+        ) -> futures::future::BoxFuture<
+            'a,
+            Result<ElasticQuota, crate::webhook::quota_evaluator::ReadError>,
+        > {
             let quota = self.0.lock().unwrap().clone();
             Box::pin(std::future::ready(Ok(quota)))
         }

@@ -178,6 +178,22 @@ impl Decision {
             ..Decision::deny(message)
         }
     }
+
+    /// A 400 with the error's message and its metric label.
+    pub fn bad_request_for(error: &impl Refusal) -> Self {
+        Decision::bad_request(error.to_string()).with_reason(error.metric_label())
+    }
+
+    /// A 500 with the error's message and its metric label.
+    pub fn internal_for(error: &impl Refusal) -> Self {
+        Decision::internal(error.to_string()).with_reason(error.metric_label())
+    }
+}
+
+/// A webhook error that refuses an admission: its message is what the user
+/// sees, its label the `reason` of `koord_manager_webhook_rejections`.
+pub trait Refusal: fmt::Display {
+    fn metric_label(&self) -> &'static str;
 }
 
 impl fmt::Display for Decision {
