@@ -556,6 +556,24 @@ fn check_self(quota: &ElasticQuota) -> Result<(), QuotaError> {
     Ok(())
 }
 
+/// Resource keys of a quota and its parent or child that disagree (upstream
+/// `checkSubAndParentGroupQuotaKey`'s messages).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum KeyMismatch {
+    #[error(
+        "checkSubAndParentGroupQuotaKey failed: {child}'s max keys are not all included in {parent}'s"
+    )]
+    MaxNotIncluded { child: String, parent: String },
+    #[error(
+        "checkSubAndParentGroupQuotaKey failed: {parent}'s max keys are not the same with {child}'s"
+    )]
+    MaxNotSame { child: String, parent: String },
+    #[error(
+        "checkSubAndParentGroupQuotaKey failed: {child}'s min keys are not all included in {parent}'s"
+    )]
+    MinNotIncluded { child: String, parent: String },
+}
+
 /// Max keys as the parent's (or a subset, with the gate), min keys a subset
 /// of the parent's; the same between this quota and each child.
 fn check_resource_keys(
@@ -563,7 +581,7 @@ fn check_resource_keys(
     parent: Option<&QuotaInfo>,
     new: &QuotaInfo,
     options: QuotaOptions,
-) -> Result<(), String> {
+) -> Result<(), KeyMismatch> {
     let max_keys_fit = |upper: &Amounts, lower: &Amounts| {
         if options.enable_update_resource_key {
             keys_included(upper, lower)
@@ -572,15 +590,16 @@ fn check_resource_keys(
         }
     };
     let max_error = |child: &str, parent: &str| {
+        let (child, parent) = (child.to_owned(), parent.to_owned());
         if options.enable_update_resource_key {
-            format!(
-                "checkSubAndParentGroupQuotaKey failed: {child}'s max keys are not all included in {parent}'s"
-            )
+            KeyMismatch::MaxNotIncluded { child, parent }
         } else {
-            format!(
-                "checkSubAndParentGroupQuotaKey failed: {parent}'s max keys are not the same with {child}'s"
-            )
+            KeyMismatch::MaxNotSame { child, parent }
         }
+    };
+    let min_error = |child: &str, parent: &str| KeyMismatch::MinNotIncluded {
+        child: child.to_owned(),
+        parent: parent.to_owned(),
     };
     let name = &new.name;
     if let Some(parent) = parent {
@@ -588,10 +607,7 @@ fn check_resource_keys(
             return Err(max_error(name, &parent.name));
         }
         if !keys_included(&parent.min, &new.min) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {name}'s min keys are not all included in {}'s",
-                parent.name
-            ));
+            return Err(min_error(name, &parent.name));
         }
     }
     for child in topology.children_of(name) {
@@ -599,10 +615,7 @@ fn check_resource_keys(
             return Err(max_error(&child.name, name));
         }
         if !keys_included(&new.min, &child.min) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {}'s min keys are not all included in {name}'s",
-                child.name
-            ));
+            return Err(min_error(&child.name, name));
         }
     }
     Ok(())

@@ -1105,7 +1105,7 @@ impl Handlers {
                 tracing::warn!(node = %request.name, %conflict, "new node matches several node strategies");
                 Decision::allow()
             }
-            Err(reason) => Decision::bad_request(reason),
+            Err(reason) => Decision::bad_request_for(&reason),
         }
     }
 
@@ -1130,7 +1130,7 @@ impl Handlers {
             &self.slo_config,
         ) {
             Ok(()) => Decision::allow(),
-            Err(reason) => Decision::bad_request(reason),
+            Err(reason) => Decision::bad_request_for(&reason),
         }
     }
 }
