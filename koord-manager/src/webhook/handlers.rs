@@ -1048,7 +1048,7 @@ impl Handlers {
         if let Err(reason) =
             super::node_status::admit(request.operation.clone(), &mut mutated, old.as_ref())
         {
-            return Decision::internal(reason);
+            return Decision::internal_for(&reason);
         }
         match serde_json::to_value(&mutated) {
             Ok(value) => Decision::patch_between(&original, &value),
