@@ -16,12 +16,12 @@ use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::review::Operation;
+use super::review::{Operation, Refusal};
 
 type Amounts = BTreeMap<String, QuantityValue>;
 
 /// Why a quota (or a pod's quota) is refused. Messages are upstream's, as
-/// users and tests match them; [`QuotaError::metric_label`] groups them.
+/// users and tests match them; its [`Refusal::metric_label`] groups them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuotaError {
     /// A quantity, label or annotation of the quota cannot be read.
@@ -54,9 +54,8 @@ pub enum QuotaError {
     },
 }
 
-impl QuotaError {
-    /// The `reason` label of the webhook's rejection counter.
-    pub fn metric_label(&self) -> &'static str {
+impl Refusal for QuotaError {
+    fn metric_label(&self) -> &'static str {
         match self {
             QuotaError::Malformed(_) => "malformed",
             QuotaError::Missing(_) => "missing",

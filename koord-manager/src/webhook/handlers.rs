@@ -903,7 +903,7 @@ impl Handlers {
         };
         let mut filled = quota;
         if let Err(reason) = fill_quota_defaults(&mut filled, &existing) {
-            return Decision::bad_request(reason.to_string()).with_reason(reason.metric_label());
+            return Decision::bad_request_for(&reason);
         }
         match serde_json::to_value(&filled) {
             Ok(value) => Decision::patch_between(&original, &value),
@@ -975,9 +975,7 @@ impl Handlers {
             options,
         ) {
             Ok(()) => Decision::allow(),
-            Err(reason) => {
-                Decision::bad_request(reason.to_string()).with_reason(reason.metric_label())
-            }
+            Err(reason) => Decision::bad_request_for(&reason),
         }
     }
 
@@ -1633,6 +1631,22 @@ mod tests {
             "exceeded quota: team/small, requested: cpu=500m, used: cpu=600m, limited: cpu=1"
         );
         assert_eq!(access.1.load(Ordering::Relaxed), 1);
+        // The typed error's label reaches the rejections counter.
+        assert_eq!(over.metric_label(), "exceeded");
+        let rejected = |plugin: &str, reason: &str| {
+            handlers
+                .metrics
+                .rejections
+                .get_or_create(&vec![
+                    ("webhook_type".to_owned(), "validate".to_owned()),
+                    ("object_type".to_owned(), "pod".to_owned()),
+                    ("plugin_name".to_owned(), plugin.to_owned()),
+                    ("reason".to_owned(), reason.to_owned()),
+                ])
+                .get()
+        };
+        assert_eq!(rejected("EvaluateQuota", "exceeded"), 1);
+        assert_eq!(rejected("ClusterColocationProfile", "exceeded"), 1);
 
         // A dry run is judged on what the cache shows and writes nothing.
         let dry = handlers
@@ -1656,6 +1670,11 @@ mod tests {
             .handle(PATH_VALIDATE_POD, &pod_create("e", "100m", false))
             .await;
         assert!(!refused.allowed, "{refused}");
+        assert_eq!(
+            refused.message,
+            "quota evaluation is on but the webhook has no evaluator"
+        );
+        assert_eq!(refused.metric_label(), "no_evaluator");
     }
 
     #[tokio::test]
