@@ -369,6 +369,31 @@ mod tests {
     }
 
     #[test]
+    fn kube_writes_the_patch_as_numbers_and_encode_makes_it_base64() {
+        let decision = Decision::patch_between(&json!({"a": 1}), &json!({"a": 2}));
+        let review = respond(&request("admission.k8s.io/v1", "u", json!({})), &decision).unwrap();
+        let plain = serde_json::to_value(&review).unwrap();
+        assert!(plain["response"]["patch"].is_array(), "{plain}");
+        let wire: Value = serde_json::from_slice(&encode(&review).unwrap()).unwrap();
+        assert!(wire["response"]["patch"].is_string(), "{wire}");
+    }
+
+    #[test]
+    fn an_object_with_malformed_metadata_makes_the_review_malformed() {
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "userInfo": {},
+                "object": {"metadata": {"labels": 5}}
+            }
+        });
+        assert!(serde_json::from_value::<AdmissionReview>(review).is_err());
+    }
+
+    #[test]
     fn reviews_without_what_kube_apiserver_always_sends_do_not_parse() {
         for missing in ["uid", "operation", "kind", "resource", "userInfo"] {
             let mut review = json!({
