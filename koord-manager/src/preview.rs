@@ -1179,7 +1179,7 @@ fn ratio_report(node: &Node, plan: &NodePlan) -> RatioReport {
         ) {
             Ok(()) => {}
             Err(reason) => {
-                reasons.push(reason);
+                reasons.push(reason.to_string());
                 return None;
             }
         }

@@ -2,10 +2,33 @@
 //! `slo-controller-config` must parse and pass `apis::configuration`'s
 //! checks; other ConfigMaps and deletions pass.
 
-use apis::configuration::{SloControllerConfig, ValidationOptions};
+use apis::configuration::{
+    SloConfigParseError, SloControllerConfig, ValidationErrors, ValidationOptions,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::review::Operation;
+use super::review::{Operation, Refusal};
+
+/// Why the slo-controller-config is refused; the messages are
+/// `apis::configuration`'s, naming every bad key and field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigMapError {
+    /// A key's JSON does not parse.
+    #[error(transparent)]
+    Parse(#[from] SloConfigParseError),
+    /// The config parses but a field is out of range.
+    #[error(transparent)]
+    Invalid(#[from] ValidationErrors),
+}
+
+impl Refusal for ConfigMapError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            ConfigMapError::Parse(_) => "unparsable_config",
+            ConfigMapError::Invalid(_) => "invalid_config",
+        }
+    }
+}
 
 /// Which ConfigMap is the slo-controller-config.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,13 +48,13 @@ impl Default for SloConfigRef {
     }
 }
 
-/// `Err` carries the denial message, naming every bad key and field.
+/// `Err` is the denial.
 pub fn validate_configmap(
     operation: Operation,
     config_map: &ConfigMap,
     request_namespace: &str,
     target: &SloConfigRef,
-) -> Result<(), String> {
+) -> Result<(), ConfigMapError> {
     let namespace = config_map
         .metadata
         .namespace
@@ -46,10 +69,8 @@ pub fn validate_configmap(
         return Ok(());
     }
     let data = config_map.data.clone().unwrap_or_default();
-    let config = SloControllerConfig::from_configmap_data(&data).map_err(|err| err.to_string())?;
-    config
-        .validate_with(&target.options)
-        .map_err(|err| err.to_string())
+    let config = SloControllerConfig::from_configmap_data(&data)?;
+    Ok(config.validate_with(&target.options)?)
 }
 
 #[cfg(test)]
@@ -74,7 +95,8 @@ mod tests {
         let err =
             validate_configmap(Operation::Update, &cm, "", &SloConfigRef::default()).unwrap_err();
         assert!(
-            err.contains("resource-threshold-config.clusterStrategy.cpuSuppressThresholdPercent"),
+            err.to_string()
+                .contains("resource-threshold-config.clusterStrategy.cpuSuppressThresholdPercent"),
             "{err}"
         );
     }
@@ -87,7 +109,7 @@ mod tests {
         );
         let err =
             validate_configmap(Operation::Create, &cm, "", &SloConfigRef::default()).unwrap_err();
-        assert!(err.contains("colocation-config"), "{err}");
+        assert!(err.to_string().contains("colocation-config"), "{err}");
     }
 
     #[test]

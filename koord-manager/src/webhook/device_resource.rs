@@ -124,9 +124,17 @@ fn invalid(value: &str, detail: &str) -> String {
     format!("{REQUESTS_PATH}: Invalid value: {value:?}: {detail}")
 }
 
+/// A device request that is not a quantity of whole units.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", invalid(.text, &format!("{} is not a valid quantity", .name)))]
+struct InvalidQuantity {
+    text: String,
+    name: String,
+}
+
 /// The request's text (for messages) and whole units; an unreadable
 /// quantity gives an error instead.
-fn read(container: &Container, name: &str) -> Result<(String, i64), String> {
+fn read(container: &Container, name: &str) -> Result<(String, i64), InvalidQuantity> {
     let Some(quantity) = container
         .resources
         .as_ref()
@@ -138,7 +146,10 @@ fn read(container: &Container, name: &str) -> Result<(String, i64), String> {
     let value = QuantityValue::parse(&quantity.0)
         .ok()
         .and_then(QuantityValue::checked_value)
-        .ok_or_else(|| invalid(&quantity.0, &format!("{name} is not a valid quantity")))?;
+        .ok_or_else(|| InvalidQuantity {
+            text: quantity.0.clone(),
+            name: name.to_owned(),
+        })?;
     Ok((quantity.0.clone(), value))
 }
 
@@ -162,7 +173,7 @@ pub fn validate_device_resources(pod: &Pod) -> Vec<String> {
         }
         if has_gpu {
             match read(container, RESOURCE_GPU) {
-                Err(error) => errors.push(error),
+                Err(error) => errors.push(error.to_string()),
                 Ok((text, value)) => {
                     if value == 0 {
                         errors.push(invalid(
@@ -200,7 +211,7 @@ fn validate_gpu_share(container: &Container, errors: &mut Vec<String>) {
         match value {
             Ok(v) => read_values.push(v),
             Err(error) => {
-                errors.push(error);
+                errors.push(error.to_string());
                 return;
             }
         }

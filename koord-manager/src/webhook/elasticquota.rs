@@ -16,12 +16,12 @@ use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::review::Operation;
+use super::review::{Operation, Refusal};
 
 type Amounts = BTreeMap<String, QuantityValue>;
 
 /// Why a quota (or a pod's quota) is refused. Messages are upstream's, as
-/// users and tests match them; [`QuotaError::metric_label`] groups them.
+/// users and tests match them; its [`Refusal::metric_label`] groups them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuotaError {
     /// A quantity, label or annotation of the quota cannot be read.
@@ -54,9 +54,8 @@ pub enum QuotaError {
     },
 }
 
-impl QuotaError {
-    /// The `reason` label of the webhook's rejection counter.
-    pub fn metric_label(&self) -> &'static str {
+impl Refusal for QuotaError {
+    fn metric_label(&self) -> &'static str {
         match self {
             QuotaError::Malformed(_) => "malformed",
             QuotaError::Missing(_) => "missing",
@@ -415,7 +414,7 @@ pub fn validate_pod_quota(
     old_pod: Option<&Pod>,
     quotas: &[&ElasticQuota],
 ) -> Result<(), QuotaError> {
-    if let (Operation::Update, Some(old_pod)) = (operation, old_pod) {
+    if let (Operation::Update, Some(old_pod)) = (&operation, old_pod) {
         let preemptible = |pod: &Pod| {
             pod.metadata
                 .labels
@@ -556,6 +555,24 @@ fn check_self(quota: &ElasticQuota) -> Result<(), QuotaError> {
     Ok(())
 }
 
+/// Resource keys of a quota and its parent or child that disagree (upstream
+/// `checkSubAndParentGroupQuotaKey`'s messages).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum KeyMismatch {
+    #[error(
+        "checkSubAndParentGroupQuotaKey failed: {child}'s max keys are not all included in {parent}'s"
+    )]
+    MaxNotIncluded { child: String, parent: String },
+    #[error(
+        "checkSubAndParentGroupQuotaKey failed: {parent}'s max keys are not the same with {child}'s"
+    )]
+    MaxNotSame { child: String, parent: String },
+    #[error(
+        "checkSubAndParentGroupQuotaKey failed: {child}'s min keys are not all included in {parent}'s"
+    )]
+    MinNotIncluded { child: String, parent: String },
+}
+
 /// Max keys as the parent's (or a subset, with the gate), min keys a subset
 /// of the parent's; the same between this quota and each child.
 fn check_resource_keys(
@@ -563,7 +580,7 @@ fn check_resource_keys(
     parent: Option<&QuotaInfo>,
     new: &QuotaInfo,
     options: QuotaOptions,
-) -> Result<(), String> {
+) -> Result<(), KeyMismatch> {
     let max_keys_fit = |upper: &Amounts, lower: &Amounts| {
         if options.enable_update_resource_key {
             keys_included(upper, lower)
@@ -572,15 +589,16 @@ fn check_resource_keys(
         }
     };
     let max_error = |child: &str, parent: &str| {
+        let (child, parent) = (child.to_owned(), parent.to_owned());
         if options.enable_update_resource_key {
-            format!(
-                "checkSubAndParentGroupQuotaKey failed: {child}'s max keys are not all included in {parent}'s"
-            )
+            KeyMismatch::MaxNotIncluded { child, parent }
         } else {
-            format!(
-                "checkSubAndParentGroupQuotaKey failed: {parent}'s max keys are not the same with {child}'s"
-            )
+            KeyMismatch::MaxNotSame { child, parent }
         }
+    };
+    let min_error = |child: &str, parent: &str| KeyMismatch::MinNotIncluded {
+        child: child.to_owned(),
+        parent: parent.to_owned(),
     };
     let name = &new.name;
     if let Some(parent) = parent {
@@ -588,10 +606,7 @@ fn check_resource_keys(
             return Err(max_error(name, &parent.name));
         }
         if !keys_included(&parent.min, &new.min) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {name}'s min keys are not all included in {}'s",
-                parent.name
-            ));
+            return Err(min_error(name, &parent.name));
         }
     }
     for child in topology.children_of(name) {
@@ -599,10 +614,7 @@ fn check_resource_keys(
             return Err(max_error(&child.name, name));
         }
         if !keys_included(&new.min, &child.min) {
-            return Err(format!(
-                "checkSubAndParentGroupQuotaKey failed: {}'s min keys are not all included in {name}'s",
-                child.name
-            ));
+            return Err(min_error(&child.name, name));
         }
     }
     Ok(())

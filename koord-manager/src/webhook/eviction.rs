@@ -28,6 +28,13 @@ pub struct Requester {
 }
 
 impl Requester {
+    /// The requester of an admission request (its `userInfo`).
+    pub fn from_request(request: &super::review::AdmissionRequest) -> Self {
+        // The JSON reader bounds every name; the typed user info is read through it.
+        let user_info = serde_json::to_value(&request.user_info).ok();
+        Self::from_user_info(user_info.as_ref())
+    }
+
     /// Reads `request.userInfo`; absent or malformed fields read as empty.
     pub fn from_user_info(user_info: Option<&Value>) -> Self {
         let bounded = |value: &Value| {

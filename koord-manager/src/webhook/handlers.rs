@@ -31,10 +31,12 @@ use super::pod_mutating::{
     PriorityClassInfo, ProfileContext, apply_colocation_profiles, apply_extended_resource_spec,
 };
 use super::pod_validating::{PodValidationOptions, validate_pod};
-use super::quota_evaluate::{BatchContext, EvaluationGates, prepare_evaluation};
+use super::quota_evaluate::{BatchContext, EvaluationError, EvaluationGates, prepare_evaluation};
 use super::quota_evaluator::QuotaEvaluator;
 use super::reservation_mutating::apply_colocation_profiles_to_reservation;
-use super::review::{AdmissionRequest, Decision, Operation, aggregate};
+use super::review::{
+    AdmissionRequest, Decision, Operation, OperationName, Refusal, RequestExt, aggregate,
+};
 
 /// Served paths, as upstream registers them.
 pub const PATH_MUTATE_POD: &str = "/mutate-pod";
@@ -228,7 +230,7 @@ pub trait PodMetadataLookup: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>>;
+    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, LookupError>>;
 }
 
 /// Reads the pod's metadata from the API server. Only bindings by users
@@ -241,13 +243,17 @@ impl PodMetadataLookup for ApiPodMetadata {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, LookupError>> {
         Box::pin(async move {
             let pods: kube::Api<Pod> = kube::Api::namespaced(self.0.clone(), namespace);
             pods.get_metadata_opt(name)
                 .await
                 .map(|found| found.map(|partial| partial.metadata))
-                .map_err(|err| format!("cannot read pod {namespace}/{name}: {err}"))
+                .map_err(|err| LookupError::ReadPod {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    message: err.to_string(),
+                })
         })
     }
 }
@@ -258,7 +264,59 @@ pub trait PodPlacementLookup: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>>;
+    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, LookupError>>;
+}
+
+/// Why the API shell could not answer a lookup (the API client's error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("cannot read pod {namespace}/{name}: {message}")]
+    ReadPod {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error("pod {namespace}/{name} not found")]
+    PodNotFound { namespace: String, name: String },
+    #[error("failed list pods for quota: {0}")]
+    ListQuotaPods(String),
+    #[error("reading pod {namespace}/{name} took longer than {timeout:?}")]
+    ReadPodTimedOut {
+        namespace: String,
+        name: String,
+        timeout: std::time::Duration,
+    },
+    #[error("listing the pods of quota {quota} took longer than {timeout:?}")]
+    ListQuotaPodsTimedOut {
+        quota: String,
+        timeout: std::time::Duration,
+    },
+}
+
+impl Refusal for LookupError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            LookupError::ReadPod { .. } => "pod_read_failed",
+            LookupError::PodNotFound { .. } => "pod_not_found",
+            LookupError::ListQuotaPods(_) => "pod_list_failed",
+            LookupError::ReadPodTimedOut { .. } | LookupError::ListQuotaPodsTimedOut { .. } => {
+                "lookup_timeout"
+            }
+        }
+    }
+}
+
+/// A webhook that cannot decide yet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    #[error("the ElasticQuota and ElasticQuotaProfile caches are not synced yet")]
+    QuotaTreeCaches,
+}
+
+impl Refusal for NotReady {
+    fn metric_label(&self) -> &'static str {
+        "not_synced"
+    }
 }
 
 /// Reads the pod from the API server: an eviction must be judged on where the pod is now, and
@@ -270,7 +328,7 @@ impl PodPlacementLookup for ApiPodPlacement {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<PodPlacement, LookupError>> {
         Box::pin(async move {
             let pods: kube::Api<Pod> = kube::Api::namespaced(self.0.clone(), namespace);
             match pods.get_opt(name).await {
@@ -280,7 +338,11 @@ impl PodPlacementLookup for ApiPodPlacement {
                     .and_then(|spec| spec.node_name)
                     .filter(|node| !node.is_empty())
                     .map_or(PodPlacement::Unbound, PodPlacement::Bound)),
-                Err(err) => Err(format!("cannot read pod {namespace}/{name}: {err}")),
+                Err(err) => Err(LookupError::ReadPod {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    message: err.to_string(),
+                }),
             }
         })
     }
@@ -288,14 +350,14 @@ impl PodPlacementLookup for ApiPodPlacement {
 
 /// Counts pods charged to an ElasticQuota (the API shell lists them).
 pub trait QuotaPodCounter: Send + Sync {
-    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>>;
+    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, LookupError>>;
 }
 
 /// Lists pods labelled with the quota name through the API server.
 pub struct ApiQuotaPodCounter(pub kube::Client);
 
 impl QuotaPodCounter for ApiQuotaPodCounter {
-    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>> {
+    fn count(&self, quota: &str) -> futures::future::BoxFuture<'_, Result<usize, LookupError>> {
         let selector = format!("{LABEL_QUOTA_NAME}={quota}");
         Box::pin(async move {
             let pods: kube::Api<Pod> = kube::Api::all(self.0.clone());
@@ -303,7 +365,7 @@ impl QuotaPodCounter for ApiQuotaPodCounter {
             pods.list_metadata(&params)
                 .await
                 .map(|list| list.items.len())
-                .map_err(|err| format!("failed list pods for quota: {err}"))
+                .map_err(|err| LookupError::ListQuotaPods(err.to_string()))
         })
     }
 }
@@ -401,7 +463,7 @@ impl Handlers {
             other => ("", Decision::bad_request(format!("no webhook at {other}"))),
         };
         self.metrics
-            .observe(path, request.operation, plugin, &decision, started);
+            .observe(path, request.operation.clone(), plugin, &decision, started);
         if decision.allowed {
             tracing::debug!(path, uid = %request.uid, name = %request.name, namespace = request.namespace(), operation = request.operation.as_str(), %decision, "admission decided");
         } else {
@@ -493,8 +555,7 @@ impl Handlers {
         if !is_binding || !self.binding_admission.is_active() {
             return Decision::allow();
         }
-        let username =
-            super::eviction::Requester::from_user_info(request.user_info.as_ref()).username;
+        let username = super::eviction::Requester::from_request(request).username;
         let (namespace, name) = (request.namespace(), request.name.as_str());
         let outcome = match self.binding_admission.screen(&username, namespace) {
             Screen::Decided(outcome) => outcome,
@@ -508,17 +569,23 @@ impl Handlers {
                     .await
                     {
                         Ok(Ok(Some(meta))) => Ok(meta),
-                        Ok(Ok(None)) => Err(format!("pod {namespace}/{name} not found")),
+                        Ok(Ok(None)) => Err(LookupError::PodNotFound {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                        }),
                         Ok(Err(reason)) => Err(reason),
-                        Err(_) => Err(format!(
-                            "reading pod {namespace}/{name} took longer than {POD_LOOKUP_TIMEOUT:?}"
-                        )),
+                        Err(_) => Err(LookupError::ReadPodTimedOut {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                            timeout: POD_LOOKUP_TIMEOUT,
+                        }),
                     };
                     if let Err(reason) = &found {
                         tracing::info!(namespace, pod = name, %reason, "binding admission: pod unreadable, allowing (fail-open)");
                     }
+                    let found = found.as_ref().map_err(ToString::to_string);
                     self.binding_admission
-                        .judge(Some(found.as_ref().map_err(String::as_str)))
+                        .judge(Some(found.as_ref().copied().map_err(String::as_str)))
                 }
             },
         };
@@ -652,7 +719,7 @@ impl Handlers {
             Ok(changed) if self.gates.multi_quota_tree => {
                 match self.multi_quota_tree_affinity(&mut mutated, &namespace) {
                     Ok(by_tree) => Ok(by_tree || changed),
-                    Err(reason) => return Decision::internal(reason),
+                    Err(reason) => return Decision::internal_for(&reason),
                 }
             }
             other => other,
@@ -674,11 +741,9 @@ impl Handlers {
     }
 
     /// Upstream `addNodeAffinityForMultiQuotaTree` with the caches' quotas and profiles.
-    fn multi_quota_tree_affinity(&self, pod: &mut Pod, namespace: &str) -> Result<bool, String> {
+    fn multi_quota_tree_affinity(&self, pod: &mut Pod, namespace: &str) -> Result<bool, NotReady> {
         if !self.caches.quotas.is_synced() || !self.caches.quota_profiles.is_synced() {
-            return Err(
-                "the ElasticQuota and ElasticQuotaProfile caches are not synced yet".to_owned(),
-            );
+            return Err(NotReady::QuotaTreeCaches);
         }
         let quotas_owned = self.caches.quotas.all();
         let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
@@ -705,13 +770,13 @@ impl Handlers {
         request: &AdmissionRequest,
         new_pod: &Pod,
         old_pod: Option<&Pod>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EvaluationError> {
         let gates = self.gates.quota_evaluation;
         if !gates.enabled {
             return Ok(());
         }
         if !self.caches.quotas.is_synced() {
-            return Err("the ElasticQuota cache is not synced yet".to_owned());
+            return Err(EvaluationError::CacheNotSynced);
         }
         let in_namespace = |pod: &Pod| {
             let mut pod = pod.clone();
@@ -725,7 +790,7 @@ impl Handlers {
             let quotas_owned = self.caches.quotas.all();
             let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
             match prepare_evaluation(
-                request.operation,
+                request.operation.clone(),
                 &new_pod,
                 old_pod.as_ref(),
                 &quotas,
@@ -735,10 +800,10 @@ impl Handlers {
                 None => return Ok(()),
             }
         };
-        if request.dry_run == Some(true) {
+        if request.dry_run {
             let key = attributes.key();
             let Some(quota) = self.caches.quotas.get(&key) else {
-                return Err(format!("elastic quota {} not found", attributes.quota_name));
+                return Err(EvaluationError::QuotaNotFound(attributes.quota_name));
             };
             let mut context = BatchContext::default();
             context.load(&quota);
@@ -748,7 +813,7 @@ impl Handlers {
         }
         match &self.quota_evaluator {
             Some(evaluator) => evaluator.evaluate(attributes).await,
-            None => Err("quota evaluation is on but the webhook has no evaluator".to_owned()),
+            None => Err(EvaluationError::NoEvaluator),
         }
     }
 
@@ -765,14 +830,22 @@ impl Handlers {
         let options = PodValidationOptions {
             skip_validating_priority: self.gates.colocation_profile_skip_validating_priority,
         };
-        let mut errors = validate_pod(request.operation, &new_pod, old_pod.as_ref(), options);
+        let mut errors = validate_pod(
+            request.operation.clone(),
+            &new_pod,
+            old_pod.as_ref(),
+            options,
+        );
         // Without the ElasticQuota cache (e.g. no CRD) the quota check is skipped, not failed.
         if errors.is_empty() && self.caches.quotas.is_synced() {
             let quotas_owned = self.caches.quotas.all();
             let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
-            if let Err(reason) =
-                validate_pod_quota(request.operation, &new_pod, old_pod.as_ref(), &quotas)
-            {
+            if let Err(reason) = validate_pod_quota(
+                request.operation.clone(),
+                &new_pod,
+                old_pod.as_ref(),
+                &quotas,
+            ) {
                 errors.push(reason.to_string());
             }
         }
@@ -787,11 +860,11 @@ impl Handlers {
             // Upstream answers every failure of this check with 400 and the message.
             let decision = match evaluated {
                 Ok(()) => Decision::allow(),
-                Err(reason) => Decision::bad_request(reason),
+                Err(reason) => Decision::bad_request_for(&reason),
             };
             self.metrics.observe(
                 PATH_VALIDATE_POD,
-                request.operation,
+                request.operation.clone(),
                 "EvaluateQuota",
                 &decision,
                 started,
@@ -830,7 +903,7 @@ impl Handlers {
         };
         let mut filled = quota;
         if let Err(reason) = fill_quota_defaults(&mut filled, &existing) {
-            return Decision::bad_request(reason.to_string()).with_reason(reason.metric_label());
+            return Decision::bad_request_for(&reason);
         }
         match serde_json::to_value(&filled) {
             Ok(value) => Decision::patch_between(&original, &value),
@@ -874,11 +947,12 @@ impl Handlers {
             (Some(counter), true) => {
                 match tokio::time::timeout(POD_COUNT_TIMEOUT, counter.count(&name)).await {
                     Ok(Ok(count)) => Some(count),
-                    Ok(Err(reason)) => return Decision::internal(reason),
+                    Ok(Err(reason)) => return Decision::internal_for(&reason),
                     Err(_) => {
-                        return Decision::internal(format!(
-                            "listing the pods of quota {name} took longer than {POD_COUNT_TIMEOUT:?}"
-                        ));
+                        return Decision::internal_for(&LookupError::ListQuotaPodsTimedOut {
+                            quota: name,
+                            timeout: POD_COUNT_TIMEOUT,
+                        });
                     }
                 }
             }
@@ -893,7 +967,7 @@ impl Handlers {
             enable_update_resource_key: self.gates.elastic_quota_enable_update_resource_key,
         };
         match validate_quota_with(
-            request.operation,
+            request.operation.clone(),
             new.as_ref(),
             old.as_ref(),
             &existing,
@@ -901,9 +975,7 @@ impl Handlers {
             options,
         ) {
             Ok(()) => Decision::allow(),
-            Err(reason) => {
-                Decision::bad_request(reason.to_string()).with_reason(reason.metric_label())
-            }
+            Err(reason) => Decision::bad_request_for(&reason),
         }
     }
 
@@ -911,7 +983,7 @@ impl Handlers {
         let is_eviction = request.resource.resource == "pods"
             && request.sub_resource.as_deref() == Some("eviction")
             && request.operation == Operation::Create;
-        let requester = Requester::from_user_info(request.user_info.as_ref());
+        let requester = Requester::from_request(request);
         if !is_eviction || !self.eviction_scope.contains(&requester.username) {
             return Decision::allow();
         }
@@ -923,11 +995,13 @@ impl Handlers {
             match tokio::time::timeout(POD_LOOKUP_TIMEOUT, lookup.placement(namespace, name)).await
             {
                 Ok(Ok(placement)) => placement,
-                Ok(Err(reason)) => return Decision::internal(reason),
+                Ok(Err(reason)) => return Decision::internal_for(&reason),
                 Err(_) => {
-                    return Decision::internal(format!(
-                        "reading pod {namespace}/{name} took longer than {POD_LOOKUP_TIMEOUT:?}"
-                    ));
+                    return Decision::internal_for(&LookupError::ReadPodTimedOut {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        timeout: POD_LOOKUP_TIMEOUT,
+                    });
                 }
             };
         super::eviction::decide(
@@ -953,8 +1027,8 @@ impl Handlers {
         let annotations = request
             .object
             .as_ref()
-            .and_then(|object| object.pointer("/metadata/annotations"));
-        let carries = |key: &str| annotations.is_some_and(|a| a.get(key).is_some());
+            .and_then(|object| object.metadata.annotations.as_ref());
+        let carries = |key: &str| annotations.is_some_and(|a| a.contains_key(key));
         if !carries(apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO)
             && !carries(apis::extension::ANNOTATION_NODE_RAW_ALLOCATABLE)
         {
@@ -970,9 +1044,9 @@ impl Handlers {
         };
         let mut mutated = node;
         if let Err(reason) =
-            super::node_status::admit(request.operation, &mut mutated, old.as_ref())
+            super::node_status::admit(request.operation.clone(), &mut mutated, old.as_ref())
         {
-            return Decision::internal(reason);
+            return Decision::internal_for(&reason);
         }
         match serde_json::to_value(&mutated) {
             Ok(value) => Decision::patch_between(&original, &value),
@@ -1019,7 +1093,7 @@ impl Handlers {
         }
         let data = self.slo_config_data().await;
         match super::node_validating::validate(
-            request.operation,
+            request.operation.clone(),
             &node,
             old.as_ref(),
             data.as_ref(),
@@ -1029,7 +1103,7 @@ impl Handlers {
                 tracing::warn!(node = %request.name, %conflict, "new node matches several node strategies");
                 Decision::allow()
             }
-            Err(reason) => Decision::bad_request(reason),
+            Err(reason) => Decision::bad_request_for(&reason),
         }
     }
 
@@ -1048,13 +1122,13 @@ impl Handlers {
             Err(denied) => return denied,
         };
         match validate_configmap(
-            request.operation,
+            request.operation.clone(),
             &config_map,
             request.namespace(),
             &self.slo_config,
         ) {
             Ok(()) => Decision::allow(),
-            Err(reason) => Decision::bad_request(reason),
+            Err(reason) => Decision::bad_request_for(&reason),
         }
     }
 }
@@ -1066,7 +1140,10 @@ mod tests {
     struct FixedCount(usize);
 
     impl QuotaPodCounter for FixedCount {
-        fn count(&self, _quota: &str) -> futures::future::BoxFuture<'_, Result<usize, String>> {
+        fn count(
+            &self,
+            _quota: &str,
+        ) -> futures::future::BoxFuture<'_, Result<usize, LookupError>> {
             Box::pin(std::future::ready(Ok(self.0)))
         }
     }
@@ -1084,6 +1161,7 @@ mod tests {
             "uid": "d", "operation": "DELETE", "name": "leaf", "namespace": "team",
             "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
             "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
+            "userInfo": {},
             "oldObject": serde_json::to_value(&leaf).unwrap()
         }))
         .unwrap();
@@ -1104,14 +1182,14 @@ mod tests {
     }
 
     /// Pods of a fixed placement; counts lookups.
-    struct FixedPlacement(Result<PodPlacement, String>, std::sync::Arc<AtomicU64>);
+    struct FixedPlacement(Result<PodPlacement, LookupError>, std::sync::Arc<AtomicU64>);
 
     impl PodPlacementLookup for FixedPlacement {
         fn placement<'a>(
             &'a self,
             _namespace: &'a str,
             _name: &'a str,
-        ) -> futures::future::BoxFuture<'a, Result<PodPlacement, String>> {
+        ) -> futures::future::BoxFuture<'a, Result<PodPlacement, LookupError>> {
             self.1.fetch_add(1, Ordering::Relaxed);
             Box::pin(std::future::ready(self.0.clone()))
         }
@@ -1133,7 +1211,7 @@ mod tests {
     async fn evictions_by_koordlet_are_judged_on_the_pods_current_node() {
         let koordlet = "system:serviceaccount:koordinator-system:koordlet";
         let lookups = std::sync::Arc::new(AtomicU64::new(0));
-        let handlers = |placement: Result<PodPlacement, String>| {
+        let handlers = |placement: Result<PodPlacement, LookupError>| {
             let mut handlers =
                 Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
             handlers.eviction_scope =
@@ -1155,7 +1233,11 @@ mod tests {
         assert!(denied.message.contains("team/victim"), "{denied}");
 
         // A lookup that fails refuses the eviction (the webhook fails closed, as its policy).
-        let broken = handlers(Err("apiserver said no".into()));
+        let broken = handlers(Err(LookupError::ReadPod {
+            namespace: "team".into(),
+            name: "victim".into(),
+            message: "apiserver said no".into(),
+        }));
         let refused = broken.handle(PATH_VALIDATE_POD_EVICTION, &request).await;
         assert_eq!(refused.code, 500, "{refused}");
         assert!(refused.message.contains("apiserver said no"), "{refused}");
@@ -1181,6 +1263,7 @@ mod tests {
             "uid": "n", "operation": operation, "name": "n1",
             "kind": {"group": "", "version": "v1", "kind": "Node"},
             "resource": {"group": "", "version": "v1", "resource": "nodes"},
+            "userInfo": {},
             "subResource": "status",
             "object": object,
             "oldObject": old,
@@ -1206,7 +1289,7 @@ mod tests {
             node_status_request("UPDATE", node(ratio.clone(), "4"), Some(node(ratio, "4")));
         let decision = handlers.handle(PATH_MUTATE_NODE_STATUS, &request).await;
         assert!(decision.allowed, "{decision}");
-        let mut patched = request.object.clone().unwrap();
+        let mut patched = serde_json::to_value(request.object.clone().unwrap()).unwrap();
         json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
         assert_eq!(patched["status"]["allocatable"]["cpu"], "8");
         assert_eq!(patched["status"]["allocatable"]["memory"], "8Gi");
@@ -1246,7 +1329,7 @@ mod tests {
             &'a self,
             _namespace: &'a str,
             name: &'a str,
-        ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, String>> {
+        ) -> futures::future::BoxFuture<'a, Result<Option<ObjectMeta>, LookupError>> {
             self.1.fetch_add(1, Ordering::Relaxed);
             Box::pin(std::future::ready(Ok(self.0.get(name).cloned())))
         }
@@ -1375,6 +1458,7 @@ mod tests {
             "uid": "r", "operation": "CREATE", "name": "r1",
             "kind": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "kind": "Reservation"},
             "resource": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "resource": "reservations"},
+            "userInfo": {},
             "object": {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
                 "metadata": {"name": "r1", "labels": labels},
                 "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
@@ -1411,7 +1495,7 @@ mod tests {
         );
         let decision = handlers.handle(PATH_MUTATE_RESERVATION, &request).await;
         assert!(decision.allowed, "{decision}");
-        let mut patched = request.object.clone().unwrap();
+        let mut patched = serde_json::to_value(request.object.clone().unwrap()).unwrap();
         json_patch::patch(&mut patched, &decision.patch.unwrap()).unwrap();
         assert_eq!(
             patched["metadata"]["labels"]["koordinator.sh/qosClass"],
@@ -1451,7 +1535,10 @@ mod tests {
             &'a self,
             _namespace: &'a str,
             _name: &'a str,
-        ) -> futures::future::BoxFuture<'a, Result<ElasticQuota, String>> {
+        ) -> futures::future::BoxFuture<
+            'a,
+            Result<ElasticQuota, crate::webhook::quota_evaluator::ReadError>,
+        > {
             let quota = self.0.lock().unwrap().clone();
             Box::pin(std::future::ready(Ok(quota)))
         }
@@ -1484,6 +1571,7 @@ mod tests {
             "dryRun": dry_run,
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {},
             "object": {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": "team", "labels": {LABEL_QUOTA_NAME: "small"}},
                 "spec": {"containers": [{"name": "c", "image": "pause",
@@ -1543,6 +1631,22 @@ mod tests {
             "exceeded quota: team/small, requested: cpu=500m, used: cpu=600m, limited: cpu=1"
         );
         assert_eq!(access.1.load(Ordering::Relaxed), 1);
+        // The typed error's label reaches the rejections counter.
+        assert_eq!(over.metric_label(), "exceeded");
+        let rejected = |plugin: &str, reason: &str| {
+            handlers
+                .metrics
+                .rejections
+                .get_or_create(&vec![
+                    ("webhook_type".to_owned(), "validate".to_owned()),
+                    ("object_type".to_owned(), "pod".to_owned()),
+                    ("plugin_name".to_owned(), plugin.to_owned()),
+                    ("reason".to_owned(), reason.to_owned()),
+                ])
+                .get()
+        };
+        assert_eq!(rejected("EvaluateQuota", "exceeded"), 1);
+        assert_eq!(rejected("ClusterColocationProfile", "exceeded"), 1);
 
         // A dry run is judged on what the cache shows and writes nothing.
         let dry = handlers
@@ -1566,6 +1670,11 @@ mod tests {
             .handle(PATH_VALIDATE_POD, &pod_create("e", "100m", false))
             .await;
         assert!(!refused.allowed, "{refused}");
+        assert_eq!(
+            refused.message,
+            "quota evaluation is on but the webhook has no evaluator"
+        );
+        assert_eq!(refused.metric_label(), "no_evaluator");
     }
 
     #[tokio::test]
@@ -1612,6 +1721,7 @@ mod tests {
             "uid": "g", "operation": "CREATE", "name": "g", "namespace": "team",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {},
             "object": {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "g", "namespace": "team"},
                 "spec": {"containers": [{"name": "c", "image": "pause",

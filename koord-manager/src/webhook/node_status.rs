@@ -29,7 +29,52 @@ use apis::extension::{
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::review::Operation;
+use super::review::{Operation, Refusal};
+
+/// Why a node's allocatable could not be amplified; the messages name the
+/// node, the resource and the text that failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AmplificationError {
+    #[error("invalid quantity {value:?}: {reason}")]
+    InvalidQuantity { value: String, reason: &'static str },
+    #[error("quantity {0:?} is beyond 64 bits of milli-units")]
+    BeyondMilliRange(String),
+    #[error("failed to encode raw allocatable: {0}")]
+    EncodeRawAllocatable(String),
+    #[error("admit for {node}, failed to parse raw allocatable: {message}")]
+    MalformedRawAllocatable { node: String, message: String },
+    #[error("admit for {node}, failed to parse resource amplification ratios: {message}")]
+    MalformedRatios { node: String, message: String },
+    /// A raw allocatable value that cannot be amplified.
+    #[error("admit for {node}, raw allocatable {resource}: {source}")]
+    Amplify {
+        node: String,
+        resource: &'static str,
+        source: Box<AmplificationError>,
+    },
+}
+
+impl Refusal for AmplificationError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            AmplificationError::InvalidQuantity { .. } => "invalid_quantity",
+            AmplificationError::BeyondMilliRange(_) => "out_of_range",
+            AmplificationError::EncodeRawAllocatable(_) => "encode_failed",
+            AmplificationError::MalformedRawAllocatable { .. } => "malformed_raw_allocatable",
+            AmplificationError::MalformedRatios { .. } => "malformed_ratios",
+            AmplificationError::Amplify { source, .. } => source.metric_label(),
+        }
+    }
+}
+
+impl From<apis::extension::QuantityError> for AmplificationError {
+    fn from(err: apis::extension::QuantityError) -> Self {
+        AmplificationError::InvalidQuantity {
+            value: err.value,
+            reason: err.reason,
+        }
+    }
+}
 
 /// Upstream's plugin name (metrics label).
 pub const PLUGIN_NAME: &str = "NodeResourceAmplificationPlugin";
@@ -39,7 +84,11 @@ pub const SUPPORTED_RESOURCES: [&str; 2] = [RESOURCE_CPU, RESOURCE_MEMORY];
 
 /// Admits a `nodes/status` request (upstream `Admit`): creates pass as they
 /// are, updates are amplified. `old` is the stored node of an update.
-pub fn admit(operation: Operation, node: &mut Node, old: Option<&Node>) -> Result<(), String> {
+pub fn admit(
+    operation: Operation,
+    node: &mut Node,
+    old: Option<&Node>,
+) -> Result<(), AmplificationError> {
     match operation {
         Operation::Update => handle_update(old, node),
         _ => Ok(()),
@@ -86,9 +135,8 @@ pub fn supported_resources_changed(old: Option<&Node>, new: Option<&Node>) -> bo
 
 /// The canonical text Kubernetes prints for a quantity (as Go's JSON
 /// encoding of a ResourceList writes it): binary suffixes stay binary.
-fn canonical(quantity: &Quantity) -> Result<Quantity, String> {
-    let value = QuantityValue::of(quantity)
-        .map_err(|err| format!("invalid quantity {:?}: {}", err.value, err.reason))?;
+fn canonical(quantity: &Quantity) -> Result<Quantity, AmplificationError> {
+    let value = QuantityValue::of(quantity)?;
     Ok(Quantity(if is_binary(quantity) {
         value.to_binary_si()
     } else {
@@ -104,12 +152,11 @@ fn is_binary(quantity: &Quantity) -> bool {
 
 /// Upstream `MultiplyMilliQuant`: the value in milli-units (rounded up) ×
 /// `factor`, truncated, in the quantity's own format.
-pub fn multiply_milli(quantity: &Quantity, factor: f64) -> Result<Quantity, String> {
-    let value = QuantityValue::of(quantity)
-        .map_err(|err| format!("invalid quantity {:?}: {}", err.value, err.reason))?;
+pub fn multiply_milli(quantity: &Quantity, factor: f64) -> Result<Quantity, AmplificationError> {
+    let value = QuantityValue::of(quantity)?;
     let milli = value
         .checked_milli_value()
-        .ok_or_else(|| format!("quantity {:?} is beyond 64 bits of milli-units", quantity.0))?;
+        .ok_or_else(|| AmplificationError::BeyondMilliRange(quantity.0.clone()))?;
     // Float to integer `as` saturates, the sane result for an overflow.
     let scaled = QuantityValue::from_milli((milli as f64 * factor) as i64);
     Ok(Quantity(if is_binary(quantity) {
@@ -119,7 +166,7 @@ pub fn multiply_milli(quantity: &Quantity, factor: f64) -> Result<Quantity, Stri
     }))
 }
 
-fn handle_update(old: Option<&Node>, node: &mut Node) -> Result<(), String> {
+fn handle_update(old: Option<&Node>, node: &mut Node) -> Result<(), AmplificationError> {
     let ratio_set = node
         .metadata
         .annotations
@@ -151,7 +198,7 @@ fn handle_update(old: Option<&Node>, node: &mut Node) -> Result<(), String> {
         }
         if !incoming.is_empty() {
             let text = serde_json::to_string(&incoming)
-                .map_err(|err| format!("failed to encode raw allocatable: {err}"))?;
+                .map_err(|err| AmplificationError::EncodeRawAllocatable(err.to_string()))?;
             node.metadata
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
@@ -163,17 +210,19 @@ fn handle_update(old: Option<&Node>, node: &mut Node) -> Result<(), String> {
             Ok(Some(raw)) => raw,
             Ok(None) => ResourceList::new(),
             Err(err) => {
-                return Err(format!(
-                    "admit for {name}, failed to parse raw allocatable: {err}"
-                ));
+                return Err(AmplificationError::MalformedRawAllocatable {
+                    node: name,
+                    message: err.to_string(),
+                });
             }
         }
     };
     let ratios = get_node_resource_amplification_ratios(
         node.metadata.annotations.as_ref().unwrap_or(&empty),
     )
-    .map_err(|err| {
-        format!("admit for {name}, failed to parse resource amplification ratios: {err}")
+    .map_err(|err| AmplificationError::MalformedRatios {
+        node: name.clone(),
+        message: err.to_string(),
     })?
     .unwrap_or_default();
     let Some(allocatable) = node.status.as_mut().and_then(|s| s.allocatable.as_mut()) else {
@@ -189,8 +238,12 @@ fn handle_update(old: Option<&Node>, node: &mut Node) -> Result<(), String> {
         let Some(original) = raw.get(resource) else {
             continue;
         };
-        let amplified = multiply_milli(original, ratio.0)
-            .map_err(|err| format!("admit for {name}, raw allocatable {resource}: {err}"))?;
+        let amplified =
+            multiply_milli(original, ratio.0).map_err(|err| AmplificationError::Amplify {
+                node: name.clone(),
+                resource,
+                source: Box::new(err),
+            })?;
         allocatable.insert(resource.to_owned(), amplified);
     }
     Ok(())
@@ -425,7 +478,8 @@ mod tests {
         );
         let err = handle_update(None, &mut bad_raw).unwrap_err();
         assert!(
-            err.contains("admit for test-node, failed to parse raw allocatable"),
+            err.to_string()
+                .contains("admit for test-node, failed to parse raw allocatable"),
             "{err}"
         );
         let mut bad_ratio = node(
@@ -434,7 +488,8 @@ mod tests {
         );
         let err = handle_update(None, &mut bad_ratio).unwrap_err();
         assert!(
-            err.contains("failed to parse resource amplification ratios"),
+            err.to_string()
+                .contains("failed to parse resource amplification ratios"),
             "{err}"
         );
     }

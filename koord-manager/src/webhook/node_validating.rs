@@ -27,7 +27,7 @@ use apis::configuration::{
 use k8s_openapi::api::core::v1::Node;
 use serde::de::DeserializeOwned;
 
-use super::review::Operation;
+use super::review::{Operation, Refusal};
 
 /// Upstream's plugin name (metrics label).
 pub const PLUGIN_NAME: &str = "SLOManagerConfigConflictForNode";
@@ -97,6 +97,22 @@ fn profiles_by_key(data: &BTreeMap<String, String>) -> Vec<(&'static str, Vec<No
 
 /// Upstream's JSON error text, fields in its order:
 /// `___{"reason":…,"message":{"config":…,"strategies":[…],"exampleNodes":[…]}}___`.
+/// A node whose labels match several node strategies of one ConfigMap key;
+/// the message is upstream's `___{json}___` form.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", conflict_message(.key, .strategies, .node))]
+pub struct NodeConflict {
+    pub key: String,
+    pub strategies: Vec<String>,
+    pub node: String,
+}
+
+impl Refusal for NodeConflict {
+    fn metric_label(&self) -> &'static str {
+        "node_strategy_conflict"
+    }
+}
+
 fn conflict_message(key: &str, strategies: &[String], node: &str) -> String {
     let json = |value: serde_json::Value| value.to_string();
     format!(
@@ -110,7 +126,7 @@ fn conflict_message(key: &str, strategies: &[String], node: &str) -> String {
 
 /// Upstream `checkConflict`: the first key whose entries the node's labels
 /// match more than once.
-pub fn check_conflict(data: &BTreeMap<String, String>, node: &Node) -> Result<(), String> {
+pub fn check_conflict(data: &BTreeMap<String, String>, node: &Node) -> Result<(), NodeConflict> {
     let empty = BTreeMap::new();
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let name = node.metadata.name.as_deref().unwrap_or_default();
@@ -136,7 +152,11 @@ pub fn check_conflict(data: &BTreeMap<String, String>, node: &Node) -> Result<()
             .map(|profile| profile.name.clone())
             .collect();
         if matching.len() > 1 {
-            return Err(conflict_message(key, &matching, name));
+            return Err(NodeConflict {
+                key: key.to_owned(),
+                strategies: matching,
+                node: name.to_owned(),
+            });
         }
     }
     Ok(())
@@ -150,7 +170,7 @@ pub fn validate(
     node: &Node,
     old: Option<&Node>,
     config_data: Option<&BTreeMap<String, String>>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<NodeConflict>, NodeConflict> {
     let Some(data) = config_data else {
         return Ok(None);
     };
@@ -247,7 +267,7 @@ mod tests {
         let cfg = data(&[(RESOURCE_THRESHOLD_CONFIG_KEY, OVERLAPPING_THRESHOLD)]);
         let err = validate(Operation::Update, &new, Some(&old), Some(&cfg)).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             r#"___{"reason":"ExistNodeConfict","message":{"config":"resource-threshold-config","strategies":["xxx-yyy","zzz-zzz"],"exampleNodes":["test-node0"]}}___"#
         );
         // One match: allowed.
@@ -281,7 +301,10 @@ mod tests {
               {"name":"b","nodeSelector":{"matchExpressions":[{"key":"pool","operator":"Exists"}]}}]}"#,
         )]);
         let err = check_conflict(&cfg, &node(&[("pool", "x")])).unwrap_err();
-        assert!(err.contains(r#""config":"colocation-config""#), "{err}");
+        assert!(
+            err.to_string().contains(r#""config":"colocation-config""#),
+            "{err}"
+        );
         assert!(check_conflict(&cfg, &node(&[("pool", "y")])).is_ok());
     }
 }

@@ -77,7 +77,7 @@ pub fn validate_pod(
     let requests = match pod_requests(new_pod) {
         Ok(requests) => Some(requests),
         Err(problem) => {
-            errors.push(problem);
+            errors.push(problem.to_string());
             None
         }
     };
@@ -139,40 +139,36 @@ fn malformed_koordinator_metadata(pod: &Pod) -> Vec<String> {
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let mut errors = Vec::new();
-    let mut check = |key: &str, outcome: Result<(), String>| {
+    // Each reader's own error type; only its message is kept, as a field error.
+    fn check<T, E: std::fmt::Display>(errors: &mut Vec<String>, key: &str, outcome: Result<T, E>) {
         if let Err(reason) = outcome {
             errors.push(format!("annotations.{key}: Invalid value: {reason}"));
         }
-    };
+    }
     check(
+        &mut errors,
         ANNOTATION_RESOURCE_SPEC,
-        get_resource_spec(annotations)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        get_resource_spec(annotations),
     );
     check(
+        &mut errors,
         ANNOTATION_DEVICE_ALLOCATE_HINT,
-        get_device_allocate_hints(annotations)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        get_device_allocate_hints(annotations),
     );
     check(
+        &mut errors,
         ANNOTATION_DEVICE_JOINT_ALLOCATE,
-        get_device_joint_allocate(annotations)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        get_device_joint_allocate(annotations),
     );
     check(
+        &mut errors,
         ANNOTATION_OOM_SCORE_ADJ,
-        get_pod_oom_score_adj(annotations)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        get_pod_oom_score_adj(annotations),
     );
     check(
+        &mut errors,
         ANNOTATION_OOM_SCORE_ADJ_SPEC,
-        get_pod_oom_score_adj_spec(annotations)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        get_pod_oom_score_adj_spec(annotations),
     );
     if let Err(err) = get_pod_sub_priority(labels) {
         errors.push(format!("labels.{LABEL_POD_PRIORITY}: Invalid value: {err}"));
@@ -180,19 +176,32 @@ fn malformed_koordinator_metadata(pod: &Pod) -> Vec<String> {
     errors
 }
 
+/// A pod request that cannot be counted, as a Kubernetes field error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("{field}: Invalid value: {source}")]
+    Invalid {
+        field: String,
+        #[source]
+        source: apis::extension::QuantityError,
+    },
+    #[error("{field}: Invalid value: the pod's total request is out of range")]
+    OutOfRange { field: String },
+}
+
 /// The pod's effective requests: the containers' sum, raised to any single
 /// init container's request, plus overhead (upstream `GetPodRequest`). A
 /// quantity that does not parse, or a sum beyond the representable range,
 /// is an error naming the field (the API server never stores such a pod;
 /// counting it as zero would let the checks below pass it).
-pub fn pod_requests(pod: &Pod) -> Result<BTreeMap<String, QuantityValue>, String> {
+pub fn pod_requests(pod: &Pod) -> Result<BTreeMap<String, QuantityValue>, RequestError> {
     let mut total: BTreeMap<String, QuantityValue> = BTreeMap::new();
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(total);
     };
     let requests_of = |field: String,
                        resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>|
-     -> Result<Vec<(String, QuantityValue)>, String> {
+     -> Result<Vec<(String, QuantityValue)>, RequestError> {
         resources
             .and_then(|r| r.requests.as_ref())
             .into_iter()
@@ -200,14 +209,15 @@ pub fn pod_requests(pod: &Pod) -> Result<BTreeMap<String, QuantityValue>, String
             .map(|(name, q)| {
                 QuantityValue::of(q)
                     .map(|v| (name.clone(), v))
-                    .map_err(|err| {
-                        format!("{field}.resources.requests.{name}: Invalid value: {err}")
+                    .map_err(|source| RequestError::Invalid {
+                        field: format!("{field}.resources.requests.{name}"),
+                        source,
                     })
             })
             .collect()
     };
-    let overflow = |field: &str, name: &str| {
-        format!("{field}.{name}: Invalid value: the pod's total request is out of range")
+    let overflow = |field: &str, name: &str| RequestError::OutOfRange {
+        field: format!("{field}.{name}"),
     };
     for (index, container) in spec.containers.iter().enumerate() {
         let field = format!("pod.spec.containers[{index}]");
@@ -228,8 +238,10 @@ pub fn pod_requests(pod: &Pod) -> Result<BTreeMap<String, QuantityValue>, String
         }
     }
     for (name, q) in spec.overhead.iter().flatten() {
-        let value = QuantityValue::of(q)
-            .map_err(|err| format!("pod.spec.overhead.{name}: Invalid value: {err}"))?;
+        let value = QuantityValue::of(q).map_err(|source| RequestError::Invalid {
+            field: format!("pod.spec.overhead.{name}"),
+            source,
+        })?;
         let entry = total.entry(name.clone()).or_insert(QuantityValue::ZERO);
         *entry = entry
             .checked_add(value)

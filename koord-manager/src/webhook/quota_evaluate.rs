@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::elasticquota::get_quota_name;
-use super::review::Operation;
+use super::review::{Operation, Refusal};
 
 /// Resources whose presence in a quota's `spec.max` turns evaluation on
 /// (upstream `podResources`). A quota naming none of them is not evaluated.
@@ -150,16 +150,105 @@ fn exponent_text(value: QuantityValue) -> String {
     format!("{nanos}e-9")
 }
 
+/// Upstream's message when the wait for an evaluation runs out (an `InternalError` status).
+pub const TIMEOUT_MESSAGE: &str = "Internal error occurred: elastic quota evaluation timed out";
+
 /// A resource list with exact amounts.
 pub type Amounts = BTreeMap<String, Amount>;
 
+/// Why a pod is not admitted to its quota, or could not be judged. The
+/// messages are upstream's (users and tests match them);
+/// [`EvaluationError::metric_label`] is the webhook rejection counter's
+/// `reason`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvaluationError {
+    /// A request, overhead or pod-level quantity of the pod cannot be read.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The quota's use or admission annotation, or its `spec.max`, cannot be read.
+    #[error("{0}")]
+    MalformedQuota(String),
+    /// A sum of amounts is beyond what an amount holds.
+    #[error("{0}")]
+    OutOfRange(String),
+    #[error("elastic quota {0} not found")]
+    QuotaNotFound(String),
+    #[error("more than one elastic quota {0} found")]
+    DuplicateQuota(String),
+    /// The pod's requests do not fit in the quota's admission limit.
+    #[error("exceeded quota: {quota}, requested: {requested}, used: {used}, limited: {limited}")]
+    Exceeded {
+        /// `namespace/name`.
+        quota: String,
+        requested: String,
+        used: String,
+        limited: String,
+    },
+    /// The quota could not be read (the API server's message).
+    #[error("{0}")]
+    ReadFailed(String),
+    /// The new use could not be written within the retries (the API server's message).
+    #[error("{0}")]
+    UpdateFailed(String),
+    /// Upstream's answer for a pod its batch left undecided.
+    #[error("DEFAULT DENY")]
+    Undecided,
+    /// The caller's wait for the evaluator ran out.
+    #[error("{}", TIMEOUT_MESSAGE)]
+    TimedOut,
+    /// The evaluator dropped the admission without answering.
+    #[error("Internal error occurred: elastic quota evaluation was abandoned")]
+    Abandoned,
+    #[error("the ElasticQuota cache is not synced yet")]
+    CacheNotSynced,
+    #[error("quota evaluation is on but the webhook has no evaluator")]
+    NoEvaluator,
+}
+
+impl Refusal for EvaluationError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            EvaluationError::InvalidRequest(_) => "invalid_request",
+            EvaluationError::MalformedQuota(_) => "malformed_quota",
+            EvaluationError::OutOfRange(_) => "out_of_range",
+            EvaluationError::QuotaNotFound(_) => "quota_not_found",
+            EvaluationError::DuplicateQuota(_) => "duplicate_quota",
+            EvaluationError::Exceeded { .. } => "exceeded",
+            EvaluationError::ReadFailed(_) => "read_failed",
+            EvaluationError::UpdateFailed(_) => "update_failed",
+            EvaluationError::Undecided => "undecided",
+            EvaluationError::TimedOut => "timeout",
+            EvaluationError::Abandoned => "abandoned",
+            EvaluationError::CacheNotSynced => "not_synced",
+            EvaluationError::NoEvaluator => "no_evaluator",
+        }
+    }
+}
+
+/// A quantity of a resource list that is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {source}")]
+pub struct InvalidAmount {
+    pub name: String,
+    #[source]
+    pub source: QuantityError,
+}
+
+/// A sum of one resource's amounts that an amount cannot hold.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}: the sum is out of range")]
+pub struct SumOutOfRange(String);
+
 /// Reads a resource list; the first bad quantity is the error.
-pub fn amounts_of(list: &BTreeMap<String, Quantity>) -> Result<Amounts, String> {
+pub fn amounts_of(list: &BTreeMap<String, Quantity>) -> Result<Amounts, InvalidAmount> {
     list.iter()
         .map(|(name, quantity)| {
             Amount::of(quantity)
                 .map(|amount| (name.clone(), amount))
-                .map_err(|err| format!("{name}: {err}"))
+                .map_err(|source| InvalidAmount {
+                    name: name.clone(),
+                    source,
+                })
         })
         .collect()
 }
@@ -169,16 +258,19 @@ pub fn amounts_of(list: &BTreeMap<String, Quantity>) -> Result<Amounts, String> 
 fn annotation_amounts(
     annotations: Option<&BTreeMap<String, String>>,
     key: &str,
-) -> Result<Amounts, String> {
+) -> Result<Amounts, EvaluationError> {
     let Some(text) = annotations
         .and_then(|a| a.get(key))
         .filter(|t| !t.is_empty())
     else {
         return Ok(Amounts::new());
     };
+    let malformed = |err: &dyn std::fmt::Display| {
+        EvaluationError::MalformedQuota(format!("annotation {key}: {err}"))
+    };
     let list: BTreeMap<String, Quantity> =
-        serde_json::from_str(text).map_err(|err| format!("annotation {key}: {err}"))?;
-    amounts_of(&list).map_err(|err| format!("annotation {key}: {err}"))
+        serde_json::from_str(text).map_err(|err| malformed(&err))?;
+    amounts_of(&list).map_err(|err| malformed(&err))
 }
 
 /// The JSON written to the child-request annotation (keys sorted, canonical
@@ -192,12 +284,12 @@ pub fn amounts_json(list: &Amounts) -> String {
 }
 
 /// Adds `b` into `a` (keys of either).
-fn add_into(a: &mut Amounts, b: &Amounts) -> Result<(), String> {
+fn add_into(a: &mut Amounts, b: &Amounts) -> Result<(), SumOutOfRange> {
     for (name, amount) in b {
         let sum = match a.get(name) {
             Some(current) => current
                 .plus(*amount)
-                .ok_or_else(|| format!("{name}: the sum is out of range"))?,
+                .ok_or_else(|| SumOutOfRange(name.clone()))?,
             None => *amount,
         };
         a.insert(name.clone(), sum);
@@ -205,7 +297,7 @@ fn add_into(a: &mut Amounts, b: &Amounts) -> Result<(), String> {
     Ok(())
 }
 
-fn sum(a: &Amounts, b: &Amounts) -> Result<Amounts, String> {
+fn sum(a: &Amounts, b: &Amounts) -> Result<Amounts, SumOutOfRange> {
     let mut total = a.clone();
     add_into(&mut total, b)?;
     Ok(total)
@@ -245,10 +337,16 @@ pub fn pretty_print(list: &Amounts) -> String {
         .join(",")
 }
 
-fn requests_of(field: &str, resources: Option<&ResourceRequirements>) -> Result<Amounts, String> {
+fn requests_of(
+    field: &str,
+    resources: Option<&ResourceRequirements>,
+) -> Result<Amounts, EvaluationError> {
     match resources.and_then(|r| r.requests.as_ref()) {
-        Some(requests) => amounts_of(requests)
-            .map_err(|err| format!("{field}.resources.requests: Invalid value: {err}")),
+        Some(requests) => amounts_of(requests).map_err(|err| {
+            EvaluationError::InvalidRequest(format!(
+                "{field}.resources.requests: Invalid value: {err}"
+            ))
+        }),
         None => Ok(Amounts::new()),
     }
 }
@@ -276,7 +374,9 @@ fn is_pod_level_resource(name: &str) -> bool {
 /// the containers' sum, sidecars (init containers with `restartPolicy:
 /// Always`) added to it, raised to any init container's need at its turn,
 /// pod-level requests replacing cpu and memory, plus overhead.
-pub fn pod_usage(pod: &Pod, now: SystemTime) -> Result<Amounts, String> {
+pub fn pod_usage(pod: &Pod, now: SystemTime) -> Result<Amounts, EvaluationError> {
+    let out_of_range =
+        |field: &str, err: SumOutOfRange| EvaluationError::OutOfRange(format!("{field}: {err}"));
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return Ok(Amounts::new());
@@ -304,7 +404,7 @@ pub fn pod_usage(pod: &Pod, now: SystemTime) -> Result<Amounts, String> {
             &mut total,
             &requests_of(&field, container.resources.as_ref())?,
         )
-        .map_err(|err| format!("{field}: {err}"))?;
+        .map_err(|err| out_of_range(&field, err))?;
     }
     let mut sidecars = Amounts::new();
     let mut init_need = Amounts::new();
@@ -312,11 +412,11 @@ pub fn pod_usage(pod: &Pod, now: SystemTime) -> Result<Amounts, String> {
         let field = format!("pod.spec.initContainers[{index}]");
         let requests = requests_of(&field, container.resources.as_ref())?;
         let need = if container.restart_policy.as_deref() == Some("Always") {
-            add_into(&mut total, &requests).map_err(|err| format!("{field}: {err}"))?;
-            add_into(&mut sidecars, &requests).map_err(|err| format!("{field}: {err}"))?;
+            add_into(&mut total, &requests).map_err(|err| out_of_range(&field, err))?;
+            add_into(&mut sidecars, &requests).map_err(|err| out_of_range(&field, err))?;
             sidecars.clone()
         } else {
-            sum(&requests, &sidecars).map_err(|err| format!("{field}: {err}"))?
+            sum(&requests, &sidecars).map_err(|err| out_of_range(&field, err))?
         };
         raise_to(&mut init_need, &need);
     }
@@ -329,15 +429,18 @@ pub fn pod_usage(pod: &Pod, now: SystemTime) -> Result<Amounts, String> {
     {
         for (name, quantity) in requests.iter().filter(|(n, _)| is_pod_level_resource(n)) {
             let amount = Amount::of(quantity).map_err(|err| {
-                format!("pod.spec.resources.requests.{name}: Invalid value: {err}")
+                EvaluationError::InvalidRequest(format!(
+                    "pod.spec.resources.requests.{name}: Invalid value: {err}"
+                ))
             })?;
             total.insert(name.clone(), amount);
         }
     }
     if let Some(overhead) = spec.overhead.as_ref() {
-        let overhead = amounts_of(overhead)
-            .map_err(|err| format!("pod.spec.overhead: Invalid value: {err}"))?;
-        add_into(&mut total, &overhead).map_err(|err| format!("pod.spec.overhead: {err}"))?;
+        let overhead = amounts_of(overhead).map_err(|err| {
+            EvaluationError::InvalidRequest(format!("pod.spec.overhead: Invalid value: {err}"))
+        })?;
+        add_into(&mut total, &overhead).map_err(|err| out_of_range("pod.spec.overhead", err))?;
     }
     Ok(total)
 }
@@ -430,15 +533,18 @@ pub fn quota_to_evaluate(
 }
 
 /// The one ElasticQuota named `name` (any namespace), or upstream's error.
-pub fn find_quota<'a>(quotas: &[&'a ElasticQuota], name: &str) -> Result<&'a ElasticQuota, String> {
+pub fn find_quota<'a>(
+    quotas: &[&'a ElasticQuota],
+    name: &str,
+) -> Result<&'a ElasticQuota, EvaluationError> {
     let mut found = quotas
         .iter()
         .copied()
         .filter(|q| q.metadata.name.as_deref() == Some(name));
     match (found.next(), found.next()) {
         (Some(quota), None) => Ok(quota),
-        (None, _) => Err(format!("elastic quota {name} not found")),
-        (Some(_), Some(_)) => Err(format!("more than one elastic quota {name} found")),
+        (None, _) => Err(EvaluationError::QuotaNotFound(name.to_owned())),
+        (Some(_), Some(_)) => Err(EvaluationError::DuplicateQuota(name.to_owned())),
     }
 }
 
@@ -469,18 +575,22 @@ pub fn prepare_evaluation(
     old_pod: Option<&Pod>,
     quotas: &[&ElasticQuota],
     gates: EvaluationGates,
-) -> Result<Option<Attributes>, String> {
+) -> Result<Option<Attributes>, EvaluationError> {
     if !gates.enabled {
         return Ok(None);
     }
     let name_of = |pod: &Pod| get_quota_name(pod, quotas, gates.disable_default_quota);
     let new_name = name_of(new_pod);
-    let old_name = match operation {
+    let old_name = match &operation {
         Operation::Update if gates.on_update => old_pod.map(name_of),
         _ => None,
     };
-    let Some(name) = quota_to_evaluate(operation, &new_name, old_name.as_deref(), gates.on_update)
-    else {
+    let Some(name) = quota_to_evaluate(
+        operation.clone(),
+        &new_name,
+        old_name.as_deref(),
+        gates.on_update,
+    ) else {
         return Ok(None);
     };
     let quota = find_quota(quotas, &name)?;
@@ -537,12 +647,12 @@ impl BatchContext {
         let annotations = quota.metadata.annotations.as_ref();
         let mut errors = Vec::new();
         self.used = annotation_amounts(annotations, ANNOTATION_CHILD_REQUEST).unwrap_or_else(|e| {
-            errors.push(e);
+            errors.push(e.to_string());
             Amounts::new()
         });
         let max = quota.spec.max.clone().unwrap_or_default();
         let admission = annotation_amounts(annotations, ANNOTATION_ADMISSION).unwrap_or_else(|e| {
-            errors.push(e);
+            errors.push(e.to_string());
             Amounts::new()
         });
         self.admission = if admission.is_empty() {
@@ -594,12 +704,12 @@ impl BatchContext {
         &mut self,
         attributes: &Attributes,
         now: SystemTime,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, EvaluationError> {
         if !matches!(attributes.operation, Operation::Create | Operation::Update) {
             return Ok(false);
         }
         if let Some(fatal) = &self.fatal {
-            return Err(fatal.clone());
+            return Err(EvaluationError::MalformedQuota(fatal.clone()));
         }
         if !POD_RESOURCES.iter().any(|name| self.names.contains(*name)) {
             return Ok(false);
@@ -608,20 +718,19 @@ impl BatchContext {
         if requested.is_empty() {
             return Ok(false);
         }
-        let new_usage = sum(&self.used, &requested)?;
+        let out_of_range = |err: SumOutOfRange| EvaluationError::OutOfRange(err.to_string());
+        let new_usage = sum(&self.used, &requested).map_err(out_of_range)?;
         let over = exceeded(&only(&new_usage, requested.keys()), &self.admission);
         if !over.is_empty() {
-            return Err(format!(
-                "exceeded quota: {}/{}, requested: {}, used: {}, limited: {}",
-                attributes.quota_namespace,
-                attributes.quota_name,
-                pretty_print(&only(&requested, &over)),
-                pretty_print(&only(&self.used, &over)),
-                pretty_print(&only(&self.admission, &over)),
-            ));
+            return Err(EvaluationError::Exceeded {
+                quota: attributes.key(),
+                requested: pretty_print(&only(&requested, &over)),
+                used: pretty_print(&only(&self.used, &over)),
+                limited: pretty_print(&only(&self.admission, &over)),
+            });
         }
         self.used = new_usage;
-        add_into(&mut self.delta, &requested)?;
+        add_into(&mut self.delta, &requested).map_err(out_of_range)?;
         Ok(true)
     }
 
@@ -688,12 +797,18 @@ impl UpdateSettings {
 
 /// A Go duration flag for the jitter settings: a negative value (which
 /// upstream takes as "off") is zero here.
-pub fn parse_jitter_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_jitter_duration(text: &str) -> Result<Duration, InvalidDuration> {
     match text.trim().strip_prefix('-') {
         Some(magnitude) => koord_common::cluster::parse_duration(magnitude).map(|_| Duration::ZERO),
         None => koord_common::cluster::parse_duration(text),
     }
+    .map_err(InvalidDuration)
 }
+
+/// A jitter flag that is not a Go duration (koord-common's message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidDuration(String);
 
 #[cfg(test)]
 mod tests;

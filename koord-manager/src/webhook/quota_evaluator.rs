@@ -22,14 +22,13 @@ use kube::ResourceExt;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::cache::ObjectCache;
-use super::quota_evaluate::{Attributes, BatchContext, UpdateSettings};
+use super::quota_evaluate::{Attributes, BatchContext, EvaluationError, UpdateSettings};
 use super::review::Operation;
 
 /// How long an admission waits for its evaluation (upstream: 10 s).
 pub const EVALUATION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Upstream's message when the wait runs out (an `InternalError` status).
-pub const TIMEOUT_MESSAGE: &str = "Internal error occurred: elastic quota evaluation timed out";
+pub use super::quota_evaluate::TIMEOUT_MESSAGE;
 
 /// How many quotas are evaluated at once (upstream: 16 workers).
 pub const DEFAULT_WORKERS: usize = 16;
@@ -44,6 +43,11 @@ pub enum UpdateError {
     Other(String),
 }
 
+/// Why the quota could not be read (the API server's message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReadError(pub String);
+
 /// Reads and writes ElasticQuotas for the evaluator.
 pub trait QuotaAccess: Send + Sync + 'static {
     /// The freshest copy known of quota `namespace/name`.
@@ -51,7 +55,7 @@ pub trait QuotaAccess: Send + Sync + 'static {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ElasticQuota, String>>;
+    ) -> BoxFuture<'a, Result<ElasticQuota, ReadError>>;
 
     /// Writes `child_request` to `quota`'s child-request annotation if the
     /// quota is still at `quota`'s resourceVersion. On a conflict the
@@ -67,7 +71,7 @@ pub trait QuotaAccess: Send + Sync + 'static {
 
 struct Waiter {
     attributes: Attributes,
-    reply: oneshot::Sender<Result<(), String>>,
+    reply: oneshot::Sender<Result<(), EvaluationError>>,
 }
 
 #[derive(Default)]
@@ -116,7 +120,7 @@ impl QuotaEvaluator {
 
     /// Admits or denies one pod against one quota; the error is the denial
     /// message. Only creates and updates are evaluated.
-    pub async fn evaluate(&self, attributes: Attributes) -> Result<(), String> {
+    pub async fn evaluate(&self, attributes: Attributes) -> Result<(), EvaluationError> {
         if !matches!(attributes.operation, Operation::Create | Operation::Update) {
             return Ok(());
         }
@@ -133,10 +137,8 @@ impl QuotaEvaluator {
         }
         match tokio::time::timeout(self.inner.timeout, answer).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => {
-                Err("Internal error occurred: elastic quota evaluation was abandoned".into())
-            }
-            Err(_) => Err(TIMEOUT_MESSAGE.to_owned()),
+            Ok(Err(_)) => Err(EvaluationError::Abandoned),
+            Err(_) => Err(EvaluationError::TimedOut),
         }
     }
 }
@@ -198,7 +200,11 @@ impl Inner {
     }
 
     /// One batch of one quota (upstream `checkAttributes` + `checkQuota`).
-    async fn check_batch(&self, batch: &[&Attributes], now: SystemTime) -> Vec<Result<(), String>> {
+    async fn check_batch(
+        &self,
+        batch: &[&Attributes],
+        now: SystemTime,
+    ) -> Vec<Result<(), EvaluationError>> {
         let Some(first) = batch.first() else {
             return Vec::new();
         };
@@ -208,7 +214,7 @@ impl Inner {
             .await
         {
             Ok(quota) => quota,
-            Err(err) => return vec![Err(err); batch.len()],
+            Err(err) => return vec![Err(EvaluationError::ReadFailed(err.0)); batch.len()],
         };
         self.check_quota(quota, batch, now).await
     }
@@ -220,13 +226,13 @@ impl Inner {
         mut quota: ElasticQuota,
         batch: &[&Attributes],
         now: SystemTime,
-    ) -> Vec<Result<(), String>> {
+    ) -> Vec<Result<(), EvaluationError>> {
         let Some(first) = batch.first() else {
             return Vec::new();
         };
         let (namespace, name) = (first.quota_namespace.as_str(), first.quota_name.as_str());
         // None: admitted in this batch, waiting for the write.
-        let mut results: Vec<Option<Result<(), String>>> = vec![None; batch.len()];
+        let mut results: Vec<Option<Result<(), EvaluationError>>> = vec![None; batch.len()];
         let mut remaining = self.settings.start_retries();
         let mut context = BatchContext::default();
         loop {
@@ -261,7 +267,7 @@ impl Inner {
                     settle(&mut results, Ok(()));
                     break;
                 }
-                Err(err) => err.to_string(),
+                Err(err) => EvaluationError::UpdateFailed(err.to_string()),
             };
             if remaining == 0 {
                 settle(&mut results, Err(failure));
@@ -278,13 +284,16 @@ impl Inner {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err("DEFAULT DENY".to_owned())))
+            .map(|r| r.unwrap_or(Err(EvaluationError::Undecided)))
             .collect()
     }
 }
 
 /// Gives every admission still waiting for the write `outcome`.
-fn settle(results: &mut [Option<Result<(), String>>], outcome: Result<(), String>) {
+fn settle(
+    results: &mut [Option<Result<(), EvaluationError>>],
+    outcome: Result<(), EvaluationError>,
+) {
     for result in results.iter_mut().filter(|r| r.is_none()) {
         *result = Some(outcome.clone());
     }
@@ -398,7 +407,7 @@ impl QuotaAccess for KubeQuotaAccess {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ElasticQuota, String>> {
+    ) -> BoxFuture<'a, Result<ElasticQuota, ReadError>> {
         Box::pin(async move {
             let key = format!("{namespace}/{name}");
             let read = match self.cache.get(&key) {
@@ -407,7 +416,7 @@ impl QuotaAccess for KubeQuotaAccess {
                     .api(namespace)
                     .get(name)
                     .await
-                    .map_err(|err| api_message(&err))?,
+                    .map_err(|err| ReadError(api_message(&err)))?,
             };
             let mut written = self.written.lock_or_recover();
             match written.quotas.get(&key) {
@@ -543,12 +552,14 @@ mod tests {
             &'a self,
             _namespace: &'a str,
             name: &'a str,
-        ) -> BoxFuture<'a, Result<ElasticQuota, String>> {
+        ) -> BoxFuture<'a, Result<ElasticQuota, ReadError>> {
             self.gets.fetch_add(1, Ordering::SeqCst);
             let found = self.quotas.lock().unwrap().get(name).cloned();
             Box::pin(async move {
                 found.ok_or_else(|| {
-                    format!("elasticquotas.scheduling.sigs.k8s.io \"{name}\" not found")
+                    ReadError(format!(
+                        "elasticquotas.scheduling.sigs.k8s.io \"{name}\" not found"
+                    ))
                 })
             })
         }
@@ -628,7 +639,7 @@ mod tests {
         assert_eq!(api.child_request("q").unwrap(), r#"{"cpu":"9"}"#);
         let err = evaluator.evaluate(attributes("q", "3")).await.unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "exceeded quota: ns/q, requested: cpu=3, used: cpu=9, limited: cpu=10"
         );
         assert_eq!(api.child_request("q").unwrap(), r#"{"cpu":"9"}"#);
@@ -656,7 +667,9 @@ mod tests {
                 Ok(()) => admitted += 1,
                 Err(message) => {
                     assert!(
-                        message.starts_with("exceeded quota: ns/q, requested: cpu=1, used: cpu="),
+                        message
+                            .to_string()
+                            .starts_with("exceeded quota: ns/q, requested: cpu=1, used: cpu="),
                         "{message}"
                     );
                     denied += 1;
@@ -720,7 +733,10 @@ mod tests {
             .check_quota(as_read, &[&c], SystemTime::now())
             .await;
         assert_eq!(
-            results,
+            results
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect::<Vec<_>>(),
             vec![Err(
                 "exceeded quota: ns/q, requested: cpu=5, used: cpu=18, limited: cpu=20".into()
             )]
@@ -750,7 +766,7 @@ mod tests {
             .evaluate(attributes("q", "1"))
             .await
             .unwrap_err();
-        assert_eq!(err, "the object has been modified");
+        assert_eq!(err.to_string(), "the object has been modified");
         assert_eq!(api.writes.load(Ordering::SeqCst), 4);
 
         // A larger maximum gives a single pod no more than three retries.
@@ -766,7 +782,7 @@ mod tests {
             .evaluate(attributes("q", "1"))
             .await
             .unwrap_err();
-        assert_eq!(err, "the object has been modified");
+        assert_eq!(err.to_string(), "the object has been modified");
         assert_eq!(api.writes.load(Ordering::SeqCst), 4);
 
         // Other write errors are retried the same way and then reported.
@@ -789,7 +805,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "elasticquotas.scheduling.sigs.k8s.io \"gone\" not found"
         );
     }
@@ -802,7 +818,7 @@ mod tests {
             &'a self,
             _namespace: &'a str,
             _name: &'a str,
-        ) -> BoxFuture<'a, Result<ElasticQuota, String>> {
+        ) -> BoxFuture<'a, Result<ElasticQuota, ReadError>> {
             Box::pin(futures::future::pending())
         }
 
@@ -825,9 +841,9 @@ mod tests {
             Duration::from_millis(50),
         );
         let err = evaluator.evaluate(attributes("q", "1")).await.unwrap_err();
-        assert_eq!(err, TIMEOUT_MESSAGE);
+        assert_eq!(err.to_string(), TIMEOUT_MESSAGE);
         assert_eq!(
-            err,
+            err.to_string(),
             "Internal error occurred: elastic quota evaluation timed out"
         );
     }

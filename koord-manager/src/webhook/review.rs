@@ -1,58 +1,37 @@
-//! AdmissionReview (`admission.k8s.io/v1`) wire types and the decision every
-//! webhook core returns.
+//! AdmissionReview (`admission.k8s.io/v1`) on kube's admission types, the
+//! decision every webhook core returns, and the response built from it.
 
 use std::fmt;
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use kube::core::admission::{self, AdmissionResponse};
+use kube::core::{DynamicObject, Status, TypeMeta};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// The apiVersion of the reviews we answer.
-pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
-pub const ADMISSION_KIND: &str = "AdmissionReview";
+/// The apiVersion answered when a review names none (kube-apiserver
+/// requires the response's to match the request's).
+pub const ADMISSION_API_VERSION: &str = admission::META_API_VERSION_V1;
+pub const ADMISSION_KIND: &str = admission::META_KIND;
 
-/// What kube-apiserver posts.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionReview {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    pub request: Option<AdmissionRequest>,
+pub use kube::core::admission::Operation;
+
+/// What kube-apiserver posts and what we answer (`admission.k8s.io/v1`).
+/// Objects arrive as [`DynamicObject`]s; each webhook decodes the type it
+/// expects with [`RequestExt::decode`].
+pub type AdmissionReview = admission::AdmissionReview<DynamicObject>;
+/// The request part of a review; its `types` are the review's once taken
+/// out with `try_into`.
+pub type AdmissionRequest = admission::AdmissionRequest<DynamicObject>;
+
+/// The operation's wire name, for logs and metric labels.
+pub trait OperationName {
+    fn as_str(&self) -> &'static str;
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupVersionKind {
-    #[serde(default)]
-    pub group: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub kind: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupVersionResource {
-    #[serde(default)]
-    pub group: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub resource: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Operation {
-    Create,
-    Update,
-    Delete,
-    Connect,
-}
-
-impl Operation {
-    pub fn as_str(self) -> &'static str {
+impl OperationName for Operation {
+    fn as_str(&self) -> &'static str {
         match self {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
@@ -62,65 +41,46 @@ impl Operation {
     }
 }
 
-/// The request part of a review. Objects stay raw JSON; each webhook decodes
-/// the type it expects.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest {
-    pub uid: String,
-    #[serde(default)]
-    pub kind: GroupVersionKind,
-    #[serde(default)]
-    pub resource: GroupVersionResource,
-    #[serde(default)]
-    pub sub_resource: Option<String>,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub namespace: Option<String>,
-    pub operation: Operation,
-    #[serde(default)]
-    pub user_info: Option<Value>,
-    #[serde(default)]
-    pub object: Option<Value>,
-    #[serde(default)]
-    pub old_object: Option<Value>,
-    #[serde(default)]
-    pub dry_run: Option<bool>,
-    #[serde(default)]
-    pub options: Option<Value>,
+/// What every handler reads from a request beyond its fields.
+pub trait RequestExt {
+    /// True when the request is for `resource` itself, not a subresource.
+    fn is_for(&self, resource: &str) -> bool;
+    /// The request's namespace, empty for cluster-scoped objects.
+    fn namespace(&self) -> &str;
+    /// Decodes `object` (or `oldObject` when `old`), naming the field on failure.
+    fn decode<T: DeserializeOwned>(&self, old: bool) -> Result<Option<T>, Decision>;
+    /// The object, and on UPDATE the old object too; a missing one (or a
+    /// malformed one) is the 400 to answer.
+    fn decode_with_old<T: DeserializeOwned>(&self) -> Result<(T, Option<T>), Decision>;
 }
 
-impl AdmissionRequest {
-    /// True when the request is for `resource` itself, not a subresource.
-    pub fn is_for(&self, resource: &str) -> bool {
+impl RequestExt for AdmissionRequest {
+    fn is_for(&self, resource: &str) -> bool {
         self.resource.resource == resource && self.sub_resource.as_deref().unwrap_or("").is_empty()
     }
 
-    pub fn namespace(&self) -> &str {
+    fn namespace(&self) -> &str {
         self.namespace.as_deref().unwrap_or("")
     }
 
-    /// Decodes `object` (or `oldObject` when `old`), naming the field on failure.
-    pub fn decode<T: serde::de::DeserializeOwned>(&self, old: bool) -> Result<Option<T>, Decision> {
+    fn decode<T: DeserializeOwned>(&self, old: bool) -> Result<Option<T>, Decision> {
         let (field, raw) = if old {
             ("oldObject", &self.old_object)
         } else {
             ("object", &self.object)
         };
-        match raw {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => T::deserialize(value)
-                .map(Some)
-                .map_err(|err| Decision::bad_request(format!("cannot decode {field}: {err}"))),
-        }
+        let Some(object) = raw else {
+            return Ok(None);
+        };
+        // The dynamic object holds metadata typed and the rest as JSON; the
+        // typed object is read from their union.
+        serde_json::to_value(object)
+            .and_then(|value| T::deserialize(&value))
+            .map(Some)
+            .map_err(|err| Decision::bad_request(format!("cannot decode {field}: {err}")))
     }
 
-    /// The object, and on UPDATE the old object too; a missing one (or a
-    /// malformed one) is the 400 to answer.
-    pub fn decode_with_old<T: serde::de::DeserializeOwned>(
-        &self,
-    ) -> Result<(T, Option<T>), Decision> {
+    fn decode_with_old<T: DeserializeOwned>(&self) -> Result<(T, Option<T>), Decision> {
         let object = self
             .decode(false)?
             .ok_or_else(|| Decision::bad_request("the request has no object"))?;
@@ -218,6 +178,22 @@ impl Decision {
             ..Decision::deny(message)
         }
     }
+
+    /// A 400 with the error's message and its metric label.
+    pub fn bad_request_for(error: &impl Refusal) -> Self {
+        Decision::bad_request(error.to_string()).with_reason(error.metric_label())
+    }
+
+    /// A 500 with the error's message and its metric label.
+    pub fn internal_for(error: &impl Refusal) -> Self {
+        Decision::internal(error.to_string()).with_reason(error.metric_label())
+    }
+}
+
+/// A webhook error that refuses an admission: its message is what the user
+/// sees, its label the `reason` of `koord_manager_webhook_rejections`.
+pub trait Refusal: fmt::Display {
+    fn metric_label(&self) -> &'static str;
 }
 
 impl fmt::Display for Decision {
@@ -234,68 +210,58 @@ impl fmt::Display for Decision {
     }
 }
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseStatus<'a> {
-    metadata: serde_json::Map<String, Value>,
-    code: u16,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    message: &'a str,
+/// Why a response could not be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("cannot encode the patch: {0}")]
+    Patch(#[from] admission::SerializePatchError),
+    #[error("cannot encode the response: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AdmissionResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    status: ResponseStatus<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AdmissionReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'static str,
-    response: AdmissionResponseOut<'a>,
-}
-
-/// The response review for request `uid`, echoing the request's apiVersion
-/// (kube-apiserver requires it to match).
-pub fn response_review(
-    api_version: &str,
-    uid: &str,
+/// The answer to `request`: its uid, the decision's allowed, code and
+/// message (in `status`, with empty metadata as upstream's controller-runtime
+/// sends), and the patch; kind `AdmissionReview` and the request's
+/// apiVersion (the default one when it named none).
+pub fn respond(
+    request: &AdmissionRequest,
     decision: &Decision,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let patch = match &decision.patch {
-        Some(patch) => {
-            Some(base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(patch)?))
-        }
-        None => None,
-    };
-    let api_version = if api_version.is_empty() {
-        ADMISSION_API_VERSION
-    } else {
-        api_version
-    };
-    serde_json::to_vec(&AdmissionReviewOut {
-        api_version,
-        kind: ADMISSION_KIND,
-        response: AdmissionResponseOut {
-            uid,
-            allowed: decision.allowed,
-            status: ResponseStatus {
-                metadata: serde_json::Map::new(),
-                code: decision.code,
-                message: &decision.message,
-            },
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
+) -> Result<AdmissionReview, EncodeError> {
+    let mut response = AdmissionResponse::from(request);
+    response.types = TypeMeta {
+        api_version: if request.types.api_version.is_empty() {
+            ADMISSION_API_VERSION.to_owned()
+        } else {
+            request.types.api_version.clone()
         },
-    })
+        kind: ADMISSION_KIND.to_owned(),
+    };
+    response.allowed = decision.allowed;
+    response.result = Status {
+        code: decision.code,
+        message: decision.message.clone(),
+        metadata: Some(ListMeta::default()),
+        ..Status::default()
+    };
+    if let Some(patch) = &decision.patch {
+        response = response.with_patch(patch.clone())?;
+    }
+    Ok(response.into_review())
+}
+
+/// The review's JSON. kube's response holds the patch as bytes, which serde
+/// writes as an array of numbers; the wire carries them base64-encoded, as
+/// Go's `[]byte` is.
+pub fn encode(review: &AdmissionReview) -> Result<Vec<u8>, EncodeError> {
+    let mut value = serde_json::to_value(review)?;
+    let patch = review
+        .response
+        .as_ref()
+        .and_then(|response| response.patch.as_ref());
+    if let (Some(patch), Some(slot)) = (patch, value.pointer_mut("/response/patch")) {
+        *slot = Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+    }
+    Ok(serde_json::to_vec(&value)?)
 }
 
 /// Field errors in the style of Kubernetes' `field.ErrorList` aggregate:
@@ -311,6 +277,139 @@ pub fn aggregate(errors: &[String]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A request as kube-apiserver sends it, taken out of its review.
+    fn request(api_version: &str, uid: &str, object: Value) -> AdmissionRequest {
+        let review: AdmissionReview = serde_json::from_value(json!({
+            "apiVersion": api_version, "kind": "AdmissionReview",
+            "request": {
+                "uid": uid, "operation": "CREATE", "name": "p", "namespace": "ns",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "userInfo": {"username": "u"},
+                "object": object, "oldObject": null, "dryRun": false
+            }
+        }))
+        .unwrap();
+        review.try_into().unwrap()
+    }
+
+    fn response_review(
+        api_version: &str,
+        uid: &str,
+        decision: &Decision,
+    ) -> Result<Vec<u8>, EncodeError> {
+        encode(&respond(&request(api_version, uid, json!({})), decision)?)
+    }
+
+    #[test]
+    fn the_wire_response_has_exactly_the_fields_we_answered_before() {
+        let decision = Decision::patch_between(&json!({"a": 1}), &json!({"a": 2}));
+        let body = response_review("admission.k8s.io/v1", "u-1", &decision).unwrap();
+        let patch = base64::engine::general_purpose::STANDARD
+            .encode(br#"[{"op":"replace","path":"/a","value":2}]"#);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {
+                    "uid": "u-1", "allowed": true,
+                    "status": {"metadata": {}, "code": 200},
+                    "patch": patch, "patchType": "JSONPatch"
+                }
+            })
+        );
+        let body =
+            response_review("admission.k8s.io/v1", "u-2", &Decision::internal("boom")).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {
+                    "uid": "u-2", "allowed": false,
+                    "status": {"metadata": {}, "code": 500, "message": "boom"}
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn objects_decode_as_the_webhook_expects_and_malformed_ones_are_a_400() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "creationTimestamp": null},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let decoded: k8s_openapi::api::core::v1::Pod = request("admission.k8s.io/v1", "u", pod)
+            .decode(false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(decoded.metadata.labels.unwrap()["a"], "b");
+        assert_eq!(
+            decoded.spec.unwrap().containers[0].image.as_deref(),
+            Some("i")
+        );
+        let absent: Option<k8s_openapi::api::core::v1::Pod> =
+            request("admission.k8s.io/v1", "u", json!({}))
+                .decode(true)
+                .unwrap();
+        assert!(absent.is_none());
+        let not_a_pod = request(
+            "admission.k8s.io/v1",
+            "u",
+            json!({"spec": {"containers": 5}}),
+        );
+        let denied = not_a_pod
+            .decode::<k8s_openapi::api::core::v1::Pod>(false)
+            .unwrap_err();
+        assert_eq!(denied.code, 400);
+        assert!(
+            denied.message.starts_with("cannot decode object: "),
+            "{}",
+            denied.message
+        );
+    }
+
+    #[test]
+    fn kube_writes_the_patch_as_numbers_and_encode_makes_it_base64() {
+        let decision = Decision::patch_between(&json!({"a": 1}), &json!({"a": 2}));
+        let review = respond(&request("admission.k8s.io/v1", "u", json!({})), &decision).unwrap();
+        let plain = serde_json::to_value(&review).unwrap();
+        assert!(plain["response"]["patch"].is_array(), "{plain}");
+        let wire: Value = serde_json::from_slice(&encode(&review).unwrap()).unwrap();
+        assert!(wire["response"]["patch"].is_string(), "{wire}");
+    }
+
+    #[test]
+    fn an_object_with_malformed_metadata_makes_the_review_malformed() {
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "userInfo": {},
+                "object": {"metadata": {"labels": 5}}
+            }
+        });
+        assert!(serde_json::from_value::<AdmissionReview>(review).is_err());
+    }
+
+    #[test]
+    fn reviews_without_what_kube_apiserver_always_sends_do_not_parse() {
+        for missing in ["uid", "operation", "kind", "resource", "userInfo"] {
+            let mut review = json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u", "operation": "CREATE",
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "userInfo": {}
+                }
+            });
+            review["request"].as_object_mut().unwrap().remove(missing);
+            let err = serde_json::from_value::<AdmissionReview>(review).unwrap_err();
+            assert!(err.to_string().contains(missing), "{missing}: {err}");
+        }
+    }
 
     #[test]
     fn review_round_trip_carries_uid_and_base64_patch() {

@@ -15,7 +15,7 @@ use koord_common::Shutdown;
 use tokio_rustls::TlsAcceptor;
 
 use super::handlers::Handlers;
-use super::review::{AdmissionReview, response_review};
+use super::review::{AdmissionRequest, AdmissionReview, encode, respond};
 use crate::cert::ReloadableCert;
 
 /// Largest review accepted: an UPDATE carries two objects of up to etcd's 1.5 MiB each.
@@ -167,16 +167,15 @@ async fn admit(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
         Ok(review) => review,
         Err(err) => return refuse(BodyRefused::Malformed(err)),
     };
-    let Some(request) = review.request else {
-        return refuse(BodyRefused::NoRequest);
+    // Taking the request out gives it the review's apiVersion for the answer.
+    let request: AdmissionRequest = match review.try_into() {
+        Ok(request) => request,
+        Err(_) => return refuse(BodyRefused::NoRequest),
     };
     let decision = handlers.handle(path, &request).await;
-    match response_review(&review.api_version, &request.uid, &decision) {
+    match respond(&request, &decision).and_then(|review| encode(&review)) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(err) => plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the response: {err}"),
-        ),
+        Err(err) => plain(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
     }
 }
 

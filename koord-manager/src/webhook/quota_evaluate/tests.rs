@@ -154,7 +154,7 @@ fn check_request_table() {
         match case.error {
             Some(part) => {
                 let err = result.unwrap_err();
-                assert!(err.contains(part), "{}: {err}", case.name);
+                assert!(err.to_string().contains(part), "{}: {err}", case.name);
             }
             None => assert!(result.is_ok(), "{}: {result:?}", case.name),
         }
@@ -174,7 +174,9 @@ fn evaluate_one(quota: &ElasticQuota, pod: Pod) -> Result<String, String> {
         operation: Operation::Create,
         pod,
     };
-    context.check_request(&attributes, now())?;
+    context
+        .check_request(&attributes, now())
+        .map_err(|e| e.to_string())?;
     Ok(context.used_json())
 }
 
@@ -281,13 +283,17 @@ fn admission(
     quotas: &[&ElasticQuota],
     gates: EvaluationGates,
 ) -> Result<Option<Value>, String> {
-    let Some(attributes) = prepare_evaluation(operation, new_pod, old_pod, quotas, gates)? else {
+    let Some(attributes) = prepare_evaluation(operation, new_pod, old_pod, quotas, gates)
+        .map_err(|e| e.to_string())?
+    else {
         return Ok(None);
     };
-    let quota = find_quota(quotas, &attributes.quota_name)?;
+    let quota = find_quota(quotas, &attributes.quota_name).map_err(|e| e.to_string())?;
     let mut context = BatchContext::default();
     context.load(quota);
-    let changed = context.check_request(&attributes, now())?;
+    let changed = context
+        .check_request(&attributes, now())
+        .map_err(|e| e.to_string())?;
     Ok(changed.then(|| serde_json::from_str(&context.used_json()).unwrap()))
 }
 
@@ -914,6 +920,7 @@ fn pod_usage_follows_kubernetes_pod_requests() {
     assert!(
         pod_usage(&bad, now())
             .unwrap_err()
+            .to_string()
             .starts_with("pod.spec.containers[0].resources.requests: Invalid value: cpu: ")
     );
 }
