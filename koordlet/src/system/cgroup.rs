@@ -28,7 +28,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
-use super::units::{CpuSet, CpuSetParseError, DEFAULT_CFS_PERIOD_US, MIN_CFS_QUOTA_US};
+use super::units::{CpuListError, CpuSet, DEFAULT_CFS_PERIOD_US, MIN_CFS_QUOTA_US};
 
 /// The cgroup hierarchy flavour the node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -652,7 +652,7 @@ pub enum CgroupValueError {
     #[error("field {key:?} is missing")]
     MissingField { key: String },
     #[error(transparent)]
-    CpuSet(#[from] CpuSetParseError),
+    CpuSet(#[from] CpuListError),
 }
 
 /// What a resource's file holds.
