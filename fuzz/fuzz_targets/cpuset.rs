@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(set.len(), set.to_btree::<i32>().len());
     }
 
-    use koordlet::system::units::CpuSet;
+    use koord_common::units::CpuSet;
     if let Ok(set) = CpuSet::parse_exact(text) {
         let printed = set.to_string();
         let again = CpuSet::parse_exact(&printed)

@@ -3,7 +3,13 @@
 //! modules: they import nothing from the rest of this crate.
 
 pub mod cpuset;
+pub mod quantity;
+pub mod topology;
 
 pub use cpuset::{
     CpuId, CpuListError, CpuSet, MAX_CPU_ID, MAX_CPU_LIST_BYTES, MAX_EXACT_CPU_LIST_BYTES,
 };
+pub use quantity::{
+    Bytes, CfsQuota, CfsQuotaError, DEFAULT_CFS_PERIOD_US, MIN_CFS_QUOTA_US, MilliCpu,
+};
+pub use topology::{CpuInfo, CpuTopology};

@@ -29,7 +29,7 @@ use apis::slo::v1alpha1::{CPUBurstConfig, CPUBurstPolicy};
 use super::framework::{Decision, QosContainer, QosPod, QosSnapshot, Strategy};
 use crate::metriccache::{MetricKind, SeriesKey};
 use crate::system::cgroup::{CgroupResource, CgroupValue};
-use crate::system::units::DEFAULT_CFS_PERIOD_US;
+use koord_common::units::DEFAULT_CFS_PERIOD_US;
 
 pub const NAME: &str = "cpuburst";
 
@@ -454,7 +454,7 @@ mod tests {
     use crate::qosmanager::framework::MapReader;
     use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::system::cgroup::QosTier;
-    use crate::system::cputopology::{CpuInfo, CpuTopology};
+    use koord_common::units::{CpuInfo, CpuTopology};
 
     fn now() -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)

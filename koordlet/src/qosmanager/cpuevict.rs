@@ -681,7 +681,7 @@ mod tests {
     fn threshold_config() -> ResourceThresholdStrategy {
         ResourceThresholdStrategy::default()
     }
-    use crate::system::units::CpuSet;
+    use koord_common::units::CpuSet;
     use std::sync::Arc;
 
     fn settings() -> SatisfactionConfig {

@@ -33,8 +33,8 @@ use apis::slo::v1alpha1::{CPUSuppressPolicy, ResourceThresholdStrategy};
 
 use super::framework::{Decision, QosSnapshot, Strategy};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
-use crate::system::cputopology::{CpuInfo, CpuTopology};
-use crate::system::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
+use koord_common::units::{CpuInfo, CpuTopology};
+use koord_common::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
 
 pub const NAME: &str = "cpusuppress";
 

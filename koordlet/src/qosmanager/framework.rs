@@ -65,8 +65,8 @@ use crate::metriccache::MetricCache;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
-use crate::system::cputopology::CpuTopology;
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
+use koord_common::units::CpuTopology;
 
 // ---------------------------------------------------------------------------
 // Snapshot

@@ -27,8 +27,8 @@ use crate::statesinformer::StatesInformer;
 use crate::statesinformer::cpumanager::read_kubelet_cpu_manager_view;
 use crate::statesinformer::podmeta::pod_meta_of;
 use crate::system::cgroup::CgroupLayout;
-use crate::system::cputopology::CpuTopology;
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
+use koord_common::units::CpuTopology;
 
 /// The explain endpoint's path.
 pub const EXPLAIN_PATH: &str = "/qos/explain";
