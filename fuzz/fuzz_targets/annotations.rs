@@ -350,7 +350,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = koordlet::statesinformer::nodetopo::system_exclusive_cpus(&map);
     let online = "0-7"
-        .parse::<koordlet::system::units::CpuSet>()
+        .parse::<koord_common::units::CpuSet>()
         .unwrap_or_default();
     let _ = koordlet::runtimehooks::rules::NodeRules::build(
         Some(&node),

@@ -1,10 +1,10 @@
 //! CPU list parsers (`0-3,8`), the text of annotations anyone who may create
 //! a pod, a Reservation or annotate a node can write:
 //!
-//! - koord-scheduler's bounded `CpuSet::parse` (resource-status, reservation
-//!   and node annotations);
-//! - koordlet's `CpuSet::parse_exact` (pod annotations) and its lenient
-//!   `FromStr` (cgroup files, node annotations);
+//! - `koord_common::units::CpuSet`'s three readings: `parse_each_cpu_once`
+//!   (koord-scheduler's resource-status, reservation and node annotations),
+//!   `parse_exact` (koordlet's pod annotations) and `FromStr` (cgroup files,
+//!   kubelet state; repeats merged);
 //! - koord-manager's `count_cpu_list` (the node-reservation annotation).
 //!
 //! Errors are fine; a panic, a hang or unbounded memory is a finding. A list
@@ -18,19 +18,19 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
 
-    if let Ok(set) = koord_scheduler::cpuset::CpuSet::parse(text) {
+    if let Ok(set) = koord_scheduler::cpuset::CpuSet::parse_each_cpu_once(text) {
         let printed = set.to_string();
-        let again = koord_scheduler::cpuset::CpuSet::parse(&printed)
+        let again = koord_scheduler::cpuset::CpuSet::parse_each_cpu_once(&printed)
             .unwrap_or_else(|e| panic!("scheduler cpuset {printed:?} does not parse back: {e}"));
         assert!(
             again == set,
             "scheduler cpuset {text:?} printed as {printed:?}"
         );
         assert_eq!(set.len(), set.iter().count());
-        assert_eq!(set.len(), set.to_btree().len());
+        assert_eq!(set.len(), set.to_btree::<i32>().len());
     }
 
-    use koordlet::system::units::CpuSet;
+    use koord_common::units::CpuSet;
     if let Ok(set) = CpuSet::parse_exact(text) {
         let printed = set.to_string();
         let again = CpuSet::parse_exact(&printed)

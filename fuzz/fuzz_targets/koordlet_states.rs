@@ -25,7 +25,7 @@ use koordlet::runtimehooks::reconciler::{pod_container_spec_resources, pod_conte
 use koordlet::runtimehooks::rules::NodeRules;
 use koordlet::statesinformer::cpumanager::{self, CpuManagerCheckpoint};
 use koordlet::statesinformer::{kubelet, podmeta, podsfile, standalone};
-use koordlet::system::units::CpuSet;
+use koord_common::units::CpuSet;
 use libfuzzer_sys::fuzz_target;
 
 /// A seed file without its selector byte.

@@ -13,7 +13,7 @@ use koordlet::runtimehooks::protocol::{FailurePolicy, FailurePolicyConfig};
 use koordlet::runtimehooks::resctrlnode::ResctrlNodeInfo;
 use koordlet::runtimehooks::rules::{CpuQosRule, NodeRules, ResctrlRule};
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
-use koordlet::system::units::CpuSet;
+use koord_common::units::CpuSet;
 
 /// Splits `data` into a selector in `0..count` and the rest.
 pub fn select(data: &[u8], count: u8) -> Option<(u8, &[u8])> {

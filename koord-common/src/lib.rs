@@ -1,6 +1,7 @@
 //! Process plumbing shared by the Koordinator binaries: flags, logging, the
 //! health/metrics HTTP server, shutdown on signals, cluster reachability and
-//! Lease leader election.
+//! Lease leader election; and the value types they exchange ([`units`]:
+//! cpusets, milli-CPU, bytes, CFS quotas, CPU topology).
 
 pub mod addr;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod server;
 pub mod shutdown;
 pub mod sync;
 pub mod tls;
+pub mod units;
 
 pub use addr::{AddrParseError, ListenAddr, ServeAt};
 pub use cluster::{

@@ -253,7 +253,7 @@ fn metadata_mut(object: &mut Object) -> &mut ObjectMeta {
 type Check = fn(&BTreeMap<String, String>) -> Result<(), String>;
 
 fn cpus(text: &str) -> Result<CpuSet, String> {
-    CpuSet::parse(text).map_err(|e| e.to_string())
+    CpuSet::parse_each_cpu_once(text).map_err(|e| e.to_string())
 }
 
 fn check_resource_status(annotations: &BTreeMap<String, String>) -> Result<(), String> {

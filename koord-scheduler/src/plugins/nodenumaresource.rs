@@ -195,7 +195,7 @@ pub use crate::cpuset::{CpuListError, CpuSet, MAX_CPU_ID};
 
 /// Parses a Linux cpu list (`0-3,8`) under [`crate::cpuset`]'s bounds.
 pub fn parse_cpuset(text: &str) -> Result<CpuSet, CpuListError> {
-    CpuSet::parse(text)
+    CpuSet::parse_each_cpu_once(text)
 }
 
 /// Formats a cpu set as a Linux cpu list with ranges.
@@ -733,7 +733,7 @@ impl NodeNUMAResource {
                 // The CPUs it still holds first, the rest from the free
                 // CPUs other reservations do not hold.
                 let others = self.held_on(&node.name, now, Some(name));
-                let preferred: BTreeSet<i32> = left.iter().collect();
+                let preferred: BTreeSet<i32> = left.to_btree();
                 let freed = self.choose_preferring(
                     pod,
                     request,
@@ -1215,7 +1215,7 @@ impl NodeNUMAResource {
                     }
                 };
                 if allocation.cpus.len() <= topology.cpus.len() {
-                    for cpu in allocation.cpus.iter() {
+                    for cpu in allocation.cpus.iter_as::<i32>() {
                         if topology.cpus.contains_key(&cpu) {
                             take(cpu);
                         }
@@ -1300,7 +1300,7 @@ impl NodeNUMAResource {
             }
             let mut used = allocation.numa.clone();
             if used.is_empty() && allocation.cpus.len() <= topology.cpus.len() {
-                for cpu in allocation.cpus.iter() {
+                for cpu in allocation.cpus.iter_as::<i32>() {
                     if let Some(info) = topology.cpus.get(&cpu) {
                         *used
                             .entry(info.node)
@@ -1358,7 +1358,7 @@ impl NodeNUMAResource {
             if used.is_empty() && allocation.cpus.len() <= topology.cpus.len() {
                 used = allocation
                     .cpus
-                    .iter()
+                    .iter_as::<i32>()
                     .filter_map(|cpu| topology.cpus.get(&cpu).map(|i| i.node))
                     .collect();
             }

@@ -203,9 +203,9 @@ pub fn parse_controller_list(text: &str) -> Result<BTreeSet<String>, ParseError>
 }
 
 /// Parses a kernel CPU or node list such as `0-3,8,10-11` with the shared
-/// [`CpuSet`](crate::system::units::CpuSet) parser. An empty file is an empty set.
+/// [`CpuSet`](koord_common::units::CpuSet) parser. An empty file is an empty set.
 pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, ParseError> {
-    text.parse::<crate::system::units::CpuSet>()
+    text.parse::<koord_common::units::CpuSet>()
         .map(|set| set.iter().collect())
         .map_err(|error| ParseError::new("cpu list", error.to_string(), text.trim()))
 }

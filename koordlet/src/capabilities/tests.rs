@@ -464,7 +464,7 @@ fn malformed_files_never_panic_and_are_explained() {
     assert!(caps.reasons["resctrl.cat"].contains("num_closids"));
     assert!(caps.reasons["resctrl.mba"].contains("num_closids"));
     assert_eq!(caps.cpus, 0);
-    assert!(caps.reasons["cpus"].contains("is reversed"));
+    assert!(caps.reasons["cpus"].contains("start is after its end"));
     assert!(caps.reasons["cpuTopology"].contains("node1"));
     assert_eq!(caps.kernel, "unknown");
     assert!(caps.reasons["kernel"].contains("osrelease"));

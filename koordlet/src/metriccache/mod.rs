@@ -41,7 +41,7 @@ pub use key::{
 use koord_common::sync::RwLockExt;
 pub use series::{AppendError, BYTES_PER_SAMPLE};
 
-use crate::system::cputopology::CpuTopology;
+use koord_common::units::CpuTopology;
 use series::Series;
 
 /// Default retention of samples (upstream keeps 12 h on disk; 30 min covers

@@ -129,8 +129,8 @@ impl Collector for NumaResourceCollector {
 mod tests {
     use super::*;
     use crate::metriccache::MetricCacheConfig;
-    use crate::system::cputopology::{CpuInfo, CpuTopology};
     use koord_common::testing::TempDir;
+    use koord_common::units::{CpuInfo, CpuTopology};
     use std::fs;
     use std::time::{Duration, UNIX_EPOCH};
 

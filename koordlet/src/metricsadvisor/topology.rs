@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use super::parse::ParseError;
 use super::{CollectError, Collector, PodsSnapshot, read_parsed, read_text};
 use crate::metriccache::{MetricCache, Sample};
-use crate::system::cputopology::{CpuInfo, CpuTopology};
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
+use koord_common::units::{CpuInfo, CpuTopology};
 
 /// Parses a topology id file (`core_id`, `physical_package_id`): `None` for
 /// the negative ids (-1) some platforms report when they do not know.

@@ -29,7 +29,7 @@ use apis::slo::v1alpha1::{CPUBurstConfig, CPUBurstPolicy};
 use super::framework::{Decision, QosContainer, QosPod, QosSnapshot, Strategy};
 use crate::metriccache::{MetricKind, SeriesKey};
 use crate::system::cgroup::{CgroupResource, CgroupValue};
-use crate::system::units::DEFAULT_CFS_PERIOD_US;
+use koord_common::units::DEFAULT_CFS_PERIOD_US;
 
 pub const NAME: &str = "cpuburst";
 
@@ -231,7 +231,7 @@ impl CpuBurst {
         for pod in &snapshot.pods {
             let exclusive = matches!(pod.qos_label, QoSClass::LSR | QoSClass::LSE);
             if exclusive {
-                total -= pod.cpu_request_milli() as f64 / 1000.0;
+                total -= pod.cpu_request().as_cores();
             }
             if exclusive || pod.qos_label == QoSClass::BE {
                 let key = SeriesKey::pod(MetricKind::PodCpuUsage, pod.uid.as_str());
@@ -366,7 +366,7 @@ impl CpuBurst {
                     continue;
                 };
                 live_ids.push(id.clone());
-                let limit = container.cpu_limit_milli.unwrap_or(0);
+                let limit = container.cpu_limit.unwrap_or_default().0;
                 if kernel_burst {
                     let burst = if burst_enabled(&config.policy) {
                         static_burst_us(limit, burst_percent)
@@ -444,6 +444,7 @@ impl CpuBurst {
 
 #[cfg(test)]
 mod tests {
+    use koord_common::units::MilliCpu;
     use std::sync::Arc;
     use std::time::UNIX_EPOCH;
 
@@ -454,7 +455,7 @@ mod tests {
     use crate::qosmanager::framework::MapReader;
     use crate::qosmanager::framework::testing::{DecideFresh, assert_deterministic};
     use crate::system::cgroup::QosTier;
-    use crate::system::cputopology::{CpuInfo, CpuTopology};
+    use koord_common::units::{CpuInfo, CpuTopology};
 
     fn now() -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)
@@ -479,8 +480,8 @@ mod tests {
                 name: "main".into(),
                 id: Some(ID.into()),
                 cgroup_dir: Some(dir.join("c1")),
-                cpu_request_milli: Some(1000),
-                cpu_limit_milli: Some(2000),
+                cpu_request: Some(MilliCpu(1000)),
+                cpu_limit: Some(MilliCpu(2000)),
                 memory_request_bytes: None,
                 memory_limit_bytes: None,
                 cpu_usage: None,

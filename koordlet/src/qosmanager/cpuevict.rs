@@ -532,7 +532,7 @@ impl CpuEvict {
                     usage_thresholds(config).map_err(|err| format!("invalid config: {err}"))?;
                 let average = node_average.clone()?;
                 let release =
-                    release_by_node_usage(snapshot.node.cpu_capacity_milli, average, &thresholds)?;
+                    release_by_node_usage(snapshot.node.cpu_capacity.0, average, &thresholds)?;
                 Ok(EvictTask {
                     feature,
                     target: ReleaseTarget::PodUsed,
@@ -643,7 +643,7 @@ impl CpuEvict {
             Ok(true) => return Decision::skipped("resourceUsedThresholdWithBE.enable is not true"),
             Ok(false) => {}
         }
-        if snapshot.node.cpu_capacity_milli <= 0 {
+        if snapshot.node.cpu_capacity.0 <= 0 {
             return Decision::skipped("node CPU capacity is not known");
         }
         let mut tasks = Vec::new();
@@ -669,6 +669,7 @@ mod tests {
     use crate::qosmanager::framework::{MapReader, MetricSample};
     use crate::qosmanager::memoryevict::test_pods::*;
     use apis::extension::{MID_CPU, QoSClass};
+    use koord_common::units::MilliCpu;
 
     /// (node allocatable, pods, (threshold %, lower %, priority threshold), release).
     type AllocatableCase = (
@@ -681,7 +682,7 @@ mod tests {
     fn threshold_config() -> ResourceThresholdStrategy {
         ResourceThresholdStrategy::default()
     }
-    use crate::system::units::CpuSet;
+    use koord_common::units::CpuSet;
     use std::sync::Arc;
 
     fn settings() -> SatisfactionConfig {
@@ -712,7 +713,7 @@ mod tests {
         pods: Vec<crate::qosmanager::framework::QosPod>,
     ) -> QosSnapshot {
         let mut snapshot = snapshot_with(threshold(), now);
-        snapshot.node.cpu_capacity_milli = 8000;
+        snapshot.node.cpu_capacity = MilliCpu(8000);
         let dir = snapshot.layout.qos_dir(QosTier::BestEffort);
         let mut reader = MapReader::default().with(
             dir.clone(),

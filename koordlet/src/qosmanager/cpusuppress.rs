@@ -33,8 +33,8 @@ use apis::slo::v1alpha1::{CPUSuppressPolicy, ResourceThresholdStrategy};
 
 use super::framework::{Decision, QosSnapshot, Strategy};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
-use crate::system::cputopology::{CpuInfo, CpuTopology};
-use crate::system::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
+use koord_common::units::{CpuInfo, CpuTopology};
+use koord_common::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
 
 pub const NAME: &str = "cpusuppress";
 
@@ -513,7 +513,7 @@ impl CpuSuppress {
             .cpu_suppress_threshold_percent
             .unwrap_or(65)
             .clamp(0, 100);
-        let capacity = snapshot.node.cpu_capacity_milli;
+        let capacity = snapshot.node.cpu_capacity.0;
         if capacity <= 0 {
             decision.skip("node CPU capacity unknown");
             return decision;
@@ -542,7 +542,7 @@ impl CpuSuppress {
         }
         let mut budget = be_budget(
             capacity,
-            snapshot.node.cpu_reserved_milli,
+            snapshot.node.cpu_reserved.0,
             threshold,
             strategy.cpu_suppress_min_percent,
             node_used,
@@ -662,6 +662,7 @@ impl CpuSuppress {
 
 #[cfg(test)]
 mod tests {
+    use koord_common::units::MilliCpu;
     use std::sync::Arc;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -711,8 +712,8 @@ mod tests {
                 name: "main".into(),
                 id: Some("containerd://abc".into()),
                 cgroup_dir: Some(dir.join("abc")),
-                cpu_request_milli: None,
-                cpu_limit_milli: None,
+                cpu_request: None,
+                cpu_limit: None,
                 memory_request_bytes: None,
                 memory_limit_bytes: None,
                 cpu_usage: None,
@@ -747,7 +748,7 @@ mod tests {
             }),
             ..Default::default()
         }));
-        snapshot.node.cpu_capacity_milli = 8000;
+        snapshot.node.cpu_capacity = MilliCpu(8000);
         snapshot.node_usage.cpu = Some(MetricSample::new(node_used, now()));
         snapshot.topology = Some(Arc::new(topology()));
         snapshot.pods = vec![

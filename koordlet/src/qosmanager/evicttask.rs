@@ -403,14 +403,14 @@ pub fn evict_info(snapshot: &QosSnapshot, pod: &QosPod, usage_of: RequestKind) -
         cpu_request: kube.map_or_else(
             || ClassRequest {
                 resource: "cpu".to_string(),
-                amount: pod.cpu_request_milli(),
+                amount: pod.cpu_request().0,
             },
             |p| class_request(p, RequestKind::Cpu),
         ),
         memory_request: kube.map_or_else(ClassRequest::default, |p| {
             class_request(p, RequestKind::Memory)
         }),
-        batch_milli_cpu_request: kube.map_or_else(|| pod.cpu_request_milli(), batch_cpu_request),
+        batch_milli_cpu_request: kube.map_or_else(|| pod.cpu_request().0, batch_cpu_request),
     }
 }
 

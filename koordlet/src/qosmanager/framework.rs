@@ -65,8 +65,8 @@ use crate::metriccache::MetricCache;
 use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
-use crate::system::cputopology::CpuTopology;
-use crate::system::units::CpuSet;
+use koord_common::units::CpuTopology;
+use koord_common::units::{CpuSet, MilliCpu};
 
 // ---------------------------------------------------------------------------
 // Snapshot
@@ -116,13 +116,13 @@ pub struct NodeUsage {
 /// The node's size and what is held back from pods.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeInfo {
-    /// `status.capacity.cpu` in milli-CPU (standalone: online CPUs × 1000).
-    pub cpu_capacity_milli: i64,
+    /// `status.capacity.cpu` (standalone: online CPUs × 1000m).
+    pub cpu_capacity: MilliCpu,
     /// `status.capacity.memory` in bytes (standalone: MemTotal); 0 when unknown.
     pub memory_capacity_bytes: i64,
     /// CPU reserved for the system: the larger of kubelet's (capacity -
-    /// allocatable) and the `node.koordinator.sh/reservation` amount, milli-CPU.
-    pub cpu_reserved_milli: i64,
+    /// allocatable) and the `node.koordinator.sh/reservation` amount.
+    pub cpu_reserved: MilliCpu,
     /// Memory reserved likewise, bytes.
     pub memory_reserved_bytes: i64,
     /// CPUs named in `node.koordinator.sh/reservation` (`reservedCPUs`).
@@ -148,10 +148,10 @@ pub struct QosContainer {
     pub id: Option<String>,
     /// Cgroup dir relative to the hierarchy root; `None` until started.
     pub cgroup_dir: Option<PathBuf>,
-    /// `resources.requests.cpu` (or `kubernetes.io/batch-cpu`) in milli-CPU.
-    pub cpu_request_milli: Option<i64>,
-    /// `resources.limits.cpu` (or `kubernetes.io/batch-cpu`) in milli-CPU.
-    pub cpu_limit_milli: Option<i64>,
+    /// `resources.requests.cpu` (or `kubernetes.io/batch-cpu`).
+    pub cpu_request: Option<MilliCpu>,
+    /// `resources.limits.cpu` (or `kubernetes.io/batch-cpu`).
+    pub cpu_limit: Option<MilliCpu>,
     pub memory_request_bytes: Option<i64>,
     pub memory_limit_bytes: Option<i64>,
     pub cpu_usage: Option<MetricSample>,
@@ -198,21 +198,25 @@ impl QosPod {
         self.qos_label == QoSClass::BE || self.kube_qos == QosTier::BestEffort
     }
 
-    /// Σ container CPU limits in milli-CPU; `None` when any container is unlimited.
-    pub fn cpu_limit_milli(&self) -> Option<i64> {
+    /// Σ container CPU limits; `None` when any container is unlimited.
+    pub fn cpu_limit(&self) -> Option<MilliCpu> {
         self.containers
             .iter()
-            .map(|c| c.cpu_limit_milli)
-            .try_fold(0i64, |sum, limit| limit.map(|l| sum.saturating_add(l)))
+            .map(|c| c.cpu_limit)
+            .try_fold(0i64, |sum, limit| limit.map(|l| sum.saturating_add(l.0)))
             .filter(|_| !self.containers.is_empty())
+            .map(MilliCpu)
     }
 
-    /// Σ container CPU requests in milli-CPU.
-    pub fn cpu_request_milli(&self) -> i64 {
-        self.containers
-            .iter()
-            .filter_map(|c| c.cpu_request_milli)
-            .sum()
+    /// Σ container CPU requests.
+    pub fn cpu_request(&self) -> MilliCpu {
+        MilliCpu(
+            self.containers
+                .iter()
+                .filter_map(|c| c.cpu_request)
+                .map(|m| m.0)
+                .sum(),
+        )
     }
 }
 

@@ -391,6 +391,7 @@ impl MemoryEvict {
 /// Hand-built pods and snapshots for the eviction strategies' tests.
 #[cfg(test)]
 pub(crate) mod test_pods {
+    use koord_common::units::MilliCpu;
     use std::path::PathBuf;
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
@@ -443,8 +444,8 @@ pub(crate) mod test_pods {
             name: "main".to_string(),
             id: None,
             cgroup_dir: None,
-            cpu_request_milli: Some(request_milli),
-            cpu_limit_milli: Some(request_milli),
+            cpu_request: Some(MilliCpu(request_milli)),
+            cpu_limit: Some(MilliCpu(request_milli)),
             memory_request_bytes: None,
             memory_limit_bytes: None,
             cpu_usage: None,
@@ -575,6 +576,7 @@ pub(crate) mod test_pods {
 
 #[cfg(test)]
 mod tests {
+    use koord_common::units::MilliCpu;
     use std::collections::BTreeMap;
 
     use apis::extension::{BATCH_MEMORY, MID_MEMORY, PriorityClass, QoSClass};
@@ -732,7 +734,7 @@ mod tests {
     fn upstream_node(config: ResourceThresholdStrategy) -> QosSnapshot {
         let mut snapshot = snapshot_with(config, t0());
         snapshot.node.memory_capacity_bytes = 120 * G;
-        snapshot.node.cpu_capacity_milli = 80_000;
+        snapshot.node.cpu_capacity = MilliCpu(80_000);
         snapshot.node_usage.memory = Some(MetricSample::new((115 * G) as f64, t0()));
         with_kube_pods(
             &mut snapshot,

@@ -660,8 +660,8 @@ mod tests {
                 // c3 has not started: no cgroup yet.
                 cgroup_dir: (name != "c3")
                     .then(|| PathBuf::from(format!("kubepods/besteffort/podbe/{name}"))),
-                cpu_request_milli: None,
-                cpu_limit_milli: None,
+                cpu_request: None,
+                cpu_limit: None,
                 memory_request_bytes: None,
                 memory_limit_bytes: None,
                 cpu_usage: None,

@@ -27,8 +27,8 @@ use crate::statesinformer::StatesInformer;
 use crate::statesinformer::cpumanager::read_kubelet_cpu_manager_view;
 use crate::statesinformer::podmeta::pod_meta_of;
 use crate::system::cgroup::CgroupLayout;
-use crate::system::cputopology::CpuTopology;
-use crate::system::units::CpuSet;
+use koord_common::units::CpuTopology;
+use koord_common::units::{CpuSet, MilliCpu};
 
 /// The explain endpoint's path.
 pub const EXPLAIN_PATH: &str = "/qos/explain";
@@ -196,8 +196,8 @@ pub fn qos_pods(pods: &[Pod], layout: &CgroupLayout, cache: &MetricCache) -> Vec
                     id: id.map(str::to_string),
                     cgroup_dir: id
                         .and_then(|id| layout.container_dir(meta.kube_qos, &meta.uid, id).ok()),
-                    cpu_request_milli: cpu_request,
-                    cpu_limit_milli: cpu_limit,
+                    cpu_request: cpu_request.map(MilliCpu),
+                    cpu_limit: cpu_limit.map(MilliCpu),
                     memory_request_bytes: memory_request,
                     memory_limit_bytes: memory_limit,
                     cpu_usage: id.and_then(|id| {
@@ -322,9 +322,9 @@ pub fn node_info(
         .unwrap_or_default();
     NodeInfo {
         allocatable: allocatable_values,
-        cpu_capacity_milli: cpu_capacity,
+        cpu_capacity: MilliCpu(cpu_capacity),
         memory_capacity_bytes: memory_capacity,
-        cpu_reserved_milli: kubelet_cpu_reserved.max(annotated_cpu),
+        cpu_reserved: MilliCpu(kubelet_cpu_reserved.max(annotated_cpu)),
         memory_reserved_bytes: kubelet_memory_reserved.max(annotated_memory),
         reserved_cpus,
         system_qos_exclusive_cpus,
@@ -717,8 +717,8 @@ mod tests {
             container.cgroup_dir,
             Some(PathBuf::from("kubepods/besteffort/podu-1/abc"))
         );
-        assert_eq!(container.cpu_request_milli, Some(1000));
-        assert_eq!(container.cpu_limit_milli, Some(2000));
+        assert_eq!(container.cpu_request, Some(MilliCpu(1000)));
+        assert_eq!(container.cpu_limit, Some(MilliCpu(2000)));
         assert_eq!(container.memory_request_bytes, Some(1 << 30));
         assert!((container.cpu_usage.unwrap().value - 0.7).abs() < 1e-6);
     }
@@ -727,11 +727,8 @@ mod tests {
     fn node_info_from_node_or_topology() {
         let standalone = node_info(None, None, 4, Some(8 << 30));
         assert_eq!(
-            (
-                standalone.cpu_capacity_milli,
-                standalone.memory_capacity_bytes
-            ),
-            (4000, 8 << 30)
+            (standalone.cpu_capacity, standalone.memory_capacity_bytes),
+            (MilliCpu(4000), 8 << 30)
         );
         let mut node = Node::default();
         node.metadata.annotations = Some(BTreeMap::from([(
@@ -744,9 +741,10 @@ mod tests {
             ..Default::default()
         });
         let info = node_info(Some(&node), None, 4, None);
-        assert_eq!(info.cpu_capacity_milli, 8000);
+        assert_eq!(info.cpu_capacity, MilliCpu(8000));
         assert_eq!(
-            info.cpu_reserved_milli, 2000,
+            info.cpu_reserved,
+            MilliCpu(2000),
             "annotation beats kubelet's 500m"
         );
         assert_eq!(info.memory_reserved_bytes, 1 << 30);

@@ -254,8 +254,8 @@ fn depth(dir: &Path) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::units::CpuSet;
     use CgroupResource::*;
+    use koord_common::units::CpuSet;
     use std::collections::HashMap;
 
     fn cpus(text: &str) -> CgroupValue {

@@ -5,7 +5,7 @@
 //! line (`hack/check-module-cycles.py` keeps the files free of circles):
 //!
 //! 0. below this module: feature gates (`crate::features`), capabilities,
-//!    the CPU topology (`crate::system::cputopology`) and the pure share-pool
+//!    the CPU topology (`koord_common::units::CpuTopology`) and the pure share-pool
 //!    arithmetic (`crate::statesinformer::nodetopo::pools`);
 //! 1. node inputs: [`rules`] (node-level inputs rebuilt from the states
 //!    informer), [`resctrlnode`] (the resctrl root and group naming),
@@ -54,7 +54,7 @@ use crate::resourceexecutor::ResourceExecutor;
 use crate::statesinformer::StatesInformer;
 use crate::system::SystemArgs;
 use crate::system::cgroup::CgroupLayout;
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
 
 /// Readiness check name of the RuntimeHookService server.
 pub const SERVER_READINESS_CHECK: &str = "runtime-hooks-server";

@@ -594,7 +594,7 @@ pub fn resctrl_gc(dispatcher: &HookDispatcher, applier: &SideEffectApplier, pods
 pub fn refresh_rules(
     dispatcher: &HookDispatcher,
     states: &StatesInformer,
-    online_cpus: Option<&crate::system::units::CpuSet>,
+    online_cpus: Option<&koord_common::units::CpuSet>,
     kubelet_root: Option<&Path>,
 ) {
     let node = states.node();
@@ -628,7 +628,7 @@ pub struct Reconciler {
     pub applier: SideEffectApplier,
     pub states: StatesInformer,
     pub interval: Duration,
-    pub online_cpus: Option<crate::system::units::CpuSet>,
+    pub online_cpus: Option<koord_common::units::CpuSet>,
     /// The kubelet's root directory (`--var-lib-kubelet-dir`); its
     /// `cpu_manager_state` names the CPUs the static policy pinned.
     pub kubelet_root: Option<std::path::PathBuf>,
@@ -965,7 +965,7 @@ mod tests {
             origin: PodsOrigin::File,
             synced_at: std::time::SystemTime::now(),
         });
-        let online: crate::system::units::CpuSet = "0-3".parse().unwrap();
+        let online: koord_common::units::CpuSet = "0-3".parse().unwrap();
         let kubelet = koord_common::testing::TempDir::new("hook-rules-kubelet").unwrap();
         let state_file = kubelet.path().join("cpu_manager_state");
         let refresh = || {

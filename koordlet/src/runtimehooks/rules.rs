@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::statesinformer::cpumanager::{CpuManagerCheckpoint, kubelet_cpu_state};
 use crate::statesinformer::nodetopo::pools::{cpu_share_pools, node_reservation};
-use crate::system::cputopology::{CpuInfo, CpuTopology};
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
+use koord_common::units::{CpuInfo, CpuTopology};
 
 /// Upstream's default CFS period (µs).
 pub const DEFAULT_CFS_PERIOD_US: i64 = 100_000;

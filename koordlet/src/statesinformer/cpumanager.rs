@@ -27,7 +27,7 @@ use apis::extension::{
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
 
 /// Name of the kubelet's CPU manager checkpoint file in its root directory.
 pub const CPU_MANAGER_STATE_FILE: &str = "cpu_manager_state";

@@ -1851,7 +1851,7 @@ mod tests {
     #[test]
     fn the_reporter_trains_from_the_cache_and_falls_back_to_the_machine_size() {
         use crate::metriccache::{MetricCacheConfig, Sample};
-        use crate::system::cputopology::{CpuInfo, CpuTopology};
+        use koord_common::units::{CpuInfo, CpuTopology};
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
         let cache = Arc::new(MetricCache::new(MetricCacheConfig::default()).unwrap());
         let mut samples = Vec::new();
@@ -1960,7 +1960,7 @@ mod tests {
     async fn a_restarted_reporter_reports_the_same_prod_reclaimable_from_its_checkpoint() {
         use crate::metriccache::{MetricCacheConfig, Sample};
         use crate::prediction::checkpoint::Checkpointer;
-        use crate::system::cputopology::{CpuInfo, CpuTopology};
+        use koord_common::units::{CpuInfo, CpuTopology};
         let tmp = koord_common::testing::TempDir::new("node-metric-restart").unwrap();
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
         let now = start + Duration::from_secs(600);

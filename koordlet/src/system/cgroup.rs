@@ -28,7 +28,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
-use super::units::{CpuSet, CpuSetParseError, DEFAULT_CFS_PERIOD_US, MIN_CFS_QUOTA_US};
+use koord_common::units::{CpuListError, CpuSet, DEFAULT_CFS_PERIOD_US, MIN_CFS_QUOTA_US};
 
 /// The cgroup hierarchy flavour the node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -615,11 +615,11 @@ impl From<CpuSet> for CgroupValue {
     }
 }
 
-impl From<super::units::CfsQuota> for CgroupValue {
-    fn from(quota: super::units::CfsQuota) -> Self {
+impl From<koord_common::units::CfsQuota> for CgroupValue {
+    fn from(quota: koord_common::units::CfsQuota) -> Self {
         match quota {
-            super::units::CfsQuota::Unlimited => Self::Unlimited,
-            super::units::CfsQuota::Micros(v) => Self::Int(v.min(i64::MAX as u64) as i64),
+            koord_common::units::CfsQuota::Unlimited => Self::Unlimited,
+            koord_common::units::CfsQuota::Micros(v) => Self::Int(v.min(i64::MAX as u64) as i64),
         }
     }
 }
@@ -652,7 +652,7 @@ pub enum CgroupValueError {
     #[error("field {key:?} is missing")]
     MissingField { key: String },
     #[error(transparent)]
-    CpuSet(#[from] CpuSetParseError),
+    CpuSet(#[from] CpuListError),
 }
 
 /// What a resource's file holds.

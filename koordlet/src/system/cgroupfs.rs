@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::cgroup::{CgroupLayout, CgroupPathError, CgroupResource, CgroupValue, CgroupValueError};
-use super::units::CpuSet;
+use koord_common::units::CpuSet;
 
 /// A failed cgroup read or write.
 #[derive(Debug, thiserror::Error)]

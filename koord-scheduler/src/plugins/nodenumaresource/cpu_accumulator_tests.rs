@@ -38,10 +38,9 @@ fn layout(
 }
 
 fn set(list: &str) -> BTreeSet<i32> {
-    CpuSet::parse(list)
+    CpuSet::parse_each_cpu_once(list)
         .unwrap_or_else(|e| panic!("{list}: {e}"))
-        .iter()
-        .collect()
+        .to_btree()
 }
 
 fn all(layout: &CpuLayout) -> BTreeSet<i32> {

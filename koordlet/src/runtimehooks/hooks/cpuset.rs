@@ -26,7 +26,7 @@ use apis::extension::{
 use crate::runtimehooks::hostapp::HostAppContext;
 use crate::runtimehooks::protocol::*;
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
 
 pub struct CpuSetAllocator {
     pub disable_unset_cpu_quota: bool,
@@ -168,7 +168,7 @@ mod tests {
     use super::*;
     use crate::runtimehooks::hooks::testutil::*;
     use crate::runtimehooks::rules::NodeRules;
-    use crate::system::units::CpuSet;
+    use koord_common::units::CpuSet;
 
     const STATUS: &str = "scheduling.koordinator.sh/resource-status";
 

@@ -26,7 +26,7 @@ use super::pools::{
     node_reservation, pools_per_numa_node, system_exclusive_cpus, zone_name,
 };
 use crate::statesinformer::cpumanager::kubelet_cpu_state;
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
 
 /// Zone type of a NUMA node (upstream `NodeZoneType`).
 pub const NODE_ZONE_TYPE: &str = "Node";

@@ -14,8 +14,8 @@ use apis::extension::{
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::statesinformer::cpumanager::CpuManagerCheckpoint;
-use crate::system::cputopology::{CpuInfo, CpuTopology};
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
+use koord_common::units::{CpuInfo, CpuTopology};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeTopologyError {

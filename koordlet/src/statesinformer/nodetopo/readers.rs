@@ -12,7 +12,7 @@ use super::pools::{NodeHardware, NodeTopologyError};
 use crate::metricsadvisor::read_cpu_topology;
 use crate::statesinformer::cpumanager::read_cpu_manager_checkpoint;
 use crate::system::SystemArgs;
-use crate::system::cputopology::CpuTopology;
+use koord_common::units::CpuTopology;
 
 /// Reads the CPU topology and the per-NUMA memory below `sys_root`.
 pub fn read_node_hardware(sys_root: &Path) -> Result<NodeHardware, NodeTopologyError> {

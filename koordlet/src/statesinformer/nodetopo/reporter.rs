@@ -18,7 +18,7 @@ use super::readers::read_node_facts;
 use crate::metriccache::MetricCache;
 use crate::statesinformer::StatesInformer;
 use crate::system::SystemArgs;
-use crate::system::cputopology::CpuTopology;
+use koord_common::units::CpuTopology;
 
 /// Upstream's default `--node-topology-sync-interval`.
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(3);

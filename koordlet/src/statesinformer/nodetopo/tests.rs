@@ -18,8 +18,8 @@ use crate::statesinformer::cpumanager::{
     CPU_MANAGER_STATE_FILE, CpuManagerCheckpoint, read_cpu_manager_checkpoint,
 };
 use crate::system::SystemArgs;
-use crate::system::cputopology::{CpuInfo, CpuTopology};
-use crate::system::units::CpuSet;
+use koord_common::units::CpuSet;
+use koord_common::units::{CpuInfo, CpuTopology};
 
 /// 2 sockets = 2 NUMA nodes, 2 cores each, 2 threads per core:
 /// CPU n and n+4 are siblings (like Linux numbers them).
