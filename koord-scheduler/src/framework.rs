@@ -481,7 +481,7 @@ pub struct Scheduler {
     /// `/filter` under the shared (read) lock, hence its own small lock.
     pub filtered: std::sync::Mutex<FilterRecords>,
     /// Which controller plugins' writes go out (`--controller-plugins`).
-    pub controllers: crate::cli::ControllerPlugins,
+    pub controllers: crate::controller_plugins::ControllerPlugins,
     /// Pods held at Permit (see [`crate::permit`]).
     pub permits: PermitTable,
     /// How long a `/bind` call of a held pod waits for its group before it
@@ -496,7 +496,7 @@ impl Scheduler {
             plugins,
             assume_ttl,
             filtered: std::sync::Mutex::new(FilterRecords::new()),
-            controllers: crate::cli::ControllerPlugins::default(),
+            controllers: crate::controller_plugins::ControllerPlugins::default(),
             permits: PermitTable::default(),
             permit_bind_wait: DEFAULT_PERMIT_BIND_WAIT,
         }
