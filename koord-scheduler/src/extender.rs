@@ -25,7 +25,7 @@ use koord_common::sync::MutexExt;
 use crate::admission;
 use crate::cache::{NameHasher, Object, PodInfo, object_key};
 use crate::framework::{
-    Binder, FilterOutcome, PermitStep, ReleasedHold, Reserved, Scheduler, SharedScheduler,
+    Binder, FilterOutcome, PermitStep, Reserved, Scheduler, SharedScheduler, log_released,
 };
 use crate::permit::HoldOutcome;
 
@@ -217,7 +217,7 @@ fn require_object(body: &[u8], what: &str) -> Result<(), String> {
 pub const MAX_BODY_BYTES: usize = 16 << 20;
 
 /// The most candidate nodes one request may name.
-pub const MAX_CANDIDATE_NODES: usize = 100_000;
+pub use crate::admission::MAX_CANDIDATE_NODES;
 
 /// Each candidate once, named, within the name and count limits.
 fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
@@ -668,13 +668,6 @@ async fn wait_for_group(
          which does not have min-member members assumed yet; its resources stay reserved and a \
          retried bind rejoins the wait"
     ))
-}
-
-/// Logs holds released unbound.
-pub fn log_released(released: &[ReleasedHold]) {
-    for hold in released {
-        tracing::warn!(pod = %hold.pod_key, node = %hold.node, reason = %hold.reason, "held pod released unbound");
-    }
 }
 
 async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {
