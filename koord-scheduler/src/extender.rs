@@ -28,6 +28,7 @@ use crate::framework::{
     Binder, FilterOutcome, PermitStep, Reserved, Scheduler, SharedScheduler, log_released,
 };
 use crate::permit::HoldOutcome;
+use crate::placement;
 
 /// `v1.NodeList` as sent when `nodeCacheCapable` is false.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -299,10 +300,7 @@ pub fn run_filter(
     candidates: &[String],
     now: SystemTime,
 ) -> FilterOutcome {
-    match scheduler.pre_filter(pod, now) {
-        Ok(state) => scheduler.filter(pod, Some(candidates), &state),
-        Err(rejection) => Scheduler::reject_all(candidates, &rejection),
-    }
+    placement::filter_candidates(scheduler, pod, candidates, now)
 }
 
 /// `/filter` itself: [`run_filter`] over names taken by value, remembering
@@ -321,10 +319,7 @@ pub fn filter_and_record(
             .record(&pod.key, &pod.uid, feasible, now);
         return outcome;
     }
-    let (outcome, feasible) = match scheduler.pre_filter(pod, now) {
-        Ok(cycle) => scheduler.filter_owned_indexed(pod, candidates, &cycle),
-        Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
-    };
+    let (outcome, feasible) = placement::filter_candidates_indexed(scheduler, pod, candidates, now);
     scheduler
         .filtered
         .lock_or_recover()
@@ -385,13 +380,7 @@ fn prioritize_owned(
     candidates: Vec<String>,
     now: SystemTime,
 ) -> Vec<HostPriority> {
-    let scores = match scheduler.pre_filter(pod, now) {
-        Ok(state) => scheduler
-            .score_owned(pod, candidates, &state)
-            .into_extender_scores(),
-        Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
-    };
-    scores
+    placement::extender_scores(scheduler, pod, candidates, now)
         .into_iter()
         .map(|(host, score)| HostPriority { host, score })
         .collect()

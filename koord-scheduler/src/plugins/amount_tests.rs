@@ -442,7 +442,7 @@ fn a_reservation_whose_resize_annotation_cannot_be_read_is_not_placed() {
             )],
             ..ReservationSpec::default()
         });
-        let placement = super::reservation::place_reservation(&mut s, &pending, t0());
+        let placement = crate::placement::place_reservation(&mut s, &pending, t0());
         assert_eq!(placement.node, None, "{resize}");
         let reason = &placement.reasons["n1"];
         assert!(
