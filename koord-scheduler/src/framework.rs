@@ -1,12 +1,16 @@
 //! The plugin framework: filter → score → bind-time reservation, shared by
 //! the extender and the simulator.
 //!
-//! A plugin implements [`Plugin`] and is registered by name in
-//! [`crate::plugins::registry`]; the framework never names plugins.
+//! A plugin implements [`Plugin`] ([`plugin`], the only part of the
+//! framework plugins import) and is registered by name in
+//! [`crate::plugins::REGISTRY`]. The [`Scheduler`] runs them
+//! as trait objects; it names plugins only through
+//! [`crate::controller_plugins`] (which controllers' writes go out).
+//! Sequencing the steps for one pod is [`crate::placement`]'s.
 
-mod binding;
-mod plugin;
-mod scheduler;
+pub mod binding;
+pub mod plugin;
+pub mod scheduler;
 
 pub use binding::{BindError, BindFuture, Binder, RecordingBinder, Reserved};
 pub use plugin::{

@@ -3,11 +3,15 @@
 //! through `koord-scheduler simulate`.
 //!
 //! Pure cores: [`cache`] (cluster indexes), [`framework`] (plugin pipeline),
-//! [`permit`] (pods held at Permit until their gang can bind), [`plugins`];
+//! [`permit`] (pods held at Permit until their gang can bind), [`plugins`],
+//! [`node_checks`] (kube-scheduler's node checks), [`placement`] (the
+//! per-pod placement cycle), [`preempt`];
 //! thin shells: [`extender`] (HTTP), [`cluster`] (watchers,
 //! binder, housekeeping), [`reservation_controller`], [`simulator`] (YAML in,
 //! report out). With several replicas, only the one holding the leader Lease
 //! writes status and runs the Reservation controller ([`LeaderElectionArgs`]).
+//! A module imports only from the layers below it (`docs/extender.md`,
+//! "Where the code lives"); this file only runs the process and re-exports.
 
 pub mod admission;
 pub mod args;

@@ -718,7 +718,7 @@ pub fn is_pending(reservation: &Reservation, now: SystemTime) -> bool {
 /// template, with the reservation's labels and annotations laid over the
 /// template's, marked as a reserve pod. A node pinned in the template is
 /// cleared here (the pod would otherwise count as bound); see
-/// [`place_reservation`].
+/// [`crate::placement::place_reservation`].
 pub fn reserve_pod(reservation: &Reservation) -> k8s_openapi::api::core::v1::Pod {
     use apis::extension::reservation::{ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD};
 
