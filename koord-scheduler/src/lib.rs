@@ -44,9 +44,10 @@ use std::time::{Duration, SystemTime};
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
 use koord_common::{Endpoints, ListenAddr, ListenerSpec, ShutdownReason};
 
-use crate::config::SchedulerConfiguration;
 use crate::extender::{ExtenderMetrics, ExtenderState};
-use crate::framework::{Scheduler, SharedScheduler};
+use crate::framework::SharedScheduler;
+
+pub use crate::plugins::build_scheduler;
 
 pub use crate::args::{
     Command, DEFAULT_LEASE_NAME, DEFAULT_PORT, LeaderElectionArgs, OutputFormat, SchedulerArgs,
@@ -64,15 +65,6 @@ pub const SCHEDULER_CHECK: &str = "scheduler";
 
 /// How often assumed pods are expired and due status is written.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Builds the scheduler (cache + enabled plugins) for a configuration.
-pub fn build_scheduler(
-    config: &SchedulerConfiguration,
-    assumed_pod_ttl: Duration,
-) -> anyhow::Result<Scheduler> {
-    let plugins = plugins::build_plugins(&config.profile())?;
-    Ok(Scheduler::new(plugins, assumed_pod_ttl))
-}
 
 /// `koord-scheduler simulate`: returns the text to print.
 pub fn run_simulation(args: &SchedulerArgs, simulate: &SimulateArgs) -> anyhow::Result<String> {

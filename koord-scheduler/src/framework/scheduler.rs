@@ -485,7 +485,7 @@ impl Scheduler {
     }
 
     /// Which feasible nodes to keep under the plugins' preferences
-    /// ([`Plugin::prefers`]): for each preferring plugin in turn, when any
+    /// ([`super::Plugin::prefers`]): for each preferring plugin in turn, when any
     /// remaining node is wanted, the others are dropped with its reason.
     /// None when no plugin narrows anything.
     pub fn preferred_mask(
