@@ -54,6 +54,10 @@ use crate::plugins::loadaware::node_metric_amounts;
 use crate::plugins::reservation::reservation_amounts;
 use crate::resources::{InvalidAmount, pod_limits_checked, pod_requests_checked};
 
+/// The most candidate nodes one extender request (`/filter`, `/prioritize`,
+/// `/preempt`) may name.
+pub const MAX_CANDIDATE_NODES: usize = 100_000;
+
 /// The API server's limit on all annotations of one object together
 /// (`TotalAnnotationSizeLimitB`).
 pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;

@@ -114,6 +114,15 @@ impl PodInfo {
     }
 }
 
+/// A pod's priority (`spec.priority`, 0 when unset).
+pub fn pod_priority(pod: &PodInfo) -> i32 {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority)
+        .unwrap_or_default()
+}
+
 /// Where a Node's allocatable is read from.
 pub const NODE_ALLOCATABLE: &str = "status.allocatable";
 

@@ -16,7 +16,7 @@ use koord_common::cli::{
     separate_value_flags,
 };
 
-use crate::SchedulerArgs;
+use crate::args::SchedulerArgs;
 
 /// Upstream's pflag shorthands: (letter, long name, takes a value).
 const SHORTHANDS: &[(char, &str, bool)] = &[
@@ -312,72 +312,7 @@ pub use koord_common::cli::parse_go_bool_flag as parse_go_bool;
 
 pub use koord_common::cli::{VersionRequest, parse_version_request};
 
-/// `--controller-plugins`: which plugins' controllers run, with upstream's
-/// rule: the first entry naming the plugin decides (`Name` on, `-Name`
-/// off), else `*` turns every one on. Upstream's controller plugins are
-/// Reservation (our Reservation controller), Coscheduling (PodGroup status)
-/// and ElasticQuota (quota status and annotations).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControllerPlugins(Vec<String>);
-
-impl Default for ControllerPlugins {
-    fn default() -> Self {
-        Self(vec!["*".to_string()])
-    }
-}
-
-impl ControllerPlugins {
-    pub fn new<I, S>(entries: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self(entries.into_iter().map(Into::into).collect())
-    }
-
-    /// Whether the controller of `plugin` runs.
-    pub fn is_enabled(&self, plugin: &str) -> bool {
-        let mut star = false;
-        for entry in &self.0 {
-            if entry == plugin {
-                return true;
-            }
-            if entry.strip_prefix('-') == Some(plugin) {
-                return false;
-            }
-            star |= entry == "*";
-        }
-        star
-    }
-
-    /// Whether a write to `resource` (an API resource such as
-    /// `podgroups.scheduling.sigs.k8s.io`) may go out: PodGroup status is
-    /// Coscheduling's controller's, quota writes ElasticQuota's; writes to
-    /// anything else belong to no controller plugin.
-    pub fn allows_write_to(&self, resource: &str) -> bool {
-        match resource {
-            crate::plugins::coscheduling::POD_GROUP_RESOURCE => {
-                self.is_enabled(crate::plugins::coscheduling::NAME)
-            }
-            crate::plugins::elasticquota::RESOURCE => {
-                self.is_enabled(crate::plugins::elasticquota::NAME)
-            }
-            _ => true,
-        }
-    }
-
-    /// The names turned off among the ones this scheduler runs, for the log.
-    pub fn disabled(&self) -> Vec<&'static str> {
-        [
-            crate::plugins::reservation::NAME,
-            crate::plugins::coscheduling::NAME,
-            crate::plugins::elasticquota::NAME,
-        ]
-        .into_iter()
-        .filter(|name| !self.is_enabled(name))
-        .collect()
-    }
-}
+pub use crate::controller_plugins::ControllerPlugins;
 
 #[cfg(test)]
 mod tests;

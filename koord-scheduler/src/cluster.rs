@@ -406,7 +406,7 @@ pub fn start_gated_housekeeping(
             let writes = match scheduler.write() {
                 Ok(mut scheduler) => {
                     let now = SystemTime::now();
-                    crate::extender::log_released(&scheduler.expire_permits(now));
+                    crate::framework::log_released(&scheduler.expire_permits(now));
                     let expired = scheduler.expire_assumed(now);
                     if expired > 0 {
                         tracing::warn!(

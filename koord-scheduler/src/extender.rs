@@ -25,9 +25,10 @@ use koord_common::sync::MutexExt;
 use crate::admission;
 use crate::cache::{NameHasher, Object, PodInfo, object_key};
 use crate::framework::{
-    Binder, FilterOutcome, PermitStep, ReleasedHold, Reserved, Scheduler, SharedScheduler,
+    Binder, FilterOutcome, PermitStep, Reserved, Scheduler, SharedScheduler, log_released,
 };
 use crate::permit::HoldOutcome;
+use crate::placement;
 
 /// `v1.NodeList` as sent when `nodeCacheCapable` is false.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -217,7 +218,7 @@ fn require_object(body: &[u8], what: &str) -> Result<(), String> {
 pub const MAX_BODY_BYTES: usize = 16 << 20;
 
 /// The most candidate nodes one request may name.
-pub const MAX_CANDIDATE_NODES: usize = 100_000;
+pub use crate::admission::MAX_CANDIDATE_NODES;
 
 /// Each candidate once, named, within the name and count limits.
 fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
@@ -299,10 +300,7 @@ pub fn run_filter(
     candidates: &[String],
     now: SystemTime,
 ) -> FilterOutcome {
-    match scheduler.pre_filter(pod, now) {
-        Ok(state) => scheduler.filter(pod, Some(candidates), &state),
-        Err(rejection) => Scheduler::reject_all(candidates, &rejection),
-    }
+    placement::filter_candidates(scheduler, pod, candidates, now)
 }
 
 /// `/filter` itself: [`run_filter`] over names taken by value, remembering
@@ -321,10 +319,7 @@ pub fn filter_and_record(
             .record(&pod.key, &pod.uid, feasible, now);
         return outcome;
     }
-    let (outcome, feasible) = match scheduler.pre_filter(pod, now) {
-        Ok(cycle) => scheduler.filter_owned_indexed(pod, candidates, &cycle),
-        Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
-    };
+    let (outcome, feasible) = placement::filter_candidates_indexed(scheduler, pod, candidates, now);
     scheduler
         .filtered
         .lock_or_recover()
@@ -385,13 +380,7 @@ fn prioritize_owned(
     candidates: Vec<String>,
     now: SystemTime,
 ) -> Vec<HostPriority> {
-    let scores = match scheduler.pre_filter(pod, now) {
-        Ok(state) => scheduler
-            .score_owned(pod, candidates, &state)
-            .into_extender_scores(),
-        Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
-    };
-    scores
+    placement::extender_scores(scheduler, pod, candidates, now)
         .into_iter()
         .map(|(host, score)| HostPriority { host, score })
         .collect()
@@ -668,13 +657,6 @@ async fn wait_for_group(
          which does not have min-member members assumed yet; its resources stay reserved and a \
          retried bind rejoins the wait"
     ))
-}
-
-/// Logs holds released unbound.
-pub fn log_released(released: &[ReleasedHold]) {
-    for hold in released {
-        tracing::warn!(pod = %hold.pod_key, node = %hold.node, reason = %hold.reason, "held pod released unbound");
-    }
 }
 
 async fn bind(State(state): State<ExtenderState>, body: Bytes) -> Response {

@@ -35,6 +35,9 @@ use crate::cache::{ClusterCache, Object, PodInfo};
 use crate::disruption::{DisruptionBudget, Ledger, charged_budgets};
 use crate::framework::Scheduler;
 
+/// Re-exported: preemption ranks by it, and this was its first home.
+pub use crate::cache::pod_priority;
+
 /// `MetaPod`: a victim named by UID.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetaPod {
@@ -142,11 +145,11 @@ pub fn parse_preemption_args(body: &[u8]) -> Result<(Pod, Vec<NodeProposal>), St
             "ExtenderPreemptionArgs has neither NodeNameToMetaVictims nor NodeNameToVictims".into(),
         );
     };
-    if raw.len() > crate::extender::MAX_CANDIDATE_NODES {
+    if raw.len() > admission::MAX_CANDIDATE_NODES {
         return Err(format!(
             "ExtenderPreemptionArgs.{field} lists {} nodes, more than the {} allowed",
             raw.len(),
-            crate::extender::MAX_CANDIDATE_NODES
+            admission::MAX_CANDIDATE_NODES
         ));
     }
     let mut total = 0usize;
@@ -548,15 +551,6 @@ fn add_victims(
         .count();
     chosen.sort_unstable();
     Ok((chosen, violations))
-}
-
-/// A pod's priority (`spec.priority`, 0 when unset).
-pub fn pod_priority(pod: &PodInfo) -> i32 {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.priority)
-        .unwrap_or_default()
 }
 
 /// Rules that hold whatever the plugins: kube-scheduler's own (only lower

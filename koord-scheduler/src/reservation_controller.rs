@@ -17,10 +17,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use crate::cache::{Change, Object};
 use crate::config::{ConfigError, SchedulerConfiguration, parse_args};
 use crate::framework::{Scheduler, SharedScheduler};
+use crate::placement::{place_reservation, unschedulable_message};
 use crate::plugins::reservation::lifecycle::{self, Decision};
 use crate::plugins::reservation::{
-    KEPT_ANNOTATIONS, NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending, place_reservation,
-    unschedulable_message,
+    KEPT_ANNOTATIONS, NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending,
 };
 
 /// How often reservations are re-examined (upstream's shortest requeue).

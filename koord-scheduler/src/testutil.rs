@@ -223,7 +223,7 @@ pub fn scheduler(config_yaml: &str) -> Scheduler {
     } else {
         SchedulerConfiguration::from_yaml(config_yaml).unwrap()
     };
-    crate::build_scheduler(&config, Duration::from_secs(300)).unwrap()
+    crate::plugins::build_scheduler(&config, Duration::from_secs(300)).unwrap()
 }
 
 pub fn load(scheduler: &mut Scheduler, objects: Vec<Object>) {

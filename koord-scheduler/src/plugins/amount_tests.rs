@@ -251,7 +251,7 @@ fn quota_args_whose_built_in_max_cannot_be_read_are_refused_at_start() {
     ] {
         let config =
             crate::config::SchedulerConfiguration::from_yaml(&only("ElasticQuota", args)).unwrap();
-        let err = crate::build_scheduler(&config, secs(300))
+        let err = crate::plugins::build_scheduler(&config, secs(300))
             .err()
             .unwrap_or_else(|| panic!("{args} accepted"));
         assert!(err.to_string().contains("QuotaGroupMax"), "{err}");
@@ -262,7 +262,7 @@ fn quota_args_whose_built_in_max_cannot_be_read_are_refused_at_start() {
         "{defaultQuotaGroupMax: {cpu: '1844674407370955161', memory: '1844674407370955161'}}",
     ))
     .unwrap();
-    assert!(crate::build_scheduler(&config, secs(300)).is_ok());
+    assert!(crate::plugins::build_scheduler(&config, secs(300)).is_ok());
 }
 
 // ---------- Device ----------
@@ -442,7 +442,7 @@ fn a_reservation_whose_resize_annotation_cannot_be_read_is_not_placed() {
             )],
             ..ReservationSpec::default()
         });
-        let placement = super::reservation::place_reservation(&mut s, &pending, t0());
+        let placement = crate::placement::place_reservation(&mut s, &pending, t0());
         assert_eq!(placement.node, None, "{resize}");
         let reason = &placement.reasons["n1"];
         assert!(

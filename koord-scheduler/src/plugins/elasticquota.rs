@@ -884,7 +884,7 @@ impl Plugin for ElasticQuota {
         let mut order: Vec<usize> = (0..victims.len()).collect();
         order.sort_by_key(|&i| {
             (
-                crate::preempt::pod_priority(victims[i]),
+                crate::cache::pod_priority(victims[i]),
                 victims[i].key.as_str(),
             )
         });

@@ -18,8 +18,10 @@ pub mod scarceresourceavoidance;
 
 use std::collections::BTreeSet;
 
-use crate::config::{ConfigError, Profile};
-use crate::framework::{Plugin, PluginEntry};
+use std::time::Duration;
+
+use crate::config::{ConfigError, Profile, SchedulerConfiguration};
+use crate::framework::{Plugin, PluginEntry, Scheduler};
 
 /// Builds a plugin from its `pluginConfig` args (absent → defaults).
 pub type BuildPlugin = fn(Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError>;
@@ -191,6 +193,16 @@ pub fn build_plugins(profile: &Profile) -> Result<Vec<PluginEntry>, ConfigError>
         }
     }
     Ok(entries)
+}
+
+/// Builds the scheduler (cache + enabled plugins) for a configuration: the
+/// registry sits above both the framework and the plugins.
+pub fn build_scheduler(
+    config: &SchedulerConfiguration,
+    assumed_pod_ttl: Duration,
+) -> anyhow::Result<Scheduler> {
+    let plugins = build_plugins(&config.profile())?;
+    Ok(Scheduler::new(plugins, assumed_pod_ttl))
 }
 
 #[cfg(test)]

@@ -2269,7 +2269,7 @@ mod tests {
                     "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]}}),
             ..Default::default()
         });
-        let placement = crate::plugins::reservation::place_reservation(&mut s, &pending, t0());
+        let placement = crate::placement::place_reservation(&mut s, &pending, t0());
         assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
         let placed = &s.cache.reservations["r1"];
         let kept = get_resource_status(placed.metadata.annotations.as_ref().unwrap())

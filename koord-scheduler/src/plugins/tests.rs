@@ -575,7 +575,7 @@ fn fit_plus_scores_least_and_most_allocated_per_resource() {
         "{resources: {cpu: {type: Balanced, weight: 1}}}",
     ))
     .unwrap();
-    assert!(crate::build_scheduler(&bad, secs(1)).is_err());
+    assert!(crate::plugins::build_scheduler(&bad, secs(1)).is_err());
 }
 
 #[test]

@@ -37,9 +37,8 @@ use koord_common::sync::MutexExt;
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::ConfigError;
 use crate::framework::{CycleState, Permit, PermitRelease, Plugin, Rejection, StatusWrite};
-use crate::plugins::reservation::node_fit::check_pod_on_node;
+use crate::node_checks::{check_pod_on_node, selects_nodes};
 use crate::resources::Resources;
-use crate::simulator::selects_nodes;
 
 /// Node allocatable pod count.
 const RESOURCE_PODS: &str = "pods";

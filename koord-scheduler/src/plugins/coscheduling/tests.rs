@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::cache::{Change, Object};
 use crate::framework::Scheduler;
-use crate::simulator::schedule_one;
+use crate::placement::schedule_one;
 use crate::testutil::{self, PodSpec, rfc3339, t0};
 
 const NAME_KEY: &str = "gang.scheduling.koordinator.sh/name";

@@ -133,7 +133,7 @@ fn a_placed_reservation_keeps_its_reserve_pods_gpu() {
             "requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}),
         ..Default::default()
     });
-    let placement = crate::plugins::reservation::place_reservation(&mut s, &pending, t0());
+    let placement = crate::placement::place_reservation(&mut s, &pending, t0());
     assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
     let placed = &s.cache.reservations["r1"];
     let kept = &placed.metadata.annotations.as_ref().unwrap()[ANNOTATION_DEVICE_ALLOCATED];

@@ -17,11 +17,11 @@ use apis::scheduling::v1alpha1::{Reservation, ReservationAllocatePolicy, Reserva
 use serde::Deserialize;
 
 pub mod lifecycle;
-pub mod node_fit;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
+use crate::node_checks;
 use crate::resources::{InvalidAmount, Resources, exact_resources};
 
 pub const NAME: &str = "Reservation";
@@ -225,10 +225,10 @@ fn affinity_matches(
         affinity
             .tolerations
             .iter()
-            .any(|t| node_fit::tolerates(t, taint))
+            .any(|t| node_checks::tolerates(t, taint))
     };
     let cordon = Taint {
-        key: node_fit::TAINT_UNSCHEDULABLE.into(),
+        key: node_checks::TAINT_UNSCHEDULABLE.into(),
         effect: "NoSchedule".into(),
         ..Default::default()
     };
@@ -257,7 +257,7 @@ fn affinity_matches(
             required
                 .reservation_selector_terms
                 .iter()
-                .any(|term| node_fit::term_matches(term, &labels, &r.name))
+                .any(|term| node_checks::term_matches(term, &labels, &r.name))
         });
     selector_ok && terms_ok
 }
@@ -718,7 +718,7 @@ pub fn is_pending(reservation: &Reservation, now: SystemTime) -> bool {
 /// template, with the reservation's labels and annotations laid over the
 /// template's, marked as a reserve pod. A node pinned in the template is
 /// cleared here (the pod would otherwise count as bound); see
-/// [`place_reservation`].
+/// [`crate::placement::place_reservation`].
 pub fn reserve_pod(reservation: &Reservation) -> k8s_openapi::api::core::v1::Pod {
     use apis::extension::reservation::{ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD};
 
@@ -745,155 +745,6 @@ pub fn reserve_pod(reservation: &Reservation) -> k8s_openapi::api::core::v1::Pod
     }
 }
 
-/// Places one reservation as a reserve pod: kube-scheduler's own node
-/// checks first ([`node_fit`]; no kube-scheduler ever sees a reserve pod,
-/// and they also honour a `nodeName` the template pins), then the plugin
-/// pipeline, best score first. On success the cache holds the reservation as
-/// Available on the chosen node (see [`lifecycle::available_status`]); the
-/// placeholder itself is gone either way. Reported as `Reservation/<name>`.
-pub fn place_reservation(
-    scheduler: &mut crate::framework::Scheduler,
-    reservation: &Reservation,
-    now: SystemTime,
-) -> crate::simulator::Placement {
-    use crate::cache::{Change, Object};
-
-    let name = reservation.metadata.name.clone().unwrap_or_default();
-    let mut placement = crate::simulator::Placement {
-        pod: format!("Reservation/{name}"),
-        node: None,
-        reasons: BTreeMap::new(),
-        scores: BTreeMap::new(),
-        annotations: BTreeMap::new(),
-    };
-    // What it would hold must be readable before it is placed anywhere.
-    let allocatable = match lifecycle::reservation_allocatable(reservation) {
-        Ok(allocatable) => allocatable,
-        Err(invalid) => {
-            let reason = format!("reservation {name} is invalid: {invalid}");
-            for node in scheduler.cache.nodes_sorted() {
-                placement.reasons.insert(node.name.clone(), reason.clone());
-            }
-            return placement;
-        }
-    };
-    let template_spec = reservation.spec.template.spec.clone().unwrap_or_default();
-    let pod = reserve_pod(reservation);
-    let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
-    scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
-    if let Some(info) = scheduler.cache.pod(&key).cloned() {
-        let mut eligible = Vec::new();
-        for node in scheduler.cache.nodes_sorted() {
-            let fit = node
-                .node
-                .as_deref()
-                .map_or(Ok(()), |n| node_fit::check_node(&template_spec, n))
-                .and_then(|()| node_fit::check_resources(&info, node));
-            match fit {
-                Ok(()) => eligible.push(node.name.clone()),
-                Err(reason) => {
-                    placement.reasons.insert(node.name.clone(), reason);
-                }
-            }
-        }
-        match scheduler.pre_filter(&info, now) {
-            Err(rejection) => {
-                for node in eligible {
-                    placement.reasons.insert(node, rejection.reason.clone());
-                }
-            }
-            Ok(state) => {
-                let filtered = scheduler.filter_owned(&info, eligible, &state);
-                placement.reasons.extend(filtered.failed);
-                placement.reasons.extend(filtered.failed_unresolvable);
-                let scores = scheduler.score_owned(&info, filtered.feasible, &state);
-                placement.scores = scores.totals.iter().cloned().collect();
-                let mut ranked = scores.totals;
-                // Worst first, so `pop` yields the best (ties: name order).
-                ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
-                while let Some((node, _)) = ranked.pop() {
-                    match scheduler.reserve(&key, &node, now) {
-                        Ok(reserved) => {
-                            placement.annotations = reserved.annotations;
-                            placement.node = Some(node);
-                            break;
-                        }
-                        Err(err) => {
-                            placement.scores.remove(&node);
-                            placement.reasons.insert(node, err.to_string());
-                        }
-                    }
-                }
-            }
-        }
-    }
-    // The reservation, not its placeholder, holds the capacity from here on.
-    scheduler.apply(Change::Delete(Object::Pod(pod)));
-    if let Some(node) = &placement.node {
-        let mut placed = reservation.clone();
-        // The devices and cpuset the reserve pod got stay with the reservation.
-        let kept: Vec<(String, String)> = KEPT_ANNOTATIONS
-            .iter()
-            .filter_map(|key| {
-                let value = placement.annotations.get(*key)?;
-                Some((key.to_string(), value.clone()))
-            })
-            .collect();
-        if !kept.is_empty() {
-            placed
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .extend(kept);
-        }
-        placed.status = Some(lifecycle::available_status(
-            reservation,
-            node,
-            &allocatable,
-            now,
-        ));
-        scheduler.apply(Change::Upsert(Object::Reservation(placed)));
-    }
-    placement
-}
-
-/// One line summing up why a placement found no node (for the Unschedulable
-/// condition), in kube-scheduler's "0/N nodes are available" style.
-pub fn unschedulable_message(placement: &crate::simulator::Placement, nodes: usize) -> String {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for reason in placement.reasons.values() {
-        *counts.entry(reason.as_str()).or_default() += 1;
-    }
-    let details: Vec<String> = counts
-        .iter()
-        .map(|(reason, count)| format!("{count} {reason}"))
-        .collect();
-    if details.is_empty() {
-        format!("0/{nodes} nodes are available.")
-    } else {
-        format!("0/{nodes} nodes are available: {}.", details.join(", "))
-    }
-}
-
-/// Places every pending Reservation in the cache (name order) with
-/// [`place_reservation`] (simulator).
-pub fn schedule_pending_reservations(
-    scheduler: &mut crate::framework::Scheduler,
-    now: SystemTime,
-) -> Vec<crate::simulator::Placement> {
-    let pending: Vec<Reservation> = scheduler
-        .cache
-        .reservations
-        .values()
-        .filter(|r| is_pending(r, now))
-        .map(|r| (**r).clone())
-        .collect();
-    pending
-        .iter()
-        .map(|reservation| place_reservation(scheduler, reservation, now))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -903,6 +754,7 @@ mod tests {
     use super::*;
     use crate::cache::Object;
     use crate::framework::Scheduler;
+    use crate::placement::place_reservation;
     use crate::testutil::{self, PodSpec, ReservationSpec, rfc3339, t0};
 
     fn reservation(name: &str, node: &str, cpu: &str, spec_extra: Value) -> Object {
@@ -1108,7 +960,7 @@ mod tests {
         assert_eq!(placement.node.as_deref(), Some("c-free"));
         assert_eq!(
             placement.reasons["a-cordoned"],
-            node_fit::REASON_UNSCHEDULABLE
+            node_checks::REASON_UNSCHEDULABLE
         );
         assert_eq!(placement.reasons["b-full"], "Insufficient cpu");
         // The cache now holds it Available there, and the placeholder is gone.
@@ -1130,7 +982,7 @@ mod tests {
             t0(),
         );
         assert_eq!(placement.node.as_deref(), Some("b-full"));
-        assert_eq!(placement.reasons["c-free"], node_fit::REASON_NODE_NAME);
+        assert_eq!(placement.reasons["c-free"], node_checks::REASON_NODE_NAME);
         // Expired pending reservations are not placed.
         assert!(!is_pending(
             &pending("r3", "1", json!({})),

@@ -1,6 +1,8 @@
-//! kube-scheduler's pod-to-node checks that a reserve pod needs because no
-//! kube-scheduler ever sees it: cordoned nodes, taints, the node selector,
-//! required node affinity, a pinned node name and resource fit. Reasons use
+//! kube-scheduler's pod-to-node checks, for the placements no kube-scheduler
+//! filters ahead of us: reserve pods (no kube-scheduler ever sees one), the
+//! simulator's pods, and a gang's members checked against each other's
+//! nodes. Cordoned nodes, taints, the node selector, required node
+//! affinity, a pinned node name and resource fit; reasons use
 //! kube-scheduler's wording.
 
 use std::collections::BTreeMap;
@@ -87,6 +89,23 @@ pub fn check_pod_on_node(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
         (Some(spec), Some(node)) => check_node(spec, node),
         _ => Ok(()),
     }
+}
+
+/// Whether the pod restricts its nodes itself: a pinned `nodeName`, a
+/// `nodeSelector` or required node affinity.
+pub fn selects_nodes(pod: &PodInfo) -> bool {
+    pod.pod.spec.as_ref().is_some_and(|spec| {
+        spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
+            || spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
+            || spec
+                .affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .is_some_and(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .is_some()
+                })
+    })
 }
 
 /// Resources always checked; others only when the node's allocatable lists
@@ -184,6 +203,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::cache::{Change, ClusterCache, Object};
+    use std::sync::Arc;
 
     fn node(extra: Value) -> Node {
         let mut node = json!({"metadata": {"name": "n1", "labels": {"zone": "a", "gen": "5"}}});
@@ -275,5 +296,55 @@ mod tests {
             check_node(&spec(json!({"nodeName": "n2"})), &n),
             Err(REASON_NODE_NAME.to_string())
         );
+    }
+
+    #[test]
+    fn node_checks_skip_only_what_cannot_fail() {
+        let nodes = [
+            json!({"metadata": {"name": "plain", "labels": {"pool": "a"}}}),
+            json!({"metadata": {"name": "cordoned"}, "spec": {"unschedulable": true}}),
+            json!({"metadata": {"name": "tainted"}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+            json!({"metadata": {"name": "soft"}, "spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]}}),
+        ];
+        let pod_with = |spec: serde_json::Value| {
+            let mut spec = spec;
+            spec["containers"] = json!([{"name": "main"}]);
+            PodInfo::new(Arc::new(
+                serde_json::from_value(
+                    json!({"metadata": {"name": "p", "namespace": "default"}, "spec": spec}),
+                )
+                .unwrap(),
+            ))
+        };
+        let pods = [
+            (pod_with(json!({})), false),
+            (pod_with(json!({"nodeSelector": {}})), false),
+            (pod_with(json!({"nodeSelector": {"pool": "b"}})), true),
+            (
+                pod_with(
+                    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}),
+                ),
+                true,
+            ),
+            (pod_with(json!({"affinity": {"nodeAffinity": {}}})), false),
+        ];
+        let mut cache = ClusterCache::new();
+        for node in nodes {
+            cache.apply(Change::Upsert(Object::Node(
+                serde_json::from_value(node).unwrap(),
+            )));
+        }
+        for (pod, selects) in &pods {
+            assert_eq!(selects_nodes(pod), *selects, "{:?}", pod.pod.spec);
+            for node in cache.nodes_sorted() {
+                // Wherever the shortcut applies, the full check agrees.
+                if !selects && !node.cordoned_or_tainted {
+                    assert_eq!(check_pod_on_node(pod, node), Ok(()), "{}", node.name);
+                }
+            }
+        }
+        // The skipped check is real elsewhere: a cordoned node refuses a plain pod.
+        let cordoned = cache.node("cordoned").unwrap();
+        assert!(check_pod_on_node(&pods[0].0, cordoned).is_err());
     }
 }

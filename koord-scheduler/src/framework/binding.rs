@@ -1,0 +1,75 @@
+//! A completed reservation ([`Reserved`]) and the [`Binder`] that persists it.
+
+use std::collections::BTreeMap;
+
+/// A completed reservation: what the binder must persist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    pub pod_key: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    /// All plugins' pre-bind annotations merged into one patch.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What a binder persists for one reservation.
+pub type BindFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BindError>> + Send + 'a>>;
+
+/// Why a reservation was not persisted.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum BindError {
+    /// The pod patch carrying the reservation's annotations failed.
+    #[error("patching pod annotations: {0}")]
+    PatchAnnotations(String),
+    /// The API server refused the Binding.
+    #[error("creating the Binding: {0}")]
+    CreateBinding(String),
+    /// No client yet: the API server has not been reached.
+    #[error("not connected to the API server yet")]
+    NotConnected,
+    /// A recording binder told to fail (simulator, tests).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl BindError {
+    /// A short, fixed label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BindError::PatchAnnotations(_) => "patch_annotations",
+            BindError::CreateBinding(_) => "create_binding",
+            BindError::NotConnected => "not_connected",
+            BindError::Refused(_) => "refused",
+        }
+    }
+}
+
+/// Persists a reservation: one pod patch with the annotations (if any), then
+/// the Binding.
+pub trait Binder: Send + Sync {
+    fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a>;
+}
+
+/// A binder that records instead of writing (simulator and tests).
+#[derive(Default)]
+pub struct RecordingBinder {
+    pub fail_with: Option<String>,
+    pub bound: std::sync::Mutex<Vec<Reserved>>,
+}
+
+impl Binder for RecordingBinder {
+    fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a> {
+        Box::pin(async move {
+            if let Some(message) = &self.fail_with {
+                return Err(BindError::Refused(message.clone()));
+            }
+            if let Ok(mut bound) = self.bound.lock() {
+                bound.push(reserved.clone());
+            }
+            Ok(())
+        })
+    }
+}

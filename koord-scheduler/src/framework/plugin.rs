@@ -1,0 +1,274 @@
+//! What a plugin is: the [`Plugin`] trait with its extension points, the
+//! per-pod [`CycleState`], and the verdicts and writes a plugin hands back.
+//! Plugins depend on this module only, never on the [`super::Scheduler`]
+//! that drives them.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, PodInfo};
+
+/// kube-scheduler's in-process score range.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// Why a pod cannot go to a node (or anywhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    /// Preemption would not help (kube-scheduler's UnschedulableAndUnresolvable).
+    pub unresolvable: bool,
+}
+
+impl Rejection {
+    pub fn unschedulable(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            unresolvable: false,
+        }
+    }
+
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            unresolvable: true,
+        }
+    }
+}
+
+/// Per-pod scratch space, written in pre-filter and read afterwards.
+/// A handful of entries read once per node: a linear scan beats hashing.
+pub struct CycleState {
+    pub now: SystemTime,
+    data: Vec<(&'static str, Box<dyn Any + Send + Sync>)>,
+}
+
+impl CycleState {
+    pub fn new(now: SystemTime) -> Self {
+        Self {
+            now,
+            data: Vec::new(),
+        }
+    }
+
+    pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.data.retain(|(k, _)| *k != key);
+        self.data.push((key, Box::new(value)));
+    }
+
+    pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        self.data
+            .iter()
+            .find(|(k, _)| std::ptr::eq(*k, key) || *k == key)
+            .and_then(|(_, v)| v.downcast_ref())
+    }
+}
+
+/// An object write a plugin asks the shell to make (e.g. quota status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationWrite {
+    /// API resource, e.g. `elasticquotas.scheduling.sigs.k8s.io`.
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A merge patch a plugin asks the shell to apply (e.g. a status).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusWrite {
+    /// API resource, e.g. `podgroups.scheduling.sigs.k8s.io`.
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The merge-patch body, e.g. `{"status": {...}}`.
+    pub patch: serde_json::Value,
+}
+
+/// One scheduling plugin. Every method has a neutral default, so a plugin
+/// implements only the extension points it needs.
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Keeps the plugin's own indexes current; called after every cache change.
+    fn on_event(&mut self, _event: &ClusterEvent, _cache: &ClusterCache) {}
+
+    /// Pod-level checks and per-pod precomputation; a rejection fails every node.
+    fn pre_filter(
+        &self,
+        _pod: &PodInfo,
+        _cache: &ClusterCache,
+        _state: &mut CycleState,
+    ) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    fn filter(
+        &self,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    /// Whether the pod must go to this feasible node when any feasible node
+    /// qualifies: `Some(true)` where the plugin wants the pod (an owner pod
+    /// where one of its reservations fits), `Some(false)` elsewhere, `None`
+    /// when the plugin has no such preference for the pod. This is how the
+    /// extender gives a preference the weight upstream's profile gives it
+    /// (Reservation scores 5000 times a normal plugin there), which an
+    /// extender's 0-10 score cannot.
+    fn prefers(
+        &self,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Option<bool> {
+        None
+    }
+
+    /// Why a node was left out by [`Plugin::prefers`].
+    fn preference_reason(&self) -> &'static str {
+        "node(s) not preferred"
+    }
+
+    /// Whether [`Plugin::score`] means anything.
+    fn scores(&self) -> bool {
+        false
+    }
+
+    /// Whether the plugin sits this pod's scoring out, weight included
+    /// (upstream's PreScore Skip: DeviceShare for a pod without devices).
+    fn skips_scoring(&self, _state: &CycleState) -> bool {
+        false
+    }
+
+    /// Raw score of one feasible node.
+    fn score(
+        &self,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> i64 {
+        0
+    }
+
+    /// Maps the raw scores of all feasible nodes into 0..=100; the default
+    /// clamps (for plugins whose raw score already is in range).
+    fn normalize_scores(&self, scores: &mut [i64]) {
+        for score in scores {
+            *score = (*score).clamp(0, MAX_NODE_SCORE);
+        }
+    }
+
+    /// Allocates for the pod on the node at bind time; must be undone by
+    /// [`Plugin::unreserve`].
+    fn reserve(
+        &mut self,
+        _pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    fn unreserve(&mut self, _pod: &PodInfo, _node: &str, _cache: &ClusterCache) {}
+
+    /// Upstream's Permit, run at `/bind` once the pod is reserved and
+    /// assumed: let it bind, hold it until its group can bind together, or
+    /// (with a rejection) refuse it. Held pods of the cache carry
+    /// [`PodInfo::held`]; `pod` itself is assumed but not held yet.
+    fn permit(
+        &mut self,
+        _pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+    ) -> Result<Permit, Rejection> {
+        Ok(Permit::Allow)
+    }
+
+    /// A held pod's wait ended unbound (timed out or gone): which other
+    /// held pods go with it (upstream's Unreserve of a waiting pod).
+    fn permit_release_scope(&self, _pod: &PodInfo, _cache: &ClusterCache) -> PermitRelease {
+        PermitRelease::Member
+    }
+
+    /// A pod that went through Permit was bound through the API.
+    fn post_bind(&mut self, _pod: &PodInfo, _cache: &ClusterCache) {}
+
+    /// Annotations to persist on the pod before the Binding is created.
+    fn pre_bind(
+        &self,
+        _pod: &PodInfo,
+        _node: &str,
+        _cache: &ClusterCache,
+        _state: &CycleState,
+    ) -> Result<BTreeMap<String, String>, Rejection> {
+        Ok(BTreeMap::new())
+    }
+
+    /// Preemption (`/preempt`): for each of one node's proposed `victims`,
+    /// why this plugin's rules forbid evicting it for `preemptor`, or `None`
+    /// when they allow it. Node-level, because a rule may depend on what
+    /// the other victims take (a quota's min).
+    fn protects_victims(
+        &self,
+        _preemptor: &PodInfo,
+        victims: &[&PodInfo],
+        _cache: &ClusterCache,
+    ) -> Vec<Option<String>> {
+        vec![None; victims.len()]
+    }
+
+    /// Preemption: the unit `pod` is evicted with as a whole (a gang), if
+    /// any; every bound member of the unit goes, or none does.
+    fn preemption_unit(&self, _pod: &PodInfo, _cache: &ClusterCache) -> Option<String> {
+        None
+    }
+
+    /// Status writes that are due; the shell calls this at a bounded rate.
+    fn pending_writes(&mut self, _cache: &ClusterCache, _now: SystemTime) -> Vec<AnnotationWrite> {
+        Vec::new()
+    }
+
+    /// Status patches that are due; the shell calls this at a bounded rate.
+    fn pending_status_writes(
+        &mut self,
+        _cache: &ClusterCache,
+        _now: SystemTime,
+    ) -> Vec<StatusWrite> {
+        Vec::new()
+    }
+}
+
+/// A plugin's Permit verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permit {
+    /// Bind now, alone.
+    Allow,
+    /// Hold the pod (assumed, its resources counted) for at most `timeout`
+    /// until a member of `group` lets the group go.
+    Wait { group: String, timeout: Duration },
+    /// Bind now, together with every held pod of `group`.
+    AllowGroup { group: String },
+}
+
+/// What goes with a held pod whose wait ended unbound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermitRelease {
+    Member,
+    /// Every held pod of its group.
+    Group,
+}
+
+/// A registered plugin and where it takes part.
+pub struct PluginEntry {
+    pub plugin: Box<dyn Plugin>,
+    pub filter: bool,
+    pub score_weight: i64,
+}

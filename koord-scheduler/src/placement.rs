@@ -1,0 +1,520 @@
+//! The placement cycle: the framework's steps for one pod (pre-filter →
+//! filter → score → reserve) in the order every caller runs them. The
+//! extender calls the filter and score halves per request ([`filter_candidates`],
+//! [`extender_scores`]; kube-scheduler drives the cycle and checks nodes
+//! itself); the simulator ([`schedule_one`]) and the Reservation controller
+//! ([`place_reservation`]) run the whole cycle here, with kube-scheduler's
+//! node checks from [`crate::node_checks`] since no kube-scheduler filters
+//! ahead of them.
+//!
+//! This module sits above both the framework and the plugins (it knows the
+//! Reservation plugin's reserve pods); neither imports it.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use apis::scheduling::v1alpha1::Reservation;
+use serde::Serialize;
+
+use crate::cache::{Change, NodeInfo, Object, PodInfo};
+use crate::framework::{FilterOutcome, Scheduler};
+use crate::node_checks;
+use crate::plugins::reservation::{KEPT_ANNOTATIONS, is_pending, lifecycle, reserve_pod};
+
+/// One pod's outcome; the JSON contract documented in `docs/simulate.md`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Placement {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The chosen node, or null when none fits.
+    pub node: Option<String>,
+    /// Rejected node → reason.
+    pub reasons: BTreeMap<String, String>,
+    /// Feasible node → Σ weight × normalized plugin score.
+    pub scores: BTreeMap<String, i64>,
+    /// Annotations the bind wrote (or would write) on the pod.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The extender's `/filter` over `candidates`: pre-filter, then the
+/// plugins' filters; a pre-filter rejection rejects every candidate.
+pub fn filter_candidates(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: &[String],
+    now: SystemTime,
+) -> FilterOutcome {
+    match scheduler.pre_filter(pod, now) {
+        Ok(state) => scheduler.filter(pod, Some(candidates), &state),
+        Err(rejection) => Scheduler::reject_all(candidates, &rejection),
+    }
+}
+
+/// [`filter_candidates`] over names taken by value, also returning the
+/// cache indexes of the feasible nodes.
+pub fn filter_candidates_indexed(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: Vec<String>,
+    now: SystemTime,
+) -> (FilterOutcome, Vec<usize>) {
+    match scheduler.pre_filter(pod, now) {
+        Ok(cycle) => scheduler.filter_owned_indexed(pod, candidates, &cycle),
+        Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
+    }
+}
+
+/// The extender's `/prioritize` scores (0..=10) of `candidates`; all 0 when
+/// pre-filter rejects the pod.
+pub fn extender_scores(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: Vec<String>,
+    now: SystemTime,
+) -> Vec<(String, i64)> {
+    match scheduler.pre_filter(pod, now) {
+        Ok(state) => scheduler
+            .score_owned(pod, candidates, &state)
+            .into_extender_scores(),
+        Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
+    }
+}
+
+/// Schedules one pending pod already in the cache; `record_details` = false
+/// skips collecting per-node reasons and scores (throughput measurement).
+pub fn schedule_one(
+    scheduler: &mut Scheduler,
+    pod_key: &str,
+    now: SystemTime,
+    record_details: bool,
+) -> Placement {
+    let mut placement = Placement {
+        pod: pod_key.to_string(),
+        node: None,
+        reasons: BTreeMap::new(),
+        scores: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    };
+    let Some(pod) = scheduler.cache.pod(pod_key).cloned() else {
+        placement
+            .reasons
+            .insert(String::new(), "pod not found in the snapshot".into());
+        return placement;
+    };
+    let state = match scheduler.pre_filter(&pod, now) {
+        Ok(state) => state,
+        Err(rejection) => {
+            if record_details {
+                for name in scheduler.cache.node_names_sorted() {
+                    placement.reasons.insert(name, rejection.reason.clone());
+                }
+            }
+            return placement;
+        }
+    };
+    // Nodes are handled by reference; names are copied only for the report
+    // and for the chosen node.
+    // No kube-scheduler filters ahead of the simulator, so its node checks
+    // (cordon, taints, selector, affinity) apply here; their reason wins.
+    // A pod choosing no nodes itself passes every node that is neither
+    // cordoned nor tainted without looking at the Node object.
+    let selects_nodes = node_checks::selects_nodes(&pod);
+    let node_check = |pod: &PodInfo, node: &NodeInfo| {
+        if selects_nodes || node.cordoned_or_tainted {
+            node_checks::check_pod_on_node(pod, node)
+        } else {
+            Ok(())
+        }
+    };
+    let best = {
+        let reasons = &mut placement.reasons;
+        let mut feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
+            if record_details {
+                let reason = node_check(&pod, node).err().unwrap_or(rejection.reason);
+                reasons.insert(node.name.clone(), reason);
+            }
+        });
+        feasible.retain(|node| match node.map(|n| (n, node_check(&pod, n))) {
+            Some((n, Err(reason))) => {
+                if record_details {
+                    reasons.insert(n.name.clone(), reason);
+                }
+                false
+            }
+            _ => true,
+        });
+        let (totals, _) = scheduler.score_nodes(&pod, &feasible, &state);
+        if record_details {
+            placement.scores = feasible
+                .iter()
+                .zip(&totals)
+                .filter_map(|(node, total)| node.map(|n| (n.name.clone(), *total)))
+                .collect();
+        }
+        // The highest total; ties go to the earliest node in name order.
+        let mut best: Option<(usize, i64)> = None;
+        for (index, total) in totals.iter().enumerate() {
+            if best.is_none_or(|(_, top)| *total > top) {
+                best = Some((index, *total));
+            }
+        }
+        best.and_then(|(index, _)| feasible[index])
+            .map(|node| node.name.clone())
+    };
+    let Some(best) = best else {
+        return placement;
+    };
+    // Nothing changed since pre-filter: the reservation can reuse its state.
+    match scheduler.reserve_prepared(pod_key, &best, now, Some(state)) {
+        Ok(reserved) => {
+            placement.node = Some(best);
+            placement.annotations = reserved.annotations;
+            return placement;
+        }
+        Err(err) => {
+            placement.scores.remove(&best);
+            placement.reasons.insert(best.clone(), err.to_string());
+        }
+    }
+    // The best node failed (and was rolled back): rank the rest, from a fresh
+    // pre-filter over the unchanged cache.
+    let Ok(state) = scheduler.pre_filter(&pod, now) else {
+        return placement;
+    };
+    let mut filtered = scheduler.filter(&pod, None, &state);
+    let feasible = std::mem::take(&mut filtered.feasible);
+    let scores = scheduler.score_owned(&pod, feasible, &state);
+    let ranked: Vec<(String, i64)> = scores
+        .totals
+        .into_iter()
+        .filter(|(n, _)| {
+            *n != best
+                && scheduler
+                    .cache
+                    .node(n)
+                    .is_none_or(|node| node_check(&pod, node).is_ok())
+        })
+        .collect();
+    reserve_best(scheduler, pod_key, ranked, now, &mut placement);
+    placement
+}
+
+/// Reserves the pod on the best of `ranked` (highest total; ties: name
+/// order) that accepts it; a node that refuses loses its score and gets the
+/// refusal as its reason.
+fn reserve_best(
+    scheduler: &mut Scheduler,
+    pod_key: &str,
+    mut ranked: Vec<(String, i64)>,
+    now: SystemTime,
+    placement: &mut Placement,
+) {
+    // Worst first, so `pop` yields the best (ties: name order).
+    ranked.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
+    while let Some((node, _)) = ranked.pop() {
+        match scheduler.reserve(pod_key, &node, now) {
+            Ok(reserved) => {
+                placement.node = Some(node);
+                placement.annotations = reserved.annotations;
+                return;
+            }
+            Err(err) => {
+                placement.scores.remove(&node);
+                placement.reasons.insert(node, err.to_string());
+            }
+        }
+    }
+}
+
+/// Places one reservation as a reserve pod: kube-scheduler's own node
+/// checks first ([`node_checks`]; no kube-scheduler ever sees a reserve pod,
+/// and they also honour a `nodeName` the template pins), then the plugin
+/// pipeline, best score first. On success the cache holds the reservation as
+/// Available on the chosen node (see [`lifecycle::available_status`]); the
+/// placeholder itself is gone either way. Reported as `Reservation/<name>`.
+pub fn place_reservation(
+    scheduler: &mut Scheduler,
+    reservation: &Reservation,
+    now: SystemTime,
+) -> Placement {
+    let name = reservation.metadata.name.clone().unwrap_or_default();
+    let mut placement = Placement {
+        pod: format!("Reservation/{name}"),
+        node: None,
+        reasons: BTreeMap::new(),
+        scores: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    };
+    // What it would hold must be readable before it is placed anywhere.
+    let allocatable = match lifecycle::reservation_allocatable(reservation) {
+        Ok(allocatable) => allocatable,
+        Err(invalid) => {
+            let reason = format!("reservation {name} is invalid: {invalid}");
+            for node in scheduler.cache.nodes_sorted() {
+                placement.reasons.insert(node.name.clone(), reason.clone());
+            }
+            return placement;
+        }
+    };
+    let template_spec = reservation.spec.template.spec.clone().unwrap_or_default();
+    let pod = reserve_pod(reservation);
+    let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
+    scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
+    if let Some(info) = scheduler.cache.pod(&key).cloned() {
+        let mut eligible = Vec::new();
+        for node in scheduler.cache.nodes_sorted() {
+            let fit = node
+                .node
+                .as_deref()
+                .map_or(Ok(()), |n| node_checks::check_node(&template_spec, n))
+                .and_then(|()| node_checks::check_resources(&info, node));
+            match fit {
+                Ok(()) => eligible.push(node.name.clone()),
+                Err(reason) => {
+                    placement.reasons.insert(node.name.clone(), reason);
+                }
+            }
+        }
+        match scheduler.pre_filter(&info, now) {
+            Err(rejection) => {
+                for node in eligible {
+                    placement.reasons.insert(node, rejection.reason.clone());
+                }
+            }
+            Ok(state) => {
+                let filtered = scheduler.filter_owned(&info, eligible, &state);
+                placement.reasons.extend(filtered.failed);
+                placement.reasons.extend(filtered.failed_unresolvable);
+                let scores = scheduler.score_owned(&info, filtered.feasible, &state);
+                placement.scores = scores.totals.iter().cloned().collect();
+                reserve_best(scheduler, &key, scores.totals, now, &mut placement);
+            }
+        }
+    }
+    // The reservation, not its placeholder, holds the capacity from here on.
+    scheduler.apply(Change::Delete(Object::Pod(pod)));
+    if let Some(node) = &placement.node {
+        let mut placed = reservation.clone();
+        // The devices and cpuset the reserve pod got stay with the reservation.
+        let kept: Vec<(String, String)> = KEPT_ANNOTATIONS
+            .iter()
+            .filter_map(|key| {
+                let value = placement.annotations.get(*key)?;
+                Some((key.to_string(), value.clone()))
+            })
+            .collect();
+        if !kept.is_empty() {
+            placed
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(kept);
+        }
+        placed.status = Some(lifecycle::available_status(
+            reservation,
+            node,
+            &allocatable,
+            now,
+        ));
+        scheduler.apply(Change::Upsert(Object::Reservation(placed)));
+    }
+    placement
+}
+
+/// One line summing up why a placement found no node (for the Unschedulable
+/// condition), in kube-scheduler's "0/N nodes are available" style.
+pub fn unschedulable_message(placement: &Placement, nodes: usize) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for reason in placement.reasons.values() {
+        *counts.entry(reason.as_str()).or_default() += 1;
+    }
+    let details: Vec<String> = counts
+        .iter()
+        .map(|(reason, count)| format!("{count} {reason}"))
+        .collect();
+    if details.is_empty() {
+        format!("0/{nodes} nodes are available.")
+    } else {
+        format!("0/{nodes} nodes are available: {}.", details.join(", "))
+    }
+}
+
+/// Places every pending Reservation in the cache (name order) with
+/// [`place_reservation`] (simulator).
+pub fn schedule_pending_reservations(scheduler: &mut Scheduler, now: SystemTime) -> Vec<Placement> {
+    let pending: Vec<Reservation> = scheduler
+        .cache
+        .reservations
+        .values()
+        .filter(|r| is_pending(r, now))
+        .map(|r| (**r).clone())
+        .collect();
+    pending
+        .iter()
+        .map(|reservation| place_reservation(scheduler, reservation, now))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::cache::ClusterCache;
+    use crate::framework::{CycleState, Plugin, PluginEntry, Rejection};
+    use crate::testutil::*;
+
+    fn cluster() -> Vec<Object> {
+        let mut objects = vec![quota(
+            "team",
+            &[("cpu", "4")],
+            &[("cpu", "40"), ("kubernetes.io/batch-cpu", "20000")],
+            &[],
+            &[],
+        )];
+        for (index, cpu) in ["4", "2", "8", "2"].iter().enumerate() {
+            objects.push(node(
+                &format!("n{index}"),
+                &[
+                    ("cpu", cpu),
+                    ("memory", "32Gi"),
+                    ("pods", "110"),
+                    ("kubernetes.io/batch-cpu", "3000"),
+                ],
+            ));
+        }
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for (index, name) in names.iter().enumerate() {
+            // Five batch pods for four nodes with room for one each.
+            let requests: &[(&str, &str)] = if index % 2 == 1 {
+                &[("cpu", "3"), ("memory", "1Gi")]
+            } else {
+                &[("kubernetes.io/batch-cpu", "2000")]
+            };
+            objects.push(pod(PodSpec {
+                name,
+                requests,
+                labels: &[("quota.scheduling.koordinator.sh/name", "team")],
+                priority: Some(if index % 2 == 1 { 9500 } else { 5500 }),
+                ..PodSpec::default()
+            }));
+        }
+        objects
+    }
+
+    /// Reference: the extender's path (filter, score by name, full reserve).
+    fn schedule_by_name(scheduler: &mut Scheduler, key: &str, now: SystemTime) -> Placement {
+        let pod = scheduler.cache.pod(key).unwrap().clone();
+        let mut placement = Placement {
+            pod: key.to_string(),
+            node: None,
+            reasons: BTreeMap::new(),
+            scores: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        };
+        let Ok(state) = scheduler.pre_filter(&pod, now) else {
+            for name in scheduler.cache.node_names_sorted() {
+                placement.reasons.insert(name, "pre-filter".into());
+            }
+            return placement;
+        };
+        let mut filtered = scheduler.filter(&pod, None, &state);
+        let feasible = std::mem::take(&mut filtered.feasible);
+        let scores = scheduler.score_owned(&pod, feasible, &state);
+        placement.reasons = filtered.failed;
+        placement.reasons.extend(filtered.failed_unresolvable);
+        placement.scores = scores.totals.iter().cloned().collect();
+        if let Some(best) = scores.best().map(str::to_string) {
+            let reserved = scheduler.reserve(key, &best, now).unwrap();
+            placement.node = Some(best);
+            placement.annotations = reserved.annotations;
+        }
+        placement
+    }
+
+    #[test]
+    fn reusing_the_pre_filter_state_places_pods_like_the_by_name_path() {
+        let mut fast = scheduler("");
+        let mut reference = scheduler("");
+        load(&mut fast, cluster());
+        load(&mut reference, cluster());
+        let mut placed = 0;
+        for name in ["a", "b", "c", "d", "e", "f", "g", "h", "i"] {
+            let key = format!("default/{name}");
+            let got = schedule_one(&mut fast, &key, t0(), true);
+            let want = schedule_by_name(&mut reference, &key, t0());
+            assert_eq!(got.node, want.node, "{key}");
+            assert_eq!(got.scores, want.scores, "{key}");
+            assert_eq!(got.annotations, want.annotations, "{key}");
+            if want.reasons.values().all(|r| r != "pre-filter") {
+                assert_eq!(got.reasons, want.reasons, "{key}");
+            }
+            placed += usize::from(got.node.is_some());
+        }
+        // The cluster is sized so that some pods fit and some do not.
+        assert!(placed > 0 && placed < 9, "placed {placed}");
+    }
+
+    /// Scores `refused` highest but refuses to reserve on it.
+    struct RefuseBest {
+        refused: &'static str,
+    }
+
+    impl Plugin for RefuseBest {
+        fn name(&self) -> &'static str {
+            "RefuseBest"
+        }
+
+        fn scores(&self) -> bool {
+            true
+        }
+
+        fn score(&self, _: &PodInfo, node: &NodeInfo, _: &ClusterCache, _: &CycleState) -> i64 {
+            if node.name == self.refused {
+                100
+            } else if node.name == "n2" {
+                50
+            } else {
+                10
+            }
+        }
+
+        fn reserve(
+            &mut self,
+            _: &PodInfo,
+            node: &str,
+            _: &ClusterCache,
+            _: &CycleState,
+        ) -> Result<(), Rejection> {
+            if node == self.refused {
+                Err(Rejection::unschedulable("refused for the test"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_reservation_on_the_best_node_falls_back_to_the_next_best() {
+        let plugin = PluginEntry {
+            plugin: Box::new(RefuseBest { refused: "n1" }),
+            filter: true,
+            score_weight: 1,
+        };
+        let mut scheduler = Scheduler::new(vec![plugin], std::time::Duration::from_secs(60));
+        load(&mut scheduler, cluster());
+        let placement = schedule_one(&mut scheduler, "default/a", t0(), true);
+        assert_eq!(placement.node.as_deref(), Some("n2"));
+        assert!(
+            placement.reasons["n1"].contains("refused for the test"),
+            "{:?}",
+            placement.reasons
+        );
+        assert!(!placement.scores.contains_key("n1"));
+        assert_eq!(placement.scores["n2"], 50);
+        assert_eq!(
+            scheduler.cache.pod("default/a").unwrap().node.as_deref(),
+            Some("n2")
+        );
+    }
+}
