@@ -19,13 +19,13 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use koord_common::units::CpuSet;
 use koord_fuzz::{DISPATCHERS, select};
 use koordlet::runtimehooks::protocol::{ContainerContext, ContainerMeta, HookRequest, HookStage};
 use koordlet::runtimehooks::reconciler::{pod_container_spec_resources, pod_context_of};
 use koordlet::runtimehooks::rules::NodeRules;
 use koordlet::statesinformer::cpumanager::{self, CpuManagerCheckpoint};
 use koordlet::statesinformer::{kubelet, podmeta, podsfile, standalone};
-use koord_common::units::CpuSet;
 use libfuzzer_sys::fuzz_target;
 
 /// A seed file without its selector byte.

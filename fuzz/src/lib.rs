@@ -7,13 +7,13 @@
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
+use koord_common::units::CpuSet;
 use koordlet::runtimehooks::dispatcher::HookDispatcher;
 use koordlet::runtimehooks::hooks::{HookOptions, all_hooks};
 use koordlet::runtimehooks::protocol::{FailurePolicy, FailurePolicyConfig};
 use koordlet::runtimehooks::resctrlnode::ResctrlNodeInfo;
 use koordlet::runtimehooks::rules::{CpuQosRule, NodeRules, ResctrlRule};
 use koordlet::system::cgroup::{CgroupDriver, CgroupLayout, CgroupVersion};
-use koord_common::units::CpuSet;
 
 /// Splits `data` into a selector in `0..count` and the rest.
 pub fn select(data: &[u8], count: u8) -> Option<(u8, &[u8])> {
