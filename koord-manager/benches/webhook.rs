@@ -165,18 +165,30 @@ fn pod(index: usize, rng: &mut Lcg) -> Value {
     })
 }
 
+/// What a review is about.
+struct Subject<'a> {
+    /// Group, version, kind.
+    kind: (&'a str, &'a str, &'a str),
+    resource: &'a str,
+    sub_resource: Option<&'a str>,
+    namespace: Option<&'a str>,
+    name: &'a str,
+}
+
 fn review(
     uid: &str,
-    kind: (&str, &str, &str),
-    resource: &str,
-    sub_resource: Option<&str>,
+    subject: Subject<'_>,
     operation: &str,
-    namespace: Option<&str>,
-    name: &str,
     object: Value,
     old_object: Value,
 ) -> Vec<u8> {
-    let (group, version, kind) = kind;
+    let Subject {
+        kind: (group, version, kind),
+        resource,
+        sub_resource,
+        namespace,
+        name,
+    } = subject;
     let gvk = json!({"group": group, "version": version, "kind": kind});
     let gvr = json!({"group": group, "version": version, "resource": resource});
     let options = if operation == "CREATE" {
@@ -207,12 +219,14 @@ fn pod_review(index: usize, object: Value) -> Vec<u8> {
     let name = object["metadata"]["name"].as_str().unwrap().to_owned();
     review(
         &format!("a0b1c2d3-0000-4000-8000-{index:012}"),
-        ("", "v1", "Pod"),
-        "pods",
-        None,
+        Subject {
+            kind: ("", "v1", "Pod"),
+            resource: "pods",
+            sub_resource: None,
+            namespace: Some(NAMESPACE),
+            name: &name,
+        },
         "CREATE",
-        Some(NAMESPACE),
-        &name,
         object,
         Value::Null,
     )
@@ -243,12 +257,14 @@ fn quota_review(index: usize) -> Vec<u8> {
         json!({"min": {"cpu": "1", "memory": "1Gi"}, "max": {"cpu": "2", "memory": "2Gi"}});
     review(
         &format!("b0b1c2d3-0000-4000-8000-{index:012}"),
-        ("scheduling.sigs.k8s.io", "v1alpha1", "ElasticQuota"),
-        "elasticquotas",
-        None,
+        Subject {
+            kind: ("scheduling.sigs.k8s.io", "v1alpha1", "ElasticQuota"),
+            resource: "elasticquotas",
+            sub_resource: None,
+            namespace: Some(NAMESPACE),
+            name: &name,
+        },
         "CREATE",
-        Some(NAMESPACE),
-        &name,
         object,
         Value::Null,
     )
@@ -290,12 +306,14 @@ fn node_review(index: usize) -> Vec<u8> {
     };
     review(
         &format!("d0b1c2d3-0000-4000-8000-{index:012}"),
-        ("", "v1", "Node"),
-        "nodes",
-        Some("status"),
+        Subject {
+            kind: ("", "v1", "Node"),
+            resource: "nodes",
+            sub_resource: Some("status"),
+            namespace: None,
+            name: &name,
+        },
         "UPDATE",
-        None,
-        &name,
         node("2026-12-04T12:00:30Z", 2 * index + 2),
         node("2026-12-04T12:00:00Z", 2 * index + 1),
     )
