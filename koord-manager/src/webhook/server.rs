@@ -154,7 +154,9 @@ fn plain(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
-async fn admit(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
+/// Answers one review body read whole for `path`: what the HTTPS server does
+/// after TLS and the body read (public for the webhook benchmark).
+pub async fn admit(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
     // The body was read whole: the connection may stay open.
     let refuse = |refused: BodyRefused| {
         handlers
