@@ -1135,3 +1135,29 @@ mod tests {
         assert_eq!(send(server.addr(), "GET /api/v1/pods", "", "").status, 404);
     }
 }
+
+/// Deterministic pseudo-random numbers for generated test cases and
+/// benchmark workloads (a 64-bit LCG; the high bits are used): the same seed
+/// gives the same sequence on every machine.
+#[derive(Clone, Debug)]
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// A number in `0..bound` (0 when `bound` is 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound.max(1)
+    }
+}
+
+/// A size knob of a benchmark from the environment, `default` when unset or
+/// not a number.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -33,6 +33,7 @@ use apis::scheduling_sigs::v1alpha1::ElasticQuota;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_common::testing::{Lcg, env_usize};
 use koord_manager::webhook::cache::WebhookCaches;
 use koord_manager::webhook::configmap::SloConfigRef;
 use koord_manager::webhook::features::FeatureGates;
@@ -55,26 +56,6 @@ fn read_error(message: String) -> ReadError {
 
 const NAMESPACE: &str = "scale-bench";
 const QUOTAS: usize = 10;
-
-/// Deterministic pseudo-random numbers (the scale bench's generator).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % bound
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The scale bench's pod (`bench_pod`) as kube-apiserver hands it to the
 /// webhooks: defaulted, with the service-account volume, the default
@@ -100,15 +81,15 @@ fn pod(index: usize, rng: &mut Lcg) -> Value {
         _ if index.is_multiple_of(3) => {
             labels["koordinator.sh/qosClass"] = json!("BE");
             (
-                json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)),
+                json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.below(1500)),
                        "kubernetes.io/batch-memory": "1Gi"}),
                 "koord-batch",
                 5000,
             )
         }
         _ => (
-            json!({"cpu": format!("{}m", 250 + rng.next(1750)),
-                   "memory": format!("{}Mi", 256 + rng.next(3840))}),
+            json!({"cpu": format!("{}m", 250 + rng.below(1750)),
+                   "memory": format!("{}Mi", 256 + rng.below(3840))}),
             "koord-prod",
             9000,
         ),

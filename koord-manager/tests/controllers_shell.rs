@@ -581,8 +581,8 @@ fn controller_args() -> ControllerArgs {
     }
 }
 
-/// Starts the caches on `api`, waits for them and runs one pass.
-async fn one_pass(api: &RecordingApi) -> Reconciler {
+/// Starts the caches on `api` and waits for them; a reconciler beside them.
+async fn started(api: &RecordingApi) -> (Caches, Reconciler) {
     let client = api.client();
     let args = controller_args();
     let notify = Arc::new(tokio::sync::Notify::new());
@@ -591,7 +591,13 @@ async fn one_pass(api: &RecordingApi) -> Reconciler {
         .await
         .expect("caches sync")
         .unwrap();
-    let mut reconciler = Reconciler::new(client, args, ControllerMetrics::default());
+    let reconciler = Reconciler::new(client, args, ControllerMetrics::default());
+    (caches, reconciler)
+}
+
+/// [`started`], then one pass.
+async fn one_pass(api: &RecordingApi) -> Reconciler {
+    let (caches, mut reconciler) = started(api).await;
     reconciler.pass(&caches).await;
     reconciler
 }
@@ -674,15 +680,7 @@ async fn a_start_with_a_valid_colocation_config_writes_the_node_status() {
 #[tokio::test]
 async fn a_pass_does_not_repeat_a_node_write_its_cache_has_not_shown_yet() {
     let api = cluster(r#"{"enable": true}"#);
-    let client = api.client();
-    let args = controller_args();
-    let notify = Arc::new(tokio::sync::Notify::new());
-    let caches = Caches::start(&client, &args, &notify);
-    tokio::time::timeout(Duration::from_secs(30), caches.wait_until_ready())
-        .await
-        .expect("caches sync")
-        .unwrap();
-    let mut reconciler = Reconciler::new(client, args, ControllerMetrics::default());
+    let (caches, mut reconciler) = started(&api).await;
     let node_writes = |api: &RecordingApi| {
         writes(api)
             .into_iter()

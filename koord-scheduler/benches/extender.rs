@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use koord_common::testing::{Lcg, env_usize};
 use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::config::SchedulerConfiguration;
 use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
@@ -47,26 +48,6 @@ profiles:
     args:
       resources: [nvidia.com/gpu]
 "#;
-
-/// Deterministic pseudo-random numbers.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % bound
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn rfc3339(time: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::try_from(time)
@@ -129,11 +110,11 @@ fn pod_json(index: usize, node: Option<&str>, rng: &mut Lcg) -> Value {
             (json!({"cpu": "2", "memory": "4Gi"}), 9500)
         }
         _ if index.is_multiple_of(3) => (
-            json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)), "kubernetes.io/batch-memory": "1Gi"}),
+            json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.below(1500)), "kubernetes.io/batch-memory": "1Gi"}),
             5500,
         ),
         _ => (
-            json!({"cpu": format!("{}m", 250 + rng.next(1750)), "memory": format!("{}Mi", 256 + rng.next(3840))}),
+            json!({"cpu": format!("{}m", 250 + rng.below(1750)), "memory": format!("{}Mi", 256 + rng.below(3840))}),
             9500,
         ),
     };
@@ -248,7 +229,7 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
             "metadata": {"name": name},
             "spec": {"collectPolicy": {"reportIntervalSeconds": 60}},
             "status": {"updateTime": report, "nodeMetric": {"nodeUsage": {"resources": {
-                "cpu": format!("{}m", 2000 + rng.next(30000)), "memory": format!("{}Gi", 16 + rng.next(120))}}},
+                "cpu": format!("{}m", 2000 + rng.below(30000)), "memory": format!("{}Gi", 16 + rng.below(120))}}},
                 "podsMetric": pods_metric}
         })).unwrap()));
     }
@@ -258,7 +239,7 @@ fn generate(nodes: usize, pods: usize, now: SystemTime) -> (Vec<Object>, Vec<Val
         0
     };
     for index in 0..reservations {
-        let node = format!("node-{:05}", rng.next(nodes as u64));
+        let node = format!("node-{:05}", rng.below(nodes as u64));
         objects.push(reservation(index, &node, now));
     }
     for index in 0..bound {

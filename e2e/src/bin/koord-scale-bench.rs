@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use koord_common::testing::Lcg;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
     WatchEvent, WatchParams,
@@ -201,19 +202,6 @@ fn elastic_quotas(client: &Client, namespace: &str) -> Api<DynamicObject> {
     )
 }
 
-/// Deterministic pseudo-random numbers, so every run sees the same cluster and pods.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % bound
-    }
-}
-
 /// A creation's result, with "already exists" taken as done (a rerun after an interrupted one).
 fn created<T>(result: Result<T, kube::Error>) -> anyhow::Result<()> {
     match result {
@@ -371,8 +359,8 @@ async fn make_nodes(client: &Client, options: &Options) -> anyhow::Result<Value>
 /// A NodeMetric status as koordlet reports it: node usage between 10 % and 40 % of the node,
 /// no pods (the simulated nodes' pods use nothing).
 fn metric_status(rng: &mut Lcg) -> Value {
-    let usage = json!({"cpu": format!("{}m", 3200 + rng.next(9600)),
-                       "memory": format!("{}Mi", 13_000 + rng.next(39_000))});
+    let usage = json!({"cpu": format!("{}m", 3200 + rng.below(9600)),
+                       "memory": format!("{}Mi", 13_000 + rng.below(39_000))});
     json!({"status": {
         "updateTime": k8s_openapi::jiff::Timestamp::now().to_string(),
         "nodeMetric": {"nodeUsage": {"resources": usage},
@@ -642,14 +630,14 @@ fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> 
         _ if index.is_multiple_of(3) => {
             labels["koordinator.sh/qosClass"] = json!("BE");
             (
-                json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.next(1500)),
+                json!({"kubernetes.io/batch-cpu": format!("{}", 500 + rng.below(1500)),
                        "kubernetes.io/batch-memory": "1Gi"}),
                 "koord-batch",
             )
         }
         _ => (
-            json!({"cpu": format!("{}m", 250 + rng.next(1750)),
-                   "memory": format!("{}Mi", 256 + rng.next(3840))}),
+            json!({"cpu": format!("{}m", 250 + rng.below(1750)),
+                   "memory": format!("{}Mi", 256 + rng.below(3840))}),
             "koord-prod",
         ),
     };
