@@ -595,6 +595,14 @@ pub fn plan_pass_with(
                 .and_then(|s| s.allocatable.clone())
                 .unwrap_or_default();
             let device_status = device_plan.status();
+            // The device resources' own write when the batch inputs are refused.
+            let device_only = || {
+                if awaiting_watch {
+                    None
+                } else {
+                    device_only_write(name, &device_plan, colocation.strategy.as_ref(), &current)
+                }
+            };
             if let Some(problem) = pod_problems.get(name) {
                 plan.refused.push(Refusal {
                     node: Some(name.to_owned()),
@@ -602,14 +610,7 @@ pub fn plan_pass_with(
                         "{problem}; the node's batch and mid resources are left as they are"
                     ),
                 });
-                if !awaiting_watch {
-                    plan.actions.extend(device_only_write(
-                        name,
-                        &device_plan,
-                        colocation.strategy.as_ref(),
-                        &current,
-                    ));
-                }
+                plan.actions.extend(device_only());
                 continue;
             }
             let node_pods = pods.get(name).map(Vec::as_slice).unwrap_or_default();
@@ -635,14 +636,7 @@ pub fn plan_pass_with(
                             "{error}; the node's batch and mid resources are left as they are"
                         ),
                     });
-                    if !awaiting_watch {
-                        plan.actions.extend(device_only_write(
-                            name,
-                            &device_plan,
-                            colocation.strategy.as_ref(),
-                            &current,
-                        ));
-                    }
+                    plan.actions.extend(device_only());
                     continue;
                 }
             };
