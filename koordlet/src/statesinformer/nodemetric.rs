@@ -46,6 +46,8 @@ pub const MIN_AGGREGATE_DURATION: Duration = Duration::from_secs(60);
 /// Upstream's default and smallest report interval.
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 pub const MIN_REPORT_INTERVAL: Duration = Duration::from_secs(30);
+/// How soon a training round skipped for unsynced pods is tried again.
+const TRAINING_RETRY: Duration = Duration::from_secs(1);
 /// Upstream's default windows of the aggregated usages.
 pub const DEFAULT_AGGREGATE_WINDOWS: [Duration; 3] = [
     Duration::from_secs(5 * 60),
@@ -950,12 +952,20 @@ impl NodeMetricReporter {
 
     /// One training round of the peak models from the last training
     /// interval's samples (p90 of each series, as upstream), then model GC.
-    pub fn train_once(&self, now: SystemTime) {
+    /// Returns false, training nothing, until the pods have synced: without
+    /// them the whole node's usage would be trained as the system's share,
+    /// one sample that can lift the system peak by every pod's usage (as
+    /// upstream, which waits for its informer before the first round).
+    pub fn train_once(&self, now: SystemTime) -> bool {
         let Some(predictor) = &self.predictor else {
-            return;
+            return false;
+        };
+        let Some(pods) = self.states.pods() else {
+            tracing::debug!("pods not synced yet; peak models not trained");
+            return false;
         };
         let Ok(mut predictor) = predictor.lock() else {
-            return;
+            return false;
         };
         let start = now
             .checked_sub(predictor.config().training_interval)
@@ -966,10 +976,9 @@ impl NodeMetricReporter {
                 .map(|window| window.value)
         };
         let default_policy = NodeMemoryCollectPolicy::UsageWithoutPageCache;
-        let pods = self.states.pods();
         let samples: Vec<PodTrainingSample> = pods
+            .pods
             .iter()
-            .flat_map(|snapshot| snapshot.pods.iter())
             .filter_map(|pod| {
                 let uid = pod.metadata.uid.as_deref()?;
                 Some(PodTrainingSample {
@@ -989,6 +998,7 @@ impl NodeMetricReporter {
         if removed > 0 {
             tracing::debug!(removed, "expired peak models dropped");
         }
+        true
     }
 
     /// How often [`NodeMetricReporter::run`] trains: the configured
@@ -1152,9 +1162,16 @@ impl NodeMetricReporter {
             }
             let now = Instant::now();
             if next_training.is_some_and(|training| now >= training) {
-                self.train_once(SystemTime::now());
-                next_training = self.training_interval(interval).map(|every| now + every);
-                if let Some(checkpointer) = &self.checkpointer
+                let trained = self.train_once(SystemTime::now());
+                next_training = if trained {
+                    self.training_interval(interval).map(|every| now + every)
+                } else {
+                    // Pods not synced yet: try again soon rather than a
+                    // whole training interval later.
+                    Some(now + TRAINING_RETRY)
+                };
+                if trained
+                    && let Some(checkpointer) = &self.checkpointer
                     && now >= next_checkpoint
                 {
                     next_checkpoint = now + checkpointer.interval();
@@ -1951,6 +1968,68 @@ mod tests {
         let app = &status.host_application_metric[0];
         assert_eq!(quantity(&app.usage, "cpu"), "250m");
         assert_eq!(quantity(&app.usage, "memory"), "512Mi");
+    }
+
+    /// Before the pods sync, a round would train the whole node's usage as
+    /// the system's share (the restart flake: one such sample after a restore
+    /// lifted the system peak by the pod's 2 GiB); it trains nothing instead.
+    #[test]
+    fn no_training_round_runs_before_the_pods_have_synced() {
+        use crate::metriccache::{MetricCacheConfig, Sample};
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0);
+        let cache = Arc::new(MetricCache::new(MetricCacheConfig::default()).unwrap());
+        let mut samples = Vec::new();
+        for second in 0..60u64 {
+            let at = now - Duration::from_secs(59 - second);
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::NodeCpuUsage),
+                at,
+                0.6,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::node(MetricKind::NodeMemoryUsage),
+                at,
+                3.0 * GI,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodCpuUsage, "uid-a"),
+                at,
+                0.5,
+            ));
+            samples.push(Sample::new(
+                SeriesKey::pod(MetricKind::PodMemoryUsage, "uid-a"),
+                at,
+                2.0 * GI,
+            ));
+        }
+        assert!(cache.append(&samples).rejected.is_empty());
+        let states = StatesInformer::new("node-a", super::super::RequiredSyncs::PODS_ONLY);
+        let reporter = NodeMetricReporter::new(
+            states.clone(),
+            cache,
+            ReportSink::File(std::env::temp_dir().join("unused-node-metric.json")),
+        );
+        let system_peak = |reporter: &NodeMetricReporter| {
+            let predictor = reporter.predictor.as_ref().unwrap().lock().unwrap();
+            predictor
+                .prediction(&crate::prediction::node_item_id(
+                    crate::prediction::SYSTEM_ITEM,
+                ))
+                .map(|prediction| prediction.p98.memory_bytes)
+        };
+
+        assert!(!reporter.train_once(now), "trained before the pods synced");
+        assert_eq!(system_peak(&reporter), None);
+
+        states.set_pods(super::super::PodsSnapshot {
+            pods: vec![requesting_pod("uid-a", "koord-prod", "2", "4Gi", now)],
+            origin: super::super::PodsOrigin::File,
+            synced_at: now,
+        });
+        assert!(reporter.train_once(now));
+        // Node 3 GiB − the pod's 2 GiB: the system holds about 1 GiB, not 3.
+        let peak = system_peak(&reporter).unwrap() as f64 / GI;
+        assert!((0.9..1.2).contains(&peak), "system memory peak {peak} GiB");
     }
 
     /// The restart of the issue: ten minutes of history, a checkpoint, the
