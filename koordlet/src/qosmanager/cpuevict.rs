@@ -738,10 +738,10 @@ mod tests {
     /// Three BE pods requesting 2 cores each: 6 cores requested.
     fn be_pods(now: SystemTime) -> Vec<crate::qosmanager::framework::QosPod> {
         vec![
-            with_cpu(pod("a", QoSClass::BE, 5500), 2000, 0.5, now),
-            with_cpu(pod("b", QoSClass::BE, 5500), 2000, 1.0, now),
-            with_cpu(pod("c", QoSClass::BE, 5100), 2000, 0.2, now),
-            with_cpu(pod("ls", QoSClass::LS, 9500), 4000, 3.0, now),
+            with_cpu(pod("a", QoSClass::BE, 5500), MilliCpu(2000), 0.5, now),
+            with_cpu(pod("b", QoSClass::BE, 5500), MilliCpu(2000), 1.0, now),
+            with_cpu(pod("c", QoSClass::BE, 5100), MilliCpu(2000), 0.2, now),
+            with_cpu(pod("ls", QoSClass::LS, 9500), MilliCpu(4000), 3.0, now),
         ]
     }
 
