@@ -390,7 +390,7 @@ pub fn spawn_runner_with_reaction(
                             link.metrics.record_wakeup(wake.source, latency);
                             tracing::debug!(
                                 source = wake.source.as_str(),
-                                floor_milli = wake.floor_milli,
+                                floor_milli = wake.floor.0,
                                 latency_ms = latency.as_secs_f64() * 1000.0,
                                 actions = outcome.actions,
                                 "cpusuppress woken by an LS CPU step"
