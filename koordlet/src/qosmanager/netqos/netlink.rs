@@ -732,3 +732,76 @@ fn extack_message(payload: &[u8]) -> Option<String> {
         })
         .filter(|text| !text.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The options of a class whose rate and ceil are `rate` and `ceil`
+    /// bytes per second, as (attribute kind, value).
+    fn encoded(rate: u64, ceil: u64) -> Vec<(u16, Vec<u8>)> {
+        let spec = HtbClassSpec {
+            minor: 2,
+            parent: handle(MAJOR, 1),
+            rate_bps: rate * 8,
+            ceil_bps: ceil * 8,
+            prio: 0,
+            quantum_bytes: 1500,
+            burst_bytes: 1600,
+            cburst_bytes: 1600,
+        };
+        htb_class_options(&spec)
+            .iter()
+            .map(|option| {
+                let TcOption::Other(nla) = option else {
+                    panic!("unexpected option {option:?}");
+                };
+                let mut value = vec![0u8; netlink_packet_core::Nla::value_len(nla)];
+                netlink_packet_core::Nla::emit_value(nla, &mut value);
+                (netlink_packet_core::Nla::kind(nla), value)
+            })
+            .collect()
+    }
+
+    fn rate32(parms: &[u8], ratespec: usize) -> u32 {
+        read_u32(parms, ratespec * TC_RATESPEC_BYTES + 8).unwrap()
+    }
+
+    #[test]
+    fn rates_above_32_bits_saturate_the_parms_and_add_64_bit_attributes() {
+        let small = encoded(625_000, 2_500_000);
+        assert_eq!(small.len(), 1, "no 64-bit attribute below 2^32 B/s");
+        assert_eq!(small[0].0, TCA_HTB_PARMS);
+        assert_eq!(small[0].1.len(), TC_HTB_OPT_BYTES);
+        assert_eq!(
+            (rate32(&small[0].1, 0), rate32(&small[0].1, 1)),
+            (625_000, 2_500_000)
+        );
+
+        let max32 = u64::from(u32::MAX);
+        let big = encoded(max32 + 10, 1000);
+        assert_eq!(
+            (rate32(&big[0].1, 0), rate32(&big[0].1, 1)),
+            (u32::MAX, 1000)
+        );
+        assert_eq!(
+            big[1..].to_vec(),
+            vec![(TCA_HTB_RATE64, (max32 + 10).to_ne_bytes().to_vec())]
+        );
+
+        let both = encoded(max32 + 1, max32 + 2);
+        assert_eq!(
+            (rate32(&both[0].1, 0), rate32(&both[0].1, 1)),
+            (u32::MAX, u32::MAX)
+        );
+        assert_eq!(
+            both[1..].to_vec(),
+            vec![
+                (TCA_HTB_RATE64, (max32 + 1).to_ne_bytes().to_vec()),
+                (TCA_HTB_CEIL64, (max32 + 2).to_ne_bytes().to_vec()),
+            ]
+        );
+        // Exactly 2^32 - 1 still fits the 32-bit field.
+        assert_eq!(encoded(max32, max32).len(), 1);
+    }
+}
