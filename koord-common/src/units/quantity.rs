@@ -52,6 +52,25 @@ impl fmt::Display for Bytes {
     }
 }
 
+/// A data rate in bytes per second: the unit the kernel's traffic control
+/// stores HTB rates in (`tc_ratespec.rate` and `TCA_HTB_RATE64`), where
+/// configuration speaks bits per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BytesPerSecond(pub u64);
+
+impl BytesPerSecond {
+    /// From bits per second, rounding down to whole bytes as `tc` does.
+    pub fn from_bits_per_second(bits: u64) -> Self {
+        Self(bits / 8)
+    }
+}
+
+impl fmt::Display for BytesPerSecond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}B/s", self.0)
+    }
+}
+
 /// The CFS period the kubelet and upstream koordlet use, in microseconds.
 pub const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
 
@@ -156,6 +175,16 @@ mod tests {
         assert!(CfsQuota::Micros(1) < CfsQuota::Micros(2));
         assert_eq!(MilliCpu::from_cores(1.5), MilliCpu(1500));
         assert_eq!(MilliCpu(250).to_string(), "250m");
+    }
+
+    #[test]
+    fn bytes_per_second_from_bits() {
+        assert_eq!(
+            BytesPerSecond::from_bits_per_second(100_000_000),
+            BytesPerSecond(12_500_000)
+        );
+        assert_eq!(BytesPerSecond::from_bits_per_second(15), BytesPerSecond(1));
+        assert_eq!(BytesPerSecond(625_000).to_string(), "625000B/s");
     }
 
     #[test]
