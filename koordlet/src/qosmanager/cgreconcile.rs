@@ -596,6 +596,32 @@ mod tests {
     }
 
     #[test]
+    fn unlimited_container_high_uses_capacity_minus_reserved_and_never_below_zero() {
+        let mut snapshot = snapshot(true);
+        snapshot.pods = vec![pod("ls", QoSClass::LS, QosTier::Burstable, GIB, None)];
+        let container = PathBuf::from("kubepods/burstable/poduid-ls/c1");
+        let high = |snapshot: &QosSnapshot| {
+            CgroupReconcile
+                .decide_fresh(snapshot)
+                .write_for(&container, CgroupResource::MemoryHigh)
+                .cloned()
+        };
+        // No allocatable in the Node: capacity 16 GiB - reserved 4 GiB.
+        snapshot.node.memory_reserved = Bytes(4 * GIB as u64);
+        let ceiling = 12 * GIB;
+        assert_eq!(
+            high(&snapshot),
+            Some(CgroupValue::Int(
+                (GIB + (ceiling - GIB) * 80 / 100) / PAGE_SIZE * PAGE_SIZE
+            ))
+        );
+        // Reserved above capacity: the ceiling is 0 (never negative), so high
+        // is 1 GiB - 80% of it, then raised to memory.min (1 GiB).
+        snapshot.node.memory_reserved = Bytes(32 * GIB as u64);
+        assert_eq!(high(&snapshot), Some(CgroupValue::Int(GIB)));
+    }
+
+    #[test]
     fn unsupported_files_are_skipped_and_named() {
         // The test capabilities have no memory QoS files (like this CI kernel).
         let decision = CgroupReconcile.decide_fresh(&snapshot(false));
