@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use apis::extension::{PriorityClass, QoSClass};
 use apis::slo::v1alpha1::{NodeSLOSpec, ResourceThresholdStrategy};
 use koord_common::testing::TempDir;
+use koord_common::units::Bytes;
 use koordlet::evictor::qos::QosEvictor;
 use koordlet::evictor::{EvictorArgs, PodEvictor};
 use koordlet::qosmanager::framework::{MetricSample, QosPod, QosRunner, QosSnapshot};
@@ -130,7 +131,7 @@ fn memory_pressure_kills_the_be_pod_process_and_spares_ls() {
     let now = SystemTime::now();
     let mut snapshot = QosSnapshot::for_test(now);
     snapshot.layout = layout.clone();
-    snapshot.node.memory_capacity_bytes = 10 * GIB;
+    snapshot.node.memory_capacity = Bytes(10 * GIB as u64);
     snapshot.node_usage.memory = Some(MetricSample::new((9 * GIB) as f64, now));
     snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
         resource_used_threshold_with_be: Some(ResourceThresholdStrategy {
@@ -249,7 +250,7 @@ fn measured_snapshot(
         .iter()
         .filter_map(|p| p.memory_usage.map(|s| s.value))
         .sum();
-    snapshot.node.memory_capacity_bytes = capacity;
+    snapshot.node.memory_capacity = Bytes::from_i64_or_zero(capacity);
     snapshot.node_usage.memory = Some(MetricSample::new(used, now));
     snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
         resource_used_threshold_with_be: Some(threshold),

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use apis::slo::v1alpha1::{NodeSLOSpec, SystemStrategy};
 use koord_common::testing::TempDir;
+use koord_common::units::Bytes;
 use koordlet::qosmanager::framework::{QosRunner, QosSnapshot};
 use koordlet::qosmanager::sysreconcile::SysReconcile;
 use koordlet::resourceexecutor::{ExecutorConfig, ResourceExecutor};
@@ -47,7 +48,7 @@ fn knobs_are_written_where_present_and_drift_is_repaired() {
         let mut snapshot =
             QosSnapshot::for_test(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds));
         snapshot.layout = layout.clone();
-        snapshot.node.memory_capacity_bytes = 16 * GIB;
+        snapshot.node.memory_capacity = Bytes(16 * GIB as u64);
         snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
             system_strategy: Some(SystemStrategy {
                 min_free_kbytes_factor: Some(100),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use apis::slo::v1alpha1::{CPUSuppressPolicy, NodeSLO, NodeSLOSpec, ResourceThresholdStrategy};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use koord_common::testing::TempDir;
+use koord_common::units::MilliCpu;
 use koord_common::{MetricsRegistry, Shutdown, ShutdownReason};
 use koordlet::metriccache::{MetricCache, MetricCacheConfig, MetricKind, Sample, SeriesKey};
 use koordlet::metricsadvisor::read_cpu_topology;
@@ -183,7 +184,7 @@ fn trial(index: usize) -> Option<Duration> {
         &args,
         Path::new("/proc"),
         &tree.layout,
-        capacity_milli,
+        MilliCpu(capacity_milli),
         metrics.clone(),
         shutdown.clone(),
     )
@@ -334,7 +335,7 @@ fn the_sampler_costs_little_cpu() {
         &args,
         Path::new("/proc"),
         &tree.layout,
-        2000,
+        MilliCpu(2000),
         ReactionMetrics::default(),
         shutdown.clone(),
     )

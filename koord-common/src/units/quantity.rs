@@ -27,9 +27,47 @@ impl fmt::Display for MilliCpu {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Bytes(pub u64);
 
+impl Bytes {
+    /// From a signed count (a Kubernetes quantity's value, a kernel file):
+    /// negative amounts, which no memory size can be, become zero.
+    pub fn from_i64_or_zero(value: i64) -> Self {
+        Self(u64::try_from(value).unwrap_or(0))
+    }
+
+    /// As a signed count for arithmetic that may go below zero (saturates
+    /// at `i64::MAX`, far above any memory size).
+    pub fn as_i64(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+
+    /// `self - other`, zero when `other` is larger.
+    pub fn saturating_sub(self, other: Self) -> Self {
+        Self(self.0.saturating_sub(other.0))
+    }
+}
+
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+/// A data rate in bytes per second: the unit the kernel's traffic control
+/// stores HTB rates in (`tc_ratespec.rate` and `TCA_HTB_RATE64`), where
+/// configuration speaks bits per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BytesPerSecond(pub u64);
+
+impl BytesPerSecond {
+    /// From bits per second, rounding down to whole bytes as `tc` does.
+    pub fn from_bits_per_second(bits: u64) -> Self {
+        Self(bits / 8)
+    }
+}
+
+impl fmt::Display for BytesPerSecond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}B/s", self.0)
     }
 }
 
@@ -137,5 +175,25 @@ mod tests {
         assert!(CfsQuota::Micros(1) < CfsQuota::Micros(2));
         assert_eq!(MilliCpu::from_cores(1.5), MilliCpu(1500));
         assert_eq!(MilliCpu(250).to_string(), "250m");
+    }
+
+    #[test]
+    fn bytes_per_second_from_bits() {
+        assert_eq!(
+            BytesPerSecond::from_bits_per_second(100_000_000),
+            BytesPerSecond(12_500_000)
+        );
+        assert_eq!(BytesPerSecond::from_bits_per_second(15), BytesPerSecond(1));
+        assert_eq!(BytesPerSecond(625_000).to_string(), "625000B/s");
+    }
+
+    #[test]
+    fn bytes_signed_conversions() {
+        assert_eq!(Bytes::from_i64_or_zero(-1), Bytes(0));
+        assert_eq!(Bytes::from_i64_or_zero(4096), Bytes(4096));
+        assert_eq!(Bytes(4096).as_i64(), 4096);
+        assert_eq!(Bytes(u64::MAX).as_i64(), i64::MAX);
+        assert_eq!(Bytes(10).saturating_sub(Bytes(4)), Bytes(6));
+        assert_eq!(Bytes(4).saturating_sub(Bytes(10)), Bytes(0));
     }
 }

@@ -20,6 +20,8 @@ pub mod reclaim;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use koord_common::units::{Bytes, MilliCpu};
+
 pub use histogram::{DecayingHistogram, ExponentialBuckets, HistogramError};
 pub use model::{
     ModelSnapshot, NODE_MODEL_ID, PeakPredictor, PodTrainingSample, Prediction, RestoreReport,
@@ -154,42 +156,44 @@ impl PredictionArgs {
     }
 }
 
-/// CPU in milli-cores and memory in bytes: the two resources the predictor
-/// deals in.
+/// CPU and memory: the two resources the predictor deals in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct CpuMemory {
-    pub milli_cpu: i64,
-    pub memory_bytes: i64,
+    pub cpu: MilliCpu,
+    pub memory: Bytes,
 }
 
 impl CpuMemory {
     pub fn saturating_add(self, other: Self) -> Self {
         Self {
-            milli_cpu: self.milli_cpu.saturating_add(other.milli_cpu),
-            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            cpu: MilliCpu(self.cpu.0.saturating_add(other.cpu.0)),
+            memory: Bytes(self.memory.0.saturating_add(other.memory.0)),
         }
     }
 
+    /// Per-resource difference. Memory stops at zero; CPU may go below it.
+    /// The estimate clamps every difference at zero right after taking it,
+    /// so the two agree there.
     pub fn saturating_sub(self, other: Self) -> Self {
         Self {
-            milli_cpu: self.milli_cpu.saturating_sub(other.milli_cpu),
-            memory_bytes: self.memory_bytes.saturating_sub(other.memory_bytes),
+            cpu: MilliCpu(self.cpu.0.saturating_sub(other.cpu.0)),
+            memory: self.memory.saturating_sub(other.memory),
         }
     }
 
     /// Per-resource maximum.
     pub fn max(self, other: Self) -> Self {
         Self {
-            milli_cpu: self.milli_cpu.max(other.milli_cpu),
-            memory_bytes: self.memory_bytes.max(other.memory_bytes),
+            cpu: self.cpu.max(other.cpu),
+            memory: self.memory.max(other.memory),
         }
     }
 
     /// Per-resource minimum.
     pub fn min(self, other: Self) -> Self {
         Self {
-            milli_cpu: self.milli_cpu.min(other.milli_cpu),
-            memory_bytes: self.memory_bytes.min(other.memory_bytes),
+            cpu: self.cpu.min(other.cpu),
+            memory: self.memory.min(other.memory),
         }
     }
 }

@@ -10,6 +10,7 @@ use apis::extension::{KNOWN_PRIORITY_CLASSES, PriorityClass};
 
 use super::histogram::{DecayingHistogram, ExponentialBuckets, HistogramError, HistogramSnapshot};
 use super::{CpuMemory, PredictionConfig};
+use koord_common::units::{Bytes, MilliCpu};
 
 /// Upstream's model id of the node.
 pub const NODE_MODEL_ID: &str = "__node__";
@@ -63,8 +64,9 @@ struct PeakModel {
 impl PeakModel {
     fn percentile(&self, fraction: f64) -> CpuMemory {
         CpuMemory {
-            milli_cpu: (self.cpu.percentile(fraction) * 1000.0) as i64,
-            memory_bytes: self.memory.percentile(fraction) as i64,
+            cpu: MilliCpu((self.cpu.percentile(fraction) * 1000.0) as i64),
+            // Bucket bounds: never negative.
+            memory: Bytes(self.memory.percentile(fraction) as u64),
         }
     }
 }
@@ -333,8 +335,8 @@ mod tests {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     /// Upper bound of bucket 0: what a model of zeros predicts.
     const FIRST_BUCKET: CpuMemory = CpuMemory {
-        milli_cpu: 25,
-        memory_bytes: 5 << 20,
+        cpu: MilliCpu(25),
+        memory: Bytes(5 << 20),
     };
 
     #[test]
@@ -368,8 +370,8 @@ mod tests {
             value >= expected && value <= expected * 1.1
         };
         let prod = predictor.prediction(&node_item_id("koord-prod")).unwrap();
-        assert!(within(prod.p95.milli_cpu, 1500.0), "{prod:?}");
-        assert!(within(prod.p98.memory_bytes, 2.0 * GIB), "{prod:?}");
+        assert!(within(prod.p95.cpu.0, 1500.0), "{prod:?}");
+        assert!(within(prod.p98.memory.as_i64(), 2.0 * GIB), "{prod:?}");
         // A class without pods is trained with zeros; percentiles report
         // bucket upper bounds, so zero reads as the first bucket (25 m, 5 MiB),
         // as upstream's histograms do.
@@ -377,10 +379,10 @@ mod tests {
         assert_eq!(mid.p95, FIRST_BUCKET);
         // System: 4 - 3.5 cores, 6 - 4 GiB.
         let system = predictor.prediction(&node_item_id(SYSTEM_ITEM)).unwrap();
-        assert!(within(system.p95.milli_cpu, 500.0), "{system:?}");
-        assert!(within(system.p98.memory_bytes, 2.0 * GIB), "{system:?}");
+        assert!(within(system.p95.cpu.0, 500.0), "{system:?}");
+        assert!(within(system.p98.memory.as_i64(), 2.0 * GIB), "{system:?}");
         let node = predictor.prediction(NODE_MODEL_ID).unwrap();
-        assert!(within(node.max.milli_cpu, 4000.0), "{node:?}");
+        assert!(within(node.max.cpu.0, 4000.0), "{node:?}");
     }
 
     #[test]
@@ -415,11 +417,11 @@ mod tests {
         }
         let prediction = predictor.prediction("a").unwrap();
         assert!(
-            prediction.p60.milli_cpu >= 1000 && prediction.p60.milli_cpu <= 1060,
+            prediction.p60.cpu.0 >= 1000 && prediction.p60.cpu.0 <= 1060,
             "{prediction:?}"
         );
         assert!(
-            prediction.p95.milli_cpu >= 3000 && prediction.p95.milli_cpu <= 3180,
+            prediction.p95.cpu.0 >= 3000 && prediction.p95.cpu.0 <= 3180,
             "{prediction:?}"
         );
     }

@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::model::{Prediction, SYSTEM_ITEM, node_item_id};
 use super::{CpuMemory, PredictionConfig};
+use koord_common::units::{Bytes, MilliCpu};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PredictError {
@@ -79,8 +80,9 @@ fn quantity_pair(list: Option<&std::collections::BTreeMap<String, Quantity>>) ->
             .and_then(|quantity| QuantityValue::of(quantity).ok())
     };
     CpuMemory {
-        milli_cpu: value("cpu").map_or(0, QuantityValue::milli_value),
-        memory_bytes: value("memory").map_or(0, QuantityValue::value),
+        cpu: MilliCpu(value("cpu").map_or(0, QuantityValue::milli_value)),
+        // A negative memory quantity (which the API server refuses) counts as 0.
+        memory: Bytes::from_i64_or_zero(value("memory").map_or(0, QuantityValue::value)),
     }
 }
 
@@ -125,16 +127,16 @@ pub fn reclaimable_for_prod(priority: PriorityClass) -> bool {
 fn with_margin(value: CpuMemory, margin_percent: u32) -> CpuMemory {
     let ratio = f64::from(100 + margin_percent) / 100.0;
     CpuMemory {
-        milli_cpu: (value.milli_cpu as f64 * ratio) as i64,
-        memory_bytes: (value.memory_bytes as f64 * ratio) as i64,
+        cpu: MilliCpu((value.cpu.0 as f64 * ratio) as i64),
+        memory: Bytes((value.memory.0 as f64 * ratio) as u64),
     }
 }
 
 /// p95 CPU and p98 memory: the peak upstream reserves for.
 fn peak_of(prediction: &Prediction) -> CpuMemory {
     CpuMemory {
-        milli_cpu: prediction.p95.milli_cpu,
-        memory_bytes: prediction.p98.memory_bytes,
+        cpu: prediction.p95.cpu,
+        memory: prediction.p98.memory,
     }
 }
 
@@ -284,8 +286,8 @@ mod tests {
 
     fn cm(milli_cpu: i64, memory_bytes: i64) -> CpuMemory {
         CpuMemory {
-            milli_cpu,
-            memory_bytes,
+            cpu: MilliCpu(milli_cpu),
+            memory: Bytes::from_i64_or_zero(memory_bytes),
         }
     }
 
@@ -355,18 +357,18 @@ mod tests {
         let by_pods = cm(4700, (5.8 * gib) as i64 + (4.7 * gib) as i64);
         // Per priority: 8000 - 1.1 × 3500 = 4150 m; 16 GiB - 1.1 × 6 GiB.
         let priority_peak = cm(3850, (6.0 * gib * 1.1) as i64);
-        let by_priority = cm(8000 - 3850, 16 * GIB - priority_peak.memory_bytes);
+        let by_priority = cm(8000 - 3850, 16 * GIB - priority_peak.memory.as_i64());
         let expected = by_pods.min(by_priority);
         let reclaimable = result.reclaimable.unwrap();
-        assert_eq!(reclaimable.milli_cpu, 4150);
+        assert_eq!(reclaimable.cpu.0, 4150);
         assert!(
-            (reclaimable.memory_bytes - expected.memory_bytes).abs() <= 2,
+            (reclaimable.memory.as_i64() - expected.memory.as_i64()).abs() <= 2,
             "{reclaimable:?} vs {expected:?}"
         );
         // Peak: max(per pod 1100+2200 m / 2.2+3.3 GiB, priority 3850 m / 6.6 GiB).
         let peak = result.peak.unwrap();
-        assert_eq!(peak.milli_cpu, 3850);
-        assert!((peak.memory_bytes - priority_peak.memory_bytes).abs() <= 2);
+        assert_eq!(peak.cpu.0, 3850);
+        assert!((peak.memory.as_i64() - priority_peak.memory.as_i64()).abs() <= 2);
     }
 
     #[test]
@@ -414,9 +416,9 @@ mod tests {
             estimator.add_pod(&pod("unknown", PriorityClass::Prod, cm(500, GIB), 2 * DAY));
         assert!(matches!(missing, Err(PredictError::NoPrediction(_))));
         let result = estimator.finish();
-        assert_eq!(result.reclaimable.as_ref().unwrap().milli_cpu, 2000 - 1100);
+        assert_eq!(result.reclaimable.as_ref().unwrap().cpu.0, 2000 - 1100);
         // The unpredicted pod's request joins the per-pod peak.
-        assert_eq!(result.peak.unwrap().milli_cpu, 1100 + 500);
+        assert_eq!(result.peak.unwrap().cpu.0, 1100 + 500);
 
         // No allocatable: reclaimable fails, peak still reported.
         let estimator = ProdReclaimEstimator::new(&config, &lookup, None, now());

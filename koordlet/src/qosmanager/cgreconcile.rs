@@ -38,6 +38,7 @@ use apis::slo::v1alpha1::{MemoryQOS, PodMemoryQOSPolicy, ResourceQOS, ResourceQO
 use super::framework::{Decision, QosPod, QosSnapshot, Strategy, UnsupportedSetting};
 use crate::capabilities::{NodeCapabilities, memory_qos_setting};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
+use koord_common::units::Bytes;
 
 pub const NAME: &str = "cgreconcile";
 
@@ -292,7 +293,12 @@ impl CgroupReconcile {
             .allocatable
             .get("memory")
             .copied()
-            .unwrap_or(snapshot.node.memory_capacity_bytes - snapshot.node.memory_reserved_bytes)
+            .unwrap_or_else(|| {
+                let node = &snapshot.node;
+                node.memory_capacity
+                    .saturating_sub(node.memory_reserved)
+                    .as_i64()
+            })
             .max(0);
 
         for pod in &snapshot.pods {
@@ -305,14 +311,15 @@ impl CgroupReconcile {
             let pod_request: i64 = pod
                 .containers
                 .iter()
-                .filter_map(|c| c.memory_request_bytes)
-                .map(|r| r.max(0))
+                .filter_map(|c| c.memory_request)
+                .map(Bytes::as_i64)
                 .sum();
             // The pod limit sums the containers that have one; none: unlimited.
             let limits: Vec<i64> = pod
                 .containers
                 .iter()
-                .filter_map(|c| c.memory_limit_bytes)
+                .filter_map(|c| c.memory_limit)
+                .map(Bytes::as_i64)
                 .filter(|l| *l > 0)
                 .collect();
             let pod_limit = (!limits.is_empty()).then(|| limits.iter().sum());
@@ -330,13 +337,13 @@ impl CgroupReconcile {
                 let Some(dir) = &container.cgroup_dir else {
                     continue;
                 };
-                let request = container.memory_request_bytes.unwrap_or(0).max(0);
+                let request = container.memory_request.map_or(0, Bytes::as_i64);
                 let mut knobs = Knobs::common(&qos);
                 knobs.protect(&qos, request);
                 knobs.high = container_high(
                     &qos,
                     request,
-                    container.memory_limit_bytes,
+                    container.memory_limit.map(Bytes::as_i64),
                     node_allocatable,
                 );
                 if let (Some(CgroupValue::Int(high)), Some(min)) = (&knobs.high, knobs.min)
@@ -458,8 +465,8 @@ mod tests {
                 cgroup_dir: Some(dir.join("c1")),
                 cpu_request: None,
                 cpu_limit: None,
-                memory_request_bytes: Some(request),
-                memory_limit_bytes: limit,
+                memory_request: Some(Bytes::from_i64_or_zero(request)),
+                memory_limit: limit.map(Bytes::from_i64_or_zero),
                 cpu_usage: None,
                 memory_usage: Some(MetricSample::new(0.0, now())),
             }],
@@ -508,7 +515,7 @@ mod tests {
             }),
             ..Default::default()
         }));
-        snapshot.node.memory_capacity_bytes = 16 * GIB;
+        snapshot.node.memory_capacity = Bytes(16 * GIB as u64);
         snapshot.pods = vec![
             pod("ls", QoSClass::LS, QosTier::Burstable, GIB, Some(2 * GIB)),
             pod("be", QoSClass::BE, QosTier::BestEffort, 0, None),
@@ -586,6 +593,32 @@ mod tests {
             .rposition(|w| w.dir.components().count() <= 2)
             .unwrap();
         assert!(last_tier < first_pod);
+    }
+
+    #[test]
+    fn unlimited_container_high_uses_capacity_minus_reserved_and_never_below_zero() {
+        let mut snapshot = snapshot(true);
+        snapshot.pods = vec![pod("ls", QoSClass::LS, QosTier::Burstable, GIB, None)];
+        let container = PathBuf::from("kubepods/burstable/poduid-ls/c1");
+        let high = |snapshot: &QosSnapshot| {
+            CgroupReconcile
+                .decide_fresh(snapshot)
+                .write_for(&container, CgroupResource::MemoryHigh)
+                .cloned()
+        };
+        // No allocatable in the Node: capacity 16 GiB - reserved 4 GiB.
+        snapshot.node.memory_reserved = Bytes(4 * GIB as u64);
+        let ceiling = 12 * GIB;
+        assert_eq!(
+            high(&snapshot),
+            Some(CgroupValue::Int(
+                (GIB + (ceiling - GIB) * 80 / 100) / PAGE_SIZE * PAGE_SIZE
+            ))
+        );
+        // Reserved above capacity: the ceiling is 0 (never negative), so high
+        // is 1 GiB - 80% of it, then raised to memory.min (1 GiB).
+        snapshot.node.memory_reserved = Bytes(32 * GIB as u64);
+        assert_eq!(high(&snapshot), Some(CgroupValue::Int(GIB)));
     }
 
     #[test]

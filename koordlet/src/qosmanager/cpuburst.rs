@@ -29,7 +29,7 @@ use apis::slo::v1alpha1::{CPUBurstConfig, CPUBurstPolicy};
 use super::framework::{Decision, QosContainer, QosPod, QosSnapshot, Strategy};
 use crate::metriccache::{MetricKind, SeriesKey};
 use crate::system::cgroup::{CgroupResource, CgroupValue};
-use koord_common::units::DEFAULT_CFS_PERIOD_US;
+use koord_common::units::{DEFAULT_CFS_PERIOD_US, MilliCpu};
 
 pub const NAME: &str = "cpuburst";
 
@@ -98,13 +98,20 @@ pub fn next_quota(op: CfsOperation, current: i64, base: i64, burst_percent: Opti
     target.min(ceiling).max(base)
 }
 
-/// `cpu.cfs_burst_us` for a container limit (milli-CPU).
-pub fn static_burst_us(limit_milli: i64, burst_percent: i64) -> i64 {
-    if limit_milli <= 0 {
-        return 0;
+/// `cpu.cfs_burst_us` for a container limit: zero without a limit; `None`
+/// when a negative `burst_percent` would make it negative (no valid burst).
+pub fn static_burst(limit: MilliCpu, burst_percent: i64) -> Option<Duration> {
+    if limit.0 <= 0 {
+        return Some(Duration::ZERO);
     }
-    let cores = limit_milli as f64 / 1000.0 * burst_percent as f64 / 100.0;
-    (cores * DEFAULT_CFS_PERIOD_US as f64) as i64
+    let cores = limit.as_cores() * burst_percent as f64 / 100.0;
+    let micros = (cores * DEFAULT_CFS_PERIOD_US as f64) as i64;
+    u64::try_from(micros).ok().map(Duration::from_micros)
+}
+
+/// A burst as the v1 file value (microseconds).
+fn burst_us(burst: Duration) -> i64 {
+    i64::try_from(burst.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// A token bucket: running above the limit spends tokens, running below
@@ -369,17 +376,26 @@ impl CpuBurst {
                 let limit = container.cpu_limit.unwrap_or_default().0;
                 if kernel_burst {
                     let burst = if burst_enabled(&config.policy) {
-                        static_burst_us(limit, burst_percent)
+                        static_burst(MilliCpu(limit), burst_percent)
                     } else {
-                        0
+                        Some(Duration::ZERO)
                     };
-                    pod_burst += burst;
-                    decision.write(
-                        dir,
-                        CgroupResource::CpuBurst,
-                        CgroupValue::Int(burst),
-                        "CPUBurst",
-                    );
+                    match burst.map(burst_us) {
+                        Some(burst) => {
+                            pod_burst += burst;
+                            decision.write(
+                                dir,
+                                CgroupResource::CpuBurst,
+                                CgroupValue::Int(burst),
+                                "CPUBurst",
+                            );
+                        }
+                        None => decision.info(format!(
+                            "{}/{}: cpuBurstPercent {burst_percent} is negative; cpu.cfs_burst_us not written",
+                            pod.key(),
+                            container.name
+                        )),
+                    }
                 }
                 if limit <= 0 || !Self::running(snapshot, pod, container) {
                     continue;
@@ -482,8 +498,8 @@ mod tests {
                 cgroup_dir: Some(dir.join("c1")),
                 cpu_request: Some(MilliCpu(1000)),
                 cpu_limit: Some(MilliCpu(2000)),
-                memory_request_bytes: None,
-                memory_limit_bytes: None,
+                memory_request: None,
+                memory_limit: None,
                 cpu_usage: None,
                 memory_usage: None,
             }],
@@ -700,11 +716,14 @@ mod tests {
         ];
         for ((limit, percent), burst) in cases {
             assert_eq!(
-                static_burst_us(limit, percent),
-                burst,
+                static_burst(MilliCpu(limit), percent).map(burst_us),
+                Some(burst),
                 "limit {limit}m at {percent}%"
             );
         }
+        // A negative percent has no valid burst (the kernel refuses one).
+        assert_eq!(static_burst(MilliCpu(1000), -10), None);
+        assert_eq!(static_burst(MilliCpu(0), -10), Some(Duration::ZERO));
     }
 
     #[test]

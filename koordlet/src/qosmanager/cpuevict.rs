@@ -43,6 +43,7 @@ use super::framework::{Decision, FeatureGate, QosSnapshot, Strategy};
 use super::memoryevict::{allocatable_thresholds, disabled_by_node_slo, effective_thresholds};
 use crate::evictor::bookkeeping::EvictionMemory;
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
+use koord_common::units::MilliCpu;
 
 pub const NAME: &str = "cpuevict";
 /// Upstream feature names: the eviction triggers and the eviction-policy keys.
@@ -309,16 +310,17 @@ pub fn cpu_allocatable_thresholds(
     )
 }
 
-/// `CPUEvict`'s release: milli-CPU to shed when the average node usage
-/// (cores) reaches the threshold (whole percent of `capacity_milli`, integer
-/// arithmetic as upstream); `Err` says why nothing.
+/// `CPUEvict`'s release: CPU to shed when the average node usage (cores)
+/// reaches the threshold (whole percent of `capacity`, integer arithmetic
+/// as upstream); `Err` says why nothing.
 pub fn release_by_node_usage(
-    capacity_milli: i64,
+    capacity: MilliCpu,
     average_cores: f64,
     thresholds: &UsageThresholds,
-) -> Result<i64, String> {
+) -> Result<MilliCpu, String> {
+    let capacity_milli = capacity.0;
     if capacity_milli <= 0 {
-        return Err(format!("node CPU capacity {capacity_milli}m is not valid"));
+        return Err(format!("node CPU capacity {capacity} is not valid"));
     }
     let usage_percent = ((average_cores * 1000.0) as i64).saturating_mul(100) / capacity_milli;
     if usage_percent < thresholds.threshold_percent {
@@ -327,7 +329,9 @@ pub fn release_by_node_usage(
             thresholds.threshold_percent
         ));
     }
-    Ok(capacity_milli.saturating_mul(usage_percent - thresholds.lower_percent) / 100)
+    Ok(MilliCpu(
+        capacity_milli.saturating_mul(usage_percent - thresholds.lower_percent) / 100,
+    ))
 }
 
 /// The `cpuevict` strategy.
@@ -532,7 +536,7 @@ impl CpuEvict {
                     usage_thresholds(config).map_err(|err| format!("invalid config: {err}"))?;
                 let average = node_average.clone()?;
                 let release =
-                    release_by_node_usage(snapshot.node.cpu_capacity.0, average, &thresholds)?;
+                    release_by_node_usage(snapshot.node.cpu_capacity, average, &thresholds)?.0;
                 Ok(EvictTask {
                     feature,
                     target: ReleaseTarget::PodUsed,
@@ -738,10 +742,10 @@ mod tests {
     /// Three BE pods requesting 2 cores each: 6 cores requested.
     fn be_pods(now: SystemTime) -> Vec<crate::qosmanager::framework::QosPod> {
         vec![
-            with_cpu(pod("a", QoSClass::BE, 5500), 2000, 0.5, now),
-            with_cpu(pod("b", QoSClass::BE, 5500), 2000, 1.0, now),
-            with_cpu(pod("c", QoSClass::BE, 5100), 2000, 0.2, now),
-            with_cpu(pod("ls", QoSClass::LS, 9500), 4000, 3.0, now),
+            with_cpu(pod("a", QoSClass::BE, 5500), MilliCpu(2000), 0.5, now),
+            with_cpu(pod("b", QoSClass::BE, 5500), MilliCpu(2000), 1.0, now),
+            with_cpu(pod("c", QoSClass::BE, 5100), MilliCpu(2000), 0.2, now),
+            with_cpu(pod("ls", QoSClass::LS, 9500), MilliCpu(4000), 3.0, now),
         ]
     }
 
@@ -1075,16 +1079,13 @@ mod tests {
             lower_percent: lower,
             priority_threshold: 3000,
         };
-        assert_eq!(
-            release_by_node_usage(100_000, 81.0, &thresholds(80, 78)),
-            Ok(3000)
-        );
-        assert_eq!(
-            release_by_node_usage(100_000, 81.0, &thresholds(80, 80)),
-            Ok(1000)
-        );
-        assert!(release_by_node_usage(100_000, 11.0, &thresholds(80, 78)).is_err());
-        assert!(release_by_node_usage(0, 11.0, &thresholds(80, 78)).is_err());
+        let release = |capacity, average, thresholds| {
+            release_by_node_usage(MilliCpu(capacity), average, &thresholds).map(|m| m.0)
+        };
+        assert_eq!(release(100_000, 81.0, thresholds(80, 78)), Ok(3000));
+        assert_eq!(release(100_000, 81.0, thresholds(80, 80)), Ok(1000));
+        assert!(release(100_000, 11.0, thresholds(80, 78)).is_err());
+        assert!(release(0, 11.0, thresholds(80, 78)).is_err());
     }
 
     fn opted(

@@ -33,8 +33,8 @@ use apis::slo::v1alpha1::{CPUSuppressPolicy, ResourceThresholdStrategy};
 
 use super::framework::{Decision, QosSnapshot, Strategy};
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
+use koord_common::units::{CfsQuota, CpuSet, DEFAULT_CFS_PERIOD_US, MilliCpu};
 use koord_common::units::{CpuInfo, CpuTopology};
-use koord_common::units::{CpuSet, DEFAULT_CFS_PERIOD_US};
 
 pub const NAME: &str = "cpusuppress";
 
@@ -82,24 +82,25 @@ pub fn threshold_strategy(snapshot: &QosSnapshot) -> ResourceThresholdStrategy {
     }
 }
 
-/// The inputs and result of the BE budget formula, in milli-CPU.
+/// The inputs and result of the BE budget formula.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SuppressBudget {
-    pub capacity_milli: i64,
+    pub capacity: MilliCpu,
     pub threshold_percent: i64,
-    pub non_be_used_milli: i64,
-    pub system_used_milli: i64,
-    pub be_used_milli: i64,
+    pub non_be_used: MilliCpu,
+    pub system_used: MilliCpu,
+    pub be_used: MilliCpu,
     /// The floor from `cpuSuppressMinPercent`, if set.
-    pub min_milli: Option<i64>,
-    /// What BE may use.
-    pub budget_milli: i64,
+    pub min: Option<MilliCpu>,
+    /// What BE may use; negative when non-BE and system use more than the
+    /// threshold allows (and no `cpuSuppressMinPercent` floors it).
+    pub budget: MilliCpu,
 }
 
 /// Upstream's formula. `node_used` and the pod usages are cores.
 pub fn be_budget(
-    capacity_milli: i64,
-    reserved_milli: i64,
+    capacity: MilliCpu,
+    reserved: MilliCpu,
     threshold_percent: i64,
     min_percent: Option<i64>,
     node_used: f64,
@@ -114,63 +115,66 @@ pub fn be_budget(
             non_be += used;
         }
     }
-    let system = (node_used - all)
-        .max(0.0)
-        .max(reserved_milli as f64 / 1000.0);
+    let system = (node_used - all).max(0.0).max(reserved.as_cores());
+    // Truncating, as upstream's int64 conversion does (not from_cores' rounding).
     let to_milli = |cores: f64| (cores * 1000.0) as i64;
-    let mut budget = capacity_milli * threshold_percent / 100 - to_milli(non_be) - to_milli(system);
-    let min_milli = min_percent.map(|p| capacity_milli * p / 100);
+    let mut budget = capacity.0 * threshold_percent / 100 - to_milli(non_be) - to_milli(system);
+    let min_milli = min_percent.map(|p| capacity.0 * p / 100);
     if let Some(min) = min_milli {
         budget = budget.max(min);
     }
     SuppressBudget {
-        capacity_milli,
+        capacity,
         threshold_percent,
-        non_be_used_milli: to_milli(non_be),
-        system_used_milli: to_milli(system),
-        be_used_milli: to_milli(be),
-        min_milli,
-        budget_milli: budget,
+        non_be_used: MilliCpu(to_milli(non_be)),
+        system_used: MilliCpu(to_milli(system)),
+        be_used: MilliCpu(to_milli(be)),
+        min: min_milli.map(MilliCpu),
+        budget: MilliCpu(budget),
     }
 }
 
-/// `budget` with LS counted as using at least `floor_milli` (the reaction
-/// path's LS floor, see [`super::reaction`]): a fresh step seen between two
-/// metric collections lowers BE at once, and keeps it lowered until the
-/// floor is released. A floor at or below the measured LS usage changes nothing.
-pub fn with_ls_floor(budget: SuppressBudget, floor_milli: i64) -> SuppressBudget {
-    if floor_milli <= budget.non_be_used_milli {
+/// `budget` with LS counted as using at least `floor` (the reaction path's
+/// LS floor, see [`super::reaction`]): a fresh step seen between two metric
+/// collections lowers BE at once, and keeps it lowered until the floor is
+/// released. A floor at or below the measured LS usage changes nothing.
+pub fn with_ls_floor(budget: SuppressBudget, floor: MilliCpu) -> SuppressBudget {
+    if floor <= budget.non_be_used {
         return budget;
     }
-    let mut budget_milli = budget.capacity_milli * budget.threshold_percent / 100
-        - floor_milli
-        - budget.system_used_milli;
-    if let Some(min) = budget.min_milli {
-        budget_milli = budget_milli.max(min);
+    let mut budget_milli =
+        budget.capacity.0 * budget.threshold_percent / 100 - floor.0 - budget.system_used.0;
+    if let Some(min) = budget.min {
+        budget_milli = budget_milli.max(min.0);
     }
     SuppressBudget {
-        non_be_used_milli: floor_milli,
-        budget_milli,
+        non_be_used: floor,
+        budget: MilliCpu(budget_milli),
         ..budget
     }
 }
 
 /// Upstream's CFS quota step: target, unless too close to `current` (then
 /// `None`), and grown by at most 10% of the node per round.
-pub fn next_be_quota(budget_milli: i64, current: Option<i64>, capacity_cores: i64) -> Option<i64> {
+pub fn next_be_quota(budget: MilliCpu, current: CfsQuota, capacity_cores: i64) -> Option<CfsQuota> {
     let period = DEFAULT_CFS_PERIOD_US as i64;
-    let target = (budget_milli * period / 1000).max(BE_MIN_QUOTA_US);
-    let current = current.unwrap_or(-1);
+    let target = (budget.0 * period / 1000).max(BE_MIN_QUOTA_US);
+    // Upstream's int64 arithmetic, with -1 for unlimited.
+    let current = current.as_v1();
     let node_quota = (capacity_cores * period) as f64;
     let min_delta = node_quota * QUOTA_BYPASS_DELTA_RATIO;
     if ((target - current) as f64).abs() < min_delta && target != BE_MIN_QUOTA_US {
         return None;
     }
     let max_increase = node_quota * BE_MAX_INCREASE_RATIO;
-    if current != -1 && (target - current) as f64 > max_increase {
-        return Some(current + max_increase as i64);
-    }
-    Some(target)
+    let quota = if current != -1 && (target - current) as f64 > max_increase {
+        current + max_increase as i64
+    } else {
+        target
+    };
+    // Both are positive: target is at least BE_MIN_QUOTA_US, and a finite
+    // current is non-negative.
+    CfsQuota::from_v1(quota).ok()
 }
 
 /// Picks `count` CPUs of `processors`: whole cores (two sibling threads)
@@ -283,11 +287,11 @@ pub fn full_be_cpuset(snapshot: &QosSnapshot, topology: &CpuTopology) -> CpuSet 
     set
 }
 
-/// The suppressed BE cpuset for `budget_milli`, given the current BE cpuset size.
+/// The suppressed BE cpuset for `budget`, given the current BE cpuset size.
 pub fn suppressed_cpuset(
     snapshot: &QosSnapshot,
     topology: &CpuTopology,
-    budget_milli: i64,
+    budget: MilliCpu,
     current_len: usize,
 ) -> CpuSet {
     let mut pool_of: HashMap<u32, QoSClass> = HashMap::new();
@@ -310,7 +314,7 @@ pub fn suppressed_cpuset(
             _ => shared.push(*cpu),
         }
     }
-    let wanted = ((budget_milli.max(0) + 999) / 1000).max(BE_MIN_CPUSET_CPUS) as usize;
+    let wanted = ((budget.0.max(0) + 999) / 1000).max(BE_MIN_CPUSET_CPUS) as usize;
     let max_increase = (topology.cpus.len() as f64 * BE_MAX_INCREASE_RATIO).ceil() as usize;
     let wanted = wanted.min(current_len + max_increase);
     let pools = lsr.len() + shared.len();
@@ -513,8 +517,8 @@ impl CpuSuppress {
             .cpu_suppress_threshold_percent
             .unwrap_or(65)
             .clamp(0, 100);
-        let capacity = snapshot.node.cpu_capacity.0;
-        if capacity <= 0 {
+        let capacity = snapshot.node.cpu_capacity;
+        if capacity.0 <= 0 {
             decision.skip("node CPU capacity unknown");
             return decision;
         }
@@ -542,7 +546,7 @@ impl CpuSuppress {
         }
         let mut budget = be_budget(
             capacity,
-            snapshot.node.cpu_reserved.0,
+            snapshot.node.cpu_reserved,
             threshold,
             strategy.cpu_suppress_min_percent,
             node_used,
@@ -551,45 +555,43 @@ impl CpuSuppress {
         let mut floor_note = String::new();
         match snapshot.ls_floor {
             Some(floor) if floor.is_fresh(snapshot.now) => {
-                if floor.milli > budget.non_be_used_milli {
+                if floor.cpu > budget.non_be_used {
                     floor_note = format!(
-                        " (non-BE raised from the collected {}m to the reaction floor {}m)",
-                        budget.non_be_used_milli, floor.milli
+                        " (non-BE raised from the collected {} to the reaction floor {})",
+                        budget.non_be_used, floor.cpu
                     );
                 }
-                budget = with_ls_floor(budget, floor.milli);
+                budget = with_ls_floor(budget, floor.cpu);
             }
             Some(floor) => decision.info(format!(
-                "reaction LS floor {}m ignored: its latest sample is older than {}s",
-                floor.milli,
+                "reaction LS floor {} ignored: its latest sample is older than {}s",
+                floor.cpu,
                 super::reaction::LS_FLOOR_MAX_AGE.as_secs()
             )),
             None => {}
         }
-        decision.gauge(
-            GAUGE_LS_USED,
-            vec![],
-            budget.non_be_used_milli as f64 / 1000.0,
-        );
-        decision.gauge(GAUGE_BE_USED, vec![], budget.be_used_milli as f64 / 1000.0);
+        decision.gauge(GAUGE_LS_USED, vec![], budget.non_be_used.as_cores());
+        decision.gauge(GAUGE_BE_USED, vec![], budget.be_used.as_cores());
+        // MilliCpu displays with its unit: "1700m".
         let formula = format!(
-            "BE budget {}m = capacity {}m x {}% - non-BE used {}m - system used {}m{}",
-            budget.budget_milli,
+            "BE budget {} = capacity {} x {}% - non-BE used {} - system used {}{}",
+            budget.budget,
             capacity,
             threshold,
-            budget.non_be_used_milli,
-            budget.system_used_milli,
+            budget.non_be_used,
+            budget.system_used,
             budget
-                .min_milli
-                .map(|m| format!(" (floor {m}m)"))
+                .min
+                .map(|m| format!(" (floor {m})"))
                 .unwrap_or_default()
         ) + &floor_note;
         decision.info(formula.clone());
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
         if policy == CPUSuppressPolicy::CfsQuota {
             let current = match snapshot.current(&be_dir, CgroupResource::CpuCfsQuota) {
-                Some(CgroupValue::Int(v)) => Some(v),
-                Some(CgroupValue::Unlimited) => None,
+                // The reader validated the value (-1 reads as Unlimited).
+                Some(CgroupValue::Int(v)) if v >= 0 => CfsQuota::Micros(v as u64),
+                Some(CgroupValue::Unlimited) => CfsQuota::Unlimited,
                 _ => {
                     decision.skip(format!(
                         "cannot read cpu.cfs_quota_us of {}",
@@ -598,20 +600,20 @@ impl CpuSuppress {
                     return decision;
                 }
             };
-            let capacity_cores = (capacity + 999) / 1000;
+            let capacity_cores = (capacity.0 + 999) / 1000;
             next.quota_restored = false;
-            match next_be_quota(budget.budget_milli, current, capacity_cores) {
+            match next_be_quota(budget.budget, current, capacity_cores) {
                 Some(quota) => {
                     decision.write(
                         &be_dir,
                         CgroupResource::CpuCfsQuota,
-                        CgroupValue::Int(quota),
+                        CgroupValue::Int(quota.as_v1()),
                         format!("{REASON}: {formula}"),
                     );
                     decision.gauge(
                         GAUGE_SUPPRESS_CORES,
                         vec![("type", "cfsQuota".to_string())],
-                        quota as f64 / DEFAULT_CFS_PERIOD_US as f64,
+                        quota.as_v1() as f64 / DEFAULT_CFS_PERIOD_US as f64,
                     );
                 }
                 None => decision.info("BE quota change below 1% of the node; not written"),
@@ -629,7 +631,7 @@ impl CpuSuppress {
                     return decision;
                 }
             };
-            let set = suppressed_cpuset(snapshot, topology, budget.budget_milli, current_len);
+            let set = suppressed_cpuset(snapshot, topology, budget.budget, current_len);
             let full = full_be_cpuset(snapshot, topology);
             if set.is_empty() || full.is_empty() {
                 decision.skip(format!(
@@ -714,8 +716,8 @@ mod tests {
                 cgroup_dir: Some(dir.join("abc")),
                 cpu_request: None,
                 cpu_limit: None,
-                memory_request_bytes: None,
-                memory_limit_bytes: None,
+                memory_request: None,
+                memory_limit: None,
                 cpu_usage: None,
                 memory_usage: None,
             }],
@@ -812,13 +814,16 @@ mod tests {
             ((8000, 0, 65, None, 2.0, vec![]), (0, 2000, 5200 - 2000)),
         ];
         for ((capacity, reserved, threshold, min, node_used, pods), expected) in cases {
-            let budget = be_budget(capacity, reserved, threshold, min, node_used, pods.clone());
+            let budget = be_budget(
+                MilliCpu(capacity),
+                MilliCpu(reserved),
+                threshold,
+                min,
+                node_used,
+                pods.clone(),
+            );
             assert_eq!(
-                (
-                    budget.non_be_used_milli,
-                    budget.system_used_milli,
-                    budget.budget_milli
-                ),
+                (budget.non_be_used.0, budget.system_used.0, budget.budget.0),
                 expected,
                 "capacity {capacity}, reserved {reserved}, node used {node_used}, pods {pods:?}"
             );
@@ -867,8 +872,9 @@ mod tests {
             ((1050, Some(100_000), 8), None),
         ];
         for ((budget, current, cores), expected) in cases {
+            let current = current.map_or(CfsQuota::Unlimited, |v| CfsQuota::Micros(v as u64));
             assert_eq!(
-                next_be_quota(budget, current, cores),
+                next_be_quota(MilliCpu(budget), current, cores).map(CfsQuota::as_v1),
                 expected,
                 "budget {budget}m, current {current:?}, {cores} cores"
             );
@@ -937,7 +943,7 @@ mod tests {
         snapshot.pods.push(lsr);
         let topology = topology();
         // 4 CPUs wanted, pools LSR 4 / shared 4: 2 from each.
-        let set = suppressed_cpuset(&snapshot, &topology, 4000, 8);
+        let set = suppressed_cpuset(&snapshot, &topology, MilliCpu(4000), 8);
         let from_lsr = set.iter().filter(|c| [0, 4, 1, 5].contains(c)).count();
         assert_eq!((set.len(), from_lsr), (4, 2), "{set}");
     }
@@ -1483,8 +1489,9 @@ mod tests {
     #[test]
     fn ls_floor_only_ever_lowers_the_budget() {
         // 8 cores x 65% = 5200m; LS 3000m; system 500m → 1700m.
-        let base = be_budget(8000, 0, 65, None, 4.5, [(false, 3.0), (true, 1.0)]);
-        let floored = be_budget(8000, 0, 65, Some(10), 4.5, [(false, 3.0), (true, 1.0)]);
+        let usages = [(false, 3.0), (true, 1.0)];
+        let base = be_budget(MilliCpu(8000), MilliCpu(0), 65, None, 4.5, usages);
+        let floored = be_budget(MilliCpu(8000), MilliCpu(0), 65, Some(10), 4.5, usages);
         // (budget, floor, expected non-BE, expected budget)
         let cases = [
             (base, 0, 3000, 1700),
@@ -1495,13 +1502,13 @@ mod tests {
             (floored, 6000, 6000, 800),
         ];
         for (budget, floor, non_be, expected) in cases {
-            let got = with_ls_floor(budget, floor);
+            let got = with_ls_floor(budget, MilliCpu(floor));
             assert_eq!(
-                (got.non_be_used_milli, got.budget_milli),
+                (got.non_be_used.0, got.budget.0),
                 (non_be, expected),
                 "floor {floor}"
             );
-            assert_eq!(got.system_used_milli, budget.system_used_milli);
+            assert_eq!(got.system_used, budget.system_used);
         }
     }
 
@@ -1523,7 +1530,7 @@ mod tests {
         assert_eq!(quota(None).0, Some(CgroupValue::Int(170_000)));
         // A fresh floor of 4.5 cores: 5200 - 4500 - 500 = 200m.
         let (written, decision) = quota(Some(LsFloor {
-            milli: 4500,
+            cpu: MilliCpu(4500),
             sampled_at: now(),
         }));
         assert_eq!(written, Some(CgroupValue::Int(20_000)), "{decision:?}");
@@ -1537,7 +1544,7 @@ mod tests {
         // A floor below the collected usage changes nothing.
         assert_eq!(
             quota(Some(LsFloor {
-                milli: 1000,
+                cpu: MilliCpu(1000),
                 sampled_at: now(),
             }))
             .0,
@@ -1545,7 +1552,7 @@ mod tests {
         );
         // A stale floor is ignored, with a note.
         let (written, decision) = quota(Some(LsFloor {
-            milli: 4500,
+            cpu: MilliCpu(4500),
             sampled_at: now() - LS_FLOOR_MAX_AGE - Duration::from_millis(1),
         }));
         assert_eq!(written, Some(CgroupValue::Int(170_000)));

@@ -66,7 +66,7 @@ use crate::resourceexecutor::{ResourceExecutor, ResourceUpdate, WriteStatus};
 use crate::statesinformer::ObservedRule;
 use crate::system::cgroup::{CgroupLayout, CgroupResource, CgroupValue, QosTier};
 use koord_common::units::CpuTopology;
-use koord_common::units::{CpuSet, MilliCpu};
+use koord_common::units::{Bytes, CpuSet, MilliCpu};
 
 // ---------------------------------------------------------------------------
 // Snapshot
@@ -118,13 +118,13 @@ pub struct NodeUsage {
 pub struct NodeInfo {
     /// `status.capacity.cpu` (standalone: online CPUs × 1000m).
     pub cpu_capacity: MilliCpu,
-    /// `status.capacity.memory` in bytes (standalone: MemTotal); 0 when unknown.
-    pub memory_capacity_bytes: i64,
+    /// `status.capacity.memory` (standalone: MemTotal); 0 when unknown.
+    pub memory_capacity: Bytes,
     /// CPU reserved for the system: the larger of kubelet's (capacity -
     /// allocatable) and the `node.koordinator.sh/reservation` amount.
     pub cpu_reserved: MilliCpu,
-    /// Memory reserved likewise, bytes.
-    pub memory_reserved_bytes: i64,
+    /// Memory reserved likewise.
+    pub memory_reserved: Bytes,
     /// CPUs named in `node.koordinator.sh/reservation` (`reservedCPUs`).
     pub reserved_cpus: CpuSet,
     /// Exclusive SYSTEM-QoS CPUs (`node.koordinator.sh/system-qos-resource`).
@@ -152,8 +152,10 @@ pub struct QosContainer {
     pub cpu_request: Option<MilliCpu>,
     /// `resources.limits.cpu` (or `kubernetes.io/batch-cpu`).
     pub cpu_limit: Option<MilliCpu>,
-    pub memory_request_bytes: Option<i64>,
-    pub memory_limit_bytes: Option<i64>,
+    /// `resources.requests.memory` (or `kubernetes.io/batch-memory`).
+    pub memory_request: Option<Bytes>,
+    /// `resources.limits.memory` (or `kubernetes.io/batch-memory`).
+    pub memory_limit: Option<Bytes>,
     pub cpu_usage: Option<MetricSample>,
     pub memory_usage: Option<MetricSample>,
 }

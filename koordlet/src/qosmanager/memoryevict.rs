@@ -30,6 +30,7 @@ use apis::configuration::defaults::default_resource_threshold_strategy;
 use apis::configuration::merge::merged;
 use apis::extension::PRIORITY_MID_VALUE_MAX;
 use apis::slo::v1alpha1::ResourceThresholdStrategy;
+use koord_common::units::Bytes;
 
 use super::evictreport::{ReleaseTarget, ResourceList};
 use super::evicttask::{
@@ -169,10 +170,12 @@ pub fn check_config(feature: &str, config: &ResourceThresholdStrategy) -> Result
 /// `capacity`, integer arithmetic as upstream) reaches the threshold;
 /// `Err` says why nothing is released.
 pub fn release_by_usage(
-    capacity: i64,
-    used: i64,
+    capacity: Bytes,
+    used: Bytes,
     thresholds: MemoryThresholds,
-) -> Result<i64, String> {
+) -> Result<Bytes, String> {
+    // Signed as upstream's int64 arithmetic (and its saturation) is.
+    let (capacity, used) = (capacity.as_i64(), used.as_i64());
     if capacity <= 0 {
         return Err(format!("node memory capacity {capacity} is not valid"));
     }
@@ -183,7 +186,10 @@ pub fn release_by_usage(
             thresholds.threshold_percent
         ));
     }
-    Ok(capacity.saturating_mul(usage_percent - thresholds.lower_percent) / 100)
+    // usage ≥ threshold > lower, so the amount is positive.
+    Ok(Bytes::from_i64_or_zero(
+        capacity.saturating_mul(usage_percent - thresholds.lower_percent) / 100,
+    ))
 }
 
 /// The `memoryevict` strategy.
@@ -252,11 +258,15 @@ impl MemoryEvict {
         match feature {
             FEATURE | FEATURE_MEMORY_EVICT => {
                 let thresholds = memory_thresholds(config)?;
-                let used = snapshot
-                    .fresh("node memory usage", snapshot.node_usage.memory)?
-                    .value as i64;
+                // The collector's usage is a u64 byte count (MemTotal -
+                // MemAvailable, saturating), never negative.
+                let used = Bytes(
+                    snapshot
+                        .fresh("node memory usage", snapshot.node_usage.memory)?
+                        .value as u64,
+                );
                 let release =
-                    release_by_usage(snapshot.node.memory_capacity_bytes, used, thresholds)?;
+                    release_by_usage(snapshot.node.memory_capacity, used, thresholds)?.as_i64();
                 let candidates = if feature == FEATURE {
                     be_candidates(snapshot, feature, RequestKind::Memory, be_memory_order)
                 } else {
@@ -358,7 +368,7 @@ impl MemoryEvict {
             }
             Ok(false) => {}
         }
-        let capacity = snapshot.node.memory_capacity_bytes;
+        let capacity = snapshot.node.memory_capacity.as_i64();
         if capacity <= 0 {
             return Decision::skipped(format!("node memory capacity {capacity} is not valid"));
         }
@@ -433,21 +443,16 @@ pub(crate) mod test_pods {
         }
     }
 
-    /// Adds a container requesting `milli` CPU (batch-cpu for BE pods).
-    pub fn with_cpu(
-        mut pod: QosPod,
-        request_milli: i64,
-        used_cores: f64,
-        at: SystemTime,
-    ) -> QosPod {
+    /// Adds a container requesting (and limited to) `request` CPU.
+    pub fn with_cpu(mut pod: QosPod, request: MilliCpu, used_cores: f64, at: SystemTime) -> QosPod {
         pod.containers.push(QosContainer {
             name: "main".to_string(),
             id: None,
             cgroup_dir: None,
-            cpu_request: Some(MilliCpu(request_milli)),
-            cpu_limit: Some(MilliCpu(request_milli)),
-            memory_request_bytes: None,
-            memory_limit_bytes: None,
+            cpu_request: Some(request),
+            cpu_limit: Some(request),
+            memory_request: None,
+            memory_limit: None,
             cpu_usage: None,
             memory_usage: None,
         });
@@ -721,19 +726,26 @@ mod tests {
     fn release_by_usage_table() {
         let release = |threshold, lower, used| {
             let thresholds = memory_thresholds(&enabled(threshold, lower)).unwrap();
-            release_by_usage(120 * G, used, thresholds)
+            release_by_usage(Bytes(120 * G as u64), Bytes(used as u64), thresholds)
         };
-        assert_eq!(release(80, None, 115 * G), Ok(20_400_000_000));
-        assert_eq!(release(82, Some(80), 115 * G), Ok(18_000_000_000));
+        assert_eq!(release(80, None, 115 * G), Ok(Bytes(20_400_000_000)));
+        assert_eq!(release(82, Some(80), 115 * G), Ok(Bytes(18_000_000_000)));
         assert!(release(82, Some(80), 80 * G).unwrap_err().contains("below"));
-        assert!(release_by_usage(0, 1, memory_thresholds(&enabled(80, None)).unwrap()).is_err());
+        assert!(
+            release_by_usage(
+                Bytes(0),
+                Bytes(1),
+                memory_thresholds(&enabled(80, None)).unwrap()
+            )
+            .is_err()
+        );
     }
 
     /// Upstream `Test_memoryEvict`'s pods: LSR/LS/none and three BE pods
     /// (priorities 100, 100, 120) on a 120 G node using 115 G.
     fn upstream_node(config: ResourceThresholdStrategy) -> QosSnapshot {
         let mut snapshot = snapshot_with(config, t0());
-        snapshot.node.memory_capacity_bytes = 120 * G;
+        snapshot.node.memory_capacity = Bytes(120 * G as u64);
         snapshot.node.cpu_capacity = MilliCpu(80_000);
         snapshot.node_usage.memory = Some(MetricSample::new((115 * G) as f64, t0()));
         with_kube_pods(
@@ -851,7 +863,7 @@ mod tests {
                 .contains("stale")
         );
         let mut no_capacity = upstream_node(enabled(80, None));
-        no_capacity.node.memory_capacity_bytes = 0;
+        no_capacity.node.memory_capacity = Bytes(0);
         assert!(
             MemoryEvict::new()
                 .decide_fresh(&no_capacity)

@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use koord_common::units::MilliCpu;
+
 pub use framework::{
     AnyStrategy, Capability, CgroupReader, Decision, EnsureDir, EvictionRequest, Evictor,
     FeatureGate, FileWrite, GaugeValue, LayoutReader, LoggingEvictor, ManagedFile, ManagedFiles,
@@ -224,13 +226,13 @@ fn start_reaction(
     shutdown: koord_common::Shutdown,
 ) -> Option<reaction::ReactionLink> {
     let capability = reaction::detect(&source.proc_root, &source.layout, args);
-    let capacity_milli = i64::from(source.capabilities.cpus) * 1000;
+    let capacity = MilliCpu(i64::from(source.capabilities.cpus) * 1000);
     let started = reaction::spawn_sampler(
         &capability,
         args,
         &source.proc_root,
         &source.layout,
-        capacity_milli,
+        capacity,
         reaction::ReactionMetrics::register(metrics),
         shutdown,
     );

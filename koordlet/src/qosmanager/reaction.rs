@@ -40,6 +40,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::system::cgroup::{CgroupLayout, CgroupResource, QosTier};
+use koord_common::units::MilliCpu;
 
 /// PSI trigger: 100 ms of "some" stall within a 1 s window. The kernel
 /// accepts windows of 500 ms to 10 s and a stall no longer than the window.
@@ -111,11 +112,11 @@ impl ReactionArgs {
         Duration::from_millis(self.sample_interval_ms)
     }
 
-    /// Hysteresis parameters for a node of `capacity_milli` CPU.
-    pub fn hysteresis(&self, capacity_milli: i64) -> Hysteresis {
+    /// Hysteresis parameters for a node of `capacity` CPU.
+    pub fn hysteresis(&self, capacity: MilliCpu) -> Hysteresis {
         Hysteresis {
             // At least 50m: below that a 20 ms sample is tick-granularity noise.
-            step_milli: (capacity_milli.max(0) * self.step_percent as i64 / 100).max(50),
+            step: MilliCpu((capacity.0.max(0) * self.step_percent as i64 / 100).max(50)),
             restore_samples: self.restore_samples,
             restore_hold: Duration::from_millis(self.restore_hold_ms),
         }
@@ -165,9 +166,9 @@ pub struct CpuacctReading {
     pub besteffort_ns: u64,
 }
 
-/// LS usage in milli-CPU between two readings; `None` when the interval is
-/// empty or a counter went backwards (a cgroup recreated).
-pub fn ls_usage_milli(previous: &CpuacctReading, current: &CpuacctReading) -> Option<i64> {
+/// LS usage between two readings; `None` when the interval is empty or a
+/// counter went backwards (a cgroup recreated).
+pub fn ls_usage(previous: &CpuacctReading, current: &CpuacctReading) -> Option<MilliCpu> {
     let elapsed = current.at.checked_sub(previous.at)?.as_nanos();
     if elapsed == 0 {
         return None;
@@ -177,14 +178,14 @@ pub fn ls_usage_milli(previous: &CpuacctReading, current: &CpuacctReading) -> Op
     // BE is part of kubepods; a BE delta larger than the whole (reads
     // straddling an update) counts as no LS usage rather than negative.
     let ls = all.saturating_sub(be) as u128;
-    i64::try_from(ls * 1000 / elapsed).ok()
+    i64::try_from(ls * 1000 / elapsed).ok().map(MilliCpu)
 }
 
 /// Hysteresis parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hysteresis {
     /// A sample this far above the floor is a step; this far below is low.
-    pub step_milli: i64,
+    pub step: MilliCpu,
     /// Consecutive low samples before the floor is lowered.
     pub restore_samples: u32,
     /// Minimum time since the floor last moved before it is lowered.
@@ -194,7 +195,7 @@ pub struct Hysteresis {
 /// The LS floor the sampler holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FloorState {
-    pub floor_milli: i64,
+    pub floor: MilliCpu,
     /// When the floor last moved (monotonic, since the sampler started).
     pub moved_at: Duration,
     /// Consecutive samples a step below the floor.
@@ -208,49 +209,49 @@ pub enum FloorChange {
     Started,
     /// A load step: suppress now.
     Raised {
-        from: i64,
-        to: i64,
+        from: MilliCpu,
+        to: MilliCpu,
     },
     Held,
     /// Enough low samples for long enough: BE may be restored (by the tick).
     Lowered {
-        from: i64,
-        to: i64,
+        from: MilliCpu,
+        to: MilliCpu,
     },
 }
 
-/// Feeds one LS usage sample (milli-CPU at monotonic `now`) to the hysteresis.
+/// Feeds one LS usage sample (at monotonic `now`) to the hysteresis.
 pub fn observe(
     state: Option<FloorState>,
-    sample_milli: i64,
+    sample: MilliCpu,
     now: Duration,
     params: &Hysteresis,
 ) -> (FloorState, FloorChange) {
-    let sample = sample_milli.max(0);
+    let sample = MilliCpu(sample.0.max(0));
     let Some(state) = state else {
         return (
             FloorState {
-                floor_milli: sample,
+                floor: sample,
                 moved_at: now,
                 low_samples: 0,
             },
             FloorChange::Started,
         );
     };
-    if sample >= state.floor_milli.saturating_add(params.step_milli) {
+    if sample.0 >= state.floor.0.saturating_add(params.step.0) {
         return (
             FloorState {
-                floor_milli: sample,
+                floor: sample,
                 moved_at: now,
                 low_samples: 0,
             },
             FloorChange::Raised {
-                from: state.floor_milli,
+                from: state.floor,
                 to: sample,
             },
         );
     }
-    if sample > state.floor_milli.saturating_sub(params.step_milli) {
+    if sample.0 > state.floor.0.saturating_sub(params.step.0) {
         // Within a step of the floor: not low, the count starts over.
         return (
             FloorState {
@@ -265,12 +266,12 @@ pub fn observe(
     if low_samples >= params.restore_samples && held_long_enough {
         return (
             FloorState {
-                floor_milli: sample,
+                floor: sample,
                 moved_at: now,
                 low_samples: 0,
             },
             FloorChange::Lowered {
-                from: state.floor_milli,
+                from: state.floor,
                 to: sample,
             },
         );
@@ -287,7 +288,7 @@ pub fn observe(
 /// The LS usage `cpusuppress` must count at least, as published by the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LsFloor {
-    pub milli: i64,
+    pub cpu: MilliCpu,
     /// The latest sample behind it (the floor is fresh while the sampler runs).
     pub sampled_at: SystemTime,
 }
@@ -322,7 +323,7 @@ pub struct Wakeup {
     pub source: WakeSource,
     /// When the step was seen (for the latency histogram).
     pub detected_at: Instant,
-    pub floor_milli: i64,
+    pub floor: MilliCpu,
 }
 
 /// Which mechanism is in use, and why (`koordlet capabilities` row `cpuReaction`).
@@ -626,7 +627,7 @@ pub fn spawn_sampler(
     args: &ReactionArgs,
     proc_root: &Path,
     layout: &CgroupLayout,
-    capacity_milli: i64,
+    capacity: MilliCpu,
     metrics: ReactionMetrics,
     shutdown: koord_common::Shutdown,
 ) -> Result<Option<ReactionLink>, String> {
@@ -643,7 +644,7 @@ pub fn spawn_sampler(
     let floor = SharedFloor::default();
     let published = floor.clone();
     let interval = args.sample_interval();
-    let params = args.hysteresis(capacity_milli);
+    let params = args.hysteresis(capacity);
     let sampler_metrics = metrics.clone();
     std::thread::Builder::new()
         .name("cpu-reaction".to_string())
@@ -729,7 +730,7 @@ fn sample_loop(
             }
         };
         metrics.samples.inc();
-        let Some(usage) = previous.and_then(|prev| ls_usage_milli(&prev, &reading)) else {
+        let Some(usage) = previous.and_then(|prev| ls_usage(&prev, &reading)) else {
             previous = Some(reading);
             continue;
         };
@@ -737,7 +738,7 @@ fn sample_loop(
         let (next, change) = observe(state, usage, at, params);
         state = Some(next);
         floor.set(LsFloor {
-            milli: next.floor_milli,
+            cpu: next.floor,
             sampled_at: SystemTime::now(),
         });
         match change {
@@ -749,15 +750,20 @@ fn sample_loop(
                         WakeSource::Cpuacct
                     },
                     detected_at: Instant::now(),
-                    floor_milli: to,
+                    floor: to,
                 };
-                tracing::debug!(from, to, source = wake.source.as_str(), "LS CPU step");
+                tracing::debug!(
+                    from = from.0,
+                    to = to.0,
+                    source = wake.source.as_str(),
+                    "LS CPU step"
+                );
                 if wakeups.send(wake).is_err() {
                     return;
                 }
             }
             FloorChange::Lowered { from, to } => {
-                tracing::debug!(from, to, "LS CPU floor lowered");
+                tracing::debug!(from = from.0, to = to.0, "LS CPU floor lowered");
             }
             FloorChange::Started | FloorChange::Held => {}
         }
@@ -840,8 +846,8 @@ mod tests {
         ];
         for (previous, current, expected) in cases {
             assert_eq!(
-                ls_usage_milli(&previous, &current),
-                expected,
+                ls_usage(&previous, &current),
+                expected.map(MilliCpu),
                 "{previous:?} -> {current:?}"
             );
         }
@@ -849,7 +855,7 @@ mod tests {
 
     fn params() -> Hysteresis {
         Hysteresis {
-            step_milli: 200,
+            step: MilliCpu(200),
             restore_samples: 3,
             restore_hold: Duration::from_millis(100),
         }
@@ -863,13 +869,21 @@ mod tests {
             (0, 100, FloorChange::Started, 100),
             // Below a step: held, nobody woken.
             (20, 299, FloorChange::Held, 100),
-            (40, 300, FloorChange::Raised { from: 100, to: 300 }, 300),
+            (
+                40,
+                300,
+                FloorChange::Raised {
+                    from: MilliCpu(100),
+                    to: MilliCpu(300),
+                },
+                300,
+            ),
             (
                 60,
                 1200,
                 FloorChange::Raised {
-                    from: 300,
-                    to: 1200,
+                    from: MilliCpu(300),
+                    to: MilliCpu(1200),
                 },
                 1200,
             ),
@@ -883,14 +897,22 @@ mod tests {
             (150, 1150, FloorChange::Held, 1200),
             (160, 0, FloorChange::Held, 1200),
             (180, 0, FloorChange::Held, 1200),
-            (200, 10, FloorChange::Lowered { from: 1200, to: 10 }, 10),
+            (
+                200,
+                10,
+                FloorChange::Lowered {
+                    from: MilliCpu(1200),
+                    to: MilliCpu(10),
+                },
+                10,
+            ),
             // Negative samples are clamped.
             (220, -50, FloorChange::Held, 10),
         ];
         let mut state = None;
         for &(at, sample, change, floor) in steps {
-            let (next, got) = observe(state, sample, ms(at), &params());
-            assert_eq!((got, next.floor_milli), (change, floor), "at {at} ms");
+            let (next, got) = observe(state, MilliCpu(sample), ms(at), &params());
+            assert_eq!((got, next.floor), (change, MilliCpu(floor)), "at {at} ms");
             state = Some(next);
         }
     }
@@ -902,24 +924,31 @@ mod tests {
             restore_hold: ms(1000),
             ..params()
         };
-        let mut state = Some(observe(None, 1000, ms(0), &params).0);
+        let mut state = Some(observe(None, MilliCpu(1000), ms(0), &params).0);
         for at in [10, 20, 30, 40, 500, 999] {
-            let (next, change) = observe(state, 0, ms(at), &params);
+            let (next, change) = observe(state, MilliCpu(0), ms(at), &params);
             assert_eq!(change, FloorChange::Held, "at {at}");
             state = Some(next);
         }
-        let (next, change) = observe(state, 0, ms(1000), &params);
-        assert_eq!(change, FloorChange::Lowered { from: 1000, to: 0 });
+        let (next, change) = observe(state, MilliCpu(0), ms(1000), &params);
+        assert_eq!(
+            change,
+            FloorChange::Lowered {
+                from: MilliCpu(1000),
+                to: MilliCpu(0)
+            }
+        );
         assert_eq!(next.low_samples, 0);
     }
 
     #[test]
     fn step_scales_with_the_node_and_has_a_floor() {
         let args = ReactionArgs::default();
-        assert_eq!(args.hysteresis(2000).step_milli, 200);
-        assert_eq!(args.hysteresis(64_000).step_milli, 6400);
-        assert_eq!(args.hysteresis(100).step_milli, 50);
-        assert_eq!(args.hysteresis(-5).step_milli, 50);
+        let step = |capacity| args.hysteresis(MilliCpu(capacity)).step.0;
+        assert_eq!(step(2000), 200);
+        assert_eq!(step(64_000), 6400);
+        assert_eq!(step(100), 50);
+        assert_eq!(step(-5), 50);
     }
 
     #[test]
@@ -1066,7 +1095,7 @@ mod tests {
             &args,
             Path::new("/nonexistent"),
             &layout,
-            2000,
+            MilliCpu(2000),
             ReactionMetrics::default(),
             shutdown.clone(),
         )
@@ -1082,10 +1111,10 @@ mod tests {
             .recv_timeout(Duration::from_secs(2))
             .expect("a step wakes the runner");
         assert_eq!(wake.source, WakeSource::Cpuacct);
-        assert!(wake.floor_milli > 200, "{wake:?}");
+        assert!(wake.floor > MilliCpu(200), "{wake:?}");
         let floor = link.floor.get().unwrap();
         assert!(
-            floor.milli > 200 && floor.is_fresh(SystemTime::now()),
+            floor.cpu > MilliCpu(200) && floor.is_fresh(SystemTime::now()),
             "{floor:?}"
         );
 

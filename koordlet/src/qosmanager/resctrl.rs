@@ -662,8 +662,8 @@ mod tests {
                     .then(|| PathBuf::from(format!("kubepods/besteffort/podbe/{name}"))),
                 cpu_request: None,
                 cpu_limit: None,
-                memory_request_bytes: None,
-                memory_limit_bytes: None,
+                memory_request: None,
+                memory_limit: None,
                 cpu_usage: None,
                 memory_usage: None,
             });

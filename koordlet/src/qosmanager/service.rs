@@ -28,7 +28,7 @@ use crate::statesinformer::cpumanager::read_kubelet_cpu_manager_view;
 use crate::statesinformer::podmeta::pod_meta_of;
 use crate::system::cgroup::CgroupLayout;
 use koord_common::units::CpuTopology;
-use koord_common::units::{CpuSet, MilliCpu};
+use koord_common::units::{Bytes, CpuSet, MilliCpu};
 
 /// The explain endpoint's path.
 pub const EXPLAIN_PATH: &str = "/qos/explain";
@@ -108,10 +108,12 @@ impl SnapshotSource {
     }
 }
 
-fn read_mem_total(proc_root: &Path) -> Option<i64> {
+fn read_mem_total(proc_root: &Path) -> Option<Bytes> {
     let text = std::fs::read_to_string(proc_root.join("meminfo")).ok()?;
     let info = crate::metricsadvisor::parse::parse_meminfo(&text).ok()?;
-    i64::try_from(info.total).ok()
+    // Beyond i64 is no memory size; treated as unknown, like a Node's
+    // quantity that does not fit.
+    i64::try_from(info.total).ok().map(|_| Bytes(info.total))
 }
 
 fn latest(cache: &MetricCache, key: &SeriesKey) -> Option<MetricSample> {
@@ -198,8 +200,8 @@ pub fn qos_pods(pods: &[Pod], layout: &CgroupLayout, cache: &MetricCache) -> Vec
                         .and_then(|id| layout.container_dir(meta.kube_qos, &meta.uid, id).ok()),
                     cpu_request: cpu_request.map(MilliCpu),
                     cpu_limit: cpu_limit.map(MilliCpu),
-                    memory_request_bytes: memory_request,
-                    memory_limit_bytes: memory_limit,
+                    memory_request: memory_request.map(Bytes::from_i64_or_zero),
+                    memory_limit: memory_limit.map(Bytes::from_i64_or_zero),
                     cpu_usage: id.and_then(|id| {
                         latest(
                             cache,
@@ -257,7 +259,7 @@ pub fn node_info(
     node: Option<&Node>,
     topology: Option<&CpuTopology>,
     detected_cpus: u32,
-    mem_total: Option<i64>,
+    mem_total: Option<Bytes>,
 ) -> NodeInfo {
     let status = node.and_then(|n| n.status.as_ref());
     let amount = |list: Option<
@@ -271,7 +273,10 @@ pub fn node_info(
     let allocatable = status.and_then(|s| s.allocatable.as_ref());
     let cpus = topology.map_or(detected_cpus as usize, CpuTopology::num_cpus) as i64;
     let cpu_capacity = amount(capacity, "cpu", true).unwrap_or(cpus * 1000);
-    let memory_capacity = amount(capacity, "memory", false).or(mem_total).unwrap_or(0);
+    let memory_capacity = amount(capacity, "memory", false)
+        .map(Bytes::from_i64_or_zero)
+        .or(mem_total)
+        .unwrap_or_default();
     let kubelet_cpu_reserved = match (
         amount(capacity, "cpu", true),
         amount(allocatable, "cpu", true),
@@ -323,9 +328,9 @@ pub fn node_info(
     NodeInfo {
         allocatable: allocatable_values,
         cpu_capacity: MilliCpu(cpu_capacity),
-        memory_capacity_bytes: memory_capacity,
+        memory_capacity,
         cpu_reserved: MilliCpu(kubelet_cpu_reserved.max(annotated_cpu)),
-        memory_reserved_bytes: kubelet_memory_reserved.max(annotated_memory),
+        memory_reserved: Bytes::from_i64_or_zero(kubelet_memory_reserved.max(annotated_memory)),
         reserved_cpus,
         system_qos_exclusive_cpus,
         annotations,
@@ -385,7 +390,7 @@ pub fn spawn_runner_with_reaction(
                             link.metrics.record_wakeup(wake.source, latency);
                             tracing::debug!(
                                 source = wake.source.as_str(),
-                                floor_milli = wake.floor_milli,
+                                floor_milli = wake.floor.0,
                                 latency_ms = latency.as_secs_f64() * 1000.0,
                                 actions = outcome.actions,
                                 "cpusuppress woken by an LS CPU step"
@@ -719,16 +724,16 @@ mod tests {
         );
         assert_eq!(container.cpu_request, Some(MilliCpu(1000)));
         assert_eq!(container.cpu_limit, Some(MilliCpu(2000)));
-        assert_eq!(container.memory_request_bytes, Some(1 << 30));
+        assert_eq!(container.memory_request, Some(Bytes(1 << 30)));
         assert!((container.cpu_usage.unwrap().value - 0.7).abs() < 1e-6);
     }
 
     #[test]
     fn node_info_from_node_or_topology() {
-        let standalone = node_info(None, None, 4, Some(8 << 30));
+        let standalone = node_info(None, None, 4, Some(Bytes(8 << 30)));
         assert_eq!(
-            (standalone.cpu_capacity, standalone.memory_capacity_bytes),
-            (MilliCpu(4000), 8 << 30)
+            (standalone.cpu_capacity, standalone.memory_capacity),
+            (MilliCpu(4000), Bytes(8 << 30))
         );
         let mut node = Node::default();
         node.metadata.annotations = Some(BTreeMap::from([(
@@ -747,7 +752,7 @@ mod tests {
             MilliCpu(2000),
             "annotation beats kubelet's 500m"
         );
-        assert_eq!(info.memory_reserved_bytes, 1 << 30);
+        assert_eq!(info.memory_reserved, Bytes(1 << 30));
         assert_eq!(info.reserved_cpus.to_string(), "0-1");
     }
 
@@ -911,7 +916,7 @@ mod tests {
             SystemTime::now(),
         );
         snapshot.layout = layout.clone();
-        snapshot.node.memory_capacity_bytes = 100 << 30;
+        snapshot.node.memory_capacity = Bytes(100 << 30);
         snapshot.node_usage.memory = Some(MetricSample::new((90u64 << 30) as f64, snapshot.now));
         with_kube_pods(
             &mut snapshot,

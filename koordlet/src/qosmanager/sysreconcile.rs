@@ -24,6 +24,7 @@ use apis::slo::v1alpha1::SystemStrategy;
 use super::framework::{Decision, FeatureGate, FileWrite, QosSnapshot, ReadBack, Strategy};
 use super::hostfiles::{FsHostFiles, HostFiles};
 use crate::system::SystemArgs;
+use koord_common::units::Bytes;
 
 pub const NAME: &str = "sysreconcile";
 /// Upstream's feature gate.
@@ -44,8 +45,8 @@ pub struct Knob {
 }
 
 /// The knobs `strategy` sets, with their files under `roots`.
-/// `memory_bytes` is the node's total memory (for `minFreeKbytesFactor`).
-pub fn knobs(strategy: &SystemStrategy, roots: &SystemArgs, memory_bytes: i64) -> Vec<Knob> {
+/// `memory` is the node's total memory (for `minFreeKbytesFactor`).
+pub fn knobs(strategy: &SystemStrategy, roots: &SystemArgs, memory: Bytes) -> Vec<Knob> {
     let proc_file = |rel: &str| roots.proc_root_dir.join(rel);
     let sys_file = |rel: &str| roots.sys_root_dir.join(rel);
     let mut knobs = Vec::new();
@@ -53,7 +54,7 @@ pub fn knobs(strategy: &SystemStrategy, roots: &SystemArgs, memory_bytes: i64) -
         knobs.push(Knob {
             field: "minFreeKbytesFactor",
             path: proc_file("sys/vm/min_free_kbytes"),
-            value: (memory_bytes / 1024).saturating_mul(factor) / 10_000,
+            value: (memory.as_i64() / 1024).saturating_mul(factor) / 10_000,
             range: Some(MIN_FREE_KBYTES_RANGE),
         });
     }
@@ -186,8 +187,8 @@ impl SysReconcile {
         else {
             return Decision::skipped("no NodeSLO systemStrategy");
         };
-        let memory = snapshot.node.memory_capacity_bytes;
-        if memory <= 0 {
+        let memory = snapshot.node.memory_capacity;
+        if memory == Bytes(0) {
             return Decision::skipped(format!("node memory capacity {memory} is not valid"));
         }
         let mut decision = Decision::default();
@@ -285,7 +286,7 @@ mod tests {
 
     fn snapshot(strategy: SystemStrategy, memory: i64) -> QosSnapshot {
         let mut snapshot = QosSnapshot::for_test(SystemTime::UNIX_EPOCH);
-        snapshot.node.memory_capacity_bytes = memory;
+        snapshot.node.memory_capacity = Bytes::from_i64_or_zero(memory);
         snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
             system_strategy: Some(strategy),
             ..NodeSLOSpec::default()

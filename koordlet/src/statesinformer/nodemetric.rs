@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use koord_common::Shutdown;
+use koord_common::units::{Bytes, MilliCpu};
 use kube::api::{Api, Patch, PatchParams};
 
 use super::StatesInformer;
@@ -360,8 +361,9 @@ impl UsageQuery for MetricCache {
         let cpus = self.cpu_topology()?.num_cpus();
         let (_, memory) = self.latest(&SeriesKey::node(MetricKind::NodeMemoryTotal))?;
         Some(CpuMemory {
-            milli_cpu: i64::try_from(cpus).ok()?.saturating_mul(1000),
-            memory_bytes: memory as i64,
+            cpu: MilliCpu(i64::try_from(cpus).ok()?.saturating_mul(1000)),
+            // MemTotal, a u64 byte count.
+            memory: Bytes(memory as u64),
         })
     }
 }
@@ -698,11 +700,11 @@ fn cpu_memory_map(value: CpuMemory) -> ResourceMap {
         resources: BTreeMap::from([
             (
                 "cpu".to_string(),
-                Quantity(QuantityValue::from_milli(value.milli_cpu).to_decimal_si()),
+                Quantity(QuantityValue::from_milli(value.cpu.0).to_decimal_si()),
             ),
             (
                 "memory".to_string(),
-                Quantity(QuantityValue::from_units(value.memory_bytes).to_binary_si()),
+                Quantity(QuantityValue::from_units(value.memory.as_i64()).to_binary_si()),
             ),
         ]),
         devices: Vec::new(),
@@ -1786,8 +1788,8 @@ mod tests {
         let mib = 1024 * 1024;
         let peak = |milli_cpu: i64, memory_bytes: i64| {
             let value = CpuMemory {
-                milli_cpu,
-                memory_bytes,
+                cpu: MilliCpu(milli_cpu),
+                memory: Bytes::from_i64_or_zero(memory_bytes),
             };
             Prediction {
                 p60: value,
@@ -1817,8 +1819,8 @@ mod tests {
                 config: &config,
                 predictions: &lookup,
                 allocatable: Some(CpuMemory {
-                    milli_cpu: 4000,
-                    memory_bytes: 16 * 1024 * mib,
+                    cpu: MilliCpu(4000),
+                    memory: Bytes(16 * 1024 * mib as u64),
                 }),
             }),
             now,
@@ -1910,8 +1912,8 @@ mod tests {
         assert_eq!(
             cache.machine_capacity(),
             Some(CpuMemory {
-                milli_cpu: 4000,
-                memory_bytes: 16 << 30
+                cpu: MilliCpu(4000),
+                memory: Bytes(16 << 30)
             })
         );
         assert_eq!(cache.numa_nodes(), vec![0]);

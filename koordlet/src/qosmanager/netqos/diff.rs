@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use koord_common::units::{Bytes, BytesPerSecond};
+
 use super::plan::{
     BE_CLASS_MINOR, HtbClassSpec, MAJOR, NetQosClass, NetQosPlan, POD_FILTER_PRIO_V4,
     POD_FILTER_PRIO_V6, PodIpFilter, QDISC_MINOR, SYSTEM_CLASS_MINOR, handle,
@@ -27,8 +29,8 @@ pub struct ObservedQdisc {
 pub struct ObservedClass {
     pub handle: u32,
     pub parent: u32,
-    pub rate_bytes: u64,
-    pub ceil_bytes: u64,
+    pub rate: BytesPerSecond,
+    pub ceil: BytesPerSecond,
     pub prio: u32,
     pub quantum: u32,
     /// Burst and cburst in psched ticks.
@@ -130,26 +132,27 @@ pub fn filter_slot(ip: &IpAddr) -> (u16, u16) {
 /// What the kernel stores for a class spec: bytes per second and ticks
 /// (1 tick = 64 ns, the kernel's `PSCHED_SHIFT`).
 pub fn wire_class(spec: &HtbClassSpec) -> ObservedClass {
-    let rate_bytes = spec.rate_bps / 8;
-    let ceil_bytes = spec.ceil_bps / 8;
+    let rate = BytesPerSecond::from_bits_per_second(spec.rate_bps);
+    let ceil = BytesPerSecond::from_bits_per_second(spec.ceil_bps);
     ObservedClass {
         handle: spec.handle(),
         parent: spec.parent,
-        rate_bytes,
-        ceil_bytes,
+        rate,
+        ceil,
         prio: spec.prio,
         quantum: spec.quantum_bytes,
-        buffer_ticks: burst_ticks(spec.burst_bytes, rate_bytes),
-        cbuffer_ticks: burst_ticks(spec.cburst_bytes, ceil_bytes),
+        buffer_ticks: burst_ticks(spec.burst, rate),
+        cbuffer_ticks: burst_ticks(spec.cburst, ceil),
     }
 }
 
-/// Time to send `bytes` at `rate_bytes` per second, in psched ticks.
-pub fn burst_ticks(bytes: u64, rate_bytes: u64) -> u32 {
-    if rate_bytes == 0 {
+/// Time to send `bytes` at `rate`, in psched ticks (saturating; a zero rate
+/// never finishes).
+pub fn burst_ticks(bytes: Bytes, rate: BytesPerSecond) -> u32 {
+    if rate.0 == 0 {
         return u32::MAX;
     }
-    let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate_bytes);
+    let nanos = u128::from(bytes.0) * 1_000_000_000 / u128::from(rate.0);
     u32::try_from(nanos >> 6).unwrap_or(u32::MAX)
 }
 

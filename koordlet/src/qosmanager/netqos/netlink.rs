@@ -9,6 +9,7 @@
 
 use std::net::IpAddr;
 
+use koord_common::units::BytesPerSecond;
 use netlink_packet_core::{
     DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
     NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -546,10 +547,11 @@ fn htb_glob(default_minor: u32) -> Vec<u8> {
     bytes
 }
 
-fn ratespec(rate_bytes: u64) -> [u8; TC_RATESPEC_BYTES] {
+fn ratespec(rate: BytesPerSecond) -> [u8; TC_RATESPEC_BYTES] {
     let mut bytes = [0u8; TC_RATESPEC_BYTES];
     bytes[1] = TC_LINKLAYER_ETHERNET;
-    let rate32 = u32::try_from(rate_bytes).unwrap_or(u32::MAX);
+    // Saturated; the full rate then follows in TCA_HTB_RATE64 / CEIL64.
+    let rate32 = u32::try_from(rate.0).unwrap_or(u32::MAX);
     bytes[8..12].copy_from_slice(&rate32.to_ne_bytes());
     bytes
 }
@@ -558,8 +560,8 @@ fn ratespec(rate_bytes: u64) -> [u8; TC_RATESPEC_BYTES] {
 fn htb_class_options(spec: &HtbClassSpec) -> Vec<TcOption> {
     let wire = wire_class(spec);
     let mut opt = Vec::with_capacity(TC_HTB_OPT_BYTES);
-    opt.extend_from_slice(&ratespec(wire.rate_bytes));
-    opt.extend_from_slice(&ratespec(wire.ceil_bytes));
+    opt.extend_from_slice(&ratespec(wire.rate));
+    opt.extend_from_slice(&ratespec(wire.ceil));
     for word in [
         wire.buffer_ticks,
         wire.cbuffer_ticks,
@@ -570,16 +572,16 @@ fn htb_class_options(spec: &HtbClassSpec) -> Vec<TcOption> {
         opt.extend_from_slice(&word.to_ne_bytes());
     }
     let mut options = vec![TcOption::Other(DefaultNla::new(TCA_HTB_PARMS, opt))];
-    if wire.rate_bytes > u64::from(u32::MAX) {
+    if wire.rate.0 > u64::from(u32::MAX) {
         options.push(TcOption::Other(DefaultNla::new(
             TCA_HTB_RATE64,
-            wire.rate_bytes.to_ne_bytes().to_vec(),
+            wire.rate.0.to_ne_bytes().to_vec(),
         )));
     }
-    if wire.ceil_bytes > u64::from(u32::MAX) {
+    if wire.ceil.0 > u64::from(u32::MAX) {
         options.push(TcOption::Other(DefaultNla::new(
             TCA_HTB_CEIL64,
-            wire.ceil_bytes.to_ne_bytes().to_vec(),
+            wire.ceil.0.to_ne_bytes().to_vec(),
         )));
     }
     options
@@ -666,12 +668,12 @@ fn observed_class(message: &TcMessage) -> Option<ObservedClass> {
     if parms.len() < TC_HTB_OPT_BYTES {
         return None;
     }
-    let mut rate_bytes = u64::from(read_u32(parms, 8)?);
-    let mut ceil_bytes = u64::from(read_u32(parms, TC_RATESPEC_BYTES + 8)?);
+    let mut rate = BytesPerSecond(u64::from(read_u32(parms, 8)?));
+    let mut ceil = BytesPerSecond(u64::from(read_u32(parms, TC_RATESPEC_BYTES + 8)?));
     for (kind, value) in &nested {
         match *kind {
-            TCA_HTB_RATE64 => rate_bytes = read_u64(value).unwrap_or(rate_bytes),
-            TCA_HTB_CEIL64 => ceil_bytes = read_u64(value).unwrap_or(ceil_bytes),
+            TCA_HTB_RATE64 => rate = read_u64(value).map_or(rate, BytesPerSecond),
+            TCA_HTB_CEIL64 => ceil = read_u64(value).map_or(ceil, BytesPerSecond),
             _ => {}
         }
     }
@@ -679,8 +681,8 @@ fn observed_class(message: &TcMessage) -> Option<ObservedClass> {
     Some(ObservedClass {
         handle: u32::from(message.header.handle),
         parent: u32::from(message.header.parent),
-        rate_bytes,
-        ceil_bytes,
+        rate,
+        ceil,
         buffer_ticks: read_u32(parms, base)?,
         cbuffer_ticks: read_u32(parms, base + 4)?,
         quantum: read_u32(parms, base + 8)?,
@@ -731,4 +733,78 @@ fn extack_message(payload: &[u8]) -> Option<String> {
             String::from_utf8_lossy(text).into_owned()
         })
         .filter(|text| !text.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use koord_common::units::Bytes;
+
+    /// The options of a class whose rate and ceil are `rate` and `ceil`
+    /// bytes per second, as (attribute kind, value).
+    fn encoded(rate: u64, ceil: u64) -> Vec<(u16, Vec<u8>)> {
+        let spec = HtbClassSpec {
+            minor: 2,
+            parent: handle(MAJOR, 1),
+            rate_bps: rate * 8,
+            ceil_bps: ceil * 8,
+            prio: 0,
+            quantum_bytes: 1500,
+            burst: Bytes(1600),
+            cburst: Bytes(1600),
+        };
+        htb_class_options(&spec)
+            .iter()
+            .map(|option| {
+                let TcOption::Other(nla) = option else {
+                    panic!("unexpected option {option:?}");
+                };
+                let mut value = vec![0u8; netlink_packet_core::Nla::value_len(nla)];
+                netlink_packet_core::Nla::emit_value(nla, &mut value);
+                (netlink_packet_core::Nla::kind(nla), value)
+            })
+            .collect()
+    }
+
+    fn rate32(parms: &[u8], ratespec: usize) -> u32 {
+        read_u32(parms, ratespec * TC_RATESPEC_BYTES + 8).unwrap()
+    }
+
+    #[test]
+    fn rates_above_32_bits_saturate_the_parms_and_add_64_bit_attributes() {
+        let small = encoded(625_000, 2_500_000);
+        assert_eq!(small.len(), 1, "no 64-bit attribute below 2^32 B/s");
+        assert_eq!(small[0].0, TCA_HTB_PARMS);
+        assert_eq!(small[0].1.len(), TC_HTB_OPT_BYTES);
+        assert_eq!(
+            (rate32(&small[0].1, 0), rate32(&small[0].1, 1)),
+            (625_000, 2_500_000)
+        );
+
+        let max32 = u64::from(u32::MAX);
+        let big = encoded(max32 + 10, 1000);
+        assert_eq!(
+            (rate32(&big[0].1, 0), rate32(&big[0].1, 1)),
+            (u32::MAX, 1000)
+        );
+        assert_eq!(
+            big[1..].to_vec(),
+            vec![(TCA_HTB_RATE64, (max32 + 10).to_ne_bytes().to_vec())]
+        );
+
+        let both = encoded(max32 + 1, max32 + 2);
+        assert_eq!(
+            (rate32(&both[0].1, 0), rate32(&both[0].1, 1)),
+            (u32::MAX, u32::MAX)
+        );
+        assert_eq!(
+            both[1..].to_vec(),
+            vec![
+                (TCA_HTB_RATE64, (max32 + 1).to_ne_bytes().to_vec()),
+                (TCA_HTB_CEIL64, (max32 + 2).to_ne_bytes().to_vec()),
+            ]
+        );
+        // Exactly 2^32 - 1 still fits the 32-bit field.
+        assert_eq!(encoded(max32, max32).len(), 1);
+    }
 }

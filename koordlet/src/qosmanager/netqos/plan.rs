@@ -26,6 +26,7 @@ use std::net::IpAddr;
 use apis::extension::QuantityValue;
 use apis::slo::v1alpha1::{NETQOSPolicy, NetworkQOS, NetworkQOSCfg, NodeSLOSpec, ResourceQOS};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use koord_common::units::{Bytes, BytesPerSecond};
 
 /// Major number of every handle this feature owns (upstream `MAJOR_ID`).
 pub const MAJOR: u16 = 1;
@@ -261,15 +262,16 @@ pub struct HtbClassSpec {
     pub ceil_bps: u64,
     pub prio: u32,
     pub quantum_bytes: u32,
-    pub burst_bytes: u64,
-    pub cburst_bytes: u64,
+    /// Bytes the class may send at once above its rate (`burst`) and ceil (`cburst`).
+    pub burst: Bytes,
+    pub cburst: Bytes,
 }
 
 impl HtbClassSpec {
     fn new(minor: u16, parent: u32, limits: RateCeil, prio: u32) -> Self {
-        let rate_bytes = limits.rate_bps / 8;
-        let ceil_bytes = limits.ceil_bps / 8;
-        let quantum = (rate_bytes / u64::from(RATE_TO_QUANTUM))
+        let rate = BytesPerSecond::from_bits_per_second(limits.rate_bps);
+        let ceil = BytesPerSecond::from_bits_per_second(limits.ceil_bps);
+        let quantum = (rate.0 / u64::from(RATE_TO_QUANTUM))
             .clamp(u64::from(MIN_QUANTUM_BYTES), u64::from(MAX_QUANTUM_BYTES));
         Self {
             minor,
@@ -278,8 +280,8 @@ impl HtbClassSpec {
             ceil_bps: limits.ceil_bps,
             prio,
             quantum_bytes: u32::try_from(quantum).unwrap_or(MAX_QUANTUM_BYTES),
-            burst_bytes: rate_bytes / BURST_HZ + BURST_MTU_BYTES,
-            cburst_bytes: ceil_bytes / BURST_HZ + BURST_MTU_BYTES,
+            burst: Bytes(rate.0 / BURST_HZ + BURST_MTU_BYTES),
+            cburst: Bytes(ceil.0 / BURST_HZ + BURST_MTU_BYTES),
         }
     }
 

@@ -11,6 +11,7 @@ use apis::slo::v1alpha1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use koord_common::units::{Bytes, BytesPerSecond};
 
 use super::diff::*;
 use super::netlink::{filter_info, selector_source, source_selector};
@@ -171,8 +172,8 @@ fn htb_layout_follows_upstream() {
     let be = plan.class(BE_CLASS_MINOR).unwrap();
     // 100 Mbit/s = 12.5 MB/s: quantum rate/10 capped at 200000, burst rate/1000 + 1600.
     assert_eq!(be.quantum_bytes, 200_000);
-    assert_eq!(be.burst_bytes, 12_500 + 1_600);
-    assert_eq!(be.cburst_bytes, 37_500 + 1_600);
+    assert_eq!(be.burst, Bytes(12_500 + 1_600));
+    assert_eq!(be.cburst, Bytes(37_500 + 1_600));
 }
 
 #[test]
@@ -379,7 +380,7 @@ fn reconcile_is_idempotent_and_changes_only_differences() {
     // A drifted class is changed; a gone pod's filter deleted; a foreign
     // filter at another priority is left alone; a filter pointing to the
     // wrong class is replaced.
-    observed.classes[3].ceil_bytes += 1;
+    observed.classes[3].ceil.0 += 1;
     observed.filters.push(ObservedFilter {
         prio: 4,
         protocol: ETH_P_IP,
@@ -448,13 +449,16 @@ fn wire_values_use_kernel_units() {
     let plan = sample_plan(&[]);
     let be = wire_class(plan.class(BE_CLASS_MINOR).unwrap());
     // 5 % of 100 Mbit/s = 625000 B/s; 20 % = 2.5 MB/s.
-    assert_eq!((be.rate_bytes, be.ceil_bytes), (625_000, 2_500_000));
+    assert_eq!(
+        (be.rate, be.ceil),
+        (BytesPerSecond(625_000), BytesPerSecond(2_500_000))
+    );
     // burst 625 + 1600 bytes at 625000 B/s = 3.56 ms = 55616 ticks of 64 ns.
     assert_eq!(
         be.buffer_ticks,
         ((2_225u128 * 1_000_000_000 / 625_000) >> 6) as u32
     );
-    assert_eq!(burst_ticks(1, 0), u32::MAX);
+    assert_eq!(burst_ticks(Bytes(1), BytesPerSecond(0)), u32::MAX);
 }
 
 #[test]
