@@ -2017,7 +2017,7 @@ mod tests {
                 .prediction(&crate::prediction::node_item_id(
                     crate::prediction::SYSTEM_ITEM,
                 ))
-                .map(|prediction| prediction.p98.memory_bytes)
+                .map(|prediction| prediction.p98.memory.0)
         };
 
         assert!(!reporter.train_once(now), "trained before the pods synced");
