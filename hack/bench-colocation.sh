@@ -11,7 +11,7 @@
 #   koordlet-cfsquota  LS + BE under koordlet --standalone, cpusuppress cfsQuota
 #   koordlet-cpuset    the same with the cpuset policy
 # The LS service, the load generator and the BE job are parts of one binary
-# (e2e/src/bin/koord-colocation-bench.rs); each runs in its own cgroup
+# (e2e/src/bin/koord-colocation-bench/); each runs in its own cgroup
 # (kubelet-style kubepods/burstable and kubepods/besteffort pods, and the
 # generator outside kubepods). It prints one table (LS p50/p99/p99.9 and the
 # p99 inflation against ls-alone, LS p99 in the 50 % and 90 % phases, BE
