@@ -43,7 +43,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=1
-koordlet=target/release/koordlet
+# Where cargo puts its builds (CARGO_TARGET_DIR is honoured).
+target_dir=${CARGO_TARGET_DIR:-target}
+koordlet=$target_dir/release/koordlet
 upstream=
 out=target/bench-colocation
 pass=()
@@ -67,7 +69,7 @@ if [ "$build" = 1 ]; then
     echo "== building koordlet and the benchmark harness (release)"
     cargo build --release --locked -p koordlet --bin koordlet -p e2e --bin koord-colocation-bench
 fi
-bench=target/release/koord-colocation-bench
+bench=$target_dir/release/koord-colocation-bench
 [ -x "$bench" ] || cargo build --release --locked -p e2e --bin koord-colocation-bench
 [ -x "$koordlet" ] || { echo "no koordlet binary at $koordlet" >&2; exit 1; }
 
