@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
         --upstream-koordlet) upstream=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --phase-seconds|--work-us|--threshold|--runs|--conns) pass+=("$1" "$2"); shift 2 ;;
-        -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
