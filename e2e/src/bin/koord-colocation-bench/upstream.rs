@@ -439,7 +439,7 @@ pub fn upstream_command(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodList;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn get(port: u16, path: &str) -> (String, String) {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -464,7 +464,8 @@ mod tests {
         for path in ["/pods/", "/pods"] {
             let (status, body) = get(kubelet.port, path);
             assert_eq!(status, "HTTP/1.1 200 OK", "{path}");
-            let list: PodList = serde_json::from_str(&body).unwrap();
+            // The kubelet's format: a v1 PodList (kind and apiVersion are checked).
+            let list: k8s_openapi::List<Pod> = serde_json::from_str(&body).unwrap();
             let pods: Vec<(String, String, String, String)> = list
                 .items
                 .iter()
