@@ -930,6 +930,7 @@ fn run_one(
     }
 
     let mut koordlet_pid = None;
+    let mut upstream_metrics_port = None;
     if let (Some(policy), Some(Agent::Upstream)) = (kind.policy(), kind.agent()) {
         let setup = upstream.ok_or("upstream runs need the cluster setup")?;
         let binary = config.upstream_koordlet.as_ref().expect("checked in run()");
@@ -959,6 +960,7 @@ fn run_one(
         .spawn()
         .map_err(|e| format!("start upstream's koordlet: {e}"))?;
         koordlet_pid = Some(child.id());
+        upstream_metrics_port = Some(metrics_port);
         let started = wait_for_port(metrics_port, Duration::from_secs(60)).and_then(|()| {
             // Its first pod sync: from then on it knows both pods.
             if setup
@@ -1056,6 +1058,20 @@ fn run_one(
         let _ = out.read_to_string(&mut load_summary);
     }
     let koordlet_after = koordlet_pid.and_then(process_usage);
+    if let Some(port) = upstream_metrics_port {
+        // What upstream's cpusuppress last saw and set, kept with the run.
+        match upstream::fetch_metrics(port) {
+            Ok(text) => {
+                write_value(&dir.join("upstream-metrics.txt"), &text)?;
+                let suppress = upstream::suppress_summary(&text);
+                load_summary = format!(
+                    "{}; upstream's last cpusuppress: {suppress}",
+                    load_summary.trim()
+                );
+            }
+            Err(e) => eprintln!("koord-colocation-bench: upstream's /metrics: {e}"),
+        }
+    }
     drop(children);
 
     let records = read_latencies(&latency_file)?;

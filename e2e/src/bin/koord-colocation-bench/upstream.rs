@@ -23,7 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -171,6 +171,88 @@ fn respond(
     writer.flush()
 }
 
+/// Upstream's Prometheus text from its `--addr` (`GET /metrics`), at most 4 MiB.
+pub fn fetch_metrics(port: u16) -> Result<String, String> {
+    let mut stream =
+        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("send: {e}"))?;
+    let mut raw = Vec::new();
+    stream
+        .take(4 << 20)
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or("no HTTP head in the answer")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "answer {}",
+            head.lines().next().unwrap_or_default()
+        ));
+    }
+    // Go's server sends a plain body for a small answer and chunks a large one.
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return dechunk(body);
+    }
+    Ok(body.to_string())
+}
+
+fn dechunk(mut body: &str) -> Result<String, String> {
+    let mut out = String::new();
+    loop {
+        let (size_line, rest) = body.split_once("\r\n").ok_or("truncated chunk size")?;
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| format!("bad chunk size {size_line:?}"))?;
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = rest.get(..size).ok_or("truncated chunk")?;
+        out.push_str(chunk);
+        body = rest.get(size..).unwrap_or("").trim_start_matches("\r\n");
+    }
+}
+
+/// The values of upstream's cpusuppress gauges (`koordlet_be_suppress_*`:
+/// the LS usage it last counted and the BE cores it last set), one
+/// `name{labels} value` per series, or "none" when it never set them.
+pub fn suppress_summary(metrics: &str) -> String {
+    let series: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("koordlet_be_suppress"))
+        .map(|l| {
+            // The node label repeats on every series: drop the labels but the policy.
+            let (name_labels, value) = l.rsplit_once(' ').unwrap_or((l, ""));
+            let name = name_labels.split('{').next().unwrap_or(name_labels);
+            let policy = name_labels
+                .split("type=\"")
+                .nth(1)
+                .and_then(|t| t.split('"').next())
+                .map(|t| format!("[{t}]"))
+                .unwrap_or_default();
+            format!(
+                "{}{policy}={value}",
+                name.trim_start_matches("koordlet_be_suppress_")
+            )
+        })
+        .collect();
+    if series.is_empty() {
+        "none".to_string()
+    } else {
+        series.join(" ")
+    }
+}
+
 /// The Node upstream's koordlet reads: its kubelet at 127.0.0.1:`kubelet_port`
 /// (InternalIP, the address type upstream prefers by default), and this
 /// machine's capacity, which its cpusuppress formula scales the threshold by.
@@ -277,31 +359,34 @@ impl ClusterObjects {
     /// an empty NodeMetric (koord-manager would create it; upstream reports into it).
     pub fn apply(&self, node: &Value, node_slo: &Value) -> Result<(), String> {
         self.runtime.block_on(async {
+            // Merge patches without a resourceVersion: the node controllers
+            // write this Node too (conditions, taints) and would make a
+            // replace conflict.
             let nodes: Api<Node> = Api::all(self.client.clone());
             let wanted: Node =
                 serde_json::from_value(node.clone()).map_err(|e| format!("node object: {e}"))?;
-            let mut current = match nodes
+            let params = PatchParams::default();
+            if nodes
                 .get_opt(NODE_NAME)
                 .await
                 .map_err(|e| format!("get node: {e}"))?
+                .is_none()
             {
-                Some(mut existing) => {
-                    existing.metadata.labels = wanted.metadata.labels.clone();
-                    existing.spec = wanted.spec.clone();
-                    nodes
-                        .replace(NODE_NAME, &PostParams::default(), &existing)
-                        .await
-                        .map_err(|e| format!("replace node: {e}"))?
-                }
-                None => nodes
+                nodes
                     .create(&PostParams::default(), &wanted)
                     .await
-                    .map_err(|e| format!("create node: {e}"))?,
-            };
+                    .map_err(|e| format!("create node: {e}"))?;
+            } else {
+                let body = json!({"metadata": {"labels": node["metadata"]["labels"]}, "spec": node["spec"]});
+                nodes
+                    .patch(NODE_NAME, &params, &Patch::Merge(&body))
+                    .await
+                    .map_err(|e| format!("patch node: {e}"))?;
+            }
             // The status is a subresource: written on its own, whatever the create kept.
-            current.status = wanted.status.clone();
+            let status = json!({"status": node["status"]});
             nodes
-                .replace_status(NODE_NAME, &PostParams::default(), &current)
+                .patch_status(NODE_NAME, &params, &Patch::Merge(&status))
                 .await
                 .map_err(|e| format!("node status: {e}"))?;
 
@@ -525,6 +610,22 @@ mod tests {
         let log = fs::read_to_string(dir.join("requests.log")).unwrap();
         assert!(log.lines().any(|l| l.ends_with(" /configz")), "{log}");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn suppress_gauges_are_summarised_and_chunks_joined() {
+        let text = "# HELP x\nkoordlet_be_suppress_cpu_cores{node=\"n\",type=\"cfsQuota\"} 0.02\nkoordlet_be_suppress_ls_used_cpu_cores{node=\"n\"} 1.4\nother 1\n";
+        assert_eq!(
+            suppress_summary(text),
+            "cores[cfsQuota]=0.02 ls_used_cpu_cores=1.4"
+        );
+        assert_eq!(suppress_summary("other 1\n"), "none");
+        assert_eq!(
+            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").unwrap(),
+            "hello world"
+        );
+        assert!(dechunk("zz\r\nhello").is_err());
+        assert!(dechunk("9\r\nhello").is_err());
     }
 
     #[test]
