@@ -617,7 +617,7 @@ mod tests {
         let text = "# HELP x\nkoordlet_be_suppress_cpu_cores{node=\"n\",type=\"cfsQuota\"} 0.02\nkoordlet_be_suppress_ls_used_cpu_cores{node=\"n\"} 1.4\nother 1\n";
         assert_eq!(
             suppress_summary(text),
-            "cores[cfsQuota]=0.02 ls_used_cpu_cores=1.4"
+            "cpu_cores[cfsQuota]=0.02 ls_used_cpu_cores=1.4"
         );
         assert_eq!(suppress_summary("other 1\n"), "none");
         assert_eq!(
