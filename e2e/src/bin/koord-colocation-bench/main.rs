@@ -945,8 +945,10 @@ fn run_one(
         let data = dir.join("upstream-data");
         // A previous run's TSDB and checkpoints would feed this one.
         let _ = fs::remove_dir_all(&data);
-        fs::create_dir_all(data.join("hookserver.d"))
-            .map_err(|e| format!("mkdir {}: {e}", data.display()))?;
+        for sub in ["hookserver.d", "prediction", "audit"] {
+            fs::create_dir_all(data.join(sub))
+                .map_err(|e| format!("mkdir {}: {e}", data.display()))?;
+        }
         let requests_before = setup.kubelet.pod_requests();
         let mut child = upstream::upstream_command(
             binary,
