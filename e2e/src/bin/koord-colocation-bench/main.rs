@@ -848,10 +848,10 @@ fn run(options: &Options) -> Result<(), String> {
     }
     let _ = layout.reset_be_limits();
     layout.remove();
-    if let Some(setup) = &upstream {
-        if let Err(e) = setup.cluster.remove() {
-            eprintln!("koord-colocation-bench: cleaning the cluster objects up: {e}");
-        }
+    if let Some(setup) = &upstream
+        && let Err(e) = setup.cluster.remove()
+    {
+        eprintln!("koord-colocation-bench: cleaning the cluster objects up: {e}");
     }
     print_table(&config, &results);
     match failure {

@@ -440,17 +440,17 @@ impl ClusterObjects {
             let mut first_error = None;
             let params = DeleteParams::default();
             for (kind, plural) in [("NodeSLO", "nodeslos"), ("NodeMetric", "nodemetrics")] {
-                if let Err(e) = self.slo_api(kind, plural).delete(NODE_NAME, &params).await {
-                    if !is_not_found(&e) {
-                        first_error.get_or_insert(format!("delete {kind}: {e}"));
-                    }
+                if let Err(e) = self.slo_api(kind, plural).delete(NODE_NAME, &params).await
+                    && !is_not_found(&e)
+                {
+                    first_error.get_or_insert(format!("delete {kind}: {e}"));
                 }
             }
             let nodes: Api<Node> = Api::all(self.client.clone());
-            if let Err(e) = nodes.delete(NODE_NAME, &params).await {
-                if !is_not_found(&e) {
-                    first_error.get_or_insert(format!("delete node: {e}"));
-                }
+            if let Err(e) = nodes.delete(NODE_NAME, &params).await
+                && !is_not_found(&e)
+            {
+                first_error.get_or_insert(format!("delete node: {e}"));
             }
             first_error.map_or(Ok(()), Err)
         })
