@@ -950,17 +950,11 @@ fn run_one(
                 .map_err(|e| format!("mkdir {}: {e}", data.display()))?;
         }
         let requests_before = setup.kubelet.pod_requests();
-        let mut child = upstream::upstream_command(
-            binary,
-            &data,
-            setup.kubelet.port,
-            metrics_port,
-            policy == "cpuset",
-        )
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("start upstream's koordlet: {e}"))?;
+        let mut child = upstream::upstream_command(binary, &data, setup.kubelet.port, metrics_port)
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start upstream's koordlet: {e}"))?;
         koordlet_pid = Some(child.id());
         upstream_metrics_port = Some(metrics_port);
         let started = wait_for_port(metrics_port, Duration::from_secs(60)).and_then(|()| {

@@ -467,17 +467,17 @@ fn is_not_found(error: &kube::Error) -> bool {
 /// plain HTTP, no kubelet configz, cpusuppress on and every other strategy
 /// and runtime hook off (the benchmark has no runtime proxy or NRI), its
 /// TSDB, prediction checkpoints, audit log and hook socket under `dir`.
-/// `topology`: report the NodeResourceTopology, which the cpuset policy reads.
+/// It reports the NodeResourceTopology (its default; the cpuset policy reads
+/// it, and without it the cfsQuota policy's cpuset recovery warns every second).
 pub fn upstream_command(
     binary: &Path,
     dir: &Path,
     kubelet_port: u16,
     metrics_port: u16,
-    topology: bool,
 ) -> Command {
     let gates = [
         ("BECPUSuppress", true),
-        ("NodeTopologyReport", topology),
+        ("NodeTopologyReport", true),
         ("CPUBurst", false),
         ("RdtResctrl", false),
         ("GroupIdentity", false),
@@ -675,7 +675,6 @@ mod tests {
             Path::new("/tmp/run"),
             4100,
             4200,
-            false,
         );
         let args: Vec<String> = command
             .get_args()
@@ -698,7 +697,7 @@ mod tests {
             .iter()
             .find(|a| a.starts_with("--feature-gates="))
             .unwrap();
-        assert!(gates.contains("BECPUSuppress=true") && gates.contains("NodeTopologyReport=false"));
+        assert!(gates.contains("BECPUSuppress=true") && gates.contains("NodeTopologyReport=true"));
         let envs: Vec<(String, String)> = command
             .get_envs()
             .map(|(k, v)| {
