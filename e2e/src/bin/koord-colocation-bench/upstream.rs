@@ -434,7 +434,8 @@ impl ClusterObjects {
         })
     }
 
-    /// Deletes what [`apply`](Self::apply) made (best effort; reports the first failure).
+    /// Deletes what [`apply`](Self::apply) made and the topology upstream
+    /// reported (best effort; reports the first failure).
     pub fn remove(&self) -> Result<(), String> {
         self.runtime.block_on(async {
             let mut first_error = None;
@@ -445,6 +446,21 @@ impl ClusterObjects {
                 {
                     first_error.get_or_insert(format!("delete {kind}: {e}"));
                 }
+            }
+            // Upstream's own report of the node's topology.
+            let topologies: Api<DynamicObject> = Api::all_with(
+                self.client.clone(),
+                &api_resource(
+                    "topology.node.k8s.io",
+                    "v1alpha1",
+                    "NodeResourceTopology",
+                    "noderesourcetopologies",
+                ),
+            );
+            if let Err(e) = topologies.delete(NODE_NAME, &params).await
+                && !is_not_found(&e)
+            {
+                first_error.get_or_insert(format!("delete NodeResourceTopology: {e}"));
             }
             let nodes: Api<Node> = Api::all(self.client.clone());
             if let Err(e) = nodes.delete(NODE_NAME, &params).await
