@@ -12,7 +12,9 @@
 //!   every configuration with the same load pattern, samples the cgroups
 //!   and prints the table (and CSV files for the plots).
 //!
-//! Needs root and cgroup v1 cpu, cpuacct, cpuset and memory hierarchies.
+//! Needs root and cgroup v1 cpu, cpuacct, cpuset and memory hierarchies. The
+//! runs of upstream's koordlet (`--upstream-koordlet PATH`) also need an API
+//! server in `KUBECONFIG` with the CRDs applied (see `upstream`).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -28,6 +30,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use koord_common::sync::MutexExt;
+
+mod upstream;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];
@@ -54,9 +58,11 @@ fn main() {
 }
 
 const USAGE: &str =
-    "usage: koord-colocation-bench run --koordlet PATH [--out DIR] [--phase-seconds N]
-                     [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
-  runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset
+    "usage: koord-colocation-bench run --koordlet PATH [--upstream-koordlet PATH] [--out DIR]
+                     [--phase-seconds N] [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
+  runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
+        upstream-cfsquota,upstream-cpuset (the upstream runs need --upstream-koordlet and an
+        API server in KUBECONFIG)
   (serve, load and batch are the parts `run` starts)";
 
 /// `--key value` pairs; every option takes a value.
@@ -436,6 +442,8 @@ struct Layout {
     generator: String,
     /// What this harness created, parents first (removed in reverse).
     created: Vec<String>,
+    /// `cpu.shares` of tiers that existed before (a stopped kubelet's), put back on removal.
+    saved_shares: Vec<(PathBuf, String)>,
 }
 
 const LS_UID: &str = "koord-bench-ls";
@@ -453,6 +461,7 @@ impl Layout {
             be_container: format!("kubepods/besteffort/pod{BE_UID}/{BE_CONTAINER_ID}"),
             generator: format!("{PREFIX}-loadgen"),
             created: Vec::new(),
+            saved_shares: Vec::new(),
         };
         // Leftovers of a crashed run would hold stale limits: start clean.
         for dir in [
@@ -479,26 +488,30 @@ impl Layout {
                 layout.created.push(dir);
             }
         }
-        // The shares the kubelet would give: the node's CPUs to kubepods (only
-        // when this harness made it), 1024 per requested LS core, 2 for best
-        // effort.
+        // The shares a kubelet would give these two pods: the node's CPUs to
+        // kubepods, 1024 per requested LS core to the burstable tier and the
+        // LS pod, 2 for best effort. Tiers left by a kubelet (the local
+        // cluster's, stopped while the benchmark runs: it would remove pod
+        // cgroups it does not know) carry its values for its own pods; they
+        // are set for the bench's pods and restored on removal.
         let ncpu = thread::available_parallelism().map_or(1, |n| n.get());
-        if layout.created.iter().any(|d| d == "kubepods") {
-            let shares = (ncpu * 1024).to_string();
-            write_value(&cgroup_path("cpu", "kubepods").join("cpu.shares"), &shares)?;
-        }
-        if layout.created.iter().any(|d| d == "kubepods/burstable") {
-            write_value(
-                &cgroup_path("cpu", "kubepods/burstable").join("cpu.shares"),
-                "1024",
-            )?;
-        }
-        write_value(
-            &cgroup_path("cpu", &layout.ls_pod).join("cpu.shares"),
-            "1024",
-        )?;
-        for dir in [&layout.be_tier, &layout.be_pod, &layout.be_container] {
-            write_value(&cgroup_path("cpu", dir).join("cpu.shares"), "2")?;
+        let shares = [
+            ("kubepods".to_string(), (ncpu * 1024).to_string()),
+            ("kubepods/burstable".to_string(), "1024".to_string()),
+            (layout.be_tier.clone(), "2".to_string()),
+            (layout.ls_pod.clone(), "1024".to_string()),
+            (layout.be_pod.clone(), "2".to_string()),
+            (layout.be_container.clone(), "2".to_string()),
+        ];
+        for (dir, value) in shares {
+            let file = cgroup_path("cpu", &dir).join("cpu.shares");
+            if !layout.created.contains(&dir) {
+                let before = read_trimmed(&file)?;
+                if before != value {
+                    layout.saved_shares.push((file.clone(), before));
+                }
+            }
+            write_value(&file, &value)?;
         }
         layout.reset_be_limits()?;
         Ok(layout)
@@ -518,6 +531,11 @@ impl Layout {
         for dir in self.created.iter().rev() {
             remove_cgroup(dir);
         }
+        for (file, value) in &self.saved_shares {
+            if file.exists() {
+                let _ = write_value(file, value);
+            }
+        }
     }
 }
 
@@ -529,6 +547,15 @@ enum RunKind {
     NoAgent,
     KoordletCfsQuota,
     KoordletCpuset,
+    UpstreamCfsQuota,
+    UpstreamCpuset,
+}
+
+/// Which agent enforces a run.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Agent {
+    Ours,
+    Upstream,
 }
 
 impl RunKind {
@@ -538,6 +565,8 @@ impl RunKind {
             "no-agent" => Ok(Self::NoAgent),
             "koordlet-cfsquota" => Ok(Self::KoordletCfsQuota),
             "koordlet-cpuset" => Ok(Self::KoordletCpuset),
+            "upstream-cfsquota" => Ok(Self::UpstreamCfsQuota),
+            "upstream-cpuset" => Ok(Self::UpstreamCpuset),
             other => Err(format!("unknown run {other:?}")),
         }
     }
@@ -547,6 +576,8 @@ impl RunKind {
             Self::NoAgent => "no-agent",
             Self::KoordletCfsQuota => "koordlet-cfsquota",
             Self::KoordletCpuset => "koordlet-cpuset",
+            Self::UpstreamCfsQuota => "upstream-cfsquota",
+            Self::UpstreamCpuset => "upstream-cpuset",
         }
     }
     fn with_batch(self) -> bool {
@@ -554,8 +585,15 @@ impl RunKind {
     }
     fn policy(self) -> Option<&'static str> {
         match self {
-            Self::KoordletCfsQuota => Some("cfsQuota"),
-            Self::KoordletCpuset => Some("cpuset"),
+            Self::KoordletCfsQuota | Self::UpstreamCfsQuota => Some("cfsQuota"),
+            Self::KoordletCpuset | Self::UpstreamCpuset => Some("cpuset"),
+            _ => None,
+        }
+    }
+    fn agent(self) -> Option<Agent> {
+        match self {
+            Self::KoordletCfsQuota | Self::KoordletCpuset => Some(Agent::Ours),
+            Self::UpstreamCfsQuota | Self::UpstreamCpuset => Some(Agent::Upstream),
             _ => None,
         }
     }
@@ -674,6 +712,7 @@ fn wait_for_port(port: u16, within: Duration) -> Result<(), String> {
 
 struct Config {
     koordlet: Option<PathBuf>,
+    upstream_koordlet: Option<PathBuf>,
     out: PathBuf,
     phase_seconds: f64,
     work_us: u64,
@@ -717,22 +756,37 @@ fn run(options: &Options) -> Result<(), String> {
                 .into(),
         );
     }
+    let upstream_koordlet = options.text("upstream-koordlet").map(PathBuf::from);
+    let default_runs = if upstream_koordlet.is_some() {
+        "ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,upstream-cfsquota,upstream-cpuset"
+    } else {
+        "ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset"
+    };
     let kinds = options
         .text("runs")
-        .unwrap_or("ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset")
+        .unwrap_or(default_runs)
         .split(',')
         .map(RunKind::parse)
         .collect::<Result<Vec<_>, _>>()?;
     let koordlet = options.text("koordlet").map(PathBuf::from);
-    if kinds.iter().any(|k| k.policy().is_some()) && koordlet.as_ref().is_none_or(|p| !p.is_file())
+    if kinds.iter().any(|k| k.agent() == Some(Agent::Ours))
+        && koordlet.as_ref().is_none_or(|p| !p.is_file())
     {
         return Err("the koordlet runs need --koordlet PATH (a koordlet binary)".into());
+    }
+    if kinds.iter().any(|k| k.agent() == Some(Agent::Upstream))
+        && upstream_koordlet.as_ref().is_none_or(|p| !p.is_file())
+    {
+        return Err(
+            "the upstream runs need --upstream-koordlet PATH (upstream's koordlet binary)".into(),
+        );
     }
     let ncpu = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     let config = Config {
         koordlet,
+        upstream_koordlet,
         out: PathBuf::from(options.text("out").unwrap_or("target/bench-colocation")),
         phase_seconds: options.number("phase-seconds", 20.0)?,
         work_us: options.number("work-us", 2000)?,
@@ -757,6 +811,22 @@ fn run(options: &Options) -> Result<(), String> {
         config.threshold
     );
 
+    // Upstream's koordlet reads the pods from a kubelet and its node and
+    // NodeSLO from the API server: one fake kubelet for every upstream run.
+    let upstream = if kinds.iter().any(|k| k.agent() == Some(Agent::Upstream)) {
+        let cluster = upstream::ClusterObjects::connect()?;
+        let kubelet =
+            upstream::FakeKubelet::start(pod_list_json(), &config.out.join("fake-kubelet.log"))?;
+        println!(
+            "== upstream's koordlet: node {} in the cluster of KUBECONFIG, fake kubelet on 127.0.0.1:{}",
+            upstream::NODE_NAME,
+            kubelet.port
+        );
+        Some(UpstreamSetup { cluster, kubelet })
+    } else {
+        None
+    };
+
     let layout = Layout::create()?;
     let mut results = Vec::new();
     let mut failure = None;
@@ -764,7 +834,7 @@ fn run(options: &Options) -> Result<(), String> {
         println!("-- {} ...", kind.name());
         let outcome = layout
             .reset_be_limits()
-            .and_then(|()| run_one(&config, &layout, kind));
+            .and_then(|()| run_one(&config, &layout, kind, upstream.as_ref()));
         match outcome {
             Ok(result) => {
                 println!("   {}", result.load_summary);
@@ -778,6 +848,11 @@ fn run(options: &Options) -> Result<(), String> {
     }
     let _ = layout.reset_be_limits();
     layout.remove();
+    if let Some(setup) = &upstream
+        && let Err(e) = setup.cluster.remove()
+    {
+        eprintln!("koord-colocation-bench: cleaning the cluster objects up: {e}");
+    }
     print_table(&config, &results);
     match failure {
         Some(e) => Err(e),
@@ -785,7 +860,25 @@ fn run(options: &Options) -> Result<(), String> {
     }
 }
 
-fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult, String> {
+/// What the upstream runs share: the cluster's objects and the fake kubelet.
+struct UpstreamSetup {
+    cluster: upstream::ClusterObjects,
+    kubelet: upstream::FakeKubelet,
+}
+
+/// The last lines of an agent's log, for an error message.
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+fn run_one(
+    config: &Config,
+    layout: &Layout,
+    kind: RunKind,
+    upstream: Option<&UpstreamSetup>,
+) -> Result<RunResult, String> {
     let iterations = (config.iterations_per_us * config.work_us as f64).round() as u64;
     let dir = config.out.join(kind.name());
     fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
@@ -837,14 +930,61 @@ fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult,
     }
 
     let mut koordlet_pid = None;
-    if let Some(policy) = kind.policy() {
+    let mut upstream_metrics_port = None;
+    if let (Some(policy), Some(Agent::Upstream)) = (kind.policy(), kind.agent()) {
+        let setup = upstream.ok_or("upstream runs need the cluster setup")?;
+        let binary = config.upstream_koordlet.as_ref().expect("checked in run()");
+        write_koordlet_inputs(&dir, policy, config.threshold)?;
+        setup.cluster.apply(
+            &upstream::node_object(setup.kubelet.port, config.ncpu, memory_total()?),
+            &upstream::node_slo_object(policy, config.threshold),
+        )?;
+        let metrics_port = free_port()?;
+        let log_path = dir.join("koordlet.log");
+        let log = fs::File::create(&log_path).map_err(|e| format!("koordlet log: {e}"))?;
+        let data = dir.join("upstream-data");
+        // A previous run's TSDB and checkpoints would feed this one.
+        let _ = fs::remove_dir_all(&data);
+        for sub in ["hookserver.d", "prediction", "audit"] {
+            fs::create_dir_all(data.join(sub))
+                .map_err(|e| format!("mkdir {}: {e}", data.display()))?;
+        }
+        let requests_before = setup.kubelet.pod_requests();
+        let mut child = upstream::upstream_command(binary, &data, setup.kubelet.port, metrics_port)
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start upstream's koordlet: {e}"))?;
+        koordlet_pid = Some(child.id());
+        upstream_metrics_port = Some(metrics_port);
+        let started = wait_for_port(metrics_port, Duration::from_secs(60)).and_then(|()| {
+            // Its first pod sync: from then on it knows both pods.
+            if setup
+                .kubelet
+                .wait_for_pod_requests(requests_before, 1, Duration::from_secs(60))
+            {
+                Ok(())
+            } else {
+                Err("it never asked the fake kubelet for /pods".to_string())
+            }
+        });
+        if let Err(e) = started {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "upstream's koordlet did not start: {e}; its log ends:\n{}",
+                log_tail(&log_path)
+            ));
+        }
+        children.0.push(child);
+    } else if let Some(policy) = kind.policy() {
         let koordlet = config.koordlet.as_ref().expect("checked in run()");
         let koordlet_port = free_port()?;
         write_koordlet_inputs(&dir, policy, config.threshold)?;
         let log =
             fs::File::create(dir.join("koordlet.log")).map_err(|e| format!("koordlet log: {e}"))?;
         let child = Command::new(koordlet)
-            .args(["--standalone", "--node-name", "colocation-bench"])
+            .args(["--standalone", "--node-name", upstream::NODE_NAME])
             .arg("--addr")
             .arg(format!("127.0.0.1:{koordlet_port}"))
             .arg("--pods-file")
@@ -914,6 +1054,20 @@ fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult,
         let _ = out.read_to_string(&mut load_summary);
     }
     let koordlet_after = koordlet_pid.and_then(process_usage);
+    if let Some(port) = upstream_metrics_port {
+        // What upstream's cpusuppress last saw and set, kept with the run.
+        match upstream::fetch_metrics(port) {
+            Ok(text) => {
+                write_value(&dir.join("upstream-metrics.txt"), &text)?;
+                let suppress = upstream::suppress_summary(&text);
+                load_summary = format!(
+                    "{}; upstream's last cpusuppress: {suppress}",
+                    load_summary.trim()
+                );
+            }
+            Err(e) => eprintln!("koord-colocation-bench: upstream's /metrics: {e}"),
+        }
+    }
     drop(children);
 
     let records = read_latencies(&latency_file)?;
@@ -944,8 +1098,10 @@ fn run_one(config: &Config, layout: &Layout, kind: RunKind) -> Result<RunResult,
     Ok(result)
 }
 
-fn write_koordlet_inputs(dir: &Path, policy: &str, threshold: u32) -> Result<(), String> {
-    let pods = format!(
+/// The two pods as the kubelet lists them (`GET /pods`): ours reads them
+/// from `--pods-file`, upstream's from the fake kubelet.
+fn pod_list_json() -> String {
+    format!(
         r#"{{"apiVersion":"v1","kind":"PodList","items":[
  {{"metadata":{{"name":"web","namespace":"bench","uid":"{LS_UID}","labels":{{"koordinator.sh/qosClass":"LS"}}}},
   "spec":{{"containers":[{{"name":"web","resources":{{"requests":{{"cpu":"1"}}}}}}]}},
@@ -956,12 +1112,27 @@ fn write_koordlet_inputs(dir: &Path, policy: &str, threshold: u32) -> Result<(),
   "status":{{"phase":"Running","qosClass":"BestEffort",
             "containerStatuses":[{{"name":"batch","containerID":"containerd://{BE_CONTAINER_ID}","state":{{"running":{{}}}}}}]}}}}
 ]}}"#
-    );
+    )
+}
+
+fn write_koordlet_inputs(dir: &Path, policy: &str, threshold: u32) -> Result<(), String> {
+    let pods = pod_list_json();
     let slo = format!(
         "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: colocation-bench\nspec:\n  resourceUsedThresholdWithBE:\n    enable: true\n    cpuSuppressThresholdPercent: {threshold}\n    cpuSuppressPolicy: {policy}\n"
     );
     write_value(&dir.join("pods.json"), &pods)?;
     write_value(&dir.join("nodeslo.yaml"), &slo)
+}
+
+/// MemTotal in bytes, for the Node's capacity.
+fn memory_total() -> Result<u64, String> {
+    let text =
+        fs::read_to_string("/proc/meminfo").map_err(|e| format!("read /proc/meminfo: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| "no MemTotal in /proc/meminfo".to_string())
 }
 
 fn read_latencies(path: &Path) -> Result<Vec<(u32, u32)>, String> {
