@@ -612,10 +612,6 @@ impl Handlers {
             return Decision::allow();
         }
         let priority_classes = self.profile_priority_classes(&profiles).await;
-        let original = match serde_json::to_value(reservation) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
         let mut mutated = reservation.clone();
         match apply_colocation_profiles_to_reservation(
             &mut mutated,
@@ -624,10 +620,7 @@ impl Handlers {
             &mut || self.roll(),
         ) {
             Ok(false) => Decision::allow(),
-            Ok(true) => match serde_json::to_value(&mutated) {
-                Ok(value) => Decision::patch_between(&original, &value),
-                Err(err) => Decision::internal(err.to_string()),
-            },
+            Ok(true) => Decision::patch_from(reservation, &mutated),
             Err(err) => Decision::internal(err.to_string()),
         }
     }
@@ -680,10 +673,8 @@ impl Handlers {
             priority_classes: &priority_classes,
             skip_mutating_resources: self.gates.colocation_profile_skip_mutating_resources,
         };
-        let original = match serde_json::to_value(pod) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
+        // The request keeps the original: it is written as JSON only when
+        // something changed (most pods are not).
         let mut mutated = pod.clone();
         let outcome = apply_colocation_profiles(&mut mutated, &context, &mut || self.roll())
             .and_then(|by_profiles| {
@@ -709,10 +700,7 @@ impl Handlers {
         });
         match outcome {
             Ok(false) => Decision::allow(),
-            Ok(true) => match serde_json::to_value(&mutated) {
-                Ok(value) => Decision::patch_between(&original, &value),
-                Err(err) => Decision::internal(err.to_string()),
-            },
+            Ok(true) => Decision::patch_from(pod, &mutated),
             Err(err) => Decision::internal(err.to_string()),
         }
     }
@@ -864,18 +852,11 @@ impl Handlers {
         }
         let existing_owned = self.caches.quotas.all();
         let existing: Vec<&ElasticQuota> = existing_owned.iter().map(|q| q.as_ref()).collect();
-        let original = match serde_json::to_value(quota) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
         let mut filled = quota.clone();
         if let Err(reason) = fill_quota_defaults(&mut filled, &existing) {
             return Decision::bad_request_for(&reason);
         }
-        match serde_json::to_value(&filled) {
-            Ok(value) => Decision::patch_between(&original, &value),
-            Err(err) => Decision::internal(err.to_string()),
-        }
+        Decision::patch_from(quota, &filled)
     }
 
     async fn validate_quota(&self, request: &TypedRequest<ElasticQuota>) -> Decision {
@@ -1003,19 +984,12 @@ impl Handlers {
             Ok(decoded) => decoded,
             Err(denied) => return denied,
         };
-        let original = match serde_json::to_value(node) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
         let mut mutated = node.clone();
         if let Err(reason) = super::node_status::admit(request.operation.clone(), &mut mutated, old)
         {
             return Decision::internal_for(&reason);
         }
-        match serde_json::to_value(&mutated) {
-            Ok(value) => Decision::patch_between(&original, &value),
-            Err(err) => Decision::internal(err.to_string()),
-        }
+        Decision::patch_from(node, &mutated)
     }
 
     /// The slo-controller-config's data, read from the API server (only

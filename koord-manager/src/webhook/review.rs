@@ -253,6 +253,18 @@ impl Decision {
         }
     }
 
+    /// Allowed with the JSON patch that turns `original` into `mutated`, as
+    /// their JSON; a 500 when either cannot be written as JSON.
+    pub fn patch_from<T: serde::Serialize>(original: &T, mutated: &T) -> Self {
+        match (
+            serde_json::to_value(original),
+            serde_json::to_value(mutated),
+        ) {
+            (Ok(original), Ok(mutated)) => Decision::patch_between(&original, &mutated),
+            (Err(err), _) | (_, Err(err)) => Decision::internal(err.to_string()),
+        }
+    }
+
     /// A policy denial (403).
     pub fn deny(message: impl Into<String>) -> Self {
         Decision {
