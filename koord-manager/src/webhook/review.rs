@@ -381,19 +381,56 @@ pub fn respond<T: Resource>(
     Ok(response.into_review())
 }
 
-/// The review's JSON. kube's response holds the patch as bytes, which serde
-/// writes as an array of numbers; the wire carries them base64-encoded, as
-/// Go's `[]byte` is.
+/// The review's JSON, written straight from kube's types except for the
+/// patch: kube holds it as bytes, which serde writes as an array of numbers;
+/// the wire carries them base64-encoded, as Go's `[]byte` is.
 pub fn encode(review: &AdmissionReview) -> Result<Vec<u8>, EncodeError> {
-    let mut value = serde_json::to_value(review)?;
-    let patch = review
-        .response
-        .as_ref()
-        .and_then(|response| response.patch.as_ref());
-    if let (Some(patch), Some(slot)) = (patch, value.pointer_mut("/response/patch")) {
-        *slot = Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+    Ok(serde_json::to_vec(&WireReview(review))?)
+}
+
+struct WireReview<'a>(&'a AdmissionReview);
+
+impl serde::Serialize for WireReview<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let review = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("apiVersion", &review.types.api_version)?;
+        map.serialize_entry("kind", &review.types.kind)?;
+        if let Some(request) = &review.request {
+            map.serialize_entry("request", request)?;
+        }
+        if let Some(response) = &review.response {
+            map.serialize_entry("response", &WireResponse(response))?;
+        }
+        map.end()
     }
-    Ok(serde_json::to_vec(&value)?)
+}
+
+struct WireResponse<'a>(&'a AdmissionResponse);
+
+impl serde::Serialize for WireResponse<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let response = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("uid", &response.uid)?;
+        map.serialize_entry("allowed", &response.allowed)?;
+        map.serialize_entry("status", &response.result)?;
+        if let Some(patch) = &response.patch {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(patch);
+            map.serialize_entry("patch", &encoded)?;
+            // kube sets the type with the patch (`with_patch`); JSON patch is the only one.
+            map.serialize_entry("patchType", &admission::PatchType::JsonPatch)?;
+        }
+        if !response.audit_annotations.is_empty() {
+            map.serialize_entry("auditAnnotations", &response.audit_annotations)?;
+        }
+        if let Some(warnings) = &response.warnings {
+            map.serialize_entry("warnings", warnings)?;
+        }
+        map.end()
+    }
 }
 
 /// Field errors in the style of Kubernetes' `field.ErrorList` aggregate:
@@ -588,10 +625,25 @@ mod tests {
     fn kube_writes_the_patch_as_numbers_and_encode_makes_it_base64() {
         let decision = Decision::patch_between(&json!({"a": 1}), &json!({"a": 2}));
         let review = respond(&request("admission.k8s.io/v1", "u", json!({})), &decision).unwrap();
-        let plain = serde_json::to_value(&review).unwrap();
+        let mut plain = serde_json::to_value(&review).unwrap();
         assert!(plain["response"]["patch"].is_array(), "{plain}");
         let wire: Value = serde_json::from_slice(&encode(&review).unwrap()).unwrap();
         assert!(wire["response"]["patch"].is_string(), "{wire}");
+        // Otherwise the wire form is kube's, field for field.
+        plain["response"]["patch"] = wire["response"]["patch"].clone();
+        assert_eq!(wire, plain);
+        let mut warned = respond(
+            &request("admission.k8s.io/v1", "u", json!({})),
+            &Decision::deny("no"),
+        )
+        .unwrap();
+        let response = warned.response.as_mut().unwrap();
+        response.warnings = Some(vec!["careful".to_owned()]);
+        response
+            .audit_annotations
+            .insert("k".to_owned(), "v".to_owned());
+        let wire: Value = serde_json::from_slice(&encode(&warned).unwrap()).unwrap();
+        assert_eq!(wire, serde_json::to_value(&warned).unwrap());
     }
 
     #[test]
