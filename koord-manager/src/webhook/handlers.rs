@@ -963,7 +963,7 @@ impl Handlers {
     /// Upstream's node status mutating handler: only `nodes/status`
     /// creates and updates; a node that carries neither the amplification
     /// ratio nor the raw-allocatable annotation is allowed unchanged
-    /// without being decoded.
+    /// without being compared or copied.
     fn mutate_node_status(&self, request: &TypedRequest<Node>) -> Decision {
         if request.resource.resource != "nodes"
             || request.sub_resource.as_deref() != Some("status")
