@@ -8,6 +8,7 @@
 //! The decision core has no I/O: [`decide`] takes the requester and the pod's node as looked up
 //! by the handler.
 
+use k8s_openapi::api::authentication::v1::UserInfo;
 use serde_json::Value;
 
 use super::review::Decision;
@@ -29,9 +30,9 @@ pub struct Requester {
 
 impl Requester {
     /// The requester of an admission request (its `userInfo`).
-    pub fn from_request(request: &super::review::AdmissionRequest) -> Self {
+    pub fn from_user(user_info: &UserInfo) -> Self {
         // The JSON reader bounds every name; the typed user info is read through it.
-        let user_info = serde_json::to_value(&request.user_info).ok();
+        let user_info = serde_json::to_value(user_info).ok();
         Self::from_user_info(user_info.as_ref())
     }
 

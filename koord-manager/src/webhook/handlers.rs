@@ -10,10 +10,12 @@ use apis::config::v1alpha1::ClusterColocationProfile;
 use apis::extension::LABEL_QUOTA_NAME;
 use apis::scheduling::v1alpha1::Reservation;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Binding, ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koord_common::sync::MutexExt;
+use kube::core::{DynamicObject, Resource};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -34,9 +36,7 @@ use super::pod_validating::{PodValidationOptions, validate_pod};
 use super::quota_evaluate::{BatchContext, EvaluationError, EvaluationGates, prepare_evaluation};
 use super::quota_evaluator::QuotaEvaluator;
 use super::reservation_mutating::apply_colocation_profiles_to_reservation;
-use super::review::{
-    AdmissionRequest, Decision, Operation, OperationName, Refusal, RequestExt, aggregate,
-};
+use super::review::{Decision, Operation, OperationName, Refusal, TypedRequest, aggregate};
 
 /// Served paths, as upstream registers them.
 pub const PATH_MUTATE_POD: &str = "/mutate-pod";
@@ -435,33 +435,10 @@ impl Handlers {
         (x % 100) as i64
     }
 
-    /// Decides one request for `path`.
-    pub async fn handle(&self, path: &str, request: &AdmissionRequest) -> Decision {
+    /// Decides one request for `path`, whose objects were read as `T`.
+    pub async fn handle<T: Admitted>(&self, path: &str, request: &TypedRequest<T>) -> Decision {
         let started = Instant::now();
-        let (plugin, decision) = match path {
-            PATH_MUTATE_POD => ("ClusterColocationProfile", self.mutate_pod(request).await),
-            PATH_VALIDATE_POD => ("ClusterColocationProfile", self.validate_pod(request).await),
-            PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.mutate_quota(request)),
-            PATH_VALIDATE_ELASTIC_QUOTA => ("QuotaMetaChecker", self.validate_quota(request).await),
-            PATH_VALIDATE_CONFIGMAP => ("SLOConfig", self.validate_configmap(request)),
-            PATH_VALIDATE_POD_EVICTION => {
-                ("NodeScopedEviction", self.validate_eviction(request).await)
-            }
-            PATH_MUTATE_NODE_STATUS => (
-                super::node_status::PLUGIN_NAME,
-                self.mutate_node_status(request),
-            ),
-            PATH_VALIDATE_NODE => (
-                super::node_validating::PLUGIN_NAME,
-                self.validate_node(request).await,
-            ),
-            PATH_VALIDATE_POD_BINDING => ("BindingAdmission", self.validate_binding(request).await),
-            PATH_MUTATE_RESERVATION => (
-                "ClusterColocationProfile",
-                self.mutate_reservation(request).await,
-            ),
-            other => ("", Decision::bad_request(format!("no webhook at {other}"))),
-        };
+        let (plugin, decision) = T::decide(self, path, request).await;
         self.metrics
             .observe(path, request.operation.clone(), plugin, &decision, started);
         if decision.allowed {
@@ -548,14 +525,14 @@ impl Handlers {
     /// Upstream's binding admission handler (see [`super::binding_admission`]):
     /// pods/binding creates only; the pod is read only when its labels or
     /// annotations decide, and a pod that cannot be read is allowed.
-    async fn validate_binding(&self, request: &AdmissionRequest) -> Decision {
+    async fn validate_binding(&self, request: &TypedRequest<Binding>) -> Decision {
         let is_binding = request.resource.resource == "pods"
             && request.sub_resource.as_deref() == Some("binding")
             && request.operation == Operation::Create;
         if !is_binding || !self.binding_admission.is_active() {
             return Decision::allow();
         }
-        let username = super::eviction::Requester::from_request(request).username;
+        let username = super::eviction::Requester::from_user(&request.user_info).username;
         let (namespace, name) = (request.namespace(), request.name.as_str());
         let outcome = match self.binding_admission.screen(&username, namespace) {
             Screen::Decided(outcome) => outcome,
@@ -614,11 +591,11 @@ impl Handlers {
     /// Upstream's Reservation mutating handler: CREATE of the resource
     /// itself; the matching ClusterColocationProfiles are applied (see
     /// [`super::reservation_mutating`]); a failure answers 500.
-    async fn mutate_reservation(&self, request: &AdmissionRequest) -> Decision {
+    async fn mutate_reservation(&self, request: &TypedRequest<Reservation>) -> Decision {
         if !request.is_for("reservations") || request.operation != Operation::Create {
             return Decision::allow();
         }
-        let reservation: Reservation = match request.decode(false) {
+        let reservation = match request.object() {
             Ok(Some(reservation)) => reservation,
             Ok(None) => return Decision::bad_request("the request has no object"),
             Err(denied) => return denied,
@@ -635,11 +612,7 @@ impl Handlers {
             return Decision::allow();
         }
         let priority_classes = self.profile_priority_classes(&profiles).await;
-        let original = match serde_json::to_value(&reservation) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
-        let mut mutated = reservation;
+        let mut mutated = reservation.clone();
         match apply_colocation_profiles_to_reservation(
             &mut mutated,
             &profiles,
@@ -647,19 +620,16 @@ impl Handlers {
             &mut || self.roll(),
         ) {
             Ok(false) => Decision::allow(),
-            Ok(true) => match serde_json::to_value(&mutated) {
-                Ok(value) => Decision::patch_between(&original, &value),
-                Err(err) => Decision::internal(err.to_string()),
-            },
+            Ok(true) => Decision::patch_from(reservation, &mutated),
             Err(err) => Decision::internal(err.to_string()),
         }
     }
 
-    async fn mutate_pod(&self, request: &AdmissionRequest) -> Decision {
+    async fn mutate_pod(&self, request: &TypedRequest<Pod>) -> Decision {
         if !request.is_for("pods") || request.operation != Operation::Create {
             return Decision::allow();
         }
-        let pod: Pod = match request.decode(false) {
+        let pod = match request.object() {
             Ok(Some(pod)) => pod,
             Ok(None) => return Decision::bad_request("the request has no object"),
             Err(denied) => return denied,
@@ -703,11 +673,9 @@ impl Handlers {
             priority_classes: &priority_classes,
             skip_mutating_resources: self.gates.colocation_profile_skip_mutating_resources,
         };
-        let original = match serde_json::to_value(&pod) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
-        let mut mutated = pod;
+        // The request keeps the original: it is written as JSON only when
+        // something changed (most pods are not).
+        let mut mutated = pod.clone();
         let outcome = apply_colocation_profiles(&mut mutated, &context, &mut || self.roll())
             .and_then(|by_profiles| {
                 if self.gates.disable_extended_resource_spec {
@@ -732,10 +700,7 @@ impl Handlers {
         });
         match outcome {
             Ok(false) => Decision::allow(),
-            Ok(true) => match serde_json::to_value(&mutated) {
-                Ok(value) => Decision::patch_between(&original, &value),
-                Err(err) => Decision::internal(err.to_string()),
-            },
+            Ok(true) => Decision::patch_from(pod, &mutated),
             Err(err) => Decision::internal(err.to_string()),
         }
     }
@@ -767,7 +732,7 @@ impl Handlers {
     /// nothing.
     async fn evaluate_quota(
         &self,
-        request: &AdmissionRequest,
+        request: &TypedRequest<Pod>,
         new_pod: &Pod,
         old_pod: Option<&Pod>,
     ) -> Result<(), EvaluationError> {
@@ -817,35 +782,27 @@ impl Handlers {
         }
     }
 
-    async fn validate_pod(&self, request: &AdmissionRequest) -> Decision {
+    async fn validate_pod(&self, request: &TypedRequest<Pod>) -> Decision {
         if !request.is_for("pods")
             || !matches!(request.operation, Operation::Create | Operation::Update)
         {
             return Decision::allow();
         }
-        let (new_pod, old_pod): (Pod, Option<Pod>) = match request.decode_with_old() {
+        let (new_pod, old_pod) = match request.object_with_old() {
             Ok(decoded) => decoded,
             Err(denied) => return denied,
         };
         let options = PodValidationOptions {
             skip_validating_priority: self.gates.colocation_profile_skip_validating_priority,
         };
-        let mut errors = validate_pod(
-            request.operation.clone(),
-            &new_pod,
-            old_pod.as_ref(),
-            options,
-        );
+        let mut errors = validate_pod(request.operation.clone(), new_pod, old_pod, options);
         // Without the ElasticQuota cache (e.g. no CRD) the quota check is skipped, not failed.
         if errors.is_empty() && self.caches.quotas.is_synced() {
             let quotas_owned = self.caches.quotas.all();
             let quotas: Vec<&ElasticQuota> = quotas_owned.iter().map(|q| q.as_ref()).collect();
-            if let Err(reason) = validate_pod_quota(
-                request.operation.clone(),
-                &new_pod,
-                old_pod.as_ref(),
-                &quotas,
-            ) {
+            if let Err(reason) =
+                validate_pod_quota(request.operation.clone(), new_pod, old_pod, &quotas)
+            {
                 errors.push(reason.to_string());
             }
         }
@@ -854,9 +811,7 @@ impl Handlers {
         }
         if self.gates.quota_evaluation.enabled {
             let started = Instant::now();
-            let evaluated = self
-                .evaluate_quota(request, &new_pod, old_pod.as_ref())
-                .await;
+            let evaluated = self.evaluate_quota(request, new_pod, old_pod).await;
             // Upstream answers every failure of this check with 400 and the message.
             let decision = match evaluated {
                 Ok(()) => Decision::allow(),
@@ -875,7 +830,7 @@ impl Handlers {
         }
         // After the quota checks, as upstream orders them; 400 like the rest.
         if self.gates.validate_pod_device_resource {
-            let device_errors = validate_device_resources(&new_pod);
+            let device_errors = validate_device_resources(new_pod);
             if !device_errors.is_empty() {
                 return Decision::bad_request(aggregate(&device_errors));
             }
@@ -883,11 +838,11 @@ impl Handlers {
         Decision::allow()
     }
 
-    fn mutate_quota(&self, request: &AdmissionRequest) -> Decision {
+    fn mutate_quota(&self, request: &TypedRequest<ElasticQuota>) -> Decision {
         if !request.is_for("elasticquotas") || request.operation != Operation::Create {
             return Decision::allow();
         }
-        let quota: ElasticQuota = match request.decode(false) {
+        let quota = match request.object() {
             Ok(Some(quota)) => quota,
             Ok(None) => return Decision::bad_request("the request has no object"),
             Err(denied) => return denied,
@@ -897,38 +852,30 @@ impl Handlers {
         }
         let existing_owned = self.caches.quotas.all();
         let existing: Vec<&ElasticQuota> = existing_owned.iter().map(|q| q.as_ref()).collect();
-        let original = match serde_json::to_value(&quota) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
-        let mut filled = quota;
+        let mut filled = quota.clone();
         if let Err(reason) = fill_quota_defaults(&mut filled, &existing) {
             return Decision::bad_request_for(&reason);
         }
-        match serde_json::to_value(&filled) {
-            Ok(value) => Decision::patch_between(&original, &value),
-            Err(err) => Decision::internal(err.to_string()),
-        }
+        Decision::patch_from(quota, &filled)
     }
 
-    async fn validate_quota(&self, request: &AdmissionRequest) -> Decision {
+    async fn validate_quota(&self, request: &TypedRequest<ElasticQuota>) -> Decision {
         if !request.is_for("elasticquotas") {
             return Decision::allow();
         }
-        let new: Option<ElasticQuota> = match request.operation {
+        let new = match request.operation {
             Operation::Delete => None,
-            _ => match request.decode(false) {
+            _ => match request.object() {
                 Ok(quota) => quota,
                 Err(denied) => return denied,
             },
         };
-        let old: Option<ElasticQuota> = match request.decode(true) {
+        let old = match request.old_object() {
             Ok(quota) => quota,
             Err(denied) => return denied,
         };
         let name = new
-            .as_ref()
-            .or(old.as_ref())
+            .or(old)
             .and_then(|q| q.metadata.name.clone())
             .unwrap_or_else(|| request.name.clone());
         let needs_pods = match request.operation {
@@ -938,7 +885,7 @@ impl Handlers {
                     q.and_then(|q| q.metadata.labels.as_ref())
                         .is_some_and(apis::extension::is_parent_quota)
                 };
-                is_parent(new.as_ref()) && !is_parent(old.as_ref())
+                is_parent(new) && !is_parent(old)
             }
             _ => false,
         };
@@ -968,8 +915,8 @@ impl Handlers {
         };
         match validate_quota_with(
             request.operation.clone(),
-            new.as_ref(),
-            old.as_ref(),
+            new,
+            old,
             &existing,
             bound_pods,
             options,
@@ -979,11 +926,11 @@ impl Handlers {
         }
     }
 
-    async fn validate_eviction(&self, request: &AdmissionRequest) -> Decision {
+    async fn validate_eviction(&self, request: &TypedRequest<Eviction>) -> Decision {
         let is_eviction = request.resource.resource == "pods"
             && request.sub_resource.as_deref() == Some("eviction")
             && request.operation == Operation::Create;
-        let requester = Requester::from_request(request);
+        let requester = Requester::from_user(&request.user_info);
         if !is_eviction || !self.eviction_scope.contains(&requester.username) {
             return Decision::allow();
         }
@@ -1016,8 +963,8 @@ impl Handlers {
     /// Upstream's node status mutating handler: only `nodes/status`
     /// creates and updates; a node that carries neither the amplification
     /// ratio nor the raw-allocatable annotation is allowed unchanged
-    /// without being decoded.
-    fn mutate_node_status(&self, request: &AdmissionRequest) -> Decision {
+    /// without being compared or copied.
+    fn mutate_node_status(&self, request: &TypedRequest<Node>) -> Decision {
         if request.resource.resource != "nodes"
             || request.sub_resource.as_deref() != Some("status")
             || !matches!(request.operation, Operation::Create | Operation::Update)
@@ -1025,33 +972,24 @@ impl Handlers {
             return Decision::allow();
         }
         let annotations = request
-            .object
-            .as_ref()
-            .and_then(|object| object.metadata.annotations.as_ref());
+            .object_meta()
+            .and_then(|metadata| metadata.annotations.as_ref());
         let carries = |key: &str| annotations.is_some_and(|a| a.contains_key(key));
         if !carries(apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO)
             && !carries(apis::extension::ANNOTATION_NODE_RAW_ALLOCATABLE)
         {
             return Decision::allow();
         }
-        let (node, old): (Node, Option<Node>) = match request.decode_with_old() {
+        let (node, old) = match request.object_with_old() {
             Ok(decoded) => decoded,
             Err(denied) => return denied,
         };
-        let original = match serde_json::to_value(&node) {
-            Ok(value) => value,
-            Err(err) => return Decision::internal(err.to_string()),
-        };
-        let mut mutated = node;
-        if let Err(reason) =
-            super::node_status::admit(request.operation.clone(), &mut mutated, old.as_ref())
+        let mut mutated = node.clone();
+        if let Err(reason) = super::node_status::admit(request.operation.clone(), &mut mutated, old)
         {
             return Decision::internal_for(&reason);
         }
-        match serde_json::to_value(&mutated) {
-            Ok(value) => Decision::patch_between(&original, &value),
-            Err(err) => Decision::internal(err.to_string()),
-        }
+        Decision::patch_from(node, &mutated)
     }
 
     /// The slo-controller-config's data, read from the API server (only
@@ -1078,26 +1016,22 @@ impl Handlers {
     /// Upstream's node validating handler: node creates and updates (no
     /// subresource) whose labels make the node match several node
     /// strategies of one key are refused; a conflicting create is logged.
-    async fn validate_node(&self, request: &AdmissionRequest) -> Decision {
+    async fn validate_node(&self, request: &TypedRequest<Node>) -> Decision {
         if !request.is_for("nodes")
             || !matches!(request.operation, Operation::Create | Operation::Update)
         {
             return Decision::allow();
         }
-        let (node, old): (Node, Option<Node>) = match request.decode_with_old() {
+        let (node, old) = match request.object_with_old() {
             Ok(decoded) => decoded,
             Err(denied) => return denied,
         };
-        if !super::node_validating::need_check(&node, old.as_ref()) {
+        if !super::node_validating::need_check(node, old) {
             return Decision::allow();
         }
         let data = self.slo_config_data().await;
-        match super::node_validating::validate(
-            request.operation.clone(),
-            &node,
-            old.as_ref(),
-            data.as_ref(),
-        ) {
+        match super::node_validating::validate(request.operation.clone(), node, old, data.as_ref())
+        {
             Ok(None) => Decision::allow(),
             Ok(Some(conflict)) => {
                 tracing::warn!(node = %request.name, %conflict, "new node matches several node strategies");
@@ -1107,14 +1041,14 @@ impl Handlers {
         }
     }
 
-    fn validate_configmap(&self, request: &AdmissionRequest) -> Decision {
+    fn validate_configmap(&self, request: &TypedRequest<ConfigMap>) -> Decision {
         if !request.is_for("configmaps") {
             return Decision::allow();
         }
         let decoded = if request.operation == Operation::Delete {
-            request.decode::<ConfigMap>(true)
+            request.old_object()
         } else {
-            request.decode::<ConfigMap>(false)
+            request.object()
         };
         let config_map = match decoded {
             Ok(Some(config_map)) => config_map,
@@ -1123,7 +1057,7 @@ impl Handlers {
         };
         match validate_configmap(
             request.operation.clone(),
-            &config_map,
+            config_map,
             request.namespace(),
             &self.slo_config,
         ) {
@@ -1133,9 +1067,160 @@ impl Handlers {
     }
 }
 
+/// An object type webhook paths are served for: which handler decides a
+/// request of that type for a path, and under which plugin name.
+pub trait Admitted: Resource + serde::de::DeserializeOwned + Send + Sync {
+    fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> impl Future<Output = (&'static str, Decision)> + Send;
+}
+
+/// A path no webhook of this object type serves.
+fn no_webhook(path: &str) -> (&'static str, Decision) {
+    ("", Decision::bad_request(format!("no webhook at {path}")))
+}
+
+impl Admitted for Pod {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_MUTATE_POD => (
+                "ClusterColocationProfile",
+                handlers.mutate_pod(request).await,
+            ),
+            PATH_VALIDATE_POD => (
+                "ClusterColocationProfile",
+                handlers.validate_pod(request).await,
+            ),
+            other => no_webhook(other),
+        }
+    }
+}
+
+impl Admitted for ElasticQuota {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_MUTATE_ELASTIC_QUOTA => ("QuotaMetaChecker", handlers.mutate_quota(request)),
+            PATH_VALIDATE_ELASTIC_QUOTA => {
+                ("QuotaMetaChecker", handlers.validate_quota(request).await)
+            }
+            other => no_webhook(other),
+        }
+    }
+}
+
+impl Admitted for ConfigMap {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_VALIDATE_CONFIGMAP => ("SLOConfig", handlers.validate_configmap(request)),
+            other => no_webhook(other),
+        }
+    }
+}
+
+impl Admitted for Eviction {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_VALIDATE_POD_EVICTION => (
+                "NodeScopedEviction",
+                handlers.validate_eviction(request).await,
+            ),
+            other => no_webhook(other),
+        }
+    }
+}
+
+impl Admitted for Node {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_MUTATE_NODE_STATUS => (
+                super::node_status::PLUGIN_NAME,
+                handlers.mutate_node_status(request),
+            ),
+            PATH_VALIDATE_NODE => (
+                super::node_validating::PLUGIN_NAME,
+                handlers.validate_node(request).await,
+            ),
+            other => no_webhook(other),
+        }
+    }
+}
+
+impl Admitted for Binding {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_VALIDATE_POD_BINDING => {
+                ("BindingAdmission", handlers.validate_binding(request).await)
+            }
+            other => no_webhook(other),
+        }
+    }
+}
+
+impl Admitted for Reservation {
+    async fn decide(
+        handlers: &Handlers,
+        path: &str,
+        request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        match path {
+            PATH_MUTATE_RESERVATION => (
+                "ClusterColocationProfile",
+                handlers.mutate_reservation(request).await,
+            ),
+            other => no_webhook(other),
+        }
+    }
+}
+
+/// A review for a path that serves no object type: read, and refused.
+impl Admitted for DynamicObject {
+    async fn decide(
+        _handlers: &Handlers,
+        path: &str,
+        _request: &TypedRequest<Self>,
+    ) -> (&'static str, Decision) {
+        no_webhook(path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request as the server reads it: `request` in a review body.
+    fn typed<T: Admitted>(request: serde_json::Value) -> TypedRequest<T> {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request
+        }))
+        .unwrap();
+        crate::webhook::review::read_review(&body).unwrap()
+    }
 
     struct FixedCount(usize);
 
@@ -1157,14 +1242,13 @@ mod tests {
         .unwrap();
         let caches = WebhookCaches::synced_empty();
         caches.quotas.insert(leaf.clone());
-        let request: AdmissionRequest = serde_json::from_value(serde_json::json!({
+        let request: TypedRequest<ElasticQuota> = typed(serde_json::json!({
             "uid": "d", "operation": "DELETE", "name": "leaf", "namespace": "team",
             "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
             "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
             "userInfo": {},
             "oldObject": serde_json::to_value(&leaf).unwrap()
-        }))
-        .unwrap();
+        }));
         let mut handlers = Handlers::new(caches, SloConfigRef::default());
         handlers.quota_pods = Some(Box::new(FixedCount(2)));
         let decision = handlers.handle(PATH_VALIDATE_ELASTIC_QUOTA, &request).await;
@@ -1195,8 +1279,8 @@ mod tests {
         }
     }
 
-    fn eviction_request(username: &str, node_claim: &str) -> AdmissionRequest {
-        serde_json::from_value(serde_json::json!({
+    fn eviction_request(username: &str, node_claim: &str) -> TypedRequest<Eviction> {
+        typed(serde_json::json!({
             "uid": "e", "operation": "CREATE", "name": "victim", "namespace": "team",
             "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
@@ -1204,7 +1288,6 @@ mod tests {
             "userInfo": {"username": username, "extra": {crate::webhook::eviction::NODE_NAME_CLAIM: [node_claim]}},
             "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "victim", "namespace": "team"}}
         }))
-        .unwrap()
     }
 
     #[tokio::test]
@@ -1258,8 +1341,12 @@ mod tests {
         assert_eq!(lookups.load(Ordering::Relaxed), 3);
     }
 
-    fn node_status_request(operation: &str, object: Value, old: Option<Value>) -> AdmissionRequest {
-        serde_json::from_value(serde_json::json!({
+    fn node_status_request(
+        operation: &str,
+        object: Value,
+        old: Option<Value>,
+    ) -> TypedRequest<Node> {
+        typed(serde_json::json!({
             "uid": "n", "operation": operation, "name": "n1",
             "kind": {"group": "", "version": "v1", "kind": "Node"},
             "resource": {"group": "", "version": "v1", "resource": "nodes"},
@@ -1268,7 +1355,6 @@ mod tests {
             "object": object,
             "oldObject": old,
         }))
-        .unwrap()
     }
 
     use serde_json::Value;
@@ -1321,6 +1407,83 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn objects_that_are_not_the_paths_type_get_the_answers_they_always_got() {
+        let handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        // Not a Node (status is a string): read only when it carries an amplification key.
+        let not_a_node = |annotations: Value| serde_json::json!({"metadata": {"name": "n1", "annotations": annotations}, "status": "broken"});
+        let plain = node_status_request(
+            "UPDATE",
+            not_a_node(serde_json::json!({})),
+            Some(not_a_node(serde_json::json!({}))),
+        );
+        let decision = handlers.handle(PATH_MUTATE_NODE_STATUS, &plain).await;
+        assert!(decision.allowed && decision.patch.is_none(), "{decision}");
+        let ratio = serde_json::json!({
+            apis::extension::ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO: r#"{"cpu":2.00}"#
+        });
+        let carried =
+            node_status_request("UPDATE", not_a_node(ratio.clone()), Some(not_a_node(ratio)));
+        let denied = handlers.handle(PATH_MUTATE_NODE_STATUS, &carried).await;
+        assert_eq!(denied.code, 400, "{denied}");
+        assert!(
+            denied.message.starts_with("cannot decode object: "),
+            "{denied}"
+        );
+
+        // Not a Pod: /mutate-pod reads creates only.
+        let not_a_pod = |operation: &str| -> TypedRequest<Pod> {
+            typed(serde_json::json!({
+                "uid": "x", "operation": operation, "name": "x", "namespace": "team",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "userInfo": {},
+                "object": {"metadata": {"name": "x"}, "spec": {"containers": 5}},
+                "oldObject": {"metadata": {"name": "x"}, "spec": {"containers": []}}
+            }))
+        };
+        let update = handlers.handle(PATH_MUTATE_POD, &not_a_pod("UPDATE")).await;
+        assert!(update.allowed && update.patch.is_none(), "{update}");
+        let create = handlers.handle(PATH_MUTATE_POD, &not_a_pod("CREATE")).await;
+        assert_eq!(create.code, 400, "{create}");
+        assert_eq!(
+            create.message,
+            "cannot decode object: invalid type: integer `5`, expected a sequence"
+        );
+
+        // A path that serves another type.
+        let elsewhere = handlers
+            .handle(PATH_VALIDATE_CONFIGMAP, &pod_create("a", "1", false))
+            .await;
+        assert_eq!(elsewhere.code, 400, "{elsewhere}");
+        assert_eq!(elsewhere.message, "no webhook at /validate-configmap");
+    }
+
+    #[tokio::test]
+    async fn a_path_no_webhook_serves_still_answers_the_review() {
+        let handlers = Handlers::new(WebhookCaches::synced_empty(), SloConfigRef::default());
+        let body = serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "z", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Secret"},
+                "resource": {"group": "", "version": "v1", "resource": "secrets"},
+                "userInfo": {}, "object": {"metadata": {"name": "s"}}}
+        }))
+        .unwrap();
+        let response = crate::webhook::server::admit(&handlers, "/nowhere", &body).await;
+        assert_eq!(response.status(), 200);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["response"]["uid"], "z");
+        assert_eq!(answer["response"]["status"]["code"], 400);
+        assert_eq!(
+            answer["response"]["status"]["message"],
+            "no webhook at /nowhere"
+        );
+    }
+
     /// Pod metadata by name; counts lookups.
     struct FixedPods(BTreeMap<String, ObjectMeta>, std::sync::Arc<AtomicU64>);
 
@@ -1335,8 +1498,8 @@ mod tests {
         }
     }
 
-    fn binding_request(username: &str, namespace: &str, pod: &str) -> AdmissionRequest {
-        serde_json::from_value(serde_json::json!({
+    fn binding_request(username: &str, namespace: &str, pod: &str) -> TypedRequest<Binding> {
+        typed(serde_json::json!({
             "uid": "b", "operation": "CREATE", "name": pod, "namespace": namespace,
             "kind": {"group": "", "version": "v1", "kind": "Binding"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
@@ -1345,7 +1508,6 @@ mod tests {
             "object": {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": namespace},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
         }))
-        .unwrap()
     }
 
     #[tokio::test]
@@ -1453,8 +1615,8 @@ mod tests {
         assert_eq!(count("excluded_ns"), 1);
     }
 
-    fn reservation_create(labels: Value) -> AdmissionRequest {
-        serde_json::from_value(serde_json::json!({
+    fn reservation_create(labels: Value) -> TypedRequest<Reservation> {
+        typed(serde_json::json!({
             "uid": "r", "operation": "CREATE", "name": "r1",
             "kind": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "kind": "Reservation"},
             "resource": {"group": "scheduling.koordinator.sh", "version": "v1alpha1", "resource": "reservations"},
@@ -1464,7 +1626,6 @@ mod tests {
                 "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
                          "owners": [{"object": {"name": "p"}}]}}
         }))
-        .unwrap()
     }
 
     #[tokio::test]
@@ -1565,8 +1726,8 @@ mod tests {
         }
     }
 
-    fn pod_create(name: &str, cpu: &str, dry_run: bool) -> AdmissionRequest {
-        serde_json::from_value(serde_json::json!({
+    fn pod_create(name: &str, cpu: &str, dry_run: bool) -> TypedRequest<Pod> {
+        typed(serde_json::json!({
             "uid": name, "operation": "CREATE", "name": name, "namespace": "team",
             "dryRun": dry_run,
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -1577,7 +1738,6 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "image": "pause",
                     "resources": {"requests": {"cpu": cpu}}}]}}
         }))
-        .unwrap()
     }
 
     #[tokio::test]
@@ -1716,8 +1876,8 @@ mod tests {
         );
     }
 
-    fn gpu_pod_create(requests: serde_json::Value) -> AdmissionRequest {
-        serde_json::from_value(serde_json::json!({
+    fn gpu_pod_create(requests: serde_json::Value) -> TypedRequest<Pod> {
+        typed(serde_json::json!({
             "uid": "g", "operation": "CREATE", "name": "g", "namespace": "team",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
@@ -1727,7 +1887,6 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "image": "pause",
                     "resources": {"requests": requests.clone(), "limits": requests}}]}}
         }))
-        .unwrap()
     }
 
     #[tokio::test]

@@ -14,8 +14,18 @@ use axum::routing::{get, post};
 use koord_common::Shutdown;
 use tokio_rustls::TlsAcceptor;
 
-use super::handlers::Handlers;
-use super::review::{AdmissionRequest, AdmissionReview, encode, respond};
+use apis::scheduling::v1alpha1::Reservation;
+use apis::scheduling_sigs::v1alpha1::ElasticQuota;
+use k8s_openapi::api::core::v1::{Binding, ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::Eviction;
+use kube::core::DynamicObject;
+
+use super::handlers::{
+    Admitted, Handlers, PATH_MUTATE_ELASTIC_QUOTA, PATH_MUTATE_NODE_STATUS, PATH_MUTATE_POD,
+    PATH_MUTATE_RESERVATION, PATH_VALIDATE_CONFIGMAP, PATH_VALIDATE_ELASTIC_QUOTA,
+    PATH_VALIDATE_NODE, PATH_VALIDATE_POD, PATH_VALIDATE_POD_BINDING, PATH_VALIDATE_POD_EVICTION,
+};
+use super::review::{ReviewError, encode, read_review, respond};
 use crate::cert::ReloadableCert;
 
 /// Largest review accepted: an UPDATE carries two objects of up to etcd's 1.5 MiB each.
@@ -48,10 +58,8 @@ enum BodyRefused {
     Unreadable(String),
     #[error("AdmissionReview body not received within {}s", BODY_TIMEOUT.as_secs())]
     Timeout,
-    #[error("malformed AdmissionReview: {0}")]
-    Malformed(#[source] serde_json::Error),
-    #[error("AdmissionReview has no request")]
-    NoRequest,
+    #[error(transparent)]
+    Review(#[from] ReviewError),
 }
 
 impl BodyRefused {
@@ -60,8 +68,8 @@ impl BodyRefused {
             BodyRefused::TooLarge => "too_large",
             BodyRefused::Unreadable(_) => "unreadable",
             BodyRefused::Timeout => "timeout",
-            BodyRefused::Malformed(_) => "malformed",
-            BodyRefused::NoRequest => "no_request",
+            BodyRefused::Review(ReviewError::Malformed(_)) => "malformed",
+            BodyRefused::Review(ReviewError::NoRequest) => "no_request",
         }
     }
 
@@ -69,9 +77,7 @@ impl BodyRefused {
         match self {
             BodyRefused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             BodyRefused::Timeout => StatusCode::REQUEST_TIMEOUT,
-            BodyRefused::Unreadable(_) | BodyRefused::Malformed(_) | BodyRefused::NoRequest => {
-                StatusCode::BAD_REQUEST
-            }
+            BodyRefused::Unreadable(_) | BodyRefused::Review(_) => StatusCode::BAD_REQUEST,
         }
     }
 }
@@ -155,27 +161,42 @@ fn plain(status: StatusCode, message: String) -> Response {
 }
 
 /// Answers one review body read whole for `path`: what the HTTPS server does
-/// after TLS and the body read (public for the webhook benchmark).
+/// after TLS and the body read (public for the webhook benchmark). The path
+/// says what the review's objects are, so the body is read once, straight
+/// into that type.
 pub async fn admit(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
-    // The body was read whole: the connection may stay open.
-    let refuse = |refused: BodyRefused| {
-        handlers
-            .metrics
-            .count_malformed(path, refused.metric_label());
-        tracing::warn!(path, reason = %refused, "malformed admission request body");
-        plain(refused.status(), refused.to_string())
-    };
-    let review: AdmissionReview = match serde_json::from_slice(body) {
-        Ok(review) => review,
-        Err(err) => return refuse(BodyRefused::Malformed(err)),
-    };
-    // Taking the request out gives it the review's apiVersion for the answer.
-    let request: AdmissionRequest = match review.try_into() {
+    match path {
+        PATH_MUTATE_POD | PATH_VALIDATE_POD => admit_as::<Pod>(handlers, path, body).await,
+        PATH_MUTATE_ELASTIC_QUOTA | PATH_VALIDATE_ELASTIC_QUOTA => {
+            admit_as::<ElasticQuota>(handlers, path, body).await
+        }
+        PATH_VALIDATE_CONFIGMAP => admit_as::<ConfigMap>(handlers, path, body).await,
+        PATH_VALIDATE_POD_EVICTION => admit_as::<Eviction>(handlers, path, body).await,
+        PATH_MUTATE_NODE_STATUS | PATH_VALIDATE_NODE => {
+            admit_as::<Node>(handlers, path, body).await
+        }
+        PATH_VALIDATE_POD_BINDING => admit_as::<Binding>(handlers, path, body).await,
+        PATH_MUTATE_RESERVATION => admit_as::<Reservation>(handlers, path, body).await,
+        // No webhook here: the review is still read, and answered with a 400.
+        _ => admit_as::<DynamicObject>(handlers, path, body).await,
+    }
+}
+
+async fn admit_as<T: Admitted>(handlers: &Handlers, path: &str, body: &[u8]) -> Response {
+    let request = match read_review::<T>(body) {
         Ok(request) => request,
-        Err(_) => return refuse(BodyRefused::NoRequest),
+        Err(error) => {
+            // The body was read whole: the connection may stay open.
+            let refused = BodyRefused::from(error);
+            handlers
+                .metrics
+                .count_malformed(path, refused.metric_label());
+            tracing::warn!(path, reason = %refused, "malformed admission request body");
+            return plain(refused.status(), refused.to_string());
+        }
     };
     let decision = handlers.handle(path, &request).await;
-    match respond(&request, &decision).and_then(|review| encode(&review)) {
+    match respond(&*request, &decision).and_then(|review| encode(&review)) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(err) => plain(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
     }
