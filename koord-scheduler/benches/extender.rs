@@ -16,7 +16,7 @@
 //! (with per-node details recorded, as `simulate` does).
 //! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS;
 //! BENCH_PART2=0 runs the part-1 workload only, BENCH_DETAILS=0 skips the
-//! simulator's per-node details.
+//! simulator's per-node details, BENCH_SIMULATOR=0 the simulator.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -334,7 +334,8 @@ struct Latencies {
 }
 
 /// Pods per measuring window; windows alternate between storm off and on,
-/// so both see the same machine (the load on a shared machine drifts).
+/// so both see the same machine (the load on a shared machine drifts), and
+/// each storm window measures the pods of the quiet window before it.
 const STORM_WINDOW: usize = 25;
 
 /// Turns the storm writer on and off between measuring windows.
@@ -368,7 +369,15 @@ async fn measure(
             // Let the writer get going (or drain) before measuring.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let pod = &pending[round % pending.len()];
+        // Each storm window repeats the pods of the quiet window before it,
+        // so both conditions measure the same pods (kinds come in runs).
+        let index = match round.checked_sub(20) {
+            None => round,
+            Some(measured) => {
+                20 + (measured / (2 * STORM_WINDOW)) * STORM_WINDOW + measured % STORM_WINDOW
+            }
+        };
+        let pod = &pending[index % pending.len()];
         let filter_body =
             serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": names})).unwrap();
         let begin = Instant::now();
@@ -615,6 +624,9 @@ fn main() {
     drop(runtime);
     drop(shared);
 
+    if env_usize("BENCH_SIMULATOR", 1) == 0 {
+        return;
+    }
     // Simulator throughput: filter → score → reserve for each pending pod,
     // recording per-node details as `simulate` does.
     let mut scheduler = build(&objects);
