@@ -9,21 +9,28 @@
 //! Reservations with owner pods, and gangs of 4 for Coscheduling.
 //!
 //! Reports `/filter` + `/prioritize` latency for one pod over real HTTP
-//! (all 5,000 node names, `nodeCacheCapable`) and simulator throughput
+//! (all 5,000 node names, `nodeCacheCapable`), alone and beside a writer
+//! thread applying bound-pod updates through the watch's entry point at
+//! BENCH_STORM_RATE per second (default 1,000), in alternating windows of
+//! 25 pods (BENCH_ROUNDS pods each), and simulator throughput
 //! (with per-node details recorded, as `simulate` does).
 //! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS;
 //! BENCH_PART2=0 runs the part-1 workload only, BENCH_DETAILS=0 skips the
-//! simulator's per-node details.
+//! simulator's per-node details, BENCH_SIMULATOR=0 the simulator.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use koord_common::testing::{Lcg, env_usize};
+use koord_scheduler::admission;
 use koord_scheduler::cache::{Change, Object};
+use koord_scheduler::cluster::apply_watch_changes;
 use koord_scheduler::config::SchedulerConfiguration;
 use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
-use koord_scheduler::framework::{RecordingBinder, Scheduler};
+use koord_scheduler::framework::{RecordingBinder, Scheduler, SharedScheduler, share_scheduler};
 use koord_scheduler::simulator::schedule_one;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -319,6 +326,215 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index]
 }
 
+/// Filter + prioritize latencies of one measuring pass, all and per kind.
+struct Latencies {
+    all: Vec<Duration>,
+    by_kind: BTreeMap<&'static str, Vec<Duration>>,
+    feasible_total: usize,
+}
+
+/// Pods per measuring window; windows alternate between storm off and on,
+/// so both see the same machine (the load on a shared machine drifts), and
+/// each storm window measures the pods of the quiet window before it.
+const STORM_WINDOW: usize = 25;
+
+/// Turns the storm writer on and off between measuring windows.
+#[derive(Default)]
+struct StormSwitch {
+    on: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// `rounds` pods without and `rounds` beside the storm (after 20
+/// unmeasured ones), in alternating windows: `/filter`, then
+/// `/prioritize` over the feasible nodes.
+async fn measure(
+    client: &mut Client,
+    pending: &[Value],
+    names: &[String],
+    rounds: usize,
+    storm: &StormSwitch,
+) -> (Latencies, Latencies) {
+    let new = || Latencies {
+        all: Vec::with_capacity(rounds),
+        by_kind: BTreeMap::new(),
+        feasible_total: 0,
+    };
+    let (mut quiet, mut stormy) = (new(), new());
+    for round in 0..2 * rounds + 20 {
+        let window_on = round
+            .checked_sub(20)
+            .is_some_and(|measured| (measured / STORM_WINDOW) % 2 == 1);
+        if storm.on.swap(window_on, Ordering::Relaxed) != window_on {
+            // Let the writer get going (or drain) before measuring.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Each storm window repeats the pods of the quiet window before it,
+        // so both conditions measure the same pods (kinds come in runs).
+        let index = match round.checked_sub(20) {
+            None => round,
+            Some(measured) => {
+                20 + (measured / (2 * STORM_WINDOW)) * STORM_WINDOW + measured % STORM_WINDOW
+            }
+        };
+        let pod = &pending[index % pending.len()];
+        let filter_body =
+            serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": names})).unwrap();
+        let begin = Instant::now();
+        let result: Value =
+            serde_json::from_slice(&client.post("/filter", &filter_body).await).unwrap();
+        let feasible = result["NodeNames"].clone();
+        if round == 0 && std::env::var_os("BENCH_DEBUG").is_some() {
+            println!("first /filter response: {result}");
+        }
+        let prioritize_body =
+            serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": feasible})).unwrap();
+        let scores = client.post("/prioritize", &prioritize_body).await;
+        let elapsed = begin.elapsed();
+        assert!(!scores.is_empty());
+        if round >= 20 {
+            let latencies = if window_on { &mut stormy } else { &mut quiet };
+            latencies.all.push(elapsed);
+            let index: usize = pod["metadata"]["name"].as_str().unwrap()[4..]
+                .parse()
+                .unwrap();
+            latencies
+                .by_kind
+                .entry(part2_kind(index).unwrap_or("plain"))
+                .or_default()
+                .push(elapsed);
+            latencies.feasible_total += feasible.as_array().map_or(0, Vec::len);
+        }
+    }
+    storm.on.store(false, Ordering::Relaxed);
+    (quiet, stormy)
+}
+
+fn report_latencies(label: &str, nodes: usize, rounds: usize, latencies: &Latencies) {
+    println!(
+        "/filter + /prioritize over HTTP {label}: average feasible nodes per pod {}",
+        latencies.feasible_total / rounds.max(1)
+    );
+    for (kind, times) in &latencies.by_kind {
+        let mut times = times.clone();
+        times.sort();
+        println!(
+            "  {kind}: {} pods, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            times.len(),
+            percentile(&times, 0.5).as_secs_f64() * 1e3,
+            percentile(&times, 0.99).as_secs_f64() * 1e3,
+            times.last().unwrap().as_secs_f64() * 1e3
+        );
+    }
+    let mut sorted = latencies.all.clone();
+    sorted.sort();
+    println!(
+        "/filter + /prioritize over HTTP {label}, {nodes} node names, {rounds} pods: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 10 ms)",
+        percentile(&sorted, 0.5).as_secs_f64() * 1e3,
+        percentile(&sorted, 0.9).as_secs_f64() * 1e3,
+        percentile(&sorted, 0.99).as_secs_f64() * 1e3,
+        sorted.last().unwrap().as_secs_f64() * 1e3,
+    );
+}
+
+/// `count` watch updates of bound pods, as the pod watch would deliver them
+/// after admission: each changes a label, the pod's main request (cpu or
+/// batch-cpu) and a status condition; successive updates of one pod differ.
+fn storm_updates(objects: &[Object], count: usize) -> Vec<Object> {
+    let bound: Vec<&Object> = objects
+        .iter()
+        .filter(|o| matches!(o, Object::Pod(_)))
+        .collect();
+    if bound.is_empty() {
+        return Vec::new();
+    }
+    (0..count)
+        .map(|k| {
+            // A stride coprime with the bound count visits every pod.
+            let Object::Pod(pod) = bound[(k * 7919) % bound.len()] else {
+                unreachable!("filtered to pods")
+            };
+            let mut value = serde_json::to_value(pod).unwrap();
+            value["metadata"]["labels"]["revision"] = json!(k.to_string());
+            let requests = &mut value["spec"]["containers"][0]["resources"]["requests"];
+            if requests.get("cpu").is_some() {
+                requests["cpu"] = json!(format!("{}m", 250 + (k * 37) % 1750));
+            } else {
+                requests["kubernetes.io/batch-cpu"] = json!(format!("{}", 500 + (k * 37) % 1500));
+            }
+            value["status"]["conditions"] = json!([
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"},
+                {"type": "Ready", "status": if k % 2 == 0 { "True" } else { "False" }, "lastTransitionTime": "2025-01-01T00:00:00Z"}
+            ]);
+            let object = Object::Pod(serde_json::from_value(value).unwrap());
+            admission::admit(object).unwrap().object
+        })
+        .collect()
+}
+
+/// What the storm writer achieved.
+struct StormReport {
+    applied: usize,
+    elapsed: Duration,
+    /// Sorted; each is one call of the watch's entry point.
+    /// (`elapsed` counts only the windows the storm was on.)
+    apply_times: Vec<Duration>,
+}
+
+/// Applies `updates` round-robin at `rate` per second through the watch's
+/// entry point while the switch is on, until it is stopped; behind
+/// schedule it does not sleep (catches up within the window).
+fn run_storm(
+    shared: &SharedScheduler,
+    updates: &[Object],
+    rate: usize,
+    storm: &StormSwitch,
+) -> StormReport {
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let mut active = Duration::ZERO;
+    let mut apply_times = Vec::new();
+    let mut applied = 0usize;
+    while !storm.stop.load(Ordering::Relaxed) && !updates.is_empty() {
+        if !storm.on.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let window = Instant::now();
+        let mut in_window = 0u32;
+        while storm.on.load(Ordering::Relaxed) && !storm.stop.load(Ordering::Relaxed) {
+            if let Some(wait) =
+                (window + interval * in_window).checked_duration_since(Instant::now())
+            {
+                std::thread::sleep(wait);
+            }
+            let change = Change::Upsert(updates[applied % updates.len()].clone());
+            let started = Instant::now();
+            assert!(apply_watch_changes(shared, vec![change]));
+            apply_times.push(started.elapsed());
+            applied += 1;
+            in_window += 1;
+        }
+        active += window.elapsed();
+    }
+    apply_times.sort();
+    if apply_times.is_empty() {
+        apply_times.push(Duration::ZERO);
+    }
+    StormReport {
+        applied,
+        elapsed: active,
+        apply_times,
+    }
+}
+
+/// This process's resident set size from /proc, in MiB; None off Linux.
+fn rss_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
+}
+
 fn main() {
     let nodes = env_usize("BENCH_NODES", 5000);
     let pods = env_usize("BENCH_PODS", 50_000);
@@ -333,31 +549,39 @@ fn main() {
         started.elapsed()
     );
 
-    // HTTP: /filter + /prioritize for one pod over all nodes.
+    // HTTP: /filter + /prioritize for one pod over all nodes, first alone,
+    // then beside a storm of pod updates.
     let started = Instant::now();
-    let mut scheduler = build(&objects);
     // The watch delivers pending pods too (their requests count toward quota requests).
-    for pod in &pending {
-        scheduler.apply(Change::Upsert(Object::Pod(
-            serde_json::from_value(pod.clone()).unwrap(),
-        )));
-    }
+    let build_served = || {
+        let mut scheduler = build(&objects);
+        for pod in &pending {
+            scheduler.apply(Change::Upsert(Object::Pod(
+                serde_json::from_value(pod.clone()).unwrap(),
+            )));
+        }
+        scheduler
+    };
+    let shared = share_scheduler(build_served);
     println!(
-        "cache and plugin indexes built in {:.1?}",
-        started.elapsed()
+        "cache and plugin indexes built in {:.1?}; process RSS {} MiB",
+        started.elapsed(),
+        rss_mib().map_or("?".to_string(), |m| m.to_string())
     );
+    let storm = storm_updates(&objects, env_usize("BENCH_STORM_UPDATES", 4000));
+    let storm_rate = env_usize("BENCH_STORM_RATE", 1000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let state = ExtenderState {
-        scheduler: Arc::new(RwLock::new(scheduler)),
+        scheduler: Arc::clone(&shared),
         binder: Arc::new(RecordingBinder::default()),
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
     let names: Vec<String> = (0..nodes).map(|n| format!("node-{n:05}")).collect();
-    let latencies = runtime.block_on(async {
+    let (quiet, stormy, writer) = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
@@ -367,64 +591,42 @@ fn main() {
             reader: BufReader::new(stream),
             addr,
         };
-        let mut latencies = Vec::with_capacity(rounds);
-        let mut by_kind: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
-        let mut feasible_total = 0usize;
-        for round in 0..rounds + 20 {
-            let pod = &pending[round % pending.len()];
-            let filter_body =
-                serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": names}))
-                    .unwrap();
-            let begin = Instant::now();
-            let result: Value =
-                serde_json::from_slice(&client.post("/filter", &filter_body).await).unwrap();
-            let feasible = result["NodeNames"].clone();
-            if round == 0 && std::env::var_os("BENCH_DEBUG").is_some() {
-                println!("first /filter response: {result}");
-            }
-            let prioritize_body =
-                serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": feasible}))
-                    .unwrap();
-            let scores = client.post("/prioritize", &prioritize_body).await;
-            let elapsed = begin.elapsed();
-            assert!(!scores.is_empty());
-            if round >= 20 {
-                latencies.push(elapsed);
-                let index: usize = pod["metadata"]["name"].as_str().unwrap()[4..]
-                    .parse()
-                    .unwrap();
-                by_kind
-                    .entry(part2_kind(index).unwrap_or("plain"))
-                    .or_default()
-                    .push(elapsed);
-                feasible_total += feasible.as_array().map_or(0, Vec::len);
-            }
-        }
-        println!(
-            "average feasible nodes per pod: {}",
-            feasible_total / rounds.max(1)
-        );
-        for (kind, mut times) in by_kind {
-            times.sort();
-            println!(
-                "  {kind}: {} pods, p50 {:.2} ms, max {:.2} ms",
-                times.len(),
-                percentile(&times, 0.5).as_secs_f64() * 1e3,
-                times.last().unwrap().as_secs_f64() * 1e3
-            );
-        }
-        latencies
+        let switch = Arc::new(StormSwitch::default());
+        let writer = {
+            let shared = Arc::clone(&shared);
+            let switch = Arc::clone(&switch);
+            std::thread::spawn(move || run_storm(&shared, &storm, storm_rate, &switch))
+        };
+        let (quiet, stormy) = measure(&mut client, &pending, &names, rounds, &switch).await;
+        switch.stop.store(true, Ordering::Relaxed);
+        (quiet, stormy, writer.join().unwrap())
     });
-    let mut sorted = latencies.clone();
-    sorted.sort();
-    println!(
-        "/filter + /prioritize over HTTP, {nodes} node names, {rounds} pods: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 10 ms)",
-        percentile(&sorted, 0.5).as_secs_f64() * 1e3,
-        percentile(&sorted, 0.9).as_secs_f64() * 1e3,
-        percentile(&sorted, 0.99).as_secs_f64() * 1e3,
-        sorted.last().unwrap().as_secs_f64() * 1e3,
+    report_latencies("alone", nodes, rounds, &quiet);
+    report_latencies(
+        &format!("beside a storm of {storm_rate} pod updates/s"),
+        nodes,
+        rounds,
+        &stormy,
     );
+    println!(
+        "storm writer: {} pod updates over {:.2?} of storm windows = {:.0}/s (asked {storm_rate}/s); apply p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        writer.applied,
+        writer.elapsed,
+        writer.applied as f64 / writer.elapsed.as_secs_f64().max(1e-9),
+        percentile(&writer.apply_times, 0.5).as_secs_f64() * 1e3,
+        percentile(&writer.apply_times, 0.99).as_secs_f64() * 1e3,
+        writer.apply_times.last().unwrap().as_secs_f64() * 1e3,
+    );
+    println!(
+        "process RSS after the HTTP runs: {} MiB",
+        rss_mib().map_or("?".to_string(), |m| m.to_string())
+    );
+    drop(runtime);
+    drop(shared);
 
+    if env_usize("BENCH_SIMULATOR", 1) == 0 {
+        return;
+    }
     // Simulator throughput: filter → score → reserve for each pending pod,
     // recording per-node details as `simulate` does.
     let mut scheduler = build(&objects);

@@ -244,14 +244,24 @@ async fn feed<K>(
         if changes.is_empty() {
             continue;
         }
-        match scheduler.write() {
-            Ok(mut scheduler) => {
-                for change in changes {
-                    scheduler.apply(change);
-                }
-            }
-            Err(_) => return,
+        if !apply_watch_changes(&scheduler, changes) {
+            return;
         }
+    }
+}
+
+/// Applies admitted watch changes to the scheduler state: the one entry
+/// point of watch events (also driven by the benchmark's event storm).
+/// `false` when the state is no longer usable (the feed then stops).
+pub fn apply_watch_changes(scheduler: &SharedScheduler, changes: Vec<Change>) -> bool {
+    match scheduler.write() {
+        Ok(mut scheduler) => {
+            for change in changes {
+                scheduler.apply(change);
+            }
+            true
+        }
+        Err(_) => false,
     }
 }
 
