@@ -64,7 +64,7 @@ impl DeviceSource for FakeNvml {
             .map(|(minor, bus_id)| GpuInfo {
                 uuid: format!("GPU-koord-e2e-{minor}"),
                 minor: minor as i32,
-                memory_total_bytes: 16 * GIB,
+                memory_total: koord_common::units::Bytes(16 * GIB),
                 bus_id: bus_id.to_string(),
                 model: MODEL.to_string(),
                 health: DeviceHealth::Healthy,

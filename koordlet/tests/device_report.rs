@@ -42,7 +42,7 @@ fn gpu(health: DeviceHealth) -> GpuInfo {
     GpuInfo {
         uuid: "GPU-1234".to_string(),
         minor: 0,
-        memory_total_bytes: 24 << 30,
+        memory_total: koord_common::units::Bytes(24 << 30),
         bus_id: "0000:3b:00.0".to_string(),
         model: "NVIDIA L4".to_string(),
         health,

@@ -41,7 +41,7 @@ pub use key::{
 use koord_common::sync::RwLockExt;
 pub use series::{AppendError, BYTES_PER_SAMPLE};
 
-use koord_common::units::CpuTopology;
+use koord_common::units::{Bytes, CpuTopology};
 use series::Series;
 
 /// Default retention of samples (upstream keeps 12 h on disk; 30 min covers
@@ -208,7 +208,7 @@ pub struct MetricCache {
 pub struct GpuDevice {
     pub minor: i32,
     pub uuid: Arc<str>,
-    pub memory_total_bytes: u64,
+    pub memory_total: Bytes,
 }
 
 impl GpuDevice {

@@ -52,7 +52,7 @@ struct Sum {
 impl Sum {
     fn add(&mut self, usage: &GpuProcessUsage) {
         self.sm_util = self.sm_util.saturating_add(u64::from(usage.sm_util));
-        self.memory_bytes = self.memory_bytes.saturating_add(usage.memory_used_bytes);
+        self.memory_bytes = self.memory_bytes.saturating_add(usage.memory_used.0);
     }
 }
 
@@ -64,7 +64,7 @@ pub fn gpu_devices_of(snapshot: &GpuUsageSnapshot) -> Vec<GpuDevice> {
         .map(|gpu| GpuDevice {
             minor: gpu.minor,
             uuid: Arc::from(gpu.uuid.as_str()),
-            memory_total_bytes: gpu.memory_total_bytes,
+            memory_total: gpu.memory_total,
         })
         .collect()
 }
@@ -87,7 +87,7 @@ pub fn gpu_usage_samples(
         out.push(Sample::new(
             node(MetricKind::NodeGpuMemoryTotal),
             now,
-            gpu.memory_total_bytes as f64,
+            gpu.memory_total.0 as f64,
         ));
         let Some(processes) = &gpu.processes else {
             continue;
@@ -300,6 +300,7 @@ mod tests {
     use apis::extension::{PriorityClass, QoSClass};
     use k8s_openapi::api::core::v1::Pod;
     use koord_common::testing::TempDir;
+    use koord_common::units::Bytes;
     use serde_json::{Value, json};
     use std::sync::Mutex;
     use std::time::Duration;
@@ -356,7 +357,7 @@ mod tests {
         GpuProcessUsage {
             pid,
             sm_util,
-            memory_used_bytes: memory_gib * GIB,
+            memory_used: Bytes(memory_gib * GIB),
         }
     }
 
@@ -364,7 +365,7 @@ mod tests {
         GpuUsage {
             minor,
             uuid: uuid(minor),
-            memory_total_bytes: 80 * GIB,
+            memory_total: Bytes(80 * GIB),
             processes: Some(processes),
         }
     }

@@ -469,8 +469,8 @@ fn gpu_usages(
             let pod = subject.pod;
             let core = usage.query(UsageSeries::GpuCore { pod, gpu }, start, end, statistic)?;
             let memory = usage.query(UsageSeries::GpuMemory { pod, gpu }, start, end, statistic)?;
-            let ratio = if gpu.memory_total_bytes > 0 {
-                (100.0 * memory.value / gpu.memory_total_bytes as f64) as i64
+            let ratio = if gpu.memory_total.0 > 0 {
+                (100.0 * memory.value / gpu.memory_total.0 as f64) as i64
             } else {
                 0
             };

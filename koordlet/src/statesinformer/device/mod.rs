@@ -35,6 +35,8 @@ pub mod xpuinfo;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use koord_common::units::Bytes;
+
 pub use reporter::{DeviceReporter, SyncOutcome};
 pub use spec::{DesiredDevice, build_desired_device};
 pub use sysfs::{PciSysfs, RdmaSysfsSource};
@@ -118,7 +120,7 @@ pub struct PciTopology {
 pub struct GpuInfo {
     pub uuid: String,
     pub minor: i32,
-    pub memory_total_bytes: u64,
+    pub memory_total: Bytes,
     /// PCI address in sysfs form (`0000:3b:00.0`).
     pub bus_id: String,
     /// Product name as NVML prints it (`NVIDIA A100-SXM4-80GB`).
@@ -191,7 +193,7 @@ pub struct GpuProcessUsage {
     pub pid: u32,
     /// SM utilisation, percent of this GPU.
     pub sm_util: u32,
-    pub memory_used_bytes: u64,
+    pub memory_used: Bytes,
 }
 
 /// The usage of one GPU, process by process.
@@ -199,7 +201,7 @@ pub struct GpuProcessUsage {
 pub struct GpuUsage {
     pub minor: i32,
     pub uuid: String,
-    pub memory_total_bytes: u64,
+    pub memory_total: Bytes,
     /// `None` when NVML could not list the processes or their utilisation
     /// this round (the reason is in the snapshot's problems): the GPU's
     /// usage is unknown, not zero.

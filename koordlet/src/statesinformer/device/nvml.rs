@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use koord_common::units::Bytes;
+
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
@@ -107,7 +109,7 @@ impl NvmlGpuSource {
         Ok(GpuInfo {
             uuid,
             minor,
-            memory_total_bytes,
+            memory_total: Bytes(memory_total_bytes),
             bus_id,
             model,
             health,
@@ -126,7 +128,7 @@ impl NvmlGpuSource {
         let mut usage = GpuUsage {
             minor,
             uuid,
-            memory_total_bytes,
+            memory_total: Bytes(memory_total_bytes),
             processes: None,
         };
         let processes = device
@@ -189,7 +191,7 @@ pub fn join_process_usage(
             Some(GpuProcessUsage {
                 pid,
                 sm_util: sm_util.min(100),
-                memory_used_bytes: memory.unwrap_or(0),
+                memory_used: Bytes(memory.unwrap_or(0)),
             })
         })
         .collect();

@@ -116,10 +116,10 @@ fn condition_reason(code: &str) -> String {
 /// The Device entry of one GPU. Fails only when its memory size does not
 /// fit a quantity.
 pub fn gpu_device_info(gpu: &GpuInfo, now: &Time) -> Result<DeviceInfo, String> {
-    let memory = i64::try_from(gpu.memory_total_bytes).map_err(|_| {
+    let memory = i64::try_from(gpu.memory_total.0).map_err(|_| {
         format!(
             "GPU {}: memory size {} is out of range",
-            gpu.uuid, gpu.memory_total_bytes
+            gpu.uuid, gpu.memory_total.0
         )
     })?;
     let resources = BTreeMap::from([

@@ -149,7 +149,7 @@ fn gpu(minor: i32, bus_id: &str, memory: u64) -> GpuInfo {
     GpuInfo {
         uuid: format!("GPU-{minor:08}-aaaa-bbbb-cccc-000000000000"),
         minor,
-        memory_total_bytes: memory,
+        memory_total: Bytes(memory),
         bus_id: bus_id.to_string(),
         model: "NVIDIA A100-SXM4-80GB".to_string(),
         health: DeviceHealth::Healthy,
@@ -1131,12 +1131,12 @@ fn nvml_processes_join_their_latest_utilisation_sample_bounded() {
             GpuProcessUsage {
                 pid: 10,
                 sm_util: 100,
-                memory_used_bytes: 0
+                memory_used: Bytes(0)
             },
             GpuProcessUsage {
                 pid: 20,
                 sm_util: 35,
-                memory_used_bytes: GIB
+                memory_used: Bytes(GIB)
             },
         ]
     );
