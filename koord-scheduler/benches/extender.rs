@@ -30,7 +30,7 @@ use koord_scheduler::cache::{Change, Object};
 use koord_scheduler::cluster::apply_watch_changes;
 use koord_scheduler::config::SchedulerConfiguration;
 use koord_scheduler::extender::{ExtenderMetrics, ExtenderState, router};
-use koord_scheduler::framework::{RecordingBinder, Scheduler, SharedScheduler, share_scheduler};
+use koord_scheduler::framework::{RecordingBinder, Scheduler, SharedScheduler};
 use koord_scheduler::simulator::schedule_one;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -562,7 +562,7 @@ fn main() {
         }
         scheduler
     };
-    let shared = share_scheduler(build_served);
+    let shared = Arc::new(std::sync::RwLock::new(build_served()));
     println!(
         "cache and plugin indexes built in {:.1?}; process RSS {} MiB",
         started.elapsed(),

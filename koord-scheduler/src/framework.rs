@@ -20,5 +20,5 @@ pub use plugin::{
 pub use scheduler::{
     DEFAULT_PERMIT_BIND_WAIT, FilterOutcome, MAX_EXTENDER_PRIORITY, PermitStep,
     REASON_INVALID_ALLOCATABLE, ReleasedHold, ReserveError, Scheduler, ScoreOutcome,
-    SharedScheduler, log_released, share_scheduler,
+    SharedScheduler, log_released,
 };

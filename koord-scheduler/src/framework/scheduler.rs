@@ -1031,8 +1031,3 @@ impl Scheduler {
 
 /// Shared handle used by the shells.
 pub type SharedScheduler = Arc<std::sync::RwLock<Scheduler>>;
-
-/// The shared handle over the scheduler `build` returns.
-pub fn share_scheduler(mut build: impl FnMut() -> Scheduler) -> SharedScheduler {
-    Arc::new(std::sync::RwLock::new(build()))
-}
