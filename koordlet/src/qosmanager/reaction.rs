@@ -10,11 +10,12 @@
 //!   (`some <stall> <window>`, polled for `POLLPRI`) that takes a sample at
 //!   once instead of waiting for the timer. [`detect`] says which is usable;
 //!   it is shown as `cpuReaction` by `koordlet capabilities`.
-//! - Hysteresis ([`observe`], pure): a sample at least one step above the LS
-//!   floor raises the floor at once and wakes `cpusuppress`; the floor is
-//!   lowered only after `restore_samples` consecutive samples a step below
-//!   it and `restore_hold` since it last moved, and lowering never wakes:
-//!   the 1 s tick restores BE, by at most 10% of the node per round.
+//! - Hysteresis ([`observe`], pure): a mean of the last `step_samples`
+//!   samples at least one step above the LS floor raises the floor to that
+//!   mean at once and wakes `cpusuppress`; `restore_hold` after the last
+//!   raise the floor falls to the mean of the last `restore_samples`
+//!   samples, and falling never wakes: the 1 s tick restores BE, by at most
+//!   10% of the node per round.
 //! - `cpusuppress` counts LS usage as at least the floor
 //!   ([`QosSnapshot::ls_floor`](super::QosSnapshot)), on woken and ticked
 //!   rounds alike, so a tick fed by older metrics does not undo the reaction.
@@ -23,6 +24,7 @@
 //! `koordlet_cpu_reaction_latency_seconds` (step detected → the woken round
 //! has written its files).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -84,14 +86,17 @@ pub struct ReactionArgs {
     #[arg(long = "cpu-reaction-sample-interval-ms", default_value_t = 20, value_parser = clap::value_parser!(u64).range(5..=1000), value_name = "MS")]
     pub sample_interval_ms: u64,
     /// (ours) LS usage rise, in percent of the node's CPUs, that counts as a
-    /// load step (and how far below the floor a sample must be to count as low).
+    /// load step.
     #[arg(long = "cpu-reaction-step-percent", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100), value_name = "PERCENT")]
     pub step_percent: u64,
-    /// (ours) Consecutive low samples before the LS floor is lowered.
-    #[arg(long = "cpu-reaction-restore-samples", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000), value_name = "COUNT")]
+    /// (ours) Samples averaged to detect a step (1: every sample alone).
+    #[arg(long = "cpu-reaction-step-samples", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50), value_name = "COUNT")]
+    pub step_samples: u32,
+    /// (ours) Samples whose mean the LS floor falls back to after the hold.
+    #[arg(long = "cpu-reaction-restore-samples", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000), value_name = "COUNT")]
     pub restore_samples: u32,
-    /// (ours) Minimum time the LS floor holds after it moved.
-    #[arg(long = "cpu-reaction-restore-hold-ms", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=600_000), value_name = "MS")]
+    /// (ours) Minimum time the LS floor holds after it was raised.
+    #[arg(long = "cpu-reaction-restore-hold-ms", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000), value_name = "MS")]
     pub restore_hold_ms: u64,
 }
 
@@ -101,8 +106,9 @@ impl Default for ReactionArgs {
             mode: ReactionMode::Auto,
             sample_interval_ms: 20,
             step_percent: 10,
+            step_samples: 3,
             restore_samples: 50,
-            restore_hold_ms: 3000,
+            restore_hold_ms: 1000,
         }
     }
 }
@@ -117,6 +123,7 @@ impl ReactionArgs {
         Hysteresis {
             // At least 50m: below that a 20 ms sample is tick-granularity noise.
             step: MilliCpu((capacity.0.max(0) * self.step_percent as i64 / 100).max(50)),
+            step_samples: self.step_samples,
             restore_samples: self.restore_samples,
             restore_hold: Duration::from_millis(self.restore_hold_ms),
         }
@@ -184,22 +191,40 @@ pub fn ls_usage(previous: &CpuacctReading, current: &CpuacctReading) -> Option<M
 /// Hysteresis parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hysteresis {
-    /// A sample this far above the floor is a step; this far below is low.
+    /// A short-window mean this far above the floor is a step.
     pub step: MilliCpu,
-    /// Consecutive low samples before the floor is lowered.
+    /// Samples in the short window that detects a step (1 = each sample alone).
+    pub step_samples: u32,
+    /// Samples in the long window whose mean the floor falls back to.
     pub restore_samples: u32,
-    /// Minimum time since the floor last moved before it is lowered.
+    /// Minimum time since the floor was last raised before it falls.
     pub restore_hold: Duration,
 }
 
-/// The LS floor the sampler holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl Hysteresis {
+    /// Samples kept: enough for both windows.
+    fn window(&self) -> usize {
+        self.restore_samples.max(self.step_samples).max(1) as usize
+    }
+}
+
+/// The LS floor the sampler holds, with the samples behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FloorState {
     pub floor: MilliCpu,
-    /// When the floor last moved (monotonic, since the sampler started).
-    pub moved_at: Duration,
-    /// Consecutive samples a step below the floor.
-    pub low_samples: u32,
+    /// When the floor was last raised (monotonic, since the sampler started).
+    pub raised_at: Duration,
+    /// The latest samples in milli-CPU, oldest first, at most
+    /// [`Hysteresis::window`] of them.
+    recent: VecDeque<i64>,
+}
+
+impl FloorState {
+    fn mean_of_last(&self, count: usize) -> MilliCpu {
+        let count = count.clamp(1, self.recent.len().max(1));
+        let sum: i64 = self.recent.iter().rev().take(count).sum();
+        MilliCpu(sum / count as i64)
+    }
 }
 
 /// What one sample did to the floor.
@@ -213,7 +238,8 @@ pub enum FloorChange {
         to: MilliCpu,
     },
     Held,
-    /// Enough low samples for long enough: BE may be restored (by the tick).
+    /// The long-window mean fell below the floor after the hold time: BE
+    /// may be restored (by the tick).
     Lowered {
         from: MilliCpu,
         to: MilliCpu,
@@ -221,68 +247,69 @@ pub enum FloorChange {
 }
 
 /// Feeds one LS usage sample (at monotonic `now`) to the hysteresis.
+///
+/// A step is the mean of the last `step_samples` samples at least `step`
+/// above the floor: the floor rises to that mean at once. Averaging a few
+/// samples keeps one noisy 20 ms sample from lifting the floor above what
+/// LS really uses (which would hold BE below upstream's formula for as
+/// long as the noise lasts); a real step still shows within a few samples.
+/// The floor falls to the long window's mean once the hold time since the
+/// last raise has passed and the window is full, so in a steady state it
+/// sits at LS's mean usage, and the band between that mean and a step
+/// above it is the hysteresis.
 pub fn observe(
     state: Option<FloorState>,
     sample: MilliCpu,
     now: Duration,
     params: &Hysteresis,
 ) -> (FloorState, FloorChange) {
-    let sample = MilliCpu(sample.0.max(0));
-    let Some(state) = state else {
+    let sample = sample.0.max(0);
+    let window = params.window();
+    let Some(mut state) = state else {
+        let mut recent = VecDeque::with_capacity(window);
+        recent.push_back(sample);
         return (
             FloorState {
-                floor: sample,
-                moved_at: now,
-                low_samples: 0,
+                floor: MilliCpu(sample),
+                raised_at: now,
+                recent,
             },
             FloorChange::Started,
         );
     };
-    if sample.0 >= state.floor.0.saturating_add(params.step.0) {
+    while state.recent.len() >= window {
+        state.recent.pop_front();
+    }
+    state.recent.push_back(sample);
+    let short_mean = state.mean_of_last(params.step_samples as usize);
+    let from = state.floor;
+    if short_mean.0 >= from.0.saturating_add(params.step.0) {
+        state.floor = short_mean;
+        state.raised_at = now;
         return (
-            FloorState {
-                floor: sample,
-                moved_at: now,
-                low_samples: 0,
-            },
+            state,
             FloorChange::Raised {
-                from: state.floor,
-                to: sample,
+                from,
+                to: short_mean,
             },
         );
     }
-    if sample.0 > state.floor.0.saturating_sub(params.step.0) {
-        // Within a step of the floor: not low, the count starts over.
-        return (
-            FloorState {
-                low_samples: 0,
-                ..state
-            },
-            FloorChange::Held,
-        );
+    let held_long_enough = now.saturating_sub(state.raised_at) >= params.restore_hold;
+    let window_full = state.recent.len() >= params.restore_samples.max(1) as usize;
+    if held_long_enough && window_full {
+        let long_mean = state.mean_of_last(params.restore_samples as usize);
+        if long_mean < from {
+            state.floor = long_mean;
+            return (
+                state,
+                FloorChange::Lowered {
+                    from,
+                    to: long_mean,
+                },
+            );
+        }
     }
-    let low_samples = state.low_samples.saturating_add(1);
-    let held_long_enough = now.saturating_sub(state.moved_at) >= params.restore_hold;
-    if low_samples >= params.restore_samples && held_long_enough {
-        return (
-            FloorState {
-                floor: sample,
-                moved_at: now,
-                low_samples: 0,
-            },
-            FloorChange::Lowered {
-                from: state.floor,
-                to: sample,
-            },
-        );
-    }
-    (
-        FloorState {
-            low_samples,
-            ..state
-        },
-        FloorChange::Held,
-    )
+    (state, FloorChange::Held)
 }
 
 /// The LS usage `cpusuppress` must count at least, as published by the sampler.
@@ -735,12 +762,12 @@ fn sample_loop(
             continue;
         };
         previous = Some(reading);
-        let (next, change) = observe(state, usage, at, params);
-        state = Some(next);
+        let (next, change) = observe(state.take(), usage, at, params);
         floor.set(LsFloor {
             cpu: next.floor,
             sampled_at: SystemTime::now(),
         });
+        state = Some(next);
         match change {
             FloorChange::Raised { from, to } => {
                 let wake = Wakeup {
@@ -856,69 +883,68 @@ mod tests {
     fn params() -> Hysteresis {
         Hysteresis {
             step: MilliCpu(200),
+            step_samples: 1,
             restore_samples: 3,
             restore_hold: Duration::from_millis(100),
         }
     }
 
-    #[test]
-    fn hysteresis_rises_at_once_and_lowers_slowly() {
-        let ms = Duration::from_millis;
-        // (time ms, sample milli, expected change, floor after)
-        let steps: &[(u64, i64, FloorChange, i64)] = &[
-            (0, 100, FloorChange::Started, 100),
-            // Below a step: held, nobody woken.
-            (20, 299, FloorChange::Held, 100),
-            (
-                40,
-                300,
-                FloorChange::Raised {
-                    from: MilliCpu(100),
-                    to: MilliCpu(300),
-                },
-                300,
-            ),
-            (
-                60,
-                1200,
-                FloorChange::Raised {
-                    from: MilliCpu(300),
-                    to: MilliCpu(1200),
-                },
-                1200,
-            ),
-            // Noise around the floor never lowers it.
-            (80, 1100, FloorChange::Held, 1200),
-            (100, 1001, FloorChange::Held, 1200),
-            // Low samples: three needed, and 100 ms since the floor moved (60).
-            (120, 0, FloorChange::Held, 1200),
-            (140, 0, FloorChange::Held, 1200),
-            // One sample back near the floor resets the count.
-            (150, 1150, FloorChange::Held, 1200),
-            (160, 0, FloorChange::Held, 1200),
-            (180, 0, FloorChange::Held, 1200),
-            (
-                200,
-                10,
-                FloorChange::Lowered {
-                    from: MilliCpu(1200),
-                    to: MilliCpu(10),
-                },
-                10,
-            ),
-            // Negative samples are clamped.
-            (220, -50, FloorChange::Held, 10),
-        ];
+    /// Feeds `(time ms, sample milli, expected change, floor after)` rows.
+    fn run_rows(params: &Hysteresis, rows: &[(u64, i64, FloorChange, i64)]) -> FloorState {
         let mut state = None;
-        for &(at, sample, change, floor) in steps {
-            let (next, got) = observe(state, MilliCpu(sample), ms(at), &params());
+        for &(at, sample, change, floor) in rows {
+            let (next, got) = observe(state, MilliCpu(sample), Duration::from_millis(at), params);
             assert_eq!((got, next.floor), (change, MilliCpu(floor)), "at {at} ms");
             state = Some(next);
+        }
+        state.expect("rows")
+    }
+
+    fn raised(from: i64, to: i64) -> FloorChange {
+        FloorChange::Raised {
+            from: MilliCpu(from),
+            to: MilliCpu(to),
+        }
+    }
+
+    fn lowered(from: i64, to: i64) -> FloorChange {
+        FloorChange::Lowered {
+            from: MilliCpu(from),
+            to: MilliCpu(to),
         }
     }
 
     #[test]
-    fn hysteresis_waits_for_the_hold_time_even_with_enough_low_samples() {
+    fn hysteresis_rises_at_once_and_falls_to_the_long_mean_after_the_hold() {
+        use FloorChange::{Held, Started};
+        run_rows(
+            &params(),
+            &[
+                (0, 100, Started, 100),
+                // Below a step: held, nobody woken.
+                (20, 299, Held, 100),
+                (40, 300, raised(100, 300), 300),
+                (60, 1200, raised(300, 1200), 1200),
+                // Noise below the floor within the hold time (100 ms after 60).
+                (80, 1100, Held, 1200),
+                (100, 1001, Held, 1200),
+                // Held long enough, window full: the floor falls to the mean
+                // of the last three samples, (1001 + 0 + 0) / 3.
+                (120, 0, Held, 1200),
+                (160, 0, lowered(1200, 333), 333),
+                // The floor follows the long mean down, (0 + 0 + 500) / 3 ...
+                (180, 500, lowered(333, 166), 166),
+                // ... and a step above it raises it again.
+                (200, 400, raised(166, 400), 400),
+                (220, 300, Held, 400),
+                // Negative samples are clamped: (400 + 300 + 0) / 3.
+                (300, -50, lowered(400, 233), 233),
+            ],
+        );
+    }
+
+    #[test]
+    fn hysteresis_waits_for_the_hold_time_and_a_full_window() {
         let ms = Duration::from_millis;
         let params = Hysteresis {
             restore_hold: ms(1000),
@@ -931,14 +957,118 @@ mod tests {
             state = Some(next);
         }
         let (next, change) = observe(state, MilliCpu(0), ms(1000), &params);
+        assert_eq!(change, lowered(1000, 0));
+        assert_eq!(next.raised_at, ms(0), "falling does not restart the hold");
+
+        // A fresh floor with too few samples for the long window holds.
+        let params = Hysteresis {
+            restore_samples: 10,
+            restore_hold: Duration::ZERO,
+            ..params
+        };
+        let mut state = Some(observe(None, MilliCpu(1000), ms(0), &params).0);
+        for at in 1..9 {
+            let (next, change) = observe(state, MilliCpu(0), ms(at), &params);
+            assert_eq!(change, FloorChange::Held, "at {at}");
+            state = Some(next);
+        }
+        let (_, change) = observe(state, MilliCpu(0), ms(9), &params);
         assert_eq!(
             change,
-            FloorChange::Lowered {
-                from: MilliCpu(1000),
-                to: MilliCpu(0)
-            }
+            lowered(1000, 100),
+            "ten samples: (1000 + 9 x 0) / 10"
         );
-        assert_eq!(next.low_samples, 0);
+    }
+
+    #[test]
+    fn a_short_window_ignores_one_noisy_sample_but_catches_a_step() {
+        use FloorChange::{Held, Started};
+        let params = Hysteresis {
+            step_samples: 3,
+            restore_samples: 50,
+            restore_hold: Duration::from_secs(1),
+            ..params()
+        };
+        let state = run_rows(
+            &params,
+            &[
+                (0, 1000, Started, 1000),
+                (20, 1000, Held, 1000),
+                (40, 1000, Held, 1000),
+                // One sample 500m high: the mean of three is 1166m, no step.
+                (60, 1500, Held, 1000),
+                (80, 1000, Held, 1000),
+                (100, 1000, Held, 1000),
+                // A real step to 1800m shows in its first sample,
+                // (1000 + 1000 + 1800) / 3 = 1266m, and the floor climbs
+                // with each of the next two.
+                (120, 1800, raised(1000, 1266), 1266),
+                (140, 1800, raised(1266, 1533), 1533),
+                (160, 1800, raised(1533, 1800), 1800),
+                (180, 1800, Held, 1800),
+            ],
+        );
+        assert_eq!(state.raised_at, Duration::from_millis(160));
+
+        // With one-sample detection (the old behaviour) the noisy sample
+        // alone would have lifted the floor by 500m.
+        let single = Hysteresis {
+            step_samples: 1,
+            ..params
+        };
+        run_rows(
+            &single,
+            &[
+                (0, 1000, Started, 1000),
+                (20, 1500, raised(1000, 1500), 1500),
+            ],
+        );
+    }
+
+    #[test]
+    fn in_a_steady_noisy_load_the_floor_settles_at_the_mean() {
+        // 20 ms samples alternating 700m and 1300m (mean 1000m) after an
+        // idle start: the floor is raised at the step, then falls to the
+        // mean and stays within a step of it.
+        let params = ReactionArgs::default().hysteresis(MilliCpu(2000));
+        let mut state = Some(observe(None, MilliCpu(0), Duration::ZERO, &params).0);
+        let mut raises = 0;
+        for i in 1..=500u64 {
+            let sample = if i % 2 == 0 { 1300 } else { 700 };
+            let (next, change) = observe(
+                state,
+                MilliCpu(sample),
+                Duration::from_millis(20 * i),
+                &params,
+            );
+            if matches!(change, FloorChange::Raised { .. }) {
+                raises += 1;
+            }
+            state = Some(next);
+        }
+        let floor = state.unwrap().floor;
+        assert_eq!(floor, MilliCpu(1000), "the floor settles at the mean");
+        assert!(
+            raises <= 5,
+            "only the step raised the floor ({raises} raises)"
+        );
+    }
+
+    #[test]
+    fn observe_is_deterministic() {
+        let params = ReactionArgs::default().hysteresis(MilliCpu(4000));
+        let feed = || {
+            let mut state = None;
+            let mut changes = Vec::new();
+            for i in 0..300u64 {
+                let sample = MilliCpu(((i * 7919) % 3000) as i64);
+                let (next, change) = observe(state, sample, Duration::from_millis(20 * i), &params);
+                changes.push((change, next.floor));
+                state = Some(next);
+            }
+            changes
+        };
+        assert_eq!(feed(), feed());
     }
 
     #[test]

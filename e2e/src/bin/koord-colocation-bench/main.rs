@@ -992,6 +992,10 @@ fn run_one(
             .arg("--node-slo-file")
             .arg(dir.join("nodeslo.yaml"))
             .args(["--log-level", "warn"])
+            // Each QoS round's notes (cpusuppress's budget formula with the
+            // usages it counted) are debug lines of the runner: keep them in
+            // the run's log, the counterpart of upstream's saved /metrics.
+            .env("RUST_LOG", "koordlet::qosmanager::framework=debug")
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .spawn()
