@@ -99,6 +99,7 @@ impl SnapshotSource {
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
+            ls_sched: None,
             volumes: self.states.volume_lookup(),
             kubelet_root: self
                 .kubelet_root
