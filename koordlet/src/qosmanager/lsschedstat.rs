@@ -19,9 +19,12 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
-use super::framework::QosPod;
+use apis::slo::v1alpha1::cpu_latency_protection;
+
+use super::cpusuppress::threshold_strategy;
+use super::framework::{QosPod, QosSnapshot};
 use super::latencyguard::LsSchedCounters;
 use crate::system::cgroup::{CgroupLayout, CgroupVersion, Controller, QosTier};
 
@@ -231,6 +234,70 @@ impl LsSchedSampler {
     }
 }
 
+/// The runner loop's side of the latency-protection loop: reads the LS
+/// counters into each snapshot while the NodeSLO enables the loop (and
+/// cpusuppress), and nothing otherwise. An invalid extension is logged
+/// once per distinct problem; cpusuppress notes it every round.
+#[derive(Debug)]
+pub struct LatencyShell {
+    sampler: LsSchedSampler,
+    on: bool,
+    last_problem: Option<String>,
+}
+
+impl LatencyShell {
+    pub fn new(proc_root: impl Into<PathBuf>, layout: CgroupLayout) -> Self {
+        Self {
+            sampler: LsSchedSampler::new(proc_root, layout),
+            on: false,
+            last_problem: None,
+        }
+    }
+
+    /// Sets `snapshot.ls_sched` when the loop is on.
+    pub fn update(&mut self, snapshot: &mut QosSnapshot) {
+        let extensions = snapshot
+            .node_slo
+            .as_deref()
+            .and_then(|spec| spec.extensions.as_ref());
+        let wanted = match cpu_latency_protection(extensions) {
+            Ok(settings) => {
+                self.last_problem = None;
+                settings.is_some() && threshold_strategy(snapshot).enable == Some(true)
+            }
+            Err(err) => {
+                let problem = err.to_string();
+                if self.last_problem.as_deref() != Some(problem.as_str()) {
+                    tracing::warn!("{problem}; latency-protection loop off");
+                    self.last_problem = Some(problem);
+                }
+                false
+            }
+        };
+        if wanted != self.on {
+            tracing::info!(on = wanted, "CPU latency-protection loop switched");
+            self.sampler.reset();
+            self.on = wanted;
+        }
+        if !wanted {
+            return;
+        }
+        let started = Instant::now();
+        let (counters, stats) = self
+            .sampler
+            .read(LsSchedSampler::ls_pod_dirs(&snapshot.pods), snapshot.now);
+        tracing::debug!(
+            threads = counters.threads,
+            skipped = counters.threads_skipped,
+            vanished = stats.vanished,
+            unreadable_lists = stats.unreadable_lists,
+            read_us = started.elapsed().as_micros() as u64,
+            "LS schedstat read"
+        );
+        snapshot.ls_sched = Some(counters);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;
@@ -360,5 +427,44 @@ mod tests {
         std::hint::black_box(x);
         let (second, _) = sampler.read([dir.as_path()], SystemTime::UNIX_EPOCH);
         assert!(second.run_ns > first.run_ns, "{first:?} {second:?}");
+    }
+    #[test]
+    fn the_shell_reads_only_while_the_loop_is_on() {
+        use std::sync::Arc;
+
+        use apis::slo::v1alpha1::{ExtensionsMap, NodeSLOSpec, ResourceThresholdStrategy};
+        use serde_json::json;
+
+        let (_tmp, layout, proc_root) = fake_node(&[(10, 1000, 100)]);
+        let mut shell = LatencyShell::new(&proc_root, layout.clone());
+        let snapshot_with = |extension: serde_json::Value, suppress: bool| {
+            let mut snapshot = QosSnapshot::for_test(SystemTime::UNIX_EPOCH);
+            snapshot.layout = layout.clone();
+            let extensions: ExtensionsMap =
+                serde_json::from_value(json!({"Object": {"cpuLatencyProtection": extension}}))
+                    .unwrap();
+            snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
+                resource_used_threshold_with_be: Some(ResourceThresholdStrategy {
+                    enable: Some(suppress),
+                    ..Default::default()
+                }),
+                extensions: Some(extensions),
+                ..Default::default()
+            }));
+            snapshot
+        };
+        let mut on = snapshot_with(json!({"enable": true}), true);
+        shell.update(&mut on);
+        // No LS pod in the snapshot: nothing listed, but a reading.
+        assert_eq!(on.ls_sched.map(|c| c.threads), Some(0));
+        for (extension, suppress) in [
+            (json!({"enable": false}), true),
+            (json!({"enable": true}), false),
+            (json!({"enable": true, "decreaseFactorPercent": 0}), true),
+        ] {
+            let mut snapshot = snapshot_with(extension.clone(), suppress);
+            shell.update(&mut snapshot);
+            assert_eq!(snapshot.ls_sched, None, "{extension} {suppress}");
+        }
     }
 }
