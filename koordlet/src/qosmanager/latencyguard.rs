@@ -39,6 +39,11 @@ pub const QUIET_ROUNDS_BEFORE_INCREASE: u32 = 2;
 /// Below this much LS run time in an interval the ratio is noise; LS is
 /// treated as idle (nothing to protect).
 pub const MIN_LS_RUN_PER_ROUND: Duration = Duration::from_millis(5);
+/// Two readings closer than this are not compared (a round woken by the
+/// reaction path right after a tick): the older baseline is kept, so the
+/// next round covers the whole interval and the loop moves at most about
+/// once per cpusuppress interval.
+pub const MIN_SAMPLE_GAP: Duration = Duration::from_millis(200);
 /// Two readings further apart than this are not compared (the loop was
 /// off, or the shell stalled): the newer one becomes the baseline.
 pub const MAX_SAMPLE_GAP: Duration = Duration::from_secs(30);
@@ -67,6 +72,8 @@ pub enum LsSignal {
     Idle,
     /// No usable interval (first reading, gap, counters went back).
     NoBaseline(&'static str),
+    /// Too soon after the previous reading; compared at the next round.
+    TooSoon,
 }
 
 /// The signal between `previous` and `current`.
@@ -75,6 +82,7 @@ pub fn signal(previous: Option<&LsSchedCounters>, current: &LsSchedCounters) -> 
         return LsSignal::NoBaseline("first reading");
     };
     match current.taken_at.duration_since(previous.taken_at) {
+        Ok(gap) if gap < MIN_SAMPLE_GAP => return LsSignal::TooSoon,
         Ok(gap) if gap <= MAX_SAMPLE_GAP => {}
         Ok(_) => return LsSignal::NoBaseline("readings too far apart"),
         Err(_) => return LsSignal::NoBaseline("reading older than the previous one"),
@@ -173,12 +181,12 @@ pub fn step(
     let quiet = match signal {
         LsSignal::WaitPercent(wait) => wait < band_floor,
         LsSignal::Idle => true,
-        LsSignal::NoBaseline(_) => false,
+        LsSignal::NoBaseline(_) | LsSignal::TooSoon => false,
     };
-    let quiet_rounds = if quiet {
-        state.quiet_rounds.saturating_add(1)
-    } else {
-        0
+    let quiet_rounds = match signal {
+        LsSignal::TooSoon => state.quiet_rounds,
+        _ if quiet => state.quiet_rounds.saturating_add(1),
+        _ => 0,
     };
     let proposed = match signal {
         LsSignal::WaitPercent(wait) if wait > target => {
@@ -202,6 +210,7 @@ pub fn step(
         LsSignal::WaitPercent(wait) => format!("LS run-queue wait {wait:.1}% of run time"),
         LsSignal::Idle => "LS idle".to_string(),
         LsSignal::NoBaseline(why) => format!("no LS wait figure ({why})"),
+        LsSignal::TooSoon => "LS wait compared next round (interval too short)".to_string(),
     };
     let explanation = format!(
         "latency loop: {seen} (target {}%, hold band from {band_floor:.1}%) -> {} BE {current} to {limit} (bounds {min}..{upper})",
@@ -214,9 +223,12 @@ pub fn step(
         signal,
         bounds: (min, upper),
         state: GuardState {
-            // A missing reading keeps the old baseline: the next reading
-            // then covers both intervals.
-            last: counters.copied().or(state.last),
+            // A missing or too early reading keeps the old baseline: the
+            // next reading then covers the whole interval.
+            last: match signal {
+                LsSignal::TooSoon => state.last,
+                _ => counters.copied().or(state.last),
+            },
             limit: Some(limit),
             quiet_rounds,
         },
@@ -457,6 +469,32 @@ mod tests {
             got.explanation.contains("no LS wait figure"),
             "{}",
             got.explanation
+        );
+    }
+
+    #[test]
+    fn a_reading_right_after_the_last_holds_and_keeps_the_baseline() {
+        let soon = LsSchedCounters {
+            taken_at: at(0) + Duration::from_millis(50),
+            ..counters(0, 300, 1000)
+        };
+        let got = step(&settings(), &primed(3000, 1), Some(&soon), &node());
+        assert_eq!(got.signal, LsSignal::TooSoon);
+        assert_eq!(
+            (got.limit, got.direction),
+            (MilliCpu(3000), Direction::Hold)
+        );
+        assert_eq!(got.state.last, Some(counters(0, 0, 0)));
+        assert_eq!(got.state.quiet_rounds, 1);
+        // The bounds still apply at once (an LS step seen by the reaction path).
+        let stepped = NodeFigures {
+            ls_used: MilliCpu(6500),
+            ..node()
+        };
+        let got = step(&settings(), &primed(3000, 1), Some(&soon), &stepped);
+        assert_eq!(
+            (got.limit, got.direction),
+            (MilliCpu(1000), Direction::Decrease)
         );
     }
 
