@@ -978,6 +978,7 @@ fn run_one(
 
     let mut koordlet_pid = None;
     let mut upstream_metrics_port = None;
+    let mut latency_metrics_port = None;
     if let (Some(policy), Some(Agent::Upstream)) = (kind.policy(), kind.agent()) {
         let setup = upstream.ok_or("upstream runs need the cluster setup")?;
         let binary = config.upstream_koordlet.as_ref().expect("checked in run()");
@@ -1047,6 +1048,9 @@ fn run_one(
         koordlet_pid = Some(child.id());
         children.0.push(child);
         wait_for_port(koordlet_port, Duration::from_secs(30))?;
+        if kind == RunKind::KoordletLatency {
+            latency_metrics_port = Some(koordlet_port);
+        }
     }
     // Let the agent see the node before the pattern starts (its collectors
     // need a few samples); the same settling time for every run.
@@ -1120,6 +1124,20 @@ fn run_one(
             Err(e) => eprintln!("koord-colocation-bench: upstream's /metrics: {e}"),
         }
     }
+    if let Some(port) = latency_metrics_port {
+        // What the latency loop did, kept with the run.
+        match upstream::fetch_metrics(port) {
+            Ok(text) => {
+                write_value(&dir.join("koordlet-metrics.txt"), &text)?;
+                load_summary = format!(
+                    "{}; latency loop: {}",
+                    load_summary.trim(),
+                    latency_loop_summary(&text)
+                );
+            }
+            Err(e) => eprintln!("koord-colocation-bench: koordlet's /metrics: {e}"),
+        }
+    }
     drop(children);
 
     let records = read_latencies(&latency_file)?;
@@ -1148,6 +1166,32 @@ fn run_one(
         pattern_start,
     )?;
     Ok(result)
+}
+
+/// The latency loop's metrics in one line: rounds by direction, the last
+/// wait ratio and the last limit.
+fn latency_loop_summary(metrics: &str) -> String {
+    let parts: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("koordlet_cpu_latency_guard_"))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let name = series.trim_start_matches("koordlet_cpu_latency_guard_");
+            let name = match name.split_once('{') {
+                Some((base, labels)) => match labels.split_once("direction=\"") {
+                    Some((_, rest)) => format!("{base}[{}]", rest.split('"').next()?),
+                    None => base.to_string(),
+                },
+                None => name.to_string(),
+            };
+            Some(format!("{name}={value}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "no koordlet_cpu_latency_guard_* metric".into()
+    } else {
+        parts.join(" ")
+    }
 }
 
 /// The two pods as the kubelet lists them (`GET /pods`): ours reads them
@@ -1588,6 +1632,19 @@ mod tests {
             be_cpuset_cpus: 2,
             ls_sched: None,
         }
+    }
+
+    #[test]
+    fn latency_loop_metrics_are_summarised() {
+        let text = "# HELP x\nkoordlet_cpu_latency_guard_adjustments_total{node=\"n\",direction=\"hold\"} 3\nkoordlet_cpu_latency_guard_be_limit_cores{node=\"n\"} 0.1\nkoordlet_other 1\n";
+        assert_eq!(
+            latency_loop_summary(text),
+            "adjustments_total[hold]=3 be_limit_cores=0.1"
+        );
+        assert_eq!(
+            latency_loop_summary("koordlet_other 1\n"),
+            "no koordlet_cpu_latency_guard_* metric"
+        );
     }
 
     #[test]
