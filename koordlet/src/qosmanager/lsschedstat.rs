@@ -120,8 +120,9 @@ impl LsSchedSampler {
         })
     }
 
-    /// The thread ids of `pod_dirs` (each pod and its child cgroups), at
-    /// most `MAX_THREADS_PER_ROUND + 1` (one more tells the cap was hit).
+    /// The thread ids of `pod_dirs` (each pod and its child cgroups); listing
+    /// stops after the file that took the count past `MAX_THREADS_PER_ROUND`
+    /// (each file holds at most [`MAX_TASKS_FILE_BYTES`]).
     pub fn list_threads<'a>(
         &self,
         pod_dirs: impl IntoIterator<Item = &'a Path>,
@@ -234,6 +235,11 @@ impl LsSchedSampler {
     }
 }
 
+/// Readings closer together than this reuse the last one: the runner loop
+/// may build several snapshots a second (strategies due at different times,
+/// reaction wakeups), and the loop compares readings about a second apart.
+pub const MIN_READ_GAP: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The runner loop's side of the latency-protection loop: reads the LS
 /// counters into each snapshot while the NodeSLO enables the loop (and
 /// cpusuppress), and nothing otherwise. An invalid extension is logged
@@ -243,6 +249,7 @@ pub struct LatencyShell {
     sampler: LsSchedSampler,
     on: bool,
     last_problem: Option<String>,
+    last: Option<LsSchedCounters>,
 }
 
 impl LatencyShell {
@@ -251,6 +258,7 @@ impl LatencyShell {
             sampler: LsSchedSampler::new(proc_root, layout),
             on: false,
             last_problem: None,
+            last: None,
         }
     }
 
@@ -277,9 +285,19 @@ impl LatencyShell {
         if wanted != self.on {
             tracing::info!(on = wanted, "CPU latency-protection loop switched");
             self.sampler.reset();
+            self.last = None;
             self.on = wanted;
         }
         if !wanted {
+            return;
+        }
+        if let Some(last) = self.last
+            && snapshot
+                .now
+                .duration_since(last.taken_at)
+                .is_ok_and(|gap| gap < MIN_READ_GAP)
+        {
+            snapshot.ls_sched = Some(last);
             return;
         }
         let started = Instant::now();
@@ -294,6 +312,7 @@ impl LatencyShell {
             read_us = started.elapsed().as_micros() as u64,
             "LS schedstat read"
         );
+        self.last = Some(counters);
         snapshot.ls_sched = Some(counters);
     }
 }
@@ -457,6 +476,16 @@ mod tests {
         shell.update(&mut on);
         // No LS pod in the snapshot: nothing listed, but a reading.
         assert_eq!(on.ls_sched.map(|c| c.threads), Some(0));
+        // A snapshot 100 ms later reuses it; 600 ms later reads again.
+        let first = on.ls_sched.unwrap();
+        let mut soon = snapshot_with(json!({"enable": true}), true);
+        soon.now = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(100);
+        shell.update(&mut soon);
+        assert_eq!(soon.ls_sched, Some(first));
+        let mut later = snapshot_with(json!({"enable": true}), true);
+        later.now = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(600);
+        shell.update(&mut later);
+        assert_eq!(later.ls_sched.map(|c| c.taken_at), Some(later.now));
         for (extension, suppress) in [
             (json!({"enable": false}), true),
             (json!({"enable": true}), false),
