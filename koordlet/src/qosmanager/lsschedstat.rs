@@ -403,6 +403,35 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_v2_lists_threads_from_cgroup_threads() {
+        let tmp = TempDir::new("lsschedstat-v2").unwrap();
+        let pod = tmp
+            .path()
+            .join("cgroup/kubepods.slice/kubepods-burstable.slice/pod.slice");
+        fs::create_dir_all(pod.join("cri-containerd-abc.scope")).unwrap();
+        fs::write(pod.join("cgroup.threads"), "").unwrap();
+        fs::write(pod.join("cri-containerd-abc.scope/cgroup.threads"), "21\n").unwrap();
+        // A v1-style tasks file is not looked at on v2.
+        fs::write(pod.join("cri-containerd-abc.scope/tasks"), "22\n").unwrap();
+        let proc_root = tmp.path().join("proc");
+        for id in [21, 22] {
+            fs::create_dir_all(proc_root.join(id.to_string())).unwrap();
+            fs::write(proc_root.join(format!("{id}/schedstat")), "10 5 1\n").unwrap();
+        }
+        let layout = CgroupLayout::new(
+            CgroupVersion::V2,
+            CgroupDriver::Systemd,
+            tmp.path().join("cgroup"),
+        );
+        let mut sampler = LsSchedSampler::new(&proc_root, layout);
+        let dir = PathBuf::from("kubepods.slice/kubepods-burstable.slice/pod.slice");
+        let mut stats = ReadStats::default();
+        assert_eq!(sampler.list_threads([dir.as_path()], &mut stats), [21]);
+        let (counters, _) = sampler.read([dir.as_path()], SystemTime::UNIX_EPOCH);
+        assert_eq!(counters.threads, 1);
+    }
+
+    #[test]
     fn the_thread_cap_holds() {
         let ids: Vec<(u32, u64, u64)> = (1..=(MAX_THREADS_PER_ROUND as u32 + 50))
             .map(|id| (id, 0, 0))
