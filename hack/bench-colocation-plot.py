@@ -25,7 +25,7 @@ def read(path):
 
 def main(out):
     runs = sorted(d for d in os.listdir(out) if os.path.isfile(os.path.join(out, d, "timeseries.csv")))
-    order = ["ls-alone", "no-agent", "koordlet-cfsquota", "upstream-cfsquota", "koordlet-cpuset", "upstream-cpuset"]
+    order = ["ls-alone", "no-agent", "koordlet-cfsquota", "upstream-cfsquota", "koordlet-cpuset", "upstream-cpuset", "koordlet-latency"]
     runs.sort(key=lambda r: order.index(r) if r in order else len(order))
     if not runs:
         sys.exit(f"no run under {out} has a timeseries.csv")

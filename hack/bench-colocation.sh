@@ -10,6 +10,9 @@
 #   no-agent           LS + BE, nothing enforcing
 #   koordlet-cfsquota  LS + BE under koordlet --standalone, cpusuppress cfsQuota
 #   koordlet-cpuset    the same with the cpuset policy
+#   koordlet-latency   cfsQuota with the cpuLatencyProtection NodeSLO extension
+#                      on (ours: BE sized from the LS threads' run-queue wait,
+#                      target --latency-target PERCENT of their run time)
 #   upstream-cfsquota  LS + BE under upstream's koordlet (Go), cpusuppress
 #   upstream-cpuset    cfsQuota, then cpuset (only with --upstream-koordlet)
 # The LS service, the load generator and the BE job are parts of one binary
@@ -38,7 +41,9 @@
 # Usage: hack/bench-colocation.sh [--no-build] [--koordlet PATH] [--out DIR]
 #            [--upstream-koordlet PATH]
 #            [--phase-seconds N] [--work-us N] [--threshold PERCENT]
-#            [--runs ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,...]
+#            [--latency-target PERCENT]
+#            [--runs ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
+#                    koordlet-latency,...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,8 +60,8 @@ while [ $# -gt 0 ]; do
         --koordlet) koordlet=$2; build=0; shift 2 ;;
         --upstream-koordlet) upstream=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        --phase-seconds|--work-us|--threshold|--runs|--conns) pass+=("$1" "$2"); shift 2 ;;
-        -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target) pass+=("$1" "$2"); shift 2 ;;
+        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done

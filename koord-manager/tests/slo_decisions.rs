@@ -578,3 +578,117 @@ fn the_origin_annotation_records_batch_before_third_party_allocations() {
     assert_eq!(zero["resources"][BATCH_CPU], "0");
     assert_eq!(zero["resources"][BATCH_MEMORY], "0");
 }
+
+/// (ours) `cpu-latency-protection-config` renders into the NodeSLO extension
+/// `cpuLatencyProtection`; other extensions are kept.
+#[test]
+fn latency_protection_config_renders_into_the_node_slo_extension() {
+    use apis::slo::v1alpha1::cpu_latency_protection;
+
+    let db = node("db-1", json!({"pool": "db"}), ("8", "32Gi"), ("8", "32Gi"));
+    let web = node(
+        "web-1",
+        json!({"pool": "web"}),
+        ("8", "32Gi"),
+        ("8", "32Gi"),
+    );
+    let cfg = config(&[(
+        "cpu-latency-protection-config",
+        json!({"nodeStrategies": [{
+            "name": "db",
+            "nodeSelector": {"matchLabels": {"pool": "db"}},
+            "enable": true,
+            "targetWaitPercent": 15,
+        }]}),
+    )]);
+    // An extension someone else wrote is already there.
+    let mut existing: NodeSLO = serde_json::from_value(json!({
+        "apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+        "metadata": {"name": "db-1", "resourceVersion": "3"},
+        "spec": {"extensions": {"Object": {"other": {"x": 1}}}},
+    }))
+    .unwrap();
+    let NodeSloAction::Update(updated) =
+        reconcile_node_slo("db-1", Some(&db), Some(&existing), &cfg)
+    else {
+        panic!("expected an update");
+    };
+    let extensions = updated.spec.extensions.as_ref().unwrap();
+    assert_eq!(extensions.object["other"], json!({"x": 1}));
+    assert_eq!(
+        extensions.object["cpuLatencyProtection"],
+        json!({"enable": true, "targetWaitPercent": 15})
+    );
+    let settings = cpu_latency_protection(Some(extensions)).unwrap().unwrap();
+    assert_eq!(settings.target_wait_percent, 15);
+    // Rendered again: nothing to do.
+    assert_eq!(
+        reconcile_node_slo("db-1", Some(&db), Some(&updated), &cfg),
+        NodeSloAction::None
+    );
+    // A node no strategy matches gets no extension.
+    let NodeSloAction::Create(created) = reconcile_node_slo("web-1", Some(&web), None, &cfg) else {
+        panic!("expected a create");
+    };
+    assert!(
+        !created
+            .spec
+            .extensions
+            .as_ref()
+            .unwrap()
+            .object
+            .contains_key("cpuLatencyProtection")
+    );
+    // The strategy dropped from the key: the extension goes, "other" stays.
+    let dropped = config(&[(
+        "cpu-latency-protection-config",
+        json!({"nodeStrategies": []}),
+    )]);
+    existing = (*updated).clone();
+    let NodeSloAction::Update(removed) =
+        reconcile_node_slo("db-1", Some(&db), Some(&existing), &dropped)
+    else {
+        panic!("expected an update");
+    };
+    let extensions = removed.spec.extensions.as_ref().unwrap();
+    assert!(!extensions.object.contains_key("cpuLatencyProtection"));
+    assert_eq!(extensions.object["other"], json!({"x": 1}));
+    // Without the key the extension is left as it is.
+    assert_eq!(
+        reconcile_node_slo(
+            "db-1",
+            Some(&db),
+            Some(&updated),
+            &SloControllerConfig::default()
+        ),
+        NodeSloAction::None
+    );
+}
+
+/// (ours) An invalid `cpu-latency-protection-config` is refused with its
+/// problem and the last valid value stays in force.
+#[test]
+fn an_invalid_latency_protection_config_is_refused_and_the_last_valid_kept() {
+    let key = "cpu-latency-protection-config";
+    let good = json!({"clusterStrategy": {"enable": true, "targetWaitPercent": 20}}).to_string();
+    let bad = json!({"clusterStrategy": {"enable": true, "targetWaitPercent": 0}}).to_string();
+    let mut state = ConfigState::default();
+    let data = |value: &str| BTreeMap::from([(key.to_owned(), value.to_owned())]);
+    assert_eq!(
+        state.offer(Some(&data(&good))).outcome(),
+        ConfigOutcome::Applied
+    );
+    let update = state.offer(Some(&data(&bad)));
+    let ConfigOutcome::Rejected(text) = update.outcome() else {
+        panic!("expected a rejection: {update:?}");
+    };
+    assert!(
+        text.contains("cpu-latency-protection-config") && text.contains("targetWaitPercent = 0"),
+        "{text}"
+    );
+    assert_eq!(state.current().other_keys[key], good);
+    // Never valid: not kept at all.
+    let mut fresh = ConfigState::default();
+    fresh.offer(Some(&data(&bad)));
+    assert!(!fresh.current().other_keys.contains_key(key));
+}

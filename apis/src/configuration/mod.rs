@@ -16,12 +16,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub mod defaults;
+pub mod latency_protection;
 pub mod merge;
 pub mod selector;
 pub mod types;
 pub mod validate;
 
 pub use defaults::*;
+pub use latency_protection::*;
 pub use merge::*;
 pub use selector::*;
 pub use types::*;

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use apis::configuration::{
-    ALL_CONFIG_KEYS, COLOCATION_CONFIG_KEY, CPU_BURST_CONFIG_KEY, CPU_NORMALIZATION_CONFIG_KEY,
+    ALL_CONFIG_KEYS, COLOCATION_CONFIG_KEY, CPU_BURST_CONFIG_KEY,
+    CPU_LATENCY_PROTECTION_CONFIG_KEY, CPU_NORMALIZATION_CONFIG_KEY, CPULatencyProtectionCfg,
     ColocationStrategy, HOST_APPLICATION_CONFIG_KEY, RESOURCE_AMPLIFICATION_CONFIG_KEY,
     RESOURCE_QOS_CONFIG_KEY, RESOURCE_THRESHOLD_CONFIG_KEY, SYSTEM_CONFIG_KEY, SloConfigParseError,
     SloControllerConfig, ValidationErrors, apply_node_colocation_overrides,
@@ -243,11 +244,27 @@ impl ConfigState {
                     take_key(&mut self.current, &candidate, key);
                     self.settled.insert(key.to_owned());
                 }
+                let last_latency = self
+                    .current
+                    .other_keys
+                    .get(CPU_LATENCY_PROTECTION_CONFIG_KEY)
+                    .cloned();
                 self.current.other_keys = candidate.other_keys;
                 self.refused = problems
                     .into_iter()
                     .map(|(key, list)| (key.to_owned(), list.join("; ")))
                     .collect();
+                // Our key lives among the other keys: checked here, and kept
+                // at its last valid value when refused, like upstream's keys.
+                if let Err(err) = CPULatencyProtectionCfg::from_other_keys(&self.current.other_keys)
+                {
+                    let key = CPU_LATENCY_PROTECTION_CONFIG_KEY.to_owned();
+                    match last_latency {
+                        Some(value) => self.current.other_keys.insert(key.clone(), value),
+                        None => self.current.other_keys.remove(&key),
+                    };
+                    self.refused.insert(key, err.to_string());
+                }
                 update.refused = self.refused.clone();
             }
         }

@@ -5,15 +5,19 @@
 use std::collections::BTreeMap;
 
 use apis::configuration::{
-    CPUBurstCfg, HostApplicationCfg, ResourceQOSCfg, ResourceThresholdCfg, SloControllerConfig,
-    SystemCfg,
+    CPUBurstCfg, CPULatencyProtectionCfg, HostApplicationCfg, ResourceQOSCfg, ResourceThresholdCfg,
+    SloControllerConfig, SystemCfg,
 };
 use apis::extension::get_node_total_bandwidth;
-use apis::slo::v1alpha1::{NodeSLO, NodeSLOSpec};
+use apis::slo::v1alpha1::{
+    CPU_LATENCY_PROTECTION_EXTENSION_KEY, ExtensionsMap, NodeSLO, NodeSLOSpec,
+};
 use k8s_openapi::api::core::v1::Node;
 
 /// The NodeSLO spec of `node` under `config`. Extensions already on the
-/// NodeSLO (`previous`) are kept: no extension plugin rewrites them here.
+/// NodeSLO (`previous`) are kept, except `cpuLatencyProtection` (ours),
+/// which [`latency_protection_extension`] renders from the config's
+/// `cpu-latency-protection-config` key when that key is set.
 pub fn node_slo_spec(
     config: &SloControllerConfig,
     node: &Node,
@@ -49,13 +53,47 @@ pub fn node_slo_spec(
             None => CPUBurstCfg::default().strategy_for_node(labels),
         }),
         system_strategy: Some(system),
-        extensions: Some(
+        extensions: Some(latency_protection_extension(
+            config,
+            labels,
             previous
                 .and_then(|spec| spec.extensions.clone())
                 .unwrap_or_default(),
-        ),
+        )),
         host_applications,
     }
+}
+
+/// `extensions` with `cpuLatencyProtection` set from the config's
+/// `cpu-latency-protection-config` key: the node's strategy when one applies,
+/// removed when none does. Without the key, or with an invalid one (refused
+/// and reported when the config is read, see `config::ConfigState`), the
+/// extension is left as it is, as upstream keeps extensions it has no
+/// plugin for.
+pub fn latency_protection_extension(
+    config: &SloControllerConfig,
+    labels: &BTreeMap<String, String>,
+    mut extensions: ExtensionsMap,
+) -> ExtensionsMap {
+    let Ok(Some(cfg)) = CPULatencyProtectionCfg::from_other_keys(&config.other_keys) else {
+        return extensions;
+    };
+    let rendered = cfg
+        .strategy_for_node(labels)
+        .and_then(|strategy| serde_json::to_value(strategy).ok());
+    match rendered {
+        Some(value) => {
+            extensions
+                .object
+                .insert(CPU_LATENCY_PROTECTION_EXTENSION_KEY.to_owned(), value);
+        }
+        None => {
+            extensions
+                .object
+                .remove(CPU_LATENCY_PROTECTION_EXTENSION_KEY);
+        }
+    }
+    extensions
 }
 
 /// What to do about one node's NodeSLO.

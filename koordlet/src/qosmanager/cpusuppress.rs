@@ -32,6 +32,7 @@ use apis::extension::QoSClass;
 use apis::slo::v1alpha1::{CPUSuppressPolicy, ResourceThresholdStrategy};
 
 use super::framework::{Decision, QosSnapshot, Strategy};
+use super::latencyguard;
 use crate::system::cgroup::{CgroupResource, CgroupValue, QosTier};
 use koord_common::units::{CfsQuota, CpuSet, DEFAULT_CFS_PERIOD_US, MilliCpu};
 use koord_common::units::{CpuInfo, CpuTopology};
@@ -67,6 +68,8 @@ pub struct CpuSuppressState {
     /// The restore was decided and (as the runner commits this state only
     /// after the writes succeeded) carried out.
     pub quota_restored: bool,
+    /// The latency-protection loop's memory (default while it is off).
+    pub latency: latencyguard::GuardState,
 }
 
 /// The threshold strategy of `snapshot` over upstream's defaults.
@@ -479,7 +482,22 @@ impl Strategy for CpuSuppress {
                 "Number of cpu cores used by LS. We consider non-BE pods and podMeta-missing pods as LS.",
             ),
             (GAUGE_BE_USED, "Number of cpu cores used by BE."),
+            (
+                latencyguard::GAUGE_WAIT_RATIO,
+                "(ours) LS run-queue wait over LS CPU run time in the last cpusuppress interval, seen by the latency-protection loop",
+            ),
+            (
+                latencyguard::GAUGE_LIMIT_CORES,
+                "(ours) BE CPU limit in cores chosen by the latency-protection loop",
+            ),
         ]
+    }
+
+    fn counters(&self) -> &'static [(&'static str, &'static str)] {
+        &[(
+            latencyguard::COUNTER_ADJUSTMENTS,
+            "(ours) latency-protection loop rounds by direction (increase, decrease, hold)",
+        )]
     }
 
     fn decide(
@@ -506,6 +524,7 @@ impl CpuSuppress {
             decision.info(format!("kubelet CPU manager input left out: {problem}"));
         }
         if strategy.enable != Some(true) {
+            next.latency = latencyguard::GuardState::default();
             Self::restore_quota(next, &mut decision, snapshot, "suppress disabled");
             restore_cpuset(&mut decision, snapshot, "suppress disabled");
             decision.skip(
@@ -572,6 +591,15 @@ impl CpuSuppress {
         }
         decision.gauge(GAUGE_LS_USED, vec![], budget.non_be_used.as_cores());
         decision.gauge(GAUGE_BE_USED, vec![], budget.be_used.as_cores());
+        if let Some((limit, explanation)) = latency_loop(snapshot, &budget, next, &mut decision) {
+            // The loop replaces the threshold formula; cpuSuppressMinPercent
+            // still floors it.
+            let limit = budget.min.map_or(limit, |min| limit.max(min));
+            let formula = format!("BE budget {limit} from the {explanation}{floor_note}");
+            budget.budget = limit;
+            decision.info(formula.clone());
+            return Self::apply_budget(snapshot, next, decision, policy, budget, formula);
+        }
         // MilliCpu displays with its unit: "1700m".
         let formula = format!(
             "BE budget {} = capacity {} x {}% - non-BE used {} - system used {}{}",
@@ -586,6 +614,20 @@ impl CpuSuppress {
                 .unwrap_or_default()
         ) + &floor_note;
         decision.info(formula.clone());
+        Self::apply_budget(snapshot, next, decision, policy, budget, formula)
+    }
+
+    /// The BE quota or cpuset for `budget` (the formula's or the latency
+    /// loop's), explained by `formula`.
+    fn apply_budget(
+        snapshot: &QosSnapshot,
+        next: &mut CpuSuppressState,
+        mut decision: Decision,
+        policy: CPUSuppressPolicy,
+        budget: SuppressBudget,
+        formula: String,
+    ) -> Decision {
+        let capacity = budget.capacity;
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
         if policy == CPUSuppressPolicy::CfsQuota {
             let current = match snapshot.current(&be_dir, CgroupResource::CpuCfsQuota) {
@@ -660,6 +702,65 @@ impl CpuSuppress {
         }
         decision
     }
+}
+
+/// The latency-protection loop's BE limit and explanation when its NodeSLO
+/// extension enables it (see [`latencyguard`]); `None` (and its state
+/// reset) when off or invalid, so the threshold formula applies.
+fn latency_loop(
+    snapshot: &QosSnapshot,
+    budget: &SuppressBudget,
+    next: &mut CpuSuppressState,
+    decision: &mut Decision,
+) -> Option<(MilliCpu, String)> {
+    let extensions = snapshot
+        .node_slo
+        .as_deref()
+        .and_then(|spec| spec.extensions.as_ref());
+    let settings = match apis::slo::v1alpha1::cpu_latency_protection(extensions) {
+        Ok(Some(settings)) => settings,
+        Ok(None) => {
+            next.latency = latencyguard::GuardState::default();
+            return None;
+        }
+        Err(err) => {
+            decision.info(format!(
+                "{err}; latency-protection loop off, threshold formula used"
+            ));
+            next.latency = latencyguard::GuardState::default();
+            return None;
+        }
+    };
+    let node = latencyguard::NodeFigures {
+        capacity: budget.capacity,
+        ls_used: budget.non_be_used,
+        system_used: budget.system_used,
+        formula_budget: budget.budget,
+    };
+    let step = latencyguard::step(&settings, &next.latency, snapshot.ls_sched.as_ref(), &node);
+    if let latencyguard::LsSignal::WaitPercent(percent) = step.signal {
+        decision.gauge(latencyguard::GAUGE_WAIT_RATIO, vec![], percent / 100.0);
+    }
+    decision.gauge(
+        latencyguard::GAUGE_LIMIT_CORES,
+        vec![],
+        step.limit.as_cores(),
+    );
+    decision.count(
+        latencyguard::COUNTER_ADJUSTMENTS,
+        vec![("direction", step.direction.as_str().to_string())],
+        1,
+    );
+    if let Some(counters) = &snapshot.ls_sched
+        && counters.threads_skipped > 0
+    {
+        decision.info(format!(
+            "latency loop read {} LS threads and left {} out (cap)",
+            counters.threads, counters.threads_skipped
+        ));
+    }
+    next.latency = step.state;
+    Some((step.limit, step.explanation))
 }
 
 #[cfg(test)]
@@ -982,7 +1083,10 @@ mod tests {
     fn decide_is_deterministic_for_every_policy_and_state() {
         for (kind, snapshot) in rounds_of_each_policy() {
             for quota_restored in [false, true] {
-                let state = CpuSuppressState { quota_restored };
+                let state = CpuSuppressState {
+                    quota_restored,
+                    ..Default::default()
+                };
                 let (decision, _) = assert_deterministic(&CpuSuppress, &snapshot, &state);
                 assert!(!decision.writes.is_empty(), "{kind}: {decision:?}");
             }
@@ -1006,6 +1110,7 @@ mod tests {
             let (_, snapshot) = rounds.iter().find(|(k, _)| *k == kind).unwrap();
             let state = CpuSuppressState {
                 quota_restored: before,
+                ..Default::default()
             };
             let (decision, next) = CpuSuppress.decide(snapshot, &state);
             assert_eq!(
@@ -1062,7 +1167,8 @@ mod tests {
         assert_eq!(
             runner.committed_state::<CpuSuppressState>(0),
             Some(&CpuSuppressState {
-                quota_restored: true
+                quota_restored: true,
+                ..Default::default()
             })
         );
 
@@ -1560,5 +1666,192 @@ mod tests {
             decision.notes.iter().any(|n| n.text.contains("ignored")),
             "{decision:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod latency_loop_tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use apis::extension::QoSClass;
+    use apis::slo::v1alpha1::{ExtensionsMap, NodeSLOSpec};
+    use serde_json::json;
+
+    use super::*;
+    use crate::qosmanager::framework::testing::{Rounds, assert_deterministic};
+    use crate::qosmanager::framework::{MapReader, MetricSample, QosPod};
+    use crate::qosmanager::latencyguard::LsSchedCounters;
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
+    }
+
+    fn be_dir() -> PathBuf {
+        PathBuf::from("kubepods/besteffort")
+    }
+
+    fn pod(name: &str, qos: QoSClass, tier: QosTier, usage: f64, now: SystemTime) -> QosPod {
+        let layout = QosSnapshot::for_test(now).layout;
+        QosPod {
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            name: name.into(),
+            qos,
+            qos_label: qos,
+            kube_qos: tier,
+            priority: apis::extension::PriorityClass::None,
+            priority_value: 0,
+            phase: "Running".into(),
+            cgroup_dir: layout.pod_dir(tier, &format!("uid-{name}")).unwrap(),
+            containers: Vec::new(),
+            allocated_cpus: None,
+            cpu_usage: Some(MetricSample::new(usage, now)),
+            memory_usage: None,
+            kube_index: None,
+        }
+    }
+
+    /// 8 CPUs, cfsQuota, threshold 65 %, LS 3 cores, BE 1 core, node 4.5:
+    /// the formula gives 1700m. `extension` goes under cpuLatencyProtection.
+    fn snapshot(
+        seconds: u64,
+        extension: serde_json::Value,
+        wait_ms: u64,
+        run_ms: u64,
+    ) -> QosSnapshot {
+        let now = at(seconds);
+        let mut snapshot = QosSnapshot::for_test(now);
+        let extensions: ExtensionsMap =
+            serde_json::from_value(json!({"Object": {"cpuLatencyProtection": extension}})).unwrap();
+        snapshot.node_slo = Some(Arc::new(NodeSLOSpec {
+            resource_used_threshold_with_be: Some(ResourceThresholdStrategy {
+                enable: Some(true),
+                cpu_suppress_threshold_percent: Some(65),
+                cpu_suppress_policy: Some(CPUSuppressPolicy::CfsQuota),
+                ..Default::default()
+            }),
+            extensions: Some(extensions),
+            ..Default::default()
+        }));
+        snapshot.node.cpu_capacity = MilliCpu(8000);
+        snapshot.node_usage.cpu = Some(MetricSample::new(4.5, now));
+        snapshot.pods = vec![
+            pod("ls", QoSClass::LS, QosTier::Burstable, 3.0, now),
+            pod("be", QoSClass::BE, QosTier::BestEffort, 1.0, now),
+        ];
+        snapshot.reader = Arc::new(MapReader::default().with(
+            be_dir(),
+            CgroupResource::CpuCfsQuota,
+            CgroupValue::Unlimited,
+        ));
+        snapshot.ls_sched = Some(LsSchedCounters {
+            taken_at: now,
+            wait_ns: wait_ms * 1_000_000,
+            run_ns: run_ms * 1_000_000,
+            threads: 4,
+            threads_skipped: 0,
+        });
+        snapshot
+    }
+
+    fn quota(decision: &Decision) -> Option<i64> {
+        match decision.write_for(&be_dir(), CgroupResource::CpuCfsQuota) {
+            Some(CgroupValue::Int(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    fn on() -> serde_json::Value {
+        json!({"enable": true, "targetWaitPercent": 10, "minBECPUPercent": 5})
+    }
+
+    #[test]
+    fn the_loop_replaces_the_formula_and_follows_the_wait() {
+        let mut rounds = Rounds::new(CpuSuppress);
+        // First round: no interval yet, the loop starts from the formula (1700m).
+        let first = rounds.decide(&snapshot(0, on(), 0, 0));
+        assert_eq!(quota(&first), Some(170_000), "{first:?}");
+        assert!(
+            first
+                .notes
+                .iter()
+                .any(|n| n.text.contains("from the latency loop")),
+            "{first:?}"
+        );
+        // 30 % wait: halved to 850m.
+        let cut = rounds.decide(&snapshot(1, on(), 300, 1000));
+        assert_eq!(quota(&cut), Some(85_000), "{cut:?}");
+        assert!(cut.counters.iter().any(|c| c.labels[0].1 == "decrease"));
+        assert!(
+            cut.gauges
+                .iter()
+                .any(|g| g.name == latencyguard::GAUGE_WAIT_RATIO && (g.value - 0.3).abs() < 1e-9)
+        );
+        // Quiet LS (1 %): holds one round, then grows by 400m a round, past
+        // the formula's 1700m up to 8000 - 3000 - 500 = 4500m. (The test's
+        // reader always shows an unlimited quota, so every round writes.)
+        let mut quotas = Vec::new();
+        for second in 2..=12 {
+            let wait = 300 + (second - 1) * 10;
+            let run = 1000 * second;
+            let decision = rounds.decide(&snapshot(second, on(), wait, run));
+            if let Some(q) = quota(&decision) {
+                quotas.push(q);
+            }
+        }
+        assert_eq!(
+            quotas,
+            [
+                85_000, 125_000, 165_000, 205_000, 245_000, 285_000, 325_000, 365_000, 405_000,
+                445_000, 450_000
+            ],
+        );
+        // The same rounds are deterministic.
+        let state = rounds.state.clone();
+        let (decision, _) =
+            assert_deterministic(&CpuSuppress, &snapshot(13, on(), 420, 13_000), &state);
+        assert!(decision.skip_reason().is_none(), "{decision:?}");
+    }
+
+    #[test]
+    fn an_invalid_extension_keeps_the_formula_with_a_note() {
+        let bad = json!({"enable": true, "targetWaitPercent": 0});
+        let decision = CpuSuppress
+            .decide(&snapshot(0, bad, 0, 0), &Default::default())
+            .0;
+        assert_eq!(quota(&decision), Some(170_000));
+        assert!(
+            decision
+                .notes
+                .iter()
+                .any(|n| n.text.contains("targetWaitPercent = 0")
+                    && n.text.contains("threshold formula used")),
+            "{decision:?}"
+        );
+        assert!(decision.counters.is_empty());
+        let off = json!({"enable": false});
+        let (decision, state) = CpuSuppress.decide(&snapshot(0, off, 0, 0), &Default::default());
+        assert_eq!(quota(&decision), Some(170_000));
+        assert_eq!(state.latency, Default::default());
+    }
+
+    #[test]
+    fn cpu_suppress_min_percent_still_floors_the_loop() {
+        let mut rounds = Rounds::new(CpuSuppress);
+        let with_min = |seconds, wait, run| {
+            let mut s = snapshot(seconds, on(), wait, run);
+            let mut spec = (*s.node_slo.take().unwrap()).clone();
+            spec.resource_used_threshold_with_be
+                .as_mut()
+                .unwrap()
+                .cpu_suppress_min_percent = Some(20);
+            s.node_slo = Some(Arc::new(spec));
+            s
+        };
+        rounds.decide(&with_min(0, 0, 0));
+        // Heavy wait: the loop goes to 850m, the 20 % floor keeps 1600m.
+        let decision = rounds.decide(&with_min(1, 500, 1000));
+        assert_eq!(quota(&decision), Some(160_000), "{decision:?}");
     }
 }

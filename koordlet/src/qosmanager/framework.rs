@@ -336,6 +336,10 @@ pub struct QosSnapshot {
     /// [`super::reaction`]); `cpusuppress` counts LS as using at least this.
     /// `None` without the reaction path.
     pub ls_floor: Option<super::reaction::LsFloor>,
+    /// The LS threads' cumulative scheduling counters, read by the shell
+    /// while the latency-protection loop is on (see [`super::latencyguard`]);
+    /// `None` otherwise or when they could not be read.
+    pub ls_sched: Option<super::latencyguard::LsSchedCounters>,
     /// PVC → PV lookups (blkio `podvolume` blocks).
     pub volumes: Arc<dyn crate::statesinformer::volumes::VolumeLookup>,
     /// The kubelet's root directory (`--var-lib-kubelet-dir`), under which
@@ -380,6 +384,7 @@ impl QosSnapshot {
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
+            ls_sched: None,
             volumes: Arc::new(crate::statesinformer::volumes::MapVolumeLookup::default()),
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
         }
@@ -493,6 +498,15 @@ pub struct GaugeValue {
     pub value: f64,
 }
 
+/// A counter increment a strategy reports; `name` must be one its
+/// [`Strategy::counters`] declared. The runner adds the `node` label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterIncrement {
+    pub name: &'static str,
+    pub labels: Vec<(&'static str, String)>,
+    pub by: u64,
+}
+
 /// What a note says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoteKind {
@@ -518,6 +532,8 @@ pub struct Decision {
     pub evictions: Vec<EvictionRequest>,
     pub notes: Vec<Note>,
     pub gauges: Vec<GaugeValue>,
+    /// Counter increments, added when the decision is carried out.
+    pub counters: Vec<CounterIncrement>,
     /// An eviction strategy's account of the round (tasks, victims, dry
     /// runs), served by `GET /qos/explain?evictions`.
     pub eviction_report: Option<super::evictreport::EvictionReport>,
@@ -596,6 +612,10 @@ impl Decision {
             labels,
             value,
         });
+    }
+
+    pub fn count(&mut self, name: &'static str, labels: Vec<(&'static str, String)>, by: u64) {
+        self.counters.push(CounterIncrement { name, labels, by });
     }
 
     /// Whether the decision says it did nothing.
@@ -795,6 +815,12 @@ pub trait Strategy: Send + Sync + 'static {
         &[]
     }
 
+    /// Extra counters `(name without the koordlet_ prefix and the _total
+    /// suffix, help)` this strategy reports through [`Decision::counters`].
+    fn counters(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     /// The pure decision for one round: the actions, and the state to keep
     /// if they are carried out. Same snapshot and state, same result.
     fn decide(&self, snapshot: &QosSnapshot, state: &Self::State) -> (Decision, Self::State);
@@ -825,6 +851,7 @@ pub trait AnyStrategy: Send + Sync {
     fn interval(&self, snapshot: &QosSnapshot) -> Duration;
     fn required_capabilities(&self) -> &'static [Capability];
     fn gauges(&self) -> &'static [(&'static str, &'static str)];
+    fn counters(&self) -> &'static [(&'static str, &'static str)];
     /// The state before the first round.
     fn initial_state(&self) -> StrategyState;
     /// [`Strategy::decide`] on an erased state.
@@ -850,6 +877,10 @@ impl<S: Strategy> AnyStrategy for S {
 
     fn gauges(&self) -> &'static [(&'static str, &'static str)] {
         Strategy::gauges(self)
+    }
+
+    fn counters(&self) -> &'static [(&'static str, &'static str)] {
+        Strategy::counters(self)
     }
 
     fn initial_state(&self) -> StrategyState {
@@ -1118,6 +1149,7 @@ pub struct QosMetrics {
     drifts: Family<StrategyLabels, Counter>,
     last_duration: Family<StrategyLabels, FloatGauge>,
     gauges: BTreeMap<&'static str, Family<GaugeLabels, FloatGauge>>,
+    counters: BTreeMap<&'static str, Family<GaugeLabels, Counter>>,
     node: String,
 }
 
@@ -1136,6 +1168,9 @@ impl QosMetrics {
             for (name, _) in strategy.gauges() {
                 metrics.gauges.entry(name).or_default();
             }
+            for (name, _) in strategy.counters() {
+                metrics.counters.entry(name).or_default();
+            }
             let labels = vec![("strategy", strategy.name())];
             for family in [
                 &metrics.runs,
@@ -1149,7 +1184,7 @@ impl QosMetrics {
         }
         let help: BTreeMap<&'static str, &'static str> = strategies
             .iter()
-            .flat_map(|s| s.gauges().iter().copied())
+            .flat_map(|s| s.gauges().iter().chain(s.counters()).copied())
             .collect();
         registry.register_component(|registry| {
             registry.register(
@@ -1184,6 +1219,10 @@ impl QosMetrics {
             );
             for (name, family) in &metrics.gauges {
                 let text = help.get(name).copied().unwrap_or("QoS strategy gauge");
+                registry.register(*name, text, family.clone());
+            }
+            for (name, family) in &metrics.counters {
+                let text = help.get(name).copied().unwrap_or("QoS strategy counter");
                 registry.register(*name, text, family.clone());
             }
         });
@@ -1222,6 +1261,22 @@ impl QosMetrics {
             let mut labels = vec![("node".to_string(), self.node.clone())];
             labels.extend(gauge.labels.iter().map(|(k, v)| (k.to_string(), v.clone())));
             family.get_or_create(&labels).set(gauge.value);
+        }
+    }
+
+    fn add_counters(&self, counters: &[CounterIncrement]) {
+        for counter in counters {
+            let Some(family) = self.counters.get(counter.name) else {
+                continue;
+            };
+            let mut labels = vec![("node".to_string(), self.node.clone())];
+            labels.extend(
+                counter
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone())),
+            );
+            family.get_or_create(&labels).inc_by(counter.by);
         }
     }
 
@@ -1467,6 +1522,7 @@ impl QosRunner {
             evictions,
             notes,
             gauges,
+            counters,
             eviction_report,
             unsupported,
         } = decision;
@@ -1475,7 +1531,7 @@ impl QosRunner {
             notes,
             ..RoundOutcome::default()
         };
-        self.publish_reports(name, &gauges, eviction_report, unsupported);
+        self.publish_reports(name, &gauges, &counters, eviction_report, unsupported);
         let decided_at = crate::resourceexecutor::audit::rfc3339_utc(snapshot.now);
         let missing_dirs = self.create_dirs(name, dirs, &mut outcome);
         let blocked = Blocked {
@@ -1500,11 +1556,13 @@ impl QosRunner {
         &self,
         name: &'static str,
         gauges: &[GaugeValue],
+        counters: &[CounterIncrement],
         eviction_report: Option<super::evictreport::EvictionReport>,
         unsupported: Vec<UnsupportedSetting>,
     ) {
         if let Some(metrics) = &self.metrics {
             metrics.set_gauges(gauges);
+            metrics.add_counters(counters);
         }
         if let Some(report) = eviction_report {
             self.managed.set_eviction_report(name, report);
@@ -1800,6 +1858,9 @@ mod tests {
         fn gauges(&self) -> &'static [(&'static str, &'static str)] {
             &[("test_gauge", "a test gauge")]
         }
+        fn counters(&self) -> &'static [(&'static str, &'static str)] {
+            &[("test_rounds", "a test counter")]
+        }
         fn decide(&self, snapshot: &QosSnapshot, _: &()) -> (Decision, ()) {
             let mut decision = Decision::default();
             decision.write(
@@ -1809,6 +1870,7 @@ mod tests {
                 "test",
             );
             decision.gauge("test_gauge", vec![("type", "x".into())], 2.5);
+            decision.count("test_rounds", vec![("direction", "up".into())], 2);
             if self.evict {
                 decision.evictions.push(EvictionRequest {
                     uid: "u1".into(),
@@ -1906,6 +1968,11 @@ mod tests {
         );
         assert!(
             body.contains("koordlet_test_gauge{node=\"node-a\",type=\"x\"} 2.5"),
+            "{body}"
+        );
+        // Three rounds of two: strategy counters add up.
+        assert!(
+            body.contains("koordlet_test_rounds_total{node=\"node-a\",direction=\"up\"} 6"),
             "{body}"
         );
 

@@ -17,6 +17,8 @@ pub mod evictreport;
 pub mod evicttask;
 pub mod framework;
 pub mod hostfiles;
+pub mod latencyguard;
+pub mod lsschedstat;
 pub mod memoryevict;
 pub mod netqos;
 pub mod reaction;

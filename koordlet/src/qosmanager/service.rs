@@ -99,6 +99,7 @@ impl SnapshotSource {
             eviction_refused: Default::default(),
             eviction_pending_window: crate::evictor::request::EVICTED_MEMORY,
             ls_floor: None,
+            ls_sched: None,
             volumes: self.states.volume_lookup(),
             kubelet_root: self
                 .kubelet_root
@@ -365,12 +366,15 @@ pub fn spawn_runner_with_reaction(
         .name("qos-manager".to_string())
         .spawn(move || {
             let mut woken: Option<Wakeup> = None;
+            let mut latency =
+                super::lsschedstat::LatencyShell::new(&source.proc_root, source.layout.clone());
             loop {
                 if shutdown.is_triggered() {
                     return;
                 }
                 let now = SystemTime::now();
                 let mut snapshot = source.snapshot(now);
+                latency.update(&mut snapshot);
                 let mut runner = runner.lock_or_recover();
                 snapshot.eviction_refused = runner.refused_evictions();
                 snapshot.eviction_pending_window = runner.eviction_pending_window();

@@ -6,6 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
+pub mod cpu_latency_protection;
 pub mod host_application;
 pub mod node;
 pub mod nodemetric_types;
@@ -14,6 +15,7 @@ pub mod pod;
 pub mod resources;
 pub mod slo_extension;
 
+pub use cpu_latency_protection::*;
 pub use host_application::*;
 pub use node::*;
 pub use nodemetric_types::*;

@@ -60,9 +60,12 @@ fn main() {
 const USAGE: &str =
     "usage: koord-colocation-bench run --koordlet PATH [--upstream-koordlet PATH] [--out DIR]
                      [--phase-seconds N] [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
+                     [--latency-target PERCENT]
   runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
-        upstream-cfsquota,upstream-cpuset (the upstream runs need --upstream-koordlet and an
-        API server in KUBECONFIG)
+        koordlet-latency,upstream-cfsquota,upstream-cpuset (the upstream runs need
+        --upstream-koordlet and an API server in KUBECONFIG)
+  koordlet-latency: cfsQuota with the cpuLatencyProtection NodeSLO extension on, aiming the LS
+        threads' run-queue wait at --latency-target % of their run time
   (serve, load and batch are the parts `run` starts)";
 
 /// `--key value` pairs; every option takes a value.
@@ -547,6 +550,7 @@ enum RunKind {
     NoAgent,
     KoordletCfsQuota,
     KoordletCpuset,
+    KoordletLatency,
     UpstreamCfsQuota,
     UpstreamCpuset,
 }
@@ -565,6 +569,7 @@ impl RunKind {
             "no-agent" => Ok(Self::NoAgent),
             "koordlet-cfsquota" => Ok(Self::KoordletCfsQuota),
             "koordlet-cpuset" => Ok(Self::KoordletCpuset),
+            "koordlet-latency" => Ok(Self::KoordletLatency),
             "upstream-cfsquota" => Ok(Self::UpstreamCfsQuota),
             "upstream-cpuset" => Ok(Self::UpstreamCpuset),
             other => Err(format!("unknown run {other:?}")),
@@ -576,6 +581,7 @@ impl RunKind {
             Self::NoAgent => "no-agent",
             Self::KoordletCfsQuota => "koordlet-cfsquota",
             Self::KoordletCpuset => "koordlet-cpuset",
+            Self::KoordletLatency => "koordlet-latency",
             Self::UpstreamCfsQuota => "upstream-cfsquota",
             Self::UpstreamCpuset => "upstream-cpuset",
         }
@@ -585,14 +591,18 @@ impl RunKind {
     }
     fn policy(self) -> Option<&'static str> {
         match self {
-            Self::KoordletCfsQuota | Self::UpstreamCfsQuota => Some("cfsQuota"),
+            Self::KoordletCfsQuota | Self::KoordletLatency | Self::UpstreamCfsQuota => {
+                Some("cfsQuota")
+            }
             Self::KoordletCpuset | Self::UpstreamCpuset => Some("cpuset"),
             _ => None,
         }
     }
     fn agent(self) -> Option<Agent> {
         match self {
-            Self::KoordletCfsQuota | Self::KoordletCpuset => Some(Agent::Ours),
+            Self::KoordletCfsQuota | Self::KoordletCpuset | Self::KoordletLatency => {
+                Some(Agent::Ours)
+            }
             Self::UpstreamCfsQuota | Self::UpstreamCpuset => Some(Agent::Upstream),
             _ => None,
         }
@@ -610,6 +620,31 @@ struct Sample {
     /// BE tier's CPU limit in cores from cfs quota (None: unlimited).
     be_quota_cores: Option<f64>,
     be_cpuset_cpus: usize,
+    /// The LS service's threads' summed schedstat (run ns, run-queue wait
+    /// ns), read every [`SCHEDSTAT_EVERY`] samples.
+    ls_sched: Option<(u64, u64)>,
+}
+
+/// LS schedstat is read every this many samples (250 ms): reading every
+/// thread's file every 10 ms would load the machine it measures.
+const SCHEDSTAT_EVERY: usize = 25;
+
+/// The summed (run, wait) ns of the threads in `dir`'s cpu cgroup; threads
+/// that exit while being read are left out.
+fn ls_schedstat(dir: &str) -> Result<(u64, u64), String> {
+    let tasks = read_trimmed(&cgroup_path("cpu", dir).join("tasks"))?;
+    let (mut run, mut wait) = (0u64, 0u64);
+    for tid in tasks.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+        let Ok(text) = fs::read_to_string(format!("/proc/{tid}/schedstat")) else {
+            continue;
+        };
+        let mut fields = text.split_whitespace().map(str::parse::<u64>);
+        if let (Some(Ok(r)), Some(Ok(w))) = (fields.next(), fields.next()) {
+            run += r;
+            wait += w;
+        }
+    }
+    Ok((run, wait))
 }
 
 fn node_ticks() -> Result<(u64, u64), String> {
@@ -629,7 +664,7 @@ fn node_ticks() -> Result<(u64, u64), String> {
     Ok((total - idle, total))
 }
 
-fn take_sample(layout: &Layout, at: f64) -> Result<Sample, String> {
+fn take_sample(layout: &Layout, at: f64, with_sched: bool) -> Result<Sample, String> {
     let usage = |dir: &str| -> Result<u64, String> {
         read_trimmed(&cgroup_path("cpuacct", dir).join("cpuacct.usage"))?
             .parse()
@@ -652,6 +687,11 @@ fn take_sample(layout: &Layout, at: f64) -> Result<Sample, String> {
         be_cpuset_cpus: cpu_count_of(&read_trimmed(
             &cgroup_path("cpuset", &layout.be_tier).join("cpuset.cpus"),
         )?),
+        ls_sched: if with_sched {
+            Some(ls_schedstat(&layout.ls_container)?)
+        } else {
+            None
+        },
     })
 }
 
@@ -717,6 +757,7 @@ struct Config {
     phase_seconds: f64,
     work_us: u64,
     threshold: u32,
+    latency_target: u32,
     connections: usize,
     iterations_per_us: f64,
     ncpu: usize,
@@ -741,6 +782,8 @@ struct RunResult {
     kind: RunKind,
     latencies_us: Vec<u32>,
     phase_p99_ms: Vec<Option<f64>>,
+    /// Per phase: the LS threads' run-queue wait over their run time, %.
+    phase_wait_percent: Vec<Option<f64>>,
     be_units_per_s: f64,
     be_share_of_idle: Option<f64>,
     koordlet_cpu_percent: Option<f64>,
@@ -758,9 +801,9 @@ fn run(options: &Options) -> Result<(), String> {
     }
     let upstream_koordlet = options.text("upstream-koordlet").map(PathBuf::from);
     let default_runs = if upstream_koordlet.is_some() {
-        "ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,upstream-cfsquota,upstream-cpuset"
+        "ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,koordlet-latency,upstream-cfsquota,upstream-cpuset"
     } else {
-        "ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset"
+        "ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,koordlet-latency"
     };
     let kinds = options
         .text("runs")
@@ -791,6 +834,7 @@ fn run(options: &Options) -> Result<(), String> {
         phase_seconds: options.number("phase-seconds", 20.0)?,
         work_us: options.number("work-us", 2000)?,
         threshold: options.number("threshold", 65)?,
+        latency_target: options.number("latency-target", DEFAULT_LATENCY_TARGET)?,
         connections: options.number("conns", 64)?,
         iterations_per_us: calibrate(),
         ncpu,
@@ -801,6 +845,9 @@ fn run(options: &Options) -> Result<(), String> {
     }
     if !(1..=100).contains(&config.threshold) {
         return Err("--threshold must be 1..100".into());
+    }
+    if !(1..=1000).contains(&config.latency_target) {
+        return Err("--latency-target must be 1..1000".into());
     }
     fs::create_dir_all(&config.out).map_err(|e| format!("mkdir {}: {e}", config.out.display()))?;
     println!(
@@ -931,10 +978,11 @@ fn run_one(
 
     let mut koordlet_pid = None;
     let mut upstream_metrics_port = None;
+    let mut latency_metrics_port = None;
     if let (Some(policy), Some(Agent::Upstream)) = (kind.policy(), kind.agent()) {
         let setup = upstream.ok_or("upstream runs need the cluster setup")?;
         let binary = config.upstream_koordlet.as_ref().expect("checked in run()");
-        write_koordlet_inputs(&dir, policy, config.threshold)?;
+        write_koordlet_inputs(&dir, policy, config.threshold, None)?;
         setup.cluster.apply(
             &upstream::node_object(setup.kubelet.port, config.ncpu, memory_total()?),
             &upstream::node_slo_object(policy, config.threshold),
@@ -980,7 +1028,8 @@ fn run_one(
     } else if let Some(policy) = kind.policy() {
         let koordlet = config.koordlet.as_ref().expect("checked in run()");
         let koordlet_port = free_port()?;
-        write_koordlet_inputs(&dir, policy, config.threshold)?;
+        let latency_target = (kind == RunKind::KoordletLatency).then_some(config.latency_target);
+        write_koordlet_inputs(&dir, policy, config.threshold, latency_target)?;
         let log =
             fs::File::create(dir.join("koordlet.log")).map_err(|e| format!("koordlet log: {e}"))?;
         let child = Command::new(koordlet)
@@ -1003,6 +1052,9 @@ fn run_one(
         koordlet_pid = Some(child.id());
         children.0.push(child);
         wait_for_port(koordlet_port, Duration::from_secs(30))?;
+        if kind == RunKind::KoordletLatency {
+            latency_metrics_port = Some(koordlet_port);
+        }
     }
     // Let the agent see the node before the pattern starts (its collectors
     // need a few samples); the same settling time for every run.
@@ -1040,7 +1092,11 @@ fn run_one(
     let mut generator = generator;
     loop {
         let at = seconds_since(pattern_start);
-        samples.push(take_sample(layout, at)?);
+        samples.push(take_sample(
+            layout,
+            at,
+            samples.len() % SCHEDSTAT_EVERY == 0,
+        )?);
         if let Some(status) = generator.try_wait().map_err(|e| e.to_string())? {
             if !status.success() {
                 return Err(format!("the load generator failed: {status}"));
@@ -1070,6 +1126,20 @@ fn run_one(
                 );
             }
             Err(e) => eprintln!("koord-colocation-bench: upstream's /metrics: {e}"),
+        }
+    }
+    if let Some(port) = latency_metrics_port {
+        // What the latency loop did, kept with the run.
+        match upstream::fetch_metrics(port) {
+            Ok(text) => {
+                write_value(&dir.join("koordlet-metrics.txt"), &text)?;
+                load_summary = format!(
+                    "{}; latency loop: {}",
+                    load_summary.trim(),
+                    latency_loop_summary(&text)
+                );
+            }
+            Err(e) => eprintln!("koord-colocation-bench: koordlet's /metrics: {e}"),
         }
     }
     drop(children);
@@ -1102,6 +1172,32 @@ fn run_one(
     Ok(result)
 }
 
+/// The latency loop's metrics in one line: rounds by direction, the last
+/// wait ratio and the last limit.
+fn latency_loop_summary(metrics: &str) -> String {
+    let parts: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("koordlet_cpu_latency_guard_"))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let name = series.trim_start_matches("koordlet_cpu_latency_guard_");
+            let name = match name.split_once('{') {
+                Some((base, labels)) => match labels.split_once("direction=\"") {
+                    Some((_, rest)) => format!("{base}[{}]", rest.split('"').next()?),
+                    None => base.to_string(),
+                },
+                None => name.to_string(),
+            };
+            Some(format!("{name}={value}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "no koordlet_cpu_latency_guard_* metric".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
 /// The two pods as the kubelet lists them (`GET /pods`): ours reads them
 /// from `--pods-file`, upstream's from the fake kubelet.
 fn pod_list_json() -> String {
@@ -1119,11 +1215,32 @@ fn pod_list_json() -> String {
     )
 }
 
-fn write_koordlet_inputs(dir: &Path, policy: &str, threshold: u32) -> Result<(), String> {
+/// The latency run's target (`--latency-target`): LS run-queue wait as a
+/// percentage of LS run time. Chosen from ls-alone runs on the 2-CPU
+/// machine (koordlet/docs/qos.md has the figures): alone, the service waited
+/// 8.4 % of its run time in the 50 % phase of the quietest run, and over
+/// 1,000 % in the 90 % phase, where its 64 threads saturate 2 CPUs by
+/// themselves. 25 % (about three times the quiet 50 % figure) leaves BE its
+/// CPU while LS is moderate and undisturbed and cuts BE as soon as LS queues
+/// noticeably; at 90 % BE is held at its minimum.
+const DEFAULT_LATENCY_TARGET: u32 = 25;
+
+fn write_koordlet_inputs(
+    dir: &Path,
+    policy: &str,
+    threshold: u32,
+    latency_target: Option<u32>,
+) -> Result<(), String> {
     let pods = pod_list_json();
-    let slo = format!(
+    let mut slo = format!(
         "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: colocation-bench\nspec:\n  resourceUsedThresholdWithBE:\n    enable: true\n    cpuSuppressThresholdPercent: {threshold}\n    cpuSuppressPolicy: {policy}\n"
     );
+    if let Some(target) = latency_target {
+        let _ = write!(
+            slo,
+            "  extensions:\n    Object:\n      cpuLatencyProtection:\n        enable: true\n        targetWaitPercent: {target}\n        minBECPUPercent: 5\n        increaseStepPercent: 5\n        decreaseFactorPercent: 50\n"
+        );
+    }
     write_value(&dir.join("pods.json"), &pods)?;
     write_value(&dir.join("nodeslo.yaml"), &slo)
 }
@@ -1217,6 +1334,20 @@ fn reactions(schedule: &[Phase], samples: &[Sample]) -> Vec<f64> {
     out
 }
 
+/// The LS threads' run-queue wait as a percentage of their run time
+/// between the first and last schedstat readings in `[start, end)`.
+fn wait_percent(samples: &[Sample], start: f64, end: f64) -> Option<f64> {
+    let mut inside = samples
+        .iter()
+        .filter(|s| s.at >= start && s.at < end)
+        .filter_map(|s| s.ls_sched);
+    let (run0, wait0) = inside.next()?;
+    let (run1, wait1) = inside.next_back()?;
+    let run = run1.checked_sub(run0)?;
+    let wait = wait1.checked_sub(wait0)?;
+    (run > 0).then(|| 100.0 * wait as f64 / run as f64)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn summarise(
     config: &Config,
@@ -1246,6 +1377,11 @@ fn summarise(
             in_phase.sort_unstable();
             percentile(&in_phase, 99.0)
         })
+        .collect();
+
+    let phase_wait_percent = phase_bounds(schedule)
+        .iter()
+        .map(|&(start, end)| wait_percent(samples, start, end))
         .collect();
 
     // CPU over the pattern: BE's share of what the others left idle.
@@ -1285,6 +1421,7 @@ fn summarise(
         kind,
         latencies_us: latencies,
         phase_p99_ms,
+        phase_wait_percent,
         be_units_per_s,
         be_share_of_idle,
         koordlet_cpu_percent,
@@ -1373,7 +1510,7 @@ fn print_table(config: &Config, results: &[RunResult]) {
     let rates: Vec<f64> = config.schedule().iter().map(|p| p.rate).collect();
     println!();
     println!(
-        "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>13}",
+        "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>13}",
         "run",
         "p50 ms",
         "p99 ms",
@@ -1381,6 +1518,8 @@ fn print_table(config: &Config, results: &[RunResult]) {
         "p99 infl",
         "p99@50%",
         "p99@90%",
+        "wait@50%",
+        "wait@90%",
         "BE units/s",
         "BE idle%",
         "agent CPU%",
@@ -1400,6 +1539,13 @@ fn print_table(config: &Config, results: &[RunResult]) {
                 .and_then(|i| r.phase_p99_ms[i])
                 .map_or("-".into(), |v| format!("{v:.2}"))
         };
+        let wait = |rate: f64| {
+            rates
+                .iter()
+                .position(|x| (*x - rate).abs() < 0.5)
+                .and_then(|i| r.phase_wait_percent.get(i).copied().flatten())
+                .map_or("-".into(), |v| format!("{v:.1}%"))
+        };
         let full = config.ncpu as f64 * 1e6 / config.work_us as f64;
         let mut reactions = r.reactions_ms.clone();
         reactions.sort_by(f64::total_cmp);
@@ -1413,7 +1559,7 @@ fn print_table(config: &Config, results: &[RunResult]) {
                 .join("/")
         };
         println!(
-            "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
+            "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
             r.kind.name(),
             p(50.0),
             p(99.0),
@@ -1421,6 +1567,8 @@ fn print_table(config: &Config, results: &[RunResult]) {
             inflation,
             phase((0.5 * full).round()),
             phase((0.9 * full).round()),
+            wait((0.5 * full).round()),
+            wait((0.9 * full).round()),
             r.be_units_per_s,
             r.be_share_of_idle
                 .map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)),
@@ -1436,6 +1584,9 @@ fn print_table(config: &Config, results: &[RunResult]) {
     println!();
     println!(
         "p99 infl: LS p99 against the ls-alone run; BE idle%: BE's CPU over the CPU the rest left idle during the pattern;"
+    );
+    println!(
+        "wait@N%: the LS threads' run-queue wait over their CPU run time in that phase (schedstat, the latency loop's signal);"
     );
     println!(
         "reaction: per LS step up, ms until BE's limit covered half of the drop it settled at (the two steps, in order of size)."
@@ -1485,7 +1636,37 @@ mod tests {
             total_ticks: 0,
             be_quota_cores: quota,
             be_cpuset_cpus: 2,
+            ls_sched: None,
         }
+    }
+
+    #[test]
+    fn latency_loop_metrics_are_summarised() {
+        let text = "# HELP x\nkoordlet_cpu_latency_guard_adjustments_total{node=\"n\",direction=\"hold\"} 3\nkoordlet_cpu_latency_guard_be_limit_cores{node=\"n\"} 0.1\nkoordlet_other 1\n";
+        assert_eq!(
+            latency_loop_summary(text),
+            "adjustments_total[hold]=3 be_limit_cores=0.1"
+        );
+        assert_eq!(
+            latency_loop_summary("koordlet_other 1\n"),
+            "no koordlet_cpu_latency_guard_* metric"
+        );
+    }
+
+    #[test]
+    fn wait_percent_uses_the_phase_readings() {
+        let mut samples: Vec<Sample> = (0..10).map(|i| sample(i as f64, None)).collect();
+        samples[1].ls_sched = Some((1000, 100));
+        samples[3].ls_sched = Some((3000, 400));
+        samples[6].ls_sched = Some((9000, 900));
+        // [0, 5): readings at 1 and 3: 300 / 2000.
+        assert_eq!(wait_percent(&samples, 0.0, 5.0), Some(15.0));
+        // One reading only, or none: no figure.
+        assert_eq!(wait_percent(&samples, 5.0, 10.0), None);
+        assert_eq!(wait_percent(&samples, 7.0, 10.0), None);
+        // Counters that went back (threads gone): no figure.
+        samples[3].ls_sched = Some((500, 50));
+        assert_eq!(wait_percent(&samples, 0.0, 5.0), None);
     }
 
     #[test]
