@@ -494,10 +494,18 @@ impl Scheduler {
         feasible: &[&NodeInfo],
         state: &CycleState,
     ) -> Option<(Vec<bool>, Vec<&'static str>)> {
+        let preferring: Vec<&PluginEntry> = self
+            .plugins
+            .iter()
+            .filter(|e| e.plugin.has_preferences(pod, state))
+            .collect();
+        if preferring.is_empty() {
+            return None;
+        }
         let mut keep = vec![true; feasible.len()];
         let mut reasons = vec![""; feasible.len()];
         let mut narrowed = false;
-        for entry in &self.plugins {
+        for entry in preferring {
             let mut wanted = Vec::with_capacity(feasible.len());
             let mut any = false;
             for (node, kept) in feasible.iter().zip(&keep) {
@@ -624,9 +632,9 @@ impl Scheduler {
             .filter(|e| e.score_weight > 0 && e.plugin.scores() && !e.plugin.skips_scoring(state))
         {
             weight_sum += entry.score_weight;
-            for (slot, info) in raw.iter_mut().zip(nodes) {
-                *slot = info.map_or(0, |node| entry.plugin.score(pod, node, &self.cache, state));
-            }
+            entry
+                .plugin
+                .score_all(pod, nodes, &self.cache, state, &mut raw);
             entry.plugin.normalize_scores(&mut raw);
             for (total, score) in totals.iter_mut().zip(&raw) {
                 *total += score * entry.score_weight;

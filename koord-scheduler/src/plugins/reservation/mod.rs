@@ -269,6 +269,22 @@ struct PodState {
     candidates: Vec<String>,
     /// The pod must run on a reservation (reservation affinity).
     required: bool,
+    /// By [`NodeInfo::index`]: the node has reservations placed on it (as
+    /// the plugin's index had it at pre-filter). A node marked `false` holds
+    /// nothing for owners, so a pod owning no reservation fits it as far as
+    /// this plugin is concerned without looking the node up by name.
+    nodes_with_reservations: Vec<bool>,
+}
+
+impl PodState {
+    /// Whether reservations may hold capacity on the node (a node past the
+    /// end, added since pre-filter, may).
+    fn may_hold_on(&self, node: &NodeInfo) -> bool {
+        self.nodes_with_reservations
+            .get(node.index)
+            .copied()
+            .unwrap_or(true)
+    }
 }
 
 const STATE_KEY: &str = "Reservation/pod";
@@ -513,11 +529,21 @@ impl Plugin for ReservationPlugin {
             })
             .collect();
         candidates.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        let mut nodes_with_reservations = vec![false; cache.node_index_bound()];
+        for node in self.by_node.keys() {
+            if let Some(slot) = cache
+                .node(node)
+                .and_then(|info| nodes_with_reservations.get_mut(info.index))
+            {
+                *slot = true;
+            }
+        }
         state.write(
             STATE_KEY,
             PodState {
                 candidates: candidates.iter().map(|r| r.name.clone()).collect(),
                 required: affinity.is_some(),
+                nodes_with_reservations,
             },
         );
         Ok(())
@@ -533,11 +559,17 @@ impl Plugin for ReservationPlugin {
         let Some(pod_state) = state.read::<PodState>(STATE_KEY) else {
             return Ok(());
         };
-        if self.choose(pod, node, pod_state, state.now).is_some() {
+        if !pod_state.candidates.is_empty()
+            && self.choose(pod, node, pod_state, state.now).is_some()
+        {
             return Ok(());
         }
         if pod_state.required {
             return Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED));
+        }
+        if !pod_state.may_hold_on(node) {
+            // Nothing is held here: `held` would be empty and `fits` pass.
+            return Ok(());
         }
         let held = self.held(&node.name, state.now, None);
         Self::fits(pod, node, &held).map_err(Rejection::unschedulable)
@@ -568,6 +600,12 @@ impl Plugin for ReservationPlugin {
         Some(fits)
     }
 
+    fn has_preferences(&self, _pod: &PodInfo, state: &CycleState) -> bool {
+        state
+            .read::<PodState>(STATE_KEY)
+            .is_some_and(|s| !s.candidates.is_empty())
+    }
+
     fn preference_reason(&self) -> &'static str {
         REASON_RESERVATION_ELSEWHERE
     }
@@ -589,6 +627,29 @@ impl Plugin for ReservationPlugin {
         match state.read::<PodState>(STATE_KEY) {
             Some(s) if self.choose(pod, node, s, state.now).is_some() => MAX_NODE_SCORE,
             _ => 0,
+        }
+    }
+
+    /// A pod owning no reservation scores 0 everywhere ([`Self::choose`]
+    /// has nothing to choose from), without asking node by node.
+    fn score_all(
+        &self,
+        pod: &PodInfo,
+        nodes: &[Option<&NodeInfo>],
+        _cache: &ClusterCache,
+        state: &CycleState,
+        scores: &mut [i64],
+    ) {
+        let pod_state = state
+            .read::<PodState>(STATE_KEY)
+            .filter(|s| !s.candidates.is_empty());
+        for (slot, info) in scores.iter_mut().zip(nodes) {
+            *slot = match (pod_state, info) {
+                (Some(s), Some(node)) if self.choose(pod, node, s, state.now).is_some() => {
+                    MAX_NODE_SCORE
+                }
+                _ => 0,
+            };
         }
     }
 
@@ -835,6 +896,154 @@ mod tests {
         assert_eq!(outcome.feasible, vec!["n1".to_string(), "n2".to_string()]);
         let with_big = s.reserve("default/small", "n1", t0());
         assert!(with_big.is_ok());
+    }
+
+    /// Every answer the plugin gives a pod: filter, score (node by node
+    /// and all at once) and preference per node, and whether it prefers.
+    type Answers = Vec<(String, Result<(), Rejection>, i64, i64, Option<bool>)>;
+
+    fn answers_of(
+        plugin: &ReservationPlugin,
+        cache: &ClusterCache,
+        pod: &PodInfo,
+        state: &CycleState,
+    ) -> (Answers, bool) {
+        let nodes: Vec<Option<&NodeInfo>> = cache.nodes_sorted().map(Some).collect();
+        let mut scores = vec![-1; nodes.len()];
+        plugin.score_all(pod, &nodes, cache, state, &mut scores);
+        let per_node = nodes
+            .iter()
+            .flatten()
+            .zip(scores)
+            .map(|(node, score_all)| {
+                let filtered = plugin.filter(pod, node, cache, state);
+                // The per-node check without any shortcut.
+                let checked = match state.read::<PodState>(STATE_KEY) {
+                    None => Ok(()),
+                    Some(s) if plugin.choose(pod, node, s, state.now).is_some() => Ok(()),
+                    Some(s) if s.required => {
+                        Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED))
+                    }
+                    Some(_) => {
+                        let held = plugin.held(&node.name, state.now, None);
+                        ReservationPlugin::fits(pod, node, &held).map_err(Rejection::unschedulable)
+                    }
+                };
+                assert_eq!(filtered, checked, "pod {}, node {}", pod.key, node.name);
+                (
+                    node.name.clone(),
+                    filtered,
+                    plugin.score(pod, node, cache, state),
+                    score_all,
+                    plugin.prefers(pod, node, cache, state),
+                )
+            })
+            .collect();
+        (per_node, plugin.has_preferences(pod, state))
+    }
+
+    /// The per-pod shortcuts (nodes without reservations skipped by index,
+    /// scores of a pod owning none answered at once, the preference pass
+    /// skipped for it) give the answers of the per-node checks: over random
+    /// reservations placed, moved and deleted (on nodes that exist or not
+    /// yet), nodes added and bound pods, for strangers, owners and a pod
+    /// whose reservation affinity names a reservation.
+    #[test]
+    fn per_pod_shortcuts_answer_as_the_per_node_checks() {
+        use crate::cache::Change;
+        use koord_common::testing::Lcg;
+        let affinity = apis::extension::reservation::ANNOTATION_RESERVATION_AFFINITY;
+        let mut cache = ClusterCache::new();
+        let mut plugin = ReservationPlugin::default();
+        let apply = |plugin: &mut ReservationPlugin, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        let pods = [
+            cpu_pod("stranger", "3", &[]),
+            cpu_pod("small-stranger", "1", &[]),
+            cpu_pod("owner", "3", &[]),
+            cpu_pod("pinned", "2", &[(affinity, r#"{"name": "r1"}"#)]),
+        ];
+        for pod in pods {
+            apply(&mut plugin, &mut cache, Change::Upsert(pod));
+        }
+        let keys = [
+            "default/stranger",
+            "default/small-stranger",
+            "default/owner",
+            "default/pinned",
+        ];
+        let mut rng = Lcg(11);
+        let (mut shortcut_nodes, mut skipped_preferences, mut held_rejections) = (0, 0, 0);
+        for step in 0..300 {
+            let node = format!("n{}", rng.below(6));
+            let change = match rng.below(5) {
+                0 => Change::Upsert(testutil::node(&node, &[("cpu", "8")])),
+                1 | 2 => {
+                    let cpu = format!("{}", 1 + rng.below(4));
+                    let name = format!("r{}", rng.below(4));
+                    Change::Upsert(reservation(&name, &node, &cpu, json!({})))
+                }
+                3 => Change::Delete(reservation(
+                    &format!("r{}", rng.below(4)),
+                    "n0",
+                    "1",
+                    json!({}),
+                )),
+                _ => {
+                    let name = format!("bound-{step}");
+                    let cpu = format!("{}", 1 + rng.below(3));
+                    Change::Upsert(testutil::pod(PodSpec {
+                        name: &name,
+                        node: Some(&node),
+                        requests: &[("cpu", &cpu)],
+                        ..Default::default()
+                    }))
+                }
+            };
+            apply(&mut plugin, &mut cache, change);
+            for key in keys {
+                let pod = cache.pod(key).unwrap().clone();
+                let mut state = CycleState::new(t0());
+                if plugin.pre_filter(&pod, &cache, &mut state).is_err() {
+                    continue;
+                }
+                let (fast, prefers) = answers_of(&plugin, &cache, &pod, &state);
+                if let Some(pod_state) = state.read::<PodState>(STATE_KEY).cloned() {
+                    shortcut_nodes += cache
+                        .nodes_sorted()
+                        .filter(|n| !pod_state.may_hold_on(n))
+                        .count();
+                    skipped_preferences += usize::from(!prefers);
+                    // Without the index every node is checked by name.
+                    state.write(
+                        STATE_KEY,
+                        PodState {
+                            nodes_with_reservations: Vec::new(),
+                            ..pod_state
+                        },
+                    );
+                }
+                let (slow, _) = answers_of(&plugin, &cache, &pod, &state);
+                assert_eq!(fast, slow, "step {step}, pod {key}");
+                held_rejections += fast
+                    .iter()
+                    .filter(|(_, filtered, ..)| {
+                        filtered
+                            .as_ref()
+                            .is_err_and(|r| r.reason.contains("held by reservations"))
+                    })
+                    .count();
+                for (node, _, score, score_all, preference) in &fast {
+                    assert_eq!(score, score_all, "step {step}, pod {key}, node {node}");
+                    if !prefers {
+                        assert_eq!(*preference, None, "step {step}, pod {key}, node {node}");
+                    }
+                }
+            }
+        }
+        assert!(shortcut_nodes > 100 && skipped_preferences > 100 && held_rejections > 100);
     }
 
     #[test]
