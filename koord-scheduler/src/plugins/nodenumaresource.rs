@@ -1675,6 +1675,15 @@ impl Plugin for NodeNUMAResource {
     ) -> Result<(), Rejection> {
         match state.read::<Request>(STATE_KEY) {
             None => Ok(()),
+            // Neither a cpuset nor NUMA nodes to find here (what
+            // `choose_preferring` answers first, reservations or not).
+            Some(request)
+                if request.bind_policy.is_none()
+                    && request.pod_numa_policy.is_none()
+                    && self.node_policy(node).is_none() =>
+            {
+                Ok(())
+            }
             Some(request) => self
                 .placement(pod, request, node, state, Step::Filter)
                 .map(|_| ()),
@@ -2609,6 +2618,21 @@ mod tests {
             }
             for node in cache.nodes_sorted() {
                 let filtered = plugin.filter(pod, node, cache, &state);
+                // The full check, without the filter's shortcut.
+                let checked = match state.read::<Request>(STATE_KEY) {
+                    None => Ok(()),
+                    Some(request) => plugin
+                        .choose_with_reservations(
+                            pod,
+                            request,
+                            node,
+                            owned_reservations(&state),
+                            state.now,
+                            Mode::Check,
+                        )
+                        .map(|_| ()),
+                };
+                assert_eq!(filtered, checked, "pod {key}, node {}", node.name);
                 let score = plugin.score(pod, node, cache, &state);
                 out.push((key.to_string(), node.name.clone(), filtered, score));
             }

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
-use apis::configuration::selector::label_selector_matches;
+use apis::configuration::selector::CompiledSelector;
 use apis::extension::reservation::{
     ANNOTATION_RESERVATION_ALLOCATED, LABEL_RESERVATION_ORDER, ReservationAllocated,
     get_reservation_affinity, get_reservation_allocated, is_reservation_ignored,
@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 pub mod lifecycle;
 
-use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
 use crate::node_checks;
@@ -82,6 +82,10 @@ pub struct ReservationInfo {
     pub labels: BTreeMap<String, String>,
     pub allocatable: Resources,
     pub owners: Vec<ReservationOwner>,
+    /// Each owner's label selector parsed once (`None`: no selector, or one
+    /// that does not parse and so matches no pod); every pod's pre-filter
+    /// asks every reservation whether it is an owner.
+    owner_selectors: Vec<Option<CompiledSelector>>,
     pub allocate_once: bool,
     pub restricted: bool,
     /// When it stops being usable.
@@ -130,6 +134,16 @@ impl ReservationInfo {
             labels,
             allocatable,
             owners: spec.owners.clone(),
+            owner_selectors: spec
+                .owners
+                .iter()
+                .map(|owner| {
+                    owner
+                        .label_selector
+                        .as_ref()
+                        .and_then(|selector| CompiledSelector::new(selector).ok())
+                })
+                .collect(),
             allocate_once: spec.allocate_once.unwrap_or(true),
             restricted: spec.allocate_policy == Some(ReservationAllocatePolicy::Restricted),
             expires_at,
@@ -156,11 +170,20 @@ impl ReservationInfo {
         if is_reservation_ignored(pod.labels()) {
             return false;
         }
-        self.owners.iter().any(|owner| owner_matches(owner, pod))
+        self.owners
+            .iter()
+            .zip(&self.owner_selectors)
+            .any(|(owner, selector)| owner_matches(owner, selector.as_ref(), pod))
     }
 }
 
-fn owner_matches(owner: &ReservationOwner, pod: &PodInfo) -> bool {
+/// `selector`: the owner's label selector, compiled (`None` when it has
+/// none or it does not parse).
+fn owner_matches(
+    owner: &ReservationOwner,
+    selector: Option<&CompiledSelector>,
+    pod: &PodInfo,
+) -> bool {
     let mut any_term = false;
     if let Some(object) = &owner.object {
         any_term = true;
@@ -197,9 +220,10 @@ fn owner_matches(owner: &ReservationOwner, pod: &PodInfo) -> bool {
             return false;
         }
     }
-    if let Some(selector) = &owner.label_selector {
+    if owner.label_selector.is_some() {
         any_term = true;
-        if !label_selector_matches(selector, pod.labels()).unwrap_or(false) {
+        // A selector that does not parse matches nothing.
+        if !selector.is_some_and(|s| s.matches(pod.labels())) {
             return false;
         }
     }
@@ -295,9 +319,10 @@ pub struct ReservationPlugin {
     reservations: BTreeMap<String, ReservationInfo>,
     /// Node name → keys of the reservations placed on it; per-node checks
     /// run for every node of every pod, so they must not scan them all.
-    by_node: HashMap<String, BTreeSet<String>>,
-    /// Reservation uid → pod key → requests of the owner pod on it.
-    allocated: HashMap<String, HashMap<String, Resources>>,
+    by_node: FastMap<String, BTreeSet<String>>,
+    /// Reservation uid → pod key → requests of the owner pod on it (read
+    /// for each reservation on a node in per-node checks).
+    allocated: FastMap<String, HashMap<String, Resources>>,
     /// Pod key → reservation chosen in reserve, for pre-bind.
     pending: HashMap<String, (String, String)>,
 }
@@ -1044,6 +1069,50 @@ mod tests {
             }
         }
         assert!(shortcut_nodes > 100 && skipped_preferences > 100 && held_rejections > 100);
+    }
+
+    /// Owner selectors compiled once answer as parsing them for every pod:
+    /// labels, expressions, and selectors that do not parse (no owner).
+    #[test]
+    fn compiled_owner_selectors_match_as_parsing_each_time() {
+        use apis::configuration::selector::label_selector_matches;
+        let selectors = [
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"matchLabels": {"app": "web", "tier": "front"}}),
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}),
+            json!({"matchLabels": {"bad key!": "web"}}),
+            json!({"matchExpressions": [{"key": "app", "operator": "Near", "values": ["web"]}]}),
+            json!({}),
+        ];
+        let label_sets: [&[(&str, &str)]; 4] = [
+            &[],
+            &[("app", "web")],
+            &[("app", "db"), ("tier", "front")],
+            &[("app", "web"), ("tier", "front")],
+        ];
+        for selector in &selectors {
+            let owners = json!([{"labelSelector": selector}]);
+            let Object::Reservation(crd) = reservation("r", "n1", "1", json!({"owners": owners}))
+            else {
+                unreachable!("reservation builds a Reservation");
+            };
+            let info = ReservationInfo::from_crd(&crd).unwrap();
+            let parsed: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+                serde_json::from_value(selector.clone()).unwrap();
+            for labels in label_sets {
+                let Object::Pod(pod) = testutil::pod(PodSpec {
+                    name: "p",
+                    labels,
+                    ..Default::default()
+                }) else {
+                    unreachable!("pod builds a Pod");
+                };
+                let pod = PodInfo::new(std::sync::Arc::new(pod));
+                let expected = label_selector_matches(&parsed, pod.labels()).unwrap_or(false);
+                assert_eq!(info.is_owner(&pod), expected, "{selector} on {labels:?}");
+            }
+        }
     }
 
     #[test]
