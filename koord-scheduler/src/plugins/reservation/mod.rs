@@ -293,22 +293,6 @@ struct PodState {
     candidates: Vec<String>,
     /// The pod must run on a reservation (reservation affinity).
     required: bool,
-    /// By [`NodeInfo::index`]: the node has reservations placed on it (as
-    /// the plugin's index had it at pre-filter). A node marked `false` holds
-    /// nothing for owners, so a pod owning no reservation fits it as far as
-    /// this plugin is concerned without looking the node up by name.
-    nodes_with_reservations: Vec<bool>,
-}
-
-impl PodState {
-    /// Whether reservations may hold capacity on the node (a node past the
-    /// end, added since pre-filter, may).
-    fn may_hold_on(&self, node: &NodeInfo) -> bool {
-        self.nodes_with_reservations
-            .get(node.index)
-            .copied()
-            .unwrap_or(true)
-    }
 }
 
 const STATE_KEY: &str = "Reservation/pod";
@@ -325,9 +309,32 @@ pub struct ReservationPlugin {
     allocated: FastMap<String, HashMap<String, Resources>>,
     /// Pod key → reservation chosen in reserve, for pre-bind.
     pending: HashMap<String, (String, String)>,
+    /// By [`NodeInfo::index`]: whether [`Self::by_node`] lists the node,
+    /// kept on Node and Reservation events. A node known to have none holds
+    /// nothing for owners, so the per-node check of a pod owning no
+    /// reservation skips it without looking it up by name. `None` (or past
+    /// the end): not known, e.g. a node only pods have named so far.
+    node_marks: Vec<Option<bool>>,
 }
 
 impl ReservationPlugin {
+    /// Whether reservations may hold capacity on the node.
+    fn may_hold_on(&self, node: &NodeInfo) -> bool {
+        !matches!(self.node_marks.get(node.index), Some(Some(false)))
+    }
+
+    /// Recomputes the mark of the node named `node`; a node gone from the
+    /// cache keeps a stale mark nobody reads (indexes are never reused).
+    fn refresh_node_mark(&mut self, node: &str, cache: &ClusterCache) {
+        let Some(info) = cache.node(node) else {
+            return;
+        };
+        if self.node_marks.len() <= info.index {
+            self.node_marks.resize(info.index + 1, None);
+        }
+        self.node_marks[info.index] = Some(self.by_node.contains_key(node));
+    }
+
     fn allocated_of(&self, info: &ReservationInfo) -> Resources {
         let mut total = Resources::new();
         for requests in self
@@ -484,10 +491,11 @@ impl Plugin for ReservationPlugin {
                 kind: ObjectKind::Reservation,
                 key,
             } => {
+                let old_node = self.reservations.get(key).and_then(|r| r.node.clone());
                 self.forget_placement(key);
                 // One whose amounts cannot be read is ignored (the shell
                 // reported it where it entered).
-                match cache
+                let new_node = match cache
                     .reservations
                     .get(key)
                     .and_then(|r| ReservationInfo::from_crd(r).ok())
@@ -499,13 +507,23 @@ impl Plugin for ReservationPlugin {
                                 .or_default()
                                 .insert(key.clone());
                         }
+                        let node = info.node.clone();
                         self.reservations.insert(key.clone(), info);
+                        node
                     }
                     None => {
                         self.reservations.remove(key);
+                        None
                     }
+                };
+                for node in old_node.iter().chain(&new_node) {
+                    self.refresh_node_mark(node, cache);
                 }
             }
+            ClusterEvent::Object {
+                kind: ObjectKind::Node,
+                key,
+            } => self.refresh_node_mark(key, cache),
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
                     for pods in self.allocated.values_mut() {
@@ -554,21 +572,11 @@ impl Plugin for ReservationPlugin {
             })
             .collect();
         candidates.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
-        let mut nodes_with_reservations = vec![false; cache.node_index_bound()];
-        for node in self.by_node.keys() {
-            if let Some(slot) = cache
-                .node(node)
-                .and_then(|info| nodes_with_reservations.get_mut(info.index))
-            {
-                *slot = true;
-            }
-        }
         state.write(
             STATE_KEY,
             PodState {
                 candidates: candidates.iter().map(|r| r.name.clone()).collect(),
                 required: affinity.is_some(),
-                nodes_with_reservations,
             },
         );
         Ok(())
@@ -592,7 +600,7 @@ impl Plugin for ReservationPlugin {
         if pod_state.required {
             return Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED));
         }
-        if !pod_state.may_hold_on(node) {
+        if !self.may_hold_on(node) {
             // Nothing is held here: `held` would be empty and `fits` pass.
             return Ok(());
         }
@@ -1003,8 +1011,9 @@ mod tests {
         let (mut shortcut_nodes, mut skipped_preferences, mut held_rejections) = (0, 0, 0);
         for step in 0..300 {
             let node = format!("n{}", rng.below(6));
-            let change = match rng.below(5) {
+            let change = match rng.below(6) {
                 0 => Change::Upsert(testutil::node(&node, &[("cpu", "8")])),
+                4 => Change::Delete(testutil::node(&node, &[])),
                 1 | 2 => {
                     let cpu = format!("{}", 1 + rng.below(4));
                     let name = format!("r{}", rng.below(4));
@@ -1035,22 +1044,15 @@ mod tests {
                     continue;
                 }
                 let (fast, prefers) = answers_of(&plugin, &cache, &pod, &state);
-                if let Some(pod_state) = state.read::<PodState>(STATE_KEY).cloned() {
-                    shortcut_nodes += cache
-                        .nodes_sorted()
-                        .filter(|n| !pod_state.may_hold_on(n))
-                        .count();
-                    skipped_preferences += usize::from(!prefers);
-                    // Without the index every node is checked by name.
-                    state.write(
-                        STATE_KEY,
-                        PodState {
-                            nodes_with_reservations: Vec::new(),
-                            ..pod_state
-                        },
-                    );
-                }
+                shortcut_nodes += cache
+                    .nodes_sorted()
+                    .filter(|n| !plugin.may_hold_on(n))
+                    .count();
+                skipped_preferences += usize::from(!prefers);
+                // Without the marks every node is checked by name.
+                let marks = std::mem::take(&mut plugin.node_marks);
                 let (slow, _) = answers_of(&plugin, &cache, &pod, &state);
+                plugin.node_marks = marks;
                 assert_eq!(fast, slow, "step {step}, pod {key}");
                 held_rejections += fast
                     .iter()
