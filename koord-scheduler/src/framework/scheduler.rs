@@ -442,6 +442,9 @@ impl Scheduler {
             ..FilterOutcome::default()
         };
         let mut indexes = Vec::with_capacity(candidates.len());
+        // The feasible nodes themselves, for the preferences: looking each
+        // name up again cost as much as the first lookup.
+        let mut infos: Vec<&NodeInfo> = Vec::with_capacity(candidates.len());
         for name in candidates {
             let Some(node) = self.cache.node(&name) else {
                 outcome
@@ -453,6 +456,7 @@ impl Scheduler {
                 Ok(()) => {
                     outcome.feasible.push(name);
                     indexes.push(node.index);
+                    infos.push(node);
                 }
                 Err(rejection) if rejection.unresolvable => {
                     outcome.failed_unresolvable.insert(name, rejection.reason);
@@ -462,11 +466,6 @@ impl Scheduler {
                 }
             }
         }
-        let infos: Vec<&NodeInfo> = outcome
-            .feasible
-            .iter()
-            .filter_map(|n| self.cache.node(n))
-            .collect();
         if let Some((keep, reasons)) = self.preferred_mask(pod, &infos, state) {
             let feasible = std::mem::take(&mut outcome.feasible);
             let all_indexes = std::mem::take(&mut indexes);
@@ -530,6 +529,13 @@ impl Scheduler {
 
     /// Moves feasible nodes the preferences leave out into `failed`.
     fn apply_preferences(&self, pod: &PodInfo, outcome: &mut FilterOutcome, state: &CycleState) {
+        if !self
+            .plugins
+            .iter()
+            .any(|e| e.plugin.has_preferences(pod, state))
+        {
+            return;
+        }
         let infos: Vec<&NodeInfo> = outcome
             .feasible
             .iter()
