@@ -661,7 +661,7 @@ fn main() {
     // BENCH_DIGEST=1 prints a digest of every placement (node, reasons,
     // scores, annotations), to check two builds decide alike; it costs CPU
     // inside the timed loop, so its throughput figures do not count.
-    let mut digest = (env_usize("BENCH_DIGEST", 0) != 0).then(|| Fnv(0xcbf2_9ce4_8422_2325));
+    let mut digest = (env_usize("BENCH_DIGEST", 0) != 0).then_some(Fnv(0xcbf2_9ce4_8422_2325));
     for key in &keys {
         let placement = schedule_one(&mut scheduler, key, now, details);
         if let Some(digest) = &mut digest {
