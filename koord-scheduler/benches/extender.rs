@@ -16,7 +16,8 @@
 //! (with per-node details recorded, as `simulate` does).
 //! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS;
 //! BENCH_PART2=0 runs the part-1 workload only, BENCH_DETAILS=0 skips the
-//! simulator's per-node details, BENCH_SIMULATOR=0 the simulator.
+//! simulator's per-node details, BENCH_SIMULATOR=0 the simulator;
+//! BENCH_DIGEST=1 prints a digest of the simulator's placements.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -527,6 +528,17 @@ fn run_storm(
     }
 }
 
+/// FNV-1a over bytes: a digest stable across processes and builds.
+struct Fnv(u64);
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 /// This process's resident set size from /proc, in MiB; None off Linux.
 fn rss_mib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -646,10 +658,16 @@ fn main() {
     let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     // BENCH_DETAILS=0 skips the per-node details (what `simulate` records).
     let details = env_usize("BENCH_DETAILS", 1) != 0;
+    // BENCH_DIGEST=1 prints a digest of every placement (node, reasons,
+    // scores, annotations), to check two builds decide alike; it costs CPU
+    // inside the timed loop, so its throughput figures do not count.
+    let mut digest = (env_usize("BENCH_DIGEST", 0) != 0).then_some(Fnv(0xcbf2_9ce4_8422_2325));
     for key in &keys {
-        let bound = schedule_one(&mut scheduler, key, now, details)
-            .node
-            .is_some();
+        let placement = schedule_one(&mut scheduler, key, now, details);
+        if let Some(digest) = &mut digest {
+            digest.write(serde_json::to_string(&placement).unwrap().as_bytes());
+        }
+        let bound = placement.node.is_some();
         placed += usize::from(bound);
         let index: usize = key.rsplit('-').next().unwrap().parse().unwrap();
         let Some(kind) = part2_kind(index) else {
@@ -660,6 +678,9 @@ fn main() {
         entry.1 += usize::from(bound);
     }
     let elapsed = begin.elapsed();
+    if let Some(digest) = digest {
+        println!("placement digest: {:016x}", digest.0);
+    }
     for (kind, (pending, bound)) in &by_kind {
         println!("  {kind}: {bound} of {pending} placed");
     }

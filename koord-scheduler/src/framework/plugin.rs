@@ -57,9 +57,12 @@ impl CycleState {
     }
 
     pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        // Keys are unique, so a pointer match (the usual case: the same
+        // constant) is the entry; comparing text is the fallback.
         self.data
             .iter()
-            .find(|(k, _)| std::ptr::eq(*k, key) || *k == key)
+            .find(|(k, _)| std::ptr::eq(*k, key))
+            .or_else(|| self.data.iter().find(|(k, _)| *k == key))
             .and_then(|(_, v)| v.downcast_ref())
     }
 }
@@ -130,6 +133,13 @@ pub trait Plugin: Send + Sync {
         None
     }
 
+    /// Whether [`Plugin::prefers`] can answer anything but `None` for this
+    /// pod; the preference pass asks only the plugins that say so, so a
+    /// plugin implementing [`Plugin::prefers`] must implement this too.
+    fn has_preferences(&self, _pod: &PodInfo, _state: &CycleState) -> bool {
+        false
+    }
+
     /// Why a node was left out by [`Plugin::prefers`].
     fn preference_reason(&self) -> &'static str {
         "node(s) not preferred"
@@ -155,6 +165,23 @@ pub trait Plugin: Send + Sync {
         _state: &CycleState,
     ) -> i64 {
         0
+    }
+
+    /// Raw scores of `nodes` into `scores` (as long as `nodes`; a missing
+    /// node scores 0). The default asks [`Plugin::score`] node by node; a
+    /// plugin overrides it to do its per-pod work once (e.g. answer 0
+    /// everywhere for a pod its score cannot tell nodes apart for).
+    fn score_all(
+        &self,
+        pod: &PodInfo,
+        nodes: &[Option<&NodeInfo>],
+        cache: &ClusterCache,
+        state: &CycleState,
+        scores: &mut [i64],
+    ) {
+        for (slot, info) in scores.iter_mut().zip(nodes) {
+            *slot = info.map_or(0, |node| self.score(pod, node, cache, state));
+        }
     }
 
     /// Maps the raw scores of all feasible nodes into 0..=100; the default

@@ -442,6 +442,9 @@ impl Scheduler {
             ..FilterOutcome::default()
         };
         let mut indexes = Vec::with_capacity(candidates.len());
+        // The feasible nodes themselves, for the preferences: looking each
+        // name up again cost as much as the first lookup.
+        let mut infos: Vec<&NodeInfo> = Vec::with_capacity(candidates.len());
         for name in candidates {
             let Some(node) = self.cache.node(&name) else {
                 outcome
@@ -453,6 +456,7 @@ impl Scheduler {
                 Ok(()) => {
                     outcome.feasible.push(name);
                     indexes.push(node.index);
+                    infos.push(node);
                 }
                 Err(rejection) if rejection.unresolvable => {
                     outcome.failed_unresolvable.insert(name, rejection.reason);
@@ -462,11 +466,6 @@ impl Scheduler {
                 }
             }
         }
-        let infos: Vec<&NodeInfo> = outcome
-            .feasible
-            .iter()
-            .filter_map(|n| self.cache.node(n))
-            .collect();
         if let Some((keep, reasons)) = self.preferred_mask(pod, &infos, state) {
             let feasible = std::mem::take(&mut outcome.feasible);
             let all_indexes = std::mem::take(&mut indexes);
@@ -494,10 +493,18 @@ impl Scheduler {
         feasible: &[&NodeInfo],
         state: &CycleState,
     ) -> Option<(Vec<bool>, Vec<&'static str>)> {
+        let preferring: Vec<&PluginEntry> = self
+            .plugins
+            .iter()
+            .filter(|e| e.plugin.has_preferences(pod, state))
+            .collect();
+        if preferring.is_empty() {
+            return None;
+        }
         let mut keep = vec![true; feasible.len()];
         let mut reasons = vec![""; feasible.len()];
         let mut narrowed = false;
-        for entry in &self.plugins {
+        for entry in preferring {
             let mut wanted = Vec::with_capacity(feasible.len());
             let mut any = false;
             for (node, kept) in feasible.iter().zip(&keep) {
@@ -522,6 +529,13 @@ impl Scheduler {
 
     /// Moves feasible nodes the preferences leave out into `failed`.
     fn apply_preferences(&self, pod: &PodInfo, outcome: &mut FilterOutcome, state: &CycleState) {
+        if !self
+            .plugins
+            .iter()
+            .any(|e| e.plugin.has_preferences(pod, state))
+        {
+            return;
+        }
         let infos: Vec<&NodeInfo> = outcome
             .feasible
             .iter()
@@ -624,9 +638,9 @@ impl Scheduler {
             .filter(|e| e.score_weight > 0 && e.plugin.scores() && !e.plugin.skips_scoring(state))
         {
             weight_sum += entry.score_weight;
-            for (slot, info) in raw.iter_mut().zip(nodes) {
-                *slot = info.map_or(0, |node| entry.plugin.score(pod, node, &self.cache, state));
-            }
+            entry
+                .plugin
+                .score_all(pod, nodes, &self.cache, state, &mut raw);
             entry.plugin.normalize_scores(&mut raw);
             for (total, score) in totals.iter_mut().zip(&raw) {
                 *total += score * entry.score_weight;

@@ -483,6 +483,13 @@ pub struct NodeNUMAResource {
     scorer: NumaScorer,
     /// Score of a candidate NUMA node set (`numaScoringStrategy`).
     numa_scorer: NumaScorer,
+    /// [`NodeInfo::index`] → the node's NUMA topology policy
+    /// ([`Self::node_policy_from`]), kept on Node and NodeResourceTopology
+    /// events: every pod with requests needs it on every node, and reading
+    /// the node's label and topology by name there was most of the filter's
+    /// cost. `None` (or past the end): not known yet, e.g. a node only pods
+    /// have named so far; it is computed where needed then.
+    node_policies: Vec<Option<NUMATopologyPolicy>>,
 }
 
 fn core_key(info: &CPUInfo) -> (i32, i32) {
@@ -659,7 +666,42 @@ impl NodeNUMAResource {
             generation: 0,
             scorer: NumaScorer::default(),
             numa_scorer: NumaScorer::default(),
+            node_policies: Vec::new(),
         }
+    }
+
+    /// The node's NUMA topology policy: its label, or (no label, `None`, or
+    /// one that does not parse) its topology's.
+    fn node_policy_from(&self, node: &NodeInfo) -> NUMATopologyPolicy {
+        match node_numa_topology_policy(node.labels()) {
+            Ok(NUMATopologyPolicy::None) | Err(_) => self
+                .topologies
+                .get(&node.name)
+                .map_or_else(NUMATopologyPolicy::default, |t| t.nrt_numa_policy),
+            Ok(policy) => policy,
+        }
+    }
+
+    /// [`Self::node_policy_from`], read from [`Self::node_policies`] when known.
+    fn node_policy(&self, node: &NodeInfo) -> NUMATopologyPolicy {
+        match self.node_policies.get(node.index) {
+            Some(Some(policy)) => *policy,
+            _ => self.node_policy_from(node),
+        }
+    }
+
+    /// Recomputes the kept policy of the node named `key` (after its labels
+    /// or its topology changed). A node gone from the cache keeps a stale
+    /// entry nobody reads: indexes are never reused.
+    fn refresh_node_policy(&mut self, key: &str, cache: &ClusterCache) {
+        let Some(node) = cache.node(key) else {
+            return;
+        };
+        let policy = self.node_policy_from(node);
+        if self.node_policies.len() <= node.index {
+            self.node_policies.resize(node.index + 1, None);
+        }
+        self.node_policies[node.index] = Some(policy);
     }
 
     /// The CPUs a reservation still holds at `now`: its cpuset minus its
@@ -871,12 +913,7 @@ impl NodeNUMAResource {
         preferred: &BTreeSet<i32>,
         mode: Mode,
     ) -> Result<Option<Choice>, Rejection> {
-        let empty = NodeTopology::default();
-        let topology = self.topologies.get(&node.name).unwrap_or(&empty);
-        let node_policy = match node_numa_topology_policy(node.labels()) {
-            Ok(NUMATopologyPolicy::None) | Err(_) => topology.nrt_numa_policy,
-            Ok(policy) => policy,
-        };
+        let node_policy = self.node_policy(node);
         let numa_policy = if !node_policy.is_none()
             && !request.pod_numa_policy.is_none()
             && node_policy != request.pod_numa_policy
@@ -890,6 +927,10 @@ impl NodeNUMAResource {
         if request.bind_policy.is_none() && numa_policy.is_none() {
             return Ok(None);
         }
+        // Only now: most pods on most nodes need neither cpuset nor NUMA
+        // nodes, and are answered above without it.
+        let empty = NodeTopology::default();
+        let topology = self.topologies.get(&node.name).unwrap_or(&empty);
         let offer = match request.bind_policy {
             Some(policy) => {
                 Some(self.cpu_offer(pod, request, node, policy, (restrict, preferred), mode)?)
@@ -1573,6 +1614,7 @@ impl Plugin for NodeNUMAResource {
                     }
                 }
                 self.refresh_free(key);
+                self.refresh_node_policy(key, cache);
             }
             ClusterEvent::Object {
                 kind: ObjectKind::Node,
@@ -1605,6 +1647,7 @@ impl Plugin for NodeNUMAResource {
                     }
                 }
                 self.refresh_free(key);
+                self.refresh_node_policy(key, cache);
             }
             _ => {}
         }
@@ -1632,6 +1675,15 @@ impl Plugin for NodeNUMAResource {
     ) -> Result<(), Rejection> {
         match state.read::<Request>(STATE_KEY) {
             None => Ok(()),
+            // Neither a cpuset nor NUMA nodes to find here (what
+            // `choose_preferring` answers first, reservations or not).
+            Some(request)
+                if request.bind_policy.is_none()
+                    && request.pod_numa_policy.is_none()
+                    && self.node_policy(node).is_none() =>
+            {
+                Ok(())
+            }
             Some(request) => self
                 .placement(pod, request, node, state, Step::Filter)
                 .map(|_| ()),
@@ -2548,5 +2600,144 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// Every pod's filter and score on every node, and each node's policy.
+    fn answers(
+        plugin: &NodeNUMAResource,
+        cache: &ClusterCache,
+        pods: &[&str],
+    ) -> Vec<(String, String, Result<(), Rejection>, i64)> {
+        let mut out = Vec::new();
+        for key in pods {
+            let pod = cache.pod(key).unwrap();
+            let mut state = CycleState::new(t0());
+            if let Err(rejection) = plugin.pre_filter(pod, cache, &mut state) {
+                out.push((key.to_string(), String::new(), Err(rejection), 0));
+                continue;
+            }
+            for node in cache.nodes_sorted() {
+                let filtered = plugin.filter(pod, node, cache, &state);
+                // The full check, without the filter's shortcut.
+                let checked = match state.read::<Request>(STATE_KEY) {
+                    None => Ok(()),
+                    Some(request) => plugin
+                        .choose_with_reservations(
+                            pod,
+                            request,
+                            node,
+                            owned_reservations(&state),
+                            state.now,
+                            Mode::Check,
+                        )
+                        .map(|_| ()),
+                };
+                assert_eq!(filtered, checked, "pod {key}, node {}", node.name);
+                let score = plugin.score(pod, node, cache, &state);
+                out.push((key.to_string(), node.name.clone(), filtered, score));
+            }
+        }
+        out
+    }
+
+    /// The per-node policies kept from events answer exactly as reading each
+    /// node's label and topology again: over random Node, NRT and pod
+    /// events (topology before or after its Node, labels changed, removed or
+    /// invalid, Nodes deleted, nodes only pods name), filter and score give
+    /// the same answers with the kept policies as without them.
+    #[test]
+    fn kept_node_policies_answer_as_reading_labels_and_topologies() {
+        use koord_common::testing::Lcg;
+        let label = apis::extension::numa_aware::LABEL_NUMA_TOPOLOGY_POLICY;
+        let spec = apis::extension::numa_aware::ANNOTATION_NUMA_TOPOLOGY_SPEC;
+        let labels = [
+            None,
+            Some("None"),
+            Some("SingleNUMANode"),
+            Some("BestEffort"),
+            Some("Restricted"),
+            Some("bogus"),
+        ];
+        let nrt_policies: [&[&str]; 5] = [
+            &[],
+            &["None"],
+            &["SingleNUMANodePodLevel"],
+            &["BestEffortPodLevel"],
+            &["Restricted"],
+        ];
+        let Object::NodeResourceTopology(sample) = nrt("x", &[], &[]) else {
+            unreachable!("nrt builds a NodeResourceTopology");
+        };
+        let topology_annotation =
+            sample.metadata.annotations.unwrap()[ANNOTATION_NODE_CPU_TOPOLOGY].clone();
+        let mut cache = ClusterCache::new();
+        let mut plugin = NodeNUMAResource::new(CPUBindPolicy::FullPCPUs);
+        let apply = |plugin: &mut NodeNUMAResource, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        let single = r#"{"numaTopologyPolicy":"SingleNUMANode"}"#;
+        for pod in [
+            plain_pod("plain", "2", "4Gi", &[]),
+            plain_pod("pod-policy", "2", "4Gi", &[(spec, single)]),
+            lsr_pod("lsr", "2", &[]),
+        ] {
+            apply(&mut plugin, &mut cache, Change::Upsert(pod));
+        }
+        let pods = ["default/plain", "default/pod-policy", "default/lsr"];
+        let mut rng = Lcg(7);
+        let mut checked_known = 0;
+        for step in 0..400 {
+            let name = format!("n{}", rng.below(4));
+            let change = match rng.below(6) {
+                0 | 1 => {
+                    let mut node_labels = Vec::new();
+                    if let Some(value) = labels[rng.below(labels.len() as u64) as usize] {
+                        node_labels.push((label, value));
+                    }
+                    let annotations: Vec<(&str, &str)> = if rng.below(3) == 0 {
+                        vec![(ANNOTATION_NODE_CPU_TOPOLOGY, topology_annotation.as_str())]
+                    } else {
+                        Vec::new()
+                    };
+                    Change::Upsert(node(&name, &node_labels, &annotations))
+                }
+                2 => Change::Delete(node(&name, &[], &[])),
+                3 => {
+                    let policies = nrt_policies[rng.below(nrt_policies.len() as u64) as usize];
+                    Change::Upsert(nrt(&name, policies, &[]))
+                }
+                4 => Change::Delete(nrt(&name, &[], &[])),
+                _ => {
+                    // A bound pod on a node that may not exist yet.
+                    let pod_name = format!("bound-{step}");
+                    Change::Upsert(testutil::pod(PodSpec {
+                        name: &pod_name,
+                        node: Some(&name),
+                        requests: &[("cpu", "1")],
+                        ..Default::default()
+                    }))
+                }
+            };
+            apply(&mut plugin, &mut cache, change);
+            for node in cache.nodes_sorted() {
+                assert_eq!(
+                    plugin.node_policy(node),
+                    plugin.node_policy_from(node),
+                    "step {step}, node {}",
+                    node.name
+                );
+                if matches!(plugin.node_policies.get(node.index), Some(Some(_))) {
+                    checked_known += 1;
+                }
+            }
+            let with_kept = answers(&plugin, &cache, &pods);
+            let kept = std::mem::take(&mut plugin.node_policies);
+            let without = answers(&plugin, &cache, &pods);
+            plugin.node_policies = kept;
+            assert_eq!(with_kept, without, "step {step}");
+        }
+        // The kept policies were really read, not just computed again.
+        assert!(checked_known > 400, "{checked_known}");
     }
 }

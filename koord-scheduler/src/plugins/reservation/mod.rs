@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
-use apis::configuration::selector::label_selector_matches;
+use apis::configuration::selector::CompiledSelector;
 use apis::extension::reservation::{
     ANNOTATION_RESERVATION_ALLOCATED, LABEL_RESERVATION_ORDER, ReservationAllocated,
     get_reservation_affinity, get_reservation_allocated, is_reservation_ignored,
@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 pub mod lifecycle;
 
-use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
 use crate::node_checks;
@@ -82,6 +82,10 @@ pub struct ReservationInfo {
     pub labels: BTreeMap<String, String>,
     pub allocatable: Resources,
     pub owners: Vec<ReservationOwner>,
+    /// Each owner's label selector parsed once (`None`: no selector, or one
+    /// that does not parse and so matches no pod); every pod's pre-filter
+    /// asks every reservation whether it is an owner.
+    owner_selectors: Vec<Option<CompiledSelector>>,
     pub allocate_once: bool,
     pub restricted: bool,
     /// When it stops being usable.
@@ -130,6 +134,16 @@ impl ReservationInfo {
             labels,
             allocatable,
             owners: spec.owners.clone(),
+            owner_selectors: spec
+                .owners
+                .iter()
+                .map(|owner| {
+                    owner
+                        .label_selector
+                        .as_ref()
+                        .and_then(|selector| CompiledSelector::new(selector).ok())
+                })
+                .collect(),
             allocate_once: spec.allocate_once.unwrap_or(true),
             restricted: spec.allocate_policy == Some(ReservationAllocatePolicy::Restricted),
             expires_at,
@@ -156,11 +170,20 @@ impl ReservationInfo {
         if is_reservation_ignored(pod.labels()) {
             return false;
         }
-        self.owners.iter().any(|owner| owner_matches(owner, pod))
+        self.owners
+            .iter()
+            .zip(&self.owner_selectors)
+            .any(|(owner, selector)| owner_matches(owner, selector.as_ref(), pod))
     }
 }
 
-fn owner_matches(owner: &ReservationOwner, pod: &PodInfo) -> bool {
+/// `selector`: the owner's label selector, compiled (`None` when it has
+/// none or it does not parse).
+fn owner_matches(
+    owner: &ReservationOwner,
+    selector: Option<&CompiledSelector>,
+    pod: &PodInfo,
+) -> bool {
     let mut any_term = false;
     if let Some(object) = &owner.object {
         any_term = true;
@@ -197,9 +220,10 @@ fn owner_matches(owner: &ReservationOwner, pod: &PodInfo) -> bool {
             return false;
         }
     }
-    if let Some(selector) = &owner.label_selector {
+    if owner.label_selector.is_some() {
         any_term = true;
-        if !label_selector_matches(selector, pod.labels()).unwrap_or(false) {
+        // A selector that does not parse matches nothing.
+        if !selector.is_some_and(|s| s.matches(pod.labels())) {
             return false;
         }
     }
@@ -279,14 +303,38 @@ pub struct ReservationPlugin {
     reservations: BTreeMap<String, ReservationInfo>,
     /// Node name → keys of the reservations placed on it; per-node checks
     /// run for every node of every pod, so they must not scan them all.
-    by_node: HashMap<String, BTreeSet<String>>,
-    /// Reservation uid → pod key → requests of the owner pod on it.
-    allocated: HashMap<String, HashMap<String, Resources>>,
+    by_node: FastMap<String, BTreeSet<String>>,
+    /// Reservation uid → pod key → requests of the owner pod on it (read
+    /// for each reservation on a node in per-node checks).
+    allocated: FastMap<String, HashMap<String, Resources>>,
     /// Pod key → reservation chosen in reserve, for pre-bind.
     pending: HashMap<String, (String, String)>,
+    /// By [`NodeInfo::index`]: whether [`Self::by_node`] lists the node,
+    /// kept on Node and Reservation events. A node known to have none holds
+    /// nothing for owners, so the per-node check of a pod owning no
+    /// reservation skips it without looking it up by name. `None` (or past
+    /// the end): not known, e.g. a node only pods have named so far.
+    node_marks: Vec<Option<bool>>,
 }
 
 impl ReservationPlugin {
+    /// Whether reservations may hold capacity on the node.
+    fn may_hold_on(&self, node: &NodeInfo) -> bool {
+        !matches!(self.node_marks.get(node.index), Some(Some(false)))
+    }
+
+    /// Recomputes the mark of the node named `node`; a node gone from the
+    /// cache keeps a stale mark nobody reads (indexes are never reused).
+    fn refresh_node_mark(&mut self, node: &str, cache: &ClusterCache) {
+        let Some(info) = cache.node(node) else {
+            return;
+        };
+        if self.node_marks.len() <= info.index {
+            self.node_marks.resize(info.index + 1, None);
+        }
+        self.node_marks[info.index] = Some(self.by_node.contains_key(node));
+    }
+
     fn allocated_of(&self, info: &ReservationInfo) -> Resources {
         let mut total = Resources::new();
         for requests in self
@@ -443,10 +491,11 @@ impl Plugin for ReservationPlugin {
                 kind: ObjectKind::Reservation,
                 key,
             } => {
+                let old_node = self.reservations.get(key).and_then(|r| r.node.clone());
                 self.forget_placement(key);
                 // One whose amounts cannot be read is ignored (the shell
                 // reported it where it entered).
-                match cache
+                let new_node = match cache
                     .reservations
                     .get(key)
                     .and_then(|r| ReservationInfo::from_crd(r).ok())
@@ -458,13 +507,23 @@ impl Plugin for ReservationPlugin {
                                 .or_default()
                                 .insert(key.clone());
                         }
+                        let node = info.node.clone();
                         self.reservations.insert(key.clone(), info);
+                        node
                     }
                     None => {
                         self.reservations.remove(key);
+                        None
                     }
+                };
+                for node in old_node.iter().chain(&new_node) {
+                    self.refresh_node_mark(node, cache);
                 }
             }
+            ClusterEvent::Object {
+                kind: ObjectKind::Node,
+                key,
+            } => self.refresh_node_mark(key, cache),
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
                     for pods in self.allocated.values_mut() {
@@ -533,11 +592,17 @@ impl Plugin for ReservationPlugin {
         let Some(pod_state) = state.read::<PodState>(STATE_KEY) else {
             return Ok(());
         };
-        if self.choose(pod, node, pod_state, state.now).is_some() {
+        if !pod_state.candidates.is_empty()
+            && self.choose(pod, node, pod_state, state.now).is_some()
+        {
             return Ok(());
         }
         if pod_state.required {
             return Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED));
+        }
+        if !self.may_hold_on(node) {
+            // Nothing is held here: `held` would be empty and `fits` pass.
+            return Ok(());
         }
         let held = self.held(&node.name, state.now, None);
         Self::fits(pod, node, &held).map_err(Rejection::unschedulable)
@@ -568,6 +633,12 @@ impl Plugin for ReservationPlugin {
         Some(fits)
     }
 
+    fn has_preferences(&self, _pod: &PodInfo, state: &CycleState) -> bool {
+        state
+            .read::<PodState>(STATE_KEY)
+            .is_some_and(|s| !s.candidates.is_empty())
+    }
+
     fn preference_reason(&self) -> &'static str {
         REASON_RESERVATION_ELSEWHERE
     }
@@ -589,6 +660,29 @@ impl Plugin for ReservationPlugin {
         match state.read::<PodState>(STATE_KEY) {
             Some(s) if self.choose(pod, node, s, state.now).is_some() => MAX_NODE_SCORE,
             _ => 0,
+        }
+    }
+
+    /// A pod owning no reservation scores 0 everywhere ([`Self::choose`]
+    /// has nothing to choose from), without asking node by node.
+    fn score_all(
+        &self,
+        pod: &PodInfo,
+        nodes: &[Option<&NodeInfo>],
+        _cache: &ClusterCache,
+        state: &CycleState,
+        scores: &mut [i64],
+    ) {
+        let pod_state = state
+            .read::<PodState>(STATE_KEY)
+            .filter(|s| !s.candidates.is_empty());
+        for (slot, info) in scores.iter_mut().zip(nodes) {
+            *slot = match (pod_state, info) {
+                (Some(s), Some(node)) if self.choose(pod, node, s, state.now).is_some() => {
+                    MAX_NODE_SCORE
+                }
+                _ => 0,
+            };
         }
     }
 
@@ -835,6 +929,192 @@ mod tests {
         assert_eq!(outcome.feasible, vec!["n1".to_string(), "n2".to_string()]);
         let with_big = s.reserve("default/small", "n1", t0());
         assert!(with_big.is_ok());
+    }
+
+    /// Every answer the plugin gives a pod: filter, score (node by node
+    /// and all at once) and preference per node, and whether it prefers.
+    type Answers = Vec<(String, Result<(), Rejection>, i64, i64, Option<bool>)>;
+
+    fn answers_of(
+        plugin: &ReservationPlugin,
+        cache: &ClusterCache,
+        pod: &PodInfo,
+        state: &CycleState,
+    ) -> (Answers, bool) {
+        let nodes: Vec<Option<&NodeInfo>> = cache.nodes_sorted().map(Some).collect();
+        let mut scores = vec![-1; nodes.len()];
+        plugin.score_all(pod, &nodes, cache, state, &mut scores);
+        let per_node = nodes
+            .iter()
+            .flatten()
+            .zip(scores)
+            .map(|(node, score_all)| {
+                let filtered = plugin.filter(pod, node, cache, state);
+                // The per-node check without any shortcut.
+                let checked = match state.read::<PodState>(STATE_KEY) {
+                    None => Ok(()),
+                    Some(s) if plugin.choose(pod, node, s, state.now).is_some() => Ok(()),
+                    Some(s) if s.required => {
+                        Err(Rejection::unresolvable(REASON_AFFINITY_NOT_MATCHED))
+                    }
+                    Some(_) => {
+                        let held = plugin.held(&node.name, state.now, None);
+                        ReservationPlugin::fits(pod, node, &held).map_err(Rejection::unschedulable)
+                    }
+                };
+                assert_eq!(filtered, checked, "pod {}, node {}", pod.key, node.name);
+                (
+                    node.name.clone(),
+                    filtered,
+                    plugin.score(pod, node, cache, state),
+                    score_all,
+                    plugin.prefers(pod, node, cache, state),
+                )
+            })
+            .collect();
+        (per_node, plugin.has_preferences(pod, state))
+    }
+
+    /// The per-pod shortcuts (nodes without reservations skipped by index,
+    /// scores of a pod owning none answered at once, the preference pass
+    /// skipped for it) give the answers of the per-node checks: over random
+    /// reservations placed, moved and deleted (on nodes that exist or not
+    /// yet), nodes added and bound pods, for strangers, owners and a pod
+    /// whose reservation affinity names a reservation.
+    #[test]
+    fn per_pod_shortcuts_answer_as_the_per_node_checks() {
+        use crate::cache::Change;
+        use koord_common::testing::Lcg;
+        let affinity = apis::extension::reservation::ANNOTATION_RESERVATION_AFFINITY;
+        let mut cache = ClusterCache::new();
+        let mut plugin = ReservationPlugin::default();
+        let apply = |plugin: &mut ReservationPlugin, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        let pods = [
+            cpu_pod("stranger", "3", &[]),
+            cpu_pod("small-stranger", "1", &[]),
+            cpu_pod("owner", "3", &[]),
+            cpu_pod("pinned", "2", &[(affinity, r#"{"name": "r1"}"#)]),
+        ];
+        for pod in pods {
+            apply(&mut plugin, &mut cache, Change::Upsert(pod));
+        }
+        let keys = [
+            "default/stranger",
+            "default/small-stranger",
+            "default/owner",
+            "default/pinned",
+        ];
+        let mut rng = Lcg(11);
+        let (mut shortcut_nodes, mut skipped_preferences, mut held_rejections) = (0, 0, 0);
+        for step in 0..300 {
+            let node = format!("n{}", rng.below(6));
+            let change = match rng.below(6) {
+                0 => Change::Upsert(testutil::node(&node, &[("cpu", "8")])),
+                4 => Change::Delete(testutil::node(&node, &[])),
+                1 | 2 => {
+                    let cpu = format!("{}", 1 + rng.below(4));
+                    let name = format!("r{}", rng.below(4));
+                    Change::Upsert(reservation(&name, &node, &cpu, json!({})))
+                }
+                3 => Change::Delete(reservation(
+                    &format!("r{}", rng.below(4)),
+                    "n0",
+                    "1",
+                    json!({}),
+                )),
+                _ => {
+                    let name = format!("bound-{step}");
+                    let cpu = format!("{}", 1 + rng.below(3));
+                    Change::Upsert(testutil::pod(PodSpec {
+                        name: &name,
+                        node: Some(&node),
+                        requests: &[("cpu", &cpu)],
+                        ..Default::default()
+                    }))
+                }
+            };
+            apply(&mut plugin, &mut cache, change);
+            for key in keys {
+                let pod = cache.pod(key).unwrap().clone();
+                let mut state = CycleState::new(t0());
+                if plugin.pre_filter(&pod, &cache, &mut state).is_err() {
+                    continue;
+                }
+                let (fast, prefers) = answers_of(&plugin, &cache, &pod, &state);
+                shortcut_nodes += cache
+                    .nodes_sorted()
+                    .filter(|n| !plugin.may_hold_on(n))
+                    .count();
+                skipped_preferences += usize::from(!prefers);
+                // Without the marks every node is checked by name.
+                let marks = std::mem::take(&mut plugin.node_marks);
+                let (slow, _) = answers_of(&plugin, &cache, &pod, &state);
+                plugin.node_marks = marks;
+                assert_eq!(fast, slow, "step {step}, pod {key}");
+                held_rejections += fast
+                    .iter()
+                    .filter(|(_, filtered, ..)| {
+                        filtered
+                            .as_ref()
+                            .is_err_and(|r| r.reason.contains("held by reservations"))
+                    })
+                    .count();
+                for (node, _, score, score_all, preference) in &fast {
+                    assert_eq!(score, score_all, "step {step}, pod {key}, node {node}");
+                    if !prefers {
+                        assert_eq!(*preference, None, "step {step}, pod {key}, node {node}");
+                    }
+                }
+            }
+        }
+        assert!(shortcut_nodes > 100 && skipped_preferences > 100 && held_rejections > 100);
+    }
+
+    /// Owner selectors compiled once answer as parsing them for every pod:
+    /// labels, expressions, and selectors that do not parse (no owner).
+    #[test]
+    fn compiled_owner_selectors_match_as_parsing_each_time() {
+        use apis::configuration::selector::label_selector_matches;
+        let selectors = [
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"matchLabels": {"app": "web", "tier": "front"}}),
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}),
+            json!({"matchLabels": {"bad key!": "web"}}),
+            json!({"matchExpressions": [{"key": "app", "operator": "Near", "values": ["web"]}]}),
+            json!({}),
+        ];
+        let label_sets: [&[(&str, &str)]; 4] = [
+            &[],
+            &[("app", "web")],
+            &[("app", "db"), ("tier", "front")],
+            &[("app", "web"), ("tier", "front")],
+        ];
+        for selector in &selectors {
+            let owners = json!([{"labelSelector": selector}]);
+            let Object::Reservation(crd) = reservation("r", "n1", "1", json!({"owners": owners}))
+            else {
+                unreachable!("reservation builds a Reservation");
+            };
+            let info = ReservationInfo::from_crd(&crd).unwrap();
+            let parsed: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+                serde_json::from_value(selector.clone()).unwrap();
+            for labels in label_sets {
+                let Object::Pod(pod) = testutil::pod(PodSpec {
+                    name: "p",
+                    labels,
+                    ..Default::default()
+                }) else {
+                    unreachable!("pod builds a Pod");
+                };
+                let pod = PodInfo::new(std::sync::Arc::new(pod));
+                let expected = label_selector_matches(&parsed, pod.labels()).unwrap_or(false);
+                assert_eq!(info.is_owner(&pod), expected, "{selector} on {labels:?}");
+            }
+        }
     }
 
     #[test]
