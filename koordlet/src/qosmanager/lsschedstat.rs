@@ -26,7 +26,7 @@ use apis::slo::v1alpha1::cpu_latency_protection;
 use super::cpusuppress::threshold_strategy;
 use super::framework::{QosPod, QosSnapshot};
 use super::latencyguard::LsSchedCounters;
-use crate::system::cgroup::{CgroupLayout, CgroupVersion, Controller, QosTier};
+use crate::system::cgroup::{CgroupLayout, CgroupResource, Controller, QosTier};
 
 /// Threads read per round at most.
 pub const MAX_THREADS_PER_ROUND: usize = 8192;
@@ -112,12 +112,9 @@ impl LsSchedSampler {
             .map(|pod| pod.cgroup_dir.as_path())
     }
 
+    /// `tasks` on v1, `cgroup.threads` on v2 (the layout's `Tasks` file).
     fn thread_list_file(&self, dir: &Path) -> Option<PathBuf> {
-        let base = self.layout.controller_path(dir, Controller::Cpu).ok()?;
-        Some(match self.layout.version {
-            CgroupVersion::V1 => base.join("tasks"),
-            CgroupVersion::V2 => base.join("cgroup.threads"),
-        })
+        self.layout.file_path(dir, CgroupResource::Tasks).ok()
     }
 
     /// The thread ids of `pod_dirs` (each pod and its child cgroups); listing
@@ -324,7 +321,7 @@ mod tests {
     use koord_common::testing::TempDir;
 
     use super::*;
-    use crate::system::cgroup::CgroupDriver;
+    use crate::system::cgroup::{CgroupDriver, CgroupVersion};
 
     #[test]
     fn schedstat_and_task_lists_are_parsed_and_bounded() {
