@@ -26,6 +26,8 @@ def read(path):
 def main(out):
     runs = sorted(d for d in os.listdir(out) if os.path.isfile(os.path.join(out, d, "timeseries.csv")))
     order = ["ls-alone", "no-agent", "koordlet-cfsquota", "upstream-cfsquota", "koordlet-cpuset", "upstream-cpuset", "koordlet-latency"]
+    # With --repeat, later rounds sit in "<run>-roundN": the plot shows round 1.
+    runs = [r for r in runs if "-round" not in r]
     runs.sort(key=lambda r: order.index(r) if r in order else len(order))
     if not runs:
         sys.exit(f"no run under {out} has a timeseries.csv")

@@ -3,9 +3,14 @@
 # against a best-effort job's throughput on this machine's real cgroups,
 # without Kubernetes. A benchmark that prints figures, not a test.
 #
-# Every run has the same length and load pattern (idle -> 50 % of the
-# machine -> 90 % -> idle, in LS requests per second; each request costs a
-# fixed amount of CPU work):
+# Every run has the same length and load pattern (idle -> 50 % -> 90 % ->
+# idle, in LS requests per second; each request costs a fixed amount of CPU
+# work). 100 % is the LS service's capacity on this machine, measured first
+# with a closed-loop probe (--rate-basis capacity, the default), or the bare
+# CPUs' ncpu x 1 s / work (--rate-basis machine, which on 2 CPUs puts the
+# 90 % phase above what the service can serve, so it measures a growing
+# queue). --repeat N runs every kind N times, the kinds taking turns, and
+# adds a table of medians (later rounds' files go to OUT/<run>-roundN):
 #   ls-alone           the LS service alone
 #   no-agent           LS + BE, nothing enforcing
 #   koordlet-cfsquota  LS + BE under koordlet --standalone, cpusuppress cfsQuota
@@ -41,7 +46,8 @@
 # Usage: hack/bench-colocation.sh [--no-build] [--koordlet PATH] [--out DIR]
 #            [--upstream-koordlet PATH]
 #            [--phase-seconds N] [--work-us N] [--threshold PERCENT]
-#            [--latency-target PERCENT]
+#            [--latency-target PERCENT] [--repeat N]
+#            [--rate-basis capacity|machine] [--probe-seconds N]
 #            [--runs ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
 #                    koordlet-latency,...]
 set -euo pipefail
@@ -60,8 +66,8 @@ while [ $# -gt 0 ]; do
         --koordlet) koordlet=$2; build=0; shift 2 ;;
         --upstream-koordlet) upstream=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target) pass+=("$1" "$2"); shift 2 ;;
-        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target|--repeat|--rate-basis|--probe-seconds) pass+=("$1" "$2"); shift 2 ;;
+        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done

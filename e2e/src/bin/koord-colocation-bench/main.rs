@@ -60,12 +60,16 @@ fn main() {
 const USAGE: &str =
     "usage: koord-colocation-bench run --koordlet PATH [--upstream-koordlet PATH] [--out DIR]
                      [--phase-seconds N] [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
-                     [--latency-target PERCENT]
+                     [--latency-target PERCENT] [--repeat N] [--rate-basis capacity|machine]
+                     [--probe-seconds N]
   runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
         koordlet-latency,upstream-cfsquota,upstream-cpuset (the upstream runs need
         --upstream-koordlet and an API server in KUBECONFIG)
   koordlet-latency: cfsQuota with the cpuLatencyProtection NodeSLO extension on, aiming the LS
         threads' run-queue wait at --latency-target % of their run time
+  rate-basis: what 100 % of the pattern is: the LS service's capacity measured by a closed-loop
+        probe first (default), or the bare CPUs (ncpu x 1 s / work-us)
+  repeat: every run kind N times (1..10), kinds taking turns; adds a table of medians
   (serve, load and batch are the parts `run` starts)";
 
 /// `--key value` pairs; every option takes a value.
@@ -208,6 +212,12 @@ fn parse_schedule(text: &str) -> Result<Vec<Phase>, String> {
 fn load(options: &Options) -> Result<(), String> {
     let port: u16 = options.number("port", 0)?;
     let connections: usize = options.number("conns", 64)?;
+    if let Some(seconds) = options.text("closed-seconds") {
+        let seconds: f64 = seconds
+            .parse()
+            .map_err(|_| format!("--closed-seconds {seconds:?} is not a number"))?;
+        return probe(port, connections, seconds);
+    }
     let schedule = parse_schedule(options.text("schedule").ok_or("--schedule is required")?)?;
     let out = PathBuf::from(options.text("out").ok_or("--out is required")?);
     // The harness starts the schedule at a shared instant: it passes the delay.
@@ -286,6 +296,77 @@ fn load(options: &Options) -> Result<(), String> {
     fs::write(&out, text).map_err(|e| format!("write {}: {e}", out.display()))?;
     println!("requests {count} errors {}", errors.load(Ordering::Relaxed));
     Ok(())
+}
+
+/// Closed-loop load: every connection sends its next request as soon as the
+/// previous answer arrives, so the service runs flat out. Prints how many
+/// answers came back after a warm-up second and how long that window was;
+/// the harness turns it into the service's capacity on this machine (the
+/// generator's own CPU included, as in the runs).
+fn probe(port: u16, connections: usize, seconds: f64) -> Result<(), String> {
+    if !(2.0..=60.0).contains(&seconds) {
+        return Err("--closed-seconds must be 2..60".into());
+    }
+    let warmed_up = Instant::now() + PROBE_WARM_UP;
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let answered = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..connections.clamp(1, 1024))
+        .map(|_| {
+            let answered = Arc::clone(&answered);
+            let errors = Arc::clone(&errors);
+            thread::spawn(move || {
+                let mut connection = None;
+                while Instant::now() < end {
+                    match request(&mut connection, port) {
+                        Ok(()) => {
+                            let now = Instant::now();
+                            if now >= warmed_up && now < end {
+                                answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(_) => {
+                            connection = None;
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().map_err(|_| "a probe worker panicked")?;
+    }
+    println!(
+        "answered {} seconds {:.3} errors {}",
+        answered.load(Ordering::Relaxed),
+        seconds - PROBE_WARM_UP.as_secs_f64(),
+        errors.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// Answers in the probe's first second are not counted: connections and
+/// server threads are still being set up.
+const PROBE_WARM_UP: Duration = Duration::from_secs(1);
+
+/// `answered A seconds S errors E` from the probe: answers per second.
+fn parse_probe(text: &str) -> Result<f64, String> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let value = |name: &str| -> Option<f64> {
+        let at = fields.iter().position(|f| *f == name)?;
+        fields.get(at + 1)?.parse().ok()
+    };
+    match (value("answered"), value("seconds"), value("errors")) {
+        (Some(answered), Some(seconds), Some(errors)) if seconds > 0.0 => {
+            if errors > answered / 100.0 {
+                return Err(format!("the capacity probe saw {errors} errors: {text:?}"));
+            }
+            Ok(answered / seconds)
+        }
+        _ => Err(format!("unreadable capacity probe output {text:?}")),
+    }
 }
 
 fn request(
@@ -762,17 +843,34 @@ struct Config {
     iterations_per_us: f64,
     ncpu: usize,
     self_exe: PathBuf,
+    /// Each run kind runs this many times, the kinds taking turns.
+    repeat: usize,
+    /// What "100 %" of the pattern is, in LS requests per second.
+    full_rate: f64,
+    /// How `full_rate` was found, for the header.
+    full_rate_basis: String,
 }
 
+/// The pattern's shares of `full_rate`: idle, 50 %, 90 %, idle.
+const PATTERN: [f64; 4] = [0.0, 0.5, 0.9, 0.0];
+/// The phases the table reports on (indexes into `PATTERN`).
+const HALF_PHASE: usize = 1;
+const NINETY_PHASE: usize = 2;
+
 impl Config {
-    /// idle → 50 % of the machine → 90 % → idle, in LS requests per second.
+    /// What the machine's CPUs could serve if requests cost nothing but their
+    /// work: `ncpu × 1 s / work`.
+    fn machine_rate(&self) -> f64 {
+        self.ncpu as f64 * 1e6 / self.work_us as f64
+    }
+
+    /// idle → 50 % → 90 % → idle of `full_rate`, in LS requests per second.
     fn schedule(&self) -> Vec<Phase> {
-        let full = self.ncpu as f64 * 1e6 / self.work_us as f64;
-        [0.0, 0.5, 0.9, 0.0]
+        PATTERN
             .iter()
             .map(|share| Phase {
                 seconds: self.phase_seconds,
-                rate: (share * full).round(),
+                rate: (share * self.full_rate).round(),
             })
             .collect()
     }
@@ -780,6 +878,7 @@ impl Config {
 
 struct RunResult {
     kind: RunKind,
+    round: usize,
     latencies_us: Vec<u32>,
     phase_p99_ms: Vec<Option<f64>>,
     /// Per phase: the LS threads' run-queue wait over their run time, %.
@@ -827,7 +926,7 @@ fn run(options: &Options) -> Result<(), String> {
     let ncpu = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let config = Config {
+    let mut config = Config {
         koordlet,
         upstream_koordlet,
         out: PathBuf::from(options.text("out").unwrap_or("target/bench-colocation")),
@@ -839,9 +938,25 @@ fn run(options: &Options) -> Result<(), String> {
         iterations_per_us: calibrate(),
         ncpu,
         self_exe: std::env::current_exe().map_err(|e| format!("own path: {e}"))?,
+        repeat: options.number("repeat", 1)?,
+        full_rate: 0.0,
+        full_rate_basis: String::new(),
     };
     if !(1.0..=600.0).contains(&config.phase_seconds) || !(50..=100_000).contains(&config.work_us) {
         return Err("--phase-seconds must be 1..600 and --work-us 50..100000".into());
+    }
+    if !(1..=10).contains(&config.repeat) {
+        return Err("--repeat must be 1..10".into());
+    }
+    let rate_basis = options.text("rate-basis").unwrap_or("capacity");
+    if !matches!(rate_basis, "capacity" | "machine") {
+        return Err(format!(
+            "--rate-basis {rate_basis:?}: expected capacity or machine"
+        ));
+    }
+    let probe_seconds: f64 = options.number("probe-seconds", 6.0)?;
+    if !(2.0..=60.0).contains(&probe_seconds) {
+        return Err("--probe-seconds must be 2..60".into());
     }
     if !(1..=100).contains(&config.threshold) {
         return Err("--threshold must be 1..100".into());
@@ -850,13 +965,6 @@ fn run(options: &Options) -> Result<(), String> {
         return Err("--latency-target must be 1..1000".into());
     }
     fs::create_dir_all(&config.out).map_err(|e| format!("mkdir {}: {e}", config.out.display()))?;
-    println!(
-        "== colocation benchmark: {ncpu} CPUs, LS request = {} µs of CPU, phases of {} s at {:?} req/s, threshold {} %",
-        config.work_us,
-        config.phase_seconds,
-        config.schedule().iter().map(|p| p.rate).collect::<Vec<_>>(),
-        config.threshold
-    );
 
     // Upstream's koordlet reads the pods from a kubelet and its node and
     // NodeSLO from the API server: one fake kubelet for every upstream run.
@@ -875,21 +983,61 @@ fn run(options: &Options) -> Result<(), String> {
     };
 
     let layout = Layout::create()?;
+    let machine_rate = config.machine_rate();
+    let (full_rate, basis) = if rate_basis == "capacity" {
+        match probe_capacity(&config, &layout, probe_seconds) {
+            Ok(capacity) => (
+                capacity,
+                format!(
+                    "the LS service's measured capacity, {capacity:.0} req/s \
+                     ({:.0} % of the {machine_rate:.0} req/s the CPUs could serve at {} µs a request)",
+                    100.0 * capacity / machine_rate,
+                    config.work_us
+                ),
+            ),
+            Err(e) => {
+                layout.remove();
+                return Err(format!("the capacity probe: {e}"));
+            }
+        }
+    } else {
+        (
+            machine_rate,
+            format!(
+                "the machine, {machine_rate:.0} req/s ({ncpu} CPUs at {} µs a request)",
+                config.work_us
+            ),
+        )
+    };
+    config.full_rate = full_rate;
+    config.full_rate_basis = basis;
+    println!(
+        "== colocation benchmark: {ncpu} CPUs, LS request = {} µs of CPU, phases of {} s at {:?} req/s \
+         (100 % = {}), threshold {} %, {} round(s)",
+        config.work_us,
+        config.phase_seconds,
+        config.schedule().iter().map(|p| p.rate).collect::<Vec<_>>(),
+        config.full_rate_basis,
+        config.threshold,
+        config.repeat
+    );
     let mut results = Vec::new();
     let mut failure = None;
-    for kind in kinds {
-        println!("-- {} ...", kind.name());
-        let outcome = layout
-            .reset_be_limits()
-            .and_then(|()| run_one(&config, &layout, kind, upstream.as_ref()));
-        match outcome {
-            Ok(result) => {
-                println!("   {}", result.load_summary);
-                results.push(result);
-            }
-            Err(e) => {
-                failure = Some(format!("{}: {e}", kind.name()));
-                break;
+    'rounds: for round in 1..=config.repeat {
+        for &kind in &kinds {
+            println!("-- {} ...", run_label(kind, round, config.repeat));
+            let outcome = layout
+                .reset_be_limits()
+                .and_then(|()| run_one(&config, &layout, kind, round, upstream.as_ref()));
+            match outcome {
+                Ok(result) => {
+                    println!("   {}", result.load_summary);
+                    results.push(result);
+                }
+                Err(e) => {
+                    failure = Some(format!("{}: {e}", run_label(kind, round, config.repeat)));
+                    break 'rounds;
+                }
             }
         }
     }
@@ -920,19 +1068,20 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-fn run_one(
-    config: &Config,
-    layout: &Layout,
-    kind: RunKind,
-    upstream: Option<&UpstreamSetup>,
-) -> Result<RunResult, String> {
-    let iterations = (config.iterations_per_us * config.work_us as f64).round() as u64;
-    let dir = config.out.join(kind.name());
-    fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    let mut children = Children(Vec::new());
+/// A run's name in the output: the kind, and its round when there are several.
+fn run_label(kind: RunKind, round: usize, rounds: usize) -> String {
+    if rounds > 1 {
+        format!("{}#{round}", kind.name())
+    } else {
+        kind.name().to_string()
+    }
+}
 
+/// Starts the LS service in the LS container's cgroup; returns it and its port.
+fn start_service(config: &Config, layout: &Layout) -> Result<(Child, u16), String> {
+    let iterations = (config.iterations_per_us * config.work_us as f64).round() as u64;
     let port = free_port()?;
-    let server = Command::new(&config.self_exe)
+    let mut server = Command::new(&config.self_exe)
         .args([
             "serve",
             "--port",
@@ -943,9 +1092,71 @@ fn run_one(
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("start the LS service: {e}"))?;
-    move_into(&layout.ls_container, server.id())?;
+    let placed = move_into(&layout.ls_container, server.id())
+        .and_then(|()| wait_for_port(port, Duration::from_secs(10)));
+    if let Err(e) = placed {
+        let _ = server.kill();
+        let _ = server.wait();
+        return Err(e);
+    }
+    Ok((server, port))
+}
+
+/// The LS service's capacity on this machine: answers per second under a
+/// closed-loop load from the generator's cgroup, nothing else running. The
+/// pattern's 90 % phase is then 90 % of what the service can really serve,
+/// not of the bare CPUs (HTTP, the generator and the kernel take their part,
+/// and a phase above capacity only measures an ever-growing queue).
+fn probe_capacity(config: &Config, layout: &Layout, seconds: f64) -> Result<f64, String> {
+    let mut children = Children(Vec::new());
+    let (server, port) = start_service(config, layout)?;
     children.0.push(server);
-    wait_for_port(port, Duration::from_secs(10))?;
+    let generator = Command::new(&config.self_exe)
+        .args([
+            "load",
+            "--port",
+            &port.to_string(),
+            "--conns",
+            &config.connections.to_string(),
+            "--closed-seconds",
+            &seconds.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start the probe: {e}"))?;
+    let mut generator = generator;
+    if let Err(e) = move_into(&layout.generator, generator.id()) {
+        let _ = generator.kill();
+        let _ = generator.wait();
+        return Err(e);
+    }
+    let output = generator
+        .wait_with_output()
+        .map_err(|e| format!("the probe: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("the probe failed: {}", output.status));
+    }
+    parse_probe(&String::from_utf8_lossy(&output.stdout))
+}
+
+fn run_one(
+    config: &Config,
+    layout: &Layout,
+    kind: RunKind,
+    round: usize,
+    upstream: Option<&UpstreamSetup>,
+) -> Result<RunResult, String> {
+    // Round 1 keeps the plain name, so one-round output looks as before.
+    let dir = if round == 1 {
+        config.out.join(kind.name())
+    } else {
+        config.out.join(format!("{}-round{round}", kind.name()))
+    };
+    fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let mut children = Children(Vec::new());
+
+    let (server, port) = start_service(config, layout)?;
+    children.0.push(server);
 
     let batch_log = Arc::new(Mutex::new(Vec::<(f64, u64)>::new()));
     let run_start = Instant::now();
@@ -1148,7 +1359,7 @@ fn run_one(
     let batch_log = batch_log.lock_or_recover().clone();
     let result = summarise(
         config,
-        kind,
+        (kind, round),
         &schedule,
         &samples,
         &records,
@@ -1351,7 +1562,7 @@ fn wait_percent(samples: &[Sample], start: f64, end: f64) -> Option<f64> {
 #[allow(clippy::too_many_arguments)]
 fn summarise(
     config: &Config,
-    kind: RunKind,
+    (kind, round): (RunKind, usize),
     schedule: &[Phase],
     samples: &[Sample],
     records: &[(u32, u32)],
@@ -1419,6 +1630,7 @@ fn summarise(
     };
     RunResult {
         kind,
+        round,
         latencies_us: latencies,
         phase_p99_ms,
         phase_wait_percent,
@@ -1502,15 +1714,40 @@ fn write_timeseries(
     write_value(&dir.join("timeseries.csv"), &csv)
 }
 
-fn print_table(config: &Config, results: &[RunResult]) {
-    let alone_p99 = results
+/// LS p99 of a run against the ls-alone run of the same round (or of any
+/// round when that one is missing), in percent.
+fn inflation_percent(results: &[RunResult], run: &RunResult) -> Option<f64> {
+    let alone = results
         .iter()
-        .find(|r| r.kind == RunKind::LsAlone)
-        .and_then(|r| percentile(&r.latencies_us, 99.0));
-    let rates: Vec<f64> = config.schedule().iter().map(|p| p.rate).collect();
+        .filter(|r| r.kind == RunKind::LsAlone)
+        .min_by_key(|r| usize::from(r.round != run.round))?;
+    let alone_p99 = percentile(&alone.latencies_us, 99.0)?;
+    let p99 = percentile(&run.latencies_us, 99.0)?;
+    (alone_p99 > 0.0).then(|| 100.0 * (p99 / alone_p99 - 1.0))
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+fn or_dash(value: Option<f64>, show: impl Fn(f64) -> String) -> String {
+    value.map_or_else(|| "-".to_string(), show)
+}
+
+fn print_table(config: &Config, results: &[RunResult]) {
     println!();
     println!(
-        "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>13}",
+        "{:<21} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>13}",
         "run",
         "p50 ms",
         "p99 ms",
@@ -1527,26 +1764,17 @@ fn print_table(config: &Config, results: &[RunResult]) {
         "reaction ms"
     );
     for r in results {
-        let p = |q| percentile(&r.latencies_us, q).map_or("-".into(), |v: f64| format!("{v:.2}"));
-        let inflation = match (alone_p99, percentile(&r.latencies_us, 99.0)) {
-            (Some(a), Some(b)) if a > 0.0 => format!("{:+.1}%", 100.0 * (b / a - 1.0)),
-            _ => "-".into(),
+        let p = |q| or_dash(percentile(&r.latencies_us, q), |v| format!("{v:.2}"));
+        let phase_p99 = |i: usize| {
+            or_dash(r.phase_p99_ms.get(i).copied().flatten(), |v| {
+                format!("{v:.2}")
+            })
         };
-        let phase = |rate: f64| {
-            rates
-                .iter()
-                .position(|x| (*x - rate).abs() < 0.5)
-                .and_then(|i| r.phase_p99_ms[i])
-                .map_or("-".into(), |v| format!("{v:.2}"))
+        let wait = |i: usize| {
+            or_dash(r.phase_wait_percent.get(i).copied().flatten(), |v| {
+                format!("{v:.1}%")
+            })
         };
-        let wait = |rate: f64| {
-            rates
-                .iter()
-                .position(|x| (*x - rate).abs() < 0.5)
-                .and_then(|i| r.phase_wait_percent.get(i).copied().flatten())
-                .map_or("-".into(), |v| format!("{v:.1}%"))
-        };
-        let full = config.ncpu as f64 * 1e6 / config.work_us as f64;
         let mut reactions = r.reactions_ms.clone();
         reactions.sort_by(f64::total_cmp);
         let reaction = if reactions.is_empty() {
@@ -1559,31 +1787,32 @@ fn print_table(config: &Config, results: &[RunResult]) {
                 .join("/")
         };
         println!(
-            "{:<18} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
-            r.kind.name(),
+            "{:<21} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
+            run_label(r.kind, r.round, config.repeat),
             p(50.0),
             p(99.0),
             p(99.9),
-            inflation,
-            phase((0.5 * full).round()),
-            phase((0.9 * full).round()),
-            wait((0.5 * full).round()),
-            wait((0.9 * full).round()),
+            or_dash(inflation_percent(results, r), |v| format!("{v:+.1}%")),
+            phase_p99(HALF_PHASE),
+            phase_p99(NINETY_PHASE),
+            wait(HALF_PHASE),
+            wait(NINETY_PHASE),
             r.be_units_per_s,
-            r.be_share_of_idle
-                .map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)),
-            r.koordlet_cpu_percent
-                .map_or("-".into(), |v| format!("{v:.2}")),
-            r.koordlet_rss.map_or("-".into(), |v| format!(
-                "{:.1}",
-                v as f64 / (1 << 20) as f64
-            )),
+            or_dash(r.be_share_of_idle, |v| format!("{:.0}%", 100.0 * v)),
+            or_dash(r.koordlet_cpu_percent, |v| format!("{v:.2}")),
+            or_dash(
+                r.koordlet_rss.map(|v| v as f64 / (1 << 20) as f64),
+                |v| format!("{v:.1}")
+            ),
             reaction,
         );
     }
+    if config.repeat > 1 {
+        print_medians(config, results);
+    }
     println!();
     println!(
-        "p99 infl: LS p99 against the ls-alone run; BE idle%: BE's CPU over the CPU the rest left idle during the pattern;"
+        "p99 infl: LS p99 against the ls-alone run of the same round; BE idle%: BE's CPU over the CPU the rest left idle during the pattern;"
     );
     println!(
         "wait@N%: the LS threads' run-queue wait over their CPU run time in that phase (schedstat, the latency loop's signal);"
@@ -1591,10 +1820,69 @@ fn print_table(config: &Config, results: &[RunResult]) {
     println!(
         "reaction: per LS step up, ms until BE's limit covered half of the drop it settled at (the two steps, in order of size)."
     );
+    println!("100 % of the pattern = {}.", config.full_rate_basis);
     println!(
         "Per-run files (latencies, timeseries.csv, koordlet inputs and log) are under {}",
         config.out.display()
     );
+}
+
+/// One line per run kind: medians over the rounds, with the inflation's range.
+fn print_medians(config: &Config, results: &[RunResult]) {
+    println!();
+    println!("medians over {} rounds:", config.repeat);
+    println!(
+        "{:<21} {:>8} {:>16} {:>10} {:>9} {:>13}",
+        "run", "p99 ms", "p99 infl (range)", "p99@50%", "BE idle%", "reaction ms"
+    );
+    let mut kinds: Vec<RunKind> = Vec::new();
+    for r in results {
+        if !kinds.contains(&r.kind) {
+            kinds.push(r.kind);
+        }
+    }
+    for kind in kinds {
+        let runs: Vec<&RunResult> = results.iter().filter(|r| r.kind == kind).collect();
+        let collect = |f: &dyn Fn(&RunResult) -> Option<f64>| -> Vec<f64> {
+            runs.iter().filter_map(|r| f(r)).collect()
+        };
+        let inflations = collect(&|r| inflation_percent(results, r));
+        let range = match (
+            inflations.iter().copied().reduce(f64::min),
+            inflations.iter().copied().reduce(f64::max),
+        ) {
+            (Some(low), Some(high)) if kind != RunKind::LsAlone => format!(
+                "{:+.1}% ({:+.1}..{:+.1})",
+                median(inflations.clone()).unwrap_or(0.0),
+                low,
+                high
+            ),
+            _ => "-".to_string(),
+        };
+        let reactions: Vec<f64> = runs.iter().flat_map(|r| r.reactions_ms.clone()).collect();
+        println!(
+            "{:<21} {:>8} {:>16} {:>10} {:>9} {:>13}",
+            kind.name(),
+            or_dash(
+                median(collect(&|r| percentile(&r.latencies_us, 99.0))),
+                |v| format!("{v:.2}")
+            ),
+            range,
+            or_dash(
+                median(collect(&|r| r
+                    .phase_p99_ms
+                    .get(HALF_PHASE)
+                    .copied()
+                    .flatten())),
+                |v| { format!("{v:.2}") }
+            ),
+            or_dash(median(collect(&|r| r.be_share_of_idle)), |v| format!(
+                "{:.0}%",
+                100.0 * v
+            )),
+            or_dash(median(reactions), |v| format!("{v:.0}")),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -1608,6 +1896,60 @@ mod tests {
         assert!(parse_schedule("0:10").is_err());
         assert!(parse_schedule("1:-1").is_err());
         assert!(parse_schedule("1:1e9").is_err());
+    }
+
+    #[test]
+    fn the_probe_output_becomes_answers_per_second() {
+        assert_eq!(
+            parse_probe("answered 4000 seconds 5.000 errors 0\n"),
+            Ok(800.0)
+        );
+        // A few errors (reconnects) are tolerated, many are not.
+        assert!(parse_probe("answered 4000 seconds 5 errors 40").is_ok());
+        assert!(parse_probe("answered 4000 seconds 5 errors 41").is_err());
+        assert!(parse_probe("answered 4000 seconds 0 errors 0").is_err());
+        assert!(parse_probe("answered x seconds 5 errors 0").is_err());
+        assert!(parse_probe("").is_err());
+    }
+
+    #[test]
+    fn medians_take_the_middle() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    fn result(kind: RunKind, round: usize, p99_ms: u32) -> RunResult {
+        RunResult {
+            kind,
+            round,
+            latencies_us: vec![p99_ms * 1000],
+            phase_p99_ms: Vec::new(),
+            phase_wait_percent: Vec::new(),
+            be_units_per_s: 0.0,
+            be_share_of_idle: None,
+            koordlet_cpu_percent: None,
+            koordlet_rss: None,
+            reactions_ms: Vec::new(),
+            load_summary: String::new(),
+        }
+    }
+
+    #[test]
+    fn inflation_is_against_the_same_rounds_ls_alone() {
+        let results = vec![
+            result(RunKind::LsAlone, 1, 10),
+            result(RunKind::KoordletCfsQuota, 1, 11),
+            result(RunKind::LsAlone, 2, 20),
+            result(RunKind::KoordletCfsQuota, 2, 21),
+            result(RunKind::KoordletCfsQuota, 3, 12),
+        ];
+        let infl = |i: usize| inflation_percent(&results, &results[i]).unwrap();
+        assert!((infl(1) - 10.0).abs() < 1e-9);
+        assert!((infl(3) - 5.0).abs() < 1e-9);
+        // Round 3 has no ls-alone: another round's stands in.
+        assert!(infl(4).is_finite());
+        assert_eq!(inflation_percent(&results[1..2], &results[1]), None);
     }
 
     #[test]
