@@ -27,7 +27,8 @@ use super::types::{
     SystemCfg,
 };
 use super::{
-    COLOCATION_CONFIG_KEY, CPU_BURST_CONFIG_KEY, CPU_NORMALIZATION_CONFIG_KEY,
+    COLOCATION_CONFIG_KEY, CPU_BURST_CONFIG_KEY, CPU_LATENCY_PROTECTION_CONFIG_KEY,
+    CPU_NORMALIZATION_CONFIG_KEY, CPULatencyProtectionCfg, CPULatencyProtectionCfgError,
     HOST_APPLICATION_CONFIG_KEY, RESOURCE_AMPLIFICATION_CONFIG_KEY, RESOURCE_QOS_CONFIG_KEY,
     RESOURCE_THRESHOLD_CONFIG_KEY, SYSTEM_CONFIG_KEY,
 };
@@ -233,6 +234,31 @@ impl SloControllerConfig {
                 &profiles,
                 &lenient_profiles,
             );
+        }
+
+        // (ours) Kept among the other keys, so parsed here: an invalid
+        // strategy is refused at admission like any upstream key, instead of
+        // only being skipped by the NodeSLO controller.
+        match CPULatencyProtectionCfg::from_other_keys(&self.other_keys) {
+            Ok(Some(cfg)) => {
+                let profiles: Vec<_> = cfg.node_strategies.iter().map(|n| &n.profile).collect();
+                Checker::new(&mut errors, CPU_LATENCY_PROTECTION_CONFIG_KEY.into()).profiles(
+                    "nodeStrategies",
+                    &profiles,
+                    &webhook_profiles,
+                );
+            }
+            Ok(None) => {}
+            Err(CPULatencyProtectionCfgError::Value(err)) => errors.push(ValidationError {
+                path: CPU_LATENCY_PROTECTION_CONFIG_KEY.into(),
+                message: err.to_string(),
+            }),
+            Err(CPULatencyProtectionCfgError::Strategy { path, message }) => {
+                errors.push(ValidationError {
+                    path: format!("{CPU_LATENCY_PROTECTION_CONFIG_KEY}.{path}"),
+                    message,
+                })
+            }
         }
 
         if errors.is_empty() {

@@ -254,16 +254,20 @@ impl ConfigState {
                     .into_iter()
                     .map(|(key, list)| (key.to_owned(), list.join("; ")))
                     .collect();
-                // Our key lives among the other keys: checked here, and kept
-                // at its last valid value when refused, like upstream's keys.
-                if let Err(err) = CPULatencyProtectionCfg::from_other_keys(&self.current.other_keys)
-                {
-                    let key = CPU_LATENCY_PROTECTION_CONFIG_KEY.to_owned();
+                // Our key lives among the other keys: kept at its last valid
+                // value when refused (by its parser or by the validation
+                // above), like upstream's keys.
+                let key = CPU_LATENCY_PROTECTION_CONFIG_KEY.to_owned();
+                let parse_error =
+                    CPULatencyProtectionCfg::from_other_keys(&self.current.other_keys).err();
+                if let Some(err) = &parse_error {
+                    self.refused.insert(key.clone(), err.to_string());
+                }
+                if parse_error.is_some() || self.refused.contains_key(&key) {
                     match last_latency {
                         Some(value) => self.current.other_keys.insert(key.clone(), value),
                         None => self.current.other_keys.remove(&key),
                     };
-                    self.refused.insert(key, err.to_string());
                 }
                 update.refused = self.refused.clone();
             }
@@ -311,13 +315,18 @@ fn parse_by_key(
             .iter()
             .filter(|error| !is_overlap_report(&error.path))
         {
-            let key = ALL_CONFIG_KEYS.iter().copied().find(|key| {
-                error.path == *key
-                    || error
-                        .path
-                        .strip_prefix(key)
-                        .is_some_and(|rest| rest.starts_with('.'))
-            });
+            // Our key is validated with the rest and refused on its own.
+            let key = ALL_CONFIG_KEYS
+                .iter()
+                .copied()
+                .chain([CPU_LATENCY_PROTECTION_CONFIG_KEY])
+                .find(|key| {
+                    error.path == *key
+                        || error
+                            .path
+                            .strip_prefix(key)
+                            .is_some_and(|rest| rest.starts_with('.'))
+                });
             match key {
                 Some(key) => problems.entry(key).or_default().push(error.to_string()),
                 // Not attributable to one key: refuse them all.
@@ -464,6 +473,47 @@ mod tests {
         let only_colocation = data(&[("colocation-config", r#"{"enable":true}"#)]);
         assert!(state.offer(Some(&only_colocation)).changed);
         assert_eq!(state.current().resource_threshold, None);
+    }
+
+    #[test]
+    fn a_refused_latency_key_refuses_only_itself() {
+        let mut state = ConfigState::default();
+        let latency = "cpu-latency-protection-config";
+        let valid_latency = r#"{"clusterStrategy":{"enable":true,"targetWaitPercent":25}}"#;
+        state.offer(Some(&data(&[
+            ("colocation-config", r#"{"enable":true}"#),
+            (latency, valid_latency),
+        ])));
+        // Out of range, and a node strategy without a selector (refused by
+        // the validation every key goes through): each time the colocation
+        // change still applies and the latency key keeps its last value.
+        for (minutes, bad) in [
+            (
+                20,
+                r#"{"clusterStrategy":{"enable":true,"targetWaitPercent":0}}"#,
+            ),
+            (
+                30,
+                r#"{"nodeStrategies":[{"name":"all","targetWaitPercent":10}]}"#,
+            ),
+        ] {
+            let colocation = format!(r#"{{"enable":true,"degradeTimeMinutes":{minutes}}}"#);
+            let update = state.offer(Some(&data(&[
+                ("colocation-config", colocation.as_str()),
+                (latency, bad),
+            ])));
+            assert_eq!(
+                update.refused.keys().collect::<Vec<_>>(),
+                [latency],
+                "{bad}"
+            );
+            let applied = state.current().colocation.as_ref().unwrap();
+            assert_eq!(applied.strategy.degrade_time_minutes, Some(minutes));
+            assert_eq!(
+                state.current().other_keys.get(latency).map(String::as_str),
+                Some(valid_latency)
+            );
+        }
     }
 
     #[test]

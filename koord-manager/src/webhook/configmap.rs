@@ -128,4 +128,44 @@ mod tests {
         );
         assert!(validate_configmap(Operation::Create, &good, "", &target).is_ok());
     }
+
+    #[test]
+    fn latency_protection_key_is_checked_at_admission() {
+        let target = SloConfigRef::default();
+        let with = |raw: &str| {
+            config_map(
+                "slo-controller-config",
+                json!({"cpu-latency-protection-config": raw}),
+            )
+        };
+        let good = with(
+            r#"{"clusterStrategy":{"enable":true,"targetWaitPercent":25},
+                "nodeStrategies":[{"name":"db","nodeSelector":{"matchLabels":{"pool":"db"}},"targetWaitPercent":10}]}"#,
+        );
+        validate_configmap(Operation::Update, &good, "", &target).unwrap();
+        let out_of_range = with(r#"{"clusterStrategy":{"enable":true,"targetWaitPercent":0}}"#);
+        let err = validate_configmap(Operation::Update, &out_of_range, "", &target).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cpu-latency-protection-config.clusterStrategy"),
+            "{err}"
+        );
+        let unknown = with(r#"{"clusterStrategy":{"enable":true,"targetWaitPercnt":25}}"#);
+        assert!(validate_configmap(Operation::Create, &unknown, "", &target).is_err());
+        let no_selector = with(r#"{"nodeStrategies":[{"name":"all","targetWaitPercent":10}]}"#);
+        let err = validate_configmap(Operation::Update, &no_selector, "", &target).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cpu-latency-protection-config.nodeStrategies[0].nodeSelector"),
+            "{err}"
+        );
+        let not_json = with("{");
+        let err = validate_configmap(Operation::Update, &not_json, "", &target).unwrap_err();
+        assert!(
+            err.to_string().contains("cpu-latency-protection-config"),
+            "{err}"
+        );
+        // Blank means "not set".
+        validate_configmap(Operation::Update, &with(" "), "", &target).unwrap();
+    }
 }
