@@ -503,3 +503,91 @@ async fn invalid_slo_controller_config_is_rejected() -> anyhow::Result<()> {
         .context("a valid slo-controller-config was refused")?;
     Ok(())
 }
+
+/// (ours) `cpu-latency-protection-config` end to end: the ConfigMap webhook
+/// refuses a bad value naming the field, and a valid one reaches every
+/// node's NodeSLO as the `cpuLatencyProtection` extension. The strategy is
+/// rendered disabled, so the koordlets do not start sizing BE by it while
+/// the rest of the suite runs; the key is removed afterwards (the extension
+/// then stays as rendered, as upstream leaves extensions without a key).
+#[tokio::test]
+async fn latency_protection_config_reaches_every_nodeslo() -> anyhow::Result<()> {
+    let test = "latency_protection_config_reaches_every_nodeslo";
+    let Some(client) = e2e::cluster_or_skip(test).await else {
+        return Ok(());
+    };
+    const KEY: &str = "cpu-latency-protection-config";
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let bad = json!({"data": {KEY: "{\"clusterStrategy\":{\"enable\":true,\"targetWaitPercent\":5000}}"}});
+    let denial = eventually("the webhook refuses the bad latency key", || async {
+        match configs
+            .patch("slo-controller-config", &dry_run, &Patch::Merge(&bad))
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(error) => Ok(Some(error.to_string())),
+        }
+    })
+    .await?;
+    ensure!(
+        denial.contains("cpu-latency-protection-config.clusterStrategy")
+            && denial.contains("targetWaitPercent"),
+        "the denial does not name the field: {denial}"
+    );
+
+    let strategy = json!({"enable": false, "targetWaitPercent": 37, "minBECPUPercent": 7});
+    let valid = json!({"data": {KEY: json!({"clusterStrategy": strategy}).to_string()}});
+    configs
+        .patch(
+            "slo-controller-config",
+            &PatchParams::default(),
+            &Patch::Merge(&valid),
+        )
+        .await
+        .context("a valid latency key was refused")?;
+    let slos: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource("slo.koordinator.sh", "v1alpha1", "NodeSLO", "nodeslos"),
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let result = async {
+        ensure!(!names.is_empty(), "the cluster has no nodes");
+        for name in &names {
+            eventually(
+                &format!("NodeSLO {name} with cpuLatencyProtection"),
+                || async {
+                    let Some(slo) = slos.get_opt(name).await? else {
+                        return Ok(None);
+                    };
+                    let rendered =
+                        &slo.data["spec"]["extensions"]["Object"]["cpuLatencyProtection"];
+                    Ok((*rendered == strategy).then_some(()))
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+    .await;
+    let removed = json!({"data": {KEY: null}});
+    configs
+        .patch(
+            "slo-controller-config",
+            &PatchParams::default(),
+            &Patch::Merge(&removed),
+        )
+        .await
+        .context("removing the latency key")?;
+    result
+}
