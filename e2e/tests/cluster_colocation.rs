@@ -468,6 +468,25 @@ fn parse_cpu_milli(text: &str) -> Option<i64> {
     }
 }
 
+/// The webhook's denial of a dry-run merge patch of `slo-controller-config`
+/// (retried until the webhook answers: it may still be starting).
+async fn dry_run_denial(configs: &Api<ConfigMap>, patch: &Value) -> anyhow::Result<String> {
+    let params = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("the webhook refuses the config", || async {
+        match configs
+            .patch("slo-controller-config", &params, &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(error) => Ok(Some(error.to_string())),
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn invalid_slo_controller_config_is_rejected() -> anyhow::Result<()> {
     let Some(client) = e2e::cluster_or_skip("invalid_slo_controller_config_is_rejected").await
@@ -477,20 +496,7 @@ async fn invalid_slo_controller_config_is_rejected() -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client, KOORD_NAMESPACE);
     let patch = json!({"data": {"resource-threshold-config":
         "{\"clusterStrategy\":{\"enable\":true,\"cpuSuppressThresholdPercent\":250}}"}});
-    let params = PatchParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let error = eventually("webhook rejects the invalid config", || async {
-        match api
-            .patch("slo-controller-config", &params, &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(None),
-            Err(error) => Ok(Some(error.to_string())),
-        }
-    })
-    .await?;
+    let error = dry_run_denial(&api, &patch).await?;
     ensure!(
         error.contains("cpuSuppressThresholdPercent"),
         "denial does not name the field: {error}"
@@ -498,6 +504,10 @@ async fn invalid_slo_controller_config_is_rejected() -> anyhow::Result<()> {
     // A valid change still passes (dry run: nothing is stored).
     let valid = json!({"data": {"resource-threshold-config":
         "{\"clusterStrategy\":{\"enable\":true,\"cpuSuppressThresholdPercent\":60}}"}});
+    let params = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
     api.patch("slo-controller-config", &params, &Patch::Merge(&valid))
         .await
         .context("a valid slo-controller-config was refused")?;
@@ -518,21 +528,8 @@ async fn latency_protection_config_reaches_every_nodeslo() -> anyhow::Result<()>
     };
     const KEY: &str = "cpu-latency-protection-config";
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
-    let dry_run = PatchParams {
-        dry_run: true,
-        ..Default::default()
-    };
     let bad = json!({"data": {KEY: "{\"clusterStrategy\":{\"enable\":true,\"targetWaitPercent\":5000}}"}});
-    let denial = eventually("the webhook refuses the bad latency key", || async {
-        match configs
-            .patch("slo-controller-config", &dry_run, &Patch::Merge(&bad))
-            .await
-        {
-            Ok(_) => Ok(None),
-            Err(error) => Ok(Some(error.to_string())),
-        }
-    })
-    .await?;
+    let denial = dry_run_denial(&configs, &bad).await?;
     ensure!(
         denial.contains("cpu-latency-protection-config.clusterStrategy")
             && denial.contains("targetWaitPercent"),
