@@ -211,7 +211,9 @@ pub fn step(
     };
     let target = settings.target_wait_percent as f64;
     let band_floor = target * (100 - settings.hold_band_percent) as f64 / 100.0;
-    let far_floor = target / FAR_BELOW_TARGET_DIVISOR;
+    // Never above the band's floor (a hold band over 75 % puts it lower):
+    // far below is a kind of quiet.
+    let far_floor = (target / FAR_BELOW_TARGET_DIVISOR).min(band_floor);
     let (quiet, far_quiet) = match signal {
         LsSignal::WaitPercent(wait) => (wait < band_floor, wait < far_floor),
         LsSignal::Idle => (true, true),
@@ -238,6 +240,7 @@ pub fn step(
         (_, cut) => cut,
     };
     let breached = matches!(signal, LsSignal::WaitPercent(wait) if wait > target);
+    let mut went_fast = false;
     let proposed = if breached {
         MilliCpu(current.0.max(0) * settings.decrease_factor_percent / 100)
     } else if quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREASE {
@@ -249,6 +252,7 @@ pub fn step(
         } else {
             0
         };
+        went_fast = fast > additive;
         MilliCpu(additive.max(fast))
     } else {
         current
@@ -268,12 +272,11 @@ pub fn step(
         LsSignal::NoBaseline(why) => format!("no LS wait figure ({why})"),
         LsSignal::Repeated => "LS wait compared at the next reading (same reading)".to_string(),
     };
-    let pace =
-        if direction == Direction::Increase && far_quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREASE {
-            " (fast: LS far below the target)"
-        } else {
-            ""
-        };
+    let pace = if direction == Direction::Increase && went_fast {
+        " (fast: half the gap, LS far below the target)"
+    } else {
+        ""
+    };
     let explanation = format!(
         "latency loop: {seen} (target {}%, hold band from {band_floor:.1}%) -> {}{pace} BE {current} to {limit} (bounds {min}..{upper})",
         settings.target_wait_percent,
@@ -674,6 +677,20 @@ mod tests {
         let (limits, state) = run_rounds(&settings(), cut_when_busy, &idle_node(), [None; 5]);
         assert!(limits[4] * 10 >= 7400 * 9, "{limits:?}");
         assert_eq!(state.last_cut, None);
+    }
+
+    #[test]
+    fn far_below_is_never_above_the_band_floor() {
+        // A 90 % hold band puts the band's floor at 1 %, under target / 4:
+        // 2 % is in the band and holds, 0.5 % is far below and goes fast.
+        let wide = CPULatencyProtection {
+            hold_band_percent: 90,
+            ..settings()
+        };
+        let (limits, _) = run_rounds(&wide, primed(400, 0), &idle_node(), [Some(20); 3]);
+        assert_eq!(limits, [400, 400, 400]);
+        let (limits, _) = run_rounds(&wide, primed(400, 0), &idle_node(), [Some(5); 3]);
+        assert_eq!(limits, [400, 3900, 5650]);
     }
 
     #[test]
