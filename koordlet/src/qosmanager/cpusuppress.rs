@@ -6,7 +6,8 @@
 //! reserved CPU), floored at capacity × `cpuSuppressMinPercent` when set.
 //! - `cfsQuota` policy: `kubepods/besteffort` gets `cpu.cfs_quota_us` =
 //!   budget × period (at least 2000 µs), changes smaller than 1% of the node
-//!   are skipped and increases are limited to 10% of the node per round.
+//!   are skipped and increases are limited to 10% of the node per round
+//!   (not under the latency-protection loop, which paces its own).
 //! - `cpuset` policy: the BE cpuset gets ⌈budget⌉ CPUs (at least 2, growing
 //!   by at most 10% of the CPUs per round), split between the LSR and shared
 //!   pools in proportion, picking whole physical cores first and never CPUs
@@ -158,8 +159,15 @@ pub fn with_ls_floor(budget: SuppressBudget, floor: MilliCpu) -> SuppressBudget 
 }
 
 /// Upstream's CFS quota step: target, unless too close to `current` (then
-/// `None`), and grown by at most 10% of the node per round.
-pub fn next_be_quota(budget: MilliCpu, current: CfsQuota, capacity_cores: i64) -> Option<CfsQuota> {
+/// `None`), and grown by at most 10% of the node per round when
+/// `growth_capped` (the threshold formula's budget; the latency loop paces
+/// its own increases).
+pub fn next_be_quota(
+    budget: MilliCpu,
+    current: CfsQuota,
+    capacity_cores: i64,
+    growth_capped: bool,
+) -> Option<CfsQuota> {
     let period = DEFAULT_CFS_PERIOD_US as i64;
     let target = (budget.0 * period / 1000).max(BE_MIN_QUOTA_US);
     // Upstream's int64 arithmetic, with -1 for unlimited.
@@ -170,7 +178,7 @@ pub fn next_be_quota(budget: MilliCpu, current: CfsQuota, capacity_cores: i64) -
         return None;
     }
     let max_increase = node_quota * BE_MAX_INCREASE_RATIO;
-    let quota = if current != -1 && (target - current) as f64 > max_increase {
+    let quota = if growth_capped && current != -1 && (target - current) as f64 > max_increase {
         current + max_increase as i64
     } else {
         target
@@ -290,12 +298,15 @@ pub fn full_be_cpuset(snapshot: &QosSnapshot, topology: &CpuTopology) -> CpuSet 
     set
 }
 
-/// The suppressed BE cpuset for `budget`, given the current BE cpuset size.
+/// The suppressed BE cpuset for `budget`, given the current BE cpuset size
+/// (grown by at most 10% of the CPUs per round when `growth_capped`, as for
+/// [`next_be_quota`]).
 pub fn suppressed_cpuset(
     snapshot: &QosSnapshot,
     topology: &CpuTopology,
     budget: MilliCpu,
     current_len: usize,
+    growth_capped: bool,
 ) -> CpuSet {
     let mut pool_of: HashMap<u32, QoSClass> = HashMap::new();
     for pod in &snapshot.pods {
@@ -319,7 +330,11 @@ pub fn suppressed_cpuset(
     }
     let wanted = ((budget.0.max(0) + 999) / 1000).max(BE_MIN_CPUSET_CPUS) as usize;
     let max_increase = (topology.cpus.len() as f64 * BE_MAX_INCREASE_RATIO).ceil() as usize;
-    let wanted = wanted.min(current_len + max_increase);
+    let wanted = if growth_capped {
+        wanted.min(current_len + max_increase)
+    } else {
+        wanted
+    };
     let pools = lsr.len() + shared.len();
     // Upstream writes nothing when fewer CPUs are eligible than wanted, so
     // BE keeps its old cpuset. Under the static policy that old cpuset may
@@ -598,7 +613,11 @@ impl CpuSuppress {
             let formula = format!("BE budget {limit} from the {explanation}{floor_note}");
             budget.budget = limit;
             decision.info(formula.clone());
-            return Self::apply_budget(snapshot, next, decision, policy, budget, formula);
+            // Uncapped: the loop paces its own increases (two measured quiet
+            // rounds first), and what it cuts must be what was written — a
+            // capped write lagging a fast rise would make its next decrease
+            // no cut at all.
+            return Self::apply_budget(snapshot, next, decision, policy, budget, formula, false);
         }
         // MilliCpu displays with its unit: "1700m".
         let formula = format!(
@@ -614,11 +633,12 @@ impl CpuSuppress {
                 .unwrap_or_default()
         ) + &floor_note;
         decision.info(formula.clone());
-        Self::apply_budget(snapshot, next, decision, policy, budget, formula)
+        Self::apply_budget(snapshot, next, decision, policy, budget, formula, true)
     }
 
     /// The BE quota or cpuset for `budget` (the formula's or the latency
-    /// loop's), explained by `formula`.
+    /// loop's), explained by `formula`; `growth_capped`: upstream's 10 %
+    /// per round growth cap applies.
     fn apply_budget(
         snapshot: &QosSnapshot,
         next: &mut CpuSuppressState,
@@ -626,6 +646,7 @@ impl CpuSuppress {
         policy: CPUSuppressPolicy,
         budget: SuppressBudget,
         formula: String,
+        growth_capped: bool,
     ) -> Decision {
         let capacity = budget.capacity;
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
@@ -644,7 +665,7 @@ impl CpuSuppress {
             };
             let capacity_cores = (capacity.0 + 999) / 1000;
             next.quota_restored = false;
-            match next_be_quota(budget.budget, current, capacity_cores) {
+            match next_be_quota(budget.budget, current, capacity_cores, growth_capped) {
                 Some(quota) => {
                     decision.write(
                         &be_dir,
@@ -673,7 +694,13 @@ impl CpuSuppress {
                     return decision;
                 }
             };
-            let set = suppressed_cpuset(snapshot, topology, budget.budget, current_len);
+            let set = suppressed_cpuset(
+                snapshot,
+                topology,
+                budget.budget,
+                current_len,
+                growth_capped,
+            );
             let full = full_be_cpuset(snapshot, topology);
             if set.is_empty() || full.is_empty() {
                 decision.skip(format!(
@@ -972,10 +999,15 @@ mod tests {
             // Below 1% of the node (8000 µs): not written.
             ((1050, Some(100_000), 8), None),
         ];
+        // The latency loop's budget is not capped.
+        assert_eq!(
+            next_be_quota(MilliCpu(6000), CfsQuota::Micros(100_000), 8, false).map(CfsQuota::as_v1),
+            Some(600_000)
+        );
         for ((budget, current, cores), expected) in cases {
             let current = current.map_or(CfsQuota::Unlimited, |v| CfsQuota::Micros(v as u64));
             assert_eq!(
-                next_be_quota(MilliCpu(budget), current, cores).map(CfsQuota::as_v1),
+                next_be_quota(MilliCpu(budget), current, cores, true).map(CfsQuota::as_v1),
                 expected,
                 "budget {budget}m, current {current:?}, {cores} cores"
             );
@@ -1044,7 +1076,7 @@ mod tests {
         snapshot.pods.push(lsr);
         let topology = topology();
         // 4 CPUs wanted, pools LSR 4 / shared 4: 2 from each.
-        let set = suppressed_cpuset(&snapshot, &topology, MilliCpu(4000), 8);
+        let set = suppressed_cpuset(&snapshot, &topology, MilliCpu(4000), 8, true);
         let from_lsr = set.iter().filter(|c| [0, 4, 1, 5].contains(c)).count();
         assert_eq!((set.len(), from_lsr), (4, 2), "{set}");
     }
@@ -1788,8 +1820,9 @@ mod latency_loop_tests {
                 .iter()
                 .any(|g| g.name == latencyguard::GAUGE_WAIT_RATIO && (g.value - 0.3).abs() < 1e-9)
         );
-        // Quiet LS (1 %): holds one round, then grows by 400m a round, past
-        // the formula's 1700m up to 8000 - 3000 - 500 = 4500m. (The test's
+        // Quiet LS (1 %, far below the 10 % target): holds one round, then
+        // closes half the gap to the 1700m the wait cut from, then grows by
+        // 400m a round past it up to 8000 - 3000 - 500 = 4500m. (The test's
         // reader always shows an unlimited quota, so every round writes.)
         let mut quotas = Vec::new();
         for second in 2..=12 {
@@ -1803,8 +1836,8 @@ mod latency_loop_tests {
         assert_eq!(
             quotas,
             [
-                85_000, 125_000, 165_000, 205_000, 245_000, 285_000, 325_000, 365_000, 405_000,
-                445_000, 450_000
+                85_000, 127_500, 167_500, 207_500, 247_500, 287_500, 327_500, 367_500, 407_500,
+                447_500, 450_000
             ],
         );
         // The same rounds are deterministic.
@@ -1834,6 +1867,53 @@ mod latency_loop_tests {
         let (decision, state) = CpuSuppress.decide(&snapshot(0, off, 0, 0), &Default::default());
         assert_eq!(quota(&decision), Some(170_000));
         assert_eq!(state.latency, Default::default());
+    }
+
+    #[test]
+    fn idle_ls_gets_be_back_to_its_headroom_fast_uncapped_and_deterministically() {
+        // The BE quota reads 40,000 µs: upstream's cap would allow at most
+        // +80,000 µs (10 % of 8 cores) a round.
+        let with_quota = |seconds, wait, run| {
+            let mut s = snapshot(seconds, on(), wait, run);
+            s.reader = Arc::new(MapReader::default().with(
+                be_dir(),
+                CgroupResource::CpuCfsQuota,
+                CgroupValue::Int(40_000),
+            ));
+            s
+        };
+        let mut state = CpuSuppressState::default();
+        let mut quotas = Vec::new();
+        // Formula start (1700m), three rounds at 30 % wait down to the
+        // 400m minimum, then LS idle (1 ms of run a round) for five rounds.
+        let rounds = [(0, 0), (300, 1000), (600, 2000), (900, 3000)]
+            .into_iter()
+            .chain((1..=5).map(|idle| (900, 3000 + idle)));
+        for (second, (wait, run)) in rounds.enumerate() {
+            let (decision, next) =
+                assert_deterministic(&CpuSuppress, &with_quota(second as u64, wait, run), &state);
+            quotas.push(quota(&decision));
+            state = next;
+        }
+        // Upper bound 8000 - 3000 - 500 = 4500m; ≥ 90 % of it (405,000 µs)
+        // five rounds after LS went idle, in jumps the cap would not allow.
+        assert_eq!(
+            quotas,
+            [
+                Some(170_000),
+                Some(85_000),
+                // 425m and 400m: within 1 % of the node of the 40,000 µs
+                // read, not written.
+                None,
+                None,
+                None,
+                Some(245_000),
+                Some(347_500),
+                Some(398_800),
+                // The additive step is larger than half the last gap.
+                Some(438_800),
+            ]
+        );
     }
 
     #[test]

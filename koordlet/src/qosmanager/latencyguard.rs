@@ -5,16 +5,34 @@
 //! fixed `cpuSuppressThresholdPercent`.
 //!
 //! Signal: the LS threads' run-queue wait (schedstat field 2) over their CPU
-//! run time (field 1) in the interval between two rounds, in percent. The
+//! run time (field 1) in the interval between two readings, in percent. The
 //! shell ([`super::lsschedstat`]) turns per-thread readings into cumulative
-//! counters; this module only takes differences, so it is pure.
+//! counters and decides how often to read (its `MIN_READ_GAP`, the loop's
+//! only throttle); this module only takes differences, so it is pure.
 //!
-//! Control (AIMD with a deadband):
-//! - wait above the target → limit × `decreaseFactorPercent` (fast);
+//! Control (AIMD with a deadband and a fast way back):
+//! - wait above the target → limit × `decreaseFactorPercent`, at once,
+//!   whatever happened before (a decrease always wins);
 //! - wait below `target × (1 - holdBandPercent)` for
 //!   [`QUIET_ROUNDS_BEFORE_INCREASE`] rounds in a row → limit +
-//!   `increaseStepPercent` of the node (slow);
+//!   `increaseStepPercent` of the node;
+//! - LS idle, or its wait below `target /` [`FAR_BELOW_TARGET_DIVISOR`], for
+//!   as many rounds in a row → limit + the larger of that step and half the
+//!   gap to the upper bound (binary-search increase, as BIC-TCP does towards
+//!   its last loss point). From anywhere, four such rounds close 15/16 of
+//!   the gap, so BE is back to ≥ 90 % of its headroom five rounds after LS
+//!   went idle, where the additive step alone needed up to
+//!   `100 / increaseStepPercent` rounds. Far below the target a step of
+//!   BE's size cannot be what brings LS to it; near the band the small step
+//!   still probes, so the loop settles there instead of overshooting;
 //! - otherwise the limit holds.
+//!
+//! No flapping: after a decrease caused by the wait, the fast increase
+//! aims only at the limit that was cut ([`LastCut`]), above it the step is
+//! additive again, so a load that suffers at some BE level is approached
+//! slowly there, not re-hit every few rounds. That memory is dropped when
+//! LS goes idle or the upper bound has grown by more than one step since
+//! the cut (LS stepped down: the old level says nothing about the new load).
 //!
 //! The limit is always clamped to `[minBECPUPercent, min(maxBECPUPercent,
 //! capacity - LS used - system used)]` of the node, so an LS step (and the
@@ -39,11 +57,9 @@ pub const QUIET_ROUNDS_BEFORE_INCREASE: u32 = 2;
 /// Below this much LS run time in an interval the ratio is noise; LS is
 /// treated as idle (nothing to protect).
 pub const MIN_LS_RUN_PER_ROUND: Duration = Duration::from_millis(5);
-/// Two readings closer than this are not compared (a round woken by the
-/// reaction path right after a tick): the older baseline is kept, so the
-/// next round covers the whole interval and the loop moves at most about
-/// once per cpusuppress interval.
-pub const MIN_SAMPLE_GAP: Duration = Duration::from_millis(200);
+/// LS waiting less than `target / FAR_BELOW_TARGET_DIVISOR` is far from the
+/// band: BE may close half its gap to the upper bound per round.
+pub const FAR_BELOW_TARGET_DIVISOR: f64 = 4.0;
 /// Two readings further apart than this are not compared (the loop was
 /// off, or the shell stalled): the newer one becomes the baseline.
 pub const MAX_SAMPLE_GAP: Duration = Duration::from_secs(30);
@@ -72,8 +88,10 @@ pub enum LsSignal {
     Idle,
     /// No usable interval (first reading, gap, counters went back).
     NoBaseline(&'static str),
-    /// Too soon after the previous reading; compared at the next round.
-    TooSoon,
+    /// The same reading as the previous round's (the shell reads at most
+    /// every `MIN_READ_GAP` and hands closer rounds its last one); compared
+    /// at the next new reading.
+    Repeated,
 }
 
 /// The signal between `previous` and `current`.
@@ -82,7 +100,9 @@ pub fn signal(previous: Option<&LsSchedCounters>, current: &LsSchedCounters) -> 
         return LsSignal::NoBaseline("first reading");
     };
     match current.taken_at.duration_since(previous.taken_at) {
-        Ok(gap) if gap < MIN_SAMPLE_GAP => return LsSignal::TooSoon,
+        // A zero-length interval has no rate: the shell re-delivered its
+        // last reading. Spacing readings out is the shell's job alone.
+        Ok(gap) if gap.is_zero() => return LsSignal::Repeated,
         Ok(gap) if gap <= MAX_SAMPLE_GAP => {}
         Ok(_) => return LsSignal::NoBaseline("readings too far apart"),
         Err(_) => return LsSignal::NoBaseline("reading older than the previous one"),
@@ -129,6 +149,16 @@ pub struct NodeFigures {
     pub formula_budget: MilliCpu,
 }
 
+/// The last decrease the wait caused: where BE was when LS suffered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCut {
+    /// The limit before the cut: the fast increase aims no higher.
+    pub from: MilliCpu,
+    /// The upper bound then; a bound grown by more than one step since
+    /// means LS stepped down, and the cut no longer applies.
+    pub upper: MilliCpu,
+}
+
 /// The loop's memory between rounds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GuardState {
@@ -137,6 +167,9 @@ pub struct GuardState {
     pub limit: Option<MilliCpu>,
     /// Rounds in a row below the band.
     pub quiet_rounds: u32,
+    /// Rounds in a row with LS idle or far below the target.
+    pub far_quiet_rounds: u32,
+    pub last_cut: Option<LastCut>,
 }
 
 /// One round's result.
@@ -178,24 +211,51 @@ pub fn step(
     };
     let target = settings.target_wait_percent as f64;
     let band_floor = target * (100 - settings.hold_band_percent) as f64 / 100.0;
-    let quiet = match signal {
-        LsSignal::WaitPercent(wait) => wait < band_floor,
-        LsSignal::Idle => true,
-        LsSignal::NoBaseline(_) | LsSignal::TooSoon => false,
+    // Never above the band's floor (a hold band over 75 % puts it lower):
+    // far below is a kind of quiet.
+    let far_floor = (target / FAR_BELOW_TARGET_DIVISOR).min(band_floor);
+    let (quiet, far_quiet) = match signal {
+        LsSignal::WaitPercent(wait) => (wait < band_floor, wait < far_floor),
+        LsSignal::Idle => (true, true),
+        LsSignal::NoBaseline(_) | LsSignal::Repeated => (false, false),
     };
-    let quiet_rounds = match signal {
-        LsSignal::TooSoon => state.quiet_rounds,
-        _ if quiet => state.quiet_rounds.saturating_add(1),
+    let count = |previous: u32, now: bool| match signal {
+        LsSignal::Repeated => previous,
+        _ if now => previous.saturating_add(1),
         _ => 0,
     };
-    let proposed = match signal {
-        LsSignal::WaitPercent(wait) if wait > target => {
-            MilliCpu(current.0.max(0) * settings.decrease_factor_percent / 100)
-        }
-        _ if quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREASE => {
-            MilliCpu(current.0.max(0) + node.capacity.0 * settings.increase_step_percent / 100)
-        }
-        _ => current,
+    let quiet_rounds = count(state.quiet_rounds, quiet);
+    let far_quiet_rounds = count(state.far_quiet_rounds, far_quiet);
+    let step = MilliCpu(
+        node.capacity
+            .0
+            .saturating_mul(settings.increase_step_percent)
+            / 100,
+    );
+    // The cut's level stops mattering when LS has nothing to run or has
+    // freed more than a step of CPU since.
+    let last_cut = match (signal, state.last_cut) {
+        (LsSignal::Idle, _) => None,
+        (_, Some(cut)) if upper.0 > cut.upper.0.saturating_add(step.0) => None,
+        (_, cut) => cut,
+    };
+    let breached = matches!(signal, LsSignal::WaitPercent(wait) if wait > target);
+    let mut went_fast = false;
+    let proposed = if breached {
+        MilliCpu(current.0.max(0) * settings.decrease_factor_percent / 100)
+    } else if quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREASE {
+        let additive = current.0.max(0).saturating_add(step.0);
+        let fast_aim = last_cut.map_or(upper, |cut| cut.from.min(upper));
+        let fast = if far_quiet_rounds >= QUIET_ROUNDS_BEFORE_INCREASE && fast_aim > current {
+            // Half the gap, rounded up so it closes.
+            current.0.max(0) + (fast_aim.0 - current.0.max(0) + 1) / 2
+        } else {
+            0
+        };
+        went_fast = fast > additive;
+        MilliCpu(additive.max(fast))
+    } else {
+        current
     };
     let limit = proposed.clamp(min, upper);
     // What the round did to BE, after the clamp: a cut by the bounds alone
@@ -210,10 +270,15 @@ pub fn step(
         LsSignal::WaitPercent(wait) => format!("LS run-queue wait {wait:.1}% of run time"),
         LsSignal::Idle => "LS idle".to_string(),
         LsSignal::NoBaseline(why) => format!("no LS wait figure ({why})"),
-        LsSignal::TooSoon => "LS wait compared next round (interval too short)".to_string(),
+        LsSignal::Repeated => "LS wait compared at the next reading (same reading)".to_string(),
+    };
+    let pace = if direction == Direction::Increase && went_fast {
+        " (fast: half the gap, LS far below the target)"
+    } else {
+        ""
     };
     let explanation = format!(
-        "latency loop: {seen} (target {}%, hold band from {band_floor:.1}%) -> {} BE {current} to {limit} (bounds {min}..{upper})",
+        "latency loop: {seen} (target {}%, hold band from {band_floor:.1}%) -> {}{pace} BE {current} to {limit} (bounds {min}..{upper})",
         settings.target_wait_percent,
         direction.as_str(),
     );
@@ -223,14 +288,20 @@ pub fn step(
         signal,
         bounds: (min, upper),
         state: GuardState {
-            // A missing or too early reading keeps the old baseline: the
-            // next reading then covers the whole interval.
-            last: match signal {
-                LsSignal::TooSoon => state.last,
-                _ => counters.copied().or(state.last),
-            },
+            // A missing reading keeps the old baseline: the next reading
+            // then covers the whole interval.
+            last: counters.copied().or(state.last),
             limit: Some(limit),
             quiet_rounds,
+            far_quiet_rounds,
+            last_cut: if breached && limit < current {
+                Some(LastCut {
+                    from: current,
+                    upper,
+                })
+            } else {
+                last_cut
+            },
         },
         explanation,
     }
@@ -281,6 +352,7 @@ mod tests {
             last: Some(counters(0, 0, 0)),
             limit: Some(MilliCpu(limit)),
             quiet_rounds,
+            ..GuardState::default()
         }
     }
 
@@ -368,7 +440,8 @@ mod tests {
             let got = step(
                 &settings(),
                 &state,
-                Some(&counters(second, 10 * second, 1000 * second)),
+                // 5 %: below the band, not far below the target.
+                Some(&counters(second, 50 * second, 1000 * second)),
                 &node(),
             );
             limits.push((got.limit.0, got.direction));
@@ -473,25 +546,35 @@ mod tests {
     }
 
     #[test]
-    fn a_reading_right_after_the_last_holds_and_keeps_the_baseline() {
-        let soon = LsSchedCounters {
-            taken_at: at(0) + Duration::from_millis(50),
-            ..counters(0, 300, 1000)
+    fn a_repeated_reading_holds_and_keeps_the_counts() {
+        // The shell hands a round woken right after a tick its last reading.
+        let repeated = counters(0, 0, 0);
+        let state = GuardState {
+            far_quiet_rounds: 1,
+            ..primed(3000, 1)
         };
-        let got = step(&settings(), &primed(3000, 1), Some(&soon), &node());
-        assert_eq!(got.signal, LsSignal::TooSoon);
+        let got = step(&settings(), &state, Some(&repeated), &node());
+        assert_eq!(got.signal, LsSignal::Repeated);
         assert_eq!(
             (got.limit, got.direction),
             (MilliCpu(3000), Direction::Hold)
         );
         assert_eq!(got.state.last, Some(counters(0, 0, 0)));
-        assert_eq!(got.state.quiet_rounds, 1);
+        assert_eq!((got.state.quiet_rounds, got.state.far_quiet_rounds), (1, 1));
+        // Spacing readings is the shell's job: any new one is compared.
+        let soon = LsSchedCounters {
+            taken_at: at(0) + Duration::from_millis(50),
+            ..counters(0, 30, 100)
+        };
+        let got = step(&settings(), &primed(3000, 1), Some(&soon), &node());
+        assert_eq!(got.signal, LsSignal::WaitPercent(30.0));
+        assert_eq!(got.limit, MilliCpu(1500));
         // The bounds still apply at once (an LS step seen by the reaction path).
         let stepped = NodeFigures {
             ls_used: MilliCpu(6500),
             ..node()
         };
-        let got = step(&settings(), &primed(3000, 1), Some(&soon), &stepped);
+        let got = step(&settings(), &primed(3000, 1), Some(&repeated), &stepped);
         assert_eq!(
             (got.limit, got.direction),
             (MilliCpu(1000), Direction::Decrease)
@@ -511,5 +594,240 @@ mod tests {
             (got.limit, got.direction),
             (MilliCpu(1400), Direction::Increase)
         );
+    }
+
+    /// LS idle: 8 cores, LS at 0.1, system 0.5 → headroom 7400m.
+    fn idle_node() -> NodeFigures {
+        NodeFigures {
+            ls_used: MilliCpu(100),
+            ..node()
+        }
+    }
+
+    /// Feeds `waits` (wait ms per 1,000 ms of LS run; `None`: LS idle) one
+    /// round a second from `state`; the limits chosen.
+    fn run_rounds(
+        settings: &CPULatencyProtection,
+        mut state: GuardState,
+        node: &NodeFigures,
+        waits: impl IntoIterator<Item = Option<u64>>,
+    ) -> (Vec<i64>, GuardState) {
+        let (mut wait, mut run) = state.last.map_or((0, 0), |c| (c.wait_ns, c.run_ns));
+        let mut second = state.last.map_or(0, |c| {
+            c.taken_at
+                .duration_since(at(0))
+                .map_or(0, |gap| gap.as_secs())
+        });
+        let mut limits = Vec::new();
+        for round_wait in waits {
+            second += 1;
+            match round_wait {
+                Some(ms) => {
+                    wait += ms * 1_000_000;
+                    run += 1_000_000_000;
+                }
+                // Under MIN_LS_RUN_PER_ROUND: idle.
+                None => run += 1_000_000,
+            }
+            let reading = LsSchedCounters {
+                taken_at: at(second),
+                wait_ns: wait,
+                run_ns: run,
+                threads: 10,
+                threads_skipped: 0,
+            };
+            let got = step(settings, &state, Some(&reading), node);
+            limits.push(got.limit.0);
+            state = got.state;
+        }
+        (limits, state)
+    }
+
+    #[test]
+    fn idle_ls_gives_be_its_headroom_back_within_five_rounds() {
+        // From the minimum (400m), LS idle: one quiet round holds, then each
+        // round closes half the gap to 7400m. The additive step alone
+        // would be at 2000m after five rounds.
+        let (limits, _) = run_rounds(&settings(), primed(400, 0), &idle_node(), [None; 5]);
+        assert_eq!(limits, [400, 3900, 5650, 6525, 6963]);
+        assert!(limits[4] * 10 >= 7400 * 9, "{limits:?}");
+        // LS busy but waiting far below the target (1 % against 10 %) does
+        // the same.
+        let (limits, _) = run_rounds(&settings(), primed(400, 0), &idle_node(), [Some(10); 5]);
+        assert!(limits[4] * 10 >= 7400 * 9, "{limits:?}");
+        let got = step(
+            &settings(),
+            &GuardState {
+                far_quiet_rounds: 1,
+                ..primed(400, 1)
+            },
+            Some(&counters(1, 0, 1)),
+            &idle_node(),
+        );
+        assert!(got.explanation.contains("fast"), "{}", got.explanation);
+        // A cut remembered from a busier LS does not hold it back once LS
+        // is idle.
+        let cut_when_busy = GuardState {
+            last_cut: Some(LastCut {
+                from: MilliCpu(800),
+                upper: MilliCpu(1000),
+            }),
+            ..primed(400, 0)
+        };
+        let (limits, state) = run_rounds(&settings(), cut_when_busy, &idle_node(), [None; 5]);
+        assert!(limits[4] * 10 >= 7400 * 9, "{limits:?}");
+        assert_eq!(state.last_cut, None);
+    }
+
+    #[test]
+    fn far_below_is_never_above_the_band_floor() {
+        // A 90 % hold band puts the band's floor at 1 %, under target / 4:
+        // 2 % is in the band and holds, 0.5 % is far below and goes fast.
+        let wide = CPULatencyProtection {
+            hold_band_percent: 90,
+            ..settings()
+        };
+        let (limits, _) = run_rounds(&wide, primed(400, 0), &idle_node(), [Some(20); 3]);
+        assert_eq!(limits, [400, 400, 400]);
+        let (limits, _) = run_rounds(&wide, primed(400, 0), &idle_node(), [Some(5); 3]);
+        assert_eq!(limits, [400, 3900, 5650]);
+    }
+
+    #[test]
+    fn near_the_band_the_increase_stays_additive() {
+        // 5 % against 10 % (band from 7 %, far below under 2.5 %): +400m.
+        let (limits, state) = run_rounds(&settings(), primed(400, 0), &idle_node(), [Some(50); 5]);
+        assert_eq!(limits, [400, 800, 1200, 1600, 2000]);
+        assert_eq!(state.far_quiet_rounds, 0);
+        // One far-quiet round between near-band ones does not go fast.
+        let (limits, _) = run_rounds(
+            &settings(),
+            primed(400, 0),
+            &idle_node(),
+            [Some(50), Some(10), Some(50), Some(10)],
+        );
+        assert_eq!(limits, [400, 800, 1200, 1600]);
+    }
+
+    #[test]
+    fn a_wait_above_the_target_cuts_at_once_and_the_ramp_stops_at_the_cut() {
+        // Mid-way up the fast ramp, LS waits 30 %: halved that round.
+        let (limits, state) = run_rounds(
+            &settings(),
+            primed(400, 0),
+            &idle_node(),
+            [None, None, None, Some(300)],
+        );
+        assert_eq!(limits, [400, 3900, 5650, 2825]);
+        assert_eq!(
+            state.last_cut,
+            Some(LastCut {
+                from: MilliCpu(5650),
+                upper: MilliCpu(7400)
+            })
+        );
+        // Far below the target again: fast only up to where LS suffered,
+        // then the additive step (+400m) probes past it.
+        let (limits, _) = run_rounds(&settings(), state.clone(), &idle_node(), [Some(10); 7]);
+        assert_eq!(limits, [2825, 4238, 4944, 5344, 5744, 6144, 6544]);
+        // A cut at the minimum stays there (nothing to cut), and a
+        // decrease wins over any count of quiet rounds.
+        let got = step(
+            &settings(),
+            &GuardState {
+                far_quiet_rounds: 9,
+                ..primed(6000, 9)
+            },
+            Some(&counters(1, 110, 1000)),
+            &idle_node(),
+        );
+        assert_eq!(
+            (got.limit, got.direction),
+            (MilliCpu(3000), Direction::Decrease)
+        );
+        // LS stepping down (the upper bound grows by more than a step)
+        // forgets the cut: the ramp goes for the whole headroom again.
+        let busier = NodeFigures {
+            ls_used: MilliCpu(5000),
+            ..node()
+        };
+        let (_, cut) = run_rounds(&settings(), primed(2000, 0), &busier, [Some(300)]);
+        assert_eq!(cut.last_cut.map(|c| c.upper), Some(MilliCpu(2500)));
+        let (limits, state) = run_rounds(&settings(), cut, &idle_node(), [Some(10); 5]);
+        assert_eq!(state.last_cut, None);
+        assert!(limits[4] * 10 >= 7400 * 9, "{limits:?}");
+    }
+
+    /// A deterministic pseudo-random sequence in `0..bound` (64-bit LCG,
+    /// Knuth's MMIX constants).
+    fn noise(seed: u64, count: usize, bound: u64) -> Vec<u64> {
+        let mut x = seed;
+        (0..count)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (x >> 33) % bound
+            })
+            .collect()
+    }
+
+    fn direction_changes(limits: &[i64]) -> usize {
+        let moves: Vec<bool> = limits
+            .windows(2)
+            .filter(|pair| pair[0] != pair[1])
+            .map(|pair| pair[1] > pair[0])
+            .collect();
+        moves.windows(2).filter(|pair| pair[0] != pair[1]).count()
+    }
+
+    #[test]
+    fn a_noisy_wait_around_the_target_does_not_flap() {
+        // Closed loop: LS waits more the more CPU BE has (1 % + 2.25 % per
+        // 1,000m of BE: the target 10 % sits at 4000m) plus noise of ±5 %,
+        // so rounds near the target read now far below it (< 2.5 %), now
+        // above it. 200 rounds from the formula's 2700m.
+        for seed in [1, 7, 42, 2026] {
+            let jitter = noise(seed, 200, 101);
+            let mut state = GuardState {
+                last: Some(counters(0, 0, 0)),
+                limit: Some(MilliCpu(2700)),
+                ..GuardState::default()
+            };
+            let mut limits = Vec::new();
+            let mut breaches = 0;
+            for jitter in &jitter {
+                let limit = state.limit.map_or(0, |l| l.0) as u64;
+                // Tenths of a percent of the run time.
+                let wait_permille = (10 + limit * 225 / 10_000 + jitter).saturating_sub(50);
+                if wait_permille > 100 {
+                    breaches += 1;
+                }
+                let (got, next) =
+                    run_rounds(&settings(), state, &idle_node(), [Some(wait_permille)]);
+                limits.extend(got);
+                state = next;
+            }
+            let changes = direction_changes(&limits);
+            // Each cut is followed by two quiet rounds at least before a
+            // rise, and the fast rise stops at the cut: under one change in
+            // four rounds and one breach in eight (the additive-only rule
+            // gave 35-42 changes and 17-23 breaches with these seeds; this
+            // one 32-42 and 17-23).
+            assert!(changes <= 50, "seed {seed}: {changes} changes: {limits:?}");
+            assert!(
+                breaches <= 25,
+                "seed {seed}: {breaches} breaches: {limits:?}"
+            );
+            // After the first 100 rounds the limit stays within two steps
+            // above where LS meets the target (4000m) and never collapses
+            // to the minimum.
+            let tail = &limits[100..];
+            let (low, high) = (
+                tail.iter().min().copied().unwrap_or_default(),
+                tail.iter().max().copied().unwrap_or_default(),
+            );
+            assert!(low >= 800 && high <= 4800, "seed {seed}: {low}..{high}");
+        }
     }
 }

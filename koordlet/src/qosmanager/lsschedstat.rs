@@ -235,6 +235,11 @@ impl LsSchedSampler {
 /// Readings closer together than this reuse the last one: the runner loop
 /// may build several snapshots a second (strategies due at different times,
 /// reaction wakeups), and the loop compares readings about a second apart.
+/// This is the loop's only throttle, and it sits here rather than in the
+/// core because what it saves is the read itself (one procfs open per LS
+/// thread, up to 8,192 a round); the core only sees a re-delivered reading
+/// as `LsSignal::Repeated` and holds. It also bounds the shortest interval
+/// the core compares, so a ratio is never taken over a few milliseconds.
 pub const MIN_READ_GAP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The runner loop's side of the latency-protection loop: reads the LS
