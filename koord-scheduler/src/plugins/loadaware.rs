@@ -109,88 +109,6 @@ struct NodeView {
     aggregated_score_base: Option<Vector>,
     /// The node's own thresholds from its annotation, when set (rare, so boxed).
     custom: Option<Box<Thresholds>>,
-    /// From when the metric counts as expired (the update time plus the
-    /// expiration), so each pod's check is one comparison.
-    expiry: Expiry,
-    /// The filter's check for a prod pod and for any other pod: what does
-    /// not depend on the pod, worked out when the view is.
-    prod_check: FilterCheck,
-    other_check: FilterCheck,
-}
-
-/// When a node's metric counts as expired ([`is_metric_expired`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-enum Expiry {
-    /// No update time.
-    #[default]
-    Always,
-    /// The expiration is off, or lies beyond what the clock can hold.
-    Never,
-    /// From this time on.
-    From(SystemTime),
-}
-
-impl Expiry {
-    fn new(update_time: Option<SystemTime>, expiration_seconds: i64) -> Self {
-        match update_time {
-            None => Expiry::Always,
-            Some(_) if expiration_seconds <= 0 => Expiry::Never,
-            Some(updated) => updated
-                .checked_add(Duration::from_secs(expiration_seconds.unsigned_abs()))
-                .map_or(Expiry::Never, Expiry::From),
-        }
-    }
-
-    /// [`is_metric_expired`] at `now`.
-    fn expired(self, now: SystemTime) -> bool {
-        match self {
-            Expiry::Always => true,
-            Expiry::Never => false,
-            Expiry::From(at) => now >= at,
-        }
-    }
-}
-
-/// The node's side of the threshold check for one kind of pod.
-#[derive(Debug, Clone, Default)]
-struct FilterCheck {
-    /// No threshold applies: the pod passes.
-    unchecked: bool,
-    /// The estimate is checked against the aggregated usage.
-    aggregated: bool,
-    /// The usage the pod's estimate adds to (0 where none is known).
-    base: Vector,
-    /// Per resource, the largest estimate within the threshold: `i64::MAX`
-    /// where nothing is checked, `None` where no estimate is. `percent`
-    /// only grows with the estimate, so "over the threshold" is "above
-    /// the bound".
-    bound: [Option<i64>; MAX_DIMS],
-    /// An allocatable below zero (percent then falls as usage grows): the
-    /// check runs as written ([`LoadAware::check_by_percent`]).
-    by_percent: bool,
-}
-
-/// The largest `estimated` with `percent(estimated, total) <= threshold`
-/// (`total` > 0), or `None` when there is none.
-fn largest_within(threshold: i64, total: i64) -> Option<i64> {
-    let within = |estimated: i64| percent(estimated, total) <= threshold;
-    if within(i64::MAX) {
-        return Some(i64::MAX);
-    }
-    if !within(i64::MIN) {
-        return None;
-    }
-    // within(low) and !within(high) throughout.
-    let (mut low, mut high) = (i64::MIN, i64::MAX);
-    while high - 1 > low {
-        let mid = ((i128::from(low) + i128::from(high)) / 2) as i64;
-        if within(mid) {
-            low = mid;
-        } else {
-            high = mid;
-        }
-    }
-    Some(low)
 }
 
 /// See the module docs.
@@ -396,14 +314,10 @@ impl LoadAware {
                     &allocatable,
                 ),
                 // Figures that cannot be read count as none, as expired.
-                _ => {
-                    let mut view = NodeView {
-                        invalid: true,
-                        ..NodeView::default()
-                    };
-                    self.precompute(&mut view);
-                    view
-                }
+                _ => NodeView {
+                    invalid: true,
+                    ..NodeView::default()
+                },
             }
         });
         if self.views.len() <= index {
@@ -459,7 +373,7 @@ impl LoadAware {
             }
             out
         };
-        let mut view = NodeView {
+        NodeView {
             update_time: load.update_time,
             has_node_metric: load.has_node_metric,
             invalid: false,
@@ -488,88 +402,7 @@ impl LoadAware {
                     },
                 })
             }),
-            ..NodeView::default()
-        };
-        self.precompute(&mut view);
-        view
-    }
-
-    /// Fills the view's pod-independent parts of the checks.
-    fn precompute(&self, view: &mut NodeView) {
-        view.expiry = Expiry::new(view.update_time, self.args.node_metric_expiration_seconds);
-        view.prod_check = self.filter_check(view, true);
-        view.other_check = self.filter_check(view, false);
-    }
-
-    /// Which thresholds and usage a pod is checked against on the node:
-    /// (limits, base, aggregated).
-    fn limits_for<'a>(
-        &'a self,
-        view: &'a NodeView,
-        prod_priority: bool,
-    ) -> (&'a Vector, Option<&'a Vector>, bool) {
-        let thresholds = view.custom.as_deref().unwrap_or(&self.defaults);
-        if prod_priority && thresholds.prod.iter().any(|t| *t != 0) {
-            (&thresholds.prod, Some(&view.prod_base), false)
-        } else if let Some(aggregated) = &thresholds.aggregated {
-            (aggregated, view.aggregated_filter_base.as_ref(), true)
-        } else {
-            (&thresholds.usage, Some(&view.node_base), false)
         }
-    }
-
-    fn filter_check(&self, view: &NodeView, prod_priority: bool) -> FilterCheck {
-        let (limits, base, aggregated) = self.limits_for(view, prod_priority);
-        let mut check = FilterCheck {
-            unchecked: limits.iter().all(|t| *t == 0),
-            aggregated,
-            base: base.copied().unwrap_or_default(),
-            bound: [Some(i64::MAX); MAX_DIMS],
-            by_percent: false,
-        };
-        for ((bound, threshold), total) in check.bound.iter_mut().zip(limits).zip(view.allocatable)
-        {
-            if *threshold == 0 || total == 0 {
-                continue;
-            }
-            if total < 0 {
-                check.by_percent = true;
-                continue;
-            }
-            *bound = largest_within(*threshold, total);
-        }
-        check
-    }
-
-    /// The threshold check as upstream writes it (percent of allocatable
-    /// per resource); the first resource over its threshold is named.
-    fn check_by_percent(
-        &self,
-        view: &NodeView,
-        prod_priority: bool,
-        incoming: Option<&Vector>,
-    ) -> Result<(), Rejection> {
-        let (limits, base, aggregated) = self.limits_for(view, prod_priority);
-        for (i, threshold) in limits.iter().enumerate() {
-            let total = view.allocatable[i];
-            if *threshold == 0 || total == 0 {
-                continue;
-            }
-            let estimated = base.map_or(0, |b| b[i]) + incoming.map_or(0, |v| v[i]);
-            if percent(estimated, total) > *threshold {
-                return Err(self.over_threshold(i, aggregated));
-            }
-        }
-        Ok(())
-    }
-
-    fn over_threshold(&self, dim: usize, aggregated: bool) -> Rejection {
-        let name = self.dims.get(dim).map_or("", String::as_str);
-        Rejection::unschedulable(if aggregated {
-            format!("node(s) {name} aggregated usage exceed threshold")
-        } else {
-            format!("node(s) {name} usage exceed threshold")
-        })
     }
 
     fn compute_load(
@@ -785,16 +618,26 @@ impl Plugin for LoadAware {
         let Some(view) = self.view(node) else {
             return Ok(());
         };
-        let prod_priority = pod.priority_class == PriorityClass::Prod;
-        let check = if prod_priority {
-            &view.prod_check
+        let thresholds = view.custom.as_deref().unwrap_or(&self.defaults);
+        let prod_pod =
+            pod.priority_class == PriorityClass::Prod && thresholds.prod.iter().any(|t| *t != 0);
+        let (limits, base, aggregated) = if prod_pod {
+            (&thresholds.prod, Some(&view.prod_base), false)
+        } else if let Some(aggregated) = &thresholds.aggregated {
+            (aggregated, view.aggregated_filter_base.as_ref(), true)
         } else {
-            &view.other_check
+            (&thresholds.usage, Some(&view.node_base), false)
         };
-        if check.unchecked {
+        if limits.iter().all(|t| *t == 0) {
             return Ok(());
         }
-        if self.args.filter_expired_node_metrics && view.expiry.expired(state.now) {
+        if self.args.filter_expired_node_metrics
+            && is_metric_expired(
+                view.update_time,
+                self.args.node_metric_expiration_seconds,
+                state.now,
+            )
+        {
             return if self.args.enable_schedule_when_node_metrics_expired {
                 Ok(())
             } else if view.invalid {
@@ -807,16 +650,20 @@ impl Plugin for LoadAware {
             return Ok(());
         }
         let incoming = state.read::<Vector>(INCOMING_ESTIMATE);
-        if check.by_percent {
-            return self.check_by_percent(view, prod_priority, incoming);
-        }
-        for (i, bound) in check.bound.iter().enumerate() {
-            if *bound == Some(i64::MAX) {
+        for (i, threshold) in limits.iter().enumerate() {
+            let total = view.allocatable[i];
+            if *threshold == 0 || total == 0 {
                 continue;
             }
-            let estimated = check.base[i].wrapping_add(incoming.map_or(0, |v| v[i]));
-            if bound.is_none_or(|b| estimated > b) {
-                return Err(self.over_threshold(i, check.aggregated));
+            let estimated = base.map_or(0, |b| b[i]) + incoming.map_or(0, |v| v[i]);
+            if percent(estimated, total) > *threshold {
+                let name = self.dims.get(i).map_or("", String::as_str);
+                let reason = if aggregated {
+                    format!("node(s) {name} aggregated usage exceed threshold")
+                } else {
+                    format!("node(s) {name} usage exceed threshold")
+                };
+                return Err(Rejection::unschedulable(reason));
             }
         }
         Ok(())
@@ -891,7 +738,12 @@ impl Plugin for LoadAware {
         let Some(view) = self.view(node) else {
             return 0;
         };
-        if view.expiry.expired(state.now) || !view.has_node_metric {
+        if is_metric_expired(
+            view.update_time,
+            self.args.node_metric_expiration_seconds,
+            state.now,
+        ) || !view.has_node_metric
+        {
             return 0;
         }
         let prod_pod =
@@ -1033,217 +885,11 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::cache::Change;
-    use crate::config::LoadAwareSchedulingArgs;
     use crate::testutil::{PodSpec, node, pod, t0};
 
     fn feed(plugin: &mut LoadAware, cache: &mut ClusterCache, change: Change) {
         let event = cache.apply(change);
         plugin.on_event(&event, cache);
-    }
-
-    /// The filter as written before the per-node precomputation: the
-    /// thresholds picked and the metric's age and each percent worked out
-    /// for every pod on every node.
-    fn filter_as_written(
-        plugin: &LoadAware,
-        pod: &PodInfo,
-        view: &NodeView,
-        state: &CycleState,
-    ) -> Result<(), Rejection> {
-        let thresholds = view.custom.as_deref().unwrap_or(&plugin.defaults);
-        let prod_pod =
-            pod.priority_class == PriorityClass::Prod && thresholds.prod.iter().any(|t| *t != 0);
-        let (limits, base, aggregated) = if prod_pod {
-            (&thresholds.prod, Some(&view.prod_base), false)
-        } else if let Some(aggregated) = &thresholds.aggregated {
-            (aggregated, view.aggregated_filter_base.as_ref(), true)
-        } else {
-            (&thresholds.usage, Some(&view.node_base), false)
-        };
-        if limits.iter().all(|t| *t == 0) {
-            return Ok(());
-        }
-        if plugin.args.filter_expired_node_metrics
-            && is_metric_expired(
-                view.update_time,
-                plugin.args.node_metric_expiration_seconds,
-                state.now,
-            )
-        {
-            return if plugin.args.enable_schedule_when_node_metrics_expired {
-                Ok(())
-            } else if view.invalid {
-                Err(Rejection::unschedulable(REASON_NODE_METRIC_INVALID))
-            } else {
-                Err(Rejection::unschedulable(REASON_NODE_METRIC_EXPIRED))
-            };
-        }
-        if !view.has_node_metric {
-            return Ok(());
-        }
-        let incoming = state.read::<Vector>(INCOMING_ESTIMATE);
-        for (i, threshold) in limits.iter().enumerate() {
-            let total = view.allocatable[i];
-            if *threshold == 0 || total == 0 {
-                continue;
-            }
-            let estimated = base.map_or(0, |b| b[i]) + incoming.map_or(0, |v| v[i]);
-            if percent(estimated, total) > *threshold {
-                return Err(plugin.over_threshold(i, aggregated));
-            }
-        }
-        Ok(())
-    }
-
-    /// The precomputed checks (bounds for the percent thresholds, the
-    /// expiry time) answer as the per-pod arithmetic, reason included,
-    /// over random thresholds (node-own and aggregated too), allocatable
-    /// (zero and below zero too), usage near the bounds, metric ages around
-    /// the expiration, and prod and batch pods with and without estimates.
-    #[test]
-    fn precomputed_checks_answer_as_the_percent_arithmetic() {
-        use koord_common::testing::Lcg;
-        let mut cache = ClusterCache::new();
-        cache.apply(Change::Upsert(node("n0", &[("cpu", "8")])));
-        let info = cache.node("n0").unwrap().clone();
-        let base_args = LoadAwareSchedulingArgs::default().with_defaults().unwrap();
-        let prod = PodInfo::new(std::sync::Arc::new(
-            match pod(PodSpec {
-                priority: Some(9500),
-                ..Default::default()
-            }) {
-                crate::cache::Object::Pod(p) => p,
-                _ => unreachable!("pod builds a Pod"),
-            },
-        ));
-        let batch = PodInfo::new(std::sync::Arc::new(
-            match pod(PodSpec {
-                priority: Some(5500),
-                ..Default::default()
-            }) {
-                crate::cache::Object::Pod(p) => p,
-                _ => unreachable!("pod builds a Pod"),
-            },
-        ));
-        let mut rng = Lcg(29);
-        let threshold = |rng: &mut Lcg| -> Vector {
-            let mut out = [0; MAX_DIMS];
-            for t in &mut out {
-                *t = match rng.below(4) {
-                    0 => 0,
-                    _ => rng.below(120) as i64,
-                };
-            }
-            out
-        };
-        let (mut rejected, mut passed, mut by_bound) = (0, 0, 0);
-        for case in 0..20_000 {
-            let mut args = base_args.clone();
-            args.filter_expired_node_metrics = rng.below(4) != 0;
-            args.enable_schedule_when_node_metrics_expired = rng.below(4) == 0;
-            args.node_metric_expiration_seconds = [0, 60, 180][rng.below(3) as usize];
-            let mut plugin = LoadAware::new(args);
-            plugin.defaults = Thresholds {
-                usage: threshold(&mut rng),
-                prod: threshold(&mut rng),
-                aggregated: (rng.below(3) == 0).then(|| threshold(&mut rng)),
-            };
-            let mut allocatable = [0; MAX_DIMS];
-            for total in &mut allocatable {
-                *total = match rng.below(10) {
-                    0 => 0,
-                    1 => -(rng.below(1000) as i64) - 1,
-                    2 => 1 + rng.below(7) as i64,
-                    _ => 1 + rng.below(200_000) as i64,
-                };
-            }
-            // Usage spread around the allocatable, so percents land on
-            // and next to the thresholds.
-            let usage = |rng: &mut Lcg| -> Vector {
-                let mut out = [0; MAX_DIMS];
-                for (u, total) in out.iter_mut().zip(allocatable) {
-                    *u = (total.unsigned_abs() * rng.below(130) / 100) as i64 + rng.below(3) as i64
-                        - 1;
-                }
-                out
-            };
-            let mut view = NodeView {
-                update_time: (rng.below(8) != 0)
-                    .then(|| t0() - Duration::from_secs(rng.below(240))),
-                has_node_metric: rng.below(8) != 0,
-                invalid: rng.below(10) == 0,
-                allocatable,
-                node_base: usage(&mut rng),
-                prod_base: usage(&mut rng),
-                aggregated_filter_base: (rng.below(3) != 0).then(|| usage(&mut rng)),
-                aggregated_score_base: None,
-                custom: (rng.below(5) == 0).then(|| {
-                    Box::new(Thresholds {
-                        usage: threshold(&mut rng),
-                        prod: threshold(&mut rng),
-                        aggregated: (rng.below(2) == 0).then(|| threshold(&mut rng)),
-                    })
-                }),
-                ..NodeView::default()
-            };
-            plugin.precompute(&mut view);
-            plugin.views = vec![Some(view)];
-            let view = plugin.views[0].as_ref().unwrap();
-            for pod in [&prod, &batch] {
-                let mut state = CycleState::new(t0());
-                if rng.below(8) != 0 {
-                    let mut incoming = [0; MAX_DIMS];
-                    for (v, total) in incoming.iter_mut().zip(allocatable) {
-                        *v = (total.unsigned_abs() * rng.below(40) / 100) as i64;
-                    }
-                    state.write(INCOMING_ESTIMATE, incoming);
-                }
-                let fast = plugin.filter(pod, &info, &cache, &state);
-                let written = filter_as_written(&plugin, pod, view, &state);
-                assert_eq!(fast, written, "case {case}, pod {}, view {view:?}", pod.key);
-                match fast {
-                    Ok(()) => passed += 1,
-                    Err(_) => rejected += 1,
-                }
-                let check = if pod.priority_class == PriorityClass::Prod {
-                    &view.prod_check
-                } else {
-                    &view.other_check
-                };
-                by_bound += usize::from(
-                    !check.unchecked
-                        && !check.by_percent
-                        && check.bound.iter().any(|b| *b != Some(i64::MAX)),
-                );
-            }
-        }
-        assert!(
-            rejected > 5_000 && passed > 5_000 && by_bound > 5_000,
-            "{rejected} {passed} {by_bound}"
-        );
-    }
-
-    /// The bound is the last estimate within the threshold, at the edges
-    /// of the integer range too.
-    #[test]
-    fn largest_within_is_the_last_estimate_within_the_threshold() {
-        for (threshold, total) in [
-            (65, 64_000),
-            (1, 3),
-            (100, 1),
-            (0, 7),
-            (-5, 10),
-            (99, i64::MAX),
-        ] {
-            match largest_within(threshold, total) {
-                Some(i64::MAX) => assert!(percent(i64::MAX, total) <= threshold),
-                Some(bound) => {
-                    assert!(percent(bound, total) <= threshold, "{threshold} {total}");
-                    assert!(percent(bound + 1, total) > threshold, "{threshold} {total}");
-                }
-                None => assert!(percent(i64::MIN, total) > threshold),
-            }
-        }
     }
 
     #[test]
