@@ -3,7 +3,7 @@
 //! `ExtenderBindingResult` JSON (Go field names, no JSON tags upstream) on
 //! `/filter`, `/prioritize` and `/bind`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use koord_common::sync::MutexExt;
 
 use crate::admission;
-use crate::cache::{NameHasher, Object, PodInfo, object_key};
+use crate::cache::{ClusterCache, NameHasher, NodeInfo, Object, PodInfo, object_key};
 use crate::framework::{
     Binder, FilterOutcome, PermitStep, Reserved, Scheduler, SharedScheduler, log_released,
 };
@@ -220,7 +220,9 @@ pub const MAX_BODY_BYTES: usize = 16 << 20;
 /// The most candidate nodes one request may name.
 pub use crate::admission::MAX_CANDIDATE_NODES;
 
-/// Each candidate once, named, within the name and count limits.
+/// Each candidate named, within the name and count limits. That no name
+/// repeats is checked where the names are looked up
+/// ([`resolve_candidates`]), so each is hashed once per request.
 fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
     if names.len() > MAX_CANDIDATE_NODES {
         return Err(format!(
@@ -228,9 +230,6 @@ fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
             names.len()
         ));
     }
-    // Keyed as the cache's name maps: up to 5,000 user-chosen names per request.
-    let mut seen: std::collections::HashSet<&str, NameHasher> =
-        std::collections::HashSet::with_capacity_and_hasher(names.len(), NameHasher::new());
     for (index, name) in names.iter().enumerate() {
         if name.is_empty() {
             return Err(format!("ExtenderArgs.{field}[{index}] has no name"));
@@ -242,11 +241,40 @@ fn check_node_names(names: &[String], field: &str) -> Result<(), String> {
                 admission::MAX_NAME_BYTES
             ));
         }
-        if !seen.insert(name.as_str()) {
-            return Err(format!("ExtenderArgs.{field} lists node {name} twice"));
-        }
     }
     Ok(())
+}
+
+/// The cache's node for each candidate (`None` where it has none), looked
+/// up once; `Err` is the 400 message when a name repeats. Distinct names
+/// have distinct node indexes, so known names are checked by index and
+/// only unknown ones by name.
+pub fn resolve_candidates<'a>(
+    cache: &'a ClusterCache,
+    names: &[String],
+    field: &str,
+) -> Result<Vec<Option<&'a NodeInfo>>, String> {
+    let mut seen = vec![false; cache.node_index_bound()];
+    // Keyed as the cache's name maps: user-chosen names.
+    let mut unknown: HashSet<&str, NameHasher> = HashSet::with_hasher(NameHasher::new());
+    let mut nodes = Vec::with_capacity(names.len());
+    for name in names {
+        let node = cache.node(name);
+        let repeated = match node.and_then(|n| seen.get_mut(n.index)) {
+            Some(seen) => std::mem::replace(seen, true),
+            None => !unknown.insert(name.as_str()),
+        };
+        if repeated {
+            return Err(format!("ExtenderArgs.{field} lists node {name} twice"));
+        }
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// The field [`parse_extender_args`] took the names from.
+fn names_field(by_name: bool) -> &'static str {
+    if by_name { "NodeNames" } else { "Nodes.items" }
 }
 
 /// Parses `/filter`/`/prioritize` bodies; `Err` is the 400 message. The pod
@@ -312,6 +340,20 @@ pub fn filter_and_record(
     candidates: Vec<String>,
     now: SystemTime,
 ) -> FilterOutcome {
+    let nodes: Vec<Option<&NodeInfo>> =
+        candidates.iter().map(|n| scheduler.cache.node(n)).collect();
+    filter_and_record_resolved(scheduler, pod, candidates, &nodes, now)
+}
+
+/// [`filter_and_record`] over candidates already looked up
+/// ([`resolve_candidates`]).
+pub fn filter_and_record_resolved(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: Vec<String>,
+    nodes: &[Option<&NodeInfo>],
+    now: SystemTime,
+) -> FilterOutcome {
     if let Some((outcome, feasible)) = filter_held(scheduler, pod, &candidates) {
         scheduler
             .filtered
@@ -319,7 +361,8 @@ pub fn filter_and_record(
             .record(&pod.key, &pod.uid, feasible, now);
         return outcome;
     }
-    let (outcome, feasible) = placement::filter_candidates_indexed(scheduler, pod, candidates, now);
+    let (outcome, feasible) =
+        placement::filter_resolved_indexed(scheduler, pod, candidates, nodes, now);
     scheduler
         .filtered
         .lock_or_recover()
@@ -404,7 +447,11 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
         let Ok(scheduler) = state.scheduler.read() else {
             return internal_error("scheduler state lock poisoned");
         };
-        filter_and_record(&scheduler, &pod, candidates, SystemTime::now())
+        let nodes = match resolve_candidates(&scheduler.cache, &candidates, names_field(by_name)) {
+            Ok(nodes) => nodes,
+            Err(message) => return bad_request(message),
+        };
+        filter_and_record_resolved(&scheduler, &pod, candidates, &nodes, SystemTime::now())
     };
     let status = if outcome.feasible.is_empty() {
         state.metrics.attempt("unschedulable");
@@ -435,7 +482,7 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
 
 async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response {
     let started = Instant::now();
-    let (pod, candidates, _) = match parse_extender_args(&body) {
+    let (pod, candidates, by_name) = match parse_extender_args(&body) {
         Ok(parsed) => parsed,
         Err(message) => return bad_request(message),
     };
@@ -444,7 +491,14 @@ async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response
         let Ok(scheduler) = state.scheduler.read() else {
             return internal_error("scheduler state lock poisoned");
         };
-        prioritize_owned(&scheduler, &pod, candidates, SystemTime::now())
+        let nodes = match resolve_candidates(&scheduler.cache, &candidates, names_field(by_name)) {
+            Ok(nodes) => nodes,
+            Err(message) => return bad_request(message),
+        };
+        placement::extender_scores_resolved(&scheduler, &pod, candidates, &nodes, SystemTime::now())
+            .into_iter()
+            .map(|(host, score)| HostPriority { host, score })
+            .collect::<Vec<_>>()
     };
     state.metrics.observe("Score", "Success", started);
     json_response(&list)

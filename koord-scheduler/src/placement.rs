@@ -50,17 +50,35 @@ pub fn filter_candidates(
     }
 }
 
-/// [`filter_candidates`] over names taken by value, also returning the
-/// cache indexes of the feasible nodes.
-pub fn filter_candidates_indexed(
+/// [`filter_candidates`] over names taken by value and already looked up
+/// (`nodes[i]` is `candidates[i]`'s node), also returning the cache
+/// indexes of the feasible nodes.
+pub fn filter_resolved_indexed(
     scheduler: &Scheduler,
     pod: &PodInfo,
     candidates: Vec<String>,
+    nodes: &[Option<&NodeInfo>],
     now: SystemTime,
 ) -> (FilterOutcome, Vec<usize>) {
     match scheduler.pre_filter(pod, now) {
-        Ok(cycle) => scheduler.filter_owned_indexed(pod, candidates, &cycle),
+        Ok(cycle) => scheduler.filter_resolved(pod, candidates, nodes, &cycle),
         Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
+    }
+}
+
+/// [`extender_scores`] over candidates already looked up.
+pub fn extender_scores_resolved(
+    scheduler: &Scheduler,
+    pod: &PodInfo,
+    candidates: Vec<String>,
+    nodes: &[Option<&NodeInfo>],
+    now: SystemTime,
+) -> Vec<(String, i64)> {
+    match scheduler.pre_filter(pod, now) {
+        Ok(state) => scheduler
+            .score_resolved(pod, candidates, nodes, &state)
+            .into_extender_scores(),
+        Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
     }
 }
 
@@ -127,22 +145,28 @@ pub fn schedule_one(
         }
     };
     let best = {
-        let reasons = &mut placement.reasons;
+        // Collected as a list and turned into the map at once: the nodes
+        // come mostly in name order, which the map builds from in one pass
+        // (inserting thousands of names one by one cost more).
+        let mut reasons: Vec<(String, String)> = Vec::new();
         let mut feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
             if record_details {
                 let reason = node_check(&pod, node).err().unwrap_or(rejection.reason);
-                reasons.insert(node.name.clone(), reason);
+                reasons.push((node.name.clone(), reason));
             }
         });
         feasible.retain(|node| match node.map(|n| (n, node_check(&pod, n))) {
             Some((n, Err(reason))) => {
                 if record_details {
-                    reasons.insert(n.name.clone(), reason);
+                    reasons.push((n.name.clone(), reason));
                 }
                 false
             }
             _ => true,
         });
+        // A node is rejected once (were it twice, the later reason would
+        // win, as with inserting).
+        placement.reasons = reasons.into_iter().collect();
         let (totals, _) = scheduler.score_nodes(&pod, &feasible, &state);
         if record_details {
             placement.scores = feasible

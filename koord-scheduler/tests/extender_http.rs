@@ -228,6 +228,24 @@ async fn malformed_bodies_get_400_with_a_message() {
             &json!({"Pod": pod_json(), "NodeNames": ["n1", "n3", "n1"]}).to_string(),
             "ExtenderArgs.NodeNames lists node n1 twice",
         ),
+        // Names the cache does not know are checked too, and /prioritize
+        // and the Nodes list check the same way.
+        (
+            "/prioritize",
+            &json!({"Pod": pod_json(), "NodeNames": ["ghost", "n1", "ghost"]}).to_string(),
+            "ExtenderArgs.NodeNames lists node ghost twice",
+        ),
+        (
+            "/prioritize",
+            &json!({"Pod": pod_json(), "NodeNames": ["n3", "n3"]}).to_string(),
+            "ExtenderArgs.NodeNames lists node n3 twice",
+        ),
+        (
+            "/filter",
+            &json!({"Pod": pod_json(), "Nodes": {"items": [{"metadata": {"name": "n3"}}, {"metadata": {"name": "n3"}}]}})
+                .to_string(),
+            "ExtenderArgs.Nodes.items lists node n3 twice",
+        ),
         (
             "/prioritize",
             &json!({"Pod": pod_json(), "NodeNames": ["n1", ""]}).to_string(),

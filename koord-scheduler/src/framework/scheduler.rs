@@ -437,6 +437,20 @@ impl Scheduler {
         candidates: Vec<String>,
         state: &CycleState,
     ) -> (FilterOutcome, Vec<usize>) {
+        let nodes: Vec<Option<&NodeInfo>> = candidates.iter().map(|n| self.cache.node(n)).collect();
+        self.filter_resolved(pod, candidates, &nodes, state)
+    }
+
+    /// [`Scheduler::filter_owned_indexed`] over candidates the caller has
+    /// already looked up (`nodes[i]` is `candidates[i]`'s node, `None` when
+    /// the cache has none), so a request looks each name up once.
+    pub fn filter_resolved(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<String>,
+        nodes: &[Option<&NodeInfo>],
+        state: &CycleState,
+    ) -> (FilterOutcome, Vec<usize>) {
         let mut outcome = FilterOutcome {
             feasible: Vec::with_capacity(candidates.len()),
             ..FilterOutcome::default()
@@ -445,8 +459,8 @@ impl Scheduler {
         // The feasible nodes themselves, for the preferences: looking each
         // name up again cost as much as the first lookup.
         let mut infos: Vec<&NodeInfo> = Vec::with_capacity(candidates.len());
-        for name in candidates {
-            let Some(node) = self.cache.node(&name) else {
+        for (name, node) in candidates.into_iter().zip(nodes) {
+            let Some(node) = *node else {
                 outcome
                     .failed_unresolvable
                     .insert(name, "node not found in the scheduler cache".into());
@@ -584,7 +598,19 @@ impl Scheduler {
         state: &CycleState,
     ) -> ScoreOutcome {
         let infos: Vec<Option<&NodeInfo>> = nodes.iter().map(|n| self.cache.node(n)).collect();
-        let (totals, weight_sum) = self.score_nodes(pod, &infos, state);
+        self.score_resolved(pod, nodes, &infos, state)
+    }
+
+    /// [`Scheduler::score_owned`] over nodes the caller has already looked
+    /// up (`infos[i]` is `nodes[i]`'s node).
+    pub fn score_resolved(
+        &self,
+        pod: &PodInfo,
+        nodes: Vec<String>,
+        infos: &[Option<&NodeInfo>],
+        state: &CycleState,
+    ) -> ScoreOutcome {
+        let (totals, weight_sum) = self.score_nodes(pod, infos, state);
         ScoreOutcome {
             totals: nodes.into_iter().zip(totals).collect(),
             weight_sum,
