@@ -1429,9 +1429,10 @@ fn pod_list_json() -> String {
 /// The latency run's target (`--latency-target`): LS run-queue wait as a
 /// percentage of LS run time. Chosen from ls-alone runs on the 2-CPU
 /// machine (koordlet/docs/qos.md has the figures): alone, the service waited
-/// 8.4 % of its run time in the 50 % phase of the quietest run, and over
-/// 1,000 % in the 90 % phase, where its 64 threads saturate 2 CPUs by
-/// themselves. 25 % (about three times the quiet 50 % figure) leaves BE its
+/// 8.4 % of its run time in the 50 % phase of the quietest run (7.0–7.9 %
+/// with the phases sized to its measured capacity), and 129–178 % in the
+/// 90 % phase at 90 % of that capacity (over 1,000 % when the phase was
+/// above it). 25 % (about three times the quiet 50 % figure) leaves BE its
 /// CPU while LS is moderate and undisturbed and cuts BE as soon as LS queues
 /// noticeably; at 90 % BE is held at its minimum.
 const DEFAULT_LATENCY_TARGET: u32 = 25;
