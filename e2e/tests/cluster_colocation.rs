@@ -537,13 +537,19 @@ async fn latency_protection_config_reaches_every_nodeslo() -> anyhow::Result<()>
     );
 
     let strategy = json!({"enable": false, "targetWaitPercent": 37, "minBECPUPercent": 7});
-    let valid = json!({"data": {KEY: json!({"clusterStrategy": strategy}).to_string()}});
-    configs
-        .patch(
-            "slo-controller-config",
-            &PatchParams::default(),
-            &Patch::Merge(&valid),
-        )
+    let set_key = |value: Value| {
+        let configs = configs.clone();
+        async move {
+            configs
+                .patch(
+                    "slo-controller-config",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"data": {KEY: value}})),
+                )
+                .await
+        }
+    };
+    set_key(json!({"clusterStrategy": strategy}).to_string().into())
         .await
         .context("a valid latency key was refused")?;
     let slos: Api<DynamicObject> = Api::all_with(
@@ -577,13 +583,7 @@ async fn latency_protection_config_reaches_every_nodeslo() -> anyhow::Result<()>
         Ok(())
     }
     .await;
-    let removed = json!({"data": {KEY: null}});
-    configs
-        .patch(
-            "slo-controller-config",
-            &PatchParams::default(),
-            &Patch::Merge(&removed),
-        )
+    set_key(Value::Null)
         .await
         .context("removing the latency key")?;
     result

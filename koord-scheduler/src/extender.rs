@@ -413,17 +413,21 @@ pub fn run_prioritize(
     candidates: &[String],
     now: SystemTime,
 ) -> Vec<HostPriority> {
-    prioritize_owned(scheduler, pod, candidates.to_vec(), now)
+    let nodes: Vec<Option<&NodeInfo>> =
+        candidates.iter().map(|n| scheduler.cache.node(n)).collect();
+    prioritize_resolved(scheduler, pod, candidates.to_vec(), &nodes, now)
 }
 
-/// [`run_prioritize`] taking the parsed names by value (no copies).
-fn prioritize_owned(
+/// [`run_prioritize`] over names taken by value (no copies) and already
+/// looked up ([`resolve_candidates`]).
+fn prioritize_resolved(
     scheduler: &Scheduler,
     pod: &PodInfo,
     candidates: Vec<String>,
+    nodes: &[Option<&NodeInfo>],
     now: SystemTime,
 ) -> Vec<HostPriority> {
-    placement::extender_scores(scheduler, pod, candidates, now)
+    placement::extender_scores(scheduler, pod, candidates, nodes, now)
         .into_iter()
         .map(|(host, score)| HostPriority { host, score })
         .collect()
@@ -495,10 +499,7 @@ async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response
             Ok(nodes) => nodes,
             Err(message) => return bad_request(message),
         };
-        placement::extender_scores_resolved(&scheduler, &pod, candidates, &nodes, SystemTime::now())
-            .into_iter()
-            .map(|(host, score)| HostPriority { host, score })
-            .collect::<Vec<_>>()
+        prioritize_resolved(&scheduler, &pod, candidates, &nodes, SystemTime::now())
     };
     state.metrics.observe("Score", "Success", started);
     json_response(&list)

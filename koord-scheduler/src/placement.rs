@@ -66,8 +66,10 @@ pub fn filter_resolved_indexed(
     }
 }
 
-/// [`extender_scores`] over candidates already looked up.
-pub fn extender_scores_resolved(
+/// The extender's `/prioritize` scores (0..=10) of `candidates`, already
+/// looked up (`nodes[i]` is `candidates[i]`'s node); all 0 when pre-filter
+/// rejects the pod.
+pub fn extender_scores(
     scheduler: &Scheduler,
     pod: &PodInfo,
     candidates: Vec<String>,
@@ -77,22 +79,6 @@ pub fn extender_scores_resolved(
     match scheduler.pre_filter(pod, now) {
         Ok(state) => scheduler
             .score_resolved(pod, candidates, nodes, &state)
-            .into_extender_scores(),
-        Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
-    }
-}
-
-/// The extender's `/prioritize` scores (0..=10) of `candidates`; all 0 when
-/// pre-filter rejects the pod.
-pub fn extender_scores(
-    scheduler: &Scheduler,
-    pod: &PodInfo,
-    candidates: Vec<String>,
-    now: SystemTime,
-) -> Vec<(String, i64)> {
-    match scheduler.pre_filter(pod, now) {
-        Ok(state) => scheduler
-            .score_owned(pod, candidates, &state)
             .into_extender_scores(),
         Err(_) => candidates.into_iter().map(|n| (n, 0)).collect(),
     }
@@ -516,6 +502,38 @@ mod tests {
                 Ok(())
             }
         }
+    }
+
+    /// Answers `prefers` but leaves `has_preferences` at its default.
+    struct PrefersWithoutSaying;
+
+    impl Plugin for PrefersWithoutSaying {
+        fn name(&self) -> &'static str {
+            "PrefersWithoutSaying"
+        }
+
+        fn prefers(
+            &self,
+            _: &PodInfo,
+            node: &NodeInfo,
+            _: &ClusterCache,
+            _: &CycleState,
+        ) -> Option<bool> {
+            Some(node.name == "n2")
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "PrefersWithoutSaying answers prefers()")]
+    fn a_plugin_answering_prefers_without_has_preferences_fails_in_debug_builds() {
+        let plugin = PluginEntry {
+            plugin: Box::new(PrefersWithoutSaying),
+            filter: true,
+            score_weight: 1,
+        };
+        let mut scheduler = Scheduler::new(vec![plugin], std::time::Duration::from_secs(60));
+        load(&mut scheduler, cluster());
+        schedule_one(&mut scheduler, "default/a", t0(), true);
     }
 
     #[test]

@@ -426,24 +426,15 @@ impl Scheduler {
         candidates: Vec<String>,
         state: &CycleState,
     ) -> FilterOutcome {
-        self.filter_owned_indexed(pod, candidates, state).0
-    }
-
-    /// [`Scheduler::filter_owned`] that also returns the cache indexes
-    /// ([`NodeInfo::index`]) of the feasible nodes, in the same order.
-    pub fn filter_owned_indexed(
-        &self,
-        pod: &PodInfo,
-        candidates: Vec<String>,
-        state: &CycleState,
-    ) -> (FilterOutcome, Vec<usize>) {
         let nodes: Vec<Option<&NodeInfo>> = candidates.iter().map(|n| self.cache.node(n)).collect();
-        self.filter_resolved(pod, candidates, &nodes, state)
+        self.filter_resolved(pod, candidates, &nodes, state).0
     }
 
-    /// [`Scheduler::filter_owned_indexed`] over candidates the caller has
-    /// already looked up (`nodes[i]` is `candidates[i]`'s node, `None` when
-    /// the cache has none), so a request looks each name up once.
+    /// [`Scheduler::filter_owned`] over candidates the caller has already
+    /// looked up (`nodes[i]` is `candidates[i]`'s node, `None` when the
+    /// cache has none), so a request looks each name up once; also returns
+    /// the cache indexes ([`NodeInfo::index`]) of the feasible nodes, in
+    /// the same order.
     pub fn filter_resolved(
         &self,
         pod: &PodInfo,
@@ -510,7 +501,23 @@ impl Scheduler {
         let preferring: Vec<&PluginEntry> = self
             .plugins
             .iter()
-            .filter(|e| e.plugin.has_preferences(pod, state))
+            .filter(|e| {
+                let has = e.plugin.has_preferences(pod, state);
+                // The contract `has_preferences`' default relies on, checked
+                // in debug builds (the tests): a plugin answering `prefers`
+                // without saying so would otherwise be skipped silently.
+                if cfg!(debug_assertions)
+                    && !has
+                    && let Some(node) = feasible.first()
+                {
+                    debug_assert!(
+                        e.plugin.prefers(pod, node, &self.cache, state).is_none(),
+                        "plugin {} answers prefers() but its has_preferences() is false",
+                        e.plugin.name()
+                    );
+                }
+                has
+            })
             .collect();
         if preferring.is_empty() {
             return None;
