@@ -29,6 +29,11 @@
 # koordlet's CPU and peak RSS, reaction time from an LS step to BE's limit
 # dropping) and writes OUT/colocation.png plus per-run CSVs.
 #
+# --be-cpu-qos sched-idle (the default) gives both agents upstream's CPU QoS
+# for BE in their NodeSLO (policies.cpuPolicy: coreSched, beClass.cpuQOS
+# schedIdle: 1, i.e. the besteffort tier as an idle cgroup); `none` leaves it
+# out. The table's last lines say in which runs the tier really was idle.
+#
 # Needs root and cgroup v1 cpu/cpuacct/cpuset/memory hierarchies. Run it on
 # a quiet machine: CPU used by anything else is system usage to koordlet and
 # competes with the pods (the script prints the load average before and after).
@@ -48,6 +53,7 @@
 #            [--phase-seconds N] [--work-us N] [--threshold PERCENT]
 #            [--latency-target PERCENT] [--repeat N]
 #            [--rate-basis capacity|machine] [--probe-seconds N]
+#            [--be-cpu-qos sched-idle|none]
 #            [--runs ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
 #                    koordlet-latency,...]
 set -euo pipefail
@@ -66,8 +72,8 @@ while [ $# -gt 0 ]; do
         --koordlet) koordlet=$2; build=0; shift 2 ;;
         --upstream-koordlet) upstream=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target|--repeat|--rate-basis|--probe-seconds) pass+=("$1" "$2"); shift 2 ;;
-        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
+        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target|--repeat|--rate-basis|--probe-seconds|--be-cpu-qos) pass+=("$1" "$2"); shift 2 ;;
+        -h|--help) sed -n '2,58p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done

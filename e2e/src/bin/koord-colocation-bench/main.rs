@@ -61,7 +61,7 @@ const USAGE: &str =
     "usage: koord-colocation-bench run --koordlet PATH [--upstream-koordlet PATH] [--out DIR]
                      [--phase-seconds N] [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
                      [--latency-target PERCENT] [--repeat N] [--rate-basis capacity|machine]
-                     [--probe-seconds N]
+                     [--probe-seconds N] [--be-cpu-qos sched-idle|none]
   runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
         koordlet-latency,upstream-cfsquota,upstream-cpuset (the upstream runs need
         --upstream-koordlet and an API server in KUBECONFIG)
@@ -70,6 +70,9 @@ const USAGE: &str =
   rate-basis: what 100 % of the pattern is: the LS service's capacity measured by a closed-loop
         probe first (default), or the bare CPUs (ncpu x 1 s / work-us)
   repeat: every run kind N times (1..10), kinds taking turns; adds a table of medians
+  be-cpu-qos: sched-idle (default) gives both agents upstream's CPU QoS for BE in the NodeSLO
+        (policies.cpuPolicy coreSched, beClass.cpuQOS schedIdle 1: the besteffort tier's cpu.idle);
+        none leaves it out. The no-agent run never sets cpu.idle; the table says which runs had it.
   (serve, load and batch are the parts `run` starts)";
 
 /// `--key value` pairs; every option takes a value.
@@ -601,14 +604,29 @@ impl Layout {
         Ok(layout)
     }
 
-    /// Undoes what an agent wrote in the previous run: no quota, every CPU.
+    /// Undoes what an agent wrote in the previous run: no quota, every CPU,
+    /// the tier not idle.
     fn reset_be_limits(&self) -> Result<(), String> {
+        let tier_cpu = cgroup_path("cpu", &self.be_tier);
+        if self.be_tier_idle() == Some(true) {
+            write_value(&tier_cpu.join("cpu.idle"), "0")?;
+            // Leaving idle resets the tier's shares to 1024; put the
+            // kubelet's value for best effort back.
+            write_value(&tier_cpu.join("cpu.shares"), "2")?;
+        }
         let all_cpus = read_trimmed(&cgroup_path("cpuset", "kubepods").join("cpuset.cpus"))?;
         for dir in [&self.be_tier, &self.be_pod, &self.be_container] {
             write_value(&cgroup_path("cpu", dir).join("cpu.cfs_quota_us"), "-1")?;
             write_value(&cgroup_path("cpuset", dir).join("cpuset.cpus"), &all_cpus)?;
         }
         Ok(())
+    }
+
+    /// The besteffort tier's `cpu.idle` (None where the kernel lacks it).
+    fn be_tier_idle(&self) -> Option<bool> {
+        read_trimmed(&cgroup_path("cpu", &self.be_tier).join("cpu.idle"))
+            .ok()
+            .map(|v| v == "1")
     }
 
     fn remove(&self) {
@@ -849,6 +867,9 @@ struct Config {
     full_rate: f64,
     /// How `full_rate` was found, for the header.
     full_rate_basis: String,
+    /// Whether the agents' NodeSLO asks for BE's cpu.idle (upstream's
+    /// coreSched CPU QoS policy with `schedIdle: 1` for the BE class).
+    be_sched_idle: bool,
 }
 
 /// The pattern's shares of `full_rate`: idle, 50 %, 90 %, idle.
@@ -889,6 +910,8 @@ struct RunResult {
     koordlet_rss: Option<u64>,
     reactions_ms: Vec<f64>,
     load_summary: String,
+    /// The besteffort tier's `cpu.idle` at the end of the pattern.
+    be_tier_idle: Option<bool>,
 }
 
 fn run(options: &Options) -> Result<(), String> {
@@ -941,6 +964,15 @@ fn run(options: &Options) -> Result<(), String> {
         repeat: options.number("repeat", 1)?,
         full_rate: 0.0,
         full_rate_basis: String::new(),
+        be_sched_idle: match options.text("be-cpu-qos").unwrap_or("sched-idle") {
+            "sched-idle" => true,
+            "none" => false,
+            other => {
+                return Err(format!(
+                    "--be-cpu-qos {other:?}: expected sched-idle or none"
+                ));
+            }
+        },
     };
     if !(1.0..=600.0).contains(&config.phase_seconds) || !(50..=100_000).contains(&config.work_us) {
         return Err("--phase-seconds must be 1..600 and --work-us 50..100000".into());
@@ -1013,13 +1045,18 @@ fn run(options: &Options) -> Result<(), String> {
     config.full_rate_basis = basis;
     println!(
         "== colocation benchmark: {ncpu} CPUs, LS request = {} µs of CPU, phases of {} s at {:?} req/s \
-         (100 % = {}), threshold {} %, {} round(s)",
+         (100 % = {}), threshold {} %, {} round(s), BE CPU QoS in the agents' NodeSLO: {}",
         config.work_us,
         config.phase_seconds,
         config.schedule().iter().map(|p| p.rate).collect::<Vec<_>>(),
         config.full_rate_basis,
         config.threshold,
-        config.repeat
+        config.repeat,
+        if config.be_sched_idle {
+            "coreSched policy, schedIdle 1"
+        } else {
+            "none"
+        }
     );
     let mut results = Vec::new();
     let mut failure = None;
@@ -1193,10 +1230,10 @@ fn run_one(
     if let (Some(policy), Some(Agent::Upstream)) = (kind.policy(), kind.agent()) {
         let setup = upstream.ok_or("upstream runs need the cluster setup")?;
         let binary = config.upstream_koordlet.as_ref().expect("checked in run()");
-        write_koordlet_inputs(&dir, policy, config.threshold, None)?;
+        write_koordlet_inputs(&dir, policy, config, None)?;
         setup.cluster.apply(
             &upstream::node_object(setup.kubelet.port, config.ncpu, memory_total()?),
-            &upstream::node_slo_object(policy, config.threshold),
+            &upstream::node_slo_object(policy, config.threshold, config.be_sched_idle),
         )?;
         let metrics_port = free_port()?;
         let log_path = dir.join("koordlet.log");
@@ -1240,7 +1277,7 @@ fn run_one(
         let koordlet = config.koordlet.as_ref().expect("checked in run()");
         let koordlet_port = free_port()?;
         let latency_target = (kind == RunKind::KoordletLatency).then_some(config.latency_target);
-        write_koordlet_inputs(&dir, policy, config.threshold, latency_target)?;
+        write_koordlet_inputs(&dir, policy, config, latency_target)?;
         let log =
             fs::File::create(dir.join("koordlet.log")).map_err(|e| format!("koordlet log: {e}"))?;
         let child = Command::new(koordlet)
@@ -1353,11 +1390,13 @@ fn run_one(
             Err(e) => eprintln!("koord-colocation-bench: koordlet's /metrics: {e}"),
         }
     }
+    // Read while the agent still runs: what it had applied.
+    let be_tier_idle = layout.be_tier_idle();
     drop(children);
 
     let records = read_latencies(&latency_file)?;
     let batch_log = batch_log.lock_or_recover().clone();
-    let result = summarise(
+    let mut result = summarise(
         config,
         (kind, round),
         &schedule,
@@ -1370,6 +1409,7 @@ fn run_one(
         koordlet_after,
         load_summary.trim().to_string(),
     );
+    result.be_tier_idle = be_tier_idle;
     write_timeseries(
         &dir,
         config,
@@ -1440,17 +1480,25 @@ const DEFAULT_LATENCY_TARGET: u32 = 25;
 fn write_koordlet_inputs(
     dir: &Path,
     policy: &str,
-    threshold: u32,
+    config: &Config,
     latency_target: Option<u32>,
 ) -> Result<(), String> {
     let pods = pod_list_json();
+    let threshold = config.threshold;
     let mut slo = format!(
         "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: colocation-bench\nspec:\n  resourceUsedThresholdWithBE:\n    enable: true\n    cpuSuppressThresholdPercent: {threshold}\n    cpuSuppressPolicy: {policy}\n"
     );
+    if config.be_sched_idle {
+        // Upstream's spelling of "BE is an idle cgroup": the coreSched CPU
+        // QoS policy with schedIdle on for the BE class only.
+        slo.push_str(
+            "  resourceQOSStrategy:\n    policies:\n      cpuPolicy: coreSched\n    beClass:\n      cpuQOS:\n        enable: true\n        schedIdle: 1\n",
+        );
+    }
     if let Some(target) = latency_target {
         let _ = write!(
             slo,
-            "  extensions:\n    Object:\n      cpuLatencyProtection:\n        enable: true\n        targetWaitPercent: {target}\n        minBECPUPercent: 5\n        increaseStepPercent: 5\n        decreaseFactorPercent: 50\n"
+            "  extensions:\n    Object:\n      cpuLatencyProtection:\n        enable: true\n        targetWaitPercent: {target}\n        minBECPUPercent: 1\n        increaseStepPercent: 5\n        decreaseFactorPercent: 50\n"
         );
     }
     write_value(&dir.join("pods.json"), &pods)?;
@@ -1645,6 +1693,7 @@ fn summarise(
             Vec::new()
         },
         load_summary,
+        be_tier_idle: None,
     }
 }
 
@@ -1745,6 +1794,41 @@ fn or_dash(value: Option<f64>, show: impl Fn(f64) -> String) -> String {
     value.map_or_else(|| "-".to_string(), show)
 }
 
+/// Which runs ended with the besteffort tier idle (`cpu.idle` = 1): what
+/// each agent made of the NodeSLO's BE CPU QoS.
+fn idle_line(config: &Config, results: &[RunResult]) -> String {
+    let mut idle = Vec::new();
+    let mut not_idle = Vec::new();
+    for r in results.iter().filter(|r| r.kind.with_batch()) {
+        let name = run_label(r.kind, r.round, config.repeat);
+        match r.be_tier_idle {
+            Some(true) => idle.push(name),
+            Some(false) => not_idle.push(name),
+            None => {}
+        }
+    }
+    let list = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    let asked = if config.be_sched_idle {
+        "asked for in the agents' NodeSLO (coreSched policy, BE schedIdle 1)"
+    } else {
+        "not asked for (--be-cpu-qos none)"
+    };
+    if idle.is_empty() && not_idle.is_empty() {
+        return format!("BE tier cpu.idle {asked}; this kernel has no cpu.idle.");
+    }
+    format!(
+        "BE tier cpu.idle {asked}; idle at the end of: {}; not idle: {}.",
+        list(&idle),
+        list(&not_idle)
+    )
+}
+
 fn print_table(config: &Config, results: &[RunResult]) {
     println!();
     println!(
@@ -1822,6 +1906,7 @@ fn print_table(config: &Config, results: &[RunResult]) {
         "reaction: per LS step up, ms until BE's limit covered half of the drop it settled at (the two steps, in order of size)."
     );
     println!("100 % of the pattern = {}.", config.full_rate_basis);
+    println!("{}", idle_line(config, results));
     println!(
         "Per-run files (latencies, timeseries.csv, koordlet inputs and log) are under {}",
         config.out.display()
@@ -1913,6 +1998,65 @@ mod tests {
         assert!(parse_probe("").is_err());
     }
 
+    fn config(be_sched_idle: bool) -> Config {
+        Config {
+            koordlet: None,
+            upstream_koordlet: None,
+            out: PathBuf::from("/nonexistent"),
+            phase_seconds: 1.0,
+            work_us: 2000,
+            threshold: 65,
+            latency_target: DEFAULT_LATENCY_TARGET,
+            connections: 1,
+            iterations_per_us: 1.0,
+            ncpu: 2,
+            self_exe: PathBuf::from("/nonexistent"),
+            repeat: 1,
+            full_rate: 100.0,
+            full_rate_basis: String::new(),
+            be_sched_idle,
+        }
+    }
+
+    #[test]
+    fn the_idle_line_names_what_each_agent_applied() {
+        let mut ours = result(RunKind::KoordletCfsQuota, 1, 10);
+        ours.be_tier_idle = Some(true);
+        let mut theirs = result(RunKind::UpstreamCfsQuota, 1, 10);
+        theirs.be_tier_idle = Some(false);
+        // ls-alone runs no BE: it is not listed even with a reading.
+        let mut alone = result(RunKind::LsAlone, 1, 10);
+        alone.be_tier_idle = Some(false);
+        let line = idle_line(&config(true), &[alone, ours, theirs]);
+        assert!(line.contains("asked for in the agents' NodeSLO"), "{line}");
+        assert!(
+            line.contains("idle at the end of: koordlet-cfsquota; not idle: upstream-cfsquota."),
+            "{line}"
+        );
+        let line = idle_line(&config(false), &[result(RunKind::NoAgent, 1, 10)]);
+        assert_eq!(
+            line,
+            "BE tier cpu.idle not asked for (--be-cpu-qos none); this kernel has no cpu.idle."
+        );
+    }
+
+    #[test]
+    fn the_agents_nodeslo_file_asks_for_be_idle_only_when_told() {
+        let dir = std::env::temp_dir().join(format!("koord-bench-slo-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        write_koordlet_inputs(&dir, "cfsQuota", &config(true), Some(25)).unwrap();
+        let idle = fs::read_to_string(dir.join("nodeslo.yaml")).unwrap();
+        write_koordlet_inputs(&dir, "cfsQuota", &config(false), None).unwrap();
+        let plain = fs::read_to_string(dir.join("nodeslo.yaml")).unwrap();
+        let _ = fs::remove_dir_all(&dir);
+        assert!(
+            idle.contains("cpuPolicy: coreSched") && idle.contains("schedIdle: 1"),
+            "{idle}"
+        );
+        assert!(idle.contains("minBECPUPercent: 1"), "{idle}");
+        assert!(!plain.contains("resourceQOSStrategy") && !plain.contains("cpuLatencyProtection"));
+    }
+
     #[test]
     fn medians_take_the_middle() {
         assert_eq!(median(vec![]), None);
@@ -1933,6 +2077,7 @@ mod tests {
             koordlet_rss: None,
             reactions_ms: Vec::new(),
             load_summary: String::new(),
+            be_tier_idle: None,
         }
     }
 

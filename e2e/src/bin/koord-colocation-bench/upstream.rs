@@ -289,10 +289,10 @@ pub fn node_object(kubelet_port: u16, ncpu: usize, memory_bytes: u64) -> Value {
     })
 }
 
-/// The NodeSLO of a run: the same policy and threshold our koordlet gets in
-/// its `--node-slo-file`.
-pub fn node_slo_object(policy: &str, threshold: u32) -> Value {
-    json!({
+/// The NodeSLO of a run: the same policy, threshold and BE CPU QoS our
+/// koordlet gets in its `--node-slo-file`.
+pub fn node_slo_object(policy: &str, threshold: u32, be_sched_idle: bool) -> Value {
+    let mut slo = json!({
         "apiVersion": "slo.koordinator.sh/v1alpha1",
         "kind": "NodeSLO",
         "metadata": {"name": NODE_NAME},
@@ -303,7 +303,14 @@ pub fn node_slo_object(policy: &str, threshold: u32) -> Value {
                 "cpuSuppressPolicy": policy,
             },
         },
-    })
+    });
+    if be_sched_idle {
+        slo["spec"]["resourceQOSStrategy"] = json!({
+            "policies": {"cpuPolicy": "coreSched"},
+            "beClass": {"cpuQOS": {"enable": true, "schedIdle": 1}},
+        });
+    }
+    slo
 }
 
 fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> kube::api::ApiResource {
@@ -674,14 +681,23 @@ mod tests {
 
     #[test]
     fn node_slo_carries_the_run_policy() {
-        let slo = node_slo_object("cfsQuota", 65);
+        let slo = node_slo_object("cfsQuota", 65, false);
         assert_eq!(slo["metadata"]["name"], NODE_NAME);
         let threshold = &slo["spec"]["resourceUsedThresholdWithBE"];
         assert_eq!(threshold["enable"], true);
         assert_eq!(threshold["cpuSuppressThresholdPercent"], 65);
         assert_eq!(threshold["cpuSuppressPolicy"], "cfsQuota");
+        assert!(slo["spec"].get("resourceQOSStrategy").is_none());
         // It must parse as the object the client writes.
         let _: DynamicObject = serde_json::from_value(slo).unwrap();
+
+        let idle = node_slo_object("cfsQuota", 65, true);
+        let strategy = &idle["spec"]["resourceQOSStrategy"];
+        assert_eq!(strategy["policies"]["cpuPolicy"], "coreSched");
+        assert_eq!(strategy["beClass"]["cpuQOS"]["schedIdle"], 1);
+        assert_eq!(strategy["beClass"]["cpuQOS"]["enable"], true);
+        // Only BE is named: the other classes keep their defaults (not idle).
+        assert!(strategy.get("lsClass").is_none());
     }
 
     #[test]
