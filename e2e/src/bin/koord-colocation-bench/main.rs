@@ -1246,11 +1246,17 @@ fn run_one(
                 .map_err(|e| format!("mkdir {}: {e}", data.display()))?;
         }
         let requests_before = setup.kubelet.pod_requests();
-        let mut child = upstream::upstream_command(binary, &data, setup.kubelet.port, metrics_port)
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("start upstream's koordlet: {e}"))?;
+        let mut child = upstream::upstream_command(
+            binary,
+            &data,
+            setup.kubelet.port,
+            metrics_port,
+            config.be_sched_idle,
+        )
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("start upstream's koordlet: {e}"))?;
         koordlet_pid = Some(child.id());
         upstream_metrics_port = Some(metrics_port);
         let started = wait_for_port(metrics_port, Duration::from_secs(60)).and_then(|()| {
@@ -1289,6 +1295,11 @@ fn run_one(
             .arg("--node-slo-file")
             .arg(dir.join("nodeslo.yaml"))
             .args(["--log-level", "warn"])
+            // The hook that applies the coreSched CPU QoS is gated, as upstream's.
+            .arg(format!(
+                "--feature-gates=CoreSched={}",
+                config.be_sched_idle
+            ))
             // Each QoS round's notes (cpusuppress's budget formula with the
             // usages it counted) are debug lines of the runner: keep them in
             // the run's log, the counterpart of upstream's saved /metrics.

@@ -497,8 +497,12 @@ pub fn upstream_command(
     dir: &Path,
     kubelet_port: u16,
     metrics_port: u16,
+    be_sched_idle: bool,
 ) -> Command {
     let gates = [
+        // The runtime hook that applies the coreSched CPU QoS (cookies and
+        // the tiers' cpu.idle); off by default, as in ours.
+        ("CoreSched", be_sched_idle),
         ("BECPUSuppress", true),
         ("NodeTopologyReport", true),
         ("CPUBurst", false),
@@ -707,6 +711,7 @@ mod tests {
             Path::new("/tmp/run"),
             4100,
             4200,
+            true,
         );
         let args: Vec<String> = command
             .get_args()
@@ -730,6 +735,7 @@ mod tests {
             .find(|a| a.starts_with("--feature-gates="))
             .unwrap();
         assert!(gates.contains("BECPUSuppress=true") && gates.contains("NodeTopologyReport=true"));
+        assert!(gates.contains("CoreSched=true"), "{gates}");
         let envs: Vec<(String, String)> = command
             .get_envs()
             .map(|(k, v)| {
