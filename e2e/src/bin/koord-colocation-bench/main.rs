@@ -1344,6 +1344,9 @@ fn run_one(
     move_into(&layout.generator, generator.id())?;
     let pattern_start = Instant::now() + start_in;
     let koordlet_before = koordlet_pid.and_then(process_usage);
+    // The harness samples every 10 ms beside the pods: its own CPU is
+    // reported so that its share of the machine is known, not guessed.
+    let harness_before = process_usage(std::process::id());
 
     // Sample until the generator is done.
     let pattern_length: f64 = schedule.iter().map(|p| p.seconds).sum();
@@ -1373,6 +1376,14 @@ fn run_one(
         let _ = out.read_to_string(&mut load_summary);
     }
     let koordlet_after = koordlet_pid.and_then(process_usage);
+    if let (Some((cpu0, _)), Some((cpu1, _))) = (harness_before, process_usage(std::process::id()))
+    {
+        load_summary = format!(
+            "{}; harness CPU {:.2} % of one CPU",
+            load_summary.trim(),
+            100.0 * (cpu1 - cpu0) / pattern_length
+        );
+    }
     if let Some(port) = upstream_metrics_port {
         // What upstream's cpusuppress last saw and set, kept with the run.
         match upstream::fetch_metrics(port) {
