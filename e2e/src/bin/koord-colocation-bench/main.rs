@@ -1991,6 +1991,28 @@ fn print_medians(config: &Config, results: &[RunResult]) {
             or_dash(median(reactions), |v| format!("{v:.0}")),
         );
     }
+    if let Some(line) = noise_floor_line(results) {
+        println!("{line}");
+    }
+}
+
+/// How much ls-alone's own p99 moved between rounds: an inflation smaller
+/// than that is within the machine's noise.
+fn noise_floor_line(results: &[RunResult]) -> Option<String> {
+    let alone: Vec<f64> = results
+        .iter()
+        .filter(|r| r.kind == RunKind::LsAlone)
+        .filter_map(|r| percentile(&r.latencies_us, 99.0))
+        .collect();
+    let low = alone.iter().copied().reduce(f64::min)?;
+    let high = alone.iter().copied().reduce(f64::max)?;
+    (alone.len() >= 2 && low > 0.0).then(|| {
+        format!(
+            "noise floor: ls-alone's p99 ranged {low:.2}..{high:.2} ms over {} rounds, {:.0} % apart",
+            alone.len(),
+            100.0 * (high / low - 1.0)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -2077,6 +2099,21 @@ mod tests {
         );
         assert!(idle.contains("minBECPUPercent: 1"), "{idle}");
         assert!(!plain.contains("resourceQOSStrategy") && !plain.contains("cpuLatencyProtection"));
+    }
+
+    #[test]
+    fn the_noise_floor_is_ls_alone_spread_between_rounds() {
+        let one = [result(RunKind::LsAlone, 1, 20)];
+        assert_eq!(noise_floor_line(&one), None);
+        let rounds = [
+            result(RunKind::LsAlone, 1, 20),
+            result(RunKind::NoAgent, 1, 90),
+            result(RunKind::LsAlone, 2, 25),
+        ];
+        assert_eq!(
+            noise_floor_line(&rounds).unwrap(),
+            "noise floor: ls-alone's p99 ranged 20.00..25.00 ms over 2 rounds, 25 % apart"
+        );
     }
 
     #[test]
