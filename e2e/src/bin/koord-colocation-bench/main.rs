@@ -1940,8 +1940,8 @@ fn print_medians(config: &Config, results: &[RunResult]) {
     println!();
     println!("medians over {} rounds:", config.repeat);
     println!(
-        "{:<21} {:>8} {:>16} {:>10} {:>9} {:>13}",
-        "run", "p99 ms", "p99 infl (range)", "p99@50%", "BE idle%", "reaction ms"
+        "{:<21} {:>8} {:>16} {:>10} {:>10} {:>9} {:>13}",
+        "run", "p99 ms", "p99 infl (range)", "p99@50%", "p99@90%", "BE idle%", "reaction ms"
     );
     let mut kinds: Vec<RunKind> = Vec::new();
     for r in results {
@@ -1968,22 +1968,22 @@ fn print_medians(config: &Config, results: &[RunResult]) {
             _ => "-".to_string(),
         };
         let reactions: Vec<f64> = runs.iter().flat_map(|r| r.reactions_ms.clone()).collect();
+        let phase_p99 = |phase: usize| {
+            or_dash(
+                median(collect(&|r| r.phase_p99_ms.get(phase).copied().flatten())),
+                |v| format!("{v:.2}"),
+            )
+        };
         println!(
-            "{:<21} {:>8} {:>16} {:>10} {:>9} {:>13}",
+            "{:<21} {:>8} {:>16} {:>10} {:>10} {:>9} {:>13}",
             kind.name(),
             or_dash(
                 median(collect(&|r| percentile(&r.latencies_us, 99.0))),
                 |v| format!("{v:.2}")
             ),
             range,
-            or_dash(
-                median(collect(&|r| r
-                    .phase_p99_ms
-                    .get(HALF_PHASE)
-                    .copied()
-                    .flatten())),
-                |v| { format!("{v:.2}") }
-            ),
+            phase_p99(HALF_PHASE),
+            phase_p99(NINETY_PHASE),
             or_dash(median(collect(&|r| r.be_share_of_idle)), |v| format!(
                 "{:.0}%",
                 100.0 * v
