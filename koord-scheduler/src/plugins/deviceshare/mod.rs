@@ -449,6 +449,10 @@ pub struct DeviceShare {
     pending: HashMap<String, PendingAllocation>,
     /// Reservation name → the devices it holds.
     reserved: BTreeMap<String, ReservedDevices>,
+    /// node → the names in `reserved` placed on it (name order, as
+    /// `reserved` iterates): filter and score look only at a node's own
+    /// reservations instead of scanning all of them for every node.
+    reserved_on: HashMap<String, BTreeSet<String>>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
     /// node → the partition table and policy of its Device.
@@ -1117,6 +1121,34 @@ impl DeviceShare {
         Some((gpu, common))
     }
 
+    /// Moves reservation `name` from `previous`'s entry in `reserved_on`
+    /// to `node`'s.
+    fn index_reservation(&mut self, name: &str, previous: Option<String>, node: Option<String>) {
+        if let Some(previous) = previous
+            && let Some(names) = self.reserved_on.get_mut(&previous)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.reserved_on.remove(&previous);
+            }
+        }
+        if let Some(node) = node {
+            self.reserved_on
+                .entry(node)
+                .or_default()
+                .insert(name.to_string());
+        }
+    }
+
+    /// Reservations placed on `node`, in name order.
+    fn reserved_on<'a>(
+        &'a self,
+        node: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a ReservedDevices)> + 'a {
+        let names = self.reserved_on.get(node).into_iter().flatten();
+        names.filter_map(|name| self.reserved.get_key_value(name))
+    }
+
     /// The node's devices with what every reservation on it still holds
     /// counted as used, except `freed`'s.
     fn view(&self, node: &str, now: SystemTime, freed: Option<&str>) -> DeviceView {
@@ -1124,8 +1156,8 @@ impl DeviceShare {
             gpus: self.gpus.get(node).cloned().unwrap_or_default(),
             common: self.common.get(node).cloned().unwrap_or_default(),
         };
-        for (name, reserved) in &self.reserved {
-            if reserved.holder.node != node || Some(name.as_str()) == freed {
+        for (name, reserved) in self.reserved_on(node) {
+            if Some(name.as_str()) == freed {
                 continue;
             }
             let Some((gpu, common)) = self.still_held(name, reserved, now) else {
@@ -1167,7 +1199,7 @@ impl DeviceShare {
         }
         let pack = self.strategy.packs();
         let partitions = &self.node_partitions(node, node_labels);
-        if !self.reserved.values().any(|r| r.holder.node == node) {
+        if !self.reserved_on.contains_key(node) {
             return Self::pick(
                 self.gpus.get(node),
                 self.common.get(node),
@@ -1267,10 +1299,12 @@ impl Plugin for DeviceShare {
                         common,
                     })
                 });
-                match placed {
+                let node = placed.as_ref().map(|r| r.holder.node.clone());
+                let previous = match placed {
                     Some(reserved) => self.reserved.insert(key.clone(), reserved),
                     None => self.reserved.remove(key),
                 };
+                self.index_reservation(key, previous.map(|r| r.holder.node), node);
             }
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
