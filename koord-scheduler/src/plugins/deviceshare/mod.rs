@@ -42,7 +42,7 @@ use serde::Deserialize;
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
-use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
+use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
 pub mod common;
@@ -452,7 +452,7 @@ pub struct DeviceShare {
     /// node → the names in `reserved` placed on it (name order, as
     /// `reserved` iterates): filter and score look only at a node's own
     /// reservations instead of scanning all of them for every node.
-    reserved_on: HashMap<String, BTreeSet<String>>,
+    reserved_on: PlacedByNode,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
     /// node → the partition table and policy of its Device.
@@ -1121,31 +1121,12 @@ impl DeviceShare {
         Some((gpu, common))
     }
 
-    /// Moves reservation `name` from `previous`'s entry in `reserved_on`
-    /// to `node`'s.
-    fn index_reservation(&mut self, name: &str, previous: Option<String>, node: Option<String>) {
-        if let Some(previous) = previous
-            && let Some(names) = self.reserved_on.get_mut(&previous)
-        {
-            names.remove(name);
-            if names.is_empty() {
-                self.reserved_on.remove(&previous);
-            }
-        }
-        if let Some(node) = node {
-            self.reserved_on
-                .entry(node)
-                .or_default()
-                .insert(name.to_string());
-        }
-    }
-
     /// Reservations placed on `node`, in name order.
     fn reserved_on<'a>(
         &'a self,
         node: &str,
     ) -> impl Iterator<Item = (&'a String, &'a ReservedDevices)> + 'a {
-        let names = self.reserved_on.get(node).into_iter().flatten();
+        let names = self.reserved_on.on(node);
         names.filter_map(|name| self.reserved.get_key_value(name))
     }
 
@@ -1199,7 +1180,7 @@ impl DeviceShare {
         }
         let pack = self.strategy.packs();
         let partitions = &self.node_partitions(node, node_labels);
-        if !self.reserved_on.contains_key(node) {
+        if !self.reserved_on.any_on(node) {
             return Self::pick(
                 self.gpus.get(node),
                 self.common.get(node),
@@ -1304,7 +1285,8 @@ impl Plugin for DeviceShare {
                     Some(reserved) => self.reserved.insert(key.clone(), reserved),
                     None => self.reserved.remove(key),
                 };
-                self.index_reservation(key, previous.map(|r| r.holder.node), node);
+                let from = previous.as_ref().map(|r| r.holder.node.as_str());
+                self.reserved_on.moved(key, from, node.as_deref());
             }
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {
