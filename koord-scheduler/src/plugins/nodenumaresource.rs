@@ -38,7 +38,7 @@ pub mod topologymanager;
 
 use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
 use self::topologymanager::{NumaMask, generate_hints, merge};
-use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
@@ -458,11 +458,14 @@ struct Allocation {
 }
 
 /// See the module docs.
+///
+/// Node-keyed maps hash with aHash ([`FastMap`]): a cpuset pod's filter
+/// looks a node up in them on every node, and SipHash was a quarter of it.
 pub struct NodeNUMAResource {
     default_policy: CPUBindPolicy,
-    topologies: HashMap<String, NodeTopology>,
+    topologies: FastMap<String, NodeTopology>,
     /// node → pod key → cpuset.
-    allocations: HashMap<String, HashMap<String, Allocation>>,
+    allocations: FastMap<String, HashMap<String, Allocation>>,
     /// Cpusets chosen in reserve, for pre-bind (pod key → status).
     pending: HashMap<String, ResourceStatus>,
     /// Pod key → node of its allocation, so removal does not scan every node.
@@ -474,11 +477,11 @@ pub struct NodeNUMAResource {
     reserved_on: PlacedByNode,
     /// Node name → the CPUs its `node.koordinator.sh/reservation` keeps
     /// from pods (read when the Node changes, not on every filter).
-    node_reserved: HashMap<String, CpuSet>,
+    node_reserved: FastMap<String, CpuSet>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
     /// Node name → its free CPUs and their counts (check mode reads them).
-    free: HashMap<String, NodeFree>,
+    free: FastMap<String, NodeFree>,
     /// Bumped on every change of the plugin's state, so per-cycle
     /// placements computed before a change are not reused after it.
     generation: u64,
@@ -658,15 +661,15 @@ impl NodeNUMAResource {
     pub fn new(default_policy: CPUBindPolicy) -> Self {
         Self {
             default_policy,
-            topologies: HashMap::new(),
-            allocations: HashMap::new(),
+            topologies: FastMap::default(),
+            allocations: FastMap::default(),
             pending: HashMap::new(),
             pod_nodes: HashMap::new(),
             reserved: BTreeMap::new(),
             reserved_on: PlacedByNode::default(),
-            node_reserved: HashMap::new(),
+            node_reserved: FastMap::default(),
             owners: HashMap::new(),
-            free: HashMap::new(),
+            free: FastMap::default(),
             generation: 0,
             scorer: NumaScorer::default(),
             numa_scorer: NumaScorer::default(),

@@ -39,7 +39,7 @@ use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
-use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
@@ -438,12 +438,14 @@ type Picks = (
 #[derive(Default)]
 pub struct DeviceShare {
     /// node → GPU minor → capacity. A node is known to DeviceShare exactly
-    /// when it has an entry here (and then one in `common` too).
-    gpus: HashMap<String, BTreeMap<i32, Gpu>>,
+    /// when it has an entry here (and then one in `common` too). Node-keyed
+    /// maps hash with aHash ([`FastMap`]): a device pod's filter asks this
+    /// one on every node, and SipHash was a quarter of that filter.
+    gpus: FastMap<String, BTreeMap<i32, Gpu>>,
     /// pod key → (node, shares).
     usage: HashMap<String, (String, GpuShares)>,
     /// node → kind → RDMA / FPGA devices.
-    common: HashMap<String, BTreeMap<CommonKind, CommonDevices>>,
+    common: FastMap<String, BTreeMap<CommonKind, CommonDevices>>,
     /// pod key → (node, RDMA / FPGA shares).
     common_usage: HashMap<String, (String, CommonShares)>,
     pending: HashMap<String, PendingAllocation>,
@@ -456,7 +458,7 @@ pub struct DeviceShare {
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
     /// node → the partition table and policy of its Device.
-    partitions: HashMap<String, NodePartitions>,
+    partitions: FastMap<String, NodePartitions>,
     strategy: ScoringStrategy,
 }
 
@@ -543,16 +545,22 @@ pub fn device_amounts(device: &Device) -> Result<Vec<crate::resources::Resources
 /// (which turns such nodes away upstream; the extender and `simulate` do
 /// it here so a device pod never lands where no device is advertised).
 fn fits_node_allocatable(request: &PodDeviceRequest, node: &NodeInfo) -> Result<(), Rejection> {
+    let short = |(name, amount): &&(&str, i64)| {
+        *amount
+            > node
+                .allocatable
+                .get(name)
+                .saturating_sub(node.requested.get(name))
+    };
+    // Most nodes fit or lack one resource; the message is built only for a
+    // node that does not fit.
+    if !request.raw.iter().any(|raw| short(&raw)) {
+        return Ok(());
+    }
     let insufficient: Vec<String> = request
         .raw
         .iter()
-        .filter(|(name, amount)| {
-            *amount
-                > node
-                    .allocatable
-                    .get(name)
-                    .saturating_sub(node.requested.get(name))
-        })
+        .filter(short)
         .map(|(name, _)| format!("Insufficient {name}"))
         .collect();
     if insufficient.is_empty() {

@@ -854,7 +854,7 @@ pub const KEPT_ANNOTATIONS: [&str; 2] = [
 /// plugins, 500 reservations × every node per pod cost more than the rest
 /// of their filter).
 #[derive(Debug, Clone, Default)]
-pub struct PlacedByNode(HashMap<String, BTreeSet<String>>);
+pub struct PlacedByNode(FastMap<String, BTreeSet<String>>);
 
 impl PlacedByNode {
     /// Records that reservation `name`, on node `from` before (if it was
