@@ -937,11 +937,17 @@ impl NodeNUMAResource {
         // Only now: most pods on most nodes need neither cpuset nor NUMA
         // nodes, and are answered above without it.
         let empty = NodeTopology::default();
-        let topology = self.topologies.get(&node.name).unwrap_or(&empty);
+        let found = self.topologies.get(&node.name);
+        let topology = found.unwrap_or(&empty);
         let offer = match request.bind_policy {
-            Some(policy) => {
-                Some(self.cpu_offer(pod, request, node, policy, (restrict, preferred), mode)?)
-            }
+            Some(policy) => Some(self.cpu_offer(
+                pod,
+                request,
+                (node, found),
+                policy,
+                (restrict, preferred),
+                mode,
+            )?),
             None => None,
         };
         if offer
@@ -1161,12 +1167,13 @@ impl NodeNUMAResource {
         &'a self,
         pod: &PodInfo,
         request: &Request,
-        node: &NodeInfo,
+        // The node and its topology, looked up once by the caller.
+        (node, topology): (&NodeInfo, Option<&'a NodeTopology>),
         policy: CPUBindPolicy,
         (restrict, preferred): (Restriction<'_>, &BTreeSet<i32>),
         mode: Mode,
     ) -> Result<CpuOffer<'a>, Rejection> {
-        let Some(topology) = self.topologies.get(&node.name) else {
+        let Some(topology) = topology else {
             return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
         };
         let (required, policy) = Self::bind_policies(request, node, topology, policy)?;
