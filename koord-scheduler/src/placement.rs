@@ -548,6 +548,63 @@ mod tests {
         assert!(placed > 0 && placed < 9, "placed {placed}");
     }
 
+    /// Details kept by node index and named once every pod is placed (as
+    /// `simulate` does) equal the by-name path's, taken right after each
+    /// pod; without details only the chosen nodes and annotations are
+    /// reported.
+    #[test]
+    fn details_named_at_the_end_match_details_named_per_pod() {
+        let mut deferred = scheduler("");
+        let mut at_once = scheduler("");
+        let mut lean = scheduler("");
+        for s in [&mut deferred, &mut at_once, &mut lean] {
+            load(s, cluster());
+        }
+        let keys: Vec<String> = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .map(|name| format!("default/{name}"))
+            .collect();
+        let kept: Vec<ScheduledPod> = keys
+            .iter()
+            .map(|key| schedule_one_indexed(&mut deferred, key, t0(), true))
+            .collect();
+        let named: Vec<Placement> = kept
+            .into_iter()
+            .map(|s| s.resolve(&deferred.cache))
+            .collect();
+        let mut rejected = 0;
+        for (key, got) in keys.iter().zip(named) {
+            let want = schedule_by_name(&mut at_once, key, t0());
+            assert_eq!(got.node, want.node, "{key}");
+            assert_eq!(got.scores, want.scores, "{key}");
+            assert_eq!(got.annotations, want.annotations, "{key}");
+            if want.reasons.values().all(|r| r != "pre-filter") {
+                assert_eq!(got.reasons, want.reasons, "{key}");
+            } else {
+                assert_eq!(
+                    got.reasons.keys().collect::<Vec<_>>(),
+                    want.reasons.keys().collect::<Vec<_>>()
+                );
+            }
+            let bare = schedule_one(&mut lean, key, t0(), false);
+            assert_eq!(
+                (&bare.node, &bare.annotations),
+                (&want.node, &want.annotations)
+            );
+            assert!(bare.reasons.is_empty() && bare.scores.is_empty(), "{key}");
+            rejected += want.reasons.len();
+            assert_eq!(
+                want.reasons.len() + want.scores.len(),
+                4,
+                "{key}: every node once"
+            );
+        }
+        assert!(
+            rejected > 0,
+            "some nodes are refused, so reasons are compared"
+        );
+    }
+
     /// Scores `refused` highest but refuses to reserve on it.
     struct RefuseBest {
         refused: &'static str,
