@@ -434,6 +434,13 @@ impl ClusterCache {
             .filter_map(|index| self.node_slots.get(*index)?.as_ref())
     }
 
+    /// The name of the node entry numbered `index` ([`NodeInfo::index`]),
+    /// None once that entry was dropped (numbers are never reused).
+    pub fn node_name_at(&self, index: usize) -> Option<&str> {
+        let node = self.node_slots.get(index)?.as_ref()?;
+        Some(node.name.as_str())
+    }
+
     pub fn node_count(&self) -> usize {
         self.sorted_nodes.len()
     }

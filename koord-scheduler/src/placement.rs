@@ -84,6 +84,79 @@ pub fn extender_scores(
     }
 }
 
+/// A placement whose per-node reasons and scores are still kept by cache
+/// node index ([`NodeInfo::index`]): naming ~5,000 nodes per pod (a string
+/// copy each, then a map sorted by name) cost the simulator about a sixth
+/// of its time, so names are written only when a caller asks
+/// ([`Self::resolve`]).
+#[derive(Debug)]
+pub struct ScheduledPod {
+    placement: Placement,
+    /// Rejected node index → reason, in the order the reasons came.
+    reasons: Vec<(usize, String)>,
+    /// Feasible node index → total.
+    scores: Vec<(usize, i64)>,
+}
+
+impl ScheduledPod {
+    /// The chosen node (the details are not needed to read it).
+    pub fn node(&self) -> Option<&str> {
+        self.placement.node.as_deref()
+    }
+
+    /// The placement with its details named, read from `cache`: the cache
+    /// the pod was scheduled in, with the same nodes (bound pods do not
+    /// matter; node numbers are never reused, and a node dropped since
+    /// would be left out of the details).
+    pub fn resolve(self, cache: &crate::cache::ClusterCache) -> Placement {
+        let ScheduledPod {
+            mut placement,
+            reasons,
+            scores,
+        } = self;
+        if !reasons.is_empty() {
+            // A node is rejected once (were it twice, the later reason
+            // would win, as with inserting).
+            placement.reasons = reasons
+                .into_iter()
+                .filter_map(|(index, reason)| {
+                    Some((cache.node_name_at(index)?.to_string(), reason))
+                })
+                .collect();
+        }
+        if !scores.is_empty() {
+            placement.scores = scores
+                .into_iter()
+                .filter_map(|(index, total)| Some((cache.node_name_at(index)?.to_string(), total)))
+                .collect();
+        }
+        placement
+    }
+
+    /// Names the details now (while the cache is the one they were taken
+    /// in), for a path that goes on by name.
+    fn resolve_now(&mut self, cache: &crate::cache::ClusterCache) {
+        let pending = ScheduledPod {
+            placement: std::mem::replace(&mut self.placement, Placement::empty("")),
+            reasons: std::mem::take(&mut self.reasons),
+            scores: std::mem::take(&mut self.scores),
+        };
+        self.placement = pending.resolve(cache);
+    }
+}
+
+impl Placement {
+    fn empty(pod: &str) -> Self {
+        Placement {
+            pod: pod.to_string(),
+            node: None,
+            reasons: BTreeMap::new(),
+            scores: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
 /// Schedules one pending pod already in the cache; `record_details` = false
 /// skips collecting per-node reasons and scores (throughput measurement).
 pub fn schedule_one(
@@ -92,18 +165,28 @@ pub fn schedule_one(
     now: SystemTime,
     record_details: bool,
 ) -> Placement {
-    let mut placement = Placement {
-        pod: pod_key.to_string(),
-        node: None,
-        reasons: BTreeMap::new(),
-        scores: BTreeMap::new(),
-        annotations: BTreeMap::new(),
+    schedule_one_indexed(scheduler, pod_key, now, record_details).resolve(&scheduler.cache)
+}
+
+/// [`schedule_one`] with the per-node details left by node index (see
+/// [`ScheduledPod`]).
+pub fn schedule_one_indexed(
+    scheduler: &mut Scheduler,
+    pod_key: &str,
+    now: SystemTime,
+    record_details: bool,
+) -> ScheduledPod {
+    let mut scheduled = ScheduledPod {
+        placement: Placement::empty(pod_key),
+        reasons: Vec::new(),
+        scores: Vec::new(),
     };
+    let placement = &mut scheduled.placement;
     let Some(pod) = scheduler.cache.pod(pod_key).cloned() else {
         placement
             .reasons
             .insert(String::new(), "pod not found in the snapshot".into());
-        return placement;
+        return scheduled;
     };
     let state = match scheduler.pre_filter(&pod, now) {
         Ok(state) => state,
@@ -113,11 +196,11 @@ pub fn schedule_one(
                     placement.reasons.insert(name, rejection.reason.clone());
                 }
             }
-            return placement;
+            return scheduled;
         }
     };
-    // Nodes are handled by reference; names are copied only for the report
-    // and for the chosen node.
+    // Nodes are handled by reference and recorded by index; names are
+    // copied only for the chosen node (and by `resolve`).
     // No kube-scheduler filters ahead of the simulator, so its node checks
     // (cordon, taints, selector, affinity) apply here; their reason wins.
     // A pod choosing no nodes itself passes every node that is neither
@@ -131,34 +214,28 @@ pub fn schedule_one(
         }
     };
     let best = {
-        // Collected as a list and turned into the map at once: the nodes
-        // come mostly in name order, which the map builds from in one pass
-        // (inserting thousands of names one by one cost more).
-        let mut reasons: Vec<(String, String)> = Vec::new();
+        let reasons = &mut scheduled.reasons;
         let mut feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
             if record_details {
                 let reason = node_check(&pod, node).err().unwrap_or(rejection.reason);
-                reasons.push((node.name.clone(), reason));
+                reasons.push((node.index, reason));
             }
         });
         feasible.retain(|node| match node.map(|n| (n, node_check(&pod, n))) {
             Some((n, Err(reason))) => {
                 if record_details {
-                    reasons.push((n.name.clone(), reason));
+                    reasons.push((n.index, reason));
                 }
                 false
             }
             _ => true,
         });
-        // A node is rejected once (were it twice, the later reason would
-        // win, as with inserting).
-        placement.reasons = reasons.into_iter().collect();
         let (totals, _) = scheduler.score_nodes(&pod, &feasible, &state);
         if record_details {
-            placement.scores = feasible
+            scheduled.scores = feasible
                 .iter()
                 .zip(&totals)
-                .filter_map(|(node, total)| node.map(|n| (n.name.clone(), *total)))
+                .filter_map(|(node, total)| node.map(|n| (n.index, *total)))
                 .collect();
         }
         // The highest total; ties go to the earliest node in name order.
@@ -172,24 +249,30 @@ pub fn schedule_one(
             .map(|node| node.name.clone())
     };
     let Some(best) = best else {
-        return placement;
+        return scheduled;
     };
     // Nothing changed since pre-filter: the reservation can reuse its state.
     match scheduler.reserve_prepared(pod_key, &best, now, Some(state)) {
         Ok(reserved) => {
-            placement.node = Some(best);
-            placement.annotations = reserved.annotations;
-            return placement;
+            scheduled.placement.node = Some(best);
+            scheduled.placement.annotations = reserved.annotations;
+            return scheduled;
         }
         Err(err) => {
-            placement.scores.remove(&best);
-            placement.reasons.insert(best.clone(), err.to_string());
+            // Rolled back: the cache is the one the details were taken in.
+            scheduled.resolve_now(&scheduler.cache);
+            scheduled.placement.scores.remove(&best);
+            scheduled
+                .placement
+                .reasons
+                .insert(best.clone(), err.to_string());
         }
     }
+    let placement = &mut scheduled.placement;
     // The best node failed (and was rolled back): rank the rest, from a fresh
     // pre-filter over the unchanged cache.
     let Ok(state) = scheduler.pre_filter(&pod, now) else {
-        return placement;
+        return scheduled;
     };
     let mut filtered = scheduler.filter(&pod, None, &state);
     let feasible = std::mem::take(&mut filtered.feasible);
@@ -205,8 +288,8 @@ pub fn schedule_one(
                     .is_none_or(|node| node_check(&pod, node).is_ok())
         })
         .collect();
-    reserve_best(scheduler, pod_key, ranked, now, &mut placement);
-    placement
+    reserve_best(scheduler, pod_key, ranked, now, placement);
+    scheduled
 }
 
 /// Reserves the pod on the best of `ranked` (highest total; ties: name
@@ -463,6 +546,63 @@ mod tests {
         }
         // The cluster is sized so that some pods fit and some do not.
         assert!(placed > 0 && placed < 9, "placed {placed}");
+    }
+
+    /// Details kept by node index and named once every pod is placed (as
+    /// `simulate` does) equal the by-name path's, taken right after each
+    /// pod; without details only the chosen nodes and annotations are
+    /// reported.
+    #[test]
+    fn details_named_at_the_end_match_details_named_per_pod() {
+        let mut deferred = scheduler("");
+        let mut at_once = scheduler("");
+        let mut lean = scheduler("");
+        for s in [&mut deferred, &mut at_once, &mut lean] {
+            load(s, cluster());
+        }
+        let keys: Vec<String> = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .map(|name| format!("default/{name}"))
+            .collect();
+        let kept: Vec<ScheduledPod> = keys
+            .iter()
+            .map(|key| schedule_one_indexed(&mut deferred, key, t0(), true))
+            .collect();
+        let named: Vec<Placement> = kept
+            .into_iter()
+            .map(|s| s.resolve(&deferred.cache))
+            .collect();
+        let mut rejected = 0;
+        for (key, got) in keys.iter().zip(named) {
+            let want = schedule_by_name(&mut at_once, key, t0());
+            assert_eq!(got.node, want.node, "{key}");
+            assert_eq!(got.scores, want.scores, "{key}");
+            assert_eq!(got.annotations, want.annotations, "{key}");
+            if want.reasons.values().all(|r| r != "pre-filter") {
+                assert_eq!(got.reasons, want.reasons, "{key}");
+            } else {
+                assert_eq!(
+                    got.reasons.keys().collect::<Vec<_>>(),
+                    want.reasons.keys().collect::<Vec<_>>()
+                );
+            }
+            let bare = schedule_one(&mut lean, key, t0(), false);
+            assert_eq!(
+                (&bare.node, &bare.annotations),
+                (&want.node, &want.annotations)
+            );
+            assert!(bare.reasons.is_empty() && bare.scores.is_empty(), "{key}");
+            rejected += want.reasons.len();
+            assert_eq!(
+                want.reasons.len() + want.scores.len(),
+                4,
+                "{key}: every node once"
+            );
+        }
+        assert!(
+            rejected > 0,
+            "some nodes are refused, so reasons are compared"
+        );
     }
 
     /// Scores `refused` highest but refuses to reserve on it.

@@ -186,11 +186,13 @@ pub fn simulate(
     }
     // Pending Reservations are placed first, as reserve pods.
     let mut placements = crate::placement::schedule_pending_reservations(scheduler, now);
-    placements.extend(
-        order
-            .iter()
-            .map(|key| schedule_one(scheduler, key, now, true)),
-    );
+    // Details stay by node index while pods are placed (no node changes
+    // during the run) and are named once every pod is placed.
+    let scheduled: Vec<crate::placement::ScheduledPod> = order
+        .iter()
+        .map(|key| crate::placement::schedule_one_indexed(scheduler, key, now, true))
+        .collect();
+    placements.extend(scheduled.into_iter().map(|s| s.resolve(&scheduler.cache)));
     let pod_groups = scheduler
         .pending_status_writes(now)
         .into_iter()

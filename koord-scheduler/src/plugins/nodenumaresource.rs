@@ -38,10 +38,10 @@ pub mod topologymanager;
 
 use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
 use self::topologymanager::{NumaMask, generate_hints, merge};
-use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
-use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
+use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 
 pub const NAME: &str = "NodeNUMAResource";
 
@@ -458,24 +458,30 @@ struct Allocation {
 }
 
 /// See the module docs.
+///
+/// Node-keyed maps hash with aHash ([`FastMap`]): a cpuset pod's filter
+/// looks a node up in them on every node, and SipHash was a quarter of it.
 pub struct NodeNUMAResource {
     default_policy: CPUBindPolicy,
-    topologies: HashMap<String, NodeTopology>,
+    topologies: FastMap<String, NodeTopology>,
     /// node → pod key → cpuset.
-    allocations: HashMap<String, HashMap<String, Allocation>>,
+    allocations: FastMap<String, HashMap<String, Allocation>>,
     /// Cpusets chosen in reserve, for pre-bind (pod key → status).
     pending: HashMap<String, ResourceStatus>,
     /// Pod key → node of its allocation, so removal does not scan every node.
     pod_nodes: HashMap<String, String>,
     /// Reservation name → the cpuset it holds for its owners.
     reserved: BTreeMap<String, (Holder, CpuSet)>,
+    /// The names in `reserved` by node (every cpuset pod's filter asks on
+    /// every node whether the node has any).
+    reserved_on: PlacedByNode,
     /// Node name → the CPUs its `node.koordinator.sh/reservation` keeps
     /// from pods (read when the Node changes, not on every filter).
-    node_reserved: HashMap<String, CpuSet>,
+    node_reserved: FastMap<String, CpuSet>,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
     /// Node name → its free CPUs and their counts (check mode reads them).
-    free: HashMap<String, NodeFree>,
+    free: FastMap<String, NodeFree>,
     /// Bumped on every change of the plugin's state, so per-cycle
     /// placements computed before a change are not reused after it.
     generation: u64,
@@ -655,14 +661,15 @@ impl NodeNUMAResource {
     pub fn new(default_policy: CPUBindPolicy) -> Self {
         Self {
             default_policy,
-            topologies: HashMap::new(),
-            allocations: HashMap::new(),
+            topologies: FastMap::default(),
+            allocations: FastMap::default(),
             pending: HashMap::new(),
             pod_nodes: HashMap::new(),
             reserved: BTreeMap::new(),
-            node_reserved: HashMap::new(),
+            reserved_on: PlacedByNode::default(),
+            node_reserved: FastMap::default(),
             owners: HashMap::new(),
-            free: HashMap::new(),
+            free: FastMap::default(),
             generation: 0,
             scorer: NumaScorer::default(),
             numa_scorer: NumaScorer::default(),
@@ -730,10 +737,10 @@ impl NodeNUMAResource {
     /// What every reservation on the node still holds, except `freed`'s.
     fn held_on(&self, node: &str, now: SystemTime, freed: Option<&str>) -> CpuSet {
         let mut held = CpuSet::new();
-        for (name, _) in self
-            .reserved
-            .iter()
-            .filter(|(name, (holder, _))| holder.node == node && Some(name.as_str()) != freed)
+        for name in self
+            .reserved_on
+            .on(node)
+            .filter(|name| Some(name.as_str()) != freed)
         {
             if let Some(cpus) = self.still_held(name, now) {
                 held.union_with(&cpus);
@@ -756,7 +763,7 @@ impl NodeNUMAResource {
         now: SystemTime,
         mode: Mode,
     ) -> Result<Option<Choice>, Rejection> {
-        if !self.reserved.values().any(|(h, _)| h.node == node.name) {
+        if !self.reserved_on.any_on(&node.name) {
             return self.choose(pod, request, node, Restriction::Unrestricted, mode);
         }
         for name in owned {
@@ -930,11 +937,17 @@ impl NodeNUMAResource {
         // Only now: most pods on most nodes need neither cpuset nor NUMA
         // nodes, and are answered above without it.
         let empty = NodeTopology::default();
-        let topology = self.topologies.get(&node.name).unwrap_or(&empty);
+        let found = self.topologies.get(&node.name);
+        let topology = found.unwrap_or(&empty);
         let offer = match request.bind_policy {
-            Some(policy) => {
-                Some(self.cpu_offer(pod, request, node, policy, (restrict, preferred), mode)?)
-            }
+            Some(policy) => Some(self.cpu_offer(
+                pod,
+                request,
+                (node, found),
+                policy,
+                (restrict, preferred),
+                mode,
+            )?),
             None => None,
         };
         if offer
@@ -1154,12 +1167,13 @@ impl NodeNUMAResource {
         &'a self,
         pod: &PodInfo,
         request: &Request,
-        node: &NodeInfo,
+        // The node and its topology, looked up once by the caller.
+        (node, topology): (&NodeInfo, Option<&'a NodeTopology>),
         policy: CPUBindPolicy,
         (restrict, preferred): (Restriction<'_>, &BTreeSet<i32>),
         mode: Mode,
     ) -> Result<CpuOffer<'a>, Rejection> {
-        let Some(topology) = self.topologies.get(&node.name) else {
+        let Some(topology) = topology else {
             return Err(Rejection::unresolvable(ERR_INVALID_CPU_TOPOLOGY));
         };
         let (required, policy) = Self::bind_policies(request, node, topology, policy)?;
@@ -1596,10 +1610,13 @@ impl Plugin for NodeNUMAResource {
                         .filter(|c| !c.is_empty())?;
                     Some((holder, cpus))
                 });
-                match placed {
+                let node = placed.as_ref().map(|(holder, _)| holder.node.clone());
+                let previous = match placed {
                     Some(held) => self.reserved.insert(key.clone(), held),
                     None => self.reserved.remove(key),
                 };
+                let from = previous.as_ref().map(|(holder, _)| holder.node.as_str());
+                self.reserved_on.moved(key, from, node.as_deref());
             }
             ClusterEvent::Object {
                 kind: ObjectKind::NodeResourceTopology,
@@ -2204,6 +2221,66 @@ mod tests {
             status: testutil::available_on("n1", &[("cpu", cpu)]),
             ..Default::default()
         }))
+    }
+
+    /// The per-node index of placed reservations follows every Reservation
+    /// event (placed, moved, pending again, deleted, or its cpuset gone):
+    /// after each one it lists exactly what a scan of all of them finds on
+    /// each node, in name order.
+    #[test]
+    fn reservations_by_node_follow_every_reservation_event() {
+        let mut cache = crate::cache::ClusterCache::new();
+        let mut plugin = NodeNUMAResource::new(CPUBindPolicy::FullPCPUs);
+        let nodes = ["n1", "n2", "n3"];
+        let names = ["r1", "r2", "r3", "r4", "r5"];
+        let mut seed: u64 = 0x5eed;
+        let mut next = |bound: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % bound
+        };
+        for step in 0..2_000 {
+            let name = names[next(names.len())];
+            let node = nodes[next(nodes.len())];
+            let cpuset = ["0-1", "", "2"][next(3)];
+            let status = json!({"cpuset": cpuset}).to_string();
+            let available = next(4) != 0;
+            let reservation =
+                Object::Reservation(testutil::reservation(testutil::ReservationSpec {
+                    name,
+                    template: testutil::reservation_template(&[("cpu", "2")]),
+                    annotations: &[(ANNOTATION_RESOURCE_STATUS, &status)],
+                    status: if available {
+                        testutil::available_on(node, &[("cpu", "2")])
+                    } else {
+                        serde_json::Value::Null
+                    },
+                    ..Default::default()
+                }));
+            let change = if next(4) == 0 {
+                Change::Delete(reservation)
+            } else {
+                Change::Upsert(reservation)
+            };
+            let event = cache.apply(change);
+            plugin.on_event(&event, &cache);
+            for node in nodes {
+                let scanned: Vec<&String> = plugin
+                    .reserved
+                    .iter()
+                    .filter(|(_, (holder, _))| holder.node == node)
+                    .map(|(name, _)| name)
+                    .collect();
+                let indexed: Vec<&String> = plugin.reserved_on.on(node).collect();
+                assert_eq!(indexed, scanned, "step {step}, {node}");
+                assert_eq!(
+                    plugin.reserved_on.any_on(node),
+                    !scanned.is_empty(),
+                    "step {step}, {node}"
+                );
+            }
+        }
     }
 
     fn cpus(status: &ResourceStatus) -> BTreeSet<i32> {

@@ -39,10 +39,10 @@ use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
-use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::framework::{CycleState, Plugin, Rejection};
-use crate::plugins::reservation::{Holder, allocated_from, owned_reservations};
+use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
 pub mod common;
@@ -438,21 +438,27 @@ type Picks = (
 #[derive(Default)]
 pub struct DeviceShare {
     /// node → GPU minor → capacity. A node is known to DeviceShare exactly
-    /// when it has an entry here (and then one in `common` too).
-    gpus: HashMap<String, BTreeMap<i32, Gpu>>,
+    /// when it has an entry here (and then one in `common` too). Node-keyed
+    /// maps hash with aHash ([`FastMap`]): a device pod's filter asks this
+    /// one on every node, and SipHash was a quarter of that filter.
+    gpus: FastMap<String, BTreeMap<i32, Gpu>>,
     /// pod key → (node, shares).
     usage: HashMap<String, (String, GpuShares)>,
     /// node → kind → RDMA / FPGA devices.
-    common: HashMap<String, BTreeMap<CommonKind, CommonDevices>>,
+    common: FastMap<String, BTreeMap<CommonKind, CommonDevices>>,
     /// pod key → (node, RDMA / FPGA shares).
     common_usage: HashMap<String, (String, CommonShares)>,
     pending: HashMap<String, PendingAllocation>,
     /// Reservation name → the devices it holds.
     reserved: BTreeMap<String, ReservedDevices>,
+    /// node → the names in `reserved` placed on it (name order, as
+    /// `reserved` iterates): filter and score look only at a node's own
+    /// reservations instead of scanning all of them for every node.
+    reserved_on: PlacedByNode,
     /// Pod key → the reservation it was allocated from.
     owners: HashMap<String, String>,
     /// node → the partition table and policy of its Device.
-    partitions: HashMap<String, NodePartitions>,
+    partitions: FastMap<String, NodePartitions>,
     strategy: ScoringStrategy,
 }
 
@@ -539,16 +545,22 @@ pub fn device_amounts(device: &Device) -> Result<Vec<crate::resources::Resources
 /// (which turns such nodes away upstream; the extender and `simulate` do
 /// it here so a device pod never lands where no device is advertised).
 fn fits_node_allocatable(request: &PodDeviceRequest, node: &NodeInfo) -> Result<(), Rejection> {
+    let short = |(name, amount): &&(&str, i64)| {
+        *amount
+            > node
+                .allocatable
+                .get(name)
+                .saturating_sub(node.requested.get(name))
+    };
+    // Most nodes fit or lack one resource; the message is built only for a
+    // node that does not fit.
+    if !request.raw.iter().any(|raw| short(&raw)) {
+        return Ok(());
+    }
     let insufficient: Vec<String> = request
         .raw
         .iter()
-        .filter(|(name, amount)| {
-            *amount
-                > node
-                    .allocatable
-                    .get(name)
-                    .saturating_sub(node.requested.get(name))
-        })
+        .filter(short)
         .map(|(name, _)| format!("Insufficient {name}"))
         .collect();
     if insufficient.is_empty() {
@@ -1117,6 +1129,15 @@ impl DeviceShare {
         Some((gpu, common))
     }
 
+    /// Reservations placed on `node`, in name order.
+    fn reserved_on<'a>(
+        &'a self,
+        node: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a ReservedDevices)> + 'a {
+        let names = self.reserved_on.on(node);
+        names.filter_map(|name| self.reserved.get_key_value(name))
+    }
+
     /// The node's devices with what every reservation on it still holds
     /// counted as used, except `freed`'s.
     fn view(&self, node: &str, now: SystemTime, freed: Option<&str>) -> DeviceView {
@@ -1124,8 +1145,8 @@ impl DeviceShare {
             gpus: self.gpus.get(node).cloned().unwrap_or_default(),
             common: self.common.get(node).cloned().unwrap_or_default(),
         };
-        for (name, reserved) in &self.reserved {
-            if reserved.holder.node != node || Some(name.as_str()) == freed {
+        for (name, reserved) in self.reserved_on(node) {
+            if Some(name.as_str()) == freed {
                 continue;
             }
             let Some((gpu, common)) = self.still_held(name, reserved, now) else {
@@ -1167,7 +1188,7 @@ impl DeviceShare {
         }
         let pack = self.strategy.packs();
         let partitions = &self.node_partitions(node, node_labels);
-        if !self.reserved.values().any(|r| r.holder.node == node) {
+        if !self.reserved_on.any_on(node) {
             return Self::pick(
                 self.gpus.get(node),
                 self.common.get(node),
@@ -1267,10 +1288,13 @@ impl Plugin for DeviceShare {
                         common,
                     })
                 });
-                match placed {
+                let node = placed.as_ref().map(|r| r.holder.node.clone());
+                let previous = match placed {
                     Some(reserved) => self.reserved.insert(key.clone(), reserved),
                     None => self.reserved.remove(key),
                 };
+                let from = previous.as_ref().map(|r| r.holder.node.as_str());
+                self.reserved_on.moved(key, from, node.as_deref());
             }
             ClusterEvent::Pod { old, new, .. } => {
                 if let Some(old) = old {

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::tests::{device, minors};
 use super::*;
-use crate::cache::Object;
+use crate::cache::{Change, ClusterCache, Object};
 use crate::framework::Scheduler;
 use crate::testutil::{self, PodSpec, ReservationSpec, t0};
 
@@ -253,4 +253,66 @@ fn a_restricted_reservation_the_pod_must_use_bounds_its_gpus() {
         outcome.failed["n1"], ERR_INSUFFICIENT_GPU_DEVICES,
         "{outcome:?}"
     );
+}
+
+/// Reservation `name` on `node` holding half of GPU 0, Available or not.
+fn reservation_named(name: &str, node: &str, available: bool) -> Object {
+    let allocated = json!({"gpu": [{"minor": 0, "resources": {
+        "koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}}]})
+    .to_string();
+    let status = if available {
+        testutil::available_on(node, &[("cpu", "1")])
+    } else {
+        Value::Null
+    };
+    Object::Reservation(testutil::reservation(ReservationSpec {
+        name,
+        annotations: &[(ANNOTATION_DEVICE_ALLOCATED, &allocated)],
+        status,
+        ..Default::default()
+    }))
+}
+
+/// The per-node index of placed reservations follows every Reservation
+/// event (placed, moved to another node, pending again, deleted): after
+/// each one it lists exactly the reservations a scan of all of them finds
+/// on each node, in name order.
+#[test]
+fn reservations_by_node_follow_every_reservation_event() {
+    let mut cache = ClusterCache::new();
+    let mut plugin = DeviceShare::default();
+    let nodes = ["n1", "n2", "n3"];
+    let names = ["r1", "r2", "r3", "r4", "r5"];
+    let mut seed: u64 = 0x5eed;
+    let mut next = |bound: usize| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % bound
+    };
+    for step in 0..2_000 {
+        let name = names[next(names.len())];
+        let change = match next(4) {
+            0 => Change::Delete(reservation_named(name, "n1", false)),
+            1 => Change::Upsert(reservation_named(name, nodes[next(3)], false)),
+            _ => Change::Upsert(reservation_named(name, nodes[next(3)], true)),
+        };
+        let event = cache.apply(change);
+        plugin.on_event(&event, &cache);
+        for node in nodes {
+            let scanned: Vec<&String> = plugin
+                .reserved
+                .iter()
+                .filter(|(_, r)| r.holder.node == node)
+                .map(|(name, _)| name)
+                .collect();
+            let indexed: Vec<&String> = plugin.reserved_on(node).map(|(name, _)| name).collect();
+            assert_eq!(indexed, scanned, "step {step}, {node}");
+            assert_eq!(
+                plugin.reserved_on.any_on(node),
+                !scanned.is_empty(),
+                "step {step}, {node}: an emptied node keeps no entry"
+            );
+        }
+    }
 }

@@ -848,6 +848,45 @@ pub const KEPT_ANNOTATIONS: [&str; 2] = [
     apis::extension::numa_aware::ANNOTATION_RESOURCE_STATUS,
 ];
 
+/// The names of the placed Reservations a plugin keeps, by node, so its
+/// per-node checks look at that node's reservations only instead of
+/// scanning every reservation for every node (for the device and cpuset
+/// plugins, 500 reservations × every node per pod cost more than the rest
+/// of their filter).
+#[derive(Debug, Clone, Default)]
+pub struct PlacedByNode(FastMap<String, BTreeSet<String>>);
+
+impl PlacedByNode {
+    /// Records that reservation `name`, on node `from` before (if it was
+    /// kept), is now on node `to` (None: no longer kept).
+    pub fn moved(&mut self, name: &str, from: Option<&str>, to: Option<&str>) {
+        if let Some(from) = from
+            && let Some(names) = self.0.get_mut(from)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.0.remove(from);
+            }
+        }
+        if let Some(to) = to {
+            self.0
+                .entry(to.to_string())
+                .or_default()
+                .insert(name.to_string());
+        }
+    }
+
+    /// The reservations on `node`, in name order.
+    pub fn on<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a String> + 'a {
+        self.0.get(node).into_iter().flatten()
+    }
+
+    /// Whether any reservation is on `node`.
+    pub fn any_on(&self, node: &str) -> bool {
+        self.0.contains_key(node)
+    }
+}
+
 /// What the device and cpuset plugins keep of a placed Reservation.
 #[derive(Debug, Clone)]
 pub struct Holder {
