@@ -850,9 +850,8 @@ pub const KEPT_ANNOTATIONS: [&str; 2] = [
 
 /// The names of the placed Reservations a plugin keeps, by node, so its
 /// per-node checks look at that node's reservations only instead of
-/// scanning every reservation for every node (for the device and cpuset
-/// plugins, 500 reservations × every node per pod cost more than the rest
-/// of their filter).
+/// scanning every reservation that holds cpusets or devices for every node
+/// (a cost that grows with such reservations × nodes × pods).
 #[derive(Debug, Clone, Default)]
 pub struct PlacedByNode(FastMap<String, BTreeSet<String>>);
 
