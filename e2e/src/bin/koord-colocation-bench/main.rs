@@ -1788,6 +1788,17 @@ fn write_timeseries(
 
 /// LS p99 of a run against the ls-alone run of the same round (or of any
 /// round when that one is missing), in percent.
+/// A phase's LS p99 against the same phase of the same round's ls-alone run.
+fn phase_inflation_percent(results: &[RunResult], run: &RunResult, phase: usize) -> Option<f64> {
+    let alone = results
+        .iter()
+        .filter(|r| r.kind == RunKind::LsAlone)
+        .min_by_key(|r| usize::from(r.round != run.round))?;
+    let alone_p99 = alone.phase_p99_ms.get(phase).copied().flatten()?;
+    let p99 = run.phase_p99_ms.get(phase).copied().flatten()?;
+    (alone_p99 > 0.0).then(|| 100.0 * (p99 / alone_p99 - 1.0))
+}
+
 fn inflation_percent(results: &[RunResult], run: &RunResult) -> Option<f64> {
     let alone = results
         .iter()
@@ -1940,8 +1951,15 @@ fn print_medians(config: &Config, results: &[RunResult]) {
     println!();
     println!("medians over {} rounds:", config.repeat);
     println!(
-        "{:<21} {:>8} {:>16} {:>10} {:>10} {:>9} {:>13}",
-        "run", "p99 ms", "p99 infl (range)", "p99@50%", "p99@90%", "BE idle%", "reaction ms"
+        "{:<21} {:>8} {:>16} {:>10} {:>11} {:>10} {:>9} {:>13}",
+        "run",
+        "p99 ms",
+        "p99 infl (range)",
+        "p99@50%",
+        "infl@50%",
+        "p99@90%",
+        "BE idle%",
+        "reaction ms"
     );
     let mut kinds: Vec<RunKind> = Vec::new();
     for r in results {
@@ -1974,8 +1992,18 @@ fn print_medians(config: &Config, results: &[RunResult]) {
                 |v| format!("{v:.2}"),
             )
         };
+        let half_inflation = if kind == RunKind::LsAlone {
+            "-".to_string()
+        } else {
+            or_dash(
+                median(collect(&|r| {
+                    phase_inflation_percent(results, r, HALF_PHASE)
+                })),
+                |v| format!("{v:+.1}%"),
+            )
+        };
         println!(
-            "{:<21} {:>8} {:>16} {:>10} {:>10} {:>9} {:>13}",
+            "{:<21} {:>8} {:>16} {:>10} {:>11} {:>10} {:>9} {:>13}",
             kind.name(),
             or_dash(
                 median(collect(&|r| percentile(&r.latencies_us, 99.0))),
@@ -1983,6 +2011,7 @@ fn print_medians(config: &Config, results: &[RunResult]) {
             ),
             range,
             phase_p99(HALF_PHASE),
+            half_inflation,
             phase_p99(NINETY_PHASE),
             or_dash(median(collect(&|r| r.be_share_of_idle)), |v| format!(
                 "{:.0}%",
@@ -2099,6 +2128,28 @@ mod tests {
         );
         assert!(idle.contains("minBECPUPercent: 1"), "{idle}");
         assert!(!plain.contains("resourceQOSStrategy") && !plain.contains("cpuLatencyProtection"));
+    }
+
+    #[test]
+    fn phase_inflation_compares_the_same_phase_of_the_same_round() {
+        let mut alone1 = result(RunKind::LsAlone, 1, 20);
+        alone1.phase_p99_ms = vec![None, Some(4.0), Some(30.0), None];
+        let mut alone2 = result(RunKind::LsAlone, 2, 20);
+        alone2.phase_p99_ms = vec![None, Some(5.0), Some(90.0), None];
+        let mut agent = result(RunKind::KoordletCfsQuota, 2, 20);
+        agent.phase_p99_ms = vec![None, Some(6.0), Some(45.0), None];
+        let all = [alone1, alone2, agent];
+        let near = |got: Option<f64>, want: f64| got.is_some_and(|v| (v - want).abs() < 1e-9);
+        assert!(near(
+            phase_inflation_percent(&all, &all[2], HALF_PHASE),
+            20.0
+        ));
+        assert!(near(
+            phase_inflation_percent(&all, &all[2], NINETY_PHASE),
+            -50.0
+        ));
+        // A phase with no reading has no inflation.
+        assert_eq!(phase_inflation_percent(&all, &all[2], 0), None);
     }
 
     #[test]
