@@ -1151,6 +1151,16 @@ impl Lcg {
             .wrapping_add(1442695040888963407);
         (self.0 >> 33) % bound.max(1)
     }
+
+    /// True one time in `one_in`.
+    pub fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+
+    /// One of `items` (which must not be empty).
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
 }
 
 /// A size knob of a benchmark from the environment, `default` when unset or

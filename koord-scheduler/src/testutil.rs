@@ -9,6 +9,9 @@ use crate::cache::{Change, Object};
 use crate::config::SchedulerConfiguration;
 use crate::framework::Scheduler;
 
+/// The seeded generator of the randomized tests.
+pub use koord_common::testing::Lcg;
+
 /// A fixed "now" for tests.
 pub fn t0() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)

@@ -2233,13 +2233,8 @@ mod tests {
         let mut plugin = NodeNUMAResource::new(CPUBindPolicy::FullPCPUs);
         let nodes = ["n1", "n2", "n3"];
         let names = ["r1", "r2", "r3", "r4", "r5"];
-        let mut seed: u64 = 0x5eed;
-        let mut next = |bound: usize| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize % bound
-        };
+        let mut rng = crate::testutil::Lcg(0x5eed);
+        let mut next = |bound: usize| rng.below(bound as u64) as usize;
         for step in 0..2_000 {
             let name = names[next(names.len())];
             let node = nodes[next(nodes.len())];

@@ -13,35 +13,14 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cache::{Change, Object};
-use crate::testutil::{self, PodSpec, t0};
+use crate::testutil::{self, Lcg, PodSpec, t0};
 
-/// Deterministic pseudo-random numbers (64-bit LCG, high bits).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % bound.max(1)
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len() as u64) as usize]
-    }
-
-    /// A random subset of `cpus`, each kept with probability 1/`one_in`.
-    fn subset(&mut self, cpus: &[i32], one_in: u64) -> BTreeSet<i32> {
-        cpus.iter()
-            .copied()
-            .filter(|_| self.chance(one_in))
-            .collect()
-    }
+/// A random subset of `cpus`, each kept with probability 1/`one_in`.
+fn subset(rng: &mut Lcg, cpus: &[i32], one_in: u64) -> BTreeSet<i32> {
+    cpus.iter()
+        .copied()
+        .filter(|_| rng.chance(one_in))
+        .collect()
 }
 
 fn cpu_list(cpus: &BTreeSet<i32>) -> String {
@@ -122,7 +101,7 @@ fn node_object(rng: &mut Lcg, shape: &Shape) -> Object {
         labels.insert(LABEL_NODE_NUMA_ALLOCATE_STRATEGY.into(), json!(strategy));
     }
     if rng.chance(5) {
-        let reserved = cpu_list(&rng.subset(&shape.cpus, 4));
+        let reserved = cpu_list(&subset(rng, &shape.cpus, 4));
         annotations.insert(
             apis::extension::node_reservation::ANNOTATION_NODE_RESERVATION.into(),
             json!(json!({"reservedCPUs": reserved}).to_string()),
@@ -145,7 +124,7 @@ fn nrt_object(rng: &mut Lcg, shape: &Shape) -> Object {
     );
     if rng.chance(4) {
         let full = if rng.chance(2) { "true" } else { "false" };
-        let reserved = cpu_list(&rng.subset(&shape.cpus, 5));
+        let reserved = cpu_list(&subset(rng, &shape.cpus, 5));
         annotations.insert(
             ANNOTATION_KUBELET_CPU_MANAGER_POLICY.into(),
             json!(
@@ -190,7 +169,7 @@ fn nrt_object(rng: &mut Lcg, shape: &Shape) -> Object {
 /// A pod bound to the node holding a random cpuset (sometimes exclusive,
 /// sometimes with NUMA amounts).
 fn bound_pod(rng: &mut Lcg, shape: &Shape, index: usize) -> Object {
-    let cpus = rng.subset(&shape.cpus, 3);
+    let cpus = subset(rng, &shape.cpus, 3);
     let mut numa = Vec::new();
     if rng.chance(2) {
         let node = shape.numa_nodes[rng.below(shape.numa_nodes.len() as u64) as usize];
@@ -299,7 +278,7 @@ fn check_mode_agrees_with_allocation_on_generated_nodes() {
                 &pod.key,
                 "n",
                 Allocation {
-                    cpus: rng.subset(&shape.cpus, 3).into_iter().collect(),
+                    cpus: subset(&mut rng, &shape.cpus, 3).into_iter().collect(),
                     exclusive: None,
                     numa: NumaAmounts::new(),
                 },
@@ -318,7 +297,7 @@ fn check_mode_agrees_with_allocation_on_generated_nodes() {
                     restricted: rng.chance(2),
                     expires_at: None,
                 };
-                let cpus: CpuSet = rng.subset(&shape.cpus, 2).into_iter().collect();
+                let cpus: CpuSet = subset(&mut rng, &shape.cpus, 2).into_iter().collect();
                 if !cpus.is_empty() {
                     plugin.reserved.insert(name.clone(), (holder, cpus));
                 }
