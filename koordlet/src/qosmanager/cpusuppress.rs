@@ -158,15 +158,23 @@ pub fn with_ls_floor(budget: SuppressBudget, floor: MilliCpu) -> SuppressBudget 
     }
 }
 
+/// How far BE's quota or cpuset may grow in one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BeGrowth {
+    /// Upstream's cap: at most 10 % of the node per round (the threshold
+    /// formula's budget).
+    Capped,
+    /// Straight to the budget: the latency loop paces its own increases.
+    Uncapped,
+}
+
 /// Upstream's CFS quota step: target, unless too close to `current` (then
-/// `None`), and grown by at most 10% of the node per round when
-/// `growth_capped` (the threshold formula's budget; the latency loop paces
-/// its own increases).
+/// `None`), its growth limited by `growth`.
 pub fn next_be_quota(
     budget: MilliCpu,
     current: CfsQuota,
     capacity_cores: i64,
-    growth_capped: bool,
+    growth: BeGrowth,
 ) -> Option<CfsQuota> {
     let period = DEFAULT_CFS_PERIOD_US as i64;
     let target = (budget.0 * period / 1000).max(BE_MIN_QUOTA_US);
@@ -178,7 +186,8 @@ pub fn next_be_quota(
         return None;
     }
     let max_increase = node_quota * BE_MAX_INCREASE_RATIO;
-    let quota = if growth_capped && current != -1 && (target - current) as f64 > max_increase {
+    let capped = growth == BeGrowth::Capped;
+    let quota = if capped && current != -1 && (target - current) as f64 > max_increase {
         current + max_increase as i64
     } else {
         target
@@ -298,15 +307,14 @@ pub fn full_be_cpuset(snapshot: &QosSnapshot, topology: &CpuTopology) -> CpuSet 
     set
 }
 
-/// The suppressed BE cpuset for `budget`, given the current BE cpuset size
-/// (grown by at most 10% of the CPUs per round when `growth_capped`, as for
-/// [`next_be_quota`]).
+/// The suppressed BE cpuset for `budget`, given the current BE cpuset size,
+/// its growth limited by `growth` as for [`next_be_quota`].
 pub fn suppressed_cpuset(
     snapshot: &QosSnapshot,
     topology: &CpuTopology,
     budget: MilliCpu,
     current_len: usize,
-    growth_capped: bool,
+    growth: BeGrowth,
 ) -> CpuSet {
     let mut pool_of: HashMap<u32, QoSClass> = HashMap::new();
     for pod in &snapshot.pods {
@@ -330,7 +338,7 @@ pub fn suppressed_cpuset(
     }
     let wanted = ((budget.0.max(0) + 999) / 1000).max(BE_MIN_CPUSET_CPUS) as usize;
     let max_increase = (topology.cpus.len() as f64 * BE_MAX_INCREASE_RATIO).ceil() as usize;
-    let wanted = if growth_capped {
+    let wanted = if growth == BeGrowth::Capped {
         wanted.min(current_len + max_increase)
     } else {
         wanted
@@ -617,7 +625,15 @@ impl CpuSuppress {
             // rounds first), and what it cuts must be what was written — a
             // capped write lagging a fast rise would make its next decrease
             // no cut at all.
-            return Self::apply_budget(snapshot, next, decision, policy, budget, formula, false);
+            return Self::apply_budget(
+                snapshot,
+                next,
+                decision,
+                policy,
+                budget,
+                formula,
+                BeGrowth::Uncapped,
+            );
         }
         // MilliCpu displays with its unit: "1700m".
         let formula = format!(
@@ -633,12 +649,19 @@ impl CpuSuppress {
                 .unwrap_or_default()
         ) + &floor_note;
         decision.info(formula.clone());
-        Self::apply_budget(snapshot, next, decision, policy, budget, formula, true)
+        Self::apply_budget(
+            snapshot,
+            next,
+            decision,
+            policy,
+            budget,
+            formula,
+            BeGrowth::Capped,
+        )
     }
 
     /// The BE quota or cpuset for `budget` (the formula's or the latency
-    /// loop's), explained by `formula`; `growth_capped`: upstream's 10 %
-    /// per round growth cap applies.
+    /// loop's), explained by `formula`, growing as `growth` allows.
     fn apply_budget(
         snapshot: &QosSnapshot,
         next: &mut CpuSuppressState,
@@ -646,7 +669,7 @@ impl CpuSuppress {
         policy: CPUSuppressPolicy,
         budget: SuppressBudget,
         formula: String,
-        growth_capped: bool,
+        growth: BeGrowth,
     ) -> Decision {
         let capacity = budget.capacity;
         let be_dir = snapshot.layout.qos_dir(QosTier::BestEffort);
@@ -665,7 +688,7 @@ impl CpuSuppress {
             };
             let capacity_cores = (capacity.0 + 999) / 1000;
             next.quota_restored = false;
-            match next_be_quota(budget.budget, current, capacity_cores, growth_capped) {
+            match next_be_quota(budget.budget, current, capacity_cores, growth) {
                 Some(quota) => {
                     decision.write(
                         &be_dir,
@@ -694,13 +717,7 @@ impl CpuSuppress {
                     return decision;
                 }
             };
-            let set = suppressed_cpuset(
-                snapshot,
-                topology,
-                budget.budget,
-                current_len,
-                growth_capped,
-            );
+            let set = suppressed_cpuset(snapshot, topology, budget.budget, current_len, growth);
             let full = full_be_cpuset(snapshot, topology);
             if set.is_empty() || full.is_empty() {
                 decision.skip(format!(
@@ -1001,13 +1018,20 @@ mod tests {
         ];
         // The latency loop's budget is not capped.
         assert_eq!(
-            next_be_quota(MilliCpu(6000), CfsQuota::Micros(100_000), 8, false).map(CfsQuota::as_v1),
+            next_be_quota(
+                MilliCpu(6000),
+                CfsQuota::Micros(100_000),
+                8,
+                BeGrowth::Uncapped
+            )
+            .map(CfsQuota::as_v1),
             Some(600_000)
         );
         for ((budget, current, cores), expected) in cases {
             let current = current.map_or(CfsQuota::Unlimited, |v| CfsQuota::Micros(v as u64));
             assert_eq!(
-                next_be_quota(MilliCpu(budget), current, cores, true).map(CfsQuota::as_v1),
+                next_be_quota(MilliCpu(budget), current, cores, BeGrowth::Capped)
+                    .map(CfsQuota::as_v1),
                 expected,
                 "budget {budget}m, current {current:?}, {cores} cores"
             );
@@ -1076,7 +1100,7 @@ mod tests {
         snapshot.pods.push(lsr);
         let topology = topology();
         // 4 CPUs wanted, pools LSR 4 / shared 4: 2 from each.
-        let set = suppressed_cpuset(&snapshot, &topology, MilliCpu(4000), 8, true);
+        let set = suppressed_cpuset(&snapshot, &topology, MilliCpu(4000), 8, BeGrowth::Capped);
         let from_lsr = set.iter().filter(|c| [0, 4, 1, 5].contains(c)).count();
         assert_eq!((set.len(), from_lsr), (4, 2), "{set}");
     }
