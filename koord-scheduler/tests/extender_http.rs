@@ -385,3 +385,78 @@ async fn a_body_beyond_the_limit_is_refused_with_413() {
         assert_eq!(response.status().as_u16(), expected, "{size} bytes");
     }
 }
+
+/// The exact bytes of `/filter` answers with refusals from several
+/// plugins (NodeResourcesFit, LoadAware, NodeNUMAResource) and the
+/// scheduler's own "not found": how refusals are built and encoded may
+/// change, what kube-scheduler reads may not.
+#[tokio::test]
+async fn filter_refusals_are_encoded_byte_for_byte() {
+    let mut scheduler = koord_scheduler::build_scheduler(
+        &SchedulerConfiguration::default(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let recent = rfc3339(SystemTime::now() - Duration::from_secs(5));
+    let mut objects = objects();
+    objects.push(Object::Node(
+        serde_json::from_value(json!({"metadata": {"name": "n4"}, "status": {"allocatable": {
+            "cpu": "10", "memory": "10Gi", "kubernetes.io/batch-cpu": "4000", "kubernetes.io/batch-memory": "8Gi"}}}))
+        .unwrap(),
+    ));
+    objects.push(Object::NodeMetric(
+        serde_json::from_value(json!({
+            "metadata": {"name": "n4"},
+            "spec": {},
+            "status": {"updateTime": recent, "nodeMetric": {"nodeUsage": {"resources": {"cpu": "9", "memory": "0"}}}}
+        }))
+        .unwrap(),
+    ));
+    for object in objects {
+        scheduler.apply(Change::Upsert(object));
+    }
+    let addr = common::serve_extender(ExtenderState {
+        scheduler: Arc::new(RwLock::new(scheduler)),
+        binder: Arc::new(RecordingBinder::default()),
+        metrics: ExtenderMetrics::new("koord-scheduler"),
+    })
+    .await;
+
+    let args =
+        json!({"Pod": pod_json(), "Nodes": null, "NodeNames": ["n4", "gone", "n2", "n1", "n3"]});
+    let (status, body) = post(addr, "/filter", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        concat!(
+            r#"{"Nodes":null,"NodeNames":["n1","n3"],"#,
+            r#""FailedNodes":{"n2":"Insufficient kubernetes.io/batch-cpu, Insufficient kubernetes.io/batch-memory","n4":"node(s) cpu usage exceed threshold"},"#,
+            r#""FailedAndUnresolvableNodes":{"gone":"node not found in the scheduler cache"},"Error":""}"#
+        )
+    );
+
+    // An LSR pod wants a cpuset: nodes without a NodeResourceTopology
+    // refuse it (the bench's 4,000 refusals per LSR pod).
+    let lsr = json!({
+        "metadata": {"name": "lsr", "namespace": "default", "uid": "6f0c6b7e-2", "labels": {"koordinator.sh/qosClass": "LSR"}},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox", "resources": {
+                "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}
+            }}],
+            "priority": 9000,
+            "schedulerName": "default-scheduler"
+        },
+        "status": {"phase": "Pending"}
+    });
+    let args = json!({"Pod": lsr, "Nodes": null, "NodeNames": ["n1", "n2", "n4", "gone"]});
+    let (status, body) = post(addr, "/filter", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        concat!(
+            r#"{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{"#,
+            r#""gone":"node not found in the scheduler cache","n1":"node(s) invalid CPU Topology","#,
+            r#""n2":"node(s) invalid CPU Topology","n4":"node(s) invalid CPU Topology"},"Error":""}"#
+        )
+    );
+}
