@@ -420,3 +420,30 @@ pub struct PluginEntry {
     pub filter: bool,
     pub score_weight: i64,
 }
+
+#[cfg(test)]
+mod reason_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::Reason;
+
+    #[test]
+    fn a_reason_compares_prints_and_encodes_as_its_text() {
+        let constant = Reason::from("node(s) invalid CPU Topology");
+        let built = Reason::from(String::from("node(s) invalid CPU Topology"));
+        assert!(matches!(constant, Reason::Static(_)));
+        assert!(matches!(built, Reason::Shared(_)));
+        assert_eq!(constant, built);
+        assert_eq!(built, "node(s) invalid CPU Topology");
+        assert_ne!(built, "node(s) invalid CPU");
+        assert_eq!(format!("{built}"), "node(s) invalid CPU Topology");
+        assert_eq!(format!("{built:?}"), r#""node(s) invalid CPU Topology""#);
+        let quoted = Reason::from(String::from("a \"quoted\"\nline"));
+        assert_eq!(
+            serde_json::to_string(&quoted).unwrap(),
+            serde_json::to_string("a \"quoted\"\nline").unwrap()
+        );
+        let back: Reason = serde_json::from_str(r#""a \"quoted\"\nline""#).unwrap();
+        assert_eq!(back, quoted);
+        assert_eq!(String::from(back), "a \"quoted\"\nline");
+    }
+}
