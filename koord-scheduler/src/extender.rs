@@ -25,7 +25,7 @@ use koord_common::sync::MutexExt;
 use crate::admission;
 use crate::cache::{ClusterCache, NameHasher, NodeInfo, Object, PodInfo, object_key};
 use crate::framework::{
-    Binder, FilterOutcome, PermitStep, Reserved, Scheduler, SharedScheduler, log_released,
+    Binder, FilterOutcome, PermitStep, Reason, Reserved, Scheduler, SharedScheduler, log_released,
 };
 use crate::permit::HoldOutcome;
 use crate::placement;
@@ -70,10 +70,12 @@ pub struct ExtenderFilterResult {
     pub nodes: Option<NodeList>,
     #[serde(rename = "NodeNames", default)]
     pub node_names: Option<Vec<String>>,
+    /// Reasons encode as their text; one reason is shared by the nodes
+    /// refused for it.
     #[serde(rename = "FailedNodes", default)]
-    pub failed_nodes: BTreeMap<String, String>,
+    pub failed_nodes: BTreeMap<String, Reason>,
     #[serde(rename = "FailedAndUnresolvableNodes", default)]
-    pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    pub failed_and_unresolvable_nodes: BTreeMap<String, Reason>,
     #[serde(rename = "Error", default)]
     pub error: String,
 }
@@ -386,6 +388,10 @@ fn filter_held(
         .filter(|h| pod.uid.is_empty() || h.reserved.uid == pod.uid)?;
     let mut outcome = FilterOutcome::default();
     let mut feasible = Vec::new();
+    let reason = Reason::from(format!(
+        "pod is held on node {} for its gang group [{}]",
+        held.reserved.node, held.group
+    ));
     for name in candidates {
         match scheduler.cache.node(name) {
             Some(node) if *name == held.reserved.node => {
@@ -393,13 +399,7 @@ fn filter_held(
                 feasible.push(node.index);
             }
             _ => {
-                outcome.failed.insert(
-                    name.clone(),
-                    format!(
-                        "pod is held on node {} for its gang group [{}]",
-                        held.reserved.node, held.group
-                    ),
-                );
+                outcome.failed.insert(name.clone(), reason.clone());
             }
         }
     }

@@ -15,7 +15,7 @@ pub mod scheduler;
 pub use binding::{BindError, BindFuture, Binder, RecordingBinder, Reserved};
 pub use plugin::{
     AnnotationWrite, CycleState, MAX_NODE_SCORE, Permit, PermitRelease, Plugin, PluginEntry,
-    Rejection, StatusWrite,
+    Reason, Rejection, StatusWrite,
 };
 pub use scheduler::{
     DEFAULT_PERMIT_BIND_WAIT, FilterOutcome, MAX_EXTENDER_PRIORITY, PermitStep,

@@ -17,7 +17,7 @@ use apis::scheduling::v1alpha1::Reservation;
 use serde::Serialize;
 
 use crate::cache::{Change, NodeInfo, Object, PodInfo};
-use crate::framework::{FilterOutcome, Scheduler};
+use crate::framework::{FilterOutcome, Reason, Scheduler};
 use crate::node_checks;
 use crate::plugins::reservation::{KEPT_ANNOTATIONS, is_pending, lifecycle, reserve_pod};
 
@@ -34,6 +34,13 @@ pub struct Placement {
     pub scores: BTreeMap<String, i64>,
     /// Annotations the bind wrote (or would write) on the pod.
     pub annotations: BTreeMap<String, String>,
+}
+
+/// A filter's refusals as the report's texts.
+fn named_reasons(refusals: BTreeMap<String, Reason>) -> impl Iterator<Item = (String, String)> {
+    refusals
+        .into_iter()
+        .map(|(node, reason)| (node, reason.into()))
 }
 
 /// The extender's `/filter` over `candidates`: pre-filter, then the
@@ -193,7 +200,7 @@ pub fn schedule_one_indexed(
         Err(rejection) => {
             if record_details {
                 for name in scheduler.cache.node_names_sorted() {
-                    placement.reasons.insert(name, rejection.reason.clone());
+                    placement.reasons.insert(name, rejection.reason.to_string());
                 }
             }
             return scheduled;
@@ -217,7 +224,9 @@ pub fn schedule_one_indexed(
         let reasons = &mut scheduled.reasons;
         let mut feasible = scheduler.filter_all_nodes(&pod, &state, |node, rejection| {
             if record_details {
-                let reason = node_check(&pod, node).err().unwrap_or(rejection.reason);
+                let reason = node_check(&pod, node)
+                    .err()
+                    .unwrap_or_else(|| rejection.reason.into());
                 reasons.push((node.index, reason));
             }
         });
@@ -371,13 +380,15 @@ pub fn place_reservation(
         match scheduler.pre_filter(&info, now) {
             Err(rejection) => {
                 for node in eligible {
-                    placement.reasons.insert(node, rejection.reason.clone());
+                    placement.reasons.insert(node, rejection.reason.to_string());
                 }
             }
             Ok(state) => {
                 let filtered = scheduler.filter_owned(&info, eligible, &state);
-                placement.reasons.extend(filtered.failed);
-                placement.reasons.extend(filtered.failed_unresolvable);
+                placement.reasons.extend(named_reasons(filtered.failed));
+                placement
+                    .reasons
+                    .extend(named_reasons(filtered.failed_unresolvable));
                 let scores = scheduler.score_owned(&info, filtered.feasible, &state);
                 placement.scores = scores.totals.iter().cloned().collect();
                 reserve_best(scheduler, &key, scores.totals, now, &mut placement);
@@ -514,8 +525,10 @@ mod tests {
         let mut filtered = scheduler.filter(&pod, None, &state);
         let feasible = std::mem::take(&mut filtered.feasible);
         let scores = scheduler.score_owned(&pod, feasible, &state);
-        placement.reasons = filtered.failed;
-        placement.reasons.extend(filtered.failed_unresolvable);
+        placement.reasons = named_reasons(filtered.failed).collect();
+        placement
+            .reasons
+            .extend(named_reasons(filtered.failed_unresolvable));
         placement.scores = scores.totals.iter().cloned().collect();
         if let Some(best) = scores.best().map(str::to_string) {
             let reserved = scheduler.reserve(key, &best, now).unwrap();

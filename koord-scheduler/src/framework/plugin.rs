@@ -5,6 +5,8 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, PodInfo};
@@ -12,23 +14,142 @@ use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, PodInfo};
 /// kube-scheduler's in-process score range.
 pub const MAX_NODE_SCORE: i64 = 100;
 
+/// The text of a refusal. A pod is often refused on thousands of nodes for
+/// the same reason (an LSR pod on every node without a topology): a
+/// constant reason costs no allocation per node, and a built one is shared
+/// by reference count wherever it is copied (one per node in `/filter`'s
+/// answer). Compares, prints and encodes as its text.
+#[derive(Clone)]
+pub enum Reason {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl Reason {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Reason::Static(text) => text,
+            Reason::Shared(text) => text,
+        }
+    }
+}
+
+impl std::ops::Deref for Reason {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Reason {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for Reason {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq for Reason {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Reason {}
+
+impl PartialEq<str> for Reason {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Reason {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<Reason> for &str {
+    fn eq(&self, other: &Reason) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<Reason> for String {
+    fn eq(&self, other: &Reason) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl From<&'static str> for Reason {
+    fn from(text: &'static str) -> Self {
+        Reason::Static(text)
+    }
+}
+
+impl From<String> for Reason {
+    fn from(text: String) -> Self {
+        Reason::Shared(text.into())
+    }
+}
+
+impl From<Reason> for String {
+    fn from(reason: Reason) -> Self {
+        reason.as_str().to_string()
+    }
+}
+
+impl serde::Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Reason {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Reason::from)
+    }
+}
+
 /// Why a pod cannot go to a node (or anywhere).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
-    pub reason: String,
+    pub reason: Reason,
     /// Preemption would not help (kube-scheduler's UnschedulableAndUnresolvable).
     pub unresolvable: bool,
 }
 
 impl Rejection {
-    pub fn unschedulable(reason: impl Into<String>) -> Self {
+    pub fn unschedulable(reason: impl Into<Reason>) -> Self {
         Self {
             reason: reason.into(),
             unresolvable: false,
         }
     }
 
-    pub fn unresolvable(reason: impl Into<String>) -> Self {
+    pub fn unresolvable(reason: impl Into<Reason>) -> Self {
         Self {
             reason: reason.into(),
             unresolvable: true,
@@ -298,4 +419,31 @@ pub struct PluginEntry {
     pub plugin: Box<dyn Plugin>,
     pub filter: bool,
     pub score_weight: i64,
+}
+
+#[cfg(test)]
+mod reason_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::Reason;
+
+    #[test]
+    fn a_reason_compares_prints_and_encodes_as_its_text() {
+        let constant = Reason::from("node(s) invalid CPU Topology");
+        let built = Reason::from(String::from("node(s) invalid CPU Topology"));
+        assert!(matches!(constant, Reason::Static(_)));
+        assert!(matches!(built, Reason::Shared(_)));
+        assert_eq!(constant, built);
+        assert_eq!(built, "node(s) invalid CPU Topology");
+        assert_ne!(built, "node(s) invalid CPU");
+        assert_eq!(format!("{built}"), "node(s) invalid CPU Topology");
+        assert_eq!(format!("{built:?}"), r#""node(s) invalid CPU Topology""#);
+        let quoted = Reason::from(String::from("a \"quoted\"\nline"));
+        assert_eq!(
+            serde_json::to_string(&quoted).unwrap(),
+            serde_json::to_string("a \"quoted\"\nline").unwrap()
+        );
+        let back: Reason = serde_json::from_str(r#""a \"quoted\"\nline""#).unwrap();
+        assert_eq!(back, quoted);
+        assert_eq!(String::from(back), "a \"quoted\"\nline");
+    }
 }

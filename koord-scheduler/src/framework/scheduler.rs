@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use super::binding::Reserved;
 use super::plugin::{
-    AnnotationWrite, CycleState, MAX_NODE_SCORE, Permit, PermitRelease, PluginEntry, Rejection,
-    StatusWrite,
+    AnnotationWrite, CycleState, MAX_NODE_SCORE, Permit, PermitRelease, PluginEntry, Reason,
+    Rejection, StatusWrite,
 };
 use crate::cache::{CacheError, Change, ClusterCache, ClusterEvent, NodeInfo, PodInfo};
 use crate::controller_plugins::ControllerPlugins;
@@ -57,10 +57,13 @@ pub fn log_released(released: &[ReleasedHold]) {
 pub struct FilterOutcome {
     pub feasible: Vec<String>,
     /// node → reason (preemption might help).
-    pub failed: BTreeMap<String, String>,
+    pub failed: BTreeMap<String, Reason>,
     /// node → reason (preemption cannot help).
-    pub failed_unresolvable: BTreeMap<String, String>,
+    pub failed_unresolvable: BTreeMap<String, Reason>,
 }
+
+/// The reason for a candidate the cache does not know.
+pub const REASON_NODE_NOT_FOUND: &str = "node not found in the scheduler cache";
 
 /// Scores for the feasible nodes.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -355,7 +358,8 @@ impl Scheduler {
         };
         kube_resource_fit(pod, info)?;
         let state = self.pre_filter(pod, now).map_err(|r| r.reason)?;
-        self.filter_node(pod, info, &state).map_err(|r| r.reason)
+        self.filter_node(pod, info, &state)
+            .map_err(|r| r.reason.into())
     }
 
     /// Runs the filters on one node; the first rejection wins. A node whose
@@ -390,10 +394,9 @@ impl Scheduler {
         let mut outcome = FilterOutcome::default();
         let mut check = |name: &str, node: Option<&NodeInfo>| match node {
             None => {
-                outcome.failed_unresolvable.insert(
-                    name.to_string(),
-                    "node not found in the scheduler cache".into(),
-                );
+                outcome
+                    .failed_unresolvable
+                    .insert(name.to_string(), REASON_NODE_NOT_FOUND.into());
             }
             Some(node) => match self.filter_node(pod, node, state) {
                 Ok(()) => outcome.feasible.push(name.to_string()),
@@ -450,11 +453,13 @@ impl Scheduler {
         // The feasible nodes themselves, for the preferences: looking each
         // name up again cost as much as the first lookup.
         let mut infos: Vec<&NodeInfo> = Vec::with_capacity(candidates.len());
+        // Refusals are listed and the maps built once from the lists (a
+        // sort, cheap for names in order, instead of thousands of inserts).
+        let mut failed = Vec::new();
+        let mut failed_unresolvable = Vec::new();
         for (name, node) in candidates.into_iter().zip(nodes) {
             let Some(node) = *node else {
-                outcome
-                    .failed_unresolvable
-                    .insert(name, "node not found in the scheduler cache".into());
+                failed_unresolvable.push((name, Reason::Static(REASON_NODE_NOT_FOUND)));
                 continue;
             };
             match self.filter_node(pod, node, state) {
@@ -464,13 +469,14 @@ impl Scheduler {
                     infos.push(node);
                 }
                 Err(rejection) if rejection.unresolvable => {
-                    outcome.failed_unresolvable.insert(name, rejection.reason);
+                    failed_unresolvable.push((name, rejection.reason));
                 }
-                Err(rejection) => {
-                    outcome.failed.insert(name, rejection.reason);
-                }
+                Err(rejection) => failed.push((name, rejection.reason)),
             }
         }
+        // Later refusals of a repeated name win, as with inserts.
+        outcome.failed = failed.into_iter().collect();
+        outcome.failed_unresolvable = failed_unresolvable.into_iter().collect();
         if let Some((keep, reasons)) = self.preferred_mask(pod, &infos, state) {
             let feasible = std::mem::take(&mut outcome.feasible);
             let all_indexes = std::mem::take(&mut indexes);
@@ -481,7 +487,7 @@ impl Scheduler {
                     outcome.feasible.push(name);
                     indexes.push(index);
                 } else {
-                    outcome.failed.insert(name, reason.to_string());
+                    outcome.failed.insert(name, Reason::Static(reason));
                 }
             }
         }
@@ -573,7 +579,7 @@ impl Scheduler {
             if kept {
                 outcome.feasible.push(name);
             } else {
-                outcome.failed.insert(name, reason.to_string());
+                outcome.failed.insert(name, Reason::Static(reason));
             }
         }
     }
@@ -727,14 +733,14 @@ impl Scheduler {
             Some(state) => state,
             None => self
                 .pre_filter(&pod, now)
-                .map_err(|r| no_longer_fits(r.reason))?,
+                .map_err(|r| no_longer_fits(r.reason.into()))?,
         };
         let node_info = self
             .cache
             .node(node)
             .ok_or_else(|| CacheError::NodeNotFound(node.to_string()))?;
         self.filter_node(&pod, node_info, &state)
-            .map_err(|r| no_longer_fits(r.reason))?;
+            .map_err(|r| no_longer_fits(r.reason.into()))?;
 
         let mut reserved_count = 0;
         let mut failure = None;
@@ -746,7 +752,7 @@ impl Scheduler {
                         plugin: entry.plugin.name(),
                         pod: pod_key.to_string(),
                         node: node.to_string(),
-                        reason: rejection.reason,
+                        reason: rejection.reason.into(),
                     });
                     break;
                 }
@@ -761,7 +767,7 @@ impl Scheduler {
                         failure = Some(ReserveError::PreBind {
                             plugin: entry.plugin.name(),
                             pod: pod_key.to_string(),
-                            reason: rejection.reason,
+                            reason: rejection.reason.into(),
                         });
                         break;
                     }

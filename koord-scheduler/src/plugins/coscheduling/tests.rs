@@ -93,9 +93,9 @@ fn pod_group(name: &str, spec: Value, annotations: Value, status: Value) -> Obje
 fn rejection(s: &Scheduler, key: &str, now: SystemTime) -> Option<(String, bool)> {
     let outcome = testutil::filter(s, key, now);
     if let Some(reason) = outcome.failed_unresolvable.values().next() {
-        return Some((reason.clone(), true));
+        return Some((reason.to_string(), true));
     }
-    outcome.failed.get("n0").map(|r| (r.clone(), false))
+    outcome.failed.get("n0").map(|r| (r.to_string(), false))
 }
 
 #[test]

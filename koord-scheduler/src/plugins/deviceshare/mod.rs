@@ -2303,7 +2303,7 @@ mod joint_scoring_tests;
 impl From<PartitionRefusal> for Rejection {
     fn from(refusal: PartitionRefusal) -> Self {
         Self {
-            reason: refusal.reason.to_string(),
+            reason: refusal.reason.into(),
             unresolvable: refusal.unresolvable,
         }
     }

@@ -345,7 +345,7 @@ fn check_mode_agrees_with_allocation_on_generated_nodes() {
             (Err(checked), Err(allocated)) => {
                 tally.refused += 1;
                 assert_eq!(checked, allocated, "{}", context());
-                *outcomes.entry(allocated.reason.clone()).or_default() += 1;
+                *outcomes.entry(allocated.reason.to_string()).or_default() += 1;
             }
             _ => panic!(
                 "check mode {checked:?} but allocation {allocated:?}; {}",
