@@ -614,50 +614,40 @@ impl CpuSuppress {
         }
         decision.gauge(GAUGE_LS_USED, vec![], budget.non_be_used.as_cores());
         decision.gauge(GAUGE_BE_USED, vec![], budget.be_used.as_cores());
-        if let Some((limit, explanation)) = latency_loop(snapshot, &budget, next, &mut decision) {
-            // The loop replaces the threshold formula; cpuSuppressMinPercent
-            // still floors it.
-            let limit = budget.min.map_or(limit, |min| limit.max(min));
-            let formula = format!("BE budget {limit} from the {explanation}{floor_note}");
-            budget.budget = limit;
-            decision.info(formula.clone());
-            // Uncapped: the loop paces its own increases (two measured quiet
-            // rounds first), and what it cuts must be what was written — a
-            // capped write lagging a fast rise would make its next decrease
-            // no cut at all.
-            return Self::apply_budget(
-                snapshot,
-                next,
-                decision,
-                policy,
-                budget,
-                formula,
-                BeGrowth::Uncapped,
-            );
-        }
-        // MilliCpu displays with its unit: "1700m".
-        let formula = format!(
-            "BE budget {} = capacity {} x {}% - non-BE used {} - system used {}{}",
-            budget.budget,
-            capacity,
-            threshold,
-            budget.non_be_used,
-            budget.system_used,
-            budget
-                .min
-                .map(|m| format!(" (floor {m})"))
-                .unwrap_or_default()
-        ) + &floor_note;
+        let (formula, growth) = match latency_loop(snapshot, &budget, next, &mut decision) {
+            Some((limit, explanation)) => {
+                // The loop replaces the threshold formula; cpuSuppressMinPercent
+                // still floors it.
+                let limit = budget.min.map_or(limit, |min| limit.max(min));
+                budget.budget = limit;
+                // Uncapped: the loop paces its own increases (two measured
+                // quiet rounds first), and what it cuts must be what was
+                // written — a capped write lagging a fast rise would make its
+                // next decrease no cut at all.
+                (
+                    format!("BE budget {limit} from the {explanation}{floor_note}"),
+                    BeGrowth::Uncapped,
+                )
+            }
+            None => (
+                // MilliCpu displays with its unit: "1700m".
+                format!(
+                    "BE budget {} = capacity {} x {}% - non-BE used {} - system used {}{}",
+                    budget.budget,
+                    capacity,
+                    threshold,
+                    budget.non_be_used,
+                    budget.system_used,
+                    budget
+                        .min
+                        .map(|m| format!(" (floor {m})"))
+                        .unwrap_or_default()
+                ) + &floor_note,
+                BeGrowth::Capped,
+            ),
+        };
         decision.info(formula.clone());
-        Self::apply_budget(
-            snapshot,
-            next,
-            decision,
-            policy,
-            budget,
-            formula,
-            BeGrowth::Capped,
-        )
+        Self::apply_budget(snapshot, next, decision, policy, budget, formula, growth)
     }
 
     /// The BE quota or cpuset for `budget` (the formula's or the latency
