@@ -41,18 +41,6 @@ impl std::ops::Deref for Reason {
     }
 }
 
-impl AsRef<str> for Reason {
-    fn as_ref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl std::borrow::Borrow<str> for Reason {
-    fn borrow(&self) -> &str {
-        self.as_str()
-    }
-}
-
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
