@@ -71,7 +71,20 @@ log "building the harness ($profile)"
 cargo build --locked --profile "$profile" -p e2e --bin koord-scale-bench 2>&1 | tail -1
 BENCH=$REPO/target/$([ "$profile" = dev ] && echo debug || echo release)/koord-scale-bench
 
+# Simulated nodes renew their Lease every 150 s instead of every 10 s (see lib.sh), and
+# kube-controller-manager waits 900 s before it calls a node unreachable: at 10 s, 5,000 leases
+# alone are 500 writes/s, and on this machine the renewals fell behind at 1,000 nodes.
+export KOORD_LOCAL_KWOK_LEASE_SECONDS=${KOORD_LOCAL_KWOK_LEASE_SECONDS:-600}
+export KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD=${KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD:-900s}
 flock -o /var/lock/koord-cluster.lock bash -c "'$REPO/hack/local-cluster/status' >/dev/null 2>&1 || '$REPO/hack/local-cluster/up'"
+# A cluster started earlier keeps its flags: refuse one whose renewals would outlast the grace.
+process_has_flag() { tr '\0' ' ' < "/proc/$(cat "/var/lib/koord-local/pids/$1")/cmdline" 2>/dev/null | grep -q -- "$2"; }
+process_has_flag kube-controller-manager "--node-monitor-grace-period=$KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD" \
+  || { echo "the local cluster's kube-controller-manager runs without --node-monitor-grace-period=$KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD; run hack/local-cluster/down first" >&2; exit 1; }
+if [ -e /var/lib/koord-local/pids/kwok ] && kill -0 "$(cat /var/lib/koord-local/pids/kwok)" 2>/dev/null; then
+  process_has_flag kwok "--node-lease-duration-seconds=$KOORD_LOCAL_KWOK_LEASE_SECONDS" \
+    || { echo "kwok runs with another lease duration; run hack/local-cluster/local-cluster.sh kwok down first" >&2; exit 1; }
+fi
 if [ "$skip_images" = 0 ]; then
   "$LC" images --profile "$profile" | tail -1
 fi

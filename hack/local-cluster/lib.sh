@@ -18,6 +18,13 @@ LC_NETNS=${KOORD_LOCAL_NETNS:-koord-local}
 LC_NODE=${KOORD_LOCAL_NODE_NAME:-koord-local-node}
 # The API server as seen from the host: a relay on loopback into the namespace.
 LC_API_PORT=${KOORD_LOCAL_API_PORT:-6443}
+# Simulated nodes renew their Lease every quarter of this (kwok, like the kubelet). The scale
+# benchmark lengthens it: 5,000 nodes renewing every 10 s are 500 writes/s, more than a 2-CPU
+# machine's API server serves beside everything else.
+LC_KWOK_LEASE_SECONDS=${KOORD_LOCAL_KWOK_LEASE_SECONDS:-40}
+# kube-controller-manager's --node-monitor-grace-period (empty: its default). It must exceed the
+# simulated nodes' renewal interval, or they turn NotReady between renewals.
+LC_NODE_MONITOR_GRACE_PERIOD=${KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD:-}
 # Addresses inside the namespace only (nothing outside it can reach or see them).
 LC_BRIDGE=koord0
 LC_POD_CIDR=10.244.0.0/24
@@ -57,6 +64,10 @@ lc_die() { lc_log "ERROR: $*"; exit 1; }
 [[ $LC_CACHE =~ ^(/[A-Za-z0-9._+-]+){2,}$ && $LC_CACHE != *..* ]] \
   || lc_die "KOORD_LOCAL_CLUSTER_CACHE must be an absolute path at least two levels deep"
 # containerd's sockets live under $LC_NR_ROOT/run: unix socket paths are limited to 108 bytes.
+[[ $LC_KWOK_LEASE_SECONDS =~ ^[1-9][0-9]{0,4}$ ]] \
+  || lc_die "KOORD_LOCAL_KWOK_LEASE_SECONDS must be a number of seconds (1-99999)"
+[[ -z $LC_NODE_MONITOR_GRACE_PERIOD || $LC_NODE_MONITOR_GRACE_PERIOD =~ ^[1-9][0-9]{0,5}s$ ]] \
+  || lc_die "KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD must be seconds with an s suffix (e.g. 900s)"
 [ ${#LC_CACHE} -le 50 ] || lc_die "KOORD_LOCAL_CLUSTER_CACHE is too long for unix socket paths (max 50 chars)"
 [ ${#LC_DIR} -le 50 ] || lc_die "KOORD_LOCAL_CLUSTER_DIR is too long for unix socket paths (max 50 chars)"
 

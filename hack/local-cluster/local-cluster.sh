@@ -359,6 +359,8 @@ apiserver_up() {
 }
 
 controllers_up() {
+  local grace=()
+  [ -n "$LC_NODE_MONITOR_GRACE_PERIOD" ] && grace=(--node-monitor-grace-period="$LC_NODE_MONITOR_GRACE_PERIOD")
   start kube-controller-manager "$LC_K8S_BIN/kube-controller-manager" \
     --kubeconfig="$LC_CONF/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$LC_CONF/controller-manager.kubeconfig" \
@@ -366,7 +368,7 @@ controllers_up() {
     --bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file="$LC_PKI/sa.key" --root-ca-file="$LC_PKI/ca.crt" \
     --cluster-signing-cert-file="$LC_PKI/ca.crt" --cluster-signing-key-file="$LC_PKI/ca.key" \
-    --service-cluster-ip-range="$LC_SERVICE_CIDR" --allocate-node-cidrs=false
+    --service-cluster-ip-range="$LC_SERVICE_CIDR" --allocate-node-cidrs=false "${grace[@]}"
   start kube-scheduler "$LC_K8S_BIN/kube-scheduler" \
     --kubeconfig="$LC_CONF/scheduler.kubeconfig" \
     --authentication-kubeconfig="$LC_CONF/scheduler.kubeconfig" \
@@ -641,7 +643,7 @@ cmd_kwok() {
       start kwok "$LC_KWOK_BIN/kwok" --kubeconfig="$LC_CONF/kwok.kubeconfig" \
         --config="$LC_HERE/kwok/stages.yaml" \
         --manage-all-nodes=false --manage-nodes-with-annotation-selector="$LC_KWOK_NODE_KEY=fake" \
-        --node-lease-duration-seconds=40 --cidr=10.245.0.0/16 --node-ip=10.245.0.1 \
+        --node-lease-duration-seconds="$LC_KWOK_LEASE_SECONDS" --cidr=10.245.0.0/16 --node-ip=10.245.0.1 \
         --server-address=127.0.0.1:10247
       wait_for kwok 60 "$LC_LOGS/kwok.log" lc_in_netns curl -sf http://127.0.0.1:10247/healthz
       lc_log "kwok runs; add a simulated node with: local-cluster.sh kwok node NAME [CPU] [MEMORY]"
