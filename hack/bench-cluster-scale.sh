@@ -98,6 +98,7 @@ if [ -z "$only" ]; then
 fi
 
 upstream_pid=""
+upstream_port=10269
 heartbeat_pid=""
 cleanup() {
   [ -n "$heartbeat_pid" ] && kill "$heartbeat_pid" 2>/dev/null || true
@@ -148,7 +149,10 @@ profiles:
     postBind: {enabled: [{name: Coscheduling}]}
 EOF
   log "starting upstream's koord-scheduler ($upstream)"
-  "$upstream" --config="$out/upstream-scheduler.yaml" --secure-port=0 --v=1 \
+  # Its secure port on the host's loopback, for its metrics (delegated authentication and
+  # authorization through the API server, as the admin's certificate is checked).
+  "$upstream" --config="$out/upstream-scheduler.yaml" --bind-address=127.0.0.1 --secure-port=$upstream_port \
+    --authentication-kubeconfig="$KUBECONFIG" --authorization-kubeconfig="$KUBECONFIG" --v=1 \
     > "$out/upstream-scheduler.log" 2>&1 &
   upstream_pid=$!
   sleep 10
@@ -173,6 +177,41 @@ manager_pid() {
   done
   echo "no process for the manager pod $pod" >&2
   return 1
+}
+
+# kube-scheduler's own account of its scheduling algorithm (filters, extenders, scores; not the
+# binding, which runs apart): the count and total seconds of
+# scheduler_scheduling_algorithm_duration_seconds, summed over the given NETNS:PORT targets of
+# secure ports, read with the admin's client certificate. Each process runs one profile, so the
+# metric needs no label filter. Prints "COUNT SECONDS".
+PKI=/var/lib/koord-local/pki
+scheduler_algorithm() {
+  local target
+  for target in "$@"; do
+    nsenter --net="${target%:*}" curl -sk --max-time 10 --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+      "https://127.0.0.1:${target##*:}/metrics" || echo "scheduler metrics at $target: unreadable" >&2
+  done | awk '
+    /^scheduler_scheduling_algorithm_duration_seconds_count/ { count += $2 }
+    /^scheduler_scheduling_algorithm_duration_seconds_sum/ { seconds += $2 }
+    END { printf "%d %.6f\n", count, seconds }'
+}
+# The secure-port targets of a scheduler name: the control plane's kube-scheduler in the
+# cluster's namespace; the chart's kube-scheduler containers in their pods' namespaces;
+# upstream's koord-scheduler on the host.
+scheduler_targets() {
+  case "$1" in
+    default-scheduler) echo /run/netns/koord-local:10259 ;;
+    koord-scheduler)
+      local pod pid
+      for pod in ${extender_pods//,/ }; do
+        for pid in $(pgrep -x kube-scheduler || true); do
+          if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "HOSTNAME=$pod"; then
+            echo "/proc/$pid/ns/net:10259"
+          fi
+        done
+      done ;;
+    koord-scheduler-upstream) echo /proc/1/ns/net:$upstream_port ;;
+  esac
 }
 
 if [ -z "$only" ]; then
@@ -206,12 +245,25 @@ for count in "${counts[@]}"; do
   for scheduler in "${schedulers[@]}"; do
     extender=""
     [ "$scheduler" = koord-scheduler ] && extender="--extender-pods $extender_pods"
-    # shellcheck disable=SC2086
-    "$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench --pods "$pods" \
-      --label "$scheduler burst @$count" $extender | tee -a "$results"
-    # shellcheck disable=SC2086
-    "$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench --pods "$paced_pods" \
-      --rate "$paced_rate" --label "$scheduler paced @$count" $extender | tee -a "$results"
+    mapfile -t targets < <(scheduler_targets "$scheduler")
+    for run in burst paced; do
+      pace=()
+      [ "$run" = paced ] && pace=(--pods "$paced_pods" --rate "$paced_rate")
+      [ "$run" = burst ] && pace=(--pods "$pods")
+      read -r runs0 seconds0 < <(scheduler_algorithm "${targets[@]}")
+      # shellcheck disable=SC2086
+      row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "${pace[@]}" \
+        --label "$scheduler $run @$count" $extender)
+      read -r runs1 seconds1 < <(scheduler_algorithm "${targets[@]}")
+      # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
+      # spent inside our extender's Filter and Score.
+      row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); n=int(sys.argv[2]); s=float(sys.argv[3])
+if n > 0:
+    r["algorithm_runs"] = n; r["algorithm_ms_mean"] = s * 1000 / n
+    if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
+print(json.dumps(r))' "$row" "$((runs1 - runs0))" "$(python3 -c "print($seconds1 - $seconds0)")")
+      echo "$row" | tee -a "$results"
+    done
   done
   kill "$heartbeat_pid" 2>/dev/null || true
   heartbeat_pid=""
@@ -230,12 +282,18 @@ for r in rows:
                  r["nodemetrics_writes_per_second_per_1000_nodes"],
                  r["noderesourcetopologies_writes_per_second_per_1000_nodes"]))
 print()
-print("%-40s %7s %7s %9s %9s %9s %9s %10s" % ("scheduling run", "pods", "bound", "pods/s", "p50 ms", "p90 ms", "p99 ms", "ext ms/pod"))
+print("%-34s %6s %6s %7s %8s %8s %8s %6s %7s %7s %6s" % ("scheduling run", "pods", "bound", "pods/s", "p50 ms", "p90 ms", "p99 ms", "runs", "alg ms", "ext ms", "share"))
 for r in rows:
     if r["part"] == "schedule":
         l = r["latency_ms"]
-        print("%-40s %7d %7d %9.1f %9.1f %9.1f %9.1f %10s" % (r["label"], r["pods"], r["bound"], r["pods_per_second"],
-              l["p50"], l["p90"], l["p99"], "%.2f" % r["extender_ms_per_pod"] if "extender_ms_per_pod" in r else "-"))
+        alg = r.get("algorithm_ms_mean")
+        ext = r.get("extender_cycle_ms_per_run")
+        print("%-34s %6d %6d %7.1f %8.1f %8.1f %8.1f %6s %7s %7s %6s" % (r["label"], r["pods"], r["bound"], r["pods_per_second"],
+              l["p50"], l["p90"], l["p99"], r.get("algorithm_runs", "-"),
+              "%.2f" % alg if alg is not None else "-", "%.2f" % ext if ext is not None else "-",
+              "%.0f%%" % (100 * ext / alg) if alg and ext is not None else "-"))
+print("runs, alg ms: the scheduler's algorithm runs (failed attempts included) and their mean, from its own metrics;")
+print("ext ms: time inside our extender's Filter and Score per run, from the extender's metrics; share: ext / alg")
 print()
 for r in rows:
     if r["part"] == "converge":

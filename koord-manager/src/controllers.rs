@@ -1252,11 +1252,18 @@ impl Reconciler {
             return;
         }
         tracing::debug!(writes = actions.len(), "applying controller pass");
-        let results: Vec<Option<Synced>> = futures::stream::iter(actions)
-            .map(|action| apply_action_synced(&self.client, &self.metrics, action))
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
+        let lanes = write_lanes(actions);
+        let results: Vec<Option<Synced>> =
+            futures::future::join_all(lanes.into_iter().map(|lane| {
+                futures::stream::iter(lane)
+                    .map(|action| apply_action_synced(&self.client, &self.metrics, action))
+                    .buffer_unordered(WRITE_CONCURRENCY)
+                    .collect::<Vec<_>>()
+            }))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         let written_at = std::time::Instant::now();
         for synced in results.into_iter().flatten() {
             match synced {
@@ -1359,6 +1366,47 @@ impl Reconciler {
         }
         self.known_nodes = current_nodes;
     }
+}
+
+/// The lane of an action: actions of one lane share the client-side rate limit of one API
+/// resource, lanes run side by side. Within the Node lane, status writes (the batch and mid
+/// allocatable the scheduler waits for) go before the annotation patches: both share the Node
+/// resource's limit, and taken node by node, the last Node's allocatable waited for every
+/// patch (a pass of 1,000 fresh nodes made 2,000 writes at 30/s: 68 s instead of 34 s).
+fn lane_of(action: &Action) -> (u8, u8) {
+    match action {
+        Action::PatchNodeStatus { .. } => (0, 0),
+        Action::PatchNodeMeta { .. } => (0, 1),
+        Action::PatchTopologyZones { .. } => (1, 0),
+        Action::CreateNodeSlo(_) | Action::ReplaceNodeSlo(_) | Action::DeleteNodeSlo(_) => (2, 0),
+        Action::CreateNodeMetric(_)
+        | Action::ReplaceNodeMetric(_)
+        | Action::DeleteNodeMetric(_) => (3, 0),
+        Action::LabelProfile { .. } => (4, 0),
+        Action::CreateQuota(_) | Action::ReplaceQuota(_) => (5, 0),
+    }
+}
+
+/// A pass's actions split into lanes (see [`lane_of`]), each in the order it is applied:
+/// the plan's order, except that a Node's status writes come before the Node patches.
+pub fn write_lanes(actions: Vec<Action>) -> Vec<Vec<Action>> {
+    let mut keyed: Vec<((u8, u8), Action)> =
+        actions.into_iter().map(|a| (lane_of(&a), a)).collect();
+    // Stable: the plan's order within one kind is kept.
+    keyed.sort_by_key(|(key, _)| *key);
+    let mut lanes: Vec<Vec<Action>> = Vec::new();
+    let mut current = None;
+    for ((lane, _), action) in keyed {
+        if current != Some(lane) {
+            lanes.push(Vec::new());
+            current = Some(lane);
+        }
+        lanes
+            .last_mut()
+            .expect("a lane was just pushed")
+            .push(action);
+    }
+    lanes
 }
 
 fn truncate(text: &str, limit: usize) -> String {

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use koord_common::leader::{LeaderElector, LeaseTiming};
 use koord_manager::controllers::{
     Action, Caches, ClusterView, ControllerArgs, Enabled, PassPlan, Reconciler, apply_action, gate,
-    plan_pass,
+    plan_pass, write_lanes,
 };
 use koord_manager::metrics::ControllerMetrics;
 use koord_manager::slo_controller::config::ConfigState;
@@ -302,6 +302,43 @@ fn a_pass_creates_missing_objects_cleans_up_orphans_and_patches_status() {
         meta,
         &json!({"metadata": {"annotations": {"node.koordinator.sh/cpu-normalization-ratio": "1.00"}}})
     );
+}
+
+#[test]
+fn a_pass_writes_every_node_status_before_the_node_patches_and_other_kinds_beside_them() {
+    let status = |node: &str| Action::PatchNodeStatus {
+        node: node.into(),
+        patch: json!({"status": {}}),
+        reason: "batch".into(),
+    };
+    let meta = |node: &str| Action::PatchNodeMeta {
+        node: node.into(),
+        patch: json!({"metadata": {}}),
+        reason: "ratio".into(),
+    };
+    // The plan's order: node by node.
+    let actions = vec![
+        Action::DeleteNodeSlo("a".into()),
+        meta("a"),
+        status("a"),
+        Action::DeleteNodeMetric("a".into()),
+        Action::DeleteNodeSlo("b".into()),
+        meta("b"),
+        status("b"),
+    ];
+    let lanes = write_lanes(actions);
+    assert_eq!(
+        lanes,
+        vec![
+            vec![status("a"), status("b"), meta("a"), meta("b")],
+            vec![
+                Action::DeleteNodeSlo("a".into()),
+                Action::DeleteNodeSlo("b".into())
+            ],
+            vec![Action::DeleteNodeMetric("a".into())],
+        ]
+    );
+    assert!(write_lanes(Vec::new()).is_empty());
 }
 
 fn metric_with(name: &str, now: SystemTime, status: Value) -> NodeMetric {

@@ -657,10 +657,43 @@ fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> 
     }))?)
 }
 
-/// Sum of the extender's extension-point time (seconds) over its pods, read through the API
-/// server's pod proxy.
-async fn extender_seconds(client: &Client, pods: &[String]) -> anyhow::Result<f64> {
-    let mut total = 0.0;
+/// The extender's own time (seconds) over its pods, read through the API server's pod proxy:
+/// in its scheduling-cycle points (Filter and Score, which kube-scheduler's algorithm waits
+/// for) and in the rest (Bind, PostFilter).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct ExtenderSeconds {
+    cycle: f64,
+    other: f64,
+}
+
+/// Sums `scheduler_framework_extension_point_duration_seconds_sum` lines by extension point.
+fn extender_seconds_in(text: &str) -> ExtenderSeconds {
+    let mut seconds = ExtenderSeconds::default();
+    for line in text.lines() {
+        let Some(labels) =
+            line.strip_prefix("scheduler_framework_extension_point_duration_seconds_sum{")
+        else {
+            continue;
+        };
+        let Some(value) = line
+            .rsplit_once(' ')
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        if labels.contains("extension_point=\"Filter\"")
+            || labels.contains("extension_point=\"Score\"")
+        {
+            seconds.cycle += value;
+        } else {
+            seconds.other += value;
+        }
+    }
+    seconds
+}
+
+async fn extender_seconds(client: &Client, pods: &[String]) -> anyhow::Result<ExtenderSeconds> {
+    let mut total = ExtenderSeconds::default();
     for pod in pods {
         let path = format!(
             "/api/v1/namespaces/{}/pods/http:{pod}:10261/proxy/metrics",
@@ -670,11 +703,9 @@ async fn extender_seconds(client: &Client, pods: &[String]) -> anyhow::Result<f6
             .request_text(http::Request::get(path).body(Vec::new())?)
             .await
             .with_context(|| format!("metrics of {pod}"))?;
-        total += text
-            .lines()
-            .filter(|l| l.starts_with("scheduler_framework_extension_point_duration_seconds_sum"))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum::<f64>();
+        let seconds = extender_seconds_in(&text);
+        total.cycle += seconds.cycle;
+        total.other += seconds.other;
     }
     Ok(total)
 }
@@ -875,7 +906,11 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     watcher.abort();
-    let extender = extender_seconds(client, &extender_pods).await? - extender_before;
+    let extender_after = extender_seconds(client, &extender_pods).await?;
+    let extender = ExtenderSeconds {
+        cycle: extender_after.cycle - extender_before.cycle,
+        other: extender_after.other - extender_before.other,
+    };
 
     let created_at = created_at.lock().await;
     let bound_at = bound_at.lock().await;
@@ -898,10 +933,10 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         "latency_ms": {"p50": percentile(&latencies, 50.0), "p90": percentile(&latencies, 90.0),
                         "p99": percentile(&latencies, 99.0), "max": percentile(&latencies, 100.0)},
     });
-    if !extender_pods.is_empty() && bound > 0 {
-        report["extender_ms_per_pod"] = json!(extender * 1000.0 / bound as f64);
-        report["extender_share_of_latency_p50"] =
-            json!(extender * 1000.0 / bound as f64 / percentile(&latencies, 50.0));
+    if !extender_pods.is_empty() {
+        // Per scheduling-algorithm run once the script adds kube-scheduler's own count.
+        report["extender_cycle_seconds"] = json!(extender.cycle);
+        report["extender_other_seconds"] = json!(extender.other);
     }
     drop((created_at, bound_at));
     // The figures are kept even when the pods cannot be removed; the row says so.
@@ -962,4 +997,30 @@ async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
         .await?;
     deleted += names.len();
     Ok(json!({"part": "cleanup", "deleted": deleted}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extender_time_is_split_into_the_cycle_points_and_the_rest() {
+        let text = "\
+# HELP scheduler_framework_extension_point_duration_seconds Latency
+scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Filter\",status=\"Success\",profile=\"koord-scheduler\"} 1.5
+scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Filter\",status=\"Unschedulable\",profile=\"koord-scheduler\"} 0.25
+scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Score\",status=\"Success\",profile=\"koord-scheduler\"} 0.75
+scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Bind\",status=\"Success\",profile=\"koord-scheduler\"} 2
+scheduler_framework_extension_point_duration_seconds_count{extension_point=\"Bind\",status=\"Success\",profile=\"koord-scheduler\"} 40
+scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Score\",status=\"Success\",profile=\"koord-scheduler\"} not-a-number
+";
+        assert_eq!(
+            extender_seconds_in(text),
+            ExtenderSeconds {
+                cycle: 2.5,
+                other: 2.0
+            }
+        );
+        assert_eq!(extender_seconds_in(""), ExtenderSeconds::default());
+    }
 }
