@@ -188,7 +188,10 @@ PKI=/var/lib/koord-local/pki
 scheduler_algorithm() {
   local target
   for target in "$@"; do
-    nsenter --net="${target%:*}" curl -sk --max-time 10 --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    local in_netns=(nsenter --net="${target%:*}")
+    # The host's own namespace needs no nsenter (and /proc/1 may not be ours to enter).
+    [ "${target%:*}" = host ] && in_netns=()
+    "${in_netns[@]}" curl -sk --max-time 10 --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
       "https://127.0.0.1:${target##*:}/metrics" || echo "scheduler metrics at $target: unreadable" >&2
   done | awk '
     /^scheduler_scheduling_algorithm_duration_seconds_count/ { count += $2 }
@@ -197,7 +200,7 @@ scheduler_algorithm() {
 }
 # The secure-port targets of a scheduler name: the control plane's kube-scheduler in the
 # cluster's namespace; the chart's kube-scheduler containers in their pods' namespaces;
-# upstream's koord-scheduler on the host.
+# upstream's koord-scheduler on the host ("host").
 scheduler_targets() {
   case "$1" in
     default-scheduler) echo /run/netns/koord-local:10259 ;;
@@ -210,7 +213,7 @@ scheduler_targets() {
           fi
         done
       done ;;
-    koord-scheduler-upstream) echo /proc/1/ns/net:$upstream_port ;;
+    koord-scheduler-upstream) echo host:$upstream_port ;;
   esac
 }
 
