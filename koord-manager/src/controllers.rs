@@ -47,7 +47,8 @@ use crate::slo_controller::pods_by_node;
 
 /// Shortest pause between two event-triggered passes.
 pub const MIN_PASS_INTERVAL: Duration = Duration::from_secs(2);
-/// Concurrent API writes during a pass. The client-side limit
+/// Concurrent API writes of one lane (one API resource, see [`write_lanes`])
+/// during a pass. The client-side limit
 /// (`--rest-config-qps`, per API resource) bounds the rate; this only has to
 /// keep enough writes in flight to reach it when the API server answers
 /// slowly: 8 in flight at the 0.25 s answers of a loaded API server allow
