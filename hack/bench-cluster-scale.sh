@@ -187,7 +187,7 @@ manager_pid() {
 # and the binding, which an extender's bindVerb takes over). Each process runs one profile, so
 # the metrics need no profile filter. Prints "RUNS SECONDS PLACED PLACED_SECONDS".
 PKI=/var/lib/koord-local/pki
-scheduler_algorithm() {
+scheduler_timings() {
   local target
   for target in "$@"; do
     local in_netns=(nsenter --net="${target%:*}")
@@ -257,21 +257,20 @@ for count in "${counts[@]}"; do
       pace=()
       [ "$run" = paced ] && pace=(--pods "$paced_pods" --rate "$paced_rate")
       [ "$run" = burst ] && pace=(--pods "$pods")
-      read -r runs0 seconds0 placed0 placed_seconds0 < <(scheduler_algorithm "${targets[@]}")
+      before=$(scheduler_timings "${targets[@]}")
       # shellcheck disable=SC2086
       row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "${pace[@]}" \
         --label "$scheduler $run @$count" $extender)
-      read -r runs1 seconds1 placed1 placed_seconds1 < <(scheduler_algorithm "${targets[@]}")
+      after=$(scheduler_timings "${targets[@]}")
       # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
       # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
-      row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); n=int(sys.argv[2]); s=float(sys.argv[3])
+      row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])
+n, s, placed, placed_s = (b - a for a, b in zip(map(float, sys.argv[2].split()), map(float, sys.argv[3].split())))
 if n > 0:
-    r["algorithm_runs"] = n; r["algorithm_ms_mean"] = s * 1000 / n
+    r["algorithm_runs"] = int(n); r["algorithm_ms_mean"] = s * 1000 / n
     if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
-placed = int(sys.argv[4])
-if placed > 0: r["placed_attempt_ms_mean"] = float(sys.argv[5]) * 1000 / placed
-print(json.dumps(r))' "$row" "$((runs1 - runs0))" "$(python3 -c "print($seconds1 - $seconds0)")" \
-        "$((placed1 - placed0))" "$(python3 -c "print($placed_seconds1 - $placed_seconds0)")")
+if placed > 0: r["placed_attempt_ms_mean"] = placed_s * 1000 / placed
+print(json.dumps(r))' "$row" "$before" "$after")
       echo "$row" | tee -a "$results"
     done
   done
