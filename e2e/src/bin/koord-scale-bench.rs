@@ -398,6 +398,18 @@ async fn write_metrics(
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// The labelled samples of metric `name` in Prometheus text: (labels, value) for each line
+/// `name{labels} value`; lines whose value does not parse are skipped.
+fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let (labels, value) = line
+            .strip_prefix(name)?
+            .strip_prefix('{')?
+            .rsplit_once("} ")?;
+        Some((labels, value.trim().parse().ok()?))
+    })
+}
+
 /// The API server's count of writes (PATCH, PUT, APPLY, CREATE) to `resource` (and
 /// `subresource`, "" for the object itself), from every writer.
 async fn api_writes(client: &Client, resource: &str, subresource: &str) -> anyhow::Result<f64> {
@@ -406,18 +418,12 @@ async fn api_writes(client: &Client, resource: &str, subresource: &str) -> anyho
     let resource = format!("resource=\"{resource}\"");
     let subresource = format!("subresource=\"{subresource}\"");
     let mut total = 0.0;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
+    for (labels, value) in samples(&text, "apiserver_request_total") {
         let writes = ["PATCH", "PUT", "APPLY", "POST"]
             .iter()
             .any(|verb| labels.contains(&format!("verb=\"{verb}\"")));
         if writes && labels.contains(&resource) && labels.contains(&subresource) {
-            total += value.trim().parse::<f64>().unwrap_or(0.0);
+            total += value;
         }
     }
     Ok(total)
@@ -442,12 +448,12 @@ async fn manager_node_status_writes(client: &Client, pod: &str) -> anyhow::Resul
         .request_text(http::Request::get(path).body(Vec::new())?)
         .await
         .with_context(|| format!("metrics of {pod}"))?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("slo_controller_node_resource_reconcile_count{"))
-        .filter(|l| l.contains("reason=\"updateNodeStatus\""))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
+    Ok(
+        samples(&text, "slo_controller_node_resource_reconcile_count")
+            .filter(|(labels, _)| labels.contains("reason=\"updateNodeStatus\""))
+            .map(|(_, value)| value)
+            .sum(),
+    )
 }
 
 /// The writes the real koordlets make (NodeMetric status, NodeResourceTopology) over
@@ -669,18 +675,10 @@ struct ExtenderSeconds {
 /// Sums `scheduler_framework_extension_point_duration_seconds_sum` lines by extension point.
 fn extender_seconds_in(text: &str) -> ExtenderSeconds {
     let mut seconds = ExtenderSeconds::default();
-    for line in text.lines() {
-        let Some(labels) =
-            line.strip_prefix("scheduler_framework_extension_point_duration_seconds_sum{")
-        else {
-            continue;
-        };
-        let Some(value) = line
-            .rsplit_once(' ')
-            .and_then(|(_, v)| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
+    for (labels, value) in samples(
+        text,
+        "scheduler_framework_extension_point_duration_seconds_sum",
+    ) {
         if labels.contains("extension_point=\"Filter\"")
             || labels.contains("extension_point=\"Score\"")
         {
@@ -1022,5 +1020,24 @@ scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Score
             }
         );
         assert_eq!(extender_seconds_in(""), ExtenderSeconds::default());
+    }
+
+    #[test]
+    fn samples_are_the_labelled_lines_of_exactly_that_metric() {
+        let text = "\
+apiserver_request_total{verb=\"PATCH\",resource=\"nodes\"} 7
+apiserver_request_total_other{verb=\"PATCH\"} 100
+apiserver_request_total 3
+apiserver_request_total{verb=\"PUT\"} broken
+apiserver_request_total{verb=\"POST\",resource=\"pods\"} 2.5
+";
+        let found: Vec<(&str, f64)> = samples(text, "apiserver_request_total").collect();
+        assert_eq!(
+            found,
+            vec![
+                ("verb=\"PATCH\",resource=\"nodes\"", 7.0),
+                ("verb=\"POST\",resource=\"pods\"", 2.5)
+            ]
+        );
     }
 }
