@@ -81,6 +81,9 @@ flock -o /var/lock/koord-cluster.lock bash -c "'$REPO/hack/local-cluster/status'
 process_has_flag() { tr '\0' ' ' < "/proc/$(cat "/var/lib/koord-local/pids/$1")/cmdline" 2>/dev/null | grep -q -- "$2"; }
 process_has_flag kube-controller-manager "--node-monitor-grace-period=$KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD" \
   || { echo "the local cluster's kube-controller-manager runs without --node-monitor-grace-period=$KOORD_LOCAL_NODE_MONITOR_GRACE_PERIOD; run hack/local-cluster/down first" >&2; exit 1; }
+# Every kube-scheduler compared logs at --v=2 (the chart's kube-scheduler and upstream's too).
+process_has_flag kube-scheduler "--v=2" \
+  || { echo "the local cluster's kube-scheduler runs without --v=2; run hack/local-cluster/down first" >&2; exit 1; }
 if [ -e /var/lib/koord-local/pids/kwok ] && kill -0 "$(cat /var/lib/koord-local/pids/kwok)" 2>/dev/null; then
   process_has_flag kwok "--node-lease-duration-seconds=$KOORD_LOCAL_KWOK_LEASE_SECONDS" \
     || { echo "kwok runs with another lease duration; run hack/local-cluster/local-cluster.sh kwok down first" >&2; exit 1; }
@@ -152,7 +155,7 @@ EOF
   # Its secure port on the host's loopback, for its metrics (delegated authentication and
   # authorization through the API server, as the admin's certificate is checked).
   "$upstream" --config="$out/upstream-scheduler.yaml" --bind-address=127.0.0.1 --secure-port=$upstream_port \
-    --authentication-kubeconfig="$KUBECONFIG" --authorization-kubeconfig="$KUBECONFIG" --v=1 \
+    --authentication-kubeconfig="$KUBECONFIG" --authorization-kubeconfig="$KUBECONFIG" --v=2 \
     > "$out/upstream-scheduler.log" 2>&1 &
   upstream_pid=$!
   sleep 10
