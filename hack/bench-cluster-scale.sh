@@ -88,6 +88,19 @@ if [ -e /var/lib/koord-local/pids/kwok ] && kill -0 "$(cat /var/lib/koord-local/
   process_has_flag kwok "--node-lease-duration-seconds=$KOORD_LOCAL_KWOK_LEASE_SECONDS" \
     || { echo "kwok runs with another lease duration; run hack/local-cluster/local-cluster.sh kwok down first" >&2; exit 1; }
 fi
+# --skip-images trusts the cluster's containerd to hold the chart's images; a cluster started
+# afresh holds none, and the install would wait out its timeout: build and import them then.
+if [ "$skip_images" = 1 ]; then
+  nr_root=/var/cache/koord-local-cluster/node-runtime
+  held=$("$(cat "$nr_root/run/bin")/ctr" --address "$nr_root/run/containerd.sock" -n k8s.io images ls -q 2>/dev/null || true)
+  for image in koordlet koord-manager koord-scheduler koord-descheduler kube-scheduler; do
+    if ! grep -q "/$image:" <<< "$held"; then
+      log "--skip-images: the cluster has no $image image; building and importing the images"
+      skip_images=0
+      break
+    fi
+  done
+fi
 if [ "$skip_images" = 0 ]; then
   "$LC" images --profile "$profile" | tail -1
 fi
