@@ -7,7 +7,8 @@
 //! - `nodes --prefix P --count N [--ready-timeout S]`: Nodes (32 CPUs, 128 GiB, 110 pods,
 //!   KWOK's annotation and taint), a NodeMetric per node, a NodeResourceTopology with a CPU
 //!   topology on every 5th and a Device with 8 GPUs on every 10th; waits up to S seconds (by
-//!   default 60 + N/20) until KWOK reports them all Ready, or not at all with 0.
+//!   default 60 + N/20) until they are all Ready and rid of the not-ready taint, or not at all
+//!   with 0.
 //! - `converge --prefix P --count N [--manager-pid PID] [--manager-pod POD] [--timeout S]`:
 //!   writes a fresh NodeMetric status for every node, then times how long until every Node
 //!   carries `kubernetes.io/batch-cpu` allocatable; reports the node-status writes the API
@@ -305,15 +306,30 @@ async fn make_node(client: &Client, prefix: &str, index: u64) -> anyhow::Result<
     Ok(())
 }
 
+/// Ready, and no longer carrying the taints the API server and the node lifecycle controller
+/// put on a node that is not (yet) Ready: kube-controller-manager removes those one node at a
+/// time under its client limit, minutes after KWOK reports 5,000 nodes Ready, and until then
+/// no pod without a toleration fits there.
 fn node_ready(node: &Node) -> bool {
-    node.status
+    let ready = node
+        .status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
         .is_some_and(|conditions| {
             conditions
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
+        });
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .is_some_and(|taints| {
+            taints.iter().any(|t| {
+                t.key == "node.kubernetes.io/not-ready" || t.key == "node.kubernetes.io/unreachable"
+            })
+        });
+    ready && !tainted
 }
 
 fn scale_nodes(prefix: &str) -> ListParams {
@@ -344,7 +360,7 @@ async fn make_nodes(client: &Client, options: &Options) -> anyhow::Result<Value>
             }
             ensure!(
                 Instant::now() < deadline,
-                "only {ready} of {count} simulated nodes Ready (is kwok running?)"
+                "only {ready} of {count} simulated nodes Ready and untainted (is kwok running?)"
             );
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
@@ -1040,6 +1056,29 @@ scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Score
             }
         );
         assert_eq!(extender_seconds_in(""), ExtenderSeconds::default());
+    }
+
+    #[test]
+    fn a_node_is_ready_for_the_bench_once_ready_and_rid_of_the_not_ready_taints() {
+        let node = |ready: &str, taints: &[&str]| -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": "n"},
+                "spec": {"taints": taints.iter().map(|key| json!({"key": key, "effect": "NoSchedule"})).collect::<Vec<_>>()},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]}
+            }))
+            .unwrap()
+        };
+        assert!(node_ready(&node("True", &["kwok.x-k8s.io/node"])));
+        assert!(!node_ready(&node(
+            "True",
+            &["kwok.x-k8s.io/node", "node.kubernetes.io/not-ready"]
+        )));
+        assert!(!node_ready(&node(
+            "True",
+            &["node.kubernetes.io/unreachable"]
+        )));
+        assert!(!node_ready(&node("False", &[])));
+        assert!(!node_ready(&Node::default()));
     }
 
     #[test]
