@@ -5,11 +5,12 @@
 #     carries batch allocatable, node-status writes, the manager's CPU, RSS and bytes sent;
 #   - scheduling: the same pods for kube-scheduler alone (the control plane's default-scheduler),
 #     for kube-scheduler with our extender (the chart's koord-scheduler), and for upstream's
-#     koord-scheduler when given as a binary; a burst (throughput) and a paced run (latency);
+#     koord-scheduler when given as a binary; a burst each (throughput), then paced runs
+#     (latency) in --paced-rounds rounds that take the schedulers in turn;
 # and the NodeMetric/NRT writes the real koordlet makes, per 1,000 nodes.
 #
 #   hack/bench-cluster-scale.sh [--nodes 1000,5000] [--pods 10000] [--paced-pods 300]
-#       [--paced-rate 5] [--upstream-scheduler PATH] [--out DIR] [--skip-images]
+#       [--paced-rate 5] [--paced-rounds 2] [--upstream-scheduler PATH] [--out DIR] [--skip-images]
 #       [--only converge] [--manager-qps N] [--manager-burst N]
 #
 # --only converge runs the manager's convergence alone: no reporters, no scheduling, no KWOK
@@ -30,7 +31,7 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 LC=$REPO/hack/local-cluster/local-cluster.sh
 
-nodes_list=1000,5000 pods=10000 paced_pods=300 paced_rate=5 upstream="" skip_images=0
+nodes_list=1000,5000 pods=10000 paced_pods=300 paced_rate=5 paced_rounds=2 upstream="" skip_images=0
 only="" manager_qps=30 manager_burst=50
 out=$REPO/target/bench-cluster-scale
 while [ $# -gt 0 ]; do
@@ -39,18 +40,19 @@ while [ $# -gt 0 ]; do
     --pods) pods=$2; shift 2 ;;
     --paced-pods) paced_pods=$2; shift 2 ;;
     --paced-rate) paced_rate=$2; shift 2 ;;
+    --paced-rounds) paced_rounds=$2; shift 2 ;;
     --upstream-scheduler) upstream=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-images) skip_images=1; shift ;;
     --only) only=$2; shift 2 ;;
     --manager-qps) manager_qps=$2; shift 2 ;;
     --manager-burst) manager_burst=$2; shift 2 ;;
-    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,29p' "$0" >&2; exit 2 ;;
   esac
 done
 [[ $nodes_list =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "--nodes: a comma-separated list of counts" >&2; exit 2; }
 [ -z "$only" ] || [ "$only" = converge ] || { echo "--only: converge is the one part that runs alone" >&2; exit 2; }
-for n in $pods $paced_pods $paced_rate $manager_qps $manager_burst; do
+for n in $pods $paced_pods $paced_rate $paced_rounds $manager_qps $manager_burst; do
   [[ $n =~ ^[0-9]+$ ]] || { echo "not a number: $n" >&2; exit 2; }
 done
 if [ -n "$upstream" ]; then
@@ -265,29 +267,36 @@ for count in "${counts[@]}"; do
   heartbeat_pid=$!
   schedulers=(default-scheduler koord-scheduler)
   [ -n "$upstream" ] && schedulers+=(koord-scheduler-upstream)
-  for scheduler in "${schedulers[@]}"; do
-    extender=""
-    [ "$scheduler" = koord-scheduler ] && extender="--extender-pods $extender_pods"
+  # One timed run: run_schedule SCHEDULER LABEL SCHEDULE-OPTIONS...
+  run_schedule() {
+    local scheduler=$1 label=$2; shift 2
+    local extender=() targets before after row
+    [ "$scheduler" = koord-scheduler ] && extender=(--extender-pods "$extender_pods")
     mapfile -t targets < <(scheduler_targets "$scheduler")
-    for run in burst paced; do
-      pace=()
-      [ "$run" = paced ] && pace=(--pods "$paced_pods" --rate "$paced_rate")
-      [ "$run" = burst ] && pace=(--pods "$pods")
-      before=$(scheduler_timings "${targets[@]}")
-      # shellcheck disable=SC2086
-      row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "${pace[@]}" \
-        --label "$scheduler $run @$count" $extender)
-      after=$(scheduler_timings "${targets[@]}")
-      # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
-      # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
-      row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])
+    before=$(scheduler_timings "${targets[@]}")
+    row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
+      --label "$label" "${extender[@]}")
+    after=$(scheduler_timings "${targets[@]}")
+    # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
+    # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
+    row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])
 n, s, placed, placed_s = (b - a for a, b in zip(map(float, sys.argv[2].split()), map(float, sys.argv[3].split())))
 if n > 0:
     r["algorithm_runs"] = int(n); r["algorithm_ms_mean"] = s * 1000 / n
     if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
 if placed > 0: r["placed_attempt_ms_mean"] = placed_s * 1000 / placed
 print(json.dumps(r))' "$row" "$before" "$after")
-      echo "$row" | tee -a "$results"
+    echo "$row" | tee -a "$results"
+  }
+  for scheduler in "${schedulers[@]}"; do
+    run_schedule "$scheduler" "$scheduler burst @$count" --pods "$pods"
+  done
+  # The paced runs come after every burst, in rounds that take the schedulers in turn: the
+  # API server's load drifts during a run (heartbeats, the bursts' leftovers), and a scheduler
+  # measured only once, at one moment, cannot be told apart from that drift.
+  for round in $(seq 1 "$paced_rounds"); do
+    for scheduler in "${schedulers[@]}"; do
+      run_schedule "$scheduler" "$scheduler paced#$round @$count" --pods "$paced_pods" --rate "$paced_rate"
     done
   done
   kill "$heartbeat_pid" 2>/dev/null || true
@@ -307,14 +316,14 @@ for r in rows:
                  r["nodemetrics_writes_per_second_per_1000_nodes"],
                  r["noderesourcetopologies_writes_per_second_per_1000_nodes"]))
 print()
-print("%-34s %6s %6s %7s %8s %8s %8s %6s %7s %7s %6s %9s" % ("scheduling run", "pods", "bound", "pods/s", "p50 ms", "p90 ms", "p99 ms", "runs", "alg ms", "ext ms", "share", "placed ms"))
+print("%-40s %6s %6s %7s %8s %8s %8s %6s %7s %7s %6s %9s" % ("scheduling run", "pods", "bound", "pods/s", "p50 ms", "p90 ms", "p99 ms", "runs", "alg ms", "ext ms", "share", "placed ms"))
 for r in rows:
     if r["part"] == "schedule":
         l = r["latency_ms"]
         alg = r.get("algorithm_ms_mean")
         ext = r.get("extender_cycle_ms_per_run")
         placed = r.get("placed_attempt_ms_mean")
-        print("%-34s %6d %6d %7.1f %8.1f %8.1f %8.1f %6s %7s %7s %6s %9s" % (r["label"], r["pods"], r["bound"], r["pods_per_second"],
+        print("%-40s %6d %6d %7.1f %8.1f %8.1f %8.1f %6s %7s %7s %6s %9s" % (r["label"], r["pods"], r["bound"], r["pods_per_second"],
               l["p50"], l["p90"], l["p99"], r.get("algorithm_runs", "-"),
               "%.2f" % alg if alg is not None else "-", "%.2f" % ext if ext is not None else "-",
               "%.0f%%" % (100 * ext / alg) if alg and ext is not None else "-",
