@@ -93,7 +93,7 @@ fi
 # --skip-images trusts the cluster's containerd to hold the chart's images; a cluster started
 # afresh holds none, and the install would wait out its timeout: build and import them then.
 if [ "$skip_images" = 1 ]; then
-  nr_root=/var/cache/koord-local-cluster/node-runtime
+  nr_root=${KOORD_LOCAL_CLUSTER_CACHE:-/var/cache/koord-local-cluster}/node-runtime  # as lib.sh
   held=$("$(cat "$nr_root/run/bin")/ctr" --address "$nr_root/run/containerd.sock" -n k8s.io images ls -q 2>/dev/null || true)
   for image in koordlet koord-manager koord-scheduler koord-descheduler kube-scheduler; do
     if ! grep -q "/$image:" <<< "$held"; then
@@ -244,6 +244,27 @@ if [ -z "$only" ]; then
   "$BENCH" reporters --seconds 180 | tee -a "$results"
 fi
 
+# One timed run: run_schedule SCHEDULER LABEL SCHEDULE-OPTIONS...
+run_schedule() {
+  local scheduler=$1 label=$2; shift 2
+  local extender=() targets before after row
+  [ "$scheduler" = koord-scheduler ] && extender=(--extender-pods "$extender_pods")
+  mapfile -t targets < <(scheduler_targets "$scheduler")
+  before=$(scheduler_timings "${targets[@]}")
+  row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
+    --label "$label" "${extender[@]}")
+  after=$(scheduler_timings "${targets[@]}")
+  # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
+  # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
+  row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])
+n, s, placed, placed_s = (b - a for a, b in zip(map(float, sys.argv[2].split()), map(float, sys.argv[3].split())))
+if n > 0:
+  r["algorithm_runs"] = int(n); r["algorithm_ms_mean"] = s * 1000 / n
+  if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
+if placed > 0: r["placed_attempt_ms_mean"] = placed_s * 1000 / placed
+print(json.dumps(r))' "$row" "$before" "$after")
+  echo "$row" | tee -a "$results"
+}
 extender_pods=$(kubectl -n koordinator-system get pods -l koord-app=koord-scheduler \
   -o jsonpath='{.items[*].metadata.name}' | tr ' ' ,)
 IFS=, read -r -a counts <<< "$nodes_list"
@@ -267,27 +288,6 @@ for count in "${counts[@]}"; do
   heartbeat_pid=$!
   schedulers=(default-scheduler koord-scheduler)
   [ -n "$upstream" ] && schedulers+=(koord-scheduler-upstream)
-  # One timed run: run_schedule SCHEDULER LABEL SCHEDULE-OPTIONS...
-  run_schedule() {
-    local scheduler=$1 label=$2; shift 2
-    local extender=() targets before after row
-    [ "$scheduler" = koord-scheduler ] && extender=(--extender-pods "$extender_pods")
-    mapfile -t targets < <(scheduler_targets "$scheduler")
-    before=$(scheduler_timings "${targets[@]}")
-    row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
-      --label "$label" "${extender[@]}")
-    after=$(scheduler_timings "${targets[@]}")
-    # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
-    # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
-    row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])
-n, s, placed, placed_s = (b - a for a, b in zip(map(float, sys.argv[2].split()), map(float, sys.argv[3].split())))
-if n > 0:
-    r["algorithm_runs"] = int(n); r["algorithm_ms_mean"] = s * 1000 / n
-    if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
-if placed > 0: r["placed_attempt_ms_mean"] = placed_s * 1000 / placed
-print(json.dumps(r))' "$row" "$before" "$after")
-    echo "$row" | tee -a "$results"
-  }
   for scheduler in "${schedulers[@]}"; do
     run_schedule "$scheduler" "$scheduler burst @$count" --pods "$pods"
   done
