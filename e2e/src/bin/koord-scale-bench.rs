@@ -999,6 +999,22 @@ async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
     let prefix = options.prefix()?;
     let selector = scale_nodes(&prefix);
     let mut deleted = 0;
+    // Nodes first: a Node whose NodeMetric is gone gets a "degraded" status write from the
+    // manager (batch resources reset), wasted on a node about to be deleted.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names: Vec<String> = nodes
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    futures::stream::iter(names.iter())
+        .map(|name| e2e::cluster::delete_simulated_node(client, name))
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    deleted += names.len();
     // One object per request, a few at a time: a collection delete of thousands of objects
     // outlives the API server's request timeout on a loaded machine.
     for api in [node_metrics(client), topologies(client), devices(client)] {
@@ -1016,20 +1032,6 @@ async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
             .await?;
         deleted += names.len();
     }
-    let nodes: Api<Node> = Api::all(client.clone());
-    let names: Vec<String> = nodes
-        .list(&selector)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    futures::stream::iter(names.iter())
-        .map(|name| e2e::cluster::delete_simulated_node(client, name))
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<()>>()
-        .await?;
-    deleted += names.len();
     Ok(json!({"part": "cleanup", "deleted": deleted}))
 }
 
