@@ -374,7 +374,7 @@ controllers_up() {
     --service-cluster-ip-range="$LC_SERVICE_CIDR" --allocate-node-cidrs=false "${grace[@]}" \
     --kube-api-qps=100 --kube-api-burst=200
   # --v=2, the chart's scheduler.kubeScheduler.logLevel: the scale benchmark compares this
-  # default-scheduler with the chart's kube-scheduler, and verbosity costs time per pod.
+  # default-scheduler with the chart's kube-scheduler, so both log alike.
   start kube-scheduler "$LC_K8S_BIN/kube-scheduler" \
     --kubeconfig="$LC_CONF/scheduler.kubeconfig" \
     --authentication-kubeconfig="$LC_CONF/scheduler.kubeconfig" \

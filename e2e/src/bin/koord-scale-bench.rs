@@ -332,6 +332,20 @@ fn node_ready(node: &Node) -> bool {
     ready && !tainted
 }
 
+/// The names of the objects `selector` finds (metadata only: the harness deletes by name).
+async fn names_of<K>(api: &Api<K>, selector: &ListParams) -> kube::Result<Vec<String>>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api
+        .list_metadata(selector)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect())
+}
+
 fn scale_nodes(prefix: &str) -> ListParams {
     ListParams::default().labels(&format!("{SCALE_LABEL}={prefix}"))
 }
@@ -776,13 +790,8 @@ async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
     // one item after another (at 5,000 nodes, 4,600 pods were left after 600 s), and a loaded
     // API server drops some requests, so each round deletes what the last one left.
     loop {
-        let names = match pods.list_metadata(&selector).await {
-            Ok(list) => Some(
-                list.items
-                    .into_iter()
-                    .filter_map(|p| p.metadata.name)
-                    .collect::<Vec<_>>(),
-            ),
+        let names = match names_of(pods, &selector).await {
+            Ok(names) => Some(names),
             Err(err) => {
                 eprintln!("listing bench pods: {err}; retrying");
                 None
@@ -811,6 +820,8 @@ async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
             .await;
         if failed > 0 {
             eprintln!("deleting bench pods: {failed} requests failed; retrying");
+        }
+        if failed > 0 || names.is_none() {
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     }
@@ -1001,14 +1012,7 @@ async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
     let mut deleted = 0;
     // Nodes first: a Node whose NodeMetric is gone gets a "degraded" status write from the
     // manager (batch resources reset), wasted on a node about to be deleted.
-    let nodes: Api<Node> = Api::all(client.clone());
-    let names: Vec<String> = nodes
-        .list(&selector)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let names = names_of(&Api::<Node>::all(client.clone()), &selector).await?;
     futures::stream::iter(names.iter())
         .map(|name| e2e::cluster::delete_simulated_node(client, name))
         .buffer_unordered(CONCURRENCY)
@@ -1018,13 +1022,7 @@ async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
     // One object per request, a few at a time: a collection delete of thousands of objects
     // outlives the API server's request timeout on a loaded machine.
     for api in [node_metrics(client), topologies(client), devices(client)] {
-        let names: Vec<String> = api
-            .list(&selector)
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|o| o.metadata.name)
-            .collect();
+        let names = names_of(&api, &selector).await?;
         futures::stream::iter(names.iter())
             .map(|name| delete_one(&api, name))
             .buffer_unordered(CONCURRENCY)
