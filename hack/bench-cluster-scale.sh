@@ -20,9 +20,9 @@
 # are bounded by it, so convergence takes about (nodes - burst) / qps seconds.
 #
 # The upstream binary is built by the person running the benchmark, outside this repository,
-# from a fetched copy of upstream Koordinator (this repository never builds it). It runs on the
-# host against the local cluster's API server with the admin kubeconfig and scheduler name
-# koord-scheduler-upstream.
+# from a fetched copy of upstream Koordinator (this repository never builds it). It runs as a
+# host process in the cluster's network namespace (as the control plane's kube-scheduler),
+# with the admin kubeconfig and scheduler name koord-scheduler-upstream.
 #
 # KOORD_BENCH_IMAGE_PROFILE=dev uses debug builds of our images (faster to build, slower to
 # run: only for trying the harness). Prints a table and writes results.jsonl to --out.
@@ -167,9 +167,12 @@ profiles:
     postBind: {enabled: [{name: Coscheduling}]}
 EOF
   log "starting upstream's koord-scheduler ($upstream)"
-  # Its secure port on the host's loopback, for its metrics (delegated authentication and
-  # authorization through the API server, as the admin's certificate is checked).
-  "$upstream" --config="$out/upstream-scheduler.yaml" --bind-address=127.0.0.1 --secure-port=$upstream_port \
+  # In the cluster's network namespace, as the control plane's kube-scheduler: there the
+  # kubeconfig's 127.0.0.1:6443 is the API server itself, not the host's relays (two socat
+  # hops for every watch event and binding). Its secure port on that namespace's loopback, for
+  # its metrics (delegated authentication and authorization through the API server, as the
+  # admin's certificate is checked). nsenter execs it, so $! is the scheduler's pid.
+  nsenter --net=/run/netns/koord-local "$upstream" --config="$out/upstream-scheduler.yaml" --bind-address=127.0.0.1 --secure-port=$upstream_port \
     --authentication-kubeconfig="$KUBECONFIG" --authorization-kubeconfig="$KUBECONFIG" --v=2 \
     > "$out/upstream-scheduler.log" 2>&1 &
   upstream_pid=$!
@@ -222,7 +225,7 @@ scheduler_timings() {
 }
 # The secure-port targets of a scheduler name: the control plane's kube-scheduler in the
 # cluster's namespace; the chart's kube-scheduler containers in their pods' namespaces;
-# upstream's koord-scheduler on the host ("host").
+# upstream's koord-scheduler in the cluster's namespace too.
 scheduler_targets() {
   case "$1" in
     default-scheduler) echo /run/netns/koord-local:10259 ;;
@@ -235,7 +238,7 @@ scheduler_targets() {
           fi
         done
       done ;;
-    koord-scheduler-upstream) echo host:$upstream_port ;;
+    koord-scheduler-upstream) echo /run/netns/koord-local:$upstream_port ;;
   esac
 }
 
@@ -331,6 +334,18 @@ for r in rows:
 print("runs, alg ms: the scheduler's algorithm runs (failed attempts included) and their mean, from its own metrics;")
 print("ext ms: time inside our extender's Filter and Score per run, from the extender's metrics; share: ext / alg;")
 print("placed ms: the scheduler's mean attempt for the pods it placed, binding included, from its own metrics")
+print()
+# Where the machine's two CPUs went in each run (first creation to last binding), per bound pod.
+components = ["kube-apiserver", "etcd", "kube-scheduler", "koord-scheduler", "koord-manager", "kwok", "koord-scale-ben", "koordlet"]
+print("%-40s %6s %6s %7s" % ("CPU ms per bound pod", "window", "cores", "all") + "".join(" %9s" % c[:9] for c in components))
+for r in rows:
+    if r["part"] == "schedule" and r.get("cpu_seconds") and r["bound"] and r.get("cpu_window_seconds"):
+        cpu, window = r["cpu_seconds"], r["cpu_window_seconds"]
+        print("%-40s %5.0fs %6.2f %7.1f" % (r["label"], window, sum(cpu.values()) / window, 1000 * sum(cpu.values()) / r["bound"])
+              + "".join(" %9.1f" % (1000 * cpu.get(c, 0) / r["bound"]) for c in components))
+print("window: first creation to last binding, in whole seconds of sampling; cores: CPU seconds of every process / window;")
+print("kube-scheduler: every kube-scheduler process (the control plane's and the chart's); koord-scheduler: ours")
+print("and upstream's; koord-scale-ben: the harness creating and watching the pods")
 print()
 for r in rows:
     if r["part"] == "converge":

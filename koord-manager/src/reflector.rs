@@ -12,7 +12,10 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-/// Starts a reflector for `api`; every change wakes `notify`.
+/// Starts a reflector for `api`; every change wakes `notify`. The objects are
+/// cached without their managed fields: no controller reads them, and on
+/// Nodes and Pods they are a large share of each object (every writer of a
+/// status adds an entry), which at thousands of nodes is most of the cache.
 pub(crate) fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -24,7 +27,8 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, config).modify(drop_managed_fields))
+        .default_backoff();
     tokio::spawn(async move {
         let mut stream = Box::pin(stream);
         while let Some(event) = stream.next().await {
@@ -35,4 +39,8 @@ where
         }
     });
     reader
+}
+
+fn drop_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }

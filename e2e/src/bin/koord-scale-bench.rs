@@ -518,22 +518,8 @@ async fn reporters(client: &Client, options: &Options) -> anyhow::Result<Value> 
 /// CPU seconds (user + system), RSS bytes and bytes the process's network namespace sent.
 fn process_usage(pid: u32) -> anyhow::Result<(f64, u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("malformed /proc/PID/stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields
-        .get(11..13)
-        .context("short /proc/PID/stat")?
-        .iter()
-        .map(|f| f.parse::<f64>().unwrap_or(0.0))
-        .sum();
-    // Clock ticks are 100 per second on Linux builds of this kind (CONFIG_HZ does not change
-    // USER_HZ).
-    let cpu = ticks / 100.0;
+    let (_, ticks) = parse_stat_cpu(&stat).context("malformed /proc/PID/stat")?;
+    let cpu = ticks as f64 / CLOCK_TICKS_PER_SECOND;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let rss_kib: u64 = status
         .lines()
@@ -550,6 +536,124 @@ fn process_usage(pid: u32) -> anyhow::Result<(f64, u64, u64)> {
         .filter_map(|(_, counters)| counters.split_whitespace().nth(8)?.parse::<u64>().ok())
         .sum();
     Ok((cpu, rss_kib * 1024, sent))
+}
+
+/// Clock ticks are 100 per second on Linux builds of this kind (CONFIG_HZ does not change
+/// USER_HZ).
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
+
+/// A process's name and CPU ticks (user + system) from its /proc/PID/stat.
+fn parse_stat_cpu(stat: &str) -> Option<(String, u64)> {
+    // The name may hold spaces and parentheses: it runs from the first '(' to the last ')'.
+    let (head, tail) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    let mut fields = tail.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((name, user + system))
+}
+
+/// Every process's name and CPU ticks, by pid. The cluster's processes are all host
+/// processes (the control plane, KWOK, the kubelet's containers), so this is the machine.
+fn cpu_sample() -> HashMap<u32, (String, u64)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, parse_stat_cpu(&stat)?))
+        })
+        .collect()
+}
+
+/// CPU seconds per process name between two samples: a process in both by its growth, one
+/// started in between by its whole count (one that started and exited in between is missed).
+fn cpu_seconds_by_name(
+    start: &HashMap<u32, (String, u64)>,
+    end: &HashMap<u32, (String, u64)>,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for (pid, (name, ticks)) in end {
+        let before = match start.get(pid) {
+            Some((was, before)) if was == name => *before,
+            _ => 0,
+        };
+        let grown = ticks.saturating_sub(before);
+        if grown > 0 {
+            *by_name.entry(name.clone()).or_insert(0.0) += grown as f64 / CLOCK_TICKS_PER_SECOND;
+        }
+    }
+    by_name
+}
+
+/// Samples every process's CPU each second while a scheduling run lasts, keeping the first
+/// sample and the last `KEPT` (enough to reach back past the minute without progress after
+/// which a run gives up), so the run's CPU can be cut at its last binding.
+struct CpuSampler {
+    samples: Arc<std::sync::Mutex<(Option<CpuStamp>, std::collections::VecDeque<CpuStamp>)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+type CpuStamp = (Instant, HashMap<u32, (String, u64)>);
+
+impl CpuSampler {
+    const KEPT: usize = 90;
+
+    fn start() -> Self {
+        let samples: Arc<
+            std::sync::Mutex<(Option<CpuStamp>, std::collections::VecDeque<CpuStamp>)>,
+        > = Arc::default();
+        let task = tokio::spawn({
+            let samples = samples.clone();
+            async move {
+                loop {
+                    let Ok(sample) = tokio::task::spawn_blocking(cpu_sample).await else {
+                        return;
+                    };
+                    let stamp = (Instant::now(), sample);
+                    {
+                        let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
+                        if samples.0.is_none() {
+                            samples.0 = Some(stamp);
+                        } else {
+                            samples.1.push_back(stamp);
+                            if samples.1.len() > Self::KEPT {
+                                samples.1.pop_front();
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        });
+        CpuSampler { samples, task }
+    }
+
+    /// Stops sampling; CPU seconds per process name from the first sample to the first one
+    /// taken at or after `end` (a fresh one when none was), and the window's length.
+    fn finish(self, end: Instant) -> (std::collections::BTreeMap<String, f64>, f64) {
+        self.task.abort();
+        let (first, kept) =
+            std::mem::take(&mut *self.samples.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some((started, start)) = first else {
+            return (Default::default(), 0.0);
+        };
+        let fresh;
+        let (ended, last) = match kept.iter().find(|(at, _)| *at >= end) {
+            Some((at, sample)) => (*at, sample),
+            None => {
+                fresh = (Instant::now(), cpu_sample());
+                (fresh.0, &fresh.1)
+            }
+        };
+        (
+            cpu_seconds_by_name(&start, last),
+            ended.duration_since(started).as_secs_f64(),
+        )
+    }
 }
 
 fn has_batch_allocatable(node: &Node) -> bool {
@@ -904,6 +1008,7 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
     });
 
     let extender_before = extender_seconds(client, &extender_pods).await?;
+    let cpu = CpuSampler::start();
     let started = Instant::now();
     let pace = (rate > 0).then(|| Duration::from_secs_f64(1.0 / rate as f64));
     let mut rng = Lcg(11);
@@ -951,6 +1056,14 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     watcher.abort();
+    let last_bound = bound_at
+        .lock()
+        .await
+        .values()
+        .max()
+        .copied()
+        .unwrap_or(started);
+    let (cpu_seconds, cpu_window) = cpu.finish(last_bound);
     let extender_after = extender_seconds(client, &extender_pods).await?;
     let extender = ExtenderSeconds {
         cycle: extender_after.cycle - extender_before.cycle,
@@ -983,6 +1096,10 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         report["extender_cycle_seconds"] = json!(extender.cycle);
         report["extender_other_seconds"] = json!(extender.other);
     }
+    // Where the machine's CPU went from the first creation to the last binding (to the first
+    // per-second sample after it).
+    report["cpu_seconds"] = json!(cpu_seconds);
+    report["cpu_window_seconds"] = json!(cpu_window);
     drop((created_at, bound_at));
     // The figures are kept even when the pods cannot be removed; the row says so.
     if let Err(err) = delete_pods(&pods).await {
@@ -1036,6 +1153,33 @@ async fn cleanup(client: &Client, options: &Options) -> anyhow::Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_is_counted_per_process_name_with_new_and_reused_pids() {
+        // A name with a space and a parenthesis; fields 14 and 15 are user and system ticks.
+        let stat = "42 (kube (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1 2 3";
+        assert_eq!(parse_stat_cpu(stat), Some(("kube (x) y".to_string(), 300)));
+        assert_eq!(parse_stat_cpu("42 (short) S 1 2"), None);
+
+        let sample = |entries: &[(u32, &str, u64)]| -> HashMap<u32, (String, u64)> {
+            entries
+                .iter()
+                .map(|(pid, name, ticks)| (*pid, (name.to_string(), *ticks)))
+                .collect()
+        };
+        let start = sample(&[(1, "etcd", 1000), (2, "kwok", 500), (3, "old", 70)]);
+        // pid 3 exited and was reused by another process; pid 4 started during the run.
+        let end = sample(&[
+            (1, "etcd", 1250),
+            (2, "kwok", 500),
+            (3, "etcd", 30),
+            (4, "kwok", 20),
+        ]);
+        let by_name = cpu_seconds_by_name(&start, &end);
+        assert_eq!(by_name.get("etcd"), Some(&2.8));
+        assert_eq!(by_name.get("kwok"), Some(&0.2));
+        assert_eq!(by_name.len(), 2);
+    }
 
     #[test]
     fn extender_time_is_split_into_the_cycle_points_and_the_rest() {
