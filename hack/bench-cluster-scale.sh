@@ -71,7 +71,12 @@ kubectl() { "$KUBECTL" "$@"; }
 profile=${KOORD_BENCH_IMAGE_PROFILE:-release}
 log "building the harness ($profile)"
 cargo build --locked --profile "$profile" -p e2e --bin koord-scale-bench 2>&1 | tail -1
-BENCH=$REPO/target/$([ "$profile" = dev ] && echo debug || echo release)/koord-scale-bench
+# The harness runs in the cluster's network namespace, where the kubeconfig's 127.0.0.1:6443 is
+# the API server itself: through the host's socat relays every creation, watch event and
+# binding it times would take two more hops. nsenter execs it, so a background run's $! is
+# the harness's pid.
+BENCH=(nsenter --net=/run/netns/koord-local
+  "$REPO/target/$([ "$profile" = dev ] && echo debug || echo release)/koord-scale-bench")
 
 # Simulated nodes renew their Lease every 150 s instead of every 10 s (see lib.sh), and
 # kube-controller-manager waits 900 s before it calls a node unreachable: at 10 s, 5,000 leases
@@ -244,7 +249,7 @@ scheduler_targets() {
 
 if [ -z "$only" ]; then
   log "the real koordlet's writes (180 s, before any simulated node exists)"
-  "$BENCH" reporters --seconds 180 | tee -a "$results"
+  "${BENCH[@]}" reporters --seconds 180 | tee -a "$results"
 fi
 
 # One timed run: run_schedule SCHEDULER LABEL SCHEDULE-OPTIONS...
@@ -254,7 +259,7 @@ run_schedule() {
   [ "$scheduler" = koord-scheduler ] && extender=(--extender-pods "$extender_pods")
   mapfile -t targets < <(scheduler_targets "$scheduler")
   before=$(scheduler_timings "${targets[@]}")
-  row=$("$BENCH" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
+  row=$("${BENCH[@]}" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
     --label "$label" "${extender[@]}")
   after=$(scheduler_timings "${targets[@]}")
   # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
@@ -274,20 +279,20 @@ IFS=, read -r -a counts <<< "$nodes_list"
 for count in "${counts[@]}"; do
   prefix=scale$count
   log "== $count nodes"
-  "$BENCH" cleanup --prefix "$prefix" > /dev/null
+  "${BENCH[@]}" cleanup --prefix "$prefix" > /dev/null
   uptime | tee "$out/load-$count-before.txt" >&2
   ready_timeout=()
   [ -n "$only" ] && ready_timeout=(--ready-timeout 0)
-  "$BENCH" nodes --prefix "$prefix" --count "$count" "${ready_timeout[@]}" | tee -a "$results"
-  "$BENCH" converge --prefix "$prefix" --count "$count" --manager-pid "$(manager_pid)" \
+  "${BENCH[@]}" nodes --prefix "$prefix" --count "$count" "${ready_timeout[@]}" | tee -a "$results"
+  "${BENCH[@]}" converge --prefix "$prefix" --count "$count" --manager-pid "$(manager_pid)" \
     --manager-pod "$(manager_pod)" --timeout 600 \
     | tee -a "$results"
   if [ -n "$only" ]; then
     uptime | tee "$out/load-$count-after.txt" >&2
-    "$BENCH" cleanup --prefix "$prefix" | tee -a "$results"
+    "${BENCH[@]}" cleanup --prefix "$prefix" | tee -a "$results"
     continue
   fi
-  "$BENCH" heartbeat --prefix "$prefix" --count "$count" --interval 60 2> "$out/heartbeat-$count.log" &
+  "${BENCH[@]}" heartbeat --prefix "$prefix" --count "$count" --interval 60 2> "$out/heartbeat-$count.log" &
   heartbeat_pid=$!
   schedulers=(default-scheduler koord-scheduler)
   [ -n "$upstream" ] && schedulers+=(koord-scheduler-upstream)
@@ -305,7 +310,7 @@ for count in "${counts[@]}"; do
   kill "$heartbeat_pid" 2>/dev/null || true
   heartbeat_pid=""
   uptime | tee "$out/load-$count-after.txt" >&2
-  "$BENCH" cleanup --prefix "$prefix" | tee -a "$results"
+  "${BENCH[@]}" cleanup --prefix "$prefix" | tee -a "$results"
 done
 
 python3 - "$results" "$manager_qps" "$manager_burst" <<'EOF'
