@@ -7,7 +7,7 @@
 //! - `nodes --prefix P --count N [--ready-timeout S]`: Nodes (32 CPUs, 128 GiB, 110 pods,
 //!   KWOK's annotation and taint), a NodeMetric per node, a NodeResourceTopology with a CPU
 //!   topology on every 5th and a Device with 8 GPUs on every 10th; waits up to S seconds (by
-//!   default 60 + N/20) until they are all Ready and rid of the not-ready taint, or not at all
+//!   default 180 + N/10) until they are all Ready and rid of the not-ready taint, or not at all
 //!   with 0.
 //! - `converge --prefix P --count N [--manager-pid PID] [--manager-pod POD] [--timeout S]`:
 //!   writes a fresh NodeMetric status for every node, then times how long until every Node
@@ -362,7 +362,9 @@ async fn make_nodes(client: &Client, options: &Options) -> anyhow::Result<Value>
     let created = started.elapsed();
     eprintln!("{count} nodes and their objects created in {created:.1?}");
     // 0: do not wait for KWOK (the manager's convergence does not need Ready nodes).
-    let ready_timeout = options.number("ready-timeout", Some(60 + count / 20), 86_400)?;
+    // The default leaves room for kube-controller-manager lifting the not-ready taints, which
+    // took 270 s after creation at 5,000 nodes and over 60 s for 10 of 50 reused node names.
+    let ready_timeout = options.number("ready-timeout", Some(180 + count / 10), 86_400)?;
     let nodes: Api<Node> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(ready_timeout);
     if ready_timeout > 0 {
