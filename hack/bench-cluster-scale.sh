@@ -111,9 +111,13 @@ fi
 if [ "$skip_images" = 0 ]; then
   "$LC" images --profile "$profile" | tail -1
 fi
-# Defaults, plus: extender metrics on (its share of each cycle), and koordlet only on the real
-# node (the simulated nodes' NodeMetrics come from the harness, at koordlet's cadence).
-"$LC" install --set scheduler.monitorEnabled=true \
+# Defaults, plus: extender metrics on (its share of each cycle), koordlet only on the real node
+# (the simulated nodes' NodeMetrics come from the harness, at koordlet's cadence), and the
+# manager's EnableSyncGPUSharedResource gate (upstream's, off by default), so that GPU Nodes
+# advertise koordinator.sh/gpu.shared, which the pod webhook adds to the shared-GPU pods: with
+# it off, a scheduler that checks every extended resource itself (kube-scheduler alone,
+# upstream's koord-scheduler) cannot place those pods, and upstream's retried them for minutes.
+"$LC" install --set scheduler.monitorEnabled=true --set featureGates=EnableSyncGPUSharedResource=true \
   --set manager.apiClient.qps="$manager_qps" --set manager.apiClient.burst="$manager_burst" \
   --set-json 'koordlet.nodeAffinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["kwok"]}]}]}}}' | tail -1
 if [ -z "$only" ]; then

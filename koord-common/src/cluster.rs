@@ -307,6 +307,14 @@ pub fn error_chain(err: &(dyn StdError + 'static)) -> String {
     parts.join(": ")
 }
 
+/// Clears an object's managed fields before it is cached. No component reads
+/// them, and on Nodes and Pods (every writer of a status adds an entry) they
+/// are a large share of each object: at 5,000 nodes they were about two thirds
+/// of koord-manager's memory.
+pub fn drop_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,5 +422,27 @@ mod tests {
         };
         assert_eq!(error_chain(&inner), "connection refused");
         assert!(error_chain(&outer).starts_with("cannot load"));
+    }
+
+    #[test]
+    fn managed_fields_are_dropped_and_the_rest_of_the_metadata_kept() {
+        use k8s_openapi::api::core::v1::Node;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                resource_version: Some("7".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("kubelet".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        drop_managed_fields(&mut node);
+        assert_eq!(node.metadata.managed_fields, None);
+        assert_eq!(node.metadata.name.as_deref(), Some("n1"));
+        assert_eq!(node.metadata.resource_version.as_deref(), Some("7"));
     }
 }

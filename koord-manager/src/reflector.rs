@@ -27,8 +27,11 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).modify(drop_managed_fields))
-        .default_backoff();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, config).modify(koord_common::cluster::drop_managed_fields),
+    )
+    .default_backoff();
     tokio::spawn(async move {
         let mut stream = Box::pin(stream);
         while let Some(event) = stream.next().await {
@@ -39,8 +42,4 @@ where
         }
     });
     reader
-}
-
-fn drop_managed_fields<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
 }

@@ -196,6 +196,7 @@ async fn feed<K>(
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut events = watcher(api, watcher::Config::default())
+        .modify(koord_common::cluster::drop_managed_fields)
         .default_backoff()
         .boxed();
     let mut initial: Vec<Object> = Vec::new();

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
 
+use koord_common::cluster::drop_managed_fields;
+
 use apis::scheduling::v1alpha1::PodMigrationJob;
 use apis::slo::v1alpha1::NodeMetric;
 use futures::StreamExt;
@@ -67,10 +69,6 @@ where
         }
     });
     reader
-}
-
-fn drop_managed_fields<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
 }
 
 fn trim_node(node: &mut Node) {
