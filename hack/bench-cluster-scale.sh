@@ -120,6 +120,19 @@ fi
 "$LC" install --set scheduler.monitorEnabled=true --set featureGates=EnableSyncGPUSharedResource=true \
   --set manager.apiClient.qps="$manager_qps" --set manager.apiClient.burst="$manager_burst" \
   --set-json 'koordlet.nodeAffinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["kwok"]}]}]}}}' | tail -1
+# Images built this run carry the same tags as the ones the running pods use, and an install
+# whose values did not change rolls nothing: restart every component so that none runs an
+# older build than the one just imported.
+if [ "$skip_images" = 0 ]; then
+  workloads=$(kubectl -n koordinator-system get deployment,daemonset -o name)
+  for workload in $workloads; do
+    kubectl -n koordinator-system rollout restart "$workload" > /dev/null
+  done
+  for workload in $workloads; do
+    kubectl -n koordinator-system rollout status "$workload" --timeout=300s > /dev/null
+  done
+  log "restarted the components on the images just built"
+fi
 if [ -z "$only" ]; then
   "$LC" kwok up 2>&1 | tail -1
 fi
