@@ -470,9 +470,15 @@ impl ElasticQuota {
 
     /// Computes runtime, requests and subtree use for every quota.
     pub fn compute_figures(&self) -> QuotaFigures {
+        self.compute_figures_with(None)
+    }
+
+    /// The figures with `pending`'s requests counted into its quota's
+    /// request, for a pod the cache does not hold yet.
+    fn compute_figures_with(&self, pending: Option<(&str, &Resources)>) -> QuotaFigures {
         let mut figures = QuotaFigures::default();
         // Bottom-up: requests and subtree sums.
-        self.walk(ROOT_QUOTA_NAME, &mut figures, 0);
+        self.walk(ROOT_QUOTA_NAME, &mut figures, 0, pending);
 
         // The built-ins keep their max; the rest of the cluster is shared.
         let mut shared_total = self.cluster_total.clone();
@@ -501,16 +507,22 @@ impl ElasticQuota {
         name: &str,
         figures: &mut QuotaFigures,
         depth: usize,
+        pending: Option<(&str, &Resources)>,
     ) -> (Resources, Resources, Resources, Resources) {
         let own = self.usage.get(name).cloned().unwrap_or_default();
         let mut child_request = own.request.clone();
+        if let Some((quota, requests)) = pending
+            && quota == name
+        {
+            child_request.add(requests);
+        }
         let mut used = own.used.clone();
         let mut np_request = own.non_preemptible_request.clone();
         let mut np_used = own.non_preemptible_used.clone();
         if depth < 64 {
             for child in self.children_of(name) {
                 let (child_limited, child_used, child_np_request, child_np_used) =
-                    self.walk(&child.name, figures, depth + 1);
+                    self.walk(&child.name, figures, depth + 1, pending);
                 child_request.add(&child_limited);
                 used.add(&child_used);
                 np_request.add(&child_np_request);
@@ -635,13 +647,21 @@ impl ElasticQuota {
         let own = self.usage.get(&quota_name).cloned().unwrap_or_default();
         // The pod may already be charged as used (a retried bind): do not count it twice.
         let already_used = self.pods.get(&pod.key).is_some_and(|c| c.assigned);
-        self.with_figures(|figures| {
+        let check = |figures: &QuotaFigures| {
             let limit = if self.args.enable_runtime_quota {
-                figures.runtime.get(&quota_name).cloned().unwrap_or_default()
+                figures
+                    .runtime
+                    .get(&quota_name)
+                    .cloned()
+                    .unwrap_or_default()
             } else {
                 quota.max.clone()
             };
-            let used = figures.subtree_used.get(&quota_name).cloned().unwrap_or_default();
+            let used = figures
+                .subtree_used
+                .get(&quota_name)
+                .cloned()
+                .unwrap_or_default();
             let mut exceeded = Vec::new();
             for (resource, _) in quota.max.iter() {
                 let request = pod.requests.get(resource);
@@ -656,7 +676,11 @@ impl ElasticQuota {
             if !exceeded.is_empty() {
                 return Err(Rejection::unschedulable(format!(
                     "Insufficient quotas, quotaName: {quota_name}, {}: {}, used: {}, pod's request: {}, exceedDimensions: [{}]",
-                    if self.args.enable_runtime_quota { "runtime" } else { "max" },
+                    if self.args.enable_runtime_quota {
+                        "runtime"
+                    } else {
+                        "max"
+                    },
                     describe(&limit),
                     describe(&used),
                     describe(&pod.requests),
@@ -670,7 +694,8 @@ impl ElasticQuota {
                     if request <= 0 {
                         continue;
                     }
-                    let after = own.non_preemptible_used.get(resource) + if already_used { 0 } else { request };
+                    let after = own.non_preemptible_used.get(resource)
+                        + if already_used { 0 } else { request };
                     if after > quota.min.get(resource) {
                         exceeded.push(resource.to_string());
                     }
@@ -689,9 +714,15 @@ impl ElasticQuota {
                 let mut current = quota.parent.clone();
                 let mut depth = 0;
                 while !current.is_empty() && current != ROOT_QUOTA_NAME && depth < 64 {
-                    let Some(parent) = self.quotas.get(&current) else { break };
+                    let Some(parent) = self.quotas.get(&current) else {
+                        break;
+                    };
                     let runtime = figures.runtime.get(&current).cloned().unwrap_or_default();
-                    let used = figures.subtree_used.get(&current).cloned().unwrap_or_default();
+                    let used = figures
+                        .subtree_used
+                        .get(&current)
+                        .cloned()
+                        .unwrap_or_default();
                     for (resource, _) in parent.max.iter() {
                         let request = pod.requests.get(resource);
                         if request > 0 && used.get(resource) + request > runtime.get(resource) {
@@ -708,7 +739,15 @@ impl ElasticQuota {
                 }
             }
             Ok(())
-        })
+        };
+        if self.pods.contains_key(&pod.key) {
+            self.with_figures(check)
+        } else {
+            // kube-scheduler can ask about a pod before this cache's watch
+            // has delivered it; upstream counts a pending pod's request into
+            // its quota's runtime, so count this one as if it had arrived.
+            check(&self.compute_figures_with(Some((&quota_name, &pod.requests))))
+        }
     }
 
     /// A quota, or one above it, whose amounts cannot be read admits no

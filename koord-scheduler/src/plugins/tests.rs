@@ -1326,3 +1326,27 @@ fn quota_charge_blocks_a_second_pod_until_the_assumption_expires() {
     assert!(s.cache.pod("default/job").unwrap().node.is_none());
     assert_eq!(filter(&s, "default/job-2", t0()).feasible, vec!["n1"]);
 }
+
+#[test]
+fn a_pod_filtered_before_the_watch_delivers_it_counts_in_its_quota() {
+    // kube-scheduler can call Filter before the extender's own watch has the pod: its request
+    // must count into its quota's runtime as a cached pending pod's does (team-b uses 1 of its
+    // min 2, so team-a may borrow up to what it requests).
+    let cached = quota_cluster("", "1");
+    let pod_info = cached.cache.pod("default/a-pending").unwrap().clone();
+    let mut uncached = quota_cluster("", "1");
+    uncached.apply(crate::cache::Change::Delete(pod(PodSpec {
+        name: "a-pending",
+        requests: &[("cpu", "3")],
+        labels: &[("quota.scheduling.koordinator.sh/name", "team-a")],
+        ..PodSpec::default()
+    })));
+    assert!(uncached.cache.pod("default/a-pending").is_none());
+    let state = uncached
+        .pre_filter(&pod_info, t0())
+        .unwrap_or_else(|rejection| panic!("refused: {rejection:?}"));
+    assert_eq!(
+        uncached.filter(&pod_info, None, &state).feasible,
+        vec!["n1", "n2"]
+    );
+}
