@@ -595,19 +595,19 @@ fn cpu_seconds_by_name(
 /// sample and the last `KEPT` (enough to reach back past the minute without progress after
 /// which a run gives up), so the run's CPU can be cut at its last binding.
 struct CpuSampler {
-    samples: Arc<std::sync::Mutex<(Option<CpuStamp>, std::collections::VecDeque<CpuStamp>)>>,
+    samples: Arc<std::sync::Mutex<CpuSamples>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 type CpuStamp = (Instant, HashMap<u32, (String, u64)>);
+/// The first sample, and the most recent ones.
+type CpuSamples = (Option<CpuStamp>, std::collections::VecDeque<CpuStamp>);
 
 impl CpuSampler {
     const KEPT: usize = 90;
 
     fn start() -> Self {
-        let samples: Arc<
-            std::sync::Mutex<(Option<CpuStamp>, std::collections::VecDeque<CpuStamp>)>,
-        > = Arc::default();
+        let samples: Arc<std::sync::Mutex<CpuSamples>> = Arc::default();
         let task = tokio::spawn({
             let samples = samples.clone();
             async move {
