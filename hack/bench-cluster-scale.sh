@@ -6,7 +6,9 @@
 #   - scheduling: the same pods for kube-scheduler alone (the control plane's default-scheduler),
 #     for kube-scheduler with our extender (the chart's koord-scheduler), and for upstream's
 #     koord-scheduler when given as a binary; a burst each (throughput), then paced runs
-#     (latency) in --paced-rounds rounds that take the schedulers in turn;
+#     (latency) in --paced-rounds rounds that take the schedulers in turn; before each run of a
+#     Koordinator scheduler, one Reservation per reservation-owner pod of the mix (1 %), which
+#     that scheduler places first (kube-scheduler alone gets the same pods, no Reservations);
 # and the NodeMetric/NRT writes the real koordlet makes, per 1,000 nodes.
 #
 #   hack/bench-cluster-scale.sh [--nodes 1000,5000] [--pods 10000] [--paced-pods 300]
@@ -47,7 +49,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --manager-qps) manager_qps=$2; shift 2 ;;
     --manager-burst) manager_burst=$2; shift 2 ;;
-    *) sed -n '2,29p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
   esac
 done
 [[ $nodes_list =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "--nodes: a comma-separated list of counts" >&2; exit 2; }
@@ -272,12 +274,14 @@ fi
 # One timed run: run_schedule SCHEDULER LABEL SCHEDULE-OPTIONS...
 run_schedule() {
   local scheduler=$1 label=$2; shift 2
-  local extender=() targets before after row
+  local extender=() reserve=(--reserve 1) targets before after row
   [ "$scheduler" = koord-scheduler ] && extender=(--extender-pods "$extender_pods")
+  # kube-scheduler alone knows nothing of Reservations.
+  [ "$scheduler" = default-scheduler ] && reserve=()
   mapfile -t targets < <(scheduler_targets "$scheduler")
   before=$(scheduler_timings "${targets[@]}")
   row=$("${BENCH[@]}" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
-    --label "$label" "${extender[@]}")
+    --label "$label" "${extender[@]}" "${reserve[@]}")
   after=$(scheduler_timings "${targets[@]}")
   # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
   # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
@@ -356,6 +360,15 @@ for r in rows:
 print("runs, alg ms: the scheduler's algorithm runs (failed attempts included) and their mean, from its own metrics;")
 print("ext ms: time inside our extender's Filter and Score per run, from the extender's metrics; share: ext / alg;")
 print("placed ms: the scheduler's mean attempt for the pods it placed, binding included, from its own metrics")
+print()
+print("%-40s %9s %9s %15s" % ("Reservations", "placed", "seconds", "owners in one"))
+for r in rows:
+    if r["part"] == "schedule" and "owner_pods" in r:
+        placed = "%d/%d" % (r["reservations_placed"], r["reservations"]) if "reservations" in r else "-"
+        seconds = "%.1f" % r["reservations_seconds"] if "reservations_seconds" in r else "-"
+        print("%-40s %9s %9s %15s" % (r["label"], placed, seconds, "%d/%d" % (r["owner_pods_in_reservation"], r["owner_pods_bound"])))
+print("placed: Reservations the scheduler placed before the pods came (kube-scheduler alone gets none); seconds: creation")
+print("to the last placed; owners in one: owner pods bound into a Reservation / owner pods bound")
 print()
 # Where the machine's two CPUs went in each run (first creation to last binding), per bound pod.
 components = ["kube-apiserver", "etcd", "kube-scheduler", "koord-scheduler", "koord-manager", "kwok", "koord-scale-ben", "koordlet"]

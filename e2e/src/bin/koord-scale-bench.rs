@@ -17,11 +17,14 @@
 //! - `heartbeat --prefix P --count N [--interval S]`: rewrites every NodeMetric status each
 //!   interval (koordlet's default report interval is 60 s), as the node agents would.
 //! - `schedule --scheduler NAME --namespace NS --pods N [--rate R] [--timeout S]
-//!   [--extender-pods a,b]`: creates the pods (a fixed mix, below) for scheduler NAME, as fast
-//!   as the API server takes them (`--rate 0`) or paced at R pods/s, and reports pods/s from the
-//!   first creation to the last binding, and per-pod latency (creation answered → binding seen
-//!   on a watch) percentiles; with the extender's pods, its share of that time from its own
-//!   `scheduler_framework_extension_point_duration_seconds`. Deletes the pods afterwards.
+//!   [--extender-pods a,b] [--reserve 1]`: creates the pods (a fixed mix, below) for scheduler
+//!   NAME, as fast as the API server takes them (`--rate 0`) or paced at R pods/s, and reports
+//!   pods/s from the first creation to the last binding, and per-pod latency (creation answered
+//!   → binding seen on a watch) percentiles; with the extender's pods, its share of that time
+//!   from its own `scheduler_framework_extension_point_duration_seconds`. With `--reserve 1`
+//!   it first creates one Reservation per reservation-owner pod of the mix, for scheduler NAME,
+//!   waits until the scheduler has placed them, and reports how many owner pods were bound into
+//!   one. Deletes the pods and Reservations afterwards.
 //! - `reporters [--seconds S]`: the NodeMetric and NodeResourceTopology writes the real
 //!   koordlets make over S seconds, per 1,000 nodes.
 //! - `cleanup --prefix P`: removes what `nodes` made.
@@ -50,7 +53,7 @@ const USAGE: &str =
   converge  --prefix P --count N [--manager-pid PID] [--manager-pod POD] [--timeout S]
   heartbeat --prefix P --count N [--interval S]
   schedule  --scheduler NAME --namespace NS --pods N [--rate PODS_PER_S] [--timeout S]
-            [--extender-pods POD,POD] [--label TEXT]
+            [--extender-pods POD,POD] [--label TEXT] [--reserve 0|1]
   reporters [--seconds S]
   cleanup   --prefix P";
 
@@ -187,6 +190,18 @@ fn devices(client: &Client) -> Api<DynamicObject> {
     Api::all_with(
         client.clone(),
         &resource("scheduling.koordinator.sh", "v1alpha1", "Device", "devices"),
+    )
+}
+
+fn reservations(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource(
+            "scheduling.koordinator.sh",
+            "v1alpha1",
+            "Reservation",
+            "reservations",
+        ),
     )
 }
 
@@ -748,9 +763,31 @@ async fn heartbeat(client: &Client, options: &Options) -> anyhow::Result<Value> 
     }
 }
 
+/// The label reservation-owner pods carry and the bench's Reservations select owners by.
+const OWNER_LABEL: &str = "scale-bench/reservation-owner";
+
+/// What a reservation-owner pod requests, and what each Reservation holds for one.
+fn owner_requests() -> Value {
+    json!({"cpu": "2", "memory": "4Gi"})
+}
+
+/// Pods of the mix that own a Reservation (1 %): pods 50, 150, 250, ...
+fn is_reservation_owner(index: u64) -> bool {
+    index % 100 == 50
+}
+
+/// Placement of a bench object: the simulated nodes only.
+fn on_simulated_nodes() -> Value {
+    json!({
+        "nodeSelector": {"type": "kwok"},
+        "tolerations": [{"key": KWOK_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    })
+}
+
 /// The benchmark's pod mix (by index): a third batch pods (batch resources, koord-batch
-/// priority), LSR pods with whole CPUs (2 %), shared-GPU pods (2 %), the rest prod pods; each
-/// in one of ten ElasticQuotas. Pods go only to the simulated nodes.
+/// priority), LSR pods with whole CPUs (2 %), shared-GPU pods (2 %), reservation owners (1 %,
+/// prod pods that any of the run's Reservations takes), the rest prod pods; each in one of ten
+/// ElasticQuotas. Pods go only to the simulated nodes.
 fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> {
     let mut labels = json!({"quota.scheduling.koordinator.sh/name": format!("team-{}", index % 10),
                             "app": "scale-bench"});
@@ -760,6 +797,10 @@ fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> 
             labels["koordinator.sh/qosClass"] = json!("LSR");
             limits = json!({"cpu": "4", "memory": "8Gi"});
             (json!({"cpu": "4", "memory": "8Gi"}), "koord-prod")
+        }
+        50 => {
+            labels[OWNER_LABEL] = json!("true");
+            (owner_requests(), "koord-prod")
         }
         30 | 80 => {
             let shared =
@@ -786,17 +827,83 @@ fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> 
     if let Some(batch) = requests.get("kubernetes.io/batch-cpu") {
         limits = json!({"kubernetes.io/batch-cpu": batch, "kubernetes.io/batch-memory": "1Gi"});
     }
+    let mut spec = on_simulated_nodes();
+    spec["schedulerName"] = json!(scheduler);
+    spec["priorityClassName"] = json!(priority);
+    spec["containers"] = json!([{"name": "main", "image": "scale-bench/none",
+                                 "resources": {"requests": requests, "limits": limits}}]);
     Ok(serde_json::from_value(json!({
         "metadata": {"name": format!("p-{index:06}"), "labels": labels},
-        "spec": {
-            "schedulerName": scheduler,
-            "priorityClassName": priority,
-            "nodeSelector": {"type": "kwok"},
-            "tolerations": [{"key": KWOK_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "main", "image": "scale-bench/none",
-                            "resources": {"requests": requests, "limits": limits}}]
-        }
+        "spec": spec
     }))?)
+}
+
+/// A Reservation for scheduler `scheduler` that holds one owner pod's requests on a simulated
+/// node for any pod with the owner label, once (upstream's default, allocateOnce).
+fn bench_reservation(index: u64, scheduler: &str) -> anyhow::Result<DynamicObject> {
+    let mut spec = on_simulated_nodes();
+    spec["schedulerName"] = json!(scheduler);
+    spec["priorityClassName"] = json!("koord-prod");
+    spec["containers"] = json!([{"name": "main", "image": "scale-bench/none",
+                                 "resources": {"requests": owner_requests()}}]);
+    dynamic(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": format!("r-{index:05}"), "labels": {"app": "scale-bench"}},
+        "spec": {
+            "template": {"spec": spec},
+            "owners": [{"labelSelector": {"matchLabels": {OWNER_LABEL: "true"}}}],
+            "ttl": "1h"
+        }
+    }))
+}
+
+/// Creates `count` Reservations for `scheduler` and waits (up to `timeout`) until the
+/// scheduler has placed them all; returns how many it placed and the seconds that took.
+async fn make_reservations(
+    client: &Client,
+    scheduler: &str,
+    count: u64,
+    timeout: Duration,
+) -> anyhow::Result<(u64, f64)> {
+    let api = reservations(client);
+    let started = Instant::now();
+    let bodies: Vec<DynamicObject> = (0..count)
+        .map(|index| bench_reservation(index, scheduler))
+        .collect::<anyhow::Result<_>>()?;
+    futures::stream::iter(bodies)
+        .map(|body| {
+            let api = api.clone();
+            async move {
+                let name = body.metadata.name.clone().unwrap_or_default();
+                api.create(&PostParams::default(), &body)
+                    .await
+                    .with_context(|| format!("Reservation {name}"))
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let selector = ListParams::default().labels("app=scale-bench");
+    loop {
+        let placed = api
+            .list(&selector)
+            .await?
+            .items
+            .iter()
+            .filter(|r| reservation_available(r))
+            .count() as u64;
+        if placed >= count || started.elapsed() > timeout {
+            return Ok((placed, started.elapsed().as_secs_f64()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Placed on a node and ready for its owners.
+fn reservation_available(reservation: &DynamicObject) -> bool {
+    let status = &reservation.data["status"];
+    status["phase"] == "Available" && status["nodeName"].as_str().is_some_and(|n| !n.is_empty())
 }
 
 /// The extender's own time (seconds) over its pods, read through the API server's pod proxy:
@@ -885,21 +992,26 @@ async fn ensure_namespace(client: &Client, namespace: &str) -> anyhow::Result<()
     Ok(())
 }
 
-async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
+/// Deletes every object of `api` labelled `app=scale-bench` (pods, Reservations) and waits
+/// until they are gone.
+async fn delete_bench_objects<K>(api: &Api<K>, what: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let no_grace = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::background()
     };
     let selector = ListParams::default().labels("app=scale-bench");
     let deadline = Instant::now() + Duration::from_secs(600);
-    // One pod per request, a few at a time: the API server works through a collection delete
-    // one item after another (at 5,000 nodes, 4,600 pods were left after 600 s), and a loaded
-    // API server drops some requests, so each round deletes what the last one left.
+    // One object per request, a few at a time: the API server works through a collection
+    // delete one item after another (at 5,000 nodes, 4,600 pods were left after 600 s), and a
+    // loaded API server drops some requests, so each round deletes what the last one left.
     loop {
-        let names = match names_of(pods, &selector).await {
+        let names = match names_of(api, &selector).await {
             Ok(names) => Some(names),
             Err(err) => {
-                eprintln!("listing bench pods: {err}; retrying");
+                eprintln!("listing bench {what}: {err}; retrying");
                 None
             }
         };
@@ -908,11 +1020,11 @@ async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
         }
         ensure!(
             Instant::now() < deadline,
-            "bench pods still there after 600 s (last count {:?})",
+            "bench {what} still there after 600 s (last count {:?})",
             names.as_ref().map(Vec::len)
         );
         let failed = futures::stream::iter(names.iter().flatten())
-            .map(|name| pods.delete(name, &no_grace))
+            .map(|name| api.delete(name, &no_grace))
             .buffer_unordered(CONCURRENCY)
             .filter(|result| {
                 let done = match result {
@@ -925,7 +1037,7 @@ async fn delete_pods(pods: &Api<Pod>) -> anyhow::Result<()> {
             .count()
             .await;
         if failed > 0 {
-            eprintln!("deleting bench pods: {failed} requests failed; retrying");
+            eprintln!("deleting bench {what}: {failed} requests failed; retrying");
         }
         if failed > 0 || names.is_none() {
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -950,18 +1062,33 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
                 .collect()
         })
         .unwrap_or_default();
+    let reserve = options.number("reserve", Some(0), 1)? == 1;
     ensure_namespace(client, &namespace).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    delete_pods(&pods).await?;
+    delete_bench_objects(&pods, "pods").await?;
+    delete_bench_objects(&reservations(client), "Reservations").await?;
+    let owners = (0..count).filter(|i| is_reservation_owner(*i)).count() as u64;
+    let reserved = if reserve && owners > 0 {
+        // Minutes at most: the schedulers place a Reservation as they place a pod.
+        let (placed, seconds) =
+            make_reservations(client, &scheduler, owners, Duration::from_secs(300)).await?;
+        eprintln!("{label}: {placed} of {owners} Reservations placed in {seconds:.1} s");
+        Some((placed, seconds))
+    } else {
+        None
+    };
 
     // Bindings are seen on a watch started before the first creation.
     let list = pods.list(&ListParams::default().limit(1)).await?;
     let version = list.metadata.resource_version.unwrap_or_default();
     let created_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    // Pods bound into a Reservation: the scheduler annotates them before the binding.
+    let in_reservation: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
     let watcher = tokio::spawn({
         let pods = pods.clone();
         let bound_at = bound_at.clone();
+        let in_reservation = in_reservation.clone();
         async move {
             let mut version = version;
             loop {
@@ -997,6 +1124,14 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
                         version = v;
                     }
                     let node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                    let reserved = pod.metadata.annotations.as_ref().is_some_and(|a| {
+                        a.contains_key(
+                            apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED,
+                        )
+                    });
+                    if let (true, Some(name)) = (reserved, &pod.metadata.name) {
+                        in_reservation.lock().await.insert(name.clone());
+                    }
                     if let (Some(_), Some(name)) = (node, pod.metadata.name) {
                         bound_at
                             .lock()
@@ -1093,6 +1228,30 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         "latency_ms": {"p50": percentile(&latencies, 50.0), "p90": percentile(&latencies, 90.0),
                         "p99": percentile(&latencies, 99.0), "max": percentile(&latencies, 100.0)},
     });
+    // Owner pods bound, and those of them bound into a Reservation (a pod annotated as
+    // allocated whose binding the watch saw).
+    let owners_bound = bound_at
+        .keys()
+        .filter(|name| {
+            name.strip_prefix("p-")
+                .and_then(|i| i.parse().ok())
+                .is_some_and(is_reservation_owner)
+        })
+        .count();
+    let owners_in_reservation = in_reservation
+        .lock()
+        .await
+        .iter()
+        .filter(|name| bound_at.contains_key(*name))
+        .count();
+    report["owner_pods"] = json!(owners);
+    report["owner_pods_bound"] = json!(owners_bound);
+    report["owner_pods_in_reservation"] = json!(owners_in_reservation);
+    if let Some((placed, seconds)) = reserved {
+        report["reservations"] = json!(owners);
+        report["reservations_placed"] = json!(placed);
+        report["reservations_seconds"] = json!(seconds);
+    }
     if !extender_pods.is_empty() {
         // Per scheduling-algorithm run once the script adds kube-scheduler's own count.
         report["extender_cycle_seconds"] = json!(extender.cycle);
@@ -1104,7 +1263,9 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
     report["cpu_window_seconds"] = json!(cpu_window);
     drop((created_at, bound_at));
     // The figures are kept even when the pods cannot be removed; the row says so.
-    if let Err(err) = delete_pods(&pods).await {
+    if let Err(err) = delete_bench_objects(&pods, "pods").await {
+        report["cleanup_error"] = json!(format!("{err:#}"));
+    } else if let Err(err) = delete_bench_objects(&reservations(client), "Reservations").await {
         report["cleanup_error"] = json!(format!("{err:#}"));
     }
     Ok(report)
@@ -1225,6 +1386,63 @@ scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Score
         )));
         assert!(!node_ready(&node("False", &[])));
         assert!(!node_ready(&Node::default()));
+    }
+
+    #[test]
+    fn the_reservations_take_the_owner_pods_of_the_mix_and_no_other() {
+        let object = bench_reservation(3, "koord-scheduler").unwrap();
+        let reservation: apis::scheduling::v1alpha1::Reservation =
+            serde_json::from_value(serde_json::to_value(&object).unwrap()).unwrap();
+        let template = reservation.spec.template.spec.unwrap();
+        assert_eq!(template.scheduler_name.as_deref(), Some("koord-scheduler"));
+        let selector = reservation.spec.owners[0]
+            .label_selector
+            .clone()
+            .unwrap()
+            .match_labels
+            .unwrap();
+        let mut rng = Lcg(1);
+        let selected = |pod: &Pod| {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        };
+        let owner = bench_pod(150, "koord-scheduler", &mut rng).unwrap();
+        assert!(selected(&owner));
+        // An owner asks for what a reservation holds.
+        let requests = |resources: &Option<k8s_openapi::api::core::v1::ResourceRequirements>| {
+            resources.clone().unwrap().requests.unwrap()
+        };
+        assert_eq!(
+            requests(&owner.spec.unwrap().containers[0].resources),
+            requests(&template.containers[0].resources)
+        );
+        for index in (0..300).filter(|i| !is_reservation_owner(*i)) {
+            assert!(
+                !selected(&bench_pod(index, "s", &mut rng).unwrap()),
+                "pod {index}"
+            );
+        }
+        assert_eq!(
+            (0..10_000).filter(|i| is_reservation_owner(*i)).count(),
+            100
+        );
+        assert_eq!((0..300).filter(|i| is_reservation_owner(*i)).count(), 3);
+
+        let with_status = |status: Value| -> DynamicObject {
+            let mut object = object.clone();
+            object.data["status"] = status;
+            object
+        };
+        assert!(reservation_available(&with_status(
+            json!({"phase": "Available", "nodeName": "scale-00001"})
+        )));
+        assert!(!reservation_available(&with_status(
+            json!({"phase": "Pending"})
+        )));
+        assert!(!reservation_available(&with_status(
+            json!({"phase": "Succeeded", "nodeName": "scale-00001"})
+        )));
+        assert!(!reservation_available(&object));
     }
 
     #[test]
