@@ -7,11 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use apis::extension::duration::GoDuration;
-use apis::extension::quantity::QuantityValue;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
-use crate::resources::{Resources, exact_amount};
+use crate::resources::{Resources, bound_amount};
 
 /// Errors reading or validating the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -344,9 +343,8 @@ pub fn quota_group_max(
     };
     let mut max = Resources::new();
     for (name, quantity) in &list {
-        let amount = match exact_amount(name, quantity) {
+        let amount = match bound_amount(name, quantity) {
             Ok(amount) => amount,
-            Err(_) if QuantityValue::of(quantity).is_ok_and(|v| v.is_positive()) => i64::MAX,
             Err(reason) => {
                 return Err(ConfigError::InvalidArgs {
                     plugin: "ElasticQuota".into(),

@@ -120,9 +120,40 @@ pub fn exact_resources(
     list: &BTreeMap<String, Quantity>,
     section: &'static str,
 ) -> Result<Resources, InvalidAmount> {
+    read_resources(list, section, exact_amount)
+}
+
+/// An upper bound read from a cluster object or the args (a quota's max,
+/// its shared weight): an exact amount (see [`exact_amount`]), or, for a
+/// valid positive quantity beyond what 64 bits count, the most an `i64`
+/// holds, a bound nothing reaches. Upstream writes its built-in quotas'
+/// max and shared weight as MaxInt64/5 cores, beyond milli-cores in 64
+/// bits. Negative or unreadable amounts are refused as by [`exact_amount`].
+pub fn bound_amount(name: &str, quantity: &Quantity) -> Result<i64, String> {
+    match exact_amount(name, quantity) {
+        Ok(amount) => Ok(amount),
+        Err(_) if QuantityValue::of(quantity).is_ok_and(|v| v.is_positive()) => Ok(i64::MAX),
+        Err(reason) => Err(reason),
+    }
+}
+
+/// A list of upper bounds (see [`bound_amount`]), or the first that is
+/// refused.
+pub fn bound_resources(
+    list: &BTreeMap<String, Quantity>,
+    section: &'static str,
+) -> Result<Resources, InvalidAmount> {
+    read_resources(list, section, bound_amount)
+}
+
+fn read_resources(
+    list: &BTreeMap<String, Quantity>,
+    section: &'static str,
+    read: fn(&str, &Quantity) -> Result<i64, String>,
+) -> Result<Resources, InvalidAmount> {
     let mut resources = Resources::new();
     for (name, quantity) in list {
-        match exact_amount(name, quantity) {
+        match read(name, quantity) {
             Ok(amount) => resources.set(name, amount),
             Err(reason) => {
                 return Err(InvalidAmount::new(

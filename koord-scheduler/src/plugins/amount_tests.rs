@@ -244,6 +244,53 @@ fn a_quota_whose_min_or_max_is_not_an_exact_amount_admits_no_pod() {
 }
 
 #[test]
+fn quota_objects_in_upstreams_built_in_form_bound_nothing() {
+    // Upstream's koord-scheduler creates its built-in quotas with max and
+    // shared weight of MaxInt64/5 cores (beyond milli-cores in 64 bits); a
+    // cluster moving from upstream keeps those objects.
+    let huge = "1844674407370955161";
+    let weight = format!("{{\"cpu\":\"{huge}\",\"memory\":\"{huge}\"}}");
+    let upstream_form = |name| {
+        quota(
+            name,
+            &[],
+            &[("cpu", huge), ("memory", huge)],
+            &[(
+                "quota.scheduling.koordinator.sh/parent",
+                "koordinator-root-quota",
+            )],
+            &[("quota.scheduling.koordinator.sh/shared-weight", &weight)],
+        )
+    };
+    for config in ["", &only("ElasticQuota", "{enableRuntimeQuota: false}")] {
+        let mut s = scheduler(config);
+        load(
+            &mut s,
+            vec![
+                node("n1", &[("cpu", "16"), ("memory", "64Gi")]),
+                upstream_form("koordinator-default-quota"),
+                upstream_form("team"),
+                pod(PodSpec {
+                    name: "in-default",
+                    requests: &[("cpu", "1"), ("memory", "1Gi")],
+                    ..PodSpec::default()
+                }),
+                pod(PodSpec {
+                    name: "in-team",
+                    requests: &[("cpu", "1"), ("memory", "1Gi")],
+                    labels: &[("quota.scheduling.koordinator.sh/name", "team")],
+                    ..PodSpec::default()
+                }),
+            ],
+        );
+        for pod in ["default/in-default", "default/in-team"] {
+            let outcome = filter(&s, pod, t0());
+            assert_eq!(outcome.feasible, vec!["n1"], "{pod}: {outcome:?}");
+        }
+    }
+}
+
+#[test]
 fn quota_args_whose_built_in_max_cannot_be_read_are_refused_at_start() {
     for args in [
         "{defaultQuotaGroupMax: {cpu: abc}}",

@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::cache::{ClusterCache, ClusterEvent, ObjectKind, PodInfo};
 use crate::config::{ConfigError, ElasticQuotaArgs, ElasticQuotaArgsRaw, parse_args};
 use crate::framework::{AnnotationWrite, CycleState, Plugin, Rejection, StatusWrite};
-use crate::resources::{InvalidAmount, Resources, exact_amount, exact_resources};
+use crate::resources::{InvalidAmount, Resources, bound_resources, exact_amount, exact_resources};
 
 pub const NAME: &str = "ElasticQuota";
 /// API resource the status annotations and `status.used` are written to.
@@ -858,8 +858,9 @@ pub struct QuotaAmounts {
 const SHARED_WEIGHT: &str = "metadata.annotations[quota.scheduling.koordinator.sh/shared-weight]";
 
 /// `spec.min`, `spec.max` and the shared weight (its annotation, else
-/// max, as upstream) of an ElasticQuota, each exact (not negative, not
-/// beyond 64 bits), or the first that is not.
+/// max, as upstream) of an ElasticQuota, or the first that cannot be read:
+/// the min exact (not negative, not beyond 64 bits), the max and the
+/// weight bounds (beyond 64 bits they bound nothing).
 pub fn quota_amounts(object: &ElasticQuotaObject) -> Result<QuotaAmounts, InvalidAmount> {
     let (no_annotations, no_list) = (BTreeMap::new(), BTreeMap::new());
     let annotations = object
@@ -869,12 +870,13 @@ pub fn quota_amounts(object: &ElasticQuotaObject) -> Result<QuotaAmounts, Invali
         .unwrap_or(&no_annotations);
     let max_list = object.spec.max.as_ref().unwrap_or(&no_list);
     let min = exact_resources(object.spec.min.as_ref().unwrap_or(&no_list), "spec.min")?;
-    let max = exact_resources(max_list, "spec.max")?;
+    // Upper bounds: upstream's built-in quota objects carry MaxInt64/5 cores.
+    let max = bound_resources(max_list, "spec.max")?;
     let weight_list = shared_weight_or_max(annotations, max_list);
     let shared_weight = if &weight_list == max_list {
         max.clone()
     } else {
-        exact_resources(&weight_list, SHARED_WEIGHT)?
+        bound_resources(&weight_list, SHARED_WEIGHT)?
     };
     Ok(QuotaAmounts {
         min,
