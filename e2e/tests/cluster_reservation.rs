@@ -1,0 +1,286 @@
+//! Reservations on the local cluster, through the chart's koord-scheduler (the extender and its
+//! reservation controller) and the real kube-scheduler:
+//! 1. the built-in default quota carries upstream's wire form: upstream's koord-scheduler creates
+//!    `koordinator-default-quota` with max and shared weight of MaxInt64/5 cores (beyond 64 bits
+//!    of milli-cores), and a cluster moving from upstream keeps that object. Pods and
+//!    Reservations of namespaces without a quota are charged to it.
+//! 2. two KWOK nodes, A with 8 cpus and B with 16 (so kube-scheduler's own scores prefer B); a
+//!    Reservation of 2 cpus, pinned to A by its template's node selector, is placed there and
+//!    turns Available.
+//! 3. a pod that is not an owner and asks for 7 cpus on A stays Pending: A has 8 cpus, of which
+//!    the Reservation holds 2 for its owners.
+//! 4. once it is gone, an owner pod that both nodes would take lands on A, in the Reservation
+//!    (`scheduling.koordinator.sh/reservation-allocated` names it), and the Reservation, allocated
+//!    once, ends Succeeded with the pod as its owner.
+//!
+//! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`)
+//! and the chart's default Reservation plugin. The nodes (with their NodeMetrics and pods), the
+//! Reservation and the namespace are deleted afterwards, also when the test fails; the default
+//! quota object stays (the quota webhook refuses to delete a built-in quota, as upstream's).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED;
+use apis::scheduling::v1alpha1::Reservation;
+use apis::scheduling_sigs::v1alpha1::ElasticQuota;
+use e2e::cluster::{KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually_within, pod};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const NODE_A: &str = "koord-e2e-resv-a";
+const NODE_B: &str = "koord-e2e-resv-b";
+/// The taint of KWOK's simulated nodes (hack/local-cluster/lib.sh).
+const FAKE_TAINT: &str = "kwok.x-k8s.io/node";
+/// The label both test nodes carry, so the test's pods go to no other node.
+const NODE_LABEL: &str = "koord-e2e-reservation";
+const OWNER_LABEL: &str = "koord-e2e-reservation-owner";
+/// MaxInt64/5: upstream's max (in cores and bytes) of its built-in quotas.
+const UPSTREAM_BUILTIN_MAX: &str = "1844674407370955161";
+
+/// Deletes the nodes and the Reservation when the test ends, also when it fails.
+struct Cleanup {
+    reservation: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let nodes = delete_from_drop(|client| async move {
+            for node in [NODE_A, NODE_B] {
+                e2e::cluster::delete_simulated_node(&client, node).await?;
+            }
+            Ok::<(), kube::Error>(())
+        });
+        let name = self.reservation.clone();
+        let reservation = delete_from_drop(move |client| async move {
+            match Api::<Reservation>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(err) => Err(err),
+            }
+        });
+        if !(nodes && reservation) {
+            eprintln!(
+                "cleanup incomplete (nodes {nodes}, reservation {reservation}): delete nodes \
+                 {NODE_A}, {NODE_B} and Reservation {} by hand",
+                self.reservation
+            );
+        }
+    }
+}
+
+/// Gives `koordinator-default-quota` upstream's form, creating it if no upstream scheduler has.
+async fn default_quota_in_upstream_form(client: &kube::Client) -> anyhow::Result<()> {
+    let quotas = Api::<ElasticQuota>::namespaced(client.clone(), KOORD_NAMESPACE);
+    let max = json!({"cpu": UPSTREAM_BUILTIN_MAX, "memory": UPSTREAM_BUILTIN_MAX});
+    let weight = max.to_string();
+    let form = json!({
+        "metadata": {
+            "name": "koordinator-default-quota", "namespace": KOORD_NAMESPACE,
+            "annotations": {"quota.scheduling.koordinator.sh/shared-weight": weight}
+        },
+        "spec": {"max": max}
+    });
+    if quotas.get_opt("koordinator-default-quota").await?.is_some() {
+        quotas
+            .patch(
+                "koordinator-default-quota",
+                &PatchParams::default(),
+                &Patch::Merge(&form),
+            )
+            .await
+            .context("patching koordinator-default-quota into upstream's form")?;
+    } else {
+        quotas
+            .create(&PostParams::default(), &serde_json::from_value(form)?)
+            .await
+            .context("creating koordinator-default-quota in upstream's form")?;
+    }
+    Ok(())
+}
+
+/// A pod spec for the test nodes: their taint tolerated, only nodes labelled `NODE_LABEL`, plus
+/// `node_selector`.
+fn on_test_nodes(cpu: &str, node_selector: Value) -> Value {
+    let mut selector = json!({ NODE_LABEL: "true" });
+    if let (Some(into), Some(from)) = (selector.as_object_mut(), node_selector.as_object()) {
+        into.extend(from.clone());
+    }
+    json!({
+        "schedulerName": "koord-scheduler",
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": selector,
+        "tolerations": [{"key": FAKE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{
+            "name": "main", "image": e2e::busybox_image(), "command": ["sleep", "3600"],
+            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}
+        }]
+    })
+}
+
+#[tokio::test]
+async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> anyhow::Result<()> {
+    let Some(client) =
+        e2e::cluster_or_skip("an_owner_pod_lands_in_its_reservation_which_others_cannot_take")
+            .await
+    else {
+        return Ok(());
+    };
+    let reservations = Api::<Reservation>::all(client.clone());
+    let name = format!("koord-e2e-resv-{}", std::process::id());
+    let _cleanup = Cleanup {
+        reservation: name.clone(),
+    };
+    default_quota_in_upstream_form(&client).await?;
+    let labels = json!({"labels": { NODE_LABEL: "true" }});
+    let beating_a =
+        e2e::cluster::simulated_node_with_heartbeat(&client, NODE_A, "8", "32Gi", labels.clone())
+            .await?;
+    let beating_b =
+        e2e::cluster::simulated_node_with_heartbeat(&client, NODE_B, "16", "64Gi", labels).await?;
+
+    // 2. The Reservation, pinned to A.
+    let owner_value = name.clone();
+    let reservation: Reservation = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {"spec": on_test_nodes("2", json!({"kubernetes.io/hostname": NODE_A}))},
+            "owners": [{"labelSelector": {"matchLabels": { OWNER_LABEL: owner_value }}}],
+            "ttl": "10m"
+        }
+    }))?;
+    reservations
+        .create(&PostParams::default(), &reservation)
+        .await
+        .context("creating the Reservation")?;
+    let placed = eventually_within(
+        "the Reservation Available on A",
+        Duration::from_secs(90),
+        || async {
+            let current = reservations.get(&name).await?;
+            let status = current.status.clone().unwrap_or_default();
+            let phase = serde_json::to_value(&status.phase)?;
+            Ok((phase == json!("Available")).then_some(status))
+        },
+    )
+    .await
+    .with_context(|| format!("Reservation {name} was not placed"))?;
+    ensure!(
+        placed.node_name.as_deref() == Some(NODE_A),
+        "the Reservation went to {:?}, not {NODE_A}",
+        placed.node_name
+    );
+
+    let namespace = TestNamespace::create(&client, "koord-e2e-resv").await?;
+    let ns = namespace.name.as_str();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+    // 3. A pod that is not an owner cannot take the reserved cpus.
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            ns,
+            "intruder",
+            json!({"spec": on_test_nodes("7", json!({"kubernetes.io/hostname": NODE_A}))}),
+        )?,
+    )
+    .await?;
+    let message = eventually_within("the intruder refused", Duration::from_secs(60), || async {
+        let current = pods.get("intruder").await?;
+        ensure!(
+            current
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none(),
+            "the intruder was bound to {NODE_A}, where the Reservation holds 2 of 8 cpus"
+        );
+        Ok(current
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message))
+    })
+    .await?;
+    // Still not bound a while later (kube-scheduler retries it).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = pods.get("intruder").await?;
+    ensure!(
+        later
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none(),
+        "the intruder was bound after all (first refusal: {message})"
+    );
+    pods.delete("intruder", &DeleteParams::default()).await?;
+    eventually_within("the intruder gone", Duration::from_secs(60), || async {
+        Ok(pods.get_opt("intruder").await?.is_none().then_some(()))
+    })
+    .await?;
+
+    // 4. The owner lands on A, in the Reservation.
+    let owner_labels = json!({ OWNER_LABEL: name });
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            ns,
+            "owner",
+            json!({"metadata": {"labels": owner_labels}, "spec": on_test_nodes("2", json!({}))}),
+        )?,
+    )
+    .await?;
+    let owner = eventually_within("the owner bound", Duration::from_secs(60), || async {
+        let current = pods.get("owner").await?;
+        Ok(current
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .map(|node| (node, current)))
+    })
+    .await?;
+    ensure!(
+        owner.0 == NODE_A,
+        "the owner went to {}, not to {NODE_A} where its Reservation is",
+        owner.0
+    );
+    let allocated = owner
+        .1
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_RESERVATION_ALLOCATED))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        allocated.contains(&name),
+        "the owner's {ANNOTATION_RESERVATION_ALLOCATED} is {allocated:?}, not naming {name}"
+    );
+    eventually_within(
+        "the Reservation Succeeded with the owner",
+        Duration::from_secs(60),
+        || async {
+            let status = reservations.get(&name).await?.status.unwrap_or_default();
+            let phase = serde_json::to_value(&status.phase)?;
+            let owned = status
+                .current_owners
+                .unwrap_or_default()
+                .iter()
+                .any(|o| o.name.as_deref() == Some("owner"));
+            Ok((phase == json!("Succeeded") && owned).then_some(()))
+        },
+    )
+    .await?;
+    beating_a.abort();
+    beating_b.abort();
+    Ok(())
+}
