@@ -72,6 +72,13 @@ fn pod_json() -> Value {
 }
 
 async fn serve(binder: Arc<dyn Binder>) -> SocketAddr {
+    serve_shared(binder).await.0
+}
+
+/// [`serve`], also handing out the scheduler state, as the watch feeds it.
+async fn serve_shared(
+    binder: Arc<dyn Binder>,
+) -> (SocketAddr, koord_scheduler::framework::SharedScheduler) {
     let mut scheduler = koord_scheduler::build_scheduler(
         &SchedulerConfiguration::default(),
         Duration::from_secs(300),
@@ -80,12 +87,13 @@ async fn serve(binder: Arc<dyn Binder>) -> SocketAddr {
     for object in objects() {
         scheduler.apply(Change::Upsert(object));
     }
+    let shared = Arc::new(RwLock::new(scheduler));
     let state = ExtenderState {
-        scheduler: Arc::new(RwLock::new(scheduler)),
+        scheduler: shared.clone(),
         binder,
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
-    common::serve_extender(state).await
+    (common::serve_extender(state).await, shared)
 }
 
 #[tokio::test]
@@ -172,6 +180,35 @@ async fn bind_reserves_and_reports_errors_in_the_binding_result() {
     common::post_ok(addr, "/filter", &filter.to_string()).await;
     let (_, body) = post(addr, "/bind", &unknown.to_string()).await;
     assert!(body.contains("not in the scheduler cache"), "{body}");
+}
+
+#[tokio::test]
+async fn a_bind_that_runs_ahead_of_the_watch_waits_for_the_pod() {
+    let recording = Arc::new(RecordingBinder::default());
+    let (addr, scheduler) = serve_shared(recording.clone()).await;
+    // kube-scheduler's informer has the pod; this process's watch has not
+    // delivered it yet.
+    let mut late = pod_json();
+    late["metadata"]["name"] = json!("late");
+    late["metadata"]["uid"] = json!("late-uid");
+    let filter = json!({"Pod": late, "NodeNames": ["n1"]});
+    common::post_ok(addr, "/filter", &filter.to_string()).await;
+    let watch = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pod = Object::Pod(serde_json::from_value(late).unwrap());
+        scheduler.write().unwrap().apply(Change::Upsert(pod));
+    });
+    let args =
+        json!({"PodName": "late", "PodNamespace": "default", "PodUID": "late-uid", "Node": "n1"});
+    let (status, body) = post(addr, "/bind", &args.to_string()).await;
+    watch.await.unwrap();
+    assert_eq!((status, body.as_str()), (200, r#"{"Error":""}"#));
+    let bound = recording.bound.lock().unwrap().clone();
+    assert_eq!(bound.len(), 1);
+    assert_eq!(
+        (bound[0].name.as_str(), bound[0].node.as_str()),
+        ("late", "n1")
+    );
 }
 
 #[tokio::test]
