@@ -292,6 +292,14 @@ fn check_kube_scheduler_extenders(text: &str) -> Vec<String> {
         return vec!["no extenders".to_string()];
     };
     let mut problems = Vec::new();
+    // kube-scheduler refuses anything but a whole percentage.
+    match &config["percentageOfNodesToScore"] {
+        Value::Null => {}
+        value if value.as_u64().is_some_and(|p| p <= 100) => {}
+        value => problems.push(format!(
+            "percentageOfNodesToScore {value} is not a whole number from 0 to 100"
+        )),
+    }
     let has_verb = |extender: &Value, verb: &str| {
         extender[verb]
             .as_str()
@@ -861,6 +869,21 @@ fn extender_interest_and_kube_scheduler_validation_are_checked() {
         "{problems}"
     );
     assert!(problems.contains("2 extenders with verbs"), "{problems}");
+
+    // A share of nodes kube-scheduler would refuse.
+    for bad in ["150", "12.5", "\"all\""] {
+        let problems =
+            check_kube_scheduler_extenders(&format!("percentageOfNodesToScore: {bad}\n{good}"))
+                .join("\n");
+        assert!(
+            problems.contains("percentageOfNodesToScore"),
+            "{bad}: {problems}"
+        );
+    }
+    assert_eq!(
+        check_kube_scheduler_extenders(&format!("percentageOfNodesToScore: 100\n{good}")),
+        Vec::<String>::new()
+    );
 
     // Without preemptVerb kube-scheduler's victims bypass Koordinator's rules.
     let no_preempt = good.replace("  preemptVerb: preempt\n", "");
