@@ -584,7 +584,8 @@ pub const WATCH_LAG_ALLOWANCE: std::time::Duration = std::time::Duration::from_s
 /// [`WATCH_LAG_ALLOWANCE`] has passed. Reads take the shared lock briefly;
 /// nothing is held while waiting.
 async fn wait_for_watched_pod(state: &ExtenderState, key: &str) {
-    let deadline = Instant::now() + WATCH_LAG_ALLOWANCE;
+    // Tokio's clock, so a runtime with paused time (the fuzz target) skips the wait.
+    let deadline = tokio::time::Instant::now() + WATCH_LAG_ALLOWANCE;
     loop {
         let waiting = match state.scheduler.read() {
             Ok(scheduler) => {
@@ -597,7 +598,7 @@ async fn wait_for_watched_pod(state: &ExtenderState, key: &str) {
             }
             Err(_) => false,
         };
-        if !waiting || Instant::now() >= deadline {
+        if !waiting || tokio::time::Instant::now() >= deadline {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
