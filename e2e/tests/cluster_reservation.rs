@@ -192,25 +192,11 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
         )?,
     )
     .await?;
-    let message = eventually_within("the intruder refused", Duration::from_secs(60), || async {
-        let current = pods.get("intruder").await?;
-        ensure!(
-            current
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_none(),
-            "the intruder was bound to {NODE_A}, where the Reservation holds 2 of 8 cpus"
-        );
-        Ok(current
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.message))
-    })
-    .await?;
+    let message = e2e::cluster::unschedulable_message(&pods, "intruder", Duration::from_secs(60))
+        .await
+        .with_context(|| {
+            format!("the intruder on {NODE_A}, where the Reservation holds 2 of 8 cpus")
+        })?;
     // Still not bound a while later (kube-scheduler retries it).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let later = pods.get("intruder").await?;
