@@ -5,10 +5,11 @@
 #     carries batch allocatable, node-status writes, the manager's CPU, RSS and bytes sent;
 #   - scheduling: the same pods for kube-scheduler alone (the control plane's default-scheduler),
 #     for kube-scheduler with our extender (the chart's koord-scheduler), and for upstream's
-#     koord-scheduler when given as a binary; a burst each (throughput), then paced runs
-#     (latency) in --paced-rounds rounds that take the schedulers in turn; before each run of a
-#     Koordinator scheduler, one Reservation per reservation-owner pod of the mix (1 %), which
+#     koord-scheduler when given as a binary; a burst each (throughput), before each burst of a
+#     Koordinator scheduler one Reservation per reservation-owner pod of the mix (1 %), which
 #     that scheduler places first (kube-scheduler alone gets the same pods, no Reservations);
+#     then --paced-rounds paced runs (latency), each of every scheduler at once, their pods
+#     interleaved (--paced-pods each, --paced-rate all together);
 # and the NodeMetric/NRT writes the real koordlet makes, per 1,000 nodes.
 #
 #   hack/bench-cluster-scale.sh [--nodes 1000,5000] [--pods 10000] [--paced-pods 300]
@@ -271,6 +272,19 @@ if [ -z "$only" ]; then
   "${BENCH[@]}" reporters --seconds 180 | tee -a "$results"
 fi
 
+# Adds a scheduler's own figures to a run's ROW, from its timings BEFORE and AFTER the run:
+# per algorithm run (failed attempts included) its mean, and the part of it spent inside our
+# extender's Filter and Score; per placed pod its attempt with binding.
+with_timings() {
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1])
+n, s, placed, placed_s = (b - a for a, b in zip(map(float, sys.argv[2].split()), map(float, sys.argv[3].split())))
+if n > 0:
+  r["algorithm_runs"] = int(n); r["algorithm_ms_mean"] = s * 1000 / n
+  if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
+if placed > 0: r["placed_attempt_ms_mean"] = placed_s * 1000 / placed
+print(json.dumps(r))' "$1" "$2" "$3"
+}
+
 # One timed run: run_schedule SCHEDULER LABEL SCHEDULE-OPTIONS...
 run_schedule() {
   local scheduler=$1 label=$2; shift 2
@@ -283,16 +297,33 @@ run_schedule() {
   row=$("${BENCH[@]}" schedule --scheduler "$scheduler" --namespace scale-bench "$@" \
     --label "$label" "${extender[@]}" "${reserve[@]}")
   after=$(scheduler_timings "${targets[@]}")
-  # Per algorithm run (failed attempts included): the scheduler's mean, and the part of it
-  # spent inside our extender's Filter and Score; per placed pod: its attempt with binding.
-  row=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])
-n, s, placed, placed_s = (b - a for a, b in zip(map(float, sys.argv[2].split()), map(float, sys.argv[3].split())))
-if n > 0:
-  r["algorithm_runs"] = int(n); r["algorithm_ms_mean"] = s * 1000 / n
-  if "extender_cycle_seconds" in r: r["extender_cycle_ms_per_run"] = r["extender_cycle_seconds"] * 1000 / n
-if placed > 0: r["placed_attempt_ms_mean"] = placed_s * 1000 / placed
-print(json.dumps(r))' "$row" "$before" "$after")
-  echo "$row" | tee -a "$results"
+  with_timings "$row" "$before" "$after" | tee -a "$results"
+}
+
+# One timed run of every scheduler at once, their pods interleaved (the same pod of the mix for
+# each, back to back): run_interleaved LABEL SCHEDULE-OPTIONS... A row per scheduler. No
+# Reservations (kube-scheduler alone would not know them).
+run_interleaved() {
+  local label=$1; shift
+  local list scheduler targets rows row index
+  local -A before after
+  list=$(IFS=,; echo "${schedulers[*]}")
+  for scheduler in "${schedulers[@]}"; do
+    mapfile -t targets < <(scheduler_targets "$scheduler")
+    before[$scheduler]=$(scheduler_timings "${targets[@]}")
+  done
+  rows=$("${BENCH[@]}" schedule --scheduler "$list" --namespace scale-bench "$@" --label "$label" \
+    --extender-pods "$extender_pods" --extender-scheduler koord-scheduler)
+  for scheduler in "${schedulers[@]}"; do
+    mapfile -t targets < <(scheduler_targets "$scheduler")
+    after[$scheduler]=$(scheduler_timings "${targets[@]}")
+  done
+  index=0
+  while IFS= read -r row; do
+    scheduler=${schedulers[$index]}
+    with_timings "$row" "${before[$scheduler]}" "${after[$scheduler]}" | tee -a "$results"
+    index=$((index + 1))
+  done <<< "$rows"
 }
 extender_pods=$(kubectl -n koordinator-system get pods -l koord-app=koord-scheduler \
   -o jsonpath='{.items[*].metadata.name}' | tr ' ' ,)
@@ -320,13 +351,13 @@ for count in "${counts[@]}"; do
   for scheduler in "${schedulers[@]}"; do
     run_schedule "$scheduler" "$scheduler burst @$count" --pods "$pods"
   done
-  # The paced runs come after every burst, in rounds that take the schedulers in turn: the
-  # API server's load drifts during a run (heartbeats, the bursts' leftovers), and a scheduler
-  # measured only once, at one moment, cannot be told apart from that drift.
+  # The paced runs come after every burst, with the schedulers interleaved: the machine's and
+  # the API server's load drift during a run (heartbeats, the bursts' leftovers, this machine's
+  # two cores shared by everything), and schedulers measured one after the other, each at its
+  # own moment, could not be told apart from that drift. --paced-pods is per scheduler,
+  # --paced-rate the creations of all of them together.
   for round in $(seq 1 "$paced_rounds"); do
-    for scheduler in "${schedulers[@]}"; do
-      run_schedule "$scheduler" "$scheduler paced#$round @$count" --pods "$paced_pods" --rate "$paced_rate"
-    done
+    run_interleaved "paced#$round @$count" --pods "$paced_pods" --rate "$paced_rate"
   done
   kill "$heartbeat_pid" 2>/dev/null || true
   heartbeat_pid=""
@@ -361,6 +392,22 @@ print("runs, alg ms: the scheduler's algorithm runs (failed attempts included) a
 print("ext ms: time inside our extender's Filter and Score per run, from the extender's metrics; share: ext / alg;")
 print("placed ms: the scheduler's mean attempt for the pods it placed, binding included, from its own metrics")
 print()
+# The paced runs are interleaved: within one, every scheduler met the same pods at the same moments.
+paced = {}
+for r in rows:
+    if r["part"] == "schedule" and "interleaved_with" in r:
+        paced.setdefault(r["label"].split(" ", 1)[1], {})[r["scheduler"]] = r["latency_ms"]
+for run, by in paced.items():
+    alone = by.get("default-scheduler")
+    if not alone:
+        continue
+    for name in ("koord-scheduler", "koord-scheduler-upstream"):
+        if name in by:
+            print("%-40s p50 %.2fx  p90 %.2fx  p99 %.2fx  of kube-scheduler alone's" % ("%s %s" % (name, run),
+                  by[name]["p50"] / alone["p50"], by[name]["p90"] / alone["p90"], by[name]["p99"] / alone["p99"]))
+if paced:
+    print("(interleaved paced runs: the pods of every scheduler created back to back, so the machine's load fell on all alike)")
+    print()
 print("%-40s %9s %9s %15s" % ("Reservations", "placed", "seconds", "owners in one"))
 for r in rows:
     if r["part"] == "schedule" and "owner_pods" in r:

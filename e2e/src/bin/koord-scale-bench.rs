@@ -24,7 +24,10 @@
 //!   from its own `scheduler_framework_extension_point_duration_seconds`. With `--reserve 1`
 //!   it first creates one Reservation per reservation-owner pod of the mix, for scheduler NAME,
 //!   waits until the scheduler has placed them, and reports how many owner pods were bound into
-//!   one. Deletes the pods and Reservations afterwards.
+//!   one. Deletes the pods and Reservations afterwards. With several schedulers
+//!   (`--scheduler a,b`) the run interleaves them: every pod of the mix is created once for
+//!   each, back to back, R being the rate of all creations together, and each gets its own
+//!   row (the extender's figures go to `--extender-scheduler`, by default the first).
 //! - `reporters [--seconds S]`: the NodeMetric and NodeResourceTopology writes the real
 //!   koordlets make over S seconds, per 1,000 nodes.
 //! - `cleanup --prefix P`: removes what `nodes` made.
@@ -52,8 +55,8 @@ const USAGE: &str =
   nodes     --prefix P --count N [--ready-timeout S]
   converge  --prefix P --count N [--manager-pid PID] [--manager-pod POD] [--timeout S]
   heartbeat --prefix P --count N [--interval S]
-  schedule  --scheduler NAME --namespace NS --pods N [--rate PODS_PER_S] [--timeout S]
-            [--extender-pods POD,POD] [--label TEXT] [--reserve 0|1]
+  schedule  --scheduler NAME[,NAME...] --namespace NS --pods N [--rate PODS_PER_S] [--timeout S]
+            [--extender-pods POD,POD] [--extender-scheduler NAME] [--label TEXT] [--reserve 0|1]
   reporters [--seconds S]
   cleanup   --prefix P";
 
@@ -95,7 +98,11 @@ async fn run(part: &str, options: &Options) -> anyhow::Result<()> {
         "cleanup" => cleanup(&client, options).await?,
         _ => unreachable!("matched in main"),
     };
-    println!("{report}");
+    // One line per run (interleaved schedulers make a row each).
+    match report {
+        Value::Array(rows) => rows.iter().for_each(|row| println!("{row}")),
+        row => println!("{row}"),
+    }
     Ok(())
 }
 
@@ -838,6 +845,62 @@ fn bench_pod(index: u64, scheduler: &str, rng: &mut Lcg) -> anyhow::Result<Pod> 
     }))?)
 }
 
+/// The schedulers of a `schedule` run: one name, or several to interleave.
+fn scheduler_list(text: &str) -> anyhow::Result<Vec<String>> {
+    let names: Vec<String> = text.split(',').map(str::to_string).collect();
+    ensure!(
+        (1..=4).contains(&names.len()),
+        "--scheduler {text:?}: one to four names"
+    );
+    for (index, name) in names.iter().enumerate() {
+        ensure!(
+            !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "--scheduler {text:?}: {name:?} is not a scheduler name"
+        );
+        ensure!(
+            !names[..index].contains(name),
+            "--scheduler {text:?}: {name} twice"
+        );
+    }
+    Ok(names)
+}
+
+/// The pods of a `schedule` run, each with the index of its scheduler in `schedulers`. With
+/// one scheduler, the mix (`bench_pod`) as `p-NNNNNN`. With several, every pod of the mix once
+/// per scheduler, back to back, as `p-NNNNNN-T` (T the scheduler's index); the scheduler that
+/// goes first rotates from one pod of the mix to the next. So each scheduler meets the same
+/// pods at the same moments of the run, and the machine's drift during it falls on all alike.
+fn scheduling_bodies(count: u64, schedulers: &[String]) -> anyhow::Result<Vec<(usize, Pod)>> {
+    let mut rng = Lcg(11);
+    let mut bodies = Vec::with_capacity(count as usize * schedulers.len());
+    for index in 0..count {
+        let pod = bench_pod(index, &schedulers[0], &mut rng)?;
+        if schedulers.len() == 1 {
+            bodies.push((0, pod));
+            continue;
+        }
+        for step in 0..schedulers.len() {
+            let turn = (index as usize + step) % schedulers.len();
+            let mut copy = pod.clone();
+            copy.metadata.name = Some(format!("p-{index:06}-{turn}"));
+            if let Some(spec) = copy.spec.as_mut() {
+                spec.scheduler_name = Some(schedulers[turn].clone());
+            }
+            bodies.push((turn, copy));
+        }
+    }
+    Ok(bodies)
+}
+
+/// The index in the mix of a pod named by `scheduling_bodies`.
+fn mix_index(name: &str) -> Option<u64> {
+    name.strip_prefix("p-")?.split('-').next()?.parse().ok()
+}
+
 /// A Reservation for scheduler `scheduler` that holds one owner pod's requests on a simulated
 /// node for any pod with the owner label, once (upstream's default, allocateOnce).
 fn bench_reservation(index: u64, scheduler: &str) -> anyhow::Result<DynamicObject> {
@@ -1046,12 +1109,23 @@ where
 }
 
 async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
-    let scheduler = options.text("scheduler")?.to_string();
+    let schedulers = scheduler_list(options.text("scheduler")?)?;
+    let interleaved = schedulers.len() > 1;
     let namespace = options.text("namespace")?.to_string();
     let count = options.number("pods", None, 100_000)?;
     let rate = options.number("rate", Some(0), 10_000)?;
     let timeout = Duration::from_secs(options.number("timeout", Some(900), 7200)?);
-    let label = options.0.get("label").cloned().unwrap_or(scheduler.clone());
+    let label = options
+        .0
+        .get("label")
+        .cloned()
+        .unwrap_or(schedulers.join(","));
+    // The scheduler whose pods the extender serves: the one named, or koord-scheduler.
+    let extender_scheduler = options
+        .0
+        .get("extender-scheduler")
+        .cloned()
+        .unwrap_or_else(|| schedulers[0].clone());
     let extender_pods: Vec<String> = options
         .0
         .get("extender-pods")
@@ -1063,6 +1137,11 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         })
         .unwrap_or_default();
     let reserve = options.number("reserve", Some(0), 1)? == 1;
+    ensure!(
+        !(reserve && interleaved),
+        "--reserve 1 takes one scheduler: the Reservations are made for it"
+    );
+    let scheduler = schedulers[0].clone();
     ensure_namespace(client, &namespace).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     delete_bench_objects(&pods, "pods").await?;
@@ -1148,12 +1227,15 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
     let cpu = CpuSampler::start();
     let started = Instant::now();
     let pace = (rate > 0).then(|| Duration::from_secs_f64(1.0 / rate as f64));
-    let mut rng = Lcg(11);
-    let bodies: Vec<Pod> = (0..count)
-        .map(|index| bench_pod(index, &scheduler, &mut rng))
-        .collect::<anyhow::Result<_>>()?;
+    let bodies = scheduling_bodies(count, &schedulers)?;
+    // Which scheduler each pod is for.
+    let scheduler_of: HashMap<String, usize> = bodies
+        .iter()
+        .map(|(turn, body)| (body.metadata.name.clone().unwrap_or_default(), *turn))
+        .collect();
+    let total = bodies.len() as u64;
     let concurrency = if pace.is_some() { 4 } else { CONCURRENCY };
-    futures::stream::iter(bodies.into_iter().enumerate())
+    futures::stream::iter(bodies.into_iter().map(|(_, body)| body).enumerate())
         .map(|(index, body)| {
             let pods = pods.clone();
             let created_at = created_at.clone();
@@ -1173,13 +1255,13 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         .try_collect::<Vec<()>>()
         .await?;
     let creation_seconds = started.elapsed().as_secs_f64();
-    eprintln!("{label}: {count} pods created in {creation_seconds:.1} s");
+    eprintln!("{label}: {total} pods created in {creation_seconds:.1} s");
 
     let deadline = started + timeout;
     let mut last_progress = (0, Instant::now());
     loop {
         let bound = bound_at.lock().await.len();
-        if bound >= count as usize {
+        if bound >= total as usize {
             break;
         }
         if bound != last_progress.0 {
@@ -1187,7 +1269,7 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         }
         // Stop once nothing has been bound for a minute: the rest does not fit.
         if Instant::now() > deadline || last_progress.1.elapsed() > Duration::from_secs(60) {
-            eprintln!("{label}: {bound} of {count} bound; giving up on the rest");
+            eprintln!("{label}: {bound} of {total} bound; giving up on the rest");
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1209,64 +1291,92 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
 
     let created_at = created_at.lock().await;
     let bound_at = bound_at.lock().await;
-    let mut latencies: Vec<f64> = bound_at
-        .iter()
-        .filter_map(|(name, bound)| {
-            let created = created_at.get(name)?;
-            Some(bound.saturating_duration_since(*created).as_secs_f64() * 1000.0)
-        })
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    let last_bound = bound_at.values().max().copied().unwrap_or(started);
-    let span = last_bound.duration_since(started).as_secs_f64();
-    let bound = bound_at.len();
-    let mut report = json!({
-        "part": "schedule", "label": label, "scheduler": scheduler, "rate": rate,
-        "pods": count, "bound": bound, "creation_seconds": creation_seconds,
-        "span_seconds": span,
-        "pods_per_second": if span > 0.0 { bound as f64 / span } else { 0.0 },
-        "latency_ms": {"p50": percentile(&latencies, 50.0), "p90": percentile(&latencies, 90.0),
-                        "p99": percentile(&latencies, 99.0), "max": percentile(&latencies, 100.0)},
-    });
-    // Owner pods bound, and those of them bound into a Reservation (a pod annotated as
-    // allocated whose binding the watch saw).
-    let owners_bound = bound_at
-        .keys()
-        .filter(|name| {
-            name.strip_prefix("p-")
-                .and_then(|i| i.parse().ok())
-                .is_some_and(is_reservation_owner)
-        })
-        .count();
-    let owners_in_reservation = in_reservation
-        .lock()
-        .await
-        .iter()
-        .filter(|name| bound_at.contains_key(*name))
-        .count();
-    report["owner_pods"] = json!(owners);
-    report["owner_pods_bound"] = json!(owners_bound);
-    report["owner_pods_in_reservation"] = json!(owners_in_reservation);
-    if let Some((placed, seconds)) = reserved {
-        report["reservations"] = json!(owners);
-        report["reservations_placed"] = json!(placed);
-        report["reservations_seconds"] = json!(seconds);
+    let in_reservation = in_reservation.lock().await;
+    let mut rows = Vec::new();
+    for (turn, name) in schedulers.iter().enumerate() {
+        let mine = |pod: &String| scheduler_of.get(pod) == Some(&turn);
+        let mut latencies: Vec<f64> = bound_at
+            .iter()
+            .filter(|(pod, _)| mine(pod))
+            .filter_map(|(pod, bound)| {
+                let created = created_at.get(pod)?;
+                Some(bound.saturating_duration_since(*created).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        let last_bound = bound_at
+            .iter()
+            .filter(|(pod, _)| mine(pod))
+            .map(|(_, at)| *at)
+            .max()
+            .unwrap_or(started);
+        let span = last_bound.duration_since(started).as_secs_f64();
+        let bound = bound_at.keys().filter(|pod| mine(pod)).count();
+        let row_label = if interleaved {
+            format!("{name} {label}")
+        } else {
+            label.clone()
+        };
+        let mut report = json!({
+            "part": "schedule", "label": row_label, "scheduler": name, "rate": rate,
+            "pods": count, "bound": bound, "creation_seconds": creation_seconds,
+            "span_seconds": span,
+            "pods_per_second": if span > 0.0 { bound as f64 / span } else { 0.0 },
+            "latency_ms": {"p50": percentile(&latencies, 50.0), "p90": percentile(&latencies, 90.0),
+                            "p99": percentile(&latencies, 99.0), "max": percentile(&latencies, 100.0)},
+        });
+        if interleaved {
+            // The rate is the creations of all of them together.
+            report["interleaved_with"] = json!(schedulers);
+        }
+        // Owner pods bound, and those of them bound into a Reservation (a pod annotated as
+        // allocated whose binding the watch saw).
+        let owners_bound = bound_at
+            .keys()
+            .filter(|pod| mine(pod) && mix_index(pod).is_some_and(is_reservation_owner))
+            .count();
+        let owners_in_reservation = in_reservation
+            .iter()
+            .filter(|pod| mine(pod) && bound_at.contains_key(*pod))
+            .count();
+        report["owner_pods"] = json!(owners);
+        report["owner_pods_bound"] = json!(owners_bound);
+        report["owner_pods_in_reservation"] = json!(owners_in_reservation);
+        if let Some((placed, seconds)) = reserved {
+            report["reservations"] = json!(owners);
+            report["reservations_placed"] = json!(placed);
+            report["reservations_seconds"] = json!(seconds);
+        }
+        if !extender_pods.is_empty() && *name == extender_scheduler {
+            // Per scheduling-algorithm run once the script adds kube-scheduler's own count.
+            report["extender_cycle_seconds"] = json!(extender.cycle);
+            report["extender_other_seconds"] = json!(extender.other);
+        }
+        // Where the machine's CPU went from the first creation to the last binding (to the
+        // first per-second sample after it); interleaved schedulers share one window.
+        report["cpu_seconds"] = json!(cpu_seconds);
+        report["cpu_window_seconds"] = json!(cpu_window);
+        rows.push(report);
     }
-    if !extender_pods.is_empty() {
-        // Per scheduling-algorithm run once the script adds kube-scheduler's own count.
-        report["extender_cycle_seconds"] = json!(extender.cycle);
-        report["extender_other_seconds"] = json!(extender.other);
-    }
-    // Where the machine's CPU went from the first creation to the last binding (to the first
-    // per-second sample after it).
-    report["cpu_seconds"] = json!(cpu_seconds);
-    report["cpu_window_seconds"] = json!(cpu_window);
-    drop((created_at, bound_at));
-    // The figures are kept even when the pods cannot be removed; the row says so.
-    if let Err(err) = delete_bench_objects(&pods, "pods").await {
-        report["cleanup_error"] = json!(format!("{err:#}"));
-    } else if let Err(err) = delete_bench_objects(&reservations(client), "Reservations").await {
-        report["cleanup_error"] = json!(format!("{err:#}"));
+    drop((created_at, bound_at, in_reservation));
+    let mut report = if interleaved {
+        Value::Array(rows)
+    } else {
+        rows.pop().unwrap_or_default()
+    };
+    // The figures are kept even when the pods cannot be removed; the rows say so.
+    let cleanup = match delete_bench_objects(&pods, "pods").await {
+        Ok(()) => delete_bench_objects(&reservations(client), "Reservations").await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = cleanup {
+        let error = json!(format!("{err:#}"));
+        match &mut report {
+            Value::Array(rows) => rows
+                .iter_mut()
+                .for_each(|r| r["cleanup_error"] = error.clone()),
+            row => row["cleanup_error"] = error,
+        }
     }
     Ok(report)
 }
@@ -1386,6 +1496,54 @@ scheduler_framework_extension_point_duration_seconds_sum{extension_point=\"Score
         )));
         assert!(!node_ready(&node("False", &[])));
         assert!(!node_ready(&Node::default()));
+    }
+
+    #[test]
+    fn interleaved_schedulers_get_the_same_pods_in_rotating_order() {
+        let single = scheduling_bodies(300, &["koord-scheduler".to_string()]).unwrap();
+        assert_eq!(single.len(), 300);
+        assert_eq!(single[7].1.metadata.name.as_deref(), Some("p-000007"));
+        assert!(single.iter().all(|(turn, _)| *turn == 0));
+
+        let names = scheduler_list("default-scheduler,koord-scheduler").unwrap();
+        let bodies = scheduling_bodies(300, &names).unwrap();
+        assert_eq!(bodies.len(), 600);
+        let scheduler = |pod: &Pod| pod.spec.as_ref().unwrap().scheduler_name.clone().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for pair in bodies.chunks(2) {
+            let ((first, a), (second, b)) = (&pair[0], &pair[1]);
+            // The same pod of the mix, once for each scheduler, under its own name.
+            let index = mix_index(a.metadata.name.as_deref().unwrap()).unwrap();
+            assert_eq!(mix_index(b.metadata.name.as_deref().unwrap()), Some(index));
+            assert_ne!(first, second);
+            assert_eq!(*first, index as usize % 2, "the first rotates");
+            assert_eq!(scheduler(a), names[*first]);
+            assert_eq!(scheduler(b), names[*second]);
+            let (mut a, mut b) = (a.clone(), b.clone());
+            a.metadata.name = None;
+            b.metadata.name = None;
+            a.spec.as_mut().unwrap().scheduler_name = None;
+            b.spec.as_mut().unwrap().scheduler_name = None;
+            assert_eq!(a, b, "pod {index}");
+            assert!(seen.insert(pair[0].1.metadata.name.clone()));
+            assert!(seen.insert(pair[1].1.metadata.name.clone()));
+        }
+        // Each scheduler gets the mix a single run gets.
+        for (index, (_, pod)) in single.iter().enumerate() {
+            let copy = &bodies[2 * index].1;
+            assert_eq!(
+                pod.spec.as_ref().unwrap().containers,
+                copy.spec.as_ref().unwrap().containers
+            );
+        }
+        assert_eq!(mix_index("p-000150"), Some(150));
+        assert_eq!(mix_index("p-000150-2"), Some(150));
+        assert_eq!(mix_index("q-000150"), None);
+
+        assert!(scheduler_list("a,a").is_err());
+        assert!(scheduler_list("a,,b").is_err());
+        assert!(scheduler_list("a,b,c,d,e").is_err());
+        assert!(scheduler_list("Bad").is_err());
     }
 
     #[test]
