@@ -136,6 +136,34 @@ pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
     }
 }
 
+/// kube-scheduler's NodeResourcesFit score under its default strategy
+/// (LeastAllocated, cpu and memory weighted 1), 0–100: per resource the share
+/// of the node's allocatable left once the pod's non-zero request is added to
+/// the node's (and to `held`, capacity that reservations keep for their
+/// owners); none left, or none allocatable, scores 0. kube-scheduler would add
+/// it to a reserve pod's scores had it seen one, and it spreads reservations
+/// over free nodes where the plugins' scores alone tie.
+pub fn least_allocated_score(pod: &PodInfo, node: &NodeInfo, held: (i64, i64)) -> i64 {
+    let share_left = |allocatable: i64, taken: [i64; 3]| -> i64 {
+        let requested: i128 = taken.iter().map(|&amount| i128::from(amount.max(0))).sum();
+        let allocatable = i128::from(allocatable);
+        if allocatable <= 0 || requested > allocatable {
+            return 0;
+        }
+        // ≤ 100 since requested ≥ 0.
+        ((allocatable - requested) * 100 / allocatable) as i64
+    };
+    let cpu = share_left(
+        node.allocatable.get("cpu"),
+        [node.non_zero_requested.0, held.0, pod.non_zero_requests.0],
+    );
+    let memory = share_left(
+        node.allocatable.get("memory"),
+        [node.non_zero_requested.1, held.1, pod.non_zero_requests.1],
+    );
+    (cpu + memory) / 2
+}
+
 /// kube's toleration-matches-taint rule.
 pub(crate) fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     let effect_ok = toleration
@@ -346,5 +374,41 @@ mod tests {
         // The skipped check is real elsewhere: a cordoned node refuses a plain pod.
         let cordoned = cache.node("cordoned").unwrap();
         assert!(check_pod_on_node(&pods[0].0, cordoned).is_err());
+    }
+
+    #[test]
+    fn least_allocated_is_kube_schedulers_share_left_over_cpu_and_memory() {
+        let mut cache = ClusterCache::new();
+        cache.apply(Change::Upsert(Object::Node(node(json!({
+            "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}
+        })))));
+        let busy: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "busy", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                     "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}
+        }))
+        .unwrap();
+        cache.apply(Change::Upsert(Object::Pod(busy)));
+        let node = cache.node("n1").unwrap();
+        let pod = |requests: Value| {
+            PodInfo::new(Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+                }))
+                .unwrap(),
+            ))
+        };
+        // cpu (8 - 2 - 2) / 8 = 50, memory (16 - 4 - 4) / 16 = 50.
+        let two = pod(json!({"cpu": "2", "memory": "4Gi"}));
+        assert_eq!(least_allocated_score(&two, node, (0, 0)), 50);
+        // Held capacity counts as taken: cpu (8 - 6) / 8 = 25, memory 50.
+        assert_eq!(least_allocated_score(&two, node, (2000, 0)), 37);
+        // A pod asking nothing counts kube-scheduler's non-zero defaults (100m, 200Mi):
+        // cpu 5900/8000 → 73, memory (12Gi - 200Mi)/16Gi → 73.
+        assert_eq!(least_allocated_score(&pod(json!({})), node, (0, 0)), 73);
+        // More than the node has leaves nothing: 0 for cpu, memory 50.
+        let big = pod(json!({"cpu": "7", "memory": "4Gi"}));
+        assert_eq!(least_allocated_score(&big, node, (0, 0)), 25);
     }
 }

@@ -1381,6 +1381,51 @@ mod tests {
     }
 
     /// A pending reservation owned by any pod named `owner`.
+    #[test]
+    fn reservations_spread_over_free_nodes_as_kube_scheduler_would_place_them() {
+        // Nothing but kube-scheduler's resource score tells these nodes apart: each
+        // reservation takes the node left freest (ties in name order), so ten reservations
+        // go to ten nodes, not five to the first node in name order.
+        let mut s = testutil::scheduler("");
+        let nodes = (0..20)
+            .map(|i| {
+                testutil::node(
+                    &format!("n-{i:02}"),
+                    &[("cpu", "32"), ("memory", "128Gi"), ("pods", "110")],
+                )
+            })
+            .collect();
+        testutil::load(&mut s, nodes);
+        let mut placed = std::collections::BTreeSet::new();
+        for i in 0..10 {
+            let placement =
+                place_reservation(&mut s, &pending(&format!("r{i}"), "2", json!({})), t0());
+            assert!(placed.insert(placement.node.unwrap()), "reservation r{i}");
+        }
+        assert_eq!(placed.len(), 10);
+
+        // What other reservations keep for their owners counts as taken: "a" is empty but
+        // holds a 20-CPU reservation, "b" runs a 10-CPU pod, so "b" is freer.
+        let mut s = testutil::scheduler("");
+        testutil::load(
+            &mut s,
+            vec![
+                testutil::node("a", &[("cpu", "32"), ("memory", "128Gi"), ("pods", "110")]),
+                testutil::node("b", &[("cpu", "32"), ("memory", "128Gi"), ("pods", "110")]),
+                testutil::pod(PodSpec {
+                    name: "busy",
+                    node: Some("b"),
+                    requests: &[("cpu", "10")],
+                    ..Default::default()
+                }),
+                reservation("big", "a", "20", json!({})),
+            ],
+        );
+        let placement = place_reservation(&mut s, &pending("r1", "2", json!({})), t0());
+        assert_eq!(placement.node.as_deref(), Some("b"));
+        assert!(placement.scores["b"] > placement.scores["a"]);
+    }
+
     fn pending(name: &str, cpu: &str, template_spec_extra: Value) -> Reservation {
         let mut template = testutil::reservation_template(&[("cpu", cpu)]);
         for (k, v) in template_spec_extra.as_object().unwrap() {
