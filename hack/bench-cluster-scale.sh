@@ -410,7 +410,7 @@ if paced:
     print()
 print("%-40s %9s %9s %15s" % ("Reservations", "placed", "seconds", "owners in one"))
 for r in rows:
-    if r["part"] == "schedule" and "owner_pods" in r:
+    if r["part"] == "schedule" and "owner_pods" in r and "interleaved_with" not in r:
         placed = "%d/%d" % (r["reservations_placed"], r["reservations"]) if "reservations" in r else "-"
         seconds = "%.1f" % r["reservations_seconds"] if "reservations_seconds" in r else "-"
         print("%-40s %9s %9s %15s" % (r["label"], placed, seconds, "%d/%d" % (r["owner_pods_in_reservation"], r["owner_pods_bound"])))
