@@ -420,11 +420,18 @@ print()
 # Where the machine's two CPUs went in each run (first creation to last binding), per bound pod.
 components = ["kube-apiserver", "etcd", "kube-scheduler", "koord-scheduler", "koord-manager", "kwok", "koord-scale-ben", "koordlet"]
 print("%-40s %6s %6s %7s" % ("CPU ms per bound pod", "window", "cores", "all") + "".join(" %9s" % c[:9] for c in components))
+# An interleaved run's schedulers share one window: one line for all of them, over all they bound.
+cpu_runs = {}
 for r in rows:
-    if r["part"] == "schedule" and r.get("cpu_seconds") and r["bound"] and r.get("cpu_window_seconds"):
-        cpu, window = r["cpu_seconds"], r["cpu_window_seconds"]
-        print("%-40s %5.0fs %6.2f %7.1f" % (r["label"], window, sum(cpu.values()) / window, 1000 * sum(cpu.values()) / r["bound"])
-              + "".join(" %9.1f" % (1000 * cpu.get(c, 0) / r["bound"]) for c in components))
+    if r["part"] == "schedule" and r.get("cpu_seconds") and r.get("cpu_window_seconds"):
+        label = r["label"].split(" ", 1)[1] + " (all)" if "interleaved_with" in r else r["label"]
+        run = cpu_runs.setdefault(label, {"cpu": r["cpu_seconds"], "window": r["cpu_window_seconds"], "bound": 0})
+        run["bound"] += r["bound"]
+for label, run in cpu_runs.items():
+    cpu, window, bound = run["cpu"], run["window"], run["bound"]
+    if bound:
+        print("%-40s %5.0fs %6.2f %7.1f" % (label, window, sum(cpu.values()) / window, 1000 * sum(cpu.values()) / bound)
+              + "".join(" %9.1f" % (1000 * cpu.get(c, 0) / bound) for c in components))
 print("window: first creation to last binding, in whole seconds of sampling; cores: CPU seconds of every process / window;")
 print("kube-scheduler: every kube-scheduler process (the control plane's and the chart's); koord-scheduler: ours")
 print("and upstream's; koord-scale-ben: the harness creating and watching the pods")
