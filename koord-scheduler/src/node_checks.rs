@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::cache::{NodeInfo, PodInfo};
+use crate::resources::Resources;
 
 use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
@@ -143,7 +144,7 @@ pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
 /// owners); none left, or none allocatable, scores 0. kube-scheduler would add
 /// it to a reserve pod's scores had it seen one, and it spreads reservations
 /// over free nodes where the plugins' scores alone tie.
-pub fn least_allocated_score(pod: &PodInfo, node: &NodeInfo, held: (i64, i64)) -> i64 {
+pub fn least_allocated_score(pod: &PodInfo, node: &NodeInfo, held: &Resources) -> i64 {
     let share_left = |allocatable: i64, taken: [i64; 3]| -> i64 {
         let requested: i128 = taken.iter().map(|&amount| i128::from(amount.max(0))).sum();
         let allocatable = i128::from(allocatable);
@@ -155,11 +156,19 @@ pub fn least_allocated_score(pod: &PodInfo, node: &NodeInfo, held: (i64, i64)) -
     };
     let cpu = share_left(
         node.allocatable.get("cpu"),
-        [node.non_zero_requested.0, held.0, pod.non_zero_requests.0],
+        [
+            node.non_zero_requested.0,
+            held.get("cpu"),
+            pod.non_zero_requests.0,
+        ],
     );
     let memory = share_left(
         node.allocatable.get("memory"),
-        [node.non_zero_requested.1, held.1, pod.non_zero_requests.1],
+        [
+            node.non_zero_requested.1,
+            held.get("memory"),
+            pod.non_zero_requests.1,
+        ],
     );
     (cpu + memory) / 2
 }
@@ -401,14 +410,19 @@ mod tests {
         };
         // cpu (8 - 2 - 2) / 8 = 50, memory (16 - 4 - 4) / 16 = 50.
         let two = pod(json!({"cpu": "2", "memory": "4Gi"}));
-        assert_eq!(least_allocated_score(&two, node, (0, 0)), 50);
+        assert_eq!(least_allocated_score(&two, node, &Resources::new()), 50);
         // Held capacity counts as taken: cpu (8 - 6) / 8 = 25, memory 50.
-        assert_eq!(least_allocated_score(&two, node, (2000, 0)), 37);
+        let mut held_cpu = Resources::new();
+        held_cpu.set("cpu", 2000);
+        assert_eq!(least_allocated_score(&two, node, &held_cpu), 37);
         // A pod asking nothing counts kube-scheduler's non-zero defaults (100m, 200Mi):
         // cpu 5900/8000 → 73, memory (12Gi - 200Mi)/16Gi → 73.
-        assert_eq!(least_allocated_score(&pod(json!({})), node, (0, 0)), 73);
+        assert_eq!(
+            least_allocated_score(&pod(json!({})), node, &Resources::new()),
+            73
+        );
         // More than the node has leaves nothing: 0 for cpu, memory 50.
         let big = pod(json!({"cpu": "7", "memory": "4Gi"}));
-        assert_eq!(least_allocated_score(&big, node, (0, 0)), 25);
+        assert_eq!(least_allocated_score(&big, node, &Resources::new()), 25);
     }
 }

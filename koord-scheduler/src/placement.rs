@@ -10,7 +10,7 @@
 //! This module sits above both the framework and the plugins (it knows the
 //! Reservation plugin's reserve pods); neither imports it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use apis::scheduling::v1alpha1::Reservation;
@@ -19,10 +19,7 @@ use serde::Serialize;
 use crate::cache::{Change, NodeInfo, Object, PodInfo};
 use crate::framework::{FilterOutcome, Reason, Scheduler};
 use crate::node_checks;
-use crate::plugins::reservation::{
-    KEPT_ANNOTATIONS, is_pending, lifecycle, reservation_amounts, reserve_pod,
-};
-use crate::resources::exact_resources;
+use crate::plugins::reservation::{KEPT_ANNOTATIONS, is_pending, lifecycle, reserve_pod};
 
 /// One pod's outcome; the JSON contract documented in `docs/simulate.md`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -331,37 +328,6 @@ fn reserve_best(
     }
 }
 
-/// Per node, the cpu (milli-cores) and memory (bytes) that Available
-/// reservations still keep for their owners: what each holds less what its
-/// status says its owners took (they are among the node's pods already).
-/// An amount that cannot be read counts as nothing: this only ranks nodes.
-fn held_by_reservations(scheduler: &Scheduler, now: SystemTime) -> HashMap<&str, (i64, i64)> {
-    let mut held: HashMap<&str, (i64, i64)> = HashMap::new();
-    for reservation in scheduler.cache.reservations.values() {
-        let Some(node) = reservation.node_name() else {
-            continue;
-        };
-        let expired = lifecycle::expiry_time(reservation).is_some_and(|at| at <= now);
-        if !reservation.is_available() || expired {
-            continue;
-        }
-        let Ok(holds) = reservation_amounts(reservation) else {
-            continue;
-        };
-        let taken = reservation
-            .status
-            .as_ref()
-            .and_then(|s| s.allocated.as_ref())
-            .and_then(|list| exact_resources(list, "status.allocated").ok())
-            .unwrap_or_default();
-        let left = |name: &str| (holds.get(name) - taken.get(name)).max(0);
-        let entry = held.entry(node).or_default();
-        entry.0 = entry.0.saturating_add(left("cpu"));
-        entry.1 = entry.1.saturating_add(left("memory"));
-    }
-    held
-}
-
 /// Places one reservation as a reserve pod: kube-scheduler's own node
 /// checks first ([`node_checks`]; no kube-scheduler ever sees a reserve pod,
 /// and they also honour a `nodeName` the template pins), then the plugin
@@ -427,11 +393,10 @@ pub fn place_reservation(
                     .score_owned(&info, filtered.feasible, &state)
                     .totals;
                 // kube-scheduler's own resource score, which it would have added (weight 1).
-                let held = held_by_reservations(scheduler, now);
                 for (node, total) in &mut totals {
                     if let Some(node_info) = scheduler.cache.node(node) {
-                        let held_here = held.get(node.as_str()).copied().unwrap_or_default();
-                        *total += node_checks::least_allocated_score(&info, node_info, held_here);
+                        let held = scheduler.held_on_node(node_info, now);
+                        *total += node_checks::least_allocated_score(&info, node_info, &held);
                     }
                 }
                 placement.scores = totals.iter().cloned().collect();

@@ -254,6 +254,18 @@ pub trait Plugin: Send + Sync {
         "node(s) not preferred"
     }
 
+    /// Capacity on the node the plugin keeps aside for pods that are not
+    /// there (Reservation: what reservations still hold for their owners).
+    /// Placements no kube-scheduler sees count it as taken when they rank
+    /// nodes as kube-scheduler would.
+    fn held_on_node(
+        &self,
+        _node: &NodeInfo,
+        _now: SystemTime,
+    ) -> Option<crate::resources::Resources> {
+        None
+    }
+
     /// Whether [`Plugin::score`] means anything.
     fn scores(&self) -> bool {
         false

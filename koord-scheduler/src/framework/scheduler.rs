@@ -660,6 +660,17 @@ impl Scheduler {
         feasible
     }
 
+    /// What the plugins keep aside on the node ([`Plugin::held_on_node`]), summed.
+    pub fn held_on_node(&self, node: &NodeInfo, now: SystemTime) -> crate::resources::Resources {
+        let mut held = crate::resources::Resources::new();
+        for entry in &self.plugins {
+            if let Some(amounts) = entry.plugin.held_on_node(node, now) {
+                held.add(&amounts);
+            }
+        }
+        held
+    }
+
     /// Σ weight × normalized score per node (a missing node scores 0 raw in
     /// every plugin), and Σ weights.
     pub fn score_nodes(

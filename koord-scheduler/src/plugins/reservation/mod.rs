@@ -526,6 +526,16 @@ impl ReservationPlugin {
 }
 
 impl Plugin for ReservationPlugin {
+    fn held_on_node(&self, node: &NodeInfo, now: SystemTime) -> Option<Resources> {
+        if !self.may_hold_on(node) {
+            return None;
+        }
+        Some(match self.held_cached(node, now) {
+            Some(held) => held.clone(),
+            None => self.held(&node.name, now, None),
+        })
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -1380,12 +1390,11 @@ mod tests {
         let _ = &mut s;
     }
 
-    /// A pending reservation owned by any pod named `owner`.
     #[test]
     fn reservations_spread_over_free_nodes_as_kube_scheduler_would_place_them() {
         // Nothing but kube-scheduler's resource score tells these nodes apart: each
         // reservation takes the node left freest (ties in name order), so ten reservations
-        // go to ten nodes, not five to the first node in name order.
+        // go to ten nodes, not all to the first node in name order.
         let mut s = testutil::scheduler("");
         let nodes = (0..20)
             .map(|i| {
@@ -1426,6 +1435,7 @@ mod tests {
         assert!(placement.scores["b"] > placement.scores["a"]);
     }
 
+    /// A pending reservation owned by any pod named `owner`.
     fn pending(name: &str, cpu: &str, template_spec_extra: Value) -> Reservation {
         let mut template = testutil::reservation_template(&[("cpu", cpu)]);
         for (k, v) in template_spec_extra.as_object().unwrap() {
