@@ -305,7 +305,7 @@ run_schedule() {
 # Reservations (kube-scheduler alone would not know them).
 run_interleaved() {
   local label=$1; shift
-  local list scheduler targets rows row index
+  local list scheduler targets rows row
   local -A before after
   list=$(IFS=,; echo "${schedulers[*]}")
   for scheduler in "${schedulers[@]}"; do
@@ -318,11 +318,9 @@ run_interleaved() {
     mapfile -t targets < <(scheduler_targets "$scheduler")
     after[$scheduler]=$(scheduler_timings "${targets[@]}")
   done
-  index=0
   while IFS= read -r row; do
-    scheduler=${schedulers[$index]}
+    scheduler=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["scheduler"])' "$row")
     with_timings "$row" "${before[$scheduler]}" "${after[$scheduler]}" | tee -a "$results"
-    index=$((index + 1))
   done <<< "$rows"
 }
 extender_pods=$(kubectl -n koordinator-system get pods -l koord-app=koord-scheduler \
