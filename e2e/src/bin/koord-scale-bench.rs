@@ -1120,7 +1120,7 @@ async fn schedule(client: &Client, options: &Options) -> anyhow::Result<Value> {
         .get("label")
         .cloned()
         .unwrap_or(schedulers.join(","));
-    // The scheduler whose pods the extender serves: the one named, or koord-scheduler.
+    // The scheduler whose pods the extender serves: the one named, by default the first.
     let extender_scheduler = options
         .0
         .get("extender-scheduler")
