@@ -153,7 +153,9 @@ pub type FastMap<K, V> = HashMap<K, V, NameHasher>;
 /// A node with precomputed aggregates of the pods on it.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
-    pub name: String,
+    /// Shared (not copied) by everything that names the node per pod, such
+    /// as the simulator's per-node details.
+    pub name: Arc<str>,
     /// Dense, never reused number: plugins index per-node arrays with it.
     pub index: usize,
     /// Absent while only pods mention the node.
@@ -176,7 +178,7 @@ pub struct NodeInfo {
 impl NodeInfo {
     fn empty(name: &str, index: usize) -> Self {
         Self {
-            name: name.to_string(),
+            name: Arc::from(name),
             index,
             node: None,
             allocatable: Resources::new(),
@@ -408,7 +410,7 @@ impl ClusterCache {
         self.sorted_nodes.binary_search_by(|index| {
             self.node_slots[*index]
                 .as_ref()
-                .map_or("", |n| n.name.as_str())
+                .map_or("", |n| &*n.name)
                 .cmp(name)
         })
     }
@@ -424,7 +426,7 @@ impl ClusterCache {
 
     /// Node names sorted, for deterministic iteration.
     pub fn node_names_sorted(&self) -> Vec<String> {
-        self.nodes_sorted().map(|n| n.name.clone()).collect()
+        self.nodes_sorted().map(|n| n.name.to_string()).collect()
     }
 
     /// Nodes in name order without copying names.
@@ -436,9 +438,9 @@ impl ClusterCache {
 
     /// The name of the node entry numbered `index` ([`NodeInfo::index`]),
     /// None once that entry was dropped (numbers are never reused).
-    pub fn node_name_at(&self, index: usize) -> Option<&str> {
+    pub fn node_name_at(&self, index: usize) -> Option<&Arc<str>> {
         let node = self.node_slots.get(index)?.as_ref()?;
-        Some(node.name.as_str())
+        Some(&node.name)
     }
 
     pub fn node_count(&self) -> usize {
@@ -979,7 +981,7 @@ mod tests {
         cache.apply(Change::Upsert(node("n0", "4")));
         assert_eq!(cache.node_names_sorted(), ["n0", "n1", "n2", "n3"]);
         assert_eq!(cache.node("n0").unwrap().requested.get("cpu"), 1000);
-        let names: Vec<_> = cache.nodes().map(|n| n.name.as_str()).collect();
+        let names: Vec<_> = cache.nodes().map(|n| &*n.name).collect();
         assert_eq!(names, ["n0", "n1", "n2", "n3"]);
     }
 
@@ -1009,7 +1011,7 @@ mod tests {
         let flagged: Vec<_> = cache
             .nodes_sorted()
             .filter(|n| n.cordoned_or_tainted)
-            .map(|n| n.name.as_str())
+            .map(|n| &*n.name)
             .collect();
         assert_eq!(flagged, ["cordoned", "no-execute", "no-schedule"]);
         // Uncordoned by an update.

@@ -11,6 +11,7 @@
 //! Reservation plugin's reserve pods); neither imports it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use apis::scheduling::v1alpha1::Reservation;
@@ -28,19 +29,20 @@ pub struct Placement {
     pub pod: String,
     /// The chosen node, or null when none fits.
     pub node: Option<String>,
-    /// Rejected node → reason.
-    pub reasons: BTreeMap<String, String>,
+    /// Rejected node → reason. Node names are shared with the cache, not
+    /// copied: a simulation names every node for every pod.
+    pub reasons: BTreeMap<Arc<str>, String>,
     /// Feasible node → Σ weight × normalized plugin score.
-    pub scores: BTreeMap<String, i64>,
+    pub scores: BTreeMap<Arc<str>, i64>,
     /// Annotations the bind wrote (or would write) on the pod.
     pub annotations: BTreeMap<String, String>,
 }
 
 /// A filter's refusals as the report's texts.
-fn named_reasons(refusals: BTreeMap<String, Reason>) -> impl Iterator<Item = (String, String)> {
+fn named_reasons(refusals: BTreeMap<String, Reason>) -> impl Iterator<Item = (Arc<str>, String)> {
     refusals
         .into_iter()
-        .map(|(node, reason)| (node, reason.into()))
+        .map(|(node, reason)| (node.into(), reason.into()))
 }
 
 /// The extender's `/filter` over `candidates`: pre-filter, then the
@@ -127,14 +129,14 @@ impl ScheduledPod {
             placement.reasons = reasons
                 .into_iter()
                 .filter_map(|(index, reason)| {
-                    Some((cache.node_name_at(index)?.to_string(), reason))
+                    Some((Arc::clone(cache.node_name_at(index)?), reason))
                 })
                 .collect();
         }
         if !scores.is_empty() {
             placement.scores = scores
                 .into_iter()
-                .filter_map(|(index, total)| Some((cache.node_name_at(index)?.to_string(), total)))
+                .filter_map(|(index, total)| Some((Arc::clone(cache.node_name_at(index)?), total)))
                 .collect();
         }
         placement
@@ -192,15 +194,16 @@ pub fn schedule_one_indexed(
     let Some(pod) = scheduler.cache.pod(pod_key).cloned() else {
         placement
             .reasons
-            .insert(String::new(), "pod not found in the snapshot".into());
+            .insert("".into(), "pod not found in the snapshot".into());
         return scheduled;
     };
     let state = match scheduler.pre_filter(&pod, now) {
         Ok(state) => state,
         Err(rejection) => {
             if record_details {
-                for name in scheduler.cache.node_names_sorted() {
-                    placement.reasons.insert(name, rejection.reason.to_string());
+                for node in scheduler.cache.nodes_sorted() {
+                    let reason = rejection.reason.to_string();
+                    placement.reasons.insert(Arc::clone(&node.name), reason);
                 }
             }
             return scheduled;
@@ -255,7 +258,7 @@ pub fn schedule_one_indexed(
             }
         }
         best.and_then(|(index, _)| feasible[index])
-            .map(|node| node.name.clone())
+            .map(|node| node.name.to_string())
     };
     let Some(best) = best else {
         return scheduled;
@@ -270,11 +273,11 @@ pub fn schedule_one_indexed(
         Err(err) => {
             // Rolled back: the cache is the one the details were taken in.
             scheduled.resolve_now(&scheduler.cache);
-            scheduled.placement.scores.remove(&best);
+            scheduled.placement.scores.remove(best.as_str());
             scheduled
                 .placement
                 .reasons
-                .insert(best.clone(), err.to_string());
+                .insert(best.as_str().into(), err.to_string());
         }
     }
     let placement = &mut scheduled.placement;
@@ -321,8 +324,8 @@ fn reserve_best(
                 return;
             }
             Err(err) => {
-                placement.scores.remove(&node);
-                placement.reasons.insert(node, err.to_string());
+                placement.scores.remove(node.as_str());
+                placement.reasons.insert(node.into(), err.to_string());
             }
         }
     }
@@ -371,7 +374,7 @@ pub fn place_reservation(
                 .map_or(Ok(()), |n| node_checks::check_node(&template_spec, n))
                 .and_then(|()| node_checks::check_resources(&info, node));
             match fit {
-                Ok(()) => eligible.push(node.name.clone()),
+                Ok(()) => eligible.push(node.name.to_string()),
                 Err(reason) => {
                     placement.reasons.insert(node.name.clone(), reason);
                 }
@@ -380,7 +383,9 @@ pub fn place_reservation(
         match scheduler.pre_filter(&info, now) {
             Err(rejection) => {
                 for node in eligible {
-                    placement.reasons.insert(node, rejection.reason.to_string());
+                    placement
+                        .reasons
+                        .insert(node.into(), rejection.reason.to_string());
                 }
             }
             Ok(state) => {
@@ -399,7 +404,10 @@ pub fn place_reservation(
                         *total += node_checks::least_allocated_score(&info, node_info, &held);
                     }
                 }
-                placement.scores = totals.iter().cloned().collect();
+                placement.scores = totals
+                    .iter()
+                    .map(|(node, total)| (node.as_str().into(), *total))
+                    .collect();
                 reserve_best(scheduler, &key, totals, now, &mut placement);
             }
         }
@@ -526,8 +534,10 @@ mod tests {
             annotations: BTreeMap::new(),
         };
         let Ok(state) = scheduler.pre_filter(&pod, now) else {
-            for name in scheduler.cache.node_names_sorted() {
-                placement.reasons.insert(name, "pre-filter".into());
+            for node in scheduler.cache.nodes_sorted() {
+                placement
+                    .reasons
+                    .insert(Arc::clone(&node.name), "pre-filter".into());
             }
             return placement;
         };
@@ -538,7 +548,11 @@ mod tests {
         placement
             .reasons
             .extend(named_reasons(filtered.failed_unresolvable));
-        placement.scores = scores.totals.iter().cloned().collect();
+        placement.scores = scores
+            .totals
+            .iter()
+            .map(|(node, total)| (node.as_str().into(), *total))
+            .collect();
         if let Some(best) = scores.best().map(str::to_string) {
             let reserved = scheduler.reserve(key, &best, now).unwrap();
             placement.node = Some(best);
@@ -642,9 +656,9 @@ mod tests {
         }
 
         fn score(&self, _: &PodInfo, node: &NodeInfo, _: &ClusterCache, _: &CycleState) -> i64 {
-            if node.name == self.refused {
+            if *node.name == *self.refused {
                 100
-            } else if node.name == "n2" {
+            } else if &*node.name == "n2" {
                 50
             } else {
                 10
@@ -681,7 +695,7 @@ mod tests {
             _: &ClusterCache,
             _: &CycleState,
         ) -> Option<bool> {
-            Some(node.name == "n2")
+            Some(&*node.name == "n2")
         }
     }
 

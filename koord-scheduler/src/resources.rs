@@ -193,12 +193,17 @@ impl Resources {
     pub fn get(&self, name: &str) -> i64 {
         match slot_of(name) {
             Some(slot) => self.known[slot],
-            None => self
-                .extra
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(0, |(_, v)| *v),
+            None => self.get_extra(name),
         }
+    }
+
+    /// [`Self::get`] for a name known to be none of [`KNOWN_RESOURCES`] (a
+    /// name [`Self::extras`] gave): skips matching it against them.
+    pub fn get_extra(&self, name: &str) -> i64 {
+        self.extra
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
     }
 
     pub fn slot(&self, slot: usize) -> i64 {

@@ -222,7 +222,7 @@ pub fn render_table(report: &SimulationReport) -> String {
         let score = placement
             .node
             .as_ref()
-            .and_then(|n| placement.scores.get(n))
+            .and_then(|n| placement.scores.get(n.as_str()))
             .map_or("-".to_string(), |s| s.to_string());
         let first_reason = placement
             .reasons

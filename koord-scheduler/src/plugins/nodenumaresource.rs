@@ -683,7 +683,7 @@ impl NodeNUMAResource {
         match node_numa_topology_policy(node.labels()) {
             Ok(NUMATopologyPolicy::None) | Err(_) => self
                 .topologies
-                .get(&node.name)
+                .get(&*node.name)
                 .map_or_else(NUMATopologyPolicy::default, |t| t.nrt_numa_policy),
             Ok(policy) => policy,
         }
@@ -767,7 +767,10 @@ impl NodeNUMAResource {
             return self.choose(pod, request, node, Restriction::Unrestricted, mode);
         }
         for name in owned {
-            let Some((holder, _)) = self.reserved.get(name).filter(|(h, _)| h.node == node.name)
+            let Some((holder, _)) = self
+                .reserved
+                .get(name)
+                .filter(|(h, _)| *h.node == *node.name)
             else {
                 continue;
             };
@@ -937,7 +940,7 @@ impl NodeNUMAResource {
         // Only now: most pods on most nodes need neither cpuset nor NUMA
         // nodes, and are answered above without it.
         let empty = NodeTopology::default();
-        let found = self.topologies.get(&node.name);
+        let found = self.topologies.get(&*node.name);
         let topology = found.unwrap_or(&empty);
         let offer = match request.bind_policy {
             Some(policy) => Some(self.cpu_offer(
@@ -1191,9 +1194,9 @@ impl NodeNUMAResource {
         if mode == Mode::Check && counts_decide {
             let holds_cpus_here = self
                 .allocations
-                .get(&node.name)
+                .get(&*node.name)
                 .is_some_and(|a| a.contains_key(&pod.key));
-            let base = self.free.get(&node.name);
+            let base = self.free.get(&*node.name);
             let counts = match (base, restrict, holds_cpus_here) {
                 (Some(base), Restriction::Unrestricted, false) => Cow::Borrowed(&base.counts),
                 (Some(base), _, false) => Cow::Owned(FreeCounts::of(topology, |cpu| {
@@ -1239,7 +1242,7 @@ impl NodeNUMAResource {
         // Free CPUs: topology minus reserved minus every other pod's cpuset.
         // Every walk is over the node's own CPUs (or a smaller cpuset), so a
         // huge cpuset on some pod costs no more than the node's CPU count.
-        let node_reserved = self.node_reserved.get(&node.name);
+        let node_reserved = self.node_reserved.get(&*node.name);
         let mut free: BTreeSet<i32> = topology
             .cpus
             .keys()
@@ -1253,7 +1256,7 @@ impl NodeNUMAResource {
         // under: the accumulator keeps an exclusive pod off those cores /
         // NUMA nodes when it can (upstream treats exclusivity as preferred).
         let mut held: BTreeMap<i32, HeldCpu> = BTreeMap::new();
-        if let Some(allocations) = self.allocations.get(&node.name) {
+        if let Some(allocations) = self.allocations.get(&*node.name) {
             for (key, allocation) in allocations {
                 if *key == pod.key {
                     continue;
@@ -1346,7 +1349,7 @@ impl NodeNUMAResource {
         pod_key: &str,
     ) -> NumaAmounts {
         let mut available = topology.numa_resources.clone();
-        let Some(allocations) = self.allocations.get(&node.name) else {
+        let Some(allocations) = self.allocations.get(&*node.name) else {
             return available;
         };
         for (key, allocation) in allocations {
@@ -1402,7 +1405,7 @@ impl NodeNUMAResource {
     ) -> Vec<NumaNodeStatus> {
         let width = numa_nodes.iter().max().map_or(0, |max| *max as usize + 1);
         let mut statuses = vec![NumaNodeStatus::Idle; width];
-        let Some(allocations) = self.allocations.get(&node.name) else {
+        let Some(allocations) = self.allocations.get(&*node.name) else {
             return statuses;
         };
         for (key, allocation) in allocations {
@@ -1728,7 +1731,7 @@ impl Plugin for NodeNUMAResource {
             .map(|(name, amount)| (name.to_string(), amount))
             .collect();
         if let Some(request) = state.read::<Request>(STATE_KEY)
-            && let Some(topology) = self.topologies.get(&node.name)
+            && let Some(topology) = self.topologies.get(&*node.name)
             && let Ok(Some(checked)) = self.placement(pod, request, node, state, Step::Score)
             && let Some(choice) = if checked.cpu_numa_unknown {
                 // Only an allocation tells which NUMA nodes the CPUs get.
@@ -2706,7 +2709,7 @@ mod tests {
                 };
                 assert_eq!(filtered, checked, "pod {key}, node {}", node.name);
                 let score = plugin.score(pod, node, cache, &state);
-                out.push((key.to_string(), node.name.clone(), filtered, score));
+                out.push((key.to_string(), node.name.to_string(), filtered, score));
             }
         }
         out

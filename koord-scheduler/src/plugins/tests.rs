@@ -623,6 +623,48 @@ fn scarce_resource_avoidance_keeps_plain_pods_off_gpu_nodes() {
     );
 }
 
+/// The plugin keeps each node's extra resource kinds from Node events; a
+/// node that gains or loses its scarce kind must score as if read afresh.
+#[test]
+fn scarce_resource_avoidance_follows_a_node_gaining_and_losing_its_scarce_kind() {
+    let mut s = scheduler(&only(
+        "ScarceResourceAvoidance",
+        "{resources: [nvidia.com/gpu]}",
+    ));
+    let plain = [("cpu", "10"), ("memory", "10Gi"), ("pods", "110")];
+    load(
+        &mut s,
+        vec![
+            node("n", &plain),
+            pod(PodSpec {
+                name: "cpu-only",
+                requests: &[("cpu", "1")],
+                ..PodSpec::default()
+            }),
+            pod(PodSpec {
+                name: "fpga-user",
+                requests: &[("cpu", "1"), ("example.com/fpga", "1")],
+                ..PodSpec::default()
+            }),
+        ],
+    );
+    assert_eq!(scores(&s, "default/cpu-only", &["n"], t0()), vec![100]);
+    let with_gpu_and_fpga = [
+        ("cpu", "10"),
+        ("memory", "10Gi"),
+        ("pods", "110"),
+        ("nvidia.com/gpu", "1"),
+        ("example.com/fpga", "2"),
+    ];
+    load(&mut s, vec![node("n", &with_gpu_and_fpga)]);
+    // Unrequested: memory, gpu, fpga; scarce: gpu → (3 − 1) × 100 / 3.
+    assert_eq!(scores(&s, "default/cpu-only", &["n"], t0()), vec![66]);
+    // The fpga is asked for: memory and gpu left, one scarce → 50.
+    assert_eq!(scores(&s, "default/fpga-user", &["n"], t0()), vec![50]);
+    load(&mut s, vec![node("n", &plain)]);
+    assert_eq!(scores(&s, "default/cpu-only", &["n"], t0()), vec![100]);
+}
+
 #[test]
 fn extender_scores_scale_to_zero_through_ten() {
     let outcome = ScoreOutcome {

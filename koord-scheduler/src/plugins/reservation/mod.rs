@@ -506,7 +506,7 @@ impl ReservationPlugin {
             .candidates
             .iter()
             .filter_map(|name| self.reservations.get(name))
-            .filter(|r| r.node.as_deref() == Some(node.name.as_str()))
+            .filter(|r| r.node.as_deref() == Some(&*node.name))
             .find(|info| {
                 let remaining = self.remaining(info);
                 if info.restricted
@@ -1100,7 +1100,7 @@ mod tests {
                 };
                 assert_eq!(filtered, checked, "pod {}, node {}", pod.key, node.name);
                 (
-                    node.name.clone(),
+                    node.name.to_string(),
                     filtered,
                     plugin.score(pod, node, cache, state),
                     score_all,
