@@ -10,30 +10,34 @@ pub const NAME: &str = "ScarceResourceAvoidance";
 
 const PODS_SLOT: usize = KNOWN_RESOURCES.len() - 1;
 
+// Fixed slots are kept as bits of a u16.
+const _: () = assert!(KNOWN_RESOURCES.len() <= 16);
+
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
     let args: ScarceResourceAvoidanceArgs = parse_args(NAME, args)?;
-    let mut scarce_slots = [false; KNOWN_RESOURCES.len()];
+    let mut scarce_slots = 0u16;
     for name in &args.resources {
         if let Some(slot) = slot_of(name) {
-            scarce_slots[slot] = true;
+            scarce_slots |= 1 << slot;
         }
     }
     Ok(Box::new(ScarceResourceAvoidance {
         args,
         scarce_slots,
-        extra_kinds: Vec::new(),
+        node_kinds: Vec::new(),
     }))
 }
 
 /// See the module docs.
 pub struct ScarceResourceAvoidance {
     args: ScarceResourceAvoidanceArgs,
-    scarce_slots: [bool; KNOWN_RESOURCES.len()],
-    /// By `NodeInfo::index`, kept on Node events: the node's resource kinds
-    /// without a fixed slot. Scoring a pod that asks for none of those kinds
-    /// reads these two counts instead of the node's list of names, which is
-    /// out of cache for most nodes of a large cluster.
-    extra_kinds: Vec<Option<ExtraKinds>>,
+    /// The scarce fixed-slot kinds, a bit per slot.
+    scarce_slots: u16,
+    /// By `NodeInfo::index`, kept on Node events: the node's resource kinds.
+    /// Scoring reads this dense array instead of the node's own record and
+    /// list of names, which are out of cache for most nodes of a large
+    /// cluster (a pod asking for a kind without a fixed slot still reads them).
+    node_kinds: Vec<Option<NodeKinds>>,
 }
 
 /// Counts over a node's resource kinds without a fixed slot.
@@ -43,6 +47,22 @@ struct ExtraKinds {
     present: i64,
     /// Those of them that are scarce.
     scarce: i64,
+}
+
+/// What scoring reads of one node: the fixed-slot kinds it has (`pods`
+/// left out) as a bit per slot, and the counts over its other kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NodeKinds {
+    slots: u16,
+    extras: ExtraKinds,
+}
+
+/// The fixed-slot kinds of `resources` with `amount > 0`, `pods` left out.
+fn slot_bits(resources: &Resources) -> u16 {
+    resources
+        .known_slots()
+        .filter(|(slot, amount)| *amount > 0 && *slot != PODS_SLOT)
+        .fold(0, |bits, (slot, _)| bits | 1 << slot)
 }
 
 impl ScarceResourceAvoidance {
@@ -87,10 +107,13 @@ impl Plugin for ScarceResourceAvoidance {
         let Some(node) = cache.node(key) else {
             return;
         };
-        if self.extra_kinds.len() <= node.index {
-            self.extra_kinds.resize(node.index + 1, None);
+        if self.node_kinds.len() <= node.index {
+            self.node_kinds.resize(node.index + 1, None);
         }
-        self.extra_kinds[node.index] = Some(self.unrequested_extra_kinds(node, &Resources::new()));
+        self.node_kinds[node.index] = Some(NodeKinds {
+            slots: slot_bits(&node.allocatable),
+            extras: self.unrequested_extra_kinds(node, &Resources::new()),
+        });
     }
 
     /// The share of the node's resource kinds that are scarce and unrequested,
@@ -104,23 +127,17 @@ impl Plugin for ScarceResourceAvoidance {
     ) -> i64 {
         // Resource kinds the node has but the pod does not ask for; `pods` is
         // a count, not a resource kind upstream compares.
-        let (mut unrequested, mut scarce) = (0i64, 0i64);
-        for (slot, amount) in node.allocatable.known_slots() {
-            if amount > 0 && slot != PODS_SLOT && pod.requests.slot(slot) <= 0 {
-                unrequested += 1;
-                if self.scarce_slots[slot] {
-                    scarce += 1;
-                }
-            }
-        }
-        // A pod asking for no such kind leaves every one the node has idle.
-        let kept = self.extra_kinds.get(node.index).copied().flatten();
+        let kept = self.node_kinds.get(node.index).copied().flatten();
+        let slots = kept.map_or_else(|| slot_bits(&node.allocatable), |k| k.slots);
+        let unrequested_slots = slots & !slot_bits(&pod.requests);
+        // A pod asking for no kind without a fixed slot leaves every such
+        // kind the node has idle.
         let extras = match kept {
-            Some(kinds) if pod.requests.extras().next().is_none() => kinds,
+            Some(kinds) if pod.requests.extras().next().is_none() => kinds.extras,
             _ => self.unrequested_extra_kinds(node, &pod.requests),
         };
-        unrequested += extras.present;
-        scarce += extras.scarce;
+        let unrequested = i64::from(unrequested_slots.count_ones()) + extras.present;
+        let scarce = i64::from((unrequested_slots & self.scarce_slots).count_ones()) + extras.scarce;
         if unrequested == 0 || scarce == 0 {
             return MAX_NODE_SCORE;
         }

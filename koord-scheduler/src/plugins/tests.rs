@@ -663,6 +663,10 @@ fn scarce_resource_avoidance_follows_a_node_gaining_and_losing_its_scarce_kind()
     assert_eq!(scores(&s, "default/fpga-user", &["n"], t0()), vec![50]);
     load(&mut s, vec![node("n", &plain)]);
     assert_eq!(scores(&s, "default/cpu-only", &["n"], t0()), vec![100]);
+    // Memory gone: the gpu is all that is left idle, and it is scarce → 0.
+    let gpu_without_memory = [("cpu", "10"), ("pods", "110"), ("nvidia.com/gpu", "1")];
+    load(&mut s, vec![node("n", &gpu_without_memory)]);
+    assert_eq!(scores(&s, "default/cpu-only", &["n"], t0()), vec![0]);
 }
 
 #[test]
