@@ -343,6 +343,42 @@ pub enum CacheError {
     NodeNotFound(String),
 }
 
+/// The nodes with a Node object at one moment, in name order, and where
+/// each [`NodeInfo::index`] stands among them: per-node details kept by
+/// position are named only when read (see `crate::node_map`).
+#[derive(Debug)]
+pub struct NodeNames {
+    names: Vec<Arc<str>>,
+    /// By [`NodeInfo::index`]; [`Self::ABSENT`] for a node without a Node
+    /// object (or added since).
+    position_by_index: Vec<u32>,
+}
+
+impl NodeNames {
+    const ABSENT: u32 = u32::MAX;
+
+    /// The position of the node entry numbered `index`.
+    pub fn position_of_index(&self, index: usize) -> Option<u32> {
+        self.position_by_index
+            .get(index)
+            .copied()
+            .filter(|p| *p != Self::ABSENT)
+    }
+
+    /// The position of the node called `name`.
+    pub fn position_of(&self, name: &str) -> Option<u32> {
+        self.names
+            .binary_search_by(|n| (**n).cmp(name))
+            .ok()
+            .map(|p| p as u32)
+    }
+
+    /// The name at `position` (a position this table gave).
+    pub fn name(&self, position: u32) -> &Arc<str> {
+        &self.names[position as usize]
+    }
+}
+
 /// The cache itself; see the module docs.
 #[derive(Debug, Default)]
 pub struct ClusterCache {
@@ -354,6 +390,9 @@ pub struct ClusterCache {
     node_index: FastMap<String, usize>,
     /// Indexes of the nodes with a Node object, in name order.
     sorted_nodes: Vec<usize>,
+    /// [`NodeNames`] of `sorted_nodes`, built when first asked for after a
+    /// node came or went.
+    names: std::sync::OnceLock<Arc<NodeNames>>,
     pods: FastMap<String, Arc<PodInfo>>,
     pod_keys_by_uid: FastMap<String, String>,
     pub node_metrics: FastMap<String, Arc<NodeMetric>>,
@@ -445,6 +484,26 @@ impl ClusterCache {
 
     pub fn node_count(&self) -> usize {
         self.sorted_nodes.len()
+    }
+
+    /// The names of the nodes with a Node object, shared: one clone per
+    /// caller, built once per change of the node set.
+    pub fn node_names(&self) -> Arc<NodeNames> {
+        let names = self.names.get_or_init(|| {
+            let mut position_by_index = vec![NodeNames::ABSENT; self.node_slots.len()];
+            let mut names = Vec::with_capacity(self.sorted_nodes.len());
+            for &index in &self.sorted_nodes {
+                if let Some(node) = self.node_slots.get(index).and_then(Option::as_ref) {
+                    position_by_index[index] = names.len() as u32;
+                    names.push(Arc::clone(&node.name));
+                }
+            }
+            Arc::new(NodeNames {
+                names,
+                position_by_index,
+            })
+        });
+        Arc::clone(names)
     }
 
     /// One more than the largest [`NodeInfo::index`] handed out.
@@ -585,6 +644,7 @@ impl ClusterCache {
                 if deleted {
                     if let Ok(position) = self.sorted_position(&key) {
                         self.sorted_nodes.remove(position);
+                        self.names = std::sync::OnceLock::new();
                     }
                     if let Some(info) = self.entry_mut(&key) {
                         info.node = None;
@@ -614,6 +674,7 @@ impl ClusterCache {
                     info.node = Some(Arc::new(node));
                     if let Err(position) = self.sorted_position(&key) {
                         self.sorted_nodes.insert(position, index);
+                        self.names = std::sync::OnceLock::new();
                     }
                 }
                 ClusterEvent::Object { kind, key }

@@ -26,6 +26,7 @@ pub mod extender;
 pub mod filtered;
 pub mod framework;
 pub mod node_checks;
+pub mod node_map;
 pub mod permit;
 pub mod placement;
 pub mod plugins;

@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::cache::{Change, NodeInfo, Object, PodInfo};
 use crate::framework::{FilterOutcome, Reason, Scheduler};
 use crate::node_checks;
+use crate::node_map::NodeMap;
 use crate::plugins::reservation::{KEPT_ANNOTATIONS, is_pending, lifecycle, reserve_pod};
 
 /// One pod's outcome; the JSON contract documented in `docs/simulate.md`.
@@ -29,11 +30,11 @@ pub struct Placement {
     pub pod: String,
     /// The chosen node, or null when none fits.
     pub node: Option<String>,
-    /// Rejected node → reason. Node names are shared with the cache, not
-    /// copied: a simulation names every node for every pod.
-    pub reasons: BTreeMap<Arc<str>, String>,
+    /// Rejected node → reason. A simulation names every node for every
+    /// pod, so the nodes are kept by position in the cache's name table.
+    pub reasons: NodeMap<String>,
     /// Feasible node → Σ weight × normalized plugin score.
-    pub scores: BTreeMap<Arc<str>, i64>,
+    pub scores: NodeMap<i64>,
     /// Annotations the bind wrote (or would write) on the pod.
     pub annotations: BTreeMap<String, String>,
 }
@@ -126,18 +127,10 @@ impl ScheduledPod {
         if !reasons.is_empty() {
             // A node is rejected once (were it twice, the later reason
             // would win, as with inserting).
-            placement.reasons = reasons
-                .into_iter()
-                .filter_map(|(index, reason)| {
-                    Some((Arc::clone(cache.node_name_at(index)?), reason))
-                })
-                .collect();
+            placement.reasons = NodeMap::from_indexed(cache, reasons);
         }
         if !scores.is_empty() {
-            placement.scores = scores
-                .into_iter()
-                .filter_map(|(index, total)| Some((Arc::clone(cache.node_name_at(index)?), total)))
-                .collect();
+            placement.scores = NodeMap::from_indexed(cache, scores);
         }
         placement
     }
@@ -159,8 +152,8 @@ impl Placement {
         Placement {
             pod: pod.to_string(),
             node: None,
-            reasons: BTreeMap::new(),
-            scores: BTreeMap::new(),
+            reasons: NodeMap::new(),
+            scores: NodeMap::new(),
             annotations: BTreeMap::new(),
         }
     }
@@ -194,16 +187,17 @@ pub fn schedule_one_indexed(
     let Some(pod) = scheduler.cache.pod(pod_key).cloned() else {
         placement
             .reasons
-            .insert("".into(), "pod not found in the snapshot".into());
+            .insert("", "pod not found in the snapshot".into());
         return scheduled;
     };
     let state = match scheduler.pre_filter(&pod, now) {
         Ok(state) => state,
         Err(rejection) => {
             if record_details {
+                placement.reasons = NodeMap::for_nodes_of(&scheduler.cache);
                 for node in scheduler.cache.nodes_sorted() {
                     let reason = rejection.reason.to_string();
-                    placement.reasons.insert(Arc::clone(&node.name), reason);
+                    placement.reasons.insert(&*node.name, reason);
                 }
             }
             return scheduled;
@@ -277,7 +271,7 @@ pub fn schedule_one_indexed(
             scheduled
                 .placement
                 .reasons
-                .insert(best.as_str().into(), err.to_string());
+                .insert(best.as_str(), err.to_string());
         }
     }
     let placement = &mut scheduled.placement;
@@ -325,7 +319,7 @@ fn reserve_best(
             }
             Err(err) => {
                 placement.scores.remove(node.as_str());
-                placement.reasons.insert(node.into(), err.to_string());
+                placement.reasons.insert(node, err.to_string());
             }
         }
     }
@@ -346,8 +340,8 @@ pub fn place_reservation(
     let mut placement = Placement {
         pod: format!("Reservation/{name}"),
         node: None,
-        reasons: BTreeMap::new(),
-        scores: BTreeMap::new(),
+        reasons: NodeMap::for_nodes_of(&scheduler.cache),
+        scores: NodeMap::for_nodes_of(&scheduler.cache),
         annotations: BTreeMap::new(),
     };
     // What it would hold must be readable before it is placed anywhere.
@@ -383,9 +377,7 @@ pub fn place_reservation(
         match scheduler.pre_filter(&info, now) {
             Err(rejection) => {
                 for node in eligible {
-                    placement
-                        .reasons
-                        .insert(node.into(), rejection.reason.to_string());
+                    placement.reasons.insert(node, rejection.reason.to_string());
                 }
             }
             Ok(state) => {
@@ -404,10 +396,9 @@ pub fn place_reservation(
                         *total += node_checks::least_allocated_score(&info, node_info, &held);
                     }
                 }
-                placement.scores = totals
-                    .iter()
-                    .map(|(node, total)| (node.as_str().into(), *total))
-                    .collect();
+                placement
+                    .scores
+                    .extend(totals.iter().map(|(node, total)| (node.as_str(), *total)));
                 reserve_best(scheduler, &key, totals, now, &mut placement);
             }
         }
@@ -529,8 +520,8 @@ mod tests {
         let mut placement = Placement {
             pod: key.to_string(),
             node: None,
-            reasons: BTreeMap::new(),
-            scores: BTreeMap::new(),
+            reasons: NodeMap::new(),
+            scores: NodeMap::new(),
             annotations: BTreeMap::new(),
         };
         let Ok(state) = scheduler.pre_filter(&pod, now) else {
@@ -551,7 +542,7 @@ mod tests {
         placement.scores = scores
             .totals
             .iter()
-            .map(|(node, total)| (node.as_str().into(), *total))
+            .map(|(node, total)| (node.as_str(), *total))
             .collect();
         if let Some(best) = scores.best().map(str::to_string) {
             let reserved = scheduler.reserve(key, &best, now).unwrap();

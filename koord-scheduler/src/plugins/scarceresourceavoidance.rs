@@ -137,7 +137,8 @@ impl Plugin for ScarceResourceAvoidance {
             _ => self.unrequested_extra_kinds(node, &pod.requests),
         };
         let unrequested = i64::from(unrequested_slots.count_ones()) + extras.present;
-        let scarce = i64::from((unrequested_slots & self.scarce_slots).count_ones()) + extras.scarce;
+        let scarce =
+            i64::from((unrequested_slots & self.scarce_slots).count_ones()) + extras.scarce;
         if unrequested == 0 || scarce == 0 {
             return MAX_NODE_SCORE;
         }
