@@ -41,7 +41,7 @@ use serde::Deserialize;
 
 use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
-use crate::framework::{CycleState, Plugin, Rejection};
+use crate::framework::{CycleState, Plugin, Reason, Rejection};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
@@ -283,6 +283,9 @@ struct PodDeviceRequest {
     /// The pod's raw device resources (name, amount), for nodes DeviceShare
     /// has no Device CR of.
     raw: Vec<(&'static str, i64)>,
+    /// The refusal of a node short of every raw resource (the usual one: a
+    /// node without such devices), built once per pod instead of per node.
+    short_of_all: Option<Reason>,
 }
 
 /// The share of one GPU picked for a pod.
@@ -552,22 +555,28 @@ fn fits_node_allocatable(request: &PodDeviceRequest, node: &NodeInfo) -> Result<
                 .get(name)
                 .saturating_sub(node.requested.get(name))
     };
-    // Most nodes fit or lack one resource; the message is built only for a
-    // node that does not fit.
-    if !request.raw.iter().any(|raw| short(&raw)) {
+    // Most nodes fit or lack every resource; the message is built only for
+    // a node short of some but not all.
+    let short_count = request.raw.iter().filter(short).count();
+    if short_count == 0 {
         return Ok(());
     }
-    let insufficient: Vec<String> = request
-        .raw
-        .iter()
-        .filter(short)
-        .map(|(name, _)| format!("Insufficient {name}"))
-        .collect();
-    if insufficient.is_empty() {
-        Ok(())
-    } else {
-        Err(Rejection::unschedulable(insufficient.join(", ")))
+    if short_count == request.raw.len()
+        && let Some(reason) = &request.short_of_all
+    {
+        return Err(Rejection::unschedulable(reason.clone()));
     }
+    Err(Rejection::unschedulable(insufficient_text(
+        request.raw.iter().filter(short),
+    )))
+}
+
+/// "Insufficient a, Insufficient b" for the raw resources a node is short of.
+fn insufficient_text<'a>(short: impl Iterator<Item = &'a (&'static str, i64)>) -> String {
+    short
+        .map(|(name, _)| format!("Insufficient {name}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Upstream's node score: per device type the pod asks for, the strategy
@@ -1375,7 +1384,8 @@ impl Plugin for DeviceShare {
             .chain(CommonKind::ALL.iter().map(|k| k.resource()))
             .map(|name| (name, pod.requests.get(name)))
             .filter(|(_, amount)| *amount > 0)
-            .collect();
+            .collect::<Vec<_>>();
+        let short_of_all = (!raw.is_empty()).then(|| Reason::from(insufficient_text(raw.iter())));
         state.write(
             STATE_KEY,
             PodDeviceRequest {
@@ -1384,6 +1394,7 @@ impl Plugin for DeviceShare {
                 common,
                 joint,
                 raw,
+                short_of_all,
             },
         );
         Ok(())
@@ -2189,6 +2200,37 @@ mod tests {
         assert_eq!(
             value["gpu"][0]["resources"]["koordinator.sh/gpu-memory"],
             (i128::from(total) * 50 / 100).to_string()
+        );
+    }
+
+    /// A node short of every raw resource gets the refusal built once per
+    /// pod; one short of some gets only those named, in the request's order.
+    #[test]
+    fn a_node_short_of_some_raw_resources_names_only_those() {
+        let s = cluster(vec![
+            testutil::node("none", &[("cpu", "8")]),
+            testutil::node(
+                "core-only",
+                &[("cpu", "8"), ("koordinator.sh/gpu-core", "100")],
+            ),
+            testutil::node(
+                "ratio-only",
+                &[("cpu", "8"), ("koordinator.sh/gpu-memory-ratio", "100")],
+            ),
+            gpu_pod("share", HALF),
+        ]);
+        let outcome = testutil::filter(&s, "default/share", t0());
+        assert_eq!(
+            outcome.failed["none"],
+            "Insufficient koordinator.sh/gpu-core, Insufficient koordinator.sh/gpu-memory-ratio"
+        );
+        assert_eq!(
+            outcome.failed["core-only"],
+            "Insufficient koordinator.sh/gpu-memory-ratio"
+        );
+        assert_eq!(
+            outcome.failed["ratio-only"],
+            "Insufficient koordinator.sh/gpu-core"
         );
     }
 
