@@ -447,24 +447,28 @@ fn report_latencies(label: &str, nodes: usize, rounds: usize, latencies: &Latenc
             ms(*exchanges.last().unwrap()),
         );
     }
-    let mut exchanges = latencies.exchanges.clone();
-    exchanges.sort();
     println!(
-        "HTTP exchanges alone (request written → response read, without the client's JSON work) {label}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        ms(percentile(&exchanges, 0.5)),
-        ms(percentile(&exchanges, 0.9)),
-        ms(percentile(&exchanges, 0.99)),
-        ms(*exchanges.last().unwrap()),
+        "HTTP exchanges alone (request written → response read, without the client's JSON work) {label}: {}",
+        spread(&latencies.exchanges)
     );
-    let mut sorted = latencies.all.clone();
+    println!(
+        "/filter + /prioritize over HTTP {label}, {nodes} node names, {rounds} pods: {} (target p99 < 10 ms)",
+        spread(&latencies.all)
+    );
+}
+
+/// "p50 …, p90 …, p99 …, max … ms" of `times`.
+fn spread(times: &[Duration]) -> String {
+    let mut sorted = times.to_vec();
     sorted.sort();
-    println!(
-        "/filter + /prioritize over HTTP {label}, {nodes} node names, {rounds} pods: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 10 ms)",
-        percentile(&sorted, 0.5).as_secs_f64() * 1e3,
-        percentile(&sorted, 0.9).as_secs_f64() * 1e3,
-        percentile(&sorted, 0.99).as_secs_f64() * 1e3,
-        sorted.last().unwrap().as_secs_f64() * 1e3,
-    );
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    format!(
+        "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        ms(percentile(&sorted, 0.5)),
+        ms(percentile(&sorted, 0.9)),
+        ms(percentile(&sorted, 0.99)),
+        ms(*sorted.last().unwrap()),
+    )
 }
 
 /// `count` watch updates of bound pods, as the pod watch would deliver them
