@@ -722,6 +722,10 @@ struct Sample {
     /// The LS service's threads' summed schedstat (run ns, run-queue wait
     /// ns), read every [`SCHEDSTAT_EVERY`] samples.
     ls_sched: Option<(u64, u64)>,
+    /// The same for the load generator's threads: time the generator waits
+    /// for a CPU delays its requests and its reading of answers, so it
+    /// counts in the LS latency although no remote client would see it.
+    gen_sched: Option<(u64, u64)>,
 }
 
 /// LS schedstat is read every this many samples (250 ms): reading every
@@ -730,7 +734,7 @@ const SCHEDSTAT_EVERY: usize = 25;
 
 /// The summed (run, wait) ns of the threads in `dir`'s cpu cgroup; threads
 /// that exit while being read are left out.
-fn ls_schedstat(dir: &str) -> Result<(u64, u64), String> {
+fn cgroup_schedstat(dir: &str) -> Result<(u64, u64), String> {
     let tasks = read_trimmed(&cgroup_path("cpu", dir).join("tasks"))?;
     let (mut run, mut wait) = (0u64, 0u64);
     for tid in tasks.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
@@ -787,7 +791,12 @@ fn take_sample(layout: &Layout, at: f64, with_sched: bool) -> Result<Sample, Str
             &cgroup_path("cpuset", &layout.be_tier).join("cpuset.cpus"),
         )?),
         ls_sched: if with_sched {
-            Some(ls_schedstat(&layout.ls_container)?)
+            Some(cgroup_schedstat(&layout.ls_container)?)
+        } else {
+            None
+        },
+        gen_sched: if with_sched {
+            Some(cgroup_schedstat(&layout.generator)?)
         } else {
             None
         },
@@ -904,6 +913,8 @@ struct RunResult {
     phase_p99_ms: Vec<Option<f64>>,
     /// Per phase: the LS threads' run-queue wait over their run time, %.
     phase_wait_percent: Vec<Option<f64>>,
+    /// The same for the load generator's threads.
+    phase_gen_wait_percent: Vec<Option<f64>>,
     be_units_per_s: f64,
     be_share_of_idle: Option<f64>,
     koordlet_cpu_percent: Option<f64>,
@@ -1616,13 +1627,19 @@ fn reactions(schedule: &[Phase], samples: &[Sample]) -> Vec<f64> {
     out
 }
 
-/// The LS threads' run-queue wait as a percentage of their run time
-/// between the first and last schedstat readings in `[start, end)`.
-fn wait_percent(samples: &[Sample], start: f64, end: f64) -> Option<f64> {
+/// Some threads' run-queue wait (`pick`: the LS service's or the
+/// generator's) as a percentage of their run time between the first and
+/// last schedstat readings in `[start, end)`.
+fn wait_percent(
+    samples: &[Sample],
+    pick: fn(&Sample) -> Option<(u64, u64)>,
+    start: f64,
+    end: f64,
+) -> Option<f64> {
     let mut inside = samples
         .iter()
         .filter(|s| s.at >= start && s.at < end)
-        .filter_map(|s| s.ls_sched);
+        .filter_map(pick);
     let (run0, wait0) = inside.next()?;
     let (run1, wait1) = inside.next_back()?;
     let run = run1.checked_sub(run0)?;
@@ -1663,7 +1680,11 @@ fn summarise(
 
     let phase_wait_percent = phase_bounds(schedule)
         .iter()
-        .map(|&(start, end)| wait_percent(samples, start, end))
+        .map(|&(start, end)| wait_percent(samples, |s| s.ls_sched, start, end))
+        .collect();
+    let phase_gen_wait_percent = phase_bounds(schedule)
+        .iter()
+        .map(|&(start, end)| wait_percent(samples, |s| s.gen_sched, start, end))
         .collect();
 
     // CPU over the pattern: BE's share of what the others left idle.
@@ -1705,6 +1726,7 @@ fn summarise(
         latencies_us: latencies,
         phase_p99_ms,
         phase_wait_percent,
+        phase_gen_wait_percent,
         be_units_per_s,
         be_share_of_idle,
         koordlet_cpu_percent,
@@ -1865,7 +1887,7 @@ fn idle_line(config: &Config, results: &[RunResult]) -> String {
 fn print_table(config: &Config, results: &[RunResult]) {
     println!();
     println!(
-        "{:<21} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>13}",
+        "{:<21} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>13}",
         "run",
         "p50 ms",
         "p99 ms",
@@ -1875,6 +1897,8 @@ fn print_table(config: &Config, results: &[RunResult]) {
         "p99@90%",
         "wait@50%",
         "wait@90%",
+        "gwait@50%",
+        "gwait@90%",
         "BE units/s",
         "BE idle%",
         "agent CPU%",
@@ -1893,6 +1917,11 @@ fn print_table(config: &Config, results: &[RunResult]) {
                 format!("{v:.1}%")
             })
         };
+        let gen_wait = |i: usize| {
+            or_dash(r.phase_gen_wait_percent.get(i).copied().flatten(), |v| {
+                format!("{v:.1}%")
+            })
+        };
         let mut reactions = r.reactions_ms.clone();
         reactions.sort_by(f64::total_cmp);
         let reaction = if reactions.is_empty() {
@@ -1905,7 +1934,7 @@ fn print_table(config: &Config, results: &[RunResult]) {
                 .join("/")
         };
         println!(
-            "{:<21} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
+            "{:<21} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9.0} {:>9} {:>9} {:>8} {:>13}",
             run_label(r.kind, r.round, config.repeat),
             p(50.0),
             p(99.0),
@@ -1915,6 +1944,8 @@ fn print_table(config: &Config, results: &[RunResult]) {
             phase_p99(NINETY_PHASE),
             wait(HALF_PHASE),
             wait(NINETY_PHASE),
+            gen_wait(HALF_PHASE),
+            gen_wait(NINETY_PHASE),
             r.be_units_per_s,
             or_dash(r.be_share_of_idle, |v| format!("{:.0}%", 100.0 * v)),
             or_dash(r.koordlet_cpu_percent, |v| format!("{v:.2}")),
@@ -1934,6 +1965,9 @@ fn print_table(config: &Config, results: &[RunResult]) {
     );
     println!(
         "wait@N%: the LS threads' run-queue wait over their CPU run time in that phase (schedstat, the latency loop's signal);"
+    );
+    println!(
+        "gwait@N%: the same for the load generator's threads (outside kubepods, so BE's cpu.idle does not make way for them);"
     );
     println!(
         "reaction: per LS step up, ms until BE's limit covered half of the drop it settled at (the two steps, in order of size)."
@@ -2181,6 +2215,7 @@ mod tests {
             latencies_us: vec![p99_ms * 1000],
             phase_p99_ms: Vec::new(),
             phase_wait_percent: Vec::new(),
+            phase_gen_wait_percent: Vec::new(),
             be_units_per_s: 0.0,
             be_share_of_idle: None,
             koordlet_cpu_percent: None,
@@ -2235,6 +2270,7 @@ mod tests {
             be_quota_cores: quota,
             be_cpuset_cpus: 2,
             ls_sched: None,
+            gen_sched: None,
         }
     }
 
@@ -2258,13 +2294,20 @@ mod tests {
         samples[3].ls_sched = Some((3000, 400));
         samples[6].ls_sched = Some((9000, 900));
         // [0, 5): readings at 1 and 3: 300 / 2000.
-        assert_eq!(wait_percent(&samples, 0.0, 5.0), Some(15.0));
+        assert_eq!(wait_percent(&samples, |s| s.ls_sched, 0.0, 5.0), Some(15.0));
         // One reading only, or none: no figure.
-        assert_eq!(wait_percent(&samples, 5.0, 10.0), None);
-        assert_eq!(wait_percent(&samples, 7.0, 10.0), None);
+        assert_eq!(wait_percent(&samples, |s| s.ls_sched, 5.0, 10.0), None);
+        assert_eq!(wait_percent(&samples, |s| s.ls_sched, 7.0, 10.0), None);
+        // The generator's readings are picked apart from the LS ones.
+        samples[2].gen_sched = Some((100, 1000));
+        samples[4].gen_sched = Some((300, 2500));
+        assert_eq!(
+            wait_percent(&samples, |s| s.gen_sched, 0.0, 5.0),
+            Some(750.0)
+        );
         // Counters that went back (threads gone): no figure.
         samples[3].ls_sched = Some((500, 50));
-        assert_eq!(wait_percent(&samples, 0.0, 5.0), None);
+        assert_eq!(wait_percent(&samples, |s| s.ls_sched, 0.0, 5.0), None);
     }
 
     #[test]
