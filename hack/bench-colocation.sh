@@ -34,6 +34,10 @@
 # schedIdle: 1, i.e. the besteffort tier as an idle cgroup); `none` leaves it
 # out. The table's last lines say in which runs the tier really was idle.
 #
+# --loadgen-cgroup root (the default) runs the load generator in a cgroup
+# beside kubepods; ls-pod runs it in a container-like cgroup of the LS pod,
+# where BE's idle tier makes way for it (its CPU then counts as the LS pod's).
+#
 # Needs root and cgroup v1 cpu/cpuacct/cpuset/memory hierarchies. Run it on
 # a quiet machine: CPU used by anything else is system usage to koordlet and
 # competes with the pods (the script prints the load average before and after).
@@ -53,7 +57,7 @@
 #            [--phase-seconds N] [--work-us N] [--threshold PERCENT]
 #            [--latency-target PERCENT] [--repeat N]
 #            [--rate-basis capacity|machine] [--probe-seconds N]
-#            [--be-cpu-qos sched-idle|none]
+#            [--be-cpu-qos sched-idle|none] [--loadgen-cgroup root|ls-pod]
 #            [--runs ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
 #                    koordlet-latency,...]
 set -euo pipefail
@@ -72,8 +76,8 @@ while [ $# -gt 0 ]; do
         --koordlet) koordlet=$2; build=0; shift 2 ;;
         --upstream-koordlet) upstream=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target|--repeat|--rate-basis|--probe-seconds|--be-cpu-qos) pass+=("$1" "$2"); shift 2 ;;
-        -h|--help) sed -n '2,58p' "$0"; exit 0 ;;
+        --phase-seconds|--work-us|--threshold|--runs|--conns|--latency-target|--repeat|--rate-basis|--probe-seconds|--be-cpu-qos|--loadgen-cgroup) pass+=("$1" "$2"); shift 2 ;;
+        -h|--help) sed -n '2,62p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done

@@ -37,7 +37,6 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];
 /// Cgroups this harness makes carry this prefix, so a crashed run's leftovers
 /// are recognised and removed by the next one.
-const PREFIX: &str = "koord-bench";
 const SAMPLE_EVERY: Duration = Duration::from_millis(10);
 /// A request head larger than this is refused by the service.
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
@@ -61,7 +60,7 @@ const USAGE: &str =
     "usage: koord-colocation-bench run --koordlet PATH [--upstream-koordlet PATH] [--out DIR]
                      [--phase-seconds N] [--work-us N] [--threshold PERCENT] [--runs LIST] [--conns N]
                      [--latency-target PERCENT] [--repeat N] [--rate-basis capacity|machine]
-                     [--probe-seconds N] [--be-cpu-qos sched-idle|none]
+                     [--probe-seconds N] [--be-cpu-qos sched-idle|none] [--loadgen-cgroup root|ls-pod]
   runs: a comma-separated subset of ls-alone,no-agent,koordlet-cfsquota,koordlet-cpuset,
         koordlet-latency,upstream-cfsquota,upstream-cpuset (the upstream runs need
         --upstream-koordlet and an API server in KUBECONFIG)
@@ -73,6 +72,9 @@ const USAGE: &str =
   be-cpu-qos: sched-idle (default) gives both agents upstream's CPU QoS for BE in the NodeSLO
         (policies.cpuPolicy coreSched, beClass.cpuQOS schedIdle 1: the besteffort tier's cpu.idle);
         none leaves it out. The no-agent run never sets cpu.idle; the table says which runs had it.
+  loadgen-cgroup: root (default) runs the load generator in a cgroup beside kubepods, where it
+        competes with kubepods as a whole, BE included; ls-pod runs it in a container-like cgroup
+        of the LS pod, where BE's idle tier makes way for it as for remote clients' interrupts
   (serve, load and batch are the parts `run` starts)";
 
 /// `--key value` pairs; every option takes a value.
@@ -534,29 +536,52 @@ struct Layout {
 }
 
 const LS_UID: &str = "koord-bench-ls";
+/// The generator's cgroup with `--loadgen-cgroup root`.
+const ROOT_LOADGEN: &str = "koord-bench-loadgen";
+/// Its container-like cgroup inside the LS pod with `--loadgen-cgroup ls-pod`.
+const LS_LOADGEN_ID: &str = "c0ffee000000000000000000000000000000000000000000000000000000000c3";
+
+/// Where the load generator runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LoadgenPlacement {
+    /// A cgroup of its own beside kubepods: it competes with kubepods as a
+    /// whole, and BE's `cpu.idle` (inside kubepods) does not make way for it.
+    Root,
+    /// A container-like cgroup inside the LS pod: BE's idle tier yields to
+    /// it as to the service, as the interrupts that carry a remote client's
+    /// packets are never delayed by BE; its CPU counts as the LS pod's.
+    LsPod,
+}
 const BE_UID: &str = "koord-bench-be";
 const LS_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000a1";
 const BE_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000b2";
 
 impl Layout {
-    fn create() -> Result<Self, String> {
+    fn create(placement: LoadgenPlacement) -> Result<Self, String> {
+        let generator = match placement {
+            LoadgenPlacement::Root => ROOT_LOADGEN.to_string(),
+            LoadgenPlacement::LsPod => format!("kubepods/burstable/pod{LS_UID}/{LS_LOADGEN_ID}"),
+        };
         let mut layout = Layout {
             ls_pod: format!("kubepods/burstable/pod{LS_UID}"),
             ls_container: format!("kubepods/burstable/pod{LS_UID}/{LS_CONTAINER_ID}"),
             be_tier: "kubepods/besteffort".into(),
             be_pod: format!("kubepods/besteffort/pod{BE_UID}"),
             be_container: format!("kubepods/besteffort/pod{BE_UID}/{BE_CONTAINER_ID}"),
-            generator: format!("{PREFIX}-loadgen"),
+            generator,
             created: Vec::new(),
             saved_shares: Vec::new(),
         };
-        // Leftovers of a crashed run would hold stale limits: start clean.
+        // Leftovers of a crashed run would hold stale limits: start clean
+        // (the generator's cgroup of either placement first: one sits in the LS pod).
+        let ls_pod_loadgen = format!("kubepods/burstable/pod{LS_UID}/{LS_LOADGEN_ID}");
         for dir in [
+            ROOT_LOADGEN,
+            &ls_pod_loadgen,
             &layout.ls_container,
             &layout.ls_pod,
             &layout.be_container,
             &layout.be_pod,
-            &layout.generator,
         ] {
             remove_cgroup(dir);
         }
@@ -879,6 +904,8 @@ struct Config {
     /// Whether the agents' NodeSLO asks for BE's cpu.idle (upstream's
     /// coreSched CPU QoS policy with `schedIdle: 1` for the BE class).
     be_sched_idle: bool,
+    /// Where the load generator runs (`--loadgen-cgroup`).
+    loadgen: LoadgenPlacement,
 }
 
 /// The pattern's shares of `full_rate`: idle, 50 %, 90 %, idle.
@@ -984,6 +1011,15 @@ fn run(options: &Options) -> Result<(), String> {
                 ));
             }
         },
+        loadgen: match options.text("loadgen-cgroup").unwrap_or("root") {
+            "root" => LoadgenPlacement::Root,
+            "ls-pod" => LoadgenPlacement::LsPod,
+            other => {
+                return Err(format!(
+                    "--loadgen-cgroup {other:?}: expected root or ls-pod"
+                ));
+            }
+        },
     };
     if !(1.0..=600.0).contains(&config.phase_seconds) || !(50..=100_000).contains(&config.work_us) {
         return Err("--phase-seconds must be 1..600 and --work-us 50..100000".into());
@@ -1025,7 +1061,7 @@ fn run(options: &Options) -> Result<(), String> {
         None
     };
 
-    let layout = Layout::create()?;
+    let layout = Layout::create(config.loadgen)?;
     let machine_rate = config.machine_rate();
     let (full_rate, basis) = if rate_basis == "capacity" {
         match probe_capacity(&config, &layout, probe_seconds) {
@@ -1056,7 +1092,8 @@ fn run(options: &Options) -> Result<(), String> {
     config.full_rate_basis = basis;
     println!(
         "== colocation benchmark: {ncpu} CPUs, LS request = {} µs of CPU, phases of {} s at {:?} req/s \
-         (100 % = {}), threshold {} %, {} round(s), BE CPU QoS in the agents' NodeSLO: {}",
+         (100 % = {}), threshold {} %, {} round(s), BE CPU QoS in the agents' NodeSLO: {}, \
+         load generator's cgroup: {}",
         config.work_us,
         config.phase_seconds,
         config.schedule().iter().map(|p| p.rate).collect::<Vec<_>>(),
@@ -1067,6 +1104,10 @@ fn run(options: &Options) -> Result<(), String> {
             "coreSched policy, schedIdle 1"
         } else {
             "none"
+        },
+        match config.loadgen {
+            LoadgenPlacement::Root => "beside kubepods",
+            LoadgenPlacement::LsPod => "in the LS pod",
         }
     );
     let mut results = Vec::new();
@@ -1967,7 +2008,12 @@ fn print_table(config: &Config, results: &[RunResult]) {
         "wait@N%: the LS threads' run-queue wait over their CPU run time in that phase (schedstat, the latency loop's signal);"
     );
     println!(
-        "gwait@N%: the same for the load generator's threads (outside kubepods, so BE's cpu.idle does not make way for them);"
+        "gwait@N%: the same for the load generator's threads ({});",
+        match config.loadgen {
+            LoadgenPlacement::Root =>
+                "in a cgroup beside kubepods, so BE's cpu.idle does not make way for them",
+            LoadgenPlacement::LsPod => "in the LS pod, where BE's cpu.idle makes way for them",
+        }
     );
     println!(
         "reaction: per LS step up, ms until BE's limit covered half of the drop it settled at (the two steps, in order of size)."
@@ -2122,6 +2168,7 @@ mod tests {
             full_rate: 100.0,
             full_rate_basis: String::new(),
             be_sched_idle,
+            loadgen: LoadgenPlacement::Root,
         }
     }
 
