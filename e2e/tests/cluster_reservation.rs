@@ -12,6 +12,12 @@
 //! 4. once it is gone, an owner pod that both nodes would take lands on A, in the Reservation
 //!    (`scheduling.koordinator.sh/reservation-allocated` names it), and the Reservation, allocated
 //!    once, ends Succeeded with the pod as its owner.
+//! 5. pre-allocation: a running pod takes 4 of A's 6 free cpus; a Reservation of 4 cpus
+//!    (`preAllocation`, Restricted, allocate-many, owners by label, pinned to A) cannot fit in the
+//!    2 left, yet is placed on A in that pod's place: the pod gets `reservation-allocated` naming
+//!    it and becomes its current owner.
+//! 6. once that pod is gone, the Reservation still holds its 4 cpus: a 4-cpu pod that is not an
+//!    owner stays Pending on A.
 //!
 //! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`)
 //! and the chart's default Reservation plugin. The nodes (with their NodeMetrics and pods), the
@@ -41,9 +47,9 @@ const OWNER_LABEL: &str = "koord-e2e-reservation-owner";
 /// MaxInt64/5: upstream's max (in cores and bytes) of its built-in quotas.
 const UPSTREAM_BUILTIN_MAX: &str = "1844674407370955161";
 
-/// Deletes the nodes and the Reservation when the test ends, also when it fails.
+/// Deletes the nodes and the Reservations when the test ends, also when it fails.
 struct Cleanup {
-    reservation: String,
+    reservations: Vec<String>,
 }
 
 impl Drop for Cleanup {
@@ -54,22 +60,25 @@ impl Drop for Cleanup {
             }
             Ok::<(), kube::Error>(())
         });
-        let name = self.reservation.clone();
+        let names = self.reservations.clone();
         let reservation = delete_from_drop(move |client| async move {
-            match Api::<Reservation>::all(client)
-                .delete(&name, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                Err(err) => Err(err),
+            for name in names {
+                match Api::<Reservation>::all(client.clone())
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(err) => return Err(err),
+                }
             }
+            Ok(())
         });
         if !(nodes && reservation) {
             eprintln!(
-                "cleanup incomplete (nodes {nodes}, reservation {reservation}): delete nodes \
-                 {NODE_A}, {NODE_B} and Reservation {} by hand",
-                self.reservation
+                "cleanup incomplete (nodes {nodes}, reservations {reservation}): delete nodes \
+                 {NODE_A}, {NODE_B} and Reservations {:?} by hand",
+                self.reservations
             );
         }
     }
@@ -124,6 +133,25 @@ fn on_test_nodes(cpu: &str, node_selector: Value) -> Value {
     })
 }
 
+/// Waits for `name`'s Unschedulable condition, then checks it is still unbound a while
+/// later (kube-scheduler retries it); `what` says why it should not fit.
+async fn stays_pending(pods: &Api<Pod>, name: &str, what: &str) -> anyhow::Result<()> {
+    let message = e2e::cluster::unschedulable_message(pods, name, Duration::from_secs(60))
+        .await
+        .with_context(|| what.to_string())?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = pods.get(name).await?;
+    ensure!(
+        later
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none(),
+        "{name} was bound after all (first refusal: {message})"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> anyhow::Result<()> {
     let Some(client) =
@@ -134,8 +162,9 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
     };
     let reservations = Api::<Reservation>::all(client.clone());
     let name = format!("koord-e2e-resv-{}", std::process::id());
+    let pre_allocating = format!("koord-e2e-resv-pa-{}", std::process::id());
     let _cleanup = Cleanup {
-        reservation: name.clone(),
+        reservations: vec![name.clone(), pre_allocating.clone()],
     };
     default_quota_in_upstream_form(&client).await?;
     let labels = json!({"labels": { NODE_LABEL: "true" }});
@@ -192,22 +221,12 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
         )?,
     )
     .await?;
-    let message = e2e::cluster::unschedulable_message(&pods, "intruder", Duration::from_secs(60))
-        .await
-        .with_context(|| {
-            format!("the intruder on {NODE_A}, where the Reservation holds 2 of 8 cpus")
-        })?;
-    // Still not bound a while later (kube-scheduler retries it).
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let later = pods.get("intruder").await?;
-    ensure!(
-        later
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_none(),
-        "the intruder was bound after all (first refusal: {message})"
-    );
+    stays_pending(
+        &pods,
+        "intruder",
+        &format!("the intruder on {NODE_A}, where the Reservation holds 2 of 8 cpus"),
+    )
+    .await?;
     pods.delete("intruder", &DeleteParams::default()).await?;
     eventually_within("the intruder gone", Duration::from_secs(60), || async {
         Ok(pods.get_opt("intruder").await?.is_none().then_some(()))
@@ -264,6 +283,104 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
                 .any(|o| o.name.as_deref() == Some("owner"));
             Ok((phase == json!("Succeeded") && owned).then_some(()))
         },
+    )
+    .await?;
+
+    // 5. Pre-allocation: a running owner-to-be on A, then a Reservation that fits only in its place.
+    let runner_labels = json!({ OWNER_LABEL: pre_allocating });
+    let on_a = json!({"kubernetes.io/hostname": NODE_A});
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            ns,
+            "runner",
+            json!({"metadata": {"labels": runner_labels}, "spec": on_test_nodes("4", on_a.clone())}),
+        )?,
+    )
+    .await?;
+    eventually_within("the runner bound to A", Duration::from_secs(60), || async {
+        let current = pods.get("runner").await?;
+        Ok(current
+            .spec
+            .and_then(|s| s.node_name)
+            .filter(|n| n == NODE_A)
+            .map(|_| ()))
+    })
+    .await?;
+    let reservation: Reservation = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": pre_allocating},
+        "spec": {
+            "template": {"spec": on_test_nodes("4", on_a.clone())},
+            "owners": [{"labelSelector": {"matchLabels": { OWNER_LABEL: pre_allocating }}}],
+            "preAllocation": true,
+            "allocatePolicy": "Restricted",
+            "allocateOnce": false,
+            "ttl": "10m"
+        }
+    }))?;
+    reservations
+        .create(&PostParams::default(), &reservation)
+        .await
+        .context("creating the pre-allocating Reservation")?;
+    let placed = eventually_within(
+        "the pre-allocating Reservation Available with the runner as its owner",
+        Duration::from_secs(90),
+        || async {
+            let status = reservations
+                .get(&pre_allocating)
+                .await?
+                .status
+                .unwrap_or_default();
+            let phase = serde_json::to_value(&status.phase)?;
+            let owned = status
+                .current_owners
+                .as_ref()
+                .is_some_and(|owners| owners.iter().any(|o| o.name.as_deref() == Some("runner")));
+            Ok((phase == json!("Available") && owned).then_some(status))
+        },
+    )
+    .await
+    .with_context(|| format!("Reservation {pre_allocating} did not pre-allocate the runner"))?;
+    ensure!(
+        placed.node_name.as_deref() == Some(NODE_A),
+        "the pre-allocating Reservation went to {:?}, not {NODE_A}",
+        placed.node_name
+    );
+    let runner = pods.get("runner").await?;
+    let allocated = runner
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_RESERVATION_ALLOCATED))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        allocated.contains(&pre_allocating),
+        "the runner's {ANNOTATION_RESERVATION_ALLOCATED} is {allocated:?}, not naming {pre_allocating}"
+    );
+
+    // 6. The runner goes; its Reservation keeps the 4 cpus from a pod that is not an owner.
+    pods.delete("runner", &DeleteParams::default()).await?;
+    eventually_within("the runner gone", Duration::from_secs(60), || async {
+        Ok(pods.get_opt("runner").await?.is_none().then_some(()))
+    })
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            ns,
+            "late-intruder",
+            json!({"spec": on_test_nodes("4", on_a)}),
+        )?,
+    )
+    .await?;
+    stays_pending(
+        &pods,
+        "late-intruder",
+        &format!(
+            "a 4-cpu pod on {NODE_A}, where {pre_allocating} still holds 4 of the 6 free cpus"
+        ),
     )
     .await?;
     beating_a.abort();

@@ -116,8 +116,19 @@ const ALWAYS_CHECKED: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
 /// kube-scheduler's NodeResourcesFit for the reserve pod: every request
 /// within the node's free allocatable, and room for one more pod.
 pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    check_resources_without(pod, node, None)
+}
+
+/// [`check_resources`] as if `gone`, a pod on the node, were not there
+/// (reservation pre-allocation: the reservation takes that pod's place).
+pub fn check_resources_without(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    gone: Option<&PodInfo>,
+) -> Result<(), String> {
     let pods_allowed = node.allocatable.get("pods");
-    if pods_allowed > 0 && i64::try_from(node.pods.len()).unwrap_or(i64::MAX) >= pods_allowed {
+    let pods_there = node.pods.len().saturating_sub(usize::from(gone.is_some()));
+    if pods_allowed > 0 && i64::try_from(pods_there).unwrap_or(i64::MAX) >= pods_allowed {
         return Err("Too many pods".into());
     }
     let mut insufficient = Vec::new();
@@ -126,7 +137,8 @@ pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
         if amount <= 0 || (allocatable == 0 && !ALWAYS_CHECKED.contains(&name)) {
             continue;
         }
-        if amount > allocatable - node.requested.get(name) {
+        let freed = gone.map_or(0, |g| g.requests.get(name).max(0));
+        if amount > allocatable - node.requested.get(name).saturating_sub(freed).max(0) {
             insufficient.push(format!("Insufficient {name}"));
         }
     }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use apis::extension::reservation::{ReservationAllocated, set_reservation_allocated};
 use apis::scheduling::v1alpha1::Reservation;
 use serde::Serialize;
 
@@ -21,7 +22,9 @@ use crate::cache::{Change, NodeInfo, Object, PodInfo};
 use crate::framework::{FilterOutcome, Reason, Scheduler};
 use crate::node_checks;
 use crate::node_map::NodeMap;
-use crate::plugins::reservation::{KEPT_ANNOTATIONS, is_pending, lifecycle, reserve_pod};
+use crate::plugins::reservation::{
+    KEPT_ANNOTATIONS, ReservationInfo, is_pending, lifecycle, pre_allocation, reserve_pod,
+};
 
 /// One pod's outcome; the JSON contract documented in `docs/simulate.md`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -336,6 +339,29 @@ pub fn place_reservation(
     reservation: &Reservation,
     now: SystemTime,
 ) -> Placement {
+    place_reservation_pre_allocating(scheduler, reservation, now).0
+}
+
+/// Why a feasible node is passed over for one where the reservation
+/// pre-allocates a pod (upstream weights such nodes above all others).
+pub const PASSED_OVER_FOR_PRE_ALLOCATION: &str =
+    "node(s) passed over for a node where the reservation pre-allocates a pod";
+
+/// [`place_reservation`], also returning the pod the reservation
+/// pre-allocated (`spec.preAllocation`, see [`pre_allocation`]), as it was
+/// before: the cache then has it allocated from the reservation, and the
+/// caller writes that annotation to the API server (or puts this pod back).
+///
+/// Per node, the candidate pods are tried fullest first; the first whose
+/// place lets the reservation fit is nominated. Nominated pods leave the
+/// cache while the plugins decide (so they see the room the reservation
+/// takes over) and come back after. Feasible nodes with a nominated pod win
+/// over the others; with pre-allocation required, no other node is feasible.
+pub fn place_reservation_pre_allocating(
+    scheduler: &mut Scheduler,
+    reservation: &Reservation,
+    now: SystemTime,
+) -> (Placement, Option<Arc<k8s_openapi::api::core::v1::Pod>>) {
     let name = reservation.metadata.name.clone().unwrap_or_default();
     let mut placement = Placement {
         pod: format!("Reservation/{name}"),
@@ -345,34 +371,88 @@ pub fn place_reservation(
         annotations: BTreeMap::new(),
     };
     // What it would hold must be readable before it is placed anywhere.
-    let allocatable = match lifecycle::reservation_allocatable(reservation) {
-        Ok(allocatable) => allocatable,
-        Err(invalid) => {
-            let reason = format!("reservation {name} is invalid: {invalid}");
+    let checked = match lifecycle::reservation_allocatable(reservation) {
+        Ok(allocatable) => pre_allocation::mode(reservation)
+            .map(|mode| (allocatable, mode))
+            .map_err(str::to_string),
+        Err(invalid) => Err(format!("reservation {name} is invalid: {invalid}")),
+    };
+    let (allocatable, mode) = match checked {
+        Ok(fine) => fine,
+        Err(reason) => {
             for node in scheduler.cache.nodes_sorted() {
                 placement.reasons.insert(node.name.clone(), reason.clone());
             }
-            return placement;
+            return (placement, None);
         }
     };
     let template_spec = reservation.spec.template.spec.clone().unwrap_or_default();
     let pod = reserve_pod(reservation);
     let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
     scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
+    let mut nominated: BTreeMap<String, Arc<PodInfo>> = BTreeMap::new();
     if let Some(info) = scheduler.cache.pod(&key).cloned() {
+        let mut required_refusals: BTreeMap<String, &str> = BTreeMap::new();
+        if let pre_allocation::Mode::On { required } = mode
+            && let Ok(owned_by) = ReservationInfo::from_crd(reservation)
+        {
+            let cache = &scheduler.cache;
+            for node in cache.nodes_sorted() {
+                let mut candidates: Vec<&Arc<PodInfo>> = cache
+                    .pods_on_node(&node.name)
+                    .filter(|p| {
+                        pre_allocation::is_candidate(&owned_by, p, cache)
+                            && pre_allocation::pod_fits_reservation(&allocatable, p)
+                    })
+                    .collect();
+                let had_candidates = !candidates.is_empty();
+                candidates.sort_by(|a, b| {
+                    pre_allocation::fill_percent(&allocatable, b)
+                        .cmp(&pre_allocation::fill_percent(&allocatable, a))
+                        .then_with(|| a.key.cmp(&b.key))
+                });
+                let making_room = candidates.into_iter().find(|candidate| {
+                    node_checks::check_resources_without(&info, node, Some(candidate)).is_ok()
+                });
+                match making_room {
+                    Some(candidate) => {
+                        nominated.insert(node.name.to_string(), Arc::clone(candidate));
+                    }
+                    None if required => {
+                        let reason = if had_candidates {
+                            pre_allocation::REASON_NO_POD_FITS
+                        } else {
+                            pre_allocation::REASON_REQUIRED_NO_POD
+                        };
+                        required_refusals.insert(node.name.to_string(), reason);
+                    }
+                    None => {}
+                }
+            }
+        }
         let mut eligible = Vec::new();
         for node in scheduler.cache.nodes_sorted() {
+            if let Some(reason) = required_refusals.get(&*node.name) {
+                placement
+                    .reasons
+                    .insert(node.name.clone(), reason.to_string());
+                continue;
+            }
+            let gone = nominated.get(&*node.name).map(|p| &**p);
             let fit = node
                 .node
                 .as_deref()
                 .map_or(Ok(()), |n| node_checks::check_node(&template_spec, n))
-                .and_then(|()| node_checks::check_resources(&info, node));
+                .and_then(|()| node_checks::check_resources_without(&info, node, gone));
             match fit {
                 Ok(()) => eligible.push(node.name.to_string()),
                 Err(reason) => {
                     placement.reasons.insert(node.name.clone(), reason);
                 }
             }
+        }
+        for candidate in nominated.values() {
+            scheduler.apply(Change::Delete(Object::Pod((*candidate.pod).clone())));
         }
         match scheduler.pre_filter(&info, now) {
             Err(rejection) => {
@@ -381,11 +461,23 @@ pub fn place_reservation(
                 }
             }
             Ok(state) => {
-                let filtered = scheduler.filter_owned(&info, eligible, &state);
+                let mut filtered = scheduler.filter_owned(&info, eligible, &state);
                 placement.reasons.extend(named_reasons(filtered.failed));
                 placement
                     .reasons
                     .extend(named_reasons(filtered.failed_unresolvable));
+                if filtered.feasible.iter().any(|n| nominated.contains_key(n)) {
+                    let (kept, passed): (Vec<String>, Vec<String>) = filtered
+                        .feasible
+                        .into_iter()
+                        .partition(|n| nominated.contains_key(n));
+                    for node in passed {
+                        placement
+                            .reasons
+                            .insert(node, PASSED_OVER_FOR_PRE_ALLOCATION.to_string());
+                    }
+                    filtered.feasible = kept;
+                }
                 let mut totals = scheduler
                     .score_owned(&info, filtered.feasible, &state)
                     .totals;
@@ -402,35 +494,60 @@ pub fn place_reservation(
                 reserve_best(scheduler, &key, totals, now, &mut placement);
             }
         }
+        for candidate in nominated.values() {
+            scheduler.apply(Change::Upsert(Object::Pod((*candidate.pod).clone())));
+        }
     }
     // The reservation, not its placeholder, holds the capacity from here on.
     scheduler.apply(Change::Delete(Object::Pod(pod)));
-    if let Some(node) = &placement.node {
-        let mut placed = reservation.clone();
-        // The devices and cpuset the reserve pod got stay with the reservation.
-        let kept: Vec<(String, String)> = KEPT_ANNOTATIONS
-            .iter()
-            .filter_map(|key| {
-                let value = placement.annotations.get(*key)?;
-                Some((key.to_string(), value.clone()))
-            })
-            .collect();
-        if !kept.is_empty() {
-            placed
+    let Some(node) = placement.node.clone() else {
+        return (placement, None);
+    };
+    let mut placed = reservation.clone();
+    // The devices and cpuset the reserve pod got stay with the reservation.
+    let kept: Vec<(String, String)> = KEPT_ANNOTATIONS
+        .iter()
+        .filter_map(|key| {
+            let value = placement.annotations.get(*key)?;
+            Some((key.to_string(), value.clone()))
+        })
+        .collect();
+    if !kept.is_empty() {
+        placed
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(kept);
+    }
+    placed.status = Some(lifecycle::available_status(
+        reservation,
+        &node,
+        &allocatable,
+        now,
+    ));
+    scheduler.apply(Change::Upsert(Object::Reservation(placed)));
+    let pre_allocated = nominated.remove(&node).map(|candidate| {
+        let before = Arc::clone(&candidate.pod);
+        let mut allocated = (*before).clone();
+        let record = ReservationAllocated {
+            name: name.clone(),
+            uid: reservation.metadata.uid.clone().unwrap_or_default(),
+        };
+        // Only the pod's own copy in the cache: the caller writes it through.
+        if set_reservation_allocated(
+            allocated
                 .metadata
                 .annotations
-                .get_or_insert_with(Default::default)
-                .extend(kept);
+                .get_or_insert_with(Default::default),
+            &record,
+        )
+        .is_ok()
+        {
+            scheduler.apply(Change::Upsert(Object::Pod(allocated)));
         }
-        placed.status = Some(lifecycle::available_status(
-            reservation,
-            node,
-            &allocatable,
-            now,
-        ));
-        scheduler.apply(Change::Upsert(Object::Reservation(placed)));
-    }
-    placement
+        before
+    });
+    (placement, pre_allocated)
 }
 
 /// One line summing up why a placement found no node (for the Unschedulable

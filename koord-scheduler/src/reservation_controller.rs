@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use apis::extension::reservation::{ANNOTATION_RESERVATION_ALLOCATED, ReservationAllocated};
 use apis::scheduling::v1alpha1::{Reservation, ReservationStatus};
+use k8s_openapi::api::core::v1::Pod;
 use koord_common::Shutdown;
 use koord_common::leader::Leadership;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -17,7 +19,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use crate::cache::{Change, Object};
 use crate::config::{ConfigError, SchedulerConfiguration, parse_args};
 use crate::framework::{Scheduler, SharedScheduler};
-use crate::placement::{place_reservation, unschedulable_message};
+use crate::placement::{place_reservation_pre_allocating, unschedulable_message};
 use crate::plugins::reservation::lifecycle::{self, Decision};
 use crate::plugins::reservation::{
     KEPT_ANNOTATIONS, NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending,
@@ -65,6 +67,10 @@ pub enum Write {
         status: ReservationStatus,
         annotations: BTreeMap<String, String>,
         previous: Box<Reservation>,
+        /// The running pod the placement pre-allocated, as it was: its
+        /// `reservation-allocated` annotation is written first, and it is
+        /// put back in the cache if a write fails.
+        pre_allocated: Option<Arc<Pod>>,
     },
     Delete {
         name: String,
@@ -159,11 +165,14 @@ pub fn plan(
             continue;
         }
         let mut annotations = BTreeMap::new();
+        let mut pre_allocated = None;
         let status = if is_pending(&reservation, now) {
             if recently_placed.contains_key(&placement_key(&reservation)) {
                 continue;
             }
-            let placement = place_reservation(scheduler, &reservation, now);
+            let (placement, pod_before) =
+                place_reservation_pre_allocating(scheduler, &reservation, now);
+            pre_allocated = pod_before;
             if placement.node.is_some() {
                 // place_reservation left the Available reservation in the cache.
                 let placed = scheduler.cache.reservations.get(&name);
@@ -215,9 +224,25 @@ pub fn plan(
             status,
             annotations,
             previous: Box::new(reservation),
+            pre_allocated,
         });
     }
     writes
+}
+
+/// Puts a pre-allocated pod back as it was before its placement, unless the
+/// watch has brought a newer version meanwhile.
+fn restore_pod(scheduler: &mut Scheduler, before: &Pod) {
+    let key = crate::cache::object_key(
+        before.metadata.namespace.as_deref(),
+        before.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let unchanged = scheduler.cache.pod(&key).is_some_and(|cached| {
+        cached.pod.metadata.resource_version == before.metadata.resource_version
+    });
+    if unchanged {
+        scheduler.apply(Change::Upsert(Object::Pod(before.clone())));
+    }
 }
 
 /// The merge-patch body for a status write; unset owner fields as `null`.
@@ -234,6 +259,8 @@ pub fn status_patch(status: &ReservationStatus) -> serde_json::Value {
 /// Places, expires, completes and collects Reservations in a cluster.
 pub struct ReservationController {
     api: Api<Reservation>,
+    /// For the pre-allocated pods' patches.
+    client: kube::Client,
     scheduler: SharedScheduler,
     settings: ControllerSettings,
     recently_placed: Mutex<RecentlyPlaced>,
@@ -247,7 +274,8 @@ impl ReservationController {
         settings: ControllerSettings,
     ) -> Self {
         Self {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            client,
             scheduler,
             settings,
             recently_placed: Mutex::new(RecentlyPlaced::new()),
@@ -297,10 +325,17 @@ impl ReservationController {
                     status,
                     annotations,
                     previous,
+                    pre_allocated,
                 } => {
                     let written = self
                         .leadership
-                        .while_leading(self.write_status(&name, &status, &annotations))
+                        .while_leading(self.write_status(
+                            &name,
+                            &previous,
+                            &status,
+                            &annotations,
+                            pre_allocated.as_deref(),
+                        ))
                         .await;
                     let Some(result) = written else {
                         let abandoned = Write::Status {
@@ -308,6 +343,7 @@ impl ReservationController {
                             status,
                             annotations,
                             previous,
+                            pre_allocated,
                         };
                         self.abandon(std::iter::once(abandoned).chain(writes));
                         break;
@@ -324,6 +360,9 @@ impl ReservationController {
                         Err(source) => {
                             if let Ok(mut scheduler) = self.scheduler.write() {
                                 scheduler.apply(Change::Upsert(Object::Reservation(*previous)));
+                                if let Some(pod) = pre_allocated {
+                                    restore_pod(&mut scheduler, &pod);
+                                }
                             }
                             failures.push(WriteError { name, source });
                         }
@@ -353,13 +392,40 @@ impl ReservationController {
         failures
     }
 
-    /// Merge-patches the held devices and cpuset (if any), then the status.
+    /// Merge-patches the pre-allocated pod's `reservation-allocated` (if
+    /// any; the pod's uid in the patch makes the API server refuse it for a
+    /// pod recreated under the same name), the held devices and cpuset (if
+    /// any), then the status.
     async fn write_status(
         &self,
         name: &str,
+        reservation: &Reservation,
         status: &ReservationStatus,
         annotations: &BTreeMap<String, String>,
+        pre_allocated: Option<&Pod>,
     ) -> Result<(), kube::Error> {
+        if let Some(pod) = pre_allocated {
+            let allocated = ReservationAllocated {
+                name: name.to_string(),
+                uid: reservation.metadata.uid.clone().unwrap_or_default(),
+            };
+            let value = serde_json::to_string(&allocated).unwrap_or_default();
+            let patch = serde_json::json!({"metadata": {
+                "uid": pod.metadata.uid,
+                "annotations": {ANNOTATION_RESERVATION_ALLOCATED: value},
+            }});
+            let pods: Api<Pod> = Api::namespaced(
+                self.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+            );
+            pods.patch(
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+            tracing::info!(reservation = %name, pod = ?pod.metadata.name, "pod pre-allocated to reservation");
+        }
         // The status subresource ignores metadata: the held devices and
         // cpuset go first, through the object itself.
         if !annotations.is_empty() {
@@ -386,9 +452,18 @@ impl ReservationController {
         let mut dropped = 0usize;
         for write in writes {
             dropped += 1;
-            let Write::Status { name, previous, .. } = write else {
+            let Write::Status {
+                name,
+                previous,
+                pre_allocated,
+                ..
+            } = write
+            else {
                 continue;
             };
+            if let Some(pod) = pre_allocated {
+                restore_pod(&mut scheduler, &pod);
+            }
             let unchanged = scheduler
                 .cache
                 .reservations

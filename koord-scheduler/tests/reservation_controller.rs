@@ -444,3 +444,101 @@ async fn a_placed_reservation_gets_its_reserved_gpu_annotation_before_its_status
             .contains_key("scheduling.koordinator.sh/device-allocated")
     );
 }
+
+/// A bound pod `web-1` (labelled app=web) using 6 of n1's 8 CPUs, and a pending
+/// pre-allocating reservation of 6 CPUs owned by app=web pods: it fits n1 only in
+/// web-1's place.
+fn pre_allocation_case() -> (SharedScheduler, Value) {
+    let mut pending = reservation("r-pa", "2026-01-01T11:30:00Z", "koord-scheduler", json!({}));
+    pending["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "6"}});
+    pending["spec"]["owners"] = json!([{"labelSelector": {"matchLabels": {"app": "web"}}}]);
+    pending["spec"]["preAllocation"] = json!(true);
+    pending["spec"]["allocatePolicy"] = json!("Restricted");
+    pending["spec"]["allocateOnce"] = json!(false);
+    let scheduler = scheduler(vec![pending.clone()]);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "default", "uid": "web-1-uid",
+                     "resourceVersion": "7", "labels": {"app": "web"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                 "resources": {"requests": {"cpu": "6"}}}]},
+        "status": {"phase": "Running"}});
+    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
+        serde_json::from_value(pod).unwrap(),
+    )));
+    (scheduler, pending)
+}
+
+fn cached_pod_allocation(scheduler: &SharedScheduler) -> Option<String> {
+    let guard = scheduler.read().unwrap();
+    guard.cache.pod("default/web-1").and_then(|p| {
+        p.pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("scheduling.koordinator.sh/reservation-allocated"))
+            .cloned()
+    })
+}
+
+#[tokio::test]
+async fn a_pre_allocating_reservation_patches_its_pod_before_its_status() {
+    let api = FakeApiServer::start().unwrap();
+    let (scheduler, pending) = pre_allocation_case();
+    let pod_path = "/api/v1/namespaces/default/pods/web-1";
+    api.respond("PATCH", pod_path, 200, "{}");
+    api.respond(
+        "PATCH",
+        &format!("{BASE}/r-pa/status"),
+        200,
+        &pending.to_string(),
+    );
+
+    let failures = controller(&api, &scheduler).sync(now(), false).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let calls = api_calls(&api);
+    let paths: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|r| (r.method.as_str(), r.path()))
+        .collect();
+    let status_path = format!("{BASE}/r-pa/status");
+    assert_eq!(
+        paths,
+        vec![("PATCH", pod_path), ("PATCH", status_path.as_str())]
+    );
+    let sent = body(call(&calls, "PATCH", pod_path));
+    // The uid makes the API server refuse the patch for a pod recreated under this name.
+    assert_eq!(sent["metadata"]["uid"], "web-1-uid");
+    let allocated: Value = serde_json::from_str(
+        sent["metadata"]["annotations"]["scheduling.koordinator.sh/reservation-allocated"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(allocated, json!({"name": "r-pa", "uid": "r-pa-uid"}));
+    let status = body(call(&calls, "PATCH", &status_path));
+    assert_eq!(status["status"]["phase"], "Available");
+    assert_eq!(status["status"]["nodeName"], "n1");
+    assert!(cached_pod_allocation(&scheduler).unwrap().contains("r-pa"));
+}
+
+#[tokio::test]
+async fn a_refused_pod_patch_leaves_the_reservation_pending_and_the_pod_as_it_was() {
+    let api = FakeApiServer::start().unwrap();
+    let (scheduler, _) = pre_allocation_case();
+    let pod_path = "/api/v1/namespaces/default/pods/web-1";
+    let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                          "reason": "Conflict", "code": 409, "message": "uid mismatch"});
+    api.respond("PATCH", pod_path, 409, &conflict.to_string());
+
+    let failures = controller(&api, &scheduler).sync(now(), false).await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let calls = api_calls(&api);
+    assert!(
+        calls.iter().all(|r| !r.path().ends_with("/status")),
+        "no status write after a refused pod patch: {calls:?}"
+    );
+    assert_eq!(cached_pod_allocation(&scheduler), None);
+    let guard = scheduler.read().unwrap();
+    assert!(!guard.cache.reservations["r-pa"].is_available());
+}

@@ -17,6 +17,7 @@ use apis::scheduling::v1alpha1::{Reservation, ReservationAllocatePolicy, Reserva
 use serde::Deserialize;
 
 pub mod lifecycle;
+pub mod pre_allocation;
 
 use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
