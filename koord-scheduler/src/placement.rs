@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use apis::extension::reservation::{ReservationAllocated, set_reservation_allocated};
+use apis::extension::annotations::format_json_annotation;
+use apis::extension::reservation::{ANNOTATION_RESERVATION_ALLOCATED, ReservationAllocated};
 use apis::scheduling::v1alpha1::Reservation;
 use serde::Serialize;
 
@@ -23,7 +24,7 @@ use crate::framework::{FilterOutcome, Reason, Scheduler};
 use crate::node_checks;
 use crate::node_map::NodeMap;
 use crate::plugins::reservation::{
-    KEPT_ANNOTATIONS, ReservationInfo, is_pending, lifecycle, pre_allocation, reserve_pod,
+    KEPT_ANNOTATIONS, is_pending, lifecycle, pre_allocation, reserve_pod,
 };
 
 /// One pod's outcome; the JSON contract documented in `docs/simulate.md`.
@@ -347,10 +348,19 @@ pub fn place_reservation(
 pub const PASSED_OVER_FOR_PRE_ALLOCATION: &str =
     "node(s) passed over for a node where the reservation pre-allocates a pod";
 
+/// A running pod a placement pre-allocated to its reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreAllocated {
+    /// The pod as it was: put back in the cache if the writes fail.
+    pub before: Arc<k8s_openapi::api::core::v1::Pod>,
+    /// Its `reservation-allocated` value (the cache's copy has it already).
+    pub allocation: String,
+}
+
 /// [`place_reservation`], also returning the pod the reservation
-/// pre-allocated (`spec.preAllocation`, see [`pre_allocation`]), as it was
-/// before: the cache then has it allocated from the reservation, and the
-/// caller writes that annotation to the API server (or puts this pod back).
+/// pre-allocated (`spec.preAllocation`, see [`pre_allocation`]): the cache
+/// then has it allocated from the reservation, and the caller writes that
+/// annotation to the API server (or puts the pod back).
 ///
 /// Per node, the candidate pods are tried fullest first; the first whose
 /// place lets the reservation fit is nominated. Nominated pods leave the
@@ -361,7 +371,7 @@ pub fn place_reservation_pre_allocating(
     scheduler: &mut Scheduler,
     reservation: &Reservation,
     now: SystemTime,
-) -> (Placement, Option<Arc<k8s_openapi::api::core::v1::Pod>>) {
+) -> (Placement, Option<PreAllocated>) {
     let name = reservation.metadata.name.clone().unwrap_or_default();
     let mut placement = Placement {
         pod: format!("Reservation/{name}"),
@@ -390,55 +400,26 @@ pub fn place_reservation_pre_allocating(
     let pod = reserve_pod(reservation);
     let key = PodInfo::new(std::sync::Arc::new(pod.clone())).key;
     scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
-    let mut nominated: BTreeMap<String, Arc<PodInfo>> = BTreeMap::new();
+    let mut nominated = pre_allocation::Nominations::default();
     if let Some(info) = scheduler.cache.pod(&key).cloned() {
-        let mut required_refusals: BTreeMap<String, &str> = BTreeMap::new();
-        if let pre_allocation::Mode::On { required } = mode
-            && let Ok(owned_by) = ReservationInfo::from_crd(reservation)
-        {
-            let cache = &scheduler.cache;
-            for node in cache.nodes_sorted() {
-                let mut candidates: Vec<&Arc<PodInfo>> = cache
-                    .pods_on_node(&node.name)
-                    .filter(|p| {
-                        pre_allocation::is_candidate(&owned_by, p, cache)
-                            && pre_allocation::pod_fits_reservation(&allocatable, p)
-                    })
-                    .collect();
-                let had_candidates = !candidates.is_empty();
-                candidates.sort_by(|a, b| {
-                    pre_allocation::fill_percent(&allocatable, b)
-                        .cmp(&pre_allocation::fill_percent(&allocatable, a))
-                        .then_with(|| a.key.cmp(&b.key))
-                });
-                let making_room = candidates.into_iter().find(|candidate| {
-                    node_checks::check_resources_without(&info, node, Some(candidate)).is_ok()
-                });
-                match making_room {
-                    Some(candidate) => {
-                        nominated.insert(node.name.to_string(), Arc::clone(candidate));
-                    }
-                    None if required => {
-                        let reason = if had_candidates {
-                            pre_allocation::REASON_NO_POD_FITS
-                        } else {
-                            pre_allocation::REASON_REQUIRED_NO_POD
-                        };
-                        required_refusals.insert(node.name.to_string(), reason);
-                    }
-                    None => {}
-                }
-            }
+        if let pre_allocation::Mode::On { required } = mode {
+            nominated = pre_allocation::nominate(
+                &scheduler.cache,
+                &info,
+                reservation,
+                &allocatable,
+                required,
+            );
         }
         let mut eligible = Vec::new();
         for node in scheduler.cache.nodes_sorted() {
-            if let Some(reason) = required_refusals.get(&*node.name) {
+            if let Some(reason) = nominated.refused.get(&*node.name) {
                 placement
                     .reasons
                     .insert(node.name.clone(), reason.to_string());
                 continue;
             }
-            let gone = nominated.get(&*node.name).map(|p| &**p);
+            let gone = nominated.pods.get(&*node.name).map(|p| &**p);
             let fit = node
                 .node
                 .as_deref()
@@ -451,7 +432,7 @@ pub fn place_reservation_pre_allocating(
                 }
             }
         }
-        for candidate in nominated.values() {
+        for candidate in nominated.pods.values() {
             scheduler.apply(Change::Delete(Object::Pod((*candidate.pod).clone())));
         }
         match scheduler.pre_filter(&info, now) {
@@ -466,11 +447,15 @@ pub fn place_reservation_pre_allocating(
                 placement
                     .reasons
                     .extend(named_reasons(filtered.failed_unresolvable));
-                if filtered.feasible.iter().any(|n| nominated.contains_key(n)) {
+                if filtered
+                    .feasible
+                    .iter()
+                    .any(|n| nominated.pods.contains_key(n))
+                {
                     let (kept, passed): (Vec<String>, Vec<String>) = filtered
                         .feasible
                         .into_iter()
-                        .partition(|n| nominated.contains_key(n));
+                        .partition(|n| nominated.pods.contains_key(n));
                     for node in passed {
                         placement
                             .reasons
@@ -494,7 +479,7 @@ pub fn place_reservation_pre_allocating(
                 reserve_best(scheduler, &key, totals, now, &mut placement);
             }
         }
-        for candidate in nominated.values() {
+        for candidate in nominated.pods.values() {
             scheduler.apply(Change::Upsert(Object::Pod((*candidate.pod).clone())));
         }
     }
@@ -526,26 +511,27 @@ pub fn place_reservation_pre_allocating(
         now,
     ));
     scheduler.apply(Change::Upsert(Object::Reservation(placed)));
-    let pre_allocated = nominated.remove(&node).map(|candidate| {
-        let before = Arc::clone(&candidate.pod);
-        let mut allocated = (*before).clone();
+    let pre_allocated = nominated.pods.remove(&node).and_then(|candidate| {
         let record = ReservationAllocated {
             name: name.clone(),
             uid: reservation.metadata.uid.clone().unwrap_or_default(),
         };
+        let allocation = format_json_annotation(ANNOTATION_RESERVATION_ALLOCATED, &record).ok()?;
         // Only the pod's own copy in the cache: the caller writes it through.
-        if set_reservation_allocated(
-            allocated
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default),
-            &record,
-        )
-        .is_ok()
-        {
-            scheduler.apply(Change::Upsert(Object::Pod(allocated)));
-        }
-        before
+        let mut allocated = (*candidate.pod).clone();
+        allocated
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                ANNOTATION_RESERVATION_ALLOCATED.to_string(),
+                allocation.clone(),
+            );
+        scheduler.apply(Change::Upsert(Object::Pod(allocated)));
+        Some(PreAllocated {
+            before: Arc::clone(&candidate.pod),
+            allocation,
+        })
     });
     (placement, pre_allocated)
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use apis::extension::reservation::{ANNOTATION_RESERVATION_ALLOCATED, ReservationAllocated};
+use apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED;
 use apis::scheduling::v1alpha1::{Reservation, ReservationStatus};
 use k8s_openapi::api::core::v1::Pod;
 use koord_common::Shutdown;
@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use crate::cache::{Change, Object};
 use crate::config::{ConfigError, SchedulerConfiguration, parse_args};
 use crate::framework::{Scheduler, SharedScheduler};
-use crate::placement::{place_reservation_pre_allocating, unschedulable_message};
+use crate::placement::{PreAllocated, place_reservation_pre_allocating, unschedulable_message};
 use crate::plugins::reservation::lifecycle::{self, Decision};
 use crate::plugins::reservation::{
     KEPT_ANNOTATIONS, NAME as RESERVATION_PLUGIN, ReservationArgs, is_pending,
@@ -67,10 +67,10 @@ pub enum Write {
         status: ReservationStatus,
         annotations: BTreeMap<String, String>,
         previous: Box<Reservation>,
-        /// The running pod the placement pre-allocated, as it was: its
+        /// The running pod the placement pre-allocated: its
         /// `reservation-allocated` annotation is written first, and it is
-        /// put back in the cache if a write fails.
-        pre_allocated: Option<Arc<Pod>>,
+        /// put back in the cache as it was if a write fails.
+        pre_allocated: Option<Box<PreAllocated>>,
     },
     Delete {
         name: String,
@@ -172,7 +172,7 @@ pub fn plan(
             }
             let (placement, pod_before) =
                 place_reservation_pre_allocating(scheduler, &reservation, now);
-            pre_allocated = pod_before;
+            pre_allocated = pod_before.map(Box::new);
             if placement.node.is_some() {
                 // place_reservation left the Available reservation in the cache.
                 let placed = scheduler.cache.reservations.get(&name);
@@ -331,7 +331,6 @@ impl ReservationController {
                         .leadership
                         .while_leading(self.write_status(
                             &name,
-                            &previous,
                             &status,
                             &annotations,
                             pre_allocated.as_deref(),
@@ -360,8 +359,8 @@ impl ReservationController {
                         Err(source) => {
                             if let Ok(mut scheduler) = self.scheduler.write() {
                                 scheduler.apply(Change::Upsert(Object::Reservation(*previous)));
-                                if let Some(pod) = pre_allocated {
-                                    restore_pod(&mut scheduler, &pod);
+                                if let Some(pre) = pre_allocated {
+                                    restore_pod(&mut scheduler, &pre.before);
                                 }
                             }
                             failures.push(WriteError { name, source });
@@ -399,20 +398,18 @@ impl ReservationController {
     async fn write_status(
         &self,
         name: &str,
-        reservation: &Reservation,
         status: &ReservationStatus,
         annotations: &BTreeMap<String, String>,
-        pre_allocated: Option<&Pod>,
+        pre_allocated: Option<&PreAllocated>,
     ) -> Result<(), kube::Error> {
-        if let Some(pod) = pre_allocated {
-            let allocated = ReservationAllocated {
-                name: name.to_string(),
-                uid: reservation.metadata.uid.clone().unwrap_or_default(),
-            };
-            let value = serde_json::to_string(&allocated).unwrap_or_default();
+        if let Some(PreAllocated {
+            before: pod,
+            allocation,
+        }) = pre_allocated
+        {
             let patch = serde_json::json!({"metadata": {
                 "uid": pod.metadata.uid,
-                "annotations": {ANNOTATION_RESERVATION_ALLOCATED: value},
+                "annotations": {ANNOTATION_RESERVATION_ALLOCATED: allocation},
             }});
             let pods: Api<Pod> = Api::namespaced(
                 self.client.clone(),
@@ -461,8 +458,8 @@ impl ReservationController {
             else {
                 continue;
             };
-            if let Some(pod) = pre_allocated {
-                restore_pod(&mut scheduler, &pod);
+            if let Some(pre) = pre_allocated {
+                restore_pod(&mut scheduler, &pre.before);
             }
             let unchanged = scheduler
                 .cache

@@ -75,6 +75,14 @@ fn call<'a>(calls: &'a [RecordedRequest], method: &str, path: &str) -> &'a Recor
         .unwrap_or_else(|| panic!("no {method} {path} in {calls:?}"))
 }
 
+/// (method, path) of every call, in order.
+fn method_paths(calls: &[RecordedRequest]) -> Vec<(&str, &str)> {
+    calls
+        .iter()
+        .map(|r| (r.method.as_str(), r.path()))
+        .collect()
+}
+
 fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
     status["conditions"]
         .as_array()
@@ -400,10 +408,7 @@ async fn a_placed_reservation_gets_its_reserved_gpu_annotation_before_its_status
     let failures = controller(&api, &scheduler).sync(now(), false).await;
     assert!(failures.is_empty(), "{failures:?}");
     let calls = api_calls(&api);
-    let paths: Vec<(&str, &str)> = calls
-        .iter()
-        .map(|r| (r.method.as_str(), r.path()))
-        .collect();
+    let paths = method_paths(&calls);
     let metadata_path = format!("{BASE}/r-gpu");
     let status_path = format!("{BASE}/r-gpu/status");
     assert_eq!(
@@ -497,10 +502,7 @@ async fn a_pre_allocating_reservation_patches_its_pod_before_its_status() {
     let failures = controller(&api, &scheduler).sync(now(), false).await;
     assert!(failures.is_empty(), "{failures:?}");
     let calls = api_calls(&api);
-    let paths: Vec<(&str, &str)> = calls
-        .iter()
-        .map(|r| (r.method.as_str(), r.path()))
-        .collect();
+    let paths = method_paths(&calls);
     let status_path = format!("{BASE}/r-pa/status");
     assert_eq!(
         paths,

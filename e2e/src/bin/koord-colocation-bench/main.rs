@@ -35,8 +35,6 @@ mod upstream;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];
-/// Cgroups this harness makes carry this prefix, so a crashed run's leftovers
-/// are recognised and removed by the next one.
 const SAMPLE_EVERY: Duration = Duration::from_millis(10);
 /// A request head larger than this is refused by the service.
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
@@ -536,7 +534,11 @@ struct Layout {
 }
 
 const LS_UID: &str = "koord-bench-ls";
-/// The generator's cgroup with `--loadgen-cgroup root`.
+const BE_UID: &str = "koord-bench-be";
+const LS_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000a1";
+const BE_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000b2";
+/// The generator's cgroup with `--loadgen-cgroup root` (fixed names, so a
+/// crashed run's leftovers are found and removed by the next one).
 const ROOT_LOADGEN: &str = "koord-bench-loadgen";
 /// Its container-like cgroup inside the LS pod with `--loadgen-cgroup ls-pod`.
 const LS_LOADGEN_ID: &str = "c0ffee000000000000000000000000000000000000000000000000000000000c3";
@@ -552,16 +554,20 @@ enum LoadgenPlacement {
     /// packets are never delayed by BE; its CPU counts as the LS pod's.
     LsPod,
 }
-const BE_UID: &str = "koord-bench-be";
-const LS_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000a1";
-const BE_CONTAINER_ID: &str = "c0ffee00000000000000000000000000000000000000000000000000000000b2";
+
+impl LoadgenPlacement {
+    /// The generator's cgroup, relative to each hierarchy's root.
+    fn cgroup(self) -> String {
+        match self {
+            Self::Root => ROOT_LOADGEN.to_string(),
+            Self::LsPod => format!("kubepods/burstable/pod{LS_UID}/{LS_LOADGEN_ID}"),
+        }
+    }
+}
 
 impl Layout {
     fn create(placement: LoadgenPlacement) -> Result<Self, String> {
-        let generator = match placement {
-            LoadgenPlacement::Root => ROOT_LOADGEN.to_string(),
-            LoadgenPlacement::LsPod => format!("kubepods/burstable/pod{LS_UID}/{LS_LOADGEN_ID}"),
-        };
+        let generator = placement.cgroup();
         let mut layout = Layout {
             ls_pod: format!("kubepods/burstable/pod{LS_UID}"),
             ls_container: format!("kubepods/burstable/pod{LS_UID}/{LS_CONTAINER_ID}"),
@@ -574,10 +580,11 @@ impl Layout {
         };
         // Leftovers of a crashed run would hold stale limits: start clean
         // (the generator's cgroup of either placement first: one sits in the LS pod).
-        let ls_pod_loadgen = format!("kubepods/burstable/pod{LS_UID}/{LS_LOADGEN_ID}");
+        let loadgen_dirs =
+            [LoadgenPlacement::Root, LoadgenPlacement::LsPod].map(LoadgenPlacement::cgroup);
         for dir in [
-            ROOT_LOADGEN,
-            &ls_pod_loadgen,
+            &loadgen_dirs[0],
+            &loadgen_dirs[1],
             &layout.ls_container,
             &layout.ls_pod,
             &layout.be_container,

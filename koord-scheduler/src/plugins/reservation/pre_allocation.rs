@@ -2,9 +2,10 @@
 //! Default mode with one pod: a reservation may be placed on a node that is
 //! full because of a running pod it owns; that pod is then recorded as
 //! allocated from the reservation (`reservation-allocated`), so the
-//! capacity stays reserved when the pod goes. Pure decisions; the placement
-//! ([`crate::placement::place_reservation_pre_allocating`]) and the
-//! controller's pod patch use them.
+//! capacity stays reserved when the pod goes. Pure decisions over the
+//! cache; the placement ([`crate::placement::place_reservation_pre_allocating`])
+//! runs the plugins with the nominated pods out of the way, and the
+//! controller writes the pod's annotation.
 
 use apis::extension::device_share::ANNOTATION_DEVICE_ALLOCATED;
 use apis::extension::numa_aware::ANNOTATION_RESOURCE_STATUS;
@@ -13,8 +14,12 @@ use apis::extension::reservation::{
 };
 use apis::scheduling::v1alpha1::{PreAllocationMode, Reservation, ReservationAllocatePolicy};
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use super::{ReservationInfo, affinity_matches, allocated_from};
 use crate::cache::{ClusterCache, PodInfo};
+use crate::node_checks;
 use crate::resources::Resources;
 
 /// Upstream's reason when the reservation's other settings rule it out.
@@ -142,6 +147,63 @@ pub fn fill_percent(allocatable: &Resources, pod: &PodInfo) -> i64 {
     }
 }
 
+/// What pre-allocation decides per node before the plugins run.
+#[derive(Debug, Default)]
+pub struct Nominations {
+    /// Node → the pod whose place the reservation would take there.
+    pub pods: BTreeMap<String, Arc<PodInfo>>,
+    /// Node → why it is refused (pre-allocation required, no pod makes room).
+    pub refused: BTreeMap<String, &'static str>,
+}
+
+/// Per node, the candidates fullest first; the first whose place lets
+/// `reserve_pod` fit (kube-scheduler's resource fit and pod count, without
+/// that pod) is nominated. With `required`, a node without one is refused.
+pub fn nominate(
+    cache: &ClusterCache,
+    reserve_pod: &PodInfo,
+    reservation: &Reservation,
+    allocatable: &Resources,
+    required: bool,
+) -> Nominations {
+    let mut nominations = Nominations::default();
+    let Ok(owned_by) = ReservationInfo::from_crd(reservation) else {
+        return nominations;
+    };
+    for node in cache.nodes_sorted() {
+        let mut candidates: Vec<&Arc<PodInfo>> = cache
+            .pods_on_node(&node.name)
+            .filter(|p| is_candidate(&owned_by, p, cache) && pod_fits_reservation(allocatable, p))
+            .collect();
+        candidates.sort_by(|a, b| {
+            fill_percent(allocatable, b)
+                .cmp(&fill_percent(allocatable, a))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        let had_candidates = !candidates.is_empty();
+        let making_room = candidates.into_iter().find(|candidate| {
+            node_checks::check_resources_without(reserve_pod, node, Some(candidate)).is_ok()
+        });
+        match making_room {
+            Some(candidate) => {
+                nominations
+                    .pods
+                    .insert(node.name.to_string(), Arc::clone(candidate));
+            }
+            None if required => {
+                let reason = if had_candidates {
+                    REASON_NO_POD_FITS
+                } else {
+                    REASON_REQUIRED_NO_POD
+                };
+                nominations.refused.insert(node.name.to_string(), reason);
+            }
+            None => {}
+        }
+    }
+    nominations
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -217,7 +279,9 @@ mod tests {
         assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
         assert_eq!(placement.reasons["n2"], "Insufficient cpu");
         // The pod as it was comes back for the API write; the cache has it allocated.
-        let before = pre_allocated.unwrap();
+        let pre_allocated = pre_allocated.unwrap();
+        assert_eq!(pre_allocated.allocation, r#"{"name":"r1","uid":"r1-uid"}"#);
+        let before = &pre_allocated.before;
         assert_eq!(before.metadata.name.as_deref(), Some("web-1"));
         assert!(
             before
@@ -356,7 +420,7 @@ mod tests {
             place_reservation_pre_allocating(&mut s, &pre_allocating("5", &[], json!({})), t0());
         assert_eq!(placement.node.as_deref(), Some("n1"));
         assert_eq!(
-            pre_allocated.unwrap().metadata.name.as_deref(),
+            pre_allocated.unwrap().before.metadata.name.as_deref(),
             Some("web-b")
         );
         assert_eq!(allocated_from(&pod_of(&s, "web-a")), None);
@@ -384,7 +448,7 @@ mod tests {
             other => panic!("placed on {other:?}"),
         };
         assert_eq!(
-            pre_allocated.unwrap().metadata.name.as_deref(),
+            pre_allocated.unwrap().before.metadata.name.as_deref(),
             Some(chosen)
         );
         assert_eq!(allocated_from(&pod_of(&s, chosen)).as_deref(), Some("r1"));
