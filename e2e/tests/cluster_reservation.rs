@@ -18,6 +18,13 @@
 //!    it and becomes its current owner.
 //! 6. once that pod is gone, the Reservation still holds its 4 cpus: a 4-cpu pod that is not an
 //!    owner stays Pending on A.
+//! 7. Cluster-mode pre-allocation of several pods: B runs two pods labelled
+//!    `pod.koordinator.sh/is-pre-allocatable=true` (6 cpus each, owned by nobody) and a 3-cpu pod
+//!    that is not, leaving 1 cpu free; a 12-cpu, 2Gi Reservation (`preAllocationPolicy` Cluster with
+//!    `enableMultiple`, pinned to B) is placed in both labelled pods' places, and both get
+//!    `reservation-allocated` naming it. When the chart leaves
+//!    `scheduler.plugins.reservation.preAllocation.enableClusterMode` off (its default; CI turns
+//!    it on), the Reservation must instead stay unplaced with upstream's refusal text.
 //!
 //! Needs `KOORD_E2E_LOCAL_CLUSTER` (the local cluster's script, for `kwok up` and `kwok node`)
 //! and the chart's default Reservation plugin. The nodes (with their NodeMetrics and pods), the
@@ -36,6 +43,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+
+use koord_scheduler::plugins::reservation::pre_allocation::REASON_CLUSTER_MODE_DISABLED;
 
 const NODE_A: &str = "koord-e2e-resv-a";
 const NODE_B: &str = "koord-e2e-resv-b";
@@ -163,8 +172,9 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
     let reservations = Api::<Reservation>::all(client.clone());
     let name = format!("koord-e2e-resv-{}", std::process::id());
     let pre_allocating = format!("koord-e2e-resv-pa-{}", std::process::id());
+    let cluster_mode = format!("koord-e2e-resv-cm-{}", std::process::id());
     let _cleanup = Cleanup {
-        reservations: vec![name.clone(), pre_allocating.clone()],
+        reservations: vec![name.clone(), pre_allocating.clone(), cluster_mode.clone()],
     };
     default_quota_in_upstream_form(&client).await?;
     let labels = json!({"labels": { NODE_LABEL: "true" }});
@@ -383,7 +393,146 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
         ),
     )
     .await?;
+    pods.delete("late-intruder", &DeleteParams::default())
+        .await?;
+
+    // 7. Cluster mode, several pods: two labelled spares on B make room for 12 cpus together.
+    let on_b = json!({"kubernetes.io/hostname": NODE_B});
+    for (spare, priority) in [("spare-high", "10"), ("spare-low", "1")] {
+        let metadata = json!({
+            "labels": {"pod.koordinator.sh/is-pre-allocatable": "true"},
+            "annotations": {"pod.koordinator.sh/pre-allocatable-priority": priority}
+        });
+        pods.create(
+            &PostParams::default(),
+            &pod(
+                ns,
+                spare,
+                json!({"metadata": metadata, "spec": on_test_nodes("6", on_b.clone())}),
+            )?,
+        )
+        .await?;
+    }
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            ns,
+            "filler",
+            json!({"spec": on_test_nodes("3", on_b.clone())}),
+        )?,
+    )
+    .await?;
+    for bound in ["spare-high", "spare-low", "filler"] {
+        eventually_within(
+            &format!("{bound} bound to B"),
+            Duration::from_secs(60),
+            || async {
+                let current = pods.get(bound).await?;
+                Ok(current
+                    .spec
+                    .and_then(|s| s.node_name)
+                    .filter(|n| n == NODE_B)
+                    .map(|_| ()))
+            },
+        )
+        .await?;
+    }
+    // Restricted: the two spares' memory (1Gi each) must fit in it too.
+    let mut template = on_test_nodes("12", on_b);
+    template["containers"][0]["resources"]["requests"]["memory"] = json!("2Gi");
+    let reservation: Reservation = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": cluster_mode},
+        "spec": {
+            "template": {"spec": template},
+            "owners": [{"labelSelector": {"matchLabels": { OWNER_LABEL: cluster_mode }}}],
+            "preAllocation": true,
+            "preAllocationPolicy": {"mode": "Cluster", "enableMultiple": true},
+            "allocatePolicy": "Restricted",
+            "allocateOnce": false,
+            "ttl": "10m"
+        }
+    }))?;
+    reservations
+        .create(&PostParams::default(), &reservation)
+        .await
+        .context("creating the Cluster-mode Reservation")?;
+    if cluster_mode_enabled(&client).await? {
+        let placed = eventually_within(
+            "the Cluster-mode Reservation Available on B",
+            Duration::from_secs(90),
+            || async {
+                let status = reservations
+                    .get(&cluster_mode)
+                    .await?
+                    .status
+                    .unwrap_or_default();
+                let phase = serde_json::to_value(&status.phase)?;
+                Ok((phase == json!("Available")).then_some(status))
+            },
+        )
+        .await
+        .with_context(|| format!("Reservation {cluster_mode} was not placed"))?;
+        ensure!(
+            placed.node_name.as_deref() == Some(NODE_B),
+            "the Cluster-mode Reservation went to {:?}, not {NODE_B}",
+            placed.node_name
+        );
+        for (spare, wanted) in [("spare-high", true), ("spare-low", true), ("filler", false)] {
+            let allocated = pods
+                .get(spare)
+                .await?
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .get(ANNOTATION_RESERVATION_ALLOCATED)
+                .cloned()
+                .unwrap_or_default();
+            ensure!(
+                allocated.contains(&cluster_mode) == wanted,
+                "{spare}'s {ANNOTATION_RESERVATION_ALLOCATED} is {allocated:?} (should it name \
+                 {cluster_mode}: {wanted})"
+            );
+        }
+    } else {
+        eventually_within(
+            "the Cluster-mode Reservation refused while the chart leaves Cluster mode off",
+            Duration::from_secs(90),
+            || async {
+                let status = reservations
+                    .get(&cluster_mode)
+                    .await?
+                    .status
+                    .unwrap_or_default();
+                let refused = status.conditions.unwrap_or_default().iter().any(|c| {
+                    c.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains(REASON_CLUSTER_MODE_DISABLED))
+                });
+                Ok(refused.then_some(()))
+            },
+        )
+        .await?;
+    }
     beating_a.abort();
     beating_b.abort();
     Ok(())
+}
+
+/// Whether the installed chart's koord-scheduler enables Cluster-mode pre-allocation.
+async fn cluster_mode_enabled(client: &kube::Client) -> anyhow::Result<bool> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let map = maps
+        .get("koord-scheduler-config")
+        .await
+        .context("reading the chart's koord-scheduler-config")?;
+    let text = map
+        .data
+        .unwrap_or_default()
+        .remove("koord-scheduler-config")
+        .context("koord-scheduler-config has no koord-scheduler-config key")?;
+    let config = koord_scheduler::config::SchedulerConfiguration::from_yaml(&text)?;
+    let scheduler = koord_scheduler::build_scheduler(&config, Duration::from_secs(1))?;
+    Ok(scheduler.pre_allocation.cluster_mode)
 }

@@ -116,18 +116,18 @@ const ALWAYS_CHECKED: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
 /// kube-scheduler's NodeResourcesFit for the reserve pod: every request
 /// within the node's free allocatable, and room for one more pod.
 pub fn check_resources(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
-    check_resources_without(pod, node, None)
+    check_resources_without(pod, node, &[])
 }
 
-/// [`check_resources`] as if `gone`, a pod on the node, were not there
-/// (reservation pre-allocation: the reservation takes that pod's place).
+/// [`check_resources`] as if `gone`, pods on the node, were not there
+/// (reservation pre-allocation: the reservation takes their place).
 pub fn check_resources_without(
     pod: &PodInfo,
     node: &NodeInfo,
-    gone: Option<&PodInfo>,
+    gone: &[&PodInfo],
 ) -> Result<(), String> {
     let pods_allowed = node.allocatable.get("pods");
-    let pods_there = node.pods.len().saturating_sub(usize::from(gone.is_some()));
+    let pods_there = node.pods.len().saturating_sub(gone.len());
     if pods_allowed > 0 && i64::try_from(pods_there).unwrap_or(i64::MAX) >= pods_allowed {
         return Err("Too many pods".into());
     }
@@ -137,7 +137,10 @@ pub fn check_resources_without(
         if amount <= 0 || (allocatable == 0 && !ALWAYS_CHECKED.contains(&name)) {
             continue;
         }
-        let freed = gone.map_or(0, |g| g.requests.get(name).max(0));
+        let freed: i64 = gone
+            .iter()
+            .map(|g| g.requests.get(name).max(0))
+            .fold(0, i64::saturating_add);
         if amount > allocatable - node.requested.get(name).saturating_sub(freed).max(0) {
             insufficient.push(format!("Insufficient {name}"));
         }

@@ -347,26 +347,34 @@ pub fn place_reservation(
 /// pre-allocates a pod (upstream weights such nodes above all others).
 pub const PASSED_OVER_FOR_PRE_ALLOCATION: &str =
     "node(s) passed over for a node where the reservation pre-allocates a pod";
+/// (`enableMultiple`) Why a feasible node is passed over for one where the
+/// reservation takes fewer pods' places (upstream scores a node
+/// 100/(1 + pods), weighted above all others).
+pub const PASSED_OVER_FOR_FEWER_PRE_ALLOCATED: &str =
+    "node(s) passed over for a node where the reservation pre-allocates fewer pods";
 
-/// A running pod a placement pre-allocated to its reservation.
+/// The running pods a placement pre-allocated to its reservation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreAllocated {
-    /// The pod as it was: put back in the cache if the writes fail.
-    pub before: Arc<k8s_openapi::api::core::v1::Pod>,
-    /// Its `reservation-allocated` value (the cache's copy has it already).
+    /// The pods as they were, in the order chosen: put back in the cache
+    /// if the writes fail.
+    pub pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
+    /// Their `reservation-allocated` value (the cache's copies have it already).
     pub allocation: String,
 }
 
-/// [`place_reservation`], also returning the pod the reservation
+/// [`place_reservation`], also returning the pods the reservation
 /// pre-allocated (`spec.preAllocation`, see [`pre_allocation`]): the cache
-/// then has it allocated from the reservation, and the caller writes that
-/// annotation to the API server (or puts the pod back).
+/// then has them allocated from the reservation, and the caller writes that
+/// annotation to the API server (or puts the pods back).
 ///
-/// Per node, the candidate pods are tried fullest first; the first whose
-/// place lets the reservation fit is nominated. Nominated pods leave the
-/// cache while the plugins decide (so they see the room the reservation
-/// takes over) and come back after. Feasible nodes with a nominated pod win
-/// over the others; with pre-allocation required, no other node is feasible.
+/// Per node, [`pre_allocation::nominate`] picks the pods whose place the
+/// reservation takes. Nominated pods leave the cache while the plugins
+/// decide (so they see the room the reservation takes over) and come back
+/// after. One pod: feasible nodes with a nominated pod win over the others;
+/// several (`enableMultiple`): the feasible nodes with the fewest nominated
+/// pods win, a node taking none first. With pre-allocation required, no
+/// node without a nomination is feasible.
 pub fn place_reservation_pre_allocating(
     scheduler: &mut Scheduler,
     reservation: &Reservation,
@@ -382,7 +390,7 @@ pub fn place_reservation_pre_allocating(
     };
     // What it would hold must be readable before it is placed anywhere.
     let checked = match lifecycle::reservation_allocatable(reservation) {
-        Ok(allocatable) => pre_allocation::mode(reservation)
+        Ok(allocatable) => pre_allocation::mode(reservation, &scheduler.pre_allocation)
             .map(|mode| (allocatable, mode))
             .map_err(str::to_string),
         Err(invalid) => Err(format!("reservation {name} is invalid: {invalid}")),
@@ -402,14 +410,15 @@ pub fn place_reservation_pre_allocating(
     scheduler.apply(Change::Upsert(Object::Pod(pod.clone())));
     let mut nominated = pre_allocation::Nominations::default();
     if let Some(info) = scheduler.cache.pod(&key).cloned() {
-        if let pre_allocation::Mode::On { required } = mode {
-            nominated = pre_allocation::nominate(
-                &scheduler.cache,
-                &info,
+        if let pre_allocation::Mode::On(options) = mode {
+            let request = pre_allocation::Request {
+                reserve_pod: &info,
                 reservation,
-                &allocatable,
-                required,
-            );
+                allocatable: &allocatable,
+                options,
+                settings: &scheduler.pre_allocation,
+            };
+            nominated = pre_allocation::nominate(&scheduler.cache, &request);
         }
         let mut eligible = Vec::new();
         for node in scheduler.cache.nodes_sorted() {
@@ -419,12 +428,12 @@ pub fn place_reservation_pre_allocating(
                     .insert(node.name.clone(), reason.to_string());
                 continue;
             }
-            let gone = nominated.pods.get(&*node.name).map(|p| &**p);
+            let gone: Vec<&PodInfo> = nominated.on(&node.name).iter().map(|p| &**p).collect();
             let fit = node
                 .node
                 .as_deref()
                 .map_or(Ok(()), |n| node_checks::check_node(&template_spec, n))
-                .and_then(|()| node_checks::check_resources_without(&info, node, gone));
+                .and_then(|()| node_checks::check_resources_without(&info, node, &gone));
             match fit {
                 Ok(()) => eligible.push(node.name.to_string()),
                 Err(reason) => {
@@ -432,7 +441,7 @@ pub fn place_reservation_pre_allocating(
                 }
             }
         }
-        for candidate in nominated.pods.values() {
+        for candidate in nominated.pods.values().flatten() {
             scheduler.apply(Change::Delete(Object::Pod((*candidate.pod).clone())));
         }
         match scheduler.pre_filter(&info, now) {
@@ -447,19 +456,16 @@ pub fn place_reservation_pre_allocating(
                 placement
                     .reasons
                     .extend(named_reasons(filtered.failed_unresolvable));
-                if filtered
-                    .feasible
-                    .iter()
-                    .any(|n| nominated.pods.contains_key(n))
-                {
-                    let (kept, passed): (Vec<String>, Vec<String>) = filtered
-                        .feasible
-                        .into_iter()
-                        .partition(|n| nominated.pods.contains_key(n));
+                if let pre_allocation::Mode::On(options) = mode {
+                    let (kept, passed) =
+                        prefer_pre_allocating(filtered.feasible, &nominated, options.multiple);
+                    let reason = if options.multiple {
+                        PASSED_OVER_FOR_FEWER_PRE_ALLOCATED
+                    } else {
+                        PASSED_OVER_FOR_PRE_ALLOCATION
+                    };
                     for node in passed {
-                        placement
-                            .reasons
-                            .insert(node, PASSED_OVER_FOR_PRE_ALLOCATION.to_string());
+                        placement.reasons.insert(node, reason.to_string());
                     }
                     filtered.feasible = kept;
                 }
@@ -479,7 +485,7 @@ pub fn place_reservation_pre_allocating(
                 reserve_best(scheduler, &key, totals, now, &mut placement);
             }
         }
-        for candidate in nominated.pods.values() {
+        for candidate in nominated.pods.values().flatten() {
             scheduler.apply(Change::Upsert(Object::Pod((*candidate.pod).clone())));
         }
     }
@@ -511,12 +517,50 @@ pub fn place_reservation_pre_allocating(
         now,
     ));
     scheduler.apply(Change::Upsert(Object::Reservation(placed)));
-    let pre_allocated = nominated.pods.remove(&node).and_then(|candidate| {
-        let record = ReservationAllocated {
-            name: name.clone(),
-            uid: reservation.metadata.uid.clone().unwrap_or_default(),
-        };
-        let allocation = format_json_annotation(ANNOTATION_RESERVATION_ALLOCATED, &record).ok()?;
+    let chosen = nominated.pods.remove(&node).unwrap_or_default();
+    let pre_allocated = pre_allocate(scheduler, reservation, &chosen);
+    (placement, pre_allocated)
+}
+
+/// Splits the feasible nodes into those kept and those passed over for a
+/// node where the reservation pre-allocates: one pod, nodes with a
+/// nomination win (when any is feasible); several, the nodes with the
+/// fewest nominated pods win.
+fn prefer_pre_allocating(
+    feasible: Vec<String>,
+    nominated: &pre_allocation::Nominations,
+    multiple: bool,
+) -> (Vec<String>, Vec<String>) {
+    let count = |node: &String| nominated.on(node).len();
+    let wanted = if multiple {
+        feasible.iter().map(count).min()
+    } else {
+        feasible.iter().map(count).max().filter(|&most| most > 0)
+    };
+    match wanted {
+        Some(wanted) if multiple => feasible.into_iter().partition(|n| count(n) == wanted),
+        Some(_) => feasible.into_iter().partition(|n| count(n) > 0),
+        None => (feasible, Vec::new()),
+    }
+}
+
+/// Marks `chosen` (pods on the reservation's node) allocated from it in
+/// the cache and returns them as they were, with the annotation's value
+/// the caller writes through; `None` when there are none.
+fn pre_allocate(
+    scheduler: &mut Scheduler,
+    reservation: &Reservation,
+    chosen: &[Arc<PodInfo>],
+) -> Option<PreAllocated> {
+    if chosen.is_empty() {
+        return None;
+    }
+    let record = ReservationAllocated {
+        name: reservation.metadata.name.clone().unwrap_or_default(),
+        uid: reservation.metadata.uid.clone().unwrap_or_default(),
+    };
+    let allocation = format_json_annotation(ANNOTATION_RESERVATION_ALLOCATED, &record).ok()?;
+    for candidate in chosen {
         // Only the pod's own copy in the cache: the caller writes it through.
         let mut allocated = (*candidate.pod).clone();
         allocated
@@ -528,12 +572,11 @@ pub fn place_reservation_pre_allocating(
                 allocation.clone(),
             );
         scheduler.apply(Change::Upsert(Object::Pod(allocated)));
-        Some(PreAllocated {
-            before: Arc::clone(&candidate.pod),
-            allocation,
-        })
-    });
-    (placement, pre_allocated)
+    }
+    Some(PreAllocated {
+        pods: chosen.iter().map(|c| Arc::clone(&c.pod)).collect(),
+        allocation,
+    })
 }
 
 /// One line summing up why a placement found no node (for the Unschedulable

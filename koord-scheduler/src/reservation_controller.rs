@@ -170,9 +170,9 @@ pub fn plan(
             if recently_placed.contains_key(&placement_key(&reservation)) {
                 continue;
             }
-            let (placement, pod_before) =
+            let (placement, pods_before) =
                 place_reservation_pre_allocating(scheduler, &reservation, now);
-            pre_allocated = pod_before.map(Box::new);
+            pre_allocated = pods_before.map(Box::new);
             if placement.node.is_some() {
                 // place_reservation left the Available reservation in the cache.
                 let placed = scheduler.cache.reservations.get(&name);
@@ -359,8 +359,8 @@ impl ReservationController {
                         Err(source) => {
                             if let Ok(mut scheduler) = self.scheduler.write() {
                                 scheduler.apply(Change::Upsert(Object::Reservation(*previous)));
-                                if let Some(pre) = pre_allocated {
-                                    restore_pod(&mut scheduler, &pre.before);
+                                for pod in pre_allocated.iter().flat_map(|pre| &pre.pods) {
+                                    restore_pod(&mut scheduler, pod);
                                 }
                             }
                             failures.push(WriteError { name, source });
@@ -391,10 +391,12 @@ impl ReservationController {
         failures
     }
 
-    /// Merge-patches the pre-allocated pod's `reservation-allocated` (if
-    /// any; the pod's uid in the patch makes the API server refuse it for a
-    /// pod recreated under the same name), the held devices and cpuset (if
-    /// any), then the status.
+    /// Merge-patches each pre-allocated pod's `reservation-allocated` (if
+    /// any, in the order chosen; the pod's uid in the patch makes the API
+    /// server refuse it for a pod recreated under the same name), the held
+    /// devices and cpuset (if any), then the status. A pod already patched
+    /// when a later write fails keeps its annotation and stays this
+    /// reservation's candidate, so the retry finds it again.
     async fn write_status(
         &self,
         name: &str,
@@ -402,26 +404,24 @@ impl ReservationController {
         annotations: &BTreeMap<String, String>,
         pre_allocated: Option<&PreAllocated>,
     ) -> Result<(), kube::Error> {
-        if let Some(PreAllocated {
-            before: pod,
-            allocation,
-        }) = pre_allocated
-        {
-            let patch = serde_json::json!({"metadata": {
-                "uid": pod.metadata.uid,
-                "annotations": {ANNOTATION_RESERVATION_ALLOCATED: allocation},
-            }});
-            let pods: Api<Pod> = Api::namespaced(
-                self.client.clone(),
-                pod.metadata.namespace.as_deref().unwrap_or("default"),
-            );
-            pods.patch(
-                pod.metadata.name.as_deref().unwrap_or_default(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-            tracing::info!(reservation = %name, pod = ?pod.metadata.name, "pod pre-allocated to reservation");
+        if let Some(PreAllocated { pods, allocation }) = pre_allocated {
+            for pod in pods {
+                let patch = serde_json::json!({"metadata": {
+                    "uid": pod.metadata.uid,
+                    "annotations": {ANNOTATION_RESERVATION_ALLOCATED: allocation},
+                }});
+                let api: Api<Pod> = Api::namespaced(
+                    self.client.clone(),
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                );
+                api.patch(
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+                tracing::info!(reservation = %name, pod = ?pod.metadata.name, "pod pre-allocated to reservation");
+            }
         }
         // The status subresource ignores metadata: the held devices and
         // cpuset go first, through the object itself.
@@ -458,8 +458,8 @@ impl ReservationController {
             else {
                 continue;
             };
-            if let Some(pre) = pre_allocated {
-                restore_pod(&mut scheduler, &pre.before);
+            for pod in pre_allocated.iter().flat_map(|pre| &pre.pods) {
+                restore_pod(&mut scheduler, pod);
             }
             let unchanged = scheduler
                 .cache

@@ -454,29 +454,42 @@ async fn a_placed_reservation_gets_its_reserved_gpu_annotation_before_its_status
 /// pre-allocating reservation of 6 CPUs owned by app=web pods: it fits n1 only in
 /// web-1's place.
 fn pre_allocation_case() -> (SharedScheduler, Value) {
+    pre_allocation_case_of(&[("web-1", "6")], json!({}))
+}
+
+/// Bound app=web pods on n1 (`(name, cpu)`) and a pending pre-allocating
+/// reservation of 6 CPUs they own, with `policy` as its `preAllocationPolicy`.
+fn pre_allocation_case_of(pods: &[(&str, &str)], policy: Value) -> (SharedScheduler, Value) {
     let mut pending = reservation("r-pa", "2026-01-01T11:30:00Z", "koord-scheduler", json!({}));
     pending["spec"]["template"]["spec"]["containers"][0]["resources"] =
         json!({"requests": {"cpu": "6"}});
     pending["spec"]["owners"] = json!([{"labelSelector": {"matchLabels": {"app": "web"}}}]);
     pending["spec"]["preAllocation"] = json!(true);
+    pending["spec"]["preAllocationPolicy"] = policy;
     pending["spec"]["allocatePolicy"] = json!("Restricted");
     pending["spec"]["allocateOnce"] = json!(false);
     let scheduler = scheduler(vec![pending.clone()]);
-    let pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-1", "namespace": "default", "uid": "web-1-uid",
-                     "resourceVersion": "7", "labels": {"app": "web"}},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c",
-                 "resources": {"requests": {"cpu": "6"}}}]},
-        "status": {"phase": "Running"}});
-    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
-        serde_json::from_value(pod).unwrap(),
-    )));
+    for (name, cpu) in pods {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("{name}-uid"),
+                         "resourceVersion": "7", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                     "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running"}});
+        scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
+            serde_json::from_value(pod).unwrap(),
+        )));
+    }
     (scheduler, pending)
 }
 
 fn cached_pod_allocation(scheduler: &SharedScheduler) -> Option<String> {
+    cached_allocation_of(scheduler, "web-1")
+}
+
+fn cached_allocation_of(scheduler: &SharedScheduler, name: &str) -> Option<String> {
     let guard = scheduler.read().unwrap();
-    guard.cache.pod("default/web-1").and_then(|p| {
+    guard.cache.pod(&format!("default/{name}")).and_then(|p| {
         p.pod
             .metadata
             .annotations
@@ -484,6 +497,87 @@ fn cached_pod_allocation(scheduler: &SharedScheduler) -> Option<String> {
             .and_then(|a| a.get("scheduling.koordinator.sh/reservation-allocated"))
             .cloned()
     })
+}
+
+#[tokio::test]
+async fn a_reservation_pre_allocating_several_pods_patches_each_then_its_status() {
+    let api = FakeApiServer::start().unwrap();
+    // web-1 and web-2 (3 CPUs each) and a 1-CPU pod fill n1's 8 CPUs but one:
+    // the 6-CPU reservation needs both places.
+    let (scheduler, pending) = pre_allocation_case_of(
+        &[("web-1", "3"), ("web-2", "3")],
+        json!({"enableMultiple": true}),
+    );
+    let other = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db", "namespace": "default", "uid": "db-uid"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                 "resources": {"requests": {"cpu": "1"}}}]}});
+    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
+        serde_json::from_value(other).unwrap(),
+    )));
+    let (web_1, web_2) = (
+        "/api/v1/namespaces/default/pods/web-1",
+        "/api/v1/namespaces/default/pods/web-2",
+    );
+    let status_path = format!("{BASE}/r-pa/status");
+    api.respond("PATCH", web_1, 200, "{}");
+    api.respond("PATCH", web_2, 200, "{}");
+    api.respond("PATCH", &status_path, 200, &pending.to_string());
+
+    let failures = controller(&api, &scheduler).sync(now(), false).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let calls = api_calls(&api);
+    assert_eq!(
+        method_paths(&calls),
+        vec![
+            ("PATCH", web_1),
+            ("PATCH", web_2),
+            ("PATCH", status_path.as_str())
+        ]
+    );
+    assert_eq!(
+        body(call(&calls, "PATCH", web_2))["metadata"]["uid"],
+        "web-2-uid"
+    );
+    assert!(
+        cached_allocation_of(&scheduler, "web-2")
+            .unwrap()
+            .contains("r-pa")
+    );
+    assert_eq!(cached_allocation_of(&scheduler, "db"), None);
+
+    // The second pod's patch refused: no status, both pods back as they were.
+    let api = FakeApiServer::start().unwrap();
+    let (scheduler, _) = pre_allocation_case_of(
+        &[("web-1", "3"), ("web-2", "3")],
+        json!({"enableMultiple": true}),
+    );
+    let other = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db", "namespace": "default", "uid": "db-uid"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                 "resources": {"requests": {"cpu": "1"}}}]}});
+    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
+        serde_json::from_value(other).unwrap(),
+    )));
+    api.respond("PATCH", web_1, 200, "{}");
+    api.respond(
+        "PATCH",
+        web_2,
+        404,
+        &json!({"kind": "Status", "apiVersion": "v1",
+        "status": "Failure", "reason": "NotFound", "code": 404})
+        .to_string(),
+    );
+    let failures = controller(&api, &scheduler).sync(now(), false).await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let calls = api_calls(&api);
+    assert_eq!(
+        method_paths(&calls),
+        vec![("PATCH", web_1), ("PATCH", web_2)]
+    );
+    assert_eq!(cached_allocation_of(&scheduler, "web-1"), None);
+    assert_eq!(cached_allocation_of(&scheduler, "web-2"), None);
+    assert!(!scheduler.read().unwrap().cache.reservations["r-pa"].is_available());
 }
 
 #[tokio::test]

@@ -227,6 +227,13 @@ fn is_dns_subdomain(text: &str) -> bool {
         })
 }
 
+/// Checks `key` as the API server checks a label (or annotation) key: an
+/// optional DNS-subdomain prefix and `/`, then a name of at most 63
+/// characters, alphanumeric at both ends with `-_.` inside.
+pub fn validate_label_key(field: &str, key: &str) -> Result<(), SelectorError> {
+    check_key(field, key)
+}
+
 fn check_key(field: &str, key: &str) -> Result<(), SelectorError> {
     let fail = |reason| SelectorError::InvalidKey {
         field: field.to_owned(),

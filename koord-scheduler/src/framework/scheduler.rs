@@ -15,6 +15,7 @@ use crate::cache::{CacheError, Change, ClusterCache, ClusterEvent, NodeInfo, Pod
 use crate::controller_plugins::ControllerPlugins;
 use crate::filtered::FilterRecords;
 use crate::permit::{HeldPod, HoldOutcome, PermitTable};
+use crate::plugins::reservation::pre_allocation_settings::Settings as PreAllocationSettings;
 
 /// Default of `--gang-bind-wait`: below the chart's extender `httpTimeout`
 /// (5s), so a waiting `/bind` answers before kube-scheduler gives up on it.
@@ -225,6 +226,8 @@ pub struct Scheduler {
     /// How long a `/bind` call of a held pod waits for its group before it
     /// answers "still waiting" (the hold itself lasts until its deadline).
     pub permit_bind_wait: Duration,
+    /// Reservation pre-allocation settings (`ReservationArgs.preAllocationConfig`).
+    pub pre_allocation: PreAllocationSettings,
 }
 
 impl Scheduler {
@@ -237,6 +240,7 @@ impl Scheduler {
             controllers: ControllerPlugins::default(),
             permits: PermitTable::default(),
             permit_bind_wait: DEFAULT_PERMIT_BIND_WAIT,
+            pre_allocation: PreAllocationSettings::default(),
         }
     }
 

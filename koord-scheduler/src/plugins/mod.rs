@@ -201,8 +201,13 @@ pub fn build_scheduler(
     config: &SchedulerConfiguration,
     assumed_pod_ttl: Duration,
 ) -> anyhow::Result<Scheduler> {
-    let plugins = build_plugins(&config.profile())?;
-    Ok(Scheduler::new(plugins, assumed_pod_ttl))
+    let profile = config.profile();
+    let plugins = build_plugins(&profile)?;
+    let mut scheduler = Scheduler::new(plugins, assumed_pod_ttl);
+    let reservation_args: reservation::ReservationArgs =
+        crate::config::parse_args(reservation::NAME, profile.args_for(reservation::NAME))?;
+    scheduler.pre_allocation = reservation_args.pre_allocation()?;
+    Ok(scheduler)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 pub mod lifecycle;
 pub mod pre_allocation;
+pub mod pre_allocation_settings;
 
 use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
@@ -47,6 +48,8 @@ pub struct ReservationArgs {
     pub gc_interval_seconds: i64,
     #[serde(default)]
     pub disable_garbage_collection: bool,
+    #[serde(default)]
+    pub pre_allocation_config: Option<pre_allocation_settings::PreAllocationConfig>,
 }
 
 impl ReservationArgs {
@@ -59,6 +62,16 @@ impl ReservationArgs {
     pub fn gc_interval(&self) -> Duration {
         positive_secs(self.gc_interval_seconds).unwrap_or(lifecycle::DEFAULT_GC_INTERVAL)
     }
+
+    /// `preAllocationConfig`, checked, with upstream's defaults.
+    pub fn pre_allocation(&self) -> Result<pre_allocation_settings::Settings, ConfigError> {
+        pre_allocation_settings::Settings::from_config(self.pre_allocation_config.as_ref()).map_err(
+            |message| ConfigError::InvalidArgs {
+                plugin: NAME.to_string(),
+                message,
+            },
+        )
+    }
 }
 
 fn positive_secs(seconds: i64) -> Option<Duration> {
@@ -69,7 +82,10 @@ fn positive_secs(seconds: i64) -> Option<Duration> {
 }
 
 pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, ConfigError> {
-    let _raw: ReservationArgs = parse_args(NAME, args)?;
+    let raw: ReservationArgs = parse_args(NAME, args)?;
+    // Read by the placement (see `build_scheduler`); refused here so a bad
+    // key stops the scheduler at start.
+    raw.pre_allocation()?;
     Ok(Box::new(ReservationPlugin::default()))
 }
 
