@@ -32,7 +32,8 @@ use crate::admission::{self, InputMetrics};
 use crate::cache::{Change, Object, ObjectKind};
 use crate::config::SchedulerConfiguration;
 use crate::framework::{
-    AnnotationWrite, BindError, BindFuture, Binder, Reserved, SharedScheduler, StatusWrite,
+    AnnotationWrite, BindError, BindFuture, Binder, Nomination, Reserved, SharedScheduler,
+    StatusWrite,
 };
 use crate::plugins::{coscheduling, elasticquota};
 use crate::reservation_controller;
@@ -104,6 +105,26 @@ impl Binder for KubeBinder {
                 return Err(BindError::CreateBinding(err.to_string()));
             }
             Ok(())
+        })
+    }
+
+    /// A merge patch of `pods/status`; the uid in it makes the API server
+    /// refuse it for a pod recreated under the same name.
+    fn nominate<'a>(&'a self, nomination: &'a Nomination) -> BindFuture<'a> {
+        Box::pin(async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &nomination.namespace);
+            let patch = serde_json::json!({
+                "metadata": {"uid": nomination.uid},
+                "status": {"nominatedNodeName": nomination.node},
+            });
+            api.patch_status(
+                &nomination.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| BindError::PatchStatus(e.to_string()))
         })
     }
 }

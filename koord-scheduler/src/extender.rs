@@ -25,7 +25,8 @@ use koord_common::sync::MutexExt;
 use crate::admission;
 use crate::cache::{ClusterCache, NameHasher, NodeInfo, Object, PodInfo, object_key};
 use crate::framework::{
-    Binder, FilterOutcome, PermitStep, Reason, Reserved, Scheduler, SharedScheduler, log_released,
+    Binder, FilterOutcome, Nomination, PermitStep, Reason, Reserved, Scheduler, SharedScheduler,
+    log_released,
 };
 use crate::permit::HoldOutcome;
 use crate::placement;
@@ -127,6 +128,7 @@ struct AttemptLabels {
 pub struct ExtenderMetrics {
     extension_point_duration: Family<ExtensionPointLabels, Histogram>,
     schedule_attempts: Family<AttemptLabels, Counter>,
+    nominations: Family<AttemptLabels, Counter>,
     profile: String,
 }
 
@@ -137,6 +139,7 @@ impl ExtenderMetrics {
                 Histogram::new(exponential_buckets(0.0001, 2.0, 12))
             }),
             schedule_attempts: Family::default(),
+            nominations: Family::default(),
             profile: profile.to_string(),
         }
     }
@@ -155,6 +158,11 @@ impl ExtenderMetrics {
                 "Number of attempts to schedule pods, by result",
                 self.schedule_attempts.clone(),
             );
+            r.register(
+                "extender_nominations",
+                "(ours) Pods nominated to a node outside kube-scheduler's candidates, by result",
+                self.nominations.clone(),
+            );
         });
     }
 
@@ -166,6 +174,15 @@ impl ExtenderMetrics {
                 profile: self.profile.clone(),
             })
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    fn nomination(&self, result: &str) {
+        self.nominations
+            .get_or_create(&AttemptLabels {
+                result: result.to_string(),
+                profile: self.profile.clone(),
+            })
+            .inc();
     }
 
     fn attempt(&self, result: &str) {
@@ -464,6 +481,9 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
         "Success"
     };
     tracing::debug!(pod = %pod.key, feasible = outcome.feasible.len(), failed = outcome.failed.len() + outcome.failed_unresolvable.len(), "filter");
+    if let Some(node) = outcome.nominated.clone() {
+        nominate(&state, &pod, node);
+    }
     let nodes = nodes_in.map(|mut list| {
         list.items.retain(|n| {
             n.metadata
@@ -482,6 +502,32 @@ async fn filter(State(state): State<ExtenderState>, body: Bytes) -> Response {
     };
     state.metrics.observe("Filter", status, started);
     json_response(&result)
+}
+
+/// Writes the pod's nominated node in the background: `/filter` answers
+/// at once (every candidate refused), and kube-scheduler tries that node
+/// first once the write reaches it.
+fn nominate(state: &ExtenderState, pod: &PodInfo, node: String) {
+    let nomination = Nomination {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        node,
+    };
+    let binder = Arc::clone(&state.binder);
+    let metrics = state.metrics.clone();
+    tokio::spawn(async move {
+        match binder.nominate(&nomination).await {
+            Ok(()) => {
+                metrics.nomination("written");
+                tracing::info!(pod = %format!("{}/{}", nomination.namespace, nomination.name), node = %nomination.node, "pod nominated to a node outside kube-scheduler's candidates, where its reservation fits");
+            }
+            Err(error) => {
+                metrics.nomination(error.metric_label());
+                tracing::warn!(pod = %format!("{}/{}", nomination.namespace, nomination.name), node = %nomination.node, %error, "nominating the pod failed");
+            }
+        }
+    });
 }
 
 async fn prioritize(State(state): State<ExtenderState>, body: Bytes) -> Response {

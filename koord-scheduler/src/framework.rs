@@ -12,7 +12,7 @@ pub mod binding;
 pub mod plugin;
 pub mod scheduler;
 
-pub use binding::{BindError, BindFuture, Binder, RecordingBinder, Reserved};
+pub use binding::{BindError, BindFuture, Binder, Nomination, RecordingBinder, Reserved};
 pub use plugin::{
     AnnotationWrite, CycleState, MAX_NODE_SCORE, Permit, PermitRelease, Plugin, PluginEntry,
     Reason, Rejection, StatusWrite,

@@ -254,4 +254,14 @@ impl framework::Binder for DeferredBinder {
             }
         })
     }
+
+    fn nominate<'a>(&'a self, nomination: &'a framework::Nomination) -> framework::BindFuture<'a> {
+        let binder = self.0.borrow().clone();
+        Box::pin(async move {
+            match binder {
+                Some(binder) => binder.nominate(nomination).await,
+                None => Err(framework::BindError::NotConnected),
+            }
+        })
+    }
 }

@@ -75,9 +75,36 @@ pub fn filter_resolved_indexed(
     now: SystemTime,
 ) -> (FilterOutcome, Vec<usize>) {
     match scheduler.pre_filter(pod, now) {
-        Ok(cycle) => scheduler.filter_resolved(pod, candidates, nodes, &cycle),
+        Ok(cycle) => {
+            let (outcome, feasible) = scheduler.filter_resolved(pod, candidates, nodes, &cycle);
+            match scheduler.preferred_outside(pod, &outcome, &cycle) {
+                Some(node) => (nominate_outside(outcome, node), Vec::new()),
+                None => (outcome, feasible),
+            }
+        }
         Err(rejection) => (Scheduler::reject_all(&candidates, &rejection), Vec::new()),
     }
+}
+
+/// (ours) Why every candidate is refused while the pod is nominated to a
+/// node kube-scheduler's sample left out.
+pub const REASON_NOMINATED_OUTSIDE_CANDIDATES: &str = "node(s) passed over: the pod is nominated to a node outside the candidates, where a reservation of the pod fits";
+
+/// kube-scheduler hands the extender only the nodes its sample found
+/// (`percentageOfNodesToScore`, at least 100): a node where the pod is
+/// preferred (its reservation) may be missing. Then every candidate is
+/// refused (preemption cannot help) and the pod is to be nominated to that
+/// node, which kube-scheduler evaluates first in the next cycle.
+fn nominate_outside(mut outcome: FilterOutcome, node: String) -> FilterOutcome {
+    let reason = Reason::Static(REASON_NOMINATED_OUTSIDE_CANDIDATES);
+    for name in std::mem::take(&mut outcome.feasible) {
+        outcome.failed_unresolvable.insert(name, reason.clone());
+    }
+    for (name, _) in std::mem::take(&mut outcome.failed) {
+        outcome.failed_unresolvable.insert(name, reason.clone());
+    }
+    outcome.nominated = Some(node);
+    outcome
 }
 
 /// The extender's `/prioritize` scores (0..=10) of `candidates`, already

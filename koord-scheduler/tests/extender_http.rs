@@ -497,3 +497,75 @@ async fn filter_refusals_are_encoded_byte_for_byte() {
         )
     );
 }
+
+/// An owner pod whose reservation is on a node kube-scheduler's sample left
+/// out: every candidate is refused and the pod is nominated to that node
+/// through the binder (`status.nominatedNodeName`).
+#[tokio::test]
+async fn an_owner_is_nominated_to_its_reservation_outside_the_candidates() {
+    let recording = Arc::new(RecordingBinder::default());
+    let binder: Arc<dyn Binder> = recording.clone();
+    let (addr, shared) = serve_shared(binder).await;
+    let created = rfc3339(SystemTime::now() - Duration::from_secs(5));
+    let reservation = json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "r-owner", "uid": "r-owner-uid", "creationTimestamp": created},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "2"}}}]}},
+            "owners": [{"object": {"name": "owner", "namespace": "default"}}],
+            "ttl": "1h"
+        },
+        "status": {"phase": "Available", "nodeName": "n3", "allocatable": {"cpu": "2"}}
+    });
+    shared
+        .write()
+        .unwrap()
+        .apply(Change::Upsert(Object::Reservation(
+            serde_json::from_value(reservation).unwrap(),
+        )));
+    let owner = json!({
+        "metadata": {"name": "owner", "namespace": "default", "uid": "owner-uid"},
+        "spec": {"containers": [{"name": "main", "image": "busybox",
+                 "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let args = json!({"Pod": owner, "NodeNames": ["n1", "n2"]});
+    let (status, body) = post(addr, "/filter", &args.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["NodeNames"], json!([]), "{body}");
+    let refused = result["FailedAndUnresolvableNodes"]["n1"].as_str().unwrap();
+    assert!(refused.contains("nominated"), "{body}");
+    let mut nominated = Vec::new();
+    for _ in 0..100 {
+        nominated = recording.nominated.lock().unwrap().clone();
+        if !nominated.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(nominated.len(), 1);
+    assert_eq!(
+        (
+            nominated[0].namespace.as_str(),
+            nominated[0].name.as_str(),
+            nominated[0].uid.as_str(),
+            nominated[0].node.as_str()
+        ),
+        ("default", "owner", "owner-uid", "n3")
+    );
+    // Nominated there already (kube-scheduler tried n3 first): the candidates serve.
+    let mut owner = args["Pod"].clone();
+    owner["status"]["nominatedNodeName"] = json!("n3");
+    let args = json!({"Pod": owner, "NodeNames": ["n1", "n2"]});
+    let (_, body) = post(addr, "/filter", &args.to_string()).await;
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["NodeNames"], json!(["n1", "n2"]), "{body}");
+    // And on n3 itself, it fits in its reservation.
+    let args = json!({"Pod": owner, "NodeNames": ["n3"]});
+    let (_, body) = post(addr, "/filter", &args.to_string()).await;
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["NodeNames"], json!(["n3"]), "{body}");
+    assert_eq!(recording.nominated.lock().unwrap().len(), 1);
+}

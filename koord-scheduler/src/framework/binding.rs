@@ -14,6 +14,17 @@ pub struct Reserved {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// A pod to nominate to a node (`status.nominatedNodeName`), see
+/// [`crate::placement::filter_resolved_indexed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nomination {
+    pub namespace: String,
+    pub name: String,
+    /// The pod's uid: a pod recreated under the same name is not nominated.
+    pub uid: String,
+    pub node: String,
+}
+
 /// What a binder persists for one reservation.
 pub type BindFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BindError>> + Send + 'a>>;
@@ -27,6 +38,9 @@ pub enum BindError {
     /// The API server refused the Binding.
     #[error("creating the Binding: {0}")]
     CreateBinding(String),
+    /// The pod's status patch (its nominated node) failed.
+    #[error("patching the pod's nominated node: {0}")]
+    PatchStatus(String),
     /// No client yet: the API server has not been reached.
     #[error("not connected to the API server yet")]
     NotConnected,
@@ -41,6 +55,7 @@ impl BindError {
         match self {
             BindError::PatchAnnotations(_) => "patch_annotations",
             BindError::CreateBinding(_) => "create_binding",
+            BindError::PatchStatus(_) => "patch_status",
             BindError::NotConnected => "not_connected",
             BindError::Refused(_) => "refused",
         }
@@ -51,6 +66,9 @@ impl BindError {
 /// the Binding.
 pub trait Binder: Send + Sync {
     fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a>;
+
+    /// Writes the pod's `status.nominatedNodeName`.
+    fn nominate<'a>(&'a self, nomination: &'a Nomination) -> BindFuture<'a>;
 }
 
 /// A binder that records instead of writing (simulator and tests).
@@ -58,6 +76,7 @@ pub trait Binder: Send + Sync {
 pub struct RecordingBinder {
     pub fail_with: Option<String>,
     pub bound: std::sync::Mutex<Vec<Reserved>>,
+    pub nominated: std::sync::Mutex<Vec<Nomination>>,
 }
 
 impl Binder for RecordingBinder {
@@ -68,6 +87,18 @@ impl Binder for RecordingBinder {
             }
             if let Ok(mut bound) = self.bound.lock() {
                 bound.push(reserved.clone());
+            }
+            Ok(())
+        })
+    }
+
+    fn nominate<'a>(&'a self, nomination: &'a Nomination) -> BindFuture<'a> {
+        Box::pin(async move {
+            if let Some(message) = &self.fail_with {
+                return Err(BindError::Refused(message.clone()));
+            }
+            if let Ok(mut nominated) = self.nominated.lock() {
+                nominated.push(nomination.clone());
             }
             Ok(())
         })

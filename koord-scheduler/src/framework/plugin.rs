@@ -254,6 +254,15 @@ pub trait Plugin: Send + Sync {
         "node(s) not preferred"
     }
 
+    /// The nodes, in the plugin's order, where [`Plugin::prefers`] may say
+    /// `Some(true)` for this pod, among the candidates or not (Reservation:
+    /// the nodes of the owner's reservations). When kube-scheduler's node
+    /// sample left all of them out, the extender nominates the pod to one
+    /// (see [`crate::placement::filter_resolved_indexed`]).
+    fn preferred_nodes(&self, _pod: &PodInfo, _state: &CycleState) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Capacity on the node the plugin keeps aside for pods that are not
     /// there (Reservation: what reservations still hold for their owners).
     /// Placements no kube-scheduler sees count it as taken when they rank

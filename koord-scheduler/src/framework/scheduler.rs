@@ -61,6 +61,10 @@ pub struct FilterOutcome {
     pub failed: BTreeMap<String, Reason>,
     /// node → reason (preemption cannot help).
     pub failed_unresolvable: BTreeMap<String, Reason>,
+    /// A node outside the candidates the pod is to be nominated to
+    /// (`status.nominatedNodeName`), every candidate refused meanwhile; see
+    /// [`crate::placement::filter_resolved_indexed`].
+    pub nominated: Option<String>,
 }
 
 /// The reason for a candidate the cache does not know.
@@ -496,6 +500,70 @@ impl Scheduler {
             }
         }
         (outcome, indexes)
+    }
+
+    /// A node outside the candidates where a plugin prefers the pod
+    /// ([`super::Plugin::preferred_nodes`]) when no feasible candidate is
+    /// preferred: the first, in the plugin's order, that passes
+    /// kube-scheduler's own checks as [`crate::node_checks`] knows them and
+    /// every plugin's filter, and that the plugin still prefers. A node the
+    /// pod is already nominated to is skipped: kube-scheduler tried it
+    /// first, and it did not fit.
+    pub fn preferred_outside(
+        &self,
+        pod: &PodInfo,
+        outcome: &FilterOutcome,
+        state: &CycleState,
+    ) -> Option<String> {
+        let nominated_already = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        let is_candidate = |name: &str| {
+            outcome.feasible.iter().any(|n| n == name)
+                || outcome.failed.contains_key(name)
+                || outcome.failed_unresolvable.contains_key(name)
+        };
+        let no_spec = k8s_openapi::api::core::v1::PodSpec::default();
+        let spec = pod.pod.spec.as_ref().unwrap_or(&no_spec);
+        let prefers_node = |entry: &PluginEntry, name: &str| {
+            self.cache.node(name).is_some_and(|node| {
+                entry.plugin.prefers(pod, node, &self.cache, state) == Some(true)
+            })
+        };
+        for entry in self
+            .plugins
+            .iter()
+            .filter(|e| e.plugin.has_preferences(pod, state))
+        {
+            let preferred = entry.plugin.preferred_nodes(pod, state);
+            let preferred_among_feasible = preferred.iter().any(|name| {
+                outcome.feasible.iter().any(|n| n == name) && prefers_node(entry, name)
+            });
+            if preferred_among_feasible {
+                return None;
+            }
+            for name in preferred {
+                if is_candidate(&name) || nominated_already == Some(name.as_str()) {
+                    continue;
+                }
+                let Some(node) = self.cache.node(&name) else {
+                    continue;
+                };
+                let passes_kube_scheduler = node.node.as_deref().is_some_and(|n| {
+                    crate::node_checks::check_node(spec, n).is_ok()
+                        && crate::node_checks::check_resources(pod, node).is_ok()
+                });
+                if passes_kube_scheduler
+                    && self.filter_node(pod, node, state).is_ok()
+                    && prefers_node(entry, &name)
+                {
+                    return Some(name);
+                }
+            }
+        }
+        None
     }
 
     /// Which feasible nodes to keep under the plugins' preferences

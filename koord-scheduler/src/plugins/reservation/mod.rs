@@ -756,6 +756,25 @@ impl Plugin for ReservationPlugin {
         REASON_RESERVATION_ELSEWHERE
     }
 
+    /// The nodes of the pod's reservations, in the order they are chosen.
+    fn preferred_nodes(&self, _pod: &PodInfo, state: &CycleState) -> Vec<String> {
+        let Some(pod_state) = state.read::<PodState>(STATE_KEY) else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<String> = Vec::new();
+        for node in pod_state
+            .candidates
+            .iter()
+            .filter_map(|name| self.reservations.get(name))
+            .filter_map(|r| r.node.clone())
+        {
+            if !nodes.contains(&node) {
+                nodes.push(node);
+            }
+        }
+        nodes
+    }
+
     /// Only with reservations around, so the extender's score scaling is
     /// unchanged in clusters that have none.
     fn scores(&self) -> bool {
@@ -1000,7 +1019,7 @@ mod tests {
 
     use super::*;
     use crate::cache::Object;
-    use crate::framework::Scheduler;
+    use crate::framework::{FilterOutcome, Scheduler};
     use crate::placement::place_reservation;
     use crate::testutil::{self, PodSpec, ReservationSpec, rfc3339, t0};
 
@@ -1356,6 +1375,59 @@ mod tests {
         // Others are not steered: a stranger keeps n1 and is kept off n2.
         testutil::load(&mut s, vec![cpu_pod("stranger", "1", &[])]);
         let outcome = testutil::filter(&s, "default/stranger", t0());
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+    }
+
+    /// The extender's filter over `candidates` only, as kube-scheduler's sample hands them.
+    fn filter_sampled(s: &Scheduler, pod: &PodInfo, candidates: &[&str]) -> FilterOutcome {
+        let candidates: Vec<String> = candidates.iter().map(|n| n.to_string()).collect();
+        let nodes: Vec<Option<&NodeInfo>> = candidates.iter().map(|n| s.cache.node(n)).collect();
+        crate::placement::filter_resolved_indexed(s, pod, candidates.clone(), &nodes, t0()).0
+    }
+
+    #[test]
+    fn an_owner_whose_reservation_the_sample_left_out_is_nominated_there() {
+        use crate::placement::REASON_NOMINATED_OUTSIDE_CANDIDATES;
+        let s = cluster(vec![
+            reservation("r1", "n2", "2", json!({})),
+            cpu_pod("owner", "2", &[]),
+            cpu_pod("stranger", "1", &[]),
+        ]);
+        let owner = s.cache.pod("default/owner").unwrap().clone();
+        let outcome = filter_sampled(&s, &owner, &["n1"]);
+        assert_eq!(outcome.nominated.as_deref(), Some("n2"), "{outcome:?}");
+        assert!(outcome.feasible.is_empty());
+        assert_eq!(
+            outcome.failed_unresolvable["n1"],
+            REASON_NOMINATED_OUTSIDE_CANDIDATES
+        );
+        // Already nominated there: kube-scheduler tried n2 first and it did not
+        // fit, so the candidates serve.
+        let mut nominated = (*owner.pod).clone();
+        nominated
+            .status
+            .get_or_insert_with(Default::default)
+            .nominated_node_name = Some("n2".into());
+        let outcome = filter_sampled(&s, &PodInfo::new(std::sync::Arc::new(nominated)), &["n1"]);
+        assert_eq!(outcome.nominated, None);
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+        // With n2 among the candidates it is simply preferred.
+        let outcome = filter_sampled(&s, &owner, &["n1", "n2"]);
+        assert_eq!(outcome.nominated, None);
+        assert_eq!(outcome.feasible, vec!["n2".to_string()]);
+        // Not an owner: nothing to nominate.
+        let stranger = s.cache.pod("default/stranger").unwrap().clone();
+        let outcome = filter_sampled(&s, &stranger, &["n1"]);
+        assert_eq!(outcome.nominated, None);
+        assert_eq!(outcome.feasible, vec!["n1".to_string()]);
+        // Wider than its reservation: it fits nowhere reserved.
+        let s = cluster(vec![
+            reservation("r1", "n2", "2", json!({})),
+            cpu_pod("owner", "3", &[]),
+        ]);
+        let owner = s.cache.pod("default/owner").unwrap().clone();
+        let outcome = filter_sampled(&s, &owner, &["n1"]);
+        assert_eq!(outcome.nominated, None);
         assert_eq!(outcome.feasible, vec!["n1".to_string()]);
     }
 
