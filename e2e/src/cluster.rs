@@ -466,6 +466,28 @@ pub async fn zero_usage_heartbeat(client: &Client, node: &str) -> anyhow::Result
 /// Removes a simulated node a test added: the Node, its NodeMetric, and (with no grace, as no
 /// kubelet will ever confirm them) the pods still bound to it, so the suites that run after the
 /// test do not meet the node's DaemonSet pods before the pod GC gets to them.
+/// Deletes a Reservation; one already gone is fine.
+pub async fn delete_reservation(client: &Client, name: &str) -> Result<(), kube::Error> {
+    match Api::<apis::scheduling::v1alpha1::Reservation>::all(client.clone())
+        .delete(name, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// The pod's `scheduling.koordinator.sh/reservation-allocated` (empty when it has none).
+pub fn reservation_allocated(pod: &Pod) -> String {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED))
+        .cloned()
+        .unwrap_or_default()
+}
+
 pub async fn delete_simulated_node(client: &Client, node: &str) -> Result<(), kube::Error> {
     fn absent_is_fine<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
         match result {

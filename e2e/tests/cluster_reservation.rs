@@ -38,7 +38,9 @@ use anyhow::{Context, ensure};
 use apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED;
 use apis::scheduling::v1alpha1::Reservation;
 use apis::scheduling_sigs::v1alpha1::ElasticQuota;
-use e2e::cluster::{KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually_within, pod};
+use e2e::cluster::{
+    KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually_within, pod, reservation_allocated,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -72,16 +74,9 @@ impl Drop for Cleanup {
         let names = self.reservations.clone();
         let reservation = delete_from_drop(move |client| async move {
             for name in names {
-                match Api::<Reservation>::all(client.clone())
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(err) => return Err(err),
-                }
+                e2e::cluster::delete_reservation(&client, &name).await?;
             }
-            Ok(())
+            Ok::<(), kube::Error>(())
         });
         if !(nodes && reservation) {
             eprintln!(
@@ -268,14 +263,7 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
         "the owner went to {}, not to {NODE_A} where its Reservation is",
         owner.0
     );
-    let allocated = owner
-        .1
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_RESERVATION_ALLOCATED))
-        .cloned()
-        .unwrap_or_default();
+    let allocated = reservation_allocated(&owner.1);
     ensure!(
         allocated.contains(&name),
         "the owner's {ANNOTATION_RESERVATION_ALLOCATED} is {allocated:?}, not naming {name}"
@@ -358,13 +346,7 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
         placed.node_name
     );
     let runner = pods.get("runner").await?;
-    let allocated = runner
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_RESERVATION_ALLOCATED))
-        .cloned()
-        .unwrap_or_default();
+    let allocated = reservation_allocated(&runner);
     ensure!(
         allocated.contains(&pre_allocating),
         "the runner's {ANNOTATION_RESERVATION_ALLOCATED} is {allocated:?}, not naming {pre_allocating}"
@@ -479,15 +461,7 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
             placed.node_name
         );
         for (spare, wanted) in [("spare-high", true), ("spare-low", true), ("filler", false)] {
-            let allocated = pods
-                .get(spare)
-                .await?
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .get(ANNOTATION_RESERVATION_ALLOCATED)
-                .cloned()
-                .unwrap_or_default();
+            let allocated = reservation_allocated(&pods.get(spare).await?);
             ensure!(
                 allocated.contains(&cluster_mode) == wanted,
                 "{spare}'s {ANNOTATION_RESERVATION_ALLOCATED} is {allocated:?} (should it name \

@@ -24,10 +24,12 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED;
 use apis::scheduling::v1alpha1::Reservation;
-use e2e::cluster::{TestNamespace, delete_from_drop, eventually_within, pod};
+use e2e::cluster::{
+    TestNamespace, delete_from_drop, eventually_within, pod, reservation_allocated,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
 
 const NODES: usize = 140;
@@ -49,16 +51,9 @@ impl Drop for Cleanup {
         let names = self.reservations.clone();
         let reservations = delete_from_drop(move |client| async move {
             for name in names {
-                match Api::<Reservation>::all(client.clone())
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(err) => return Err(err),
-                }
+                e2e::cluster::delete_reservation(&client, &name).await?;
             }
-            Ok(())
+            Ok::<(), kube::Error>(())
         });
         let names = self.nodes.clone();
         let nodes = delete_from_drop(move |client| async move {
@@ -246,13 +241,7 @@ async fn owners_land_in_reservations_outside_kube_schedulers_sample() -> anyhow:
     .await?;
     let mut misplaced = Vec::new();
     for ((name, node), (i, (bound_to, owner))) in reserved.iter().zip(&bound) {
-        let allocated = owner
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION_RESERVATION_ALLOCATED))
-            .cloned()
-            .unwrap_or_default();
+        let allocated = reservation_allocated(owner);
         if bound_to != node || !allocated.contains(name.as_str()) {
             misplaced.push(format!(
                 "owner-{i:02} on {bound_to} (its Reservation {name} is on {node}), \

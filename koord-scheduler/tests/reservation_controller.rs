@@ -499,11 +499,9 @@ fn cached_allocation_of(scheduler: &SharedScheduler, name: &str) -> Option<Strin
     })
 }
 
-#[tokio::test]
-async fn a_reservation_pre_allocating_several_pods_patches_each_then_its_status() {
-    let api = FakeApiServer::start().unwrap();
-    // web-1 and web-2 (3 CPUs each) and a 1-CPU pod fill n1's 8 CPUs but one:
-    // the 6-CPU reservation needs both places.
+/// web-1 and web-2 (3 CPUs each, owners) and `db` (1 CPU) fill n1's 8 CPUs
+/// but one: the 6-CPU reservation (`enableMultiple`) needs both owners' places.
+fn two_owners_beside_a_db() -> (SharedScheduler, Value) {
     let (scheduler, pending) = pre_allocation_case_of(
         &[("web-1", "3"), ("web-2", "3")],
         json!({"enableMultiple": true}),
@@ -515,6 +513,13 @@ async fn a_reservation_pre_allocating_several_pods_patches_each_then_its_status(
     scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
         serde_json::from_value(other).unwrap(),
     )));
+    (scheduler, pending)
+}
+
+#[tokio::test]
+async fn a_reservation_pre_allocating_several_pods_patches_each_then_its_status() {
+    let api = FakeApiServer::start().unwrap();
+    let (scheduler, pending) = two_owners_beside_a_db();
     let (web_1, web_2) = (
         "/api/v1/namespaces/default/pods/web-1",
         "/api/v1/namespaces/default/pods/web-2",
@@ -548,17 +553,7 @@ async fn a_reservation_pre_allocating_several_pods_patches_each_then_its_status(
 
     // The second pod's patch refused: no status, both pods back as they were.
     let api = FakeApiServer::start().unwrap();
-    let (scheduler, _) = pre_allocation_case_of(
-        &[("web-1", "3"), ("web-2", "3")],
-        json!({"enableMultiple": true}),
-    );
-    let other = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "db", "namespace": "default", "uid": "db-uid"},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c",
-                 "resources": {"requests": {"cpu": "1"}}}]}});
-    scheduler.write().unwrap().apply(Change::Upsert(Object::Pod(
-        serde_json::from_value(other).unwrap(),
-    )));
+    let (scheduler, _) = two_owners_beside_a_db();
     api.respond("PATCH", web_1, 200, "{}");
     api.respond(
         "PATCH",

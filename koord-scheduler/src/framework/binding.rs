@@ -81,26 +81,27 @@ pub struct RecordingBinder {
 
 impl Binder for RecordingBinder {
     fn bind<'a>(&'a self, reserved: &'a Reserved) -> BindFuture<'a> {
-        Box::pin(async move {
-            if let Some(message) = &self.fail_with {
-                return Err(BindError::Refused(message.clone()));
-            }
-            if let Ok(mut bound) = self.bound.lock() {
-                bound.push(reserved.clone());
-            }
-            Ok(())
-        })
+        Box::pin(async move { self.record(&self.bound, reserved) })
     }
 
     fn nominate<'a>(&'a self, nomination: &'a Nomination) -> BindFuture<'a> {
-        Box::pin(async move {
-            if let Some(message) = &self.fail_with {
-                return Err(BindError::Refused(message.clone()));
-            }
-            if let Ok(mut nominated) = self.nominated.lock() {
-                nominated.push(nomination.clone());
-            }
-            Ok(())
-        })
+        Box::pin(async move { self.record(&self.nominated, nomination) })
+    }
+}
+
+impl RecordingBinder {
+    /// Fails as told, or records `write` in `list`.
+    fn record<T: Clone>(
+        &self,
+        list: &std::sync::Mutex<Vec<T>>,
+        write: &T,
+    ) -> Result<(), BindError> {
+        if let Some(message) = &self.fail_with {
+            return Err(BindError::Refused(message.clone()));
+        }
+        if let Ok(mut recorded) = list.lock() {
+            recorded.push(write.clone());
+        }
+        Ok(())
     }
 }

@@ -57,26 +57,27 @@ impl Settings {
         };
         settings.cluster_mode = config.enable_cluster_mode;
         settings.prefer_no_pre_allocated_pods = config.prefer_no_pre_allocated_pods;
-        if !config.cluster_label_key.is_empty() {
-            validate_label_key(
-                "preAllocationConfig.clusterLabelKey",
-                &config.cluster_label_key,
-            )
-            .map_err(|e| e.to_string())?;
-            settings
-                .cluster_label_key
-                .clone_from(&config.cluster_label_key);
-        }
-        if !config.cluster_priority_annotation_key.is_empty() {
-            validate_label_key(
-                "preAllocationConfig.clusterPriorityAnnotationKey",
-                &config.cluster_priority_annotation_key,
-            )
-            .map_err(|e| e.to_string())?;
-            settings
-                .cluster_priority_key
-                .clone_from(&config.cluster_priority_annotation_key);
-        }
+        take_key(
+            &mut settings.cluster_label_key,
+            "preAllocationConfig.clusterLabelKey",
+            &config.cluster_label_key,
+        )?;
+        take_key(
+            &mut settings.cluster_priority_key,
+            "preAllocationConfig.clusterPriorityAnnotationKey",
+            &config.cluster_priority_annotation_key,
+        )?;
         Ok(settings)
     }
+}
+
+/// `given` in place of the default `key` when set, once it checks as a
+/// label (or annotation) key.
+fn take_key(key: &mut String, field: &str, given: &str) -> Result<(), String> {
+    if given.is_empty() {
+        return Ok(());
+    }
+    validate_label_key(field, given).map_err(|e| e.to_string())?;
+    given.clone_into(key);
+    Ok(())
 }
