@@ -380,7 +380,7 @@ impl NodeNames {
 }
 
 /// The cache itself; see the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ClusterCache {
     /// Node entries by [`NodeInfo::index`]; a dropped entry leaves `None`
     /// (indexes are never reused), so per-node walks read a dense array

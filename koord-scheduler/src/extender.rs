@@ -660,11 +660,13 @@ fn reserve_for_bind(
 ) -> Result<Reserved, String> {
     let node_index = scheduler.cache.node(&args.node).map(|n| n.index);
     let cached_uid = scheduler.cache.pod(key).map(|p| p.uid.clone());
-    let filtered = scheduler.filtered.get_mut_or_recover();
-    filtered
-        .check(key, &args.pod_uid, &args.node, node_index, now)
-        .map_err(|e| e.to_string())?;
-    let filtered_uid = filtered.filtered_uid(key).unwrap_or_default();
+    let filtered_uid = {
+        let filtered = scheduler.filtered.lock_or_recover();
+        filtered
+            .check(key, &args.pod_uid, &args.node, node_index, now)
+            .map_err(|e| e.to_string())?;
+        filtered.filtered_uid(key).unwrap_or_default().to_string()
+    };
     if let Some(uid) = cached_uid.filter(|uid| !uid.is_empty()) {
         if !args.pod_uid.is_empty() && uid != args.pod_uid {
             return Err(format!(

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod controller_plugins;
+pub mod cow;
 pub mod cpuset;
 pub mod disruption;
 pub mod extender;

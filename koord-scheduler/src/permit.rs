@@ -45,7 +45,7 @@ struct Recorded {
 }
 
 /// Held pods and the outcomes of recent holds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PermitTable {
     held: BTreeMap<String, HeldPod>,
     /// Node → how many held pods it has.

@@ -806,6 +806,7 @@ mod tests {
     }
 
     /// Scores `refused` highest but refuses to reserve on it.
+    #[derive(Clone)]
     struct RefuseBest {
         refused: &'static str,
     }
@@ -845,6 +846,7 @@ mod tests {
     }
 
     /// Answers `prefers` but leaves `has_preferences` at its default.
+    #[derive(Clone)]
     struct PrefersWithoutSaying;
 
     impl Plugin for PrefersWithoutSaying {

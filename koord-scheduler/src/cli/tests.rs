@@ -490,6 +490,7 @@ fn controller_plugins_follow_upstream_rule() {
 }
 
 /// A plugin that always has one write due for each resource it is given.
+#[derive(Clone)]
 struct Writer(&'static [&'static str]);
 
 impl Plugin for Writer {

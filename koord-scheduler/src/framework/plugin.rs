@@ -199,7 +199,20 @@ pub struct StatusWrite {
 
 /// One scheduling plugin. Every method has a neutral default, so a plugin
 /// implements only the extension points it needs.
-pub trait Plugin: Send + Sync {
+/// Copies a plugin for a published snapshot of the scheduler's state
+/// (implemented for every `Clone` plugin; see [`crate::cow`] for state that
+/// copies cheaply).
+pub trait PluginClone {
+    fn clone_box(&self) -> Box<dyn Plugin>;
+}
+
+impl<T: Plugin + Clone + 'static> PluginClone for T {
+    fn clone_box(&self) -> Box<dyn Plugin> {
+        Box::new(self.clone())
+    }
+}
+
+pub trait Plugin: Send + Sync + PluginClone {
     fn name(&self) -> &'static str;
 
     /// Keeps the plugin's own indexes current; called after every cache change.
@@ -428,6 +441,16 @@ pub struct PluginEntry {
     pub plugin: Box<dyn Plugin>,
     pub filter: bool,
     pub score_weight: i64,
+}
+
+impl Clone for PluginEntry {
+    fn clone(&self) -> Self {
+        Self {
+            plugin: self.plugin.clone_box(),
+            filter: self.filter,
+            score_weight: self.score_weight,
+        }
+    }
 }
 
 #[cfg(test)]

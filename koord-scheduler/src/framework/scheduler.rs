@@ -215,14 +215,16 @@ fn kube_resource_fit(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
 pub const REASON_INVALID_ALLOCATABLE: &str = "node(s) had an invalid allocatable";
 
 /// The cache and the plugins, mutated together under one lock by the shells.
+#[derive(Clone)]
 pub struct Scheduler {
     pub cache: ClusterCache,
     plugins: Vec<PluginEntry>,
     /// How long a bound pod stays assumed without watch confirmation.
     pub assume_ttl: Duration,
     /// The extender's `/filter` results, which `/bind` checks; written by
-    /// `/filter` under the shared (read) lock, hence its own small lock.
-    pub filtered: std::sync::Mutex<FilterRecords>,
+    /// `/filter` under the shared (read) lock, hence its own small lock;
+    /// one table for every copy of the state.
+    pub filtered: Arc<std::sync::Mutex<FilterRecords>>,
     /// Which controller plugins' writes go out (`--controller-plugins`).
     pub controllers: ControllerPlugins,
     /// Pods held at Permit (see [`crate::permit`]).
@@ -240,7 +242,7 @@ impl Scheduler {
             cache: ClusterCache::new(),
             plugins,
             assume_ttl,
-            filtered: std::sync::Mutex::new(FilterRecords::new()),
+            filtered: Arc::new(std::sync::Mutex::new(FilterRecords::new())),
             controllers: ControllerPlugins::default(),
             permits: PermitTable::default(),
             permit_bind_wait: DEFAULT_PERMIT_BIND_WAIT,

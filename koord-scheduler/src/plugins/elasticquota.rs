@@ -9,7 +9,7 @@
 //! stay empty.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use apis::extension::elastic_quota::{
@@ -156,14 +156,28 @@ fn resource_list_json(resources: &Resources) -> String {
     serde_json::to_string(&resources.to_list()).unwrap_or_else(|_| "{}".into())
 }
 
+/// The figures of the plugin's current state, computed when first asked
+/// for after a change. A copy of the plugin (a published snapshot) starts
+/// with the same figures, which hold for it until it changes.
+#[derive(Default)]
+struct FiguresCache(Mutex<Option<Arc<QuotaFigures>>>);
+
+impl Clone for FiguresCache {
+    fn clone(&self) -> Self {
+        let figures = self.0.lock().ok().and_then(|cached| cached.clone());
+        Self(Mutex::new(figures))
+    }
+}
+
 /// See the module docs.
+#[derive(Clone)]
 pub struct ElasticQuota {
     args: ElasticQuotaArgs,
     quotas: BTreeMap<String, QuotaNode>,
     pods: HashMap<String, PodCharge>,
     usage: HashMap<String, QuotaUsage>,
     cluster_total: Resources,
-    figures: Mutex<Option<QuotaFigures>>,
+    figures: FiguresCache,
     /// Annotation patches per quota that the watch has not shown yet.
     annotations_sent: HashMap<String, InFlight<BTreeMap<String, String>>>,
     /// `status.used` patches per quota that the watch has not shown yet.
@@ -267,7 +281,7 @@ impl ElasticQuota {
             pods: HashMap::new(),
             usage: HashMap::new(),
             cluster_total: Resources::new(),
-            figures: Mutex::new(None),
+            figures: FiguresCache::default(),
             annotations_sent: HashMap::new(),
             used_sent: HashMap::new(),
             last_annotation_write_at: None,
@@ -299,7 +313,7 @@ impl ElasticQuota {
     }
 
     fn invalidate(&self) {
-        if let Ok(mut figures) = self.figures.lock() {
+        if let Ok(mut figures) = self.figures.0.lock() {
             *figures = None;
         }
     }
@@ -624,15 +638,17 @@ impl ElasticQuota {
 
     /// Current figures, recomputed if anything changed.
     pub fn figures(&self) -> QuotaFigures {
-        match self.figures.lock() {
-            Ok(mut cached) => cached.get_or_insert_with(|| self.compute_figures()).clone(),
+        match self.figures.0.lock() {
+            Ok(mut cached) => {
+                (**cached.get_or_insert_with(|| Arc::new(self.compute_figures()))).clone()
+            }
             Err(_) => self.compute_figures(),
         }
     }
 
     fn with_figures<R>(&self, read: impl FnOnce(&QuotaFigures) -> R) -> R {
-        match self.figures.lock() {
-            Ok(mut cached) => read(cached.get_or_insert_with(|| self.compute_figures())),
+        match self.figures.0.lock() {
+            Ok(mut cached) => read(cached.get_or_insert_with(|| Arc::new(self.compute_figures()))),
             Err(_) => read(&self.compute_figures()),
         }
     }

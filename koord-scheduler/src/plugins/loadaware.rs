@@ -112,6 +112,7 @@ struct NodeView {
 }
 
 /// See the module docs.
+#[derive(Clone)]
 pub struct LoadAware {
     args: LoadAwareArgs,
     /// Resource names in vector order: cpu, memory, then any other named in the args.

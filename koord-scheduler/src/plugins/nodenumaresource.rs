@@ -461,6 +461,7 @@ struct Allocation {
 ///
 /// Node-keyed maps hash with aHash ([`FastMap`]): a cpuset pod's filter
 /// looks a node up in them on every node, and SipHash was a quarter of it.
+#[derive(Clone)]
 pub struct NodeNUMAResource {
     default_policy: CPUBindPolicy,
     topologies: FastMap<String, NodeTopology>,

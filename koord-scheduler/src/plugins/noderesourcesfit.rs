@@ -24,6 +24,7 @@ pub fn build(_args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Confi
 }
 
 /// See the module docs.
+#[derive(Clone)]
 pub struct NodeResourcesFit;
 
 impl Plugin for NodeResourcesFit {

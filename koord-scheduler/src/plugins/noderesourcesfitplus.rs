@@ -39,6 +39,7 @@ struct Term {
 }
 
 /// See the module docs.
+#[derive(Clone)]
 pub struct NodeResourcesFitPlus {
     args: NodeResourcesFitPlusArgs,
 }

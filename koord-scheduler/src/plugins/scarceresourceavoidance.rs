@@ -29,6 +29,7 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
 }
 
 /// See the module docs.
+#[derive(Clone)]
 pub struct ScarceResourceAvoidance {
     args: ScarceResourceAvoidanceArgs,
     /// The scarce fixed-slot kinds, a bit per slot.

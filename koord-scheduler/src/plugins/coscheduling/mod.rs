@@ -131,7 +131,7 @@ struct Runtime {
 }
 
 /// See the module docs.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Coscheduling {
     defaults: GangDefaults,
     /// Gang key → keys of its pods in the cache.
@@ -139,7 +139,9 @@ pub struct Coscheduling {
     /// Gangs with a member whose binding the watch confirmed (upstream's
     /// once-resource-satisfied, shared by the whole group).
     ever_bound: HashSet<String>,
-    runtime: Mutex<Runtime>,
+    /// Shared by every copy of the plugin: decisions in flight, which
+    /// `/filter` calls on any published snapshot make and `/bind` reads.
+    runtime: Arc<Mutex<Runtime>>,
     /// PodGroup key → status last written, and when.
     written: HashMap<String, (PodGroupStatus, SystemTime)>,
     last_write_at: Option<SystemTime>,
@@ -788,7 +790,7 @@ impl Plugin for Coscheduling {
                     if new.node.is_some() {
                         // Bound members leave the admitted batch; a binding
                         // the watch confirmed satisfies the group for good.
-                        let runtime = self.runtime.get_mut_or_recover();
+                        let runtime = &mut *self.runtime.lock_or_recover();
                         for batch in runtime.admitted.values_mut() {
                             batch.remove(&new.key);
                         }
@@ -806,7 +808,7 @@ impl Plugin for Coscheduling {
                     self.marked_timed_out.remove(&old.key);
                 }
                 if old.is_some() && new.is_none() {
-                    let runtime = self.runtime.get_mut_or_recover();
+                    let runtime = &mut *self.runtime.lock_or_recover();
                     if let Some(old) = old {
                         for batch in runtime.admitted.values_mut() {
                             batch.remove(&old.key);
@@ -878,7 +880,7 @@ impl Plugin for Coscheduling {
         }
         let batch = self.admit(pod, &gang, cache, state.now)?;
         if !batch.is_empty() {
-            let runtime = self.runtime.get_mut_or_recover();
+            let runtime = &mut *self.runtime.lock_or_recover();
             runtime
                 .admitted
                 .insert(gang.group_id(), batch.into_iter().collect());
@@ -901,7 +903,7 @@ impl Plugin for Coscheduling {
         if gang.mode != GangMode::Strict {
             return;
         }
-        let runtime = self.runtime.get_mut_or_recover();
+        let runtime = &mut *self.runtime.lock_or_recover();
         let group_id = gang.group_id();
         if runtime
             .admitted
@@ -1025,7 +1027,7 @@ impl Plugin for Coscheduling {
 impl Coscheduling {
     fn forget_gang(&mut self, key: &str) {
         self.ever_bound.remove(key);
-        let runtime = self.runtime.get_mut_or_recover();
+        let runtime = &mut *self.runtime.lock_or_recover();
         runtime.waiting_since.remove(key);
     }
 }

@@ -438,7 +438,7 @@ type Picks = (
 );
 
 /// See the module docs.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct DeviceShare {
     /// node → GPU minor → capacity. A node is known to DeviceShare exactly
     /// when it has an entry here (and then one in `common` too). Node-keyed

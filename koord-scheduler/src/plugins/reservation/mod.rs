@@ -315,7 +315,7 @@ struct PodState {
 const STATE_KEY: &str = "Reservation/pod";
 
 /// See the module docs.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct ReservationPlugin {
     reservations: BTreeMap<String, ReservationInfo>,
     /// Node name → keys of the reservations placed on it; per-node checks
