@@ -607,11 +607,31 @@ fn main() {
         }
         scheduler
     };
-    let shared = Arc::new(std::sync::RwLock::new(build_served()));
+    let shared = Arc::new(koord_scheduler::framework::SchedulerCore::new(
+        build_served(),
+    ));
     println!(
         "cache and plugin indexes built in {:.1?}; process RSS {} MiB",
         started.elapsed(),
         rss_mib().map_or("?".to_string(), |m| m.to_string())
+    );
+    // What one publish costs when nothing was written since the last: the
+    // copy shares every part (see `koord_scheduler::cow`).
+    let mut clone_times: Vec<Duration> = (0..50)
+        .map(|_| {
+            let snapshot = shared.read().unwrap();
+            let started = Instant::now();
+            let copy = (*snapshot).clone();
+            let took = started.elapsed();
+            drop(copy);
+            took
+        })
+        .collect();
+    clone_times.sort();
+    println!(
+        "state copy for a publish: p50 {:.3} ms, max {:.3} ms (50 copies)",
+        percentile(&clone_times, 0.5).as_secs_f64() * 1e3,
+        clone_times.last().unwrap().as_secs_f64() * 1e3,
     );
     let storm = storm_updates(&objects, env_usize("BENCH_STORM_UPDATES", 4000));
     let storm_rate = env_usize("BENCH_STORM_RATE", 1000);
@@ -661,6 +681,13 @@ fn main() {
         percentile(&writer.apply_times, 0.5).as_secs_f64() * 1e3,
         percentile(&writer.apply_times, 0.99).as_secs_f64() * 1e3,
         writer.apply_times.last().unwrap().as_secs_f64() * 1e3,
+    );
+    let publishes = shared.publish_stats();
+    println!(
+        "publishes: {} (every write, storm and setup), mean {:.3} ms, slowest {:.3} ms",
+        publishes.published,
+        publishes.total.as_secs_f64() * 1e3 / publishes.published.max(1) as f64,
+        publishes.slowest.as_secs_f64() * 1e3,
     );
     println!(
         "process RSS after the HTTP runs: {} MiB",

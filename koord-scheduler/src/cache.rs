@@ -18,6 +18,7 @@ use apis::topology::v1alpha1::NodeResourceTopology;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use crate::cow::{CowMap, CowVec};
 use crate::resources::{
     InvalidAmount, Resources, exact_resources, pod_limits_checked, pod_non_zero_requests,
     pod_requests_checked,
@@ -385,22 +386,29 @@ pub struct ClusterCache {
     /// Node entries by [`NodeInfo::index`]; a dropped entry leaves `None`
     /// (indexes are never reused), so per-node walks read a dense array
     /// instead of probing a hash map per node.
-    node_slots: Vec<Option<NodeInfo>>,
+    /// Entries are `Arc`s in [`CowVec`] chunks, so a clone of the cache (a
+    /// published snapshot) shares them and a write copies one entry.
+    node_slots: CowVec<Option<Arc<NodeInfo>>>,
     /// Node name → index into `node_slots`.
-    node_index: FastMap<String, usize>,
-    /// Indexes of the nodes with a Node object, in name order.
-    sorted_nodes: Vec<usize>,
+    node_index: CowMap<String, usize>,
+    /// Indexes of the nodes with a Node object, in name order (copied by a
+    /// write after a clone: only when a node comes or goes).
+    sorted_nodes: Arc<Vec<usize>>,
     /// [`NodeNames`] of `sorted_nodes`, built when first asked for after a
     /// node came or went.
     names: std::sync::OnceLock<Arc<NodeNames>>,
-    pods: FastMap<String, Arc<PodInfo>>,
-    pod_keys_by_uid: FastMap<String, String>,
-    pub node_metrics: FastMap<String, Arc<NodeMetric>>,
-    pub reservations: BTreeMap<String, Arc<Reservation>>,
+    pods: CowMap<String, Arc<PodInfo>>,
+    pod_keys_by_uid: CowMap<String, String>,
+    pub node_metrics: CowMap<String, Arc<NodeMetric>>,
+    /// Copied whole by the first write after a clone: reservations are few
+    /// and change rarely, and readers walk them in name order.
+    pub reservations: Arc<BTreeMap<String, Arc<Reservation>>>,
     pub elastic_quotas: BTreeMap<String, Arc<ElasticQuota>>,
     pub pod_groups: BTreeMap<String, Arc<PodGroup>>,
-    pub devices: BTreeMap<String, Arc<Device>>,
-    pub node_resource_topologies: BTreeMap<String, Arc<NodeResourceTopology>>,
+    /// By node name, one per node.
+    pub devices: CowMap<String, Arc<Device>>,
+    /// By node name, one per node.
+    pub node_resource_topologies: CowMap<String, Arc<NodeResourceTopology>>,
     /// `policy/v1` PodDisruptionBudgets by `namespace/name` (preemption
     /// counts the victims it adds against them).
     pub disruption_budgets: BTreeMap<String, Arc<PodDisruptionBudget>>,
@@ -414,12 +422,12 @@ impl ClusterCache {
     /// Any node entry, also one only pods mention.
     fn entry(&self, name: &str) -> Option<&NodeInfo> {
         let index = *self.node_index.get(name)?;
-        self.node_slots.get(index)?.as_ref()
+        self.node_slots.get(index)?.as_deref()
     }
 
     fn entry_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
         let index = *self.node_index.get(name)?;
-        self.node_slots.get_mut(index)?.as_mut()
+        Some(Arc::make_mut(self.node_slots.get_mut(index)?.as_mut()?))
     }
 
     /// The entry for `name`, created (with the next index) when missing.
@@ -428,12 +436,17 @@ impl ClusterCache {
             Some(index) => *index,
             None => {
                 let index = self.node_slots.len();
-                self.node_slots.push(Some(NodeInfo::empty(name, index)));
+                self.node_slots
+                    .push(Some(Arc::new(NodeInfo::empty(name, index))));
                 self.node_index.insert(name.to_string(), index);
                 index
             }
         };
-        self.node_slots[index].get_or_insert_with(|| NodeInfo::empty(name, index))
+        let slot = self
+            .node_slots
+            .get_mut(index)
+            .expect("node_index names only slots that exist");
+        Arc::make_mut(slot.get_or_insert_with(|| Arc::new(NodeInfo::empty(name, index))))
     }
 
     fn drop_entry(&mut self, name: &str) {
@@ -448,7 +461,7 @@ impl ClusterCache {
     fn sorted_position(&self, name: &str) -> Result<usize, usize> {
         self.sorted_nodes.binary_search_by(|index| {
             self.node_slots[*index]
-                .as_ref()
+                .as_deref()
                 .map_or("", |n| &*n.name)
                 .cmp(name)
         })
@@ -472,13 +485,13 @@ impl ClusterCache {
     pub fn nodes_sorted(&self) -> impl Iterator<Item = &NodeInfo> {
         self.sorted_nodes
             .iter()
-            .filter_map(|index| self.node_slots.get(*index)?.as_ref())
+            .filter_map(|index| self.node_slots.get(*index)?.as_deref())
     }
 
     /// The name of the node entry numbered `index` ([`NodeInfo::index`]),
     /// None once that entry was dropped (numbers are never reused).
     pub fn node_name_at(&self, index: usize) -> Option<&Arc<str>> {
-        let node = self.node_slots.get(index)?.as_ref()?;
+        let node = self.node_slots.get(index)?.as_deref()?;
         Some(&node.name)
     }
 
@@ -492,8 +505,8 @@ impl ClusterCache {
         let names = self.names.get_or_init(|| {
             let mut position_by_index = vec![NodeNames::ABSENT; self.node_slots.len()];
             let mut names = Vec::with_capacity(self.sorted_nodes.len());
-            for &index in &self.sorted_nodes {
-                if let Some(node) = self.node_slots.get(index).and_then(Option::as_ref) {
+            for &index in self.sorted_nodes.iter() {
+                if let Some(node) = self.node_slots.get(index).and_then(Option::as_deref) {
                     position_by_index[index] = names.len() as u32;
                     names.push(Arc::clone(&node.name));
                 }
@@ -550,13 +563,12 @@ impl ClusterCache {
     /// Clones of the cached objects of one kind whose key passes `wanted`
     /// (only those are copied).
     fn objects_where(&self, kind: ObjectKind, wanted: impl Fn(&str) -> bool) -> Vec<Object> {
-        fn wrap<T: Clone>(
-            objects: &BTreeMap<String, Arc<T>>,
+        fn wrap<'a, T: Clone + 'a>(
+            objects: impl Iterator<Item = (&'a String, &'a Arc<T>)>,
             wanted: &dyn Fn(&str) -> bool,
             variant: fn(T) -> Object,
         ) -> Vec<Object> {
             objects
-                .iter()
                 .filter(|(key, _)| wanted(key))
                 .map(|(_, o)| variant((**o).clone()))
                 .collect()
@@ -583,17 +595,19 @@ impl ClusterCache {
                 .filter(|(key, _)| wanted(key))
                 .map(|(_, metric)| Object::NodeMetric((**metric).clone()))
                 .collect(),
-            ObjectKind::Reservation => wrap(&self.reservations, wanted, Object::Reservation),
-            ObjectKind::ElasticQuota => wrap(&self.elastic_quotas, wanted, Object::ElasticQuota),
-            ObjectKind::PodGroup => wrap(&self.pod_groups, wanted, Object::PodGroup),
-            ObjectKind::Device => wrap(&self.devices, wanted, Object::Device),
+            ObjectKind::Reservation => wrap(self.reservations.iter(), wanted, Object::Reservation),
+            ObjectKind::ElasticQuota => {
+                wrap(self.elastic_quotas.iter(), wanted, Object::ElasticQuota)
+            }
+            ObjectKind::PodGroup => wrap(self.pod_groups.iter(), wanted, Object::PodGroup),
+            ObjectKind::Device => wrap(self.devices.iter(), wanted, Object::Device),
             ObjectKind::NodeResourceTopology => wrap(
-                &self.node_resource_topologies,
+                self.node_resource_topologies.iter(),
                 wanted,
                 Object::NodeResourceTopology,
             ),
             ObjectKind::PodDisruptionBudget => wrap(
-                &self.disruption_budgets,
+                self.disruption_budgets.iter(),
                 wanted,
                 Object::PodDisruptionBudget,
             ),
@@ -643,7 +657,7 @@ impl ClusterCache {
             Object::Node(node) => {
                 if deleted {
                     if let Ok(position) = self.sorted_position(&key) {
-                        self.sorted_nodes.remove(position);
+                        Arc::make_mut(&mut self.sorted_nodes).remove(position);
                         self.names = std::sync::OnceLock::new();
                     }
                     if let Some(info) = self.entry_mut(&key) {
@@ -673,7 +687,7 @@ impl ClusterCache {
                     info.cordoned_or_tainted = cordoned_or_tainted;
                     info.node = Some(Arc::new(node));
                     if let Err(position) = self.sorted_position(&key) {
-                        self.sorted_nodes.insert(position, index);
+                        Arc::make_mut(&mut self.sorted_nodes).insert(position, index);
                         self.names = std::sync::OnceLock::new();
                     }
                 }
@@ -683,14 +697,20 @@ impl ClusterCache {
                 store(&mut self.node_metrics, &key, o, deleted);
                 ClusterEvent::Object { kind, key }
             }
-            Object::Reservation(o) => store_sorted(&mut self.reservations, kind, key, o, deleted),
+            Object::Reservation(o) => {
+                store_sorted(Arc::make_mut(&mut self.reservations), kind, key, o, deleted)
+            }
             Object::ElasticQuota(o) => {
                 store_sorted(&mut self.elastic_quotas, kind, key, o, deleted)
             }
             Object::PodGroup(o) => store_sorted(&mut self.pod_groups, kind, key, o, deleted),
-            Object::Device(o) => store_sorted(&mut self.devices, kind, key, o, deleted),
+            Object::Device(o) => {
+                store(&mut self.devices, &key, o, deleted);
+                ClusterEvent::Object { kind, key }
+            }
             Object::NodeResourceTopology(o) => {
-                store_sorted(&mut self.node_resource_topologies, kind, key, o, deleted)
+                store(&mut self.node_resource_topologies, &key, o, deleted);
+                ClusterEvent::Object { kind, key }
             }
             Object::PodDisruptionBudget(o) => {
                 store_sorted(&mut self.disruption_budgets, kind, key, o, deleted)
@@ -877,7 +897,7 @@ impl ClusterCache {
     }
 }
 
-fn store<T>(map: &mut FastMap<String, Arc<T>>, key: &str, object: T, deleted: bool) {
+fn store<T>(map: &mut CowMap<String, Arc<T>>, key: &str, object: T, deleted: bool) {
     if deleted {
         map.remove(key);
     } else {

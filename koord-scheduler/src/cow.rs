@@ -310,7 +310,7 @@ impl<T: Clone> CowVec<T> {
     }
 
     pub fn push(&mut self, value: T) {
-        if self.len % CHUNK == 0 {
+        if self.len.is_multiple_of(CHUNK) {
             self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
         }
         let last = self.chunks.len() - 1;
@@ -325,7 +325,7 @@ impl<T: Clone> CowVec<T> {
         }
         if self.len > len {
             self.chunks.truncate(len.div_ceil(CHUNK));
-            if len % CHUNK != 0 {
+            if !len.is_multiple_of(CHUNK) {
                 let last = self.chunks.len() - 1;
                 Arc::make_mut(&mut self.chunks[last]).truncate(len % CHUNK);
             }

@@ -765,13 +765,12 @@ async fn wait_for_group(
         .unwrap_or_default();
     let until = tokio::time::Instant::now() + bind_wait.min(left);
     loop {
-        {
-            let Ok(scheduler) = state.scheduler.read() else {
-                return Err("scheduler state lock poisoned".into());
-            };
-            if let Some(result) = answered(&scheduler) {
-                return result;
-            }
+        // The outcome is signalled while its writer still holds the state,
+        // before it is published: read the working state.
+        match state.scheduler.read_latest(answered) {
+            Ok(Some(result)) => return result,
+            Ok(None) => {}
+            Err(_) => return Err("scheduler state lock poisoned".into()),
         }
         match tokio::time::timeout_at(until, waiting.changed()).await {
             Ok(Ok(())) => {}

@@ -9,9 +9,11 @@
 //! Sequencing the steps for one pod is [`crate::placement`]'s.
 
 pub mod binding;
+pub mod core;
 pub mod plugin;
 pub mod scheduler;
 
+pub use self::core::{Poisoned, PublishStats, SchedulerCore, SharedScheduler, WriteGuard};
 pub use binding::{BindError, BindFuture, Binder, Nomination, RecordingBinder, Reserved};
 pub use plugin::{
     AnnotationWrite, CycleState, MAX_NODE_SCORE, Permit, PermitRelease, Plugin, PluginEntry,
@@ -19,6 +21,5 @@ pub use plugin::{
 };
 pub use scheduler::{
     DEFAULT_PERMIT_BIND_WAIT, FilterOutcome, MAX_EXTENDER_PRIORITY, PermitStep,
-    REASON_INVALID_ALLOCATABLE, ReleasedHold, ReserveError, Scheduler, ScoreOutcome,
-    SharedScheduler, log_released,
+    REASON_INVALID_ALLOCATABLE, ReleasedHold, ReserveError, Scheduler, ScoreOutcome, log_released,
 };

@@ -40,7 +40,7 @@ mod testutil;
 pub mod tls;
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use koord_common::process::{Component, ComponentContext, connect_required_cluster};
@@ -122,7 +122,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
     if !disabled.is_empty() {
         tracing::info!(controllers = ?disabled, "controller plugins disabled by --controller-plugins");
     }
-    let scheduler: SharedScheduler = Arc::new(RwLock::new(built));
+    let scheduler: SharedScheduler = Arc::new(framework::SchedulerCore::new(built));
     let context = ComponentContext::new(COMPONENT);
     koord_common::spawn_signal_handler(context.shutdown.clone())?;
     let ready = context.health.readiness_status(

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{api_calls, body, client, post};
@@ -207,7 +207,9 @@ fn numa_scheduler() -> koord_scheduler::framework::Scheduler {
 
 async fn serve_extender(binder: KubeBinder) -> SocketAddr {
     common::serve_extender(ExtenderState {
-        scheduler: Arc::new(RwLock::new(numa_scheduler())),
+        scheduler: Arc::new(koord_scheduler::framework::SchedulerCore::new(
+            numa_scheduler(),
+        )),
         binder: Arc::new(binder),
         metrics: ExtenderMetrics::new("koord-scheduler"),
     })

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use apis::extension::quantity::QuantityValue;
@@ -135,7 +135,7 @@ fn standby() -> Leadership {
 
 async fn start(api: &FakeApiServer, assumed_pod_ttl: Duration, leadership: Leadership) -> Extender {
     let client = common::client(api);
-    let scheduler: SharedScheduler = Arc::new(RwLock::new(
+    let scheduler: SharedScheduler = Arc::new(koord_scheduler::framework::SchedulerCore::new(
         koord_scheduler::build_scheduler(&SchedulerConfiguration::default(), assumed_pod_ttl)
             .unwrap(),
     ));

@@ -4,7 +4,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::post;
@@ -87,7 +87,7 @@ async fn serve_shared(
     for object in objects() {
         scheduler.apply(Change::Upsert(object));
     }
-    let shared = Arc::new(RwLock::new(scheduler));
+    let shared = Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler));
     let state = ExtenderState {
         scheduler: shared.clone(),
         binder,
@@ -399,7 +399,7 @@ async fn a_pod_with_an_unparseable_or_overflowing_request_fits_no_node() {
 async fn a_body_beyond_the_limit_is_refused_with_413() {
     use tower::ServiceExt as _;
     let state = ExtenderState {
-        scheduler: Arc::new(RwLock::new(
+        scheduler: Arc::new(koord_scheduler::framework::SchedulerCore::new(
             koord_scheduler::build_scheduler(
                 &SchedulerConfiguration::default(),
                 Duration::from_secs(300),
@@ -453,7 +453,7 @@ async fn filter_refusals_are_encoded_byte_for_byte() {
         scheduler.apply(Change::Upsert(object));
     }
     let addr = common::serve_extender(ExtenderState {
-        scheduler: Arc::new(RwLock::new(scheduler)),
+        scheduler: Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler)),
         binder: Arc::new(RecordingBinder::default()),
         metrics: ExtenderMetrics::new("koord-scheduler"),
     })

@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::post;
@@ -90,7 +90,7 @@ fn state_with(objects: Vec<Value>, preemptor: Value) -> ExtenderState {
         serde_json::from_value(preemptor).unwrap(),
     )));
     ExtenderState {
-        scheduler: Arc::new(RwLock::new(scheduler)),
+        scheduler: Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler)),
         binder: Arc::new(RecordingBinder::default()),
         metrics: ExtenderMetrics::new("koord-scheduler"),
     }

@@ -8,7 +8,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use koord_scheduler::cache::{Change, Object};
@@ -71,7 +71,7 @@ async fn serve_with(
         let pod = serde_json::from_value(gang_member_json(name, mode)).unwrap();
         scheduler.apply(Change::Upsert(Object::Pod(pod)));
     }
-    let shared = Arc::new(RwLock::new(scheduler));
+    let shared = Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler));
     let state = ExtenderState {
         scheduler: Arc::clone(&shared),
         binder,
@@ -349,7 +349,7 @@ async fn the_api_sees_no_binding_until_the_third_member_and_then_all_three() {
         scheduler.apply(Change::Upsert(Object::Pod(pod)));
     }
     let addr = common::serve_extender(ExtenderState {
-        scheduler: Arc::new(RwLock::new(scheduler)),
+        scheduler: Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler)),
         binder: Arc::new(koord_scheduler::cluster::KubeBinder {
             client: common::client(&api),
         }),

@@ -2,7 +2,7 @@
 //! Cluster mode: the housekeeping loop merge-patches PodGroup status onto
 //! the PodGroup (no status subresource upstream) through the API server.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use koord_common::Shutdown;
@@ -50,7 +50,7 @@ async fn housekeep_until_patch(
     path: &'static str,
 ) -> (Option<RecordedRequest>, FakeApiServer, Shutdown) {
     let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let scheduler = Arc::new(RwLock::new(scheduler));
+    let scheduler = Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler));
     let shutdown = Shutdown::new();
     koord_scheduler::cluster::start_housekeeping(
         &client,

@@ -15,7 +15,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use koord_common::Shutdown;
@@ -248,7 +248,7 @@ fn a_huge_repeated_cpuset_from_the_watch_leaves_filter_answering() {
         .build()
         .unwrap();
     let shutdown = Shutdown::new();
-    let scheduler: SharedScheduler = Arc::new(RwLock::new(
+    let scheduler: SharedScheduler = Arc::new(koord_scheduler::framework::SchedulerCore::new(
         koord_scheduler::build_scheduler(
             &SchedulerConfiguration::default(),
             Duration::from_secs(300),
@@ -278,7 +278,7 @@ fn a_huge_repeated_cpuset_from_the_watch_leaves_filter_answering() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let result = post_within(addr, "/filter", &args, Duration::from_secs(20)).unwrap();
-        let synced = scheduler.try_read().is_ok_and(|s| {
+        let synced = scheduler.read().is_ok_and(|s| {
             s.cache.pod("default/hog").is_some()
                 && s.cache.reservations.contains_key("r1")
                 && s.cache.node_resource_topologies.contains_key("n1")

@@ -10,7 +10,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{api_calls, body, client};
@@ -164,7 +164,7 @@ fn scheduler() -> SharedScheduler {
     ] {
         scheduler.apply(Change::Upsert(change));
     }
-    Arc::new(RwLock::new(scheduler))
+    Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler))
 }
 
 /// One replica: a campaign as `identity` and the gated background work.

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::{api_calls, body, client};
@@ -57,7 +57,7 @@ fn scheduler(objects: Vec<Value>) -> SharedScheduler {
             serde_json::from_value(object).unwrap(),
         )));
     }
-    Arc::new(RwLock::new(scheduler))
+    Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler))
 }
 
 fn controller(api: &FakeApiServer, scheduler: &SharedScheduler) -> ReservationController {

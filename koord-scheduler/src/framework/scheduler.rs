@@ -250,6 +250,12 @@ impl Scheduler {
         }
     }
 
+    /// Builds what readers of a published copy would otherwise each build
+    /// for themselves on first use (the cache's node name table).
+    pub fn prepare_for_readers(&mut self) {
+        let _ = self.cache.node_names();
+    }
+
     pub fn plugin_names(&self) -> Vec<&'static str> {
         self.plugins.iter().map(|p| p.plugin.name()).collect()
     }
@@ -1166,6 +1172,3 @@ impl Scheduler {
             .collect()
     }
 }
-
-/// Shared handle used by the shells.
-pub type SharedScheduler = Arc<std::sync::RwLock<Scheduler>>;

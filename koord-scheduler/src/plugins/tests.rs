@@ -1269,8 +1269,8 @@ fn bind_cluster() -> crate::framework::Scheduler {
 async fn failed_binding_rolls_back_node_and_quota_accounting() {
     use crate::extender::{ExtenderBindingArgs, ExtenderMetrics, ExtenderState, bind_pod};
     use crate::framework::RecordingBinder;
-    use std::sync::{Arc, RwLock};
-    let scheduler = Arc::new(RwLock::new(bind_cluster()));
+    use std::sync::Arc;
+    let scheduler = Arc::new(crate::framework::SchedulerCore::new(bind_cluster()));
     {
         // kube-scheduler filters before it binds.
         let s = scheduler.read().unwrap();
