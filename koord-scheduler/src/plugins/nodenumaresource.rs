@@ -38,8 +38,9 @@ pub mod topologymanager;
 
 use self::accumulator::{CpuLayout, HeldCpu, TakeRequest, take_preferred_cpus};
 use self::topologymanager::{NumaMask, generate_hints, merge};
-use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
+use crate::cow::{CowMap, CowVec};
 use crate::framework::{CycleState, Plugin, Rejection};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 
@@ -459,30 +460,35 @@ struct Allocation {
 
 /// See the module docs.
 ///
-/// Node-keyed maps hash with aHash ([`FastMap`]): a cpuset pod's filter
-/// looks a node up in them on every node, and SipHash was a quarter of it.
+/// Node-keyed maps hash with aHash (as [`FastMap`](crate::cache::FastMap)
+/// does): a cpuset pod's filter looks a node up in them on every node, and
+/// SipHash was a quarter of it. Every map of pods, nodes or reservations is
+/// a [`CowMap`] and the per-node-index array a [`CowVec`], so a clone of the
+/// plugin (the published state) costs a few hundred reference counts, and a
+/// write after it copies one shard or chunk.
 #[derive(Clone)]
 pub struct NodeNUMAResource {
     default_policy: CPUBindPolicy,
-    topologies: FastMap<String, NodeTopology>,
-    /// node → pod key → cpuset.
-    allocations: FastMap<String, HashMap<String, Allocation>>,
+    topologies: CowMap<String, NodeTopology>,
+    /// node → pod key → cpuset (the inner map is copied with its shard).
+    allocations: CowMap<String, HashMap<String, Allocation>>,
     /// Cpusets chosen in reserve, for pre-bind (pod key → status).
-    pending: HashMap<String, ResourceStatus>,
+    pending: CowMap<String, ResourceStatus>,
     /// Pod key → node of its allocation, so removal does not scan every node.
-    pod_nodes: HashMap<String, String>,
-    /// Reservation name → the cpuset it holds for its owners.
-    reserved: BTreeMap<String, (Holder, CpuSet)>,
+    pod_nodes: CowMap<String, String>,
+    /// Reservation name → the cpuset it holds for its owners (looked up by
+    /// name only; `reserved_on` gives a node's names in order).
+    reserved: CowMap<String, (Holder, CpuSet)>,
     /// The names in `reserved` by node (every cpuset pod's filter asks on
     /// every node whether the node has any).
     reserved_on: PlacedByNode,
     /// Node name → the CPUs its `node.koordinator.sh/reservation` keeps
     /// from pods (read when the Node changes, not on every filter).
-    node_reserved: FastMap<String, CpuSet>,
+    node_reserved: CowMap<String, CpuSet>,
     /// Pod key → the reservation it was allocated from.
-    owners: HashMap<String, String>,
+    owners: CowMap<String, String>,
     /// Node name → its free CPUs and their counts (check mode reads them).
-    free: FastMap<String, NodeFree>,
+    free: CowMap<String, NodeFree>,
     /// Bumped on every change of the plugin's state, so per-cycle
     /// placements computed before a change are not reused after it.
     generation: u64,
@@ -496,7 +502,7 @@ pub struct NodeNUMAResource {
     /// the node's label and topology by name there was most of the filter's
     /// cost. `None` (or past the end): not known yet, e.g. a node only pods
     /// have named so far; it is computed where needed then.
-    node_policies: Vec<Option<NUMATopologyPolicy>>,
+    node_policies: CowVec<Option<NUMATopologyPolicy>>,
 }
 
 fn core_key(info: &CPUInfo) -> (i32, i32) {
@@ -662,19 +668,19 @@ impl NodeNUMAResource {
     pub fn new(default_policy: CPUBindPolicy) -> Self {
         Self {
             default_policy,
-            topologies: FastMap::default(),
-            allocations: FastMap::default(),
-            pending: HashMap::new(),
-            pod_nodes: HashMap::new(),
-            reserved: BTreeMap::new(),
+            topologies: CowMap::new(),
+            allocations: CowMap::new(),
+            pending: CowMap::new(),
+            pod_nodes: CowMap::new(),
+            reserved: CowMap::new(),
             reserved_on: PlacedByNode::default(),
-            node_reserved: FastMap::default(),
-            owners: HashMap::new(),
-            free: FastMap::default(),
+            node_reserved: CowMap::new(),
+            owners: CowMap::new(),
+            free: CowMap::new(),
             generation: 0,
             scorer: NumaScorer::default(),
             numa_scorer: NumaScorer::default(),
-            node_policies: Vec::new(),
+            node_policies: CowVec::new(),
         }
     }
 
@@ -709,7 +715,9 @@ impl NodeNUMAResource {
         if self.node_policies.len() <= node.index {
             self.node_policies.resize(node.index + 1, None);
         }
-        self.node_policies[node.index] = Some(policy);
+        if let Some(slot) = self.node_policies.get_mut(node.index) {
+            *slot = Some(policy);
+        }
     }
 
     /// The CPUs a reservation still holds at `now`: its cpuset minus its
@@ -1450,8 +1458,7 @@ impl NodeNUMAResource {
         self.remove_pod(key);
         self.pod_nodes.insert(key.to_string(), node.to_string());
         self.allocations
-            .entry(node.to_string())
-            .or_default()
+            .get_or_insert_with(node.to_string(), HashMap::new)
             .insert(key.to_string(), allocation);
         self.refresh_free(node);
     }
@@ -2265,12 +2272,13 @@ mod tests {
             let event = cache.apply(change);
             plugin.on_event(&event, &cache);
             for node in nodes {
-                let scanned: Vec<&String> = plugin
+                let mut scanned: Vec<&String> = plugin
                     .reserved
                     .iter()
                     .filter(|(_, (holder, _))| holder.node == node)
                     .map(|(name, _)| name)
                     .collect();
+                scanned.sort();
                 let indexed: Vec<&String> = plugin.reserved_on.on(node).collect();
                 assert_eq!(indexed, scanned, "step {step}, {node}");
                 assert_eq!(
@@ -2815,5 +2823,114 @@ mod tests {
         }
         // The kept policies were really read, not just computed again.
         assert!(checked_known > 400, "{checked_known}");
+    }
+
+    /// A clone of the plugin (the published state) keeps answering as it
+    /// did when the original changes after it: a pod's cpuset freed, another
+    /// pod's taken, a node's NUMA policy changed; the original shows them.
+    #[test]
+    fn a_clone_answers_as_before_after_the_original_changes() {
+        let held_status = r#"{"cpuset":"0-1,4-5"}"#;
+        let late_status = r#"{"cpuset":"2-3,6-7"}"#;
+        let bound = |name: &str, node: &str, status: &str| {
+            testutil::pod(PodSpec {
+                name,
+                node: Some(node),
+                requests: &[("cpu", "4"), ("memory", "1Gi")],
+                limits: &[("cpu", "4"), ("memory", "1Gi")],
+                labels: &[("koordinator.sh/qosClass", "LSR")],
+                annotations: &[(ANNOTATION_RESOURCE_STATUS, status)],
+                priority: Some(9000),
+                ..Default::default()
+            })
+        };
+        let mut cache = ClusterCache::new();
+        let mut plugin = NodeNUMAResource::new(CPUBindPolicy::FullPCPUs);
+        let apply = |plugin: &mut NodeNUMAResource, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        for object in [
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            node("n2", &[], &[]),
+            nrt("n2", &[], &[]),
+            bound("held", "n1", held_status),
+            lsr_pod("probe", "6", &[]),
+            lsr_pod("small", "2", &[]),
+        ] {
+            apply(&mut plugin, &mut cache, Change::Upsert(object));
+        }
+        let probes = ["default/probe", "default/small"];
+        let before = answers(&plugin, &cache, &probes);
+        let fits = |answers: &[(String, String, Result<(), Rejection>, i64)], pod: &str, node| {
+            answers
+                .iter()
+                .find(|(p, n, _, _)| p == pod && n == node)
+                .unwrap()
+                .2
+                .is_ok()
+        };
+        // Four CPUs are held on n1: the 6-CPU probe fits on n2 only.
+        assert!(!fits(&before, "default/probe", "n1"));
+        assert!(fits(&before, "default/probe", "n2"));
+
+        let snapshot = plugin.clone();
+        let snapshot_cache = cache.clone();
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Delete(bound("held", "n1", held_status)),
+        );
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(bound("late", "n2", late_status)),
+        );
+        let single = [("node.koordinator.sh/numa-topology-policy", "SingleNUMANode")];
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(node("n2", &single, &[])),
+        );
+
+        assert_eq!(answers(&snapshot, &snapshot_cache, &probes), before);
+        assert!(
+            snapshot
+                .allocations
+                .get("n1")
+                .is_some_and(|a| a.contains_key("default/held"))
+        );
+        assert_eq!(
+            snapshot.pod_nodes.get("default/held").map(String::as_str),
+            Some("n1")
+        );
+        assert!(snapshot.pod_nodes.get("default/late").is_none());
+        let n2 = snapshot_cache.node("n2").unwrap();
+        assert_eq!(snapshot.node_policy(n2), NUMATopologyPolicy::None);
+
+        let after = answers(&plugin, &cache, &probes);
+        // n1 is free again; n2 is half taken and single-NUMA now.
+        assert!(fits(&after, "default/probe", "n1"));
+        assert!(!fits(&after, "default/probe", "n2"));
+        assert!(fits(&after, "default/small", "n2"));
+        assert!(
+            plugin
+                .allocations
+                .get("n1")
+                .is_some_and(|a| !a.contains_key("default/held"))
+        );
+        assert_eq!(
+            plugin.pod_nodes.get("default/late").map(String::as_str),
+            Some("n2")
+        );
+        let n2 = cache.node("n2").unwrap();
+        assert_eq!(plugin.node_policy(n2), NUMATopologyPolicy::SingleNUMANode);
+        assert_eq!(
+            plugin.free.get("n1").unwrap().counts.total,
+            [8, 8, 4],
+            "every CPU of n1 is free in the original"
+        );
+        assert_eq!(snapshot.free.get("n1").unwrap().counts.total, [4, 4, 2]);
     }
 }

@@ -23,7 +23,7 @@
 //! Reservation plugin's pre-filter found them) allocate from them first,
 //! and a Restricted reservation's owners only from them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use apis::extension::device_share::DeviceTopologyScope;
@@ -39,8 +39,9 @@ use apis::scheduling::v1alpha1::{Device, DeviceType};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 
-use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
+use crate::cow::CowMap;
 use crate::framework::{CycleState, Plugin, Reason, Rejection};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
@@ -442,26 +443,29 @@ type Picks = (
 pub struct DeviceShare {
     /// node → GPU minor → capacity. A node is known to DeviceShare exactly
     /// when it has an entry here (and then one in `common` too). Node-keyed
-    /// maps hash with aHash ([`FastMap`]): a device pod's filter asks this
-    /// one on every node, and SipHash was a quarter of that filter.
-    gpus: FastMap<String, BTreeMap<i32, Gpu>>,
+    /// maps hash with aHash (as [`FastMap`](crate::cache::FastMap) does): a
+    /// device pod's filter asks this one on every node, and SipHash was a
+    /// quarter of that filter. Every map of pods, nodes or reservations is
+    /// a [`CowMap`], so a clone of the plugin (the published state) costs
+    /// reference counts, and a write after it copies one shard.
+    gpus: CowMap<String, BTreeMap<i32, Gpu>>,
     /// pod key → (node, shares).
-    usage: HashMap<String, (String, GpuShares)>,
+    usage: CowMap<String, (String, GpuShares)>,
     /// node → kind → RDMA / FPGA devices.
-    common: FastMap<String, BTreeMap<CommonKind, CommonDevices>>,
+    common: CowMap<String, BTreeMap<CommonKind, CommonDevices>>,
     /// pod key → (node, RDMA / FPGA shares).
-    common_usage: HashMap<String, (String, CommonShares)>,
-    pending: HashMap<String, PendingAllocation>,
-    /// Reservation name → the devices it holds.
-    reserved: BTreeMap<String, ReservedDevices>,
-    /// node → the names in `reserved` placed on it (name order, as
-    /// `reserved` iterates): filter and score look only at a node's own
-    /// reservations instead of scanning all of them for every node.
+    common_usage: CowMap<String, (String, CommonShares)>,
+    pending: CowMap<String, PendingAllocation>,
+    /// Reservation name → the devices it holds (looked up by name only).
+    reserved: CowMap<String, ReservedDevices>,
+    /// node → the names in `reserved` placed on it, in name order: filter
+    /// and score look only at a node's own reservations instead of scanning
+    /// all of them for every node.
     reserved_on: PlacedByNode,
     /// Pod key → the reservation it was allocated from.
-    owners: HashMap<String, String>,
+    owners: CowMap<String, String>,
     /// node → the partition table and policy of its Device.
-    partitions: FastMap<String, NodePartitions>,
+    partitions: CowMap<String, NodePartitions>,
     strategy: ScoringStrategy,
 }
 
@@ -771,8 +775,14 @@ impl DeviceShare {
     /// A node becomes known without a Device CR when a pod holding devices
     /// is bound there (upstream creates its node entry the same way).
     fn know(&mut self, node: &str) {
-        self.gpus.entry(node.to_string()).or_default();
-        self.common.entry(node.to_string()).or_default();
+        // Only an unknown node is written: a write copies a shard a clone
+        // shares.
+        if !self.gpus.contains_key(node) {
+            self.gpus.insert(node.to_string(), BTreeMap::new());
+        }
+        if !self.common.contains_key(node) {
+            self.common.insert(node.to_string(), BTreeMap::new());
+        }
     }
 
     /// Re-applies every pod's RDMA / FPGA usage on the node.
@@ -2333,6 +2343,124 @@ mod tests {
                 .contains_key(ANNOTATION_DEVICE_ALLOCATED),
             "{reserved:?}"
         );
+    }
+
+    /// Each probe pod's filter and score on every node.
+    fn answers(
+        plugin: &DeviceShare,
+        cache: &crate::cache::ClusterCache,
+        pods: &[&str],
+    ) -> Vec<(String, String, Result<(), Rejection>, i64)> {
+        let mut out = Vec::new();
+        for key in pods {
+            let pod = cache.pod(key).unwrap();
+            let mut state = CycleState::new(t0());
+            plugin.pre_filter(pod, cache, &mut state).unwrap();
+            for node in cache.nodes_sorted() {
+                let filtered = plugin.filter(pod, node, cache, &state);
+                let score = plugin.score(pod, node, cache, &state);
+                out.push((key.to_string(), node.name.to_string(), filtered, score));
+            }
+        }
+        out
+    }
+
+    /// A clone of the plugin (the published state) keeps answering as it
+    /// did when the original changes after it: a GPU and a NIC freed on one
+    /// node, a GPU taken and the Device deleted on another; the original
+    /// shows them.
+    #[test]
+    fn a_clone_answers_as_before_after_the_original_changes() {
+        use crate::cache::{Change, ClusterCache};
+        let nic = r#"{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"}}]}"#;
+        let nic_holder = testutil::pod(PodSpec {
+            name: "nic-holder",
+            node: Some("n1"),
+            requests: &[("cpu", "1")],
+            annotations: &[(ANNOTATION_DEVICE_ALLOCATED, nic)],
+            ..Default::default()
+        });
+        let mut cache = ClusterCache::new();
+        let mut plugin = DeviceShare::default();
+        let apply = |plugin: &mut DeviceShare, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        for object in [
+            testutil::node("n1", &[("cpu", "8")]),
+            mixed_device("n1"),
+            testutil::node("n2", &[("cpu", "8")]),
+            mixed_device("n2"),
+            testutil::whole_gpu_holder("holder", "n1", &[0]),
+            nic_holder.clone(),
+            gpu_pod("two-gpus", &[("nvidia.com/gpu", "2")]),
+            gpu_pod("two-nics", &[("koordinator.sh/rdma", "200")]),
+            gpu_pod(
+                "half",
+                &[
+                    ("koordinator.sh/gpu-core", "50"),
+                    ("koordinator.sh/gpu-memory-ratio", "50"),
+                ],
+            ),
+        ] {
+            apply(&mut plugin, &mut cache, Change::Upsert(object));
+        }
+        let probes = ["default/two-gpus", "default/two-nics", "default/half"];
+        let fits = |answers: &[(String, String, Result<(), Rejection>, i64)], pod: &str, node| {
+            answers
+                .iter()
+                .find(|(p, n, _, _)| p == pod && n == node)
+                .unwrap()
+                .2
+                .is_ok()
+        };
+        let before = answers(&plugin, &cache, &probes);
+        assert!(!fits(&before, "default/two-gpus", "n1"));
+        assert!(fits(&before, "default/two-gpus", "n2"));
+        assert!(!fits(&before, "default/two-nics", "n1"));
+        assert!(fits(&before, "default/two-nics", "n2"));
+
+        let snapshot = plugin.clone();
+        let snapshot_cache = cache.clone();
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Delete(testutil::whole_gpu_holder("holder", "n1", &[0])),
+        );
+        apply(&mut plugin, &mut cache, Change::Delete(nic_holder));
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(testutil::whole_gpu_holder("late", "n2", &[1])),
+        );
+        apply(&mut plugin, &mut cache, Change::Delete(mixed_device("n2")));
+
+        assert_eq!(answers(&snapshot, &snapshot_cache, &probes), before);
+        assert!(snapshot.usage.get("default/holder").is_some());
+        assert!(snapshot.common_usage.get("default/nic-holder").is_some());
+        assert!(snapshot.usage.get("default/late").is_none());
+        let n2 = snapshot.gpus.get("n2").unwrap();
+        assert!(n2.values().all(|gpu| gpu.healthy && gpu.core_used == 0));
+        assert_eq!(snapshot.gpus.get("n1").unwrap()[&0].core_used, 100);
+
+        let after = answers(&plugin, &cache, &probes);
+        assert!(fits(&after, "default/two-gpus", "n1"));
+        assert!(!fits(&after, "default/two-gpus", "n2"));
+        assert!(fits(&after, "default/two-nics", "n1"));
+        assert!(!fits(&after, "default/two-nics", "n2"));
+        assert!(!fits(&after, "default/half", "n2"));
+        assert!(plugin.usage.get("default/holder").is_none());
+        assert!(plugin.common_usage.get("default/nic-holder").is_none());
+        assert_eq!(plugin.gpus.get("n2").unwrap()[&1].core_used, 100);
+        assert!(
+            plugin
+                .gpus
+                .get("n2")
+                .unwrap()
+                .values()
+                .all(|gpu| !gpu.healthy)
+        );
+        assert_eq!(plugin.gpus.get("n1").unwrap()[&0].core_used, 0);
     }
 }
 

@@ -295,12 +295,13 @@ fn reservations_by_node_follow_every_reservation_event() {
         let event = cache.apply(change);
         plugin.on_event(&event, &cache);
         for node in nodes {
-            let scanned: Vec<&String> = plugin
+            let mut scanned: Vec<&String> = plugin
                 .reserved
                 .iter()
                 .filter(|(_, r)| r.holder.node == node)
                 .map(|(name, _)| name)
                 .collect();
+            scanned.sort();
             let indexed: Vec<&String> = plugin.reserved_on(node).map(|(name, _)| name).collect();
             assert_eq!(indexed, scanned, "step {step}, {node}");
             assert_eq!(

@@ -376,13 +376,13 @@ fn precomputed_free_counts_follow_allocations() {
         apply(&mut cache, &mut plugin, node_object(&mut rng, &shape));
         apply(&mut cache, &mut plugin, nrt_object(&mut rng, &shape));
         let fresh = |plugin: &NodeNUMAResource| {
-            let topology = &plugin.topologies["n"];
+            let topology = plugin.topologies.get("n").unwrap();
             let free = plugin.free_cpus("n", topology, None);
             FreeCounts::of(topology, |cpu| free.contains(cpu))
         };
         for index in 0..4 {
             apply(&mut cache, &mut plugin, bound_pod(&mut rng, &shape, index));
-            assert_eq!(plugin.free["n"].counts, fresh(&plugin));
+            assert_eq!(plugin.free.get("n").unwrap().counts, fresh(&plugin));
         }
         let event = cache.apply(Change::Delete(Object::Pod(
             serde_json::from_value(
@@ -391,7 +391,7 @@ fn precomputed_free_counts_follow_allocations() {
             .unwrap(),
         )));
         plugin.on_event(&event, &cache);
-        assert_eq!(plugin.free["n"].counts, fresh(&plugin));
+        assert_eq!(plugin.free.get("n").unwrap().counts, fresh(&plugin));
         // Nothing left once every CPU is taken.
         let all: CpuSet = shape.cpus.iter().copied().collect();
         plugin.add_pod(
@@ -403,8 +403,8 @@ fn precomputed_free_counts_follow_allocations() {
                 numa: NumaAmounts::new(),
             },
         );
-        assert_eq!(plugin.free["n"].counts.total, [0, 0, 0]);
+        assert_eq!(plugin.free.get("n").unwrap().counts.total, [0, 0, 0]);
         plugin.remove_pod("default/all");
-        assert_eq!(plugin.free["n"].counts, fresh(&plugin));
+        assert_eq!(plugin.free.get("n").unwrap().counts, fresh(&plugin));
     }
 }
