@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::cache::{ClusterCache, ClusterEvent, ObjectKind, PodInfo};
 use crate::config::{ConfigError, ElasticQuotaArgs, ElasticQuotaArgsRaw, parse_args};
+use crate::cow::CowMap;
 use crate::framework::{AnnotationWrite, CycleState, Plugin, Rejection, StatusWrite};
 use crate::resources::{InvalidAmount, Resources, bound_resources, exact_amount, exact_resources};
 
@@ -170,18 +171,27 @@ impl Clone for FiguresCache {
 }
 
 /// See the module docs.
+///
+/// A clone (a published snapshot of the state) shares everything: the
+/// per-pod and per-quota maps are copy-on-write ([`CowMap`]), the quota
+/// tree is behind an `Arc` and replaced or copied whole on quota events.
 #[derive(Clone)]
 pub struct ElasticQuota {
     args: ElasticQuotaArgs,
-    quotas: BTreeMap<String, QuotaNode>,
-    pods: HashMap<String, PodCharge>,
-    usage: HashMap<String, QuotaUsage>,
+    /// In name order (pods go to the first quota listing their namespace,
+    /// children are shared out in this order); written only on quota
+    /// events, through `Arc::make_mut`.
+    quotas: Arc<BTreeMap<String, QuotaNode>>,
+    /// Pod key → what it is charged.
+    pods: CowMap<String, PodCharge>,
+    /// Quota name → sums of its own pods (written on every pod event).
+    usage: CowMap<String, QuotaUsage>,
     cluster_total: Resources,
     figures: FiguresCache,
     /// Annotation patches per quota that the watch has not shown yet.
-    annotations_sent: HashMap<String, InFlight<BTreeMap<String, String>>>,
+    annotations_sent: CowMap<String, InFlight<BTreeMap<String, String>>>,
     /// `status.used` patches per quota that the watch has not shown yet.
-    used_sent: HashMap<String, InFlight<serde_json::Value>>,
+    used_sent: CowMap<String, InFlight<serde_json::Value>>,
     last_annotation_write_at: Option<SystemTime>,
     last_used_write_at: Option<SystemTime>,
 }
@@ -277,13 +287,13 @@ pub fn redistribute(total: i64, children: &[(i64, i64, i64, bool)]) -> Vec<i64> 
 impl ElasticQuota {
     pub fn new(args: ElasticQuotaArgs) -> Self {
         let mut plugin = Self {
-            quotas: BTreeMap::new(),
-            pods: HashMap::new(),
-            usage: HashMap::new(),
+            quotas: Arc::new(BTreeMap::new()),
+            pods: CowMap::new(),
+            usage: CowMap::new(),
             cluster_total: Resources::new(),
             figures: FiguresCache::default(),
-            annotations_sent: HashMap::new(),
-            used_sent: HashMap::new(),
+            annotations_sent: CowMap::new(),
+            used_sent: CowMap::new(),
             last_annotation_write_at: None,
             last_used_write_at: None,
             args,
@@ -307,7 +317,7 @@ impl ElasticQuota {
         );
         for quota in [root, system, default] {
             if !self.quotas.get(&quota.name).is_some_and(|q| q.from_object) {
-                self.quotas.insert(quota.name.clone(), quota);
+                Arc::make_mut(&mut self.quotas).insert(quota.name.clone(), quota);
             }
         }
     }
@@ -359,7 +369,9 @@ impl ElasticQuota {
     }
 
     fn charge(&mut self, key: &str, charge: PodCharge) {
-        let usage = self.usage.entry(charge.quota.clone()).or_default();
+        let usage = self
+            .usage
+            .get_or_insert_with(charge.quota.clone(), QuotaUsage::default);
         usage.request.add(&charge.requests);
         if charge.non_preemptible {
             usage.non_preemptible_request.add(&charge.requests);
@@ -444,13 +456,15 @@ impl ElasticQuota {
     }
 
     fn rebuild_quotas(&mut self, cache: &ClusterCache) {
-        self.quotas.clear();
+        // A new tree, not a copy of the shared one to clear.
+        let mut quotas = BTreeMap::new();
         for object in cache.elastic_quotas.values() {
             let node = self.quota_from_object(object);
             if !node.name.is_empty() {
-                self.quotas.insert(node.name.clone(), node);
+                quotas.insert(node.name.clone(), node);
             }
         }
+        self.quotas = Arc::new(quotas);
         self.reset_builtins();
         let quotas = &self.quotas;
         self.annotations_sent
@@ -1152,7 +1166,70 @@ fn too_soon(last: Option<SystemTime>, interval: Duration, now: SystemTime) -> bo
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+    use crate::cache::Change;
+    use crate::testutil::{self, PodSpec};
+
+    #[test]
+    fn a_clone_keeps_answering_as_before_while_the_original_changes() {
+        let mut cache = ClusterCache::new();
+        let mut plugin = ElasticQuota::new(ElasticQuotaArgs::default());
+        let apply = |plugin: &mut ElasticQuota, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        let team_a = [("quota.scheduling.koordinator.sh/name", "team-a")];
+        let running = || {
+            testutil::pod(PodSpec {
+                name: "running",
+                node: Some("n1"),
+                requests: &[("cpu", "3")],
+                labels: &team_a,
+                ..Default::default()
+            })
+        };
+        for object in [
+            testutil::node("n1", &[("cpu", "8")]),
+            testutil::quota("team-a", &[], &[("cpu", "4")], &[], &[]),
+            running(),
+            testutil::pod(PodSpec {
+                name: "probe",
+                requests: &[("cpu", "2")],
+                labels: &team_a,
+                ..Default::default()
+            }),
+        ] {
+            apply(&mut plugin, &mut cache, Change::Upsert(object));
+        }
+        let probe = cache.pod("default/probe").unwrap().clone();
+        let verdict =
+            |plugin: &ElasticQuota| plugin.admit(&probe).map_err(|r| r.reason.to_string());
+        let before = verdict(&plugin);
+        assert!(
+            before.as_ref().is_err_and(|r| r.contains("team-a")),
+            "{before:?}"
+        );
+        let snapshot = plugin.clone();
+
+        // The running pod leaves: the probe fits in the original only.
+        apply(&mut plugin, &mut cache, Change::Delete(running()));
+        assert_eq!(verdict(&plugin), Ok(()));
+        assert_eq!(verdict(&snapshot), before);
+        // The quota shrinks in the original only.
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Upsert(testutil::quota("team-a", &[], &[("cpu", "1")], &[], &[])),
+        );
+        assert!(verdict(&plugin).is_err_and(|r| r.contains("runtime: [cpu=1")));
+        assert_eq!(verdict(&snapshot), before);
+        assert!(snapshot.pods.contains_key("default/running"));
+        assert!(!plugin.pods.contains_key("default/running"));
+        assert_eq!(snapshot.quotas["team-a"].max.get("cpu"), 4000);
+        assert_eq!(plugin.quotas["team-a"].max.get("cpu"), 1000);
+    }
 
     #[test]
     fn split_hands_out_everything_by_weight() {

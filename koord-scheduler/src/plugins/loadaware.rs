@@ -30,6 +30,7 @@ use apis::slo::v1alpha1::NodeMetric;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo, object_key};
 use crate::config::{ConfigError, LoadAwareArgs, LoadAwareSchedulingArgs, parse_args};
+use crate::cow::{CowMap, CowVec};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection, StatusWrite};
 use crate::resources::{InvalidAmount, Resources, exact_resources};
 
@@ -112,6 +113,10 @@ struct NodeView {
 }
 
 /// See the module docs.
+///
+/// The per-node views and per-pod maps are copy-on-write ([`crate::cow`]):
+/// a clone (a published snapshot of the state) shares them, and a write
+/// after it copies one chunk or shard.
 #[derive(Clone)]
 pub struct LoadAware {
     args: LoadAwareArgs,
@@ -120,13 +125,13 @@ pub struct LoadAware {
     defaults: Thresholds,
     weights: Vector,
     /// Views by [`NodeInfo::index`].
-    views: Vec<Option<NodeView>>,
+    views: CowVec<Option<NodeView>>,
     /// Pods without a `PodScheduled` time: pod key → (node, first seen there).
     /// Entries go when the pod leaves the node or gets the condition.
-    first_seen: HashMap<String, (String, SystemTime)>,
+    first_seen: CowMap<String, (String, SystemTime)>,
     /// Pods seen on a node (pod key → node) through an event, which has no
     /// clock: stamped at the next [`Plugin::pending_status_writes`].
-    unstamped: HashMap<String, String>,
+    unstamped: CowMap<String, String>,
 }
 
 fn to_system_time(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
@@ -225,9 +230,9 @@ impl LoadAware {
             dims,
             defaults,
             weights,
-            views: Vec::new(),
-            first_seen: HashMap::new(),
-            unstamped: HashMap::new(),
+            views: CowVec::new(),
+            first_seen: CowMap::new(),
+            unstamped: CowMap::new(),
             args,
         }
     }
@@ -324,7 +329,9 @@ impl LoadAware {
         if self.views.len() <= index {
             self.views.resize(index + 1, None);
         }
-        self.views[index] = view;
+        if let Some(slot) = self.views.get_mut(index) {
+            *slot = view;
+        }
     }
 
     fn view_of(&self, load: &NodeLoad, node: &NodeInfo, allocatable: &Resources) -> NodeView {
@@ -707,15 +714,16 @@ impl Plugin for LoadAware {
         if self.unstamped.is_empty() {
             return Vec::new();
         }
-        let mut nodes = Vec::new();
-        for (key, node) in std::mem::take(&mut self.unstamped) {
+        let mut nodes: Vec<String> = Vec::new();
+        let unstamped = std::mem::take(&mut self.unstamped);
+        for (key, node) in unstamped.iter() {
             let still_there = cache
-                .pod(&key)
+                .pod(key)
                 .is_some_and(|pod| pod.node.as_deref() == Some(node.as_str()));
             if still_there {
-                self.first_seen.insert(key, (node.clone(), now));
-                if !nodes.contains(&node) {
-                    nodes.push(node);
+                self.first_seen.insert(key.clone(), (node.clone(), now));
+                if !nodes.contains(node) {
+                    nodes.push(node.clone());
                 }
             }
         }
@@ -894,6 +902,64 @@ mod tests {
     }
 
     #[test]
+    fn a_clone_keeps_answering_as_before_while_the_original_changes() {
+        use crate::testutil::node_metric;
+        let mut cache = ClusterCache::new();
+        let mut plugin = LoadAware::new(LoadAwareArgs::default());
+        for object in [
+            node("n1", &[("cpu", "4")]),
+            node("n2", &[("cpu", "4")]),
+            node_metric("n1", t0(), &[("cpu", "2")], serde_json::json!([])),
+            pod(PodSpec {
+                name: "probe",
+                requests: &[("cpu", "1")],
+                ..PodSpec::default()
+            }),
+        ] {
+            feed(&mut plugin, &mut cache, Change::Upsert(object));
+        }
+        let probe = cache.pod("default/probe").unwrap().clone();
+        let answers = |plugin: &LoadAware, cache: &ClusterCache| {
+            let mut state = CycleState::new(t0());
+            plugin.pre_filter(&probe, cache, &mut state).unwrap();
+            let n1 = cache.node("n1").unwrap();
+            (
+                plugin
+                    .filter(&probe, n1, cache, &state)
+                    .map_err(|r| r.reason.to_string()),
+                plugin.score(&probe, n1, cache, &state),
+                format!("{:?}", plugin.view(n1)),
+                plugin.first_seen_len(),
+            )
+        };
+        let before = answers(&plugin, &cache);
+        assert_eq!(before.0, Err("node(s) cpu usage exceed threshold".into()));
+        let (snapshot, snapshot_cache) = (plugin.clone(), cache.clone());
+
+        // n1 reports less usage and a pod lands there, in the original only.
+        for object in [
+            node_metric("n1", t0(), &[("cpu", "500m")], serde_json::json!([])),
+            pod(PodSpec {
+                name: "landed",
+                node: Some("n1"),
+                requests: &[("cpu", "1")],
+                ..PodSpec::default()
+            }),
+        ] {
+            feed(&mut plugin, &mut cache, Change::Upsert(object));
+        }
+        let after = answers(&plugin, &cache);
+        assert_eq!(answers(&snapshot, &snapshot_cache), before);
+        assert_eq!(after.0, Ok(()));
+        assert_ne!(after.2, before.2);
+        assert_eq!(after.3, (0, 1));
+        // The tick stamps the landed pod in the original only.
+        assert!(plugin.pending_status_writes(&cache, t0()).is_empty());
+        assert_eq!(plugin.first_seen_len(), (1, 0));
+        assert_eq!(snapshot.first_seen_len(), (0, 0));
+    }
+
+    #[test]
     fn first_seen_stamps_are_kept_only_while_the_pod_is_on_its_node() {
         let mut cache = ClusterCache::new();
         let mut plugin = LoadAware::new(LoadAwareArgs::default());
@@ -919,10 +985,13 @@ mod tests {
         assert_eq!(plugin.first_seen_len(), (0, 1));
         assert!(plugin.pending_status_writes(&cache, t0()).is_empty());
         assert_eq!(plugin.first_seen_len(), (1, 0));
-        assert_eq!(plugin.first_seen["default/p"], ("n1".to_string(), t0()));
+        assert_eq!(
+            plugin.first_seen.get("default/p"),
+            Some(&("n1".to_string(), t0()))
+        );
         // A later tick does not move the stamp.
         plugin.pending_status_writes(&cache, t0() + Duration::from_secs(5));
-        assert_eq!(plugin.first_seen["default/p"].1, t0());
+        assert_eq!(plugin.first_seen.get("default/p").unwrap().1, t0());
         // The condition takes over: the stamp goes.
         feed(
             &mut plugin,

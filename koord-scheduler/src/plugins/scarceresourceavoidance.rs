@@ -3,6 +3,7 @@
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, ScarceResourceAvoidanceArgs, parse_args};
+use crate::cow::CowVec;
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin};
 use crate::resources::{KNOWN_RESOURCES, Resources, slot_of};
 
@@ -24,7 +25,7 @@ pub fn build(args: Option<&serde_json::Value>) -> Result<Box<dyn Plugin>, Config
     Ok(Box::new(ScarceResourceAvoidance {
         args,
         scarce_slots,
-        node_kinds: Vec::new(),
+        node_kinds: CowVec::new(),
     }))
 }
 
@@ -38,7 +39,8 @@ pub struct ScarceResourceAvoidance {
     /// Scoring reads this dense array instead of the node's own record and
     /// list of names, which are out of cache for most nodes of a large
     /// cluster (a pod asking for a kind without a fixed slot still reads them).
-    node_kinds: Vec<Option<NodeKinds>>,
+    /// Copy-on-write: a clone shares it, a write after it copies one chunk.
+    node_kinds: CowVec<Option<NodeKinds>>,
 }
 
 /// Counts over a node's resource kinds without a fixed slot.
@@ -111,10 +113,13 @@ impl Plugin for ScarceResourceAvoidance {
         if self.node_kinds.len() <= node.index {
             self.node_kinds.resize(node.index + 1, None);
         }
-        self.node_kinds[node.index] = Some(NodeKinds {
+        let kinds = Some(NodeKinds {
             slots: slot_bits(&node.allocatable),
             extras: self.unrequested_extra_kinds(node, &Resources::new()),
         });
+        if let Some(slot) = self.node_kinds.get_mut(node.index) {
+            *slot = kinds;
+        }
     }
 
     /// The share of the node's resource kinds that are scarce and unrequested,
@@ -144,5 +149,59 @@ impl Plugin for ScarceResourceAvoidance {
             return MAX_NODE_SCORE;
         }
         (unrequested - scarce) * MAX_NODE_SCORE / unrequested
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::cache::Change;
+    use crate::testutil::{self, PodSpec, t0};
+
+    #[test]
+    fn a_clone_keeps_answering_as_before_while_the_original_changes() {
+        let mut cache = ClusterCache::new();
+        let mut plugin = ScarceResourceAvoidance {
+            args: ScarceResourceAvoidanceArgs {
+                resources: vec!["nvidia.com/gpu".into()],
+            },
+            scarce_slots: 0,
+            node_kinds: CowVec::new(),
+        };
+        let apply = |plugin: &mut ScarceResourceAvoidance, cache: &mut ClusterCache, object| {
+            let event = cache.apply(Change::Upsert(object));
+            plugin.on_event(&event, cache);
+        };
+        for object in [
+            testutil::node("n1", &[("cpu", "8")]),
+            testutil::pod(PodSpec {
+                name: "probe",
+                requests: &[("cpu", "1")],
+                ..Default::default()
+            }),
+        ] {
+            apply(&mut plugin, &mut cache, object);
+        }
+        let score = |plugin: &ScarceResourceAvoidance, cache: &ClusterCache| {
+            let probe = cache.pod("default/probe").unwrap();
+            let node = cache.node("n1").unwrap();
+            let kinds = plugin.node_kinds.get(node.index).copied().flatten();
+            let score = plugin.score(probe, node, cache, &CycleState::new(t0()));
+            (score, kinds)
+        };
+        let before = score(&plugin, &cache);
+        assert_eq!(before.0, MAX_NODE_SCORE);
+        let (snapshot, snapshot_cache) = (plugin.clone(), cache.clone());
+
+        // n1 gains GPUs in the original only.
+        apply(
+            &mut plugin,
+            &mut cache,
+            testutil::node("n1", &[("cpu", "8"), ("nvidia.com/gpu", "4")]),
+        );
+        assert_eq!(score(&plugin, &cache).0, 0);
+        assert_eq!(score(&snapshot, &snapshot_cache), before);
     }
 }

@@ -19,7 +19,7 @@ mod gang;
 pub mod permit;
 mod status;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -36,6 +36,7 @@ use koord_common::sync::MutexExt;
 
 use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::ConfigError;
+use crate::cow::CowMap;
 use crate::framework::{CycleState, Permit, PermitRelease, Plugin, Rejection, StatusWrite};
 use crate::node_checks::{check_pod_on_node, selects_nodes};
 use crate::resources::Resources;
@@ -131,25 +132,29 @@ struct Runtime {
 }
 
 /// See the module docs.
+///
+/// The maps are copy-on-write ([`CowMap`]): a clone (a published snapshot
+/// of the state) shares them, and a write after it copies one shard. The
+/// runtime is shared outright.
 #[derive(Default, Clone)]
 pub struct Coscheduling {
     defaults: GangDefaults,
-    /// Gang key → keys of its pods in the cache.
-    members: HashMap<String, BTreeSet<String>>,
+    /// Gang key → keys of its pods in the cache (in key order).
+    members: CowMap<String, BTreeSet<String>>,
     /// Gangs with a member whose binding the watch confirmed (upstream's
-    /// once-resource-satisfied, shared by the whole group).
-    ever_bound: HashSet<String>,
+    /// once-resource-satisfied, shared by the whole group); a set.
+    ever_bound: CowMap<String, ()>,
     /// Shared by every copy of the plugin: decisions in flight, which
     /// `/filter` calls on any published snapshot make and `/bind` reads.
     runtime: Arc<Mutex<Runtime>>,
     /// PodGroup key → status last written, and when.
-    written: HashMap<String, (PodGroupStatus, SystemTime)>,
+    written: CowMap<String, (PodGroupStatus, SystemTime)>,
     last_write_at: Option<SystemTime>,
     /// Pods given the timeout annotation, and when.
-    marked_timed_out: HashMap<String, SystemTime>,
+    marked_timed_out: CowMap<String, SystemTime>,
     /// Members that ended (Succeeded/Failed) and are not deleted yet, by pod
     /// key; they left the cache but still count in PodGroup status.
-    ended: HashMap<String, EndedMember>,
+    ended: CowMap<String, EndedMember>,
 }
 
 /// A gang member that ended.
@@ -228,7 +233,7 @@ impl Coscheduling {
     }
 
     fn group_satisfied_once(&self, group: &[String]) -> bool {
-        group.iter().any(|g| self.ever_bound.contains(g))
+        group.iter().any(|g| self.ever_bound.contains_key(g))
     }
 
     /// When gang `gang` started waiting, if it did.
@@ -784,8 +789,7 @@ impl Plugin for Coscheduling {
                     && let Some(gang) = gang_key_of(new)
                 {
                     self.members
-                        .entry(gang.clone())
-                        .or_default()
+                        .get_or_insert_with(gang.clone(), BTreeSet::new)
                         .insert(new.key.clone());
                     if new.node.is_some() {
                         // Bound members leave the admitted batch; a binding
@@ -800,7 +804,7 @@ impl Plugin for Coscheduling {
                             runtime.waiting_since.remove(&gang);
                         }
                         if !new.is_assumed() {
-                            self.ever_bound.insert(gang);
+                            self.ever_bound.insert(gang, ());
                         }
                     }
                 }
@@ -960,7 +964,7 @@ impl Plugin for Coscheduling {
     fn post_bind(&mut self, pod: &PodInfo, _cache: &ClusterCache) {
         // Upstream's PostBind marks the group once resource-satisfied.
         if let Some(key) = gang_key_of(pod) {
-            self.ever_bound.insert(key);
+            self.ever_bound.insert(key, ());
         }
     }
 

@@ -1355,3 +1355,61 @@ fn a_held_member_that_is_deleted_leaves_the_hold() {
     assert!(s.permits.is_empty());
     assert!(!s.permits.holds_on("n0"));
 }
+
+#[test]
+fn a_clone_keeps_answering_as_before_while_the_original_changes() {
+    let mut cache = ClusterCache::new();
+    let mut plugin = Coscheduling::new(GangDefaults::default());
+    let apply = |plugin: &mut Coscheduling, cache: &mut ClusterCache, change| {
+        let event = cache.apply(change);
+        plugin.on_event(&event, cache);
+    };
+    for object in [
+        testutil::node("n0", &[("cpu", "2"), ("memory", "8Gi")]),
+        testutil::node("n1", &[("cpu", "2"), ("memory", "8Gi")]),
+        gang_member("a", "2"),
+        gang_member("b", "2"),
+        gang_member("c", "2"),
+    ] {
+        apply(&mut plugin, &mut cache, Change::Upsert(object));
+    }
+    let verdict = |plugin: &Coscheduling, cache: &ClusterCache| {
+        let pod = cache.pod("default/a").unwrap().clone();
+        let mut state = CycleState::new(t0());
+        plugin
+            .pre_filter(&pod, cache, &mut state)
+            .map_err(|r| r.reason.to_string())
+    };
+    let members = |plugin: &Coscheduling| plugin.members.get("default/job").cloned();
+    assert_eq!(verdict(&plugin, &cache), Ok(()));
+    let (snapshot, snapshot_cache) = (plugin.clone(), cache.clone());
+
+    // Two members leave the original: the gang falls below its minimum.
+    for name in ["b", "c"] {
+        apply(
+            &mut plugin,
+            &mut cache,
+            Change::Delete(gang_member(name, "2")),
+        );
+    }
+    assert!(verdict(&plugin, &cache).is_err());
+    assert_eq!(verdict(&snapshot, &snapshot_cache), Ok(()));
+    // A member bound through the watch satisfies the original's gang only.
+    apply(
+        &mut plugin,
+        &mut cache,
+        Change::Upsert(bound_member(
+            "d",
+            "n1",
+            &[(NAME_KEY, "job"), (MIN_KEY, "2")],
+        )),
+    );
+    assert!(plugin.ever_bound.contains_key("default/job"));
+    assert!(!snapshot.ever_bound.contains_key("default/job"));
+    let keys = |names: &[&str]| -> Option<BTreeSet<String>> {
+        Some(names.iter().map(|n| format!("default/{n}")).collect())
+    };
+    assert_eq!(members(&plugin), keys(&["a", "d"]));
+    assert_eq!(members(&snapshot), keys(&["a", "b", "c"]));
+    assert_eq!(verdict(&snapshot, &snapshot_cache), Ok(()));
+}

@@ -20,8 +20,9 @@ pub mod lifecycle;
 pub mod pre_allocation;
 pub mod pre_allocation_settings;
 
-use crate::cache::{ClusterCache, ClusterEvent, FastMap, NodeInfo, ObjectKind, PodInfo};
+use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
+use crate::cow::{CowMap, CowVec};
 use crate::framework::{CycleState, MAX_NODE_SCORE, Plugin, Rejection};
 use crate::node_checks;
 use crate::resources::{InvalidAmount, Resources, exact_resources};
@@ -315,23 +316,31 @@ struct PodState {
 const STATE_KEY: &str = "Reservation/pod";
 
 /// See the module docs.
+///
+/// Every map and per-node array is a copy-on-write container
+/// ([`crate::cow`]): a clone (a published snapshot of the state) shares
+/// them, and a write after it copies one shard or chunk.
 #[derive(Default, Clone)]
 pub struct ReservationPlugin {
-    reservations: BTreeMap<String, ReservationInfo>,
+    /// Reservation key (its name) → what the plugin keeps of it. Unordered:
+    /// [`Plugin::pre_filter`] sorts what it takes from it.
+    reservations: CowMap<String, ReservationInfo>,
     /// Node name → keys of the reservations placed on it; per-node checks
     /// run for every node of every pod, so they must not scan them all.
-    by_node: FastMap<String, BTreeSet<String>>,
+    by_node: CowMap<String, BTreeSet<String>>,
     /// Reservation uid → pod key → requests of the owner pod on it (read
-    /// for each reservation on a node in per-node checks).
-    allocated: FastMap<String, HashMap<String, Resources>>,
+    /// for each reservation on a node in per-node checks). The inner map
+    /// holds the owners on one reservation (so on one node): a shard copy
+    /// copies those of about 1/64 of the reservations.
+    allocated: CowMap<String, HashMap<String, Resources>>,
     /// Pod key → reservation chosen in reserve, for pre-bind.
-    pending: HashMap<String, (String, String)>,
+    pending: CowMap<String, (String, String)>,
     /// By [`NodeInfo::index`]: whether [`Self::by_node`] lists the node,
     /// kept on Node and Reservation events. A node known to have none holds
     /// nothing for owners, so the per-node check of a pod owning no
     /// reservation skips it without looking it up by name. `None` (or past
     /// the end): not known, e.g. a node only pods have named so far.
-    node_marks: Vec<Option<bool>>,
+    node_marks: CowVec<Option<bool>>,
     /// By [`NodeInfo::index`]: what [`Self::held`] sums for the node with
     /// nothing skipped, over the reservations usable but for expiry, valid
     /// while none of them has expired. Non-owner pods check every node
@@ -339,7 +348,7 @@ pub struct ReservationPlugin {
     /// summing each reservation's allocations again. Kept on the events,
     /// reserves and unreserves that change reservations or allocations.
     /// `None` (or past the end): not known, [`Self::held`] answers.
-    held_by_node: Vec<Option<HeldOnNode>>,
+    held_by_node: CowVec<Option<HeldOnNode>>,
 }
 
 /// [`ReservationPlugin::held_by_node`]'s entry.
@@ -366,7 +375,10 @@ impl ReservationPlugin {
         if self.node_marks.len() <= info.index {
             self.node_marks.resize(info.index + 1, None);
         }
-        self.node_marks[info.index] = Some(self.by_node.contains_key(node));
+        let mark = Some(self.by_node.contains_key(node));
+        if let Some(slot) = self.node_marks.get_mut(info.index) {
+            *slot = mark;
+        }
     }
 
     /// Recomputes [`Self::held_by_node`] for the node named `node`.
@@ -392,7 +404,9 @@ impl ReservationPlugin {
         if self.held_by_node.len() <= info.index {
             self.held_by_node.resize(info.index + 1, None);
         }
-        self.held_by_node[info.index] = Some(HeldOnNode { held, valid_until });
+        if let Some(slot) = self.held_by_node.get_mut(info.index) {
+            *slot = Some(HeldOnNode { held, valid_until });
+        }
     }
 
     /// Refreshes the nodes of the reservations whose allocations are kept
@@ -601,8 +615,7 @@ impl Plugin for ReservationPlugin {
                     Some(info) => {
                         if let Some(node) = &info.node {
                             self.by_node
-                                .entry(node.clone())
-                                .or_default()
+                                .get_or_insert_with(node.clone(), BTreeSet::new)
                                 .insert(key.clone());
                         }
                         let node = info.node.clone();
@@ -629,9 +642,19 @@ impl Plugin for ReservationPlugin {
             ClusterEvent::Pod { old, new, .. } => {
                 let mut changed: Vec<String> = Vec::new();
                 if let Some(old) = old {
-                    for (allocation_key, pods) in self.allocated.iter_mut() {
-                        if pods.remove(&old.key).is_some() {
-                            changed.push(allocation_key.clone());
+                    // Found by reading first: only the entries that hold the
+                    // pod are written (and their shards copied).
+                    let holding: Vec<String> = self
+                        .allocated
+                        .iter()
+                        .filter(|(_, pods)| pods.contains_key(&old.key))
+                        .map(|(allocation_key, _)| allocation_key.clone())
+                        .collect();
+                    for allocation_key in holding {
+                        if let Some(pods) = self.allocated.get_mut(&allocation_key)
+                            && pods.remove(&old.key).is_some()
+                        {
+                            changed.push(allocation_key);
                         }
                     }
                 }
@@ -646,8 +669,7 @@ impl Plugin for ReservationPlugin {
                             allocated.uid
                         };
                         self.allocated
-                            .entry(allocation_key.clone())
-                            .or_default()
+                            .get_or_insert_with(allocation_key.clone(), HashMap::new)
                             .insert(new.key.clone(), new.requests.clone());
                         changed.push(allocation_key);
                     }
@@ -837,8 +859,7 @@ impl Plugin for ReservationPlugin {
         let (name, uid) = (chosen.name.clone(), chosen.uid.clone());
         let allocation_key = chosen.allocation_key().to_string();
         self.allocated
-            .entry(allocation_key.clone())
-            .or_default()
+            .get_or_insert_with(allocation_key.clone(), HashMap::new)
             .insert(pod.key.clone(), pod.requests.clone());
         self.pending.insert(pod.key.clone(), (name, uid));
         self.refresh_held_for_allocation(&allocation_key, cache);
@@ -898,8 +919,10 @@ pub const KEPT_ANNOTATIONS: [&str; 2] = [
 /// per-node checks look at that node's reservations only instead of
 /// scanning every reservation that holds cpusets or devices for every node
 /// (a cost that grows with such reservations × nodes × pods).
+///
+/// Copy-on-write ([`CowMap`]): a clone of the plugin keeping it shares it.
 #[derive(Debug, Clone, Default)]
-pub struct PlacedByNode(FastMap<String, BTreeSet<String>>);
+pub struct PlacedByNode(CowMap<String, BTreeSet<String>>);
 
 impl PlacedByNode {
     /// Records that reservation `name`, on node `from` before (if it was
@@ -915,8 +938,7 @@ impl PlacedByNode {
         }
         if let Some(to) = to {
             self.0
-                .entry(to.to_string())
-                .or_default()
+                .get_or_insert_with(to.to_string(), BTreeSet::new)
                 .insert(name.to_string());
         }
     }
@@ -1066,6 +1088,87 @@ mod tests {
         annotations
             .get(ANNOTATION_RESERVATION_ALLOCATED)
             .map(|v| serde_json::from_str(v).unwrap())
+    }
+
+    /// The plugin's verdict on `node` for the pod `key`, pre-filter first.
+    fn verdict(
+        plugin: &ReservationPlugin,
+        cache: &ClusterCache,
+        key: &str,
+        node: &str,
+    ) -> Result<(), String> {
+        let pod = cache.pod(key).unwrap().clone();
+        let mut state = CycleState::new(t0());
+        plugin
+            .pre_filter(&pod, cache, &mut state)
+            .map_err(|r| r.reason.to_string())?;
+        plugin
+            .filter(&pod, cache.node(node).unwrap(), cache, &state)
+            .map_err(|r| r.reason.to_string())
+    }
+
+    #[test]
+    fn a_clone_keeps_answering_as_before_while_the_original_changes() {
+        use crate::cache::Change;
+        let mut cache = ClusterCache::new();
+        let mut plugin = ReservationPlugin::default();
+        let apply = |plugin: &mut ReservationPlugin, cache: &mut ClusterCache, object| {
+            let event = cache.apply(Change::Upsert(object));
+            plugin.on_event(&event, cache);
+        };
+        for object in [
+            testutil::node("n1", &[("cpu", "8")]),
+            testutil::node("n2", &[("cpu", "8")]),
+            reservation("r1", "n1", "4", json!({})),
+            cpu_pod("stranger", "6", &[]),
+            cpu_pod("owner", "6", &[]),
+        ] {
+            apply(&mut plugin, &mut cache, object);
+        }
+        let held = "Insufficient cpu (held by reservations)";
+        let (snapshot, snapshot_cache) = (plugin.clone(), cache.clone());
+
+        // The owner takes r1 (allocate-once: it closes), and r2 comes on n2.
+        let owner = cache.pod("default/owner").unwrap().clone();
+        let mut state = CycleState::new(t0());
+        plugin.pre_filter(&owner, &cache, &mut state).unwrap();
+        plugin.reserve(&owner, "n1", &cache, &state).unwrap();
+        apply(
+            &mut plugin,
+            &mut cache,
+            reservation("r2", "n2", "4", json!({})),
+        );
+
+        let ask = |plugin: &ReservationPlugin, cache: &ClusterCache| {
+            let owner = cache.pod("default/owner").unwrap().clone();
+            let state = CycleState::new(t0());
+            let annotations = plugin.pre_bind(&owner, "n1", cache, &state).unwrap();
+            (
+                verdict(plugin, cache, "default/stranger", "n1"),
+                verdict(plugin, cache, "default/stranger", "n2"),
+                annotations.contains_key(ANNOTATION_RESERVATION_ALLOCATED),
+            )
+        };
+        assert_eq!(
+            ask(&snapshot, &snapshot_cache),
+            (Err(held.to_string()), Ok(()), false)
+        );
+        assert_eq!(ask(&plugin, &cache), (Ok(()), Err(held.to_string()), true));
+
+        // The owner's reservation gone in the original only: the snapshot
+        // still lets the owner use it.
+        let event = cache.apply(Change::Delete(reservation("r1", "n1", "4", json!({}))));
+        plugin.on_event(&event, &cache);
+        assert_eq!(
+            verdict(&snapshot, &snapshot_cache, "default/owner", "n1"),
+            Ok(())
+        );
+        assert_eq!(
+            verdict(&snapshot, &snapshot_cache, "default/stranger", "n1"),
+            Err(held.to_string())
+        );
+        assert!(plugin.reservations.get("r1").is_none());
+        assert!(snapshot.reservations.get("r1").is_some());
     }
 
     #[test]
