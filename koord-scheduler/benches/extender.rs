@@ -580,7 +580,39 @@ fn rss_mib() -> Option<u64> {
     Some(kib / 1024)
 }
 
+fn cow_lookup_probe() {
+    use koord_scheduler::cache::FastMap;
+    use koord_scheduler::cow::CowMap;
+    let names: Vec<String> = (0..5000).map(|n| format!("node-{n:05}")).collect();
+    let fast: FastMap<String, usize> = names.iter().cloned().zip(0..).collect();
+    let cow: CowMap<String, usize> = names.iter().cloned().zip(0..).collect();
+    for round in 0..3 {
+        let started = Instant::now();
+        let mut sum = 0;
+        for _ in 0..100 {
+            for name in &names {
+                sum += fast.get(name.as_str()).copied().unwrap_or(0);
+            }
+        }
+        let fast_took = started.elapsed();
+        let started = Instant::now();
+        for _ in 0..100 {
+            for name in &names {
+                sum += cow.get(name.as_str()).copied().unwrap_or(0);
+            }
+        }
+        let cow_took = started.elapsed();
+        println!(
+            "round {round}: 500,000 lookups: FastMap {fast_took:.2?}, CowMap {cow_took:.2?} ({sum})"
+        );
+    }
+}
+
 fn main() {
+    if env_usize("BENCH_COW_PROBE", 0) == 1 {
+        cow_lookup_probe();
+        return;
+    }
     let nodes = env_usize("BENCH_NODES", 5000);
     let pods = env_usize("BENCH_PODS", 50_000);
     let rounds = env_usize("BENCH_ROUNDS", 300);

@@ -386,9 +386,11 @@ pub struct ClusterCache {
     /// Node entries by [`NodeInfo::index`]; a dropped entry leaves `None`
     /// (indexes are never reused), so per-node walks read a dense array
     /// instead of probing a hash map per node.
-    /// Entries are `Arc`s in [`CowVec`] chunks, so a clone of the cache (a
-    /// published snapshot) shares them and a write copies one entry.
-    node_slots: CowVec<Option<Arc<NodeInfo>>>,
+    /// In [`CowVec`] chunks: a clone of the cache (a published snapshot)
+    /// shares them, and a write copies the entries of one chunk. Entries
+    /// stay inline, not behind an `Arc` each: per-node walks read them in
+    /// order, and 5,000 scattered entries made every walk ~3× slower.
+    node_slots: CowVec<Option<NodeInfo>>,
     /// Node name → index into `node_slots`.
     node_index: CowMap<String, usize>,
     /// Indexes of the nodes with a Node object, in name order (copied by a
@@ -422,12 +424,12 @@ impl ClusterCache {
     /// Any node entry, also one only pods mention.
     fn entry(&self, name: &str) -> Option<&NodeInfo> {
         let index = *self.node_index.get(name)?;
-        self.node_slots.get(index)?.as_deref()
+        self.node_slots.get(index)?.as_ref()
     }
 
     fn entry_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
         let index = *self.node_index.get(name)?;
-        Some(Arc::make_mut(self.node_slots.get_mut(index)?.as_mut()?))
+        self.node_slots.get_mut(index)?.as_mut()
     }
 
     /// The entry for `name`, created (with the next index) when missing.
@@ -436,8 +438,7 @@ impl ClusterCache {
             Some(index) => *index,
             None => {
                 let index = self.node_slots.len();
-                self.node_slots
-                    .push(Some(Arc::new(NodeInfo::empty(name, index))));
+                self.node_slots.push(Some(NodeInfo::empty(name, index)));
                 self.node_index.insert(name.to_string(), index);
                 index
             }
@@ -446,7 +447,7 @@ impl ClusterCache {
             .node_slots
             .get_mut(index)
             .expect("node_index names only slots that exist");
-        Arc::make_mut(slot.get_or_insert_with(|| Arc::new(NodeInfo::empty(name, index))))
+        slot.get_or_insert_with(|| NodeInfo::empty(name, index))
     }
 
     fn drop_entry(&mut self, name: &str) {
@@ -461,7 +462,7 @@ impl ClusterCache {
     fn sorted_position(&self, name: &str) -> Result<usize, usize> {
         self.sorted_nodes.binary_search_by(|index| {
             self.node_slots[*index]
-                .as_deref()
+                .as_ref()
                 .map_or("", |n| &*n.name)
                 .cmp(name)
         })
@@ -485,13 +486,13 @@ impl ClusterCache {
     pub fn nodes_sorted(&self) -> impl Iterator<Item = &NodeInfo> {
         self.sorted_nodes
             .iter()
-            .filter_map(|index| self.node_slots.get(*index)?.as_deref())
+            .filter_map(|index| self.node_slots.get(*index)?.as_ref())
     }
 
     /// The name of the node entry numbered `index` ([`NodeInfo::index`]),
     /// None once that entry was dropped (numbers are never reused).
     pub fn node_name_at(&self, index: usize) -> Option<&Arc<str>> {
-        let node = self.node_slots.get(index)?.as_deref()?;
+        let node = self.node_slots.get(index)?.as_ref()?;
         Some(&node.name)
     }
 
@@ -506,7 +507,7 @@ impl ClusterCache {
             let mut position_by_index = vec![NodeNames::ABSENT; self.node_slots.len()];
             let mut names = Vec::with_capacity(self.sorted_nodes.len());
             for &index in self.sorted_nodes.iter() {
-                if let Some(node) = self.node_slots.get(index).and_then(Option::as_deref) {
+                if let Some(node) = self.node_slots.get(index).and_then(Option::as_ref) {
                     position_by_index[index] = names.len() as u32;
                     names.push(Arc::clone(&node.name));
                 }

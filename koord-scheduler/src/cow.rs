@@ -18,9 +18,10 @@ use std::sync::Arc;
 /// The default hasher: the cache's `NameHasher` (keyed at random per process).
 type NameHasher = ahash::RandomState;
 
-/// Shards of a [`CowMap`]: a write after a clone copies about 1/64 of the
-/// map (about 800 entries of a 50,000-pod map).
-pub const SHARDS: usize = 64;
+/// Shards of a [`CowMap`]: a write after a clone copies about 1/256 of the
+/// map (about 200 entries of a 50,000-pod map). The scheduler publishes
+/// after every write, so this copy is paid per watch event.
+pub const SHARDS: usize = 256;
 
 /// Which bits of a key's hash pick its shard. The shard's own table takes
 /// its bucket from the low bits and its tag from the top 7, so bits from the
@@ -29,9 +30,17 @@ const SHARD_SHIFT: u32 = 32;
 
 /// A hash map that clones in O([`SHARDS`]).
 pub struct CowMap<K, V, S = NameHasher> {
-    shards: Vec<Arc<HashMap<K, V, S>>>,
+    /// The shard list is itself shared: a clone is one reference count, and
+    /// the first write after it copies the list (an `Arc` per shard) and
+    /// then the one shard. A clone that touched every shard's count made
+    /// publishing and dropping a snapshot cost ~10,000 cache misses.
+    shards: Arc<Vec<Arc<HashMap<K, V, S>>>>,
     hasher: S,
     len: usize,
+    /// A bit per shard that holds entries: walks over the map visit only
+    /// those, so a walk over a small map does not load 256 shards (a
+    /// per-node check walking a near-empty map was ~3 ms per pod).
+    occupied: [u64; SHARDS / 64],
 }
 
 impl<K, V, S: Clone> Clone for CowMap<K, V, S> {
@@ -40,6 +49,7 @@ impl<K, V, S: Clone> Clone for CowMap<K, V, S> {
             shards: self.shards.clone(),
             hasher: self.hasher.clone(),
             len: self.len,
+            occupied: self.occupied,
         }
     }
 }
@@ -48,11 +58,14 @@ impl<K, V, S: BuildHasher + Clone + Default> Default for CowMap<K, V, S> {
     fn default() -> Self {
         let hasher = S::default();
         Self {
-            shards: (0..SHARDS)
-                .map(|_| Arc::new(HashMap::with_hasher(hasher.clone())))
-                .collect(),
+            shards: Arc::new(
+                (0..SHARDS)
+                    .map(|_| Arc::new(HashMap::with_hasher(hasher.clone())))
+                    .collect(),
+            ),
             hasher,
             len: 0,
+            occupied: [0; SHARDS / 64],
         }
     }
 }
@@ -73,6 +86,25 @@ where
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The shard, writable: copies the shard list and then the shard if a
+    /// clone shares them.
+    fn shard_mut(&mut self, shard: usize) -> &mut HashMap<K, V, S> {
+        Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[shard])
+    }
+
+    fn note_occupancy(&mut self, shard: usize) {
+        let bit = 1u64 << (shard % 64);
+        if self.shards[shard].is_empty() {
+            self.occupied[shard / 64] &= !bit;
+        } else {
+            self.occupied[shard / 64] |= bit;
+        }
+    }
+
+    fn occupied_shards(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..SHARDS).filter(|shard| self.occupied[shard / 64] & (1u64 << (shard % 64)) != 0)
     }
 
     fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
@@ -114,14 +146,15 @@ where
         if !self.shards[shard].contains_key(key) {
             return None;
         }
-        Arc::make_mut(&mut self.shards[shard]).get_mut(key)
+        self.shard_mut(shard).get_mut(key)
     }
 
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let shard = self.shard_of(&key);
-        let old = Arc::make_mut(&mut self.shards[shard]).insert(key, value);
+        let old = self.shard_mut(shard).insert(key, value);
         if old.is_none() {
             self.len += 1;
+            self.occupied[shard / 64] |= 1u64 << (shard % 64);
         }
         old
     }
@@ -132,10 +165,9 @@ where
         let shard = self.shard_of(&key);
         if !self.shards[shard].contains_key(&key) {
             self.len += 1;
+            self.occupied[shard / 64] |= 1u64 << (shard % 64);
         }
-        Arc::make_mut(&mut self.shards[shard])
-            .entry(key)
-            .or_insert_with(make)
+        self.shard_mut(shard).entry(key).or_insert_with(make)
     }
 
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
@@ -155,23 +187,26 @@ where
         if !self.shards[shard].contains_key(key) {
             return None;
         }
-        let removed = Arc::make_mut(&mut self.shards[shard]).remove_entry(key);
+        let removed = self.shard_mut(shard).remove_entry(key);
         if removed.is_some() {
             self.len -= 1;
+            self.note_occupancy(shard);
         }
         removed
     }
 
     /// Keeps the entries `keep` accepts; copies only the shards it changes.
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
-        for shard in &mut self.shards {
-            if shard.iter().all(|(k, v)| keep(k, v)) {
+        let occupied: Vec<usize> = self.occupied_shards().collect();
+        for shard in occupied {
+            if self.shards[shard].iter().all(|(k, v)| keep(k, v)) {
                 continue;
             }
-            let map = Arc::make_mut(shard);
+            let map = self.shard_mut(shard);
             let before = map.len();
             map.retain(|k, v| keep(k, v));
             self.len -= before - map.len();
+            self.note_occupancy(shard);
         }
     }
 
@@ -183,7 +218,8 @@ where
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
-        self.shards.iter().flat_map(|shard| shard.iter())
+        self.occupied_shards()
+            .flat_map(move |shard| self.shards[shard].iter())
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &K> + '_ {
@@ -196,7 +232,7 @@ where
 
     /// Every value, mutably: copies every shard a clone shares.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
-        self.shards
+        Arc::make_mut(&mut self.shards)
             .iter_mut()
             .flat_map(|shard| Arc::make_mut(shard).values_mut())
     }
@@ -254,12 +290,14 @@ where
     }
 }
 
-/// Entries of a [`CowVec`] chunk: a write after a clone copies this many.
-pub const CHUNK: usize = 64;
+/// Entries of a [`CowVec`] chunk: a write after a clone copies this many
+/// (a node's cache entry holds its pods' keys, so a copy is not free).
+pub const CHUNK: usize = 16;
 
 /// A vector that clones in O(len / [`CHUNK`]).
 pub struct CowVec<T> {
-    chunks: Vec<Arc<Vec<T>>>,
+    /// Shared like [`CowMap`]'s shard list.
+    chunks: Arc<Vec<Arc<Vec<T>>>>,
     len: usize,
 }
 
@@ -275,7 +313,7 @@ impl<T> Clone for CowVec<T> {
 impl<T> Default for CowVec<T> {
     fn default() -> Self {
         Self {
-            chunks: Vec::new(),
+            chunks: Arc::new(Vec::new()),
             len: 0,
         }
     }
@@ -306,15 +344,16 @@ impl<T: Clone> CowVec<T> {
         if index >= self.len {
             return None;
         }
-        Arc::make_mut(&mut self.chunks[index / CHUNK]).get_mut(index % CHUNK)
+        Arc::make_mut(&mut Arc::make_mut(&mut self.chunks)[index / CHUNK]).get_mut(index % CHUNK)
     }
 
     pub fn push(&mut self, value: T) {
+        let chunks = Arc::make_mut(&mut self.chunks);
         if self.len.is_multiple_of(CHUNK) {
-            self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+            chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
         }
-        let last = self.chunks.len() - 1;
-        Arc::make_mut(&mut self.chunks[last]).push(value);
+        let last = chunks.len() - 1;
+        Arc::make_mut(&mut chunks[last]).push(value);
         self.len += 1;
     }
 
@@ -324,10 +363,11 @@ impl<T: Clone> CowVec<T> {
             self.push(make());
         }
         if self.len > len {
-            self.chunks.truncate(len.div_ceil(CHUNK));
+            let chunks = Arc::make_mut(&mut self.chunks);
+            chunks.truncate(len.div_ceil(CHUNK));
             if !len.is_multiple_of(CHUNK) {
-                let last = self.chunks.len() - 1;
-                Arc::make_mut(&mut self.chunks[last]).truncate(len % CHUNK);
+                let last = chunks.len() - 1;
+                Arc::make_mut(&mut chunks[last]).truncate(len % CHUNK);
             }
             self.len = len;
         }
@@ -400,7 +440,7 @@ mod tests {
         let shared = map
             .shards
             .iter()
-            .zip(&snapshot.shards)
+            .zip(snapshot.shards.iter())
             .filter(|(a, b)| Arc::ptr_eq(a, b))
             .count();
         // At most four shards were written (pod-7, pod-new, pod-8, pod-9).
@@ -414,10 +454,11 @@ mod tests {
         assert!(map.get_mut("missing").is_none());
         assert!(map.remove("missing").is_none());
         map.retain(|_, _| true);
+        assert!(Arc::ptr_eq(&map.shards, &snapshot.shards));
         assert!(
             map.shards
                 .iter()
-                .zip(&snapshot.shards)
+                .zip(snapshot.shards.iter())
                 .all(|(a, b)| Arc::ptr_eq(a, b))
         );
     }
@@ -437,7 +478,7 @@ mod tests {
 
     #[test]
     fn keys_spread_over_shards() {
-        let map: CowMap<String, ()> = (0..6_400).map(|i| (format!("node-{i}"), ())).collect();
+        let map: CowMap<String, ()> = (0..25_600).map(|i| (format!("node-{i}"), ())).collect();
         let largest = map.shards.iter().map(|s| s.len()).max().unwrap();
         // 100 per shard on average; a shard past 200 means the shard bits are not random.
         assert!(largest < 200, "largest shard holds {largest}");

@@ -331,7 +331,7 @@ pub struct ReservationPlugin {
     /// Reservation uid → pod key → requests of the owner pod on it (read
     /// for each reservation on a node in per-node checks). The inner map
     /// holds the owners on one reservation (so on one node): a shard copy
-    /// copies those of about 1/64 of the reservations.
+    /// copies those of about 1/256 of the reservations.
     allocated: CowMap<String, HashMap<String, Resources>>,
     /// Pod key → reservation chosen in reserve, for pre-bind.
     pending: CowMap<String, (String, String)>,
