@@ -146,6 +146,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<ShutdownReason> {
             .unwrap_or("koord-scheduler"),
     );
     metrics.register(&context.metrics);
+    scheduler.register(&context.metrics);
     let input_metrics = admission::InputMetrics::default();
     input_metrics.register(&context.metrics);
 
