@@ -16,7 +16,7 @@
 //! No request may get a 5xx answer; every answer must be JSON or text.
 #![no_main]
 
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
@@ -125,7 +125,7 @@ async fn post(state: &ExtenderState, path: &str, body: &[u8]) {
 
 fuzz_target!(|data: &[u8]| {
     let state = ExtenderState {
-        scheduler: Arc::new(RwLock::new(scheduler())),
+        scheduler: Arc::new(koord_scheduler::framework::SchedulerCore::new(scheduler())),
         binder: Arc::new(RecordingBinder::default()),
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
