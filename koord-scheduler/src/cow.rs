@@ -229,13 +229,6 @@ where
     pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
         self.iter().map(|(_, v)| v)
     }
-
-    /// Every value, mutably: copies every shard a clone shares.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
-        Arc::make_mut(&mut self.shards)
-            .iter_mut()
-            .flat_map(|shard| Arc::make_mut(shard).values_mut())
-    }
 }
 
 impl<K, V, S> fmt::Debug for CowMap<K, V, S>
@@ -273,20 +266,6 @@ where
         for (key, value) in iter {
             self.insert(key, value);
         }
-    }
-}
-
-impl<K, V, S> PartialEq for CowMap<K, V, S>
-where
-    K: Hash + Eq + Clone,
-    V: Clone + PartialEq,
-    S: BuildHasher + Clone + Default,
-{
-    fn eq(&self, other: &Self) -> bool {
-        self.len == other.len
-            && self
-                .iter()
-                .all(|(key, value)| other.get(key).is_some_and(|v| v == value))
     }
 }
 
