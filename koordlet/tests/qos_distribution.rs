@@ -115,13 +115,17 @@ fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap().trim().to_string()
 }
 
-/// Polls `check` on the registry text for up to 15 s.
+/// Polls `check` on the registry text for up to 15 s, then encodes once
+/// more: the runner records a round's metrics one family after another, so
+/// the text that passed `check` may have been encoded in the middle of that
+/// round's recording. `check` must therefore look for the last thing a
+/// round records (the `from="updated"` latency sample).
 fn wait_for(registry: &MetricsRegistry, what: &str, check: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let body = registry.encode().unwrap();
         if check(&body) {
-            return body;
+            return registry.encode().unwrap();
         }
         assert!(
             Instant::now() < deadline,
@@ -190,9 +194,15 @@ fn a_nodeslo_change_is_measured_until_its_cgroup_files_are_written() {
 
     let body = wait_for(&registry, "the first distribution", |body| {
         body.contains(
-            "koordlet_nodeslo_distribution_latency_seconds_count{node=\"node-d\",from=\"observed\"} 1",
+            "koordlet_nodeslo_distribution_latency_seconds_count{node=\"node-d\",from=\"updated\"} 1",
         )
     });
+    assert!(
+        body.contains(
+            "koordlet_nodeslo_distribution_latency_seconds_count{node=\"node-d\",from=\"observed\"} 1",
+        ),
+        "{body}"
+    );
     // The files hold the NodeSLO's values by the time the sample exists.
     assert_eq!(
         read(&memory_root.join(POD_DIR).join("memory.min")),
@@ -248,9 +258,15 @@ fn a_nodeslo_change_is_measured_until_its_cgroup_files_are_written() {
     states.set_node_slo(Some(node_slo("101", 50, SystemTime::now())));
     let body = wait_for(&registry, "the second distribution", |body| {
         body.contains(
-            "koordlet_nodeslo_distribution_latency_seconds_count{node=\"node-d\",from=\"observed\"} 2",
+            "koordlet_nodeslo_distribution_latency_seconds_count{node=\"node-d\",from=\"updated\"} 2",
         )
     });
+    assert!(
+        body.contains(
+            "koordlet_nodeslo_distribution_latency_seconds_count{node=\"node-d\",from=\"observed\"} 2",
+        ),
+        "{body}"
+    );
     assert_eq!(
         read(&memory_root.join(POD_DIR).join("memory.min")),
         (GIB / 2).to_string()
