@@ -19,7 +19,8 @@
 //! Sizes can be changed with BENCH_NODES / BENCH_PODS / BENCH_ROUNDS;
 //! BENCH_PART2=0 runs the part-1 workload only, BENCH_DETAILS=0 skips the
 //! simulator's per-node details, BENCH_SIMULATOR=0 the simulator;
-//! BENCH_DIGEST=1 prints a digest of the simulator's placements.
+//! BENCH_DIGEST=1 prints a digest of the simulator's placements;
+//! BENCH_THP=1 keeps transparent huge pages on (the scheduler turns them off).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -612,6 +613,10 @@ fn main() {
     if env_usize("BENCH_COW_PROBE", 0) == 1 {
         cow_lookup_probe();
         return;
+    }
+    // As the scheduler binary does; BENCH_THP=1 keeps huge pages to compare.
+    if env_usize("BENCH_THP", 0) == 0 {
+        koord_scheduler::disable_transparent_huge_pages();
     }
     let nodes = env_usize("BENCH_NODES", 5000);
     let pods = env_usize("BENCH_PODS", 50_000);
