@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use koord_common::sync::MutexExt;
 use std::time::SystemTime;
@@ -469,7 +469,8 @@ struct Allocation {
 #[derive(Clone)]
 pub struct NodeNUMAResource {
     default_policy: CPUBindPolicy,
-    topologies: CowMap<String, NodeTopology>,
+    /// Shared with [`Self::slots`].
+    topologies: CowMap<String, Arc<NodeTopology>>,
     /// node → pod key → cpuset (the inner map is copied with its shard).
     allocations: CowMap<String, HashMap<String, Allocation>>,
     /// Cpusets chosen in reserve, for pre-bind (pod key → status).
@@ -488,7 +489,8 @@ pub struct NodeNUMAResource {
     /// Pod key → the reservation it was allocated from.
     owners: CowMap<String, String>,
     /// Node name → its free CPUs and their counts (check mode reads them).
-    free: CowMap<String, NodeFree>,
+    /// Shared with [`Self::slots`].
+    free: CowMap<String, Arc<NodeFree>>,
     /// Bumped on every change of the plugin's state, so per-cycle
     /// placements computed before a change are not reused after it.
     generation: u64,
@@ -503,6 +505,27 @@ pub struct NodeNUMAResource {
     /// cost. `None` (or past the end): not known yet, e.g. a node only pods
     /// have named so far; it is computed where needed then.
     node_policies: CowVec<Option<NUMATopologyPolicy>>,
+    /// [`NodeInfo::index`] → what a check reads of the node by name
+    /// (`reserved_on`, `allocations`, `topologies`, `free`), refreshed
+    /// whenever one of those changes for the node: a cpuset pod's filter
+    /// looked the node's name up in four maps, most of its ~400 ns per
+    /// node. `None` (or past the end): not known, read by name.
+    slots: CowVec<Option<NodeSlot>>,
+    /// Node name → its [`NodeInfo::index`], for nodes with a Node object
+    /// (kept on Node events): which slot a change by name refreshes.
+    node_indexes: CowMap<String, usize>,
+}
+
+/// One node's entries of the name-keyed maps a check reads; see
+/// [`NodeNUMAResource::slots`].
+#[derive(Debug, Clone, Default)]
+struct NodeSlot {
+    /// `reserved_on` names a reservation there.
+    reserved: bool,
+    /// `allocations` holds some pod's cpuset there.
+    allocated: bool,
+    topology: Option<Arc<NodeTopology>>,
+    free: Option<Arc<NodeFree>>,
 }
 
 fn core_key(info: &CPUInfo) -> (i32, i32) {
@@ -681,6 +704,66 @@ impl NodeNUMAResource {
             scorer: NumaScorer::default(),
             numa_scorer: NumaScorer::default(),
             node_policies: CowVec::new(),
+            slots: CowVec::new(),
+            node_indexes: CowMap::new(),
+        }
+    }
+
+    /// The node's slot, when kept.
+    fn slot(&self, node: &NodeInfo) -> Option<&NodeSlot> {
+        self.slots.get(node.index).and_then(Option::as_ref)
+    }
+
+    /// Whether a reservation holds a cpuset on the node.
+    fn reserved_on_node(&self, node: &NodeInfo) -> bool {
+        match self.slot(node) {
+            Some(slot) => slot.reserved,
+            None => self.reserved_on.any_on(&node.name),
+        }
+    }
+
+    fn topology_of(&self, node: &NodeInfo) -> Option<&NodeTopology> {
+        match self.slot(node) {
+            Some(slot) => slot.topology.as_deref(),
+            None => self.topologies.get(&*node.name).map(Arc::as_ref),
+        }
+    }
+
+    fn free_of(&self, node: &NodeInfo) -> Option<&NodeFree> {
+        match self.slot(node) {
+            Some(slot) => slot.free.as_deref(),
+            None => self.free.get(&*node.name).map(Arc::as_ref),
+        }
+    }
+
+    /// Whether the pod holds a cpuset on the node.
+    fn holds_cpus_on(&self, node: &NodeInfo, pod_key: &str) -> bool {
+        if self.slot(node).is_some_and(|slot| !slot.allocated) {
+            return false;
+        }
+        self.allocations
+            .get(&*node.name)
+            .is_some_and(|a| a.contains_key(pod_key))
+    }
+
+    /// Rewrites the slot of the node named `name` from the name-keyed maps
+    /// (after one of them changed for it); nothing for a node without a
+    /// Node object, whose Node event rewrites it when it gets one.
+    fn refresh_slot(&mut self, name: &str) {
+        let Some(&index) = self.node_indexes.get(name) else {
+            return;
+        };
+        let slot = NodeSlot {
+            reserved: self.reserved_on.any_on(name),
+            allocated: self.allocations.get(name).is_some_and(|a| !a.is_empty()),
+            topology: self.topologies.get(name).cloned(),
+            free: self.free.get(name).cloned(),
+        };
+        if self.slots.len() <= index {
+            self.slots.resize(index + 1, None);
+        }
+        if let Some(entry) = self.slots.get_mut(index) {
+            *entry = Some(slot);
         }
     }
 
@@ -772,7 +855,7 @@ impl NodeNUMAResource {
         now: SystemTime,
         mode: Mode,
     ) -> Result<Option<Choice>, Rejection> {
-        if !self.reserved_on.any_on(&node.name) {
+        if !self.reserved_on_node(node) {
             return self.choose(pod, request, node, Restriction::Unrestricted, mode);
         }
         for name in owned {
@@ -949,7 +1032,7 @@ impl NodeNUMAResource {
         // Only now: most pods on most nodes need neither cpuset nor NUMA
         // nodes, and are answered above without it.
         let empty = NodeTopology::default();
-        let found = self.topologies.get(&*node.name);
+        let found = self.topology_of(node);
         let topology = found.unwrap_or(&empty);
         let offer = match request.bind_policy {
             Some(policy) => Some(self.cpu_offer(
@@ -1201,11 +1284,8 @@ impl NodeNUMAResource {
         let counts_decide = required != Some(CPUBindPolicy::FullPCPUs)
             || (topology.regular && preferred.is_empty());
         if mode == Mode::Check && counts_decide {
-            let holds_cpus_here = self
-                .allocations
-                .get(&*node.name)
-                .is_some_and(|a| a.contains_key(&pod.key));
-            let base = self.free.get(&*node.name);
+            let holds_cpus_here = self.holds_cpus_on(node, &pod.key);
+            let base = self.free_of(node);
             let counts = match (base, restrict, holds_cpus_here) {
                 (Some(base), Restriction::Unrestricted, false) => Cow::Borrowed(&base.counts),
                 (Some(base), _, false) => Cow::Owned(FreeCounts::of(topology, |cpu| {
@@ -1340,12 +1420,13 @@ impl NodeNUMAResource {
                 let cpus = self.free_cpus(node, topology, None);
                 let counts = FreeCounts::of(topology, |cpu| cpus.contains(cpu));
                 self.free
-                    .insert(node.to_string(), NodeFree { cpus, counts });
+                    .insert(node.to_string(), Arc::new(NodeFree { cpus, counts }));
             }
             None => {
                 self.free.remove(node);
             }
         }
+        self.refresh_slot(node);
     }
 
     /// Per NUMA node, what is left for this pod: allocatable minus the NUMA
@@ -1628,6 +1709,9 @@ impl Plugin for NodeNUMAResource {
                 };
                 let from = previous.as_ref().map(|(holder, _)| holder.node.as_str());
                 self.reserved_on.moved(key, from, node.as_deref());
+                for moved in [from, node.as_deref()].into_iter().flatten() {
+                    self.refresh_slot(moved);
+                }
             }
             ClusterEvent::Object {
                 kind: ObjectKind::NodeResourceTopology,
@@ -1635,7 +1719,8 @@ impl Plugin for NodeNUMAResource {
             } => {
                 match cache.node_resource_topologies.get(key) {
                     Some(nrt) => {
-                        self.topologies.insert(key.clone(), topology_from_nrt(nrt));
+                        self.topologies
+                            .insert(key.clone(), Arc::new(topology_from_nrt(nrt)));
                     }
                     None => {
                         self.topologies.remove(key);
@@ -1648,6 +1733,11 @@ impl Plugin for NodeNUMAResource {
                 kind: ObjectKind::Node,
                 key,
             } => {
+                // Before any slot is refreshed below: the index may be new.
+                match cache.node(key) {
+                    Some(node) => self.node_indexes.insert(key.clone(), node.index),
+                    None => self.node_indexes.remove(key),
+                };
                 let reserved = cache.node(key).and_then(|node| {
                     let reservation = get_node_reservation(node.annotations()).ok()??;
                     parse_cpuset(&reservation.reserved_cpus)
@@ -1666,8 +1756,10 @@ impl Plugin for NodeNUMAResource {
                             .contains_key(ANNOTATION_NODE_CPU_TOPOLOGY)
                     }) {
                         Some(node) => {
-                            self.topologies
-                                .insert(key.clone(), topology_from(node.annotations(), &[]));
+                            self.topologies.insert(
+                                key.clone(),
+                                Arc::new(topology_from(node.annotations(), &[])),
+                            );
                         }
                         None => {
                             self.topologies.remove(key);
@@ -1739,7 +1831,7 @@ impl Plugin for NodeNUMAResource {
             .map(|(name, amount)| (name.to_string(), amount))
             .collect();
         if let Some(request) = state.read::<Request>(STATE_KEY)
-            && let Some(topology) = self.topologies.get(&*node.name)
+            && let Some(topology) = self.topology_of(node)
             && let Ok(Some(checked)) = self.placement(pod, request, node, state, Step::Score)
             && let Some(choice) = if checked.cpu_numa_unknown {
                 // Only an allocation tells which NUMA nodes the CPUs get.
@@ -2823,6 +2915,110 @@ mod tests {
         }
         // The kept policies were really read, not just computed again.
         assert!(checked_known > 400, "{checked_known}");
+    }
+
+    /// The per-node slots answer exactly as the name-keyed maps they mirror:
+    /// over random Node, NRT, cpuset pod and reservation events (topology
+    /// before or after its Node, Nodes deleted and back, nodes only pods
+    /// name, reservations moved), every kept slot equals what the maps hold
+    /// for its node, and filter and score answer the same without slots.
+    #[test]
+    fn kept_slots_answer_as_the_name_keyed_maps() {
+        use koord_common::testing::Lcg;
+        let mut cache = ClusterCache::new();
+        let mut plugin = NodeNUMAResource::new(CPUBindPolicy::FullPCPUs);
+        let apply = |plugin: &mut NodeNUMAResource, cache: &mut ClusterCache, change| {
+            let event = cache.apply(change);
+            plugin.on_event(&event, cache);
+        };
+        for pod in [
+            lsr_pod("small", "2", &[]),
+            lsr_pod("wide", "6", &[]),
+            plain_pod("plain", "2", "4Gi", &[]),
+        ] {
+            apply(&mut plugin, &mut cache, Change::Upsert(pod));
+        }
+        let pods = ["default/small", "default/wide", "default/plain"];
+        let cpusets = ["0-1", "2-3,6-7", "4-5", "0,4"];
+        let mut rng = Lcg(11);
+        let mut checked_slots = 0;
+        for step in 0..400 {
+            let name = format!("n{}", rng.below(4));
+            let change = match rng.below(8) {
+                0 | 1 => Change::Upsert(node(&name, &[], &[])),
+                2 => Change::Delete(node(&name, &[], &[])),
+                3 => Change::Upsert(nrt(&name, &[], &[])),
+                4 => Change::Delete(nrt(&name, &[], &[])),
+                5 | 6 => {
+                    // A cpuset pod bound to a node that may not exist yet,
+                    // or one of them gone again.
+                    let pod_name = format!("bound-{}", rng.below(6));
+                    let status = json!({"cpuset": cpusets[rng.below(4) as usize]}).to_string();
+                    let pod = testutil::pod(PodSpec {
+                        name: &pod_name,
+                        node: Some(&name),
+                        requests: &[("cpu", "2")],
+                        annotations: &[(ANNOTATION_RESOURCE_STATUS, &status)],
+                        ..Default::default()
+                    });
+                    if rng.below(3) == 0 {
+                        Change::Delete(pod)
+                    } else {
+                        Change::Upsert(pod)
+                    }
+                }
+                _ => {
+                    let status = json!({"cpuset": cpusets[rng.below(4) as usize]}).to_string();
+                    let reservation =
+                        Object::Reservation(testutil::reservation(testutil::ReservationSpec {
+                            name: ["r1", "r2"][rng.below(2) as usize],
+                            template: testutil::reservation_template(&[("cpu", "2")]),
+                            annotations: &[(ANNOTATION_RESOURCE_STATUS, &status)],
+                            status: testutil::available_on(&name, &[("cpu", "2")]),
+                            ..Default::default()
+                        }));
+                    if rng.below(3) == 0 {
+                        Change::Delete(reservation)
+                    } else {
+                        Change::Upsert(reservation)
+                    }
+                }
+            };
+            apply(&mut plugin, &mut cache, change);
+            for node in cache.nodes_sorted() {
+                let Some(slot) = plugin.slot(node) else {
+                    continue;
+                };
+                checked_slots += 1;
+                let name = &*node.name;
+                let context = format!("step {step}, node {name}");
+                assert_eq!(slot.reserved, plugin.reserved_on.any_on(name), "{context}");
+                assert_eq!(
+                    slot.allocated,
+                    plugin.allocations.get(name).is_some_and(|a| !a.is_empty()),
+                    "{context}"
+                );
+                let same = |a: Option<&Arc<NodeTopology>>, b: Option<&Arc<NodeTopology>>| {
+                    a.map(Arc::as_ptr) == b.map(Arc::as_ptr)
+                };
+                assert!(
+                    same(slot.topology.as_ref(), plugin.topologies.get(name)),
+                    "{context}"
+                );
+                assert_eq!(
+                    slot.free.as_ref().map(Arc::as_ptr),
+                    plugin.free.get(name).map(Arc::as_ptr),
+                    "{context}"
+                );
+            }
+            let with_slots = answers(&plugin, &cache, &pods);
+            let kept = std::mem::take(&mut plugin.slots);
+            let without = answers(&plugin, &cache, &pods);
+            plugin.slots = kept;
+            assert_eq!(with_slots, without, "step {step}");
+        }
+        // The slots were really read, not just left empty.
+        assert!(checked_slots > 400, "{checked_slots}");
     }
 
     /// A clone of the plugin (the published state) keeps answering as it

@@ -585,26 +585,31 @@ fn insufficient_text<'a>(short: impl Iterator<Item = &'a (&'static str, i64)>) -
 
 /// Upstream's node score: per device type the pod asks for, the strategy
 /// over the type's healthy devices' totals and what is free of them.
-fn score_view(strategy: &ScoringStrategy, view: &DeviceView, request: &PodDeviceRequest) -> i64 {
+/// Reads the devices in place (score clones nothing on a node without
+/// reservations).
+fn score_devices(
+    strategy: &ScoringStrategy,
+    gpus: &BTreeMap<i32, Gpu>,
+    common: &BTreeMap<CommonKind, CommonDevices>,
+    request: &PodDeviceRequest,
+) -> i64 {
     let mut score = 0i64;
     if let Some(wanted) = &request.gpu {
-        let healthy: Vec<&Gpu> = view.gpus.values().filter(|g| g.healthy).collect();
-        if let Some(first) = healthy.first() {
-            let count = healthy.len() as i64;
-            let memory_total: i64 = healthy
-                .iter()
+        let healthy = || gpus.values().filter(|g| g.healthy);
+        if let Some(first) = healthy().next() {
+            let count = healthy().count() as i64;
+            let memory_total: i64 = healthy()
                 .map(|g| g.memory_total)
                 .fold(0, i64::saturating_add);
-            let memory_used: i64 = healthy
-                .iter()
+            let memory_used: i64 = healthy()
                 .map(|g| {
                     saturate(
                         i128::from(g.memory_total) * i128::from(g.ratio_used.clamp(0, 100)) / 100,
                     )
                 })
                 .fold(0, i64::saturating_add);
-            let core_free: i64 = healthy.iter().map(|g| g.core_free().max(0)).sum();
-            let ratio_free: i64 = healthy.iter().map(|g| g.ratio_free().max(0)).sum();
+            let core_free: i64 = healthy().map(|g| g.core_free().max(0)).sum();
+            let ratio_free: i64 = healthy().map(|g| g.ratio_free().max(0)).sum();
             // Per-GPU request; a ratio and bytes convert through the first
             // healthy GPU's memory (upstream's fillGPUTotalMem).
             let ratio = DeviceShare::ratio_of(first, wanted);
@@ -625,7 +630,7 @@ fn score_view(strategy: &ScoringStrategy, view: &DeviceView, request: &PodDevice
         }
     }
     for wanted in &request.common {
-        let devices = view.common.get(&wanted.kind).into_iter().flatten();
+        let devices = common.get(&wanted.kind).into_iter().flatten();
         let (total, free) = devices.fold((0i64, 0i64), |(total, free), (_, d)| {
             (
                 total.saturating_add(d.total),
@@ -765,11 +770,6 @@ impl DeviceShare {
         for device in common.flat_map(|(_, d)| d.values_mut()) {
             device.total = 0;
         }
-    }
-
-    /// Whether DeviceShare has device information for the node.
-    fn knows(&self, node: &str) -> bool {
-        self.gpus.contains_key(node)
     }
 
     /// A node becomes known without a Device CR when a pod holding devices
@@ -1202,19 +1202,27 @@ impl DeviceShare {
         (owned, required): (&[String], bool),
         now: SystemTime,
     ) -> Result<Picks, Rejection> {
-        if !self.knows(node) {
+        let Some(gpus) = self.gpus.get(node) else {
             return Ok(Picks::default());
-        }
+        };
+        self.allocate_known(node, gpus, node_labels, request, (owned, required), now)
+    }
+
+    /// [`Self::allocate`] on a node DeviceShare knows, with its GPUs
+    /// (looked up once by the caller).
+    fn allocate_known(
+        &self,
+        node: &str,
+        gpus: &BTreeMap<i32, Gpu>,
+        node_labels: Option<&BTreeMap<String, String>>,
+        request: &PodDeviceRequest,
+        (owned, required): (&[String], bool),
+        now: SystemTime,
+    ) -> Result<Picks, Rejection> {
         let pack = self.strategy.packs();
         let partitions = &self.node_partitions(node, node_labels);
         if !self.reserved_on.any_on(node) {
-            return Self::pick(
-                self.gpus.get(node),
-                self.common.get(node),
-                request,
-                pack,
-                partitions,
-            );
+            return Self::pick(Some(gpus), self.common.get(node), request, pack, partitions);
         }
         for name in owned {
             let Some(reserved) = self.reserved.get(name).filter(|r| r.holder.node == node) else {
@@ -1420,12 +1428,13 @@ impl Plugin for DeviceShare {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return Ok(());
         };
-        if !self.knows(&node.name) {
+        let Some(gpus) = self.gpus.get(&*node.name) else {
             return fits_node_allocatable(request, node);
-        }
+        };
         let labels = node.node.as_ref().and_then(|n| n.metadata.labels.as_ref());
-        self.allocate(
+        self.allocate_known(
             &node.name,
+            gpus,
             labels,
             request,
             owned_reservations(state),
@@ -1452,11 +1461,17 @@ impl Plugin for DeviceShare {
         let Some(request) = state.read::<PodDeviceRequest>(STATE_KEY) else {
             return 0;
         };
-        if !self.knows(&node.name) {
+        let Some(gpus) = self.gpus.get(&*node.name) else {
             return 0;
+        };
+        if !self.reserved_on.any_on(&node.name) {
+            // Nothing to count as held: the view would be a copy of these.
+            let no_common = BTreeMap::new();
+            let common = self.common.get(&*node.name).unwrap_or(&no_common);
+            return score_devices(&self.strategy, gpus, common, request);
         }
         let view = self.view(&node.name, state.now, None);
-        score_view(&self.strategy, &view, request)
+        score_devices(&self.strategy, &view.gpus, &view.common, request)
     }
 
     fn normalize_scores(&self, scores: &mut [i64]) {
