@@ -1735,9 +1735,19 @@ impl Plugin for NodeNUMAResource {
             } => {
                 // Before any slot is refreshed below: the index may be new.
                 match cache.node(key) {
-                    Some(node) => self.node_indexes.insert(key.clone(), node.index),
-                    None => self.node_indexes.remove(key),
-                };
+                    Some(node) => {
+                        self.node_indexes.insert(key.clone(), node.index);
+                    }
+                    None => {
+                        // A deleted node's index is never reused: its slot
+                        // only held memory.
+                        if let Some(index) = self.node_indexes.remove(key)
+                            && let Some(slot) = self.slots.get_mut(index)
+                        {
+                            *slot = None;
+                        }
+                    }
+                }
                 let reserved = cache.node(key).and_then(|node| {
                     let reservation = get_node_reservation(node.annotations()).ok()??;
                     parse_cpuset(&reservation.reserved_cpus)
