@@ -30,7 +30,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// `docs/extender.md`). A kernel that refuses only costs those spikes.
 pub fn disable_transparent_huge_pages() {
     match rustix::thread::disable_transparent_huge_pages(true) {
-        Ok(()) => tracing::debug!("transparent huge pages disabled for this process"),
+        Ok(()) => tracing::info!("transparent huge pages disabled for this process"),
         Err(error) => {
             tracing::warn!(%error, "could not disable transparent huge pages; expect latency spikes when the kernel zeroes a huge page inside a request")
         }

@@ -11,14 +11,17 @@
 //! write does not touch.
 //!
 //! A reader keeps the snapshot it loaded for its whole call, so one call
-//! sees one version. Snapshots are freed by the writer, never by a reader:
-//! the last holder of a snapshot frees every shard written since (a few
-//! thousand reference counts and the copied shards), which cost `/filter`
-//! up to 2 ms under a storm of watch events when the last holder was the
-//! reader. The writer keeps each replaced snapshot until no reader holds
-//! it, and frees it at a later publish. State that must outlive versions (the `/filter`
+//! sees one version. State that must outlive versions (the `/filter`
 //! records `/bind` checks, Coscheduling's decisions in flight) is shared
 //! between the copies behind its own lock.
+//!
+//! Snapshots are freed by the writer, never by a reader: the last holder
+//! of a snapshot frees every shard written since (a few thousand reference
+//! counts and the copied shards), which cost `/filter` up to 2 ms under a
+//! storm of watch events when the last holder was a reader. The writer
+//! keeps each replaced snapshot until no reader holds it and frees it at a
+//! later publish; with no writes, at most the snapshots readers held at
+//! the last publish wait for the next one.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
