@@ -398,10 +398,12 @@ pub struct PreAllocated {
 /// Per node, [`pre_allocation::nominate`] picks the pods whose place the
 /// reservation takes. Nominated pods leave the cache while the plugins
 /// decide (so they see the room the reservation takes over) and come back
-/// after. One pod: feasible nodes with a nominated pod win over the others;
-/// several (`enableMultiple`): the feasible nodes with the fewest nominated
-/// pods win, a node taking none first. With pre-allocation required, no
-/// node without a nomination is feasible.
+/// after; NodeNUMAResource and DeviceShare get them as a
+/// [`pre_allocation::HandOver`] and make the reservation take their cpusets
+/// and devices. One pod: feasible nodes with a nominated pod win over the
+/// others; several (`enableMultiple`): the feasible nodes with the fewest
+/// nominated pods win, a node taking none first. With pre-allocation
+/// required, no node without a nomination is feasible.
 pub fn place_reservation_pre_allocating(
     scheduler: &mut Scheduler,
     reservation: &Reservation,
@@ -471,6 +473,12 @@ pub fn place_reservation_pre_allocating(
         for candidate in nominated.pods.values().flatten() {
             scheduler.apply(Change::Delete(Object::Pod((*candidate.pod).clone())));
         }
+        if !nominated.pods.is_empty() {
+            scheduler.hand_over = Some(Arc::new(pre_allocation::HandOver {
+                reserve_pod: key.clone(),
+                pods: nominated.pods.clone(),
+            }));
+        }
         match scheduler.pre_filter(&info, now) {
             Err(rejection) => {
                 for node in eligible {
@@ -512,6 +520,7 @@ pub fn place_reservation_pre_allocating(
                 reserve_best(scheduler, &key, totals, now, &mut placement);
             }
         }
+        scheduler.hand_over = None;
         for candidate in nominated.pods.values().flatten() {
             scheduler.apply(Change::Upsert(Object::Pod((*candidate.pod).clone())));
         }

@@ -15,6 +15,7 @@ use crate::cache::{CacheError, Change, ClusterCache, ClusterEvent, NodeInfo, Pod
 use crate::controller_plugins::ControllerPlugins;
 use crate::filtered::FilterRecords;
 use crate::permit::{HeldPod, HoldOutcome, PermitTable};
+use crate::plugins::reservation::pre_allocation::{HandOver, STATE_HAND_OVER};
 use crate::plugins::reservation::pre_allocation_settings::Settings as PreAllocationSettings;
 
 /// Default of `--gang-bind-wait`: below the chart's extender `httpTimeout`
@@ -234,6 +235,9 @@ pub struct Scheduler {
     pub permit_bind_wait: Duration,
     /// Reservation pre-allocation settings (`ReservationArgs.preAllocationConfig`).
     pub pre_allocation: PreAllocationSettings,
+    /// Set only while a pre-allocating reservation is being placed: the
+    /// pods it would take in, written into its reserve pod's cycle state.
+    pub hand_over: Option<Arc<HandOver>>,
 }
 
 impl Scheduler {
@@ -247,6 +251,7 @@ impl Scheduler {
             permits: PermitTable::default(),
             permit_bind_wait: DEFAULT_PERMIT_BIND_WAIT,
             pre_allocation: PreAllocationSettings::default(),
+            hand_over: None,
         }
     }
 
@@ -291,6 +296,9 @@ impl Scheduler {
             )));
         }
         let mut state = CycleState::new(now);
+        if let Some(hand_over) = self.hand_over.as_ref().filter(|h| h.reserve_pod == pod.key) {
+            state.write(STATE_HAND_OVER, Arc::clone(hand_over));
+        }
         for entry in &self.plugins {
             entry.plugin.pre_filter(pod, &self.cache, &mut state)?;
         }

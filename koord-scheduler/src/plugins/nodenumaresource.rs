@@ -42,6 +42,7 @@ use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::cow::{CowMap, CowVec};
 use crate::framework::{CycleState, Plugin, Rejection};
+use crate::plugins::reservation::pre_allocation::{self, HandOver};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 
 pub const NAME: &str = "NodeNUMAResource";
@@ -55,6 +56,10 @@ pub const ERR_CPU_BIND_POLICY_CONFLICT: &str =
 pub const ERR_NOT_ENOUGH_CPUS: &str = "not enough cpus available to satisfy request";
 pub const ERR_UNSATISFIED_NUMA_CPU: &str = "Unsatisfied NUMA cpu";
 pub const ERR_MISSING_NUMA_RESOURCES: &str = "node(s) missing NUMA resources";
+/// A pre-allocating reservation's cpuset cannot cover the CPUs of the pods
+/// it would take in.
+pub const ERR_CPUSET_NOT_TAKEN_OVER: &str =
+    "node(s) cannot take over the cpuset of the pods the reservation pre-allocates";
 
 const STATE_KEY: &str = "NodeNUMAResource/request";
 const STATE_PLACEMENTS: &str = "NodeNUMAResource/placements";
@@ -228,6 +233,19 @@ struct Request {
     exclusive: Option<CPUExclusivePolicy>,
     pod_numa_policy: NUMATopologyPolicy,
     numa_exclusive: Option<NumaTopologyExclusive>,
+    /// A pre-allocating reserve pod's: node → the CPUs of the running pods
+    /// it takes in there, which it must take over (empty for other pods).
+    taking_over: BTreeMap<String, CpuSet>,
+}
+
+impl Request {
+    /// The CPUs the reserve pod must take over on the node, if any.
+    fn taking_over_on(&self, node: &str) -> Option<&CpuSet> {
+        if self.taking_over.is_empty() {
+            return None;
+        }
+        self.taking_over.get(node)
+    }
 }
 
 /// Per NUMA node: resource → amount (cpu in milli-CPUs).
@@ -643,6 +661,22 @@ fn topology_from(
 }
 
 /// The cpuset a bound pod holds according to its resource-status annotation.
+/// Node → the CPUs the pods a pre-allocating reservation takes in hold
+/// there (nodes where they hold none left out).
+fn cpus_handed_over(hand_over: &HandOver) -> BTreeMap<String, CpuSet> {
+    let mut taken = BTreeMap::new();
+    for (node, pods) in &hand_over.pods {
+        let mut cpus = CpuSet::new();
+        for allocation in pods.iter().filter_map(|pod| allocation_of(pod)) {
+            cpus.union_with(&allocation.cpus);
+        }
+        if !cpus.is_empty() {
+            taken.insert(node.clone(), cpus);
+        }
+    }
+    taken
+}
+
 fn allocation_of(pod: &PodInfo) -> Option<Allocation> {
     let status = get_resource_status(pod.annotations()).ok()??;
     let cpus = parse_cpuset(&status.cpuset).ok()?;
@@ -898,6 +932,61 @@ impl NodeNUMAResource {
         self.choose(pod, request, node, Restriction::Without(&held), mode)
     }
 
+    /// [`Self::choose_with_reservations`] for the pod of `state`'s cycle; a
+    /// pre-allocating reserve pod on a node where it takes in pods holding
+    /// cpusets gets [`Self::choose_taking_over`] instead.
+    fn choose_in_cycle(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        state: &CycleState,
+        mode: Mode,
+    ) -> PlacementResult {
+        match request.taking_over_on(&node.name) {
+            Some(cpus) => self.choose_taking_over(pod, request, node, cpus, state.now),
+            None => self.choose_with_reservations(
+                pod,
+                request,
+                node,
+                owned_reservations(state),
+                state.now,
+                mode,
+            ),
+        }
+    }
+
+    /// A pre-allocating reserve pod's cpuset where the pods it takes in hold
+    /// `taken`: their CPUs first, then free ones no reservation holds, and
+    /// refused unless it covers all of `taken` (as upstream, which checks
+    /// the reserve pod's CPUs are a superset of the pre-allocated pod's).
+    /// Once pre-allocated, those pods count inside the reservation, so a
+    /// CPU of theirs left outside it would be counted twice. Always a real
+    /// allocation, even in check mode: reserve pods are few.
+    fn choose_taking_over(
+        &self,
+        pod: &PodInfo,
+        request: &Request,
+        node: &NodeInfo,
+        taken: &CpuSet,
+        now: SystemTime,
+    ) -> PlacementResult {
+        let held = self.held_on(&node.name, now, None);
+        let preferred: BTreeSet<i32> = taken.to_btree();
+        let choice = self.choose_preferring(
+            pod,
+            request,
+            node,
+            Restriction::Without(&held),
+            &preferred,
+            Mode::Allocate,
+        )?;
+        match choice {
+            Some(choice) if preferred.is_subset(&choice.cpus) => Ok(Some(choice)),
+            _ => Err(Rejection::unschedulable(ERR_CPUSET_NOT_TAKEN_OVER)),
+        }
+    }
+
     /// The check-mode placement of the pod on the node. Filter computes it
     /// and keeps the costly ones (a NUMA node set chosen by the topology
     /// manager) for score; score reads those and computes the rest, which
@@ -919,14 +1008,7 @@ impl NodeNUMAResource {
         {
             return result.clone();
         }
-        let result = self.choose_with_reservations(
-            pod,
-            request,
-            node,
-            owned_reservations(state),
-            state.now,
-            Mode::Check,
-        );
+        let result = self.choose_in_cycle(pod, request, node, state, Mode::Check);
         if step == Step::Filter
             && let Ok(Some(choice)) = &result
             && choice.affinity.is_some()
@@ -959,6 +1041,7 @@ impl NodeNUMAResource {
             exclusive: None,
             pod_numa_policy: numa_spec.numa_topology_policy,
             numa_exclusive: numa_spec.single_numa_node_exclusive,
+            taking_over: BTreeMap::new(),
         };
         if allowed {
             let resolve = |p: CPUBindPolicy| {
@@ -1789,7 +1872,14 @@ impl Plugin for NodeNUMAResource {
         _cache: &ClusterCache,
         state: &mut CycleState,
     ) -> Result<(), Rejection> {
-        if let Some(request) = self.request_of(pod)? {
+        if let Some(mut request) = self.request_of(pod)? {
+            // A reservation without a cpuset takes in pods with theirs
+            // as they are (upstream skips such a reserve pod here too).
+            if request.bind_policy.is_some()
+                && let Some(hand_over) = pre_allocation::hand_over(state)
+            {
+                request.taking_over = cpus_handed_over(hand_over);
+            }
             state.write(STATE_KEY, request);
             state.write(STATE_PLACEMENTS, Placements::default());
         }
@@ -1810,7 +1900,8 @@ impl Plugin for NodeNUMAResource {
             Some(request)
                 if request.bind_policy.is_none()
                     && request.pod_numa_policy.is_none()
-                    && self.node_policy(node).is_none() =>
+                    && self.node_policy(node).is_none()
+                    && request.taking_over_on(&node.name).is_none() =>
             {
                 Ok(())
             }
@@ -1845,16 +1936,9 @@ impl Plugin for NodeNUMAResource {
             && let Ok(Some(checked)) = self.placement(pod, request, node, state, Step::Score)
             && let Some(choice) = if checked.cpu_numa_unknown {
                 // Only an allocation tells which NUMA nodes the CPUs get.
-                self.choose_with_reservations(
-                    pod,
-                    request,
-                    node,
-                    owned_reservations(state),
-                    state.now,
-                    Mode::Allocate,
-                )
-                .ok()
-                .flatten()
+                self.choose_in_cycle(pod, request, node, state, Mode::Allocate)
+                    .ok()
+                    .flatten()
             } else {
                 Some(checked)
             }
@@ -1894,11 +1978,8 @@ impl Plugin for NodeNUMAResource {
         let info = cache
             .node(node)
             .ok_or_else(|| Rejection::unresolvable("node not found"))?;
-        let owned = owned_reservations(state);
         self.generation = self.generation.wrapping_add(1);
-        let Some(choice) =
-            self.choose_with_reservations(pod, request, info, owned, state.now, Mode::Allocate)?
-        else {
+        let Some(choice) = self.choose_in_cycle(pod, request, info, state, Mode::Allocate)? else {
             return Ok(());
         };
         if choice.cpus.is_empty() && choice.numa.is_empty() {
@@ -2516,6 +2597,144 @@ mod tests {
         assert_eq!(kept.cpuset, "0,4");
         // The placeholder is gone, yet a stranger does not get core 0.
         assert_eq!(bind(&mut s, "stranger", "n1").unwrap().cpuset, "1,5");
+    }
+
+    /// A running LSR pod on n1 holding `cpuset`, labelled app=`app`.
+    fn running_lsr(name: &str, app: &str, cpu: &str, cpuset: &str) -> Object {
+        let status = json!({ "cpuset": cpuset }).to_string();
+        testutil::pod(PodSpec {
+            name,
+            node: Some("n1"),
+            requests: &[("cpu", cpu), ("memory", "1Gi")],
+            limits: &[("cpu", cpu), ("memory", "1Gi")],
+            labels: &[("koordinator.sh/qosClass", "LSR"), ("app", app)],
+            annotations: &[(ANNOTATION_RESOURCE_STATUS, &status)],
+            priority: Some(9000),
+            ..Default::default()
+        })
+    }
+
+    /// A pending pre-allocating (Restricted, allocate-many) LSR reservation of
+    /// `cpu` CPUs owned by app=web pods; `resource_spec` goes on its template.
+    fn pre_allocating_lsr(
+        cpu: &str,
+        resource_spec: Option<&str>,
+    ) -> apis::scheduling::v1alpha1::Reservation {
+        let annotations: serde_json::Map<String, serde_json::Value> = resource_spec
+            .map(|spec| {
+                (
+                    "scheduling.koordinator.sh/resource-spec".to_string(),
+                    json!(spec),
+                )
+            })
+            .into_iter()
+            .collect();
+        testutil::reservation(testutil::ReservationSpec {
+            template: json!({
+                "metadata": {"labels": {"koordinator.sh/qosClass": "LSR"}, "annotations": annotations},
+                "spec": {"priority": 9000, "containers": [{"name": "c", "resources": {
+                    "requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}}]}}),
+            spec_extra: json!({
+                "owners": [{"labelSelector": {"matchLabels": {"app": "web"}}}],
+                "preAllocation": true,
+                "allocatePolicy": "Restricted",
+                "allocateOnce": false,
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn kept_cpuset(s: &Scheduler) -> String {
+        let placed = &s.cache.reservations["r1"];
+        get_resource_status(placed.metadata.annotations.as_ref().unwrap())
+            .unwrap()
+            .unwrap()
+            .cpuset
+    }
+
+    #[test]
+    fn a_pre_allocating_reservation_takes_over_the_pods_cpuset() {
+        // web-1 holds cores 1 and 3 (one on each NUMA node); a filler without
+        // a cpuset makes the node full. Left alone, the allocator would give
+        // the 4-CPU reservation two cores of one NUMA node; taking web-1 in,
+        // it must keep web-1's CPUs.
+        let mut s = scheduler_with(vec![
+            node("n1", &[], &[]),
+            nrt("n1", &[], &[]),
+            running_lsr("web-1", "web", "4", "1,3,5,7"),
+            testutil::pod(PodSpec {
+                name: "filler",
+                node: Some("n1"),
+                requests: &[("cpu", "4")],
+                ..Default::default()
+            }),
+        ]);
+        let (placement, pre_allocated) = crate::placement::place_reservation_pre_allocating(
+            &mut s,
+            &pre_allocating_lsr("4", None),
+            t0(),
+        );
+        assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
+        assert_eq!(pre_allocated.unwrap().pods.len(), 1);
+        assert_eq!(kept_cpuset(&s), "1,3,5,7");
+        let gone = |s: &mut Scheduler, name: &str| {
+            let pod = s.cache.pod(&format!("default/{name}")).unwrap().pod.clone();
+            s.apply(Change::Delete(Object::Pod((*pod).clone())));
+        };
+        // web-1 counts inside the reservation, so nothing is held twice: with
+        // the filler gone a stranger gets the free cores, not web-1's.
+        gone(&mut s, "filler");
+        testutil::load(&mut s, vec![lsr_pod("stranger", "4", &[])]);
+        assert_eq!(bind(&mut s, "stranger", "n1").unwrap().cpuset, "0,2,4,6");
+        // Once web-1 is gone its CPUs are the reservation's again, and an
+        // owner gets them.
+        gone(&mut s, "web-1");
+        let Object::Pod(mut owner) = lsr_pod("web-2", "4", &[]) else {
+            unreachable!("lsr_pod builds a pod");
+        };
+        let labels = owner.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert("app".into(), "web".into());
+        testutil::load(&mut s, vec![Object::Pod(owner)]);
+        assert_eq!(bind(&mut s, "web-2", "n1").unwrap().cpuset, "1,3,5,7");
+    }
+
+    #[test]
+    fn a_reservation_whose_cpuset_cannot_cover_the_pods_cpus_is_refused() {
+        // web-1 holds both threads of core 1; one CPU per core cannot cover them.
+        let cluster = || {
+            scheduler_with(vec![
+                node("n1", &[], &[]),
+                nrt("n1", &[], &[]),
+                running_lsr("web-1", "web", "2", "1,5"),
+                testutil::pod(PodSpec {
+                    name: "filler",
+                    node: Some("n1"),
+                    requests: &[("cpu", "6")],
+                    ..Default::default()
+                }),
+            ])
+        };
+        let spread = r#"{"requiredCPUBindPolicy":"SpreadByPCPUs"}"#;
+        let mut s = cluster();
+        let (placement, pre_allocated) = crate::placement::place_reservation_pre_allocating(
+            &mut s,
+            &pre_allocating_lsr("2", Some(spread)),
+            t0(),
+        );
+        assert_eq!(placement.node, None);
+        assert!(pre_allocated.is_none());
+        assert_eq!(placement.reasons["n1"], ERR_CPUSET_NOT_TAKEN_OVER);
+        let web = s.cache.pod("default/web-1").unwrap();
+        assert_eq!(allocated_from(web), None);
+        // Whole cores cover them: the same reservation is placed with them.
+        let mut s = cluster();
+        let (placement, _) = crate::placement::place_reservation_pre_allocating(
+            &mut s,
+            &pre_allocating_lsr("2", None),
+            t0(),
+        );
+        assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
+        assert_eq!(kept_cpuset(&s), "1,5");
     }
 
     /// [`nrt`] with `node-0` / `node-1` zones of 4 CPUs and `memory` each.

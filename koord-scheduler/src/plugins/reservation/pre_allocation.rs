@@ -10,8 +10,6 @@
 //! with the nominated pods out of the way, and the controller writes the
 //! pods' annotation.
 
-use apis::extension::device_share::ANNOTATION_DEVICE_ALLOCATED;
-use apis::extension::numa_aware::ANNOTATION_RESOURCE_STATUS;
 use apis::extension::reservation::{
     ANNOTATION_RESERVE_POD, get_reservation_affinity, is_pre_allocation_required,
 };
@@ -22,6 +20,7 @@ use std::sync::Arc;
 pub use super::pre_allocation_settings::{PreAllocationConfig, Settings};
 use super::{ReservationInfo, affinity_matches, allocated_from};
 use crate::cache::{ClusterCache, PodInfo};
+use crate::framework::CycleState;
 use crate::node_checks;
 use crate::resources::Resources;
 
@@ -83,8 +82,7 @@ pub fn mode(reservation: &Reservation, settings: &Settings) -> Result<Mode, &'st
 
 /// Whether `pod` may be pre-allocated to `reservation`: bound (the API
 /// confirmed it, not merely assumed), allocated from no other reservation,
-/// not a reserve pod, holding no cpuset or devices, its own reservation
-/// affinity allows this reservation, and it is chosen by the mode — in
+/// not a reserve pod, its own reservation affinity allows this reservation, and it is chosen by the mode — in
 /// Default mode matched by an owner with a label selector (upstream lists
 /// candidates this way), in Cluster mode labelled `<cluster label>=true`.
 pub fn is_candidate(
@@ -103,14 +101,6 @@ pub fn is_candidate(
         return false;
     }
     if pod.annotations().contains_key(ANNOTATION_RESERVE_POD) {
-        return false;
-    }
-    // Upstream hands a pre-allocated pod's CPUs and devices over to the
-    // reservation; that hand-over is not built here, so such pods are left
-    // out rather than have the reservation take their CPUs or devices twice.
-    if pod.annotations().contains_key(ANNOTATION_RESOURCE_STATUS)
-        || pod.annotations().contains_key(ANNOTATION_DEVICE_ALLOCATED)
-    {
         return false;
     }
     let chosen = if options.cluster {
@@ -206,6 +196,40 @@ impl Nominations {
     pub fn on(&self, node: &str) -> &[Arc<PodInfo>] {
         self.pods.get(node).map_or(&[], Vec::as_slice)
     }
+}
+
+/// Cycle-state key of the [`HandOver`] a pre-allocating reserve pod's
+/// plugins read.
+pub const STATE_HAND_OVER: &str = "Reservation/preAllocationHandOver";
+
+/// The running pods a pre-allocating reservation would take in, per node,
+/// for the plugins that hand their cpusets and devices over to it
+/// (NodeNUMAResource, DeviceShare). Those pods are out of the cache while
+/// the plugins decide, so what they hold is free there; the reserve pod
+/// must take all of it (preferred before anything else), or the node is
+/// refused, since once pre-allocated the pods count inside the reservation.
+#[derive(Debug, Default)]
+pub struct HandOver {
+    /// The reserve pod's cache key: only its cycle gets this state.
+    pub reserve_pod: String,
+    /// Node → the nominated pods there.
+    pub pods: BTreeMap<String, Vec<Arc<PodInfo>>>,
+}
+
+impl HandOver {
+    /// The pods handed over on `node` (none: empty).
+    pub fn on(&self, node: &str) -> &[Arc<PodInfo>] {
+        self.pods.get(node).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The hand-over of the pod's cycle, if it is a pre-allocating reserve pod
+/// with pods nominated somewhere.
+pub fn hand_over(state: &CycleState) -> Option<&HandOver> {
+    state
+        .read::<Arc<HandOver>>(STATE_HAND_OVER)
+        .map(|h| &**h)
+        .filter(|h| !h.pods.is_empty())
 }
 
 /// What one reservation's nomination works from.
@@ -651,13 +675,14 @@ mod tests {
         let other = r#"{"name":"r0","uid":"r0-uid"}"#;
         let allocated = apis::extension::reservation::ANNOTATION_RESERVATION_ALLOCATED;
         assert_eq!(lone_owner_placement(&[(allocated, other)]), None);
-        // Holding a cpuset (its hand-over to the reservation is not built).
+        // The same pod without that annotation is pre-allocated; holding a
+        // cpuset it is too (a reservation without one takes it as it is).
         let cpuset = r#"{"cpuset":"0-5"}"#;
+        let resource_status = apis::extension::numa_aware::ANNOTATION_RESOURCE_STATUS;
         assert_eq!(
-            lone_owner_placement(&[(ANNOTATION_RESOURCE_STATUS, cpuset)]),
-            None
+            lone_owner_placement(&[(resource_status, cpuset)]).as_deref(),
+            Some("n1")
         );
-        // The same pod without these annotations is pre-allocated.
         assert_eq!(lone_owner_placement(&[]).as_deref(), Some("n1"));
     }
 
