@@ -86,6 +86,9 @@ pub struct CommonRequest {
     /// A virtual function from a VF group matching this, on every device
     /// taken (hint `vfSelector`).
     pub vf_selector: Option<LabelSelector>,
+    /// Minors taken before any other (a pre-allocating reservation takes
+    /// over the devices of the pods it takes in).
+    pub preferred: BTreeSet<i32>,
 }
 
 /// The pod's RDMA / FPGA requests with its allocate hints applied,
@@ -266,6 +269,10 @@ pub fn choose(
     });
     if let Some(pcies) = preferred {
         fitting = round_robin_by_pcie(fitting, pcies);
+    }
+    if !request.preferred.is_empty() {
+        // Stable: otherwise in the order above.
+        fitting.sort_by_key(|(minor, _)| !request.preferred.contains(minor));
     }
     if fitting.len() < wanted {
         return Err(Rejection::unschedulable(request.kind.insufficient()));

@@ -43,6 +43,7 @@ use crate::cache::{ClusterCache, ClusterEvent, NodeInfo, ObjectKind, PodInfo};
 use crate::config::{ConfigError, parse_args};
 use crate::cow::CowMap;
 use crate::framework::{CycleState, Plugin, Reason, Rejection};
+use crate::plugins::reservation::pre_allocation::{self, HandOver};
 use crate::plugins::reservation::{Holder, PlacedByNode, allocated_from, owned_reservations};
 use crate::resources::{InvalidAmount, exact_amount, exact_resources, shown};
 
@@ -61,6 +62,10 @@ use scoring::{ScoringStrategy, ScoringStrategyArgs};
 pub const NAME: &str = "DeviceShare";
 
 pub const ERR_INSUFFICIENT_GPU_DEVICES: &str = "Insufficient GPU Devices";
+/// A pre-allocating reservation's devices cannot include those of the pods
+/// it would take in.
+pub const ERR_DEVICES_NOT_TAKEN_OVER: &str =
+    "node(s) cannot take over the devices of the pods the reservation pre-allocates";
 pub const ERR_INSUFFICIENT_TOPOLOGY_SCOPED_GPU_DEVICES: &str =
     "Insufficient Topology Scoped GPU Devices";
 pub const ERR_NODE_MISSING_GPU_DEVICE_TOPOLOGY_TREE: &str =
@@ -112,6 +117,9 @@ pub struct GpuRequest {
     /// The GPU hint's `requiredTopologyScope`: every GPU within one PCIe
     /// switch / NUMA node / device.
     pub scope: Option<DeviceTopologyScope>,
+    /// Minors taken before any other (a pre-allocating reservation takes
+    /// over the GPUs of the pods it takes in).
+    pub preferred: BTreeSet<i32>,
 }
 
 impl GpuRequest {
@@ -243,6 +251,7 @@ fn gpu_request_of(requested: &[(&str, i64)]) -> Result<Option<GpuRequest>, Strin
         // A ratio wins over bytes, as upstream (no accepted set has both).
         memory_bytes: memory.filter(|_| ratio.is_none()).map(|m| m / count),
         scope: None,
+        preferred: BTreeSet::new(),
     }))
 }
 
@@ -287,6 +296,52 @@ struct PodDeviceRequest {
     /// The refusal of a node short of every raw resource (the usual one: a
     /// node without such devices), built once per pod instead of per node.
     short_of_all: Option<Reason>,
+    /// A pre-allocating reserve pod's: node → the devices of the running
+    /// pods it takes in there, which it must take over (empty otherwise).
+    taking_over: BTreeMap<String, TakenDevices>,
+}
+
+/// The device minors pods hold on one node, by type.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct TakenDevices {
+    gpus: BTreeSet<i32>,
+    common: BTreeMap<CommonKind, BTreeSet<i32>>,
+}
+
+impl TakenDevices {
+    /// Node → what the pods a pre-allocating reservation takes in hold
+    /// there (nodes where they hold no devices left out).
+    fn handed_over(hand_over: &HandOver) -> BTreeMap<String, TakenDevices> {
+        let mut taken = BTreeMap::new();
+        for (node, pods) in &hand_over.pods {
+            let mut devices = TakenDevices::default();
+            for (gpu, common) in pods.iter().filter_map(|pod| shares_of(pod.annotations())) {
+                devices.gpus.extend(gpu.keys());
+                for (kind, per_minor) in common {
+                    devices
+                        .common
+                        .entry(kind)
+                        .or_default()
+                        .extend(per_minor.keys());
+                }
+            }
+            devices.common.retain(|_, minors| !minors.is_empty());
+            if !devices.gpus.is_empty() || !devices.common.is_empty() {
+                taken.insert(node.clone(), devices);
+            }
+        }
+        taken
+    }
+
+    /// Whether `picks` include every one of these minors (upstream checks
+    /// the minors only, not the amounts).
+    fn covered_by(&self, (gpus, common): &Picks) -> bool {
+        self.gpus.iter().all(|minor| gpus.contains_key(minor))
+            && self.common.iter().all(|(kind, minors)| {
+                let picked = common.get(kind).map_or(&[][..], Vec::as_slice);
+                minors.iter().all(|m| picked.iter().any(|p| p.minor == *m))
+            })
+    }
 }
 
 /// The share of one GPU picked for a pod.
@@ -910,8 +965,15 @@ impl DeviceShare {
             .filter(|g| g.healthy)
             .filter(|g| g.core_free() >= core && g.ratio_free() >= Self::ratio_of(g, request))
             .collect();
-        // Fullest first: shares fill used GPUs before breaking whole ones.
-        candidates.sort_by_key(|g| (g.core_free() + g.ratio_free(), g.minor));
+        // Fullest first: shares fill used GPUs before breaking whole ones;
+        // preferred minors (a reservation taking them over) before all.
+        candidates.sort_by_key(|g| {
+            (
+                !request.preferred.contains(&g.minor),
+                g.core_free() + g.ratio_free(),
+                g.minor,
+            )
+        });
         if let Some(scope) = request.scope.filter(|s| *s != DeviceTopologyScope::Node) {
             candidates = Self::within_scope(gpus, candidates, request, scope)?;
         } else if request.count > 1 {
@@ -1267,6 +1329,41 @@ impl DeviceShare {
         )
     }
 
+    /// A pre-allocating reserve pod's devices where the pods it takes in
+    /// hold `taken`: those minors first, refused unless it gets all of them
+    /// (as upstream). Once pre-allocated the pods count inside the
+    /// reservation, so a device of theirs left outside it would be counted
+    /// twice. Every reservation on the node keeps what it holds.
+    fn allocate_taking_over(
+        &self,
+        node: &str,
+        node_labels: Option<&BTreeMap<String, String>>,
+        request: &PodDeviceRequest,
+        taken: &TakenDevices,
+        now: SystemTime,
+    ) -> Result<Picks, Rejection> {
+        let mut preferring = request.clone();
+        if let Some(gpu) = &mut preferring.gpu {
+            gpu.preferred = taken.gpus.clone();
+        }
+        for common in &mut preferring.common {
+            common.preferred = taken.common.get(&common.kind).cloned().unwrap_or_default();
+        }
+        let view = self.view(node, now, None);
+        let partitions = &self.node_partitions(node, node_labels);
+        let picks = Self::pick(
+            Some(&view.gpus),
+            Some(&view.common),
+            &preferring,
+            self.strategy.packs(),
+            partitions,
+        )?;
+        if !taken.covered_by(&picks) {
+            return Err(Rejection::unschedulable(ERR_DEVICES_NOT_TAKEN_OVER));
+        }
+        Ok(picks)
+    }
+
     fn forget(&mut self, key: &str) {
         if let Some((node, _)) = self.usage.remove(key) {
             self.recount(&node);
@@ -1274,6 +1371,16 @@ impl DeviceShare {
         if let Some((node, _)) = self.common_usage.remove(key) {
             self.recount_common(&node);
         }
+    }
+}
+
+impl PodDeviceRequest {
+    /// The devices the reserve pod must take over on the node, if any.
+    fn taking_over_on(&self, node: &str) -> Option<&TakenDevices> {
+        if self.taking_over.is_empty() {
+            return None;
+        }
+        self.taking_over.get(node)
     }
 }
 
@@ -1404,6 +1511,10 @@ impl Plugin for DeviceShare {
             .filter(|(_, amount)| *amount > 0)
             .collect::<Vec<_>>();
         let short_of_all = (!raw.is_empty()).then(|| Reason::from(insufficient_text(raw.iter())));
+        // Only a reserve pod asking for devices takes pods' devices over
+        // (upstream skips the others, which take the pods in as they are).
+        let taking_over =
+            pre_allocation::hand_over(state).map_or_else(BTreeMap::new, TakenDevices::handed_over);
         state.write(
             STATE_KEY,
             PodDeviceRequest {
@@ -1413,6 +1524,7 @@ impl Plugin for DeviceShare {
                 joint,
                 raw,
                 short_of_all,
+                taking_over,
             },
         );
         Ok(())
@@ -1432,6 +1544,11 @@ impl Plugin for DeviceShare {
             return fits_node_allocatable(request, node);
         };
         let labels = node.node.as_ref().and_then(|n| n.metadata.labels.as_ref());
+        if let Some(taken) = request.taking_over_on(&node.name) {
+            return self
+                .allocate_taking_over(&node.name, labels, request, taken, state.now)
+                .map(|_| ());
+        }
         self.allocate_known(
             &node.name,
             gpus,
@@ -1492,8 +1609,10 @@ impl Plugin for DeviceShare {
             .node(node)
             .and_then(|n| n.node.as_ref())
             .and_then(|n| n.metadata.labels.as_ref());
-        let (gpu, common) =
-            self.allocate(node, labels, request, owned_reservations(state), state.now)?;
+        let (gpu, common) = match request.taking_over_on(node) {
+            Some(taken) => self.allocate_taking_over(node, labels, request, taken, state.now)?,
+            None => self.allocate(node, labels, request, owned_reservations(state), state.now)?,
+        };
         if gpu.is_empty() && common.is_empty() {
             tracing::debug!(pod = %pod.key, node, "no device information for the node; devices left to kube-scheduler and the device plugin");
             return Ok(());
@@ -2020,6 +2139,7 @@ mod tests {
                 memory_ratio,
                 memory_bytes,
                 scope: None,
+                preferred: BTreeSet::new(),
             }))
         };
         let invalid = |names: &str| Err(format!("invalid resource device requests: [{names}]"));

@@ -312,3 +312,98 @@ fn reservations_by_node_follow_every_reservation_event() {
         }
     }
 }
+
+/// n1 with 4 GPUs (`unhealthy`'s minor marked so), running `web-1` (app=web)
+/// on GPU 2.
+fn running_on_gpu_2(unhealthy: Option<i32>) -> Scheduler {
+    let mut s = testutil::scheduler("");
+    let Object::Device(mut devices) = device("n1", 4) else {
+        unreachable!("device builds a Device");
+    };
+    for gpu in devices.spec.devices.iter_mut().flatten() {
+        gpu.health = gpu.minor != unhealthy;
+    }
+    let allocated = json!({"gpu": [{"minor": 2, "resources": {
+        "koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}}]})
+    .to_string();
+    let requests = [("cpu", "1"), ("nvidia.com/gpu", "1")];
+    testutil::load(
+        &mut s,
+        vec![
+            testutil::node("n1", &[("cpu", "8"), ("nvidia.com/gpu", "4")]),
+            Object::Device(devices),
+            testutil::pod(PodSpec {
+                name: "web-1",
+                node: Some("n1"),
+                requests: &requests,
+                limits: &requests,
+                labels: &[("app", "web")],
+                annotations: &[(ANNOTATION_DEVICE_ALLOCATED, &allocated)],
+                ..Default::default()
+            }),
+        ],
+    );
+    s
+}
+
+/// A pending pre-allocating (Restricted, allocate-many) reservation of one
+/// GPU owned by app=web pods.
+fn pre_allocating_one_gpu() -> apis::scheduling::v1alpha1::Reservation {
+    testutil::reservation(ReservationSpec {
+        template: json!({"spec": {"containers": [{"name": "c", "resources": {
+            "requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}),
+        spec_extra: json!({
+            "owners": [{"labelSelector": {"matchLabels": {"app": "web"}}}],
+            "preAllocation": true,
+            "allocatePolicy": "Restricted",
+            "allocateOnce": false,
+        }),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_pre_allocating_reservation_takes_over_the_pods_gpu() {
+    let mut s = running_on_gpu_2(None);
+    let (placement, pre_allocated) =
+        crate::placement::place_reservation_pre_allocating(&mut s, &pre_allocating_one_gpu(), t0());
+    assert_eq!(placement.node.as_deref(), Some("n1"), "{placement:?}");
+    assert_eq!(pre_allocated.unwrap().pods.len(), 1);
+    // Left alone it would take GPU 0; taking web-1 in, it holds web-1's.
+    let placed = &s.cache.reservations["r1"];
+    let kept = &placed.metadata.annotations.as_ref().unwrap()[ANNOTATION_DEVICE_ALLOCATED];
+    let held: BTreeMap<String, Vec<DeviceAllocation>> = serde_json::from_str(kept).unwrap();
+    assert_eq!(held["gpu"].iter().map(|a| a.minor).collect::<Vec<_>>(), [2]);
+    // web-1 counts inside the reservation: a stranger gets a free GPU, and
+    // three strangers' GPUs are all the node has left.
+    testutil::load(&mut s, vec![gpu_pod("stranger", "3")]);
+    assert_eq!(gpus_of(&mut s, "stranger").unwrap(), vec![0, 1, 3]);
+    // With web-1 gone its GPU is the reservation's again, for an owner.
+    let web = s.cache.pod("default/web-1").unwrap().pod.clone();
+    s.apply(Change::Delete(Object::Pod((*web).clone())));
+    let requests = [("cpu", "1"), ("nvidia.com/gpu", "1")];
+    testutil::load(
+        &mut s,
+        vec![testutil::pod(PodSpec {
+            name: "web-2",
+            requests: &requests,
+            limits: &requests,
+            labels: &[("app", "web")],
+            ..Default::default()
+        })],
+    );
+    assert_eq!(gpus_of(&mut s, "web-2").unwrap(), vec![2]);
+}
+
+#[test]
+fn a_reservation_that_cannot_get_the_pods_gpu_is_refused() {
+    // GPU 2 turned unhealthy under web-1: the reservation cannot take it.
+    let mut s = running_on_gpu_2(Some(2));
+    let (placement, pre_allocated) =
+        crate::placement::place_reservation_pre_allocating(&mut s, &pre_allocating_one_gpu(), t0());
+    assert_eq!(placement.node, None, "{placement:?}");
+    assert!(pre_allocated.is_none());
+    assert_eq!(placement.reasons["n1"], ERR_DEVICES_NOT_TAKEN_OVER);
+    let web = s.cache.pod("default/web-1").unwrap();
+    assert_eq!(allocated_from(web), None);
+}
