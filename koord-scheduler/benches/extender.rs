@@ -20,7 +20,10 @@
 //! BENCH_PART2=0 runs the part-1 workload only, BENCH_DETAILS=0 skips the
 //! simulator's per-node details, BENCH_SIMULATOR=0 the simulator;
 //! BENCH_DIGEST=1 prints a digest of the simulator's placements;
-//! BENCH_THP=1 keeps transparent huge pages on (the scheduler turns them off).
+//! BENCH_THP=1 keeps transparent huge pages on (the scheduler turns them off);
+//! BENCH_KIND=<kind> (e.g. `LSR cpuset`, `reservation owner`) measures only
+//! pending pods of that kind over HTTP, so its p99 rests on BENCH_ROUNDS
+//! samples instead of the handful the mixed workload gives rare kinds.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -683,6 +686,26 @@ fn main() {
         metrics: ExtenderMetrics::new("koord-scheduler"),
     };
     let names: Vec<String> = (0..nodes).map(|n| format!("node-{n:05}")).collect();
+    let measured: Vec<Value> = match std::env::var("BENCH_KIND") {
+        Ok(only) => {
+            let of_kind: Vec<Value> = pending
+                .iter()
+                .filter(|pod| {
+                    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                    let index = name.get(4..).and_then(|i| i.parse().ok());
+                    index.map(|i| part2_kind(i).unwrap_or("plain")) == Some(only.as_str())
+                })
+                .cloned()
+                .collect();
+            assert!(
+                !of_kind.is_empty(),
+                "BENCH_KIND={only:?}: no pending pod of that kind"
+            );
+            println!("measuring only {only:?} pods ({} pending)", of_kind.len());
+            of_kind
+        }
+        Err(_) => pending.clone(),
+    };
     let (quiet, stormy, writer) = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -699,7 +722,7 @@ fn main() {
             let switch = Arc::clone(&switch);
             std::thread::spawn(move || run_storm(&shared, &storm, storm_rate, &switch))
         };
-        let (quiet, stormy) = measure(&mut client, &pending, &names, rounds, &switch).await;
+        let (quiet, stormy) = measure(&mut client, &measured, &names, rounds, &switch).await;
         switch.stop.store(true, Ordering::Relaxed);
         (quiet, stormy, writer.join().unwrap())
     });
