@@ -660,7 +660,6 @@ fn topology_from(
     topology
 }
 
-/// The cpuset a bound pod holds according to its resource-status annotation.
 /// Node → the CPUs the pods a pre-allocating reservation takes in hold
 /// there (nodes where they hold none left out).
 fn cpus_handed_over(hand_over: &HandOver) -> BTreeMap<String, CpuSet> {
@@ -677,6 +676,7 @@ fn cpus_handed_over(hand_over: &HandOver) -> BTreeMap<String, CpuSet> {
     taken
 }
 
+/// The cpuset a bound pod holds according to its resource-status annotation.
 fn allocation_of(pod: &PodInfo) -> Option<Allocation> {
     let status = get_resource_status(pod.annotations()).ok()??;
     let cpus = parse_cpuset(&status.cpuset).ok()?;

@@ -1333,7 +1333,9 @@ impl DeviceShare {
     /// hold `taken`: those minors first, refused unless it gets all of them
     /// (as upstream). Once pre-allocated the pods count inside the
     /// reservation, so a device of theirs left outside it would be counted
-    /// twice. Every reservation on the node keeps what it holds.
+    /// twice. Every reservation on the node keeps what it holds. Nothing is
+    /// handed over on a node DeviceShare does not know (as in `allocate`;
+    /// upstream restores nothing without the node's device cache either).
     fn allocate_taking_over(
         &self,
         node: &str,
@@ -1342,6 +1344,9 @@ impl DeviceShare {
         taken: &TakenDevices,
         now: SystemTime,
     ) -> Result<Picks, Rejection> {
+        if !self.gpus.contains_key(node) {
+            return Ok(Picks::default());
+        }
         let mut preferring = request.clone();
         if let Some(gpu) = &mut preferring.gpu {
             gpu.preferred = taken.gpus.clone();
