@@ -1333,9 +1333,8 @@ impl DeviceShare {
     /// hold `taken`: those minors first, refused unless it gets all of them
     /// (as upstream). Once pre-allocated the pods count inside the
     /// reservation, so a device of theirs left outside it would be counted
-    /// twice. Every reservation on the node keeps what it holds. Nothing is
-    /// handed over on a node DeviceShare does not know (as in `allocate`;
-    /// upstream restores nothing without the node's device cache either).
+    /// twice. Every reservation on the node keeps what it holds. (The node
+    /// is known: a pod bound with devices makes DeviceShare know its node.)
     fn allocate_taking_over(
         &self,
         node: &str,
@@ -1344,9 +1343,6 @@ impl DeviceShare {
         taken: &TakenDevices,
         now: SystemTime,
     ) -> Result<Picks, Rejection> {
-        if !self.gpus.contains_key(node) {
-            return Ok(Picks::default());
-        }
         let mut preferring = request.clone();
         if let Some(gpu) = &mut preferring.gpu {
             gpu.preferred = taken.gpus.clone();
