@@ -172,11 +172,26 @@ async fn run(client: &kube::Client) -> anyhow::Result<()> {
     // 1. Three CPUs: the node has four, no NUMA node has more than two.
     pods.create(&create, &numa_pod(ns, "wide", "3", false)?)
         .await?;
-    let reason = unschedulable_message(&pods, "wide", EXTENDER_RETRY).await?;
-    ensure!(
-        reason.contains("Unaligned NUMA Hint"),
-        "the wide pod's reason does not name the NUMA alignment: {reason}"
-    );
+    // kube-scheduler may first refuse it for a taint the node lifecycle controller puts on a new
+    // node until it sees it Ready; lifting it is a node update, on which the pod is tried again.
+    let last = std::sync::Mutex::new(String::new());
+    let named = eventually_within(
+        "the wide pod refused for NUMA alignment",
+        EXTENDER_RETRY,
+        || async {
+            let reason = unschedulable_message(&pods, "wide", EXTENDER_RETRY).await?;
+            let named = reason.contains("Unaligned NUMA Hint");
+            *last.lock().unwrap() = reason;
+            Ok(named.then_some(()))
+        },
+    )
+    .await;
+    named.with_context(|| {
+        format!(
+            "the wide pod's reason does not name the NUMA alignment: {}",
+            last.lock().unwrap()
+        )
+    })?;
     pods.delete("wide", &DeleteParams::default()).await?;
 
     // 2. Two CPUs by amount: one NUMA node.

@@ -633,7 +633,13 @@ cmd_restart() {
 }
 
 simulated_node_ready() {
-  lc_kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+  local ready taints
+  ready=$(lc_kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') || return 1
+  [ "$ready" = True ] || return 1
+  # The node lifecycle controller taints a new node not-ready (NoSchedule) and lifts the taint a
+  # monitoring pass after the node turns Ready; a pod scheduled in between is refused for it.
+  taints=$(lc_kubectl get node "$1" -o jsonpath='{.spec.taints[*].key}') || return 1
+  ! grep -q 'node.kubernetes.io/' <<<"$taints"
 }
 
 # kwok up: build (cached) and start kwok, which simulates the nodes annotated $LC_KWOK_NODE_KEY=fake.
@@ -672,7 +678,7 @@ status:
   capacity: {cpu: "$cpu", memory: "$memory", pods: "110"}
   allocatable: {cpu: "$cpu", memory: "$memory", pods: "110"}
 NODE
-      wait_for "simulated node $name Ready" 60 "$LC_LOGS/kwok.log" simulated_node_ready "$name"
+      wait_for "simulated node $name Ready and untainted" 60 "$LC_LOGS/kwok.log" simulated_node_ready "$name"
       lc_log "simulated node $name Ready ($cpu CPU, $memory)"
       ;;
     down)
