@@ -718,3 +718,59 @@ pub async fn simulated_node_with_heartbeat(
         }
     }))
 }
+
+/// The koord-scheduler the installed chart configures (`koord-scheduler-config`), built as the
+/// component builds it, so a test can read which optional behaviours are on.
+pub async fn installed_scheduler(
+    client: &Client,
+) -> anyhow::Result<koord_scheduler::framework::Scheduler> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
+    let map = maps
+        .get("koord-scheduler-config")
+        .await
+        .context("reading the chart's koord-scheduler-config")?;
+    let text = map
+        .data
+        .unwrap_or_default()
+        .remove("koord-scheduler-config")
+        .context("koord-scheduler-config has no koord-scheduler-config key")?;
+    let config = koord_scheduler::config::SchedulerConfiguration::from_yaml(&text)?;
+    koord_scheduler::build_scheduler(&config, Duration::from_secs(1))
+}
+
+/// A NodeResourceTopology for `node` as koordlet writes it: four CPUs, one core each, CPUs 0–1
+/// on NUMA node 0 and 2–3 on node 1, each NUMA node with 2 CPUs and 4 GiB.
+pub fn two_numa_node_topology(
+    node: &str,
+) -> anyhow::Result<apis::topology::v1alpha1::NodeResourceTopology> {
+    let detail: Vec<Value> = (0..4)
+        .map(|id| json!({"id": id, "core": id, "socket": 0, "node": id / 2}))
+        .collect();
+    let cpu_topology = json!({ "detail": detail }).to_string();
+    let resource = |name: &str, amount: &str| json!({"name": name, "capacity": amount, "allocatable": amount, "available": amount});
+    let zone = |id: i32| {
+        json!({
+            "name": format!("node-{id}"), "type": "Node",
+            "resources": [resource("cpu", "2"), resource("memory", "4Gi")]
+        })
+    };
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+        "metadata": {"name": node,
+                     "annotations": {"node.koordinator.sh/cpu-topology": cpu_topology}},
+        "topologyPolicies": ["None"],
+        "zones": [zone(0), zone(1)]
+    }))?)
+}
+
+/// Deletes `node`'s NodeResourceTopology; absent is fine.
+pub async fn delete_node_resource_topology(client: &Client, node: &str) -> Result<(), kube::Error> {
+    match Api::<apis::topology::v1alpha1::NodeResourceTopology>::all(client.clone())
+        .delete(node, &DeleteParams::background())
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}

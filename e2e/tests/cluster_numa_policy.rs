@@ -21,7 +21,7 @@ use apis::extension::{
 use apis::topology::v1alpha1::NodeResourceTopology;
 use e2e::cluster::{
     EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually_within, pod,
-    simulated_node_with_heartbeat, unschedulable_message,
+    simulated_node_with_heartbeat, two_numa_node_topology, unschedulable_message,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -41,34 +41,12 @@ impl Drop for Cleanup {
             e2e::cluster::delete_simulated_node(&client, NODE).await
         });
         let nrt = delete_from_drop(|client| async move {
-            match Api::<NodeResourceTopology>::all(client)
-                .delete(NODE, &DeleteParams::background())
-                .await
-            {
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            }
+            e2e::cluster::delete_node_resource_topology(&client, NODE).await
         });
         if !(node && nrt) {
             eprintln!("cleanup incomplete: delete node, NodeMetric and NRT {NODE} by hand");
         }
     }
-}
-
-/// Four CPUs, one core each, CPUs 0–1 on NUMA node 0 and 2–3 on node 1.
-fn cpu_topology() -> String {
-    let detail: Vec<Value> = (0..4)
-        .map(|id| json!({"id": id, "core": id, "socket": 0, "node": id / 2}))
-        .collect();
-    json!({"detail": detail}).to_string()
-}
-
-fn numa_zone(id: i32) -> Value {
-    let resource = |name: &str, amount: &str| json!({"name": name, "capacity": amount, "allocatable": amount, "available": amount});
-    json!({
-        "name": format!("node-{id}"), "type": "Node",
-        "resources": [resource("cpu", "2"), resource("memory", "4Gi")]
-    })
 }
 
 /// A koord-scheduler pod of `cpu` whole CPUs on the test's node (requests = limits).
@@ -147,15 +125,8 @@ async fn single_numa_node_policy_refuses_wide_pods_and_places_the_rest_on_one_nu
         json!({"labels": {LABEL_NUMA_TOPOLOGY_POLICY: "SingleNUMANode"}}),
     )
     .await?;
-    let nrt: NodeResourceTopology = serde_json::from_value(json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
-        "metadata": {"name": NODE,
-                     "annotations": {"node.koordinator.sh/cpu-topology": cpu_topology()}},
-        "topologyPolicies": ["None"],
-        "zones": [numa_zone(0), numa_zone(1)]
-    }))?;
     Api::<NodeResourceTopology>::all(client.clone())
-        .create(&PostParams::default(), &nrt)
+        .create(&PostParams::default(), &two_numa_node_topology(NODE)?)
         .await
         .context("the KWOK node's NodeResourceTopology")?;
     let result = run(&client).await;

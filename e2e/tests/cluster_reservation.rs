@@ -495,18 +495,6 @@ async fn an_owner_pod_lands_in_its_reservation_which_others_cannot_take() -> any
 
 /// Whether the installed chart's koord-scheduler enables Cluster-mode pre-allocation.
 async fn cluster_mode_enabled(client: &kube::Client) -> anyhow::Result<bool> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
-    let map = maps
-        .get("koord-scheduler-config")
-        .await
-        .context("reading the chart's koord-scheduler-config")?;
-    let text = map
-        .data
-        .unwrap_or_default()
-        .remove("koord-scheduler-config")
-        .context("koord-scheduler-config has no koord-scheduler-config key")?;
-    let config = koord_scheduler::config::SchedulerConfiguration::from_yaml(&text)?;
-    let scheduler = koord_scheduler::build_scheduler(&config, Duration::from_secs(1))?;
+    let scheduler = e2e::cluster::installed_scheduler(client).await?;
     Ok(scheduler.pre_allocation.cluster_mode)
 }

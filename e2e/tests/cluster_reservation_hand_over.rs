@@ -24,7 +24,7 @@ use apis::scheduling::v1alpha1::Reservation;
 use apis::topology::v1alpha1::NodeResourceTopology;
 use e2e::cluster::{
     EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually_within, pod, reservation_allocated,
-    simulated_node_with_heartbeat,
+    simulated_node_with_heartbeat, two_numa_node_topology,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -47,13 +47,7 @@ impl Drop for Cleanup {
             e2e::cluster::delete_simulated_node(&client, NODE).await
         });
         let nrt = delete_from_drop(|client| async move {
-            match Api::<NodeResourceTopology>::all(client)
-                .delete(NODE, &DeleteParams::background())
-                .await
-            {
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            }
+            e2e::cluster::delete_node_resource_topology(&client, NODE).await
         });
         let reservation = delete_from_drop(|client| async move {
             e2e::cluster::delete_reservation(&client, RESERVATION).await
@@ -65,22 +59,6 @@ impl Drop for Cleanup {
             );
         }
     }
-}
-
-/// Four CPUs, one core each, CPUs 0–1 on NUMA node 0 and 2–3 on node 1.
-fn cpu_topology() -> String {
-    let detail: Vec<Value> = (0..4)
-        .map(|id| json!({"id": id, "core": id, "socket": 0, "node": id / 2}))
-        .collect();
-    json!({"detail": detail}).to_string()
-}
-
-fn numa_zone(id: i32) -> Value {
-    let resource = |name: &str, amount: &str| json!({"name": name, "capacity": amount, "allocatable": amount, "available": amount});
-    json!({
-        "name": format!("node-{id}"), "type": "Node",
-        "resources": [resource("cpu", "2"), resource("memory", "4Gi")]
-    })
 }
 
 /// A pod spec of `cpu` whole CPUs (requests = limits) on the test's node.
@@ -150,15 +128,8 @@ async fn a_pre_allocating_reservation_takes_over_the_running_pods_cpuset() -> an
     };
     let _cleanup = Cleanup;
     let beating = simulated_node_with_heartbeat(&client, NODE, "4", "8Gi", json!({})).await?;
-    let nrt: NodeResourceTopology = serde_json::from_value(json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
-        "metadata": {"name": NODE,
-                     "annotations": {"node.koordinator.sh/cpu-topology": cpu_topology()}},
-        "topologyPolicies": ["None"],
-        "zones": [numa_zone(0), numa_zone(1)]
-    }))?;
     Api::<NodeResourceTopology>::all(client.clone())
-        .create(&PostParams::default(), &nrt)
+        .create(&PostParams::default(), &two_numa_node_topology(NODE)?)
         .await
         .context("the KWOK node's NodeResourceTopology")?;
     let result = run(&client).await;

@@ -18,10 +18,10 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use apis::scheduling::v1alpha1::Reservation;
 use e2e::cluster::{
-    EXTENDER_RETRY, KOORD_NAMESPACE, TestNamespace, delete_from_drop, eventually_within, pod,
-    reservation_allocated, simulated_node_with_heartbeat,
+    EXTENDER_RETRY, TestNamespace, delete_from_drop, eventually_within, pod, reservation_allocated,
+    simulated_node_with_heartbeat,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
@@ -68,18 +68,7 @@ fn on_the_node(cpu: &str) -> Value {
 /// Whether the installed chart's koord-scheduler prefers placing reservations without
 /// pre-allocated pods.
 async fn prefers_no_pre_allocated_pods(client: &kube::Client) -> anyhow::Result<bool> {
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), KOORD_NAMESPACE);
-    let map = maps
-        .get("koord-scheduler-config")
-        .await
-        .context("reading the chart's koord-scheduler-config")?;
-    let text = map
-        .data
-        .unwrap_or_default()
-        .remove("koord-scheduler-config")
-        .context("koord-scheduler-config has no koord-scheduler-config key")?;
-    let config = koord_scheduler::config::SchedulerConfiguration::from_yaml(&text)?;
-    let scheduler = koord_scheduler::build_scheduler(&config, Duration::from_secs(1))?;
+    let scheduler = e2e::cluster::installed_scheduler(client).await?;
     Ok(scheduler.pre_allocation.prefer_no_pre_allocated_pods)
 }
 
